@@ -1,0 +1,50 @@
+# memsnap: the two set-up commands are `make demo` and `make test` (see README.md).
+# Each installs what is missing, configures and builds into build/, then runs.
+#   make test SANITIZE=1   the whole suite built with -fsanitize=address,undefined (build-asan/)
+#   make bench             benchmarks in a Release tree; writes build/bench/results.json
+#   make fuzz FUZZ_SECONDS=60   libFuzzer targets (clang), seeded with the fixtures
+JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+CMAKE ?= cmake
+ifeq ($(SANITIZE),1)
+BUILD ?= build-asan
+EXTRA_CMAKE += -DMS_SANITIZE=ON
+else
+BUILD ?= build
+endif
+MS_DEBUG ?= 3
+FUZZ_SECONDS ?= 60
+
+.PHONY: all deps test-deps build demo test bench fuzz clean
+
+all: build
+
+deps:
+	@scripts/deps.sh build
+
+test-deps:
+	@scripts/deps.sh test
+
+$(BUILD)/CMakeCache.txt:
+	$(CMAKE) -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMS_DEBUG=$(MS_DEBUG) $(EXTRA_CMAKE)
+
+build: deps $(BUILD)/CMakeCache.txt
+	$(CMAKE) --build $(BUILD) -j $(JOBS)
+
+demo: deps test-deps build
+	@scripts/demo.sh $(BUILD)
+
+test: test-deps build
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+bench: deps
+	@scripts/deps.sh bench
+	$(CMAKE) -S . -B build/bench-build -DCMAKE_BUILD_TYPE=Release -DMS_DEBUG=0 -DMS_BUILD_TESTS=OFF
+	$(CMAKE) --build build/bench-build -j $(JOBS)
+	@bench/run.sh build/bench-build build/bench
+
+fuzz:
+	@scripts/deps.sh fuzz
+	@scripts/fuzz.sh $(FUZZ_SECONDS)
+
+clean:
+	rm -rf build build-asan build-fuzz out

@@ -1,0 +1,122 @@
+/* SPDX-License-Identifier: MIT
+ * memsnap CLI: global options, the command table and dispatch (git's run_builtin, perf.c).
+ * After the command, stdout is flushed and closed, and a write error fails the run. */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "memsnap/common.h"
+
+const struct cli_cmd cli_commands[] = {
+    {"help", cmd_help, "show help for memsnap or one of its commands"},
+    {"version", cmd_version, "print memsnap's version"},
+    {NULL, NULL, NULL},
+};
+
+const struct cli_cmd *cli_find_command(const char *name) {
+  for (const struct cli_cmd *c = cli_commands; c->name; c++)
+    if (strcmp(c->name, name) == 0) return c;
+  return NULL;
+}
+
+static void vmsg(const char *prefix, const char *fmt, va_list ap) {
+  fflush(stdout);
+  fputs(prefix, stderr);
+  vfprintf(stderr, fmt, ap);
+  fputc('\n', stderr);
+}
+
+void cli_error(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vmsg("memsnap: error: ", fmt, ap);
+  va_end(ap);
+}
+
+void cli_warning(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vmsg("memsnap: warning: ", fmt, ap);
+  va_end(ap);
+}
+
+int cli_usage_error(const char *cmd, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vmsg("memsnap: error: ", fmt, ap);
+  va_end(ap);
+  if (cmd)
+    fprintf(stderr, "Run 'memsnap %s --help' for usage.\n", cmd);
+  else
+    fprintf(stderr, "Run 'memsnap --help' for usage.\n");
+  return CLI_USAGE;
+}
+
+static void main_usage(FILE *fp) {
+  fprintf(fp,
+          "usage: memsnap [--version] [--help] <command> [<args>]\n"
+          "\n"
+          "GPU memory snapshots: statistics, traces and interactive flame graphs, for memsnap\n"
+          "snapshots and PyTorch's torch.cuda.memory._dump_snapshot() pickles.\n"
+          "\n"
+          "commands:\n");
+  for (const struct cli_cmd *c = cli_commands; c->name; c++)
+    fprintf(fp, "   %-11s %s\n", c->name, c->summary);
+  fprintf(fp, "\nRun 'memsnap help <command>' or 'memsnap <command> --help' for a command's options.\n");
+}
+
+int cmd_version(int argc, char **argv) {
+  (void)argv;
+  if (argc > 1) return cli_usage_error("version", "'version' takes no arguments");
+  printf("memsnap %s\n", ms_version_string());
+  return CLI_OK;
+}
+
+int cmd_help(int argc, char **argv) {
+  if (argc < 2) {
+    main_usage(stdout);
+    return CLI_OK;
+  }
+  if (argc > 2) return cli_usage_error("help", "'help' takes at most one command name");
+  const struct cli_cmd *c = cli_find_command(argv[1]);
+  if (!c) return cli_usage_error(NULL, "'%s' is not a memsnap command", argv[1]);
+  if (c->fn == cmd_help) {
+    main_usage(stdout);
+    return CLI_OK;
+  }
+  char *sub[] = {argv[1], "--help", NULL};
+  return c->fn(2, sub);
+}
+
+static int finish_stdout(int status) {
+  if (fflush(stdout) != 0 || ferror(stdout)) {
+    if (status == CLI_OK) cli_error("write to standard output failed: %s", strerror(errno));
+    return status == CLI_OK ? CLI_FAILURE : status;
+  }
+  if (fclose(stdout) != 0 && status == CLI_OK) {
+    cli_error("closing standard output failed: %s", strerror(errno));
+    return CLI_FAILURE;
+  }
+  return status;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    main_usage(stderr);
+    return CLI_USAGE;
+  }
+  const char *name = argv[1];
+  if (strcmp(name, "--help") == 0 || strcmp(name, "-h") == 0) {
+    main_usage(stdout);
+    return finish_stdout(CLI_OK);
+  }
+  if (strcmp(name, "--version") == 0 || strcmp(name, "-V") == 0) name = "version";
+  if (name[0] == '-') return cli_usage_error(NULL, "unknown option '%s'", name);
+  const struct cli_cmd *c = cli_find_command(name);
+  if (!c) return cli_usage_error(NULL, "'%s' is not a memsnap command", name);
+  argv[1] = (char *)c->name;
+  return finish_stdout(c->fn(argc - 1, argv + 1));
+}

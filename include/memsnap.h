@@ -1,0 +1,11 @@
+/* SPDX-License-Identifier: MIT
+ * memsnap: umbrella header. Includes every public header of the core library.
+ * The visualisation library's header is memsnap/viz.h (link memsnap::viz). */
+#ifndef MEMSNAP_H
+#define MEMSNAP_H
+
+#include "memsnap/common.h"
+#include "memsnap/error.h"
+#include "memsnap/snapshot.h"
+
+#endif /* MEMSNAP_H */

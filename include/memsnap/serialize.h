@@ -1,0 +1,88 @@
+/* SPDX-License-Identifier: MIT
+ * memsnap: reading and writing snapshot files.
+ *
+ * Formats (docs/snapshot-format.md, docs/pytorch.md), always recognised from the content:
+ *  - memsnap's own msgpack format, plain or zlib-compressed;
+ *  - PyTorch's pickles from torch.cuda.memory._dump_snapshot() (every era; see memsnap/pickle.h).
+ *
+ * Encoders write through an ms_sink_t and decoders read through an ms_source_t, so memory, FILE*
+ * and zlib share one code path. File writers write to a temporary name in the same directory,
+ * flush, fsync and rename: an interrupted write never leaves a truncated file under the final
+ * name.
+ *
+ * Thread-safety: functions here share no state; a snapshot may be written by several threads at
+ * once (it is immutable).
+ */
+#ifndef MEMSNAP_SERIALIZE_H
+#define MEMSNAP_SERIALIZE_H
+
+#include <stddef.h>
+#include <stdio.h>
+
+#include "memsnap/common.h"
+#include "memsnap/error.h"
+#include "memsnap/snapshot.h"
+
+MS_EXTERN_C_BEGIN
+
+/* Writes len bytes; @return 0 on success, a negative ms_err on failure (the encoder stops). */
+typedef int ms_write_fn(void *ctx, const char *buf, size_t len);
+typedef struct ms_sink_s {
+  ms_write_fn *write;
+  void *ctx;
+} ms_sink_t;
+
+/* Reads up to cap bytes into buf; @return bytes read (0 = end of input) or a negative ms_err. */
+typedef ptrdiff_t ms_read_fn(void *ctx, char *buf, size_t cap);
+typedef struct ms_source_s {
+  ms_read_fn *read;
+  void *ctx;
+} ms_source_t;
+
+/* A sink that appends to a FILE*; a source that reads from one. The FILE stays the caller's. */
+MS_API void ms_sink_init_file(ms_sink_t *sink, FILE *fp);
+MS_API void ms_source_init_file(ms_source_t *src, FILE *fp);
+/* A source over a memory buffer, which must outlive the source. ctx points to caller storage of
+ * type ms_membuf_t. */
+typedef struct ms_membuf_s {
+  const char *data;
+  size_t len;
+  size_t pos;
+} ms_membuf_t;
+MS_API void ms_source_init_mem(ms_source_t *src, ms_membuf_t *buf, const void *data, size_t len);
+
+typedef enum ms_format {
+  MS_FORMAT_UNKNOWN = 0,
+  MS_FORMAT_MEMSNAP,   /* memsnap msgpack */
+  MS_FORMAT_MEMSNAP_Z, /* memsnap msgpack, zlib-compressed */
+  MS_FORMAT_PICKLE,    /* PyTorch pickle */
+} ms_format;
+
+/* Recognises a format from the first bytes of a file (16 are enough). */
+MS_API ms_format ms_format_detect(const void *head, size_t len);
+/* @return "memsnap", "memsnap-z", "pickle" or "unknown". */
+MS_API const char *ms_format_name(ms_format f);
+
+typedef struct ms_write_opts_s {
+  int compress;   /* 0: plain msgpack; 1-9: zlib level (default 0) */
+} ms_write_opts_t;
+
+/* Encodes snap in memsnap's format into sink, streaming with bounded memory.
+ * opts may be NULL (plain). @return MS_OK or an ms_err, with a description in eb (may be NULL). */
+MS_API MS_NODISCARD int ms_snapshot_write(const ms_snapshot_t *snap, const ms_write_opts_t *opts,
+                                          ms_sink_t *sink, ms_errbuf_t *eb);
+/* Writes snap to path atomically (temporary file, fsync, rename). */
+MS_API MS_NODISCARD int ms_snapshot_write_file(const ms_snapshot_t *snap, const char *path,
+                                               const ms_write_opts_t *opts, ms_errbuf_t *eb);
+
+/* Decodes a memsnap-format snapshot (plain or compressed) from src. On failure *out is untouched
+ * and eb names what is wrong and where (field path and byte offset). */
+MS_API MS_NODISCARD int ms_snapshot_read(ms_source_t *src, ms_snapshot_t **out, ms_errbuf_t *eb);
+
+/* Reads a snapshot of any supported format from path ("-" = standard input), recognising the
+ * format from the content. */
+MS_API MS_NODISCARD int ms_snapshot_load(const char *path, ms_snapshot_t **out, ms_errbuf_t *eb);
+
+MS_EXTERN_C_END
+
+#endif /* MEMSNAP_SERIALIZE_H */

@@ -1,0 +1,82 @@
+/* SPDX-License-Identifier: MIT
+ * memsnap core: internal helpers shared by every file of lib/ (never installed).
+ *
+ * Assertions come in three levels of cost selected by MS_DEBUG (0-3): ms_assert (1),
+ * ms_assert_internal (2) and ms_assert_expensive (3, invariant walkers). Errors are returned with
+ * MS_RETURN_IF / MS_FORWARD_IF_ERROR, which log the file and line in debug builds.
+ * Prototypes are grouped by the file that defines them.
+ */
+#ifndef MEMSNAP_LIB_INTERNAL_H
+#define MEMSNAP_LIB_INTERNAL_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "memsnap/common.h"
+#include "memsnap/error.h"
+
+#ifndef MS_DEBUG
+#define MS_DEBUG 0
+#endif
+
+#if defined(__GNUC__) || defined(__clang__)
+#define ms_likely(x) __builtin_expect(!!(x), 1)
+#define ms_unlikely(x) __builtin_expect(!!(x), 0)
+#define MS_NOINLINE __attribute__((noinline))
+#else
+#define ms_likely(x) (x)
+#define ms_unlikely(x) (x)
+#define MS_NOINLINE
+#endif
+
+/* "output.c" */
+void ms__message(const char *prefix, const char *fmt, ...) MS_PRINTF(2, 3);
+void ms__warning(const char *fmt, ...) MS_PRINTF(1, 2);
+void ms__error_msg(const char *fmt, ...) MS_PRINTF(1, 2);
+void ms__assert_fail(const char *expr, const char *file, int line, const char *func);
+void ms__debug_trace_error(int err, const char *file, int line);
+/* Writes a printf-formatted message into eb (if not NULL), truncating; returns err. */
+int ms__errbuf_set(ms_errbuf_t *eb, int err, const char *fmt, ...) MS_PRINTF(3, 4);
+
+#if MS_DEBUG >= 1
+#define ms_assert(expr) \
+  ((expr) ? (void)0 : ms__assert_fail(#expr, __FILE__, __LINE__, __func__))
+#else
+#define ms_assert(expr) ((void)0)
+#endif
+#if MS_DEBUG >= 2
+#define ms_assert_internal(expr) ms_assert(expr)
+#else
+#define ms_assert_internal(expr) ((void)0)
+#endif
+#if MS_DEBUG >= 3
+#define ms_assert_expensive(expr) ms_assert(expr)
+#else
+#define ms_assert_expensive(expr) ((void)0)
+#endif
+
+#if MS_DEBUG >= 1
+#define MS__TRACE_ERR(err) ms__debug_trace_error((err), __FILE__, __LINE__)
+#else
+#define MS__TRACE_ERR(err) ((void)0)
+#endif
+
+#define MS_RETURN_IF(cond, err) \
+  do {                          \
+    if (ms_unlikely(cond)) {    \
+      MS__TRACE_ERR(err);       \
+      return (err);             \
+    }                           \
+  } while (0)
+
+#define MS_FORWARD_IF_ERROR(expr)     \
+  do {                                \
+    int ms__e = (expr);               \
+    if (ms_unlikely(ms__e != MS_OK)) { \
+      MS__TRACE_ERR(ms__e);           \
+      return ms__e;                   \
+    }                                 \
+  } while (0)
+
+#endif /* MEMSNAP_LIB_INTERNAL_H */

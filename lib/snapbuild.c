@@ -1,0 +1,415 @@
+/* SPDX-License-Identifier: MIT
+ * memsnap core: the snapshot builder (see snapbuild.h) and the model's small helpers
+ * (action and state names, ms_snapshot_free). */
+#include "snapbuild.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+#include "util/hash.h"
+
+/* ---- names ---------------------------------------------------------------------------------- */
+
+static const char *const trace_action_names[MS_TRACE_ACTION_COUNT] = {
+    [MS_TRACE_ALLOC] = "alloc",
+    [MS_TRACE_FREE_REQUESTED] = "free_requested",
+    [MS_TRACE_FREE_COMPLETED] = "free_completed",
+    [MS_TRACE_SEGMENT_ALLOC] = "segment_alloc",
+    [MS_TRACE_SEGMENT_FREE] = "segment_free",
+    [MS_TRACE_SEGMENT_MAP] = "segment_map",
+    [MS_TRACE_SEGMENT_UNMAP] = "segment_unmap",
+    [MS_TRACE_SNAPSHOT] = "snapshot",
+    [MS_TRACE_OOM] = "oom",
+    [MS_TRACE_ANNOTATE] = "annotate",
+    [MS_TRACE_OTHER] = "?",
+};
+
+const char *ms_trace_action_name(ms_trace_action a) {
+  if ((unsigned)a >= MS_TRACE_ACTION_COUNT) return "?";
+  return trace_action_names[a];
+}
+
+ms_trace_action ms_trace_action_parse(const char *s) {
+  for (int i = 0; i < MS_TRACE_OTHER; i++)
+    if (strcmp(s, trace_action_names[i]) == 0) return (ms_trace_action)i;
+  return MS_TRACE_OTHER;
+}
+
+const char *ms_block_state_name(ms_block_state s) {
+  switch (s) {
+  case MS_BLOCK_INACTIVE:
+    return "inactive";
+  case MS_BLOCK_ACTIVE_ALLOCATED:
+    return "active_allocated";
+  case MS_BLOCK_ACTIVE_PENDING_FREE:
+    return "active_pending_free";
+  default:
+    return "?";
+  }
+}
+
+ms_block_state ms_block_state_parse(const char *s) {
+  if (strcmp(s, "inactive") == 0) return MS_BLOCK_INACTIVE;
+  if (strcmp(s, "active_allocated") == 0) return MS_BLOCK_ACTIVE_ALLOCATED;
+  if (strcmp(s, "active_pending_free") == 0) return MS_BLOCK_ACTIVE_PENDING_FREE;
+  return MS_BLOCK_STATE_OTHER;
+}
+
+/* ---- arena ---------------------------------------------------------------------------------- */
+
+struct ms__arena_chunk_s {
+  ms__arena_chunk_t *next;
+  size_t used, cap;
+  char data[];
+};
+
+#define ARENA_CHUNK (256u * 1024u)
+
+static char *arena_alloc(ms__snapbuild_t *b, size_t n) {
+  ms__arena_chunk_t *c = b->chunks;
+  if (!c || c->cap - c->used < n) {
+    size_t cap = n > ARENA_CHUNK / 4 ? n : ARENA_CHUNK;
+    if (cap > SIZE_MAX - sizeof *c) return NULL;
+    ms__arena_chunk_t *nc = malloc(sizeof *nc + cap);
+    if (!nc) return NULL;
+    nc->used = 0;
+    nc->cap = cap;
+    if (n > ARENA_CHUNK / 4 && c) {
+      /* A large string gets its own chunk behind the current one, which stays open. */
+      nc->next = c->next;
+      c->next = nc;
+    } else {
+      nc->next = c;
+      b->chunks = nc;
+    }
+    c = nc;
+  }
+  char *p = c->data + c->used;
+  c->used += n;
+  b->arena_bytes += n;
+  return p;
+}
+
+static void arena_free(ms__arena_chunk_t *c) {
+  while (c) {
+    ms__arena_chunk_t *n = c->next;
+    free(c);
+    c = n;
+  }
+}
+
+/* ---- intern tables -------------------------------------------------------------------------- */
+
+/* Grows an open-addressing table of (index+1) values; rehash() recomputes a slot's hash. */
+static int tab_grow(uint32_t **tab, size_t *cap, size_t count, uint64_t (*rehash)(ms__snapbuild_t *, uint32_t),
+                    ms__snapbuild_t *b) {
+  if ((count + 1) * 4 <= *cap * 3) return MS_OK;
+  size_t ncap = *cap ? *cap * 2 : 1024;
+  uint32_t *nt = calloc(ncap, sizeof *nt);
+  if (!nt) return MS_ENOMEM;
+  for (size_t i = 0; i < *cap; i++) {
+    uint32_t v = (*tab)[i];
+    if (!v) continue;
+    size_t j = (size_t)rehash(b, v - 1) & (ncap - 1);
+    while (nt[j]) j = (j + 1) & (ncap - 1);
+    nt[j] = v;
+  }
+  free(*tab);
+  *tab = nt;
+  *cap = ncap;
+  return MS_OK;
+}
+
+static uint64_t hash_str(const char *s, size_t n) { return ms_hash_bytes(s, n, 0x5eed); }
+
+static uint64_t rehash_str(ms__snapbuild_t *b, uint32_t i) {
+  const char *s = b->str_list.ptr[i];
+  return hash_str(s, strlen(s));
+}
+
+static uint64_t hash_frame(const char *name, const char *file, int64_t line) {
+  uint64_t h = ms_hash_bytes(name, strlen(name), 0xf4a3e);
+  h = ms_hash_step(h, ms_hash_bytes(file, strlen(file), 0xf11e));
+  return ms_hash_step(h, (uint64_t)line);
+}
+
+static uint64_t rehash_frame(ms__snapbuild_t *b, uint32_t i) {
+  const ms_snap_frame_t *f = &b->frames.ptr[i];
+  return hash_frame(f->name, f->filename, f->line);
+}
+
+static uint64_t hash_stack(const uint32_t *fr, size_t n) {
+  return ms_hash_bytes(fr, n * sizeof *fr, 0x57ac);
+}
+
+static uint64_t rehash_stack(ms__snapbuild_t *b, uint32_t i) {
+  const ms_snap_stack_t *st = &b->stacks.ptr[i];
+  return hash_stack(b->stack_frames.ptr + st->first, st->nframes);
+}
+
+/* ---- builder -------------------------------------------------------------------------------- */
+
+void ms__snapbuild_init(ms__snapbuild_t *b) {
+  memset(b, 0, sizeof *b);
+  b->hdr.hostname = "";
+  b->hdr.rank = -1;
+}
+
+void ms__snapbuild_release(ms__snapbuild_t *b) {
+  if (!b) return;
+  MS_VEC_FREE(&b->segments);
+  MS_VEC_FREE(&b->blocks);
+  MS_VEC_FREE(&b->history);
+  MS_VEC_FREE(&b->devices);
+  MS_VEC_FREE(&b->trace);
+  MS_VEC_FREE(&b->frames);
+  MS_VEC_FREE(&b->stacks);
+  MS_VEC_FREE(&b->stack_frames);
+  MS_VEC_FREE(&b->settings);
+  MS_VEC_FREE(&b->settings_children);
+  MS_VEC_FREE(&b->stats);
+  MS_VEC_FREE(&b->annotations);
+  MS_VEC_FREE(&b->str_list);
+  arena_free(b->chunks);
+  free(b->frame_tab);
+  free(b->stack_tab);
+  free(b->str_tab);
+  ms__snapbuild_init(b);
+}
+
+int ms__snapbuild_str(ms__snapbuild_t *b, const char *s, size_t len, const char **out) {
+  if (len == 0) {
+    *out = "";
+    return MS_OK;
+  }
+  uint64_t h = 0;
+  size_t slot = 0;
+  int intern = len < 256;
+  if (intern) {
+    if (b->str_list.len >= UINT32_MAX - 1) return MS_ELIMIT;
+    MS_FORWARD_IF_ERROR(tab_grow(&b->str_tab, &b->str_tab_cap, b->str_list.len, rehash_str, b));
+    h = hash_str(s, len);
+    slot = (size_t)h & (b->str_tab_cap - 1);
+    for (uint32_t v; (v = b->str_tab[slot]) != 0; slot = (slot + 1) & (b->str_tab_cap - 1)) {
+      const char *c = b->str_list.ptr[v - 1];
+      if (strncmp(c, s, len) == 0 && c[len] == 0) {
+        *out = c;
+        return MS_OK;
+      }
+    }
+    if (MS_VEC_RESERVE(&b->str_list, 1)) return MS_ENOMEM;
+  }
+  if (len == SIZE_MAX) return MS_ELIMIT;
+  char *p = arena_alloc(b, len + 1);
+  if (!p) return MS_ENOMEM;
+  memcpy(p, s, len);
+  p[len] = 0;
+  if (intern) {
+    b->str_list.ptr[b->str_list.len++] = p;
+    b->str_tab[slot] = (uint32_t)b->str_list.len;
+  }
+  *out = p;
+  return MS_OK;
+}
+
+int ms__snapbuild_frame_owned(ms__snapbuild_t *b, const char *name, const char *filename,
+                              int64_t line, uint32_t *out) {
+  if (b->frames.len >= UINT32_MAX - 1) return MS_ELIMIT;
+  MS_FORWARD_IF_ERROR(tab_grow(&b->frame_tab, &b->frame_tab_cap, b->frames.len, rehash_frame, b));
+  size_t mask = b->frame_tab_cap - 1;
+  size_t slot = (size_t)hash_frame(name, filename, line) & mask;
+  for (uint32_t v; (v = b->frame_tab[slot]) != 0; slot = (slot + 1) & mask) {
+    const ms_snap_frame_t *f = &b->frames.ptr[v - 1];
+    if (f->line == line && strcmp(f->name, name) == 0 && strcmp(f->filename, filename) == 0) {
+      *out = v - 1;
+      return MS_OK;
+    }
+  }
+  ms_snap_frame_t f = {name, filename, line};
+  if (MS_VEC_PUSH(&b->frames, f)) return MS_ENOMEM;
+  b->frame_tab[slot] = (uint32_t)b->frames.len;
+  *out = (uint32_t)b->frames.len - 1;
+  return MS_OK;
+}
+
+int ms__snapbuild_frame(ms__snapbuild_t *b, const char *name, size_t name_len,
+                        const char *filename, size_t filename_len, int64_t line, uint32_t *out) {
+  const char *n, *f;
+  MS_FORWARD_IF_ERROR(ms__snapbuild_str(b, name, name_len, &n));
+  MS_FORWARD_IF_ERROR(ms__snapbuild_str(b, filename, filename_len, &f));
+  return ms__snapbuild_frame_owned(b, n, f, line, out);
+}
+
+int ms__snapbuild_stack(ms__snapbuild_t *b, const uint32_t *frames, size_t n, uint32_t *out) {
+  if (b->stacks.len >= UINT32_MAX - 1) return MS_ELIMIT;
+  if (n > UINT32_MAX || b->stack_frames.len > UINT32_MAX - n) return MS_ELIMIT;
+  MS_FORWARD_IF_ERROR(tab_grow(&b->stack_tab, &b->stack_tab_cap, b->stacks.len, rehash_stack, b));
+  size_t mask = b->stack_tab_cap - 1;
+  size_t slot = (size_t)hash_stack(frames, n) & mask;
+  for (uint32_t v; (v = b->stack_tab[slot]) != 0; slot = (slot + 1) & mask) {
+    const ms_snap_stack_t *st = &b->stacks.ptr[v - 1];
+    if (st->nframes == n &&
+        (n == 0 || memcmp(b->stack_frames.ptr + st->first, frames, n * sizeof *frames) == 0)) {
+      *out = v - 1;
+      return MS_OK;
+    }
+  }
+  if (MS_VEC_RESERVE(&b->stack_frames, n) || MS_VEC_RESERVE(&b->stacks, 1)) return MS_ENOMEM;
+  ms_snap_stack_t st = {(uint32_t)b->stack_frames.len, (uint32_t)n};
+  if (n) memcpy(b->stack_frames.ptr + b->stack_frames.len, frames, n * sizeof *frames);
+  b->stack_frames.len += n;
+  b->stacks.ptr[b->stacks.len++] = st;
+  b->stack_tab[slot] = (uint32_t)b->stacks.len;
+  *out = (uint32_t)b->stacks.len - 1;
+  return MS_OK;
+}
+
+#define BUILD_ADD(fn, vec, T)                         \
+  int fn(ms__snapbuild_t *b, const T *x) {            \
+    if (b->vec.len >= UINT32_MAX - 1) return MS_ELIMIT; \
+    return MS_VEC_PUSH(&b->vec, *x) ? MS_ENOMEM : MS_OK; \
+  }
+
+BUILD_ADD(ms__snapbuild_add_segment, segments, ms_snap_segment_t)
+BUILD_ADD(ms__snapbuild_add_block, blocks, ms_snap_block_t)
+BUILD_ADD(ms__snapbuild_add_history, history, ms_snap_history_t)
+BUILD_ADD(ms__snapbuild_add_device, devices, ms_snap_device_t)
+BUILD_ADD(ms__snapbuild_add_trace, trace, ms_snap_trace_t)
+BUILD_ADD(ms__snapbuild_add_stat, stats, ms_snap_kv_t)
+BUILD_ADD(ms__snapbuild_add_annotation, annotations, ms_snap_annotation_t)
+BUILD_ADD(ms__snapbuild_add_setting, settings, ms_snap_kv_t)
+
+int ms__snapbuild_add_setting_child(ms__snapbuild_t *b, const ms_snap_kv_t *kv, uint32_t *index) {
+  if (b->settings_children.len >= UINT32_MAX / 2) return MS_ELIMIT;
+  if (MS_VEC_PUSH(&b->settings_children, *kv)) return MS_ENOMEM;
+  *index = (uint32_t)b->settings_children.len - 1;
+  return MS_OK;
+}
+
+/* ---- validation ----------------------------------------------------------------------------- */
+
+static int check_stack_ref(const ms_snapshot_t *s, uint32_t st, const char *what, size_t i,
+                           ms_errbuf_t *eb) {
+  if (st != MS_SNAP_NO_STACK && st >= s->nstacks)
+    return ms__errbuf_set(eb, MS_EFORMAT, "%s %zu refers to stack %u of %zu", what, i, st,
+                          s->nstacks);
+  return MS_OK;
+}
+
+int ms__snapshot_check(const ms_snapshot_t *s, ms_errbuf_t *eb) {
+  for (size_t i = 0; i < s->nstacks; i++) {
+    const ms_snap_stack_t *st = &s->stacks[i];
+    if (st->first > s->nstack_frames || st->nframes > s->nstack_frames - st->first)
+      return ms__errbuf_set(eb, MS_EFORMAT, "stack %zu is out of range", i);
+    for (uint32_t k = 0; k < st->nframes; k++)
+      if (s->stack_frames[st->first + k] >= s->nframes)
+        return ms__errbuf_set(eb, MS_EFORMAT, "stack %zu refers to frame %u of %zu", i,
+                              s->stack_frames[st->first + k], s->nframes);
+  }
+  for (size_t i = 0; i < s->nsegments; i++) {
+    const ms_snap_segment_t *g = &s->segments[i];
+    if (g->first_block > s->nblocks || g->nblocks > s->nblocks - g->first_block)
+      return ms__errbuf_set(eb, MS_EFORMAT, "segment %zu: blocks out of range", i);
+    MS_FORWARD_IF_ERROR(check_stack_ref(s, g->stack, "segment", i, eb));
+  }
+  for (size_t i = 0; i < s->nblocks; i++) {
+    const ms_snap_block_t *k = &s->blocks[i];
+    if (k->first_history > s->nhistory || k->nhistory > s->nhistory - k->first_history)
+      return ms__errbuf_set(eb, MS_EFORMAT, "block %zu: history out of range", i);
+    MS_FORWARD_IF_ERROR(check_stack_ref(s, k->stack, "block", i, eb));
+  }
+  for (size_t i = 0; i < s->nhistory; i++)
+    MS_FORWARD_IF_ERROR(check_stack_ref(s, s->history[i].stack, "history entry", i, eb));
+  for (size_t i = 0; i < s->ndevices; i++) {
+    const ms_snap_device_t *d = &s->devices[i];
+    if (d->first_trace > s->ntrace || d->ntrace > s->ntrace - d->first_trace)
+      return ms__errbuf_set(eb, MS_EFORMAT, "device %zu: trace out of range", i);
+    if (d->first_stat > s->nstats || d->nstats > s->nstats - d->first_stat)
+      return ms__errbuf_set(eb, MS_EFORMAT, "device %zu: statistics out of range", i);
+  }
+  for (size_t i = 0; i < s->ntrace; i++)
+    MS_FORWARD_IF_ERROR(check_stack_ref(s, s->trace[i].stack, "trace entry", i, eb));
+  for (size_t i = 0; i < s->nsettings; i++) {
+    const ms_snap_kv_t *kv = &s->settings[i];
+    if (kv->kind == MS_SNAP_VAL_MAP &&
+        (kv->first > s->nsettings || kv->count > s->nsettings - kv->first ||
+         (kv->count && kv->first <= i)))
+      return ms__errbuf_set(eb, MS_EFORMAT, "setting '%s': entries out of range", kv->key);
+  }
+  return MS_OK;
+}
+
+/* ---- finish --------------------------------------------------------------------------------- */
+
+typedef struct snap_impl_s {
+  ms__arena_chunk_t *chunks;
+} snap_impl_t;
+
+int ms__snapbuild_finish(ms__snapbuild_t *b, ms_snapshot_t **out, ms_errbuf_t *eb) {
+  ms_snapshot_t *s = malloc(sizeof *s);
+  snap_impl_t *impl = malloc(sizeof *impl);
+  size_t ntop = b->settings.len, nchild = b->settings_children.len;
+  if (!s || !impl || MS_VEC_RESERVE(&b->settings, nchild)) {
+    free(s);
+    free(impl);
+    return ms__errbuf_set(eb, MS_ENOMEM, "out of memory building the snapshot");
+  }
+  if (nchild) memcpy(b->settings.ptr + ntop, b->settings_children.ptr, nchild * sizeof(ms_snap_kv_t));
+  for (size_t i = 0; i < ntop + nchild; i++)
+    if (b->settings.ptr[i].kind == MS_SNAP_VAL_MAP) b->settings.ptr[i].first += (uint32_t)ntop;
+
+  *s = b->hdr;
+  s->segments = b->segments.ptr, s->nsegments = b->segments.len;
+  s->blocks = b->blocks.ptr, s->nblocks = b->blocks.len;
+  s->history = b->history.ptr, s->nhistory = b->history.len;
+  s->devices = b->devices.ptr, s->ndevices = b->devices.len;
+  s->trace = b->trace.ptr, s->ntrace = b->trace.len;
+  s->frames = b->frames.ptr, s->nframes = b->frames.len;
+  s->stacks = b->stacks.ptr, s->nstacks = b->stacks.len;
+  s->stack_frames = b->stack_frames.ptr, s->nstack_frames = b->stack_frames.len;
+  s->settings = b->settings.ptr, s->nsettings = ntop + nchild, s->nsettings_top = ntop;
+  s->stats = b->stats.ptr, s->nstats = b->stats.len;
+  s->annotations = b->annotations.ptr, s->nannotations = b->annotations.len;
+  if (!s->hostname) s->hostname = "";
+  int rc = ms__snapshot_check(s, eb);
+  if (rc != MS_OK) {
+    /* Undo the settings rebase so the builder is as it was. */
+    for (size_t i = 0; i < ntop + nchild; i++)
+      if (b->settings.ptr[i].kind == MS_SNAP_VAL_MAP) b->settings.ptr[i].first -= (uint32_t)ntop;
+    free(s);
+    free(impl);
+    return rc;
+  }
+  impl->chunks = b->chunks;
+  s->impl_ = impl;
+  /* Ownership moved: forget the pointers without freeing them. */
+  b->segments.ptr = NULL, b->blocks.ptr = NULL, b->history.ptr = NULL, b->devices.ptr = NULL;
+  b->trace.ptr = NULL, b->frames.ptr = NULL, b->stacks.ptr = NULL, b->stack_frames.ptr = NULL;
+  b->settings.ptr = NULL, b->stats.ptr = NULL, b->annotations.ptr = NULL;
+  b->chunks = NULL;
+  ms__snapbuild_release(b);
+  *out = s;
+  return MS_OK;
+}
+
+void ms_snapshot_free(ms_snapshot_t *snap) {
+  if (!snap) return;
+  snap_impl_t *impl = snap->impl_;
+  if (impl) {
+    arena_free(impl->chunks);
+    free(impl);
+  }
+  free(snap->segments);
+  free(snap->blocks);
+  free(snap->history);
+  free(snap->devices);
+  free(snap->trace);
+  free(snap->frames);
+  free(snap->stacks);
+  free(snap->stack_frames);
+  free(snap->settings);
+  free(snap->stats);
+  free(snap->annotations);
+  free(snap);
+}

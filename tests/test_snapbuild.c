@@ -1,0 +1,92 @@
+/* SPDX-License-Identifier: MIT
+ * Tests for the snapshot builder: interning, settings rebasing, validation, ownership. */
+#include <criterion/criterion.h>
+#include <string.h>
+
+#include "snapbuild.h"
+
+Test(snapbuild, frames_and_stacks_are_interned) {
+  ms__snapbuild_t b;
+  ms__snapbuild_init(&b);
+  uint32_t f1, f2, f3;
+  cr_assert_eq(ms__snapbuild_frame(&b, "forward", 7, "model.py", 8, 12, &f1), MS_OK);
+  cr_assert_eq(ms__snapbuild_frame(&b, "forward", 7, "model.py", 8, 12, &f2), MS_OK);
+  cr_assert_eq(ms__snapbuild_frame(&b, "forward", 7, "model.py", 8, 13, &f3), MS_OK);
+  cr_assert_eq(f1, f2);
+  cr_assert_neq(f1, f3);
+  uint32_t fr[2] = {f1, f3}, s1, s2, s3;
+  cr_assert_eq(ms__snapbuild_stack(&b, fr, 2, &s1), MS_OK);
+  cr_assert_eq(ms__snapbuild_stack(&b, fr, 2, &s2), MS_OK);
+  cr_assert_eq(ms__snapbuild_stack(&b, fr, 0, &s3), MS_OK);
+  cr_assert_eq(s1, s2);
+  cr_assert_neq(s1, s3);
+  ms_snapshot_t *s = NULL;
+  cr_assert_eq(ms__snapbuild_finish(&b, &s, NULL), MS_OK);
+  cr_assert_eq(s->nframes, 2);
+  cr_assert_eq(s->nstacks, 2);
+  cr_assert_eq(ms_snap_stack_depth(s, s1), 2);
+  cr_assert_str_eq(ms_snap_stack_frame(s, s1, 1)->name, "forward");
+  cr_assert_eq(ms_snap_stack_frame(s, s1, 1)->line, 13);
+  ms_snapshot_free(s);
+  ms__snapbuild_release(&b);
+}
+
+Test(snapbuild, many_stacks_stay_distinct) {
+  ms__snapbuild_t b;
+  ms__snapbuild_init(&b);
+  for (uint32_t i = 0; i < 100000; i++) {
+    uint32_t fr[3] = {i, i + 1, i * 7}, id;
+    cr_assert_eq(ms__snapbuild_stack(&b, fr, 3, &id), MS_OK);
+    cr_assert_eq(id, i);
+  }
+  for (uint32_t i = 0; i < 100000; i += 997) {
+    uint32_t fr[3] = {i, i + 1, i * 7}, id;
+    cr_assert_eq(ms__snapbuild_stack(&b, fr, 3, &id), MS_OK);
+    cr_assert_eq(id, i);
+  }
+  ms__snapbuild_release(&b);
+}
+
+Test(snapbuild, settings_maps_are_rebased) {
+  ms__snapbuild_t b;
+  ms__snapbuild_init(&b);
+  ms_snap_kv_t a = {.key = "max_split_size", .kind = MS_SNAP_VAL_INT, .i = 7};
+  cr_assert_eq(ms__snapbuild_add_setting(&b, &a), MS_OK);
+  uint32_t first = 0, idx;
+  for (int i = 0; i < 3; i++) {
+    ms_snap_kv_t c = {.key = i == 0 ? "1" : i == 1 ? "2" : "4", .kind = MS_SNAP_VAL_INT, .i = i};
+    cr_assert_eq(ms__snapbuild_add_setting_child(&b, &c, &idx), MS_OK);
+    if (i == 0) first = idx;
+  }
+  ms_snap_kv_t m = {.key = "roundup_power2_divisions", .kind = MS_SNAP_VAL_MAP, .first = first, .count = 3};
+  cr_assert_eq(ms__snapbuild_add_setting(&b, &m), MS_OK);
+  ms_snapshot_t *s = NULL;
+  cr_assert_eq(ms__snapbuild_finish(&b, &s, NULL), MS_OK);
+  cr_assert_eq(s->nsettings_top, 2);
+  cr_assert_eq(s->nsettings, 5);
+  const ms_snap_kv_t *map = &s->settings[1];
+  cr_assert_eq(map->first, 2);
+  cr_assert_str_eq(s->settings[map->first + 2].key, "4");
+  ms_snapshot_free(s);
+}
+
+Test(snapbuild, finish_rejects_dangling_references) {
+  ms__snapbuild_t b;
+  ms__snapbuild_init(&b);
+  ms_snap_segment_t seg = {.first_block = 0, .nblocks = 2, .stack = MS_SNAP_NO_STACK};
+  cr_assert_eq(ms__snapbuild_add_segment(&b, &seg), MS_OK);
+  ms_errbuf_t eb = {{0}};
+  ms_snapshot_t *s = NULL;
+  cr_assert_eq(ms__snapbuild_finish(&b, &s, &eb), MS_EFORMAT);
+  cr_assert_null(s);
+  cr_assert_str_eq(eb.msg, "segment 0: blocks out of range");
+  ms__snapbuild_release(&b);
+}
+
+Test(snapbuild, names_round_trip) {
+  for (int a = 0; a < MS_TRACE_OTHER; a++)
+    cr_assert_eq(ms_trace_action_parse(ms_trace_action_name((ms_trace_action)a)), a);
+  cr_assert_eq(ms_trace_action_parse("bogus"), MS_TRACE_OTHER);
+  cr_assert_eq(ms_block_state_parse("active_pending_free"), MS_BLOCK_ACTIVE_PENDING_FREE);
+  cr_assert_eq(ms_block_state_parse("active_awaiting_free"), MS_BLOCK_STATE_OTHER);
+}
