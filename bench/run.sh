@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Runs every benchmark program (BUILD/bin/bench_*) and merges what they print into one flat JSON
+# object, OUTDIR/results.json, then prints a table. A benchmark prints lines "metric value" on
+# stdout (anything else it prints goes to stderr). Timings are medians of repeated runs, measured
+# against a baseline in the same run where the metric has one.
+# usage: bench/run.sh BUILD OUTDIR
+set -euo pipefail
+build=$1 out=$2
+mkdir -p "$out"
+raw="$out/raw.txt"
+: > "$raw"
+shopt -s nullglob
+for b in "$build"/bin/bench_*; do
+  [[ -x "$b" ]] || continue
+  echo "== $(basename "$b")" >&2
+  MS_BENCH_OUT="$out" MEMSNAP_BIN="$build/bin/memsnap" "$b" | tee -a "$raw" >&2 || {
+    echo "memsnap: error: benchmark $(basename "$b") failed" >&2; exit 1; }
+done
+python3 - "$raw" "$out/results.json" <<'PY'
+import json, sys
+res = {}
+for line in open(sys.argv[1]):
+    parts = line.split()
+    if len(parts) == 2:
+        try:
+            res[parts[0]] = float(parts[1])
+        except ValueError:
+            pass
+json.dump(res, open(sys.argv[2], "w"), indent=1, sort_keys=True)
+print(f"{'metric':34} {'value':>14}")
+for k in sorted(res):
+    print(f"{k:34} {res[k]:>14.6g}")
+print(f"\nwrote {sys.argv[2]}")
+PY
