@@ -88,6 +88,15 @@ typedef struct ms_backend_ops_s {
   int (*mem_map)(void *ctx, int device, ms_devptr_t addr, size_t size);
   int (*mem_unmap)(void *ctx, int device, ms_devptr_t addr, size_t size);
 
+  /* Optional (NULL: streams are never captured). *capturing = whether stream is being captured
+   * into a CUDA graph (cudaStreamIsCapturing: active, or invalidated but not yet ended);
+   * *capture_id = that capture's unique non-zero id, 0 when not capturing. While a capture is
+   * under way the allocator must not call event_query (illegal during capture: the queries are
+   * deferred until no capture is under way), serves the capture's allocations from its private
+   * pool and keeps that memory for replays (reference/pytorch-allocator.md §13.3). */
+  int (*stream_capture_info)(void *ctx, int device, ms_stream_t stream, bool *capturing,
+                             uint64_t *capture_id);
+
   /* Releases ctx; called once by ms_backend_destroy. May be NULL. */
   void (*destroy)(void *ctx);
 } ms_backend_ops_t;
