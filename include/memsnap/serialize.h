@@ -64,7 +64,7 @@ MS_API ms_format ms_format_detect(const void *head, size_t len);
 MS_API const char *ms_format_name(ms_format f);
 
 typedef struct ms_write_opts_s {
-  int compress;   /* 0: plain msgpack; 1-9: zlib level (default 0) */
+  int compress;   /* 0: plain msgpack; 1-9: deflate level, gzip container (default 0) */
 } ms_write_opts_t;
 
 /* Encodes snap in memsnap's format into sink, streaming with bounded memory.
@@ -80,8 +80,42 @@ MS_API MS_NODISCARD int ms_snapshot_write_file(const ms_snapshot_t *snap, const 
 MS_API MS_NODISCARD int ms_snapshot_read(ms_source_t *src, ms_snapshot_t **out, ms_errbuf_t *eb);
 
 /* Reads a snapshot of any supported format from path ("-" = standard input), recognising the
- * format from the content. */
+ * format from the content. Messages in eb name the file, e.g.
+ * "'x.bin': not a memsnap snapshot or PyTorch pickle". */
 MS_API MS_NODISCARD int ms_snapshot_load(const char *path, ms_snapshot_t **out, ms_errbuf_t *eb);
+
+/* ---- atomic files ----------------------------------------------------------------------------
+ * "Complete or not at all": a file is written under a temporary name in the destination's
+ * directory (".NAME.tmp-XXXXXX", created with mkstemp and given the mode fopen would give), then
+ * flushed, fsync'ed and renamed over the final name. Until ms_atomic_file_commit() succeeds the
+ * final name is untouched; a crash leaves at most a stray temporary file, never a truncated
+ * output. Used for snapshot files, SVG output and OOM snapshots.
+ *
+ *   ms_atomic_file_t af;
+ *   if (ms_atomic_file_open(&af, "out.svg", eb) != MS_OK) return ...;
+ *   ... write to af.fp ...
+ *   if (failed) ms_atomic_file_abort(&af);               // unlinks the temporary file
+ *   else rc = ms_atomic_file_commit(&af, eb);            // closes af.fp in every case
+ *
+ * The path "-" means standard output: af.fp = stdout, commit only flushes it, abort does nothing.
+ * Thread-safety: one ms_atomic_file_t per thread; distinct files may be written concurrently. */
+typedef struct ms_atomic_file_s {
+  FILE *fp;       /* write the content here; NULL after commit/abort */
+  char *path;     /* final name (owned copy) */
+  char *tmp_path; /* temporary name (owned), NULL for "-" */
+} ms_atomic_file_t;
+
+/* Creates the temporary file. On failure af is left closed (abort is a harmless no-op) and eb
+ * says why, naming the path: "cannot create 'dir/x.svg': Permission denied". */
+MS_API MS_NODISCARD int ms_atomic_file_open(ms_atomic_file_t *af, const char *path,
+                                            ms_errbuf_t *eb);
+/* Flushes, fsyncs, closes and renames the temporary file to the final name (and fsyncs the
+ * directory). On any failure the temporary file is removed and the final name is untouched.
+ * af is released in every case. @return MS_OK or MS_EIO. */
+MS_API MS_NODISCARD int ms_atomic_file_commit(ms_atomic_file_t *af, ms_errbuf_t *eb);
+/* Closes and removes the temporary file; releases af. Accepts an already committed, aborted or
+ * failed-to-open af. */
+MS_API void ms_atomic_file_abort(ms_atomic_file_t *af);
 
 MS_EXTERN_C_END
 
