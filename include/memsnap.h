@@ -6,6 +6,8 @@
 
 #include "memsnap/common.h"
 #include "memsnap/error.h"
+#include "memsnap/config.h"
+#include "memsnap/stats.h"
 #include "memsnap/snapshot.h"
 
 #endif /* MEMSNAP_H */
