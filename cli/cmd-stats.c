@@ -1,0 +1,266 @@
+/* SPDX-License-Identifier: MIT
+ * memsnap CLI: `memsnap stats FILE [--summary]`, `_memory_viz.py stats` byte for byte
+ * (`segsum`, reference/pytorch-memory-viz.md §5): a map of every segment of 20 MiB or more, one
+ * character per 20 MiB page, then the totals and the legend. `--summary` adds the allocator's
+ * memory_summary table per device, from the statistics a memsnap snapshot carries.
+ */
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "memsnap/snapshot.h"
+#include "memsnap/stats.h"
+
+#define STATS_PAGE_SIZE (20ull * 1024 * 1024)
+
+static const char stats_usage[] =
+    "usage: memsnap stats FILE [--summary]\n"
+    "\n"
+    "Prints a map of the segments of FILE (one character per 20 MiB page) and the totals of\n"
+    "reserved, allocated and free memory, exactly as PyTorch's `_memory_viz.py stats`.\n"
+    "FILE is a memsnap snapshot or a PyTorch pickle ('-' reads standard input).\n"
+    "\n"
+    "options:\n"
+    "  --summary   also print the allocator's memory_summary table for each device\n"
+    "              (memsnap snapshots; PyTorch pickles carry no statistics)\n"
+    "  -h, --help  show this help\n";
+
+static const char stats_legend[] =
+    "\n"
+    "Legend:\n"
+    "    [a     ] - a segment in the allocator\n"
+    "     ^-- a page 20.0MiB of memory in the segment\n"
+    "    a-z: pages filled with a single block's content\n"
+    "    ' ': page is completely free\n"
+    "    *: page if completely full with multiple blocks\n"
+    "    0-9: page is partially full with tensors of multiple blocks (9 == 90% full)\n"
+    "    (X% internal) - of the free memory, X% is free because we rounded the size of the "
+    "allocation.\n";
+
+/* `_block_extra(b)[1]`: the bytes an active block accounts for. */
+static int64_t stats_block_allocated(const ms_snapshot_t *s, const ms_snap_block_t *b) {
+  if (!(b->present & MS_BLOCK_HAS_FRAMES) && b->stack == MS_SNAP_NO_STACK &&
+      (b->present & MS_BLOCK_HAS_HISTORY) && b->nhistory > 0)
+    return (int64_t)s->history[b->first_history].real_size;
+  if ((b->present & MS_BLOCK_HAS_REQUESTED_SIZE) || s->origin == MS_SNAP_ORIGIN_MEMSNAP)
+    return (int64_t)b->requested_size;
+  return (int64_t)b->size;
+}
+
+typedef struct stats_order_s {
+  uint64_t total;
+  uint64_t active;
+  size_t index;
+} stats_order_t;
+
+static int stats_order_cmp(const void *a, const void *b) {
+  const stats_order_t *x = a, *y = b;
+  if (x->total != y->total) return x->total < y->total ? -1 : 1;
+  if (x->active != y->active) return x->active < y->active ? -1 : 1;
+  return x->index < y->index ? -1 : x->index > y->index; /* Python's sort is stable */
+}
+
+static void stats_report_free(FILE *out, int64_t external, int64_t internal) {
+  char b[CLI_BYTES_BUFSZ];
+  int64_t total = external + internal;
+  fputs(cli_format_bytes(total, b), out);
+  if (total != 0) fprintf(out, " (%.1f%% internal)", (double)internal / (double)total * 100.0);
+}
+
+/* One segment's line (`segsum`'s loop body); adds its amounts to the totals. */
+static int stats_segment(FILE *out, const ms_snapshot_t *s, const ms_snap_segment_t *seg,
+                         int64_t *t_alloc, int64_t *f_ext, int64_t *f_int) {
+  int64_t ext = 0, in = 0, alloc = 0, offset = 0;
+  uint64_t npages = seg->total_size ? (seg->total_size - 1) / STATS_PAGE_SIZE + 1 : 0;
+  bool draw = seg->total_size >= STATS_PAGE_SIZE;
+  char *occ = NULL;
+  double *frac = NULL;
+  if (draw) {
+    occ = malloc(npages + 1);
+    frac = calloc(npages, sizeof *frac);
+    if (!occ || !frac) {
+      free(occ);
+      free(frac);
+      cli_error("out of memory");
+      return CLI_FAILURE;
+    }
+    memset(occ, ' ', npages);
+    occ[npages] = 0;
+  }
+  size_t nactive = 0;
+  for (uint32_t i = 0; i < seg->nblocks; i++) {
+    const ms_snap_block_t *b = ms_snap_segment_block(s, seg, i);
+    if (b->state == MS_BLOCK_ACTIVE_ALLOCATED) {
+      int64_t a = stats_block_allocated(s, b);
+      alloc += a;
+      in += (int64_t)b->size - a;
+      if (draw && a > 0) {
+        int64_t st = offset, fin = offset + a;
+        uint64_t p0 = (uint64_t)st / STATS_PAGE_SIZE, p1 = (uint64_t)(fin - 1) / STATS_PAGE_SIZE + 1;
+        char m = (char)('a' + nactive % 26);
+        for (uint64_t j = p0; j < p1 && j < npages; j++) {
+          int64_t lo = st > (int64_t)(j * STATS_PAGE_SIZE) ? st : (int64_t)(j * STATS_PAGE_SIZE);
+          int64_t hi = fin < (int64_t)((j + 1) * STATS_PAGE_SIZE) ? fin
+                                                                   : (int64_t)((j + 1) * STATS_PAGE_SIZE);
+          frac[j] += (double)(hi - lo) / (double)STATS_PAGE_SIZE;
+          if (occ[j] != ' ') {
+            int k = (int)(frac[j] * 10);
+            occ[j] = "0123456789*"[k < 0 ? 0 : k > 10 ? 10 : k];
+          } else {
+            occ[j] = m;
+          }
+        }
+      }
+      nactive++;
+    } else {
+      ext += (int64_t)b->size;
+    }
+    offset += (int64_t)b->size;
+  }
+  *t_alloc += alloc;
+  *f_ext += ext;
+  *f_int += in;
+  if (draw) {
+    char b[CLI_BYTES_BUFSZ];
+    fprintf(out, "[%s] %s allocated, ", occ, cli_format_bytes((int64_t)seg->total_size, b));
+    stats_report_free(out, ext, in);
+    fputs(" free", out);
+    if (seg->stream != 0) fprintf(out, " stream_%llu", (unsigned long long)seg->stream);
+    fputc('\n', out);
+  }
+  free(occ);
+  free(frac);
+  return CLI_OK;
+}
+
+static int stats_segsum(FILE *out, const ms_snapshot_t *s) {
+  char b[CLI_BYTES_BUFSZ];
+  stats_order_t *order = malloc((s->nsegments ? s->nsegments : 1) * sizeof *order);
+  if (!order) {
+    cli_error("out of memory");
+    return CLI_FAILURE;
+  }
+  for (size_t i = 0; i < s->nsegments; i++) {
+    const ms_snap_segment_t *seg = &s->segments[i];
+    uint64_t active = 0;
+    for (uint32_t k = 0; k < seg->nblocks; k++) {
+      const ms_snap_block_t *blk = ms_snap_segment_block(s, seg, k);
+      if (blk->state == MS_BLOCK_ACTIVE_ALLOCATED) active += blk->size;
+    }
+    order[i] = (stats_order_t){seg->total_size, active, i};
+  }
+  qsort(order, s->nsegments, sizeof *order, stats_order_cmp);
+
+  fprintf(out, "Summary of segments >= %s in size\n",
+          cli_format_bytes((int64_t)STATS_PAGE_SIZE, b));
+  int64_t reserved = 0, allocated = 0, f_ext = 0, f_int = 0;
+  int rc = CLI_OK;
+  for (size_t i = 0; i < s->nsegments && rc == CLI_OK; i++) {
+    const ms_snap_segment_t *seg = &s->segments[order[i].index];
+    reserved += (int64_t)seg->total_size;
+    rc = stats_segment(out, s, seg, &allocated, &f_ext, &f_int);
+  }
+  free(order);
+  if (rc != CLI_OK) return rc;
+  fprintf(out, "segments: %zu\n", s->nsegments);
+  fprintf(out, "total_reserved: %s\n", cli_format_bytes(reserved, b));
+  fprintf(out, "total_allocated: %s\n", cli_format_bytes(allocated, b));
+  fputs("total_free: ", out);
+  stats_report_free(out, f_ext, f_int);
+  fputc('\n', out);
+  fputs(stats_legend, out);
+  fputc('\n', out); /* print() ends the text with one more newline */
+  return CLI_OK;
+}
+
+/* ---- --summary ------------------------------------------------------------------------------- */
+
+/* Finds a flat statistic of device d by PyTorch's key name. */
+static bool stats_lookup(const ms_snapshot_t *s, const ms_snap_device_t *d, const char *key,
+                         int64_t *v) {
+  for (uint32_t i = 0; i < d->nstats; i++) {
+    const ms_snap_kv_t *kv = &s->stats[d->first_stat + i];
+    if (strcmp(kv->key, key) != 0) continue;
+    if (kv->kind == MS_SNAP_VAL_INT) *v = kv->i;
+    else if (kv->kind == MS_SNAP_VAL_FLOAT) *v = (int64_t)kv->f;
+    else if (kv->kind == MS_SNAP_VAL_BOOL) *v = kv->b;
+    else return false;
+    return true;
+  }
+  return false;
+}
+
+static void stats_gauge(const ms_snapshot_t *s, const ms_snap_device_t *d, const char *name,
+                        ms_stat_t *g) {
+  char key[128];
+  snprintf(key, sizeof key, "%s.current", name);
+  stats_lookup(s, d, key, &g->current);
+  snprintf(key, sizeof key, "%s.peak", name);
+  stats_lookup(s, d, key, &g->peak);
+  snprintf(key, sizeof key, "%s.allocated", name);
+  stats_lookup(s, d, key, &g->allocated);
+  snprintf(key, sizeof key, "%s.freed", name);
+  stats_lookup(s, d, key, &g->freed);
+}
+
+/* Rebuilds an ms_stats_t from the flat statistics of one device (PyTorch's key names). */
+static void stats_from_flat(const ms_snapshot_t *s, const ms_snap_device_t *d, ms_stats_t *st) {
+  static const char *const pools[MS_STAT_NUM_TYPES] = {"all", "small_pool", "large_pool"};
+  char name[96];
+  ms_stats_init(st);
+#define STATS_GET_ARRAY(field)                                          \
+  for (int p = 0; p < MS_STAT_NUM_TYPES; p++) {                         \
+    snprintf(name, sizeof name, "%s.%s", #field, pools[p]);             \
+    stats_gauge(s, d, name, &st->field[p]);                             \
+  }
+#define STATS_GET_STAT(field) stats_gauge(s, d, #field, &st->field);
+#define STATS_GET_COUNTER(field) stats_lookup(s, d, #field, &st->field);
+#define STATS_GET(kind, field) STATS_GET_##kind(field)
+  MS_STAT_FIELDS(STATS_GET)
+#undef STATS_GET
+#undef STATS_GET_COUNTER
+#undef STATS_GET_STAT
+#undef STATS_GET_ARRAY
+}
+
+static int stats_summary(FILE *out, const ms_snapshot_t *s) {
+  bool any = false;
+  for (size_t i = 0; i < s->ndevices; i++) {
+    const ms_snap_device_t *d = &s->devices[i];
+    if (!(d->present & MS_DEV_HAS_STATS) || d->nstats == 0) continue;
+    ms_stats_t st;
+    stats_from_flat(s, d, &st);
+    char *text = NULL;
+    if (ms_stats_memory_summary(&st, (int)i, false, &text) != MS_OK) {
+      cli_error("out of memory");
+      return CLI_FAILURE;
+    }
+    fputc('\n', out);
+    fputs(text, out);
+    ms_stats_text_free(text);
+    any = true;
+  }
+  if (!any)
+    fputs("\nmemory_summary: this snapshot carries no allocator statistics (PyTorch pickles "
+          "have none; memsnap snapshots record them per device)\n",
+          out);
+  return CLI_OK;
+}
+
+int cmd_stats(int argc, char **argv) {
+  int summary = 0;
+  const struct cli_opt opts[] = {{"summary", 0, &summary, NULL}, {NULL, 0, NULL, NULL}};
+  char *pos[1];
+  int npos = 0;
+  int rc = cli_parse_options("stats", stats_usage, opts, argc, argv, pos, 1, &npos);
+  if (rc == CLI_HELP_SHOWN) return CLI_OK;
+  if (rc != CLI_OK) return rc;
+  if (npos < 1) return cli_usage_error("stats", "missing FILE");
+  ms_snapshot_t *snap = NULL;
+  if ((rc = cli_load(pos[0], &snap)) != CLI_OK) return rc;
+  rc = stats_segsum(stdout, snap);
+  if (rc == CLI_OK && summary) rc = stats_summary(stdout, snap);
+  ms_snapshot_free(snap);
+  return rc;
+}

@@ -1,0 +1,304 @@
+/* SPDX-License-Identifier: MIT
+ * memsnap CLI: `memsnap trace FILE`, `_memory_viz.py trace` (reference/pytorch-memory-viz.md §6):
+ * each device's trace as pseudo-code, allocations named a..z, a1..z1, ... in order of first use.
+ *
+ * Kept from PyTorch, on purpose: names are never reused (its recycling code looks the name up in
+ * the address-keyed dict); an alloc is placed in the first earlier `segment_alloc` whose range
+ * holds it, else in the snapshot segment `seg_<i>` whose [address, address + allocated_size) holds
+ * it, else in `MEM` at its absolute address; other actions print Python's repr of the entry.
+ * Changed: PyTorch's final `TOTAL MEM` is meaningless (its byte counter is overwritten by the loop
+ * index); memsnap prints the true total, the bytes allocated minus the bytes whose free completed
+ * within the trace (docs/cli.md).
+ */
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "memsnap/snapshot.h"
+
+static const char trace_usage[] =
+    "usage: memsnap trace FILE\n"
+    "\n"
+    "Prints the allocator trace of each device of FILE as pseudo-code (a = cudaMalloc(...),\n"
+    "b = a[offset:size], del b, ...), as PyTorch's `_memory_viz.py trace`, except that the last\n"
+    "line, TOTAL MEM, is the true net of the allocations and completed frees in the trace.\n"
+    "FILE is a memsnap snapshot or a PyTorch pickle ('-' reads standard input).\n"
+    "\n"
+    "options:\n"
+    "  -h, --help  show this help\n";
+
+/* ---- an address -> name map (open addressing; names are indices into the name counter) ---- */
+
+typedef struct trace_map_s {
+  uint64_t *keys;
+  uint64_t *vals; /* name number + 1; 0 = empty slot */
+  size_t cap;
+  size_t len;
+} trace_map_t;
+
+static uint64_t trace_hash(uint64_t x) {
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdull;
+  x ^= x >> 33;
+  return x;
+}
+
+static bool trace_map_get(const trace_map_t *m, uint64_t key, uint64_t *val) {
+  if (!m->cap) return false;
+  for (size_t i = trace_hash(key) & (m->cap - 1);; i = (i + 1) & (m->cap - 1)) {
+    if (!m->vals[i]) return false;
+    if (m->keys[i] == key) {
+      *val = m->vals[i] - 1;
+      return true;
+    }
+  }
+}
+
+static int trace_map_put(trace_map_t *m, uint64_t key, uint64_t val) {
+  if ((m->len + 1) * 2 > m->cap) {
+    size_t ncap = m->cap ? m->cap * 2 : 64;
+    uint64_t *nk = calloc(ncap, sizeof *nk), *nv = calloc(ncap, sizeof *nv);
+    if (!nk || !nv) {
+      free(nk);
+      free(nv);
+      return -1;
+    }
+    for (size_t i = 0; i < m->cap; i++) {
+      if (!m->vals[i]) continue;
+      size_t j = trace_hash(m->keys[i]) & (ncap - 1);
+      while (nv[j]) j = (j + 1) & (ncap - 1);
+      nk[j] = m->keys[i];
+      nv[j] = m->vals[i];
+    }
+    free(m->keys);
+    free(m->vals);
+    m->keys = nk;
+    m->vals = nv;
+    m->cap = ncap;
+  }
+  size_t i = trace_hash(key) & (m->cap - 1);
+  while (m->vals[i] && m->keys[i] != key) i = (i + 1) & (m->cap - 1);
+  if (!m->vals[i]) m->len++;
+  m->keys[i] = key;
+  m->vals[i] = val + 1;
+  return 0;
+}
+
+static void trace_map_free(trace_map_t *m) {
+  free(m->keys);
+  free(m->vals);
+  memset(m, 0, sizeof *m);
+}
+
+/* `_name()`: a..z, a1..z1, a2, ... */
+static const char *trace_name(uint64_t n, char buf[32]) {
+  uint64_t r = n / 26, m = n % 26;
+  if (r == 0)
+    snprintf(buf, 32, "%c", (char)('a' + m));
+  else
+    snprintf(buf, 32, "%c%" PRIu64, (char)('a' + m), r);
+  return buf;
+}
+
+/* ---- Python's repr ------------------------------------------------------------------------------ */
+
+/* repr(str): single quotes unless the text has ' and no "; escapes as Python does for the
+ * characters it considers unprintable (control bytes; non-ASCII UTF-8 is kept as is). */
+static void trace_repr_str(FILE *out, const char *s) {
+  char q = strchr(s, '\'') && !strchr(s, '"') ? '"' : '\'';
+  fputc(q, out);
+  for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+    unsigned char c = *p;
+    if (c == (unsigned char)q || c == '\\')
+      fprintf(out, "\\%c", c);
+    else if (c == '\n')
+      fputs("\\n", out);
+    else if (c == '\r')
+      fputs("\\r", out);
+    else if (c == '\t')
+      fputs("\\t", out);
+    else if (c < 0x20 || c == 0x7f)
+      fprintf(out, "\\x%02x", c);
+    else
+      fputc(c, out);
+  }
+  fputc(q, out);
+}
+
+/* repr(entry) of a trace entry, with the keys in the order PyTorch's C++ inserts them. */
+static void trace_repr_entry(FILE *out, const ms_snapshot_t *s, const ms_snap_trace_t *e) {
+  const char *action = e->action_name && e->action_name[0] ? e->action_name
+                                                             : ms_trace_action_name(e->action);
+  fputs("{'action': ", out);
+  trace_repr_str(out, action);
+  fprintf(out, ", '%s': %" PRIu64 ", 'size': %" PRIu64 ", 'stream': %" PRIu64,
+          e->action == MS_TRACE_OOM ? "device_free" : "addr", e->addr, e->size, e->stream);
+  if (e->present & MS_TRACE_HAS_TIME) fprintf(out, ", 'time_us': %" PRId64, e->time_us);
+  if (e->present & MS_TRACE_HAS_COMPILE_CONTEXT) {
+    fputs(", 'compile_context': ", out);
+    trace_repr_str(out, e->compile_context);
+  }
+  if (e->present & MS_TRACE_HAS_USER_METADATA) {
+    fputs(", 'user_metadata': ", out);
+    trace_repr_str(out, e->user_metadata);
+  }
+  if ((e->present & MS_TRACE_HAS_FRAMES) || e->stack != MS_SNAP_NO_STACK) {
+    fputs(", 'frames': [", out);
+    uint32_t depth = ms_snap_stack_depth(s, e->stack);
+    for (uint32_t i = 0; i < depth; i++) {
+      const ms_snap_frame_t *f = ms_snap_stack_frame(s, e->stack, i);
+      fputs(i ? ", {'name': " : "{'name': ", out);
+      trace_repr_str(out, f->name);
+      fputs(", 'filename': ", out);
+      trace_repr_str(out, f->filename);
+      fprintf(out, ", 'line': %" PRId64 "}", f->line);
+    }
+    fputc(']', out);
+  }
+  fputs("}\n", out);
+}
+
+/* ---- the trace -------------------------------------------------------------------------------- */
+
+typedef struct trace_interval_s {
+  uint64_t name;
+  uint64_t addr;
+  uint64_t size;
+} trace_interval_t;
+
+typedef struct trace_state_s {
+  const ms_snapshot_t *snap;
+  trace_interval_t *ivals; /* segment_alloc'd ranges, in order */
+  size_t nivals, civals;
+  trace_map_t allocs;   /* address -> name of the allocation */
+  trace_map_t segnames; /* address -> name of the segment_alloc */
+  uint64_t next_name;
+} trace_state_t;
+
+/* `find_segment(addr)`: writes the segment's name into buf and its base into *base. */
+static bool trace_find_segment(trace_state_t *t, uint64_t addr, char buf[32], uint64_t *base) {
+  for (size_t i = 0; i < t->nivals; i++) {
+    const trace_interval_t *iv = &t->ivals[i];
+    if (addr >= iv->addr && addr - iv->addr < iv->size) {
+      trace_name(iv->name, buf);
+      *base = iv->addr;
+      return true;
+    }
+  }
+  for (size_t i = 0; i < t->snap->nsegments; i++) {
+    const ms_snap_segment_t *seg = &t->snap->segments[i];
+    if (addr >= seg->address && addr - seg->address < seg->allocated_size) {
+      snprintf(buf, 32, "seg_%zu", i);
+      *base = seg->address;
+      return true;
+    }
+  }
+  return false;
+}
+
+static int trace_device(FILE *out, trace_state_t *t, const ms_snap_trace_t *entries, size_t n) {
+  char nb[32], sb[32], b1[CLI_BYTES_BUFSZ], b2[CLI_BYTES_BUFSZ];
+  int64_t total = 0;
+  fprintf(out, "%zu entries\n", n);
+  for (size_t k = 0; k < n; k++) {
+    const ms_snap_trace_t *e = &entries[k];
+    uint64_t name;
+    switch (e->action) {
+      case MS_TRACE_ALLOC: {
+        uint64_t base = 0;
+        name = t->next_name++;
+        trace_name(name, nb);
+        if (trace_find_segment(t, e->addr, sb, &base))
+          fprintf(out, "%s = %s[%" PRIu64 ":%s]\n", nb, sb, e->addr - base,
+                  cli_format_bytes((int64_t)e->size, b1));
+        else
+          fprintf(out, "%s = MEM[%" PRIu64 ":%s]\n", nb, e->addr,
+                  cli_format_bytes((int64_t)e->size, b1));
+        if (trace_map_put(&t->allocs, e->addr, name) != 0) goto nomem;
+        total += (int64_t)e->size;
+        break;
+      }
+      case MS_TRACE_FREE_REQUESTED:
+      case MS_TRACE_FREE_COMPLETED: {
+        const char *who = trace_map_get(&t->allocs, e->addr, &name)
+                              ? trace_name(name, nb)
+                              : (snprintf(nb, sizeof nb, "%" PRIu64, e->addr), nb);
+        if (e->action == MS_TRACE_FREE_REQUESTED) {
+          fprintf(out, "del %s # %s\n", who, cli_format_bytes((int64_t)e->size, b1));
+        } else {
+          fprintf(out, "# free completed for %s %s\n", who, cli_format_bytes((int64_t)e->size, b1));
+          total -= (int64_t)e->size;
+        }
+        break;
+      }
+      case MS_TRACE_SEGMENT_ALLOC: {
+        name = t->next_name++;
+        fprintf(out, "%s = cudaMalloc(%" PRIu64 ", %s)\n", trace_name(name, nb), e->addr,
+                cli_format_bytes((int64_t)e->size, b1));
+        if (t->nivals == t->civals) {
+          size_t nc = t->civals ? t->civals * 2 : 16;
+          trace_interval_t *p = realloc(t->ivals, nc * sizeof *p);
+          if (!p) goto nomem;
+          t->ivals = p;
+          t->civals = nc;
+        }
+        t->ivals[t->nivals++] = (trace_interval_t){name, e->addr, e->size};
+        if (trace_map_put(&t->segnames, e->addr, name) != 0) goto nomem;
+        break;
+      }
+      case MS_TRACE_SEGMENT_FREE: {
+        const char *who = trace_map_get(&t->segnames, e->addr, &name)
+                              ? trace_name(name, nb)
+                              : (snprintf(nb, sizeof nb, "%" PRIu64, e->addr), nb);
+        fprintf(out, "cudaFree(%s) # %s\n", who, cli_format_bytes((int64_t)e->size, b1));
+        break;
+      }
+      case MS_TRACE_OOM:
+        fprintf(out, "raise OutOfMemoryError # %s requested, %s free in CUDA\n",
+                cli_format_bytes((int64_t)e->size, b1), cli_format_bytes((int64_t)e->addr, b2));
+        break;
+      default:
+        trace_repr_entry(out, t->snap, e);
+        break;
+    }
+  }
+  fprintf(out, "TOTAL MEM: %s", cli_format_bytes(total, b1));
+  return CLI_OK;
+nomem:
+  cli_error("out of memory");
+  return CLI_FAILURE;
+}
+
+static int trace_run(FILE *out, const ms_snapshot_t *s) {
+  int rc = CLI_OK;
+  for (size_t d = 0; d < s->ndevices && rc == CLI_OK; d++) {
+    const ms_snap_device_t *dev = &s->devices[d];
+    if (dev->ntrace == 0) continue;
+    fprintf(out, "Device %zu ----------------\n", d);
+    /* each device starts afresh, as `format(d)` does */
+    trace_state_t t = {.snap = s};
+    rc = trace_device(out, &t, &s->trace[dev->first_trace], dev->ntrace);
+    free(t.ivals);
+    trace_map_free(&t.allocs);
+    trace_map_free(&t.segnames);
+  }
+  fputc('\n', out); /* print() */
+  return rc;
+}
+
+int cmd_trace(int argc, char **argv) {
+  const struct cli_opt opts[] = {{NULL, 0, NULL, NULL}};
+  char *pos[1];
+  int npos = 0;
+  int rc = cli_parse_options("trace", trace_usage, opts, argc, argv, pos, 1, &npos);
+  if (rc == CLI_HELP_SHOWN) return CLI_OK;
+  if (rc != CLI_OK) return rc;
+  if (npos < 1) return cli_usage_error("trace", "missing FILE");
+  ms_snapshot_t *snap = NULL;
+  if ((rc = cli_load(pos[0], &snap)) != CLI_OK) return rc;
+  rc = trace_run(stdout, snap);
+  ms_snapshot_free(snap);
+  return rc;
+}

@@ -1,0 +1,364 @@
+/* SPDX-License-Identifier: MIT
+ * memsnap CLI: helpers shared by the snapshot commands (cli.h): option parsing in argparse's
+ * manner, loading a snapshot with a clear error and a progress line, output files written
+ * complete-or-not-at-all, and `_memory_viz.py`'s byte formatter.
+ *
+ * The progress line is drawn by a helper thread that sleeps until the operation has taken more
+ * than a second; it is drawn only when stderr is a terminal, and erased before anything else is
+ * printed, so pipes and logs never see it.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "memsnap/error.h"
+#include "memsnap/serialize.h"
+#include "memsnap/views.h"
+#include "memsnap/viz.h"
+
+/* ---- options ---------------------------------------------------------------------------------- */
+
+static const struct cli_opt *cli_opt_find_long(const struct cli_opt *opts, const char *name,
+                                               size_t len) {
+  for (const struct cli_opt *o = opts; o && o->name; o++)
+    if (strlen(o->name) == len && strncmp(o->name, name, len) == 0) return o;
+  return NULL;
+}
+
+static const struct cli_opt *cli_opt_find_short(const struct cli_opt *opts, char c) {
+  for (const struct cli_opt *o = opts; o && o->name; o++)
+    if (o->short_name && o->short_name == c) return o;
+  return NULL;
+}
+
+static void cli_opt_set_flag(const struct cli_opt *o) {
+  if (o->flag) *o->flag = 1;
+}
+
+int cli_parse_options(const char *cmd, const char *usage, const struct cli_opt *opts, int argc,
+                      char **argv, char **pos, int maxpos, int *npos) {
+  int n = 0;
+  bool only_positional = false;
+  for (int i = 1; i < argc; i++) {
+    char *a = argv[i];
+    if (only_positional || a[0] != '-' || strcmp(a, "-") == 0) {
+      if (n >= maxpos) return cli_usage_error(cmd, "unexpected argument '%s'", a);
+      pos[n++] = a;
+      continue;
+    }
+    if (strcmp(a, "--") == 0) {
+      only_positional = true;
+      continue;
+    }
+    if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+      fputs(usage, stdout);
+      return CLI_HELP_SHOWN;
+    }
+    const struct cli_opt *o;
+    const char *value = NULL;
+    if (a[1] == '-') {
+      const char *name = a + 2;
+      const char *eq = strchr(name, '=');
+      size_t len = eq ? (size_t)(eq - name) : strlen(name);
+      o = cli_opt_find_long(opts, name, len);
+      if (!o) return cli_usage_error(cmd, "unknown option '%.*s'", (int)(len + 2), a);
+      if (eq) {
+        if (!o->value) return cli_usage_error(cmd, "option '--%s' takes no value", o->name);
+        value = eq + 1;
+      }
+    } else {
+      o = cli_opt_find_short(opts, a[1]);
+      if (!o) return cli_usage_error(cmd, "unknown option '-%c'", a[1]);
+      if (a[2]) {
+        if (!o->value) return cli_usage_error(cmd, "option '-%c' takes no value", a[1]);
+        value = a + 2;
+      }
+    }
+    if (o->value) {
+      if (!value) {
+        if (i + 1 >= argc) return cli_usage_error(cmd, "option '--%s' needs a value", o->name);
+        value = argv[++i];
+      }
+      *o->value = value;
+    } else {
+      cli_opt_set_flag(o);
+    }
+  }
+  *npos = n;
+  return CLI_OK;
+}
+
+/* ---- the progress line ---------------------------------------------------------------------- */
+
+static struct {
+  pthread_t thread;
+  pthread_mutex_t lock;
+  pthread_cond_t cond;
+  bool running;
+  bool stop;
+  bool shown;
+  char what[256];
+} cli_progress = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
+
+static double cli_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void *cli_progress_main(void *arg) {
+  (void)arg;
+  double start = cli_now();
+  pthread_mutex_lock(&cli_progress.lock);
+  double wait_s = 1.0;
+  while (!cli_progress.stop) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    double t = (double)ts.tv_nsec * 1e-9 + wait_s;
+    ts.tv_sec += (time_t)t;
+    ts.tv_nsec = (long)((t - floor(t)) * 1e9);
+    int rc = pthread_cond_timedwait(&cli_progress.cond, &cli_progress.lock, &ts);
+    if (cli_progress.stop) break;
+    if (rc == ETIMEDOUT) {
+      fprintf(stderr, "\rmemsnap: %s... %.0f s", cli_progress.what, cli_now() - start);
+      fflush(stderr);
+      cli_progress.shown = true;
+      wait_s = 0.5;
+    }
+  }
+  pthread_mutex_unlock(&cli_progress.lock);
+  return NULL;
+}
+
+void cli_progress_start(const char *fmt, ...) {
+  if (cli_progress.running || !isatty(STDERR_FILENO)) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(cli_progress.what, sizeof cli_progress.what, fmt, ap);
+  va_end(ap);
+  cli_progress.stop = false;
+  cli_progress.shown = false;
+  if (pthread_create(&cli_progress.thread, NULL, cli_progress_main, NULL) == 0)
+    cli_progress.running = true;
+}
+
+void cli_progress_stop(void) {
+  if (!cli_progress.running) return;
+  pthread_mutex_lock(&cli_progress.lock);
+  cli_progress.stop = true;
+  pthread_cond_signal(&cli_progress.cond);
+  pthread_mutex_unlock(&cli_progress.lock);
+  pthread_join(cli_progress.thread, NULL);
+  cli_progress.running = false;
+  if (cli_progress.shown) {
+    fputs("\r\033[K", stderr); /* erase the line */
+    fflush(stderr);
+  }
+}
+
+/* ---- loading --------------------------------------------------------------------------------- */
+
+const char *cli_display_name(const char *path) {
+  return strcmp(path, "-") == 0 ? "<stdin>" : path;
+}
+
+int cli_load(const char *path, ms_snapshot_t **out) {
+  if (strcmp(path, "-") != 0) {
+    struct stat st;
+    if (stat(path, &st) != 0) {
+      cli_error("cannot open '%s': %s", path, strerror(errno));
+      return CLI_FAILURE;
+    }
+    if (S_ISDIR(st.st_mode)) {
+      cli_error("cannot read '%s': Is a directory", path);
+      return CLI_FAILURE;
+    }
+  }
+  ms_errbuf_t eb = {{0}};
+  ms_snapshot_t *snap = NULL;
+  cli_progress_start("reading '%s'", cli_display_name(path));
+  int err = ms_snapshot_load(path, &snap, &eb);
+  cli_progress_stop();
+  if (err != MS_OK) {
+    const char *what = eb.msg[0] ? eb.msg : ms_strerror(err);
+    /* The loader's messages name the file ("'x': ..."); add the name where one does not. */
+    char quoted[600];
+    snprintf(quoted, sizeof quoted, "'%s'", path);
+    if (strstr(what, quoted))
+      cli_error("%s", what);
+    else
+      cli_error("'%s': %s", cli_display_name(path), what);
+    return CLI_FAILURE;
+  }
+  *out = snap;
+  return CLI_OK;
+}
+
+/* ---- output files ---------------------------------------------------------------------------- */
+
+static int cli_out_write(void *ctx, const char *buf, size_t len) {
+  cli_out_t *o = ctx;
+  if (len && fwrite(buf, 1, len, o->af.fp) != len) return MS_EIO;
+  return 0;
+}
+
+int cli_out_open(cli_out_t *o, const char *path) {
+  ms_errbuf_t eb = {{0}};
+  memset(o, 0, sizeof *o);
+  if (ms_atomic_file_open(&o->af, path, &eb) != MS_OK) {
+    cli_error("%s", eb.msg[0] ? eb.msg : "cannot create the output file");
+    return CLI_FAILURE;
+  }
+  o->path = path;
+  o->sink.write = cli_out_write;
+  o->sink.ctx = o;
+  return CLI_OK;
+}
+
+int cli_out_commit(cli_out_t *o) {
+  ms_errbuf_t eb = {{0}};
+  bool bad = ferror(o->af.fp) != 0;
+  if (bad) {
+    ms_atomic_file_abort(&o->af);
+    cli_error("cannot write '%s': %s", o->path, strerror(errno ? errno : EIO));
+    return CLI_FAILURE;
+  }
+  if (ms_atomic_file_commit(&o->af, &eb) != MS_OK) {
+    cli_error("%s", eb.msg[0] ? eb.msg : "cannot write the output file");
+    return CLI_FAILURE;
+  }
+  return CLI_OK;
+}
+
+void cli_out_abort(cli_out_t *o) { ms_atomic_file_abort(&o->af); }
+
+/* ---- formatting ------------------------------------------------------------------------------- */
+
+const char *cli_format_bytes(int64_t n, char buf[CLI_BYTES_BUFSZ]) {
+  static const char *const units[] = {"", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei", "Zi"};
+  double v = (double)n;
+  for (size_t i = 0; i < sizeof units / sizeof *units; i++) {
+    if (fabs(v) < 1024.0) {
+      snprintf(buf, CLI_BYTES_BUFSZ, "%3.1f%sB", v, units[i]);
+      return buf;
+    }
+    v /= 1024.0;
+  }
+  snprintf(buf, CLI_BYTES_BUFSZ, "%.1fYiB", v);
+  return buf;
+}
+
+/* ---- views to files ---------------------------------------------------------------------------- */
+
+typedef struct cli_flame_sink_s {
+  ms_flame_t *flame;
+  int side; /* -1: plain values; 0: before; 1: after */
+} cli_flame_sink_t;
+
+/* Feeds a view's stacks to a flame builder; a trailing empty frame (every frame of the stack
+ * filtered, PyTorch's "state; n") carries no name, so its bytes stay with the state. */
+static int cli_flame_emit(void *ctx, const char *const *frames, size_t nframes, uint64_t count) {
+  cli_flame_sink_t *fs = ctx;
+  if (nframes > 0 && frames[nframes - 1][0] == 0) nframes--;
+  if (fs->side < 0) return ms_flame_add(fs->flame, frames, nframes, count);
+  return ms_flame_add_diff(fs->flame, frames, nframes, fs->side == 0 ? count : 0,
+                           fs->side == 1 ? count : 0);
+}
+
+int cli_render(const char *out_path, cli_render_mode mode, const ms_flame_options_t *fopts,
+               cli_view_fn *view, void *arg) {
+  cli_out_t o;
+  ms_errbuf_t eb = {{0}};
+  int err;
+  if (mode == CLI_RENDER_FOLDED) {
+    if (cli_out_open(&o, out_path) != CLI_OK) return CLI_FAILURE;
+    err = view(arg, ms_view_folded_emit, &o.sink, NULL);
+    if (err != MS_OK) goto fail_out;
+    return cli_out_commit(&o);
+  }
+  cli_flame_sink_t fs = {NULL, -1};
+  if ((err = ms_flame_create(fopts, &fs.flame)) != MS_OK) {
+    cli_error("cannot create the flame graph: %s", ms_strerror(err));
+    return CLI_FAILURE;
+  }
+  cli_progress_start("building the flame graph");
+  err = view(arg, cli_flame_emit, &fs, &fs.side);
+  cli_progress_stop();
+  if (err != MS_OK) {
+    cli_error("cannot build the flame graph: %s", ms_strerror(err));
+    ms_flame_destroy(fs.flame);
+    return CLI_FAILURE;
+  }
+  if (cli_out_open(&o, out_path) != CLI_OK) {
+    ms_flame_destroy(fs.flame);
+    return CLI_FAILURE;
+  }
+  cli_progress_start("writing '%s'", out_path);
+  err = mode == CLI_RENDER_MERGED ? ms_flame_write_folded(fs.flame, &o.sink, &eb)
+                                  : ms_flame_write_svg(fs.flame, &o.sink, &eb);
+  cli_progress_stop();
+  ms_flame_destroy(fs.flame);
+  if (err != MS_OK) goto fail_out;
+  return cli_out_commit(&o);
+fail_out:
+  cli_out_abort(&o);
+  if (eb.msg[0])
+    cli_error("cannot write '%s': %s", out_path, eb.msg);
+  else
+    cli_error("cannot write '%s': %s", out_path,
+              err == MS_EIO ? strerror(errno ? errno : EIO) : ms_strerror(err));
+  return CLI_FAILURE;
+}
+
+/* ---- memory and segments ----------------------------------------------------------------------- */
+
+typedef struct cli_view_arg_s {
+  const ms_snapshot_t *snap;
+  ms_view_kind kind;
+} cli_view_arg_t;
+
+static int cli_view_one(void *arg, ms_view_emit_fn *emit, void *ctx, int *side) {
+  (void)side;
+  cli_view_arg_t *a = arg;
+  return ms_view_emit(a->snap, a->kind, emit, ctx);
+}
+
+int cli_view_main(const char *cmd, const char *usage, ms_view_kind kind, int argc, char **argv) {
+  int folded = 0;
+  const char *output = "output.svg";
+  const struct cli_opt opts[] = {{"output", 'o', NULL, &output},
+                                 {"folded", 0, &folded, NULL},
+                                 {NULL, 0, NULL, NULL}};
+  char *pos[1];
+  int npos = 0;
+  int rc = cli_parse_options(cmd, usage, opts, argc, argv, pos, 1, &npos);
+  if (rc == CLI_HELP_SHOWN) return CLI_OK;
+  if (rc != CLI_OK) return rc;
+  if (npos < 1) return cli_usage_error(cmd, "missing FILE");
+  if (!output[0]) return cli_usage_error(cmd, "option '--output' needs a file name");
+  ms_snapshot_t *snap = NULL;
+  if ((rc = cli_load(pos[0], &snap)) != CLI_OK) return rc;
+  ms_flame_options_t fo;
+  ms_flame_options_init(&fo);
+  fo.countname = "bytes";
+  fo.memory = 1;
+  char subtitle[512];
+  snprintf(subtitle, sizeof subtitle, "%s: %s", cmd,
+           kind == MS_VIEW_MEMORY ? "stream, block state and stack"
+                                  : "stream, segment, block state and stack");
+  fo.subtitle = subtitle;
+  cli_view_arg_t a = {snap, kind};
+  rc = cli_render(output, folded ? CLI_RENDER_FOLDED : CLI_RENDER_SVG, &fo, cli_view_one, &a);
+  ms_snapshot_free(snap);
+  return rc;
+}
