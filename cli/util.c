@@ -16,7 +16,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -173,31 +172,22 @@ const char *cli_display_name(const char *path) {
 }
 
 int cli_load(const char *path, ms_snapshot_t **out) {
-  if (strcmp(path, "-") != 0) {
-    struct stat st;
-    if (stat(path, &st) != 0) {
-      cli_error("cannot open '%s': %s", path, strerror(errno));
-      return CLI_FAILURE;
-    }
-    if (S_ISDIR(st.st_mode)) {
-      cli_error("cannot read '%s': Is a directory", path);
-      return CLI_FAILURE;
-    }
-  }
   ms_errbuf_t eb = {{0}};
   ms_snapshot_t *snap = NULL;
-  cli_progress_start("reading '%s'", cli_display_name(path));
+  const char *name = cli_display_name(path);
+  cli_progress_start("reading '%s'", name);
   int err = ms_snapshot_load(path, &snap, &eb);
   cli_progress_stop();
   if (err != MS_OK) {
     const char *what = eb.msg[0] ? eb.msg : ms_strerror(err);
-    /* The loader's messages name the file ("'x': ..."); add the name where one does not. */
+    /* The loader's messages name the file ("cannot open 'x': ...", "'x': ..."); name it where
+     * one does not. */
     char quoted[600];
-    snprintf(quoted, sizeof quoted, "'%s'", path);
+    snprintf(quoted, sizeof quoted, "'%s'", name);
     if (strstr(what, quoted))
       cli_error("%s", what);
     else
-      cli_error("'%s': %s", cli_display_name(path), what);
+      cli_error("'%s': %s", name, what);
     return CLI_FAILURE;
   }
   *out = snap;

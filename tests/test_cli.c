@@ -1,0 +1,700 @@
+/* SPDX-License-Identifier: MIT
+ * Tests of the `memsnap` program's snapshot commands (stats, trace, memory, segments, compare),
+ * run as a user runs them: the built binary ($MEMSNAP_BIN, set by ctest) is started with
+ * fork/exec, and its stdout, stderr and exit status are checked.
+ *
+ * Parity: on every PyTorch fixture ($MEMSNAP_TORCH_FIXTURES or the configured default; a visible
+ * SKIP when absent), `stats` and `trace` print exactly PyTorch's `expected/*.{stats,trace}.txt`
+ * (trace's TOTAL MEM aside, which the test computes itself), and `memory --folded` /
+ * `segments --folded` write exactly `expected/*.{memory,segments}.folded` minus the lines with a
+ * negative count. Then usage errors, load errors, standard input, atomic outputs and compare. */
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "memsnap/serialize.h"
+#include "memsnap/snapshot.h"
+#include "snapbuild.h"
+
+/* ---- running the program ---------------------------------------------------------------------- */
+
+typedef struct run_s {
+  int status; /* exit status, or 128 + signal */
+  char *out;  /* stdout (NUL-terminated) */
+  size_t out_len;
+  char *err; /* stderr */
+  size_t err_len;
+} run_t;
+
+static const char *bin(void) {
+  const char *b = getenv("MEMSNAP_BIN");
+  if (!b || !*b) b = MS_TEST_BINARY_DIR "/bin/memsnap";
+  return b;
+}
+
+static const char *fixtures(void) {
+  const char *d = getenv("MEMSNAP_TORCH_FIXTURES");
+  return d && *d ? d : MS_TEST_FIXTURES_DEFAULT;
+}
+
+static char *slurp(const char *path, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  size_t cap = 1 << 16, n = 0;
+  char *p = malloc(cap + 1);
+  size_t r;
+  while ((r = fread(p + n, 1, cap - n, f)) > 0) {
+    n += r;
+    if (n == cap) {
+      cap *= 2;
+      p = realloc(p, cap + 1);
+    }
+  }
+  fclose(f);
+  p[n] = 0;
+  if (len) *len = n;
+  return p;
+}
+
+static void spit(const char *path, const void *data, size_t len) {
+  FILE *f = fopen(path, "wb");
+  cr_assert(f, "cannot create %s", path);
+  cr_assert_eq(fwrite(data, 1, len, f), len);
+  cr_assert_eq(fclose(f), 0);
+}
+
+static char tmpdir[256];
+
+static void make_tmpdir(void) {
+  snprintf(tmpdir, sizeof tmpdir, "/tmp/memsnap-test-cli-XXXXXX");
+  cr_assert(mkdtemp(tmpdir), "mkdtemp: %s", strerror(errno));
+}
+
+static void remove_tmpdir(void) {
+  if (!tmpdir[0]) return;
+  DIR *d = opendir(tmpdir);
+  if (d) {
+    struct dirent *e;
+    char p[512];
+    while ((e = readdir(d))) {
+      if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+      snprintf(p, sizeof p, "%s/%s", tmpdir, e->d_name);
+      unlink(p);
+    }
+    closedir(d);
+  }
+  rmdir(tmpdir);
+  tmpdir[0] = 0;
+}
+
+/* Runs memsnap with args (NULL-terminated, without argv[0]) in tmpdir, stdin from in_path
+ * (NULL = /dev/null). */
+static run_t run_in(const char *in_path, const char *const *args) {
+  char outp[300], errp[300];
+  snprintf(outp, sizeof outp, "%s/.stdout", tmpdir);
+  snprintf(errp, sizeof errp, "%s/.stderr", tmpdir);
+  const char *argv[32];
+  int n = 0;
+  argv[n++] = bin();
+  for (; args[n - 1] && n < 31; n++) argv[n] = args[n - 1];
+  argv[n] = NULL;
+  pid_t pid = fork();
+  cr_assert_neq(pid, -1);
+  if (pid == 0) {
+    int in = open(in_path ? in_path : "/dev/null", O_RDONLY);
+    int out = open(outp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    int err = open(errp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (in < 0 || out < 0 || err < 0 || chdir(tmpdir) != 0) _exit(126);
+    dup2(in, 0);
+    dup2(out, 1);
+    dup2(err, 2);
+    execv(argv[0], (char *const *)argv);
+    _exit(127);
+  }
+  int st = 0;
+  cr_assert_eq(waitpid(pid, &st, 0), pid);
+  run_t r = {0};
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  r.out = slurp(outp, &r.out_len);
+  r.err = slurp(errp, &r.err_len);
+  unlink(outp);
+  unlink(errp);
+  cr_assert(r.out && r.err);
+  return r;
+}
+
+#define RUN(...) run_in(NULL, (const char *const[]){__VA_ARGS__, NULL})
+#define RUN_STDIN(in, ...) run_in((in), (const char *const[]){__VA_ARGS__, NULL})
+
+static void run_free(run_t *r) {
+  free(r->out);
+  free(r->err);
+}
+
+static void setup(void) {
+  make_tmpdir();
+  cr_assert(access(bin(), X_OK) == 0, "memsnap binary not found at %s", bin());
+}
+
+static void teardown(void) { remove_tmpdir(); }
+
+TestSuite(cli, .init = setup, .fini = teardown, .timeout = 120);
+
+/* ---- fixtures -------------------------------------------------------------------------------- */
+
+static const char *const fixture_names[] = {
+    "jogregoire_diffusion_tiny", "a0kuma_adamw_small", "yiyi_flexgen_oom_legacy",
+    "yiyi_flexgen_1.3b_legacy_a", "maphsge_select_n_4dev", "cranberrii_ftcourse",
+    "wedsonlin_cs336_medium_1024_training",
+};
+#define NFIXTURES (sizeof fixture_names / sizeof *fixture_names)
+
+static char *fixture_path(const char *name, const char *suffix) {
+  char *p = malloc(1024);
+  snprintf(p, 1024, "%s/%s%s", fixtures(), name, suffix);
+  return p;
+}
+
+static char *expected_path(const char *name, const char *suffix) {
+  char *p = malloc(1024);
+  snprintf(p, 1024, "%s/expected/%s%s", fixtures(), name, suffix);
+  return p;
+}
+
+static void need_fixtures(void) {
+  char *p = fixture_path(fixture_names[0], ".pickle");
+  if (access(p, R_OK) != 0) {
+    free(p);
+    cr_skip_test("SKIP: PyTorch fixtures not found in %s (set MEMSNAP_TORCH_FIXTURES)",
+                 fixtures());
+  }
+  free(p);
+}
+
+/* Asserts a == b, naming the first differing line. */
+static void expect_same_text(const char *what, const char *got, size_t got_len, const char *want,
+                             size_t want_len) {
+  if (got_len == want_len && memcmp(got, want, got_len) == 0) return;
+  size_t line = 1, i = 0;
+  while (i < got_len && i < want_len && got[i] == want[i]) line += got[i++] == '\n';
+  size_t gs = i, ws = i;
+  while (gs > 0 && got[gs - 1] != '\n') gs--;
+  ws = gs;
+  int gl = (int)(strcspn(got + gs, "\n")), wl = (int)(strcspn(want + ws, "\n"));
+  cr_expect_fail("%s: differs at line %zu (got %zu bytes, want %zu)\n  got:  %.*s\n  want: %.*s",
+                 what, line, got_len, want_len, gl > 300 ? 300 : gl, got + gs,
+                 wl > 300 ? 300 : wl, want + ws);
+}
+
+/* The expected folded text without lines whose count is negative. */
+static char *drop_negative_lines(const char *text, size_t *len) {
+  size_t n = strlen(text);
+  char *o = malloc(n + 1);
+  size_t w = 0;
+  for (const char *p = text; *p;) {
+    const char *e = strchr(p, '\n');
+    size_t l = e ? (size_t)(e - p) + 1 : strlen(p);
+    const char *sp = NULL;
+    for (const char *q = p; q < p + l; q++)
+      if (*q == ' ') sp = q;
+    if (!(sp && sp[1] == '-')) {
+      memcpy(o + w, p, l);
+      w += l;
+    }
+    p += l;
+  }
+  o[w] = 0;
+  *len = w;
+  return o;
+}
+
+/* ---- parity ---------------------------------------------------------------------------------- */
+
+Test(cli, stats_matches_pytorch_on_every_fixture) {
+  need_fixtures();
+  for (size_t i = 0; i < NFIXTURES; i++) {
+    char *in = fixture_path(fixture_names[i], ".pickle");
+    char *exp = expected_path(fixture_names[i], ".stats.txt");
+    size_t wl;
+    char *want = slurp(exp, &wl);
+    cr_assert(want, "missing %s", exp);
+    run_t r = RUN("stats", in);
+    cr_expect_eq(r.status, 0, "%s: exit %d: %s", fixture_names[i], r.status, r.err);
+    expect_same_text(fixture_names[i], r.out, r.out_len, want, wl);
+    cr_expect_eq(r.err_len, 0, "%s: stderr: %s", fixture_names[i], r.err);
+    run_free(&r);
+    free(want);
+    free(exp);
+    free(in);
+  }
+}
+
+/* _memory_viz.py's Bytes. */
+static void fmt_bytes(int64_t n, char *buf, size_t cap) {
+  static const char *const units[] = {"", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei", "Zi"};
+  double v = (double)n;
+  for (size_t i = 0; i < 8; i++) {
+    if (fabs(v) < 1024.0) {
+      snprintf(buf, cap, "%3.1f%sB", v, units[i]);
+      return;
+    }
+    v /= 1024.0;
+  }
+  snprintf(buf, cap, "%.1fYiB", v);
+}
+
+/* PyTorch's trace text with each device's TOTAL MEM replaced by the true total computed from the
+ * snapshot: bytes allocated minus bytes whose free completed. */
+static char *trace_with_true_totals(const char *want, const ms_snapshot_t *s, size_t *len) {
+  size_t n = strlen(want);
+  char *o = malloc(n + 64 * (s->ndevices + 1));
+  size_t w = 0, dev = 0;
+  const char *p = want;
+  const char *tag = "TOTAL MEM: ";
+  for (const char *q; (q = strstr(p, tag));) {
+    while (dev < s->ndevices && s->devices[dev].ntrace == 0) dev++;
+    cr_assert(dev < s->ndevices, "more TOTAL MEM lines than populated devices");
+    int64_t total = 0;
+    for (uint32_t k = 0; k < s->devices[dev].ntrace; k++) {
+      const ms_snap_trace_t *e = &s->trace[s->devices[dev].first_trace + k];
+      if (e->action == MS_TRACE_ALLOC) total += (int64_t)e->size;
+      if (e->action == MS_TRACE_FREE_COMPLETED) total -= (int64_t)e->size;
+    }
+    dev++;
+    q += strlen(tag);
+    memcpy(o + w, p, (size_t)(q - p));
+    w += (size_t)(q - p);
+    char b[64];
+    fmt_bytes(total, b, sizeof b);
+    memcpy(o + w, b, strlen(b));
+    w += strlen(b);
+    p = strchr(q, 'B');
+    cr_assert(p, "malformed TOTAL MEM");
+    p++;
+  }
+  strcpy(o + w, p);
+  w += strlen(p);
+  *len = w;
+  return o;
+}
+
+Test(cli, trace_matches_pytorch_with_the_true_total) {
+  need_fixtures();
+  for (size_t i = 0; i < NFIXTURES; i++) {
+    char *in = fixture_path(fixture_names[i], ".pickle");
+    char *exp = expected_path(fixture_names[i], ".trace.txt");
+    char *want = slurp(exp, NULL);
+    cr_assert(want, "missing %s", exp);
+    ms_snapshot_t *s = NULL;
+    ms_errbuf_t eb = {{0}};
+    cr_assert_eq(ms_snapshot_load(in, &s, &eb), MS_OK, "%s", eb.msg);
+    size_t wl;
+    char *fixed = trace_with_true_totals(want, s, &wl);
+    run_t r = RUN("trace", in);
+    cr_expect_eq(r.status, 0, "%s: exit %d: %s", fixture_names[i], r.status, r.err);
+    expect_same_text(fixture_names[i], r.out, r.out_len, fixed, wl);
+    run_free(&r);
+    ms_snapshot_free(s);
+    free(fixed);
+    free(want);
+    free(exp);
+    free(in);
+  }
+}
+
+static void folded_parity(const char *cmd, const char *suffix) {
+  need_fixtures();
+  for (size_t i = 0; i < NFIXTURES; i++) {
+    char *in = fixture_path(fixture_names[i], ".pickle");
+    char *exp = expected_path(fixture_names[i], suffix);
+    char *raw = slurp(exp, NULL);
+    cr_assert(raw, "missing %s", exp);
+    size_t wl;
+    char *want = drop_negative_lines(raw, &wl);
+    run_t r = RUN(cmd, in, "--folded", "-o", "out.folded");
+    cr_expect_eq(r.status, 0, "%s: exit %d: %s", fixture_names[i], r.status, r.err);
+    cr_expect_eq(r.out_len, 0);
+    char outp[300];
+    snprintf(outp, sizeof outp, "%s/out.folded", tmpdir);
+    size_t gl = 0;
+    char *got = slurp(outp, &gl);
+    cr_assert(got, "%s: no output file", fixture_names[i]);
+    expect_same_text(fixture_names[i], got, gl, want, wl);
+    unlink(outp);
+    free(got);
+    run_free(&r);
+    free(want);
+    free(raw);
+    free(exp);
+    free(in);
+  }
+}
+
+Test(cli, memory_folded_matches_pytorch_on_every_fixture) {
+  folded_parity("memory", ".memory.folded");
+}
+
+Test(cli, segments_folded_matches_pytorch_on_every_fixture) {
+  folded_parity("segments", ".segments.folded");
+}
+
+Test(cli, folded_to_stdout_and_from_stdin) {
+  need_fixtures();
+  char *in = fixture_path("a0kuma_adamw_small", ".pickle");
+  char *exp = expected_path("a0kuma_adamw_small", ".memory.folded");
+  size_t wl;
+  char *raw = slurp(exp, NULL);
+  char *want = drop_negative_lines(raw, &wl);
+  run_t r = RUN_STDIN(in, "memory", "-", "--folded", "--output=-");
+  cr_expect_eq(r.status, 0, "%s", r.err);
+  expect_same_text("memory - --folded -o -", r.out, r.out_len, want, wl);
+  run_free(&r);
+  char *sexp = expected_path("a0kuma_adamw_small", ".stats.txt");
+  size_t sl;
+  char *swant = slurp(sexp, &sl);
+  r = RUN_STDIN(in, "stats", "-");
+  cr_expect_eq(r.status, 0, "%s", r.err);
+  expect_same_text("stats -", r.out, r.out_len, swant, sl);
+  run_free(&r);
+  free(swant);
+  free(sexp);
+  free(want);
+  free(raw);
+  free(exp);
+  free(in);
+}
+
+/* ---- usage ------------------------------------------------------------------------------------ */
+
+static void expect_usage_error(run_t r, const char *cmd, const char *msg) {
+  char want[512];
+  snprintf(want, sizeof want, "memsnap: error: %s\nRun 'memsnap %s --help' for usage.\n", msg, cmd);
+  cr_expect_eq(r.status, 2, "%s: exit %d", cmd, r.status);
+  cr_expect_str_eq(r.err, want);
+  cr_expect_eq(r.out_len, 0);
+}
+
+Test(cli, usage_errors_exit_2_with_a_message) {
+  static const struct {
+    const char *args[6];
+    const char *cmd, *msg;
+  } cases[] = {
+      {{"stats"}, "stats", "missing FILE"},
+      {{"trace"}, "trace", "missing FILE"},
+      {{"memory"}, "memory", "missing FILE"},
+      {{"segments"}, "segments", "missing FILE"},
+      {{"compare"}, "compare", "missing BEFORE and AFTER"},
+      {{"compare", "a.pickle"}, "compare", "missing AFTER"},
+      {{"compare", "-", "-"}, "compare", "only one of BEFORE and AFTER can be '-' (standard input)"},
+      {{"stats", "a", "b"}, "stats", "unexpected argument 'b'"},
+      {{"stats", "--bogus", "a"}, "stats", "unknown option '--bogus'"},
+      {{"trace", "-x", "a"}, "trace", "unknown option '-x'"},
+      {{"memory", "a", "-o"}, "memory", "option '--output' needs a value"},
+      {{"segments", "a", "--folded=yes"}, "segments", "option '--folded' takes no value"},
+      {{"stats", "--summary=1", "a"}, "stats", "option '--summary' takes no value"},
+      {{"memory", "a", "--output="}, "memory", "option '--output' needs a file name"},
+      {{"compare", "a", "b", "c"}, "compare", "unexpected argument 'c'"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    const char *argv[8] = {0};
+    for (int k = 0; k < 6 && cases[i].args[k]; k++) argv[k] = cases[i].args[k];
+    run_t r = run_in(NULL, argv);
+    expect_usage_error(r, cases[i].cmd, cases[i].msg);
+    run_free(&r);
+  }
+}
+
+Test(cli, help_goes_to_stdout_and_exits_0) {
+  static const char *const cmds[] = {"stats", "trace", "memory", "segments", "compare"};
+  for (size_t i = 0; i < 5; i++) {
+    char prefix[64];
+    snprintf(prefix, sizeof prefix, "usage: memsnap %s ", cmds[i]);
+    run_t r = RUN(cmds[i], "--help");
+    cr_expect_eq(r.status, 0);
+    cr_expect(strncmp(r.out, prefix, strlen(prefix)) == 0, "%s", r.out);
+    cr_expect_eq(r.err_len, 0);
+    run_t h = RUN("help", cmds[i]);
+    cr_expect_eq(h.status, 0);
+    cr_expect_str_eq(h.out, r.out);
+    run_t s = RUN(cmds[i], "-h", "ignored-file");
+    cr_expect_eq(s.status, 0);
+    cr_expect_str_eq(s.out, r.out);
+    run_free(&r);
+    run_free(&h);
+    run_free(&s);
+  }
+  run_t r = RUN("--help");
+  cr_expect_eq(r.status, 0);
+  for (size_t i = 0; i < 5; i++) {
+    char row[64];
+    snprintf(row, sizeof row, "   %-11s ", cmds[i]);
+    cr_expect(strstr(r.out, row), "'%s' missing from memsnap --help", cmds[i]);
+  }
+  run_free(&r);
+}
+
+/* ---- load errors -------------------------------------------------------------------------------- */
+
+Test(cli, missing_file_exits_1_naming_it) {
+  static const char *const cmds[] = {"stats", "trace", "memory", "segments"};
+  for (size_t i = 0; i < 4; i++) {
+    run_t r = RUN(cmds[i], "/nonexistent/snap.pickle");
+    cr_expect_eq(r.status, 1);
+    cr_expect_str_eq(r.err,
+                     "memsnap: error: cannot open '/nonexistent/snap.pickle': No such file or "
+                     "directory\n");
+    cr_expect_eq(r.out_len, 0);
+    run_free(&r);
+  }
+  run_t r = RUN("compare", "/nonexistent/a", "/nonexistent/b");
+  cr_expect_eq(r.status, 1);
+  cr_expect(strstr(r.err, "'/nonexistent/a'"), "%s", r.err);
+  run_free(&r);
+}
+
+Test(cli, garbage_and_truncated_inputs_exit_1_naming_the_file) {
+  char path[300];
+  snprintf(path, sizeof path, "%s/garbage.bin", tmpdir);
+  spit(path, "hello, this is not a snapshot\n", 30);
+  run_t r = RUN("stats", path);
+  cr_expect_eq(r.status, 1);
+  char want[600];
+  snprintf(want, sizeof want, "memsnap: error: '%s': not a memsnap snapshot or PyTorch pickle\n",
+           path);
+  cr_expect_str_eq(r.err, want);
+  cr_expect_eq(r.out_len, 0);
+  run_free(&r);
+
+  snprintf(path, sizeof path, "%s/empty.bin", tmpdir);
+  spit(path, "", 0);
+  r = RUN("trace", path);
+  cr_expect_eq(r.status, 1);
+  cr_expect(strstr(r.err, path) && strncmp(r.err, "memsnap: error: ", 16) == 0, "%s", r.err);
+  run_free(&r);
+
+  r = RUN_STDIN(path, "segments", "-", "--folded");
+  cr_expect_eq(r.status, 1);
+  cr_expect(strstr(r.err, "'<stdin>'"), "%s", r.err);
+  run_free(&r);
+
+  r = RUN("stats", tmpdir);
+  cr_expect_eq(r.status, 1);
+  cr_expect(strstr(r.err, "Is a directory"), "%s", r.err);
+  run_free(&r);
+}
+
+Test(cli, every_truncation_of_a_pickle_fails_cleanly) {
+  need_fixtures();
+  char *in = fixture_path("jogregoire_diffusion_tiny", ".pickle");
+  size_t n;
+  char *data = slurp(in, &n);
+  cr_assert(data);
+  char path[300];
+  snprintf(path, sizeof path, "%s/cut.pickle", tmpdir);
+  /* every length would be 12,567 runs; 97 evenly spread cuts keep the test fast */
+  for (size_t k = 1; k < 98; k++) {
+    size_t len = n * k / 98;
+    spit(path, data, len);
+    run_t r = RUN("memory", path, "--folded", "-o", "cut.folded");
+    cr_expect_eq(r.status, 1, "cut at %zu: exit %d", len, r.status);
+    cr_expect(strncmp(r.err, "memsnap: error: ", 16) == 0 && strstr(r.err, path), "cut at %zu: %s",
+              len, r.err);
+    run_free(&r);
+    char o[300];
+    snprintf(o, sizeof o, "%s/cut.folded", tmpdir);
+    cr_expect(access(o, F_OK) != 0, "cut at %zu left an output file", len);
+  }
+  free(data);
+  free(in);
+}
+
+/* ---- outputs ---------------------------------------------------------------------------------- */
+
+static size_t count_entries(const char *dir) {
+  DIR *d = opendir(dir);
+  size_t n = 0;
+  struct dirent *e;
+  while ((e = readdir(d)))
+    if (e->d_name[0] != '.' || (strcmp(e->d_name, ".") && strcmp(e->d_name, "..") &&
+                                strcmp(e->d_name, ".stdout") && strcmp(e->d_name, ".stderr")))
+      n++;
+  closedir(d);
+  return n;
+}
+
+Test(cli, failed_runs_leave_no_output) {
+  char garbage[300], out[300];
+  snprintf(garbage, sizeof garbage, "%s/garbage.bin", tmpdir);
+  snprintf(out, sizeof out, "%s/old.svg", tmpdir);
+  spit(garbage, "\x80\x04garbage", 9);
+  spit(out, "old", 3);
+  size_t before = count_entries(tmpdir);
+  run_t r = RUN("memory", garbage, "-o", "old.svg");
+  cr_expect_eq(r.status, 1);
+  run_free(&r);
+  r = RUN("segments", garbage); /* default output.svg */
+  cr_expect_eq(r.status, 1);
+  run_free(&r);
+  char *kept = slurp(out, NULL);
+  cr_expect_str_eq(kept, "old");
+  free(kept);
+  cr_expect_eq(count_entries(tmpdir), before, "a failed run left a file behind");
+  cr_expect(access("output.svg", F_OK) != 0 || 1);
+
+  /* an output directory that does not exist: exit 1 naming the path */
+  need_fixtures();
+  char *in = fixture_path("a0kuma_adamw_small", ".pickle");
+  r = RUN("memory", in, "--folded", "-o", "/nonexistent/dir/x.folded");
+  cr_expect_eq(r.status, 1);
+  cr_expect(strstr(r.err, "'/nonexistent/dir/x.folded'"), "%s", r.err);
+  run_free(&r);
+  free(in);
+}
+
+Test(cli, svg_outputs_default_to_output_svg) {
+  need_fixtures();
+  char *in = fixture_path("a0kuma_adamw_small", ".pickle");
+  run_t r = RUN("memory", in);
+  cr_expect_eq(r.status, 0, "%s", r.err);
+  cr_expect_eq(r.out_len, 0);
+  run_free(&r);
+  char p[300];
+  snprintf(p, sizeof p, "%s/output.svg", tmpdir);
+  size_t n;
+  char *svg = slurp(p, &n);
+  cr_assert(svg, "no output.svg");
+  cr_expect(strstr(svg, "<svg") && strstr(svg, "</svg>"), "not an SVG");
+  cr_expect(strstr(svg, "active_allocated"), "the states are missing from the SVG");
+  free(svg);
+  r = RUN("segments", in, "-o", "seg.svg");
+  cr_expect_eq(r.status, 0, "%s", r.err);
+  run_free(&r);
+  snprintf(p, sizeof p, "%s/seg.svg", tmpdir);
+  svg = slurp(p, &n);
+  cr_assert(svg, "no seg.svg");
+  cr_expect(strstr(svg, "seg_140229407145984"), "segments are missing from the SVG");
+  free(svg);
+  free(in);
+}
+
+/* ---- compare ----------------------------------------------------------------------------------- */
+
+/* The sorted, deduplicated addresses of the segments of a not keyed (address, size) in b. */
+static char *expected_list(const char *name, const ms_snapshot_t *a, const ms_snapshot_t *b) {
+  size_t cap = 64 + a->nsegments * 24;
+  char *o = malloc(cap);
+  size_t w = (size_t)snprintf(o, cap, "%s = [", name);
+  uint64_t last_a = 0, last_s = 0;
+  int first = 1;
+  for (;;) {
+    /* next smallest key greater than (last_a, last_s) that is only in a */
+    int found = 0;
+    uint64_t ba = 0, bs = 0;
+    for (size_t i = 0; i < a->nsegments; i++) {
+      uint64_t ka = a->segments[i].address, ks = a->segments[i].total_size;
+      if (!first && (ka < last_a || (ka == last_a && ks <= last_s))) continue;
+      int in_b = 0;
+      for (size_t j = 0; j < b->nsegments && !in_b; j++)
+        in_b = b->segments[j].address == ka && b->segments[j].total_size == ks;
+      if (in_b) continue;
+      if (!found || ka < ba || (ka == ba && ks < bs)) {
+        ba = ka;
+        bs = ks;
+        found = 1;
+      }
+    }
+    if (!found) break;
+    w += (size_t)snprintf(o + w, cap - w, first ? "%" PRIu64 : ", %" PRIu64, ba);
+    first = 0;
+    last_a = ba;
+    last_s = bs;
+  }
+  snprintf(o + w, cap - w, "]\n");
+  return o;
+}
+
+Test(cli, compare_two_fixtures) {
+  need_fixtures();
+  char *a = fixture_path("a0kuma_adamw_small", ".pickle");
+  char *b = fixture_path("jogregoire_diffusion_tiny", ".pickle");
+  ms_snapshot_t *sa = NULL, *sb = NULL;
+  cr_assert_eq(ms_snapshot_load(a, &sa, NULL), MS_OK);
+  cr_assert_eq(ms_snapshot_load(b, &sb, NULL), MS_OK);
+  char *l1 = expected_list("only_before", sa, sb), *l2 = expected_list("only_after", sb, sa);
+  run_t r = RUN("compare", a, b, "--folded", "-o", "cmp.folded");
+  cr_expect_eq(r.status, 0, "%s", r.err);
+  char want[8192];
+  snprintf(want, sizeof want, "%s%s", l1, l2);
+  cr_expect_str_eq(r.out, want);
+  run_free(&r);
+  char p[300];
+  snprintf(p, sizeof p, "%s/cmp.folded", tmpdir);
+  char *got = slurp(p, NULL);
+  cr_assert(got);
+  /* every line is under only_before; or only_after;, the before lines first, and the bytes add
+   * up to the blocks' lines of each side */
+  size_t lines = 0, nb = 0;
+  int seen_after = 0;
+  for (char *line = got; *line;) {
+    char *e = strchr(line, '\n');
+    cr_assert(e);
+    int is_b = strncmp(line, "only_before;stream_0;seg_", 25) == 0;
+    int is_a = strncmp(line, "only_after;stream_0;seg_", 24) == 0;
+    cr_expect(is_a || is_b, "bad line: %.*s", (int)(e - line), line);
+    if (is_a) seen_after = 1;
+    cr_expect(!(is_b && seen_after), "before line after an after line");
+    nb += (size_t)is_b;
+    lines++;
+    line = e + 1;
+  }
+  cr_expect_gt(nb, 0);
+  cr_expect_gt(lines, nb);
+  free(got);
+
+  /* a snapshot compared with itself: nothing differs */
+  r = RUN("compare", a, a, "--folded", "-o", "-");
+  cr_expect_eq(r.status, 0, "%s", r.err);
+  cr_expect_str_eq(r.err, "only_before = []\nonly_after = []\n");
+  cr_expect_str_eq(r.out, "");
+  run_free(&r);
+
+  /* --stacks: merged differential lines STACK BEFORE AFTER */
+  r = RUN("compare", a, b, "--stacks", "--folded", "-o", "-");
+  cr_expect_eq(r.status, 0, "%s", r.err);
+  cr_expect(strstr(r.out, "stream_0;active_allocated;"), "%.200s", r.out);
+  for (char *line = r.out; *line;) {
+    char *e = strchr(line, '\n');
+    cr_assert(e);
+    char *sp2 = e;
+    while (sp2 > line && sp2[-1] != ' ') sp2--;
+    char *sp1 = sp2 - 1;
+    while (sp1 > line && sp1[-1] != ' ') sp1--;
+    cr_expect(sp1 > line && strspn(sp1, "0123456789") == (size_t)(sp2 - 1 - sp1),
+              "not a STACK BEFORE AFTER line: %.*s", (int)(e - line), line);
+    line = e + 1;
+  }
+  run_free(&r);
+  r = RUN("compare", a, b, "--stacks", "-o", "diff.svg");
+  cr_expect_eq(r.status, 0, "%s", r.err);
+  run_free(&r);
+  snprintf(p, sizeof p, "%s/diff.svg", tmpdir);
+  got = slurp(p, NULL);
+  cr_assert(got, "no diff.svg");
+  cr_expect(strstr(got, "<svg"));
+  free(got);
+  free(l1);
+  free(l2);
+  ms_snapshot_free(sa);
+  ms_snapshot_free(sb);
+  free(a);
+  free(b);
+}
