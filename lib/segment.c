@@ -1,0 +1,123 @@
+/* SPDX-License-Identifier: MIT
+ * memsnap core: block and segment objects, block split and merge
+ * (reference/pytorch-allocator.md §6.2, §7.6).
+ *
+ * Block objects come from a free list refilled by chunks of 256, so that the split/merge of the
+ * hot path costs no call to malloc. Chunks are released only when the allocator is destroyed.
+ * Debug builds fill deleted blocks with a fixed pattern (0xdb) to make use-after-delete visible.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "types.h"
+
+#define BLOCK_CHUNK 256
+
+struct ms__block_chunk_s {
+  ms__block_chunk_t *next;
+  ms__block_t blocks[BLOCK_CHUNK];
+};
+
+ms__block_t *ms__block_new(ms_allocator_t *a) {
+  if (ms_unlikely(!a->free_blocks)) {
+    ms__block_chunk_t *c = malloc(sizeof *c);
+    if (!c) return NULL;
+    c->next = a->chunks;
+    a->chunks = c;
+    for (size_t i = 0; i < BLOCK_CHUNK; i++) {
+      c->blocks[i].tl = a->free_blocks;
+      a->free_blocks = &c->blocks[i];
+    }
+  }
+  ms__block_t *b = a->free_blocks;
+  a->free_blocks = b->tl;
+  memset(b, 0, sizeof *b);
+  b->mapped = true;
+  return b;
+}
+
+void ms__block_delete(ms_allocator_t *a, ms__block_t *b) {
+  free(b->uses);
+#if MS_DEBUG >= 2
+  memset(b, 0xdb, sizeof *b);
+#endif
+  b->tl = a->free_blocks;
+  a->free_blocks = b;
+}
+
+void ms__blocks_release_all(ms_allocator_t *a) {
+  ms__block_chunk_t *c = a->chunks;
+  while (c) {
+    ms__block_chunk_t *n = c->next;
+    free(c);
+    c = n;
+  }
+  a->chunks = NULL;
+  a->free_blocks = NULL;
+}
+
+ms__block_t *ms__block_split_low(ms_allocator_t *a, ms__block_t *b, size_t size) {
+  ms_assert_internal(!b->in_set && b->size > size);
+  ms__block_t *lo = ms__block_new(a);
+  if (!lo) return NULL;
+  lo->stream = b->stream;
+  lo->size = size;
+  lo->ptr = b->ptr;
+  lo->seg = b->seg;
+  lo->pool = b->pool;
+  lo->mapped = b->mapped;
+  lo->prev = b->prev;
+  if (lo->prev) lo->prev->next = lo;
+  lo->next = b;
+  b->prev = lo;
+  b->ptr += size;
+  b->size -= size;
+  if (b->seg->head == b) b->seg->head = lo;
+  return lo;
+}
+
+size_t ms__block_try_merge(ms_allocator_t *a, ms__block_t *dst, ms__block_t *src) {
+  if (!src || src->allocated || src->event_count > 0 || src->nuses > 0 ||
+      src->mapped != dst->mapped)
+    return 0;
+  ms_assert_internal(src->in_set);
+  if (dst->prev == src) {
+    dst->ptr = src->ptr;
+    dst->prev = src->prev;
+    if (dst->prev) dst->prev->next = dst;
+    if (dst->seg->head == src) dst->seg->head = dst;
+  } else {
+    ms_assert_internal(dst->next == src);
+    dst->next = src->next;
+    if (dst->next) dst->next->prev = dst;
+  }
+  size_t subsumed = src->size;
+  dst->size += subsumed;
+  ms__pool_erase(src->pool, src);
+  ms__block_delete(a, src);
+  return subsumed;
+}
+
+ms__segment_t *ms__segment_new(ms_allocator_t *a, uintptr_t ptr, size_t size, ms_stream_t stream,
+                               ms__pool_t *pool, uint32_t ctx) {
+  ms__segment_t *s = calloc(1, sizeof *s);
+  if (!s) return NULL;
+  s->ptr = ptr;
+  s->size = size;
+  s->stream = stream;
+  s->pool = pool;
+  s->ctx = ctx;
+  s->snext = a->segments;
+  if (a->segments) a->segments->sprev = s;
+  a->segments = s;
+  a->nsegments++;
+  return s;
+}
+
+void ms__segment_delete(ms_allocator_t *a, ms__segment_t *s) {
+  if (s->sprev) s->sprev->snext = s->snext;
+  else a->segments = s->snext;
+  if (s->snext) s->snext->sprev = s->sprev;
+  a->nsegments--;
+  free(s);
+}

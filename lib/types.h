@@ -1,0 +1,209 @@
+/* SPDX-License-Identifier: MIT
+ * memsnap core: the allocator's internal structures (block, segment, pool, private pool, the
+ * allocator itself) and the prototypes of block_pool.c and segment.c. Never installed.
+ *
+ * Vocabulary (reference/pytorch-allocator.md §3):
+ *  - segment (ms__segment_t): one range from the backend's malloc. It records the address, size,
+ *    stream and pool, and the context of the malloc that created it (PyTorch keeps that on the
+ *    segment's head block; a separate record keeps it stable across merges).
+ *  - block (ms__block_t): a sub-range of a segment; its blocks are linked by prev/next in address
+ *    order and tile the segment exactly.
+ *  - pool (ms__pool_t): a free set of blocks ordered by (stream, size, address), PyTorch's
+ *    BlockPool; the default small and large pools live in the allocator, private pools own a pair.
+ *
+ * Invariants (checked by ms__allocator_check):
+ *  - every block is in exactly one of: its pool's free set (in_set; not allocated, no pending
+ *    event, no stream uses), the pointer map (allocated), or pending (not allocated, waiting on
+ *    events, or deferred with stream uses while a private-pool routing is active);
+ *  - two neighbours in a segment are never both free (free_block merges them);
+ *  - a block's stream and pool are its segment's.
+ * Every field is guarded by the allocator's mutex.
+ */
+#ifndef MEMSNAP_LIB_TYPES_H
+#define MEMSNAP_LIB_TYPES_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "alloc_hooks.h"
+#include "internal.h"
+#include "memsnap/allocator.h"
+#include "util/vec.h"
+
+typedef struct ms__block_s ms__block_t;
+typedef struct ms__segment_s ms__segment_t;
+typedef struct ms__pool_s ms__pool_t;
+typedef struct ms__private_pool_s ms__private_pool_t;
+
+struct ms__block_s {
+  /* free-set links (a treap: BST by key, heap by prio), valid while in_set */
+  ms__block_t *tl, *tr, *tp;
+  uint64_t prio;
+  /* the ordering key (stream, size, ptr) */
+  ms_stream_t stream;
+  size_t size;        /* bytes, multiple of 512 */
+  uintptr_t ptr;
+  ms__block_t *prev, *next; /* neighbours in the segment, address order */
+  ms__segment_t *seg;
+  ms__pool_t *pool;
+  size_t requested_size;    /* the client's size of the last allocation */
+  int64_t gc_count_base;    /* pool's GC clock when the block was last inserted */
+  int event_count;          /* outstanding events guarding a deferred free */
+  uint32_t ctx;             /* context id of the current allocation (0 = none) */
+  bool allocated;
+  bool in_set;              /* in pool->root's treap */
+  bool mapped;              /* always true without expandable segments */
+  uint32_t nuses, cap_uses; /* stream_uses: other streams recorded with record_stream */
+  ms_stream_t *uses;
+};
+
+struct ms__segment_s {
+  uintptr_t ptr;
+  size_t size;
+  ms_stream_t stream;
+  ms__pool_t *pool;
+  ms__block_t *head;        /* the block at ptr */
+  uint32_t ctx;             /* context of the malloc that created it */
+  ms__segment_t *sprev, *snext; /* the allocator's list of segments */
+};
+
+struct ms__pool_s {
+  ms__block_t *root;        /* free set, ordered by (stream, size, ptr) */
+  size_t nblocks;           /* blocks in the free set */
+  bool is_small;
+  ms__private_pool_t *owner; /* NULL for the default pools */
+  int64_t get_free_blocks_call_count; /* GC clock */
+};
+
+struct ms__private_pool_s {
+  ms_pool_id_t id;
+  int use_count;
+  int malloc_count;         /* segments held (PyTorch's cudaMalloc_count) */
+  bool freeable;            /* use_count reached 0 */
+  ms__pool_t large, small;
+  ms__private_pool_t *next;
+};
+
+typedef struct ms__capture_s {
+  ms_pool_id_t id;
+  ms_pool_filter_fn *filter;
+  void *arg;
+} ms__capture_t;
+
+typedef struct ms__evpair_s {
+  ms_event_t ev;
+  ms__block_t *block;
+} ms__evpair_t;
+
+typedef struct ms__evqueue_s {
+  ms_stream_t stream;
+  ms__evpair_t *q; /* ring */
+  size_t head, len, cap;
+} ms__evqueue_t;
+
+typedef struct ms__observer_s {
+  ms_oom_observer_fn *fn;
+  void *arg;
+} ms__observer_t;
+
+typedef struct ms__freecb_s {
+  ms_free_memory_fn *fn;
+  void *arg;
+} ms__freecb_t;
+
+/* Pointer map: open addressing with linear probing, keys are allocated blocks' addresses. */
+typedef struct ms__ptrmap_s {
+  ms__block_t **slots;
+  size_t cap; /* power of two */
+  size_t len;
+} ms__ptrmap_t;
+
+typedef struct ms__block_chunk_s ms__block_chunk_t;
+
+struct ms_allocator_s {
+  pthread_mutex_t mu;
+  ms_backend_t *backend;
+  ms_backend_ops_t ops; /* copy of the backend's table */
+  int device;
+  size_t device_total;  /* from mem_info at creation */
+  ms_alloc_config_t cfg;
+  bool any_divisions;   /* some roundup_power2_divisions entry > 1 */
+  bool has_gc;          /* garbage_collection_threshold > 0 */
+
+  ms__pool_t small, large;
+  ms__private_pool_t *pools;
+  MS_VEC(ms__capture_t) captures;
+  ms__ptrmap_t map;
+  ms__segment_t *segments; /* list head */
+  size_t nsegments;
+
+  MS_VEC(ms__evqueue_t) queues; /* per-stream event queues, in order of first use */
+  MS_VEC(ms_event_t) event_pool;
+  MS_VEC(ms__block_t *) deferred; /* frees with stream uses during a private-pool routing */
+  size_t outstanding_events;
+
+  size_t total_allocated_memory;
+  bool has_allowed_max;
+  size_t allowed_memory_maximum;
+  ms_stats_t stats;
+
+  MS_VEC(ms__observer_t) observers;
+  MS_VEC(ms__freecb_t) free_callbacks;
+  char oom_msg[1024];
+  size_t oom_len;
+
+  _Atomic(const ms__alloc_hooks_t *) hooks;
+
+  /* block objects: a free list refilled from chunks */
+  ms__block_t *free_blocks;
+  ms__block_chunk_t *chunks;
+  uint64_t rng;
+};
+
+/* ---- "block_pool.c" -------------------------------------------------------------------------- */
+
+void ms__pool_init(ms__pool_t *p, bool is_small, ms__private_pool_t *owner);
+/* Inserts b (pre: not in a set); resets its GC age (PyTorch's insert_into_blocks). */
+void ms__pool_insert(ms__pool_t *p, ms__block_t *b);
+/* Removes b (pre: in p). */
+void ms__pool_erase(ms__pool_t *p, ms__block_t *b);
+/* The first block whose key is >= (stream, size, 0), or NULL. */
+ms__block_t *ms__pool_lower_bound(const ms__pool_t *p, ms_stream_t stream, size_t size);
+ms__block_t *ms__pool_first(const ms__pool_t *p);
+ms__block_t *ms__pool_last(const ms__pool_t *p);
+ms__block_t *ms__pool_next(const ms__block_t *b);
+ms__block_t *ms__pool_prev(const ms__block_t *b);
+/* Checks the treap (order, heap property, parent links, count). @return true when valid. */
+bool ms__pool_is_valid(const ms__pool_t *p);
+
+/* ---- "segment.c" ----------------------------------------------------------------------------- */
+
+/* A zeroed block object (from the free list), or NULL when host memory runs out. */
+ms__block_t *ms__block_new(ms_allocator_t *a);
+/* Returns a block object to the free list (its stream uses are freed). */
+void ms__block_delete(ms_allocator_t *a, ms__block_t *b);
+void ms__blocks_release_all(ms_allocator_t *a);
+static inline bool ms__block_is_split(const ms__block_t *b) { return b->prev || b->next; }
+
+/* Splits `size` bytes off the low end of b (pre: b not in a set, b->size > size): returns the new
+ * low block, linked before b; b keeps the high part. NULL when host memory runs out (b unchanged). */
+ms__block_t *ms__block_split_low(ms_allocator_t *a, ms__block_t *b, size_t size);
+/* PyTorch's try_merge_blocks(dst, src): merges src (a neighbour of dst) into dst if src is free
+ * (not allocated, no events, no stream uses) and has the same mapping state; src leaves its pool's
+ * set and is deleted. @return the bytes merged (0: no merge). */
+size_t ms__block_try_merge(ms_allocator_t *a, ms__block_t *dst, ms__block_t *src);
+
+/* Segment records. */
+ms__segment_t *ms__segment_new(ms_allocator_t *a, uintptr_t ptr, size_t size, ms_stream_t stream,
+                               ms__pool_t *pool, uint32_t ctx);
+void ms__segment_delete(ms_allocator_t *a, ms__segment_t *s);
+
+/* ---- "alloc_inspect.c" ----------------------------------------------------------------------- */
+
+/* ms__allocator_check with the lock already held. */
+int ms__allocator_check_locked(ms_allocator_t *a, ms_errbuf_t *eb);
+
+#endif /* MEMSNAP_LIB_TYPES_H */
