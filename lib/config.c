@@ -160,7 +160,7 @@ static int config_fail(config_parser_t *p, size_t off, const char *fmt, ...) MS_
 
 static int config_fail(config_parser_t *p, size_t off, const char *fmt, ...) {
   if (p->eb) {
-    char what[400];
+    char what[512];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(what, sizeof what, fmt, ap);

@@ -1,0 +1,694 @@
+/* SPDX-License-Identifier: MIT
+ * Tests for the allocator configuration (lib/config.c): the size formulas against the tables of
+ * reference/pytorch-allocator.md §2, the PYTORCH_CUDA_ALLOC_CONF syntax and keys of §9 (values,
+ * resets, every error with its exact text and offset), MEMSNAP_ALLOC_CONF, the canonical string,
+ * and hostile strings (every truncation, random bytes, absurd numbers, deep nesting). */
+#include <criterion/criterion.h>
+#include <criterion/parameterized.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "memsnap/config.h"
+
+#define MiB ((size_t)1048576)
+
+static ms_alloc_config_t config_with_divisions(size_t d) {
+  ms_alloc_config_t c;
+  ms_alloc_config_init(&c);
+  for (int i = 0; i < MS_ROUNDUP_POWER2_INTERVALS; i++) c.roundup_power2_divisions[i] = d;
+  return c;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Defaults                                                                                  */
+
+Test(config, init_gives_pytorch_defaults) {
+  ms_alloc_config_t c;
+  memset(&c, 0x5a, sizeof c);
+  ms_alloc_config_init(&c);
+  cr_assert_eq(c.max_split_size, SIZE_MAX);
+  cr_assert_eq(c.max_non_split_rounding_size, 20 * MiB);
+  cr_assert_eq(c.large_segment_size, 20 * MiB);
+  cr_assert_eq(c.garbage_collection_threshold, 0.0);
+  cr_assert_eq(c.per_process_memory_fraction, 1.0);
+  for (int i = 0; i < MS_ROUNDUP_POWER2_INTERVALS; i++)
+    cr_assert_eq(c.roundup_power2_divisions[i], 0);
+  cr_assert(!c.expandable_segments);
+  cr_assert(!c.release_lock_on_cudamalloc);
+  cr_assert(!c.graph_capture_record_stream_reuse);
+  cr_assert(!c.pinned_use_cuda_host_register);
+  cr_assert(!c.pinned_use_background_threads);
+  cr_assert_eq(c.pinned_num_register_threads, 1);
+  cr_assert_eq(c.pinned_reserve_segment_size, 0);
+  cr_assert_str_eq(c.last_allocator_settings, "");
+  cr_assert_eq(ms_alloc_config_validate(&c, NULL), MS_OK);
+}
+
+Test(config, constants_are_pytorchs) {
+  cr_assert_eq(MS_MIN_BLOCK_SIZE, 512);
+  cr_assert_eq(MS_SMALL_SIZE, 1048576);
+  cr_assert_eq(MS_SMALL_BUFFER, 2097152);
+  cr_assert_eq(MS_LARGE_BUFFER, 20971520);
+  cr_assert_eq(MS_MIN_LARGE_ALLOC, 10485760);
+  cr_assert_eq(MS_ROUND_LARGE, 2097152);
+  cr_assert_eq(MS_ROUNDUP_POWER2_INTERVALS, 16);
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* §2.2 worked examples, verbatim: request, round (d=0), alloc_size, round (d=4), alloc_size    */
+
+struct round_case {
+  size_t request, round0, alloc0, round4, alloc4;
+};
+
+ParameterizedTestParameters(config, round_size_worked_examples) {
+  static struct round_case cases[] = {
+      {1, 512, 2 * MiB, 512, 2 * MiB},
+      {513, 1024, 2 * MiB, 1024, 2 * MiB},
+      {1048576, 1048576, 2 * MiB, 1048576, 2 * MiB},
+      {1048577, 1049088, 20 * MiB, 1310720, 20 * MiB},
+      {5000000, 5000192, 20 * MiB, 5242880, 20 * MiB},
+      {10485761, 10486272, 12 * MiB, 12582912, 12 * MiB},
+      {123456789, 123457024, 123731968, 134217728, 128 * MiB},
+  };
+  return cr_make_param_array(struct round_case, cases, sizeof cases / sizeof cases[0]);
+}
+
+ParameterizedTest(struct round_case *p, config, round_size_worked_examples) {
+  ms_alloc_config_t c0 = config_with_divisions(0), c4 = config_with_divisions(4);
+  size_t r0 = ms_alloc_round_size(&c0, p->request);
+  size_t r4 = ms_alloc_round_size(&c4, p->request);
+  cr_assert_eq(r0, p->round0, "round_size(%zu, d=0) = %zu, expected %zu", p->request, r0,
+               p->round0);
+  cr_assert_eq(ms_alloc_allocation_size(&c0, r0), p->alloc0);
+  cr_assert_eq(r4, p->round4, "round_size(%zu, d=4) = %zu, expected %zu", p->request, r4,
+               p->round4);
+  cr_assert_eq(ms_alloc_allocation_size(&c4, r4), p->alloc4);
+}
+
+/* More rounding cases from §2.2's consequences: (divisions, request, expected). */
+struct round_d_case {
+  size_t d, request, expected;
+};
+
+ParameterizedTestParameters(config, round_size_rules) {
+  static struct round_d_case cases[] = {
+      {0, 0, 512},                  /* < 512 -> 512 */
+      {0, 511, 512},
+      {0, 512, 512},
+      {0, 1536, 1536},
+      {4, 1200, 1536},              /* d=4 but size <= 512*4: plain 512 rounding, not 1280 */
+      {4, 2048, 2048},              /* 2048 == 512*4: still plain */
+      {4, 2049, 2560},              /* f=2048, step 512 */
+      {1, 1048577, 1049088},        /* divisions 1 is ignored (#161139) */
+      {2, 1048577, 1572864},        /* step = 512 KiB */
+      {2, 3 * MiB, 3 * MiB},        /* exactly on a step */
+      {8, 4 * MiB, 4 * MiB},        /* a power of two stays */
+      {8, 4 * MiB + 1, 4 * MiB + 512 * 1024},
+      {16, 1000000, 1015808},       /* < 1 MiB uses interval 0: f=512Ki, step 32Ki */
+      {4096, 1048577, 1049088},     /* 512*d = 2 MiB >= size: plain rounding */
+      {1024, 1048577, 1049600},     /* f=1Mi, step 1Ki */
+  };
+  return cr_make_param_array(struct round_d_case, cases, sizeof cases / sizeof cases[0]);
+}
+
+ParameterizedTest(struct round_d_case *p, config, round_size_rules) {
+  ms_alloc_config_t c = config_with_divisions(p->d);
+  size_t r = ms_alloc_round_size(&c, p->request);
+  cr_assert_eq(r, p->expected, "round_size(%zu, d=%zu) = %zu, expected %zu", p->request, p->d, r,
+               p->expected);
+}
+
+Test(config, round_size_overflow_is_zero) {
+  ms_alloc_config_t c = config_with_divisions(0);
+  cr_assert_eq(ms_alloc_round_size(&c, SIZE_MAX), 0);
+  cr_assert_eq(ms_alloc_round_size(&c, SIZE_MAX - 510), 0);
+  cr_assert_eq(ms_alloc_round_size(&c, SIZE_MAX - 511), SIZE_MAX - 511);
+  c = config_with_divisions(2);
+  cr_assert_eq(ms_alloc_round_size(&c, SIZE_MAX), 0);
+  cr_assert_eq(ms_alloc_round_size(&c, (SIZE_MAX >> 1) + 1), (SIZE_MAX >> 1) + 1);
+  c = config_with_divisions((size_t)1 << 62); /* 512*d overflows: plain rounding */
+  cr_assert_eq(ms_alloc_round_size(&c, 3 * MiB + 1), 3 * MiB + 512);
+}
+
+Test(config, allocation_size_rules) {
+  ms_alloc_config_t c;
+  ms_alloc_config_init(&c);
+  cr_assert_eq(ms_alloc_allocation_size(&c, 512), 2 * MiB);
+  cr_assert_eq(ms_alloc_allocation_size(&c, MiB), 2 * MiB);
+  cr_assert_eq(ms_alloc_allocation_size(&c, MiB + 512), 20 * MiB);
+  cr_assert_eq(ms_alloc_allocation_size(&c, 10 * MiB - 512), 20 * MiB);
+  cr_assert_eq(ms_alloc_allocation_size(&c, 10 * MiB), 10 * MiB);
+  cr_assert_eq(ms_alloc_allocation_size(&c, 10 * MiB + 512), 12 * MiB);
+  cr_assert_eq(ms_alloc_allocation_size(&c, SIZE_MAX - 511), 0);
+  cr_assert_eq(ms_alloc_config_parse(&c, "large_segment_size_mb:32", NULL), MS_OK);
+  cr_assert_eq(ms_alloc_allocation_size(&c, 5 * MiB), 32 * MiB);
+  cr_assert_eq(ms_alloc_allocation_size(&c, 11 * MiB), 12 * MiB);
+}
+
+Test(config, divisions_for_clamps_the_interval) {
+  ms_alloc_config_t c;
+  ms_alloc_config_init(&c);
+  for (int i = 0; i < MS_ROUNDUP_POWER2_INTERVALS; i++) c.roundup_power2_divisions[i] = (size_t)i + 100;
+  cr_assert_eq(ms_alloc_roundup_divisions_for(&c, 0), 100);
+  cr_assert_eq(ms_alloc_roundup_divisions_for(&c, 1), 100);
+  cr_assert_eq(ms_alloc_roundup_divisions_for(&c, MiB - 1), 100);
+  cr_assert_eq(ms_alloc_roundup_divisions_for(&c, 2 * MiB - 1), 100);
+  cr_assert_eq(ms_alloc_roundup_divisions_for(&c, 2 * MiB), 101);
+  cr_assert_eq(ms_alloc_roundup_divisions_for(&c, (size_t)1 << 35), 115);
+  cr_assert_eq(ms_alloc_roundup_divisions_for(&c, (size_t)1 << 36), 115);
+  cr_assert_eq(ms_alloc_roundup_divisions_for(&c, SIZE_MAX), 115);
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Parsing valid strings                                                                     */
+
+/* Strings are stored in the parameter structs: Criterion runs each case in a new process, where
+ * pointers of the parent's address space would not be valid. */
+struct div_case {
+  char str[96];
+  size_t expect[MS_ROUNDUP_POWER2_INTERVALS];
+};
+
+ParameterizedTestParameters(config, divisions_forms) {
+  static struct div_case cases[] = {
+      {"roundup_power2_divisions:[256:1,512:2,1024:4,>:8]",
+       {1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 4, 8, 8, 8, 8, 8}},
+      {"roundup_power2_divisions:[1:1,4:2,16:4]", {1, 0, 2, 0, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}},
+      {"roundup_power2_divisions:4", {4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4}},
+      {"roundup_power2_divisions:1", {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}},
+      {"roundup_power2_divisions:[]", {0}},
+      /* '>' with no explicit key yet fills from index 1 ([2025+] last_index + 1 rule). */
+      {"roundup_power2_divisions:[>:8]", {0, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8}},
+      /* '>' after the last interval fills nothing. */
+      {"roundup_power2_divisions:[32768:2,>:8]", {2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2}},
+      /* keys above 32768 MiB clamp to the last interval */
+      {"roundup_power2_divisions:[1048576:4]", {4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4}},
+      /* 0 disables rounding for an interval; later keys overwrite */
+      {"roundup_power2_divisions:[2:4,2:0,>:2]", {4, 0, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2}},
+      {" roundup_power2_divisions : [ 256 : 1 , > : 8 ] ",
+       {1, 1, 1, 1, 1, 1, 1, 1, 1, 8, 8, 8, 8, 8, 8, 8}},
+  };
+  return cr_make_param_array(struct div_case, cases, sizeof cases / sizeof cases[0]);
+}
+
+ParameterizedTest(struct div_case *p, config, divisions_forms) {
+  ms_alloc_config_t c;
+  ms_alloc_config_init(&c);
+  ms_errbuf_t eb = {{0}};
+  cr_assert_eq(ms_alloc_config_parse(&c, p->str, &eb), MS_OK, "%s: %s", p->str, eb.msg);
+  for (int i = 0; i < MS_ROUNDUP_POWER2_INTERVALS; i++)
+    cr_assert_eq(c.roundup_power2_divisions[i], p->expect[i], "%s: [%d] = %zu, expected %zu",
+                 p->str, i, c.roundup_power2_divisions[i], p->expect[i]);
+}
+
+Test(config, every_key_is_parsed) {
+  ms_alloc_config_t c;
+  ms_alloc_config_init(&c);
+  const char *s =
+      "max_split_size_mb:128,max_non_split_rounding_mb:64,large_segment_size_mb:32,"
+      "roundup_power2_divisions:2,garbage_collection_threshold:0.6,"
+      "per_process_memory_fraction:0.25,expandable_segments:True,"
+      "release_lock_on_cudamalloc:True,graph_capture_record_stream_reuse:True,backend:native,"
+      "pinned_use_cuda_host_register:True,pinned_num_register_threads:8,"
+      "pinned_use_background_threads:True,pinned_reserve_segment_size_mb:64";
+  ms_errbuf_t eb = {{0}};
+  cr_assert_eq(ms_alloc_config_parse(&c, s, &eb), MS_OK, "%s", eb.msg);
+  cr_assert_eq(c.max_split_size, 128 * MiB);
+  cr_assert_eq(c.max_non_split_rounding_size, 64 * MiB);
+  cr_assert_eq(c.large_segment_size, 32 * MiB);
+  cr_assert_eq(c.roundup_power2_divisions[7], 2);
+  cr_assert_eq(c.garbage_collection_threshold, 0.6);
+  cr_assert_eq(c.per_process_memory_fraction, 0.25);
+  cr_assert(c.expandable_segments);
+  cr_assert(c.release_lock_on_cudamalloc);
+  cr_assert(c.graph_capture_record_stream_reuse);
+  cr_assert(c.pinned_use_cuda_host_register);
+  cr_assert_eq(c.pinned_num_register_threads, 8);
+  cr_assert(c.pinned_use_background_threads);
+  cr_assert_eq(c.pinned_reserve_segment_size, 64 * MiB);
+  cr_assert_str_eq(c.last_allocator_settings, s);
+  cr_assert_eq(ms_alloc_config_validate(&c, NULL), MS_OK);
+}
+
+Test(config, aliases_whitespace_trailing_comma_and_empty) {
+  ms_alloc_config_t c;
+  ms_alloc_config_init(&c);
+  cr_assert_eq(ms_alloc_config_parse(&c, "release_lock_on_hipmalloc:True,"
+                                         "pinned_use_hip_host_register:True,", NULL), MS_OK);
+  cr_assert(c.release_lock_on_cudamalloc);
+  cr_assert(c.pinned_use_cuda_host_register);
+  cr_assert_eq(ms_alloc_config_parse(&c, "\tmax_split_size_mb :\n 200 ,\rexpandable_segments: False",
+                                     NULL), MS_OK);
+  cr_assert_eq(c.max_split_size, 200 * MiB);
+  cr_assert(!c.expandable_segments);
+  cr_assert(c.release_lock_on_cudamalloc); /* not a reset key: kept */
+  cr_assert_eq(ms_alloc_config_parse(&c, "", NULL), MS_OK);
+  cr_assert_eq(c.max_split_size, SIZE_MAX);
+  cr_assert_eq(ms_alloc_config_parse(&c, "   ", NULL), MS_OK);
+  /* a repeated key: the last one wins, as in PyTorch */
+  cr_assert_eq(ms_alloc_config_parse(&c, "max_split_size_mb:100,max_split_size_mb:300", NULL),
+               MS_OK);
+  cr_assert_eq(c.max_split_size, 300 * MiB);
+}
+
+Test(config, limits_at_their_edges) {
+  ms_alloc_config_t c;
+  ms_alloc_config_init(&c);
+  cr_assert_eq(ms_alloc_config_parse(&c, "max_split_size_mb:20", NULL), MS_OK);
+  cr_assert_eq(c.max_split_size, 20 * MiB);
+  cr_assert_eq(ms_alloc_config_parse(&c, "max_non_split_rounding_mb:20", NULL), MS_OK);
+  cr_assert_eq(ms_alloc_config_parse(&c, "large_segment_size_mb:11", NULL), MS_OK);
+  cr_assert_eq(c.large_segment_size, 11 * MiB);
+  /* max_split_size_mb is clamped to SIZE_MAX / MiB, as PyTorch does */
+  cr_assert_eq(ms_alloc_config_parse(&c, "max_split_size_mb:18446744073709551615", NULL), MS_OK);
+  cr_assert_eq(c.max_split_size, SIZE_MAX / MiB * MiB);
+  cr_assert_eq(ms_alloc_config_parse(&c, "per_process_memory_fraction:0", NULL), MS_OK);
+  cr_assert_eq(c.per_process_memory_fraction, 0.0);
+  cr_assert_eq(ms_alloc_config_parse(&c, "per_process_memory_fraction:1.0", NULL), MS_OK);
+  cr_assert_eq(ms_alloc_config_parse(&c, "per_process_memory_fraction:5e-1", NULL), MS_OK);
+  cr_assert_eq(c.per_process_memory_fraction, 0.5);
+  cr_assert_eq(ms_alloc_config_parse(&c, "garbage_collection_threshold:.999", NULL), MS_OK);
+  cr_assert_eq(c.garbage_collection_threshold, 0.999);
+  cr_assert_eq(ms_alloc_config_parse(&c, "pinned_num_register_threads:128", NULL), MS_OK);
+  cr_assert_eq(c.pinned_num_register_threads, 128);
+  cr_assert_eq(ms_alloc_config_parse(&c, "pinned_num_register_threads:1", NULL), MS_OK);
+}
+
+Test(config, reparse_resets_like_pytorch) {
+  ms_alloc_config_t c;
+  ms_alloc_config_init(&c);
+  cr_assert_eq(ms_alloc_config_parse(&c, "max_split_size_mb:100,roundup_power2_divisions:4,"
+                                         "garbage_collection_threshold:0.5,"
+                                         "max_non_split_rounding_mb:40,large_segment_size_mb:30,"
+                                         "expandable_segments:True,"
+                                         "per_process_memory_fraction:0.5",
+                                     NULL),
+               MS_OK);
+  cr_assert_eq(c.max_non_split_rounding_size, 40 * MiB);
+  cr_assert_eq(ms_alloc_config_parse(&c, "release_lock_on_cudamalloc:True", NULL), MS_OK);
+  /* reset on every parse */
+  cr_assert_eq(c.max_split_size, SIZE_MAX);
+  cr_assert_eq(c.roundup_power2_divisions[0], 0);
+  cr_assert_eq(c.roundup_power2_divisions[15], 0);
+  cr_assert_eq(c.garbage_collection_threshold, 0.0);
+  cr_assert_eq(c.max_non_split_rounding_size, 30 * MiB); /* = the current large_segment_size */
+  /* kept */
+  cr_assert_eq(c.large_segment_size, 30 * MiB);
+  cr_assert(c.expandable_segments);
+  cr_assert_eq(c.per_process_memory_fraction, 0.5);
+  cr_assert_str_eq(c.last_allocator_settings, "release_lock_on_cudamalloc:True");
+}
+
+Test(config, large_segment_size_applies_to_limits_whatever_the_order) {
+  ms_alloc_config_t c;
+  ms_alloc_config_init(&c);
+  ms_errbuf_t eb = {{0}};
+  /* the limit of max_split_size_mb is large_segment_size_mb, even when given after it */
+  cr_assert_eq(ms_alloc_config_parse(&c, "max_split_size_mb:30,large_segment_size_mb:40", &eb),
+               MS_ECONFIG);
+  cr_assert_str_eq(eb.msg, "key 'max_split_size_mb' at offset 18: CachingAllocator option "
+                           "max_split_size_mb too small, must be >= 40");
+  cr_assert_eq(ms_alloc_config_parse(&c, "large_segment_size_mb:12,max_split_size_mb:12", &eb),
+               MS_OK);
+  cr_assert_eq(c.max_split_size, 12 * MiB);
+  cr_assert_eq(c.max_non_split_rounding_size, 12 * MiB);
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Errors: exact messages, offsets, and the struct left untouched                            */
+
+struct err_case {
+  char str[96];
+  char msg[640];
+};
+
+ParameterizedTestParameters(config, errors) {
+  static struct err_case cases[] = {
+      {"foo:1", "key 'foo' at offset 0: unrecognized key, expected one of: max_split_size_mb, "
+                "max_non_split_rounding_mb, large_segment_size_mb, roundup_power2_divisions, "
+                "garbage_collection_threshold, per_process_memory_fraction, expandable_segments, "
+                "release_lock_on_cudamalloc, graph_capture_record_stream_reuse, backend, "
+                "pinned_use_cuda_host_register, pinned_num_register_threads, "
+                "pinned_use_background_threads, pinned_reserve_segment_size_mb"},
+      {"max_split_size_mb:19",
+       "key 'max_split_size_mb' at offset 18: CachingAllocator option max_split_size_mb too "
+       "small, must be >= 20"},
+      {"max_split_size_mb:0", "key 'max_split_size_mb' at offset 18: CachingAllocator option "
+                              "max_split_size_mb too small, must be >= 20"},
+      {"max_split_size_mb:-1", "key 'max_split_size_mb' at offset 18: expected a non-negative "
+                               "integer, got '-1'"},
+      {"max_split_size_mb:12abc", "key 'max_split_size_mb' at offset 18: expected a "
+                                  "non-negative integer, got '12abc'"},
+      {"max_split_size_mb:18446744073709551616",
+       "key 'max_split_size_mb' at offset 18: expected a non-negative integer of at most "
+       "18446744073709551615, got '18446744073709551616'"},
+      {"max_split_size_mb", "key 'max_split_size_mb' at offset 17: expected ':' after the key, "
+                            "got end of string"},
+      {"max_split_size_mb:", "key 'max_split_size_mb' at offset 18: expected a non-negative "
+                             "integer, got end of string"},
+      {"max_split_size_mb,100", "key 'max_split_size_mb' at offset 17: expected ':' after the "
+                                "key, got ','"},
+      {"max_split_size_mb:100 200", "key 'max_split_size_mb' at offset 22: expected ',' or the "
+                                    "end of the string after the value, got '200'"},
+      {"max_split_size_mb:100:", "key 'max_split_size_mb' at offset 21: expected ',' or the end "
+                                 "of the string after the value, got ':'"},
+      {",max_split_size_mb:100", "at offset 0: expected a key, got ','"},
+      {"max_split_size_mb:100,,", "at offset 22: expected a key, got ','"},
+      {":1", "at offset 0: expected a key, got ':'"},
+      {"max_non_split_rounding_mb:10",
+       "key 'max_non_split_rounding_mb' at offset 26: CachingAllocator option "
+       "max_non_split_rounding_mb too small, must be >= 20"},
+      {"max_non_split_rounding_mb:17592186044416",
+       "key 'max_non_split_rounding_mb' at offset 26: expected a size of at most 17592186044415 "
+       "MiB, got 17592186044416"},
+      {"large_segment_size_mb:10", "key 'large_segment_size_mb' at offset 22: CachingAllocator "
+                                   "option large_segment_size_mb must be > 10 MB"},
+      {"roundup_power2_divisions:3", "key 'roundup_power2_divisions' at offset 25: For roundups, "
+                                     "the divisions has to be power of 2, got 3"},
+      {"roundup_power2_divisions:0", "key 'roundup_power2_divisions' at offset 25: For roundups, "
+                                     "the divisions has to be power of 2, got 0"},
+      {"roundup_power2_divisions:[256:3]",
+       "key 'roundup_power2_divisions' at offset 30: For roundups, the divisions has to be power "
+       "of 2 or 0 to disable roundup, got 3"},
+      {"roundup_power2_divisions:[3:2]", "key 'roundup_power2_divisions' at offset 26: For "
+                                         "roundups, the intervals have to be power of 2, got 3"},
+      {"roundup_power2_divisions:[0:2]", "key 'roundup_power2_divisions' at offset 26: For "
+                                         "roundups, the intervals have to be power of 2, got 0"},
+      {"roundup_power2_divisions:[256:1,512:2",
+       "key 'roundup_power2_divisions' at offset 25: expected closing bracket ']' but reached "
+       "end of config"},
+      {"roundup_power2_divisions:[", "key 'roundup_power2_divisions' at offset 25: expected "
+                                     "closing bracket ']' but reached end of config"},
+      {"roundup_power2_divisions:[256:1 512:2]",
+       "key 'roundup_power2_divisions' at offset 32: expected ',' or ']' in the list, got '512'"},
+      {"roundup_power2_divisions:[256 1]", "key 'roundup_power2_divisions' at offset 30: "
+                                           "expected ':' after the interval, got '1'"},
+      {"roundup_power2_divisions:[x:1]", "key 'roundup_power2_divisions' at offset 26: expected "
+                                         "an interval start in MiB or '>', got 'x'"},
+      {"roundup_power2_divisions:[[1:1]]", "key 'roundup_power2_divisions' at offset 26: "
+                                           "expected an interval start in MiB or '>', got '['"},
+      {"roundup_power2_divisions:[>:3]", "key 'roundup_power2_divisions' at offset 28: For "
+                                         "roundups, the divisions has to be power of 2 or 0 to "
+                                         "disable roundup, got 3"},
+      {"roundup_power2_divisions:]", "key 'roundup_power2_divisions' at offset 25: expected a "
+                                     "non-negative integer, got ']'"},
+      {"garbage_collection_threshold:1.0", "key 'garbage_collection_threshold' at offset 29: "
+                                           "garbage_collect_threshold is invalid, set it in "
+                                           "(0.0, 1.0)"},
+      {"garbage_collection_threshold:0", "key 'garbage_collection_threshold' at offset 29: "
+                                         "garbage_collect_threshold is invalid, set it in (0.0, "
+                                         "1.0)"},
+      {"garbage_collection_threshold:nan", "key 'garbage_collection_threshold' at offset 29: "
+                                           "expected a decimal number, got 'nan'"},
+      {"garbage_collection_threshold:0.5.5", "key 'garbage_collection_threshold' at offset 29: "
+                                             "expected a decimal number, got '0.5.5'"},
+      {"garbage_collection_threshold:1e999", "key 'garbage_collection_threshold' at offset 29: "
+                                             "expected a decimal number, got '1e999'"},
+      {"per_process_memory_fraction:1.5", "key 'per_process_memory_fraction' at offset 28: "
+                                          "per_process_memory_fraction is invalid, set it in "
+                                          "[0.0, 1.0]"},
+      {"per_process_memory_fraction:-0.1", "key 'per_process_memory_fraction' at offset 28: "
+                                           "per_process_memory_fraction is invalid, set it in "
+                                           "[0.0, 1.0]"},
+      {"expandable_segments:true", "key 'expandable_segments' at offset 20: expected 'True' or "
+                                   "'False', got 'true'"},
+      {"expandable_segments:1", "key 'expandable_segments' at offset 20: expected 'True' or "
+                                "'False', got '1'"},
+      {"release_lock_on_cudamalloc:yes", "key 'release_lock_on_cudamalloc' at offset 27: "
+                                         "expected 'True' or 'False', got 'yes'"},
+      {"graph_capture_record_stream_reuse:", "key 'graph_capture_record_stream_reuse' at offset "
+                                             "34: expected 'True' or 'False', got end of string"},
+      {"backend:cudaMallocAsync", "key 'backend' at offset 8: backend 'cudaMallocAsync' is not "
+                                  "supported: memsnap implements the native allocator only "
+                                  "(expected 'native')"},
+      {"backend:hipMallocAsync", "key 'backend' at offset 8: backend 'hipMallocAsync' is not "
+                                 "supported: memsnap implements the native allocator only "
+                                 "(expected 'native')"},
+      {"backend:Native", "key 'backend' at offset 8: Unknown allocator backend, options are "
+                         "native and cudaMallocAsync (got 'Native')"},
+      {"pinned_num_register_threads:3", "key 'pinned_num_register_threads' at offset 28: Number "
+                                        "of register threads has to be power of 2, got 3"},
+      {"pinned_num_register_threads:0", "key 'pinned_num_register_threads' at offset 28: Number "
+                                        "of register threads has to be power of 2, got 0"},
+      {"pinned_num_register_threads:256", "key 'pinned_num_register_threads' at offset 28: Number "
+                                          "of register threads should be less than or equal to "
+                                          "128, got 256"},
+      {"pinned_reserve_segment_size_mb:0", "key 'pinned_reserve_segment_size_mb' at offset 31: "
+                                           "Pinned reserve segment size has to be greater than 0"},
+      /* the offset is that of the bad token, after earlier valid pairs */
+      {"expandable_segments:True, max_split_size_mb:5",
+       "key 'max_split_size_mb' at offset 44: CachingAllocator option max_split_size_mb too "
+       "small, must be >= 20"},
+      /* a removed key of 2022 is unknown now */
+      {"expandable_segments:True,roundup_bypass_threshold_mb:10",
+       "key 'roundup_bypass_threshold_mb' at offset 25: unrecognized key, expected one of: "
+       "max_split_size_mb, max_non_split_rounding_mb, large_segment_size_mb, "
+       "roundup_power2_divisions, garbage_collection_threshold, per_process_memory_fraction, "
+       "expandable_segments, release_lock_on_cudamalloc, graph_capture_record_stream_reuse, "
+       "backend, pinned_use_cuda_host_register, pinned_num_register_threads, "
+       "pinned_use_background_threads, pinned_reserve_segment_size_mb"},
+      /* non-printable bytes are not echoed */
+      {"expandable_segments:\x01\x7f", "key 'expandable_segments' at offset 20: expected 'True' "
+                                       "or 'False', got '?" "?'"},
+  };
+  return cr_make_param_array(struct err_case, cases, sizeof cases / sizeof cases[0]);
+}
+
+ParameterizedTest(struct err_case *p, config, errors) {
+  ms_alloc_config_t c, before;
+  ms_alloc_config_init(&c);
+  cr_assert_eq(ms_alloc_config_parse(&c, "expandable_segments:True,max_split_size_mb:64", NULL),
+               MS_OK);
+  memcpy(&before, &c, sizeof c);
+  ms_errbuf_t eb = {{0}};
+  cr_assert_eq(ms_alloc_config_parse(&c, p->str, &eb), MS_ECONFIG, "'%s' was accepted", p->str);
+  cr_assert_str_eq(eb.msg, p->msg, "'%s'", p->str);
+  cr_assert_eq(memcmp(&c, &before, sizeof c), 0, "'%s' changed the config", p->str);
+  /* a NULL errbuf is fine */
+  cr_assert_eq(ms_alloc_config_parse(&c, p->str, NULL), MS_ECONFIG);
+}
+
+Test(config, too_long_string_is_refused) {
+  char *s = malloc(MS_ALLOC_CONF_MAX + 2);
+  cr_assert_not_null(s);
+  memset(s, ' ', MS_ALLOC_CONF_MAX + 1);
+  s[MS_ALLOC_CONF_MAX + 1] = '\0';
+  ms_alloc_config_t c;
+  ms_alloc_config_init(&c);
+  ms_errbuf_t eb = {{0}};
+  cr_assert_eq(ms_alloc_config_parse(&c, s, &eb), MS_ECONFIG);
+  cr_assert_str_eq(eb.msg, "at offset 1023: configuration string too long (1024 characters, "
+                           "expected at most 1023)");
+  s[MS_ALLOC_CONF_MAX] = '\0';
+  cr_assert_eq(ms_alloc_config_parse(&c, s, &eb), MS_OK);
+  free(s);
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Environment                                                                               */
+
+Test(config, from_env) {
+  ms_alloc_config_t c, before;
+  ms_alloc_config_init(&c);
+  c.expandable_segments = true;
+  memcpy(&before, &c, sizeof c);
+  ms_errbuf_t eb = {{0}};
+  unsetenv("MEMSNAP_ALLOC_CONF");
+  cr_assert_eq(ms_alloc_config_from_env(&c, &eb), MS_OK);
+  cr_assert_eq(memcmp(&c, &before, sizeof c), 0, "an unset variable must change nothing");
+
+  setenv("MEMSNAP_ALLOC_CONF", "max_split_size_mb:256,garbage_collection_threshold:0.8", 1);
+  cr_assert_eq(ms_alloc_config_from_env(&c, &eb), MS_OK);
+  cr_assert_eq(c.max_split_size, 256 * MiB);
+  cr_assert_eq(c.garbage_collection_threshold, 0.8);
+  cr_assert(c.expandable_segments);
+  cr_assert_str_eq(c.last_allocator_settings,
+                   "max_split_size_mb:256,garbage_collection_threshold:0.8");
+
+  memcpy(&before, &c, sizeof c);
+  setenv("MEMSNAP_ALLOC_CONF", "max_split_size_mb:256,expandable_segment:True", 1);
+  cr_assert_eq(ms_alloc_config_from_env(&c, &eb), MS_ECONFIG);
+  cr_assert_eq(strncmp(eb.msg, "MEMSNAP_ALLOC_CONF: key 'expandable_segment' at offset 22: "
+                               "unrecognized key, expected one of: ",
+                       strlen("MEMSNAP_ALLOC_CONF: key 'expandable_segment' at offset 22: "
+                              "unrecognized key, expected one of: ")),
+               0, "%s", eb.msg);
+  cr_assert_eq(memcmp(&c, &before, sizeof c), 0);
+  /* the PyTorch variable is not ours */
+  unsetenv("MEMSNAP_ALLOC_CONF");
+  setenv("PYTORCH_CUDA_ALLOC_CONF", "max_split_size_mb:512", 1);
+  cr_assert_eq(ms_alloc_config_from_env(&c, &eb), MS_OK);
+  cr_assert_eq(c.max_split_size, 256 * MiB);
+  unsetenv("PYTORCH_CUDA_ALLOC_CONF");
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Canonical string                                                                          */
+
+struct fmt_case {
+  char in[320];
+  char canonical[320];
+};
+
+ParameterizedTestParameters(config, format_canonical) {
+  static struct fmt_case cases[] = {
+      {"", ""},
+      {"backend:native", ""},
+      {"expandable_segments:False", ""},
+      {"expandable_segments:True , max_split_size_mb:128",
+       "max_split_size_mb:128,expandable_segments:True"},
+      {"roundup_power2_divisions:[256:1,512:2,1024:4,>:8]",
+       "roundup_power2_divisions:[1:1,2:1,4:1,8:1,16:1,32:1,64:1,128:1,256:1,512:2,1024:4,"
+       "2048:8,4096:8,8192:8,16384:8,32768:8]"},
+      {"roundup_power2_divisions:[1:4,>:4]", "roundup_power2_divisions:4"},
+      {"garbage_collection_threshold:0.6,per_process_memory_fraction:0.1",
+       "garbage_collection_threshold:0.6,per_process_memory_fraction:0.1"},
+      {"large_segment_size_mb:32,max_non_split_rounding_mb:32", "large_segment_size_mb:32"},
+      {"large_segment_size_mb:32,max_non_split_rounding_mb:64",
+       "max_non_split_rounding_mb:64,large_segment_size_mb:32"},
+      {"pinned_use_background_threads:True,pinned_num_register_threads:4,"
+       "pinned_reserve_segment_size_mb:8,pinned_use_hip_host_register:True,"
+       "release_lock_on_hipmalloc:True,graph_capture_record_stream_reuse:True",
+       "release_lock_on_cudamalloc:True,graph_capture_record_stream_reuse:True,"
+       "pinned_use_cuda_host_register:True,pinned_num_register_threads:4,"
+       "pinned_use_background_threads:True,pinned_reserve_segment_size_mb:8"},
+  };
+  return cr_make_param_array(struct fmt_case, cases, sizeof cases / sizeof cases[0]);
+}
+
+ParameterizedTest(struct fmt_case *p, config, format_canonical) {
+  ms_alloc_config_t c, back;
+  ms_alloc_config_init(&c);
+  cr_assert_eq(ms_alloc_config_parse(&c, p->in, NULL), MS_OK, "%s", p->in);
+  char buf[1024];
+  int n = ms_alloc_config_format(&c, buf, sizeof buf);
+  cr_assert_geq(n, 0);
+  cr_assert_str_eq(buf, p->canonical);
+  cr_assert_eq((size_t)n, strlen(p->canonical));
+  /* round trip: every field but the raw string */
+  ms_alloc_config_init(&back);
+  cr_assert_eq(ms_alloc_config_parse(&back, buf, NULL), MS_OK, "%s", buf);
+  memcpy(back.last_allocator_settings, c.last_allocator_settings,
+         sizeof c.last_allocator_settings);
+  cr_assert_eq(memcmp(&back, &c, sizeof c), 0, "'%s' did not round-trip", buf);
+}
+
+Test(config, format_limits) {
+  ms_alloc_config_t c;
+  ms_alloc_config_init(&c);
+  cr_assert_eq(ms_alloc_config_parse(&c, "max_split_size_mb:128", NULL), MS_OK);
+  char small[8] = "xyz";
+  cr_assert_eq(ms_alloc_config_format(&c, small, sizeof small), MS_ELIMIT);
+  cr_assert_str_eq(small, "");
+  char buf[64];
+  cr_assert_eq(ms_alloc_config_format(&c, buf, 21), MS_ELIMIT);
+  cr_assert_eq(ms_alloc_config_format(&c, buf, 22), 21);
+  cr_assert_str_eq(buf, "max_split_size_mb:128");
+  c.max_split_size = 100 * MiB + 1; /* not a whole MiB */
+  cr_assert_eq(ms_alloc_config_format(&c, buf, sizeof buf), MS_EINVAL);
+  ms_alloc_config_init(&c);
+  c.roundup_power2_divisions[3] = 3;
+  cr_assert_eq(ms_alloc_config_format(&c, buf, sizeof buf), MS_EINVAL);
+  ms_errbuf_t eb = {{0}};
+  cr_assert_eq(ms_alloc_config_validate(&c, &eb), MS_ECONFIG);
+  cr_assert_str_eq(eb.msg, "roundup_power2_divisions[3] is 3, expected 0 or a power of 2");
+  ms_alloc_config_init(&c);
+  c.garbage_collection_threshold = 1.0;
+  cr_assert_eq(ms_alloc_config_validate(&c, &eb), MS_ECONFIG);
+  cr_assert_str_eq(eb.msg, "garbage_collection_threshold is 1, expected 0 (off) or in (0.0, 1.0)");
+  ms_alloc_config_init(&c);
+  c.max_split_size = 5 * MiB;
+  cr_assert_eq(ms_alloc_config_validate(&c, &eb), MS_ECONFIG);
+  cr_assert_str_eq(eb.msg, "max_split_size is 5242880 bytes, expected >= large_segment_size "
+                           "(20971520)");
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Hostile strings                                                                           */
+
+static void check_parse_is_all_or_nothing(const char *s) {
+  ms_alloc_config_t c, before;
+  ms_alloc_config_init(&c);
+  c.expandable_segments = true;
+  memcpy(&before, &c, sizeof c);
+  ms_errbuf_t eb;
+  memset(&eb, 0, sizeof eb);
+  int rc = ms_alloc_config_parse(&c, s, &eb);
+  if (rc == MS_OK) {
+    cr_assert_eq(ms_alloc_config_validate(&c, NULL), MS_OK, "'%s' parsed to an invalid config", s);
+    cr_assert_str_eq(c.last_allocator_settings, s);
+  } else {
+    cr_assert_eq(rc, MS_ECONFIG);
+    cr_assert_eq(memcmp(&c, &before, sizeof c), 0);
+    cr_assert_neq(eb.msg[0], '\0');
+    cr_assert(strstr(eb.msg, "offset ") != NULL, "no offset in '%s'", eb.msg);
+  }
+}
+
+Test(config, every_truncation) {
+  static const char full[] =
+      "max_split_size_mb:128,roundup_power2_divisions:[256:1,512:2,1024:4,>:8],"
+      "garbage_collection_threshold:0.6,expandable_segments:True,backend:native,"
+      "per_process_memory_fraction:0.5,large_segment_size_mb:32";
+  char buf[sizeof full];
+  for (size_t n = 0; n < sizeof full; n++) {
+    memcpy(buf, full, n);
+    buf[n] = '\0';
+    check_parse_is_all_or_nothing(buf);
+  }
+  ms_alloc_config_t c;
+  ms_alloc_config_init(&c);
+  cr_assert_eq(ms_alloc_config_parse(&c, full, NULL), MS_OK);
+}
+
+Test(config, random_strings) {
+  static const char alphabet[] = "[]:,> \t01248.e-TrueFalsmx_spitzbackend";
+  static const char *const words[] = {"max_split_size_mb", "roundup_power2_divisions",
+                                      "expandable_segments", "True", "256", "0.5", "[", "]",
+                                      ":", ",", ">", "garbage_collection_threshold", "\xff"};
+  uint64_t x = 0x9e3779b97f4a7c15ull;
+  char buf[256];
+  for (int iter = 0; iter < 20000; iter++) {
+    size_t n = 0, len;
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    len = x % 80;
+    while (n < len) {
+      x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+      if (x & 1) {
+        const char *w = words[(x >> 1) % (sizeof words / sizeof words[0])];
+        size_t wl = strlen(w);
+        if (n + wl >= sizeof buf) break;
+        memcpy(buf + n, w, wl);
+        n += wl;
+      } else {
+        buf[n++] = alphabet[(x >> 1) % (sizeof alphabet - 1)];
+      }
+    }
+    buf[n] = '\0';
+    check_parse_is_all_or_nothing(buf);
+  }
+}
+
+Test(config, deep_nesting_and_absurd_numbers) {
+  char buf[MS_ALLOC_CONF_MAX + 1];
+  size_t pre = strlen("roundup_power2_divisions:");
+  memcpy(buf, "roundup_power2_divisions:", pre);
+  memset(buf + pre, '[', sizeof buf - 1 - pre);
+  buf[sizeof buf - 1] = '\0';
+  check_parse_is_all_or_nothing(buf);
+  check_parse_is_all_or_nothing("roundup_power2_divisions:[99999999999999999999999999:1]");
+  check_parse_is_all_or_nothing("roundup_power2_divisions:[9223372036854775808:2]");
+  check_parse_is_all_or_nothing("roundup_power2_divisions:[1:9223372036854775808]");
+  check_parse_is_all_or_nothing("garbage_collection_threshold:1e-400");
+  check_parse_is_all_or_nothing("pinned_reserve_segment_size_mb:99999999999999999999");
+  check_parse_is_all_or_nothing("large_segment_size_mb:17592186044415");
+  ms_alloc_config_t c;
+  ms_alloc_config_init(&c);
+  /* a huge but valid division count: rounding stays safe */
+  cr_assert_eq(ms_alloc_config_parse(&c, "roundup_power2_divisions:9223372036854775808", NULL),
+               MS_OK);
+  cr_assert_eq(ms_alloc_round_size(&c, 5000000), 5000192);
+}
