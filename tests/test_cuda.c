@@ -45,8 +45,8 @@ static ms_backend_t *open_or_skip(void) {
   ms_errbuf_t eb;
   int r = ms_backend_open("cuda", &b, &eb);
   if (r == MS_ENODEVICE) {
-    fprintf(stderr, "SKIP: no CUDA device (%s)\n", eb.msg);
-    cr_skip_test("SKIP: no CUDA device (%s)", eb.msg);
+    fprintf(stderr, "SKIP: %s\n", eb.msg);
+    cr_skip_test("SKIP: %s", eb.msg);
   }
   cr_assert_eq(r, MS_OK, "ms_backend_open(\"cuda\"): %s", eb.msg);
   return b;
