@@ -13,6 +13,11 @@
 const struct cli_cmd cli_commands[] = {
     {"help", cmd_help, "show help for memsnap or one of its commands"},
     {"version", cmd_version, "print memsnap's version"},
+    {"stats", cmd_stats, "segment map and totals, as _memory_viz.py stats"},
+    {"trace", cmd_trace, "the allocator trace as text, as _memory_viz.py trace"},
+    {"memory", cmd_memory, "flame graph by stream, block state and stack"},
+    {"segments", cmd_segments, "flame graph by stream, segment, block state and stack"},
+    {"compare", cmd_compare, "segments or stacks that differ between two snapshots"},
     {NULL, NULL, NULL},
 };
 

@@ -4,9 +4,9 @@
  * fork/exec, and its stdout, stderr and exit status are checked.
  *
  * Parity: on every PyTorch fixture ($MEMSNAP_TORCH_FIXTURES or the configured default; a visible
- * SKIP when absent), `stats` and `trace` print exactly PyTorch's `expected/*.{stats,trace}.txt`
+ * SKIP when absent), `stats` and `trace` print exactly PyTorch's `expected/NAME.{stats,trace}.txt`
  * (trace's TOTAL MEM aside, which the test computes itself), and `memory --folded` /
- * `segments --folded` write exactly `expected/*.{memory,segments}.folded` minus the lines with a
+ * `segments --folded` write exactly `expected/NAME.{memory,segments}.folded` minus the lines with a
  * negative count. Then usage errors, load errors, standard input, atomic outputs and compare. */
 #include <criterion/criterion.h>
 #include <dirent.h>
