@@ -698,3 +698,208 @@ Test(cli, compare_two_fixtures) {
   free(a);
   free(b);
 }
+
+/* ---- memsnap's own snapshots: every state, several streams and devices, oom, repr, stats --- */
+
+static uint32_t mk_frame(ms__snapbuild_t *b, const char *name, const char *file, int64_t line) {
+  uint32_t f;
+  cr_assert_eq(ms__snapbuild_frame(b, name, strlen(name), file, strlen(file), line, &f), MS_OK);
+  return f;
+}
+
+static void mk_block(ms__snapbuild_t *b, ms_block_state st, uint64_t size, uint64_t req,
+                     uint32_t stack) {
+  ms_snap_block_t blk = {.size = size, .requested_size = req, .state = st,
+                         .state_name = ms_block_state_name(st), .stack = stack,
+                         .present = MS_BLOCK_HAS_ADDRESS | MS_BLOCK_HAS_REQUESTED_SIZE |
+                                    MS_BLOCK_HAS_FRAMES};
+  cr_assert_eq(ms__snapbuild_add_block(b, &blk), MS_OK);
+}
+
+static void mk_segment(ms__snapbuild_t *b, uint64_t addr, uint64_t stream, uint32_t first) {
+  uint64_t total = 0, alloc = 0;
+  for (size_t i = first; i < b->blocks.len; i++) {
+    b->blocks.ptr[i].address = addr + total;
+    total += b->blocks.ptr[i].size;
+    if (b->blocks.ptr[i].state == MS_BLOCK_ACTIVE_ALLOCATED) alloc += b->blocks.ptr[i].size;
+  }
+  ms_snap_segment_t seg = {.address = addr, .total_size = total, .allocated_size = alloc,
+                           .active_size = alloc, .stream = stream, .is_large = true,
+                           .stack = MS_SNAP_NO_STACK, .first_block = first,
+                           .nblocks = (uint32_t)(b->blocks.len - first)};
+  cr_assert_eq(ms__snapbuild_add_segment(b, &seg), MS_OK);
+}
+
+static void mk_trace(ms__snapbuild_t *b, ms_trace_action a, uint64_t addr, uint64_t size,
+                     uint32_t stack, uint32_t present) {
+  ms_snap_trace_t t = {.action = a, .action_name = ms_trace_action_name(a), .addr = addr,
+                       .size = size, .stack = stack, .time_us = 1700000000000000,
+                       .compile_context = "", .user_metadata = "it's", .present = present};
+  cr_assert_eq(ms__snapbuild_add_trace(b, &t), MS_OK);
+}
+
+static void mk_stat(ms__snapbuild_t *b, const char *key, int64_t v) {
+  ms_snap_kv_t kv = {.key = key, .kind = MS_SNAP_VAL_INT, .i = v};
+  cr_assert_eq(ms__snapbuild_add_stat(b, &kv), MS_OK);
+}
+
+/* Step 1 (before=1) or step 2 of a "training run". */
+static void write_step(const char *path, int before) {
+  ms__snapbuild_t b;
+  ms__snapbuild_init(&b);
+  b.hdr.origin = MS_SNAP_ORIGIN_MEMSNAP;
+  b.hdr.present = MS_SNAP_HAS_DEVICE_TRACES;
+  uint32_t ft = mk_frame(&b, "train_step", "/src/train.c", 42);
+  uint32_t fm = mk_frame(&b, "main", "/src/main.c", 7);
+  uint32_t fg = mk_frame(&b, "grow", "/src/grow.c", 1);
+  uint32_t s1[] = {ft, fm}, s2[] = {fg, fm}, st1, st2;
+  cr_assert_eq(ms__snapbuild_stack(&b, s1, 2, &st1), MS_OK);
+  cr_assert_eq(ms__snapbuild_stack(&b, s2, 2, &st2), MS_OK);
+  mk_block(&b, MS_BLOCK_ACTIVE_ALLOCATED, 1 << 20, 1000000, st1);
+  mk_block(&b, MS_BLOCK_INACTIVE, 1 << 20, 0, MS_SNAP_NO_STACK);
+  mk_segment(&b, 268435456, 0, 0);
+  uint32_t first = (uint32_t)b.blocks.len;
+  if (before) {
+    mk_block(&b, MS_BLOCK_ACTIVE_PENDING_FREE, 2 << 20, 2 << 20, st1);
+    mk_segment(&b, 536870912, 5, first);
+  } else {
+    mk_block(&b, MS_BLOCK_ACTIVE_ALLOCATED, 4 << 20, 4 << 20, st2);
+    mk_segment(&b, 805306368, 0, first);
+  }
+  /* device 0: a trace with every action kind; device 1: one alloc in snapshot segment 0 */
+  ms_snap_device_t d0 = {.first_trace = (uint32_t)b.trace.len, .present = MS_DEV_HAS_STATS,
+                         .first_stat = (uint32_t)b.stats.len};
+  mk_trace(&b, MS_TRACE_SEGMENT_ALLOC, 268435456, 2 << 20, MS_SNAP_NO_STACK, 0);
+  mk_trace(&b, MS_TRACE_ALLOC, 268435456 + 512, 1000, st1, MS_TRACE_HAS_FRAMES);
+  mk_trace(&b, MS_TRACE_FREE_REQUESTED, 268435456 + 512, 1000, MS_SNAP_NO_STACK, 0);
+  mk_trace(&b, MS_TRACE_FREE_COMPLETED, 268435456 + 512, 1000, MS_SNAP_NO_STACK, 0);
+  mk_trace(&b, MS_TRACE_SEGMENT_MAP, 805306368, 2 << 20, MS_SNAP_NO_STACK, 0);
+  mk_trace(&b, MS_TRACE_OOM, 1610612736, 8589934592ull, MS_SNAP_NO_STACK, 0);
+  mk_trace(&b, MS_TRACE_SEGMENT_FREE, 268435456, 2 << 20, MS_SNAP_NO_STACK, 0);
+  mk_trace(&b, MS_TRACE_FREE_REQUESTED, 4096, 16, MS_SNAP_NO_STACK, 0);
+  mk_trace(&b, MS_TRACE_SNAPSHOT, 0, 0, st1,
+           MS_TRACE_HAS_TIME | MS_TRACE_HAS_USER_METADATA | MS_TRACE_HAS_FRAMES);
+  d0.ntrace = (uint32_t)b.trace.len - d0.first_trace;
+  mk_stat(&b, "allocated_bytes.all.current", 1 << 20);
+  mk_stat(&b, "allocated_bytes.all.peak", 3 << 20);
+  mk_stat(&b, "reserved_bytes.all.current", 4 << 20);
+  mk_stat(&b, "num_ooms", 1);
+  d0.nstats = (uint32_t)b.stats.len - d0.first_stat;
+  cr_assert_eq(ms__snapbuild_add_device(&b, &d0), MS_OK);
+  ms_snap_device_t d1 = {.first_trace = (uint32_t)b.trace.len};
+  mk_trace(&b, MS_TRACE_ALLOC, 268435456 + 4096, 512, MS_SNAP_NO_STACK, 0);
+  d1.ntrace = 1;
+  cr_assert_eq(ms__snapbuild_add_device(&b, &d1), MS_OK);
+  ms_snapshot_t *s = NULL;
+  ms_errbuf_t eb = {{0}};
+  cr_assert_eq(ms__snapbuild_finish(&b, &s, &eb), MS_OK, "%s", eb.msg);
+  ms__snapbuild_release(&b);
+  cr_assert_eq(ms_snapshot_write_file(s, path, NULL, &eb), MS_OK, "%s", eb.msg);
+  ms_snapshot_free(s);
+}
+
+Test(cli, memsnap_snapshot_trace_every_action) {
+  char p[300];
+  snprintf(p, sizeof p, "%s/step1.memsnap", tmpdir);
+  write_step(p, 1);
+  run_t r = RUN("trace", p);
+  cr_expect_eq(r.status, 0, "%s", r.err);
+  cr_expect_str_eq(
+      r.out,
+      "Device 0 ----------------\n"
+      "9 entries\n"
+      "a = cudaMalloc(268435456, 2.0MiB)\n"
+      "b = a[512:1000.0B]\n"
+      "del b # 1000.0B\n"
+      "# free completed for b 1000.0B\n"
+      "{'action': 'segment_map', 'addr': 805306368, 'size': 2097152, 'stream': 0}\n"
+      "raise OutOfMemoryError # 8.0GiB requested, 1.5GiB free in CUDA\n"
+      "cudaFree(a) # 2.0MiB\n"
+      "del 4096 # 16.0B\n"
+      "{'action': 'snapshot', 'addr': 0, 'size': 0, 'stream': 0, 'time_us': 1700000000000000, "
+      "'user_metadata': \"it's\", 'frames': [{'name': 'train_step', 'filename': '/src/train.c', "
+      "'line': 42}, {'name': 'main', 'filename': '/src/main.c', 'line': 7}]}\n"
+      "TOTAL MEM: 0.0BDevice 1 ----------------\n"
+      "1 entries\n"
+      "a = seg_0[4096:512.0B]\n"
+      "TOTAL MEM: 512.0B\n");
+  run_free(&r);
+}
+
+Test(cli, memsnap_snapshot_stats_and_summary) {
+  char p[300];
+  snprintf(p, sizeof p, "%s/step1.memsnap", tmpdir);
+  write_step(p, 1);
+  run_t r = RUN("stats", p);
+  cr_expect_eq(r.status, 0, "%s", r.err);
+  cr_expect(strncmp(r.out, "Summary of segments >= 20.0MiB in size\nsegments: 2\n"
+                           "total_reserved: 4.0MiB\ntotal_allocated: 976.6KiB\n"
+                           "total_free: 3.0MiB (1.5% internal)\n\nLegend:\n",
+                    107) == 0,
+            "%s", r.out);
+  run_t s = RUN("stats", p, "--summary");
+  cr_expect_eq(s.status, 0, "%s", s.err);
+  cr_expect(strncmp(s.out, r.out, r.out_len) == 0, "--summary changed the segment summary");
+  cr_expect(strstr(s.out + r.out_len, "PyTorch CUDA memory summary, device ID 0"), "%s",
+            s.out + r.out_len);
+  cr_expect(strstr(s.out + r.out_len, "Allocated memory"), "%s", s.out + r.out_len);
+  run_free(&r);
+  run_free(&s);
+  need_fixtures();
+  char *in = fixture_path("a0kuma_adamw_small", ".pickle");
+  r = RUN("stats", in, "--summary");
+  cr_expect_eq(r.status, 0, "%s", r.err);
+  cr_expect(strstr(r.out, "\nmemory_summary: this snapshot carries no allocator statistics"),
+            "%s", r.out);
+  run_free(&r);
+  free(in);
+}
+
+Test(cli, compare_two_memsnap_snapshots) {
+  char p1[300], p2[300];
+  snprintf(p1, sizeof p1, "%s/step1.memsnap", tmpdir);
+  snprintf(p2, sizeof p2, "%s/step2.memsnap", tmpdir);
+  write_step(p1, 1);
+  write_step(p2, 0);
+  run_t r = RUN("compare", p1, p2, "--folded", "-o", "cmp.folded");
+  cr_expect_eq(r.status, 0, "%s", r.err);
+  cr_expect_str_eq(r.out, "only_before = [536870912]\nonly_after = [805306368]\n");
+  run_free(&r);
+  char p[300];
+  snprintf(p, sizeof p, "%s/cmp.folded", tmpdir);
+  char *got = slurp(p, NULL);
+  cr_assert(got);
+  cr_expect_str_eq(got,
+                   "only_before;stream_5;seg_536870912;active_pending_free;main.c:7:main;"
+                   "train.c:42:train_step 2097152\n"
+                   "only_after;stream_0;seg_805306368;active_allocated;main.c:7:main;"
+                   "grow.c:1:grow 4194304\n");
+  free(got);
+
+  r = RUN("compare", p1, p2, "--stacks", "--folded", "-o", "-");
+  cr_expect_eq(r.status, 0, "%s", r.err);
+  cr_expect(strstr(r.out, "stream_5;active_pending_free;main.c:7:main;train.c:42:train_step "
+                          "2097152 0\n"),
+            "%s", r.out);
+  cr_expect(strstr(r.out, "stream_0;active_allocated;main.c:7:main;grow.c:1:grow 0 4194304\n"),
+            "%s", r.out);
+  cr_expect(strstr(r.out, "stream_0;active_allocated;main.c:7:main;train.c:42:train_step "
+                          "1000000 1000000\n"),
+            "%s", r.out);
+  run_free(&r);
+
+  /* standard input as one side */
+  r = RUN_STDIN(p2, "compare", p1, "-", "--folded", "-o", "cmp2.folded");
+  cr_expect_eq(r.status, 0, "%s", r.err);
+  cr_expect_str_eq(r.out, "only_before = [536870912]\nonly_after = [805306368]\n");
+  run_free(&r);
+
+  r = RUN("compare", p1, p2, "--stacks", "-o", "diff.svg");
+  cr_expect_eq(r.status, 0, "%s", r.err);
+  run_free(&r);
+  snprintf(p, sizeof p, "%s/diff.svg", tmpdir);
+  got = slurp(p, NULL);
+  cr_assert(got, "no diff.svg");
+  cr_expect(strstr(got, "<svg") && strstr(got, "grow.c:1:grow"), "diff.svg lacks the new frame");
+  free(got);
+}
