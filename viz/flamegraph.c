@@ -97,6 +97,12 @@ int ms_flame_create(const ms_flame_options_t *opts, ms_flame_t **out) {
     ms_flame_destroy(fl);
     return err;
   }
+  /* The tooltip's statistics are " (...)" after the name and the page strips them to find the
+   * name, so they must hold no parentheses: a count name's become brackets. */
+  for (char *c = fl->countname; *c; c++) {
+    if (*c == '(') *c = '[';
+    if (*c == ')') *c = ']';
+  }
   o.title = fl->title;
   o.subtitle = fl->subtitle;
   o.font_type = fl->font_type;

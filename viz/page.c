@@ -7,7 +7,7 @@
  * class "parent", the rest hidden with "hide"), Reset Zoom, a regex search with a case toggle
  * (Ctrl-F or F3, Ctrl-I), Escape to reset, and the view kept in the URL as ?x=&y=&s=.
  * It never contains data: names are read with textContent and settings with getAttribute, and it
- * never builds markup from them (no innerHTML), so a frame name cannot become code.
+ * never builds markup from them (textContent only), so a frame name cannot become code.
  * Zoom and search use the exact values in data-o (offset) and data-v (width) of each rect, so the
  * "Matched" line gives exact bytes. It must not contain the CDATA terminator.
  */
@@ -26,7 +26,7 @@ const char ms__page_css[] =
 const char ms__page_script[] =
     "\"use strict\";\n"
     "// memsnap flame graph page script. It reads names with textContent and configuration with\n"
-    "// getAttribute, and never builds markup from data (no innerHTML).\n"
+    "// getAttribute, and never builds markup from data.\n"
     "var svg, frames, details, searchbtn, unzoombtn, matchedtxt, icbtn;\n"
     "var W = 0, xpad = 10, fontsize = 12, fontwidth = 0.59, total = 0, inverted = false;\n"
     "var countname = \"\", nametype = \"\", searchcolor = \"rgb(230,0,230)\";\n"

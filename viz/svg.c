@@ -19,6 +19,13 @@
 
 struct ms__svg {
   xmlTextWriterPtr writer;
+  /* libxml2 reports I/O failures through its (thread-local) error handlers, which print to
+   * stderr by default; the library never prints, so they are silenced while we write and the
+   * caller's handlers are restored by ms__svg_close(). Our errors are returned instead. */
+  xmlGenericErrorFunc old_generic;
+  void *old_generic_ctx;
+  xmlStructuredErrorFunc old_structured;
+  void *old_structured_ctx;
   ms_sink_t *sink;
   int err;  /* first error seen, MS_OK while none */
   char *fmt; /* scratch for ms__svg_attrf */
@@ -37,6 +44,21 @@ static int svg_write_cb(void *ctx, const char *buf, int len) {
   return len;
 }
 
+static void svg_silent_generic(void *ctx, const char *msg, ...) {
+  (void)ctx;
+  (void)msg;
+}
+
+static void svg_silent_structured(void *ctx, xmlErrorPtr err) {
+  (void)ctx;
+  (void)err;
+}
+
+static void svg_restore_handlers(ms__svg_t *w) {
+  xmlSetGenericErrorFunc(w->old_generic_ctx, w->old_generic);
+  xmlSetStructuredErrorFunc(w->old_structured_ctx, w->old_structured);
+}
+
 static int svg_close_cb(void *ctx) {
   (void)ctx;
   return 0;
@@ -53,14 +75,22 @@ int ms__svg_open(ms_sink_t *sink, ms__svg_t **out) {
   ms__svg_t *w = calloc(1, sizeof *w);
   if (!w) return MS_ENOMEM;
   w->sink = sink;
+  w->old_generic = xmlGenericError;
+  w->old_generic_ctx = xmlGenericErrorContext;
+  w->old_structured = xmlStructuredError;
+  w->old_structured_ctx = xmlStructuredErrorContext;
+  xmlSetGenericErrorFunc(NULL, svg_silent_generic);
+  xmlSetStructuredErrorFunc(NULL, svg_silent_structured);
   xmlOutputBufferPtr ob = xmlOutputBufferCreateIO(svg_write_cb, svg_close_cb, w, NULL);
   if (!ob) {
+    svg_restore_handlers(w);
     free(w);
     return MS_ENOMEM;
   }
   w->writer = xmlNewTextWriter(ob); /* owns ob from here, also on failure paths below */
   if (!w->writer) {
     xmlOutputBufferClose(ob);
+    svg_restore_handlers(w);
     free(w);
     return MS_ENOMEM;
   }
@@ -68,6 +98,7 @@ int ms__svg_open(ms_sink_t *sink, ms__svg_t **out) {
   if (!err) err = svg_check(w, xmlTextWriterStartDocument(w->writer, "1.0", "UTF-8", "no"));
   if (err) {
     xmlFreeTextWriter(w->writer);
+    svg_restore_handlers(w);
     free(w);
     return err;
   }
@@ -80,6 +111,7 @@ int ms__svg_close(ms__svg_t *w) {
   if (!w->err) svg_check(w, xmlTextWriterEndDocument(w->writer));
   if (!w->err) svg_check(w, xmlTextWriterFlush(w->writer));
   xmlFreeTextWriter(w->writer); /* also closes the output buffer */
+  svg_restore_handlers(w);
   int err = w->err;
   free(w->fmt);
   free(w);
