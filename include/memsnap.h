@@ -8,6 +8,7 @@
 #include "memsnap/error.h"
 #include "memsnap/config.h"
 #include "memsnap/stats.h"
+#include "memsnap/options.h"
 #include "memsnap/snapshot.h"
 
 #endif /* MEMSNAP_H */

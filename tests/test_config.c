@@ -695,3 +695,107 @@ Test(config, deep_nesting_and_absurd_numbers) {
                MS_OK);
   cr_assert_eq(ms_alloc_round_size(&c, 5000000), 5000192);
 }
+
+/* ---------------------------------------------------------------------------------------- */
+/* Options (lib/options.c; suite "options"). Each test runs in its own process, so every
+ * option is still unread when a test sets the environment.                                  */
+
+#include "memsnap/options.h"
+
+static char options_log[4][256];
+static int options_nlog;
+
+static void options_capture(const char *msg, void *arg) {
+  (void)arg;
+  if (options_nlog < 4) snprintf(options_log[options_nlog], sizeof options_log[0], "%s", msg);
+  options_nlog++;
+}
+
+Test(options, defaults_and_names) {
+  unsetenv("MS_VERBOSE");
+  unsetenv("MS_TRACE_ERRORS");
+  cr_assert_eq(ms_option_get(MS_OPTION_VERBOSE), 0);
+  cr_assert(!ms_option_is_enabled(MS_OPTION_TRACE_ERRORS));
+  cr_assert_str_eq(ms_option_name(MS_OPTION_VERBOSE), "verbose");
+  cr_assert_str_eq(ms_option_name(MS_OPTION_TRACE_ERRORS), "trace_errors");
+  cr_assert_null(ms_option_name(MS_OPTION_LAST));
+  cr_assert_eq(ms_option_get(MS_OPTION_LAST), 0);
+  ms_option_set(MS_OPTION_LAST, 1); /* ignored */
+}
+
+struct bool_case {
+  char text[16];
+  int64_t value; /* -1: invalid, the default (0) is kept with a warning */
+};
+
+/* Parameterized: each case runs in a new process, where MS_VERBOSE is still unread. */
+ParameterizedTestParameters(options, booleans_from_the_environment) {
+  static struct bool_case cases[] = {
+      {"1", 1},     {"TRUE", 1}, {"yes", 1}, {"On", 1}, {" on\t", 1}, {"0", 0},
+      {"false", 0}, {"NO", 0},   {"off", 0}, {"2", -1}, {"", -1},     {"enable", -1},
+  };
+  return cr_make_param_array(struct bool_case, cases, sizeof cases / sizeof cases[0]);
+}
+
+ParameterizedTest(struct bool_case *p, options, booleans_from_the_environment) {
+  options_nlog = 0;
+  ms_set_output(options_capture, NULL);
+  setenv("MS_VERBOSE", p->text, 1);
+  int64_t v = ms_option_get(MS_OPTION_VERBOSE);
+  ms_set_output(NULL, NULL);
+  if (p->value >= 0) {
+    cr_assert_eq(v, p->value, "MS_VERBOSE='%s'", p->text);
+    cr_assert_eq(options_nlog, 0);
+  } else {
+    cr_assert_eq(v, 0, "MS_VERBOSE='%s'", p->text);
+    cr_assert_eq(options_nlog, 1);
+    char expect[256];
+    snprintf(expect, sizeof expect,
+             "memsnap: warning: environment option MS_VERBOSE has an invalid value '%s' "
+             "(expected 1/TRUE/YES/ON or 0/FALSE/NO/OFF), keeping 0",
+             p->text);
+    cr_assert_str_eq(options_log[0], expect);
+  }
+}
+
+Test(options, read_once_then_set) {
+  setenv("MS_TRACE_ERRORS", "Yes", 1);
+  cr_assert_eq(ms_option_get(MS_OPTION_TRACE_ERRORS), 1);
+  /* read once: a later change of the environment is not seen */
+  setenv("MS_TRACE_ERRORS", "0", 1);
+  cr_assert_eq(ms_option_get(MS_OPTION_TRACE_ERRORS), 1);
+  ms_option_set(MS_OPTION_TRACE_ERRORS, 0);
+  cr_assert_eq(ms_option_get(MS_OPTION_TRACE_ERRORS), 0);
+  ms_option_set_default(MS_OPTION_TRACE_ERRORS, 1); /* too late: no effect */
+  cr_assert_eq(ms_option_get(MS_OPTION_TRACE_ERRORS), 0);
+  unsetenv("MS_TRACE_ERRORS");
+}
+
+Test(options, set_default_before_first_read) {
+  unsetenv("MS_VERBOSE");
+  ms_option_set_default(MS_OPTION_VERBOSE, 1);
+  cr_assert_eq(ms_option_get(MS_OPTION_VERBOSE), 1);
+}
+
+Test(options, environment_beats_the_default) {
+  setenv("MS_VERBOSE", "off", 1);
+  ms_option_set_default(MS_OPTION_VERBOSE, 1);
+  cr_assert_eq(ms_option_get(MS_OPTION_VERBOSE), 0);
+  unsetenv("MS_VERBOSE");
+}
+
+Test(options, print_only_in_verbose_mode) {
+  unsetenv("MS_VERBOSE");
+  unsetenv("MS_TRACE_ERRORS");
+  options_nlog = 0;
+  ms_set_output(options_capture, NULL);
+  ms_options_init();
+  ms_options_print();
+  cr_assert_eq(options_nlog, 0);
+  ms_option_set(MS_OPTION_VERBOSE, 1);
+  ms_options_print();
+  ms_set_output(NULL, NULL);
+  cr_assert_eq(options_nlog, 2);
+  cr_assert_str_eq(options_log[0], "memsnap: option 'verbose': 1 (MS_VERBOSE)");
+  cr_assert_str_eq(options_log[1], "memsnap: option 'trace_errors': 0 (MS_TRACE_ERRORS)");
+}
