@@ -50,6 +50,12 @@ static int compare_stacks_view(void *arg, ms_view_emit_fn *emit, void *ctx, int 
   return ms_view_emit(a->after, MS_VIEW_MEMORY, emit, ctx);
 }
 
+/* The file name without its directories, for the graph's subtitle. */
+static const char *compare_base(const char *path) {
+  const char *slash = strrchr(path, '/');
+  return slash && slash[1] ? slash + 1 : path;
+}
+
 static void compare_print_list(FILE *out, const char *name, const uint64_t *v, size_t n) {
   fprintf(out, "%s = [", name);
   for (size_t i = 0; i < n; i++) fprintf(out, i ? ", %" PRIu64 : "%" PRIu64, v[i]);
@@ -86,8 +92,8 @@ int cmd_compare(int argc, char **argv) {
   fo.memory = 1;
   char subtitle[1024];
   if (stacks) {
-    snprintf(subtitle, sizeof subtitle, "%s -> %s", cli_display_name(pos[0]),
-             cli_display_name(pos[1]));
+    snprintf(subtitle, sizeof subtitle, "%s -> %s", compare_base(cli_display_name(pos[0])),
+             compare_base(cli_display_name(pos[1])));
     fo.subtitle = subtitle;
     rc = cli_render(output, folded ? CLI_RENDER_MERGED : CLI_RENDER_SVG, &fo, compare_stacks_view,
                     &a);
@@ -103,7 +109,7 @@ int cmd_compare(int argc, char **argv) {
       compare_print_list(lists, "only_after", d.only_after, d.n_after);
       ms_view_segdiff_release(&d);
       snprintf(subtitle, sizeof subtitle, "segments only in %s or only in %s",
-               cli_display_name(pos[0]), cli_display_name(pos[1]));
+               compare_base(cli_display_name(pos[0])), compare_base(cli_display_name(pos[1])));
       fo.subtitle = subtitle;
       rc = cli_render(output, folded ? CLI_RENDER_FOLDED : CLI_RENDER_SVG, &fo,
                       compare_segments_view, &a);
