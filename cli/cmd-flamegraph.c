@@ -53,7 +53,7 @@ static int fg_parse_num(const char *name, const char *s, double lo, double hi, d
   errno = 0;
   double v = strtod(s, &end);
   if (errno || end == s || *end || !(v >= lo && v <= hi)) {
-    cli_usage_error("flamegraph", "option '--%s' needs a number from %g to %g, not '%s'", name,
+    cli_usage_error("flamegraph", "option '--%s' needs a number from %.10g to %.10g, not '%s'", name,
                     lo, hi, s);
     return 0;
   }
@@ -97,7 +97,7 @@ static int fg_read(ms_flame_t *fl, const char *path) {
     }
   }
   cli_progress_stop();
-  if (rc != CLI_OK && eb.msg[0]) cli_error("'%s': %s", shown, eb.msg);
+  if (rc != CLI_OK && eb.msg[0]) cli_error("cannot parse '%s': %s", shown, eb.msg);
   free(buf);
   if (fp != stdin) fclose(fp);
   return rc;

@@ -18,6 +18,7 @@ const struct cli_cmd cli_commands[] = {
     {"memory", cmd_memory, "flame graph by stream, block state and stack"},
     {"segments", cmd_segments, "flame graph by stream, segment, block state and stack"},
     {"compare", cmd_compare, "segments or stacks that differ between two snapshots"},
+    {"flamegraph", cmd_flamegraph, "any folded-stack file to an interactive flame graph"},
     {NULL, NULL, NULL},
 };
 
