@@ -27,25 +27,50 @@
 /* ---- backtrace(3) ------------------------------------------------------------------------------ */
 
 static pthread_once_t bt_once = PTHREAD_ONCE_INIT;
+static int bt_extra = 0; /* frames an interposed backtrace adds before its caller's (set once) */
 
-static void bt_warm(void) {
-  void *buf[4];
-  (void)backtrace(buf, 4);
+/* Finds how many frames backtrace(3) reports before its caller's: 0 with glibc's, 1 when
+ * AddressSanitizer interposes it. */
+__attribute__((noinline)) static int bt_calibrate(void) {
+  void *buf[16];
+  uintptr_t ret0 = (uintptr_t)__builtin_return_address(0);
+  int n = backtrace(buf, 16);
+  int extra = 0;
+  for (int j = 1; j < n; j++)
+    if ((uintptr_t)buf[j] == ret0) {
+      extra = j - 1;
+      break;
+    }
+  __asm__ volatile("" ::: "memory");
+  return extra;
 }
+
+static void bt_warm(void) { bt_extra = bt_calibrate(); }
 
 void ms__backtrace_init(void) { pthread_once(&bt_once, bt_warm); }
 
-/* The frames that belong to the capture functions themselves: backtrace(3)'s buf[0] is the return
- * address inside ms__capture_backtrace (or bt_capture_into). Both are noinline and neither ends in
- * a tail call, so the count is exact. */
+/* backtrace(3) reports the frames of whatever implements it first (AddressSanitizer intercepts
+ * it, adding its own frame), then the caller's. The first entry that equals our own return
+ * address is our caller's frame: counting from there makes `skip` exact whatever sits in
+ * between. @return the index in buf of the caller's frame, skip applied. */
+static int bt_start(void *const *buf, int n, uintptr_t ret0, size_t skip) {
+  int j = 0;
+  while (j < n && (uintptr_t)buf[j] != ret0) j++;
+  if (j == n) j = 1; /* not found (cannot happen with a sound unwinder): glibc's layout */
+  return j + (int)skip;
+}
+
+#define BT_SLACK 8 /* the most frames an interposed backtrace may add */
+
 __attribute__((noinline)) size_t ms__capture_backtrace(uintptr_t *pcs, size_t max, size_t skip) {
-  void *buf[MS__MAX_FRAMES + 32];
+  void *buf[MS__MAX_FRAMES + 16 + BT_SLACK + 1];
   if (max > MS__MAX_FRAMES) max = MS__MAX_FRAMES;
   if (skip > 16) skip = 16;
-  int want = (int)(max + skip + 1);
-  int n = backtrace(buf, want);
+  uintptr_t ret0 = (uintptr_t)__builtin_return_address(0);
+  ms__backtrace_init();
+  int n = backtrace(buf, (int)(max + skip + 1 + (bt_extra < BT_SLACK ? bt_extra : BT_SLACK)));
   size_t got = 0;
-  for (int i = (int)skip + 1; i < n; i++) pcs[got++] = (uintptr_t)buf[i];
+  for (int i = bt_start(buf, n, ret0, skip); i < n && got < max; i++) pcs[got++] = (uintptr_t)buf[i];
   __asm__ volatile("" ::: "memory"); /* keeps this frame (no tail call) */
   return got;
 }
@@ -150,13 +175,17 @@ __attribute__((noinline)) size_t ms__capture_fp(uintptr_t *pcs, size_t max, size
   /* Broken (or not yet known) end: take backtrace(3), and learn the last frame on which the walk
    * agreed with it. backtrace's buf[0] lies in this function, the walk's first pc in our caller. */
   atomic_fetch_add_explicit(&fp_fallbacks, 1, memory_order_relaxed);
-  void *buf[MS__MAX_FRAMES + 32];
-  int n = backtrace(buf, (int)(max + skip + 1));
-  size_t bt = n > (int)(skip + 1) ? (size_t)n - skip - 1 : 0;
+  void *buf[MS__MAX_FRAMES + 16 + BT_SLACK + 1];
+  uintptr_t ret0 = (uintptr_t)__builtin_return_address(0);
+  ms__backtrace_init();
+  int n = backtrace(buf, (int)(max + skip + 1 + (bt_extra < BT_SLACK ? bt_extra : BT_SLACK)));
+  int start = bt_start(buf, n, ret0, skip);
+  size_t bt = 0;
+  if (start < n) bt = (size_t)(n - start) < max ? (size_t)(n - start) : max;
   size_t agree = 0;
-  while (agree < got && agree < bt && pcs[agree] == (uintptr_t)buf[agree + skip + 1]) agree++;
+  while (agree < got && agree < bt && pcs[agree] == (uintptr_t)buf[start + (int)agree]) agree++;
   if (agree > 0) fp_add_end(frames[agree - 1], pcs[agree - 1]);
-  for (size_t i = 0; i < bt; i++) pcs[i] = (uintptr_t)buf[i + skip + 1];
+  for (size_t i = 0; i < bt; i++) pcs[i] = (uintptr_t)buf[start + (int)i];
   __asm__ volatile("" ::: "memory");
   return bt;
 }
