@@ -1227,8 +1227,8 @@ static int rd_run(rd_t *r) {
       const rd_val_t *t = &r->st.ptr[r->st.len - 1];
       if (t->t != V_OBJ || t->v.obj != r->root)
         return rd_err(r, MS_EFORMAT,
-                      "not a PyTorch memory snapshot: the pickle holds a %s, not a dict or list "
-                      "of segments",
+                      "not a PyTorch memory snapshot: the top-level object is a %s, not a dict "
+                      "or a list of segments",
                       rd_type_name(r, t));
       return MS_OK;
     }
@@ -1501,7 +1501,6 @@ static int rd_finish(rd_t *r, ms_snapshot_t **out) {
   ms__snapbuild_t *b = &r->b;
   const rd_obj_t *root = &r->objs.ptr[r->root];
   const rd_obj_t *segs;
-  r->op_off = r->base + r->pos;
   if (root->role == R_ROOT) {
     if (r->root_segments == RD_NO_OBJ)
       return rd_err(r, MS_EFORMAT,
