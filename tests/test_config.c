@@ -165,36 +165,31 @@ Test(config, divisions_for_clamps_the_interval) {
 /* ---------------------------------------------------------------------------------------- */
 /* Parsing valid strings                                                                     */
 
-/* Strings are stored in the parameter structs: Criterion runs each case in a new process, where
- * pointers of the parent's address space would not be valid. */
 struct div_case {
   char str[96];
   size_t expect[MS_ROUNDUP_POWER2_INTERVALS];
 };
 
-ParameterizedTestParameters(config, divisions_forms) {
-  static struct div_case cases[] = {
-      {"roundup_power2_divisions:[256:1,512:2,1024:4,>:8]",
-       {1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 4, 8, 8, 8, 8, 8}},
-      {"roundup_power2_divisions:[1:1,4:2,16:4]", {1, 0, 2, 0, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}},
-      {"roundup_power2_divisions:4", {4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4}},
-      {"roundup_power2_divisions:1", {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}},
-      {"roundup_power2_divisions:[]", {0}},
-      /* '>' with no explicit key yet fills from index 1 ([2025+] last_index + 1 rule). */
-      {"roundup_power2_divisions:[>:8]", {0, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8}},
-      /* '>' after the last interval fills nothing. */
-      {"roundup_power2_divisions:[32768:2,>:8]", {2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2}},
-      /* keys above 32768 MiB clamp to the last interval */
-      {"roundup_power2_divisions:[1048576:4]", {4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4}},
-      /* 0 disables rounding for an interval; later keys overwrite */
-      {"roundup_power2_divisions:[2:4,2:0,>:2]", {4, 0, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2}},
-      {" roundup_power2_divisions : [ 256 : 1 , > : 8 ] ",
-       {1, 1, 1, 1, 1, 1, 1, 1, 1, 8, 8, 8, 8, 8, 8, 8}},
-  };
-  return cr_make_param_array(struct div_case, cases, sizeof cases / sizeof cases[0]);
-}
+static const struct div_case divisions_forms_cases[] = {
+  {"roundup_power2_divisions:[256:1,512:2,1024:4,>:8]",
+   {1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 4, 8, 8, 8, 8, 8}},
+  {"roundup_power2_divisions:[1:1,4:2,16:4]", {1, 0, 2, 0, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}},
+  {"roundup_power2_divisions:4", {4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4}},
+  {"roundup_power2_divisions:1", {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}},
+  {"roundup_power2_divisions:[]", {0}},
+  /* '>' with no explicit key yet fills from index 1 ([2025+] last_index + 1 rule). */
+  {"roundup_power2_divisions:[>:8]", {0, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8}},
+  /* '>' after the last interval fills nothing. */
+  {"roundup_power2_divisions:[32768:2,>:8]", {2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2}},
+  /* keys above 32768 MiB clamp to the last interval */
+  {"roundup_power2_divisions:[1048576:4]", {4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4}},
+  /* 0 disables rounding for an interval; later keys overwrite */
+  {"roundup_power2_divisions:[2:4,2:0,>:2]", {4, 0, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2}},
+  {" roundup_power2_divisions : [ 256 : 1 , > : 8 ] ",
+   {1, 1, 1, 1, 1, 1, 1, 1, 1, 8, 8, 8, 8, 8, 8, 8}},
+};
 
-ParameterizedTest(struct div_case *p, config, divisions_forms) {
+static void check_divisions_forms(const struct div_case *p) {
   ms_alloc_config_t c;
   ms_alloc_config_init(&c);
   ms_errbuf_t eb = {{0}};
@@ -202,6 +197,11 @@ ParameterizedTest(struct div_case *p, config, divisions_forms) {
   for (int i = 0; i < MS_ROUNDUP_POWER2_INTERVALS; i++)
     cr_assert_eq(c.roundup_power2_divisions[i], p->expect[i], "%s: [%d] = %zu, expected %zu",
                  p->str, i, c.roundup_power2_divisions[i], p->expect[i]);
+}
+
+Test(config, divisions_forms) {
+  for (size_t i = 0; i < sizeof divisions_forms_cases / sizeof divisions_forms_cases[0]; i++)
+    check_divisions_forms(&divisions_forms_cases[i]);
 }
 
 Test(config, every_key_is_parsed) {
@@ -536,33 +536,30 @@ struct fmt_case {
   char canonical[320];
 };
 
-ParameterizedTestParameters(config, format_canonical) {
-  static struct fmt_case cases[] = {
-      {"", ""},
-      {"backend:native", ""},
-      {"expandable_segments:False", ""},
-      {"expandable_segments:True , max_split_size_mb:128",
-       "max_split_size_mb:128,expandable_segments:True"},
-      {"roundup_power2_divisions:[256:1,512:2,1024:4,>:8]",
-       "roundup_power2_divisions:[1:1,2:1,4:1,8:1,16:1,32:1,64:1,128:1,256:1,512:2,1024:4,"
-       "2048:8,4096:8,8192:8,16384:8,32768:8]"},
-      {"roundup_power2_divisions:[1:4,>:4]", "roundup_power2_divisions:4"},
-      {"garbage_collection_threshold:0.6,per_process_memory_fraction:0.1",
-       "garbage_collection_threshold:0.6,per_process_memory_fraction:0.1"},
-      {"large_segment_size_mb:32,max_non_split_rounding_mb:32", "large_segment_size_mb:32"},
-      {"large_segment_size_mb:32,max_non_split_rounding_mb:64",
-       "max_non_split_rounding_mb:64,large_segment_size_mb:32"},
-      {"pinned_use_background_threads:True,pinned_num_register_threads:4,"
-       "pinned_reserve_segment_size_mb:8,pinned_use_hip_host_register:True,"
-       "release_lock_on_hipmalloc:True,graph_capture_record_stream_reuse:True",
-       "release_lock_on_cudamalloc:True,graph_capture_record_stream_reuse:True,"
-       "pinned_use_cuda_host_register:True,pinned_num_register_threads:4,"
-       "pinned_use_background_threads:True,pinned_reserve_segment_size_mb:8"},
-  };
-  return cr_make_param_array(struct fmt_case, cases, sizeof cases / sizeof cases[0]);
-}
+static const struct fmt_case format_canonical_cases[] = {
+  {"", ""},
+  {"backend:native", ""},
+  {"expandable_segments:False", ""},
+  {"expandable_segments:True , max_split_size_mb:128",
+   "max_split_size_mb:128,expandable_segments:True"},
+  {"roundup_power2_divisions:[256:1,512:2,1024:4,>:8]",
+   "roundup_power2_divisions:[1:1,2:1,4:1,8:1,16:1,32:1,64:1,128:1,256:1,512:2,1024:4,"
+   "2048:8,4096:8,8192:8,16384:8,32768:8]"},
+  {"roundup_power2_divisions:[1:4,>:4]", "roundup_power2_divisions:4"},
+  {"garbage_collection_threshold:0.6,per_process_memory_fraction:0.1",
+   "garbage_collection_threshold:0.6,per_process_memory_fraction:0.1"},
+  {"large_segment_size_mb:32,max_non_split_rounding_mb:32", "large_segment_size_mb:32"},
+  {"large_segment_size_mb:32,max_non_split_rounding_mb:64",
+   "max_non_split_rounding_mb:64,large_segment_size_mb:32"},
+  {"pinned_use_background_threads:True,pinned_num_register_threads:4,"
+   "pinned_reserve_segment_size_mb:8,pinned_use_hip_host_register:True,"
+   "release_lock_on_hipmalloc:True,graph_capture_record_stream_reuse:True",
+   "release_lock_on_cudamalloc:True,graph_capture_record_stream_reuse:True,"
+   "pinned_use_cuda_host_register:True,pinned_num_register_threads:4,"
+   "pinned_use_background_threads:True,pinned_reserve_segment_size_mb:8"},
+};
 
-ParameterizedTest(struct fmt_case *p, config, format_canonical) {
+static void check_format_canonical(const struct fmt_case *p) {
   ms_alloc_config_t c, back;
   ms_alloc_config_init(&c);
   cr_assert_eq(ms_alloc_config_parse(&c, p->in, NULL), MS_OK, "%s", p->in);
@@ -577,6 +574,11 @@ ParameterizedTest(struct fmt_case *p, config, format_canonical) {
   memcpy(back.last_allocator_settings, c.last_allocator_settings,
          sizeof c.last_allocator_settings);
   cr_assert_eq(memcmp(&back, &c, sizeof c), 0, "'%s' did not round-trip", buf);
+}
+
+Test(config, format_canonical) {
+  for (size_t i = 0; i < sizeof format_canonical_cases / sizeof format_canonical_cases[0]; i++)
+    check_format_canonical(&format_canonical_cases[i]);
 }
 
 Test(config, format_limits) {

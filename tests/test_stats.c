@@ -527,33 +527,34 @@ Test(stats, merge_sums_and_keeps_the_setting) {
 /* ---------------------------------------------------------------------------------------- */
 /* Formatters                                                                                */
 
-/* Strings are stored in the parameter structs: Criterion runs each case in a new process. */
 struct size_case {
   uint64_t bytes;
   char text[24];
 };
 
-ParameterizedTestParameters(stats, format_size) {
-  static struct size_case cases[] = {
-      {0, "0.0B"},
-      {4, "4.0B"},
-      {1023, "1023.0B"},
-      {1024, "1.0KiB"},
-      {605 * 1024, "605.0KiB"},
-      {1048575, "1024.0KiB"},
-      {20 * 1048576, "20.0MiB"},
-      {5261334938ull, "4.9GiB"},
-      {(uint64_t)3 << 50, "3.0PiB"},
-      {UINT64_MAX, "16.0EiB"},
-  };
-  return cr_make_param_array(struct size_case, cases, sizeof cases / sizeof cases[0]);
-}
+static const struct size_case format_size_cases[] = {
+  {0, "0.0B"},
+  {4, "4.0B"},
+  {1023, "1023.0B"},
+  {1024, "1.0KiB"},
+  {605 * 1024, "605.0KiB"},
+  {1048575, "1024.0KiB"},
+  {20 * 1048576, "20.0MiB"},
+  {5261334938ull, "4.9GiB"},
+  {(uint64_t)3 << 50, "3.0PiB"},
+  {UINT64_MAX, "16.0EiB"},
+};
 
-ParameterizedTest(struct size_case *p, stats, format_size) {
+static void check_format_size(const struct size_case *p) {
   char buf[32];
   int n = ms_format_size(p->bytes, buf, sizeof buf);
   cr_assert_str_eq(buf, p->text);
   cr_assert_eq(n, (int)strlen(p->text));
+}
+
+Test(stats, format_size) {
+  for (size_t i = 0; i < sizeof format_size_cases / sizeof format_size_cases[0]; i++)
+    check_format_size(&format_size_cases[i]);
 }
 
 Test(stats, format_size_limits_and_sign) {
@@ -573,32 +574,34 @@ struct cell_case {
   char text[24];
 };
 
-ParameterizedTestParameters(stats, format_cells) {
-  static struct cell_case cases[] = {
-      {false, 0, 0, "     0 B  "},
-      {false, 786431, 786431, "786431 B  "},
-      {false, 786432, 786432, "   768 KiB"},
-      {false, 524288 * 1024, 524288 * 1024, "524288 KiB"},
-      {false, (int64_t)1 << 30, (int64_t)1 << 30, "  1024 MiB"},
-      {false, 1023, (int64_t)1 << 30, "     0 MiB"},      /* the unit follows the "all" value */
-      {false, -1, 1 << 20, "    -1 KiB"},                 /* Python's floor division */
-      {false, (int64_t)1 << 62, (int64_t)1 << 62, "  4096 PiB"}, /* PiB is the last unit */
-      {false, 12345678, 0, "12345678 B  "},                /* wider than 6: not truncated */
-      {true, 0, 0, "      0   "},
-      {true, 749999, 749999, " 749999   "},
-      {true, 750000, 750000, "    750 K "},
-      {true, 1500, 750000, "      1 K "},
-      {true, 750000000, 750000000, "    750 M "},
-      {true, INT64_MAX, INT64_MAX, "9223372036854 M "},
-      {true, -5, 1000000, "     -1 K "},
-  };
-  return cr_make_param_array(struct cell_case, cases, sizeof cases / sizeof cases[0]);
-}
+static const struct cell_case format_cells_cases[] = {
+  {false, 0, 0, "     0 B  "},
+  {false, 786431, 786431, "786431 B  "},
+  {false, 786432, 786432, "   768 KiB"},
+  {false, 524288 * 1024, 524288 * 1024, "524288 KiB"},
+  {false, (int64_t)1 << 30, (int64_t)1 << 30, "  1024 MiB"},
+  {false, 1023, (int64_t)1 << 30, "     0 MiB"},      /* the unit follows the "all" value */
+  {false, -1, 1 << 20, "    -1 KiB"},                 /* Python's floor division */
+  {false, (int64_t)1 << 62, (int64_t)1 << 62, "  4096 PiB"}, /* PiB is the last unit */
+  {false, 12345678, 0, "12345678 B  "},                /* wider than 6: not truncated */
+  {true, 0, 0, "      0   "},
+  {true, 749999, 749999, " 749999   "},
+  {true, 750000, 750000, "    750 K "},
+  {true, 1500, 750000, "      1 K "},
+  {true, 750000000, 750000000, "    750 M "},
+  {true, INT64_MAX, INT64_MAX, "9223372036854 M "},
+  {true, -5, 1000000, "     -1 K "},
+};
 
-ParameterizedTest(struct cell_case *p, stats, format_cells) {
+static void check_format_cells(const struct cell_case *p) {
   char buf[48];
   int n = p->count ? ms_format_count_cell(p->value, p->pref, buf, sizeof buf)
                    : ms_format_size_cell(p->value, p->pref, buf, sizeof buf);
   cr_assert_str_eq(buf, p->text, "%lld/%lld", (long long)p->value, (long long)p->pref);
   cr_assert_eq(n, (int)strlen(p->text));
+}
+
+Test(stats, format_cells) {
+  for (size_t i = 0; i < sizeof format_cells_cases / sizeof format_cells_cases[0]; i++)
+    check_format_cells(&format_cells_cases[i]);
 }
