@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "memsnap/options.h"
 
 #define MS_MAX_WARNINGS 100
 
@@ -68,7 +69,7 @@ void ms__assert_fail(const char *expr, const char *file, int line, const char *f
 }
 
 void ms__debug_trace_error(int err, const char *file, int line) {
-  if (getenv("MS_TRACE_ERRORS"))
+  if (ms_option_is_enabled(MS_OPTION_TRACE_ERRORS))
     ms__message("memsnap: debug: ", "%s returned at %s:%d", ms_err_name(err), file, line);
 }
 
