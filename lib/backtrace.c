@@ -224,8 +224,19 @@ typedef struct st_stripe_s {
 } st_stripe_t;
 
 struct ms__stacktab_s {
+  uint64_t serial; /* unique in the process: keys the per-thread cache */
   st_stripe_t stripes[ST_STRIPES];
 };
+
+/* Each thread remembers the last stack it interned: an allocation loop captures the same stack
+ * again and again, and a plain comparison then replaces the hash, the lock and the probe. */
+static atomic_ulong st_serials;
+static __thread struct {
+  uint64_t serial; /* table of the cached stack; 0 = none */
+  uint32_t id;
+  uint32_t n;
+  uintptr_t pcs[MS__MAX_FRAMES];
+} st_last;
 
 static uint64_t st_hash(const uintptr_t *pcs, size_t n) {
   return ms_hash_bytes(pcs, n * sizeof *pcs, 0x5ac4ab1eULL);
@@ -235,6 +246,7 @@ int ms__stacktab_create(ms__stacktab_t **out) {
   ms__stacktab_t *t = calloc(1, sizeof *t);
   if (!t) return MS_ENOMEM;
   for (int i = 0; i < ST_STRIPES; i++) pthread_mutex_init(&t->stripes[i].lock, NULL);
+  t->serial = atomic_fetch_add(&st_serials, 1) + 1;
   *out = t;
   return MS_OK;
 }
@@ -291,6 +303,9 @@ static int st_grow(st_stripe_t *s) {
 }
 
 uint32_t ms__stacktab_intern(ms__stacktab_t *t, const uintptr_t *pcs, size_t n) {
+  if (st_last.serial == t->serial && st_last.n == n &&
+      memcmp(st_last.pcs, pcs, n * sizeof *pcs) == 0)
+    return st_last.id;
   uint64_t h = st_hash(pcs, n);
   unsigned si = (unsigned)(h >> 60) & (ST_STRIPES - 1);
   uint32_t tag = (uint32_t)(h >> 32);
@@ -324,6 +339,12 @@ uint32_t ms__stacktab_intern(ms__stacktab_t *t, const uintptr_t *pcs, size_t n) 
   id = ((uint32_t)(s->recs.len - 1) << ST_STRIPE_BITS | si) + 1;
 out:
   pthread_mutex_unlock(&s->lock);
+  if (id && n <= MS__MAX_FRAMES) {
+    st_last.serial = t->serial;
+    st_last.id = id;
+    st_last.n = (uint32_t)n;
+    memcpy(st_last.pcs, pcs, n * sizeof *pcs);
+  }
   return id;
 }
 

@@ -42,6 +42,7 @@ struct ms__recorder_s {
   size_t ring_head;        /* next slot to write, once the ring is full */
   size_t ring_len;
   uint64_t dropped;
+  int64_t last_time;       /* ticks of the newest entry */
   char *oom_pattern;       /* NULL until ms_oom_snapshot_install */
 
   struct ms__recorder_s *next; /* process-wide list */
@@ -54,6 +55,55 @@ int64_t ms__now_us(void) {
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
   return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+/* ---- time of trace entries --------------------------------------------------------------------
+ * Like PyTorch (approximate TSC converted to unix time at snapshot time), an entry stores clock
+ * ticks, cheaper to read than the wall clock (rdtsc on x86-64; the monotonic clock elsewhere),
+ * and copies convert them with the rate measured between the first recorder's creation and the
+ * copy: the error of a converted time is about that of reading the two clocks together. */
+#if defined(__x86_64__) || defined(__i386__)
+static inline uint64_t hist_ticks(void) { return __builtin_ia32_rdtsc(); }
+#else
+static inline uint64_t hist_ticks(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+#endif
+
+typedef struct clock_pair_s {
+  uint64_t ticks;
+  int64_t us;
+} clock_pair_t;
+
+/* Reads ticks and the wall clock together (the tightest of three tries). */
+static clock_pair_t clock_pair(void) {
+  clock_pair_t best = {0, 0};
+  uint64_t gap = UINT64_MAX;
+  for (int i = 0; i < 3; i++) {
+    uint64_t t0 = hist_ticks();
+    int64_t us = ms__now_us();
+    uint64_t t1 = hist_ticks();
+    if (t1 - t0 < gap) {
+      gap = t1 - t0;
+      best.ticks = t0 + (t1 - t0) / 2;
+      best.us = us;
+    }
+  }
+  return best;
+}
+
+static pthread_once_t clock_once = PTHREAD_ONCE_INIT;
+static clock_pair_t clock_base;
+static void clock_init(void) { clock_base = clock_pair(); }
+
+/* Converts ticks read at or before `now` into unix microseconds. */
+static int64_t ticks_to_us(uint64_t ticks, clock_pair_t now) {
+  if (now.us <= clock_base.us || now.ticks <= clock_base.ticks) return now.us;
+  double per_us = (double)(now.ticks - clock_base.ticks) / (double)(now.us - clock_base.us);
+  double back = (double)(int64_t)(now.ticks - ticks) / per_us;
+  return now.us - (int64_t)(back + 0.5);
 }
 
 void ms_history_config_init(ms_history_config_t *cfg) {
@@ -118,12 +168,14 @@ void ms__recorder_trace(ms__recorder_t *r, const ms__trace_rec_t *rec) {
   e.addr = rec->addr;
   e.size = rec->size;
   e.stream = rec->stream;
-  e.time_us = ms__now_us();
+  e.time = (int64_t)hist_ticks();
   e.pool_id[0] = rec->pool_id[0];
   e.pool_id[1] = rec->pool_id[1];
   e.ctx = rec->ctx;
   e.action = (uint8_t)rec->action;
   pthread_mutex_lock(&r->lock);
+  if (e.time < r->last_time) e.time = r->last_time; /* entries stay in time order */
+  r->last_time = e.time;
   ring_push(r, &e);
   pthread_mutex_unlock(&r->lock);
 }
@@ -169,6 +221,8 @@ int ms__recorder_copy_trace(ms__recorder_t *r, ms__trace_ent_t **out, size_t *n,
     size_t first = len - start;
     memcpy(copy, r->ring + start, first * sizeof *copy);
     memcpy(copy + first, r->ring, start * sizeof *copy);
+    clock_pair_t now = clock_pair();
+    for (size_t i = 0; i < len; i++) copy[i].time = ticks_to_us((uint64_t)copy[i].time, now);
   }
   *dropped = r->dropped;
   pthread_mutex_unlock(&r->lock);
@@ -213,6 +267,7 @@ static int recorder_get(ms_allocator_t *a, ms__recorder_t **out) {
     *out = r;
     return MS_OK;
   }
+  pthread_once(&clock_once, clock_init);
   r = calloc(1, sizeof *r);
   if (!r) return MS_ENOMEM;
   if (ms__stacktab_create(&r->stacks) != MS_OK) {

@@ -97,7 +97,7 @@ typedef struct ms__trace_ent_s {
   uint64_t addr;
   uint64_t size;
   uint64_t stream;
-  int64_t time_us;    /* unix microseconds */
+  int64_t time;       /* in the ring: clock ticks (history.c); in copies: unix microseconds */
   int64_t pool_id[2];
   uint32_t ctx;       /* stack id, 0 = none */
   uint8_t action;     /* ms_trace_action */

@@ -251,7 +251,7 @@ static int add_trace(take_t *t, uint32_t rec, ms_snap_device_t *dev, ms_errbuf_t
     tr.addr = e->addr;
     tr.size = e->size;
     tr.stream = e->stream;
-    tr.time_us = e->time_us;
+    tr.time_us = e->time;
     tr.pool_id[0] = e->pool_id[0];
     tr.pool_id[1] = e->pool_id[1];
     tr.compile_context = "";
