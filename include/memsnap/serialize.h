@@ -58,7 +58,9 @@ typedef enum ms_format {
   MS_FORMAT_PICKLE,    /* PyTorch pickle */
 } ms_format;
 
-/* Recognises a format from the first bytes of a file (16 are enough). */
+/* Recognises a format from the first bytes of a file: 16 are enough for plain memsnap files and
+ * pickles; a compressed snapshot is recognised by inflating the head, which needs the first few
+ * hundred bytes (ms_snapshot_load() passes 4096). */
 MS_API ms_format ms_format_detect(const void *head, size_t len);
 /* @return "memsnap", "memsnap-z", "pickle" or "unknown". */
 MS_API const char *ms_format_name(ms_format f);

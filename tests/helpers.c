@@ -1,0 +1,510 @@
+/* SPDX-License-Identifier: MIT
+ * memsnap tests: shared helpers (see helpers.h). Plain C, no Criterion: the synthetic snapshot
+ * builder, deep model equality, a memory sink and temporary-file utilities.
+ */
+#include "helpers.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "internal.h"
+#include "snapbuild.h"
+
+/* ---- synthetic snapshot --------------------------------------------------------------------- */
+
+static uint64_t rng_next(uint64_t *s) {
+  /* splitmix64: deterministic, good enough spread for test data. */
+  uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+#define TRY(expr)                 \
+  do {                            \
+    if ((expr) != MS_OK) goto fail; \
+  } while (0)
+
+static int synth_settings(ms__snapbuild_t *b) {
+  const char *s;
+  ms_snap_kv_t kv;
+  /* top level: int, str, bool, float, none, and a map with a nested map */
+  memset(&kv, 0, sizeof kv);
+  MS_FORWARD_IF_ERROR(ms__snapbuild_str(b, "max_split_size", 14, &kv.key));
+  kv.kind = MS_SNAP_VAL_INT, kv.i = -1, kv.s = "";
+  MS_FORWARD_IF_ERROR(ms__snapbuild_add_setting(b, &kv));
+  memset(&kv, 0, sizeof kv);
+  MS_FORWARD_IF_ERROR(ms__snapbuild_str(b, "backend", 7, &kv.key));
+  MS_FORWARD_IF_ERROR(ms__snapbuild_str(b, "native", 6, &s));
+  kv.kind = MS_SNAP_VAL_STR, kv.s = s;
+  MS_FORWARD_IF_ERROR(ms__snapbuild_add_setting(b, &kv));
+  memset(&kv, 0, sizeof kv);
+  MS_FORWARD_IF_ERROR(ms__snapbuild_str(b, "expandable_segments", 19, &kv.key));
+  kv.kind = MS_SNAP_VAL_BOOL, kv.b = true, kv.s = "";
+  MS_FORWARD_IF_ERROR(ms__snapbuild_add_setting(b, &kv));
+  memset(&kv, 0, sizeof kv);
+  MS_FORWARD_IF_ERROR(ms__snapbuild_str(b, "garbage_collection_threshold", 28, &kv.key));
+  kv.kind = MS_SNAP_VAL_FLOAT, kv.f = 0.75, kv.s = "";
+  MS_FORWARD_IF_ERROR(ms__snapbuild_add_setting(b, &kv));
+  memset(&kv, 0, sizeof kv);
+  MS_FORWARD_IF_ERROR(ms__snapbuild_str(b, "pinned_use_host_register", 24, &kv.key));
+  kv.kind = MS_SNAP_VAL_NONE, kv.s = "";
+  MS_FORWARD_IF_ERROR(ms__snapbuild_add_setting(b, &kv));
+  /* roundup_power2_divisions: {"1": 4, "nested": {"x": "y"}, "z": 2} */
+  ms_snap_kv_t c[3];
+  memset(c, 0, sizeof c);
+  MS_FORWARD_IF_ERROR(ms__snapbuild_str(b, "1", 1, &c[0].key));
+  c[0].kind = MS_SNAP_VAL_INT, c[0].i = 4, c[0].s = "";
+  MS_FORWARD_IF_ERROR(ms__snapbuild_str(b, "nested", 6, &c[1].key));
+  c[1].kind = MS_SNAP_VAL_MAP, c[1].s = "";
+  MS_FORWARD_IF_ERROR(ms__snapbuild_str(b, "z", 1, &c[2].key));
+  c[2].kind = MS_SNAP_VAL_INT, c[2].i = 2, c[2].s = "";
+  uint32_t first = 0, idx;
+  for (int i = 0; i < 3; i++) {
+    MS_FORWARD_IF_ERROR(ms__snapbuild_add_setting_child(b, &c[i], &idx));
+    if (i == 0) first = idx;
+  }
+  ms_snap_kv_t g;
+  memset(&g, 0, sizeof g);
+  MS_FORWARD_IF_ERROR(ms__snapbuild_str(b, "x", 1, &g.key));
+  MS_FORWARD_IF_ERROR(ms__snapbuild_str(b, "y", 1, &g.s));
+  g.kind = MS_SNAP_VAL_STR;
+  MS_FORWARD_IF_ERROR(ms__snapbuild_add_setting_child(b, &g, &idx));
+  b->settings_children.ptr[first + 1].first = idx;
+  b->settings_children.ptr[first + 1].count = 1;
+  memset(&kv, 0, sizeof kv);
+  MS_FORWARD_IF_ERROR(ms__snapbuild_str(b, "roundup_power2_divisions", 24, &kv.key));
+  kv.kind = MS_SNAP_VAL_MAP, kv.first = first, kv.count = 3, kv.s = "";
+  return ms__snapbuild_add_setting(b, &kv);
+}
+
+ms_snapshot_t *th_synth(const th_synth_opts_t *opts) {
+  th_synth_opts_t o = {4, 5, 12, 10, 6, 1, 42};
+  if (opts) o = *opts;
+  uint64_t rs = o.seed ? o.seed : 1;
+  ms__snapbuild_t b;
+  ms__snapbuild_init(&b);
+  ms_snapshot_t *snap = NULL;
+  char buf[128];
+  uint32_t *frame_idx = NULL, *stack_idx = NULL;
+  size_t nstack_idx = 0;
+
+  b.hdr.origin = MS_SNAP_ORIGIN_MEMSNAP;
+  b.hdr.present = MS_SNAP_HAS_DEVICE_TRACES | MS_SNAP_HAS_SETTINGS | MS_SNAP_HAS_ANNOTATIONS |
+                  MS_SNAP_HAS_PROCESS | MS_SNAP_HAS_RANK;
+  b.hdr.pid = 4242;
+  TRY(ms__snapbuild_str(&b, "synth-host", 10, &b.hdr.hostname));
+  b.hdr.rank = 3;
+  b.hdr.time_us = 1700000000123456LL;
+
+  frame_idx = calloc(o.nframes + 1, sizeof *frame_idx);
+  stack_idx = calloc(o.nstacks + 1, sizeof *stack_idx);
+  if (!frame_idx || !stack_idx) goto fail;
+  for (size_t i = 0; i < o.nframes; i++) {
+    char name[64], file[64];
+    int nl = snprintf(name, sizeof name, "fn_%zu(int, char const*)", i);
+    int fl = i % 3 == 0 ? 0 : snprintf(file, sizeof file, "/src/module_%zu.py", i % 7);
+    TRY(ms__snapbuild_frame(&b, name, (size_t)nl, fl ? file : "", (size_t)fl,
+                            i % 5 == 0 ? 0 : (int64_t)(i * 7 + 1), &frame_idx[i]));
+  }
+  for (size_t i = 0; i < o.nstacks && o.nframes; i++) {
+    uint32_t fr[12];
+    size_t depth = 1 + rng_next(&rs) % 12;
+    for (size_t k = 0; k < depth; k++) fr[k] = frame_idx[rng_next(&rs) % o.nframes];
+    TRY(ms__snapbuild_stack(&b, fr, depth, &stack_idx[nstack_idx++]));
+  }
+  if (o.nstacks) TRY(ms__snapbuild_stack(&b, NULL, 0, &stack_idx[nstack_idx++])); /* empty */
+
+#define PICK_STACK() \
+  (nstack_idx && rng_next(&rs) % 4 ? stack_idx[rng_next(&rs) % nstack_idx] : MS_SNAP_NO_STACK)
+
+  for (size_t sgi = 0; sgi < o.nsegments; sgi++) {
+    ms_snap_segment_t g;
+    memset(&g, 0, sizeof g);
+    g.device = (int64_t)(sgi % 2);
+    g.address = 0x7f0000000000ULL + (uint64_t)sgi * (1ULL << 30);
+    g.stream = sgi % 3 == 0 ? 0 : 0x55550000ULL + sgi;
+    g.is_large = sgi % 2 == 0;
+    g.is_expandable = sgi % 5 == 4;
+    g.pool_id[0] = sgi % 4 == 3 ? 1 : 0;
+    g.pool_id[1] = sgi % 4 == 3 ? -(int64_t)sgi : 0;
+    g.stack = PICK_STACK();
+    g.first_block = (uint32_t)b.blocks.len;
+    g.present = (uint32_t)(rng_next(&rs) & 0x1f);
+    uint64_t addr = g.address;
+    for (size_t k = 0; k < o.blocks_per_segment; k++) {
+      ms_snap_block_t blk;
+      memset(&blk, 0, sizeof blk);
+      blk.address = addr;
+      blk.size = 512 * (1 + rng_next(&rs) % 4096);
+      blk.requested_size = blk.size - rng_next(&rs) % 512;
+      unsigned st = (unsigned)(rng_next(&rs) % 16);
+      if (st == 15) {
+        blk.state = MS_BLOCK_STATE_OTHER;
+        TRY(ms__snapbuild_str(&b, "future_state", 12, &blk.state_name));
+      } else {
+        blk.state = (ms_block_state)(st % 3);
+        blk.state_name = ms_block_state_name(blk.state);
+      }
+      blk.stack = PICK_STACK();
+      blk.present = (uint32_t)(rng_next(&rs) & 0xf);
+      blk.first_history = (uint32_t)b.history.len;
+      if (o.history && k % 3 == 1) {
+        size_t nh = 1 + k % 2;
+        for (size_t h = 0; h < nh; h++) {
+          ms_snap_history_t he = {addr + h * 16, blk.requested_size - h, PICK_STACK(),
+                                  (uint32_t)(h & 1)};
+          TRY(ms__snapbuild_add_history(&b, &he));
+        }
+        blk.nhistory = (uint32_t)nh;
+      }
+      if (blk.state == MS_BLOCK_ACTIVE_ALLOCATED) g.allocated_size += blk.size;
+      if (blk.state == MS_BLOCK_ACTIVE_ALLOCATED || blk.state == MS_BLOCK_ACTIVE_PENDING_FREE) {
+        g.active_size += blk.size;
+        g.requested_size += blk.requested_size;
+      }
+      g.total_size += blk.size;
+      addr += blk.size;
+      TRY(ms__snapbuild_add_block(&b, &blk));
+    }
+    g.nblocks = (uint32_t)o.blocks_per_segment;
+    TRY(ms__snapbuild_add_segment(&b, &g));
+  }
+
+  for (int d = 0; d < 2; d++) {
+    ms_snap_device_t dev;
+    memset(&dev, 0, sizeof dev);
+    dev.first_trace = (uint32_t)b.trace.len;
+    dev.first_stat = (uint32_t)b.stats.len;
+    dev.present = MS_DEV_HAS_CAPACITY | MS_DEV_HAS_STATS;
+    dev.capacity = (80ULL << 30) + (uint64_t)d;
+    dev.trace_dropped = (uint64_t)d * 17;
+    for (size_t t = 0; t < o.ntrace; t++) {
+      ms_snap_trace_t te;
+      memset(&te, 0, sizeof te);
+      unsigned a = (unsigned)(rng_next(&rs) % (MS_TRACE_OTHER + 1));
+      te.action = (ms_trace_action)a;
+      if (te.action == MS_TRACE_OTHER)
+        TRY(ms__snapbuild_str(&b, "custom_action", 13, &te.action_name));
+      else
+        te.action_name = ms_trace_action_name(te.action);
+      te.addr = 0x7f0000000000ULL + rng_next(&rs) % (1ULL << 34);
+      te.size = rng_next(&rs) % (1ULL << 31);
+      te.stream = t % 2 ? 0x5555ULL : 0;
+      te.time_us = 1700000000000000LL + (int64_t)t * 13;
+      te.pool_id[0] = (int64_t)(t % 3);
+      te.pool_id[1] = -(int64_t)(t % 2);
+      te.stack = PICK_STACK();
+      te.compile_context = "";
+      te.user_metadata = "";
+      if (t % 4 == 1) {
+        int n = snprintf(buf, sizeof buf, "torch/_dynamo step %zu", t);
+        TRY(ms__snapbuild_str(&b, buf, (size_t)n, &te.compile_context));
+      }
+      if (t % 5 == 2) TRY(ms__snapbuild_str(&b, "{\"tag\": 1}", 10, &te.user_metadata));
+      te.present = (uint32_t)(rng_next(&rs) & 0x3f);
+      TRY(ms__snapbuild_add_trace(&b, &te));
+    }
+    dev.ntrace = (uint32_t)o.ntrace;
+    static const char *const keys[] = {"allocated_bytes.all.current", "num_ooms",
+                                       "fragmentation", "label", "requested_bytes.all.peak"};
+    for (int k = 0; k < 5; k++) {
+      ms_snap_kv_t kv;
+      memset(&kv, 0, sizeof kv);
+      TRY(ms__snapbuild_str(&b, keys[k], strlen(keys[k]), &kv.key));
+      kv.s = "";
+      switch (k) {
+      case 0: kv.kind = MS_SNAP_VAL_INT, kv.i = 123456789 + d; break;
+      case 1: kv.kind = MS_SNAP_VAL_INT, kv.i = -d; break;
+      case 2: kv.kind = MS_SNAP_VAL_FLOAT, kv.f = 0.125 * d; break;
+      case 3: kv.kind = MS_SNAP_VAL_STR; TRY(ms__snapbuild_str(&b, "dev", 3, &kv.s)); break;
+      default: kv.kind = d ? MS_SNAP_VAL_BOOL : MS_SNAP_VAL_NONE, kv.b = d != 0; break;
+      }
+      TRY(ms__snapbuild_add_stat(&b, &kv));
+    }
+    dev.nstats = 5;
+    TRY(ms__snapbuild_add_device(&b, &dev));
+  }
+
+  for (int i = 0; i < 3; i++) {
+    ms_snap_annotation_t an;
+    memset(&an, 0, sizeof an);
+    TRY(ms__snapbuild_str(&b, "Optimizer.step#AdamW.step", 25, &an.name));
+    an.stage = i % 2 ? "END" : "START";
+    an.device = i % 2;
+    an.time_us = 1700000000000000LL + i;
+    TRY(ms__snapbuild_add_annotation(&b, &an));
+  }
+  TRY(synth_settings(&b));
+
+  ms_errbuf_t eb;
+  TRY(ms__snapbuild_finish(&b, &snap, &eb));
+  free(frame_idx);
+  free(stack_idx);
+  return snap;
+fail:
+  free(frame_idx);
+  free(stack_idx);
+  ms__snapbuild_release(&b);
+  return NULL;
+}
+
+/* ---- deep equality -------------------------------------------------------------------------- */
+
+static const char *nz(const char *s) { return s ? s : "(null)"; }
+
+#define DIFF_U(field, fmt_name, i)                                                              \
+  if (a_->field != b_->field)                                                                   \
+    return snprintf(why, cap, "%s[%zu]." #field ": %" PRIu64 " != %" PRIu64, fmt_name, (size_t)(i), \
+                    (uint64_t)a_->field, (uint64_t)b_->field), 1
+#define DIFF_S(field, fmt_name, i)                                                              \
+  if (strcmp(nz(a_->field), nz(b_->field)) != 0)                                                \
+    return snprintf(why, cap, "%s[%zu]." #field ": '%s' != '%s'", fmt_name, (size_t)(i),        \
+                    nz(a_->field), nz(b_->field)), 1
+
+static int kv_diff(const ms_snap_kv_t *a_, const ms_snap_kv_t *b_, const char *tab, size_t i,
+                   char *why, size_t cap) {
+  DIFF_S(key, tab, i);
+  DIFF_U(kind, tab, i);
+  switch (a_->kind) {
+  case MS_SNAP_VAL_BOOL: DIFF_U(b, tab, i); break;
+  case MS_SNAP_VAL_INT: DIFF_U(i, tab, i); break;
+  case MS_SNAP_VAL_FLOAT:
+    if (memcmp(&a_->f, &b_->f, sizeof a_->f) != 0)
+      return snprintf(why, cap, "%s[%zu].f: %g != %g", tab, i, a_->f, b_->f), 1;
+    break;
+  case MS_SNAP_VAL_STR: DIFF_S(s, tab, i); break;
+  case MS_SNAP_VAL_MAP:
+    DIFF_U(first, tab, i);
+    DIFF_U(count, tab, i);
+    break;
+  default: break;
+  }
+  return 0;
+}
+
+int th_snapshot_diff(const ms_snapshot_t *a, const ms_snapshot_t *b, char *why, size_t cap) {
+  why[0] = 0;
+  if (!a || !b) return snprintf(why, cap, "NULL snapshot"), 1;
+  {
+    const ms_snapshot_t *a_ = a, *b_ = b;
+    DIFF_U(origin, "snapshot", 0);
+    DIFF_U(present, "snapshot", 0);
+    DIFF_U(pid, "snapshot", 0);
+    DIFF_S(hostname, "snapshot", 0);
+    DIFF_U(rank, "snapshot", 0);
+    DIFF_U(time_us, "snapshot", 0);
+    DIFF_U(nsegments, "snapshot", 0);
+    DIFF_U(nblocks, "snapshot", 0);
+    DIFF_U(nhistory, "snapshot", 0);
+    DIFF_U(ndevices, "snapshot", 0);
+    DIFF_U(ntrace, "snapshot", 0);
+    DIFF_U(nframes, "snapshot", 0);
+    DIFF_U(nstacks, "snapshot", 0);
+    DIFF_U(nstack_frames, "snapshot", 0);
+    DIFF_U(nsettings_top, "snapshot", 0);
+    DIFF_U(nsettings, "snapshot", 0);
+    DIFF_U(nstats, "snapshot", 0);
+    DIFF_U(nannotations, "snapshot", 0);
+  }
+  for (size_t i = 0; i < a->nsegments; i++) {
+    const ms_snap_segment_t *a_ = &a->segments[i], *b_ = &b->segments[i];
+    DIFF_U(device, "segments", i);
+    DIFF_U(address, "segments", i);
+    DIFF_U(total_size, "segments", i);
+    DIFF_U(allocated_size, "segments", i);
+    DIFF_U(active_size, "segments", i);
+    DIFF_U(requested_size, "segments", i);
+    DIFF_U(stream, "segments", i);
+    DIFF_U(is_large, "segments", i);
+    DIFF_U(is_expandable, "segments", i);
+    DIFF_U(pool_id[0], "segments", i);
+    DIFF_U(pool_id[1], "segments", i);
+    DIFF_U(stack, "segments", i);
+    DIFF_U(first_block, "segments", i);
+    DIFF_U(nblocks, "segments", i);
+    DIFF_U(present, "segments", i);
+  }
+  for (size_t i = 0; i < a->nblocks; i++) {
+    const ms_snap_block_t *a_ = &a->blocks[i], *b_ = &b->blocks[i];
+    DIFF_U(address, "blocks", i);
+    DIFF_U(size, "blocks", i);
+    DIFF_U(requested_size, "blocks", i);
+    DIFF_U(state, "blocks", i);
+    DIFF_S(state_name, "blocks", i);
+    DIFF_U(stack, "blocks", i);
+    DIFF_U(first_history, "blocks", i);
+    DIFF_U(nhistory, "blocks", i);
+    DIFF_U(present, "blocks", i);
+  }
+  for (size_t i = 0; i < a->nhistory; i++) {
+    const ms_snap_history_t *a_ = &a->history[i], *b_ = &b->history[i];
+    DIFF_U(addr, "history", i);
+    DIFF_U(real_size, "history", i);
+    DIFF_U(stack, "history", i);
+    DIFF_U(present, "history", i);
+  }
+  for (size_t i = 0; i < a->ndevices; i++) {
+    const ms_snap_device_t *a_ = &a->devices[i], *b_ = &b->devices[i];
+    DIFF_U(first_trace, "devices", i);
+    DIFF_U(ntrace, "devices", i);
+    DIFF_U(trace_dropped, "devices", i);
+    DIFF_U(capacity, "devices", i);
+    DIFF_U(first_stat, "devices", i);
+    DIFF_U(nstats, "devices", i);
+    DIFF_U(present, "devices", i);
+  }
+  for (size_t i = 0; i < a->ntrace; i++) {
+    const ms_snap_trace_t *a_ = &a->trace[i], *b_ = &b->trace[i];
+    DIFF_U(action, "trace", i);
+    DIFF_S(action_name, "trace", i);
+    DIFF_U(addr, "trace", i);
+    DIFF_U(size, "trace", i);
+    DIFF_U(stream, "trace", i);
+    DIFF_U(time_us, "trace", i);
+    DIFF_U(pool_id[0], "trace", i);
+    DIFF_U(pool_id[1], "trace", i);
+    DIFF_U(stack, "trace", i);
+    DIFF_S(compile_context, "trace", i);
+    DIFF_S(user_metadata, "trace", i);
+    DIFF_U(present, "trace", i);
+  }
+  for (size_t i = 0; i < a->nframes; i++) {
+    const ms_snap_frame_t *a_ = &a->frames[i], *b_ = &b->frames[i];
+    DIFF_S(name, "frames", i);
+    DIFF_S(filename, "frames", i);
+    DIFF_U(line, "frames", i);
+  }
+  for (size_t i = 0; i < a->nstacks; i++) {
+    const ms_snap_stack_t *a_ = &a->stacks[i], *b_ = &b->stacks[i];
+    DIFF_U(first, "stacks", i);
+    DIFF_U(nframes, "stacks", i);
+  }
+  for (size_t i = 0; i < a->nstack_frames; i++)
+    if (a->stack_frames[i] != b->stack_frames[i])
+      return snprintf(why, cap, "stack_frames[%zu]: %u != %u", i, a->stack_frames[i],
+                      b->stack_frames[i]), 1;
+  for (size_t i = 0; i < a->nsettings; i++)
+    if (kv_diff(&a->settings[i], &b->settings[i], "settings", i, why, cap)) return 1;
+  for (size_t i = 0; i < a->nstats; i++)
+    if (kv_diff(&a->stats[i], &b->stats[i], "stats", i, why, cap)) return 1;
+  for (size_t i = 0; i < a->nannotations; i++) {
+    const ms_snap_annotation_t *a_ = &a->annotations[i], *b_ = &b->annotations[i];
+    DIFF_S(name, "annotations", i);
+    DIFF_S(stage, "annotations", i);
+    DIFF_U(device, "annotations", i);
+    DIFF_U(time_us, "annotations", i);
+  }
+  return 0;
+}
+
+/* ---- memory sink ---------------------------------------------------------------------------- */
+
+static int memsink_write(void *ctx, const char *buf, size_t len) {
+  th_memsink_t *m = ctx;
+  if (m->fail_after && m->len + len > m->fail_after) return MS_EIO;
+  if (len > m->cap - m->len) {
+    size_t ncap = m->cap ? m->cap : 4096;
+    while (ncap - m->len < len) ncap *= 2;
+    char *p = realloc(m->data, ncap);
+    if (!p) return MS_ENOMEM;
+    m->data = p;
+    m->cap = ncap;
+  }
+  memcpy(m->data + m->len, buf, len);
+  m->len += len;
+  return MS_OK;
+}
+
+void th_memsink_init(ms_sink_t *sink, th_memsink_t *m) {
+  memset(m, 0, sizeof *m);
+  sink->write = memsink_write;
+  sink->ctx = m;
+}
+
+void th_memsink_free(th_memsink_t *m) {
+  free(m->data);
+  memset(m, 0, sizeof *m);
+}
+
+/* ---- files ---------------------------------------------------------------------------------- */
+
+char *th_tmpdir(void) {
+  const char *t = getenv("TMPDIR");
+  char path[4096];
+  snprintf(path, sizeof path, "%s/memsnap-test-XXXXXX", t && *t ? t : "/tmp");
+  if (!mkdtemp(path)) return NULL;
+  return strdup(path);
+}
+
+void th_rmdir(const char *dir) {
+  DIR *d = opendir(dir);
+  if (!d) return;
+  struct dirent *e;
+  char p[4096];
+  while ((e = readdir(d)) != NULL) {
+    if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+    snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+    unlink(p);
+  }
+  closedir(d);
+  rmdir(dir);
+}
+
+int th_dir_count(const char *dir) {
+  DIR *d = opendir(dir);
+  if (!d) return -1;
+  int n = 0;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL)
+    if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0) n++;
+  closedir(d);
+  return n;
+}
+
+char *th_read_file(const char *path, size_t *len) {
+  FILE *fp = fopen(path, "rb");
+  if (!fp) return NULL;
+  size_t cap = 1 << 16, n = 0;
+  char *buf = malloc(cap);
+  while (buf) {
+    size_t r = fread(buf + n, 1, cap - n, fp);
+    n += r;
+    if (r == 0) break;
+    if (n == cap) {
+      char *nb = realloc(buf, cap *= 2);
+      if (!nb) {
+        free(buf);
+        buf = NULL;
+      }
+      buf = nb;
+    }
+  }
+  fclose(fp);
+  if (buf) *len = n;
+  return buf;
+}
+
+int th_write_file(const char *path, const void *data, size_t len) {
+  FILE *fp = fopen(path, "wb");
+  if (!fp) return -1;
+  int bad = fwrite(data, 1, len, fp) != len;
+  bad |= fclose(fp) != 0;
+  return bad ? -1 : 0;
+}
+
+const char *th_fixture_dir(void) {
+  const char *e = getenv("MEMSNAP_TORCH_FIXTURES");
+  if (e && *e) return e;
+#ifdef MS_TEST_FIXTURES_DEFAULT
+  return MS_TEST_FIXTURES_DEFAULT;
+#else
+  return "";
+#endif
+}
