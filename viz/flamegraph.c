@@ -149,6 +149,7 @@ static int fg_add(ms_flame_t *fl, const char *const *frames, size_t n, uint64_t 
     f->flen[i] = strlen(frames[i]);
   }
   f->prev_frames = 0; /* the tree's path scratch no longer holds the last folded line */
+  f->prev_ext = NULL;
   return ms__ftree_add(&fl->tree, f->fptr, f->flen, n, 0, fl->opts.reverse, before, after);
 }
 

@@ -131,31 +131,42 @@ int ms__folded_line(ms_flame_t *fl, const char *line, size_t len, ms_errbuf_t *e
   }
 
   /* Split the stack into frames. */
-  size_t n = 0, start = 0;
-  for (size_t i = 0; i <= se; i++) {
-    if (i == se || line[i] == ';') {
-      if (n == f->fcap) MS_FORWARD_ERR(folded_grow_frames(f, n + 1));
-      f->fptr[n] = line + start;
-      f->flen[n] = i - start;
-      n++;
-      start = i + 1;
-    }
+  size_t n = 0;
+  const char *p = line, *end = line + se;
+  for (;;) {
+    const char *semi = memchr(p, ';', (size_t)(end - p));
+    const char *stop = semi ? semi : end;
+    if (n == f->fcap) MS_FORWARD_ERR(folded_grow_frames(f, n + 1));
+    f->fptr[n] = p;
+    f->flen[n] = (size_t)(stop - p);
+    n++;
+    if (!semi) break;
+    p = semi + 1;
   }
 
   /* Frames fully inside the prefix shared with the previous line reuse its nodes. */
   size_t reuse = 0;
   if (!fl->opts.reverse && f->prev_frames) {
+    const char *prev = f->prev_ext ? f->prev_ext : f->prev;
     size_t l = 0, m = se < f->prev_len ? se : f->prev_len;
-    while (l < m && line[l] == f->prev[l]) l++;
-    int prev_boundary = l == f->prev_len || f->prev[l] == ';';
+    while (l + 8 <= m) {
+      uint64_t x, y;
+      memcpy(&x, line + l, 8);
+      memcpy(&y, prev + l, 8);
+      if (x != y) break;
+      l += 8;
+    }
+    while (l < m && line[l] == prev[l]) l++;
+    int prev_boundary = l == f->prev_len || prev[l] == ';';
     for (size_t k = 0; k < n && k < f->prev_frames; k++) {
-      size_t end = (size_t)(f->fptr[k] - line) + f->flen[k];
-      if (end < l || (end == l && prev_boundary)) reuse = k + 1;
+      size_t fend = (size_t)(f->fptr[k] - line) + f->flen[k];
+      if (fend < l || (fend == l && prev_boundary)) reuse = k + 1;
       else break;
     }
   }
   int err = ms__ftree_add(&fl->tree, f->fptr, f->flen, n, reuse, fl->opts.reverse, before, after);
   f->prev_frames = 0;
+  f->prev_ext = NULL;
   if (err) {
     if (err == MS_ELIMIT)
       return ms__viz_errbuf(eb, err, "line %zu: values overflow (sum reaches 2^63)", lineno);
@@ -163,19 +174,33 @@ int ms__folded_line(ms_flame_t *fl, const char *line, size_t len, ms_errbuf_t *e
   }
   if (!two) fl->has_plain = 1;
   if (!fl->opts.reverse) {
-    if (se > f->prev_cap) {
-      size_t cap = f->prev_cap ? f->prev_cap : 256;
-      while (cap < se) cap *= 2;
-      char *p = realloc(f->prev, cap);
-      if (!p) return MS_OK; /* the cache is an optimisation only */
-      f->prev = p;
-      f->prev_cap = cap;
-    }
-    memcpy(f->prev, line, se);
+    /* The line stays valid until the caller's call returns: keep a pointer, and copy it only
+     * when the call ends (folded_keep_prev). */
+    f->prev_ext = line;
     f->prev_len = se;
     f->prev_frames = n;
   }
   return MS_OK;
+}
+
+/* Copies the previous line into the parser's own buffer before the caller's text (or the carry
+ * buffer) it points into goes away; without memory for it the cache is dropped. */
+static void folded_keep_prev(ms__folded_t *f) {
+  if (!f->prev_ext) return;
+  if (f->prev_len > f->prev_cap) {
+    size_t cap = f->prev_cap ? f->prev_cap : 256;
+    while (cap < f->prev_len) cap *= 2;
+    char *p = realloc(f->prev, cap);
+    if (!p) {
+      f->prev_frames = 0;
+      f->prev_ext = NULL;
+      return;
+    }
+    f->prev = p;
+    f->prev_cap = cap;
+  }
+  memcpy(f->prev, f->prev_ext, f->prev_len);
+  f->prev_ext = NULL;
 }
 
 int ms_flame_add_folded(ms_flame_t *fl, const char *text, size_t len, ms_errbuf_t *eb) {
@@ -201,12 +226,16 @@ int ms_flame_add_folded(ms_flame_t *fl, const char *text, size_t len, ms_errbuf_
     if (!nl) return MS_OK;
     size_t clen = f->carry_len;
     f->carry_len = 0;
-    MS_FORWARD_ERR(ms__folded_line(fl, f->carry, clen, eb));
+    int err = ms__folded_line(fl, f->carry, clen, eb);
+    folded_keep_prev(f); /* the carry buffer is reused below */
+    if (err) return err;
     i = take + 1;
   }
-  while (i < len) {
+  int err = MS_OK;
+  while (i < len && !err) {
     const char *nl = memchr(text + i, '\n', len - i);
     if (!nl) {
+      folded_keep_prev(f);
       size_t rest = len - i;
       if (rest > FOLDED_MAX_LINE)
         return ms__viz_errbuf(eb, MS_ELIMIT, "line %zu: longer than 64 MiB", f->lineno + 1);
@@ -222,10 +251,11 @@ int ms_flame_add_folded(ms_flame_t *fl, const char *text, size_t len, ms_errbuf_
       f->carry_len = rest;
       break;
     }
-    MS_FORWARD_ERR(ms__folded_line(fl, text + i, (size_t)(nl - (text + i)), eb));
+    err = ms__folded_line(fl, text + i, (size_t)(nl - (text + i)), eb);
     i = (size_t)(nl - text) + 1;
   }
-  return MS_OK;
+  folded_keep_prev(f);
+  return err;
 }
 
 int ms_flame_finish_folded(ms_flame_t *fl, ms_errbuf_t *eb) {
@@ -235,7 +265,9 @@ int ms_flame_finish_folded(ms_flame_t *fl, ms_errbuf_t *eb) {
   if (!f->carry_len) return MS_OK;
   size_t clen = f->carry_len;
   f->carry_len = 0;
-  return ms__folded_line(fl, f->carry, clen, eb);
+  int err = ms__folded_line(fl, f->carry, clen, eb);
+  folded_keep_prev(f);
+  return err;
 }
 
 size_t ms_flame_lines_skipped(const ms_flame_t *fl) { return fl ? fl->folded.skipped : 0; }

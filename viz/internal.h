@@ -82,8 +82,10 @@ typedef struct ms__ftree {
   uint64_t *total, *self;         /* values ("after" for diffs) */
   uint64_t *btotal, *bself;       /* "before" values; NULL unless diff */
   size_t n, cap;
-  uint32_t *child_slots;          /* (parent, name) -> node + 1, 0 = empty; NULL for flamecharts */
-  size_t child_slot_cap;
+  uint8_t *nkids;                 /* children of each node, counted up to FT_LIST_MAX */
+  uint32_t *child_slots;          /* (parent, name) -> node + 1, 0 = empty, for the children of
+                                     nodes with FT_LIST_MAX children or more; NULL for flamecharts */
+  size_t child_slot_cap, child_hashed;
   int diff;       /* values are differential (btotal/bself allocated) */
   int flamechart; /* merge a frame only with its parent's most recent child */
   uint32_t *path; /* scratch: the node path of the stack being added */
@@ -210,7 +212,8 @@ typedef struct ms__folded {
   size_t skipped;     /* lines skipped for a negative count */
   int mode;           /* 0 unknown, 1 one count per line, 2 two counts */
   /* Prefix cache: the previous stack's text; its node path is the tree's path scratch. */
-  char *prev;
+  char *prev;           /* owned copy of the previous stack */
+  const char *prev_ext; /* or, during one ms_flame_add_folded() call, where it lies */
   size_t prev_len, prev_cap;
   size_t prev_frames; /* frames of the previous stack (valid entries of tree.path) */
   const char **fptr;  /* frame slices of the current line */
