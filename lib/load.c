@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "internal.h"
+#include "memsnap/pickle.h"
 #include "memsnap/serialize.h"
 
 /* How many bytes ms_snapshot_load() reads before deciding on the format: enough for a gzip
@@ -265,8 +266,7 @@ int ms_snapshot_load(const char *path, ms_snapshot_t **out, ms_errbuf_t *eb) {
     rc = ms_snapshot_read(&src, &snap, &inner);
     break;
   case MS_FORMAT_PICKLE:
-    rc = ms__errbuf_set(&inner, MS_EUNSUPPORTED,
-                        "PyTorch pickles cannot be read by this build (no pickle reader)");
+    rc = ms_pickle_read(&src, &snap, &inner);
     break;
   default:
     rc = n == 0 ? ms__errbuf_set(&inner, MS_ETRUNCATED, "empty file")

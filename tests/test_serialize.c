@@ -882,3 +882,37 @@ Test(serialize, atomic_file_api) {
   th_rmdir(dir);
   free(dir);
 }
+
+/* ---- PyTorch fixtures: pickle -> memsnap format -> equal model ------------------------------ */
+
+static const char *const fixtures[] = {
+    "jogregoire_diffusion_tiny.pickle", "a0kuma_adamw_small.pickle",
+    "yiyi_flexgen_oom_legacy.pickle",   "yiyi_flexgen_1.3b_legacy_a.pickle",
+    "maphsge_select_n_4dev.pickle",     "cranberrii_ftcourse.pickle",
+    "wedsonlin_cs336_medium_1024_training.pickle",
+};
+
+Test(serialize, fixture_roundtrip, .timeout = 120) {
+  const char *dir = th_fixture_dir();
+  char path[4200];
+  snprintf(path, sizeof path, "%s/%s", dir, fixtures[0]);
+  if (access(path, R_OK) != 0) cr_skip_test("SKIP: PyTorch fixtures not found in '%s'", dir);
+  for (size_t i = 0; i < sizeof fixtures / sizeof fixtures[0]; i++) {
+    snprintf(path, sizeof path, "%s/%s", dir, fixtures[i]);
+    ms_snapshot_t *p = NULL;
+    ms_errbuf_t eb = {{0}};
+    cr_assert_eq(ms_snapshot_load(path, &p, &eb), MS_OK, "%s: %s", fixtures[i], eb.msg);
+    cr_assert_neq(p->origin, MS_SNAP_ORIGIN_MEMSNAP);
+    for (int level = 0; level <= 1; level++) {
+      th_memsink_t m;
+      encode(p, level, &m);
+      ms_snapshot_t *r = NULL;
+      cr_assert_eq(decode(m.data, m.len, &r, &eb), MS_OK, "%s: %s", fixtures[i], eb.msg);
+      char why[512];
+      cr_assert_eq(th_snapshot_diff(p, r, why, sizeof why), 0, "%s: %s", fixtures[i], why);
+      ms_snapshot_free(r);
+      th_memsink_free(&m);
+    }
+    ms_snapshot_free(p);
+  }
+}
