@@ -34,7 +34,7 @@
 #include "memsnap/pickle.h"
 #include "snapbuild.h"
 
-#define RD_BUF_CAP (1u << 20)      /* input buffer */
+#define RD_BUF_CAP (1u << 17)      /* input buffer (128 KiB) */
 #define RD_MAX_STACK (1u << 18)    /* values on the stack; also the number of open marks */
 #define RD_MEMO_SLACK (1u << 16)   /* how far beyond the memo's end a PUT may store */
 #define RD_MAX_STR 0xfffffffeu     /* longest string or bytes value */
@@ -1187,7 +1187,7 @@ static int rd_build_from_mark(rd_t *r, uint8_t kind, const char *op) {
   r->tmp.len = 0;
   size_t n = r->st.len - from;
   if (MS_VEC_RESERVE(&r->tmp, n)) return rd_err(r, MS_ENOMEM, "out of memory");
-  memcpy(r->tmp.ptr, r->st.ptr + from, n * sizeof *r->tmp.ptr);
+  if (n) memcpy(r->tmp.ptr, r->st.ptr + from, n * sizeof *r->tmp.ptr);
   r->tmp.len = n;
   r->st.len = from;
   uint32_t id = RD_NO_OBJ;
@@ -1196,7 +1196,7 @@ static int rd_build_from_mark(rd_t *r, uint8_t kind, const char *op) {
   MS_FORWARD_IF_ERROR(rd_push(r, ov));
   size_t at = r->st.len;
   if (MS_VEC_RESERVE(&r->st, n)) return rd_err(r, MS_ENOMEM, "out of memory");
-  memcpy(r->st.ptr + at, r->tmp.ptr, n * sizeof *r->tmp.ptr);
+  if (n) memcpy(r->st.ptr + at, r->tmp.ptr, n * sizeof *r->tmp.ptr);
   r->st.len += n;
   return kind == O_DICT ? rd_setitems(r, id, at) : rd_appends(r, id, at);
 }

@@ -914,6 +914,12 @@ Test(pickle, structural_errors) {
   /* no STOP */
   expect_err(BIN("\x80\x04]"), MS_ETRUNCATED,
              "offset 3: pickle truncated: the input ends inside an opcode (no STOP)");
+  /* protocol 0/1 DICT and LIST from a mark (found by fuzzing: an empty one) */
+  expect_err(BIN("\x80\x02(d."), MS_EFORMAT,
+             "offset 4: not a PyTorch memory snapshot: the top-level dict has no 'segments' key");
+  ms_snapshot_t *e = read_ok(BIN("\x80\x02(l."));
+  cr_assert_eq(e->nsegments, 0);
+  ms_snapshot_free(e);
   /* an empty bare list is a valid (empty) pre-2.0 snapshot */
   ms_snapshot_t *s = read_ok(BIN("\x80\x02]."));
   cr_assert_eq(s->origin, MS_SNAP_ORIGIN_TORCH_LIST);
