@@ -14,6 +14,8 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <math.h>
+#include <poll.h>
+#include <pty.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -492,7 +494,7 @@ Test(cli, garbage_and_truncated_inputs_exit_1_naming_the_file) {
   run_free(&r);
 }
 
-Test(cli, every_truncation_of_a_pickle_fails_cleanly) {
+Test(cli, truncated_pickles_fail_cleanly) {
   need_fixtures();
   char *in = fixture_path("jogregoire_diffusion_tiny", ".pickle");
   size_t n;
@@ -500,9 +502,10 @@ Test(cli, every_truncation_of_a_pickle_fails_cleanly) {
   cr_assert(data);
   char path[300];
   snprintf(path, sizeof path, "%s/cut.pickle", tmpdir);
-  /* every length would be 12,567 runs; 97 evenly spread cuts keep the test fast */
-  for (size_t k = 1; k < 98; k++) {
-    size_t len = n * k / 98;
+  /* The pickle reader's own tests cut at every byte, in process; here 13 evenly spread cuts
+   * (plus the 2-byte header alone) check the program's message, status and output. */
+  for (size_t k = 0; k < 14; k++) {
+    size_t len = k == 0 ? 2 : n * k / 14;
     spit(path, data, len);
     run_t r = RUN("memory", path, "--folded", "-o", "cut.folded");
     cr_expect_eq(r.status, 1, "cut at %zu: exit %d", len, r.status);
@@ -902,4 +905,83 @@ Test(cli, compare_two_memsnap_snapshots) {
   cr_assert(got, "no diff.svg");
   cr_expect(strstr(got, "<svg") && strstr(got, "grow.c:1:grow"), "diff.svg lacks the new frame");
   free(got);
+}
+
+/* ---- the progress line -------------------------------------------------------------------------- */
+
+/* Runs `memsnap stats -` with its standard input fed after delay_ms by a pipe, and stderr on a
+ * terminal (a pty) when tty, else in a file. @return everything written to stderr (and, on the
+ * pty, stdout too). */
+static char *run_slow_stdin(const char *data, size_t len, int delay_ms, int tty, int *status) {
+  int pfd[2];
+  cr_assert_eq(pipe(pfd), 0);
+  char errp[300];
+  snprintf(errp, sizeof errp, "%s/.slow-stderr", tmpdir);
+  int master = -1;
+  pid_t pid = tty ? forkpty(&master, NULL, NULL, NULL) : fork();
+  cr_assert_neq(pid, -1);
+  if (pid == 0) {
+    dup2(pfd[0], 0);
+    close(pfd[0]);
+    close(pfd[1]);
+    if (!tty) {
+      int out = open("/dev/null", O_WRONLY);
+      int err = open(errp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      dup2(out, 1);
+      dup2(err, 2);
+    }
+    execl(bin(), bin(), "stats", "-", (char *)NULL);
+    _exit(127);
+  }
+  close(pfd[0]);
+  usleep((useconds_t)delay_ms * 1000);
+  cr_assert_eq(write(pfd[1], data, len), (ssize_t)len);
+  close(pfd[1]);
+  size_t cap = 1 << 16, n = 0;
+  char *o = malloc(cap + 1);
+  if (tty) {
+    for (;;) { /* read the pty until the child closes it (EIO on Linux) */
+      if (n == cap) o = realloc(o, (cap *= 2) + 1);
+      ssize_t r = read(master, o + n, cap - n);
+      if (r <= 0) break;
+      n += (size_t)r;
+    }
+    close(master);
+  }
+  int st = 0;
+  cr_assert_eq(waitpid(pid, &st, 0), pid);
+  *status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  o[n] = 0;
+  if (!tty) {
+    free(o);
+    o = slurp(errp, NULL);
+    unlink(errp);
+  }
+  return o;
+}
+
+Test(cli, progress_line_only_on_a_terminal_and_only_when_slow) {
+  need_fixtures();
+  char *in = fixture_path("a0kuma_adamw_small", ".pickle");
+  size_t len;
+  char *data = slurp(in, &len);
+  int status;
+  char *t = run_slow_stdin(data, len, 1600, 1, &status);
+  cr_expect_eq(status, 0, "%s", t);
+  cr_expect(strstr(t, "\rmemsnap: reading '<stdin>'... 1 s"), "no progress line: %s", t);
+  cr_expect(strstr(t, "\r\033[K"), "the progress line was not erased");
+  cr_expect(strstr(t, "total_reserved: 222.0MiB"), "%s", t);
+  free(t);
+  /* fast on a terminal: no line */
+  t = run_slow_stdin(data, len, 0, 1, &status);
+  cr_expect_eq(status, 0);
+  cr_expect(!strstr(t, "memsnap: reading"), "progress line on a fast run: %s", t);
+  free(t);
+  /* slow but not a terminal: stderr stays empty */
+  t = run_slow_stdin(data, len, 1600, 0, &status);
+  cr_expect_eq(status, 0);
+  cr_expect_str_eq(t, "");
+  free(t);
+  free(data);
+  free(in);
 }
