@@ -985,3 +985,36 @@ Test(cli, progress_line_only_on_a_terminal_and_only_when_slow) {
   free(data);
   free(in);
 }
+
+Test(cli, hostile_frame_names_reach_the_svg_as_text) {
+  ms__snapbuild_t b;
+  ms__snapbuild_init(&b);
+  b.hdr.origin = MS_SNAP_ORIGIN_MEMSNAP;
+  uint32_t f = mk_frame(&b, "</title><script>alert(1)</script>&\"'", "/x/<b>.c", 1), st;
+  cr_assert_eq(ms__snapbuild_stack(&b, &f, 1, &st), MS_OK);
+  mk_block(&b, MS_BLOCK_ACTIVE_ALLOCATED, 1 << 20, 1 << 20, st);
+  mk_segment(&b, 1 << 21, 0, 0);
+  ms_snapshot_t *s = NULL;
+  cr_assert_eq(ms__snapbuild_finish(&b, &s, NULL), MS_OK);
+  ms__snapbuild_release(&b);
+  char p[300];
+  snprintf(p, sizeof p, "%s/evil.memsnap", tmpdir);
+  cr_assert_eq(ms_snapshot_write_file(s, p, NULL, NULL), MS_OK);
+  ms_snapshot_free(s);
+  run_t r = RUN("memory", p, "--folded", "-o", "-");
+  cr_expect_eq(r.status, 0, "%s", r.err);
+  cr_expect_str_eq(r.out,
+                   "stream_0;active_allocated;<b>.c:1:</title><script>alert(1)</script>&\"' "
+                   "1048576\n");
+  run_free(&r);
+  r = RUN("memory", p, "-o", "evil.svg");
+  cr_expect_eq(r.status, 0, "%s", r.err);
+  run_free(&r);
+  snprintf(p, sizeof p, "%s/evil.svg", tmpdir);
+  char *svg = slurp(p, NULL);
+  cr_assert(svg);
+  cr_expect(!strstr(svg, "<script>alert"), "the frame name became markup");
+  cr_expect(strstr(svg, "&lt;/title&gt;&lt;script&gt;alert(1)&lt;/script&gt;&amp;"),
+            "the frame name is missing as text");
+  free(svg);
+}
