@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "alloc_internal.h"
+#include "helpers.h"
 #include "history_internal.h"
 #include "memsnap/allocator.h"
 #include "memsnap/history.h"
@@ -595,42 +596,6 @@ Test(history, oom_observer_alone_turns_on_the_trace, .init = setup, .fini = tear
 
 /* ---- take -> write -> read ------------------------------------------------------------------ */
 
-static void check_same(const ms_snapshot_t *a, const ms_snapshot_t *b) {
-  cr_assert_eq(a->nsegments, b->nsegments);
-  cr_assert_eq(a->nblocks, b->nblocks);
-  cr_assert_eq(a->ndevices, b->ndevices);
-  cr_assert_eq(a->ntrace, b->ntrace);
-  cr_assert_eq(a->pid, b->pid);
-  cr_assert_str_eq(a->hostname, b->hostname);
-  cr_assert_eq(a->time_us, b->time_us);
-  for (size_t i = 0; i < a->nsegments; i++) {
-    cr_assert_eq(a->segments[i].address, b->segments[i].address);
-    cr_assert_eq(a->segments[i].total_size, b->segments[i].total_size);
-    cr_assert_eq(a->segments[i].nblocks, b->segments[i].nblocks);
-  }
-  for (size_t i = 0; i < a->nblocks; i++) {
-    const ms_snap_block_t *x = &a->blocks[i], *y = &b->blocks[i];
-    cr_assert_eq(x->address, y->address);
-    cr_assert_eq(x->size, y->size);
-    cr_assert_eq(x->state, y->state);
-    uint32_t d = ms_snap_stack_depth(a, x->stack);
-    cr_assert_eq(d, ms_snap_stack_depth(b, y->stack), "block %zu", i);
-    for (uint32_t k = 0; k < d; k++) {
-      const ms_snap_frame_t *f = ms_snap_stack_frame(a, x->stack, k);
-      const ms_snap_frame_t *g = ms_snap_stack_frame(b, y->stack, k);
-      cr_assert_str_eq(f->name, g->name);
-      cr_assert_str_eq(f->filename, g->filename);
-      cr_assert_eq(f->line, g->line);
-    }
-  }
-  for (size_t i = 0; i < a->ntrace; i++) {
-    cr_assert_eq(a->trace[i].action, b->trace[i].action);
-    cr_assert_eq(a->trace[i].addr, b->trace[i].addr);
-    cr_assert_eq(a->trace[i].size, b->trace[i].size);
-    cr_assert_eq(a->trace[i].time_us, b->trace[i].time_us);
-  }
-}
-
 Test(history, take_write_read_gives_the_same_model, .init = setup, .fini = teardown) {
   record(MS_HISTORY_ALL, MS_CONTEXT_ALL, 10000, MS_UNWIND_BACKTRACE);
   ms_devptr_t live[200];
@@ -646,12 +611,39 @@ Test(history, take_write_read_gives_the_same_model, .init = setup, .fini = teard
     cr_assert_eq(ms_snapshot_write_file(s, path, &o, &eb), MS_OK, "%s", eb.msg);
     ms_snapshot_t *r = NULL;
     cr_assert_eq(ms_snapshot_load(path, &r, &eb), MS_OK, "%s", eb.msg);
-    check_same(s, r);
+    TH_ASSERT_SNAP_EQ(s, r);
     ms_snapshot_free(r);
   }
   ms_snapshot_free(s);
   for (int i = 0; i < 200; i++)
     if (i % 3) cr_assert_eq(ms_allocator_free(al, live[i]), MS_OK);
+  rm_tree(dir);
+  free(dir);
+}
+
+/* 100,000 blocks: take -> write -> read, plain and compressed, gives an equal model. */
+Test(history, take_write_read_of_100000_blocks, .init = setup, .fini = teardown, .timeout = 120) {
+  record(MS_HISTORY_ALL, MS_CONTEXT_ALL, 1000, MS_UNWIND_FRAME_POINTER);
+  enum { N = 100000 };
+  ms_devptr_t *live = malloc(N * sizeof *live);
+  for (int i = 0; i < N; i++) live[i] = alloc_outer(512);
+  ms_snapshot_t *s = take();
+  cr_assert_geq(s->nblocks, N);
+  char *dir = tmpdir_new();
+  for (int z = 0; z <= 1; z++) {
+    char path[600];
+    snprintf(path, sizeof path, "%s/big%d.msgpack", dir, z);
+    ms_write_opts_t o = {.compress = z ? 1 : 0};
+    ms_errbuf_t eb;
+    cr_assert_eq(ms_snapshot_write_file(s, path, &o, &eb), MS_OK, "%s", eb.msg);
+    ms_snapshot_t *r = NULL;
+    cr_assert_eq(ms_snapshot_load(path, &r, &eb), MS_OK, "%s", eb.msg);
+    TH_ASSERT_SNAP_EQ(s, r);
+    ms_snapshot_free(r);
+  }
+  ms_snapshot_free(s);
+  for (int i = 0; i < N; i++) cr_assert_eq(ms_allocator_free(al, live[i]), MS_OK);
+  free(live);
   rm_tree(dir);
   free(dir);
 }
