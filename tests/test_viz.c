@@ -818,3 +818,154 @@ Test(viz, labels_fit_their_frames) {
   free(svg);
   ms_flame_destroy(fl);
 }
+
+/* ---- the command: memsnap flamegraph ---- */
+
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+typedef struct cmd_result {
+  int status;
+  char out[4096], err[4096];
+} cmd_result_t;
+
+static void slurp(const char *path, char *buf, size_t cap) {
+  FILE *fp = fopen(path, "rb");
+  size_t n = fp ? fread(buf, 1, cap - 1, fp) : 0;
+  buf[n] = 0;
+  if (fp) fclose(fp);
+}
+
+/* Runs $MEMSNAP_BIN with args (NULL-terminated) in dir, stdin from in_path (or /dev/null). */
+static cmd_result_t run_memsnap(const char *dir, const char *in_path, const char *const *args) {
+  cmd_result_t r = {0};
+  const char *bin = getenv("MEMSNAP_BIN");
+  if (!bin || access(bin, X_OK) != 0) cr_skip_test("SKIP: MEMSNAP_BIN is not set (run through ctest)");
+  char out[512], err[512];
+  snprintf(out, sizeof out, "%s/.stdout", dir);
+  snprintf(err, sizeof err, "%s/.stderr", dir);
+  const char *argv[32] = {bin};
+  int n = 1;
+  for (; args[n - 1] && n < 31; n++) argv[n] = args[n - 1];
+  argv[n] = NULL;
+  pid_t pid = fork();
+  cr_assert_geq(pid, 0);
+  if (pid == 0) {
+    if (chdir(dir) != 0) _exit(126);
+    if (!freopen(in_path ? in_path : "/dev/null", "rb", stdin)) _exit(126);
+    if (!freopen(out, "wb", stdout) || !freopen(err, "wb", stderr)) _exit(126);
+    execv(bin, (char *const *)argv);
+    _exit(127);
+  }
+  int st = 0;
+  cr_assert_eq(waitpid(pid, &st, 0), pid);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  slurp(out, r.out, sizeof r.out);
+  slurp(err, r.err, sizeof r.err);
+  unlink(out);
+  unlink(err);
+  return r;
+}
+
+static void write_file(const char *path, const char *text) {
+  FILE *fp = fopen(path, "wb");
+  cr_assert(fp);
+  fputs(text, fp);
+  fclose(fp);
+}
+
+static int dir_entries(const char *dir) {
+  char cmd[600];
+  snprintf(cmd, sizeof cmd, "ls -A '%s' | wc -l", dir);
+  FILE *p = popen(cmd, "r");
+  int n = -1;
+  if (p) {
+    if (fscanf(p, "%d", &n) != 1) n = -1;
+    pclose(p);
+  }
+  return n;
+}
+
+Test(viz, command_flamegraph) {
+  char dir[] = "/tmp/test_viz.XXXXXX";
+  cr_assert(mkdtemp(dir));
+  char in[600], svg[600], bad[600];
+  snprintf(in, sizeof in, "%s/in.folded", dir);
+  snprintf(svg, sizeof svg, "%s/output.svg", dir);
+  snprintf(bad, sizeof bad, "%s/bad.folded", dir);
+  write_file(in, basic_folded);
+  write_file(bad, "a;b 1\na;b 2\nc;d twelve\n");
+
+  /* Default output name, the SVG equals the library's. */
+  cmd_result_t r = run_memsnap(dir, NULL, (const char *[]){"flamegraph", "in.folded", NULL});
+  cr_assert_eq(r.status, 0, "stderr: %s", r.err);
+  cr_assert_str_eq(r.err, "");
+  struct stat st;
+  cr_assert_eq(stat(svg, &st), 0);
+  ms_flame_t *fl = flame_from(basic_folded, NULL);
+  size_t len;
+  char *want = render(fl, &len);
+  cr_assert_eq((size_t)st.st_size, len);
+  ms_flame_destroy(fl);
+  free(want);
+
+  /* Standard input and output, options. */
+  r = run_memsnap(dir, in,
+                  (const char *[]){"flamegraph", "-", "-o", "-", "--folded", "--reverse", NULL});
+  cr_assert_eq(r.status, 0);
+  cr_assert(strstr(r.out, "cudaMalloc;alloc;main 1024\n"), "%s", r.out);
+  r = run_memsnap(dir, NULL,
+                  (const char *[]){"flamegraph", "in.folded", "-o", "t.svg", "--title=T <&>",
+                                   "--colors", "mem", "--inverted", "--minwidth", "1%",
+                                   "--countname", "samples", "--width", "800", NULL});
+  cr_assert_eq(r.status, 0, "stderr: %s", r.err);
+
+  /* --help on stdout, exit 0. */
+  r = run_memsnap(dir, NULL, (const char *[]){"flamegraph", "--help", NULL});
+  cr_assert_eq(r.status, 0);
+  cr_assert(strncmp(r.out, "usage: memsnap flamegraph FOLDED", 32) == 0);
+
+  /* Usage errors: exit 2. */
+  const char *const *usage[] = {
+      (const char *[]){"flamegraph", NULL},
+      (const char *[]){"flamegraph", "a", "b", NULL},
+      (const char *[]){"flamegraph", "in.folded", "--width", "wide", NULL},
+      (const char *[]){"flamegraph", "in.folded", "--colors", "plaid", NULL},
+      (const char *[]){"flamegraph", "in.folded", "--minwidth", "-3", NULL},
+      (const char *[]){"flamegraph", "in.folded", "--bogus", NULL},
+  };
+  for (size_t i = 0; i < sizeof usage / sizeof usage[0]; i++) {
+    r = run_memsnap(dir, NULL, usage[i]);
+    cr_expect_eq(r.status, 2, "case %zu", i);
+    cr_expect(strncmp(r.err, "memsnap: error: ", 16) == 0, "case %zu: %s", i, r.err);
+  }
+
+  /* Run-time errors: exit 1, named file and line, and an existing output left untouched. */
+  int before = dir_entries(dir);
+  r = run_memsnap(dir, NULL, (const char *[]){"flamegraph", "bad.folded", NULL});
+  cr_assert_eq(r.status, 1);
+  cr_assert_str_eq(r.err, "memsnap: error: cannot parse 'bad.folded': line 3: count 'twelve' is "
+                          "not a whole number\n");
+  cr_assert_eq(stat(svg, &st), 0);
+  cr_assert_eq((size_t)st.st_size, len, "output.svg untouched");
+  r = run_memsnap(dir, NULL, (const char *[]){"flamegraph", "missing.folded", NULL});
+  cr_assert_eq(r.status, 1);
+  cr_assert(strstr(r.err, "memsnap: error: cannot open 'missing.folded': No such file"), "%s",
+            r.err);
+  r = run_memsnap(dir, NULL,
+                  (const char *[]){"flamegraph", "in.folded", "-o", "no/such/dir/x.svg", NULL});
+  cr_assert_eq(r.status, 1);
+  cr_assert(strncmp(r.err, "memsnap: error: ", 16) == 0);
+  cr_assert_eq(dir_entries(dir), before, "no temporary file left behind");
+
+  /* Negative counts: skipped with a warning. */
+  write_file(bad, "a 5\nstream_0;inactive;<gaps> -512\n");
+  r = run_memsnap(dir, NULL, (const char *[]){"flamegraph", "bad.folded", "-o", "n.svg", NULL});
+  cr_assert_eq(r.status, 0);
+  cr_assert_str_eq(r.err,
+                   "memsnap: warning: 'bad.folded': ignored 1 line with a negative count\n");
+  char cmd[700];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  cr_assert_eq(system(cmd), 0);
+}
