@@ -39,25 +39,25 @@ typedef struct ms__pool_s ms__pool_t;
 typedef struct ms__private_pool_s ms__private_pool_t;
 
 struct ms__block_s {
-  /* free-set links (a treap: BST by key, heap by prio), valid while in_set */
-  ms__block_t *tl, *tr, *tp;
-  uint64_t prio;
-  /* the ordering key (stream, size, ptr) */
-  ms_stream_t stream;
-  size_t size;        /* bytes, multiple of 512 */
+  /* First cache line: what a free-set descent reads (links, key, priority, flags). */
+  ms__block_t *tl, *tr, *tp; /* free-set links (a treap), valid while in_set */
+  ms_stream_t stream;        /* the ordering key is (stream, size, ptr) */
+  size_t size;               /* bytes, multiple of 512 */
   uintptr_t ptr;
-  ms__block_t *prev, *next; /* neighbours in the segment, address order */
+  uint32_t prio;             /* treap priority (max-heap) */
+  uint32_t ctx;              /* context id of the current allocation (0 = none) */
+  bool allocated;
+  bool in_set;               /* in pool->root's treap */
+  bool mapped;               /* always true without expandable segments */
+  int event_count;           /* outstanding events guarding a deferred free */
+  /* Second cache line. */
+  ms__block_t *prev, *next;  /* neighbours in the segment, address order */
   ms__segment_t *seg;
   ms__pool_t *pool;
-  size_t requested_size;    /* the client's size of the last allocation */
-  int64_t gc_count_base;    /* pool's GC clock when the block was last inserted */
-  int event_count;          /* outstanding events guarding a deferred free */
-  uint32_t ctx;             /* context id of the current allocation (0 = none) */
-  bool allocated;
-  bool in_set;              /* in pool->root's treap */
-  bool mapped;              /* always true without expandable segments */
-  uint32_t nuses, cap_uses; /* stream_uses: other streams recorded with record_stream */
-  ms_stream_t *uses;
+  size_t requested_size;     /* the client's size of the last allocation */
+  int64_t gc_count_base;     /* pool's GC clock when the block was last inserted */
+  ms_stream_t *uses;         /* stream_uses: other streams recorded with record_stream */
+  uint32_t nuses, cap_uses;
 };
 
 struct ms__segment_s {
