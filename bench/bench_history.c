@@ -7,7 +7,8 @@
  * that every capture really walks 32 frames. Each loop is a malloc + free pair of a cached block
  * (the allocator's hit path); recording is "all" with context "alloc": the malloc captures one
  * stack, and the alloc, free_requested and free_completed entries go into the ring buffer (which
- * wraps). Each figure is the median of REPS runs of ITERS pairs.
+ * wraps). Each figure is the median over REPS repetitions, each of which runs every variant
+ * back to back (differences are taken within a repetition).
  *
  * Prints (ns):
  *   history_off_pair_ns     malloc + free with recording off (the baseline of the two below)
@@ -18,6 +19,8 @@
  *   history_fp_alloc_ns     extra per allocation with the frame-pointer unwinder (target: 150)
  *   history_bt_overhead_ns  history_bt_alloc_ns - backtrace32_ns: what recording adds to the
  *                           unwind (target: <= 300)
+ *   intern32_10k_ns         interning one of 10,000 distinct 32-frame stacks, looked up in random
+ *   intern32_100k_ns        order (and of 100,000): reference/performance.md R3, targets 100 and 500
  * Built with -fno-omit-frame-pointer (bench/CMakeLists.txt); the library always is.
  */
 #include <stdio.h>
@@ -78,17 +81,48 @@ static int cmp_double(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-/* Median over REPS of the time per iteration (ns). */
-static double measure(op_t op, int iters) {
-  double t[REPS];
-  chain(DEPTH, op, iters / 10 + 1); /* warm-up: caches, the ring, the thread's frame-chain end */
-  for (int r = 0; r < REPS; r++) {
-    double t0 = now_ns();
-    chain(DEPTH, op, iters);
-    t[r] = (now_ns() - t0) / iters;
+/* Time per iteration (ns) of one run. */
+static double run_once(op_t op, int iters) {
+  double t0 = now_ns();
+  chain(DEPTH, op, iters);
+  return (now_ns() - t0) / iters;
+}
+
+static double median(double *v, int n) {
+  qsort(v, (size_t)n, sizeof *v, cmp_double);
+  return v[n / 2];
+}
+
+/* Interning cost with `distinct` different 32-frame stacks (shared outer frames, differing
+ * inner ones), all first inserted, then looked up in a pseudo-random order; the per-thread
+ * last-stack cache never hits. Median of REPS passes of 1,000,000 lookups. */
+static double measure_intern(uint32_t distinct) {
+  ms__stacktab_t *t;
+  if (ms__stacktab_create(&t) != MS_OK) exit(1);
+  uintptr_t pcs[DEPTH];
+  for (int k = 0; k < DEPTH; k++) pcs[k] = 0x400000 + (uintptr_t)k * 0x40;
+  for (uint32_t i = 0; i < distinct; i++) {
+    pcs[0] = 0x500000 + (uintptr_t)(i % 1000) * 8;
+    pcs[1] = 0x600000 + (uintptr_t)(i / 1000) * 8;
+    sink = ms__stacktab_intern(t, pcs, DEPTH);
   }
-  qsort(t, REPS, sizeof *t, cmp_double);
-  return t[REPS / 2];
+  double r[REPS];
+  const int lookups = 1000000;
+  for (int rep = 0; rep < REPS; rep++) {
+    uint32_t x = 12345;
+    double t0 = now_ns();
+    for (int j = 0; j < lookups; j++) {
+      x = x * 1664525u + 1013904223u;
+      uint32_t i = (x >> 8) % distinct;
+      pcs[0] = 0x500000 + (uintptr_t)(i % 1000) * 8;
+      pcs[1] = 0x600000 + (uintptr_t)(i / 1000) * 8;
+      sink = ms__stacktab_intern(t, pcs, DEPTH);
+    }
+    r[rep] = (now_ns() - t0) / lookups;
+  }
+  qsort(r, REPS, sizeof *r, cmp_double);
+  ms__stacktab_destroy(t);
+  return r[REPS / 2];
 }
 
 static void record(ms_history_record en, ms_unwinder uw) {
@@ -120,32 +154,47 @@ int main(void) {
   }
   ms__backtrace_init();
 
-  /* Interleave the baseline with each recording mode, so drift affects both alike. */
-  double off1 = measure(OP_PAIR, ITERS_FAST);
-  double bt32 = measure(OP_BT, ITERS_BT);
-  record(MS_HISTORY_ALL, MS_UNWIND_BACKTRACE);
-  double bt_pair = measure(OP_PAIR, ITERS_BT);
-  record(MS_HISTORY_OFF, MS_UNWIND_BACKTRACE);
-  double off2 = measure(OP_PAIR, ITERS_FAST);
-  double fp32 = measure(OP_FP, ITERS_FAST);
+  /* Warm-up of every path (caches, the ring, the thread's frame-chain end). */
   record(MS_HISTORY_ALL, MS_UNWIND_FRAME_POINTER);
-  double fp_pair = measure(OP_PAIR, ITERS_FAST);
+  (void)run_once(OP_PAIR, ITERS_BT);
+  record(MS_HISTORY_ALL, MS_UNWIND_BACKTRACE);
+  (void)run_once(OP_PAIR, ITERS_BT / 10);
   record(MS_HISTORY_OFF, MS_UNWIND_BACKTRACE);
-  double off3 = measure(OP_PAIR, ITERS_FAST);
+  (void)run_once(OP_PAIR, ITERS_FAST);
 
+  /* Each repetition measures every variant back to back, so that the machine's load (these are
+   * shared machines) hits the baseline and the variant alike; differences are taken per
+   * repetition, then the median. */
+  double off[REPS], bt32[REPS], fp32[REPS], bt_extra[REPS], bt_over[REPS], fp_extra[REPS];
+  for (int r = 0; r < REPS; r++) {
+    record(MS_HISTORY_OFF, MS_UNWIND_BACKTRACE);
+    double o1 = run_once(OP_PAIR, ITERS_FAST);
+    bt32[r] = run_once(OP_BT, ITERS_BT);
+    record(MS_HISTORY_ALL, MS_UNWIND_BACKTRACE);
+    double b = run_once(OP_PAIR, ITERS_BT);
+    record(MS_HISTORY_ALL, MS_UNWIND_FRAME_POINTER);
+    double f = run_once(OP_PAIR, ITERS_FAST);
+    fp32[r] = run_once(OP_FP, ITERS_FAST);
+    record(MS_HISTORY_OFF, MS_UNWIND_BACKTRACE);
+    double o2 = run_once(OP_PAIR, ITERS_FAST);
+    off[r] = (o1 + o2) / 2;
+    bt_extra[r] = b - off[r];
+    bt_over[r] = b - off[r] - bt32[r];
+    fp_extra[r] = f - off[r];
+  }
   ms__fp_stats_t fs;
   ms__fp_stats(&fs);
-  fprintf(stderr, "bench_history: off %.1f/%.1f/%.1f ns, bt pair %.1f ns, fp pair %.1f ns, "
-                  "fp walks %llu (fallbacks %llu)\n",
-          off1, off2, off3, bt_pair, fp_pair, (unsigned long long)fs.walks,
-          (unsigned long long)fs.fallbacks);
-  double off_bt = (off1 + off2) / 2, off_fp = (off2 + off3) / 2;
-  printf("history_off_pair_ns %.1f\n", off_fp);
-  printf("backtrace32_ns %.1f\n", bt32);
-  printf("history_bt_alloc_ns %.1f\n", bt_pair - off_bt);
-  printf("history_bt_overhead_ns %.1f\n", bt_pair - off_bt - bt32);
-  printf("fp32_ns %.1f\n", fp32);
-  printf("history_fp_alloc_ns %.1f\n", fp_pair - off_fp);
+  fprintf(stderr, "bench_history: fp walks %llu (fallbacks %llu)\n",
+          (unsigned long long)fs.walks, (unsigned long long)fs.fallbacks);
+  printf("history_off_pair_ns %.1f\n", median(off, REPS));
+  printf("backtrace32_ns %.1f\n", median(bt32, REPS));
+  printf("history_bt_alloc_ns %.1f\n", median(bt_extra, REPS));
+  printf("history_bt_overhead_ns %.1f\n", median(bt_over, REPS));
+  printf("fp32_ns %.1f\n", median(fp32, REPS));
+  printf("history_fp_alloc_ns %.1f\n", median(fp_extra, REPS));
+
+  printf("intern32_10k_ns %.1f\n", measure_intern(10000));
+  printf("intern32_100k_ns %.1f\n", measure_intern(100000));
 
   ms_allocator_destroy(al);
   ms_backend_destroy(be);
