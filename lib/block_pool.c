@@ -49,7 +49,7 @@ static void pool_rotate_up(ms__pool_t *p, ms__block_t *x) {
 void ms__pool_insert(ms__pool_t *p, ms__block_t *b) {
   ms_assert_internal(!b->in_set);
   b->gc_count_base = p->get_free_blocks_call_count;
-  b->prio = ms_hash_u64((uint64_t)b->ptr ^ ((uint64_t)b->size << 1));
+  b->prio = (uint32_t)ms_hash_u64((uint64_t)b->ptr ^ ((uint64_t)b->size << 1));
   b->tl = b->tr = NULL;
   ms__block_t *par = NULL, **link = &p->root;
   while (*link) {
