@@ -8,6 +8,8 @@
 #include "memsnap/error.h"
 #include "memsnap/config.h"
 #include "memsnap/stats.h"
+#include "memsnap/backend.h"
+#include "memsnap/allocator.h"
 #include "memsnap/options.h"
 #include "memsnap/snapshot.h"
 
