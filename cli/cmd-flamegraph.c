@@ -53,8 +53,8 @@ static int fg_parse_num(const char *name, const char *s, double lo, double hi, d
   errno = 0;
   double v = strtod(s, &end);
   if (errno || end == s || *end || !(v >= lo && v <= hi)) {
-    cli_usage_error("flamegraph", "option '--%s' needs a number from %.10g to %.10g, not '%s'", name,
-                    lo, hi, s);
+    cli_usage_error("flamegraph", "option '--%s' needs a number from %.10g to %.10g, not '%s'",
+                    name, lo, hi, s);
     return 0;
   }
   *out = v;
@@ -203,8 +203,10 @@ int cmd_flamegraph(int argc, char **argv) {
   ms_flame_destroy(fl);
   if (err != MS_OK) {
     cli_out_abort(&out);
-    cli_error("cannot write '%s': %s", out_path,
-              eb.msg[0] ? eb.msg : err == MS_EIO ? strerror(errno ? errno : EIO) : ms_strerror(err));
+    const char *why = eb.msg[0]         ? eb.msg
+                      : err == MS_EIO ? strerror(errno ? errno : EIO)
+                                      : ms_strerror(err);
+    cli_error("cannot write '%s': %s", out_path, why);
     return CLI_FAILURE;
   }
   return cli_out_commit(&out);

@@ -431,7 +431,8 @@ Test(viz, output_is_byte_identical_and_order_independent) {
   ms_flame_t *b = flame_from(basic_folded, NULL);
   /* The same lines in another order. */
   ms_flame_t *c = flame_from("main 11\nother 7\nmain;compute;relu 500\nmain;compute;gemm 3000\n"
-                             "main;alloc 100\nmain;alloc;cudaMalloc 24\nmain;alloc;cudaMalloc 1000\n",
+                             "main;alloc 100\nmain;alloc;cudaMalloc 24\n"
+                             "main;alloc;cudaMalloc 1000\n",
                              NULL);
   size_t la, lb, lc;
   char *sa = render(a, &la), *sb = render(b, &lb), *sc = render(c, &lc);
@@ -841,7 +842,8 @@ static void slurp(const char *path, char *buf, size_t cap) {
 static cmd_result_t run_memsnap(const char *dir, const char *in_path, const char *const *args) {
   cmd_result_t r = {0};
   const char *bin = getenv("MEMSNAP_BIN");
-  if (!bin || access(bin, X_OK) != 0) cr_skip_test("SKIP: MEMSNAP_BIN is not set (run through ctest)");
+  if (!bin || access(bin, X_OK) != 0)
+    cr_skip_test("SKIP: MEMSNAP_BIN is not set (run the test through ctest)");
   char out[512], err[512];
   snprintf(out, sizeof out, "%s/.stdout", dir);
   snprintf(err, sizeof err, "%s/.stderr", dir);
@@ -968,4 +970,22 @@ Test(viz, command_flamegraph) {
   char cmd[700];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
   cr_assert_eq(system(cmd), 0);
+}
+
+Test(viz, folded_line_longer_than_the_limit) {
+  /* 65 MiB without a newline, fed in 1 MiB pieces: refused, not buffered without bound. */
+  size_t piece = (size_t)1 << 20;
+  char *buf = malloc(piece);
+  memset(buf, 'a', piece);
+  ms_flame_t *fl = NULL;
+  ms_errbuf_t eb = {{0}};
+  cr_assert_eq(ms_flame_create(NULL, &fl), MS_OK);
+  cr_assert_eq(ms_flame_add_folded(fl, "x 1\n", 4, &eb), MS_OK);
+  int err = MS_OK;
+  for (int i = 0; i < 65 && err == MS_OK; i++) err = ms_flame_add_folded(fl, buf, piece, &eb);
+  cr_assert_eq(err, MS_ELIMIT);
+  cr_assert_str_eq(eb.msg, "line 2: longer than 64 MiB");
+  cr_assert_eq(ms_flame_total(fl), 1);
+  ms_flame_destroy(fl);
+  free(buf);
 }

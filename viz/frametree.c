@@ -4,8 +4,8 @@
  * Names are interned once (an arena of bytes plus an open-addressing table). A child is found by
  * scanning its parent's short list of children while the parent has fewer than FT_LIST_MAX of
  * them (most nodes: deep stacks are chains), and by (parent, name) in a second hash table once it
- * has more, so wide nodes cost one probe per frame and the table stays small. Nodes are stored as arrays of small fields (16 bytes of topology and 16 bytes of
- * values per node) because the 200,000-stack benchmark input merges into about 3 million nodes
+ * has more, so wide nodes cost one probe per frame and the table stays small. Nodes are stored
+ * as arrays of small fields (16 bytes of topology and 16 bytes of values per node) because the 200,000-stack benchmark input merges into about 3 million nodes
  * (reference/flamegraph-and-profilers.md §1.6) and peak memory is one of its targets.
  * Flame charts keep input order: a frame merges only with its parent's most recent child.
  */

@@ -83,8 +83,8 @@ typedef struct ms__ftree {
   uint64_t *btotal, *bself;       /* "before" values; NULL unless diff */
   size_t n, cap;
   uint8_t *nkids;                 /* children of each node, counted up to FT_LIST_MAX */
-  uint32_t *child_slots;          /* (parent, name) -> node + 1, 0 = empty, for the children of
-                                     nodes with FT_LIST_MAX children or more; NULL for flamecharts */
+  uint32_t *child_slots; /* (parent, name) -> node + 1, 0 = empty, for the children of nodes
+                            with FT_LIST_MAX children or more; NULL for flame charts */
   size_t child_slot_cap, child_hashed;
   int diff;       /* values are differential (btotal/bself allocated) */
   int flamechart; /* merge a frame only with its parent's most recent child */

@@ -44,15 +44,15 @@ dump() { # dump URL OUT: the DOM after load and 3 s of virtual time for timers
   fi
 }
 inject() { # inject SVG OUT SCRIPT_FILE: insert the test script before <g id="frames">
-  python3 - "$1" "$2" "$3" <<'PY' 2>/dev/null || awk -v f="$3" 'BEGIN{while((getline l<f)>0)s=s l "\n"} {i=index($0,"<g id=\"frames\">"); if(i&&!d){printf "%s<script type=\"text/ecmascript\"><![CDATA[%s]]></script>%s\n",substr($0,1,i-1),s,substr($0,i);d=1}else print}' "$1" >"$2"
-import sys
-svg, out, js = sys.argv[1:]
-s = open(svg, encoding="utf-8").read()
-t = open(js, encoding="utf-8").read()
-k = s.index('<g id="frames">')
-open(out, "w", encoding="utf-8").write(
-    s[:k] + '<script type="text/ecmascript"><![CDATA[' + t + ']]></script>' + s[k:])
-PY
+  awk -v js="$3" '
+    $0 == "<g id=\"frames\">" && !done {
+      print "<script type=\"text/ecmascript\"><![CDATA["
+      while ((getline l < js) > 0) print l
+      print "]]></script>"
+      done = 1
+    }
+    { print }
+    END { if (!done) exit 1 }' "$1" >"$2"
 }
 
 # ---- 1. URL state: zoom to "compute" and search "gemm" ----
@@ -86,15 +86,17 @@ window.addEventListener("load", function () {
     function click(el) { el.dispatchEvent(new MouseEvent("click", {bubbles: true})); }
     var relu = frame("relu");
     click(relu.getElementsByTagName("rect")[0]);
-    root.setAttribute("data-t-relu-width", relu.getElementsByTagName("rect")[0].getAttribute("width"));
+    var rect = relu.getElementsByTagName("rect")[0];
+    root.setAttribute("data-t-relu-width", rect.getAttribute("width"));
     root.setAttribute("data-t-gemm-class", frame("gemm").getAttribute("class"));
-    root.setAttribute("data-t-unzoom-class", document.getElementById("unzoom").getAttribute("class"));
+    var unzoom = document.getElementById("unzoom");
+    root.setAttribute("data-t-unzoom-class", unzoom.getAttribute("class"));
     root.setAttribute("data-t-url", location.search);
     window.prompt = function () { return "^cuda"; };
     click(document.getElementById("search"));
     root.setAttribute("data-t-matched", document.getElementById("matched").textContent);
     click(document.getElementById("unzoom"));
-    root.setAttribute("data-t-reset-width", relu.getElementsByTagName("rect")[0].getAttribute("width"));
+    root.setAttribute("data-t-reset-width", rect.getAttribute("width"));
     root.setAttribute("data-t-done", "1");
   }, 10);
 });
@@ -113,7 +115,7 @@ check "Reset Zoom: original width back" "$work/click.dom" 'data-t-reset-width="1
 # ---- 3. hostile names ----
 {
   echo 'top;</title><script>document.documentElement.setAttribute("data-pwned","1")</script> 100'
-  echo 'top;<img src=x onerror="document.documentElement.setAttribute(&quot;data-pwned&quot;,&quot;2&quot;)"> 200'
+  echo 'top;<img src=x onerror="document.documentElement.setAttribute(`data-pwned`,2)"> 200'
   echo "top;\"'><svg onload=alert(3)>&amp; 300"
   echo 'top;]]><script>alert(4)</script> 400'
 } >"$work/h.folded"
