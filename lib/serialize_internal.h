@@ -1,0 +1,15 @@
+/* SPDX-License-Identifier: MIT
+ * memsnap core: internals of the snapshot file format (lib/serialize.c) that the benchmark uses.
+ */
+#ifndef MEMSNAP_LIB_SERIALIZE_INTERNAL_H
+#define MEMSNAP_LIB_SERIALIZE_INTERNAL_H
+
+#include <stddef.h>
+
+/* Baseline for bench_snapshot: runs msgpack-c's streaming unpacker alone over len bytes (fed in
+ * 256 KiB pieces, the zone cleared after each top-level object, no validation, no model), which
+ * bounds what ms_snapshot_read() can reach. @return the number of top-level objects, or -1 on a
+ * parse error. */
+long ms__serialize_unpack_only(const void *data, size_t len);
+
+#endif /* MEMSNAP_LIB_SERIALIZE_INTERNAL_H */
