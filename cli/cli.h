@@ -39,6 +39,7 @@ int cmd_memory(int argc, char **argv);
 int cmd_segments(int argc, char **argv);
 int cmd_compare(int argc, char **argv);
 int cmd_flamegraph(int argc, char **argv);
+int cmd_replay(int argc, char **argv);
 int cmd_convert(int argc, char **argv);
 
 /* The table, NULL-terminated (main.c). */

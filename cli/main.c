@@ -19,6 +19,7 @@ const struct cli_cmd cli_commands[] = {
     {"segments", cmd_segments, "flame graph by stream, segment, block state and stack"},
     {"compare", cmd_compare, "segments or stacks that differ between two snapshots"},
     {"flamegraph", cmd_flamegraph, "any folded-stack file to an interactive flame graph"},
+    {"replay", cmd_replay, "replay a trace through the allocator: fidelity check, what-if"},
     {"convert", cmd_convert, "a snapshot between memsnap's format and PyTorch's pickle"},
     {NULL, NULL, NULL},
 };

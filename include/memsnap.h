@@ -12,5 +12,6 @@
 #include "memsnap/allocator.h"
 #include "memsnap/options.h"
 #include "memsnap/snapshot.h"
+#include "memsnap/replay.h"
 
 #endif /* MEMSNAP_H */

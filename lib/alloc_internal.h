@@ -93,4 +93,55 @@ typedef struct ms__alloc_counts_s {
 } ms__alloc_counts_t;
 void ms__allocator_counts(ms_allocator_t *a, ms__alloc_counts_t *out);
 
+/* ---- replay support (lib/replay.c; defined in "allocator.c") ------------------------------------
+ * Entry points that `memsnap replay` needs to drive the allocator from a recorded trace
+ * (reference/replay-notes.md §2-§3). They take the allocator's mutex like every public call. */
+
+/* Test-only mutations of PyTorch's rules, consulted in the hot path only as one predictable
+ * branch. Tests set one to prove that `memsnap replay --check` fails with a wrong rule; it is
+ * MS__MUT_NONE in every real use. */
+enum ms__alloc_mutation {
+  MS__MUT_NONE = 0,
+  MS__MUT_TIEBREAK_HIGH = 1, /* best fit takes the highest address among equal sizes */
+  MS__MUT_SPLIT_GE = 2,      /* large pool splits when the remainder is >= 1 MiB (not >) */
+  MS__MUT_ROUND_1024 = 3,    /* sizes round to multiples of 1024 B (not 512 B) */
+};
+extern int ms__alloc_test_mutation;
+
+/* The first half of a free (PyTorch's free() with its block kept out of the pool): the block at
+ * ptr stops being allocated, as after free_requested, and stays active until
+ * ms__allocator_replay_complete(*pending) returns it to its pool (free_completed), as a block
+ * waiting on record_stream events does. It holds one synthetic event meanwhile (counted in
+ * outstanding events; no backend event exists, so synchronizing never completes it).
+ * @return MS_OK with *pending set, or MS_EINVAL for an unknown pointer. */
+int ms__allocator_replay_free_deferred(ms_allocator_t *a, ms_devptr_t ptr, void **pending);
+/* free_block of a block from ms__allocator_replay_free_deferred or a pending block of
+ * ms__allocator_replay_add_segment: it returns to its pool, merging. */
+void ms__allocator_replay_complete(ms_allocator_t *a, void *pending);
+
+/* One block of a segment placed by ms__allocator_replay_add_segment. */
+typedef struct ms__replay_block_s {
+  size_t size;      /* bytes, multiple of 512 */
+  size_t requested; /* the client's size (allocated and pending blocks) */
+  int state;        /* 0 free, 1 allocated, 2 pending (freed, awaiting free_completed) */
+  void *pending;    /* out: the handle of a pending block for ms__allocator_replay_complete */
+} ms__replay_block_t;
+
+/* Places a segment that existed before a trace began: [ptr, ptr+size) on stream, in the default
+ * small (is_small) or large pool, tiled by blocks[0..n) in address order (sizes add up to size;
+ * no two free blocks adjacent). Statistics count it as if the allocator had made it (without
+ * num_device_alloc). The backend is not called: the caller's backend must already consider the
+ * range allocated. @return MS_OK, MS_EINVAL (bad tiling) or MS_ENOMEM. */
+int ms__allocator_replay_add_segment(ms_allocator_t *a, uintptr_t ptr, size_t size,
+                                     ms_stream_t stream, bool is_small,
+                                     ms__replay_block_t *blocks, size_t n);
+
+/* Whether a malloc of size on stream would be served from the cache (get_free_block's answer,
+ * without taking the block): a recorded release burst before such a malloc cannot have been
+ * caused by it. */
+bool ms__allocator_replay_would_fit(ms_allocator_t *a, size_t size, ms_stream_t stream);
+
+/* Current reserved and allocated bytes (all pools), cheaply. */
+void ms__allocator_replay_usage(ms_allocator_t *a, size_t *reserved, size_t *allocated);
+
 #endif /* MEMSNAP_LIB_ALLOC_INTERNAL_H */

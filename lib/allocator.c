@@ -30,6 +30,9 @@
 /* Requests this large fail at once (PyTorch's 1 EiB check). */
 #define MS__MAX_REQUEST ((size_t)1 << 60)
 
+/* Test-only rule mutations (alloc_internal.h, replay section): 0 in every real use. */
+int ms__alloc_test_mutation = MS__MUT_NONE;
+
 /* ---- small helpers ----------------------------------------------------------------------------- */
 
 static inline enum ms_stat_type pool_stat(const ms__pool_t *p) {
@@ -65,6 +68,8 @@ static void alloc_trace(ms_allocator_t *a, ms_trace_action action, uint64_t addr
 
 /* round_size (§2.2); the plain 512 rounding inline, the power-of-two divisions through config. */
 static inline size_t alloc_round_size(const ms_allocator_t *a, size_t size) {
+  if (ms_unlikely(ms__alloc_test_mutation == MS__MUT_ROUND_1024))
+    return size < 1024 ? 1024 : (size + 1023) & ~(size_t)1023;
   if (ms_likely(!a->any_divisions)) {
     if (size < MS_MIN_BLOCK_SIZE) return MS_MIN_BLOCK_SIZE;
     return (size + MS_MIN_BLOCK_SIZE - 1) & ~(MS_MIN_BLOCK_SIZE - 1);
@@ -348,6 +353,11 @@ static inline bool get_free_block(ms_allocator_t *a, alloc_params_t *p) {
   if (ms_unlikely(a->has_allowed_max && a->has_gc)) pool->get_free_blocks_call_count++;
   ms__block_t *b = ms__pool_lower_bound(pool, p->stream, p->size);
   if (!b || b->stream != p->stream) return false;
+  if (ms_unlikely(ms__alloc_test_mutation == MS__MUT_TIEBREAK_HIGH)) {
+    for (ms__block_t *n = ms__pool_next(b); n && n->stream == b->stream && n->size == b->size;
+         n = ms__pool_next(n))
+      b = n;
+  }
   size_t mss = a->cfg.max_split_size;
   if (p->size < mss && b->size >= mss) return false;
   if (p->size >= mss && b->size >= p->size + a->cfg.max_non_split_rounding_size) return false;
@@ -526,6 +536,8 @@ static void garbage_collect_cached_blocks(ms_allocator_t *a, uint32_t ctx) {
 static inline bool should_split(const ms_allocator_t *a, const ms__block_t *b, size_t size) {
   size_t remaining = b->size - size;
   if (b->pool->is_small) return remaining >= MS_MIN_BLOCK_SIZE;
+  if (ms_unlikely(ms__alloc_test_mutation == MS__MUT_SPLIT_GE))
+    return size < a->cfg.max_split_size && remaining >= MS_SMALL_SIZE;
   return size < a->cfg.max_split_size && remaining > MS_SMALL_SIZE;
 }
 
@@ -1113,3 +1125,135 @@ void ms__allocator_set_hooks(ms_allocator_t *a, const ms__alloc_hooks_t *hooks) 
 }
 
 const ms__alloc_hooks_t *ms__allocator_get_hooks(ms_allocator_t *a) { return alloc_hooks(a); }
+
+/* ---- replay support (alloc_internal.h; used by lib/replay.c) ------------------------------------ */
+
+int ms__allocator_replay_free_deferred(ms_allocator_t *a, ms_devptr_t ptr, void **pending) {
+  pthread_mutex_lock(&a->mu);
+  size_t slot;
+  ms__block_t *b = map_find(&a->map, ptr, &slot);
+  if (!b) {
+    pthread_mutex_unlock(&a->mu);
+    return MS_EINVAL;
+  }
+  /* As ms_allocator_free up to insert_events; the synthetic event keeps the block active. */
+  map_remove_at(&a->map, slot);
+  b->allocated = false;
+  enum ms_stat_type st = pool_stat(b->pool);
+  ms__stat_array_decrease(a->stats.allocation, st, 1);
+  ms__stat_array_decrease(a->stats.allocated_bytes, st, (int64_t)b->size);
+  alloc_trace(a, MS_TRACE_FREE_REQUESTED, b->ptr, b->requested_size, b->stream, b->pool, b->ctx);
+  if (b->size >= a->cfg.max_split_size) ms__stat_decrease(&a->stats.oversize_allocations, 1);
+  b->event_count++;
+  a->outstanding_events++;
+  pthread_mutex_unlock(&a->mu);
+  *pending = b;
+  return MS_OK;
+}
+
+void ms__allocator_replay_complete(ms_allocator_t *a, void *pending) {
+  ms__block_t *b = pending;
+  pthread_mutex_lock(&a->mu);
+  ms_assert(b->event_count > 0);
+  a->outstanding_events--;
+  if (--b->event_count == 0) free_block(a, b, 0);
+  pthread_mutex_unlock(&a->mu);
+}
+
+int ms__allocator_replay_add_segment(ms_allocator_t *a, uintptr_t ptr, size_t size,
+                                     ms_stream_t stream, bool is_small,
+                                     ms__replay_block_t *blocks, size_t n) {
+  size_t sum = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (blocks[i].size == 0 || blocks[i].size % MS_MIN_BLOCK_SIZE) return MS_EINVAL;
+    if (i && blocks[i].state == 0 && blocks[i - 1].state == 0) return MS_EINVAL;
+    sum += blocks[i].size;
+  }
+  if (n == 0 || sum != size) return MS_EINVAL;
+  pthread_mutex_lock(&a->mu);
+  ms__pool_t *pool = is_small ? &a->small : &a->large;
+  ms__segment_t *s = ms__segment_new(a, ptr, size, stream, pool, 0);
+  if (!s) {
+    pthread_mutex_unlock(&a->mu);
+    return MS_ENOMEM;
+  }
+  enum ms_stat_type st = pool_stat(pool);
+  ms__stat_array_increase(a->stats.segment, st, 1);
+  ms__stat_array_increase(a->stats.reserved_bytes, st, (int64_t)size);
+  if (size >= a->cfg.max_split_size) ms__stat_increase(&a->stats.oversize_segments, 1);
+  a->total_allocated_memory += size;
+  ms__block_t *prev = NULL;
+  uintptr_t at = ptr;
+  int r = MS_OK;
+  for (size_t i = 0; i < n && r == MS_OK; i++) {
+    ms__block_t *b = ms__block_new(a);
+    if (!b) {
+      r = MS_ENOMEM;
+      break;
+    }
+    b->stream = stream;
+    b->size = blocks[i].size;
+    b->ptr = at;
+    b->seg = s;
+    b->pool = pool;
+    b->prev = prev;
+    if (prev) prev->next = b;
+    else s->head = b;
+    prev = b;
+    at += b->size;
+    b->requested_size = blocks[i].requested;
+    if (blocks[i].state == 1) {
+      b->allocated = true;
+      r = map_insert(&a->map, b);
+      ms__stat_array_increase(a->stats.allocation, st, 1);
+      ms__stat_array_increase(a->stats.allocated_bytes, st, (int64_t)b->size);
+      if (b->size >= a->cfg.max_split_size) ms__stat_increase(&a->stats.oversize_allocations, 1);
+    } else if (blocks[i].state == 2) {
+      b->event_count = 1;
+      a->outstanding_events++;
+      blocks[i].pending = b;
+    }
+    if (blocks[i].state != 0) {
+      ms__stat_array_increase(a->stats.active, st, 1);
+      ms__stat_array_increase(a->stats.active_bytes, st, (int64_t)b->size);
+      ms__stat_array_increase(a->stats.requested_bytes, st, (int64_t)b->requested_size);
+    }
+  }
+  /* Free blocks join the pool once the segment is linked (a split segment's free blocks count as
+   * inactive_split). */
+  if (r == MS_OK) {
+    for (ms__block_t *b = s->head; b; b = b->next) {
+      if (b->allocated || b->event_count) continue;
+      ms__pool_insert(pool, b);
+      if (ms__block_is_split(b)) {
+        ms__stat_array_increase(a->stats.inactive_split, st, 1);
+        ms__stat_array_increase(a->stats.inactive_split_bytes, st, (int64_t)b->size);
+      }
+    }
+  }
+  alloc_debug_check(a);
+  pthread_mutex_unlock(&a->mu);
+  return r;
+}
+
+void ms__allocator_replay_usage(ms_allocator_t *a, size_t *reserved, size_t *allocated) {
+  pthread_mutex_lock(&a->mu);
+  *reserved = (size_t)a->stats.reserved_bytes[MS_STAT_ALL].current;
+  *allocated = (size_t)a->stats.allocated_bytes[MS_STAT_ALL].current;
+  pthread_mutex_unlock(&a->mu);
+}
+
+bool ms__allocator_replay_would_fit(ms_allocator_t *a, size_t size, ms_stream_t stream) {
+  pthread_mutex_lock(&a->mu);
+  alloc_params_t p;
+  p.size = alloc_round_size(a, size);
+  p.stream = stream;
+  p.pool = get_pool(a, p.size, stream);
+  ms__block_t *b = ms__pool_lower_bound(p.pool, stream, p.size);
+  bool fit = b && b->stream == stream;
+  size_t mss = a->cfg.max_split_size;
+  if (fit && p.size < mss && b->size >= mss) fit = false;
+  if (fit && p.size >= mss && b->size >= p.size + a->cfg.max_non_split_rounding_size) fit = false;
+  pthread_mutex_unlock(&a->mu);
+  return fit;
+}

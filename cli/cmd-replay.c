@@ -1,0 +1,472 @@
+/* SPDX-License-Identifier: MIT
+ * memsnap CLI: `memsnap replay FILE --check | --config STR | --sweep SPEC [--capacity SIZE]
+ * [--min-capacity] [--json]` (docs/replay.md).
+ *
+ * --check replays every device trace with the recorded settings and prints, per device, the
+ * verdict (PASS, FAIL or INCONCLUSIVE with the first mismatch and the trace entries around it, or
+ * "not replayable" with the reason); exit status 0 when every replayable trace passes.
+ * --config and --sweep replay the allocation stream under other settings (memsnap/replay.h) and
+ * print the usage side by side with the recorded run; --min-capacity adds the smallest device
+ * capacity without an OOM.
+ */
+#include <ctype.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "memsnap/config.h"
+#include "memsnap/replay.h"
+#include "memsnap/stats.h"
+
+static const char replay_usage[] =
+    "usage: memsnap replay FILE --check [--capacity SIZE] [--json]\n"
+    "       memsnap replay FILE --config STR [--capacity SIZE | --min-capacity] [--json]\n"
+    "       memsnap replay FILE --sweep SPEC [--capacity SIZE | --min-capacity] [--json]\n"
+    "\n"
+    "Replays the allocator trace of a snapshot (a PyTorch pickle or a memsnap snapshot) through\n"
+    "memsnap's allocator.\n"
+    "--check reproduces every decision PyTorch's allocator recorded (new segments, block\n"
+    "addresses, release bursts, the final layout) and prints PASS, FAIL or INCONCLUSIVE per\n"
+    "device; the exit status is 0 when every replayable trace passes, 1 otherwise.\n"
+    "--config and --sweep answer what-if questions: the same allocations and frees under other\n"
+    "allocator settings and device capacity, with peak reserved and allocated memory,\n"
+    "fragmentation at the peak, device allocations and frees, retries and OOMs, side by side with\n"
+    "the recorded run.\n"
+    "\n"
+    "options:\n"
+    "  --check            fidelity check with the recorded settings\n"
+    "  --config STR       what-if under STR (MEMSNAP_ALLOC_CONF syntax, on top of the recorded\n"
+    "                     settings), e.g. 'expandable_segments:True'\n"
+    "  --sweep SPEC       what-if for every combination of SPEC, e.g.\n"
+    "                     'max_split_size_mb=64,128,256,512;expandable_segments=False,True'\n"
+    "  --capacity SIZE    device capacity (e.g. 24GiB, 8000M, 123456789); default unlimited\n"
+    "  --min-capacity     also find the smallest capacity without an OOM (bisection)\n"
+    "  --device N         replay only device N\n"
+    "  --json             print a JSON document instead of text\n"
+    "  -h, --help         show this help\n";
+
+/* ---- helpers --------------------------------------------------------------------------------- */
+
+/* Parses a size: digits with an optional K/M/G/T suffix (binary) and optional "iB" or "B". */
+static int replay_parse_size(const char *s, size_t *out) {
+  char *end = NULL;
+  if (!s || !isdigit((unsigned char)*s)) return -1;
+  double v = strtod(s, &end);
+  unsigned shift = 0;
+  switch (toupper((unsigned char)*end)) {
+  case 'K': shift = 10; end++; break;
+  case 'M': shift = 20; end++; break;
+  case 'G': shift = 30; end++; break;
+  case 'T': shift = 40; end++; break;
+  default: break;
+  }
+  if (shift && (end[0] == 'i' || end[0] == 'I') && (end[1] == 'B' || end[1] == 'b')) end += 2;
+  else if (end[0] == 'B' || end[0] == 'b') end++;
+  if (*end || v <= 0 || v * (double)(1ull << shift) > 1.8e19) return -1;
+  *out = (size_t)(v * (double)(1ull << shift));
+  return 0;
+}
+
+static void replay_json_str(FILE *f, const char *s) {
+  fputc('"', f);
+  for (; *s; s++) {
+    unsigned char c = (unsigned char)*s;
+    if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
+    else if (c < 0x20) fprintf(f, "\\u%04x", c);
+    else fputc(c, f);
+  }
+  fputc('"', f);
+}
+
+static const char *replay_size(uint64_t n, char *buf, size_t cap) {
+  ms_format_size(n, buf, cap);
+  return buf;
+}
+
+static void replay_print_entry(const ms_snapshot_t *s, size_t i, bool mark) {
+  const ms_snap_trace_t *e = &s->trace[i];
+  const char *name = e->action == MS_TRACE_OTHER ? e->action_name : ms_trace_action_name(e->action);
+  if (e->action == MS_TRACE_OOM)
+    printf("    %c %7zu  %-15s device_free %" PRIu64 "  %" PRIu64 " B  stream %" PRIu64 "\n",
+           mark ? '>' : ' ', i, name, e->addr, e->size, e->stream);
+  else
+    printf("    %c %7zu  %-15s 0x%" PRIx64 "  %" PRIu64 " B  stream %" PRIu64 "\n", mark ? '>' : ' ',
+           i, name, e->addr, e->size, e->stream);
+}
+
+static void replay_print_start(const ms_replay_device_t *d) {
+  if (!d->mid_run) {
+    printf("start: empty");
+    return;
+  }
+  printf("start: mid-run, %zu segments, %zu live blocks, %zu sizes inferred (%zu ambiguous)",
+         d->start_segments, d->start_blocks, d->inferred, d->ambiguous);
+}
+
+/* ---- --check ----------------------------------------------------------------------------------- */
+
+static void replay_check_text(const ms_snapshot_t *s, const ms_replay_report_t *rep) {
+  for (size_t k = 0; k < rep->ndevices; k++) {
+    const ms_replay_device_t *d = &rep->devices[k];
+    if (d->verdict == MS_REPLAY_UNREPLAYABLE) {
+      printf("device %d: not replayable: %s\n", d->device, d->reason);
+      continue;
+    }
+    printf("device %d: %s  %zu allocs replayed (%zu trace entries); ", d->device,
+           ms_replay_verdict_name(d->verdict), d->allocs, d->entries);
+    replay_print_start(d);
+    putchar('\n');
+    if (d->verdict == MS_REPLAY_PASS) continue;
+    if (d->mismatch_entry >= 0)
+      printf("  first mismatch at trace entry %" PRId64 "%s\n", d->mismatch_entry,
+             d->verdict == MS_REPLAY_INCONCLUSIVE ? " (next to an ambiguous inferred start block)"
+                                                  : "");
+    else
+      printf("  first mismatch in the final layout%s\n",
+             d->verdict == MS_REPLAY_INCONCLUSIVE ? " (next to an ambiguous inferred start block)"
+                                                  : "");
+    printf("  PyTorch: %s\n  memsnap: %s\n", d->expected, d->actual);
+    if (d->mismatch_entry >= 0) {
+      const ms_snap_device_t *dv = &s->devices[d->device];
+      size_t lo = dv->first_trace, hi = dv->first_trace + dv->ntrace;
+      size_t at = (size_t)d->mismatch_entry;
+      size_t from = at >= lo + 4 ? at - 4 : lo, to = at + 3 < hi ? at + 3 : hi;
+      printf("  context:\n");
+      for (size_t i = from; i < to; i++) replay_print_entry(s, i, i == at);
+    }
+  }
+}
+
+static void replay_check_json(const char *file, const ms_replay_report_t *rep, bool pass) {
+  printf("{\"file\": ");
+  replay_json_str(stdout, file);
+  printf(", \"mode\": \"check\", \"pass\": %s, \"devices\": [", pass ? "true" : "false");
+  for (size_t k = 0; k < rep->ndevices; k++) {
+    const ms_replay_device_t *d = &rep->devices[k];
+    printf("%s\n  {\"device\": %d, \"verdict\": \"%s\", \"entries\": %zu, \"allocs\": %zu", k ? "," : "",
+           d->device, ms_replay_verdict_name(d->verdict), d->entries, d->allocs);
+    if (d->verdict == MS_REPLAY_UNREPLAYABLE) {
+      printf(", \"reason\": ");
+      replay_json_str(stdout, d->reason);
+      printf("}");
+      continue;
+    }
+    printf(", \"mid_run\": %s, \"start_segments\": %zu, \"start_blocks\": %zu, \"inferred\": %zu, "
+           "\"ambiguous\": %zu, \"mismatch\": ",
+           d->mid_run ? "true" : "false", d->start_segments, d->start_blocks, d->inferred,
+           d->ambiguous);
+    if (d->verdict == MS_REPLAY_PASS) {
+      printf("null}");
+      continue;
+    }
+    printf("{\"entry\": %" PRId64 ", \"expected\": ", d->mismatch_entry);
+    replay_json_str(stdout, d->expected);
+    printf(", \"actual\": ");
+    replay_json_str(stdout, d->actual);
+    printf("}}");
+  }
+  printf("\n]}\n");
+}
+
+/* ---- what-if ----------------------------------------------------------------------------------- */
+
+typedef struct replay_row_s {
+  char config[256];
+  ms_replay_report_t *rep;
+  size_t min_capacity; /* 0 = not asked / not found */
+} replay_row_t;
+
+static void replay_usage_json(const ms_replay_usage_t *u) {
+  if (!u->valid) {
+    printf("null");
+    return;
+  }
+  printf("{\"peak_reserved\": %" PRIu64 ", \"peak_allocated\": %" PRIu64
+         ", \"frag_at_peak\": %" PRIu64 ", \"device_allocs\": %" PRIu64
+         ", \"device_frees\": %" PRIu64 ", \"alloc_retries\": %" PRIu64 ", \"ooms\": %" PRIu64,
+         u->peak_reserved, u->peak_allocated, u->frag_at_peak, u->device_allocs, u->device_frees,
+         u->alloc_retries, u->ooms);
+  if (u->first_oom_entry >= 0) {
+    printf(", \"first_oom\": {\"entry\": %" PRId64 ", \"size\": %" PRIu64 ", \"message\": ",
+           u->first_oom_entry, u->first_oom_size);
+    replay_json_str(stdout, u->oom_message);
+    printf("}");
+  }
+  printf("}");
+}
+
+static void replay_cells(const ms_replay_usage_t *u, char cells[7][32]) {
+  if (!u->valid) {
+    for (int i = 0; i < 7; i++) snprintf(cells[i], 32, "-");
+    return;
+  }
+  ms_format_size(u->peak_reserved, cells[0], 32);
+  ms_format_size(u->peak_allocated, cells[1], 32);
+  ms_format_size(u->frag_at_peak, cells[2], 32);
+  snprintf(cells[3], 32, "%" PRIu64, u->device_allocs);
+  snprintf(cells[4], 32, "%" PRIu64, u->device_frees);
+  snprintf(cells[5], 32, "%" PRIu64, u->alloc_retries);
+  snprintf(cells[6], 32, "%" PRIu64, u->ooms);
+}
+
+static void replay_whatif_text(const replay_row_t *rows, size_t nrows, bool sweep, size_t capacity,
+                               bool min_cap) {
+  char capbuf[32];
+  const ms_replay_report_t *first = rows[0].rep;
+  for (size_t k = 0; k < first->ndevices; k++) {
+    const ms_replay_device_t *d0 = &first->devices[k];
+    if (d0->verdict == MS_REPLAY_UNREPLAYABLE) {
+      printf("device %d: not replayable: %s\n", d0->device, d0->reason);
+      continue;
+    }
+    printf("device %d: %zu allocs, capacity %s; ", d0->device, d0->allocs,
+           capacity ? replay_size(capacity, capbuf, sizeof capbuf) : "unlimited");
+    replay_print_start(d0);
+    putchar('\n');
+    if (d0->verdict != MS_REPLAY_PASS)
+      printf("  note: --check gives %s here (%s); the recorded column is partial\n",
+             ms_replay_verdict_name(d0->verdict), d0->reason);
+    static const char *const labels[7] = {"peak reserved", "peak allocated",
+                                          "reserved-allocated at peak", "device allocations",
+                                          "device frees", "allocation retries", "OOMs"};
+    char rc[7][32], cc[7][32];
+    replay_cells(&d0->recorded, rc);
+    if (!sweep) {
+      const ms_replay_device_t *d = &rows[0].rep->devices[k];
+      replay_cells(&d->replayed, cc);
+      printf("  %-28s %-20s %s\n", "", "recorded (PyTorch)", rows[0].config[0] ? rows[0].config
+                                                                              : "replayed");
+      for (int i = 0; i < 7; i++) printf("  %-28s %-20s %s\n", labels[i], rc[i], cc[i]);
+      if (min_cap && rows[0].min_capacity)
+        printf("  %-28s %-20s %s\n", "smallest capacity, no OOM", "",
+               replay_size(rows[0].min_capacity, capbuf, sizeof capbuf));
+      const ms_replay_usage_t *u = &d->replayed;
+      if (u->first_oom_entry >= 0)
+        printf("  first OOM at trace entry %" PRId64 " (%" PRIu64 " B requested):\n    %s\n",
+               u->first_oom_entry, u->first_oom_size, u->oom_message);
+      continue;
+    }
+    printf("  %-56s %13s %14s %12s %10s %9s %7s %5s%s\n", "configuration", "peak reserved",
+           "peak allocated", "frag at peak", "dev allocs", "dev frees", "retries", "OOMs",
+           min_cap ? "  min capacity" : "");
+    printf("  %-56s %13s %14s %12s %10s %9s %7s %5s\n", "(recorded: PyTorch)", rc[0], rc[1], rc[2],
+           rc[3], rc[4], rc[5], rc[6]);
+    for (size_t j = 0; j < nrows; j++) {
+      const ms_replay_device_t *d = &rows[j].rep->devices[k];
+      replay_cells(&d->replayed, cc);
+      printf("  %-56s %13s %14s %12s %10s %9s %7s %5s", rows[j].config, cc[0], cc[1], cc[2], cc[3],
+             cc[4], cc[5], cc[6]);
+      if (min_cap) printf("  %12s", rows[j].min_capacity
+                                        ? replay_size(rows[j].min_capacity, capbuf, sizeof capbuf)
+                                        : "-");
+      putchar('\n');
+    }
+  }
+}
+
+static void replay_whatif_json(const char *file, const replay_row_t *rows, size_t nrows,
+                               size_t capacity) {
+  printf("{\"file\": ");
+  replay_json_str(stdout, file);
+  printf(", \"mode\": \"whatif\", \"capacity\": %zu, \"devices\": [", capacity);
+  const ms_replay_report_t *first = rows[0].rep;
+  for (size_t k = 0; k < first->ndevices; k++) {
+    const ms_replay_device_t *d0 = &first->devices[k];
+    printf("%s\n  {\"device\": %d, \"allocs\": %zu, \"check\": \"%s\"", k ? "," : "", d0->device,
+           d0->allocs, ms_replay_verdict_name(d0->verdict));
+    if (d0->verdict == MS_REPLAY_UNREPLAYABLE) {
+      printf(", \"reason\": ");
+      replay_json_str(stdout, d0->reason);
+      printf("}");
+      continue;
+    }
+    printf(", \"recorded\": ");
+    replay_usage_json(&d0->recorded);
+    printf(", \"configs\": [");
+    for (size_t j = 0; j < nrows; j++) {
+      printf("%s\n    {\"config\": ", j ? "," : "");
+      replay_json_str(stdout, rows[j].config);
+      printf(", \"replayed\": ");
+      replay_usage_json(&rows[j].rep->devices[k].replayed);
+      if (rows[j].min_capacity) printf(", \"min_capacity\": %zu", rows[j].min_capacity);
+      printf("}");
+    }
+    printf("]}");
+  }
+  printf("\n]}\n");
+}
+
+/* Expands 'k=v1,v2;k2=v3' into every combination "k:v1,k2:v3" (first key slowest).
+ * @return the number of rows, or -1 after printing a usage error. */
+static int replay_expand_sweep(const char *spec, replay_row_t **out) {
+  enum { MAXK = 8, MAXV = 32 };
+  char buf[1024];
+  if (strlen(spec) >= sizeof buf) return -1;
+  strcpy(buf, spec);
+  char *keys[MAXK], *vals[MAXK][MAXV];
+  int nv[MAXK], nk = 0;
+  for (char *part = strtok(buf, ";"); part; part = strtok(NULL, ";")) {
+    while (*part == ' ') part++;
+    if (!*part) continue;
+    char *eq = strchr(part, '=');
+    if (!eq || eq == part || nk == MAXK) return -1;
+    *eq = 0;
+    keys[nk] = part;
+    nv[nk] = 0;
+    for (char *v = eq + 1, *comma; v; v = comma ? comma + 1 : NULL) {
+      comma = strchr(v, ',');
+      if (comma) *comma = 0;
+      if (!*v || nv[nk] == MAXV) return -1;
+      vals[nk][nv[nk]++] = v;
+    }
+    nk++;
+  }
+  if (!nk) return -1;
+  size_t total = 1;
+  for (int i = 0; i < nk; i++) total *= (size_t)nv[i];
+  if (total > 256) return -1;
+  replay_row_t *rows = calloc(total, sizeof *rows);
+  if (!rows) return -1;
+  for (size_t r = 0; r < total; r++) {
+    size_t rem = r, len = 0;
+    int idx[MAXK];
+    for (int i = nk - 1; i >= 0; i--) {
+      idx[i] = (int)(rem % (size_t)nv[i]);
+      rem /= (size_t)nv[i];
+    }
+    for (int i = 0; i < nk; i++)
+      len += (size_t)snprintf(rows[r].config + len, sizeof rows[r].config - len, "%s%s:%s",
+                              i ? "," : "", keys[i], vals[i][idx[i]]);
+  }
+  *out = rows;
+  return (int)total;
+}
+
+int cmd_replay(int argc, char **argv) {
+  int check = 0, json = 0, min_cap = 0;
+  const char *config = NULL, *sweep = NULL, *capacity_s = NULL, *device_s = NULL;
+  const struct cli_opt opts[] = {{"check", 0, &check, NULL},
+                                 {"config", 0, NULL, &config},
+                                 {"sweep", 0, NULL, &sweep},
+                                 {"capacity", 0, NULL, &capacity_s},
+                                 {"min-capacity", 0, &min_cap, NULL},
+                                 {"device", 0, NULL, &device_s},
+                                 {"json", 0, &json, NULL},
+                                 {NULL, 0, NULL, NULL}};
+  char *pos[1];
+  int npos = 0;
+  int rc = cli_parse_options("replay", replay_usage, opts, argc, argv, pos, 1, &npos);
+  if (rc == CLI_HELP_SHOWN) return CLI_OK;
+  if (rc != CLI_OK) return rc;
+  if (npos < 1) return cli_usage_error("replay", "missing FILE");
+  int modes = check + (config != NULL) + (sweep != NULL);
+  if (modes == 0 && !min_cap)
+    return cli_usage_error("replay", "one of --check, --config, --sweep or --min-capacity is needed");
+  if (modes > 1) return cli_usage_error("replay", "--check, --config and --sweep exclude each other");
+  if (check && min_cap) return cli_usage_error("replay", "--min-capacity is a what-if option");
+  if (capacity_s && min_cap)
+    return cli_usage_error("replay", "--capacity and --min-capacity exclude each other");
+  size_t capacity = 0;
+  if (capacity_s && replay_parse_size(capacity_s, &capacity) != 0)
+    return cli_usage_error("replay", "invalid size '%s' for --capacity", capacity_s);
+  int device = -1;
+  if (device_s) {
+    char *end = NULL;
+    long v = strtol(device_s, &end, 10);
+    if (!*device_s || *end || v < 0 || v > 1 << 20)
+      return cli_usage_error("replay", "invalid device '%s'", device_s);
+    device = (int)v;
+  }
+  replay_row_t *rows = NULL;
+  int nrows = 1;
+  if (sweep) {
+    nrows = replay_expand_sweep(sweep, &rows);
+    if (nrows < 0)
+      return cli_usage_error("replay", "invalid --sweep '%s' (expected 'key=v1,v2;key2=v3,...')",
+                             sweep);
+  } else {
+    rows = calloc(1, sizeof *rows);
+    if (!rows) {
+      cli_error("out of memory");
+      return CLI_FAILURE;
+    }
+    if (config) snprintf(rows[0].config, sizeof rows[0].config, "%s", config);
+  }
+  for (int j = 0; j < nrows; j++) {
+    ms_alloc_config_t c;
+    ms_errbuf_t eb;
+    ms_alloc_config_init(&c);
+    if (ms_alloc_config_parse(&c, rows[j].config, &eb) != MS_OK) {
+      free(rows);
+      return cli_usage_error("replay", "invalid configuration '%s': %s", rows[j].config, eb.msg);
+    }
+  }
+  ms_snapshot_t *snap = NULL;
+  rc = cli_load(pos[0], &snap);
+  if (rc != CLI_OK) {
+    free(rows);
+    return rc;
+  }
+  if (device >= 0 && (size_t)device >= snap->ndevices) {
+    cli_error("'%s' has no trace for device %d (it has %zu)", cli_display_name(pos[0]), device,
+              snap->ndevices);
+    ms_snapshot_free(snap);
+    free(rows);
+    return CLI_FAILURE;
+  }
+  ms_replay_options_t o;
+  ms_replay_options_init(&o);
+  o.whatif = !check;
+  o.capacity = capacity;
+  o.device = device;
+  int status = CLI_OK;
+  for (int j = 0; j < nrows && status == CLI_OK; j++) {
+    ms_errbuf_t eb;
+    o.config = rows[j].config;
+    int r = ms_replay_run(snap, &o, &rows[j].rep, &eb);
+    if (r != MS_OK) {
+      cli_error("'%s': replay failed: %s", cli_display_name(pos[0]), eb.msg[0] ? eb.msg : ms_strerror(r));
+      status = CLI_FAILURE;
+      break;
+    }
+    if (min_cap) {
+      for (size_t k = 0; k < rows[j].rep->ndevices; k++) {
+        const ms_replay_device_t *d = &rows[j].rep->devices[k];
+        if (d->verdict == MS_REPLAY_UNREPLAYABLE) continue;
+        /* One device per row keeps the bisection's answer unambiguous: the first replayable. */
+        if (ms_replay_min_capacity(snap, d->device, rows[j].config, &rows[j].min_capacity, &eb) !=
+            MS_OK)
+          rows[j].min_capacity = 0;
+        break;
+      }
+    }
+  }
+  if (status == CLI_OK) {
+    const ms_replay_report_t *rep = rows[0].rep;
+    size_t replayable = 0, passed = 0;
+    for (size_t k = 0; k < rep->ndevices; k++) {
+      if (rep->devices[k].verdict == MS_REPLAY_UNREPLAYABLE) continue;
+      replayable++;
+      passed += rep->devices[k].verdict == MS_REPLAY_PASS;
+    }
+    if (check) {
+      bool pass = replayable > 0 && passed == replayable;
+      if (json) replay_check_json(cli_display_name(pos[0]), rep, pass);
+      else {
+        replay_check_text(snap, rep);
+        printf("%zu of %zu replayable trace%s pass%s\n", passed, replayable,
+               replayable == 1 ? "" : "s", replayable == 1 ? "es" : "");
+      }
+      status = pass ? CLI_OK : CLI_FAILURE;
+    } else {
+      if (json) replay_whatif_json(cli_display_name(pos[0]), rows, (size_t)nrows, capacity);
+      else replay_whatif_text(rows, (size_t)nrows, sweep != NULL, capacity, min_cap);
+      status = replayable ? CLI_OK : CLI_FAILURE;
+    }
+  }
+  for (int j = 0; j < nrows; j++) ms_replay_report_free(rows[j].rep);
+  free(rows);
+  ms_snapshot_free(snap);
+  return status;
+}

@@ -1,0 +1,128 @@
+/* SPDX-License-Identifier: MIT
+ * memsnap: replaying a recorded allocator trace through memsnap's allocator (docs/replay.md,
+ * reference/replay-notes.md).
+ *
+ * Two uses of one engine:
+ *  - check: every device trace of a snapshot (PyTorch's pickle or ours) is replayed with the
+ *    settings it was recorded with (allocator_settings), new segments placed at the recorded
+ *    addresses, and every decision compared with the recorded one: each new segment (size and
+ *    address) or mapped range, each block address, each release burst (contents and order), and
+ *    at the end each segment's block list. Traces that began mid-run get their start state rebuilt
+ *    from the final snapshot (block sizes inferred where the snapshot cannot say, some of them
+ *    ambiguous). The verdict is PASS, FAIL (first mismatch), INCONCLUSIVE (first mismatch next to
+ *    an ambiguous inferred block) or UNREPLAYABLE (with the reason).
+ *  - what-if: the same allocation stream (allocs, frees, empty_cache bursts) replayed under
+ *    another configuration and device capacity on the simulated device, with freshly chosen
+ *    addresses, measuring peak reserved and allocated memory, fragmentation at the peak, device
+ *    allocations and frees, retries and OOMs.
+ *
+ * Vocabulary: "entry" = an index into ms_snapshot_t.trace (all devices); a device's entries are
+ * devices[d].first_trace ..+ ntrace.
+ *
+ * Thread-safety: the functions read the snapshot only; any number of replays of the same
+ * snapshot may run concurrently. Results are plain data owned by the caller.
+ */
+#ifndef MEMSNAP_REPLAY_H
+#define MEMSNAP_REPLAY_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "memsnap/common.h"
+#include "memsnap/error.h"
+#include "memsnap/snapshot.h"
+
+MS_EXTERN_C_BEGIN
+
+typedef enum ms_replay_verdict {
+  MS_REPLAY_PASS = 0,         /* every decision reproduced */
+  MS_REPLAY_FAIL,             /* a decision differs (see mismatch_entry, expected, actual) */
+  MS_REPLAY_INCONCLUSIVE,     /* the first mismatch touches an ambiguous inferred start block */
+  MS_REPLAY_UNREPLAYABLE,     /* the trace cannot be replayed (see reason) */
+} ms_replay_verdict;
+
+/* @return "PASS", "FAIL", "INCONCLUSIVE" or "UNREPLAYABLE". */
+MS_API const char *ms_replay_verdict_name(ms_replay_verdict v);
+
+/* What a run used, as measured on the replayed allocator (or, for `recorded`, on the check
+ * replay that reproduces the recorded run). Bytes unless stated. */
+typedef struct ms_replay_usage_s {
+  bool valid;               /* false when it could not be measured (e.g. the check failed) */
+  uint64_t peak_reserved;   /* highest reserved (segments + mapped pages) */
+  uint64_t peak_allocated;  /* highest allocated (rounded block sizes) */
+  uint64_t frag_at_peak;    /* reserved - allocated at the peak of reserved (its least value
+                             * while reserved stood at the peak) */
+  uint64_t device_allocs;   /* device allocations (segments) and expandable maps */
+  uint64_t device_frees;    /* device frees and expandable unmaps */
+  uint64_t alloc_retries;   /* mallocs retried after releasing every cached segment */
+  uint64_t ooms;            /* out-of-memory errors */
+  int64_t first_oom_entry;  /* the entry where the first OOM happened, -1 if none */
+  uint64_t first_oom_size;  /* its requested size */
+  char oom_message[640];    /* the allocator's OOM message for it ("" if none) */
+} ms_replay_usage_t;
+
+/* The result for one device trace. */
+typedef struct ms_replay_device_s {
+  int device;
+  ms_replay_verdict verdict;
+  char reason[256];          /* UNREPLAYABLE: why; FAIL/INCONCLUSIVE: the mismatch in one line */
+  size_t entries;            /* trace entries of the device */
+  size_t allocs;             /* alloc entries replayed */
+  size_t events;             /* trace entries replayed (for the events/s benchmark) */
+  bool mid_run;              /* the trace began after segments existed */
+  size_t start_segments;     /* segments rebuilt at the start */
+  size_t start_blocks;       /* allocated or pending blocks rebuilt at the start */
+  size_t inferred;           /* start blocks whose size was inferred */
+  size_t ambiguous;          /* ... of which the inference stayed ambiguous */
+  int64_t mismatch_entry;    /* entry of the first mismatch; -1 = the final layout or none */
+  char expected[256];        /* what PyTorch (the trace / the snapshot) did */
+  char actual[256];          /* what memsnap did */
+  ms_replay_usage_t recorded; /* the run as recorded (what-if only) */
+  ms_replay_usage_t replayed; /* the run under the what-if configuration (what-if only) */
+} ms_replay_device_t;
+
+typedef struct ms_replay_report_s {
+  size_t ndevices;
+  ms_replay_device_t *devices; /* one per device trace of the snapshot */
+} ms_replay_report_t;
+
+typedef struct ms_replay_options_s {
+  /* false: fidelity check; true: what-if. */
+  bool whatif;
+  /* What-if: a MEMSNAP_ALLOC_CONF string applied on top of the trace's own settings (with the
+   * parser's resets), e.g. "expandable_segments:True"; NULL or "" = the trace's settings. */
+  const char *config;
+  /* Device capacity in bytes; 0 = unlimited. Check: OOM-path release bursts are then predicted
+   * by the allocator instead of being taken from the trace. What-if: the simulated device's
+   * size. */
+  size_t capacity;
+  /* Only this device (-1 = every device). */
+  int device;
+} ms_replay_options_t;
+
+/* Fills *o with the defaults: check, no config, unlimited capacity, every device. */
+MS_API void ms_replay_options_init(ms_replay_options_t *o);
+
+/* Replays every device trace of snap as *opt says (NULL = defaults).
+ * @return MS_OK with *out (free with ms_replay_report_free) even when traces fail or are
+ * unreplayable (their verdicts say so); MS_ECONFIG for a bad opt->config (eb names the key and
+ * offset); MS_EINVAL; MS_ENOMEM. *out is untouched on failure. */
+MS_API MS_NODISCARD int ms_replay_run(const ms_snapshot_t *snap, const ms_replay_options_t *opt,
+                                      ms_replay_report_t **out, ms_errbuf_t *eb);
+
+/* Frees a report. Accepts NULL. */
+MS_API void ms_replay_report_free(ms_replay_report_t *r);
+
+/* Finds by bisection the smallest device capacity (a multiple of 2 MiB) on which the what-if
+ * replay of device's trace under config (as ms_replay_options_t.config) has no OOM: on *out
+ * bytes the replay has no OOM, on *out - 2 MiB it has one. The search is bounded by 1 TiB.
+ * @return MS_OK; MS_ENOTFOUND when the trace is unreplayable or still OOMs at the bound;
+ * MS_ECONFIG, MS_EINVAL, MS_ENOMEM. */
+MS_API MS_NODISCARD int ms_replay_min_capacity(const ms_snapshot_t *snap, int device,
+                                               const char *config, size_t *out,
+                                               ms_errbuf_t *eb);
+
+MS_EXTERN_C_END
+
+#endif /* MEMSNAP_REPLAY_H */

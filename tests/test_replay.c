@@ -1,0 +1,595 @@
+/* SPDX-License-Identifier: MIT
+ * Tests of `memsnap replay` (lib/replay.c, cli/cmd-replay.c; reference/replay-notes.md):
+ *  - --check passes on every replayable PyTorch fixture, and the shared fixtures that are not
+ *    replayable say why;
+ *  - the check can fail: the allocator with a wrong tie-break, split threshold or rounding
+ *    (ms__alloc_test_mutation) fails on at least one fixture, and a tampered trace fails at the
+ *    tampered entry with both sides named;
+ *  - traces recorded by memsnap's own recorder on the sim device (complete by construction, or cut
+ *    by a small ring buffer) replay with PASS under several configurations: record_stream deferred
+ *    frees, several streams, max_split_size_mb, roundup_power2_divisions, OOM retries and
+ *    empty_cache bursts with a small device;
+ *  - what-if: a fragmenting workload needs less with max_split_size_mb, and --min-capacity's
+ *    answer has no OOM while 2 MiB less has one;
+ *  - the command line: exit codes, JSON, the sweep table.
+ * Fixtures come from $MEMSNAP_TORCH_FIXTURES or MS_TEST_FIXTURES_DEFAULT (SKIP when absent).
+ */
+#include <criterion/criterion.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "alloc_internal.h"
+#include "memsnap/allocator.h"
+#include "memsnap/history.h"
+#include "memsnap/replay.h"
+#include "memsnap/serialize.h"
+
+#define MiB ((size_t)1 << 20)
+
+static const char *fixtures_dir(void) {
+  const char *d = getenv("MEMSNAP_TORCH_FIXTURES");
+  return d && *d ? d : MS_TEST_FIXTURES_DEFAULT;
+}
+
+static const char *const replayable[] = {"a0kuma_adamw_small", "cranberrii_ftcourse",
+                                         "maphsge_select_n_4dev",
+                                         "wedsonlin_cs336_medium_1024_training"};
+#define NREPLAYABLE (sizeof replayable / sizeof *replayable)
+
+/* Loads a fixture, or skips the test with a visible SKIP line. */
+static ms_snapshot_t *load_fixture(const char *name) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/%s.pickle", fixtures_dir(), name);
+  struct stat st;
+  if (stat(path, &st) != 0)
+    cr_skip_test("SKIP: PyTorch fixtures not found in %s (set MEMSNAP_TORCH_FIXTURES)",
+                 fixtures_dir());
+  ms_snapshot_t *s = NULL;
+  ms_errbuf_t eb;
+  cr_assert_eq(ms_snapshot_load(path, &s, &eb), MS_OK, "%s: %s", name, eb.msg);
+  return s;
+}
+
+static ms_replay_report_t *check(const ms_snapshot_t *s, size_t capacity) {
+  ms_replay_options_t o;
+  ms_replay_options_init(&o);
+  o.capacity = capacity;
+  ms_replay_report_t *rep = NULL;
+  ms_errbuf_t eb;
+  cr_assert_eq(ms_replay_run(s, &o, &rep, &eb), MS_OK, "%s", eb.msg);
+  return rep;
+}
+
+/* ---- the shared fixtures ------------------------------------------------------------------- */
+
+Test(replay, fixtures_pass, .timeout = 60) {
+  static const size_t allocs[NREPLAYABLE] = {18, 3505, 1497, 7591};
+  for (size_t i = 0; i < NREPLAYABLE; i++) {
+    ms_snapshot_t *s = load_fixture(replayable[i]);
+    ms_replay_report_t *rep = check(s, 0);
+    cr_assert_geq(rep->ndevices, 1);
+    const ms_replay_device_t *d = &rep->devices[0];
+    cr_expect_eq(d->verdict, MS_REPLAY_PASS, "%s: %s: %s", replayable[i],
+                 ms_replay_verdict_name(d->verdict), d->reason);
+    cr_expect_eq(d->allocs, allocs[i], "%s: %zu allocs", replayable[i], d->allocs);
+    cr_expect_eq(d->mid_run, i != 0, "%s", replayable[i]);
+    ms_replay_report_free(rep);
+    ms_snapshot_free(s);
+  }
+}
+
+Test(replay, fixture_start_states, .timeout = 60) {
+  /* replay-notes §5: start segments; wedsonlin's 438 blocks freed in the trace are inferred. */
+  struct { const char *name; size_t segs, inferred; } t[] = {
+      {"a0kuma_adamw_small", 0, 0},
+      {"cranberrii_ftcourse", 63, 0},
+      {"maphsge_select_n_4dev", 69, 0},
+      {"wedsonlin_cs336_medium_1024_training", 234, 438},
+  };
+  for (size_t i = 0; i < sizeof t / sizeof *t; i++) {
+    ms_snapshot_t *s = load_fixture(t[i].name);
+    ms_replay_report_t *rep = check(s, 0);
+    cr_expect_eq(rep->devices[0].start_segments, t[i].segs, "%s: %zu", t[i].name,
+                 rep->devices[0].start_segments);
+    cr_expect_eq(rep->devices[0].inferred, t[i].inferred, "%s: %zu", t[i].name,
+                 rep->devices[0].inferred);
+    cr_expect_leq(rep->devices[0].ambiguous, rep->devices[0].inferred);
+    ms_replay_report_free(rep);
+    ms_snapshot_free(s);
+  }
+}
+
+Test(replay, maphsge_other_devices_unreplayable, .timeout = 30) {
+  ms_snapshot_t *s = load_fixture("maphsge_select_n_4dev");
+  ms_replay_report_t *rep = check(s, 0);
+  cr_assert_eq(rep->ndevices, 4);
+  for (size_t d = 1; d < 4; d++) {
+    cr_expect_eq(rep->devices[d].verdict, MS_REPLAY_UNREPLAYABLE);
+    cr_expect_str_eq(rep->devices[d].reason, "no trace entries");
+  }
+  ms_replay_report_free(rep);
+  ms_snapshot_free(s);
+}
+
+Test(replay, short_traces_unreplayable, .timeout = 30) {
+  static const char *const names[] = {"jogregoire_diffusion_tiny", "yiyi_flexgen_oom_legacy",
+                                      "yiyi_flexgen_1.3b_legacy_a"};
+  for (size_t i = 0; i < 3; i++) {
+    ms_snapshot_t *s = load_fixture(names[i]);
+    ms_replay_report_t *rep = check(s, 0);
+    cr_expect_eq(rep->devices[0].verdict, MS_REPLAY_UNREPLAYABLE, "%s", names[i]);
+    cr_expect_str_eq(rep->devices[0].reason, "no alloc/free history (1 trace entry)", "%s",
+                     names[i]);
+    ms_replay_report_free(rep);
+    ms_snapshot_free(s);
+  }
+}
+
+/* ---- the check can fail --------------------------------------------------------------------- */
+
+static size_t failures_with_mutation(int mutation, char *which, size_t cap) {
+  size_t fails = 0;
+  which[0] = 0;
+  for (size_t i = 0; i < NREPLAYABLE; i++) {
+    ms_snapshot_t *s = load_fixture(replayable[i]);
+    ms__alloc_test_mutation = mutation;
+    ms_replay_report_t *rep = check(s, 0);
+    ms__alloc_test_mutation = MS__MUT_NONE;
+    if (rep->devices[0].verdict == MS_REPLAY_FAIL) {
+      fails++;
+      size_t n = strlen(which);
+      snprintf(which + n, cap - n, "%s%s", n ? ", " : "", replayable[i]);
+      cr_expect_neq(rep->devices[0].expected[0], 0);
+      cr_expect_neq(rep->devices[0].actual[0], 0);
+    }
+    ms_replay_report_free(rep);
+    ms_snapshot_free(s);
+  }
+  return fails;
+}
+
+Test(replay, wrong_tie_break_is_caught, .timeout = 60) {
+  char which[512];
+  size_t n = failures_with_mutation(MS__MUT_TIEBREAK_HIGH, which, sizeof which);
+  cr_expect_geq(n, 1, "highest-address tie-break passed every fixture");
+  cr_log_info("highest-address tie-break fails on %zu fixture(s): %s", n, which);
+}
+
+Test(replay, wrong_rounding_is_caught, .timeout = 60) {
+  char which[512];
+  size_t n = failures_with_mutation(MS__MUT_ROUND_1024, which, sizeof which);
+  cr_expect_geq(n, 1, "1024-byte rounding passed every fixture");
+  cr_log_info("1024-byte rounding fails on %zu fixture(s): %s", n, which);
+}
+
+Test(replay, wrong_split_threshold_on_constructed_trace, .timeout = 30) {
+  /* Split at >= 1 MiB instead of > 1 MiB: no fixture has a remainder of exactly 1 MiB, so a
+   * recorded trace with one proves the check catches it. Recorded with the right rule. */
+  ms_backend_t *be;
+  ms_allocator_t *al;
+  ms_sim_config_t sc = {.capacity = 1024 * MiB};
+  cr_assert_eq(ms_backend_sim_create(&sc, &be), MS_OK);
+  ms_allocator_config_t ac = {.backend = be};
+  ms_errbuf_t eb;
+  cr_assert_eq(ms_allocator_create(&ac, &al, &eb), MS_OK);
+  ms_history_config_t hc;
+  ms_history_config_init(&hc);
+  hc.context = MS_CONTEXT_NONE;
+  cr_assert_eq(ms_allocator_record_history(al, &hc, &eb), MS_OK);
+  ms_devptr_t p, q, r2;
+  cr_assert_eq(ms_allocator_malloc(al, 12 * MiB, 0, &p), MS_OK); /* segment of 12 MiB */
+  cr_assert_eq(ms_allocator_free(al, p), MS_OK);
+  cr_assert_eq(ms_allocator_malloc(al, 11 * MiB, 0, &q), MS_OK); /* remainder exactly 1 MiB */
+  cr_assert_eq(ms_allocator_malloc(al, 3 * MiB, 0, &r2), MS_OK);
+  ms_snapshot_t *s = NULL;
+  cr_assert_eq(ms_allocator_snapshot(&al, 1, &s, &eb), MS_OK);
+  ms_replay_report_t *rep = check(s, 0);
+  cr_expect_eq(rep->devices[0].verdict, MS_REPLAY_PASS, "%s", rep->devices[0].reason);
+  ms_replay_report_free(rep);
+  ms__alloc_test_mutation = MS__MUT_SPLIT_GE;
+  rep = check(s, 0);
+  ms__alloc_test_mutation = MS__MUT_NONE;
+  cr_expect_eq(rep->devices[0].verdict, MS_REPLAY_FAIL, "split at >= 1 MiB was not caught");
+  ms_replay_report_free(rep);
+  ms_snapshot_free(s);
+  ms_allocator_destroy(al);
+  ms_backend_destroy(be);
+}
+
+Test(replay, tampered_trace_fails_at_the_entry, .timeout = 30) {
+  ms_snapshot_t *s = load_fixture("a0kuma_adamw_small");
+  /* Move the 10th alloc by 512 bytes. */
+  size_t seen = 0, at = 0;
+  for (size_t i = 0; i < s->ntrace; i++) {
+    if (s->trace[i].action == MS_TRACE_ALLOC && ++seen == 10) {
+      at = i;
+      s->trace[i].addr += 512;
+      break;
+    }
+  }
+  cr_assert_eq(seen, 10);
+  ms_replay_report_t *rep = check(s, 0);
+  const ms_replay_device_t *d = &rep->devices[0];
+  cr_expect_eq(d->verdict, MS_REPLAY_FAIL);
+  cr_expect_eq(d->mismatch_entry, (int64_t)at);
+  char want[128];
+  snprintf(want, sizeof want, "alloc 0x%" PRIx64 " %" PRIu64 " B", s->trace[at].addr,
+           s->trace[at].size);
+  cr_expect_str_eq(d->expected, want);
+  snprintf(want, sizeof want, "alloc 0x%" PRIx64 " %" PRIu64 " B", s->trace[at].addr - 512,
+           s->trace[at].size);
+  cr_expect_str_eq(d->actual, want);
+  ms_replay_report_free(rep);
+  ms_snapshot_free(s);
+}
+
+/* ---- traces recorded by memsnap on the sim device -------------------------------------------- */
+
+typedef struct rec_s {
+  ms_backend_t *be;
+  ms_allocator_t *al;
+  ms_stream_t streams[4];
+} rec_t;
+
+static void rec_open(rec_t *r, const char *conf, size_t capacity, size_t max_entries) {
+  memset(r, 0, sizeof *r);
+  ms_sim_config_t sc = {.capacity = capacity};
+  cr_assert_eq(ms_backend_sim_create(&sc, &r->be), MS_OK);
+  ms_alloc_config_t c;
+  ms_alloc_config_init(&c);
+  ms_errbuf_t eb;
+  cr_assert_eq(ms_alloc_config_parse(&c, conf, &eb), MS_OK, "%s", eb.msg);
+  ms_allocator_config_t ac = {.backend = r->be, .alloc = &c};
+  cr_assert_eq(ms_allocator_create(&ac, &r->al, &eb), MS_OK, "%s", eb.msg);
+  const ms_backend_ops_t *ops = ms_backend_ops(r->be);
+  for (int i = 1; i < 4; i++) cr_assert_eq(ops->stream_create(ops->ctx, 0, &r->streams[i]), MS_OK);
+  ms_history_config_t hc;
+  ms_history_config_init(&hc);
+  hc.context = MS_CONTEXT_NONE;
+  hc.max_entries = max_entries;
+  cr_assert_eq(ms_allocator_record_history(r->al, &hc, &eb), MS_OK, "%s", eb.msg);
+}
+
+static ms_snapshot_t *rec_close(rec_t *r) {
+  ms_snapshot_t *s = NULL;
+  ms_errbuf_t eb;
+  cr_assert_eq(ms_allocator_snapshot(&r->al, 1, &s, &eb), MS_OK, "%s", eb.msg);
+  ms_allocator_destroy(r->al);
+  ms_backend_destroy(r->be);
+  return s;
+}
+
+static uint64_t rng_next(uint64_t *x) {
+  *x ^= *x << 13;
+  *x ^= *x >> 7;
+  *x ^= *x << 17;
+  return *x;
+}
+
+/* A training-like mix: small and large sizes, drifting, frees in random order; optional streams,
+ * record_stream, empty_cache. OOMs are tolerated (they are part of the trace). */
+typedef struct wl_s {
+  int ops;
+  int streams;          /* streams used: 1..4 */
+  bool record_stream;   /* some blocks used on another stream, events completed later */
+  bool empty_cache;     /* occasional empty_cache */
+  size_t max_size;
+  uint64_t seed;
+} wl_t;
+
+static void workload(rec_t *r, const wl_t *w) {
+  enum { LIVE = 64 };
+  ms_devptr_t live[LIVE] = {0};
+  uint64_t x = w->seed;
+  for (int op = 0; op < w->ops; op++) {
+    int slot = (int)(rng_next(&x) % LIVE);
+    if (live[slot]) {
+      cr_assert_eq(ms_allocator_free(r->al, live[slot]), MS_OK);
+      live[slot] = 0;
+    } else {
+      uint64_t k = rng_next(&x);
+      size_t size = (k & 1) ? (size_t)(k >> 8) % (512 * 1024) + 1 : (size_t)(k >> 8) % w->max_size + 1;
+      ms_stream_t st = r->streams[(k >> 4) % (uint64_t)w->streams];
+      ms_devptr_t p = 0;
+      int e = ms_allocator_malloc(r->al, size, st, &p);
+      cr_assert(e == MS_OK || e == MS_EOOM, "malloc: %d", e);
+      if (e == MS_OK) {
+        live[slot] = p;
+        if (w->record_stream && (k >> 20) % 4 == 0) {
+          ms_stream_t other = r->streams[((k >> 4) + 1) % 4];
+          cr_assert_eq(ms_allocator_record_stream(r->al, p, other), MS_OK);
+        }
+      }
+    }
+    if (w->record_stream && op % 7 == 0) {
+      int s = (int)(rng_next(&x) % 4);
+      cr_assert_eq(ms_sim_stream_complete(r->be, 0, r->streams[s]), MS_OK);
+    }
+    if (w->empty_cache && op % 97 == 96) cr_assert_eq(ms_allocator_empty_cache(r->al), MS_OK);
+  }
+}
+
+static void expect_pass(const ms_snapshot_t *s, const char *what, bool allow_inconclusive) {
+  ms_replay_report_t *rep = check(s, 0);
+  const ms_replay_device_t *d = &rep->devices[0];
+  bool ok = d->verdict == MS_REPLAY_PASS ||
+            (allow_inconclusive && d->verdict == MS_REPLAY_INCONCLUSIVE);
+  cr_expect(ok, "%s: %s: %s", what, ms_replay_verdict_name(d->verdict), d->reason);
+  cr_expect_gt(d->allocs, 0, "%s", what);
+  ms_replay_report_free(rep);
+}
+
+static size_t count_action(const ms_snapshot_t *s, ms_trace_action a) {
+  size_t n = 0;
+  for (size_t i = 0; i < s->ntrace; i++) n += s->trace[i].action == a;
+  return n;
+}
+
+Test(replay, synthetic_default, .timeout = 60) {
+  rec_t r;
+  rec_open(&r, "", 1024 * MiB * 64, 1000000);
+  wl_t w = {.ops = 4000, .streams = 1, .max_size = 48 * MiB, .seed = 1};
+  workload(&r, &w);
+  ms_snapshot_t *s = rec_close(&r);
+  expect_pass(s, "default settings", false);
+  ms_snapshot_free(s);
+}
+
+Test(replay, synthetic_streams_and_record_stream, .timeout = 60) {
+  rec_t r;
+  rec_open(&r, "", 1024 * MiB * 64, 1000000);
+  wl_t w = {.ops = 4000, .streams = 4, .record_stream = true, .max_size = 30 * MiB, .seed = 2};
+  workload(&r, &w);
+  ms_snapshot_t *s = rec_close(&r);
+  /* Deferred frees: some free_completed come later than their free_requested. */
+  size_t deferred = 0;
+  for (size_t i = 0; i + 1 < s->ntrace; i++)
+    if (s->trace[i].action == MS_TRACE_FREE_REQUESTED &&
+        !(s->trace[i + 1].action == MS_TRACE_FREE_COMPLETED && s->trace[i + 1].addr == s->trace[i].addr))
+      deferred++;
+  cr_expect_gt(deferred, 10);
+  expect_pass(s, "streams + record_stream", false);
+  ms_snapshot_free(s);
+}
+
+Test(replay, synthetic_max_split_size, .timeout = 60) {
+  rec_t r;
+  rec_open(&r, "max_split_size_mb:40", 1024 * MiB * 64, 1000000);
+  wl_t w = {.ops = 4000, .streams = 2, .max_size = 120 * MiB, .seed = 3};
+  workload(&r, &w);
+  ms_snapshot_t *s = rec_close(&r);
+  expect_pass(s, "max_split_size_mb:40", false);
+  ms_snapshot_free(s);
+}
+
+Test(replay, synthetic_roundup_power2_divisions, .timeout = 60) {
+  rec_t r;
+  rec_open(&r, "roundup_power2_divisions:[1:4,2:8,>:2]", 1024 * MiB * 64, 1000000);
+  wl_t w = {.ops = 4000, .streams = 1, .max_size = 40 * MiB, .seed = 4};
+  workload(&r, &w);
+  ms_snapshot_t *s = rec_close(&r);
+  expect_pass(s, "roundup_power2_divisions", false);
+  ms_snapshot_free(s);
+}
+
+Test(replay, synthetic_oom_retries_with_capacity, .timeout = 60) {
+  rec_t r;
+  rec_open(&r, "", 400 * MiB, 1000000);
+  wl_t w = {.ops = 5000, .streams = 2, .empty_cache = true, .max_size = 64 * MiB, .seed = 5};
+  workload(&r, &w);
+  ms_snapshot_t *s = rec_close(&r);
+  cr_expect_gt(count_action(s, MS_TRACE_SEGMENT_FREE), 10);
+  cr_expect_gt(count_action(s, MS_TRACE_OOM), 0);
+  /* Without a capacity: OOM-path bursts taken from the trace as triggers. */
+  expect_pass(s, "OOM retries, bursts from the trace", false);
+  /* With the recorded capacity: the allocator predicts every burst itself. */
+  ms_replay_report_t *rep = check(s, 400 * MiB);
+  cr_expect_eq(rep->devices[0].verdict, MS_REPLAY_PASS, "capacity 400 MiB: %s",
+               rep->devices[0].reason);
+  ms_replay_report_free(rep);
+  ms_snapshot_free(s);
+}
+
+Test(replay, synthetic_mid_run_ring_buffer, .timeout = 60) {
+  rec_t r;
+  rec_open(&r, "", 1024 * MiB * 64, 3000);
+  wl_t w = {.ops = 8000, .streams = 2, .max_size = 48 * MiB, .seed = 6};
+  workload(&r, &w);
+  ms_snapshot_t *s = rec_close(&r);
+  cr_assert_gt(s->devices[0].trace_dropped, 0);
+  ms_replay_report_t *rep = check(s, 0);
+  const ms_replay_device_t *d = &rep->devices[0];
+  cr_expect(d->mid_run);
+  cr_expect(d->verdict == MS_REPLAY_PASS || d->verdict == MS_REPLAY_INCONCLUSIVE, "%s: %s",
+            ms_replay_verdict_name(d->verdict), d->reason);
+  ms_replay_report_free(rep);
+  ms_snapshot_free(s);
+}
+
+Test(replay, private_pools_unreplayable, .timeout = 30) {
+  rec_t r;
+  rec_open(&r, "", 1024 * MiB, 1000);
+  ms_pool_id_t id = ms_pool_id_new(false);
+  cr_assert_eq(ms_allocator_begin_allocate_to_pool(r.al, id, NULL, NULL), MS_OK);
+  ms_devptr_t p;
+  cr_assert_eq(ms_allocator_malloc(r.al, 4096, 0, &p), MS_OK);
+  cr_assert_eq(ms_allocator_end_allocate_to_pool(r.al, id), MS_OK);
+  ms_snapshot_t *s = rec_close(&r);
+  ms_replay_report_t *rep = check(s, 0);
+  cr_expect_eq(rep->devices[0].verdict, MS_REPLAY_UNREPLAYABLE);
+  cr_expect(strstr(rep->devices[0].reason, "private pools") != NULL, "%s", rep->devices[0].reason);
+  ms_replay_report_free(rep);
+  ms_snapshot_free(s);
+}
+
+/* ---- what-if ---------------------------------------------------------------------------------- */
+
+/* Fragmenting workload: sizes drift upward (the batch grows), each step frees the previous
+ * step's tensors but keeps a small long-lived one between them. */
+static ms_snapshot_t *fragmenting_trace(void) {
+  rec_t r;
+  rec_open(&r, "", 1024 * MiB * 64, 1000000);
+  ms_devptr_t keep[64];
+  size_t nkeep = 0;
+  for (int step = 0; step < 24; step++) {
+    ms_devptr_t big[4];
+    for (int i = 0; i < 4; i++)
+      cr_assert_eq(ms_allocator_malloc(r.al, (size_t)(30 + step) * MiB + 4096 * (size_t)i, 0,
+                                       &big[i]), MS_OK);
+    if (nkeep < 64) cr_assert_eq(ms_allocator_malloc(r.al, 3 * MiB, 0, &keep[nkeep++]), MS_OK);
+    for (int i = 0; i < 4; i++) cr_assert_eq(ms_allocator_free(r.al, big[i]), MS_OK);
+  }
+  return rec_close(&r);
+}
+
+static ms_replay_usage_t whatif(const ms_snapshot_t *s, const char *conf, size_t capacity) {
+  ms_replay_options_t o;
+  ms_replay_options_init(&o);
+  o.whatif = true;
+  o.config = conf;
+  o.capacity = capacity;
+  ms_replay_report_t *rep = NULL;
+  ms_errbuf_t eb;
+  cr_assert_eq(ms_replay_run(s, &o, &rep, &eb), MS_OK, "%s", eb.msg);
+  ms_replay_usage_t u = rep->devices[0].replayed;
+  cr_assert(u.valid);
+  cr_expect(rep->devices[0].recorded.valid);
+  ms_replay_report_free(rep);
+  return u;
+}
+
+Test(replay, whatif_recorded_settings_match_recorded_run, .timeout = 30) {
+  ms_snapshot_t *s = fragmenting_trace();
+  ms_replay_options_t o;
+  ms_replay_options_init(&o);
+  o.whatif = true;
+  ms_replay_report_t *rep = NULL;
+  ms_errbuf_t eb;
+  cr_assert_eq(ms_replay_run(s, &o, &rep, &eb), MS_OK);
+  const ms_replay_device_t *d = &rep->devices[0];
+  cr_expect_eq(d->replayed.peak_reserved, d->recorded.peak_reserved);
+  cr_expect_eq(d->replayed.peak_allocated, d->recorded.peak_allocated);
+  cr_expect_eq(d->replayed.device_allocs, count_action(s, MS_TRACE_SEGMENT_ALLOC));
+  ms_replay_report_free(rep);
+  ms_snapshot_free(s);
+}
+
+/* Oversize blocks split for small requests: each step a 100 MiB tensor is freed, a 30 MiB one
+ * kept, and 100 MiB needed again. Without max_split_size_mb the 30 MiB one splits the cached
+ * 100 MiB segment and every step needs a new one; with it, oversize segments stay whole. */
+static ms_snapshot_t *oversize_trace(void) {
+  rec_t r;
+  rec_open(&r, "", 1024 * MiB * 64, 1000000);
+  ms_devptr_t x, y, z;
+  for (int step = 0; step < 6; step++) {
+    cr_assert_eq(ms_allocator_malloc(r.al, 100 * MiB, 0, &x), MS_OK);
+    cr_assert_eq(ms_allocator_free(r.al, x), MS_OK);
+    cr_assert_eq(ms_allocator_malloc(r.al, 30 * MiB, 0, &y), MS_OK);
+    cr_assert_eq(ms_allocator_malloc(r.al, 100 * MiB, 0, &z), MS_OK);
+    cr_assert_eq(ms_allocator_free(r.al, z), MS_OK);
+  }
+  return rec_close(&r);
+}
+
+Test(replay, whatif_max_split_size_lowers_fragmentation, .timeout = 30) {
+  ms_snapshot_t *s = oversize_trace();
+  ms_replay_usage_t base = whatif(s, "", 0), mss = whatif(s, "max_split_size_mb:64", 0);
+  cr_expect_lt(mss.peak_reserved, base.peak_reserved, "%" PRIu64 " vs %" PRIu64,
+               mss.peak_reserved, base.peak_reserved);
+  cr_expect_eq(mss.peak_allocated, base.peak_allocated);
+  ms_snapshot_free(s);
+}
+
+Test(replay, whatif_capacity_ooms_are_reported, .timeout = 30) {
+  ms_snapshot_t *s = fragmenting_trace();
+  ms_replay_usage_t u = whatif(s, "", 200 * MiB);
+  cr_expect_gt(u.ooms, 0);
+  cr_expect_geq(u.first_oom_entry, 0);
+  cr_expect(strstr(u.oom_message, "out of memory") != NULL, "%s", u.oom_message);
+  cr_expect_gt(u.alloc_retries, 0);
+  ms_snapshot_free(s);
+}
+
+Test(replay, min_capacity_is_tight, .timeout = 60) {
+  ms_snapshot_t *s = fragmenting_trace();
+  size_t cap = 0;
+  ms_errbuf_t eb;
+  cr_assert_eq(ms_replay_min_capacity(s, 0, "", &cap, &eb), MS_OK, "%s", eb.msg);
+  cr_assert_eq(cap % (2 * MiB), 0);
+  cr_expect_eq(whatif(s, "", cap).ooms, 0, "OOM at the minimum %zu", cap);
+  cr_expect_gt(whatif(s, "", cap - 2 * MiB).ooms, 0, "no OOM below the minimum %zu", cap);
+  ms_snapshot_free(s);
+}
+
+Test(replay, bad_config_is_an_error, .timeout = 10) {
+  ms_snapshot_t *s = fragmenting_trace();
+  ms_replay_options_t o;
+  ms_replay_options_init(&o);
+  o.whatif = true;
+  o.config = "max_split_size_mb:1";
+  ms_replay_report_t *rep = (ms_replay_report_t *)0x1;
+  ms_errbuf_t eb;
+  cr_expect_eq(ms_replay_run(s, &o, &rep, &eb), MS_ECONFIG);
+  cr_expect_eq(rep, (ms_replay_report_t *)0x1, "out-parameter touched on failure");
+  cr_expect(strstr(eb.msg, "max_split_size_mb") != NULL, "%s", eb.msg);
+  ms_snapshot_free(s);
+}
+
+/* ---- the command line ---------------------------------------------------------------------------- */
+
+static int run_cli(const char *args, char *out, size_t cap) {
+  const char *bin = getenv("MEMSNAP_BIN");
+  if (!bin || access(bin, X_OK) != 0) cr_skip_test("SKIP: MEMSNAP_BIN not set (run through ctest)");
+  char cmd[8192];
+  snprintf(cmd, sizeof cmd, "%s replay %s 2>&1", bin, args);
+  FILE *p = popen(cmd, "r");
+  cr_assert(p);
+  size_t n = fread(out, 1, cap - 1, p);
+  out[n] = 0;
+  int st = pclose(p);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+Test(replay, cli_check_exit_codes_and_json, .timeout = 60) {
+  char path[4096], args[8192];
+  static char out[1 << 16];
+  ms_snapshot_free(load_fixture("a0kuma_adamw_small"));
+  snprintf(path, sizeof path, "%s/a0kuma_adamw_small.pickle", fixtures_dir());
+  snprintf(args, sizeof args, "'%s' --check", path);
+  cr_expect_eq(run_cli(args, out, sizeof out), 0, "%s", out);
+  cr_expect(strstr(out, "device 0: PASS  18 allocs replayed (35 trace entries); start: empty\n"),
+            "%s", out);
+  snprintf(args, sizeof args, "'%s' --check --json", path);
+  cr_expect_eq(run_cli(args, out, sizeof out), 0);
+  cr_expect(strstr(out, "\"pass\": true") && strstr(out, "\"verdict\": \"PASS\""), "%s", out);
+  snprintf(path, sizeof path, "%s/jogregoire_diffusion_tiny.pickle", fixtures_dir());
+  snprintf(args, sizeof args, "'%s' --check", path);
+  cr_expect_eq(run_cli(args, out, sizeof out), 1, "%s", out);
+  cr_expect(strstr(out, "not replayable: no alloc/free history"), "%s", out);
+  cr_expect_eq(run_cli("x.pickle", out, sizeof out), 2, "%s", out);
+  cr_expect_eq(run_cli("x.pickle --check --config a", out, sizeof out), 2, "%s", out);
+  cr_expect_eq(run_cli("x.pickle --sweep 'nokey'", out, sizeof out), 2, "%s", out);
+  cr_expect_eq(run_cli("x.pickle --config 'max_split_size_mb:1'", out, sizeof out), 2, "%s", out);
+  cr_expect_eq(run_cli("x.pickle --check --capacity 12Q", out, sizeof out), 2, "%s", out);
+  cr_expect_eq(run_cli("/nonexistent.pickle --check", out, sizeof out), 1, "%s", out);
+}
+
+Test(replay, cli_sweep_table, .timeout = 60) {
+  char path[4096], args[8192];
+  static char out[1 << 16];
+  ms_snapshot_free(load_fixture("cranberrii_ftcourse"));
+  snprintf(path, sizeof path, "%s/cranberrii_ftcourse.pickle", fixtures_dir());
+  snprintf(args, sizeof args, "'%s' --sweep 'max_split_size_mb=64,256;garbage_collection_threshold=0.5'", path);
+  cr_expect_eq(run_cli(args, out, sizeof out), 0, "%s", out);
+  cr_expect(strstr(out, "(recorded: PyTorch)"), "%s", out);
+  cr_expect(strstr(out, "max_split_size_mb:64,garbage_collection_threshold:0.5"), "%s", out);
+  cr_expect(strstr(out, "max_split_size_mb:256,garbage_collection_threshold:0.5"), "%s", out);
+  snprintf(args, sizeof args, "'%s' --sweep 'max_split_size_mb=64,256' --json", path);
+  cr_expect_eq(run_cli(args, out, sizeof out), 0, "%s", out);
+  cr_expect(strstr(out, "\"mode\": \"whatif\"") && strstr(out, "\"peak_reserved\""), "%s", out);
+}
