@@ -17,6 +17,7 @@
 #include "helpers.h"
 #include "memsnap/serialize.h"
 #include "snapbuild.h"
+#include "zio.h"
 
 /* ---- helpers -------------------------------------------------------------------------------- */
 
@@ -915,4 +916,35 @@ Test(serialize, fixture_roundtrip, .timeout = 120) {
     }
     ms_snapshot_free(p);
   }
+}
+
+/* ---- decompression bomb --------------------------------------------------------------------- */
+
+Test(serialize, decompression_bomb_is_refused, .timeout = 60) {
+  /* A valid header and meta, then a 60 MiB string of zeros: ~60 KiB once deflated, far above
+   * the 256x bound. */
+  const uint64_t counts[9] = {0};
+  mp_t m;
+  mp_start(&m, 1, counts);
+  mp_byte(&m, 0xdb);
+  mp_be(&m, 60u << 20, 4);
+  th_memsink_t out;
+  ms_sink_t inner, zs;
+  th_memsink_init(&inner, &out);
+  ms__zsink_t *z = NULL;
+  cr_assert_eq(ms__zsink_create(&inner, 9, &z, &zs), MS_OK);
+  cr_assert_eq(zs.write(zs.ctx, (const char *)m.b, m.n), MS_OK);
+  static char zeros[1 << 16];
+  for (int i = 0; i < 60 * 16; i++) cr_assert_eq(zs.write(zs.ctx, zeros, sizeof zeros), MS_OK);
+  cr_assert_eq(ms__zsink_finish(z), MS_OK);
+  ms__zsink_destroy(z);
+  cr_assert_lt(out.len, 1 << 20);
+  cr_assert_eq(ms_format_detect(out.data, out.len), MS_FORMAT_MEMSNAP_Z);
+  ms_snapshot_t *r = NULL;
+  ms_errbuf_t eb;
+  cr_assert_eq(decode(out.data, out.len, &r, &eb), MS_ELIMIT, "%s", eb.msg);
+  cr_assert(strstr(eb.msg, "decompressed data is too large (decompression bomb?): more than 256 "
+                           "times the compressed size") != NULL,
+            "%s", eb.msg);
+  th_memsink_free(&out);
 }
