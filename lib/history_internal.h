@@ -83,10 +83,15 @@ typedef struct ms__sym_s {
  * Thread-safety: one thread at a time per symbolizer. */
 int ms__symbolizer_create(ms__symbolizer_t **out);
 void ms__symbolizer_destroy(ms__symbolizer_t *s);
-/* Describes the return address pc (the call site pc - 1 is looked up). Each distinct pc is
- * resolved once and remembered; the strings live until the symbolizer is destroyed.
- * @return MS_OK or MS_ENOMEM. */
-int ms__symbolize(ms__symbolizer_t *s, uintptr_t pc, ms__sym_t *out);
+/* The most functions one address expands to when inlined calls are expanded, besides the
+ * function that contains it. */
+#define MS__SYM_MAX_INLINE 15
+
+/* Describes the return address pc (the call site pc - 1 is looked up) as *n >= 1 frames,
+ * innermost first: the functions inlined at the call site (with DWARF), then the function that
+ * contains it; *out points to them. Each distinct pc is resolved once and remembered; everything
+ * lives until the symbolizer is destroyed. @return MS_OK or MS_ENOMEM. */
+int ms__symbolize(ms__symbolizer_t *s, uintptr_t pc, const ms__sym_t **out, size_t *n);
 /* @return "libdw" or "dladdr": what resolves names and lines in this build. */
 const char *ms__symbolizer_kind(void);
 

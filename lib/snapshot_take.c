@@ -7,8 +7,9 @@
  * trace is copied from its recorder's ring buffer (oldest first). Stacks are symbolised last,
  * outside every allocator lock: while walking, a context id becomes a provisional index into a
  * list of distinct (recorder, context id) pairs; each distinct stack is then converted once (each
- * distinct address symbolised once, by a process-wide symbolizer that remembers its answers), and
- * the provisional indices are replaced by the builder's stack indices.
+ * distinct address symbolised once, by a process-wide symbolizer that remembers its answers; one
+ * address gives several frames when calls were inlined there), and the provisional indices are
+ * replaced by the builder's stack indices.
  *
  * The allocator's own frames are left out of every stack: the capture already drops the
  * recorder's frames, and here the frames up to and including the innermost run of public memsnap
@@ -112,12 +113,20 @@ typedef struct pending_s {
   uint32_t ctx;
 } pending_t;
 
+typedef struct pcinfo_s {
+  uint32_t first; /* builder frame indices in take_t.pcframes, innermost first */
+  uint32_t n;
+  uint32_t pub;   /* the containing function is a public memsnap entry point */
+} pcinfo_t;
+
 typedef struct take_s {
   ms__snapbuild_t b;
   ms__recorder_t **recs; /* per allocator (in device order), NULL without recording */
   MS_VEC(pending_t) pending;
   u64map_t pending_map;  /* (rec << 32 | ctx) -> provisional index */
-  u64map_t frame_map;    /* pc -> frame index + 1, high bit set for a public memsnap frame */
+  u64map_t pc_map;       /* pc -> index into pcinfo */
+  MS_VEC(pcinfo_t) pcinfo;
+  MS_VEC(uint32_t) pcframes;
 } take_t;
 
 typedef struct walk_arg_s {
@@ -148,33 +157,36 @@ static int walk_ctx_to_stack(void *arg, uint32_t ctx, uint32_t *stack) {
   return provisional(w->t, w->rec, ctx, stack);
 }
 
-#define FRAME_PUBLIC 0x80000000u
-
 static int is_public_entry(const char *name) {
   return name[0] == 'm' && name[1] == 's' && name[2] == '_' && name[3] != '_' && name[3] != 0;
 }
 
-/* Symbolises pc into the builder (once per pc). pre: sym_lock held. */
-static int frame_of(take_t *t, uintptr_t pc, uint32_t *out) {
+/* Symbolises pc into the builder's frames (once per pc); *out = its pcinfo index.
+ * pre: sym_lock held. */
+static int pc_frames(take_t *t, uintptr_t pc, uint32_t *out) {
   int fresh;
-  uint32_t *v = u64map_slot(&t->frame_map, pc, &fresh);
+  uint32_t *v = u64map_slot(&t->pc_map, pc, &fresh);
   if (!v) return MS_ENOMEM;
   if (!fresh) {
     *out = *v;
     return MS_OK;
   }
-  ms__sym_t sym;
-  uint32_t idx;
-  int err = ms__symbolize(sym_global, pc, &sym);
-  if (err == MS_OK)
-    err = ms__snapbuild_frame(&t->b, sym.name, strlen(sym.name), sym.filename,
-                              strlen(sym.filename), sym.line, &idx);
-  if (err == MS_OK && idx >= FRAME_PUBLIC) err = MS_ELIMIT;
-  if (err != MS_OK) {
-    *v = UINT32_MAX; /* the slot exists: mark it so a retry cannot read garbage */
-    return err;
+  *v = UINT32_MAX; /* the slot exists from here on: never leave it undefined */
+  const ms__sym_t *syms;
+  size_t n;
+  MS_FORWARD_IF_ERROR(ms__symbolize(sym_global, pc, &syms, &n));
+  if (t->pcinfo.len >= UINT32_MAX - 1 || t->pcframes.len > UINT32_MAX - n) return MS_ELIMIT;
+  if (MS_VEC_RESERVE(&t->pcframes, n) || MS_VEC_RESERVE(&t->pcinfo, 1)) return MS_ENOMEM;
+  pcinfo_t info = {(uint32_t)t->pcframes.len, (uint32_t)n, (uint32_t)is_public_entry(syms[n - 1].name)};
+  for (size_t i = 0; i < n; i++) {
+    uint32_t idx;
+    MS_FORWARD_IF_ERROR(ms__snapbuild_frame(&t->b, syms[i].name, strlen(syms[i].name),
+                                            syms[i].filename, strlen(syms[i].filename),
+                                            syms[i].line, &idx));
+    t->pcframes.ptr[t->pcframes.len++] = idx;
   }
-  *v = idx | (is_public_entry(sym.name) ? FRAME_PUBLIC : 0);
+  t->pcinfo.ptr[t->pcinfo.len++] = info;
+  *v = (uint32_t)t->pcinfo.len - 1;
   *out = *v;
   return MS_OK;
 }
@@ -182,7 +194,9 @@ static int frame_of(take_t *t, uintptr_t pc, uint32_t *out) {
 /* Converts every pending (recorder, ctx) into a builder stack; res[p] receives it. */
 static int resolve_stacks(take_t *t, uint32_t *res) {
   int err = MS_OK;
-  uint32_t fr[MS__MAX_FRAMES + 1];
+  uint32_t info[MS__MAX_FRAMES];
+  uint32_t *fr = malloc(sizeof *fr * MS__MAX_FRAMES * (MS__SYM_MAX_INLINE + 1));
+  if (!fr) return MS_ENOMEM;
   pthread_mutex_lock(&sym_lock);
   if (!sym_global) err = ms__symbolizer_create(&sym_global);
   for (size_t p = 0; err == MS_OK && p < t->pending.len; p++) {
@@ -194,20 +208,27 @@ static int resolve_stacks(take_t *t, uint32_t *res) {
       continue;
     }
     if (n > MS__MAX_FRAMES) n = MS__MAX_FRAMES;
+    /* The addresses up to the end of the first run of public entry points are memsnap's own. */
     size_t drop = 0;
     int seen_public = 0;
     for (size_t i = 0; err == MS_OK && i < n; i++) {
-      err = frame_of(t, pcs[i], &fr[i]);
+      err = pc_frames(t, pcs[i], &info[i]);
       if (err != MS_OK) break;
-      int pub = (fr[i] & FRAME_PUBLIC) != 0;
-      /* Frames up to the end of the first run of public entry points are memsnap's own. */
+      int pub = t->pcinfo.ptr[info[i]].pub != 0;
       if (pub && (!seen_public || drop == i)) drop = i + 1;
       if (pub) seen_public = 1;
-      fr[i] &= ~FRAME_PUBLIC;
     }
-    if (err == MS_OK) err = ms__snapbuild_stack(&t->b, fr + drop, n - drop, &res[p]);
+    if (err != MS_OK) break;
+    size_t nf = 0;
+    for (size_t i = drop; i < n; i++) {
+      const pcinfo_t *pi = &t->pcinfo.ptr[info[i]];
+      memcpy(fr + nf, t->pcframes.ptr + pi->first, pi->n * sizeof *fr);
+      nf += pi->n;
+    }
+    err = ms__snapbuild_stack(&t->b, fr, nf, &res[p]);
   }
   pthread_mutex_unlock(&sym_lock);
+  free(fr);
   return err;
 }
 
@@ -381,7 +402,9 @@ out:
   free(t.recs);
   MS_VEC_FREE(&t.pending);
   u64map_free(&t.pending_map);
-  u64map_free(&t.frame_map);
+  u64map_free(&t.pc_map);
+  MS_VEC_FREE(&t.pcinfo);
+  MS_VEC_FREE(&t.pcframes);
   ms__snapbuild_release(&t.b);
   return err;
 }

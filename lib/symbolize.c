@@ -12,6 +12,9 @@
  *
  * The call site of a return address pc is looked up at pc - 1, so that the line is the line of
  * the call, and a call at the very end of a function is not attributed to the next one.
+ * With DWARF, functions inlined at that call site are expanded into frames of their own
+ * (innermost first, each with the file and line where it was inlined into the next), as
+ * `addr2line -i` shows them: one address can give several frames.
  * Modules loaded after the symbolizer was created are picked up: on a miss, when the dynamic
  * linker's load/unload counters changed, the modules are reported again.
  */
@@ -24,6 +27,8 @@
 #include <unistd.h>
 
 #ifdef MS_HAVE_LIBDW
+#include <dwarf.h>
+#include <elfutils/libdw.h>
 #include <elfutils/libdwfl.h>
 #endif
 
@@ -32,14 +37,15 @@
 #include "util/hash.h"
 
 typedef struct sym_ent_s {
-  uintptr_t pc; /* 0 = empty slot */
-  ms__sym_t sym;
+  uintptr_t pc;        /* 0 = empty slot */
+  const ms__sym_t *syms; /* innermost first */
+  size_t n;
 } sym_ent_t;
 
 typedef struct sym_chunk_s {
   struct sym_chunk_s *next;
   size_t used, cap;
-  char data[];
+  _Alignas(8) char data[];
 } sym_chunk_t;
 
 struct ms__symbolizer_s {
@@ -60,10 +66,12 @@ const char *ms__symbolizer_kind(void) {
 #endif
 }
 
-static const char *sym_strdup(ms__symbolizer_t *s, const char *str, size_t n) {
+/* Arena memory, 8-byte aligned; lives until the symbolizer is destroyed. */
+static void *sym_alloc(ms__symbolizer_t *s, size_t n) {
+  n = (n + 7) & ~(size_t)7;
   sym_chunk_t *c = s->chunks;
-  if (!c || c->cap - c->used < n + 1) {
-    size_t cap = n + 1 > 16384 ? n + 1 : 16384;
+  if (!c || c->cap - c->used < n) {
+    size_t cap = n > 16384 ? n : 16384;
     sym_chunk_t *nc = malloc(sizeof *nc + cap);
     if (!nc) return NULL;
     nc->used = 0;
@@ -71,10 +79,16 @@ static const char *sym_strdup(ms__symbolizer_t *s, const char *str, size_t n) {
     nc->next = c;
     s->chunks = c = nc;
   }
-  char *p = c->data + c->used;
+  void *p = c->data + c->used;
+  c->used += n;
+  return p;
+}
+
+static const char *sym_strdup(ms__symbolizer_t *s, const char *str, size_t n) {
+  char *p = sym_alloc(s, n + 1);
+  if (!p) return NULL;
   memcpy(p, str, n);
   p[n] = 0;
-  c->used += n + 1;
   return p;
 }
 
@@ -158,11 +172,91 @@ static const char *base_name(const char *path) {
   return b ? b + 1 : path;
 }
 
-/* Resolves one address (not cached). Strings are copied into s's arena. */
-static int sym_resolve(ms__symbolizer_t *s, uintptr_t pc, ms__sym_t *out) {
+/* One frame being built (strings borrowed from libdw or dladdr until copied). */
+typedef struct raw_frame_s {
+  const char *name;
+  char file[1024];
+  int64_t line;
+} raw_frame_t;
+
+#define SYM_MAX_FRAMES (MS__SYM_MAX_INLINE + 1)
+
+#ifdef MS_HAVE_LIBDW
+/* The name of a function's DIE (following abstract origins); the linkage name first, so that
+ * C++ names match the symbol table's. */
+static const char *dw_die_name(Dwarf_Die *d) {
+  Dwarf_Attribute a;
+  const char *n = NULL;
+  if (dwarf_attr_integrate(d, DW_AT_linkage_name, &a)) n = dwarf_formstring(&a);
+  if (!n && dwarf_attr_integrate(d, DW_AT_MIPS_linkage_name, &a)) n = dwarf_formstring(&a);
+  if (!n && dwarf_attr_integrate(d, DW_AT_name, &a)) n = dwarf_formstring(&a);
+  return n;
+}
+
+/* Sets f->file to path, joined to the CU's compilation directory when it is relative. */
+static void dw_set_file(raw_frame_t *f, Dwarf_Die *cu, const char *path) {
+  Dwarf_Attribute a;
+  const char *dir = NULL;
+  if (path[0] != '/' && dwarf_attr(cu, DW_AT_comp_dir, &a)) dir = dwarf_formstring(&a);
+  if (dir && *dir)
+    snprintf(f->file, sizeof f->file, "%s/%s", dir, path);
+  else
+    snprintf(f->file, sizeof f->file, "%s", path);
+}
+
+/* Expands the functions inlined at `site` (module address space: site - bias) into fr[0..k):
+ * fr[0] gets the innermost inlined function with the line of the address (already in fr[0].file
+ * and .line), each later frame the function it was inlined into with the call's file and line.
+ * @return the number of frames filled; the last one is the containing function, whose name the
+ * caller fills from the symbol table when it has one. */
+static size_t dw_inline_frames(Dwfl_Module *m, uintptr_t site, raw_frame_t *fr, size_t cap) {
+  Dwarf_Addr bias = 0;
+  Dwarf_Die *cu = dwfl_module_addrdie(m, (Dwarf_Addr)site, &bias);
+  if (!cu) return 1;
+  Dwarf_Die *scopes = NULL;
+  int ns = dwarf_getscopes(cu, (Dwarf_Addr)site - bias, &scopes);
+  size_t k = 0;
+  for (int i = 0; i < ns && k + 1 < cap; i++) {
+    int tag = dwarf_tag(&scopes[i]);
+    if (tag == DW_TAG_subprogram) {
+      fr[k].name = dw_die_name(&scopes[i]);
+      break;
+    }
+    if (tag != DW_TAG_inlined_subroutine) continue;
+    /* frame k is this inlined function; frame k + 1 is where it was inlined */
+    fr[k].name = dw_die_name(&scopes[i]);
+    Dwarf_Attribute a;
+    Dwarf_Word idx = 0, line = 0;
+    fr[k + 1].name = NULL;
+    fr[k + 1].file[0] = 0;
+    fr[k + 1].line = 0;
+    if (dwarf_attr(&scopes[i], DW_AT_call_file, &a) && dwarf_formudata(&a, &idx) == 0) {
+      Dwarf_Files *files;
+      size_t nf;
+      if (dwarf_getsrcfiles(cu, &files, &nf) == 0 && idx < nf) {
+        const char *f = dwarf_filesrc(files, idx, NULL, NULL);
+        if (f) dw_set_file(&fr[k + 1], cu, f);
+      }
+    }
+    if (dwarf_attr(&scopes[i], DW_AT_call_line, &a) && dwarf_formudata(&a, &line) == 0)
+      fr[k + 1].line = (int64_t)line;
+    k++;
+  }
+  free(scopes);
+  return k + 1;
+}
+#endif
+
+/* Resolves one address (not cached) into frames, innermost first; strings are copied into s's
+ * arena. */
+static int sym_resolve(ms__symbolizer_t *s, uintptr_t pc, ms__sym_t **out, size_t *nout) {
   uintptr_t site = pc - 1;
-  const char *name = NULL, *file = NULL, *module = NULL;
-  int64_t line = 0;
+  const char *symname = NULL, *module = NULL;
+  raw_frame_t fr[SYM_MAX_FRAMES];
+  size_t n = 1;
+  fr[0].name = NULL;
+  fr[0].file[0] = 0;
+  fr[0].line = 0;
   uintptr_t base = 0;
   int have_base = 0;
 #ifdef MS_HAVE_LIBDW
@@ -173,54 +267,63 @@ static int sym_resolve(ms__symbolizer_t *s, uintptr_t pc, ms__sym_t *out) {
       m = dwfl_addrmodule(s->dwfl, (Dwarf_Addr)site);
     }
     if (m) {
-      Dwarf_Addr start = 0;
-      module = dwfl_module_info(m, NULL, &start, NULL, NULL, NULL, NULL, NULL);
+      module = dwfl_module_info(m, NULL, NULL, NULL, NULL, NULL, NULL, NULL);
       GElf_Off off = 0;
       GElf_Sym sym;
-      name = dwfl_module_addrinfo(m, (GElf_Addr)site, &off, &sym, NULL, NULL, NULL);
+      symname = dwfl_module_addrinfo(m, (GElf_Addr)site, &off, &sym, NULL, NULL, NULL);
       Dwfl_Line *l = dwfl_module_getsrc(m, (Dwarf_Addr)site);
       if (l) {
         int lineno = 0;
         const char *f = dwfl_lineinfo(l, NULL, &lineno, NULL, NULL, NULL);
         if (f && *f) {
-          file = f;
-          line = lineno;
+          snprintf(fr[0].file, sizeof fr[0].file, "%s", f);
+          fr[0].line = lineno;
+          n = dw_inline_frames(m, site, fr, SYM_MAX_FRAMES);
         }
       }
     }
   }
 #endif
   Dl_info di;
-  if ((!name || !module) && dladdr((void *)site, &di) != 0) {
-    if (!name && di.dli_sname && di.dli_saddr) name = di.dli_sname;
+  if ((!symname || !module) && dladdr((void *)site, &di) != 0) {
+    if (!symname && di.dli_sname && di.dli_saddr) symname = di.dli_sname;
     if (!module && di.dli_fname) module = di.dli_fname;
     base = (uintptr_t)di.dli_fbase;
     have_base = 1;
   }
-  char tmp[512];
-  if (!name) {
-    if (!have_base && dladdr((void *)site, &di) != 0) {
-      base = (uintptr_t)di.dli_fbase;
-      have_base = 1;
-    }
-    if (module && *module && have_base)
-      snprintf(tmp, sizeof tmp, "%s+0x%" PRIxPTR, base_name(module), pc - base);
-    else
-      snprintf(tmp, sizeof tmp, "0x%" PRIxPTR, pc);
-    out->name = sym_strdup(s, tmp, strlen(tmp));
-  } else {
-    out->name = sym_strdup(s, name, name_len_without_clone_suffix(name));
-  }
+  /* The containing function is named from the symbol table when it has the address. */
+  if (symname) fr[n - 1].name = symname;
   if (!module) module = "";
-  if (!file) file = *module ? module : "??";
-  out->filename = sym_strdup(s, file, strlen(file));
-  out->module = sym_strdup(s, module, strlen(module));
-  out->line = line;
-  if (!out->name || !out->filename || !out->module) return MS_ENOMEM;
+  ms__sym_t *syms = sym_alloc(s, n * sizeof *syms);
+  if (!syms) return MS_ENOMEM;
+  for (size_t i = 0; i < n; i++) {
+    const char *name = fr[i].name;
+    if (name) {
+      syms[i].name = sym_strdup(s, name, name_len_without_clone_suffix(name));
+    } else {
+      char tmp[512];
+      if (!have_base && dladdr((void *)site, &di) != 0) {
+        base = (uintptr_t)di.dli_fbase;
+        have_base = 1;
+      }
+      if (*module && have_base)
+        snprintf(tmp, sizeof tmp, "%s+0x%" PRIxPTR, base_name(module), pc - base);
+      else
+        snprintf(tmp, sizeof tmp, "0x%" PRIxPTR, pc);
+      syms[i].name = sym_strdup(s, tmp, strlen(tmp));
+    }
+    const char *file = fr[i].file[0] ? fr[i].file : *module ? module : "??";
+    syms[i].filename = sym_strdup(s, file, strlen(file));
+    syms[i].module = sym_strdup(s, module, strlen(module));
+    syms[i].line = fr[i].file[0] ? fr[i].line : 0;
+    if (!syms[i].name || !syms[i].filename || !syms[i].module) return MS_ENOMEM;
+  }
+  *out = syms;
+  *nout = n;
   return MS_OK;
 }
 
-int ms__symbolize(ms__symbolizer_t *s, uintptr_t pc, ms__sym_t *out) {
+int ms__symbolize(ms__symbolizer_t *s, uintptr_t pc, const ms__sym_t **out, size_t *n) {
   if ((s->count + 1) * 2 > s->cap) {
     size_t ncap = s->cap ? s->cap * 2 : 1024;
     sym_ent_t *nt = calloc(ncap, sizeof *nt);
@@ -240,14 +343,18 @@ int ms__symbolize(ms__symbolizer_t *s, uintptr_t pc, ms__sym_t *out) {
   size_t mask = s->cap - 1, j = (size_t)ms_hash_u64(key) & mask;
   for (; s->tab[j].pc; j = (j + 1) & mask)
     if (s->tab[j].pc == key) {
-      *out = s->tab[j].sym;
+      *out = s->tab[j].syms;
+      *n = s->tab[j].n;
       return MS_OK;
     }
-  ms__sym_t sym;
-  MS_FORWARD_IF_ERROR(sym_resolve(s, pc, &sym));
+  ms__sym_t *syms;
+  size_t k;
+  MS_FORWARD_IF_ERROR(sym_resolve(s, pc, &syms, &k));
   s->tab[j].pc = key;
-  s->tab[j].sym = sym;
+  s->tab[j].syms = syms;
+  s->tab[j].n = k;
   s->count++;
-  *out = sym;
+  *out = syms;
+  *n = k;
   return MS_OK;
 }

@@ -42,11 +42,16 @@ static ms__symbolizer_t *sym;
 static void sym_setup(void) { cr_assert_eq(ms__symbolizer_create(&sym), MS_OK); }
 static void sym_teardown(void) { ms__symbolizer_destroy(sym); }
 
-static const char *name_of(uintptr_t pc) {
-  ms__sym_t s;
-  cr_assert_eq(ms__symbolize(sym, pc, &s), MS_OK);
-  return s.name;
+/* The frame of the function that contains pc (the last of its inline expansion). */
+static ms__sym_t sym_of(uintptr_t pc) {
+  const ms__sym_t *s;
+  size_t n = 0;
+  cr_assert_eq(ms__symbolize(sym, pc, &s, &n), MS_OK);
+  cr_assert_geq(n, 1);
+  return s[n - 1];
 }
+
+static const char *name_of(uintptr_t pc) { return sym_of(pc).name; }
 
 NOINLINE static void check_chain(capture_fn *cap) {
   uintptr_t pcs[64];
@@ -153,8 +158,11 @@ Test(backtrace, file_and_line_from_debug_info, .init = sym_setup, .fini = sym_te
   uintptr_t pcs[8];
   size_t n = chain_a(ms__capture_backtrace, pcs, 8);
   cr_assert_geq(n, 1);
-  ms__sym_t s;
-  cr_assert_eq(ms__symbolize(sym, pcs[0], &s), MS_OK);
+  const ms__sym_t *ss;
+  size_t ns;
+  cr_assert_eq(ms__symbolize(sym, pcs[0], &ss, &ns), MS_OK);
+  cr_assert_eq(ns, 1, "chain_c inlines nothing at the call");
+  ms__sym_t s = ss[0];
   cr_assert_str_eq(s.name, "chain_c");
   if (strcmp(ms__symbolizer_kind(), "libdw") != 0) {
     cr_log_warn("SKIP: file:line needs libdw");
@@ -167,13 +175,45 @@ Test(backtrace, file_and_line_from_debug_info, .init = sym_setup, .fini = sym_te
   cr_assert_str_eq(s.filename + fl - sl, suffix);
   cr_assert_eq(s.line, line_c);
   /* remembered: the same strings come back */
-  ms__sym_t again;
-  cr_assert_eq(ms__symbolize(sym, pcs[0], &again), MS_OK);
-  cr_assert_eq(again.name, s.name);
+  cr_assert_eq(sym_of(pcs[0]).name, s.name);
+}
+
+static int inl_line, inl_call_line;
+
+static inline __attribute__((always_inline)) size_t inl_inner(uintptr_t *pcs) {
+  inl_line = __LINE__ + 1;
+  size_t n = ms__capture_backtrace(pcs, 8, 0);
+  return n;
+}
+
+NOINLINE static size_t inl_outer(uintptr_t *pcs) {
+  inl_call_line = __LINE__ + 1;
+  size_t n = inl_inner(pcs);
+  KEEP_FRAME();
+  return n;
+}
+
+Test(backtrace, inlined_functions_are_expanded, .init = sym_setup, .fini = sym_teardown) {
+  uintptr_t pcs[8];
+  cr_assert_geq(inl_outer(pcs), 1);
+  const ms__sym_t *s;
+  size_t n;
+  cr_assert_eq(ms__symbolize(sym, pcs[0], &s, &n), MS_OK);
+  if (strcmp(ms__symbolizer_kind(), "libdw") != 0) {
+    cr_assert_eq(n, 1);
+    cr_assert_str_eq(s[0].name, "inl_outer");
+    cr_skip_test("SKIP: inline expansion needs libdw");
+  }
+  cr_assert_eq(n, 2, "%zu frames, first %s", n, s[0].name);
+  cr_assert_str_eq(s[0].name, "inl_inner");
+  cr_assert_eq(s[0].line, inl_line);
+  cr_assert(strstr(s[0].filename, "tests/test_backtrace.c") != NULL, "%s", s[0].filename);
+  cr_assert_str_eq(s[1].name, "inl_outer");
+  cr_assert_eq(s[1].line, inl_call_line);
+  cr_assert_str_eq(s[1].filename, s[0].filename);
 }
 
 Test(backtrace, shared_library_symbols_are_named, .init = sym_setup, .fini = sym_teardown) {
-  ms__sym_t s;
   /* a return address just after libc's qsort's first byte: pc - 1 is qsort itself (looked up in
    * libc, since a sanitizer interposes its own qsort) */
   void *libc = dlopen("libc.so.6", RTLD_NOW | RTLD_NOLOAD);
@@ -181,7 +221,7 @@ Test(backtrace, shared_library_symbols_are_named, .init = sym_setup, .fini = sym
   void *q = dlsym(libc, "qsort");
   cr_assert_not_null(q);
   uintptr_t pc = (uintptr_t)q + 1;
-  cr_assert_eq(ms__symbolize(sym, pc, &s), MS_OK);
+  ms__sym_t s = sym_of(pc);
   cr_assert(strstr(s.name, "qsort") != NULL, "name %s", s.name);
   cr_assert(strstr(s.module, "libc") != NULL, "module %s", s.module);
   dlclose(libc);
@@ -193,8 +233,7 @@ Test(backtrace, unknown_addresses_fall_back_to_module_offset, .init = sym_setup,
   cr_assert_neq(dladdr((void *)&chain_a, &di), 0);
   /* inside the executable's ELF header: covered by no symbol */
   uintptr_t pc = (uintptr_t)di.dli_fbase + 0x11;
-  ms__sym_t s;
-  cr_assert_eq(ms__symbolize(sym, pc, &s), MS_OK);
+  ms__sym_t s = sym_of(pc);
   char exe[4096];
   ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
   cr_assert_gt(len, 0);
@@ -207,7 +246,7 @@ Test(backtrace, unknown_addresses_fall_back_to_module_offset, .init = sym_setup,
   cr_assert_eq(s.line, 0);
   cr_assert_str_eq(s.filename, s.module);
   /* outside every module */
-  cr_assert_eq(ms__symbolize(sym, 0x10, &s), MS_OK);
+  s = sym_of(0x10);
   cr_assert_str_eq(s.name, "0x10");
   cr_assert_str_eq(s.filename, "??");
   cr_assert_str_eq(s.module, "");
@@ -218,8 +257,7 @@ Test(backtrace, many_addresses_are_remembered, .init = sym_setup, .fini = sym_te
   static const char *first[5000];
   for (int round = 0; round < 2; round++)
     for (uintptr_t i = 0; i < 5000; i++) {
-      ms__sym_t s;
-      cr_assert_eq(ms__symbolize(sym, 0x1000 + i * 16, &s), MS_OK);
+      ms__sym_t s = sym_of(0x1000 + i * 16);
       if (round == 0)
         first[i] = s.name;
       else
