@@ -7,6 +7,8 @@
  *                                  PyTorch's _memory_viz.py + flamegraph.pl take 1-2.3 s)
  *   cli_segments_largest_folded_s  the same with --folded (no SVG): loading + the view
  *   cli_stats_largest_s            `memsnap stats FILE`: loading + the segment map
+ *   *_cpu_s                        the same runs' user + system CPU time (median), which a
+ *                                  loaded machine inflates less than wall time
  *
  * The program is $MEMSNAP_BIN (bench/run.sh sets it) or bin/memsnap next to this benchmark; the
  * fixtures are $MEMSNAP_TORCH_FIXTURES or the configured default. Without fixtures it prints a
@@ -17,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -33,8 +36,9 @@ static double bench_now(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-/* Runs argv with stdout/stderr to /dev/null; @return wall seconds, or -1 on failure. */
-static double bench_run(char *const *argv) {
+/* Runs argv with stdout/stderr to /dev/null; @return wall seconds, or -1 on failure; *cpu gets
+ * the child's user + system CPU seconds (less sensitive to a loaded machine than wall time). */
+static double bench_run(char *const *argv, double *cpu) {
   double t0 = bench_now();
   pid_t pid = fork();
   if (pid < 0) return -1;
@@ -48,8 +52,12 @@ static double bench_run(char *const *argv) {
     _exit(127);
   }
   int st = 0;
-  if (waitpid(pid, &st, 0) != pid || !WIFEXITED(st) || WEXITSTATUS(st) != 0) return -1;
-  return bench_now() - t0;
+  struct rusage ru;
+  if (wait4(pid, &st, 0, &ru) != pid || !WIFEXITED(st) || WEXITSTATUS(st) != 0) return -1;
+  double wall = bench_now() - t0;
+  *cpu = (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec * 1e-6 +
+         (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec * 1e-6;
+  return wall;
 }
 
 static int bench_cmp(const void *a, const void *b) {
@@ -57,13 +65,16 @@ static int bench_cmp(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
-/* Median of BENCH_RUNS runs (after one warm-up run); -1 if any run failed. */
-static double bench_median(char *const *argv) {
-  double t[BENCH_RUNS];
-  if (bench_run(argv) < 0) return -1;
+/* Median wall time of BENCH_RUNS runs (after one warm-up run), and in *cpu the median CPU time;
+ * -1 if any run failed. */
+static double bench_median(char *const *argv, double *cpu) {
+  double t[BENCH_RUNS], c[BENCH_RUNS];
+  if (bench_run(argv, &c[0]) < 0) return -1;
   for (int i = 0; i < BENCH_RUNS; i++)
-    if ((t[i] = bench_run(argv)) < 0) return -1;
+    if ((t[i] = bench_run(argv, &c[i])) < 0) return -1;
   qsort(t, BENCH_RUNS, sizeof *t, bench_cmp);
+  qsort(c, BENCH_RUNS, sizeof *c, bench_cmp);
+  *cpu = c[BENCH_RUNS / 2];
   return t[BENCH_RUNS / 2];
 }
 
@@ -99,7 +110,9 @@ int main(void) {
   char *seg_svg[] = {bin, "segments", in, "-o", out_svg, NULL};
   char *seg_folded[] = {bin, "segments", in, "--folded", "-o", out_folded, NULL};
   char *stats[] = {bin, "stats", in, NULL};
-  double a = bench_median(seg_svg), b = bench_median(seg_folded), c = bench_median(stats);
+  double ac, bc, cc;
+  double a = bench_median(seg_svg, &ac), b = bench_median(seg_folded, &bc),
+         c = bench_median(stats, &cc);
   if (a < 0 || b < 0 || c < 0) {
     fprintf(stderr, "bench_cli: error: a memsnap run failed\n");
     return 1;
@@ -107,6 +120,9 @@ int main(void) {
   printf("cli_segments_largest_s %.4f\n", a);
   printf("cli_segments_largest_folded_s %.4f\n", b);
   printf("cli_stats_largest_s %.4f\n", c);
+  printf("cli_segments_largest_cpu_s %.4f\n", ac);
+  printf("cli_segments_largest_folded_cpu_s %.4f\n", bc);
+  printf("cli_stats_largest_cpu_s %.4f\n", cc);
   unlink(out_svg);
   unlink(out_folded);
   return 0;
