@@ -49,6 +49,7 @@ static ptrdiff_t mem_read(void *ctx, char *buf, size_t cap) {
   size_t n = m->len - m->pos;
   if (n > cap) n = cap;
   if (n > PTRDIFF_MAX) n = PTRDIFF_MAX;
+  if (n == 0) return 0;
   memcpy(buf, m->data + m->pos, n);
   m->pos += n;
   return (ptrdiff_t)n;

@@ -204,7 +204,7 @@ static void pk_value(msgpack_packer *pk, const ms_snapshot_t *s, const ms_snap_k
     pk_str(pk, kv->s);
     break;
   case MS_SNAP_VAL_MAP:
-    pk_kv_map(pk, s, s->settings + kv->first, kv->count, depth + 1);
+    pk_kv_map(pk, s, kv->count ? s->settings + kv->first : NULL, kv->count, depth + 1);
     break;
   default:
     msgpack_pack_nil(pk);
@@ -395,7 +395,7 @@ static WR_FLATTEN void wr_devices(wr_t *w, const ms_snapshot_t *s) {
       msgpack_pack_uint64(&pk, d->trace_dropped);
       msgpack_pack_uint64(&pk, d->capacity);
       msgpack_pack_uint32(&pk, d->present);
-      pk_kv_map(&pk, s, s->stats + d->first_stat, d->nstats, 0);
+      pk_kv_map(&pk, s, d->nstats ? s->stats + d->first_stat : NULL, d->nstats, 0);
     }
   }
 }
