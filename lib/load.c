@@ -5,10 +5,12 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "internal.h"
@@ -92,18 +94,29 @@ int ms_atomic_file_open(ms_atomic_file_t *af, const char *path, ms_errbuf_t *eb)
     atomic_release(af);
     return ms__errbuf_set(eb, MS_ENOMEM, "out of memory");
   }
-  snprintf(af->tmp_path, need, "%.*s.%s.tmp-XXXXXX", (int)dirlen, path, base);
-  int fd = mkstemp(af->tmp_path);
+  /* Created exclusively with mode 0666, so that the kernel applies the umask as fopen() would
+   * (mkstemp's 0600 plus a umask() dance would race with other threads). */
+  static atomic_uint tmp_counter;
+  int fd = -1;
+  for (int attempt = 0; attempt < 100 && fd < 0; attempt++) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    unsigned long x = (unsigned long)ts.tv_nsec ^ ((unsigned long)getpid() << 16) ^
+                      ((unsigned long)atomic_fetch_add(&tmp_counter, 1) * 2654435761u);
+    static const char digits[] = "abcdefghijklmnopqrstuvwxyz0123456789";
+    char suffix[7];
+    for (int i = 0; i < 6; i++, x /= 36) suffix[i] = digits[x % 36];
+    suffix[6] = 0;
+    snprintf(af->tmp_path, need, "%.*s.%s.tmp-%s", (int)dirlen, path, base, suffix);
+    fd = open(af->tmp_path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (fd < 0 && errno != EEXIST) break;
+  }
   if (fd < 0) {
     int e = errno;
     ms__errbuf_set(eb, MS_EIO, "cannot create '%s': %s", path, strerror(e));
     atomic_release(af);
     return MS_EIO;
   }
-  /* mkstemp creates 0600; give the file the mode that fopen() would (0666 minus umask). */
-  mode_t um = umask(0);
-  umask(um);
-  (void)fchmod(fd, 0666 & ~um);
   af->fp = fdopen(fd, "wb");
   if (!af->fp) {
     int e = errno;

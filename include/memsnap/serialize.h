@@ -88,7 +88,7 @@ MS_API MS_NODISCARD int ms_snapshot_load(const char *path, ms_snapshot_t **out, 
 
 /* ---- atomic files ----------------------------------------------------------------------------
  * "Complete or not at all": a file is written under a temporary name in the destination's
- * directory (".NAME.tmp-XXXXXX", created with mkstemp and given the mode fopen would give), then
+ * directory (".NAME.tmp-XXXXXX", created exclusively with the mode fopen would give), then
  * flushed, fsync'ed and renamed over the final name. Until ms_atomic_file_commit() succeeds the
  * final name is untouched; a crash leaves at most a stray temporary file, never a truncated
  * output. Used for snapshot files, SVG output and OOM snapshots.
