@@ -21,8 +21,12 @@
  *                           unwind (target: <= 300)
  *   intern32_10k_ns         interning one of 10,000 distinct 32-frame stacks, looked up in random
  *   intern32_100k_ns        order (and of 100,000): reference/performance.md R3, targets 100 and 500
+ *   intern32_10k_2threads_ns  the 10,000 case from two threads at once, wall time per lookup of
+ *                           each thread (equal to intern32_10k_ns when the 16 lock stripes keep the
+ *                           threads from waiting on each other)
  * Built with -fno-omit-frame-pointer (bench/CMakeLists.txt); the library always is.
  */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -96,28 +100,59 @@ static double median(double *v, int n) {
 /* Interning cost with `distinct` different 32-frame stacks (shared outer frames, differing
  * inner ones), all first inserted, then looked up in a pseudo-random order; the per-thread
  * last-stack cache never hits. Median of REPS passes of 1,000,000 lookups. */
-static double measure_intern(uint32_t distinct) {
+typedef struct intern_job_s {
+  ms__stacktab_t *t;
+  uint32_t distinct;
+  uint32_t seed;
+  int lookups;
+} intern_job_t;
+
+static void fill_stack(uintptr_t *pcs, uint32_t i) {
+  for (int k = 0; k < DEPTH; k++) pcs[k] = 0x400000 + (uintptr_t)k * 0x40;
+  pcs[0] = 0x500000 + (uintptr_t)(i % 1000) * 8;
+  pcs[1] = 0x600000 + (uintptr_t)(i / 1000) * 8;
+}
+
+static void *intern_lookups(void *arg) {
+  intern_job_t *j = arg;
+  uintptr_t pcs[DEPTH];
+  fill_stack(pcs, 0);
+  uint32_t x = j->seed;
+  for (int n = 0; n < j->lookups; n++) {
+    x = x * 1664525u + 1013904223u;
+    uint32_t i = (x >> 8) % j->distinct;
+    pcs[0] = 0x500000 + (uintptr_t)(i % 1000) * 8;
+    pcs[1] = 0x600000 + (uintptr_t)(i / 1000) * 8;
+    sink = ms__stacktab_intern(j->t, pcs, DEPTH);
+  }
+  return NULL;
+}
+
+/* Interning cost with `distinct` different 32-frame stacks (shared outer frames, differing
+ * inner ones), all first inserted, then looked up in a pseudo-random order by `threads` threads
+ * at once; the per-thread last-stack cache never hits. Median of REPS passes of 1,000,000 lookups
+ * per thread; wall time per lookup of one thread. */
+static double measure_intern(uint32_t distinct, int threads) {
   ms__stacktab_t *t;
   if (ms__stacktab_create(&t) != MS_OK) exit(1);
   uintptr_t pcs[DEPTH];
-  for (int k = 0; k < DEPTH; k++) pcs[k] = 0x400000 + (uintptr_t)k * 0x40;
   for (uint32_t i = 0; i < distinct; i++) {
-    pcs[0] = 0x500000 + (uintptr_t)(i % 1000) * 8;
-    pcs[1] = 0x600000 + (uintptr_t)(i / 1000) * 8;
+    fill_stack(pcs, i);
     sink = ms__stacktab_intern(t, pcs, DEPTH);
   }
   double r[REPS];
   const int lookups = 1000000;
   for (int rep = 0; rep < REPS; rep++) {
-    uint32_t x = 12345;
+    intern_job_t jobs[2];
+    pthread_t th[2];
     double t0 = now_ns();
-    for (int j = 0; j < lookups; j++) {
-      x = x * 1664525u + 1013904223u;
-      uint32_t i = (x >> 8) % distinct;
-      pcs[0] = 0x500000 + (uintptr_t)(i % 1000) * 8;
-      pcs[1] = 0x600000 + (uintptr_t)(i / 1000) * 8;
-      sink = ms__stacktab_intern(t, pcs, DEPTH);
+    for (int k = 0; k < threads; k++) {
+      jobs[k] = (intern_job_t){t, distinct, 12345u + (uint32_t)k * 7919u, lookups};
+      if (k == 0) continue;
+      if (pthread_create(&th[k], NULL, intern_lookups, &jobs[k]) != 0) exit(1);
     }
+    intern_lookups(&jobs[0]);
+    for (int k = 1; k < threads; k++) pthread_join(th[k], NULL);
     r[rep] = (now_ns() - t0) / lookups;
   }
   qsort(r, REPS, sizeof *r, cmp_double);
@@ -193,8 +228,9 @@ int main(void) {
   printf("fp32_ns %.1f\n", median(fp32, REPS));
   printf("history_fp_alloc_ns %.1f\n", median(fp_extra, REPS));
 
-  printf("intern32_10k_ns %.1f\n", measure_intern(10000));
-  printf("intern32_100k_ns %.1f\n", measure_intern(100000));
+  printf("intern32_10k_ns %.1f\n", measure_intern(10000, 1));
+  printf("intern32_100k_ns %.1f\n", measure_intern(100000, 1));
+  printf("intern32_10k_2threads_ns %.1f\n", measure_intern(10000, 2));
 
   ms_allocator_destroy(al);
   ms_backend_destroy(be);
