@@ -227,6 +227,33 @@ static int wr_check(const ms_snapshot_t *s, ms_errbuf_t *eb) {
   if (next != s->nblocks)
     return ms__errbuf_set(eb, MS_EINVAL, "%zu blocks belong to no segment",
                           (size_t)(s->nblocks - next));
+  /* The reader requires every segment to be tiled by its blocks; refuse to write what it would
+   * refuse to read. */
+  for (size_t i = 0; i < s->nsegments; i++) {
+    const ms_snap_segment_t *g = &s->segments[i];
+    if (g->address > UINT64_MAX - g->total_size)
+      return ms__errbuf_set(eb, MS_EINVAL, "segments[%zu]: wraps around the address space", i);
+    uint64_t addr = g->address, left = g->total_size;
+    for (uint32_t k = 0; k < g->nblocks; k++) {
+      const ms_snap_block_t *b = &s->blocks[g->first_block + k];
+      if (b->address != addr)
+        return ms__errbuf_set(eb, MS_EINVAL,
+                              "segments[%zu].blocks[%u]: address 0x%" PRIx64
+                              " does not follow the previous block (expected 0x%" PRIx64 ")",
+                              i, k, b->address, addr);
+      if (b->size > left)
+        return ms__errbuf_set(eb, MS_EINVAL,
+                              "segments[%zu].blocks[%u]: size %" PRIu64
+                              " exceeds the %" PRIu64 " bytes left in the segment",
+                              i, k, b->size, left);
+      addr += b->size;
+      left -= b->size;
+    }
+    if (left != 0)
+      return ms__errbuf_set(eb, MS_EINVAL,
+                            "segments[%zu]: block sizes sum to %" PRIu64 ", total_size is %" PRIu64,
+                            i, g->total_size - left, g->total_size);
+  }
   next = 0;
   for (size_t i = 0; i < s->nblocks; i++) {
     if (s->blocks[i].nhistory && s->blocks[i].first_history != next)
