@@ -3,10 +3,10 @@
  * (wedsonlin_cs336_medium_1024_training.pickle, 3.7 MB, 234 segments, 22k trace entries), whole
  * process (fork/exec, as a user runs it), median of several runs.
  *
- *   cli_segments_largest_s         `memsnap segments FILE -o OUT.svg` (issue #5 §7; target <= 0.1 s;
- *                                  PyTorch's _memory_viz.py + flamegraph.pl take 1-2.3 s)
- *   cli_segments_largest_folded_s  the same with --folded (no SVG): loading + the view
- *   cli_stats_largest_s            `memsnap stats FILE`: loading + the segment map
+ *   cli_segments_largest_s         `memsnap segments FILE -o OUT.svg` (issue #5 §7; target <= 0.1
+ * s; PyTorch's _memory_viz.py + flamegraph.pl take 1-2.3 s) cli_segments_largest_folded_s  the same
+ * with --folded (no SVG): loading + the view cli_stats_largest_s            `memsnap stats FILE`:
+ * loading + the segment map
  *   *_cpu_s                        the same runs' user + system CPU time (median), which a
  *                                  loaded machine inflates less than wall time
  *
@@ -105,7 +105,8 @@ int main(void) {
   const char *dir = getenv("MS_BENCH_OUT");
   char out_svg[PATH_MAX], out_folded[PATH_MAX];
   snprintf(out_svg, sizeof out_svg, "%s/bench_cli_segments.svg", dir && *dir ? dir : "/tmp");
-  snprintf(out_folded, sizeof out_folded, "%s/bench_cli_segments.folded", dir && *dir ? dir : "/tmp");
+  snprintf(out_folded, sizeof out_folded, "%s/bench_cli_segments.folded",
+           dir && *dir ? dir : "/tmp");
 
   char *seg_svg[] = {bin, "segments", in, "-o", out_svg, NULL};
   char *seg_folded[] = {bin, "segments", in, "--folded", "-o", out_folded, NULL};

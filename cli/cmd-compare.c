@@ -74,7 +74,8 @@ int cmd_compare(int argc, char **argv) {
   int rc = cli_parse_options("compare", compare_usage, opts, argc, argv, pos, 2, &npos);
   if (rc == CLI_HELP_SHOWN) return CLI_OK;
   if (rc != CLI_OK) return rc;
-  if (npos < 2) return cli_usage_error("compare", npos ? "missing AFTER" : "missing BEFORE and AFTER");
+  if (npos < 2)
+    return cli_usage_error("compare", npos ? "missing AFTER" : "missing BEFORE and AFTER");
   if (strcmp(pos[0], "-") == 0 && strcmp(pos[1], "-") == 0)
     return cli_usage_error("compare", "only one of BEFORE and AFTER can be '-' (standard input)");
   if (!output[0]) return cli_usage_error("compare", "option '--output' needs a file name");

@@ -97,12 +97,14 @@ static int stats_segment(FILE *out, const ms_snapshot_t *s, const ms_snap_segmen
       in += (int64_t)b->size - a;
       if (draw && a > 0) {
         int64_t st = offset, fin = offset + a;
-        uint64_t p0 = (uint64_t)st / STATS_PAGE_SIZE, p1 = (uint64_t)(fin - 1) / STATS_PAGE_SIZE + 1;
+        uint64_t p0 = (uint64_t)st / STATS_PAGE_SIZE,
+                 p1 = (uint64_t)(fin - 1) / STATS_PAGE_SIZE + 1;
         char m = (char)('a' + nactive % 26);
         for (uint64_t j = p0; j < p1 && j < npages; j++) {
           int64_t lo = st > (int64_t)(j * STATS_PAGE_SIZE) ? st : (int64_t)(j * STATS_PAGE_SIZE);
-          int64_t hi = fin < (int64_t)((j + 1) * STATS_PAGE_SIZE) ? fin
-                                                                   : (int64_t)((j + 1) * STATS_PAGE_SIZE);
+          int64_t hi = fin < (int64_t)((j + 1) * STATS_PAGE_SIZE)
+                           ? fin
+                           : (int64_t)((j + 1) * STATS_PAGE_SIZE);
           frac[j] += (double)(hi - lo) / (double)STATS_PAGE_SIZE;
           if (occ[j] != ' ') {
             int k = (int)(frac[j] * 10);
@@ -182,10 +184,14 @@ static bool stats_lookup(const ms_snapshot_t *s, const ms_snap_device_t *d, cons
   for (uint32_t i = 0; i < d->nstats; i++) {
     const ms_snap_kv_t *kv = &s->stats[d->first_stat + i];
     if (strcmp(kv->key, key) != 0) continue;
-    if (kv->kind == MS_SNAP_VAL_INT) *v = kv->i;
-    else if (kv->kind == MS_SNAP_VAL_FLOAT) *v = (int64_t)kv->f;
-    else if (kv->kind == MS_SNAP_VAL_BOOL) *v = kv->b;
-    else return false;
+    if (kv->kind == MS_SNAP_VAL_INT)
+      *v = kv->i;
+    else if (kv->kind == MS_SNAP_VAL_FLOAT)
+      *v = (int64_t)kv->f;
+    else if (kv->kind == MS_SNAP_VAL_BOOL)
+      *v = kv->b;
+    else
+      return false;
     return true;
   }
   return false;
@@ -209,10 +215,10 @@ static void stats_from_flat(const ms_snapshot_t *s, const ms_snap_device_t *d, m
   static const char *const pools[MS_STAT_NUM_TYPES] = {"all", "small_pool", "large_pool"};
   char name[96];
   ms_stats_init(st);
-#define STATS_GET_ARRAY(field)                                          \
-  for (int p = 0; p < MS_STAT_NUM_TYPES; p++) {                         \
-    snprintf(name, sizeof name, "%s.%s", #field, pools[p]);             \
-    stats_gauge(s, d, name, &st->field[p]);                             \
+#define STATS_GET_ARRAY(field)                              \
+  for (int p = 0; p < MS_STAT_NUM_TYPES; p++) {             \
+    snprintf(name, sizeof name, "%s.%s", #field, pools[p]); \
+    stats_gauge(s, d, name, &st->field[p]);                 \
   }
 #define STATS_GET_STAT(field) stats_gauge(s, d, #field, &st->field);
 #define STATS_GET_COUNTER(field) stats_lookup(s, d, #field, &st->field);
@@ -242,9 +248,10 @@ static int stats_summary(FILE *out, const ms_snapshot_t *s) {
     any = true;
   }
   if (!any)
-    fputs("\nmemory_summary: this snapshot carries no allocator statistics (PyTorch pickles "
-          "have none; memsnap snapshots record them per device)\n",
-          out);
+    fputs(
+        "\nmemory_summary: this snapshot carries no allocator statistics (PyTorch pickles "
+        "have none; memsnap snapshots record them per device)\n",
+        out);
   return CLI_OK;
 }
 

@@ -102,7 +102,8 @@ static const char *trace_name(uint64_t n, char buf[32]) {
   return buf;
 }
 
-/* ---- Python's repr ------------------------------------------------------------------------------ */
+/* ---- Python's repr ------------------------------------------------------------------------------
+ */
 
 /* repr(str): single quotes unless the text has ' and no "; escapes as Python does for the
  * characters it considers unprintable (control bytes; non-ASCII UTF-8 is kept as is). */
@@ -129,8 +130,8 @@ static void trace_repr_str(FILE *out, const char *s) {
 
 /* repr(entry) of a trace entry, with the keys in the order PyTorch's C++ inserts them. */
 static void trace_repr_entry(FILE *out, const ms_snapshot_t *s, const ms_snap_trace_t *e) {
-  const char *action = e->action_name && e->action_name[0] ? e->action_name
-                                                             : ms_trace_action_name(e->action);
+  const char *action =
+      e->action_name && e->action_name[0] ? e->action_name : ms_trace_action_name(e->action);
   fputs("{'action': ", out);
   trace_repr_str(out, action);
   fprintf(out, ", '%s': %" PRIu64 ", 'size': %" PRIu64 ", 'stream': %" PRIu64,
@@ -160,7 +161,8 @@ static void trace_repr_entry(FILE *out, const ms_snapshot_t *s, const ms_snap_tr
   fputs("}\n", out);
 }
 
-/* ---- the trace -------------------------------------------------------------------------------- */
+/* ---- the trace --------------------------------------------------------------------------------
+ */
 
 typedef struct trace_interval_s {
   uint64_t name;

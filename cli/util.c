@@ -25,7 +25,8 @@
 #include "memsnap/views.h"
 #include "memsnap/viz.h"
 
-/* ---- options ---------------------------------------------------------------------------------- */
+/* ---- options ----------------------------------------------------------------------------------
+ */
 
 static const struct cli_opt *cli_opt_find_long(const struct cli_opt *opts, const char *name,
                                                size_t len) {
@@ -230,9 +231,12 @@ int cli_out_commit(cli_out_t *o) {
   return CLI_OK;
 }
 
-void cli_out_abort(cli_out_t *o) { ms_atomic_file_abort(&o->af); }
+void cli_out_abort(cli_out_t *o) {
+  ms_atomic_file_abort(&o->af);
+}
 
-/* ---- formatting ------------------------------------------------------------------------------- */
+/* ---- formatting -------------------------------------------------------------------------------
+ */
 
 const char *cli_format_bytes(int64_t n, char buf[CLI_BYTES_BUFSZ]) {
   static const char *const units[] = {"", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei", "Zi"};
@@ -248,7 +252,8 @@ const char *cli_format_bytes(int64_t n, char buf[CLI_BYTES_BUFSZ]) {
   return buf;
 }
 
-/* ---- views to files ---------------------------------------------------------------------------- */
+/* ---- views to files ----------------------------------------------------------------------------
+ */
 
 typedef struct cli_flame_sink_s {
   ms_flame_t *flame;
@@ -310,7 +315,8 @@ fail_out:
   return CLI_FAILURE;
 }
 
-/* ---- memory and segments ----------------------------------------------------------------------- */
+/* ---- memory and segments -----------------------------------------------------------------------
+ */
 
 typedef struct cli_view_arg_s {
   const ms_snapshot_t *snap;
@@ -326,9 +332,8 @@ static int cli_view_one(void *arg, ms_view_emit_fn *emit, void *ctx, int *side) 
 int cli_view_main(const char *cmd, const char *usage, ms_view_kind kind, int argc, char **argv) {
   int folded = 0;
   const char *output = "output.svg";
-  const struct cli_opt opts[] = {{"output", 'o', NULL, &output},
-                                 {"folded", 0, &folded, NULL},
-                                 {NULL, 0, NULL, NULL}};
+  const struct cli_opt opts[] = {
+      {"output", 'o', NULL, &output}, {"folded", 0, &folded, NULL}, {NULL, 0, NULL, NULL}};
   char *pos[1];
   int npos = 0;
   int rc = cli_parse_options(cmd, usage, opts, argc, argv, pos, 1, &npos);

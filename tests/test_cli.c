@@ -27,7 +27,8 @@
 #include "memsnap/snapshot.h"
 #include "snapbuild.h"
 
-/* ---- running the program ---------------------------------------------------------------------- */
+/* ---- running the program ----------------------------------------------------------------------
+ */
 
 typedef struct run_s {
   int status; /* exit status, or 128 + signal */
@@ -147,15 +148,21 @@ static void setup(void) {
   cr_assert(access(bin(), X_OK) == 0, "memsnap binary not found at %s", bin());
 }
 
-static void teardown(void) { remove_tmpdir(); }
+static void teardown(void) {
+  remove_tmpdir();
+}
 
 TestSuite(cli, .init = setup, .fini = teardown, .timeout = 120);
 
 /* ---- fixtures -------------------------------------------------------------------------------- */
 
 static const char *const fixture_names[] = {
-    "jogregoire_diffusion_tiny", "a0kuma_adamw_small", "yiyi_flexgen_oom_legacy",
-    "yiyi_flexgen_1.3b_legacy_a", "maphsge_select_n_4dev", "cranberrii_ftcourse",
+    "jogregoire_diffusion_tiny",
+    "a0kuma_adamw_small",
+    "yiyi_flexgen_oom_legacy",
+    "yiyi_flexgen_1.3b_legacy_a",
+    "maphsge_select_n_4dev",
+    "cranberrii_ftcourse",
     "wedsonlin_cs336_medium_1024_training",
 };
 #define NFIXTURES (sizeof fixture_names / sizeof *fixture_names)
@@ -176,8 +183,7 @@ static void need_fixtures(void) {
   char *p = fixture_path(fixture_names[0], ".pickle");
   if (access(p, R_OK) != 0) {
     free(p);
-    cr_skip_test("SKIP: PyTorch fixtures not found in %s (set MEMSNAP_TORCH_FIXTURES)",
-                 fixtures());
+    cr_skip_test("SKIP: PyTorch fixtures not found in %s (set MEMSNAP_TORCH_FIXTURES)", fixtures());
   }
   free(p);
 }
@@ -193,8 +199,8 @@ static void expect_same_text(const char *what, const char *got, size_t got_len, 
   ws = gs;
   int gl = (int)(strcspn(got + gs, "\n")), wl = (int)(strcspn(want + ws, "\n"));
   cr_expect_fail("%s: differs at line %zu (got %zu bytes, want %zu)\n  got:  %.*s\n  want: %.*s",
-                 what, line, got_len, want_len, gl > 300 ? 300 : gl, got + gs,
-                 wl > 300 ? 300 : wl, want + ws);
+                 what, line, got_len, want_len, gl > 300 ? 300 : gl, got + gs, wl > 300 ? 300 : wl,
+                 want + ws);
 }
 
 /* The expected folded text without lines whose count is negative. */
@@ -375,7 +381,8 @@ Test(cli, folded_to_stdout_and_from_stdin) {
   free(in);
 }
 
-/* ---- usage ------------------------------------------------------------------------------------ */
+/* ---- usage ------------------------------------------------------------------------------------
+ */
 
 static void expect_usage_error(run_t r, const char *cmd, const char *msg) {
   char want[512];
@@ -396,7 +403,9 @@ Test(cli, usage_errors_exit_2_with_a_message) {
       {{"segments"}, "segments", "missing FILE"},
       {{"compare"}, "compare", "missing BEFORE and AFTER"},
       {{"compare", "a.pickle"}, "compare", "missing AFTER"},
-      {{"compare", "-", "-"}, "compare", "only one of BEFORE and AFTER can be '-' (standard input)"},
+      {{"compare", "-", "-"},
+       "compare",
+       "only one of BEFORE and AFTER can be '-' (standard input)"},
       {{"stats", "a", "b"}, "stats", "unexpected argument 'b'"},
       {{"stats", "--bogus", "a"}, "stats", "unknown option '--bogus'"},
       {{"trace", "-x", "a"}, "trace", "unknown option '-x'"},
@@ -444,7 +453,8 @@ Test(cli, help_goes_to_stdout_and_exits_0) {
   run_free(&r);
 }
 
-/* ---- load errors -------------------------------------------------------------------------------- */
+/* ---- load errors --------------------------------------------------------------------------------
+ */
 
 Test(cli, missing_file_exits_1_naming_it) {
   static const char *const cmds[] = {"stats", "trace", "memory", "segments"};
@@ -520,7 +530,8 @@ Test(cli, truncated_pickles_fail_cleanly) {
   free(in);
 }
 
-/* ---- outputs ---------------------------------------------------------------------------------- */
+/* ---- outputs ----------------------------------------------------------------------------------
+ */
 
 static size_t count_entries(const char *dir) {
   DIR *d = opendir(dir);
@@ -589,7 +600,8 @@ Test(cli, svg_outputs_default_to_output_svg) {
   free(in);
 }
 
-/* ---- compare ----------------------------------------------------------------------------------- */
+/* ---- compare -----------------------------------------------------------------------------------
+ */
 
 /* The sorted, deduplicated addresses of the segments of a not keyed (address, size) in b. */
 static char *expected_list(const char *name, const ms_snapshot_t *a, const ms_snapshot_t *b) {
@@ -712,10 +724,13 @@ static uint32_t mk_frame(ms__snapbuild_t *b, const char *name, const char *file,
 
 static void mk_block(ms__snapbuild_t *b, ms_block_state st, uint64_t size, uint64_t req,
                      uint32_t stack) {
-  ms_snap_block_t blk = {.size = size, .requested_size = req, .state = st,
-                         .state_name = ms_block_state_name(st), .stack = stack,
-                         .present = MS_BLOCK_HAS_ADDRESS | MS_BLOCK_HAS_REQUESTED_SIZE |
-                                    MS_BLOCK_HAS_FRAMES};
+  ms_snap_block_t blk = {
+      .size = size,
+      .requested_size = req,
+      .state = st,
+      .state_name = ms_block_state_name(st),
+      .stack = stack,
+      .present = MS_BLOCK_HAS_ADDRESS | MS_BLOCK_HAS_REQUESTED_SIZE | MS_BLOCK_HAS_FRAMES};
   cr_assert_eq(ms__snapbuild_add_block(b, &blk), MS_OK);
 }
 
@@ -726,18 +741,29 @@ static void mk_segment(ms__snapbuild_t *b, uint64_t addr, uint64_t stream, uint3
     total += b->blocks.ptr[i].size;
     if (b->blocks.ptr[i].state == MS_BLOCK_ACTIVE_ALLOCATED) alloc += b->blocks.ptr[i].size;
   }
-  ms_snap_segment_t seg = {.address = addr, .total_size = total, .allocated_size = alloc,
-                           .active_size = alloc, .stream = stream, .is_large = true,
-                           .stack = MS_SNAP_NO_STACK, .first_block = first,
+  ms_snap_segment_t seg = {.address = addr,
+                           .total_size = total,
+                           .allocated_size = alloc,
+                           .active_size = alloc,
+                           .stream = stream,
+                           .is_large = true,
+                           .stack = MS_SNAP_NO_STACK,
+                           .first_block = first,
                            .nblocks = (uint32_t)(b->blocks.len - first)};
   cr_assert_eq(ms__snapbuild_add_segment(b, &seg), MS_OK);
 }
 
 static void mk_trace(ms__snapbuild_t *b, ms_trace_action a, uint64_t addr, uint64_t size,
                      uint32_t stack, uint32_t present) {
-  ms_snap_trace_t t = {.action = a, .action_name = ms_trace_action_name(a), .addr = addr,
-                       .size = size, .stack = stack, .time_us = 1700000000000000,
-                       .compile_context = "", .user_metadata = "it's", .present = present};
+  ms_snap_trace_t t = {.action = a,
+                       .action_name = ms_trace_action_name(a),
+                       .addr = addr,
+                       .size = size,
+                       .stack = stack,
+                       .time_us = 1700000000000000,
+                       .compile_context = "",
+                       .user_metadata = "it's",
+                       .present = present};
   cr_assert_eq(ms__snapbuild_add_trace(b, &t), MS_OK);
 }
 
@@ -770,7 +796,8 @@ static void write_step(const char *path, int before) {
     mk_segment(&b, 805306368, 0, first);
   }
   /* device 0: a trace with every action kind; device 1: one alloc in snapshot segment 0 */
-  ms_snap_device_t d0 = {.first_trace = (uint32_t)b.trace.len, .present = MS_DEV_HAS_STATS,
+  ms_snap_device_t d0 = {.first_trace = (uint32_t)b.trace.len,
+                         .present = MS_DEV_HAS_STATS,
                          .first_stat = (uint32_t)b.stats.len};
   mk_trace(&b, MS_TRACE_SEGMENT_ALLOC, 268435456, 2 << 20, MS_SNAP_NO_STACK, 0);
   mk_trace(&b, MS_TRACE_ALLOC, 268435456 + 512, 1000, st1, MS_TRACE_HAS_FRAMES);
@@ -835,9 +862,10 @@ Test(cli, memsnap_snapshot_stats_and_summary) {
   write_step(p, 1);
   run_t r = RUN("stats", p);
   cr_expect_eq(r.status, 0, "%s", r.err);
-  cr_expect(strncmp(r.out, "Summary of segments >= 20.0MiB in size\nsegments: 2\n"
-                           "total_reserved: 4.0MiB\ntotal_allocated: 976.6KiB\n"
-                           "total_free: 3.0MiB (1.5% internal)\n\nLegend:\n",
+  cr_expect(strncmp(r.out,
+                    "Summary of segments >= 20.0MiB in size\nsegments: 2\n"
+                    "total_reserved: 4.0MiB\ntotal_allocated: 976.6KiB\n"
+                    "total_free: 3.0MiB (1.5% internal)\n\nLegend:\n",
                     107) == 0,
             "%s", r.out);
   run_t s = RUN("stats", p, "--summary");
@@ -852,8 +880,8 @@ Test(cli, memsnap_snapshot_stats_and_summary) {
   char *in = fixture_path("a0kuma_adamw_small", ".pickle");
   r = RUN("stats", in, "--summary");
   cr_expect_eq(r.status, 0, "%s", r.err);
-  cr_expect(strstr(r.out, "\nmemory_summary: this snapshot carries no allocator statistics"),
-            "%s", r.out);
+  cr_expect(strstr(r.out, "\nmemory_summary: this snapshot carries no allocator statistics"), "%s",
+            r.out);
   run_free(&r);
   free(in);
 }
@@ -881,13 +909,15 @@ Test(cli, compare_two_memsnap_snapshots) {
 
   r = RUN("compare", p1, p2, "--stacks", "--folded", "-o", "-");
   cr_expect_eq(r.status, 0, "%s", r.err);
-  cr_expect(strstr(r.out, "stream_5;active_pending_free;main.c:7:main;train.c:42:train_step "
-                          "2097152 0\n"),
+  cr_expect(strstr(r.out,
+                   "stream_5;active_pending_free;main.c:7:main;train.c:42:train_step "
+                   "2097152 0\n"),
             "%s", r.out);
   cr_expect(strstr(r.out, "stream_0;active_allocated;main.c:7:main;grow.c:1:grow 0 4194304\n"),
             "%s", r.out);
-  cr_expect(strstr(r.out, "stream_0;active_allocated;main.c:7:main;train.c:42:train_step "
-                          "1000000 1000000\n"),
+  cr_expect(strstr(r.out,
+                   "stream_0;active_allocated;main.c:7:main;train.c:42:train_step "
+                   "1000000 1000000\n"),
             "%s", r.out);
   run_free(&r);
 
@@ -907,7 +937,8 @@ Test(cli, compare_two_memsnap_snapshots) {
   free(got);
 }
 
-/* ---- the progress line -------------------------------------------------------------------------- */
+/* ---- the progress line --------------------------------------------------------------------------
+ */
 
 /* Runs `memsnap stats -` with its standard input fed after delay_ms by a pipe, and stderr on a
  * terminal (a pty) when tty, else in a file. @return everything written to stderr (and, on the

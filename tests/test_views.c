@@ -11,7 +11,8 @@
 #include "memsnap/views.h"
 #include "snapbuild.h"
 
-/* ---- helpers ---------------------------------------------------------------------------------- */
+/* ---- helpers ----------------------------------------------------------------------------------
+ */
 
 typedef struct membuf_s {
   char *p;
@@ -63,10 +64,13 @@ static uint32_t stack(ms__snapbuild_t *b, const uint32_t *fr, size_t n) {
   return s;
 }
 
-static void block(ms__snapbuild_t *b, ms_block_state st, uint64_t size, uint64_t req,
-                  uint32_t stk, uint32_t present) {
-  ms_snap_block_t blk = {.size = size, .requested_size = req, .state = st,
-                         .state_name = ms_block_state_name(st), .stack = stk,
+static void block(ms__snapbuild_t *b, ms_block_state st, uint64_t size, uint64_t req, uint32_t stk,
+                  uint32_t present) {
+  ms_snap_block_t blk = {.size = size,
+                         .requested_size = req,
+                         .state = st,
+                         .state_name = ms_block_state_name(st),
+                         .stack = stk,
                          .present = present};
   cr_assert_eq(ms__snapbuild_add_block(b, &blk), MS_OK);
 }
@@ -74,8 +78,11 @@ static void block(ms__snapbuild_t *b, ms_block_state st, uint64_t size, uint64_t
 static void segment(ms__snapbuild_t *b, uint64_t addr, uint64_t stream, uint32_t first) {
   uint64_t total = 0;
   for (size_t i = first; i < b->blocks.len; i++) total += b->blocks.ptr[i].size;
-  ms_snap_segment_t seg = {.address = addr, .total_size = total, .stream = stream,
-                           .stack = MS_SNAP_NO_STACK, .first_block = first,
+  ms_snap_segment_t seg = {.address = addr,
+                           .total_size = total,
+                           .stream = stream,
+                           .stack = MS_SNAP_NO_STACK,
+                           .first_block = first,
                            .nblocks = (uint32_t)(b->blocks.len - first)};
   cr_assert_eq(ms__snapbuild_add_segment(b, &seg), MS_OK);
 }
@@ -115,7 +122,8 @@ static ms_snapshot_t *frames_era(void) {
   return finish(&b);
 }
 
-/* ---- the frame filter and format -------------------------------------------------------------- */
+/* ---- the frame filter and format --------------------------------------------------------------
+ */
 
 Test(views, frame_filter_matches_pytorch) {
   static const struct {
@@ -194,7 +202,8 @@ Test(views, memory_frames_era_every_state) {
 Test(views, segments_adds_the_segment_address) {
   ms_snapshot_t *s = frames_era();
   char *t = folded(s, MS_VIEW_SEGMENTS);
-  cr_assert(strncmp(t, "stream_0;seg_4096;active_allocated;train.py:3:<module>;", 55) == 0, "%s", t);
+  cr_assert(strncmp(t, "stream_0;seg_4096;active_allocated;train.py:3:<module>;", 55) == 0, "%s",
+            t);
   cr_assert(strstr(t, "\nstream_0;seg_4096;active_pending_free;<non-python> 512\n"));
   cr_assert(strstr(t, "\nstream_7;seg_1073741824;active_allocated;train.py:3:<module>;"));
   size_t lines = 0;
@@ -218,9 +227,13 @@ Test(views, legacy_history_blocks) {
   ms_snap_history_t h2 = {.addr = 600, .real_size = 300, .stack = MS_SNAP_NO_STACK, .present = 0};
   cr_assert_eq(ms__snapbuild_add_history(&b, &h1), MS_OK);
   cr_assert_eq(ms__snapbuild_add_history(&b, &h2), MS_OK);
-  ms_snap_block_t b0 = {.size = 1000, .requested_size = 600, .state = MS_BLOCK_ACTIVE_ALLOCATED,
-                        .state_name = "active_allocated", .stack = MS_SNAP_NO_STACK,
-                        .first_history = 0, .nhistory = 2,
+  ms_snap_block_t b0 = {.size = 1000,
+                        .requested_size = 600,
+                        .state = MS_BLOCK_ACTIVE_ALLOCATED,
+                        .state_name = "active_allocated",
+                        .stack = MS_SNAP_NO_STACK,
+                        .first_history = 0,
+                        .nhistory = 2,
                         .present = MS_BLOCK_HAS_HISTORY | MS_BLOCK_HAS_REQUESTED_SIZE};
   cr_assert_eq(ms__snapbuild_add_block(&b, &b0), MS_OK);
   /* block 1: history entry with an empty frame list -> <non-python>; exactly accounted */
@@ -232,7 +245,9 @@ Test(views, legacy_history_blocks) {
   b1.nhistory = 1;
   cr_assert_eq(ms__snapbuild_add_block(&b, &b1), MS_OK);
   /* block 2: no history, no requested_size key -> size, <non-python>, no gaps */
-  ms_snap_block_t b2 = {.size = 2048, .state = MS_BLOCK_INACTIVE, .state_name = "inactive",
+  ms_snap_block_t b2 = {.size = 2048,
+                        .state = MS_BLOCK_INACTIVE,
+                        .state_name = "inactive",
                         .stack = MS_SNAP_NO_STACK};
   cr_assert_eq(ms__snapbuild_add_block(&b, &b2), MS_OK);
   /* block 3: no history, requested_size key -> requested, then gaps */
@@ -273,8 +288,11 @@ Test(views, legacy_history_blocks) {
 Test(views, unknown_state_names_are_echoed) {
   ms__snapbuild_t b;
   ms__snapbuild_init(&b);
-  ms_snap_block_t blk = {.size = 64, .requested_size = 64, .state = MS_BLOCK_STATE_OTHER,
-                         .state_name = "active_awaiting_free", .stack = MS_SNAP_NO_STACK,
+  ms_snap_block_t blk = {.size = 64,
+                         .requested_size = 64,
+                         .state = MS_BLOCK_STATE_OTHER,
+                         .state_name = "active_awaiting_free",
+                         .stack = MS_SNAP_NO_STACK,
                          .present = MS_BLOCK_HAS_REQUESTED_SIZE};
   cr_assert_eq(ms__snapbuild_add_block(&b, &blk), MS_OK);
   segment(&b, 0, 0, 0);
@@ -296,10 +314,11 @@ Test(views, memsnap_snapshots_count_requested_bytes) {
   segment(&b, 1 << 21, 0, 0);
   ms_snapshot_t *s = finish(&b);
   char *t = folded(s, MS_VIEW_MEMORY);
-  cr_assert_str_eq(t, "stream_0;active_allocated;train.c:42:train_step 500\n"
-                      "stream_0;active_allocated;<gaps> 12\n"
-                      "stream_0;inactive;<non-python> 0\n"
-                      "stream_0;inactive;<gaps> 1536\n");
+  cr_assert_str_eq(t,
+                   "stream_0;active_allocated;train.c:42:train_step 500\n"
+                   "stream_0;active_allocated;<gaps> 12\n"
+                   "stream_0;inactive;<non-python> 0\n"
+                   "stream_0;inactive;<gaps> 1536\n");
   free(t);
   ms_snapshot_free(s);
 }
@@ -370,7 +389,8 @@ Test(views, empty_snapshot_emits_nothing) {
   ms_snapshot_free(s);
 }
 
-/* ---- compare ----------------------------------------------------------------------------------- */
+/* ---- compare -----------------------------------------------------------------------------------
+ */
 
 static ms_snapshot_t *segs(const uint64_t *addr, const uint64_t *size, size_t n) {
   ms__snapbuild_t b;
@@ -401,12 +421,13 @@ Test(views, segdiff_keys_by_address_and_size_sorted) {
   ms_view_segdiff_release(&d); /* idempotent */
 
   char *t = folded_compare(x, y);
-  cr_assert_str_eq(t, "only_before;stream_0;seg_300;active_allocated;<non-python> 10\n"
-                      "only_before;stream_0;seg_100;active_allocated;<non-python> 10\n"
-                      "only_before;stream_0;seg_100;active_allocated;<non-python> 10\n"
-                      "only_after;stream_0;seg_400;active_allocated;<non-python> 10\n"
-                      "only_after;stream_0;seg_100;active_allocated;<non-python> 20\n"
-                      "only_after;stream_0;seg_50;active_allocated;<non-python> 10\n");
+  cr_assert_str_eq(t,
+                   "only_before;stream_0;seg_300;active_allocated;<non-python> 10\n"
+                   "only_before;stream_0;seg_100;active_allocated;<non-python> 10\n"
+                   "only_before;stream_0;seg_100;active_allocated;<non-python> 10\n"
+                   "only_after;stream_0;seg_400;active_allocated;<non-python> 10\n"
+                   "only_after;stream_0;seg_100;active_allocated;<non-python> 20\n"
+                   "only_after;stream_0;seg_50;active_allocated;<non-python> 10\n");
   free(t);
   t = folded_compare(x, x);
   cr_assert_str_eq(t, "");

@@ -13,15 +13,26 @@
 
 #include "memsnap/views.h"
 
-/* ---- PyTorch's frame filter and format -------------------------------------------------------- */
+/* ---- PyTorch's frame filter and format --------------------------------------------------------
+ */
 
 static const char *const views_omit_functions[] = {
-    "unwind::unwind", "CapturedTraceback::gather", "gather_with_cpp", "_start",
-    "__libc_start_main", "PyEval_", "PyObject_", "PyFunction_",
+    "unwind::unwind",    "CapturedTraceback::gather",
+    "gather_with_cpp",   "_start",
+    "__libc_start_main", "PyEval_",
+    "PyObject_",         "PyFunction_",
 };
 static const char *const views_omit_filenames[] = {
-    "core/boxing", "/Register", "/Redispatch", "pythonrun.c", "Modules/main.c", "Objects/call.c",
-    "Objects/methodobject.c", "pycore_ceval.h", "ceval.c", "cpython/abstract.h",
+    "core/boxing",
+    "/Register",
+    "/Redispatch",
+    "pythonrun.c",
+    "Modules/main.c",
+    "Objects/call.c",
+    "Objects/methodobject.c",
+    "pycore_ceval.h",
+    "ceval.c",
+    "cpython/abstract.h",
 };
 
 bool ms_view_frame_kept(const char *name, const char *filename) {
@@ -53,7 +64,8 @@ size_t ms_view_frame_format(char *buf, size_t cap, const ms_snap_frame_t *f) {
   return need;
 }
 
-/* ---- the walk ----------------------------------------------------------------------------------- */
+/* ---- the walk -----------------------------------------------------------------------------------
+ */
 
 enum { VIEWS_UNKNOWN = 0, VIEWS_KEPT = 1, VIEWS_FILTERED = 2 };
 
@@ -65,7 +77,7 @@ typedef struct views_walk_s {
   uint8_t *fstate;    /* per frame: VIEWS_* */
   const char **stack; /* scratch: the stack being emitted */
   size_t cap;
-  size_t nprefix;     /* frames of the current prefix (only_*, stream, seg) */
+  size_t nprefix; /* frames of the current prefix (only_*, stream, seg) */
   char stream_buf[32];
   char seg_buf[32];
 } views_walk_t;
@@ -150,8 +162,7 @@ static int views_emit_stack(views_walk_t *w, const char *state, uint32_t stack, 
   return w->emit(w->ctx, w->stack, n, count);
 }
 
-static int views_emit_pseudo(views_walk_t *w, const char *state, const char *what,
-                             uint64_t count) {
+static int views_emit_pseudo(views_walk_t *w, const char *state, const char *what, uint64_t count) {
   int err = views_reserve(w, w->nprefix + 2);
   if (err) return err;
   w->stack[w->nprefix] = state;
@@ -198,7 +209,8 @@ static int views_block(views_walk_t *w, const ms_snap_block_t *b) {
     if (err) return err;
   }
   /* gaps = size - accounted; a negative gap is left out (flamegraph.pl drops it) */
-  if (!overflow && accounted < b->size) return views_emit_pseudo(w, state, "<gaps>", b->size - accounted);
+  if (!overflow && accounted < b->size)
+    return views_emit_pseudo(w, state, "<gaps>", b->size - accounted);
   return MS_OK;
 }
 
@@ -220,8 +232,7 @@ static int views_segment(views_walk_t *w, const ms_snap_segment_t *seg, const ch
   return MS_OK;
 }
 
-int ms_view_emit(const ms_snapshot_t *snap, ms_view_kind kind, ms_view_emit_fn *emit,
-                 void *ctx) {
+int ms_view_emit(const ms_snapshot_t *snap, ms_view_kind kind, ms_view_emit_fn *emit, void *ctx) {
   views_walk_t w;
   int err = views_walk_init(&w, snap, emit, ctx);
   for (size_t i = 0; err == MS_OK && i < snap->nsegments; i++)
@@ -230,7 +241,8 @@ int ms_view_emit(const ms_snapshot_t *snap, ms_view_kind kind, ms_view_emit_fn *
   return err;
 }
 
-/* ---- compare -------------------------------------------------------------------------------------- */
+/* ---- compare
+ * -------------------------------------------------------------------------------------- */
 
 typedef struct views_key_s {
   uint64_t address;
@@ -328,7 +340,8 @@ int ms_view_compare_emit(const ms_snapshot_t *before, const ms_snapshot_t *after
   return err;
 }
 
-/* ---- folded text ---------------------------------------------------------------------------------- */
+/* ---- folded text
+ * ---------------------------------------------------------------------------------- */
 
 int ms_view_folded_emit(void *ctx, const char *const *frames, size_t nframes, uint64_t count) {
   ms_sink_t *sink = ctx;

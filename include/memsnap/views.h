@@ -62,7 +62,7 @@ MS_API MS_NODISCARD int ms_view_emit(const ms_snapshot_t *snap, ms_view_kind kin
 typedef struct ms_view_segdiff_s {
   uint64_t *only_before; /* addresses of segments only in BEFORE */
   size_t n_before;
-  uint64_t *only_after;  /* addresses of segments only in AFTER */
+  uint64_t *only_after; /* addresses of segments only in AFTER */
   size_t n_after;
 } ms_view_segdiff_t;
 
