@@ -1032,7 +1032,7 @@ static int rd_settings(rd_t *r, const msgpack_object *o) {
     if (m->ptr[i].val.type == MSGPACK_OBJECT_MAP) {
       kv.kind = MS_SNAP_VAL_MAP;
       kv.s = "";
-      MS_FORWARD_IF_ERROR(rd_settings_children(r, &m->ptr[i].val.via.map, 2, &kv.first));
+      MS_FORWARD_IF_ERROR(rd_settings_children(r, &m->ptr[i].val.via.map, 1, &kv.first));
       kv.count = m->ptr[i].val.via.map.size;
     } else {
       MS_FORWARD_IF_ERROR(rd_scalar(r, &m->ptr[i].val, &kv, "allocator_settings"));

@@ -957,3 +957,53 @@ Test(serialize, decompression_bomb_is_refused, .timeout = 60) {
             "%s", eb.msg);
   th_memsink_free(&out);
 }
+
+/* ---- settings depth: what the writer accepts, the reader reads back ------------------------- */
+
+static ms_snapshot_t *nested_settings(int levels) {
+  /* top-level map "m0" containing "m1" containing ... "m<levels-1>", whose entry is "x": 1 */
+  ms__snapbuild_t b;
+  ms__snapbuild_init(&b);
+  uint32_t first = 0, prev = 0;
+  for (int k = 1; k <= levels; k++) {
+    ms_snap_kv_t kv = {0};
+    kv.key = k < levels ? "m" : "x";
+    kv.s = "";
+    kv.kind = k < levels ? MS_SNAP_VAL_MAP : MS_SNAP_VAL_INT;
+    kv.i = 1;
+    uint32_t idx;
+    cr_assert_eq(ms__snapbuild_add_setting_child(&b, &kv, &idx), MS_OK);
+    if (k == 1) {
+      first = idx;
+    } else {
+      b.settings_children.ptr[prev].first = idx;
+      b.settings_children.ptr[prev].count = 1;
+    }
+    prev = idx;
+  }
+  ms_snap_kv_t top = {0};
+  top.key = "m0";
+  top.s = "";
+  top.kind = MS_SNAP_VAL_MAP;
+  top.first = first;
+  top.count = 1;
+  cr_assert_eq(ms__snapbuild_add_setting(&b, &top), MS_OK);
+  ms_snapshot_t *s = NULL;
+  cr_assert_eq(ms__snapbuild_finish(&b, &s, NULL), MS_OK);
+  return s;
+}
+
+Test(serialize, settings_depth_limit_is_the_same_for_writer_and_reader) {
+  ms_snapshot_t *ok = nested_settings(8); /* 8 maps: m0 and 7 nested */
+  roundtrip(ok, 0);
+  ms_snapshot_free(ok);
+  ms_snapshot_t *deep = nested_settings(9);
+  th_memsink_t m;
+  ms_sink_t sink;
+  th_memsink_init(&sink, &m);
+  ms_errbuf_t eb = {{0}};
+  cr_assert_eq(ms_snapshot_write(deep, NULL, &sink, &eb), MS_EINVAL);
+  cr_assert_str_eq(eb.msg, "allocator_settings nested deeper than 8");
+  th_memsink_free(&m);
+  ms_snapshot_free(deep);
+}
