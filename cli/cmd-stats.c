@@ -230,6 +230,92 @@ static void stats_from_flat(const ms_snapshot_t *s, const ms_snap_device_t *d, m
 #undef STATS_GET_ARRAY
 }
 
+/* The current values memory_summary would show, computed from one device's segments: what a
+ * snapshot without statistics (a PyTorch pickle) still tells. Peaks and totals are not recorded
+ * anywhere in such a file, so they are not shown. */
+enum {
+  STATS_C_RESERVED,
+  STATS_C_ALLOCATED,
+  STATS_C_ACTIVE,
+  STATS_C_REQUESTED,
+  STATS_C_NONREL,
+  STATS_C_SEGMENTS,
+  STATS_C_ALLOCS,
+  STATS_C_ACTIVE_ALLOCS,
+  STATS_C_NONREL_ALLOCS,
+  STATS_C_N
+};
+
+static int stats_cmp_i64(const void *a, const void *b) {
+  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+static void stats_computed_device(FILE *out, const ms_snapshot_t *s, int64_t device) {
+  static const char *const names[STATS_C_N] = {
+      "reserved memory",  "allocated memory",      "active memory",
+      "requested memory", "non-releasable memory", "segments",
+      "allocations",      "active allocs",         "non-releasable allocs"};
+  int64_t v[STATS_C_N][3] = {{0}}; /* all, large_pool, small_pool */
+  for (size_t i = 0; i < s->nsegments; i++) {
+    const ms_snap_segment_t *seg = &s->segments[i];
+    if (seg->device != device) continue;
+    int pool = seg->is_large ? 1 : 2;
+    int64_t add[STATS_C_N] = {0};
+    add[STATS_C_RESERVED] = (int64_t)seg->total_size;
+    add[STATS_C_SEGMENTS] = 1;
+    for (uint32_t k = 0; k < seg->nblocks; k++) {
+      const ms_snap_block_t *b = ms_snap_segment_block(s, seg, k);
+      if (b->state == MS_BLOCK_ACTIVE_ALLOCATED) {
+        add[STATS_C_ALLOCATED] += (int64_t)b->size;
+        add[STATS_C_REQUESTED] += stats_block_allocated(s, b);
+        add[STATS_C_ALLOCS]++;
+      }
+      if (b->state == MS_BLOCK_ACTIVE_ALLOCATED || b->state == MS_BLOCK_ACTIVE_PENDING_FREE) {
+        add[STATS_C_ACTIVE] += (int64_t)b->size;
+        add[STATS_C_ACTIVE_ALLOCS]++;
+      } else if (seg->nblocks > 1) { /* a free block of a split segment */
+        add[STATS_C_NONREL] += (int64_t)b->size;
+        add[STATS_C_NONREL_ALLOCS]++;
+      }
+    }
+    for (int m = 0; m < STATS_C_N; m++) {
+      v[m][0] += add[m];
+      v[m][pool] += add[m];
+    }
+  }
+  fprintf(out, "\nCurrent values computed from the segments of device %lld:\n", (long long)device);
+  fprintf(out, "  %-22s %12s %12s %12s\n", "", "all", "large_pool", "small_pool");
+  for (int m = 0; m < STATS_C_N; m++) {
+    char c[3][CLI_BYTES_BUFSZ];
+    for (int p = 0; p < 3; p++) {
+      if (m < STATS_C_SEGMENTS)
+        cli_format_bytes(v[m][p], c[p]);
+      else
+        snprintf(c[p], sizeof c[p], "%lld", (long long)v[m][p]);
+    }
+    fprintf(out, "  %-22s %12s %12s %12s\n", names[m], c[0], c[1], c[2]);
+  }
+}
+
+static int stats_computed(FILE *out, const ms_snapshot_t *s) {
+  fputs(
+      "\nmemory_summary: this snapshot carries no allocator statistics (PyTorch pickles have "
+      "none;\nmemsnap snapshots record them per device), so peaks and totals are unknown.\n",
+      out);
+  int64_t *dev = malloc((s->nsegments ? s->nsegments : 1) * sizeof *dev);
+  if (!dev) {
+    cli_error("out of memory");
+    return CLI_FAILURE;
+  }
+  for (size_t i = 0; i < s->nsegments; i++) dev[i] = s->segments[i].device;
+  qsort(dev, s->nsegments, sizeof *dev, stats_cmp_i64);
+  for (size_t i = 0; i < s->nsegments; i++)
+    if (i == 0 || dev[i] != dev[i - 1]) stats_computed_device(out, s, dev[i]);
+  free(dev);
+  return CLI_OK;
+}
+
 static int stats_summary(FILE *out, const ms_snapshot_t *s) {
   bool any = false;
   for (size_t i = 0; i < s->ndevices; i++) {
@@ -247,12 +333,7 @@ static int stats_summary(FILE *out, const ms_snapshot_t *s) {
     ms_stats_text_free(text);
     any = true;
   }
-  if (!any)
-    fputs(
-        "\nmemory_summary: this snapshot carries no allocator statistics (PyTorch pickles "
-        "have none; memsnap snapshots record them per device)\n",
-        out);
-  return CLI_OK;
+  return any ? CLI_OK : stats_computed(out, s);
 }
 
 int cmd_stats(int argc, char **argv) {

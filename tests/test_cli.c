@@ -882,6 +882,20 @@ Test(cli, memsnap_snapshot_stats_and_summary) {
   cr_expect_eq(r.status, 0, "%s", r.err);
   cr_expect(strstr(r.out, "\nmemory_summary: this snapshot carries no allocator statistics"), "%s",
             r.out);
+  /* the current values computed from the segments (checked against the pickle with Python) */
+  cr_expect(strstr(r.out,
+                   "\nCurrent values computed from the segments of device 0:\n"
+                   "                                  all   large_pool   small_pool\n"
+                   "  reserved memory            222.0MiB     220.0MiB       2.0MiB\n"
+                   "  allocated memory           169.5MiB     168.8MiB     704.0KiB\n"
+                   "  active memory              169.5MiB     168.8MiB     704.0KiB\n"
+                   "  requested memory           169.5MiB     168.8MiB     703.1KiB\n"
+                   "  non-releasable memory       12.5MiB      11.2MiB       1.3MiB\n"
+                   "  segments                          7            6            1\n"
+                   "  allocations                      13            6            7\n"
+                   "  active allocs                    13            6            7\n"
+                   "  non-releasable allocs             7            5            2\n"),
+            "%s", r.out);
   run_free(&r);
   free(in);
 }
