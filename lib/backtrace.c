@@ -62,15 +62,22 @@ static int bt_start(void *const *buf, int n, uintptr_t ret0, size_t skip) {
 
 #define BT_SLACK 8 /* the most frames an interposed backtrace may add */
 
-__attribute__((noinline)) size_t ms__capture_backtrace(uintptr_t *pcs, size_t max, size_t skip) {
+/* backtrace(3) into pcs, from the frame whose return address is ret0 (the caller of the function
+ * that inlines this), skip applied. */
+static inline __attribute__((always_inline)) size_t bt_capture(uintptr_t *pcs, size_t max,
+                                                               size_t skip, uintptr_t ret0) {
   void *buf[MS__MAX_FRAMES + 16 + BT_SLACK + 1];
   if (max > MS__MAX_FRAMES) max = MS__MAX_FRAMES;
   if (skip > 16) skip = 16;
-  uintptr_t ret0 = (uintptr_t)__builtin_return_address(0);
   ms__backtrace_init();
   int n = backtrace(buf, (int)(max + skip + 1 + (bt_extra < BT_SLACK ? bt_extra : BT_SLACK)));
   size_t got = 0;
   for (int i = bt_start(buf, n, ret0, skip); i < n && got < max; i++) pcs[got++] = (uintptr_t)buf[i];
+  return got;
+}
+
+__attribute__((noinline)) size_t ms__capture_backtrace(uintptr_t *pcs, size_t max, size_t skip) {
+  size_t got = bt_capture(pcs, max, skip, (uintptr_t)__builtin_return_address(0));
   __asm__ volatile("" ::: "memory"); /* keeps this frame (no tail call) */
   return got;
 }
@@ -193,6 +200,23 @@ __attribute__((noinline)) size_t ms__capture_fp(uintptr_t *pcs, size_t max, size
 void ms__fp_stats(ms__fp_stats_t *out) {
   out->walks = atomic_load(&fp_walks);
   out->fallbacks = atomic_load(&fp_fallbacks);
+}
+
+/* The gather hook. backtrace(3) is called from this very frame (bt_capture is inlined), so the
+ * unwind costs exactly what a plain backtrace of max_frames does plus this one frame; the
+ * frame-pointer walk goes through ms__capture_fp, whose extra frame costs a nanosecond. */
+__attribute__((noinline)) uint32_t ms__gather(void *ctx) {
+  ms__gather_ctx_t *g = ctx;
+  uintptr_t pcs[MS__MAX_FRAMES];
+  unsigned depth = atomic_load_explicit(&g->depth, memory_order_relaxed);
+  size_t n;
+  if (atomic_load_explicit(&g->unwinder, memory_order_relaxed) == 1 /* MS_UNWIND_FRAME_POINTER */)
+    n = ms__capture_fp(pcs, depth, 1);
+  else
+    n = bt_capture(pcs, depth, 0, (uintptr_t)__builtin_return_address(0));
+  uint32_t id = ms__stacktab_intern(g->stacks, pcs, n);
+  __asm__ volatile("" ::: "memory");
+  return id;
 }
 
 /* ---- stack table ------------------------------------------------------------------------------- */

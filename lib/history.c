@@ -27,12 +27,10 @@
 #include "memsnap/serialize.h"
 
 struct ms__recorder_s {
-  ms__alloc_hooks_t hooks; /* hooks.ctx == this recorder */
+  ms__gather_ctx_t g;      /* first: hooks.ctx == this recorder == its gather context */
+  ms__alloc_hooks_t hooks;
   ms_allocator_t *alloc;
   int device;
-  atomic_uint depth;       /* frames per stack */
-  atomic_int unwinder;     /* ms_unwinder */
-  ms__stacktab_t *stacks;
 
   pthread_mutex_t lock;    /* guards everything below */
   ms_history_config_t cfg;
@@ -118,21 +116,6 @@ void ms_history_config_init(ms_history_config_t *cfg) {
 
 /* ---- hooks --------------------------------------------------------------------------------- */
 
-/* The gather hook. It is not inlined and calls the capture functions outside tail position, so
- * that "skip 1" in them drops exactly this frame: the first pc kept lies in the allocator's
- * function that called gather. */
-__attribute__((noinline)) static uint32_t history_gather(void *ctx) {
-  ms__recorder_t *r = ctx;
-  uintptr_t pcs[MS__MAX_FRAMES];
-  unsigned depth = atomic_load_explicit(&r->depth, memory_order_relaxed);
-  size_t n;
-  if (atomic_load_explicit(&r->unwinder, memory_order_relaxed) == MS_UNWIND_FRAME_POINTER)
-    n = ms__capture_fp(pcs, depth, 1);
-  else
-    n = ms__capture_backtrace(pcs, depth, 1);
-  return ms__stacktab_intern(r->stacks, pcs, n);
-}
-
 /* Appends one entry; pre: r->lock held. */
 static void ring_push(ms__recorder_t *r, const ms__trace_ent_t *e) {
   if (r->ring_cap == 0) return;
@@ -186,11 +169,11 @@ static void history_trace(void *ctx, const ms__trace_rec_t *rec) { ms__recorder_
 
 ms__recorder_t *ms__recorder_of(ms_allocator_t *a) {
   const ms__alloc_hooks_t *h = ms__allocator_get_hooks(a);
-  if (!h || h->gather != history_gather) return NULL;
+  if (!h || h->gather != ms__gather) return NULL;
   return (ms__recorder_t *)h->ctx;
 }
 
-ms__stacktab_t *ms__recorder_stacks(ms__recorder_t *r) { return r->stacks; }
+ms__stacktab_t *ms__recorder_stacks(ms__recorder_t *r) { return r->g.stacks; }
 
 int ms__recorder_tracing(ms__recorder_t *r) {
   pthread_mutex_lock(&r->lock);
@@ -270,7 +253,7 @@ static int recorder_get(ms_allocator_t *a, ms__recorder_t **out) {
   pthread_once(&clock_once, clock_init);
   r = calloc(1, sizeof *r);
   if (!r) return MS_ENOMEM;
-  if (ms__stacktab_create(&r->stacks) != MS_OK) {
+  if (ms__stacktab_create(&r->g.stacks) != MS_OK) {
     free(r);
     return MS_ENOMEM;
   }
@@ -280,9 +263,9 @@ static int recorder_get(ms_allocator_t *a, ms__recorder_t **out) {
   ms_history_config_init(&r->cfg);
   r->cfg.enabled = MS_HISTORY_OFF;
   r->cfg.context = MS_CONTEXT_NONE;
-  atomic_store(&r->depth, r->cfg.max_frames);
+  atomic_store(&r->g.depth, r->cfg.max_frames);
   r->hooks.ctx = r;
-  r->hooks.gather = history_gather;
+  r->hooks.gather = ms__gather;
   r->hooks.trace = history_trace;
   r->next = reg_head;
   reg_head = r;
@@ -326,8 +309,8 @@ static int recorder_apply(ms__recorder_t *r, const ms_history_config_t *cfg) {
   r->cfg.clear_history = false;
   pthread_mutex_unlock(&r->lock);
   if (err != MS_OK) return err;
-  atomic_store(&r->depth, cfg->max_frames);
-  atomic_store(&r->unwinder, (int)cfg->unwinder);
+  atomic_store(&r->g.depth, cfg->max_frames);
+  atomic_store(&r->g.unwinder, (int)cfg->unwinder);
   /* The allocator reads these two fields at each call. */
   int level = cfg->enabled == MS_HISTORY_OFF ? MS__CTX_NEVER : (int)cfg->context;
   __atomic_store_n(&r->hooks.context_level, level, __ATOMIC_RELAXED);

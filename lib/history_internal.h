@@ -45,6 +45,20 @@ size_t ms__capture_backtrace(uintptr_t *pcs, size_t max, size_t skip);
  * Thread-safety: any thread. */
 size_t ms__capture_fp(uintptr_t *pcs, size_t max, size_t skip);
 
+/* What the gather hook needs: where to intern, how deep, which unwinder. The recorder (history.c)
+ * starts with one, and installs ms__gather with itself as the hook's ctx. */
+typedef struct ms__gather_ctx_s {
+  struct ms__stacktab_s *stacks;
+  _Atomic unsigned depth; /* frames per stack */
+  _Atomic int unwinder;   /* ms_unwinder */
+} ms__gather_ctx_t;
+
+/* The allocator's gather hook (lib/alloc_hooks.h): captures the calling thread's stack from the
+ * allocator function that called it outwards (the hook's own frame is not kept) and interns it.
+ * ctx is an ms__gather_ctx_t. @return the stack id, 0 when host memory ran out.
+ * Thread-safety: any thread. */
+uint32_t ms__gather(void *ctx);
+
 /* Counters of the frame-pointer walker for this process (tests, docs). */
 typedef struct ms__fp_stats_s {
   uint64_t walks;     /* ms__capture_fp calls */
