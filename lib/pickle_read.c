@@ -34,7 +34,8 @@
 #include "memsnap/pickle.h"
 #include "snapbuild.h"
 
-#define RD_BUF_CAP (1u << 17)      /* input buffer (128 KiB) */
+#define RD_BUF_CAP (1u << 17)      /* input buffer (128 KiB), once more than RD_BUF_MIN came */
+#define RD_BUF_MIN (1u << 13)      /* the first 8 KiB: small inputs stay cheap */
 #define RD_MAX_STACK (1u << 18)    /* values on the stack; also the number of open marks */
 #define RD_MEMO_SLACK (1u << 16)   /* how far beyond the memo's end a PUT may store */
 #define RD_MAX_STR 0xfffffffeu     /* longest string or bytes value */
@@ -104,10 +105,17 @@ static const char *const rd_key_names[K_COUNT] = {
 #undef RD_KEY_NAME
 };
 
+static const uint8_t rd_key_lens[K_COUNT] = {
+    [K_UNKNOWN] = 1,
+#define RD_KEY_LEN(id, s) [K_##id] = sizeof(s) - 1,
+    RD_KEYS(RD_KEY_LEN)
+#undef RD_KEY_LEN
+};
+
 static uint8_t rd_key_lookup(const char *s, size_t len) {
   if (len < 4 || len > 20) return K_UNKNOWN;
   for (int k = 1; k < K_COUNT; k++)
-    if (rd_key_names[k][0] == s[0] && strlen(rd_key_names[k]) == len &&
+    if (rd_key_lens[k] == len && rd_key_names[k][0] == s[0] &&
         memcmp(rd_key_names[k], s, len) == 0)
       return (uint8_t)k;
   return K_UNKNOWN;
@@ -200,7 +208,7 @@ typedef struct rd_s {
   /* input */
   ms_source_t *src;
   char *buf;
-  size_t pos, len;
+  size_t pos, len, cap;
   uint64_t base; /* file offset of buf[0] */
   bool eof;
   uint64_t op_off;
@@ -303,8 +311,15 @@ static int rd_read_more(rd_t *r) {
     r->len -= r->pos;
     r->pos = 0;
   }
-  while (r->len < RD_BUF_CAP) {
-    ptrdiff_t n = r->src->read(r->src->ctx, r->buf + r->len, RD_BUF_CAP - r->len);
+  if (r->cap < RD_BUF_CAP && r->base + r->len >= r->cap) {
+    /* the input is larger than the first buffer: switch to the full size */
+    char *nb = realloc(r->buf, RD_BUF_CAP);
+    if (!nb) return rd_err(r, MS_ENOMEM, "out of memory");
+    r->buf = nb;
+    r->cap = RD_BUF_CAP;
+  }
+  while (r->len < r->cap) {
+    ptrdiff_t n = r->src->read(r->src->ctx, r->buf + r->len, r->cap - r->len);
     if (n < 0) return rd_err(r, (int)n, "read error: %s", ms_strerror((int)n));
     if (n == 0) {
       r->eof = true;
@@ -1146,12 +1161,42 @@ static int rd_setitems(rd_t *r, uint32_t did, size_t from) {
   return MS_OK;
 }
 
+/* The hot path of real snapshots: a batch of frame dicts (memo gets, already interned) appended
+ * to a frames list that is being filled. Handles the leading run of such items; returns where
+ * the general path must continue. */
+static size_t rd_appends_frames_fast(rd_t *r, uint32_t lid, size_t from) {
+  rd_obj_t *l = &r->objs.ptr[lid];
+  if (l->role != R_FRAMES || (l->flags & (OF_USED | OF_SEALED))) return from;
+  if (r->fbuf_owner != lid && (r->fbuf_owner != RD_NO_OBJ || l->count != 0)) return from;
+  size_t n = r->st.len - from;
+  if (MS_VEC_RESERVE(&r->fbuf, n) || (uint64_t)l->count + n > UINT32_MAX) return from;
+  if (r->fbuf_owner != lid) {
+    r->fbuf_owner = lid;
+    r->fbuf.len = 0;
+  }
+  const rd_val_t *v = r->st.ptr + from, *end = r->st.ptr + r->st.len;
+  uint32_t *dst = r->fbuf.ptr + r->fbuf.len;
+  for (; v < end; v++) {
+    if (v->t != V_OBJ) break;
+    rd_obj_t *o = &r->objs.ptr[v->v.obj];
+    if (o->role != R_FRAME || !(o->flags & OF_INTERNED)) break;
+    o->flags |= OF_USED;
+    *dst++ = o->ref;
+  }
+  size_t done = (size_t)(v - (r->st.ptr + from));
+  r->fbuf.len += done;
+  l->count += (uint32_t)done;
+  return from + done;
+}
+
 static int rd_appends(rd_t *r, uint32_t lid, size_t from) {
+  size_t start = from;
+  from = rd_appends_frames_fast(r, lid, from);
   for (size_t i = from; i < r->st.len; i++) {
     rd_val_t v = r->st.ptr[i];
     MS_FORWARD_IF_ERROR(rd_list_append(r, lid, &v));
   }
-  r->st.len = from;
+  r->st.len = start;
   return MS_OK;
 }
 
@@ -1578,7 +1623,8 @@ int ms_pickle_read(ms_source_t *src, ms_snapshot_t **out, ms_errbuf_t *eb) {
   if (!src || !src->read || !out) return ms__errbuf_set(eb, MS_EINVAL, "invalid argument");
   rd_t *r = calloc(1, sizeof *r);
   if (!r) return ms__errbuf_set(eb, MS_ENOMEM, "out of memory");
-  r->buf = malloc(RD_BUF_CAP);
+  r->buf = malloc(RD_BUF_MIN);
+  r->cap = RD_BUF_MIN;
   int rc = MS_OK;
   if (!r->buf) {
     free(r);

@@ -1,0 +1,306 @@
+/* SPDX-License-Identifier: MIT
+ * Benchmark of the PyTorch pickle reader (issue #4). Prints on stdout:
+ *   pickle_read_fixture_mb_s     the largest fixture, read from memory repeatedly (median)
+ *   pickle_read_python_fixture_mb_s   Python's pickle.load of the same file (baseline, median;
+ *                                only when python3 is there)
+ *   pickle_read_mb_s             a synthetic snapshot of about 1 GB written by our writer and
+ *                                shaped like real ones (1,000,000 trace entries, each with its
+ *                                own stack 160-223 frames deep over 4,000 code locations, half of
+ *                                them C++ frames with long names), read from its file (median
+ *                                of 3)
+ *   pickle_read_peak_rss_ratio   peak resident memory of a child process that only reads the
+ *                                synthetic file, divided by the file's size
+ *   pickle_write_mb_s            writing the synthetic snapshot (one run)
+ *   pickle_synthetic_mb          the synthetic file's size
+ * Targets: pickle_read_mb_s >= 200, pickle_read_peak_rss_ratio <= 1.5.
+ * The synthetic file lives in $TMPDIR (or /tmp) and is deleted; when the disk has less than
+ * three times its size free, the snapshot is scaled down and a note says so on stderr.
+ * Environment: MEMSNAP_TORCH_FIXTURES, MS_BENCH_PICKLE_SCALE (a fraction to scale by, e.g. 0.1),
+ * MS_BENCH_PICKLE_KEEP (a path: the synthetic file is written there and kept).
+ */
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "memsnap/pickle.h"
+#include "snapbuild.h"
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n) {
+  qsort(v, (size_t)n, sizeof *v, cmp_double);
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+static void die(const char *what, const char *msg) {
+  fprintf(stderr, "memsnap: error: bench_pickle: %s: %s\n", what, msg);
+  exit(1);
+}
+
+/* ---- the largest fixture ---------------------------------------------------------------------- */
+
+static void bench_fixture(void) {
+  const char *dir = getenv("MEMSNAP_TORCH_FIXTURES");
+  char path[4096];
+  snprintf(path, sizeof path, "%s/wedsonlin_cs336_medium_1024_training.pickle",
+           dir && *dir ? dir : MS_BENCH_FIXTURES_DEFAULT);
+  FILE *f = fopen(path, "rb");
+  if (!f) {
+    fprintf(stderr, "SKIP: fixture %s not found: no pickle_read_fixture_mb_s\n", path);
+    return;
+  }
+  fseek(f, 0, SEEK_END);
+  size_t len = (size_t)ftell(f);
+  fseek(f, 0, SEEK_SET);
+  char *data = malloc(len);
+  if (!data || fread(data, 1, len, f) != len) die(path, "cannot read");
+  fclose(f);
+  enum { REPS = 15 };
+  double t[REPS];
+  for (int i = 0; i < REPS; i++) {
+    ms_membuf_t mb;
+    ms_source_t src;
+    ms_source_init_mem(&src, &mb, data, len);
+    ms_snapshot_t *s = NULL;
+    ms_errbuf_t eb = {{0}};
+    double t0 = now_s();
+    if (ms_pickle_read(&src, &s, &eb) != MS_OK) die(path, eb.msg);
+    t[i] = now_s() - t0;
+    ms_snapshot_free(s);
+  }
+  printf("pickle_read_fixture_mb_s %.1f\n", (double)len / 1e6 / median(t, REPS));
+  free(data);
+  /* baseline: Python's own unpickler on the same bytes (what _memory_viz.py does first) */
+  char cmd[8192];
+  snprintf(cmd, sizeof cmd,
+           "python3 -c \"import pickle,time,sys,statistics\n"
+           "b=open(sys.argv[1],'rb').read(); t=[]\n"
+           "for i in range(5):\n"
+           "  t0=time.perf_counter(); pickle.loads(b); t.append(time.perf_counter()-t0)\n"
+           "print('%%.1f' %% (len(b)/1e6/statistics.median(t)))\" '%s' 2>/dev/null",
+           path);
+  FILE *p = popen(cmd, "r");
+  double py = 0;
+  if (p && fscanf(p, "%lf", &py) == 1 && py > 0)
+    printf("pickle_read_python_fixture_mb_s %.1f\n", py);
+  else
+    fprintf(stderr, "SKIP: python3 not available: no Python baseline\n");
+  if (p) pclose(p);
+}
+
+/* ---- a synthetic snapshot of about 1 GB --------------------------------------------------------- */
+
+#define POOL_FRAMES 4000 /* distinct code locations (Python and C++ frames) */
+#define DEPTH_MIN 160    /* frames per stack: 160 .. 223 */
+
+static void check(int rc, const char *what) {
+  if (rc != MS_OK) die(what, ms_strerror(rc));
+}
+
+/* A name like the C++ frames of real snapshots (about 200 characters). */
+static int cpp_name(char *out, size_t cap, int i) {
+  return snprintf(out, cap,
+                  "c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::malloc_%d"
+                  "<at::native::(anonymous namespace)::TensorIteratorBase, std::vector<long, "
+                  "std::allocator<long> > >(signed char, unsigned long, CUstream_st*)",
+                  i);
+}
+
+/* Real snapshots have a bounded set of code locations and many distinct stacks made of them;
+ * here every trace entry gets its own stack (the worst case for interning), drawn from a pool of
+ * POOL_FRAMES frames, half C++ frames with long names. */
+static ms_snapshot_t *synthetic(size_t ntrace, size_t nsegments) {
+  ms__snapbuild_t b;
+  ms__snapbuild_init(&b);
+  b.hdr.origin = MS_SNAP_ORIGIN_MEMSNAP;
+  uint32_t pool[POOL_FRAMES];
+  char name[512], file[256];
+  for (int i = 0; i < POOL_FRAMES; i++) {
+    int n = i % 2 ? snprintf(name, sizeof name, "forward_%d", i) : cpp_name(name, sizeof name, i);
+    int m = snprintf(file, sizeof file,
+                     i % 2 ? "/opt/conda/lib/python3.11/site-packages/torch/nn/modules/module_%d.py"
+                           : "CUDACachingAllocator_%d.cpp",
+                     i % 97);
+    check(ms__snapbuild_frame(&b, name, (size_t)n, file, (size_t)m, i % 2 ? 100 + i : 0, &pool[i]),
+          "frame");
+  }
+  uint32_t fr[DEPTH_MIN + 64];
+  uint64_t rng = 0x9e3779b97f4a7c15ull;
+  ms_snap_device_t dev = {0};
+  dev.first_trace = 0;
+  for (size_t i = 0; i < ntrace; i++) {
+    int depth = DEPTH_MIN + (int)(i % 64);
+    for (int k = 0; k < depth; k++) {
+      rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+      fr[k] = k < 4 ? pool[2 * k] : pool[(rng >> 11) % POOL_FRAMES];
+    }
+    ms_snap_trace_t t = {0};
+    static const ms_trace_action acts[] = {MS_TRACE_ALLOC, MS_TRACE_FREE_REQUESTED,
+                                           MS_TRACE_FREE_COMPLETED};
+    t.action = acts[i % 3];
+    t.action_name = ms_trace_action_name(t.action);
+    t.addr = 0x7f3a00000000ull + (i / 3) * 4096;
+    t.size = 512 * (1 + i % 4096);
+    t.stream = 0;
+    t.time_us = 1783874422287973ll + (int64_t)i;
+    t.compile_context = "N/A";
+    t.user_metadata = "";
+    check(ms__snapbuild_stack(&b, fr, (size_t)depth, &t.stack), "stack");
+    check(ms__snapbuild_add_trace(&b, &t), "trace");
+  }
+  dev.ntrace = (uint32_t)ntrace;
+  check(ms__snapbuild_add_device(&b, &dev), "device");
+  for (size_t g = 0; g < nsegments; g++) {
+    ms_snap_segment_t seg = {0};
+    seg.address = 0x7f3a00000000ull + g * (64ull << 20);
+    seg.is_large = true;
+    seg.first_block = (uint32_t)b.blocks.len;
+    seg.stack = b.trace.ptr[g % ntrace].stack;
+    for (int k = 0; k < 8; k++) {
+      ms_snap_block_t blk = {0};
+      blk.address = seg.address + (uint64_t)k * (8ull << 20);
+      blk.size = 8ull << 20;
+      blk.requested_size = blk.size - 512;
+      blk.state = k % 3 ? MS_BLOCK_ACTIVE_ALLOCATED : MS_BLOCK_INACTIVE;
+      blk.state_name = ms_block_state_name(blk.state);
+      blk.stack = b.trace.ptr[(g * 8 + (size_t)k) % ntrace].stack;
+      seg.total_size += blk.size;
+      if (blk.state == MS_BLOCK_ACTIVE_ALLOCATED) {
+        seg.allocated_size += blk.size;
+        seg.active_size += blk.size;
+        seg.requested_size += blk.requested_size;
+      }
+      check(ms__snapbuild_add_block(&b, &blk), "block");
+    }
+    seg.nblocks = 8;
+    check(ms__snapbuild_add_segment(&b, &seg), "segment");
+  }
+  ms_snapshot_t *s = NULL;
+  ms_errbuf_t eb = {{0}};
+  if (ms__snapbuild_finish(&b, &s, &eb) != MS_OK) die("synthetic snapshot", eb.msg);
+  return s;
+}
+
+static int file_write(void *ctx, const char *buf, size_t len) {
+  return fwrite(buf, 1, len, ctx) == len ? MS_OK : MS_EIO;
+}
+
+/* In a child process: builds the snapshot, writes it; prints the write rate. */
+static void generate(const char *path, double scale) {
+  fflush(stdout);
+  pid_t pid = fork();
+  if (pid < 0) die("fork", strerror(errno));
+  if (pid == 0) {
+    size_t ntrace = (size_t)(1000000 * scale);
+    if (ntrace < 1000) ntrace = 1000;
+    ms_snapshot_t *s = synthetic(ntrace, 1000);
+    FILE *f = fopen(path, "wb");
+    if (!f) die(path, strerror(errno));
+    ms_sink_t sink = {file_write, f};
+    ms_errbuf_t eb = {{0}};
+    double t0 = now_s();
+    if (ms_pickle_write(s, &sink, &eb) != MS_OK) die(path, eb.msg);
+    if (fflush(f) != 0) die(path, strerror(errno));
+    double dt = now_s() - t0;
+    long size = ftell(f);
+    fclose(f);
+    printf("pickle_write_mb_s %.1f\n", (double)size / 1e6 / dt);
+    fflush(stdout);
+    ms_snapshot_free(s);
+    _exit(0);
+  }
+  int st;
+  if (waitpid(pid, &st, 0) < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
+    die("generating the synthetic snapshot", "child failed");
+}
+
+static double read_file(const char *path) {
+  FILE *f = fopen(path, "rb");
+  if (!f) die(path, strerror(errno));
+  ms_source_t src;
+  ms_source_init_file(&src, f);
+  ms_snapshot_t *s = NULL;
+  ms_errbuf_t eb = {{0}};
+  double t0 = now_s();
+  if (ms_pickle_read(&src, &s, &eb) != MS_OK) die(path, eb.msg);
+  double dt = now_s() - t0;
+  if (s->ntrace < 1000) die(path, "too few trace entries read back");
+  ms_snapshot_free(s);
+  fclose(f);
+  return dt;
+}
+
+/* Peak RSS (bytes) of a child that only reads the file. */
+static double read_peak_rss(const char *path) {
+  fflush(stdout);
+  pid_t pid = fork();
+  if (pid < 0) die("fork", strerror(errno));
+  if (pid == 0) {
+    read_file(path);
+    _exit(0);
+  }
+  int st;
+  struct rusage ru;
+  if (wait4(pid, &st, 0, &ru) < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
+    die("reading the synthetic snapshot", "child failed");
+  return (double)ru.ru_maxrss * 1024.0;
+}
+
+int main(void) {
+  bench_fixture();
+  const char *tmpdir = getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+  double scale = 1.0;
+  const char *sc = getenv("MS_BENCH_PICKLE_SCALE");
+  if (sc && *sc) scale = atof(sc);
+  if (!(scale > 0 && scale <= 4)) scale = 1.0;
+  struct statvfs vfs;
+  double want = 0.95e9 * scale; /* bytes the full-size file takes */
+  if (statvfs(tmpdir, &vfs) == 0) {
+    double avail = (double)vfs.f_bavail * (double)vfs.f_frsize;
+    if (avail < 3 * want) {
+      double s2 = scale * avail / (3 * want);
+      fprintf(stderr,
+              "note: bench_pickle: only %.0f MB free in %s; the synthetic snapshot is scaled "
+              "down to %.0f%% of 1 GB\n",
+              avail / 1e6, tmpdir, s2 * 100);
+      scale = s2;
+    }
+  }
+  char path[4096];
+  const char *keep = getenv("MS_BENCH_PICKLE_KEEP"); /* a path: write there and keep the file */
+  if (keep && *keep)
+    snprintf(path, sizeof path, "%s", keep);
+  else
+    snprintf(path, sizeof path, "%s/memsnap-bench-pickle-%d.pickle", tmpdir, (int)getpid());
+  generate(path, scale);
+  struct stat st;
+  if (stat(path, &st) != 0) die(path, strerror(errno));
+  double size = (double)st.st_size;
+  printf("pickle_synthetic_mb %.1f\n", size / 1e6);
+  double rss = read_peak_rss(path);
+  printf("pickle_read_peak_rss_ratio %.3f\n", rss / size);
+  fflush(stdout);
+  enum { REPS = 3 };
+  double t[REPS];
+  for (int i = 0; i < REPS; i++) t[i] = read_file(path);
+  printf("pickle_read_mb_s %.1f\n", size / 1e6 / median(t, REPS));
+  if (!(keep && *keep)) unlink(path);
+  return 0;
+}
