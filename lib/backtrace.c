@@ -210,7 +210,7 @@ __attribute__((noinline)) uint32_t ms__gather(void *ctx) {
   uintptr_t pcs[MS__MAX_FRAMES];
   unsigned depth = atomic_load_explicit(&g->depth, memory_order_relaxed);
   size_t n;
-  if (atomic_load_explicit(&g->unwinder, memory_order_relaxed) == 1 /* MS_UNWIND_FRAME_POINTER */)
+  if (atomic_load_explicit(&g->unwinder, memory_order_relaxed) == MS_UNWIND_FRAME_POINTER)
     n = ms__capture_fp(pcs, depth, 1);
   else
     n = bt_capture(pcs, depth, 0, (uintptr_t)__builtin_return_address(0));
