@@ -24,7 +24,7 @@
 #include "internal.h"
 #include "util/hash.h"
 
-/* ---- backtrace(3) ------------------------------------------------------------------------------ */
+/* ---- backtrace(3) ---------------------------------------------------------------------------- */
 
 static pthread_once_t bt_once = PTHREAD_ONCE_INIT;
 static int bt_extra = 0; /* frames an interposed backtrace adds before its caller's (set once) */
@@ -72,7 +72,8 @@ static inline __attribute__((always_inline)) size_t bt_capture(uintptr_t *pcs, s
   ms__backtrace_init();
   int n = backtrace(buf, (int)(max + skip + 1 + (bt_extra < BT_SLACK ? bt_extra : BT_SLACK)));
   size_t got = 0;
-  for (int i = bt_start(buf, n, ret0, skip); i < n && got < max; i++) pcs[got++] = (uintptr_t)buf[i];
+  for (int i = bt_start(buf, n, ret0, skip); i < n && got < max; i++)
+    pcs[got++] = (uintptr_t)buf[i];
   return got;
 }
 
@@ -82,7 +83,7 @@ __attribute__((noinline)) size_t ms__capture_backtrace(uintptr_t *pcs, size_t ma
   return got;
 }
 
-/* ---- frame-pointer walk ------------------------------------------------------------------------ */
+/* ---- frame-pointer walk ---------------------------------------------------------------------- */
 
 struct fp_frame {
   struct fp_frame *next; /* the caller's saved frame pointer */
@@ -219,7 +220,7 @@ __attribute__((noinline)) uint32_t ms__gather(void *ctx) {
   return id;
 }
 
-/* ---- stack table ------------------------------------------------------------------------------- */
+/* ---- stack table ----------------------------------------------------------------------------- */
 
 #define ST_STRIPES 16
 #define ST_STRIPE_BITS 4

@@ -177,7 +177,8 @@ static int pc_frames(take_t *t, uintptr_t pc, uint32_t *out) {
   MS_FORWARD_IF_ERROR(ms__symbolize(sym_global, pc, &syms, &n));
   if (t->pcinfo.len >= UINT32_MAX - 1 || t->pcframes.len > UINT32_MAX - n) return MS_ELIMIT;
   if (MS_VEC_RESERVE(&t->pcframes, n) || MS_VEC_RESERVE(&t->pcinfo, 1)) return MS_ENOMEM;
-  pcinfo_t info = {(uint32_t)t->pcframes.len, (uint32_t)n, (uint32_t)is_public_entry(syms[n - 1].name)};
+  pcinfo_t info = {(uint32_t)t->pcframes.len, (uint32_t)n,
+                   (uint32_t)is_public_entry(syms[n - 1].name)};
   for (size_t i = 0; i < n; i++) {
     uint32_t idx;
     MS_FORWARD_IF_ERROR(ms__snapbuild_frame(&t->b, syms[i].name, strlen(syms[i].name),

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT
- * Tests for allocation history and snapshots of the allocator (issue #3 §1-§3, §5, §6): stacks of
+ * Tests for allocation history and snapshots of the allocator (issue #3 §1-3, §5, §6): stacks of
  * a test's own allocations name its functions and, with debug information, its file and line;
  * the allocator's own frames are left out; the trace holds PyTorch's actions and fields; the ring
  * buffer wraps and counts what it dropped; recording switched on midway, state-only, the context
