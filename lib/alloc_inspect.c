@@ -53,13 +53,19 @@ int ms__allocator_check_locked(ms_allocator_t *a, ms_errbuf_t *eb) {
     CHECK(pool_known(a, s->pool), "segment 0x%zx: unknown pool", (size_t)s->ptr);
     CHECK(s->head && !s->head->prev, "segment 0x%zx: bad head", (size_t)s->ptr);
     enum ms_stat_type st = s->pool->is_small ? MS_STAT_SMALL_POOL : MS_STAT_LARGE_POOL;
-    acc_add(&acc, C_SEGMENT, st, 1);
-    acc_add(&acc, C_RESB, st, (int64_t)s->size);
-    if (s->size >= mss) acc.oversize_seg++;
-    total += s->size;
+    if (s->expandable) { /* expandable segments: mapped bytes only, never a `segment` */
+      acc_add(&acc, C_RESB, st, (int64_t)s->mapped);
+      total += s->mapped;
+    } else {
+      acc_add(&acc, C_SEGMENT, st, 1);
+      acc_add(&acc, C_RESB, st, (int64_t)s->size);
+      if (s->size >= mss) acc.oversize_seg++;
+      total += s->size;
+    }
     uintptr_t expect = s->ptr;
     size_t sum = 0;
-    bool split = s->head->next != NULL;
+    bool split = s->head->next != NULL && !s->expandable;
+    size_t mapped = 0;
     for (const ms__block_t *b = s->head; b; b = b->next) {
       CHECK(b->seg == s && b->stream == s->stream && b->pool == s->pool,
             "block 0x%zx: segment/stream/pool mismatch", (size_t)b->ptr);
@@ -71,6 +77,14 @@ int ms__allocator_check_locked(ms_allocator_t *a, ms_errbuf_t *eb) {
       expect += b->size;
       sum += b->size;
       events += (size_t)b->event_count;
+      if (!b->mapped) { /* an unmapped range of an expandable segment */
+        CHECK(s->expandable && !b->allocated && !b->in_set && b->event_count == 0,
+              "block 0x%zx: unmapped but used", (size_t)b->ptr);
+        CHECK(!b->next || b->next->mapped, "blocks 0x%zx and 0x%zx: unmapped neighbours not merged",
+              (size_t)b->ptr, (size_t)b->next->ptr);
+        continue;
+      }
+      mapped += b->size;
       if (b->allocated) {
         size_t slot;
         (void)slot;
@@ -112,6 +126,8 @@ int ms__allocator_check_locked(ms_allocator_t *a, ms_errbuf_t *eb) {
       }
     }
     CHECK(sum == s->size, "segment 0x%zx: blocks sum to %zu of %zu", (size_t)s->ptr, sum, s->size);
+    CHECK(!s->expandable || mapped == s->mapped, "expandable segment 0x%zx: %zu bytes in mapped "
+          "blocks, %zu mapped", (size_t)s->ptr, mapped, s->mapped);
   }
   CHECK(nseg == a->nsegments, "segment list has %zu entries, count says %zu", nseg, a->nsegments);
   CHECK(nalloc == a->map.len, "%zu allocated blocks, pointer map holds %zu", nalloc, a->map.len);
@@ -174,6 +190,7 @@ void ms__allocator_counts(ms_allocator_t *a, ms__alloc_counts_t *out) {
   for (const ms__segment_t *s = a->segments; s; s = s->snext) {
     out->segments++;
     for (const ms__block_t *b = s->head; b; b = b->next) {
+      if (!b->mapped) continue; /* unmapped range of an expandable segment */
       out->blocks++;
       if (b->in_set) out->free_blocks++;
       else if (!b->allocated) out->pending_blocks++;
@@ -197,6 +214,57 @@ static int snap_stack(ms__ctx_to_stack_fn *fn, void *arg, uint32_t ctx, uint32_t
   return fn(arg, ctx, out);
 }
 
+/* The mapped ranges of an expandable segment, each as a segment record (is_expandable). */
+static int snapshot_expandable(ms_allocator_t *a, ms__snapbuild_t *b, ms__ctx_to_stack_fn *fn,
+                               void *arg, const ms__segment_t *s, const char *state_names[3],
+                               uint64_t *total_active) {
+  static const ms_block_state states[3] = {MS_BLOCK_INACTIVE, MS_BLOCK_ACTIVE_ALLOCATED,
+                                           MS_BLOCK_ACTIVE_PENDING_FREE};
+  int r = MS_OK;
+  const ms__block_t *bl = s->head;
+  while (bl && r == MS_OK) {
+    if (!bl->mapped) {
+      bl = bl->next;
+      continue;
+    }
+    ms_snap_segment_t ss;
+    memset(&ss, 0, sizeof ss);
+    ss.device = a->device;
+    ss.address = bl->ptr;
+    ss.stream = s->stream;
+    ss.is_large = !s->pool->is_small;
+    ss.is_expandable = true;
+    ss.first_block = (uint32_t)b->blocks.len;
+    ss.present = MS_SEG_HAS_FRAMES | MS_SEG_HAS_POOL_ID | MS_SEG_HAS_EXPANDABLE |
+                 MS_SEG_HAS_REQUESTED_SIZE | MS_SEG_HAS_SEGMENT_TYPE;
+    r = snap_stack(fn, arg, bl == s->head ? s->ctx : 0, &ss.stack);
+    for (; bl && bl->mapped && r == MS_OK; bl = bl->next) {
+      ms_snap_block_t sb;
+      memset(&sb, 0, sizeof sb);
+      sb.address = bl->ptr;
+      sb.size = bl->size;
+      sb.requested_size = bl->requested_size;
+      int k = bl->allocated ? 1 : bl->in_set ? 0 : 2;
+      sb.state = states[k];
+      sb.state_name = state_names[k];
+      sb.present = MS_BLOCK_HAS_ADDRESS | MS_BLOCK_HAS_REQUESTED_SIZE | MS_BLOCK_HAS_FRAMES;
+      r = snap_stack(fn, arg, k ? bl->ctx : 0, &sb.stack);
+      if (r != MS_OK) break;
+      ss.total_size += bl->size;
+      if (k == 1) ss.allocated_size += bl->size;
+      if (k != 0) {
+        ss.active_size += bl->size;
+        ss.requested_size += bl->requested_size;
+      }
+      r = ms__snapbuild_add_block(b, &sb);
+      ss.nblocks++;
+    }
+    *total_active += ss.active_size;
+    if (r == MS_OK) r = ms__snapbuild_add_segment(b, &ss);
+  }
+  return r;
+}
+
 static int snapshot_locked(ms_allocator_t *a, ms__snapbuild_t *b, ms__ctx_to_stack_fn *fn,
                            void *arg, ms__alloc_snapinfo_t *info) {
   ms__segment_t **segs = malloc((a->nsegments ? a->nsegments : 1) * sizeof *segs);
@@ -215,6 +283,10 @@ static int snapshot_locked(ms_allocator_t *a, ms__snapbuild_t *b, ms__ctx_to_sta
   }
   for (size_t i = 0; i < n && r == MS_OK; i++) {
     const ms__segment_t *s = segs[i];
+    if (s->expandable) { /* one record per contiguous mapped range (§11.3) */
+      r = snapshot_expandable(a, b, fn, arg, s, state_names, &total_active);
+      continue;
+    }
     ms_snap_segment_t ss;
     memset(&ss, 0, sizeof ss);
     ss.device = a->device;

@@ -23,8 +23,9 @@
 #include "stats_internal.h"
 #include "types.h"
 
-/* Expandable segments are not implemented by this allocator yet: the key is accepted and, as
- * PyTorch does on platforms without them, treated as False with a warning. */
+/* The OOM message's hint names max_split_size_mb (1: expandable_segments, as PyTorch >= 2.2).
+ * Expandable segments themselves live in expandable.c; without the backend's virtual-memory
+ * operations the key is treated as False with a warning, as PyTorch does on such platforms. */
 #define MS__HAVE_EXPANDABLE 0
 
 /* Requests this large fail at once (PyTorch's 1 EiB check). */
@@ -353,6 +354,10 @@ static inline bool get_free_block(ms_allocator_t *a, alloc_params_t *p) {
   if (ms_unlikely(a->has_allowed_max && a->has_gc)) pool->get_free_blocks_call_count++;
   ms__block_t *b = ms__pool_lower_bound(pool, p->stream, p->size);
   if (!b || b->stream != p->stream) return false;
+  if (ms_unlikely(b->seg->expandable)) { /* expandable segments (expandable.c, §5) */
+    b = ms__es_choose(pool, b, p->stream, ms__es_active(a, pool));
+    if (!b) return false;
+  }
   if (ms_unlikely(ms__alloc_test_mutation == MS__MUT_TIEBREAK_HIGH)) {
     for (ms__block_t *n = ms__pool_next(b); n && n->stream == b->stream && n->size == b->size;
          n = ms__pool_next(n))
@@ -380,6 +385,11 @@ static bool alloc_block(ms_allocator_t *a, alloc_params_t *p, bool is_retry, uin
   if (a->has_allowed_max && a->total_allocated_memory + size > a->allowed_memory_maximum) {
     p->err = MS_EOOM;
     return false;
+  }
+  if (ms__es_active(a, p->pool)) { /* expandable segments: map pages instead (expandable.c) */
+    p->block = ms__es_try_allocate(a, p->pool, p->stream, p->size, ctx);
+    p->err = p->block ? MS_OK : MS_EOOM;
+    return p->block != NULL;
   }
   ms_devptr_t ptr = 0;
   p->err = a->ops.malloc(a->ops.ctx, a->device, size, p->stream, &ptr);
@@ -436,11 +446,14 @@ static void release_block(ms_allocator_t *a, ms__block_t *b, uint32_t ctx) {
 /* release_blocks: every unsplit cached segment of pool, in (stream, size, address) order. */
 static void release_blocks(ms_allocator_t *a, ms__pool_t *pool, uint32_t ctx) {
   ms__block_t *b = ms__pool_first(pool);
+  bool any_expandable = false;
   while (b) {
     ms__block_t *n = ms__pool_next(b);
-    if (!ms__block_is_split(b)) release_block(a, b, ctx);
+    if (b->seg->expandable) any_expandable = true;
+    else if (!ms__block_is_split(b)) release_block(a, b, ctx);
     b = n;
   }
+  if (any_expandable) ms__es_release(a, pool, ctx); /* then unmap expandable blocks (§8.4) */
 }
 
 /* release_available_cached_blocks (§8.3), exactly PyTorch's selection. */
@@ -450,7 +463,7 @@ static bool release_available_cached_blocks(ms_allocator_t *a, alloc_params_t *p
   size_t key_size = p->size > mss ? p->size : mss;
   ms__pool_t *pool = p->pool;
   ms__block_t *it = ms__pool_lower_bound(pool, p->stream, key_size);
-  if (!it || it->stream != p->stream) {
+  if (!it || it->stream != p->stream || it->seg->expandable) {
     /* No single block is large enough: free oversize blocks from the largest downwards. */
     it = it ? ms__pool_prev(it) : ms__pool_last(pool);
     if (!it) return false;
@@ -458,8 +471,10 @@ static bool release_available_cached_blocks(ms_allocator_t *a, alloc_params_t *p
     while (released < key_size && it->size >= mss && it->stream == p->stream) {
       ms__block_t *cur = it;
       ms__block_t *before = ms__pool_prev(cur);
-      released += cur->size;
-      release_block(a, cur, ctx);
+      if (!cur->seg->expandable) {
+        released += cur->size;
+        release_block(a, cur, ctx);
+      }
       if (!before) break;
       it = before;
     }
@@ -520,7 +535,7 @@ static void garbage_collect_cached_blocks(ms_allocator_t *a, uint32_t ctx) {
     while (b) {
       ms__block_t *nx = ms__pool_next(b);
       double age = (double)(pool->get_free_blocks_call_count - b->gc_count_base);
-      if (!ms__block_is_split(b) && age >= age_threshold) {
+      if (!ms__block_is_split(b) && !b->seg->expandable && age >= age_threshold) {
         freed_any = true;
         reclaimed += b->size;
         total_age -= age;
@@ -535,7 +550,7 @@ static void garbage_collect_cached_blocks(ms_allocator_t *a, uint32_t ctx) {
 /* should_split (§6.1). */
 static inline bool should_split(const ms_allocator_t *a, const ms__block_t *b, size_t size) {
   size_t remaining = b->size - size;
-  if (b->pool->is_small) return remaining >= MS_MIN_BLOCK_SIZE;
+  if (b->pool->is_small || ms__es_active(a, b->pool)) return remaining >= MS_MIN_BLOCK_SIZE;
   if (ms_unlikely(ms__alloc_test_mutation == MS__MUT_SPLIT_GE))
     return size < a->cfg.max_split_size && remaining >= MS_SMALL_SIZE;
   return size < a->cfg.max_split_size && remaining > MS_SMALL_SIZE;
@@ -556,13 +571,15 @@ static int alloc_found_block(ms_allocator_t *a, alloc_params_t *p, size_t orig_s
       return MS_ENOMEM;
     }
     ms__pool_insert(pool, remaining);
-    if (already_split) {
+    if (b->seg->expandable) {
+      /* expandable memory is never inactive_split (§6.2) */
+    } else if (already_split) {
       ms__stat_array_decrease(a->stats.inactive_split_bytes, st, (int64_t)p->size);
     } else {
       ms__stat_array_increase(a->stats.inactive_split_bytes, st, (int64_t)remaining->size);
       ms__stat_array_increase(a->stats.inactive_split, st, 1);
     }
-  } else if (already_split) {
+  } else if (already_split && !b->seg->expandable) {
     ms__stat_array_decrease(a->stats.inactive_split_bytes, st, (int64_t)b->size);
     ms__stat_array_decrease(a->stats.inactive_split, st, 1);
   }
@@ -749,6 +766,7 @@ static void free_block(ms_allocator_t *a, ms__block_t *b, uint32_t ctx) {
   ms__pool_insert(pool, b);
   if (ms__block_is_split(b)) d_blocks++, d_bytes += (int64_t)b->size;
   enum ms_stat_type st = pool_stat(pool);
+  if (b->seg->expandable) d_blocks = d_bytes = 0; /* excluded from inactive_split (§7.5) */
   if (d_blocks) ms__stat_array_update(a->stats.inactive_split, st, d_blocks);
   if (d_bytes) ms__stat_array_update(a->stats.inactive_split_bytes, st, d_bytes);
   ms__stat_array_decrease(a->stats.active, st, 1);
@@ -1047,7 +1065,7 @@ int ms_allocator_create(const ms_allocator_config_t *cfg, ms_allocator_t **out, 
   a->device = cfg->device;
   a->device_total = dtotal;
   a->cfg = conf;
-  if (a->cfg.expandable_segments && !MS__HAVE_EXPANDABLE) {
+  if (a->cfg.expandable_segments && !ms__es_supported(a)) {
     ms__warning("expandable_segments not supported on this platform");
     a->cfg.expandable_segments = false;
   }
@@ -1074,7 +1092,7 @@ static void pool_release_all(ms_allocator_t *a, ms__pool_t *pool) {
   ms__block_t *b = ms__pool_first(pool);
   while (b) {
     ms__block_t *n = ms__pool_next(b);
-    if (!ms__block_is_split(b)) release_block(a, b, 0);
+    if (!ms__block_is_split(b) && !b->seg->expandable) release_block(a, b, 0);
     b = n;
   }
 }
@@ -1090,6 +1108,7 @@ void ms_allocator_destroy(ms_allocator_t *a) {
     pool_release_all(a, &pp->small);
     pool_release_all(a, &pp->large);
   }
+  ms__es_destroy_all(a);
   pthread_mutex_unlock(&a->mu);
   ms__private_pool_t *pp = a->pools;
   while (pp) {
@@ -1250,6 +1269,8 @@ bool ms__allocator_replay_would_fit(ms_allocator_t *a, size_t size, ms_stream_t 
   p.stream = stream;
   p.pool = get_pool(a, p.size, stream);
   ms__block_t *b = ms__pool_lower_bound(p.pool, stream, p.size);
+  if (b && b->stream == stream && b->seg->expandable)
+    b = ms__es_choose(p.pool, b, stream, ms__es_active(a, p.pool));
   bool fit = b && b->stream == stream;
   size_t mss = a->cfg.max_split_size;
   if (fit && p.size < mss && b->size >= mss) fit = false;

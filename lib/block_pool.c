@@ -18,6 +18,7 @@ void ms__pool_init(ms__pool_t *p, bool is_small, ms__private_pool_t *owner) {
   p->is_small = is_small;
   p->owner = owner;
   p->get_free_blocks_call_count = 0;
+  p->unmapped = NULL;
 }
 
 /* Strict (stream, size, ptr) order. */

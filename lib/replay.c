@@ -169,6 +169,7 @@ enum { RDEV_FAIL_NONE = 0, RDEV_FAIL_UNTIL_FREES, RDEV_FAIL_ALL };
 
 typedef struct rdev_s {
   size_t capacity; /* 0 = unlimited */
+  size_t total;    /* the total reported by mem_info (sizes expandable reservations) */
   size_t used;
   MS_VEC(rdev_range_t) ranges;
   /* expectations of the operation being replayed */
@@ -245,7 +246,7 @@ static int rdev_free(void *ctx, int device, ms_devptr_t ptr) {
 static int rdev_mem_info(void *ctx, int device, size_t *free_bytes, size_t *total_bytes) {
   rdev_t *d = ctx;
   (void)device;
-  size_t total = d->capacity ? d->capacity : RP_UNLIMITED;
+  size_t total = d->capacity ? d->capacity : d->total;
   *total_bytes = total;
   *free_bytes = d->used < total ? total - d->used : 0;
   return MS_OK;
@@ -321,10 +322,11 @@ static void rdev_destroy(void *ctx) {
   free(d);
 }
 
-static int rdev_create(size_t capacity, ms_backend_t **out, rdev_t **dev) {
+static int rdev_create(size_t capacity, size_t total, ms_backend_t **out, rdev_t **dev) {
   rdev_t *d = calloc(1, sizeof *d);
   if (!d) return MS_ENOMEM;
   d->capacity = capacity;
+  d->total = total ? total : RP_UNLIMITED;
   d->synth = RP_SYNTH_BASE;
   ms_backend_ops_t ops = {
       .name = "recorded",
@@ -425,6 +427,9 @@ typedef struct rp_trace_s {
   ms_alloc_config_t cfg;
   MS_VEC(rp_sseg_t) segs;   /* start segments, sorted by address */
   size_t inferred, ambiguous, start_blocks;
+  /* The recorded device's total memory when the snapshot says (memsnap's do): expandable
+   * reservations are sized from it, and best fit among expandable blocks sees their size. */
+  uint64_t device_total;
   /* Per entry starting a release burst: 1 = empty_cache, 2 = the OOM path, 0 = unknown. The
    * check replay classifies them; what-if replays reuse its answers. */
   uint8_t *burst_kind;
@@ -698,8 +703,14 @@ typedef struct rp_got_s {
   uint64_t addr, size;
 } rp_got_t;
 
+/* A synthetic expandable range paired with the recorded one it stands for. */
+typedef struct rp_xlate_s {
+  uint64_t syn, rec, size;
+} rp_xlate_t;
+
 typedef struct rp_run_s {
   rp_trace_t *tr;
+  MS_VEC(rp_xlate_t) xlate; /* synthetic range -> recorded range */
   bool whatif;
   size_t capacity;
   ms_backend_t *backend;
@@ -730,6 +741,32 @@ static void rp_hook_trace(void *ctx, const ms__trace_rec_t *rec) {
   default:
     break;
   }
+}
+
+/* The recorded address of a replayed one (identity outside paired synthetic ranges). */
+static uint64_t rp_xlate(const rp_run_t *run, uint64_t addr) {
+  for (size_t i = 0; i < run->xlate.len; i++) {
+    const rp_xlate_t *x = &run->xlate.ptr[i];
+    if (addr >= x->syn && addr - x->syn < x->size) return x->rec + (addr - x->syn);
+  }
+  return addr;
+}
+
+/* A range reserved by an allocation that failed (no map recorded then) got a synthetic base; its
+ * first recorded map, at the recorded range's base, pairs the two. @return whether y_addr is such
+ * an unpaired synthetic base (and pairs it with rec). */
+static bool rp_pair_range(rp_run_t *run, uint64_t y_addr, uint64_t rec) {
+  if (!run->rdev || y_addr < RP_SYNTH_BASE) return false;
+  for (size_t i = 0; i < run->xlate.len; i++)
+    if (run->xlate.ptr[i].syn == y_addr) return false;
+  for (size_t i = 0; i < run->rdev->ranges.len; i++) {
+    const rdev_range_t *rg = &run->rdev->ranges.ptr[i];
+    if (rg->va && rg->addr == y_addr) {
+      if (MS_VEC_PUSH(&run->xlate, ((rp_xlate_t){y_addr, rec, rg->size})) != 0) run->stop = true;
+      return true;
+    }
+  }
+  return false;
 }
 
 static void rp_describe(char *dst, size_t cap, ms_trace_action a, uint64_t addr, uint64_t size) {
@@ -777,12 +814,13 @@ static void rp_compare(rp_run_t *run, size_t last) {
     const ms_snap_trace_t *x = k < nexp ? &tr->t[idx] : NULL;
     const rp_got_t *y = k < run->got.len ? &run->got.ptr[k] : NULL;
     if (x && y && x->action == y->action && x->size == y->size &&
-        (x->action == MS_TRACE_OOM || x->addr == y->addr))
+        (x->action == MS_TRACE_OOM || x->addr == rp_xlate(run, y->addr) ||
+         (x->action == MS_TRACE_SEGMENT_MAP && rp_pair_range(run, y->addr, x->addr))))
       continue;
     int64_t at = (int64_t)(tr->first + (x ? idx : (last != SIZE_MAX ? last : run->pend.ptr[0])));
     if (x) rp_describe(e, sizeof e, x->action, x->addr, x->size);
     else snprintf(e, sizeof e, "nothing more");
-    if (y) rp_describe(g, sizeof g, y->action, y->addr, y->size);
+    if (y) rp_describe(g, sizeof g, y->action, rp_xlate(run, y->addr), y->size);
     else snprintf(g, sizeof g, "nothing more");
     rp_mismatch(run, at, x ? x->addr : 0, y ? y->addr : 0, e, g);
     return;
@@ -829,13 +867,10 @@ static void rp_arm(rp_run_t *run, bool oom_entry) {
     if (e->action == MS_TRACE_SEGMENT_ALLOC) {
       if (MS_VEC_PUSH(&d->expect, ((rdev_expect_t){e->addr, e->size})) != 0) run->stop = true;
     } else if (e->action == MS_TRACE_SEGMENT_MAP) {
-      /* The first map of a new expandable range is at its base. */
-      bool inside = false;
-      for (size_t j = 0; j < d->ranges.len; j++) {
-        const rdev_range_t *rg = &d->ranges.ptr[j];
-        if (rg->va && e->addr >= rg->addr && e->addr < rg->addr + rg->size) inside = true;
-      }
-      if (!inside && !mapped_base) {
+      /* An allocation maps pages of one range only; when it had to reserve a new range, its first
+       * map is at that range's base (the reservation's size is the recorded GPU's, unknown here,
+       * so the base is taken whenever the allocator reserves). */
+      if (!mapped_base) {
         if (MS_VEC_PUSH(&d->va_bases, e->addr) != 0) run->stop = true;
         mapped_base = true;
       }
@@ -1093,6 +1128,11 @@ static int rp_cmp_seg_addr(const void *a, const void *b) {
   return x->address < y->address ? -1 : x->address > y->address;
 }
 
+static int rp_cmp_seg_value(const void *a, const void *b) {
+  const ms_snap_segment_t *x = a, *y = b;
+  return x->address < y->address ? -1 : x->address > y->address;
+}
+
 /* The final layout against the snapshot (check mode). */
 static int rp_compare_final(rp_run_t *run) {
   rp_trace_t *tr = run->tr;
@@ -1111,6 +1151,14 @@ static int rp_compare_final(rp_run_t *run) {
   qsort(rec, nrec, sizeof *rec, rp_cmp_seg_addr);
   char ex[256], got[256];
   size_t nmine = mine->nsegments;
+  /* memsnap's addresses in recorded terms (paired synthetic ranges), sorted again. */
+  for (size_t i = 0; i < nmine; i++) {
+    mine->segments[i].address = rp_xlate(run, mine->segments[i].address);
+    for (uint32_t k = 0; k < mine->segments[i].nblocks; k++)
+      mine->blocks[mine->segments[i].first_block + k].address =
+          rp_xlate(run, mine->blocks[mine->segments[i].first_block + k].address);
+  }
+  if (nmine) qsort(mine->segments, nmine, sizeof *mine->segments, rp_cmp_seg_value);
   for (size_t i = 0; i < nrec || i < nmine; i++) {
     const ms_snap_segment_t *x = i < nrec ? rec[i] : NULL;
     const ms_snap_segment_t *y = i < nmine ? &mine->segments[i] : NULL;
@@ -1160,7 +1208,7 @@ static int rp_run_device(rp_trace_t *tr, bool whatif, const ms_alloc_config_t *c
     ms_sim_config_t sc = {1, capacity ? capacity : RP_WHATIF_UNLIMITED, false, true, 0};
     r = ms_backend_sim_create(&sc, &run.backend);
   } else {
-    r = rdev_create(capacity, &run.backend, &run.rdev);
+    r = rdev_create(capacity, tr->device_total, &run.backend, &run.rdev);
   }
   if (r != MS_OK) return r;
   ms_allocator_config_t ac = {run.backend, 0, cfg};
@@ -1221,6 +1269,7 @@ static int rp_run_device(rp_trace_t *tr, bool whatif, const ms_alloc_config_t *c
   ms_backend_destroy(run.backend);
   MS_VEC_FREE(&run.got);
   MS_VEC_FREE(&run.pend);
+  MS_VEC_FREE(&run.xlate);
   rp_map_free(&run.live);
   rp_map_free(&run.pending);
   return r;
@@ -1235,6 +1284,7 @@ static int rp_prepare(const ms_snapshot_t *s, size_t d, rp_trace_t *tr, ms_repla
   tr->first = s->devices[d].first_trace;
   tr->n = s->devices[d].ntrace;
   tr->t = s->trace + tr->first;
+  if (s->devices[d].present & MS_DEV_HAS_CAPACITY) tr->device_total = s->devices[d].capacity;
   rp_config_of(s, &tr->cfg);
   tr->burst_kind = calloc(tr->n ? tr->n : 1, 1);
   if (!tr->burst_kind) return MS_ENOMEM;

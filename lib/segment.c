@@ -99,7 +99,7 @@ size_t ms__block_try_merge(ms_allocator_t *a, ms__block_t *dst, ms__block_t *src
   if (!src || src->allocated || src->event_count > 0 || src->nuses > 0 ||
       src->mapped != dst->mapped)
     return 0;
-  ms_assert_internal(src->in_set);
+  ms_assert_internal(src->in_set || !src->mapped);
   if (dst->prev == src) {
     dst->ptr = src->ptr;
     dst->prev = src->prev;
@@ -112,7 +112,8 @@ size_t ms__block_try_merge(ms_allocator_t *a, ms__block_t *dst, ms__block_t *src
   }
   size_t subsumed = src->size;
   dst->size += subsumed;
-  ms__pool_erase(src->pool, src);
+  if (src->mapped) ms__pool_erase(src->pool, src);
+  else ms__es_unmapped_erase(src->pool, src); /* expandable segments */
   ms__block_delete(a, src);
   return subsumed;
 }
@@ -138,5 +139,6 @@ void ms__segment_delete(ms_allocator_t *a, ms__segment_t *s) {
   else a->segments = s->snext;
   if (s->snext) s->snext->sprev = s->sprev;
   a->nsegments--;
+  free(s->pages);
   free(s);
 }

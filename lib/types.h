@@ -68,6 +68,13 @@ struct ms__segment_s {
   ms__block_t *head;        /* the block at ptr */
   uint32_t ctx;             /* context of the malloc that created it */
   ms__segment_t *sprev, *snext; /* the allocator's list of segments */
+  /* Expandable segments (expandable.c): ptr/size are then the reserved virtual range, page the
+   * physical page size, pages[i] whether page i is mapped, mapped the mapped bytes. */
+  bool expandable;
+  size_t page;
+  size_t npages;
+  uint8_t *pages;
+  size_t mapped;
 };
 
 struct ms__pool_s {
@@ -76,6 +83,9 @@ struct ms__pool_s {
   bool is_small;
   ms__private_pool_t *owner; /* NULL for the default pools */
   int64_t get_free_blocks_call_count; /* GC clock */
+  /* Unmapped blocks of expandable segments, ordered by (stream, ptr), linked through the blocks'
+   * tl (next) and tr (previous) fields, which the free set uses only while in_set (expandable.c). */
+  ms__block_t *unmapped;
 };
 
 struct ms__private_pool_s {
@@ -200,6 +210,33 @@ size_t ms__block_try_merge(ms_allocator_t *a, ms__block_t *dst, ms__block_t *src
 ms__segment_t *ms__segment_new(ms_allocator_t *a, uintptr_t ptr, size_t size, ms_stream_t stream,
                                ms__pool_t *pool, uint32_t ctx);
 void ms__segment_delete(ms_allocator_t *a, ms__segment_t *s);
+
+/* ---- "expandable.c" (expandable segments, reference/pytorch-allocator.md §12) ---------------- */
+
+/* Whether expandable segments serve allocations from pool (the flag is on and pool is a default
+ * pool; memsnap's private pools keep device segments). */
+static inline bool ms__es_active(const ms_allocator_t *a, const ms__pool_t *pool) {
+  return a->cfg.expandable_segments && !pool->owner;
+}
+/* Whether a's backend has the virtual-memory operations expandable segments need. */
+bool ms__es_supported(const ms_allocator_t *a);
+/* The unmapped set of pool (expandable.c keeps it ordered by (stream, ptr)). */
+void ms__es_unmapped_insert(ms__pool_t *p, ms__block_t *b);
+void ms__es_unmapped_erase(ms__pool_t *p, ms__block_t *b);
+/* get_free_block's handling of an expandable candidate b (§5): with es_active, prefer a
+ * following candidate whose expandable size is smaller; without, skip expandable blocks.
+ * @return the block to take (still in the set) or NULL. */
+ms__block_t *ms__es_choose(ms__pool_t *pool, ms__block_t *b, ms_stream_t stream, bool es_active);
+/* try_allocate_expandable_block (§12): a free mapped block of at least size bytes (rounded) on
+ * stream, taken out of pool, mapping pages (segment_map entries) as needed.
+ * @return the block, or NULL when the device is out of memory (or host memory ran out). */
+ms__block_t *ms__es_try_allocate(ms_allocator_t *a, ms__pool_t *pool, ms_stream_t stream,
+                                 size_t size, uint32_t ctx);
+/* release_blocks' part for the expandable blocks of pool's free set: unmap the whole pages of
+ * each (segment_unmap entries), destroying a segment left entirely unmapped. */
+void ms__es_release(ms_allocator_t *a, ms__pool_t *pool, uint32_t ctx);
+/* At destroy: unmap and return every expandable segment that holds no live block. */
+void ms__es_destroy_all(ms_allocator_t *a);
 
 /* ---- "alloc_inspect.c" ----------------------------------------------------------------------- */
 

@@ -28,6 +28,7 @@
 #include "memsnap/history.h"
 #include "memsnap/replay.h"
 #include "memsnap/serialize.h"
+#include "memsnap/stats.h"
 
 #define MiB ((size_t)1 << 20)
 
@@ -592,4 +593,149 @@ Test(replay, cli_sweep_table, .timeout = 60) {
   snprintf(args, sizeof args, "'%s' --sweep 'max_split_size_mb=64,256' --json", path);
   cr_expect_eq(run_cli(args, out, sizeof out), 0, "%s", out);
   cr_expect(strstr(out, "\"mode\": \"whatif\"") && strstr(out, "\"peak_reserved\""), "%s", out);
+}
+
+/* ---- expandable segments ---------------------------------------------------------------------- */
+
+Test(replay, synthetic_expandable_segments, .timeout = 60) {
+  rec_t r;
+  rec_open(&r, "expandable_segments:True", 1024 * MiB * 64, 1000000);
+  wl_t w = {.ops = 4000, .streams = 2, .empty_cache = true, .max_size = 48 * MiB, .seed = 7};
+  workload(&r, &w);
+  ms_snapshot_t *s = rec_close(&r);
+  cr_expect_gt(count_action(s, MS_TRACE_SEGMENT_MAP), 10);
+  cr_expect_gt(count_action(s, MS_TRACE_SEGMENT_UNMAP), 5);
+  cr_expect_eq(count_action(s, MS_TRACE_SEGMENT_ALLOC), 0);
+  expect_pass(s, "expandable segments", false);
+  ms_snapshot_free(s);
+}
+
+Test(replay, synthetic_expandable_oom_with_capacity, .timeout = 60) {
+  rec_t r;
+  rec_open(&r, "expandable_segments:True", 300 * MiB, 1000000);
+  wl_t w = {.ops = 4000, .streams = 1, .max_size = 64 * MiB, .seed = 8};
+  workload(&r, &w);
+  ms_snapshot_t *s = rec_close(&r);
+  cr_expect_gt(count_action(s, MS_TRACE_OOM), 0);
+  cr_expect_gt(count_action(s, MS_TRACE_SEGMENT_UNMAP), 0);
+  expect_pass(s, "expandable segments, OOM retries", false);
+  ms_replay_report_t *rep = check(s, 300 * MiB);
+  cr_expect_eq(rep->devices[0].verdict, MS_REPLAY_PASS, "capacity 300 MiB: %s",
+               rep->devices[0].reason);
+  ms_replay_report_free(rep);
+  ms_snapshot_free(s);
+}
+
+Test(replay, whatif_expandable_lowers_peak_reserved, .timeout = 30) {
+  ms_snapshot_t *s = fragmenting_trace();
+  ms_replay_usage_t off = whatif(s, "expandable_segments:False", 0);
+  ms_replay_usage_t on = whatif(s, "expandable_segments:True", 0);
+  cr_expect_lt(on.peak_reserved, off.peak_reserved, "%" PRIu64 " vs %" PRIu64, on.peak_reserved,
+               off.peak_reserved);
+  /* Expandable blocks split at 512 B, so allocated (rounded block) bytes can only shrink. */
+  cr_expect_leq(on.peak_allocated, off.peak_allocated);
+  ms_snapshot_free(s);
+}
+
+/* Allocator-level rules of expandable segments (reference/pytorch-allocator.md §12). */
+typedef struct es_fix_s {
+  ms_backend_t *be;
+  ms_allocator_t *al;
+} es_fix_t;
+
+static void es_open(es_fix_t *f, size_t capacity) {
+  ms_sim_config_t sc = {.capacity = capacity};
+  cr_assert_eq(ms_backend_sim_create(&sc, &f->be), MS_OK);
+  ms_alloc_config_t c;
+  ms_alloc_config_init(&c);
+  ms_errbuf_t eb;
+  cr_assert_eq(ms_alloc_config_parse(&c, "expandable_segments:True", &eb), MS_OK);
+  ms_allocator_config_t ac = {.backend = f->be, .alloc = &c};
+  cr_assert_eq(ms_allocator_create(&ac, &f->al, &eb), MS_OK, "%s", eb.msg);
+}
+
+static void es_check(es_fix_t *f) {
+  ms_errbuf_t eb;
+  cr_assert_eq(ms__allocator_check(f->al, &eb), MS_OK, "%s", eb.msg);
+}
+
+static int64_t es_stat(es_fix_t *f, const char *name) {
+  ms_stats_t st = MS_STATS_INIT;
+  cr_assert_eq(ms_allocator_get_stats(f->al, &st), MS_OK);
+  int64_t v = 0;
+  cr_assert_eq(ms_stats_get(&st, name, &v), MS_OK, "%s", name);
+  return v;
+}
+
+Test(expandable, pages_mapped_on_demand_and_stats, .timeout = 10) {
+  es_fix_t f;
+  es_open(&f, 1024 * MiB);
+  ms_devptr_t a, b, c;
+  cr_assert_eq(ms_allocator_malloc(f.al, 1000, 0, &a), MS_OK);          /* small: one 2 MiB page */
+  cr_assert_eq(ms_allocator_malloc(f.al, 30 * MiB, 0, &b), MS_OK);      /* large: two 20 MiB pages */
+  cr_assert_eq(ms_allocator_malloc(f.al, 5 * MiB, 0, &c), MS_OK);       /* fits the 10 MiB left */
+  cr_expect_eq(c, b + 30 * MiB, "split at 512 B granularity, not 1 MiB");
+  cr_expect_eq(es_stat(&f, "reserved_bytes.all.current"), (int64_t)(2 * MiB + 40 * MiB));
+  cr_expect_eq(es_stat(&f, "segment.all.current"), 0);
+  cr_expect_eq(es_stat(&f, "num_device_alloc"), 2);
+  cr_expect_eq(es_stat(&f, "inactive_split.all.current"), 0);
+  ms_sim_counters_t sc;
+  cr_assert_eq(ms_sim_get_counters(f.be, 0, &sc), MS_OK);
+  cr_expect_eq(sc.va_reserves, 2);
+  cr_expect_eq(sc.mem_maps, 2);
+  cr_expect_eq(sc.used_bytes, 42 * MiB);
+  es_check(&f);
+  /* Growing: 25 MiB more needs one page, mapped right after the first two (one segment). */
+  ms_devptr_t d;
+  cr_assert_eq(ms_allocator_malloc(f.al, 25 * MiB, 0, &d), MS_OK);
+  cr_expect_eq(d, c + 5 * MiB);
+  ms_snapshot_t *s = NULL;
+  ms_errbuf_t eb;
+  cr_assert_eq(ms_allocator_snapshot(&f.al, 1, &s, &eb), MS_OK);
+  size_t large = 0;
+  for (size_t i = 0; i < s->nsegments; i++) {
+    cr_expect(s->segments[i].is_expandable);
+    if (s->segments[i].is_large) {
+      large++;
+      cr_expect_eq(s->segments[i].total_size, 60 * MiB);
+    }
+  }
+  cr_expect_eq(large, 1);
+  ms_snapshot_free(s);
+  es_check(&f);
+  /* Release: whole free pages are unmapped; a range left empty is returned. */
+  cr_assert_eq(ms_allocator_free(f.al, b), MS_OK);
+  cr_assert_eq(ms_allocator_free(f.al, c), MS_OK);
+  cr_assert_eq(ms_allocator_empty_cache(f.al), MS_OK);
+  es_check(&f);
+  cr_expect_eq(es_stat(&f, "reserved_bytes.large_pool.current"), (int64_t)(40 * MiB),
+               "pages under the live 25 MiB block stay mapped");
+  cr_assert_eq(ms_allocator_free(f.al, d), MS_OK);
+  cr_assert_eq(ms_allocator_free(f.al, a), MS_OK);
+  cr_assert_eq(ms_allocator_empty_cache(f.al), MS_OK);
+  es_check(&f);
+  cr_expect_eq(es_stat(&f, "reserved_bytes.all.current"), 0);
+  cr_assert_eq(ms_sim_get_counters(f.be, 0, &sc), MS_OK);
+  cr_expect_eq(sc.used_bytes, 0);
+  cr_expect_eq(sc.va_releases, 2);
+  ms_allocator_destroy(f.al);
+  ms_backend_destroy(f.be);
+}
+
+Test(expandable, oom_when_pages_cannot_be_mapped, .timeout = 10) {
+  es_fix_t f;
+  es_open(&f, 60 * MiB);
+  ms_devptr_t a, b;
+  cr_assert_eq(ms_allocator_malloc(f.al, 50 * MiB, 0, &a), MS_OK); /* 3 pages = 60 MiB */
+  cr_expect_eq(ms_allocator_malloc(f.al, 20 * MiB, 0, &b), MS_EOOM);
+  char msg[1024];
+  cr_expect_gt(ms_allocator_last_oom_message(f.al, msg, sizeof msg), 0);
+  cr_expect_eq(es_stat(&f, "num_ooms"), 1);
+  es_check(&f);
+  cr_assert_eq(ms_allocator_free(f.al, a), MS_OK);
+  cr_assert_eq(ms_allocator_malloc(f.al, 20 * MiB, 0, &b), MS_OK);
+  cr_expect_eq(b, a, "the cached pages are reused from the start of the range");
+  es_check(&f);
+  ms_allocator_destroy(f.al);
+  ms_backend_destroy(f.be);
 }
