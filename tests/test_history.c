@@ -487,6 +487,74 @@ Test(history, threads_record_concurrently, .init = setup, .fini = teardown, .tim
   cr_assert_eq(ms__allocator_check(al, &eb), MS_OK, "%s", eb.msg);
 }
 
+/* Recording switched on, off and between unwinders while threads allocate: no crash, no lost
+ * block, and the allocator's invariants hold (run under the sanitizers too). */
+static volatile int toggling;
+
+NOINLINE static void *toggle_work(void *arg) {
+  (void)arg;
+  ms_devptr_t live[8] = {0};
+  for (int i = 0; toggling && i < 200000; i++) {
+    int k = i % 8;
+    if (live[k]) cr_assert_eq(ms_allocator_free(al, live[k]), MS_OK);
+    cr_assert_eq(ms_allocator_malloc(al, 512 * (size_t)(1 + i % 16), 0, &live[k]), MS_OK);
+  }
+  for (int k = 0; k < 8; k++) cr_assert_eq(ms_allocator_free(al, live[k]), MS_OK);
+  return NULL;
+}
+
+Test(history, reconfiguring_while_threads_allocate, .init = setup, .fini = teardown,
+     .timeout = 60) {
+  toggling = 1;
+  pthread_t th[2];
+  for (int i = 0; i < 2; i++) cr_assert_eq(pthread_create(&th[i], NULL, toggle_work, NULL), 0);
+  for (int i = 0; i < 60; i++) {
+    ms_history_record en = (ms_history_record)(i % 3);
+    record(en, (ms_history_context)(i % 4), 1 + (size_t)(i * 37) % 500,
+           i % 2 ? MS_UNWIND_FRAME_POINTER : MS_UNWIND_BACKTRACE);
+    if (i % 10 == 0) ms_snapshot_free(take());
+  }
+  toggling = 0;
+  for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
+  ms_errbuf_t eb;
+  cr_assert_eq(ms__allocator_check(al, &eb), MS_OK, "%s", eb.msg);
+  ms_snapshot_t *s = take();
+  for (size_t i = 0; i < s->nblocks; i++)
+    cr_assert_neq(s->blocks[i].state, MS_BLOCK_ACTIVE_ALLOCATED, "block %zu still live", i);
+  ms_snapshot_free(s);
+}
+
+/* An allocation made from a callback of code built without frame pointers (libc's qsort): the
+ * frame-pointer unwinder still names the callback and the test, whether it skips libc's frames or
+ * falls back to backtrace(3). */
+static ms_devptr_t cmp_ptr;
+
+NOINLINE static int cmp_alloc(const void *x, const void *y) {
+  if (!cmp_ptr) cr_assert_eq(ms_allocator_malloc(al, 4096, 0, &cmp_ptr), MS_OK);
+  KEEP_FRAME();
+  return (*(const int *)x > *(const int *)y) - (*(const int *)x < *(const int *)y);
+}
+
+Test(history, frame_pointers_through_code_without_them, .init = setup, .fini = teardown) {
+  record(MS_HISTORY_ALL, MS_CONTEXT_ALL, 100, MS_UNWIND_FRAME_POINTER);
+  int v[16];
+  for (int i = 0; i < 16; i++) v[i] = (i * 7) % 16;
+  qsort(v, 16, sizeof *v, cmp_alloc);
+  cr_assert_neq(cmp_ptr, 0);
+  ms_snapshot_t *s = take();
+  const ms_snap_block_t *b = block_at(s, cmp_ptr);
+  uint32_t d = ms_snap_stack_depth(s, b->stack);
+  cr_assert_geq(d, 2);
+  cr_assert_str_eq(ms_snap_stack_frame(s, b->stack, 0)->name, "cmp_alloc");
+  int found = 0;
+  for (uint32_t i = 1; i < d; i++)
+    found |= strstr(ms_snap_stack_frame(s, b->stack, i)->name,
+                    "frame_pointers_through_code_without_them") != NULL;
+  cr_assert(found, "the test's own frame is missing");
+  ms_snapshot_free(s);
+  cr_assert_eq(ms_allocator_free(al, cmp_ptr), MS_OK);
+}
+
 /* ---- OOM snapshots -------------------------------------------------------------------------- */
 
 Test(history, oom_path_patterns) {
