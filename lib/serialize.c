@@ -627,51 +627,70 @@ static int mp_head(const unsigned char *p, size_t avail, size_t *hdr, uint64_t *
   return 1;
 }
 
+/* Total length of the fixed-size msgpack values by type byte (fixints, nil, booleans, floats,
+ * ints, fixext); 0 for the others (containers, strings, binaries, ext, the unused 0xc1). */
+static const uint8_t guard_fixed_len[256] = {
+    [0x00 ... 0x7f] = 1, [0xc0] = 1, [0xc2 ... 0xc3] = 1, [0xca] = 5, [0xcb] = 9, [0xcc] = 2,
+    [0xcd] = 3, [0xce] = 5, [0xcf] = 9, [0xd0] = 2, [0xd1] = 3, [0xd2] = 5, [0xd3] = 9,
+    [0xd4] = 3, [0xd5] = 4, [0xd6] = 6, [0xd7] = 10, [0xd8] = 18, [0xe0 ... 0xff] = 1,
+};
+
 static int guard_scan(guard_t *g, const unsigned char *p, size_t avail, char *why, size_t whycap) {
-  while (g->pos < avail) {
+  /* Locals: stores through g could alias p (a char pointer) and force reloads in the hot loop. */
+  size_t pos = g->pos;
+  uint64_t nitems = g->nitems;
+  int rc = GUARD_MORE;
+  while (pos < avail) {
     size_t hdr;
     uint64_t payload, children;
-    unsigned c = p[g->pos];
-    /* Fast path: one-byte scalars (fixints, nil, booleans) inside an open container. */
-    if ((c <= 0x7f || c >= 0xe0 || c == 0xc0 || c == 0xc2 || c == 0xc3) && g->depth &&
-        g->left[g->depth - 1] > 1 && g->nitems < RD_OBJ_MAX_ITEMS) {
-      g->pos++;
-      g->nitems++;
+    /* Fast path: a fixed-size scalar that does not close its container (most row values). */
+    size_t flen = guard_fixed_len[p[pos]];
+    if (ms_likely(flen != 0 && g->depth != 0 && g->left[g->depth - 1] > 1 &&
+                  nitems < RD_OBJ_MAX_ITEMS && pos + flen <= RD_OBJ_MAX_BYTES)) {
+      if (pos + flen > avail) break;
+      pos += flen;
+      nitems++;
       g->pending--;
       g->left[g->depth - 1]--;
       continue;
     }
-    int r = mp_head(p + g->pos, avail - g->pos, &hdr, &payload, &children);
+    int r = mp_head(p + pos, avail - pos, &hdr, &payload, &children);
     g->err = MS_ELIMIT;
     if (r < 0) {
-      snprintf(why, whycap, "invalid msgpack type byte 0x%02x", p[g->pos]);
+      snprintf(why, whycap, "invalid msgpack type byte 0x%02x", p[pos]);
       g->err = MS_EFORMAT;
-      return GUARD_ERR;
+      rc = GUARD_ERR;
+      break;
     }
-    if (r == 0) return GUARD_MORE;
-    if (payload > RD_OBJ_MAX_BYTES || g->pos + hdr + payload > RD_OBJ_MAX_BYTES) {
+    if (r == 0) break;
+    if (payload > RD_OBJ_MAX_BYTES || pos + hdr + payload > RD_OBJ_MAX_BYTES) {
       snprintf(why, whycap, "declared length %" PRIu64 " exceeds the limit of %u bytes per object",
                payload, RD_OBJ_MAX_BYTES);
-      return GUARD_ERR;
+      rc = GUARD_ERR;
+      break;
     }
-    if (g->pos + hdr + payload > avail) return GUARD_MORE;
-    if (++g->nitems > RD_OBJ_MAX_ITEMS) {
+    if (pos + hdr + payload > avail) break;
+    if (++nitems > RD_OBJ_MAX_ITEMS) {
       snprintf(why, whycap, "more than %u values in one object", RD_OBJ_MAX_ITEMS);
-      return GUARD_ERR;
+      rc = GUARD_ERR;
+      break;
     }
     /* Every promised value takes at least one byte: reject counts the object cannot hold. */
-    if (children > RD_OBJ_MAX_BYTES || g->pending + children > RD_OBJ_MAX_BYTES - g->pos - hdr) {
+    if (children > RD_OBJ_MAX_BYTES || g->pending + children > RD_OBJ_MAX_BYTES - pos - hdr) {
       snprintf(why, whycap,
                "declared length %" PRIu64 " exceeds the limit of %u bytes per object",
                children, RD_OBJ_MAX_BYTES);
-      return GUARD_ERR;
+      rc = GUARD_ERR;
+      break;
     }
-    g->pos += hdr + (size_t)payload;
+    pos += hdr + (size_t)payload;
     if (children) {
       if (g->depth >= RD_MAX_DEPTH) {
         snprintf(why, whycap, "nesting deeper than %d levels", RD_MAX_DEPTH);
         g->err = MS_EFORMAT;
-        return GUARD_ERR;
+        pos -= hdr + (size_t)payload; /* report the offending header */
+        rc = GUARD_ERR;
+        break;
       }
       g->left[g->depth++] = children;
       g->pending += children;
@@ -679,13 +698,19 @@ static int guard_scan(guard_t *g, const unsigned char *p, size_t avail, char *wh
     }
     /* A value completed: count it in its parents, closing those that are full. */
     for (;;) {
-      if (g->depth == 0) return GUARD_DONE;
+      if (g->depth == 0) {
+        rc = GUARD_DONE;
+        break;
+      }
       g->pending--;
       if (--g->left[g->depth - 1] != 0) break;
       g->depth--;
     }
+    if (rc == GUARD_DONE) break;
   }
-  return GUARD_MORE;
+  g->pos = pos;
+  g->nitems = nitems;
+  return rc;
 }
 
 /* Offset of value number `idx` inside the array or map starting at p (complete object).

@@ -633,7 +633,7 @@ Test(serialize, deep_nesting) {
   for (int i = 0; i < 1000; i++) mp_byte(&m, 0x91);
   mp_byte(&m, 0xc0);
   char want[160];
-  snprintf(want, sizeof want, "offset %zu: nesting deeper than 12 levels", off + 13);
+  snprintf(want, sizeof want, "offset %zu: nesting deeper than 12 levels", off + 12);
   expect_error(&m, MS_EFORMAT, want);
 }
 
