@@ -14,5 +14,6 @@
 #include "memsnap/snapshot.h"
 #include "memsnap/history.h"
 #include "memsnap/replay.h"
+#include "memsnap/pickle.h"
 
 #endif /* MEMSNAP_H */
