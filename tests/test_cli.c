@@ -1063,3 +1063,51 @@ Test(cli, hostile_frame_names_reach_the_svg_as_text) {
             "the frame name is missing as text");
   free(svg);
 }
+
+/* The root frame's exact byte count in an SVG: "<title>all (..., 1,234 bytes, ...". */
+static int64_t svg_root_bytes(const char *svg) {
+  const char *t = strstr(svg, "<title>all (");
+  if (!t) return -1;
+  const char *e = strstr(t, " bytes");
+  if (!e) return -1;
+  const char *p = e;
+  while (p > t && (p[-1] == ',' || (p[-1] >= '0' && p[-1] <= '9'))) p--;
+  int64_t v = 0;
+  for (; p < e; p++)
+    if (*p != ',') v = v * 10 + (*p - '0');
+  return v;
+}
+
+static int64_t folded_sum(const char *text) {
+  int64_t sum = 0;
+  for (const char *line = text; *line;) {
+    const char *e = strchr(line, '\n');
+    if (!e) break;
+    const char *sp = e;
+    while (sp > line && sp[-1] != ' ') sp--;
+    sum += strtoll(sp, NULL, 10);
+    line = e + 1;
+  }
+  return sum;
+}
+
+Test(cli, svg_root_holds_every_folded_byte) {
+  need_fixtures();
+  static const char *const cmds[] = {"memory", "segments"};
+  for (size_t i = 0; i < NFIXTURES; i++) {
+    char *in = fixture_path(fixture_names[i], ".pickle");
+    for (size_t c = 0; c < 2; c++) {
+      run_t f = RUN(cmds[c], in, "--folded", "-o", "-");
+      run_t r = RUN(cmds[c], in, "-o", "-");
+      cr_expect_eq(f.status, 0, "%s", f.err);
+      cr_expect_eq(r.status, 0, "%s", r.err);
+      int64_t want = folded_sum(f.out), got = svg_root_bytes(r.out);
+      cr_expect_eq(got, want,
+                   "%s %s: the SVG's root holds %" PRId64 " bytes, the folded text %" PRId64,
+                   cmds[c], fixture_names[i], got, want);
+      run_free(&f);
+      run_free(&r);
+    }
+    free(in);
+  }
+}
