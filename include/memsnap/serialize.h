@@ -69,8 +69,14 @@ typedef struct ms_write_opts_s {
   int compress;   /* 0: plain msgpack; 1-9: deflate level, gzip container (default 0) */
 } ms_write_opts_t;
 
-/* Encodes snap in memsnap's format into sink, streaming with bounded memory.
- * opts may be NULL (plain). @return MS_OK or an ms_err, with a description in eb (may be NULL). */
+/* Encodes snap in memsnap's format (docs/snapshot-format.md) into sink, streaming with bounded
+ * memory (a 64 KiB buffer, plus the compressor's state). opts may be NULL (plain).
+ * Refuses (MS_EINVAL, nothing written) a model that the reader would refuse: tables not in the
+ * canonical order (each segment's blocks after the previous segment's, and likewise for history,
+ * trace and statistics), segments not tiled exactly by their blocks, nested statistics, or
+ * allocator_settings deeper than 8 maps.
+ * @return MS_OK or an ms_err, with a description in eb (may be NULL); a sink error is returned
+ * as is. */
 MS_API MS_NODISCARD int ms_snapshot_write(const ms_snapshot_t *snap, const ms_write_opts_t *opts,
                                           ms_sink_t *sink, ms_errbuf_t *eb);
 /* Writes snap to path atomically (temporary file, fsync, rename). */
