@@ -1007,3 +1007,27 @@ Test(serialize, settings_depth_limit_is_the_same_for_writer_and_reader) {
   th_memsink_free(&m);
   ms_snapshot_free(deep);
 }
+
+/* ---- "-": standard input and output --------------------------------------------------------- */
+
+Test(serialize, dash_means_stdin_and_stdout) {
+  char *dir = th_tmpdir();
+  char path[4200];
+  snprintf(path, sizeof path, "%s/out.msgpack.gz", dir);
+  ms_snapshot_t *s = th_synth(NULL);
+  /* write "-" with stdout redirected to a file */
+  cr_assert_not_null(freopen(path, "wb", stdout));
+  ms_errbuf_t eb = {{0}};
+  ms_write_opts_t o = {1};
+  cr_assert_eq(ms_snapshot_write_file(s, "-", &o, &eb), MS_OK, "%s", eb.msg);
+  fflush(stdout);
+  /* read "-" with stdin redirected from it */
+  cr_assert_not_null(freopen(path, "rb", stdin));
+  ms_snapshot_t *r = NULL;
+  cr_assert_eq(ms_snapshot_load("-", &r, &eb), MS_OK, "%s", eb.msg);
+  TH_ASSERT_SNAP_EQ(s, r);
+  ms_snapshot_free(r);
+  ms_snapshot_free(s);
+  th_rmdir(dir);
+  free(dir);
+}
