@@ -40,6 +40,8 @@
 #define RD_MEMO_SLACK (1u << 16)   /* how far beyond the memo's end a PUT may store */
 #define RD_MAX_STR 0xfffffffeu     /* longest string or bytes value */
 #define RD_MAX_LONG (1u << 16)     /* longest LONG4 integer, in bytes */
+#define RD_MAX_SETTINGS_DEPTH 1 /* allocator_settings maps kept: one level (the builder stores a
+                                   * map's entries after the map, so deeper ones are dropped) */
 #define RD_NO_OBJ UINT32_MAX
 
 /* ---- values ---------------------------------------------------------------------------------- */
@@ -195,7 +197,7 @@ typedef struct rd_obj_s {
   uint32_t ref;    /* record index in the builder; first record of a list; frame/stack index;
                       pending-frame slot; first child of a settings map */
   uint32_t count;  /* items stored so far */
-  uint32_t aux;    /* R_SEGMENTS on the root: unused; kept for alignment */
+  uint32_t aux;    /* R_SETMAP: nesting depth */
 } rd_obj_t;
 
 typedef struct rd_pframe_s {
@@ -290,11 +292,19 @@ static void rd_path(const rd_t *r, uint32_t o, char *out, size_t cap) {
   if (o == r->root && cap) snprintf(out, cap, "top level");
 }
 
+/* A key from the file, made safe to print: at most 60 bytes, control bytes as '?'. */
+static void rd_safe_key(const rd_val_t *k, char out[64]) {
+  const char *s = k && k->t == V_STR ? k->v.s : "?";
+  size_t n = 0;
+  for (; s[n] && n < 60; n++) out[n] = (unsigned char)s[n] < 0x20 || s[n] == 0x7f ? '?' : s[n];
+  out[n] = 0;
+}
+
 /* "path.key" of a field of object o. */
 static void rd_field_path(const rd_t *r, uint32_t o, const rd_val_t *k, char *out, size_t cap) {
-  char p[200];
+  char p[200], name[64];
   rd_path(r, o, p, sizeof p);
-  const char *name = k && k->t == V_STR ? k->v.s : "?";
+  rd_safe_key(k, name);
   if (o == r->root)
     snprintf(out, cap, "%.120s", name);
   else
@@ -509,6 +519,10 @@ static void rd_place(rd_t *r, uint32_t id) {
   o->key = c->key;
   o->idx = c->idx;
   o->role = c->role;
+  if (o->role == R_SETMAP) { /* aux: nesting depth of settings maps */
+    const rd_obj_t *p = &r->objs.ptr[c->parent];
+    o->aux = p->role == R_SETMAP ? p->aux + 1 : 1;
+  }
 }
 
 /* Creates the builder record that a dict of a record role stands for. */
@@ -817,6 +831,10 @@ static int rd_setting_value(rd_t *r, const rd_ctx_t *c, const rd_val_t *v, ms_sn
     if (r->objs.ptr[v->v.obj].kind == O_DICT) {
       uint32_t id = RD_NO_OBJ;
       MS_FORWARD_IF_ERROR(rd_want_obj(r, c, v, R_SETMAP, &id));
+      if (r->objs.ptr[id].aux > RD_MAX_SETTINGS_DEPTH) {
+        *keep = false; /* a map in a map: not in the model (PyTorch writes none) */
+        break;
+      }
       kv->kind = MS_SNAP_VAL_MAP;
       kv->first = r->objs.ptr[id].ref;
       kv->count = r->objs.ptr[id].count;
@@ -1014,6 +1032,7 @@ static int rd_dict_set(rd_t *r, uint32_t did, const rd_val_t *k, const rd_val_t 
   case R_SETTINGS:
   case R_SETMAP: {
     if (k->t != V_STR) return MS_OK; /* the model's settings have string keys */
+    if (role == R_SETMAP && d->aux > RD_MAX_SETTINGS_DEPTH) return MS_OK; /* dropped map */
     ms_snap_kv_t kv = {0};
     kv.key = k->v.s;
     kv.s = "";

@@ -1346,3 +1346,28 @@ Test(pickle, convert_cli) {
   unlink(z);
   unlink(pk);
 }
+
+Test(pickle, settings_nesting) {
+  /* {'segments': [], 'allocator_settings': {'k': {'k': {... 40 levels}}}}: the first map is
+   * kept, maps inside it are dropped (the model keeps one level, as PyTorch writes) */
+  pk_t k = {0};
+  pk_op(&k, 0x80), pk_op(&k, 4), pk_op(&k, '}'), pk_op(&k, '(');
+  pk_str(&k, "segments"), pk_op(&k, ']');
+  pk_str(&k, "allocator_settings"), pk_op(&k, '}');
+  for (int i = 0; i < 40; i++) pk_str(&k, "\x1b[31m"), pk_op(&k, '}');
+  pk_str(&k, "x"), pk_int(&k, 1), pk_op(&k, 's');
+  for (int i = 0; i < 40; i++) pk_op(&k, 's');
+  pk_op(&k, 'u'), pk_op(&k, '.');
+  ms_snapshot_t *s = read_ok(k.p, k.n);
+  cr_assert_eq(s->nsettings_top, 1);
+  cr_assert_eq(s->nsettings, 1);
+  cr_assert_eq(s->settings[0].kind, MS_SNAP_VAL_MAP);
+  cr_assert_eq(s->settings[0].count, 0);
+  pk_t w = write_mem(s);
+  ms_snapshot_t *b = read_ok(w.p, w.n);
+  eq_model(s, b, true);
+  ms_snapshot_free(s);
+  ms_snapshot_free(b);
+  free(w.p);
+  free(k.p);
+}
