@@ -239,8 +239,8 @@ static void replay_whatif_text(const replay_row_t *rows, size_t nrows, bool swee
                                                                               : "replayed");
       for (int i = 0; i < 7; i++) printf("  %-28s %-20s %s\n", labels[i], rc[i], cc[i]);
       if (min_cap && rows[0].min_capacity)
-        printf("  %-28s %-20s %s\n", "smallest capacity, no OOM", "",
-               replay_size(rows[0].min_capacity, capbuf, sizeof capbuf));
+        printf("  %-28s %-20s %s (%zu bytes)\n", "smallest capacity, no OOM", "",
+               replay_size(rows[0].min_capacity, capbuf, sizeof capbuf), rows[0].min_capacity);
       const ms_replay_usage_t *u = &d->replayed;
       if (u->first_oom_entry >= 0)
         printf("  first OOM at trace entry %" PRId64 " (%" PRIu64 " B requested):\n    %s\n",
@@ -398,8 +398,9 @@ int cmd_replay(int argc, char **argv) {
     ms_errbuf_t eb;
     ms_alloc_config_init(&c);
     if (ms_alloc_config_parse(&c, rows[j].config, &eb) != MS_OK) {
+      int u = cli_usage_error("replay", "invalid configuration '%s': %s", rows[j].config, eb.msg);
       free(rows);
-      return cli_usage_error("replay", "invalid configuration '%s': %s", rows[j].config, eb.msg);
+      return u;
     }
   }
   ms_snapshot_t *snap = NULL;

@@ -211,6 +211,17 @@ static void rdev_remove(rdev_t *d, size_t i) {
   d->ranges.len--;
 }
 
+/* Whether [addr, addr+size) overlaps a live device allocation (a hostile or inconsistent trace;
+ * reservations are not checked, their recorded size being unknown). */
+static bool rdev_overlaps(const rdev_t *d, uint64_t addr, uint64_t size) {
+  if (addr + size < addr) return true;
+  for (size_t i = 0; i < d->ranges.len; i++) {
+    const rdev_range_t *r = &d->ranges.ptr[i];
+    if (!r->va && addr < r->addr + r->size && r->addr < addr + size) return true;
+  }
+  return false;
+}
+
 static int rdev_device_count(void *ctx, int *count) {
   (void)ctx;
   *count = 1;
@@ -222,10 +233,11 @@ static int rdev_malloc(void *ctx, int device, size_t size, ms_stream_t stream, m
   (void)device, (void)stream;
   MS_FORWARD_IF_ERROR(rdev_full(d, size));
   uint64_t addr;
-  if (d->expect_pos < d->expect.len && d->expect.ptr[d->expect_pos].size == size)
+  if (d->expect_pos < d->expect.len && d->expect.ptr[d->expect_pos].size == size &&
+      !rdev_overlaps(d, d->expect.ptr[d->expect_pos].addr, size))
     addr = d->expect.ptr[d->expect_pos++].addr;
   else
-    addr = rdev_synth(d, size);
+    addr = rdev_synth(d, size); /* then the comparison reports the difference */
   MS_FORWARD_IF_ERROR(rdev_add(d, addr, size, false));
   d->used += size;
   *out = (ms_devptr_t)addr;
@@ -1225,7 +1237,17 @@ static int rp_run_device(rp_trace_t *tr, bool whatif, const ms_alloc_config_t *c
   run.hooks.trace = rp_hook_trace;
   if (!whatif) ms__allocator_set_hooks(run.a, &run.hooks);
   r = rp_place_start(&run);
+  if (r == MS_EINVAL) { /* a start state the allocator cannot hold (inconsistent sizes) */
+    res->verdict = MS_REPLAY_UNREPLAYABLE;
+    snprintf(res->reason, sizeof res->reason, "the start state rebuilt from the snapshot is "
+             "inconsistent (block sizes do not tile the segments)");
+    run.stop = true;
+    r = MS_OK;
+  }
   if (r == MS_OK) rp_track_peak(&run);
+  /* Counters cover the trace only, not the rebuilt start state. */
+  ms_stats_t st0 = MS_STATS_INIT;
+  if (r == MS_OK) r = ms_allocator_get_stats(run.a, &st0);
   size_t allocs = 0, i = 0;
   for (; r == MS_OK && i < tr->n && !run.stop; i++) {
     const ms_snap_trace_t *e = &tr->t[i];
@@ -1256,13 +1278,14 @@ static int rp_run_device(rp_trace_t *tr, bool whatif, const ms_alloc_config_t *c
   res->events = i < tr->n ? i : tr->n;
   if (r == MS_OK && !whatif && !run.stop) r = rp_compare_final(&run);
   if (r == MS_OK && run.stop && res->verdict == MS_REPLAY_PASS && !whatif) r = MS_ENOMEM;
+  if (r == MS_OK && run.stop && whatif && res->verdict == MS_REPLAY_UNREPLAYABLE) r = MS_OK;
   if (!whatif) ms__allocator_set_hooks(run.a, NULL);
   ms_stats_t st = MS_STATS_INIT;
   if (ms_allocator_get_stats(run.a, &st) == MS_OK) {
-    use->device_allocs = (uint64_t)st.num_device_alloc;
-    use->device_frees = (uint64_t)st.num_device_free;
-    use->alloc_retries = (uint64_t)st.num_alloc_retries;
-    use->ooms = (uint64_t)st.num_ooms;
+    use->device_allocs = (uint64_t)(st.num_device_alloc - st0.num_device_alloc);
+    use->device_frees = (uint64_t)(st.num_device_free - st0.num_device_free);
+    use->alloc_retries = (uint64_t)(st.num_alloc_retries - st0.num_alloc_retries);
+    use->ooms = (uint64_t)st.num_ooms; /* start-state OOMs count: the run could not begin */
   }
   use->valid = r == MS_OK && (whatif || res->verdict == MS_REPLAY_PASS);
   ms_allocator_destroy(run.a);

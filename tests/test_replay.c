@@ -739,3 +739,83 @@ Test(expandable, oom_when_pages_cannot_be_mapped, .timeout = 10) {
   ms_allocator_destroy(f.al);
   ms_backend_destroy(f.be);
 }
+
+/* ---- hostile traces ----------------------------------------------------------------------------- */
+
+/* Every kind of damage a file can carry (wrong actions, addresses, sizes, streams; segments and
+ * blocks that contradict the trace) must give a verdict, never a crash, a hang or an error
+ * other than the documented ones. Each damage is undone before the next. */
+static void damage_run(ms_snapshot_t *s, uint64_t seed, int rounds) {
+  uint64_t x = seed;
+  for (int round = 0; round < rounds; round++) {
+    uint64_t k = rng_next(&x);
+    int what = (int)(k % 6);
+    size_t i = s->ntrace ? (size_t)(rng_next(&x) % s->ntrace) : 0;
+    size_t j = s->nblocks ? (size_t)(rng_next(&x) % s->nblocks) : 0;
+    size_t g = s->nsegments ? (size_t)(rng_next(&x) % s->nsegments) : 0;
+    uint64_t r = rng_next(&x);
+    static const uint64_t sizes[] = {0, 1, 511, 512, 1048576, (uint64_t)1 << 40, (uint64_t)1 << 62,
+                                     UINT64_MAX};
+    ms_snap_trace_t saved_t = s->ntrace ? s->trace[i] : (ms_snap_trace_t){0};
+    ms_snap_block_t saved_b = s->nblocks ? s->blocks[j] : (ms_snap_block_t){0};
+    ms_snap_segment_t saved_g = s->nsegments ? s->segments[g] : (ms_snap_segment_t){0};
+    switch (what) {
+    case 0: if (s->ntrace) s->trace[i].action = (ms_trace_action)(r % MS_TRACE_ACTION_COUNT); break;
+    case 1: if (s->ntrace) s->trace[i].addr += (r % 2 ? 512 : (uint64_t)-512) * (r % 7); break;
+    case 2: if (s->ntrace) s->trace[i].size = sizes[r % 8]; break;
+    case 3: if (s->ntrace) s->trace[i].stream = r % 3; break;
+    case 4: if (s->nblocks) s->blocks[j].size = sizes[r % 8]; break;
+    case 5: if (s->nsegments) s->segments[g].address += (r % 2 ? 1 : -1) * (uint64_t)(2 * MiB); break;
+    }
+    ms_replay_options_t o;
+    ms_replay_options_init(&o);
+    o.whatif = round % 8 == 0;
+    ms_replay_report_t *rep = NULL;
+    ms_errbuf_t eb;
+    int rc = ms_replay_run(s, &o, &rep, &eb);
+    cr_assert_eq(rc, MS_OK, "round %d (damage %d): %s", round, what, eb.msg);
+    for (size_t d = 0; d < rep->ndevices; d++)
+      cr_assert(rep->devices[d].verdict <= MS_REPLAY_UNREPLAYABLE);
+    ms_replay_report_free(rep);
+    if (s->ntrace) s->trace[i] = saved_t;
+    if (s->nblocks) s->blocks[j] = saved_b;
+    if (s->nsegments) s->segments[g] = saved_g;
+  }
+}
+
+Test(replay, hostile_fixture_damage, .timeout = 120) {
+  ms_snapshot_t *s = load_fixture("a0kuma_adamw_small");
+  damage_run(s, 11, 400);
+  ms_snapshot_free(s);
+}
+
+Test(replay, hostile_synthetic_damage, .timeout = 120) {
+  rec_t r;
+  rec_open(&r, "expandable_segments:True", 200 * MiB, 1000000);
+  wl_t w = {.ops = 300, .streams = 2, .empty_cache = true, .max_size = 40 * MiB, .seed = 12};
+  workload(&r, &w);
+  ms_snapshot_t *s = rec_close(&r);
+  damage_run(s, 13, 300);
+  ms_snapshot_free(s);
+}
+
+Test(replay, hostile_truncated_traces, .timeout = 120) {
+  /* Every prefix of a trace (a ring buffer cut anywhere at the end) gives a verdict. */
+  ms_snapshot_t *s = load_fixture("a0kuma_adamw_small");
+  size_t n = s->devices[0].ntrace;
+  for (size_t k = 0; k <= n; k++) {
+    s->devices[0].ntrace = (uint32_t)k;
+    ms_replay_report_t *rep = check(s, 0);
+    cr_assert(rep->devices[0].verdict <= MS_REPLAY_UNREPLAYABLE);
+    ms_replay_report_free(rep);
+    /* and every suffix (a ring buffer that dropped the beginning) */
+    s->devices[0].ntrace = (uint32_t)(n - k);
+    s->devices[0].first_trace = (uint32_t)k;
+    rep = check(s, 0);
+    cr_assert(rep->devices[0].verdict <= MS_REPLAY_UNREPLAYABLE);
+    ms_replay_report_free(rep);
+    s->devices[0].first_trace = 0;
+  }
+  s->devices[0].ntrace = (uint32_t)n;
+  ms_snapshot_free(s);
+}
