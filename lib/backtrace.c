@@ -222,7 +222,9 @@ __attribute__((noinline)) uint32_t ms__gather(void *ctx) {
 
 /* ---- stack table ----------------------------------------------------------------------------- */
 
-#define ST_STRIPES 16
+#ifndef ST_STRIPES
+#define ST_STRIPES 16 /* a power of two, at most 1 << ST_STRIPE_BITS */
+#endif
 #define ST_STRIPE_BITS 4
 #define ST_LOCAL_MAX ((UINT32_MAX >> ST_STRIPE_BITS) - 1)
 #define ST_CHUNK_WORDS 8192 /* 64 KiB of pcs per arena chunk */
