@@ -5,7 +5,7 @@ find_program(MS_CLANG_FORMAT NAMES clang-format clang-format-14)
 find_program(MS_CLANG_TIDY NAMES clang-tidy clang-tidy-14)
 find_package(Git QUIET)
 if(GIT_FOUND)
-  set(_ms_ls ${GIT_EXECUTABLE} -C ${PROJECT_SOURCE_DIR} ls-files -- '*.c' '*.h')
+  set(_ms_ls ${GIT_EXECUTABLE} -C ${PROJECT_SOURCE_DIR} ls-files -- *.c *.h)
   if(MS_CLANG_FORMAT)
     add_custom_target(format COMMAND ${_ms_ls} | xargs ${MS_CLANG_FORMAT} -i
       WORKING_DIRECTORY ${PROJECT_SOURCE_DIR} VERBATIM)
@@ -13,7 +13,7 @@ if(GIT_FOUND)
       WORKING_DIRECTORY ${PROJECT_SOURCE_DIR} VERBATIM)
   endif()
   if(MS_CLANG_TIDY)
-    add_custom_target(tidy COMMAND ${GIT_EXECUTABLE} -C ${PROJECT_SOURCE_DIR} ls-files -- 'lib/*.c' 'viz/*.c' 'cli/*.c'
+    add_custom_target(tidy COMMAND ${GIT_EXECUTABLE} -C ${PROJECT_SOURCE_DIR} ls-files -- lib/*.c viz/*.c cli/*.c
       | xargs ${MS_CLANG_TIDY} -p ${PROJECT_BINARY_DIR} --quiet
       WORKING_DIRECTORY ${PROJECT_SOURCE_DIR} VERBATIM)
   endif()
