@@ -20,7 +20,7 @@
  *    calls cuMemAddressReserve, cuMemCreate, cuMemMap, cuMemSetAccess, cuMemUnmap, cuMemRelease,
  *    cuMemAddressFree, one physical allocation per 2 MiB page so that any page-aligned sub-range
  *    can be unmapped later (§12). The driver functions are looked up at run time through
- *    cudaGetDriverEntryPointByVersion rather than linked: linking libcuda.so.1 (a stub in the
+ *    cudaGetDriverEntryPointByVersion rather than linked: linking libcuda.so.1 (link-only in the
  *    toolkit) would make every program that links memsnap_core fail to start on a machine
  *    without the NVIDIA driver, where memsnap must still run on the "sim" backend. When the driver
  *    or a device lacks them, the four members are NULL (the allocator then has no expandable
