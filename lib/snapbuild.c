@@ -101,19 +101,27 @@ static void arena_free(ms__arena_chunk_t *c) {
 
 /* ---- intern tables -------------------------------------------------------------------------- */
 
-/* Grows an open-addressing table of (index+1) values; rehash() recomputes a slot's hash. */
-static int tab_grow(uint32_t **tab, size_t *cap, size_t count, uint64_t (*rehash)(ms__snapbuild_t *, uint32_t),
-                    ms__snapbuild_t *b) {
+/* Intern tables are open-addressing arrays of 64-bit entries: the high 32 bits hold the key's
+ * hash tag (the high half of its 64-bit hash), the low 32 bits index + 1 (0 = empty). Growing the
+ * table therefore never re-reads the keys (a stack's frames may be cold in memory: re-hashing them
+ * on every doubling cost a fifth of a 1 GB pickle read), and a probe touches a key only when its
+ * tag matches. The slot is tag & mask, so tables stay below 2^32 slots. */
+#define TAB_TAG(h) ((uint32_t)((h) >> 32))
+#define TAB_ENTRY(tag, idx) (((uint64_t)(tag) << 32) | ((uint64_t)(idx) + 1))
+#define TAB_INDEX(e) ((uint32_t)(e) - 1)
+
+static int tab_grow(uint64_t **tab, size_t *cap, size_t count) {
   if ((count + 1) * 4 <= *cap * 3) return MS_OK;
   size_t ncap = *cap ? *cap * 2 : 1024;
-  uint32_t *nt = calloc(ncap, sizeof *nt);
+  if (ncap > ((size_t)1 << 32)) return MS_ELIMIT;
+  uint64_t *nt = calloc(ncap, sizeof *nt);
   if (!nt) return MS_ENOMEM;
   for (size_t i = 0; i < *cap; i++) {
-    uint32_t v = (*tab)[i];
-    if (!v) continue;
-    size_t j = (size_t)rehash(b, v - 1) & (ncap - 1);
+    uint64_t e = (*tab)[i];
+    if (!e) continue;
+    size_t j = (size_t)(e >> 32) & (ncap - 1);
     while (nt[j]) j = (j + 1) & (ncap - 1);
-    nt[j] = v;
+    nt[j] = e;
   }
   free(*tab);
   *tab = nt;
@@ -123,29 +131,14 @@ static int tab_grow(uint32_t **tab, size_t *cap, size_t count, uint64_t (*rehash
 
 static uint64_t hash_str(const char *s, size_t n) { return ms_hash_bytes(s, n, 0x5eed); }
 
-static uint64_t rehash_str(ms__snapbuild_t *b, uint32_t i) {
-  const char *s = b->str_list.ptr[i];
-  return hash_str(s, strlen(s));
-}
-
 static uint64_t hash_frame(const char *name, const char *file, int64_t line) {
   uint64_t h = ms_hash_bytes(name, strlen(name), 0xf4a3e);
   h = ms_hash_step(h, ms_hash_bytes(file, strlen(file), 0xf11e));
   return ms_hash_step(h, (uint64_t)line);
 }
 
-static uint64_t rehash_frame(ms__snapbuild_t *b, uint32_t i) {
-  const ms_snap_frame_t *f = &b->frames.ptr[i];
-  return hash_frame(f->name, f->filename, f->line);
-}
-
 static uint64_t hash_stack(const uint32_t *fr, size_t n) {
   return ms_hash_bytes(fr, n * sizeof *fr, 0x57ac);
-}
-
-static uint64_t rehash_stack(ms__snapbuild_t *b, uint32_t i) {
-  const ms_snap_stack_t *st = &b->stacks.ptr[i];
-  return hash_stack(b->stack_frames.ptr + st->first, st->nframes);
 }
 
 /* ---- builder -------------------------------------------------------------------------------- */
@@ -188,11 +181,12 @@ int ms__snapbuild_str(ms__snapbuild_t *b, const char *s, size_t len, const char 
   int intern = len < 256;
   if (intern) {
     if (b->str_list.len >= UINT32_MAX - 1) return MS_ELIMIT;
-    MS_FORWARD_IF_ERROR(tab_grow(&b->str_tab, &b->str_tab_cap, b->str_list.len, rehash_str, b));
+    MS_FORWARD_IF_ERROR(tab_grow(&b->str_tab, &b->str_tab_cap, b->str_list.len));
     h = hash_str(s, len);
-    slot = (size_t)h & (b->str_tab_cap - 1);
-    for (uint32_t v; (v = b->str_tab[slot]) != 0; slot = (slot + 1) & (b->str_tab_cap - 1)) {
-      const char *c = b->str_list.ptr[v - 1];
+    slot = (size_t)TAB_TAG(h) & (b->str_tab_cap - 1);
+    for (uint64_t e; (e = b->str_tab[slot]) != 0; slot = (slot + 1) & (b->str_tab_cap - 1)) {
+      if ((uint32_t)(e >> 32) != TAB_TAG(h)) continue;
+      const char *c = b->str_list.ptr[TAB_INDEX(e)];
       if (strncmp(c, s, len) == 0 && c[len] == 0) {
         *out = c;
         return MS_OK;
@@ -206,8 +200,8 @@ int ms__snapbuild_str(ms__snapbuild_t *b, const char *s, size_t len, const char 
   memcpy(p, s, len);
   p[len] = 0;
   if (intern) {
+    b->str_tab[slot] = TAB_ENTRY(TAB_TAG(h), b->str_list.len);
     b->str_list.ptr[b->str_list.len++] = p;
-    b->str_tab[slot] = (uint32_t)b->str_list.len;
   }
   *out = p;
   return MS_OK;
@@ -216,19 +210,21 @@ int ms__snapbuild_str(ms__snapbuild_t *b, const char *s, size_t len, const char 
 int ms__snapbuild_frame_owned(ms__snapbuild_t *b, const char *name, const char *filename,
                               int64_t line, uint32_t *out) {
   if (b->frames.len >= UINT32_MAX - 1) return MS_ELIMIT;
-  MS_FORWARD_IF_ERROR(tab_grow(&b->frame_tab, &b->frame_tab_cap, b->frames.len, rehash_frame, b));
+  MS_FORWARD_IF_ERROR(tab_grow(&b->frame_tab, &b->frame_tab_cap, b->frames.len));
   size_t mask = b->frame_tab_cap - 1;
-  size_t slot = (size_t)hash_frame(name, filename, line) & mask;
-  for (uint32_t v; (v = b->frame_tab[slot]) != 0; slot = (slot + 1) & mask) {
-    const ms_snap_frame_t *f = &b->frames.ptr[v - 1];
+  uint32_t tag = TAB_TAG(hash_frame(name, filename, line));
+  size_t slot = (size_t)tag & mask;
+  for (uint64_t e; (e = b->frame_tab[slot]) != 0; slot = (slot + 1) & mask) {
+    if ((uint32_t)(e >> 32) != tag) continue;
+    const ms_snap_frame_t *f = &b->frames.ptr[TAB_INDEX(e)];
     if (f->line == line && strcmp(f->name, name) == 0 && strcmp(f->filename, filename) == 0) {
-      *out = v - 1;
+      *out = TAB_INDEX(e);
       return MS_OK;
     }
   }
   ms_snap_frame_t f = {name, filename, line};
   if (MS_VEC_PUSH(&b->frames, f)) return MS_ENOMEM;
-  b->frame_tab[slot] = (uint32_t)b->frames.len;
+  b->frame_tab[slot] = TAB_ENTRY(tag, b->frames.len - 1);
   *out = (uint32_t)b->frames.len - 1;
   return MS_OK;
 }
@@ -244,14 +240,16 @@ int ms__snapbuild_frame(ms__snapbuild_t *b, const char *name, size_t name_len,
 int ms__snapbuild_stack(ms__snapbuild_t *b, const uint32_t *frames, size_t n, uint32_t *out) {
   if (b->stacks.len >= UINT32_MAX - 1) return MS_ELIMIT;
   if (n > UINT32_MAX || b->stack_frames.len > UINT32_MAX - n) return MS_ELIMIT;
-  MS_FORWARD_IF_ERROR(tab_grow(&b->stack_tab, &b->stack_tab_cap, b->stacks.len, rehash_stack, b));
+  MS_FORWARD_IF_ERROR(tab_grow(&b->stack_tab, &b->stack_tab_cap, b->stacks.len));
   size_t mask = b->stack_tab_cap - 1;
-  size_t slot = (size_t)hash_stack(frames, n) & mask;
-  for (uint32_t v; (v = b->stack_tab[slot]) != 0; slot = (slot + 1) & mask) {
-    const ms_snap_stack_t *st = &b->stacks.ptr[v - 1];
+  uint32_t tag = TAB_TAG(hash_stack(frames, n));
+  size_t slot = (size_t)tag & mask;
+  for (uint64_t e; (e = b->stack_tab[slot]) != 0; slot = (slot + 1) & mask) {
+    if ((uint32_t)(e >> 32) != tag) continue;
+    const ms_snap_stack_t *st = &b->stacks.ptr[TAB_INDEX(e)];
     if (st->nframes == n &&
         (n == 0 || memcmp(b->stack_frames.ptr + st->first, frames, n * sizeof *frames) == 0)) {
-      *out = v - 1;
+      *out = TAB_INDEX(e);
       return MS_OK;
     }
   }
@@ -259,8 +257,8 @@ int ms__snapbuild_stack(ms__snapbuild_t *b, const uint32_t *frames, size_t n, ui
   ms_snap_stack_t st = {(uint32_t)b->stack_frames.len, (uint32_t)n};
   if (n) memcpy(b->stack_frames.ptr + b->stack_frames.len, frames, n * sizeof *frames);
   b->stack_frames.len += n;
+  b->stack_tab[slot] = TAB_ENTRY(tag, b->stacks.len);
   b->stacks.ptr[b->stacks.len++] = st;
-  b->stack_tab[slot] = (uint32_t)b->stacks.len;
   *out = (uint32_t)b->stacks.len - 1;
   return MS_OK;
 }

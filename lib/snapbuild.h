@@ -44,12 +44,12 @@ typedef struct ms__snapbuild_s {
   /* string arena */
   ms__arena_chunk_t *chunks;
   size_t arena_bytes;
-  /* intern tables: open addressing, value = index + 1 (0 = empty) */
-  uint32_t *frame_tab;
+  /* intern tables: open addressing, entry = hash tag << 32 | (index + 1), 0 = empty */
+  uint64_t *frame_tab;
   size_t frame_tab_cap;
-  uint32_t *stack_tab;
+  uint64_t *stack_tab;
   size_t stack_tab_cap;
-  uint32_t *str_tab; /* short-string intern table; entries index str_list */
+  uint64_t *str_tab; /* short-string intern table; entries index str_list */
   size_t str_tab_cap;
   MS_VEC(const char *) str_list;
 } ms__snapbuild_t;
