@@ -21,6 +21,7 @@ targets=("$root"/tests/fuzz/fuzz_*.c)
 [[ ${#targets[@]} -gt 0 ]] || { echo "memsnap: error: no fuzz targets in tests/fuzz" >&2; exit 1; }
 san="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
 
+mkdir -p "$out"
 echo "== building memsnap_core with $CC and sanitizers (build-fuzz)" >&2
 cmake -S "$root" -B "$out/core" -DCMAKE_C_COMPILER="$CC" -DCMAKE_BUILD_TYPE=Debug -DMS_DEBUG=3 \
   -DCMAKE_C_FLAGS="-O1 -g -fsanitize=fuzzer-no-link $san" -DMS_BUILD_TESTS=OFF \
