@@ -12,6 +12,7 @@
 #include "memsnap/allocator.h"
 #include "memsnap/options.h"
 #include "memsnap/snapshot.h"
+#include "memsnap/serialize.h"
 #include "memsnap/history.h"
 #include "memsnap/replay.h"
 #include "memsnap/pickle.h"
