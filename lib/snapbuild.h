@@ -36,7 +36,7 @@ typedef struct ms__snapbuild_s {
   MS_VEC(ms_snap_trace_t) trace;
   MS_VEC(ms_snap_frame_t) frames;
   MS_VEC(ms_snap_stack_t) stacks;
-  MS_VEC(uint32_t) stack_frames;
+  MS_VEC(uint32_t) stack_frames; /* filled only through ms__snapbuild_stack / _stack_tail */
   MS_VEC(ms_snap_kv_t) settings;
   MS_VEC(ms_snap_kv_t) settings_children;
   MS_VEC(ms_snap_kv_t) stats;
@@ -52,6 +52,10 @@ typedef struct ms__snapbuild_s {
   uint64_t *str_tab; /* short-string intern table; entries index str_list */
   size_t str_tab_cap;
   MS_VEC(const char *) str_list;
+  /* What the stack functions know of stack_frames, so that finish() need not re-read it: every
+   * frame index in stack_frames[0..stack_frames_known) is below stack_frame_bound. */
+  uint32_t stack_frame_bound;
+  size_t stack_frames_known;
 } ms__snapbuild_t;
 
 void ms__snapbuild_init(ms__snapbuild_t *b);
@@ -69,6 +73,15 @@ int ms__snapbuild_frame_owned(ms__snapbuild_t *b, const char *name, const char *
                               int64_t line, uint32_t *out);
 /* Interns a stack of n frame indices (innermost first). *out = its index. */
 int ms__snapbuild_stack(ms__snapbuild_t *b, const uint32_t *frames, size_t n, uint32_t *out);
+/* A stack written in place, saving ms__snapbuild_stack's copy (for producers that gather a stack
+ * one frame at a time): stack_room makes room for have + extra frame indices just past the stack
+ * table's end and sets *tail to that place, where the producer writes them; stack_tail(n) then
+ * interns the n indices at *tail exactly as ms__snapbuild_stack(b, tail, n, out) would. The
+ * indices written stay put across other builder calls, even ms__snapbuild_stack of an empty
+ * stack, but not of a non-empty one; *tail moves when stack_room grows the table (the indices
+ * written move with it). stack_tail returns MS_EINVAL when n exceeds the room made. */
+int ms__snapbuild_stack_room(ms__snapbuild_t *b, size_t have, size_t extra, uint32_t **tail);
+int ms__snapbuild_stack_tail(ms__snapbuild_t *b, size_t n, uint32_t *out);
 
 /* Appends a record (copied). Index of the new record = the vector's len before the call. */
 int ms__snapbuild_add_segment(ms__snapbuild_t *b, const ms_snap_segment_t *seg);
@@ -86,12 +99,22 @@ int ms__snapbuild_add_annotation(ms__snapbuild_t *b, const ms_snap_annotation_t 
 int ms__snapbuild_add_setting(ms__snapbuild_t *b, const ms_snap_kv_t *kv);
 int ms__snapbuild_add_setting_child(ms__snapbuild_t *b, const ms_snap_kv_t *kv, uint32_t *index);
 
+/* MS_VEC_RESERVE for a producer's own big tables (e.g. the pickle reader's value and container
+ * tables): the same contract (0, or -1 with the vector unchanged), and an allocation that grows
+ * past 4 MiB is advised to use transparent huge pages, which makes first-touch page faults rarer.
+ */
+int ms__bigvec_reserve(void **ptr, size_t *cap, size_t len, size_t extra, size_t elem);
+#define MS_BIGVEC_RESERVE(v, extra) \
+  ms__bigvec_reserve((void **)&(v)->ptr, &(v)->cap, (v)->len, (extra), sizeof(*(v)->ptr))
+
 /* Checks the structural invariants of the model (indices in range, segments' blocks in range,
  * stacks' frames in range). @return MS_OK or MS_EFORMAT with a description in eb. */
 int ms__snapshot_check(const ms_snapshot_t *s, ms_errbuf_t *eb);
 
 /* Moves the built tables into a new snapshot (*out). The builder is left empty.
- * Runs ms__snapshot_check first; on failure nothing is moved. */
+ * Runs ms__snapshot_check first; on failure nothing is moved. (The frame indices of stacks are
+ * not read again when the stack functions saw them all in range: the check gives the same
+ * result.) */
 int ms__snapbuild_finish(ms__snapbuild_t *b, ms_snapshot_t **out, ms_errbuf_t *eb);
 
 #endif /* MEMSNAP_LIB_SNAPBUILD_H */
