@@ -223,8 +223,9 @@ typedef struct rd_s {
   MS_VEC(rd_pframe_t) pframes;
   uint32_t pframe_free;
   MS_VEC(int64_t) pairs;
-  MS_VEC(uint32_t) fbuf; /* frame indices of the frames list being filled */
-  uint32_t fbuf_owner;
+  size_t fbuf_len;      /* frame indices of the frames list being filled, written in place at the
+                            builder's stack tail (ms__snapbuild_stack_room) */
+  uint32_t fbuf_owner;   /* that list */
   MS_VEC(rd_val_t) tmp;
   uint32_t root;
   uint32_t root_segments; /* the root dict's "segments" list */
@@ -443,7 +444,8 @@ static int rd_pop_mark(rd_t *r, const char *op, size_t *pos) {
 static int rd_new_obj(rd_t *r, uint8_t kind, uint32_t *id) {
   if (r->objs.len >= UINT32_MAX - 1) return rd_err(r, MS_ELIMIT, "too many containers");
   rd_obj_t o = {kind, R_NONE, 0, K_UNKNOWN, RD_NO_OBJ, 0, 0, 0, 0};
-  if (MS_VEC_PUSH(&r->objs, o)) return rd_err(r, MS_ENOMEM, "out of memory");
+  if (MS_BIGVEC_RESERVE(&r->objs, 1)) return rd_err(r, MS_ENOMEM, "out of memory");
+  r->objs.ptr[r->objs.len++] = o;
   *id = (uint32_t)r->objs.len - 1;
   return MS_OK;
 }
@@ -622,18 +624,14 @@ static int rd_intern_frame(rd_t *r, uint32_t id, uint32_t *frame) {
 static int rd_seal_frames(rd_t *r, uint32_t id) {
   rd_obj_t *o = &r->objs.ptr[id];
   if (o->flags & OF_SEALED) return MS_OK;
-  const uint32_t *fr = NULL;
-  size_t n = 0;
-  if (r->fbuf_owner == id) {
-    fr = r->fbuf.ptr;
-    n = r->fbuf.len;
-  }
   uint32_t st = 0;
-  int rc = ms__snapbuild_stack(&r->b, fr, n, &st);
+  /* An empty list's stack leaves the frames being gathered for another list in place. */
+  int rc = r->fbuf_owner == id ? ms__snapbuild_stack_tail(&r->b, r->fbuf_len, &st)
+                               : ms__snapbuild_stack(&r->b, NULL, 0, &st);
   if (rc != MS_OK) return rd_err(r, rc, "cannot store a stack: %s", ms_strerror(rc));
   if (r->fbuf_owner == id) {
     r->fbuf_owner = RD_NO_OBJ;
-    r->fbuf.len = 0;
+    r->fbuf_len = 0;
   }
   o = &r->objs.ptr[id];
   o->ref = st;
@@ -788,9 +786,12 @@ static int rd_list_append(rd_t *r, uint32_t lid, const rd_val_t *v) {
     if (r->fbuf_owner != lid) {
       if (r->fbuf_owner != RD_NO_OBJ) MS_FORWARD_IF_ERROR(rd_seal_frames(r, r->fbuf_owner));
       r->fbuf_owner = lid;
-      r->fbuf.len = 0;
+      r->fbuf_len = 0;
     }
-    if (MS_VEC_PUSH(&r->fbuf, f)) return rd_err(r, MS_ENOMEM, "out of memory");
+    uint32_t *tail = NULL;
+    int rc = ms__snapbuild_stack_room(&r->b, r->fbuf_len, 1, &tail);
+    if (rc != MS_OK) return rd_err(r, rc, "cannot store a stack: %s", ms_strerror(rc));
+    tail[r->fbuf_len++] = f;
     break;
   }
   case R_SEGMENTS:
@@ -1153,7 +1154,7 @@ static int rd_memo_put(rd_t *r, uint64_t idx) {
                   idx, r->memo.len);
   if (idx >= r->memo.len) {
     size_t add = (size_t)idx + 1 - r->memo.len;
-    if (MS_VEC_RESERVE(&r->memo, add)) return rd_err(r, MS_ENOMEM, "out of memory");
+    if (MS_BIGVEC_RESERVE(&r->memo, add)) return rd_err(r, MS_ENOMEM, "out of memory");
     memset(r->memo.ptr + r->memo.len, 0, add * sizeof *r->memo.ptr);
     r->memo.len += add;
   }
@@ -1188,13 +1189,16 @@ static size_t rd_appends_frames_fast(rd_t *r, uint32_t lid, size_t from) {
   if (l->role != R_FRAMES || (l->flags & (OF_USED | OF_SEALED))) return from;
   if (r->fbuf_owner != lid && (r->fbuf_owner != RD_NO_OBJ || l->count != 0)) return from;
   size_t n = r->st.len - from;
-  if (MS_VEC_RESERVE(&r->fbuf, n) || (uint64_t)l->count + n > UINT32_MAX) return from;
+  if ((uint64_t)l->count + n > UINT32_MAX) return from;
+  size_t have = r->fbuf_owner == lid ? r->fbuf_len : 0;
+  uint32_t *tail = NULL;
+  if (ms__snapbuild_stack_room(&r->b, have, n, &tail) != MS_OK) return from;
   if (r->fbuf_owner != lid) {
     r->fbuf_owner = lid;
-    r->fbuf.len = 0;
+    r->fbuf_len = 0;
   }
   const rd_val_t *v = r->st.ptr + from, *end = r->st.ptr + r->st.len;
-  uint32_t *dst = r->fbuf.ptr + r->fbuf.len;
+  uint32_t *dst = tail + r->fbuf_len;
   for (; v < end; v++) {
     if (v->t != V_OBJ) break;
     rd_obj_t *o = &r->objs.ptr[v->v.obj];
@@ -1203,7 +1207,7 @@ static size_t rd_appends_frames_fast(rd_t *r, uint32_t lid, size_t from) {
     *dst++ = o->ref;
   }
   size_t done = (size_t)(v - (r->st.ptr + from));
-  r->fbuf.len += done;
+  r->fbuf_len += done;
   l->count += (uint32_t)done;
   return from + done;
 }
@@ -1674,7 +1678,6 @@ int ms_pickle_read(ms_source_t *src, ms_snapshot_t **out, ms_errbuf_t *eb) {
   MS_VEC_FREE(&r->objs);
   MS_VEC_FREE(&r->pframes);
   MS_VEC_FREE(&r->pairs);
-  MS_VEC_FREE(&r->fbuf);
   MS_VEC_FREE(&r->tmp);
   free(r);
   if (rc == MS_OK) *out = snap;

@@ -1371,3 +1371,152 @@ Test(pickle, settings_nesting) {
   free(w.p);
   free(k.p);
 }
+
+/* ---- stacks written in place (the reader's frames lists) -------------------------------------- */
+
+Test(pickle, frames_lists_interleaved) {
+  /* A segment's frames list is filled, then one of its blocks stores an empty frames list before
+   * the segment itself is stored: the empty stack is interned while the segment's frames wait at
+   * the builder's stack tail, and both come out right. */
+  pk_t k = {0};
+  pk_op(&k, 0x80), pk_op(&k, 4), pk_op(&k, '}'), pk_op(&k, '(');
+  pk_str(&k, "segments"), pk_op(&k, ']'), pk_op(&k, '(');
+  pk_op(&k, '}'), pk_op(&k, '(');
+  pk_str(&k, "address"), pk_int(&k, 0);
+  pk_str(&k, "frames");
+  frames_list(&k);
+  pk_str(&k, "blocks"), pk_op(&k, ']'), pk_op(&k, '(');
+  pk_op(&k, '}'), pk_op(&k, '(');
+  pk_str(&k, "size"), pk_int(&k, 10);
+  pk_str(&k, "frames"), pk_op(&k, ']');
+  pk_op(&k, 'u');
+  pk_op(&k, 'e');
+  pk_op(&k, 'u');
+  pk_op(&k, 'e'), pk_op(&k, 'u'), pk_op(&k, '.');
+  ms_snapshot_t *s = read_ok(k.p, k.n);
+  cr_assert_eq(s->nstacks, 2);
+  cr_assert_eq(s->nstack_frames, 2);
+  cr_assert_eq(ms_snap_stack_depth(s, s->blocks[0].stack), 0);
+  cr_assert_eq(ms_snap_stack_depth(s, s->segments[0].stack), 2);
+  cr_assert_str_eq(ms_snap_stack_frame(s, s->segments[0].stack, 0)->name, "f");
+  cr_assert_eq(ms_snap_stack_frame(s, s->segments[0].stack, 0)->line, 3);
+  cr_assert_str_eq(ms_snap_stack_frame(s, s->segments[0].stack, 1)->name, "");
+  ms_snapshot_free(s);
+  free(k.p);
+}
+
+Test(pickle, builder_stacks_in_place) {
+  ms__snapbuild_t b;
+  ms__snapbuild_init(&b);
+  uint32_t f[3], *t = NULL, e, s1, s2, s3, s4, s5;
+  cr_assert_eq(ms__snapbuild_frame(&b, "a", 1, "a.py", 4, 1, &f[0]), MS_OK);
+  cr_assert_eq(ms__snapbuild_frame(&b, "b", 1, "b.py", 4, 2, &f[1]), MS_OK);
+  cr_assert_eq(ms__snapbuild_frame(&b, "c", 1, "c.py", 4, 3, &f[2]), MS_OK);
+  cr_assert_eq(ms__snapbuild_stack_room(&b, 0, 2, &t), MS_OK);
+  t[0] = f[0], t[1] = f[1];
+  /* an empty stack meanwhile leaves the frames written at the tail alone */
+  cr_assert_eq(ms__snapbuild_stack(&b, NULL, 0, &e), MS_OK);
+  cr_assert_eq(e, 0);
+  cr_assert_eq(b.stack_frames.len, 0);
+  cr_assert_eq(ms__snapbuild_stack_tail(&b, 2, &s1), MS_OK);
+  cr_assert_eq(s1, 1);
+  cr_assert_eq(b.stack_frames.len, 2);
+  /* interned like ms__snapbuild_stack: a duplicate written in place adds nothing */
+  cr_assert_eq(ms__snapbuild_stack_room(&b, 0, 2, &t), MS_OK);
+  t[0] = f[0], t[1] = f[1];
+  cr_assert_eq(ms__snapbuild_stack_tail(&b, 2, &s2), MS_OK);
+  cr_assert_eq(s2, s1);
+  cr_assert_eq(b.stack_frames.len, 2);
+  uint32_t fr[2] = {f[0], f[1]};
+  cr_assert_eq(ms__snapbuild_stack(&b, fr, 2, &s3), MS_OK);
+  cr_assert_eq(s3, s1);
+  /* growing the room moves what was written with it */
+  enum { N = 100001 };
+  cr_assert_eq(ms__snapbuild_stack_room(&b, 0, 1, &t), MS_OK);
+  t[0] = f[2];
+  cr_assert_eq(ms__snapbuild_stack_room(&b, 1, N - 1, &t), MS_OK);
+  cr_assert_eq(t[0], f[2]);
+  uint32_t *big = malloc(N * sizeof *big);
+  cr_assert(big);
+  for (uint32_t i = 0; i < N; i++) big[i] = t[i] = f[i % 3 == 0 ? 2 : i % 2];
+  cr_assert_eq(ms__snapbuild_stack_tail(&b, N, &s4), MS_OK);
+  cr_assert_eq(s4, 2);
+  cr_assert_eq(ms__snapbuild_stack(&b, big, N, &s5), MS_OK);
+  cr_assert_eq(s5, s4);
+  cr_assert_eq(b.stack_frames.len, 2 + (size_t)N);
+  /* more than the room made */
+  cr_assert_eq(ms__snapbuild_stack_tail(&b, b.stack_frames.cap - b.stack_frames.len + 1, &s5),
+               MS_EINVAL);
+  cr_assert_eq(b.stacks.len, 3);
+  ms_snapshot_t *s = NULL;
+  cr_assert_eq(ms__snapbuild_finish(&b, &s, NULL), MS_OK);
+  cr_assert_eq(s->nstack_frames, 2 + (size_t)N);
+  cr_assert_eq(ms_snap_stack_depth(s, s4), N);
+  for (uint32_t i = 0; i < N; i += 997)
+    cr_assert_eq(s->stack_frames[s->stacks[s4].first + i], big[i]);
+  ms_snapshot_free(s);
+  free(big);
+}
+
+/* finish() reads the frame indices of stacks again only when the stack functions did not see
+ * them all in range; every invalid index is still reported, with the same message. */
+Test(pickle, builder_check_sees_every_frame_index) {
+  ms_errbuf_t eb = {{0}};
+  ms_snapshot_t *s = NULL;
+  ms__snapbuild_t b;
+  uint32_t f0, st, *t = NULL;
+  /* through ms__snapbuild_stack */
+  ms__snapbuild_init(&b);
+  cr_assert_eq(ms__snapbuild_frame(&b, "a", 1, "a.py", 4, 1, &f0), MS_OK);
+  uint32_t fr[2] = {f0, 5};
+  cr_assert_eq(ms__snapbuild_stack(&b, fr, 1, &st), MS_OK);
+  cr_assert_eq(ms__snapbuild_stack(&b, fr, 2, &st), MS_OK);
+  cr_assert_eq(ms__snapbuild_finish(&b, &s, &eb), MS_EFORMAT);
+  cr_assert_null(s);
+  cr_assert_str_eq(eb.msg, "stack 1 refers to frame 5 of 1");
+  ms__snapbuild_release(&b);
+  /* through the tail */
+  ms__snapbuild_init(&b);
+  cr_assert_eq(ms__snapbuild_frame(&b, "a", 1, "a.py", 4, 1, &f0), MS_OK);
+  cr_assert_eq(ms__snapbuild_stack_room(&b, 0, 3, &t), MS_OK);
+  t[0] = f0, t[1] = f0, t[2] = 1;
+  cr_assert_eq(ms__snapbuild_stack_tail(&b, 3, &st), MS_OK);
+  cr_assert_eq(ms__snapbuild_finish(&b, &s, &eb), MS_EFORMAT);
+  cr_assert_str_eq(eb.msg, "stack 0 refers to frame 1 of 1");
+  /* the frame it refers to added afterwards: valid when finished */
+  uint32_t f1;
+  cr_assert_eq(ms__snapbuild_frame(&b, "b", 1, "b.py", 4, 2, &f1), MS_OK);
+  cr_assert_eq(f1, 1);
+  cr_assert_eq(ms__snapbuild_finish(&b, &s, &eb), MS_OK);
+  cr_assert_eq(s->nstack_frames, 3);
+  ms_snapshot_free(s);
+  s = NULL;
+  /* frame indices put into the table directly, not through the stack functions: read again */
+  ms__snapbuild_init(&b);
+  cr_assert_eq(ms__snapbuild_frame(&b, "a", 1, "a.py", 4, 1, &f0), MS_OK);
+  cr_assert_eq(ms__snapbuild_stack(&b, &f0, 1, &st), MS_OK);
+  cr_assert_eq(MS_VEC_PUSH(&b.stack_frames, 7u), 0);
+  ms_snap_stack_t raw = {1, 1};
+  cr_assert_eq(MS_VEC_PUSH(&b.stacks, raw), 0);
+  cr_assert_eq(ms__snapbuild_finish(&b, &s, &eb), MS_EFORMAT);
+  cr_assert_str_eq(eb.msg, "stack 1 refers to frame 7 of 1");
+  /* ... even when a stack interned later follows them */
+  uint32_t two[2] = {f0, f0};
+  cr_assert_eq(ms__snapbuild_stack(&b, two, 2, &st), MS_OK);
+  cr_assert_eq(ms__snapbuild_finish(&b, &s, &eb), MS_EFORMAT);
+  cr_assert_str_eq(eb.msg, "stack 1 refers to frame 7 of 1");
+  ms__snapbuild_release(&b);
+}
+
+Test(pickle, bigvec_reserve) {
+  /* the builder's growth for big tables: contents kept across growth past the huge-page size */
+  MS_VEC(uint64_t) v = {0};
+  for (uint64_t i = 0; i < (3u << 20); i++) {
+    cr_assert_eq(MS_BIGVEC_RESERVE(&v, 1), 0);
+    v.ptr[v.len++] = i * 0x9e3779b97f4a7c15ull;
+  }
+  for (uint64_t i = 0; i < v.len; i += 4099) cr_assert_eq(v.ptr[i], i * 0x9e3779b97f4a7c15ull);
+  cr_assert_eq(MS_BIGVEC_RESERVE(&v, SIZE_MAX / 2), -1);
+  cr_assert_eq(v.len, 3u << 20);
+  MS_VEC_FREE(&v);
+}
