@@ -1689,10 +1689,10 @@ static int rd_fill(rd_t *r, size_t want, uint64_t off) {
   return MS_OK;
 }
 
-/* Fetches the next top-level object into r->obj (valid until the next call): reads until
- * guard_scan() finds it complete and within the limits. @return 1 object, 0 clean end of input
- * (nothing pending), or a negative error. */
-static int rd_next(rd_t *r, const char *expect) {
+/* Reads until guard_scan() finds the object at the start of the buffered bytes complete and within
+ * the limits; *len = its length. @return 1 object, 0 clean end of input (nothing pending), or a
+ * negative error. */
+static int rd_scan(rd_t *r, const char *expect, size_t *len) {
   guard_t g;
   memset(&g, 0, sizeof g);
   char why[160];
@@ -1712,11 +1712,21 @@ static int rd_next(rd_t *r, const char *expect) {
     size_t want = r->pos + avail < 4 * RD_READ_CHUNK ? RD_READ_CHUNK / 8 : RD_READ_CHUNK;
     MS_FORWARD_IF_ERROR(rd_fill(r, want, r->pos + avail));
   }
+  *len = g.pos;
+  return 1;
+}
+
+/* Fetches the next top-level object into r->obj (valid until the next call) after the guard has
+ * scanned it (rd_scan). @return 1 object, 0 clean end of input, or a negative error. */
+static int rd_next(rd_t *r, const char *expect) {
+  size_t len = 0;
+  int rc = rd_scan(r, expect, &len);
+  if (rc != 1) return rc;
   r->obj = r->buf + r->off;
-  r->obj_len = g.pos;
+  r->obj_len = len;
   r->obj_off = r->pos;
-  r->off += g.pos;
-  r->pos += g.pos;
+  r->off += len;
+  r->pos += len;
   return 1;
 }
 
@@ -1972,12 +1982,29 @@ static int rd_hot_chunk(rd_t *r, int *last) {
   if (rc != MS_OK) return rd_settle(r, rc);
   *last = (int)tag;
   r->table = (int)tag;
-  uint64_t i = 0;
+  uint64_t i = 0, cut = UINT64_MAX;
+  int scanned = 0; /* the guard has found the whole chunk buffered */
   for (;;) {
     rc = rd_rows(r, &c, n - 1, &i);
     if (rc != RD_NEED_MORE) break;
     size_t at = (size_t)(c.p - base); /* the start of the row that was cut */
-    if (r->eof || r->used - r->off > RD_OBJ_MAX_BYTES) break;
+    if (scanned || r->eof || r->used - r->off > RD_OBJ_MAX_BYTES) break;
+    if (i == cut) {
+      /* The same row was cut twice (a row longer than a read): rather than decoding it again
+       * after each read (quadratic in its length), let the guard read the rest of the chunk. */
+      size_t len = 0;
+      int g = rd_scan(r, "a table chunk", &len);
+      if (g < 0) return g;
+      if (g == 0) break; /* cannot be: bytes are buffered */
+      base = r->buf + r->off;
+      c.p = base + at;
+      c.end = base + len;
+      r->obj = base;
+      r->obj_len = len;
+      scanned = 1;
+      continue;
+    }
+    cut = i;
     size_t avail = r->used - r->off;
     size_t want = r->pos + avail < 4 * RD_READ_CHUNK ? RD_READ_CHUNK / 8 : RD_READ_CHUNK;
     rc = rd_fill(r, want, r->pos + avail);

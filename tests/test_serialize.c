@@ -1031,3 +1031,345 @@ Test(serialize, dash_means_stdin_and_stdout) {
   th_rmdir(dir);
   free(dir);
 }
+
+/* ---- the row decoder: encodings, read sizes, the guard's precedence ------------------------- */
+
+/* Reads from memory in pieces of `piece` bytes (0: all at once). */
+typedef struct pieces_s {
+  const char *data;
+  size_t len, pos, piece;
+} pieces_t;
+
+static ptrdiff_t pieces_read(void *ctx, char *buf, size_t cap) {
+  pieces_t *p = ctx;
+  size_t n = p->len - p->pos;
+  if (p->piece && n > p->piece) n = p->piece;
+  if (n > cap) n = cap;
+  memcpy(buf, p->data + p->pos, n);
+  p->pos += n;
+  return (ptrdiff_t)n;
+}
+
+static int decode_pieces(const void *data, size_t len, size_t piece, ms_snapshot_t **out,
+                         ms_errbuf_t *eb) {
+  pieces_t p = {data, len, 0, piece};
+  ms_source_t src = {pieces_read, &p};
+  eb->msg[0] = 0;
+  return ms_snapshot_read(&src, out, eb);
+}
+
+Test(serialize, rows_accept_every_integer_and_length_encoding) {
+  const uint64_t counts[9] = {0, 0, 1, 2, 0, 0, 0, 0, 0};
+  mp_t m;
+  mp_start(&m, 1, counts);
+  mp_arr(&m, 2);
+  mp_uint(&m, 3);
+  /* a segment row as array16, with int8/int16/uint8/uint16 encodings */
+  mp_byte(&m, 0xdc);
+  mp_be(&m, 14, 2);
+  mp_byte(&m, 0xd0); /* device: int8 -1 */
+  mp_byte(&m, 0xff);
+  mp_byte(&m, 0xd2); /* address: int32 0x10000 (non-negative: an unsigned integer) */
+  mp_be(&m, 0x10000, 4);
+  mp_byte(&m, 0xcd); /* total_size: uint16 0x3000 */
+  mp_be(&m, 0x3000, 2);
+  for (int c = 3; c <= 6; c++) mp_byte(&m, 0xcc), mp_byte(&m, 7); /* uint8 7 */
+  mp_byte(&m, 0xc3);                                                /* is_large: true */
+  mp_byte(&m, 0xc2);
+  mp_byte(&m, 0xd3); /* pool_id[0]: int64 -5 */
+  mp_be(&m, (uint64_t)-5, 8);
+  mp_byte(&m, 0xe0); /* pool_id[1]: negative fixint -32 */
+  mp_byte(&m, 0xc0);
+  mp_byte(&m, 0xd1); /* nblocks: int16 2 */
+  mp_be(&m, 2, 2);
+  mp_uint(&m, 0);
+  /* blocks: array32 chunk header; state as a str8 string and as a uint64 number */
+  mp_byte(&m, 0xdd);
+  mp_be(&m, 3, 4);
+  mp_uint(&m, 4);
+  mp_arr(&m, 7);
+  mp_uint(&m, 0x10000);
+  mp_uint(&m, 0x1000);
+  mp_uint(&m, 0x1000);
+  mp_byte(&m, 0xd9);
+  mp_byte(&m, 8);
+  mp_raw(&m, "inactive", 8);
+  mp_byte(&m, 0xc0);
+  mp_uint(&m, 0);
+  mp_uint(&m, 0);
+  mp_byte(&m, 0xdc); /* a row as array16 */
+  mp_be(&m, 7, 2);
+  mp_uint(&m, 0x11000);
+  mp_uint(&m, 0x2000);
+  mp_uint(&m, 0x2000);
+  mp_byte(&m, 0xcf);
+  mp_be(&m, 1, 8);
+  mp_byte(&m, 0xc0);
+  mp_uint(&m, 0);
+  mp_uint(&m, 0);
+  mp_finish(&m);
+  ms_snapshot_t *r = NULL;
+  ms_errbuf_t eb;
+  cr_assert_eq(decode(m.b, m.n, &r, &eb), MS_OK, "%s", eb.msg);
+  const ms_snap_segment_t *g = &r->segments[0];
+  cr_assert_eq(g->device, -1);
+  cr_assert_eq(g->address, 0x10000);
+  cr_assert_eq(g->total_size, 0x3000);
+  cr_assert_eq(g->stream, 7);
+  cr_assert(g->is_large && !g->is_expandable);
+  cr_assert_eq(g->pool_id[0], -5);
+  cr_assert_eq(g->pool_id[1], -32);
+  cr_assert_eq(g->stack, MS_SNAP_NO_STACK);
+  cr_assert_eq(g->nblocks, 2);
+  cr_assert_eq(r->blocks[0].state, MS_BLOCK_INACTIVE);
+  cr_assert_str_eq(r->blocks[0].state_name, "inactive");
+  cr_assert_eq(r->blocks[1].state, MS_BLOCK_ACTIVE_ALLOCATED);
+  cr_assert_eq(r->blocks[1].size, 0x2000);
+  ms_snapshot_free(r);
+}
+
+/* A segment of two 0x1000 blocks whose first block row has a string as its size; `tail` adds
+ * what follows that row inside the chunk. @return the offset of the bad size. */
+static size_t bad_block_file(mp_t *m, void (*tail)(mp_t *)) {
+  const uint64_t counts[9] = {0, 0, 1, 2, 0, 0, 0, 0, 0};
+  mp_start(m, 1, counts);
+  mp_arr(m, 2);
+  mp_uint(m, 3);
+  mp_segment_row(m, 0x2000, 2, -1);
+  mp_arr(m, 3);
+  mp_uint(m, 4);
+  mp_arr(m, 7);
+  mp_uint(m, 0x10000);
+  size_t off = m->n;
+  mp_str(m, "x");
+  mp_uint(m, 0x1000);
+  mp_uint(m, 1);
+  mp_byte(m, 0xc0);
+  mp_uint(m, 0);
+  mp_uint(m, 0);
+  tail(m);
+  return off;
+}
+
+static void tail_good_row(mp_t *m) {
+  mp_block_row(m, 0x11000, 0x1000);
+  mp_finish(m);
+}
+static void tail_c1(mp_t *m) {
+  mp_arr(m, 7);
+  mp_byte(m, 0xc1);
+}
+static void tail_huge_str(mp_t *m) {
+  mp_arr(m, 7);
+  mp_byte(m, 0xdb);
+  mp_be(m, 0xfffffff0u, 4);
+  mp_raw(m, "abcd", 4);
+}
+static void tail_cut(mp_t *m) {
+  mp_arr(m, 7);
+  mp_uint(m, 0x11000);
+}
+
+Test(serialize, guard_findings_come_before_row_errors) {
+  /* The rows of a chunk are decoded while it is read; an error in an early row must still give
+   * way to what the guard finds later in the same chunk, in every read size. */
+  static const size_t pieces[] = {0, 1, 5, 40};
+  for (size_t k = 0; k < sizeof pieces / sizeof pieces[0]; k++) {
+    mp_t m;
+    char want[200];
+    size_t off = bad_block_file(&m, tail_good_row);
+    snprintf(want, sizeof want,
+             "offset %zu: segments[0].blocks[0].size: expected unsigned integer, got string", off);
+    ms_snapshot_t *r = NULL;
+    ms_errbuf_t eb;
+    cr_assert_eq(decode_pieces(m.b, m.n, pieces[k], &r, &eb), MS_EFORMAT);
+    cr_assert_str_eq(eb.msg, want, "pieces of %zu", pieces[k]);
+
+    bad_block_file(&m, tail_c1);
+    snprintf(want, sizeof want, "offset %zu: invalid msgpack type byte 0xc1", m.n - 1);
+    cr_assert_eq(decode_pieces(m.b, m.n, pieces[k], &r, &eb), MS_EFORMAT);
+    cr_assert_str_eq(eb.msg, want, "pieces of %zu", pieces[k]);
+
+    bad_block_file(&m, tail_huge_str);
+    snprintf(want, sizeof want,
+             "offset %zu: declared length 4294967280 exceeds the limit of 67108864 bytes per "
+             "object",
+             m.n - 9);
+    cr_assert_eq(decode_pieces(m.b, m.n, pieces[k], &r, &eb), MS_ELIMIT);
+    cr_assert_str_eq(eb.msg, want, "pieces of %zu", pieces[k]);
+
+    /* the chunk's header: array, tag, row's array, 9-byte address, then the bad size */
+    size_t chunk = bad_block_file(&m, tail_cut) - 1 - 1 - 1 - 9;
+    snprintf(want, sizeof want,
+             "offset %zu: truncated input in a table chunk (object at offset %zu is incomplete)",
+             m.n, chunk);
+    cr_assert_eq(decode_pieces(m.b, m.n, pieces[k], &r, &eb), MS_ETRUNCATED);
+    cr_assert_str_eq(eb.msg, want, "pieces of %zu", pieces[k]);
+    cr_assert_null(r);
+  }
+}
+
+Test(serialize, too_many_values_in_a_chunk) {
+  /* one frame, then a stack of 2^21 frame indices: 2^21 + 3 values in the chunk */
+  const uint64_t counts[9] = {1, 1, 0, 0, 0, 0, 0, 0, 0};
+  mp_t m;
+  mp_start(&m, 1, counts);
+  mp_arr(&m, 2);
+  mp_uint(&m, 1);
+  mp_arr(&m, 3);
+  mp_str(&m, "f");
+  mp_str(&m, "g");
+  mp_uint(&m, 1);
+  mp_arr(&m, 2);
+  mp_uint(&m, 2);
+  mp_byte(&m, 0xdd);
+  mp_be(&m, 1u << 21, 4);
+  size_t n = (1u << 21) + 64;
+  char *buf = malloc(m.n + n);
+  cr_assert_not_null(buf);
+  memcpy(buf, m.b, m.n);
+  memset(buf + m.n, 0, n);
+  /* values: the chunk, its tag, the stack's array, then the indices (one byte each, from m.n):
+   * value 2^21 + 1, the first over the limit, is index number 2^21 - 2 */
+  char want[160];
+  snprintf(want, sizeof want, "offset %zu: more than 2097152 values in one object",
+           m.n + (1u << 21) - 3);
+  ms_snapshot_t *r = NULL;
+  ms_errbuf_t eb;
+  cr_assert_eq(decode_pieces(buf, m.n + n, 0, &r, &eb), MS_ELIMIT, "%s", eb.msg);
+  cr_assert_str_eq(eb.msg, want);
+  cr_assert_eq(decode_pieces(buf, m.n + n, 100000, &r, &eb), MS_ELIMIT, "%s", eb.msg);
+  cr_assert_str_eq(eb.msg, want);
+  free(buf);
+}
+
+Test(serialize, results_do_not_depend_on_read_sizes, .timeout = 120) {
+  /* Every single-byte corruption of a small file gives the same code and message (and, when
+   * accepted, the same model) whether the input arrives at once or in small pieces. */
+  th_synth_opts_t o = {2, 3, 4, 3, 3, 1, 11};
+  ms_snapshot_t *s = th_synth(&o);
+  th_memsink_t m;
+  encode(s, 0, &m);
+  static const unsigned char types[] = {0x00, 0xc1, 0x92, 0xcf, 0xd9};
+  static const size_t pieces[] = {1, 6, 57};
+  char *buf = malloc(m.len);
+  for (size_t i = 0; i < m.len; i++) {
+    for (size_t t = 0; t < sizeof types; t++) {
+      memcpy(buf, m.data, m.len);
+      buf[i] = (char)types[t];
+      ms_snapshot_t *a = NULL;
+      ms_errbuf_t ea;
+      int ra = decode_pieces(buf, m.len, 0, &a, &ea);
+      for (size_t k = 0; k < sizeof pieces / sizeof pieces[0]; k++) {
+        ms_snapshot_t *b = NULL;
+        ms_errbuf_t eb;
+        int rb = decode_pieces(buf, m.len, pieces[k], &b, &eb);
+        cr_assert_eq(ra, rb, "byte %zu = 0x%02x, pieces of %zu: '%s' vs '%s'", i, types[t],
+                     pieces[k], ea.msg, eb.msg);
+        if (ra == MS_OK) {
+          TH_ASSERT_SNAP_EQ(a, b);
+          ms_snapshot_free(b);
+        } else {
+          cr_assert_str_eq(ea.msg, eb.msg, "byte %zu = 0x%02x, pieces of %zu", i, types[t],
+                           pieces[k]);
+        }
+      }
+      ms_snapshot_free(a);
+    }
+  }
+  free(buf);
+  th_memsink_free(&m);
+  ms_snapshot_free(s);
+}
+
+Test(serialize, long_strings_across_reads) {
+  /* Trace rows with strings longer than the intern limit, read in pieces that cut them. */
+  th_synth_opts_t o = {4, 10, 10, 10, 300, 1, 21};
+  ms_snapshot_t *s = th_synth(&o);
+  static char longs[3][700];
+  for (int k = 0; k < 3; k++) {
+    memset(longs[k], 'a' + k, sizeof longs[k] - 1);
+    longs[k][sizeof longs[k] - 1] = 0;
+  }
+  for (size_t i = 0; i < s->ntrace; i++) {
+    if (i % 3 == 0) s->trace[i].compile_context = longs[i % 2];
+    if (i % 5 == 0) s->trace[i].user_metadata = longs[2];
+  }
+  th_memsink_t m;
+  encode(s, 0, &m);
+  static const size_t pieces[] = {0, 3, 100, 1000, 4099};
+  for (size_t k = 0; k < sizeof pieces / sizeof pieces[0]; k++) {
+    ms_snapshot_t *r = NULL;
+    ms_errbuf_t eb;
+    cr_assert_eq(decode_pieces(m.data, m.len, pieces[k], &r, &eb), MS_OK, "%s", eb.msg);
+    TH_ASSERT_SNAP_EQ(s, r);
+    ms_snapshot_free(r);
+  }
+  th_memsink_free(&m);
+  ms_snapshot_free(s);
+}
+
+Test(serialize, unsigned_columns_refuse_negative_integers) {
+  const uint64_t counts[9] = {0, 0, 1, 1, 0, 0, 0, 0, 0};
+  mp_t m;
+  mp_start(&m, 1, counts);
+  mp_arr(&m, 2);
+  mp_uint(&m, 3);
+  mp_segment_row(&m, 0x1000, 1, -1);
+  mp_arr(&m, 2);
+  mp_uint(&m, 4);
+  mp_arr(&m, 7);
+  mp_uint(&m, 0x10000);
+  mp_uint(&m, 0x1000);
+  mp_uint(&m, 0x1000);
+  size_t off = m.n;
+  mp_byte(&m, 0xd0); /* state: int8 -3 */
+  mp_byte(&m, 0xfd);
+  mp_byte(&m, 0xc0);
+  mp_uint(&m, 0);
+  mp_uint(&m, 0);
+  mp_finish(&m);
+  char want[200];
+  snprintf(want, sizeof want,
+           "offset %zu: segments[0].blocks[0].state: expected state number or string, got "
+           "negative integer",
+           off);
+  expect_error(&m, MS_EFORMAT, want);
+}
+
+Test(serialize, row_longer_than_a_read) {
+  /* A stack of 30,000 frame indices in 9-byte encodings (270 KB, one row): read in small pieces,
+   * the row is cut again and again; the reader lets the guard buffer it whole. */
+  const uint64_t counts[9] = {1, 1, 0, 0, 0, 0, 0, 0, 0};
+  mp_t m;
+  mp_start(&m, 1, counts);
+  mp_arr(&m, 2);
+  mp_uint(&m, 1);
+  mp_arr(&m, 3);
+  mp_str(&m, "f");
+  mp_str(&m, "g");
+  mp_uint(&m, 1);
+  mp_arr(&m, 2);
+  mp_uint(&m, 2);
+  mp_byte(&m, 0xdc);
+  mp_be(&m, 30000, 2);
+  size_t n = 30000 * 9, tail = 8;
+  char *buf = calloc(1, m.n + n + tail);
+  cr_assert_not_null(buf);
+  memcpy(buf, m.b, m.n);
+  for (size_t i = 0; i < 30000; i++) buf[m.n + 9 * i] = (char)0xcf;
+  size_t len = m.n + n;
+  memcpy(buf + len, "\x92\x09\x80\x91\x00", 5); /* settings {}, end */
+  len += 5;
+  static const size_t pieces[] = {0, 1000, 70000};
+  for (size_t k = 0; k < sizeof pieces / sizeof pieces[0]; k++) {
+    ms_snapshot_t *r = NULL;
+    ms_errbuf_t eb;
+    cr_assert_eq(decode_pieces(buf, len, pieces[k], &r, &eb), MS_OK, "%s", eb.msg);
+    cr_assert_eq(r->nstacks, 1);
+    cr_assert_eq(r->stacks[0].nframes, 30000);
+    cr_assert_eq(r->stack_frames[29999], 0);
+    ms_snapshot_free(r);
+  }
+  free(buf);
+}
