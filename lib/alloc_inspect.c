@@ -67,8 +67,9 @@ int ms__allocator_check_locked(ms_allocator_t *a, ms_errbuf_t *eb) {
     bool split = s->head->next != NULL && !s->expandable;
     size_t mapped = 0;
     for (const ms__block_t *b = s->head; b; b = b->next) {
-      CHECK(b->seg == s && b->stream == s->stream && b->pool == s->pool,
-            "block 0x%zx: segment/stream/pool mismatch", (size_t)b->ptr);
+      CHECK(b->seg == s && b->stream == s->stream && b->pool == s->pool &&
+                b->expandable == s->expandable,
+            "block 0x%zx: segment/stream/pool/expandable mismatch", (size_t)b->ptr);
       CHECK(b->ptr == expect, "segment 0x%zx: block at 0x%zx, expected 0x%zx (blocks must tile)",
             (size_t)s->ptr, (size_t)b->ptr, (size_t)expect);
       CHECK(b->size > 0 && b->size % MS_MIN_BLOCK_SIZE == 0, "block 0x%zx: size %zu",

@@ -56,15 +56,24 @@ static void pool_id_of(const ms__pool_t *p, int64_t out[2]) {
   out[1] = p && p->owner ? p->owner->id.second : 0;
 }
 
-/* record_trace: under the lock. The context survives only at level >= ALLOC (§11.1). */
-static void alloc_trace(ms_allocator_t *a, ms_trace_action action, uint64_t addr, uint64_t size,
-                        ms_stream_t stream, const ms__pool_t *pool, uint32_t ctx) {
-  const ms__alloc_hooks_t *h = alloc_hooks(a);
-  if (ms_likely(!h) || !h->trace || !h->trace_enabled) return;
+/* record_trace: under the lock. The context survives only at level >= ALLOC (§11.1). The test
+ * for a recorder is inline; the record is built out of line, off the fast path. */
+static __attribute__((noinline)) void alloc_trace_record(const ms__alloc_hooks_t *h,
+                                                         ms_trace_action action, uint64_t addr,
+                                                         uint64_t size, ms_stream_t stream,
+                                                         const ms__pool_t *pool, uint32_t ctx) {
+  if (!h->trace || !h->trace_enabled) return;
   ms__trace_rec_t rec = {action, addr, size, stream, {0, 0}, 0};
   pool_id_of(pool, rec.pool_id);
   rec.ctx = h->context_level >= MS__CTX_ALLOC ? ctx : 0;
   h->trace(h->ctx, &rec);
+}
+
+static inline void alloc_trace(ms_allocator_t *a, ms_trace_action action, uint64_t addr,
+                               uint64_t size, ms_stream_t stream, const ms__pool_t *pool,
+                               uint32_t ctx) {
+  const ms__alloc_hooks_t *h = alloc_hooks(a);
+  if (ms_unlikely(h != NULL)) alloc_trace_record(h, action, addr, size, stream, pool, ctx);
 }
 
 /* round_size (§2.2); the plain 512 rounding inline, the power-of-two divisions through config. */
@@ -322,18 +331,21 @@ static ms__private_pool_t *find_private_pool(ms_allocator_t *a, ms_pool_id_t id)
   return NULL;
 }
 
-/* get_pool (§3.4). */
-static ms__pool_t *get_pool(ms_allocator_t *a, size_t size, ms_stream_t stream) {
-  if (ms_unlikely(a->captures.len)) {
-    for (size_t i = a->captures.len; i-- > 0;) {
-      ms__capture_t *c = &a->captures.ptr[i];
-      if (!c->filter || c->filter(c->arg, stream)) {
-        ms__private_pool_t *pp = find_private_pool(a, c->id);
-        ms_assert(pp != NULL);
-        return size <= MS_SMALL_SIZE ? &pp->small : &pp->large;
-      }
+/* get_pool (§3.4): the routings (most recent first), then the default pools. */
+static ms__pool_t *get_pool_routed(ms_allocator_t *a, size_t size, ms_stream_t stream) {
+  for (size_t i = a->captures.len; i-- > 0;) {
+    ms__capture_t *c = &a->captures.ptr[i];
+    if (!c->filter || c->filter(c->arg, stream)) {
+      ms__private_pool_t *pp = find_private_pool(a, c->id);
+      ms_assert(pp != NULL);
+      return size <= MS_SMALL_SIZE ? &pp->small : &pp->large;
     }
   }
+  return size <= MS_SMALL_SIZE ? &a->small : &a->large;
+}
+
+static inline ms__pool_t *get_pool(ms_allocator_t *a, size_t size, ms_stream_t stream) {
+  if (ms_unlikely(a->captures.len)) return get_pool_routed(a, size, stream);
   return size <= MS_SMALL_SIZE ? &a->small : &a->large;
 }
 
@@ -352,9 +364,9 @@ typedef struct alloc_params_s {
 static inline bool get_free_block(ms_allocator_t *a, alloc_params_t *p) {
   ms__pool_t *pool = p->pool;
   if (ms_unlikely(a->has_allowed_max && a->has_gc)) pool->get_free_blocks_call_count++;
-  ms__block_t *b = ms__pool_lower_bound(pool, p->stream, p->size);
-  if (!b || b->stream != p->stream) return false;
-  if (ms_unlikely(b->seg->expandable)) { /* expandable segments (expandable.c, §5) */
+  ms__block_t *b = ms__pool_find(pool, p->stream, p->size);
+  if (!b) return false;
+  if (ms_unlikely(b->expandable)) { /* expandable segments (expandable.c, §5) */
     b = ms__es_choose(pool, b, p->stream, ms__es_active(a, pool));
     if (!b) return false;
   }
@@ -449,7 +461,7 @@ static void release_blocks(ms_allocator_t *a, ms__pool_t *pool, uint32_t ctx) {
   bool any_expandable = false;
   while (b) {
     ms__block_t *n = ms__pool_next(b);
-    if (b->seg->expandable) any_expandable = true;
+    if (b->expandable) any_expandable = true;
     else if (!ms__block_is_split(b)) release_block(a, b, ctx);
     b = n;
   }
@@ -463,7 +475,7 @@ static bool release_available_cached_blocks(ms_allocator_t *a, alloc_params_t *p
   size_t key_size = p->size > mss ? p->size : mss;
   ms__pool_t *pool = p->pool;
   ms__block_t *it = ms__pool_lower_bound(pool, p->stream, key_size);
-  if (!it || it->stream != p->stream || it->seg->expandable) {
+  if (!it || it->stream != p->stream || it->expandable) {
     /* No single block is large enough: free oversize blocks from the largest downwards. */
     it = it ? ms__pool_prev(it) : ms__pool_last(pool);
     if (!it) return false;
@@ -471,7 +483,7 @@ static bool release_available_cached_blocks(ms_allocator_t *a, alloc_params_t *p
     while (released < key_size && it->size >= mss && it->stream == p->stream) {
       ms__block_t *cur = it;
       ms__block_t *before = ms__pool_prev(cur);
-      if (!cur->seg->expandable) {
+      if (!cur->expandable) {
         released += cur->size;
         release_block(a, cur, ctx);
       }
@@ -503,6 +515,8 @@ static void release_cached_blocks(ms_allocator_t *a, uint32_t ctx, const ms_pool
     release_blocks(a, &pp->large, ctx);
     if (pp->malloc_count == 0) {
       *link = pp->next;
+      ms__pool_fini(&pp->small);
+      ms__pool_fini(&pp->large);
       free(pp);
     } else {
       link = &pp->next;
@@ -535,7 +549,7 @@ static void garbage_collect_cached_blocks(ms_allocator_t *a, uint32_t ctx) {
     while (b) {
       ms__block_t *nx = ms__pool_next(b);
       double age = (double)(pool->get_free_blocks_call_count - b->gc_count_base);
-      if (!ms__block_is_split(b) && !b->seg->expandable && age >= age_threshold) {
+      if (!ms__block_is_split(b) && !b->expandable && age >= age_threshold) {
         freed_any = true;
         reclaimed += b->size;
         total_age -= age;
@@ -571,7 +585,7 @@ static int alloc_found_block(ms_allocator_t *a, alloc_params_t *p, size_t orig_s
       return MS_ENOMEM;
     }
     ms__pool_insert(pool, remaining);
-    if (b->seg->expandable) {
+    if (b->expandable) {
       /* expandable memory is never inactive_split (§6.2) */
     } else if (already_split) {
       ms__stat_array_decrease(a->stats.inactive_split_bytes, st, (int64_t)p->size);
@@ -579,7 +593,7 @@ static int alloc_found_block(ms_allocator_t *a, alloc_params_t *p, size_t orig_s
       ms__stat_array_increase(a->stats.inactive_split_bytes, st, (int64_t)remaining->size);
       ms__stat_array_increase(a->stats.inactive_split, st, 1);
     }
-  } else if (already_split && !b->seg->expandable) {
+  } else if (already_split && !b->expandable) {
     ms__stat_array_decrease(a->stats.inactive_split_bytes, st, (int64_t)b->size);
     ms__stat_array_decrease(a->stats.inactive_split, st, 1);
   }
@@ -759,14 +773,14 @@ static void free_block(ms_allocator_t *a, ms__block_t *b, uint32_t ctx) {
   b->ctx = 0;
   size_t orig = b->size, req = b->requested_size;
   int64_t d_blocks = 0, d_bytes = 0;
-  size_t s = ms__block_try_merge(a, b, b->prev);
+  size_t s = b->prev ? ms__block_try_merge(a, b, b->prev) : 0;
   if (s) d_blocks--, d_bytes -= (int64_t)s;
-  s = ms__block_try_merge(a, b, b->next);
+  s = b->next ? ms__block_try_merge(a, b, b->next) : 0;
   if (s) d_blocks--, d_bytes -= (int64_t)s;
   ms__pool_insert(pool, b);
   if (ms__block_is_split(b)) d_blocks++, d_bytes += (int64_t)b->size;
   enum ms_stat_type st = pool_stat(pool);
-  if (b->seg->expandable) d_blocks = d_bytes = 0; /* excluded from inactive_split (§7.5) */
+  if (b->expandable) d_blocks = d_bytes = 0; /* excluded from inactive_split (§7.5) */
   if (d_blocks) ms__stat_array_update(a->stats.inactive_split, st, d_blocks);
   if (d_bytes) ms__stat_array_update(a->stats.inactive_split_bytes, st, d_bytes);
   ms__stat_array_decrease(a->stats.active, st, 1);
@@ -1092,7 +1106,7 @@ static void pool_release_all(ms_allocator_t *a, ms__pool_t *pool) {
   ms__block_t *b = ms__pool_first(pool);
   while (b) {
     ms__block_t *n = ms__pool_next(b);
-    if (!ms__block_is_split(b) && !b->seg->expandable) release_block(a, b, 0);
+    if (!ms__block_is_split(b) && !b->expandable) release_block(a, b, 0);
     b = n;
   }
 }
@@ -1113,9 +1127,13 @@ void ms_allocator_destroy(ms_allocator_t *a) {
   ms__private_pool_t *pp = a->pools;
   while (pp) {
     ms__private_pool_t *n = pp->next;
+    ms__pool_fini(&pp->small);
+    ms__pool_fini(&pp->large);
     free(pp);
     pp = n;
   }
+  ms__pool_fini(&a->small);
+  ms__pool_fini(&a->large);
   while (a->segments) ms__segment_delete(a, a->segments);
   for (size_t i = 0; i < a->event_pool.len; i++)
     a->ops.event_destroy(a->ops.ctx, a->device, a->event_pool.ptr[i]);
@@ -1268,8 +1286,8 @@ bool ms__allocator_replay_would_fit(ms_allocator_t *a, size_t size, ms_stream_t 
   p.size = alloc_round_size(a, size);
   p.stream = stream;
   p.pool = get_pool(a, p.size, stream);
-  ms__block_t *b = ms__pool_lower_bound(p.pool, stream, p.size);
-  if (b && b->stream == stream && b->seg->expandable)
+  ms__block_t *b = ms__pool_find(p.pool, stream, p.size);
+  if (b && b->expandable)
     b = ms__es_choose(p.pool, b, stream, ms__es_active(a, p.pool));
   bool fit = b && b->stream == stream;
   size_t mss = a->cfg.max_split_size;

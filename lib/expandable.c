@@ -106,6 +106,7 @@ static ms__block_t *es_create(ms_allocator_t *a, ms__pool_t *pool, ms_stream_t s
   b->seg = s;
   b->pool = pool;
   b->mapped = false;
+  b->expandable = true;
   ms__es_unmapped_insert(pool, b);
   return b;
 }
@@ -166,6 +167,7 @@ static ms__block_t *es_map_block(ms_allocator_t *a, ms__block_t *b, size_t size,
     rem->seg = s;
     rem->pool = pool;
     rem->mapped = false;
+    rem->expandable = true;
     rem->prev = b;
     rem->next = b->next;
     if (b->next) b->next->prev = rem;
@@ -229,7 +231,7 @@ ms__block_t *ms__es_choose(ms__pool_t *pool, ms__block_t *b, ms_stream_t stream,
   (void)pool;
   if (es_active) {
     for (;;) {
-      if (!b->seg->expandable) return b;
+      if (!b->expandable) return b;
       ms__block_t *nx = ms__pool_next(b);
       if (!nx || nx->stream != stream) return b;
       size_t eb = b->size + (b->next && !b->next->mapped ? b->next->size : 0);
@@ -240,7 +242,7 @@ ms__block_t *ms__es_choose(ms__pool_t *pool, ms__block_t *b, ms_stream_t stream,
   }
   do {
     b = ms__pool_next(b);
-  } while (b && b->seg->expandable && b->stream == stream);
+  } while (b && b->expandable && b->stream == stream);
   return b && b->stream == stream ? b : NULL;
 }
 
@@ -262,6 +264,7 @@ static void es_unmap_block(ms_allocator_t *a, ms__block_t *b, uint32_t ctx) {
       bf->ptr = b->ptr;
       bf->seg = s;
       bf->pool = pool;
+      bf->expandable = true;
       bf->prev = b->prev;
       if (bf->prev) bf->prev->next = bf;
       else s->head = bf;
@@ -278,6 +281,7 @@ static void es_unmap_block(ms_allocator_t *a, ms__block_t *b, uint32_t ctx) {
       af->ptr = start + got;
       af->seg = s;
       af->pool = pool;
+      af->expandable = true;
       af->next = b->next;
       if (af->next) af->next->prev = af;
       af->prev = b;
@@ -309,7 +313,7 @@ static void es_destroy(ms_allocator_t *a, ms__block_t *b) {
 void ms__es_release(ms_allocator_t *a, ms__pool_t *pool, uint32_t ctx) {
   MS_VEC(ms__block_t *) to_unmap = {0};
   for (ms__block_t *b = ms__pool_first(pool); b; b = ms__pool_next(b))
-    if (b->seg->expandable && MS_VEC_PUSH(&to_unmap, b) != 0) break;
+    if (b->expandable && MS_VEC_PUSH(&to_unmap, b) != 0) break;
   for (size_t i = 0; i < to_unmap.len; i++) {
     ms__block_t *b = to_unmap.ptr[i];
     es_unmap_block(a, b, ctx);

@@ -20,19 +20,29 @@ struct ms__block_chunk_s {
 
 _Static_assert(sizeof(ms__block_t) == 128, "a block is two cache lines");
 
-ms__block_t *ms__block_new(ms_allocator_t *a) {
-  if (ms_unlikely(!a->free_blocks)) {
-    ms__block_chunk_t *c = aligned_alloc(64, (sizeof *c + 63) & ~(size_t)63);
-    if (!c) return NULL;
-    c->next = a->chunks;
-    a->chunks = c;
-    for (size_t i = 0; i < BLOCK_CHUNK; i++) {
-      c->blocks[i].tl = a->free_blocks;
-      a->free_blocks = &c->blocks[i];
-    }
+static __attribute__((noinline)) bool block_refill(ms_allocator_t *a) {
+  ms__block_chunk_t *c = aligned_alloc(64, (sizeof *c + 63) & ~(size_t)63);
+  if (!c) return false;
+  c->next = a->chunks;
+  a->chunks = c;
+  for (size_t i = 0; i < BLOCK_CHUNK; i++) {
+    c->blocks[i].tl = a->free_blocks;
+    a->free_blocks = &c->blocks[i];
   }
+  return true;
+}
+
+/* An uninitialised block object from the free list, or NULL. */
+static inline ms__block_t *block_take(ms_allocator_t *a) {
+  if (ms_unlikely(!a->free_blocks) && !block_refill(a)) return NULL;
   ms__block_t *b = a->free_blocks;
   a->free_blocks = b->tl;
+  return b;
+}
+
+ms__block_t *ms__block_new(ms_allocator_t *a) {
+  ms__block_t *b = block_take(a);
+  if (!b) return NULL;
   /* Field by field: a memset of the whole block compiles to `rep stos`, whose start-up cost
    * dominated the hit path (bench_alloc). */
   b->tl = b->tr = b->tp = NULL;
@@ -50,13 +60,14 @@ ms__block_t *ms__block_new(ms_allocator_t *a) {
   b->allocated = false;
   b->in_set = false;
   b->mapped = true;
+  b->expandable = false;
   b->nuses = b->cap_uses = 0;
   b->uses = NULL;
   return b;
 }
 
 void ms__block_delete(ms_allocator_t *a, ms__block_t *b) {
-  free(b->uses);
+  if (b->uses) free(b->uses);
 #if MS_DEBUG >= 2
   memset(b, 0xdb, sizeof *b);
 #endif
@@ -77,21 +88,33 @@ void ms__blocks_release_all(ms_allocator_t *a) {
 
 ms__block_t *ms__block_split_low(ms_allocator_t *a, ms__block_t *b, size_t size) {
   ms_assert_internal(!b->in_set && b->size > size);
-  ms__block_t *lo = ms__block_new(a);
+  ms__block_t *lo = block_take(a);
   if (!lo) return NULL;
+  /* Every field set once (this is on the malloc fast path). */
+  lo->tl = lo->tr = lo->tp = NULL;
   lo->stream = b->stream;
   lo->size = size;
   lo->ptr = b->ptr;
+  lo->prio = 0;
+  lo->ctx = 0;
+  lo->allocated = false;
+  lo->in_set = false;
+  lo->mapped = b->mapped;
+  lo->expandable = b->expandable;
+  lo->event_count = 0;
   lo->seg = b->seg;
   lo->pool = b->pool;
-  lo->mapped = b->mapped;
+  lo->requested_size = 0;
+  lo->gc_count_base = 0;
+  lo->uses = NULL;
+  lo->nuses = lo->cap_uses = 0;
   lo->prev = b->prev;
   if (lo->prev) lo->prev->next = lo;
   lo->next = b;
   b->prev = lo;
   b->ptr += size;
   b->size -= size;
-  if (b->seg->head == b) b->seg->head = lo;
+  if (!lo->prev) lo->seg->head = lo; /* b was the head */
   return lo;
 }
 
@@ -104,7 +127,7 @@ size_t ms__block_try_merge(ms_allocator_t *a, ms__block_t *dst, ms__block_t *src
     dst->ptr = src->ptr;
     dst->prev = src->prev;
     if (dst->prev) dst->prev->next = dst;
-    if (dst->seg->head == src) dst->seg->head = dst;
+    if (!dst->prev) dst->seg->head = dst; /* src was the head */
   } else {
     ms_assert_internal(dst->next == src);
     dst->next = src->next;
@@ -120,6 +143,7 @@ size_t ms__block_try_merge(ms_allocator_t *a, ms__block_t *dst, ms__block_t *src
 
 ms__segment_t *ms__segment_new(ms_allocator_t *a, uintptr_t ptr, size_t size, ms_stream_t stream,
                                ms__pool_t *pool, uint32_t ctx) {
+  if (ms__pool_reserve(pool, stream) != MS_OK) return NULL;
   ms__segment_t *s = calloc(1, sizeof *s);
   if (!s) return NULL;
   s->ptr = ptr;

@@ -9,7 +9,8 @@
  *  - block (ms__block_t): a sub-range of a segment; its blocks are linked by prev/next in address
  *    order and tile the segment exactly.
  *  - pool (ms__pool_t): a free set of blocks ordered by (stream, size, address), PyTorch's
- *    BlockPool; the default small and large pools live in the allocator, private pools own a pair.
+ *    BlockPool (block_pool.c: one set per stream, size classes, a small treap per class); the
+ *    default small and large pools live in the allocator, private pools own a pair.
  *
  * Invariants (checked by ms__allocator_check):
  *  - every block is in exactly one of: its pool's free set (in_set; not allocated, no pending
@@ -37,18 +38,21 @@ typedef struct ms__block_s ms__block_t;
 typedef struct ms__segment_s ms__segment_t;
 typedef struct ms__pool_s ms__pool_t;
 typedef struct ms__private_pool_s ms__private_pool_t;
+typedef struct ms__fset_s ms__fset_t; /* the free blocks of one stream in one pool (block_pool.c) */
 
 struct ms__block_s {
-  /* First cache line: what a free-set descent reads (links, key, priority, flags). */
-  ms__block_t *tl, *tr, *tp; /* free-set links (a treap), valid while in_set */
+  /* First cache line: what a free-set descent and the malloc/free fast paths read (links, key,
+   * priority, flags). */
+  ms__block_t *tl, *tr, *tp; /* free-set links (a treap of one size class), valid while in_set */
   ms_stream_t stream;        /* the ordering key is (stream, size, ptr) */
   size_t size;               /* bytes, multiple of 512 */
   uintptr_t ptr;
   uint32_t prio;             /* treap priority (max-heap) */
   uint32_t ctx;              /* context id of the current allocation (0 = none) */
   bool allocated;
-  bool in_set;               /* in pool->root's treap */
+  bool in_set;               /* in its pool's free set */
   bool mapped;               /* always true without expandable segments */
+  bool expandable;           /* seg->expandable, kept here so the fast paths skip the segment */
   int event_count;           /* outstanding events guarding a deferred free */
   /* Second cache line. */
   ms__block_t *prev, *next;  /* neighbours in the segment, address order */
@@ -78,7 +82,9 @@ struct ms__segment_s {
 };
 
 struct ms__pool_s {
-  ms__block_t *root;        /* free set, ordered by (stream, size, ptr) */
+  ms__fset_t *hot;          /* the set last looked up by stream (a cache; NULL: none) */
+  ms__fset_t **sets;        /* the free set: one per stream seen, sorted by stream */
+  size_t nsets;
   size_t nblocks;           /* blocks in the free set */
   bool is_small;
   ms__private_pool_t *owner; /* NULL for the default pools */
@@ -175,18 +181,30 @@ struct ms_allocator_s {
 
 /* ---- "block_pool.c" -------------------------------------------------------------------------- */
 
+/* Size classes of a stream's set (block_pool.c). */
+#define MS__FSET_NBINS 1024
+
 void ms__pool_init(ms__pool_t *p, bool is_small, ms__private_pool_t *owner);
-/* Inserts b (pre: not in a set); resets its GC age (PyTorch's insert_into_blocks). */
+/* Frees the pool's per-stream sets (blocks still in them are left as they are). */
+void ms__pool_fini(ms__pool_t *p);
+/* Makes sure p has a set for stream, so that inserting a block of that stream cannot fail; called
+ * for every new segment. @return MS_OK or MS_ENOMEM. */
+int ms__pool_reserve(ms__pool_t *p, ms_stream_t stream);
+/* Inserts b (pre: not in a set, ms__pool_reserve(p, b->stream) done); resets its GC age
+ * (PyTorch's insert_into_blocks). b's size and stream must not change while it is in the set. */
 void ms__pool_insert(ms__pool_t *p, ms__block_t *b);
 /* Removes b (pre: in p). */
 void ms__pool_erase(ms__pool_t *p, ms__block_t *b);
-/* The first block whose key is >= (stream, size, 0), or NULL. */
+/* Best fit: the first block whose key is >= (stream, size, 0) if it is of that stream, or NULL. */
+ms__block_t *ms__pool_find(ms__pool_t *p, ms_stream_t stream, size_t size);
+/* The first block whose key is >= (stream, size, 0), of any stream, or NULL. */
 ms__block_t *ms__pool_lower_bound(const ms__pool_t *p, ms_stream_t stream, size_t size);
 ms__block_t *ms__pool_first(const ms__pool_t *p);
 ms__block_t *ms__pool_last(const ms__pool_t *p);
 ms__block_t *ms__pool_next(const ms__block_t *b);
 ms__block_t *ms__pool_prev(const ms__block_t *b);
-/* Checks the treap (order, heap property, parent links, count). @return true when valid. */
+/* Checks the sets (stream order, class bitmaps, each treap's order, heap property and parent
+ * links, blocks' pool/stream/class, count, both in-order walks). @return true when valid. */
 bool ms__pool_is_valid(const ms__pool_t *p);
 
 /* ---- "segment.c" ----------------------------------------------------------------------------- */
@@ -206,7 +224,8 @@ ms__block_t *ms__block_split_low(ms_allocator_t *a, ms__block_t *b, size_t size)
  * set and is deleted. @return the bytes merged (0: no merge). */
 size_t ms__block_try_merge(ms_allocator_t *a, ms__block_t *dst, ms__block_t *src);
 
-/* Segment records. */
+/* Segment records. ms__segment_new also reserves pool's set for stream (ms__pool_reserve); NULL
+ * when host memory runs out. */
 ms__segment_t *ms__segment_new(ms_allocator_t *a, uintptr_t ptr, size_t size, ms_stream_t stream,
                                ms__pool_t *pool, uint32_t ctx);
 void ms__segment_delete(ms_allocator_t *a, ms__segment_t *s);

@@ -14,6 +14,7 @@
 #include "alloc_internal.h"
 #include "memsnap/allocator.h"
 #include "snapbuild.h"
+#include "types.h"
 
 #define KiB ((size_t)1 << 10)
 #define MiB ((size_t)1 << 20)
@@ -232,6 +233,106 @@ Test(allocator, best_fit_lowest_address_and_never_across_streams) {
   for (int i = 0; i < 6; i++)
     if (i != 1 && i != 3) xfree(&e, p[i]);
   env_close(&e);
+}
+
+/* The free set (lib/block_pool.c: per-stream sets, size classes, a treap per class) against a
+ * brute-force reference: after random inserts and erases of blocks on three streams, with sizes
+ * from 512 B to beyond the last class (32 TiB), many equal sizes and sizes on class boundaries,
+ * best fit and lower_bound give exactly the lowest (stream, size, address) key, and the ordered
+ * walks visit every block in key order (ms__pool_is_valid). */
+typedef struct ref_key_s {
+  ms_stream_t stream;
+  size_t size;
+  uintptr_t ptr;
+} ref_key_t;
+
+static bool ref_less(ref_key_t x, ref_key_t y) {
+  if (x.stream != y.stream) return x.stream < y.stream;
+  if (x.size != y.size) return x.size < y.size;
+  return x.ptr < y.ptr;
+}
+
+static uint64_t pool_rng = 0x2545f4914f6cdd1dULL;
+static uint64_t pool_rnd(void) {
+  pool_rng ^= pool_rng << 13;
+  pool_rng ^= pool_rng >> 7;
+  pool_rng ^= pool_rng << 17;
+  return pool_rng;
+}
+
+static size_t pool_rnd_size(void) {
+  switch (pool_rnd() % 8) {
+  case 0: return 4 * KiB; /* many equal sizes */
+  case 1: return (size_t)512 << (pool_rnd() % 38); /* powers of two: class boundaries */
+  case 2: return ((size_t)512 << (pool_rnd() % 38)) - 512; /* just below them */
+  case 3: return ((size_t)1 << 45) + 512 * (pool_rnd() % 1000); /* the last class */
+  default: return 512 * (1 + pool_rnd() % ((size_t)1 << (pool_rnd() % 30)));
+  }
+}
+
+/* The first in-set block with key >= (stream, size, 0), restricted to stream when `same`. */
+static ms__block_t *ref_lower_bound(ms__block_t *blocks, size_t n, ms_stream_t stream,
+                                    size_t size, bool same) {
+  ms__block_t *best = NULL;
+  ref_key_t q = {stream, size, 0};
+  for (size_t i = 0; i < n; i++) {
+    ms__block_t *b = &blocks[i];
+    ref_key_t k = {b->stream, b->size, b->ptr};
+    if (!b->in_set || ref_less(k, q) || (same && b->stream != stream)) continue;
+    if (!best || ref_less(k, (ref_key_t){best->stream, best->size, best->ptr})) best = b;
+  }
+  return best;
+}
+
+Test(allocator, free_set_matches_a_sorted_reference) {
+  enum { NB = 2000, OPS = 20000 };
+  static const ms_stream_t streams[3] = {7, 3, 1000};
+  ms__pool_t p;
+  ms__pool_init(&p, false, NULL);
+  for (int i = 0; i < 3; i++) cr_assert_eq(ms__pool_reserve(&p, streams[i]), MS_OK);
+  cr_assert_eq(ms__pool_reserve(&p, 3), MS_OK, "reserving twice is harmless");
+  ms__block_t *blocks = calloc(NB, sizeof *blocks);
+  cr_assert(blocks != NULL);
+  for (size_t i = 0; i < NB; i++) {
+    blocks[i].pool = &p;
+    blocks[i].ptr = ((uintptr_t)1 << 50) + i * 4096 * 1024 + (pool_rnd() % 64) * 512;
+  }
+  size_t in = 0;
+  for (int op = 0; op < OPS; op++) {
+    ms__block_t *b = &blocks[pool_rnd() % NB];
+    if (b->in_set && pool_rnd() % 3 != 0) {
+      ms__pool_erase(&p, b);
+      in--;
+    } else if (!b->in_set) {
+      b->stream = streams[pool_rnd() % 3];
+      b->size = pool_rnd_size();
+      ms__pool_insert(&p, b);
+      in++;
+    }
+    cr_assert_eq(p.nblocks, in);
+    if (op % 97 != 0) continue;
+    cr_assert(ms__pool_is_valid(&p), "after op %d", op);
+    for (int k = 0; k < 8; k++) {
+      ms_stream_t s = k == 7 ? 5 : streams[pool_rnd() % 3]; /* 5: a stream without a set */
+      size_t size = k == 0 ? 0 : pool_rnd_size() + (k == 1 ? 1 : 0);
+      ms__block_t *want = ref_lower_bound(blocks, NB, s, size, true);
+      cr_assert_eq(ms__pool_find(&p, s, size), want, "find(%lu, %zu) at op %d",
+                   (unsigned long)s, size, op);
+      want = ref_lower_bound(blocks, NB, s, size, false);
+      cr_assert_eq(ms__pool_lower_bound(&p, s, size), want, "lower_bound(%lu, %zu) at op %d",
+                   (unsigned long)s, size, op);
+    }
+  }
+  /* drain in key order through the walks */
+  while (p.nblocks) {
+    ms__block_t *f = ms__pool_first(&p);
+    cr_assert_eq(f, ref_lower_bound(blocks, NB, 0, 0, false));
+    ms__pool_erase(&p, f);
+  }
+  cr_assert(ms__pool_first(&p) == NULL && ms__pool_last(&p) == NULL);
+  cr_assert(ms__pool_is_valid(&p));
+  ms__pool_fini(&p);
+  free(blocks);
 }
 
 /* ---- oversize rules (§5) and release_available_cached_blocks (§8.3) ------------------------ */
