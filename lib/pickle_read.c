@@ -357,14 +357,8 @@ static int rd_need(rd_t *r, size_t n, const char *what) {
   return MS_OK;
 }
 
-/* Takes n bytes; *p stays valid until the next input call. Long runs go through scratch, which
- * grows only as the bytes arrive. */
-static int rd_take(rd_t *r, uint64_t n, const char **p, const char *what) {
-  if (n <= r->len - r->pos) {
-    *p = r->buf + r->pos;
-    r->pos += (size_t)n;
-    return MS_OK;
-  }
+/* rd_take when the buffer holds fewer than n bytes. */
+static MS_NOINLINE int rd_take_slow(rd_t *r, uint64_t n, const char **p, const char *what) {
   if (n <= RD_BUF_CAP / 2) {
     MS_FORWARD_IF_ERROR(rd_need(r, (size_t)n, what));
     *p = r->buf + r->pos;
@@ -388,6 +382,17 @@ static int rd_take(rd_t *r, uint64_t n, const char **p, const char *what) {
   }
   *p = r->scratch.ptr;
   return MS_OK;
+}
+
+/* Takes n bytes; *p stays valid until the next input call. Long runs go through scratch, which
+ * grows only as the bytes arrive. */
+static inline int rd_take(rd_t *r, uint64_t n, const char **p, const char *what) {
+  if (ms_likely(n <= r->len - r->pos)) {
+    *p = r->buf + r->pos;
+    r->pos += (size_t)n;
+    return MS_OK;
+  }
+  return rd_take_slow(r, n, p, what);
 }
 
 /* Reads a text argument up to '\n' (protocol 0 opcodes); at most cap-1 bytes. */
