@@ -378,8 +378,7 @@ static inline bool get_free_block(ms_allocator_t *a, alloc_params_t *p) {
   size_t mss = a->cfg.max_split_size;
   if (p->size < mss && b->size >= mss) return false;
   if (p->size >= mss && b->size >= p->size + a->cfg.max_non_split_rounding_size) return false;
-  ms__pool_erase(pool, b);
-  p->block = b;
+  p->block = b; /* still in the free set: alloc_found_block takes it out (or splits it there) */
   return true;
 }
 
@@ -570,21 +569,22 @@ static inline bool should_split(const ms_allocator_t *a, const ms__block_t *b, s
   return size < a->cfg.max_split_size && remaining > MS_SMALL_SIZE;
 }
 
-/* alloc_found_block (§6.2). @return MS_OK or MS_ENOMEM (block returned to the pool). */
+/* alloc_found_block (§6.2): p->block is in the free set (found by get_free_block) or a new one
+ * (alloc_block). When it is split, the remainder stays in (or enters) the set, as PyTorch's
+ * erase + insert leave it (ms__pool_shrink_front spares the rebalancing).
+ * @return MS_OK or MS_ENOMEM (block returned to the pool). */
 static int alloc_found_block(ms_allocator_t *a, alloc_params_t *p, size_t orig_size, uint32_t ctx,
                              bool split) {
   ms__block_t *b = p->block;
   ms__pool_t *pool = p->pool;
   enum ms_stat_type st = pool_stat(pool);
   bool already_split = ms__block_is_split(b);
+  bool in_set = b->in_set;
   if (split) {
     ms__block_t *remaining = b;
     b = ms__block_split_low(a, remaining, p->size);
-    if (ms_unlikely(!b)) {
-      ms__pool_insert(pool, remaining);
-      return MS_ENOMEM;
-    }
-    ms__pool_insert(pool, remaining);
+    if (!in_set) ms__pool_insert(pool, remaining);
+    if (ms_unlikely(!b)) return MS_ENOMEM;
     if (b->expandable) {
       /* expandable memory is never inactive_split (§6.2) */
     } else if (already_split) {
@@ -593,9 +593,12 @@ static int alloc_found_block(ms_allocator_t *a, alloc_params_t *p, size_t orig_s
       ms__stat_array_increase(a->stats.inactive_split_bytes, st, (int64_t)remaining->size);
       ms__stat_array_increase(a->stats.inactive_split, st, 1);
     }
-  } else if (already_split && !b->expandable) {
-    ms__stat_array_decrease(a->stats.inactive_split_bytes, st, (int64_t)b->size);
-    ms__stat_array_decrease(a->stats.inactive_split, st, 1);
+  } else {
+    if (in_set) ms__pool_erase(pool, b);
+    if (already_split && !b->expandable) {
+      ms__stat_array_decrease(a->stats.inactive_split_bytes, st, (int64_t)b->size);
+      ms__stat_array_decrease(a->stats.inactive_split, st, 1);
+    }
   }
   if (ms_unlikely(map_insert(&a->map, b) != MS_OK)) {
     /* Undo: the block goes back as a free block (merging with its remainder). */
@@ -773,11 +776,19 @@ static void free_block(ms_allocator_t *a, ms__block_t *b, uint32_t ctx) {
   b->ctx = 0;
   size_t orig = b->size, req = b->requested_size;
   int64_t d_blocks = 0, d_bytes = 0;
-  size_t s = b->prev ? ms__block_try_merge(a, b, b->prev) : 0;
+  /* The first free neighbour merged keeps its place in the free set for b (ms__pool_replace:
+   * the same set as erasing it and inserting b, without the rebalancing). */
+  ms__block_t *slot = NULL;
+  size_t s = b->prev ? ms__block_merge_slot(a, b, b->prev, &slot) : 0;
   if (s) d_blocks--, d_bytes -= (int64_t)s;
-  s = b->next ? ms__block_try_merge(a, b, b->next) : 0;
+  s = b->next ? ms__block_merge_slot(a, b, b->next, &slot) : 0;
   if (s) d_blocks--, d_bytes -= (int64_t)s;
-  ms__pool_insert(pool, b);
+  if (slot) {
+    ms__pool_replace(pool, slot, b);
+    ms__block_delete(a, slot);
+  } else {
+    ms__pool_insert(pool, b);
+  }
   if (ms__block_is_split(b)) d_blocks++, d_bytes += (int64_t)b->size;
   enum ms_stat_type st = pool_stat(pool);
   if (b->expandable) d_blocks = d_bytes = 0; /* excluded from inactive_split (§7.5) */

@@ -3,9 +3,9 @@
  * (reference/pytorch-allocator.md §3.2).
  *
  * A pool keeps one set per stream (ms__fset_t, sorted by stream in pool->sets), and a set splits
- * its blocks into MS__FSET_NBINS size classes: below 16 KiB one class per 512-byte size, above
- * that 32 classes per power of two (each covers at most 1/32 of its sizes; 32 TiB and more share
- * the last class). Each class holds an intrusive treap ordered by (size, address), whose node
+ * its blocks into MS__FSET_NBINS size classes: up to 16 KiB one class per 512-byte size, above
+ * that 32 classes per power of two (each covers at most 1/32 of its sizes; sizes above 32 TiB
+ * share the last class). Each class holds an intrusive treap ordered by (size, address), whose node
  * priorities (a hash of the block's address and size) form a max-heap, so its expected depth is
  * O(log n) whatever the insertion order; a bitmap of the non-empty classes (with a summary word)
  * finds the next non-empty class in two word scans.
@@ -44,9 +44,12 @@ struct ms__fset_s {
   ms__block_t *roots[MS__FSET_NBINS];    /* per class: a treap by (size, ptr) */
 };
 
-/* The class of a size: monotone non-decreasing in size. */
+/* The class of a size: monotone non-decreasing in size. Classes are counted on units - 1 so that
+ * a power of two ends its class rather than starting one: a 2 MiB segment and its remainder after
+ * a small allocation share a class, and the remainder is shrunk in place. */
 static inline unsigned size_class(size_t size) {
   uint64_t u = (uint64_t)size >> 9;
+  u -= u != 0;
   if (u < SUB) return (unsigned)u;
   unsigned k = 63u - (unsigned)__builtin_clzll(u); /* >= SUB_LOG2 */
   if (k > MAX_LOG2) return MS__FSET_NBINS - 1;
@@ -223,6 +226,68 @@ void ms__pool_erase(ms__pool_t *p, ms__block_t *b) {
   b->tl = b->tr = b->tp = NULL;
   b->in_set = false;
   p->nblocks--;
+}
+
+/* b's neighbours inside its class's treap (in order), or NULL. */
+static inline ms__block_t *class_prev(const ms__block_t *b) {
+  if (b->tl) return rightmost(b->tl);
+  while (b->tp && b->tp->tl == b) b = b->tp;
+  return b->tp;
+}
+
+static inline ms__block_t *class_next(const ms__block_t *b) {
+  if (b->tr) return leftmost(b->tr);
+  while (b->tp && b->tp->tr == b) b = b->tp;
+  return b->tp;
+}
+
+void ms__pool_shrink_front(ms__pool_t *p, ms__block_t *b, size_t cut) {
+  ms_assert_internal(b->in_set && cut < b->size);
+  size_t nsize = b->size - cut;
+  uintptr_t nptr = b->ptr + cut;
+  const ms__block_t *pr;
+  if (size_class(nsize) == size_class(b->size) &&
+      (!(pr = class_prev(b)) || pr->size < nsize || (pr->size == nsize && pr->ptr < nptr))) {
+    /* Still after its predecessor: the treap's order holds, its priority is kept, and the set's
+     * first block is unchanged (b stays first if it was). */
+    b->size = nsize;
+    b->ptr = nptr;
+    b->gc_count_base = p->get_free_blocks_call_count;
+    return;
+  }
+  ms__pool_erase(p, b);
+  b->size = nsize;
+  b->ptr = nptr;
+  ms__pool_insert(p, b);
+}
+
+void ms__pool_replace(ms__pool_t *p, ms__block_t *old, ms__block_t *nb) {
+  ms_assert_internal(old->in_set && !nb->in_set && old->stream == nb->stream);
+  unsigned c = size_class(old->size);
+  const ms__block_t *pr, *nx;
+  if (size_class(nb->size) != c || ((pr = class_prev(old)) && !node_less(pr, nb)) ||
+      ((nx = class_next(old)) && !node_less(nb, nx))) {
+    ms__pool_erase(p, old);
+    ms__pool_insert(p, nb);
+    return;
+  }
+  /* nb takes old's node: same links and priority, so order and heap hold. */
+  ms__fset_t *s = set_of(p, old->stream);
+  ms_assert_internal(s != NULL);
+  nb->tl = old->tl;
+  nb->tr = old->tr;
+  nb->tp = old->tp;
+  nb->prio = old->prio;
+  if (nb->tl) nb->tl->tp = nb;
+  if (nb->tr) nb->tr->tp = nb;
+  if (!nb->tp) s->roots[c] = nb;
+  else if (nb->tp->tl == old) nb->tp->tl = nb;
+  else nb->tp->tr = nb;
+  if (s->min == old) s->min = nb;
+  nb->gc_count_base = p->get_free_blocks_call_count;
+  nb->in_set = true;
+  old->tl = old->tr = old->tp = NULL;
+  old->in_set = false;
 }
 
 /* The smallest block of s with size >= size (lowest address on ties), or NULL. */

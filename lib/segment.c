@@ -87,7 +87,7 @@ void ms__blocks_release_all(ms_allocator_t *a) {
 }
 
 ms__block_t *ms__block_split_low(ms_allocator_t *a, ms__block_t *b, size_t size) {
-  ms_assert_internal(!b->in_set && b->size > size);
+  ms_assert_internal(b->size > size);
   ms__block_t *lo = block_take(a);
   if (!lo) return NULL;
   /* Every field set once (this is on the malloc fast path). */
@@ -112,29 +112,50 @@ ms__block_t *ms__block_split_low(ms_allocator_t *a, ms__block_t *b, size_t size)
   if (lo->prev) lo->prev->next = lo;
   lo->next = b;
   b->prev = lo;
-  b->ptr += size;
-  b->size -= size;
+  if (b->in_set) {
+    ms__pool_shrink_front(b->pool, b, size);
+  } else {
+    b->ptr += size;
+    b->size -= size;
+  }
   if (!lo->prev) lo->seg->head = lo; /* b was the head */
   return lo;
 }
 
-size_t ms__block_try_merge(ms_allocator_t *a, ms__block_t *dst, ms__block_t *src) {
-  if (!src || src->allocated || src->event_count > 0 || src->nuses > 0 ||
-      src->mapped != dst->mapped)
-    return 0;
+/* Whether src (a neighbour of dst) is free to merge: PyTorch's try_merge_blocks test. */
+static inline bool block_mergeable(const ms__block_t *dst, const ms__block_t *src) {
+  return src && !src->allocated && src->event_count == 0 && src->nuses == 0 &&
+         src->mapped == dst->mapped;
+}
+
+/* dst takes src's range (segment links and size); src is unlinked, its own fields untouched. */
+static inline size_t block_absorb(ms__block_t *dst, ms__block_t *src) {
   ms_assert_internal(src->in_set || !src->mapped);
   if (dst->prev == src) {
     dst->ptr = src->ptr;
     dst->prev = src->prev;
     if (dst->prev) dst->prev->next = dst;
-    if (!dst->prev) dst->seg->head = dst; /* src was the head */
+    else dst->seg->head = dst; /* src was the head */
   } else {
     ms_assert_internal(dst->next == src);
     dst->next = src->next;
     if (dst->next) dst->next->prev = dst;
   }
-  size_t subsumed = src->size;
-  dst->size += subsumed;
+  dst->size += src->size;
+  return src->size;
+}
+
+size_t ms__block_merge_slot(ms_allocator_t *a, ms__block_t *dst, ms__block_t *src,
+                            ms__block_t **slot) {
+  if (!block_mergeable(dst, src)) return 0;
+  if (*slot || !src->in_set) return ms__block_try_merge(a, dst, src);
+  *slot = src;
+  return block_absorb(dst, src);
+}
+
+size_t ms__block_try_merge(ms_allocator_t *a, ms__block_t *dst, ms__block_t *src) {
+  if (!block_mergeable(dst, src)) return 0;
+  size_t subsumed = block_absorb(dst, src);
   if (src->mapped) ms__pool_erase(src->pool, src);
   else ms__es_unmapped_erase(src->pool, src); /* expandable segments */
   ms__block_delete(a, src);

@@ -195,6 +195,14 @@ int ms__pool_reserve(ms__pool_t *p, ms_stream_t stream);
 void ms__pool_insert(ms__pool_t *p, ms__block_t *b);
 /* Removes b (pre: in p). */
 void ms__pool_erase(ms__pool_t *p, ms__block_t *b);
+/* b (in p) gives up its first cut bytes (ptr += cut, size -= cut; pre: cut < size) and stays in
+ * the set with its GC age restarted, as erase + change + insert would leave it; in place (no
+ * rebalancing) when its size class is unchanged and it still follows its predecessor. */
+void ms__pool_shrink_front(ms__pool_t *p, ms__block_t *b, size_t cut);
+/* old (in p) leaves the set and nb (not in a set, same stream) enters it with its GC age
+ * restarted, as erase(old) + insert(nb) would; nb takes old's node in place when it falls in the
+ * same size class between old's neighbours (a freed block that absorbed old). */
+void ms__pool_replace(ms__pool_t *p, ms__block_t *old, ms__block_t *nb);
 /* Best fit: the first block whose key is >= (stream, size, 0) if it is of that stream, or NULL. */
 ms__block_t *ms__pool_find(ms__pool_t *p, ms_stream_t stream, size_t size);
 /* The first block whose key is >= (stream, size, 0), of any stream, or NULL. */
@@ -216,13 +224,20 @@ void ms__block_delete(ms_allocator_t *a, ms__block_t *b);
 void ms__blocks_release_all(ms_allocator_t *a);
 static inline bool ms__block_is_split(const ms__block_t *b) { return b->prev || b->next; }
 
-/* Splits `size` bytes off the low end of b (pre: b not in a set, b->size > size): returns the new
- * low block, linked before b; b keeps the high part. NULL when host memory runs out (b unchanged). */
+/* Splits `size` bytes off the low end of b (pre: b->size > size): returns the new low block (not
+ * in a set), linked before b; b keeps the high part, and stays in its pool's set if it was in it
+ * (ms__pool_shrink_front). NULL when host memory runs out (b unchanged). */
 ms__block_t *ms__block_split_low(ms_allocator_t *a, ms__block_t *b, size_t size);
 /* PyTorch's try_merge_blocks(dst, src): merges src (a neighbour of dst) into dst if src is free
  * (not allocated, no events, no stream uses) and has the same mapping state; src leaves its pool's
  * set and is deleted. @return the bytes merged (0: no merge). */
 size_t ms__block_try_merge(ms_allocator_t *a, ms__block_t *dst, ms__block_t *src);
+/* As ms__block_try_merge, except that the first src found in a free set while *slot is NULL is
+ * neither erased nor deleted but returned in *slot (unlinked from its segment, still in the set
+ * under its old key), for the caller to hand its place to dst with ms__pool_replace and then
+ * delete it. */
+size_t ms__block_merge_slot(ms_allocator_t *a, ms__block_t *dst, ms__block_t *src,
+                            ms__block_t **slot);
 
 /* Segment records. ms__segment_new also reserves pool's set for stream (ms__pool_reserve); NULL
  * when host memory runs out. */

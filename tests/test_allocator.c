@@ -236,7 +236,8 @@ Test(allocator, best_fit_lowest_address_and_never_across_streams) {
 }
 
 /* The free set (lib/block_pool.c: per-stream sets, size classes, a treap per class) against a
- * brute-force reference: after random inserts and erases of blocks on three streams, with sizes
+ * brute-force reference: after random inserts, erases, in-place shrinks (a split's remainder) and
+ * replacements (a freed block absorbing a free neighbour) of blocks on three streams, with sizes
  * from 512 B to beyond the last class (32 TiB), many equal sizes and sizes on class boundaries,
  * best fit and lower_bound give exactly the lowest (stream, size, address) key, and the ordered
  * walks visit every block in key order (ms__pool_is_valid). */
@@ -284,6 +285,11 @@ static ms__block_t *ref_lower_bound(ms__block_t *blocks, size_t n, ms_stream_t s
   return best;
 }
 
+/* Where the reference test places block i: 16 MiB apart, so that keys never tie. */
+static uintptr_t ref_base(const ms__block_t *blocks, const ms__block_t *b) {
+  return ((uintptr_t)1 << 50) + (uintptr_t)(b - blocks) * 16 * MiB;
+}
+
 Test(allocator, free_set_matches_a_sorted_reference) {
   enum { NB = 2000, OPS = 20000 };
   static const ms_stream_t streams[3] = {7, 3, 1000};
@@ -293,17 +299,28 @@ Test(allocator, free_set_matches_a_sorted_reference) {
   cr_assert_eq(ms__pool_reserve(&p, 3), MS_OK, "reserving twice is harmless");
   ms__block_t *blocks = calloc(NB, sizeof *blocks);
   cr_assert(blocks != NULL);
-  for (size_t i = 0; i < NB; i++) {
-    blocks[i].pool = &p;
-    blocks[i].ptr = ((uintptr_t)1 << 50) + i * 4096 * 1024 + (pool_rnd() % 64) * 512;
-  }
+  for (size_t i = 0; i < NB; i++) blocks[i].pool = &p;
   size_t in = 0;
   for (int op = 0; op < OPS; op++) {
     ms__block_t *b = &blocks[pool_rnd() % NB];
-    if (b->in_set && pool_rnd() % 3 != 0) {
+    uint64_t r = pool_rnd() % 6;
+    uintptr_t base = ref_base(blocks, b);
+    if (b->in_set && r == 0 && b->size > 512 && b->ptr - base < 8 * MiB) { /* a remainder */
+      size_t lim = b->size < 4 * MiB ? b->size : 4 * MiB;
+      ms__pool_shrink_front(&p, b, 512 * (1 + pool_rnd() % (lim / 512 - 1)));
+    } else if (b->in_set && r == 1) { /* a freed block absorbs b */
+      ms__block_t *nb = &blocks[pool_rnd() % NB];
+      if (nb->in_set) continue;
+      nb->ptr = ref_base(blocks, nb) + 512 * (pool_rnd() % 64);
+      nb->stream = b->stream;
+      nb->size = b->size + 512 * (pool_rnd() % 2 ? 1 + pool_rnd() % 64 : pool_rnd() % 100000);
+      ms__pool_replace(&p, b, nb);
+      cr_assert(nb->in_set && !b->in_set);
+    } else if (b->in_set && r < 4) {
       ms__pool_erase(&p, b);
       in--;
     } else if (!b->in_set) {
+      b->ptr = base + (pool_rnd() % 64) * 512;
       b->stream = streams[pool_rnd() % 3];
       b->size = pool_rnd_size();
       ms__pool_insert(&p, b);
