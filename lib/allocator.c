@@ -23,11 +23,6 @@
 #include "stats_internal.h"
 #include "types.h"
 
-/* The OOM message's hint names max_split_size_mb (1: expandable_segments, as PyTorch >= 2.2).
- * Expandable segments themselves live in expandable.c; without the backend's virtual-memory
- * operations the key is treated as False with a warning, as PyTorch does on such platforms. */
-#define MS__HAVE_EXPANDABLE 0
-
 /* Requests this large fail at once (PyTorch's 1 EiB check). */
 #define MS__MAX_REQUEST ((size_t)1 << 60)
 
@@ -665,19 +660,15 @@ static int raise_oom(ms_allocator_t *a, alloc_params_t *p, uint32_t ctx) {
   if (priv)
     snprintf(priv_info, sizeof priv_info,
              "with %s allocated in private pools (e.g., CUDA Graphs), ", s_priv);
-  const char *hint =
-      MS__HAVE_EXPANDABLE
-          ? " If reserved but unallocated memory is large try setting"
-            " MEMSNAP_ALLOC_CONF=expandable_segments:True to avoid fragmentation."
-          : " If reserved but unallocated memory is large try setting"
-            " MEMSNAP_ALLOC_CONF=max_split_size_mb:<MiB> to avoid fragmentation.";
+  /* PyTorch >= 2.2's hint (§8.6), printed even when expandable segments are on (#173049). */
   int n = snprintf(a->oom_msg, sizeof a->oom_msg,
                    "memsnap: device out of memory. Tried to allocate %s. GPU %d has a total "
                    "capacity of %s of which %s is free. %sOf the allocated memory %s is allocated "
-                   "by memsnap, %sand %s is reserved by memsnap but unallocated.%s"
-                   "  See docs/allocator.md (\"Out of memory\") for MEMSNAP_ALLOC_CONF.",
-                   s_alloc, a->device, s_total, s_free, allowed_info, s_used, priv_info, s_unalloc,
-                   hint);
+                   "by memsnap, %sand %s is reserved by memsnap but unallocated. If reserved but "
+                   "unallocated memory is large try setting "
+                   "MEMSNAP_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See "
+                   "docs/allocator.md (\"Out of memory\") for MEMSNAP_ALLOC_CONF.",
+                   s_alloc, a->device, s_total, s_free, allowed_info, s_used, priv_info, s_unalloc);
   a->oom_len = n < 0 ? 0 : (size_t)n;
   size_t nobs = a->observers.len;
   ms__observer_t stackbuf[8], *obs = nobs <= 8 ? stackbuf : malloc(nobs * sizeof *obs);

@@ -520,12 +520,30 @@ Test(allocator, oom_chain_order_message_and_observers, .timeout = 20) {
                    "capacity of 100.00 MiB of which 70.00 MiB is free. Of the allocated memory "
                    "30.00 MiB is allocated by memsnap, and 0 bytes is reserved by memsnap but "
                    "unallocated. If reserved but unallocated memory is large try setting "
-                   "MEMSNAP_ALLOC_CONF=max_split_size_mb:<MiB> to avoid fragmentation.  See "
+                   "MEMSNAP_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See "
                    "docs/allocator.md (\"Out of memory\") for MEMSNAP_ALLOC_CONF.");
   char small_buf[10];
   cr_assert_eq(ms_allocator_last_oom_message(e.a, small_buf, sizeof small_buf), len);
   cr_assert_str_eq(small_buf, "memsnap: ");
   xfree(&e, keep);
+  env_close(&e);
+}
+
+Test(allocator, oom_hint_names_expandable_segments_even_when_on) {
+  /* PyTorch >= 2.2 prints the hint whatever the setting (issue #173049). */
+  env_t e;
+  env_open(&e, "expandable_segments:True", 64 * MiB);
+  ms_devptr_t p = 0;
+  cr_assert_eq(ms_allocator_malloc(e.a, 100 * MiB, 0, &p), MS_EOOM);
+  cr_assert_eq(p, 0, "the out-parameter is untouched");
+  char msg[1024];
+  ms_allocator_last_oom_message(e.a, msg, sizeof msg);
+  const char *tail = " If reserved but unallocated memory is large try setting "
+                     "MEMSNAP_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See "
+                     "docs/allocator.md (\"Out of memory\") for MEMSNAP_ALLOC_CONF.";
+  cr_assert(strlen(msg) > strlen(tail) && !strcmp(msg + strlen(msg) - strlen(tail), tail), "%s",
+            msg);
+  cr_assert(!strncmp(msg, "memsnap: device out of memory. Tried to allocate ", 49), "%s", msg);
   env_close(&e);
 }
 
@@ -551,7 +569,7 @@ Test(allocator, oom_message_reports_fraction_and_unallocated) {
                    "capacity of 100.00 MiB of which 68.00 MiB is free. 50.00 MiB allowed; Of the "
                    "allocated memory 30.00 MiB is allocated by memsnap, and 2.00 MiB is reserved "
                    "by memsnap but unallocated. If reserved but unallocated memory is large try "
-                   "setting MEMSNAP_ALLOC_CONF=max_split_size_mb:<MiB> to avoid fragmentation.  "
+                   "setting MEMSNAP_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  "
                    "See docs/allocator.md (\"Out of memory\") for MEMSNAP_ALLOC_CONF.");
   xfree(&e, a);
   xfree(&e, b);
