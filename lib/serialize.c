@@ -7,12 +7,18 @@
  * "chunks": top-level arrays [tag, row, row, ...] of at most WR_CHUNK_ROWS rows, each row an
  * array whose columns are fixed by the schema version.
  *
- * Reading: bytes are fed from the ms_source_t into a msgpack_unpacker. Before msgpack-c sees a
- * top-level object, a guard scanner walks its bytes and checks that it is complete and that every
- * declared length fits in the bytes actually present (and in the per-object limits), so msgpack-c
- * never allocates for lengths the file cannot back. The object is then unpacked into the
- * unpacker's zone, converted straight into the model through the snapshot builder with every
- * field checked, and the zone is cleared before the next object: msgpack_object never leaves this
+ * Reading: bytes are read from the ms_source_t into the reader's buffer. A guard scanner decides
+ * where each top-level object ends and that it is well-formed: complete, no invalid type byte,
+ * every declared length backed by bytes present and within the per-object limits, so nothing is
+ * ever allocated for a length the file cannot back. The cold objects (header, meta, devices,
+ * allocator_settings) are scanned first, then unpacked with msgpack-c (msgpack_unpack_next and a
+ * zone, destroyed after each object). The chunks of the hot tables (frames, stacks, segments,
+ * blocks, history, trace, annotations: fixed row shapes) are decoded by the row decoder below
+ * straight from the buffer into the builder's arrays while they are read, without a guard pass;
+ * on any error the guard scans the chunk and its findings come first, so the messages are those
+ * of a guard-first reader (rd_hot_chunk, rd_settle). This departs from style.md 14's "decode with
+ * msgpack_unpacked + zone" for speed: msgpack-c's object tree alone runs at about the 500 MB/s
+ * the reader must reach (docs/snapshot-format.md, Performance). msgpack_object never leaves this
  * file. Errors name the byte offset and the field path, e.g.
  * "offset 1234: segments[3].blocks[2].size: expected unsigned integer".
  */
@@ -659,7 +665,7 @@ static int guard_scan(guard_t *g, const unsigned char *p, size_t avail, char *wh
   while (pos < avail) {
     /* Fast path: a fixed-size scalar inside a container (most row values). The common type
      * bytes are told apart by branches, not by the table, so that finding the next value does not
-     * wait for two dependent loads: the CPU predicts the branches (about 3x faster here). */
+     * wait for two dependent loads: the CPU predicts the branches. */
     unsigned b = p[pos];
     size_t flen;
     if (b <= 0x7f)
@@ -967,11 +973,11 @@ static int rd_nomem(rd_t *r, int rc) {
 /* The rows of frames, stacks, segments, blocks, history, trace and annotations are decoded
  * straight from the bytes of their chunk, in one pass that writes the builder's arrays: building
  * msgpack-c's object tree first costs as much as the whole reader may (docs/snapshot-format.md,
- * Performance). A chunk reaches this decoder only after guard_scan() accepted it, so every value's
- * header and payload lie inside the object; each read below still checks its bytes against the
- * end of the object, so that a bug in the walk cannot read outside it (it would be reported as
- * malformed msgpack). The rows have fixed shapes, so the decoder only knows the scalars they use:
- * integers (any encoding), nil, booleans, strings, and the row's array header. */
+ * Performance). The cursor's end is the end of the buffered bytes (rd_hot_chunk) or, after a
+ * guard scan, the end of the object: every read below checks its bytes against it, and a value
+ * that goes on after it makes the row reader return RD_NEED_MORE. The rows have fixed shapes, so
+ * the decoder only knows the scalars they use: integers (any encoding), nil, booleans, strings,
+ * and the row's array header. */
 typedef struct cur_s {
   const unsigned char *p;   /* the next value */
   const unsigned char *end; /* the end of the object */
