@@ -1194,7 +1194,7 @@ static size_t rd_appends_frames_fast(rd_t *r, uint32_t lid, size_t from) {
   if (l->role != R_FRAMES || (l->flags & (OF_USED | OF_SEALED))) return from;
   if (r->fbuf_owner != lid && (r->fbuf_owner != RD_NO_OBJ || l->count != 0)) return from;
   size_t n = r->st.len - from;
-  if ((uint64_t)l->count + n > UINT32_MAX) return from;
+  if (n == 0 || (uint64_t)l->count + n > UINT32_MAX) return from;
   size_t have = r->fbuf_owner == lid ? r->fbuf_len : 0;
   uint32_t *tail = NULL;
   if (ms__snapbuild_stack_room(&r->b, have, n, &tail) != MS_OK) return from;

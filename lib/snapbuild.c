@@ -306,9 +306,14 @@ static int stack_find(ms__snapbuild_t *b, const uint32_t *frames, size_t n, uint
   return MS_OK;
 }
 
+/* Where the next frame index of stack_frames goes (NULL while the table has no storage). */
+static uint32_t *frames_end(ms__snapbuild_t *b) {
+  return b->stack_frames.ptr ? b->stack_frames.ptr + b->stack_frames.len : NULL;
+}
+
 /* Records the n frame indices just placed at the end of stack_frames as a new stack. */
 static void stack_add(ms__snapbuild_t *b, size_t n, uint32_t tag, size_t slot, uint32_t *out) {
-  const uint32_t *fr = b->stack_frames.ptr + b->stack_frames.len;
+  const uint32_t *fr = frames_end(b);
   uint32_t max = 0;
   for (size_t i = 0; i < n; i++) max = fr[i] > max ? fr[i] : max;
   if (n && max >= b->stack_frame_bound) b->stack_frame_bound = max + 1;
@@ -331,7 +336,7 @@ int ms__snapbuild_stack(ms__snapbuild_t *b, const uint32_t *frames, size_t n, ui
     return MS_OK;
   }
   if (BIG_RESERVE(&b->stack_frames, n) || BIG_RESERVE(&b->stacks, 1)) return MS_ENOMEM;
-  if (n) memcpy(b->stack_frames.ptr + b->stack_frames.len, frames, n * sizeof *frames);
+  if (n) memcpy(frames_end(b), frames, n * sizeof *frames);
   stack_add(b, n, tag, slot, out);
   return MS_OK;
 }
@@ -339,7 +344,7 @@ int ms__snapbuild_stack(ms__snapbuild_t *b, const uint32_t *frames, size_t n, ui
 int ms__snapbuild_stack_room(ms__snapbuild_t *b, size_t have, size_t extra, uint32_t **tail) {
   if (have > SIZE_MAX - extra) return MS_ELIMIT;
   if (BIG_RESERVE(&b->stack_frames, have + extra)) return MS_ENOMEM;
-  *tail = b->stack_frames.ptr + b->stack_frames.len;
+  *tail = frames_end(b);
   return MS_OK;
 }
 
@@ -348,8 +353,7 @@ int ms__snapbuild_stack_tail(ms__snapbuild_t *b, size_t n, uint32_t *out) {
   uint32_t tag;
   size_t slot;
   bool found;
-  MS_FORWARD_IF_ERROR(
-      stack_find(b, b->stack_frames.ptr + b->stack_frames.len, n, &tag, &slot, &found));
+  MS_FORWARD_IF_ERROR(stack_find(b, frames_end(b), n, &tag, &slot, &found));
   if (found) {
     *out = TAB_INDEX(b->stack_tab[slot]);
     return MS_OK;
