@@ -84,7 +84,8 @@ static double median(double *v, int n) {
 /* Medians of the CPU and of the wall-clock seconds of n runs. */
 static span_t median_span(const span_t *t, int n) {
   double c[16], w[16];
-  for (int i = 0; i < n; i++) c[i] = t[i].cpu, w[i] = t[i].wall;
+  for (int i = 0; i < n; i++)
+    c[i] = t[i].cpu, w[i] = t[i].wall;
   span_t m = {median(w, n), median(c, n)};
   return m;
 }
@@ -156,9 +157,11 @@ int main(void) {
   memset(zref.p, 0, zref.cap);
 
   span_t tw[REPS], tr[REPS + 1], tz[REPS], tzl[REPS], trz[REPS], tu[REPS];
-  for (int i = 0; i < REPS; i++) tw[i] = time_write(s, 0, &plain);
+  for (int i = 0; i < REPS; i++)
+    tw[i] = time_write(s, 0, &plain);
   if (plain.len != nbytes) die("plain size changed between runs", NULL);
-  for (int i = 0; i < REPS + 1; i++) tr[i] = time_read(&plain, s->nblocks);
+  for (int i = 0; i < REPS + 1; i++)
+    tr[i] = time_read(&plain, s->nblocks);
   span_t cold = tr[0];
   for (int i = 0; i < REPS; i++) {
     span_t t0 = span_start();
@@ -173,7 +176,8 @@ int main(void) {
       die("deflate", NULL);
     tzl[i] = span_end(t0);
   }
-  for (int i = 0; i < REPS; i++) trz[i] = time_read(&z, s->nblocks);
+  for (int i = 0; i < REPS; i++)
+    trz[i] = time_read(&z, s->nblocks);
 
   double mb = (double)nbytes / 1e6;
   span_t w = median_span(tw, REPS), r = median_span(tr + 1, REPS), u = median_span(tu, REPS);

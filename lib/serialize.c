@@ -60,24 +60,24 @@ enum {
 
 /* Order of the "counts" array in the meta object; equal to the tag order. */
 static const char *const table_names[TAG_COUNT] = {
-    "end", "frames", "stacks", "segments", "blocks", "history", "devices", "trace",
-    "annotations", "allocator_settings",
+    "end",     "frames",  "stacks", "segments",    "blocks",
+    "history", "devices", "trace",  "annotations", "allocator_settings",
 };
 
 /* Columns of each row, in schema order. */
 static const char *const cols_frame[] = {"name", "filename", "line"};
 static const char *const cols_segment[] = {
-    "device", "address", "total_size", "allocated_size", "active_size", "requested_size",
-    "stream", "is_large", "is_expandable", "pool_id[0]", "pool_id[1]", "frames", "nblocks",
-    "present"};
-static const char *const cols_block[] = {"address", "size", "requested_size", "state",
-                                         "frames", "nhistory", "present"};
+    "device",         "address", "total_size", "allocated_size", "active_size",
+    "requested_size", "stream",  "is_large",   "is_expandable",  "pool_id[0]",
+    "pool_id[1]",     "frames",  "nblocks",    "present"};
+static const char *const cols_block[] = {"address", "size",     "requested_size", "state",
+                                         "frames",  "nhistory", "present"};
 static const char *const cols_history[] = {"addr", "real_size", "frames", "present"};
 static const char *const cols_device[] = {"ntrace", "trace_dropped", "capacity", "present",
                                           "stats"};
-static const char *const cols_trace[] = {"action", "addr", "size", "stream", "time_us",
-                                         "pool_id[0]", "pool_id[1]", "frames", "compile_context",
-                                         "user_metadata", "present"};
+static const char *const cols_trace[] = {"action",          "addr",          "size",       "stream",
+                                         "time_us",         "pool_id[0]",    "pool_id[1]", "frames",
+                                         "compile_context", "user_metadata", "present"};
 static const char *const cols_annotation[] = {"name", "stage", "device", "time_us"};
 
 #define NCOLS(a) (sizeof(a) / sizeof((a)[0]))
@@ -92,10 +92,10 @@ static const char *const cols_annotation[] = {"name", "stage", "device", "time_u
 
 /* Limits of the reader (documented in docs/snapshot-format.md). */
 #define RD_OBJ_MAX_BYTES (64u * 1024u * 1024u) /* one top-level object */
-#define RD_OBJ_MAX_ITEMS (1u << 21)             /* msgpack values in one top-level object */
-#define RD_MAX_DEPTH 12                         /* nesting inside one top-level object */
+#define RD_OBJ_MAX_ITEMS (1u << 21)            /* msgpack values in one top-level object */
+#define RD_MAX_DEPTH 12                        /* nesting inside one top-level object */
 #define RD_READ_CHUNK (256u * 1024u)
-#define SETTINGS_MAX_DEPTH 8                    /* nested maps in allocator_settings */
+#define SETTINGS_MAX_DEPTH 8 /* nested maps in allocator_settings */
 
 #define WR_BUF (64u * 1024u)
 /* Inlines msgpack-c's static pack functions and the write callback into a table writer, so that
@@ -187,11 +187,10 @@ static void pk_stack(msgpack_packer *pk, uint32_t st) {
     msgpack_pack_uint32(pk, st);
 }
 
-static void pk_value(msgpack_packer *pk, const ms_snapshot_t *s, const ms_snap_kv_t *kv,
-                     int depth);
+static void pk_value(msgpack_packer *pk, const ms_snapshot_t *s, const ms_snap_kv_t *kv, int depth);
 
-static void pk_kv_map(msgpack_packer *pk, const ms_snapshot_t *s, const ms_snap_kv_t *kv,
-                      size_t n, int depth) {
+static void pk_kv_map(msgpack_packer *pk, const ms_snapshot_t *s, const ms_snap_kv_t *kv, size_t n,
+                      int depth) {
   msgpack_pack_map(pk, n);
   for (size_t i = 0; i < n; i++) {
     pk_str(pk, kv[i].key);
@@ -257,8 +256,8 @@ static int wr_check(const ms_snapshot_t *s, ms_errbuf_t *eb) {
                               i, k, b->address, addr);
       if (b->size > left)
         return ms__errbuf_set(eb, MS_EINVAL,
-                              "segments[%zu].blocks[%u]: size %" PRIu64
-                              " exceeds the %" PRIu64 " bytes left in the segment",
+                              "segments[%zu].blocks[%u]: size %" PRIu64 " exceeds the %" PRIu64
+                              " bytes left in the segment",
                               i, k, b->size, left);
       addr += b->size;
       left -= b->size;
@@ -372,8 +371,14 @@ static WR_FLATTEN void wr_segments(wr_t *w, const ms_snapshot_t *s) {
       msgpack_pack_uint64(&pk, g->active_size);
       msgpack_pack_uint64(&pk, g->requested_size);
       msgpack_pack_uint64(&pk, g->stream);
-      if (g->is_large) msgpack_pack_true(&pk); else msgpack_pack_false(&pk);
-      if (g->is_expandable) msgpack_pack_true(&pk); else msgpack_pack_false(&pk);
+      if (g->is_large)
+        msgpack_pack_true(&pk);
+      else
+        msgpack_pack_false(&pk);
+      if (g->is_expandable)
+        msgpack_pack_true(&pk);
+      else
+        msgpack_pack_false(&pk);
       msgpack_pack_int64(&pk, g->pool_id[0]);
       msgpack_pack_int64(&pk, g->pool_id[1]);
       pk_stack(&pk, g->stack);
@@ -514,10 +519,11 @@ static void wr_body(wr_t *w, const ms_snapshot_t *s) {
   msgpack_pack_int64(&pk, s->time_us);
   pk_str(&pk, "counts");
   msgpack_pack_array(&pk, TAG_COUNT - 1);
-  const uint64_t counts[TAG_COUNT - 1] = {s->nframes,  s->nstacks,  s->nsegments,
-                                          s->nblocks,  s->nhistory, s->ndevices,
-                                          s->ntrace,   s->nannotations, s->nsettings_top};
-  for (int i = 0; i < TAG_COUNT - 1; i++) msgpack_pack_uint64(&pk, counts[i]);
+  const uint64_t counts[TAG_COUNT - 1] = {s->nframes, s->nstacks,      s->nsegments,
+                                          s->nblocks, s->nhistory,     s->ndevices,
+                                          s->ntrace,  s->nannotations, s->nsettings_top};
+  for (int i = 0; i < TAG_COUNT - 1; i++)
+    msgpack_pack_uint64(&pk, counts[i]);
 
   wr_frames(w, s);
   wr_stacks(w, s);
@@ -568,20 +574,21 @@ int ms_snapshot_write(const ms_snapshot_t *snap, const ms_write_opts_t *opts, ms
 
 /* Incremental guard scanner over one top-level msgpack object (see the file comment). */
 typedef struct guard_s {
-  size_t pos;                     /* bytes of the current object scanned */
-  uint32_t depth;                 /* open containers */
-  uint64_t left[RD_MAX_DEPTH];    /* values still expected in each open container */
-                                  /* (between calls; see guard_scan) */
-  uint64_t pending;               /* sum of left[] */
-  uint64_t nitems;                /* values seen */
-  int err;                        /* on GUARD_ERR: MS_EFORMAT or MS_ELIMIT */
+  size_t pos;                  /* bytes of the current object scanned */
+  uint32_t depth;              /* open containers */
+  uint64_t left[RD_MAX_DEPTH]; /* values still expected in each open container */
+                               /* (between calls; see guard_scan) */
+  uint64_t pending;            /* sum of left[] */
+  uint64_t nitems;             /* values seen */
+  int err;                     /* on GUARD_ERR: MS_EFORMAT or MS_ELIMIT */
 } guard_t;
 
 enum { GUARD_MORE = 0, GUARD_DONE = 1, GUARD_ERR = -1 };
 
 static uint64_t be_read(const unsigned char *p, int n) {
   uint64_t v = 0;
-  for (int i = 0; i < n; i++) v = (v << 8) | p[i];
+  for (int i = 0; i < n; i++)
+    v = (v << 8) | p[i];
   return v;
 }
 
@@ -601,33 +608,72 @@ static int mp_head(const unsigned char *p, size_t avail, size_t *hdr, uint64_t *
   if (c >= 0xa0 && c <= 0xbf) return *payload = c & 0x1f, 1;
   int lenbytes = 0;
   switch (c) {
-  case 0xc4: case 0xd9: lenbytes = 1; break;               /* bin8 str8 */
-  case 0xc5: case 0xda: lenbytes = 2; break;               /* bin16 str16 */
-  case 0xc6: case 0xdb: lenbytes = 4; break;               /* bin32 str32 */
-  case 0xc7: case 0xc8: case 0xc9:                         /* ext8/16/32 */
+  case 0xc4:
+  case 0xd9:
+    lenbytes = 1;
+    break; /* bin8 str8 */
+  case 0xc5:
+  case 0xda:
+    lenbytes = 2;
+    break; /* bin16 str16 */
+  case 0xc6:
+  case 0xdb:
+    lenbytes = 4;
+    break; /* bin32 str32 */
+  case 0xc7:
+  case 0xc8:
+  case 0xc9: /* ext8/16/32 */
     lenbytes = c == 0xc7 ? 1 : c == 0xc8 ? 2 : 4;
     if (avail < 1u + (size_t)lenbytes) return 0;
     *payload = be_read(p + 1, lenbytes) + 1; /* type byte */
     *hdr = 1 + (size_t)lenbytes;
     return 1;
-  case 0xca: *payload = 4; return 1;
-  case 0xcb: *payload = 8; return 1;
-  case 0xcc: case 0xd0: *payload = 1; return 1;
-  case 0xcd: case 0xd1: *payload = 2; return 1;
-  case 0xce: case 0xd2: *payload = 4; return 1;
-  case 0xcf: case 0xd3: *payload = 8; return 1;
-  case 0xd4: *payload = 2; return 1;
-  case 0xd5: *payload = 3; return 1;
-  case 0xd6: *payload = 5; return 1;
-  case 0xd7: *payload = 9; return 1;
-  case 0xd8: *payload = 17; return 1;
-  case 0xdc: case 0xdd:                                    /* array16/32 */
+  case 0xca:
+    *payload = 4;
+    return 1;
+  case 0xcb:
+    *payload = 8;
+    return 1;
+  case 0xcc:
+  case 0xd0:
+    *payload = 1;
+    return 1;
+  case 0xcd:
+  case 0xd1:
+    *payload = 2;
+    return 1;
+  case 0xce:
+  case 0xd2:
+    *payload = 4;
+    return 1;
+  case 0xcf:
+  case 0xd3:
+    *payload = 8;
+    return 1;
+  case 0xd4:
+    *payload = 2;
+    return 1;
+  case 0xd5:
+    *payload = 3;
+    return 1;
+  case 0xd6:
+    *payload = 5;
+    return 1;
+  case 0xd7:
+    *payload = 9;
+    return 1;
+  case 0xd8:
+    *payload = 17;
+    return 1;
+  case 0xdc:
+  case 0xdd: /* array16/32 */
     lenbytes = c == 0xdc ? 2 : 4;
     if (avail < 1u + (size_t)lenbytes) return 0;
     *children = be_read(p + 1, lenbytes);
     *hdr = 1 + (size_t)lenbytes;
     return 1;
-  case 0xde: case 0xdf:                                    /* map16/32 */
+  case 0xde:
+  case 0xdf: /* map16/32 */
     lenbytes = c == 0xde ? 2 : 4;
     if (avail < 1u + (size_t)lenbytes) return 0;
     *children = 2 * be_read(p + 1, lenbytes);
@@ -645,9 +691,10 @@ static int mp_head(const unsigned char *p, size_t avail, size_t *hdr, uint64_t *
 /* Total length of the fixed-size msgpack values by type byte (fixints, nil, booleans, floats,
  * ints, fixext); 0 for the others (containers, strings, binaries, ext, the unused 0xc1). */
 static const uint8_t guard_fixed_len[256] = {
-    [0x00 ... 0x7f] = 1, [0xc0] = 1, [0xc2 ... 0xc3] = 1, [0xca] = 5, [0xcb] = 9, [0xcc] = 2,
-    [0xcd] = 3, [0xce] = 5, [0xcf] = 9, [0xd0] = 2, [0xd1] = 3, [0xd2] = 5, [0xd3] = 9,
-    [0xd4] = 3, [0xd5] = 4, [0xd6] = 6, [0xd7] = 10, [0xd8] = 18, [0xe0 ... 0xff] = 1,
+    [0x00 ... 0x7f] = 1, [0xc0] = 1,  [0xc2 ... 0xc3] = 1, [0xca] = 5,          [0xcb] = 9,
+    [0xcc] = 2,          [0xcd] = 3,  [0xce] = 5,          [0xcf] = 9,          [0xd0] = 2,
+    [0xd1] = 3,          [0xd2] = 5,  [0xd3] = 9,          [0xd4] = 3,          [0xd5] = 4,
+    [0xd6] = 6,          [0xd7] = 10, [0xd8] = 18,         [0xe0 ... 0xff] = 1,
 };
 
 static int guard_scan(guard_t *g, const unsigned char *p, size_t avail, char *why, size_t whycap) {
@@ -712,8 +759,8 @@ static int guard_scan(guard_t *g, const unsigned char *p, size_t avail, char *wh
       /* Every promised value takes at least one byte: reject counts the object cannot hold. */
       if (children > RD_OBJ_MAX_BYTES || outer + cur + children > RD_OBJ_MAX_BYTES - pos - hdr) {
         snprintf(why, whycap,
-                 "declared length %" PRIu64 " exceeds the limit of %u bytes per object",
-                 children, RD_OBJ_MAX_BYTES);
+                 "declared length %" PRIu64 " exceeds the limit of %u bytes per object", children,
+                 RD_OBJ_MAX_BYTES);
         rc = GUARD_ERR;
         break;
       }
@@ -782,7 +829,8 @@ static size_t mp_child_offset(const unsigned char *p, size_t len, size_t pos, ui
   if (pos >= len || mp_head(p + pos, len - pos, &hdr, &payload, &children) != 1) return pos;
   if (idx >= children) return pos;
   pos += hdr;
-  for (uint64_t i = 0; i < idx && pos < len; i++) pos = mp_skip(p, len, pos);
+  for (uint64_t i = 0; i < idx && pos < len; i++)
+    pos = mp_skip(p, len, pos);
   return pos;
 }
 
@@ -791,13 +839,13 @@ typedef struct rd_s {
   /* input buffer: bytes [off, used) of buf are read and not yet consumed */
   unsigned char *buf;
   size_t off, used, cap;
-  msgpack_unpacked mo;          /* msgpack-c's tree of the current cold object (rd_unpack) */
+  msgpack_unpacked mo; /* msgpack-c's tree of the current cold object (rd_unpack) */
   const char *state_names[MS_BLOCK_STATE_OTHER]; /* ms_block_state_name() of each number */
   ms_source_t *src;
   ms__zsource_t *z;
   ms_source_t zsrc;
   int eof;
-  uint64_t pos;                 /* stream offset of the next unparsed byte */
+  uint64_t pos; /* stream offset of the next unparsed byte */
   ms_errbuf_t *eb;
   ms__snapbuild_t b;
 
@@ -817,11 +865,11 @@ typedef struct rd_s {
   MS_VEC(uint32_t) stack_map;
 
   /* block cursor */
-  size_t seg;                   /* segment whose blocks are being read, when seg_open */
-  size_t seg_next;              /* next segment to open */
+  size_t seg;      /* segment whose blocks are being read, when seg_open */
+  size_t seg_next; /* next segment to open */
   int seg_open;
   uint64_t seg_blocks_left, seg_bytes_left, seg_expect_addr, blk_in_seg;
-  uint64_t hist_declared;       /* sum of the blocks' nhistory */
+  uint64_t hist_declared; /* sum of the blocks' nhistory */
   /* history cursor */
   size_t hblk;
   uint64_t hist_left, hist_in_blk;
@@ -897,7 +945,8 @@ static int rd_fail_off(rd_t *r, int err, uint64_t off, const char *path, const c
 }
 
 /* Fails on column `col` (index, or -1 for the whole row) of the current row. */
-static MS_NOINLINE int rd_fail_col(rd_t *r, int err, int col, const char *colname, const char *msg) {
+static MS_NOINLINE int rd_fail_col(rd_t *r, int err, int col, const char *colname,
+                                   const char *msg) {
   /* The row is element row_in_chunk + 1 of the chunk array (element 0 is the tag). */
   size_t off = mp_child_offset(r->obj, r->obj_len, 0, (uint64_t)r->row_in_chunk + 1);
   if (col >= 0) off = mp_child_offset(r->obj, r->obj_len, off, (uint64_t)col);
@@ -908,17 +957,29 @@ static MS_NOINLINE int rd_fail_col(rd_t *r, int err, int col, const char *colnam
 
 static const char *mp_type_name(msgpack_object_type t) {
   switch (t) {
-  case MSGPACK_OBJECT_NIL: return "nil";
-  case MSGPACK_OBJECT_BOOLEAN: return "boolean";
-  case MSGPACK_OBJECT_POSITIVE_INTEGER: return "unsigned integer";
-  case MSGPACK_OBJECT_NEGATIVE_INTEGER: return "negative integer";
-  case MSGPACK_OBJECT_FLOAT32: case MSGPACK_OBJECT_FLOAT64: return "float";
-  case MSGPACK_OBJECT_STR: return "string";
-  case MSGPACK_OBJECT_ARRAY: return "array";
-  case MSGPACK_OBJECT_MAP: return "map";
-  case MSGPACK_OBJECT_BIN: return "binary";
-  case MSGPACK_OBJECT_EXT: return "extension";
-  default: return "unknown";
+  case MSGPACK_OBJECT_NIL:
+    return "nil";
+  case MSGPACK_OBJECT_BOOLEAN:
+    return "boolean";
+  case MSGPACK_OBJECT_POSITIVE_INTEGER:
+    return "unsigned integer";
+  case MSGPACK_OBJECT_NEGATIVE_INTEGER:
+    return "negative integer";
+  case MSGPACK_OBJECT_FLOAT32:
+  case MSGPACK_OBJECT_FLOAT64:
+    return "float";
+  case MSGPACK_OBJECT_STR:
+    return "string";
+  case MSGPACK_OBJECT_ARRAY:
+    return "array";
+  case MSGPACK_OBJECT_MAP:
+    return "map";
+  case MSGPACK_OBJECT_BIN:
+    return "binary";
+  case MSGPACK_OBJECT_EXT:
+    return "extension";
+  default:
+    return "unknown";
   }
 }
 
@@ -930,22 +991,22 @@ static MS_NOINLINE int rd_type_error(rd_t *r, const msgpack_object *o, int col,
 }
 
 /* Column accessors: `row` is the row's element array, `col` the column index. */
-#define RD_U64(dst, col, cols)                                                                 \
-  do {                                                                                         \
-    const msgpack_object *o_ = &row[col];                                                      \
-    if (ms_unlikely(o_->type != MSGPACK_OBJECT_POSITIVE_INTEGER))                              \
-      return rd_type_error(r, o_, col, cols, "unsigned integer");                              \
-    (dst) = o_->via.u64;                                                                       \
+#define RD_U64(dst, col, cols)                                                                     \
+  do {                                                                                             \
+    const msgpack_object *o_ = &row[col];                                                          \
+    if (ms_unlikely(o_->type != MSGPACK_OBJECT_POSITIVE_INTEGER))                                  \
+      return rd_type_error(r, o_, col, cols, "unsigned integer");                                  \
+    (dst) = o_->via.u64;                                                                           \
   } while (0)
 
-#define RD_U32(dst, col, cols)                                                                 \
-  do {                                                                                         \
-    const msgpack_object *o_ = &row[col];                                                      \
-    if (ms_unlikely(o_->type != MSGPACK_OBJECT_POSITIVE_INTEGER))                              \
-      return rd_type_error(r, o_, col, cols, "unsigned integer");                              \
-    if (ms_unlikely(o_->via.u64 > UINT32_MAX))                                                 \
-      return rd_fail_col(r, MS_EFORMAT, col, cols[col], "value out of range (> 4294967295)");  \
-    (dst) = (uint32_t)o_->via.u64;                                                             \
+#define RD_U32(dst, col, cols)                                                                     \
+  do {                                                                                             \
+    const msgpack_object *o_ = &row[col];                                                          \
+    if (ms_unlikely(o_->type != MSGPACK_OBJECT_POSITIVE_INTEGER))                                  \
+      return rd_type_error(r, o_, col, cols, "unsigned integer");                                  \
+    if (ms_unlikely(o_->via.u64 > UINT32_MAX))                                                     \
+      return rd_fail_col(r, MS_EFORMAT, col, cols[col], "value out of range (> 4294967295)");      \
+    (dst) = (uint32_t)o_->via.u64;                                                                 \
   } while (0)
 
 static int rd_row(rd_t *r, const msgpack_object *o, size_t ncols, const msgpack_object **row) {
@@ -1100,13 +1161,29 @@ static const char *mp_byte_type_name(const unsigned char *p, const unsigned char
   if (b <= 0x9f || b == 0xdc || b == 0xdd) return "array";
   if (b <= 0xbf || (b >= 0xd9 && b <= 0xdb)) return "string";
   switch (b) {
-  case 0xc0: return "nil";
-  case 0xc2: case 0xc3: return "boolean";
-  case 0xca: case 0xcb: return "float";
-  case 0xc4: case 0xc5: case 0xc6: return "binary";
-  case 0xc7: case 0xc8: case 0xc9: case 0xd4: case 0xd5: case 0xd6: case 0xd7: case 0xd8:
+  case 0xc0:
+    return "nil";
+  case 0xc2:
+  case 0xc3:
+    return "boolean";
+  case 0xca:
+  case 0xcb:
+    return "float";
+  case 0xc4:
+  case 0xc5:
+  case 0xc6:
+    return "binary";
+  case 0xc7:
+  case 0xc8:
+  case 0xc9:
+  case 0xd4:
+  case 0xd5:
+  case 0xd6:
+  case 0xd7:
+  case 0xd8:
     return "extension";
-  default: return "unknown";
+  default:
+    return "unknown";
   }
 }
 
@@ -1118,8 +1195,8 @@ static MS_NOINLINE int rd_bad_value(rd_t *r, const unsigned char *at, const unsi
   size_t hdr;
   uint64_t payload, children;
   int h = at < end ? mp_head(at, (size_t)(end - at), &hdr, &payload, &children) : 0;
-  if (h == 1 && (payload > RD_OBJ_MAX_BYTES ||
-                 (size_t)(at - r->obj) + hdr + payload > RD_OBJ_MAX_BYTES))
+  if (h == 1 &&
+      (payload > RD_OBJ_MAX_BYTES || (size_t)(at - r->obj) + hdr + payload > RD_OBJ_MAX_BYTES))
     /* What the guard reports before it would wait for the rest (rd_settle() lets it). */
     return rd_fail_off(r, MS_ELIMIT, r->obj_off, NULL, "declared length over the limit");
   if (h == 0 || (h == 1 && payload > (size_t)(end - at) - hdr))
@@ -1188,8 +1265,7 @@ RD_INLINE int cur_bool(rd_t *r, cur_t *c, int col, const char *const *cols, bool
 }
 
 /* A string, copied (interned) into the builder's arena. */
-RD_INLINE int cur_strcol(rd_t *r, cur_t *c, int col, const char *const *cols,
-                             const char **dst) {
+RD_INLINE int cur_strcol(rd_t *r, cur_t *c, int col, const char *const *cols, const char **dst) {
   const unsigned char *at = c->p;
   const char *s;
   size_t n;
@@ -1205,8 +1281,7 @@ RD_INLINE int cur_strcol(rd_t *r, cur_t *c, int col, const char *const *cols,
 }
 
 /* A stack reference: nil (no stack) or an index into the stacks table. */
-RD_INLINE int cur_stack_ref(rd_t *r, cur_t *c, int col, const char *const *cols,
-                                uint32_t *dst) {
+RD_INLINE int cur_stack_ref(rd_t *r, cur_t *c, int col, const char *const *cols, uint32_t *dst) {
   if (c->p < c->end && *c->p == 0xc0) {
     c->p++;
     *dst = MS_SNAP_NO_STACK;
@@ -1228,9 +1303,9 @@ RD_INLINE int cur_stack_ref(rd_t *r, cur_t *c, int col, const char *const *cols,
 
 /* Appends record x to the builder's vector vec: in place while there is room, else through the
  * builder's add function (which grows the vector); the same limit (rows per table) either way. */
-#define RD_APPEND(r, vec, x, add_fn)                                                  \
-  (ms_likely((r)->b.vec.len < (r)->b.vec.cap && (r)->b.vec.len < UINT32_MAX - 1)      \
-       ? ((r)->b.vec.ptr[(r)->b.vec.len++] = (x), MS_OK)                              \
+#define RD_APPEND(r, vec, x, add_fn)                                                               \
+  (ms_likely((r)->b.vec.len < (r)->b.vec.cap && (r)->b.vec.len < UINT32_MAX - 1)                   \
+       ? ((r)->b.vec.ptr[(r)->b.vec.len++] = (x), MS_OK)                                           \
        : rd_added(r, add_fn(&(r)->b, &(x))))
 
 static MS_NOINLINE int rd_added(rd_t *r, int rc) {
@@ -1318,8 +1393,8 @@ static int rd_settings_children(rd_t *r, const msgpack_object_map *m, int depth,
 
 static int rd_settings(rd_t *r, const msgpack_object *o) {
   if (o->type != MSGPACK_OBJECT_MAP)
-    return rd_fail_off(r, MS_EFORMAT, r->obj_off, "allocator_settings",
-                       "expected map, got %s", mp_type_name(o->type));
+    return rd_fail_off(r, MS_EFORMAT, r->obj_off, "allocator_settings", "expected map, got %s",
+                       mp_type_name(o->type));
   const msgpack_object_map *m = &o->via.map;
   for (uint32_t i = 0; i < m->size; i++) {
     ms_snap_kv_t kv = {0};
@@ -1515,8 +1590,9 @@ static int rd_block(rd_t *r, cur_t *cp) {
   MS_FORWARD_IF_ERROR(cur_u32(r, &c, 6, cols_block, &k.present));
   if (ms_unlikely(k.address != r->seg_expect_addr)) {
     char msg[128];
-    snprintf(msg, sizeof msg, "0x%" PRIx64 " does not follow the previous block (expected 0x%" PRIx64 ")",
-             k.address, r->seg_expect_addr);
+    snprintf(msg, sizeof msg,
+             "0x%" PRIx64 " does not follow the previous block (expected 0x%" PRIx64 ")", k.address,
+             r->seg_expect_addr);
     return rd_fail_col(r, MS_EFORMAT, 0, cols_block[0], msg);
   }
   if (ms_unlikely(k.size > r->seg_bytes_left)) {
@@ -1542,7 +1618,8 @@ static int rd_block(rd_t *r, cur_t *cp) {
 static int rd_history(rd_t *r, cur_t *cp) {
   while (r->hist_left == 0) {
     size_t next = r->hblk == SIZE_MAX ? 0 : r->hblk + 1;
-    while (next < r->b.blocks.len && r->b.blocks.ptr[next].nhistory == 0) next++;
+    while (next < r->b.blocks.len && r->b.blocks.ptr[next].nhistory == 0)
+      next++;
     if (next >= r->b.blocks.len)
       return rd_fail_col(r, MS_EFORMAT, -1, NULL, "more history entries than the blocks declare");
     r->hblk = next;
@@ -1600,7 +1677,8 @@ static int rd_device(rd_t *r, const msgpack_object *o) {
 static int rd_trace(rd_t *r, cur_t *cp) {
   while (r->trace_left == 0) {
     size_t next = r->tdev == SIZE_MAX ? 0 : r->tdev + 1;
-    while (next < r->b.devices.len && r->b.devices.ptr[next].ntrace == 0) next++;
+    while (next < r->b.devices.len && r->b.devices.ptr[next].ntrace == 0)
+      next++;
     if (next >= r->b.devices.len)
       return rd_fail_col(r, MS_EFORMAT, -1, NULL, "more trace entries than the devices declare");
     r->tdev = next;
@@ -1706,8 +1784,7 @@ static int rd_scan(rd_t *r, const char *expect, size_t *len) {
     size_t avail = r->used - r->off;
     int gr = guard_scan(&g, r->buf + r->off, avail, why, sizeof why);
     if (gr == GUARD_DONE) break;
-    if (gr == GUARD_ERR)
-      return rd_fail_off(r, g.err, r->pos + g.pos, NULL, "%s", why);
+    if (gr == GUARD_ERR) return rd_fail_off(r, g.err, r->pos + g.pos, NULL, "%s", why);
     if (r->eof) {
       if (avail == 0) return 0;
       return rd_fail_off(r, MS_ETRUNCATED, r->pos + avail, NULL,
@@ -1766,8 +1843,8 @@ static int rd_header(rd_t *r) {
   if (rc < 0) return rc;
   msgpack_object o;
   MS_FORWARD_IF_ERROR(rd_unpack(r, "the header", &o));
-  if (o.type != MSGPACK_OBJECT_MAP || o.via.map.size < 2 || !str_eq(&o.via.map.ptr[0].key, "magic") ||
-      !str_eq(&o.via.map.ptr[0].val, SNAP_MAGIC))
+  if (o.type != MSGPACK_OBJECT_MAP || o.via.map.size < 2 ||
+      !str_eq(&o.via.map.ptr[0].key, "magic") || !str_eq(&o.via.map.ptr[0].val, SNAP_MAGIC))
     return rd_fail_off(r, MS_EFORMAT, 0, NULL, "not a memsnap snapshot (bad magic)");
   const msgpack_object *v = &o.via.map.ptr[1].val;
   if (!str_eq(&o.via.map.ptr[1].key, "version") || v->type != MSGPACK_OBJECT_POSITIVE_INTEGER)
@@ -1775,7 +1852,8 @@ static int rd_header(rd_t *r) {
                        "expected unsigned integer");
   if (v->via.u64 < 1 || v->via.u64 > SNAP_VERSION)
     return rd_fail_off(r, MS_EUNSUPPORTED, mp_child_offset(r->obj, r->obj_len, 0, 3),
-                       "header.version", "unsupported format version %" PRIu64 " (this build reads 1 to %d)",
+                       "header.version",
+                       "unsupported format version %" PRIu64 " (this build reads 1 to %d)",
                        v->via.u64, SNAP_VERSION);
   r->version = (int)v->via.u64;
   rd_release_obj(r);
@@ -1803,8 +1881,8 @@ static int rd_meta(rd_t *r) {
     char path[48];
     snprintf(path, sizeof path, "meta.%.*s", (int)(k->via.str.size > 32 ? 32 : k->via.str.size),
              k->via.str.ptr);
-    int is_int = v->type == MSGPACK_OBJECT_POSITIVE_INTEGER ||
-                 v->type == MSGPACK_OBJECT_NEGATIVE_INTEGER;
+    int is_int =
+        v->type == MSGPACK_OBJECT_POSITIVE_INTEGER || v->type == MSGPACK_OBJECT_NEGATIVE_INTEGER;
     if (str_eq(k, "origin") || str_eq(k, "present")) {
       if (v->type != MSGPACK_OBJECT_POSITIVE_INTEGER || v->via.u64 > UINT32_MAX)
         return rd_fail_off(r, MS_EFORMAT, off, path, "expected unsigned integer");
@@ -1821,9 +1899,12 @@ static int rd_meta(rd_t *r) {
       if (!is_int || (v->type == MSGPACK_OBJECT_POSITIVE_INTEGER && v->via.u64 > INT64_MAX))
         return rd_fail_off(r, MS_EFORMAT, off, path, "expected integer");
       int64_t x = v->type == MSGPACK_OBJECT_NEGATIVE_INTEGER ? v->via.i64 : (int64_t)v->via.u64;
-      if (str_eq(k, "pid")) h->pid = x;
-      else if (str_eq(k, "rank")) h->rank = x;
-      else h->time_us = x;
+      if (str_eq(k, "pid"))
+        h->pid = x;
+      else if (str_eq(k, "rank"))
+        h->rank = x;
+      else
+        h->time_us = x;
     } else if (str_eq(k, "hostname")) {
       if (v->type != MSGPACK_OBJECT_STR)
         return rd_fail_off(r, MS_EFORMAT, off, path, "expected string, got %s",
@@ -1845,9 +1926,12 @@ static int rd_meta(rd_t *r) {
     }
     /* Other keys (e.g. "writer") are informational and ignored. */
   }
-  if (!(have & HAVE_ORIGIN)) return rd_fail_off(r, MS_EFORMAT, r->obj_off, "meta", "missing key 'origin'");
-  if (!(have & HAVE_PRESENT)) return rd_fail_off(r, MS_EFORMAT, r->obj_off, "meta", "missing key 'present'");
-  if (!(have & HAVE_COUNTS)) return rd_fail_off(r, MS_EFORMAT, r->obj_off, "meta", "missing key 'counts'");
+  if (!(have & HAVE_ORIGIN))
+    return rd_fail_off(r, MS_EFORMAT, r->obj_off, "meta", "missing key 'origin'");
+  if (!(have & HAVE_PRESENT))
+    return rd_fail_off(r, MS_EFORMAT, r->obj_off, "meta", "missing key 'present'");
+  if (!(have & HAVE_COUNTS))
+    return rd_fail_off(r, MS_EFORMAT, r->obj_off, "meta", "missing key 'counts'");
   rd_release_obj(r);
   return MS_OK;
 }
@@ -1865,11 +1949,11 @@ static int rd_end_table(rd_t *r, int t, uint64_t off) {
   }
   if (t == TAG_HISTORY && rows != r->hist_declared)
     return rd_fail_off(r, MS_EFORMAT, off, "history",
-                       "%" PRIu64 " entries, the blocks declare %" PRIu64, rows,
-                       r->hist_declared);
+                       "%" PRIu64 " entries, the blocks declare %" PRIu64, rows, r->hist_declared);
   if (t == TAG_TRACE) {
     uint64_t want = 0;
-    for (size_t i = 0; i < r->b.devices.len; i++) want += r->b.devices.ptr[i].ntrace;
+    for (size_t i = 0; i < r->b.devices.len; i++)
+      want += r->b.devices.ptr[i].ntrace;
     if (want != r->b.trace.len)
       return rd_fail_off(r, MS_EFORMAT, off, "device_traces",
                          "%zu entries, the devices declare %" PRIu64, r->b.trace.len, want);
@@ -1897,25 +1981,33 @@ static int rd_device_chunk(rd_t *r, const msgpack_object *o) {
  * repeated from the row it stopped in. */
 static int rd_rows(rd_t *r, cur_t *c, uint64_t n, uint64_t *i) {
   const int t = r->table;
-#define RD_ROWS(fn)                                                                  \
-  for (; *i < n; ++*i) {                                                             \
-    r->row_in_chunk = (uint32_t)*i;                                                  \
-    MS_FORWARD_IF_ERROR(fn(r, c));                                                   \
-    r->rows[t]++;                                                                    \
-    if (ms_unlikely(r->obj_items > RD_OBJ_MAX_ITEMS))                                \
-      return rd_fail_off(r, MS_ELIMIT, r->obj_off, NULL,                             \
-                         "more than %u values in one object", RD_OBJ_MAX_ITEMS);     \
-  }                                                                                  \
+#define RD_ROWS(fn)                                                                                \
+  for (; *i < n; ++*i) {                                                                           \
+    r->row_in_chunk = (uint32_t)*i;                                                                \
+    MS_FORWARD_IF_ERROR(fn(r, c));                                                                 \
+    r->rows[t]++;                                                                                  \
+    if (ms_unlikely(r->obj_items > RD_OBJ_MAX_ITEMS))                                              \
+      return rd_fail_off(r, MS_ELIMIT, r->obj_off, NULL, "more than %u values in one object",      \
+                         RD_OBJ_MAX_ITEMS);                                                        \
+  }                                                                                                \
   break
   switch (t) {
-  case TAG_FRAMES: RD_ROWS(rd_frame);
-  case TAG_STACKS: RD_ROWS(rd_stack);
-  case TAG_SEGMENTS: RD_ROWS(rd_segment);
-  case TAG_BLOCKS: RD_ROWS(rd_block);
-  case TAG_HISTORY: RD_ROWS(rd_history);
-  case TAG_TRACE: RD_ROWS(rd_trace);
-  case TAG_ANNOTATIONS: RD_ROWS(rd_annotation);
-  default: return rd_fail_off(r, MS_EFORMAT, r->obj_off, NULL, "no rows expected in table %d", t);
+  case TAG_FRAMES:
+    RD_ROWS(rd_frame);
+  case TAG_STACKS:
+    RD_ROWS(rd_stack);
+  case TAG_SEGMENTS:
+    RD_ROWS(rd_segment);
+  case TAG_BLOCKS:
+    RD_ROWS(rd_block);
+  case TAG_HISTORY:
+    RD_ROWS(rd_history);
+  case TAG_TRACE:
+    RD_ROWS(rd_trace);
+  case TAG_ANNOTATIONS:
+    RD_ROWS(rd_annotation);
+  default:
+    return rd_fail_off(r, MS_EFORMAT, r->obj_off, NULL, "no rows expected in table %d", t);
   }
 #undef RD_ROWS
   return MS_OK;
@@ -1929,8 +2021,8 @@ static int is_hot_table(uint64_t tag) {
  * the end of the tables passed over. *last = the last table seen. */
 static int rd_chunk_head(rd_t *r, int tag, int *last) {
   if (tag != TAG_END && tag < *last)
-    return rd_fail_off(r, MS_EFORMAT, r->obj_off, table_names[tag],
-                       "table out of order (after %s)", table_names[*last]);
+    return rd_fail_off(r, MS_EFORMAT, r->obj_off, table_names[tag], "table out of order (after %s)",
+                       table_names[*last]);
   /* Close the tables passed over (including the previous one). */
   for (int t = *last == 0 ? 1 : *last; t < (tag == TAG_END ? TAG_COUNT : tag); t++) {
     r->table = t;
@@ -2067,8 +2159,7 @@ static int rd_body(rd_t *r) {
     uint64_t n = 0, tagv = 0;
     if (!cur_array(&c, &n) || n < 1 || cur_int(&c, &tagv) != MPI_UINT || tagv >= TAG_COUNT)
       return rd_fail_off(r, MS_EFORMAT, r->obj_off, NULL,
-                         "expected a table chunk [tag, rows...] with a tag in 0-%d",
-                         TAG_COUNT - 1);
+                         "expected a table chunk [tag, rows...] with a tag in 0-%d", TAG_COUNT - 1);
     int tag = (int)tagv;
     MS_FORWARD_IF_ERROR(rd_chunk_head(r, tag, &last));
     if (tag == TAG_END) {
@@ -2083,8 +2174,8 @@ static int rd_body(rd_t *r) {
     r->table = tag;
     if (tag == TAG_SETTINGS) {
       if (n != 2)
-        return rd_fail_off(r, MS_EFORMAT, r->obj_off, table_names[tag],
-                           "expected [%d, {settings}]", TAG_SETTINGS);
+        return rd_fail_off(r, MS_EFORMAT, r->obj_off, table_names[tag], "expected [%d, {settings}]",
+                           TAG_SETTINGS);
       msgpack_object o;
       MS_FORWARD_IF_ERROR(rd_unpack(r, "a table chunk", &o));
       MS_FORWARD_IF_ERROR(rd_settings(r, &o.via.array.ptr[1]));

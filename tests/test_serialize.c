@@ -76,7 +76,8 @@ Test(serialize, roundtrip_small_plain) {
 
 Test(serialize, roundtrip_small_compressed) {
   ms_snapshot_t *s = th_synth(NULL);
-  for (int level = 1; level <= 9; level += 4) roundtrip(s, level);
+  for (int level = 1; level <= 9; level += 4)
+    roundtrip(s, level);
   ms_snapshot_free(s);
 }
 
@@ -229,8 +230,12 @@ static void every_truncation_fails(int level) {
   ms_snapshot_free(s);
 }
 
-Test(serialize, every_truncation_is_an_error_plain) { every_truncation_fails(0); }
-Test(serialize, every_truncation_is_an_error_compressed) { every_truncation_fails(1); }
+Test(serialize, every_truncation_is_an_error_plain) {
+  every_truncation_fails(0);
+}
+Test(serialize, every_truncation_is_an_error_compressed) {
+  every_truncation_fails(1);
+}
 
 Test(serialize, truncation_messages) {
   ms_snapshot_t *s = th_synth(NULL);
@@ -324,7 +329,8 @@ static void mp_byte(mp_t *m, unsigned v) {
   mp_raw(m, &c, 1);
 }
 static void mp_be(mp_t *m, uint64_t v, int bytes) {
-  for (int i = bytes - 1; i >= 0; i--) mp_byte(m, (unsigned)(v >> (8 * i)) & 0xff);
+  for (int i = bytes - 1; i >= 0; i--)
+    mp_byte(m, (unsigned)(v >> (8 * i)) & 0xff);
 }
 static void mp_uint(mp_t *m, uint64_t v) {
   if (v < 128) {
@@ -361,7 +367,8 @@ static void mp_start(mp_t *m, unsigned version, const uint64_t counts[9]) {
   mp_uint(m, 0);
   mp_str(m, "counts");
   mp_arr(m, 9);
-  for (int i = 0; i < 9; i++) mp_uint(m, counts[i]);
+  for (int i = 0; i < 9; i++)
+    mp_uint(m, counts[i]);
 }
 
 /* Writes a segment row whose column `bad_col` is replaced by a string; returns its offset. */
@@ -375,12 +382,25 @@ static size_t mp_segment_row(mp_t *m, uint64_t total, unsigned nblocks, int bad_
       continue;
     }
     switch (c) {
-    case 1: mp_uint(m, 0x10000); break;          /* address */
-    case 2: mp_uint(m, total); break;            /* total_size */
-    case 7: case 8: mp_byte(m, 0xc2); break;     /* booleans */
-    case 11: mp_byte(m, 0xc0); break;            /* no stack */
-    case 12: mp_uint(m, nblocks); break;
-    default: mp_uint(m, 0); break;
+    case 1:
+      mp_uint(m, 0x10000);
+      break; /* address */
+    case 2:
+      mp_uint(m, total);
+      break; /* total_size */
+    case 7:
+    case 8:
+      mp_byte(m, 0xc2);
+      break; /* booleans */
+    case 11:
+      mp_byte(m, 0xc0);
+      break; /* no stack */
+    case 12:
+      mp_uint(m, nblocks);
+      break;
+    default:
+      mp_uint(m, 0);
+      break;
     }
   }
   return bad_off;
@@ -503,8 +523,8 @@ Test(serialize, sizes_that_do_not_add_up) {
   size_t end = m.n;
   mp_finish(&m);
   char want[200];
-  snprintf(want, sizeof want, "offset %zu: segments[0]: block sizes sum to 12288, total_size is 16384",
-           end);
+  snprintf(want, sizeof want,
+           "offset %zu: segments[0]: block sizes sum to 12288, total_size is 16384", end);
   expect_error(&m, MS_EFORMAT, want);
 
   /* 2: a block larger than what is left */
@@ -519,9 +539,10 @@ Test(serialize, sizes_that_do_not_add_up) {
   mp_block_row(&m, 0x11000, 0x2000);
   mp_finish(&m);
   /* the size column: row header (1) + address (9) */
-  snprintf(want, sizeof want,
-           "offset %zu: segments[0].blocks[1].size: 8192 exceeds the 4096 bytes left in the segment",
-           row + 1 + 9);
+  snprintf(
+      want, sizeof want,
+      "offset %zu: segments[0].blocks[1].size: 8192 exceeds the 4096 bytes left in the segment",
+      row + 1 + 9);
   expect_error(&m, MS_EFORMAT, want);
 
   /* 3: a gap between blocks */
@@ -620,8 +641,8 @@ Test(serialize, huge_declared_lengths) {
   mp_be(&m, 1000000u, 4);
   mp_uint(&m, 1);
   snprintf(want, sizeof want,
-           "offset %zu: truncated input in a table chunk (object at offset %zu is incomplete)",
-           m.n, off);
+           "offset %zu: truncated input in a table chunk (object at offset %zu is incomplete)", m.n,
+           off);
   expect_error(&m, MS_ETRUNCATED, want);
 }
 
@@ -630,7 +651,8 @@ Test(serialize, deep_nesting) {
   mp_t m;
   mp_start(&m, 1, counts);
   size_t off = m.n;
-  for (int i = 0; i < 1000; i++) mp_byte(&m, 0x91);
+  for (int i = 0; i < 1000; i++)
+    mp_byte(&m, 0x91);
   mp_byte(&m, 0xc0);
   char want[160];
   snprintf(want, sizeof want, "offset %zu: nesting deeper than 12 levels", off + 12);
@@ -705,8 +727,8 @@ Test(serialize, table_structure_errors) {
   off = m.n;
   mp_uint(&m, 5);
   mp_finish(&m);
-  snprintf(want, sizeof want, "offset %zu: stacks[0].frames[1]: frame index 5 out of range (1 frames)",
-           off);
+  snprintf(want, sizeof want,
+           "offset %zu: stacks[0].frames[1]: frame index 5 out of range (1 frames)", off);
   expect_error(&m, MS_EFORMAT, want);
   /* a row with the wrong number of columns */
   mp_start(&m, 1, counts);
@@ -896,9 +918,12 @@ Test(serialize, atomic_file_api) {
 /* ---- PyTorch fixtures: pickle -> memsnap format -> equal model ------------------------------ */
 
 static const char *const fixtures[] = {
-    "jogregoire_diffusion_tiny.pickle", "a0kuma_adamw_small.pickle",
-    "yiyi_flexgen_oom_legacy.pickle",   "yiyi_flexgen_1.3b_legacy_a.pickle",
-    "maphsge_select_n_4dev.pickle",     "cranberrii_ftcourse.pickle",
+    "jogregoire_diffusion_tiny.pickle",
+    "a0kuma_adamw_small.pickle",
+    "yiyi_flexgen_oom_legacy.pickle",
+    "yiyi_flexgen_1.3b_legacy_a.pickle",
+    "maphsge_select_n_4dev.pickle",
+    "cranberrii_ftcourse.pickle",
     "wedsonlin_cs336_medium_1024_training.pickle",
 };
 
@@ -944,7 +969,8 @@ Test(serialize, decompression_bomb_is_refused, .timeout = 60) {
   cr_assert_eq(ms__zsink_create(&inner, 9, &z, &zs), MS_OK);
   cr_assert_eq(zs.write(zs.ctx, (const char *)m.b, m.n), MS_OK);
   static char zeros[1 << 16];
-  for (int i = 0; i < 60 * 16; i++) cr_assert_eq(zs.write(zs.ctx, zeros, sizeof zeros), MS_OK);
+  for (int i = 0; i < 60 * 16; i++)
+    cr_assert_eq(zs.write(zs.ctx, zeros, sizeof zeros), MS_OK);
   cr_assert_eq(ms__zsink_finish(z), MS_OK);
   ms__zsink_destroy(z);
   cr_assert_lt(out.len, 1 << 20);
@@ -1073,8 +1099,9 @@ Test(serialize, rows_accept_every_integer_and_length_encoding) {
   mp_be(&m, 0x10000, 4);
   mp_byte(&m, 0xcd); /* total_size: uint16 0x3000 */
   mp_be(&m, 0x3000, 2);
-  for (int c = 3; c <= 6; c++) mp_byte(&m, 0xcc), mp_byte(&m, 7); /* uint8 7 */
-  mp_byte(&m, 0xc3);                                                /* is_large: true */
+  for (int c = 3; c <= 6; c++)
+    mp_byte(&m, 0xcc), mp_byte(&m, 7); /* uint8 7 */
+  mp_byte(&m, 0xc3);                   /* is_large: true */
   mp_byte(&m, 0xc2);
   mp_byte(&m, 0xd3); /* pool_id[0]: int64 -5 */
   mp_be(&m, (uint64_t)-5, 8);
@@ -1358,7 +1385,8 @@ Test(serialize, row_longer_than_a_read) {
   char *buf = calloc(1, m.n + n + tail);
   cr_assert_not_null(buf);
   memcpy(buf, m.b, m.n);
-  for (size_t i = 0; i < 30000; i++) buf[m.n + 9 * i] = (char)0xcf;
+  for (size_t i = 0; i < 30000; i++)
+    buf[m.n + 9 * i] = (char)0xcf;
   size_t len = m.n + n;
   memcpy(buf + len, "\x92\x09\x80\x91\x00", 5); /* settings {}, end */
   len += 5;

@@ -4,8 +4,9 @@
  * crash, a hang or unbounded memory. An uncompressed input is read a second time in small pieces,
  * which must give the same result (the reader decodes rows while it reads, and settles errors with
  * its guard scan: neither may depend on where reads end). An accepted input is written back (plain
- * and compressed) and read again, which must succeed with the same table sizes. A PyTorch pickle seed is converted to
- * the memsnap format first, so the pickle fixtures also exercise the writer and the reader.
+ * and compressed) and read again, which must succeed with the same table sizes. A PyTorch pickle
+ * seed is converted to the memsnap format first, so the pickle fixtures also exercise the writer
+ * and the reader.
  *
  * Built and run by scripts/fuzz.sh (make fuzz); seeds in tests/fuzz/corpus/fuzz_msgpack/.
  */
@@ -28,7 +29,8 @@ static int fz_write(void *ctx, const char *buf, size_t len) {
   fz_buf_t *b = ctx;
   if (b->n + len > b->cap) {
     size_t nc = b->cap ? b->cap * 2 : 4096;
-    while (nc < b->n + len) nc *= 2;
+    while (nc < b->n + len)
+      nc *= 2;
     char *np = realloc(b->p, nc);
     if (!np) return MS_ENOMEM;
     b->p = np;
@@ -63,8 +65,7 @@ static ptrdiff_t fz_pieces_read(void *ctx, char *buf, size_t cap) {
 }
 
 /* Reads data at once (piece 0) or in pieces. */
-static ms_snapshot_t *fz_read_pieces(const void *data, size_t size, size_t piece,
-                                     ms_errbuf_t *eb) {
+static ms_snapshot_t *fz_read_pieces(const void *data, size_t size, size_t piece, ms_errbuf_t *eb) {
   ms_membuf_t mb;
   ms_source_t src;
   fz_pieces_t fp = {data, size, 0, piece};
@@ -97,9 +98,9 @@ static void fz_roundtrip(const ms_snapshot_t *s) {
     if (ms_snapshot_write(s, &o, &sink, &eb) == MS_OK) {
       ms_snapshot_t *r = fz_read(b.p, b.n, &eb);
       fz_check(r != NULL, eb.msg);
-      fz_check(r->nsegments == s->nsegments && r->nblocks == s->nblocks &&
-                   r->ntrace == s->ntrace && r->nframes == s->nframes &&
-                   r->nsettings == s->nsettings && r->nstats == s->nstats,
+      fz_check(r->nsegments == s->nsegments && r->nblocks == s->nblocks && r->ntrace == s->ntrace &&
+                   r->nframes == s->nframes && r->nsettings == s->nsettings &&
+                   r->nstats == s->nstats,
                "round trip changed the table sizes");
       ms_snapshot_free(r);
     }
