@@ -2059,9 +2059,10 @@ static MS_NOINLINE int rd_guard_buffered(rd_t *r) {
 /* Decodes a chunk of a hot table while reading it, without a guard scan first: the row readers
  * check every value against the buffered bytes and ask for more (RD_NEED_MORE) when a row goes on
  * after them; the chunk is then decoded on from the start of that row. Every row reader changes
- * the reader's state only once its row is complete (strings interned for a row that was cut are
- * interned again: short ones are shared, a long one is copied twice), so a row can be decoded
- * again. The guard's limits are checked on the way (values, bytes); on any error rd_settle() lets
+ * the reader's state only once its row is complete, except for steps that a second decode finds
+ * done (opening the segment, block or device the row belongs to) and strings interned for a row
+ * that was cut (interned again: short ones are shared, a long one is copied again), so a row can
+ * be decoded again. The guard's limits are checked on the way (values, bytes); on any error rd_settle() lets
  * the guard report what it would have reported first. Saves the guard's pass over the bytes
  * (a third of the reader's time).
  * pre: the buffered bytes start with the chunk's array header (n elements, n <= RD_OBJ_MAX_ITEMS)
