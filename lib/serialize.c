@@ -2062,9 +2062,10 @@ static MS_NOINLINE int rd_guard_buffered(rd_t *r) {
  * the reader's state only once its row is complete, except for steps that a second decode finds
  * done (opening the segment, block or device the row belongs to) and strings interned for a row
  * that was cut (interned again: short ones are shared, a long one is copied again), so a row can
- * be decoded again. The guard's limits are checked on the way (values, bytes); on any error rd_settle() lets
- * the guard report what it would have reported first. Saves the guard's pass over the bytes
- * (a third of the reader's time).
+ * be decoded again. The guard's limits are checked on the way (values, bytes); on any error
+ * rd_settle() lets the guard report what it would have reported first. Saves the guard's pass over
+ * the bytes (a third of the reader's time).
+ *
  * pre: the buffered bytes start with the chunk's array header (n elements, n <= RD_OBJ_MAX_ITEMS)
  * and its tag, a hot table's. @return MS_OK (the chunk is consumed) or an error. */
 static int rd_hot_chunk(rd_t *r, int *last) {
