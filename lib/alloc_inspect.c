@@ -11,7 +11,7 @@
 #include "alloc_internal.h"
 #include "types.h"
 
-/* ---- invariant checker ------------------------------------------------------------------------ */
+/* ---- invariant checker ----------------------------------------------------------------------- */
 
 typedef struct check_acc_s {
   int64_t arr[9][MS_STAT_NUM_TYPES]; /* in MS_STAT_FIELDS order: allocation .. requested_bytes */

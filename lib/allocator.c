@@ -29,7 +29,7 @@
 /* Test-only rule mutations (alloc_internal.h, replay section): 0 in every real use. */
 int ms__alloc_test_mutation = MS__MUT_NONE;
 
-/* ---- small helpers ----------------------------------------------------------------------------- */
+/* ---- small helpers --------------------------------------------------------------------------- */
 
 static inline enum ms_stat_type pool_stat(const ms__pool_t *p) {
   return p->is_small ? MS_STAT_SMALL_POOL : MS_STAT_LARGE_POOL;
@@ -90,7 +90,7 @@ static void format_size_pt(size_t n, char *dst, size_t cap) {
   else snprintf(dst, cap, "%.2f GiB", (double)n / 1073741824.0);
 }
 
-/* ---- pointer map --------------------------------------------------------------------------------- */
+/* ---- pointer map ----------------------------------------------------------------------------- */
 
 static inline size_t map_slot(const ms__ptrmap_t *m, uintptr_t ptr) {
   return (size_t)(((uint64_t)ptr >> 9) * 0x9E3779B97F4A7C15ULL >> 20) & (m->cap - 1);
@@ -161,7 +161,7 @@ static inline void map_remove_at(ms__ptrmap_t *m, size_t j) {
   }
 }
 
-/* ---- events (§7.2-§7.4, §13.2) ------------------------------------------------------------------- */
+/* ---- events (§7.2-§7.4, §13.2) --------------------------------------------------------------- */
 
 static int event_get(ms_allocator_t *a, ms_event_t *out) {
   if (a->event_pool.len) {
@@ -318,7 +318,7 @@ static void synchronize_and_free_events(ms_allocator_t *a, uint32_t ctx,
   queues_drop_empty(a);
 }
 
-/* ---- pools ----------------------------------------------------------------------------------------- */
+/* ---- pools ----------------------------------------------------------------------------------- */
 
 static ms__private_pool_t *find_private_pool(ms_allocator_t *a, ms_pool_id_t id) {
   for (ms__private_pool_t *p = a->pools; p; p = p->next)
@@ -849,7 +849,7 @@ int ms_allocator_record_stream(ms_allocator_t *a, ms_devptr_t ptr, ms_stream_t s
   return r;
 }
 
-/* ---- other public calls ------------------------------------------------------------------------ */
+/* ---- other public calls ---------------------------------------------------------------------- */
 
 int ms_allocator_empty_cache(ms_allocator_t *a) {
   MS_RETURN_IF(!a, MS_EINVAL);
@@ -974,7 +974,7 @@ size_t ms_allocator_last_oom_message(ms_allocator_t *a, char *dst, size_t cap) {
   return n;
 }
 
-/* ---- private pools (§13.3) --------------------------------------------------------------------- */
+/* ---- private pools (§13.3) ------------------------------------------------------------------- */
 
 ms_pool_id_t ms_pool_id_new(bool is_graph) {
   static _Atomic int64_t graph_uid = 1, pool_uid = 1;
@@ -1048,7 +1048,7 @@ int ms_allocator_release_pool(ms_allocator_t *a, ms_pool_id_t id) {
   return r;
 }
 
-/* ---- create / destroy ------------------------------------------------------------------------- */
+/* ---- create / destroy ------------------------------------------------------------------------ */
 
 int ms_allocator_create(const ms_allocator_config_t *cfg, ms_allocator_t **out, ms_errbuf_t *eb) {
   if (eb) eb->msg[0] = 0;
@@ -1155,7 +1155,7 @@ void ms_allocator_destroy(ms_allocator_t *a) {
   free(a);
 }
 
-/* ---- internal API (alloc_internal.h) ------------------------------------------------------------- */
+/* ---- internal API (alloc_internal.h) --------------------------------------------------------- */
 
 void ms__allocator_set_hooks(ms_allocator_t *a, const ms__alloc_hooks_t *hooks) {
   pthread_mutex_lock(&a->mu);
@@ -1165,7 +1165,7 @@ void ms__allocator_set_hooks(ms_allocator_t *a, const ms__alloc_hooks_t *hooks) 
 
 const ms__alloc_hooks_t *ms__allocator_get_hooks(ms_allocator_t *a) { return alloc_hooks(a); }
 
-/* ---- replay support (alloc_internal.h; used by lib/replay.c) ------------------------------------ */
+/* ---- replay support (alloc_internal.h; used by lib/replay.c) --------------------------------- */
 
 int ms__allocator_replay_free_deferred(ms_allocator_t *a, ms_devptr_t ptr, void **pending) {
   pthread_mutex_lock(&a->mu);

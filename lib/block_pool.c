@@ -80,7 +80,7 @@ static inline int prev_class(const ms__fset_t *s, int i) {
   return (int)(w * 64 + 63 - (unsigned)__builtin_clzll(s->bits[w]));
 }
 
-/* ---- the pool's sets --------------------------------------------------------------------------- */
+/* ---- the pool's sets ------------------------------------------------------------------------- */
 
 void ms__pool_init(ms__pool_t *p, bool is_small, ms__private_pool_t *owner) {
   p->hot = NULL;
@@ -138,7 +138,7 @@ int ms__pool_reserve(ms__pool_t *p, ms_stream_t stream) {
   return MS_OK;
 }
 
-/* ---- treaps ------------------------------------------------------------------------------------ */
+/* ---- treaps ---------------------------------------------------------------------------------- */
 
 /* Strict (size, ptr) order inside one set. */
 static inline bool node_less(const ms__block_t *a, const ms__block_t *b) {
@@ -385,7 +385,7 @@ ms__block_t *ms__pool_prev(const ms__block_t *b) {
   return NULL;
 }
 
-/* ---- checks ------------------------------------------------------------------------------------ */
+/* ---- checks ---------------------------------------------------------------------------------- */
 
 static size_t check_subtree(const ms__pool_t *p, const ms__fset_t *s, unsigned c,
                             const ms__block_t *n, const ms__block_t *parent, bool *ok) {

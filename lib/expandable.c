@@ -76,7 +76,7 @@ static inline bool es_free(const ms__block_t *b) {
   return b && !b->allocated && b->event_count == 0 && b->nuses == 0;
 }
 
-/* ---- ExpandableSegment ------------------------------------------------------------------------ */
+/* ---- ExpandableSegment ----------------------------------------------------------------------- */
 
 /* A new reserved range for (stream, pool), as one unmapped block (in the unmapped set). */
 static ms__block_t *es_create(ms_allocator_t *a, ms__pool_t *pool, ms_stream_t stream) {

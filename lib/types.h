@@ -90,7 +90,8 @@ struct ms__pool_s {
   ms__private_pool_t *owner; /* NULL for the default pools */
   int64_t get_free_blocks_call_count; /* GC clock */
   /* Unmapped blocks of expandable segments, ordered by (stream, ptr), linked through the blocks'
-   * tl (next) and tr (previous) fields, which the free set uses only while in_set (expandable.c). */
+   * tl (next) and tr (previous) fields, which the free set uses only while in_set
+   * (expandable.c). */
   ms__block_t *unmapped;
 };
 

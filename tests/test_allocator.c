@@ -699,7 +699,8 @@ Test(allocator, empty_cache_forces_pending_frees) {
 Test(allocator, empty_cache_keeps_split_segments) {
   env_t e;
   env_open(&e, NULL, 0);
-  ms_devptr_t a = xmalloc(&e, 8 * KiB, 0), b = xmalloc(&e, 30 * MiB, 0), c = xmalloc(&e, 5 * MiB, 0);
+  ms_devptr_t a = xmalloc(&e, 8 * KiB, 0), b = xmalloc(&e, 30 * MiB, 0);
+  ms_devptr_t c = xmalloc(&e, 5 * MiB, 0);
   xfree(&e, b);
   cr_assert_eq(ms_allocator_empty_cache(e.a), MS_OK);
   cr_assert_eq(stat(&e, "segment.all.current"), 2, "only the unsplit 30 MiB segment goes");
@@ -867,7 +868,9 @@ Test(allocator, stats_peaks_resets_and_version_check) {
   char *text = NULL;
   cr_assert_eq(ms_allocator_memory_summary(e.a, false, &text), MS_OK);
   cr_assert(strstr(text, "PyTorch CUDA memory summary, device ID 0") != NULL);
-  cr_assert(strstr(text, "| Allocated memory      |   3072 KiB |   3072 KiB |      0 B   |      0 B   |") != NULL, "%s", text);
+  cr_assert(strstr(text, "| Allocated memory      |   3072 KiB |   3072 KiB |      0 B   |"
+                         "      0 B   |") != NULL,
+            "%s", text);
   ms_stats_text_free(text);
   xfree(&e, b);
   env_close(&e);

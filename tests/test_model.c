@@ -173,7 +173,8 @@ static void run_model(const char *conf, double fraction, size_t capacity, int st
   if (fraction < 1.0) cr_assert_eq(ms_allocator_set_memory_fraction(m->a, fraction, &eb), MS_OK);
   const ms_backend_ops_t *o = ms_backend_ops(m->b);
   m->streams[0] = 0;
-  for (int i = 1; i < NSTREAMS; i++) cr_assert_eq(o->stream_create(o->ctx, 0, &m->streams[i]), MS_OK);
+  for (int i = 1; i < NSTREAMS; i++)
+    cr_assert_eq(o->stream_create(o->ctx, 0, &m->streams[i]), MS_OK);
   m->rng = seed;
   for (int i = 0; i < steps; i++) model_step(m, i);
   /* wind down: everything freed, routing ended, pools released, cache emptied -> device empty */
@@ -208,7 +209,9 @@ static void run_model(const char *conf, double fraction, size_t capacity, int st
 }
 
 /* 5 configurations x 24,000 operations = 120,000 operations, each followed by the full check. */
-Test(model, defaults, .timeout = 120) { run_model("", 1.0, (size_t)4 << 30, 24000, 0x9e3779b97f4a7c15ULL, false); }
+Test(model, defaults, .timeout = 120) {
+  run_model("", 1.0, (size_t)4 << 30, 24000, 0x9e3779b97f4a7c15ULL, false);
+}
 Test(model, max_split_size, .timeout = 120) {
   run_model("max_split_size_mb:40,max_non_split_rounding_mb:30", 1.0, (size_t)3 << 30, 24000,
             0x1234567887654321ULL, false);
@@ -218,7 +221,8 @@ Test(model, roundup_divisions, .timeout = 120) {
             0xfeedfacecafebeefULL, false);
 }
 Test(model, gc_and_fraction, .timeout = 120) {
-  run_model("garbage_collection_threshold:0.6", 0.8, (size_t)3 << 30, 24000, 0x0badc0de0badc0deULL, true);
+  run_model("garbage_collection_threshold:0.6", 0.8, (size_t)3 << 30, 24000, 0x0badc0de0badc0deULL,
+            true);
 }
 Test(model, tight_device_and_large_segments, .timeout = 120) {
   run_model("large_segment_size_mb:12,max_split_size_mb:24", 1.0, (size_t)1 << 30, 24000,
