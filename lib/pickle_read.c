@@ -223,9 +223,9 @@ typedef struct rd_s {
   MS_VEC(rd_pframe_t) pframes;
   uint32_t pframe_free;
   MS_VEC(int64_t) pairs;
-  size_t fbuf_len;      /* frame indices of the frames list being filled, written in place at the
-                            builder's stack tail (ms__snapbuild_stack_room) */
-  uint32_t fbuf_owner;   /* that list */
+  size_t fbuf_len;     /* frame indices of the frames list being filled, written in place at the
+                           builder's stack tail (ms__snapbuild_stack_room) */
+  uint32_t fbuf_owner; /* that list */
   MS_VEC(rd_val_t) tmp;
   uint32_t root;
   uint32_t root_segments; /* the root dict's "segments" list */

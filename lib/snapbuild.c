@@ -136,7 +136,7 @@ static int big_reserve(void **ptr, size_t *cap, size_t len, size_t extra, size_t
   return 0;
 }
 
-#define BIG_RESERVE(v, extra) \
+#define BIG_RESERVE(v, extra)                                                                      \
   big_reserve((void **)&(v)->ptr, &(v)->cap, (v)->len, (extra), sizeof(*(v)->ptr))
 
 int ms__bigvec_reserve(void **ptr, size_t *cap, size_t len, size_t extra, size_t elem) {
@@ -315,7 +315,8 @@ static uint32_t *frames_end(ms__snapbuild_t *b) {
 static void stack_add(ms__snapbuild_t *b, size_t n, uint32_t tag, size_t slot, uint32_t *out) {
   const uint32_t *fr = frames_end(b);
   uint32_t max = 0;
-  for (size_t i = 0; i < n; i++) max = fr[i] > max ? fr[i] : max;
+  for (size_t i = 0; i < n; i++)
+    max = fr[i] > max ? fr[i] : max;
   if (n && max >= b->stack_frame_bound) b->stack_frame_bound = max + 1;
   ms_snap_stack_t st = {(uint32_t)b->stack_frames.len, (uint32_t)n};
   bool all_known = b->stack_frames_known == b->stack_frames.len;
@@ -363,12 +364,12 @@ int ms__snapbuild_stack_tail(ms__snapbuild_t *b, size_t n, uint32_t *out) {
   return MS_OK;
 }
 
-#define BUILD_ADD(fn, vec, T)                              \
-  int fn(ms__snapbuild_t *b, const T *x) {                 \
-    if (b->vec.len >= UINT32_MAX - 1) return MS_ELIMIT;      \
-    if (BIG_RESERVE(&b->vec, 1)) return MS_ENOMEM;           \
-    b->vec.ptr[b->vec.len++] = *x;                           \
-    return MS_OK;                                            \
+#define BUILD_ADD(fn, vec, T)                                                                      \
+  int fn(ms__snapbuild_t *b, const T *x) {                                                         \
+    if (b->vec.len >= UINT32_MAX - 1) return MS_ELIMIT;                                            \
+    if (BIG_RESERVE(&b->vec, 1)) return MS_ENOMEM;                                                 \
+    b->vec.ptr[b->vec.len++] = *x;                                                                 \
+    return MS_OK;                                                                                  \
   }
 
 BUILD_ADD(ms__snapbuild_add_segment, segments, ms_snap_segment_t)

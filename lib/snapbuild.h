@@ -104,7 +104,7 @@ int ms__snapbuild_add_setting_child(ms__snapbuild_t *b, const ms_snap_kv_t *kv, 
  * past 4 MiB is advised to use transparent huge pages, which makes first-touch page faults rarer.
  */
 int ms__bigvec_reserve(void **ptr, size_t *cap, size_t len, size_t extra, size_t elem);
-#define MS_BIGVEC_RESERVE(v, extra) \
+#define MS_BIGVEC_RESERVE(v, extra)                                                                \
   ms__bigvec_reserve((void **)&(v)->ptr, &(v)->cap, (v)->len, (extra), sizeof(*(v)->ptr))
 
 /* Checks the structural invariants of the model (indices in range, segments' blocks in range,

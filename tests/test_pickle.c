@@ -1372,7 +1372,7 @@ Test(pickle, settings_nesting) {
   free(k.p);
 }
 
-/* ---- stacks written in place (the reader's frames lists) -------------------------------------- */
+/* ---- stacks written in place (the reader's frames lists) ------------------------------------ */
 
 Test(pickle, frames_lists_interleaved) {
   /* A segment's frames list is filled, then one of its blocks stores an empty frames list before
@@ -1438,7 +1438,8 @@ Test(pickle, builder_stacks_in_place) {
   cr_assert_eq(t[0], f[2]);
   uint32_t *big = malloc(N * sizeof *big);
   cr_assert(big);
-  for (uint32_t i = 0; i < N; i++) big[i] = t[i] = f[i % 3 == 0 ? 2 : i % 2];
+  for (uint32_t i = 0; i < N; i++)
+    big[i] = t[i] = f[i % 3 == 0 ? 2 : i % 2];
   cr_assert_eq(ms__snapbuild_stack_tail(&b, N, &s4), MS_OK);
   cr_assert_eq(s4, 2);
   cr_assert_eq(ms__snapbuild_stack(&b, big, N, &s5), MS_OK);
@@ -1515,7 +1516,8 @@ Test(pickle, bigvec_reserve) {
     cr_assert_eq(MS_BIGVEC_RESERVE(&v, 1), 0);
     v.ptr[v.len++] = i * 0x9e3779b97f4a7c15ull;
   }
-  for (uint64_t i = 0; i < v.len; i += 4099) cr_assert_eq(v.ptr[i], i * 0x9e3779b97f4a7c15ull);
+  for (uint64_t i = 0; i < v.len; i += 4099)
+    cr_assert_eq(v.ptr[i], i * 0x9e3779b97f4a7c15ull);
   cr_assert_eq(MS_BIGVEC_RESERVE(&v, SIZE_MAX / 2), -1);
   cr_assert_eq(v.len, 3u << 20);
   MS_VEC_FREE(&v);
