@@ -1126,17 +1126,20 @@ void ms_allocator_destroy(ms_allocator_t *a) {
   }
   ms__es_destroy_all(a);
   pthread_mutex_unlock(&a->mu);
-  ms__private_pool_t *pp = a->pools;
-  while (pp) {
-    ms__private_pool_t *n = pp->next;
+  /* What is left holds live blocks: forget the free sets, then the segments, then the pools. */
+  for (ms__private_pool_t *pp = a->pools; pp; pp = pp->next) {
     ms__pool_fini(&pp->small);
     ms__pool_fini(&pp->large);
-    free(pp);
-    pp = n;
   }
   ms__pool_fini(&a->small);
   ms__pool_fini(&a->large);
   while (a->segments) ms__segment_delete(a, a->segments);
+  ms__private_pool_t *pp = a->pools;
+  while (pp) {
+    ms__private_pool_t *n = pp->next;
+    free(pp);
+    pp = n;
+  }
   for (size_t i = 0; i < a->event_pool.len; i++)
     a->ops.event_destroy(a->ops.ctx, a->device, a->event_pool.ptr[i]);
   for (size_t i = 0; i < a->queues.len; i++) free(a->queues.ptr[i].q);

@@ -18,9 +18,9 @@
  * and the bitmaps give the in-order successor and predecessor across classes and streams for the
  * ordered walks of release_blocks and release_available_cached_blocks.
  *
- * Memory: the links live in the blocks; a set (about 8 KiB) is created for each (pool, stream)
- * when the pool's first segment on that stream is made (ms__pool_reserve, the only step that can
- * fail), and kept until the pool is finalised, so that inserting never allocates.
+ * Memory: the links live in the blocks; a set (about 8 KiB) exists for each (pool, stream) that
+ * has segments: made with the first (ms__pool_reserve, the only step that can fail, so that
+ * inserting never allocates) and freed with the last (ms__pool_unreserve).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -38,6 +38,7 @@ _Static_assert(FSET_WORDS <= 64, "one summary word");
 
 struct ms__fset_s {
   ms_stream_t stream;
+  size_t nsegments;                      /* the pool's segments on stream (ms__pool_reserve) */
   ms__block_t *min;                      /* the set's first block (NULL: empty) */
   uint64_t summary;                      /* bit w: bits[w] != 0 */
   uint64_t bits[FSET_WORDS];             /* bit i: roots[i] != NULL */
@@ -123,7 +124,10 @@ static inline ms__fset_t *set_of(ms__pool_t *p, ms_stream_t stream) {
 
 int ms__pool_reserve(ms__pool_t *p, ms_stream_t stream) {
   size_t i = set_index(p, stream);
-  if (i < p->nsets && p->sets[i]->stream == stream) return MS_OK;
+  if (i < p->nsets && p->sets[i]->stream == stream) {
+    p->sets[i]->nsegments++;
+    return MS_OK;
+  }
   ms__fset_t *s = calloc(1, sizeof *s);
   ms__fset_t **ns = s ? realloc(p->sets, (p->nsets + 1) * sizeof *ns) : NULL;
   if (!ns) {
@@ -131,11 +135,24 @@ int ms__pool_reserve(ms__pool_t *p, ms_stream_t stream) {
     return MS_ENOMEM;
   }
   s->stream = stream;
+  s->nsegments = 1;
   memmove(&ns[i + 1], &ns[i], (p->nsets - i) * sizeof *ns);
   ns[i] = s;
   p->sets = ns;
   p->nsets++;
   return MS_OK;
+}
+
+void ms__pool_unreserve(ms__pool_t *p, ms_stream_t stream) {
+  size_t i = set_index(p, stream);
+  if (i == p->nsets || p->sets[i]->stream != stream) return; /* after ms__pool_fini */
+  ms__fset_t *s = p->sets[i];
+  if (--s->nsegments) return;
+  ms_assert_internal(s->min == NULL); /* no segment, no block */
+  if (p->hot == s) p->hot = NULL;
+  free(s);
+  memmove(&p->sets[i], &p->sets[i + 1], (p->nsets - i - 1) * sizeof *p->sets);
+  p->nsets--;
 }
 
 /* ---- treaps ---------------------------------------------------------------------------------- */
@@ -410,7 +427,7 @@ bool ms__pool_is_valid(const ms__pool_t *p) {
   size_t total = 0;
   for (size_t i = 0; i < p->nsets && ok; i++) {
     const ms__fset_t *s = p->sets[i];
-    if (i && !(p->sets[i - 1]->stream < s->stream)) return false;
+    if ((i && !(p->sets[i - 1]->stream < s->stream)) || s->nsegments == 0) return false;
     for (unsigned w = 0; w < FSET_WORDS; w++)
       if (((s->summary >> w) & 1) != (s->bits[w] != 0)) return false;
     if (FSET_WORDS < 64 && (s->summary >> FSET_WORDS)) return false;

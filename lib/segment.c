@@ -166,7 +166,10 @@ ms__segment_t *ms__segment_new(ms_allocator_t *a, uintptr_t ptr, size_t size, ms
                                ms__pool_t *pool, uint32_t ctx) {
   if (ms__pool_reserve(pool, stream) != MS_OK) return NULL;
   ms__segment_t *s = calloc(1, sizeof *s);
-  if (!s) return NULL;
+  if (!s) {
+    ms__pool_unreserve(pool, stream);
+    return NULL;
+  }
   s->ptr = ptr;
   s->size = size;
   s->stream = stream;
@@ -184,6 +187,7 @@ void ms__segment_delete(ms_allocator_t *a, ms__segment_t *s) {
   else a->segments = s->snext;
   if (s->snext) s->snext->sprev = s->sprev;
   a->nsegments--;
+  ms__pool_unreserve(s->pool, s->stream);
   free(s->pages);
   free(s);
 }

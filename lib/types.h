@@ -186,11 +186,15 @@ struct ms_allocator_s {
 #define MS__FSET_NBINS 1024
 
 void ms__pool_init(ms__pool_t *p, bool is_small, ms__private_pool_t *owner);
-/* Frees the pool's per-stream sets (blocks still in them are left as they are). */
+/* Frees the pool's per-stream sets (blocks still in them are left as they are; a later
+ * ms__pool_unreserve does nothing). */
 void ms__pool_fini(ms__pool_t *p);
-/* Makes sure p has a set for stream, so that inserting a block of that stream cannot fail; called
- * for every new segment. @return MS_OK or MS_ENOMEM. */
+/* Counts one more segment of p on stream, making the stream's set if needed, so that inserting a
+ * block of that stream cannot fail (ms__segment_new calls it). @return MS_OK or MS_ENOMEM. */
 int ms__pool_reserve(ms__pool_t *p, ms_stream_t stream);
+/* Counts one segment less (ms__segment_delete calls it); the last one frees the stream's set,
+ * which is then empty. */
+void ms__pool_unreserve(ms__pool_t *p, ms_stream_t stream);
 /* Inserts b (pre: not in a set, ms__pool_reserve(p, b->stream) done); resets its GC age
  * (PyTorch's insert_into_blocks). b's size and stream must not change while it is in the set. */
 void ms__pool_insert(ms__pool_t *p, ms__block_t *b);
@@ -240,8 +244,8 @@ size_t ms__block_try_merge(ms_allocator_t *a, ms__block_t *dst, ms__block_t *src
 size_t ms__block_merge_slot(ms_allocator_t *a, ms__block_t *dst, ms__block_t *src,
                             ms__block_t **slot);
 
-/* Segment records. ms__segment_new also reserves pool's set for stream (ms__pool_reserve); NULL
- * when host memory runs out. */
+/* Segment records. ms__segment_new reserves pool's set for stream (ms__pool_reserve; NULL when
+ * host memory runs out), ms__segment_delete releases it (pre: its blocks left the free set). */
 ms__segment_t *ms__segment_new(ms_allocator_t *a, uintptr_t ptr, size_t size, ms_stream_t stream,
                                ms__pool_t *pool, uint32_t ctx);
 void ms__segment_delete(ms_allocator_t *a, ms__segment_t *s);

@@ -348,7 +348,19 @@ Test(allocator, free_set_matches_a_sorted_reference) {
   }
   cr_assert(ms__pool_first(&p) == NULL && ms__pool_last(&p) == NULL);
   cr_assert(ms__pool_is_valid(&p));
+  /* a stream's set lives as long as the pool has segments on it */
+  ms__pool_unreserve(&p, 3);
+  cr_assert_eq(p.nsets, 3, "stream 3 was reserved twice");
+  ms__pool_unreserve(&p, 3);
+  cr_assert_eq(p.nsets, 2);
+  cr_assert(ms__pool_find(&p, 3, 512) == NULL && ms__pool_is_valid(&p));
+  ms__pool_unreserve(&p, 7);
+  ms__pool_unreserve(&p, 1000);
+  cr_assert_eq(p.nsets, 0);
+  cr_assert_eq(ms__pool_reserve(&p, 9), MS_OK);
   ms__pool_fini(&p);
+  ms__pool_unreserve(&p, 9); /* after fini: nothing */
+  cr_assert_eq(p.nsets, 0);
   free(blocks);
 }
 
