@@ -3,7 +3,7 @@
  * (reference/pytorch-allocator.md §3.2).
  *
  * A pool keeps one set per stream (ms__fset_t, sorted by stream in pool->sets), and a set splits
- * its blocks into MS__FSET_NBINS size classes: up to 16 KiB one class per 512-byte size, above
+ * its blocks into MS__FSET_NBINS size classes: up to 32 KiB one class per 512-byte size, above
  * that 32 classes per power of two (each covers at most 1/32 of its sizes; sizes above 32 TiB
  * share the last class). Each class holds an intrusive treap ordered by (size, address), whose node
  * priorities (a hash of the block's address and size) form a max-heap, so its expected depth is
@@ -11,9 +11,9 @@
  * finds the next non-empty class in two word scans.
  *
  * Best fit is lower_bound(stream, size, 0), exactly as with one ordered set: the smallest block of
- * that stream that fits, lowest address on ties. It is the lower bound inside the request's class
- * or, when that has none, the first block of the next non-empty class, since classes are ordered
- * by size. A descent therefore visits a few nodes of one small treap (cache lines and mispredicted
+ * that stream that fits, lowest address on ties. It is the set's first block (cached) when that
+ * fits, else the lower bound inside the request's class or, when that has none, the first block
+ * of the next non-empty class, since classes are ordered by size. A descent therefore visits a few nodes of one small treap (cache lines and mispredicted
  * branches were what a single treap of all blocks cost; docs/allocator.md, "Speed"). Parent links
  * and the bitmaps give the in-order successor and predecessor across classes and streams for the
  * ordered walks of release_blocks and release_available_cached_blocks.
@@ -368,10 +368,8 @@ ms__block_t *ms__pool_last(const ms__pool_t *p) {
 }
 
 ms__block_t *ms__pool_next(const ms__block_t *b) {
-  if (b->tr) return leftmost(b->tr);
-  const ms__block_t *n = b;
-  while (n->tp && n->tp->tr == n) n = n->tp;
-  if (n->tp) return n->tp;
+  ms__block_t *n = class_next(b);
+  if (n) return n;
   /* b was the last of its class: the next class, then the next streams. */
   const ms__pool_t *p = b->pool;
   size_t i = set_index(p, b->stream);
@@ -386,10 +384,9 @@ ms__block_t *ms__pool_next(const ms__block_t *b) {
 }
 
 ms__block_t *ms__pool_prev(const ms__block_t *b) {
-  if (b->tl) return rightmost(b->tl);
-  const ms__block_t *n = b;
-  while (n->tp && n->tp->tl == n) n = n->tp;
-  if (n->tp) return n->tp;
+  ms__block_t *n = class_prev(b);
+  if (n) return n;
+  /* b was the first of its class: the previous class, then the previous streams. */
   const ms__pool_t *p = b->pool;
   size_t i = set_index(p, b->stream);
   ms_assert_internal(i < p->nsets && p->sets[i]->stream == b->stream);
