@@ -48,6 +48,11 @@ typedef struct ms__alloc_hooks_s {
   uint32_t (*gather)(void *ctx);
   /* Records one trace entry. Called UNDER the allocator's lock, in event order. */
   void (*trace)(void *ctx, const ms__trace_rec_t *rec);
+  /* Called once by ms_allocator_destroy, OUTSIDE the allocator's lock, after the last trace entry
+   * (the segment_free entries of the final release) and before the allocator's memory is freed:
+   * the owner of ctx may free it (and the hooks structure) here. The allocator is not to be called
+   * from it. May be NULL. */
+  void (*release)(void *ctx);
 } ms__alloc_hooks_t;
 
 #endif /* MEMSNAP_LIB_ALLOC_HOOKS_H */

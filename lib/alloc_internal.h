@@ -19,7 +19,8 @@
 
 /* Installs (or, with NULL, removes) the history hooks. hooks is borrowed and must stay valid and
  * unchanged (except its context_level and trace_enabled fields, read at each call) until it is
- * replaced or the allocator is destroyed.
+ * replaced or the allocator is destroyed; ms_allocator_destroy calls hooks->release(hooks->ctx)
+ * (when not NULL) outside the lock, after the last trace entry, so the owner can free them there.
  *
  * Where the allocator calls them (reference/pytorch-allocator.md §4, §7, §8, §11):
  *  - gather, OUTSIDE the lock: at malloc when context_level >= MS__CTX_STATE; at free and

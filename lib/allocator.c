@@ -1125,7 +1125,11 @@ void ms_allocator_destroy(ms_allocator_t *a) {
     pool_release_all(a, &pp->large);
   }
   ms__es_destroy_all(a);
+  const ms__alloc_hooks_t *hooks = alloc_hooks(a);
+  atomic_store_explicit(&a->hooks, NULL, memory_order_release);
   pthread_mutex_unlock(&a->mu);
+  /* The last trace entry is recorded: the recorder may go (alloc_hooks.h). */
+  if (hooks && hooks->release) hooks->release(hooks->ctx);
   /* What is left holds live blocks: forget the free sets, then the segments, then the pools. */
   for (ms__private_pool_t *pp = a->pools; pp; pp = pp->next) {
     ms__pool_fini(&pp->small);

@@ -5,9 +5,9 @@
  * A recorder is created by the first ms_allocator_record_history (or ms_oom_snapshot_install) on
  * an allocator and installed as its hooks; it is found again through ms__allocator_get_hooks. It
  * is never uninstalled: switching recording off sets the hooks' context level and trace switch to
- * 0 (the allocator then calls nothing), so the stack ids kept in blocks stay valid. The allocator
- * has no destruction callback, so a recorder outlives its allocator: it stays on a process-wide
- * list (reachable, small once its ring is released) until the process exits.
+ * 0 (the allocator then calls nothing), so the stack ids kept in blocks stay valid. The recorder
+ * lives as long as its allocator: ms_allocator_destroy calls the hooks' release, which takes it
+ * off the process-wide list and frees it (ring, stack table, OOM pattern).
  *
  * Locks: the gather hook runs outside the allocator's lock from any thread (the stack table is
  * lock-striped); the trace hook runs under the allocator's lock and takes the ring's own mutex,
@@ -48,6 +48,7 @@ struct ms__recorder_s {
 
 static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
 static ms__recorder_t *reg_head;
+static atomic_size_t live_recorders; /* recorders created and not yet released */
 
 int64_t ms__now_us(void) {
   struct timespec ts;
@@ -165,6 +166,30 @@ void ms__recorder_trace(ms__recorder_t *r, const ms__trace_rec_t *rec) {
 
 static void history_trace(void *ctx, const ms__trace_rec_t *rec) { ms__recorder_trace(ctx, rec); }
 
+/* The release hook: ms_allocator_destroy is done with the recorder (no call of the allocator can
+ * be running or follow, so no hook either). */
+static void history_release(void *ctx) {
+  ms__recorder_t *r = ctx;
+  pthread_mutex_lock(&reg_lock);
+  for (ms__recorder_t **link = &reg_head; *link; link = &(*link)->next) {
+    if (*link == r) {
+      *link = r->next;
+      break;
+    }
+  }
+  atomic_fetch_sub_explicit(&live_recorders, 1, memory_order_relaxed);
+  pthread_mutex_unlock(&reg_lock);
+  ms__stacktab_destroy(r->g.stacks);
+  free(r->ring);
+  free(r->oom_pattern);
+  pthread_mutex_destroy(&r->lock);
+  free(r);
+}
+
+size_t ms__recorder_live_count(void) {
+  return atomic_load_explicit(&live_recorders, memory_order_relaxed);
+}
+
 /* ---- the recorder -------------------------------------------------------------------------- */
 
 ms__recorder_t *ms__recorder_of(ms_allocator_t *a) {
@@ -267,8 +292,10 @@ static int recorder_get(ms_allocator_t *a, ms__recorder_t **out) {
   r->hooks.ctx = r;
   r->hooks.gather = ms__gather;
   r->hooks.trace = history_trace;
+  r->hooks.release = history_release;
   r->next = reg_head;
   reg_head = r;
+  atomic_fetch_add_explicit(&live_recorders, 1, memory_order_relaxed);
   ms__allocator_set_hooks(a, &r->hooks);
   *out = r;
   return MS_OK;

@@ -138,6 +138,9 @@ void ms__recorder_trace(ms__recorder_t *r, const ms__trace_rec_t *rec);
 int ms__recorder_tracing(ms__recorder_t *r);
 /* Current config of the recorder. */
 void ms__recorder_config(ms__recorder_t *r, ms_history_config_t *out);
+/* Number of recorders alive in this process (created by recording on an allocator, freed when it
+ * is destroyed); for tests. */
+size_t ms__recorder_live_count(void);
 /* Unix time in microseconds. */
 int64_t ms__now_us(void);
 

@@ -715,3 +715,37 @@ Test(history, take_write_read_of_100000_blocks, .init = setup, .fini = teardown,
   rm_tree(dir);
   free(dir);
 }
+
+/* ---- the recorder's lifetime ------------------------------------------------------------------ */
+
+Test(history, destroying_the_allocator_frees_its_recorder) {
+  ms_sim_config_t c = {.ndevices = 1, .capacity = 1024 * MiB};
+  cr_assert_eq(ms_backend_sim_create(&c, &be), MS_OK);
+  size_t before = ms__recorder_live_count();
+  char dir[] = "/tmp/ms_hist_release_XXXXXX";
+  cr_assert_not_null(mkdtemp(dir));
+  char pattern[128];
+  snprintf(pattern, sizeof pattern, "%s/oom-%%n.msgpack", dir);
+  for (int i = 0; i < 200; i++) {
+    ms_allocator_config_t ac = {.backend = be, .device = 0, .alloc = NULL};
+    ms_errbuf_t eb;
+    cr_assert_eq(ms_allocator_create(&ac, &al, &eb), MS_OK, "%s", eb.msg);
+    record(MS_HISTORY_ALL, MS_CONTEXT_ALL, 1000, MS_UNWIND_BACKTRACE);
+    if (i % 2) cr_assert_eq(ms_oom_snapshot_install(al, pattern), MS_OK);
+    cr_assert_eq(ms__recorder_live_count(), before + 1);
+    ms_devptr_t p = alloc_outer(512 * (size_t)(1 + i % 7));
+    ms_devptr_t q = alloc_outer(3 * MiB);
+    cr_assert_eq(ms_allocator_free(al, p), MS_OK);
+    if (i % 40) cr_assert_eq(ms_allocator_free(al, q), MS_OK); /* else destroyed while live */
+    ms_allocator_destroy(al); /* segment_free entries go to the recorder, then it is freed */
+    al = NULL;
+    cr_assert_eq(ms__recorder_live_count(), before, "recorder of allocator %d not freed", i);
+  }
+  /* An allocator never recorded on has no recorder to free. */
+  ms_allocator_config_t ac = {.backend = be, .device = 0, .alloc = NULL};
+  cr_assert_eq(ms_allocator_create(&ac, &al, NULL), MS_OK);
+  ms_allocator_destroy(al);
+  cr_assert_eq(ms__recorder_live_count(), before);
+  rmdir(dir);
+  ms_backend_destroy(be);
+}
