@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "alloc_internal.h"
 #include "backend_internal.h"
@@ -711,6 +712,8 @@ int ms_allocator_malloc(ms_allocator_t *a, size_t orig_size, ms_stream_t stream,
     pthread_mutex_unlock(&a->mu);
     return MS_EOOM;
   }
+  if (ms_unlikely(a->no_caching)) /* plain cudaMalloc (§4's top-level wrapper) */
+    return a->ops.malloc(a->ops.ctx, a->device, orig_size, stream, out);
   uint32_t ctx = alloc_gather(a, MS__CTX_STATE);
   pthread_mutex_lock(&a->mu);
   if (ms_likely(a->captures.len == 0)) {
@@ -758,6 +761,13 @@ int ms_allocator_malloc(ms_allocator_t *a, size_t orig_size, ms_stream_t stream,
 
 /* ---- free (§7) ------------------------------------------------------------------------------- */
 
+/* Caching disabled (§4's top-level wrapper): cudaFree, which synchronizes the device first. */
+static __attribute__((noinline)) int uncached_free(ms_allocator_t *a, ms_devptr_t ptr) {
+  int r = a->ops.device_synchronize(a->ops.ctx, a->device);
+  if (r != MS_OK) return r;
+  return a->ops.free(a->ops.ctx, a->device, ptr);
+}
+
 /* free_block (§7.5): the block truly becomes free, merging with free neighbours. */
 static void free_block(ms_allocator_t *a, ms__block_t *b, uint32_t ctx) {
   ms_assert_internal(!b->allocated && b->event_count == 0 && b->nuses == 0);
@@ -793,6 +803,7 @@ static void free_block(ms_allocator_t *a, ms__block_t *b, uint32_t ctx) {
 int ms_allocator_free(ms_allocator_t *a, ms_devptr_t ptr) {
   MS_RETURN_IF(!a, MS_EINVAL);
   if (!ptr) return MS_OK;
+  if (ms_unlikely(a->no_caching)) return uncached_free(a, ptr);
   uint32_t ctx = alloc_gather(a, MS__CTX_ALL);
   pthread_mutex_lock(&a->mu);
   size_t slot;
@@ -825,7 +836,7 @@ int ms_allocator_free(ms_allocator_t *a, ms_devptr_t ptr) {
 
 int ms_allocator_record_stream(ms_allocator_t *a, ms_devptr_t ptr, ms_stream_t stream) {
   MS_RETURN_IF(!a, MS_EINVAL);
-  if (!ptr) return MS_OK;
+  if (!ptr || a->no_caching) return MS_OK; /* PyTorch skips pointers it did not cache */
   pthread_mutex_lock(&a->mu);
   size_t slot;
   ms__block_t *b = map_find(&a->map, ptr, &slot);
@@ -1050,6 +1061,16 @@ int ms_allocator_release_pool(ms_allocator_t *a, ms_pool_id_t id) {
 
 /* ---- create / destroy ------------------------------------------------------------------------ */
 
+/* Whether the environment variable name is set to 1, true, yes or on (any case). */
+static bool env_truthy(const char *name) {
+  const char *v = getenv(name);
+  if (!v) return false;
+  static const char *const yes[] = {"1", "true", "yes", "on"};
+  for (size_t i = 0; i < sizeof yes / sizeof *yes; i++)
+    if (strcasecmp(v, yes[i]) == 0) return true;
+  return false;
+}
+
 int ms_allocator_create(const ms_allocator_config_t *cfg, ms_allocator_t **out, ms_errbuf_t *eb) {
   if (eb) eb->msg[0] = 0;
   MS_RETURN_IF(!out, MS_EINVAL);
@@ -1088,6 +1109,9 @@ int ms_allocator_create(const ms_allocator_config_t *cfg, ms_allocator_t **out, 
   for (int i = 0; i < MS_ROUNDUP_POWER2_INTERVALS; i++)
     if (a->cfg.roundup_power2_divisions[i] > 1) a->any_divisions = true;
   a->has_gc = a->cfg.garbage_collection_threshold > 0.0;
+  /* The environment counts where MEMSNAP_ALLOC_CONF does (cfg->alloc NULL): replay and tests
+   * that give their settings are not switched by it. */
+  a->no_caching = cfg->no_caching || (!cfg->alloc && env_truthy("MEMSNAP_NO_CACHING"));
   ms__pool_init(&a->small, true, NULL);
   ms__pool_init(&a->large, false, NULL);
   ms_stats_init(&a->stats);

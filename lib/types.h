@@ -100,6 +100,8 @@ struct ms__private_pool_s {
   int use_count;
   int malloc_count;         /* segments held (PyTorch's cudaMalloc_count) */
   bool freeable;            /* use_count reached 0 */
+  bool use_on_oom;          /* tried by default-pool mallocs that would OOM (§8.8) */
+  bool no_split;            /* its blocks are never split (§6.1) */
   ms__pool_t large, small;
   ms__private_pool_t *next;
 };
@@ -149,6 +151,7 @@ struct ms_allocator_s {
   ms_alloc_config_t cfg;
   bool any_divisions;   /* some roundup_power2_divisions entry > 1 */
   bool has_gc;          /* garbage_collection_threshold > 0 */
+  bool no_caching;      /* caching disabled: plain backend malloc/free (allocator.h) */
 
   ms__pool_t small, large;
   ms__private_pool_t *pools;

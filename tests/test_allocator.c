@@ -1074,3 +1074,94 @@ Test(allocator, snapshot_walk_lists_segments_by_address) {
   xfree(&e, big);
   env_close(&e);
 }
+
+/* ---- caching disabled (§4, top-level wrapper) ---------------------------------------------- */
+
+static void caching_disabled_case(env_t *e) {
+  ms_stream_t s1 = new_stream(e);
+  ms_sim_clear_log(e->b);
+  ms_sim_reset_counters(e->b, 0);
+  ms_devptr_t p = xmalloc(e, 1000, 0);
+  ms_devptr_t q = xmalloc(e, 1000, s1);
+  cr_assert_eq(ms_allocator_record_stream(e->a, p, s1), MS_OK, "a no-op, as PyTorch's");
+  xfree(e, p);
+  ms_devptr_t r = xmalloc(e, 1000, 0); /* not served from a cache: one more device malloc */
+  xfree(e, q);
+  xfree(e, r);
+  ms_devptr_t z = 7;
+  cr_assert_eq(ms_allocator_malloc(e->a, 0, 0, &z), MS_OK);
+  cr_assert_eq(z, 0);
+  char ops[256];
+  log_ops(e, ops, sizeof ops);
+  cr_assert_str_eq(ops, "malloc malloc device_synchronize free malloc device_synchronize free "
+                        "device_synchronize free");
+  ms_sim_counters_t c;
+  cr_assert_eq(ms_sim_get_counters(e->b, 0, &c), MS_OK);
+  cr_assert_eq(c.mallocs, 3);
+  cr_assert_eq(c.frees, 3);
+  cr_assert_eq(c.live_allocations, 0, "nothing cached");
+  /* no statistics, as PyTorch's uncached path */
+  cr_assert_eq(stat(e, "num_device_alloc"), 0);
+  cr_assert_eq(stat(e, "allocation.all.peak"), 0);
+  cr_assert_eq(stat(e, "reserved_bytes.all.peak"), 0);
+  /* an OOM is the backend's, without the chain, message or observers */
+  ms_sim_clear_log(e->b);
+  ms_devptr_t big = 5;
+  cr_assert_eq(ms_allocator_malloc(e->a, 200 * MiB, 0, &big), MS_EOOM);
+  cr_assert_eq(big, 5);
+  log_ops(e, ops, sizeof ops);
+  cr_assert_str_eq(ops, "malloc!");
+  cr_assert_eq(stat(e, "num_ooms"), 0);
+  char msg[64];
+  cr_assert_eq(ms_allocator_last_oom_message(e->a, msg, sizeof msg), 0);
+  cr_assert_eq(ms_allocator_free(e->a, 0), MS_OK);
+  cr_assert_eq(ms_allocator_empty_cache(e->a), MS_OK);
+}
+
+Test(allocator, caching_disabled_by_config_is_plain_malloc_and_free) {
+  ms_sim_config_t sc = {.capacity = 100 * MiB, .log_capacity = 4096};
+  env_t e;
+  cr_assert_eq(ms_backend_sim_create(&sc, &e.b), MS_OK);
+  ms_allocator_config_t ac = {.backend = e.b, .no_caching = true};
+  ms_errbuf_t eb;
+  cr_assert_eq(ms_allocator_create(&ac, &e.a, &eb), MS_OK, "%s", eb.msg);
+  caching_disabled_case(&e);
+  env_close(&e);
+}
+
+Test(allocator, caching_disabled_by_environment) {
+  static const char *const truthy[] = {"1", "true", "YES", "On"};
+  static const char *const falsy[] = {"0", "false", "no", "off", "", "2"};
+  ms_sim_config_t sc = {.capacity = 100 * MiB, .log_capacity = 4096};
+  for (size_t i = 0; i < sizeof truthy / sizeof *truthy; i++) {
+    setenv("MEMSNAP_NO_CACHING", truthy[i], 1);
+    env_t e;
+    cr_assert_eq(ms_backend_sim_create(&sc, &e.b), MS_OK);
+    ms_allocator_config_t ac = {.backend = e.b}; /* alloc NULL: the environment counts */
+    cr_assert_eq(ms_allocator_create(&ac, &e.a, NULL), MS_OK);
+    caching_disabled_case(&e);
+    env_close(&e);
+    /* given settings (as replay gives) are not switched by the environment */
+    env_open(&e, NULL, 100 * MiB);
+    xfree(&e, xmalloc(&e, 1000, 0));
+    cr_assert_eq(stat(&e, "num_device_alloc"), 1);
+    cr_assert_eq(ms_allocator_empty_cache(e.a), MS_OK);
+    env_close(&e);
+  }
+  for (size_t i = 0; i < sizeof falsy / sizeof *falsy; i++) {
+    setenv("MEMSNAP_NO_CACHING", falsy[i], 1);
+    env_t e;
+    cr_assert_eq(ms_backend_sim_create(&sc, &e.b), MS_OK);
+    ms_allocator_config_t ac = {.backend = e.b};
+    cr_assert_eq(ms_allocator_create(&ac, &e.a, NULL), MS_OK);
+    xfree(&e, xmalloc(&e, 1000, 0));
+    ms_sim_reset_counters(e.b, 0);
+    xfree(&e, xmalloc(&e, 1000, 0));
+    ms_sim_counters_t c;
+    cr_assert_eq(ms_sim_get_counters(e.b, 0, &c), MS_OK);
+    cr_assert_eq(c.mallocs + c.frees, 0, "'%s' keeps caching on", falsy[i]);
+    cr_assert_eq(ms_allocator_empty_cache(e.a), MS_OK);
+    env_close(&e);
+  }
+  unsetenv("MEMSNAP_NO_CACHING");
+}

@@ -47,6 +47,13 @@ typedef struct ms_allocator_config_s {
   /* Allocator settings; NULL = PyTorch's defaults with MEMSNAP_ALLOC_CONF applied (a bad
    * MEMSNAP_ALLOC_CONF makes create fail with MS_ECONFIG). Copied at creation. */
   const ms_alloc_config_t *alloc;
+  /* Caching disabled (PyTorch's PYTORCH_NO_CUDA_MEMORY_CACHING): every malloc is one backend
+   * malloc and every free one device synchronize (as cudaFree's) and one backend free; nothing is
+   * cached, counted in the statistics, traced or shown in snapshots, and an out-of-memory is the
+   * backend's MS_EOOM without the OOM chain, message or observers. When alloc is NULL, also
+   * turned on by the environment variable MEMSNAP_NO_CACHING set to 1, true, yes or on (any
+   * case). */
+  bool no_caching;
 } ms_allocator_config_t;
 
 /* Creates an allocator for cfg->device of cfg->backend. eb (may be NULL) receives the reason of
