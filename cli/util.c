@@ -121,6 +121,14 @@ static void *cli_progress_main(void *arg) {
   double start = cli_now();
   pthread_mutex_lock(&cli_progress.lock);
   double wait_s = 1.0;
+  /* MEMSNAP_PROGRESS_DELAY (seconds) moves the threshold: tests use it to stay independent of how
+   * loaded the machine is; users may silence the line with a large value. */
+  const char *d = getenv("MEMSNAP_PROGRESS_DELAY");
+  if (d && *d) {
+    char *end;
+    double v = strtod(d, &end);
+    if (*end == 0 && v >= 0 && v <= 1e6) wait_s = v;
+  }
   while (!cli_progress.stop) {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
