@@ -428,6 +428,27 @@ static bool alloc_block(ms_allocator_t *a, alloc_params_t *p, bool is_retry, uin
   return true;
 }
 
+/* try_mempool_fallback (§8.8): a default-pool malloc that could not get a segment takes a cached
+ * block of a use_on_oom pool (get_free_block only, never a device malloc), pools in id order.
+ * PyTorch routes to the pool and ends the routing around the search (the use count comes back to
+ * where it was); searching the pool directly is the same. */
+static bool try_mempool_fallback(ms_allocator_t *a, alloc_params_t *p) {
+  if (p->pool->owner) return false; /* only for the default pools */
+  for (size_t i = 0; i < a->pool_opts.len; i++) {
+    if (!a->pool_opts.ptr[i].opts.use_on_oom) continue;
+    ms__private_pool_t *pp = find_private_pool(a, a->pool_opts.ptr[i].id);
+    if (!pp || pp->freeable) continue;
+    alloc_params_t q = *p;
+    q.pool = q.size <= MS_SMALL_SIZE ? &pp->small : &pp->large;
+    q.block = NULL;
+    if (get_free_block(a, &q)) {
+      *p = q;
+      return true;
+    }
+  }
+  return false;
+}
+
 /* release_block (§8.4): returns a whole cached segment to the device. */
 static void release_block(ms_allocator_t *a, ms__block_t *b, uint32_t ctx) {
   ms_assert_internal(!ms__block_is_split(b) && b->in_set);
@@ -558,6 +579,7 @@ static void garbage_collect_cached_blocks(ms_allocator_t *a, uint32_t ctx) {
 
 /* should_split (§6.1). */
 static inline bool should_split(const ms_allocator_t *a, const ms__block_t *b, size_t size) {
+  if (ms_unlikely(b->pool->owner != NULL) && b->pool->owner->no_split) return false; /* [2025+] */
   size_t remaining = b->size - size;
   if (b->pool->is_small || ms__es_active(a, b->pool)) return remaining >= MS_MIN_BLOCK_SIZE;
   if (ms_unlikely(ms__alloc_test_mutation == MS__MUT_SPLIT_GE))
@@ -732,6 +754,7 @@ int ms_allocator_malloc(ms_allocator_t *a, size_t orig_size, ms_stream_t stream,
     if (!found) {
       if (a->has_allowed_max && a->has_gc) garbage_collect_cached_blocks(a, ctx);
       found = alloc_block(a, &p, false, ctx);
+      if (!found && p.err == MS_EOOM && a->pool_opts.len) found = try_mempool_fallback(a, &p);
       if (!found && p.err == MS_EOOM)
         found = release_available_cached_blocks(a, &p, ctx) && alloc_block(a, &p, false, ctx);
       if (!found && p.err == MS_EOOM && a->captures.len == 0) {
@@ -993,6 +1016,47 @@ ms_pool_id_t ms_pool_id_new(bool is_graph) {
   return (ms_pool_id_t){0, atomic_fetch_add(&pool_uid, 1)};
 }
 
+static bool pool_id_less(ms_pool_id_t x, ms_pool_id_t y) {
+  return x.first < y.first || (x.first == y.first && x.second < y.second);
+}
+
+static ms__pool_opts_t *find_pool_opts(ms_allocator_t *a, ms_pool_id_t id) {
+  for (size_t i = 0; i < a->pool_opts.len; i++)
+    if (a->pool_opts.ptr[i].id.first == id.first && a->pool_opts.ptr[i].id.second == id.second)
+      return &a->pool_opts.ptr[i];
+  return NULL;
+}
+
+int ms_allocator_set_pool_options(ms_allocator_t *a, ms_pool_id_t id,
+                                  const ms_pool_options_t *opts) {
+  MS_RETURN_IF(!a || !opts || (id.first == 0 && id.second == 0), MS_EINVAL);
+  pthread_mutex_lock(&a->mu);
+  int r = MS_OK;
+  ms__pool_opts_t *o = find_pool_opts(a, id);
+  if (!opts->use_on_oom && !opts->no_split) {
+    if (o) { /* all false: forget the id */
+      size_t i = (size_t)(o - a->pool_opts.ptr);
+      memmove(o, o + 1, (a->pool_opts.len - i - 1) * sizeof *o);
+      a->pool_opts.len--;
+    }
+  } else if (o) {
+    o->opts = *opts;
+  } else if (MS_VEC_PUSH(&a->pool_opts, ((ms__pool_opts_t){id, *opts})) != 0) {
+    r = MS_ENOMEM;
+  } else { /* keep increasing id order (PyTorch's ordered sets) */
+    for (size_t i = a->pool_opts.len - 1; i > 0 && pool_id_less(id, a->pool_opts.ptr[i - 1].id);
+         i--) {
+      ms__pool_opts_t t = a->pool_opts.ptr[i - 1];
+      a->pool_opts.ptr[i - 1] = a->pool_opts.ptr[i];
+      a->pool_opts.ptr[i] = t;
+    }
+  }
+  ms__private_pool_t *pp = r == MS_OK ? find_private_pool(a, id) : NULL;
+  if (pp) pp->no_split = opts->no_split;
+  pthread_mutex_unlock(&a->mu);
+  return r;
+}
+
 int ms_allocator_begin_allocate_to_pool(ms_allocator_t *a, ms_pool_id_t id,
                                         ms_pool_filter_fn *filter, void *arg) {
   MS_RETURN_IF(!a || (id.first == 0 && id.second == 0), MS_EINVAL);
@@ -1010,6 +1074,8 @@ int ms_allocator_begin_allocate_to_pool(ms_allocator_t *a, ms_pool_id_t id,
       r = MS_ENOMEM;
     } else {
       pp->id = id;
+      const ms__pool_opts_t *o = find_pool_opts(a, id);
+      pp->no_split = o && o->opts.no_split;
       ms__pool_init(&pp->large, false, pp);
       ms__pool_init(&pp->small, true, pp);
       created = true;
@@ -1178,6 +1244,7 @@ void ms_allocator_destroy(ms_allocator_t *a) {
   MS_VEC_FREE(&a->event_pool);
   MS_VEC_FREE(&a->deferred);
   MS_VEC_FREE(&a->captures);
+  MS_VEC_FREE(&a->pool_opts);
   MS_VEC_FREE(&a->observers);
   MS_VEC_FREE(&a->free_callbacks);
   free(a->map.slots);

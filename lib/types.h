@@ -100,8 +100,7 @@ struct ms__private_pool_s {
   int use_count;
   int malloc_count;         /* segments held (PyTorch's cudaMalloc_count) */
   bool freeable;            /* use_count reached 0 */
-  bool use_on_oom;          /* tried by default-pool mallocs that would OOM (§8.8) */
-  bool no_split;            /* its blocks are never split (§6.1) */
+  bool no_split;            /* its blocks are never split (§6.1; ms_allocator_set_pool_options) */
   ms__pool_t large, small;
   ms__private_pool_t *next;
 };
@@ -111,6 +110,13 @@ typedef struct ms__capture_s {
   ms_pool_filter_fn *filter;
   void *arg;
 } ms__capture_t;
+
+/* Options given to a private pool id (ms_allocator_set_pool_options), PyTorch's use_on_oom_pools
+ * and no_split_pools sets: kept by id, in increasing id order, whether or not the pool exists. */
+typedef struct ms__pool_opts_s {
+  ms_pool_id_t id;
+  ms_pool_options_t opts;
+} ms__pool_opts_t;
 
 typedef struct ms__evpair_s {
   ms_event_t ev;
@@ -156,6 +162,7 @@ struct ms_allocator_s {
   ms__pool_t small, large;
   ms__private_pool_t *pools;
   MS_VEC(ms__capture_t) captures;
+  MS_VEC(ms__pool_opts_t) pool_opts; /* non-default options of private pool ids */
   ms__ptrmap_t map;
   ms__segment_t *segments; /* list head */
   size_t nsegments;

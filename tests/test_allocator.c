@@ -1165,3 +1165,147 @@ Test(allocator, caching_disabled_by_environment) {
   }
   unsetenv("MEMSNAP_NO_CACHING");
 }
+
+/* ---- MemPool options: no_split, use_on_oom (§6.1, §8.8, §13.3) ----------------------------- */
+
+Test(allocator, no_split_pool_hands_out_whole_blocks) {
+  env_t e;
+  env_open(&e, NULL, 0);
+  ms_pool_id_t ns = ms_pool_id_new(false), plain = ms_pool_id_new(false);
+  ms_pool_options_t o = {.no_split = true};
+  cr_assert_eq(ms_allocator_set_pool_options(e.a, (ms_pool_id_t){0, 0}, &o), MS_EINVAL);
+  cr_assert_eq(ms_allocator_set_pool_options(e.a, ns, NULL), MS_EINVAL);
+  cr_assert_eq(ms_allocator_set_pool_options(e.a, ns, &o), MS_OK); /* before the pool exists */
+  /* the same requests in each pool: 1000 B twice (small), 4 MiB twice (large, 20 MiB segment) */
+  static const struct {
+    size_t size;
+    int64_t segments_plain, segments_ns;
+  } steps[] = {{1000, 1, 1}, {1000, 1, 2}, {4 * MiB, 2, 3}, {4 * MiB, 2, 4}};
+  ms_devptr_t kept[2][4];
+  for (int which = 0; which < 2; which++) {
+    ms_pool_id_t id = which ? ns : plain;
+    cr_assert_eq(ms_allocator_begin_allocate_to_pool(e.a, id, NULL, NULL), MS_OK);
+    int64_t seg0 = stat(&e, "segment.all.current");
+    for (int i = 0; i < 4; i++) {
+      kept[which][i] = xmalloc(&e, steps[i].size, 0);
+      int64_t want = which ? steps[i].segments_ns : steps[i].segments_plain;
+      cr_assert_eq(stat(&e, "segment.all.current") - seg0, want, "pool %d step %d", which, i);
+    }
+    cr_assert_eq(ms_allocator_end_allocate_to_pool(e.a, id), MS_OK);
+    check(&e);
+  }
+  /* no_split: every block is its whole segment */
+  cr_assert_eq(stat(&e, "allocated_bytes.all.current"),
+               (int64_t)(2 * 1024 + 2 * 4 * MiB) + (int64_t)(2 * 2 * MiB + 2 * 20 * MiB));
+  cr_assert_eq(stat(&e, "inactive_split.all.current"), 2, "only the plain pool's remainders");
+  /* the option can be taken back: later allocations of the pool split again */
+  for (int i = 0; i < 4; i++) xfree(&e, kept[1][i]);
+  o.no_split = false;
+  cr_assert_eq(ms_allocator_set_pool_options(e.a, ns, &o), MS_OK);
+  cr_assert_eq(ms_allocator_begin_allocate_to_pool(e.a, ns, NULL, NULL), MS_OK);
+  ms_devptr_t x = xmalloc(&e, 1000, 0);
+  cr_assert_eq(stat(&e, "inactive_split.all.current"), 3);
+  cr_assert_eq(ms_allocator_end_allocate_to_pool(e.a, ns), MS_OK);
+  xfree(&e, x);
+  for (int i = 0; i < 4; i++) xfree(&e, kept[0][i]);
+  cr_assert_eq(ms_allocator_release_pool(e.a, ns), MS_OK); /* begun twice: two references */
+  cr_assert_eq(ms_allocator_release_pool(e.a, ns), MS_OK);
+  cr_assert_eq(ms_allocator_release_pool(e.a, plain), MS_OK);
+  cr_assert_eq(ms_allocator_empty_cache(e.a), MS_OK);
+  cr_assert_eq(stat(&e, "segment.all.current"), 0);
+  env_close(&e);
+}
+
+/* A default-pool malloc of 1000 B on a full device that holds: a 2 MiB small segment cached in
+ * MemPool u, a live 20 MiB block, and a cached 24 MiB oversize segment (max_split_size 20 MiB)
+ * that release_available_cached_blocks would free. */
+static void use_on_oom_case(bool use_on_oom, const char *want_ops, bool want_from_pool) {
+  env_t e;
+  env_open(&e, "max_split_size_mb:20", 46 * MiB);
+  ms_pool_id_t u = ms_pool_id_new(false);
+  ms_pool_options_t o = {.use_on_oom = use_on_oom};
+  cr_assert_eq(ms_allocator_set_pool_options(e.a, u, &o), MS_OK);
+  cr_assert_eq(ms_allocator_begin_allocate_to_pool(e.a, u, NULL, NULL), MS_OK);
+  ms_devptr_t in_u = xmalloc(&e, 1000, 0);
+  xfree(&e, in_u);
+  cr_assert_eq(ms_allocator_end_allocate_to_pool(e.a, u), MS_OK);
+  ms_devptr_t live = xmalloc(&e, 20 * MiB, 0);
+  xfree(&e, xmalloc(&e, 24 * MiB, 0));
+  cr_assert_eq(stat(&e, "reserved_bytes.all.current"), (int64_t)(46 * MiB));
+  ms_sim_clear_log(e.b);
+  ms_devptr_t p = xmalloc(&e, 1000, 0);
+  char ops[256];
+  log_ops(&e, ops, sizeof ops);
+  cr_assert_str_eq(ops, want_ops);
+  cr_assert_eq(p == in_u, want_from_pool);
+  check(&e);
+  if (want_from_pool) {
+    cr_assert_eq(stat(&e, "num_alloc_retries"), 0);
+    cr_assert_eq(stat(&e, "reserved_bytes.all.current"), (int64_t)(46 * MiB), "nothing released");
+    /* a malloc routed to a private pool never takes the fallback (u's remainder would fit) */
+    ms_pool_id_t v = ms_pool_id_new(false);
+    cr_assert_eq(ms_allocator_begin_allocate_to_pool(e.a, v, NULL, NULL), MS_OK);
+    ms_devptr_t q = 5;
+    ms_sim_clear_log(e.b);
+    cr_assert_eq(ms_allocator_malloc(e.a, 1000, 0, &q), MS_EOOM);
+    cr_assert_eq(q, 5);
+    log_ops(&e, ops, sizeof ops);
+    cr_assert_str_eq(ops, "malloc! mem_info");
+    cr_assert_eq(ms_allocator_end_allocate_to_pool(e.a, v), MS_OK);
+    cr_assert_eq(ms_allocator_release_pool(e.a, v), MS_OK);
+  }
+  xfree(&e, p); /* back to u when it came from there */
+  xfree(&e, live);
+  cr_assert_eq(ms_allocator_release_pool(e.a, u), MS_OK);
+  cr_assert_eq(ms_allocator_empty_cache(e.a), MS_OK);
+  cr_assert_eq(stat(&e, "segment.all.current"), 0);
+  env_close(&e);
+}
+
+Test(allocator, use_on_oom_pool_is_tried_after_the_device_malloc_before_releasing) {
+  /* with use_on_oom: the device malloc fails, u's cached block serves; nothing is released */
+  use_on_oom_case(true, "malloc!", true);
+  /* without: release_available_cached_blocks frees the oversize segment and retries */
+  use_on_oom_case(false, "malloc! free malloc", false);
+}
+
+Test(allocator, use_on_oom_pools_in_id_order_and_released_ones_skipped) {
+  env_t e;
+  env_open(&e, NULL, 6 * MiB);
+  ms_pool_id_t u1 = ms_pool_id_new(false), u2 = ms_pool_id_new(false);
+  ms_pool_options_t o = {.use_on_oom = true};
+  /* options set in reverse id order: the fallback still tries u1 first */
+  cr_assert_eq(ms_allocator_set_pool_options(e.a, u2, &o), MS_OK);
+  cr_assert_eq(ms_allocator_set_pool_options(e.a, u1, &o), MS_OK);
+  ms_devptr_t cached[2];
+  ms_pool_id_t ids[2] = {u2, u1};
+  for (int i = 0; i < 2; i++) {
+    cr_assert_eq(ms_allocator_begin_allocate_to_pool(e.a, ids[i], NULL, NULL), MS_OK);
+    cached[i] = xmalloc(&e, 1000, 0);
+    xfree(&e, cached[i]);
+    cr_assert_eq(ms_allocator_end_allocate_to_pool(e.a, ids[i]), MS_OK);
+  }
+  ms_devptr_t live = xmalloc(&e, 1 * MiB, 0); /* the third 2 MiB segment fills the device */
+  ms_devptr_t fill = xmalloc(&e, 1 * MiB, 0);
+  ms_devptr_t a1 = xmalloc(&e, 1000, 0);
+  cr_assert_eq(a1, cached[1], "u1 (lower id) first");
+  /* u1 still has a free remainder; release u1: the next fallback skips it for u2 */
+  cr_assert_eq(ms_allocator_release_pool(e.a, u1), MS_OK);
+  ms_devptr_t a2 = xmalloc(&e, 1000, 0);
+  cr_assert_eq(a2, cached[0], "released u1 skipped, u2 served");
+  /* all options false: the id is forgotten, no fallback any more */
+  o.use_on_oom = false;
+  cr_assert_eq(ms_allocator_set_pool_options(e.a, u2, &o), MS_OK);
+  ms_devptr_t z = 9;
+  cr_assert_eq(ms_allocator_malloc(e.a, 1000, 0, &z), MS_EOOM);
+  cr_assert_eq(z, 9);
+  check(&e);
+  xfree(&e, a1);
+  xfree(&e, a2);
+  xfree(&e, live);
+  xfree(&e, fill);
+  cr_assert_eq(ms_allocator_release_pool(e.a, u2), MS_OK);
+  cr_assert_eq(ms_allocator_empty_cache(e.a), MS_OK);
+  cr_assert_eq(stat(&e, "segment.all.current"), 0);
+  env_close(&e);
+}

@@ -165,6 +165,25 @@ MS_API int ms_allocator_end_allocate_to_pool(ms_allocator_t *a, ms_pool_id_t id)
  * the next empty_cache (and the pool disappears once it holds no segment). Blocks still allocated
  * from the pool stay valid and return to it when freed. @return MS_OK or MS_ENOTFOUND. */
 MS_API int ms_allocator_release_pool(ms_allocator_t *a, ms_pool_id_t id);
+/* Options of a private pool (torch.cuda.MemPool(use_on_oom=..., no_split=...), §8.8, §13.3). */
+typedef struct ms_pool_options_s {
+  /* A malloc routed to the default pools that finds no cached block and cannot get a new segment
+   * takes a cached block of this pool (best fit, never a new segment) before releasing cached
+   * memory: after the first failed device malloc, before release_available_cached_blocks.
+   * Several such pools are tried in increasing id order. A released pool is not tried. */
+  bool use_on_oom;
+  /* Blocks of this pool are never split: an allocation takes a whole cached block (or a whole
+   * new segment). */
+  bool no_split;
+} ms_pool_options_t;
+
+/* Sets the options of private pool id (PyTorch's setUseOnOOM / setNoSplit, which MemPool calls at
+ * creation). They belong to the id: given before the pool exists (ms_allocator_begin_allocate_to_
+ * pool creates it) or while it exists, they hold until changed; all false removes them.
+ * @return MS_OK, MS_EINVAL (NULL opts, or the id (0,0)), MS_ENOMEM. */
+MS_API int ms_allocator_set_pool_options(ms_allocator_t *a, ms_pool_id_t id,
+                                         const ms_pool_options_t *opts);
+
 /* PyTorch's emptyCache(pool id): for a released pool, synchronizes its events and returns its
  * cached segments. @return MS_OK or a backend error. */
 MS_API int ms_allocator_empty_pool_cache(ms_allocator_t *a, ms_pool_id_t id);
