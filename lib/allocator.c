@@ -432,7 +432,8 @@ static bool alloc_block(ms_allocator_t *a, alloc_params_t *p, bool is_retry, uin
  * block of a use_on_oom pool (get_free_block only, never a device malloc), pools in id order.
  * PyTorch routes to the pool and ends the routing around the search (the use count comes back to
  * where it was); searching the pool directly is the same. */
-static bool try_mempool_fallback(ms_allocator_t *a, alloc_params_t *p) {
+static __attribute__((noinline)) bool try_mempool_fallback(ms_allocator_t *a,
+                                                          alloc_params_t *p) {
   if (p->pool->owner) return false; /* only for the default pools */
   for (size_t i = 0; i < a->pool_opts.len; i++) {
     if (!a->pool_opts.ptr[i].opts.use_on_oom) continue;
@@ -719,6 +720,12 @@ static void alloc_debug_check(ms_allocator_t *a) {
 #endif
 }
 
+/* Caching disabled (§4's top-level wrapper): plain cudaMalloc. */
+static __attribute__((noinline, cold)) int uncached_malloc(ms_allocator_t *a, size_t size,
+                                                          ms_stream_t stream, ms_devptr_t *out) {
+  return a->ops.malloc(a->ops.ctx, a->device, size, stream, out);
+}
+
 int ms_allocator_malloc(ms_allocator_t *a, size_t orig_size, ms_stream_t stream,
                         ms_devptr_t *out) {
   MS_RETURN_IF(!a || !out, MS_EINVAL);
@@ -734,8 +741,7 @@ int ms_allocator_malloc(ms_allocator_t *a, size_t orig_size, ms_stream_t stream,
     pthread_mutex_unlock(&a->mu);
     return MS_EOOM;
   }
-  if (ms_unlikely(a->no_caching)) /* plain cudaMalloc (§4's top-level wrapper) */
-    return a->ops.malloc(a->ops.ctx, a->device, orig_size, stream, out);
+  if (ms_unlikely(a->no_caching)) return uncached_malloc(a, orig_size, stream, out);
   uint32_t ctx = alloc_gather(a, MS__CTX_STATE);
   pthread_mutex_lock(&a->mu);
   if (ms_likely(a->captures.len == 0)) {
@@ -785,7 +791,7 @@ int ms_allocator_malloc(ms_allocator_t *a, size_t orig_size, ms_stream_t stream,
 /* ---- free (§7) ------------------------------------------------------------------------------- */
 
 /* Caching disabled (§4's top-level wrapper): cudaFree, which synchronizes the device first. */
-static __attribute__((noinline)) int uncached_free(ms_allocator_t *a, ms_devptr_t ptr) {
+static __attribute__((noinline, cold)) int uncached_free(ms_allocator_t *a, ms_devptr_t ptr) {
   int r = a->ops.device_synchronize(a->ops.ctx, a->device);
   if (r != MS_OK) return r;
   return a->ops.free(a->ops.ctx, a->device, ptr);
