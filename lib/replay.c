@@ -1223,7 +1223,7 @@ static int rp_run_device(rp_trace_t *tr, bool whatif, const ms_alloc_config_t *c
     r = rdev_create(capacity, tr->device_total, &run.backend, &run.rdev);
   }
   if (r != MS_OK) return r;
-  ms_allocator_config_t ac = {run.backend, 0, cfg};
+  ms_allocator_config_t ac = {.backend = run.backend, .device = 0, .alloc = cfg};
   ms_errbuf_t eb;
   r = ms_allocator_create(&ac, &run.a, &eb);
   if (r != MS_OK) {

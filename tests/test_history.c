@@ -20,6 +20,14 @@
 #include "memsnap/history.h"
 #include "memsnap/serialize.h"
 
+/* These tests check that stacks name the test's own static functions, which needs libdw
+ * (docs/history.md); a build without it (MEMSNAP_WITH_LIBDW=OFF) says SKIP for them. */
+#ifdef MS_HAVE_LIBDW
+#define NEED_LIBDW() ((void)0)
+#else
+#define NEED_LIBDW() cr_skip_test("SKIP: built without libdw: static function names unresolved")
+#endif
+
 #define NOINLINE __attribute__((noinline))
 #define KEEP_FRAME() __asm__ volatile("" ::: "memory")
 #define MiB ((size_t)1 << 20)
@@ -121,10 +129,12 @@ static void check_own_frames(ms_unwinder uw) {
 }
 
 Test(history, frames_name_own_functions_backtrace, .init = setup, .fini = teardown) {
+  NEED_LIBDW();
   check_own_frames(MS_UNWIND_BACKTRACE);
 }
 
 Test(history, frames_name_own_functions_frame_pointers, .init = setup, .fini = teardown) {
+  NEED_LIBDW();
   check_own_frames(MS_UNWIND_FRAME_POINTER);
   /* the second allocation from the same site: the walk is complete, no fallback */
   ms__fp_stats_t s0, s1;
@@ -144,6 +154,7 @@ static const ms_snap_trace_t *dev_trace(const ms_snapshot_t *s, int dev, size_t 
 }
 
 Test(history, trace_has_pytorchs_actions_and_fields, .init = setup, .fini = teardown) {
+  NEED_LIBDW();
   record(MS_HISTORY_ALL, MS_CONTEXT_ALL, 1000, MS_UNWIND_BACKTRACE);
   int64_t t0 = ms__now_us();
   ms_devptr_t p = alloc_outer(1000);
@@ -250,6 +261,7 @@ Test(history, recording_switched_on_midway, .init = setup, .fini = teardown) {
 }
 
 Test(history, state_only_records_stacks_but_no_trace, .init = setup, .fini = teardown) {
+  NEED_LIBDW();
   record(MS_HISTORY_STATE, MS_CONTEXT_STATE, 100, MS_UNWIND_BACKTRACE);
   ms_devptr_t p = alloc_outer(4096);
   ms_snapshot_t *s = take();
@@ -463,6 +475,7 @@ NOINLINE static void *thread_work(void *arg) {
 }
 
 Test(history, threads_record_concurrently, .init = setup, .fini = teardown, .timeout = 60) {
+  NEED_LIBDW();
   record(MS_HISTORY_ALL, MS_CONTEXT_ALL, 1000, MS_UNWIND_FRAME_POINTER);
   pthread_t th[3];
   for (int i = 0; i < 3; i++) cr_assert_eq(pthread_create(&th[i], NULL, thread_work, NULL), 0);
@@ -536,6 +549,7 @@ NOINLINE static int cmp_alloc(const void *x, const void *y) {
 }
 
 Test(history, frame_pointers_through_code_without_them, .init = setup, .fini = teardown) {
+  NEED_LIBDW();
   record(MS_HISTORY_ALL, MS_CONTEXT_ALL, 100, MS_UNWIND_FRAME_POINTER);
   int v[16];
   for (int i = 0; i < 16; i++) v[i] = (i * 7) % 16;
@@ -597,6 +611,7 @@ NOINLINE static int too_big_request(ms_devptr_t *out) {
 
 Test(history, oom_observer_writes_a_snapshot_showing_the_failure, .init = setup,
      .fini = teardown) {
+  NEED_LIBDW();
   ms_sim_set_capacity(be, 0, 512 * MiB);
   char *dir = tmpdir_new();
   char pattern[512];
