@@ -33,8 +33,12 @@ build: deps $(BUILD)/CMakeCache.txt
 demo: deps test-deps build
 	@scripts/demo.sh $(BUILD)
 
+# ctest hides the output of passing suites; the SKIP lines (no GPU, no fixtures, no browser) are
+# printed after the run, counted, so that what did not run stays visible.
 test: test-deps build
-	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+	@cd $(BUILD) && { ctest --output-on-failure -j $(JOBS); rc=$$?; \
+	  grep -h '^SKIP' Testing/Temporary/LastTest.log 2>/dev/null | sort | uniq -c | sed 's/^ */  skipped x/'; \
+	  exit $$rc; }
 
 bench: deps
 	@scripts/deps.sh bench
