@@ -215,12 +215,37 @@ static int snap_stack(ms__ctx_to_stack_fn *fn, void *arg, uint32_t ctx, uint32_t
   return fn(arg, ctx, out);
 }
 
+/* Appends the record of block bl (§11.3: state, sizes, the allocation's stack when active) and
+ * adds it to its segment record's allocated/active/requested sizes and block count. The caller
+ * owns total_size (a cudaMalloc segment's size, or the sum of an expandable range's blocks). */
+static int snapshot_block(ms__snapbuild_t *b, ms__ctx_to_stack_fn *fn, void *arg,
+                          const ms__block_t *bl, const char *const state_names[3],
+                          ms_snap_segment_t *ss) {
+  static const ms_block_state states[3] = {MS_BLOCK_INACTIVE, MS_BLOCK_ACTIVE_ALLOCATED,
+                                           MS_BLOCK_ACTIVE_PENDING_FREE};
+  ms_snap_block_t sb;
+  memset(&sb, 0, sizeof sb);
+  sb.address = bl->ptr;
+  sb.size = bl->size;
+  sb.requested_size = bl->requested_size;
+  int k = bl->allocated ? 1 : bl->in_set ? 0 : 2;
+  sb.state = states[k];
+  sb.state_name = state_names[k];
+  sb.present = MS_BLOCK_HAS_ADDRESS | MS_BLOCK_HAS_REQUESTED_SIZE | MS_BLOCK_HAS_FRAMES;
+  MS_FORWARD_IF_ERROR(snap_stack(fn, arg, k ? bl->ctx : 0, &sb.stack));
+  if (k == 1) ss->allocated_size += bl->size;
+  if (k != 0) {
+    ss->active_size += bl->size;
+    ss->requested_size += bl->requested_size;
+  }
+  ss->nblocks++;
+  return ms__snapbuild_add_block(b, &sb);
+}
+
 /* The mapped ranges of an expandable segment, each as a segment record (is_expandable). */
 static int snapshot_expandable(ms_allocator_t *a, ms__snapbuild_t *b, ms__ctx_to_stack_fn *fn,
                                void *arg, const ms__segment_t *s, const char *state_names[3],
                                uint64_t *total_active) {
-  static const ms_block_state states[3] = {MS_BLOCK_INACTIVE, MS_BLOCK_ACTIVE_ALLOCATED,
-                                           MS_BLOCK_ACTIVE_PENDING_FREE};
   int r = MS_OK;
   const ms__block_t *bl = s->head;
   while (bl && r == MS_OK) {
@@ -240,25 +265,8 @@ static int snapshot_expandable(ms_allocator_t *a, ms__snapbuild_t *b, ms__ctx_to
                  MS_SEG_HAS_REQUESTED_SIZE | MS_SEG_HAS_SEGMENT_TYPE;
     r = snap_stack(fn, arg, bl == s->head ? s->ctx : 0, &ss.stack);
     for (; bl && bl->mapped && r == MS_OK; bl = bl->next) {
-      ms_snap_block_t sb;
-      memset(&sb, 0, sizeof sb);
-      sb.address = bl->ptr;
-      sb.size = bl->size;
-      sb.requested_size = bl->requested_size;
-      int k = bl->allocated ? 1 : bl->in_set ? 0 : 2;
-      sb.state = states[k];
-      sb.state_name = state_names[k];
-      sb.present = MS_BLOCK_HAS_ADDRESS | MS_BLOCK_HAS_REQUESTED_SIZE | MS_BLOCK_HAS_FRAMES;
-      r = snap_stack(fn, arg, k ? bl->ctx : 0, &sb.stack);
-      if (r != MS_OK) break;
       ss.total_size += bl->size;
-      if (k == 1) ss.allocated_size += bl->size;
-      if (k != 0) {
-        ss.active_size += bl->size;
-        ss.requested_size += bl->requested_size;
-      }
-      r = ms__snapbuild_add_block(b, &sb);
-      ss.nblocks++;
+      r = snapshot_block(b, fn, arg, bl, state_names, &ss);
     }
     *total_active += ss.active_size;
     if (r == MS_OK) r = ms__snapbuild_add_segment(b, &ss);
@@ -303,24 +311,7 @@ static int snapshot_locked(ms_allocator_t *a, ms__snapbuild_t *b, ms__ctx_to_sta
                  MS_SEG_HAS_REQUESTED_SIZE | MS_SEG_HAS_SEGMENT_TYPE;
     r = snap_stack(fn, arg, s->ctx, &ss.stack);
     for (const ms__block_t *bl = s->head; bl && r == MS_OK; bl = bl->next) {
-      ms_snap_block_t sb;
-      memset(&sb, 0, sizeof sb);
-      sb.address = bl->ptr;
-      sb.size = bl->size;
-      sb.requested_size = bl->requested_size;
-      int k = bl->allocated ? 1 : bl->in_set ? 0 : 2;
-      sb.state = states[k];
-      sb.state_name = state_names[k];
-      sb.present = MS_BLOCK_HAS_ADDRESS | MS_BLOCK_HAS_REQUESTED_SIZE | MS_BLOCK_HAS_FRAMES;
-      r = snap_stack(fn, arg, k ? bl->ctx : 0, &sb.stack);
-      if (r != MS_OK) break;
-      if (k == 1) ss.allocated_size += bl->size;
-      if (k != 0) {
-        ss.active_size += bl->size;
-        ss.requested_size += bl->requested_size;
-      }
-      r = ms__snapbuild_add_block(b, &sb);
-      ss.nblocks++;
+      r = snapshot_block(b, fn, arg, bl, state_names, &ss);
     }
     total_active += ss.active_size;
     if (r == MS_OK) r = ms__snapbuild_add_segment(b, &ss);
