@@ -34,7 +34,7 @@
 #include <unistd.h>
 
 #include "memsnap/pickle.h"
-#include "snapbuild.h"
+#include "synth.h"
 
 static double now_s(void) {
   struct timespec ts;
@@ -118,97 +118,6 @@ static void bench_fixture(void) {
 
 /* ---- a synthetic snapshot of about 1 GB --------------------------------------------------------- */
 
-#define POOL_FRAMES 4000 /* distinct code locations (Python and C++ frames) */
-#define DEPTH_MIN 160    /* frames per stack: 160 .. 223 */
-
-static void check(int rc, const char *what) {
-  if (rc != MS_OK) die(what, ms_strerror(rc));
-}
-
-/* A name like the C++ frames of real snapshots (about 200 characters). */
-static int cpp_name(char *out, size_t cap, int i) {
-  return snprintf(out, cap,
-                  "c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::malloc_%d"
-                  "<at::native::(anonymous namespace)::TensorIteratorBase, std::vector<long, "
-                  "std::allocator<long> > >(signed char, unsigned long, CUstream_st*)",
-                  i);
-}
-
-/* Real snapshots have a bounded set of code locations and many distinct stacks made of them;
- * here every trace entry gets its own stack (the worst case for interning), drawn from a pool of
- * POOL_FRAMES frames, half C++ frames with long names. */
-static ms_snapshot_t *synthetic(size_t ntrace, size_t nsegments) {
-  ms__snapbuild_t b;
-  ms__snapbuild_init(&b);
-  b.hdr.origin = MS_SNAP_ORIGIN_MEMSNAP;
-  uint32_t pool[POOL_FRAMES];
-  char name[512], file[256];
-  for (int i = 0; i < POOL_FRAMES; i++) {
-    int n = i % 2 ? snprintf(name, sizeof name, "forward_%d", i) : cpp_name(name, sizeof name, i);
-    int m = snprintf(file, sizeof file,
-                     i % 2 ? "/opt/conda/lib/python3.11/site-packages/torch/nn/modules/module_%d.py"
-                           : "CUDACachingAllocator_%d.cpp",
-                     i % 97);
-    check(ms__snapbuild_frame(&b, name, (size_t)n, file, (size_t)m, i % 2 ? 100 + i : 0, &pool[i]),
-          "frame");
-  }
-  uint32_t fr[DEPTH_MIN + 64];
-  uint64_t rng = 0x9e3779b97f4a7c15ull;
-  ms_snap_device_t dev = {0};
-  dev.first_trace = 0;
-  for (size_t i = 0; i < ntrace; i++) {
-    int depth = DEPTH_MIN + (int)(i % 64);
-    for (int k = 0; k < depth; k++) {
-      rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
-      fr[k] = k < 4 ? pool[2 * k] : pool[(rng >> 11) % POOL_FRAMES];
-    }
-    ms_snap_trace_t t = {0};
-    static const ms_trace_action acts[] = {MS_TRACE_ALLOC, MS_TRACE_FREE_REQUESTED,
-                                           MS_TRACE_FREE_COMPLETED};
-    t.action = acts[i % 3];
-    t.action_name = ms_trace_action_name(t.action);
-    t.addr = 0x7f3a00000000ull + (i / 3) * 4096;
-    t.size = 512 * (1 + i % 4096);
-    t.stream = 0;
-    t.time_us = 1783874422287973ll + (int64_t)i;
-    t.compile_context = "N/A";
-    t.user_metadata = "";
-    check(ms__snapbuild_stack(&b, fr, (size_t)depth, &t.stack), "stack");
-    check(ms__snapbuild_add_trace(&b, &t), "trace");
-  }
-  dev.ntrace = (uint32_t)ntrace;
-  check(ms__snapbuild_add_device(&b, &dev), "device");
-  for (size_t g = 0; g < nsegments; g++) {
-    ms_snap_segment_t seg = {0};
-    seg.address = 0x7f3a00000000ull + g * (64ull << 20);
-    seg.is_large = true;
-    seg.first_block = (uint32_t)b.blocks.len;
-    seg.stack = b.trace.ptr[g % ntrace].stack;
-    for (int k = 0; k < 8; k++) {
-      ms_snap_block_t blk = {0};
-      blk.address = seg.address + (uint64_t)k * (8ull << 20);
-      blk.size = 8ull << 20;
-      blk.requested_size = blk.size - 512;
-      blk.state = k % 3 ? MS_BLOCK_ACTIVE_ALLOCATED : MS_BLOCK_INACTIVE;
-      blk.state_name = ms_block_state_name(blk.state);
-      blk.stack = b.trace.ptr[(g * 8 + (size_t)k) % ntrace].stack;
-      seg.total_size += blk.size;
-      if (blk.state == MS_BLOCK_ACTIVE_ALLOCATED) {
-        seg.allocated_size += blk.size;
-        seg.active_size += blk.size;
-        seg.requested_size += blk.requested_size;
-      }
-      check(ms__snapbuild_add_block(&b, &blk), "block");
-    }
-    seg.nblocks = 8;
-    check(ms__snapbuild_add_segment(&b, &seg), "segment");
-  }
-  ms_snapshot_t *s = NULL;
-  ms_errbuf_t eb = {{0}};
-  if (ms__snapbuild_finish(&b, &s, &eb) != MS_OK) die("synthetic snapshot", eb.msg);
-  return s;
-}
-
 static int file_write(void *ctx, const char *buf, size_t len) {
   return fwrite(buf, 1, len, ctx) == len ? MS_OK : MS_EIO;
 }
@@ -221,7 +130,9 @@ static void generate(const char *path, double scale) {
   if (pid == 0) {
     size_t ntrace = (size_t)(1000000 * scale);
     if (ntrace < 1000) ntrace = 1000;
-    ms_snapshot_t *s = synthetic(ntrace, 1000);
+    ms_snapshot_t *s = NULL;
+    ms_errbuf_t eb0 = {{0}};
+    if (synth_wide(ntrace, 1000, &s, &eb0) != MS_OK) die("synthetic snapshot", eb0.msg);
     FILE *f = fopen(path, "wb");
     if (!f) die(path, strerror(errno));
     ms_sink_t sink = {file_write, f};
