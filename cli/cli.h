@@ -79,6 +79,9 @@ const char *cli_display_name(const char *path);
  * "memsnap: error: ..." naming the file and what is wrong, and returns CLI_FAILURE (*out
  * untouched). Shows a progress line on a terminal when loading takes more than a second. */
 int cli_load(const char *path, ms_snapshot_t **out);
+/* cli_load() leaving out what flags (MS_LOAD_*, memsnap/serialize.h) say, e.g. MS_LOAD_NO_TRACE
+ * for views of the state at the end, which need no trace. */
+int cli_load_ex(const char *path, unsigned flags, ms_snapshot_t **out);
 
 /* A progress line on stderr, drawn only when stderr is a terminal and the operation has taken
  * more than a second; stop erases it. Not nestable. */

@@ -181,11 +181,15 @@ const char *cli_display_name(const char *path) {
 }
 
 int cli_load(const char *path, ms_snapshot_t **out) {
+  return cli_load_ex(path, 0, out);
+}
+
+int cli_load_ex(const char *path, unsigned flags, ms_snapshot_t **out) {
   ms_errbuf_t eb = {{0}};
   ms_snapshot_t *snap = NULL;
   const char *name = cli_display_name(path);
   cli_progress_start("reading '%s'", name);
-  int err = ms_snapshot_load(path, &snap, &eb);
+  int err = ms_snapshot_load_ex(path, flags, &snap, &eb);
   cli_progress_stop();
   if (err != MS_OK) {
     const char *what = eb.msg[0] ? eb.msg : ms_strerror(err);
@@ -350,7 +354,8 @@ int cli_view_main(const char *cmd, const char *usage, ms_view_kind kind, int arg
   if (npos < 1) return cli_usage_error(cmd, "missing FILE");
   if (!output[0]) return cli_usage_error(cmd, "option '--output' needs a file name");
   ms_snapshot_t *snap = NULL;
-  if ((rc = cli_load(pos[0], &snap)) != CLI_OK) return rc;
+  /* the views show the state at the end: the trace is not needed */
+  if ((rc = cli_load_ex(pos[0], MS_LOAD_NO_TRACE, &snap)) != CLI_OK) return rc;
   ms_flame_options_t fo;
   ms_flame_options_init(&fo);
   fo.countname = "bytes";

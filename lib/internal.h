@@ -10,6 +10,7 @@
 #define MEMSNAP_LIB_INTERNAL_H
 
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -29,6 +30,14 @@
 #define ms_unlikely(x) (x)
 #define MS_NOINLINE
 #endif
+
+/* "pickle_read.c": ms_pickle_read_ex() that also says (*cannot_skip, may be NULL) whether it
+ * failed only because MS_LOAD_NO_TRACE could not be honoured (a value of the trace is used
+ * elsewhere through the memo), so that a caller able to rewind reads the input again in full. */
+struct ms_source_s;
+struct ms_snapshot_s;
+int ms__pickle_read(struct ms_source_s *src, unsigned flags, struct ms_snapshot_s **out,
+                    ms_errbuf_t *eb, bool *cannot_skip);
 
 /* "output.c" */
 void ms__message(const char *prefix, const char *fmt, ...) MS_PRINTF(2, 3);

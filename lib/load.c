@@ -241,7 +241,13 @@ static ptrdiff_t peek_read(void *ctx, char *buf, size_t cap) {
 }
 
 int ms_snapshot_load(const char *path, ms_snapshot_t **out, ms_errbuf_t *eb) {
+  return ms_snapshot_load_ex(path, 0, out, eb);
+}
+
+int ms_snapshot_load_ex(const char *path, unsigned flags, ms_snapshot_t **out, ms_errbuf_t *eb) {
   if (!path || !out) return ms__errbuf_set(eb, MS_EINVAL, "no input path");
+  if (flags & ~(unsigned)MS_LOAD_NO_TRACE)
+    return ms__errbuf_set(eb, MS_EINVAL, "unknown load flags 0x%x", flags);
   int is_stdin = strcmp(path, "-") == 0;
   const char *name = is_stdin ? "<stdin>" : path;
   FILE *fp = is_stdin ? stdin : fopen(path, "rb");
@@ -279,9 +285,17 @@ int ms_snapshot_load(const char *path, ms_snapshot_t **out, ms_errbuf_t *eb) {
   case MS_FORMAT_MEMSNAP_Z:
     rc = ms_snapshot_read(&src, &snap, &inner);
     break;
-  case MS_FORMAT_PICKLE:
-    rc = ms_pickle_read(&src, &snap, &inner);
+  case MS_FORMAT_PICKLE: {
+    bool again = false;
+    rc = ms__pickle_read(&src, flags, &snap, &inner, &again);
+    /* The trace could not be skipped: read a regular file again, in full. */
+    if (again && !is_stdin && fseek(fp, (long)n, SEEK_SET) == 0) {
+      ps.pos = 0;
+      inner.msg[0] = 0;
+      rc = ms__pickle_read(&src, 0, &snap, &inner, NULL);
+    }
     break;
+  }
   default:
     rc = n == 0 ? ms__errbuf_set(&inner, MS_ETRUNCATED, "empty file")
                 : ms__errbuf_set(&inner, MS_EFORMAT, "not a memsnap snapshot or PyTorch pickle");

@@ -60,12 +60,15 @@ enum rd_vtype {
   V_PAIR,  /* a tuple of two ints: v.pair indexes pairs */
   V_TUPLE, /* any other tuple; content not kept */
   V_FSET,  /* frozenset; content not kept */
+  V_SKIP,  /* a dict, list or set of the skipped trace (MS_LOAD_NO_TRACE): v.kind says which;
+              its items are parsed and dropped, and it has no entry in objs */
 };
 
 typedef struct rd_val_s {
   uint8_t t;
   uint8_t key; /* V_STR: the schema key it spells (K_*), K_UNKNOWN otherwise */
-  uint8_t pad_[2];
+  uint8_t kind; /* V_SKIP: O_DICT, O_LIST or O_SET */
+  uint8_t pad_;
   uint32_t len;
   union {
     int64_t i;
@@ -229,6 +232,8 @@ typedef struct rd_s {
   MS_VEC(rd_val_t) tmp;
   uint32_t root;
   uint32_t root_segments; /* the root dict's "segments" list */
+  bool skip_trace;        /* MS_LOAD_NO_TRACE: trace entries become V_SKIP values */
+  bool cannot_skip;       /* a skipped value was needed outside the trace */
   /* output */
   ms__snapbuild_t b;
   ms_errbuf_t *eb;
@@ -259,6 +264,7 @@ static const char *rd_type_name(const rd_t *r, const rd_val_t *v) {
   case V_PAIR:
   case V_TUPLE: return "tuple";
   case V_FSET: return "frozenset";
+  case V_SKIP: return v->kind == O_DICT ? "dict" : v->kind == O_LIST ? "list" : "set";
   case V_OBJ: {
     uint8_t k = r->objs.ptr[v->v.obj].kind;
     return k == O_DICT ? "dict" : k == O_LIST ? "list" : "set";
@@ -459,77 +465,78 @@ typedef struct rd_cand_s {
   uint32_t parent;
   uint8_t key;
   uint8_t role;
+  bool skip; /* the parent is a skipped container (V_SKIP) */
   uint32_t idx;
 } rd_cand_t;
 
-static void rd_cand_eval(const rd_t *r, rd_cand_t *c, uint8_t kind, bool is_list_parent,
-                         uint8_t key) {
+static inline bool rd_is_container(const rd_t *r, const rd_val_t *v, uint8_t kind) {
+  return (v->t == V_OBJ && r->objs.ptr[v->v.obj].kind == kind) ||
+         (v->t == V_SKIP && v->kind == kind);
+}
+
+/* The candidate parent pv (a container value) for a new container of the given kind, stored
+ * under key (dicts). */
+static void rd_cand_at(const rd_t *r, rd_cand_t *c, const rd_val_t *pv, uint8_t kind,
+                       uint8_t key) {
+  c->key = key;
+  if (pv->t == V_SKIP) {
+    c->skip = true;
+    return;
+  }
+  c->parent = pv->v.obj;
   const rd_obj_t *p = &r->objs.ptr[c->parent];
-  uint8_t role = is_list_parent ? rd_list_child(p->role) : rd_dict_child(p->role, key);
+  bool is_list = p->kind == O_LIST;
+  if (is_list) c->idx = p->count;
+  uint8_t role = is_list ? rd_list_child(p->role) : rd_dict_child(p->role, key);
   if (role != R_NONE && rd_role_kind[role] != kind) role = R_NONE;
   c->role = role;
-  c->key = key;
 }
 
 /* Decides which container a new container (of the given kind) is being built for, from the
  * shape of the stack. Python's pickler stores a container's items either in batches
  * (parent MARK items... APPENDS/SETITEMS) or one at a time (parent item APPEND, parent key item
- * SETITEM); both shapes are considered and the one that gives a known role wins. */
-static void rd_place(rd_t *r, uint32_t id) {
-  rd_obj_t *o = &r->objs.ptr[id];
+ * SETITEM); both shapes are considered and the one that gives a known role wins (then one whose
+ * parent is skipped: what it holds is skipped too). *root: this is the top-level container. */
+static void rd_place(const rd_t *r, uint8_t kind, rd_cand_t *out, bool *root) {
   size_t n = r->st.len, mpos = rd_mark_pos(r);
   bool has_mark = r->marks.len > 0;
-  if (n == 0 && !has_mark && r->root == RD_NO_OBJ) {
-    r->root = id;
-    o->role = o->kind == O_DICT ? R_ROOT : o->kind == O_LIST ? R_SEGMENTS : R_NONE;
-    return;
-  }
-  rd_cand_t a = {RD_NO_OBJ, K_UNKNOWN, R_NONE, 0}, bt = {RD_NO_OBJ, K_UNKNOWN, R_NONE, 0};
+  *root = n == 0 && !has_mark && r->root == RD_NO_OBJ;
+  rd_cand_t a = {RD_NO_OBJ, K_UNKNOWN, R_NONE, false, 0}, bt = a;
+  *out = a;
+  if (*root) return;
   /* one at a time: the top value is a list, or the top is a key below which sits a dict */
   if (n > 0 && (!has_mark || mpos < n)) {
     const rd_val_t *top = &r->st.ptr[n - 1];
-    if (top->t == V_OBJ && r->objs.ptr[top->v.obj].kind == O_LIST) {
-      a.parent = top->v.obj;
-      a.idx = r->objs.ptr[a.parent].count;
-      rd_cand_eval(r, &a, o->kind, true, K_UNKNOWN);
-    } else if (top->t != V_OBJ && n >= 2 && (!has_mark || mpos <= n - 2) &&
-               r->st.ptr[n - 2].t == V_OBJ && r->objs.ptr[r->st.ptr[n - 2].v.obj].kind == O_DICT) {
-      a.parent = r->st.ptr[n - 2].v.obj;
-      rd_cand_eval(r, &a, o->kind, false, top->t == V_STR ? top->key : K_UNKNOWN);
+    if (rd_is_container(r, top, O_LIST)) {
+      rd_cand_at(r, &a, top, kind, K_UNKNOWN);
+    } else if (top->t != V_OBJ && top->t != V_SKIP && n >= 2 && (!has_mark || mpos <= n - 2) &&
+               rd_is_container(r, &r->st.ptr[n - 2], O_DICT)) {
+      rd_cand_at(r, &a, &r->st.ptr[n - 2], kind, top->t == V_STR ? top->key : K_UNKNOWN);
     }
   }
   /* in a batch: the value below the topmost mark is the parent */
-  if (has_mark && mpos >= 1 && r->st.ptr[mpos - 1].t == V_OBJ) {
-    uint32_t pid = r->st.ptr[mpos - 1].v.obj;
-    const rd_obj_t *p = &r->objs.ptr[pid];
+  if (has_mark && mpos >= 1) {
+    const rd_val_t *pv = &r->st.ptr[mpos - 1];
     size_t above = n - mpos;
-    if (p->kind == O_LIST) {
-      bt.parent = pid;
-      bt.idx = p->count + (uint32_t)above;
-      rd_cand_eval(r, &bt, o->kind, true, K_UNKNOWN);
-    } else if (p->kind == O_DICT && (above & 1)) {
-      bt.parent = pid;
+    if (rd_is_container(r, pv, O_LIST)) {
+      rd_cand_at(r, &bt, pv, kind, K_UNKNOWN);
+      bt.idx += (uint32_t)above;
+    } else if (rd_is_container(r, pv, O_DICT) && (above & 1)) {
       const rd_val_t *top = &r->st.ptr[n - 1];
-      rd_cand_eval(r, &bt, o->kind, false, top->t == V_STR ? top->key : K_UNKNOWN);
+      rd_cand_at(r, &bt, pv, kind, top->t == V_STR ? top->key : K_UNKNOWN);
     }
   }
-  const rd_cand_t *c;
-  if (a.parent == RD_NO_OBJ)
-    c = &bt;
-  else if (bt.parent == RD_NO_OBJ)
-    c = &a;
+  bool ha = a.parent != RD_NO_OBJ || a.skip, hb = bt.parent != RD_NO_OBJ || bt.skip;
+  if (!ha)
+    *out = bt;
+  else if (!hb)
+    *out = a;
   else if ((a.role != R_NONE) != (bt.role != R_NONE))
-    c = a.role != R_NONE ? &a : &bt;
+    *out = a.role != R_NONE ? a : bt;
+  else if (a.skip || bt.skip)
+    *out = a.skip ? a : bt;
   else /* a single item follows a full batch of 1000, or the container is fresh */
-    c = r->objs.ptr[a.parent].count % 1000 == 0 ? &a : &bt;
-  o->parent = c->parent;
-  o->key = c->key;
-  o->idx = c->idx;
-  o->role = c->role;
-  if (o->role == R_SETMAP) { /* aux: nesting depth of settings maps */
-    const rd_obj_t *p = &r->objs.ptr[c->parent];
-    o->aux = p->role == R_SETMAP ? p->aux + 1 : 1;
-  }
+    *out = r->objs.ptr[a.parent].count % 1000 == 0 ? a : bt;
 }
 
 /* Creates the builder record that a dict of a record role stands for. */
@@ -598,12 +605,33 @@ static int rd_birth(rd_t *r, uint32_t id) {
   return MS_OK;
 }
 
-static int rd_create(rd_t *r, uint8_t kind, uint32_t *out) {
+/* A new container: a V_OBJ with its role, or a V_SKIP when it belongs to the skipped trace. */
+static int rd_create(rd_t *r, uint8_t kind, rd_val_t *out) {
+  rd_cand_t c;
+  bool root;
+  rd_place(r, kind, &c, &root);
+  if (!root && (c.skip || (r->skip_trace && c.role == R_TRACE))) {
+    *out = (rd_val_t){V_SKIP, K_UNKNOWN, kind, 0, 0, {0}};
+    return MS_OK;
+  }
   uint32_t id = RD_NO_OBJ;
   MS_FORWARD_IF_ERROR(rd_new_obj(r, kind, &id));
-  rd_place(r, id);
+  rd_obj_t *o = &r->objs.ptr[id];
+  if (root) {
+    r->root = id;
+    o->role = kind == O_DICT ? R_ROOT : kind == O_LIST ? R_SEGMENTS : R_NONE;
+  } else {
+    o->parent = c.parent;
+    o->key = c.key;
+    o->idx = c.idx;
+    o->role = c.role;
+    if (o->role == R_SETMAP) { /* aux: nesting depth of settings maps */
+      const rd_obj_t *p = &r->objs.ptr[c.parent];
+      o->aux = p->role == R_SETMAP ? p->aux + 1 : 1;
+    }
+  }
   MS_FORWARD_IF_ERROR(rd_birth(r, id));
-  *out = id;
+  *out = (rd_val_t){V_OBJ, K_UNKNOWN, 0, 0, 0, {.obj = id}};
   return MS_OK;
 }
 
@@ -707,6 +735,20 @@ static int rd_want_bool(rd_t *r, const rd_ctx_t *c, const rd_val_t *v, bool *out
   return MS_OK;
 }
 
+/* A value of the skipped trace is needed elsewhere (a file that shares, through the memo, a
+ * container of device_traces with a later part): the caller must read the file again without
+ * skipping. */
+static int rd_cannot_skip(rd_t *r, const rd_ctx_t *c) {
+  char p[300];
+  if (c->k)
+    rd_field_path(r, c->obj, c->k, p, sizeof p);
+  else
+    snprintf(p, sizeof p, "element %" PRIu32, c->idx);
+  r->cannot_skip = true;
+  return rd_err(r, MS_EUNSUPPORTED,
+                "%s: uses a value of device_traces, so the trace cannot be skipped", p);
+}
+
 static int rd_want_pair(rd_t *r, const rd_ctx_t *c, const rd_val_t *v, int64_t out[2]) {
   if (v->t != V_PAIR) return rd_type_err(r, c, "a tuple of two ints", v);
   out[0] = r->pairs.ptr[2 * (size_t)v->v.pair];
@@ -719,6 +761,7 @@ static int rd_want_pair(rd_t *r, const rd_ctx_t *c, const rd_val_t *v, int64_t o
 static int rd_want_obj(rd_t *r, const rd_ctx_t *c, const rd_val_t *v, uint8_t want, uint32_t *id) {
   *id = RD_NO_OBJ;
   if (want == R_NONE) return MS_OK;
+  if (v->t == V_SKIP) return rd_cannot_skip(r, c);
   uint8_t kind = rd_role_kind[want];
   if (v->t != V_OBJ || r->objs.ptr[v->v.obj].kind != kind)
     return rd_type_err(r, c, kind == O_DICT ? "dict" : "list", v);
@@ -781,6 +824,11 @@ static int rd_list_append(rd_t *r, uint32_t lid, const rd_val_t *v) {
   rd_ctx_t c = {lid, NULL, l->count};
   uint8_t want = rd_list_child(l->role);
   if (l->role != R_NONE && (l->flags & (OF_USED | OF_SEALED))) return rd_modified_after_use(r, lid);
+  if (v->t == V_SKIP && l->role == R_TRACES && v->kind == O_DICT) { /* a skipped entry */
+    if (l->count == UINT32_MAX) return rd_err(r, MS_ELIMIT, "list longer than 2^32 items");
+    l->count++;
+    return MS_OK;
+  }
   uint32_t id = RD_NO_OBJ;
   if (want != R_NONE) MS_FORWARD_IF_ERROR(rd_want_obj(r, &c, v, want, &id));
   l = &r->objs.ptr[lid];
@@ -809,8 +857,8 @@ static int rd_list_append(rd_t *r, uint32_t lid, const rd_val_t *v) {
   case R_DEVTRACES: {
     const rd_obj_t *t = &r->objs.ptr[id];
     ms_snap_device_t d = {0};
-    d.first_trace = t->count ? t->ref : UINT32_MAX; /* empty: placed in rd_finish */
-    d.ntrace = t->count;
+    d.ntrace = r->skip_trace ? 0 : t->count; /* skipped entries are not kept */
+    d.first_trace = d.ntrace ? t->ref : UINT32_MAX; /* empty: placed in rd_finish */
     int rc = ms__snapbuild_add_device(&r->b, &d);
     if (rc != MS_OK) return rd_err(r, rc, "cannot store a device: %s", ms_strerror(rc));
     break;
@@ -847,6 +895,10 @@ static int rd_setting_value(rd_t *r, const rd_ctx_t *c, const rd_val_t *v, ms_sn
       break;
     }
     *keep = false; /* lists and sets have no place in the model */
+    break;
+  case V_SKIP:
+    if (v->kind == O_DICT) return rd_cannot_skip(r, c);
+    *keep = false;
     break;
   default:
     *keep = false; /* unsigned 64-bit, huge ints, bytes, tuples */
@@ -1077,7 +1129,7 @@ static int rd_dict_set(rd_t *r, uint32_t did, const rd_val_t *k, const rd_val_t 
 
 static int rd_push_str(rd_t *r, const char *p, uint64_t n) {
   if (n > RD_MAX_STR) return rd_err(r, MS_ELIMIT, "string of %" PRIu64 " bytes is too long", n);
-  rd_val_t v = {V_STR, K_UNKNOWN, {0, 0}, (uint32_t)n, {0}};
+  rd_val_t v = {V_STR, K_UNKNOWN, 0, 0, (uint32_t)n, {0}};
   int rc = ms__snapbuild_str(&r->b, p, (size_t)n, &v.v.s);
   if (rc != MS_OK) return rd_err(r, rc, "cannot store a string: %s", ms_strerror(rc));
   v.key = rd_key_lookup(p, (size_t)n);
@@ -1090,7 +1142,7 @@ static int rd_op_str(rd_t *r, uint64_t n, bool is_bytes) {
     return rd_err(r, MS_ELIMIT, "declared length %" PRIu64 " is beyond the reader's limit", n);
   MS_FORWARD_IF_ERROR(rd_take(r, n, &p, is_bytes ? "a bytes value" : "a string"));
   if (is_bytes) {
-    rd_val_t v = {V_BYTES, K_UNKNOWN, {0, 0}, 0, {0}};
+    rd_val_t v = {V_BYTES, K_UNKNOWN, 0, 0, 0, {0}};
     return rd_push(r, v);
   }
   return rd_push_str(r, p, n);
@@ -1098,7 +1150,7 @@ static int rd_op_str(rd_t *r, uint64_t n, bool is_bytes) {
 
 /* Two's complement little-endian integer of n bytes (LONG1/LONG4). */
 static rd_val_t rd_decode_long(const char *p, size_t n) {
-  rd_val_t v = {V_INT, K_UNKNOWN, {0, 0}, 0, {0}};
+  rd_val_t v = {V_INT, K_UNKNOWN, 0, 0, 0, {0}};
   if (n == 0) return v;
   bool neg = (uint8_t)p[n - 1] & 0x80;
   uint8_t ext = neg ? 0xff : 0x00;
@@ -1178,6 +1230,10 @@ static int rd_memo_get(rd_t *r, uint64_t idx, const char *op) {
 static int rd_setitems(rd_t *r, uint32_t did, size_t from) {
   size_t n = r->st.len - from;
   if (n & 1) return rd_err(r, MS_EFORMAT, "SETITEMS with an odd number of values (%zu)", n);
+  if (did == RD_NO_OBJ) { /* a skipped dict */
+    r->st.len = from;
+    return MS_OK;
+  }
   for (size_t i = from; i < r->st.len; i += 2) {
     rd_val_t k = r->st.ptr[i], v = r->st.ptr[i + 1];
     MS_FORWARD_IF_ERROR(rd_dict_set(r, did, &k, &v));
@@ -1219,6 +1275,10 @@ static size_t rd_appends_frames_fast(rd_t *r, uint32_t lid, size_t from) {
 
 static int rd_appends(rd_t *r, uint32_t lid, size_t from) {
   size_t start = from;
+  if (lid == RD_NO_OBJ) { /* a skipped list */
+    r->st.len = from;
+    return MS_OK;
+  }
   from = rd_appends_frames_fast(r, lid, from);
   for (size_t i = from; i < r->st.len; i++) {
     rd_val_t v = r->st.ptr[i];
@@ -1232,6 +1292,10 @@ static int rd_target(rd_t *r, size_t at, uint8_t kind, const char *op, uint32_t 
   if (at == 0 || (r->marks.len && at - 1 < rd_mark_pos(r)))
     return rd_err(r, MS_EFORMAT, "%s with nothing to add to", op);
   const rd_val_t *t = &r->st.ptr[at - 1];
+  if (t->t == V_SKIP && t->kind == kind) { /* items of a skipped container: dropped */
+    *id = RD_NO_OBJ;
+    return MS_OK;
+  }
   if (t->t != V_OBJ || r->objs.ptr[t->v.obj].kind != kind)
     return rd_err(r, MS_EFORMAT, "%s on a %s", op, rd_type_name(r, t));
   *id = t->v.obj;
@@ -1240,7 +1304,7 @@ static int rd_target(rd_t *r, size_t at, uint8_t kind, const char *op, uint32_t 
 
 static int rd_tuple(rd_t *r, size_t from) {
   size_t n = r->st.len - from;
-  rd_val_t v = {V_TUPLE, K_UNKNOWN, {0, 0}, 0, {0}};
+  rd_val_t v = {V_TUPLE, K_UNKNOWN, 0, 0, 0, {0}};
   if (n == 2 && r->st.ptr[from].t == V_INT && r->st.ptr[from + 1].t == V_INT) {
     if (r->pairs.len / 2 >= UINT32_MAX) return rd_err(r, MS_ELIMIT, "too many tuples");
     if (MS_VEC_RESERVE(&r->pairs, 2)) return rd_err(r, MS_ENOMEM, "out of memory");
@@ -1263,9 +1327,9 @@ static int rd_build_from_mark(rd_t *r, uint8_t kind, const char *op) {
   if (n) memcpy(r->tmp.ptr, r->st.ptr + from, n * sizeof *r->tmp.ptr);
   r->tmp.len = n;
   r->st.len = from;
-  uint32_t id = RD_NO_OBJ;
-  MS_FORWARD_IF_ERROR(rd_create(r, kind, &id));
-  rd_val_t ov = {V_OBJ, K_UNKNOWN, {0, 0}, 0, {.obj = id}};
+  rd_val_t ov;
+  MS_FORWARD_IF_ERROR(rd_create(r, kind, &ov));
+  uint32_t id = ov.t == V_OBJ ? ov.v.obj : RD_NO_OBJ;
   MS_FORWARD_IF_ERROR(rd_push(r, ov));
   size_t at = r->st.len;
   if (MS_VEC_RESERVE(&r->st, n)) return rd_err(r, MS_ENOMEM, "out of memory");
@@ -1329,13 +1393,13 @@ static int rd_run(rd_t *r) {
       MS_FORWARD_IF_ERROR(rd_push(r, r->st.ptr[r->st.len - 1]));
       break;
     case 'N': {
-      rd_val_t v = {V_NONE, K_UNKNOWN, {0, 0}, 0, {0}};
+      rd_val_t v = {V_NONE, K_UNKNOWN, 0, 0, 0, {0}};
       MS_FORWARD_IF_ERROR(rd_push(r, v));
       break;
     }
     case 0x88: /* NEWTRUE */
     case 0x89: { /* NEWFALSE */
-      rd_val_t v = {V_BOOL, K_UNKNOWN, {0, 0}, 0, {.i = op == 0x88}};
+      rd_val_t v = {V_BOOL, K_UNKNOWN, 0, 0, 0, {.i = op == 0x88}};
       MS_FORWARD_IF_ERROR(rd_push(r, v));
       break;
     }
@@ -1344,7 +1408,7 @@ static int rd_run(rd_t *r) {
     case 'J': { /* BININT */
       size_t n = op == 'K' ? 1 : op == 'M' ? 2 : 4;
       MS_FORWARD_IF_ERROR(rd_take(r, n, &p, "an integer"));
-      rd_val_t v = {V_INT, K_UNKNOWN, {0, 0}, 0, {0}};
+      rd_val_t v = {V_INT, K_UNKNOWN, 0, 0, 0, {0}};
       uint64_t u = rd_le(p, n);
       v.v.i = op == 'J' ? (int64_t)(int32_t)(uint32_t)u : (int64_t)u;
       MS_FORWARD_IF_ERROR(rd_push(r, v));
@@ -1375,7 +1439,7 @@ static int rd_run(rd_t *r) {
       MS_FORWARD_IF_ERROR(rd_line(r, line, sizeof line));
       size_t ln = strlen(line);
       if (op == 'L' && ln && line[ln - 1] == 'L') line[--ln] = 0;
-      rd_val_t v = {V_INT, K_UNKNOWN, {0, 0}, 0, {0}};
+      rd_val_t v = {V_INT, K_UNKNOWN, 0, 0, 0, {0}};
       if (op == 'I' && (strcmp(line, "00") == 0 || strcmp(line, "01") == 0)) {
         v.t = V_BOOL;
         v.v.i = line[1] == '1';
@@ -1403,7 +1467,7 @@ static int rd_run(rd_t *r) {
     case 'F': { /* FLOAT (protocol 0) */
       char line[64], *end;
       MS_FORWARD_IF_ERROR(rd_line(r, line, sizeof line));
-      rd_val_t v = {V_FLOAT, K_UNKNOWN, {0, 0}, 0, {0}};
+      rd_val_t v = {V_FLOAT, K_UNKNOWN, 0, 0, 0, {0}};
       v.v.f = strtod(line, &end);
       if (end == line || *end) return rd_err(r, MS_EFORMAT, "bad float text '%s'", line);
       MS_FORWARD_IF_ERROR(rd_push(r, v));
@@ -1413,7 +1477,7 @@ static int rd_run(rd_t *r) {
       MS_FORWARD_IF_ERROR(rd_take(r, 8, &p, "BINFLOAT"));
       uint64_t u = 0;
       for (int i = 0; i < 8; i++) u = (u << 8) | (uint8_t)p[i];
-      rd_val_t v = {V_FLOAT, K_UNKNOWN, {0, 0}, 0, {0}};
+      rd_val_t v = {V_FLOAT, K_UNKNOWN, 0, 0, 0, {0}};
       memcpy(&v.v.f, &u, sizeof u);
       MS_FORWARD_IF_ERROR(rd_push(r, v));
       break;
@@ -1443,9 +1507,8 @@ static int rd_run(rd_t *r) {
     case '}': /* EMPTY_DICT */
     case ']': /* EMPTY_LIST */
     case 0x8f: { /* EMPTY_SET */
-      uint32_t id = RD_NO_OBJ;
-      MS_FORWARD_IF_ERROR(rd_create(r, op == '}' ? O_DICT : op == ']' ? O_LIST : O_SET, &id));
-      rd_val_t v = {V_OBJ, K_UNKNOWN, {0, 0}, 0, {.obj = id}};
+      rd_val_t v;
+      MS_FORWARD_IF_ERROR(rd_create(r, op == '}' ? O_DICT : op == ']' ? O_LIST : O_SET, &v));
       MS_FORWARD_IF_ERROR(rd_push(r, v));
       break;
     }
@@ -1476,7 +1539,7 @@ static int rd_run(rd_t *r) {
       size_t from = 0;
       MS_FORWARD_IF_ERROR(rd_pop_mark(r, "FROZENSET", &from));
       r->st.len = from;
-      rd_val_t v = {V_FSET, K_UNKNOWN, {0, 0}, 0, {0}};
+      rd_val_t v = {V_FSET, K_UNKNOWN, 0, 0, 0, {0}};
       MS_FORWARD_IF_ERROR(rd_push(r, v));
       break;
     }
@@ -1640,6 +1703,7 @@ static int rd_finish(rd_t *r, ms_snapshot_t **out) {
   if (pos != b->trace.len)
     return rd_err(r, MS_EFORMAT, "unexpected pickle structure: trace entries outside "
                                  "device_traces");
+  if (r->skip_trace) b->hdr.present |= MS_SNAP_TRACE_SKIPPED;
   /* Settings maps must be referenced by their parents; the builder checks ranges. */
   ms_errbuf_t inner = {{0}};
   int rc = ms__snapbuild_finish(b, out, &inner);
@@ -1647,8 +1711,12 @@ static int rd_finish(rd_t *r, ms_snapshot_t **out) {
   return MS_OK;
 }
 
-int ms_pickle_read(ms_source_t *src, ms_snapshot_t **out, ms_errbuf_t *eb) {
+int ms__pickle_read(ms_source_t *src, unsigned flags, ms_snapshot_t **out, ms_errbuf_t *eb,
+                    bool *cannot_skip) {
+  if (cannot_skip) *cannot_skip = false;
   if (!src || !src->read || !out) return ms__errbuf_set(eb, MS_EINVAL, "invalid argument");
+  if (flags & ~(unsigned)MS_LOAD_NO_TRACE)
+    return ms__errbuf_set(eb, MS_EINVAL, "unknown load flags 0x%x", flags);
   rd_t *r = calloc(1, sizeof *r);
   if (!r) return ms__errbuf_set(eb, MS_ENOMEM, "out of memory");
   r->buf = malloc(RD_BUF_MIN);
@@ -1664,6 +1732,7 @@ int ms_pickle_read(ms_source_t *src, ms_snapshot_t **out, ms_errbuf_t *eb) {
   r->root_segments = RD_NO_OBJ;
   r->fbuf_owner = RD_NO_OBJ;
   r->pframe_free = RD_NO_OBJ;
+  r->skip_trace = (flags & MS_LOAD_NO_TRACE) != 0;
   ms__snapbuild_init(&r->b);
   /* The first opcode must be PROTO (protocols 2 to 5); say so plainly for other files. */
   rc = rd_need(r, 2, "the pickle header");
@@ -1674,6 +1743,7 @@ int ms_pickle_read(ms_source_t *src, ms_snapshot_t **out, ms_errbuf_t *eb) {
   if (rc == MS_OK) rc = rd_run(r);
   ms_snapshot_t *snap = NULL;
   if (rc == MS_OK) rc = rd_finish(r, &snap);
+  if (cannot_skip) *cannot_skip = r->cannot_skip;
   ms__snapbuild_release(&r->b);
   free(r->buf);
   MS_VEC_FREE(&r->scratch);
@@ -1687,4 +1757,12 @@ int ms_pickle_read(ms_source_t *src, ms_snapshot_t **out, ms_errbuf_t *eb) {
   free(r);
   if (rc == MS_OK) *out = snap;
   return rc;
+}
+
+int ms_pickle_read(ms_source_t *src, ms_snapshot_t **out, ms_errbuf_t *eb) {
+  return ms__pickle_read(src, 0, out, eb, NULL);
+}
+
+int ms_pickle_read_ex(ms_source_t *src, unsigned flags, ms_snapshot_t **out, ms_errbuf_t *eb) {
+  return ms__pickle_read(src, flags, out, eb, NULL);
 }

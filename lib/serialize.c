@@ -541,6 +541,8 @@ static void wr_body(wr_t *w, const ms_snapshot_t *s) {
 int ms_snapshot_write(const ms_snapshot_t *snap, const ms_write_opts_t *opts, ms_sink_t *sink,
                       ms_errbuf_t *eb) {
   if (!snap || !sink || !sink->write) return ms__errbuf_set(eb, MS_EINVAL, "invalid argument");
+  if (snap->present & MS_SNAP_TRACE_SKIPPED)
+    return ms__errbuf_set(eb, MS_EINVAL, "the snapshot was loaded without its trace");
   int level = opts ? opts->compress : 0;
   if (level < 0 || level > 9)
     return ms__errbuf_set(eb, MS_EINVAL, "compression level %d is not in 0-9", level);
@@ -1892,7 +1894,8 @@ static int rd_meta(rd_t *r) {
         h->origin = (ms_snap_origin)v->via.u64;
         have |= HAVE_ORIGIN;
       } else {
-        h->present = (uint32_t)v->via.u64;
+        /* MS_SNAP_TRACE_SKIPPED says how a snapshot was loaded, never what a file holds */
+        h->present = (uint32_t)v->via.u64 & ~(uint32_t)MS_SNAP_TRACE_SKIPPED;
         have |= HAVE_PRESENT;
       }
     } else if (str_eq(k, "pid") || str_eq(k, "rank") || str_eq(k, "time_us")) {

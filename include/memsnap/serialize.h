@@ -92,6 +92,23 @@ MS_API MS_NODISCARD int ms_snapshot_read(ms_source_t *src, ms_snapshot_t **out, 
  * "'x.bin': not a memsnap snapshot or PyTorch pickle". */
 MS_API MS_NODISCARD int ms_snapshot_load(const char *path, ms_snapshot_t **out, ms_errbuf_t *eb);
 
+/* Parts of a snapshot that a reader may leave out, for callers that do not need them (load
+ * faster, in less memory). */
+enum {
+  /* The trace: devices are listed with no entries (ntrace 0) and the snapshot has
+   * MS_SNAP_TRACE_SKIPPED in `present`. Its bytes are still parsed (a truncated or malformed
+   * file is still an error) but the entries are not built or type-checked. */
+  MS_LOAD_NO_TRACE = 1u << 0,
+};
+
+/* ms_snapshot_load() leaving out what flags (MS_LOAD_*) say. PyTorch pickles honour
+ * MS_LOAD_NO_TRACE (ms_pickle_read_ex; when a file cannot be read so, a regular file is read
+ * again in full); memsnap files are always read in full (their trace is one array, cheap to
+ * decode). The snapshots given either way differ only in what the flags leave out.
+ * @return as ms_snapshot_load(); MS_EINVAL for unknown flags. */
+MS_API MS_NODISCARD int ms_snapshot_load_ex(const char *path, unsigned flags, ms_snapshot_t **out,
+                                            ms_errbuf_t *eb);
+
 /* ---- atomic files ----------------------------------------------------------------------------
  * "Complete or not at all": a file is written under a temporary name in the destination's
  * directory (".NAME.tmp-XXXXXX", created exclusively with the mode fopen would give), then

@@ -211,6 +211,9 @@ enum {
   MS_SNAP_HAS_ANNOTATIONS = 1u << 2,    /* "external_annotations" key present */
   MS_SNAP_HAS_PROCESS = 1u << 3,        /* pid / host / time_us known */
   MS_SNAP_HAS_RANK = 1u << 4,           /* rank known */
+  /* Loaded without its trace (MS_LOAD_NO_TRACE): the devices' trace entries were left out, so
+   * ntrace is 0 whatever the file holds. Writers refuse such a snapshot (MS_EINVAL). */
+  MS_SNAP_TRACE_SKIPPED = 1u << 5,
 };
 
 typedef struct ms_snapshot_s {
