@@ -1,7 +1,10 @@
 /* SPDX-License-Identifier: MIT
  * libFuzzer target for the PyTorch pickle reader (issue #4). Any input must give MS_OK or a
  * described error, never a crash, a hang or unbounded memory. An accepted input is also written
- * back with the pickle writer and read again, which must succeed with the same counts.
+ * back with the pickle writer and read again, which must succeed with the same counts. Every input
+ * is also read without its trace (MS_LOAD_NO_TRACE): never a crash; when the full read succeeds,
+ * this one gives the same segments, blocks and history and no trace entries, or MS_EUNSUPPORTED
+ * (a value of the trace is shared with a later part).
  *
  * Built and run by scripts/fuzz.sh (make fuzz), seeded with the PyTorch fixtures.
  */
@@ -40,6 +43,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   ms_snapshot_t *s = NULL;
   ms_errbuf_t eb = {{0}};
   int rc = ms_pickle_read(&src, &s, &eb);
+  ms_source_init_mem(&src, &mb, data, size);
+  ms_snapshot_t *k = NULL;
+  ms_errbuf_t ekb = {{0}};
+  int rk = ms_pickle_read_ex(&src, MS_LOAD_NO_TRACE, &k, &ekb);
+  if (rk != MS_OK && ekb.msg[0] == 0) abort();
+  if (rk == MS_OK) {
+    if (k->ntrace != 0 || !(k->present & MS_SNAP_TRACE_SKIPPED)) abort();
+    if (rc == MS_OK && (k->nsegments != s->nsegments || k->nblocks != s->nblocks ||
+                        k->nhistory != s->nhistory || k->ndevices != s->ndevices))
+      abort();
+    ms_snapshot_free(k);
+  } else if (rc == MS_OK && rk != MS_EUNSUPPORTED) {
+    abort();
+  }
   if (rc != MS_OK) {
     if (eb.msg[0] == 0) abort(); /* every failure is described */
     return 0;
