@@ -1119,3 +1119,43 @@ Test(cli, svg_root_holds_every_folded_byte) {
     free(in);
   }
 }
+
+/* ---- views read PyTorch pickles without their trace ------------------------------------------ */
+
+Test(cli, views_same_without_the_trace_on_every_fixture) {
+  /* stats, memory and segments load a pickle without its trace (MS_LOAD_NO_TRACE); the same
+   * snapshot converted to memsnap's format, which is read in full, gives the same output */
+  need_fixtures();
+  for (size_t i = 0; i < NFIXTURES; i++) {
+    char *in = fixture_path(fixture_names[i], ".pickle");
+    run_t c = RUN("convert", in, "full.msgpack");
+    cr_assert_eq(c.status, 0, "%s: convert: %s", fixture_names[i], c.err);
+    run_free(&c);
+    run_t a = RUN("stats", in), b = RUN("stats", "full.msgpack");
+    cr_assert_eq(a.status, 0, "%s: %s", fixture_names[i], a.err);
+    cr_assert_eq(b.status, 0, "%s: %s", fixture_names[i], b.err);
+    expect_same_text(fixture_names[i], a.out, a.out_len, b.out, b.out_len);
+    run_free(&a);
+    run_free(&b);
+    static const char *const views[] = {"memory", "segments"};
+    for (int v = 0; v < 2; v++) {
+      a = RUN(views[v], in, "--folded", "-o", "skip.txt");
+      b = RUN(views[v], "full.msgpack", "--folded", "-o", "full.txt");
+      cr_assert_eq(a.status, 0, "%s: %s", fixture_names[i], a.err);
+      cr_assert_eq(b.status, 0, "%s: %s", fixture_names[i], b.err);
+      char p[512];
+      size_t la, lb;
+      snprintf(p, sizeof p, "%s/skip.txt", tmpdir);
+      char *x = slurp(p, &la);
+      snprintf(p, sizeof p, "%s/full.txt", tmpdir);
+      char *y = slurp(p, &lb);
+      cr_assert(x && y && la > 0, "%s %s: no output", fixture_names[i], views[v]);
+      expect_same_text(views[v], x, la, y, lb);
+      free(x);
+      free(y);
+      run_free(&a);
+      run_free(&b);
+    }
+    free(in);
+  }
+}
