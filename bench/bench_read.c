@@ -1,0 +1,191 @@
+/* SPDX-License-Identifier: MIT
+ * Benchmark of reading a large PyTorch snapshot by the commands that need its trace and those that
+ * do not (issue #12 §6). A synthetic, consistent, training-shaped pickle of about 1 GB (5,000,000
+ * trace entries with stacks of 25-53 frames, 4 streams: bench/synth.h) is written by our writer,
+ * then each command runs 3 times as a child process; what is reported is the median CPU time
+ * (user + system) of the child, so that page faults count and waiting for a CPU on a shared
+ * machine does not. Prints on stdout:
+ *   pickle_1gb_stats_s        `memsnap stats FILE` (reads the file without its trace)
+ *   pickle_1gb_segments_s     `memsnap segments FILE -o -` to /dev/null (likewise)
+ *   pickle_1gb_trace_s        `memsnap trace FILE` to /dev/null (reads everything)
+ *   pickle_1gb_full_read_s    the baseline: ms_pickle_read of the whole file in this process
+ *                             (what every command did before reads could skip the trace)
+ *   pickle_1gb_no_trace_read_s   ms_pickle_read_ex(MS_LOAD_NO_TRACE) in this process
+ *   pickle_1gb_mb             the file's size
+ * Targets: stats and segments <= 2 s, trace <= 4 s. Each line on stderr shows the wall-clock time
+ * and the baseline beside.
+ * The file lives in $TMPDIR (or /tmp) and is deleted; with less than three times its size free
+ * it is scaled down (a note says so). Environment: MS_BENCH_PICKLE_SCALE (a fraction to scale by),
+ * MS_BENCH_READ_KEEP (a path: the file is written there, kept, and reused when it exists).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "memsnap/pickle.h"
+#include "memsnap/serialize.h"
+#include "synth.h"
+
+enum { REPS = 3 };
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static double cpu_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n) {
+  qsort(v, (size_t)n, sizeof *v, cmp_double);
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+static void die(const char *what, const char *msg) {
+  fprintf(stderr, "memsnap: error: bench_read: %s: %s\n", what, msg);
+  exit(1);
+}
+
+/* Runs memsnap with args, stdout to /dev/null; returns its CPU seconds, *wall its wall time. */
+static double run_cli(const char *const *args, double *wall) {
+  const char *bin = getenv("MEMSNAP_BIN");
+  if (!bin || !*bin) die("MEMSNAP_BIN", "not set (run through bench/run.sh)");
+  fflush(stdout);
+  double w0 = now_s();
+  pid_t pid = fork();
+  if (pid < 0) die("fork", strerror(errno));
+  if (pid == 0) {
+    int fd = open("/dev/null", O_WRONLY);
+    if (fd < 0 || dup2(fd, 1) < 0) _exit(127);
+    char *argv[8];
+    int n = 0;
+    argv[n++] = (char *)bin;
+    for (; args[n - 1] && n < 7; n++) argv[n] = (char *)args[n - 1];
+    argv[n] = NULL;
+    execv(bin, argv);
+    _exit(127);
+  }
+  int st;
+  struct rusage ru;
+  if (wait4(pid, &st, 0, &ru) < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
+    die(args[0], "the command failed");
+  *wall = now_s() - w0;
+  return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec * 1e-6 +
+         (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec * 1e-6;
+}
+
+static void bench_cli(const char *metric, const char *const *args, double baseline) {
+  double c[REPS], w[REPS];
+  for (int i = 0; i < REPS; i++) c[i] = run_cli(args, &w[i]);
+  double cm = median(c, REPS), wm = median(w, REPS);
+  printf("%s %.3f\n", metric, cm);
+  fflush(stdout);
+  fprintf(stderr, "  %-28s %.2f s CPU, %.2f s wall (full read: %.2f s CPU)\n", metric, cm, wm,
+          baseline);
+}
+
+/* In-process read; CPU seconds. */
+static double read_once(const char *path, unsigned flags) {
+  FILE *f = fopen(path, "rb");
+  if (!f) die(path, strerror(errno));
+  ms_source_t src;
+  ms_source_init_file(&src, f);
+  ms_snapshot_t *s = NULL;
+  ms_errbuf_t eb = {{0}};
+  double t0 = cpu_s();
+  if (ms_pickle_read_ex(&src, flags, &s, &eb) != MS_OK) die(path, eb.msg);
+  double dt = cpu_s() - t0;
+  ms_snapshot_free(s);
+  fclose(f);
+  return dt;
+}
+
+static double read_median(const char *path, unsigned flags) {
+  double t[REPS];
+  for (int i = 0; i < REPS; i++) t[i] = read_once(path, flags);
+  return median(t, REPS);
+}
+
+/* Writes the synthetic file in a child process (its memory goes with it). */
+static void generate(const char *path, size_t entries) {
+  fflush(stdout);
+  pid_t pid = fork();
+  if (pid < 0) die("fork", strerror(errno));
+  if (pid == 0) {
+    synth_opts_t o = {1, entries, 4};
+    ms_snapshot_t *s = NULL;
+    ms_errbuf_t eb = {{0}};
+    if (synth_workload(&o, &s, &eb) != MS_OK) die("synthetic snapshot", eb.msg);
+    if (synth_write_pickle(s, path, &eb) != MS_OK) die(path, eb.msg);
+    ms_snapshot_free(s);
+    _exit(0);
+  }
+  int st;
+  if (waitpid(pid, &st, 0) < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
+    die("generating the synthetic snapshot", "child failed");
+}
+
+int main(void) {
+  const char *tmpdir = getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+  double scale = 1.0;
+  const char *sc = getenv("MS_BENCH_PICKLE_SCALE");
+  if (sc && *sc) scale = atof(sc);
+  if (!(scale > 0 && scale <= 4)) scale = 1.0;
+  const char *keep = getenv("MS_BENCH_READ_KEEP");
+  char path[4096];
+  if (keep && *keep)
+    snprintf(path, sizeof path, "%s", keep);
+  else
+    snprintf(path, sizeof path, "%s/memsnap-bench-read-%d.pickle", tmpdir, (int)getpid());
+  struct stat st;
+  if (!(keep && *keep && stat(path, &st) == 0)) {
+    struct statvfs vfs;
+    double want = 5e6 * SYNTH_BYTES_PER_ENTRY * scale;
+    if (statvfs(tmpdir, &vfs) == 0) {
+      double avail = (double)vfs.f_bavail * (double)vfs.f_frsize;
+      if (avail < 3 * want) {
+        double s2 = scale * avail / (3 * want);
+        fprintf(stderr,
+                "note: bench_read: only %.0f MB free in %s; the synthetic snapshot is scaled "
+                "down to %.0f%% of 1 GB\n",
+                avail / 1e6, tmpdir, s2 * 100);
+        scale = s2;
+      }
+    }
+    double w0 = now_s();
+    generate(path, (size_t)(5e6 * scale) < 1000 ? 1000 : (size_t)(5e6 * scale));
+    fprintf(stderr, "  generated %s in %.1f s\n", path, now_s() - w0);
+  }
+  if (stat(path, &st) != 0) die(path, strerror(errno));
+  printf("pickle_1gb_mb %.1f\n", (double)st.st_size / 1e6);
+  double full = read_median(path, 0);
+  printf("pickle_1gb_full_read_s %.3f\n", full);
+  double notrace = read_median(path, MS_LOAD_NO_TRACE);
+  printf("pickle_1gb_no_trace_read_s %.3f\n", notrace);
+  fflush(stdout);
+  fprintf(stderr, "  full read %.2f s CPU, without the trace %.2f s CPU (%.0f MB)\n", full, notrace,
+          (double)st.st_size / 1e6);
+  bench_cli("pickle_1gb_stats_s", (const char *const[]){"stats", path, NULL}, full);
+  bench_cli("pickle_1gb_segments_s", (const char *const[]){"segments", path, "-o", "-", NULL},
+            full);
+  bench_cli("pickle_1gb_trace_s", (const char *const[]){"trace", path, NULL}, full);
+  if (!(keep && *keep)) unlink(path);
+  return 0;
+}
