@@ -92,14 +92,46 @@ static void trace_map_free(trace_map_t *m) {
   memset(m, 0, sizeof *m);
 }
 
+/* Decimal digits of v at w (no NUL); returns the end. */
+static char *trace_put_u64(char *w, uint64_t v) {
+  char t[24];
+  int k = 0;
+  do {
+    t[k++] = (char)('0' + v % 10);
+    v /= 10;
+  } while (v);
+  while (k) *w++ = t[--k];
+  return w;
+}
+
 /* `_name()`: a..z, a1..z1, a2, ... */
 static const char *trace_name(uint64_t n, char buf[32]) {
   uint64_t r = n / 26, m = n % 26;
-  if (r == 0)
-    snprintf(buf, 32, "%c", (char)('a' + m));
-  else
-    snprintf(buf, 32, "%c%" PRIu64, (char)('a' + m), r);
+  char *w = buf;
+  *w++ = (char)('a' + m);
+  if (r) w = trace_put_u64(w, r);
+  *w = 0;
   return buf;
+}
+
+/* One output line, assembled without printf (a trace has millions): pieces appended in order,
+ * then written at once. Every piece is short (names, numbers, formatted sizes). */
+typedef struct trace_line_s {
+  char b[512];
+  char *w;
+} trace_line_t;
+
+static void tl_str(trace_line_t *l, const char *s) {
+  size_t n = strlen(s);
+  memcpy(l->w, s, n);
+  l->w += n;
+}
+
+static void tl_u64(trace_line_t *l, uint64_t v) { l->w = trace_put_u64(l->w, v); }
+
+static void tl_end(trace_line_t *l, FILE *out) {
+  *l->w++ = '\n';
+  fwrite(l->b, 1, (size_t)(l->w - l->b), out);
 }
 
 /* ---- Python's repr ------------------------------------------------------------------------------
@@ -170,24 +202,76 @@ typedef struct trace_interval_s {
   uint64_t size;
 } trace_interval_t;
 
+/* [lo, last] of the address space whose first segment_alloc'd range (in trace order) is
+ * ivals[iv]: the covers are disjoint and sorted, so `find_segment` is a binary search. A range
+ * added later only covers what no earlier one did (the first match never changes). */
+typedef struct trace_cover_s {
+  uint64_t lo, last;
+  size_t iv;
+} trace_cover_t;
+
 typedef struct trace_state_s {
   const ms_snapshot_t *snap;
   trace_interval_t *ivals; /* segment_alloc'd ranges, in order */
   size_t nivals, civals;
+  trace_cover_t *covers;
+  size_t ncovers, ccovers;
   trace_map_t allocs;   /* address -> name of the allocation */
   trace_map_t segnames; /* address -> name of the segment_alloc */
   uint64_t next_name;
 } trace_state_t;
 
+/* The first cover whose last address is >= addr (ncovers when none). */
+static size_t trace_cover_at(const trace_state_t *t, uint64_t addr) {
+  size_t lo = 0, hi = t->ncovers;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (t->covers[mid].last < addr)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return lo;
+}
+
+/* Records ivals[iv] (just appended) in the covers: the parts of its range not yet covered. */
+static int trace_cover_add(trace_state_t *t, size_t iv) {
+  const trace_interval_t *r = &t->ivals[iv];
+  if (r->size == 0) return 0;
+  uint64_t cur = r->addr;
+  uint64_t last = r->size - 1 > UINT64_MAX - r->addr ? UINT64_MAX : r->addr + (r->size - 1);
+  for (size_t i = trace_cover_at(t, cur);;) {
+    if (i < t->ncovers && t->covers[i].lo <= cur) { /* covered already: skip past it */
+      if (t->covers[i].last >= last) return 0;
+      cur = t->covers[i].last + 1;
+      i++;
+      continue;
+    }
+    uint64_t end = i < t->ncovers && t->covers[i].lo - 1 < last ? t->covers[i].lo - 1 : last;
+    if (t->ncovers == t->ccovers) {
+      size_t nc = t->ccovers ? t->ccovers * 2 : 16;
+      trace_cover_t *p = realloc(t->covers, nc * sizeof *p);
+      if (!p) return -1;
+      t->covers = p;
+      t->ccovers = nc;
+    }
+    memmove(t->covers + i + 1, t->covers + i, (t->ncovers - i) * sizeof *t->covers);
+    t->covers[i] = (trace_cover_t){cur, end, iv};
+    t->ncovers++;
+    if (end >= last) return 0;
+    cur = end + 1;
+    i++;
+  }
+}
+
 /* `find_segment(addr)`: writes the segment's name into buf and its base into *base. */
 static bool trace_find_segment(trace_state_t *t, uint64_t addr, char buf[32], uint64_t *base) {
-  for (size_t i = 0; i < t->nivals; i++) {
-    const trace_interval_t *iv = &t->ivals[i];
-    if (addr >= iv->addr && addr - iv->addr < iv->size) {
-      trace_name(iv->name, buf);
-      *base = iv->addr;
-      return true;
-    }
+  size_t c = trace_cover_at(t, addr);
+  if (c < t->ncovers && t->covers[c].lo <= addr) {
+    const trace_interval_t *iv = &t->ivals[t->covers[c].iv];
+    trace_name(iv->name, buf);
+    *base = iv->addr;
+    return true;
   }
   for (size_t i = 0; i < t->snap->nsegments; i++) {
     const ms_snap_segment_t *seg = &t->snap->segments[i];
@@ -212,12 +296,22 @@ static int trace_device(FILE *out, trace_state_t *t, const ms_snap_trace_t *entr
         uint64_t base = 0;
         name = t->next_name++;
         trace_name(name, nb);
-        if (trace_find_segment(t, e->addr, sb, &base))
-          fprintf(out, "%s = %s[%" PRIu64 ":%s]\n", nb, sb, e->addr - base,
-                  cli_format_bytes((int64_t)e->size, b1));
-        else
-          fprintf(out, "%s = MEM[%" PRIu64 ":%s]\n", nb, e->addr,
-                  cli_format_bytes((int64_t)e->size, b1));
+        trace_line_t l = {.w = NULL};
+        l.w = l.b;
+        tl_str(&l, nb);
+        if (trace_find_segment(t, e->addr, sb, &base)) {
+          tl_str(&l, " = ");
+          tl_str(&l, sb);
+          tl_str(&l, "[");
+          tl_u64(&l, e->addr - base);
+        } else {
+          tl_str(&l, " = MEM[");
+          tl_u64(&l, e->addr);
+        }
+        tl_str(&l, ":");
+        tl_str(&l, cli_format_bytes((int64_t)e->size, b1));
+        tl_str(&l, "]");
+        tl_end(&l, out);
         if (trace_map_put(&t->allocs, e->addr, name) != 0) goto nomem;
         total += (int64_t)e->size;
         break;
@@ -227,12 +321,20 @@ static int trace_device(FILE *out, trace_state_t *t, const ms_snap_trace_t *entr
         const char *who = trace_map_get(&t->allocs, e->addr, &name)
                               ? trace_name(name, nb)
                               : (snprintf(nb, sizeof nb, "%" PRIu64, e->addr), nb);
+        trace_line_t l = {.w = NULL};
+        l.w = l.b;
         if (e->action == MS_TRACE_FREE_REQUESTED) {
-          fprintf(out, "del %s # %s\n", who, cli_format_bytes((int64_t)e->size, b1));
+          tl_str(&l, "del ");
+          tl_str(&l, who);
+          tl_str(&l, " # ");
         } else {
-          fprintf(out, "# free completed for %s %s\n", who, cli_format_bytes((int64_t)e->size, b1));
+          tl_str(&l, "# free completed for ");
+          tl_str(&l, who);
+          tl_str(&l, " ");
           total -= (int64_t)e->size;
         }
+        tl_str(&l, cli_format_bytes((int64_t)e->size, b1));
+        tl_end(&l, out);
         break;
       }
       case MS_TRACE_SEGMENT_ALLOC: {
@@ -247,6 +349,7 @@ static int trace_device(FILE *out, trace_state_t *t, const ms_snap_trace_t *entr
           t->civals = nc;
         }
         t->ivals[t->nivals++] = (trace_interval_t){name, e->addr, e->size};
+        if (trace_cover_add(t, t->nivals - 1) != 0) goto nomem;
         if (trace_map_put(&t->segnames, e->addr, name) != 0) goto nomem;
         break;
       }
@@ -283,6 +386,7 @@ static int trace_run(FILE *out, const ms_snapshot_t *s) {
     trace_state_t t = {.snap = s};
     rc = trace_device(out, &t, &s->trace[dev->first_trace], dev->ntrace);
     free(t.ivals);
+    free(t.covers);
     trace_map_free(&t.allocs);
     trace_map_free(&t.segnames);
   }

@@ -1285,6 +1285,9 @@ static int rd_appends(rd_t *r, uint32_t lid, size_t from) {
     MS_FORWARD_IF_ERROR(rd_list_append(r, lid, &v));
   }
   r->st.len = start;
+  /* a frames list is usually complete after one batch and used right after: look up its stack's
+   * slot early */
+  if (r->fbuf_owner == lid) ms__snapbuild_stack_prefetch(&r->b, r->fbuf_len);
   return MS_OK;
 }
 

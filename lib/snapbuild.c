@@ -283,13 +283,13 @@ int ms__snapbuild_frame(ms__snapbuild_t *b, const char *name, size_t name_len,
 }
 
 /* Looks stack frames[0..n) up; *slot = where it is, or where it goes when *found is false. */
-static int stack_find(ms__snapbuild_t *b, const uint32_t *frames, size_t n, uint32_t *tag_out,
-                      size_t *slot_out, bool *found) {
+static int stack_find(ms__snapbuild_t *b, const uint32_t *frames, size_t n, uint64_t hash,
+                      uint32_t *tag_out, size_t *slot_out, bool *found) {
   if (b->stacks.len >= UINT32_MAX - 1) return MS_ELIMIT;
   if (n > UINT32_MAX || b->stack_frames.len > UINT32_MAX - n) return MS_ELIMIT;
   MS_FORWARD_IF_ERROR(tab_grow(&b->stack_tab, &b->stack_tab_cap, b->stacks.len));
   size_t mask = b->stack_tab_cap - 1;
-  uint32_t tag = TAB_TAG(hash_stack(frames, n));
+  uint32_t tag = TAB_TAG(hash);
   size_t slot = (size_t)tag & mask;
   *found = false;
   for (uint64_t e; (e = b->stack_tab[slot]) != 0; slot = (slot + 1) & mask) {
@@ -331,7 +331,7 @@ int ms__snapbuild_stack(ms__snapbuild_t *b, const uint32_t *frames, size_t n, ui
   uint32_t tag;
   size_t slot;
   bool found;
-  MS_FORWARD_IF_ERROR(stack_find(b, frames, n, &tag, &slot, &found));
+  MS_FORWARD_IF_ERROR(stack_find(b, frames, n, hash_stack(frames, n), &tag, &slot, &found));
   if (found) {
     *out = TAB_INDEX(b->stack_tab[slot]);
     return MS_OK;
@@ -349,12 +349,27 @@ int ms__snapbuild_stack_room(ms__snapbuild_t *b, size_t have, size_t extra, uint
   return MS_OK;
 }
 
+void ms__snapbuild_stack_prefetch(ms__snapbuild_t *b, size_t n) {
+  if (!b->stack_tab_cap || n > b->stack_frames.cap - b->stack_frames.len) return;
+  uint64_t h = hash_stack(frames_end(b), n);
+  b->tail_hash = h;
+  b->tail_hash_n = n;
+  b->tail_hash_at = b->stack_frames.len;
+  b->tail_hash_ok = true;
+#if defined(__GNUC__) || defined(__clang__)
+  __builtin_prefetch(&b->stack_tab[(size_t)TAB_TAG(h) & (b->stack_tab_cap - 1)]);
+#endif
+}
+
 int ms__snapbuild_stack_tail(ms__snapbuild_t *b, size_t n, uint32_t *out) {
   if (n > b->stack_frames.cap - b->stack_frames.len) return MS_EINVAL;
   uint32_t tag;
   size_t slot;
   bool found;
-  MS_FORWARD_IF_ERROR(stack_find(b, frames_end(b), n, &tag, &slot, &found));
+  bool known = b->tail_hash_ok && b->tail_hash_n == n && b->tail_hash_at == b->stack_frames.len;
+  uint64_t h = known ? b->tail_hash : hash_stack(frames_end(b), n);
+  b->tail_hash_ok = false;
+  MS_FORWARD_IF_ERROR(stack_find(b, frames_end(b), n, h, &tag, &slot, &found));
   if (found) {
     *out = TAB_INDEX(b->stack_tab[slot]);
     return MS_OK;

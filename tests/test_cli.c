@@ -1159,3 +1159,61 @@ Test(cli, views_same_without_the_trace_on_every_fixture) {
     free(in);
   }
 }
+
+Test(cli, trace_names_the_first_segment_that_held_an_address) {
+  /* `find_segment` of _memory_viz.py: the first segment_alloc'd range, in trace order, that holds
+   * the address, freed or not, ranges overlapping; then the snapshot's segments; then MEM */
+  ms__snapbuild_t b;
+  ms__snapbuild_init(&b);
+  b.hdr.origin = MS_SNAP_ORIGIN_MEMSNAP;
+  b.hdr.present = MS_SNAP_HAS_DEVICE_TRACES;
+  mk_block(&b, MS_BLOCK_ACTIVE_ALLOCATED, 4096, 4096, MS_SNAP_NO_STACK);
+  mk_segment(&b, 0x100000, 0, 0);
+  ms_snap_device_t d = {.first_trace = 0};
+  mk_trace(&b, MS_TRACE_SEGMENT_ALLOC, 0x10000, 0x1000, MS_SNAP_NO_STACK, 0);
+  mk_trace(&b, MS_TRACE_SEGMENT_FREE, 0x10000, 0x1000, MS_SNAP_NO_STACK, 0);
+  mk_trace(&b, MS_TRACE_SEGMENT_ALLOC, 0x8000, 0x10000, MS_SNAP_NO_STACK, 0);
+  mk_trace(&b, MS_TRACE_SEGMENT_ALLOC, 0x20000, 0, MS_SNAP_NO_STACK, 0);
+  mk_trace(&b, MS_TRACE_ALLOC, 0x10800, 16, MS_SNAP_NO_STACK, 0);
+  mk_trace(&b, MS_TRACE_ALLOC, 0x9000, 16, MS_SNAP_NO_STACK, 0);
+  mk_trace(&b, MS_TRACE_ALLOC, 0x17fff, 1, MS_SNAP_NO_STACK, 0);
+  mk_trace(&b, MS_TRACE_ALLOC, 0x18000, 16, MS_SNAP_NO_STACK, 0);
+  mk_trace(&b, MS_TRACE_ALLOC, 0x20000, 16, MS_SNAP_NO_STACK, 0);
+  mk_trace(&b, MS_TRACE_SEGMENT_ALLOC, 0x30000, 0x100, MS_SNAP_NO_STACK, 0);
+  mk_trace(&b, MS_TRACE_SEGMENT_ALLOC, 0x2ff00, 0x400, MS_SNAP_NO_STACK, 0);
+  mk_trace(&b, MS_TRACE_ALLOC, 0x30200, 16, MS_SNAP_NO_STACK, 0);
+  mk_trace(&b, MS_TRACE_ALLOC, 0x30050, 16, MS_SNAP_NO_STACK, 0);
+  mk_trace(&b, MS_TRACE_ALLOC, 0x2ff10, 16, MS_SNAP_NO_STACK, 0);
+  mk_trace(&b, MS_TRACE_ALLOC, 0x100010, 16, MS_SNAP_NO_STACK, 0);
+  d.ntrace = (uint32_t)b.trace.len;
+  cr_assert_eq(ms__snapbuild_add_device(&b, &d), MS_OK);
+  ms_snapshot_t *s = NULL;
+  ms_errbuf_t eb = {{0}};
+  cr_assert_eq(ms__snapbuild_finish(&b, &s, &eb), MS_OK, "%s", eb.msg);
+  char p[300];
+  snprintf(p, sizeof p, "%s/overlap.memsnap", tmpdir);
+  cr_assert_eq(ms_snapshot_write_file(s, p, NULL, &eb), MS_OK, "%s", eb.msg);
+  ms_snapshot_free(s);
+  run_t r = RUN("trace", p);
+  cr_expect_eq(r.status, 0, "%s", r.err);
+  cr_expect_str_eq(r.out,
+                   "Device 0 ----------------\n"
+                   "15 entries\n"
+                   "a = cudaMalloc(65536, 4.0KiB)\n"
+                   "cudaFree(a) # 4.0KiB\n"
+                   "b = cudaMalloc(32768, 64.0KiB)\n"
+                   "c = cudaMalloc(131072, 0.0B)\n"
+                   "d = a[2048:16.0B]\n"
+                   "e = b[4096:16.0B]\n"
+                   "f = b[65535:1.0B]\n"
+                   "g = MEM[98304:16.0B]\n"
+                   "h = MEM[131072:16.0B]\n"
+                   "i = cudaMalloc(196608, 256.0B)\n"
+                   "j = cudaMalloc(196352, 1.0KiB)\n"
+                   "k = j[768:16.0B]\n"
+                   "l = i[80:16.0B]\n"
+                   "m = j[16:16.0B]\n"
+                   "n = seg_0[16:16.0B]\n"
+                   "TOTAL MEM: 129.0B\n");
+  run_free(&r);
+}
