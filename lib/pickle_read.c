@@ -188,6 +188,7 @@ enum {
   OF_USED = 1u << 0,     /* stored into its parent (or memo-got and stored again) */
   OF_SEALED = 1u << 1,   /* frames list: ref is its interned stack */
   OF_INTERNED = 1u << 2, /* frame dict: ref is its interned frame */
+  OF_PENDING = 1u << 3,  /* frames list of a trace entry, queued for interning (rd_pend_t) */
 };
 
 typedef struct rd_obj_s {
@@ -202,6 +203,17 @@ typedef struct rd_obj_s {
   uint32_t count;  /* items stored so far */
   uint32_t aux;    /* R_SETMAP: nesting depth */
 } rd_obj_t;
+
+/* A trace entry's frames list whose stack is interned later (rd_flush), so that the intern
+ * table's slot, prefetched now, is in cache by then. Its frame indices stay at the end of the
+ * builder's stack_frames, after those of the lists queued before it. */
+#define RD_PENDING 16
+typedef struct rd_pend_s {
+  uint32_t list;  /* the frames list (OF_PENDING) */
+  uint32_t rec;   /* its trace record */
+  uint32_t n;     /* its frame indices */
+  uint64_t hash;  /* ms__snapbuild_stack_hash of them */
+} rd_pend_t;
 
 typedef struct rd_pframe_s {
   const char *name, *file;
@@ -228,7 +240,10 @@ typedef struct rd_s {
   MS_VEC(int64_t) pairs;
   size_t fbuf_len;     /* frame indices of the frames list being filled, written in place at the
                            builder's stack tail (ms__snapbuild_stack_room) */
-  uint32_t fbuf_owner; /* that list */
+  uint32_t fbuf_owner; /* that list; its indices follow those of the queued lists */
+  rd_pend_t pend[RD_PENDING];
+  uint32_t npend;
+  size_t pend_frames; /* indices of the queued lists, at the start of the builder's tail */
   MS_VEC(rd_val_t) tmp;
   uint32_t root;
   uint32_t root_segments; /* the root dict's "segments" list */
@@ -653,8 +668,57 @@ static int rd_intern_frame(rd_t *r, uint32_t id, uint32_t *frame) {
   return MS_OK;
 }
 
+/* Room for have + extra indices of the list being filled, after the queued lists' indices. */
+static int rd_tail(rd_t *r, size_t have, size_t extra, uint32_t **tail) {
+  int rc = ms__snapbuild_stack_room(&r->b, r->pend_frames + have, extra, tail);
+  if (rc != MS_OK) return rc;
+  *tail += r->pend_frames;
+  return MS_OK;
+}
+
+/* Interns the queued lists' stacks, in order, into their lists and trace records. */
+static int rd_flush(rd_t *r) {
+  ms__snapbuild_t *b = &r->b;
+  size_t rest = r->pend_frames + r->fbuf_len; /* indices at the tail, from the current one on */
+  for (uint32_t i = 0; i < r->npend; i++) {
+    const rd_pend_t *p = &r->pend[i];
+    size_t len0 = b->stack_frames.len;
+    uint32_t st = 0;
+    int rc = ms__snapbuild_stack_tail_hashed(b, p->n, p->hash, &st);
+    if (rc != MS_OK) return rd_err(r, rc, "cannot store a stack: %s", ms_strerror(rc));
+    rest -= p->n;
+    if (b->stack_frames.len == len0 && rest) /* a known stack: drop its indices */
+      memmove(b->stack_frames.ptr + len0, b->stack_frames.ptr + len0 + p->n,
+              rest * sizeof *b->stack_frames.ptr);
+    rd_obj_t *o = &r->objs.ptr[p->list];
+    o->ref = st;
+    o->flags = (uint8_t)((o->flags & ~OF_PENDING) | OF_SEALED);
+    b->trace.ptr[p->rec].stack = st;
+  }
+  r->npend = 0;
+  r->pend_frames = 0;
+  return MS_OK;
+}
+
+/* Queues the frames list being filled (id, the list of trace record rec) for interning. */
+static int rd_defer_frames(rd_t *r, uint32_t id, uint32_t rec) {
+  if (r->npend == RD_PENDING) MS_FORWARD_IF_ERROR(rd_flush(r));
+  uint32_t *tail = NULL;
+  int rc = rd_tail(r, r->fbuf_len, 0, &tail);
+  if (rc != MS_OK) return rd_err(r, rc, "cannot store a stack: %s", ms_strerror(rc));
+  uint64_t h = ms__snapbuild_stack_hash(tail, r->fbuf_len);
+  ms__snapbuild_stack_prefetch(&r->b, h);
+  r->pend[r->npend++] = (rd_pend_t){id, rec, (uint32_t)r->fbuf_len, h};
+  r->pend_frames += r->fbuf_len;
+  r->fbuf_owner = RD_NO_OBJ;
+  r->fbuf_len = 0;
+  r->objs.ptr[id].flags |= OF_PENDING;
+  return MS_OK;
+}
+
 /* Turns a frames list into its interned stack (once). */
 static int rd_seal_frames(rd_t *r, uint32_t id) {
+  if (r->npend) MS_FORWARD_IF_ERROR(rd_flush(r)); /* the tail holds only the current list now */
   rd_obj_t *o = &r->objs.ptr[id];
   if (o->flags & OF_SEALED) return MS_OK;
   uint32_t st = 0;
@@ -842,7 +906,7 @@ static int rd_list_append(rd_t *r, uint32_t lid, const rd_val_t *v) {
       r->fbuf_len = 0;
     }
     uint32_t *tail = NULL;
-    int rc = ms__snapbuild_stack_room(&r->b, r->fbuf_len, 1, &tail);
+    int rc = rd_tail(r, r->fbuf_len, 1, &tail);
     if (rc != MS_OK) return rd_err(r, rc, "cannot store a stack: %s", ms_strerror(rc));
     tail[r->fbuf_len++] = f;
     break;
@@ -1068,6 +1132,12 @@ static int rd_dict_set(rd_t *r, uint32_t did, const rd_val_t *k, const rd_val_t 
       return rd_want_pair(r, &c, v, t->pool_id);
     case K_FRAMES: {
       uint32_t st = 0;
+      if (v->t == V_OBJ && v->v.obj == r->fbuf_owner && r->fbuf_len > 0) {
+        /* the list just filled, the usual case: its stack is interned a little later */
+        MS_FORWARD_IF_ERROR(rd_want_obj(r, &c, v, R_FRAMES, &id));
+        t->present |= MS_TRACE_HAS_FRAMES;
+        return rd_defer_frames(r, id, r->objs.ptr[did].ref);
+      }
       MS_FORWARD_IF_ERROR(rd_frames_stack(r, &c, v, &st));
       t = &b->trace.ptr[r->objs.ptr[did].ref];
       t->stack = st;
@@ -1253,7 +1323,7 @@ static size_t rd_appends_frames_fast(rd_t *r, uint32_t lid, size_t from) {
   if (n == 0 || (uint64_t)l->count + n > UINT32_MAX) return from;
   size_t have = r->fbuf_owner == lid ? r->fbuf_len : 0;
   uint32_t *tail = NULL;
-  if (ms__snapbuild_stack_room(&r->b, have, n, &tail) != MS_OK) return from;
+  if (rd_tail(r, have, n, &tail) != MS_OK) return from;
   if (r->fbuf_owner != lid) {
     r->fbuf_owner = lid;
     r->fbuf_len = 0;
@@ -1285,9 +1355,6 @@ static int rd_appends(rd_t *r, uint32_t lid, size_t from) {
     MS_FORWARD_IF_ERROR(rd_list_append(r, lid, &v));
   }
   r->st.len = start;
-  /* a frames list is usually complete after one batch and used right after: look up its stack's
-   * slot early */
-  if (r->fbuf_owner == lid) ms__snapbuild_stack_prefetch(&r->b, r->fbuf_len);
   return MS_OK;
 }
 
@@ -1637,6 +1704,7 @@ static int rd_run(rd_t *r) {
 
 /* After STOP: checks that the records tile their arrays, fills what older eras lack. */
 static int rd_finish(rd_t *r, ms_snapshot_t **out) {
+  MS_FORWARD_IF_ERROR(rd_flush(r));
   ms__snapbuild_t *b = &r->b;
   const rd_obj_t *root = &r->objs.ptr[r->root];
   const rd_obj_t *segs;

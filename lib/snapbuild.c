@@ -349,26 +349,29 @@ int ms__snapbuild_stack_room(ms__snapbuild_t *b, size_t have, size_t extra, uint
   return MS_OK;
 }
 
-void ms__snapbuild_stack_prefetch(ms__snapbuild_t *b, size_t n) {
-  if (!b->stack_tab_cap || n > b->stack_frames.cap - b->stack_frames.len) return;
-  uint64_t h = hash_stack(frames_end(b), n);
-  b->tail_hash = h;
-  b->tail_hash_n = n;
-  b->tail_hash_at = b->stack_frames.len;
-  b->tail_hash_ok = true;
+uint64_t ms__snapbuild_stack_hash(const uint32_t *frames, size_t n) {
+  return hash_stack(frames, n);
+}
+
+void ms__snapbuild_stack_prefetch(const ms__snapbuild_t *b, uint64_t hash) {
 #if defined(__GNUC__) || defined(__clang__)
-  __builtin_prefetch(&b->stack_tab[(size_t)TAB_TAG(h) & (b->stack_tab_cap - 1)]);
+  if (b->stack_tab_cap)
+    __builtin_prefetch(&b->stack_tab[(size_t)TAB_TAG(hash) & (b->stack_tab_cap - 1)]);
+#else
+  (void)b, (void)hash;
 #endif
 }
 
 int ms__snapbuild_stack_tail(ms__snapbuild_t *b, size_t n, uint32_t *out) {
   if (n > b->stack_frames.cap - b->stack_frames.len) return MS_EINVAL;
+  return ms__snapbuild_stack_tail_hashed(b, n, hash_stack(frames_end(b), n), out);
+}
+
+int ms__snapbuild_stack_tail_hashed(ms__snapbuild_t *b, size_t n, uint64_t h, uint32_t *out) {
+  if (n > b->stack_frames.cap - b->stack_frames.len) return MS_EINVAL;
   uint32_t tag;
   size_t slot;
   bool found;
-  bool known = b->tail_hash_ok && b->tail_hash_n == n && b->tail_hash_at == b->stack_frames.len;
-  uint64_t h = known ? b->tail_hash : hash_stack(frames_end(b), n);
-  b->tail_hash_ok = false;
   MS_FORWARD_IF_ERROR(stack_find(b, frames_end(b), n, h, &tag, &slot, &found));
   if (found) {
     *out = TAB_INDEX(b->stack_tab[slot]);

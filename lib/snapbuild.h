@@ -56,11 +56,6 @@ typedef struct ms__snapbuild_s {
    * frame index in stack_frames[0..stack_frames_known) is below stack_frame_bound. */
   uint32_t stack_frame_bound;
   size_t stack_frames_known;
-  /* ms__snapbuild_stack_prefetch's hash of the tail's first tail_hash_n indices, valid while
-   * stack_frames.len is still tail_hash_at */
-  uint64_t tail_hash;
-  size_t tail_hash_n, tail_hash_at;
-  bool tail_hash_ok;
 } ms__snapbuild_t;
 
 void ms__snapbuild_init(ms__snapbuild_t *b);
@@ -87,10 +82,13 @@ int ms__snapbuild_stack(ms__snapbuild_t *b, const uint32_t *frames, size_t n, ui
  * written move with it). stack_tail returns MS_EINVAL when n exceeds the room made. */
 int ms__snapbuild_stack_room(ms__snapbuild_t *b, size_t have, size_t extra, uint32_t **tail);
 int ms__snapbuild_stack_tail(ms__snapbuild_t *b, size_t n, uint32_t *out);
-/* A hint that ms__snapbuild_stack_tail(b, n) follows soon and the n indices at the tail are
- * final: hashes them now and prefetches the intern table's slot, so that the lookup does not
- * wait for memory (a 1 GB pickle's 5 million stacks miss the cache). */
-void ms__snapbuild_stack_prefetch(ms__snapbuild_t *b, size_t n);
+/* For producers that intern stacks some time after gathering them, so that the lookup does not
+ * wait for memory (a 1 GB pickle's 5 million stacks miss the cache): stack_hash is the intern
+ * table's hash of n indices, stack_prefetch(hash) starts loading the table slot it will probe,
+ * and stack_tail_hashed is stack_tail with that hash (of the same n indices at the tail). */
+uint64_t ms__snapbuild_stack_hash(const uint32_t *frames, size_t n);
+void ms__snapbuild_stack_prefetch(const ms__snapbuild_t *b, uint64_t hash);
+int ms__snapbuild_stack_tail_hashed(ms__snapbuild_t *b, size_t n, uint64_t hash, uint32_t *out);
 
 /* Appends a record (copied). Index of the new record = the vector's len before the call. */
 int ms__snapbuild_add_segment(ms__snapbuild_t *b, const ms_snap_segment_t *seg);

@@ -1756,3 +1756,60 @@ Test(pickle, skip_trace_flags_and_writers) {
   cr_assert_eq(s, (ms_snapshot_t *)0x1);
   free(data);
 }
+
+Test(pickle, trace_stacks_match_python) {
+  /* trace entries' stacks are interned a few entries late (a queue that hides the intern table's
+   * cache misses): every entry must still get its own frames, as Python's pickle sees them */
+  if (!have_python()) {
+    printf("SKIP: python3 not available\n");
+    cr_skip_test("python3 not available");
+  }
+  static const char *const names[] = {"wedsonlin_cs336_medium_1024_training", "maphsge_select_n_4dev",
+                                      "a0kuma_adamw_small"};
+  for (size_t f = 0; f < sizeof names / sizeof names[0]; f++) {
+    size_t len;
+    char *data = fixture(names[f], &len);
+    char path[512], cmd[2048], fpath[1024];
+    tmp_path(path, sizeof path, "stacks.txt");
+    snprintf(fpath, sizeof fpath, "%s/%s.pickle", fixtures_dir(), names[f]);
+    snprintf(cmd, sizeof cmd,
+             "python3 -c \"import pickle,sys\n"
+             "d=pickle.load(open(sys.argv[1],'rb'))\n"
+             "with open(sys.argv[2],'w') as o:\n"
+             "  for t in d['device_traces']:\n"
+             "    for e in t:\n"
+             "      o.write(';'.join('%%s|%%s|%%d' %% (x['name'],x['filename'],x['line']) for x in "
+             "e.get('frames',[]))+'\\\\n')\" '%s' '%s'",
+             fpath, path);
+    cr_assert_eq(system(cmd), 0, "python3 failed on %s", names[f]);
+    size_t tl;
+    char *text = slurp(path, &tl);
+    unlink(path);
+    cr_assert(text);
+    text[tl] = 0;
+    ms_snapshot_t *s = read_ok(data, len);
+    cr_assert_gt(s->ntrace, 0);
+    cr_assert_lt(s->nstacks, s->ntrace, "%s: some stacks repeat", names[f]);
+    char *line = text;
+    for (size_t i = 0; i < s->ntrace; i++) {
+      char *nl = strchr(line, '\n');
+      cr_assert(nl, "%s: python gave fewer entries", names[f]);
+      *nl = 0;
+      char want[65536];
+      size_t w = 0;
+      uint32_t st = s->trace[i].stack, n = ms_snap_stack_depth(s, st);
+      want[0] = 0;
+      for (uint32_t k = 0; k < n && w < sizeof want - 1; k++) {
+        const ms_snap_frame_t *fr = ms_snap_stack_frame(s, st, k);
+        w += (size_t)snprintf(want + w, sizeof want - w, "%s%s|%s|%lld", k ? ";" : "", fr->name,
+                              fr->filename, (long long)fr->line);
+      }
+      cr_assert_str_eq(want, line, "%s: trace entry %zu", names[f], i);
+      line = nl + 1;
+    }
+    cr_assert_eq(*line, 0, "%s: python gave more entries", names[f]);
+    ms_snapshot_free(s);
+    free(text);
+    free(data);
+  }
+}
