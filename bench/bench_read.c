@@ -77,7 +77,8 @@ static double run_cli(const char *const *args, double *wall) {
     char *argv[8];
     int n = 0;
     argv[n++] = (char *)bin;
-    for (; args[n - 1] && n < 7; n++) argv[n] = (char *)args[n - 1];
+    for (; args[n - 1] && n < 7; n++)
+      argv[n] = (char *)args[n - 1];
     argv[n] = NULL;
     execv(bin, argv);
     _exit(127);
@@ -93,7 +94,8 @@ static double run_cli(const char *const *args, double *wall) {
 
 static void bench_cli(const char *metric, const char *const *args, double baseline) {
   double c[REPS], w[REPS];
-  for (int i = 0; i < REPS; i++) c[i] = run_cli(args, &w[i]);
+  for (int i = 0; i < REPS; i++)
+    c[i] = run_cli(args, &w[i]);
   double cm = median(c, REPS), wm = median(w, REPS);
   printf("%s %.3f\n", metric, cm);
   fflush(stdout);
@@ -119,7 +121,8 @@ static double read_once(const char *path, unsigned flags) {
 
 static double read_median(const char *path, unsigned flags) {
   double t[REPS];
-  for (int i = 0; i < REPS; i++) t[i] = read_once(path, flags);
+  for (int i = 0; i < REPS; i++)
+    t[i] = read_once(path, flags);
   return median(t, REPS);
 }
 

@@ -32,9 +32,12 @@ static bool parse_count(const char *s, double *out) {
   errno = 0;
   double v = strtod(s, &end);
   if (end == s || errno || !(v > 0)) return false;
-  if (*end == 'K' || *end == 'k') v *= 1e3, end++;
-  else if (*end == 'M' || *end == 'm') v *= 1e6, end++;
-  else if (*end == 'G' || *end == 'g') v *= 1e9, end++;
+  if (*end == 'K' || *end == 'k')
+    v *= 1e3, end++;
+  else if (*end == 'M' || *end == 'm')
+    v *= 1e6, end++;
+  else if (*end == 'G' || *end == 'g')
+    v *= 1e9, end++;
   if (*end) return false;
   *out = v;
   return v < 1e12;

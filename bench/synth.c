@@ -26,13 +26,13 @@ static int fail(ms_errbuf_t *eb, int rc, const char *fmt, ...) {
   return rc;
 }
 
-#define TRY(expr, what)                                                                           \
-  do {                                                                                            \
-    int rc_ = (expr);                                                                             \
-    if (rc_ != MS_OK) {                                                                           \
-      ms__snapbuild_release(&b);                                                                  \
-      return fail(eb, rc_, "%s: %s", what, ms_strerror(rc_));                                     \
-    }                                                                                             \
+#define TRY(expr, what)                                                                            \
+  do {                                                                                             \
+    int rc_ = (expr);                                                                              \
+    if (rc_ != MS_OK) {                                                                            \
+      ms__snapbuild_release(&b);                                                                   \
+      return fail(eb, rc_, "%s: %s", what, ms_strerror(rc_));                                      \
+    }                                                                                              \
   } while (0)
 
 typedef struct rng_s {
@@ -46,9 +46,12 @@ static uint64_t rng_next(rng_t *r) { /* xorshift64* */
   return r->s * 0x2545f4914f6cdd1dull;
 }
 
-static uint32_t rng_below(rng_t *r, uint32_t n) { return (uint32_t)((rng_next(r) >> 32) % n); }
+static uint32_t rng_below(rng_t *r, uint32_t n) {
+  return (uint32_t)((rng_next(r) >> 32) % n);
+}
 
-/* ---- the wide shape (bench_pickle) -------------------------------------------------------------- */
+/* ---- the wide shape (bench_pickle) --------------------------------------------------------------
+ */
 
 #define WIDE_POOL 4000 /* distinct code locations (Python and C++ frames) */
 #define WIDE_DEPTH 160 /* frames per stack: 160 .. 223 */
@@ -70,8 +73,8 @@ int synth_wide(size_t ntrace, size_t nsegments, ms_snapshot_t **out, ms_errbuf_t
   static uint32_t pool[WIDE_POOL];
   char name[512], file[256];
   for (int i = 0; i < WIDE_POOL; i++) {
-    int n = i % 2 ? snprintf(name, sizeof name, "forward_%d", i)
-                  : wide_cpp_name(name, sizeof name, i);
+    int n =
+        i % 2 ? snprintf(name, sizeof name, "forward_%d", i) : wide_cpp_name(name, sizeof name, i);
     int m = snprintf(file, sizeof file,
                      i % 2 ? "/opt/conda/lib/python3.11/site-packages/torch/nn/modules/module_%d.py"
                            : "CUDACachingAllocator_%d.cpp",
@@ -135,12 +138,12 @@ int synth_wide(size_t ntrace, size_t nsegments, ms_snapshot_t **out, ms_errbuf_t
 
 /* The code locations stacks are made of. */
 typedef struct frames_s {
-  uint32_t unwind[3];   /* torch::unwind::unwind() ... gather_with_cpp() */
+  uint32_t unwind[3]; /* torch::unwind::unwind() ... gather_with_cpp() */
   uint32_t dca_malloc, dca_free, nca_malloc, nca_free, empty_cuda, empty_generic;
-  uint32_t glue[6];     /* the interpreter's C frames between Python frames */
-  uint32_t ops[240];    /* ATen operators (C++) */
-  uint32_t py[3000];    /* Python frames: modules, functional, user code */
-  uint32_t tail[5];     /* <module>, Py_RunMain, main, __libc_start_main, _start */
+  uint32_t glue[6];  /* the interpreter's C frames between Python frames */
+  uint32_t ops[240]; /* ATen operators (C++) */
+  uint32_t py[3000]; /* Python frames: modules, functional, user code */
+  uint32_t tail[5];  /* <module>, Py_RunMain, main, __libc_start_main, _start */
 } frames_t;
 
 static int add_frame(ms__snapbuild_t *b, const char *name, const char *file, int64_t line,
@@ -167,10 +170,11 @@ static int make_frames(ms__snapbuild_t *b, rng_t *rng, frames_t *f) {
                    "cuda::CUDACachingAllocator::Native::(anonymous namespace)::Block*)",
                    "CUDACachingAllocator.cpp", 0, &f->dca_free);
   if (rc == MS_OK)
-    rc = add_frame(b,
-                   "c10::cuda::CUDACachingAllocator::Native::NativeCachingAllocator::malloc(void**, "
-                   "signed char, unsigned long, CUstream_st*)",
-                   "CUDACachingAllocator.cpp", 0, &f->nca_malloc);
+    rc =
+        add_frame(b,
+                  "c10::cuda::CUDACachingAllocator::Native::NativeCachingAllocator::malloc(void**, "
+                  "signed char, unsigned long, CUstream_st*)",
+                  "CUDACachingAllocator.cpp", 0, &f->nca_malloc);
   if (rc == MS_OK)
     rc = add_frame(b,
                    "c10::intrusive_ptr<c10::StorageImpl, c10::detail::intrusive_target_default_"
@@ -187,45 +191,67 @@ static int make_frames(ms__snapbuild_t *b, rng_t *rng, frames_t *f) {
                    "c10::Allocator*, c10::DispatchKeySet, c10::ScalarType, "
                    "std::optional<c10::MemoryFormat>)",
                    "EmptyTensor.cpp", 0, &f->empty_generic);
-  static const char *const glue[6] = {"_PyEval_EvalFrameDefault", "PyMethod_New",
-                                      "_PyObject_MakeTpCall",     "_PyObject_Call_Prepend",
-                                      "PyObject_Call",            "PyType_GetModule"};
-  for (int i = 0; i < 6 && rc == MS_OK; i++) rc = add_frame(b, glue[i], "??", 0, &f->glue[i]);
-  static const char *const opname[] = {"addmm", "mm", "bmm", "baddbmm", "conv2d", "add", "mul",
-                                       "gelu", "softmax", "layer_norm", "embedding", "cat",
-                                       "index_select", "copy_", "div", "sum", "mean", "cross_entropy",
-                                       "dropout", "scaled_dot_product_attention"};
+  static const char *const glue[6] = {
+      "_PyEval_EvalFrameDefault", "PyMethod_New",  "_PyObject_MakeTpCall",
+      "_PyObject_Call_Prepend",   "PyObject_Call", "PyType_GetModule"};
+  for (int i = 0; i < 6 && rc == MS_OK; i++)
+    rc = add_frame(b, glue[i], "??", 0, &f->glue[i]);
+  static const char *const opname[] = {
+      "addmm",     "mm",   "bmm",           "baddbmm", "conv2d",
+      "add",       "mul",  "gelu",          "softmax", "layer_norm",
+      "embedding", "cat",  "index_select",  "copy_",   "div",
+      "sum",       "mean", "cross_entropy", "dropout", "scaled_dot_product_attention"};
   char name[512], file[256];
   for (int i = 0; i < 240 && rc == MS_OK; i++) {
     const char *op = opname[i % 60 % 20];
     switch (i / 60) {
     case 0:
-      snprintf(name, sizeof name, "at::native::%s_out_cuda(at::Tensor const&, at::Tensor const&, "
-               "c10::Scalar const&, at::Tensor&) [variant %d]", op, i);
+      snprintf(name, sizeof name,
+               "at::native::%s_out_cuda(at::Tensor const&, at::Tensor const&, "
+               "c10::Scalar const&, at::Tensor&) [variant %d]",
+               op, i);
       snprintf(file, sizeof file, "%s.cu", op);
       break;
     case 1:
-      snprintf(name, sizeof name, "at::_ops::%s::call(at::Tensor const&, at::Tensor const&) "
-               "[variant %d]", op, i);
+      snprintf(name, sizeof name,
+               "at::_ops::%s::call(at::Tensor const&, at::Tensor const&) "
+               "[variant %d]",
+               op, i);
       snprintf(file, sizeof file, "Operators_%d.cpp", i % 5);
       break;
     case 2:
-      snprintf(name, sizeof name, "torch::autograd::VariableType::(anonymous namespace)::%s("
-               "c10::DispatchKeySet, at::Tensor const&) [variant %d]", op, i);
+      snprintf(name, sizeof name,
+               "torch::autograd::VariableType::(anonymous namespace)::%s("
+               "c10::DispatchKeySet, at::Tensor const&) [variant %d]",
+               op, i);
       snprintf(file, sizeof file, "VariableType_%d.cpp", i % 4);
       break;
     default:
-      snprintf(name, sizeof name, "torch::autograd::generated::%sBackward0::apply(std::vector<"
-               "at::Tensor, std::allocator<at::Tensor> >&&) [variant %d]", op, i);
+      snprintf(name, sizeof name,
+               "torch::autograd::generated::%sBackward0::apply(std::vector<"
+               "at::Tensor, std::allocator<at::Tensor> >&&) [variant %d]",
+               op, i);
       snprintf(file, sizeof file, "Functions.cpp");
       break;
     }
     rc = add_frame(b, name, file, 0, &f->ops[i]);
   }
-  static const char *const pyname[] = {"forward", "_call_impl", "_wrapped_call_impl", "backward",
-                                       "step", "_conv_forward", "linear", "attention", "_forward",
-                                       "run_backward", "_single_tensor_adamw", "train_step",
-                                       "checkpoint", "_fn", "inner", "__call__"};
+  static const char *const pyname[] = {"forward",
+                                       "_call_impl",
+                                       "_wrapped_call_impl",
+                                       "backward",
+                                       "step",
+                                       "_conv_forward",
+                                       "linear",
+                                       "attention",
+                                       "_forward",
+                                       "run_backward",
+                                       "_single_tensor_adamw",
+                                       "train_step",
+                                       "checkpoint",
+                                       "_fn",
+                                       "inner",
+                                       "__call__"};
   static const char *const pyfile[] = {
       "/opt/conda/lib/python3.11/site-packages/torch/nn/modules/module.py",
       "/opt/conda/lib/python3.11/site-packages/torch/nn/modules/linear.py",
@@ -253,7 +279,8 @@ static int make_frames(ms__snapbuild_t *b, rng_t *rng, frames_t *f) {
  * entry. 25-53 frames, 38 on average. */
 static size_t make_stack(rng_t *rng, const frames_t *f, bool is_free, uint32_t *out) {
   size_t n = 0;
-  for (int i = 0; i < 3; i++) out[n++] = f->unwind[i];
+  for (int i = 0; i < 3; i++)
+    out[n++] = f->unwind[i];
   if (is_free) {
     out[n++] = f->dca_free;
     out[n++] = f->nca_free;
@@ -264,14 +291,16 @@ static size_t make_stack(rng_t *rng, const frames_t *f, bool is_free, uint32_t *
     out[n++] = f->empty_cuda;
   }
   uint32_t op = rng_below(rng, 60);
-  for (int i = 0; i < 3; i++) out[n++] = f->ops[op + 60 * (uint32_t)i];
+  for (int i = 0; i < 3; i++)
+    out[n++] = f->ops[op + 60 * (uint32_t)i];
   uint32_t levels = 4 + rng_below(rng, 9);
   for (uint32_t l = 0; l < levels; l++) {
     out[n++] = f->glue[0];
     out[n++] = f->glue[1 + rng_below(rng, 5)];
     out[n++] = f->py[rng_below(rng, 3000)];
   }
-  for (int i = 0; i < 5; i++) out[n++] = f->tail[i];
+  for (int i = 0; i < 5; i++)
+    out[n++] = f->tail[i];
   return n;
 }
 
@@ -285,7 +314,8 @@ typedef struct addrmap_s {
 static size_t addr_slot(const addrmap_t *m, uint64_t a) {
   uint64_t h = (a >> 9) * 0x9e3779b97f4a7c15ull;
   size_t i = (size_t)(h >> 20) & (m->cap - 1);
-  while (m->key[i] && m->key[i] != a + 1) i = (i + 1) & (m->cap - 1);
+  while (m->key[i] && m->key[i] != a + 1)
+    i = (i + 1) & (m->cap - 1);
   return i;
 }
 
@@ -364,7 +394,8 @@ static int run_workload(const synth_opts_t *o, ms_snapshot_t **snap, ms_errbuf_t
   ms_stream_t streams[8] = {0};
   const ms_backend_ops_t *ops = ms_backend_ops(be);
   (void)ops;
-  for (int i = 1; i < nstreams; i++) streams[i] = (ms_stream_t)i;
+  for (int i = 1; i < nstreams; i++)
+    streams[i] = (ms_stream_t)i;
   size_t entries = 0, cap = 4096;
   acts = malloc(cap * sizeof *acts);
   if (!acts) {
@@ -374,7 +405,8 @@ static int run_workload(const synth_opts_t *o, ms_snapshot_t **snap, ms_errbuf_t
   /* parameters and optimizer state: alive to the end */
   for (int i = 0; i < 300; i++) {
     ms_devptr_t p;
-    rc = ms_allocator_malloc(a, ((size_t)1 << 20) * (1 + rng_below(&rng, 24)) + 512 * rng_below(&rng, 64), 0, &p);
+    rc = ms_allocator_malloc(
+        a, ((size_t)1 << 20) * (1 + rng_below(&rng, 24)) + 512 * rng_below(&rng, 64), 0, &p);
     if (rc != MS_OK) goto alloc_failed;
     entries++;
   }
@@ -524,8 +556,8 @@ int synth_workload(const synth_opts_t *opts, ms_snapshot_t **out, ms_errbuf_t *e
     for (uint32_t k = 0; k < seg.nblocks && rc == MS_OK; k++) {
       ms_snap_block_t blk = s->blocks[seg.first_block + k];
       blk.state_name = ms_block_state_name(blk.state);
-      bool live = blk.state == MS_BLOCK_ACTIVE_ALLOCATED ||
-                  blk.state == MS_BLOCK_ACTIVE_PENDING_FREE;
+      bool live =
+          blk.state == MS_BLOCK_ACTIVE_ALLOCATED || blk.state == MS_BLOCK_ACTIVE_PENDING_FREE;
       blk.stack = live ? addr_get(&blocks, blk.address) : MS_SNAP_NO_STACK;
       blk.nhistory = 0;
       blk.first_history = 0;

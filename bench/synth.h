@@ -28,9 +28,9 @@
 #include "memsnap/snapshot.h"
 
 typedef struct synth_opts_s {
-  uint64_t seed;     /* any value; 0 is as good as any */
-  size_t entries;    /* trace entries wanted (the result has this many, give or take a step) */
-  int streams;       /* streams used, 1..8 (the default stream and streams-1 side streams) */
+  uint64_t seed;  /* any value; 0 is as good as any */
+  size_t entries; /* trace entries wanted (the result has this many, give or take a step) */
+  int streams;    /* streams used, 1..8 (the default stream and streams-1 side streams) */
 } synth_opts_t;
 
 /* Trace entries per byte of the pickle that synth_workload() + ms_pickle_write give, measured:

@@ -346,7 +346,8 @@ int cmd_stats(int argc, char **argv) {
   if (rc != CLI_OK) return rc;
   if (npos < 1) return cli_usage_error("stats", "missing FILE");
   ms_snapshot_t *snap = NULL;
-  if ((rc = cli_load_ex(pos[0], MS_LOAD_NO_TRACE, &snap)) != CLI_OK) return rc; /* no trace needed */
+  /* the state at the end: the trace is not needed */
+  if ((rc = cli_load_ex(pos[0], MS_LOAD_NO_TRACE, &snap)) != CLI_OK) return rc;
   rc = stats_segsum(stdout, snap);
   if (rc == CLI_OK && summary) rc = stats_summary(stdout, snap);
   ms_snapshot_free(snap);

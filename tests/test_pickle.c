@@ -1523,7 +1523,7 @@ Test(pickle, bigvec_reserve) {
   MS_VEC_FREE(&v);
 }
 
-/* ---- reading without the trace (MS_LOAD_NO_TRACE) ------------------------------------------------ */
+/* ---- reading without the trace (MS_LOAD_NO_TRACE) -------------------------------------------- */
 
 static int read_mem_flags(const void *data, size_t len, unsigned flags, ms_snapshot_t **out,
                           ms_errbuf_t *eb) {
@@ -1764,8 +1764,8 @@ Test(pickle, trace_stacks_match_python) {
     printf("SKIP: python3 not available\n");
     cr_skip_test("python3 not available");
   }
-  static const char *const names[] = {"wedsonlin_cs336_medium_1024_training", "maphsge_select_n_4dev",
-                                      "a0kuma_adamw_small"};
+  static const char *const names[] = {"wedsonlin_cs336_medium_1024_training",
+                                      "maphsge_select_n_4dev", "a0kuma_adamw_small"};
   for (size_t f = 0; f < sizeof names / sizeof names[0]; f++) {
     size_t len;
     char *data = fixture(names[f], &len);

@@ -37,7 +37,9 @@ static void radd(ranges_t *r, range_t x) {
   r->p[r->n++] = x;
 }
 
-static void rdel(ranges_t *r, size_t i) { r->p[i] = r->p[--r->n]; }
+static void rdel(ranges_t *r, size_t i) {
+  r->p[i] = r->p[--r->n];
+}
 
 Test(synth, consistent_history_and_end_state) {
   synth_opts_t o = {3, 100000, 4};
@@ -61,8 +63,7 @@ Test(synth, consistent_history_and_end_state) {
     switch (e->action) {
     case MS_TRACE_SEGMENT_ALLOC:
       for (size_t j = 0; j < segs.n; j++)
-        cr_assert(e->addr >= segs.p[j].addr + segs.p[j].size ||
-                      segs.p[j].addr >= e->addr + e->size,
+        cr_assert(e->addr >= segs.p[j].addr + segs.p[j].size || segs.p[j].addr >= e->addr + e->size,
                   "entry %zu: segments overlap", i);
       radd(&segs, (range_t){e->addr, e->size, e->stack});
       break;
@@ -120,7 +121,8 @@ Test(synth, consistent_history_and_end_state) {
       }
       nlive++;
       size_t l = rfind(&live, blk->address);
-      cr_assert_neq(l, SIZE_MAX, "block at %#lx not live in the trace", (unsigned long)blk->address);
+      cr_assert_neq(l, SIZE_MAX, "block at %#lx not live in the trace",
+                    (unsigned long)blk->address);
       cr_assert_eq(live.p[l].size, blk->requested_size, "the alloc's size is the requested one");
       cr_assert_eq(blk->stack, live.p[l].stack, "a block carries its alloc's stack");
     }

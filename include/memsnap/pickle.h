@@ -42,8 +42,8 @@ MS_API MS_NODISCARD int ms_pickle_read(ms_source_t *src, ms_snapshot_t **out, ms
 
 /* ms_pickle_read() that may leave out what flags (MS_LOAD_*, memsnap/serialize.h) say:
  * MS_LOAD_NO_TRACE: the entries of device_traces are parsed as pickle opcodes (so a truncated or
- * malformed pickle is still an error) but not built or examined (their fields are not type-checked);
- * the snapshot lists the devices with no trace entries and has MS_SNAP_TRACE_SKIPPED in `present`.
+ * malformed pickle is still an error) but not built or examined (their fields are not
+ * type-checked); the snapshot lists the devices with no trace entries and has MS_SNAP_TRACE_SKIPPED in `present`.
  * A file that shares a container of device_traces with a later part through the memo cannot be
  * read so: MS_EUNSUPPORTED (ms_snapshot_load_ex then reads it again in full).
  * @return as ms_pickle_read(); MS_EINVAL for unknown flags. */
