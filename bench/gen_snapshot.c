@@ -64,6 +64,12 @@ int main(int argc, char **argv) {
       wide = true;
       continue;
     }
+    static const char *const with_value[] = {"-o",        "--output", "--size",
+                                             "--entries", "--seed",   "--streams"};
+    bool known = false;
+    for (size_t k = 0; k < sizeof with_value / sizeof *with_value; k++)
+      known = known || strcmp(a, with_value[k]) == 0;
+    if (!known) return usage("unknown option");
     if (!v) return usage("an option lacks its value");
     i++;
     if (strcmp(a, "-o") == 0 || strcmp(a, "--output") == 0) {
