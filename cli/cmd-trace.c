@@ -129,10 +129,7 @@ static void tl_str(trace_line_t *l, const char *s) {
 
 static void tl_u64(trace_line_t *l, uint64_t v) { l->w = trace_put_u64(l->w, v); }
 
-static void tl_end(trace_line_t *l, FILE *out) {
-  *l->w++ = '\n';
-  fwrite(l->b, 1, (size_t)(l->w - l->b), out);
-}
+
 
 /* ---- Python's repr ------------------------------------------------------------------------------
  */
@@ -216,6 +213,8 @@ typedef struct trace_state_s {
   size_t nivals, civals;
   trace_cover_t *covers;
   size_t ncovers, ccovers;
+  char *obuf; /* lines not yet written (TRACE_OBUF bytes; one fwrite per buffer, not per line) */
+  size_t olen;
   trace_map_t allocs;   /* address -> name of the allocation */
   trace_map_t segnames; /* address -> name of the segment_alloc */
   uint64_t next_name;
@@ -262,6 +261,22 @@ static int trace_cover_add(trace_state_t *t, size_t iv) {
     cur = end + 1;
     i++;
   }
+}
+
+#define TRACE_OBUF ((size_t)1 << 20)
+
+/* Writes the buffered lines; call before writing to out directly. */
+static void trace_flush(trace_state_t *t, FILE *out) {
+  if (t->olen) fwrite(t->obuf, 1, t->olen, out);
+  t->olen = 0;
+}
+
+static void tl_end(trace_line_t *l, trace_state_t *t, FILE *out) {
+  *l->w++ = '\n';
+  size_t n = (size_t)(l->w - l->b);
+  if (TRACE_OBUF - t->olen < n) trace_flush(t, out);
+  memcpy(t->obuf + t->olen, l->b, n);
+  t->olen += n;
 }
 
 /* `find_segment(addr)`: writes the segment's name into buf and its base into *base. */
@@ -311,7 +326,7 @@ static int trace_device(FILE *out, trace_state_t *t, const ms_snap_trace_t *entr
         tl_str(&l, ":");
         tl_str(&l, cli_format_bytes((int64_t)e->size, b1));
         tl_str(&l, "]");
-        tl_end(&l, out);
+        tl_end(&l, t, out);
         if (trace_map_put(&t->allocs, e->addr, name) != 0) goto nomem;
         total += (int64_t)e->size;
         break;
@@ -334,11 +349,12 @@ static int trace_device(FILE *out, trace_state_t *t, const ms_snap_trace_t *entr
           total -= (int64_t)e->size;
         }
         tl_str(&l, cli_format_bytes((int64_t)e->size, b1));
-        tl_end(&l, out);
+        tl_end(&l, t, out);
         break;
       }
       case MS_TRACE_SEGMENT_ALLOC: {
         name = t->next_name++;
+        trace_flush(t, out);
         fprintf(out, "%s = cudaMalloc(%" PRIu64 ", %s)\n", trace_name(name, nb), e->addr,
                 cli_format_bytes((int64_t)e->size, b1));
         if (t->nivals == t->civals) {
@@ -357,18 +373,22 @@ static int trace_device(FILE *out, trace_state_t *t, const ms_snap_trace_t *entr
         const char *who = trace_map_get(&t->segnames, e->addr, &name)
                               ? trace_name(name, nb)
                               : (snprintf(nb, sizeof nb, "%" PRIu64, e->addr), nb);
+        trace_flush(t, out);
         fprintf(out, "cudaFree(%s) # %s\n", who, cli_format_bytes((int64_t)e->size, b1));
         break;
       }
       case MS_TRACE_OOM:
+        trace_flush(t, out);
         fprintf(out, "raise OutOfMemoryError # %s requested, %s free in CUDA\n",
                 cli_format_bytes((int64_t)e->size, b1), cli_format_bytes((int64_t)e->addr, b2));
         break;
       default:
+        trace_flush(t, out);
         trace_repr_entry(out, t->snap, e);
         break;
     }
   }
+  trace_flush(t, out);
   fprintf(out, "TOTAL MEM: %s", cli_format_bytes(total, b1));
   return CLI_OK;
 nomem:
@@ -383,10 +403,15 @@ static int trace_run(FILE *out, const ms_snapshot_t *s) {
     if (dev->ntrace == 0) continue;
     fprintf(out, "Device %zu ----------------\n", d);
     /* each device starts afresh, as `format(d)` does */
-    trace_state_t t = {.snap = s};
+    trace_state_t t = {.snap = s, .obuf = malloc(TRACE_OBUF)};
+    if (!t.obuf) {
+      cli_error("out of memory");
+      return CLI_FAILURE;
+    }
     rc = trace_device(out, &t, &s->trace[dev->first_trace], dev->ntrace);
     free(t.ivals);
     free(t.covers);
+    free(t.obuf);
     trace_map_free(&t.allocs);
     trace_map_free(&t.segnames);
   }
