@@ -21,9 +21,11 @@
  *  - Totals (bytes): allocated = sizes of allocated blocks; active = allocated + pending-free
  *    blocks; requested = the user's requested sizes of active blocks; reserved = segment sizes.
  *  - Block sizes: a block alive at the end has its exact size (the snapshot's). The trace records
- *    only requested sizes, so a block allocated and freed within the trace gets an inferred size
- *    (MS_TL_BLOCK_SIZE_INFERRED): PyTorch's 512-byte rounding, taking the whole free gap when the
- *    remainder would be too small to split (<= 1 MiB after a large request), never past the gap.
+ *    only requested sizes, so a block freed within the trace gets an inferred size
+ *    (MS_TL_BLOCK_SIZE_INFERRED): PyTorch's 512-byte rounding of the request, or, for a large
+ *    request (> 1 MiB), the whole room up to the next block when the remainder would have been too
+ *    small to split off (<= 1 MiB); the room is the smallest gap the block had to its next
+ *    neighbour over its whole life, so inferred blocks never overlap (a first pass finds it).
  *  - An inconsistent trace (an alloc whose block is not there later, a free inside a live block
  *    or outside every segment, a segment that overlaps another, a map/unmap outside a segment)
  *    is an error naming the device and the entry number: MS_EFORMAT with the description in the
@@ -132,6 +134,7 @@ typedef struct ms_tl_block_s {
   uint64_t requested_size; /* the user's size */
   uint64_t stream;         /* raw stream handle */
   int64_t alloc_entry;     /* index of its alloc entry in the device's trace, -1 when not in it */
+  int64_t free_entry;      /* index of its free_completed entry, -1 when alive at the end */
   int64_t time_us;         /* time of that alloc entry (0 when unknown) */
   uint32_t stack;          /* allocation stack (the free's when the alloc is unrecorded) */
   uint32_t snap_block;     /* the snapshot's block (MS_TL_BLOCK_FROM_SNAPSHOT), else UINT32_MAX */

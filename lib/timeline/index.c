@@ -248,9 +248,25 @@ typedef struct tl_ctx_s {
   const ms_timeline_t *tl;
   tl_dev_t *d;
   size_t dev;
-  bool building; /* choose block sizes and report inconsistencies */
+  bool building; /* record the sizes of blocks removed by an undone alloc */
+  uint64_t *room; /* first building pass: per free_completed entry, the smallest end of the free
+                     room after its block over the block's life; NULL otherwise */
   ms_errbuf_t *eb;
 } tl_ctx_t;
+
+/* First pass: a block b that gets a neighbour (or a segment end) at `end` cannot extend past it. */
+static void tl_room_limit(tl_ctx_t *c, const ms_tl_block_t *b, uint64_t end) {
+  if (!c->room || !(b->flags & MS_TL_BLOCK_SIZE_INFERRED) || b->free_entry < 0) return;
+  uint64_t *r = &c->room[b->free_entry];
+  if (end < *r) *r = end;
+}
+
+/* Only expandable segments are mapped and unmapped (a pickle without is_expandable predates
+ * them). */
+static bool tl_seg_may_map(const ms_timeline_t *tl, const ms_tl_segment_t *s) {
+  (void)tl;
+  return s->is_expandable;
+}
 
 static int tl_bad(tl_ctx_t *c, size_t i, const char *what) {
   const ms_snap_trace_t *e = &c->d->trace[i];
@@ -266,13 +282,16 @@ static int tl_range_remove(tl_ctx_t *c, tl_ws_t *w, size_t i, uint64_t addr, uin
   size_t si = tl_seg_find(w, addr);
   if (si == SIZE_MAX) return tl_bad(c, i, "no segment holds the range");
   tl_wseg_t *s = &w->segs.ptr[si];
+  if (!tl_seg_may_map(c->tl, &s->seg))
+    return tl_bad(c, i, "the range lies in a segment that is not expandable");
   uint64_t end = addr + size, send = s->seg.address + s->seg.size;
-  if (end < addr || end > send) return tl_bad(c, i, "the range runs past its segment");
+  if (size == 0 || end < addr || end > send) return tl_bad(c, i, "the range runs past its segment");
   size_t b0 = tl_blk_lower(&s->blk, addr);
   if (b0 > 0 && s->blk.ptr[b0 - 1].address + s->blk.ptr[b0 - 1].size > addr)
     return tl_bad(c, i, "a live block overlaps the range");
   if (b0 < s->blk.len && s->blk.ptr[b0].address < end)
     return tl_bad(c, i, "a live block lies in the range");
+  if (b0 > 0) tl_room_limit(c, &s->blk.ptr[b0 - 1], addr);
   if (addr == s->seg.address && end == send) {
     tl_seg_remove(w, si);
     return MS_OK;
@@ -310,8 +329,9 @@ static int tl_range_remove(tl_ctx_t *c, tl_ws_t *w, size_t i, uint64_t addr, uin
   return MS_OK;
 }
 
-static bool tl_mergeable(const ms_tl_segment_t *a, const ms_tl_segment_t *b) {
-  return a->is_expandable && b->is_expandable && a->stream == b->stream &&
+static bool tl_mergeable(const ms_timeline_t *tl, const ms_tl_segment_t *a,
+                         const ms_tl_segment_t *b) {
+  return tl_seg_may_map(tl, a) && b->is_expandable && a->stream == b->stream &&
          a->pool_id[0] == b->pool_id[0] && a->pool_id[1] == b->pool_id[1];
 }
 
@@ -329,9 +349,9 @@ static int tl_range_add(tl_ctx_t *c, tl_ws_t *w, size_t i, const ms_tl_segment_t
   if (at < w->segs.len && w->segs.ptr[at].seg.address < end)
     return tl_bad(c, i, "the range overlaps a segment");
   bool left = fl != SIZE_MAX && w->segs.ptr[fl].seg.address + w->segs.ptr[fl].seg.size == addr &&
-              tl_mergeable(&w->segs.ptr[fl].seg, ns);
+              tl_mergeable(c->tl, &w->segs.ptr[fl].seg, ns);
   bool right = at < w->segs.len && w->segs.ptr[at].seg.address == end &&
-               tl_mergeable(&w->segs.ptr[at].seg, ns);
+               tl_mergeable(c->tl, &w->segs.ptr[at].seg, ns);
   if (left && right) {
     tl_wseg_t *l = &w->segs.ptr[fl], *r = &w->segs.ptr[at];
     if (r->blk.len) {
@@ -386,6 +406,7 @@ static ms_tl_block_t tl_entry_block(const tl_dev_t *d, size_t alloc_i, size_t fr
   b.requested_size = src->size;
   b.stream = src->stream;
   b.alloc_entry = alloc_i != TL_NONE ? (int64_t)alloc_i : -1;
+  b.free_entry = free_i != TL_NONE ? (int64_t)free_i : -1;
   b.time_us = alloc_i != TL_NONE && (src->present & MS_TRACE_HAS_TIME) ? src->time_us : 0;
   b.stack = src->stack;
   b.snap_block = TL_NONE;
@@ -436,18 +457,15 @@ static int tl_undo(tl_ctx_t *c, tl_ws_t *w, size_t i) {
     if (k > 0 && s->blk.ptr[k - 1].address + s->blk.ptr[k - 1].size > e->addr)
       return tl_bad(c, i, "the address lies inside a live block");
     uint64_t gap_end = k < s->blk.len ? s->blk.ptr[k].address : s->seg.address + s->seg.size;
-    uint64_t gap = gap_end - e->addr;
     uint32_t ai = d->pair[i];
-    const ms_snap_trace_t *src = ai != TL_NONE ? &d->trace[ai] : e;
-    if (c->building) {
+    if (c->room) { /* first pass: the smallest size it can have; note its room */
+      const ms_snap_trace_t *src = ai != TL_NONE ? &d->trace[ai] : e;
       uint64_t r = tl_round(src->size);
-      uint64_t size = r;
-      if (r >= gap)
-        size = gap;
-      else if (src->size > TL_SMALL_SIZE && gap - r <= TL_SMALL_SIZE)
-        size = gap;
-      d->bsize[i] = size;
+      d->bsize[i] = r < gap_end - e->addr ? r : gap_end - e->addr;
+      c->room[i] = gap_end;
+      if (k > 0) tl_room_limit(c, &s->blk.ptr[k - 1], e->addr);
     }
+    if (d->bsize[i] > gap_end - e->addr) return tl_bad(c, i, "its block does not fit");
     ms_tl_block_t b = tl_entry_block(d, ai, i, d->bsize[i], MS_BLOCK_ACTIVE_PENDING_FREE);
     int rc = tl_blk_insert(&s->blk, k, &b);
     if (rc) return rc;
@@ -655,6 +673,7 @@ static int tl_end_state(const ms_timeline_t *tl, size_t dev, const tl_map_t *ope
       b.requested_size = tl_snap_requested(s, sb);
       b.stream = g->stream;
       b.alloc_entry = -1;
+      b.free_entry = -1;
       uint32_t a = tl_map_get(open_allocs, addr);
       if (a) {
         b.alloc_entry = a - 1;
@@ -690,26 +709,50 @@ static int tl_build_dev(ms_timeline_t *tl, size_t dev, ms_errbuf_t *eb) {
   size_t n = d->n;
   d->pair = malloc((n ? n : 1) * sizeof *d->pair);
   d->bsize = calloc(n ? n : 1, sizeof *d->bsize);
+  uint64_t *room = malloc((n ? n : 1) * sizeof *room);
   for (int m = 0; m < MS_TL_METRIC_COUNT; m++) d->series[m] = malloc((n + 1) * sizeof(uint64_t));
-  for (int m = 0; m < MS_TL_METRIC_COUNT; m++)
-    if (!d->series[m]) return ms__errbuf_set(eb, MS_ENOMEM, "out of memory indexing the trace");
-  if (!d->pair || !d->bsize) return ms__errbuf_set(eb, MS_ENOMEM, "out of memory indexing the trace");
+  bool ok = d->pair && d->bsize && room;
+  for (int m = 0; m < MS_TL_METRIC_COUNT; m++) ok = ok && d->series[m];
+  if (!ok) {
+    free(room);
+    return ms__errbuf_set(eb, MS_ENOMEM, "out of memory indexing the trace");
+  }
   tl_map_t open_allocs;
   int rc = tl_pair(tl, d, &open_allocs);
   tl_ws_t w;
   memset(&w, 0, sizeof w);
   if (rc == MS_OK) rc = tl_end_state(tl, dev, &open_allocs, &w, eb);
   tl_map_free(&open_allocs);
-  tl_ctx_t c = {tl, d, dev, true, eb};
   tl_ckpt_t ck;
   if (rc == MS_OK) {
-    for (int m = 0; m < MS_TL_METRIC_COUNT; m++) d->series[m][n] = w.totals[m];
     rc = tl_ckpt_take(&w, n, &ck);
     if (rc == MS_OK && MS_VEC_PUSH(&d->ckpts, ck)) {
       tl_ckpt_free(&ck);
       rc = MS_ENOMEM;
     }
   }
+  /* First pass: every block freed in the trace at its smallest size (its rounded request, which
+   * the real block cannot be smaller than, so a consistent trace never overlaps), noting the
+   * smallest room it had after it over its life; this pass reports the inconsistencies. */
+  tl_ctx_t c = {tl, d, dev, true, room, eb};
+  for (size_t i = n; rc == MS_OK && i-- > 0;) rc = tl_undo(&c, &w, i);
+  /* The sizes: a large request takes its whole room when the remainder was too small to split. */
+  for (size_t i = 0; rc == MS_OK && i < n; i++) {
+    const ms_snap_trace_t *e = &d->trace[i];
+    if (e->action != MS_TRACE_FREE_COMPLETED || !tl_entry_matches(tl, e)) continue;
+    const ms_snap_trace_t *src = d->pair[i] != TL_NONE ? &d->trace[d->pair[i]] : e;
+    uint64_t space = room[i] - e->addr, r = tl_round(src->size);
+    if (r >= space || (src->size > TL_SMALL_SIZE && space - r <= TL_SMALL_SIZE))
+      d->bsize[i] = space;
+    else
+      d->bsize[i] = r;
+  }
+  free(room);
+  /* Second pass, from the end again: totals at every step and checkpoints. */
+  if (rc == MS_OK) rc = tl_ckpt_restore(&d->ckpts.ptr[0], &w);
+  c.room = NULL;
+  if (rc == MS_OK)
+    for (int m = 0; m < MS_TL_METRIC_COUNT; m++) d->series[m][n] = w.totals[m];
   size_t last = n;
   for (size_t i = n; rc == MS_OK && i-- > 0;) {
     rc = tl_undo(&c, &w, i);
@@ -873,7 +916,7 @@ static int tl_reach(const ms_timeline_t *tl, size_t dev, size_t step, tl_ws_t *w
   if (lo >= d->ckpts.len) return MS_EINVAL;
   const tl_ckpt_t *c = &d->ckpts.ptr[lo];
   int rc = tl_ckpt_restore(c, w);
-  tl_ctx_t cx = {tl, d, dev, false, NULL};
+  tl_ctx_t cx = {tl, d, dev, false, NULL, NULL};
   for (size_t i = c->step; rc == MS_OK && i-- > step;) rc = tl_undo(&cx, w, i);
   return rc;
 }
@@ -1030,7 +1073,7 @@ int ms_timeline_state_advance(const ms_timeline_t *tl, ms_tl_state_t *st) {
   if (st->device >= tl->ndev || st->step >= tl->dev[st->device].n) return MS_EINVAL;
   tl_ws_t w;
   int rc = tl_ws_from_state(st, &w);
-  tl_ctx_t c = {tl, &tl->dev[st->device], st->device, false, NULL};
+  tl_ctx_t c = {tl, &tl->dev[st->device], st->device, false, NULL, NULL};
   if (rc == MS_OK) rc = tl_redo(&c, &w, st->step);
   if (rc == MS_OK) rc = tl_state_from_ws(&w, st->device, st->step + 1, st);
   tl_ws_release(&w);
