@@ -134,7 +134,8 @@ int cmd_compare(int argc, char **argv) {
   bool one_file = npos == 1 && nat == 2;
   if (npos < 2 && !one_file) {
     if (npos == 1)
-      return cli_usage_error("compare", "missing AFTER (or two --at moments of one FILE)");
+      return cli_usage_error("compare", nat ? "missing AFTER (or two --at moments of one FILE)"
+                                            : "missing AFTER");
     return cli_usage_error("compare", "missing BEFORE and AFTER");
   }
   if (!one_file && strcmp(pos[0], "-") == 0 && strcmp(pos[1], "-") == 0)
