@@ -189,6 +189,7 @@ static ms_snapshot_t *synth(size_t target) {
 }
 
 static double run_json(const char *bin, const char *path) {
+  fflush(stdout); /* the child must not write our buffered lines again */
   double t0 = now_s();
   pid_t pid = fork();
   if (pid < 0) return -1;

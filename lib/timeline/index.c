@@ -249,8 +249,9 @@ typedef struct tl_ctx_s {
   tl_dev_t *d;
   size_t dev;
   bool building; /* record the sizes of blocks removed by an undone alloc */
-  uint64_t *room; /* first building pass: per free_completed entry, the smallest end of the free
-                     room after its block over the block's life; NULL otherwise */
+  uint64_t *room; /* building: per free_completed entry, the smallest end of the free room
+                     after its block over the block's life; NULL otherwise */
+  uint32_t *freq; /* building: per free_completed entry, its block's free_requested entry */
   ms_errbuf_t *eb;
 } tl_ctx_t;
 
@@ -445,6 +446,7 @@ static int tl_undo(tl_ctx_t *c, tl_ws_t *w, size_t i) {
       return tl_bad(c, i, "its block is still allocated later (no pending free)");
     v->ptr[k].state = MS_BLOCK_ACTIVE_ALLOCATED;
     w->totals[MS_TL_ALLOCATED] += v->ptr[k].size;
+    if (c->freq && v->ptr[k].free_entry >= 0) c->freq[v->ptr[k].free_entry] = (uint32_t)i;
     return MS_OK;
   }
   case MS_TRACE_FREE_COMPLETED: {
@@ -458,11 +460,12 @@ static int tl_undo(tl_ctx_t *c, tl_ws_t *w, size_t i) {
       return tl_bad(c, i, "the address lies inside a live block");
     uint64_t gap_end = k < s->blk.len ? s->blk.ptr[k].address : s->seg.address + s->seg.size;
     uint32_t ai = d->pair[i];
-    if (c->room) { /* first pass: the smallest size it can have; note its room */
+    if (c->room) { /* building: the smallest size it can have (fixed up later); note its room */
       const ms_snap_trace_t *src = ai != TL_NONE ? &d->trace[ai] : e;
       uint64_t r = tl_round(src->size);
       d->bsize[i] = r < gap_end - e->addr ? r : gap_end - e->addr;
       c->room[i] = gap_end;
+      c->freq[i] = TL_NONE;
       if (k > 0) tl_room_limit(c, &s->blk.ptr[k - 1], e->addr);
     }
     if (d->bsize[i] > gap_end - e->addr) return tl_bad(c, i, "its block does not fit");
@@ -704,17 +707,25 @@ static int tl_end_state(const ms_timeline_t *tl, size_t dev, const tl_map_t *ope
   return MS_OK;
 }
 
+/* Adds delta to series v over steps [a, b] through a difference array. */
+static void tl_diff_add(int64_t *diff, size_t a, size_t b, int64_t delta) {
+  diff[a] += delta;
+  diff[b + 1] -= delta;
+}
+
 static int tl_build_dev(ms_timeline_t *tl, size_t dev, ms_errbuf_t *eb) {
   tl_dev_t *d = &tl->dev[dev];
   size_t n = d->n;
   d->pair = malloc((n ? n : 1) * sizeof *d->pair);
   d->bsize = calloc(n ? n : 1, sizeof *d->bsize);
-  uint64_t *room = malloc((n ? n : 1) * sizeof *room);
+  uint64_t *room = malloc((n + 2) * sizeof *room);
+  uint32_t *freq = malloc((n ? n : 1) * sizeof *freq);
   for (int m = 0; m < MS_TL_METRIC_COUNT; m++) d->series[m] = malloc((n + 1) * sizeof(uint64_t));
-  bool ok = d->pair && d->bsize && room;
+  bool ok = d->pair && d->bsize && room && freq;
   for (int m = 0; m < MS_TL_METRIC_COUNT; m++) ok = ok && d->series[m];
   if (!ok) {
     free(room);
+    free(freq);
     return ms__errbuf_set(eb, MS_ENOMEM, "out of memory indexing the trace");
   }
   tl_map_t open_allocs;
@@ -725,34 +736,18 @@ static int tl_build_dev(ms_timeline_t *tl, size_t dev, ms_errbuf_t *eb) {
   tl_map_free(&open_allocs);
   tl_ckpt_t ck;
   if (rc == MS_OK) {
+    for (int m = 0; m < MS_TL_METRIC_COUNT; m++) d->series[m][n] = w.totals[m];
     rc = tl_ckpt_take(&w, n, &ck);
     if (rc == MS_OK && MS_VEC_PUSH(&d->ckpts, ck)) {
       tl_ckpt_free(&ck);
       rc = MS_ENOMEM;
     }
   }
-  /* First pass: every block freed in the trace at its smallest size (its rounded request, which
-   * the real block cannot be smaller than, so a consistent trace never overlaps), noting the
-   * smallest room it had after it over its life; this pass reports the inconsistencies. */
-  tl_ctx_t c = {tl, d, dev, true, room, eb};
-  for (size_t i = n; rc == MS_OK && i-- > 0;) rc = tl_undo(&c, &w, i);
-  /* The sizes: a large request takes its whole room when the remainder was too small to split. */
-  for (size_t i = 0; rc == MS_OK && i < n; i++) {
-    const ms_snap_trace_t *e = &d->trace[i];
-    if (e->action != MS_TRACE_FREE_COMPLETED || !tl_entry_matches(tl, e)) continue;
-    const ms_snap_trace_t *src = d->pair[i] != TL_NONE ? &d->trace[d->pair[i]] : e;
-    uint64_t space = room[i] - e->addr, r = tl_round(src->size);
-    if (r >= space || (src->size > TL_SMALL_SIZE && space - r <= TL_SMALL_SIZE))
-      d->bsize[i] = space;
-    else
-      d->bsize[i] = r;
-  }
-  free(room);
-  /* Second pass, from the end again: totals at every step and checkpoints. */
-  if (rc == MS_OK) rc = tl_ckpt_restore(&d->ckpts.ptr[0], &w);
-  c.room = NULL;
-  if (rc == MS_OK)
-    for (int m = 0; m < MS_TL_METRIC_COUNT; m++) d->series[m][n] = w.totals[m];
+  /* One pass from the end: every block freed in the trace at its smallest size (its rounded
+   * request, which the real block cannot be smaller than, so a consistent trace never overlaps),
+   * noting the smallest room it had after it over its life; totals at every step; checkpoints.
+   * This pass reports the inconsistencies. */
+  tl_ctx_t c = {tl, d, dev, true, room, freq, eb};
   size_t last = n;
   for (size_t i = n; rc == MS_OK && i-- > 0;) {
     rc = tl_undo(&c, &w, i);
@@ -769,6 +764,53 @@ static int tl_build_dev(ms_timeline_t *tl, size_t dev, ms_errbuf_t *eb) {
     }
   }
   tl_ws_release(&w);
+  /* The final sizes: a large request takes its whole room when the remainder was too small to
+   * split off. The blocks that grow add their growth to the totals over their life. */
+  int64_t *grow_alloc = NULL, *grow_active = NULL;
+  if (rc == MS_OK) {
+    grow_alloc = calloc(n + 2, sizeof *grow_alloc);
+    grow_active = calloc(n + 2, sizeof *grow_active);
+    if (!grow_alloc || !grow_active) rc = MS_ENOMEM;
+  }
+  bool grew = false;
+  for (size_t i = 0; rc == MS_OK && i < n; i++) {
+    const ms_snap_trace_t *e = &d->trace[i];
+    if (e->action != MS_TRACE_FREE_COMPLETED || !tl_entry_matches(tl, e)) continue;
+    const ms_snap_trace_t *src = d->pair[i] != TL_NONE ? &d->trace[d->pair[i]] : e;
+    uint64_t space = room[i] - e->addr, r = tl_round(src->size);
+    uint64_t size = r >= space || (src->size > TL_SMALL_SIZE && space - r <= TL_SMALL_SIZE) ? space : r;
+    if (size == d->bsize[i]) continue;
+    grew = true;
+    int64_t delta = (int64_t)(size - d->bsize[i]);
+    size_t born = d->pair[i] != TL_NONE ? (size_t)d->pair[i] + 1 : 0;
+    d->bsize[i] = size;
+    if (d->pair[i] != TL_NONE) d->bsize[d->pair[i]] = size;
+    tl_diff_add(grow_active, born, i, delta);
+    if (freq[i] != TL_NONE) tl_diff_add(grow_alloc, born, freq[i], delta);
+  }
+  if (rc == MS_OK && grew) {
+    int64_t a = 0, b = 0;
+    for (size_t st = 0; st <= n; st++) {
+      a += grow_alloc[st];
+      b += grow_active[st];
+      d->series[MS_TL_ALLOCATED][st] += (uint64_t)a;
+      d->series[MS_TL_ACTIVE][st] += (uint64_t)b;
+    }
+    /* the checkpoints hold the blocks at their first sizes: give them the final ones */
+    for (size_t k = 0; k < d->ckpts.len; k++) {
+      tl_ckpt_t *ckp = &d->ckpts.ptr[k];
+      for (size_t j = 0; j < ckp->nblocks; j++) {
+        ms_tl_block_t *bl = &ckp->blocks[j];
+        if ((bl->flags & MS_TL_BLOCK_SIZE_INFERRED) && bl->free_entry >= 0)
+          bl->size = d->bsize[bl->free_entry];
+      }
+      for (int m = 0; m < MS_TL_METRIC_COUNT; m++) ckp->totals[m] = d->series[m][ckp->step];
+    }
+  }
+  free(grow_alloc);
+  free(grow_active);
+  free(room);
+  free(freq);
   if (rc == MS_ENOMEM) return ms__errbuf_set(eb, MS_ENOMEM, "out of memory indexing the trace");
   if (rc != MS_OK) return rc;
   /* checkpoints were taken newest first: put them in increasing step order */
@@ -916,7 +958,7 @@ static int tl_reach(const ms_timeline_t *tl, size_t dev, size_t step, tl_ws_t *w
   if (lo >= d->ckpts.len) return MS_EINVAL;
   const tl_ckpt_t *c = &d->ckpts.ptr[lo];
   int rc = tl_ckpt_restore(c, w);
-  tl_ctx_t cx = {tl, d, dev, false, NULL, NULL};
+  tl_ctx_t cx = {tl, d, dev, false, NULL, NULL, NULL};
   for (size_t i = c->step; rc == MS_OK && i-- > step;) rc = tl_undo(&cx, w, i);
   return rc;
 }
@@ -1073,7 +1115,7 @@ int ms_timeline_state_advance(const ms_timeline_t *tl, ms_tl_state_t *st) {
   if (st->device >= tl->ndev || st->step >= tl->dev[st->device].n) return MS_EINVAL;
   tl_ws_t w;
   int rc = tl_ws_from_state(st, &w);
-  tl_ctx_t c = {tl, &tl->dev[st->device], st->device, false, NULL, NULL};
+  tl_ctx_t c = {tl, &tl->dev[st->device], st->device, false, NULL, NULL, NULL};
   if (rc == MS_OK) rc = tl_redo(&c, &w, st->step);
   if (rc == MS_OK) rc = tl_state_from_ws(&w, st->device, st->step + 1, st);
   tl_ws_release(&w);
