@@ -94,7 +94,7 @@ static void timeline_bytes(FILE *out, uint64_t v) {
 
 /* The peak of one metric and the stacks that held the most then. */
 static int timeline_peak(FILE *out, const ms_timeline_t *tl, size_t dev, ms_tl_metric m,
-                         size_t from, size_t to) {
+                         size_t from, size_t to, const ms_tl_filter_t *filter) {
   ms_tl_peak_t p;
   if (ms_timeline_peak(tl, dev, m, from, to, &p) != MS_OK) return CLI_OK;
   char when[200];
@@ -103,7 +103,7 @@ static int timeline_peak(FILE *out, const ms_timeline_t *tl, size_t dev, ms_tl_m
   timeline_bytes(out, p.bytes);
   fprintf(out, "\n    %s\n", when);
   ms_snapshot_t *at = NULL;
-  if (ms_timeline_snapshot_at(tl, dev, p.step, NULL, &at) != MS_OK) {
+  if (ms_timeline_snapshot_at(tl, dev, p.step, filter, &at) != MS_OK) {
     cli_error("out of memory");
     return CLI_FAILURE;
   }
@@ -169,8 +169,10 @@ static int timeline_text(const ms_snapshot_t *snap, const char *name, const cli_
     } else if (to > from) {
       fprintf(out, "  (the entries have no timestamps)\n");
     }
-    rc = timeline_peak(out, tl, dev, MS_TL_ALLOCATED, from, to);
-    if (rc == CLI_OK) rc = timeline_peak(out, tl, dev, MS_TL_RESERVED, from, to);
+    const ms_tl_filter_t *f =
+        ta->filter.has_stream || ta->filter.has_pool ? &ta->filter : NULL;
+    rc = timeline_peak(out, tl, dev, MS_TL_ALLOCATED, from, to, f);
+    if (rc == CLI_OK) rc = timeline_peak(out, tl, dev, MS_TL_RESERVED, from, to, f);
     if (rc != CLI_OK) break;
     fprintf(out, "  %s:\n", to == n ? "final state (the snapshot)" : "state at the end of the range");
     for (int m = 0; m < MS_TL_METRIC_COUNT; m++) {

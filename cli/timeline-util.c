@@ -233,7 +233,7 @@ int cli_at_snapshot(const ms_snapshot_t *snap, const char *name, const cli_tl_ar
     }
   }
   if (rc == CLI_OK) {
-    if (ms_timeline_snapshot_at(tl, dev, step, NULL, out) != MS_OK) {
+    if (ms_timeline_snapshot_at(tl, dev, step, filtered ? &ta->filter : NULL, out) != MS_OK) {
       cli_error("out of memory");
       rc = CLI_FAILURE;
     } else if ((*out)->nsegments == 0 && filtered) {

@@ -1082,3 +1082,53 @@ Test(timeline_cli, filters_matching_nothing) {
   run_free(&r);
   run_free(&plain);
 }
+
+Test(timeline, filters_split_the_totals) {
+  /* a run on streams 0 and 5: the totals of each stream add up to the totals of all, at every
+   * step, and a filtered index still holds every segment in its states */
+  ms_snapshot_t *s = record_run(NULL, 0, 9, 3000, false);
+  ms_timeline_t *all = NULL, *s0 = NULL, *s5 = NULL, *pool = NULL;
+  ms_timeline_config_t cfg;
+  ms_errbuf_t eb = {{0}};
+  cr_assert_eq(ms_timeline_create(s, NULL, &all, &eb), MS_OK, "%s", eb.msg);
+  ms_timeline_config_init(&cfg);
+  cfg.filter.has_stream = true;
+  cfg.filter.stream = 0;
+  cr_assert_eq(ms_timeline_create(s, &cfg, &s0, &eb), MS_OK, "%s", eb.msg);
+  cfg.filter.stream = 5;
+  cr_assert_eq(ms_timeline_create(s, &cfg, &s5, &eb), MS_OK, "%s", eb.msg);
+  ms_timeline_config_init(&cfg);
+  cfg.filter.has_pool = true; /* the default pool holds everything here */
+  cr_assert_eq(ms_timeline_create(s, &cfg, &pool, &eb), MS_OK, "%s", eb.msg);
+  size_t n = ms_timeline_nentries(all, 0);
+  bool both = false;
+  for (int m = 0; m < MS_TL_METRIC_COUNT; m++) {
+    const uint64_t *a = ms_timeline_series(all, 0, (ms_tl_metric)m);
+    const uint64_t *x = ms_timeline_series(s0, 0, (ms_tl_metric)m);
+    const uint64_t *y = ms_timeline_series(s5, 0, (ms_tl_metric)m);
+    const uint64_t *p = ms_timeline_series(pool, 0, (ms_tl_metric)m);
+    for (size_t st = 0; st <= n; st++) {
+      cr_assert_eq(x[st] + y[st], a[st], "%s at step %zu", ms_tl_metric_name((ms_tl_metric)m), st);
+      cr_assert_eq(p[st], a[st]);
+      both = both || (x[st] > 0 && y[st] > 0);
+    }
+  }
+  cr_assert(both, "both streams hold memory at some step");
+  ms_tl_peak_t p5;
+  cr_assert_eq(ms_timeline_peak(s5, 0, MS_TL_ALLOCATED, 0, SIZE_MAX, &p5), MS_OK);
+  ms_tl_filter_t f = {.has_stream = true, .stream = 5};
+  ms_snapshot_t *at = NULL;
+  cr_assert_eq(ms_timeline_snapshot_at(s5, 0, p5.step, &f, &at), MS_OK);
+  uint64_t alloc = 0;
+  for (size_t i = 0; i < at->nsegments; i++) {
+    cr_assert_eq(at->segments[i].stream, 5);
+    alloc += at->segments[i].allocated_size;
+  }
+  cr_assert_eq(alloc, p5.bytes, "the materialised stream holds the stream's peak");
+  ms_snapshot_free(at);
+  ms_timeline_destroy(all);
+  ms_timeline_destroy(s0);
+  ms_timeline_destroy(s5);
+  ms_timeline_destroy(pool);
+  ms_snapshot_free(s);
+}

@@ -53,8 +53,8 @@ MS_EXTERN_C_BEGIN
 
 typedef struct ms_timeline_s ms_timeline_t;
 
-/* A filter by stream and private pool: a field applies when its has_ flag is set. A trace entry
- * matches by its own stream and pool_id ((0,0) when it has none), a segment by its own. */
+/* A filter by stream and private pool: a field applies when its has_ flag is set; a segment
+ * passes by its own stream and segment_pool_id. */
 typedef struct ms_tl_filter_s {
   bool has_stream;
   uint64_t stream;    /* raw stream handle */
@@ -64,8 +64,9 @@ typedef struct ms_tl_filter_s {
 
 typedef struct ms_timeline_config_s {
   uint32_t checkpoint_every; /* minimum entries between checkpoints (K); 0 = default 1024 */
-  ms_tl_filter_t filter;     /* index only the matching segments and entries (default: all);
-                                the other entries are no-ops */
+  ms_tl_filter_t filter;     /* the totals, series and peaks count only the segments that pass
+                                it, and their blocks (default: all); states still hold every
+                                segment (ms_timeline_snapshot_at takes a filter of its own) */
 } ms_timeline_config_t;
 
 /* Fills the defaults. */
@@ -161,7 +162,7 @@ typedef struct ms_tl_state_s {
   size_t nsegments;
   ms_tl_block_t *blocks; /* live blocks only */
   size_t nblocks;
-  uint64_t totals[MS_TL_METRIC_COUNT];
+  uint64_t totals[MS_TL_METRIC_COUNT]; /* of the segments that pass the index's filter */
   size_t cap_segments_, cap_blocks_; /* private */
 } ms_tl_state_t;
 

@@ -37,9 +37,22 @@ typedef struct tl_wseg_s {
 
 typedef struct tl_ws_s {
   MS_VEC(tl_wseg_t) segs; /* sorted by address, non-overlapping */
-  uint64_t totals[MS_TL_METRIC_COUNT];
+  uint64_t totals[MS_TL_METRIC_COUNT]; /* of the segments the filter keeps */
   size_t nlive;
+  const ms_tl_filter_t *filter; /* NULL: every segment counts */
 } tl_ws_t;
+
+static bool tl_filter_keeps(const ms_tl_filter_t *f, const ms_tl_segment_t *s) {
+  if (!f) return true;
+  if (f->has_stream && s->stream != f->stream) return false;
+  if (f->has_pool && (s->pool_id[0] != f->pool_id[0] || s->pool_id[1] != f->pool_id[1]))
+    return false;
+  return true;
+}
+
+static bool tl_counts(const tl_ws_t *w, const ms_tl_segment_t *s) {
+  return tl_filter_keeps(w->filter, s);
+}
 
 typedef struct tl_ckpt_s {
   size_t step;
@@ -69,16 +82,11 @@ struct ms_timeline_s {
   ms_tl_filter_t filter;
 };
 
-static bool tl_entry_matches(const ms_timeline_t *tl, const ms_snap_trace_t *e) {
-  const ms_tl_filter_t *f = &tl->filter;
-  if (f->has_stream && e->stream != f->stream) return false;
-  if (f->has_pool) {
-    int64_t p0 = (e->present & MS_TRACE_HAS_POOL_ID) ? e->pool_id[0] : 0;
-    int64_t p1 = (e->present & MS_TRACE_HAS_POOL_ID) ? e->pool_id[1] : 0;
-    if (p0 != f->pool_id[0] || p1 != f->pool_id[1]) return false;
-  }
-  return true;
+/* The index's filter, or NULL when it keeps everything. */
+static const ms_tl_filter_t *tl_filter_of(const ms_timeline_t *tl) {
+  return tl->filter.has_stream || tl->filter.has_pool ? &tl->filter : NULL;
 }
+
 
 /* ---- small helpers ------------------------------------------------------------------------- */
 
@@ -108,11 +116,18 @@ static uint32_t tl_snap_stack(const ms_snapshot_t *s, const ms_snap_block_t *b) 
 static void tl_ws_release(tl_ws_t *w) {
   for (size_t i = 0; i < w->segs.len; i++) free(w->segs.ptr[i].blk.ptr);
   free(w->segs.ptr);
+  const ms_tl_filter_t *f = w->filter;
   memset(w, 0, sizeof *w);
+  w->filter = f;
 }
 
-static void tl_totals_block(tl_ws_t *w, const ms_tl_block_t *b, int sign) {
+static void tl_totals_block(tl_ws_t *w, const ms_tl_segment_t *seg, const ms_tl_block_t *b,
+                            int sign) {
   uint64_t d = b->size, r = b->requested_size;
+  if (!tl_counts(w, seg)) {
+    w->nlive = sign > 0 ? w->nlive + 1 : w->nlive - 1;
+    return;
+  }
   if (sign > 0) {
     if (b->state == MS_BLOCK_ACTIVE_ALLOCATED) w->totals[MS_TL_ALLOCATED] += d;
     w->totals[MS_TL_ACTIVE] += d;
@@ -179,12 +194,12 @@ static int tl_seg_insert(tl_ws_t *w, size_t at, const ms_tl_segment_t *s) {
   memset(&w->segs.ptr[at], 0, sizeof w->segs.ptr[at]);
   w->segs.ptr[at].seg = *s;
   w->segs.len++;
-  w->totals[MS_TL_RESERVED] += s->size;
+  if (tl_counts(w, s)) w->totals[MS_TL_RESERVED] += s->size;
   return MS_OK;
 }
 
 static void tl_seg_remove(tl_ws_t *w, size_t at) {
-  w->totals[MS_TL_RESERVED] -= w->segs.ptr[at].seg.size;
+  if (tl_counts(w, &w->segs.ptr[at].seg)) w->totals[MS_TL_RESERVED] -= w->segs.ptr[at].seg.size;
   free(w->segs.ptr[at].blk.ptr);
   memmove(w->segs.ptr + at, w->segs.ptr + at + 1, (w->segs.len - at - 1) * sizeof *w->segs.ptr);
   w->segs.len--;
@@ -252,6 +267,7 @@ typedef struct tl_ctx_s {
   uint64_t *room; /* building: per free_completed entry, the smallest end of the free room
                      after its block over the block's life; NULL otherwise */
   uint32_t *freq; /* building: per free_completed entry, its block's free_requested entry */
+  uint8_t *counted; /* building: per free_completed entry, its segment passes the filter */
   ms_errbuf_t *eb;
 } tl_ctx_t;
 
@@ -297,15 +313,16 @@ static int tl_range_remove(tl_ctx_t *c, tl_ws_t *w, size_t i, uint64_t addr, uin
     tl_seg_remove(w, si);
     return MS_OK;
   }
+  uint64_t counted = tl_counts(w, &s->seg) ? 1 : 0;
   if (addr == s->seg.address) { /* the blocks all lie above: keep them */
     s->seg.address = end;
     s->seg.size -= size;
-    w->totals[MS_TL_RESERVED] -= size;
+    w->totals[MS_TL_RESERVED] -= counted * size;
     return MS_OK;
   }
   if (end == send) {
     s->seg.size -= size;
-    w->totals[MS_TL_RESERVED] -= size;
+    w->totals[MS_TL_RESERVED] -= counted * size;
     return MS_OK;
   }
   /* split: [seg, addr) keeps blocks below b0; [end, send) takes the rest */
@@ -313,9 +330,9 @@ static int tl_range_remove(tl_ctx_t *c, tl_ws_t *w, size_t i, uint64_t addr, uin
   right.address = end;
   right.size = send - end;
   s->seg.size = addr - s->seg.address;
-  w->totals[MS_TL_RESERVED] -= size + right.size; /* tl_seg_insert adds right back */
+  w->totals[MS_TL_RESERVED] -= counted * (size + right.size); /* tl_seg_insert adds right */
   if (tl_seg_insert(w, si + 1, &right)) {
-    w->totals[MS_TL_RESERVED] += right.size;
+    w->totals[MS_TL_RESERVED] += counted * right.size;
     return MS_ENOMEM;
   }
   s = &w->segs.ptr[si];
@@ -360,20 +377,21 @@ static int tl_range_add(tl_ctx_t *c, tl_ws_t *w, size_t i, const ms_tl_segment_t
       memcpy(l->blk.ptr + l->blk.len, r->blk.ptr, r->blk.len * sizeof *r->blk.ptr);
       l->blk.len += r->blk.len;
     }
+    uint64_t counted = tl_counts(w, &l->seg) ? 1 : 0;
     l->seg.size += ns->size + r->seg.size;
-    w->totals[MS_TL_RESERVED] += ns->size + r->seg.size;
+    w->totals[MS_TL_RESERVED] += counted * (ns->size + r->seg.size);
     tl_seg_remove(w, at); /* subtracts r's size again */
     return MS_OK;
   }
   if (left) {
     w->segs.ptr[fl].seg.size += ns->size;
-    w->totals[MS_TL_RESERVED] += ns->size;
+    if (tl_counts(w, ns)) w->totals[MS_TL_RESERVED] += ns->size;
     return MS_OK;
   }
   if (right) {
     w->segs.ptr[at].seg.address = addr;
     w->segs.ptr[at].seg.size += ns->size;
-    w->totals[MS_TL_RESERVED] += ns->size;
+    if (tl_counts(w, ns)) w->totals[MS_TL_RESERVED] += ns->size;
     return MS_OK;
   }
   return tl_seg_insert(w, at, ns);
@@ -420,7 +438,6 @@ static ms_tl_block_t tl_entry_block(const tl_dev_t *d, size_t alloc_i, size_t fr
 static int tl_undo(tl_ctx_t *c, tl_ws_t *w, size_t i) {
   tl_dev_t *d = c->d;
   const ms_snap_trace_t *e = &d->trace[i];
-  if (!tl_entry_matches(c->tl, e)) return MS_OK;
   switch (e->action) {
   case MS_TRACE_ALLOC: {
     size_t si = tl_seg_find(w, e->addr);
@@ -432,7 +449,7 @@ static int tl_undo(tl_ctx_t *c, tl_ws_t *w, size_t i) {
     if (v->ptr[k].state != MS_BLOCK_ACTIVE_ALLOCATED)
       return tl_bad(c, i, "its block is pending free later without a free_requested");
     if (c->building) d->bsize[i] = v->ptr[k].size;
-    tl_totals_block(w, &v->ptr[k], -1);
+    tl_totals_block(w, &w->segs.ptr[si].seg, &v->ptr[k], -1);
     tl_blk_remove(v, k);
     return MS_OK;
   }
@@ -445,7 +462,7 @@ static int tl_undo(tl_ctx_t *c, tl_ws_t *w, size_t i) {
     if (v->ptr[k].state != MS_BLOCK_ACTIVE_PENDING_FREE)
       return tl_bad(c, i, "its block is still allocated later (no pending free)");
     v->ptr[k].state = MS_BLOCK_ACTIVE_ALLOCATED;
-    w->totals[MS_TL_ALLOCATED] += v->ptr[k].size;
+    if (tl_counts(w, &w->segs.ptr[si].seg)) w->totals[MS_TL_ALLOCATED] += v->ptr[k].size;
     if (c->freq && v->ptr[k].free_entry >= 0) c->freq[v->ptr[k].free_entry] = (uint32_t)i;
     return MS_OK;
   }
@@ -466,13 +483,14 @@ static int tl_undo(tl_ctx_t *c, tl_ws_t *w, size_t i) {
       d->bsize[i] = r < gap_end - e->addr ? r : gap_end - e->addr;
       c->room[i] = gap_end;
       c->freq[i] = TL_NONE;
+      c->counted[i] = tl_counts(w, &s->seg);
       if (k > 0) tl_room_limit(c, &s->blk.ptr[k - 1], e->addr);
     }
     if (d->bsize[i] > gap_end - e->addr) return tl_bad(c, i, "its block does not fit");
     ms_tl_block_t b = tl_entry_block(d, ai, i, d->bsize[i], MS_BLOCK_ACTIVE_PENDING_FREE);
     int rc = tl_blk_insert(&s->blk, k, &b);
     if (rc) return rc;
-    tl_totals_block(w, &b, +1);
+    tl_totals_block(w, &s->seg, &b, +1);
     return MS_OK;
   }
   case MS_TRACE_SEGMENT_ALLOC: {
@@ -583,7 +601,6 @@ static int tl_pair(const ms_timeline_t *tl, tl_dev_t *d, tl_map_t *open_allocs) 
   for (size_t i = 0; i < d->n; i++) {
     const ms_snap_trace_t *e = &d->trace[i];
     d->pair[i] = TL_NONE;
-    if (!tl_entry_matches(tl, e)) continue;
     if (e->action == MS_TRACE_ALLOC) {
       *tl_map_slot(open_allocs, e->addr) = (uint32_t)i + 1;
     } else if (e->action == MS_TRACE_FREE_COMPLETED) {
@@ -640,7 +657,6 @@ static int tl_end_state(const ms_timeline_t *tl, size_t dev, const tl_map_t *ope
   for (size_t i = 0; i < s->nsegments; i++) {
     const ms_snap_segment_t *g = &s->segments[i];
     if (g->device < 0 || (uint64_t)g->device != dev) continue;
-    if (!tl_filter_keeps_snap(&tl->filter, g)) continue;
     if (MS_VEC_RESERVE(&w->segs, 1)) return MS_ENOMEM;
     tl_wseg_t *ws = &w->segs.ptr[w->segs.len++];
     memset(ws, 0, sizeof *ws);
@@ -655,7 +671,7 @@ static int tl_end_state(const ms_timeline_t *tl, size_t dev, const tl_map_t *ope
     if (g->address + g->total_size < g->address)
       return ms__errbuf_set(eb, MS_EFORMAT, "device %zu: segment 0x%" PRIx64 " wraps around",
                             dev, g->address);
-    w->totals[MS_TL_RESERVED] += g->total_size;
+    if (tl_counts(w, &ws->seg)) w->totals[MS_TL_RESERVED] += g->total_size;
     uint64_t off = g->address;
     for (uint32_t k = 0; k < g->nblocks; k++) {
       size_t bi = (size_t)g->first_block + k;
@@ -693,7 +709,7 @@ static int tl_end_state(const ms_timeline_t *tl, size_t dev, const tl_map_t *ope
         return ms__errbuf_set(eb, MS_EFORMAT, "device %zu: blocks overlap at 0x%" PRIx64, dev,
                               addr);
       if (tl_blk_insert(&ws->blk, at, &b)) return MS_ENOMEM;
-      tl_totals_block(w, &b, +1);
+      tl_totals_block(w, &ws->seg, &b, +1);
     }
   }
   if (w->segs.len > 1) qsort(w->segs.ptr, w->segs.len, sizeof *w->segs.ptr, tl_seg_cmp);
@@ -720,18 +736,21 @@ static int tl_build_dev(ms_timeline_t *tl, size_t dev, ms_errbuf_t *eb) {
   d->bsize = calloc(n ? n : 1, sizeof *d->bsize);
   uint64_t *room = malloc((n + 2) * sizeof *room);
   uint32_t *freq = malloc((n ? n : 1) * sizeof *freq);
+  uint8_t *counted = malloc(n ? n : 1);
   for (int m = 0; m < MS_TL_METRIC_COUNT; m++) d->series[m] = malloc((n + 1) * sizeof(uint64_t));
-  bool ok = d->pair && d->bsize && room && freq;
+  bool ok = d->pair && d->bsize && room && freq && counted;
   for (int m = 0; m < MS_TL_METRIC_COUNT; m++) ok = ok && d->series[m];
   if (!ok) {
     free(room);
     free(freq);
+    free(counted);
     return ms__errbuf_set(eb, MS_ENOMEM, "out of memory indexing the trace");
   }
   tl_map_t open_allocs;
   int rc = tl_pair(tl, d, &open_allocs);
   tl_ws_t w;
   memset(&w, 0, sizeof w);
+  w.filter = tl_filter_of(tl);
   if (rc == MS_OK) rc = tl_end_state(tl, dev, &open_allocs, &w, eb);
   tl_map_free(&open_allocs);
   tl_ckpt_t ck;
@@ -747,7 +766,7 @@ static int tl_build_dev(ms_timeline_t *tl, size_t dev, ms_errbuf_t *eb) {
    * request, which the real block cannot be smaller than, so a consistent trace never overlaps),
    * noting the smallest room it had after it over its life; totals at every step; checkpoints.
    * This pass reports the inconsistencies. */
-  tl_ctx_t c = {tl, d, dev, true, room, freq, eb};
+  tl_ctx_t c = {tl, d, dev, true, room, freq, counted, eb};
   size_t last = n;
   for (size_t i = n; rc == MS_OK && i-- > 0;) {
     rc = tl_undo(&c, &w, i);
@@ -775,7 +794,7 @@ static int tl_build_dev(ms_timeline_t *tl, size_t dev, ms_errbuf_t *eb) {
   bool grew = false;
   for (size_t i = 0; rc == MS_OK && i < n; i++) {
     const ms_snap_trace_t *e = &d->trace[i];
-    if (e->action != MS_TRACE_FREE_COMPLETED || !tl_entry_matches(tl, e)) continue;
+    if (e->action != MS_TRACE_FREE_COMPLETED) continue;
     const ms_snap_trace_t *src = d->pair[i] != TL_NONE ? &d->trace[d->pair[i]] : e;
     uint64_t space = room[i] - e->addr, r = tl_round(src->size);
     uint64_t size = r >= space || (src->size > TL_SMALL_SIZE && space - r <= TL_SMALL_SIZE) ? space : r;
@@ -785,6 +804,7 @@ static int tl_build_dev(ms_timeline_t *tl, size_t dev, ms_errbuf_t *eb) {
     size_t born = d->pair[i] != TL_NONE ? (size_t)d->pair[i] + 1 : 0;
     d->bsize[i] = size;
     if (d->pair[i] != TL_NONE) d->bsize[d->pair[i]] = size;
+    if (!counted[i]) continue; /* outside the filter: not in the totals */
     tl_diff_add(grow_active, born, i, delta);
     if (freq[i] != TL_NONE) tl_diff_add(grow_alloc, born, freq[i], delta);
   }
@@ -811,6 +831,7 @@ static int tl_build_dev(ms_timeline_t *tl, size_t dev, ms_errbuf_t *eb) {
   free(grow_active);
   free(room);
   free(freq);
+  free(counted);
   if (rc == MS_ENOMEM) return ms__errbuf_set(eb, MS_ENOMEM, "out of memory indexing the trace");
   if (rc != MS_OK) return rc;
   /* checkpoints were taken newest first: put them in increasing step order */
@@ -958,7 +979,7 @@ static int tl_reach(const ms_timeline_t *tl, size_t dev, size_t step, tl_ws_t *w
   if (lo >= d->ckpts.len) return MS_EINVAL;
   const tl_ckpt_t *c = &d->ckpts.ptr[lo];
   int rc = tl_ckpt_restore(c, w);
-  tl_ctx_t cx = {tl, d, dev, false, NULL, NULL, NULL};
+  tl_ctx_t cx = {tl, d, dev, false, NULL, NULL, NULL, NULL};
   for (size_t i = c->step; rc == MS_OK && i-- > step;) rc = tl_undo(&cx, w, i);
   return rc;
 }
@@ -1004,8 +1025,9 @@ static int tl_state_from_ws(const tl_ws_t *w, size_t dev, size_t step, ms_tl_sta
 }
 
 /* The working state equivalent of a filled ms_tl_state_t. */
-static int tl_ws_from_state(const ms_tl_state_t *st, tl_ws_t *w) {
+static int tl_ws_from_state(const ms_timeline_t *tl, const ms_tl_state_t *st, tl_ws_t *w) {
   memset(w, 0, sizeof *w);
+  w->filter = tl_filter_of(tl);
   if (MS_VEC_RESERVE(&w->segs, st->nsegments ? st->nsegments : 1)) return MS_ENOMEM;
   size_t k = 0;
   for (size_t i = 0; i < st->nsegments; i++) {
@@ -1030,6 +1052,7 @@ int ms_timeline_state_at(const ms_timeline_t *tl, size_t dev, size_t step, ms_tl
   if (dev >= tl->ndev || step > tl->dev[dev].n) return MS_EINVAL;
   tl_ws_t w;
   memset(&w, 0, sizeof w);
+  w.filter = tl_filter_of(tl);
   int rc = tl_reach(tl, dev, step, &w);
   if (rc == MS_OK) rc = tl_state_from_ws(&w, dev, step, st);
   tl_ws_release(&w);
@@ -1040,7 +1063,6 @@ int ms_timeline_state_at(const ms_timeline_t *tl, size_t dev, size_t step, ms_tl
 static int tl_redo(tl_ctx_t *c, tl_ws_t *w, size_t i) {
   tl_dev_t *d = c->d;
   const ms_snap_trace_t *e = &d->trace[i];
-  if (!tl_entry_matches(c->tl, e)) return MS_OK;
   switch (e->action) {
   case MS_TRACE_ALLOC: {
     size_t si = tl_seg_find(w, e->addr);
@@ -1064,7 +1086,7 @@ static int tl_redo(tl_ctx_t *c, tl_ws_t *w, size_t i) {
     }
     tl_blockvec_t *v = &w->segs.ptr[si].blk;
     int rc = tl_blk_insert(v, tl_blk_lower(v, e->addr), &b);
-    if (rc == MS_OK) tl_totals_block(w, &b, +1);
+    if (rc == MS_OK) tl_totals_block(w, &w->segs.ptr[si].seg, &b, +1);
     return rc;
   }
   case MS_TRACE_FREE_REQUESTED:
@@ -1076,11 +1098,11 @@ static int tl_redo(tl_ctx_t *c, tl_ws_t *w, size_t i) {
     if (e->action == MS_TRACE_FREE_REQUESTED) {
       if (v->ptr[k].state == MS_BLOCK_ACTIVE_ALLOCATED) {
         v->ptr[k].state = MS_BLOCK_ACTIVE_PENDING_FREE;
-        w->totals[MS_TL_ALLOCATED] -= v->ptr[k].size;
+        if (tl_counts(w, &w->segs.ptr[si].seg)) w->totals[MS_TL_ALLOCATED] -= v->ptr[k].size;
       }
       return MS_OK;
     }
-    tl_totals_block(w, &v->ptr[k], -1);
+    tl_totals_block(w, &w->segs.ptr[si].seg, &v->ptr[k], -1);
     tl_blk_remove(v, k);
     return MS_OK;
   }
@@ -1114,8 +1136,8 @@ static int tl_redo(tl_ctx_t *c, tl_ws_t *w, size_t i) {
 int ms_timeline_state_advance(const ms_timeline_t *tl, ms_tl_state_t *st) {
   if (st->device >= tl->ndev || st->step >= tl->dev[st->device].n) return MS_EINVAL;
   tl_ws_t w;
-  int rc = tl_ws_from_state(st, &w);
-  tl_ctx_t c = {tl, &tl->dev[st->device], st->device, false, NULL, NULL, NULL};
+  int rc = tl_ws_from_state(tl, st, &w);
+  tl_ctx_t c = {tl, &tl->dev[st->device], st->device, false, NULL, NULL, NULL, NULL};
   if (rc == MS_OK) rc = tl_redo(&c, &w, st->step);
   if (rc == MS_OK) rc = tl_state_from_ws(&w, st->device, st->step + 1, st);
   tl_ws_release(&w);
@@ -1123,14 +1145,6 @@ int ms_timeline_state_advance(const ms_timeline_t *tl, ms_tl_state_t *st) {
 }
 
 /* ---- the state as a snapshot --------------------------------------------------------------- */
-
-static bool tl_filter_keeps(const ms_tl_filter_t *f, const ms_tl_segment_t *s) {
-  if (!f) return true;
-  if (f->has_stream && s->stream != f->stream) return false;
-  if (f->has_pool && (s->pool_id[0] != f->pool_id[0] || s->pool_id[1] != f->pool_id[1]))
-    return false;
-  return true;
-}
 
 int ms_timeline_snapshot_at(const ms_timeline_t *tl, size_t dev, size_t step,
                             const ms_tl_filter_t *filter, ms_snapshot_t **out) {
