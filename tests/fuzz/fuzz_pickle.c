@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: MIT
  * libFuzzer target for the PyTorch pickle reader (issue #4). Any input must give MS_OK or a
  * described error, never a crash, a hang or unbounded memory. An accepted input is also written
- * back with the pickle writer and read again, which must succeed with the same counts.
+ * back with the pickle writer and read again, which must succeed with the same counts; and its
+ * trace is indexed (memsnap/timeline.h): accepted, or refused with a description, and when
+ * accepted the viewer's data and the first and peak moments are computed (issue #12).
  *
  * Built and run by scripts/fuzz.sh (make fuzz), seeded with the PyTorch fixtures.
  */
@@ -10,6 +12,7 @@
 #include <string.h>
 
 #include "memsnap/pickle.h"
+#include "memsnap/timeline.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -33,6 +36,34 @@ static int fz_write(void *ctx, const char *buf, size_t len) {
   return MS_OK;
 }
 
+static void fz_timeline(const ms_snapshot_t *s) {
+  ms_timeline_t *tl = NULL;
+  ms_errbuf_t eb = {{0}};
+  int rc = ms_timeline_create(s, NULL, &tl, &eb);
+  if (rc != MS_OK) {
+    if (eb.msg[0] == 0) abort();
+    return;
+  }
+  size_t def = 0;
+  if (ms_tl_viewer_devices(s, NULL, 0, &def) > 0) {
+    for (int seg = 0; seg < 2; seg++) {
+      ms_tlv_t v;
+      if (ms_tlv_compute(s, def, seg != 0, 4, 0, SIZE_MAX, NULL, &v) == MS_OK) ms_tlv_release(&v);
+    }
+  }
+  for (size_t d = 0; d < ms_timeline_ndevices(tl); d++) {
+    ms_tl_peak_t p;
+    if (ms_timeline_peak(tl, d, MS_TL_ALLOCATED, 0, SIZE_MAX, &p) != MS_OK) abort();
+    size_t steps[2] = {0, p.step};
+    for (int k = 0; k < 2; k++) {
+      ms_snapshot_t *at = NULL;
+      if (ms_timeline_snapshot_at(tl, d, steps[k], NULL, &at) != MS_OK) abort();
+      ms_snapshot_free(at);
+    }
+  }
+  ms_timeline_destroy(tl);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   ms_membuf_t mb;
   ms_source_t src;
@@ -44,6 +75,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (eb.msg[0] == 0) abort(); /* every failure is described */
     return 0;
   }
+  fz_timeline(s);
   fz_buf_t out = {0};
   ms_sink_t sink = {fz_write, &out};
   if (ms_pickle_write(s, &sink, &eb) != MS_OK) abort();
