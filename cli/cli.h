@@ -9,12 +9,14 @@
 #ifndef MEMSNAP_CLI_H
 #define MEMSNAP_CLI_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 
 #include "memsnap/common.h"
 #include "memsnap/serialize.h"
 #include "memsnap/snapshot.h"
+#include "memsnap/timeline.h"
 #include "memsnap/views.h"
 #include "memsnap/viz.h"
 
@@ -41,6 +43,8 @@ int cmd_compare(int argc, char **argv);
 int cmd_flamegraph(int argc, char **argv);
 int cmd_replay(int argc, char **argv);
 int cmd_convert(int argc, char **argv);
+int cmd_timeline(int argc, char **argv);
+int cmd_top(int argc, char **argv);
 
 /* The table, NULL-terminated (main.c). */
 extern const struct cli_cmd cli_commands[];
@@ -120,5 +124,67 @@ int cli_render(const char *out_path, cli_render_mode mode, const ms_flame_option
 
 /* The body of `memory` and `segments`: FILE [-o OUT] [--folded], OUT defaulting to output.svg. */
 int cli_view_main(const char *cmd, const char *usage, ms_view_kind kind, int argc, char **argv);
+
+/* ---- time (cli/timeline-util.c, issue #12) ---- */
+
+/* A decimal or 0x-hexadecimal unsigned number. @return true on success. */
+bool cli_parse_u64(const char *s, uint64_t *out);
+
+/* --device N, --range A:B, --stream S, --pool A,B and --at MOMENT, parsed. */
+typedef struct cli_tl_args_s {
+  bool has_device;
+  size_t device;
+  bool has_range;
+  uint64_t first, last; /* trace entries, inclusive; last = UINT64_MAX when open */
+  ms_tl_filter_t filter;
+  bool has_at;
+  ms_tl_moment_t at;
+  const char *at_text;
+} cli_tl_args_t;
+/* Parses the given option values (NULL = absent). @return CLI_OK or CLI_USAGE (printed). */
+int cli_tl_args_parse(const char *cmd, cli_tl_args_t *ta, const char *device_s,
+                      const char *range_s, const char *stream_s, const char *pool_s,
+                      const char *at_s);
+/* Whether the options need the trace read (a moment, a range or a device); without them a view
+ * shows the end state, which the segments alone give (MS_LOAD_NO_TRACE). */
+bool cli_tl_args_need_trace(const cli_tl_args_t *ta);
+/* Builds the time index (with the args' filter); prints the error. @return CLI_OK/CLI_FAILURE. */
+int cli_tl_open(const ms_snapshot_t *snap, const char *name, const cli_tl_args_t *ta,
+                ms_timeline_t **out);
+/* The device to show: --device (which must have a trace or segments) or the viewer's default
+ * (the longest trace). Prints the error. @return CLI_OK/CLI_FAILURE. */
+int cli_tl_device(const ms_snapshot_t *snap, const char *name, const cli_tl_args_t *ta,
+                  size_t *dev);
+/* The steps [from, to] that --range covers on device dev. @return CLI_OK/CLI_FAILURE. */
+int cli_tl_steps(const ms_timeline_t *tl, const char *name, const cli_tl_args_t *ta, size_t dev,
+                 size_t *from, size_t *to);
+/* "after entry 12 (alloc), 2026-04-28 08:43:50.123456 UTC (t=...)" or "before entry 0". */
+void cli_moment_text(const ms_timeline_t *tl, size_t dev, size_t step, char *buf, size_t cap);
+/* An entry's time as "2026-04-28 08:43:50.123456 UTC (t=1777365830123456)"; "" without one. */
+void cli_format_time(const ms_snap_trace_t *e, char *buf, size_t cap);
+/* The snapshot a view shows under --at/--range/--device/--stream/--pool: *out stays NULL when
+ * none is given (show snap itself); else a snapshot of one device (all devices without --device
+ * when keep_all_devices and no moment) at the moment (default: the end of the range), its trace
+ * cut at the moment. Prints errors, including a filter that matches nothing.
+ * @return CLI_OK/CLI_FAILURE. */
+int cli_at_snapshot(const ms_snapshot_t *snap, const char *name, const cli_tl_args_t *ta,
+                    bool keep_all_devices, ms_snapshot_t **out, size_t *out_dev,
+                    size_t *out_step);
+
+typedef enum cli_top_by { CLI_TOP_STACK = 0, CLI_TOP_FRAME, CLI_TOP_FILE, CLI_TOP_SIZE } cli_top_by;
+typedef struct cli_top_s {
+  struct cli_top_entry_s {
+    uint64_t bytes, count;
+    uint64_t key;     /* stack index, frame index (UINT32_MAX: none), size */
+    const char *skey; /* file name */
+  } *items;           /* biggest first */
+  size_t nitems;
+  uint64_t total, count; /* allocated bytes and blocks */
+  cli_top_by by;
+} cli_top_t;
+/* Groups the allocated blocks of s by stack, frame, file or size. @return MS_OK or MS_ENOMEM. */
+int cli_top_compute(const ms_snapshot_t *s, cli_top_by by, cli_top_t *out);
+void cli_top_release(cli_top_t *t);
+void cli_top_label(const ms_snapshot_t *s, const cli_top_t *t, size_t i, char *buf, size_t cap);
 
 #endif /* MEMSNAP_CLI_H */

@@ -9,12 +9,14 @@
  * stack), each frame as wide as the larger of its sizes and coloured by its change.
  */
 #include <inttypes.h>
+#include <stdbool.h>
 #include <string.h>
 
 #include "cli.h"
 
 static const char compare_usage[] =
-    "usage: memsnap compare BEFORE AFTER [-o OUT] [--folded] [--stacks]\n"
+    "usage: memsnap compare BEFORE AFTER [-o OUT] [--folded] [--stacks] [--at MOMENT [--at MOMENT]]\n"
+    "       memsnap compare FILE --at MOMENT --at MOMENT [-o OUT] [--folded] [--stacks]\n"
     "\n"
     "Compares two snapshots of the same process. By default, lists the segments only in BEFORE\n"
     "and only in AFTER (by address and size; `only_before = [...]`, `only_after = [...]`, sorted)\n"
@@ -28,6 +30,12 @@ static const char compare_usage[] =
     "  --folded          write folded stacks instead of an SVG (with --stacks: merged\n"
     "                    `STACK BEFORE AFTER` lines, as difffolded.pl writes them)\n"
     "  --stacks          a differential flame graph of all stacks instead of the segment diff\n"
+    "  --at MOMENT       compare the state at MOMENT (peak, peak-reserved, end, an entry index\n"
+    "                    N, or a time t=MICROSECONDS / MICROSECONDSus): one --at applies to both\n"
+    "                    files; two apply to BEFORE and AFTER, or to two moments of one FILE\n"
+    "  --device N        only device N (with --at: default the device with the longest trace)\n"
+    "  --range A:B       with --at: peaks within trace entries A to B\n"
+    "  --stream S        only segments of stream S; --pool A,B: only segments of pool (A, B)\n"
     "  -h, --help        show this help\n";
 
 typedef struct compare_arg_s {
@@ -62,45 +70,119 @@ static void compare_print_list(FILE *out, const char *name, const uint64_t *v, s
   fputs("]\n", out);
 }
 
+/* Takes every `--at X` / `--at=X` out of argv (at most two kept in at[]); @return their number,
+ * or -1 when there are more than two or one lacks its value. */
+static int compare_take_at(int *argc, char **argv, const char *at[2]) {
+  int n = 0, k = 1;
+  for (int i = 1; i < *argc; i++) {
+    if (strcmp(argv[i], "--") == 0) { /* the rest is positional */
+      while (i < *argc) argv[k++] = argv[i++];
+      break;
+    }
+    const char *v = NULL;
+    if (strcmp(argv[i], "--at") == 0) {
+      if (i + 1 >= *argc) return -1;
+      v = argv[++i];
+    } else if (strncmp(argv[i], "--at=", 5) == 0) {
+      v = argv[i] + 5;
+    } else {
+      argv[k++] = argv[i];
+      continue;
+    }
+    if (n >= 2) return -1;
+    at[n++] = v;
+  }
+  *argc = k;
+  argv[k] = NULL;
+  return n;
+}
+
+/* One side of the comparison: the file's snapshot, or its state at a moment (*view). */
+static int compare_side(const ms_snapshot_t *snap, const char *name, const cli_tl_args_t *base,
+                        const char *at, ms_snapshot_t **view) {
+  cli_tl_args_t ta = *base;
+  if (at) {
+    ms_errbuf_t eb = {{0}};
+    if (ms_tl_moment_parse(at, &ta.at, &eb) != MS_OK)
+      return cli_usage_error("compare", "option '--at': %s", eb.msg);
+    ta.has_at = true;
+    ta.at_text = at;
+  }
+  return cli_at_snapshot(snap, name, &ta, true, view, NULL, NULL);
+}
+
 int cmd_compare(int argc, char **argv) {
   int folded = 0, stacks = 0;
   const char *output = "output.svg";
+  const char *device_s = NULL, *range_s = NULL, *stream_s = NULL, *pool_s = NULL;
   const struct cli_opt opts[] = {{"output", 'o', NULL, &output},
                                  {"folded", 0, &folded, NULL},
                                  {"stacks", 0, &stacks, NULL},
+                                 {"device", 0, NULL, &device_s},
+                                 {"range", 0, NULL, &range_s},
+                                 {"stream", 0, NULL, &stream_s},
+                                 {"pool", 0, NULL, &pool_s},
                                  {NULL, 0, NULL, NULL}};
+  const char *at[2] = {NULL, NULL};
+  int nat = compare_take_at(&argc, argv, at);
+  if (nat < 0) return cli_usage_error("compare", "option '--at' is given at most twice, each with a value");
   char *pos[2];
   int npos = 0;
   int rc = cli_parse_options("compare", compare_usage, opts, argc, argv, pos, 2, &npos);
   if (rc == CLI_HELP_SHOWN) return CLI_OK;
   if (rc != CLI_OK) return rc;
-  if (npos < 2)
-    return cli_usage_error("compare", npos ? "missing AFTER" : "missing BEFORE and AFTER");
-  if (strcmp(pos[0], "-") == 0 && strcmp(pos[1], "-") == 0)
+  bool one_file = npos == 1 && nat == 2;
+  if (npos < 2 && !one_file) {
+    if (npos == 1)
+      return cli_usage_error("compare", nat ? "missing AFTER (or two --at moments of one FILE)"
+                                            : "missing AFTER");
+    return cli_usage_error("compare", "missing BEFORE and AFTER");
+  }
+  if (!one_file && strcmp(pos[0], "-") == 0 && strcmp(pos[1], "-") == 0)
     return cli_usage_error("compare", "only one of BEFORE and AFTER can be '-' (standard input)");
   if (!output[0]) return cli_usage_error("compare", "option '--output' needs a file name");
+  cli_tl_args_t ta;
+  if ((rc = cli_tl_args_parse("compare", &ta, device_s, range_s, stream_s, pool_s, NULL)) != CLI_OK)
+    return rc;
 
-  ms_snapshot_t *before = NULL, *after = NULL;
+  ms_snapshot_t *before = NULL, *after = NULL, *vb = NULL, *va = NULL;
   if ((rc = cli_load(pos[0], &before)) != CLI_OK) return rc;
-  if ((rc = cli_load(pos[1], &after)) != CLI_OK) {
+  if (one_file) {
+    pos[1] = pos[0];
+  } else if ((rc = cli_load(pos[1], &after)) != CLI_OK) {
     ms_snapshot_free(before);
     return rc;
   }
-  compare_arg_t a = {before, after};
+  const ms_snapshot_t *after_src = one_file ? before : after;
+  rc = compare_side(before, cli_display_name(pos[0]), &ta, at[0], &vb);
+  if (rc == CLI_OK)
+    rc = compare_side(after_src, cli_display_name(pos[1]), &ta, nat == 2 ? at[1] : at[0], &va);
+  if (rc != CLI_OK) {
+    ms_snapshot_free(vb);
+    ms_snapshot_free(before);
+    ms_snapshot_free(after);
+    return rc;
+  }
+  compare_arg_t a = {vb ? vb : before, va ? va : after_src};
   ms_flame_options_t fo;
   ms_flame_options_init(&fo);
   fo.countname = "bytes";
   fo.memory = 1;
   char subtitle[1024];
   if (stacks) {
-    snprintf(subtitle, sizeof subtitle, "%s -> %s", compare_base(cli_display_name(pos[0])),
-             compare_base(cli_display_name(pos[1])));
+    if (nat > 0)
+      snprintf(subtitle, sizeof subtitle, "%s@%s -> %s@%s",
+               compare_base(cli_display_name(pos[0])), at[0],
+               compare_base(cli_display_name(pos[1])), nat == 2 ? at[1] : at[0]);
+    else
+      snprintf(subtitle, sizeof subtitle, "%s -> %s", compare_base(cli_display_name(pos[0])),
+               compare_base(cli_display_name(pos[1])));
     fo.subtitle = subtitle;
     rc = cli_render(output, folded ? CLI_RENDER_MERGED : CLI_RENDER_SVG, &fo, compare_stacks_view,
                     &a);
   } else {
     ms_view_segdiff_t d;
-    if (ms_view_segdiff(before, after, &d) != MS_OK) {
+    if (ms_view_segdiff(a.before, a.after, &d) != MS_OK) {
       cli_error("out of memory");
       rc = CLI_FAILURE;
     } else {
@@ -116,6 +198,8 @@ int cmd_compare(int argc, char **argv) {
                       compare_segments_view, &a);
     }
   }
+  ms_snapshot_free(vb);
+  ms_snapshot_free(va);
   ms_snapshot_free(before);
   ms_snapshot_free(after);
   return rc;

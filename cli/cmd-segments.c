@@ -6,7 +6,8 @@
 #include "cli.h"
 
 static const char segments_usage[] =
-    "usage: memsnap segments FILE [-o OUT] [--folded]\n"
+    "usage: memsnap segments FILE [-o OUT] [--folded] [--at MOMENT] [--device N]\n"
+    "                       [--range A:B] [--stream S] [--pool A,B]\n"
     "\n"
     "Draws a flame graph of the memory of FILE by stream, segment, block state and allocation\n"
     "stack, as PyTorch's `_memory_viz.py segments`. Widths are bytes.\n"
@@ -15,6 +16,13 @@ static const char segments_usage[] =
     "options:\n"
     "  -o, --output OUT  write to OUT (default: output.svg; '-' = standard output)\n"
     "  --folded          write the folded stacks (`a;b;c BYTES` lines) instead of an SVG\n"
+    "  --at MOMENT       show the state at MOMENT: peak (of allocated bytes), peak-reserved,\n"
+    "                    end, an entry index N (after trace entry N; -1 = before the first),\n"
+    "                    or a time in microseconds: t=1700000000123456 or 1700000000123456us\n"
+    "  --device N        only device N (with --at: default the device with the longest trace)\n"
+    "  --range A:B       with --at: peaks within trace entries A to B; alone: the state after B\n"
+    "  --stream S        only segments of stream S (a raw handle, decimal or 0x...)\n"
+    "  --pool A,B        only segments of private pool (A, B); 0,0 is the default pool\n"
     "  -h, --help        show this help\n";
 
 int cmd_segments(int argc, char **argv) {

@@ -15,7 +15,8 @@
 #define STATS_PAGE_SIZE (20ull * 1024 * 1024)
 
 static const char stats_usage[] =
-    "usage: memsnap stats FILE [--summary]\n"
+    "usage: memsnap stats FILE [--summary] [--at MOMENT] [--device N] [--range A:B]\n"
+    "                          [--stream S] [--pool A,B]\n"
     "\n"
     "Prints a map of the segments of FILE (one character per 20 MiB page) and the totals of\n"
     "reserved, allocated and free memory, exactly as PyTorch's `_memory_viz.py stats`.\n"
@@ -24,6 +25,13 @@ static const char stats_usage[] =
     "options:\n"
     "  --summary   also print the allocator's memory_summary table for each device\n"
     "              (memsnap snapshots; PyTorch pickles carry no statistics)\n"
+    "  --at MOMENT       show the state at MOMENT: peak (of allocated bytes), peak-reserved,\n"
+    "                    end, an entry index N (after trace entry N; -1 = before the first),\n"
+    "                    or a time in microseconds: t=1700000000123456 or 1700000000123456us\n"
+    "  --device N        only device N (with --at: default the device with the longest trace)\n"
+    "  --range A:B       with --at: peaks within trace entries A to B; alone: the state after B\n"
+    "  --stream S        only segments of stream S (a raw handle, decimal or 0x...)\n"
+    "  --pool A,B        only segments of private pool (A, B); 0,0 is the default pool\n"
     "  -h, --help  show this help\n";
 
 static const char stats_legend[] =
@@ -338,18 +346,29 @@ static int stats_summary(FILE *out, const ms_snapshot_t *s) {
 
 int cmd_stats(int argc, char **argv) {
   int summary = 0;
-  const struct cli_opt opts[] = {{"summary", 0, &summary, NULL}, {NULL, 0, NULL, NULL}};
+  const char *at_s = NULL, *device_s = NULL, *range_s = NULL, *stream_s = NULL, *pool_s = NULL;
+  const struct cli_opt opts[] = {{"summary", 0, &summary, NULL}, {"at", 0, NULL, &at_s},
+                                 {"device", 0, NULL, &device_s}, {"range", 0, NULL, &range_s},
+                                 {"stream", 0, NULL, &stream_s}, {"pool", 0, NULL, &pool_s},
+                                 {NULL, 0, NULL, NULL}};
   char *pos[1];
   int npos = 0;
   int rc = cli_parse_options("stats", stats_usage, opts, argc, argv, pos, 1, &npos);
   if (rc == CLI_HELP_SHOWN) return CLI_OK;
   if (rc != CLI_OK) return rc;
   if (npos < 1) return cli_usage_error("stats", "missing FILE");
-  ms_snapshot_t *snap = NULL;
-  /* the state at the end: the trace is not needed */
-  if ((rc = cli_load_ex(pos[0], MS_LOAD_NO_TRACE, &snap)) != CLI_OK) return rc;
-  rc = stats_segsum(stdout, snap);
-  if (rc == CLI_OK && summary) rc = stats_summary(stdout, snap);
+  cli_tl_args_t ta;
+  if ((rc = cli_tl_args_parse("stats", &ta, device_s, range_s, stream_s, pool_s, at_s)) != CLI_OK)
+    return rc;
+  ms_snapshot_t *snap = NULL, *view = NULL;
+  /* the state at the end needs no trace; a moment, a range or a filter does */
+  if ((rc = cli_load_ex(pos[0], cli_tl_args_need_trace(&ta) ? 0 : MS_LOAD_NO_TRACE, &snap)) !=
+      CLI_OK)
+    return rc;
+  rc = cli_at_snapshot(snap, cli_display_name(pos[0]), &ta, true, &view, NULL, NULL);
+  if (rc == CLI_OK) rc = stats_segsum(stdout, view ? view : snap);
+  if (rc == CLI_OK && summary) rc = stats_summary(stdout, view ? view : snap);
+  ms_snapshot_free(view);
   ms_snapshot_free(snap);
   return rc;
 }

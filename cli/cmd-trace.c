@@ -19,7 +19,8 @@
 #include "memsnap/snapshot.h"
 
 static const char trace_usage[] =
-    "usage: memsnap trace FILE\n"
+    "usage: memsnap trace FILE [--at MOMENT] [--device N] [--range A:B] [--stream S]\n"
+    "                          [--pool A,B]\n"
     "\n"
     "Prints the allocator trace of each device of FILE as pseudo-code (a = cudaMalloc(...),\n"
     "b = a[offset:size], del b, ...), as PyTorch's `_memory_viz.py trace`, except that the last\n"
@@ -27,6 +28,13 @@ static const char trace_usage[] =
     "FILE is a memsnap snapshot or a PyTorch pickle ('-' reads standard input).\n"
     "\n"
     "options:\n"
+    "  --at MOMENT       the trace up to MOMENT:    peak (of allocated bytes), peak-reserved,\n"
+    "                    end, an entry index N (after trace entry N; -1 = before the first),\n"
+    "                    or a time in microseconds: t=1700000000123456 or 1700000000123456us\n"
+    "  --device N        only device N (with --at: default the device with the longest trace)\n"
+    "  --range A:B       with --at: peaks within trace entries A to B; alone: the state after B\n"
+    "  --stream S        only entries of stream S  (a raw handle, decimal or 0x...)\n"
+    "  --pool A,B        only entries of private pool (A, B); 0,0 is the default pool\n"
     "  -h, --help  show this help\n";
 
 /* ---- an address -> name map (open addressing; names are indices into the name counter) ---- */
@@ -396,19 +404,52 @@ nomem:
   return CLI_FAILURE;
 }
 
-static int trace_run(FILE *out, const ms_snapshot_t *s) {
+static bool trace_entry_kept(const ms_tl_filter_t *f, const ms_snap_trace_t *e) {
+  if (!f) return true;
+  if (f->has_stream && e->stream != f->stream) return false;
+  if (f->has_pool) {
+    bool has = (e->present & MS_TRACE_HAS_POOL_ID) != 0;
+    if ((has ? e->pool_id[0] : 0) != f->pool_id[0] || (has ? e->pool_id[1] : 0) != f->pool_id[1])
+      return false;
+  }
+  return true;
+}
+
+static int trace_run(FILE *out, const ms_snapshot_t *s, const ms_tl_filter_t *filter,
+                     size_t only_dev) {
   int rc = CLI_OK;
   for (size_t d = 0; d < s->ndevices && rc == CLI_OK; d++) {
     const ms_snap_device_t *dev = &s->devices[d];
-    if (dev->ntrace == 0) continue;
+    if (dev->ntrace == 0 || (only_dev != SIZE_MAX && d != only_dev)) continue;
+    const ms_snap_trace_t *entries = &s->trace[dev->first_trace];
+    size_t n = dev->ntrace;
+    ms_snap_trace_t *kept = NULL;
+    if (filter && (filter->has_stream || filter->has_pool)) { /* the matching entries only */
+      kept = malloc(n * sizeof *kept);
+      if (!kept) {
+        cli_error("out of memory");
+        return CLI_FAILURE;
+      }
+      size_t k = 0;
+      for (size_t i = 0; i < n; i++)
+        if (trace_entry_kept(filter, &entries[i])) kept[k++] = entries[i];
+      entries = kept;
+      n = k;
+      if (n == 0) {
+        free(kept);
+        continue;
+      }
+    }
     fprintf(out, "Device %zu ----------------\n", d);
     /* each device starts afresh, as `format(d)` does */
     trace_state_t t = {.snap = s, .obuf = malloc(TRACE_OBUF)};
     if (!t.obuf) {
+      free(kept);
       cli_error("out of memory");
       return CLI_FAILURE;
     }
-    rc = trace_device(out, &t, &s->trace[dev->first_trace], dev->ntrace);
+    rc = trace_device(out, &t, entries, n);
+    free(kept);
     free(t.ivals);
     free(t.covers);
     free(t.obuf);
@@ -420,16 +461,33 @@ static int trace_run(FILE *out, const ms_snapshot_t *s) {
 }
 
 int cmd_trace(int argc, char **argv) {
-  const struct cli_opt opts[] = {{NULL, 0, NULL, NULL}};
+  const char *at_s = NULL, *device_s = NULL, *range_s = NULL, *stream_s = NULL, *pool_s = NULL;
+  const struct cli_opt opts[] = {{"at", 0, NULL, &at_s},         {"device", 0, NULL, &device_s},
+                                 {"range", 0, NULL, &range_s},   {"stream", 0, NULL, &stream_s},
+                                 {"pool", 0, NULL, &pool_s},     {NULL, 0, NULL, NULL}};
   char *pos[1];
   int npos = 0;
   int rc = cli_parse_options("trace", trace_usage, opts, argc, argv, pos, 1, &npos);
   if (rc == CLI_HELP_SHOWN) return CLI_OK;
   if (rc != CLI_OK) return rc;
   if (npos < 1) return cli_usage_error("trace", "missing FILE");
-  ms_snapshot_t *snap = NULL;
+  cli_tl_args_t ta;
+  if ((rc = cli_tl_args_parse("trace", &ta, device_s, range_s, stream_s, pool_s, at_s)) != CLI_OK)
+    return rc;
+  ms_snapshot_t *snap = NULL, *view = NULL;
   if ((rc = cli_load(pos[0], &snap)) != CLI_OK) return rc;
-  rc = trace_run(stdout, snap);
+  const char *name = cli_display_name(pos[0]);
+  size_t dev = SIZE_MAX;
+  if (ta.has_at || ta.has_range) {
+    /* the trace up to the moment, and the segments as they were then */
+    cli_tl_args_t whole = ta;
+    whole.filter.has_stream = whole.filter.has_pool = false;
+    rc = cli_at_snapshot(snap, name, &whole, false, &view, &dev, NULL);
+  } else if (ta.has_device) {
+    rc = cli_tl_device(snap, name, &ta, &dev);
+  }
+  if (rc == CLI_OK) rc = trace_run(stdout, view ? view : snap, &ta.filter, dev);
+  ms_snapshot_free(view);
   ms_snapshot_free(snap);
   return rc;
 }

@@ -21,6 +21,8 @@ const struct cli_cmd cli_commands[] = {
     {"flamegraph", cmd_flamegraph, "any folded-stack file to an interactive flame graph"},
     {"replay", cmd_replay, "replay a trace through the allocator: fidelity check, what-if"},
     {"convert", cmd_convert, "a snapshot between memsnap's format and PyTorch's pickle"},
+    {"timeline", cmd_timeline, "memory over time: peaks, final state; --json = PyTorch viewer's data"},
+    {"top", cmd_top, "the biggest consumers at a moment (default: the peak)"},
     {NULL, NULL, NULL},
 };
 

@@ -373,8 +373,11 @@ static int cli_view_one(void *arg, ms_view_emit_fn *emit, void *ctx, int *side) 
 int cli_view_main(const char *cmd, const char *usage, ms_view_kind kind, int argc, char **argv) {
   int folded = 0;
   const char *output = "output.svg";
-  const struct cli_opt opts[] = {
-      {"output", 'o', NULL, &output}, {"folded", 0, &folded, NULL}, {NULL, 0, NULL, NULL}};
+  const char *at_s = NULL, *device_s = NULL, *range_s = NULL, *stream_s = NULL, *pool_s = NULL;
+  const struct cli_opt opts[] = {{"output", 'o', NULL, &output}, {"folded", 0, &folded, NULL},
+                                 {"at", 0, NULL, &at_s},         {"device", 0, NULL, &device_s},
+                                 {"range", 0, NULL, &range_s},   {"stream", 0, NULL, &stream_s},
+                                 {"pool", 0, NULL, &pool_s},     {NULL, 0, NULL, NULL}};
   char *pos[1];
   int npos = 0;
   int rc = cli_parse_options(cmd, usage, opts, argc, argv, pos, 1, &npos);
@@ -382,9 +385,19 @@ int cli_view_main(const char *cmd, const char *usage, ms_view_kind kind, int arg
   if (rc != CLI_OK) return rc;
   if (npos < 1) return cli_usage_error(cmd, "missing FILE");
   if (!output[0]) return cli_usage_error(cmd, "option '--output' needs a file name");
-  ms_snapshot_t *snap = NULL;
-  /* the views show the state at the end: the trace is not needed */
-  if ((rc = cli_load_ex(pos[0], MS_LOAD_NO_TRACE, &snap)) != CLI_OK) return rc;
+  cli_tl_args_t ta;
+  if ((rc = cli_tl_args_parse(cmd, &ta, device_s, range_s, stream_s, pool_s, at_s)) != CLI_OK)
+    return rc;
+  ms_snapshot_t *snap = NULL, *view = NULL;
+  /* the views at the end need no trace; a moment, a range or a filter does */
+  if ((rc = cli_load_ex(pos[0], cli_tl_args_need_trace(&ta) ? 0 : MS_LOAD_NO_TRACE, &snap)) !=
+      CLI_OK)
+    return rc;
+  if ((rc = cli_at_snapshot(snap, cli_display_name(pos[0]), &ta, true, &view, NULL, NULL)) !=
+      CLI_OK) {
+    ms_snapshot_free(snap);
+    return rc;
+  }
   ms_flame_options_t fo;
   ms_flame_options_init(&fo);
   fo.countname = "bytes";
@@ -394,8 +407,9 @@ int cli_view_main(const char *cmd, const char *usage, ms_view_kind kind, int arg
            kind == MS_VIEW_MEMORY ? "stream, block state and stack"
                                   : "stream, segment, block state and stack");
   fo.subtitle = subtitle;
-  cli_view_arg_t a = {snap, kind};
+  cli_view_arg_t a = {view ? view : snap, kind};
   rc = cli_render(output, folded ? CLI_RENDER_FOLDED : CLI_RENDER_SVG, &fo, cli_view_one, &a);
+  ms_snapshot_free(view);
   ms_snapshot_free(snap);
   return rc;
 }

@@ -16,5 +16,6 @@
 #include "memsnap/history.h"
 #include "memsnap/replay.h"
 #include "memsnap/pickle.h"
+#include "memsnap/timeline.h"
 
 #endif /* MEMSNAP_H */

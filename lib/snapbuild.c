@@ -470,7 +470,33 @@ int ms__snapshot_check(const ms_snapshot_t *s, ms_errbuf_t *eb) {
 
 typedef struct snap_impl_s {
   ms__arena_chunk_t *chunks;
+  int borrowing; /* every table but segments and blocks belongs to another snapshot */
 } snap_impl_t;
+
+int ms__snapshot_new_borrowing(const ms_snapshot_t *src, ms_snapshot_t **out) {
+  ms_snapshot_t *s = malloc(sizeof *s);
+  snap_impl_t *impl = malloc(sizeof *impl);
+  if (!s || !impl) {
+    free(s);
+    free(impl);
+    return MS_ENOMEM;
+  }
+  *s = *src;
+  s->segments = NULL, s->nsegments = 0;
+  s->blocks = NULL, s->nblocks = 0;
+  s->devices = malloc((src->ndevices ? src->ndevices : 1) * sizeof *s->devices);
+  if (!s->devices) {
+    free(s);
+    free(impl);
+    return MS_ENOMEM;
+  }
+  if (src->ndevices) memcpy(s->devices, src->devices, src->ndevices * sizeof *s->devices);
+  impl->chunks = NULL;
+  impl->borrowing = 1;
+  s->impl_ = impl;
+  *out = s;
+  return MS_OK;
+}
 
 int ms__snapbuild_finish(ms__snapbuild_t *b, ms_snapshot_t **out, ms_errbuf_t *eb) {
   ms_snapshot_t *s = malloc(sizeof *s);
@@ -510,6 +536,7 @@ int ms__snapbuild_finish(ms__snapbuild_t *b, ms_snapshot_t **out, ms_errbuf_t *e
     return rc;
   }
   impl->chunks = b->chunks;
+  impl->borrowing = 0;
   s->impl_ = impl;
   /* Ownership moved: forget the pointers without freeing them. */
   b->segments.ptr = NULL, b->blocks.ptr = NULL, b->history.ptr = NULL, b->devices.ptr = NULL;
@@ -524,12 +551,18 @@ int ms__snapbuild_finish(ms__snapbuild_t *b, ms_snapshot_t **out, ms_errbuf_t *e
 void ms_snapshot_free(ms_snapshot_t *snap) {
   if (!snap) return;
   snap_impl_t *impl = snap->impl_;
+  free(snap->segments);
+  free(snap->blocks);
+  if (impl && impl->borrowing) {
+    free(snap->devices);
+    free(impl);
+    free(snap);
+    return;
+  }
   if (impl) {
     arena_free(impl->chunks);
     free(impl);
   }
-  free(snap->segments);
-  free(snap->blocks);
   free(snap->history);
   free(snap->devices);
   free(snap->trace);

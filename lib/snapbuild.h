@@ -124,4 +124,13 @@ int ms__snapshot_check(const ms_snapshot_t *s, ms_errbuf_t *eb);
  * result.) */
 int ms__snapbuild_finish(ms__snapbuild_t *b, ms_snapshot_t **out, ms_errbuf_t *eb);
 
+/* A new snapshot that borrows every table of src (frames, stacks, trace, history, settings,
+ * statistics, annotations, strings) and owns its segments and blocks, which start empty (NULL, 0):
+ * the caller fills them with malloc'd arrays, and a copy of src's devices (so that a device's
+ * trace can be cut short). ms_snapshot_free() frees those, and the snapshot itself, never src's
+ * tables; src must outlive it.
+ * Used by the time index (lib/timeline/) to show an earlier moment through the existing views.
+ * @return MS_OK or MS_ENOMEM. */
+int ms__snapshot_new_borrowing(const ms_snapshot_t *src, ms_snapshot_t **out);
+
 #endif /* MEMSNAP_LIB_SNAPBUILD_H */

@@ -5,6 +5,8 @@
  * is also read without its trace (MS_LOAD_NO_TRACE): never a crash; when the full read succeeds,
  * this one gives the same segments, blocks and history and no trace entries, or MS_EUNSUPPORTED
  * (a value of the trace is shared with a later part).
+ * Its trace is also indexed (memsnap/timeline.h): accepted, or refused with a description, and
+ * when accepted the viewer's data and the first and peak moments are computed (issue #12).
  *
  * Built and run by scripts/fuzz.sh (make fuzz), seeded with the PyTorch fixtures.
  */
@@ -13,6 +15,7 @@
 #include <string.h>
 
 #include "memsnap/pickle.h"
+#include "memsnap/timeline.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -34,6 +37,34 @@ static int fz_write(void *ctx, const char *buf, size_t len) {
   memcpy(b->p + b->n, buf, len);
   b->n += len;
   return MS_OK;
+}
+
+static void fz_timeline(const ms_snapshot_t *s) {
+  ms_timeline_t *tl = NULL;
+  ms_errbuf_t eb = {{0}};
+  int rc = ms_timeline_create(s, NULL, &tl, &eb);
+  if (rc != MS_OK) {
+    if (eb.msg[0] == 0) abort();
+    return;
+  }
+  size_t def = 0;
+  if (ms_tl_viewer_devices(s, NULL, 0, &def) > 0) {
+    for (int seg = 0; seg < 2; seg++) {
+      ms_tlv_t v;
+      if (ms_tlv_compute(s, def, seg != 0, 4, 0, SIZE_MAX, NULL, &v) == MS_OK) ms_tlv_release(&v);
+    }
+  }
+  for (size_t d = 0; d < ms_timeline_ndevices(tl); d++) {
+    ms_tl_peak_t p;
+    if (ms_timeline_peak(tl, d, MS_TL_ALLOCATED, 0, SIZE_MAX, &p) != MS_OK) abort();
+    size_t steps[2] = {0, p.step};
+    for (int k = 0; k < 2; k++) {
+      ms_snapshot_t *at = NULL;
+      if (ms_timeline_snapshot_at(tl, d, steps[k], NULL, &at) != MS_OK) abort();
+      ms_snapshot_free(at);
+    }
+  }
+  ms_timeline_destroy(tl);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
@@ -61,6 +92,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (eb.msg[0] == 0) abort(); /* every failure is described */
     return 0;
   }
+  fz_timeline(s);
   fz_buf_t out = {0};
   ms_sink_t sink = {fz_write, &out};
   if (ms_pickle_write(s, &sink, &eb) != MS_OK) abort();

@@ -1,0 +1,270 @@
+/* SPDX-License-Identifier: MIT
+ * bench_timeline: the time index (issue #12 §6).
+ *
+ *  - timeline_index_events_per_s: trace entries indexed per second by ms_timeline_create on a
+ *    synthetic trace of 4.5 M entries (median of 3; target >= 5 M). The trace is generated here:
+ *    64 segments of 64 MiB carved into 1 MiB slots, a steady state of ~3,000 live blocks of
+ *    1 B..1 MiB with alloc / free_requested / free_completed cycles, and 8 segment_free /
+ *    segment_alloc pairs on empty segments, consistent by construction.
+ *  - timeline_at_ms: milliseconds to materialise the state at a random step as a snapshot
+ *    (ms_timeline_snapshot_at, what `--at` does), after the index is built (median of 200;
+ *    target <= 20).
+ *  - timeline_index_bytes_per_entry: the index's resident growth per trace entry (RSS delta).
+ *  - timeline_json_largest_fixture_s: `memsnap timeline FILE --json > /dev/null` on the largest
+ *    shared fixture, whole process (median of 5; target <= 0.2). Without the fixtures it prints
+ *    a SKIP line on stderr and no such metric.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "memsnap/error.h"
+#include "memsnap/serialize.h"
+#include "memsnap/timeline.h"
+#include "snapbuild.h"
+
+#define NSEG 64
+#define SEG_SIZE ((uint64_t)64 << 20)
+#define SLOT ((uint64_t)1 << 20)
+#define SLOTS_PER_SEG (SEG_SIZE / SLOT)
+#define NSLOTS (NSEG * SLOTS_PER_SEG)
+#define BASE 0x7f0000000000ull
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+static long rss_kb(void) {
+  FILE *f = fopen("/proc/self/statm", "r");
+  long pages = 0, res = 0;
+  if (!f) return 0;
+  if (fscanf(f, "%ld %ld", &pages, &res) != 2) res = 0;
+  fclose(f);
+  return res * (sysconf(_SC_PAGESIZE) / 1024);
+}
+
+static uint64_t rng = 88172645463325252ull;
+static uint64_t next(void) {
+  rng ^= rng << 13;
+  rng ^= rng >> 7;
+  rng ^= rng << 17;
+  return rng;
+}
+
+static int add_entry(ms__snapbuild_t *b, ms_trace_action a, uint64_t addr, uint64_t size,
+                     int64_t t) {
+  ms_snap_trace_t e;
+  memset(&e, 0, sizeof e);
+  e.action = a;
+  e.action_name = ms_trace_action_name(a);
+  e.addr = addr;
+  e.size = size;
+  e.time_us = t;
+  e.stack = MS_SNAP_NO_STACK;
+  e.compile_context = e.user_metadata = "";
+  e.present = MS_TRACE_HAS_TIME;
+  return ms__snapbuild_add_trace(b, &e);
+}
+
+/* The synthetic snapshot: a consistent trace of about `target` entries and its end state. */
+static ms_snapshot_t *synth(size_t target) {
+  ms__snapbuild_t b;
+  ms__snapbuild_init(&b);
+  b.hdr.origin = MS_SNAP_ORIGIN_TORCH_DICT;
+  b.hdr.present = MS_SNAP_HAS_DEVICE_TRACES;
+  uint64_t *req = calloc(NSLOTS, sizeof *req); /* 0 = free slot */
+  int *live_in_seg = calloc(NSEG, sizeof *live_in_seg);
+  bool *mapped = calloc(NSEG, sizeof *mapped);
+  if (!req || !live_in_seg || !mapped) return NULL;
+  int64_t t = 1700000000000000;
+  size_t n = 0;
+  for (int s = 0; s < NSEG; s++, n++) {
+    mapped[s] = true;
+    if (add_entry(&b, MS_TRACE_SEGMENT_ALLOC, BASE + s * SEG_SIZE, SEG_SIZE, t++)) return NULL;
+  }
+  size_t live = 0;
+  while (n < target) {
+    uint64_t r = next();
+    size_t slot = (size_t)(r % NSLOTS);
+    int seg = (int)(slot / SLOTS_PER_SEG);
+    uint64_t addr = BASE + slot * SLOT;
+    if (!mapped[seg]) {
+      mapped[seg] = true;
+      if (add_entry(&b, MS_TRACE_SEGMENT_ALLOC, BASE + seg * SEG_SIZE, SEG_SIZE, t++)) return NULL;
+      n++;
+    }
+    bool want_alloc = live < 3000 ? (r >> 60) < 12 : (r >> 60) < 4;
+    if (!req[slot] && want_alloc) {
+      req[slot] = 1 + (next() % SLOT);
+      live++;
+      live_in_seg[seg]++;
+      if (add_entry(&b, MS_TRACE_ALLOC, addr, req[slot], t++)) return NULL;
+      n++;
+    } else if (req[slot]) {
+      if (add_entry(&b, MS_TRACE_FREE_REQUESTED, addr, req[slot], t++) ||
+          add_entry(&b, MS_TRACE_FREE_COMPLETED, addr, req[slot], t++))
+        return NULL;
+      n += 2;
+      req[slot] = 0;
+      live--;
+      if (--live_in_seg[seg] == 0 && (r & 0xffff) < 40) { /* an empty segment released */
+        mapped[seg] = false;
+        if (add_entry(&b, MS_TRACE_SEGMENT_FREE, BASE + seg * SEG_SIZE, SEG_SIZE, t++))
+          return NULL;
+        n++;
+      }
+    }
+  }
+  ms_snap_device_t d;
+  memset(&d, 0, sizeof d);
+  d.ntrace = (uint32_t)n;
+  if (ms__snapbuild_add_device(&b, &d)) return NULL;
+  for (int s = 0; s < NSEG; s++) {
+    if (!mapped[s]) continue;
+    ms_snap_segment_t g;
+    memset(&g, 0, sizeof g);
+    g.address = BASE + s * SEG_SIZE;
+    g.total_size = SEG_SIZE;
+    g.is_large = true;
+    g.stack = MS_SNAP_NO_STACK;
+    g.first_block = (uint32_t)b.blocks.len;
+    uint64_t at = g.address;
+    for (size_t k = 0; k < SLOTS_PER_SEG; k++) {
+      size_t slot = s * SLOTS_PER_SEG + k;
+      if (!req[slot]) continue;
+      uint64_t addr = BASE + slot * SLOT, size = (req[slot] + 511) & ~511ull;
+      ms_snap_block_t bl;
+      memset(&bl, 0, sizeof bl);
+      bl.stack = MS_SNAP_NO_STACK;
+      bl.present = MS_BLOCK_HAS_ADDRESS | MS_BLOCK_HAS_REQUESTED_SIZE | MS_BLOCK_HAS_FRAMES;
+      if (addr > at) {
+        bl.address = at;
+        bl.size = addr - at;
+        bl.state_name = "inactive";
+        if (ms__snapbuild_add_block(&b, &bl)) return NULL;
+      }
+      bl.address = addr;
+      bl.size = size;
+      bl.requested_size = req[slot];
+      bl.state = MS_BLOCK_ACTIVE_ALLOCATED;
+      bl.state_name = "active_allocated";
+      if (ms__snapbuild_add_block(&b, &bl)) return NULL;
+      at = addr + size;
+    }
+    if (at < g.address + g.total_size) {
+      ms_snap_block_t bl;
+      memset(&bl, 0, sizeof bl);
+      bl.stack = MS_SNAP_NO_STACK;
+      bl.address = at;
+      bl.size = g.address + g.total_size - at;
+      bl.state_name = "inactive";
+      bl.present = MS_BLOCK_HAS_ADDRESS;
+      if (ms__snapbuild_add_block(&b, &bl)) return NULL;
+    }
+    g.nblocks = (uint32_t)(b.blocks.len - g.first_block);
+    if (ms__snapbuild_add_segment(&b, &g)) return NULL;
+  }
+  free(req);
+  free(live_in_seg);
+  free(mapped);
+  ms_snapshot_t *s = NULL;
+  ms_errbuf_t eb = {{0}};
+  if (ms__snapbuild_finish(&b, &s, &eb) != MS_OK) {
+    fprintf(stderr, "bench_timeline: %s\n", eb.msg);
+    return NULL;
+  }
+  return s;
+}
+
+static double run_json(const char *bin, const char *path) {
+  fflush(stdout); /* the child must not write our buffered lines again */
+  double t0 = now_s();
+  pid_t pid = fork();
+  if (pid < 0) return -1;
+  if (pid == 0) {
+    if (!freopen("/dev/null", "w", stdout)) _exit(126);
+    execl(bin, bin, "timeline", path, "--json", (char *)NULL);
+    _exit(127);
+  }
+  int st = 0;
+  if (waitpid(pid, &st, 0) != pid || !WIFEXITED(st) || WEXITSTATUS(st) != 0) return -1;
+  return now_s() - t0;
+}
+
+int main(void) {
+  ms_snapshot_t *s = synth(4500000);
+  if (!s) {
+    fprintf(stderr, "bench_timeline: cannot generate the trace\n");
+    return 1;
+  }
+  size_t n = s->devices[0].ntrace;
+  fprintf(stderr, "bench_timeline: synthetic trace of %zu entries\n", n);
+  double rate[3];
+  ms_timeline_t *tl = NULL;
+  long rss0 = 0, rss1 = 0;
+  for (int i = 0; i < 3; i++) {
+    ms_timeline_destroy(tl);
+    tl = NULL;
+    rss0 = rss_kb();
+    ms_errbuf_t eb = {{0}};
+    double t0 = now_s();
+    if (ms_timeline_create(s, NULL, &tl, &eb) != MS_OK) {
+      fprintf(stderr, "bench_timeline: %s\n", eb.msg);
+      return 1;
+    }
+    rate[i] = (double)n / (now_s() - t0);
+    rss1 = rss_kb();
+  }
+  qsort(rate, 3, sizeof *rate, cmp_double);
+  printf("timeline_index_events_per_s %.0f\n", rate[1]);
+  printf("timeline_index_bytes_per_entry %.1f\n", (double)(rss1 - rss0) * 1024.0 / (double)n);
+  enum { AT = 200 };
+  double at[AT];
+  for (int i = 0; i < AT; i++) {
+    size_t step = (size_t)(next() % (n + 1));
+    ms_snapshot_t *v = NULL;
+    double t0 = now_s();
+    if (ms_timeline_snapshot_at(tl, 0, step, NULL, &v) != MS_OK) return 1;
+    at[i] = (now_s() - t0) * 1e3;
+    ms_snapshot_free(v);
+  }
+  qsort(at, AT, sizeof *at, cmp_double);
+  printf("timeline_at_ms %.3f\n", at[AT / 2]);
+  fprintf(stderr, "bench_timeline: --at: median %.3f ms, max %.3f ms\n", at[AT / 2], at[AT - 1]);
+  ms_timeline_destroy(tl);
+  ms_snapshot_free(s);
+
+  const char *dir = getenv("MEMSNAP_TORCH_FIXTURES");
+  if (!dir || !*dir) dir = MS_BENCH_FIXTURES_DEFAULT;
+  const char *bin = getenv("MEMSNAP_BIN");
+  char path[4096];
+  snprintf(path, sizeof path, "%s/wedsonlin_cs336_medium_1024_training.pickle", dir);
+  struct stat st;
+  if (stat(path, &st) != 0 || !bin) {
+    fprintf(stderr, "SKIP: bench_timeline: %s or MEMSNAP_BIN not found\n", path);
+    return 0;
+  }
+  double js[5];
+  for (int i = 0; i < 5; i++) {
+    js[i] = run_json(bin, path);
+    if (js[i] < 0) {
+      fprintf(stderr, "bench_timeline: memsnap timeline --json failed\n");
+      return 1;
+    }
+  }
+  qsort(js, 5, sizeof *js, cmp_double);
+  printf("timeline_json_largest_fixture_s %.4f\n", js[2]);
+  return 0;
+}

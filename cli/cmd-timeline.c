@@ -1,0 +1,245 @@
+/* SPDX-License-Identifier: MIT
+ * memsnap CLI: `memsnap timeline FILE` (issue #12 §2): memory over time.
+ *
+ * Text (default): per device, the number of trace entries, the first and last timestamps, the
+ * peak of allocated bytes (bytes, entry, time, the biggest stacks alive then), the peak of
+ * reserved bytes likewise, and the final state. `--json` prints exactly the data PyTorch's web
+ * viewer computes for its "Active Memory Timeline" (`--segments`: "Active Cached Segment
+ * Timeline"), see memsnap/timeline.h.
+ */
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "memsnap/timeline.h"
+
+static const char timeline_usage[] =
+    "usage: memsnap timeline FILE [--json [--segments] [--max-entries N]] [--device N]\n"
+    "                        [--range A:B] [--stream S] [--pool ID]\n"
+    "\n"
+    "Memory over time. By default prints, for each device: the number of trace entries, the\n"
+    "first and last timestamps, the peak of allocated memory (bytes, entry, time and the\n"
+    "stacks that held the most memory then), the peak of reserved memory, and the final state.\n"
+    "FILE is a memsnap snapshot or a PyTorch pickle ('-' reads standard input).\n"
+    "\n"
+    "options:\n"
+    "  --json             print the data of PyTorch's viewer \"Active Memory Timeline\" (one\n"
+    "                     device: the viewer's default, or --device) as JSON\n"
+    "  --segments         with --json: the \"Active Cached Segment Timeline\" instead\n"
+    "  --max-entries N    with --json: draw only the N largest allocations on their own, the\n"
+    "                     rest as one \"summarized\" band (the viewer's default is 15000);\n"
+    "                     without it nothing is summarized\n"
+    "  --device N         only device N\n"
+    "  --range A:B        only trace entries A to B (inclusive; either may be omitted)\n"
+    "  --stream S         (text) count only segments of stream S (raw handle, decimal or 0x..)\n"
+    "  --pool ID          (text) count only segments of private pool ID (`A,B`; 0,0 = default)\n"
+    "  -h, --help         show this help\n";
+
+
+static int timeline_json(const ms_snapshot_t *snap, const char *name, const cli_tl_args_t *ta,
+                         bool segments, size_t max_entries) {
+  size_t dev;
+  int rc = cli_tl_device(snap, name, ta, &dev);
+  if (rc != CLI_OK) return rc;
+  size_t n = dev < snap->ndevices ? snap->devices[dev].ntrace : 0;
+  size_t first = 0, last = SIZE_MAX;
+  ms_snapshot_t *at_last = NULL;
+  if (ta->has_range) {
+    if (ta->first > 0 && ta->first >= n) {
+      cli_error("'%s': --range starts at entry %" PRIu64 ", past the %zu entries of device %zu",
+                name, ta->first, n, dev);
+      return CLI_FAILURE;
+    }
+    first = (size_t)ta->first;
+    last = ta->last >= n ? n : (size_t)ta->last + 1;
+    if (last < n) { /* the segments as they were at the end of the range */
+      ms_timeline_t *tl = NULL;
+      if ((rc = cli_tl_open(snap, name, ta, &tl)) != CLI_OK) return rc;
+      int err = ms_timeline_snapshot_at(tl, dev, last, NULL, &at_last);
+      ms_timeline_destroy(tl);
+      if (err != MS_OK) {
+        cli_error("out of memory");
+        return CLI_FAILURE;
+      }
+    }
+  }
+  ms_tlv_t v;
+  int err = ms_tlv_compute(snap, dev, segments, max_entries, first, last, at_last, &v);
+  ms_snapshot_free(at_last);
+  if (err != MS_OK) {
+    cli_error("'%s': cannot compute the timeline: %s", name, ms_strerror(err));
+    return CLI_FAILURE;
+  }
+  cli_out_t o;
+  if ((rc = cli_out_open(&o, "-")) != CLI_OK) {
+    ms_tlv_release(&v);
+    return rc;
+  }
+  err = ms_tlv_write_json(&v, &o.sink);
+  ms_tlv_release(&v);
+  if (err != MS_OK) {
+    cli_out_abort(&o);
+    cli_error("cannot write the timeline: %s", ms_strerror(err));
+    return CLI_FAILURE;
+  }
+  return cli_out_commit(&o);
+}
+
+static void timeline_bytes(FILE *out, uint64_t v) {
+  char b[CLI_BYTES_BUFSZ];
+  fprintf(out, "%s (%" PRIu64 " bytes)", cli_format_bytes((int64_t)v, b), v);
+}
+
+/* The peak of one metric and the stacks that held the most then. */
+static int timeline_peak(FILE *out, const ms_timeline_t *tl, size_t dev, ms_tl_metric m,
+                         size_t from, size_t to, const ms_tl_filter_t *filter) {
+  ms_tl_peak_t p;
+  if (ms_timeline_peak(tl, dev, m, from, to, &p) != MS_OK) return CLI_OK;
+  char when[200];
+  cli_moment_text(tl, dev, p.step, when, sizeof when);
+  fprintf(out, "  peak %s: ", ms_tl_metric_name(m));
+  timeline_bytes(out, p.bytes);
+  fprintf(out, "\n    %s\n", when);
+  ms_snapshot_t *at = NULL;
+  if (ms_timeline_snapshot_at(tl, dev, p.step, filter, &at) != MS_OK) {
+    cli_error("out of memory");
+    return CLI_FAILURE;
+  }
+  cli_top_t top;
+  if (cli_top_compute(at, CLI_TOP_STACK, &top) != MS_OK) {
+    ms_snapshot_free(at);
+    cli_error("out of memory");
+    return CLI_FAILURE;
+  }
+  fprintf(out, "    top stacks alive then (allocated bytes, blocks, innermost frame):\n");
+  for (size_t i = 0; i < top.nitems && i < 5; i++) {
+    char label[512], b[CLI_BYTES_BUFSZ];
+    cli_top_label(at, &top, i, label, sizeof label);
+    fprintf(out, "      %10s %6" PRIu64 "  %s\n",
+            cli_format_bytes((int64_t)top.items[i].bytes, b), top.items[i].count, label);
+  }
+  if (top.nitems == 0) fprintf(out, "      (no allocated block)\n");
+  cli_top_release(&top);
+  ms_snapshot_free(at);
+  return CLI_OK;
+}
+
+static int timeline_text(const ms_snapshot_t *snap, const char *name, const cli_tl_args_t *ta) {
+  ms_timeline_t *tl = NULL;
+  int rc;
+  size_t only = SIZE_MAX;
+  if (ta->has_device) {
+    if ((rc = cli_tl_device(snap, name, ta, &only)) != CLI_OK) return rc;
+  } else if (ms_tl_viewer_devices(snap, NULL, 0, NULL) == 0) {
+    cli_error("'%s': no device has a trace or segments: nothing to show", name);
+    return CLI_FAILURE;
+  }
+  if ((rc = cli_tl_open(snap, name, ta, &tl)) != CLI_OK) return rc;
+  FILE *out = stdout;
+  bool any_segment = false;
+  for (size_t dev = 0; dev < ms_timeline_ndevices(tl) && rc == CLI_OK; dev++) {
+    if (only != SIZE_MAX && dev != only) continue;
+    size_t n = ms_timeline_nentries(tl, dev);
+    const uint64_t *res = ms_timeline_series(tl, dev, MS_TL_RESERVED);
+    bool has_seg = false;
+    for (size_t i = 0; i < snap->nsegments && !has_seg; i++)
+      has_seg = snap->segments[i].device == (int64_t)dev;
+    if (n == 0 && !has_seg) continue;
+    size_t from, to;
+    if ((rc = cli_tl_steps(tl, name, ta, dev, &from, &to)) != CLI_OK) break;
+    for (size_t s = from; s <= to && !any_segment; s++) any_segment = res[s] > 0;
+    fprintf(out, "device %zu: %zu trace entries", dev, n);
+    if (ta->has_range) fprintf(out, ", showing entries %zu to %zu", from, to ? to - 1 : 0);
+    fputc('\n', out);
+    const ms_snap_trace_t *fe = NULL, *le = NULL;
+    for (size_t i = from; i < to; i++) {
+      const ms_snap_trace_t *e = ms_timeline_entry(tl, dev, i);
+      if (!(e->present & MS_TRACE_HAS_TIME)) continue;
+      if (!fe) fe = e;
+      le = e;
+    }
+    if (fe) {
+      char a[96], b[96];
+      cli_format_time(fe, a, sizeof a);
+      cli_format_time(le, b, sizeof b);
+      fprintf(out, "  first entry: %s\n  last entry:  %s\n  duration: %.6f s\n", a, b,
+              (double)(le->time_us - fe->time_us) / 1e6);
+    } else if (to > from) {
+      fprintf(out, "  (the entries have no timestamps)\n");
+    }
+    const ms_tl_filter_t *f =
+        ta->filter.has_stream || ta->filter.has_pool ? &ta->filter : NULL;
+    rc = timeline_peak(out, tl, dev, MS_TL_ALLOCATED, from, to, f);
+    if (rc == CLI_OK) rc = timeline_peak(out, tl, dev, MS_TL_RESERVED, from, to, f);
+    if (rc != CLI_OK) break;
+    fprintf(out, "  %s:\n", to == n ? "final state (the snapshot)" : "state at the end of the range");
+    for (int m = 0; m < MS_TL_METRIC_COUNT; m++) {
+      fprintf(out, "    %-10s ", ms_tl_metric_name((ms_tl_metric)m));
+      timeline_bytes(out, ms_timeline_series(tl, dev, (ms_tl_metric)m)[to]);
+      fputc('\n', out);
+    }
+    if (from > 0 || !ta->has_range) {
+      fprintf(out, "  before the first entry shown: allocated ");
+      timeline_bytes(out, ms_timeline_series(tl, dev, MS_TL_ALLOCATED)[from]);
+      fprintf(out, ", reserved ");
+      timeline_bytes(out, res[from]);
+      fputc('\n', out);
+    }
+  }
+  if (rc == CLI_OK && !any_segment && (ta->filter.has_stream || ta->filter.has_pool)) {
+    cli_error("'%s': no segment matches the filter (--stream/--pool) at any moment", name);
+    rc = CLI_FAILURE;
+  }
+  ms_timeline_destroy(tl);
+  return rc;
+}
+
+int cmd_timeline(int argc, char **argv) {
+  int json = 0, segments = 0;
+  const char *max_entries_s = NULL, *device_s = NULL, *range_s = NULL, *stream_s = NULL,
+             *pool_s = NULL;
+  const struct cli_opt opts[] = {{"json", 0, &json, NULL},
+                                 {"segments", 0, &segments, NULL},
+                                 {"max-entries", 0, NULL, &max_entries_s},
+                                 {"device", 0, NULL, &device_s},
+                                 {"range", 0, NULL, &range_s},
+                                 {"stream", 0, NULL, &stream_s},
+                                 {"pool", 0, NULL, &pool_s},
+                                 {NULL, 0, NULL, NULL}};
+  char *pos[1];
+  int npos = 0;
+  int rc = cli_parse_options("timeline", timeline_usage, opts, argc, argv, pos, 1, &npos);
+  if (rc == CLI_HELP_SHOWN) return CLI_OK;
+  if (rc != CLI_OK) return rc;
+  if (npos < 1) return cli_usage_error("timeline", "missing FILE");
+  cli_tl_args_t ta;
+  if ((rc = cli_tl_args_parse("timeline", &ta, device_s, range_s, stream_s, pool_s, NULL)) !=
+      CLI_OK)
+    return rc;
+  size_t max_entries = SIZE_MAX;
+  if (max_entries_s) {
+    uint64_t v;
+    if (!cli_parse_u64(max_entries_s, &v))
+      return cli_usage_error("timeline", "option '--max-entries' needs a number, not '%s'",
+                             max_entries_s);
+    max_entries = (size_t)v;
+  }
+  if (!json && (segments || max_entries_s))
+    return cli_usage_error("timeline", "options '--segments' and '--max-entries' need '--json'");
+  if (json && (stream_s || pool_s))
+    return cli_usage_error("timeline",
+                           "options '--stream' and '--pool' do not apply to '--json' (the "
+                           "viewer's data covers the whole device)");
+
+  ms_snapshot_t *snap = NULL;
+  if ((rc = cli_load(pos[0], &snap)) != CLI_OK) return rc;
+  const char *name = cli_display_name(pos[0]);
+  if (json)
+    rc = timeline_json(snap, name, &ta, segments != 0, max_entries);
+  else
+    rc = timeline_text(snap, name, &ta);
+  ms_snapshot_free(snap);
+  return rc;
+}

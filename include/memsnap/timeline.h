@@ -1,0 +1,280 @@
+/* SPDX-License-Identifier: MIT
+ * memsnap: memory over time (issue #12). A time index over a snapshot's trace gives the
+ * allocator's state at any moment of the trace, the totals after every entry and their peaks;
+ * the viewer data computes exactly what PyTorch's web viewer (MemoryViz.js) draws in its
+ * "Active Memory Timeline" and "Active Cached Segment Timeline".
+ *
+ * Vocabulary:
+ *  - A device's trace has n entries (ms_snap_device_t.ntrace). The state at *step* s
+ *    (0 <= s <= n) is the state after the first s entries: step n is the end of the trace (the
+ *    snapshot's own segments and blocks), step 0 the state before entry 0. "The state at entry i"
+ *    is step i + 1.
+ *  - Earlier states are the end state with the trace undone, newest first (as the viewer's
+ *    "Allocator State History"): an `alloc` undone removes its block, a `free_completed` undone
+ *    puts the block back (pending free), a `free_requested` undone makes it allocated again,
+ *    `segment_alloc`/`segment_free` remove/add a whole segment, `segment_map`/`segment_unmap`
+ *    remove/add a range of an expandable segment (adjacent mapped ranges of one stream and pool
+ *    form one segment, as PyTorch reports them). A block freed in the trace whose alloc is not in
+ *    it (ring buffer) stays live back to step 0 (MS_TL_BLOCK_ALLOC_UNRECORDED).
+ *  - A live block is allocated (`active_allocated`) or pending free (`active_pending_free`);
+ *    free (`inactive`) blocks are the gaps between live blocks inside a segment.
+ *  - Totals (bytes): allocated = sizes of allocated blocks; active = allocated + pending-free
+ *    blocks; requested = the user's requested sizes of active blocks; reserved = segment sizes.
+ *  - Block sizes: a block alive at the end has its exact size (the snapshot's). The trace records
+ *    only requested sizes, so a block freed within the trace gets an inferred size
+ *    (MS_TL_BLOCK_SIZE_INFERRED): PyTorch's 512-byte rounding of the request, or, for a large
+ *    request (> 1 MiB), the whole room up to the next block when the remainder would have been too
+ *    small to split off (<= 1 MiB); the room is the smallest gap the block had to its next
+ *    neighbour over its whole life, so inferred blocks never overlap (a first pass finds it).
+ *  - An inconsistent trace (an alloc whose block is not there later, a free inside a live block
+ *    or outside every segment, a segment that overlaps another, a map/unmap outside a segment)
+ *    is an error naming the device and the entry number: MS_EFORMAT with the description in the
+ *    error buffer, e.g. "device 0, trace entry 17 (free_completed 0x7f00): no segment holds it".
+ *
+ * Cost: building is two passes over each trace and O(1) per entry (hash map); a checkpoint of
+ * the state is kept every max(K, 2 x live blocks) entries, so reaching any step undoes at most
+ * that many entries from the nearest later checkpoint.
+ * Thread-safety: an index is immutable after ms_timeline_create; any number of threads may query
+ * it. The source snapshot must outlive the index and every snapshot it materialises.
+ */
+#ifndef MEMSNAP_TIMELINE_H
+#define MEMSNAP_TIMELINE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "memsnap/common.h"
+#include "memsnap/error.h"
+#include "memsnap/serialize.h"
+#include "memsnap/snapshot.h"
+
+MS_EXTERN_C_BEGIN
+
+typedef struct ms_timeline_s ms_timeline_t;
+
+/* A filter by stream and private pool: a field applies when its has_ flag is set; a segment
+ * passes by its own stream and segment_pool_id. */
+typedef struct ms_tl_filter_s {
+  bool has_stream;
+  uint64_t stream;    /* raw stream handle */
+  bool has_pool;
+  int64_t pool_id[2]; /* (0,0) = the default pool */
+} ms_tl_filter_t;
+
+typedef struct ms_timeline_config_s {
+  uint32_t checkpoint_every; /* minimum entries between checkpoints (K); 0 = default 1024 */
+  ms_tl_filter_t filter;     /* the totals, series and peaks count only the segments that pass
+                                it, and their blocks (default: all); states still hold every
+                                segment (ms_timeline_snapshot_at takes a filter of its own) */
+} ms_timeline_config_t;
+
+/* Fills the defaults. */
+MS_API void ms_timeline_config_init(ms_timeline_config_t *cfg);
+
+/* Builds the index of every device of snap. cfg may be NULL (defaults).
+ * @return MS_OK; MS_EFORMAT for an inconsistent trace or snapshot (eb names device and entry);
+ * MS_ENOMEM; MS_ELIMIT for an absurd device number. *out untouched on failure. */
+MS_API MS_NODISCARD int ms_timeline_create(const ms_snapshot_t *snap,
+                                           const ms_timeline_config_t *cfg, ms_timeline_t **out,
+                                           ms_errbuf_t *eb);
+/* Frees the index. Accepts NULL. */
+MS_API void ms_timeline_destroy(ms_timeline_t *tl);
+
+/* @return the snapshot the index was built from. */
+MS_API const ms_snapshot_t *ms_timeline_snapshot(const ms_timeline_t *tl);
+/* @return the number of devices: one per trace, or more when segments name a higher device. */
+MS_API size_t ms_timeline_ndevices(const ms_timeline_t *tl);
+/* @return the number of trace entries of device dev (0 for an unknown device). The steps of the
+ * device are 0 .. that number. */
+MS_API size_t ms_timeline_nentries(const ms_timeline_t *tl, size_t dev);
+/* @return the trace entry i of device dev (pre: i < ms_timeline_nentries). */
+MS_API const ms_snap_trace_t *ms_timeline_entry(const ms_timeline_t *tl, size_t dev, size_t i);
+
+/* ---- totals, series and peaks -------------------------------------------------------------- */
+
+typedef enum ms_tl_metric {
+  MS_TL_ALLOCATED = 0, /* bytes in allocated blocks */
+  MS_TL_ACTIVE,        /* bytes in allocated and pending-free blocks */
+  MS_TL_REQUESTED,     /* requested bytes of active blocks */
+  MS_TL_RESERVED,      /* bytes in segments */
+  MS_TL_METRIC_COUNT
+} ms_tl_metric;
+
+/* @return "allocated", "active", "requested", "reserved" ("?" otherwise). */
+MS_API const char *ms_tl_metric_name(ms_tl_metric m);
+
+/* @return the metric's value at every step of device dev: an array of nentries + 1 values owned
+ * by the index (value[s] = the total at step s), or NULL for an unknown device or metric. */
+MS_API const uint64_t *ms_timeline_series(const ms_timeline_t *tl, size_t dev, ms_tl_metric m);
+
+typedef struct ms_tl_peak_s {
+  uint64_t bytes;  /* the highest value */
+  size_t step;     /* the first step where it is reached */
+  int64_t entry;   /* step - 1: the entry after which it is reached; -1 = before the first entry */
+  int64_t time_us; /* that entry's time_us; 0 when the entry has none or entry is -1 */
+  bool has_time;   /* time_us is known */
+} ms_tl_peak_t;
+
+/* The peak of metric m over steps [from, to] of device dev (to clamped to nentries).
+ * @return MS_OK, or MS_EINVAL for an unknown device/metric or from > to. */
+MS_API MS_NODISCARD int ms_timeline_peak(const ms_timeline_t *tl, size_t dev, ms_tl_metric m,
+                                         size_t from, size_t to, ms_tl_peak_t *out);
+
+/* ---- the state at a step ------------------------------------------------------------------- */
+
+enum {
+  MS_TL_BLOCK_SIZE_INFERRED = 1u << 0,    /* block size inferred (see above) */
+  MS_TL_BLOCK_ALLOC_UNRECORDED = 1u << 1, /* freed in the trace, alloc not in it */
+  MS_TL_BLOCK_FROM_SNAPSHOT = 1u << 2,    /* alive at the end: snap_block is valid */
+};
+
+typedef struct ms_tl_block_s {
+  uint64_t address;
+  uint64_t size;           /* bytes (see MS_TL_BLOCK_SIZE_INFERRED) */
+  uint64_t requested_size; /* the user's size */
+  uint64_t stream;         /* raw stream handle */
+  int64_t alloc_entry;     /* index of its alloc entry in the device's trace, -1 when not in it */
+  int64_t free_entry;      /* index of its free_completed entry, -1 when alive at the end */
+  int64_t time_us;         /* time of that alloc entry (0 when unknown) */
+  uint32_t stack;          /* allocation stack (the free's when the alloc is unrecorded) */
+  uint32_t snap_block;     /* the snapshot's block (MS_TL_BLOCK_FROM_SNAPSHOT), else UINT32_MAX */
+  ms_block_state state;    /* MS_BLOCK_ACTIVE_ALLOCATED or MS_BLOCK_ACTIVE_PENDING_FREE */
+  uint32_t flags;          /* MS_TL_BLOCK_* */
+} ms_tl_block_t;
+
+typedef struct ms_tl_segment_s {
+  uint64_t address;
+  uint64_t size;       /* bytes */
+  uint64_t stream;     /* raw stream handle */
+  int64_t pool_id[2];  /* (0,0) = default pool */
+  bool is_expandable;
+  uint32_t stack;      /* segment allocation stack, or MS_SNAP_NO_STACK */
+  uint32_t snap_segment; /* the snapshot's segment it came from, or UINT32_MAX */
+} ms_tl_segment_t;
+
+/* A state, in the caller's storage: ms_timeline_state_init, fill with ms_timeline_state_at (as
+ * often as wanted), ms_timeline_state_release. Segments and blocks sorted by address. */
+typedef struct ms_tl_state_s {
+  size_t device;
+  size_t step;
+  ms_tl_segment_t *segments;
+  size_t nsegments;
+  ms_tl_block_t *blocks; /* live blocks only */
+  size_t nblocks;
+  uint64_t totals[MS_TL_METRIC_COUNT]; /* of the segments that pass the index's filter */
+  size_t cap_segments_, cap_blocks_; /* private */
+} ms_tl_state_t;
+
+MS_API void ms_timeline_state_init(ms_tl_state_t *st);
+MS_API void ms_timeline_state_release(ms_tl_state_t *st);
+
+/* Fills *st with the state of device dev at step s. @return MS_OK, MS_EINVAL (unknown device or
+ * s > nentries), MS_ENOMEM. */
+MS_API MS_NODISCARD int ms_timeline_state_at(const ms_timeline_t *tl, size_t dev, size_t step,
+                                             ms_tl_state_t *st);
+
+/* Applies the next entry (st->step) to *st, forwards, so that st becomes the state at step + 1
+ * (pre: st was filled by ms_timeline_state_at or this function, and st->step < nentries).
+ * Used to check the index (tests) and to walk a range. @return MS_OK, MS_EINVAL, MS_ENOMEM. */
+MS_API MS_NODISCARD int ms_timeline_state_advance(const ms_timeline_t *tl, ms_tl_state_t *st);
+
+/* The state of device dev at step s as a snapshot, so that every view of a snapshot (stats,
+ * memory and segments flame graphs, compare) shows that moment unchanged: the segments of that
+ * device (filtered by filter, which may be NULL) with their blocks, free gaps as `inactive`
+ * blocks. The result borrows everything else (frames, stacks, trace, settings) from the source
+ * snapshot, which must outlive it; free it with ms_snapshot_free().
+ * @return MS_OK, MS_EINVAL, MS_ENOMEM. */
+MS_API MS_NODISCARD int ms_timeline_snapshot_at(const ms_timeline_t *tl, size_t dev, size_t step,
+                                                const ms_tl_filter_t *filter,
+                                                ms_snapshot_t **out);
+
+/* The snapshot's segments of one device (dev = SIZE_MAX: all devices) that pass the filter (NULL:
+ * all), with their blocks: the end state without a time index (no trace needed). The result
+ * borrows everything else from snap, which must outlive it; free it with ms_snapshot_free().
+ * @return MS_OK or MS_ENOMEM. */
+MS_API MS_NODISCARD int ms_snapshot_select(const ms_snapshot_t *snap, size_t dev,
+                                           const ms_tl_filter_t *filter, ms_snapshot_t **out);
+
+/* ---- moments ------------------------------------------------------------------------------- */
+
+typedef enum ms_tl_moment_kind {
+  MS_TL_MOMENT_PEAK = 0,      /* "peak": the first step of the peak of allocated bytes */
+  MS_TL_MOMENT_PEAK_RESERVED, /* "peak-reserved" */
+  MS_TL_MOMENT_ENTRY,         /* "123": after trace entry 123 (step 124); "-1" = before entry 0 */
+  MS_TL_MOMENT_TIME,          /* "t=1700000000123456" or "1700000000123456us": the state after the
+                                 last entry with time_us <= the time (before entry 0 if none) */
+  MS_TL_MOMENT_END,           /* "end": the end of the trace (the snapshot itself) */
+} ms_tl_moment_kind;
+
+typedef struct ms_tl_moment_s {
+  ms_tl_moment_kind kind;
+  int64_t value; /* ENTRY: the entry index (-1 allowed); TIME: microseconds */
+} ms_tl_moment_t;
+
+/* Parses a moment's text (see ms_tl_moment_kind). @return MS_OK or MS_EINVAL with eb filled. */
+MS_API MS_NODISCARD int ms_tl_moment_parse(const char *text, ms_tl_moment_t *out,
+                                           ms_errbuf_t *eb);
+/* Resolves a moment to a step of device dev, within steps [from, to] for the peaks.
+ * @return MS_OK, or MS_EINVAL with eb filled (entry out of range, no entry has a time...). */
+MS_API MS_NODISCARD int ms_timeline_moment_step(const ms_timeline_t *tl, size_t dev,
+                                                const ms_tl_moment_t *m, size_t from, size_t to,
+                                                size_t *step, ms_errbuf_t *eb);
+
+/* ---- PyTorch viewer's timeline data (reference: timeline-data.md in the docs) --------------- */
+
+/* The devices the viewer lists (a non-empty trace or at least one segment) and its default (the
+ * longest trace, first on ties). @return the number listed (0: the viewer cannot show the
+ * snapshot); the first min(that, cap) device numbers go to devs; *def (may be NULL) = default. */
+MS_API size_t ms_tl_viewer_devices(const ms_snapshot_t *snap, size_t *devs, size_t cap,
+                                   size_t *def);
+
+/* One series of allocations_over_time: elem (an element index, or -1 for "summarized"),
+ * points (timestep, offset) in order, size (one value, or per point for the summarized band). */
+typedef struct ms_tlv_series_s {
+  int64_t elem;        /* -1 = "summarized" */
+  size_t first_point;  /* into ms_tlv_t.timesteps / offsets / sizes */
+  size_t npoints;      /* timesteps; the summarized band has npoints + 1 offsets (MemoryViz) */
+  int64_t size;        /* element size (not the summarized band) */
+  int64_t color;
+  bool ghost;          /* a block of the snapshot with no alloc in the trace */
+} ms_tlv_series_t;
+
+typedef struct ms_tlv_s {
+  size_t device;
+  bool segments;           /* the "Active Cached Segment Timeline" */
+  int64_t max_size;
+  size_t elements_length;
+  int64_t *max_at_time;    /* one value per timestep */
+  size_t ntimesteps;
+  ms_tlv_series_t *series; /* drawn elements in order of appearance, the summarized band last */
+  size_t nseries;
+  int64_t *timesteps;      /* points of all series, series by series */
+  int64_t *offsets;        /* offsets, the same layout (summarized band: one more) */
+  int64_t *sizes;          /* summarized band's sizes (npoints values), at its first_point */
+  size_t npoints;
+  /* Elements (for hover texts): the trace entry index of element e, or -1 - k for the snapshot's
+   * block or segment k (ghost / initially present). */
+  int64_t *element_source;
+  void *impl_;
+} ms_tlv_t;
+
+/* Computes the viewer's data for device dev (plot_segments: the segment timeline) with at most
+ * max_entries elements drawn on their own (SIZE_MAX: all; MemoryViz's default is 15000),
+ * restricted to trace entries [first, last) of the device (0, SIZE_MAX: the whole trace).
+ * `at_last` gives the segments at the end of that range (the state at step `last`, e.g. from
+ * ms_timeline_snapshot_at); NULL means snap itself, which is right when last reaches the end.
+ * @return MS_OK, MS_EINVAL (no such device), MS_ENOMEM. Free with ms_tlv_release. */
+MS_API MS_NODISCARD int ms_tlv_compute(const ms_snapshot_t *snap, size_t dev, bool plot_segments,
+                                       size_t max_entries, size_t first, size_t last,
+                                       const ms_snapshot_t *at_last, ms_tlv_t *out);
+MS_API void ms_tlv_release(ms_tlv_t *v);
+
+/* Writes the data as one JSON object with the viewer's field names: device, max_size,
+ * elements_length, max_at_time, allocations_over_time ({elem, timesteps, offsets, size, color
+ * [, ghost]}, the band with elem "summarized"). @return MS_OK or the sink's error. */
+MS_API MS_NODISCARD int ms_tlv_write_json(const ms_tlv_t *v, ms_sink_t *sink);
+
+MS_EXTERN_C_END
+
+#endif /* MEMSNAP_TIMELINE_H */

@@ -1,0 +1,1134 @@
+/* SPDX-License-Identifier: MIT
+ * Tests for the time index and the viewer's timeline data (memsnap/timeline.h, issue #12):
+ * properties on every PyTorch fixture and on traces recorded by memsnap's own allocator under
+ * several configurations (the state at the last step is the snapshot's; one entry forwards from
+ * step N is step N + 1; a trace recorded from the start begins empty), inconsistent traces give
+ * the documented error with the entry number, hostile inputs do not crash, and the viewer's data
+ * equals PyTorch's own output (expected/NAME.timeline.0.json.gz) on every fixture.
+ */
+#include <criterion/criterion.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "helpers.h"
+#include "memsnap/allocator.h"
+#include "memsnap/backend.h"
+#include "memsnap/config.h"
+#include "memsnap/history.h"
+#include "memsnap/serialize.h"
+#include "memsnap/timeline.h"
+#include "snapbuild.h"
+
+static const char *const fixtures[] = {
+    "jogregoire_diffusion_tiny", "a0kuma_adamw_small",    "yiyi_flexgen_oom_legacy",
+    "yiyi_flexgen_1.3b_legacy_a", "maphsge_select_n_4dev", "cranberrii_ftcourse",
+    "wedsonlin_cs336_medium_1024_training",
+};
+#define NFIX (sizeof fixtures / sizeof *fixtures)
+
+static ms_snapshot_t *load_fixture(const char *name) {
+  char path[1024];
+  snprintf(path, sizeof path, "%s/%s.pickle", th_fixture_dir(), name);
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  fclose(f);
+  ms_snapshot_t *s = NULL;
+  ms_errbuf_t eb = {{0}};
+  cr_assert_eq(ms_snapshot_load(path, &s, &eb), MS_OK, "%s: %s", path, eb.msg);
+  return s;
+}
+
+/* ---- state comparison ---------------------------------------------------------------------- */
+
+static int state_diff(const ms_tl_state_t *a, const ms_tl_state_t *b, char *why, size_t cap) {
+  if (a->nsegments != b->nsegments) {
+    snprintf(why, cap, "nsegments %zu != %zu", a->nsegments, b->nsegments);
+    return 1;
+  }
+  for (size_t i = 0; i < a->nsegments; i++) {
+    const ms_tl_segment_t *x = &a->segments[i], *y = &b->segments[i];
+    if (x->address != y->address || x->size != y->size || x->is_expandable != y->is_expandable ||
+        x->stream != y->stream) {
+      snprintf(why, cap, "segment %zu: 0x%" PRIx64 "+%" PRIu64 " != 0x%" PRIx64 "+%" PRIu64, i,
+               x->address, x->size, y->address, y->size);
+      return 1;
+    }
+  }
+  if (a->nblocks != b->nblocks) {
+    snprintf(why, cap, "nblocks %zu != %zu", a->nblocks, b->nblocks);
+    return 1;
+  }
+  for (size_t i = 0; i < a->nblocks; i++) {
+    const ms_tl_block_t *x = &a->blocks[i], *y = &b->blocks[i];
+    if (x->address != y->address || x->size != y->size ||
+        x->requested_size != y->requested_size || x->state != y->state ||
+        x->alloc_entry != y->alloc_entry || x->flags != y->flags ||
+        x->snap_block != y->snap_block || x->stack != y->stack) {
+      snprintf(why, cap,
+               "block %zu: 0x%" PRIx64 " %" PRIu64 "/%" PRIu64 " st%d e%" PRId64 " f%u != 0x%" PRIx64
+               " %" PRIu64 "/%" PRIu64 " st%d e%" PRId64 " f%u",
+               i, x->address, x->size, x->requested_size, (int)x->state, x->alloc_entry, x->flags,
+               y->address, y->size, y->requested_size, (int)y->state, y->alloc_entry, y->flags);
+      return 1;
+    }
+  }
+  for (int m = 0; m < MS_TL_METRIC_COUNT; m++)
+    if (a->totals[m] != b->totals[m]) {
+      snprintf(why, cap, "%s %" PRIu64 " != %" PRIu64, ms_tl_metric_name((ms_tl_metric)m),
+               a->totals[m], b->totals[m]);
+      return 1;
+    }
+  return 0;
+}
+
+/* The totals recomputed from a state's blocks and segments. */
+static void state_totals(const ms_tl_state_t *s, uint64_t t[MS_TL_METRIC_COUNT]) {
+  memset(t, 0, sizeof(uint64_t) * MS_TL_METRIC_COUNT);
+  for (size_t i = 0; i < s->nsegments; i++) t[MS_TL_RESERVED] += s->segments[i].size;
+  for (size_t i = 0; i < s->nblocks; i++) {
+    const ms_tl_block_t *b = &s->blocks[i];
+    if (b->state == MS_BLOCK_ACTIVE_ALLOCATED) t[MS_TL_ALLOCATED] += b->size;
+    t[MS_TL_ACTIVE] += b->size;
+    t[MS_TL_REQUESTED] += b->requested_size;
+  }
+}
+
+/* The end state must be the snapshot's segments and live blocks of that device. */
+static void check_end_is_snapshot(const ms_snapshot_t *s, const ms_timeline_t *tl, size_t dev) {
+  ms_tl_state_t st;
+  ms_timeline_state_init(&st);
+  cr_assert_eq(ms_timeline_state_at(tl, dev, ms_timeline_nentries(tl, dev), &st), MS_OK);
+  size_t nseg = 0, nlive = 0;
+  for (size_t i = 0; i < s->nsegments; i++) {
+    const ms_snap_segment_t *g = &s->segments[i];
+    if (g->device != (int64_t)dev) continue;
+    nseg++;
+    bool found = false;
+    for (size_t k = 0; k < st.nsegments && !found; k++)
+      found = st.segments[k].address == g->address && st.segments[k].size == g->total_size;
+    cr_assert(found, "device %zu: segment 0x%" PRIx64 " missing at the end", dev, g->address);
+    for (uint32_t k = 0; k < g->nblocks; k++) {
+      const ms_snap_block_t *b = &s->blocks[g->first_block + k];
+      if (b->state != MS_BLOCK_ACTIVE_ALLOCATED && b->state != MS_BLOCK_ACTIVE_PENDING_FREE)
+        continue;
+      nlive++;
+      bool bf = false;
+      for (size_t j = 0; j < st.nblocks && !bf; j++)
+        bf = st.blocks[j].address == b->address && st.blocks[j].size == b->size &&
+             st.blocks[j].state == b->state;
+      cr_assert(bf, "device %zu: block 0x%" PRIx64 " missing at the end", dev, b->address);
+    }
+  }
+  cr_assert_eq(st.nsegments, nseg);
+  cr_assert_eq(st.nblocks, nlive);
+  ms_timeline_state_release(&st);
+}
+
+/* Walks the whole trace forwards from step 0 with ms_timeline_state_advance and compares with
+ * the index at every step (totals) and at sampled steps (the whole state). */
+static void check_forward(const ms_timeline_t *tl, size_t dev, size_t sample_every) {
+  size_t n = ms_timeline_nentries(tl, dev);
+  ms_tl_state_t fwd, at;
+  ms_timeline_state_init(&fwd);
+  ms_timeline_state_init(&at);
+  cr_assert_eq(ms_timeline_state_at(tl, dev, 0, &fwd), MS_OK);
+  char why[512];
+  for (size_t s = 0; s <= n; s++) {
+    uint64_t t[MS_TL_METRIC_COUNT];
+    state_totals(&fwd, t);
+    for (int m = 0; m < MS_TL_METRIC_COUNT; m++) {
+      cr_assert_eq(t[m], fwd.totals[m], "dev %zu step %zu: %s recomputed %" PRIu64 " kept %" PRIu64,
+                   dev, s, ms_tl_metric_name((ms_tl_metric)m), t[m], fwd.totals[m]);
+      cr_assert_eq(ms_timeline_series(tl, dev, (ms_tl_metric)m)[s], t[m],
+                   "dev %zu step %zu: series of %s", dev, s, ms_tl_metric_name((ms_tl_metric)m));
+    }
+    /* blocks lie inside their segments, without overlap */
+    size_t k = 0;
+    for (size_t i = 0; i < fwd.nsegments; i++) {
+      const ms_tl_segment_t *g = &fwd.segments[i];
+      if (i) cr_assert(fwd.segments[i - 1].address + fwd.segments[i - 1].size <= g->address);
+      uint64_t at_addr = g->address;
+      while (k < fwd.nblocks && fwd.blocks[k].address < g->address + g->size) {
+        cr_assert(fwd.blocks[k].address >= at_addr, "dev %zu step %zu: blocks overlap", dev, s);
+        at_addr = fwd.blocks[k].address + fwd.blocks[k].size;
+        cr_assert(at_addr <= g->address + g->size, "dev %zu step %zu: block past segment", dev,
+                  s);
+        k++;
+      }
+    }
+    cr_assert_eq(k, fwd.nblocks, "dev %zu step %zu: a block outside every segment", dev, s);
+    if (s % sample_every == 0 || s == n || s + 1 == n) {
+      cr_assert_eq(ms_timeline_state_at(tl, dev, s, &at), MS_OK);
+      cr_assert_eq(state_diff(&fwd, &at, why, sizeof why), 0,
+                   "dev %zu: step %zu forwards != step %zu of the index: %s", dev, s, s, why);
+    }
+    if (s < n) cr_assert_eq(ms_timeline_state_advance(tl, &fwd), MS_OK, "advance at %zu", s);
+  }
+  ms_timeline_state_release(&fwd);
+  ms_timeline_state_release(&at);
+}
+
+static void check_snapshot(const ms_snapshot_t *s, size_t k) {
+  ms_timeline_t *tl = NULL;
+  ms_timeline_config_t cfg;
+  ms_timeline_config_init(&cfg);
+  cfg.checkpoint_every = (uint32_t)k;
+  ms_errbuf_t eb = {{0}};
+  cr_assert_eq(ms_timeline_create(s, &cfg, &tl, &eb), MS_OK, "%s", eb.msg);
+  for (size_t d = 0; d < ms_timeline_ndevices(tl); d++) {
+    check_end_is_snapshot(s, tl, d);
+    size_t n = ms_timeline_nentries(tl, d);
+    check_forward(tl, d, n > 3000 ? n / 1500 : 1);
+    /* the materialised snapshot has the state's totals */
+    ms_tl_peak_t p;
+    cr_assert_eq(ms_timeline_peak(tl, d, MS_TL_ALLOCATED, 0, SIZE_MAX, &p), MS_OK);
+    ms_snapshot_t *at = NULL;
+    cr_assert_eq(ms_timeline_snapshot_at(tl, d, p.step, NULL, &at), MS_OK);
+    uint64_t alloc = 0, reserved = 0;
+    for (size_t i = 0; i < at->nsegments; i++) {
+      reserved += at->segments[i].total_size;
+      alloc += at->segments[i].allocated_size;
+      uint64_t sum = 0;
+      for (uint32_t b = 0; b < at->segments[i].nblocks; b++)
+        sum += at->blocks[at->segments[i].first_block + b].size;
+      cr_assert_eq(sum, at->segments[i].total_size, "blocks fill their segment");
+    }
+    cr_assert_eq(alloc, p.bytes);
+    cr_assert_eq(reserved, ms_timeline_series(tl, d, MS_TL_RESERVED)[p.step]);
+    ms_snapshot_free(at);
+  }
+  ms_timeline_destroy(tl);
+}
+
+TestSuite(timeline, .timeout = 300);
+
+Test(timeline, fixtures_properties) {
+  size_t done = 0;
+  for (size_t i = 0; i < NFIX; i++) {
+    ms_snapshot_t *s = load_fixture(fixtures[i]);
+    if (!s) continue;
+    check_snapshot(s, 64);
+    ms_snapshot_free(s);
+    done++;
+  }
+  if (!done) cr_skip_test("SKIP: PyTorch fixtures not found in %s", th_fixture_dir());
+}
+
+/* ---- traces recorded by memsnap's allocator ------------------------------------------------ */
+
+static ms_snapshot_t *record_run(const char *conf, size_t max_entries, uint64_t seed, int nops,
+                                 bool start_recording_late) {
+  ms_sim_config_t sc = {.ndevices = 1, .capacity = (size_t)8 << 30};
+  ms_backend_t *be = NULL;
+  cr_assert_eq(ms_backend_sim_create(&sc, &be), MS_OK);
+  ms_alloc_config_t ac;
+  ms_alloc_config_init(&ac);
+  ms_errbuf_t eb = {{0}};
+  if (conf) cr_assert_eq(ms_alloc_config_parse(&ac, conf, &eb), MS_OK, "%s", eb.msg);
+  ms_allocator_config_t cfg = {.backend = be, .device = 0, .alloc = &ac};
+  ms_allocator_t *a = NULL;
+  cr_assert_eq(ms_allocator_create(&cfg, &a, &eb), MS_OK, "%s", eb.msg);
+  ms_history_config_t hc;
+  ms_history_config_init(&hc);
+  hc.context = MS_CONTEXT_NONE;
+  hc.max_entries = max_entries ? max_entries : (size_t)1 << 20;
+  ms_devptr_t live[256] = {0};
+  uint64_t x = seed;
+  for (int op = 0; op < nops; op++) {
+    if (op == (start_recording_late ? nops / 3 : 0))
+      cr_assert_eq(ms_allocator_record_history(a, &hc, &eb), MS_OK, "%s", eb.msg);
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    unsigned r = (unsigned)(x >> 33);
+    int slot = (int)(r % 256);
+    if (r % 97 == 0) {
+      cr_assert_eq(ms_allocator_empty_cache(a), MS_OK);
+    } else if (live[slot]) {
+      cr_assert_eq(ms_allocator_free(a, live[slot]), MS_OK);
+      live[slot] = 0;
+    } else {
+      size_t size;
+      switch (r % 5) {
+      case 0: size = 1 + (x >> 40) % 4096; break;
+      case 1: size = 1 + (x >> 40) % (1 << 20); break;
+      case 2: size = ((size_t)1 << 20) + (x >> 40) % ((size_t)9 << 20); break;
+      case 3: size = ((size_t)10 << 20) + (x >> 40) % ((size_t)60 << 20); break;
+      default: size = 512 * (1 + (x >> 50) % 8); break;
+      }
+      ms_stream_t stream = (r / 7) % 3 == 0 ? 5 : 0;
+      cr_assert_eq(ms_allocator_malloc(a, size, stream, &live[slot]), MS_OK);
+    }
+  }
+  ms_snapshot_t *s = NULL;
+  cr_assert_eq(ms_allocator_snapshot(&a, 1, &s, &eb), MS_OK, "%s", eb.msg);
+  for (int i = 0; i < 256; i++)
+    if (live[i]) cr_assert_eq(ms_allocator_free(a, live[i]), MS_OK);
+  ms_allocator_destroy(a);
+  ms_backend_destroy(be);
+  return s;
+}
+
+static void check_recorded(const char *conf, size_t max_entries, bool from_start, bool late) {
+  for (uint64_t seed = 1; seed <= 3; seed++) {
+    ms_snapshot_t *s = record_run(conf, max_entries, seed, 3000, late);
+    cr_assert(s->ndevices >= 1 && s->devices[0].ntrace > 100, "a trace was recorded");
+    check_snapshot(s, seed == 1 ? 16 : 1024);
+    if (from_start) {
+      ms_timeline_t *tl = NULL;
+      ms_errbuf_t eb = {{0}};
+      cr_assert_eq(ms_timeline_create(s, NULL, &tl, &eb), MS_OK, "%s", eb.msg);
+      ms_tl_state_t st;
+      ms_timeline_state_init(&st);
+      cr_assert_eq(ms_timeline_state_at(tl, 0, 0, &st), MS_OK);
+      cr_assert_eq(st.nsegments, 0, "%s: %zu segments before the first entry", conf, st.nsegments);
+      cr_assert_eq(st.nblocks, 0);
+      for (int m = 0; m < MS_TL_METRIC_COUNT; m++)
+        cr_assert_eq(ms_timeline_series(tl, 0, (ms_tl_metric)m)[0], 0);
+      ms_timeline_state_release(&st);
+      ms_timeline_destroy(tl);
+    }
+    ms_snapshot_free(s);
+  }
+}
+
+Test(timeline, recorded_default) { check_recorded(NULL, 0, true, false); }
+Test(timeline, recorded_expandable) { check_recorded("expandable_segments:True", 0, true, false); }
+Test(timeline, recorded_max_split) {
+  check_recorded("max_split_size_mb:40,roundup_power2_divisions:4", 0, true, false);
+}
+Test(timeline, recorded_ring_buffer_wrapped) { check_recorded(NULL, 500, false, false); }
+Test(timeline, recorded_expandable_wrapped) {
+  check_recorded("expandable_segments:True", 700, false, false);
+}
+Test(timeline, recorded_late_start) { check_recorded(NULL, 0, false, true); }
+
+/* ---- inconsistent and hostile traces ------------------------------------------------------- */
+
+typedef struct tr_s {
+  ms_trace_action a;
+  uint64_t addr, size;
+} tr_t;
+
+/* A snapshot with one device: segments (address, size), live blocks (address, size), a trace. */
+static ms_snapshot_t *build(const uint64_t (*segs)[2], size_t nsegs, const uint64_t (*blks)[2],
+                            size_t nblks, const tr_t *tr, size_t ntr) {
+  ms__snapbuild_t b;
+  ms__snapbuild_init(&b);
+  b.hdr.origin = MS_SNAP_ORIGIN_TORCH_DICT;
+  b.hdr.present = MS_SNAP_HAS_DEVICE_TRACES;
+  for (size_t i = 0; i < nsegs; i++) {
+    ms_snap_segment_t g;
+    memset(&g, 0, sizeof g);
+    g.address = segs[i][0];
+    g.total_size = segs[i][1];
+    g.stack = MS_SNAP_NO_STACK;
+    g.first_block = (uint32_t)b.blocks.len;
+    uint64_t at = g.address, end = g.address + g.total_size;
+    for (size_t k = 0; k < nblks; k++) {
+      if (blks[k][0] < g.address || blks[k][0] >= end) continue;
+      ms_snap_block_t bl;
+      memset(&bl, 0, sizeof bl);
+      bl.stack = MS_SNAP_NO_STACK;
+      bl.present = MS_BLOCK_HAS_ADDRESS | MS_BLOCK_HAS_REQUESTED_SIZE | MS_BLOCK_HAS_FRAMES;
+      bl.state_name = "inactive";
+      if (blks[k][0] > at) {
+        bl.address = at;
+        bl.size = blks[k][0] - at;
+        cr_assert_eq(ms__snapbuild_add_block(&b, &bl), MS_OK);
+      }
+      bl.address = blks[k][0];
+      bl.size = bl.requested_size = blks[k][1];
+      bl.state = MS_BLOCK_ACTIVE_ALLOCATED;
+      bl.state_name = "active_allocated";
+      cr_assert_eq(ms__snapbuild_add_block(&b, &bl), MS_OK);
+      at = blks[k][0] + blks[k][1];
+    }
+    if (at < end) {
+      ms_snap_block_t bl;
+      memset(&bl, 0, sizeof bl);
+      bl.stack = MS_SNAP_NO_STACK;
+      bl.address = at;
+      bl.size = end - at;
+      bl.state_name = "inactive";
+      bl.present = MS_BLOCK_HAS_ADDRESS;
+      cr_assert_eq(ms__snapbuild_add_block(&b, &bl), MS_OK);
+    }
+    g.nblocks = (uint32_t)(b.blocks.len - g.first_block);
+    cr_assert_eq(ms__snapbuild_add_segment(&b, &g), MS_OK);
+  }
+  ms_snap_device_t d;
+  memset(&d, 0, sizeof d);
+  d.first_trace = 0;
+  for (size_t i = 0; i < ntr; i++) {
+    ms_snap_trace_t t;
+    memset(&t, 0, sizeof t);
+    t.action = tr[i].a;
+    t.action_name = ms_trace_action_name(tr[i].a);
+    t.addr = tr[i].addr;
+    t.size = tr[i].size;
+    t.stack = MS_SNAP_NO_STACK;
+    t.compile_context = t.user_metadata = "";
+    cr_assert_eq(ms__snapbuild_add_trace(&b, &t), MS_OK);
+  }
+  d.ntrace = (uint32_t)ntr;
+  cr_assert_eq(ms__snapbuild_add_device(&b, &d), MS_OK);
+  ms_snapshot_t *s = NULL;
+  ms_errbuf_t eb = {{0}};
+  cr_assert_eq(ms__snapbuild_finish(&b, &s, &eb), MS_OK, "%s", eb.msg);
+  return s;
+}
+
+static void expect_error(ms_snapshot_t *s, const char *text) {
+  ms_timeline_t *tl = NULL;
+  ms_errbuf_t eb = {{0}};
+  int rc = ms_timeline_create(s, NULL, &tl, &eb);
+  cr_assert_eq(rc, MS_EFORMAT, "expected an error containing '%s', got %d", text, rc);
+  cr_assert(strstr(eb.msg, text), "'%s' does not contain '%s'", eb.msg, text);
+  cr_assert_null(tl);
+  ms_snapshot_free(s);
+}
+
+#define SEG(...) ((const uint64_t[][2]){__VA_ARGS__})
+#define TR(...) ((const tr_t[]){__VA_ARGS__})
+#define MiB ((uint64_t)1 << 20)
+
+Test(timeline, consistent_small_trace) {
+  /* segment 2 MiB at 0x100000: alloc a (kept), alloc b, free b */
+  ms_snapshot_t *s = build(SEG({0x100000, 2 * MiB}), 1, SEG({0x100000, 1024}), 1,
+                           TR({MS_TRACE_SEGMENT_ALLOC, 0x100000, 2 * MiB},
+                              {MS_TRACE_ALLOC, 0x100000, 1000},
+                              {MS_TRACE_ALLOC, 0x100400, 700},
+                              {MS_TRACE_FREE_REQUESTED, 0x100400, 700},
+                              {MS_TRACE_FREE_COMPLETED, 0x100400, 700}),
+                           5);
+  ms_timeline_t *tl = NULL;
+  ms_errbuf_t eb = {{0}};
+  cr_assert_eq(ms_timeline_create(s, NULL, &tl, &eb), MS_OK, "%s", eb.msg);
+  const uint64_t *al = ms_timeline_series(tl, 0, MS_TL_ALLOCATED);
+  const uint64_t *rq = ms_timeline_series(tl, 0, MS_TL_REQUESTED);
+  const uint64_t *ac = ms_timeline_series(tl, 0, MS_TL_ACTIVE);
+  const uint64_t *rs = ms_timeline_series(tl, 0, MS_TL_RESERVED);
+  /* steps 0..5 */
+  uint64_t ea[] = {0, 0, 1024, 1024 + 1024, 1024, 1024};
+  uint64_t eac[] = {0, 0, 1024, 2048, 2048, 1024};
+  uint64_t er[] = {0, 0, 1024, 1024 + 700, 1024 + 700, 1024};
+  for (int i = 0; i < 6; i++) {
+    cr_assert_eq(al[i], ea[i], "allocated at step %d: %" PRIu64, i, al[i]);
+    cr_assert_eq(ac[i], eac[i], "active at step %d: %" PRIu64, i, ac[i]);
+    cr_assert_eq(rq[i], er[i], "requested at step %d: %" PRIu64, i, rq[i]);
+    cr_assert_eq(rs[i], i == 0 ? 0 : 2 * MiB);
+  }
+  ms_tl_peak_t p;
+  cr_assert_eq(ms_timeline_peak(tl, 0, MS_TL_ALLOCATED, 0, SIZE_MAX, &p), MS_OK);
+  cr_assert_eq(p.step, 3);
+  cr_assert_eq(p.entry, 2);
+  cr_assert_eq(p.bytes, 2048);
+  /* the block of b was inferred: 700 rounded to 512 B */
+  ms_tl_state_t st;
+  ms_timeline_state_init(&st);
+  cr_assert_eq(ms_timeline_state_at(tl, 0, 4, &st), MS_OK);
+  cr_assert_eq(st.nblocks, 2);
+  cr_assert_eq(st.blocks[1].size, 1024);
+  cr_assert_eq(st.blocks[1].state, MS_BLOCK_ACTIVE_PENDING_FREE);
+  cr_assert(st.blocks[1].flags & MS_TL_BLOCK_SIZE_INFERRED);
+  cr_assert_eq(st.blocks[1].alloc_entry, 2);
+  cr_assert(st.blocks[0].flags & MS_TL_BLOCK_FROM_SNAPSHOT);
+  cr_assert_eq(st.blocks[0].alloc_entry, 1);
+  ms_timeline_state_release(&st);
+  /* moments */
+  ms_tl_moment_t m;
+  size_t step;
+  cr_assert_eq(ms_tl_moment_parse("peak", &m, &eb), MS_OK);
+  cr_assert_eq(ms_timeline_moment_step(tl, 0, &m, 0, SIZE_MAX, &step, &eb), MS_OK);
+  cr_assert_eq(step, 3);
+  cr_assert_eq(ms_tl_moment_parse("2", &m, &eb), MS_OK);
+  cr_assert_eq(ms_timeline_moment_step(tl, 0, &m, 0, SIZE_MAX, &step, &eb), MS_OK);
+  cr_assert_eq(step, 3);
+  cr_assert_eq(ms_tl_moment_parse("-1", &m, &eb), MS_OK);
+  cr_assert_eq(ms_timeline_moment_step(tl, 0, &m, 0, SIZE_MAX, &step, &eb), MS_OK);
+  cr_assert_eq(step, 0);
+  cr_assert_eq(ms_tl_moment_parse("5", &m, &eb), MS_OK);
+  cr_assert_eq(ms_timeline_moment_step(tl, 0, &m, 0, SIZE_MAX, &step, &eb), MS_EINVAL);
+  cr_assert(strstr(eb.msg, "entry 5 is past the trace of device 0 (5 entries)"), "%s", eb.msg);
+  cr_assert_eq(ms_timeline_moment_step(tl, 0, &(ms_tl_moment_t){MS_TL_MOMENT_TIME, 5}, 0,
+                                       SIZE_MAX, &step, &eb),
+               MS_EINVAL);
+  cr_assert(strstr(eb.msg, "has no times"), "%s", eb.msg);
+  ms_timeline_destroy(tl);
+  ms_snapshot_free(s);
+}
+
+Test(timeline, moment_syntax) {
+  ms_tl_moment_t m;
+  ms_errbuf_t eb = {{0}};
+  cr_assert_eq(ms_tl_moment_parse("peak-reserved", &m, &eb), MS_OK);
+  cr_assert_eq(m.kind, MS_TL_MOMENT_PEAK_RESERVED);
+  cr_assert_eq(ms_tl_moment_parse("end", &m, &eb), MS_OK);
+  cr_assert_eq(m.kind, MS_TL_MOMENT_END);
+  cr_assert_eq(ms_tl_moment_parse("t=1700000000123456", &m, &eb), MS_OK);
+  cr_assert_eq(m.kind, MS_TL_MOMENT_TIME);
+  cr_assert_eq(m.value, 1700000000123456);
+  cr_assert_eq(ms_tl_moment_parse("1700000000123456us", &m, &eb), MS_OK);
+  cr_assert_eq(m.kind, MS_TL_MOMENT_TIME);
+  cr_assert_eq(m.value, 1700000000123456);
+  cr_assert_eq(ms_tl_moment_parse("123", &m, &eb), MS_OK);
+  cr_assert_eq(m.kind, MS_TL_MOMENT_ENTRY);
+  cr_assert_eq(m.value, 123);
+  const char *bad[] = {"", "pea", "-2", "12x", "us", "t=", "t=abc", "99999999999999999999999", "1.5"};
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    cr_assert_eq(ms_tl_moment_parse(bad[i], &m, &eb), MS_EINVAL, "'%s'", bad[i]);
+    cr_assert(strstr(eb.msg, "invalid moment"), "%s", eb.msg);
+  }
+}
+
+Test(timeline, error_alloc_not_live_later) {
+  expect_error(build(SEG({0x100000, 2 * MiB}), 1, NULL, 0,
+                     TR({MS_TRACE_ALLOC, 0x100000, 1000}), 1),
+               "inconsistent trace: device 0, trace entry 0 (alloc 0x100000, 1000 bytes): its "
+               "block is not live later");
+}
+
+Test(timeline, error_free_outside_segments) {
+  expect_error(build(SEG({0x100000, 2 * MiB}), 1, NULL, 0,
+                     TR({MS_TRACE_ALLOC, 0x100000, 512}, {MS_TRACE_FREE_COMPLETED, 0x100000, 512},
+                        {MS_TRACE_FREE_COMPLETED, 0x900000, 512}),
+                     3),
+               "trace entry 2 (free_completed 0x900000, 512 bytes): no segment holds it");
+}
+
+Test(timeline, error_free_inside_live_block) {
+  expect_error(build(SEG({0x100000, 2 * MiB}), 1, SEG({0x100000, 4096}), 1,
+                     TR({MS_TRACE_FREE_COMPLETED, 0x100200, 512}), 1),
+               "trace entry 0 (free_completed 0x100200, 512 bytes): the address lies inside a "
+               "live block");
+}
+
+Test(timeline, error_double_free) {
+  expect_error(build(SEG({0x100000, 2 * MiB}), 1, SEG({0x100000, 4096}), 1,
+                     TR({MS_TRACE_FREE_COMPLETED, 0x100000, 512}), 1),
+               "trace entry 0 (free_completed 0x100000, 512 bytes): a block is live at that "
+               "address later");
+}
+
+Test(timeline, error_overlapping_segments) {
+  expect_error(build(SEG({0x100000, 2 * MiB}), 1, NULL, 0,
+                     TR({MS_TRACE_SEGMENT_FREE, 0x200000, 2 * MiB}), 1),
+               "trace entry 0 (segment_free 0x200000, 2097152 bytes): the segment overlaps "
+               "another segment");
+}
+
+Test(timeline, error_segment_alloc_with_live_blocks) {
+  expect_error(build(SEG({0x100000, 2 * MiB}), 1, SEG({0x100000, 512}), 1,
+                     TR({MS_TRACE_SEGMENT_ALLOC, 0x100000, 2 * MiB}), 1),
+               "trace entry 0 (segment_alloc 0x100000, 2097152 bytes): live blocks precede "
+               "their segment");
+}
+
+Test(timeline, error_map_outside_segment) {
+  expect_error(build(SEG({0x100000, 2 * MiB}), 1, NULL, 0,
+                     TR({MS_TRACE_SEGMENT_MAP, 0x400000, 2 * MiB}), 1),
+               "trace entry 0 (segment_map 0x400000, 2097152 bytes): no segment holds the range");
+}
+
+Test(timeline, expandable_map_unmap_and_state_before) {
+  /* an expandable range: map 2 MiB, map 2 more, alloc, free, unmap the upper 2 MiB */
+  ms_snapshot_t *s = build(SEG({0x1000000, 2 * MiB}), 1, NULL, 0,
+                           TR({MS_TRACE_SEGMENT_MAP, 0x1000000, 2 * MiB},
+                              {MS_TRACE_SEGMENT_MAP, 0x1200000, 2 * MiB},
+                              {MS_TRACE_ALLOC, 0x1000000, 3 * MiB},
+                              {MS_TRACE_FREE_REQUESTED, 0x1000000, 3 * MiB},
+                              {MS_TRACE_FREE_COMPLETED, 0x1000000, 3 * MiB},
+                              {MS_TRACE_SEGMENT_UNMAP, 0x1200000, 2 * MiB}),
+                           6);
+  s->segments[0].is_expandable = true;
+  ms_timeline_t *tl = NULL;
+  ms_errbuf_t eb = {{0}};
+  cr_assert_eq(ms_timeline_create(s, NULL, &tl, &eb), MS_OK, "%s", eb.msg);
+  const uint64_t *rs = ms_timeline_series(tl, 0, MS_TL_RESERVED);
+  uint64_t er[] = {0, 2 * MiB, 4 * MiB, 4 * MiB, 4 * MiB, 4 * MiB, 2 * MiB};
+  for (int i = 0; i < 7; i++) cr_assert_eq(rs[i], er[i], "reserved at step %d", i);
+  ms_tl_state_t st;
+  ms_timeline_state_init(&st);
+  cr_assert_eq(ms_timeline_state_at(tl, 0, 3, &st), MS_OK);
+  cr_assert_eq(st.nsegments, 1, "adjacent mapped ranges form one segment");
+  cr_assert_eq(st.segments[0].size, 4 * MiB);
+  cr_assert_eq(st.nblocks, 1);
+  cr_assert_eq(st.blocks[0].size, 4 * MiB, "a large block takes a remainder of <= 1 MiB");
+  ms_timeline_state_release(&st);
+  ms_timeline_destroy(tl);
+  check_snapshot(s, 1);
+  ms_snapshot_free(s);
+}
+
+Test(timeline, hostile_random_traces) {
+  /* random traces over a few segments: the index either accepts them (and then every property
+   * holds) or reports an inconsistency with its entry number; it never crashes */
+  static const ms_trace_action acts[] = {
+      MS_TRACE_ALLOC,         MS_TRACE_FREE_REQUESTED, MS_TRACE_FREE_COMPLETED,
+      MS_TRACE_SEGMENT_ALLOC, MS_TRACE_SEGMENT_FREE,   MS_TRACE_SEGMENT_MAP,
+      MS_TRACE_SEGMENT_UNMAP, MS_TRACE_OOM,            MS_TRACE_SNAPSHOT};
+  uint64_t x = 42;
+  int accepted = 0, refused = 0;
+  for (int round = 0; round < 400; round++) {
+    tr_t tr[12];
+    size_t n = 1 + round % 12;
+    for (size_t i = 0; i < n; i++) {
+      x = x * 6364136223846793005ull + 1442695040888963407ull;
+      tr[i].a = acts[(x >> 33) % (sizeof acts / sizeof *acts)];
+      uint64_t slots[] = {0x100000, 0x100200, 0x100400, 0x300000, 0x200000, 0, UINT64_MAX - 100};
+      tr[i].addr = slots[(x >> 40) % 7];
+      uint64_t sizes[] = {0, 512, 700, 2 * MiB, 4 * MiB, UINT64_MAX};
+      tr[i].size = sizes[(x >> 50) % 6];
+    }
+    ms_snapshot_t *s = build(SEG({0x100000, 2 * MiB}, {0x300000, 2 * MiB}), 2,
+                             SEG({0x100400, 512}), round % 2, tr, n);
+    if (round % 3 == 0) s->segments[1].is_expandable = true;
+    ms_timeline_t *tl = NULL;
+    ms_errbuf_t eb = {{0}};
+    int rc = ms_timeline_create(s, NULL, &tl, &eb);
+    if (rc == MS_OK) {
+      accepted++;
+      ms_timeline_destroy(tl);
+      check_snapshot(s, 1);
+    } else {
+      refused++;
+      cr_assert_eq(rc, MS_EFORMAT, "%s", eb.msg);
+      cr_assert(strstr(eb.msg, "inconsistent trace: device 0, trace entry ") ||
+                    strstr(eb.msg, "device 0: "),
+                "%s", eb.msg);
+    }
+    ms_snapshot_free(s);
+  }
+  cr_assert(accepted > 10 && refused > 10, "accepted %d refused %d", accepted, refused);
+}
+
+Test(timeline, hostile_synthetic_snapshots) {
+  for (uint64_t seed = 1; seed <= 20; seed++) {
+    th_synth_opts_t o = {.nsegments = 6, .blocks_per_segment = 5, .nframes = 8, .nstacks = 4,
+                         .ntrace = 40, .history = (int)(seed % 2), .seed = seed};
+    ms_snapshot_t *s = th_synth(&o);
+    cr_assert_not_null(s);
+    ms_timeline_t *tl = NULL;
+    ms_errbuf_t eb = {{0}};
+    int rc = ms_timeline_create(s, NULL, &tl, &eb);
+    cr_assert(rc == MS_OK || rc == MS_EFORMAT || rc == MS_ELIMIT, "rc %d: %s", rc, eb.msg);
+    if (rc == MS_OK) {
+      for (size_t d = 0; d < ms_timeline_ndevices(tl); d++) {
+        ms_snapshot_t *at = NULL;
+        cr_assert_eq(ms_timeline_snapshot_at(tl, d, 0, NULL, &at), MS_OK);
+        ms_snapshot_free(at);
+      }
+      ms_timeline_destroy(tl);
+    }
+    ms_snapshot_free(s);
+  }
+}
+
+/* ---- the viewer's data against PyTorch's ---------------------------------------------------- */
+
+/* The text of a top-level key's value in a JSON object, without whitespace outside strings. */
+static char *json_value(const char *doc, const char *key) {
+  char pat[128];
+  snprintf(pat, sizeof pat, "\"%s\":", key);
+  const char *p = doc;
+  int depth = 0;
+  bool in_str = false;
+  for (; *p; p++) {
+    if (in_str) {
+      if (*p == '\\' && p[1])
+        p++;
+      else if (*p == '"')
+        in_str = false;
+      continue;
+    }
+    if (*p == '{' || *p == '[') depth++;
+    if (*p == '}' || *p == ']') depth--;
+    if (*p == '"') {
+      if (depth == 1 && strncmp(p, pat, strlen(pat)) == 0) break;
+      in_str = true;
+    }
+  }
+  if (!*p) return NULL;
+  p += strlen(pat);
+  size_t cap = strlen(p) + 1, n = 0;
+  char *out = malloc(cap);
+  int d = 0;
+  in_str = false;
+  for (; *p; p++) {
+    char c = *p;
+    if (in_str) {
+      out[n++] = c;
+      if (c == '\\' && p[1])
+        out[n++] = *++p;
+      else if (c == '"')
+        in_str = false;
+      continue;
+    }
+    if (c == ' ' || c == '\n' || c == '\t' || c == '\r') continue;
+    if (d == 0 && (c == ',' || c == '}')) break;
+    if (c == '"') in_str = true;
+    if (c == '{' || c == '[') d++;
+    if (c == '}' || c == ']') d--;
+    out[n++] = c;
+  }
+  out[n] = 0;
+  return out;
+}
+
+static char *gunzip_file(const char *path) {
+  char cmd[1400];
+  snprintf(cmd, sizeof cmd, "gzip -dc '%s' 2>/dev/null", path);
+  FILE *f = popen(cmd, "r");
+  if (!f) return NULL;
+  size_t cap = 1 << 20, n = 0;
+  char *buf = malloc(cap);
+  size_t got;
+  while ((got = fread(buf + n, 1, cap - n - 1, f)) > 0) {
+    n += got;
+    if (cap - n < 2) buf = realloc(buf, cap *= 2);
+  }
+  buf[n] = 0;
+  if (pclose(f) != 0 || n == 0) {
+    free(buf);
+    return NULL;
+  }
+  return buf;
+}
+
+static void compare_viewer(const char *name, bool segments, size_t max_entries) {
+  char path[1200];
+  snprintf(path, sizeof path, "%s/expected/%s.%s.0.json.gz", th_fixture_dir(), name,
+           segments ? "segment-timeline" : "timeline");
+  char *exp = gunzip_file(path);
+  cr_assert_not_null(exp, "cannot read %s", path);
+  ms_snapshot_t *s = load_fixture(name);
+  size_t def = 99;
+  cr_assert(ms_tl_viewer_devices(s, NULL, 0, &def) > 0);
+  cr_assert_eq(def, 0);
+  ms_tlv_t v;
+  cr_assert_eq(ms_tlv_compute(s, def, segments, max_entries, 0, SIZE_MAX, NULL, &v), MS_OK);
+  ms_sink_t sink;
+  th_memsink_t m;
+  th_memsink_init(&sink, &m);
+  cr_assert_eq(ms_tlv_write_json(&v, &sink), MS_OK);
+  cr_assert_eq(sink.write(sink.ctx, "", 1), MS_OK);
+  const char *keys[] = {"device", "max_size", "elements_length", "max_at_time",
+                        "allocations_over_time"};
+  for (size_t k = 0; k < sizeof keys / sizeof *keys; k++) {
+    char *a = json_value(exp, keys[k]), *b = json_value(m.data, keys[k]);
+    cr_assert(a && b, "%s: key %s", name, keys[k]);
+    if (strcmp(a, b) != 0) {
+      size_t i = 0;
+      while (a[i] && a[i] == b[i]) i++;
+      cr_assert_fail("%s %s: %s differs at %zu: expected ...%.80s got ...%.80s", name,
+                     segments ? "segments" : "blocks", keys[k], i, a + (i > 40 ? i - 40 : 0),
+                     b + (i > 40 ? i - 40 : 0));
+    }
+    free(a);
+    free(b);
+  }
+  th_memsink_free(&m);
+  ms_tlv_release(&v);
+  ms_snapshot_free(s);
+  free(exp);
+}
+
+Test(timeline, viewer_data_matches_pytorch) {
+  size_t done = 0;
+  for (size_t i = 0; i < NFIX; i++) {
+    ms_snapshot_t *s = load_fixture(fixtures[i]);
+    if (!s) continue;
+    ms_snapshot_free(s);
+    /* the expected files were made with MemoryViz's default max_entries (15000); no fixture has
+     * more elements, so 15000 and "no limit" give the same data */
+    compare_viewer(fixtures[i], false, 15000);
+    compare_viewer(fixtures[i], true, 15000);
+    compare_viewer(fixtures[i], false, SIZE_MAX);
+    compare_viewer(fixtures[i], true, SIZE_MAX);
+    done++;
+  }
+  if (!done) cr_skip_test("SKIP: PyTorch fixtures not found in %s", th_fixture_dir());
+}
+
+Test(timeline, viewer_summarized_band) {
+  /* with max_entries 2 on a fixture, the largest two are drawn and the band carries the rest:
+   * max_at_time is unchanged (the totals do not depend on what is drawn) */
+  ms_snapshot_t *s = load_fixture("a0kuma_adamw_small");
+  if (!s) cr_skip_test("SKIP: PyTorch fixtures not found in %s", th_fixture_dir());
+  ms_tlv_t all, few;
+  cr_assert_eq(ms_tlv_compute(s, 0, false, SIZE_MAX, 0, SIZE_MAX, NULL, &all), MS_OK);
+  cr_assert_eq(ms_tlv_compute(s, 0, false, 2, 0, SIZE_MAX, NULL, &few), MS_OK);
+  cr_assert_eq(few.nseries, 3, "two drawn and the band");
+  cr_assert_eq(few.series[2].elem, -1);
+  cr_assert_eq(few.elements_length, all.elements_length);
+  /* fewer slides (3-step animations) happen, so max_at_time may be shorter; its maximum is the
+   * same peak */
+  int64_t ma = 0, mb = 0;
+  for (size_t i = 0; i < all.ntimesteps; i++) ma = all.max_at_time[i] > ma ? all.max_at_time[i] : ma;
+  for (size_t i = 0; i < few.ntimesteps; i++) mb = few.max_at_time[i] > mb ? few.max_at_time[i] : mb;
+  cr_assert_eq(ma, mb);
+  ms_tlv_release(&all);
+  ms_tlv_release(&few);
+  ms_snapshot_free(s);
+}
+
+/* ---- the commands (fork/exec of the built binary) ------------------------------------------ */
+
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static char cli_dir[256];
+
+typedef struct run_s {
+  int status;
+  char *out, *err;
+} run_t;
+
+static const char *cli_bin(void) {
+  const char *b = getenv("MEMSNAP_BIN");
+  return b && *b ? b : MS_TEST_BINARY_DIR "/bin/memsnap";
+}
+
+/* A whole file as a NUL-terminated string. */
+static char *read_text(const char *path) {
+  size_t len = 0;
+  char *b = th_read_file(path, &len);
+  if (!b) return NULL;
+  char *t = realloc(b, len + 1);
+  if (!t) {
+    free(b);
+    return NULL;
+  }
+  t[len] = 0;
+  return t;
+}
+
+static run_t run_args(const char *const *args) {
+  char outp[300], errp[300];
+  snprintf(outp, sizeof outp, "%s/.stdout", cli_dir);
+  snprintf(errp, sizeof errp, "%s/.stderr", cli_dir);
+  const char *argv[32];
+  int n = 0;
+  argv[n++] = cli_bin();
+  for (; args[n - 1] && n < 31; n++) argv[n] = args[n - 1];
+  argv[n] = NULL;
+  pid_t pid = fork();
+  cr_assert_neq(pid, -1);
+  if (pid == 0) {
+    int out = open(outp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    int err = open(errp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    int in = open("/dev/null", O_RDONLY);
+    if (in < 0 || out < 0 || err < 0 || chdir(cli_dir) != 0) _exit(126);
+    dup2(in, 0);
+    dup2(out, 1);
+    dup2(err, 2);
+    execv(argv[0], (char *const *)argv);
+    _exit(127);
+  }
+  int st = 0;
+  cr_assert_eq(waitpid(pid, &st, 0), pid);
+  run_t r;
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  r.out = read_text(outp);
+  r.err = read_text(errp);
+  cr_assert(r.out && r.err);
+  return r;
+}
+#define RUN(...) run_args((const char *const[]){__VA_ARGS__, NULL})
+
+static void run_free(run_t *r) {
+  free(r->out);
+  free(r->err);
+}
+
+static char fx_path[1024];
+static const char *fx(const char *name) {
+  snprintf(fx_path, sizeof fx_path, "%s/%s.pickle", th_fixture_dir(), name);
+  return fx_path;
+}
+static bool have_fixtures(void) {
+  return access(fx("a0kuma_adamw_small"), R_OK) == 0;
+}
+
+static void cli_setup(void) {
+  char *d = th_tmpdir();
+  snprintf(cli_dir, sizeof cli_dir, "%s", d);
+  free(d);
+}
+static void cli_teardown(void) {
+  th_rmdir(cli_dir);
+}
+
+TestSuite(timeline_cli, .init = cli_setup, .fini = cli_teardown, .timeout = 300);
+
+Test(timeline_cli, json_equals_pytorch) {
+  if (!have_fixtures()) cr_skip_test("SKIP: PyTorch fixtures not found in %s", th_fixture_dir());
+  const char *names[] = {"a0kuma_adamw_small", "maphsge_select_n_4dev"};
+  for (size_t i = 0; i < 2; i++) {
+    for (int seg = 0; seg < 2; seg++) {
+      char epath[1200];
+      snprintf(epath, sizeof epath, "%s/expected/%s.%s.0.json.gz", th_fixture_dir(), names[i],
+               seg ? "segment-timeline" : "timeline");
+      char *exp = gunzip_file(epath);
+      cr_assert_not_null(exp);
+      run_t r = seg ? RUN("timeline", fx(names[i]), "--json", "--segments", "--max-entries",
+                          "15000")
+                    : RUN("timeline", fx(names[i]), "--json");
+      cr_assert_eq(r.status, 0, "%s", r.err);
+      cr_assert_str_empty(r.err);
+      const char *keys[] = {"device", "max_size", "elements_length", "max_at_time",
+                            "allocations_over_time"};
+      for (size_t k = 0; k < 5; k++) {
+        char *a = json_value(exp, keys[k]), *b = json_value(r.out, keys[k]);
+        cr_assert(a && b && strcmp(a, b) == 0, "%s %s differs", names[i], keys[k]);
+        free(a);
+        free(b);
+      }
+      free(exp);
+      run_free(&r);
+    }
+  }
+}
+
+Test(timeline_cli, json_range_and_device) {
+  if (!have_fixtures()) cr_skip_test("SKIP: PyTorch fixtures not found in %s", th_fixture_dir());
+  run_t all = RUN("timeline", fx("a0kuma_adamw_small"), "--json");
+  run_t part = RUN("timeline", fx("a0kuma_adamw_small"), "--json", "--range", "0:9");
+  cr_assert_eq(all.status, 0);
+  cr_assert_eq(part.status, 0, "%s", part.err);
+  char *a = json_value(all.out, "max_at_time"), *b = json_value(part.out, "max_at_time");
+  cr_assert(strlen(b) < strlen(a), "the range draws fewer timesteps");
+  free(a);
+  free(b);
+  /* a device the viewer does not list */
+  run_t r = RUN("timeline", fx("maphsge_select_n_4dev"), "--json", "--device", "3");
+  cr_assert_eq(r.status, 1);
+  cr_assert(strstr(r.err, "device 3 has no trace and no segments"), "%s", r.err);
+  cr_assert_str_empty(r.out);
+  run_free(&r);
+  run_free(&all);
+  run_free(&part);
+}
+
+Test(timeline_cli, nothing_to_show) {
+  /* a snapshot with neither a trace nor segments: the viewer cannot show it */
+  ms_snapshot_t *s = build(NULL, 0, NULL, 0, NULL, 0);
+  char path[400];
+  snprintf(path, sizeof path, "%s/empty.memsnap", cli_dir);
+  ms_errbuf_t eb = {{0}};
+  cr_assert_eq(ms_snapshot_write_file(s, path, NULL, &eb), MS_OK, "%s", eb.msg);
+  ms_snapshot_free(s);
+  const char *forms[][3] = {{"--json", NULL, NULL}, {NULL, NULL, NULL}};
+  for (int i = 0; i < 2; i++) {
+    run_t r = forms[i][0] ? RUN("timeline", path, forms[i][0]) : RUN("timeline", path);
+    cr_assert_eq(r.status, 1);
+    cr_assert(strstr(r.err, "memsnap: error: '") &&
+                  strstr(r.err, "empty.memsnap': no device has a trace or segments"),
+              "%s", r.err);
+    cr_assert_str_empty(r.out);
+    run_free(&r);
+  }
+}
+
+Test(timeline_cli, usage_errors) {
+  const char *p = fx("a0kuma_adamw_small");
+  struct {
+    const char *args[6];
+    const char *msg;
+  } cases[] = {
+      {{"timeline", NULL}, "missing FILE"},
+      {{"timeline", p, "--max-entries", "x", NULL}, "option '--max-entries' needs a number"},
+      {{"timeline", p, "--segments", NULL}, "need '--json'"},
+      {{"timeline", p, "--range", "5:2", NULL}, "option '--range' needs A:B"},
+      {{"timeline", p, "--device", "-1", NULL}, "option '--device' needs a device number"},
+      {{"stats", p, "--at", "bogus", NULL}, "invalid moment 'bogus'"},
+      {{"memory", p, "--pool", "3", NULL}, "option '--pool' needs A,B"},
+      {{"top", p, "--by", "color", NULL}, "option '--by' needs stack, frame, file or size"},
+      {{"top", p, "-n", "ten", NULL}, "option '-n' needs a number"},
+      {{"compare", p, "--at", "peak", NULL}, "missing AFTER (or two --at moments of one FILE)"},
+      {{"compare", p, "--at", "1", "--at", "2"}, NULL},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    if (!cases[i].msg) continue;
+    run_t r = run_args(cases[i].args);
+    cr_assert_eq(r.status, 2, "case %zu: status %d: %s", i, r.status, r.err);
+    cr_assert(strstr(r.err, cases[i].msg), "case %zu: %s", i, r.err);
+    cr_assert(strstr(r.err, "Run 'memsnap "), "case %zu: %s", i, r.err);
+    run_free(&r);
+  }
+  run_t h = RUN("timeline", "--help");
+  cr_assert_eq(h.status, 0);
+  cr_assert(strncmp(h.out, "usage: memsnap timeline FILE", 28) == 0);
+  run_free(&h);
+  h = RUN("top", "--help");
+  cr_assert_eq(h.status, 0);
+  cr_assert(strncmp(h.out, "usage: memsnap top FILE", 23) == 0);
+  run_free(&h);
+}
+
+Test(timeline_cli, text_peaks) {
+  if (!have_fixtures()) cr_skip_test("SKIP: PyTorch fixtures not found in %s", th_fixture_dir());
+  run_t r = RUN("timeline", fx("a0kuma_adamw_small"));
+  cr_assert_eq(r.status, 0, "%s", r.err);
+  cr_assert(strstr(r.out, "device 0: 35 trace entries\n"), "%s", r.out);
+  cr_assert(strstr(r.out, "  peak allocated: 207.7MiB (217764352 bytes)\n"
+                          "    after entry 30 (alloc), 2026-04-28 08:43:50.760652 UTC "
+                          "(t=1777365830760652)\n"),
+            "%s", r.out);
+  cr_assert(strstr(r.out, "  peak reserved: 222.0MiB (232783872 bytes)\n"
+                          "    after entry 28 (segment_alloc)"),
+            "%s", r.out);
+  cr_assert(strstr(r.out, "    allocated  169.5MiB (177760256 bytes)\n"), "%s", r.out);
+  cr_assert(strstr(r.out, "    reserved   222.0MiB (232783872 bytes)\n"), "%s", r.out);
+  run_free(&r);
+  /* --range: the peak within the first 20 entries */
+  r = RUN("timeline", fx("a0kuma_adamw_small"), "--range", "0:19");
+  cr_assert_eq(r.status, 0, "%s", r.err);
+  cr_assert(strstr(r.out, "showing entries 0 to 19"), "%s", r.out);
+  cr_assert_null(strstr(r.out, "after entry 30"), "%s", r.out);
+  run_free(&r);
+}
+
+Test(timeline_cli, top_at_peak) {
+  if (!have_fixtures()) cr_skip_test("SKIP: PyTorch fixtures not found in %s", th_fixture_dir());
+  run_t r = RUN("top", fx("a0kuma_adamw_small"), "--json", "-n", "2");
+  cr_assert_eq(r.status, 0, "%s", r.err);
+  cr_assert(strstr(r.out, "{\"device\": 0, \"moment\": \"peak\", \"entry\": 30, \"time_us\": "
+                          "1777365830760652, \"by\": \"stack\", \"total_bytes\": 217764352"),
+            "%s", r.out);
+  char *g = json_value(r.out, "groups");
+  cr_assert_not_null(g);
+  size_t n = 0;
+  for (char *p = g; (p = strstr(p, "\"bytes\":")); p++) n++;
+  cr_assert_eq(n, 2, "-n 2 gives two groups");
+  free(g);
+  run_free(&r);
+  /* by size at the end: the sizes of the live blocks */
+  r = RUN("top", fx("a0kuma_adamw_small"), "--at", "end", "--by", "size", "-n", "0");
+  cr_assert_eq(r.status, 0, "%s", r.err);
+  cr_assert(strstr(r.out, "allocated: 169.5MiB (177760256 bytes) in 13 blocks"), "%s", r.out);
+  run_free(&r);
+  r = RUN("top", fx("a0kuma_adamw_small"), "--at", "-1");
+  cr_assert_eq(r.status, 0, "%s", r.err);
+  cr_assert(strstr(r.out, "before entry 0") && strstr(r.out, "(no allocated block at that moment)"),
+            "%s", r.out);
+  run_free(&r);
+}
+
+Test(timeline_cli, at_for_views) {
+  if (!have_fixtures()) cr_skip_test("SKIP: PyTorch fixtures not found in %s", th_fixture_dir());
+  const char *p = fx("a0kuma_adamw_small");
+  run_t r = RUN("stats", p, "--at", "-1");
+  cr_assert_eq(r.status, 0, "%s", r.err);
+  cr_assert(strstr(r.out, "segments: 0\ntotal_reserved: 0.0B\n"), "the trace starts empty: %s",
+            r.out);
+  run_free(&r);
+  r = RUN("stats", p, "--at", "peak");
+  cr_assert_eq(r.status, 0, "%s", r.err);
+  cr_assert(strstr(r.out, "segments: 7\ntotal_reserved: 222.0MiB\ntotal_allocated: 207.7MiB\n"),
+            "%s", r.out);
+  run_free(&r);
+  r = RUN("stats", p, "--at", "end");
+  run_t plain = RUN("stats", p);
+  cr_assert_str_eq(r.out, plain.out, "the end is the snapshot itself");
+  run_free(&r);
+  run_free(&plain);
+  r = RUN("memory", p, "--at", "peak", "-o", "peak.svg");
+  cr_assert_eq(r.status, 0, "%s", r.err);
+  char svg[400];
+  snprintf(svg, sizeof svg, "%s/peak.svg", cli_dir);
+  cr_assert_eq(access(svg, R_OK), 0);
+  run_free(&r);
+  r = RUN("segments", p, "--at", "999", "-o", "bad.svg");
+  cr_assert_eq(r.status, 1);
+  cr_assert(strstr(r.err, "--at 999: entry 999 is past the trace of device 0 (35 entries)"), "%s",
+            r.err);
+  snprintf(svg, sizeof svg, "%s/bad.svg", cli_dir);
+  cr_assert_neq(access(svg, F_OK), 0, "no output after a failure");
+  run_free(&r);
+  r = RUN("trace", p, "--at", "2");
+  cr_assert_eq(r.status, 0, "%s", r.err);
+  cr_assert(strstr(r.out, "Device 0 ----------------\n3 entries\n"), "%s", r.out);
+  run_free(&r);
+  r = RUN("compare", p, "--at", "-1", "--at", "end");
+  cr_assert_eq(r.status, 0, "%s", r.err);
+  cr_assert(strstr(r.out, "only_before = []\nonly_after = [1402"), "%s", r.out);
+  run_free(&r);
+}
+
+Test(timeline_cli, filters_matching_nothing) {
+  if (!have_fixtures()) cr_skip_test("SKIP: PyTorch fixtures not found in %s", th_fixture_dir());
+  const char *p = fx("a0kuma_adamw_small");
+  run_t r = RUN("stats", p, "--stream", "7");
+  cr_assert_eq(r.status, 1);
+  cr_assert(strstr(r.err, "a0kuma_adamw_small.pickle': no segment matches --stream 7"), "%s",
+            r.err);
+  run_free(&r);
+  r = RUN("memory", p, "--at", "peak", "--pool", "1,2", "--folded");
+  cr_assert_eq(r.status, 1);
+  cr_assert(strstr(r.err, "no segment of device 0 matches --pool 1,2 at that moment"), "%s",
+            r.err);
+  run_free(&r);
+  r = RUN("timeline", p, "--stream", "9");
+  cr_assert_eq(r.status, 1);
+  cr_assert(strstr(r.err, "no segment matches the filter"), "%s", r.err);
+  run_free(&r);
+  r = RUN("stats", p, "--stream", "0");
+  run_t plain = RUN("stats", p);
+  cr_assert_eq(r.status, 0);
+  cr_assert_str_eq(r.out, plain.out, "every segment is on stream 0");
+  run_free(&r);
+  run_free(&plain);
+}
+
+Test(timeline, filters_split_the_totals) {
+  /* a run on streams 0 and 5: the totals of each stream add up to the totals of all, at every
+   * step, and a filtered index still holds every segment in its states */
+  ms_snapshot_t *s = record_run(NULL, 0, 9, 3000, false);
+  ms_timeline_t *all = NULL, *s0 = NULL, *s5 = NULL, *pool = NULL;
+  ms_timeline_config_t cfg;
+  ms_errbuf_t eb = {{0}};
+  cr_assert_eq(ms_timeline_create(s, NULL, &all, &eb), MS_OK, "%s", eb.msg);
+  ms_timeline_config_init(&cfg);
+  cfg.filter.has_stream = true;
+  cfg.filter.stream = 0;
+  cr_assert_eq(ms_timeline_create(s, &cfg, &s0, &eb), MS_OK, "%s", eb.msg);
+  cfg.filter.stream = 5;
+  cr_assert_eq(ms_timeline_create(s, &cfg, &s5, &eb), MS_OK, "%s", eb.msg);
+  ms_timeline_config_init(&cfg);
+  cfg.filter.has_pool = true; /* the default pool holds everything here */
+  cr_assert_eq(ms_timeline_create(s, &cfg, &pool, &eb), MS_OK, "%s", eb.msg);
+  size_t n = ms_timeline_nentries(all, 0);
+  bool both = false;
+  for (int m = 0; m < MS_TL_METRIC_COUNT; m++) {
+    const uint64_t *a = ms_timeline_series(all, 0, (ms_tl_metric)m);
+    const uint64_t *x = ms_timeline_series(s0, 0, (ms_tl_metric)m);
+    const uint64_t *y = ms_timeline_series(s5, 0, (ms_tl_metric)m);
+    const uint64_t *p = ms_timeline_series(pool, 0, (ms_tl_metric)m);
+    for (size_t st = 0; st <= n; st++) {
+      cr_assert_eq(x[st] + y[st], a[st], "%s at step %zu", ms_tl_metric_name((ms_tl_metric)m), st);
+      cr_assert_eq(p[st], a[st]);
+      both = both || (x[st] > 0 && y[st] > 0);
+    }
+  }
+  cr_assert(both, "both streams hold memory at some step");
+  ms_tl_peak_t p5;
+  cr_assert_eq(ms_timeline_peak(s5, 0, MS_TL_ALLOCATED, 0, SIZE_MAX, &p5), MS_OK);
+  ms_tl_filter_t f = {.has_stream = true, .stream = 5};
+  ms_snapshot_t *at = NULL;
+  cr_assert_eq(ms_timeline_snapshot_at(s5, 0, p5.step, &f, &at), MS_OK);
+  uint64_t alloc = 0;
+  for (size_t i = 0; i < at->nsegments; i++) {
+    cr_assert_eq(at->segments[i].stream, 5);
+    alloc += at->segments[i].allocated_size;
+  }
+  cr_assert_eq(alloc, p5.bytes, "the materialised stream holds the stream's peak");
+  ms_snapshot_free(at);
+  ms_timeline_destroy(all);
+  ms_timeline_destroy(s0);
+  ms_timeline_destroy(s5);
+  ms_timeline_destroy(pool);
+  ms_snapshot_free(s);
+}
