@@ -3,6 +3,7 @@
 #   make test SANITIZE=1   the whole suite built with -fsanitize=address,undefined (build-asan/)
 #   make bench             benchmarks in a Release tree; writes build/bench/results.json
 #   make fuzz FUZZ_SECONDS=60   libFuzzer targets (clang), seeded with the fixtures
+#   make check             the module rule on #include lines (also a test of make test)
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE ?= cmake
 ifeq ($(SANITIZE),1)
@@ -14,7 +15,7 @@ endif
 MS_DEBUG ?= 3
 FUZZ_SECONDS ?= 60
 
-.PHONY: all deps test-deps build demo test bench fuzz clean
+.PHONY: all deps test-deps build demo test check bench fuzz clean
 
 all: build
 
@@ -39,6 +40,10 @@ test: test-deps build
 	@cd $(BUILD) && { ctest --output-on-failure -j $(JOBS); rc=$$?; \
 	  grep -h '^SKIP' Testing/Temporary/LastTest.log 2>/dev/null | sort | uniq -c | sed 's/^ */  skipped x/'; \
 	  exit $$rc; }
+
+# The module rule (docs/architecture.md): every #include of the project's files points down.
+check:
+	@scripts/check-deps.py
 
 bench: deps
 	@scripts/deps.sh bench

@@ -32,7 +32,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "history_internal.h"
+#include "history/history_internal.h"
 #include "memsnap/allocator.h"
 #include "memsnap/history.h"
 

@@ -39,8 +39,8 @@
 
 #include "helpers.h"
 #include "memsnap/serialize.h"
-#include "serialize_internal.h"
-#include "zio.h"
+#include "snapshot/msgpack_internal.h"
+#include "snapshot/zio.h"
 
 #define REPS 5
 

@@ -26,7 +26,7 @@
 #include "memsnap/error.h"
 #include "memsnap/serialize.h"
 #include "memsnap/timeline.h"
-#include "snapbuild.h"
+#include "model/snapbuild.h"
 
 #define NSEG 64
 #define SEG_SIZE ((uint64_t)64 << 20)

@@ -14,7 +14,7 @@
 #include "memsnap/backend.h"
 #include "memsnap/history.h"
 #include "memsnap/pickle.h"
-#include "snapbuild.h"
+#include "model/snapbuild.h"
 
 static int fail(ms_errbuf_t *eb, int rc, const char *fmt, ...) {
   if (eb) {

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Installs what memsnap needs on Debian (as root), or prints the exact apt-get line and fails.
-# usage: scripts/deps.sh [build|test|fuzz]   (test adds the browser used by the SVG tests)
+# usage: scripts/deps.sh [build|test|fuzz|bench]   (test adds the browser used by the SVG tests and
+# python3 for scripts/check-deps.py)
 set -euo pipefail
 what=${1:-build}
 pkgs=(cmake make gcc pkg-config libmsgpack-dev zlib1g-dev libxml2-dev libdw-dev)
 case "$what" in
-  test) pkgs+=(libcriterion-dev chromium clang) ;;
+  test) pkgs+=(libcriterion-dev chromium clang python3) ;;
   fuzz) pkgs+=(clang libclang-rt-14-dev) ;;
   bench) pkgs+=(python3) ;;
 esac

@@ -13,8 +13,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "internal.h"
-#include "snapbuild.h"
+#include "common/internal.h"
+#include "model/snapbuild.h"
 
 /* ---- synthetic snapshot --------------------------------------------------------------------- */
 

@@ -11,10 +11,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "alloc_internal.h"
+#include "alloc/alloc_internal.h"
 #include "memsnap/allocator.h"
-#include "snapbuild.h"
-#include "types.h"
+#include "model/snapbuild.h"
+#include "alloc/types.h"
 
 #define KiB ((size_t)1 << 10)
 #define MiB ((size_t)1 << 20)

@@ -12,7 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "history_internal.h"
+#include "history/history_internal.h"
 
 /* Static functions' names, file:line and inlined frames come from libdw (docs/history.md); a build
  * without it (MEMSNAP_WITH_LIBDW=OFF) names only exported functions and falls back to

@@ -25,7 +25,7 @@
 
 #include "memsnap/serialize.h"
 #include "memsnap/snapshot.h"
-#include "snapbuild.h"
+#include "model/snapbuild.h"
 
 /* ---- running the program ----------------------------------------------------------------------
  */

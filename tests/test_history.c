@@ -13,9 +13,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "alloc_internal.h"
+#include "alloc/alloc_internal.h"
 #include "helpers.h"
-#include "history_internal.h"
+#include "history/history_internal.h"
 #include "memsnap/allocator.h"
 #include "memsnap/history.h"
 #include "memsnap/serialize.h"

@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "alloc_internal.h"
+#include "alloc/alloc_internal.h"
 #include "memsnap/allocator.h"
 
 #define MiB ((size_t)1 << 20)

@@ -17,7 +17,7 @@
 #include <unistd.h>
 
 #include "memsnap/pickle.h"
-#include "snapbuild.h"
+#include "model/snapbuild.h"
 
 /* ---- helpers ------------------------------------------------------------------------------- */
 

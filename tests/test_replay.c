@@ -23,7 +23,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "alloc_internal.h"
+#include "alloc/alloc_internal.h"
 #include "memsnap/allocator.h"
 #include "memsnap/history.h"
 #include "memsnap/replay.h"

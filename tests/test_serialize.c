@@ -17,8 +17,8 @@
 
 #include "helpers.h"
 #include "memsnap/serialize.h"
-#include "snapbuild.h"
-#include "zio.h"
+#include "model/snapbuild.h"
+#include "snapshot/zio.h"
 
 /* ---- helpers -------------------------------------------------------------------------------- */
 

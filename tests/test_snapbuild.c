@@ -3,7 +3,7 @@
 #include <criterion/criterion.h>
 #include <string.h>
 
-#include "snapbuild.h"
+#include "model/snapbuild.h"
 
 Test(snapbuild, frames_and_stacks_are_interned) {
   ms__snapbuild_t b;

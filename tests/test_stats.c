@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "memsnap/stats.h"
-#include "stats_internal.h"
+#include "alloc/stats_internal.h"
 
 #define KiB ((int64_t)1024)
 #define MiB ((int64_t)1048576)

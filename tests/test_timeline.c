@@ -19,7 +19,7 @@
 #include "memsnap/history.h"
 #include "memsnap/serialize.h"
 #include "memsnap/timeline.h"
-#include "snapbuild.h"
+#include "model/snapbuild.h"
 
 static const char *const fixtures[] = {
     "jogregoire_diffusion_tiny", "a0kuma_adamw_small",    "yiyi_flexgen_oom_legacy",

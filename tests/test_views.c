@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "memsnap/views.h"
-#include "snapbuild.h"
+#include "model/snapbuild.h"
 
 /* ---- helpers ----------------------------------------------------------------------------------
  */

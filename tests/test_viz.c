@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../viz/internal.h"
+#include "flamegraph/internal.h"
 #include "memsnap/viz.h"
 
 /* ---- helpers ---- */

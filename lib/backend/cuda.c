@@ -56,8 +56,8 @@
 #include <cudaTypedefs.h>
 #include <cuda_runtime_api.h>
 
-#include "backend_internal.h"
-#include "internal.h"
+#include "backend/backend_internal.h"
+#include "common/internal.h"
 
 /* Unit of physical memory for mem_map (backend.h: "multiples of the backend's page size"). */
 #define CUDA_PAGE_SIZE ((size_t)2 << 20)

@@ -23,9 +23,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend_internal.h"
-#include "internal.h"
-#include "util/vec.h"
+#include "backend/backend_internal.h"
+#include "common/internal.h"
+#include "common/vec.h"
 
 typedef struct sim_range_s {
   ms_devptr_t addr; /* start, MS_SIM_ALIGNMENT-aligned */

@@ -19,10 +19,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "common/internal.h"
 #include "memsnap/timeline.h"
-#include "snapbuild.h"
-#include "util/vec.h"
+#include "model/snapbuild.h"
+#include "common/vec.h"
 
 #define TL_NONE UINT32_MAX
 #define TL_SMALL_SIZE (1ull << 20) /* kSmallSize: requests up to 1 MiB use the small pool */

@@ -13,9 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "common/internal.h"
 #include "memsnap/timeline.h"
-#include "util/vec.h"
+#include "common/vec.h"
 
 typedef struct tlv_elem_s {
   int64_t size;

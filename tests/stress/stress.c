@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "alloc_internal.h"
+#include "alloc/alloc_internal.h"
 #include "memsnap/allocator.h"
 
 #define MAX_THREADS 16

@@ -1,0 +1,1404 @@
+/* SPDX-License-Identifier: MIT
+ * memsnap core: the caching allocator, PyTorch's DeviceCachingAllocator in C
+ * (reference/pytorch-allocator.md §4-§8, §10-§13; docs/allocator.md lists every decision).
+ *
+ * The functions below keep PyTorch's names and follow its pseudo-code step by step, because
+ * `memsnap replay` must reproduce PyTorch's every decision: malloc -> get_free_block ->
+ * alloc_block -> release_available_cached_blocks -> release_cached_blocks -> raise_oom;
+ * free -> insert_events / free_block -> try_merge_blocks; process_events and
+ * synchronize_and_free_events for record_stream; garbage_collect_cached_blocks.
+ *
+ * Locking: one mutex per allocator, taken by every public call. Stack contexts are gathered
+ * before it is taken, OOM observers are called after it is released. Free-memory callbacks and
+ * pool filters run under it.
+ */
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "alloc/alloc_internal.h"
+#include "backend/backend_internal.h"
+#include "alloc/stats_internal.h"
+#include "alloc/types.h"
+
+/* Requests this large fail at once (PyTorch's 1 EiB check). */
+#define MS__MAX_REQUEST ((size_t)1 << 60)
+
+/* Test-only rule mutations (alloc_internal.h, replay section): 0 in every real use. */
+int ms__alloc_test_mutation = MS__MUT_NONE;
+
+/* ---- small helpers --------------------------------------------------------------------------- */
+
+static inline enum ms_stat_type pool_stat(const ms__pool_t *p) {
+  return p->is_small ? MS_STAT_SMALL_POOL : MS_STAT_LARGE_POOL;
+}
+
+static inline const ms__alloc_hooks_t *alloc_hooks(ms_allocator_t *a) {
+  return atomic_load_explicit(&a->hooks, memory_order_acquire);
+}
+
+/* maybe_gather_context(level): outside the lock. */
+static inline uint32_t alloc_gather(ms_allocator_t *a, int level) {
+  const ms__alloc_hooks_t *h = alloc_hooks(a);
+  if (ms_likely(!h) || !h->gather || h->context_level < level) return 0;
+  return h->gather(h->ctx);
+}
+
+static void pool_id_of(const ms__pool_t *p, int64_t out[2]) {
+  out[0] = p && p->owner ? p->owner->id.first : 0;
+  out[1] = p && p->owner ? p->owner->id.second : 0;
+}
+
+/* record_trace: under the lock. The context survives only at level >= ALLOC (§11.1). The test
+ * for a recorder is inline; the record is built out of line, off the fast path. */
+static __attribute__((noinline)) void alloc_trace_record(const ms__alloc_hooks_t *h,
+                                                         ms_trace_action action, uint64_t addr,
+                                                         uint64_t size, ms_stream_t stream,
+                                                         const ms__pool_t *pool, uint32_t ctx) {
+  if (!h->trace || !h->trace_enabled) return;
+  ms__trace_rec_t rec = {action, addr, size, stream, {0, 0}, 0};
+  pool_id_of(pool, rec.pool_id);
+  rec.ctx = h->context_level >= MS__CTX_ALLOC ? ctx : 0;
+  h->trace(h->ctx, &rec);
+}
+
+static inline void alloc_trace(ms_allocator_t *a, ms_trace_action action, uint64_t addr,
+                               uint64_t size, ms_stream_t stream, const ms__pool_t *pool,
+                               uint32_t ctx) {
+  const ms__alloc_hooks_t *h = alloc_hooks(a);
+  if (ms_unlikely(h != NULL)) alloc_trace_record(h, action, addr, size, stream, pool, ctx);
+}
+
+/* round_size (§2.2); the plain 512 rounding inline, the power-of-two divisions through config. */
+static inline size_t alloc_round_size(const ms_allocator_t *a, size_t size) {
+  if (ms_unlikely(ms__alloc_test_mutation == MS__MUT_ROUND_1024))
+    return size < 1024 ? 1024 : (size + 1023) & ~(size_t)1023;
+  if (ms_likely(!a->any_divisions)) {
+    if (size < MS_MIN_BLOCK_SIZE) return MS_MIN_BLOCK_SIZE;
+    return (size + MS_MIN_BLOCK_SIZE - 1) & ~(MS_MIN_BLOCK_SIZE - 1);
+  }
+  return ms_alloc_round_size(&a->cfg, size);
+}
+
+/* PyTorch's format_size for the OOM message (§8.6). */
+static void format_size_pt(size_t n, char *dst, size_t cap) {
+  if (n <= 1024) snprintf(dst, cap, "%zu bytes", n);
+  else if (n <= 1048576) snprintf(dst, cap, "%.2f KiB", (double)n / 1024.0);
+  else if (n <= 1073741824) snprintf(dst, cap, "%.2f MiB", (double)n / 1048576.0);
+  else snprintf(dst, cap, "%.2f GiB", (double)n / 1073741824.0);
+}
+
+/* ---- pointer map ----------------------------------------------------------------------------- */
+
+static inline size_t map_slot(const ms__ptrmap_t *m, uintptr_t ptr) {
+  return (size_t)(((uint64_t)ptr >> 9) * 0x9E3779B97F4A7C15ULL >> 20) & (m->cap - 1);
+}
+
+static int map_grow(ms__ptrmap_t *m) {
+  size_t ncap = m->cap ? m->cap * 2 : 1024;
+  ms__block_t **ns = calloc(ncap, sizeof *ns);
+  if (!ns) return MS_ENOMEM;
+  ms__ptrmap_t nm = {ns, ncap, 0};
+  for (size_t i = 0; i < m->cap; i++) {
+    ms__block_t *b = m->slots[i];
+    if (!b) continue;
+    size_t j = map_slot(&nm, b->ptr);
+    while (ns[j]) j = (j + 1) & (ncap - 1);
+    ns[j] = b;
+    nm.len++;
+  }
+  free(m->slots);
+  *m = nm;
+  return MS_OK;
+}
+
+static inline int map_insert(ms__ptrmap_t *m, ms__block_t *b) {
+  if (ms_unlikely((m->len + 1) * 2 > m->cap)) MS_FORWARD_IF_ERROR(map_grow(m));
+  size_t j = map_slot(m, b->ptr);
+  while (m->slots[j]) j = (j + 1) & (m->cap - 1);
+  m->slots[j] = b;
+  m->len++;
+  return MS_OK;
+}
+
+static inline ms__block_t *map_find(const ms__ptrmap_t *m, uintptr_t ptr, size_t *slot) {
+  if (!m->cap) return NULL;
+  size_t j = map_slot(m, ptr);
+  for (ms__block_t *b; (b = m->slots[j]) != NULL; j = (j + 1) & (m->cap - 1)) {
+    if (b->ptr == ptr) {
+      *slot = j;
+      return b;
+    }
+  }
+  return NULL;
+}
+
+/* Removes the entry at slot j (backward-shift deletion keeps probe chains intact). */
+static inline void map_remove_at(ms__ptrmap_t *m, size_t j) {
+  size_t mask = m->cap - 1;
+  size_t i = j;
+  for (;;) {
+    m->slots[i] = NULL;
+    size_t k = i;
+    for (;;) {
+      k = (k + 1) & mask;
+      ms__block_t *b = m->slots[k];
+      if (!b) {
+        m->len--;
+        return;
+      }
+      size_t home = map_slot(m, b->ptr);
+      /* b may move to i if home is cyclically outside (i, k] */
+      bool stays = i <= k ? (home > i && home <= k) : (home > i || home <= k);
+      if (!stays) {
+        m->slots[i] = b;
+        i = k;
+        break;
+      }
+    }
+  }
+}
+
+/* ---- events (§7.2-§7.4, §13.2) --------------------------------------------------------------- */
+
+static int event_get(ms_allocator_t *a, ms_event_t *out) {
+  if (a->event_pool.len) {
+    *out = a->event_pool.ptr[--a->event_pool.len];
+    return MS_OK;
+  }
+  return a->ops.event_create(a->ops.ctx, a->device, out);
+}
+
+static void event_put(ms_allocator_t *a, ms_event_t e) {
+  if (MS_VEC_PUSH(&a->event_pool, e) != 0) a->ops.event_destroy(a->ops.ctx, a->device, e);
+}
+
+static ms__evqueue_t *queue_for(ms_allocator_t *a, ms_stream_t s) {
+  for (size_t i = 0; i < a->queues.len; i++)
+    if (a->queues.ptr[i].stream == s) return &a->queues.ptr[i];
+  ms__evqueue_t q = {s, NULL, 0, 0, 0};
+  if (MS_VEC_PUSH(&a->queues, q) != 0) return NULL;
+  return &a->queues.ptr[a->queues.len - 1];
+}
+
+static int queue_push(ms__evqueue_t *q, ms__evpair_t p) {
+  if (q->len == q->cap) {
+    size_t ncap = q->cap ? q->cap * 2 : 8;
+    ms__evpair_t *n = malloc(ncap * sizeof *n);
+    if (!n) return MS_ENOMEM;
+    for (size_t i = 0; i < q->len; i++) n[i] = q->q[(q->head + i) % q->cap];
+    free(q->q);
+    q->q = n;
+    q->cap = ncap;
+    q->head = 0;
+  }
+  q->q[(q->head + q->len) % q->cap] = p;
+  q->len++;
+  return MS_OK;
+}
+
+static void queue_pop(ms__evqueue_t *q) {
+  q->head = (q->head + 1) % q->cap;
+  q->len--;
+}
+
+static void queues_drop_empty(ms_allocator_t *a) {
+  size_t w = 0;
+  for (size_t i = 0; i < a->queues.len; i++) {
+    if (a->queues.ptr[i].len == 0) {
+      free(a->queues.ptr[i].q);
+      continue;
+    }
+    a->queues.ptr[w++] = a->queues.ptr[i];
+  }
+  a->queues.len = w;
+}
+
+static void free_block(ms_allocator_t *a, ms__block_t *b, uint32_t ctx);
+
+/* insert_events (§7.2): one event per stream in stream_uses; the set is moved out. If the backend
+ * cannot create or record an event, the device is synchronized instead, so that the block can
+ * never be reused too early. */
+static void insert_events(ms_allocator_t *a, ms__block_t *b, uint32_t ctx) {
+  uint32_t n = b->nuses;
+  ms_stream_t *uses = b->uses;
+  b->uses = NULL;
+  b->nuses = b->cap_uses = 0;
+  bool failed = false;
+  for (uint32_t i = 0; i < n; i++) {
+    ms_event_t e;
+    ms__evqueue_t *q;
+    if (event_get(a, &e) != MS_OK) {
+      failed = true;
+      continue;
+    }
+    if (a->ops.event_record(a->ops.ctx, a->device, e, uses[i]) != MS_OK ||
+        !(q = queue_for(a, uses[i])) || queue_push(q, (ms__evpair_t){e, b}) != MS_OK) {
+      event_put(a, e);
+      failed = true;
+      continue;
+    }
+    b->event_count++;
+    a->outstanding_events++;
+  }
+  free(uses);
+  if (failed) {
+    ms__warning("device %d: cannot record a stream event; synchronizing the device instead",
+                a->device);
+    a->ops.device_synchronize(a->ops.ctx, a->device);
+  }
+  if (b->event_count == 0) free_block(a, b, ctx);
+}
+
+/* insert_events_deferred_until_no_capture. */
+static void insert_deferred(ms_allocator_t *a, uint32_t ctx) {
+  for (size_t i = 0; i < a->deferred.len; i++) insert_events(a, a->deferred.ptr[i], ctx);
+  a->deferred.len = 0;
+}
+
+/* process_events (§7.3): per-stream FIFO, no head-of-line blocking across streams. */
+static void process_events(ms_allocator_t *a, uint32_t ctx) {
+  if (a->deferred.len) insert_deferred(a, ctx);
+  bool any_empty = false;
+  for (size_t i = 0; i < a->queues.len; i++) {
+    ms__evqueue_t *q = &a->queues.ptr[i];
+    while (q->len) {
+      ms__evpair_t p = q->q[q->head];
+      bool done = false;
+      if (a->ops.event_query(a->ops.ctx, a->device, p.ev, &done) != MS_OK) {
+        /* PyTorch throws on a failed query; treat the event as not done (retried later, and
+         * forced by synchronize_and_free_events). */
+        break;
+      }
+      if (!done) break;
+      queue_pop(q);
+      a->outstanding_events--;
+      event_put(a, p.ev);
+      if (--p.block->event_count == 0) free_block(a, p.block, ctx);
+      q = &a->queues.ptr[i]; /* free_block never touches queues, but stay safe */
+    }
+    if (!q->len) any_empty = true;
+  }
+  if (any_empty) queues_drop_empty(a);
+}
+
+/* synchronize_and_free_events (§7.4); pp != NULL limits it to that private pool's blocks. */
+static void synchronize_and_free_events(ms_allocator_t *a, uint32_t ctx,
+                                        const ms__private_pool_t *pp) {
+  a->stats.num_sync_all_streams++;
+  if (a->captures.len == 0 && a->deferred.len) insert_deferred(a, ctx);
+  for (size_t i = 0; i < a->queues.len; i++) {
+    ms__evqueue_t *q = &a->queues.ptr[i];
+    size_t n = q->len, w = 0;
+    ms__evpair_t *keep = NULL;
+    if (pp) keep = malloc((n ? n : 1) * sizeof *keep);
+    for (size_t k = 0; k < n; k++) {
+      ms__evpair_t p = q->q[(q->head + k) % q->cap];
+      if (pp && p.block->pool->owner != pp) {
+        if (keep) {
+          keep[w++] = p;
+          continue;
+        }
+      }
+      a->ops.event_synchronize(a->ops.ctx, a->device, p.ev);
+      a->outstanding_events--;
+      event_put(a, p.ev);
+      if (--p.block->event_count == 0) free_block(a, p.block, ctx);
+    }
+    q->head = 0;
+    q->len = 0;
+    if (keep) {
+      for (size_t k = 0; k < w; k++) q->q[k] = keep[k];
+      q->len = w;
+      free(keep);
+    }
+  }
+  queues_drop_empty(a);
+}
+
+/* ---- pools ----------------------------------------------------------------------------------- */
+
+static ms__private_pool_t *find_private_pool(ms_allocator_t *a, ms_pool_id_t id) {
+  for (ms__private_pool_t *p = a->pools; p; p = p->next)
+    if (p->id.first == id.first && p->id.second == id.second) return p;
+  return NULL;
+}
+
+/* get_pool (§3.4): the routings (most recent first), then the default pools. */
+static ms__pool_t *get_pool_routed(ms_allocator_t *a, size_t size, ms_stream_t stream) {
+  for (size_t i = a->captures.len; i-- > 0;) {
+    ms__capture_t *c = &a->captures.ptr[i];
+    if (!c->filter || c->filter(c->arg, stream)) {
+      ms__private_pool_t *pp = find_private_pool(a, c->id);
+      ms_assert(pp != NULL);
+      return size <= MS_SMALL_SIZE ? &pp->small : &pp->large;
+    }
+  }
+  return size <= MS_SMALL_SIZE ? &a->small : &a->large;
+}
+
+static inline ms__pool_t *get_pool(ms_allocator_t *a, size_t size, ms_stream_t stream) {
+  if (ms_unlikely(a->captures.len)) return get_pool_routed(a, size, stream);
+  return size <= MS_SMALL_SIZE ? &a->small : &a->large;
+}
+
+/* ---- malloc (§4-§6) -------------------------------------------------------------------------- */
+
+typedef struct alloc_params_s {
+  size_t size;       /* rounded */
+  size_t alloc_size; /* segment size */
+  ms_stream_t stream;
+  ms__pool_t *pool;
+  ms__block_t *block;
+  int err;           /* of the last device allocation */
+} alloc_params_t;
+
+/* get_free_block (§5). */
+static inline bool get_free_block(ms_allocator_t *a, alloc_params_t *p) {
+  ms__pool_t *pool = p->pool;
+  if (ms_unlikely(a->has_allowed_max && a->has_gc)) pool->get_free_blocks_call_count++;
+  ms__block_t *b = ms__pool_find(pool, p->stream, p->size);
+  if (!b) return false;
+  if (ms_unlikely(b->expandable)) { /* expandable segments (expandable.c, §5) */
+    b = ms__es_choose(pool, b, p->stream, ms__es_active(a, pool));
+    if (!b) return false;
+  }
+  if (ms_unlikely(ms__alloc_test_mutation == MS__MUT_TIEBREAK_HIGH)) {
+    for (ms__block_t *n = ms__pool_next(b); n && n->stream == b->stream && n->size == b->size;
+         n = ms__pool_next(n))
+      b = n;
+  }
+  size_t mss = a->cfg.max_split_size;
+  if (p->size < mss && b->size >= mss) return false;
+  if (p->size >= mss && b->size >= p->size + a->cfg.max_non_split_rounding_size) return false;
+  p->block = b; /* still in the free set: alloc_found_block takes it out (or splits it there) */
+  return true;
+}
+
+static bool trigger_free_memory_callbacks(ms_allocator_t *a) {
+  bool freed = false;
+  for (size_t i = 0; i < a->free_callbacks.len; i++)
+    freed |= a->free_callbacks.ptr[i].fn(a->free_callbacks.ptr[i].arg);
+  return freed;
+}
+
+/* alloc_block (§8.1): a new segment from the device. */
+static bool alloc_block(ms_allocator_t *a, alloc_params_t *p, bool is_retry, uint32_t ctx) {
+  size_t size = p->alloc_size;
+  if (is_retry) a->stats.num_alloc_retries++;
+  if (a->has_allowed_max && a->total_allocated_memory + size > a->allowed_memory_maximum) {
+    p->err = MS_EOOM;
+    return false;
+  }
+  if (ms__es_active(a, p->pool)) { /* expandable segments: map pages instead (expandable.c) */
+    p->block = ms__es_try_allocate(a, p->pool, p->stream, p->size, ctx);
+    p->err = p->block ? MS_OK : MS_EOOM;
+    return p->block != NULL;
+  }
+  ms_devptr_t ptr = 0;
+  p->err = a->ops.malloc(a->ops.ctx, a->device, size, p->stream, &ptr);
+  if (p->err != MS_OK) return false;
+  ms__block_t *b = ms__block_new(a);
+  ms__segment_t *s = b ? ms__segment_new(a, ptr, size, p->stream, p->pool, ctx) : NULL;
+  if (!s) {
+    if (b) ms__block_delete(a, b);
+    a->ops.free(a->ops.ctx, a->device, ptr);
+    p->err = MS_ENOMEM;
+    return false;
+  }
+  ms__private_pool_t *pp = p->pool->owner;
+  if (pp) pp->malloc_count++;
+  a->total_allocated_memory += size;
+  b->stream = p->stream;
+  b->size = size;
+  b->ptr = ptr;
+  b->seg = s;
+  b->pool = p->pool;
+  s->head = b;
+  enum ms_stat_type st = pool_stat(p->pool);
+  ms__stat_array_increase(a->stats.segment, st, 1);
+  ms__stat_array_increase(a->stats.reserved_bytes, st, (int64_t)size);
+  if (size >= a->cfg.max_split_size) ms__stat_increase(&a->stats.oversize_segments, 1);
+  a->stats.num_device_alloc++;
+  alloc_trace(a, MS_TRACE_SEGMENT_ALLOC, ptr, size, p->stream, p->pool, ctx);
+  p->block = b;
+  return true;
+}
+
+/* try_mempool_fallback (§8.8): a default-pool malloc that could not get a segment takes a cached
+ * block of a use_on_oom pool (get_free_block only, never a device malloc), pools in id order.
+ * PyTorch routes to the pool and ends the routing around the search (the use count comes back to
+ * where it was); searching the pool directly is the same. */
+static __attribute__((noinline)) bool try_mempool_fallback(ms_allocator_t *a,
+                                                          alloc_params_t *p) {
+  if (p->pool->owner) return false; /* only for the default pools */
+  for (size_t i = 0; i < a->pool_opts.len; i++) {
+    if (!a->pool_opts.ptr[i].opts.use_on_oom) continue;
+    ms__private_pool_t *pp = find_private_pool(a, a->pool_opts.ptr[i].id);
+    if (!pp || pp->freeable) continue;
+    alloc_params_t q = *p;
+    q.pool = q.size <= MS_SMALL_SIZE ? &pp->small : &pp->large;
+    q.block = NULL;
+    if (get_free_block(a, &q)) {
+      *p = q;
+      return true;
+    }
+  }
+  return false;
+}
+
+/* release_block (§8.4): returns a whole cached segment to the device. */
+static void release_block(ms_allocator_t *a, ms__block_t *b, uint32_t ctx) {
+  ms_assert_internal(!ms__block_is_split(b) && b->in_set);
+  ms__segment_t *s = b->seg;
+  ms__pool_t *pool = b->pool;
+  alloc_trace(a, MS_TRACE_SEGMENT_FREE, s->ptr, s->size, s->stream, pool, ctx ? ctx : s->ctx);
+  int e = a->ops.free(a->ops.ctx, a->device, s->ptr);
+  if (e != MS_OK)
+    ms__warning("device %d: the backend failed to free segment 0x%" PRIxPTR ": %s", a->device,
+                s->ptr, ms_strerror(e));
+  a->total_allocated_memory -= s->size;
+  if (pool->owner) pool->owner->malloc_count--;
+  enum ms_stat_type st = pool_stat(pool);
+  ms__stat_array_decrease(a->stats.segment, st, 1);
+  ms__stat_array_decrease(a->stats.reserved_bytes, st, (int64_t)s->size);
+  if (s->size >= a->cfg.max_split_size) ms__stat_decrease(&a->stats.oversize_segments, 1);
+  a->stats.num_device_free++;
+  ms__pool_erase(pool, b);
+  ms__segment_delete(a, s);
+  ms__block_delete(a, b);
+}
+
+/* release_blocks: every unsplit cached segment of pool, in (stream, size, address) order. */
+static void release_blocks(ms_allocator_t *a, ms__pool_t *pool, uint32_t ctx) {
+  ms__block_t *b = ms__pool_first(pool);
+  bool any_expandable = false;
+  while (b) {
+    ms__block_t *n = ms__pool_next(b);
+    if (b->expandable) any_expandable = true;
+    else if (!ms__block_is_split(b)) release_block(a, b, ctx);
+    b = n;
+  }
+  if (any_expandable) ms__es_release(a, pool, ctx); /* then unmap expandable blocks (§8.4) */
+}
+
+/* release_available_cached_blocks (§8.3), exactly PyTorch's selection. */
+static bool release_available_cached_blocks(ms_allocator_t *a, alloc_params_t *p, uint32_t ctx) {
+  size_t mss = a->cfg.max_split_size;
+  if (mss == SIZE_MAX) return false;
+  size_t key_size = p->size > mss ? p->size : mss;
+  ms__pool_t *pool = p->pool;
+  ms__block_t *it = ms__pool_lower_bound(pool, p->stream, key_size);
+  if (!it || it->stream != p->stream || it->expandable) {
+    /* No single block is large enough: free oversize blocks from the largest downwards. */
+    it = it ? ms__pool_prev(it) : ms__pool_last(pool);
+    if (!it) return false;
+    size_t released = 0;
+    while (released < key_size && it->size >= mss && it->stream == p->stream) {
+      ms__block_t *cur = it;
+      ms__block_t *before = ms__pool_prev(cur);
+      if (!cur->expandable) {
+        released += cur->size;
+        release_block(a, cur, ctx);
+      }
+      if (!before) break;
+      it = before;
+    }
+    return released >= key_size;
+  }
+  release_block(a, it, ctx);
+  return true;
+}
+
+/* release_cached_blocks (§8.4), for the default id (0,0) or one private pool. */
+static void release_cached_blocks(ms_allocator_t *a, uint32_t ctx, const ms_pool_id_t *only) {
+  if (!only && a->captures.len == 0) {
+    synchronize_and_free_events(a, ctx, NULL);
+    release_blocks(a, &a->large, ctx);
+    release_blocks(a, &a->small, ctx);
+  }
+  ms__private_pool_t **link = &a->pools;
+  while (*link) {
+    ms__private_pool_t *pp = *link;
+    if (!pp->freeable || (only && (pp->id.first != only->first || pp->id.second != only->second))) {
+      link = &pp->next;
+      continue;
+    }
+    if (only) synchronize_and_free_events(a, ctx, pp);
+    release_blocks(a, &pp->small, ctx);
+    release_blocks(a, &pp->large, ctx);
+    if (pp->malloc_count == 0) {
+      *link = pp->next;
+      ms__pool_fini(&pp->small);
+      ms__pool_fini(&pp->large);
+      free(pp);
+    } else {
+      link = &pp->next;
+    }
+  }
+}
+
+/* garbage_collect_cached_blocks (§8.5): default large pool only, average-age passes. */
+static void garbage_collect_cached_blocks(ms_allocator_t *a, uint32_t ctx) {
+  size_t threshold = (size_t)(a->cfg.garbage_collection_threshold *
+                              (double)a->allowed_memory_maximum);
+  if (a->total_allocated_memory <= threshold) return;
+  size_t target = a->total_allocated_memory - threshold;
+  ms__pool_t *pool = &a->large;
+  double total_age = 0.0;
+  size_t n = 0;
+  for (ms__block_t *b = ms__pool_first(pool); b; b = ms__pool_next(b)) {
+    if (!ms__block_is_split(b)) {
+      total_age += (double)(pool->get_free_blocks_call_count - b->gc_count_base);
+      n++;
+    }
+  }
+  if (n == 0) return;
+  size_t reclaimed = 0;
+  bool freed_any = true;
+  while (reclaimed < target && freed_any && n > 0) {
+    double age_threshold = total_age / (double)n;
+    freed_any = false;
+    ms__block_t *b = ms__pool_first(pool);
+    while (b) {
+      ms__block_t *nx = ms__pool_next(b);
+      double age = (double)(pool->get_free_blocks_call_count - b->gc_count_base);
+      if (!ms__block_is_split(b) && !b->expandable && age >= age_threshold) {
+        freed_any = true;
+        reclaimed += b->size;
+        total_age -= age;
+        n--;
+        release_block(a, b, ctx);
+      }
+      b = nx;
+    }
+  }
+}
+
+/* should_split (§6.1). */
+static inline bool should_split(const ms_allocator_t *a, const ms__block_t *b, size_t size) {
+  if (ms_unlikely(b->pool->owner != NULL) && b->pool->owner->no_split) return false; /* [2025+] */
+  size_t remaining = b->size - size;
+  if (b->pool->is_small || ms__es_active(a, b->pool)) return remaining >= MS_MIN_BLOCK_SIZE;
+  if (ms_unlikely(ms__alloc_test_mutation == MS__MUT_SPLIT_GE))
+    return size < a->cfg.max_split_size && remaining >= MS_SMALL_SIZE;
+  return size < a->cfg.max_split_size && remaining > MS_SMALL_SIZE;
+}
+
+/* alloc_found_block (§6.2): p->block is in the free set (found by get_free_block) or a new one
+ * (alloc_block). When it is split, the remainder stays in (or enters) the set, as PyTorch's
+ * erase + insert leave it (ms__pool_shrink_front spares the rebalancing).
+ * @return MS_OK or MS_ENOMEM (block returned to the pool). */
+static int alloc_found_block(ms_allocator_t *a, alloc_params_t *p, size_t orig_size, uint32_t ctx,
+                             bool split) {
+  ms__block_t *b = p->block;
+  ms__pool_t *pool = p->pool;
+  enum ms_stat_type st = pool_stat(pool);
+  bool already_split = ms__block_is_split(b);
+  bool in_set = b->in_set;
+  if (split) {
+    ms__block_t *remaining = b;
+    b = ms__block_split_low(a, remaining, p->size);
+    if (!in_set) ms__pool_insert(pool, remaining);
+    if (ms_unlikely(!b)) return MS_ENOMEM;
+    if (b->expandable) {
+      /* expandable memory is never inactive_split (§6.2) */
+    } else if (already_split) {
+      ms__stat_array_decrease(a->stats.inactive_split_bytes, st, (int64_t)p->size);
+    } else {
+      ms__stat_array_increase(a->stats.inactive_split_bytes, st, (int64_t)remaining->size);
+      ms__stat_array_increase(a->stats.inactive_split, st, 1);
+    }
+  } else {
+    if (in_set) ms__pool_erase(pool, b);
+    if (already_split && !b->expandable) {
+      ms__stat_array_decrease(a->stats.inactive_split_bytes, st, (int64_t)b->size);
+      ms__stat_array_decrease(a->stats.inactive_split, st, 1);
+    }
+  }
+  if (ms_unlikely(map_insert(&a->map, b) != MS_OK)) {
+    /* Undo: the block goes back as a free block (merging with its remainder). */
+    b->requested_size = 0;
+    ms__block_t *nb = b;
+    int64_t d_blocks = 0, d_bytes = 0;
+    size_t s1 = ms__block_try_merge(a, nb, nb->prev), s2 = ms__block_try_merge(a, nb, nb->next);
+    if (s1) d_blocks--, d_bytes -= (int64_t)s1;
+    if (s2) d_blocks--, d_bytes -= (int64_t)s2;
+    ms__pool_insert(pool, nb);
+    if (ms__block_is_split(nb)) d_blocks++, d_bytes += (int64_t)nb->size;
+    ms__stat_array_update(a->stats.inactive_split, st, d_blocks);
+    ms__stat_array_update(a->stats.inactive_split_bytes, st, d_bytes);
+    return MS_ENOMEM;
+  }
+  b->allocated = true;
+  b->requested_size = orig_size;
+  b->ctx = ctx;
+  alloc_trace(a, MS_TRACE_ALLOC, b->ptr, orig_size, b->stream, pool, ctx);
+  ms__stat_array_increase(a->stats.allocation, st, 1);
+  ms__stat_array_increase(a->stats.allocated_bytes, st, (int64_t)b->size);
+  ms__stat_array_increase(a->stats.active, st, 1);
+  ms__stat_array_increase(a->stats.active_bytes, st, (int64_t)b->size);
+  ms__stat_array_increase(a->stats.requested_bytes, st, (int64_t)orig_size);
+  if (b->size >= a->cfg.max_split_size) ms__stat_increase(&a->stats.oversize_allocations, 1);
+  p->block = b;
+  return MS_OK;
+}
+
+/* Sum of the free cached blocks of every private pool (for the OOM message). */
+static size_t private_pools_cached(const ms_allocator_t *a) {
+  size_t sum = 0;
+  for (const ms__private_pool_t *pp = a->pools; pp; pp = pp->next) {
+    for (const ms__block_t *b = ms__pool_first(&pp->small); b; b = ms__pool_next(b)) sum += b->size;
+    for (const ms__block_t *b = ms__pool_first(&pp->large); b; b = ms__pool_next(b)) sum += b->size;
+  }
+  return sum;
+}
+
+/* raise_oom (§8.6): builds the message, counts, traces; unlocks; calls the observers.
+ * pre: lock held. post: lock released. */
+static int raise_oom(ms_allocator_t *a, alloc_params_t *p, uint32_t ctx) {
+  size_t dfree = 0, dtotal = a->device_total;
+  if (a->ops.mem_info(a->ops.ctx, a->device, &dfree, &dtotal) != MS_OK) {
+    dfree = 0;
+    dtotal = a->device_total;
+  }
+  alloc_trace(a, MS_TRACE_OOM, dfree, p->size, p->stream, p->pool, ctx);
+  a->stats.num_ooms++;
+  size_t allocated = (size_t)a->stats.allocated_bytes[MS_STAT_ALL].current;
+  size_t reserved = (size_t)a->stats.reserved_bytes[MS_STAT_ALL].current;
+  size_t priv = private_pools_cached(a);
+  char s_alloc[32], s_total[32], s_free[32], s_allowed[32], s_used[32], s_unalloc[32], s_priv[32];
+  format_size_pt(p->alloc_size, s_alloc, sizeof s_alloc);
+  format_size_pt(dtotal, s_total, sizeof s_total);
+  format_size_pt(dfree, s_free, sizeof s_free);
+  format_size_pt(a->allowed_memory_maximum, s_allowed, sizeof s_allowed);
+  format_size_pt(allocated + priv, s_used, sizeof s_used);
+  size_t unalloc = reserved >= allocated + priv ? reserved - allocated - priv : 0;
+  format_size_pt(unalloc, s_unalloc, sizeof s_unalloc);
+  format_size_pt(priv, s_priv, sizeof s_priv);
+  char allowed_info[64] = "", priv_info[128] = "";
+  if (a->has_allowed_max) snprintf(allowed_info, sizeof allowed_info, "%s allowed; ", s_allowed);
+  if (priv)
+    snprintf(priv_info, sizeof priv_info,
+             "with %s allocated in private pools (e.g., CUDA Graphs), ", s_priv);
+  /* PyTorch >= 2.2's hint (§8.6), printed even when expandable segments are on (#173049). */
+  int n = snprintf(a->oom_msg, sizeof a->oom_msg,
+                   "memsnap: device out of memory. Tried to allocate %s. GPU %d has a total "
+                   "capacity of %s of which %s is free. %sOf the allocated memory %s is allocated "
+                   "by memsnap, %sand %s is reserved by memsnap but unallocated. If reserved but "
+                   "unallocated memory is large try setting "
+                   "MEMSNAP_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See "
+                   "docs/allocator.md (\"Out of memory\") for MEMSNAP_ALLOC_CONF.",
+                   s_alloc, a->device, s_total, s_free, allowed_info, s_used, priv_info, s_unalloc);
+  a->oom_len = n < 0 ? 0 : (size_t)n;
+  size_t nobs = a->observers.len;
+  ms__observer_t stackbuf[8], *obs = nobs <= 8 ? stackbuf : malloc(nobs * sizeof *obs);
+  if (!obs) nobs = 0;
+  if (nobs) memcpy(obs, a->observers.ptr, nobs * sizeof *obs);
+  size_t limit = a->has_allowed_max ? a->allowed_memory_maximum : dtotal;
+  size_t alloc_size = p->alloc_size;
+  pthread_mutex_unlock(&a->mu);
+  for (size_t i = 0; i < nobs; i++) obs[i].fn(obs[i].arg, a->device, alloc_size, limit, dfree);
+  if (obs != stackbuf) free(obs);
+  return MS_EOOM;
+}
+
+static void alloc_debug_check(ms_allocator_t *a) {
+#if MS_DEBUG >= 3
+  static _Atomic unsigned long counter;
+  /* The full walk is O(state); run it on a sample of calls so that debug test runs stay fast. */
+  if ((atomic_fetch_add(&counter, 1) & 255) == 0) {
+    ms_errbuf_t eb;
+    int r = ms__allocator_check_locked(a, &eb);
+    if (r != MS_OK) ms__assert_fail(eb.msg, __FILE__, __LINE__, __func__);
+  }
+#else
+  (void)a;
+#endif
+}
+
+/* Caching disabled (§4's top-level wrapper): plain cudaMalloc. */
+static __attribute__((noinline, cold)) int uncached_malloc(ms_allocator_t *a, size_t size,
+                                                          ms_stream_t stream, ms_devptr_t *out) {
+  return a->ops.malloc(a->ops.ctx, a->device, size, stream, out);
+}
+
+int ms_allocator_malloc(ms_allocator_t *a, size_t orig_size, ms_stream_t stream,
+                        ms_devptr_t *out) {
+  MS_RETURN_IF(!a || !out, MS_EINVAL);
+  if (ms_unlikely(orig_size == 0)) {
+    *out = 0;
+    return MS_OK;
+  }
+  if (ms_unlikely(orig_size >= MS__MAX_REQUEST)) {
+    pthread_mutex_lock(&a->mu);
+    snprintf(a->oom_msg, sizeof a->oom_msg,
+             "memsnap: device out of memory. Tried to allocate more than 1EB memory.");
+    a->oom_len = strlen(a->oom_msg);
+    pthread_mutex_unlock(&a->mu);
+    return MS_EOOM;
+  }
+  if (ms_unlikely(a->no_caching)) return uncached_malloc(a, orig_size, stream, out);
+  uint32_t ctx = alloc_gather(a, MS__CTX_STATE);
+  pthread_mutex_lock(&a->mu);
+  if (ms_likely(a->captures.len == 0)) {
+    if (ms_unlikely(a->queues.len || a->deferred.len)) process_events(a, ctx);
+  }
+  alloc_params_t p;
+  p.size = alloc_round_size(a, orig_size);
+  p.stream = stream;
+  p.pool = get_pool(a, p.size, stream);
+  p.block = NULL;
+  p.err = MS_OK;
+  bool found = get_free_block(a, &p);
+  if (ms_unlikely(!found)) {
+    p.alloc_size = ms_alloc_allocation_size(&a->cfg, p.size);
+    found = trigger_free_memory_callbacks(a) && get_free_block(a, &p);
+    if (!found) {
+      if (a->has_allowed_max && a->has_gc) garbage_collect_cached_blocks(a, ctx);
+      found = alloc_block(a, &p, false, ctx);
+      if (!found && p.err == MS_EOOM && a->pool_opts.len) found = try_mempool_fallback(a, &p);
+      if (!found && p.err == MS_EOOM)
+        found = release_available_cached_blocks(a, &p, ctx) && alloc_block(a, &p, false, ctx);
+      if (!found && p.err == MS_EOOM && a->captures.len == 0) {
+        /* Faithful to PyTorch (issue #189504): after releasing everything the pool is not
+         * searched again; only a new segment is tried. docs/allocator.md explains. */
+        release_cached_blocks(a, ctx, NULL);
+        found = alloc_block(a, &p, true, ctx);
+      }
+    }
+    if (!found) {
+      if (p.err != MS_EOOM && p.err != MS_OK) {
+        int e = p.err;
+        pthread_mutex_unlock(&a->mu);
+        return e;
+      }
+      return raise_oom(a, &p, ctx);
+    }
+  }
+  bool split = should_split(a, p.block, p.size);
+  int r = alloc_found_block(a, &p, orig_size, ctx, split);
+  alloc_debug_check(a);
+  pthread_mutex_unlock(&a->mu);
+  if (ms_unlikely(r != MS_OK)) return r;
+  *out = p.block->ptr;
+  return MS_OK;
+}
+
+/* ---- free (§7) ------------------------------------------------------------------------------- */
+
+/* Caching disabled (§4's top-level wrapper): cudaFree, which synchronizes the device first. */
+static __attribute__((noinline, cold)) int uncached_free(ms_allocator_t *a, ms_devptr_t ptr) {
+  int r = a->ops.device_synchronize(a->ops.ctx, a->device);
+  if (r != MS_OK) return r;
+  return a->ops.free(a->ops.ctx, a->device, ptr);
+}
+
+/* free_block (§7.5): the block truly becomes free, merging with free neighbours. */
+static void free_block(ms_allocator_t *a, ms__block_t *b, uint32_t ctx) {
+  ms_assert_internal(!b->allocated && b->event_count == 0 && b->nuses == 0);
+  ms__pool_t *pool = b->pool;
+  alloc_trace(a, MS_TRACE_FREE_COMPLETED, b->ptr, b->requested_size, b->stream, pool,
+              ctx ? ctx : b->ctx);
+  b->ctx = 0;
+  size_t orig = b->size, req = b->requested_size;
+  int64_t d_blocks = 0, d_bytes = 0;
+  /* The first free neighbour merged keeps its place in the free set for b (ms__pool_replace:
+   * the same set as erasing it and inserting b, without the rebalancing). */
+  ms__block_t *slot = NULL;
+  size_t s = b->prev ? ms__block_merge_slot(a, b, b->prev, &slot) : 0;
+  if (s) d_blocks--, d_bytes -= (int64_t)s;
+  s = b->next ? ms__block_merge_slot(a, b, b->next, &slot) : 0;
+  if (s) d_blocks--, d_bytes -= (int64_t)s;
+  if (slot) {
+    ms__pool_replace(pool, slot, b);
+    ms__block_delete(a, slot);
+  } else {
+    ms__pool_insert(pool, b);
+  }
+  if (ms__block_is_split(b)) d_blocks++, d_bytes += (int64_t)b->size;
+  enum ms_stat_type st = pool_stat(pool);
+  if (b->expandable) d_blocks = d_bytes = 0; /* excluded from inactive_split (§7.5) */
+  if (d_blocks) ms__stat_array_update(a->stats.inactive_split, st, d_blocks);
+  if (d_bytes) ms__stat_array_update(a->stats.inactive_split_bytes, st, d_bytes);
+  ms__stat_array_decrease(a->stats.active, st, 1);
+  ms__stat_array_decrease(a->stats.active_bytes, st, (int64_t)orig);
+  ms__stat_array_decrease(a->stats.requested_bytes, st, (int64_t)req);
+}
+
+int ms_allocator_free(ms_allocator_t *a, ms_devptr_t ptr) {
+  MS_RETURN_IF(!a, MS_EINVAL);
+  if (!ptr) return MS_OK;
+  if (ms_unlikely(a->no_caching)) return uncached_free(a, ptr);
+  uint32_t ctx = alloc_gather(a, MS__CTX_ALL);
+  pthread_mutex_lock(&a->mu);
+  size_t slot;
+  ms__block_t *b = map_find(&a->map, ptr, &slot);
+  if (ms_unlikely(!b)) {
+    pthread_mutex_unlock(&a->mu);
+    return MS_EINVAL;
+  }
+  map_remove_at(&a->map, slot);
+  b->allocated = false;
+  enum ms_stat_type st = pool_stat(b->pool);
+  ms__stat_array_decrease(a->stats.allocation, st, 1);
+  ms__stat_array_decrease(a->stats.allocated_bytes, st, (int64_t)b->size);
+  alloc_trace(a, MS_TRACE_FREE_REQUESTED, b->ptr, b->requested_size, b->stream, b->pool,
+              ctx ? ctx : b->ctx);
+  if (b->size >= a->cfg.max_split_size) ms__stat_decrease(&a->stats.oversize_allocations, 1);
+  if (ms_unlikely(b->nuses)) {
+    if (a->captures.len) {
+      if (MS_VEC_PUSH(&a->deferred, b) != 0) insert_events(a, b, ctx);
+    } else {
+      insert_events(a, b, ctx);
+    }
+  } else {
+    free_block(a, b, ctx);
+  }
+  alloc_debug_check(a);
+  pthread_mutex_unlock(&a->mu);
+  return MS_OK;
+}
+
+int ms_allocator_record_stream(ms_allocator_t *a, ms_devptr_t ptr, ms_stream_t stream) {
+  MS_RETURN_IF(!a, MS_EINVAL);
+  if (!ptr || a->no_caching) return MS_OK; /* PyTorch skips pointers it did not cache */
+  pthread_mutex_lock(&a->mu);
+  size_t slot;
+  ms__block_t *b = map_find(&a->map, ptr, &slot);
+  int r = MS_OK;
+  if (!b) {
+    r = MS_EINVAL;
+  } else if (stream != b->stream) {
+    bool have = false;
+    for (uint32_t i = 0; i < b->nuses; i++) have |= b->uses[i] == stream;
+    if (!have) {
+      if (b->nuses == b->cap_uses) {
+        uint32_t ncap = b->cap_uses ? b->cap_uses * 2 : 4;
+        ms_stream_t *nu = realloc(b->uses, ncap * sizeof *nu);
+        if (!nu) r = MS_ENOMEM;
+        else b->uses = nu, b->cap_uses = ncap;
+      }
+      if (r == MS_OK) b->uses[b->nuses++] = stream;
+    }
+  }
+  pthread_mutex_unlock(&a->mu);
+  return r;
+}
+
+/* ---- other public calls ---------------------------------------------------------------------- */
+
+int ms_allocator_empty_cache(ms_allocator_t *a) {
+  MS_RETURN_IF(!a, MS_EINVAL);
+  uint32_t ctx = alloc_gather(a, MS__CTX_ALL);
+  pthread_mutex_lock(&a->mu);
+  release_cached_blocks(a, ctx, NULL);
+  alloc_debug_check(a);
+  pthread_mutex_unlock(&a->mu);
+  return MS_OK;
+}
+
+int ms_allocator_empty_pool_cache(ms_allocator_t *a, ms_pool_id_t id) {
+  MS_RETURN_IF(!a, MS_EINVAL);
+  uint32_t ctx = alloc_gather(a, MS__CTX_ALL);
+  pthread_mutex_lock(&a->mu);
+  if (id.first == 0 && id.second == 0) release_cached_blocks(a, ctx, NULL);
+  else release_cached_blocks(a, ctx, &id);
+  pthread_mutex_unlock(&a->mu);
+  return MS_OK;
+}
+
+int ms_allocator_get_stats(ms_allocator_t *a, ms_stats_t *out) {
+  MS_RETURN_IF(!a, MS_EINVAL);
+  MS_FORWARD_IF_ERROR(ms_stats_check(out));
+  pthread_mutex_lock(&a->mu);
+  *out = a->stats;
+  pthread_mutex_unlock(&a->mu);
+  return MS_OK;
+}
+
+void ms_allocator_reset_peak(ms_allocator_t *a) {
+  pthread_mutex_lock(&a->mu);
+  ms_stats_reset_peak(&a->stats);
+  pthread_mutex_unlock(&a->mu);
+}
+
+void ms_allocator_reset_accumulated(ms_allocator_t *a) {
+  pthread_mutex_lock(&a->mu);
+  ms_stats_reset_accumulated(&a->stats);
+  pthread_mutex_unlock(&a->mu);
+}
+
+int ms_allocator_memory_summary(ms_allocator_t *a, bool abbreviated, char **out) {
+  ms_stats_t st = MS_STATS_INIT;
+  MS_FORWARD_IF_ERROR(ms_allocator_get_stats(a, &st));
+  return ms_stats_memory_summary(&st, a->device, abbreviated, out);
+}
+
+int ms_allocator_device(const ms_allocator_t *a) { return a->device; }
+
+void ms_allocator_get_config(ms_allocator_t *a, ms_alloc_config_t *out) {
+  pthread_mutex_lock(&a->mu);
+  *out = a->cfg;
+  pthread_mutex_unlock(&a->mu);
+}
+
+/* setMemoryFraction (§8.2); pre: lock held. */
+static int set_fraction_locked(ms_allocator_t *a, double f, ms_errbuf_t *eb) {
+  if (!(f >= 0.0 && f <= 1.0))
+    return ms__errbuf_set(eb, MS_EINVAL, "invalid fraction:%g. Please set within [0, 1].", f);
+  if (f < 1.0) {
+    a->has_allowed_max = true;
+    a->allowed_memory_maximum = (size_t)(f * (double)a->device_total);
+  } else {
+    a->has_allowed_max = false;
+    a->allowed_memory_maximum = 0;
+  }
+  return MS_OK;
+}
+
+int ms_allocator_set_memory_fraction(ms_allocator_t *a, double fraction, ms_errbuf_t *eb) {
+  MS_RETURN_IF(!a, MS_EINVAL);
+  if (eb) eb->msg[0] = 0;
+  pthread_mutex_lock(&a->mu);
+  int r = set_fraction_locked(a, fraction, eb);
+  pthread_mutex_unlock(&a->mu);
+  return r;
+}
+
+size_t ms_allocator_largest_free_block(ms_allocator_t *a) {
+  pthread_mutex_lock(&a->mu);
+  size_t best = 0;
+  const ms__pool_t *pools[2] = {&a->large, &a->small};
+  for (int i = 0; i < 2; i++)
+    for (const ms__block_t *b = ms__pool_first(pools[i]); b; b = ms__pool_next(b))
+      if (b->size > best) best = b->size;
+  for (const ms__private_pool_t *pp = a->pools; pp; pp = pp->next) {
+    for (const ms__block_t *b = ms__pool_first(&pp->large); b; b = ms__pool_next(b))
+      if (b->size > best) best = b->size;
+    for (const ms__block_t *b = ms__pool_first(&pp->small); b; b = ms__pool_next(b))
+      if (b->size > best) best = b->size;
+  }
+  pthread_mutex_unlock(&a->mu);
+  return best;
+}
+
+int ms_allocator_attach_oom_observer(ms_allocator_t *a, ms_oom_observer_fn *fn, void *arg) {
+  MS_RETURN_IF(!a || !fn, MS_EINVAL);
+  pthread_mutex_lock(&a->mu);
+  int r = MS_VEC_PUSH(&a->observers, ((ms__observer_t){fn, arg})) == 0 ? MS_OK : MS_ENOMEM;
+  pthread_mutex_unlock(&a->mu);
+  return r;
+}
+
+int ms_allocator_add_free_memory_callback(ms_allocator_t *a, ms_free_memory_fn *fn, void *arg) {
+  MS_RETURN_IF(!a || !fn, MS_EINVAL);
+  pthread_mutex_lock(&a->mu);
+  int r = MS_VEC_PUSH(&a->free_callbacks, ((ms__freecb_t){fn, arg})) == 0 ? MS_OK : MS_ENOMEM;
+  pthread_mutex_unlock(&a->mu);
+  return r;
+}
+
+size_t ms_allocator_last_oom_message(ms_allocator_t *a, char *dst, size_t cap) {
+  pthread_mutex_lock(&a->mu);
+  size_t n = a->oom_len;
+  if (cap) {
+    size_t k = n < cap - 1 ? n : cap - 1;
+    memcpy(dst, a->oom_msg, k);
+    dst[k] = 0;
+  }
+  pthread_mutex_unlock(&a->mu);
+  return n;
+}
+
+/* ---- private pools (§13.3) ------------------------------------------------------------------- */
+
+ms_pool_id_t ms_pool_id_new(bool is_graph) {
+  static _Atomic int64_t graph_uid = 1, pool_uid = 1;
+  if (is_graph) return (ms_pool_id_t){atomic_fetch_add(&graph_uid, 1), 0};
+  return (ms_pool_id_t){0, atomic_fetch_add(&pool_uid, 1)};
+}
+
+static bool pool_id_less(ms_pool_id_t x, ms_pool_id_t y) {
+  return x.first < y.first || (x.first == y.first && x.second < y.second);
+}
+
+static ms__pool_opts_t *find_pool_opts(ms_allocator_t *a, ms_pool_id_t id) {
+  for (size_t i = 0; i < a->pool_opts.len; i++)
+    if (a->pool_opts.ptr[i].id.first == id.first && a->pool_opts.ptr[i].id.second == id.second)
+      return &a->pool_opts.ptr[i];
+  return NULL;
+}
+
+int ms_allocator_set_pool_options(ms_allocator_t *a, ms_pool_id_t id,
+                                  const ms_pool_options_t *opts) {
+  MS_RETURN_IF(!a || !opts || (id.first == 0 && id.second == 0), MS_EINVAL);
+  pthread_mutex_lock(&a->mu);
+  int r = MS_OK;
+  ms__pool_opts_t *o = find_pool_opts(a, id);
+  if (!opts->use_on_oom && !opts->no_split) {
+    if (o) { /* all false: forget the id */
+      size_t i = (size_t)(o - a->pool_opts.ptr);
+      memmove(o, o + 1, (a->pool_opts.len - i - 1) * sizeof *o);
+      a->pool_opts.len--;
+    }
+  } else if (o) {
+    o->opts = *opts;
+  } else if (MS_VEC_PUSH(&a->pool_opts, ((ms__pool_opts_t){id, *opts})) != 0) {
+    r = MS_ENOMEM;
+  } else { /* keep increasing id order (PyTorch's ordered sets) */
+    for (size_t i = a->pool_opts.len - 1; i > 0 && pool_id_less(id, a->pool_opts.ptr[i - 1].id);
+         i--) {
+      ms__pool_opts_t t = a->pool_opts.ptr[i - 1];
+      a->pool_opts.ptr[i - 1] = a->pool_opts.ptr[i];
+      a->pool_opts.ptr[i] = t;
+    }
+  }
+  ms__private_pool_t *pp = r == MS_OK ? find_private_pool(a, id) : NULL;
+  if (pp) pp->no_split = opts->no_split;
+  pthread_mutex_unlock(&a->mu);
+  return r;
+}
+
+int ms_allocator_begin_allocate_to_pool(ms_allocator_t *a, ms_pool_id_t id,
+                                        ms_pool_filter_fn *filter, void *arg) {
+  MS_RETURN_IF(!a || (id.first == 0 && id.second == 0), MS_EINVAL);
+  pthread_mutex_lock(&a->mu);
+  int r = MS_OK;
+  for (size_t i = 0; i < a->captures.len; i++)
+    if (a->captures.ptr[i].id.first == id.first && a->captures.ptr[i].id.second == id.second)
+      r = MS_ESTATE; /* "beginAllocateToPool: already recording to mempool_id" */
+  ms__private_pool_t *pp = r == MS_OK ? find_private_pool(a, id) : NULL;
+  if (r == MS_OK && pp && pp->freeable) r = MS_ESTATE; /* released: PyTorch asserts use_count>0 */
+  bool created = false;
+  if (r == MS_OK && !pp) {
+    pp = calloc(1, sizeof *pp);
+    if (!pp) {
+      r = MS_ENOMEM;
+    } else {
+      pp->id = id;
+      const ms__pool_opts_t *o = find_pool_opts(a, id);
+      pp->no_split = o && o->opts.no_split;
+      ms__pool_init(&pp->large, false, pp);
+      ms__pool_init(&pp->small, true, pp);
+      created = true;
+    }
+  }
+  if (r == MS_OK && MS_VEC_PUSH(&a->captures, ((ms__capture_t){id, filter, arg})) != 0) {
+    r = MS_ENOMEM;
+    if (created) free(pp);
+  }
+  if (r == MS_OK) {
+    if (created) {
+      pp->use_count = 1;
+      pp->next = a->pools;
+      a->pools = pp;
+    } else {
+      pp->use_count++;
+    }
+  }
+  pthread_mutex_unlock(&a->mu);
+  return r;
+}
+
+int ms_allocator_end_allocate_to_pool(ms_allocator_t *a, ms_pool_id_t id) {
+  MS_RETURN_IF(!a, MS_EINVAL);
+  pthread_mutex_lock(&a->mu);
+  int r = MS_ESTATE; /* "endAllocatePool: not currently recording to mempool_id" */
+  for (size_t i = 0; i < a->captures.len; i++) {
+    if (a->captures.ptr[i].id.first == id.first && a->captures.ptr[i].id.second == id.second) {
+      memmove(&a->captures.ptr[i], &a->captures.ptr[i + 1],
+              (a->captures.len - i - 1) * sizeof *a->captures.ptr);
+      a->captures.len--;
+      r = MS_OK;
+      break;
+    }
+  }
+  pthread_mutex_unlock(&a->mu);
+  return r;
+}
+
+int ms_allocator_release_pool(ms_allocator_t *a, ms_pool_id_t id) {
+  MS_RETURN_IF(!a, MS_EINVAL);
+  pthread_mutex_lock(&a->mu);
+  ms__private_pool_t *pp = find_private_pool(a, id);
+  int r = pp && !pp->freeable ? MS_OK : MS_ENOTFOUND;
+  if (r == MS_OK && --pp->use_count == 0) pp->freeable = true;
+  pthread_mutex_unlock(&a->mu);
+  return r;
+}
+
+/* ---- create / destroy ------------------------------------------------------------------------ */
+
+/* Whether the environment variable name is set to 1, true, yes or on (any case). */
+static bool env_truthy(const char *name) {
+  const char *v = getenv(name);
+  if (!v) return false;
+  static const char *const yes[] = {"1", "true", "yes", "on"};
+  for (size_t i = 0; i < sizeof yes / sizeof *yes; i++)
+    if (strcasecmp(v, yes[i]) == 0) return true;
+  return false;
+}
+
+int ms_allocator_create(const ms_allocator_config_t *cfg, ms_allocator_t **out, ms_errbuf_t *eb) {
+  if (eb) eb->msg[0] = 0;
+  MS_RETURN_IF(!out, MS_EINVAL);
+  if (!cfg || !cfg->backend) return ms__errbuf_set(eb, MS_EINVAL, "no device backend given");
+  const ms_backend_ops_t *ops = ms_backend_ops(cfg->backend);
+  int ndev = 0;
+  int r = ops->device_count(ops->ctx, &ndev);
+  if (r != MS_OK) return ms__errbuf_set(eb, r, "backend '%s': cannot count devices", ops->name);
+  if (cfg->device < 0 || cfg->device >= ndev)
+    return ms__errbuf_set(eb, MS_ENODEVICE, "backend '%s' has no device %d (it has %d)",
+                          ops->name, cfg->device, ndev);
+  ms_alloc_config_t conf;
+  if (cfg->alloc) {
+    conf = *cfg->alloc;
+    MS_FORWARD_IF_ERROR(ms_alloc_config_validate(&conf, eb));
+  } else {
+    ms_alloc_config_init(&conf);
+    MS_FORWARD_IF_ERROR(ms_alloc_config_from_env(&conf, eb));
+  }
+  size_t dfree = 0, dtotal = 0;
+  r = ops->mem_info(ops->ctx, cfg->device, &dfree, &dtotal);
+  if (r != MS_OK)
+    return ms__errbuf_set(eb, r, "backend '%s': cannot query device %d", ops->name, cfg->device);
+  ms_allocator_t *a = calloc(1, sizeof *a);
+  if (!a) return ms__errbuf_set(eb, MS_ENOMEM, "out of host memory");
+  pthread_mutex_init(&a->mu, NULL);
+  a->backend = cfg->backend;
+  a->ops = *ops;
+  a->device = cfg->device;
+  a->device_total = dtotal;
+  a->cfg = conf;
+  if (a->cfg.expandable_segments && !ms__es_supported(a)) {
+    ms__warning("expandable_segments not supported on this platform");
+    a->cfg.expandable_segments = false;
+  }
+  for (int i = 0; i < MS_ROUNDUP_POWER2_INTERVALS; i++)
+    if (a->cfg.roundup_power2_divisions[i] > 1) a->any_divisions = true;
+  a->has_gc = a->cfg.garbage_collection_threshold > 0.0;
+  /* The environment counts where MEMSNAP_ALLOC_CONF does (cfg->alloc NULL): replay and tests
+   * that give their settings are not switched by it. */
+  a->no_caching = cfg->no_caching || (!cfg->alloc && env_truthy("MEMSNAP_NO_CACHING"));
+  ms__pool_init(&a->small, true, NULL);
+  ms__pool_init(&a->large, false, NULL);
+  ms_stats_init(&a->stats);
+  a->stats.max_split_size = (int64_t)a->cfg.max_split_size; /* SIZE_MAX reads as -1 */
+  a->rng = 0x853c49e6748fea9bULL;
+  atomic_init(&a->hooks, NULL);
+  r = set_fraction_locked(a, a->cfg.per_process_memory_fraction, eb);
+  if (r != MS_OK) {
+    pthread_mutex_destroy(&a->mu);
+    free(a);
+    return r;
+  }
+  *out = a;
+  return MS_OK;
+}
+
+static void pool_release_all(ms_allocator_t *a, ms__pool_t *pool) {
+  ms__block_t *b = ms__pool_first(pool);
+  while (b) {
+    ms__block_t *n = ms__pool_next(b);
+    if (!ms__block_is_split(b) && !b->expandable) release_block(a, b, 0);
+    b = n;
+  }
+}
+
+void ms_allocator_destroy(ms_allocator_t *a) {
+  if (!a) return;
+  pthread_mutex_lock(&a->mu);
+  a->captures.len = 0;
+  synchronize_and_free_events(a, 0, NULL);
+  pool_release_all(a, &a->large);
+  pool_release_all(a, &a->small);
+  for (ms__private_pool_t *pp = a->pools; pp; pp = pp->next) {
+    pool_release_all(a, &pp->small);
+    pool_release_all(a, &pp->large);
+  }
+  ms__es_destroy_all(a);
+  const ms__alloc_hooks_t *hooks = alloc_hooks(a);
+  atomic_store_explicit(&a->hooks, NULL, memory_order_release);
+  pthread_mutex_unlock(&a->mu);
+  /* The last trace entry is recorded: the recorder may go (alloc_hooks.h). */
+  if (hooks && hooks->release) hooks->release(hooks->ctx);
+  /* What is left holds live blocks: forget the free sets, then the segments, then the pools. */
+  for (ms__private_pool_t *pp = a->pools; pp; pp = pp->next) {
+    ms__pool_fini(&pp->small);
+    ms__pool_fini(&pp->large);
+  }
+  ms__pool_fini(&a->small);
+  ms__pool_fini(&a->large);
+  while (a->segments) ms__segment_delete(a, a->segments);
+  ms__private_pool_t *pp = a->pools;
+  while (pp) {
+    ms__private_pool_t *n = pp->next;
+    free(pp);
+    pp = n;
+  }
+  for (size_t i = 0; i < a->event_pool.len; i++)
+    a->ops.event_destroy(a->ops.ctx, a->device, a->event_pool.ptr[i]);
+  for (size_t i = 0; i < a->queues.len; i++) free(a->queues.ptr[i].q);
+  /* Stream-use arrays of blocks still allocated. */
+  for (size_t i = 0; i < a->map.cap; i++)
+    if (a->map.slots[i]) free(a->map.slots[i]->uses);
+  MS_VEC_FREE(&a->queues);
+  MS_VEC_FREE(&a->event_pool);
+  MS_VEC_FREE(&a->deferred);
+  MS_VEC_FREE(&a->captures);
+  MS_VEC_FREE(&a->pool_opts);
+  MS_VEC_FREE(&a->observers);
+  MS_VEC_FREE(&a->free_callbacks);
+  free(a->map.slots);
+  ms__blocks_release_all(a);
+  pthread_mutex_destroy(&a->mu);
+  free(a);
+}
+
+/* ---- internal API (alloc_internal.h) --------------------------------------------------------- */
+
+void ms__allocator_set_hooks(ms_allocator_t *a, const ms__alloc_hooks_t *hooks) {
+  pthread_mutex_lock(&a->mu);
+  atomic_store_explicit(&a->hooks, hooks, memory_order_release);
+  pthread_mutex_unlock(&a->mu);
+}
+
+const ms__alloc_hooks_t *ms__allocator_get_hooks(ms_allocator_t *a) { return alloc_hooks(a); }
+
+/* ---- replay support (alloc_internal.h; used by lib/replay.c) --------------------------------- */
+
+int ms__allocator_replay_free_deferred(ms_allocator_t *a, ms_devptr_t ptr, void **pending) {
+  pthread_mutex_lock(&a->mu);
+  size_t slot;
+  ms__block_t *b = map_find(&a->map, ptr, &slot);
+  if (!b) {
+    pthread_mutex_unlock(&a->mu);
+    return MS_EINVAL;
+  }
+  /* As ms_allocator_free up to insert_events; the synthetic event keeps the block active. */
+  map_remove_at(&a->map, slot);
+  b->allocated = false;
+  enum ms_stat_type st = pool_stat(b->pool);
+  ms__stat_array_decrease(a->stats.allocation, st, 1);
+  ms__stat_array_decrease(a->stats.allocated_bytes, st, (int64_t)b->size);
+  alloc_trace(a, MS_TRACE_FREE_REQUESTED, b->ptr, b->requested_size, b->stream, b->pool, b->ctx);
+  if (b->size >= a->cfg.max_split_size) ms__stat_decrease(&a->stats.oversize_allocations, 1);
+  b->event_count++;
+  a->outstanding_events++;
+  pthread_mutex_unlock(&a->mu);
+  *pending = b;
+  return MS_OK;
+}
+
+void ms__allocator_replay_complete(ms_allocator_t *a, void *pending) {
+  ms__block_t *b = pending;
+  pthread_mutex_lock(&a->mu);
+  ms_assert(b->event_count > 0);
+  a->outstanding_events--;
+  if (--b->event_count == 0) free_block(a, b, 0);
+  pthread_mutex_unlock(&a->mu);
+}
+
+int ms__allocator_replay_add_segment(ms_allocator_t *a, uintptr_t ptr, size_t size,
+                                     ms_stream_t stream, bool is_small,
+                                     ms__replay_block_t *blocks, size_t n) {
+  size_t sum = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (blocks[i].size == 0 || blocks[i].size % MS_MIN_BLOCK_SIZE) return MS_EINVAL;
+    if (i && blocks[i].state == 0 && blocks[i - 1].state == 0) return MS_EINVAL;
+    sum += blocks[i].size;
+  }
+  if (n == 0 || sum != size) return MS_EINVAL;
+  pthread_mutex_lock(&a->mu);
+  ms__pool_t *pool = is_small ? &a->small : &a->large;
+  ms__segment_t *s = ms__segment_new(a, ptr, size, stream, pool, 0);
+  if (!s) {
+    pthread_mutex_unlock(&a->mu);
+    return MS_ENOMEM;
+  }
+  enum ms_stat_type st = pool_stat(pool);
+  ms__stat_array_increase(a->stats.segment, st, 1);
+  ms__stat_array_increase(a->stats.reserved_bytes, st, (int64_t)size);
+  if (size >= a->cfg.max_split_size) ms__stat_increase(&a->stats.oversize_segments, 1);
+  a->total_allocated_memory += size;
+  ms__block_t *prev = NULL;
+  uintptr_t at = ptr;
+  int r = MS_OK;
+  for (size_t i = 0; i < n && r == MS_OK; i++) {
+    ms__block_t *b = ms__block_new(a);
+    if (!b) {
+      r = MS_ENOMEM;
+      break;
+    }
+    b->stream = stream;
+    b->size = blocks[i].size;
+    b->ptr = at;
+    b->seg = s;
+    b->pool = pool;
+    b->prev = prev;
+    if (prev) prev->next = b;
+    else s->head = b;
+    prev = b;
+    at += b->size;
+    b->requested_size = blocks[i].requested;
+    if (blocks[i].state == 1) {
+      b->allocated = true;
+      r = map_insert(&a->map, b);
+      ms__stat_array_increase(a->stats.allocation, st, 1);
+      ms__stat_array_increase(a->stats.allocated_bytes, st, (int64_t)b->size);
+      if (b->size >= a->cfg.max_split_size) ms__stat_increase(&a->stats.oversize_allocations, 1);
+    } else if (blocks[i].state == 2) {
+      b->event_count = 1;
+      a->outstanding_events++;
+      blocks[i].pending = b;
+    }
+    if (blocks[i].state != 0) {
+      ms__stat_array_increase(a->stats.active, st, 1);
+      ms__stat_array_increase(a->stats.active_bytes, st, (int64_t)b->size);
+      ms__stat_array_increase(a->stats.requested_bytes, st, (int64_t)b->requested_size);
+    }
+  }
+  /* Free blocks join the pool once the segment is linked (a split segment's free blocks count as
+   * inactive_split). */
+  if (r == MS_OK) {
+    for (ms__block_t *b = s->head; b; b = b->next) {
+      if (b->allocated || b->event_count) continue;
+      ms__pool_insert(pool, b);
+      if (ms__block_is_split(b)) {
+        ms__stat_array_increase(a->stats.inactive_split, st, 1);
+        ms__stat_array_increase(a->stats.inactive_split_bytes, st, (int64_t)b->size);
+      }
+    }
+  }
+  alloc_debug_check(a);
+  pthread_mutex_unlock(&a->mu);
+  return r;
+}
+
+void ms__allocator_replay_usage(ms_allocator_t *a, size_t *reserved, size_t *allocated) {
+  pthread_mutex_lock(&a->mu);
+  *reserved = (size_t)a->stats.reserved_bytes[MS_STAT_ALL].current;
+  *allocated = (size_t)a->stats.allocated_bytes[MS_STAT_ALL].current;
+  pthread_mutex_unlock(&a->mu);
+}
+
+bool ms__allocator_replay_would_fit(ms_allocator_t *a, size_t size, ms_stream_t stream) {
+  pthread_mutex_lock(&a->mu);
+  alloc_params_t p;
+  p.size = alloc_round_size(a, size);
+  p.stream = stream;
+  p.pool = get_pool(a, p.size, stream);
+  ms__block_t *b = ms__pool_find(p.pool, stream, p.size);
+  if (b && b->expandable)
+    b = ms__es_choose(p.pool, b, stream, ms__es_active(a, p.pool));
+  bool fit = b && b->stream == stream;
+  size_t mss = a->cfg.max_split_size;
+  if (fit && p.size < mss && b->size >= mss) fit = false;
+  if (fit && p.size >= mss && b->size >= p.size + a->cfg.max_non_split_rounding_size) fit = false;
+  pthread_mutex_unlock(&a->mu);
+  return fit;
+}

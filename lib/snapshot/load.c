@@ -1,0 +1,308 @@
+/* SPDX-License-Identifier: MIT
+ * memsnap core: files. FILE* and memory sinks and sources, atomic files (temporary name, fsync,
+ * rename), ms_snapshot_write_file() and ms_snapshot_load(), which recognises the format of a file
+ * from its first bytes and dispatches to the msgpack reader or the PyTorch pickle reader.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/internal.h"
+#include "memsnap/pickle.h"
+#include "memsnap/serialize.h"
+
+/* How many bytes ms_snapshot_load() reads before deciding on the format: enough for a gzip
+ * header plus the deflated memsnap header. */
+#define LOAD_PEEK 4096u
+
+/* ---- FILE* and memory streams --------------------------------------------------------------- */
+
+static int file_write(void *ctx, const char *buf, size_t len) {
+  FILE *fp = ctx;
+  if (len && fwrite(buf, 1, len, fp) != len) return MS_EIO;
+  return MS_OK;
+}
+
+static ptrdiff_t file_read(void *ctx, char *buf, size_t cap) {
+  FILE *fp = ctx;
+  size_t n = fread(buf, 1, cap, fp);
+  if (n == 0 && ferror(fp)) return MS_EIO;
+  return (ptrdiff_t)n;
+}
+
+void ms_sink_init_file(ms_sink_t *sink, FILE *fp) {
+  sink->write = file_write;
+  sink->ctx = fp;
+}
+
+void ms_source_init_file(ms_source_t *src, FILE *fp) {
+  src->read = file_read;
+  src->ctx = fp;
+}
+
+static ptrdiff_t mem_read(void *ctx, char *buf, size_t cap) {
+  ms_membuf_t *m = ctx;
+  size_t n = m->len - m->pos;
+  if (n > cap) n = cap;
+  if (n > PTRDIFF_MAX) n = PTRDIFF_MAX;
+  if (n == 0) return 0;
+  memcpy(buf, m->data + m->pos, n);
+  m->pos += n;
+  return (ptrdiff_t)n;
+}
+
+void ms_source_init_mem(ms_source_t *src, ms_membuf_t *buf, const void *data, size_t len) {
+  buf->data = data;
+  buf->len = len;
+  buf->pos = 0;
+  src->read = mem_read;
+  src->ctx = buf;
+}
+
+/* ---- atomic files --------------------------------------------------------------------------- */
+
+static void atomic_release(ms_atomic_file_t *af) {
+  free(af->path);
+  free(af->tmp_path);
+  af->path = NULL;
+  af->tmp_path = NULL;
+  af->fp = NULL;
+}
+
+int ms_atomic_file_open(ms_atomic_file_t *af, const char *path, ms_errbuf_t *eb) {
+  memset(af, 0, sizeof *af);
+  if (!path || !*path) return ms__errbuf_set(eb, MS_EINVAL, "empty output path");
+  af->path = strdup(path);
+  if (!af->path) return ms__errbuf_set(eb, MS_ENOMEM, "out of memory");
+  if (strcmp(path, "-") == 0) {
+    af->fp = stdout;
+    return MS_OK;
+  }
+  /* ".NAME.tmp-XXXXXX" next to the final name, so that rename() stays in one file system. */
+  const char *slash = strrchr(path, '/');
+  size_t dirlen = slash ? (size_t)(slash - path) + 1 : 0;
+  const char *base = path + dirlen;
+  size_t need = dirlen + 1 + strlen(base) + sizeof ".tmp-XXXXXX";
+  af->tmp_path = malloc(need);
+  if (!af->tmp_path) {
+    atomic_release(af);
+    return ms__errbuf_set(eb, MS_ENOMEM, "out of memory");
+  }
+  /* Created exclusively with mode 0666, so that the kernel applies the umask as fopen() would
+   * (mkstemp's 0600 plus a umask() dance would race with other threads). */
+  static atomic_uint tmp_counter;
+  int fd = -1;
+  for (int attempt = 0; attempt < 100 && fd < 0; attempt++) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    unsigned long x = (unsigned long)ts.tv_nsec ^ ((unsigned long)getpid() << 16) ^
+                      ((unsigned long)atomic_fetch_add(&tmp_counter, 1) * 2654435761u);
+    static const char digits[] = "abcdefghijklmnopqrstuvwxyz0123456789";
+    char suffix[7];
+    for (int i = 0; i < 6; i++, x /= 36) suffix[i] = digits[x % 36];
+    suffix[6] = 0;
+    snprintf(af->tmp_path, need, "%.*s.%s.tmp-%s", (int)dirlen, path, base, suffix);
+    fd = open(af->tmp_path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (fd < 0 && errno != EEXIST) break;
+  }
+  if (fd < 0) {
+    int e = errno;
+    ms__errbuf_set(eb, MS_EIO, "cannot create '%s': %s", path, strerror(e));
+    atomic_release(af);
+    return MS_EIO;
+  }
+  af->fp = fdopen(fd, "wb");
+  if (!af->fp) {
+    int e = errno;
+    close(fd);
+    unlink(af->tmp_path);
+    ms__errbuf_set(eb, MS_EIO, "cannot create '%s': %s", path, strerror(e));
+    atomic_release(af);
+    return MS_EIO;
+  }
+  return MS_OK;
+}
+
+/* fsyncs the directory holding path, so the rename itself is durable. Best effort. */
+static void sync_parent_dir(const char *path) {
+  const char *slash = strrchr(path, '/');
+  char dir[4096];
+  if (!slash) {
+    strcpy(dir, ".");
+  } else {
+    size_t n = (size_t)(slash - path);
+    if (n == 0) n = 1;
+    if (n >= sizeof dir) return;
+    memcpy(dir, path, n);
+    dir[n] = 0;
+  }
+  int fd = open(dir, O_RDONLY | O_DIRECTORY);
+  if (fd >= 0) {
+    (void)fsync(fd);
+    close(fd);
+  }
+}
+
+int ms_atomic_file_commit(ms_atomic_file_t *af, ms_errbuf_t *eb) {
+  if (!af->fp) {
+    atomic_release(af);
+    return ms__errbuf_set(eb, MS_ESTATE, "atomic file is not open");
+  }
+  if (!af->tmp_path) { /* stdout */
+    int bad = fflush(af->fp) != 0 || ferror(af->fp);
+    int e = errno;
+    atomic_release(af);
+    if (bad) return ms__errbuf_set(eb, MS_EIO, "cannot write to standard output: %s", strerror(e));
+    return MS_OK;
+  }
+  int rc = MS_OK;
+  const char *what = NULL;
+  int e = 0;
+  if (fflush(af->fp) != 0 || ferror(af->fp)) {
+    what = "cannot write";
+    e = errno;
+  } else if (fsync(fileno(af->fp)) != 0 && errno != EINVAL && errno != EROFS) {
+    what = "cannot sync";
+    e = errno;
+  }
+  if (fclose(af->fp) != 0 && !what) {
+    what = "cannot write";
+    e = errno;
+  }
+  af->fp = NULL;
+  if (!what && rename(af->tmp_path, af->path) != 0) {
+    what = "cannot rename the temporary file to";
+    e = errno;
+  }
+  if (what) {
+    unlink(af->tmp_path);
+    rc = ms__errbuf_set(eb, MS_EIO, "%s '%s': %s", what, af->path, e ? strerror(e) : "I/O error");
+  } else {
+    sync_parent_dir(af->path);
+  }
+  atomic_release(af);
+  return rc;
+}
+
+void ms_atomic_file_abort(ms_atomic_file_t *af) {
+  if (!af) return;
+  if (af->fp && af->tmp_path) {
+    fclose(af->fp);
+    unlink(af->tmp_path);
+  } else if (af->fp) {
+    fflush(af->fp);
+  }
+  atomic_release(af);
+}
+
+int ms_snapshot_write_file(const ms_snapshot_t *snap, const char *path,
+                           const ms_write_opts_t *opts, ms_errbuf_t *eb) {
+  ms_atomic_file_t af;
+  MS_FORWARD_IF_ERROR(ms_atomic_file_open(&af, path, eb));
+  ms_sink_t sink;
+  ms_sink_init_file(&sink, af.fp);
+  ms_errbuf_t inner = {{0}};
+  int rc = ms_snapshot_write(snap, opts, &sink, &inner);
+  if (rc != MS_OK) {
+    ms_atomic_file_abort(&af);
+    if (rc == MS_EIO)
+      return ms__errbuf_set(eb, rc, "cannot write '%s': %s", path, strerror(errno));
+    return ms__errbuf_set(eb, rc, "cannot write '%s': %s", path,
+                          inner.msg[0] ? inner.msg : ms_strerror(rc));
+  }
+  return ms_atomic_file_commit(&af, eb);
+}
+
+/* ---- loading -------------------------------------------------------------------------------- */
+
+/* A source that replays the bytes read while detecting the format, then reads the FILE. */
+typedef struct peek_source_s {
+  const char *head;
+  size_t len, pos;
+  FILE *fp;
+} peek_source_t;
+
+static ptrdiff_t peek_read(void *ctx, char *buf, size_t cap) {
+  peek_source_t *p = ctx;
+  if (p->pos < p->len) {
+    size_t n = p->len - p->pos;
+    if (n > cap) n = cap;
+    memcpy(buf, p->head + p->pos, n);
+    p->pos += n;
+    return (ptrdiff_t)n;
+  }
+  return file_read(p->fp, buf, cap);
+}
+
+int ms_snapshot_load(const char *path, ms_snapshot_t **out, ms_errbuf_t *eb) {
+  return ms_snapshot_load_ex(path, 0, out, eb);
+}
+
+int ms_snapshot_load_ex(const char *path, unsigned flags, ms_snapshot_t **out, ms_errbuf_t *eb) {
+  if (!path || !out) return ms__errbuf_set(eb, MS_EINVAL, "no input path");
+  if (flags & ~(unsigned)MS_LOAD_NO_TRACE)
+    return ms__errbuf_set(eb, MS_EINVAL, "unknown load flags 0x%x", flags);
+  int is_stdin = strcmp(path, "-") == 0;
+  const char *name = is_stdin ? "<stdin>" : path;
+  FILE *fp = is_stdin ? stdin : fopen(path, "rb");
+  if (!fp) {
+    int e = errno;
+    return ms__errbuf_set(eb, e == ENOENT ? MS_ENOTFOUND : MS_EIO, "cannot open '%s': %s", name,
+                          strerror(e));
+  }
+  if (!is_stdin) {
+    struct stat st;
+    if (fstat(fileno(fp), &st) == 0 && S_ISDIR(st.st_mode)) {
+      fclose(fp);
+      return ms__errbuf_set(eb, MS_EIO, "cannot read '%s': Is a directory", name);
+    }
+  }
+  char head[LOAD_PEEK];
+  size_t n = 0;
+  while (n < sizeof head) {
+    size_t r = fread(head + n, 1, sizeof head - n, fp);
+    if (r == 0) break;
+    n += r;
+  }
+  if (ferror(fp)) {
+    int e = errno;
+    if (!is_stdin) fclose(fp);
+    return ms__errbuf_set(eb, MS_EIO, "cannot read '%s': %s", name, strerror(e));
+  }
+  peek_source_t ps = {head, n, 0, fp};
+  ms_source_t src = {peek_read, &ps};
+  ms_errbuf_t inner = {{0}};
+  ms_snapshot_t *snap = NULL;
+  int rc;
+  switch (ms_format_detect(head, n)) {
+  case MS_FORMAT_MEMSNAP:
+  case MS_FORMAT_MEMSNAP_Z:
+    rc = ms_snapshot_read(&src, &snap, &inner);
+    break;
+  case MS_FORMAT_PICKLE: {
+    bool again = false;
+    rc = ms__pickle_read(&src, flags, &snap, &inner, &again);
+    /* The trace could not be skipped: read a regular file again, in full. */
+    if (again && !is_stdin && fseek(fp, (long)n, SEEK_SET) == 0) {
+      ps.pos = 0;
+      inner.msg[0] = 0;
+      rc = ms__pickle_read(&src, 0, &snap, &inner, NULL);
+    }
+    break;
+  }
+  default:
+    rc = n == 0 ? ms__errbuf_set(&inner, MS_ETRUNCATED, "empty file")
+                : ms__errbuf_set(&inner, MS_EFORMAT, "not a memsnap snapshot or PyTorch pickle");
+    break;
+  }
+  if (!is_stdin) fclose(fp);
+  if (rc != MS_OK) return ms__errbuf_set(eb, rc, "'%s': %s", name, inner.msg);
+  *out = snap;
+  return MS_OK;
+}
