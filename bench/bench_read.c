@@ -8,6 +8,8 @@
  *   pickle_1gb_stats_s        `memsnap stats FILE` (reads the file without its trace)
  *   pickle_1gb_segments_s     `memsnap segments FILE -o -` to /dev/null (likewise)
  *   pickle_1gb_trace_s        `memsnap trace FILE` to /dev/null (reads everything)
+ *   pickle_1gb_timeline_s     `memsnap timeline FILE` (reads everything and builds the time index)
+ *   pickle_1gb_timeline_rss_ratio   its peak RSS / the file's size (target <= 1.5)
  *   pickle_1gb_full_read_s    the baseline: ms_pickle_read of the whole file in this process
  *                             (what every command did before reads could skip the trace)
  *   pickle_1gb_no_trace_read_s   ms_pickle_read_ex(MS_LOAD_NO_TRACE) in this process
@@ -63,8 +65,9 @@ static void die(const char *what, const char *msg) {
   exit(1);
 }
 
-/* Runs memsnap with args, stdout to /dev/null; returns its CPU seconds, *wall its wall time. */
-static double run_cli(const char *const *args, double *wall) {
+/* Runs memsnap with args, stdout to /dev/null; returns its CPU seconds, *wall its wall time and
+ * *rss_kb its peak resident set. */
+static double run_cli(const char *const *args, double *wall, long *rss_kb) {
   const char *bin = getenv("MEMSNAP_BIN");
   if (!bin || !*bin) die("MEMSNAP_BIN", "not set (run through bench/run.sh)");
   fflush(stdout);
@@ -88,19 +91,28 @@ static double run_cli(const char *const *args, double *wall) {
   if (wait4(pid, &st, 0, &ru) < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
     die(args[0], "the command failed");
   *wall = now_s() - w0;
+  *rss_kb = ru.ru_maxrss;
   return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec * 1e-6 +
          (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec * 1e-6;
 }
 
-static void bench_cli(const char *metric, const char *const *args, double baseline) {
+/* Prints metric (median CPU seconds of args); with rss_metric, also the peak RSS of the command
+ * divided by the file's size (file_bytes). */
+static void bench_cli(const char *metric, const char *const *args, double baseline,
+                      const char *rss_metric, double file_bytes) {
   double c[REPS], w[REPS];
-  for (int i = 0; i < REPS; i++)
-    c[i] = run_cli(args, &w[i]);
+  long rss = 0;
+  for (int i = 0; i < REPS; i++) {
+    long r;
+    c[i] = run_cli(args, &w[i], &r);
+    if (r > rss) rss = r;
+  }
   double cm = median(c, REPS), wm = median(w, REPS);
   printf("%s %.3f\n", metric, cm);
+  if (rss_metric) printf("%s %.3f\n", rss_metric, (double)rss * 1024.0 / file_bytes);
   fflush(stdout);
-  fprintf(stderr, "  %-28s %.2f s CPU, %.2f s wall (full read: %.2f s CPU)\n", metric, cm, wm,
-          baseline);
+  fprintf(stderr, "  %-28s %.2f s CPU, %.2f s wall, peak RSS %.0f MB (full read: %.2f s CPU)\n",
+          metric, cm, wm, (double)rss / 1024.0, baseline);
 }
 
 /* In-process read; CPU seconds. */
@@ -185,10 +197,14 @@ int main(void) {
   fflush(stdout);
   fprintf(stderr, "  full read %.2f s CPU, without the trace %.2f s CPU (%.0f MB)\n", full, notrace,
           (double)st.st_size / 1e6);
-  bench_cli("pickle_1gb_stats_s", (const char *const[]){"stats", path, NULL}, full);
+  double fb = (double)st.st_size;
+  bench_cli("pickle_1gb_stats_s", (const char *const[]){"stats", path, NULL}, full, NULL, fb);
   bench_cli("pickle_1gb_segments_s", (const char *const[]){"segments", path, "-o", "-", NULL},
-            full);
-  bench_cli("pickle_1gb_trace_s", (const char *const[]){"trace", path, NULL}, full);
+            full, NULL, fb);
+  bench_cli("pickle_1gb_trace_s", (const char *const[]){"trace", path, NULL}, full, NULL, fb);
+  /* the time index: the whole file read and indexed, peaks and the top stacks at each */
+  bench_cli("pickle_1gb_timeline_s", (const char *const[]){"timeline", path, NULL}, full,
+            "pickle_1gb_timeline_rss_ratio", fb);
   if (!(keep && *keep)) unlink(path);
   return 0;
 }
