@@ -41,9 +41,11 @@ test: test-deps build
 	  grep -h '^SKIP' Testing/Temporary/LastTest.log 2>/dev/null | sort | uniq -c | sed 's/^ */  skipped x/'; \
 	  exit $$rc; }
 
-# The module rule (docs/architecture.md): every #include of the project's files points down.
+# The module rule (docs/architecture.md): every #include of the project's files points down, and no
+# file or function outgrows what one person holds in mind.
 check:
 	@scripts/check-deps.py
+	@scripts/check-size.py
 
 bench: deps
 	@scripts/deps.sh bench
