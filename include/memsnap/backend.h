@@ -57,7 +57,8 @@ typedef struct ms_backend_ops_s {
    * not stream-ordered). */
   int (*malloc)(void *ctx, int device, size_t size, ms_stream_t stream, ms_devptr_t *out);
   /* Frees an address returned by malloc on the same device (pre: not freed before). Like cudaFree
-   * it may synchronize the device. */
+   * it may synchronize the device. On failure the memory is still allocated (the allocator keeps
+   * it accounted and reports the error). */
   int (*free)(void *ctx, int device, ms_devptr_t ptr);
   /* Like cudaMemGetInfo: *free_bytes and *total_bytes of the device. */
   int (*mem_info)(void *ctx, int device, size_t *free_bytes, size_t *total_bytes);
@@ -80,9 +81,12 @@ typedef struct ms_backend_ops_s {
 
   /* Optional virtual-memory operations for expandable segments (NULL when unsupported).
    * va_reserve reserves size bytes of address space (no memory); va_release returns it (pre: no
-   * page mapped). mem_map backs [addr, addr+size) with memory (MS_EOOM when the device is full);
-   * mem_unmap releases the memory of a range previously mapped with mem_map. Sizes and addresses
-   * are multiples of the backend's page size (2 MiB). */
+   * page mapped). mem_map backs [addr, addr+size) with one physical allocation (MS_EOOM exactly
+   * when the device is out of memory; any other failure another code); mem_unmap releases the
+   * memory of a range made of whole ranges previously mapped with mem_map (the allocator maps one
+   * page of an expandable segment per call, so that any run of pages can be unmapped later).
+   * Sizes and addresses are multiples of the granularity (mem_granularity, 2 MiB by default). A
+   * failed mem_unmap leaves the range mapped. */
   int (*va_reserve)(void *ctx, int device, size_t size, ms_devptr_t *out);
   int (*va_release)(void *ctx, int device, ms_devptr_t addr, size_t size);
   int (*mem_map)(void *ctx, int device, ms_devptr_t addr, size_t size);
@@ -96,6 +100,17 @@ typedef struct ms_backend_ops_s {
    * pool and keeps that memory for replays (reference/pytorch-allocator.md §13.3). */
   int (*stream_capture_info)(void *ctx, int device, ms_stream_t stream, bool *capturing,
                              uint64_t *capture_id);
+
+  /* Optional (NULL: the handle is the key). *key = the value the allocator keys its pools and
+   * stream uses by for `stream` as named by the calling thread. Handles that name a different
+   * stream on each thread (CUDA's cudaStreamPerThread) get a key unique to the real stream; two
+   * handles of one stream (cudaStreamLegacy and 0) get the same key. Every other operation that
+   * takes a stream accepts keys as well as handles. */
+  int (*stream_key)(void *ctx, int device, ms_stream_t stream, ms_stream_t *key);
+
+  /* Optional (NULL: any multiple of 2 MiB). *bytes = the device's allocation granularity for
+   * mem_map: the page sizes of expandable segments must be multiples of it. */
+  int (*mem_granularity)(void *ctx, int device, size_t *bytes);
 
   /* Releases ctx; called once by ms_backend_destroy. May be NULL. */
   void (*destroy)(void *ctx);

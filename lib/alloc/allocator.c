@@ -219,104 +219,164 @@ static void queues_drop_empty(ms_allocator_t *a) {
 
 static void free_block(ms_allocator_t *a, ms__block_t *b, uint32_t ctx);
 
-/* insert_events (§7.2): one event per stream in stream_uses; the set is moved out. If the backend
- * cannot create or record an event, the device is synchronized instead, so that the block can
- * never be reused too early. */
-static void insert_events(ms_allocator_t *a, ms__block_t *b, uint32_t ctx) {
-  uint32_t n = b->nuses;
+/* insert_events (§7.2): one event per stream in stream_uses; the set is moved out. A stream
+ * whose event cannot be created or recorded stays in stream_uses and the block goes to the
+ * deferred list (retried at the next malloc with no capture under way): the block stays pending,
+ * never reused too early, never synchronized for (that could be during a capture), and the
+ * backend's error is returned (PyTorch throws there). */
+static int insert_events(ms_allocator_t *a, ms__block_t *b, uint32_t ctx) {
+  uint32_t n = b->nuses, cap = b->cap_uses, left = 0;
   ms_stream_t *uses = b->uses;
   b->uses = NULL;
   b->nuses = b->cap_uses = 0;
-  bool failed = false;
+  int err = MS_OK;
   for (uint32_t i = 0; i < n; i++) {
     ms_event_t e;
-    ms__evqueue_t *q;
-    if (event_get(a, &e) != MS_OK) {
-      failed = true;
-      continue;
+    ms__evqueue_t *q = NULL;
+    int r = event_get(a, &e);
+    if (r == MS_OK) {
+      r = a->ops.event_record(a->ops.ctx, a->device, e, uses[i]);
+      if (r == MS_OK && !(q = queue_for(a, uses[i]))) r = MS_ENOMEM;
+      if (r == MS_OK) r = queue_push(q, (ms__evpair_t){e, b});
+      if (r != MS_OK) event_put(a, e);
     }
-    if (a->ops.event_record(a->ops.ctx, a->device, e, uses[i]) != MS_OK ||
-        !(q = queue_for(a, uses[i])) || queue_push(q, (ms__evpair_t){e, b}) != MS_OK) {
-      event_put(a, e);
-      failed = true;
+    if (r != MS_OK) {
+      if (err == MS_OK) err = r;
+      uses[left++] = uses[i];
       continue;
     }
     b->event_count++;
     a->outstanding_events++;
   }
-  free(uses);
-  if (failed) {
-    ms__warning("device %d: cannot record a stream event; synchronizing the device instead",
-                a->device);
-    a->ops.device_synchronize(a->ops.ctx, a->device);
+  if (left) {
+    b->uses = uses;
+    b->nuses = left;
+    b->cap_uses = cap;
+    if (MS_VEC_PUSH(&a->deferred, b) != 0)
+      ms__warning("device %d: a block whose stream event failed cannot be queued for retry; "
+                  "its memory stays pending",
+                  a->device);
+    return err;
   }
+  free(uses);
   if (b->event_count == 0) free_block(a, b, ctx);
+  return err;
 }
 
-/* insert_events_deferred_until_no_capture. */
-static void insert_deferred(ms_allocator_t *a, uint32_t ctx) {
-  for (size_t i = 0; i < a->deferred.len; i++) insert_events(a, a->deferred.ptr[i], ctx);
+/* Removes from b's stream uses the streams recorded during a capture, and forgets those records
+ * (PyTorch's insert_events_deferred_until_no_capture: a capture's stream uses belong to the
+ * graph's replays, not to the eager work the events must wait for). */
+static void drop_capture_uses(ms_allocator_t *a, ms__block_t *b) {
+  size_t w = 0;
+  for (size_t i = 0; i < a->capture_uses.len; i++) {
+    ms__capuse_t u = a->capture_uses.ptr[i];
+    if (u.block != b) {
+      a->capture_uses.ptr[w++] = u;
+      continue;
+    }
+    for (uint32_t k = 0; k < b->nuses; k++) {
+      if (b->uses[k] == u.stream) {
+        b->uses[k] = b->uses[--b->nuses];
+        break;
+      }
+    }
+  }
+  a->capture_uses.len = w;
+}
+
+/* insert_events_deferred_until_no_capture (and the retry of failed event records).
+ * @return the first error of insert_events (the failed blocks are deferred again). */
+static int insert_deferred(ms_allocator_t *a, uint32_t ctx) {
+  size_t n = a->deferred.len;
+  ms__block_t **list = NULL;
+  if (n) {
+    list = malloc(n * sizeof *list);
+    if (!list) return MS_ENOMEM;
+    memcpy(list, a->deferred.ptr, n * sizeof *list);
+  }
   a->deferred.len = 0;
+  int err = MS_OK;
+  for (size_t i = 0; i < n; i++) {
+    ms__block_t *b = list[i];
+    if (a->capture_uses.len) drop_capture_uses(a, b);
+    if (b->nuses) {
+      int r = insert_events(a, b, ctx);
+      if (r != MS_OK && err == MS_OK) err = r;
+    } else if (b->event_count == 0) {
+      free_block(a, b, ctx);
+    }
+  }
+  free(list);
+  return err;
 }
 
-/* process_events (§7.3): per-stream FIFO, no head-of-line blocking across streams. */
-static void process_events(ms_allocator_t *a, uint32_t ctx) {
-  if (a->deferred.len) insert_deferred(a, ctx);
+/* process_events (§7.3): per-stream FIFO, no head-of-line blocking across streams. A failed query
+ * keeps its block pending and is returned (PyTorch throws). */
+static int process_events(ms_allocator_t *a, uint32_t ctx) {
+  int err = a->deferred.len ? insert_deferred(a, ctx) : MS_OK;
   bool any_empty = false;
   for (size_t i = 0; i < a->queues.len; i++) {
     ms__evqueue_t *q = &a->queues.ptr[i];
     while (q->len) {
       ms__evpair_t p = q->q[q->head];
       bool done = false;
-      if (a->ops.event_query(a->ops.ctx, a->device, p.ev, &done) != MS_OK) {
-        /* PyTorch throws on a failed query; treat the event as not done (retried later, and
-         * forced by synchronize_and_free_events). */
+      int r = a->ops.event_query(a->ops.ctx, a->device, p.ev, &done);
+      if (r != MS_OK) {
+        if (err == MS_OK) err = r;
         break;
       }
       if (!done) break;
       queue_pop(q);
       a->outstanding_events--;
       event_put(a, p.ev);
-      if (--p.block->event_count == 0) free_block(a, p.block, ctx);
+      if (--p.block->event_count == 0 && p.block->nuses == 0) free_block(a, p.block, ctx);
       q = &a->queues.ptr[i]; /* free_block never touches queues, but stay safe */
     }
     if (!q->len) any_empty = true;
   }
   if (any_empty) queues_drop_empty(a);
+  return err;
 }
 
-/* synchronize_and_free_events (§7.4); pp != NULL limits it to that private pool's blocks. */
-static void synchronize_and_free_events(ms_allocator_t *a, uint32_t ctx,
-                                        const ms__private_pool_t *pp) {
+/* synchronize_and_free_events (§7.4); pp != NULL limits it to that private pool's blocks. A
+ * failed synchronization keeps that event (and the rest of its stream's queue) pending and is
+ * returned. */
+static int synchronize_and_free_events(ms_allocator_t *a, uint32_t ctx,
+                                       const ms__private_pool_t *pp) {
   a->stats.num_sync_all_streams++;
-  if (a->captures.len == 0 && a->deferred.len) insert_deferred(a, ctx);
+  int err = MS_OK;
+  if (a->captures.len == 0 && a->deferred.len) err = insert_deferred(a, ctx);
   for (size_t i = 0; i < a->queues.len; i++) {
     ms__evqueue_t *q = &a->queues.ptr[i];
     size_t n = q->len, w = 0;
-    ms__evpair_t *keep = NULL;
-    if (pp) keep = malloc((n ? n : 1) * sizeof *keep);
+    ms__evpair_t *keep = malloc((n ? n : 1) * sizeof *keep);
+    if (!keep) return MS_ENOMEM;
+    bool failed = false;
     for (size_t k = 0; k < n; k++) {
       ms__evpair_t p = q->q[(q->head + k) % q->cap];
-      if (pp && p.block->pool->owner != pp) {
-        if (keep) {
-          keep[w++] = p;
-          continue;
-        }
+      if (failed || (pp && p.block->pool->owner != pp)) {
+        keep[w++] = p;
+        continue;
       }
-      a->ops.event_synchronize(a->ops.ctx, a->device, p.ev);
+      int r = a->ops.event_synchronize(a->ops.ctx, a->device, p.ev);
+      if (r != MS_OK) {
+        if (err == MS_OK) err = r;
+        failed = true;
+        keep[w++] = p;
+        continue;
+      }
       a->outstanding_events--;
       event_put(a, p.ev);
-      if (--p.block->event_count == 0) free_block(a, p.block, ctx);
+      if (--p.block->event_count == 0 && p.block->nuses == 0) free_block(a, p.block, ctx);
     }
     q->head = 0;
     q->len = 0;
-    if (keep) {
-      for (size_t k = 0; k < w; k++) q->q[k] = keep[k];
-      q->len = w;
-      free(keep);
-    }
+    for (size_t k = 0; k < w; k++) q->q[k] = keep[k];
+    q->len = w;
+    free(keep);
   }
   queues_drop_empty(a);
+  return err;
 }
 
 /* ---- pools ----------------------------------------------------------------------------------- */
@@ -378,10 +438,21 @@ static inline bool get_free_block(ms_allocator_t *a, alloc_params_t *p) {
   return true;
 }
 
+/* Calls the free-memory callbacks with the lock released, so that a callback may call back into
+ * the allocator (empty_cache, free, even malloc) without deadlocking; PyTorch's mutex is
+ * recursive for the same reason. pre and post: lock held. The caller re-selects its pool, since
+ * routings may have changed meanwhile. */
 static bool trigger_free_memory_callbacks(ms_allocator_t *a) {
+  size_t n = a->free_callbacks.len;
+  if (n == 0) return false;
+  ms__freecb_t stackbuf[8], *cbs = n <= 8 ? stackbuf : malloc(n * sizeof *cbs);
+  if (!cbs) return false;
+  memcpy(cbs, a->free_callbacks.ptr, n * sizeof *cbs);
+  pthread_mutex_unlock(&a->mu);
   bool freed = false;
-  for (size_t i = 0; i < a->free_callbacks.len; i++)
-    freed |= a->free_callbacks.ptr[i].fn(a->free_callbacks.ptr[i].arg);
+  for (size_t i = 0; i < n; i++) freed |= cbs[i].fn(cbs[i].arg);
+  pthread_mutex_lock(&a->mu);
+  if (cbs != stackbuf) free(cbs);
   return freed;
 }
 
@@ -394,8 +465,9 @@ static bool alloc_block(ms_allocator_t *a, alloc_params_t *p, bool is_retry, uin
     return false;
   }
   if (ms__es_active(a, p->pool)) { /* expandable segments: map pages instead (expandable.c) */
-    p->block = ms__es_try_allocate(a, p->pool, p->stream, p->size, ctx);
-    p->err = p->block ? MS_OK : MS_EOOM;
+    int err = MS_OK;
+    p->block = ms__es_try_allocate(a, p->pool, p->stream, p->size, ctx, &err);
+    p->err = p->block ? MS_OK : err != MS_OK ? err : MS_EOOM;
     return p->block != NULL;
   }
   ms_devptr_t ptr = 0;
@@ -450,16 +522,21 @@ static __attribute__((noinline)) bool try_mempool_fallback(ms_allocator_t *a,
   return false;
 }
 
-/* release_block (§8.4): returns a whole cached segment to the device. */
-static void release_block(ms_allocator_t *a, ms__block_t *b, uint32_t ctx) {
+/* release_block (§8.4): returns a whole cached segment to the device. When the backend's free
+ * fails, the segment stays cached and accounted (it is still allocated on the device) and the
+ * error is returned (PyTorch raises). */
+static int release_block(ms_allocator_t *a, ms__block_t *b, uint32_t ctx) {
   ms_assert_internal(!ms__block_is_split(b) && b->in_set);
   ms__segment_t *s = b->seg;
   ms__pool_t *pool = b->pool;
-  alloc_trace(a, MS_TRACE_SEGMENT_FREE, s->ptr, s->size, s->stream, pool, ctx ? ctx : s->ctx);
   int e = a->ops.free(a->ops.ctx, a->device, s->ptr);
-  if (e != MS_OK)
-    ms__warning("device %d: the backend failed to free segment 0x%" PRIxPTR ": %s", a->device,
-                s->ptr, ms_strerror(e));
+  if (e != MS_OK) {
+    ms__warning("device %d: the backend failed to free segment 0x%" PRIxPTR " (%zu bytes): %s; "
+                "it stays cached",
+                a->device, s->ptr, s->size, ms_strerror(e));
+    return e;
+  }
+  alloc_trace(a, MS_TRACE_SEGMENT_FREE, s->ptr, s->size, s->stream, pool, ctx ? ctx : s->ctx);
   a->total_allocated_memory -= s->size;
   if (pool->owner) pool->owner->malloc_count--;
   enum ms_stat_type st = pool_stat(pool);
@@ -470,25 +547,46 @@ static void release_block(ms_allocator_t *a, ms__block_t *b, uint32_t ctx) {
   ms__pool_erase(pool, b);
   ms__segment_delete(a, s);
   ms__block_delete(a, b);
+  return MS_OK;
 }
 
-/* release_blocks: every unsplit cached segment of pool, in (stream, size, address) order. */
-static void release_blocks(ms_allocator_t *a, ms__pool_t *pool, uint32_t ctx) {
+/* release_blocks: every unsplit cached segment of pool, in (stream, size, address) order; stops
+ * at the first failure (returned). */
+static int release_blocks(ms_allocator_t *a, ms__pool_t *pool, uint32_t ctx) {
   ms__block_t *b = ms__pool_first(pool);
   bool any_expandable = false;
   while (b) {
     ms__block_t *n = ms__pool_next(b);
     if (b->expandable) any_expandable = true;
-    else if (!ms__block_is_split(b)) release_block(a, b, ctx);
+    else if (!ms__block_is_split(b)) MS_FORWARD_IF_ERROR(release_block(a, b, ctx));
     b = n;
   }
-  if (any_expandable) ms__es_release(a, pool, ctx); /* then unmap expandable blocks (§8.4) */
+  if (any_expandable) return ms__es_release(a, pool, ctx); /* then unmap expandable blocks */
+  return MS_OK;
 }
 
-/* release_available_cached_blocks (§8.3), exactly PyTorch's selection. */
+/* Whether a graph capture is under way on the device (stream's, or one in global mode that
+ * forbids frees and synchronizations everywhere). Only with a routing active and a backend that
+ * can tell: then nothing is freed, unmapped or synchronized (the release is deferred to a later
+ * empty_cache or OOM), because cudaFree or a synchronization would invalidate the capture. */
+static bool capture_under_way(ms_allocator_t *a, ms_stream_t stream) {
+  if (!a->captures.len || !a->ops.stream_capture_info) return false;
+  bool cap = false;
+  uint64_t id = 0;
+  if (a->ops.stream_capture_info(a->ops.ctx, a->device, stream, &cap, &id) == MS_OK && cap)
+    return true;
+  if (stream != 0 && a->ops.stream_capture_info(a->ops.ctx, a->device, 0, &cap, &id) == MS_OK &&
+      cap)
+    return true;
+  return false;
+}
+
+/* release_available_cached_blocks (§8.3), exactly PyTorch's selection. A failed release sets
+ * p->err (the backend's error) and returns false. */
 static bool release_available_cached_blocks(ms_allocator_t *a, alloc_params_t *p, uint32_t ctx) {
   size_t mss = a->cfg.max_split_size;
   if (mss == SIZE_MAX) return false;
+  if (capture_under_way(a, p->stream)) return false;
   size_t key_size = p->size > mss ? p->size : mss;
   ms__pool_t *pool = p->pool;
   ms__block_t *it = ms__pool_lower_bound(pool, p->stream, key_size);
@@ -501,24 +599,35 @@ static bool release_available_cached_blocks(ms_allocator_t *a, alloc_params_t *p
       ms__block_t *cur = it;
       ms__block_t *before = ms__pool_prev(cur);
       if (!cur->expandable) {
+        int e = release_block(a, cur, ctx);
+        if (e != MS_OK) {
+          p->err = e;
+          return false;
+        }
         released += cur->size;
-        release_block(a, cur, ctx);
       }
       if (!before) break;
       it = before;
     }
     return released >= key_size;
   }
-  release_block(a, it, ctx);
+  int e = release_block(a, it, ctx);
+  if (e != MS_OK) {
+    p->err = e;
+    return false;
+  }
   return true;
 }
 
-/* release_cached_blocks (§8.4), for the default id (0,0) or one private pool. */
-static void release_cached_blocks(ms_allocator_t *a, uint32_t ctx, const ms_pool_id_t *only) {
+/* release_cached_blocks (§8.4), for the default id (0,0) or one private pool. Nothing is
+ * released while a graph capture is under way (capture_under_way). @return the first error of a
+ * synchronization or release (what was released until then stays released). */
+static int release_cached_blocks(ms_allocator_t *a, uint32_t ctx, const ms_pool_id_t *only) {
+  if (capture_under_way(a, 0)) return MS_OK;
   if (!only && a->captures.len == 0) {
-    synchronize_and_free_events(a, ctx, NULL);
-    release_blocks(a, &a->large, ctx);
-    release_blocks(a, &a->small, ctx);
+    MS_FORWARD_IF_ERROR(synchronize_and_free_events(a, ctx, NULL));
+    MS_FORWARD_IF_ERROR(release_blocks(a, &a->large, ctx));
+    MS_FORWARD_IF_ERROR(release_blocks(a, &a->small, ctx));
   }
   ms__private_pool_t **link = &a->pools;
   while (*link) {
@@ -527,9 +636,9 @@ static void release_cached_blocks(ms_allocator_t *a, uint32_t ctx, const ms_pool
       link = &pp->next;
       continue;
     }
-    if (only) synchronize_and_free_events(a, ctx, pp);
-    release_blocks(a, &pp->small, ctx);
-    release_blocks(a, &pp->large, ctx);
+    if (only) MS_FORWARD_IF_ERROR(synchronize_and_free_events(a, ctx, pp));
+    MS_FORWARD_IF_ERROR(release_blocks(a, &pp->small, ctx));
+    MS_FORWARD_IF_ERROR(release_blocks(a, &pp->large, ctx));
     if (pp->malloc_count == 0) {
       *link = pp->next;
       ms__pool_fini(&pp->small);
@@ -539,13 +648,16 @@ static void release_cached_blocks(ms_allocator_t *a, uint32_t ctx, const ms_pool
       link = &pp->next;
     }
   }
+  return MS_OK;
 }
 
-/* garbage_collect_cached_blocks (§8.5): default large pool only, average-age passes. */
-static void garbage_collect_cached_blocks(ms_allocator_t *a, uint32_t ctx) {
+/* garbage_collect_cached_blocks (§8.5): default large pool only, average-age passes.
+ * @return the backend's error when a release failed (GC stops there). */
+static int garbage_collect_cached_blocks(ms_allocator_t *a, uint32_t ctx, ms_stream_t stream) {
+  if (capture_under_way(a, stream)) return MS_OK;
   size_t threshold = (size_t)(a->cfg.garbage_collection_threshold *
                               (double)a->allowed_memory_maximum);
-  if (a->total_allocated_memory <= threshold) return;
+  if (a->total_allocated_memory <= threshold) return MS_OK;
   size_t target = a->total_allocated_memory - threshold;
   ms__pool_t *pool = &a->large;
   double total_age = 0.0;
@@ -556,7 +668,7 @@ static void garbage_collect_cached_blocks(ms_allocator_t *a, uint32_t ctx) {
       n++;
     }
   }
-  if (n == 0) return;
+  if (n == 0) return MS_OK;
   size_t reclaimed = 0;
   bool freed_any = true;
   while (reclaimed < target && freed_any && n > 0) {
@@ -571,11 +683,12 @@ static void garbage_collect_cached_blocks(ms_allocator_t *a, uint32_t ctx) {
         reclaimed += b->size;
         total_age -= age;
         n--;
-        release_block(a, b, ctx);
+        MS_FORWARD_IF_ERROR(release_block(a, b, ctx));
       }
       b = nx;
     }
   }
+  return MS_OK;
 }
 
 /* should_split (§6.1). */
@@ -742,10 +855,18 @@ int ms_allocator_malloc(ms_allocator_t *a, size_t orig_size, ms_stream_t stream,
     return MS_EOOM;
   }
   if (ms_unlikely(a->no_caching)) return uncached_malloc(a, orig_size, stream, out);
+  if (ms_unlikely(a->ops.stream_key != NULL)) /* e.g. cudaStreamPerThread: the real stream */
+    MS_FORWARD_IF_ERROR(a->ops.stream_key(a->ops.ctx, a->device, stream, &stream));
   uint32_t ctx = alloc_gather(a, MS__CTX_STATE);
   pthread_mutex_lock(&a->mu);
   if (ms_likely(a->captures.len == 0)) {
-    if (ms_unlikely(a->queues.len || a->deferred.len)) process_events(a, ctx);
+    if (ms_unlikely(a->queues.len || a->deferred.len)) {
+      int e = process_events(a, ctx);
+      if (e != MS_OK) {
+        pthread_mutex_unlock(&a->mu);
+        return e;
+      }
+    }
   }
   alloc_params_t p;
   p.size = alloc_round_size(a, orig_size);
@@ -756,18 +877,21 @@ int ms_allocator_malloc(ms_allocator_t *a, size_t orig_size, ms_stream_t stream,
   bool found = get_free_block(a, &p);
   if (ms_unlikely(!found)) {
     p.alloc_size = ms_alloc_allocation_size(&a->cfg, p.size);
-    found = trigger_free_memory_callbacks(a) && get_free_block(a, &p);
+    if (a->free_callbacks.len && trigger_free_memory_callbacks(a)) {
+      p.pool = get_pool(a, p.size, stream);
+      found = get_free_block(a, &p);
+    }
     if (!found) {
-      if (a->has_allowed_max && a->has_gc) garbage_collect_cached_blocks(a, ctx);
-      found = alloc_block(a, &p, false, ctx);
+      if (a->has_allowed_max && a->has_gc) p.err = garbage_collect_cached_blocks(a, ctx, stream);
+      if (p.err == MS_OK) found = alloc_block(a, &p, false, ctx);
       if (!found && p.err == MS_EOOM && a->pool_opts.len) found = try_mempool_fallback(a, &p);
       if (!found && p.err == MS_EOOM)
         found = release_available_cached_blocks(a, &p, ctx) && alloc_block(a, &p, false, ctx);
       if (!found && p.err == MS_EOOM && a->captures.len == 0) {
         /* Faithful to PyTorch (issue #189504): after releasing everything the pool is not
          * searched again; only a new segment is tried. docs/allocator.md explains. */
-        release_cached_blocks(a, ctx, NULL);
-        found = alloc_block(a, &p, true, ctx);
+        p.err = release_cached_blocks(a, ctx, NULL);
+        if (p.err == MS_OK) found = alloc_block(a, &p, true, ctx);
       }
     }
     if (!found) {
@@ -849,23 +973,28 @@ int ms_allocator_free(ms_allocator_t *a, ms_devptr_t ptr) {
   alloc_trace(a, MS_TRACE_FREE_REQUESTED, b->ptr, b->requested_size, b->stream, b->pool,
               ctx ? ctx : b->ctx);
   if (b->size >= a->cfg.max_split_size) ms__stat_decrease(&a->stats.oversize_allocations, 1);
+  int r = MS_OK;
   if (ms_unlikely(b->nuses)) {
     if (a->captures.len) {
-      if (MS_VEC_PUSH(&a->deferred, b) != 0) insert_events(a, b, ctx);
+      if (MS_VEC_PUSH(&a->deferred, b) != 0) r = MS_ENOMEM; /* stays pending, never reused */
     } else {
-      insert_events(a, b, ctx);
+      if (a->capture_uses.len) drop_capture_uses(a, b);
+      if (b->nuses) r = insert_events(a, b, ctx);
+      else free_block(a, b, ctx);
     }
   } else {
+    if (ms_unlikely(a->capture_uses.len)) drop_capture_uses(a, b);
     free_block(a, b, ctx);
   }
   alloc_debug_check(a);
   pthread_mutex_unlock(&a->mu);
-  return MS_OK;
+  return r;
 }
 
 int ms_allocator_record_stream(ms_allocator_t *a, ms_devptr_t ptr, ms_stream_t stream) {
   MS_RETURN_IF(!a, MS_EINVAL);
   if (!ptr || a->no_caching) return MS_OK; /* PyTorch skips pointers it did not cache */
+  if (a->ops.stream_key) MS_FORWARD_IF_ERROR(a->ops.stream_key(a->ops.ctx, a->device, stream, &stream));
   pthread_mutex_lock(&a->mu);
   size_t slot;
   ms__block_t *b = map_find(&a->map, ptr, &slot);
@@ -883,6 +1012,11 @@ int ms_allocator_record_stream(ms_allocator_t *a, ms_devptr_t ptr, ms_stream_t s
         else b->uses = nu, b->cap_uses = ncap;
       }
       if (r == MS_OK) b->uses[b->nuses++] = stream;
+      /* During a capture, remembered so that the use is dropped before the deferred events are
+       * recorded (insert_deferred). */
+      if (r == MS_OK && a->captures.len &&
+          MS_VEC_PUSH(&a->capture_uses, ((ms__capuse_t){b, stream})) != 0)
+        r = MS_ENOMEM;
     }
   }
   pthread_mutex_unlock(&a->mu);
@@ -895,20 +1029,20 @@ int ms_allocator_empty_cache(ms_allocator_t *a) {
   MS_RETURN_IF(!a, MS_EINVAL);
   uint32_t ctx = alloc_gather(a, MS__CTX_ALL);
   pthread_mutex_lock(&a->mu);
-  release_cached_blocks(a, ctx, NULL);
+  int r = release_cached_blocks(a, ctx, NULL);
   alloc_debug_check(a);
   pthread_mutex_unlock(&a->mu);
-  return MS_OK;
+  return r;
 }
 
 int ms_allocator_empty_pool_cache(ms_allocator_t *a, ms_pool_id_t id) {
   MS_RETURN_IF(!a, MS_EINVAL);
   uint32_t ctx = alloc_gather(a, MS__CTX_ALL);
   pthread_mutex_lock(&a->mu);
-  if (id.first == 0 && id.second == 0) release_cached_blocks(a, ctx, NULL);
-  else release_cached_blocks(a, ctx, &id);
+  int r = id.first == 0 && id.second == 0 ? release_cached_blocks(a, ctx, NULL)
+                                           : release_cached_blocks(a, ctx, &id);
   pthread_mutex_unlock(&a->mu);
-  return MS_OK;
+  return r;
 }
 
 int ms_allocator_get_stats(ms_allocator_t *a, ms_stats_t *out) {
@@ -983,6 +1117,12 @@ size_t ms_allocator_largest_free_block(ms_allocator_t *a) {
       if (b->size > best) best = b->size;
   }
   pthread_mutex_unlock(&a->mu);
+  if (best == 0) {
+    /* Nothing cached: PyTorch's cacheInfo then reports the device's free memory
+     * (cudaMemGetInfo) as the largest block one could get. */
+    size_t dfree = 0, dtotal = 0;
+    if (a->ops.mem_info(a->ops.ctx, a->device, &dfree, &dtotal) == MS_OK) best = dfree;
+  }
   return best;
 }
 
@@ -1178,6 +1318,26 @@ int ms_allocator_create(const ms_allocator_config_t *cfg, ms_allocator_t **out, 
     ms__warning("expandable_segments not supported on this platform");
     a->cfg.expandable_segments = false;
   }
+  if (a->cfg.expandable_segments && ops->mem_granularity) {
+    /* Pages (2 MiB small, large_segment_size large) must be whole multiples of the device's
+     * granularity: refused here rather than failing at the first map. */
+    size_t gran = 0;
+    r = ops->mem_granularity(ops->ctx, cfg->device, &gran);
+    if (r == MS_OK && gran && (MS_SMALL_BUFFER % gran || a->cfg.large_segment_size % gran))
+      r = ms__errbuf_set(eb, MS_ECONFIG,
+                         "expandable_segments: the page sizes (%zu and large_segment_size %zu "
+                         "bytes) must be multiples of device %d's allocation granularity "
+                         "(%zu bytes)",
+                         (size_t)MS_SMALL_BUFFER, a->cfg.large_segment_size, cfg->device, gran);
+    else if (r != MS_OK)
+      r = ms__errbuf_set(eb, r, "backend '%s': cannot query device %d's granularity", ops->name,
+                         cfg->device);
+    if (r != MS_OK) {
+      pthread_mutex_destroy(&a->mu);
+      free(a);
+      return r;
+    }
+  }
   for (int i = 0; i < MS_ROUNDUP_POWER2_INTERVALS; i++)
     if (a->cfg.roundup_power2_divisions[i] > 1) a->any_divisions = true;
   a->has_gc = a->cfg.garbage_collection_threshold > 0.0;
@@ -1204,7 +1364,7 @@ static void pool_release_all(ms_allocator_t *a, ms__pool_t *pool) {
   ms__block_t *b = ms__pool_first(pool);
   while (b) {
     ms__block_t *n = ms__pool_next(b);
-    if (!ms__block_is_split(b) && !b->expandable) release_block(a, b, 0);
+    if (!ms__block_is_split(b) && !b->expandable) (void)release_block(a, b, 0);
     b = n;
   }
 }
@@ -1213,7 +1373,8 @@ void ms_allocator_destroy(ms_allocator_t *a) {
   if (!a) return;
   pthread_mutex_lock(&a->mu);
   a->captures.len = 0;
-  synchronize_and_free_events(a, 0, NULL);
+  if (synchronize_and_free_events(a, 0, NULL) != MS_OK)
+    ms__warning("device %d: allocator destroyed with stream events that failed", a->device);
   pool_release_all(a, &a->large);
   pool_release_all(a, &a->small);
   for (ms__private_pool_t *pp = a->pools; pp; pp = pp->next) {
@@ -1249,6 +1410,7 @@ void ms_allocator_destroy(ms_allocator_t *a) {
   MS_VEC_FREE(&a->queues);
   MS_VEC_FREE(&a->event_pool);
   MS_VEC_FREE(&a->deferred);
+  MS_VEC_FREE(&a->capture_uses);
   MS_VEC_FREE(&a->captures);
   MS_VEC_FREE(&a->pool_opts);
   MS_VEC_FREE(&a->observers);

@@ -78,21 +78,24 @@ static inline bool es_free(const ms__block_t *b) {
 
 /* ---- ExpandableSegment ----------------------------------------------------------------------- */
 
-/* A new reserved range for (stream, pool), as one unmapped block (in the unmapped set). */
-static ms__block_t *es_create(ms_allocator_t *a, ms__pool_t *pool, ms_stream_t stream) {
+/* A new reserved range for (stream, pool), as one unmapped block (in the unmapped set).
+ * NULL with *err set (the backend's error, MS_ENOMEM) on failure. */
+static ms__block_t *es_create(ms_allocator_t *a, ms__pool_t *pool, ms_stream_t stream, int *err) {
   size_t page = pool->is_small ? MS_SMALL_BUFFER : a->cfg.large_segment_size;
   size_t total = a->device_total ? a->device_total : page;
   size_t handles = (total + total / 8 + page - 1) / page;
   if (handles == 0) handles = 1;
   ms_devptr_t base = 0;
-  if (a->ops.va_reserve(a->ops.ctx, a->device, handles * page, &base) != MS_OK) return NULL;
+  *err = a->ops.va_reserve(a->ops.ctx, a->device, handles * page, &base);
+  if (*err != MS_OK) return NULL;
   ms__block_t *b = ms__block_new(a);
   ms__segment_t *s = b ? ms__segment_new(a, base, handles * page, stream, pool, 0) : NULL;
   uint8_t *pages = s ? calloc(handles, 1) : NULL;
   if (!pages) {
     if (s) ms__segment_delete(a, s);
     if (b) ms__block_delete(a, b);
-    a->ops.va_release(a->ops.ctx, a->device, base, handles * page);
+    (void)a->ops.va_release(a->ops.ctx, a->device, base, handles * page);
+    *err = MS_ENOMEM;
     return NULL;
   }
   s->expandable = true;
@@ -112,33 +115,57 @@ static ms__block_t *es_create(ms_allocator_t *a, ms__pool_t *pool, ms_stream_t s
 }
 
 /* ExpandableSegment::map: backs the pages covering [ptr, ptr+size) (ptr is page-aligned inside an
- * unmapped block). *mapped = the bytes now mapped from ptr (whole pages), 0 when out of memory. */
-static size_t es_map_pages(ms_allocator_t *a, ms__segment_t *s, uintptr_t ptr, size_t size) {
+ * unmapped block), one backend mem_map (one physical allocation) per page, as PyTorch creates one
+ * handle per page. @return the bytes now mapped from ptr (whole pages), 0 on failure with *err
+ * = the backend's error (MS_EOOM exactly when the device is out of memory); the pages mapped by
+ * a failed call are unmapped again (all or nothing). */
+static size_t es_map_pages(ms_allocator_t *a, ms__segment_t *s, uintptr_t ptr, size_t size,
+                           int *err) {
   size_t begin = (ptr - s->ptr) / s->page;
   size_t end = (ptr + size - s->ptr + s->page - 1) / s->page;
   if (end > s->npages) end = s->npages;
+  *err = MS_EOOM;
   if (begin >= end) return 0;
   size_t bytes = (end - begin) * s->page;
-  if (a->ops.mem_map(a->ops.ctx, a->device, s->ptr + begin * s->page, bytes) != MS_OK) return 0;
+  for (size_t i = begin; i < end; i++) {
+    int e = a->ops.mem_map(a->ops.ctx, a->device, s->ptr + i * s->page, s->page);
+    if (e != MS_OK) {
+      for (size_t k = begin; k < i; k++)
+        if (a->ops.mem_unmap(a->ops.ctx, a->device, s->ptr + k * s->page, s->page) != MS_OK)
+          ms__warning("device %d: cannot undo the map of page 0x%" PRIxPTR, a->device,
+                      s->ptr + k * s->page);
+      *err = e;
+      return 0;
+    }
+  }
+  *err = MS_OK;
   memset(s->pages + begin, 1, end - begin);
   s->mapped += bytes;
   return bytes;
 }
 
-/* ExpandableSegment::unmap: releases the pages entirely inside [ptr, ptr+size).
- * *start = the first unmapped byte. @return the bytes unmapped (0: no whole page inside). */
+/* ExpandableSegment::unmap: releases the pages entirely inside [ptr, ptr+size), page by page.
+ * *start = the first unmapped byte. @return the bytes unmapped (0: no whole page inside). When
+ * the backend fails (*err = its error), the pages unmapped so far are returned and the rest stay
+ * mapped and accounted. Never called while a graph capture is under way (the callers check). */
 static size_t es_unmap_pages(ms_allocator_t *a, ms__segment_t *s, uintptr_t ptr, size_t size,
-                             uintptr_t *start) {
+                             uintptr_t *start, int *err) {
   size_t begin = (ptr - s->ptr + s->page - 1) / s->page;
   size_t end = (ptr + size - s->ptr) / s->page;
+  *err = MS_OK;
+  if (begin >= end) return 0;
+  /* PyTorch synchronizes the segment's stream before unmapping; the device is a superset. */
+  *err = a->ops.device_synchronize(a->ops.ctx, a->device);
+  if (*err != MS_OK) return 0;
+  size_t stop = begin;
+  while (stop < end) {
+    *err = a->ops.mem_unmap(a->ops.ctx, a->device, s->ptr + stop * s->page, s->page);
+    if (*err != MS_OK) break;
+    stop++;
+  }
+  end = stop;
   if (begin >= end) return 0;
   size_t bytes = (end - begin) * s->page;
-  /* PyTorch synchronizes the segment's stream before unmapping; the device is a superset. */
-  a->ops.device_synchronize(a->ops.ctx, a->device);
-  int e = a->ops.mem_unmap(a->ops.ctx, a->device, s->ptr + begin * s->page, bytes);
-  if (e != MS_OK)
-    ms__warning("device %d: the backend failed to unmap 0x%" PRIxPTR " (%zu bytes): %s",
-                a->device, s->ptr + begin * s->page, bytes, ms_strerror(e));
   memset(s->pages + begin, 0, end - begin);
   s->mapped -= bytes;
   *start = s->ptr + begin * s->page;
@@ -148,16 +175,19 @@ static size_t es_unmap_pages(ms_allocator_t *a, ms__segment_t *s, uintptr_t ptr,
 /* map_block (§12): maps the first `size` bytes (rounded up to pages) of unmapped block b, merges
  * it with free mapped neighbours and puts it in the free set. @return the mapped block (b) or
  * NULL when out of memory. */
-static ms__block_t *es_map_block(ms_allocator_t *a, ms__block_t *b, size_t size, uint32_t ctx) {
+static ms__block_t *es_map_block(ms_allocator_t *a, ms__block_t *b, size_t size, uint32_t ctx,
+                                 int *err) {
   ms__segment_t *s = b->seg;
   ms__pool_t *pool = b->pool;
-  size_t got = es_map_pages(a, s, b->ptr, size);
+  size_t got = es_map_pages(a, s, b->ptr, size, err);
   if (!got) return NULL;
   if (got < b->size) {
     ms__block_t *rem = ms__block_new(a);
     if (!rem) {
       uintptr_t st;
-      es_unmap_pages(a, s, b->ptr, got, &st);
+      int e2;
+      es_unmap_pages(a, s, b->ptr, got, &st, &e2);
+      *err = MS_ENOMEM;
       return NULL;
     }
     ms__es_unmapped_erase(pool, b);
@@ -193,7 +223,7 @@ static ms__block_t *es_map_block(ms_allocator_t *a, ms__block_t *b, size_t size,
 /* find_expandable_block (§12): an unmapped block of stream (or the free block just before it)
  * starting a run of free and unmapped blocks of at least size bytes; a new range otherwise. */
 static ms__block_t *es_find(ms_allocator_t *a, ms__pool_t *pool, ms_stream_t stream,
-                            size_t size) {
+                            size_t size, int *err) {
   for (ms__block_t *u = pool->unmapped; u; u = u->tl) {
     if (u->stream < stream) continue;
     if (u->stream > stream) break;
@@ -204,22 +234,26 @@ static ms__block_t *es_find(ms_allocator_t *a, ms__pool_t *pool, ms_stream_t str
       sum += x->size;
     if (sum >= size) return c;
   }
-  return es_create(a, pool, stream);
+  return es_create(a, pool, stream, err);
 }
 
 ms__block_t *ms__es_try_allocate(ms_allocator_t *a, ms__pool_t *pool, ms_stream_t stream,
-                                 size_t size, uint32_t ctx) {
-  ms__block_t *c = es_find(a, pool, stream, size);
+                                 size_t size, uint32_t ctx, int *err) {
+  *err = MS_OK;
+  ms__block_t *c = es_find(a, pool, stream, size, err);
   if (!c) return NULL;
   if (!c->mapped) {
-    c = es_map_block(a, c, c->size < size ? c->size : size, ctx);
+    c = es_map_block(a, c, c->size < size ? c->size : size, ctx, err);
     if (!c) return NULL;
   }
   while (c->size < size) {
     ms__block_t *n = c->next;
-    if (!n || n->mapped) return NULL;
+    if (!n || n->mapped) {
+      *err = MS_EOOM; /* the range is exhausted */
+      return NULL;
+    }
     size_t want = size - c->size;
-    n = es_map_block(a, n, n->size < want ? n->size : want, ctx);
+    n = es_map_block(a, n, n->size < want ? n->size : want, ctx, err);
     if (!n) return NULL;
     c = n; /* map_block merged c into n */
   }
@@ -248,12 +282,13 @@ ms__block_t *ms__es_choose(ms__pool_t *pool, ms__block_t *b, ms_stream_t stream,
 
 /* unmap_block (§12): unmaps the whole pages of free block b; partial pages at its ends stay as
  * free mapped blocks. */
-static void es_unmap_block(ms_allocator_t *a, ms__block_t *b, uint32_t ctx) {
+static int es_unmap_block(ms_allocator_t *a, ms__block_t *b, uint32_t ctx) {
   ms__segment_t *s = b->seg;
   ms__pool_t *pool = b->pool;
   uintptr_t start = 0;
-  size_t got = es_unmap_pages(a, s, b->ptr, b->size, &start);
-  if (!got) return;
+  int err = MS_OK;
+  size_t got = es_unmap_pages(a, s, b->ptr, b->size, &start, &err);
+  if (!got) return err;
   ms__pool_erase(pool, b);
   size_t before = start - b->ptr, after = b->size - before - got;
   if (before) {
@@ -299,27 +334,35 @@ static void es_unmap_block(ms_allocator_t *a, ms__block_t *b, uint32_t ctx) {
   ms__stat_array_decrease(a->stats.reserved_bytes, es_stat(pool), (int64_t)got);
   a->stats.num_device_free++;
   es_trace(a, MS_TRACE_SEGMENT_UNMAP, start, got, b->stream, ctx ? ctx : s->ctx);
+  return err;
 }
 
 /* release_expandable_segment: b spans the whole (unmapped) range. */
-static void es_destroy(ms_allocator_t *a, ms__block_t *b) {
+static int es_destroy(ms_allocator_t *a, ms__block_t *b) {
   ms__segment_t *s = b->seg;
+  int err = a->ops.va_release(a->ops.ctx, a->device, s->ptr, s->size);
+  if (err != MS_OK) return err; /* the range stays reserved, as an unmapped segment */
   ms__es_unmapped_erase(b->pool, b);
-  a->ops.va_release(a->ops.ctx, a->device, s->ptr, s->size);
   ms__segment_delete(a, s);
   ms__block_delete(a, b);
+  return MS_OK;
 }
 
-void ms__es_release(ms_allocator_t *a, ms__pool_t *pool, uint32_t ctx) {
+int ms__es_release(ms_allocator_t *a, ms__pool_t *pool, uint32_t ctx) {
   MS_VEC(ms__block_t *) to_unmap = {0};
+  int err = MS_OK;
   for (ms__block_t *b = ms__pool_first(pool); b; b = ms__pool_next(b))
-    if (b->expandable && MS_VEC_PUSH(&to_unmap, b) != 0) break;
-  for (size_t i = 0; i < to_unmap.len; i++) {
+    if (b->expandable && MS_VEC_PUSH(&to_unmap, b) != 0) {
+      err = MS_ENOMEM;
+      break;
+    }
+  for (size_t i = 0; i < to_unmap.len && err == MS_OK; i++) {
     ms__block_t *b = to_unmap.ptr[i];
-    es_unmap_block(a, b, ctx);
-    if (!b->mapped && !b->prev && !b->next) es_destroy(a, b);
+    err = es_unmap_block(a, b, ctx);
+    if (err == MS_OK && !b->mapped && !b->prev && !b->next) err = es_destroy(a, b);
   }
   MS_VEC_FREE(&to_unmap);
+  return err;
 }
 
 void ms__es_destroy_all(ms_allocator_t *a) {
@@ -341,10 +384,15 @@ void ms__es_destroy_all(ms_allocator_t *a) {
           }
           size_t j = i;
           while (j < s->npages && s->pages[j]) j++;
-          a->ops.mem_unmap(a->ops.ctx, a->device, s->ptr + i * s->page, (j - i) * s->page);
+          if (a->ops.mem_unmap(a->ops.ctx, a->device, s->ptr + i * s->page,
+                               (j - i) * s->page) != MS_OK)
+            ms__warning("device %d: cannot unmap 0x%" PRIxPTR " at destruction", a->device,
+                        s->ptr + i * s->page);
           i = j;
         }
-        a->ops.va_release(a->ops.ctx, a->device, s->ptr, s->size);
+        if (a->ops.va_release(a->ops.ctx, a->device, s->ptr, s->size) != MS_OK)
+          ms__warning("device %d: cannot release the range 0x%" PRIxPTR " at destruction",
+                      a->device, s->ptr);
         ms__block_t *b = s->head;
         while (b) {
           ms__block_t *n = b->next;

@@ -148,6 +148,12 @@ typedef struct ms__ptrmap_s {
 
 typedef struct ms__block_chunk_s ms__block_chunk_t;
 
+/* A stream use recorded while a private-pool routing (graph capture) was active. */
+typedef struct ms__capuse_s {
+  struct ms__block_s *block;
+  ms_stream_t stream;
+} ms__capuse_t;
+
 struct ms_allocator_s {
   pthread_mutex_t mu;
   ms_backend_t *backend;
@@ -169,7 +175,10 @@ struct ms_allocator_s {
 
   MS_VEC(ms__evqueue_t) queues; /* per-stream event queues, in order of first use */
   MS_VEC(ms_event_t) event_pool;
-  MS_VEC(ms__block_t *) deferred; /* frees with stream uses during a private-pool routing */
+  MS_VEC(ms__block_t *) deferred; /* frees with stream uses during a private-pool routing, and
+                                   * frees whose events could not be recorded (retried) */
+  MS_VEC(ms__capuse_t) capture_uses; /* record_stream calls made during a routing (PyTorch's
+                                      * block_to_cudagraph_stream_uses) */
   size_t outstanding_events;
 
   size_t total_allocated_memory;
@@ -280,10 +289,10 @@ ms__block_t *ms__es_choose(ms__pool_t *pool, ms__block_t *b, ms_stream_t stream,
  * stream, taken out of pool, mapping pages (segment_map entries) as needed.
  * @return the block, or NULL when the device is out of memory (or host memory ran out). */
 ms__block_t *ms__es_try_allocate(ms_allocator_t *a, ms__pool_t *pool, ms_stream_t stream,
-                                 size_t size, uint32_t ctx);
+                                 size_t size, uint32_t ctx, int *err);
 /* release_blocks' part for the expandable blocks of pool's free set: unmap the whole pages of
  * each (segment_unmap entries), destroying a segment left entirely unmapped. */
-void ms__es_release(ms_allocator_t *a, ms__pool_t *pool, uint32_t ctx);
+int ms__es_release(ms_allocator_t *a, ms__pool_t *pool, uint32_t ctx);
 /* At destroy: unmap and return every expandable segment that holds no live block. */
 void ms__es_destroy_all(ms_allocator_t *a);
 

@@ -1,54 +1,63 @@
 /* SPDX-License-Identifier: MIT
  * memsnap core: the "cuda" backend, the ops table of include/memsnap/backend.h on real NVIDIA GPUs
- * through the CUDA runtime (issue #6). This is the only file of memsnap that includes CUDA headers;
- * it is compiled only when CMake found a CUDA Toolkit (MS_HAVE_CUDA).
+ * through the CUDA runtime (issues #6, #15). This is the only file of memsnap that includes CUDA
+ * headers; it is compiled only when CMake found a CUDA Toolkit >= 12.8 (MS_HAVE_CUDA).
  *
- * What each operation calls (reference/pytorch-allocator.md §7, §8, §12, §13, §18):
+ * What each operation calls (reference/pytorch-allocator.md §7, §8, §12, §13, §18; docs/gpu.md):
  *  - malloc: cudaMalloc, in relaxed stream-capture mode (cudaThreadExchangeStreamCaptureMode) so
  *    that a segment can be allocated while a stream of this thread is being captured into a graph,
- *    as PyTorch does. cudaErrorMemoryAllocation clears the error state (cudaGetLastError) and
- *    returns MS_EOOM, which sends the allocator down its free-cache-and-retry path.
- *  - free: cudaDeviceSynchronize, then cudaFree. PyTorch synchronizes before it releases
- *    segments; doing it explicitly makes an earlier asynchronous kernel fault surface here with its
- *    own name rather than as a puzzling cudaFree failure.
+ *    as PyTorch does. cudaErrorMemoryAllocation is MS_EOOM; nothing else is.
+ *  - free: cudaFree, never while a graph capture is under way on the device (cudaFree there would
+ *    invalidate the capture): then MS_ESTATE without calling it. No explicit synchronization (the
+ *    allocator never frees during a capture, and cudaFree synchronizes by itself).
  *  - mem_info: cudaMemGetInfo. device_synchronize: cudaDeviceSynchronize.
  *  - streams: cudaStreamCreateWithFlags(cudaStreamNonBlocking), like PyTorch's stream pool.
- *  - events: cudaEventCreateWithFlags(cudaEventDisableTiming); record, query (cudaErrorNotReady is
- *    "not done" and its error state is cleared), synchronize, destroy.
- *  - stream_capture_info: cudaStreamIsCapturing and cudaStreamGetCaptureInfo.
+ *  - stream_key: cudaStreamPerThread is the same handle on every thread but a different stream on
+ *    each: its key is CUDA_PT_KEY_BIT | cudaStreamGetId(cudaStreamPerThread), unique to the real
+ *    stream; cudaStreamLegacy becomes 0. Operations given such a key on another thread fail.
+ *  - events: each memsnap event is a small record {cudaEvent_t, device}. The event is created
+ *    with cudaEventDisableTiming on the allocator's device and re-created on the stream's device
+ *    when it is recorded on a stream of another device (record_stream with a stream of another
+ *    GPU; cudaEventRecord needs both on one device). query (cudaErrorNotReady is "not done"),
+ *    synchronize and destroy run on the event's device.
+ *  - stream_capture_info: cudaStreamGetCaptureInfo.
  *  - va_reserve/va_release/mem_map/mem_unmap (expandable segments): the driver's virtual-memory
- *    calls cuMemAddressReserve, cuMemCreate, cuMemMap, cuMemSetAccess, cuMemUnmap, cuMemRelease,
- *    cuMemAddressFree, one physical allocation per 2 MiB page so that any page-aligned sub-range
- *    can be unmapped later (§12). The driver functions are looked up at run time through
- *    cudaGetDriverEntryPointByVersion rather than linked: linking libcuda.so.1 (link-only in the
- *    toolkit) would make every program that links memsnap_core fail to start on a machine
- *    without the NVIDIA driver, where memsnap must still run on the "sim" backend. When the driver
- *    or a device lacks them, the four members are NULL (the allocator then has no expandable
- *    segments on this backend).
+ *    calls cuMemAddressReserve, cuMemCreate + cuMemMap + cuMemSetAccess (one physical allocation
+ *    per mem_map call: the allocator maps one page at a time, 2 MiB in the small pool and
+ *    large_segment_size, 20 MiB by default, in the large pool, as PyTorch does), cuMemUnmap +
+ *    cuMemRelease, cuMemAddressFree. Access is set for the device and for every device that can
+ *    access it as a peer (cudaDeviceCanAccessPeer), so that peer kernels may use the memory as
+ *    they could use cudaMalloc'd memory with peer access enabled. mem_granularity is
+ *    cuMemGetAllocationGranularity (minimum). The driver functions are looked up at run time
+ *    through cudaGetDriverEntryPointByVersion rather than linked: linking libcuda.so.1 would make
+ *    every program that links memsnap_core fail to start on a machine without the NVIDIA driver.
  *
- * Devices: every operation names its device. It saves the calling thread's current device with
- * cudaGetDevice, switches with cudaSetDevice only when needed, and restores it before returning,
- * so a program's own notion of the current device is never disturbed (the allocator may serve
- * several devices from one thread).
+ * Contexts (PyTorch's CUDAGuard): every operation saves the calling thread's current context
+ * (cuCtxGetCurrent, NULL on a fresh thread), makes the device's primary context current with
+ * cudaSetDevice only when the current context is not already on that device, and restores the
+ * saved context with cuCtxSetCurrent before returning. A thread that had no context gets none
+ * back, and no context is ever created on a device the call does not name (restoring with
+ * cudaSetDevice(0) would create one on GPU 0 in a process that never used it).
  *
- * Errors: besides the out-of-memory case, every CUDA failure becomes MS_EBACKEND (MS_EINVAL for
- * cudaErrorInvalidValue and friends caused by a bad argument, MS_ENODEVICE for a device index out
- * of range) and is reported once through the library's output hook as
- *   memsnap: error: cuda: cudaMalloc(1048576 bytes) on device 0: cudaErrorIllegalAddress: an
- *   illegal memory access was encountered
- * i.e. the call, the device, cudaGetErrorName and cudaGetErrorString. The ops table has no error
- * buffer of its own, so this message is how the name and the text reach the user.
+ * Errors: a failed call is reported once through the library's output hook as
+ *   memsnap: error: cuda: cudaFree on device 0: cudaErrorIllegalAddress: an illegal memory
+ *   access was encountered
+ * (the call, the device, the error's name and text) and mapped to MS_EINVAL (bad value, handle or
+ * pointer), MS_ENODEVICE (bad device), MS_ESTATE (capture under way) or MS_EBACKEND. The error
+ * state of the calling thread (cudaGetLastError) is left as it was found: an error this backend
+ * caused is cleared only when no error was pending before the call, so a program's own pending
+ * error is never swallowed (cudaPeekAtLastError at entry). Out-of-memory is the only MS_EOOM.
  *
- * Opening: ms_backend_cuda_create fails with MS_ENODEVICE and "no CUDA device: ..." (cudaGetDeviceCount's
- * error text and name) when there is no GPU or no driver; it never crashes.
+ * Opening: ms_backend_cuda_create fails with MS_ENODEVICE and "no CUDA device: ..." when there is
+ * no GPU or no driver, and with MS_EBACKEND when the driver lacks the context calls.
  *
  * Thread-safety: every operation may be called from any thread (the CUDA runtime is thread-safe;
- * the page table of mapped memory has its own mutex).
+ * the table of mapped ranges has its own mutex).
  */
 #include <pthread.h>
-#include <stdio.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -59,17 +68,28 @@
 #include "backend/backend_internal.h"
 #include "common/internal.h"
 
-/* Unit of physical memory for mem_map (backend.h: "multiples of the backend's page size"). */
-#define CUDA_PAGE_SIZE ((size_t)2 << 20)
+#if CUDART_VERSION < 12080
+#error "the cuda backend needs CUDA 12.8 or newer (cudaStreamGetDevice, cudaGetDriverEntryPointByVersion)"
+#endif
 
-/* One physical page mapped by mem_map: its address and the driver handle to release. */
-typedef struct cuda_page_s {
+/* Keys of per-thread default streams (stream_key): this bit and the stream's id. Real handles
+ * are user-space addresses, below 2^63. */
+#define CUDA_PT_KEY_BIT ((ms_stream_t)1 << 63)
+/* Default granularity assumed by the allocator (backend.h). */
+#define CUDA_DEFAULT_PAGE ((size_t)2 << 20)
+
+/* One physical allocation mapped by mem_map. */
+typedef struct cuda_chunk_s {
   CUdeviceptr addr;
+  size_t size;
   CUmemGenericAllocationHandle handle;
   int device;
-} cuda_page_t;
+} cuda_chunk_t;
 
-typedef struct cuda_vmm_s {
+typedef struct cuda_drv_s {
+  PFN_cuCtxGetCurrent_v4000 ctx_get_current;
+  PFN_cuCtxSetCurrent_v4000 ctx_set_current;
+  PFN_cuCtxGetDevice_v2000 ctx_get_device;
   PFN_cuMemAddressReserve_v10020 reserve;
   PFN_cuMemAddressFree_v10020 address_free;
   PFN_cuMemCreate_v10020 create;
@@ -81,29 +101,45 @@ typedef struct cuda_vmm_s {
   PFN_cuDeviceGetAttribute_v2000 device_attribute;
   PFN_cuGetErrorName_v6000 error_name;
   PFN_cuGetErrorString_v6000 error_string;
-} cuda_vmm_t;
+} cuda_drv_t;
+
+/* A memsnap event: the CUDA event and the device it lives on (events are created on the
+ * allocator's device and moved to a stream's device when recorded there). */
+typedef struct cuda_event_s {
+  cudaEvent_t ev;
+  int device;
+} cuda_event_t;
 
 typedef struct cuda_ctx_s {
   int ndevices;
   bool have_vmm;          /* every device supports the virtual-memory calls */
-  cuda_vmm_t vmm;
-  pthread_mutex_t lock;   /* protects pages */
-  cuda_page_t *pages;     /* mapped pages, sorted by (device, addr) */
-  size_t npages, cap_pages;
+  cuda_drv_t drv;
+  size_t *gran;           /* per device: allocation granularity (have_vmm) */
+  int **peers;            /* per device: the devices that can access it, -1 terminated */
+  pthread_mutex_t lock;   /* protects chunks */
+  cuda_chunk_t *chunks;   /* mapped ranges, sorted by (device, addr) */
+  size_t nchunks, cap_chunks;
 } cuda_ctx_t;
 
-/* ---- errors -------------------------------------------------------------------------------- */
+/* ---- the current context and the error state, saved and restored ------------------------- */
 
-/* Maps a failed CUDA call to a memsnap error and reports it (name and text) through the output
- * hook. cudaErrorMemoryAllocation never comes here: callers handle it as MS_EOOM. The error state
- * of the calling thread is cleared for non-sticky errors, so that it does not poison the next
- * call (sticky errors such as cudaErrorIllegalAddress stay until the context is destroyed, and
- * every later call reports them again). */
-static int cuda_fail(cudaError_t e, int device, const char *call, const char *detail) {
-  (void)cudaGetLastError();
-  ms__error_msg("cuda: %s%s on device %d: %s: %s", call, detail ? detail : "", device,
-                cudaGetErrorName(e), cudaGetErrorString(e));
+typedef struct cuda_guard_s {
+  int device;          /* the device the operation runs on */
+  CUcontext prev;      /* the thread's context at entry (NULL: none) */
+  bool switched;       /* whether the context was changed */
+  cudaError_t pending; /* the thread's pending error at entry */
+} cuda_guard_t;
+
+/* Clears the error this backend just caused, unless the program had one pending at entry (then
+ * it stays for the program to see). */
+static void error_restore(const cuda_guard_t *g) {
+  if (g->pending == cudaSuccess) (void)cudaGetLastError();
+}
+
+static int map_error(cudaError_t e) {
   switch (e) {
+  case cudaErrorMemoryAllocation:
+    return MS_EOOM;
   case cudaErrorInvalidValue:
   case cudaErrorInvalidResourceHandle:
   case cudaErrorInvalidDevicePointer:
@@ -112,45 +148,104 @@ static int cuda_fail(cudaError_t e, int device, const char *call, const char *de
   case cudaErrorNoDevice:
   case cudaErrorInsufficientDriver:
     return MS_ENODEVICE;
+  case cudaErrorStreamCaptureUnsupported:
+  case cudaErrorStreamCaptureInvalidated:
+  case cudaErrorStreamCaptureImplicit:
+    return MS_ESTATE;
   default:
     return MS_EBACKEND;
   }
 }
 
-static int cuda_fail_drv(const cuda_ctx_t *c, CUresult r, int device, const char *call) {
-  const char *name = NULL, *text = NULL;
-  if (!c->vmm.error_name || c->vmm.error_name(r, &name) != CUDA_SUCCESS) name = "CUDA_ERROR_?";
-  if (!c->vmm.error_string || c->vmm.error_string(r, &text) != CUDA_SUCCESS) text = "unknown";
-  ms__error_msg("cuda: %s on device %d: %s: %s", call, device, name, text);
-  return r == CUDA_ERROR_INVALID_VALUE ? MS_EINVAL : MS_EBACKEND;
+/* Reports a failed runtime call (name and text) and maps it. Out-of-memory is reported by the
+ * allocator's OOM path instead, so it is not printed here. */
+static int cuda_fail(const cuda_guard_t *g, cudaError_t e, const char *call, const char *detail) {
+  error_restore(g);
+  int r = map_error(e);
+  if (r != MS_EOOM)
+    ms__error_msg("cuda: %s%s on device %d: %s: %s", call, detail ? detail : "", g->device,
+                  cudaGetErrorName(e), cudaGetErrorString(e));
+  return r;
 }
 
-/* ---- the current device, saved and restored ----------------------------------------------- */
-
-/* Makes device current for this thread; *prev = the device to restore with device_leave.
- * @return MS_OK, MS_ENODEVICE for an index out of range, or the CUDA error. */
-static int device_enter(const cuda_ctx_t *c, int device, int *prev) {
-  MS_RETURN_IF(device < 0 || device >= c->ndevices, MS_ENODEVICE);
-  int cur = 0;
-  cudaError_t e = cudaGetDevice(&cur);
-  if (e != cudaSuccess) return cuda_fail(e, device, "cudaGetDevice", NULL);
-  if (cur != device) {
-    e = cudaSetDevice(device);
-    if (e != cudaSuccess) return cuda_fail(e, device, "cudaSetDevice", NULL);
+static int cuda_fail_drv(const cuda_ctx_t *c, int device, CUresult r, const char *call) {
+  if (r == CUDA_ERROR_OUT_OF_MEMORY) return MS_EOOM;
+  const char *name = NULL, *text = NULL;
+  if (!c->drv.error_name || c->drv.error_name(r, &name) != CUDA_SUCCESS || !name)
+    name = "CUDA_ERROR_?";
+  if (!c->drv.error_string || c->drv.error_string(r, &text) != CUDA_SUCCESS || !text)
+    text = "unknown driver error";
+  ms__error_msg("cuda: %s on device %d: %s (%d): %s", call, device, name, (int)r, text);
+  switch (r) {
+  case CUDA_ERROR_INVALID_VALUE:
+    return MS_EINVAL;
+  case CUDA_ERROR_INVALID_DEVICE:
+    return MS_ENODEVICE;
+  case CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED:
+  case CUDA_ERROR_STREAM_CAPTURE_INVALIDATED:
+    return MS_ESTATE;
+  default:
+    return MS_EBACKEND;
   }
-  *prev = cur;
+}
+
+/* Makes device's context current for this thread (CUDAGuard semantics, see the top). */
+static int guard_enter(const cuda_ctx_t *c, int device, cuda_guard_t *g) {
+  MS_RETURN_IF(device < 0 || device >= c->ndevices, MS_ENODEVICE);
+  g->device = device;
+  g->switched = false;
+  g->prev = NULL;
+  g->pending = cudaPeekAtLastError();
+  CUresult r = c->drv.ctx_get_current(&g->prev);
+  if (r != CUDA_SUCCESS) return cuda_fail_drv(c, device, r, "cuCtxGetCurrent");
+  if (g->prev) {
+    CUdevice cur = -1;
+    if (c->drv.ctx_get_device(&cur) == CUDA_SUCCESS && cur == device) return MS_OK;
+  }
+  cudaError_t e = cudaSetDevice(device);
+  if (e != cudaSuccess) return cuda_fail(g, e, "cudaSetDevice", NULL);
+  g->switched = true;
   return MS_OK;
 }
 
-static void device_leave(int device, int prev) {
-  if (prev != device) {
-    cudaError_t e = cudaSetDevice(prev);
-    if (e != cudaSuccess) (void)cuda_fail(e, prev, "cudaSetDevice (restoring)", NULL);
-  }
+static void guard_leave(const cuda_ctx_t *c, const cuda_guard_t *g) {
+  if (!g->switched) return;
+  CUresult r = c->drv.ctx_set_current(g->prev);
+  if (r != CUDA_SUCCESS) (void)cuda_fail_drv(c, g->device, r, "cuCtxSetCurrent (restoring)");
 }
 
 static cudaStream_t stream_of(ms_stream_t s) { return (cudaStream_t)(uintptr_t)s; }
-static cudaEvent_t event_of(ms_event_t e) { return (cudaEvent_t)(uintptr_t)e; }
+
+/* The handle usable on this thread for a stream key (pre: guard entered). */
+static int stream_from_key(const cuda_guard_t *g, ms_stream_t key, cudaStream_t *out) {
+  if (!(key & CUDA_PT_KEY_BIT)) {
+    *out = stream_of(key);
+    return MS_OK;
+  }
+  unsigned long long id = 0;
+  cudaError_t e = cudaStreamGetId(cudaStreamPerThread, &id);
+  if (e != cudaSuccess) return cuda_fail(g, e, "cudaStreamGetId", " (cudaStreamPerThread)");
+  if ((ms_stream_t)id != (key & ~CUDA_PT_KEY_BIT)) {
+    ms__error_msg("cuda: stream key %#llx is the per-thread default stream of another thread "
+                  "(device %d): it cannot be used from this thread",
+                  (unsigned long long)key, g->device);
+    return MS_EINVAL;
+  }
+  *out = cudaStreamPerThread;
+  return MS_OK;
+}
+
+/* Whether a graph capture that forbids cudaFree, cuMemUnmap or a synchronization is under way on
+ * the guard's device: the legacy stream answers cudaErrorStreamCaptureImplicit while another
+ * stream captures in global mode. */
+static bool capture_under_way(const cuda_guard_t *g) {
+  enum cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+  cudaError_t e = cudaStreamIsCapturing(cudaStreamLegacy, &st);
+  if (e != cudaSuccess) error_restore(g);
+  return e == cudaErrorStreamCaptureImplicit || st != cudaStreamCaptureStatusNone;
+}
+
+#define CTX(c) cuda_ctx_t *c = (cuda_ctx_t *)ctx
 
 /* ---- the ops ------------------------------------------------------------------------------- */
 
@@ -161,10 +256,10 @@ static int cuda_device_count(void *ctx, int *count) {
 
 static int cuda_malloc(void *ctx, int device, size_t size, ms_stream_t stream, ms_devptr_t *out) {
   (void)stream; /* cudaMalloc is not stream-ordered */
-  cuda_ctx_t *c = ctx;
+  CTX(c);
   MS_RETURN_IF(size == 0, MS_EINVAL);
-  int prev;
-  MS_FORWARD_IF_ERROR(device_enter(c, device, &prev));
+  cuda_guard_t g;
+  MS_FORWARD_IF_ERROR(guard_enter(c, device, &g));
   /* Relaxed capture mode: allowed while this thread captures a graph (PyTorch §8.1); replays do
    * not allocate again, the memory stays in the capture's private pool. */
   enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
@@ -173,214 +268,281 @@ static int cuda_malloc(void *ctx, int device, size_t size, ms_stream_t stream, m
   cudaError_t e = cudaMalloc(&p, size);
   if (me == cudaSuccess) (void)cudaThreadExchangeStreamCaptureMode(&mode);
   int r = MS_OK;
-  if (e == cudaErrorMemoryAllocation) {
-    (void)cudaGetLastError(); /* clear the error state, as PyTorch does (§8.1) */
-    r = MS_EOOM;
-  } else if (e != cudaSuccess) {
+  if (e != cudaSuccess) {
     char detail[48];
     snprintf(detail, sizeof detail, "(%zu bytes)", size);
-    r = cuda_fail(e, device, "cudaMalloc", detail);
+    r = cuda_fail(&g, e, "cudaMalloc", detail);
   } else {
     *out = (ms_devptr_t)p;
   }
-  device_leave(device, prev);
+  guard_leave(c, &g);
   return r;
 }
 
 static int cuda_free(void *ctx, int device, ms_devptr_t ptr) {
-  cuda_ctx_t *c = ctx;
-  int prev;
-  MS_FORWARD_IF_ERROR(device_enter(c, device, &prev));
+  CTX(c);
+  cuda_guard_t g;
+  MS_FORWARD_IF_ERROR(guard_enter(c, device, &g));
   int r = MS_OK;
-  cudaError_t e = cudaDeviceSynchronize();
-  if (e != cudaSuccess) {
-    r = cuda_fail(e, device, "cudaDeviceSynchronize", " (before cudaFree)");
+  if (capture_under_way(&g)) {
+    ms__error_msg("cuda: cudaFree(%#llx) on device %d refused: a CUDA graph capture is under way "
+                  "(freeing would invalidate it)",
+                  (unsigned long long)ptr, device);
+    r = MS_ESTATE;
   } else {
-    e = cudaFree((void *)ptr);
-    if (e != cudaSuccess) r = cuda_fail(e, device, "cudaFree", NULL);
+    cudaError_t e = cudaFree((void *)ptr);
+    if (e != cudaSuccess) r = cuda_fail(&g, e, "cudaFree", NULL);
   }
-  device_leave(device, prev);
+  guard_leave(c, &g);
   return r;
 }
 
 static int cuda_mem_info(void *ctx, int device, size_t *free_bytes, size_t *total_bytes) {
-  cuda_ctx_t *c = ctx;
-  int prev;
-  MS_FORWARD_IF_ERROR(device_enter(c, device, &prev));
+  CTX(c);
+  cuda_guard_t g;
+  MS_FORWARD_IF_ERROR(guard_enter(c, device, &g));
   size_t f = 0, t = 0;
   int r = MS_OK;
   cudaError_t e = cudaMemGetInfo(&f, &t);
   if (e != cudaSuccess) {
-    r = cuda_fail(e, device, "cudaMemGetInfo", NULL);
+    r = cuda_fail(&g, e, "cudaMemGetInfo", NULL);
   } else {
     *free_bytes = f;
     *total_bytes = t;
   }
-  device_leave(device, prev);
+  guard_leave(c, &g);
   return r;
 }
 
 static int cuda_stream_create(void *ctx, int device, ms_stream_t *out) {
-  cuda_ctx_t *c = ctx;
-  int prev;
-  MS_FORWARD_IF_ERROR(device_enter(c, device, &prev));
+  CTX(c);
+  cuda_guard_t g;
+  MS_FORWARD_IF_ERROR(guard_enter(c, device, &g));
   cudaStream_t s = NULL;
   int r = MS_OK;
   cudaError_t e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
   if (e != cudaSuccess)
-    r = cuda_fail(e, device, "cudaStreamCreateWithFlags", NULL);
+    r = cuda_fail(&g, e, "cudaStreamCreateWithFlags", NULL);
   else
     *out = (ms_stream_t)(uintptr_t)s;
-  device_leave(device, prev);
+  guard_leave(c, &g);
   return r;
 }
 
 static int cuda_stream_destroy(void *ctx, int device, ms_stream_t stream) {
-  cuda_ctx_t *c = ctx;
-  MS_RETURN_IF(stream == 0, MS_EINVAL);
-  int prev;
-  MS_FORWARD_IF_ERROR(device_enter(c, device, &prev));
+  CTX(c);
+  MS_RETURN_IF(stream == 0 || (uintptr_t)stream == (uintptr_t)cudaStreamLegacy ||
+                   (uintptr_t)stream == (uintptr_t)cudaStreamPerThread ||
+                   (stream & CUDA_PT_KEY_BIT),
+               MS_EINVAL);
+  cuda_guard_t g;
+  MS_FORWARD_IF_ERROR(guard_enter(c, device, &g));
   int r = MS_OK;
   cudaError_t e = cudaStreamDestroy(stream_of(stream));
-  if (e != cudaSuccess) r = cuda_fail(e, device, "cudaStreamDestroy", NULL);
-  device_leave(device, prev);
+  if (e != cudaSuccess) r = cuda_fail(&g, e, "cudaStreamDestroy", NULL);
+  guard_leave(c, &g);
+  return r;
+}
+
+static int cuda_stream_key(void *ctx, int device, ms_stream_t stream, ms_stream_t *key) {
+  CTX(c);
+  if ((uintptr_t)stream == (uintptr_t)cudaStreamLegacy) {
+    *key = 0;
+    return MS_OK;
+  }
+  if ((uintptr_t)stream != (uintptr_t)cudaStreamPerThread) {
+    *key = stream;
+    return MS_OK;
+  }
+  cuda_guard_t g;
+  MS_FORWARD_IF_ERROR(guard_enter(c, device, &g));
+  unsigned long long id = 0;
+  int r = MS_OK;
+  cudaError_t e = cudaStreamGetId(cudaStreamPerThread, &id);
+  if (e != cudaSuccess)
+    r = cuda_fail(&g, e, "cudaStreamGetId", " (cudaStreamPerThread)");
+  else
+    *key = CUDA_PT_KEY_BIT | (ms_stream_t)id;
+  guard_leave(c, &g);
   return r;
 }
 
 static int cuda_event_create(void *ctx, int device, ms_event_t *out) {
-  cuda_ctx_t *c = ctx;
-  int prev;
-  MS_FORWARD_IF_ERROR(device_enter(c, device, &prev));
-  cudaEvent_t ev = NULL;
-  int r = MS_OK;
-  cudaError_t e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
-  if (e != cudaSuccess)
-    r = cuda_fail(e, device, "cudaEventCreateWithFlags", NULL);
-  else
+  CTX(c);
+  cuda_event_t *ev = malloc(sizeof *ev);
+  MS_RETURN_IF(!ev, MS_ENOMEM);
+  cuda_guard_t g;
+  int r = guard_enter(c, device, &g);
+  if (r != MS_OK) {
+    free(ev);
+    return r;
+  }
+  cudaError_t e = cudaEventCreateWithFlags(&ev->ev, cudaEventDisableTiming);
+  if (e != cudaSuccess) {
+    r = cuda_fail(&g, e, "cudaEventCreateWithFlags", NULL);
+    free(ev);
+  } else {
+    ev->device = device;
     *out = (ms_event_t)(uintptr_t)ev;
-  device_leave(device, prev);
+  }
+  guard_leave(c, &g);
   return r;
 }
 
+/* The device of a stream key as seen from device's context (pre: guard on device entered). */
+static int stream_device(const cuda_guard_t *g, cudaStream_t s, int *out) {
+  if (s == NULL || s == cudaStreamLegacy || s == cudaStreamPerThread) {
+    *out = g->device;
+    return MS_OK;
+  }
+  cudaError_t e = cudaStreamGetDevice(s, out);
+  return e == cudaSuccess ? MS_OK : cuda_fail(g, e, "cudaStreamGetDevice", NULL);
+}
+
 static int cuda_event_record(void *ctx, int device, ms_event_t event, ms_stream_t stream) {
-  cuda_ctx_t *c = ctx;
-  int prev;
-  MS_FORWARD_IF_ERROR(device_enter(c, device, &prev));
-  int r = MS_OK;
-  cudaError_t e = cudaEventRecord(event_of(event), stream_of(stream));
-  if (e != cudaSuccess) r = cuda_fail(e, device, "cudaEventRecord", NULL);
-  device_leave(device, prev);
+  CTX(c);
+  cuda_event_t *ev = (cuda_event_t *)(uintptr_t)event;
+  cuda_guard_t g;
+  MS_FORWARD_IF_ERROR(guard_enter(c, device, &g));
+  cudaStream_t s = NULL;
+  int sdev = device;
+  int r = stream_from_key(&g, stream, &s);
+  if (r == MS_OK) r = stream_device(&g, s, &sdev);
+  guard_leave(c, &g);
+  MS_FORWARD_IF_ERROR(r);
+  MS_FORWARD_IF_ERROR(guard_enter(c, sdev, &g));
+  cudaError_t e = cudaSuccess;
+  if (ev->device != sdev) {
+    /* A stream of another device (record_stream across GPUs): the event moves there. */
+    cudaEvent_t moved = NULL;
+    e = cudaEventCreateWithFlags(&moved, cudaEventDisableTiming);
+    if (e != cudaSuccess) {
+      r = cuda_fail(&g, e, "cudaEventCreateWithFlags", " (moving an event to the stream's device)");
+    } else {
+      cuda_guard_t g2;
+      if (guard_enter(c, ev->device, &g2) == MS_OK) {
+        if (cudaEventDestroy(ev->ev) != cudaSuccess) error_restore(&g2);
+        guard_leave(c, &g2);
+      }
+      ev->ev = moved;
+      ev->device = sdev;
+    }
+  }
+  if (r == MS_OK) {
+    e = cudaEventRecord(ev->ev, s);
+    if (e != cudaSuccess) r = cuda_fail(&g, e, "cudaEventRecord", NULL);
+  }
+  guard_leave(c, &g);
   return r;
 }
 
 static int cuda_event_query(void *ctx, int device, ms_event_t event, bool *done) {
-  cuda_ctx_t *c = ctx;
-  int prev;
-  MS_FORWARD_IF_ERROR(device_enter(c, device, &prev));
+  CTX(c);
+  (void)device;
+  cuda_event_t *ev = (cuda_event_t *)(uintptr_t)event;
+  cuda_guard_t g;
+  MS_FORWARD_IF_ERROR(guard_enter(c, ev->device, &g));
   int r = MS_OK;
-  cudaError_t e = cudaEventQuery(event_of(event));
+  cudaError_t e = cudaEventQuery(ev->ev);
   if (e == cudaSuccess) {
     *done = true;
   } else if (e == cudaErrorNotReady) {
-    (void)cudaGetLastError(); /* "not ready" is an answer, not an error (§7.3) */
+    error_restore(&g); /* "not ready" is an answer, not an error (§7.3) */
     *done = false;
   } else {
-    r = cuda_fail(e, device, "cudaEventQuery", NULL);
+    r = cuda_fail(&g, e, "cudaEventQuery", NULL);
   }
-  device_leave(device, prev);
+  guard_leave(c, &g);
   return r;
 }
 
 static int cuda_event_synchronize(void *ctx, int device, ms_event_t event) {
-  cuda_ctx_t *c = ctx;
-  int prev;
-  MS_FORWARD_IF_ERROR(device_enter(c, device, &prev));
+  CTX(c);
+  (void)device;
+  cuda_event_t *ev = (cuda_event_t *)(uintptr_t)event;
+  cuda_guard_t g;
+  MS_FORWARD_IF_ERROR(guard_enter(c, ev->device, &g));
   int r = MS_OK;
-  cudaError_t e = cudaEventSynchronize(event_of(event));
-  if (e != cudaSuccess) r = cuda_fail(e, device, "cudaEventSynchronize", NULL);
-  device_leave(device, prev);
+  cudaError_t e = cudaEventSynchronize(ev->ev);
+  if (e != cudaSuccess) r = cuda_fail(&g, e, "cudaEventSynchronize", NULL);
+  guard_leave(c, &g);
   return r;
 }
 
 static int cuda_event_destroy(void *ctx, int device, ms_event_t event) {
-  cuda_ctx_t *c = ctx;
-  int prev;
-  MS_FORWARD_IF_ERROR(device_enter(c, device, &prev));
+  CTX(c);
+  (void)device;
+  cuda_event_t *ev = (cuda_event_t *)(uintptr_t)event;
+  cuda_guard_t g;
+  MS_FORWARD_IF_ERROR(guard_enter(c, ev->device, &g));
   int r = MS_OK;
-  cudaError_t e = cudaEventDestroy(event_of(event));
-  if (e != cudaSuccess) r = cuda_fail(e, device, "cudaEventDestroy", NULL);
-  device_leave(device, prev);
+  cudaError_t e = cudaEventDestroy(ev->ev);
+  if (e != cudaSuccess)
+    r = cuda_fail(&g, e, "cudaEventDestroy", NULL);
+  else
+    free(ev);
+  guard_leave(c, &g);
   return r;
 }
 
 static int cuda_device_synchronize(void *ctx, int device) {
-  cuda_ctx_t *c = ctx;
-  int prev;
-  MS_FORWARD_IF_ERROR(device_enter(c, device, &prev));
+  CTX(c);
+  cuda_guard_t g;
+  MS_FORWARD_IF_ERROR(guard_enter(c, device, &g));
   int r = MS_OK;
   cudaError_t e = cudaDeviceSynchronize();
-  if (e != cudaSuccess) r = cuda_fail(e, device, "cudaDeviceSynchronize", NULL);
-  device_leave(device, prev);
+  if (e != cudaSuccess) r = cuda_fail(&g, e, "cudaDeviceSynchronize", NULL);
+  guard_leave(c, &g);
   return r;
 }
 
 static int cuda_stream_capture_info(void *ctx, int device, ms_stream_t stream, bool *capturing,
                                     uint64_t *capture_id) {
-  cuda_ctx_t *c = ctx;
-  int prev;
-  MS_FORWARD_IF_ERROR(device_enter(c, device, &prev));
-  int r = MS_OK;
-  enum cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
-  unsigned long long id = 0;
+  CTX(c);
+  cuda_guard_t g;
+  MS_FORWARD_IF_ERROR(guard_enter(c, device, &g));
+  cudaStream_t s = NULL;
+  int r = stream_from_key(&g, stream, &s);
+  if (r == MS_OK) {
+    enum cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+    unsigned long long id = 0;
 #if CUDART_VERSION >= 13000
-  cudaError_t e = cudaStreamGetCaptureInfo(stream_of(stream), &st, &id, NULL, NULL, NULL, NULL);
-#elif CUDART_VERSION >= 12000
-  cudaError_t e = cudaStreamGetCaptureInfo(stream_of(stream), &st, &id, NULL, NULL, NULL);
+    cudaError_t e = cudaStreamGetCaptureInfo(s, &st, &id, NULL, NULL, NULL, NULL);
 #else
-  cudaError_t e = cudaStreamGetCaptureInfo(stream_of(stream), &st, &id);
+    cudaError_t e = cudaStreamGetCaptureInfo(s, &st, &id, NULL, NULL, NULL);
 #endif
-  if (e == cudaErrorStreamCaptureImplicit) {
-    /* The legacy default stream was asked about while another stream captures in global mode:
-     * it cannot itself be capturing, but a capture is under way, which is what the caller needs
-     * to know to defer event queries. */
-    (void)cudaGetLastError();
-    *capturing = true;
-    *capture_id = 0;
-  } else if (e != cudaSuccess) {
-    r = cuda_fail(e, device, "cudaStreamGetCaptureInfo", NULL);
-  } else {
-    *capturing = st != cudaStreamCaptureStatusNone;
-    *capture_id = *capturing ? (uint64_t)id : 0;
+    if (e == cudaErrorStreamCaptureImplicit) {
+      /* The legacy default stream was asked about while another stream captures in global mode:
+       * it cannot itself be capturing, but a capture is under way, which is what the caller
+       * needs to know to defer event queries and frees. */
+      error_restore(&g);
+      *capturing = true;
+      *capture_id = 0;
+    } else if (e != cudaSuccess) {
+      r = cuda_fail(&g, e, "cudaStreamGetCaptureInfo", NULL);
+    } else {
+      *capturing = st != cudaStreamCaptureStatusNone;
+      *capture_id = *capturing ? (uint64_t)id : 0;
+    }
   }
-  device_leave(device, prev);
+  guard_leave(c, &g);
   return r;
 }
 
 /* ---- virtual memory for expandable segments (driver API, looked up at run time) ------------ */
 
-/* Index of the first page >= (device, addr) in the sorted page table. */
-static size_t pages_lower_bound(const cuda_ctx_t *c, int device, CUdeviceptr addr) {
-  size_t lo = 0, hi = c->npages;
+/* Index of the first chunk >= (device, addr) in the sorted table. */
+static size_t chunks_lower_bound(const cuda_ctx_t *c, int device, CUdeviceptr addr) {
+  size_t lo = 0, hi = c->nchunks;
   while (lo < hi) {
     size_t mid = lo + (hi - lo) / 2;
-    const cuda_page_t *p = &c->pages[mid];
+    const cuda_chunk_t *p = &c->chunks[mid];
     if (p->device < device || (p->device == device && p->addr < addr))
       lo = mid + 1;
     else
       hi = mid;
   }
   return lo;
-}
-
-static int pages_reserve(cuda_ctx_t *c, size_t extra) {
-  if (c->npages + extra <= c->cap_pages) return MS_OK;
-  size_t cap = c->cap_pages ? c->cap_pages : 64;
-  while (cap < c->npages + extra) cap *= 2;
-  cuda_page_t *np = realloc(c->pages, cap * sizeof *np);
-  MS_RETURN_IF(!np, MS_ENOMEM);
-  c->pages = np;
-  c->cap_pages = cap;
-  return MS_OK;
 }
 
 static CUmemAllocationProp cuda_page_prop(int device) {
@@ -392,178 +554,209 @@ static CUmemAllocationProp cuda_page_prop(int device) {
   return prop;
 }
 
+static int cuda_mem_granularity(void *ctx, int device, size_t *bytes) {
+  CTX(c);
+  MS_RETURN_IF(device < 0 || device >= c->ndevices, MS_ENODEVICE);
+  *bytes = c->gran[device];
+  return MS_OK;
+}
+
 static int cuda_va_reserve(void *ctx, int device, size_t size, ms_devptr_t *out) {
-  cuda_ctx_t *c = ctx;
-  MS_RETURN_IF(size == 0 || size % CUDA_PAGE_SIZE != 0, MS_EINVAL);
-  int prev;
-  MS_FORWARD_IF_ERROR(device_enter(c, device, &prev));
+  CTX(c);
+  MS_RETURN_IF(device < 0 || device >= c->ndevices, MS_ENODEVICE);
+  MS_RETURN_IF(size == 0 || size % c->gran[device] != 0, MS_EINVAL);
+  cuda_guard_t g;
+  MS_FORWARD_IF_ERROR(guard_enter(c, device, &g));
   CUdeviceptr p = 0;
   int r = MS_OK;
-  CUresult cr = c->vmm.reserve(&p, size, CUDA_PAGE_SIZE, 0, 0);
-  if (cr == CUDA_ERROR_OUT_OF_MEMORY)
-    r = MS_EOOM;
-  else if (cr != CUDA_SUCCESS)
-    r = cuda_fail_drv(c, cr, device, "cuMemAddressReserve");
+  CUresult cr = c->drv.reserve(&p, size, c->gran[device], 0, 0);
+  if (cr != CUDA_SUCCESS)
+    r = cuda_fail_drv(c, device, cr, "cuMemAddressReserve");
   else
     *out = (ms_devptr_t)p;
-  device_leave(device, prev);
+  guard_leave(c, &g);
   return r;
 }
 
 static int cuda_va_release(void *ctx, int device, ms_devptr_t addr, size_t size) {
-  cuda_ctx_t *c = ctx;
-  int prev;
-  MS_FORWARD_IF_ERROR(device_enter(c, device, &prev));
+  CTX(c);
+  cuda_guard_t g;
+  MS_FORWARD_IF_ERROR(guard_enter(c, device, &g));
   int r = MS_OK;
-  /* pre: no page of the range is mapped any more. */
   pthread_mutex_lock(&c->lock);
-  size_t i = pages_lower_bound(c, device, (CUdeviceptr)addr);
-  bool mapped = i < c->npages && c->pages[i].device == device &&
-                c->pages[i].addr < (CUdeviceptr)(addr + size);
+  size_t i = chunks_lower_bound(c, device, (CUdeviceptr)addr);
+  bool mapped = i < c->nchunks && c->chunks[i].device == device &&
+                c->chunks[i].addr < (CUdeviceptr)(addr + size);
   pthread_mutex_unlock(&c->lock);
   if (mapped) {
     ms__error_msg("cuda: va_release of a range that still has mapped pages on device %d", device);
     r = MS_ESTATE;
   } else {
-    CUresult cr = c->vmm.address_free((CUdeviceptr)addr, size);
-    if (cr != CUDA_SUCCESS) r = cuda_fail_drv(c, cr, device, "cuMemAddressFree");
+    CUresult cr = c->drv.address_free((CUdeviceptr)addr, size);
+    if (cr != CUDA_SUCCESS) r = cuda_fail_drv(c, device, cr, "cuMemAddressFree");
   }
-  device_leave(device, prev);
+  guard_leave(c, &g);
   return r;
 }
 
-/* Unmaps and releases the pages [first, first+n) of the table (all of device, contiguous in the
- * table), and removes them from it. Caller holds the lock. */
-static int pages_drop(cuda_ctx_t *c, int device, size_t first, size_t n) {
-  int r = MS_OK;
-  for (size_t k = first; k < first + n; k++) {
-    CUresult cr = c->vmm.unmap(c->pages[k].addr, CUDA_PAGE_SIZE);
-    if (cr != CUDA_SUCCESS && r == MS_OK) r = cuda_fail_drv(c, cr, device, "cuMemUnmap");
-    cr = c->vmm.release(c->pages[k].handle);
-    if (cr != CUDA_SUCCESS && r == MS_OK) r = cuda_fail_drv(c, cr, device, "cuMemRelease");
-  }
-  memmove(&c->pages[first], &c->pages[first + n], (c->npages - first - n) * sizeof *c->pages);
-  c->npages -= n;
-  return r;
+static int chunks_reserve(cuda_ctx_t *c, size_t extra) {
+  if (c->nchunks + extra <= c->cap_chunks) return MS_OK;
+  size_t cap = c->cap_chunks ? c->cap_chunks : 64;
+  while (cap < c->nchunks + extra) cap *= 2;
+  cuda_chunk_t *np = realloc(c->chunks, cap * sizeof *np);
+  MS_RETURN_IF(!np, MS_ENOMEM);
+  c->chunks = np;
+  c->cap_chunks = cap;
+  return MS_OK;
 }
 
 static int cuda_mem_map(void *ctx, int device, ms_devptr_t addr, size_t size) {
-  cuda_ctx_t *c = ctx;
-  MS_RETURN_IF(size == 0 || size % CUDA_PAGE_SIZE != 0 || addr % CUDA_PAGE_SIZE != 0, MS_EINVAL);
-  int prev;
-  MS_FORWARD_IF_ERROR(device_enter(c, device, &prev));
-  size_t n = size / CUDA_PAGE_SIZE;
+  CTX(c);
+  MS_RETURN_IF(device < 0 || device >= c->ndevices, MS_ENODEVICE);
+  size_t gran = c->gran[device];
+  MS_RETURN_IF(size == 0 || size % gran != 0 || addr % gran != 0, MS_EINVAL);
+  cuda_guard_t g;
+  MS_FORWARD_IF_ERROR(guard_enter(c, device, &g));
   CUmemAllocationProp prop = cuda_page_prop(device);
   int r = MS_OK;
   pthread_mutex_lock(&c->lock);
-  size_t at = pages_lower_bound(c, device, (CUdeviceptr)addr);
-  if (at < c->npages && c->pages[at].device == device &&
-      c->pages[at].addr < (CUdeviceptr)(addr + size)) {
+  size_t at = chunks_lower_bound(c, device, (CUdeviceptr)addr);
+  bool overlap = (at < c->nchunks && c->chunks[at].device == device &&
+                  c->chunks[at].addr < (CUdeviceptr)(addr + size)) ||
+                 (at > 0 && c->chunks[at - 1].device == device &&
+                  c->chunks[at - 1].addr + c->chunks[at - 1].size > (CUdeviceptr)addr);
+  if (overlap) {
     ms__error_msg("cuda: mem_map of a range that is already mapped on device %d", device);
     r = MS_ESTATE;
   } else {
-    r = pages_reserve(c, n);
+    r = chunks_reserve(c, 1);
   }
-  size_t done = 0;
+  CUmemGenericAllocationHandle h = 0;
+  bool created = false, mapped = false;
   if (r == MS_OK) {
-    /* Insert the new pages at `at`, in address order, one physical allocation each. */
-    memmove(&c->pages[at + n], &c->pages[at], (c->npages - at) * sizeof *c->pages);
-    for (; done < n; done++) {
-      CUdeviceptr pa = (CUdeviceptr)addr + done * CUDA_PAGE_SIZE;
-      CUmemGenericAllocationHandle h = 0;
-      CUresult cr = c->vmm.create(&h, CUDA_PAGE_SIZE, &prop, 0);
-      if (cr == CUDA_ERROR_OUT_OF_MEMORY) {
-        r = MS_EOOM;
-        break;
-      }
-      if (cr != CUDA_SUCCESS) {
-        r = cuda_fail_drv(c, cr, device, "cuMemCreate");
-        break;
-      }
-      cr = c->vmm.map(pa, CUDA_PAGE_SIZE, 0, h, 0);
-      if (cr != CUDA_SUCCESS) {
-        (void)c->vmm.release(h);
-        r = cr == CUDA_ERROR_OUT_OF_MEMORY ? MS_EOOM : cuda_fail_drv(c, cr, device, "cuMemMap");
-        break;
-      }
-      c->pages[at + done] = (cuda_page_t){.addr = pa, .handle = h, .device = device};
+    CUresult cr = c->drv.create(&h, size, &prop, 0);
+    if (cr != CUDA_SUCCESS) r = cuda_fail_drv(c, device, cr, "cuMemCreate");
+    else created = true;
+  }
+  if (r == MS_OK) {
+    CUresult cr = c->drv.map((CUdeviceptr)addr, size, 0, h, 0);
+    if (cr != CUDA_SUCCESS) r = cuda_fail_drv(c, device, cr, "cuMemMap");
+    else mapped = true;
+  }
+  if (r == MS_OK) {
+    /* Read/write for the device and every peer that can access it (§12). */
+    CUmemAccessDesc acc[64];
+    size_t n = 0;
+    memset(acc, 0, sizeof acc);
+    acc[n].location = prop.location;
+    acc[n++].flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    for (const int *p = c->peers[device]; *p >= 0 && n < 64; p++) {
+      acc[n].location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+      acc[n].location.id = *p;
+      acc[n++].flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
     }
-    c->npages += n;
-    if (r == MS_OK) {
-      CUmemAccessDesc acc;
-      memset(&acc, 0, sizeof acc);
-      acc.location = prop.location;
-      acc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-      CUresult cr = c->vmm.set_access((CUdeviceptr)addr, size, &acc, 1);
-      if (cr != CUDA_SUCCESS) r = cr == CUDA_ERROR_OUT_OF_MEMORY
-                                      ? MS_EOOM
-                                      : cuda_fail_drv(c, cr, device, "cuMemSetAccess");
-      if (r != MS_OK) done = n;
-    }
-    if (r != MS_OK) {
-      /* All or nothing (PyTorch releases the pages created in a failed map, §12): drop the pages
-       * mapped by this call, then close the gap left by the ones never created. */
-      memmove(&c->pages[at + done], &c->pages[at + n], (c->npages - at - n) * sizeof *c->pages);
-      c->npages -= n - done;
-      (void)pages_drop(c, device, at, done);
-      if (r == MS_EOOM) (void)cudaGetLastError();
-    }
+    CUresult cr = c->drv.set_access((CUdeviceptr)addr, size, acc, n);
+    if (cr != CUDA_SUCCESS) r = cuda_fail_drv(c, device, cr, "cuMemSetAccess");
+  }
+  if (r == MS_OK) {
+    memmove(&c->chunks[at + 1], &c->chunks[at], (c->nchunks - at) * sizeof *c->chunks);
+    c->chunks[at] = (cuda_chunk_t){.addr = (CUdeviceptr)addr, .size = size, .handle = h,
+                                   .device = device};
+    c->nchunks++;
+  } else {
+    /* All or nothing (PyTorch releases what a failed map created, §12). */
+    if (mapped && c->drv.unmap((CUdeviceptr)addr, size) != CUDA_SUCCESS)
+      ms__warning("cuda: cannot undo a failed mem_map on device %d", device);
+    if (created && c->drv.release(h) != CUDA_SUCCESS)
+      ms__warning("cuda: cannot release the memory of a failed mem_map on device %d", device);
   }
   pthread_mutex_unlock(&c->lock);
-  device_leave(device, prev);
+  if (r != MS_OK) error_restore(&g);
+  guard_leave(c, &g);
   return r;
 }
 
+/* Unmaps and releases chunk k (the caller removes it from the table). Caller holds the lock. */
+static int chunk_drop(cuda_ctx_t *c, size_t k) {
+  cuda_chunk_t *ch = &c->chunks[k];
+  CUresult cr = c->drv.unmap(ch->addr, ch->size);
+  if (cr != CUDA_SUCCESS) return cuda_fail_drv(c, ch->device, cr, "cuMemUnmap");
+  cr = c->drv.release(ch->handle);
+  if (cr != CUDA_SUCCESS) {
+    /* Unmapped but not released: the memory is lost to the process; say so. */
+    int r = cuda_fail_drv(c, ch->device, cr, "cuMemRelease");
+    return r;
+  }
+  return MS_OK;
+}
+
 static int cuda_mem_unmap(void *ctx, int device, ms_devptr_t addr, size_t size) {
-  cuda_ctx_t *c = ctx;
-  MS_RETURN_IF(size == 0 || size % CUDA_PAGE_SIZE != 0 || addr % CUDA_PAGE_SIZE != 0, MS_EINVAL);
-  int prev;
-  MS_FORWARD_IF_ERROR(device_enter(c, device, &prev));
-  size_t n = size / CUDA_PAGE_SIZE;
+  CTX(c);
+  MS_RETURN_IF(device < 0 || device >= c->ndevices, MS_ENODEVICE);
+  size_t gran = c->gran[device];
+  MS_RETURN_IF(size == 0 || size % gran != 0 || addr % gran != 0, MS_EINVAL);
+  cuda_guard_t g;
+  MS_FORWARD_IF_ERROR(guard_enter(c, device, &g));
   int r = MS_OK;
-  /* Like PyTorch's unmap (§12): wait for the work that may still use the memory. */
-  cudaError_t e = cudaDeviceSynchronize();
-  if (e != cudaSuccess) r = cuda_fail(e, device, "cudaDeviceSynchronize", " (before cuMemUnmap)");
+  if (capture_under_way(&g)) {
+    ms__error_msg("cuda: mem_unmap on device %d refused: a CUDA graph capture is under way",
+                  device);
+    r = MS_ESTATE;
+  }
   if (r == MS_OK) {
     pthread_mutex_lock(&c->lock);
-    size_t at = pages_lower_bound(c, device, (CUdeviceptr)addr);
-    /* Every page of the range must be mapped: check before touching anything. */
-    bool whole = at + n <= c->npages;
-    for (size_t k = 0; whole && k < n; k++)
-      whole = c->pages[at + k].device == device &&
-              c->pages[at + k].addr == (CUdeviceptr)addr + k * CUDA_PAGE_SIZE;
-    if (!whole) {
-      ms__error_msg("cuda: mem_unmap of a range that is not entirely mapped on device %d", device);
+    size_t at = chunks_lower_bound(c, device, (CUdeviceptr)addr);
+    /* The range must be made of whole chunks: check before touching anything. */
+    size_t k = at;
+    CUdeviceptr end = (CUdeviceptr)(addr + size), pos = (CUdeviceptr)addr;
+    while (k < c->nchunks && c->chunks[k].device == device && c->chunks[k].addr == pos &&
+           pos + c->chunks[k].size <= end)
+      pos += c->chunks[k++].size;
+    if (pos != end) {
+      ms__error_msg("cuda: mem_unmap of a range that is not made of whole mapped ranges on "
+                    "device %d",
+                    device);
       r = MS_ESTATE;
     } else {
-      r = pages_drop(c, device, at, n);
+      /* Chunk by chunk; on a failure the chunks not unmapped stay in the table (mapped). */
+      size_t done = 0;
+      for (size_t i = at; i < k; i++, done++) {
+        r = chunk_drop(c, i);
+        if (r != MS_OK) break;
+      }
+      memmove(&c->chunks[at], &c->chunks[at + done], (c->nchunks - at - done) * sizeof *c->chunks);
+      c->nchunks -= done;
     }
     pthread_mutex_unlock(&c->lock);
   }
-  device_leave(device, prev);
+  if (r != MS_OK) error_restore(&g);
+  guard_leave(c, &g);
   return r;
 }
+
+/* ---- creation ------------------------------------------------------------------------------ */
 
 /* Looks up one driver function by name; NULL when the driver does not have it. */
 static void *cuda_driver_symbol(const char *name) {
   void *fn = NULL;
   enum cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
-#if CUDART_VERSION >= 12050
+  cudaError_t pending = cudaPeekAtLastError();
   cudaError_t e = cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &q);
-#else
-  cudaError_t e = cudaGetDriverEntryPoint(name, &fn, cudaEnableDefault, &q);
-#endif
   if (e != cudaSuccess || q != cudaDriverEntryPointSuccess) {
-    (void)cudaGetLastError();
+    if (e != cudaSuccess && pending == cudaSuccess) (void)cudaGetLastError();
     return NULL;
   }
   return fn;
 }
 
-/* Fills c->vmm and sets c->have_vmm when the driver has every call, every device supports
- * virtual memory management and 2 MiB is a multiple of each device's allocation granularity. */
-static void cuda_vmm_init(cuda_ctx_t *c) {
-  cuda_vmm_t *v = &c->vmm;
+/* Fills c->drv; sets c->have_vmm when the driver has every VMM call and every device supports
+ * virtual memory management. @return MS_OK or MS_EBACKEND without the context calls. */
+static int cuda_drv_init(cuda_ctx_t *c) {
+  cuda_drv_t *v = &c->drv;
+  v->ctx_get_current = (PFN_cuCtxGetCurrent_v4000)cuda_driver_symbol("cuCtxGetCurrent");
+  v->ctx_set_current = (PFN_cuCtxSetCurrent_v4000)cuda_driver_symbol("cuCtxSetCurrent");
+  v->ctx_get_device = (PFN_cuCtxGetDevice_v2000)cuda_driver_symbol("cuCtxGetDevice");
+  if (!v->ctx_get_current || !v->ctx_set_current || !v->ctx_get_device) return MS_EBACKEND;
   v->reserve = (PFN_cuMemAddressReserve_v10020)cuda_driver_symbol("cuMemAddressReserve");
   v->address_free = (PFN_cuMemAddressFree_v10020)cuda_driver_symbol("cuMemAddressFree");
   v->create = (PFN_cuMemCreate_v10020)cuda_driver_symbol("cuMemCreate");
@@ -586,26 +779,53 @@ static void cuda_vmm_init(cuda_ctx_t *c) {
                             (CUdevice)d) != CUDA_SUCCESS ||
         !supported ||
         v->granularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM) != CUDA_SUCCESS ||
-        gran == 0 || CUDA_PAGE_SIZE % gran != 0)
+        gran == 0)
       c->have_vmm = false;
+    else
+      c->gran[d] = gran;
   }
+  return MS_OK;
 }
 
-/* ---- creation ------------------------------------------------------------------------------ */
+/* peers[d] = the devices p != d with cudaDeviceCanAccessPeer(p, d). */
+static int cuda_peers_init(cuda_ctx_t *c) {
+  for (int d = 0; d < c->ndevices; d++) {
+    c->peers[d] = malloc((size_t)(c->ndevices + 1) * sizeof **c->peers);
+    MS_RETURN_IF(!c->peers[d], MS_ENOMEM);
+    int n = 0;
+    for (int p = 0; p < c->ndevices; p++) {
+      int can = 0;
+      if (p == d) continue;
+      cudaError_t pending = cudaPeekAtLastError();
+      if (cudaDeviceCanAccessPeer(&can, p, d) != cudaSuccess) {
+        if (pending == cudaSuccess) (void)cudaGetLastError();
+        can = 0;
+      }
+      if (can) c->peers[d][n++] = p;
+    }
+    c->peers[d][n] = -1;
+  }
+  return MS_OK;
+}
 
 static void cuda_destroy(void *ctx) {
   cuda_ctx_t *c = ctx;
   if (!c) return;
-  /* Pages still mapped belong to an allocator that was not destroyed first (a broken
+  /* Ranges still mapped belong to an allocator that was not destroyed first (a broken
    * pre-condition); release them rather than leak device memory. */
-  if (c->npages) {
-    ms__warning("cuda: backend destroyed with %zu mapped pages; releasing them", c->npages);
+  if (c->nchunks) {
+    ms__warning("cuda: backend destroyed with %zu mapped ranges; releasing them", c->nchunks);
     pthread_mutex_lock(&c->lock);
-    while (c->npages) (void)pages_drop(c, c->pages[0].device, 0, 1);
+    for (size_t k = 0; k < c->nchunks; k++) (void)chunk_drop(c, k);
+    c->nchunks = 0;
     pthread_mutex_unlock(&c->lock);
   }
   pthread_mutex_destroy(&c->lock);
-  free(c->pages);
+  if (c->peers)
+    for (int d = 0; d < c->ndevices; d++) free(c->peers[d]);
+  free(c->peers);
+  free(c->gran);
+  free(c->chunks);
   free(c);
 }
 
@@ -613,11 +833,12 @@ int ms_backend_cuda_create(ms_backend_t **out, ms_errbuf_t *eb) {
   if (eb) eb->msg[0] = 0;
   MS_RETURN_IF(!out, MS_EINVAL);
   int n = 0;
+  cudaError_t pending = cudaPeekAtLastError();
   cudaError_t e = cudaGetDeviceCount(&n);
   if (e != cudaSuccess) {
-    /* cudaErrorNoDevice, cudaErrorInsufficientDriver (no driver at all), cudaErrorInitialization
-     * failures...: all mean there is no GPU memsnap could use. */
-    (void)cudaGetLastError();
+    /* cudaErrorNoDevice, cudaErrorInsufficientDriver (no driver at all, or too old),
+     * initialization failures...: all mean there is no GPU memsnap could use. */
+    if (pending == cudaSuccess) (void)cudaGetLastError();
     return ms__errbuf_set(eb, MS_ENODEVICE, "no CUDA device: %s (%s from cudaGetDeviceCount)",
                           cudaGetErrorString(e), cudaGetErrorName(e));
   }
@@ -626,11 +847,25 @@ int ms_backend_cuda_create(ms_backend_t **out, ms_errbuf_t *eb) {
   cuda_ctx_t *c = calloc(1, sizeof *c);
   if (!c) return ms__errbuf_set(eb, MS_ENOMEM, "cannot create the cuda backend: out of memory");
   c->ndevices = n;
-  if (pthread_mutex_init(&c->lock, NULL) != 0) {
+  c->gran = calloc((size_t)n, sizeof *c->gran);
+  c->peers = calloc((size_t)n, sizeof *c->peers);
+  if (!c->gran || !c->peers || pthread_mutex_init(&c->lock, NULL) != 0) {
+    free(c->gran);
+    free(c->peers);
     free(c);
-    return ms__errbuf_set(eb, MS_ENOMEM, "cannot create the cuda backend: pthread_mutex_init");
+    return ms__errbuf_set(eb, MS_ENOMEM, "cannot create the cuda backend: out of memory");
   }
-  cuda_vmm_init(c);
+  for (int d = 0; d < n; d++) c->gran[d] = CUDA_DEFAULT_PAGE;
+  if (cuda_drv_init(c) != MS_OK) {
+    cuda_destroy(c);
+    return ms__errbuf_set(eb, MS_EBACKEND,
+                          "cannot create the cuda backend: the driver has no cuCtxGetCurrent/"
+                          "cuCtxSetCurrent/cuCtxGetDevice entry points");
+  }
+  if (cuda_peers_init(c) != MS_OK) {
+    cuda_destroy(c);
+    return ms__errbuf_set(eb, MS_ENOMEM, "cannot create the cuda backend: out of memory");
+  }
   ms_backend_ops_t ops = {
       .name = "cuda",
       .ctx = c,
@@ -651,6 +886,8 @@ int ms_backend_cuda_create(ms_backend_t **out, ms_errbuf_t *eb) {
       .mem_map = c->have_vmm ? cuda_mem_map : NULL,
       .mem_unmap = c->have_vmm ? cuda_mem_unmap : NULL,
       .stream_capture_info = cuda_stream_capture_info,
+      .stream_key = cuda_stream_key,
+      .mem_granularity = c->have_vmm ? cuda_mem_granularity : NULL,
       .destroy = cuda_destroy,
   };
   int r = ms_backend_create(&ops, out);

@@ -1,0 +1,649 @@
+/* SPDX-License-Identifier: MIT
+ * The cuda backend (lib/backend/cuda.c) and the allocator on it, driven through the fault-
+ * injecting fake of the CUDA runtime and driver (tests/fakecuda, issue #15): no GPU needed.
+ *
+ * Every failure path of issue #15 is forced here and checked the same way: the error reaches the
+ * caller (return code and the reported "cuda: <call> on device N: <name>: <text>" line), and the
+ * books stay right (memory_stats, the fake's own count of live device memory, segments).
+ */
+#include <criterion/criterion.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+
+#include "fakecuda.h"
+#include "memsnap/allocator.h"
+#include "memsnap/backend.h"
+
+#define MiB ((size_t)1 << 20)
+
+/* ---- helpers ------------------------------------------------------------------------------- */
+
+static char captured[8192];
+static void capture_output(const char *msg, void *arg) {
+  (void)arg;
+  size_t n = strlen(captured);
+  snprintf(captured + n, sizeof captured - n, "%s\n", msg);
+}
+
+static void setup(void) {
+  fakecuda_reset();
+  captured[0] = 0;
+  ms_set_output(capture_output, NULL);
+}
+
+static void teardown(void) { ms_set_output(NULL, NULL); }
+
+TestSuite(cuda_fake, .init = setup, .fini = teardown, .timeout = 30);
+
+static ms_backend_t *open_cuda(void) {
+  ms_backend_t *b = NULL;
+  ms_errbuf_t eb;
+  cr_assert_eq(ms_backend_cuda_create(&b, &eb), MS_OK, "%s", eb.msg);
+  return b;
+}
+
+static ms_allocator_t *allocator_on(ms_backend_t *b, int device, bool expandable) {
+  ms_alloc_config_t conf;
+  ms_alloc_config_init(&conf);
+  conf.expandable_segments = expandable;
+  ms_allocator_config_t cfg = {.backend = b, .device = device, .alloc = &conf};
+  ms_allocator_t *a = NULL;
+  ms_errbuf_t eb;
+  cr_assert_eq(ms_allocator_create(&cfg, &a, &eb), MS_OK, "%s", eb.msg);
+  return a;
+}
+
+static ms_stats_t stats_of(ms_allocator_t *a) {
+  ms_stats_t st = MS_STATS_INIT;
+  cr_assert_eq(ms_allocator_get_stats(a, &st), MS_OK);
+  return st;
+}
+
+#define RESERVED(a) (stats_of(a).reserved_bytes[MS_STAT_ALL].current)
+#define ACTIVE(a) (stats_of(a).active_bytes[MS_STAT_ALL].current)
+#define ALLOCATED(a) (stats_of(a).allocated_bytes[MS_STAT_ALL].current)
+#define SEGMENTS(a) (stats_of(a).segment[MS_STAT_ALL].current)
+
+static void expect_reported(const char *what) {
+  cr_assert(strstr(captured, what) != NULL, "expected \"%s\" in the reports:\n%s", what, captured);
+}
+
+/* ---- opening ------------------------------------------------------------------------------- */
+
+Test(cuda_fake, open_without_device_or_with_an_old_driver) {
+  ms_backend_t *b = (ms_backend_t *)(uintptr_t)0x1234;
+  ms_errbuf_t eb;
+  fakecuda_set_device_count(0);
+  cr_assert_eq(ms_backend_cuda_create(&b, &eb), MS_ENODEVICE);
+  cr_assert_str_eq(eb.msg, "no CUDA device: no CUDA-capable device is detected "
+                           "(cudaErrorNoDevice from cudaGetDeviceCount)");
+  cr_assert_eq(fakecuda_pending_error(), cudaSuccess, "our own error state is cleared");
+  fakecuda_set_device_count(1);
+  fakecuda_set_driver_version(12020);
+  cr_assert_eq(ms_backend_open("cuda", &b, &eb), MS_ENODEVICE);
+  cr_assert_str_eq(eb.msg, "no CUDA device: CUDA driver version is insufficient for CUDA runtime "
+                           "version (cudaErrorInsufficientDriver from cudaGetDeviceCount)");
+  cr_assert_eq(b, (ms_backend_t *)(uintptr_t)0x1234, "out-parameter untouched on failure");
+  /* Without the driver's context entry points the backend refuses to open. */
+  fakecuda_set_driver_version(13000);
+  fakecuda_fail("cuCtxGetCurrent:missing", 1, 1, 1);
+  cr_assert_eq(ms_backend_cuda_create(&b, &eb), MS_EBACKEND);
+  cr_assert(strstr(eb.msg, "cuCtxGetCurrent") != NULL, "%s", eb.msg);
+}
+
+/* ---- 1. failed frees keep the books ------------------------------------------------------- */
+
+Test(cuda_fake, failed_free_keeps_the_segment_accounted) {
+  ms_backend_t *b = open_cuda();
+  ms_allocator_t *a = allocator_on(b, 0, false);
+  ms_devptr_t p;
+  cr_assert_eq(ms_allocator_malloc(a, 5 * MiB, 0, &p), MS_OK);
+  cr_assert_eq(ms_allocator_free(a, p), MS_OK);
+  int64_t reserved = RESERVED(a), segments = SEGMENTS(a);
+  int64_t frees = stats_of(a).num_device_free;
+  cr_assert(reserved >= (int64_t)(5 * MiB));
+  fakecuda_fail("cudaFree", 1, cudaErrorLaunchFailure, 1);
+  cr_assert_eq(ms_allocator_empty_cache(a), MS_EBACKEND, "the error reaches the caller");
+  expect_reported("cuda: cudaFree on device 0: cudaErrorLaunchFailure: unspecified launch failure");
+  cr_assert_eq(RESERVED(a), reserved, "the segment is still reserved");
+  cr_assert_eq(SEGMENTS(a), segments);
+  cr_assert_eq(stats_of(a).num_device_free, frees);
+  cr_assert_eq(fakecuda_live_allocations(0), 1, "and still allocated on the device");
+  cr_assert_eq(fakecuda_pending_error(), cudaSuccess);
+  /* The segment is still usable (a cache hit), and a later empty_cache returns it. */
+  ms_devptr_t q;
+  cr_assert_eq(ms_allocator_malloc(a, 5 * MiB, 0, &q), MS_OK);
+  cr_assert_eq(q, p);
+  cr_assert_eq(ms_allocator_free(a, q), MS_OK);
+  cr_assert_eq(ms_allocator_empty_cache(a), MS_OK);
+  cr_assert_eq(RESERVED(a), 0);
+  cr_assert_eq(fakecuda_live_allocations(0), 0);
+  cr_assert_eq(fakecuda_used_bytes(0), 0);
+  ms_allocator_destroy(a);
+  ms_backend_destroy(b);
+}
+
+Test(cuda_fake, failed_free_on_the_oom_path_is_an_error_not_an_oom) {
+  fakecuda_set_capacity(0, 64 * MiB);
+  ms_backend_t *b = open_cuda();
+  ms_allocator_t *a = allocator_on(b, 0, false);
+  ms_devptr_t p, q;
+  cr_assert_eq(ms_allocator_malloc(a, 40 * MiB, 0, &p), MS_OK);
+  cr_assert_eq(ms_allocator_free(a, p), MS_OK);
+  int64_t reserved = RESERVED(a);
+  /* 50 MiB needs the cached 40 MiB segment released; its cudaFree fails. */
+  fakecuda_fail("cudaFree", 1, cudaErrorIllegalAddress, 1);
+  cr_assert_eq(ms_allocator_malloc(a, 50 * MiB, 0, &q), MS_EBACKEND);
+  cr_assert_eq(stats_of(a).num_ooms, 0, "not an out-of-memory");
+  cr_assert_eq(RESERVED(a), reserved);
+  cr_assert_eq(fakecuda_live_allocations(0), 1);
+  expect_reported("cudaFree on device 0: cudaErrorIllegalAddress");
+  /* Without the fault, the same request frees the cache and succeeds. */
+  cr_assert_eq(ms_allocator_malloc(a, 50 * MiB, 0, &q), MS_OK);
+  cr_assert_eq(fakecuda_live_allocations(0), 1);
+  cr_assert_eq(ms_allocator_free(a, q), MS_OK);
+  ms_allocator_destroy(a);
+  cr_assert_eq(fakecuda_live_allocations(0), 0);
+  ms_backend_destroy(b);
+}
+
+/* ---- 3. failed event record / query / synchronize keep the block pending ------------------- */
+
+Test(cuda_fake, failed_event_record_keeps_the_block_pending) {
+  ms_backend_t *b = open_cuda();
+  const ms_backend_ops_t *o = ms_backend_ops(b);
+  ms_allocator_t *a = allocator_on(b, 0, false);
+  ms_stream_t s1, s2;
+  cr_assert_eq(o->stream_create(o->ctx, 0, &s1), MS_OK);
+  cr_assert_eq(o->stream_create(o->ctx, 0, &s2), MS_OK);
+  ms_devptr_t p, q;
+  cr_assert_eq(ms_allocator_malloc(a, 4 * MiB, s1, &p), MS_OK);
+  cr_assert_eq(ms_allocator_record_stream(a, p, s2), MS_OK);
+  fakecuda_block_stream(s2, true);
+  fakecuda_fail("cudaEventRecord", 1, cudaErrorLaunchFailure, 1);
+  fakecuda_log_clear();
+  cr_assert_eq(ms_allocator_free(a, p), MS_EBACKEND, "the failed record reaches the caller");
+  expect_reported("cudaEventRecord on device 0: cudaErrorLaunchFailure");
+  cr_assert_eq(fakecuda_count("cudaDeviceSynchronize"), 0, "no synchronization instead");
+  cr_assert_eq(ALLOCATED(a), 0);
+  cr_assert_eq(ACTIVE(a), (int64_t)(4 * MiB), "the block stays pending");
+  /* Not reused while pending: the next malloc retries the record (now on a blocked stream). */
+  cr_assert_eq(ms_allocator_malloc(a, 4 * MiB, s1, &q), MS_OK);
+  cr_assert(q != p, "a pending block was reused");
+  cr_assert_eq(fakecuda_count("cudaEventRecord"), 1, "the record is retried");
+  cr_assert_eq(ms_allocator_free(a, q), MS_OK);
+  fakecuda_block_stream(s2, false);
+  ms_devptr_t r;
+  cr_assert_eq(ms_allocator_malloc(a, 4 * MiB, s1, &r), MS_OK);
+  cr_assert_eq(ACTIVE(a), (int64_t)(4 * MiB), "the event completed: p is free again");
+  cr_assert_eq(ms_allocator_free(a, r), MS_OK);
+  ms_allocator_destroy(a);
+  cr_assert_eq(o->stream_destroy(o->ctx, 0, s1), MS_OK);
+  cr_assert_eq(o->stream_destroy(o->ctx, 0, s2), MS_OK);
+  ms_backend_destroy(b);
+}
+
+Test(cuda_fake, failed_event_query_and_sync_keep_the_block_pending) {
+  ms_backend_t *b = open_cuda();
+  const ms_backend_ops_t *o = ms_backend_ops(b);
+  ms_allocator_t *a = allocator_on(b, 0, false);
+  ms_stream_t s1, s2;
+  cr_assert_eq(o->stream_create(o->ctx, 0, &s1), MS_OK);
+  cr_assert_eq(o->stream_create(o->ctx, 0, &s2), MS_OK);
+  ms_devptr_t p, q;
+  cr_assert_eq(ms_allocator_malloc(a, 4 * MiB, s1, &p), MS_OK);
+  cr_assert_eq(ms_allocator_record_stream(a, p, s2), MS_OK);
+  fakecuda_block_stream(s2, true);
+  cr_assert_eq(ms_allocator_free(a, p), MS_OK);
+  int64_t active = ACTIVE(a), reserved = RESERVED(a);
+  fakecuda_fail("cudaEventQuery", 1, cudaErrorIllegalAddress, 1);
+  cr_assert_eq(ms_allocator_malloc(a, 4 * MiB, s1, &q), MS_EBACKEND);
+  expect_reported("cudaEventQuery on device 0: cudaErrorIllegalAddress");
+  cr_assert_eq(ACTIVE(a), active, "still pending after the failed query");
+  cr_assert_eq(fakecuda_pending_error(), cudaSuccess);
+  /* A "not ready" answer is not an error and leaves no error state behind. */
+  cr_assert_eq(ms_allocator_malloc(a, 4 * MiB, s1, &q), MS_OK);
+  cr_assert(q != p);
+  cr_assert_eq(fakecuda_pending_error(), cudaSuccess, "cudaErrorNotReady left behind");
+  cr_assert_eq(ms_allocator_free(a, q), MS_OK);
+  /* empty_cache synchronizes the events: a failed synchronization keeps p pending. */
+  fakecuda_fail("cudaEventSynchronize", 1, cudaErrorLaunchFailure, 1);
+  cr_assert_eq(ms_allocator_empty_cache(a), MS_EBACKEND);
+  expect_reported("cudaEventSynchronize on device 0: cudaErrorLaunchFailure");
+  cr_assert_eq(ACTIVE(a), active);
+  cr_assert(RESERVED(a) >= reserved);
+  cr_assert_eq(ms_allocator_empty_cache(a), MS_OK);
+  cr_assert_eq(ACTIVE(a), 0);
+  cr_assert_eq(RESERVED(a), 0);
+  cr_assert_eq(fakecuda_live_allocations(0), 0);
+  ms_allocator_destroy(a);
+  ms_backend_destroy(b);
+}
+
+/* ---- 5. only out-of-memory is OOM ---------------------------------------------------------- */
+
+typedef struct { int calls; } oom_seen_t;
+static void oom_observer(void *arg, int device, size_t alloc_size, size_t total, size_t free_b) {
+  (void)device, (void)alloc_size, (void)total, (void)free_b;
+  ((oom_seen_t *)arg)->calls++;
+}
+
+Test(cuda_fake, cudamalloc_oom_versus_other_errors) {
+  fakecuda_set_capacity(0, 64 * MiB);
+  ms_backend_t *b = open_cuda();
+  ms_allocator_t *a = allocator_on(b, 0, false);
+  oom_seen_t seen = {0};
+  cr_assert_eq(ms_allocator_attach_oom_observer(a, oom_observer, &seen), MS_OK);
+  ms_devptr_t p = 0xbeef;
+  cr_assert_eq(ms_allocator_malloc(a, 100 * MiB, 0, &p), MS_EOOM);
+  cr_assert_eq(seen.calls, 1);
+  cr_assert_eq(stats_of(a).num_ooms, 1);
+  cr_assert_eq(fakecuda_pending_error(), cudaSuccess, "the OOM's error state is cleared");
+  cr_assert(strstr(captured, "cudaMalloc") == NULL, "an OOM is not reported as a CUDA error");
+  fakecuda_fail("cudaMalloc", 1, cudaErrorIllegalAddress, 1);
+  cr_assert_eq(ms_allocator_malloc(a, 1 * MiB, 0, &p), MS_EBACKEND);
+  cr_assert_eq(p, 0xbeef);
+  cr_assert_eq(seen.calls, 1, "no OOM observer for another error");
+  cr_assert_eq(stats_of(a).num_ooms, 1);
+  expect_reported("cuda: cudaMalloc(2097152 bytes) on device 0: cudaErrorIllegalAddress: an "
+                  "illegal memory access was encountered");
+  cr_assert_eq(RESERVED(a), 0);
+  cr_assert_eq(ms_allocator_malloc(a, 1 * MiB, 0, &p), MS_OK);
+  cr_assert_eq(ms_allocator_free(a, p), MS_OK);
+  ms_allocator_destroy(a);
+  ms_backend_destroy(b);
+}
+
+Test(cuda_fake, failed_map_is_an_error_and_oom_only_when_out_of_memory) {
+  ms_backend_t *b = open_cuda();
+  ms_allocator_t *a = allocator_on(b, 0, true);
+  ms_devptr_t p = 0xbeef;
+  /* A cuMemMap failure that is not out-of-memory: an error with the driver's name, no OOM. */
+  fakecuda_fail("cuMemMap", 1, CUDA_ERROR_INVALID_VALUE, 1);
+  cr_assert_eq(ms_allocator_malloc(a, 30 * MiB, 0, &p), MS_EINVAL);
+  cr_assert_eq(p, 0xbeef);
+  expect_reported("cuda: cuMemMap on device 0: CUDA_ERROR_INVALID_VALUE");
+  cr_assert_eq(stats_of(a).num_ooms, 0);
+  cr_assert_eq(RESERVED(a), 0);
+  cr_assert_eq(fakecuda_live_handles(), 0, "the page created by the failed map is released");
+  cr_assert_eq(fakecuda_live_mappings(), 0);
+  cr_assert_eq(fakecuda_used_bytes(0), 0);
+  /* The second page of a two-page map fails: the first one is unmapped again. */
+  fakecuda_fail("cuMemSetAccess", 2, CUDA_ERROR_UNKNOWN, 1);
+  cr_assert_eq(ms_allocator_malloc(a, 30 * MiB, 0, &p), MS_EBACKEND);
+  cr_assert_eq(fakecuda_live_mappings(), 0);
+  cr_assert_eq(fakecuda_live_handles(), 0);
+  cr_assert_eq(RESERVED(a), 0);
+  /* cuMemCreate out of memory is the OOM. */
+  fakecuda_fail("cuMemCreate", 1, CUDA_ERROR_OUT_OF_MEMORY, -1);
+  cr_assert_eq(ms_allocator_malloc(a, 30 * MiB, 0, &p), MS_EOOM);
+  cr_assert_eq(stats_of(a).num_ooms, 1);
+  fakecuda_clear_failures();
+  cr_assert_eq(ms_allocator_malloc(a, 30 * MiB, 0, &p), MS_OK);
+  cr_assert_eq(RESERVED(a), (int64_t)(40 * MiB), "two 20 MiB pages");
+  cr_assert_eq(ms_allocator_free(a, p), MS_OK);
+  cr_assert_eq(ms_allocator_empty_cache(a), MS_OK);
+  cr_assert_eq(RESERVED(a), 0);
+  cr_assert_eq(fakecuda_live_handles(), 0);
+  ms_allocator_destroy(a);
+  cr_assert_eq(fakecuda_live_reservations(), 0);
+  ms_backend_destroy(b);
+}
+
+Test(cuda_fake, failed_unmap_keeps_the_pages_accounted) {
+  ms_backend_t *b = open_cuda();
+  ms_allocator_t *a = allocator_on(b, 0, true);
+  ms_devptr_t p;
+  cr_assert_eq(ms_allocator_malloc(a, 30 * MiB, 0, &p), MS_OK);
+  cr_assert_eq(ms_allocator_free(a, p), MS_OK);
+  cr_assert_eq(RESERVED(a), (int64_t)(40 * MiB));
+  fakecuda_fail("cuMemUnmap", 1, CUDA_ERROR_ILLEGAL_ADDRESS, 1);
+  cr_assert_eq(ms_allocator_empty_cache(a), MS_EBACKEND);
+  expect_reported("cuMemUnmap on device 0: CUDA_ERROR_ILLEGAL_ADDRESS");
+  cr_assert_eq(RESERVED(a), (int64_t)(40 * MiB), "nothing was unmapped: all still reserved");
+  cr_assert_eq(fakecuda_live_mappings(), 2);
+  /* The second page fails: the first is unmapped and accounted as such. */
+  fakecuda_fail("cuMemUnmap", 2, CUDA_ERROR_ILLEGAL_ADDRESS, 1);
+  cr_assert_eq(ms_allocator_empty_cache(a), MS_EBACKEND);
+  cr_assert_eq(RESERVED(a), (int64_t)(20 * MiB));
+  cr_assert_eq(fakecuda_live_mappings(), 1);
+  cr_assert_eq(ms_allocator_empty_cache(a), MS_OK);
+  cr_assert_eq(RESERVED(a), 0);
+  cr_assert_eq(fakecuda_live_mappings(), 0);
+  cr_assert_eq(fakecuda_used_bytes(0), 0);
+  ms_allocator_destroy(a);
+  ms_backend_destroy(b);
+}
+
+Test(cuda_fake, page_sizes_must_be_multiples_of_the_granularity) {
+  fakecuda_set_granularity(0, 8 * MiB);
+  ms_backend_t *b = open_cuda();
+  ms_alloc_config_t conf;
+  ms_alloc_config_init(&conf);
+  conf.expandable_segments = true;
+  ms_allocator_config_t cfg = {.backend = b, .device = 0, .alloc = &conf};
+  ms_allocator_t *a = NULL;
+  ms_errbuf_t eb;
+  cr_assert_eq(ms_allocator_create(&cfg, &a, &eb), MS_ECONFIG);
+  cr_assert_str_eq(eb.msg, "expandable_segments: the page sizes (2097152 and large_segment_size "
+                           "20971520 bytes) must be multiples of device 0's allocation "
+                           "granularity (8388608 bytes)");
+  conf.expandable_segments = false;
+  cr_assert_eq(ms_allocator_create(&cfg, &a, &eb), MS_OK, "%s", eb.msg);
+  ms_allocator_destroy(a);
+  ms_backend_destroy(b);
+}
+
+/* ---- 7. 20 MiB pages in the large pool, access for peers ---------------------------------- */
+
+Test(cuda_fake, expandable_pages_follow_the_pool_and_peers_get_access) {
+  fakecuda_set_device_count(3);
+  fakecuda_set_peer_access(1, 0, true); /* device 1 can access device 0; device 2 cannot */
+  ms_backend_t *b = open_cuda();
+  ms_allocator_t *a = allocator_on(b, 0, true);
+  ms_devptr_t big, small;
+  cr_assert_eq(ms_allocator_malloc(a, 30 * MiB, 0, &big), MS_OK);
+  cr_assert_eq(ms_allocator_malloc(a, 1000, 0, &small), MS_OK);
+  cr_assert_eq(fakecuda_mapping_size(big), 20 * MiB, "large pool: one 20 MiB allocation a page");
+  cr_assert_eq(fakecuda_mapping_size(big + 25 * MiB), 20 * MiB);
+  cr_assert_eq(fakecuda_mapping_size(small), 2 * MiB, "small pool: 2 MiB pages");
+  cr_assert_eq(fakecuda_access_mask(big), 0x3u, "device 0 and its peer 1");
+  cr_assert_eq(fakecuda_access_mask(small), 0x3u);
+  cr_assert_eq(fakecuda_live_mappings(), 3);
+  cr_assert_eq(ms_allocator_free(a, big), MS_OK);
+  cr_assert_eq(ms_allocator_free(a, small), MS_OK);
+  cr_assert_eq(ms_allocator_empty_cache(a), MS_OK);
+  cr_assert_eq(fakecuda_live_mappings(), 0);
+  cr_assert_eq(fakecuda_live_handles(), 0);
+  ms_allocator_destroy(a);
+  cr_assert_eq(fakecuda_live_reservations(), 0);
+  ms_backend_destroy(b);
+}
+
+/* ---- 2. graph capture: no free, no sync; capture stream uses dropped ---------------------- */
+
+static bool only_stream(void *arg, ms_stream_t s) { return s == *(ms_stream_t *)arg; }
+
+Test(cuda_fake, nothing_is_freed_or_synchronized_during_a_capture) {
+  fakecuda_set_capacity(0, 64 * MiB);
+  ms_backend_t *b = open_cuda();
+  const ms_backend_ops_t *o = ms_backend_ops(b);
+  ms_allocator_t *a = allocator_on(b, 0, false);
+  ms_stream_t s;
+  cr_assert_eq(o->stream_create(o->ctx, 0, &s), MS_OK);
+  ms_devptr_t cached, p1, p2;
+  cr_assert_eq(ms_allocator_malloc(a, 30 * MiB, 0, &cached), MS_OK);
+  cr_assert_eq(ms_allocator_free(a, cached), MS_OK); /* cached in the default pool */
+  ms_pool_id_t id = ms_pool_id_new(true);
+  cr_assert_eq(ms_allocator_begin_allocate_to_pool(a, id, only_stream, &s), MS_OK);
+  cr_assert_eq(fakecuda_begin_capture(s, cudaStreamCaptureModeGlobal), cudaSuccess);
+  fakecuda_log_clear();
+  cr_assert_eq(ms_allocator_malloc(a, 10 * MiB, s, &p1), MS_OK, "relaxed-mode cudaMalloc");
+  cr_assert_eq(ms_allocator_free(a, p1), MS_OK);
+  /* empty_cache and an OOM during the capture must not free or synchronize anything. */
+  cr_assert_eq(ms_allocator_empty_cache(a), MS_OK);
+  cr_assert_eq(ms_allocator_malloc(a, 40 * MiB, s, &p2), MS_EOOM);
+  cr_assert_eq(fakecuda_count("cudaFree"), 0);
+  cr_assert_eq(fakecuda_count("cudaDeviceSynchronize"), 0);
+  cr_assert_eq(fakecuda_count("cudaEventSynchronize"), 0);
+  cr_assert_eq(fakecuda_count("cudaEventQuery"), 0);
+  cr_assert(!fakecuda_capture_invalidated(s), "the capture was invalidated");
+  /* The backend itself refuses a free during the capture. */
+  ms_devptr_t raw;
+  cr_assert_eq(o->malloc(o->ctx, 0, 2 * MiB, s, &raw), MS_OK);
+  cr_assert_eq(o->free(o->ctx, 0, raw), MS_ESTATE);
+  expect_reported("refused: a CUDA graph capture is under way");
+  cr_assert_eq(fakecuda_count("cudaFree"), 0);
+  cr_assert_eq(fakecuda_end_capture(s), cudaSuccess, "capture still valid at its end");
+  cr_assert_eq(ms_allocator_end_allocate_to_pool(a, id), MS_OK);
+  cr_assert_eq(o->free(o->ctx, 0, raw), MS_OK);
+  cr_assert_eq(ms_allocator_release_pool(a, id), MS_OK);
+  cr_assert_eq(ms_allocator_empty_cache(a), MS_OK);
+  cr_assert_eq(RESERVED(a), 0);
+  cr_assert_eq(fakecuda_live_allocations(0), 0);
+  ms_allocator_destroy(a);
+  cr_assert_eq(o->stream_destroy(o->ctx, 0, s), MS_OK);
+  ms_backend_destroy(b);
+}
+
+Test(cuda_fake, capture_stream_uses_are_dropped_before_deferred_events) {
+  ms_backend_t *b = open_cuda();
+  const ms_backend_ops_t *o = ms_backend_ops(b);
+  ms_allocator_t *a = allocator_on(b, 0, false);
+  ms_stream_t s, s2;
+  cr_assert_eq(o->stream_create(o->ctx, 0, &s), MS_OK);
+  cr_assert_eq(o->stream_create(o->ctx, 0, &s2), MS_OK);
+  ms_devptr_t eager, p;
+  cr_assert_eq(ms_allocator_malloc(a, 4 * MiB, 0, &eager), MS_OK);
+  ms_pool_id_t id = ms_pool_id_new(true);
+  cr_assert_eq(ms_allocator_begin_allocate_to_pool(a, id, only_stream, &s), MS_OK);
+  cr_assert_eq(fakecuda_begin_capture(s, cudaStreamCaptureModeGlobal), cudaSuccess);
+  cr_assert_eq(ms_allocator_malloc(a, 4 * MiB, s, &p), MS_OK);
+  cr_assert_eq(ms_allocator_record_stream(a, p, s2), MS_OK);     /* during the capture */
+  cr_assert_eq(ms_allocator_record_stream(a, eager, s2), MS_OK); /* also during it */
+  cr_assert_eq(ms_allocator_free(a, p), MS_OK);                  /* deferred */
+  cr_assert_eq(fakecuda_end_capture(s), cudaSuccess);
+  cr_assert_eq(ms_allocator_end_allocate_to_pool(a, id), MS_OK);
+  fakecuda_log_clear();
+  ms_devptr_t q;
+  cr_assert_eq(ms_allocator_malloc(a, 1 * MiB, 0, &q), MS_OK);
+  cr_assert_eq(fakecuda_count("cudaEventRecord"), 0, "the capture's stream use was dropped");
+  cr_assert_eq(ms_allocator_free(a, eager), MS_OK);
+  cr_assert_eq(fakecuda_count("cudaEventRecord"), 0);
+  cr_assert_eq(ACTIVE(a), (int64_t)stats_of(a).allocated_bytes[MS_STAT_ALL].current);
+  cr_assert_eq(ms_allocator_free(a, q), MS_OK);
+  cr_assert_eq(ms_allocator_release_pool(a, id), MS_OK);
+  cr_assert_eq(ms_allocator_empty_cache(a), MS_OK);
+  cr_assert_eq(RESERVED(a), 0);
+  ms_allocator_destroy(a);
+  ms_backend_destroy(b);
+}
+
+/* ---- 4. contexts --------------------------------------------------------------------------- */
+
+typedef struct thread_check_s {
+  ms_allocator_t *a;
+  int ctx_before, ctx_after, r_malloc, r_free, r_empty;
+  bool ctx0_created;
+} thread_check_t;
+
+static void *fresh_thread(void *arg) {
+  thread_check_t *t = arg;
+  t->ctx_before = fakecuda_current_context_device();
+  ms_devptr_t p = 0;
+  t->r_malloc = ms_allocator_malloc(t->a, 30 * MiB, 0, &p);
+  t->r_free = ms_allocator_free(t->a, p);
+  t->r_empty = ms_allocator_empty_cache(t->a);
+  t->ctx_after = fakecuda_current_context_device();
+  t->ctx0_created = fakecuda_context_created(0);
+  return NULL;
+}
+
+Test(cuda_fake, a_thread_without_context_works_and_gets_none_back) {
+  fakecuda_set_device_count(2);
+  ms_backend_t *b = open_cuda();
+  ms_allocator_t *a = allocator_on(b, 1, true); /* expandable: driver VMM calls on device 1 */
+  cr_assert_eq(fakecuda_current_context_device(), -1, "opening touched no context");
+  thread_check_t t = {.a = a};
+  pthread_t th;
+  cr_assert_eq(pthread_create(&th, NULL, fresh_thread, &t), 0);
+  cr_assert_eq(pthread_join(th, NULL), 0);
+  cr_assert_eq(t.ctx_before, -1);
+  cr_assert_eq(t.r_malloc, MS_OK, "%s", captured);
+  cr_assert_eq(t.r_free, MS_OK);
+  cr_assert_eq(t.r_empty, MS_OK);
+  cr_assert_eq(t.ctx_after, -1, "the thread had no context and gets none back");
+  cr_assert(!t.ctx0_created, "a context was created on GPU 0, which the program never used");
+  cr_assert(fakecuda_context_created(1));
+  /* A thread whose context is on device 0 keeps it across calls on device 1. */
+  cr_assert_eq(cudaSetDevice(0), cudaSuccess);
+  ms_devptr_t p;
+  cr_assert_eq(ms_allocator_malloc(a, 1 * MiB, 0, &p), MS_OK);
+  cr_assert_eq(fakecuda_current_context_device(), 0);
+  cr_assert_eq(ms_allocator_free(a, p), MS_OK);
+  cr_assert_eq(fakecuda_current_context_device(), 0);
+  ms_allocator_destroy(a);
+  ms_backend_destroy(b);
+}
+
+/* ---- 5. the program's pending error is not swallowed -------------------------------------- */
+
+Test(cuda_fake, the_programs_pending_error_is_preserved) {
+  ms_backend_t *b = open_cuda();
+  const ms_backend_ops_t *o = ms_backend_ops(b);
+  ms_allocator_t *a = allocator_on(b, 0, false);
+  ms_stream_t s2;
+  cr_assert_eq(o->stream_create(o->ctx, 0, &s2), MS_OK);
+  fakecuda_set_pending_error(cudaErrorLaunchFailure); /* from the program's own kernel */
+  ms_devptr_t p;
+  cr_assert_eq(ms_allocator_malloc(a, 1 * MiB, 0, &p), MS_OK);
+  cr_assert_eq(ms_allocator_record_stream(a, p, s2), MS_OK);
+  fakecuda_block_stream(s2, true);
+  cr_assert_eq(ms_allocator_free(a, p), MS_OK);
+  ms_devptr_t q;
+  cr_assert_eq(ms_allocator_malloc(a, 1 * MiB, 0, &q), MS_OK); /* queries: not ready */
+  cr_assert_eq(ms_allocator_free(a, q), MS_OK);
+  cr_assert_eq(ms_allocator_empty_cache(a), MS_OK);
+  size_t f, t;
+  cr_assert_eq(o->mem_info(o->ctx, 0, &f, &t), MS_OK);
+  cr_assert_neq(fakecuda_pending_error(), cudaSuccess, "the program's error was cleared");
+  /* Its value is the program's where memsnap caused no error of its own. */
+  fakecuda_set_pending_error(cudaErrorLaunchFailure);
+  cr_assert_eq(ms_allocator_malloc(a, 3 * MiB, 0, &q), MS_OK);
+  cr_assert_eq(ms_allocator_free(a, q), MS_OK);
+  cr_assert_eq(fakecuda_pending_error(), cudaErrorLaunchFailure);
+  /* An OOM leaves the error state as it found it too. */
+  fakecuda_fail("cudaMalloc", 1, cudaErrorMemoryAllocation, -1);
+  cr_assert_eq(ms_allocator_malloc(a, 30 * MiB, 0, &q), MS_EOOM);
+  cr_assert_neq(fakecuda_pending_error(), cudaSuccess);
+  fakecuda_clear_failures();
+  fakecuda_set_pending_error(cudaSuccess);
+  fakecuda_fail("cudaMalloc", 1, cudaErrorMemoryAllocation, -1);
+  cr_assert_eq(ms_allocator_malloc(a, 30 * MiB, 0, &q), MS_EOOM);
+  cr_assert_eq(fakecuda_pending_error(), cudaSuccess, "memsnap's own OOM is cleared");
+  fakecuda_clear_failures();
+  ms_allocator_destroy(a);
+  ms_backend_destroy(b);
+}
+
+/* ---- 6. per-thread default streams --------------------------------------------------------- */
+
+typedef struct pt_check_s {
+  ms_allocator_t *a;
+  ms_devptr_t got;
+  int r;
+} pt_check_t;
+
+static void *pt_thread(void *arg) {
+  pt_check_t *t = arg;
+  t->r = ms_allocator_malloc(t->a, 4 * MiB, (ms_stream_t)(uintptr_t)cudaStreamPerThread, &t->got);
+  if (t->r == MS_OK) t->r = ms_allocator_free(t->a, t->got);
+  return NULL;
+}
+
+Test(cuda_fake, per_thread_default_streams_are_keyed_by_the_real_stream) {
+  ms_backend_t *b = open_cuda();
+  ms_allocator_t *a = allocator_on(b, 0, false);
+  const ms_stream_t pt = (ms_stream_t)(uintptr_t)cudaStreamPerThread;
+  ms_devptr_t mine;
+  cr_assert_eq(ms_allocator_malloc(a, 4 * MiB, pt, &mine), MS_OK);
+  cr_assert_eq(ms_allocator_free(a, mine), MS_OK); /* cached on this thread's stream */
+  pt_check_t t = {.a = a};
+  pthread_t th;
+  cr_assert_eq(pthread_create(&th, NULL, pt_thread, &t), 0);
+  cr_assert_eq(pthread_join(th, NULL), 0);
+  cr_assert_eq(t.r, MS_OK);
+  cr_assert_neq(t.got, mine, "another thread's per-thread stream got this thread's block");
+  ms_devptr_t again;
+  cr_assert_eq(ms_allocator_malloc(a, 4 * MiB, pt, &again), MS_OK);
+  cr_assert_eq(again, mine, "this thread's own stream still hits its cache");
+  cr_assert_eq(ms_allocator_free(a, again), MS_OK);
+  /* cudaStreamLegacy and 0 are one stream. */
+  ms_devptr_t l, z;
+  cr_assert_eq(ms_allocator_malloc(a, 6 * MiB, (ms_stream_t)(uintptr_t)cudaStreamLegacy, &l),
+               MS_OK);
+  cr_assert_eq(ms_allocator_free(a, l), MS_OK);
+  cr_assert_eq(ms_allocator_malloc(a, 6 * MiB, 0, &z), MS_OK);
+  cr_assert_eq(z, l);
+  cr_assert_eq(ms_allocator_free(a, z), MS_OK);
+  ms_allocator_destroy(a);
+  ms_backend_destroy(b);
+}
+
+/* ---- 8. events on the stream's device, largest_free_block, callbacks --------------------- */
+
+Test(cuda_fake, record_stream_on_a_stream_of_another_device) {
+  fakecuda_set_device_count(2);
+  ms_backend_t *b = open_cuda();
+  const ms_backend_ops_t *o = ms_backend_ops(b);
+  ms_allocator_t *a = allocator_on(b, 0, false);
+  ms_stream_t other;
+  cr_assert_eq(o->stream_create(o->ctx, 1, &other), MS_OK);
+  ms_devptr_t p, q;
+  cr_assert_eq(ms_allocator_malloc(a, 4 * MiB, 0, &p), MS_OK);
+  cr_assert_eq(ms_allocator_record_stream(a, p, other), MS_OK);
+  fakecuda_block_stream(other, true);
+  fakecuda_log_clear();
+  cr_assert_eq(ms_allocator_free(a, p), MS_OK, "%s", captured);
+  cr_assert_eq(fakecuda_count("cudaEventRecord"), 1);
+  fakecuda_call_t c;
+  bool found = false;
+  for (size_t i = 0; fakecuda_log_get(i, &c); i++)
+    if (strcmp(c.fn, "cudaEventRecord") == 0) {
+      cr_assert_eq(c.result, cudaSuccess);
+      cr_assert_eq(c.device, 1, "recorded from device 1's context");
+      found = true;
+      fakecuda_call_t ev;
+      cr_assert(fakecuda_log_get(i, &ev));
+      cr_assert_eq(fakecuda_event_device(ev.addr), 1, "the event lives on the stream's device");
+    }
+  cr_assert(found);
+  cr_assert_eq(ms_allocator_malloc(a, 4 * MiB, 0, &q), MS_OK);
+  cr_assert_neq(q, p, "pending on the other device's stream");
+  fakecuda_block_stream(other, false);
+  cr_assert_eq(ms_allocator_free(a, q), MS_OK);
+  cr_assert_eq(ms_allocator_empty_cache(a), MS_OK);
+  cr_assert_eq(RESERVED(a), 0);
+  ms_allocator_destroy(a);
+  cr_assert_eq(o->stream_destroy(o->ctx, 1, other), MS_OK);
+  ms_backend_destroy(b);
+}
+
+Test(cuda_fake, largest_free_block_falls_back_to_the_device_free_memory) {
+  fakecuda_set_capacity(0, 256 * MiB);
+  ms_backend_t *b = open_cuda();
+  ms_allocator_t *a = allocator_on(b, 0, false);
+  cr_assert_eq(ms_allocator_largest_free_block(a), 256 * MiB, "nothing cached: cudaMemGetInfo");
+  ms_devptr_t p;
+  cr_assert_eq(ms_allocator_malloc(a, 30 * MiB, 0, &p), MS_OK);
+  cr_assert_eq(ms_allocator_largest_free_block(a), 226 * MiB);
+  cr_assert_eq(ms_allocator_free(a, p), MS_OK);
+  cr_assert_eq(ms_allocator_largest_free_block(a), 30 * MiB, "the cached block");
+  ms_allocator_destroy(a);
+  ms_backend_destroy(b);
+}
+
+static bool empty_cache_callback(void *arg) {
+  return ms_allocator_empty_cache((ms_allocator_t *)arg) == MS_OK;
+}
+
+Test(cuda_fake, a_free_memory_callback_may_call_the_allocator, .timeout = 10) {
+  fakecuda_set_capacity(0, 64 * MiB);
+  ms_backend_t *b = open_cuda();
+  ms_allocator_t *a = allocator_on(b, 0, false);
+  cr_assert_eq(ms_allocator_add_free_memory_callback(a, empty_cache_callback, a), MS_OK);
+  ms_devptr_t p, q;
+  cr_assert_eq(ms_allocator_malloc(a, 40 * MiB, 0, &p), MS_OK);
+  cr_assert_eq(ms_allocator_free(a, p), MS_OK);
+  cr_assert_eq(ms_allocator_malloc(a, 50 * MiB, 0, &q), MS_OK, "deadlocked or failed");
+  cr_assert_eq(RESERVED(a), (int64_t)(50 * MiB));
+  cr_assert_eq(fakecuda_live_allocations(0), 1);
+  cr_assert_eq(ms_allocator_free(a, q), MS_OK);
+  ms_allocator_destroy(a);
+  ms_backend_destroy(b);
+}
