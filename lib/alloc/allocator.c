@@ -599,12 +599,13 @@ static bool release_available_cached_blocks(ms_allocator_t *a, alloc_params_t *p
       ms__block_t *cur = it;
       ms__block_t *before = ms__pool_prev(cur);
       if (!cur->expandable) {
+        size_t sz = cur->size; /* release_block deletes cur */
         int e = release_block(a, cur, ctx);
         if (e != MS_OK) {
           p->err = e;
           return false;
         }
-        released += cur->size;
+        released += sz;
       }
       if (!before) break;
       it = before;
