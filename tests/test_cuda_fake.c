@@ -369,6 +369,42 @@ Test(cuda_fake, expandable_pages_follow_the_pool_and_peers_get_access) {
 
 static bool only_stream(void *arg, ms_stream_t s) { return s == *(ms_stream_t *)arg; }
 
+/* ---- 8. private pools use expandable segments too (PyTorch allows it) -------------------- */
+
+Test(cuda_fake, a_private_pool_maps_expandable_pages_and_returns_them) {
+  ms_backend_t *b = open_cuda();
+  const ms_backend_ops_t *o = ms_backend_ops(b);
+  ms_allocator_t *a = allocator_on(b, 0, true);
+  ms_stream_t s;
+  cr_assert_eq(o->stream_create(o->ctx, 0, &s), MS_OK);
+  ms_pool_id_t id = ms_pool_id_new(true);
+  cr_assert_eq(ms_allocator_begin_allocate_to_pool(a, id, only_stream, &s), MS_OK);
+  cr_assert_eq(fakecuda_begin_capture(s, cudaStreamCaptureModeGlobal), cudaSuccess);
+  ms_devptr_t p, q;
+  cr_assert_eq(ms_allocator_malloc(a, 30 * MiB, s, &p), MS_OK, "%s", captured);
+  cr_assert_eq(ms_allocator_malloc(a, 1000, s, &q), MS_OK);
+  cr_assert_eq(fakecuda_live_allocations(0), 0, "no cudaMalloc: pages are mapped");
+  cr_assert_eq(fakecuda_mapping_size(p), 20 * MiB);
+  cr_assert_eq(fakecuda_mapping_size(q), 2 * MiB);
+  cr_assert_eq(RESERVED(a), (int64_t)(42 * MiB));
+  cr_assert_eq(ms_allocator_free(a, p), MS_OK);
+  cr_assert_eq(ms_allocator_free(a, q), MS_OK);
+  cr_assert_eq(ms_allocator_empty_cache(a), MS_OK);
+  cr_assert_eq(fakecuda_count("cuMemUnmap"), 0, "nothing unmapped during the capture");
+  cr_assert(!fakecuda_capture_invalidated(s));
+  cr_assert_eq(fakecuda_end_capture(s), cudaSuccess);
+  cr_assert_eq(ms_allocator_end_allocate_to_pool(a, id), MS_OK);
+  cr_assert_eq(ms_allocator_release_pool(a, id), MS_OK);
+  cr_assert_eq(ms_allocator_empty_cache(a), MS_OK); /* frees the freeable pool */
+  cr_assert_eq(RESERVED(a), 0, "the pool's pages are unmapped");
+  cr_assert_eq(fakecuda_live_mappings(), 0);
+  cr_assert_eq(fakecuda_live_handles(), 0);
+  cr_assert_eq(fakecuda_live_reservations(), 0, "and its ranges returned");
+  ms_allocator_destroy(a);
+  cr_assert_eq(o->stream_destroy(o->ctx, 0, s), MS_OK);
+  ms_backend_destroy(b);
+}
+
 Test(cuda_fake, nothing_is_freed_or_synchronized_during_a_capture) {
   fakecuda_set_capacity(0, 64 * MiB);
   ms_backend_t *b = open_cuda();
@@ -393,21 +429,66 @@ Test(cuda_fake, nothing_is_freed_or_synchronized_during_a_capture) {
   cr_assert_eq(fakecuda_count("cudaEventSynchronize"), 0);
   cr_assert_eq(fakecuda_count("cudaEventQuery"), 0);
   cr_assert(!fakecuda_capture_invalidated(s), "the capture was invalidated");
-  /* The backend itself refuses a free during the capture. */
-  ms_devptr_t raw;
-  cr_assert_eq(o->malloc(o->ctx, 0, 2 * MiB, s, &raw), MS_OK);
-  cr_assert_eq(o->free(o->ctx, 0, raw), MS_ESTATE);
-  expect_reported("refused: a CUDA graph capture is under way");
-  cr_assert_eq(fakecuda_count("cudaFree"), 0);
   cr_assert_eq(fakecuda_end_capture(s), cudaSuccess, "capture still valid at its end");
   cr_assert_eq(ms_allocator_end_allocate_to_pool(a, id), MS_OK);
-  cr_assert_eq(o->free(o->ctx, 0, raw), MS_OK);
   cr_assert_eq(ms_allocator_release_pool(a, id), MS_OK);
   cr_assert_eq(ms_allocator_empty_cache(a), MS_OK);
   cr_assert_eq(RESERVED(a), 0);
   cr_assert_eq(fakecuda_live_allocations(0), 0);
   ms_allocator_destroy(a);
   cr_assert_eq(o->stream_destroy(o->ctx, 0, s), MS_OK);
+  ms_backend_destroy(b);
+}
+
+/* A capture the allocator was not told about (no routing), on a blocking stream: the legacy
+ * stream reports it, so neither the allocator nor the backend frees or synchronizes. */
+Test(cuda_fake, an_unannounced_capture_on_a_blocking_stream_is_seen_and_left_intact) {
+  ms_backend_t *b = open_cuda();
+  const ms_backend_ops_t *o = ms_backend_ops(b);
+  ms_allocator_t *a = allocator_on(b, 0, false);
+  cudaStream_t bs;
+  cr_assert_eq(cudaStreamCreate(&bs), cudaSuccess); /* blocking */
+  ms_stream_t s = (ms_stream_t)(uintptr_t)bs;
+  ms_devptr_t cached, raw;
+  cr_assert_eq(ms_allocator_malloc(a, 30 * MiB, 0, &cached), MS_OK);
+  cr_assert_eq(ms_allocator_record_stream(a, cached, s), MS_OK);
+  fakecuda_block_stream(s, true);
+  cr_assert_eq(ms_allocator_free(a, cached), MS_OK); /* pending on s */
+  cr_assert_eq(o->malloc(o->ctx, 0, 2 * MiB, 0, &raw), MS_OK);
+  ms_event_t ev;
+  cr_assert_eq(o->event_create(o->ctx, 0, &ev), MS_OK);
+  cr_assert_eq(fakecuda_begin_capture(s, cudaStreamCaptureModeGlobal), cudaSuccess);
+  fakecuda_log_clear();
+  /* The allocator: empty_cache frees and synchronizes nothing, and says so by succeeding. */
+  cr_assert_eq(ms_allocator_empty_cache(a), MS_OK);
+  int64_t reserved = RESERVED(a);
+  cr_assert_eq(reserved, (int64_t)(30 * MiB), "the cached segment is kept for later");
+  /* The backend refuses the calls that would invalidate the capture, and defers a query. */
+  cr_assert_eq(o->free(o->ctx, 0, raw), MS_ESTATE);
+  expect_reported("cuda: cudaFree(");
+  expect_reported("refused: a CUDA graph capture is under way");
+  cr_assert_eq(o->device_synchronize(o->ctx, 0), MS_ESTATE);
+  expect_reported("cuda: cudaDeviceSynchronize on device 0 refused");
+  cr_assert_eq(o->event_synchronize(o->ctx, 0, ev), MS_ESTATE);
+  bool done = true;
+  cr_assert_eq(o->event_query(o->ctx, 0, ev, &done), MS_OK);
+  cr_assert(!done, "a query during a capture answers \"not yet\"");
+  cr_assert_eq(fakecuda_count("cudaFree"), 0);
+  cr_assert_eq(fakecuda_count("cudaDeviceSynchronize"), 0);
+  cr_assert_eq(fakecuda_count("cudaEventSynchronize"), 0);
+  cr_assert_eq(fakecuda_count("cudaEventQuery"), 0);
+  cr_assert(!fakecuda_capture_invalidated(s));
+  cr_assert_eq(fakecuda_pending_error(), cudaSuccess);
+  cr_assert_eq(fakecuda_end_capture(s), cudaSuccess, "capture still valid at its end");
+  /* After the capture everything goes through. */
+  cr_assert_eq(o->free(o->ctx, 0, raw), MS_OK);
+  cr_assert_eq(o->event_destroy(o->ctx, 0, ev), MS_OK);
+  fakecuda_block_stream(s, false);
+  cr_assert_eq(ms_allocator_empty_cache(a), MS_OK);
+  cr_assert_eq(RESERVED(a), 0);
+  cr_assert_eq(fakecuda_live_allocations(0), 0);
+  ms_allocator_destroy(a);
+  cr_assert_eq(cudaStreamDestroy(bs), cudaSuccess);
   ms_backend_destroy(b);
 }
 

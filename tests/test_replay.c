@@ -740,6 +740,52 @@ Test(expandable, oom_when_pages_cannot_be_mapped, .timeout = 10) {
   ms_backend_destroy(f.be);
 }
 
+static bool es_stream7(void *arg, ms_stream_t s) {
+  (void)arg;
+  return s == 7;
+}
+
+/* Private pools (CUDA graphs) use expandable segments too, as PyTorch's do; the pool is freed
+ * once its pages are unmapped and its ranges returned. */
+Test(expandable, private_pools_map_pages_too, .timeout = 10) {
+  es_fix_t f;
+  es_open(&f, 1024 * MiB);
+  ms_pool_id_t id = ms_pool_id_new(true);
+  cr_assert_eq(ms_allocator_begin_allocate_to_pool(f.al, id, es_stream7, NULL), MS_OK);
+  ms_devptr_t p, q;
+  cr_assert_eq(ms_allocator_malloc(f.al, 30 * MiB, 7, &p), MS_OK);
+  cr_assert_eq(ms_allocator_malloc(f.al, 1000, 7, &q), MS_OK);
+  ms_sim_counters_t sc;
+  cr_assert_eq(ms_sim_get_counters(f.be, 0, &sc), MS_OK);
+  cr_expect_eq(sc.mallocs, 0, "no device segment: pages");
+  cr_expect_eq(sc.mem_maps, 3);
+  cr_expect_eq(es_stat(&f, "reserved_bytes.all.current"), (int64_t)(42 * MiB));
+  cr_expect_eq(es_stat(&f, "segment.all.current"), 0);
+  es_check(&f);
+  ms_snapshot_t *s = NULL;
+  ms_errbuf_t eb;
+  cr_assert_eq(ms_allocator_snapshot(&f.al, 1, &s, &eb), MS_OK);
+  cr_assert_eq(s->nsegments, 2);
+  for (size_t i = 0; i < s->nsegments; i++) {
+    cr_expect(s->segments[i].is_expandable);
+    cr_expect_eq(s->segments[i].pool_id[0], id.first, "reported in the private pool");
+    cr_expect_eq(s->segments[i].pool_id[1], id.second);
+  }
+  ms_snapshot_free(s);
+  cr_assert_eq(ms_allocator_free(f.al, p), MS_OK);
+  cr_assert_eq(ms_allocator_free(f.al, q), MS_OK);
+  cr_assert_eq(ms_allocator_end_allocate_to_pool(f.al, id), MS_OK);
+  cr_assert_eq(ms_allocator_release_pool(f.al, id), MS_OK);
+  cr_assert_eq(ms_allocator_empty_cache(f.al), MS_OK);
+  cr_assert_eq(ms_sim_get_counters(f.be, 0, &sc), MS_OK);
+  cr_expect_eq(sc.used_bytes, 0);
+  cr_expect_eq(sc.va_releases, sc.va_reserves, "every range returned");
+  cr_expect_eq(es_stat(&f, "reserved_bytes.all.current"), 0);
+  es_check(&f);
+  ms_allocator_destroy(f.al);
+  ms_backend_destroy(f.be);
+}
+
 /* ---- hostile traces ----------------------------------------------------------------------------- */
 
 /* Every kind of damage a file can carry (wrong actions, addresses, sizes, streams; segments and

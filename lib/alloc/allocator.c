@@ -561,16 +561,21 @@ static int release_blocks(ms_allocator_t *a, ms__pool_t *pool, uint32_t ctx) {
     else if (!ms__block_is_split(b)) MS_FORWARD_IF_ERROR(release_block(a, b, ctx));
     b = n;
   }
-  if (any_expandable) return ms__es_release(a, pool, ctx); /* then unmap expandable blocks */
+  if (any_expandable || (pool->owner && pool->unmapped)) /* then unmap expandable blocks */
+    return ms__es_release(a, pool, ctx);
   return MS_OK;
 }
 
-/* Whether a graph capture is under way on the device (stream's, or one in global mode that
- * forbids frees and synchronizations everywhere). Only with a routing active and a backend that
- * can tell: then nothing is freed, unmapped or synchronized (the release is deferred to a later
- * empty_cache or OOM), because cudaFree or a synchronization would invalidate the capture. */
+/* Whether a graph capture may be under way on the device: a private-pool routing is active
+ * (begin_allocate_to_pool announces a capture, as torch.cuda.graph does), or the backend says
+ * that stream, or the legacy stream (which answers for captures on blocking streams), is
+ * capturing. Then nothing is freed,
+ * unmapped or synchronized (the release is deferred to a later empty_cache or OOM), because
+ * cudaFree or a synchronization would invalidate the capture. Only on the release paths, never
+ * on the malloc/free fast paths. */
 static bool capture_under_way(ms_allocator_t *a, ms_stream_t stream) {
-  if (!a->captures.len || !a->ops.stream_capture_info) return false;
+  if (a->captures.len) return true; /* a routing is announced around a capture */
+  if (!a->ops.stream_capture_info) return false;
   bool cap = false;
   uint64_t id = 0;
   if (a->ops.stream_capture_info(a->ops.ctx, a->device, stream, &cap, &id) == MS_OK && cap)

@@ -111,6 +111,7 @@ static ms__block_t *es_create(ms_allocator_t *a, ms__pool_t *pool, ms_stream_t s
   b->mapped = false;
   b->expandable = true;
   ms__es_unmapped_insert(pool, b);
+  if (pool->owner) pool->owner->malloc_count++; /* a private pool is freed at 0 */
   return b;
 }
 
@@ -343,6 +344,7 @@ static int es_destroy(ms_allocator_t *a, ms__block_t *b) {
   int err = a->ops.va_release(a->ops.ctx, a->device, s->ptr, s->size);
   if (err != MS_OK) return err; /* the range stays reserved, as an unmapped segment */
   ms__es_unmapped_erase(b->pool, b);
+  if (b->pool->owner) b->pool->owner->malloc_count--;
   ms__segment_delete(a, s);
   ms__block_delete(a, b);
   return MS_OK;
@@ -362,6 +364,12 @@ int ms__es_release(ms_allocator_t *a, ms__pool_t *pool, uint32_t ctx) {
     if (err == MS_OK && !b->mapped && !b->prev && !b->next) err = es_destroy(a, b);
   }
   MS_VEC_FREE(&to_unmap);
+  /* A private pool also returns ranges that are wholly unmapped without having been in its free
+   * set (a range whose first map failed), so that the pool can be freed (malloc_count 0). */
+  for (ms__block_t *u = pool->owner ? pool->unmapped : NULL, *nx; u && err == MS_OK; u = nx) {
+    nx = u->tl;
+    if (!u->prev && !u->next) err = es_destroy(a, u);
+  }
   return err;
 }
 

@@ -260,6 +260,8 @@ static int snapshot_expandable(ms_allocator_t *a, ms__snapbuild_t *b, ms__ctx_to
     ss.stream = s->stream;
     ss.is_large = !s->pool->is_small;
     ss.is_expandable = true;
+    ss.pool_id[0] = s->pool->owner ? s->pool->owner->id.first : 0; /* private pools map too */
+    ss.pool_id[1] = s->pool->owner ? s->pool->owner->id.second : 0;
     ss.first_block = (uint32_t)b->blocks.len;
     ss.present = MS_SEG_HAS_FRAMES | MS_SEG_HAS_POOL_ID | MS_SEG_HAS_EXPANDABLE |
                  MS_SEG_HAS_REQUESTED_SIZE | MS_SEG_HAS_SEGMENT_TYPE;

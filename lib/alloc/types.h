@@ -271,10 +271,12 @@ void ms__segment_delete(ms_allocator_t *a, ms__segment_t *s);
 
 /* ---- "expandable.c" (expandable segments, reference/pytorch-allocator.md §12) ---------------- */
 
-/* Whether expandable segments serve allocations from pool (the flag is on and pool is a default
- * pool; memsnap's private pools keep device segments). */
+/* Whether expandable segments serve allocations from pool: the flag is on, for the default pools
+ * and private pools alike (PyTorch bypasses them only for pools with a custom allocator, which
+ * memsnap does not have). An expandable range of a private pool counts in its malloc_count. */
 static inline bool ms__es_active(const ms_allocator_t *a, const ms__pool_t *pool) {
-  return a->cfg.expandable_segments && !pool->owner;
+  (void)pool;
+  return a->cfg.expandable_segments;
 }
 /* Whether a's backend has the virtual-memory operations expandable segments need. */
 bool ms__es_supported(const ms_allocator_t *a);

@@ -245,6 +245,14 @@ static bool capture_under_way(const cuda_guard_t *g) {
   return e == cudaErrorStreamCaptureImplicit || st != cudaStreamCaptureStatusNone;
 }
 
+/* A call that would invalidate a capture under way is not made: reported, MS_ESTATE. */
+static int refuse_during_capture(const cuda_guard_t *g, const char *call) {
+  ms__error_msg("cuda: %s on device %d refused: a CUDA graph capture is under way (it would "
+                "invalidate the capture)",
+                call, g->device);
+  return MS_ESTATE;
+}
+
 #define CTX(c) cuda_ctx_t *c = (cuda_ctx_t *)ctx
 
 /* ---- the ops ------------------------------------------------------------------------------- */
@@ -443,6 +451,12 @@ static int cuda_event_query(void *ctx, int device, ms_event_t event, bool *done)
   cuda_guard_t g;
   MS_FORWARD_IF_ERROR(guard_enter(c, ev->device, &g));
   int r = MS_OK;
+  if (capture_under_way(&g)) {
+    /* cudaEventQuery would invalidate the capture: "not done yet", asked again later. */
+    *done = false;
+    guard_leave(c, &g);
+    return MS_OK;
+  }
   cudaError_t e = cudaEventQuery(ev->ev);
   if (e == cudaSuccess) {
     *done = true;
@@ -463,8 +477,11 @@ static int cuda_event_synchronize(void *ctx, int device, ms_event_t event) {
   cuda_guard_t g;
   MS_FORWARD_IF_ERROR(guard_enter(c, ev->device, &g));
   int r = MS_OK;
-  cudaError_t e = cudaEventSynchronize(ev->ev);
-  if (e != cudaSuccess) r = cuda_fail(&g, e, "cudaEventSynchronize", NULL);
+  cudaError_t e = cudaSuccess;
+  if (capture_under_way(&g))
+    r = refuse_during_capture(&g, "cudaEventSynchronize");
+  else if ((e = cudaEventSynchronize(ev->ev)) != cudaSuccess)
+    r = cuda_fail(&g, e, "cudaEventSynchronize", NULL);
   guard_leave(c, &g);
   return r;
 }
@@ -490,8 +507,11 @@ static int cuda_device_synchronize(void *ctx, int device) {
   cuda_guard_t g;
   MS_FORWARD_IF_ERROR(guard_enter(c, device, &g));
   int r = MS_OK;
-  cudaError_t e = cudaDeviceSynchronize();
-  if (e != cudaSuccess) r = cuda_fail(&g, e, "cudaDeviceSynchronize", NULL);
+  cudaError_t e = cudaSuccess;
+  if (capture_under_way(&g))
+    r = refuse_during_capture(&g, "cudaDeviceSynchronize");
+  else if ((e = cudaDeviceSynchronize()) != cudaSuccess)
+    r = cuda_fail(&g, e, "cudaDeviceSynchronize", NULL);
   guard_leave(c, &g);
   return r;
 }

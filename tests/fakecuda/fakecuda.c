@@ -29,6 +29,7 @@ typedef struct fk_stream_s {
   int dev;
   bool blocked;
   bool legacy, per_thread;
+  bool nonblocking; /* created with cudaStreamNonBlocking: no implicit sync with legacy */
   int capture_mode; /* -1: not capturing, else an enum cudaStreamCaptureMode */
   bool invalidated;
   unsigned long long capture_id;
@@ -265,10 +266,13 @@ static bool capture_violation(void) {
   return hit;
 }
 
-static bool any_global_capture(int dev) {
+/* Whether a blocking stream of dev (one that synchronizes implicitly with the legacy stream:
+ * created without cudaStreamNonBlocking, or a per-thread default stream) is capturing: then
+ * cudaStreamIsCapturing(cudaStreamLegacy) answers cudaErrorStreamCaptureImplicit, as the
+ * runtime's documentation says. A capture on a non-blocking stream is invisible from there. */
+static bool blocking_capture(int dev) {
   for (fk_stream_t *s = G.streams; s; s = s->next)
-    if (s->dev == dev && s->capture_mode >= 0 && s->capture_mode != cudaStreamCaptureModeRelaxed)
-      return true;
+    if (s->dev == dev && s->capture_mode >= 0 && !s->nonblocking) return true;
   return false;
 }
 
@@ -713,10 +717,10 @@ FK_API cudaError_t cudaDeviceSynchronize(void) {
 /* ---- the runtime: streams and capture ------------------------------------------------------ */
 
 FK_API cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned int flags) {
-  (void)flags;
   enter();
   RT_INJECT("cudaStreamCreateWithFlags");
   fk_stream_t *n = stream_new(rt_ctx());
+  n->nonblocking = (flags & cudaStreamNonBlocking) != 0;
   *s = (cudaStream_t)n;
   return rt("cudaStreamCreateWithFlags", cudaSuccess, (uint64_t)(uintptr_t)n, 0);
 }
@@ -800,7 +804,7 @@ FK_API cudaError_t cudaStreamEndCapture(cudaStream_t h, cudaGraph_t *graph) {
 static cudaError_t capture_status(fk_stream_t *s, enum cudaStreamCaptureStatus *st,
                                   unsigned long long *id) {
   if (!s) return cudaErrorInvalidResourceHandle;
-  if (s->legacy && s->capture_mode < 0 && any_global_capture(s->dev))
+  if (s->legacy && s->capture_mode < 0 && blocking_capture(s->dev))
     return cudaErrorStreamCaptureImplicit;
   if (s->capture_mode < 0) {
     *st = cudaStreamCaptureStatusNone;

@@ -25,6 +25,9 @@
  *    thread), an unsafe call (cudaMalloc, cudaFree, cudaDeviceSynchronize, cudaEventSynchronize,
  *    cudaEventQuery, cuMemUnmap, cuMemRelease) from a thread not in relaxed mode fails with
  *    cudaErrorStreamCaptureUnsupported and invalidates the capture, as the driver does;
+ *    cudaStreamIsCapturing/GetCaptureInfo on cudaStreamLegacy answer
+ *    cudaErrorStreamCaptureImplicit while a blocking stream of the device (not created with
+ *    cudaStreamNonBlocking) captures, and nothing special for a non-blocking one;
  *  - fault injection: the nth call of a named function from now returns a given error;
  *  - a call log (name, result, device, address, size) to assert on.
  *
