@@ -14,8 +14,11 @@
  *   cuda_train_step_cudamalloc_ms the same step with plain cudaMalloc/cudaFree
  *   cuda_train_step_speedup       cudamalloc / memsnap
  *
- * Without a GPU it prints nothing on stdout, says why on stderr and exits 0, so that `make bench`
- * works on any machine.
+ * Exit status: 0 when every metric was measured; 77 ("skipped") when no NVIDIA GPU is present on
+ * the machine (gpu_present.h; stderr says why, stdout is empty), which bench/run.sh reports as a
+ * visible SKIP line so that `make bench` works on any machine; 1 when a GPU is present but the
+ * benchmark could not measure (the backend does not open, a CUDA call fails, a wrong result):
+ * then nothing was measured and nothing may be reported as if it had been.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,6 +27,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "gpu_present.h"
 #include "memsnap/allocator.h"
 #include "memsnap/backend.h"
 #include "train.h"
@@ -135,9 +139,17 @@ static double train_step_ms(train_mem_t mem, cudaStream_t s) {
 int main(void) {
   ms_backend_t *b = NULL;
   ms_errbuf_t eb;
-  if (ms_backend_open("cuda", &b, &eb) != MS_OK) {
-    fprintf(stderr, "bench_cuda: skipped: %s\n", eb.msg);
-    return 0;
+  int r = ms_backend_open("cuda", &b, &eb);
+  if (r != MS_OK) {
+    char why[256];
+    if (!ms_gpu_present(why, sizeof why)) {
+      fprintf(stderr, "bench_cuda: SKIP: %s (%s)\n", eb.msg, why);
+      return 77;
+    }
+    fprintf(stderr, "bench_cuda: error: a GPU is present (%s) but the cuda backend does not open: "
+                    "%s: nothing measured\n",
+            why, eb.msg);
+    return 1;
   }
   ms_allocator_config_t cfg = {.backend = b, .device = 0, .alloc = NULL};
   ms_allocator_t *a = NULL;
