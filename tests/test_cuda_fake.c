@@ -728,3 +728,57 @@ Test(cuda_fake, a_free_memory_callback_may_call_the_allocator, .timeout = 10) {
   ms_allocator_destroy(a);
   ms_backend_destroy(b);
 }
+
+/* ---- the fake itself: what other tests (memsnap run, issue #18) rely on -------------------- */
+
+Test(cuda_fake, the_fake_serves_stream_ordered_pool_and_managed_memory) {
+  fakecuda_set_capacity(0, 64 * MiB);
+  cudaStream_t s;
+  cr_assert_eq(cudaStreamCreate(&s), cudaSuccess);
+  void *a = NULL, *b = NULL, *c = NULL, *d = NULL;
+  cr_assert_eq(cudaMallocAsync(&a, 10 * MiB, s), cudaSuccess);
+  fakecuda_call_t last;
+  cr_assert(fakecuda_log_get(fakecuda_log_len() - 1, &last));
+  cr_assert_str_eq(last.fn, "cudaMallocAsync");
+  cr_assert_eq(last.addr, (uint64_t)(uintptr_t)a);
+  cr_assert_eq(last.size, 10 * MiB);
+  cudaMemPool_t pool;
+  cr_assert_eq(cudaDeviceGetDefaultMemPool(&pool, 0), cudaSuccess);
+  cr_assert_eq(cudaMallocFromPoolAsync(&b, 20 * MiB, pool, s), cudaSuccess);
+  cr_assert_eq(cudaMallocManaged(&c, 30 * MiB, cudaMemAttachGlobal), cudaSuccess);
+  cr_assert_eq(fakecuda_used_bytes(0), 60 * MiB);
+  cr_assert_eq(fakecuda_live_allocations(0), 3);
+  /* Past the capacity: out of memory, in the thread's error state until read. */
+  cr_assert_eq(cudaMallocAsync(&d, 10 * MiB, s), cudaErrorMemoryAllocation);
+  cr_assert_eq(cudaPeekAtLastError(), cudaErrorMemoryAllocation);
+  cr_assert_eq(cudaGetLastError(), cudaErrorMemoryAllocation);
+  cr_assert_eq(cudaGetLastError(), cudaSuccess);
+  /* An injected failure changes nothing. */
+  fakecuda_fail("cudaFreeAsync", 1, cudaErrorIllegalAddress, 1);
+  cr_assert_eq(cudaFreeAsync(a, s), cudaErrorIllegalAddress);
+  cr_assert_eq(fakecuda_used_bytes(0), 60 * MiB);
+  (void)cudaGetLastError();
+  cr_assert_eq(cudaFreeAsync(a, s), cudaSuccess);
+  cr_assert_eq(cudaFreeAsync(b, s), cudaSuccess);
+  cr_assert_eq(cudaFree(c), cudaSuccess, "managed memory is freed with cudaFree");
+  cr_assert_eq(cudaFreeAsync(c, s), cudaErrorInvalidValue, "a second free is an error");
+  (void)cudaGetLastError();
+  cr_assert_eq(fakecuda_used_bytes(0), 0);
+  cr_assert_eq(fakecuda_live_allocations(0), 0);
+  struct cudaMemPoolProps props;
+  memset(&props, 0, sizeof props);
+  props.allocType = cudaMemAllocationTypePinned;
+  props.location.type = cudaMemLocationTypeDevice;
+  props.location.id = 0;
+  cudaMemPool_t mine;
+  cr_assert_eq(cudaMemPoolCreate(&mine, &props), cudaSuccess);
+  cr_assert_eq(cudaMallocFromPoolAsync(&d, 1 * MiB, mine, s), cudaSuccess);
+  cr_assert_eq(cudaFreeAsync(d, s), cudaSuccess);
+  cr_assert_eq(cudaMemPoolTrimTo(mine, 0), cudaSuccess);
+  cr_assert_eq(cudaMemPoolDestroy(mine), cudaSuccess);
+  cr_assert_eq(cudaMemPoolDestroy(pool), cudaErrorInvalidValue, "the default pool stays");
+  (void)cudaGetLastError();
+  cr_assert_eq(cudaStreamDestroy(s), cudaSuccess);
+  cr_assert_eq(fakecuda_count("cudaMallocAsync"), 2);
+  cr_assert_eq(fakecuda_count("cudaFreeAsync"), 5);
+}

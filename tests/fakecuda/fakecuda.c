@@ -44,7 +44,9 @@ typedef struct fk_event_s {
   fk_stream_t *stream;
 } fk_event_t;
 
-typedef struct { uint64_t addr; size_t size; int dev; } fk_alloc_t;
+/* kind: 0 cudaMalloc, 1 stream-ordered (cudaMallocAsync/FromPoolAsync), 2 cudaMallocManaged */
+typedef struct { uint64_t addr; size_t size; int dev; int kind; } fk_alloc_t;
+typedef struct { int dev; bool is_default; } fk_pool_t; /* a cudaMemPool_t is its address */
 typedef struct { uint64_t addr; size_t size; int dev; } fk_resv_t;
 typedef struct { uint64_t id; size_t size; int dev; bool released; int mapped; } fk_handle_t;
 typedef struct { uint64_t addr; size_t size; uint64_t handle; int dev; unsigned access; } fk_map_t;
@@ -76,6 +78,7 @@ static struct {
   bool ctx_created[MAXDEV];
   fk_ctx_t ctx[MAXDEV];
   fk_stream_t legacy[MAXDEV];
+  fk_pool_t default_pool[MAXDEV];
   fk_stream_t *streams;
   fk_event_t *events;
   VEC(fk_alloc_t) allocs;
@@ -113,6 +116,7 @@ static void init_defaults_locked(void) {
     G.ctx_created[d] = false;
     G.ctx[d].dev = d;
     for (int p = 0; p < MAXDEV; p++) G.peer[d][p] = false;
+    G.default_pool[d] = (fk_pool_t){.dev = d, .is_default = true};
     G.legacy[d] = (fk_stream_t){.dev = d, .legacy = true, .capture_mode = -1, .id = 1000 + d};
     G.next_malloc[d] = 0x7e0000000000ULL + ((uint64_t)d << 40);
     G.next_va[d] = G.next_malloc[d] + ((uint64_t)1 << 39);
@@ -656,6 +660,32 @@ FK_API cudaError_t cudaDeviceEnablePeerAccess(int p, unsigned int flags) {
 
 /* ---- the runtime: memory ------------------------------------------------------------------- */
 
+/* Takes size (> 0) bytes of device d's capacity at a fresh 2 MiB-aligned address; returns
+ * through rt(). */
+static cudaError_t alloc_locked(const char *fn, void **p, size_t size, int d, int kind) {
+  if (size > G.capacity[d] - G.used[d] || G.used[d] > G.capacity[d])
+    return rt(fn, cudaErrorMemoryAllocation, 0, size);
+  uint64_t a = G.next_malloc[d];
+  G.next_malloc[d] += (size + ((2u << 20) - 1)) & ~(uint64_t)((2u << 20) - 1);
+  G.used[d] += size;
+  VEC_PUSH(G.allocs, ((fk_alloc_t){a, size, d, kind}));
+  *p = (void *)(uintptr_t)a;
+  return rt(fn, cudaSuccess, a, size);
+}
+
+/* Releases the allocation at p (any kind); returns through rt(). */
+static cudaError_t free_locked(const char *fn, void *p) {
+  for (size_t i = 0; i < G.allocs.n; i++) {
+    if (G.allocs.v[i].addr == (uint64_t)(uintptr_t)p) {
+      G.used[G.allocs.v[i].dev] -= G.allocs.v[i].size;
+      size_t sz = G.allocs.v[i].size;
+      VEC_DEL(G.allocs, i);
+      return rt(fn, cudaSuccess, (uint64_t)(uintptr_t)p, sz);
+    }
+  }
+  return rt(fn, cudaErrorInvalidValue, (uint64_t)(uintptr_t)p, 0);
+}
+
 FK_API cudaError_t cudaMalloc(void **p, size_t size) {
   enter();
   RT_INJECT("cudaMalloc");
@@ -666,14 +696,7 @@ FK_API cudaError_t cudaMalloc(void **p, size_t size) {
     *p = NULL;
     return rt("cudaMalloc", cudaSuccess, 0, 0);
   }
-  if (size > G.capacity[d] - G.used[d] || G.used[d] > G.capacity[d])
-    return rt("cudaMalloc", cudaErrorMemoryAllocation, 0, size);
-  uint64_t a = G.next_malloc[d];
-  G.next_malloc[d] += (size + ((2u << 20) - 1)) & ~(uint64_t)((2u << 20) - 1);
-  G.used[d] += size;
-  VEC_PUSH(G.allocs, ((fk_alloc_t){a, size, d}));
-  *p = (void *)(uintptr_t)a;
-  return rt("cudaMalloc", cudaSuccess, a, size);
+  return alloc_locked("cudaMalloc", p, size, d, 0);
 }
 
 FK_API cudaError_t cudaFree(void *p) {
@@ -683,15 +706,99 @@ FK_API cudaError_t cudaFree(void *p) {
   if (capture_violation())
     return rt("cudaFree", cudaErrorStreamCaptureUnsupported, (uint64_t)(uintptr_t)p, 0);
   if (!p) return rt("cudaFree", cudaSuccess, 0, 0);
-  for (size_t i = 0; i < G.allocs.n; i++) {
-    if (G.allocs.v[i].addr == (uint64_t)(uintptr_t)p) {
-      G.used[G.allocs.v[i].dev] -= G.allocs.v[i].size;
-      size_t sz = G.allocs.v[i].size;
-      VEC_DEL(G.allocs, i);
-      return rt("cudaFree", cudaSuccess, (uint64_t)(uintptr_t)p, sz);
-    }
+  return free_locked("cudaFree", p);
+}
+
+/* Stream-ordered allocation (allowed during a capture, as the driver records it as a node).
+ * The memory is taken and returned at once: the fake has no pool cache. */
+FK_API cudaError_t cudaMallocAsync(void **p, size_t size, cudaStream_t h) {
+  enter();
+  RT_INJECT("cudaMallocAsync");
+  rt_ctx();
+  fk_stream_t *s = stream_of(h);
+  if (!p) return rt("cudaMallocAsync", cudaErrorInvalidValue, 0, size);
+  if (!s) return rt("cudaMallocAsync", cudaErrorInvalidResourceHandle, 0, size);
+  if (size == 0) {
+    *p = NULL;
+    return rt("cudaMallocAsync", cudaSuccess, 0, 0);
   }
-  return rt("cudaFree", cudaErrorInvalidValue, (uint64_t)(uintptr_t)p, 0);
+  return alloc_locked("cudaMallocAsync", p, size, s->dev, 1);
+}
+
+FK_API cudaError_t cudaMallocFromPoolAsync(void **p, size_t size, cudaMemPool_t pool,
+                                           cudaStream_t h) {
+  enter();
+  RT_INJECT("cudaMallocFromPoolAsync");
+  rt_ctx();
+  fk_stream_t *s = stream_of(h);
+  if (!p || !pool) return rt("cudaMallocFromPoolAsync", cudaErrorInvalidValue, 0, size);
+  if (!s) return rt("cudaMallocFromPoolAsync", cudaErrorInvalidResourceHandle, 0, size);
+  if (size == 0) {
+    *p = NULL;
+    return rt("cudaMallocFromPoolAsync", cudaSuccess, 0, 0);
+  }
+  return alloc_locked("cudaMallocFromPoolAsync", p, size, ((fk_pool_t *)pool)->dev, 1);
+}
+
+FK_API cudaError_t cudaFreeAsync(void *p, cudaStream_t h) {
+  enter();
+  RT_INJECT("cudaFreeAsync");
+  rt_ctx();
+  if (!stream_of(h)) return rt("cudaFreeAsync", cudaErrorInvalidResourceHandle, 0, 0);
+  if (!p) return rt("cudaFreeAsync", cudaSuccess, 0, 0);
+  return free_locked("cudaFreeAsync", p);
+}
+
+FK_API cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t *pool, int device) {
+  enter();
+  RT_INJECT("cudaDeviceGetDefaultMemPool");
+  if (!pool) return rt("cudaDeviceGetDefaultMemPool", cudaErrorInvalidValue, 0, 0);
+  if (device < 0 || device >= G.ndev)
+    return rt("cudaDeviceGetDefaultMemPool", cudaErrorInvalidDevice, 0, 0);
+  *pool = (cudaMemPool_t)&G.default_pool[device];
+  return rt("cudaDeviceGetDefaultMemPool", cudaSuccess, (uint64_t)(uintptr_t)*pool, 0);
+}
+
+FK_API cudaError_t cudaMemPoolCreate(cudaMemPool_t *pool, const struct cudaMemPoolProps *props) {
+  enter();
+  RT_INJECT("cudaMemPoolCreate");
+  if (!pool || !props || props->location.type != cudaMemLocationTypeDevice ||
+      props->location.id < 0 || props->location.id >= G.ndev)
+    return rt("cudaMemPoolCreate", cudaErrorInvalidValue, 0, 0);
+  fk_pool_t *n = calloc(1, sizeof *n);
+  if (!n) return rt("cudaMemPoolCreate", cudaErrorMemoryAllocation, 0, 0);
+  n->dev = props->location.id;
+  *pool = (cudaMemPool_t)n;
+  return rt("cudaMemPoolCreate", cudaSuccess, (uint64_t)(uintptr_t)n, 0);
+}
+
+FK_API cudaError_t cudaMemPoolDestroy(cudaMemPool_t pool) {
+  enter();
+  RT_INJECT("cudaMemPoolDestroy");
+  fk_pool_t *fp = (fk_pool_t *)pool;
+  if (!fp || fp->is_default) return rt("cudaMemPoolDestroy", cudaErrorInvalidValue, 0, 0);
+  uint64_t id = (uint64_t)(uintptr_t)fp;
+  free(fp);
+  return rt("cudaMemPoolDestroy", cudaSuccess, id, 0);
+}
+
+FK_API cudaError_t cudaMemPoolTrimTo(cudaMemPool_t pool, size_t keep) {
+  enter();
+  RT_INJECT("cudaMemPoolTrimTo");
+  if (!pool) return rt("cudaMemPoolTrimTo", cudaErrorInvalidValue, 0, keep);
+  return rt("cudaMemPoolTrimTo", cudaSuccess, (uint64_t)(uintptr_t)pool, keep);
+}
+
+/* Managed memory: counted against the calling thread's device like device memory. */
+FK_API cudaError_t cudaMallocManaged(void **p, size_t size, unsigned int flags) {
+  enter();
+  RT_INJECT("cudaMallocManaged");
+  int d = rt_ctx();
+  if (!p || size == 0 || (flags != cudaMemAttachGlobal && flags != cudaMemAttachHost))
+    return rt("cudaMallocManaged", cudaErrorInvalidValue, 0, size);
+  if (capture_violation())
+    return rt("cudaMallocManaged", cudaErrorStreamCaptureUnsupported, 0, size);
+  return alloc_locked("cudaMallocManaged", p, size, d, 2);
 }
 
 FK_API cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total) {

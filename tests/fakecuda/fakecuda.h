@@ -10,8 +10,12 @@
  * address-only bookkeeping (addresses are never dereferenced).
  *
  * What it models (docs/gpu.md, "Testing without a GPU"):
- *  - devices: a count, a capacity each (cudaMalloc and cuMemCreate fail with out-of-memory past
- *    it), the VMM attribute, the allocation granularity, the peer-access matrix;
+ *  - devices: a count, a capacity each (cudaMalloc, cudaMallocAsync, cudaMallocFromPoolAsync,
+ *    cudaMallocManaged and cuMemCreate fail with out-of-memory past it), the VMM attribute, the
+ *    allocation granularity, the peer-access matrix;
+ *  - memory pools: cudaDeviceGetDefaultMemPool, cudaMemPoolCreate/Destroy/TrimTo; a
+ *    stream-ordered allocation takes the device's capacity at once and cudaFreeAsync (or
+ *    cudaFree) returns it at once (no pool cache is modelled);
  *  - contexts: one primary context per device, created on first use; each thread has a current
  *    context (none on a fresh thread) and a runtime device (0 until cudaSetDevice). Runtime calls
  *    that need a context create the primary context of the thread's runtime device, as cudart
@@ -30,6 +34,32 @@
  *    cudaStreamNonBlocking) captures, and nothing special for a non-blocking one;
  *  - fault injection: the nth call of a named function from now returns a given error;
  *  - a call log (name, result, device, address, size) to assert on.
+ *
+ * Using it (CMake target memsnap_fakecuda, built with the cuda backend, i.e. when a CUDA Toolkit
+ * >= 12.8 is found; output build/lib/libmemsnap_fakecuda.so):
+ *  - a test or program links `memsnap_fakecuda` (and the toolkit's include directory for
+ *    cuda_runtime_api.h); linked ahead of libcudart, its definitions win. It needs no libcudart
+ *    and no libcuda at run time. A CUDA function it does not define resolves to whatever else is
+ *    on the link line (libcudart if linked, e.g. through memsnap_core's private dependency):
+ *    tests/test_cuda_fake links with --as-needed and has no libcudart in its NEEDED list
+ *    (`readelf -d`), which shows that every call it makes lands in the fake;
+ *  - or a program built against the real libcudart is started with
+ *    LD_PRELOAD=build/lib/libmemsnap_fakecuda.so;
+ *  - the fakecuda_* calls below steer it from the test; call fakecuda_reset() first.
+ * Exported CUDA functions: cudaGetDeviceCount, cudaDriverGetVersion, cudaRuntimeGetVersion,
+ * cudaGetDevice, cudaSetDevice, cudaDeviceCanAccessPeer, cudaDeviceEnablePeerAccess,
+ * cudaGetLastError, cudaPeekAtLastError, cudaGetErrorName, cudaGetErrorString, cudaMalloc,
+ * cudaFree, cudaMallocAsync, cudaFreeAsync, cudaMallocFromPoolAsync, cudaMallocManaged,
+ * cudaDeviceGetDefaultMemPool, cudaMemPoolCreate, cudaMemPoolDestroy, cudaMemPoolTrimTo,
+ * cudaMemGetInfo, cudaDeviceSynchronize, cudaStreamCreate, cudaStreamCreateWithFlags,
+ * cudaStreamDestroy, cudaStreamSynchronize, cudaStreamGetDevice, cudaStreamGetId,
+ * cudaStreamBeginCapture, cudaStreamEndCapture, cudaStreamIsCapturing, cudaStreamGetCaptureInfo,
+ * cudaThreadExchangeStreamCaptureMode, cudaEventCreate, cudaEventCreateWithFlags,
+ * cudaEventRecord, cudaEventQuery, cudaEventSynchronize, cudaEventDestroy,
+ * cudaGetDriverEntryPointByVersion, and the driver's cuCtxGetCurrent, cuCtxSetCurrent,
+ * cuCtxGetDevice, cuDeviceGetAttribute, cuMemGetAllocationGranularity, cuMemAddressReserve,
+ * cuMemAddressFree, cuMemCreate, cuMemRelease, cuMemMap, cuMemUnmap, cuMemSetAccess,
+ * cuGetErrorName, cuGetErrorString. Every one of them can be made to fail (fakecuda_fail).
  *
  * Thread-safety: every function may be called from any thread (one mutex inside).
  */
@@ -110,8 +140,9 @@ int fakecuda_end_capture(uint64_t stream);
 /* Whether a capture on stream was invalidated by an unsafe call (until the capture ends). */
 bool fakecuda_capture_invalidated(uint64_t stream);
 
-/* Memory: bytes in use on device (cudaMalloc + cuMemCreate'd and not released), live
- * cudaMalloc allocations, live VMM physical handles, live mapped ranges, live reservations. */
+/* Memory: bytes in use on device (cudaMalloc*, stream-ordered, managed and cuMemCreate'd, not
+ * released), live allocations of the runtime (cudaMalloc, stream-ordered and managed), live VMM
+ * physical handles, live mapped ranges, live reservations. */
 size_t fakecuda_used_bytes(int device);
 size_t fakecuda_live_allocations(int device);
 size_t fakecuda_live_handles(void);
