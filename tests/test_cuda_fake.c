@@ -320,6 +320,33 @@ Test(cuda_fake, failed_unmap_keeps_the_pages_accounted) {
   ms_backend_destroy(b);
 }
 
+Test(cuda_fake, failed_release_maps_the_page_back_and_keeps_it_accounted) {
+  ms_backend_t *b = open_cuda();
+  ms_allocator_t *a = allocator_on(b, 0, true);
+  ms_devptr_t p, q;
+  cr_assert_eq(ms_allocator_malloc(a, 30 * MiB, 0, &p), MS_OK);
+  cr_assert_eq(ms_allocator_free(a, p), MS_OK);
+  fakecuda_fail("cuMemRelease", 1, CUDA_ERROR_LAUNCH_FAILED, 1);
+  cr_assert_eq(ms_allocator_empty_cache(a), MS_EBACKEND);
+  expect_reported("cuda: cuMemRelease on device 0: CUDA_ERROR_LAUNCH_FAILED");
+  cr_assert_eq(RESERVED(a), (int64_t)(40 * MiB), "the page is still on the books");
+  cr_assert_eq(fakecuda_live_mappings(), 2, "and really mapped again");
+  cr_assert_eq(fakecuda_mapping_size(p), 20 * MiB);
+  cr_assert_eq(fakecuda_access_mask(p), 0x1u, "with its access");
+  cr_assert_eq(fakecuda_live_handles(), 2);
+  /* The page serves allocations, and a later empty_cache returns everything. */
+  cr_assert_eq(ms_allocator_malloc(a, 30 * MiB, 0, &q), MS_OK);
+  cr_assert_eq(q, p);
+  cr_assert_eq(ms_allocator_free(a, q), MS_OK);
+  cr_assert_eq(ms_allocator_empty_cache(a), MS_OK);
+  cr_assert_eq(RESERVED(a), 0);
+  cr_assert_eq(fakecuda_live_mappings(), 0);
+  cr_assert_eq(fakecuda_live_handles(), 0);
+  cr_assert_eq(fakecuda_used_bytes(0), 0);
+  ms_allocator_destroy(a);
+  ms_backend_destroy(b);
+}
+
 Test(cuda_fake, page_sizes_must_be_multiples_of_the_granularity) {
   fakecuda_set_granularity(0, 8 * MiB);
   ms_backend_t *b = open_cuda();

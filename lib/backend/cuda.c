@@ -84,6 +84,7 @@ typedef struct cuda_chunk_s {
   size_t size;
   CUmemGenericAllocationHandle handle;
   int device;
+  bool unmapped; /* unmapped, its release failed and it could not be mapped back */
 } cuda_chunk_t;
 
 typedef struct cuda_drv_s {
@@ -630,6 +631,22 @@ static int chunks_reserve(cuda_ctx_t *c, size_t extra) {
   return MS_OK;
 }
 
+/* Read/write access to [addr, addr+size) for device and every peer that can access it. */
+static CUresult set_access(const cuda_ctx_t *c, int device, CUdeviceptr addr, size_t size) {
+  CUmemAccessDesc acc[64];
+  size_t n = 0;
+  memset(acc, 0, sizeof acc);
+  acc[n].location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  acc[n].location.id = device;
+  acc[n++].flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  for (const int *p = c->peers[device]; *p >= 0 && n < 64; p++) {
+    acc[n].location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    acc[n].location.id = *p;
+    acc[n++].flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  }
+  return c->drv.set_access(addr, size, acc, n);
+}
+
 static int cuda_mem_map(void *ctx, int device, ms_devptr_t addr, size_t size) {
   CTX(c);
   MS_RETURN_IF(device < 0 || device >= c->ndevices, MS_ENODEVICE);
@@ -665,17 +682,7 @@ static int cuda_mem_map(void *ctx, int device, ms_devptr_t addr, size_t size) {
   }
   if (r == MS_OK) {
     /* Read/write for the device and every peer that can access it (§12). */
-    CUmemAccessDesc acc[64];
-    size_t n = 0;
-    memset(acc, 0, sizeof acc);
-    acc[n].location = prop.location;
-    acc[n++].flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-    for (const int *p = c->peers[device]; *p >= 0 && n < 64; p++) {
-      acc[n].location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-      acc[n].location.id = *p;
-      acc[n++].flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-    }
-    CUresult cr = c->drv.set_access((CUdeviceptr)addr, size, acc, n);
+    CUresult cr = set_access(c, device, (CUdeviceptr)addr, size);
     if (cr != CUDA_SUCCESS) r = cuda_fail_drv(c, device, cr, "cuMemSetAccess");
   }
   if (r == MS_OK) {
@@ -696,15 +703,31 @@ static int cuda_mem_map(void *ctx, int device, ms_devptr_t addr, size_t size) {
   return r;
 }
 
-/* Unmaps and releases chunk k (the caller removes it from the table). Caller holds the lock. */
+/* Unmaps and releases chunk k (the caller removes it from the table on success). Caller holds
+ * the lock. On failure the chunk is left as the allocator believes it is, mapped and usable:
+ * a failed cuMemUnmap changed nothing, and after a failed cuMemRelease the still-valid handle is
+ * mapped back (with its access) so that the page the allocator keeps on its books is really
+ * there; only if that fails too is the chunk marked unmapped (a later attempt releases it). */
 static int chunk_drop(cuda_ctx_t *c, size_t k) {
   cuda_chunk_t *ch = &c->chunks[k];
-  CUresult cr = c->drv.unmap(ch->addr, ch->size);
-  if (cr != CUDA_SUCCESS) return cuda_fail_drv(c, ch->device, cr, "cuMemUnmap");
+  CUresult cr;
+  if (!ch->unmapped) {
+    cr = c->drv.unmap(ch->addr, ch->size);
+    if (cr != CUDA_SUCCESS) return cuda_fail_drv(c, ch->device, cr, "cuMemUnmap");
+  }
   cr = c->drv.release(ch->handle);
   if (cr != CUDA_SUCCESS) {
-    /* Unmapped but not released: the memory is lost to the process; say so. */
     int r = cuda_fail_drv(c, ch->device, cr, "cuMemRelease");
+    if (!ch->unmapped) {
+      CUresult m = c->drv.map(ch->addr, ch->size, 0, ch->handle, 0);
+      if (m == CUDA_SUCCESS) m = set_access(c, ch->device, ch->addr, ch->size);
+      if (m != CUDA_SUCCESS) {
+        ch->unmapped = true;
+        ms__warning("cuda: page 0x%llx (%zu bytes) of device %d is unmapped but could not be "
+                    "released nor mapped back: do not use it",
+                    (unsigned long long)ch->addr, ch->size, ch->device);
+      }
+    }
     return r;
   }
   return MS_OK;
