@@ -15,7 +15,7 @@
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 
-#include "fakecuda.h"
+#include "fakecuda/fakecuda.h"
 #include "memsnap/allocator.h"
 #include "memsnap/backend.h"
 
