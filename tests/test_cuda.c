@@ -549,3 +549,149 @@ Test(cuda, allocator_graph_capture_uses_a_private_pool, .timeout = 60) {
   cr_assert_eq(o->stream_destroy(o->ctx, 0, s), MS_OK);
   ms_backend_destroy(b);
 }
+
+/* ---- issue #15 on the device: three streams, expandable segments end to end ---------------- */
+
+/* Gates of their own (one per stream), so that each stream can be released separately. */
+static void CUDART_CB gate_wait_on(void *arg) {
+  atomic_int *g = arg;
+  struct timespec ts = {0, 100000};
+  while (!atomic_load(g)) nanosleep(&ts, NULL);
+}
+
+Test(cuda, allocator_record_stream_across_three_streams, .timeout = 60) {
+  ms_backend_t *b = open_or_skip();
+  const ms_backend_ops_t *o = ms_backend_ops(b);
+  ms_allocator_t *a = allocator_on(b);
+  ms_stream_t s[3];
+  for (int i = 0; i < 3; i++) cr_assert_eq(o->stream_create(o->ctx, 0, &s[i]), MS_OK);
+  static atomic_int g1, g2;
+  atomic_store(&g1, 0);
+  atomic_store(&g2, 0);
+  const size_t sz = (size_t)8 << 20;
+  ms_devptr_t p, q, r;
+  cr_assert_eq(ms_allocator_malloc(a, sz, s[0], &p), MS_OK);
+  cr_assert_eq(cudaMemsetAsync((void *)p, 1, sz, (cudaStream_t)(uintptr_t)s[0]), cudaSuccess);
+  cr_assert_eq(ms_allocator_record_stream(a, p, s[1]), MS_OK);
+  cr_assert_eq(ms_allocator_record_stream(a, p, s[2]), MS_OK);
+  cr_assert_eq(cudaLaunchHostFunc((cudaStream_t)(uintptr_t)s[1], gate_wait_on, &g1), cudaSuccess);
+  cr_assert_eq(cudaLaunchHostFunc((cudaStream_t)(uintptr_t)s[2], gate_wait_on, &g2), cudaSuccess);
+  cr_assert_eq(ms_allocator_free(a, p), MS_OK);
+  cr_assert_eq(ms_allocator_malloc(a, sz, s[0], &q), MS_OK);
+  cr_assert(q + sz <= p || p + sz <= q, "reused while two streams still use it");
+  cr_assert_eq(ms_allocator_free(a, q), MS_OK);
+  /* One of the two streams done: still pending on the other. */
+  atomic_store(&g1, 1);
+  cr_assert_eq(cudaStreamSynchronize((cudaStream_t)(uintptr_t)s[1]), cudaSuccess);
+  cr_assert_eq(ms_allocator_malloc(a, sz, s[0], &r), MS_OK);
+  cr_assert_neq(r, p, "reused while the third stream still uses it");
+  cr_assert_eq(r, q, "the free block of the same size is the one taken");
+  ms_stats_t st = stats_of(a);
+  cr_assert_eq(st.active_bytes[MS_STAT_ALL].current,
+               st.allocated_bytes[MS_STAT_ALL].current + (int64_t)sz);
+  cr_assert_eq(ms_allocator_free(a, r), MS_OK);
+  atomic_store(&g2, 1);
+  cr_assert_eq(cudaStreamSynchronize((cudaStream_t)(uintptr_t)s[2]), cudaSuccess);
+  ms_devptr_t x, y;
+  cr_assert_eq(ms_allocator_malloc(a, sz, s[0], &x), MS_OK);
+  cr_assert_eq(ms_allocator_malloc(a, sz, s[0], &y), MS_OK);
+  cr_assert((x == p || y == p), "p is free again once every stream is done");
+  cr_assert_eq(ms_allocator_free(a, x), MS_OK);
+  cr_assert_eq(ms_allocator_free(a, y), MS_OK);
+  cr_assert_eq(ms_allocator_empty_cache(a), MS_OK);
+  cr_assert_eq(stats_of(a).reserved_bytes[MS_STAT_ALL].current, 0);
+  cr_assert_eq(cudaGetLastError(), cudaSuccess);
+  ms_allocator_destroy(a);
+  for (int i = 0; i < 3; i++) cr_assert_eq(o->stream_destroy(o->ctx, 0, s[i]), MS_OK);
+  ms_backend_destroy(b);
+}
+
+/* Expandable segments end to end on the device: grow one range to half of the free memory in
+ * 60 MiB blocks (3 pages of 20 MiB each), shrink it (free every other block, empty_cache unmaps
+ * their pages and the driver gets the memory back), remap blocks of 2x and 0.5x the size in the
+ * holes, ask for twice the device (an OOM that changes nothing), then return everything. */
+Test(cuda, expandable_segments_grow_shrink_unmap_remap, .timeout = 240) {
+  ms_backend_t *b = open_or_skip();
+  const ms_backend_ops_t *o = ms_backend_ops(b);
+  cr_assert(o->va_reserve != NULL, "device 0 has no virtual memory management");
+  ms_alloc_config_t conf;
+  ms_alloc_config_init(&conf);
+  conf.expandable_segments = true;
+  ms_allocator_config_t cfg = {.backend = b, .device = 0, .alloc = &conf};
+  ms_allocator_t *a = NULL;
+  ms_errbuf_t eb;
+  cr_assert_eq(ms_allocator_create(&cfg, &a, &eb), MS_OK, "%s", eb.msg);
+  size_t f0, total;
+  cr_assert_eq(o->mem_info(o->ctx, 0, &f0, &total), MS_OK);
+  const size_t chunk = (size_t)60 << 20;
+  size_t nblocks = (f0 / 2) / chunk;
+  if (nblocks > 1024) nblocks = 1024;
+  cr_assert(nblocks >= 4, "device 0 has less than 480 MiB free (%zu bytes)", f0);
+  live_t *live = calloc(nblocks + 4, sizeof *live);
+  cr_assert(live != NULL);
+  /* Grow. */
+  for (size_t i = 0; i < nblocks; i++) {
+    cr_assert_eq(ms_allocator_malloc(a, chunk, 0, &live[i].p), MS_OK, "block %zu", i);
+    live[i].size = chunk;
+    live[i].tag = (unsigned char)(1 + i % 250);
+    cr_assert_eq(cudaMemsetAsync((void *)live[i].p, live[i].tag, chunk, 0), cudaSuccess);
+    if (i) cr_assert_eq(live[i].p, live[i - 1].p + chunk, "the range grows in place");
+  }
+  check_live(live, nblocks);
+  ms_stats_t st = stats_of(a);
+  cr_assert_eq(st.reserved_bytes[MS_STAT_ALL].current, (int64_t)(nblocks * chunk));
+  cr_assert_eq(st.segment[MS_STAT_ALL].current, 0, "expandable memory is never a segment");
+  size_t f1, t1;
+  cr_assert_eq(o->mem_info(o->ctx, 0, &f1, &t1), MS_OK);
+  cr_assert(f0 - f1 >= nblocks * chunk, "the driver lent the mapped pages (%zu < %zu)", f0 - f1,
+            nblocks * chunk);
+  /* Shrink: every other block freed, their pages unmapped by empty_cache. */
+  size_t kept = 0, freed = 0;
+  for (size_t i = 0; i < nblocks; i++) {
+    if (i % 2) {
+      cr_assert_eq(ms_allocator_free(a, live[i].p), MS_OK);
+      freed += chunk;
+    } else {
+      live[kept++] = live[i];
+    }
+  }
+  cr_assert_eq(ms_allocator_empty_cache(a), MS_OK);
+  st = stats_of(a);
+  cr_assert_eq(st.reserved_bytes[MS_STAT_ALL].current, (int64_t)(nblocks * chunk - freed),
+               "each freed 60 MiB block is exactly 3 whole pages");
+  size_t f2, t2;
+  cr_assert_eq(o->mem_info(o->ctx, 0, &f2, &t2), MS_OK);
+  cr_assert(f2 >= f1 + freed - ((size_t)64 << 20), "the unmapped pages went back to the driver");
+  check_live(live, kept);
+  /* Remap into the holes: 2x (needs two adjacent holes? no: one hole is 60 MiB, so a 120 MiB
+   * block maps new pages at the end or a fresh range) and 0.5x (fits a hole). */
+  ms_devptr_t big, half;
+  cr_assert_eq(ms_allocator_malloc(a, 2 * chunk, 0, &big), MS_OK);
+  cr_assert_eq(ms_allocator_malloc(a, chunk / 2, 0, &half), MS_OK);
+  live[kept++] = (live_t){big, 2 * chunk, 251};
+  live[kept++] = (live_t){half, chunk / 2, 252};
+  cr_assert_eq(cudaMemsetAsync((void *)big, 251, 2 * chunk, 0), cudaSuccess);
+  cr_assert_eq(cudaMemsetAsync((void *)half, 252, chunk / 2, 0), cudaSuccess);
+  check_live(live, kept);
+  /* Twice the device: an OOM that leaves everything as it was. */
+  ms_devptr_t none = 0xbeef;
+  int64_t reserved = stats_of(a).reserved_bytes[MS_STAT_ALL].current;
+  cr_assert_eq(ms_allocator_malloc(a, 2 * total, 0, &none), MS_EOOM);
+  cr_assert_eq(none, 0xbeef);
+  cr_assert(stats_of(a).reserved_bytes[MS_STAT_ALL].current <= reserved);
+  cr_assert_eq(cudaGetLastError(), cudaSuccess);
+  check_live(live, kept);
+  /* Everything back. */
+  for (size_t i = 0; i < kept; i++) cr_assert_eq(ms_allocator_free(a, live[i].p), MS_OK);
+  cr_assert_eq(ms_allocator_empty_cache(a), MS_OK);
+  st = stats_of(a);
+  cr_assert_eq(st.reserved_bytes[MS_STAT_ALL].current, 0);
+  cr_assert_eq(st.active_bytes[MS_STAT_ALL].current, 0);
+  size_t f3, t3;
+  cr_assert_eq(o->mem_info(o->ctx, 0, &f3, &t3), MS_OK);
+  cr_assert(f3 + ((size_t)64 << 20) >= f0, "memory not returned: %zu free at the start, %zu now",
+            f0, f3);
+  free(live);
+  ms_allocator_destroy(a);
+  ms_backend_destroy(b);
+}

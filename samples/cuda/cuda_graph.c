@@ -69,7 +69,10 @@ int main(int argc, char **argv) {
 
   ms_pool_id_t pool = ms_pool_id_new(true);
   SAMPLE_MS(ms_allocator_begin_allocate_to_pool(a, pool, only_stream, &ms_s));
-  SAMPLE_CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  /* Global mode, as torch.cuda.graph's default: any synchronizing or freeing call made by the
+   * allocator during the capture (from any thread) would invalidate it, and cudaStreamEndCapture
+   * would fail. */
+  SAMPLE_CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
   captured_step(a, s, x, sum);
   cudaGraph_t g;
   SAMPLE_CK(cudaStreamEndCapture(s, &g));
@@ -105,11 +108,25 @@ int main(int argc, char **argv) {
 
   SAMPLE_MS(ms_allocator_free(a, (ms_devptr_t)x));
   SAMPLE_MS(ms_allocator_free(a, sum_p));
+  SAMPLE_MS(ms_allocator_empty_cache(a));
+  ms_stats_t st = MS_STATS_INIT;
+  SAMPLE_MS(ms_allocator_get_stats(a, &st));
+  if (st.reserved_bytes[MS_STAT_ALL].current != 0 || st.segment[MS_STAT_ALL].current != 0) {
+    fprintf(stderr, "%s: error: leak: %lld bytes in %lld segments still reserved after the pool "
+                    "was released and everything freed\n",
+            sample_prog, (long long)st.reserved_bytes[MS_STAT_ALL].current,
+            (long long)st.segment[MS_STAT_ALL].current);
+    bad = 1;
+  }
+  printf("no leak: nothing reserved after release_pool + empty_cache (%lld device allocations, "
+         "%lld frees)\n",
+         (long long)st.num_device_alloc, (long long)st.num_device_free);
   SAMPLE_CK(cudaStreamDestroy(s));
   ms_allocator_destroy(a);
   ms_backend_destroy(backend);
   if (bad) {
-    fprintf(stderr, "%s: error: the replays computed a wrong sum\n", sample_prog);
+    fprintf(stderr, "%s: error: the replays computed a wrong sum, or memory leaked\n",
+            sample_prog);
     return 1;
   }
   return 0;
