@@ -32,7 +32,7 @@
 set -uo pipefail
 
 cd "$(dirname "$0")/.." || exit 2
-build=build-gpu
+build="build-gpu"
 out=
 quick=0
 while [[ $# -gt 0 ]]; do

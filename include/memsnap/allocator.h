@@ -76,13 +76,17 @@ MS_API int ms_allocator_device(const ms_allocator_t *a);
  * cached segments, retry). size == 0 gives *out = 0 and MS_OK without touching the allocator.
  * @return MS_OK; MS_EOOM when the device memory is exhausted (the message of PyTorch's
  * OutOfMemoryError is then available from ms_allocator_last_oom_message, and every OOM observer
- * has been called); MS_EBACKEND (or the backend's code) when the device failed otherwise. */
+ * has been called); MS_EBACKEND (or the backend's code) when the device failed otherwise, also
+ * when a free, unmap or event call of the OOM chain or of the pending-event processing failed
+ * (never reported as an OOM; what could not be freed stays cached and accounted). */
 MS_API MS_NODISCARD int ms_allocator_malloc(ms_allocator_t *a, size_t size, ms_stream_t stream,
                                             ms_devptr_t *out);
 
 /* Frees ptr (from ms_allocator_malloc of this allocator). 0 is a no-op. The memory returns to the
  * cache at once, or once the events of its other streams have completed (record_stream).
- * @return MS_OK or MS_EINVAL ("invalid device pointer") for an unknown pointer. */
+ * @return MS_OK, MS_EINVAL ("invalid device pointer") for an unknown pointer, or the backend's
+ * error when a stream event could not be recorded: the block is freed for the program but stays
+ * pending (never reused) and the record is retried at a later malloc. */
 MS_API int ms_allocator_free(ms_allocator_t *a, ms_devptr_t ptr);
 
 /* Marks ptr (an allocated block) as used on stream too (PyTorch's recordStream, §7.7): when it is
@@ -91,8 +95,12 @@ MS_API int ms_allocator_free(ms_allocator_t *a, ms_devptr_t ptr);
 MS_API int ms_allocator_record_stream(ms_allocator_t *a, ms_devptr_t ptr, ms_stream_t stream);
 
 /* PyTorch's emptyCache (§8.4, §14): synchronizes all pending events, returns every unsplit cached
- * segment of the default pools to the device (unless a private-pool routing is active), and frees
- * the cached segments of released private pools. @return MS_OK or a backend error. */
+ * segment of the default pools to the device, and frees the cached segments of released private
+ * pools. While a graph capture may be under way (a private-pool routing is active, or the backend
+ * reports a capture) it does nothing and returns MS_OK: freeing or synchronizing would invalidate
+ * the capture. @return MS_OK or the first backend error (a failed free, unmap or event
+ * synchronization: that memory stays cached and accounted; what was released before stays
+ * released). */
 MS_API int ms_allocator_empty_cache(ms_allocator_t *a);
 
 /* Copies the statistics into *out (pre: out initialised by ms_stats_init or MS_STATS_INIT).
@@ -116,7 +124,9 @@ MS_API int ms_allocator_set_memory_fraction(ms_allocator_t *a, double fraction, 
 /* The allocator's settings (a copy of what it was created with). */
 MS_API void ms_allocator_get_config(ms_allocator_t *a, ms_alloc_config_t *out);
 
-/* Largest free cached block across all pools (PyTorch's cacheInfo, §14), in bytes. */
+/* Largest free cached block across all pools (PyTorch's cacheInfo, §14), in bytes; with nothing
+ * cached, the device's free bytes from the backend's mem_info (as cacheInfo falls back to
+ * cudaMemGetInfo), 0 if that fails. */
 MS_API size_t ms_allocator_largest_free_block(ms_allocator_t *a);
 
 /* ---- out of memory ----------------------------------------------------------------------- */
@@ -133,7 +143,8 @@ MS_API int ms_allocator_attach_oom_observer(ms_allocator_t *a, ms_oom_observer_f
 
 /* Free-memory callbacks (PyTorch's FreeCudaMemoryCallbacksRegistry): run in the OOM chain when no
  * cached block fits; each returns whether it freed something (then the pool is searched again).
- * They run UNDER the allocator's lock and must not call this allocator. */
+ * They run with the allocator's lock released, so they may call this allocator (empty_cache,
+ * free, even malloc); the pool is searched again afterwards. */
 typedef bool ms_free_memory_fn(void *arg);
 MS_API int ms_allocator_add_free_memory_callback(ms_allocator_t *a, ms_free_memory_fn *fn,
                                                  void *arg);
