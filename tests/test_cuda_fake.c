@@ -809,3 +809,91 @@ Test(cuda_fake, the_fake_serves_stream_ordered_pool_and_managed_memory) {
   cr_assert_eq(fakecuda_count("cudaMallocAsync"), 2);
   cr_assert_eq(fakecuda_count("cudaFreeAsync"), 5);
 }
+
+/* ---- many threads, with faults ---------------------------------------------------------------- */
+
+typedef struct mt_s {
+  ms_allocator_t *a;
+  cudaStream_t own, *all;
+  int id, nthreads;
+  long errors, ops;
+} mt_t;
+
+static void *mt_worker(void *arg) {
+  mt_t *t = arg;
+  uint64_t x = 0x9e3779b97f4a7c15ull * (uint64_t)(t->id + 1);
+  ms_devptr_t live[16];
+  int n = 0;
+  for (int op = 0; op < 3000; op++) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    if (n == 16 || (n && x % 3 == 0)) {
+      ms_devptr_t p = live[--n];
+      if (x % 5 == 0) {
+        ms_stream_t other = (ms_stream_t)(uintptr_t)t->all[(t->id + 1) % t->nthreads];
+        if (ms_allocator_record_stream(t->a, p, other) != MS_OK) t->errors++;
+      }
+      if (ms_allocator_free(t->a, p) != MS_OK) t->errors++; /* the block is freed anyway */
+    } else {
+      size_t size = (size_t)1 << (9 + x % 16); /* 512 B .. 16 MiB */
+      ms_devptr_t p;
+      int r = ms_allocator_malloc(t->a, size, (ms_stream_t)(uintptr_t)t->own, &p);
+      if (r == MS_OK) live[n++] = p;
+      else if (r != MS_EOOM) t->errors++;
+    }
+    if (x % 97 == 0 && ms_allocator_empty_cache(t->a) != MS_OK) t->errors++;
+    t->ops++;
+  }
+  while (n)
+    if (ms_allocator_free(t->a, live[--n]) != MS_OK) t->errors++;
+  return NULL;
+}
+
+static void many_threads(bool expandable) {
+  fakecuda_set_capacity(0, 256 * MiB);
+  ms_backend_t *b = open_cuda();
+  ms_allocator_t *a = allocator_on(b, 0, expandable);
+  enum { T = 6 };
+  cudaStream_t streams[T];
+  mt_t t[T];
+  pthread_t th[T];
+  for (int i = 0; i < T; i++) cr_assert_eq(cudaStreamCreate(&streams[i]), cudaSuccess);
+  /* Faults that hit whichever thread comes: frees, unmaps, event records and queries. */
+  fakecuda_fail("cudaFree", 5, cudaErrorLaunchFailure, 3);
+  fakecuda_fail("cuMemUnmap", 3, CUDA_ERROR_UNKNOWN, 2);
+  fakecuda_fail("cuMemRelease", 2, CUDA_ERROR_UNKNOWN, 2);
+  fakecuda_fail("cudaEventRecord", 10, cudaErrorLaunchFailure, 3);
+  fakecuda_fail("cudaEventQuery", 20, cudaErrorLaunchFailure, 3);
+  for (int i = 0; i < T; i++) {
+    t[i] = (mt_t){.a = a, .own = streams[i], .all = streams, .id = i, .nthreads = T};
+    cr_assert_eq(pthread_create(&th[i], NULL, mt_worker, &t[i]), 0);
+  }
+  long errors = 0, ops = 0;
+  for (int i = 0; i < T; i++) {
+    cr_assert_eq(pthread_join(th[i], NULL), 0);
+    errors += t[i].errors, ops += t[i].ops;
+  }
+  cr_assert_eq(ops, T * 3000L);
+  cr_assert(errors > 0, "the injected faults reached no caller");
+  fakecuda_clear_failures();
+  ms_devptr_t p;
+  cr_assert_eq(ms_allocator_malloc(a, 1000, 0, &p), MS_OK); /* retries what failed */
+  cr_assert_eq(ms_allocator_free(a, p), MS_OK);
+  cr_assert_eq(ms_allocator_empty_cache(a), MS_OK);
+  ms_stats_t st = stats_of(a);
+  cr_assert_eq(st.allocated_bytes[MS_STAT_ALL].current, 0);
+  cr_assert_eq(st.active_bytes[MS_STAT_ALL].current, 0, "a pending block was lost");
+  cr_assert_eq(st.reserved_bytes[MS_STAT_ALL].current, 0);
+  cr_assert_eq(fakecuda_used_bytes(0), 0, "device memory leaked");
+  cr_assert_eq(fakecuda_live_allocations(0), 0);
+  cr_assert_eq(fakecuda_live_mappings(), 0);
+  cr_assert_eq(fakecuda_live_handles(), 0);
+  ms_allocator_destroy(a);
+  cr_assert_eq(fakecuda_live_reservations(), 0);
+  for (int i = 0; i < T; i++) cr_assert_eq(cudaStreamDestroy(streams[i]), cudaSuccess);
+  ms_backend_destroy(b);
+}
+
+Test(cuda_fake, many_threads_with_faults_keep_the_books, .timeout = 60) { many_threads(false); }
+Test(cuda_fake, many_threads_with_faults_keep_the_books_expandable, .timeout = 60) {
+  many_threads(true);
+}
