@@ -305,25 +305,40 @@ Test(cuda, backend_virtual_memory_maps_and_unmaps_pages, .timeout = 60) {
             "driver lacks cuMemCreate/cuMemMap..., or the device lacks "
             "CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED): expandable segments "
             "cannot work here");
-  const size_t page = (size_t)2 << 20;
+  size_t page = (size_t)2 << 20;
+  if (o->mem_granularity) cr_assert_eq(o->mem_granularity(o->ctx, 0, &page), MS_OK);
+  cr_assert(page > 0 && ((size_t)2 << 20) % page == 0, "granularity %zu does not divide 2 MiB",
+            page);
+  page = (size_t)2 << 20;
   ms_devptr_t base;
   cr_assert_eq(o->va_reserve(o->ctx, 0, 8 * page, &base), MS_OK);
   cr_assert_eq(base % page, 0);
-  cr_assert_eq(o->mem_map(o->ctx, 0, base + page, 3 * page), MS_OK);
+  /* One mem_map is one physical allocation: three single pages, then one of two pages. */
+  for (int i = 1; i <= 3; i++)
+    cr_assert_eq(o->mem_map(o->ctx, 0, base + (size_t)i * page, page), MS_OK);
+  cr_assert_eq(o->mem_map(o->ctx, 0, base + 5 * page, 2 * page), MS_OK);
   cr_assert_eq(o->mem_map(o->ctx, 0, base + 2 * page, page), MS_ESTATE, "mapped twice");
   cr_assert_eq(cudaMemset((void *)(base + page), 0x33, 3 * page), cudaSuccess);
+  cr_assert_eq(cudaMemset((void *)(base + 5 * page), 0x44, 2 * page), cudaSuccess);
   unsigned char c = 0;
   cr_assert_eq(cudaMemcpy(&c, (void *)(base + 4 * page - 1), 1, cudaMemcpyDeviceToHost),
                cudaSuccess);
   cr_assert_eq(c, 0x33);
-  /* Any page-aligned sub-range can be unmapped; a range with an unmapped page cannot. */
+  /* A run of whole mapped ranges can be unmapped; part of a range, or a run with a hole,
+   * cannot. */
   cr_assert_eq(o->mem_unmap(o->ctx, 0, base + 2 * page, page), MS_OK);
-  cr_assert_eq(o->mem_unmap(o->ctx, 0, base + page, 2 * page), MS_ESTATE);
+  cr_assert_eq(o->mem_unmap(o->ctx, 0, base + page, 2 * page), MS_ESTATE, "a hole");
+  cr_assert_eq(o->mem_unmap(o->ctx, 0, base + 5 * page, page), MS_ESTATE, "half a range");
   cr_assert_eq(o->va_release(o->ctx, 0, base, 8 * page), MS_ESTATE, "pages still mapped");
+  cr_assert_eq(cudaMemcpy(&c, (void *)(base + 7 * page - 1), 1, cudaMemcpyDeviceToHost),
+               cudaSuccess);
+  cr_assert_eq(c, 0x44, "a refused unmap changed nothing");
   cr_assert_eq(o->mem_unmap(o->ctx, 0, base + page, page), MS_OK);
   cr_assert_eq(o->mem_unmap(o->ctx, 0, base + 3 * page, page), MS_OK);
+  cr_assert_eq(o->mem_unmap(o->ctx, 0, base + 5 * page, 2 * page), MS_OK);
   cr_assert_eq(o->va_release(o->ctx, 0, base, 8 * page), MS_OK);
   cr_assert_eq(o->mem_map(o->ctx, 0, base + 1, page), MS_EINVAL);
+  cr_assert_eq(cudaGetLastError(), cudaSuccess);
   ms_backend_destroy(b);
 }
 

@@ -347,6 +347,36 @@ Test(cuda_fake, failed_release_maps_the_page_back_and_keeps_it_accounted) {
   ms_backend_destroy(b);
 }
 
+/* The backend's VMM contract (backend.h): one mem_map is one physical allocation; mem_unmap takes
+ * runs of whole mapped ranges and refuses anything else without touching the driver. */
+Test(cuda_fake, mem_map_and_unmap_work_on_whole_mapped_ranges) {
+  ms_backend_t *b = open_cuda();
+  const ms_backend_ops_t *o = ms_backend_ops(b);
+  const size_t page = 2 * MiB;
+  ms_devptr_t base;
+  cr_assert_eq(o->va_reserve(o->ctx, 0, 8 * page, &base), MS_OK);
+  for (int i = 1; i <= 3; i++)
+    cr_assert_eq(o->mem_map(o->ctx, 0, base + (size_t)i * page, page), MS_OK);
+  cr_assert_eq(o->mem_map(o->ctx, 0, base + 5 * page, 2 * page), MS_OK);
+  cr_assert_eq(fakecuda_live_handles(), 4);
+  cr_assert_eq(fakecuda_mapping_size(base + 6 * page), 2 * page);
+  cr_assert_eq(o->mem_map(o->ctx, 0, base + 2 * page, page), MS_ESTATE, "mapped twice");
+  fakecuda_log_clear();
+  cr_assert_eq(o->mem_unmap(o->ctx, 0, base + page, 2 * page), MS_OK, "two whole ranges");
+  cr_assert_eq(o->mem_unmap(o->ctx, 0, base + 3 * page, 3 * page), MS_ESTATE, "a hole");
+  cr_assert_eq(o->mem_unmap(o->ctx, 0, base + 5 * page, page), MS_ESTATE, "half a range");
+  cr_assert_eq(fakecuda_count("cuMemUnmap"), 2, "refusals touch nothing");
+  cr_assert_eq(o->va_release(o->ctx, 0, base, 8 * page), MS_ESTATE, "pages still mapped");
+  cr_assert_eq(o->mem_unmap(o->ctx, 0, base + 3 * page, page), MS_OK);
+  cr_assert_eq(o->mem_unmap(o->ctx, 0, base + 5 * page, 2 * page), MS_OK);
+  cr_assert_eq(o->va_release(o->ctx, 0, base, 8 * page), MS_OK);
+  cr_assert_eq(o->mem_map(o->ctx, 0, base + 1, page), MS_EINVAL);
+  cr_assert_eq(fakecuda_live_handles(), 0);
+  cr_assert_eq(fakecuda_live_reservations(), 0);
+  cr_assert_eq(fakecuda_pending_error(), cudaSuccess);
+  ms_backend_destroy(b);
+}
+
 Test(cuda_fake, page_sizes_must_be_multiples_of_the_granularity) {
   fakecuda_set_granularity(0, 8 * MiB);
   ms_backend_t *b = open_cuda();
