@@ -10,7 +10,11 @@
  *  - free: cudaFree, never while a graph capture is under way on the device (cudaFree there would
  *    invalidate the capture): then MS_ESTATE without calling it. No explicit synchronization (the
  *    allocator never frees during a capture, and cudaFree synchronizes by itself).
- *  - mem_info: cudaMemGetInfo. device_synchronize: cudaDeviceSynchronize.
+ *  - mem_info: cudaMemGetInfo. device_synchronize: cudaDeviceSynchronize, refused (MS_ESTATE)
+ *    while a capture is under way, like cudaEventSynchronize (event_synchronize) and cuMemUnmap;
+ *    event_query answers "not done" then without calling cudaEventQuery. "Under way" is what the
+ *    legacy stream reports (cudaErrorStreamCaptureImplicit: a blocking stream of the device is
+ *    capturing); the allocator itself also treats every private-pool routing as a capture.
  *  - streams: cudaStreamCreateWithFlags(cudaStreamNonBlocking), like PyTorch's stream pool.
  *  - stream_key: cudaStreamPerThread is the same handle on every thread but a different stream on
  *    each: its key is CUDA_PT_KEY_BIT | cudaStreamGetId(cudaStreamPerThread), unique to the real
