@@ -710,3 +710,53 @@ Test(cuda, expandable_segments_grow_shrink_unmap_remap, .timeout = 240) {
   ms_allocator_destroy(a);
   ms_backend_destroy(b);
 }
+
+/* What the backend sees of a capture it was not told about (the fake CUDA models the same; this
+ * test settles it on the real driver): on a blocking stream the legacy stream reports it, so
+ * cudaFree and the synchronizations are refused and the capture survives; on a non-blocking
+ * stream nothing is visible from the legacy stream (docs/gpu.md, known limits). */
+Test(cuda, backend_refuses_frees_and_syncs_during_a_capture_on_a_blocking_stream, .timeout = 60) {
+  ms_backend_t *b = open_or_skip();
+  const ms_backend_ops_t *o = ms_backend_ops(b);
+  captured[0] = 0;
+  ms_set_output(capture_output, NULL);
+  cudaStream_t bs;
+  cr_assert_eq(cudaStreamCreate(&bs), cudaSuccess); /* blocking */
+  ms_devptr_t raw;
+  cr_assert_eq(o->malloc(o->ctx, 0, 1 << 20, 0, &raw), MS_OK);
+  ms_event_t ev;
+  cr_assert_eq(o->event_create(o->ctx, 0, &ev), MS_OK);
+  cr_assert_eq(cudaStreamBeginCapture(bs, cudaStreamCaptureModeGlobal), cudaSuccess);
+  cr_assert_eq(cudaMemsetAsync((void *)raw, 3, 1 << 20, bs), cudaSuccess);
+  bool cap = false;
+  uint64_t id = 0;
+  cr_assert_eq(o->stream_capture_info(o->ctx, 0, 0, &cap, &id), MS_OK);
+  cr_assert(cap, "the legacy stream does not report the capture on a blocking stream");
+  cr_assert_eq(o->free(o->ctx, 0, raw), MS_ESTATE);
+  cr_assert_eq(o->device_synchronize(o->ctx, 0), MS_ESTATE);
+  cr_assert_eq(o->event_synchronize(o->ctx, 0, ev), MS_ESTATE);
+  bool done = true;
+  cr_assert_eq(o->event_query(o->ctx, 0, ev, &done), MS_OK);
+  cr_assert(!done);
+  cudaGraph_t g;
+  cr_assert_eq(cudaStreamEndCapture(bs, &g), cudaSuccess, "the capture was invalidated");
+  cr_assert_eq(cudaGraphDestroy(g), cudaSuccess);
+  cr_assert_eq(cudaGetLastError(), cudaSuccess);
+  cr_assert_eq(o->free(o->ctx, 0, raw), MS_OK);
+  /* A non-blocking stream's capture is not visible from the legacy stream. */
+  ms_stream_t nb;
+  cr_assert_eq(o->stream_create(o->ctx, 0, &nb), MS_OK);
+  cr_assert_eq(cudaStreamBeginCapture((cudaStream_t)(uintptr_t)nb, cudaStreamCaptureModeGlobal),
+               cudaSuccess);
+  cr_assert_eq(o->stream_capture_info(o->ctx, 0, nb, &cap, &id), MS_OK);
+  cr_assert(cap, "the capturing stream itself reports it");
+  cr_assert_eq(o->stream_capture_info(o->ctx, 0, 0, &cap, &id), MS_OK);
+  cr_log_info("legacy stream during a non-blocking capture: %s", cap ? "capturing" : "not capturing");
+  cr_assert_eq(cudaStreamEndCapture((cudaStream_t)(uintptr_t)nb, &g), cudaSuccess);
+  cr_assert_eq(cudaGraphDestroy(g), cudaSuccess);
+  ms_set_output(NULL, NULL);
+  cr_assert_eq(o->event_destroy(o->ctx, 0, ev), MS_OK);
+  cr_assert_eq(o->stream_destroy(o->ctx, 0, nb), MS_OK);
+  cr_assert_eq(cudaStreamDestroy(bs), cudaSuccess);
+  ms_backend_destroy(b);
+}
