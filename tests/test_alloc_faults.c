@@ -30,8 +30,8 @@ typedef struct faulty_s {
   unsigned times[F_N];     /* ... and so many calls in a row */
   int err[F_N];
   unsigned calls[F_N];
-  bool capturing;      /* stream_capture_info says so for every stream */
-  size_t granularity;  /* mem_granularity's answer (0: the op is absent) */
+  bool capturing;     /* stream_capture_info says so for every stream */
+  size_t granularity; /* mem_granularity's answer (0: the op is absent) */
 } faulty_t;
 
 static faulty_t F;
@@ -64,12 +64,18 @@ static void fail_nth(enum fop op, unsigned nth, int err, unsigned times) {
     return r_ != MS_OK ? r_ : (call);                                                              \
   } while (0)
 
-static int f_count(void *c, int *n) { (void)c; return F.s->device_count(F.s->ctx, n); }
+static int f_count(void *c, int *n) {
+  (void)c;
+  return F.s->device_count(F.s->ctx, n);
+}
 static int f_malloc(void *c, int d, size_t sz, ms_stream_t st, ms_devptr_t *o) {
   (void)c;
   WRAP(F_MALLOC, F.s->malloc(F.s->ctx, d, sz, st, o));
 }
-static int f_free(void *c, int d, ms_devptr_t p) { (void)c; WRAP(F_FREE, F.s->free(F.s->ctx, d, p)); }
+static int f_free(void *c, int d, ms_devptr_t p) {
+  (void)c;
+  WRAP(F_FREE, F.s->free(F.s->ctx, d, p));
+}
 static int f_mem_info(void *c, int d, size_t *f, size_t *t) {
   (void)c;
   return F.s->mem_info(F.s->ctx, d, f, t);
@@ -102,7 +108,10 @@ static int f_event_destroy(void *c, int d, ms_event_t e) {
   (void)c;
   return F.s->event_destroy(F.s->ctx, d, e);
 }
-static int f_dev_sync(void *c, int d) { (void)c; WRAP(F_DEV_SYNC, F.s->device_synchronize(F.s->ctx, d)); }
+static int f_dev_sync(void *c, int d) {
+  (void)c;
+  WRAP(F_DEV_SYNC, F.s->device_synchronize(F.s->ctx, d));
+}
 static int f_va_reserve(void *c, int d, size_t sz, ms_devptr_t *o) {
   (void)c;
   return F.s->va_reserve(F.s->ctx, d, sz, o);
@@ -207,9 +216,15 @@ static ms_sim_counters_t simc(void) {
   return c;
 }
 
-static void quiet(const char *msg, void *arg) { (void)msg, (void)arg; }
-static void setup(void) { ms_set_output(quiet, NULL); }
-static void teardown(void) { ms_set_output(NULL, NULL); }
+static void quiet(const char *msg, void *arg) {
+  (void)msg, (void)arg;
+}
+static void setup(void) {
+  ms_set_output(quiet, NULL);
+}
+static void teardown(void) {
+  ms_set_output(NULL, NULL);
+}
 TestSuite(alloc_faults, .init = setup, .fini = teardown, .timeout = 30);
 
 /* ---- the tests ---------------------------------------------------------------------------- */
@@ -330,7 +345,10 @@ Test(alloc_faults, page_sizes_must_be_multiples_of_the_granularity) {
   faulty_close(b);
 }
 
-static bool stream9(void *arg, ms_stream_t s) { (void)arg; return s == 9; }
+static bool stream9(void *arg, ms_stream_t s) {
+  (void)arg;
+  return s == 9;
+}
 
 Test(alloc_faults, nothing_is_released_while_a_capture_is_under_way) {
   ms_backend_t *b = faulty_open(64 * MiB, true);

@@ -36,7 +36,9 @@ static void setup(void) {
   ms_set_output(capture_output, NULL);
 }
 
-static void teardown(void) { ms_set_output(NULL, NULL); }
+static void teardown(void) {
+  ms_set_output(NULL, NULL);
+}
 
 TestSuite(cuda_fake, .init = setup, .fini = teardown, .timeout = 30);
 
@@ -175,7 +177,8 @@ Test(cuda_fake, failed_event_record_keeps_the_block_pending) {
   /* Not reused while pending: the next malloc retries the record (now on a blocked stream). */
   cr_assert_eq(ms_allocator_malloc(a, 4 * MiB, s1, &q), MS_OK);
   cr_assert(q != p, "a pending block was reused");
-  cr_assert_eq(fakecuda_count("cudaEventRecord"), 2, "the record is retried (the failed call, then the retry)");
+  cr_assert_eq(fakecuda_count("cudaEventRecord"), 2,
+               "the record is retried (the failed call, then the retry)");
   cr_assert_eq(ms_allocator_free(a, q), MS_OK);
   fakecuda_block_stream(s2, false);
   ms_devptr_t r;
@@ -227,7 +230,9 @@ Test(cuda_fake, failed_event_query_and_sync_keep_the_block_pending) {
 
 /* ---- 5. only out-of-memory is OOM ---------------------------------------------------------- */
 
-typedef struct { int calls; } oom_seen_t;
+typedef struct {
+  int calls;
+} oom_seen_t;
 static void oom_observer(void *arg, int device, size_t alloc_size, size_t total, size_t free_b) {
   (void)device, (void)alloc_size, (void)total, (void)free_b;
   ((oom_seen_t *)arg)->calls++;
@@ -424,7 +429,9 @@ Test(cuda_fake, expandable_pages_follow_the_pool_and_peers_get_access) {
 
 /* ---- 2. graph capture: no free, no sync; capture stream uses dropped ---------------------- */
 
-static bool only_stream(void *arg, ms_stream_t s) { return s == *(ms_stream_t *)arg; }
+static bool only_stream(void *arg, ms_stream_t s) {
+  return s == *(ms_stream_t *)arg;
+}
 
 /* ---- 8. private pools use expandable segments too (PyTorch allows it) -------------------- */
 
@@ -840,7 +847,8 @@ Test(cuda_fake, the_fake_serves_stream_ordered_pool_and_managed_memory) {
   cr_assert_eq(fakecuda_count("cudaFreeAsync"), 5);
 }
 
-/* ---- many threads, with faults ---------------------------------------------------------------- */
+/* ---- many threads, with faults ----------------------------------------------------------------
+ */
 
 typedef struct mt_s {
   ms_allocator_t *a;
@@ -867,8 +875,10 @@ static void *mt_worker(void *arg) {
       size_t size = (size_t)1 << (9 + x % 16); /* 512 B .. 16 MiB */
       ms_devptr_t p;
       int r = ms_allocator_malloc(t->a, size, (ms_stream_t)(uintptr_t)t->own, &p);
-      if (r == MS_OK) live[n++] = p;
-      else if (r != MS_EOOM) t->errors++;
+      if (r == MS_OK)
+        live[n++] = p;
+      else if (r != MS_EOOM)
+        t->errors++;
     }
     if (x % 97 == 0 && ms_allocator_empty_cache(t->a) != MS_OK) t->errors++;
     t->ops++;
@@ -886,7 +896,8 @@ static void many_threads(bool expandable) {
   cudaStream_t streams[T];
   mt_t t[T];
   pthread_t th[T];
-  for (int i = 0; i < T; i++) cr_assert_eq(cudaStreamCreate(&streams[i]), cudaSuccess);
+  for (int i = 0; i < T; i++)
+    cr_assert_eq(cudaStreamCreate(&streams[i]), cudaSuccess);
   /* Faults that hit whichever thread comes: frees, unmaps, event records and queries. */
   fakecuda_fail("cudaFree", 5, cudaErrorLaunchFailure, 3);
   fakecuda_fail("cuMemUnmap", 3, CUDA_ERROR_UNKNOWN, 2);
@@ -919,11 +930,14 @@ static void many_threads(bool expandable) {
   cr_assert_eq(fakecuda_live_handles(), 0);
   ms_allocator_destroy(a);
   cr_assert_eq(fakecuda_live_reservations(), 0);
-  for (int i = 0; i < T; i++) cr_assert_eq(cudaStreamDestroy(streams[i]), cudaSuccess);
+  for (int i = 0; i < T; i++)
+    cr_assert_eq(cudaStreamDestroy(streams[i]), cudaSuccess);
   ms_backend_destroy(b);
 }
 
-Test(cuda_fake, many_threads_with_faults_keep_the_books, .timeout = 60) { many_threads(false); }
+Test(cuda_fake, many_threads_with_faults_keep_the_books, .timeout = 60) {
+  many_threads(false);
+}
 Test(cuda_fake, many_threads_with_faults_keep_the_books_expandable, .timeout = 60) {
   many_threads(true);
 }

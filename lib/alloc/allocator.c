@@ -1000,7 +1000,8 @@ int ms_allocator_free(ms_allocator_t *a, ms_devptr_t ptr) {
 int ms_allocator_record_stream(ms_allocator_t *a, ms_devptr_t ptr, ms_stream_t stream) {
   MS_RETURN_IF(!a, MS_EINVAL);
   if (!ptr || a->no_caching) return MS_OK; /* PyTorch skips pointers it did not cache */
-  if (a->ops.stream_key) MS_FORWARD_IF_ERROR(a->ops.stream_key(a->ops.ctx, a->device, stream, &stream));
+  if (a->ops.stream_key)
+    MS_FORWARD_IF_ERROR(a->ops.stream_key(a->ops.ctx, a->device, stream, &stream));
   pthread_mutex_lock(&a->mu);
   size_t slot;
   ms__block_t *b = map_find(&a->map, ptr, &slot);

@@ -73,7 +73,8 @@
 #include "common/internal.h"
 
 #if CUDART_VERSION < 12080
-#error "the cuda backend needs CUDA 12.8 or newer (cudaStreamGetDevice, cudaGetDriverEntryPointByVersion)"
+#error                                                                                             \
+    "the cuda backend needs CUDA 12.8 or newer (cudaStreamGetDevice, cudaGetDriverEntryPointByVersion)"
 #endif
 
 /* Keys of per-thread default streams (stream_key): this bit and the stream's id. Real handles
@@ -117,12 +118,12 @@ typedef struct cuda_event_s {
 
 typedef struct cuda_ctx_s {
   int ndevices;
-  bool have_vmm;          /* every device supports the virtual-memory calls */
+  bool have_vmm; /* every device supports the virtual-memory calls */
   cuda_drv_t drv;
-  size_t *gran;           /* per device: allocation granularity (have_vmm) */
-  int **peers;            /* per device: the devices that can access it, -1 terminated */
-  pthread_mutex_t lock;   /* protects chunks */
-  cuda_chunk_t *chunks;   /* mapped ranges, sorted by (device, addr) */
+  size_t *gran;         /* per device: allocation granularity (have_vmm) */
+  int **peers;          /* per device: the devices that can access it, -1 terminated */
+  pthread_mutex_t lock; /* protects chunks */
+  cuda_chunk_t *chunks; /* mapped ranges, sorted by (device, addr) */
   size_t nchunks, cap_chunks;
 } cuda_ctx_t;
 
@@ -219,7 +220,9 @@ static void guard_leave(const cuda_ctx_t *c, const cuda_guard_t *g) {
   if (r != CUDA_SUCCESS) (void)cuda_fail_drv(c, g->device, r, "cuCtxSetCurrent (restoring)");
 }
 
-static cudaStream_t stream_of(ms_stream_t s) { return (cudaStream_t)(uintptr_t)s; }
+static cudaStream_t stream_of(ms_stream_t s) {
+  return (cudaStream_t)(uintptr_t)s;
+}
 
 /* The handle usable on this thread for a stream key (pre: guard entered). */
 static int stream_from_key(const cuda_guard_t *g, ms_stream_t key, cudaStream_t *out) {
@@ -627,7 +630,8 @@ static int cuda_va_release(void *ctx, int device, ms_devptr_t addr, size_t size)
 static int chunks_reserve(cuda_ctx_t *c, size_t extra) {
   if (c->nchunks + extra <= c->cap_chunks) return MS_OK;
   size_t cap = c->cap_chunks ? c->cap_chunks : 64;
-  while (cap < c->nchunks + extra) cap *= 2;
+  while (cap < c->nchunks + extra)
+    cap *= 2;
   cuda_chunk_t *np = realloc(c->chunks, cap * sizeof *np);
   MS_RETURN_IF(!np, MS_ENOMEM);
   c->chunks = np;
@@ -676,13 +680,17 @@ static int cuda_mem_map(void *ctx, int device, ms_devptr_t addr, size_t size) {
   bool created = false, mapped = false;
   if (r == MS_OK) {
     CUresult cr = c->drv.create(&h, size, &prop, 0);
-    if (cr != CUDA_SUCCESS) r = cuda_fail_drv(c, device, cr, "cuMemCreate");
-    else created = true;
+    if (cr != CUDA_SUCCESS)
+      r = cuda_fail_drv(c, device, cr, "cuMemCreate");
+    else
+      created = true;
   }
   if (r == MS_OK) {
     CUresult cr = c->drv.map((CUdeviceptr)addr, size, 0, h, 0);
-    if (cr != CUDA_SUCCESS) r = cuda_fail_drv(c, device, cr, "cuMemMap");
-    else mapped = true;
+    if (cr != CUDA_SUCCESS)
+      r = cuda_fail_drv(c, device, cr, "cuMemMap");
+    else
+      mapped = true;
   }
   if (r == MS_OK) {
     /* Read/write for the device and every peer that can access it (§12). */
@@ -691,8 +699,8 @@ static int cuda_mem_map(void *ctx, int device, ms_devptr_t addr, size_t size) {
   }
   if (r == MS_OK) {
     memmove(&c->chunks[at + 1], &c->chunks[at], (c->nchunks - at) * sizeof *c->chunks);
-    c->chunks[at] = (cuda_chunk_t){.addr = (CUdeviceptr)addr, .size = size, .handle = h,
-                                   .device = device};
+    c->chunks[at] =
+        (cuda_chunk_t){.addr = (CUdeviceptr)addr, .size = size, .handle = h, .device = device};
     c->nchunks++;
   } else {
     /* All or nothing (PyTorch releases what a failed map created, §12). */
@@ -825,8 +833,7 @@ static int cuda_drv_init(cuda_ctx_t *c) {
     if (v->device_attribute(&supported, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED,
                             (CUdevice)d) != CUDA_SUCCESS ||
         !supported ||
-        v->granularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM) != CUDA_SUCCESS ||
-        gran == 0)
+        v->granularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM) != CUDA_SUCCESS || gran == 0)
       c->have_vmm = false;
     else
       c->gran[d] = gran;
@@ -863,13 +870,15 @@ static void cuda_destroy(void *ctx) {
   if (c->nchunks) {
     ms__warning("cuda: backend destroyed with %zu mapped ranges; releasing them", c->nchunks);
     pthread_mutex_lock(&c->lock);
-    for (size_t k = 0; k < c->nchunks; k++) (void)chunk_drop(c, k);
+    for (size_t k = 0; k < c->nchunks; k++)
+      (void)chunk_drop(c, k);
     c->nchunks = 0;
     pthread_mutex_unlock(&c->lock);
   }
   pthread_mutex_destroy(&c->lock);
   if (c->peers)
-    for (int d = 0; d < c->ndevices; d++) free(c->peers[d]);
+    for (int d = 0; d < c->ndevices; d++)
+      free(c->peers[d]);
   free(c->peers);
   free(c->gran);
   free(c->chunks);
@@ -902,7 +911,8 @@ int ms_backend_cuda_create(ms_backend_t **out, ms_errbuf_t *eb) {
     free(c);
     return ms__errbuf_set(eb, MS_ENOMEM, "cannot create the cuda backend: out of memory");
   }
-  for (int d = 0; d < n; d++) c->gran[d] = CUDA_DEFAULT_PAGE;
+  for (int d = 0; d < n; d++)
+    c->gran[d] = CUDA_DEFAULT_PAGE;
   if (cuda_drv_init(c) != MS_OK) {
     cuda_destroy(c);
     return ms__errbuf_set(eb, MS_EBACKEND,

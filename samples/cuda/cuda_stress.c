@@ -104,7 +104,8 @@ static void *worker(void *arg) {
       ms_devptr_t p;
       int e = ms_allocator_malloc(alloc, bytes, ms, &p);
       if (e == MS_EOOM) {
-        while (t->nlive) free_one(t, t->nlive - 1);
+        while (t->nlive)
+          free_one(t, t->nlive - 1);
         continue;
       }
       SAMPLE_MS(e);
@@ -115,10 +116,13 @@ static void *worker(void *arg) {
     }
     if (r % 257 == 0) SAMPLE_MS(ms_allocator_empty_cache(alloc));
     if (op % 64 == 63)
-      for (int i = 0; i < t->nlive && !atomic_load(&failed); i++) check_block(t, &t->live[i]);
+      for (int i = 0; i < t->nlive && !atomic_load(&failed); i++)
+        check_block(t, &t->live[i]);
   }
-  for (int i = 0; i < t->nlive && !atomic_load(&failed); i++) check_block(t, &t->live[i]);
-  while (t->nlive) free_one(t, t->nlive - 1);
+  for (int i = 0; i < t->nlive && !atomic_load(&failed); i++)
+    check_block(t, &t->live[i]);
+  while (t->nlive)
+    free_one(t, t->nlive - 1);
   SAMPLE_CK(cudaStreamSynchronize(t->stream));
   SAMPLE_CK(cudaStreamSynchronize(t->own));
   return NULL;
@@ -164,8 +168,7 @@ int main(int argc, char **argv) {
   SAMPLE_MS(ms_allocator_get_stats(alloc, &st));
   printf("%d threads, %ld mallocs, %ld frees, %ld block checks, %lld OOMs, peak reserved %lld "
          "bytes\n",
-         nthreads, m, f, c, (long long)st.num_ooms,
-         (long long)st.reserved_bytes[MS_STAT_ALL].peak);
+         nthreads, m, f, c, (long long)st.num_ooms, (long long)st.reserved_bytes[MS_STAT_ALL].peak);
   if (m != f) {
     fprintf(stderr, "%s: error: %ld mallocs but %ld frees\n", sample_prog, m, f);
     atomic_store(&failed, 1);
@@ -176,7 +179,8 @@ int main(int argc, char **argv) {
             (long long)st.active_bytes[MS_STAT_ALL].current);
     atomic_store(&failed, 1);
   }
-  for (int i = 0; i < nthreads; i++) SAMPLE_CK(cudaStreamDestroy(threads[i].own));
+  for (int i = 0; i < nthreads; i++)
+    SAMPLE_CK(cudaStreamDestroy(threads[i].own));
   ms_allocator_destroy(alloc);
   ms_backend_destroy(backend);
   return atomic_load(&failed) ? 1 : 0;

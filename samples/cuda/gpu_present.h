@@ -47,7 +47,8 @@ static inline bool ms_gpu_present(char *why, size_t n) {
       const char *s = e->d_name;
       if (strncmp(s, "nvidia", 6) != 0 || !isdigit((unsigned char)s[6])) continue;
       bool digits = true;
-      for (const char *p = s + 6; *p; p++) digits &= isdigit((unsigned char)*p) != 0;
+      for (const char *p = s + 6; *p; p++)
+        digits &= isdigit((unsigned char)*p) != 0;
       if (!digits) continue;
       snprintf(why, n, "/dev/%.200s", s);
       closedir(d);

@@ -45,25 +45,60 @@ typedef struct fk_event_s {
 } fk_event_t;
 
 /* kind: 0 cudaMalloc, 1 stream-ordered (cudaMallocAsync/FromPoolAsync), 2 cudaMallocManaged */
-typedef struct { uint64_t addr; size_t size; int dev; int kind; } fk_alloc_t;
-typedef struct { int dev; bool is_default; } fk_pool_t; /* a cudaMemPool_t is its address */
-typedef struct { uint64_t addr; size_t size; int dev; } fk_resv_t;
-typedef struct { uint64_t id; size_t size; int dev; bool released; int mapped; } fk_handle_t;
-typedef struct { uint64_t addr; size_t size; uint64_t handle; int dev; unsigned access; } fk_map_t;
+typedef struct {
+  uint64_t addr;
+  size_t size;
+  int dev;
+  int kind;
+} fk_alloc_t;
+typedef struct {
+  int dev;
+  bool is_default;
+} fk_pool_t; /* a cudaMemPool_t is its address */
+typedef struct {
+  uint64_t addr;
+  size_t size;
+  int dev;
+} fk_resv_t;
+typedef struct {
+  uint64_t id;
+  size_t size;
+  int dev;
+  bool released;
+  int mapped;
+} fk_handle_t;
+typedef struct {
+  uint64_t addr;
+  size_t size;
+  uint64_t handle;
+  int dev;
+  unsigned access;
+} fk_map_t;
 
-typedef struct { char fn[48]; unsigned countdown; int error; int times; } fk_rule_t;
+typedef struct {
+  char fn[48];
+  unsigned countdown;
+  int error;
+  int times;
+} fk_rule_t;
 
-typedef struct { int dev; } fk_ctx_t; /* a primary context; CUcontext is its address */
+typedef struct {
+  int dev;
+} fk_ctx_t; /* a primary context; CUcontext is its address */
 
-#define VEC(T) struct { T *v; size_t n, cap; }
-#define VEC_PUSH(vec, x)                                                                          \
-  do {                                                                                            \
-    if ((vec).n == (vec).cap) {                                                                   \
-      (vec).cap = (vec).cap ? (vec).cap * 2 : 16;                                                 \
-      (vec).v = realloc((vec).v, (vec).cap * sizeof *(vec).v);                                    \
-      if (!(vec).v) abort();                                                                      \
-    }                                                                                             \
-    (vec).v[(vec).n++] = (x);                                                                     \
+#define VEC(T)                                                                                     \
+  struct {                                                                                         \
+    T *v;                                                                                          \
+    size_t n, cap;                                                                                 \
+  }
+#define VEC_PUSH(vec, x)                                                                           \
+  do {                                                                                             \
+    if ((vec).n == (vec).cap) {                                                                    \
+      (vec).cap = (vec).cap ? (vec).cap * 2 : 16;                                                  \
+      (vec).v = realloc((vec).v, (vec).cap * sizeof *(vec).v);                                     \
+      if (!(vec).v) abort();                                                                       \
+    }                                                                                              \
+    (vec).v[(vec).n++] = (x);                                                                      \
   } while (0)
 #define VEC_DEL(vec, i) ((vec).v[i] = (vec).v[--(vec).n])
 
@@ -102,8 +137,12 @@ static __thread struct {
   fk_stream_t *pt[MAXDEV];
 } T;
 
-static void lock(void) { pthread_mutex_lock(&G.mu); }
-static void unlock(void) { pthread_mutex_unlock(&G.mu); }
+static void lock(void) {
+  pthread_mutex_lock(&G.mu);
+}
+static void unlock(void) {
+  pthread_mutex_unlock(&G.mu);
+}
 
 static void init_defaults_locked(void) {
   G.ndev = 1;
@@ -115,7 +154,8 @@ static void init_defaults_locked(void) {
     G.vmm[d] = true;
     G.ctx_created[d] = false;
     G.ctx[d].dev = d;
-    for (int p = 0; p < MAXDEV; p++) G.peer[d][p] = false;
+    for (int p = 0; p < MAXDEV; p++)
+      G.peer[d][p] = false;
     G.default_pool[d] = (fk_pool_t){.dev = d, .is_default = true};
     G.legacy[d] = (fk_stream_t){.dev = d, .legacy = true, .capture_mode = -1, .id = 1000 + d};
     G.next_malloc[d] = 0x7e0000000000ULL + ((uint64_t)d << 40);
@@ -140,7 +180,8 @@ static void thread_state(void) {
   T.rtdev = 0;
   T.err = cudaSuccess;
   T.mode = cudaStreamCaptureModeGlobal;
-  for (int d = 0; d < MAXDEV; d++) T.pt[d] = NULL;
+  for (int d = 0; d < MAXDEV; d++)
+    T.pt[d] = NULL;
 }
 
 /* Every exported CUDA function starts with ENTER: initialised state, lock held. */
@@ -196,20 +237,22 @@ static CUresult drv(const char *fn, CUresult r, uint64_t addr, uint64_t size) {
   return r;
 }
 
-#define RT_INJECT(fn)                                                                             \
-  do {                                                                                            \
-    int inj_;                                                                                     \
-    if (injected(fn, &inj_)) return rt(fn, (cudaError_t)inj_, 0, 0);                              \
+#define RT_INJECT(fn)                                                                              \
+  do {                                                                                             \
+    int inj_;                                                                                      \
+    if (injected(fn, &inj_)) return rt(fn, (cudaError_t)inj_, 0, 0);                               \
   } while (0)
-#define DRV_INJECT(fn)                                                                            \
-  do {                                                                                            \
-    int inj_;                                                                                     \
-    if (injected(fn, &inj_)) return drv(fn, (CUresult)inj_, 0, 0);                                \
+#define DRV_INJECT(fn)                                                                             \
+  do {                                                                                             \
+    int inj_;                                                                                      \
+    if (injected(fn, &inj_)) return drv(fn, (CUresult)inj_, 0, 0);                                 \
   } while (0)
 
 /* ---- contexts ------------------------------------------------------------------------------ */
 
-static void ctx_create(int dev) { G.ctx_created[dev] = true; }
+static void ctx_create(int dev) {
+  G.ctx_created[dev] = true;
+}
 
 /* A runtime call that needs a context: the thread's current one, or the primary context of its
  * runtime device, created and made current as cudart does. @return the device. */
@@ -314,25 +357,37 @@ FK_API void fakecuda_reset(void) {
   unlock();
 }
 
-#define CONTROL(body)                                                                             \
-  do {                                                                                            \
-    lock();                                                                                       \
-    ensure_init_locked();                                                                         \
-    thread_state();                                                                               \
-    body;                                                                                         \
-    unlock();                                                                                     \
+#define CONTROL(body)                                                                              \
+  do {                                                                                             \
+    lock();                                                                                        \
+    ensure_init_locked();                                                                          \
+    thread_state();                                                                                \
+    body;                                                                                          \
+    unlock();                                                                                      \
   } while (0)
 
-static bool devok(int d) { return d >= 0 && d < MAXDEV; }
+static bool devok(int d) {
+  return d >= 0 && d < MAXDEV;
+}
 
-FK_API void fakecuda_set_device_count(int n) { CONTROL(G.ndev = n < 0 ? 0 : n > MAXDEV ? MAXDEV : n); }
-FK_API void fakecuda_set_capacity(int d, size_t b) { CONTROL(if (devok(d)) G.capacity[d] = b); }
-FK_API void fakecuda_set_granularity(int d, size_t b) { CONTROL(if (devok(d)) G.gran[d] = b); }
-FK_API void fakecuda_set_vmm_supported(int d, bool s) { CONTROL(if (devok(d)) G.vmm[d] = s); }
+FK_API void fakecuda_set_device_count(int n) {
+  CONTROL(G.ndev = n < 0 ? 0 : n > MAXDEV ? MAXDEV : n);
+}
+FK_API void fakecuda_set_capacity(int d, size_t b) {
+  CONTROL(if (devok(d)) G.capacity[d] = b);
+}
+FK_API void fakecuda_set_granularity(int d, size_t b) {
+  CONTROL(if (devok(d)) G.gran[d] = b);
+}
+FK_API void fakecuda_set_vmm_supported(int d, bool s) {
+  CONTROL(if (devok(d)) G.vmm[d] = s);
+}
 FK_API void fakecuda_set_peer_access(int d, int p, bool c) {
   CONTROL(if (devok(d) && devok(p)) G.peer[d][p] = c);
 }
-FK_API void fakecuda_set_driver_version(int v) { CONTROL(G.driver_version = v); }
+FK_API void fakecuda_set_driver_version(int v) {
+  CONTROL(G.driver_version = v);
+}
 
 FK_API void fakecuda_fail(const char *fn, unsigned nth, int error, int times) {
   CONTROL({
@@ -345,7 +400,9 @@ FK_API void fakecuda_fail(const char *fn, unsigned nth, int error, int times) {
     }
   });
 }
-FK_API void fakecuda_clear_failures(void) { CONTROL(G.nrules = 0); }
+FK_API void fakecuda_clear_failures(void) {
+  CONTROL(G.nrules = 0);
+}
 
 FK_API size_t fakecuda_count(const char *fn) {
   size_t n = 0;
@@ -373,7 +430,9 @@ FK_API bool fakecuda_log_get(size_t i, fakecuda_call_t *out) {
   });
   return ok;
 }
-FK_API void fakecuda_log_clear(void) { CONTROL(G.log_len = 0); }
+FK_API void fakecuda_log_clear(void) {
+  CONTROL(G.log_len = 0);
+}
 
 FK_API bool fakecuda_context_created(int d) {
   bool r = false;
@@ -385,13 +444,20 @@ FK_API int fakecuda_current_context_device(void) {
   CONTROL(r = T.ctx);
   return r;
 }
-FK_API void fakecuda_forget_thread_context(void) { CONTROL({ T.ctx = -1; T.rtdev = 0; }); }
+FK_API void fakecuda_forget_thread_context(void) {
+  CONTROL({
+    T.ctx = -1;
+    T.rtdev = 0;
+  });
+}
 FK_API int fakecuda_pending_error(void) {
   int r = 0;
   CONTROL(r = T.err);
   return r;
 }
-FK_API void fakecuda_set_pending_error(int e) { CONTROL(T.err = e); }
+FK_API void fakecuda_set_pending_error(int e) {
+  CONTROL(T.err = e);
+}
 
 static fk_stream_t *control_stream(uint64_t h) {
   int saved = T.ctx;
@@ -405,8 +471,10 @@ FK_API void fakecuda_block_stream(uint64_t h, bool blocked) {
   CONTROL({
     fk_stream_t *s = control_stream(h);
     if (s) {
-      if (blocked) s->blocked = true;
-      else stream_release(s);
+      if (blocked)
+        s->blocked = true;
+      else
+        stream_release(s);
     }
   });
 }
@@ -478,16 +546,16 @@ FK_API size_t fakecuda_live_reservations(void) {
 }
 FK_API unsigned fakecuda_access_mask(uint64_t addr) {
   unsigned r = 0;
-  CONTROL(for (size_t i = 0; i < G.maps.n; i++) if (addr >= G.maps.v[i].addr &&
-                                                    addr < G.maps.v[i].addr + G.maps.v[i].size)
-              r = G.maps.v[i].access);
+  CONTROL(for (size_t i = 0; i < G.maps.n;
+               i++) if (addr >= G.maps.v[i].addr && addr < G.maps.v[i].addr + G.maps.v[i].size) r =
+              G.maps.v[i].access);
   return r;
 }
 FK_API size_t fakecuda_mapping_size(uint64_t addr) {
   size_t r = 0;
-  CONTROL(for (size_t i = 0; i < G.maps.n; i++) if (addr >= G.maps.v[i].addr &&
-                                                    addr < G.maps.v[i].addr + G.maps.v[i].size)
-              r = G.maps.v[i].size);
+  CONTROL(for (size_t i = 0; i < G.maps.n;
+               i++) if (addr >= G.maps.v[i].addr && addr < G.maps.v[i].addr + G.maps.v[i].size) r =
+              G.maps.v[i].size);
   return r;
 }
 FK_API int fakecuda_event_device(uint64_t h) {
@@ -501,7 +569,10 @@ FK_API int fakecuda_event_device(uint64_t h) {
 
 /* ---- error names --------------------------------------------------------------------------- */
 
-typedef struct { int code; const char *name, *text; } fk_errname_t;
+typedef struct {
+  int code;
+  const char *name, *text;
+} fk_errname_t;
 
 static const fk_errname_t rt_errors[] = {
     {cudaSuccess, "cudaSuccess", "no error"},
@@ -513,8 +584,7 @@ static const fk_errname_t rt_errors[] = {
     {cudaErrorNoDevice, "cudaErrorNoDevice", "no CUDA-capable device is detected"},
     {cudaErrorInvalidDevice, "cudaErrorInvalidDevice", "invalid device ordinal"},
     {cudaErrorInvalidDevicePointer, "cudaErrorInvalidDevicePointer", "invalid device pointer"},
-    {cudaErrorInvalidResourceHandle, "cudaErrorInvalidResourceHandle",
-     "invalid resource handle"},
+    {cudaErrorInvalidResourceHandle, "cudaErrorInvalidResourceHandle", "invalid resource handle"},
     {cudaErrorIllegalState, "cudaErrorIllegalState",
      "the operation cannot be performed in the present state"},
     {cudaErrorNotReady, "cudaErrorNotReady", "device not ready"},
@@ -817,7 +887,8 @@ FK_API cudaError_t cudaDeviceSynchronize(void) {
   enter();
   RT_INJECT("cudaDeviceSynchronize");
   int d = rt_ctx();
-  if (capture_violation()) return rt("cudaDeviceSynchronize", cudaErrorStreamCaptureUnsupported, 0, 0);
+  if (capture_violation())
+    return rt("cudaDeviceSynchronize", cudaErrorStreamCaptureUnsupported, 0, 0);
   stream_release(&G.legacy[d]);
   for (fk_stream_t *s = G.streams; s; s = s->next)
     if (s->dev == d) stream_release(s);
@@ -848,7 +919,8 @@ FK_API cudaError_t cudaStreamDestroy(cudaStream_t h) {
   RT_INJECT("cudaStreamDestroy");
   rt_ctx();
   fk_stream_t **link = &G.streams;
-  while (*link && *link != (fk_stream_t *)h) link = &(*link)->next;
+  while (*link && *link != (fk_stream_t *)h)
+    link = &(*link)->next;
   if (!*link || (*link)->per_thread)
     return rt("cudaStreamDestroy", cudaErrorInvalidResourceHandle, (uint64_t)(uintptr_t)h, 0);
   fk_stream_t *s = *link;
@@ -930,8 +1002,8 @@ FK_API cudaError_t cudaStreamIsCapturing(cudaStream_t h, enum cudaStreamCaptureS
   enter();
   RT_INJECT("cudaStreamIsCapturing");
   rt_ctx();
-  return rt("cudaStreamIsCapturing", capture_status(stream_of(h), st, NULL),
-            (uint64_t)(uintptr_t)h, 0);
+  return rt("cudaStreamIsCapturing", capture_status(stream_of(h), st, NULL), (uint64_t)(uintptr_t)h,
+            0);
 }
 
 #if CUDART_VERSION >= 13000
@@ -1012,8 +1084,8 @@ FK_API cudaError_t cudaEventQuery(cudaEvent_t h) {
   if (!e) return rt("cudaEventQuery", cudaErrorInvalidResourceHandle, (uint64_t)(uintptr_t)h, 0);
   if (capture_violation())
     return rt("cudaEventQuery", cudaErrorStreamCaptureUnsupported, (uint64_t)(uintptr_t)h, 0);
-  return rt("cudaEventQuery", e->pending ? cudaErrorNotReady : cudaSuccess,
-            (uint64_t)(uintptr_t)h, 0);
+  return rt("cudaEventQuery", e->pending ? cudaErrorNotReady : cudaSuccess, (uint64_t)(uintptr_t)h,
+            0);
 }
 
 FK_API cudaError_t cudaEventSynchronize(cudaEvent_t h) {
@@ -1034,7 +1106,8 @@ FK_API cudaError_t cudaEventDestroy(cudaEvent_t h) {
   RT_INJECT("cudaEventDestroy");
   rt_ctx();
   fk_event_t **link = &G.events;
-  while (*link && *link != (fk_event_t *)h) link = &(*link)->next;
+  while (*link && *link != (fk_event_t *)h)
+    link = &(*link)->next;
   if (!*link)
     return rt("cudaEventDestroy", cudaErrorInvalidResourceHandle, (uint64_t)(uintptr_t)h, 0);
   fk_event_t *e = *link;
@@ -1179,7 +1252,8 @@ FK_API CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
   DRV_INJECT("cuMemMap");
   if (T.ctx < 0) return drv("cuMemMap", CUDA_ERROR_INVALID_CONTEXT, ptr, size);
   fk_handle_t *h = handle_of((uint64_t)id, NULL);
-  if (!h || offset != 0 || size != h->size) return drv("cuMemMap", CUDA_ERROR_INVALID_VALUE, ptr, size);
+  if (!h || offset != 0 || size != h->size)
+    return drv("cuMemMap", CUDA_ERROR_INVALID_VALUE, ptr, size);
   bool inside = false;
   for (size_t i = 0; i < G.resv.n; i++)
     inside |= ptr >= G.resv.v[i].addr && ptr + size <= G.resv.v[i].addr + G.resv.v[i].size;
@@ -1233,7 +1307,8 @@ FK_API CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDe
 FK_API CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
   enter();
   DRV_INJECT("cuMemUnmap");
-  if (capture_violation()) return drv("cuMemUnmap", CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, ptr, size);
+  if (capture_violation())
+    return drv("cuMemUnmap", CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, ptr, size);
   if (!maps_tile(ptr, size)) return drv("cuMemUnmap", CUDA_ERROR_INVALID_VALUE, ptr, size);
   for (size_t i = 0; i < G.maps.n;) {
     fk_map_t m = G.maps.v[i];
@@ -1254,7 +1329,10 @@ FK_API CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
 
 /* ---- driver entry points ------------------------------------------------------------------- */
 
-typedef struct { const char *name; void *fn; } fk_sym_t;
+typedef struct {
+  const char *name;
+  void *fn;
+} fk_sym_t;
 
 static const fk_sym_t driver_symbols[] = {
     {"cuCtxGetCurrent", (void *)cuCtxGetCurrent},

@@ -103,11 +103,11 @@ void fakecuda_clear_failures(void);
 
 /* The call log. Every exported CUDA function is logged (the fakecuda_* calls are not). */
 typedef struct fakecuda_call_s {
-  char fn[48];      /* function name */
-  int result;       /* what it returned */
-  int device;       /* the calling thread's current context's device, -1 without one */
-  uint64_t addr;    /* address or handle argument/result, else 0 */
-  uint64_t size;    /* size argument, else 0 */
+  char fn[48];   /* function name */
+  int result;    /* what it returned */
+  int device;    /* the calling thread's current context's device, -1 without one */
+  uint64_t addr; /* address or handle argument/result, else 0 */
+  uint64_t size; /* size argument, else 0 */
 } fakecuda_call_t;
 /* Number of calls of fn logged since the last clear (fn NULL: all calls). */
 size_t fakecuda_count(const char *fn);
