@@ -98,9 +98,10 @@ void ms__allocator_counts(ms_allocator_t *a, ms__alloc_counts_t *out);
  * Entry points that `memsnap replay` needs to drive the allocator from a recorded trace
  * (reference/replay-notes.md §2-§3). They take the allocator's mutex like every public call. */
 
-/* Test-only mutations of PyTorch's rules, consulted in the hot path only as one predictable
- * branch. Tests set one to prove that `memsnap replay --check` fails with a wrong rule; it is
- * MS__MUT_NONE in every real use. */
+/* Test-only mutations of PyTorch's rules. The replay tests set one to prove that `memsnap replay
+ * --check` fails with a wrong rule. The checks and the variable exist only in the copy of
+ * allocator.c that the replay tests compile with MS_TEST_MUTATIONS (tests/CMakeLists.txt); the
+ * library has neither. */
 enum ms__alloc_mutation {
   MS__MUT_NONE = 0,
   MS__MUT_TIEBREAK_HIGH = 1, /* best fit takes the highest address among equal sizes */

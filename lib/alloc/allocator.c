@@ -19,33 +19,22 @@
 #include <string.h>
 #include <strings.h>
 
+#include "alloc/alloc_core.h"
 #include "alloc/alloc_internal.h"
-#include "backend/backend_internal.h"
 #include "alloc/stats_internal.h"
 #include "alloc/types.h"
+#include "backend/backend_internal.h"
 
 /* Requests this large fail at once (PyTorch's 1 EiB check). */
 #define MS__MAX_REQUEST ((size_t)1 << 60)
 
-/* Test-only rule mutations (alloc_internal.h, replay section): 0 in every real use. */
+#ifdef MS_TEST_MUTATIONS
+/* Test-only rule mutations (alloc_internal.h): compiled into the replay tests' copy of this file
+ * only (tests/CMakeLists.txt), never into the library. */
 int ms__alloc_test_mutation = MS__MUT_NONE;
+#endif
 
-/* ---- small helpers --------------------------------------------------------------------------- */
-
-static inline enum ms_stat_type pool_stat(const ms__pool_t *p) {
-  return p->is_small ? MS_STAT_SMALL_POOL : MS_STAT_LARGE_POOL;
-}
-
-static inline const ms__alloc_hooks_t *alloc_hooks(ms_allocator_t *a) {
-  return atomic_load_explicit(&a->hooks, memory_order_acquire);
-}
-
-/* maybe_gather_context(level): outside the lock. */
-static inline uint32_t alloc_gather(ms_allocator_t *a, int level) {
-  const ms__alloc_hooks_t *h = alloc_hooks(a);
-  if (ms_likely(!h) || !h->gather || h->context_level < level) return 0;
-  return h->gather(h->ctx);
-}
+/* ---- trace records and messages ---------------------------------------------------------- */
 
 static void pool_id_of(const ms__pool_t *p, int64_t out[2]) {
   out[0] = p && p->owner ? p->owner->id.first : 0;
@@ -54,7 +43,7 @@ static void pool_id_of(const ms__pool_t *p, int64_t out[2]) {
 
 /* record_trace: under the lock. The context survives only at level >= ALLOC (§11.1). The test
  * for a recorder is inline; the record is built out of line, off the fast path. */
-static __attribute__((noinline)) void alloc_trace_record(const ms__alloc_hooks_t *h,
+__attribute__((noinline)) void ms__alloc_trace_record(const ms__alloc_hooks_t *h,
                                                          ms_trace_action action, uint64_t addr,
                                                          uint64_t size, ms_stream_t stream,
                                                          const ms__pool_t *pool, uint32_t ctx) {
@@ -65,101 +54,12 @@ static __attribute__((noinline)) void alloc_trace_record(const ms__alloc_hooks_t
   h->trace(h->ctx, &rec);
 }
 
-static inline void alloc_trace(ms_allocator_t *a, ms_trace_action action, uint64_t addr,
-                               uint64_t size, ms_stream_t stream, const ms__pool_t *pool,
-                               uint32_t ctx) {
-  const ms__alloc_hooks_t *h = alloc_hooks(a);
-  if (ms_unlikely(h != NULL)) alloc_trace_record(h, action, addr, size, stream, pool, ctx);
-}
-
-/* round_size (§2.2); the plain 512 rounding inline, the power-of-two divisions through config. */
-static inline size_t alloc_round_size(const ms_allocator_t *a, size_t size) {
-  if (ms_unlikely(ms__alloc_test_mutation == MS__MUT_ROUND_1024))
-    return size < 1024 ? 1024 : (size + 1023) & ~(size_t)1023;
-  if (ms_likely(!a->any_divisions)) {
-    if (size < MS_MIN_BLOCK_SIZE) return MS_MIN_BLOCK_SIZE;
-    return (size + MS_MIN_BLOCK_SIZE - 1) & ~(MS_MIN_BLOCK_SIZE - 1);
-  }
-  return ms_alloc_round_size(&a->cfg, size);
-}
-
 /* PyTorch's format_size for the OOM message (§8.6). */
 static void format_size_pt(size_t n, char *dst, size_t cap) {
   if (n <= 1024) snprintf(dst, cap, "%zu bytes", n);
   else if (n <= 1048576) snprintf(dst, cap, "%.2f KiB", (double)n / 1024.0);
   else if (n <= 1073741824) snprintf(dst, cap, "%.2f MiB", (double)n / 1048576.0);
   else snprintf(dst, cap, "%.2f GiB", (double)n / 1073741824.0);
-}
-
-/* ---- pointer map ----------------------------------------------------------------------------- */
-
-static inline size_t map_slot(const ms__ptrmap_t *m, uintptr_t ptr) {
-  return (size_t)(((uint64_t)ptr >> 9) * 0x9E3779B97F4A7C15ULL >> 20) & (m->cap - 1);
-}
-
-static int map_grow(ms__ptrmap_t *m) {
-  size_t ncap = m->cap ? m->cap * 2 : 1024;
-  ms__block_t **ns = calloc(ncap, sizeof *ns);
-  if (!ns) return MS_ENOMEM;
-  ms__ptrmap_t nm = {ns, ncap, 0};
-  for (size_t i = 0; i < m->cap; i++) {
-    ms__block_t *b = m->slots[i];
-    if (!b) continue;
-    size_t j = map_slot(&nm, b->ptr);
-    while (ns[j]) j = (j + 1) & (ncap - 1);
-    ns[j] = b;
-    nm.len++;
-  }
-  free(m->slots);
-  *m = nm;
-  return MS_OK;
-}
-
-static inline int map_insert(ms__ptrmap_t *m, ms__block_t *b) {
-  if (ms_unlikely((m->len + 1) * 2 > m->cap)) MS_FORWARD_IF_ERROR(map_grow(m));
-  size_t j = map_slot(m, b->ptr);
-  while (m->slots[j]) j = (j + 1) & (m->cap - 1);
-  m->slots[j] = b;
-  m->len++;
-  return MS_OK;
-}
-
-static inline ms__block_t *map_find(const ms__ptrmap_t *m, uintptr_t ptr, size_t *slot) {
-  if (!m->cap) return NULL;
-  size_t j = map_slot(m, ptr);
-  for (ms__block_t *b; (b = m->slots[j]) != NULL; j = (j + 1) & (m->cap - 1)) {
-    if (b->ptr == ptr) {
-      *slot = j;
-      return b;
-    }
-  }
-  return NULL;
-}
-
-/* Removes the entry at slot j (backward-shift deletion keeps probe chains intact). */
-static inline void map_remove_at(ms__ptrmap_t *m, size_t j) {
-  size_t mask = m->cap - 1;
-  size_t i = j;
-  for (;;) {
-    m->slots[i] = NULL;
-    size_t k = i;
-    for (;;) {
-      k = (k + 1) & mask;
-      ms__block_t *b = m->slots[k];
-      if (!b) {
-        m->len--;
-        return;
-      }
-      size_t home = map_slot(m, b->ptr);
-      /* b may move to i if home is cyclically outside (i, k] */
-      bool stays = i <= k ? (home > i && home <= k) : (home > i || home <= k);
-      if (!stays) {
-        m->slots[i] = b;
-        i = k;
-        break;
-      }
-    }
-  }
 }
 
 /* ---- events (§7.2-§7.4, §13.2) --------------------------------------------------------------- */
@@ -381,14 +281,9 @@ static int synchronize_and_free_events(ms_allocator_t *a, uint32_t ctx,
 
 /* ---- pools ----------------------------------------------------------------------------------- */
 
-static ms__private_pool_t *find_private_pool(ms_allocator_t *a, ms_pool_id_t id) {
-  for (ms__private_pool_t *p = a->pools; p; p = p->next)
-    if (p->id.first == id.first && p->id.second == id.second) return p;
-  return NULL;
-}
 
 /* get_pool (§3.4): the routings (most recent first), then the default pools. */
-static ms__pool_t *get_pool_routed(ms_allocator_t *a, size_t size, ms_stream_t stream) {
+ms__pool_t *ms__alloc_get_pool_routed(ms_allocator_t *a, size_t size, ms_stream_t stream) {
   for (size_t i = a->captures.len; i-- > 0;) {
     ms__capture_t *c = &a->captures.ptr[i];
     if (!c->filter || c->filter(c->arg, stream)) {
@@ -400,10 +295,6 @@ static ms__pool_t *get_pool_routed(ms_allocator_t *a, size_t size, ms_stream_t s
   return size <= MS_SMALL_SIZE ? &a->small : &a->large;
 }
 
-static inline ms__pool_t *get_pool(ms_allocator_t *a, size_t size, ms_stream_t stream) {
-  if (ms_unlikely(a->captures.len)) return get_pool_routed(a, size, stream);
-  return size <= MS_SMALL_SIZE ? &a->small : &a->large;
-}
 
 /* ---- malloc (§4-§6) -------------------------------------------------------------------------- */
 
@@ -426,11 +317,13 @@ static inline bool get_free_block(ms_allocator_t *a, alloc_params_t *p) {
     b = ms__es_choose(pool, b, p->stream, ms__es_active(a, pool));
     if (!b) return false;
   }
+#ifdef MS_TEST_MUTATIONS
   if (ms_unlikely(ms__alloc_test_mutation == MS__MUT_TIEBREAK_HIGH)) {
     for (ms__block_t *n = ms__pool_next(b); n && n->stream == b->stream && n->size == b->size;
          n = ms__pool_next(n))
       b = n;
   }
+#endif
   size_t mss = a->cfg.max_split_size;
   if (p->size < mss && b->size >= mss) return false;
   if (p->size >= mss && b->size >= p->size + a->cfg.max_non_split_rounding_size) return false;
@@ -702,8 +595,10 @@ static inline bool should_split(const ms_allocator_t *a, const ms__block_t *b, s
   if (ms_unlikely(b->pool->owner != NULL) && b->pool->owner->no_split) return false; /* [2025+] */
   size_t remaining = b->size - size;
   if (b->pool->is_small || ms__es_active(a, b->pool)) return remaining >= MS_MIN_BLOCK_SIZE;
+#ifdef MS_TEST_MUTATIONS
   if (ms_unlikely(ms__alloc_test_mutation == MS__MUT_SPLIT_GE))
     return size < a->cfg.max_split_size && remaining >= MS_SMALL_SIZE;
+#endif
   return size < a->cfg.max_split_size && remaining > MS_SMALL_SIZE;
 }
 
@@ -1030,544 +925,20 @@ int ms_allocator_record_stream(ms_allocator_t *a, ms_devptr_t ptr, ms_stream_t s
   return r;
 }
 
-/* ---- other public calls ---------------------------------------------------------------------- */
+/* ---- for the allocator's other files (alloc_core.h) ------------------------------------------ */
 
-int ms_allocator_empty_cache(ms_allocator_t *a) {
-  MS_RETURN_IF(!a, MS_EINVAL);
-  uint32_t ctx = alloc_gather(a, MS__CTX_ALL);
-  pthread_mutex_lock(&a->mu);
-  int r = release_cached_blocks(a, ctx, NULL);
-  alloc_debug_check(a);
-  pthread_mutex_unlock(&a->mu);
-  return r;
+void ms__alloc_free_block(ms_allocator_t *a, ms__block_t *b, uint32_t ctx) { free_block(a, b, ctx); }
+
+int ms__alloc_release_block(ms_allocator_t *a, ms__block_t *b, uint32_t ctx) {
+  return release_block(a, b, ctx);
 }
 
-int ms_allocator_empty_pool_cache(ms_allocator_t *a, ms_pool_id_t id) {
-  MS_RETURN_IF(!a, MS_EINVAL);
-  uint32_t ctx = alloc_gather(a, MS__CTX_ALL);
-  pthread_mutex_lock(&a->mu);
-  int r = id.first == 0 && id.second == 0 ? release_cached_blocks(a, ctx, NULL)
-                                           : release_cached_blocks(a, ctx, &id);
-  pthread_mutex_unlock(&a->mu);
-  return r;
+int ms__alloc_release_cached_blocks(ms_allocator_t *a, uint32_t ctx, const ms_pool_id_t *only) {
+  return release_cached_blocks(a, ctx, only);
 }
 
-int ms_allocator_get_stats(ms_allocator_t *a, ms_stats_t *out) {
-  MS_RETURN_IF(!a, MS_EINVAL);
-  MS_FORWARD_IF_ERROR(ms_stats_check(out));
-  pthread_mutex_lock(&a->mu);
-  *out = a->stats;
-  pthread_mutex_unlock(&a->mu);
-  return MS_OK;
+int ms__alloc_sync_and_free_events(ms_allocator_t *a, uint32_t ctx, const ms__private_pool_t *pp) {
+  return synchronize_and_free_events(a, ctx, pp);
 }
 
-void ms_allocator_reset_peak(ms_allocator_t *a) {
-  pthread_mutex_lock(&a->mu);
-  ms_stats_reset_peak(&a->stats);
-  pthread_mutex_unlock(&a->mu);
-}
-
-void ms_allocator_reset_accumulated(ms_allocator_t *a) {
-  pthread_mutex_lock(&a->mu);
-  ms_stats_reset_accumulated(&a->stats);
-  pthread_mutex_unlock(&a->mu);
-}
-
-int ms_allocator_memory_summary(ms_allocator_t *a, bool abbreviated, char **out) {
-  ms_stats_t st = MS_STATS_INIT;
-  MS_FORWARD_IF_ERROR(ms_allocator_get_stats(a, &st));
-  return ms_stats_memory_summary(&st, a->device, abbreviated, out);
-}
-
-int ms_allocator_device(const ms_allocator_t *a) { return a->device; }
-
-void ms_allocator_get_config(ms_allocator_t *a, ms_alloc_config_t *out) {
-  pthread_mutex_lock(&a->mu);
-  *out = a->cfg;
-  pthread_mutex_unlock(&a->mu);
-}
-
-/* setMemoryFraction (§8.2); pre: lock held. */
-static int set_fraction_locked(ms_allocator_t *a, double f, ms_errbuf_t *eb) {
-  if (!(f >= 0.0 && f <= 1.0))
-    return ms__errbuf_set(eb, MS_EINVAL, "invalid fraction:%g. Please set within [0, 1].", f);
-  if (f < 1.0) {
-    a->has_allowed_max = true;
-    a->allowed_memory_maximum = (size_t)(f * (double)a->device_total);
-  } else {
-    a->has_allowed_max = false;
-    a->allowed_memory_maximum = 0;
-  }
-  return MS_OK;
-}
-
-int ms_allocator_set_memory_fraction(ms_allocator_t *a, double fraction, ms_errbuf_t *eb) {
-  MS_RETURN_IF(!a, MS_EINVAL);
-  if (eb) eb->msg[0] = 0;
-  pthread_mutex_lock(&a->mu);
-  int r = set_fraction_locked(a, fraction, eb);
-  pthread_mutex_unlock(&a->mu);
-  return r;
-}
-
-size_t ms_allocator_largest_free_block(ms_allocator_t *a) {
-  pthread_mutex_lock(&a->mu);
-  size_t best = 0;
-  const ms__pool_t *pools[2] = {&a->large, &a->small};
-  for (int i = 0; i < 2; i++)
-    for (const ms__block_t *b = ms__pool_first(pools[i]); b; b = ms__pool_next(b))
-      if (b->size > best) best = b->size;
-  for (const ms__private_pool_t *pp = a->pools; pp; pp = pp->next) {
-    for (const ms__block_t *b = ms__pool_first(&pp->large); b; b = ms__pool_next(b))
-      if (b->size > best) best = b->size;
-    for (const ms__block_t *b = ms__pool_first(&pp->small); b; b = ms__pool_next(b))
-      if (b->size > best) best = b->size;
-  }
-  pthread_mutex_unlock(&a->mu);
-  if (best == 0) {
-    /* Nothing cached: PyTorch's cacheInfo then reports the device's free memory
-     * (cudaMemGetInfo) as the largest block one could get. */
-    size_t dfree = 0, dtotal = 0;
-    if (a->ops.mem_info(a->ops.ctx, a->device, &dfree, &dtotal) == MS_OK) best = dfree;
-  }
-  return best;
-}
-
-int ms_allocator_attach_oom_observer(ms_allocator_t *a, ms_oom_observer_fn *fn, void *arg) {
-  MS_RETURN_IF(!a || !fn, MS_EINVAL);
-  pthread_mutex_lock(&a->mu);
-  int r = MS_VEC_PUSH(&a->observers, ((ms__observer_t){fn, arg})) == 0 ? MS_OK : MS_ENOMEM;
-  pthread_mutex_unlock(&a->mu);
-  return r;
-}
-
-int ms_allocator_add_free_memory_callback(ms_allocator_t *a, ms_free_memory_fn *fn, void *arg) {
-  MS_RETURN_IF(!a || !fn, MS_EINVAL);
-  pthread_mutex_lock(&a->mu);
-  int r = MS_VEC_PUSH(&a->free_callbacks, ((ms__freecb_t){fn, arg})) == 0 ? MS_OK : MS_ENOMEM;
-  pthread_mutex_unlock(&a->mu);
-  return r;
-}
-
-size_t ms_allocator_last_oom_message(ms_allocator_t *a, char *dst, size_t cap) {
-  pthread_mutex_lock(&a->mu);
-  size_t n = a->oom_len;
-  if (cap) {
-    size_t k = n < cap - 1 ? n : cap - 1;
-    memcpy(dst, a->oom_msg, k);
-    dst[k] = 0;
-  }
-  pthread_mutex_unlock(&a->mu);
-  return n;
-}
-
-/* ---- private pools (§13.3) ------------------------------------------------------------------- */
-
-ms_pool_id_t ms_pool_id_new(bool is_graph) {
-  static _Atomic int64_t graph_uid = 1, pool_uid = 1;
-  if (is_graph) return (ms_pool_id_t){atomic_fetch_add(&graph_uid, 1), 0};
-  return (ms_pool_id_t){0, atomic_fetch_add(&pool_uid, 1)};
-}
-
-static bool pool_id_less(ms_pool_id_t x, ms_pool_id_t y) {
-  return x.first < y.first || (x.first == y.first && x.second < y.second);
-}
-
-static ms__pool_opts_t *find_pool_opts(ms_allocator_t *a, ms_pool_id_t id) {
-  for (size_t i = 0; i < a->pool_opts.len; i++)
-    if (a->pool_opts.ptr[i].id.first == id.first && a->pool_opts.ptr[i].id.second == id.second)
-      return &a->pool_opts.ptr[i];
-  return NULL;
-}
-
-int ms_allocator_set_pool_options(ms_allocator_t *a, ms_pool_id_t id,
-                                  const ms_pool_options_t *opts) {
-  MS_RETURN_IF(!a || !opts || (id.first == 0 && id.second == 0), MS_EINVAL);
-  pthread_mutex_lock(&a->mu);
-  int r = MS_OK;
-  ms__pool_opts_t *o = find_pool_opts(a, id);
-  if (!opts->use_on_oom && !opts->no_split) {
-    if (o) { /* all false: forget the id */
-      size_t i = (size_t)(o - a->pool_opts.ptr);
-      memmove(o, o + 1, (a->pool_opts.len - i - 1) * sizeof *o);
-      a->pool_opts.len--;
-    }
-  } else if (o) {
-    o->opts = *opts;
-  } else if (MS_VEC_PUSH(&a->pool_opts, ((ms__pool_opts_t){id, *opts})) != 0) {
-    r = MS_ENOMEM;
-  } else { /* keep increasing id order (PyTorch's ordered sets) */
-    for (size_t i = a->pool_opts.len - 1; i > 0 && pool_id_less(id, a->pool_opts.ptr[i - 1].id);
-         i--) {
-      ms__pool_opts_t t = a->pool_opts.ptr[i - 1];
-      a->pool_opts.ptr[i - 1] = a->pool_opts.ptr[i];
-      a->pool_opts.ptr[i] = t;
-    }
-  }
-  ms__private_pool_t *pp = r == MS_OK ? find_private_pool(a, id) : NULL;
-  if (pp) pp->no_split = opts->no_split;
-  pthread_mutex_unlock(&a->mu);
-  return r;
-}
-
-int ms_allocator_begin_allocate_to_pool(ms_allocator_t *a, ms_pool_id_t id,
-                                        ms_pool_filter_fn *filter, void *arg) {
-  MS_RETURN_IF(!a || (id.first == 0 && id.second == 0), MS_EINVAL);
-  pthread_mutex_lock(&a->mu);
-  int r = MS_OK;
-  for (size_t i = 0; i < a->captures.len; i++)
-    if (a->captures.ptr[i].id.first == id.first && a->captures.ptr[i].id.second == id.second)
-      r = MS_ESTATE; /* "beginAllocateToPool: already recording to mempool_id" */
-  ms__private_pool_t *pp = r == MS_OK ? find_private_pool(a, id) : NULL;
-  if (r == MS_OK && pp && pp->freeable) r = MS_ESTATE; /* released: PyTorch asserts use_count>0 */
-  bool created = false;
-  if (r == MS_OK && !pp) {
-    pp = calloc(1, sizeof *pp);
-    if (!pp) {
-      r = MS_ENOMEM;
-    } else {
-      pp->id = id;
-      const ms__pool_opts_t *o = find_pool_opts(a, id);
-      pp->no_split = o && o->opts.no_split;
-      ms__pool_init(&pp->large, false, pp);
-      ms__pool_init(&pp->small, true, pp);
-      created = true;
-    }
-  }
-  if (r == MS_OK && MS_VEC_PUSH(&a->captures, ((ms__capture_t){id, filter, arg})) != 0) {
-    r = MS_ENOMEM;
-    if (created) free(pp);
-  }
-  if (r == MS_OK) {
-    if (created) {
-      pp->use_count = 1;
-      pp->next = a->pools;
-      a->pools = pp;
-    } else {
-      pp->use_count++;
-    }
-  }
-  pthread_mutex_unlock(&a->mu);
-  return r;
-}
-
-int ms_allocator_end_allocate_to_pool(ms_allocator_t *a, ms_pool_id_t id) {
-  MS_RETURN_IF(!a, MS_EINVAL);
-  pthread_mutex_lock(&a->mu);
-  int r = MS_ESTATE; /* "endAllocatePool: not currently recording to mempool_id" */
-  for (size_t i = 0; i < a->captures.len; i++) {
-    if (a->captures.ptr[i].id.first == id.first && a->captures.ptr[i].id.second == id.second) {
-      memmove(&a->captures.ptr[i], &a->captures.ptr[i + 1],
-              (a->captures.len - i - 1) * sizeof *a->captures.ptr);
-      a->captures.len--;
-      r = MS_OK;
-      break;
-    }
-  }
-  pthread_mutex_unlock(&a->mu);
-  return r;
-}
-
-int ms_allocator_release_pool(ms_allocator_t *a, ms_pool_id_t id) {
-  MS_RETURN_IF(!a, MS_EINVAL);
-  pthread_mutex_lock(&a->mu);
-  ms__private_pool_t *pp = find_private_pool(a, id);
-  int r = pp && !pp->freeable ? MS_OK : MS_ENOTFOUND;
-  if (r == MS_OK && --pp->use_count == 0) pp->freeable = true;
-  pthread_mutex_unlock(&a->mu);
-  return r;
-}
-
-/* ---- create / destroy ------------------------------------------------------------------------ */
-
-/* Whether the environment variable name is set to 1, true, yes or on (any case). */
-static bool env_truthy(const char *name) {
-  const char *v = getenv(name);
-  if (!v) return false;
-  static const char *const yes[] = {"1", "true", "yes", "on"};
-  for (size_t i = 0; i < sizeof yes / sizeof *yes; i++)
-    if (strcasecmp(v, yes[i]) == 0) return true;
-  return false;
-}
-
-int ms_allocator_create(const ms_allocator_config_t *cfg, ms_allocator_t **out, ms_errbuf_t *eb) {
-  if (eb) eb->msg[0] = 0;
-  MS_RETURN_IF(!out, MS_EINVAL);
-  if (!cfg || !cfg->backend) return ms__errbuf_set(eb, MS_EINVAL, "no device backend given");
-  const ms_backend_ops_t *ops = ms_backend_ops(cfg->backend);
-  int ndev = 0;
-  int r = ops->device_count(ops->ctx, &ndev);
-  if (r != MS_OK) return ms__errbuf_set(eb, r, "backend '%s': cannot count devices", ops->name);
-  if (cfg->device < 0 || cfg->device >= ndev)
-    return ms__errbuf_set(eb, MS_ENODEVICE, "backend '%s' has no device %d (it has %d)",
-                          ops->name, cfg->device, ndev);
-  ms_alloc_config_t conf;
-  if (cfg->alloc) {
-    conf = *cfg->alloc;
-    MS_FORWARD_IF_ERROR(ms_alloc_config_validate(&conf, eb));
-  } else {
-    ms_alloc_config_init(&conf);
-    MS_FORWARD_IF_ERROR(ms_alloc_config_from_env(&conf, eb));
-  }
-  size_t dfree = 0, dtotal = 0;
-  r = ops->mem_info(ops->ctx, cfg->device, &dfree, &dtotal);
-  if (r != MS_OK)
-    return ms__errbuf_set(eb, r, "backend '%s': cannot query device %d", ops->name, cfg->device);
-  ms_allocator_t *a = calloc(1, sizeof *a);
-  if (!a) return ms__errbuf_set(eb, MS_ENOMEM, "out of host memory");
-  pthread_mutex_init(&a->mu, NULL);
-  a->backend = cfg->backend;
-  a->ops = *ops;
-  a->device = cfg->device;
-  a->device_total = dtotal;
-  a->cfg = conf;
-  if (a->cfg.expandable_segments && !ms__es_supported(a)) {
-    ms__warning("expandable_segments not supported on this platform");
-    a->cfg.expandable_segments = false;
-  }
-  if (a->cfg.expandable_segments && ops->mem_granularity) {
-    /* Pages (2 MiB small, large_segment_size large) must be whole multiples of the device's
-     * granularity: refused here rather than failing at the first map. */
-    size_t gran = 0;
-    r = ops->mem_granularity(ops->ctx, cfg->device, &gran);
-    if (r == MS_OK && gran && (MS_SMALL_BUFFER % gran || a->cfg.large_segment_size % gran))
-      r = ms__errbuf_set(eb, MS_ECONFIG,
-                         "expandable_segments: the page sizes (%zu and large_segment_size %zu "
-                         "bytes) must be multiples of device %d's allocation granularity "
-                         "(%zu bytes)",
-                         (size_t)MS_SMALL_BUFFER, a->cfg.large_segment_size, cfg->device, gran);
-    else if (r != MS_OK)
-      r = ms__errbuf_set(eb, r, "backend '%s': cannot query device %d's granularity", ops->name,
-                         cfg->device);
-    if (r != MS_OK) {
-      pthread_mutex_destroy(&a->mu);
-      free(a);
-      return r;
-    }
-  }
-  for (int i = 0; i < MS_ROUNDUP_POWER2_INTERVALS; i++)
-    if (a->cfg.roundup_power2_divisions[i] > 1) a->any_divisions = true;
-  a->has_gc = a->cfg.garbage_collection_threshold > 0.0;
-  /* The environment counts where MEMSNAP_ALLOC_CONF does (cfg->alloc NULL): replay and tests
-   * that give their settings are not switched by it. */
-  a->no_caching = cfg->no_caching || (!cfg->alloc && env_truthy("MEMSNAP_NO_CACHING"));
-  ms__pool_init(&a->small, true, NULL);
-  ms__pool_init(&a->large, false, NULL);
-  ms_stats_init(&a->stats);
-  a->stats.max_split_size = (int64_t)a->cfg.max_split_size; /* SIZE_MAX reads as -1 */
-  a->rng = 0x853c49e6748fea9bULL;
-  atomic_init(&a->hooks, NULL);
-  r = set_fraction_locked(a, a->cfg.per_process_memory_fraction, eb);
-  if (r != MS_OK) {
-    pthread_mutex_destroy(&a->mu);
-    free(a);
-    return r;
-  }
-  *out = a;
-  return MS_OK;
-}
-
-static void pool_release_all(ms_allocator_t *a, ms__pool_t *pool) {
-  ms__block_t *b = ms__pool_first(pool);
-  while (b) {
-    ms__block_t *n = ms__pool_next(b);
-    if (!ms__block_is_split(b) && !b->expandable) (void)release_block(a, b, 0);
-    b = n;
-  }
-}
-
-void ms_allocator_destroy(ms_allocator_t *a) {
-  if (!a) return;
-  pthread_mutex_lock(&a->mu);
-  a->captures.len = 0;
-  if (synchronize_and_free_events(a, 0, NULL) != MS_OK)
-    ms__warning("device %d: allocator destroyed with stream events that failed", a->device);
-  pool_release_all(a, &a->large);
-  pool_release_all(a, &a->small);
-  for (ms__private_pool_t *pp = a->pools; pp; pp = pp->next) {
-    pool_release_all(a, &pp->small);
-    pool_release_all(a, &pp->large);
-  }
-  ms__es_destroy_all(a);
-  const ms__alloc_hooks_t *hooks = alloc_hooks(a);
-  atomic_store_explicit(&a->hooks, NULL, memory_order_release);
-  pthread_mutex_unlock(&a->mu);
-  /* The last trace entry is recorded: the recorder may go (alloc_hooks.h). */
-  if (hooks && hooks->release) hooks->release(hooks->ctx);
-  /* What is left holds live blocks: forget the free sets, then the segments, then the pools. */
-  for (ms__private_pool_t *pp = a->pools; pp; pp = pp->next) {
-    ms__pool_fini(&pp->small);
-    ms__pool_fini(&pp->large);
-  }
-  ms__pool_fini(&a->small);
-  ms__pool_fini(&a->large);
-  while (a->segments) ms__segment_delete(a, a->segments);
-  ms__private_pool_t *pp = a->pools;
-  while (pp) {
-    ms__private_pool_t *n = pp->next;
-    free(pp);
-    pp = n;
-  }
-  for (size_t i = 0; i < a->event_pool.len; i++)
-    a->ops.event_destroy(a->ops.ctx, a->device, a->event_pool.ptr[i]);
-  for (size_t i = 0; i < a->queues.len; i++) free(a->queues.ptr[i].q);
-  /* Stream-use arrays of blocks still allocated. */
-  for (size_t i = 0; i < a->map.cap; i++)
-    if (a->map.slots[i]) free(a->map.slots[i]->uses);
-  MS_VEC_FREE(&a->queues);
-  MS_VEC_FREE(&a->event_pool);
-  MS_VEC_FREE(&a->deferred);
-  MS_VEC_FREE(&a->capture_uses);
-  MS_VEC_FREE(&a->captures);
-  MS_VEC_FREE(&a->pool_opts);
-  MS_VEC_FREE(&a->observers);
-  MS_VEC_FREE(&a->free_callbacks);
-  free(a->map.slots);
-  ms__blocks_release_all(a);
-  pthread_mutex_destroy(&a->mu);
-  free(a);
-}
-
-/* ---- internal API (alloc_internal.h) --------------------------------------------------------- */
-
-void ms__allocator_set_hooks(ms_allocator_t *a, const ms__alloc_hooks_t *hooks) {
-  pthread_mutex_lock(&a->mu);
-  atomic_store_explicit(&a->hooks, hooks, memory_order_release);
-  pthread_mutex_unlock(&a->mu);
-}
-
-const ms__alloc_hooks_t *ms__allocator_get_hooks(ms_allocator_t *a) { return alloc_hooks(a); }
-
-/* ---- replay support (alloc_internal.h; used by lib/replay.c) --------------------------------- */
-
-int ms__allocator_replay_free_deferred(ms_allocator_t *a, ms_devptr_t ptr, void **pending) {
-  pthread_mutex_lock(&a->mu);
-  size_t slot;
-  ms__block_t *b = map_find(&a->map, ptr, &slot);
-  if (!b) {
-    pthread_mutex_unlock(&a->mu);
-    return MS_EINVAL;
-  }
-  /* As ms_allocator_free up to insert_events; the synthetic event keeps the block active. */
-  map_remove_at(&a->map, slot);
-  b->allocated = false;
-  enum ms_stat_type st = pool_stat(b->pool);
-  ms__stat_array_decrease(a->stats.allocation, st, 1);
-  ms__stat_array_decrease(a->stats.allocated_bytes, st, (int64_t)b->size);
-  alloc_trace(a, MS_TRACE_FREE_REQUESTED, b->ptr, b->requested_size, b->stream, b->pool, b->ctx);
-  if (b->size >= a->cfg.max_split_size) ms__stat_decrease(&a->stats.oversize_allocations, 1);
-  b->event_count++;
-  a->outstanding_events++;
-  pthread_mutex_unlock(&a->mu);
-  *pending = b;
-  return MS_OK;
-}
-
-void ms__allocator_replay_complete(ms_allocator_t *a, void *pending) {
-  ms__block_t *b = pending;
-  pthread_mutex_lock(&a->mu);
-  ms_assert(b->event_count > 0);
-  a->outstanding_events--;
-  if (--b->event_count == 0) free_block(a, b, 0);
-  pthread_mutex_unlock(&a->mu);
-}
-
-int ms__allocator_replay_add_segment(ms_allocator_t *a, uintptr_t ptr, size_t size,
-                                     ms_stream_t stream, bool is_small,
-                                     ms__replay_block_t *blocks, size_t n) {
-  size_t sum = 0;
-  for (size_t i = 0; i < n; i++) {
-    if (blocks[i].size == 0 || blocks[i].size % MS_MIN_BLOCK_SIZE) return MS_EINVAL;
-    if (i && blocks[i].state == 0 && blocks[i - 1].state == 0) return MS_EINVAL;
-    sum += blocks[i].size;
-  }
-  if (n == 0 || sum != size) return MS_EINVAL;
-  pthread_mutex_lock(&a->mu);
-  ms__pool_t *pool = is_small ? &a->small : &a->large;
-  ms__segment_t *s = ms__segment_new(a, ptr, size, stream, pool, 0);
-  if (!s) {
-    pthread_mutex_unlock(&a->mu);
-    return MS_ENOMEM;
-  }
-  enum ms_stat_type st = pool_stat(pool);
-  ms__stat_array_increase(a->stats.segment, st, 1);
-  ms__stat_array_increase(a->stats.reserved_bytes, st, (int64_t)size);
-  if (size >= a->cfg.max_split_size) ms__stat_increase(&a->stats.oversize_segments, 1);
-  a->total_allocated_memory += size;
-  ms__block_t *prev = NULL;
-  uintptr_t at = ptr;
-  int r = MS_OK;
-  for (size_t i = 0; i < n && r == MS_OK; i++) {
-    ms__block_t *b = ms__block_new(a);
-    if (!b) {
-      r = MS_ENOMEM;
-      break;
-    }
-    b->stream = stream;
-    b->size = blocks[i].size;
-    b->ptr = at;
-    b->seg = s;
-    b->pool = pool;
-    b->prev = prev;
-    if (prev) prev->next = b;
-    else s->head = b;
-    prev = b;
-    at += b->size;
-    b->requested_size = blocks[i].requested;
-    if (blocks[i].state == 1) {
-      b->allocated = true;
-      r = map_insert(&a->map, b);
-      ms__stat_array_increase(a->stats.allocation, st, 1);
-      ms__stat_array_increase(a->stats.allocated_bytes, st, (int64_t)b->size);
-      if (b->size >= a->cfg.max_split_size) ms__stat_increase(&a->stats.oversize_allocations, 1);
-    } else if (blocks[i].state == 2) {
-      b->event_count = 1;
-      a->outstanding_events++;
-      blocks[i].pending = b;
-    }
-    if (blocks[i].state != 0) {
-      ms__stat_array_increase(a->stats.active, st, 1);
-      ms__stat_array_increase(a->stats.active_bytes, st, (int64_t)b->size);
-      ms__stat_array_increase(a->stats.requested_bytes, st, (int64_t)b->requested_size);
-    }
-  }
-  /* Free blocks join the pool once the segment is linked (a split segment's free blocks count as
-   * inactive_split). */
-  if (r == MS_OK) {
-    for (ms__block_t *b = s->head; b; b = b->next) {
-      if (b->allocated || b->event_count) continue;
-      ms__pool_insert(pool, b);
-      if (ms__block_is_split(b)) {
-        ms__stat_array_increase(a->stats.inactive_split, st, 1);
-        ms__stat_array_increase(a->stats.inactive_split_bytes, st, (int64_t)b->size);
-      }
-    }
-  }
-  alloc_debug_check(a);
-  pthread_mutex_unlock(&a->mu);
-  return r;
-}
-
-void ms__allocator_replay_usage(ms_allocator_t *a, size_t *reserved, size_t *allocated) {
-  pthread_mutex_lock(&a->mu);
-  *reserved = (size_t)a->stats.reserved_bytes[MS_STAT_ALL].current;
-  *allocated = (size_t)a->stats.allocated_bytes[MS_STAT_ALL].current;
-  pthread_mutex_unlock(&a->mu);
-}
-
-bool ms__allocator_replay_would_fit(ms_allocator_t *a, size_t size, ms_stream_t stream) {
-  pthread_mutex_lock(&a->mu);
-  alloc_params_t p;
-  p.size = alloc_round_size(a, size);
-  p.stream = stream;
-  p.pool = get_pool(a, p.size, stream);
-  ms__block_t *b = ms__pool_find(p.pool, stream, p.size);
-  if (b && b->expandable)
-    b = ms__es_choose(p.pool, b, stream, ms__es_active(a, p.pool));
-  bool fit = b && b->stream == stream;
-  size_t mss = a->cfg.max_split_size;
-  if (fit && p.size < mss && b->size >= mss) fit = false;
-  if (fit && p.size >= mss && b->size >= p.size + a->cfg.max_non_split_rounding_size) fit = false;
-  pthread_mutex_unlock(&a->mu);
-  return fit;
-}
+void ms__alloc_debug_check(ms_allocator_t *a) { alloc_debug_check(a); }

@@ -461,3 +461,31 @@ bool ms__pool_is_valid(const ms__pool_t *p) {
   }
   return n == p->nblocks;
 }
+
+/* ---- the unmapped set (expandable segments' unmapped ranges, by (stream, ptr)) ---------- */
+
+static inline bool es_less(const ms__block_t *x, const ms__block_t *y) {
+  if (x->stream != y->stream) return x->stream < y->stream;
+  return x->ptr < y->ptr;
+}
+
+/* tl = next in the set, tr = previous. */
+void ms__pool_unmapped_insert(ms__pool_t *p, ms__block_t *b) {
+  ms__block_t *prev = NULL, *cur = p->unmapped;
+  while (cur && es_less(cur, b)) {
+    prev = cur;
+    cur = cur->tl;
+  }
+  b->tl = cur;
+  b->tr = prev;
+  if (cur) cur->tr = b;
+  if (prev) prev->tl = b;
+  else p->unmapped = b;
+}
+
+void ms__pool_unmapped_erase(ms__pool_t *p, ms__block_t *b) {
+  if (b->tr) b->tr->tl = b->tl;
+  else p->unmapped = b->tl;
+  if (b->tl) b->tl->tr = b->tr;
+  b->tl = b->tr = NULL;
+}

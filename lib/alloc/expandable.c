@@ -28,34 +28,6 @@ bool ms__es_supported(const ms_allocator_t *a) {
   return a->ops.va_reserve && a->ops.va_release && a->ops.mem_map && a->ops.mem_unmap;
 }
 
-/* ---- the unmapped set --------------------------------------------------------------------- */
-
-static inline bool es_less(const ms__block_t *x, const ms__block_t *y) {
-  if (x->stream != y->stream) return x->stream < y->stream;
-  return x->ptr < y->ptr;
-}
-
-/* tl = next in the set, tr = previous. */
-void ms__es_unmapped_insert(ms__pool_t *p, ms__block_t *b) {
-  ms__block_t *prev = NULL, *cur = p->unmapped;
-  while (cur && es_less(cur, b)) {
-    prev = cur;
-    cur = cur->tl;
-  }
-  b->tl = cur;
-  b->tr = prev;
-  if (cur) cur->tr = b;
-  if (prev) prev->tl = b;
-  else p->unmapped = b;
-}
-
-void ms__es_unmapped_erase(ms__pool_t *p, ms__block_t *b) {
-  if (b->tr) b->tr->tl = b->tl;
-  else p->unmapped = b->tl;
-  if (b->tl) b->tl->tr = b->tr;
-  b->tl = b->tr = NULL;
-}
-
 /* ---- trace and statistics ------------------------------------------------------------------ */
 
 static void es_trace(ms_allocator_t *a, ms_trace_action action, uint64_t addr, uint64_t size,
@@ -110,7 +82,7 @@ static ms__block_t *es_create(ms_allocator_t *a, ms__pool_t *pool, ms_stream_t s
   b->pool = pool;
   b->mapped = false;
   b->expandable = true;
-  ms__es_unmapped_insert(pool, b);
+  ms__pool_unmapped_insert(pool, b);
   if (pool->owner) pool->owner->malloc_count++; /* a private pool is freed at 0 */
   return b;
 }
@@ -191,7 +163,7 @@ static ms__block_t *es_map_block(ms_allocator_t *a, ms__block_t *b, size_t size,
       *err = MS_ENOMEM;
       return NULL;
     }
-    ms__es_unmapped_erase(pool, b);
+    ms__pool_unmapped_erase(pool, b);
     rem->stream = b->stream;
     rem->size = b->size - got;
     rem->ptr = b->ptr + got;
@@ -204,9 +176,9 @@ static ms__block_t *es_map_block(ms_allocator_t *a, ms__block_t *b, size_t size,
     if (b->next) b->next->prev = rem;
     b->next = rem;
     b->size = got;
-    ms__es_unmapped_insert(pool, rem);
+    ms__pool_unmapped_insert(pool, rem);
   } else {
-    ms__es_unmapped_erase(pool, b);
+    ms__pool_unmapped_erase(pool, b);
   }
   b->mapped = true;
   uintptr_t addr = b->ptr;
@@ -330,7 +302,7 @@ static int es_unmap_block(ms_allocator_t *a, ms__block_t *b, uint32_t ctx) {
   b->mapped = false;
   ms__block_try_merge(a, b, b->prev);
   ms__block_try_merge(a, b, b->next);
-  ms__es_unmapped_insert(pool, b);
+  ms__pool_unmapped_insert(pool, b);
   a->total_allocated_memory -= got;
   ms__stat_array_decrease(a->stats.reserved_bytes, es_stat(pool), (int64_t)got);
   a->stats.num_device_free++;
@@ -343,7 +315,7 @@ static int es_destroy(ms_allocator_t *a, ms__block_t *b) {
   ms__segment_t *s = b->seg;
   int err = a->ops.va_release(a->ops.ctx, a->device, s->ptr, s->size);
   if (err != MS_OK) return err; /* the range stays reserved, as an unmapped segment */
-  ms__es_unmapped_erase(b->pool, b);
+  ms__pool_unmapped_erase(b->pool, b);
   if (b->pool->owner) b->pool->owner->malloc_count--;
   ms__segment_delete(a, s);
   ms__block_delete(a, b);
@@ -383,7 +355,7 @@ void ms__es_destroy_all(ms_allocator_t *a) {
       if (!live) {
         for (ms__block_t *b = s->head; b; b = b->next) {
           if (b->in_set) ms__pool_erase(b->pool, b);
-          else ms__es_unmapped_erase(b->pool, b);
+          else ms__pool_unmapped_erase(b->pool, b);
         }
         for (size_t i = 0; i < s->npages;) {
           if (!s->pages[i]) {

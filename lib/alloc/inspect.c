@@ -370,7 +370,9 @@ static int add_setting(ms__snapbuild_t *b, const char *key, ms_snap_value_kind k
 
 int ms__allocator_snapshot_settings(ms_allocator_t *a, ms__snapbuild_t *b) {
   ms_alloc_config_t c;
-  ms_allocator_get_config(a, &c);
+  pthread_mutex_lock(&a->mu); /* a copy, as ms_allocator_get_config makes (no call back up) */
+  c = a->cfg;
+  pthread_mutex_unlock(&a->mu);
   MS_FORWARD_IF_ERROR(add_setting(b, "PYTORCH_CUDA_ALLOC_CONF", MS_SNAP_VAL_STR, false, 0, 0,
                                   c.last_allocator_settings));
   MS_FORWARD_IF_ERROR(add_setting(b, "max_split_size", MS_SNAP_VAL_INT, false,

@@ -157,7 +157,7 @@ size_t ms__block_try_merge(ms_allocator_t *a, ms__block_t *dst, ms__block_t *src
   if (!block_mergeable(dst, src)) return 0;
   size_t subsumed = block_absorb(dst, src);
   if (src->mapped) ms__pool_erase(src->pool, src);
-  else ms__es_unmapped_erase(src->pool, src); /* expandable segments */
+  else ms__pool_unmapped_erase(src->pool, src); /* expandable segments */
   ms__block_delete(a, src);
   return subsumed;
 }

@@ -280,9 +280,10 @@ static inline bool ms__es_active(const ms_allocator_t *a, const ms__pool_t *pool
 }
 /* Whether a's backend has the virtual-memory operations expandable segments need. */
 bool ms__es_supported(const ms_allocator_t *a);
-/* The unmapped set of pool (expandable.c keeps it ordered by (stream, ptr)). */
-void ms__es_unmapped_insert(ms__pool_t *p, ms__block_t *b);
-void ms__es_unmapped_erase(ms__pool_t *p, ms__block_t *b);
+/* The unmapped set of pool (block_pool.c keeps it ordered by (stream, ptr); expandable segments
+ * use it). */
+void ms__pool_unmapped_insert(ms__pool_t *p, ms__block_t *b);
+void ms__pool_unmapped_erase(ms__pool_t *p, ms__block_t *b);
 /* get_free_block's handling of an expandable candidate b (§5): with es_active, prefer a
  * following candidate whose expandable size is smaller; without, skip expandable blocks.
  * @return the block to take (still in the set) or NULL. */

@@ -1,0 +1,148 @@
+/* SPDX-License-Identifier: MIT
+ * memsnap core: the entry points `memsnap replay` drives the allocator with (alloc_internal.h,
+ * reference/replay-notes.md §2-§3): a free kept pending, a recorded segment rebuilt at its address,
+ * usage and fit queries. They take the allocator's mutex like every public call.
+ */
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "alloc/alloc_core.h"
+#include "alloc/alloc_internal.h"
+#include "alloc/stats_internal.h"
+#include "alloc/types.h"
+#include "backend/backend_internal.h"
+
+/* ---- replay support (alloc_internal.h; used by lib/replay.c) --------------------------------- */
+
+int ms__allocator_replay_free_deferred(ms_allocator_t *a, ms_devptr_t ptr, void **pending) {
+  pthread_mutex_lock(&a->mu);
+  size_t slot;
+  ms__block_t *b = map_find(&a->map, ptr, &slot);
+  if (!b) {
+    pthread_mutex_unlock(&a->mu);
+    return MS_EINVAL;
+  }
+  /* As ms_allocator_free up to insert_events; the synthetic event keeps the block active. */
+  map_remove_at(&a->map, slot);
+  b->allocated = false;
+  enum ms_stat_type st = pool_stat(b->pool);
+  ms__stat_array_decrease(a->stats.allocation, st, 1);
+  ms__stat_array_decrease(a->stats.allocated_bytes, st, (int64_t)b->size);
+  alloc_trace(a, MS_TRACE_FREE_REQUESTED, b->ptr, b->requested_size, b->stream, b->pool, b->ctx);
+  if (b->size >= a->cfg.max_split_size) ms__stat_decrease(&a->stats.oversize_allocations, 1);
+  b->event_count++;
+  a->outstanding_events++;
+  pthread_mutex_unlock(&a->mu);
+  *pending = b;
+  return MS_OK;
+}
+
+void ms__allocator_replay_complete(ms_allocator_t *a, void *pending) {
+  ms__block_t *b = pending;
+  pthread_mutex_lock(&a->mu);
+  ms_assert(b->event_count > 0);
+  a->outstanding_events--;
+  if (--b->event_count == 0) ms__alloc_free_block(a, b, 0);
+  pthread_mutex_unlock(&a->mu);
+}
+
+int ms__allocator_replay_add_segment(ms_allocator_t *a, uintptr_t ptr, size_t size,
+                                     ms_stream_t stream, bool is_small,
+                                     ms__replay_block_t *blocks, size_t n) {
+  size_t sum = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (blocks[i].size == 0 || blocks[i].size % MS_MIN_BLOCK_SIZE) return MS_EINVAL;
+    if (i && blocks[i].state == 0 && blocks[i - 1].state == 0) return MS_EINVAL;
+    sum += blocks[i].size;
+  }
+  if (n == 0 || sum != size) return MS_EINVAL;
+  pthread_mutex_lock(&a->mu);
+  ms__pool_t *pool = is_small ? &a->small : &a->large;
+  ms__segment_t *s = ms__segment_new(a, ptr, size, stream, pool, 0);
+  if (!s) {
+    pthread_mutex_unlock(&a->mu);
+    return MS_ENOMEM;
+  }
+  enum ms_stat_type st = pool_stat(pool);
+  ms__stat_array_increase(a->stats.segment, st, 1);
+  ms__stat_array_increase(a->stats.reserved_bytes, st, (int64_t)size);
+  if (size >= a->cfg.max_split_size) ms__stat_increase(&a->stats.oversize_segments, 1);
+  a->total_allocated_memory += size;
+  ms__block_t *prev = NULL;
+  uintptr_t at = ptr;
+  int r = MS_OK;
+  for (size_t i = 0; i < n && r == MS_OK; i++) {
+    ms__block_t *b = ms__block_new(a);
+    if (!b) {
+      r = MS_ENOMEM;
+      break;
+    }
+    b->stream = stream;
+    b->size = blocks[i].size;
+    b->ptr = at;
+    b->seg = s;
+    b->pool = pool;
+    b->prev = prev;
+    if (prev) prev->next = b;
+    else s->head = b;
+    prev = b;
+    at += b->size;
+    b->requested_size = blocks[i].requested;
+    if (blocks[i].state == 1) {
+      b->allocated = true;
+      r = map_insert(&a->map, b);
+      ms__stat_array_increase(a->stats.allocation, st, 1);
+      ms__stat_array_increase(a->stats.allocated_bytes, st, (int64_t)b->size);
+      if (b->size >= a->cfg.max_split_size) ms__stat_increase(&a->stats.oversize_allocations, 1);
+    } else if (blocks[i].state == 2) {
+      b->event_count = 1;
+      a->outstanding_events++;
+      blocks[i].pending = b;
+    }
+    if (blocks[i].state != 0) {
+      ms__stat_array_increase(a->stats.active, st, 1);
+      ms__stat_array_increase(a->stats.active_bytes, st, (int64_t)b->size);
+      ms__stat_array_increase(a->stats.requested_bytes, st, (int64_t)b->requested_size);
+    }
+  }
+  /* Free blocks join the pool once the segment is linked (a split segment's free blocks count as
+   * inactive_split). */
+  if (r == MS_OK) {
+    for (ms__block_t *b = s->head; b; b = b->next) {
+      if (b->allocated || b->event_count) continue;
+      ms__pool_insert(pool, b);
+      if (ms__block_is_split(b)) {
+        ms__stat_array_increase(a->stats.inactive_split, st, 1);
+        ms__stat_array_increase(a->stats.inactive_split_bytes, st, (int64_t)b->size);
+      }
+    }
+  }
+  ms__alloc_debug_check(a);
+  pthread_mutex_unlock(&a->mu);
+  return r;
+}
+
+void ms__allocator_replay_usage(ms_allocator_t *a, size_t *reserved, size_t *allocated) {
+  pthread_mutex_lock(&a->mu);
+  *reserved = (size_t)a->stats.reserved_bytes[MS_STAT_ALL].current;
+  *allocated = (size_t)a->stats.allocated_bytes[MS_STAT_ALL].current;
+  pthread_mutex_unlock(&a->mu);
+}
+
+bool ms__allocator_replay_would_fit(ms_allocator_t *a, size_t size, ms_stream_t stream) {
+  pthread_mutex_lock(&a->mu);
+  size_t rounded = alloc_round_size(a, size);
+  ms__pool_t *pool = get_pool(a, rounded, stream);
+  ms__block_t *b = ms__pool_find(pool, stream, rounded);
+  if (b && b->expandable) b = ms__es_choose(pool, b, stream, ms__es_active(a, pool));
+  bool fit = b && b->stream == stream;
+  size_t mss = a->cfg.max_split_size;
+  if (fit && rounded < mss && b->size >= mss) fit = false;
+  if (fit && rounded >= mss && b->size >= rounded + a->cfg.max_non_split_rounding_size) fit = false;
+  pthread_mutex_unlock(&a->mu);
+  return fit;
+}
