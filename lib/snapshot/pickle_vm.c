@@ -129,6 +129,7 @@ static inline uint64_t rd_le(const char *p, size_t n) {
   for (size_t i = n; i-- > 0;) x = (x << 8) | (uint8_t)p[i];
   return x;
 }
+
 /* ---- stack and memo -------------------------------------------------------------------------- */
 
 static int rd_need_values(rd_t *r, size_t n, const char *op) {
