@@ -90,7 +90,7 @@ void ms__pickle_field_path(const rd_t *r, uint32_t o, const rd_val_t *k, char *o
     snprintf(out, cap, "%.150s.%.120s", p, name);
 }
 
-/* ---- containers ---------------------------------------------------------------------------- */
+/* ---- containers ------------------------------------------------------------------------------ */
 
 static int rd_new_obj(rd_t *r, uint8_t kind, uint32_t *id) {
   if (r->objs.len >= UINT32_MAX - 1) return ms__pickle_err(r, MS_ELIMIT, "too many containers");
@@ -179,7 +179,6 @@ static void rd_place(const rd_t *r, uint8_t kind, rd_cand_t *out, bool *root) {
     *out = r->objs.ptr[a.parent].count % 1000 == 0 ? a : bt;
 }
 
-
 /* A new container: a V_OBJ with its role, or a V_SKIP when it belongs to the skipped trace. */
 int ms__pickle_create(rd_t *r, uint8_t kind, rd_val_t *out) {
   rd_cand_t c;
@@ -247,7 +246,6 @@ int ms__pickle_build_from_mark(rd_t *r, uint8_t kind, const char *op) {
   r->st.len += n;
   return kind == O_DICT ? ms__pickle_setitems(r, id, at) : ms__pickle_appends(r, id, at);
 }
-
 
 /* ---- strings --------------------------------------------------------------------------------- */
 

@@ -91,7 +91,6 @@ int ms__pickle_birth(rd_t *r, uint32_t id) {
   return MS_OK;
 }
 
-
 /* ---- frames and stacks ----------------------------------------------------------------------- */
 
 static int rd_intern_frame(rd_t *r, uint32_t id, uint32_t *frame) {
@@ -319,7 +318,7 @@ static int rd_list_record(rd_t *r, rd_obj_t *list, uint32_t list_id, uint32_t re
   return MS_OK;
 }
 
-/* ---- lists ---------------------------------------------------------------------------------- */
+/* ---- lists ----------------------------------------------------------------------------------- */
 
 static int rd_modified_after_use(rd_t *r, uint32_t id) {
   char p[260];
@@ -429,7 +428,7 @@ int ms__pickle_appends(rd_t *r, uint32_t lid, size_t from) {
   return MS_OK;
 }
 
-/* ---- dicts ---------------------------------------------------------------------------------- */
+/* ---- dicts ----------------------------------------------------------------------------------- */
 
 /* A setting's value in the model's terms; *keep = false for what the model has no place for. */
 static int rd_setting_value(rd_t *r, const rd_ctx_t *c, const rd_val_t *v, ms_snap_kv_t *kv,
@@ -466,7 +465,6 @@ static int rd_setting_value(rd_t *r, const rd_ctx_t *c, const rd_val_t *v, ms_sn
   }
   return MS_OK;
 }
-
 
 /* The top-level dict: its lists and the presence of the optional parts. */
 static int rd_set_root(rd_t *r, const rd_ctx_t *c, uint8_t key, const rd_val_t *v) {
