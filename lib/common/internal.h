@@ -31,7 +31,7 @@
 #define MS_NOINLINE
 #endif
 
-/* "pickle_read.c": ms_pickle_read_ex() that also says (*cannot_skip, may be NULL) whether it
+/* "pickle_vm.c": ms_pickle_read_ex() that also says (*cannot_skip, may be NULL) whether it
  * failed only because MS_LOAD_NO_TRACE could not be honoured (a value of the trace is used
  * elsewhere through the memo), so that a caller able to rewind reads the input again in full. */
 struct ms_source_s;

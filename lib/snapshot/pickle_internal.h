@@ -1,0 +1,340 @@
+/* SPDX-License-Identifier: MIT
+ * memsnap core: internals of the streaming reader of PyTorch snapshot pickles (memsnap/pickle.h,
+ * issue #4), shared by its three files:
+ *
+ *   pickle_vm.c       the pickle VM: input buffer, opcode decoding and the run loop, the value
+ *                     stack, marks and memo; the entry point ms__pickle_read()
+ *   pickle_objects.c  the values it builds: containers (dicts, lists, sets) born with a role
+ *                     guessed from where they will be stored, tuples, strings copied into the
+ *                     builder's arena; key paths and type names for messages
+ *   pickle_schema.c   PyTorch's snapshot dicts mapped onto memsnap's model: records born for
+ *                     dicts of a record role, items stored into typed fields (segments, blocks,
+ *                     history, device_traces, frames, settings, annotations), frames lists
+ *                     interned as stacks, and the checks after STOP
+ *
+ * Vocabulary. The VM never builds a generic object tree. A value (rd_val_t) is a scalar, a string
+ * in the builder's arena, or an object (rd_obj_t: a dict, list or set) with a role (R_*): the
+ * part of the snapshot schema it stands for, guessed when the container is created from the
+ * shape of the stack and the key it will be stored under (K_*), and verified when it is stored
+ * into its real parent. A dict of a record role (a segment, a block, a trace entry...) is a
+ * record in the snapshot builder from birth (obj->ref); its items go straight into the record's
+ * fields. Containers of the trace skipped by MS_LOAD_NO_TRACE are V_SKIP values with no object.
+ *
+ * Speed: the run loop (pickle_vm.c) calls across files only where the one-file reader already
+ * made a real call (creating a container, storing a batch of items, a string opcode); the
+ * helpers on every opcode's path (rd_take, rd_push, the mark position, the key lookup, the role
+ * tables) are static inline here.
+ *
+ * Names: rd_ is the reader's private vocabulary (types, static and inline helpers); functions
+ * called from another of the three files are ms__pickle_*.
+ */
+#ifndef MEMSNAP_LIB_SNAPSHOT_PICKLE_INTERNAL_H
+#define MEMSNAP_LIB_SNAPSHOT_PICKLE_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "common/internal.h"
+#include "memsnap/pickle.h"
+#include "model/snapbuild.h"
+
+#define RD_BUF_CAP (1u << 17)      /* input buffer (128 KiB), once more than RD_BUF_MIN came */
+#define RD_BUF_MIN (1u << 13)      /* the first 8 KiB: small inputs stay cheap */
+#define RD_MAX_STACK (1u << 18)    /* values on the stack; also the number of open marks */
+#define RD_MEMO_SLACK (1u << 16)   /* how far beyond the memo's end a PUT may store */
+#define RD_MAX_STR 0xfffffffeu     /* longest string or bytes value */
+#define RD_MAX_LONG (1u << 16)     /* longest LONG4 integer, in bytes */
+#define RD_MAX_SETTINGS_DEPTH 1 /* allocator_settings maps kept: one level (the builder stores a
+                                   * map's entries after the map, so deeper ones are dropped) */
+#define RD_NO_OBJ UINT32_MAX
+
+/* ---- values ---------------------------------------------------------------------------------- */
+
+enum rd_vtype {
+  V_UNSET = 0, /* memo hole */
+  V_NONE,
+  V_BOOL,
+  V_INT,   /* fits int64 */
+  V_UINT,  /* 2^63 .. 2^64-1 */
+  V_BIG,   /* does not fit 64 bits; value not kept */
+  V_FLOAT,
+  V_STR,   /* v.s: NUL-terminated copy in the builder's arena, len bytes */
+  V_BYTES, /* content not kept */
+  V_OBJ,   /* v.obj: a dict, list or set in objs */
+  V_PAIR,  /* a tuple of two ints: v.pair indexes pairs */
+  V_TUPLE, /* any other tuple; content not kept */
+  V_FSET,  /* frozenset; content not kept */
+  V_SKIP,  /* a dict, list or set of the skipped trace (MS_LOAD_NO_TRACE): v.kind says which;
+              its items are parsed and dropped, and it has no entry in objs */
+};
+
+typedef struct rd_val_s {
+  uint8_t t;
+  uint8_t key; /* V_STR: the schema key it spells (K_*), K_UNKNOWN otherwise */
+  uint8_t kind; /* V_SKIP: O_DICT, O_LIST or O_SET */
+  uint8_t pad_;
+  uint32_t len;
+  union {
+    int64_t i;
+    uint64_t u;
+    double f;
+    const char *s;
+    uint32_t obj;
+    uint32_t pair;
+  } v;
+} rd_val_t;
+
+/* ---- schema keys and roles ------------------------------------------------------------------- */
+
+#define RD_KEYS(XX)                                                                            \
+  XX(SEGMENTS, "segments") XX(DEVICE_TRACES, "device_traces")                                  \
+  XX(ALLOCATOR_SETTINGS, "allocator_settings") XX(EXTERNAL_ANNOTATIONS, "external_annotations") \
+  XX(DEVICE, "device") XX(ADDRESS, "address") XX(TOTAL_SIZE, "total_size")                      \
+  XX(ALLOCATED_SIZE, "allocated_size") XX(ACTIVE_SIZE, "active_size")                           \
+  XX(REQUESTED_SIZE, "requested_size") XX(STREAM, "stream") XX(SEGMENT_TYPE, "segment_type")    \
+  XX(SEGMENT_POOL_ID, "segment_pool_id") XX(IS_EXPANDABLE, "is_expandable")                    \
+  XX(FRAMES, "frames") XX(BLOCKS, "blocks") XX(SIZE, "size") XX(STATE, "state")                 \
+  XX(HISTORY, "history") XX(ADDR, "addr") XX(REAL_SIZE, "real_size") XX(NAME, "name")           \
+  XX(FILENAME, "filename") XX(LINE, "line") XX(ACTION, "action") XX(DEVICE_FREE, "device_free") \
+  XX(TIME_US, "time_us") XX(COMPILE_CONTEXT, "compile_context")                                 \
+  XX(USER_METADATA, "user_metadata") XX(POOL_ID, "pool_id") XX(STAGE, "stage")
+
+enum rd_key {
+  K_UNKNOWN = 0,
+#define RD_KEY_ENUM(id, s) K_##id,
+  RD_KEYS(RD_KEY_ENUM)
+#undef RD_KEY_ENUM
+  K_COUNT
+};
+
+/* Each key's text ("?" for K_UNKNOWN) and length: tables here, not in one file, so that the key
+ * lookup of every string opcode is compiled against constants as before the split. */
+static const char *const rd_key_names[K_COUNT] = {
+    [K_UNKNOWN] = "?",
+#define RD_KEY_NAME(id, s) [K_##id] = s,
+    RD_KEYS(RD_KEY_NAME)
+#undef RD_KEY_NAME
+};
+
+static const uint8_t rd_key_lens[K_COUNT] = {
+    [K_UNKNOWN] = 1,
+#define RD_KEY_LEN(id, s) [K_##id] = sizeof(s) - 1,
+    RD_KEYS(RD_KEY_LEN)
+#undef RD_KEY_LEN
+};
+
+/* The key a string spells, K_UNKNOWN for any other string (once per string opcode). */
+static inline uint8_t rd_key_lookup(const char *s, size_t len) {
+  if (len < 4 || len > 20) return K_UNKNOWN;
+  for (int k = 1; k < K_COUNT; k++)
+    if (rd_key_lens[k] == len && rd_key_names[k][0] == s[0] &&
+        memcmp(rd_key_names[k], s, len) == 0)
+      return (uint8_t)k;
+  return K_UNKNOWN;
+}
+
+enum rd_kind { O_DICT = 0, O_LIST, O_SET };
+
+enum rd_role {
+  R_NONE = 0, /* not part of the schema: contents parsed, then ignored */
+  R_ROOT,     /* the top-level dict */
+  R_SEGMENTS, R_SEGMENT, R_BLOCKS, R_BLOCK, R_HISTORY, R_HIST, R_FRAMES, R_FRAME,
+  R_DEVTRACES, R_TRACES, R_TRACE, R_SETTINGS, R_SETMAP, R_ANNOTS, R_ANNOT,
+  R_COUNT
+};
+
+/* The kind of container each role is. */
+static const uint8_t rd_role_kind[R_COUNT] = {
+    [R_NONE] = O_DICT,     [R_ROOT] = O_DICT,     [R_SEGMENTS] = O_LIST, [R_SEGMENT] = O_DICT,
+    [R_BLOCKS] = O_LIST,   [R_BLOCK] = O_DICT,    [R_HISTORY] = O_LIST,  [R_HIST] = O_DICT,
+    [R_FRAMES] = O_LIST,   [R_FRAME] = O_DICT,    [R_DEVTRACES] = O_LIST, [R_TRACES] = O_LIST,
+    [R_TRACE] = O_DICT,    [R_SETTINGS] = O_DICT, [R_SETMAP] = O_DICT,   [R_ANNOTS] = O_LIST,
+    [R_ANNOT] = O_DICT,
+};
+
+/* The role of a dict's value under key k (R_NONE: ignored). */
+static inline uint8_t rd_dict_child(uint8_t role, uint8_t k) {
+  switch (role) {
+  case R_ROOT:
+    switch (k) {
+    case K_SEGMENTS: return R_SEGMENTS;
+    case K_DEVICE_TRACES: return R_DEVTRACES;
+    case K_ALLOCATOR_SETTINGS: return R_SETTINGS;
+    case K_EXTERNAL_ANNOTATIONS: return R_ANNOTS;
+    default: return R_NONE;
+    }
+  case R_SEGMENT:
+    return k == K_FRAMES ? R_FRAMES : k == K_BLOCKS ? R_BLOCKS : R_NONE;
+  case R_BLOCK:
+    return k == K_FRAMES ? R_FRAMES : k == K_HISTORY ? R_HISTORY : R_NONE;
+  case R_HIST:
+  case R_TRACE:
+    return k == K_FRAMES ? R_FRAMES : R_NONE;
+  case R_SETTINGS:
+  case R_SETMAP:
+    return R_SETMAP; /* only when the value is a dict; scalars are settings too */
+  default:
+    return R_NONE;
+  }
+}
+
+/* The role of a list's elements. */
+static inline uint8_t rd_list_child(uint8_t role) {
+  switch (role) {
+  case R_SEGMENTS: return R_SEGMENT;
+  case R_BLOCKS: return R_BLOCK;
+  case R_HISTORY: return R_HIST;
+  case R_FRAMES: return R_FRAME;
+  case R_DEVTRACES: return R_TRACES;
+  case R_TRACES: return R_TRACE;
+  case R_ANNOTS: return R_ANNOT;
+  default: return R_NONE;
+  }
+}
+
+/* ---- containers and the reader --------------------------------------------------------------- */
+
+enum {
+  OF_USED = 1u << 0,     /* stored into its parent (or memo-got and stored again) */
+  OF_SEALED = 1u << 1,   /* frames list: ref is its interned stack */
+  OF_INTERNED = 1u << 2, /* frame dict: ref is its interned frame */
+  OF_PENDING = 1u << 3,  /* frames list of a trace entry, queued for interning (rd_pend_t) */
+};
+
+typedef struct rd_obj_s {
+  uint8_t kind;    /* O_* */
+  uint8_t role;    /* R_* */
+  uint8_t flags;   /* OF_* */
+  uint8_t key;     /* key it sits under in a dict parent (for paths) */
+  uint32_t parent; /* the container it was created for, RD_NO_OBJ for the root */
+  uint32_t idx;    /* its index in a list parent (for paths) */
+  uint32_t ref;    /* record index in the builder; first record of a list; frame/stack index;
+                      pending-frame slot; first child of a settings map */
+  uint32_t count;  /* items stored so far */
+  uint32_t aux;    /* R_SETMAP: nesting depth */
+} rd_obj_t;
+
+/* A trace entry's frames list whose stack is interned later (ms__pickle_flush), so that the
+ * intern table's slot, prefetched now, is in cache by then. Its frame indices stay at the end of
+ * the builder's stack_frames, after those of the lists queued before it. */
+#define RD_PENDING 16
+typedef struct rd_pend_s {
+  uint32_t list;  /* the frames list (OF_PENDING) */
+  uint32_t rec;   /* its trace record */
+  uint32_t n;     /* its frame indices */
+  uint64_t hash;  /* ms__snapbuild_stack_hash of them */
+} rd_pend_t;
+
+/* A frame dict being filled, before it is interned. */
+typedef struct rd_pframe_s {
+  const char *name, *file;
+  int64_t line;
+  uint32_t next_free;
+} rd_pframe_t;
+
+typedef struct rd_s {
+  /* input */
+  ms_source_t *src;
+  char *buf;
+  size_t pos, len, cap;
+  uint64_t base; /* file offset of buf[0] */
+  bool eof;
+  uint64_t op_off;
+  MS_VEC(char) scratch;
+  /* VM */
+  MS_VEC(rd_val_t) st;
+  MS_VEC(uint32_t) marks;
+  MS_VEC(rd_val_t) memo;
+  MS_VEC(rd_obj_t) objs;
+  MS_VEC(rd_pframe_t) pframes;
+  uint32_t pframe_free;
+  MS_VEC(int64_t) pairs;
+  size_t fbuf_len;     /* frame indices of the frames list being filled, written in place at the
+                           builder's stack tail (ms__snapbuild_stack_room) */
+  uint32_t fbuf_owner; /* that list; its indices follow those of the queued lists */
+  rd_pend_t pend[RD_PENDING];
+  uint32_t npend;
+  size_t pend_frames; /* indices of the queued lists, at the start of the builder's tail */
+  MS_VEC(rd_val_t) tmp;
+  uint32_t root;
+  uint32_t root_segments; /* the root dict's "segments" list */
+  bool skip_trace;        /* MS_LOAD_NO_TRACE: trace entries become V_SKIP values */
+  bool cannot_skip;       /* a skipped value was needed outside the trace */
+  /* output */
+  ms__snapbuild_t b;
+  ms_errbuf_t *eb;
+} rd_t;
+
+/* ---- pickle_vm.c ----------------------------------------------------------------------------- */
+
+/* Sets r's error: "offset N: message" (N: the current opcode's file offset). @return code. */
+int ms__pickle_err(rd_t *r, int code, const char *fmt, ...) MS_PRINTF(3, 4);
+
+/* rd_take when the buffer holds fewer than n bytes. */
+MS_NOINLINE int ms__pickle_take_slow(rd_t *r, uint64_t n, const char **p, const char *what);
+
+/* Takes n bytes; *p stays valid until the next input call. Long runs go through scratch, which
+ * grows only as the bytes arrive. */
+static inline int rd_take(rd_t *r, uint64_t n, const char **p, const char *what) {
+  if (ms_likely(n <= r->len - r->pos)) {
+    *p = r->buf + r->pos;
+    r->pos += (size_t)n;
+    return MS_OK;
+  }
+  return ms__pickle_take_slow(r, n, p, what);
+}
+
+static inline int rd_push(rd_t *r, rd_val_t v) {
+  if (ms_unlikely(r->st.len >= RD_MAX_STACK))
+    return ms__pickle_err(r, MS_ELIMIT, "pickle stack deeper than %u values", RD_MAX_STACK);
+  if (ms_unlikely(MS_VEC_RESERVE(&r->st, 1))) return ms__pickle_err(r, MS_ENOMEM, "out of memory");
+  r->st.ptr[r->st.len++] = v;
+  return MS_OK;
+}
+
+/* Number of values above the topmost mark (or all of them when there is no mark). */
+static inline size_t rd_mark_pos(const rd_t *r) {
+  return r->marks.len ? r->marks.ptr[r->marks.len - 1] : 0;
+}
+
+static inline int rd_pop_mark(rd_t *r, const char *op, size_t *pos) {
+  if (!r->marks.len) return ms__pickle_err(r, MS_EFORMAT, "%s without a MARK", op);
+  *pos = r->marks.ptr[--r->marks.len];
+  return MS_OK;
+}
+
+/* ---- pickle_objects.c ------------------------------------------------------------------------ */
+
+/* Python's name of v's type, for messages. */
+const char *ms__pickle_type_name(const rd_t *r, const rd_val_t *v);
+/* Writes the key path of object o (e.g. "segments[3].blocks[7]") into out. */
+void ms__pickle_path(const rd_t *r, uint32_t o, char *out, size_t cap);
+/* "path.key" of a field of object o, the key made safe to print. */
+void ms__pickle_field_path(const rd_t *r, uint32_t o, const rd_val_t *k, char *out, size_t cap);
+
+/* A new container: a V_OBJ with its role, or a V_SKIP when it belongs to the skipped trace. */
+int ms__pickle_create(rd_t *r, uint8_t kind, rd_val_t *out);
+/* A tuple of st[from..len), which replaces them: V_PAIR for two ints, V_TUPLE otherwise. */
+int ms__pickle_tuple(rd_t *r, size_t from);
+/* Builds a dict or list from the values above the topmost mark (protocol 0/1 DICT and LIST). */
+int ms__pickle_build_from_mark(rd_t *r, uint8_t kind, const char *op);
+/* A string (or bytes) opcode's value of n bytes, taken from the input and pushed. */
+int ms__pickle_str(rd_t *r, uint64_t n, bool is_bytes);
+
+/* ---- pickle_schema.c ------------------------------------------------------------------------- */
+
+/* Creates the builder record that a new container of a record role (id) stands for. */
+int ms__pickle_birth(rd_t *r, uint32_t id);
+/* SETITEMS / SETITEM / DICT: items st[from..len) as key, value pairs into dict did (RD_NO_OBJ:
+ * a skipped dict), then dropped from the stack. */
+int ms__pickle_setitems(rd_t *r, uint32_t did, size_t from);
+/* APPENDS / APPEND / LIST: items st[from..len) into list lid (RD_NO_OBJ: a skipped list), then
+ * dropped from the stack. */
+int ms__pickle_appends(rd_t *r, uint32_t lid, size_t from);
+/* After STOP: checks that the records tile their arrays, fills what older eras lack, and hands
+ * the builder's snapshot to *out. */
+int ms__pickle_finish(rd_t *r, ms_snapshot_t **out);
+
+#endif /* MEMSNAP_LIB_SNAPSHOT_PICKLE_INTERNAL_H */

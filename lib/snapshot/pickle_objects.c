@@ -1,0 +1,274 @@
+/* SPDX-License-Identifier: MIT
+ * memsnap core: the values built by the reader of PyTorch snapshot pickles (memsnap/pickle.h,
+ * issue #4; the reader's files and vocabulary: pickle_internal.h).
+ *
+ * Every dict or list gets a role the moment it is created (EMPTY_DICT/EMPTY_LIST), from its
+ * position: the container it is about to be stored in (found from the shape of the stack, as
+ * Python's pickler lays it out) and the key it will be stored under. A dict whose role is
+ * "block" is a block record in the snapshot builder from birth (pickle_schema.c); SETITEMS into
+ * it converts each value straight into the record's fields. A container in a place the schema
+ * does not know has no role: its values are still parsed, safely, and dropped. Containers of the
+ * trace skipped by MS_LOAD_NO_TRACE are V_SKIP values with no record at all.
+ *
+ * Also here: tuples (a pair of ints is kept, for pool ids; any other tuple only as its type),
+ * strings (copied into the builder's arena, tagged with the schema key they spell), and the key
+ * paths and type names that error messages show.
+ */
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "snapshot/pickle_internal.h"
+
+/* ---- names and paths for messages ------------------------------------------------------------ */
+
+const char *ms__pickle_type_name(const rd_t *r, const rd_val_t *v) {
+  switch (v->t) {
+  case V_NONE: return "None";
+  case V_BOOL: return "bool";
+  case V_INT:
+  case V_UINT:
+  case V_BIG: return "int";
+  case V_FLOAT: return "float";
+  case V_STR: return "str";
+  case V_BYTES: return "bytes";
+  case V_PAIR:
+  case V_TUPLE: return "tuple";
+  case V_FSET: return "frozenset";
+  case V_SKIP: return v->kind == O_DICT ? "dict" : v->kind == O_LIST ? "list" : "set";
+  case V_OBJ: {
+    uint8_t k = r->objs.ptr[v->v.obj].kind;
+    return k == O_DICT ? "dict" : k == O_LIST ? "list" : "set";
+  }
+  default: return "nothing";
+  }
+}
+
+/* Writes the key path of object o (e.g. "segments[3].blocks[7]") into out. */
+void ms__pickle_path(const rd_t *r, uint32_t o, char *out, size_t cap) {
+  uint32_t chain[24];
+  size_t n = 0;
+  bool cut = false;
+  for (uint32_t c = o; c != RD_NO_OBJ && c != r->root; c = r->objs.ptr[c].parent) {
+    if (n == 24) {
+      cut = true;
+      break;
+    }
+    chain[n++] = c;
+  }
+  size_t w = 0;
+  out[0] = 0;
+  if (cut) w += (size_t)snprintf(out, cap, "...");
+  while (n-- > 0 && w < cap) {
+    const rd_obj_t *ob = &r->objs.ptr[chain[n]];
+    const rd_obj_t *par = ob->parent == RD_NO_OBJ ? NULL : &r->objs.ptr[ob->parent];
+    if (par && par->kind == O_LIST)
+      w += (size_t)snprintf(out + w, cap - w, "[%" PRIu32 "]", ob->idx);
+    else
+      w += (size_t)snprintf(out + w, cap - w, "%s%s", w ? "." : "", rd_key_names[ob->key]);
+  }
+  if (o == r->root && cap) snprintf(out, cap, "top level");
+}
+
+/* A key from the file, made safe to print: at most 60 bytes, control bytes as '?'. */
+static void rd_safe_key(const rd_val_t *k, char out[64]) {
+  const char *s = k && k->t == V_STR ? k->v.s : "?";
+  size_t n = 0;
+  for (; s[n] && n < 60; n++) out[n] = (unsigned char)s[n] < 0x20 || s[n] == 0x7f ? '?' : s[n];
+  out[n] = 0;
+}
+
+/* "path.key" of a field of object o. */
+void ms__pickle_field_path(const rd_t *r, uint32_t o, const rd_val_t *k, char *out, size_t cap) {
+  char p[200], name[64];
+  ms__pickle_path(r, o, p, sizeof p);
+  rd_safe_key(k, name);
+  if (o == r->root)
+    snprintf(out, cap, "%.120s", name);
+  else
+    snprintf(out, cap, "%.150s.%.120s", p, name);
+}
+
+/* ---- containers ------------------------------------------------------------------------------ */
+
+static int rd_new_obj(rd_t *r, uint8_t kind, uint32_t *id) {
+  if (r->objs.len >= UINT32_MAX - 1) return ms__pickle_err(r, MS_ELIMIT, "too many containers");
+  rd_obj_t o = {kind, R_NONE, 0, K_UNKNOWN, RD_NO_OBJ, 0, 0, 0, 0};
+  if (MS_BIGVEC_RESERVE(&r->objs, 1)) return ms__pickle_err(r, MS_ENOMEM, "out of memory");
+  r->objs.ptr[r->objs.len++] = o;
+  *id = (uint32_t)r->objs.len - 1;
+  return MS_OK;
+}
+
+typedef struct rd_cand_s {
+  uint32_t parent;
+  uint8_t key;
+  uint8_t role;
+  bool skip; /* the parent is a skipped container (V_SKIP) */
+  uint32_t idx;
+} rd_cand_t;
+
+static inline bool rd_is_container(const rd_t *r, const rd_val_t *v, uint8_t kind) {
+  return (v->t == V_OBJ && r->objs.ptr[v->v.obj].kind == kind) ||
+         (v->t == V_SKIP && v->kind == kind);
+}
+
+/* The candidate parent pv (a container value) for a new container of the given kind, stored
+ * under key (dicts). */
+static void rd_cand_at(const rd_t *r, rd_cand_t *c, const rd_val_t *pv, uint8_t kind,
+                       uint8_t key) {
+  c->key = key;
+  if (pv->t == V_SKIP) {
+    c->skip = true;
+    return;
+  }
+  c->parent = pv->v.obj;
+  const rd_obj_t *p = &r->objs.ptr[c->parent];
+  bool is_list = p->kind == O_LIST;
+  if (is_list) c->idx = p->count;
+  uint8_t role = is_list ? rd_list_child(p->role) : rd_dict_child(p->role, key);
+  if (role != R_NONE && rd_role_kind[role] != kind) role = R_NONE;
+  c->role = role;
+}
+
+/* Decides which container a new container (of the given kind) is being built for, from the
+ * shape of the stack. Python's pickler stores a container's items either in batches
+ * (parent MARK items... APPENDS/SETITEMS) or one at a time (parent item APPEND, parent key item
+ * SETITEM); both shapes are considered and the one that gives a known role wins (then one whose
+ * parent is skipped: what it holds is skipped too). *root: this is the top-level container. */
+static void rd_place(const rd_t *r, uint8_t kind, rd_cand_t *out, bool *root) {
+  size_t n = r->st.len, mpos = rd_mark_pos(r);
+  bool has_mark = r->marks.len > 0;
+  *root = n == 0 && !has_mark && r->root == RD_NO_OBJ;
+  rd_cand_t a = {RD_NO_OBJ, K_UNKNOWN, R_NONE, false, 0}, bt = a;
+  *out = a;
+  if (*root) return;
+  /* one at a time: the top value is a list, or the top is a key below which sits a dict */
+  if (n > 0 && (!has_mark || mpos < n)) {
+    const rd_val_t *top = &r->st.ptr[n - 1];
+    if (rd_is_container(r, top, O_LIST)) {
+      rd_cand_at(r, &a, top, kind, K_UNKNOWN);
+    } else if (top->t != V_OBJ && top->t != V_SKIP && n >= 2 && (!has_mark || mpos <= n - 2) &&
+               rd_is_container(r, &r->st.ptr[n - 2], O_DICT)) {
+      rd_cand_at(r, &a, &r->st.ptr[n - 2], kind, top->t == V_STR ? top->key : K_UNKNOWN);
+    }
+  }
+  /* in a batch: the value below the topmost mark is the parent */
+  if (has_mark && mpos >= 1) {
+    const rd_val_t *pv = &r->st.ptr[mpos - 1];
+    size_t above = n - mpos;
+    if (rd_is_container(r, pv, O_LIST)) {
+      rd_cand_at(r, &bt, pv, kind, K_UNKNOWN);
+      bt.idx += (uint32_t)above;
+    } else if (rd_is_container(r, pv, O_DICT) && (above & 1)) {
+      const rd_val_t *top = &r->st.ptr[n - 1];
+      rd_cand_at(r, &bt, pv, kind, top->t == V_STR ? top->key : K_UNKNOWN);
+    }
+  }
+  bool ha = a.parent != RD_NO_OBJ || a.skip, hb = bt.parent != RD_NO_OBJ || bt.skip;
+  if (!ha)
+    *out = bt;
+  else if (!hb)
+    *out = a;
+  else if ((a.role != R_NONE) != (bt.role != R_NONE))
+    *out = a.role != R_NONE ? a : bt;
+  else if (a.skip || bt.skip)
+    *out = a.skip ? a : bt;
+  else /* a single item follows a full batch of 1000, or the container is fresh */
+    *out = r->objs.ptr[a.parent].count % 1000 == 0 ? a : bt;
+}
+
+/* A new container: a V_OBJ with its role, or a V_SKIP when it belongs to the skipped trace. */
+int ms__pickle_create(rd_t *r, uint8_t kind, rd_val_t *out) {
+  rd_cand_t c;
+  bool root;
+  rd_place(r, kind, &c, &root);
+  if (!root && (c.skip || (r->skip_trace && c.role == R_TRACE))) {
+    *out = (rd_val_t){V_SKIP, K_UNKNOWN, kind, 0, 0, {0}};
+    return MS_OK;
+  }
+  uint32_t id = RD_NO_OBJ;
+  MS_FORWARD_IF_ERROR(rd_new_obj(r, kind, &id));
+  rd_obj_t *o = &r->objs.ptr[id];
+  if (root) {
+    r->root = id;
+    o->role = kind == O_DICT ? R_ROOT : kind == O_LIST ? R_SEGMENTS : R_NONE;
+  } else {
+    o->parent = c.parent;
+    o->key = c.key;
+    o->idx = c.idx;
+    o->role = c.role;
+    if (o->role == R_SETMAP) { /* aux: nesting depth of settings maps */
+      const rd_obj_t *p = &r->objs.ptr[c.parent];
+      o->aux = p->role == R_SETMAP ? p->aux + 1 : 1;
+    }
+  }
+  MS_FORWARD_IF_ERROR(ms__pickle_birth(r, id));
+  *out = (rd_val_t){V_OBJ, K_UNKNOWN, 0, 0, 0, {.obj = id}};
+  return MS_OK;
+}
+
+/* ---- tuples and protocol 0/1 containers ------------------------------------------------------ */
+
+int ms__pickle_tuple(rd_t *r, size_t from) {
+  size_t n = r->st.len - from;
+  rd_val_t v = {V_TUPLE, K_UNKNOWN, 0, 0, 0, {0}};
+  if (n == 2 && r->st.ptr[from].t == V_INT && r->st.ptr[from + 1].t == V_INT) {
+    if (r->pairs.len / 2 >= UINT32_MAX) return ms__pickle_err(r, MS_ELIMIT, "too many tuples");
+    if (MS_VEC_RESERVE(&r->pairs, 2)) return ms__pickle_err(r, MS_ENOMEM, "out of memory");
+    v.t = V_PAIR;
+    v.v.pair = (uint32_t)(r->pairs.len / 2);
+    r->pairs.ptr[r->pairs.len++] = r->st.ptr[from].v.i;
+    r->pairs.ptr[r->pairs.len++] = r->st.ptr[from + 1].v.i;
+  }
+  r->st.len = from;
+  return rd_push(r, v);
+}
+
+/* Builds a dict or list from the values above the topmost mark (protocol 0/1 DICT and LIST). */
+int ms__pickle_build_from_mark(rd_t *r, uint8_t kind, const char *op) {
+  size_t from = 0;
+  MS_FORWARD_IF_ERROR(rd_pop_mark(r, op, &from));
+  r->tmp.len = 0;
+  size_t n = r->st.len - from;
+  if (MS_VEC_RESERVE(&r->tmp, n)) return ms__pickle_err(r, MS_ENOMEM, "out of memory");
+  if (n) memcpy(r->tmp.ptr, r->st.ptr + from, n * sizeof *r->tmp.ptr);
+  r->tmp.len = n;
+  r->st.len = from;
+  rd_val_t ov;
+  MS_FORWARD_IF_ERROR(ms__pickle_create(r, kind, &ov));
+  uint32_t id = ov.t == V_OBJ ? ov.v.obj : RD_NO_OBJ;
+  MS_FORWARD_IF_ERROR(rd_push(r, ov));
+  size_t at = r->st.len;
+  if (MS_VEC_RESERVE(&r->st, n)) return ms__pickle_err(r, MS_ENOMEM, "out of memory");
+  if (n) memcpy(r->st.ptr + at, r->tmp.ptr, n * sizeof *r->tmp.ptr);
+  r->st.len += n;
+  return kind == O_DICT ? ms__pickle_setitems(r, id, at) : ms__pickle_appends(r, id, at);
+}
+
+/* ---- strings --------------------------------------------------------------------------------- */
+
+static int rd_push_str(rd_t *r, const char *p, uint64_t n) {
+  if (n > RD_MAX_STR)
+    return ms__pickle_err(r, MS_ELIMIT, "string of %" PRIu64 " bytes is too long", n);
+  rd_val_t v = {V_STR, K_UNKNOWN, 0, 0, (uint32_t)n, {0}};
+  int rc = ms__snapbuild_str(&r->b, p, (size_t)n, &v.v.s);
+  if (rc != MS_OK) return ms__pickle_err(r, rc, "cannot store a string: %s", ms_strerror(rc));
+  v.key = rd_key_lookup(p, (size_t)n);
+  return rd_push(r, v);
+}
+
+int ms__pickle_str(rd_t *r, uint64_t n, bool is_bytes) {
+  const char *p = NULL;
+  if (n > RD_MAX_STR)
+    return ms__pickle_err(r, MS_ELIMIT, "declared length %" PRIu64 " is beyond the reader's limit",
+                          n);
+  MS_FORWARD_IF_ERROR(rd_take(r, n, &p, is_bytes ? "a bytes value" : "a string"));
+  if (is_bytes) {
+    rd_val_t v = {V_BYTES, K_UNKNOWN, 0, 0, 0, {0}};
+    return rd_push(r, v);
+  }
+  return rd_push_str(r, p, n);
+}
+

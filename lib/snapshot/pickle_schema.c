@@ -1,0 +1,822 @@
+/* SPDX-License-Identifier: MIT
+ * memsnap core: PyTorch's snapshot schema mapped onto memsnap's model, for the reader of snapshot
+ * pickles (memsnap/pickle.h, issue #4; the reader's files and vocabulary: pickle_internal.h).
+ *
+ * A dict of a record role (a segment, a block, a history entry, a trace entry, an annotation) is
+ * a record in the snapshot builder from birth; the items stored into it (SETITEMS) are converted
+ * straight into the record's typed fields, one setter per role. Lists of records check that
+ * their records are consecutive in the builder. A "frames" list accumulates interned frame
+ * indices and becomes an interned stack when it is first used; memo gets of the same frame dict
+ * or frame list (PyTorch shares them through the memo) give back the same frame or stack index in
+ * O(1). allocator_settings become the model's settings, one level of maps deep.
+ *
+ * The role guessed when a container was created (pickle_objects.c) is verified when it is
+ * stored into its real parent: a container in a place the schema does not know is skipped (its
+ * values are still parsed, safely); one whose guessed role does not match its real place is an
+ * error, never a silent misreading. After STOP, the records must tile their arrays; totals that
+ * older files lack are filled from the blocks.
+ */
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "snapshot/pickle_internal.h"
+
+/* ---- records born with their dicts ----------------------------------------------------------- */
+
+/* Creates the builder record that a dict of a record role stands for. */
+int ms__pickle_birth(rd_t *r, uint32_t id) {
+  rd_obj_t *o = &r->objs.ptr[id];
+  ms__snapbuild_t *b = &r->b;
+  int rc = MS_OK;
+  switch (o->role) {
+  case R_SEGMENT: {
+    ms_snap_segment_t s = {0};
+    s.stack = MS_SNAP_NO_STACK;
+    s.is_large = true;
+    o->ref = (uint32_t)b->segments.len;
+    rc = ms__snapbuild_add_segment(b, &s);
+    break;
+  }
+  case R_BLOCK: {
+    ms_snap_block_t k = {0};
+    k.stack = MS_SNAP_NO_STACK;
+    k.state = MS_BLOCK_STATE_OTHER;
+    k.state_name = "";
+    o->ref = (uint32_t)b->blocks.len;
+    rc = ms__snapbuild_add_block(b, &k);
+    break;
+  }
+  case R_HIST: {
+    ms_snap_history_t h = {0, 0, MS_SNAP_NO_STACK, 0};
+    o->ref = (uint32_t)b->history.len;
+    rc = ms__snapbuild_add_history(b, &h);
+    break;
+  }
+  case R_TRACE: {
+    ms_snap_trace_t t = {0};
+    t.action = MS_TRACE_OTHER;
+    t.action_name = "";
+    t.stack = MS_SNAP_NO_STACK;
+    t.compile_context = "";
+    t.user_metadata = "";
+    o->ref = (uint32_t)b->trace.len;
+    rc = ms__snapbuild_add_trace(b, &t);
+    break;
+  }
+  case R_ANNOT: {
+    ms_snap_annotation_t a = {"", "", 0, 0};
+    o->ref = (uint32_t)b->annotations.len;
+    rc = ms__snapbuild_add_annotation(b, &a);
+    break;
+  }
+  case R_FRAME: {
+    uint32_t slot = r->pframe_free;
+    if (slot != RD_NO_OBJ) {
+      r->pframe_free = r->pframes.ptr[slot].next_free;
+    } else {
+      if (MS_VEC_RESERVE(&r->pframes, 1)) return ms__pickle_err(r, MS_ENOMEM, "out of memory");
+      slot = (uint32_t)r->pframes.len++;
+    }
+    r->pframes.ptr[slot] = (rd_pframe_t){"", "", 0, RD_NO_OBJ};
+    o->ref = slot;
+    break;
+  }
+  default:
+    break;
+  }
+  if (rc == MS_ENOMEM) return ms__pickle_err(r, rc, "out of memory");
+  if (rc != MS_OK) return ms__pickle_err(r, rc, "too many records");
+  return MS_OK;
+}
+
+/* ---- frames and stacks ----------------------------------------------------------------------- */
+
+static int rd_intern_frame(rd_t *r, uint32_t id, uint32_t *frame) {
+  rd_obj_t *o = &r->objs.ptr[id];
+  if (!(o->flags & OF_INTERNED)) {
+    rd_pframe_t *pf = &r->pframes.ptr[o->ref];
+    uint32_t f = 0;
+    int rc = ms__snapbuild_frame_owned(&r->b, pf->name, pf->file, pf->line, &f);
+    if (rc != MS_OK) return ms__pickle_err(r, rc, "cannot store a frame: %s", ms_strerror(rc));
+    pf->next_free = r->pframe_free;
+    r->pframe_free = o->ref;
+    o->ref = f;
+    o->flags |= OF_INTERNED;
+  }
+  *frame = o->ref;
+  return MS_OK;
+}
+
+/* Room for have + extra indices of the list being filled, after the queued lists' indices. */
+static int rd_tail(rd_t *r, size_t have, size_t extra, uint32_t **tail) {
+  int rc = ms__snapbuild_stack_room(&r->b, r->pend_frames + have, extra, tail);
+  if (rc != MS_OK) return rc;
+  *tail += r->pend_frames;
+  return MS_OK;
+}
+
+/* Interns the queued lists' stacks, in order, into their lists and trace records. */
+static int rd_flush(rd_t *r) {
+  ms__snapbuild_t *b = &r->b;
+  size_t rest = r->pend_frames + r->fbuf_len; /* indices at the tail, from the current one on */
+  for (uint32_t i = 0; i < r->npend; i++) {
+    const rd_pend_t *p = &r->pend[i];
+    size_t len0 = b->stack_frames.len;
+    uint32_t st = 0;
+    int rc = ms__snapbuild_stack_tail_hashed(b, p->n, p->hash, &st);
+    if (rc != MS_OK) return ms__pickle_err(r, rc, "cannot store a stack: %s", ms_strerror(rc));
+    rest -= p->n;
+    if (b->stack_frames.len == len0 && rest) /* a known stack: drop its indices */
+      memmove(b->stack_frames.ptr + len0, b->stack_frames.ptr + len0 + p->n,
+              rest * sizeof *b->stack_frames.ptr);
+    rd_obj_t *o = &r->objs.ptr[p->list];
+    o->ref = st;
+    o->flags = (uint8_t)((o->flags & ~OF_PENDING) | OF_SEALED);
+    b->trace.ptr[p->rec].stack = st;
+  }
+  r->npend = 0;
+  r->pend_frames = 0;
+  return MS_OK;
+}
+
+/* Queues the frames list being filled (id, the list of trace record rec) for interning. */
+static int rd_defer_frames(rd_t *r, uint32_t id, uint32_t rec) {
+  if (r->npend == RD_PENDING) MS_FORWARD_IF_ERROR(rd_flush(r));
+  uint32_t *tail = NULL;
+  int rc = rd_tail(r, r->fbuf_len, 0, &tail);
+  if (rc != MS_OK) return ms__pickle_err(r, rc, "cannot store a stack: %s", ms_strerror(rc));
+  uint64_t h = ms__snapbuild_stack_hash(tail, r->fbuf_len);
+  ms__snapbuild_stack_prefetch(&r->b, h);
+  r->pend[r->npend++] = (rd_pend_t){id, rec, (uint32_t)r->fbuf_len, h};
+  r->pend_frames += r->fbuf_len;
+  r->fbuf_owner = RD_NO_OBJ;
+  r->fbuf_len = 0;
+  r->objs.ptr[id].flags |= OF_PENDING;
+  return MS_OK;
+}
+
+/* Turns a frames list into its interned stack (once). */
+static int rd_seal_frames(rd_t *r, uint32_t id) {
+  if (r->npend) MS_FORWARD_IF_ERROR(rd_flush(r)); /* the tail holds only the current list now */
+  rd_obj_t *o = &r->objs.ptr[id];
+  if (o->flags & OF_SEALED) return MS_OK;
+  uint32_t st = 0;
+  /* An empty list's stack leaves the frames being gathered for another list in place. */
+  int rc = r->fbuf_owner == id ? ms__snapbuild_stack_tail(&r->b, r->fbuf_len, &st)
+                               : ms__snapbuild_stack(&r->b, NULL, 0, &st);
+  if (rc != MS_OK) return ms__pickle_err(r, rc, "cannot store a stack: %s", ms_strerror(rc));
+  if (r->fbuf_owner == id) {
+    r->fbuf_owner = RD_NO_OBJ;
+    r->fbuf_len = 0;
+  }
+  o = &r->objs.ptr[id];
+  o->ref = st;
+  o->flags |= OF_SEALED;
+  return MS_OK;
+}
+
+/* ---- typed field conversion ------------------------------------------------------------------ */
+
+typedef struct rd_ctx_s {
+  uint32_t obj;       /* the container being filled */
+  const rd_val_t *k;  /* key (dicts) */
+  uint32_t idx;       /* index (lists) */
+} rd_ctx_t;
+
+static int rd_type_err(rd_t *r, const rd_ctx_t *c, const char *want, const rd_val_t *v) {
+  char p[300];
+  if (c->k) {
+    ms__pickle_field_path(r, c->obj, c->k, p, sizeof p);
+  } else {
+    char q[260];
+    ms__pickle_path(r, c->obj, q, sizeof q);
+    snprintf(p, sizeof p, "%s[%" PRIu32 "]", c->obj == r->root ? "" : q, c->idx);
+  }
+  return ms__pickle_err(r, MS_EFORMAT, "%s: expected %s, got %s", p, want,
+                        ms__pickle_type_name(r, v));
+}
+
+static int rd_want_i64(rd_t *r, const rd_ctx_t *c, const rd_val_t *v, int64_t *out) {
+  if (v->t == V_INT) {
+    *out = v->v.i;
+    return MS_OK;
+  }
+  if (v->t == V_UINT || v->t == V_BIG) return rd_type_err(r, c, "a 64-bit signed int", v);
+  return rd_type_err(r, c, "int", v);
+}
+
+static int rd_want_u64(rd_t *r, const rd_ctx_t *c, const rd_val_t *v, uint64_t *out) {
+  if (v->t == V_INT && v->v.i >= 0) {
+    *out = (uint64_t)v->v.i;
+    return MS_OK;
+  }
+  if (v->t == V_UINT) {
+    *out = v->v.u;
+    return MS_OK;
+  }
+  if (v->t == V_INT || v->t == V_BIG) return rd_type_err(r, c, "an int in [0, 2^64)", v);
+  return rd_type_err(r, c, "int", v);
+}
+
+/* Stream handles are raw pointers; a negative value is kept as its two's complement. */
+static int rd_want_u64_wrap(rd_t *r, const rd_ctx_t *c, const rd_val_t *v, uint64_t *out) {
+  if (v->t == V_INT) {
+    *out = (uint64_t)v->v.i;
+    return MS_OK;
+  }
+  return rd_want_u64(r, c, v, out);
+}
+
+static int rd_want_str(rd_t *r, const rd_ctx_t *c, const rd_val_t *v, const char **out) {
+  if (v->t != V_STR) return rd_type_err(r, c, "str", v);
+  *out = v->v.s;
+  return MS_OK;
+}
+
+static int rd_want_bool(rd_t *r, const rd_ctx_t *c, const rd_val_t *v, bool *out) {
+  if (v->t != V_BOOL) return rd_type_err(r, c, "bool", v);
+  *out = v->v.i != 0;
+  return MS_OK;
+}
+
+/* A value of the skipped trace is needed elsewhere (a file that shares, through the memo, a
+ * container of device_traces with a later part): the caller must read the file again without
+ * skipping. */
+static int rd_cannot_skip(rd_t *r, const rd_ctx_t *c) {
+  char p[300];
+  if (c->k)
+    ms__pickle_field_path(r, c->obj, c->k, p, sizeof p);
+  else
+    snprintf(p, sizeof p, "element %" PRIu32, c->idx);
+  r->cannot_skip = true;
+  return ms__pickle_err(r, MS_EUNSUPPORTED,
+                        "%s: uses a value of device_traces, so the trace cannot be skipped", p);
+}
+
+static int rd_want_pair(rd_t *r, const rd_ctx_t *c, const rd_val_t *v, int64_t out[2]) {
+  if (v->t != V_PAIR) return rd_type_err(r, c, "a tuple of two ints", v);
+  out[0] = r->pairs.ptr[2 * (size_t)v->v.pair];
+  out[1] = r->pairs.ptr[2 * (size_t)v->v.pair + 1];
+  return MS_OK;
+}
+
+/* A child container stored at c: checks it is the container of role `want` built for this place.
+ * want == R_NONE: not part of the schema, ignored (*id = RD_NO_OBJ). */
+static int rd_want_obj(rd_t *r, const rd_ctx_t *c, const rd_val_t *v, uint8_t want, uint32_t *id) {
+  *id = RD_NO_OBJ;
+  if (want == R_NONE) return MS_OK;
+  if (v->t == V_SKIP) return rd_cannot_skip(r, c);
+  uint8_t kind = rd_role_kind[want];
+  if (v->t != V_OBJ || r->objs.ptr[v->v.obj].kind != kind)
+    return rd_type_err(r, c, kind == O_DICT ? "dict" : "list", v);
+  rd_obj_t *o = &r->objs.ptr[v->v.obj];
+  if (o->role != want) {
+    char p[300];
+    if (c->k)
+      ms__pickle_field_path(r, c->obj, c->k, p, sizeof p);
+    else
+      snprintf(p, sizeof p, "element %" PRIu32, c->idx);
+    return ms__pickle_err(r, MS_EFORMAT,
+                          "%s: unexpected pickle structure (this %s was built for another place)",
+                          p, kind == O_DICT ? "dict" : "list");
+  }
+  bool shareable = want == R_FRAMES || want == R_FRAME || want == R_TRACES;
+  if ((o->flags & OF_USED) && !shareable) {
+    char p[300];
+    ms__pickle_path(r, v->v.obj, p, sizeof p);
+    return ms__pickle_err(r, MS_EFORMAT,
+                          "%s: the same %s is stored twice (shared through the memo)", p,
+                          kind == O_DICT ? "dict" : "list");
+  }
+  o->flags |= OF_USED;
+  *id = v->v.obj;
+  return MS_OK;
+}
+
+static int rd_frames_stack(rd_t *r, const rd_ctx_t *c, const rd_val_t *v, uint32_t *stack) {
+  uint32_t id = RD_NO_OBJ;
+  MS_FORWARD_IF_ERROR(rd_want_obj(r, c, v, R_FRAMES, &id));
+  MS_FORWARD_IF_ERROR(rd_seal_frames(r, id));
+  *stack = r->objs.ptr[id].ref;
+  return MS_OK;
+}
+
+/* A record list (segments, blocks, ...): its records must be consecutive in the builder. */
+static int rd_list_record(rd_t *r, rd_obj_t *list, uint32_t list_id, uint32_t rec, size_t nrecs) {
+  (void)nrecs;
+  if (list->count == 0) {
+    list->ref = rec;
+  } else if (rec != list->ref + list->count) {
+    char p[260];
+    ms__pickle_path(r, list_id, p, sizeof p);
+    return ms__pickle_err(r, MS_EFORMAT,
+                          "%s[%" PRIu32 "]: unexpected pickle structure (out of order)", p,
+                          list->count);
+  }
+  return MS_OK;
+}
+
+/* ---- lists ----------------------------------------------------------------------------------- */
+
+static int rd_modified_after_use(rd_t *r, uint32_t id) {
+  char p[260];
+  ms__pickle_path(r, id, p, sizeof p);
+  return ms__pickle_err(r, MS_EFORMAT, "%s: modified after it was used (shared through the memo)",
+                        p);
+}
+
+/* list[len] = v */
+static int rd_list_append(rd_t *r, uint32_t lid, const rd_val_t *v) {
+  rd_obj_t *l = &r->objs.ptr[lid];
+  rd_ctx_t c = {lid, NULL, l->count};
+  uint8_t want = rd_list_child(l->role);
+  if (l->role != R_NONE && (l->flags & (OF_USED | OF_SEALED))) return rd_modified_after_use(r, lid);
+  if (v->t == V_SKIP && l->role == R_TRACES && v->kind == O_DICT) { /* a skipped entry */
+    if (l->count == UINT32_MAX) return ms__pickle_err(r, MS_ELIMIT, "list longer than 2^32 items");
+    l->count++;
+    return MS_OK;
+  }
+  uint32_t id = RD_NO_OBJ;
+  if (want != R_NONE) MS_FORWARD_IF_ERROR(rd_want_obj(r, &c, v, want, &id));
+  l = &r->objs.ptr[lid];
+  switch (l->role) {
+  case R_FRAMES: {
+    uint32_t f = 0;
+    MS_FORWARD_IF_ERROR(rd_intern_frame(r, id, &f));
+    if (r->fbuf_owner != lid) {
+      if (r->fbuf_owner != RD_NO_OBJ) MS_FORWARD_IF_ERROR(rd_seal_frames(r, r->fbuf_owner));
+      r->fbuf_owner = lid;
+      r->fbuf_len = 0;
+    }
+    uint32_t *tail = NULL;
+    int rc = rd_tail(r, r->fbuf_len, 1, &tail);
+    if (rc != MS_OK) return ms__pickle_err(r, rc, "cannot store a stack: %s", ms_strerror(rc));
+    tail[r->fbuf_len++] = f;
+    break;
+  }
+  case R_SEGMENTS:
+  case R_BLOCKS:
+  case R_HISTORY:
+  case R_TRACES:
+  case R_ANNOTS:
+    MS_FORWARD_IF_ERROR(rd_list_record(r, l, lid, r->objs.ptr[id].ref, 0));
+    break;
+  case R_DEVTRACES: {
+    const rd_obj_t *t = &r->objs.ptr[id];
+    ms_snap_device_t d = {0};
+    d.ntrace = r->skip_trace ? 0 : t->count; /* skipped entries are not kept */
+    d.first_trace = d.ntrace ? t->ref : UINT32_MAX; /* empty: placed in rd_finish */
+    int rc = ms__snapbuild_add_device(&r->b, &d);
+    if (rc != MS_OK) return ms__pickle_err(r, rc, "cannot store a device: %s", ms_strerror(rc));
+    break;
+  }
+  default:
+    break;
+  }
+  l = &r->objs.ptr[lid];
+  if (l->count == UINT32_MAX) return ms__pickle_err(r, MS_ELIMIT, "list longer than 2^32 items");
+  l->count++;
+  return MS_OK;
+}
+
+/* The hot path of real snapshots: a batch of frame dicts (memo gets, already interned) appended
+ * to a frames list that is being filled. Handles the leading run of such items; returns where
+ * the general path must continue. */
+static size_t rd_appends_frames_fast(rd_t *r, uint32_t lid, size_t from) {
+  rd_obj_t *l = &r->objs.ptr[lid];
+  if (l->role != R_FRAMES || (l->flags & (OF_USED | OF_SEALED))) return from;
+  if (r->fbuf_owner != lid && (r->fbuf_owner != RD_NO_OBJ || l->count != 0)) return from;
+  size_t n = r->st.len - from;
+  if (n == 0 || (uint64_t)l->count + n > UINT32_MAX) return from;
+  size_t have = r->fbuf_owner == lid ? r->fbuf_len : 0;
+  uint32_t *tail = NULL;
+  if (rd_tail(r, have, n, &tail) != MS_OK) return from;
+  if (r->fbuf_owner != lid) {
+    r->fbuf_owner = lid;
+    r->fbuf_len = 0;
+  }
+  const rd_val_t *v = r->st.ptr + from, *end = r->st.ptr + r->st.len;
+  uint32_t *dst = tail + r->fbuf_len;
+  for (; v < end; v++) {
+    if (v->t != V_OBJ) break;
+    rd_obj_t *o = &r->objs.ptr[v->v.obj];
+    if (o->role != R_FRAME || !(o->flags & OF_INTERNED)) break;
+    o->flags |= OF_USED;
+    *dst++ = o->ref;
+  }
+  size_t done = (size_t)(v - (r->st.ptr + from));
+  r->fbuf_len += done;
+  l->count += (uint32_t)done;
+  return from + done;
+}
+
+/* APPENDS / APPEND / LIST: items st[from..len) into list lid. */
+int ms__pickle_appends(rd_t *r, uint32_t lid, size_t from) {
+  size_t start = from;
+  if (lid == RD_NO_OBJ) { /* a skipped list */
+    r->st.len = from;
+    return MS_OK;
+  }
+  from = rd_appends_frames_fast(r, lid, from);
+  for (size_t i = from; i < r->st.len; i++) {
+    rd_val_t v = r->st.ptr[i];
+    MS_FORWARD_IF_ERROR(rd_list_append(r, lid, &v));
+  }
+  r->st.len = start;
+  return MS_OK;
+}
+
+/* ---- dicts ----------------------------------------------------------------------------------- */
+
+/* A setting's value in the model's terms; *keep = false for what the model has no place for. */
+static int rd_setting_value(rd_t *r, const rd_ctx_t *c, const rd_val_t *v, ms_snap_kv_t *kv,
+                            bool *keep) {
+  *keep = true;
+  switch (v->t) {
+  case V_NONE: kv->kind = MS_SNAP_VAL_NONE; break;
+  case V_BOOL: kv->kind = MS_SNAP_VAL_BOOL; kv->b = v->v.i != 0; break;
+  case V_INT: kv->kind = MS_SNAP_VAL_INT; kv->i = v->v.i; break;
+  case V_FLOAT: kv->kind = MS_SNAP_VAL_FLOAT; kv->f = v->v.f; break;
+  case V_STR: kv->kind = MS_SNAP_VAL_STR; kv->s = v->v.s; break;
+  case V_OBJ:
+    if (r->objs.ptr[v->v.obj].kind == O_DICT) {
+      uint32_t id = RD_NO_OBJ;
+      MS_FORWARD_IF_ERROR(rd_want_obj(r, c, v, R_SETMAP, &id));
+      if (r->objs.ptr[id].aux > RD_MAX_SETTINGS_DEPTH) {
+        *keep = false; /* a map in a map: not in the model (PyTorch writes none) */
+        break;
+      }
+      kv->kind = MS_SNAP_VAL_MAP;
+      kv->first = r->objs.ptr[id].ref;
+      kv->count = r->objs.ptr[id].count;
+      break;
+    }
+    *keep = false; /* lists and sets have no place in the model */
+    break;
+  case V_SKIP:
+    if (v->kind == O_DICT) return rd_cannot_skip(r, c);
+    *keep = false;
+    break;
+  default:
+    *keep = false; /* unsigned 64-bit, huge ints, bytes, tuples */
+    break;
+  }
+  return MS_OK;
+}
+
+/* The top-level dict: its lists and the presence of the optional parts. */
+static int rd_set_root(rd_t *r, const rd_ctx_t *c, uint8_t key, const rd_val_t *v) {
+  ms__snapbuild_t *b = &r->b;
+  uint32_t id = RD_NO_OBJ;
+  switch (key) {
+  case K_SEGMENTS:
+    MS_FORWARD_IF_ERROR(rd_want_obj(r, c, v, R_SEGMENTS, &id));
+    r->root_segments = id;
+    break;
+  case K_DEVICE_TRACES:
+    MS_FORWARD_IF_ERROR(rd_want_obj(r, c, v, R_DEVTRACES, &id));
+    b->hdr.present |= MS_SNAP_HAS_DEVICE_TRACES;
+    break;
+  case K_ALLOCATOR_SETTINGS:
+    MS_FORWARD_IF_ERROR(rd_want_obj(r, c, v, R_SETTINGS, &id));
+    b->hdr.present |= MS_SNAP_HAS_SETTINGS;
+    break;
+  case K_EXTERNAL_ANNOTATIONS:
+    MS_FORWARD_IF_ERROR(rd_want_obj(r, c, v, R_ANNOTS, &id));
+    b->hdr.present |= MS_SNAP_HAS_ANNOTATIONS;
+    break;
+  default:
+    break;
+  }
+  return MS_OK;
+}
+
+static int rd_set_segment(rd_t *r, const rd_ctx_t *c, uint8_t key, const rd_val_t *v) {
+  ms__snapbuild_t *b = &r->b;
+  ms_snap_segment_t *s = &b->segments.ptr[r->objs.ptr[c->obj].ref];
+  uint32_t id = RD_NO_OBJ;
+  switch (key) {
+  case K_DEVICE: return rd_want_i64(r, c, v, &s->device);
+  case K_ADDRESS: return rd_want_u64(r, c, v, &s->address);
+  case K_TOTAL_SIZE: return rd_want_u64(r, c, v, &s->total_size);
+  case K_ALLOCATED_SIZE: return rd_want_u64(r, c, v, &s->allocated_size);
+  case K_ACTIVE_SIZE: return rd_want_u64(r, c, v, &s->active_size);
+  case K_REQUESTED_SIZE:
+    s->present |= MS_SEG_HAS_REQUESTED_SIZE;
+    return rd_want_u64(r, c, v, &s->requested_size);
+  case K_STREAM: return rd_want_u64_wrap(r, c, v, &s->stream);
+  case K_SEGMENT_TYPE: {
+    const char *t = NULL;
+    MS_FORWARD_IF_ERROR(rd_want_str(r, c, v, &t));
+    s->is_large = strcmp(t, "small") != 0;
+    s->present |= MS_SEG_HAS_SEGMENT_TYPE;
+    return MS_OK;
+  }
+  case K_SEGMENT_POOL_ID:
+    s->present |= MS_SEG_HAS_POOL_ID;
+    return rd_want_pair(r, c, v, s->pool_id);
+  case K_IS_EXPANDABLE:
+    s->present |= MS_SEG_HAS_EXPANDABLE;
+    return rd_want_bool(r, c, v, &s->is_expandable);
+  case K_FRAMES: {
+    uint32_t st = 0;
+    MS_FORWARD_IF_ERROR(rd_frames_stack(r, c, v, &st));
+    s = &b->segments.ptr[r->objs.ptr[c->obj].ref];
+    s->stack = st;
+    s->present |= MS_SEG_HAS_FRAMES;
+    return MS_OK;
+  }
+  case K_BLOCKS: {
+    MS_FORWARD_IF_ERROR(rd_want_obj(r, c, v, R_BLOCKS, &id));
+    const rd_obj_t *l = &r->objs.ptr[id];
+    s->first_block = l->count ? l->ref : UINT32_MAX;
+    s->nblocks = l->count;
+    return MS_OK;
+  }
+  default: return MS_OK;
+  }
+}
+
+static int rd_set_block(rd_t *r, const rd_ctx_t *c, uint8_t key, const rd_val_t *v) {
+  ms__snapbuild_t *b = &r->b;
+  ms_snap_block_t *k2 = &b->blocks.ptr[r->objs.ptr[c->obj].ref];
+  uint32_t id = RD_NO_OBJ;
+  switch (key) {
+  case K_ADDRESS:
+    k2->present |= MS_BLOCK_HAS_ADDRESS;
+    return rd_want_u64(r, c, v, &k2->address);
+  case K_SIZE: return rd_want_u64(r, c, v, &k2->size);
+  case K_REQUESTED_SIZE:
+    k2->present |= MS_BLOCK_HAS_REQUESTED_SIZE;
+    return rd_want_u64(r, c, v, &k2->requested_size);
+  case K_STATE:
+    MS_FORWARD_IF_ERROR(rd_want_str(r, c, v, &k2->state_name));
+    k2->state = ms_block_state_parse(k2->state_name);
+    return MS_OK;
+  case K_FRAMES: {
+    uint32_t st = 0;
+    MS_FORWARD_IF_ERROR(rd_frames_stack(r, c, v, &st));
+    k2 = &b->blocks.ptr[r->objs.ptr[c->obj].ref];
+    k2->stack = st;
+    k2->present |= MS_BLOCK_HAS_FRAMES;
+    return MS_OK;
+  }
+  case K_HISTORY: {
+    MS_FORWARD_IF_ERROR(rd_want_obj(r, c, v, R_HISTORY, &id));
+    const rd_obj_t *l = &r->objs.ptr[id];
+    k2->first_history = l->count ? l->ref : UINT32_MAX;
+    k2->nhistory = l->count;
+    k2->present |= MS_BLOCK_HAS_HISTORY;
+    return MS_OK;
+  }
+  default: return MS_OK;
+  }
+}
+
+/* An entry of a block's history (PyTorch before 2.1). */
+static int rd_set_hist(rd_t *r, const rd_ctx_t *c, uint8_t key, const rd_val_t *v) {
+  ms__snapbuild_t *b = &r->b;
+  ms_snap_history_t *h = &b->history.ptr[r->objs.ptr[c->obj].ref];
+  switch (key) {
+  case K_ADDR: return rd_want_u64(r, c, v, &h->addr);
+  case K_REAL_SIZE: return rd_want_u64(r, c, v, &h->real_size);
+  case K_FRAMES: {
+    uint32_t st = 0;
+    MS_FORWARD_IF_ERROR(rd_frames_stack(r, c, v, &st));
+    h = &b->history.ptr[r->objs.ptr[c->obj].ref];
+    h->stack = st;
+    h->present |= MS_HIST_HAS_FRAMES;
+    return MS_OK;
+  }
+  default: return MS_OK;
+  }
+}
+
+/* A frame dict, gathered in a pending frame until it is interned (first stored in a list). */
+static int rd_set_frame(rd_t *r, const rd_ctx_t *c, uint8_t key, const rd_val_t *v) {
+  rd_pframe_t *pf = &r->pframes.ptr[r->objs.ptr[c->obj].ref];
+  switch (key) {
+  case K_NAME: return rd_want_str(r, c, v, &pf->name);
+  case K_FILENAME: return rd_want_str(r, c, v, &pf->file);
+  case K_LINE: return rd_want_i64(r, c, v, &pf->line);
+  default: return MS_OK;
+  }
+}
+
+/* An entry of device_traces. */
+static int rd_set_trace(rd_t *r, const rd_ctx_t *c, uint8_t key, const rd_val_t *v) {
+  ms__snapbuild_t *b = &r->b;
+  ms_snap_trace_t *t = &b->trace.ptr[r->objs.ptr[c->obj].ref];
+  uint32_t id = RD_NO_OBJ;
+  switch (key) {
+  case K_ACTION:
+    MS_FORWARD_IF_ERROR(rd_want_str(r, c, v, &t->action_name));
+    t->action = ms_trace_action_parse(t->action_name);
+    return MS_OK;
+  case K_ADDR:
+  case K_DEVICE_FREE: return rd_want_u64(r, c, v, &t->addr);
+  case K_SIZE: return rd_want_u64(r, c, v, &t->size);
+  case K_STREAM:
+    t->present |= MS_TRACE_HAS_STREAM;
+    return rd_want_u64_wrap(r, c, v, &t->stream);
+  case K_TIME_US:
+    t->present |= MS_TRACE_HAS_TIME;
+    return rd_want_i64(r, c, v, &t->time_us);
+  case K_COMPILE_CONTEXT:
+    t->present |= MS_TRACE_HAS_COMPILE_CONTEXT;
+    return rd_want_str(r, c, v, &t->compile_context);
+  case K_USER_METADATA:
+    t->present |= MS_TRACE_HAS_USER_METADATA;
+    return rd_want_str(r, c, v, &t->user_metadata);
+  case K_POOL_ID:
+    t->present |= MS_TRACE_HAS_POOL_ID;
+    return rd_want_pair(r, c, v, t->pool_id);
+  case K_FRAMES: {
+    uint32_t st = 0;
+    if (v->t == V_OBJ && v->v.obj == r->fbuf_owner && r->fbuf_len > 0) {
+      /* the list just filled, the usual case: its stack is interned a little later */
+      MS_FORWARD_IF_ERROR(rd_want_obj(r, c, v, R_FRAMES, &id));
+      t->present |= MS_TRACE_HAS_FRAMES;
+      return rd_defer_frames(r, id, r->objs.ptr[c->obj].ref);
+    }
+    MS_FORWARD_IF_ERROR(rd_frames_stack(r, c, v, &st));
+    t = &b->trace.ptr[r->objs.ptr[c->obj].ref];
+    t->stack = st;
+    t->present |= MS_TRACE_HAS_FRAMES;
+    return MS_OK;
+  }
+  default: return MS_OK;
+  }
+}
+
+/* An entry of external_annotations. */
+static int rd_set_annot(rd_t *r, const rd_ctx_t *c, uint8_t key, const rd_val_t *v) {
+  ms_snap_annotation_t *a = &r->b.annotations.ptr[r->objs.ptr[c->obj].ref];
+  switch (key) {
+  case K_NAME: return rd_want_str(r, c, v, &a->name);
+  case K_STAGE: return rd_want_str(r, c, v, &a->stage);
+  case K_DEVICE: return rd_want_i64(r, c, v, &a->device);
+  case K_TIME_US: return rd_want_i64(r, c, v, &a->time_us);
+  default: return MS_OK;
+  }
+}
+
+/* allocator_settings (role R_SETTINGS) or a map in it (R_SETMAP). */
+static int rd_set_setting(rd_t *r, const rd_ctx_t *c, uint8_t role, const rd_val_t *v) {
+  uint32_t did = c->obj;
+  const rd_val_t *k = c->k;
+  rd_obj_t *d = &r->objs.ptr[did];
+  if (k->t != V_STR) return MS_OK; /* the model's settings have string keys */
+  if (role == R_SETMAP && d->aux > RD_MAX_SETTINGS_DEPTH) return MS_OK; /* dropped map */
+  ms_snap_kv_t kv = {0};
+  kv.key = k->v.s;
+  kv.s = "";
+  bool keep;
+  MS_FORWARD_IF_ERROR(rd_setting_value(r, c, v, &kv, &keep));
+  if (!keep) return MS_OK;
+  int rc;
+  if (role == R_SETTINGS) {
+    rc = ms__snapbuild_add_setting(&r->b, &kv);
+  } else {
+    uint32_t ix;
+    rc = ms__snapbuild_add_setting_child(&r->b, &kv, &ix);
+    if (rc == MS_OK) {
+      d = &r->objs.ptr[did];
+      if (d->count == 0) {
+        d->ref = ix;
+      } else if (ix != d->ref + d->count) {
+        char p[300];
+        ms__pickle_field_path(r, did, k, p, sizeof p);
+        return ms__pickle_err(r, MS_EFORMAT,
+                              "%s: unexpected pickle structure (settings out of order)", p);
+      }
+    }
+  }
+  if (rc != MS_OK) return ms__pickle_err(r, rc, "cannot store a setting: %s", ms_strerror(rc));
+  d = &r->objs.ptr[did];
+  d->count++;
+  return MS_OK;
+}
+
+/* dict[k] = v */
+static int rd_dict_set(rd_t *r, uint32_t did, const rd_val_t *k, const rd_val_t *v) {
+  rd_obj_t *d = &r->objs.ptr[did];
+  uint8_t role = d->role;
+  if (role == R_NONE) return MS_OK;
+  if (d->flags & (OF_USED | OF_INTERNED)) return rd_modified_after_use(r, did);
+  rd_ctx_t c = {did, k, 0};
+  uint8_t key = k->t == V_STR ? k->key : K_UNKNOWN;
+  switch (role) {
+  case R_ROOT: return rd_set_root(r, &c, key, v);
+  case R_SEGMENT: return rd_set_segment(r, &c, key, v);
+  case R_BLOCK: return rd_set_block(r, &c, key, v);
+  case R_HIST: return rd_set_hist(r, &c, key, v);
+  case R_FRAME: return rd_set_frame(r, &c, key, v);
+  case R_TRACE: return rd_set_trace(r, &c, key, v);
+  case R_ANNOT: return rd_set_annot(r, &c, key, v);
+  case R_SETTINGS:
+  case R_SETMAP: return rd_set_setting(r, &c, role, v);
+  default: return MS_OK;
+  }
+}
+
+/* SETITEMS / SETITEM / DICT: items st[from..len) as key, value pairs into dict did. */
+int ms__pickle_setitems(rd_t *r, uint32_t did, size_t from) {
+  size_t n = r->st.len - from;
+  if (n & 1) return ms__pickle_err(r, MS_EFORMAT, "SETITEMS with an odd number of values (%zu)", n);
+  if (did == RD_NO_OBJ) { /* a skipped dict */
+    r->st.len = from;
+    return MS_OK;
+  }
+  for (size_t i = from; i < r->st.len; i += 2) {
+    rd_val_t k = r->st.ptr[i], v = r->st.ptr[i + 1];
+    MS_FORWARD_IF_ERROR(rd_dict_set(r, did, &k, &v));
+  }
+  r->st.len = from;
+  return MS_OK;
+}
+
+/* ---- finishing ------------------------------------------------------------------------------- */
+
+/* After STOP: checks that the records tile their arrays, fills what older eras lack. */
+int ms__pickle_finish(rd_t *r, ms_snapshot_t **out) {
+  MS_FORWARD_IF_ERROR(rd_flush(r));
+  ms__snapbuild_t *b = &r->b;
+  const rd_obj_t *root = &r->objs.ptr[r->root];
+  const rd_obj_t *segs;
+  if (root->role == R_ROOT) {
+    if (r->root_segments == RD_NO_OBJ)
+      return ms__pickle_err(
+          r, MS_EFORMAT, "not a PyTorch memory snapshot: the top-level dict has no 'segments' key");
+    segs = &r->objs.ptr[r->root_segments];
+    b->hdr.origin = MS_SNAP_ORIGIN_TORCH_DICT;
+  } else if (root->role == R_SEGMENTS) {
+    segs = root;
+    b->hdr.origin = MS_SNAP_ORIGIN_TORCH_LIST;
+  } else {
+    return ms__pickle_err(r, MS_EFORMAT, "not a PyTorch memory snapshot: the top level is a set");
+  }
+  if ((segs->count && segs->ref != 0) || segs->count != b->segments.len)
+    return ms__pickle_err(r, MS_EFORMAT,
+                          "unexpected pickle structure: segments outside 'segments'");
+  uint64_t pos = 0;
+  for (size_t i = 0; i < b->segments.len; i++) {
+    ms_snap_segment_t *s = &b->segments.ptr[i];
+    if (s->nblocks == 0) s->first_block = (uint32_t)pos;
+    if (s->first_block != pos)
+      return ms__pickle_err(r, MS_EFORMAT,
+                            "unexpected pickle structure: segments[%zu].blocks out of order", i);
+    pos += s->nblocks;
+    uint64_t addr = s->address, total = 0, alloc = 0, active = 0, req = 0;
+    for (uint32_t j = 0; j < s->nblocks; j++) {
+      ms_snap_block_t *k = &b->blocks.ptr[s->first_block + j];
+      if (!(k->present & MS_BLOCK_HAS_ADDRESS)) k->address = addr;
+      addr = k->address + k->size;
+      total += k->size;
+      if (k->state == MS_BLOCK_ACTIVE_ALLOCATED) alloc += k->size;
+      if (k->state == MS_BLOCK_ACTIVE_ALLOCATED || k->state == MS_BLOCK_ACTIVE_PENDING_FREE) {
+        active += k->size;
+        req += k->requested_size;
+      }
+    }
+    /* Pre-2.0 files may lack the totals; they follow from the blocks. */
+    if (s->total_size == 0) s->total_size = total;
+    if (s->allocated_size == 0) s->allocated_size = alloc;
+    if (s->active_size == 0) s->active_size = active;
+    if (!(s->present & MS_SEG_HAS_REQUESTED_SIZE)) s->requested_size = req;
+  }
+  if (pos != b->blocks.len)
+    return ms__pickle_err(r, MS_EFORMAT, "unexpected pickle structure: blocks outside any segment");
+  pos = 0;
+  for (size_t i = 0; i < b->blocks.len; i++) {
+    ms_snap_block_t *k = &b->blocks.ptr[i];
+    if (k->nhistory == 0) k->first_history = (uint32_t)pos;
+    if (k->first_history != pos)
+      return ms__pickle_err(r, MS_EFORMAT, "unexpected pickle structure: history out of order");
+    pos += k->nhistory;
+    if (!(k->present & MS_BLOCK_HAS_REQUESTED_SIZE) && k->nhistory)
+      k->requested_size = b->history.ptr[k->first_history].real_size;
+  }
+  if (pos != b->history.len)
+    return ms__pickle_err(r, MS_EFORMAT, "unexpected pickle structure: history outside any block");
+  pos = 0;
+  for (size_t i = 0; i < b->devices.len; i++) {
+    ms_snap_device_t *d = &b->devices.ptr[i];
+    if (d->ntrace == 0) d->first_trace = (uint32_t)pos;
+    if (d->first_trace != pos)
+      return ms__pickle_err(r, MS_EFORMAT,
+                            "unexpected pickle structure: device_traces[%zu] out of order", i);
+    pos += d->ntrace;
+  }
+  if (pos != b->trace.len)
+    return ms__pickle_err(r, MS_EFORMAT, "unexpected pickle structure: trace entries outside "
+                                 "device_traces");
+  if (r->skip_trace) b->hdr.present |= MS_SNAP_TRACE_SKIPPED;
+  /* Settings maps must be referenced by their parents; the builder checks ranges. */
+  ms_errbuf_t inner = {{0}};
+  int rc = ms__snapbuild_finish(b, out, &inner);
+  if (rc != MS_OK) return ms__pickle_err(r, rc, "%s", inner.msg);
+  return MS_OK;
+}
