@@ -49,7 +49,7 @@ PUBLIC = {
 
 # Third-party headers (glob) -> the files (glob, relative to ROOT) allowed to include them.
 THIRD_PARTY = {
-    "msgpack.h": ["lib/snapshot/msgpack*.c"],
+    "msgpack.h": ["lib/snapshot/msgpack*"],
     "zlib.h": ["lib/snapshot/zio.c", "lib/export/pprof.c"],
     "cuda*.h": ["lib/backend/cuda.c", "lib/interpose/*.c"],
     "execinfo.h": ["lib/history/backtrace.c"],

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT
- * memsnap core: internals of the snapshot file format (lib/serialize.c) that the benchmark uses.
+ * memsnap core: internals of the snapshot file format (msgpack_*.c) that the benchmark uses.
  */
 #ifndef MEMSNAP_LIB_SERIALIZE_INTERNAL_H
 #define MEMSNAP_LIB_SERIALIZE_INTERNAL_H
