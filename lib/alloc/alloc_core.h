@@ -36,8 +36,6 @@ static inline uint32_t alloc_gather(ms_allocator_t *a, int level) {
   return h->gather(h->ctx);
 }
 
-
-
 static inline void alloc_trace(ms_allocator_t *a, ms_trace_action action, uint64_t addr,
                                uint64_t size, ms_stream_t stream, const ms__pool_t *pool,
                                uint32_t ctx) {
@@ -86,7 +84,8 @@ static inline int map_grow(ms__ptrmap_t *m) {
     ms__block_t *b = m->slots[i];
     if (!b) continue;
     size_t j = map_slot(&nm, b->ptr);
-    while (ns[j]) j = (j + 1) & (ncap - 1);
+    while (ns[j])
+      j = (j + 1) & (ncap - 1);
     ns[j] = b;
     nm.len++;
   }
@@ -98,7 +97,8 @@ static inline int map_grow(ms__ptrmap_t *m) {
 static inline int map_insert(ms__ptrmap_t *m, ms__block_t *b) {
   if (ms_unlikely((m->len + 1) * 2 > m->cap)) MS_FORWARD_IF_ERROR(map_grow(m));
   size_t j = map_slot(m, b->ptr);
-  while (m->slots[j]) j = (j + 1) & (m->cap - 1);
+  while (m->slots[j])
+    j = (j + 1) & (m->cap - 1);
   m->slots[j] = b;
   m->len++;
   return MS_OK;

@@ -33,7 +33,7 @@ int ms_allocator_empty_pool_cache(ms_allocator_t *a, ms_pool_id_t id) {
   uint32_t ctx = alloc_gather(a, MS__CTX_ALL);
   pthread_mutex_lock(&a->mu);
   int r = id.first == 0 && id.second == 0 ? ms__alloc_release_cached_blocks(a, ctx, NULL)
-                                           : ms__alloc_release_cached_blocks(a, ctx, &id);
+                                          : ms__alloc_release_cached_blocks(a, ctx, &id);
   pthread_mutex_unlock(&a->mu);
   return r;
 }
@@ -65,7 +65,9 @@ int ms_allocator_memory_summary(ms_allocator_t *a, bool abbreviated, char **out)
   return ms_stats_memory_summary(&st, a->device, abbreviated, out);
 }
 
-int ms_allocator_device(const ms_allocator_t *a) { return a->device; }
+int ms_allocator_device(const ms_allocator_t *a) {
+  return a->device;
+}
 
 void ms_allocator_get_config(ms_allocator_t *a, ms_alloc_config_t *out) {
   pthread_mutex_lock(&a->mu);

@@ -36,8 +36,8 @@ int ms_allocator_create(const ms_allocator_config_t *cfg, ms_allocator_t **out, 
   int r = ops->device_count(ops->ctx, &ndev);
   if (r != MS_OK) return ms__errbuf_set(eb, r, "backend '%s': cannot count devices", ops->name);
   if (cfg->device < 0 || cfg->device >= ndev)
-    return ms__errbuf_set(eb, MS_ENODEVICE, "backend '%s' has no device %d (it has %d)",
-                          ops->name, cfg->device, ndev);
+    return ms__errbuf_set(eb, MS_ENODEVICE, "backend '%s' has no device %d (it has %d)", ops->name,
+                          cfg->device, ndev);
   ms_alloc_config_t conf;
   if (cfg->alloc) {
     conf = *cfg->alloc;
@@ -138,7 +138,8 @@ void ms_allocator_destroy(ms_allocator_t *a) {
   }
   ms__pool_fini(&a->small);
   ms__pool_fini(&a->large);
-  while (a->segments) ms__segment_delete(a, a->segments);
+  while (a->segments)
+    ms__segment_delete(a, a->segments);
   ms__private_pool_t *pp = a->pools;
   while (pp) {
     ms__private_pool_t *n = pp->next;
@@ -147,7 +148,8 @@ void ms_allocator_destroy(ms_allocator_t *a) {
   }
   for (size_t i = 0; i < a->event_pool.len; i++)
     a->ops.event_destroy(a->ops.ctx, a->device, a->event_pool.ptr[i]);
-  for (size_t i = 0; i < a->queues.len; i++) free(a->queues.ptr[i].q);
+  for (size_t i = 0; i < a->queues.len; i++)
+    free(a->queues.ptr[i].q);
   /* Stream-use arrays of blocks still allocated. */
   for (size_t i = 0; i < a->map.cap; i++)
     if (a->map.slots[i]) free(a->map.slots[i]->uses);
@@ -173,4 +175,6 @@ void ms__allocator_set_hooks(ms_allocator_t *a, const ms__alloc_hooks_t *hooks) 
   pthread_mutex_unlock(&a->mu);
 }
 
-const ms__alloc_hooks_t *ms__allocator_get_hooks(ms_allocator_t *a) { return alloc_hooks(a); }
+const ms__alloc_hooks_t *ms__allocator_get_hooks(ms_allocator_t *a) {
+  return alloc_hooks(a);
+}

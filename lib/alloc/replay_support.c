@@ -51,8 +51,8 @@ void ms__allocator_replay_complete(ms_allocator_t *a, void *pending) {
 }
 
 int ms__allocator_replay_add_segment(ms_allocator_t *a, uintptr_t ptr, size_t size,
-                                     ms_stream_t stream, bool is_small,
-                                     ms__replay_block_t *blocks, size_t n) {
+                                     ms_stream_t stream, bool is_small, ms__replay_block_t *blocks,
+                                     size_t n) {
   size_t sum = 0;
   for (size_t i = 0; i < n; i++) {
     if (blocks[i].size == 0 || blocks[i].size % MS_MIN_BLOCK_SIZE) return MS_EINVAL;
@@ -87,8 +87,10 @@ int ms__allocator_replay_add_segment(ms_allocator_t *a, uintptr_t ptr, size_t si
     b->seg = s;
     b->pool = pool;
     b->prev = prev;
-    if (prev) prev->next = b;
-    else s->head = b;
+    if (prev)
+      prev->next = b;
+    else
+      s->head = b;
     prev = b;
     at += b->size;
     b->requested_size = blocks[i].requested;

@@ -25,7 +25,7 @@ static uint64_t be_read(const unsigned char *p, int n) {
  * follow the header, *children = values contained (maps count keys and values).
  * @return 1 ok, 0 need more bytes, -1 invalid type byte. */
 int ms__mp_head(const unsigned char *p, size_t avail, size_t *hdr, uint64_t *payload,
-                   uint64_t *children) {
+                uint64_t *children) {
   if (avail < 1) return 0;
   unsigned c = p[0];
   *payload = 0;

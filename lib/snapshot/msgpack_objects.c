@@ -79,8 +79,7 @@ int ms__mpr_fail_off(rd_t *r, int err, uint64_t off, const char *path, const cha
 }
 
 /* Fails on column `col` (index, or -1 for the whole row) of the current row. */
-MS_NOINLINE int ms__mpr_fail_col(rd_t *r, int err, int col, const char *colname,
-                                   const char *msg) {
+MS_NOINLINE int ms__mpr_fail_col(rd_t *r, int err, int col, const char *colname, const char *msg) {
   /* The row is element row_in_chunk + 1 of the chunk array (element 0 is the tag). */
   size_t off = ms__mp_child_offset(r->obj, r->obj_len, 0, (uint64_t)r->row_in_chunk + 1);
   if (col >= 0) off = ms__mp_child_offset(r->obj, r->obj_len, off, (uint64_t)col);
@@ -159,7 +158,8 @@ static int rd_scalar(rd_t *r, const msgpack_object *v, ms_snap_kv_t *kv, const c
     return MS_OK;
   case MSGPACK_OBJECT_POSITIVE_INTEGER:
     if (v->via.u64 > INT64_MAX)
-      return ms__mpr_fail_off(r, MS_EFORMAT, r->obj_off, path, "'%s': integer out of range", kv->key);
+      return ms__mpr_fail_off(r, MS_EFORMAT, r->obj_off, path, "'%s': integer out of range",
+                              kv->key);
     kv->kind = MS_SNAP_VAL_INT;
     kv->i = (int64_t)v->via.u64;
     return MS_OK;
@@ -179,15 +179,15 @@ static int rd_scalar(rd_t *r, const msgpack_object *v, ms_snap_kv_t *kv, const c
   }
   default:
     return ms__mpr_fail_off(r, MS_EFORMAT, r->obj_off, path,
-                       "'%s': expected nil, boolean, integer, float or string, got %s", kv->key,
-                       ms__mp_type_name(v->type));
+                            "'%s': expected nil, boolean, integer, float or string, got %s",
+                            kv->key, ms__mp_type_name(v->type));
   }
 }
 
 static int rd_key(rd_t *r, const msgpack_object *k, const char *path, const char **dst) {
   if (k->type != MSGPACK_OBJECT_STR)
     return ms__mpr_fail_off(r, MS_EFORMAT, r->obj_off, path, "key: expected string, got %s",
-                       ms__mp_type_name(k->type));
+                            ms__mp_type_name(k->type));
   int rc = ms__snapbuild_str(&r->b, k->via.str.ptr, k->via.str.size, dst);
   return rc == MS_OK ? MS_OK : ms__mpr_nomem(r, rc);
 }
@@ -196,8 +196,8 @@ static int rd_key(rd_t *r, const msgpack_object *k, const char *path, const char
  * children runs follow. *first = index of the run among children. */
 static int rd_settings_children(rd_t *r, const msgpack_object_map *m, int depth, uint32_t *first) {
   if (depth > SETTINGS_MAX_DEPTH)
-    return ms__mpr_fail_off(r, MS_EFORMAT, r->obj_off, "allocator_settings", "nested deeper than %d",
-                       SETTINGS_MAX_DEPTH);
+    return ms__mpr_fail_off(r, MS_EFORMAT, r->obj_off, "allocator_settings",
+                            "nested deeper than %d", SETTINGS_MAX_DEPTH);
   uint32_t base = (uint32_t)r->b.settings_children.len;
   for (uint32_t i = 0; i < m->size; i++) {
     ms_snap_kv_t kv = {0};
@@ -227,7 +227,7 @@ static int rd_settings_children(rd_t *r, const msgpack_object_map *m, int depth,
 int ms__mpr_settings(rd_t *r, const msgpack_object *o) {
   if (o->type != MSGPACK_OBJECT_MAP)
     return ms__mpr_fail_off(r, MS_EFORMAT, r->obj_off, "allocator_settings", "expected map, got %s",
-                       ms__mp_type_name(o->type));
+                            ms__mp_type_name(o->type));
   const msgpack_object_map *m = &o->via.map;
   for (uint32_t i = 0; i < m->size; i++) {
     ms_snap_kv_t kv = {0};
@@ -288,8 +288,8 @@ int ms__mpr_unpack(rd_t *r, const char *expect, msgpack_object *o) {
   msgpack_unpack_return ret = msgpack_unpack_next(&r->mo, (const char *)r->obj, r->obj_len, &off);
   *o = r->mo.data; /* (set on failure too: keeps GCC's -Wmaybe-uninitialized quiet) */
   if (ret != MSGPACK_UNPACK_SUCCESS || off != r->obj_len)
-    return ms__mpr_fail_off(r, ret == MSGPACK_UNPACK_NOMEM_ERROR ? MS_ENOMEM : MS_EFORMAT, r->obj_off,
-                       NULL, "malformed msgpack in %s", expect);
+    return ms__mpr_fail_off(r, ret == MSGPACK_UNPACK_NOMEM_ERROR ? MS_ENOMEM : MS_EFORMAT,
+                            r->obj_off, NULL, "malformed msgpack in %s", expect);
   return MS_OK;
 }
 
@@ -315,13 +315,13 @@ int ms__mpr_header(rd_t *r) {
     return ms__mpr_fail_off(r, MS_EFORMAT, 0, NULL, "not a memsnap snapshot (bad magic)");
   const msgpack_object *v = &o.via.map.ptr[1].val;
   if (!str_eq(&o.via.map.ptr[1].key, "version") || v->type != MSGPACK_OBJECT_POSITIVE_INTEGER)
-    return ms__mpr_fail_off(r, MS_EFORMAT, ms__mp_child_offset(r->obj, r->obj_len, 0, 2), "header.version",
-                       "expected unsigned integer");
+    return ms__mpr_fail_off(r, MS_EFORMAT, ms__mp_child_offset(r->obj, r->obj_len, 0, 2),
+                            "header.version", "expected unsigned integer");
   if (v->via.u64 < 1 || v->via.u64 > SNAP_VERSION)
     return ms__mpr_fail_off(r, MS_EUNSUPPORTED, ms__mp_child_offset(r->obj, r->obj_len, 0, 3),
-                       "header.version",
-                       "unsupported format version %" PRIu64 " (this build reads 1 to %d)",
-                       v->via.u64, SNAP_VERSION);
+                            "header.version",
+                            "unsupported format version %" PRIu64 " (this build reads 1 to %d)",
+                            v->via.u64, SNAP_VERSION);
   r->version = (int)v->via.u64;
   ms__mpr_release_obj(r);
   return MS_OK;
@@ -329,13 +329,14 @@ int ms__mpr_header(rd_t *r) {
 
 int ms__mpr_meta(rd_t *r) {
   int rc = ms__mpr_next(r, "meta");
-  if (rc == 0) return ms__mpr_fail_off(r, MS_ETRUNCATED, r->pos, NULL, "truncated input: missing meta");
+  if (rc == 0)
+    return ms__mpr_fail_off(r, MS_ETRUNCATED, r->pos, NULL, "truncated input: missing meta");
   if (rc < 0) return rc;
   msgpack_object o;
   MS_FORWARD_IF_ERROR(ms__mpr_unpack(r, "meta", &o));
   if (o.type != MSGPACK_OBJECT_MAP)
     return ms__mpr_fail_off(r, MS_EFORMAT, r->obj_off, "meta", "expected map, got %s",
-                       ms__mp_type_name(o.type));
+                            ms__mp_type_name(o.type));
   enum { HAVE_ORIGIN = 1, HAVE_PRESENT = 2, HAVE_COUNTS = 4 };
   int have = 0;
   ms_snapshot_t *h = &r->b.hdr;
@@ -344,7 +345,7 @@ int ms__mpr_meta(rd_t *r) {
     uint64_t off = r->obj_off + ms__mp_child_offset(r->obj, r->obj_len, 0, 2 * (uint64_t)i + 1);
     if (k->type != MSGPACK_OBJECT_STR)
       return ms__mpr_fail_off(r, MS_EFORMAT, off, "meta", "key: expected string, got %s",
-                         ms__mp_type_name(k->type));
+                              ms__mp_type_name(k->type));
     char path[48];
     snprintf(path, sizeof path, "meta.%.*s", (int)(k->via.str.size > 32 ? 32 : k->via.str.size),
              k->via.str.ptr);
@@ -376,18 +377,18 @@ int ms__mpr_meta(rd_t *r) {
     } else if (str_eq(k, "hostname")) {
       if (v->type != MSGPACK_OBJECT_STR)
         return ms__mpr_fail_off(r, MS_EFORMAT, off, path, "expected string, got %s",
-                           ms__mp_type_name(v->type));
+                                ms__mp_type_name(v->type));
       int e = ms__snapbuild_str(&r->b, v->via.str.ptr, v->via.str.size, &h->hostname);
       if (e != MS_OK) return ms__mpr_nomem(r, e);
     } else if (str_eq(k, "counts")) {
       if (v->type != MSGPACK_OBJECT_ARRAY || v->via.array.size != TAG_COUNT - 1)
         return ms__mpr_fail_off(r, MS_EFORMAT, off, path, "expected array of %d unsigned integers",
-                           TAG_COUNT - 1);
+                                TAG_COUNT - 1);
       for (int t = 1; t < TAG_COUNT; t++) {
         const msgpack_object *c = &v->via.array.ptr[t - 1];
         if (c->type != MSGPACK_OBJECT_POSITIVE_INTEGER)
-          return ms__mpr_fail_off(r, MS_EFORMAT, off, path, "expected array of %d unsigned integers",
-                             TAG_COUNT - 1);
+          return ms__mpr_fail_off(r, MS_EFORMAT, off, path,
+                                  "expected array of %d unsigned integers", TAG_COUNT - 1);
         r->declared[t] = c->via.u64;
       }
       have |= HAVE_COUNTS;

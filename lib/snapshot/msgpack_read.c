@@ -327,7 +327,7 @@ static int rd_stack(rd_t *r, cur_t *cp) {
    * for indices that are buffered. */
   if (n > RD_OBJ_MAX_ITEMS)
     return ms__mpr_fail_off(r, MS_ELIMIT, r->obj_off, NULL, "more than %u values in one object",
-                       RD_OBJ_MAX_ITEMS);
+                            RD_OBJ_MAX_ITEMS);
   if (n > (size_t)(c.end - c.p)) return RD_NEED_MORE;
   uint32_t tmp[64];
   uint32_t *fr = n <= 64 ? tmp : malloc((size_t)n * sizeof *fr);
@@ -384,7 +384,8 @@ static int rd_segment(rd_t *r, cur_t *cp) {
   MS_FORWARD_IF_ERROR(cur_u32(r, &c, 12, cols_segment, &g.nblocks));
   MS_FORWARD_IF_ERROR(cur_u32(r, &c, 13, cols_segment, &g.present));
   if (g.address > UINT64_MAX - g.total_size)
-    return ms__mpr_fail_col(r, MS_EFORMAT, 2, cols_segment[2], "segment wraps around the address space");
+    return ms__mpr_fail_col(r, MS_EFORMAT, 2, cols_segment[2],
+                            "segment wraps around the address space");
   uint64_t first = 0;
   if (r->b.segments.len) {
     const ms_snap_segment_t *p = &r->b.segments.ptr[r->b.segments.len - 1];
@@ -413,12 +414,13 @@ static int rd_close_segment(rd_t *r, uint64_t off) {
   if (off == UINT64_MAX)
     off = r->obj_off + ms__mp_child_offset(r->obj, r->obj_len, 0, (uint64_t)r->row_in_chunk + 1);
   if (r->seg_blocks_left != 0)
-    return ms__mpr_fail_off(r, MS_EFORMAT, off, path, "declares %" PRIu32 " blocks, %" PRIu64 " found",
-                       g->nblocks, r->blk_in_seg);
+    return ms__mpr_fail_off(r, MS_EFORMAT, off, path,
+                            "declares %" PRIu32 " blocks, %" PRIu64 " found", g->nblocks,
+                            r->blk_in_seg);
   if (r->seg_bytes_left != 0)
     return ms__mpr_fail_off(r, MS_EFORMAT, off, path,
-                       "block sizes sum to %" PRIu64 ", total_size is %" PRIu64,
-                       g->total_size - r->seg_bytes_left, g->total_size);
+                            "block sizes sum to %" PRIu64 ", total_size is %" PRIu64,
+                            g->total_size - r->seg_bytes_left, g->total_size);
   r->seg_open = 0;
   return MS_OK;
 }
@@ -503,7 +505,8 @@ static int rd_history(rd_t *r, cur_t *cp) {
     while (next < r->b.blocks.len && r->b.blocks.ptr[next].nhistory == 0)
       next++;
     if (next >= r->b.blocks.len)
-      return ms__mpr_fail_col(r, MS_EFORMAT, -1, NULL, "more history entries than the blocks declare");
+      return ms__mpr_fail_col(r, MS_EFORMAT, -1, NULL,
+                              "more history entries than the blocks declare");
     r->hblk = next;
     r->hist_left = r->b.blocks.ptr[next].nhistory;
     r->hist_in_blk = 0;
@@ -523,14 +526,14 @@ static int rd_history(rd_t *r, cur_t *cp) {
   return MS_OK;
 }
 
-
 static int rd_trace(rd_t *r, cur_t *cp) {
   while (r->trace_left == 0) {
     size_t next = r->tdev == SIZE_MAX ? 0 : r->tdev + 1;
     while (next < r->b.devices.len && r->b.devices.ptr[next].ntrace == 0)
       next++;
     if (next >= r->b.devices.len)
-      return ms__mpr_fail_col(r, MS_EFORMAT, -1, NULL, "more trace entries than the devices declare");
+      return ms__mpr_fail_col(r, MS_EFORMAT, -1, NULL,
+                              "more trace entries than the devices declare");
     r->tdev = next;
     r->trace_left = r->b.devices.ptr[next].ntrace;
     r->trace_in_dev = 0;
@@ -584,7 +587,6 @@ static int rd_annotation(rd_t *r, cur_t *cp) {
   return MS_OK;
 }
 
-
 /* ---- objects ---- */
 
 /* Makes room for at least `want` more bytes after the buffered ones: moves the unconsumed bytes
@@ -612,7 +614,8 @@ static int rd_reserve(rd_t *r, size_t want) {
 /* Reads more input after the buffered bytes (at least `want` bytes of room). Sets r->eof at the
  * end of the input. @return MS_OK or a described error (at offset `off`). */
 static int rd_fill(rd_t *r, size_t want, uint64_t off) {
-  if (rd_reserve(r, want) != MS_OK) return ms__mpr_fail_off(r, MS_ENOMEM, r->pos, NULL, "out of memory");
+  if (rd_reserve(r, want) != MS_OK)
+    return ms__mpr_fail_off(r, MS_ENOMEM, r->pos, NULL, "out of memory");
   ms_source_t *src = r->z ? &r->zsrc : r->src;
   ptrdiff_t n = src->read(src->ctx, (char *)r->buf + r->used, r->cap - r->used);
   if (n < 0) {
@@ -624,9 +627,9 @@ static int rd_fill(rd_t *r, size_t want, uint64_t off) {
   return MS_OK;
 }
 
-/* Reads until ms__mp_guard_scan() finds the object at the start of the buffered bytes complete and within
- * the limits; *len = its length. @return 1 object, 0 clean end of input (nothing pending), or a
- * negative error. */
+/* Reads until ms__mp_guard_scan() finds the object at the start of the buffered bytes complete and
+ * within the limits; *len = its length. @return 1 object, 0 clean end of input (nothing pending),
+ * or a negative error. */
 static int rd_scan(rd_t *r, const char *expect, size_t *len) {
   guard_t g;
   memset(&g, 0, sizeof g);
@@ -639,8 +642,8 @@ static int rd_scan(rd_t *r, const char *expect, size_t *len) {
     if (r->eof) {
       if (avail == 0) return 0;
       return ms__mpr_fail_off(r, MS_ETRUNCATED, r->pos + avail, NULL,
-                         "truncated input in %s (object at offset %" PRIu64 " is incomplete)",
-                         expect, r->pos);
+                              "truncated input in %s (object at offset %" PRIu64 " is incomplete)",
+                              expect, r->pos);
     }
     /* Small reads first (small files stay cheap), large ones once the input proves large. */
     size_t want = r->pos + avail < 4 * RD_READ_CHUNK ? RD_READ_CHUNK / 8 : RD_READ_CHUNK;
@@ -664,11 +667,6 @@ int ms__mpr_next(rd_t *r, const char *expect) {
   return 1;
 }
 
-
-
-
-
-
 /* Ends table t: its row count must match the declaration, and its cursors must be complete. */
 static int rd_end_table(rd_t *r, int t, uint64_t off) {
   uint64_t rows = r->rows[t];
@@ -682,21 +680,22 @@ static int rd_end_table(rd_t *r, int t, uint64_t off) {
   }
   if (t == TAG_HISTORY && rows != r->hist_declared)
     return ms__mpr_fail_off(r, MS_EFORMAT, off, "history",
-                       "%" PRIu64 " entries, the blocks declare %" PRIu64, rows, r->hist_declared);
+                            "%" PRIu64 " entries, the blocks declare %" PRIu64, rows,
+                            r->hist_declared);
   if (t == TAG_TRACE) {
     uint64_t want = 0;
     for (size_t i = 0; i < r->b.devices.len; i++)
       want += r->b.devices.ptr[i].ntrace;
     if (want != r->b.trace.len)
       return ms__mpr_fail_off(r, MS_EFORMAT, off, "device_traces",
-                         "%zu entries, the devices declare %" PRIu64, r->b.trace.len, want);
+                              "%zu entries, the devices declare %" PRIu64, r->b.trace.len, want);
   }
   if (rows != r->declared[t])
     return ms__mpr_fail_off(r, MS_EFORMAT, off, table_names[t],
-                       "%" PRIu64 " rows, meta.counts declares %" PRIu64, rows, r->declared[t]);
+                            "%" PRIu64 " rows, meta.counts declares %" PRIu64, rows,
+                            r->declared[t]);
   return MS_OK;
 }
-
 
 /* Reads rows *i to n - 1 of a chunk of one of the hot tables (r->table) straight from the bytes;
  * c is on row *i. *i counts the rows read, so that a call that returned RD_NEED_MORE can be
@@ -709,8 +708,8 @@ static int rd_rows(rd_t *r, cur_t *c, uint64_t n, uint64_t *i) {
     MS_FORWARD_IF_ERROR(fn(r, c));                                                                 \
     r->rows[t]++;                                                                                  \
     if (ms_unlikely(r->obj_items > RD_OBJ_MAX_ITEMS))                                              \
-      return ms__mpr_fail_off(r, MS_ELIMIT, r->obj_off, NULL, "more than %u values in one object",      \
-                         RD_OBJ_MAX_ITEMS);                                                        \
+      return ms__mpr_fail_off(r, MS_ELIMIT, r->obj_off, NULL, "more than %u values in one object", \
+                              RD_OBJ_MAX_ITEMS);                                                   \
   }                                                                                                \
   break
   switch (t) {
@@ -743,8 +742,8 @@ static int is_hot_table(uint64_t tag) {
  * the end of the tables passed over. *last = the last table seen. */
 static int rd_chunk_head(rd_t *r, int tag, int *last) {
   if (tag != TAG_END && tag < *last)
-    return ms__mpr_fail_off(r, MS_EFORMAT, r->obj_off, table_names[tag], "table out of order (after %s)",
-                       table_names[*last]);
+    return ms__mpr_fail_off(r, MS_EFORMAT, r->obj_off, table_names[tag],
+                            "table out of order (after %s)", table_names[*last]);
   /* Close the tables passed over (including the previous one). */
   for (int t = *last == 0 ? 1 : *last; t < (tag == TAG_END ? TAG_COUNT : tag); t++) {
     r->table = t;
@@ -877,13 +876,14 @@ static int rd_body(rd_t *r) {
     int rc = ms__mpr_next(r, "a table chunk");
     if (rc == 0)
       return ms__mpr_fail_off(r, MS_ETRUNCATED, r->pos, NULL,
-                         "truncated input: missing end marker after %s", table_names[last]);
+                              "truncated input: missing end marker after %s", table_names[last]);
     if (rc < 0) return rc;
     cur_t c = {r->obj, r->obj + r->obj_len};
     uint64_t n = 0, tagv = 0;
     if (!cur_array(&c, &n) || n < 1 || cur_int(&c, &tagv) != MPI_UINT || tagv >= TAG_COUNT)
       return ms__mpr_fail_off(r, MS_EFORMAT, r->obj_off, NULL,
-                         "expected a table chunk [tag, rows...] with a tag in 0-%d", TAG_COUNT - 1);
+                              "expected a table chunk [tag, rows...] with a tag in 0-%d",
+                              TAG_COUNT - 1);
     int tag = (int)tagv;
     MS_FORWARD_IF_ERROR(rd_chunk_head(r, tag, &last));
     if (tag == TAG_END) {
@@ -898,8 +898,8 @@ static int rd_body(rd_t *r) {
     r->table = tag;
     if (tag == TAG_SETTINGS) {
       if (n != 2)
-        return ms__mpr_fail_off(r, MS_EFORMAT, r->obj_off, table_names[tag], "expected [%d, {settings}]",
-                           TAG_SETTINGS);
+        return ms__mpr_fail_off(r, MS_EFORMAT, r->obj_off, table_names[tag],
+                                "expected [%d, {settings}]", TAG_SETTINGS);
       msgpack_object o;
       MS_FORWARD_IF_ERROR(ms__mpr_unpack(r, "a table chunk", &o));
       MS_FORWARD_IF_ERROR(ms__mpr_settings(r, &o.via.array.ptr[1]));
@@ -913,7 +913,8 @@ static int rd_body(rd_t *r) {
       rc = rd_rows(r, &c, n - 1, &i);
       /* The guard ended the object after its last element; a walk that did not is a bug. */
       if (rc > 0 || (rc == MS_OK && c.p != c.end))
-        return ms__mpr_fail_off(r, MS_EFORMAT, r->obj_off, NULL, "malformed msgpack in a table chunk");
+        return ms__mpr_fail_off(r, MS_EFORMAT, r->obj_off, NULL,
+                                "malformed msgpack in a table chunk");
       if (rc != MS_OK) return rc;
     }
     ms__mpr_release_obj(r);
@@ -927,12 +928,6 @@ static int rd_body(rd_t *r) {
   }
   return MS_OK;
 }
-
-
-
-
-
-
 
 int ms_snapshot_read(ms_source_t *src, ms_snapshot_t **out, ms_errbuf_t *eb) {
   if (!src || !src->read || !out) return ms__errbuf_set(eb, MS_EINVAL, "invalid argument");

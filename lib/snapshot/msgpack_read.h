@@ -92,7 +92,7 @@ typedef struct rd_s {
     if (ms_unlikely(o_->type != MSGPACK_OBJECT_POSITIVE_INTEGER))                                  \
       return rd_type_error(r, o_, col, cols, "unsigned integer");                                  \
     if (ms_unlikely(o_->via.u64 > UINT32_MAX))                                                     \
-      return ms__mpr_fail_col(r, MS_EFORMAT, col, cols[col], "value out of range (> 4294967295)");      \
+      return ms__mpr_fail_col(r, MS_EFORMAT, col, cols[col], "value out of range (> 4294967295)"); \
     (dst) = (uint32_t)o_->via.u64;                                                                 \
   } while (0)
 
@@ -100,7 +100,8 @@ typedef struct rd_s {
 
 int ms__mp_guard_scan(guard_t *g, const unsigned char *p, size_t avail, char *why, size_t whycap);
 size_t ms__mp_child_offset(const unsigned char *p, size_t len, size_t pos, uint64_t idx);
-int ms__mp_head(const unsigned char *p, size_t avail, size_t *hdr, uint64_t *payload, uint64_t *children);
+int ms__mp_head(const unsigned char *p, size_t avail, size_t *hdr, uint64_t *payload,
+                uint64_t *children);
 const char *ms__mp_type_name(msgpack_object_type t);
 
 /* ---- msgpack_objects.c: the cold objects and the error reports ----------------------------- */

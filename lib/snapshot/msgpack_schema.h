@@ -38,15 +38,18 @@ __attribute__((unused)) static const char *const cols_segment[] = {
     "device",         "address", "total_size", "allocated_size", "active_size",
     "requested_size", "stream",  "is_large",   "is_expandable",  "pool_id[0]",
     "pool_id[1]",     "frames",  "nblocks",    "present"};
-__attribute__((unused)) static const char *const cols_block[] = {"address", "size",     "requested_size", "state",
-                                         "frames",  "nhistory", "present"};
-__attribute__((unused)) static const char *const cols_history[] = {"addr", "real_size", "frames", "present"};
-__attribute__((unused)) static const char *const cols_device[] = {"ntrace", "trace_dropped", "capacity", "present",
-                                          "stats"};
-__attribute__((unused)) static const char *const cols_trace[] = {"action",          "addr",          "size",       "stream",
-                                         "time_us",         "pool_id[0]",    "pool_id[1]", "frames",
-                                         "compile_context", "user_metadata", "present"};
-__attribute__((unused)) static const char *const cols_annotation[] = {"name", "stage", "device", "time_us"};
+__attribute__((unused)) static const char *const cols_block[] = {
+    "address", "size", "requested_size", "state", "frames", "nhistory", "present"};
+__attribute__((unused)) static const char *const cols_history[] = {"addr", "real_size", "frames",
+                                                                   "present"};
+__attribute__((unused)) static const char *const cols_device[] = {"ntrace", "trace_dropped",
+                                                                  "capacity", "present", "stats"};
+__attribute__((unused)) static const char *const cols_trace[] = {
+    "action",          "addr",          "size",       "stream",
+    "time_us",         "pool_id[0]",    "pool_id[1]", "frames",
+    "compile_context", "user_metadata", "present"};
+__attribute__((unused)) static const char *const cols_annotation[] = {"name", "stage", "device",
+                                                                      "time_us"};
 
 #define NCOLS(a) (sizeof(a) / sizeof((a)[0]))
 

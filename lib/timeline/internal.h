@@ -1,0 +1,152 @@
+/* SPDX-License-Identifier: MIT
+ * memsnap core: the time index's state and the functions its files share (memsnap/timeline.h).
+ * state.c: the working state (an address-sorted array of segments, each with its address-sorted
+ * live blocks), its checkpoints, and undoing or redoing one trace entry; index.c: pairing allocs
+ * with frees, building the index (one pass undoing the trace from the end state), the totals and
+ * peaks, the state at any step; moments.c: the state as a snapshot, naming moments, and selecting
+ * segments of the end state.
+ */
+#ifndef MEMSNAP_LIB_TIMELINE_INTERNAL_H
+#define MEMSNAP_LIB_TIMELINE_INTERNAL_H
+
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/internal.h"
+#include "common/vec.h"
+#include "memsnap/timeline.h"
+#include "model/snapbuild.h"
+
+#define TL_NONE UINT32_MAX
+#define TL_SMALL_SIZE (1ull << 20) /* kSmallSize: requests up to 1 MiB use the small pool */
+#define TL_MAX_DEVICES 4096
+
+typedef MS_VEC(ms_tl_block_t) tl_blockvec_t;
+
+typedef struct tl_wseg_s {
+  ms_tl_segment_t seg;
+  tl_blockvec_t blk; /* live blocks, sorted by address */
+} tl_wseg_t;
+
+typedef struct tl_ws_s {
+  MS_VEC(tl_wseg_t) segs;              /* sorted by address, non-overlapping */
+  uint64_t totals[MS_TL_METRIC_COUNT]; /* of the segments the filter keeps */
+  size_t nlive;
+  const ms_tl_filter_t *filter; /* NULL: every segment counts */
+} tl_ws_t;
+
+static inline bool tl_filter_keeps(const ms_tl_filter_t *f, const ms_tl_segment_t *s) {
+  if (!f) return true;
+  if (f->has_stream && s->stream != f->stream) return false;
+  if (f->has_pool && (s->pool_id[0] != f->pool_id[0] || s->pool_id[1] != f->pool_id[1]))
+    return false;
+  return true;
+}
+
+static inline bool tl_counts(const tl_ws_t *w, const ms_tl_segment_t *s) {
+  return tl_filter_keeps(w->filter, s);
+}
+
+typedef struct tl_ckpt_s {
+  size_t step;
+  ms_tl_segment_t *segs;
+  uint32_t *seg_nblk;
+  size_t nsegs;
+  ms_tl_block_t *blocks;
+  size_t nblocks;
+  uint64_t totals[MS_TL_METRIC_COUNT];
+} tl_ckpt_t;
+
+typedef struct tl_dev_s {
+  const ms_snap_trace_t *trace;
+  size_t n;
+  uint32_t *pair;  /* alloc -> its free_completed; free_completed -> its alloc;
+                      segment_alloc -> its segment_free (TL_NONE: none) */
+  uint64_t *bsize; /* alloc / free_completed: the size of the block (chosen when building) */
+  uint64_t *series[MS_TL_METRIC_COUNT]; /* n + 1 values */
+  MS_VEC(tl_ckpt_t) ckpts;              /* increasing step; the last is step n */
+} tl_dev_t;
+
+struct ms_timeline_s {
+  const ms_snapshot_t *snap;
+  size_t ndev;
+  tl_dev_t *dev;
+  uint32_t k;
+  ms_tl_filter_t filter;
+};
+
+/* The index's filter, or NULL when it keeps everything. */
+static inline const ms_tl_filter_t *tl_filter_of(const ms_timeline_t *tl) {
+  return tl->filter.has_stream || tl->filter.has_pool ? &tl->filter : NULL;
+}
+
+/* ---- small helpers ------------------------------------------------------------------------- */
+
+static inline uint64_t tl_round(uint64_t req) {
+  if (req < 512) return 512;
+  if (req > UINT64_MAX - 511) return req;
+  return (req + 511) & ~(uint64_t)511;
+}
+
+static inline uint64_t tl_snap_requested(const ms_snapshot_t *s, const ms_snap_block_t *b) {
+  if (!(b->present & MS_BLOCK_HAS_FRAMES) && b->stack == MS_SNAP_NO_STACK &&
+      (b->present & MS_BLOCK_HAS_HISTORY) && b->nhistory > 0 && b->first_history < s->nhistory)
+    return s->history[b->first_history].real_size;
+  if ((b->present & MS_BLOCK_HAS_REQUESTED_SIZE) || s->origin == MS_SNAP_ORIGIN_MEMSNAP)
+    return b->requested_size;
+  return b->size;
+}
+
+static inline uint32_t tl_snap_stack(const ms_snapshot_t *s, const ms_snap_block_t *b) {
+  if (b->stack != MS_SNAP_NO_STACK) return b->stack;
+  if ((b->present & MS_BLOCK_HAS_HISTORY) && b->nhistory > 0 && b->first_history < s->nhistory)
+    return s->history[b->first_history].stack;
+  return MS_SNAP_NO_STACK;
+}
+
+/* First block of v whose address is >= addr. */
+static inline size_t tl_blk_lower(const tl_blockvec_t *v, uint64_t addr) {
+  size_t lo = 0, hi = v->len;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (v->ptr[mid].address < addr)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return lo;
+}
+
+static inline bool tl_filter_keeps_snap(const ms_tl_filter_t *f, const ms_snap_segment_t *g) {
+  if (f->has_stream && g->stream != f->stream) return false;
+  if (f->has_pool && (g->pool_id[0] != f->pool_id[0] || g->pool_id[1] != f->pool_id[1]))
+    return false;
+  return true;
+}
+
+/* ---- undo and redo (state.c) --------------------------------------------------------------- */
+
+typedef struct tl_ctx_s {
+  const ms_timeline_t *tl;
+  tl_dev_t *d;
+  size_t dev;
+  bool building;    /* record the sizes of blocks removed by an undone alloc */
+  uint64_t *room;   /* building: per free_completed entry, the smallest end of the free room
+                       after its block over the block's life; NULL otherwise */
+  uint32_t *freq;   /* building: per free_completed entry, its block's free_requested entry */
+  uint8_t *counted; /* building: per free_completed entry, its segment passes the filter */
+  ms_errbuf_t *eb;
+} tl_ctx_t;
+
+int ms__tl_blk_insert(tl_blockvec_t *v, size_t at, const ms_tl_block_t *b);
+void ms__tl_ckpt_free(tl_ckpt_t *c);
+int ms__tl_ckpt_restore(const tl_ckpt_t *c, tl_ws_t *w);
+int ms__tl_ckpt_take(const tl_ws_t *w, size_t step, tl_ckpt_t *c);
+int ms__tl_redo(tl_ctx_t *c, tl_ws_t *w, size_t i);
+int ms__tl_undo(tl_ctx_t *c, tl_ws_t *w, size_t i);
+void ms__tl_ws_release(tl_ws_t *w);
+void ms__tl_totals_block(tl_ws_t *w, const ms_tl_segment_t *seg, const ms_tl_block_t *b, int sign);
+
+#endif /* MEMSNAP_LIB_TIMELINE_INTERNAL_H */
