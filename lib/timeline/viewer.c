@@ -186,38 +186,51 @@ static void tlv_point(tlv_run_t *r, int64_t *last_off, uint32_t series, int64_t 
   if (MS_VEC_PUSH(&r->pts, p)) r->oom = 1;
 }
 
-int ms_tlv_compute(const ms_snapshot_t *snap, size_t dev, bool plot_segments, size_t max_entries,
-                   size_t first, size_t last, const ms_snapshot_t *at_last, ms_tlv_t *out) {
-  const ms_snapshot_t *segsrc = at_last ? at_last : snap;
-  const ms_snap_trace_t *trace = NULL;
-  size_t n = 0;
-  if (dev >= 4096) return MS_EINVAL;
-  if (dev < snap->ndevices) {
-    trace = snap->trace + snap->devices[dev].first_trace;
-    n = snap->devices[dev].ntrace;
-  }
-  if (last > n) last = n;
-  if (first > last) first = last;
+/* The state of one computation (ms_tlv_compute), phase by phase. */
+typedef struct tlv_ctx_s {
+  MS_VEC(tlv_elem_t) el;       /* elements: allocations (or segments) in the viewer's order */
+  MS_VEC(uint32_t) actions;    /* element per alloc/free action */
+  MS_VEC(uint32_t) initially;  /* elements present before the first action */
+  tlv_map_t map;               /* address -> element + 1 of the open allocations */
+  tlv_run_t r;                 /* the replay's points, band and max_at_time */
+  MS_VEC(ms_tlv_series_t) ser; /* one series per drawn element, in the order they appear */
+  uint32_t *cur, *series_of;   /* the stack of drawn elements; element -> series */
+  int64_t *pos, *last_off;     /* element -> place in the stack (-1 = none); series -> offset */
+  uint8_t *drawn, *summarized; /* element drawn on its own; element in the band (1) or out (2) */
+  tlv_sort_t *order;
+  size_t ncur;
+  int64_t max_size;
+} tlv_ctx_t;
 
-  MS_VEC(tlv_elem_t) el = {0};
-  MS_VEC(uint32_t) actions = {0};
-  MS_VEC(uint32_t) initially = {0};
-  tlv_map_t map = {0};
-  tlv_run_t r;
-  memset(&r, 0, sizeof r);
-  uint32_t *cur = NULL, *series_of = NULL;
-  int64_t *pos = NULL, *last_off = NULL;
-  uint8_t *drawn = NULL, *summarized = NULL;
-  tlv_sort_t *order = NULL;
-  MS_VEC(ms_tlv_series_t) ser = {0};
-  int rc = MS_ENOMEM;
+static void tlv_ctx_release(tlv_ctx_t *c) {
+  free(c->el.ptr);
+  free(c->actions.ptr);
+  free(c->initially.ptr);
+  free(c->map.key);
+  free(c->map.val);
+  free(c->r.pts.ptr);
+  free(c->r.mat.ptr);
+  free(c->r.s_t.ptr);
+  free(c->r.s_off.ptr);
+  free(c->r.s_size.ptr);
+  free(c->cur);
+  free(c->series_of);
+  free(c->pos);
+  free(c->last_off);
+  free(c->drawn);
+  free(c->summarized);
+  free(c->order);
+  free(c->ser.ptr);
+}
 
+/* Phase 1, process_alloc_data's matching: allocs open elements, frees close them or (unmatched)
+ * become elements present from the start. A free_completed directly after a free_requested of
+ * the same address merges into one `free` at the free_requested's place (annotate_snapshot). */
+static int tlv_match_trace(tlv_ctx_t *c, const ms_snap_trace_t *trace, size_t first, size_t last,
+                           bool plot_segments) {
   ms_trace_action a_alloc = plot_segments ? MS_TRACE_SEGMENT_ALLOC : MS_TRACE_ALLOC;
-  /* annotate: a free_completed directly after a free_requested of the same address merges into
-   * one `free` at the free_requested's place */
   for (size_t i = first; i < last; i++) {
     const ms_snap_trace_t *e = &trace[i];
-    bool is_alloc = e->action == a_alloc;
     bool is_free;
     if (plot_segments) {
       is_free = e->action == MS_TRACE_SEGMENT_FREE;
@@ -230,226 +243,255 @@ int ms_tlv_compute(const ms_snapshot_t *snap, size_t dev, bool plot_segments, si
                      trace[i - 1].addr == e->addr;
       is_free = merged_free || (e->action == MS_TRACE_FREE_COMPLETED && !dropped);
     }
-    if (is_alloc) {
+    if (e->action == a_alloc) {
       tlv_elem_t x = {(int64_t)e->size, (int64_t)i, false};
-      if (MS_VEC_PUSH(&el, x)) goto out;
-      if (tlv_map_set(&map, e->addr, (uint32_t)el.len)) goto out;
-      if (MS_VEC_PUSH(&actions, (uint32_t)(el.len - 1))) goto out;
+      if (MS_VEC_PUSH(&c->el, x)) return MS_ENOMEM;
+      if (tlv_map_set(&c->map, e->addr, (uint32_t)c->el.len)) return MS_ENOMEM;
+      if (MS_VEC_PUSH(&c->actions, (uint32_t)(c->el.len - 1))) return MS_ENOMEM;
     } else if (is_free) {
-      uint32_t v = tlv_map_get(&map, e->addr);
+      uint32_t v = tlv_map_get(&c->map, e->addr);
       if (v) {
-        if (MS_VEC_PUSH(&actions, v - 1)) goto out;
-        tlv_map_del(&map, e->addr);
+        if (MS_VEC_PUSH(&c->actions, v - 1)) return MS_ENOMEM;
+        tlv_map_del(&c->map, e->addr);
       } else {
         tlv_elem_t x = {(int64_t)e->size, (int64_t)i, false};
-        if (MS_VEC_PUSH(&el, x)) goto out;
-        if (MS_VEC_PUSH(&initially, (uint32_t)(el.len - 1))) goto out;
-        if (MS_VEC_PUSH(&actions, (uint32_t)(el.len - 1))) goto out;
+        if (MS_VEC_PUSH(&c->el, x)) return MS_ENOMEM;
+        if (MS_VEC_PUSH(&c->initially, (uint32_t)(c->el.len - 1))) return MS_ENOMEM;
+        if (MS_VEC_PUSH(&c->actions, (uint32_t)(c->el.len - 1))) return MS_ENOMEM;
       }
     }
   }
+  return MS_OK;
+}
+
+/* Phase 2: segments (plot_segments) or active allocated blocks of the snapshot that no alloc of
+ * the trace opened are present from the start (ghosts, for blocks). */
+static int tlv_add_snapshot(tlv_ctx_t *c, const ms_snapshot_t *segsrc, size_t dev,
+                            bool plot_segments) {
   for (size_t si = 0; si < segsrc->nsegments; si++) {
     const ms_snap_segment_t *g = &segsrc->segments[si];
     if (g->device != (int64_t)dev) continue;
     if (plot_segments) {
-      if (!tlv_map_get(&map, g->address)) {
+      if (!tlv_map_get(&c->map, g->address)) {
         tlv_elem_t x = {(int64_t)g->total_size, -1 - (int64_t)si, false};
-        if (MS_VEC_PUSH(&el, x) || MS_VEC_PUSH(&initially, (uint32_t)(el.len - 1))) goto out;
+        if (MS_VEC_PUSH(&c->el, x) || MS_VEC_PUSH(&c->initially, (uint32_t)(c->el.len - 1)))
+          return MS_ENOMEM;
       }
       continue;
     }
     uint64_t addr = g->address;
     for (uint32_t k = 0; k < g->nblocks; k++) {
       const ms_snap_block_t *b = &segsrc->blocks[(size_t)g->first_block + k];
-      if (b->state == MS_BLOCK_ACTIVE_ALLOCATED && !tlv_map_get(&map, addr)) {
+      if (b->state == MS_BLOCK_ACTIVE_ALLOCATED && !tlv_map_get(&c->map, addr)) {
         tlv_elem_t x = {tlv_block_requested(segsrc, b), -1 - (int64_t)(g->first_block + k), true};
-        if (MS_VEC_PUSH(&el, x) || MS_VEC_PUSH(&initially, (uint32_t)(el.len - 1))) goto out;
+        if (MS_VEC_PUSH(&c->el, x) || MS_VEC_PUSH(&c->initially, (uint32_t)(c->el.len - 1)))
+          return MS_ENOMEM;
       }
       addr += b->size;
     }
   }
-  if (el.len > UINT32_MAX - 2) {
-    rc = MS_ELIMIT;
-    goto out;
-  }
-  /* reverse(initially); no actions but some initially present: the last one becomes an action */
-  for (size_t a = 0, b = initially.len ? initially.len - 1 : 0; a < b; a++, b--) {
-    uint32_t t = initially.ptr[a];
-    initially.ptr[a] = initially.ptr[b];
-    initially.ptr[b] = t;
-  }
-  if (actions.len == 0 && initially.len > 0) {
-    if (MS_VEC_PUSH(&actions, initially.ptr[initially.len - 1])) goto out;
-    initially.len--;
-  }
+  return c->el.len > UINT32_MAX - 2 ? MS_ELIMIT : MS_OK;
+}
 
-  size_t ne = el.len;
-  order = malloc((ne ? ne : 1) * sizeof *order);
-  drawn = calloc(ne ? ne : 1, 1);
-  summarized = calloc(ne ? ne : 1, 1);
-  pos = malloc((ne ? ne : 1) * sizeof *pos);
-  series_of = malloc((ne ? ne : 1) * sizeof *series_of);
-  cur = malloc((ne ? ne : 1) * sizeof *cur);
-  last_off = malloc((2 * ne + 1) * sizeof *last_off);
-  if (!order || !drawn || !summarized || !pos || !series_of || !cur || !last_off) goto out;
+/* Between the phases: reverse(initially) (with no actions, the last one present becomes an
+ * action); the max_entries largest elements are drawn on their own. */
+static int tlv_prepare(tlv_ctx_t *c, size_t max_entries) {
+  for (size_t a = 0, b = c->initially.len ? c->initially.len - 1 : 0; a < b; a++, b--) {
+    uint32_t t = c->initially.ptr[a];
+    c->initially.ptr[a] = c->initially.ptr[b];
+    c->initially.ptr[b] = t;
+  }
+  if (c->actions.len == 0 && c->initially.len > 0) {
+    if (MS_VEC_PUSH(&c->actions, c->initially.ptr[c->initially.len - 1])) return MS_ENOMEM;
+    c->initially.len--;
+  }
+  size_t ne = c->el.len, n1 = ne ? ne : 1;
+  c->order = malloc(n1 * sizeof *c->order);
+  c->drawn = calloc(n1, 1);
+  c->summarized = calloc(n1, 1);
+  c->pos = malloc(n1 * sizeof *c->pos);
+  c->series_of = malloc(n1 * sizeof *c->series_of);
+  c->cur = malloc(n1 * sizeof *c->cur);
+  c->last_off = malloc((2 * ne + 1) * sizeof *c->last_off);
+  if (!c->order || !c->drawn || !c->summarized || !c->pos || !c->series_of || !c->cur ||
+      !c->last_off)
+    return MS_ENOMEM;
   for (size_t i = 0; i < ne; i++) {
-    order[i] = (tlv_sort_t){el.ptr[i].size, (uint32_t)i};
-    pos[i] = -1;
+    c->order[i] = (tlv_sort_t){c->el.ptr[i].size, (uint32_t)i};
+    c->pos[i] = -1;
   }
-  qsort(order, ne, sizeof *order, tlv_sort_cmp);
-  for (size_t i = 0; i < ne && i < max_entries; i++) drawn[order[i].idx] = 1;
+  qsort(c->order, ne, sizeof *c->order, tlv_sort_cmp);
+  for (size_t i = 0; i < ne && i < max_entries; i++) c->drawn[c->order[i].idx] = 1;
+  if (MS_VEC_PUSH(&c->r.s_off, 0)) return MS_ENOMEM; /* the band's offsets start with [total] */
+  return MS_OK;
+}
 
-  size_t ncur = 0;
-  int64_t max_size = 0;
-  if (MS_VEC_PUSH(&r.s_off, 0)) goto out; /* the band's offsets start with [total_mem] */
-#define TLV_ADD(e)                                                                   \
-  do {                                                                               \
-    uint32_t e_ = (e);                                                               \
-    ms_tlv_series_t s_;                                                              \
-    memset(&s_, 0, sizeof s_);                                                       \
-    s_.elem = e_;                                                                    \
-    s_.size = el.ptr[e_].size;                                                       \
-    s_.color = e_;                                                                   \
-    s_.ghost = el.ptr[e_].ghost;                                                     \
-    if (MS_VEC_PUSH(&ser, s_)) goto out;                                             \
-    series_of[e_] = (uint32_t)(ser.len - 1);                                         \
-    pos[e_] = (int64_t)ncur;                                                         \
-    cur[ncur++] = e_;                                                                \
-    tlv_point(&r, last_off, series_of[e_], r.t, r.total);                                      \
-    r.total += el.ptr[e_].size;                                                      \
-  } while (0)
+/* add_allocation(e): a new series on top of the stack. */
+static void tlv_add(tlv_ctx_t *c, uint32_t e) {
+  ms_tlv_series_t s;
+  memset(&s, 0, sizeof s);
+  s.elem = e;
+  s.size = c->el.ptr[e].size;
+  s.color = e;
+  s.ghost = c->el.ptr[e].ghost;
+  if (MS_VEC_PUSH(&c->ser, s)) {
+    c->r.oom = 1;
+    return;
+  }
+  c->series_of[e] = (uint32_t)(c->ser.len - 1);
+  c->pos[e] = (int64_t)c->ncur;
+  c->cur[c->ncur++] = e;
+  tlv_point(&c->r, c->last_off, c->series_of[e], c->r.t, c->r.total);
+  c->r.total += c->el.ptr[e].size;
+}
 
-  for (size_t i = 0; i < initially.len; i++) {
-    uint32_t e = initially.ptr[i];
-    if (drawn[e]) {
-      TLV_ADD(e);
+/* A drawn element freed: its series ends, those above it move down by its size. */
+static void tlv_remove(tlv_ctx_t *c, uint32_t e, int64_t size) {
+  tlv_run_t *r = &c->r;
+  size_t idx = (size_t)c->pos[e];
+  tlv_advance(r, 1);
+  uint32_t sid = c->series_of[e];
+  tlv_point(r, c->last_off, sid, r->t, c->last_off[sid]);
+  memmove(c->cur + idx, c->cur + idx + 1, (c->ncur - idx - 1) * sizeof *c->cur);
+  c->ncur--;
+  c->pos[e] = -1;
+  if (idx < c->ncur) {
+    for (size_t j = idx; j < c->ncur; j++) {
+      uint32_t o = c->cur[j];
+      uint32_t so = c->series_of[o];
+      c->pos[o] = (int64_t)j;
+      tlv_point(r, c->last_off, so, r->t, c->last_off[so]);
+      tlv_point(r, c->last_off, so, r->t + 3, c->last_off[so] - size);
+    }
+    tlv_advance(r, 3);
+  }
+  r->total -= size;
+}
+
+/* Phase 3: the stacked timeline, replaying the elements present at the start, then the actions. */
+static int tlv_replay(tlv_ctx_t *c) {
+  tlv_run_t *r = &c->r;
+  for (size_t i = 0; i < c->initially.len; i++) {
+    uint32_t e = c->initially.ptr[i];
+    if (c->drawn[e]) {
+      tlv_add(c, e);
     } else {
-      r.summ += el.ptr[e].size;
-      summarized[e] = 1;
+      r->summ += c->el.ptr[e].size;
+      c->summarized[e] = 1;
     }
   }
-  for (size_t k = 0; k < actions.len && !r.oom; k++) {
-    uint32_t e = actions.ptr[k];
-    int64_t size = el.ptr[e].size;
-    if (!drawn[e]) {
-      if (summarized[e]) {
-        tlv_advance(&r, 1);
-        r.summ -= size;
-        summarized[e] = 2; /* MemoryViz sets it to null: still "in" the map */
+  for (size_t k = 0; k < c->actions.len && !r->oom; k++) {
+    uint32_t e = c->actions.ptr[k];
+    int64_t size = c->el.ptr[e].size;
+    if (!c->drawn[e]) {
+      if (c->summarized[e]) {
+        tlv_advance(r, 1);
+        r->summ -= size;
+        c->summarized[e] = 2; /* MemoryViz sets it to null: still "in" the map */
       } else {
-        r.summ += size;
-        summarized[e] = 1;
-        tlv_advance(&r, 1);
+        r->summ += size;
+        c->summarized[e] = 1;
+        tlv_advance(r, 1);
       }
       continue;
     }
-    if (pos[e] < 0) {
-      TLV_ADD(e);
-      tlv_advance(&r, 1);
+    if (c->pos[e] < 0) {
+      tlv_add(c, e);
+      tlv_advance(r, 1);
     } else {
-      size_t idx = (size_t)pos[e];
-      tlv_advance(&r, 1);
-      uint32_t sid = series_of[e];
-      tlv_point(&r, last_off, sid, r.t, last_off[sid]);
-      memmove(cur + idx, cur + idx + 1, (ncur - idx - 1) * sizeof *cur);
-      ncur--;
-      pos[e] = -1;
-      if (idx < ncur) {
-        for (size_t j = idx; j < ncur; j++) {
-          uint32_t o = cur[j];
-          uint32_t so = series_of[o];
-          pos[o] = (int64_t)j;
-          tlv_point(&r, last_off, so, r.t, last_off[so]);
-          tlv_point(&r, last_off, so, r.t + 3, last_off[so] - size);
-        }
-        tlv_advance(&r, 3);
-      }
-      r.total -= size;
+      tlv_remove(c, e, size);
     }
-    if (r.total + r.summ > max_size) max_size = r.total + r.summ;
+    if (r->total + r->summ > c->max_size) c->max_size = r->total + r->summ;
   }
-  for (size_t j = 0; j < ncur; j++) {
-    uint32_t so = series_of[cur[j]];
-    tlv_point(&r, last_off, so, r.t, last_off[so]);
+  for (size_t j = 0; j < c->ncur; j++) {
+    uint32_t so = c->series_of[c->cur[j]];
+    tlv_point(r, c->last_off, so, r->t, c->last_off[so]);
   }
-  if (r.oom) goto out;
+  return r->oom ? MS_ENOMEM : MS_OK;
+}
 
-  /* group the points by series (stable counting sort) */
-  size_t ns = ser.len;
+/* The output: points grouped by series (a stable counting sort), the summarized band last (its
+ * offsets have one more value than its timesteps). */
+static int tlv_output(tlv_ctx_t *c, size_t dev, bool plot_segments, ms_tlv_t *out) {
+  tlv_run_t *r = &c->r;
+  size_t ns = c->ser.len, ne = c->el.len;
   size_t *cnt = calloc(ns + 1, sizeof *cnt);
-  if (!cnt) goto out;
-  for (size_t i = 0; i < r.pts.len; i++) cnt[r.pts.ptr[i].series + 1]++;
+  if (!cnt) return MS_ENOMEM;
+  for (size_t i = 0; i < r->pts.len; i++) cnt[r->pts.ptr[i].series + 1]++;
   for (size_t i = 0; i < ns; i++) {
-    ser.ptr[i].first_point = cnt[i];
-    ser.ptr[i].npoints = cnt[i + 1];
+    c->ser.ptr[i].first_point = cnt[i];
+    c->ser.ptr[i].npoints = cnt[i + 1];
     cnt[i + 1] += cnt[i];
   }
-  size_t band_pts = r.s_t.len;
-  size_t total_pts = r.pts.len + band_pts;
+  size_t band_pts = r->s_t.len;
+  size_t total_pts = r->pts.len + band_pts;
   memset(out, 0, sizeof *out);
   out->timesteps = malloc((total_pts + 1) * sizeof(int64_t));
   out->offsets = malloc((total_pts + 2) * sizeof(int64_t));
   out->sizes = malloc((total_pts + 1) * sizeof(int64_t));
-  if (!out->timesteps || !out->offsets || !out->sizes || MS_VEC_RESERVE(&ser, 1)) {
+  if (!out->timesteps || !out->offsets || !out->sizes || MS_VEC_RESERVE(&c->ser, 1)) {
     free(cnt);
     free(out->timesteps);
     free(out->offsets);
     free(out->sizes);
-    goto out;
+    return MS_ENOMEM;
   }
-  for (size_t i = 0; i < r.pts.len; i++) {
-    size_t at = cnt[r.pts.ptr[i].series]++;
-    out->timesteps[at] = r.pts.ptr[i].t;
-    out->offsets[at] = r.pts.ptr[i].off;
+  for (size_t i = 0; i < r->pts.len; i++) {
+    size_t at = cnt[r->pts.ptr[i].series]++;
+    out->timesteps[at] = r->pts.ptr[i].t;
+    out->offsets[at] = r->pts.ptr[i].off;
     out->sizes[at] = 0;
   }
   free(cnt);
-  /* the summarized band: its offsets have one more value than its timesteps */
   ms_tlv_series_t band;
   memset(&band, 0, sizeof band);
   band.elem = -1;
-  band.first_point = r.pts.len;
+  band.first_point = r->pts.len;
   band.npoints = band_pts;
-  memcpy(out->timesteps + r.pts.len, r.s_t.ptr, band_pts * sizeof(int64_t));
-  memcpy(out->offsets + r.pts.len, r.s_off.ptr, (band_pts + 1) * sizeof(int64_t));
-  memcpy(out->sizes + r.pts.len, r.s_size.ptr, band_pts * sizeof(int64_t));
-  ser.ptr[ser.len++] = band;
+  memcpy(out->timesteps + r->pts.len, r->s_t.ptr, band_pts * sizeof(int64_t));
+  memcpy(out->offsets + r->pts.len, r->s_off.ptr, (band_pts + 1) * sizeof(int64_t));
+  memcpy(out->sizes + r->pts.len, r->s_size.ptr, band_pts * sizeof(int64_t));
+  c->ser.ptr[c->ser.len++] = band;
   out->npoints = total_pts;
   out->device = dev;
   out->segments = plot_segments;
-  out->max_size = max_size;
+  out->max_size = c->max_size;
   out->elements_length = ne;
-  out->max_at_time = r.mat.ptr;
-  out->ntimesteps = r.mat.len;
-  r.mat.ptr = NULL;
-  out->series = ser.ptr;
-  out->nseries = ser.len;
-  ser.ptr = NULL;
+  out->max_at_time = r->mat.ptr;
+  out->ntimesteps = r->mat.len;
+  r->mat.ptr = NULL;
+  out->series = c->ser.ptr;
+  out->nseries = c->ser.len;
+  c->ser.ptr = NULL;
   out->element_source = malloc((ne ? ne : 1) * sizeof(int64_t));
-  if (out->element_source)
-    for (size_t i = 0; i < ne; i++) out->element_source[i] = el.ptr[i].source;
-  rc = out->element_source ? MS_OK : MS_ENOMEM;
-  if (rc != MS_OK) ms_tlv_release(out);
-#undef TLV_ADD
-out:
-  free(el.ptr);
-  free(actions.ptr);
-  free(initially.ptr);
-  free(map.key);
-  free(map.val);
-  free(r.pts.ptr);
-  free(r.mat.ptr);
-  free(r.s_t.ptr);
-  free(r.s_off.ptr);
-  free(r.s_size.ptr);
-  free(cur);
-  free(series_of);
-  free(pos);
-  free(last_off);
-  free(drawn);
-  free(summarized);
-  free(order);
-  free(ser.ptr);
+  if (!out->element_source) {
+    ms_tlv_release(out);
+    return MS_ENOMEM;
+  }
+  for (size_t i = 0; i < ne; i++) out->element_source[i] = c->el.ptr[i].source;
+  return MS_OK;
+}
+
+int ms_tlv_compute(const ms_snapshot_t *snap, size_t dev, bool plot_segments, size_t max_entries,
+                   size_t first, size_t last, const ms_snapshot_t *at_last, ms_tlv_t *out) {
+  const ms_snapshot_t *segsrc = at_last ? at_last : snap;
+  const ms_snap_trace_t *trace = NULL;
+  size_t n = 0;
+  if (dev >= 4096) return MS_EINVAL;
+  if (dev < snap->ndevices) {
+    trace = snap->trace + snap->devices[dev].first_trace;
+    n = snap->devices[dev].ntrace;
+  }
+  if (last > n) last = n;
+  if (first > last) first = last;
+  tlv_ctx_t c;
+  memset(&c, 0, sizeof c);
+  int rc = tlv_match_trace(&c, trace, first, last, plot_segments);
+  if (rc == MS_OK) rc = tlv_add_snapshot(&c, segsrc, dev, plot_segments);
+  if (rc == MS_OK) rc = tlv_prepare(&c, max_entries);
+  if (rc == MS_OK) rc = tlv_replay(&c);
+  if (rc == MS_OK) rc = tlv_output(&c, dev, plot_segments, out);
+  tlv_ctx_release(&c);
   return rc;
 }
 
