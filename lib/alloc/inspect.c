@@ -43,93 +43,135 @@ static bool pool_known(const ms_allocator_t *a, const ms__pool_t *p) {
     if (!(cond)) return ms__errbuf_set(eb, MS_ESTATE, __VA_ARGS__); \
   } while (0)
 
+/* Counts of the walk over the segments (ms__allocator_check_locked). */
+typedef struct check_counts_s {
+  size_t nalloc, in_sets, events, total;
+} check_counts_t;
+
+/* One segment: its blocks tile it, each block's state is consistent, and what it holds is added
+ * to the recomputed statistics (acc) and counts (n). */
+static int check_segment(ms_allocator_t *a, const ms__segment_t *s, check_acc_t *acc,
+                         check_counts_t *n, ms_errbuf_t *eb) {
+  size_t mss = a->cfg.max_split_size;
+  CHECK(pool_known(a, s->pool), "segment 0x%zx: unknown pool", (size_t)s->ptr);
+  CHECK(s->head && !s->head->prev, "segment 0x%zx: bad head", (size_t)s->ptr);
+  enum ms_stat_type st = s->pool->is_small ? MS_STAT_SMALL_POOL : MS_STAT_LARGE_POOL;
+  if (s->expandable) { /* expandable segments: mapped bytes only, never a `segment` */
+    acc_add(acc, C_RESB, st, (int64_t)s->mapped);
+    n->total += s->mapped;
+  } else {
+    acc_add(acc, C_SEGMENT, st, 1);
+    acc_add(acc, C_RESB, st, (int64_t)s->size);
+    if (s->size >= mss) acc->oversize_seg++;
+    n->total += s->size;
+  }
+  uintptr_t expect = s->ptr;
+  size_t sum = 0;
+  bool split = s->head->next != NULL && !s->expandable;
+  size_t mapped = 0;
+  for (const ms__block_t *b = s->head; b; b = b->next) {
+    CHECK(b->seg == s && b->stream == s->stream && b->pool == s->pool &&
+              b->expandable == s->expandable,
+          "block 0x%zx: segment/stream/pool/expandable mismatch", (size_t)b->ptr);
+    CHECK(b->ptr == expect, "segment 0x%zx: block at 0x%zx, expected 0x%zx (blocks must tile)",
+          (size_t)s->ptr, (size_t)b->ptr, (size_t)expect);
+    CHECK(b->size > 0 && b->size % MS_MIN_BLOCK_SIZE == 0, "block 0x%zx: size %zu",
+          (size_t)b->ptr, b->size);
+    CHECK(!b->next || b->next->prev == b, "block 0x%zx: broken links", (size_t)b->ptr);
+    expect += b->size;
+    sum += b->size;
+    n->events += (size_t)b->event_count;
+    if (!b->mapped) { /* an unmapped range of an expandable segment */
+      CHECK(s->expandable && !b->allocated && !b->in_set && b->event_count == 0,
+            "block 0x%zx: unmapped but used", (size_t)b->ptr);
+      CHECK(!b->next || b->next->mapped, "blocks 0x%zx and 0x%zx: unmapped neighbours not merged",
+            (size_t)b->ptr, (size_t)b->next->ptr);
+      continue;
+    }
+    mapped += b->size;
+    if (b->allocated) {
+      size_t slot;
+      (void)slot;
+      n->nalloc++;
+      CHECK(!b->in_set && b->event_count == 0, "block 0x%zx: allocated and cached",
+            (size_t)b->ptr);
+      /* the pointer map must find exactly this block */
+      bool found = false;
+      if (a->map.cap) {
+        size_t j = (size_t)(((uint64_t)b->ptr >> 9) * 0x9E3779B97F4A7C15ULL >> 20) &
+                   (a->map.cap - 1);
+        for (; a->map.slots[j]; j = (j + 1) & (a->map.cap - 1))
+          if (a->map.slots[j] == b) found = true;
+      }
+      CHECK(found, "block 0x%zx: allocated but not in the pointer map", (size_t)b->ptr);
+      acc_add(acc, C_ALLOCATION, st, 1);
+      acc_add(acc, C_ALLOCB, st, (int64_t)b->size);
+      acc_add(acc, C_ACTIVE, st, 1);
+      acc_add(acc, C_ACTB, st, (int64_t)b->size);
+      acc_add(acc, C_REQB, st, (int64_t)b->requested_size);
+      if (b->size >= mss) acc->oversize_alloc++;
+    } else if (b->in_set) {
+      n->in_sets++;
+      CHECK(b->event_count == 0 && b->nuses == 0, "block 0x%zx: cached with pending uses",
+            (size_t)b->ptr);
+      CHECK(!b->next || !b->next->in_set,
+            "blocks 0x%zx and 0x%zx: free neighbours not merged", (size_t)b->ptr,
+            (size_t)b->next->ptr);
+      if (split) {
+        acc_add(acc, C_INSPLIT, st, 1);
+        acc_add(acc, C_INSPLITB, st, (int64_t)b->size);
+      }
+    } else {
+      CHECK(b->event_count > 0 || (b->nuses > 0 && in_deferred(a, b)),
+            "block 0x%zx: neither allocated, cached nor pending", (size_t)b->ptr);
+      acc_add(acc, C_ACTIVE, st, 1);
+      acc_add(acc, C_ACTB, st, (int64_t)b->size);
+      acc_add(acc, C_REQB, st, (int64_t)b->requested_size);
+    }
+  }
+  CHECK(sum == s->size, "segment 0x%zx: blocks sum to %zu of %zu", (size_t)s->ptr, sum, s->size);
+  CHECK(!s->expandable || mapped == s->mapped, "expandable segment 0x%zx: %zu bytes in mapped "
+        "blocks, %zu mapped", (size_t)s->ptr, mapped, s->mapped);
+  return MS_OK;
+}
+
+/* The statistics equal those recomputed from the segments (acc). */
+static int check_stats(const ms_allocator_t *a, const check_acc_t *acc, ms_errbuf_t *eb) {
+  const ms_stat_t *arrs[9] = {a->stats.allocation,     a->stats.segment,
+                              a->stats.active,         a->stats.inactive_split,
+                              a->stats.allocated_bytes, a->stats.reserved_bytes,
+                              a->stats.active_bytes,   a->stats.inactive_split_bytes,
+                              a->stats.requested_bytes};
+  static const char *const names[9] = {"allocation",      "segment",        "active",
+                                       "inactive_split",  "allocated_bytes", "reserved_bytes",
+                                       "active_bytes",    "inactive_split_bytes",
+                                       "requested_bytes"};
+  static const char *const types[3] = {"all", "small_pool", "large_pool"};
+  for (int k = 0; k < 9; k++)
+    for (int t = 0; t < MS_STAT_NUM_TYPES; t++) {
+      CHECK(arrs[k][t].current == acc->arr[k][t], "%s.%s.current is %lld, recomputed %lld",
+            names[k], types[t], (long long)arrs[k][t].current, (long long)acc->arr[k][t]);
+      CHECK(arrs[k][t].peak >= arrs[k][t].current, "%s.%s.peak below current", names[k],
+            types[t]);
+    }
+  CHECK(a->stats.oversize_allocations.current == acc->oversize_alloc,
+        "oversize_allocations.current is %lld, recomputed %lld",
+        (long long)a->stats.oversize_allocations.current, (long long)acc->oversize_alloc);
+  CHECK(a->stats.oversize_segments.current == acc->oversize_seg,
+        "oversize_segments.current is %lld, recomputed %lld",
+        (long long)a->stats.oversize_segments.current, (long long)acc->oversize_seg);
+  return MS_OK;
+}
+
+
 int ms__allocator_check_locked(ms_allocator_t *a, ms_errbuf_t *eb) {
   check_acc_t acc;
   memset(&acc, 0, sizeof acc);
-  size_t nalloc = 0, in_sets = 0, events = 0, total = 0, nseg = 0;
-  size_t mss = a->cfg.max_split_size;
-  for (const ms__segment_t *s = a->segments; s; s = s->snext) {
-    nseg++;
-    CHECK(pool_known(a, s->pool), "segment 0x%zx: unknown pool", (size_t)s->ptr);
-    CHECK(s->head && !s->head->prev, "segment 0x%zx: bad head", (size_t)s->ptr);
-    enum ms_stat_type st = s->pool->is_small ? MS_STAT_SMALL_POOL : MS_STAT_LARGE_POOL;
-    if (s->expandable) { /* expandable segments: mapped bytes only, never a `segment` */
-      acc_add(&acc, C_RESB, st, (int64_t)s->mapped);
-      total += s->mapped;
-    } else {
-      acc_add(&acc, C_SEGMENT, st, 1);
-      acc_add(&acc, C_RESB, st, (int64_t)s->size);
-      if (s->size >= mss) acc.oversize_seg++;
-      total += s->size;
-    }
-    uintptr_t expect = s->ptr;
-    size_t sum = 0;
-    bool split = s->head->next != NULL && !s->expandable;
-    size_t mapped = 0;
-    for (const ms__block_t *b = s->head; b; b = b->next) {
-      CHECK(b->seg == s && b->stream == s->stream && b->pool == s->pool &&
-                b->expandable == s->expandable,
-            "block 0x%zx: segment/stream/pool/expandable mismatch", (size_t)b->ptr);
-      CHECK(b->ptr == expect, "segment 0x%zx: block at 0x%zx, expected 0x%zx (blocks must tile)",
-            (size_t)s->ptr, (size_t)b->ptr, (size_t)expect);
-      CHECK(b->size > 0 && b->size % MS_MIN_BLOCK_SIZE == 0, "block 0x%zx: size %zu",
-            (size_t)b->ptr, b->size);
-      CHECK(!b->next || b->next->prev == b, "block 0x%zx: broken links", (size_t)b->ptr);
-      expect += b->size;
-      sum += b->size;
-      events += (size_t)b->event_count;
-      if (!b->mapped) { /* an unmapped range of an expandable segment */
-        CHECK(s->expandable && !b->allocated && !b->in_set && b->event_count == 0,
-              "block 0x%zx: unmapped but used", (size_t)b->ptr);
-        CHECK(!b->next || b->next->mapped, "blocks 0x%zx and 0x%zx: unmapped neighbours not merged",
-              (size_t)b->ptr, (size_t)b->next->ptr);
-        continue;
-      }
-      mapped += b->size;
-      if (b->allocated) {
-        size_t slot;
-        (void)slot;
-        nalloc++;
-        CHECK(!b->in_set && b->event_count == 0, "block 0x%zx: allocated and cached",
-              (size_t)b->ptr);
-        /* the pointer map must find exactly this block */
-        bool found = false;
-        if (a->map.cap) {
-          size_t j = (size_t)(((uint64_t)b->ptr >> 9) * 0x9E3779B97F4A7C15ULL >> 20) &
-                     (a->map.cap - 1);
-          for (; a->map.slots[j]; j = (j + 1) & (a->map.cap - 1))
-            if (a->map.slots[j] == b) found = true;
-        }
-        CHECK(found, "block 0x%zx: allocated but not in the pointer map", (size_t)b->ptr);
-        acc_add(&acc, C_ALLOCATION, st, 1);
-        acc_add(&acc, C_ALLOCB, st, (int64_t)b->size);
-        acc_add(&acc, C_ACTIVE, st, 1);
-        acc_add(&acc, C_ACTB, st, (int64_t)b->size);
-        acc_add(&acc, C_REQB, st, (int64_t)b->requested_size);
-        if (b->size >= mss) acc.oversize_alloc++;
-      } else if (b->in_set) {
-        in_sets++;
-        CHECK(b->event_count == 0 && b->nuses == 0, "block 0x%zx: cached with pending uses",
-              (size_t)b->ptr);
-        CHECK(!b->next || !b->next->in_set,
-              "blocks 0x%zx and 0x%zx: free neighbours not merged", (size_t)b->ptr,
-              (size_t)b->next->ptr);
-        if (split) {
-          acc_add(&acc, C_INSPLIT, st, 1);
-          acc_add(&acc, C_INSPLITB, st, (int64_t)b->size);
-        }
-      } else {
-        CHECK(b->event_count > 0 || (b->nuses > 0 && in_deferred(a, b)),
-              "block 0x%zx: neither allocated, cached nor pending", (size_t)b->ptr);
-        acc_add(&acc, C_ACTIVE, st, 1);
-        acc_add(&acc, C_ACTB, st, (int64_t)b->size);
-        acc_add(&acc, C_REQB, st, (int64_t)b->requested_size);
-      }
-    }
-    CHECK(sum == s->size, "segment 0x%zx: blocks sum to %zu of %zu", (size_t)s->ptr, sum, s->size);
-    CHECK(!s->expandable || mapped == s->mapped, "expandable segment 0x%zx: %zu bytes in mapped "
-          "blocks, %zu mapped", (size_t)s->ptr, mapped, s->mapped);
-  }
+  check_counts_t n = {0, 0, 0, 0};
+  size_t nseg = 0;
+  for (const ms__segment_t *s = a->segments; s; s = s->snext, nseg++)
+    MS_FORWARD_IF_ERROR(check_segment(a, s, &acc, &n, eb));
+  size_t nalloc = n.nalloc, in_sets = n.in_sets, events = n.events, total = n.total;
   CHECK(nseg == a->nsegments, "segment list has %zu entries, count says %zu", nseg, a->nsegments);
   CHECK(nalloc == a->map.len, "%zu allocated blocks, pointer map holds %zu", nalloc, a->map.len);
   CHECK(events == a->outstanding_events, "%zu events on blocks, %zu outstanding", events,
@@ -151,30 +193,7 @@ int ms__allocator_check_locked(ms_allocator_t *a, ms_errbuf_t *eb) {
   }
   CHECK(set_total == in_sets, "free sets hold %zu blocks, segments have %zu cached", set_total,
         in_sets);
-  const ms_stat_t *arrs[9] = {a->stats.allocation,     a->stats.segment,
-                              a->stats.active,         a->stats.inactive_split,
-                              a->stats.allocated_bytes, a->stats.reserved_bytes,
-                              a->stats.active_bytes,   a->stats.inactive_split_bytes,
-                              a->stats.requested_bytes};
-  static const char *const names[9] = {"allocation",      "segment",        "active",
-                                       "inactive_split",  "allocated_bytes", "reserved_bytes",
-                                       "active_bytes",    "inactive_split_bytes",
-                                       "requested_bytes"};
-  static const char *const types[3] = {"all", "small_pool", "large_pool"};
-  for (int k = 0; k < 9; k++)
-    for (int t = 0; t < MS_STAT_NUM_TYPES; t++) {
-      CHECK(arrs[k][t].current == acc.arr[k][t], "%s.%s.current is %lld, recomputed %lld",
-            names[k], types[t], (long long)arrs[k][t].current, (long long)acc.arr[k][t]);
-      CHECK(arrs[k][t].peak >= arrs[k][t].current, "%s.%s.peak below current", names[k],
-            types[t]);
-    }
-  CHECK(a->stats.oversize_allocations.current == acc.oversize_alloc,
-        "oversize_allocations.current is %lld, recomputed %lld",
-        (long long)a->stats.oversize_allocations.current, (long long)acc.oversize_alloc);
-  CHECK(a->stats.oversize_segments.current == acc.oversize_seg,
-        "oversize_segments.current is %lld, recomputed %lld",
-        (long long)a->stats.oversize_segments.current, (long long)acc.oversize_seg);
-  return MS_OK;
+  return check_stats(a, &acc, eb);
 }
 
 int ms__allocator_check(ms_allocator_t *a, ms_errbuf_t *eb) {
