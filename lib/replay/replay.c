@@ -528,16 +528,14 @@ static int rp_cmp_landing(const void *a, const void *b) {
   return x->idx < y->idx ? -1 : x->idx > y->idx;
 }
 
-/* Rebuilds the segments and blocks that existed when the trace began. @return MS_OK, or
- * MS_EINVAL with *why when the trace and the snapshot contradict each other. */
-static int rp_rebuild_start(rp_trace_t *tr, char *why, size_t cap) {
+/* Step 1: the start segments, the final ones with the trace's segment_alloc/free undone, newest
+ * first; expandable segments only when the trace mapped all of them. */
+static int rp_start_segments(rp_trace_t *tr, char *why, size_t cap) {
   const ms_snapshot_t *s = tr->snap;
-  int r = MS_OK;
   bool any_expandable_map = false;
   for (size_t i = 0; i < tr->n; i++)
     if (tr->t[i].action == MS_TRACE_SEGMENT_MAP || tr->t[i].action == MS_TRACE_SEGMENT_UNMAP)
       any_expandable_map = true;
-  /* 1. Segments: the final ones, with the trace's segment_alloc/free undone, newest first. */
   uint64_t final_expandable = 0;
   for (size_t i = 0; i < s->nsegments; i++) {
     const ms_snap_segment_t *sg = &s->segments[i];
@@ -593,9 +591,17 @@ static int rp_rebuild_start(rp_trace_t *tr, char *why, size_t cap) {
       return MS_EINVAL;
     }
   }
-  if (!tr->segs.len) return MS_OK;
 
-  /* 2. Forward scan: addresses allocated in the trace, and frees of older blocks. */
+  return MS_OK;
+}
+
+/* Step 2: the blocks live at the start: (b) freed in the trace without their alloc (size to
+ * infer), pending frees cut by the ring buffer, and (a) active at the end with no alloc in the
+ * trace (exact sizes). */
+static int rp_start_blocks(rp_trace_t *tr) {
+  const ms_snapshot_t *s = tr->snap;
+  int r = MS_OK;
+  /* forward scan: addresses allocated in the trace, and frees of older blocks */
   rp_map_t live = {0}, freed = {0};
   for (size_t i = 0; i < tr->n && r == MS_OK; i++) {
     const ms_snap_trace_t *e = &tr->t[i];
@@ -642,10 +648,52 @@ static int rp_rebuild_start(rp_trace_t *tr, char *why, size_t cap) {
   }
   rp_map_free(&live);
   rp_map_free(&freed);
-  if (r != MS_OK) return r;
+  return r;
+}
 
-  /* 3. Sizes of the blocks freed in the trace (replay-notes §3). Landing evidence needs the
-   * allocs sorted by address. */
+/* The size of start block k of sg freed in the trace (replay-notes §3): its rounded request in
+ * the small pool; in the large pool the gap to the next known block when that gap is a split
+ * remainder PyTorch would not keep (<= 1 MiB), else the nearest earlier alloc landing just above
+ * it (land: the trace's allocs sorted by address), else the rounded request (ambiguous). *next
+ * gets the address of the next known block. */
+static void rp_infer_size(rp_trace_t *tr, rp_sseg_t *sg, size_t k, const rp_landing_t *land,
+                          size_t nland, uint64_t *next_out) {
+  rp_sblock_t *b = &sg->blocks.ptr[k];
+  tr->inferred++;
+  uint64_t next = k + 1 < sg->blocks.len ? sg->blocks.ptr[k + 1].addr : sg->addr + sg->size;
+  uint64_t rs = ms_alloc_round_size(&tr->cfg, b->requested ? b->requested : 1);
+  if (sg->is_small) {
+    b->size = rs;
+  } else if (b->addr + rs <= next && next - (b->addr + rs) <= MS_SMALL_SIZE) {
+    b->size = next - b->addr; /* a large-pool free block is > 1 MiB: the block owns the gap */
+  } else {
+    uint64_t lo = b->addr + rs, hi = lo + MS_SMALL_SIZE, best = 0;
+    size_t a = 0, z = nland;
+    while (a < z) {
+      size_t mid = a + (z - a) / 2;
+      if (land[mid].addr < lo) a = mid + 1;
+      else z = mid;
+    }
+    for (; a < nland && land[a].addr <= hi; a++) {
+      if ((int64_t)land[a].idx < b->free_entry && land[a].addr < next) {
+        best = land[a].addr;
+        break;
+      }
+    }
+    if (best) {
+      b->size = best - b->addr;
+    } else {
+      b->size = rs;
+      b->ambiguous = true;
+      tr->ambiguous++;
+    }
+  }
+  *next_out = next;
+}
+
+/* Step 3: the sizes of the blocks freed in the trace, and the consistency of the start blocks. */
+static int rp_start_sizes(rp_trace_t *tr, char *why, size_t cap) {
+  /* landing evidence needs the allocs sorted by address */
   MS_VEC(rp_landing_t) land = {0};
   for (size_t i = 0; i < tr->n; i++)
     if (tr->t[i].action == MS_TRACE_ALLOC &&
@@ -667,35 +715,8 @@ static int rp_rebuild_start(rp_trace_t *tr, char *why, size_t cap) {
         return MS_EINVAL;
       }
       if (b->size) continue;
-      tr->inferred++;
-      uint64_t next = k + 1 < sg->blocks.len ? sg->blocks.ptr[k + 1].addr : sg->addr + sg->size;
-      uint64_t rs = ms_alloc_round_size(&tr->cfg, b->requested ? b->requested : 1);
-      if (sg->is_small) {
-        b->size = rs;
-      } else if (b->addr + rs <= next && next - (b->addr + rs) <= MS_SMALL_SIZE) {
-        b->size = next - b->addr; /* a large-pool free block is > 1 MiB: the block owns the gap */
-      } else {
-        uint64_t lo = b->addr + rs, hi = lo + MS_SMALL_SIZE, best = 0;
-        size_t a = 0, z = land.len;
-        while (a < z) {
-          size_t mid = a + (z - a) / 2;
-          if (land.ptr[mid].addr < lo) a = mid + 1;
-          else z = mid;
-        }
-        for (; a < land.len && land.ptr[a].addr <= hi; a++) {
-          if ((int64_t)land.ptr[a].idx < b->free_entry && land.ptr[a].addr < next) {
-            best = land.ptr[a].addr;
-            break;
-          }
-        }
-        if (best) {
-          b->size = best - b->addr;
-        } else {
-          b->size = rs;
-          b->ambiguous = true;
-          tr->ambiguous++;
-        }
-      }
+      uint64_t next;
+      rp_infer_size(tr, sg, k, land.ptr, land.len, &next);
       if (b->addr + b->size > next) {
         snprintf(why, cap, "the block at 0x%" PRIx64 " (%" PRIu64 " B requested) overlaps the next "
                  "known block at 0x%" PRIx64, b->addr, b->requested, next);
@@ -706,6 +727,16 @@ static int rp_rebuild_start(rp_trace_t *tr, char *why, size_t cap) {
   }
   MS_VEC_FREE(&land);
   return MS_OK;
+}
+
+
+/* Rebuilds the segments and blocks that existed when the trace began. @return MS_OK, or
+ * MS_EINVAL with *why when the trace and the snapshot contradict each other. */
+static int rp_rebuild_start(rp_trace_t *tr, char *why, size_t cap) {
+  MS_FORWARD_IF_ERROR(rp_start_segments(tr, why, cap));
+  if (!tr->segs.len) return MS_OK;
+  MS_FORWARD_IF_ERROR(rp_start_blocks(tr));
+  return rp_start_sizes(tr, why, cap);
 }
 
 /* ---- the replay of one device -------------------------------------------------------------------- */
