@@ -10,6 +10,10 @@
  *   pickle_1gb_trace_s        `memsnap trace FILE` to /dev/null (reads everything)
  *   pickle_1gb_timeline_s     `memsnap timeline FILE` (reads everything and builds the time index)
  *   pickle_1gb_timeline_rss_ratio   its peak RSS / the file's size (target <= 1.5)
+ *   pickle_1gb_paths_timeline_s, pickle_1gb_paths_timeline_rss_ratio, pickle_1gb_paths_mb
+ *                             the same on a file whose stacks come from 2,000 code paths per kind
+ *                             (allocations, frees), as real traces repeat theirs; the file above
+ *                             gives every entry a stack of its own, the worst case
  *   pickle_1gb_full_read_s    the baseline: ms_pickle_read of the whole file in this process
  *                             (what every command did before reads could skip the trace)
  *   pickle_1gb_no_trace_read_s   ms_pickle_read_ex(MS_LOAD_NO_TRACE) in this process
@@ -139,12 +143,12 @@ static double read_median(const char *path, unsigned flags) {
 }
 
 /* Writes the synthetic file in a child process (its memory goes with it). */
-static void generate(const char *path, size_t entries) {
+static void generate(const char *path, size_t entries, size_t code_paths) {
   fflush(stdout);
   pid_t pid = fork();
   if (pid < 0) die("fork", strerror(errno));
   if (pid == 0) {
-    synth_opts_t o = {1, entries, 4};
+    synth_opts_t o = {1, entries, 4, code_paths};
     ms_snapshot_t *s = NULL;
     ms_errbuf_t eb = {{0}};
     if (synth_workload(&o, &s, &eb) != MS_OK) die("synthetic snapshot", eb.msg);
@@ -185,7 +189,7 @@ int main(void) {
       }
     }
     double w0 = now_s();
-    generate(path, (size_t)(5e6 * scale) < 1000 ? 1000 : (size_t)(5e6 * scale));
+    generate(path, (size_t)(5e6 * scale) < 1000 ? 1000 : (size_t)(5e6 * scale), 0);
     fprintf(stderr, "  generated %s in %.1f s\n", path, now_s() - w0);
   }
   if (stat(path, &st) != 0) die(path, strerror(errno));
@@ -206,5 +210,21 @@ int main(void) {
   bench_cli("pickle_1gb_timeline_s", (const char *const[]){"timeline", path, NULL}, full,
             "pickle_1gb_timeline_rss_ratio", fb);
   if (!(keep && *keep)) unlink(path);
+
+  /* The same run with stacks drawn from 2,000 code paths per kind, as real traces repeat theirs:
+   * what the stack table costs in practice (the file is about as large: every entry still carries
+   * its frames in the pickle). */
+  char path2[4200];
+  snprintf(path2, sizeof path2, "%s.paths.pickle", path);
+  if (!(keep && *keep && stat(path2, &st) == 0)) {
+    double w0 = now_s();
+    generate(path2, (size_t)(5e6 * scale) < 1000 ? 1000 : (size_t)(5e6 * scale), 2000);
+    fprintf(stderr, "  generated %s in %.1f s\n", path2, now_s() - w0);
+  }
+  if (stat(path2, &st) != 0) die(path2, strerror(errno));
+  printf("pickle_1gb_paths_mb %.1f\n", (double)st.st_size / 1e6);
+  bench_cli("pickle_1gb_paths_timeline_s", (const char *const[]){"timeline", path2, NULL}, full,
+            "pickle_1gb_paths_timeline_rss_ratio", (double)st.st_size);
+  if (!(keep && *keep)) unlink(path2);
   return 0;
 }

@@ -2,7 +2,8 @@
  * gen_snapshot: writes a synthetic PyTorch snapshot pickle for benchmarks (bench/synth.h;
  * docs/pytorch.md, "Reading speed").
  *
- *   gen_snapshot [-o FILE] [--size BYTES | --entries N] [--seed S] [--streams N] [--wide]
+ *   gen_snapshot [-o FILE] [--size BYTES | --entries N] [--seed S] [--streams N]
+ *                [--code-paths N] [--wide]
  *
  * The default is a consistent, training-shaped history of 5,000,000 trace entries (about 1 GB)
  * on 4 streams, seed 1, written to memsnap-synthetic.pickle. --size takes a byte count with an
@@ -23,7 +24,7 @@
 static int usage(const char *msg) {
   if (msg) fprintf(stderr, "gen_snapshot: error: %s\n", msg);
   fprintf(stderr, "usage: gen_snapshot [-o FILE] [--size BYTES | --entries N] [--seed S] "
-                  "[--streams N] [--wide]\n");
+                  "[--streams N] [--code-paths N] [--wide]\n");
   return 2;
 }
 
@@ -51,7 +52,7 @@ static double now_s(void) {
 
 int main(int argc, char **argv) {
   const char *path = "memsnap-synthetic.pickle";
-  synth_opts_t o = {1, 5000000, 4};
+  synth_opts_t o = {1, 5000000, 4, 0};
   bool wide = false;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
@@ -65,7 +66,7 @@ int main(int argc, char **argv) {
       continue;
     }
     static const char *const with_value[] = {"-o",        "--output", "--size",
-                                             "--entries", "--seed",   "--streams"};
+                                             "--entries", "--seed",   "--streams", "--code-paths"};
     bool known = false;
     for (size_t k = 0; k < sizeof with_value / sizeof *with_value; k++)
       known = known || strcmp(a, with_value[k]) == 0;
@@ -83,6 +84,9 @@ int main(int argc, char **argv) {
     } else if (strcmp(a, "--seed") == 0) {
       if (!parse_count(v, &x) && strcmp(v, "0") != 0) return usage("--seed: not a number");
       o.seed = (uint64_t)x;
+    } else if (strcmp(a, "--code-paths") == 0) {
+      if (!parse_count(v, &x) || x > 1000000) return usage("--code-paths: 0 to 1,000,000");
+      o.code_paths = (size_t)x;
     } else if (strcmp(a, "--streams") == 0) {
       if (!parse_count(v, &x) || x > 8) return usage("--streams: 1 to 8");
       o.streams = (int)x;

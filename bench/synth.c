@@ -523,9 +523,17 @@ int synth_workload(const synth_opts_t *opts, ms_snapshot_t **out, ms_errbuf_t *e
   static frames_t f;
   addrmap_t blocks = {0}, segs = {0};
   int rc = make_frames(&b, &rng, &f);
-  /* the trace: times 1-40 us apart from a fixed start, a stack of its own for every entry */
+  /* the trace: times 1-40 us apart from a fixed start, a stack of its own for every entry, or one
+   * of code_paths stacks made up front (for allocations and for frees) */
   int64_t t_us = 1783874422287973ll;
   uint32_t fr[64];
+  size_t npaths = opts->code_paths;
+  uint32_t *paths = npaths ? malloc(2 * npaths * sizeof *paths) : NULL;
+  if (npaths && !paths) rc = MS_ENOMEM;
+  for (size_t k = 0; k < 2 * npaths && rc == MS_OK; k++) {
+    size_t n = make_stack(&rng, &f, k >= npaths, fr);
+    rc = ms__snapbuild_stack(&b, fr, n, &paths[k]);
+  }
   for (size_t i = 0; i < s->ntrace && rc == MS_OK; i++) {
     ms_snap_trace_t t = s->trace[i];
     t.action_name = ms_trace_action_name(t.action); /* static strings: s is freed first */
@@ -537,8 +545,12 @@ int synth_workload(const synth_opts_t *opts, ms_snapshot_t **out, ms_errbuf_t *e
     t.user_metadata = "";
     bool is_free = t.action == MS_TRACE_FREE_REQUESTED || t.action == MS_TRACE_FREE_COMPLETED ||
                    t.action == MS_TRACE_SEGMENT_FREE;
-    size_t n = make_stack(&rng, &f, is_free, fr);
-    rc = ms__snapbuild_stack(&b, fr, n, &t.stack);
+    if (npaths) {
+      t.stack = paths[(is_free ? npaths : 0) + rng_below(&rng, (uint32_t)npaths)];
+    } else {
+      size_t n = make_stack(&rng, &f, is_free, fr);
+      rc = ms__snapbuild_stack(&b, fr, n, &t.stack);
+    }
     if (rc == MS_OK && t.action == MS_TRACE_ALLOC) rc = addr_put(&blocks, t.addr, t.stack);
     if (rc == MS_OK && t.action == MS_TRACE_SEGMENT_ALLOC) rc = addr_put(&segs, t.addr, t.stack);
     if (rc == MS_OK) rc = ms__snapbuild_add_trace(&b, &t);
@@ -568,6 +580,7 @@ int synth_workload(const synth_opts_t *opts, ms_snapshot_t **out, ms_errbuf_t *e
     if (rc == MS_OK) rc = ms__snapbuild_add_segment(&b, &seg);
   }
   if (rc == MS_OK) rc = copy_settings(&b, s);
+  free(paths);
   free(blocks.key);
   free(blocks.val);
   free(segs.key);

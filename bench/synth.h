@@ -11,7 +11,7 @@
  *    temporaries, side streams and an occasional empty_cache) runs through memsnap's own caching
  *    allocator on the simulated device, recording its trace; the snapshot taken at the end (in the
  *    middle of a step, so that activations are alive) is then given deterministic times and
- *    PyTorch-like stacks: every trace entry its own stack of tens of frames (the allocator's C++
+ *    PyTorch-like stacks: every trace entry its own stack (or one of code_paths) of tens of frames (the allocator's C++
  *    frames, an operator, Python module frames interleaved with the interpreter's C frames, the
  *    program's entry), each live block the stack of the alloc that made it, each segment that of
  *    its segment_alloc. So every free matches a live block, every block lies in a segment, and the
@@ -31,6 +31,11 @@ typedef struct synth_opts_s {
   uint64_t seed;  /* any value; 0 is as good as any */
   size_t entries; /* trace entries wanted (the result has this many, give or take a step) */
   int streams;    /* streams used, 1..8 (the default stream and streams-1 side streams) */
+  /* 0: every trace entry its own stack (the worst case for the stack table). N > 0: stacks drawn
+   * from N code paths for allocations and N for frees, as in real training traces, where the same
+   * few hundred call paths repeat every step (the test fixtures have 0.4-1.5% distinct stacks per
+   * trace entry). */
+  size_t code_paths;
 } synth_opts_t;
 
 /* Trace entries per byte of the pickle that synth_workload() + ms_pickle_write give, measured:

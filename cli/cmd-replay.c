@@ -343,6 +343,64 @@ static int replay_expand_sweep(const char *spec, replay_row_t **out) {
   return (int)total;
 }
 
+/* The configurations to replay: the --sweep grid or the one --config (the recorded one when
+ * none), each checked. @return the number of rows (*rows to free()), or minus the exit status. */
+static int replay_rows(const char *config, const char *sweep, replay_row_t **out) {
+  replay_row_t *rows = NULL;
+  int nrows = 1;
+  if (sweep) {
+    nrows = replay_expand_sweep(sweep, &rows);
+    if (nrows < 0)
+      return -cli_usage_error("replay", "invalid --sweep '%s' (expected 'key=v1,v2;key2=v3,...')",
+                             sweep);
+  } else {
+    rows = calloc(1, sizeof *rows);
+    if (!rows) {
+      cli_error("out of memory");
+      return -CLI_FAILURE;
+    }
+    if (config) snprintf(rows[0].config, sizeof rows[0].config, "%s", config);
+  }
+  for (int j = 0; j < nrows; j++) {
+    ms_alloc_config_t c;
+    ms_errbuf_t eb;
+    ms_alloc_config_init(&c);
+    if (ms_alloc_config_parse(&c, rows[j].config, &eb) != MS_OK) {
+      int u = cli_usage_error("replay", "invalid configuration '%s': %s", rows[j].config, eb.msg);
+      free(rows);
+      return -u;
+    }
+  }
+  *out = rows;
+  return nrows;
+}
+
+/* Prints the check or what-if report. @return the exit status. */
+static int replay_report(const ms_snapshot_t *snap, const char *name, replay_row_t *rows,
+                         int nrows, int check, int json, bool sweep, size_t capacity,
+                         int min_cap) {
+  const ms_replay_report_t *rep = rows[0].rep;
+  size_t replayable = 0, passed = 0;
+  for (size_t k = 0; k < rep->ndevices; k++) {
+    if (rep->devices[k].verdict == MS_REPLAY_UNREPLAYABLE) continue;
+    replayable++;
+    passed += rep->devices[k].verdict == MS_REPLAY_PASS;
+  }
+  if (check) {
+    bool pass = replayable > 0 && passed == replayable;
+    if (json) replay_check_json(name, rep, pass);
+    else {
+      replay_check_text(snap, rep);
+      printf("%zu of %zu replayable trace%s pass%s\n", passed, replayable,
+             replayable == 1 ? "" : "s", replayable == 1 ? "es" : "");
+    }
+    return pass ? CLI_OK : CLI_FAILURE;
+  }
+  if (json) replay_whatif_json(name, rows, (size_t)nrows, capacity);
+  else replay_whatif_text(rows, (size_t)nrows, sweep, capacity, min_cap);
+  return replayable ? CLI_OK : CLI_FAILURE;
+}
+
 int cmd_replay(int argc, char **argv) {
   int check = 0, json = 0, min_cap = 0;
   const char *config = NULL, *sweep = NULL, *capacity_s = NULL, *device_s = NULL;
@@ -379,30 +437,8 @@ int cmd_replay(int argc, char **argv) {
     device = (int)v;
   }
   replay_row_t *rows = NULL;
-  int nrows = 1;
-  if (sweep) {
-    nrows = replay_expand_sweep(sweep, &rows);
-    if (nrows < 0)
-      return cli_usage_error("replay", "invalid --sweep '%s' (expected 'key=v1,v2;key2=v3,...')",
-                             sweep);
-  } else {
-    rows = calloc(1, sizeof *rows);
-    if (!rows) {
-      cli_error("out of memory");
-      return CLI_FAILURE;
-    }
-    if (config) snprintf(rows[0].config, sizeof rows[0].config, "%s", config);
-  }
-  for (int j = 0; j < nrows; j++) {
-    ms_alloc_config_t c;
-    ms_errbuf_t eb;
-    ms_alloc_config_init(&c);
-    if (ms_alloc_config_parse(&c, rows[j].config, &eb) != MS_OK) {
-      int u = cli_usage_error("replay", "invalid configuration '%s': %s", rows[j].config, eb.msg);
-      free(rows);
-      return u;
-    }
-  }
+  int nrows = replay_rows(config, sweep, &rows);
+  if (nrows < 0) return -nrows;
   ms_snapshot_t *snap = NULL;
   rc = cli_load(pos[0], &snap);
   if (rc != CLI_OK) {
@@ -443,29 +479,9 @@ int cmd_replay(int argc, char **argv) {
       }
     }
   }
-  if (status == CLI_OK) {
-    const ms_replay_report_t *rep = rows[0].rep;
-    size_t replayable = 0, passed = 0;
-    for (size_t k = 0; k < rep->ndevices; k++) {
-      if (rep->devices[k].verdict == MS_REPLAY_UNREPLAYABLE) continue;
-      replayable++;
-      passed += rep->devices[k].verdict == MS_REPLAY_PASS;
-    }
-    if (check) {
-      bool pass = replayable > 0 && passed == replayable;
-      if (json) replay_check_json(cli_display_name(pos[0]), rep, pass);
-      else {
-        replay_check_text(snap, rep);
-        printf("%zu of %zu replayable trace%s pass%s\n", passed, replayable,
-               replayable == 1 ? "" : "s", replayable == 1 ? "es" : "");
-      }
-      status = pass ? CLI_OK : CLI_FAILURE;
-    } else {
-      if (json) replay_whatif_json(cli_display_name(pos[0]), rows, (size_t)nrows, capacity);
-      else replay_whatif_text(rows, (size_t)nrows, sweep != NULL, capacity, min_cap);
-      status = replayable ? CLI_OK : CLI_FAILURE;
-    }
-  }
+  if (status == CLI_OK)
+    status = replay_report(snap, cli_display_name(pos[0]), rows, nrows, check, json,
+                           sweep != NULL, capacity, min_cap);
   for (int j = 0; j < nrows; j++) ms_replay_report_free(rows[j].rep);
   free(rows);
   ms_snapshot_free(snap);

@@ -52,7 +52,7 @@ def check(root):
                 path = os.path.join(dp, f)
                 rel = os.path.relpath(path, root)
                 with open(path, encoding="utf-8", errors="replace") as fh:
-                    lines = fh.read().split("\n")
+                    lines = fh.read().splitlines()
                 nfiles += 1
                 if len(lines) > MAX_FILE:
                     errors.append(f"{rel}: {len(lines)} lines (the rule: at most {MAX_FILE}; "

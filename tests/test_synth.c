@@ -42,7 +42,7 @@ static void rdel(ranges_t *r, size_t i) {
 }
 
 Test(synth, consistent_history_and_end_state) {
-  synth_opts_t o = {3, 100000, 4};
+  synth_opts_t o = {3, 100000, 4, 0};
   ms_snapshot_t *s = NULL;
   ms_errbuf_t eb = {{0}};
   cr_assert_eq(synth_workload(&o, &s, &eb), MS_OK, "%s", eb.msg);
@@ -153,7 +153,7 @@ static int buf_write(void *ctx, const char *b, size_t len) {
 }
 
 static buf_t pickled(uint64_t seed) {
-  synth_opts_t o = {seed, 20000, 2};
+  synth_opts_t o = {seed, 20000, 2, 0};
   ms_snapshot_t *s = NULL;
   ms_errbuf_t eb = {{0}};
   cr_assert_eq(synth_workload(&o, &s, &eb), MS_OK, "%s", eb.msg);
@@ -175,4 +175,27 @@ Test(synth, deterministic_for_a_seed) {
   free(a.p);
   free(b.p);
   free(c.p);
+}
+
+/* code_paths: every entry has a stack, and they come from at most 2 x code_paths distinct ones
+ * (the history is the workload's as without: stacks are given after it ran). */
+Test(synth, code_paths_repeat_stacks) {
+  synth_opts_t o = {5, 20000, 2, 50};
+  ms_snapshot_t *s = NULL;
+  ms_errbuf_t eb = {{0}};
+  cr_assert_eq(synth_workload(&o, &s, &eb), MS_OK, "%s", eb.msg);
+  uint8_t *seen = calloc(s->nstacks + 1, 1);
+  cr_assert_not_null(seen);
+  size_t distinct = 0;
+  for (size_t i = 0; i < s->ntrace; i++) {
+    uint32_t st = s->trace[i].stack;
+    cr_assert_neq(st, MS_SNAP_NO_STACK, "entry %zu has no stack", i);
+    cr_assert_lt(st, s->nstacks);
+    if (!seen[st]) distinct++;
+    seen[st] = 1;
+  }
+  cr_assert_leq(distinct, 100, "%zu distinct stacks from 50 + 50 code paths", distinct);
+  cr_assert_gt(distinct, 50, "only %zu distinct stacks", distinct);
+  free(seen);
+  ms_snapshot_free(s);
 }

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
-# scripts/check-deps.py can fail: each case builds a small tree with one broken rule and expects
+# scripts/check-deps.py and scripts/check-size.py can fail: each case builds a small tree with one broken rule and expects
 # exit 1 and the offending include named; a clean tree passes; and the real tree with one include
 # pointing up fails, naming it (issue #11).
 set -u
@@ -82,6 +82,29 @@ n=$(wc -l <"$tmp/real/lib/alloc/allocator.c")
 echo '#include "replay/replay.h"' >>"$tmp/real/lib/alloc/allocator.c"
 echo '' >"$tmp/real/lib/replay/replay.h"
 expect real 1 "lib/alloc/allocator.c:$((n + 1)): #include \"replay/replay.h\": points up, from alloc to replay"
+
+# the size rule: a file over 1,000 lines and a function over 120 lines are named
+size="$root/scripts/check-size.py"
+mkdir -p "$tmp/size/lib/common"
+{ echo "int f(void) {"; for i in $(seq 1 125); do echo "  (void)0;"; done; echo "  return 0;"; echo "}"; } \
+  >"$tmp/size/lib/common/long.c"
+for i in $(seq 1 1001); do echo "/* line $i */"; done >"$tmp/size/lib/common/big.h"
+out="$(python3 "$size" "$tmp/size" 2>&1)"
+rc=$?
+if [[ $rc -eq 1 ]] && grep -qF "lib/common/long.c:1: f() is 128 lines (the rule: at most 120)" <<<"$out" &&
+  grep -qF "lib/common/big.h: 1001 lines (the rule: at most 1000" <<<"$out"; then
+  echo "ok   size"
+else
+  echo "FAIL size: exit $rc, output:"
+  echo "$out"
+  fails=$((fails + 1))
+fi
+rm -f "$tmp/size/lib/common/big.h" "$tmp/size/lib/common/long.c"
+echo "int g(void) { return 0; }" >"$tmp/size/lib/common/ok.c"
+if python3 "$size" "$tmp/size" >/dev/null 2>&1; then echo "ok   size-clean"; else
+  echo "FAIL size-clean"
+  fails=$((fails + 1))
+fi
 
 if [[ $fails -ne 0 ]]; then
   echo "$fails case(s) failed"
