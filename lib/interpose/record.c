@@ -1,0 +1,865 @@
+/* SPDX-License-Identifier: MIT
+ * memsnap run: the observe-mode recorder of the interposer (issue #18, docs/run.md), and when
+ * snapshots are written (at exit, on OOM, on SIGUSR1, every N seconds).
+ *
+ * State (one mutex, R.mu, taken only inside intercepted CUDA calls and by snapshots):
+ *  - the live table: every allocation the program holds, keyed by address (open addressing);
+ *  - the trace: a ring of PyTorch trace entries (segment_alloc + alloc for each allocation,
+ *    free_requested + free_completed + segment_free for each free, oom), all devices together,
+ *    growing on demand up to max_entries, the oldest overwritten and counted per device after;
+ *  - per-device statistics with PyTorch's keys (in observe mode every allocation is one segment
+ *    holding one block, so allocated = reserved = active bytes).
+ * Stacks are raw return addresses interned in the history module's stack table
+ * (lib/history_internal.h) and symbolised only when a snapshot is built.
+ *
+ * A free is recorded in two steps so that the trace stays in the driver's order without holding
+ * the lock across the real cudaFree: before the call the entry is marked "freeing" (a snapshot
+ * shows it active_pending_free); after a successful call it is traced and removed. If another
+ * thread receives the same address from the driver before that (the free returned but its thread
+ * was not yet rescheduled), the new allocation completes the pending free first.
+ *
+ * Writing: a snapshot is copied under R.mu and built, symbolised and written outside it, one
+ * writer at a time (R.snap_mu), atomically (ms_snapshot_write_file: temporary file, fsync,
+ * rename), so a crash of the program leaves the last complete file intact. SIGUSR1 only posts a
+ * semaphore (async-signal-safe); a writer thread, started with the first recorded call, waits on
+ * it and on the --every period, with every signal blocked.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <semaphore.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "history_internal.h"
+#include "internal.h"
+#include "memsnap/history.h"
+#include "memsnap/serialize.h"
+#include "memsnap/stats.h"
+#include "run_internal.h"
+#include "snapbuild.h"
+#include "stats_internal.h"
+
+#define TOMB UINT64_MAX
+
+typedef struct live_s {
+  uint64_t addr; /* 0 = empty slot, TOMB = deleted */
+  uint64_t size;
+  uint64_t stream;
+  uint64_t seq;  /* unique per allocation */
+  int64_t pool_id[2];
+  uint64_t free_stream;
+  uint32_t stack;
+  uint32_t free_stack;
+  int16_t device;
+  uint8_t kind;
+  uint8_t freeing;
+} live_t;
+
+typedef struct ent_s {
+  uint64_t addr;
+  uint64_t size;
+  uint64_t stream;
+  int64_t time_us;
+  int64_t pool_id[2];
+  uint32_t stack;
+  uint8_t action; /* ms_trace_action */
+  uint8_t device;
+} ent_t;
+
+static struct {
+  pthread_mutex_t mu;
+  /* live table */
+  live_t *tab;
+  size_t cap, count, used; /* used = count + tombstones */
+  uint64_t next_seq;
+  /* trace ring */
+  ent_t *ring;
+  size_t ring_cap, ring_len, ring_head;
+  uint64_t dropped[MS__RUN_MAX_DEVICES];
+  /* statistics */
+  ms_stats_t stats[MS__RUN_MAX_DEVICES];
+  uint64_t capacity[MS__RUN_MAX_DEVICES];
+  int ndev; /* highest device recorded + 1 */
+  uint64_t ncalls;
+  /* stacks */
+  ms__stacktab_t *stacks;
+  /* writing */
+  pthread_mutex_t snap_mu;
+  ms__symbolizer_t *sym;
+  atomic_ullong nseq;
+  bool exiting;
+  sem_t sem;
+  bool thread_started;
+} R = {.mu = PTHREAD_MUTEX_INITIALIZER, .snap_mu = PTHREAD_MUTEX_INITIALIZER};
+
+static pthread_once_t start_once = PTHREAD_ONCE_INIT;
+static pthread_once_t opts_once = PTHREAD_ONCE_INIT;
+static ms__run_opts_t opts;
+
+/* ---- options ----------------------------------------------------------------------------- */
+
+void ms__run_opts_read(ms__run_opts_t *o) {
+  memset(o, 0, sizeof *o);
+  o->mode = MS__RUN_OBSERVE;
+  snprintf(o->pattern, sizeof o->pattern, "%s", "memsnap-%p-%n.msgpack");
+  o->depth = 32;
+  o->unwinder = MS_UNWIND_FRAME_POINTER;
+  o->max_entries = 1000000;
+  o->signal = true;
+  const char *s;
+  if ((s = getenv("MEMSNAP_RUN_MODE")) && *s) {
+    if (strcmp(s, "cache") == 0) o->mode = MS__RUN_CACHE;
+    else if (strcmp(s, "observe") != 0)
+      ms__warning("MEMSNAP_RUN_MODE='%s' is not observe or cache; observing", s);
+  }
+  if ((s = getenv("MEMSNAP_RUN_OUTPUT")) && *s) {
+    char probe[64];
+    int e = ms_oom_path_format(s, 0, 0, probe, sizeof probe);
+    if ((e == MS_OK || e == MS_ELIMIT) && strlen(s) < sizeof o->pattern)
+      snprintf(o->pattern, sizeof o->pattern, "%s", s);
+    else
+      ms__warning("MEMSNAP_RUN_OUTPUT='%s' is not a valid pattern; using '%s'", s, o->pattern);
+  }
+  if ((s = getenv("MEMSNAP_RUN_EVERY")) && *s) {
+    char *end;
+    double v = strtod(s, &end);
+    if (*end || !(v >= 0) || v > 1e9)
+      ms__warning("MEMSNAP_RUN_EVERY='%s' is not a number of seconds; no periodic snapshots", s);
+    else
+      o->every = v;
+  }
+  if ((s = getenv("MEMSNAP_RUN_STACKS")) && *s) {
+    char *end;
+    long v = strtol(s, &end, 10);
+    if (*end || v < 0 || v > MS_HISTORY_MAX_FRAMES)
+      ms__warning("MEMSNAP_RUN_STACKS='%s' is not 0..%d; keeping %u frames", s,
+                  MS_HISTORY_MAX_FRAMES, o->depth);
+    else
+      o->depth = (unsigned)v;
+  }
+  if ((s = getenv("MEMSNAP_RUN_UNWIND")) && *s) {
+    if (strcmp(s, "backtrace") == 0) o->unwinder = MS_UNWIND_BACKTRACE;
+    else if (strcmp(s, "fp") == 0) o->unwinder = MS_UNWIND_FRAME_POINTER;
+    else ms__warning("MEMSNAP_RUN_UNWIND='%s' is not fp or backtrace; using fp", s);
+  }
+  if ((s = getenv("MEMSNAP_RUN_MAX_ENTRIES")) && *s) {
+    char *end;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (*end || v < 1 || v > (1ULL << 32))
+      ms__warning("MEMSNAP_RUN_MAX_ENTRIES='%s' is not 1..2^32; keeping %zu", s, o->max_entries);
+    else
+      o->max_entries = (size_t)v;
+  }
+  if ((s = getenv("MEMSNAP_RUN_QUIET")) && *s) o->quiet = strcmp(s, "0") != 0;
+  if ((s = getenv("MEMSNAP_RUN_SIGNAL")) && *s) o->signal = strcmp(s, "0") != 0;
+}
+
+static void opts_init(void) { ms__run_opts_read(&opts); }
+
+const ms__run_opts_t *ms__run_opts(void) {
+  pthread_once(&opts_once, opts_init);
+  return &opts;
+}
+
+/* ---- the live table (pre: R.mu held) ------------------------------------------------------ */
+
+static size_t slot_of(uint64_t addr, size_t mask) {
+  uint64_t h = addr * 0x9E3779B97F4A7C15ULL;
+  return (size_t)(h >> 17) & mask;
+}
+
+static live_t *tab_find(uint64_t addr) {
+  if (!R.cap) return NULL;
+  size_t mask = R.cap - 1;
+  for (size_t j = slot_of(addr, mask);; j = (j + 1) & mask) {
+    if (R.tab[j].addr == addr) return &R.tab[j];
+    if (R.tab[j].addr == 0) return NULL;
+  }
+}
+
+static int tab_grow(void) {
+  size_t ncap = R.cap ? (R.count * 4 > R.cap ? R.cap * 2 : R.cap) : 1024;
+  live_t *nt = calloc(ncap, sizeof *nt);
+  if (!nt) return MS_ENOMEM;
+  for (size_t i = 0; i < R.cap; i++) {
+    if (R.tab[i].addr == 0 || R.tab[i].addr == TOMB) continue;
+    size_t j = slot_of(R.tab[i].addr, ncap - 1);
+    while (nt[j].addr) j = (j + 1) & (ncap - 1);
+    nt[j] = R.tab[i];
+  }
+  free(R.tab);
+  R.tab = nt;
+  R.cap = ncap;
+  R.used = R.count;
+  return MS_OK;
+}
+
+/* @return the slot for a new entry of addr (not present), NULL on ENOMEM. */
+static live_t *tab_insert(uint64_t addr) {
+  if ((R.used + 1) * 2 > R.cap && tab_grow() != MS_OK) return NULL;
+  size_t mask = R.cap - 1;
+  size_t j = slot_of(addr, mask);
+  while (R.tab[j].addr != 0 && R.tab[j].addr != TOMB) j = (j + 1) & mask;
+  if (R.tab[j].addr == 0) R.used++;
+  R.count++;
+  memset(&R.tab[j], 0, sizeof R.tab[j]);
+  R.tab[j].addr = addr;
+  return &R.tab[j];
+}
+
+static void tab_remove(live_t *e) {
+  e->addr = TOMB;
+  R.count--;
+}
+
+/* ---- trace and statistics (pre: R.mu held) ------------------------------------------------ */
+
+static void note_device(int device) {
+  if (device + 1 > R.ndev) R.ndev = device + 1;
+}
+
+static void trace_push(ms_trace_action action, int device, uint64_t addr, uint64_t size,
+                       uint64_t stream, const int64_t pool_id[2], uint32_t stack, int64_t now) {
+  size_t max = ms__run_opts()->max_entries;
+  if (R.ring_len == R.ring_cap && R.ring_cap < max) { /* grow (never wrapped yet: head 0) */
+    size_t ncap = R.ring_cap ? R.ring_cap * 2 : 4096;
+    if (ncap > max) ncap = max;
+    ent_t *n = realloc(R.ring, ncap * sizeof *n);
+    if (n) {
+      R.ring = n;
+      R.ring_cap = ncap;
+    }
+  }
+  ent_t *e;
+  if (R.ring_len < R.ring_cap) {
+    e = &R.ring[(R.ring_head + R.ring_len) % R.ring_cap];
+    R.ring_len++;
+  } else if (R.ring_cap) { /* full: the oldest entry goes */
+    e = &R.ring[R.ring_head];
+    R.dropped[e->device]++;
+    R.ring_head = (R.ring_head + 1) % R.ring_cap;
+  } else { /* no host memory for a ring at all */
+    R.dropped[device]++;
+    return;
+  }
+  e->action = (uint8_t)action;
+  e->device = (uint8_t)device;
+  e->addr = addr;
+  e->size = size;
+  e->stream = stream;
+  e->time_us = now;
+  e->pool_id[0] = pool_id ? pool_id[0] : 0;
+  e->pool_id[1] = pool_id ? pool_id[1] : 0;
+  e->stack = stack;
+}
+
+static void stats_alloc(int device, uint64_t size) {
+  ms_stats_t *st = &R.stats[device];
+  enum ms_stat_type pool = ms__stat_pool_of_size(size);
+  int64_t n = (int64_t)size;
+  ms__stat_array_increase(st->allocation, pool, 1);
+  ms__stat_array_increase(st->segment, pool, 1);
+  ms__stat_array_increase(st->active, pool, 1);
+  ms__stat_array_increase(st->allocated_bytes, pool, n);
+  ms__stat_array_increase(st->reserved_bytes, pool, n);
+  ms__stat_array_increase(st->active_bytes, pool, n);
+  ms__stat_array_increase(st->requested_bytes, pool, n);
+  st->num_device_alloc++;
+}
+
+static void stats_free(int device, uint64_t size) {
+  ms_stats_t *st = &R.stats[device];
+  enum ms_stat_type pool = ms__stat_pool_of_size(size);
+  int64_t n = (int64_t)size;
+  ms__stat_array_decrease(st->allocation, pool, 1);
+  ms__stat_array_decrease(st->segment, pool, 1);
+  ms__stat_array_decrease(st->active, pool, 1);
+  ms__stat_array_decrease(st->allocated_bytes, pool, n);
+  ms__stat_array_decrease(st->reserved_bytes, pool, n);
+  ms__stat_array_decrease(st->active_bytes, pool, n);
+  ms__stat_array_decrease(st->requested_bytes, pool, n);
+  st->num_device_free++;
+}
+
+/* Traces the free of a freeing entry and removes it. */
+static void complete_free(live_t *e, int64_t now) {
+  int d = e->device;
+  trace_push(MS_TRACE_FREE_REQUESTED, d, e->addr, e->size, e->free_stream, e->pool_id,
+             e->free_stack, now);
+  trace_push(MS_TRACE_FREE_COMPLETED, d, e->addr, e->size, e->free_stream, e->pool_id,
+             e->free_stack, now);
+  trace_push(MS_TRACE_SEGMENT_FREE, d, e->addr, e->size, e->free_stream, e->pool_id,
+             e->free_stack, now);
+  stats_free(d, e->size);
+  tab_remove(e);
+}
+
+/* ---- recording ------------------------------------------------------------------------------ */
+
+MS_NOINLINE uint32_t ms__run_stack(unsigned skip) {
+  const ms__run_opts_t *o = ms__run_opts();
+  if (!o->depth || !R.stacks) return 0;
+  uintptr_t pcs[MS__MAX_FRAMES];
+  size_t max = o->depth < MS__MAX_FRAMES ? o->depth : MS__MAX_FRAMES;
+  /* skip + 1: pcs[0] is then inside the hook that called us (named after the CUDA call). */
+  size_t n = o->unwinder == MS_UNWIND_BACKTRACE ? ms__capture_backtrace(pcs, max, skip + 1)
+                                                : ms__capture_fp(pcs, max, skip + 1);
+  return n ? ms__stacktab_intern(R.stacks, pcs, n) : 0;
+}
+
+void ms__run_on_alloc(int device, uint64_t addr, uint64_t size, uint64_t stream,
+                      const int64_t pool_id[2], uint32_t stack, ms__run_kind kind) {
+  if (device < 0 || device >= MS__RUN_MAX_DEVICES || addr == 0 || addr == TOMB) return;
+  int64_t now = ms__now_us();
+  pthread_mutex_lock(&R.mu);
+  R.ncalls++;
+  note_device(device);
+  live_t *old = tab_find(addr);
+  if (old) {
+    /* The driver handed out an address whose free has not been recorded yet: that free
+     * happened (it returned), so it is completed here, before this allocation. A live entry
+     * (not freeing) means a free we never saw (e.g. through an API we do not intercept). */
+    if (!old->freeing) {
+      old->free_stream = old->stream;
+      old->free_stack = 0;
+    }
+    complete_free(old, now);
+  }
+  live_t *e = tab_insert(addr);
+  if (e) {
+    e->size = size;
+    e->stream = stream;
+    e->seq = ++R.next_seq;
+    e->pool_id[0] = pool_id ? pool_id[0] : 0;
+    e->pool_id[1] = pool_id ? pool_id[1] : 0;
+    e->stack = stack;
+    e->device = (int16_t)device;
+    e->kind = (uint8_t)kind;
+    trace_push(MS_TRACE_SEGMENT_ALLOC, device, addr, size, stream, pool_id, stack, now);
+    trace_push(MS_TRACE_ALLOC, device, addr, size, stream, pool_id, stack, now);
+    stats_alloc(device, size);
+  }
+  pthread_mutex_unlock(&R.mu);
+}
+
+uint64_t ms__run_free_begin(uint64_t addr, uint64_t stream, uint32_t stack) {
+  if (addr == 0 || addr == TOMB) return 0;
+  uint64_t seq = 0;
+  pthread_mutex_lock(&R.mu);
+  live_t *e = tab_find(addr);
+  if (e && !e->freeing) {
+    e->freeing = 1;
+    e->free_stream = stream;
+    e->free_stack = stack;
+    seq = e->seq;
+  }
+  pthread_mutex_unlock(&R.mu);
+  return seq;
+}
+
+void ms__run_free_end(uint64_t addr, uint64_t seq, bool ok) {
+  if (!seq) return;
+  int64_t now = ms__now_us();
+  pthread_mutex_lock(&R.mu);
+  R.ncalls++;
+  live_t *e = tab_find(addr);
+  if (e && e->seq == seq && e->freeing) { /* else: completed by a new allocation already */
+    if (ok)
+      complete_free(e, now);
+    else
+      e->freeing = 0;
+  }
+  pthread_mutex_unlock(&R.mu);
+}
+
+void ms__run_set_capacity(int device, uint64_t total) {
+  if (device < 0 || device >= MS__RUN_MAX_DEVICES) return;
+  pthread_mutex_lock(&R.mu);
+  R.capacity[device] = total;
+  pthread_mutex_unlock(&R.mu);
+}
+
+bool ms__run_capacity_known(int device) {
+  if (device < 0 || device >= MS__RUN_MAX_DEVICES) return true;
+  pthread_mutex_lock(&R.mu);
+  bool k = R.capacity[device] != 0;
+  pthread_mutex_unlock(&R.mu);
+  return k;
+}
+
+static void held_bytes(int device, uint64_t *bytes, uint64_t *n) {
+  *bytes = 0;
+  *n = 0;
+  for (size_t i = 0; i < R.cap; i++) {
+    const live_t *e = &R.tab[i];
+    if (e->addr == 0 || e->addr == TOMB || e->device != device) continue;
+    *bytes += e->size;
+    (*n)++;
+  }
+}
+
+void ms__run_on_oom(const char *call, int device, uint64_t size, uint64_t stream,
+                    uint64_t device_free, uint64_t device_total, uint32_t stack) {
+  if (device < 0 || device >= MS__RUN_MAX_DEVICES) device = 0;
+  int64_t now = ms__now_us();
+  uint64_t held = 0, nheld = 0;
+  bool cache = ms__run_cache_active();
+  pthread_mutex_lock(&R.mu);
+  R.ncalls++;
+  note_device(device);
+  if (device_total) R.capacity[device] = device_total;
+  if (!cache) {
+    trace_push(MS_TRACE_OOM, device, device_free, size, stream, NULL, stack, now);
+    R.stats[device].num_ooms++;
+  }
+  held_bytes(device, &held, &nheld);
+  pthread_mutex_unlock(&R.mu);
+
+  char path[4096] = "";
+  int err = ms__run_write("oom", device, path, sizeof path);
+  char sz[32], fr[32], tot[32], hd[32];
+  ms_format_size(size, sz, sizeof sz);
+  ms_format_size(device_free, fr, sizeof fr);
+  ms_format_size(device_total, tot, sizeof tot);
+  ms_format_size(held, hd, sizeof hd);
+  char where[4200];
+  if (err == MS_OK)
+    snprintf(where, sizeof where, "snapshot written to '%s'", path);
+  else
+    snprintf(where, sizeof where, "no snapshot written");
+  if (cache)
+    ms__message("memsnap: ", "out of memory: %s of %s on device %d failed "
+                "(cudaErrorMemoryAllocation); the device has %s free of %s; %s",
+                call, sz, device, fr, device_total ? tot : "?", where);
+  else
+    ms__message("memsnap: ", "out of memory: %s of %s on device %d failed "
+                "(cudaErrorMemoryAllocation); the device has %s free of %s; the program holds "
+                "%s in %llu allocations on it; %s",
+                call, sz, device, fr, device_total ? tot : "?", hd, (unsigned long long)nheld,
+                where);
+}
+
+/* ---- snapshots ------------------------------------------------------------------------------ */
+
+typedef struct copy_s {
+  live_t *live;
+  size_t nlive;
+  ent_t *ents;
+  size_t nents;
+  uint64_t dropped[MS__RUN_MAX_DEVICES];
+  ms_stats_t stats[MS__RUN_MAX_DEVICES];
+  uint64_t capacity[MS__RUN_MAX_DEVICES];
+  int ndev;
+} copy_t;
+
+static void copy_release(copy_t *c) {
+  free(c->live);
+  free(c->ents);
+}
+
+static int take_copy(copy_t *c) {
+  memset(c, 0, sizeof *c);
+  pthread_mutex_lock(&R.mu);
+  c->live = malloc((R.count ? R.count : 1) * sizeof *c->live);
+  c->ents = malloc((R.ring_len ? R.ring_len : 1) * sizeof *c->ents);
+  if (!c->live || !c->ents) {
+    pthread_mutex_unlock(&R.mu);
+    copy_release(c);
+    return MS_ENOMEM;
+  }
+  for (size_t i = 0; i < R.cap; i++)
+    if (R.tab[i].addr != 0 && R.tab[i].addr != TOMB) c->live[c->nlive++] = R.tab[i];
+  for (size_t i = 0; i < R.ring_len; i++) c->ents[i] = R.ring[(R.ring_head + i) % R.ring_cap];
+  c->nents = R.ring_len;
+  memcpy(c->dropped, R.dropped, sizeof c->dropped);
+  memcpy(c->stats, R.stats, sizeof c->stats);
+  memcpy(c->capacity, R.capacity, sizeof c->capacity);
+  c->ndev = R.ndev;
+  pthread_mutex_unlock(&R.mu);
+  return MS_OK;
+}
+
+static int cmp_live(const void *x, const void *y) {
+  const live_t *a = x, *b = y;
+  if (a->device != b->device) return a->device < b->device ? -1 : 1;
+  return (a->addr > b->addr) - (a->addr < b->addr);
+}
+
+typedef struct build_s {
+  ms__snapbuild_t b;
+  uint32_t *res; /* stack id -> builder stack (UINT32_MAX: not yet), index 0 unused */
+  size_t nres;
+} build_t;
+
+/* Converts stack id to a builder stack (symbolised once per id). pre: R.snap_mu held. */
+static int build_stack(build_t *t, uint32_t id, uint32_t *out) {
+  *out = MS_SNAP_NO_STACK;
+  if (id == 0 || id >= t->nres || !R.stacks) return MS_OK;
+  if (t->res[id] != UINT32_MAX) {
+    *out = t->res[id];
+    return MS_OK;
+  }
+  size_t n = 0;
+  const uintptr_t *pcs = ms__stacktab_get(R.stacks, id, &n);
+  if (!pcs) return MS_OK;
+  if (!R.sym) MS_FORWARD_IF_ERROR(ms__symbolizer_create(&R.sym));
+  uint32_t fr[MS__MAX_FRAMES * (MS__SYM_MAX_INLINE + 1)];
+  size_t nf = 0;
+  for (size_t i = 0; i < n && i < MS__MAX_FRAMES; i++) {
+    const ms__sym_t *syms;
+    size_t ns;
+    MS_FORWARD_IF_ERROR(ms__symbolize(R.sym, pcs[i], &syms, &ns));
+    for (size_t k = 0; k < ns; k++)
+      MS_FORWARD_IF_ERROR(ms__snapbuild_frame(&t->b, syms[k].name, strlen(syms[k].name),
+                                              syms[k].filename, strlen(syms[k].filename),
+                                              syms[k].line, &fr[nf++]));
+  }
+  MS_FORWARD_IF_ERROR(ms__snapbuild_stack(&t->b, fr, nf, &t->res[id]));
+  *out = t->res[id];
+  return MS_OK;
+}
+
+static int build_observe(const copy_t *c, int device, ms_snapshot_t **out, ms_errbuf_t *eb) {
+  build_t t;
+  memset(&t, 0, sizeof t);
+  ms__snapbuild_init(&t.b);
+  int err = MS_OK;
+  t.nres = (R.stacks ? ms__stacktab_count(R.stacks) : 0) + 1;
+  t.res = malloc(t.nres * sizeof *t.res);
+  if (!t.res) {
+    err = MS_ENOMEM;
+    goto out;
+  }
+  memset(t.res, 0xff, t.nres * sizeof *t.res);
+  const char *st_alloc, *st_pending;
+  const char *an[MS_TRACE_ACTION_COUNT] = {0};
+  const char *s1 = ms_block_state_name(MS_BLOCK_ACTIVE_ALLOCATED);
+  const char *s2 = ms_block_state_name(MS_BLOCK_ACTIVE_PENDING_FREE);
+  if ((err = ms__snapbuild_str(&t.b, s1, strlen(s1), &st_alloc)) != MS_OK ||
+      (err = ms__snapbuild_str(&t.b, s2, strlen(s2), &st_pending)) != MS_OK)
+    goto out;
+
+  /* Segments (one per live allocation, holding one block), by device and address. */
+  for (size_t i = 0; i < c->nlive && err == MS_OK; i++) {
+    const live_t *e = &c->live[i];
+    if (device >= 0 && e->device != device) continue;
+    ms_snap_segment_t sg;
+    ms_snap_block_t bl;
+    memset(&sg, 0, sizeof sg);
+    memset(&bl, 0, sizeof bl);
+    if ((err = build_stack(&t, e->stack, &bl.stack)) != MS_OK) break;
+    bl.address = e->addr;
+    bl.size = e->size;
+    bl.requested_size = e->size;
+    bl.state = e->freeing ? MS_BLOCK_ACTIVE_PENDING_FREE : MS_BLOCK_ACTIVE_ALLOCATED;
+    bl.state_name = e->freeing ? st_pending : st_alloc;
+    bl.present = MS_BLOCK_HAS_ADDRESS | MS_BLOCK_HAS_REQUESTED_SIZE | MS_BLOCK_HAS_FRAMES;
+    sg.device = e->device;
+    sg.address = e->addr;
+    sg.total_size = e->size;
+    sg.allocated_size = e->freeing ? 0 : e->size;
+    sg.active_size = e->size;
+    sg.requested_size = e->size;
+    sg.stream = e->stream;
+    sg.is_large = e->size > ((uint64_t)1 << 20);
+    sg.pool_id[0] = e->pool_id[0];
+    sg.pool_id[1] = e->pool_id[1];
+    sg.stack = bl.stack;
+    sg.first_block = (uint32_t)t.b.blocks.len;
+    sg.nblocks = 1;
+    sg.present = MS_SEG_HAS_FRAMES | MS_SEG_HAS_POOL_ID | MS_SEG_HAS_EXPANDABLE |
+                 MS_SEG_HAS_REQUESTED_SIZE | MS_SEG_HAS_SEGMENT_TYPE;
+    if ((err = ms__snapbuild_add_block(&t.b, &bl)) != MS_OK) break;
+    err = ms__snapbuild_add_segment(&t.b, &sg);
+  }
+  /* One device entry per index up to the highest, as PyTorch's device_traces. */
+  int ndev = device >= 0 ? device + 1 : c->ndev;
+  for (int d = 0; d < ndev && err == MS_OK; d++) {
+    ms_snap_device_t dev;
+    memset(&dev, 0, sizeof dev);
+    dev.first_trace = (uint32_t)t.b.trace.len;
+    dev.first_stat = (uint32_t)t.b.stats.len;
+    if (device >= 0 && d != device) {
+      err = ms__snapbuild_add_device(&t.b, &dev);
+      continue;
+    }
+    for (size_t i = 0; i < c->nents && err == MS_OK; i++) {
+      const ent_t *e = &c->ents[i];
+      if (e->device != d) continue;
+      ms_snap_trace_t tr;
+      memset(&tr, 0, sizeof tr);
+      tr.action = (ms_trace_action)e->action;
+      if (!an[tr.action]) {
+        const char *nm = ms_trace_action_name(tr.action);
+        if ((err = ms__snapbuild_str(&t.b, nm, strlen(nm), &an[tr.action])) != MS_OK) break;
+      }
+      tr.action_name = an[tr.action];
+      tr.addr = e->addr;
+      tr.size = e->size;
+      tr.stream = e->stream;
+      tr.time_us = e->time_us;
+      tr.pool_id[0] = e->pool_id[0];
+      tr.pool_id[1] = e->pool_id[1];
+      tr.compile_context = "";
+      tr.user_metadata = "";
+      tr.present = MS_TRACE_HAS_TIME | MS_TRACE_HAS_STREAM;
+      if (e->pool_id[0] || e->pool_id[1]) tr.present |= MS_TRACE_HAS_POOL_ID;
+      if ((err = build_stack(&t, e->stack, &tr.stack)) != MS_OK) break;
+      if (tr.stack != MS_SNAP_NO_STACK) tr.present |= MS_TRACE_HAS_FRAMES;
+      err = ms__snapbuild_add_trace(&t.b, &tr);
+    }
+    dev.ntrace = (uint32_t)(t.b.trace.len - dev.first_trace);
+    dev.trace_dropped = c->dropped[d];
+    ms_stat_kv_t kv[MS_STATS_NKEYS];
+    size_t nkv = 0;
+    if (err == MS_OK) err = ms_stats_flat(&c->stats[d], kv, MS_STATS_NKEYS, &nkv);
+    for (size_t i = 0; i < nkv && err == MS_OK; i++) {
+      ms_snap_kv_t e;
+      memset(&e, 0, sizeof e);
+      err = ms__snapbuild_str(&t.b, kv[i].name, strlen(kv[i].name), &e.key);
+      e.kind = MS_SNAP_VAL_INT;
+      e.i = kv[i].value;
+      if (err == MS_OK) err = ms__snapbuild_add_stat(&t.b, &e);
+    }
+    dev.nstats = (uint32_t)nkv;
+    dev.present = MS_DEV_HAS_STATS;
+    if (c->capacity[d]) {
+      dev.capacity = c->capacity[d];
+      dev.present |= MS_DEV_HAS_CAPACITY;
+    }
+    if (err == MS_OK) err = ms__snapbuild_add_device(&t.b, &dev);
+  }
+  if (err != MS_OK) goto out;
+
+  char host[256];
+  if (gethostname(host, sizeof host) != 0) host[0] = 0;
+  host[sizeof host - 1] = 0;
+  if ((err = ms__snapbuild_str(&t.b, host, strlen(host), &t.b.hdr.hostname)) != MS_OK) goto out;
+  t.b.hdr.origin = MS_SNAP_ORIGIN_MEMSNAP;
+  t.b.hdr.pid = (int64_t)getpid();
+  t.b.hdr.time_us = ms__now_us();
+  t.b.hdr.rank = -1;
+  t.b.hdr.present = MS_SNAP_HAS_DEVICE_TRACES | MS_SNAP_HAS_PROCESS;
+  const char *rank = getenv("RANK");
+  if (rank && *rank) {
+    char *end;
+    long long v = strtoll(rank, &end, 10);
+    if (!*end && v >= 0) {
+      t.b.hdr.rank = v;
+      t.b.hdr.present |= MS_SNAP_HAS_RANK;
+    }
+  }
+  err = ms__snapbuild_finish(&t.b, out, eb);
+  free(t.res);
+  ms__snapbuild_release(&t.b);
+  return err;
+out:
+  free(t.res);
+  ms__snapbuild_release(&t.b);
+  return ms__errbuf_set(eb, err, "cannot build the snapshot: %s", ms_strerror(err));
+}
+
+int ms__run_take(int device, ms_snapshot_t **out, ms_errbuf_t *eb) {
+  if (ms__run_cache_active()) return ms__run_cache_snapshot(device, out, eb);
+  copy_t c;
+  int err = take_copy(&c);
+  if (err != MS_OK) return ms__errbuf_set(eb, err, "out of host memory");
+  qsort(c.live, c.nlive, sizeof *c.live, cmp_live);
+  err = build_observe(&c, device, out, eb);
+  copy_release(&c);
+  return err;
+}
+
+static bool pattern_has_device(const char *p) {
+  for (; *p; p++)
+    if (*p == '%') {
+      if (p[1] == 'd') return true;
+      if (p[1]) p++;
+    }
+  return false;
+}
+
+/* pre: R.snap_mu held. */
+static int write_one(int device, uint64_t n, char *path_out, size_t cap) {
+  const char *pattern = ms__run_opts()->pattern;
+  char path[4096];
+  int err = ms_oom_path_format(pattern, device < 0 ? 0 : device, n, path, sizeof path);
+  if (err != MS_OK) {
+    ms__warning("cannot format the snapshot path '%s': %s", pattern, ms_strerror(err));
+    return err;
+  }
+  ms_errbuf_t eb = {0};
+  ms_snapshot_t *snap = NULL;
+  if ((err = ms__run_take(device, &snap, &eb)) != MS_OK) {
+    ms__warning("cannot take a snapshot: %s", eb.msg[0] ? eb.msg : ms_strerror(err));
+    return err;
+  }
+  err = ms_snapshot_write_file(snap, path, NULL, &eb);
+  ms_snapshot_free(snap);
+  if (err != MS_OK) {
+    ms__warning("cannot write '%s': %s", path, eb.msg[0] ? eb.msg : ms_strerror(err));
+    return err;
+  }
+  if (path_out && cap) snprintf(path_out, cap, "%s", path);
+  return MS_OK;
+}
+
+/* @return the devices that have something to show (bit d). pre: none. */
+static uint64_t devices_used(void) {
+  uint64_t m = 0;
+  if (ms__run_cache_active()) return ms__run_cache_devices();
+  pthread_mutex_lock(&R.mu);
+  for (int d = 0; d < R.ndev; d++)
+    if (R.stats[d].num_device_alloc || R.stats[d].num_ooms) m |= 1ULL << d;
+  pthread_mutex_unlock(&R.mu);
+  return m;
+}
+
+int ms__run_write(const char *why, int device, char *path_out, size_t cap) {
+  int saved = ms__run_in_hook;
+  ms__run_in_hook = 1; /* CUDA calls made while writing are not recorded */
+  pthread_mutex_lock(&R.snap_mu);
+  int err = MS_OK;
+  char last[4096] = "";
+  if (R.exiting && strcmp(why, "exit") != 0) goto out; /* the exit snapshot is the last one */
+  uint64_t n = atomic_fetch_add(&R.nseq, 1);
+  if (pattern_has_device(ms__run_opts()->pattern)) {
+    uint64_t m = device >= 0 ? 1ULL << device : devices_used();
+    for (int d = 0; d < MS__RUN_MAX_DEVICES && err == MS_OK; d++)
+      if (m & (1ULL << d)) err = write_one(d, n, last, sizeof last);
+  } else {
+    err = write_one(-1, n, last, sizeof last);
+  }
+  if (err == MS_OK && last[0]) {
+    if (path_out && cap) snprintf(path_out, cap, "%s", last);
+    if (!ms__run_opts()->quiet && strcmp(why, "every") != 0 && strcmp(why, "oom") != 0)
+      ms__message("memsnap: ", "snapshot written to '%s' (%s)", last, why);
+  }
+out:
+  pthread_mutex_unlock(&R.snap_mu);
+  ms__run_in_hook = saved;
+  return err;
+}
+
+/* ---- when snapshots are written ------------------------------------------------------------- */
+
+static void on_exit_snapshot(void) {
+  pthread_mutex_lock(&R.mu);
+  uint64_t calls = R.ncalls;
+  pthread_mutex_unlock(&R.mu);
+  if (calls == 0 && !ms__run_cache_active()) return;
+  ms__run_write("exit", -1, NULL, 0);
+  pthread_mutex_lock(&R.snap_mu);
+  R.exiting = true; /* the writer thread writes nothing after this */
+  pthread_mutex_unlock(&R.snap_mu);
+}
+
+static void on_sigusr1(int sig) {
+  (void)sig;
+  int saved = errno;
+  sem_post(&R.sem);
+  errno = saved;
+}
+
+static void *writer_main(void *arg) {
+  (void)arg;
+  double every = ms__run_opts()->every;
+  struct timespec next;
+  clock_gettime(CLOCK_REALTIME, &next);
+  for (;;) {
+    int r;
+    if (every > 0) {
+      double secs = (double)next.tv_sec + next.tv_nsec / 1e9 + every;
+      struct timespec now;
+      clock_gettime(CLOCK_REALTIME, &now);
+      if (secs < (double)now.tv_sec + now.tv_nsec / 1e9) /* fell behind: no catch-up burst */
+        secs = (double)now.tv_sec + now.tv_nsec / 1e9 + every;
+      next.tv_sec = (time_t)secs;
+      next.tv_nsec = (long)((secs - (double)next.tv_sec) * 1e9);
+      if (next.tv_nsec >= 1000000000L) next.tv_nsec = 999999999L;
+      do r = sem_timedwait(&R.sem, &next);
+      while (r != 0 && errno == EINTR);
+      if (r != 0) {
+        if (errno == ETIMEDOUT) ms__run_write("every", -1, NULL, 0);
+        continue;
+      }
+    } else {
+      do r = sem_wait(&R.sem);
+      while (r != 0 && errno == EINTR);
+      if (r != 0) return NULL;
+    }
+    ms__run_write("signal", -1, NULL, 0);
+  }
+  return NULL;
+}
+
+/* In a child of fork(), the parent's allocations are not the child's: start afresh (a child that
+ * never calls CUDA writes nothing; one that does records its own calls under its own pid). */
+static void atfork_child(void) {
+  pthread_mutex_init(&R.mu, NULL);
+  pthread_mutex_init(&R.snap_mu, NULL);
+  R.count = R.used = 0;
+  if (R.tab) memset(R.tab, 0, R.cap * sizeof *R.tab);
+  R.ring_len = R.ring_head = 0;
+  memset(R.dropped, 0, sizeof R.dropped);
+  for (int d = 0; d < MS__RUN_MAX_DEVICES; d++) ms_stats_init(&R.stats[d]);
+  R.ndev = 0;
+  R.ncalls = 0;
+  R.thread_started = false;
+  atomic_store(&R.nseq, 0);
+}
+
+static void start_once_fn(void) {
+  const ms__run_opts_t *o = ms__run_opts();
+  for (int d = 0; d < MS__RUN_MAX_DEVICES; d++) ms_stats_init(&R.stats[d]);
+  if (o->depth) {
+    ms__backtrace_init(); /* loads libgcc now, not inside a capture */
+    if (ms__stacktab_create(&R.stacks) != MS_OK) R.stacks = NULL;
+  }
+  pthread_atfork(NULL, NULL, atfork_child);
+  atexit(on_exit_snapshot);
+  if (sem_init(&R.sem, 0, 0) != 0) return;
+  bool want_signal = false;
+  if (o->signal) {
+    struct sigaction old;
+    if (sigaction(SIGUSR1, NULL, &old) == 0 && old.sa_handler == SIG_DFL &&
+        !(old.sa_flags & SA_SIGINFO)) {
+      struct sigaction sa;
+      memset(&sa, 0, sizeof sa);
+      sa.sa_handler = on_sigusr1;
+      sa.sa_flags = SA_RESTART;
+      sigemptyset(&sa.sa_mask);
+      want_signal = sigaction(SIGUSR1, &sa, NULL) == 0;
+    } else {
+      ms__warning("SIGUSR1 already has a handler in this program; 'kill -USR1' will not write "
+                  "snapshots");
+    }
+  }
+  if (want_signal || o->every > 0) {
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old); /* the thread takes none of the program's signals */
+    pthread_t th;
+    pthread_attr_t at;
+    pthread_attr_init(&at);
+    pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+    R.thread_started = pthread_create(&th, &at, writer_main, NULL) == 0;
+    pthread_attr_destroy(&at);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (!R.thread_started)
+      ms__warning("cannot start the snapshot thread: no periodic or SIGUSR1 snapshots");
+  }
+}
+
+void ms__run_start(void) {
+  int saved = ms__run_in_hook;
+  ms__run_in_hook = 1;
+  pthread_once(&start_once, start_once_fn);
+  ms__run_in_hook = saved;
+}

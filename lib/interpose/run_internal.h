@@ -1,0 +1,118 @@
+/* SPDX-License-Identifier: MIT
+ * memsnap run: internal interface of the interposer (libmemsnap_preload.so, issue #18), shared by
+ * preload.c (the exported CUDA runtime functions, forwarding, the cache mode) and record.c (the
+ * observe-mode recorder: live allocations, the trace, statistics, snapshots and when they are
+ * written). docs/run.md describes the whole.
+ *
+ * Vocabulary:
+ *  - a call: one device-memory call of the program (cudaMalloc, cudaFreeAsync, ...), recorded
+ *    only when it succeeded (or failed with out-of-memory, an `oom` entry);
+ *  - a live entry: one allocation the program holds, keyed by address; while its free is under
+ *    way (the real cudaFree has not returned yet) it is "freeing" and appears in snapshots as
+ *    active_pending_free;
+ *  - a stack id: an id of the recorder's interned stack table (0 = none).
+ *
+ * Thread-safety: every function here may be called from any thread. One mutex guards the live
+ * table, the trace and the statistics; it is taken only inside intercepted CUDA calls, never on
+ * the program's other paths. Snapshots are built outside it (a copy is taken under it).
+ */
+#ifndef MEMSNAP_LIB_INTERPOSE_RUN_INTERNAL_H
+#define MEMSNAP_LIB_INTERPOSE_RUN_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "memsnap/allocator.h"
+#include "memsnap/snapshot.h"
+
+/* Highest device index recorded + 1. */
+#define MS__RUN_MAX_DEVICES 64
+
+typedef enum ms__run_mode { MS__RUN_OBSERVE = 0, MS__RUN_CACHE = 1 } ms__run_mode;
+
+/* What kind of call made an allocation. */
+typedef enum ms__run_kind {
+  MS__RUN_KIND_MALLOC = 0,  /* cudaMalloc */
+  MS__RUN_KIND_ASYNC = 1,   /* cudaMallocAsync / cudaMallocFromPoolAsync */
+  MS__RUN_KIND_MANAGED = 2, /* cudaMallocManaged (recorded, never cached) */
+} ms__run_kind;
+
+/* The private pool id under which cudaMallocManaged allocations are recorded, so that views can
+ * tell them apart (--pool) from device memory. */
+#define MS__RUN_MANAGED_POOL_FIRST 0
+#define MS__RUN_MANAGED_POOL_SECOND (-1)
+
+/* Options, from the environment (MEMSNAP_RUN_*, set by `memsnap run`). */
+typedef struct ms__run_opts_s {
+  ms__run_mode mode;
+  char pattern[4096]; /* -o: %p pid, %n sequence, %d device, %% */
+  double every;       /* seconds between periodic snapshots, 0 = none */
+  unsigned depth;     /* frames per stack, 0 = no stacks */
+  int unwinder;       /* ms_unwinder */
+  size_t max_entries; /* trace ring capacity (all devices) */
+  bool quiet;         /* no "snapshot written" lines (OOM messages are always printed) */
+  bool signal;        /* SIGUSR1 writes a snapshot */
+} ms__run_opts_t;
+
+/* Reads the options from the environment (invalid values: a warning, the default kept). */
+void ms__run_opts_read(ms__run_opts_t *o);
+
+/* The options in force (read once). */
+const ms__run_opts_t *ms__run_opts(void);
+
+/* Starts the recorder (the stack table, the writer thread when --every or SIGUSR1 want it, the
+ * exit snapshot). Called at the first intercepted call that records; idempotent. */
+void ms__run_start(void);
+
+/* Captures the calling thread's stack (skip frames above the caller of this function's caller:
+ * skip 0 = the caller of the hook that called us) and interns it. @return its id, 0 when stacks
+ * are off or host memory ran out. */
+uint32_t ms__run_stack(unsigned skip);
+
+/* Records a successful allocation. */
+void ms__run_on_alloc(int device, uint64_t addr, uint64_t size, uint64_t stream,
+                      const int64_t pool_id[2], uint32_t stack, ms__run_kind kind);
+
+/* A free of addr begins: marks the live entry freeing (pending free). @return its sequence
+ * number (non-zero), or 0 when addr is not a live recorded allocation (nothing to record). */
+uint64_t ms__run_free_begin(uint64_t addr, uint64_t stream, uint32_t stack);
+/* The free of seq ended: ok = the real call succeeded (the entry is freed and the free entries
+ * traced), else the entry is live again. */
+void ms__run_free_end(uint64_t addr, uint64_t seq, bool ok);
+
+/* Records an out-of-memory error of `call` (e.g. "cudaMalloc") for size bytes on device, writes
+ * the OOM snapshot and prints the OOM message on stderr. device_free/total: the device's memory
+ * as cudaMemGetInfo said right after the failure (total 0 = unknown). Called by the failing thread
+ * before the error is returned to the program. */
+void ms__run_on_oom(const char *call, int device, uint64_t size, uint64_t stream,
+                    uint64_t device_free, uint64_t device_total, uint32_t stack);
+
+/* The device's total memory, once known (from cudaMemGetInfo). */
+void ms__run_set_capacity(int device, uint64_t total);
+/* @return whether the device's total memory is known. */
+bool ms__run_capacity_known(int device);
+
+/* Builds a snapshot of what the recorder holds (device < 0: every device; else that one). In
+ * cache mode the allocators' snapshot is taken instead (ms__run_cache_snapshot). */
+int ms__run_take(int device, ms_snapshot_t **out, ms_errbuf_t *eb);
+
+/* Writes the snapshot(s) for `why` ("exit", "oom", "signal", "every"): one file, or one per
+ * device when the pattern has %d (device >= 0: only that device). *path_out (may be NULL)
+ * receives the last path written. @return MS_OK or an error (a warning was printed). */
+int ms__run_write(const char *why, int device, char *path_out, size_t cap);
+
+/* ---- cache mode (preload.c) ---------------------------------------------------------------- */
+
+/* Whether the cache mode serves allocations. */
+bool ms__run_cache_active(void);
+/* Snapshot of the cache mode's allocators (device < 0: all of them). */
+int ms__run_cache_snapshot(int device, ms_snapshot_t **out, ms_errbuf_t *eb);
+/* Device indices served by the cache mode (bit d set for device d < 64). */
+uint64_t ms__run_cache_devices(void);
+
+/* Thread-local re-entrancy guard of the hooks: set while the interposer itself works (a CUDA
+ * call made then goes straight to the real function, unrecorded). */
+extern __thread int ms__run_in_hook __attribute__((tls_model("initial-exec")));
+
+#endif /* MEMSNAP_LIB_INTERPOSE_RUN_INTERNAL_H */
