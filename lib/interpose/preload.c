@@ -471,28 +471,42 @@ static void rearm_oom_error(void) {
   if (real_cudaMalloc()(&p, SIZE_MAX) == cudaSuccess) real_cudaFree()(p);
 }
 
-MS_ALWAYS_INLINE cudaError_t cache_malloc(const char *call, void **p, size_t size, int device,
-                                          uint64_t stream) {
-  ms_allocator_t *a = cache_allocator(device);
-  if (!a) return -1; /* not served: the caller forwards */
-  if (!p) return 1;  /* cudaErrorInvalidValue, as the runtime says */
-  ms_devptr_t out = 0;
-  int err = ms_allocator_malloc(a, size, (ms_stream_t)stream, &out);
-  if (err == MS_OK) {
-    *p = (void *)out;
-    return cudaSuccess;
-  }
-  if (err == MS_EOOM) {
-    size_t fr = 0, tot = 0;
-    if (real_cudaMemGetInfo()(&fr, &tot) != cudaSuccess) fr = tot = 0;
-    char msg[1024];
-    if (ms_allocator_last_oom_message(a, msg, sizeof msg)) ms__message("memsnap: ", "%s", msg);
-    ms__run_on_oom(call, device, size, stream, fr, tot, 0);
-    rearm_oom_error();
-    return cudaErrorMemoryAllocation;
-  }
-  return err == MS_EBACKEND && t_backend_err ? t_backend_err : 999 /* cudaErrorUnknown */;
+/* The OOM of a cache-mode allocation: the messages, the snapshot, the thread's last error. */
+static void cache_oom(ms_allocator_t *a, const char *call, size_t size, int device,
+                      uint64_t stream) {
+  size_t fr = 0, tot = 0;
+  if (real_cudaMemGetInfo()(&fr, &tot) != cudaSuccess) fr = tot = 0;
+  char msg[1024];
+  if (ms_allocator_last_oom_message(a, msg, sizeof msg)) ms__message("memsnap: ", "%s", msg);
+  ms__run_on_oom(call, device, size, stream, fr, tot, 0);
+  rearm_oom_error();
 }
+
+/* Serves an allocation from the cache: r = the result, or -1 when the cache mode could not start
+ * (the caller then observes). A macro, not a function, so that the allocator's stack shows the
+ * hook (named after the CUDA call) right above memsnap's allocator, even with inlined calls
+ * expanded from DWARF. */
+#define CACHE_MALLOC(r, call, p, size, device, stream)                                           \
+  do {                                                                                           \
+    ms_allocator_t *a_ = cache_allocator(device);                                                \
+    if (!a_) {                                                                                   \
+      (r) = -1;                                                                                  \
+    } else if (!(p)) {                                                                           \
+      (r) = 1; /* cudaErrorInvalidValue, as the runtime says */                                  \
+    } else {                                                                                     \
+      ms_devptr_t out_ = 0;                                                                      \
+      int err_ = ms_allocator_malloc(a_, (size), (ms_stream_t)(stream), &out_);                  \
+      if (err_ == MS_OK) {                                                                       \
+        *(p) = (void *)out_;                                                                     \
+        (r) = cudaSuccess;                                                                       \
+      } else if (err_ == MS_EOOM) {                                                              \
+        cache_oom(a_, (call), (size), (device), (stream));                                       \
+        (r) = cudaErrorMemoryAllocation;                                                         \
+      } else {                                                                                   \
+        (r) = err_ == MS_EBACKEND && t_backend_err ? t_backend_err : 999 /* cudaErrorUnknown */; \
+      }                                                                                          \
+    }                                                                                            \
+  } while (0)
 
 /* @return -1 when ptr is not the cache's (the caller forwards), else the result. */
 MS_ALWAYS_INLINE cudaError_t cache_free(void *ptr, int device, uint64_t stream) {
@@ -539,7 +553,8 @@ MS_EXPORT cudaError_t cudaMalloc(void **devPtr, size_t size) {
   if (ms__run_cache_active()) {
     ms__run_in_hook = 1;
     ms__run_start();
-    cudaError_t r = cache_malloc("cudaMalloc", devPtr, size, current_device(), 0);
+    cudaError_t r;
+    CACHE_MALLOC(r, "cudaMalloc", devPtr, size, current_device(), 0);
     ms__run_in_hook = 0;
     if (r >= 0) return r;
   }
@@ -568,7 +583,8 @@ MS_EXPORT cudaError_t cudaFree(void *devPtr) {
     if (ms__run_cache_active()) {                                                                \
       ms__run_in_hook = 1;                                                                       \
       ms__run_start();                                                                           \
-      cudaError_t r = cache_malloc("cudaMallocAsync", devPtr, size, stream_device(s), st);      \
+      cudaError_t r;                                                                             \
+      CACHE_MALLOC(r, "cudaMallocAsync", devPtr, size, stream_device(s), st);                    \
       ms__run_in_hook = 0;                                                                       \
       if (r >= 0) return r;                                                                      \
     }                                                                                            \

@@ -493,18 +493,59 @@ static int cmp_live(const void *x, const void *y) {
 
 typedef struct build_s {
   ms__snapbuild_t b;
-  uint32_t *res; /* stack id -> builder stack (UINT32_MAX: not yet), index 0 unused */
-  size_t nres;
+  /* stack id -> builder stack: open addressing, key 0 = empty (ids are >= 1, not dense) */
+  uint32_t *keys;
+  uint32_t *vals;
+  size_t cap, count;
 } build_t;
+
+/* @return the value slot of id (*fresh = 1 when just inserted), NULL on ENOMEM. */
+static uint32_t *build_slot(build_t *t, uint32_t id, int *fresh) {
+  if ((t->count + 1) * 2 > t->cap) {
+    size_t ncap = t->cap ? t->cap * 2 : 256;
+    uint32_t *nk = calloc(ncap, sizeof *nk), *nv = calloc(ncap, sizeof *nv);
+    if (!nk || !nv) {
+      free(nk);
+      free(nv);
+      return NULL;
+    }
+    for (size_t i = 0; i < t->cap; i++) {
+      if (!t->keys[i]) continue;
+      size_t j = slot_of(t->keys[i], ncap - 1);
+      while (nk[j]) j = (j + 1) & (ncap - 1);
+      nk[j] = t->keys[i];
+      nv[j] = t->vals[i];
+    }
+    free(t->keys);
+    free(t->vals);
+    t->keys = nk;
+    t->vals = nv;
+    t->cap = ncap;
+  }
+  size_t mask = t->cap - 1, j = slot_of(id, mask);
+  for (; t->keys[j]; j = (j + 1) & mask)
+    if (t->keys[j] == id) {
+      *fresh = 0;
+      return &t->vals[j];
+    }
+  t->keys[j] = id;
+  t->count++;
+  *fresh = 1;
+  return &t->vals[j];
+}
 
 /* Converts stack id to a builder stack (symbolised once per id). pre: R.snap_mu held. */
 static int build_stack(build_t *t, uint32_t id, uint32_t *out) {
   *out = MS_SNAP_NO_STACK;
-  if (id == 0 || id >= t->nres || !R.stacks) return MS_OK;
-  if (t->res[id] != UINT32_MAX) {
-    *out = t->res[id];
+  if (id == 0 || !R.stacks) return MS_OK;
+  int fresh;
+  uint32_t *slot = build_slot(t, id, &fresh);
+  if (!slot) return MS_ENOMEM;
+  if (!fresh) {
+    *out = *slot;
     return MS_OK;
   }
+  *slot = MS_SNAP_NO_STACK;
   size_t n = 0;
   const uintptr_t *pcs = ms__stacktab_get(R.stacks, id, &n);
   if (!pcs) return MS_OK;
@@ -520,8 +561,10 @@ static int build_stack(build_t *t, uint32_t id, uint32_t *out) {
                                               syms[k].filename, strlen(syms[k].filename),
                                               syms[k].line, &fr[nf++]));
   }
-  MS_FORWARD_IF_ERROR(ms__snapbuild_stack(&t->b, fr, nf, &t->res[id]));
-  *out = t->res[id];
+  uint32_t idx;
+  MS_FORWARD_IF_ERROR(ms__snapbuild_stack(&t->b, fr, nf, &idx));
+  *slot = idx;
+  *out = idx;
   return MS_OK;
 }
 
@@ -530,13 +573,6 @@ static int build_observe(const copy_t *c, int device, ms_snapshot_t **out, ms_er
   memset(&t, 0, sizeof t);
   ms__snapbuild_init(&t.b);
   int err = MS_OK;
-  t.nres = (R.stacks ? ms__stacktab_count(R.stacks) : 0) + 1;
-  t.res = malloc(t.nres * sizeof *t.res);
-  if (!t.res) {
-    err = MS_ENOMEM;
-    goto out;
-  }
-  memset(t.res, 0xff, t.nres * sizeof *t.res);
   const char *st_alloc, *st_pending;
   const char *an[MS_TRACE_ACTION_COUNT] = {0};
   const char *s1 = ms_block_state_name(MS_BLOCK_ACTIVE_ALLOCATED);
@@ -656,11 +692,13 @@ static int build_observe(const copy_t *c, int device, ms_snapshot_t **out, ms_er
     }
   }
   err = ms__snapbuild_finish(&t.b, out, eb);
-  free(t.res);
+  free(t.keys);
+  free(t.vals);
   ms__snapbuild_release(&t.b);
   return err;
 out:
-  free(t.res);
+  free(t.keys);
+  free(t.vals);
   ms__snapbuild_release(&t.b);
   return ms__errbuf_set(eb, err, "cannot build the snapshot: %s", ms_strerror(err));
 }

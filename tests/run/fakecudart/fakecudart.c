@@ -291,6 +291,8 @@ FK_API const char *cudaGetErrorName(cudaError_t e) {
   case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
   case cudaErrorNoDevice: return "cudaErrorNoDevice";
   case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
+  case 4: return "cudaErrorCudartUnloading"; /* the name `memsnap run` looks for in a stripped
+                                                program to tell it contains the runtime */
   default: return "cudaErrorUnknown";
   }
 }

@@ -1,0 +1,207 @@
+/* SPDX-License-Identifier: MIT
+ * run_app: a CUDA program that knows nothing of memsnap, linked against the fake runtime
+ * (fakecudart), run under `memsnap run` by tests/test_run.c. Each scenario does a fixed set of
+ * device-memory calls that the test then finds, exactly, in the snapshots.
+ *
+ *   run_app basic          see app_basic below (2 devices, streams, managed memory, a bad free)
+ *   run_app threads T N    T threads; thread t does N cudaMallocAsync/cudaFreeAsync pairs on its
+ *                          own stream (sizes 4096 * (t + 1) + i, i < 4096), then keeps t + 1 allocations of
+ *                          1 MiB + t
+ *   run_app oom            40 MiB, then 40 MiB more (fails on a 64 MiB device), prints the codes
+ *   run_app signal DIR     1 allocation, SIGUSR1 to itself, waits for a file in DIR, 1 more
+ *   run_app crash MS       1 allocation, sleeps MS milliseconds, then abort()
+ *   run_app nocuda ARGS    never touches CUDA: prints its arguments, exits 3
+ *   run_app bench N        N cudaMalloc/cudaFree pairs of 4 KiB; prints "ns_per_pair X"
+ */
+#include <dirent.h>
+#include <stdbool.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+typedef int cudaError_t;
+typedef struct fk_stream_s *cudaStream_t;
+cudaError_t cudaMalloc(void **p, size_t size);
+cudaError_t cudaFree(void *p);
+cudaError_t cudaMallocAsync(void **p, size_t size, cudaStream_t s);
+cudaError_t cudaFreeAsync(void *p, cudaStream_t s);
+cudaError_t cudaMallocManaged(void **p, size_t size, unsigned flags);
+cudaError_t cudaSetDevice(int d);
+cudaError_t cudaStreamCreate(cudaStream_t *s);
+cudaError_t cudaGetLastError(void);
+
+#define CHECK(call)                                                                              \
+  do {                                                                                           \
+    cudaError_t e_ = (call);                                                                     \
+    if (e_ != 0) {                                                                               \
+      fprintf(stderr, "run_app: %s failed: %d\n", #call, e_);                                    \
+      exit(10);                                                                                  \
+    }                                                                                            \
+  } while (0)
+
+#define NOINLINE __attribute__((noinline))
+
+NOINLINE void *app_alloc_small(void) {
+  void *p;
+  CHECK(cudaMalloc(&p, 1000));
+  return p;
+}
+
+NOINLINE void *app_alloc_big(void) {
+  void *p;
+  CHECK(cudaMalloc(&p, 3u << 20));
+  return p;
+}
+
+NOINLINE void *app_alloc_on_stream(cudaStream_t s) {
+  void *p;
+  CHECK(cudaMallocAsync(&p, 4096, s));
+  return p;
+}
+
+NOINLINE void *app_alloc_device1(void) {
+  void *p;
+  CHECK(cudaMalloc(&p, 12345));
+  return p;
+}
+
+NOINLINE void *app_alloc_managed(void) {
+  void *p;
+  CHECK(cudaMallocManaged(&p, 777, 1));
+  return p;
+}
+
+static int app_basic(void) {
+  void *a = app_alloc_small();
+  void *b = app_alloc_big();
+  cudaStream_t s;
+  CHECK(cudaStreamCreate(&s));
+  void *c = app_alloc_on_stream(s);
+  CHECK(cudaFree(a));
+  CHECK(cudaFreeAsync(c, s));
+  int bad = cudaFree((void *)(uintptr_t)0x1234); /* never allocated: the runtime's own error */
+  int again = cudaGetLastError();
+  CHECK(cudaFree(NULL));
+  CHECK(cudaSetDevice(1));
+  void *d = app_alloc_device1();
+  void *m = app_alloc_managed();
+  printf("stream %p\nbad free %d %d\nlive %p %p %p\n", (void *)s, bad, again, b, d, m);
+  return 0;
+}
+
+typedef struct {
+  int t, n;
+} worker_arg_t;
+
+NOINLINE void *app_worker(void *arg) {
+  worker_arg_t *w = arg;
+  cudaStream_t s;
+  CHECK(cudaStreamCreate(&s));
+  for (int i = 0; i < w->n; i++) {
+    void *p;
+    CHECK(cudaMallocAsync(&p, (size_t)(4096 * (w->t + 1) + i), s));
+    CHECK(cudaFreeAsync(p, s));
+  }
+  for (int k = 0; k <= w->t; k++) {
+    void *p;
+    CHECK(cudaMalloc(&p, (1u << 20) + (size_t)w->t));
+  }
+  return NULL;
+}
+
+static int app_threads(int nt, int n) {
+  pthread_t th[64];
+  worker_arg_t args[64];
+  if (nt > 64) nt = 64;
+  for (int t = 0; t < nt; t++) {
+    args[t] = (worker_arg_t){t, n};
+    pthread_create(&th[t], NULL, app_worker, &args[t]);
+  }
+  for (int t = 0; t < nt; t++) pthread_join(th[t], NULL);
+  printf("threads done\n");
+  return 0;
+}
+
+NOINLINE int app_oom_step(void **p) {
+  return cudaMalloc(p, 40u << 20);
+}
+
+static int app_oom(void) {
+  void *a, *b = NULL;
+  CHECK(app_oom_step(&a));
+  int e = app_oom_step(&b);
+  int last = cudaGetLastError();
+  int after = cudaGetLastError();
+  printf("oom %d %d %d %s\n", e, last, after, b ? "set" : "null");
+  return 0;
+}
+
+static bool dir_has_file(const char *dir) {
+  DIR *d = opendir(dir);
+  if (!d) return false;
+  struct dirent *de;
+  bool found = false;
+  while ((de = readdir(d)))
+    if (strstr(de->d_name, ".msgpack") && de->d_name[0] != '.') found = true;
+  closedir(d);
+  return found;
+}
+
+static int app_signal(const char *dir) {
+  void *a, *b;
+  CHECK(cudaMalloc(&a, 5000));
+  kill(getpid(), SIGUSR1);
+  for (int i = 0; i < 500 && !dir_has_file(dir); i++) usleep(10000);
+  CHECK(cudaMalloc(&b, 6000));
+  printf("signal %s\n", dir_has_file(dir) ? "seen" : "timeout");
+  return 0;
+}
+
+static int app_crash(int ms) {
+  void *a;
+  CHECK(cudaMalloc(&a, 7000));
+  usleep((useconds_t)ms * 1000);
+  fflush(stdout);
+  abort();
+}
+
+static int app_bench(long n) {
+  struct timespec t0, t1;
+  void *p;
+  for (int i = 0; i < 1000; i++) { /* warm up: the first call starts the recorder */
+    CHECK(cudaMalloc(&p, 4096));
+    CHECK(cudaFree(p));
+  }
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  for (long i = 0; i < n; i++) {
+    CHECK(cudaMalloc(&p, 4096));
+    CHECK(cudaFree(p));
+  }
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  double ns = ((double)(t1.tv_sec - t0.tv_sec) * 1e9 + (double)(t1.tv_nsec - t0.tv_nsec)) / (double)n;
+  printf("ns_per_pair %.1f\n", ns);
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  const char *what = argc > 1 ? argv[1] : "basic";
+  if (strcmp(what, "basic") == 0) return app_basic();
+  if (strcmp(what, "threads") == 0 && argc > 3) return app_threads(atoi(argv[2]), atoi(argv[3]));
+  if (strcmp(what, "oom") == 0) return app_oom();
+  if (strcmp(what, "signal") == 0 && argc > 2) return app_signal(argv[2]);
+  if (strcmp(what, "crash") == 0 && argc > 2) return app_crash(atoi(argv[2]));
+  if (strcmp(what, "bench") == 0 && argc > 2) return app_bench(atol(argv[2]));
+  if (strcmp(what, "nocuda") == 0) {
+    for (int i = 2; i < argc; i++) printf("arg %s\n", argv[i]);
+    fprintf(stderr, "to stderr\n");
+    return 3;
+  }
+  fprintf(stderr, "run_app: unknown scenario '%s'\n", what);
+  return 2;
+}
