@@ -65,7 +65,7 @@ typedef struct ent_s {
   uint64_t addr;
   uint64_t size;
   uint64_t stream;
-  int64_t time_us;
+  int64_t time; /* clock ticks (rec_ticks) */
   int64_t pool_id[2];
   uint32_t stack;
   uint8_t action; /* ms_trace_action */
@@ -80,7 +80,8 @@ static struct {
   uint64_t next_seq;
   /* trace ring */
   ent_t *ring;
-  size_t ring_cap, ring_len, ring_head;
+  size_t ring_cap, ring_len, ring_head; /* ring_head: oldest entry once full (ring_len == cap) */
+  size_t ring_max;                      /* max_entries */
   uint64_t dropped[MS__RUN_MAX_DEVICES];
   /* statistics */
   ms_stats_t stats[MS__RUN_MAX_DEVICES];
@@ -167,6 +168,50 @@ const ms__run_opts_t *ms__run_opts(void) {
   return &opts;
 }
 
+/* ---- time ------------------------------------------------------------------------------------
+ * As history.c does (PyTorch's approximate TSC): entries store clock ticks, cheaper to read than
+ * the wall clock, converted to unix microseconds when a snapshot is built, with the rate measured
+ * between the recorder's start and the snapshot. */
+#if defined(__x86_64__) || defined(__i386__)
+static inline uint64_t rec_ticks(void) { return __builtin_ia32_rdtsc(); }
+#else
+static inline uint64_t rec_ticks(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+#endif
+
+typedef struct clock_pair_s {
+  uint64_t ticks;
+  int64_t us;
+} clock_pair_t;
+
+static clock_pair_t clock_base;
+
+static clock_pair_t clock_pair(void) {
+  clock_pair_t best = {0, 0};
+  uint64_t gap = UINT64_MAX;
+  for (int i = 0; i < 3; i++) {
+    uint64_t t0 = rec_ticks();
+    int64_t us = ms__now_us();
+    uint64_t t1 = rec_ticks();
+    if (t1 - t0 < gap) {
+      gap = t1 - t0;
+      best.ticks = t0 + (t1 - t0) / 2;
+      best.us = us;
+    }
+  }
+  return best;
+}
+
+static int64_t ticks_to_us(uint64_t ticks, clock_pair_t now) {
+  if (now.us <= clock_base.us || now.ticks <= clock_base.ticks) return now.us;
+  double per_us = (double)(now.ticks - clock_base.ticks) / (double)(now.us - clock_base.us);
+  double back = (double)(int64_t)(now.ticks - ticks) / per_us;
+  return now.us - (int64_t)(back + 0.5);
+}
+
 /* ---- the live table (pre: R.mu held) ------------------------------------------------------ */
 
 static size_t slot_of(uint64_t addr, size_t mask) {
@@ -226,10 +271,10 @@ static void note_device(int device) {
 
 static void trace_push(ms_trace_action action, int device, uint64_t addr, uint64_t size,
                        uint64_t stream, const int64_t pool_id[2], uint32_t stack, int64_t now) {
-  size_t max = ms__run_opts()->max_entries;
-  if (R.ring_len == R.ring_cap && R.ring_cap < max) { /* grow (never wrapped yet: head 0) */
+  if (ms_unlikely(R.ring_len == R.ring_cap) && R.ring_cap < R.ring_max) {
+    /* grow (never wrapped yet: the oldest entry is in slot 0) */
     size_t ncap = R.ring_cap ? R.ring_cap * 2 : 4096;
-    if (ncap > max) ncap = max;
+    if (ncap > R.ring_max) ncap = R.ring_max;
     ent_t *n = realloc(R.ring, ncap * sizeof *n);
     if (n) {
       R.ring = n;
@@ -237,13 +282,12 @@ static void trace_push(ms_trace_action action, int device, uint64_t addr, uint64
     }
   }
   ent_t *e;
-  if (R.ring_len < R.ring_cap) {
-    e = &R.ring[(R.ring_head + R.ring_len) % R.ring_cap];
-    R.ring_len++;
+  if (ms_likely(R.ring_len < R.ring_cap)) { /* not full: never wrapped, head 0 */
+    e = &R.ring[R.ring_len++];
   } else if (R.ring_cap) { /* full: the oldest entry goes */
     e = &R.ring[R.ring_head];
     R.dropped[e->device]++;
-    R.ring_head = (R.ring_head + 1) % R.ring_cap;
+    if (++R.ring_head == R.ring_cap) R.ring_head = 0;
   } else { /* no host memory for a ring at all */
     R.dropped[device]++;
     return;
@@ -253,7 +297,7 @@ static void trace_push(ms_trace_action action, int device, uint64_t addr, uint64
   e->addr = addr;
   e->size = size;
   e->stream = stream;
-  e->time_us = now;
+  e->time = now;
   e->pool_id[0] = pool_id ? pool_id[0] : 0;
   e->pool_id[1] = pool_id ? pool_id[1] : 0;
   e->stack = stack;
@@ -316,7 +360,7 @@ MS_NOINLINE uint32_t ms__run_stack(unsigned skip) {
 void ms__run_on_alloc(int device, uint64_t addr, uint64_t size, uint64_t stream,
                       const int64_t pool_id[2], uint32_t stack, ms__run_kind kind) {
   if (device < 0 || device >= MS__RUN_MAX_DEVICES || addr == 0 || addr == TOMB) return;
-  int64_t now = ms__now_us();
+  int64_t now = (int64_t)rec_ticks();
   pthread_mutex_lock(&R.mu);
   R.ncalls++;
   note_device(device);
@@ -365,7 +409,7 @@ uint64_t ms__run_free_begin(uint64_t addr, uint64_t stream, uint32_t stack) {
 
 void ms__run_free_end(uint64_t addr, uint64_t seq, bool ok) {
   if (!seq) return;
-  int64_t now = ms__now_us();
+  int64_t now = (int64_t)rec_ticks();
   pthread_mutex_lock(&R.mu);
   R.ncalls++;
   live_t *e = tab_find(addr);
@@ -407,7 +451,7 @@ static void held_bytes(int device, uint64_t *bytes, uint64_t *n) {
 void ms__run_on_oom(const char *call, int device, uint64_t size, uint64_t stream,
                     uint64_t device_free, uint64_t device_total, uint32_t stack) {
   if (device < 0 || device >= MS__RUN_MAX_DEVICES) device = 0;
-  int64_t now = ms__now_us();
+  int64_t now = (int64_t)rec_ticks();
   uint64_t held = 0, nheld = 0;
   bool cache = ms__run_cache_active();
   pthread_mutex_lock(&R.mu);
@@ -569,6 +613,7 @@ static int build_stack(build_t *t, uint32_t id, uint32_t *out) {
 }
 
 static int build_observe(const copy_t *c, int device, ms_snapshot_t **out, ms_errbuf_t *eb) {
+  clock_pair_t now = clock_pair();
   build_t t;
   memset(&t, 0, sizeof t);
   ms__snapbuild_init(&t.b);
@@ -639,7 +684,7 @@ static int build_observe(const copy_t *c, int device, ms_snapshot_t **out, ms_er
       tr.addr = e->addr;
       tr.size = e->size;
       tr.stream = e->stream;
-      tr.time_us = e->time_us;
+      tr.time_us = ticks_to_us((uint64_t)e->time, now);
       tr.pool_id[0] = e->pool_id[0];
       tr.pool_id[1] = e->pool_id[1];
       tr.compile_context = "";
@@ -855,6 +900,10 @@ static void atfork_child(void) {
 
 static void start_once_fn(void) {
   const ms__run_opts_t *o = ms__run_opts();
+  clock_base = clock_pair();
+  pthread_mutex_lock(&R.mu);
+  R.ring_max = o->max_entries;
+  pthread_mutex_unlock(&R.mu);
   for (int d = 0; d < MS__RUN_MAX_DEVICES; d++) ms_stats_init(&R.stats[d]);
   if (o->depth) {
     ms__backtrace_init(); /* loads libgcc now, not inside a capture */

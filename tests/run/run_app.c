@@ -11,9 +11,12 @@
  *   run_app signal DIR     1 allocation, SIGUSR1 to itself, waits for a file in DIR, 1 more
  *   run_app crash MS       1 allocation, sleeps MS milliseconds, then abort()
  *   run_app nocuda ARGS    never touches CUDA: prints its arguments, exits 3
- *   run_app bench N        N cudaMalloc/cudaFree pairs of 4 KiB; prints "ns_per_pair X"
+ *   run_app bench N        N cudaMalloc/cudaFree pairs of 4 KiB; prints "ns_per_pair X", then
+ *                          the cost of one backtrace(3) at about the interposer's depth
+ *                          ("ns_backtrace X")
  */
 #include <dirent.h>
+#include <execinfo.h>
 #include <stdbool.h>
 #include <pthread.h>
 #include <signal.h>
@@ -170,6 +173,15 @@ static int app_crash(int ms) {
   abort();
 }
 
+/* backtrace(3) from the depth at which the interposer captures a stack: three frames below the
+ * program's caller (the hook, ms__run_stack, ms__capture_backtrace). */
+NOINLINE int app_bt_inner(void) {
+  void *buf[32];
+  return backtrace(buf, 32);
+}
+NOINLINE int app_bt_mid(void) { return app_bt_inner() + 1; }
+NOINLINE int app_bt_probe(void) { return app_bt_mid() + 1; }
+
 static int app_bench(long n) {
   struct timespec t0, t1;
   void *p;
@@ -185,6 +197,13 @@ static int app_bench(long n) {
   clock_gettime(CLOCK_MONOTONIC, &t1);
   double ns = ((double)(t1.tv_sec - t0.tv_sec) * 1e9 + (double)(t1.tv_nsec - t0.tv_nsec)) / (double)n;
   printf("ns_per_pair %.1f\n", ns);
+  long nb = n / 10 > 0 ? n / 10 : 1;
+  volatile int sink = 0;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  for (long i = 0; i < nb; i++) sink += app_bt_probe();
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  ns = ((double)(t1.tv_sec - t0.tv_sec) * 1e9 + (double)(t1.tv_nsec - t0.tv_nsec)) / (double)nb;
+  printf("ns_backtrace %.1f\n", ns);
   return 0;
 }
 
