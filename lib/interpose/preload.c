@@ -37,11 +37,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "common/internal.h"
 #include "memsnap/allocator.h"
 #include "memsnap/backend.h"
 #include "memsnap/history.h"
-#include "run_internal.h"
+#include "interpose/run_internal.h"
 
 #define MS_EXPORT __attribute__((visibility("default")))
 #define MS_ALWAYS_INLINE static inline __attribute__((always_inline))

@@ -36,14 +36,14 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "history_internal.h"
-#include "internal.h"
+#include "history/history_internal.h"
+#include "common/internal.h"
 #include "memsnap/history.h"
 #include "memsnap/serialize.h"
 #include "memsnap/stats.h"
-#include "run_internal.h"
-#include "snapbuild.h"
-#include "stats_internal.h"
+#include "interpose/run_internal.h"
+#include "model/snapbuild.h"
+#include "alloc/stats_internal.h"
 
 #define TOMB UINT64_MAX
 
