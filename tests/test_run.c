@@ -504,3 +504,44 @@ Test(run, cache_mode_eight_threads) {
   cr_assert_eq(rt_count_action(s, 0, MS_TRACE_ALLOC), 8 * 300 + 36);
   ms_snapshot_free(s);
 }
+
+/* The toolkit's own libcudart (shared): calls reach it through the interposer with the same
+ * results. Without a GPU every call fails (e.g. cudaErrorInsufficientDriver) and the program exits
+ * the same way; on a GPU the program runs and the outputs still match. */
+Test(run, the_real_shared_runtime_is_forwarded_unchanged) {
+#ifndef MS_TEST_HAVE_CUDART
+  printf("SKIP: run: no CUDA Toolkit in this build (the real-runtime test needs libcudart)\n");
+  cr_skip_test("no CUDA Toolkit");
+#else
+  const char *app = MS_TEST_BINARY_DIR "/tests/run/run_app_cudart";
+  rt_result_t bare, r;
+  rt_spawn((char *[]){(char *)app, "oom", NULL}, NULL, &bare);
+  rt_run(&r, NULL, NULL, (const char *[]){app, "oom", NULL});
+  cr_assert_eq(r.status, bare.status, "bare %d, under memsnap %d: %s", bare.status, r.status,
+               r.err);
+  cr_assert_str_eq(r.out, bare.out);
+  cr_assert(strstr(r.err, bare.err), "bare stderr '%s' not in '%s'", bare.err, r.err);
+  cr_assert(!strstr(r.err, "contains the CUDA runtime"), "%s", r.err);
+#endif
+}
+
+/* The toolkit's libcudart_static, as nvcc links by default: detected, stripped or not. */
+Test(run, the_real_static_runtime_is_detected) {
+#ifndef MS_TEST_HAVE_CUDART
+  printf("SKIP: run: no CUDA Toolkit in this build (the real-runtime test needs libcudart_static)\n");
+  cr_skip_test("no CUDA Toolkit");
+#else
+  const char *apps[2] = {MS_TEST_BINARY_DIR "/tests/run/run_app_cudart_static",
+                         MS_TEST_BINARY_DIR "/tests/run/run_app_cudart_stripped"};
+  for (int i = 0; i < 2; i++) {
+    rt_result_t bare, r;
+    rt_spawn((char *[]){(char *)apps[i], "oom", NULL}, NULL, &bare);
+    rt_run(&r, NULL, NULL, (const char *[]){apps[i], "oom", NULL});
+    cr_assert_eq(r.status, bare.status);
+    cr_assert_str_eq(r.out, bare.out);
+    cr_assert(strstr(r.err, "contains the CUDA runtime (linked with libcudart_static)"), "%s: %s",
+              apps[i], r.err);
+    cr_assert_eq(rt_count_files(), 0);
+  }
+#endif
+}
