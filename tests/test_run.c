@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -334,6 +335,33 @@ Test(run, sigusr1_writes_a_snapshot_mid_run) {
   ms_snapshot_free(s);
   s = rt_load(1);
   cr_assert_eq(s->nsegments, 2);
+  ms_snapshot_free(s);
+}
+
+Test(run, sigusr1_sent_to_memsnap_reaches_the_program) {
+  char pattern[4096], ready[4096], outp[4096];
+  snprintf(pattern, sizeof pattern, "%s/s-%%n.msgpack", rt_dir);
+  snprintf(ready, sizeof ready, "%s/ready", rt_dir);
+  snprintf(outp, sizeof outp, "%s/.out", rt_dir);
+  char *argv[] = {(char *)rt_memsnap(), "run", "-o", pattern, "--", RT_APP, "wait", rt_dir, NULL};
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, outp, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+  pid_t pid;
+  cr_assert_eq(posix_spawn(&pid, argv[0], &fa, NULL, argv, environ), 0);
+  posix_spawn_file_actions_destroy(&fa);
+  for (int i = 0; i < 1000 && access(ready, F_OK) != 0; i++) usleep(10000);
+  cr_assert_eq(access(ready, F_OK), 0, "the program never allocated");
+  cr_assert_eq(kill(pid, SIGUSR1), 0); /* to memsnap, not to the program */
+  int st;
+  cr_assert_eq(waitpid(pid, &st, 0), pid);
+  cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status %#x", st);
+  char out[256];
+  rt_slurp(outp, out, sizeof out);
+  cr_assert_str_eq(out, "wait seen\n");
+  ms_snapshot_t *s = rt_load(0);
+  cr_assert_eq(s->nsegments, 1);
   ms_snapshot_free(s);
 }
 

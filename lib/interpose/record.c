@@ -832,7 +832,17 @@ out:
 
 /* ---- when snapshots are written ------------------------------------------------------------- */
 
+void ms__run_stop(void) {
+  pthread_mutex_lock(&R.snap_mu);
+  R.exiting = true;
+  pthread_mutex_unlock(&R.snap_mu);
+}
+
 static void on_exit_snapshot(void) {
+  pthread_mutex_lock(&R.snap_mu);
+  bool stopped = R.exiting;
+  pthread_mutex_unlock(&R.snap_mu);
+  if (stopped) return;
   pthread_mutex_lock(&R.mu);
   uint64_t calls = R.ncalls;
   pthread_mutex_unlock(&R.mu);

@@ -102,6 +102,9 @@ int ms__run_take(int device, ms_snapshot_t **out, ms_errbuf_t *eb);
  * receives the last path written. @return MS_OK or an error (a warning was printed). */
 int ms__run_write(const char *why, int device, char *path_out, size_t cap);
 
+/* Stops writing: no snapshot is written after this, not even at exit (tests). */
+void ms__run_stop(void);
+
 /* ---- cache mode (preload.c) ---------------------------------------------------------------- */
 
 /* Whether the cache mode serves allocations. */

@@ -9,6 +9,8 @@
  *                          1 MiB + t
  *   run_app oom            40 MiB, then 40 MiB more (fails on a 64 MiB device), prints the codes
  *   run_app signal DIR     1 allocation, SIGUSR1 to itself, waits for a file in DIR, 1 more
+ *   run_app wait DIR       1 allocation, creates DIR/ready, waits for a file in DIR (SIGUSR1
+ *                          sent by the test to memsnap, which passes it on)
  *   run_app crash MS       1 allocation, sleeps MS milliseconds, then abort()
  *   run_app nocuda ARGS    never touches CUDA: prints its arguments, exits 3
  *   run_app bench N        N cudaMalloc/cudaFree pairs of 4 KiB; prints "ns_per_pair X", then
@@ -165,6 +167,20 @@ static int app_signal(const char *dir) {
   return 0;
 }
 
+/* Allocates, says so with the file DIR/ready, and waits (10 s at most) for a snapshot in DIR
+ * written on a SIGUSR1 that someone else sends. */
+static int app_wait(const char *dir) {
+  void *a;
+  CHECK(cudaMalloc(&a, 5000));
+  char path[4096];
+  snprintf(path, sizeof path, "%s/ready", dir);
+  FILE *f = fopen(path, "w");
+  if (f) fclose(f);
+  for (int i = 0; i < 1000 && !dir_has_file(dir); i++) usleep(10000);
+  printf("wait %s\n", dir_has_file(dir) ? "seen" : "timeout");
+  return 0;
+}
+
 static int app_crash(int ms) {
   void *a;
   CHECK(cudaMalloc(&a, 7000));
@@ -214,6 +230,7 @@ int main(int argc, char **argv) {
   if (strcmp(what, "threads") == 0 && argc > 3) return app_threads(atoi(argv[2]), atoi(argv[3]));
   if (strcmp(what, "oom") == 0) return app_oom();
   if (strcmp(what, "signal") == 0 && argc > 2) return app_signal(argv[2]);
+  if (strcmp(what, "wait") == 0 && argc > 2) return app_wait(argv[2]);
   if (strcmp(what, "crash") == 0 && argc > 2) return app_crash(atoi(argv[2]));
   if (strcmp(what, "bench") == 0 && argc > 2) return app_bench(atol(argv[2]));
   if (strcmp(what, "nocuda") == 0) {
