@@ -52,6 +52,24 @@ static void rt_slurp(const char *path, char *dst, size_t cap) {
   dst[n] = 0;
 }
 
+/* In a sanitizer build the test programs carry the ASan runtime, and memsnap run puts its
+ * interposer ahead of it in the load order, which ASan refuses unless told not to check
+ * (verify_asan_link_order=0); the option is ignored by programs without ASan. envp has room for
+ * one more entry after its m entries. */
+static char rt_asan_opts[4096];
+static void rt_asan_env(char **envp, size_t m) {
+  const char *old = getenv("ASAN_OPTIONS");
+  snprintf(rt_asan_opts, sizeof rt_asan_opts, "ASAN_OPTIONS=%s%sverify_asan_link_order=0",
+           old && *old ? old : "", old && *old ? ":" : "");
+  for (size_t i = 0; i < m; i++)
+    if (strncmp(envp[i], "ASAN_OPTIONS=", 13) == 0) {
+      envp[i] = rt_asan_opts;
+      return;
+    }
+  envp[m] = rt_asan_opts;
+  envp[m + 1] = NULL;
+}
+
 /* Runs argv with extra environment entries ("K=V", NULL-terminated list, may be NULL). */
 static void rt_spawn(char *const argv[], const char *const *env_extra, rt_result_t *r) {
   char outp[4096], errp[4096];
@@ -64,7 +82,7 @@ static void rt_spawn(char *const argv[], const char *const *env_extra, rt_result
   size_t n = 0, k = 0;
   while (environ[n]) n++;
   while (env_extra && env_extra[k]) k++;
-  char **envp = calloc(n + k + 1, sizeof *envp);
+  char **envp = calloc(n + k + 2, sizeof *envp);
   size_t m = 0;
   for (size_t i = 0; i < n; i++) {
     bool overridden = false;
@@ -75,6 +93,8 @@ static void rt_spawn(char *const argv[], const char *const *env_extra, rt_result
     if (!overridden) envp[m++] = environ[i];
   }
   for (size_t j = 0; j < k; j++) envp[m++] = (char *)env_extra[j];
+  envp[m] = NULL;
+  rt_asan_env(envp, m);
   pid_t pid;
   int rc = posix_spawn(&pid, argv[0], &fa, NULL, argv, envp);
   cr_assert_eq(rc, 0, "cannot spawn %s", argv[0]);
@@ -349,8 +369,14 @@ Test(run, sigusr1_sent_to_memsnap_reaches_the_program) {
   posix_spawn_file_actions_addopen(&fa, 1, outp, O_WRONLY | O_CREAT | O_TRUNC, 0600);
   posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
   pid_t pid;
-  cr_assert_eq(posix_spawn(&pid, argv[0], &fa, NULL, argv, environ), 0);
+  size_t n = 0;
+  while (environ[n]) n++;
+  char **envp = calloc(n + 2, sizeof *envp);
+  memcpy(envp, environ, n * sizeof *envp);
+  rt_asan_env(envp, n);
+  cr_assert_eq(posix_spawn(&pid, argv[0], &fa, NULL, argv, envp), 0);
   posix_spawn_file_actions_destroy(&fa);
+  free(envp);
   for (int i = 0; i < 1000 && access(ready, F_OK) != 0; i++) usleep(10000);
   cr_assert_eq(access(ready, F_OK), 0, "the program never allocated");
   cr_assert_eq(kill(pid, SIGUSR1), 0); /* to memsnap, not to the program */
