@@ -323,7 +323,7 @@ Test(run, oom_writes_a_snapshot_and_returns_the_same_error) {
   snprintf(want, sizeof want,
            "memsnap: out of memory: cudaMalloc of 40.0MiB on device 0 failed "
            "(cudaErrorMemoryAllocation); the device has 24.0MiB free of 64.0MiB; the program "
-           "holds 40.0MiB in 1 allocations on it; snapshot written to '%s/s-0.msgpack'\n",
+           "holds 40.0MiB in 1 allocation on it; snapshot written to '%s/s-0.msgpack'\n",
            rt_dir);
   cr_assert(strstr(r.err, want), "stderr: %s", r.err);
   cr_assert_eq(rt_count_files(), 2); /* the OOM snapshot, then the exit snapshot */

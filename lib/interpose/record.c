@@ -484,9 +484,9 @@ void ms__run_on_oom(const char *call, int device, uint64_t size, uint64_t stream
   else
     ms__message("memsnap: ", "out of memory: %s of %s on device %d failed "
                 "(cudaErrorMemoryAllocation); the device has %s free of %s; the program holds "
-                "%s in %llu allocations on it; %s",
+                "%s in %llu allocation%s on it; %s",
                 call, sz, device, fr, device_total ? tot : "?", hd, (unsigned long long)nheld,
-                where);
+                nheld == 1 ? "" : "s", where);
 }
 
 /* ---- snapshots ------------------------------------------------------------------------------ */
@@ -846,7 +846,7 @@ static void on_exit_snapshot(void) {
   pthread_mutex_lock(&R.mu);
   uint64_t calls = R.ncalls;
   pthread_mutex_unlock(&R.mu);
-  if (calls == 0 && !ms__run_cache_active()) return;
+  if (calls == 0 && !(ms__run_cache_active() && ms__run_cache_devices())) return;
   ms__run_write("exit", -1, NULL, 0);
   pthread_mutex_lock(&R.snap_mu);
   R.exiting = true; /* the writer thread writes nothing after this */
