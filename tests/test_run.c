@@ -342,6 +342,27 @@ Test(run, oom_writes_a_snapshot_and_returns_the_same_error) {
   ms_snapshot_free(s);
 }
 
+/* A program that links no runtime loads a plugin bringing its own libcudart in a local scope
+ * (as Python loads an extension module): dlsym(RTLD_NEXT) cannot see it; the interposer finds it
+ * among the loaded modules (else the plugin's calls would fail). */
+Test(run, a_runtime_loaded_in_a_local_scope_is_found) {
+  const char *plugin = MS_TEST_BINARY_DIR "/tests/run/plugin/librun_plugin.so";
+  rt_result_t bare, r;
+  const char *loader = MS_TEST_BINARY_DIR "/tests/run/run_loader";
+  rt_spawn((char *[]){(char *)loader, (char *)plugin, NULL}, NULL, &bare);
+  rt_run(&r, NULL, NULL, (const char *[]){loader, plugin, NULL});
+  cr_assert_eq(bare.status, 0, "%s", bare.err);
+  cr_assert_eq(r.status, 0, "%s", r.err);
+  cr_assert_str_eq(r.out, "plugin 0\n");
+  ms_snapshot_t *s = rt_load(0);
+  cr_assert_eq(s->nsegments, 1);
+  cr_assert_eq(s->segments[0].total_size, 123456);
+  cr_assert_str_eq(rt_frame(s, s->segments[0].stack, 1), "plugin_alloc");
+  cr_assert_str_eq(rt_frame(s, s->segments[0].stack, 2), "plugin_work");
+  cr_assert_eq(rt_count_action(s, 0, MS_TRACE_SEGMENT_FREE), 1);
+  ms_snapshot_free(s);
+}
+
 Test(run, sigusr1_writes_a_snapshot_mid_run) {
   rt_result_t r;
   rt_run(&r, NULL, NULL, (const char *[]){RT_APP, "signal", rt_dir, NULL});
