@@ -2,9 +2,9 @@
  * Tests of `memsnap run`'s recorder (lib/interpose/record.c) in-process, so that it also runs
  * under the sanitizers (the interposer library itself is built without them in sanitizer builds,
  * docs/run.md): the live table through growth and tombstones, the trace ring wrapping at
- * max_entries with the drops counted per device, the two-step free (pending, completed, failed,
- * completed by the driver reusing the address), devices, stacks, one file per device, and eight
- * threads recording at once. Each Criterion test runs in its own process: fresh recorder state.
+ * max_entries with the drops counted per device, frees (failed, unknown, twice, completed by the
+ * driver reusing the address first), devices, stacks, one file per device, and eight threads
+ * recording at once. Each Criterion test runs in its own process: fresh recorder state.
  */
 #include <criterion/criterion.h>
 #include <pthread.h>
@@ -38,9 +38,8 @@ static void rr_start(const char *max_entries, const char *stacks) {
 #define ADDR(i) (0x7f0000000000ULL + (uint64_t)(i) * 0x1000)
 
 static void rr_free(uint64_t addr) {
-  uint64_t seq = ms__run_free_begin(addr, 0, 0);
-  cr_assert_neq(seq, 0, "%#llx not live", (unsigned long long)addr);
-  ms__run_free_end(addr, seq, true);
+  uint64_t begin = ms__run_free_begin();
+  ms__run_free_end(addr, begin, true);
 }
 
 Test(run_record, ring_wraps_at_max_entries_and_counts_drops, .fini = rr_fini) {
@@ -91,42 +90,33 @@ Test(run_record, the_live_table_survives_growth_and_tombstones, .fini = rr_fini)
   ms_snapshot_free(s);
 }
 
-Test(run_record, a_free_is_pending_until_it_returns, .fini = rr_fini) {
+Test(run_record, only_successful_frees_of_known_allocations_are_recorded, .fini = rr_fini) {
   rr_start("1000", "0");
   ms__run_on_alloc(0, ADDR(1), 4096, 7, NULL, 0, 0);
-  cr_assert_eq(ms__run_free_begin(ADDR(2), 0, 0), 0); /* unknown: nothing to record */
-  uint64_t seq = ms__run_free_begin(ADDR(1), 7, 0);
-  cr_assert_neq(seq, 0);
-  cr_assert_eq(ms__run_free_begin(ADDR(1), 7, 0), 0); /* a second free of it meanwhile */
+  rr_free(ADDR(2)); /* never allocated: nothing to record */
+  ms__run_free_end(ADDR(1), ms__run_free_begin(), false); /* the real free failed */
   ms_snapshot_t *s = rr_take(-1);
   cr_assert_eq(s->nsegments, 1);
-  cr_assert_eq(s->blocks[0].state, MS_BLOCK_ACTIVE_PENDING_FREE);
-  cr_assert_eq(s->segments[0].allocated_size, 0);
-  cr_assert_eq(s->segments[0].active_size, 4096);
-  ms_snapshot_free(s);
-  /* the real free failed: the allocation is live again, nothing traced */
-  ms__run_free_end(ADDR(1), seq, false);
-  s = rr_take(-1);
   cr_assert_eq(s->blocks[0].state, MS_BLOCK_ACTIVE_ALLOCATED);
   cr_assert_eq(s->devices[0].ntrace, 2);
   ms_snapshot_free(s);
-  /* now it succeeds */
-  seq = ms__run_free_begin(ADDR(1), 7, 0);
-  ms__run_free_end(ADDR(1), seq, true);
+  rr_free(ADDR(1));
+  rr_free(ADDR(1)); /* twice: the second is not recorded */
   s = rr_take(-1);
   cr_assert_eq(s->nsegments, 0);
   cr_assert_eq(s->devices[0].ntrace, 5);
-  cr_assert_eq(s->trace[4].stream, 7);
+  cr_assert_eq(s->trace[4].action, MS_TRACE_SEGMENT_FREE);
+  cr_assert_eq(s->trace[4].stream, 7); /* the allocation's stream, as PyTorch's */
   ms_snapshot_free(s);
 }
 
 Test(run_record, an_address_reused_before_its_free_returned_completes_that_free, .fini = rr_fini) {
   rr_start("1000", "0");
   ms__run_on_alloc(0, ADDR(1), 4096, 0, NULL, 0, 0);
-  uint64_t seq = ms__run_free_begin(ADDR(1), 0, 0);
+  uint64_t begin = ms__run_free_begin();
   /* the driver freed it and another thread got the same address before this one recorded */
   ms__run_on_alloc(0, ADDR(1), 8192, 0, NULL, 0, 0);
-  ms__run_free_end(ADDR(1), seq, true); /* already completed: no-op */
+  ms__run_free_end(ADDR(1), begin, true); /* already completed: the new one stays */
   ms_snapshot_t *s = rr_take(-1);
   cr_assert_eq(s->nsegments, 1);
   cr_assert_eq(s->segments[0].total_size, 8192);
@@ -216,8 +206,8 @@ static void *rr_worker(void *arg) {
     uint32_t st = ms__run_stack(0);
     ms__run_on_alloc(0, a, 256 + (uint64_t)t, (uint64_t)t + 1, NULL, st, 0);
     if (i % 2 == 0) {
-      uint64_t seq = ms__run_free_begin(a, (uint64_t)t + 1, 0);
-      ms__run_free_end(a, seq, true);
+      uint64_t begin = ms__run_free_begin();
+      ms__run_free_end(a, begin, true);
     }
   }
   return NULL;

@@ -518,7 +518,7 @@ MS_ALWAYS_INLINE cudaError_t cache_free(void *ptr, int device, uint64_t stream) 
 
 /* ---- the exported functions -------------------------------------------------------------------- */
 
-/* Each hook captures the stack itself (ms__run_stack(0) from the exported function: the innermost
+/* Each hook captures the stack itself (MS__RUN_STACK_HERE in the exported function: the innermost
  * frame is then the hook, named after the CUDA call, and the next one the program's caller). */
 #define HOOK_ENTER(realp)                                                                        \
   if (ms_unlikely(!(realp))) return cudaErrorSharedObjectSymbolNotFound;                        \
@@ -528,21 +528,21 @@ MS_ALWAYS_INLINE cudaError_t cache_free(void *ptr, int device, uint64_t stream) 
   do {                                                                                           \
     ms__run_in_hook = 1;                                                                         \
     ms__run_start();                                                                             \
-    uint32_t stack_ = ms__run_stack(0);                                                          \
+    uint32_t stack_;                                                                             \
+    MS__RUN_STACK_HERE(stack_);                                                                  \
     cudaError_t r_ = (realcall);                                                                 \
     observe_result(r_, call, p, size, device, stream, pool, kind, stack_);                      \
     ms__run_in_hook = 0;                                                                         \
     return r_;                                                                                   \
   } while (0)
 
-#define OBSERVE_FREE(realcall, ptr, stream)                                                      \
+#define OBSERVE_FREE(realcall, ptr)                                                              \
   do {                                                                                           \
     ms__run_in_hook = 1;                                                                         \
     ms__run_start();                                                                             \
-    uint64_t seq_ = 0;                                                                           \
-    if (ptr) seq_ = ms__run_free_begin((uint64_t)(uintptr_t)(ptr), (stream), 0);                  \
+    uint64_t begin_ = ms__run_free_begin();                                                      \
     cudaError_t r_ = (realcall);                                                                 \
-    ms__run_free_end((uint64_t)(uintptr_t)(ptr), seq_, r_ == cudaSuccess);                       \
+    ms__run_free_end((uint64_t)(uintptr_t)(ptr), begin_, r_ == cudaSuccess);                     \
     ms__run_in_hook = 0;                                                                         \
     return r_;                                                                                   \
   } while (0)
@@ -572,7 +572,7 @@ MS_EXPORT cudaError_t cudaFree(void *devPtr) {
     if (r >= 0) return r;
   }
   if (!devPtr) return real(devPtr); /* cudaFree(0): context creation, nothing to record */
-  OBSERVE_FREE(real(devPtr), devPtr, 0);
+  OBSERVE_FREE(real(devPtr), devPtr);
 }
 
 #define ASYNC_HOOKS(suffix, default_stream)                                                      \
@@ -603,7 +603,7 @@ MS_EXPORT cudaError_t cudaFree(void *devPtr) {
       if (r >= 0) return r;                                                                      \
     }                                                                                            \
     if (!devPtr) return real(devPtr, s);                                                         \
-    OBSERVE_FREE(real(devPtr, s), devPtr, st);                                                   \
+    OBSERVE_FREE(real(devPtr, s), devPtr);                                                       \
   }                                                                                              \
   MS_EXPORT cudaError_t cudaMallocFromPoolAsync##suffix(void **ptr, size_t size,                 \
                                                         cudaMemPool_t pool, cudaStream_t s) {    \

@@ -12,11 +12,11 @@
  * Stacks are raw return addresses interned in the history module's stack table
  * (lib/history_internal.h) and symbolised only when a snapshot is built.
  *
- * A free is recorded in two steps so that the trace stays in the driver's order without holding
- * the lock across the real cudaFree: before the call the entry is marked "freeing" (a snapshot
- * shows it active_pending_free); after a successful call it is traced and removed. If another
- * thread receives the same address from the driver before that (the free returned but its thread
- * was not yet rescheduled), the new allocation completes the pending free first.
+ * A free is recorded after the real cudaFree returned successfully (a failed free changes
+ * nothing), without holding the lock across it: the freeing thread notes the newest allocation's
+ * sequence number before the call, and afterwards removes the entry only if it is that old. If
+ * another thread receives the same address from the driver in between, its allocation completes
+ * the free first, so the trace stays in the driver's order.
  *
  * Writing: a snapshot is copied under R.mu and built, symbolised and written outside it, one
  * writer at a time (R.snap_mu), atomically (ms_snapshot_write_file: temporary file, fsync,
@@ -53,12 +53,9 @@ typedef struct live_s {
   uint64_t stream;
   uint64_t seq;  /* unique per allocation */
   int64_t pool_id[2];
-  uint64_t free_stream;
   uint32_t stack;
-  uint32_t free_stack;
   int16_t device;
   uint8_t kind;
-  uint8_t freeing;
 } live_t;
 
 typedef struct ent_s {
@@ -77,7 +74,7 @@ static struct {
   /* live table */
   live_t *tab;
   size_t cap, count, used; /* used = count + tombstones */
-  uint64_t next_seq;
+  _Atomic uint64_t next_seq; /* the seq of the newest allocation (written under mu) */
   /* trace ring */
   ent_t *ring;
   size_t ring_cap, ring_len, ring_head; /* ring_head: oldest entry once full (ring_len == cap) */
@@ -331,20 +328,20 @@ static void stats_free(int device, uint64_t size) {
   st->num_device_free++;
 }
 
-/* Traces the free of a freeing entry and removes it. */
+/* Traces the free of a live entry and removes it. The entries carry the allocation's stream, as
+ * PyTorch's (a block's stream), whatever stream freed it. */
 static void complete_free(live_t *e, int64_t now) {
   int d = e->device;
-  trace_push(MS_TRACE_FREE_REQUESTED, d, e->addr, e->size, e->free_stream, e->pool_id,
-             e->free_stack, now);
-  trace_push(MS_TRACE_FREE_COMPLETED, d, e->addr, e->size, e->free_stream, e->pool_id,
-             e->free_stack, now);
-  trace_push(MS_TRACE_SEGMENT_FREE, d, e->addr, e->size, e->free_stream, e->pool_id,
-             e->free_stack, now);
+  trace_push(MS_TRACE_FREE_REQUESTED, d, e->addr, e->size, e->stream, e->pool_id, 0, now);
+  trace_push(MS_TRACE_FREE_COMPLETED, d, e->addr, e->size, e->stream, e->pool_id, 0, now);
+  trace_push(MS_TRACE_SEGMENT_FREE, d, e->addr, e->size, e->stream, e->pool_id, 0, now);
   stats_free(d, e->size);
   tab_remove(e);
 }
 
 /* ---- recording ------------------------------------------------------------------------------ */
+
+ms__stacktab_t *ms__run_stacks(void) { return R.stacks; }
 
 MS_NOINLINE uint32_t ms__run_stack(unsigned skip) {
   const ms__run_opts_t *o = ms__run_opts();
@@ -367,19 +364,16 @@ void ms__run_on_alloc(int device, uint64_t addr, uint64_t size, uint64_t stream,
   live_t *old = tab_find(addr);
   if (old) {
     /* The driver handed out an address whose free has not been recorded yet: that free
-     * happened (it returned), so it is completed here, before this allocation. A live entry
-     * (not freeing) means a free we never saw (e.g. through an API we do not intercept). */
-    if (!old->freeing) {
-      old->free_stream = old->stream;
-      old->free_stack = 0;
-    }
+     * happened (its cudaFree returned, and its thread has not recorded it yet; or it went
+     * through an API we do not intercept), so it is completed here, before this allocation. */
     complete_free(old, now);
   }
   live_t *e = tab_insert(addr);
   if (e) {
     e->size = size;
     e->stream = stream;
-    e->seq = ++R.next_seq;
+    e->seq = atomic_load_explicit(&R.next_seq, memory_order_relaxed) + 1;
+    atomic_store_explicit(&R.next_seq, e->seq, memory_order_release);
     e->pool_id[0] = pool_id ? pool_id[0] : 0;
     e->pool_id[1] = pool_id ? pool_id[1] : 0;
     e->stack = stack;
@@ -392,32 +386,20 @@ void ms__run_on_alloc(int device, uint64_t addr, uint64_t size, uint64_t stream,
   pthread_mutex_unlock(&R.mu);
 }
 
-uint64_t ms__run_free_begin(uint64_t addr, uint64_t stream, uint32_t stack) {
-  if (addr == 0 || addr == TOMB) return 0;
-  uint64_t seq = 0;
-  pthread_mutex_lock(&R.mu);
-  live_t *e = tab_find(addr);
-  if (e && !e->freeing) {
-    e->freeing = 1;
-    e->free_stream = stream;
-    e->free_stack = stack;
-    seq = e->seq;
-  }
-  pthread_mutex_unlock(&R.mu);
-  return seq;
+uint64_t ms__run_free_begin(void) {
+  return atomic_load_explicit(&R.next_seq, memory_order_acquire);
 }
 
-void ms__run_free_end(uint64_t addr, uint64_t seq, bool ok) {
-  if (!seq) return;
+void ms__run_free_end(uint64_t addr, uint64_t begin, bool ok) {
+  if (!ok || addr == 0 || addr == TOMB) return; /* a failed free changed nothing */
   int64_t now = (int64_t)rec_ticks();
   pthread_mutex_lock(&R.mu);
-  R.ncalls++;
   live_t *e = tab_find(addr);
-  if (e && e->seq == seq && e->freeing) { /* else: completed by a new allocation already */
-    if (ok)
-      complete_free(e, now);
-    else
-      e->freeing = 0;
+  /* Only an allocation made before the free began is the one freed; a newer one at the same
+   * address (the driver reused it at once) already completed this free in ms__run_on_alloc. */
+  if (e && e->seq <= begin) {
+    R.ncalls++;
+    complete_free(e, now);
   }
   pthread_mutex_unlock(&R.mu);
 }
@@ -618,13 +600,10 @@ static int build_observe(const copy_t *c, int device, ms_snapshot_t **out, ms_er
   memset(&t, 0, sizeof t);
   ms__snapbuild_init(&t.b);
   int err = MS_OK;
-  const char *st_alloc, *st_pending;
+  const char *st_alloc;
   const char *an[MS_TRACE_ACTION_COUNT] = {0};
   const char *s1 = ms_block_state_name(MS_BLOCK_ACTIVE_ALLOCATED);
-  const char *s2 = ms_block_state_name(MS_BLOCK_ACTIVE_PENDING_FREE);
-  if ((err = ms__snapbuild_str(&t.b, s1, strlen(s1), &st_alloc)) != MS_OK ||
-      (err = ms__snapbuild_str(&t.b, s2, strlen(s2), &st_pending)) != MS_OK)
-    goto out;
+  if ((err = ms__snapbuild_str(&t.b, s1, strlen(s1), &st_alloc)) != MS_OK) goto out;
 
   /* Segments (one per live allocation, holding one block), by device and address. */
   for (size_t i = 0; i < c->nlive && err == MS_OK; i++) {
@@ -638,13 +617,13 @@ static int build_observe(const copy_t *c, int device, ms_snapshot_t **out, ms_er
     bl.address = e->addr;
     bl.size = e->size;
     bl.requested_size = e->size;
-    bl.state = e->freeing ? MS_BLOCK_ACTIVE_PENDING_FREE : MS_BLOCK_ACTIVE_ALLOCATED;
-    bl.state_name = e->freeing ? st_pending : st_alloc;
+    bl.state = MS_BLOCK_ACTIVE_ALLOCATED;
+    bl.state_name = st_alloc;
     bl.present = MS_BLOCK_HAS_ADDRESS | MS_BLOCK_HAS_REQUESTED_SIZE | MS_BLOCK_HAS_FRAMES;
     sg.device = e->device;
     sg.address = e->addr;
     sg.total_size = e->size;
-    sg.allocated_size = e->freeing ? 0 : e->size;
+    sg.allocated_size = e->size;
     sg.active_size = e->size;
     sg.requested_size = e->size;
     sg.stream = e->stream;

@@ -7,9 +7,7 @@
  * Vocabulary:
  *  - a call: one device-memory call of the program (cudaMalloc, cudaFreeAsync, ...), recorded
  *    only when it succeeded (or failed with out-of-memory, an `oom` entry);
- *  - a live entry: one allocation the program holds, keyed by address; while its free is under
- *    way (the real cudaFree has not returned yet) it is "freeing" and appears in snapshots as
- *    active_pending_free;
+ *  - a live entry: one allocation the program holds, keyed by address;
  *  - a stack id: an id of the recorder's interned stack table (0 = none).
  *
  * Thread-safety: every function here may be called from any thread. One mutex guards the live
@@ -23,7 +21,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "history/history_internal.h"
 #include "memsnap/allocator.h"
+#include "memsnap/history.h"
 #include "memsnap/snapshot.h"
 
 /* Highest device index recorded + 1. */
@@ -65,21 +65,41 @@ const ms__run_opts_t *ms__run_opts(void);
  * exit snapshot). Called at the first intercepted call that records; idempotent. */
 void ms__run_start(void);
 
-/* Captures the calling thread's stack (skip frames above the caller of this function's caller:
- * skip 0 = the caller of the hook that called us) and interns it. @return its id, 0 when stacks
- * are off or host memory ran out. */
+/* Captures the calling thread's stack and interns it: the innermost frame is a return address
+ * inside the function that called ms__run_stack (skip = 0; each unit of skip leaves out one more
+ * frame). @return its id, 0 when stacks are off or host memory ran out. */
 uint32_t ms__run_stack(unsigned skip);
+
+/* The recorder's stack table (NULL when stacks are off). */
+ms__stacktab_t *ms__run_stacks(void);
+
+/* ms__run_stack(0) inlined into its caller: the hooks use it, so that a backtrace(3) capture
+ * unwinds one frame less (about 0.1 us a frame). The innermost frame is in the hook. */
+#define MS__RUN_STACK_HERE(out)                                                                  \
+  do {                                                                                           \
+    const ms__run_opts_t *o_ = ms__run_opts();                                                   \
+    ms__stacktab_t *t_ = ms__run_stacks();                                                       \
+    (out) = 0;                                                                                   \
+    if (o_->depth && t_) {                                                                       \
+      uintptr_t pcs_[MS__MAX_FRAMES];                                                            \
+      size_t max_ = o_->depth < MS__MAX_FRAMES ? o_->depth : MS__MAX_FRAMES;                    \
+      size_t n_ = o_->unwinder == MS_UNWIND_BACKTRACE ? ms__capture_backtrace(pcs_, max_, 0)    \
+                                                       : ms__capture_fp(pcs_, max_, 0);         \
+      if (n_) (out) = ms__stacktab_intern(t_, pcs_, n_);                                        \
+    }                                                                                            \
+  } while (0)
 
 /* Records a successful allocation. */
 void ms__run_on_alloc(int device, uint64_t addr, uint64_t size, uint64_t stream,
                       const int64_t pool_id[2], uint32_t stack, ms__run_kind kind);
 
-/* A free of addr begins: marks the live entry freeing (pending free). @return its sequence
- * number (non-zero), or 0 when addr is not a live recorded allocation (nothing to record). */
-uint64_t ms__run_free_begin(uint64_t addr, uint64_t stream, uint32_t stack);
-/* The free of seq ended: ok = the real call succeeded (the entry is freed and the free entries
- * traced), else the entry is live again. */
-void ms__run_free_end(uint64_t addr, uint64_t seq, bool ok);
+/* A free begins: @return a token (the newest allocation's sequence number), taken without a
+ * lock, to pass to ms__run_free_end. */
+uint64_t ms__run_free_begin(void);
+/* The free of addr that began with token `begin` returned: ok = the real call succeeded (the
+ * allocation is traced as freed and removed; nothing happens for an address never recorded, or
+ * when the call failed). */
+void ms__run_free_end(uint64_t addr, uint64_t begin, bool ok);
 
 /* Records an out-of-memory error of `call` (e.g. "cudaMalloc") for size bytes on device, writes
  * the OOM snapshot and prints the OOM message on stderr. device_free/total: the device's memory

@@ -189,14 +189,13 @@ static int app_crash(int ms) {
   abort();
 }
 
-/* backtrace(3) from the depth at which the interposer captures a stack: three frames below the
- * program's caller (the hook, ms__run_stack, ms__capture_backtrace). */
+/* backtrace(3) from the depth at which the interposer captures a stack: two frames below the
+ * program's caller (the hook, ms__capture_backtrace). */
 NOINLINE int app_bt_inner(void) {
   void *buf[32];
   return backtrace(buf, 32);
 }
-NOINLINE int app_bt_mid(void) { return app_bt_inner() + 1; }
-NOINLINE int app_bt_probe(void) { return app_bt_mid() + 1; }
+NOINLINE int app_bt_probe(void) { return app_bt_inner() + 1; }
 
 static int app_bench(long n) {
   struct timespec t0, t1;
