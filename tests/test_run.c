@@ -270,6 +270,29 @@ Test(run, observe_records_exactly_what_the_program_did) {
   ms_snapshot_free(s);
 }
 
+Test(run, pitched_allocations_are_recorded_with_their_padded_size) {
+  rt_result_t r;
+  rt_run(&r, NULL, (const char *[]){"--quiet", NULL}, (const char *[]){RT_APP, "pitch", NULL});
+  cr_assert_eq(r.status, 0, "%s", r.err);
+  unsigned long long b;
+  cr_assert(sscanf(r.out, "pitch 1024 512 %llx", &b) == 1, "%s", r.out);
+  ms_snapshot_t *s = rt_load(0);
+  cr_assert_eq(s->nsegments, 1);
+  cr_assert_eq(s->segments[0].address, b);
+  cr_assert_eq(s->segments[0].total_size, 512 * 4 * 3);
+  cr_assert_str_eq(rt_frame(s, s->segments[0].stack, 0), "cudaMalloc3D");
+  cr_assert_str_eq(rt_frame(s, s->segments[0].stack, 1), "app_alloc_volume");
+  const ms_snap_trace_t *t = &s->trace[s->devices[0].first_trace];
+  cr_assert_eq(s->devices[0].ntrace, 7);
+  cr_assert_eq(t[1].size, 1024 * 10);
+  cr_assert_str_eq(rt_frame(s, t[1].stack, 0), "cudaMallocPitch");
+  cr_assert_str_eq(rt_frame(s, t[1].stack, 1), "app_alloc_pitched");
+  cr_assert_eq(t[3].size, 512 * 4 * 3);
+  cr_assert_eq(t[6].action, MS_TRACE_SEGMENT_FREE);
+  cr_assert_eq(t[6].size, 1024 * 10);
+  ms_snapshot_free(s);
+}
+
 Test(run, eight_threads_lose_no_event) {
   rt_result_t r;
   rt_run(&r, NULL, (const char *[]){"--quiet", NULL},

@@ -51,6 +51,14 @@ typedef int cudaError_t; /* enum cudaError: int-sized */
 typedef struct CUstream_st *cudaStream_t;
 typedef struct CUevent_st *cudaEvent_t;
 typedef struct CUmemPoolHandle_st *cudaMemPool_t;
+/* struct cudaExtent and struct cudaPitchedPtr (driver_types.h), passed by value / pointer */
+typedef struct ms_cuda_extent_s {
+  size_t width, height, depth;
+} ms_cuda_extent_t;
+typedef struct ms_cuda_pitched_ptr_s {
+  void *ptr;
+  size_t pitch, xsize, ysize;
+} ms_cuda_pitched_ptr_t;
 enum {
   cudaSuccess = 0,
   cudaErrorMemoryAllocation = 2,
@@ -72,6 +80,8 @@ MS_EXPORT cudaError_t cudaFreeAsync_ptsz(void *devPtr, cudaStream_t s);
 MS_EXPORT cudaError_t cudaMallocFromPoolAsync_ptsz(void **ptr, size_t size, cudaMemPool_t pool,
                                                    cudaStream_t s);
 MS_EXPORT cudaError_t cudaMallocManaged(void **devPtr, size_t size, unsigned flags);
+MS_EXPORT cudaError_t cudaMallocPitch(void **devPtr, size_t *pitch, size_t width, size_t height);
+MS_EXPORT cudaError_t cudaMalloc3D(ms_cuda_pitched_ptr_t *pitchedDevPtr, ms_cuda_extent_t extent);
 MS_EXPORT cudaError_t cudaMemPoolCreate(cudaMemPool_t *pool, const void *props);
 MS_EXPORT cudaError_t cudaMemPoolDestroy(cudaMemPool_t pool);
 MS_EXPORT cudaError_t cudaDeviceSetMemPool(int device, cudaMemPool_t pool);
@@ -86,6 +96,8 @@ typedef cudaError_t malloc_async_fn(void **, size_t, cudaStream_t);
 typedef cudaError_t free_async_fn(void *, cudaStream_t);
 typedef cudaError_t malloc_pool_fn(void **, size_t, cudaMemPool_t, cudaStream_t);
 typedef cudaError_t malloc_managed_fn(void **, size_t, unsigned);
+typedef cudaError_t malloc_pitch_fn(void **, size_t *, size_t, size_t);
+typedef cudaError_t malloc_3d_fn(ms_cuda_pitched_ptr_t *, ms_cuda_extent_t);
 typedef cudaError_t pool_create_fn(cudaMemPool_t *, const void *);
 typedef cudaError_t pool_destroy_fn(cudaMemPool_t);
 typedef cudaError_t set_mempool_fn(int, cudaMemPool_t);
@@ -149,6 +161,8 @@ REAL_FN(cudaFreeAsync_ptsz, free_async_fn)
 REAL_FN(cudaMallocFromPoolAsync, malloc_pool_fn)
 REAL_FN(cudaMallocFromPoolAsync_ptsz, malloc_pool_fn)
 REAL_FN(cudaMallocManaged, malloc_managed_fn)
+REAL_FN(cudaMallocPitch, malloc_pitch_fn)
+REAL_FN(cudaMalloc3D, malloc_3d_fn)
 REAL_FN(cudaMemPoolCreate, pool_create_fn)
 REAL_FN(cudaMemPoolDestroy, pool_destroy_fn)
 REAL_FN(cudaDeviceSetMemPool, set_mempool_fn)
@@ -624,6 +638,43 @@ MS_EXPORT cudaError_t cudaMallocManaged(void **devPtr, size_t size, unsigned fla
   int dev = current_device();
   OBSERVE_ALLOC("cudaMallocManaged", real(devPtr, size, flags), devPtr, size, dev, 0, 0,
                 MS__RUN_KIND_MANAGED);
+}
+
+/* Pitched allocations (observed in both modes, never cached): the size recorded is what the
+ * runtime reserved, pitch * rows (* depth); an OOM records the unpadded request. */
+MS_EXPORT cudaError_t cudaMallocPitch(void **devPtr, size_t *pitch, size_t width, size_t height) {
+  malloc_pitch_fn *real = real_cudaMallocPitch();
+  HOOK_ENTER(real) real(devPtr, pitch, width, height);
+  int dev = current_device();
+  ms__run_in_hook = 1;
+  ms__run_start();
+  uint32_t stack;
+  MS__RUN_STACK_HERE(stack);
+  cudaError_t r = real(devPtr, pitch, width, height);
+  size_t size = r == cudaSuccess && pitch ? *pitch * height : width * height;
+  observe_result(r, "cudaMallocPitch", devPtr, size, dev, 0, 0, MS__RUN_KIND_MALLOC, stack);
+  ms__run_in_hook = 0;
+  return r;
+}
+
+MS_EXPORT cudaError_t cudaMalloc3D(ms_cuda_pitched_ptr_t *pitchedDevPtr, ms_cuda_extent_t extent) {
+  malloc_3d_fn *real = real_cudaMalloc3D();
+  HOOK_ENTER(real) real(pitchedDevPtr, extent);
+  int dev = current_device();
+  ms__run_in_hook = 1;
+  ms__run_start();
+  uint32_t stack;
+  MS__RUN_STACK_HERE(stack);
+  cudaError_t r = real(pitchedDevPtr, extent);
+  size_t size = extent.width * extent.height * extent.depth;
+  void *p = NULL;
+  if (r == cudaSuccess && pitchedDevPtr) {
+    size = pitchedDevPtr->pitch * extent.height * extent.depth;
+    p = pitchedDevPtr->ptr;
+  }
+  observe_result(r, "cudaMalloc3D", &p, size, dev, 0, 0, MS__RUN_KIND_MALLOC, stack);
+  ms__run_in_hook = 0;
+  return r;
 }
 
 MS_EXPORT cudaError_t cudaMemPoolCreate(cudaMemPool_t *pool, const void *props) {

@@ -11,6 +11,7 @@
  *   run_app signal DIR     1 allocation, SIGUSR1 to itself, waits for a file in DIR, 1 more
  *   run_app wait DIR       1 allocation, creates DIR/ready, waits for a file in DIR (SIGUSR1
  *                          sent by the test to memsnap, which passes it on)
+ *   run_app pitch          cudaMallocPitch(1000 x 10), cudaMalloc3D(100 x 4 x 3), the first freed
  *   run_app crash MS       1 allocation, sleeps MS milliseconds, then abort()
  *   run_app nocuda ARGS    never touches CUDA: prints its arguments, exits 3
  *   run_app bench N        N cudaMalloc/cudaFree pairs of 4 KiB; prints "ns_per_pair X", then
@@ -39,6 +40,15 @@ cudaError_t cudaMallocManaged(void **p, size_t size, unsigned flags);
 cudaError_t cudaSetDevice(int d);
 cudaError_t cudaStreamCreate(cudaStream_t *s);
 cudaError_t cudaGetLastError(void);
+cudaError_t cudaMallocPitch(void **p, size_t *pitch, size_t width, size_t height);
+typedef struct {
+  size_t width, height, depth;
+} app_extent_t;
+typedef struct {
+  void *ptr;
+  size_t pitch, xsize, ysize;
+} app_pitched_t;
+cudaError_t cudaMalloc3D(app_pitched_t *pp, app_extent_t ext);
 
 #define CHECK(call)                                                                              \
   do {                                                                                           \
@@ -181,6 +191,28 @@ static int app_wait(const char *dir) {
   return 0;
 }
 
+NOINLINE void *app_alloc_pitched(size_t *pitch) {
+  void *p;
+  CHECK(cudaMallocPitch(&p, pitch, 1000, 10));
+  return p;
+}
+
+NOINLINE void *app_alloc_volume(size_t *pitch) {
+  app_pitched_t pp;
+  CHECK(cudaMalloc3D(&pp, (app_extent_t){100, 4, 3}));
+  *pitch = pp.pitch;
+  return pp.ptr;
+}
+
+static int app_pitch(void) {
+  size_t p1, p2;
+  void *a = app_alloc_pitched(&p1);
+  void *b = app_alloc_volume(&p2);
+  CHECK(cudaFree(a));
+  printf("pitch %zu %zu %p\n", p1, p2, b);
+  return 0;
+}
+
 static int app_crash(int ms) {
   void *a;
   CHECK(cudaMalloc(&a, 7000));
@@ -229,6 +261,7 @@ int main(int argc, char **argv) {
   if (strcmp(what, "threads") == 0 && argc > 3) return app_threads(atoi(argv[2]), atoi(argv[3]));
   if (strcmp(what, "oom") == 0) return app_oom();
   if (strcmp(what, "signal") == 0 && argc > 2) return app_signal(argv[2]);
+  if (strcmp(what, "pitch") == 0) return app_pitch();
   if (strcmp(what, "wait") == 0 && argc > 2) return app_wait(argv[2]);
   if (strcmp(what, "crash") == 0 && argc > 2) return app_crash(atoi(argv[2]));
   if (strcmp(what, "bench") == 0 && argc > 2) return app_bench(atol(argv[2]));

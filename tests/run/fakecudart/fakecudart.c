@@ -11,7 +11,8 @@
  * Configuration, read once from the environment at the first call:
  *   FAKECUDART_DEVICES   number of devices (default 2)
  *   FAKECUDART_CAPACITY  bytes per device (default 1 GiB): cudaMalloc, cudaMallocAsync,
- *                        cudaMallocFromPoolAsync and cudaMallocManaged fail with
+ *                        cudaMallocFromPoolAsync, cudaMallocManaged, cudaMallocPitch (pitch =
+ *                        width rounded up to 512) and cudaMalloc3D fail with
  *                        cudaErrorMemoryAllocation (2) past it
  *   FAKECUDART_FAIL      "fn:nth:error[,fn:nth:error...]": the nth call (1 = the first) of the
  *                        function named fn returns error without doing anything (one-shot each)
@@ -186,6 +187,28 @@ FK_API cudaError_t cudaMallocManaged(void **p, size_t size, unsigned flags) {
   return fk_alloc("cudaMallocManaged", p, size);
 }
 
+FK_API cudaError_t cudaMallocPitch(void **p, size_t *pitch, size_t width, size_t height) {
+  size_t pt = (width + 511) & ~(size_t)511;
+  if (!pitch) return fk_leave(fk_enter("cudaMallocPitch") ?: cudaErrorInvalidValue);
+  cudaError_t e = fk_alloc("cudaMallocPitch", p, pt * height);
+  if (e == cudaSuccess) *pitch = pt;
+  return e;
+}
+typedef struct {
+  size_t width, height, depth;
+} fk_extent_t;
+typedef struct {
+  void *ptr;
+  size_t pitch, xsize, ysize;
+} fk_pitched_t;
+FK_API cudaError_t cudaMalloc3D(fk_pitched_t *pp, fk_extent_t ext) {
+  size_t pt = (ext.width + 511) & ~(size_t)511;
+  if (!pp) return fk_leave(fk_enter("cudaMalloc3D") ?: cudaErrorInvalidValue);
+  void *p = NULL;
+  cudaError_t e = fk_alloc("cudaMalloc3D", &p, pt * ext.height * ext.depth);
+  if (e == cudaSuccess) *pp = (fk_pitched_t){p, pt, ext.width, ext.height};
+  return e;
+}
 FK_API cudaError_t cudaMemPoolCreate(cudaMemPool_t *pool, const void *props) {
   cudaError_t e = fk_enter("cudaMemPoolCreate");
   if (!e && (!pool || !props)) e = cudaErrorInvalidValue;
