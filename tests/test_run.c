@@ -549,10 +549,19 @@ Test(run, cache_mode_serves_the_program_from_memsnaps_allocator) {
   ms_snapshot_t *s = rt_load(0);
   /* PyTorch's segments: the 1000-byte and 4 KiB blocks in 2 MiB small-pool segments (freed,
    * cached), the 3 MiB block in a 20 MiB segment; on device 1 the 12345-byte block. The managed
-   * allocation went to CUDA unchanged. */
-  size_t found_big = 0, found_dev1 = 0, cached = 0;
+   * allocation went to CUDA unchanged, and is merged in as its own segment (pool (0, -1)). */
+  size_t found_big = 0, found_dev1 = 0, cached = 0, managed = 0;
   for (size_t i = 0; i < s->nsegments; i++) {
     const ms_snap_segment_t *g = &s->segments[i];
+    if (i > 0)
+      cr_assert(s->segments[i - 1].device < g->device ||
+                (s->segments[i - 1].device == g->device && s->segments[i - 1].address < g->address));
+    if (g->pool_id[1] == -1) {
+      managed++;
+      cr_assert_eq(g->device, 1);
+      cr_assert_eq(g->total_size, 777);
+      cr_assert_str_eq(rt_frame(s, g->stack, 1), "app_alloc_managed");
+    }
     for (uint32_t k = 0; k < g->nblocks; k++) {
       const ms_snap_block_t *bl = ms_snap_segment_block(s, g, k);
       if (bl->state == MS_BLOCK_ACTIVE_ALLOCATED && bl->requested_size == (3u << 20)) {
@@ -573,6 +582,17 @@ Test(run, cache_mode_serves_the_program_from_memsnaps_allocator) {
   cr_assert_eq(found_big, 1);
   cr_assert_eq(found_dev1, 1);
   cr_assert_geq(cached, 1);
+  cr_assert_eq(managed, 1);
+  /* device 1's trace: the allocator's entries and the managed allocation's, in time order */
+  const ms_snap_device_t *d1 = &s->devices[1];
+  size_t managed_entries = 0;
+  for (uint32_t i = 0; i < d1->ntrace; i++) {
+    const ms_snap_trace_t *t = &s->trace[d1->first_trace + i];
+    if (i > 0) cr_assert_geq(t->time_us, s->trace[d1->first_trace + i - 1].time_us);
+    managed_entries += t->pool_id[1] == -1;
+  }
+  cr_assert_eq(managed_entries, 2); /* segment_alloc and alloc */
+  cr_assert(s->present & MS_SNAP_HAS_SETTINGS);
   cr_assert_eq(rt_stat(s, 0, "allocation.all.allocated"), 3);
   cr_assert_eq(rt_stat(s, 0, "allocation.all.current"), 1);
   ms_snapshot_free(s);

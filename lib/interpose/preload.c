@@ -254,7 +254,7 @@ MS_ALWAYS_INLINE void observe_result(cudaError_t r, const char *call, void **p, 
     mem_get_info_fn *f = real_cudaMemGetInfo();
     size_t fr = 0, tot = 0;
     if (!f || f(&fr, &tot) != cudaSuccess) fr = tot = 0;
-    ms__run_on_oom(call, device, size, stream, fr, tot, stack);
+    ms__run_on_oom(call, device, size, stream, fr, tot, stack, false);
   }
 }
 
@@ -412,7 +412,10 @@ int ms__run_cache_snapshot(int device, ms_snapshot_t **out, ms_errbuf_t *eb) {
     ms_allocator_t *a = atomic_load(&cache_alloc[d]);
     if (a && (device < 0 || d == device)) as[n++] = a;
   }
-  if (n == 0) return ms__errbuf_set(eb, MS_ENOTFOUND, "no allocation was made yet");
+  if (n == 0) { /* no allocation served yet: only what was passed through */
+    *out = NULL;
+    return MS_OK;
+  }
   return ms_allocator_snapshot(as, n, out, eb);
 }
 
@@ -492,7 +495,7 @@ static void cache_oom(ms_allocator_t *a, const char *call, size_t size, int devi
   if (real_cudaMemGetInfo()(&fr, &tot) != cudaSuccess) fr = tot = 0;
   char msg[1024];
   if (ms_allocator_last_oom_message(a, msg, sizeof msg)) ms__message("memsnap: ", "%s", msg);
-  ms__run_on_oom(call, device, size, stream, fr, tot, 0);
+  ms__run_on_oom(call, device, size, stream, fr, tot, 0, true);
   rearm_oom_error();
 }
 

@@ -431,11 +431,12 @@ static void held_bytes(int device, uint64_t *bytes, uint64_t *n) {
 }
 
 void ms__run_on_oom(const char *call, int device, uint64_t size, uint64_t stream,
-                    uint64_t device_free, uint64_t device_total, uint32_t stack) {
+                    uint64_t device_free, uint64_t device_total, uint32_t stack,
+                    bool from_cache) {
   if (device < 0 || device >= MS__RUN_MAX_DEVICES) device = 0;
   int64_t now = (int64_t)rec_ticks();
   uint64_t held = 0, nheld = 0;
-  bool cache = ms__run_cache_active();
+  bool cache = from_cache;
   pthread_mutex_lock(&R.mu);
   R.ncalls++;
   note_device(device);
@@ -594,52 +595,196 @@ static int build_stack(build_t *t, uint32_t id, uint32_t *out) {
   return MS_OK;
 }
 
-static int build_observe(const copy_t *c, int device, ms_snapshot_t **out, ms_errbuf_t *eb) {
+/* One live allocation as a segment holding one block. */
+static int add_live_segment(build_t *t, const live_t *e, const char *st_alloc) {
+  ms_snap_segment_t sg;
+  ms_snap_block_t bl;
+  memset(&sg, 0, sizeof sg);
+  memset(&bl, 0, sizeof bl);
+  MS_FORWARD_IF_ERROR(build_stack(t, e->stack, &bl.stack));
+  bl.address = e->addr;
+  bl.size = e->size;
+  bl.requested_size = e->size;
+  bl.state = MS_BLOCK_ACTIVE_ALLOCATED;
+  bl.state_name = st_alloc;
+  bl.present = MS_BLOCK_HAS_ADDRESS | MS_BLOCK_HAS_REQUESTED_SIZE | MS_BLOCK_HAS_FRAMES;
+  sg.device = e->device;
+  sg.address = e->addr;
+  sg.total_size = e->size;
+  sg.allocated_size = e->size;
+  sg.active_size = e->size;
+  sg.requested_size = e->size;
+  sg.stream = e->stream;
+  sg.is_large = e->size > ((uint64_t)1 << 20);
+  sg.pool_id[0] = e->pool_id[0];
+  sg.pool_id[1] = e->pool_id[1];
+  sg.stack = bl.stack;
+  sg.first_block = (uint32_t)t->b.blocks.len;
+  sg.nblocks = 1;
+  sg.present = MS_SEG_HAS_FRAMES | MS_SEG_HAS_POOL_ID | MS_SEG_HAS_EXPANDABLE |
+               MS_SEG_HAS_REQUESTED_SIZE | MS_SEG_HAS_SEGMENT_TYPE;
+  MS_FORWARD_IF_ERROR(ms__snapbuild_add_block(&t->b, &bl));
+  return ms__snapbuild_add_segment(&t->b, &sg);
+}
+
+/* One recorded trace entry. */
+static int add_ent_trace(build_t *t, const ent_t *e, int64_t time_us, const char **names) {
+  ms_snap_trace_t tr;
+  memset(&tr, 0, sizeof tr);
+  tr.action = (ms_trace_action)e->action;
+  if (!names[tr.action]) {
+    const char *nm = ms_trace_action_name(tr.action);
+    MS_FORWARD_IF_ERROR(ms__snapbuild_str(&t->b, nm, strlen(nm), &names[tr.action]));
+  }
+  tr.action_name = names[tr.action];
+  tr.addr = e->addr;
+  tr.size = e->size;
+  tr.stream = e->stream;
+  tr.time_us = time_us;
+  tr.pool_id[0] = e->pool_id[0];
+  tr.pool_id[1] = e->pool_id[1];
+  tr.compile_context = "";
+  tr.user_metadata = "";
+  tr.present = MS_TRACE_HAS_TIME | MS_TRACE_HAS_STREAM;
+  if (e->pool_id[0] || e->pool_id[1]) tr.present |= MS_TRACE_HAS_POOL_ID;
+  MS_FORWARD_IF_ERROR(build_stack(t, e->stack, &tr.stack));
+  if (tr.stack != MS_SNAP_NO_STACK) tr.present |= MS_TRACE_HAS_FRAMES;
+  return ms__snapbuild_add_trace(&t->b, &tr);
+}
+
+/* ---- the cache mode's snapshot (the allocators'), copied to merge the passthrough records ---- */
+
+static int copy_str(build_t *t, const char *s, const char **out) {
+  return ms__snapbuild_str(&t->b, s ? s : "", s ? strlen(s) : 0, out);
+}
+
+/* Stack i of a as a stack of the builder (*out); map[i] remembers it (UINT32_MAX: not yet). */
+static int copy_stack(build_t *t, const ms_snapshot_t *a, uint32_t *map, uint32_t i,
+                      uint32_t *out) {
+  *out = MS_SNAP_NO_STACK;
+  if (i == MS_SNAP_NO_STACK || i >= a->nstacks) return MS_OK;
+  if (map[i] != UINT32_MAX) {
+    *out = map[i];
+    return MS_OK;
+  }
+  const ms_snap_stack_t *st = &a->stacks[i];
+  uint32_t *fr = malloc((st->nframes ? st->nframes : 1) * sizeof *fr);
+  if (!fr) return MS_ENOMEM;
+  int err = MS_OK;
+  for (uint32_t k = 0; k < st->nframes && err == MS_OK; k++) {
+    const ms_snap_frame_t *f = ms_snap_stack_frame(a, i, k);
+    err = ms__snapbuild_frame(&t->b, f->name, strlen(f->name), f->filename, strlen(f->filename),
+                              f->line, &fr[k]);
+  }
+  if (err == MS_OK) err = ms__snapbuild_stack(&t->b, fr, st->nframes, &map[i]);
+  free(fr);
+  if (err == MS_OK) *out = map[i];
+  return err;
+}
+
+static int copy_segment(build_t *t, const ms_snapshot_t *a, uint32_t *map,
+                        const ms_snap_segment_t *src) {
+  ms_snap_segment_t sg = *src;
+  MS_FORWARD_IF_ERROR(copy_stack(t, a, map, src->stack, &sg.stack));
+  sg.first_block = (uint32_t)t->b.blocks.len;
+  for (uint32_t k = 0; k < src->nblocks; k++) {
+    ms_snap_block_t bl = *ms_snap_segment_block(a, src, k);
+    bl.first_history = 0;
+    bl.nhistory = 0; /* memsnap's allocators write no legacy history */
+    bl.present &= ~(uint32_t)MS_BLOCK_HAS_HISTORY;
+    MS_FORWARD_IF_ERROR(copy_str(t, bl.state_name, &bl.state_name));
+    MS_FORWARD_IF_ERROR(copy_stack(t, a, map, bl.stack, &bl.stack));
+    MS_FORWARD_IF_ERROR(ms__snapbuild_add_block(&t->b, &bl));
+  }
+  return ms__snapbuild_add_segment(&t->b, &sg);
+}
+
+static int copy_trace(build_t *t, const ms_snapshot_t *a, uint32_t *map,
+                      const ms_snap_trace_t *src) {
+  ms_snap_trace_t tr = *src;
+  MS_FORWARD_IF_ERROR(copy_str(t, src->action_name, &tr.action_name));
+  MS_FORWARD_IF_ERROR(copy_str(t, src->compile_context, &tr.compile_context));
+  MS_FORWARD_IF_ERROR(copy_str(t, src->user_metadata, &tr.user_metadata));
+  MS_FORWARD_IF_ERROR(copy_stack(t, a, map, src->stack, &tr.stack));
+  return ms__snapbuild_add_trace(&t->b, &tr);
+}
+
+/* allocator_settings: top-level entries and maps of one level (what the allocators write). */
+static int copy_settings(build_t *t, const ms_snapshot_t *a) {
+  for (size_t i = 0; i < a->nsettings_top; i++) {
+    ms_snap_kv_t kv = a->settings[i];
+    MS_FORWARD_IF_ERROR(copy_str(t, kv.key, &kv.key));
+    if (kv.kind == MS_SNAP_VAL_STR) MS_FORWARD_IF_ERROR(copy_str(t, kv.s, &kv.s));
+    if (kv.kind == MS_SNAP_VAL_MAP) {
+      uint32_t first = 0;
+      for (uint32_t k = 0; k < kv.count; k++) {
+        if ((size_t)kv.first + k >= a->nsettings) return MS_EINVAL;
+        ms_snap_kv_t ch = a->settings[kv.first + k];
+        if (ch.kind == MS_SNAP_VAL_MAP) return MS_EUNSUPPORTED;
+        MS_FORWARD_IF_ERROR(copy_str(t, ch.key, &ch.key));
+        if (ch.kind == MS_SNAP_VAL_STR) MS_FORWARD_IF_ERROR(copy_str(t, ch.s, &ch.s));
+        uint32_t idx;
+        MS_FORWARD_IF_ERROR(ms__snapbuild_add_setting_child(&t->b, &ch, &idx));
+        if (k == 0) first = idx;
+      }
+      kv.first = first;
+    }
+    MS_FORWARD_IF_ERROR(ms__snapbuild_add_setting(&t->b, &kv));
+  }
+  return MS_OK;
+}
+
+/* Builds the snapshot: the recorder's allocations and trace (c), merged, when a (the cache
+ * mode's allocators' snapshot) is given, with a's segments (by device and address) and trace (by
+ * time), whose statistics, capacities and settings are then a's. device >= 0: only that device. */
+static int build(const copy_t *c, const ms_snapshot_t *a, int device, ms_snapshot_t **out,
+                 ms_errbuf_t *eb) {
   clock_pair_t now = clock_pair();
   build_t t;
   memset(&t, 0, sizeof t);
   ms__snapbuild_init(&t.b);
+  uint32_t *map = NULL;
   int err = MS_OK;
   const char *st_alloc;
   const char *an[MS_TRACE_ACTION_COUNT] = {0};
   const char *s1 = ms_block_state_name(MS_BLOCK_ACTIVE_ALLOCATED);
   if ((err = ms__snapbuild_str(&t.b, s1, strlen(s1), &st_alloc)) != MS_OK) goto out;
+  if (a && a->nstacks) {
+    map = malloc(a->nstacks * sizeof *map);
+    if (!map) {
+      err = MS_ENOMEM;
+      goto out;
+    }
+    memset(map, 0xff, a->nstacks * sizeof *map);
+  }
 
-  /* Segments (one per live allocation, holding one block), by device and address. */
-  for (size_t i = 0; i < c->nlive && err == MS_OK; i++) {
-    const live_t *e = &c->live[i];
-    if (device >= 0 && e->device != device) continue;
-    ms_snap_segment_t sg;
-    ms_snap_block_t bl;
-    memset(&sg, 0, sizeof sg);
-    memset(&bl, 0, sizeof bl);
-    if ((err = build_stack(&t, e->stack, &bl.stack)) != MS_OK) break;
-    bl.address = e->addr;
-    bl.size = e->size;
-    bl.requested_size = e->size;
-    bl.state = MS_BLOCK_ACTIVE_ALLOCATED;
-    bl.state_name = st_alloc;
-    bl.present = MS_BLOCK_HAS_ADDRESS | MS_BLOCK_HAS_REQUESTED_SIZE | MS_BLOCK_HAS_FRAMES;
-    sg.device = e->device;
-    sg.address = e->addr;
-    sg.total_size = e->size;
-    sg.allocated_size = e->size;
-    sg.active_size = e->size;
-    sg.requested_size = e->size;
-    sg.stream = e->stream;
-    sg.is_large = e->size > ((uint64_t)1 << 20);
-    sg.pool_id[0] = e->pool_id[0];
-    sg.pool_id[1] = e->pool_id[1];
-    sg.stack = bl.stack;
-    sg.first_block = (uint32_t)t.b.blocks.len;
-    sg.nblocks = 1;
-    sg.present = MS_SEG_HAS_FRAMES | MS_SEG_HAS_POOL_ID | MS_SEG_HAS_EXPANDABLE |
-                 MS_SEG_HAS_REQUESTED_SIZE | MS_SEG_HAS_SEGMENT_TYPE;
-    if ((err = ms__snapbuild_add_block(&t.b, &bl)) != MS_OK) break;
-    err = ms__snapbuild_add_segment(&t.b, &sg);
+  /* Segments by device and address: a's (already so) and the recorded ones, merged. */
+  size_t i = 0, k = 0, na = a ? a->nsegments : 0;
+  while (err == MS_OK && (i < c->nlive || k < na)) {
+    const live_t *e = i < c->nlive ? &c->live[i] : NULL;
+    const ms_snap_segment_t *g = k < na ? &a->segments[k] : NULL;
+    if (e && device >= 0 && e->device != device) {
+      i++;
+      continue;
+    }
+    if (g && device >= 0 && g->device != device) {
+      k++;
+      continue;
+    }
+    bool take_e = e && (!g || e->device < g->device ||
+                        (e->device == g->device && e->addr < g->address));
+    if (take_e) {
+      err = add_live_segment(&t, e, st_alloc);
+      i++;
+    } else {
+      err = copy_segment(&t, a, map, g);
+      k++;
+    }
   }
   /* One device entry per index up to the highest, as PyTorch's device_traces. */
-  int ndev = device >= 0 ? device + 1 : c->ndev;
+  int ndev = c->ndev;
+  if (a && (int)a->ndevices > ndev) ndev = (int)a->ndevices;
+  if (device >= 0) ndev = device + 1;
   for (int d = 0; d < ndev && err == MS_OK; d++) {
     ms_snap_device_t dev;
     memset(&dev, 0, sizeof dev);
@@ -649,52 +794,57 @@ static int build_observe(const copy_t *c, int device, ms_snapshot_t **out, ms_er
       err = ms__snapbuild_add_device(&t.b, &dev);
       continue;
     }
-    for (size_t i = 0; i < c->nents && err == MS_OK; i++) {
-      const ent_t *e = &c->ents[i];
-      if (e->device != d) continue;
-      ms_snap_trace_t tr;
-      memset(&tr, 0, sizeof tr);
-      tr.action = (ms_trace_action)e->action;
-      if (!an[tr.action]) {
-        const char *nm = ms_trace_action_name(tr.action);
-        if ((err = ms__snapbuild_str(&t.b, nm, strlen(nm), &an[tr.action])) != MS_OK) break;
+    const ms_snap_device_t *ad = a && (size_t)d < a->ndevices ? &a->devices[d] : NULL;
+    /* the trace: both oldest first, merged by time (a's first on a tie) */
+    size_t ke = 0, ka = 0, nae = ad ? ad->ntrace : 0;
+    while (err == MS_OK) {
+      while (ke < c->nents && c->ents[ke].device != d) ke++;
+      const ent_t *e = ke < c->nents ? &c->ents[ke] : NULL;
+      const ms_snap_trace_t *x = ka < nae ? &a->trace[ad->first_trace + ka] : NULL;
+      if (!e && !x) break;
+      int64_t te = e ? ticks_to_us((uint64_t)e->time, now) : 0;
+      if (e && (!x || te < x->time_us)) {
+        err = add_ent_trace(&t, e, te, an);
+        ke++;
+      } else {
+        err = copy_trace(&t, a, map, x);
+        ka++;
       }
-      tr.action_name = an[tr.action];
-      tr.addr = e->addr;
-      tr.size = e->size;
-      tr.stream = e->stream;
-      tr.time_us = ticks_to_us((uint64_t)e->time, now);
-      tr.pool_id[0] = e->pool_id[0];
-      tr.pool_id[1] = e->pool_id[1];
-      tr.compile_context = "";
-      tr.user_metadata = "";
-      tr.present = MS_TRACE_HAS_TIME | MS_TRACE_HAS_STREAM;
-      if (e->pool_id[0] || e->pool_id[1]) tr.present |= MS_TRACE_HAS_POOL_ID;
-      if ((err = build_stack(&t, e->stack, &tr.stack)) != MS_OK) break;
-      if (tr.stack != MS_SNAP_NO_STACK) tr.present |= MS_TRACE_HAS_FRAMES;
-      err = ms__snapbuild_add_trace(&t.b, &tr);
     }
     dev.ntrace = (uint32_t)(t.b.trace.len - dev.first_trace);
-    dev.trace_dropped = c->dropped[d];
-    ms_stat_kv_t kv[MS_STATS_NKEYS];
-    size_t nkv = 0;
-    if (err == MS_OK) err = ms_stats_flat(&c->stats[d], kv, MS_STATS_NKEYS, &nkv);
-    for (size_t i = 0; i < nkv && err == MS_OK; i++) {
-      ms_snap_kv_t e;
-      memset(&e, 0, sizeof e);
-      err = ms__snapbuild_str(&t.b, kv[i].name, strlen(kv[i].name), &e.key);
-      e.kind = MS_SNAP_VAL_INT;
-      e.i = kv[i].value;
-      if (err == MS_OK) err = ms__snapbuild_add_stat(&t.b, &e);
+    dev.trace_dropped = c->dropped[d] + (ad ? ad->trace_dropped : 0);
+    if (ad) { /* the allocator's statistics and capacity */
+      for (uint32_t s2 = 0; s2 < ad->nstats && err == MS_OK; s2++) {
+        ms_snap_kv_t kv = a->stats[ad->first_stat + s2];
+        err = copy_str(&t, kv.key, &kv.key);
+        if (err == MS_OK && kv.kind == MS_SNAP_VAL_STR) err = copy_str(&t, kv.s, &kv.s);
+        if (err == MS_OK) err = ms__snapbuild_add_stat(&t.b, &kv);
+      }
+      dev.nstats = ad->nstats;
+      dev.capacity = ad->capacity;
+      dev.present = ad->present;
+    } else {
+      ms_stat_kv_t kv[MS_STATS_NKEYS];
+      size_t nkv = 0;
+      if (err == MS_OK) err = ms_stats_flat(&c->stats[d], kv, MS_STATS_NKEYS, &nkv);
+      for (size_t s2 = 0; s2 < nkv && err == MS_OK; s2++) {
+        ms_snap_kv_t e;
+        memset(&e, 0, sizeof e);
+        err = ms__snapbuild_str(&t.b, kv[s2].name, strlen(kv[s2].name), &e.key);
+        e.kind = MS_SNAP_VAL_INT;
+        e.i = kv[s2].value;
+        if (err == MS_OK) err = ms__snapbuild_add_stat(&t.b, &e);
+      }
+      dev.nstats = (uint32_t)nkv;
+      dev.present = MS_DEV_HAS_STATS;
     }
-    dev.nstats = (uint32_t)nkv;
-    dev.present = MS_DEV_HAS_STATS;
-    if (c->capacity[d]) {
+    if (!(dev.present & MS_DEV_HAS_CAPACITY) && c->capacity[d]) {
       dev.capacity = c->capacity[d];
       dev.present |= MS_DEV_HAS_CAPACITY;
     }
     if (err == MS_OK) err = ms__snapbuild_add_device(&t.b, &dev);
   }
+  if (err == MS_OK && a) err = copy_settings(&t, a);
   if (err != MS_OK) goto out;
 
   char host[256];
@@ -706,6 +856,7 @@ static int build_observe(const copy_t *c, int device, ms_snapshot_t **out, ms_er
   t.b.hdr.time_us = ms__now_us();
   t.b.hdr.rank = -1;
   t.b.hdr.present = MS_SNAP_HAS_DEVICE_TRACES | MS_SNAP_HAS_PROCESS;
+  if (a && (a->present & MS_SNAP_HAS_SETTINGS)) t.b.hdr.present |= MS_SNAP_HAS_SETTINGS;
   const char *rank = getenv("RANK");
   if (rank && *rank) {
     char *end;
@@ -716,11 +867,13 @@ static int build_observe(const copy_t *c, int device, ms_snapshot_t **out, ms_er
     }
   }
   err = ms__snapbuild_finish(&t.b, out, eb);
+  free(map);
   free(t.keys);
   free(t.vals);
   ms__snapbuild_release(&t.b);
   return err;
 out:
+  free(map);
   free(t.keys);
   free(t.vals);
   ms__snapbuild_release(&t.b);
@@ -728,13 +881,21 @@ out:
 }
 
 int ms__run_take(int device, ms_snapshot_t **out, ms_errbuf_t *eb) {
-  if (ms__run_cache_active()) return ms__run_cache_snapshot(device, out, eb);
+  ms_snapshot_t *a = NULL;
+  if (ms__run_cache_active()) {
+    int err = ms__run_cache_snapshot(device, &a, eb);
+    if (err != MS_OK) return err;
+  }
   copy_t c;
   int err = take_copy(&c);
-  if (err != MS_OK) return ms__errbuf_set(eb, err, "out of host memory");
+  if (err != MS_OK) {
+    ms_snapshot_free(a);
+    return ms__errbuf_set(eb, err, "out of host memory");
+  }
   qsort(c.live, c.nlive, sizeof *c.live, cmp_live);
-  err = build_observe(&c, device, out, eb);
+  err = build(&c, a, device, out, eb);
   copy_release(&c);
+  ms_snapshot_free(a);
   return err;
 }
 
@@ -774,8 +935,7 @@ static int write_one(int device, uint64_t n, char *path_out, size_t cap) {
 
 /* @return the devices that have something to show (bit d). pre: none. */
 static uint64_t devices_used(void) {
-  uint64_t m = 0;
-  if (ms__run_cache_active()) return ms__run_cache_devices();
+  uint64_t m = ms__run_cache_active() ? ms__run_cache_devices() : 0;
   pthread_mutex_lock(&R.mu);
   for (int d = 0; d < R.ndev; d++)
     if (R.stats[d].num_device_alloc || R.stats[d].num_ooms) m |= 1ULL << d;

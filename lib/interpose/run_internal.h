@@ -103,10 +103,11 @@ void ms__run_free_end(uint64_t addr, uint64_t begin, bool ok);
 
 /* Records an out-of-memory error of `call` (e.g. "cudaMalloc") for size bytes on device, writes
  * the OOM snapshot and prints the OOM message on stderr. device_free/total: the device's memory
- * as cudaMemGetInfo said right after the failure (total 0 = unknown). Called by the failing thread
- * before the error is returned to the program. */
+ * as cudaMemGetInfo said right after the failure (total 0 = unknown). from_cache: the cache mode's
+ * allocator failed (it recorded the `oom` entry and counted it itself). Called by the failing
+ * thread before the error is returned to the program. */
 void ms__run_on_oom(const char *call, int device, uint64_t size, uint64_t stream,
-                    uint64_t device_free, uint64_t device_total, uint32_t stack);
+                    uint64_t device_free, uint64_t device_total, uint32_t stack, bool from_cache);
 
 /* The device's total memory, once known (from cudaMemGetInfo). */
 void ms__run_set_capacity(int device, uint64_t total);
@@ -114,7 +115,8 @@ void ms__run_set_capacity(int device, uint64_t total);
 bool ms__run_capacity_known(int device);
 
 /* Builds a snapshot of what the recorder holds (device < 0: every device; else that one). In
- * cache mode the allocators' snapshot is taken instead (ms__run_cache_snapshot). */
+ * cache mode the allocators' snapshot (ms__run_cache_snapshot) is merged with the recorder's
+ * passthrough allocations (cudaMallocManaged, explicit pools, pitched). */
 int ms__run_take(int device, ms_snapshot_t **out, ms_errbuf_t *eb);
 
 /* Writes the snapshot(s) for `why` ("exit", "oom", "signal", "every"): one file, or one per
@@ -129,7 +131,8 @@ void ms__run_stop(void);
 
 /* Whether the cache mode serves allocations. */
 bool ms__run_cache_active(void);
-/* Snapshot of the cache mode's allocators (device < 0: all of them). */
+/* Snapshot of the cache mode's allocators (device < 0: all of them); *out = NULL when none has
+ * been created yet. */
 int ms__run_cache_snapshot(int device, ms_snapshot_t **out, ms_errbuf_t *eb);
 /* Device indices served by the cache mode (bit d set for device d < 64). */
 uint64_t ms__run_cache_devices(void);
