@@ -232,3 +232,85 @@ Test(run_record, eight_threads_record_every_event, .fini = rr_fini, .timeout = 6
   for (int t = 1; t <= 8; t++) cr_assert_eq(per_stream[t], 2000, "stream %d", t);
   ms_snapshot_free(s);
 }
+
+extern ms_allocator_t *record_stub_allocs[4];
+extern size_t record_stub_nallocs;
+
+/* The cache mode's snapshot: the allocators' (here on the sim backend, device 1) merged with the
+ * passthrough allocations the recorder holds: segments by device and address, traces by time,
+ * the allocators' statistics and settings kept. */
+Test(run_record, the_cache_snapshot_merges_the_passthrough_allocations, .fini = rr_fini) {
+  rr_start("1000", "8");
+  ms_sim_config_t sc = {.ndevices = 2, .capacity = (size_t)1 << 30};
+  ms_backend_t *be;
+  cr_assert_eq(ms_backend_sim_create(&sc, &be), MS_OK);
+  ms_allocator_config_t ac = {.backend = be, .device = 1};
+  ms_allocator_t *a;
+  cr_assert_eq(ms_allocator_create(&ac, &a, NULL), MS_OK);
+  cr_assert_eq(ms_allocator_record_history(a, NULL, NULL), MS_OK);
+  record_stub_allocs[0] = a;
+  record_stub_nallocs = 1;
+
+  int64_t managed[2] = {0, -1};
+  ms__run_on_alloc(1, 0x1000, 777, 0, managed, rr_program_function(), MS__RUN_KIND_MANAGED);
+  ms_devptr_t p, q;
+  cr_assert_eq(ms_allocator_malloc(a, 3u << 20, 0, &p), MS_OK);
+  ms__run_on_alloc(0, 0x2000, 555, 0, managed, 0, MS__RUN_KIND_MANAGED);
+  cr_assert_eq(ms_allocator_malloc(a, 1000, 0, &q), MS_OK);
+  cr_assert_eq(ms_allocator_free(a, q), MS_OK);
+  ms__run_on_alloc(1, 0xfff1000000000000ULL, 999, 0, managed, 0, MS__RUN_KIND_MANAGED);
+
+  ms_snapshot_t *s = rr_take(-1);
+  /* device 0: the passthrough 555; device 1: 0x1000 first, the allocator's 20 MiB and 2 MiB
+   * segments, then the one above them */
+  cr_assert_eq(s->nsegments, 5);
+  cr_assert_eq(s->segments[0].device, 0);
+  cr_assert_eq(s->segments[0].total_size, 555);
+  cr_assert_eq(s->segments[1].address, 0x1000);
+  cr_assert_str_eq(ms_snap_stack_frame(s, s->segments[1].stack, 1)->name, "rr_program_function");
+  for (size_t i = 2; i < 4; i++) {
+    cr_assert_eq(s->segments[i].device, 1);
+    cr_assert_eq(s->segments[i].pool_id[1], 0);
+    cr_assert_gt(s->segments[i].address, s->segments[i - 1].address);
+  }
+  cr_assert_eq(s->segments[4].total_size, 999);
+  uint64_t sizes = s->segments[2].total_size + s->segments[3].total_size;
+  cr_assert_eq(sizes, (20u << 20) + (2u << 20));
+  /* device 1's trace: two entries per passthrough allocation there (4), and the allocator's
+   * seven (segment_alloc, alloc, segment_alloc, alloc, free_requested, free_completed, snapshot),
+   * by time */
+  const ms_snap_device_t *d1 = &s->devices[1];
+  cr_assert_eq(d1->ntrace, 4 + 7, "%u entries", d1->ntrace);
+  for (uint32_t i = 1; i < d1->ntrace; i++)
+    cr_assert_geq(s->trace[d1->first_trace + i].time_us, s->trace[d1->first_trace + i - 1].time_us);
+  cr_assert_eq(s->trace[d1->first_trace].pool_id[1], -1); /* the first call was passed through */
+  /* the allocator's statistics and settings */
+  bool seen = false;
+  for (uint32_t i = 0; i < d1->nstats; i++)
+    if (strcmp(s->stats[d1->first_stat + i].key, "allocation.all.allocated") == 0) {
+      cr_assert_eq(s->stats[d1->first_stat + i].i, 2);
+      seen = true;
+    }
+  cr_assert(seen);
+  cr_assert(s->present & MS_SNAP_HAS_SETTINGS);
+  cr_assert_gt(s->nsettings_top, 0);
+  /* it writes and reads back */
+  ms_sink_t sink;
+  th_memsink_t m;
+  th_memsink_init(&sink, &m);
+  ms_errbuf_t eb = {0};
+  cr_assert_eq(ms_snapshot_write(s, NULL, &sink, &eb), MS_OK, "%s", eb.msg);
+  ms_source_t src;
+  ms_membuf_t mb;
+  ms_source_init_mem(&src, &mb, m.data, m.len);
+  ms_snapshot_t *back = NULL;
+  cr_assert_eq(ms_snapshot_read(&src, &back, &eb), MS_OK, "%s", eb.msg);
+  TH_ASSERT_SNAP_EQ(s, back);
+  ms_snapshot_free(back);
+  th_memsink_free(&m);
+  ms_snapshot_free(s);
+  record_stub_nallocs = 0;
+  ms_allocator_free(a, p);
+  ms_allocator_destroy(a);
+  ms_backend_destroy(be);
+}
