@@ -80,11 +80,11 @@ int main(void) {
   snprintf(pattern, sizeof pattern, "%s/s.msgpack", dir);
   char *bare[] = {app, "bench", PAIRS, NULL};
   char *nost[] = {(char *)memsnap, "run", "--quiet", "--no-stacks", "-o", pattern, "--", app,
-                  "bench", PAIRS, NULL};
-  char *fp[] = {(char *)memsnap, "run", "--quiet", "--unwind", "fp", "-o", pattern, "--", app,
-                "bench", PAIRS, NULL};
-  char *btv[] = {(char *)memsnap, "run", "--quiet", "--unwind", "backtrace", "-o", pattern, "--",
-                 app, "bench", PAIRS, NULL};
+                  "bench",         PAIRS, NULL};
+  char *fp[] = {(char *)memsnap, "run", "--quiet", "--unwind", "fp",  "-o",
+                pattern,         "--",  app,       "bench",    PAIRS, NULL};
+  char *btv[] = {(char *)memsnap, "run", "--quiet", "--unwind", "backtrace", "-o",
+                 pattern,         "--",  app,       "bench",    PAIRS,       NULL};
   double b[REPS], o[REPS], f[REPS], t[REPS], bts[REPS], tmb[REPS];
   for (int r = 0; r < REPS; r++) {
     double pb = 0, po = 0, pf = 0, pt = 0, bt = 0, bt2 = 0, x = 0;

@@ -54,7 +54,8 @@ static const char run_usage[] =
     "  --every SECONDS    also write a snapshot every SECONDS (e.g. 10, 0.5)\n"
     "  --stacks N         frames kept per stack, 1..128 (default 32)\n"
     "  --no-stacks        record no stacks\n"
-    "  --unwind KIND      fp: frame-pointer walk, checked, falling back to backtrace(3) (default);\n"
+    "  --unwind KIND      fp: frame-pointer walk, checked, falling back to backtrace(3) "
+    "(default);\n"
     "                     backtrace: backtrace(3) always\n"
     "  --max-entries N    trace entries kept, oldest dropped first (default 1000000)\n"
     "  --no-signal        SIGUSR1 keeps its default meaning (terminate)\n"
@@ -141,7 +142,7 @@ static int run_find_program(const char *prog, char *dst, size_t cap) {
   return CLI_FAILURE;
 }
 
-/* ---- can the program be interposed? ----------------------------------------------------------- */
+/* ---- can the program be interposed? ---------------------------------------------------------- */
 
 typedef enum run_link {
   RUN_LINK_DYNAMIC = 0, /* dynamically linked, CUDA runtime not inside: interposable */
@@ -215,7 +216,7 @@ static run_link run_program_link(const char *path) {
   return r;
 }
 
-/* ---- running ---------------------------------------------------------------------------------- */
+/* ---- running --------------------------------------------------------------------------------- */
 
 static volatile sig_atomic_t run_child_pid;
 
@@ -244,7 +245,8 @@ static int run_check_output(const char *pattern) {
   }
   char *slash = strrchr(path, '/');
   const char *dir = ".";
-  if (slash == path) dir = "/";
+  if (slash == path)
+    dir = "/";
   else if (slash) {
     *slash = 0;
     dir = path;
@@ -377,12 +379,14 @@ int cmd_run(int argc, char **argv) {
   sigemptyset(&ign.sa_mask);
   static const int fwd_sigs[4] = {SIGTERM, SIGHUP, SIGUSR1, SIGUSR2};
 
-  for (int k = 0; k < 4; k++) sigaction(fwd_sigs[k], &fwd, &old_sig[k]); /* reset by exec */
+  for (int k = 0; k < 4; k++)
+    sigaction(fwd_sigs[k], &fwd, &old_sig[k]); /* reset by exec */
   fflush(NULL);
   pid_t pid = fork();
   if (pid < 0) {
     cli_error("cannot run '%s': fork: %s", argv[i], strerror(errno));
-    for (int k = 0; k < 4; k++) sigaction(fwd_sigs[k], &old_sig[k], NULL);
+    for (int k = 0; k < 4; k++)
+      sigaction(fwd_sigs[k], &old_sig[k], NULL);
     free(ld);
     return CLI_FAILURE;
   }
@@ -391,12 +395,18 @@ int cmd_run(int argc, char **argv) {
     setenv("MEMSNAP_RUN_MODE", mode ? mode : "observe", 1);
     setenv("MEMSNAP_RUN_OUTPUT", pattern, 1);
     setenv("MEMSNAP_RUN_STACKS", stacks_s, 1);
-    if (every) setenv("MEMSNAP_RUN_EVERY", every, 1);
-    else unsetenv("MEMSNAP_RUN_EVERY");
-    if (unwind) setenv("MEMSNAP_RUN_UNWIND", unwind, 1);
-    else unsetenv("MEMSNAP_RUN_UNWIND");
-    if (max_entries) setenv("MEMSNAP_RUN_MAX_ENTRIES", entries_s, 1);
-    else unsetenv("MEMSNAP_RUN_MAX_ENTRIES");
+    if (every)
+      setenv("MEMSNAP_RUN_EVERY", every, 1);
+    else
+      unsetenv("MEMSNAP_RUN_EVERY");
+    if (unwind)
+      setenv("MEMSNAP_RUN_UNWIND", unwind, 1);
+    else
+      unsetenv("MEMSNAP_RUN_UNWIND");
+    if (max_entries)
+      setenv("MEMSNAP_RUN_MAX_ENTRIES", entries_s, 1);
+    else
+      unsetenv("MEMSNAP_RUN_MAX_ENTRIES");
     setenv("MEMSNAP_RUN_QUIET", quiet ? "1" : "0", 1);
     setenv("MEMSNAP_RUN_SIGNAL", no_signal ? "0" : "1", 1);
     execv(prog, argv + i);
@@ -412,12 +422,14 @@ int cmd_run(int argc, char **argv) {
   sigaction(SIGQUIT, &ign, &old_quit);
   int status = 0;
   pid_t w;
-  do w = waitpid(pid, &status, 0);
+  do
+    w = waitpid(pid, &status, 0);
   while (w < 0 && errno == EINTR);
   run_child_pid = 0;
   sigaction(SIGINT, &old_int, NULL);
   sigaction(SIGQUIT, &old_quit, NULL);
-  for (int k = 0; k < 4; k++) sigaction(fwd_sigs[k], &old_sig[k], NULL);
+  for (int k = 0; k < 4; k++)
+    sigaction(fwd_sigs[k], &old_sig[k], NULL);
   if (w < 0) {
     cli_error("cannot wait for '%s': %s", argv[i], strerror(errno));
     return CLI_FAILURE;

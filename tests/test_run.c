@@ -9,11 +9,11 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -26,7 +26,9 @@ extern char **environ;
 
 static char *rt_dir;
 
-static void rt_setup(void) { rt_dir = th_tmpdir(); }
+static void rt_setup(void) {
+  rt_dir = th_tmpdir();
+}
 static void rt_teardown(void) {
   th_rmdir(rt_dir);
   free(rt_dir);
@@ -81,8 +83,10 @@ static void rt_spawn(char *const argv[], const char *const *env_extra, rt_result
   posix_spawn_file_actions_addopen(&fa, 1, outp, O_WRONLY | O_CREAT | O_TRUNC, 0600);
   posix_spawn_file_actions_addopen(&fa, 2, errp, O_WRONLY | O_CREAT | O_TRUNC, 0600);
   size_t n = 0, k = 0;
-  while (environ[n]) n++;
-  while (env_extra && env_extra[k]) k++;
+  while (environ[n])
+    n++;
+  while (env_extra && env_extra[k])
+    k++;
   char **envp = calloc(n + k + 2, sizeof *envp);
   size_t m = 0;
   for (size_t i = 0; i < n; i++) {
@@ -93,7 +97,8 @@ static void rt_spawn(char *const argv[], const char *const *env_extra, rt_result
     }
     if (!overridden) envp[m++] = environ[i];
   }
-  for (size_t j = 0; j < k; j++) envp[m++] = (char *)env_extra[j];
+  for (size_t j = 0; j < k; j++)
+    envp[m++] = (char *)env_extra[j];
   envp[m] = NULL;
   rt_asan_env(envp, m);
   pid_t pid;
@@ -121,11 +126,13 @@ static void rt_run(rt_result_t *r, const char *const *env, const char *const *op
   int n = 0;
   argv[n++] = (char *)rt_memsnap();
   argv[n++] = "run";
-  for (int i = 0; opts && opts[i]; i++) argv[n++] = (char *)opts[i];
+  for (int i = 0; opts && opts[i]; i++)
+    argv[n++] = (char *)opts[i];
   argv[n++] = "-o";
   argv[n++] = pattern;
   argv[n++] = "--";
-  for (int i = 0; prog[i]; i++) argv[n++] = (char *)prog[i];
+  for (int i = 0; prog[i]; i++)
+    argv[n++] = (char *)prog[i];
   argv[n] = NULL;
   rt_spawn(argv, env, r);
 }
@@ -166,7 +173,8 @@ static int64_t rt_stat(const ms_snapshot_t *s, size_t dev, const char *key) {
 static size_t rt_count_action(const ms_snapshot_t *s, size_t dev, ms_trace_action a) {
   size_t n = 0;
   const ms_snap_device_t *d = &s->devices[dev];
-  for (uint32_t i = 0; i < d->ntrace; i++) n += s->trace[d->first_trace + i].action == a;
+  for (uint32_t i = 0; i < d->ntrace; i++)
+    n += s->trace[d->first_trace + i].action == a;
   return n;
 }
 
@@ -311,7 +319,8 @@ Test(run, eight_threads_lose_no_event) {
     per_thread[t]++;
     cr_assert_str_eq(rt_frame(s, g->stack, 1), "app_worker");
   }
-  for (int t = 0; t < 8; t++) cr_assert_eq(per_thread[t], t + 1, "thread %d", t);
+  for (int t = 0; t < 8; t++)
+    cr_assert_eq(per_thread[t], t + 1, "thread %d", t);
   cr_assert_eq(s->ndevices, 1);
   cr_assert_eq(s->devices[0].trace_dropped, 0);
   cr_assert_eq(rt_count_action(s, 0, MS_TRACE_ALLOC), 8 * 300 + 36);
@@ -330,7 +339,8 @@ Test(run, eight_threads_lose_no_event) {
     cr_assert_eq(t->stream, stream_of[th], "size %" PRIu64, t->size);
   }
   for (int a = 0; a < 8; a++)
-    for (int b = a + 1; b < 8; b++) cr_assert_neq(stream_of[a], stream_of[b]);
+    for (int b = a + 1; b < 8; b++)
+      cr_assert_neq(stream_of[a], stream_of[b]);
   cr_assert_eq(rt_stat(s, 0, "allocation.all.current"), 36);
   ms_snapshot_free(s);
 }
@@ -415,14 +425,16 @@ Test(run, sigusr1_sent_to_memsnap_reaches_the_program) {
   posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
   pid_t pid;
   size_t n = 0;
-  while (environ[n]) n++;
+  while (environ[n])
+    n++;
   char **envp = calloc(n + 2, sizeof *envp);
   memcpy(envp, environ, n * sizeof *envp);
   rt_asan_env(envp, n);
   cr_assert_eq(posix_spawn(&pid, argv[0], &fa, NULL, argv, envp), 0);
   posix_spawn_file_actions_destroy(&fa);
   free(envp);
-  for (int i = 0; i < 1000 && access(ready, F_OK) != 0; i++) usleep(10000);
+  for (int i = 0; i < 1000 && access(ready, F_OK) != 0; i++)
+    usleep(10000);
   cr_assert_eq(access(ready, F_OK), 0, "the program never allocated");
   cr_assert_eq(kill(pid, SIGUSR1), 0); /* to memsnap, not to the program */
   int st;
@@ -510,8 +522,8 @@ Test(run, usage_and_runtime_errors) {
   cr_assert_eq(r.status, 1);
   cr_assert(strstr(r.err, "memsnap: error: cannot run '/nonexistent/app': No such file"), "%s",
             r.err);
-  rt_spawn((char *[]){(char *)rt_memsnap(), "run", "-o", "/nonexistent/dir/s.msgpack", "--",
-                      RT_APP, NULL},
+  rt_spawn((char *[]){(char *)rt_memsnap(), "run", "-o", "/nonexistent/dir/s.msgpack", "--", RT_APP,
+                      NULL},
            NULL, &r);
   cr_assert_eq(r.status, 1);
   cr_assert(strstr(r.err, "cannot write snapshots into '/nonexistent/dir'"), "%s", r.err);
@@ -535,7 +547,8 @@ Test(run, one_file_per_device_with_percent_d) {
     ms_errbuf_t eb = {0};
     cr_assert_eq(ms_snapshot_load(path, &s, &eb), MS_OK, "%s", eb.msg);
     cr_assert_eq(s->nsegments, dev == 0 ? 1 : 2);
-    for (size_t i = 0; i < s->nsegments; i++) cr_assert_eq(s->segments[i].device, dev);
+    for (size_t i = 0; i < s->nsegments; i++)
+      cr_assert_eq(s->segments[i].device, dev);
     cr_assert_eq(s->devices[dev].ntrace, dev == 0 ? 12 : 4);
     ms_snapshot_free(s);
   }
@@ -554,8 +567,8 @@ Test(run, cache_mode_serves_the_program_from_memsnaps_allocator) {
   for (size_t i = 0; i < s->nsegments; i++) {
     const ms_snap_segment_t *g = &s->segments[i];
     if (i > 0)
-      cr_assert(s->segments[i - 1].device < g->device ||
-                (s->segments[i - 1].device == g->device && s->segments[i - 1].address < g->address));
+      cr_assert(s->segments[i - 1].device < g->device || (s->segments[i - 1].device == g->device &&
+                                                          s->segments[i - 1].address < g->address));
     if (g->pool_id[1] == -1) {
       managed++;
       cr_assert_eq(g->device, 1);
@@ -647,7 +660,8 @@ Test(run, the_real_shared_runtime_is_forwarded_unchanged) {
 /* The toolkit's libcudart_static, as nvcc links by default: detected, stripped or not. */
 Test(run, the_real_static_runtime_is_detected) {
 #ifndef MS_TEST_HAVE_CUDART
-  printf("SKIP: run: no CUDA Toolkit in this build (the real-runtime test needs libcudart_static)\n");
+  printf(
+      "SKIP: run: no CUDA Toolkit in this build (the real-runtime test needs libcudart_static)\n");
   cr_skip_test("no CUDA Toolkit");
 #else
   const char *apps[2] = {MS_TEST_BINARY_DIR "/tests/run/run_app_cudart_static",

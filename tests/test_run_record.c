@@ -25,7 +25,9 @@ static ms_snapshot_t *rr_take(int device) {
   return s;
 }
 
-static void rr_fini(void) { ms__run_stop(); /* no exit snapshot from the test's process */ }
+static void rr_fini(void) {
+  ms__run_stop(); /* no exit snapshot from the test's process */
+}
 
 static void rr_start(const char *max_entries, const char *stacks) {
   setenv("MEMSNAP_RUN_MAX_ENTRIES", max_entries, 1);
@@ -35,7 +37,7 @@ static void rr_start(const char *max_entries, const char *stacks) {
   ms__run_start();
 }
 
-#define ADDR(i) (0x7f0000000000ULL + (uint64_t)(i) * 0x1000)
+#define ADDR(i) (0x7f0000000000ULL + (uint64_t)(i)*0x1000)
 
 static void rr_free(uint64_t addr) {
   uint64_t begin = ms__run_free_begin();
@@ -44,8 +46,10 @@ static void rr_free(uint64_t addr) {
 
 Test(run_record, ring_wraps_at_max_entries_and_counts_drops, .fini = rr_fini) {
   rr_start("50", "0");
-  for (int i = 0; i < 100; i++) ms__run_on_alloc(0, ADDR(i), 1000 + (uint64_t)i, 0, NULL, 0, 0);
-  for (int i = 0; i < 50; i++) rr_free(ADDR(i));
+  for (int i = 0; i < 100; i++)
+    ms__run_on_alloc(0, ADDR(i), 1000 + (uint64_t)i, 0, NULL, 0, 0);
+  for (int i = 0; i < 50; i++)
+    rr_free(ADDR(i));
   ms_snapshot_t *s = rr_take(-1);
   cr_assert_eq(s->nsegments, 50);
   for (size_t k = 0; k < 50; k++) {
@@ -64,14 +68,16 @@ Test(run_record, ring_wraps_at_max_entries_and_counts_drops, .fini = rr_fini) {
   cr_assert_eq(s->trace[1].action, MS_TRACE_SEGMENT_FREE);
   cr_assert_eq(s->trace[2].action, MS_TRACE_FREE_REQUESTED);
   cr_assert_eq(s->trace[2].addr, ADDR(34));
-  for (size_t k = 1; k < 50; k++) cr_assert_geq(s->trace[k].time_us, s->trace[k - 1].time_us);
+  for (size_t k = 1; k < 50; k++)
+    cr_assert_geq(s->trace[k].time_us, s->trace[k - 1].time_us);
   ms_snapshot_free(s);
 }
 
 Test(run_record, the_live_table_survives_growth_and_tombstones, .fini = rr_fini) {
   rr_start("1000000", "0");
   /* 20,000 allocations, every one but each 7th freed, then the freed addresses reused */
-  for (int i = 0; i < 20000; i++) ms__run_on_alloc(0, ADDR(i), 512, 0, NULL, 0, 0);
+  for (int i = 0; i < 20000; i++)
+    ms__run_on_alloc(0, ADDR(i), 512, 0, NULL, 0, 0);
   int live = 0;
   for (int i = 0; i < 20000; i++)
     if (i % 7)
@@ -93,7 +99,7 @@ Test(run_record, the_live_table_survives_growth_and_tombstones, .fini = rr_fini)
 Test(run_record, only_successful_frees_of_known_allocations_are_recorded, .fini = rr_fini) {
   rr_start("1000", "0");
   ms__run_on_alloc(0, ADDR(1), 4096, 7, NULL, 0, 0);
-  rr_free(ADDR(2)); /* never allocated: nothing to record */
+  rr_free(ADDR(2));                                       /* never allocated: nothing to record */
   ms__run_free_end(ADDR(1), ms__run_free_begin(), false); /* the real free failed */
   ms_snapshot_t *s = rr_take(-1);
   cr_assert_eq(s->nsegments, 1);
@@ -121,11 +127,13 @@ Test(run_record, an_address_reused_before_its_free_returned_completes_that_free,
   cr_assert_eq(s->nsegments, 1);
   cr_assert_eq(s->segments[0].total_size, 8192);
   cr_assert_eq(s->blocks[0].state, MS_BLOCK_ACTIVE_ALLOCATED);
-  static const ms_trace_action want[7] = {
-      MS_TRACE_SEGMENT_ALLOC, MS_TRACE_ALLOC,        MS_TRACE_FREE_REQUESTED,
-      MS_TRACE_FREE_COMPLETED, MS_TRACE_SEGMENT_FREE, MS_TRACE_SEGMENT_ALLOC, MS_TRACE_ALLOC};
+  static const ms_trace_action want[7] = {MS_TRACE_SEGMENT_ALLOC,  MS_TRACE_ALLOC,
+                                          MS_TRACE_FREE_REQUESTED, MS_TRACE_FREE_COMPLETED,
+                                          MS_TRACE_SEGMENT_FREE,   MS_TRACE_SEGMENT_ALLOC,
+                                          MS_TRACE_ALLOC};
   cr_assert_eq(s->devices[0].ntrace, 7);
-  for (int i = 0; i < 7; i++) cr_assert_eq(s->trace[i].action, want[i], "entry %d", i);
+  for (int i = 0; i < 7; i++)
+    cr_assert_eq(s->trace[i].action, want[i], "entry %d", i);
   cr_assert_eq(s->trace[4].size, 4096);
   ms_snapshot_free(s);
 }
@@ -221,7 +229,8 @@ Test(run_record, eight_threads_record_every_event, .fini = rr_fini, .timeout = 6
     args[t].t = t;
     pthread_create(&th[t], NULL, rr_worker, &args[t]);
   }
-  for (int t = 0; t < 8; t++) pthread_join(th[t], NULL);
+  for (int t = 0; t < 8; t++)
+    pthread_join(th[t], NULL);
   ms_snapshot_t *s = rr_take(-1);
   cr_assert_eq(s->nsegments, 8 * 1000);
   cr_assert_eq(s->devices[0].ntrace, 8 * (2000 * 2 + 1000 * 3));
@@ -229,7 +238,8 @@ Test(run_record, eight_threads_record_every_event, .fini = rr_fini, .timeout = 6
   size_t per_stream[9] = {0};
   for (uint32_t i = 0; i < s->devices[0].ntrace; i++)
     if (s->trace[i].action == MS_TRACE_ALLOC) per_stream[s->trace[i].stream]++;
-  for (int t = 1; t <= 8; t++) cr_assert_eq(per_stream[t], 2000, "stream %d", t);
+  for (int t = 1; t <= 8; t++)
+    cr_assert_eq(per_stream[t], 2000, "stream %d", t);
   ms_snapshot_free(s);
 }
 

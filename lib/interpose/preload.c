@@ -38,10 +38,10 @@
 #include <string.h>
 
 #include "common/internal.h"
+#include "interpose/run_internal.h"
 #include "memsnap/allocator.h"
 #include "memsnap/backend.h"
 #include "memsnap/history.h"
-#include "interpose/run_internal.h"
 
 #define MS_EXPORT __attribute__((visibility("default")))
 #define MS_ALWAYS_INLINE static inline __attribute__((always_inline))
@@ -88,7 +88,7 @@ MS_EXPORT cudaError_t cudaDeviceSetMemPool(int device, cudaMemPool_t pool);
 
 __thread int ms__run_in_hook __attribute__((tls_model("initial-exec")));
 
-/* ---- the real functions ----------------------------------------------------------------------- */
+/* ---- the real functions ---------------------------------------------------------------------- */
 
 typedef cudaError_t malloc_fn(void **, size_t);
 typedef cudaError_t free_fn(void *);
@@ -142,14 +142,14 @@ static void *real_lookup(const char *name) {
   return p;
 }
 
-#define REAL_FN(name, type)                                                                      \
-  static _Atomic(type *) real_##name##_p;                                                        \
-  static type *real_##name(void) {                                                               \
-    type *p = atomic_load_explicit(&real_##name##_p, memory_order_acquire);                      \
-    if (ms_likely(p != NULL)) return p;                                                          \
-    p = (type *)real_lookup(#name);                                                              \
-    atomic_store_explicit(&real_##name##_p, p, memory_order_release);                           \
-    return p;                                                                                    \
+#define REAL_FN(name, type)                                                                        \
+  static _Atomic(type *) real_##name##_p;                                                          \
+  static type *real_##name(void) {                                                                 \
+    type *p = atomic_load_explicit(&real_##name##_p, memory_order_acquire);                        \
+    if (ms_likely(p != NULL)) return p;                                                            \
+    p = (type *)real_lookup(#name);                                                                \
+    atomic_store_explicit(&real_##name##_p, p, memory_order_release);                              \
+    return p;                                                                                      \
   }
 
 REAL_FN(cudaMalloc, malloc_fn)
@@ -181,7 +181,7 @@ REAL_FN(cudaEventQuery, event_fn)
 REAL_FN(cudaEventSynchronize, event_fn)
 REAL_FN(cudaEventDestroy, event_fn)
 
-/* ---- helpers ---------------------------------------------------------------------------------- */
+/* ---- helpers --------------------------------------------------------------------------------- */
 
 static int current_device(void) {
   int d = 0;
@@ -238,8 +238,8 @@ static int64_t device_pool_id(int device) {
 /* ---- observe --------------------------------------------------------------------------------- */
 
 MS_ALWAYS_INLINE void observe_result(cudaError_t r, const char *call, void **p, size_t size,
-                                     int device, uint64_t stream, int64_t pool,
-                                     ms__run_kind kind, uint32_t stack) {
+                                     int device, uint64_t stream, int64_t pool, ms__run_kind kind,
+                                     uint32_t stack) {
   if (r == cudaSuccess) {
     if (p && *p && size) {
       note_capacity(device);
@@ -258,7 +258,7 @@ MS_ALWAYS_INLINE void observe_result(cudaError_t r, const char *call, void **p, 
   }
 }
 
-/* ---- cache mode: the cudart backend and the allocators ----------------------------------------- */
+/* ---- cache mode: the cudart backend and the allocators --------------------------------------- */
 
 static __thread cudaError_t t_backend_err; /* the CUDA error behind the last MS_EBACKEND */
 
@@ -353,8 +353,8 @@ static int cb_event_create(void *ctx, int device, ms_event_t *out) {
 static int cb_event_record(void *ctx, int device, ms_event_t event, ms_stream_t stream) {
   (void)ctx;
   devswitch_t s = dev_enter(device);
-  cudaError_t e = real_cudaEventRecord()((cudaEvent_t)(uintptr_t)event,
-                                         (cudaStream_t)(uintptr_t)stream);
+  cudaError_t e =
+      real_cudaEventRecord()((cudaEvent_t)(uintptr_t)event, (cudaStream_t)(uintptr_t)stream);
   dev_leave(s);
   return cb_err(e);
 }
@@ -503,26 +503,26 @@ static void cache_oom(ms_allocator_t *a, const char *call, size_t size, int devi
  * (the caller then observes). A macro, not a function, so that the allocator's stack shows the
  * hook (named after the CUDA call) right above memsnap's allocator, even with inlined calls
  * expanded from DWARF. */
-#define CACHE_MALLOC(r, call, p, size, device, stream)                                           \
-  do {                                                                                           \
-    ms_allocator_t *a_ = cache_allocator(device);                                                \
-    if (!a_) {                                                                                   \
-      (r) = -1;                                                                                  \
-    } else if (!(p)) {                                                                           \
-      (r) = 1; /* cudaErrorInvalidValue, as the runtime says */                                  \
-    } else {                                                                                     \
-      ms_devptr_t out_ = 0;                                                                      \
-      int err_ = ms_allocator_malloc(a_, (size), (ms_stream_t)(stream), &out_);                  \
-      if (err_ == MS_OK) {                                                                       \
-        *(p) = (void *)out_;                                                                     \
-        (r) = cudaSuccess;                                                                       \
-      } else if (err_ == MS_EOOM) {                                                              \
-        cache_oom(a_, (call), (size), (device), (stream));                                       \
-        (r) = cudaErrorMemoryAllocation;                                                         \
-      } else {                                                                                   \
-        (r) = err_ == MS_EBACKEND && t_backend_err ? t_backend_err : 999 /* cudaErrorUnknown */; \
-      }                                                                                          \
-    }                                                                                            \
+#define CACHE_MALLOC(r, call, p, size, device, stream)                                             \
+  do {                                                                                             \
+    ms_allocator_t *a_ = cache_allocator(device);                                                  \
+    if (!a_) {                                                                                     \
+      (r) = -1;                                                                                    \
+    } else if (!(p)) {                                                                             \
+      (r) = 1; /* cudaErrorInvalidValue, as the runtime says */                                    \
+    } else {                                                                                       \
+      ms_devptr_t out_ = 0;                                                                        \
+      int err_ = ms_allocator_malloc(a_, (size), (ms_stream_t)(stream), &out_);                    \
+      if (err_ == MS_OK) {                                                                         \
+        *(p) = (void *)out_;                                                                       \
+        (r) = cudaSuccess;                                                                         \
+      } else if (err_ == MS_EOOM) {                                                                \
+        cache_oom(a_, (call), (size), (device), (stream));                                         \
+        (r) = cudaErrorMemoryAllocation;                                                           \
+      } else {                                                                                     \
+        (r) = err_ == MS_EBACKEND && t_backend_err ? t_backend_err : 999 /* cudaErrorUnknown */;   \
+      }                                                                                            \
+    }                                                                                              \
   } while (0)
 
 /* @return -1 when ptr is not the cache's (the caller forwards), else the result. */
@@ -533,35 +533,41 @@ MS_ALWAYS_INLINE cudaError_t cache_free(void *ptr, int device, uint64_t stream) 
   return ms_allocator_free(a, (ms_devptr_t)ptr) == MS_OK ? cudaSuccess : 1;
 }
 
-/* ---- the exported functions -------------------------------------------------------------------- */
+/* ---- the exported functions ------------------------------------------------------------------ */
 
-/* Each hook captures the stack itself (MS__RUN_STACK_HERE in the exported function: the innermost
+/* The device of a call is asked for (cudaGetDevice, cudaStreamGetDevice) only after the call
+ * succeeded or ran out of memory: then the runtime works and these queries succeed, so they never
+ * change the thread's last error, which the program may read with cudaGetLastError.
+ * Each hook captures the stack itself (MS__RUN_STACK_HERE in the exported function: the innermost
  * frame is then the hook, named after the CUDA call, and the next one the program's caller). */
-#define HOOK_ENTER(realp)                                                                        \
-  if (ms_unlikely(!(realp))) return cudaErrorSharedObjectSymbolNotFound;                        \
+#define HOOK_ENTER(realp)                                                                          \
+  if (ms_unlikely(!(realp))) return cudaErrorSharedObjectSymbolNotFound;                           \
   if (ms__run_in_hook) return
 
-#define OBSERVE_ALLOC(call, realcall, p, size, device, stream, pool, kind)                       \
-  do {                                                                                           \
-    ms__run_in_hook = 1;                                                                         \
-    ms__run_start();                                                                             \
-    uint32_t stack_;                                                                             \
-    MS__RUN_STACK_HERE(stack_);                                                                  \
-    cudaError_t r_ = (realcall);                                                                 \
-    observe_result(r_, call, p, size, device, stream, pool, kind, stack_);                      \
-    ms__run_in_hook = 0;                                                                         \
-    return r_;                                                                                   \
+#define OBSERVE_ALLOC(call, realcall, p, size, device, stream, pool, kind)                         \
+  do {                                                                                             \
+    ms__run_in_hook = 1;                                                                           \
+    ms__run_start();                                                                               \
+    uint32_t stack_;                                                                               \
+    MS__RUN_STACK_HERE(stack_);                                                                    \
+    cudaError_t r_ = (realcall);                                                                   \
+    if (r_ == cudaSuccess || r_ == cudaErrorMemoryAllocation) {                                    \
+      int dev_ = (device); /* asked after the call: see the note above */                          \
+      observe_result(r_, call, p, size, dev_, stream, pool, kind, stack_);                         \
+    }                                                                                              \
+    ms__run_in_hook = 0;                                                                           \
+    return r_;                                                                                     \
   } while (0)
 
-#define OBSERVE_FREE(realcall, ptr)                                                              \
-  do {                                                                                           \
-    ms__run_in_hook = 1;                                                                         \
-    ms__run_start();                                                                             \
-    uint64_t begin_ = ms__run_free_begin();                                                      \
-    cudaError_t r_ = (realcall);                                                                 \
-    ms__run_free_end((uint64_t)(uintptr_t)(ptr), begin_, r_ == cudaSuccess);                     \
-    ms__run_in_hook = 0;                                                                         \
-    return r_;                                                                                   \
+#define OBSERVE_FREE(realcall, ptr)                                                                \
+  do {                                                                                             \
+    ms__run_in_hook = 1;                                                                           \
+    ms__run_start();                                                                               \
+    uint64_t begin_ = ms__run_free_begin();                                                        \
+    cudaError_t r_ = (realcall);                                                                   \
+    ms__run_free_end((uint64_t)(uintptr_t)(ptr), begin_, r_ == cudaSuccess);                       \
+    ms__run_in_hook = 0;                                                                           \
+    return r_;                                                                                     \
   } while (0)
 
 MS_EXPORT cudaError_t cudaMalloc(void **devPtr, size_t size) {
@@ -575,8 +581,8 @@ MS_EXPORT cudaError_t cudaMalloc(void **devPtr, size_t size) {
     ms__run_in_hook = 0;
     if (r >= 0) return r;
   }
-  int dev = current_device();
-  OBSERVE_ALLOC("cudaMalloc", real(devPtr, size), devPtr, size, dev, 0, 0, MS__RUN_KIND_MALLOC);
+  OBSERVE_ALLOC("cudaMalloc", real(devPtr, size), devPtr, size, current_device(), 0, 0,
+                MS__RUN_KIND_MALLOC);
 }
 
 MS_EXPORT cudaError_t cudaFree(void *devPtr) {
@@ -592,44 +598,42 @@ MS_EXPORT cudaError_t cudaFree(void *devPtr) {
   OBSERVE_FREE(real(devPtr), devPtr);
 }
 
-#define ASYNC_HOOKS(suffix, default_stream)                                                      \
-  MS_EXPORT cudaError_t cudaMallocAsync##suffix(void **devPtr, size_t size, cudaStream_t s) {    \
-    malloc_async_fn *real = real_cudaMallocAsync##suffix();                                      \
-    HOOK_ENTER(real) real(devPtr, size, s);                                                      \
-    uint64_t st = s ? (uint64_t)(uintptr_t)s : (default_stream);                                 \
-    if (ms__run_cache_active()) {                                                                \
-      ms__run_in_hook = 1;                                                                       \
-      ms__run_start();                                                                           \
-      cudaError_t r;                                                                             \
-      CACHE_MALLOC(r, "cudaMallocAsync", devPtr, size, stream_device(s), st);                    \
-      ms__run_in_hook = 0;                                                                       \
-      if (r >= 0) return r;                                                                      \
-    }                                                                                            \
-    int dev = stream_device(s);                                                                  \
-    OBSERVE_ALLOC("cudaMallocAsync", real(devPtr, size, s), devPtr, size, dev, st,              \
-                  device_pool_id(dev), MS__RUN_KIND_ASYNC);                                      \
-  }                                                                                              \
-  MS_EXPORT cudaError_t cudaFreeAsync##suffix(void *devPtr, cudaStream_t s) {                    \
-    free_async_fn *real = real_cudaFreeAsync##suffix();                                          \
-    HOOK_ENTER(real) real(devPtr, s);                                                            \
-    uint64_t st = s ? (uint64_t)(uintptr_t)s : (default_stream);                                 \
-    if (ms__run_cache_active() && devPtr) {                                                      \
-      ms__run_in_hook = 1;                                                                       \
-      cudaError_t r = cache_free(devPtr, stream_device(s), st);                                  \
-      ms__run_in_hook = 0;                                                                       \
-      if (r >= 0) return r;                                                                      \
-    }                                                                                            \
-    if (!devPtr) return real(devPtr, s);                                                         \
-    OBSERVE_FREE(real(devPtr, s), devPtr);                                                       \
-  }                                                                                              \
-  MS_EXPORT cudaError_t cudaMallocFromPoolAsync##suffix(void **ptr, size_t size,                 \
-                                                        cudaMemPool_t pool, cudaStream_t s) {    \
-    malloc_pool_fn *real = real_cudaMallocFromPoolAsync##suffix();                               \
-    HOOK_ENTER(real) real(ptr, size, pool, s);                                                   \
-    uint64_t st = s ? (uint64_t)(uintptr_t)s : (default_stream);                                 \
-    int dev = stream_device(s);                                                                  \
-    OBSERVE_ALLOC("cudaMallocFromPoolAsync", real(ptr, size, pool, s), ptr, size, dev, st,       \
-                  pool_id_of(pool), MS__RUN_KIND_ASYNC);                                         \
+#define ASYNC_HOOKS(suffix, default_stream)                                                        \
+  MS_EXPORT cudaError_t cudaMallocAsync##suffix(void **devPtr, size_t size, cudaStream_t s) {      \
+    malloc_async_fn *real = real_cudaMallocAsync##suffix();                                        \
+    HOOK_ENTER(real) real(devPtr, size, s);                                                        \
+    uint64_t st = s ? (uint64_t)(uintptr_t)s : (default_stream);                                   \
+    if (ms__run_cache_active()) {                                                                  \
+      ms__run_in_hook = 1;                                                                         \
+      ms__run_start();                                                                             \
+      cudaError_t r;                                                                               \
+      CACHE_MALLOC(r, "cudaMallocAsync", devPtr, size, stream_device(s), st);                      \
+      ms__run_in_hook = 0;                                                                         \
+      if (r >= 0) return r;                                                                        \
+    }                                                                                              \
+    OBSERVE_ALLOC("cudaMallocAsync", real(devPtr, size, s), devPtr, size, stream_device(s), st,    \
+                  device_pool_id(dev_), MS__RUN_KIND_ASYNC);                                       \
+  }                                                                                                \
+  MS_EXPORT cudaError_t cudaFreeAsync##suffix(void *devPtr, cudaStream_t s) {                      \
+    free_async_fn *real = real_cudaFreeAsync##suffix();                                            \
+    HOOK_ENTER(real) real(devPtr, s);                                                              \
+    uint64_t st = s ? (uint64_t)(uintptr_t)s : (default_stream);                                   \
+    if (ms__run_cache_active() && devPtr) {                                                        \
+      ms__run_in_hook = 1;                                                                         \
+      cudaError_t r = cache_free(devPtr, stream_device(s), st);                                    \
+      ms__run_in_hook = 0;                                                                         \
+      if (r >= 0) return r;                                                                        \
+    }                                                                                              \
+    if (!devPtr) return real(devPtr, s);                                                           \
+    OBSERVE_FREE(real(devPtr, s), devPtr);                                                         \
+  }                                                                                                \
+  MS_EXPORT cudaError_t cudaMallocFromPoolAsync##suffix(void **ptr, size_t size,                   \
+                                                        cudaMemPool_t pool, cudaStream_t s) {      \
+    malloc_pool_fn *real = real_cudaMallocFromPoolAsync##suffix();                                 \
+    HOOK_ENTER(real) real(ptr, size, pool, s);                                                     \
+    uint64_t st = s ? (uint64_t)(uintptr_t)s : (default_stream);                                   \
+    OBSERVE_ALLOC("cudaMallocFromPoolAsync", real(ptr, size, pool, s), ptr, size,                  \
+                  stream_device(s), st, pool_id_of(pool), MS__RUN_KIND_ASYNC);                     \
   }
 
 ASYNC_HOOKS(, 0)
@@ -638,9 +642,8 @@ ASYNC_HOOKS(_ptsz, CUDA_STREAM_PER_THREAD)
 MS_EXPORT cudaError_t cudaMallocManaged(void **devPtr, size_t size, unsigned flags) {
   malloc_managed_fn *real = real_cudaMallocManaged();
   HOOK_ENTER(real) real(devPtr, size, flags);
-  int dev = current_device();
-  OBSERVE_ALLOC("cudaMallocManaged", real(devPtr, size, flags), devPtr, size, dev, 0, 0,
-                MS__RUN_KIND_MANAGED);
+  OBSERVE_ALLOC("cudaMallocManaged", real(devPtr, size, flags), devPtr, size, current_device(), 0,
+                0, MS__RUN_KIND_MANAGED);
 }
 
 /* Pitched allocations (observed in both modes, never cached): the size recorded is what the
@@ -648,14 +651,15 @@ MS_EXPORT cudaError_t cudaMallocManaged(void **devPtr, size_t size, unsigned fla
 MS_EXPORT cudaError_t cudaMallocPitch(void **devPtr, size_t *pitch, size_t width, size_t height) {
   malloc_pitch_fn *real = real_cudaMallocPitch();
   HOOK_ENTER(real) real(devPtr, pitch, width, height);
-  int dev = current_device();
   ms__run_in_hook = 1;
   ms__run_start();
   uint32_t stack;
   MS__RUN_STACK_HERE(stack);
   cudaError_t r = real(devPtr, pitch, width, height);
   size_t size = r == cudaSuccess && pitch ? *pitch * height : width * height;
-  observe_result(r, "cudaMallocPitch", devPtr, size, dev, 0, 0, MS__RUN_KIND_MALLOC, stack);
+  if (r == cudaSuccess || r == cudaErrorMemoryAllocation)
+    observe_result(r, "cudaMallocPitch", devPtr, size, current_device(), 0, 0, MS__RUN_KIND_MALLOC,
+                   stack);
   ms__run_in_hook = 0;
   return r;
 }
@@ -663,7 +667,6 @@ MS_EXPORT cudaError_t cudaMallocPitch(void **devPtr, size_t *pitch, size_t width
 MS_EXPORT cudaError_t cudaMalloc3D(ms_cuda_pitched_ptr_t *pitchedDevPtr, ms_cuda_extent_t extent) {
   malloc_3d_fn *real = real_cudaMalloc3D();
   HOOK_ENTER(real) real(pitchedDevPtr, extent);
-  int dev = current_device();
   ms__run_in_hook = 1;
   ms__run_start();
   uint32_t stack;
@@ -675,7 +678,8 @@ MS_EXPORT cudaError_t cudaMalloc3D(ms_cuda_pitched_ptr_t *pitchedDevPtr, ms_cuda
     size = pitchedDevPtr->pitch * extent.height * extent.depth;
     p = pitchedDevPtr->ptr;
   }
-  observe_result(r, "cudaMalloc3D", &p, size, dev, 0, 0, MS__RUN_KIND_MALLOC, stack);
+  if (r == cudaSuccess || r == cudaErrorMemoryAllocation)
+    observe_result(r, "cudaMalloc3D", &p, size, current_device(), 0, 0, MS__RUN_KIND_MALLOC, stack);
   ms__run_in_hook = 0;
   return r;
 }

@@ -36,14 +36,14 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "history/history_internal.h"
+#include "alloc/stats_internal.h"
 #include "common/internal.h"
+#include "history/history_internal.h"
+#include "interpose/run_internal.h"
 #include "memsnap/history.h"
 #include "memsnap/serialize.h"
 #include "memsnap/stats.h"
-#include "interpose/run_internal.h"
 #include "model/snapbuild.h"
-#include "alloc/stats_internal.h"
 
 #define TOMB UINT64_MAX
 
@@ -51,7 +51,7 @@ typedef struct live_s {
   uint64_t addr; /* 0 = empty slot, TOMB = deleted */
   uint64_t size;
   uint64_t stream;
-  uint64_t seq;  /* unique per allocation */
+  uint64_t seq; /* unique per allocation */
   int64_t pool_id[2];
   uint32_t stack;
   int16_t device;
@@ -73,7 +73,7 @@ static struct {
   pthread_mutex_t mu;
   /* live table */
   live_t *tab;
-  size_t cap, count, used; /* used = count + tombstones */
+  size_t cap, count, used;   /* used = count + tombstones */
   _Atomic uint64_t next_seq; /* the seq of the newest allocation (written under mu) */
   /* trace ring */
   ent_t *ring;
@@ -112,7 +112,8 @@ void ms__run_opts_read(ms__run_opts_t *o) {
   o->signal = true;
   const char *s;
   if ((s = getenv("MEMSNAP_RUN_MODE")) && *s) {
-    if (strcmp(s, "cache") == 0) o->mode = MS__RUN_CACHE;
+    if (strcmp(s, "cache") == 0)
+      o->mode = MS__RUN_CACHE;
     else if (strcmp(s, "observe") != 0)
       ms__warning("MEMSNAP_RUN_MODE='%s' is not observe or cache; observing", s);
   }
@@ -142,9 +143,12 @@ void ms__run_opts_read(ms__run_opts_t *o) {
       o->depth = (unsigned)v;
   }
   if ((s = getenv("MEMSNAP_RUN_UNWIND")) && *s) {
-    if (strcmp(s, "backtrace") == 0) o->unwinder = MS_UNWIND_BACKTRACE;
-    else if (strcmp(s, "fp") == 0) o->unwinder = MS_UNWIND_FRAME_POINTER;
-    else ms__warning("MEMSNAP_RUN_UNWIND='%s' is not fp or backtrace; using fp", s);
+    if (strcmp(s, "backtrace") == 0)
+      o->unwinder = MS_UNWIND_BACKTRACE;
+    else if (strcmp(s, "fp") == 0)
+      o->unwinder = MS_UNWIND_FRAME_POINTER;
+    else
+      ms__warning("MEMSNAP_RUN_UNWIND='%s' is not fp or backtrace; using fp", s);
   }
   if ((s = getenv("MEMSNAP_RUN_MAX_ENTRIES")) && *s) {
     char *end;
@@ -158,7 +162,9 @@ void ms__run_opts_read(ms__run_opts_t *o) {
   if ((s = getenv("MEMSNAP_RUN_SIGNAL")) && *s) o->signal = strcmp(s, "0") != 0;
 }
 
-static void opts_init(void) { ms__run_opts_read(&opts); }
+static void opts_init(void) {
+  ms__run_opts_read(&opts);
+}
 
 const ms__run_opts_t *ms__run_opts(void) {
   pthread_once(&opts_once, opts_init);
@@ -170,7 +176,9 @@ const ms__run_opts_t *ms__run_opts(void) {
  * the wall clock, converted to unix microseconds when a snapshot is built, with the rate measured
  * between the recorder's start and the snapshot. */
 #if defined(__x86_64__) || defined(__i386__)
-static inline uint64_t rec_ticks(void) { return __builtin_ia32_rdtsc(); }
+static inline uint64_t rec_ticks(void) {
+  return __builtin_ia32_rdtsc();
+}
 #else
 static inline uint64_t rec_ticks(void) {
   struct timespec ts;
@@ -232,7 +240,8 @@ static int tab_grow(void) {
   for (size_t i = 0; i < R.cap; i++) {
     if (R.tab[i].addr == 0 || R.tab[i].addr == TOMB) continue;
     size_t j = slot_of(R.tab[i].addr, ncap - 1);
-    while (nt[j].addr) j = (j + 1) & (ncap - 1);
+    while (nt[j].addr)
+      j = (j + 1) & (ncap - 1);
     nt[j] = R.tab[i];
   }
   free(R.tab);
@@ -247,7 +256,8 @@ static live_t *tab_insert(uint64_t addr) {
   if ((R.used + 1) * 2 > R.cap && tab_grow() != MS_OK) return NULL;
   size_t mask = R.cap - 1;
   size_t j = slot_of(addr, mask);
-  while (R.tab[j].addr != 0 && R.tab[j].addr != TOMB) j = (j + 1) & mask;
+  while (R.tab[j].addr != 0 && R.tab[j].addr != TOMB)
+    j = (j + 1) & mask;
   if (R.tab[j].addr == 0) R.used++;
   R.count++;
   memset(&R.tab[j], 0, sizeof R.tab[j]);
@@ -341,7 +351,9 @@ static void complete_free(live_t *e, int64_t now) {
 
 /* ---- recording ------------------------------------------------------------------------------ */
 
-ms__stacktab_t *ms__run_stacks(void) { return R.stacks; }
+ms__stacktab_t *ms__run_stacks(void) {
+  return R.stacks;
+}
 
 MS_NOINLINE uint32_t ms__run_stack(unsigned skip) {
   const ms__run_opts_t *o = ms__run_opts();
@@ -431,8 +443,7 @@ static void held_bytes(int device, uint64_t *bytes, uint64_t *n) {
 }
 
 void ms__run_on_oom(const char *call, int device, uint64_t size, uint64_t stream,
-                    uint64_t device_free, uint64_t device_total, uint32_t stack,
-                    bool from_cache) {
+                    uint64_t device_free, uint64_t device_total, uint32_t stack, bool from_cache) {
   if (device < 0 || device >= MS__RUN_MAX_DEVICES) device = 0;
   int64_t now = (int64_t)rec_ticks();
   uint64_t held = 0, nheld = 0;
@@ -461,11 +472,13 @@ void ms__run_on_oom(const char *call, int device, uint64_t size, uint64_t stream
   else
     snprintf(where, sizeof where, "no snapshot written");
   if (cache)
-    ms__message("memsnap: ", "out of memory: %s of %s on device %d failed "
+    ms__message("memsnap: ",
+                "out of memory: %s of %s on device %d failed "
                 "(cudaErrorMemoryAllocation); the device has %s free of %s; %s",
                 call, sz, device, fr, device_total ? tot : "?", where);
   else
-    ms__message("memsnap: ", "out of memory: %s of %s on device %d failed "
+    ms__message("memsnap: ",
+                "out of memory: %s of %s on device %d failed "
                 "(cudaErrorMemoryAllocation); the device has %s free of %s; the program holds "
                 "%s in %llu allocation%s on it; %s",
                 call, sz, device, fr, device_total ? tot : "?", hd, (unsigned long long)nheld,
@@ -502,7 +515,8 @@ static int take_copy(copy_t *c) {
   }
   for (size_t i = 0; i < R.cap; i++)
     if (R.tab[i].addr != 0 && R.tab[i].addr != TOMB) c->live[c->nlive++] = R.tab[i];
-  for (size_t i = 0; i < R.ring_len; i++) c->ents[i] = R.ring[(R.ring_head + i) % R.ring_cap];
+  for (size_t i = 0; i < R.ring_len; i++)
+    c->ents[i] = R.ring[(R.ring_head + i) % R.ring_cap];
   c->nents = R.ring_len;
   memcpy(c->dropped, R.dropped, sizeof c->dropped);
   memcpy(c->stats, R.stats, sizeof c->stats);
@@ -539,7 +553,8 @@ static uint32_t *build_slot(build_t *t, uint32_t id, int *fresh) {
     for (size_t i = 0; i < t->cap; i++) {
       if (!t->keys[i]) continue;
       size_t j = slot_of(t->keys[i], ncap - 1);
-      while (nk[j]) j = (j + 1) & (ncap - 1);
+      while (nk[j])
+        j = (j + 1) & (ncap - 1);
       nk[j] = t->keys[i];
       nv[j] = t->vals[i];
     }
@@ -771,8 +786,8 @@ static int build(const copy_t *c, const ms_snapshot_t *a, int device, ms_snapsho
       k++;
       continue;
     }
-    bool take_e = e && (!g || e->device < g->device ||
-                        (e->device == g->device && e->addr < g->address));
+    bool take_e =
+        e && (!g || e->device < g->device || (e->device == g->device && e->addr < g->address));
     if (take_e) {
       err = add_live_segment(&t, e, st_alloc);
       i++;
@@ -798,7 +813,8 @@ static int build(const copy_t *c, const ms_snapshot_t *a, int device, ms_snapsho
     /* the trace: both oldest first, merged by time (a's first on a tie) */
     size_t ke = 0, ka = 0, nae = ad ? ad->ntrace : 0;
     while (err == MS_OK) {
-      while (ke < c->nents && c->ents[ke].device != d) ke++;
+      while (ke < c->nents && c->ents[ke].device != d)
+        ke++;
       const ent_t *e = ke < c->nents ? &c->ents[ke] : NULL;
       const ms_snap_trace_t *x = ka < nae ? &a->trace[ad->first_trace + ka] : NULL;
       if (!e && !x) break;
@@ -1015,14 +1031,16 @@ static void *writer_main(void *arg) {
       next.tv_sec = (time_t)secs;
       next.tv_nsec = (long)((secs - (double)next.tv_sec) * 1e9);
       if (next.tv_nsec >= 1000000000L) next.tv_nsec = 999999999L;
-      do r = sem_timedwait(&R.sem, &next);
+      do
+        r = sem_timedwait(&R.sem, &next);
       while (r != 0 && errno == EINTR);
       if (r != 0) {
         if (errno == ETIMEDOUT) ms__run_write("every", -1, NULL, 0);
         continue;
       }
     } else {
-      do r = sem_wait(&R.sem);
+      do
+        r = sem_wait(&R.sem);
       while (r != 0 && errno == EINTR);
       if (r != 0) return NULL;
     }
@@ -1040,7 +1058,8 @@ static void atfork_child(void) {
   if (R.tab) memset(R.tab, 0, R.cap * sizeof *R.tab);
   R.ring_len = R.ring_head = 0;
   memset(R.dropped, 0, sizeof R.dropped);
-  for (int d = 0; d < MS__RUN_MAX_DEVICES; d++) ms_stats_init(&R.stats[d]);
+  for (int d = 0; d < MS__RUN_MAX_DEVICES; d++)
+    ms_stats_init(&R.stats[d]);
   R.ndev = 0;
   R.ncalls = 0;
   R.thread_started = false;
@@ -1053,7 +1072,8 @@ static void start_once_fn(void) {
   pthread_mutex_lock(&R.mu);
   R.ring_max = o->max_entries;
   pthread_mutex_unlock(&R.mu);
-  for (int d = 0; d < MS__RUN_MAX_DEVICES; d++) ms_stats_init(&R.stats[d]);
+  for (int d = 0; d < MS__RUN_MAX_DEVICES; d++)
+    ms_stats_init(&R.stats[d]);
   if (o->depth) {
     ms__backtrace_init(); /* loads libgcc now, not inside a capture */
     if (ms__stacktab_create(&R.stacks) != MS_OK) R.stacks = NULL;

@@ -75,18 +75,18 @@ ms__stacktab_t *ms__run_stacks(void);
 
 /* ms__run_stack(0) inlined into its caller: the hooks use it, so that a backtrace(3) capture
  * unwinds one frame less (about 0.1 us a frame). The innermost frame is in the hook. */
-#define MS__RUN_STACK_HERE(out)                                                                  \
-  do {                                                                                           \
-    const ms__run_opts_t *o_ = ms__run_opts();                                                   \
-    ms__stacktab_t *t_ = ms__run_stacks();                                                       \
-    (out) = 0;                                                                                   \
-    if (o_->depth && t_) {                                                                       \
-      uintptr_t pcs_[MS__MAX_FRAMES];                                                            \
-      size_t max_ = o_->depth < MS__MAX_FRAMES ? o_->depth : MS__MAX_FRAMES;                    \
-      size_t n_ = o_->unwinder == MS_UNWIND_BACKTRACE ? ms__capture_backtrace(pcs_, max_, 0)    \
-                                                       : ms__capture_fp(pcs_, max_, 0);         \
-      if (n_) (out) = ms__stacktab_intern(t_, pcs_, n_);                                        \
-    }                                                                                            \
+#define MS__RUN_STACK_HERE(out)                                                                    \
+  do {                                                                                             \
+    const ms__run_opts_t *o_ = ms__run_opts();                                                     \
+    ms__stacktab_t *t_ = ms__run_stacks();                                                         \
+    (out) = 0;                                                                                     \
+    if (o_->depth && t_) {                                                                         \
+      uintptr_t pcs_[MS__MAX_FRAMES];                                                              \
+      size_t max_ = o_->depth < MS__MAX_FRAMES ? o_->depth : MS__MAX_FRAMES;                       \
+      size_t n_ = o_->unwinder == MS_UNWIND_BACKTRACE ? ms__capture_backtrace(pcs_, max_, 0)       \
+                                                      : ms__capture_fp(pcs_, max_, 0);             \
+      if (n_) (out) = ms__stacktab_intern(t_, pcs_, n_);                                           \
+    }                                                                                              \
   } while (0)
 
 /* Records a successful allocation. */

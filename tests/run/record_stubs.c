@@ -11,7 +11,9 @@ __thread int ms__run_in_hook __attribute__((tls_model("initial-exec")));
 ms_allocator_t *record_stub_allocs[4];
 size_t record_stub_nallocs;
 
-bool ms__run_cache_active(void) { return record_stub_nallocs > 0; }
+bool ms__run_cache_active(void) {
+  return record_stub_nallocs > 0;
+}
 
 int ms__run_cache_snapshot(int device, ms_snapshot_t **out, ms_errbuf_t *eb) {
   ms_allocator_t *as[4];

@@ -5,24 +5,22 @@
  *
  *   run_app basic          see app_basic below (2 devices, streams, managed memory, a bad free)
  *   run_app threads T N    T threads; thread t does N cudaMallocAsync/cudaFreeAsync pairs on its
- *                          own stream (sizes 4096 * (t + 1) + i, i < 4096), then keeps t + 1 allocations of
- *                          1 MiB + t
- *   run_app oom            40 MiB, then 40 MiB more (fails on a 64 MiB device), prints the codes
- *   run_app signal DIR     1 allocation, SIGUSR1 to itself, waits for a file in DIR, 1 more
- *   run_app wait DIR       1 allocation, creates DIR/ready, waits for a file in DIR (SIGUSR1
- *                          sent by the test to memsnap, which passes it on)
- *   run_app pitch          cudaMallocPitch(1000 x 10), cudaMalloc3D(100 x 4 x 3), the first freed
- *   run_app crash MS       1 allocation, sleeps MS milliseconds, then abort()
- *   run_app nocuda ARGS    never touches CUDA: prints its arguments, exits 3
- *   run_app bench N        N cudaMalloc/cudaFree pairs of 4 KiB; prints "ns_per_pair X", then
- *                          the cost of one backtrace(3) at about the interposer's depth
+ *                          own stream (sizes 4096 * (t + 1) + i, i < 4096), then keeps t + 1
+ * allocations of 1 MiB + t run_app oom            40 MiB, then 40 MiB more (fails on a 64 MiB
+ * device), prints the codes run_app signal DIR     1 allocation, SIGUSR1 to itself, waits for a
+ * file in DIR, 1 more run_app wait DIR       1 allocation, creates DIR/ready, waits for a file in
+ * DIR (SIGUSR1 sent by the test to memsnap, which passes it on) run_app pitch cudaMallocPitch(1000
+ * x 10), cudaMalloc3D(100 x 4 x 3), the first freed run_app crash MS       1 allocation, sleeps MS
+ * milliseconds, then abort() run_app nocuda ARGS    never touches CUDA: prints its arguments, exits
+ * 3 run_app bench N        N cudaMalloc/cudaFree pairs of 4 KiB; prints "ns_per_pair X", then the
+ * cost of one backtrace(3) at about the interposer's depth
  *                          ("ns_backtrace X")
  */
 #include <dirent.h>
 #include <execinfo.h>
-#include <stdbool.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,13 +48,13 @@ typedef struct {
 } app_pitched_t;
 cudaError_t cudaMalloc3D(app_pitched_t *pp, app_extent_t ext);
 
-#define CHECK(call)                                                                              \
-  do {                                                                                           \
-    cudaError_t e_ = (call);                                                                     \
-    if (e_ != 0) {                                                                               \
-      fprintf(stderr, "run_app: %s failed: %d\n", #call, e_);                                    \
-      exit(10);                                                                                  \
-    }                                                                                            \
+#define CHECK(call)                                                                                \
+  do {                                                                                             \
+    cudaError_t e_ = (call);                                                                       \
+    if (e_ != 0) {                                                                                 \
+      fprintf(stderr, "run_app: %s failed: %d\n", #call, e_);                                      \
+      exit(10);                                                                                    \
+    }                                                                                              \
   } while (0)
 
 #define NOINLINE __attribute__((noinline))
@@ -137,7 +135,8 @@ static int app_threads(int nt, int n) {
     args[t] = (worker_arg_t){t, n};
     pthread_create(&th[t], NULL, app_worker, &args[t]);
   }
-  for (int t = 0; t < nt; t++) pthread_join(th[t], NULL);
+  for (int t = 0; t < nt; t++)
+    pthread_join(th[t], NULL);
   printf("threads done\n");
   return 0;
 }
@@ -171,7 +170,8 @@ static int app_signal(const char *dir) {
   void *a, *b;
   CHECK(cudaMalloc(&a, 5000));
   kill(getpid(), SIGUSR1);
-  for (int i = 0; i < 500 && !dir_has_file(dir); i++) usleep(10000);
+  for (int i = 0; i < 500 && !dir_has_file(dir); i++)
+    usleep(10000);
   CHECK(cudaMalloc(&b, 6000));
   printf("signal %s\n", dir_has_file(dir) ? "seen" : "timeout");
   return 0;
@@ -186,7 +186,8 @@ static int app_wait(const char *dir) {
   snprintf(path, sizeof path, "%s/ready", dir);
   FILE *f = fopen(path, "w");
   if (f) fclose(f);
-  for (int i = 0; i < 1000 && !dir_has_file(dir); i++) usleep(10000);
+  for (int i = 0; i < 1000 && !dir_has_file(dir); i++)
+    usleep(10000);
   printf("wait %s\n", dir_has_file(dir) ? "seen" : "timeout");
   return 0;
 }
@@ -227,7 +228,9 @@ NOINLINE int app_bt_inner(void) {
   void *buf[32];
   return backtrace(buf, 32);
 }
-NOINLINE int app_bt_probe(void) { return app_bt_inner() + 1; }
+NOINLINE int app_bt_probe(void) {
+  return app_bt_inner() + 1;
+}
 
 static int app_bench(long n) {
   struct timespec t0, t1;
@@ -242,12 +245,14 @@ static int app_bench(long n) {
     CHECK(cudaFree(p));
   }
   clock_gettime(CLOCK_MONOTONIC, &t1);
-  double ns = ((double)(t1.tv_sec - t0.tv_sec) * 1e9 + (double)(t1.tv_nsec - t0.tv_nsec)) / (double)n;
+  double ns =
+      ((double)(t1.tv_sec - t0.tv_sec) * 1e9 + (double)(t1.tv_nsec - t0.tv_nsec)) / (double)n;
   printf("ns_per_pair %.1f\n", ns);
   long nb = n / 10 > 0 ? n / 10 : 1;
   volatile int sink = 0;
   clock_gettime(CLOCK_MONOTONIC, &t0);
-  for (long i = 0; i < nb; i++) sink += app_bt_probe();
+  for (long i = 0; i < nb; i++)
+    sink += app_bt_probe();
   clock_gettime(CLOCK_MONOTONIC, &t1);
   ns = ((double)(t1.tv_sec - t0.tv_sec) * 1e9 + (double)(t1.tv_nsec - t0.tv_nsec)) / (double)nb;
   printf("ns_backtrace %.1f\n", ns);
@@ -266,7 +271,8 @@ int main(int argc, char **argv) {
   if (strcmp(what, "crash") == 0 && argc > 2) return app_crash(atoi(argv[2]));
   if (strcmp(what, "bench") == 0 && argc > 2) return app_bench(atol(argv[2]));
   if (strcmp(what, "nocuda") == 0) {
-    for (int i = 2; i < argc; i++) printf("arg %s\n", argv[i]);
+    for (int i = 2; i < argc; i++)
+      printf("arg %s\n", argv[i]);
     fprintf(stderr, "to stderr\n");
     return 3;
   }

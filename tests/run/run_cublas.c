@@ -28,7 +28,8 @@ int main(int argc, char **argv) {
   if ((e = cublas_alloc_matrix(&a, n)) || (e = cublas_alloc_matrix(&b, n)) ||
       (e = cublas_alloc_matrix(&c, n)))
     return fail("cudaMalloc", e);
-  if ((e = cudaMemset(a, 0, n * n * sizeof(float))) || (e = cudaMemset(b, 0, n * n * sizeof(float))))
+  if ((e = cudaMemset(a, 0, n * n * sizeof(float))) ||
+      (e = cudaMemset(b, 0, n * n * sizeof(float))))
     return fail("cudaMemset", e);
   cublasHandle_t h;
   cublasStatus_t s = cublasCreate(&h);

@@ -83,7 +83,8 @@ static void fk_init(void) {
   if (G.ndev > FK_MAXDEV) G.ndev = FK_MAXDEV;
   s = getenv("FAKECUDART_CAPACITY");
   G.capacity = s ? (size_t)strtoull(s, NULL, 0) : ((size_t)1 << 30);
-  for (int d = 0; d < FK_MAXDEV; d++) G.next_addr[d] = 0x7f0000000000ULL + ((uint64_t)d << 40);
+  for (int d = 0; d < FK_MAXDEV; d++)
+    G.next_addr[d] = 0x7f0000000000ULL + ((uint64_t)d << 40);
   G.next_handle = 0x1000;
   s = getenv("FAKECUDART_FAIL");
   if (s) {
@@ -166,8 +167,12 @@ static void *fk_handle(void) {
   return (void *)(G.next_handle++ * 16);
 }
 
-FK_API cudaError_t cudaMalloc(void **p, size_t size) { return fk_alloc("cudaMalloc", p, size); }
-FK_API cudaError_t cudaFree(void *p) { return fk_free("cudaFree", p); }
+FK_API cudaError_t cudaMalloc(void **p, size_t size) {
+  return fk_alloc("cudaMalloc", p, size);
+}
+FK_API cudaError_t cudaFree(void *p) {
+  return fk_free("cudaFree", p);
+}
 FK_API cudaError_t cudaMallocAsync(void **p, size_t size, cudaStream_t s) {
   (void)s;
   return fk_alloc("cudaMallocAsync", p, size);
@@ -262,7 +267,9 @@ FK_API cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total) {
   }
   return fk_leave(e);
 }
-FK_API cudaError_t cudaDeviceSynchronize(void) { return fk_leave(fk_enter("cudaDeviceSynchronize")); }
+FK_API cudaError_t cudaDeviceSynchronize(void) {
+  return fk_leave(fk_enter("cudaDeviceSynchronize"));
+}
 FK_API cudaError_t cudaStreamCreate(cudaStream_t *s) {
   cudaError_t e = fk_enter("cudaStreamCreate");
   if (!e && !s) e = cudaErrorInvalidValue;
@@ -284,7 +291,9 @@ FK_API cudaError_t cudaEventCreateWithFlags(cudaEvent_t *ev, unsigned flags) {
   if (!e) *ev = (cudaEvent_t)fk_handle();
   return fk_leave(e);
 }
-FK_API cudaError_t cudaEventCreate(cudaEvent_t *ev) { return cudaEventCreateWithFlags(ev, 0); }
+FK_API cudaError_t cudaEventCreate(cudaEvent_t *ev) {
+  return cudaEventCreateWithFlags(ev, 0);
+}
 FK_API cudaError_t cudaEventRecord(cudaEvent_t ev, cudaStream_t s) {
   (void)ev, (void)s;
   return fk_leave(fk_enter("cudaEventRecord"));
@@ -306,27 +315,42 @@ FK_API cudaError_t cudaGetLastError(void) {
   t_last_error = cudaSuccess;
   return e;
 }
-FK_API cudaError_t cudaPeekAtLastError(void) { return t_last_error; }
+FK_API cudaError_t cudaPeekAtLastError(void) {
+  return t_last_error;
+}
 FK_API const char *cudaGetErrorName(cudaError_t e) {
   switch (e) {
-  case cudaSuccess: return "cudaSuccess";
-  case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
-  case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
-  case cudaErrorNoDevice: return "cudaErrorNoDevice";
-  case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
-  case 4: return "cudaErrorCudartUnloading"; /* the name `memsnap run` looks for in a stripped
-                                                program to tell it contains the runtime */
-  default: return "cudaErrorUnknown";
+  case cudaSuccess:
+    return "cudaSuccess";
+  case cudaErrorInvalidValue:
+    return "cudaErrorInvalidValue";
+  case cudaErrorMemoryAllocation:
+    return "cudaErrorMemoryAllocation";
+  case cudaErrorNoDevice:
+    return "cudaErrorNoDevice";
+  case cudaErrorInvalidDevice:
+    return "cudaErrorInvalidDevice";
+  case 4:
+    return "cudaErrorCudartUnloading"; /* the name `memsnap run` looks for in a stripped
+                                          program to tell it contains the runtime */
+  default:
+    return "cudaErrorUnknown";
   }
 }
 FK_API const char *cudaGetErrorString(cudaError_t e) {
   switch (e) {
-  case cudaSuccess: return "no error";
-  case cudaErrorInvalidValue: return "invalid argument";
-  case cudaErrorMemoryAllocation: return "out of memory";
-  case cudaErrorNoDevice: return "no CUDA-capable device is detected";
-  case cudaErrorInvalidDevice: return "invalid device ordinal";
-  default: return "unknown error";
+  case cudaSuccess:
+    return "no error";
+  case cudaErrorInvalidValue:
+    return "invalid argument";
+  case cudaErrorMemoryAllocation:
+    return "out of memory";
+  case cudaErrorNoDevice:
+    return "no CUDA-capable device is detected";
+  case cudaErrorInvalidDevice:
+    return "invalid device ordinal";
+  default:
+    return "unknown error";
   }
 }
 
