@@ -397,6 +397,23 @@ Test(run, a_runtime_loaded_in_a_local_scope_is_found) {
   ms_snapshot_free(s);
 }
 
+/* Any other error of the runtime (here cudaErrorNoDevice, injected into the second cudaMalloc)
+ * comes back unchanged, and so does the thread's last error; nothing is recorded for it. */
+Test(run, other_errors_and_the_last_error_are_forwarded_unchanged) {
+  const char *env[] = {"FAKECUDART_FAIL=cudaMalloc:2:100", NULL};
+  rt_result_t bare, r;
+  rt_spawn((char *[]){RT_APP, "oom", NULL}, env, &bare);
+  rt_run(&r, env, (const char *[]){"--quiet", NULL}, (const char *[]){RT_APP, "oom", NULL});
+  cr_assert_str_eq(bare.out, "oom 100 100 0 null\n");
+  cr_assert_str_eq(r.out, bare.out);
+  cr_assert_eq(r.status, bare.status);
+  ms_snapshot_t *s = rt_load(0);
+  cr_assert_eq(s->nsegments, 1);
+  cr_assert_eq(s->devices[0].ntrace, 2);
+  cr_assert_eq(rt_stat(s, 0, "num_ooms"), 0);
+  ms_snapshot_free(s);
+}
+
 Test(run, sigusr1_writes_a_snapshot_mid_run) {
   rt_result_t r;
   rt_run(&r, NULL, NULL, (const char *[]){RT_APP, "signal", rt_dir, NULL});
