@@ -360,9 +360,9 @@ MS_NOINLINE uint32_t ms__run_stack(unsigned skip) {
   if (!o->depth || !R.stacks) return 0;
   uintptr_t pcs[MS__MAX_FRAMES];
   size_t max = o->depth < MS__MAX_FRAMES ? o->depth : MS__MAX_FRAMES;
-  /* skip + 1: pcs[0] is then inside the hook that called us (named after the CUDA call). */
-  size_t n = o->unwinder == MS_UNWIND_BACKTRACE ? ms__capture_backtrace(pcs, max, skip + 1)
-                                                : ms__capture_fp(pcs, max, skip + 1);
+  /* skip + 2: pcs[0] is then inside the caller of the hook that called us. */
+  size_t n = o->unwinder == MS_UNWIND_BACKTRACE ? ms__capture_backtrace(pcs, max, skip + 2)
+                                                : ms__capture_fp(pcs, max, skip + 2);
   return n ? ms__stacktab_intern(R.stacks, pcs, n) : 0;
 }
 
@@ -673,7 +673,21 @@ static int copy_str(build_t *t, const char *s, const char **out) {
   return ms__snapbuild_str(&t->b, s ? s : "", s ? strlen(s) : 0, out);
 }
 
-/* Stack i of a as a stack of the builder (*out); map[i] remembers it (UINT32_MAX: not yet). */
+/* Whether frame f is one of the interposer's hooks (the allocators' stacks of the cache mode
+ * start there, under the allocator's own public frames, which the snapshot already left out). */
+static bool is_hook_frame(const ms_snap_frame_t *f) {
+  static const char *const hooks[] = {"cudaMalloc", "cudaMallocAsync", "cudaMallocAsync_ptsz"};
+  bool named = false;
+  for (size_t i = 0; i < sizeof hooks / sizeof *hooks; i++)
+    if (strcmp(f->name, hooks[i]) == 0) named = true;
+  if (!named) return false;
+  size_t n = strlen(f->filename);
+  return (n >= 9 && strcmp(f->filename + n - 9, "preload.c") == 0) ||
+         (n >= 21 && strcmp(f->filename + n - 21, "libmemsnap_preload.so") == 0);
+}
+
+/* Stack i of a as a stack of the builder (*out), without the hooks' frames as the recorder's
+ * stacks; map[i] remembers it (UINT32_MAX: not yet). */
 static int copy_stack(build_t *t, const ms_snapshot_t *a, uint32_t *map, uint32_t i,
                       uint32_t *out) {
   *out = MS_SNAP_NO_STACK;
@@ -686,12 +700,14 @@ static int copy_stack(build_t *t, const ms_snapshot_t *a, uint32_t *map, uint32_
   uint32_t *fr = malloc((st->nframes ? st->nframes : 1) * sizeof *fr);
   if (!fr) return MS_ENOMEM;
   int err = MS_OK;
-  for (uint32_t k = 0; k < st->nframes && err == MS_OK; k++) {
+  uint32_t k0 = 0, nf = 0;
+  while (k0 < st->nframes && is_hook_frame(ms_snap_stack_frame(a, i, k0))) k0++;
+  for (uint32_t k = k0; k < st->nframes && err == MS_OK; k++) {
     const ms_snap_frame_t *f = ms_snap_stack_frame(a, i, k);
     err = ms__snapbuild_frame(&t->b, f->name, strlen(f->name), f->filename, strlen(f->filename),
-                              f->line, &fr[k]);
+                              f->line, &fr[nf++]);
   }
-  if (err == MS_OK) err = ms__snapbuild_stack(&t->b, fr, st->nframes, &map[i]);
+  if (err == MS_OK) err = ms__snapbuild_stack(&t->b, fr, nf, &map[i]);
   free(fr);
   if (err == MS_OK) *out = map[i];
   return err;

@@ -65,16 +65,19 @@ const ms__run_opts_t *ms__run_opts(void);
  * exit snapshot). Called at the first intercepted call that records; idempotent. */
 void ms__run_start(void);
 
-/* Captures the calling thread's stack and interns it: the innermost frame is a return address
- * inside the function that called ms__run_stack (skip = 0; each unit of skip leaves out one more
- * frame). @return its id, 0 when stacks are off or host memory ran out. */
+/* Captures the calling thread's stack and interns it, as a hook does: the innermost frame is a
+ * return address inside the caller of the function that called ms__run_stack (skip = 0; each
+ * unit of skip leaves out one more frame). @return its id, 0 when stacks are off or host memory
+ * ran out. */
 uint32_t ms__run_stack(unsigned skip);
 
 /* The recorder's stack table (NULL when stacks are off). */
 ms__stacktab_t *ms__run_stacks(void);
 
 /* ms__run_stack(0) inlined into its caller: the hooks use it, so that a backtrace(3) capture
- * unwinds one frame less (about 0.1 us a frame). The innermost frame is in the hook. */
+ * unwinds one frame less (about 0.1 us a frame). The hook's own frame is left out: the innermost
+ * frame is the program's call of the CUDA function, so that views grouping by the innermost frame
+ * (`top --by frame`, the timeline's top stacks) name the program's functions. */
 #define MS__RUN_STACK_HERE(out)                                                                    \
   do {                                                                                             \
     const ms__run_opts_t *o_ = ms__run_opts();                                                     \
@@ -83,8 +86,8 @@ ms__stacktab_t *ms__run_stacks(void);
     if (o_->depth && t_) {                                                                         \
       uintptr_t pcs_[MS__MAX_FRAMES];                                                              \
       size_t max_ = o_->depth < MS__MAX_FRAMES ? o_->depth : MS__MAX_FRAMES;                       \
-      size_t n_ = o_->unwinder == MS_UNWIND_BACKTRACE ? ms__capture_backtrace(pcs_, max_, 0)       \
-                                                      : ms__capture_fp(pcs_, max_, 0);             \
+      size_t n_ = o_->unwinder == MS_UNWIND_BACKTRACE ? ms__capture_backtrace(pcs_, max_, 1)       \
+                                                      : ms__capture_fp(pcs_, max_, 1);             \
       if (n_) (out) = ms__stacktab_intern(t_, pcs_, n_);                                           \
     }                                                                                              \
   } while (0)
