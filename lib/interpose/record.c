@@ -673,8 +673,7 @@ static int copy_str(build_t *t, const char *s, const char **out) {
   return ms__snapbuild_str(&t->b, s ? s : "", s ? strlen(s) : 0, out);
 }
 
-/* Whether frame f is one of the interposer's hooks (the allocators' stacks of the cache mode
- * start there, under the allocator's own public frames, which the snapshot already left out). */
+/* Whether frame f is one of the interposer's hooks that call the cache mode's allocators. */
 static bool is_hook_frame(const ms_snap_frame_t *f) {
   static const char *const hooks[] = {"cudaMalloc", "cudaMallocAsync", "cudaMallocAsync_ptsz"};
   bool named = false;
@@ -700,8 +699,14 @@ static int copy_stack(build_t *t, const ms_snapshot_t *a, uint32_t *map, uint32_
   uint32_t *fr = malloc((st->nframes ? st->nframes : 1) * sizeof *fr);
   if (!fr) return MS_ENOMEM;
   int err = MS_OK;
+  /* everything up to the innermost hook is memsnap's (the allocator's frames, which the
+   * snapshot names and leaves out with libdw; without it they stay, unnamed, below the hook) */
   uint32_t k0 = 0, nf = 0;
-  while (k0 < st->nframes && is_hook_frame(ms_snap_stack_frame(a, i, k0))) k0++;
+  for (uint32_t k = 0; k < st->nframes; k++)
+    if (is_hook_frame(ms_snap_stack_frame(a, i, k))) {
+      k0 = k + 1;
+      break;
+    }
   for (uint32_t k = k0; k < st->nframes && err == MS_OK; k++) {
     const ms_snap_frame_t *f = ms_snap_stack_frame(a, i, k);
     err = ms__snapbuild_frame(&t->b, f->name, strlen(f->name), f->filename, strlen(f->filename),
