@@ -89,7 +89,8 @@ NOINLINE void *app_alloc_managed(void) {
   return p;
 }
 
-static int app_basic(void) {
+int app_basic(void);
+int app_basic(void) {
   void *a = app_alloc_small();
   void *b = app_alloc_big();
   cudaStream_t s;
