@@ -297,6 +297,39 @@ Test(run, pitched_allocations_are_recorded_with_their_padded_size) {
   ms_snapshot_free(s);
 }
 
+Test(run, a_device_reset_frees_what_the_device_held) {
+  rt_result_t bare, r;
+  rt_spawn((char *[]){RT_APP, "reset", NULL}, NULL, &bare);
+  rt_run(&r, NULL, (const char *[]){"--quiet", NULL}, (const char *[]){RT_APP, "reset", NULL});
+  cr_assert_eq(bare.status, 0, "%s", bare.err);
+  cr_assert_eq(r.status, 0, "%s", r.err);
+  cr_assert_str_eq(r.out, "reset done\n");
+  ms_snapshot_t *s = rt_load(0);
+  cr_assert_eq(s->nsegments, 1); /* device 1's allocation only */
+  cr_assert_eq(s->segments[0].device, 1);
+  cr_assert_eq(rt_count_action(s, 0, MS_TRACE_SEGMENT_FREE), 3); /* 2 by the reset, then 4444 */
+  cr_assert_eq(rt_stat(s, 0, "allocation.all.current"), 0);
+  ms_snapshot_free(s);
+}
+
+Test(run, cache_mode_survives_a_device_reset) {
+  rt_result_t r;
+  rt_run(&r, NULL, (const char *[]){"--cache", "--quiet", NULL},
+         (const char *[]){RT_APP, "reset", NULL});
+  cr_assert_eq(r.status, 0, "%s", r.err);
+  cr_assert_str_eq(r.out, "reset done\n");
+  /* s-0: written before the reset, with device 0's allocator as it was */
+  ms_snapshot_t *s = rt_load(0);
+  cr_assert_eq(rt_stat(s, 0, "allocation.all.current"), 2);
+  ms_snapshot_free(s);
+  /* s-1 (exit): device 0's new allocator served the allocation after the reset */
+  s = rt_load(1);
+  cr_assert_eq(rt_stat(s, 0, "allocation.all.allocated"), 1);
+  cr_assert_eq(rt_stat(s, 0, "allocation.all.current"), 0);
+  cr_assert_eq(rt_stat(s, 1, "allocation.all.current"), 1);
+  ms_snapshot_free(s);
+}
+
 Test(run, eight_threads_lose_no_event) {
   rt_result_t r;
   rt_run(&r, NULL, (const char *[]){"--quiet", NULL},

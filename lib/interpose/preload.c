@@ -85,6 +85,7 @@ MS_EXPORT cudaError_t cudaMalloc3D(ms_cuda_pitched_ptr_t *pitchedDevPtr, ms_cuda
 MS_EXPORT cudaError_t cudaMemPoolCreate(cudaMemPool_t *pool, const void *props);
 MS_EXPORT cudaError_t cudaMemPoolDestroy(cudaMemPool_t pool);
 MS_EXPORT cudaError_t cudaDeviceSetMemPool(int device, cudaMemPool_t pool);
+MS_EXPORT cudaError_t cudaDeviceReset(void);
 
 __thread int ms__run_in_hook __attribute__((tls_model("initial-exec")));
 
@@ -173,6 +174,7 @@ REAL_FN(cudaMemGetInfo, mem_get_info_fn)
 REAL_FN(cudaGetLastError, get_last_error_fn)
 REAL_FN(cudaGetDeviceCount, device_count_fn)
 REAL_FN(cudaDeviceSynchronize, void_fn)
+REAL_FN(cudaDeviceReset, void_fn)
 REAL_FN(cudaStreamCreate, stream_create_fn)
 REAL_FN(cudaStreamDestroy, stream_destroy_fn)
 REAL_FN(cudaEventCreateWithFlags, event_create_fn)
@@ -724,5 +726,29 @@ MS_EXPORT cudaError_t cudaDeviceSetMemPool(int device, cudaMemPool_t pool) {
     device_pool[device] = pool;
     pthread_mutex_unlock(&pools_mu);
   }
+  return r;
+}
+
+/* cudaDeviceReset frees every allocation of the current device. Observe: they are traced as
+ * freed. Cache mode: the device's allocator would hold freed memory; a snapshot ("reset") keeps
+ * its state and history, then it is destroyed (its cached segments returned while the context
+ * still exists) and a new one is created at the device's next allocation. */
+MS_EXPORT cudaError_t cudaDeviceReset(void) {
+  void_fn *real = real_cudaDeviceReset();
+  HOOK_ENTER(real) real();
+  ms__run_in_hook = 1;
+  int dev = current_device();
+  if (ms__run_cache_active() && atomic_load(&cache_alloc[dev])) {
+    ms__run_write("reset", -1, NULL, 0);
+    pthread_mutex_lock(&cache_mu);
+    ms__run_writer_lock(); /* no snapshot walks the allocator while it goes */
+    ms_allocator_t *a = atomic_exchange(&cache_alloc[dev], NULL);
+    ms_allocator_destroy(a);
+    ms__run_writer_unlock();
+    pthread_mutex_unlock(&cache_mu);
+  }
+  cudaError_t r = real();
+  if (r == cudaSuccess) ms__run_on_reset(dev);
+  ms__run_in_hook = 0;
   return r;
 }

@@ -416,6 +416,20 @@ void ms__run_free_end(uint64_t addr, uint64_t begin, bool ok) {
   pthread_mutex_unlock(&R.mu);
 }
 
+void ms__run_on_reset(int device) {
+  int64_t now = (int64_t)rec_ticks();
+  pthread_mutex_lock(&R.mu);
+  R.ncalls++;
+  for (size_t i = 0; i < R.cap; i++) {
+    live_t *e = &R.tab[i];
+    if (e->addr != 0 && e->addr != TOMB && e->device == device) complete_free(e, now);
+  }
+  pthread_mutex_unlock(&R.mu);
+}
+
+void ms__run_writer_lock(void) { pthread_mutex_lock(&R.snap_mu); }
+void ms__run_writer_unlock(void) { pthread_mutex_unlock(&R.snap_mu); }
+
 void ms__run_set_capacity(int device, uint64_t total) {
   if (device < 0 || device >= MS__RUN_MAX_DEVICES) return;
   pthread_mutex_lock(&R.mu);

@@ -112,6 +112,14 @@ void ms__run_free_end(uint64_t addr, uint64_t begin, bool ok);
 void ms__run_on_oom(const char *call, int device, uint64_t size, uint64_t stream,
                     uint64_t device_free, uint64_t device_total, uint32_t stack, bool from_cache);
 
+/* cudaDeviceReset succeeded on device: every allocation recorded on it was freed by the reset
+ * (traced as freed now). */
+void ms__run_on_reset(int device);
+
+/* Excludes snapshot writing (while a cache-mode allocator is destroyed). */
+void ms__run_writer_lock(void);
+void ms__run_writer_unlock(void);
+
 /* The device's total memory, once known (from cudaMemGetInfo). */
 void ms__run_set_capacity(int device, uint64_t total);
 /* @return whether the device's total memory is known. */

@@ -38,6 +38,7 @@ cudaError_t cudaMallocManaged(void **p, size_t size, unsigned flags);
 cudaError_t cudaSetDevice(int d);
 cudaError_t cudaStreamCreate(cudaStream_t *s);
 cudaError_t cudaGetLastError(void);
+cudaError_t cudaDeviceReset(void);
 cudaError_t cudaMallocPitch(void **p, size_t *pitch, size_t width, size_t height);
 typedef struct {
   size_t width, height, depth;
@@ -215,6 +216,23 @@ static int app_pitch(void) {
   return 0;
 }
 
+/* Two allocations on device 0, one on device 1, cudaDeviceReset of device 0, then one more
+ * allocation on device 0 (freed), and exit. */
+static int app_reset(void) {
+  void *a, *b, *c, *d;
+  CHECK(cudaMalloc(&a, 1111));
+  CHECK(cudaMalloc(&b, 2222));
+  CHECK(cudaSetDevice(1));
+  CHECK(cudaMalloc(&c, 3333));
+  CHECK(cudaSetDevice(0));
+  CHECK(cudaDeviceReset());
+  CHECK(cudaMalloc(&d, 4444));
+  CHECK(cudaFree(d));
+  CHECK(cudaFree(a) == 0 ? 99 : 0); /* freed by the reset: the runtime refuses it now */
+  printf("reset done\n");
+  return 0;
+}
+
 static int app_crash(int ms) {
   void *a;
   CHECK(cudaMalloc(&a, 7000));
@@ -268,6 +286,7 @@ int main(int argc, char **argv) {
   if (strcmp(what, "oom") == 0) return app_oom();
   if (strcmp(what, "signal") == 0 && argc > 2) return app_signal(argv[2]);
   if (strcmp(what, "pitch") == 0) return app_pitch();
+  if (strcmp(what, "reset") == 0) return app_reset();
   if (strcmp(what, "wait") == 0 && argc > 2) return app_wait(argv[2]);
   if (strcmp(what, "crash") == 0 && argc > 2) return app_crash(atoi(argv[2]));
   if (strcmp(what, "bench") == 0 && argc > 2) return app_bench(atol(argv[2]));

@@ -270,6 +270,19 @@ FK_API cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total) {
 FK_API cudaError_t cudaDeviceSynchronize(void) {
   return fk_leave(fk_enter("cudaDeviceSynchronize"));
 }
+/* Frees every allocation of the thread's device, as the runtime's reset destroys its context. */
+FK_API cudaError_t cudaDeviceReset(void) {
+  cudaError_t e = fk_enter("cudaDeviceReset");
+  if (e) return fk_leave(e);
+  int d = t_device;
+  for (size_t i = G.nallocs; i-- > 0;)
+    if (G.allocs[i].dev == d) {
+      G.used[d] -= G.allocs[i].size;
+      G.live[d]--;
+      G.allocs[i] = G.allocs[--G.nallocs];
+    }
+  return fk_leave(cudaSuccess);
+}
 FK_API cudaError_t cudaStreamCreate(cudaStream_t *s) {
   cudaError_t e = fk_enter("cudaStreamCreate");
   if (!e && !s) e = cudaErrorInvalidValue;
