@@ -35,8 +35,8 @@
 
 static const char run_usage[] =
     "usage: memsnap run [--observe | --cache] [-o PATTERN] [--every SECONDS] [--stacks N]\n"
-    "                   [--no-stacks] [--unwind fp|backtrace] [--max-entries N] [--no-signal]\n"
-    "                   [--quiet] [--] PROGRAM [ARGS...]\n"
+    "                   [--no-stacks] [--unwind fp|backtrace] [--max-entries N]\n"
+    "                   [--max-oom-snapshots N] [--no-signal] [--quiet] [--] PROGRAM [ARGS...]\n"
     "\n"
     "Runs PROGRAM with memsnap's interposer in LD_PRELOAD: its CUDA device-memory calls\n"
     "(cudaMalloc, cudaFree, cudaMallocAsync, cudaFreeAsync, the memory-pool calls,\n"
@@ -59,6 +59,8 @@ static const char run_usage[] =
     "(default);\n"
     "                     backtrace: backtrace(3) always\n"
     "  --max-entries N    trace entries kept, oldest dropped first (default 1000000)\n"
+    "  --max-oom-snapshots N  OOM snapshots (and messages) written at most; later OOMs are\n"
+    "                     in the trace only (default 10)\n"
     "  --no-signal        SIGUSR1 keeps its default meaning (terminate)\n"
     "  --quiet            no 'snapshot written' lines (OOM messages are always printed)\n"
     "  -h, --help         show this help\n"
@@ -261,7 +263,8 @@ static int run_check_output(const char *pattern) {
 
 int cmd_run(int argc, char **argv) {
   const char *mode = NULL, *pattern = NULL, *every = NULL, *unwind = NULL;
-  unsigned long long stacks = 32, max_entries = 0;
+  unsigned long long stacks = 32, max_entries = 0, max_oom = 10;
+  bool max_oom_given = false;
   bool no_stacks = false, stacks_given = false, quiet = false, no_signal = false;
   int i = 1;
   for (; i < argc; i++) {
@@ -285,7 +288,8 @@ int cmd_run(int argc, char **argv) {
     }
     bool takes = strcmp(name, "-o") == 0 || strcmp(name, "--output") == 0 ||
                  strcmp(name, "--every") == 0 || strcmp(name, "--stacks") == 0 ||
-                 strcmp(name, "--unwind") == 0 || strcmp(name, "--max-entries") == 0;
+                 strcmp(name, "--unwind") == 0 || strcmp(name, "--max-entries") == 0 ||
+                 strcmp(name, "--max-oom-snapshots") == 0;
     if (takes && !val) {
       if (i + 1 >= argc) return cli_usage_error("run", "option '%s' needs a value", name);
       val = argv[++i];
@@ -322,6 +326,10 @@ int cmd_run(int argc, char **argv) {
     } else if (strcmp(name, "--max-entries") == 0) {
       if (!run_parse_uint(val, 1ULL << 32, &max_entries) || max_entries == 0)
         return cli_usage_error("run", "--max-entries wants 1..4294967296, not '%s'", val);
+    } else if (strcmp(name, "--max-oom-snapshots") == 0) {
+      if (!run_parse_uint(val, 1000000, &max_oom))
+        return cli_usage_error("run", "--max-oom-snapshots wants 0..1000000, not '%s'", val);
+      max_oom_given = true;
     } else if (strcmp(name, "--quiet") == 0) {
       quiet = true;
     } else if (strcmp(name, "--no-signal") == 0) {
@@ -366,7 +374,8 @@ int cmd_run(int argc, char **argv) {
     return CLI_FAILURE;
   }
   snprintf(ld, need, "%s%s%s", preload, old && *old ? ":" : "", old && *old ? old : "");
-  char stacks_s[32], entries_s[32];
+  char stacks_s[32], entries_s[32], oom_s[32];
+  snprintf(oom_s, sizeof oom_s, "%llu", max_oom);
   snprintf(stacks_s, sizeof stacks_s, "%llu", no_stacks ? 0ULL : stacks);
   snprintf(entries_s, sizeof entries_s, "%llu", max_entries);
 
@@ -408,6 +417,10 @@ int cmd_run(int argc, char **argv) {
       setenv("MEMSNAP_RUN_MAX_ENTRIES", entries_s, 1);
     else
       unsetenv("MEMSNAP_RUN_MAX_ENTRIES");
+    if (max_oom_given)
+      setenv("MEMSNAP_RUN_MAX_OOM", oom_s, 1);
+    else
+      unsetenv("MEMSNAP_RUN_MAX_OOM");
     setenv("MEMSNAP_RUN_QUIET", quiet ? "1" : "0", 1);
     setenv("MEMSNAP_RUN_SIGNAL", no_signal ? "0" : "1", 1);
     execv(prog, argv + i);

@@ -443,6 +443,29 @@ Test(run, other_errors_and_the_last_error_are_forwarded_unchanged) {
   ms_snapshot_free(s);
 }
 
+/* A program probing for the largest allocation that fits: ten OOMs in a row. The first N get a
+ * snapshot and a message, the others are in the trace only. */
+Test(run, a_run_of_ooms_writes_at_most_max_oom_snapshots) {
+  rt_result_t r;
+  rt_run(&r, NULL, (const char *[]){"--max-oom-snapshots", "3", NULL},
+         (const char *[]){RT_APP, "probe", NULL});
+  cr_assert_eq(r.status, 0, "%s", r.err);
+  cr_assert_str_eq(r.out, "probe 1073741824\n");
+  size_t lines = 0;
+  for (const char *p = r.err; (p = strstr(p, "memsnap: out of memory:")); p++)
+    lines++;
+  cr_assert_eq(lines, 3, "%s", r.err);
+  cr_assert(strstr(r.err, "memsnap: 4 out-of-memory errors: later ones are recorded in the trace "
+                          "only, without snapshot or message (--max-oom-snapshots)"),
+            "%s", r.err);
+  cr_assert_eq(rt_count_files(), 4); /* 3 OOM snapshots, then the exit snapshot */
+  ms_snapshot_t *s = rt_load(3);
+  cr_assert_eq(rt_count_action(s, 0, MS_TRACE_OOM), 10);
+  cr_assert_eq(rt_stat(s, 0, "num_ooms"), 10);
+  cr_assert_eq(s->nsegments, 1);
+  ms_snapshot_free(s);
+}
+
 Test(run, sigusr1_writes_a_snapshot_mid_run) {
   rt_result_t r;
   rt_run(&r, NULL, NULL, (const char *[]){RT_APP, "signal", rt_dir, NULL});

@@ -85,6 +85,7 @@ static struct {
   uint64_t capacity[MS__RUN_MAX_DEVICES];
   int ndev; /* highest device recorded + 1 */
   uint64_t ncalls;
+  uint64_t nooms; /* out-of-memory errors seen */
   /* stacks */
   ms__stacktab_t *stacks;
   /* writing */
@@ -110,6 +111,7 @@ void ms__run_opts_read(ms__run_opts_t *o) {
   o->unwinder = MS_UNWIND_FRAME_POINTER;
   o->max_entries = 1000000;
   o->signal = true;
+  o->max_oom = 10;
   const char *s;
   if ((s = getenv("MEMSNAP_RUN_MODE")) && *s) {
     if (strcmp(s, "cache") == 0)
@@ -157,6 +159,14 @@ void ms__run_opts_read(ms__run_opts_t *o) {
       ms__warning("MEMSNAP_RUN_MAX_ENTRIES='%s' is not 1..2^32; keeping %zu", s, o->max_entries);
     else
       o->max_entries = (size_t)v;
+  }
+  if ((s = getenv("MEMSNAP_RUN_MAX_OOM")) && *s) {
+    char *end;
+    unsigned long v = strtoul(s, &end, 10);
+    if (*end || *s == '-' || v > 1000000)
+      ms__warning("MEMSNAP_RUN_MAX_OOM='%s' is not 0..1000000; keeping %u", s, o->max_oom);
+    else
+      o->max_oom = (unsigned)v;
   }
   if ((s = getenv("MEMSNAP_RUN_QUIET")) && *s) o->quiet = strcmp(s, "0") != 0;
   if ((s = getenv("MEMSNAP_RUN_SIGNAL")) && *s) o->signal = strcmp(s, "0") != 0;
@@ -427,8 +437,12 @@ void ms__run_on_reset(int device) {
   pthread_mutex_unlock(&R.mu);
 }
 
-void ms__run_writer_lock(void) { pthread_mutex_lock(&R.snap_mu); }
-void ms__run_writer_unlock(void) { pthread_mutex_unlock(&R.snap_mu); }
+void ms__run_writer_lock(void) {
+  pthread_mutex_lock(&R.snap_mu);
+}
+void ms__run_writer_unlock(void) {
+  pthread_mutex_unlock(&R.snap_mu);
+}
 
 void ms__run_set_capacity(int device, uint64_t total) {
   if (device < 0 || device >= MS__RUN_MAX_DEVICES) return;
@@ -471,8 +485,20 @@ void ms__run_on_oom(const char *call, int device, uint64_t size, uint64_t stream
     R.stats[device].num_ooms++;
   }
   held_bytes(device, &held, &nheld);
+  uint64_t nth = ++R.nooms; /* 1 for the first OOM of the process */
   pthread_mutex_unlock(&R.mu);
 
+  /* A program that probes for the largest allocation that fits fails many times in a row: the
+   * first max_oom failures get a snapshot and a message, later ones are in the trace only. */
+  unsigned max = ms__run_opts()->max_oom;
+  if (nth > max) {
+    if (nth == (uint64_t)max + 1)
+      ms__message("memsnap: ",
+                  "%llu out-of-memory errors: later ones are recorded in the trace "
+                  "only, without snapshot or message (--max-oom-snapshots)",
+                  (unsigned long long)nth);
+    return;
+  }
   char path[4096] = "";
   int err = ms__run_write("oom", device, path, sizeof path);
   char sz[32], fr[32], tot[32], hd[32];
@@ -1097,6 +1123,7 @@ static void atfork_child(void) {
     ms_stats_init(&R.stats[d]);
   R.ndev = 0;
   R.ncalls = 0;
+  R.nooms = 0;
   R.thread_started = false;
   atomic_store(&R.nseq, 0);
 }

@@ -53,6 +53,7 @@ typedef struct ms__run_opts_s {
   size_t max_entries; /* trace ring capacity (all devices) */
   bool quiet;         /* no "snapshot written" lines (OOM messages are always printed) */
   bool signal;        /* SIGUSR1 writes a snapshot */
+  unsigned max_oom;   /* OOM snapshots and messages written at most; later OOMs are traced only */
 } ms__run_opts_t;
 
 /* Reads the options from the environment (invalid values: a warning, the default kept). */

@@ -233,6 +233,17 @@ static int app_reset(void) {
   return 0;
 }
 
+/* The largest allocation that fits, found by halving from 1 TiB: a run of OOMs. */
+static int app_probe(void) {
+  void *p = NULL;
+  size_t size = (size_t)1 << 40;
+  while (size && cudaMalloc(&p, size) != 0)
+    size /= 2;
+  cudaGetLastError();
+  printf("probe %zu\n", size);
+  return 0;
+}
+
 static int app_crash(int ms) {
   void *a;
   CHECK(cudaMalloc(&a, 7000));
@@ -287,6 +298,7 @@ int main(int argc, char **argv) {
   if (strcmp(what, "signal") == 0 && argc > 2) return app_signal(argv[2]);
   if (strcmp(what, "pitch") == 0) return app_pitch();
   if (strcmp(what, "reset") == 0) return app_reset();
+  if (strcmp(what, "probe") == 0) return app_probe();
   if (strcmp(what, "wait") == 0 && argc > 2) return app_wait(argv[2]);
   if (strcmp(what, "crash") == 0 && argc > 2) return app_crash(atoi(argv[2]));
   if (strcmp(what, "bench") == 0 && argc > 2) return app_bench(atol(argv[2]));
