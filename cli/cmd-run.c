@@ -347,6 +347,12 @@ int cmd_run(int argc, char **argv) {
 
   char preload[PATH_MAX], prog[PATH_MAX];
   if ((rc = run_find_preload(preload, sizeof preload)) != CLI_OK) return rc;
+  if (strpbrk(preload, " :\t")) {
+    cli_error("the interposer's path '%s' contains a space or a colon, which LD_PRELOAD cannot "
+              "carry; set MEMSNAP_PRELOAD_LIB to a copy of it whose path has none",
+              preload);
+    return CLI_FAILURE;
+  }
   if ((rc = run_find_program(argv[i], prog, sizeof prog)) != CLI_OK) return rc;
   switch (run_program_link(prog)) {
   case RUN_LINK_CUDART:

@@ -596,6 +596,18 @@ Test(run, usage_and_runtime_errors) {
            NULL, &r);
   cr_assert_eq(r.status, 1);
   cr_assert(strstr(r.err, "cannot write snapshots into '/nonexistent/dir'"), "%s", r.err);
+  char spaced[4096], env[4200];
+  snprintf(spaced, sizeof spaced, "%s/a b.so", rt_dir);
+  FILE *f = fopen(spaced, "w");
+  cr_assert(f);
+  fclose(f);
+  snprintf(env, sizeof env, "MEMSNAP_PRELOAD_LIB=%s", spaced);
+  rt_spawn((char *[]){(char *)rt_memsnap(), "run", "--", RT_APP, "nocuda", NULL},
+           (const char *[]){env, NULL}, &r);
+  cr_assert_eq(r.status, 1);
+  cr_assert(strstr(r.err, "contains a space or a colon, which LD_PRELOAD cannot carry"), "%s",
+            r.err);
+  unlink(spaced);
   rt_spawn((char *[]){(char *)rt_memsnap(), "run", "--help", NULL}, NULL, &r);
   cr_assert_eq(r.status, 0);
   cr_assert(strstr(r.out, "usage: memsnap run"), "%s", r.out);
