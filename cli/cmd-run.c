@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "memsnap/config.h"
 #include "memsnap/history.h"
 
 #ifndef MS_PRELOAD_NAME
@@ -341,6 +342,13 @@ int cmd_run(int argc, char **argv) {
   if (i >= argc) return cli_usage_error("run", "no program to run");
   if (no_stacks && stacks_given)
     return cli_usage_error("run", "--stacks and --no-stacks exclude each other");
+  if (mode &&
+      strcmp(mode, "cache") == 0) { /* the allocators read MEMSNAP_ALLOC_CONF: check it now */
+    ms_alloc_config_t conf;
+    ms_errbuf_t eb = {{0}};
+    ms_alloc_config_init(&conf);
+    if (ms_alloc_config_from_env(&conf, &eb) != MS_OK) return cli_usage_error("run", "%s", eb.msg);
+  }
   if (!pattern) pattern = "memsnap-%p-%n.msgpack";
   int rc = run_check_output(pattern);
   if (rc != CLI_OK) return rc;

@@ -596,6 +596,10 @@ Test(run, usage_and_runtime_errors) {
            NULL, &r);
   cr_assert_eq(r.status, 1);
   cr_assert(strstr(r.err, "cannot write snapshots into '/nonexistent/dir'"), "%s", r.err);
+  rt_spawn((char *[]){(char *)rt_memsnap(), "run", "--cache", "--", RT_APP, "nocuda", NULL},
+           (const char *[]){"MEMSNAP_ALLOC_CONF=max_split_size_mb:banana", NULL}, &r);
+  cr_assert_eq(r.status, 2);
+  cr_assert(strstr(r.err, "memsnap: error: MEMSNAP_ALLOC_CONF: "), "%s", r.err);
   char spaced[4096], env[4200];
   snprintf(spaced, sizeof spaced, "%s/a b.so", rt_dir);
   FILE *f = fopen(spaced, "w");
