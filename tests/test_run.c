@@ -137,6 +137,12 @@ static void rt_run(rt_result_t *r, const char *const *env, const char *const *op
   rt_spawn(argv, env, r);
 }
 
+static const char *rt_path(int n) {
+  static char path[4096];
+  snprintf(path, sizeof path, "%s/s-%d.msgpack", rt_dir, n);
+  return path;
+}
+
 static ms_snapshot_t *rt_load(int n) {
   char path[4096];
   snprintf(path, sizeof path, "%s/s-%d.msgpack", rt_dir, n);
@@ -327,6 +333,31 @@ Test(run, cache_mode_survives_a_device_reset) {
   cr_assert_eq(rt_stat(s, 0, "allocation.all.allocated"), 1);
   cr_assert_eq(rt_stat(s, 0, "allocation.all.current"), 0);
   cr_assert_eq(rt_stat(s, 1, "allocation.all.current"), 1);
+  ms_snapshot_free(s);
+}
+
+/* Stacks: backtrace(3) gives the same program frames as the frame-pointer walk; --stacks N keeps
+ * N frames; --no-stacks none. */
+Test(run, stack_options) {
+  rt_result_t r;
+  rt_run(&r, NULL, (const char *[]){"--quiet", "--unwind", "backtrace", "--stacks", "2", NULL},
+         (const char *[]){RT_APP, "basic", NULL});
+  cr_assert_eq(r.status, 0, "%s", r.err);
+  ms_snapshot_t *s = rt_load(0);
+  uint32_t st = s->segments[0].stack;
+  cr_assert_eq(ms_snap_stack_depth(s, st), 2);
+  cr_assert_str_eq(rt_frame(s, st, 0), "app_alloc_big");
+  cr_assert_str_eq(rt_frame(s, st, 1), "app_basic");
+  ms_snapshot_free(s);
+  unlink(rt_path(0));
+  rt_run(&r, NULL, (const char *[]){"--quiet", "--no-stacks", NULL},
+         (const char *[]){RT_APP, "basic", NULL});
+  cr_assert_eq(r.status, 0, "%s", r.err);
+  s = rt_load(0);
+  for (size_t i = 0; i < s->nsegments; i++)
+    cr_assert_eq(s->segments[i].stack, MS_SNAP_NO_STACK);
+  for (size_t i = 0; i < s->ntrace; i++)
+    cr_assert_eq(s->trace[i].stack, MS_SNAP_NO_STACK);
   ms_snapshot_free(s);
 }
 
