@@ -262,11 +262,19 @@ static int run_check_output(const char *pattern) {
   return CLI_OK;
 }
 
-int cmd_run(int argc, char **argv) {
-  const char *mode = NULL, *pattern = NULL, *every = NULL, *unwind = NULL;
-  unsigned long long stacks = 32, max_entries = 0, max_oom = 10;
-  bool max_oom_given = false;
-  bool no_stacks = false, stacks_given = false, quiet = false, no_signal = false;
+/* The options of `memsnap run` (run_usage). */
+typedef struct run_args_s {
+  const char *mode, *pattern, *every, *unwind;
+  unsigned long long stacks, max_entries, max_oom;
+  bool max_oom_given, no_stacks, stacks_given, quiet, no_signal;
+  int prog; /* argv index of the program */
+} run_args_t;
+
+/* Parses the options up to the program. @return CLI_OK, CLI_HELP_SHOWN or a usage error. */
+static int run_parse_args(int argc, char **argv, run_args_t *o) {
+  memset(o, 0, sizeof *o);
+  o->stacks = 32;
+  o->max_oom = 10;
   int i = 1;
   for (; i < argc; i++) {
     const char *a = argv[i];
@@ -299,85 +307,143 @@ int cmd_run(int argc, char **argv) {
     }
     if (strcmp(name, "-h") == 0 || strcmp(name, "--help") == 0) {
       fputs(run_usage, stdout);
-      return CLI_OK;
+      return CLI_HELP_SHOWN;
     } else if (strcmp(name, "--observe") == 0 || strcmp(name, "--cache") == 0) {
       const char *m = strcmp(name, "--cache") == 0 ? "cache" : "observe";
-      if (mode && strcmp(mode, m) != 0)
+      if (o->mode && strcmp(o->mode, m) != 0)
         return cli_usage_error("run", "--observe and --cache exclude each other");
-      mode = m;
+      o->mode = m;
     } else if (strcmp(name, "-o") == 0 || strcmp(name, "--output") == 0) {
-      pattern = val;
+      o->pattern = val;
     } else if (strcmp(name, "--every") == 0) {
       char *end;
       double v = strtod(val, &end);
       if (!*val || *end || !(v > 0) || v > 1e9)
         return cli_usage_error("run", "--every wants a positive number of seconds, not '%s'", val);
-      every = val;
+      o->every = val;
     } else if (strcmp(name, "--stacks") == 0) {
-      if (!run_parse_uint(val, MS_HISTORY_MAX_FRAMES, &stacks) || stacks == 0)
+      if (!run_parse_uint(val, MS_HISTORY_MAX_FRAMES, &o->stacks) || o->stacks == 0)
         return cli_usage_error("run", "--stacks wants 1..%d frames, not '%s'",
                                MS_HISTORY_MAX_FRAMES, val);
-      stacks_given = true;
+      o->stacks_given = true;
     } else if (strcmp(name, "--no-stacks") == 0) {
-      no_stacks = true;
+      o->no_stacks = true;
     } else if (strcmp(name, "--unwind") == 0) {
       if (strcmp(val, "fp") != 0 && strcmp(val, "backtrace") != 0)
         return cli_usage_error("run", "--unwind wants fp or backtrace, not '%s'", val);
-      unwind = val;
+      o->unwind = val;
     } else if (strcmp(name, "--max-entries") == 0) {
-      if (!run_parse_uint(val, 1ULL << 32, &max_entries) || max_entries == 0)
+      if (!run_parse_uint(val, 1ULL << 32, &o->max_entries) || o->max_entries == 0)
         return cli_usage_error("run", "--max-entries wants 1..4294967296, not '%s'", val);
     } else if (strcmp(name, "--max-oom-snapshots") == 0) {
-      if (!run_parse_uint(val, 1000000, &max_oom))
+      if (!run_parse_uint(val, 1000000, &o->max_oom))
         return cli_usage_error("run", "--max-oom-snapshots wants 0..1000000, not '%s'", val);
-      max_oom_given = true;
+      o->max_oom_given = true;
     } else if (strcmp(name, "--quiet") == 0) {
-      quiet = true;
+      o->quiet = true;
     } else if (strcmp(name, "--no-signal") == 0) {
-      no_signal = true;
+      o->no_signal = true;
     } else {
       return cli_usage_error("run", "unknown option '%s'", a);
     }
   }
   if (i >= argc) return cli_usage_error("run", "no program to run");
-  if (no_stacks && stacks_given)
+  if (o->no_stacks && o->stacks_given)
     return cli_usage_error("run", "--stacks and --no-stacks exclude each other");
-  if (mode &&
-      strcmp(mode, "cache") == 0) { /* the allocators read MEMSNAP_ALLOC_CONF: check it now */
+  if (o->mode &&
+      strcmp(o->mode, "cache") == 0) { /* the allocators read MEMSNAP_ALLOC_CONF: check it now */
     ms_alloc_config_t conf;
     ms_errbuf_t eb = {{0}};
     ms_alloc_config_init(&conf);
     if (ms_alloc_config_from_env(&conf, &eb) != MS_OK) return cli_usage_error("run", "%s", eb.msg);
   }
-  if (!pattern) pattern = "memsnap-%p-%n.msgpack";
-  int rc = run_check_output(pattern);
-  if (rc != CLI_OK) return rc;
+  if (!o->pattern) o->pattern = "memsnap-%p-%n.msgpack";
+  o->prog = i;
+  return CLI_OK;
+}
 
-  char preload[PATH_MAX], prog[PATH_MAX];
-  if ((rc = run_find_preload(preload, sizeof preload)) != CLI_OK) return rc;
+/* Finds the interposer and the program (prog), and warns when the program cannot be
+ * intercepted (a static CUDA runtime, a static program). @return CLI_OK or CLI_FAILURE. */
+static int run_prepare(const char *name, char *preload, size_t pcap, char *prog, size_t cap) {
+  int rc;
+  if ((rc = run_find_preload(preload, pcap)) != CLI_OK) return rc;
   if (strpbrk(preload, " :\t")) {
     cli_error("the interposer's path '%s' contains a space or a colon, which LD_PRELOAD cannot "
               "carry; set MEMSNAP_PRELOAD_LIB to a copy of it whose path has none",
               preload);
     return CLI_FAILURE;
   }
-  if ((rc = run_find_program(argv[i], prog, sizeof prog)) != CLI_OK) return rc;
+  if ((rc = run_find_program(name, prog, cap)) != CLI_OK) return rc;
   switch (run_program_link(prog)) {
   case RUN_LINK_CUDART:
     cli_warning("'%s' contains the CUDA runtime (linked with libcudart_static): its cudaMalloc "
                 "calls stay inside it and cannot be intercepted, so no snapshot will be written. "
                 "Relink it with the shared runtime (nvcc -cudart shared, or -lcudart instead of "
                 "-lcudart_static; CMake: set CUDA_RUNTIME_LIBRARY Shared) and run it again",
-                argv[i]);
+                name);
     break;
   case RUN_LINK_STATIC:
     cli_warning("'%s' is linked statically: the dynamic loader never runs, so LD_PRELOAD cannot "
                 "intercept anything and no snapshot will be written; link it dynamically",
-                argv[i]);
+                name);
     break;
   default:
     break;
   }
+
+  return CLI_OK;
+}
+
+/* In the child: the interposer first in LD_PRELOAD, and the options in MEMSNAP_RUN_*. */
+static void run_child_env(const run_args_t *o, const char *ld) {
+  char stacks_s[32], entries_s[32], oom_s[32];
+  snprintf(oom_s, sizeof oom_s, "%llu", o->max_oom);
+  snprintf(stacks_s, sizeof stacks_s, "%llu", o->no_stacks ? 0ULL : o->stacks);
+  snprintf(entries_s, sizeof entries_s, "%llu", o->max_entries);
+  setenv("LD_PRELOAD", ld, 1);
+  setenv("MEMSNAP_RUN_MODE", o->mode ? o->mode : "observe", 1);
+  setenv("MEMSNAP_RUN_OUTPUT", o->pattern, 1);
+  setenv("MEMSNAP_RUN_STACKS", stacks_s, 1);
+  if (o->every)
+    setenv("MEMSNAP_RUN_EVERY", o->every, 1);
+  else
+    unsetenv("MEMSNAP_RUN_EVERY");
+  if (o->unwind)
+    setenv("MEMSNAP_RUN_UNWIND", o->unwind, 1);
+  else
+    unsetenv("MEMSNAP_RUN_UNWIND");
+  if (o->max_entries)
+    setenv("MEMSNAP_RUN_MAX_ENTRIES", entries_s, 1);
+  else
+    unsetenv("MEMSNAP_RUN_MAX_ENTRIES");
+  if (o->max_oom_given)
+    setenv("MEMSNAP_RUN_MAX_OOM", oom_s, 1);
+  else
+    unsetenv("MEMSNAP_RUN_MAX_OOM");
+  setenv("MEMSNAP_RUN_QUIET", o->quiet ? "1" : "0", 1);
+  setenv("MEMSNAP_RUN_SIGNAL", o->no_signal ? "0" : "1", 1);
+}
+
+/* Waits for the program. @return its exit status, 128 + N when signal N killed it. */
+static int run_status(int status, const char *name) {
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) {
+    int sig = WTERMSIG(status);
+    cli_warning("'%s' was killed by signal %d (%s)", name, sig, strsignal(sig));
+    return 128 + sig;
+  }
+  return CLI_FAILURE;
+}
+
+int cmd_run(int argc, char **argv) {
+  run_args_t o;
+  int rc = run_parse_args(argc, argv, &o);
+  if (rc == CLI_HELP_SHOWN) return CLI_OK;
+  if (rc != CLI_OK) return rc;
+  int i = o.prog;
+  if ((rc = run_check_output(o.pattern)) != CLI_OK) return rc;
+  char preload[PATH_MAX], prog[PATH_MAX];
+  if ((rc = run_prepare(argv[i], preload, sizeof preload, prog, sizeof prog)) != CLI_OK) return rc;
 
   /* The environment of the program. */
   const char *old = getenv("LD_PRELOAD");
@@ -388,10 +454,6 @@ int cmd_run(int argc, char **argv) {
     return CLI_FAILURE;
   }
   snprintf(ld, need, "%s%s%s", preload, old && *old ? ":" : "", old && *old ? old : "");
-  char stacks_s[32], entries_s[32], oom_s[32];
-  snprintf(oom_s, sizeof oom_s, "%llu", max_oom);
-  snprintf(stacks_s, sizeof stacks_s, "%llu", no_stacks ? 0ULL : stacks);
-  snprintf(entries_s, sizeof entries_s, "%llu", max_entries);
 
   struct sigaction fwd, ign, old_int, old_quit, old_sig[4];
   memset(&fwd, 0, sizeof fwd);
@@ -415,28 +477,7 @@ int cmd_run(int argc, char **argv) {
     return CLI_FAILURE;
   }
   if (pid == 0) {
-    setenv("LD_PRELOAD", ld, 1);
-    setenv("MEMSNAP_RUN_MODE", mode ? mode : "observe", 1);
-    setenv("MEMSNAP_RUN_OUTPUT", pattern, 1);
-    setenv("MEMSNAP_RUN_STACKS", stacks_s, 1);
-    if (every)
-      setenv("MEMSNAP_RUN_EVERY", every, 1);
-    else
-      unsetenv("MEMSNAP_RUN_EVERY");
-    if (unwind)
-      setenv("MEMSNAP_RUN_UNWIND", unwind, 1);
-    else
-      unsetenv("MEMSNAP_RUN_UNWIND");
-    if (max_entries)
-      setenv("MEMSNAP_RUN_MAX_ENTRIES", entries_s, 1);
-    else
-      unsetenv("MEMSNAP_RUN_MAX_ENTRIES");
-    if (max_oom_given)
-      setenv("MEMSNAP_RUN_MAX_OOM", oom_s, 1);
-    else
-      unsetenv("MEMSNAP_RUN_MAX_OOM");
-    setenv("MEMSNAP_RUN_QUIET", quiet ? "1" : "0", 1);
-    setenv("MEMSNAP_RUN_SIGNAL", no_signal ? "0" : "1", 1);
+    run_child_env(&o, ld);
     execv(prog, argv + i);
     int e = errno;
     fprintf(stderr, "memsnap: error: cannot run '%s': %s\n", argv[i], strerror(e));
@@ -462,11 +503,5 @@ int cmd_run(int argc, char **argv) {
     cli_error("cannot wait for '%s': %s", argv[i], strerror(errno));
     return CLI_FAILURE;
   }
-  if (WIFEXITED(status)) return WEXITSTATUS(status);
-  if (WIFSIGNALED(status)) {
-    int sig = WTERMSIG(status);
-    cli_warning("'%s' was killed by signal %d (%s)", argv[i], sig, strsignal(sig));
-    return 128 + sig;
-  }
-  return CLI_FAILURE;
+  return run_status(status, argv[i]);
 }

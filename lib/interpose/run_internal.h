@@ -17,6 +17,9 @@
 #ifndef MEMSNAP_LIB_INTERPOSE_RUN_INTERNAL_H
 #define MEMSNAP_LIB_INTERPOSE_RUN_INTERNAL_H
 
+#include <pthread.h>
+#include <semaphore.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -25,6 +28,7 @@
 #include "memsnap/allocator.h"
 #include "memsnap/history.h"
 #include "memsnap/snapshot.h"
+#include "memsnap/stats.h"
 
 /* Highest device index recorded + 1. */
 #define MS__RUN_MAX_DEVICES 64
@@ -152,5 +156,78 @@ uint64_t ms__run_cache_devices(void);
 /* Thread-local re-entrancy guard of the hooks: set while the interposer itself works (a CUDA
  * call made then goes straight to the real function, unrecorded). */
 extern __thread int ms__run_in_hook __attribute__((tls_model("initial-exec")));
+
+/* ---- the recorder's state (record.c; snapshot.c copies it) -------------------------------- */
+
+#define TOMB UINT64_MAX
+
+typedef struct live_s {
+  uint64_t addr; /* 0 = empty slot, TOMB = deleted */
+  uint64_t size;
+  uint64_t stream;
+  uint64_t seq; /* unique per allocation */
+  int64_t pool_id[2];
+  uint32_t stack;
+  int16_t device;
+  uint8_t kind;
+} live_t;
+
+typedef struct ent_s {
+  uint64_t addr;
+  uint64_t size;
+  uint64_t stream;
+  int64_t time; /* clock ticks (rec_ticks) */
+  int64_t pool_id[2];
+  uint32_t stack;
+  uint8_t action; /* ms_trace_action */
+  uint8_t device;
+} ent_t;
+
+/* One mutex, mu, guards the live table, the ring and the statistics; snap_mu serialises the
+ * writers (record.c's file comment). */
+typedef struct ms__run_rec_s {
+  pthread_mutex_t mu;
+  /* live table */
+  live_t *tab;
+  size_t cap, count, used;   /* used = count + tombstones */
+  _Atomic uint64_t next_seq; /* the seq of the newest allocation (written under mu) */
+  /* trace ring */
+  ent_t *ring;
+  size_t ring_cap, ring_len, ring_head; /* ring_head: oldest entry once full (ring_len == cap) */
+  size_t ring_max;                      /* max_entries */
+  uint64_t dropped[MS__RUN_MAX_DEVICES];
+  /* statistics */
+  ms_stats_t stats[MS__RUN_MAX_DEVICES];
+  uint64_t capacity[MS__RUN_MAX_DEVICES];
+  int ndev; /* highest device recorded + 1 */
+  uint64_t ncalls;
+  uint64_t nooms; /* out-of-memory errors seen */
+  /* stacks */
+  ms__stacktab_t *stacks;
+  /* writing */
+  pthread_mutex_t snap_mu;
+  ms__symbolizer_t *sym;
+  atomic_ullong nseq;
+  bool exiting;
+  sem_t sem;
+  bool thread_started;
+} ms__run_rec_t;
+extern ms__run_rec_t ms__run_R;
+
+/* The slot of a key in an open-addressing table of mask + 1 slots. */
+static inline size_t slot_of(uint64_t addr, size_t mask) {
+  uint64_t h = addr * 0x9E3779B97F4A7C15ULL;
+  return (size_t)(h >> 17) & mask;
+}
+
+/* A clock reading in ticks and in unix microseconds, taken together. */
+typedef struct clock_pair_s {
+  uint64_t ticks;
+  int64_t us;
+} clock_pair_t;
+
+clock_pair_t ms__run_clock_pair(void);
+/* A trace entry's ticks as unix microseconds, at the rate measured between the start and now. */
+int64_t ms__run_ticks_to_us(uint64_t ticks, clock_pair_t now);
 
 #endif /* MEMSNAP_LIB_INTERPOSE_RUN_INTERNAL_H */
