@@ -92,6 +92,8 @@ snap.segments = segments;
 snap.device_traces = traces;
 const parseMs = performance.now() - t;
 
+const rawLengths = traces.map(tr => tr.length);
+
 // annotate_snapshot as the viewer does it before any view (see docs/timeline.md for the rules).
 t = performance.now();
 const streams = {'0': 0}; let nextStream = 1;
@@ -149,73 +151,87 @@ if (device === null || !traces[device]) throw new Error('the viewer has no devic
 // before every run so that every run does the same work.
 const entries = traces[device];
 const origPool = entries.map(e => e.segment_pool_id), origAnn = entries.map(e => e.annotations);
-const runs = [];
+const runs = [], cpus = [];
 let res = null;
 for (let r = 0; r < Number(runsArg); r++) {
   for (let i = 0; i < entries.length; i++) { entries[i].segment_pool_id = origPool[i]; entries[i].annotations = origAnn[i]; }
   res = null;
+  const c0 = process.cpuUsage();
   t = performance.now();
   res = pad(snap, device, false, Number(maxArg));
   runs.push(performance.now() - t);
+  const c = process.cpuUsage(c0);
+  cpus.push((c.user + c.system) / 1000);
 }
 const series = res.allocations_over_time.map(s => [s.elem, s.timesteps.length, s.offsets.length, Array.isArray(s.size) ? s.size.length : -1]);
-process.stdout.write(JSON.stringify({device, entries: entries.length, parse_ms: parseMs, annotate_ms: annotateMs,
-  runs_ms: runs, max_size: res.max_size, elements_length: res.elements_length,
+process.stdout.write(JSON.stringify({device, raw_entries: rawLengths[device], entries: entries.length, parse_ms: parseMs, annotate_ms: annotateMs,
+  runs_ms: runs, cpu_ms: cpus, max_size: res.max_size, elements_length: res.elements_length,
   max_at_time_length: res.max_at_time.length, series}) + '\n');
 NODE
 
 # --- Driver: pickle -> JSON lines, Node, memsnap, the check, one table row ----------------------
 python3 - "$js" "$pickle" "$memsnap" "$work" "${RUNS:-5}" "${MAX_ENTRIES:-15000}" "${DEVICE:-}" \
   "${NODE_MAX_OLD_SPACE_MB:-16384}" <<'PY'
-import json, os, pickle, statistics, subprocess, sys, time
+import json, os, pickle, resource, statistics, subprocess, sys, time, traceback
 js, pkl, memsnap, work, runs, max_entries, device, heap = sys.argv[1:]
 runs = int(runs)
 
-t = time.perf_counter()
-with open(pkl, 'rb') as f:
-    snap = pickle.load(f)
-if not isinstance(snap, dict) or 'device_traces' not in snap or 'segments' not in snap:
-    sys.exit(f'bench-pytorch-viewer: error: {pkl}: not a PyTorch snapshot with device_traces and segments')
-has_big = False
-def big(v):  # the viewer's unpickler reads integers of more than 8 bytes as BigInt
-    global has_big
-    if type(v) is int and not -2**63 <= v < 2**63:
-        has_big = True
-        return {'$big': str(v)}
-    return v
-frame_ids, flist_ids = {}, {}
-def flist(fr, out):
-    k = flist_ids.get(id(fr))
-    if k is None:
-        ids = []
-        for fd in fr:
-            i = frame_ids.get(id(fd))
-            if i is None:
-                i = frame_ids[id(fd)] = len(frame_ids)
-                out.write('["f",' + json.dumps(fd, separators=(',', ':')) + ']\n')
-            ids.append(i)
-        k = flist_ids[id(fr)] = len(flist_ids)
-        out.write('["F",' + json.dumps(ids, separators=(',', ':')) + ']\n')
-    return k
-def conv(o, out):
-    if isinstance(o, dict):
-        return {k: (flist(v, out) if k == 'frames' and isinstance(v, list) else conv(v, out)) for k, v in o.items()}
-    if isinstance(o, (list, tuple)):
-        return [conv(v, out) for v in o]
-    return big(o)
+# The conversion runs in a child process, so that its memory is given back before Node starts.
 data = os.path.join(work, 'snapshot.jsonl')
-with open(data, 'w') as out:
-    meta = {k: conv(v, out) for k, v in snap.items() if k not in ('segments', 'device_traces')}
-    out.write(json.dumps(['H', meta, len(snap['device_traces'])], separators=(',', ':')) + '\n')
-    for s in snap['segments']:
-        out.write('["S",' + json.dumps(conv(s, out), separators=(',', ':')) + ']\n')
-    for d, tr in enumerate(snap['device_traces']):
-        for e in tr:
-            e = {k: (flist(v, out) if k == 'frames' and isinstance(v, list) else big(v) if type(v) is int else conv(v, out))
-                 for k, v in e.items()}
-            out.write('["T",%d,%s]\n' % (d, json.dumps(e, separators=(',', ':'))))
-    out.write(json.dumps(['E', has_big]) + '\n')
-del snap
+t = time.perf_counter()
+pid = os.fork()
+if pid == 0:
+    try:
+        with open(pkl, 'rb') as f:
+            snap = pickle.load(f)
+        if not isinstance(snap, dict) or 'device_traces' not in snap or 'segments' not in snap:
+            print(f'bench-pytorch-viewer: error: {pkl}: not a PyTorch snapshot with device_traces and segments', file=sys.stderr)
+            os._exit(2)
+        has_big = False
+        def big(v):  # the viewer's unpickler reads integers of more than 8 bytes as BigInt
+            global has_big
+            if type(v) is int and not -2**63 <= v < 2**63:
+                has_big = True
+                return {'$big': str(v)}
+            return v
+        frame_ids, flist_ids = {}, {}
+        def flist(fr, out):
+            k = flist_ids.get(id(fr))
+            if k is None:
+                ids = []
+                for fd in fr:
+                    i = frame_ids.get(id(fd))
+                    if i is None:
+                        i = frame_ids[id(fd)] = len(frame_ids)
+                        out.write('["f",' + json.dumps(fd, separators=(',', ':')) + ']\n')
+                    ids.append(i)
+                k = flist_ids[id(fr)] = len(flist_ids)
+                out.write('["F",' + json.dumps(ids, separators=(',', ':')) + ']\n')
+            return k
+        def conv(o, out):
+            if isinstance(o, dict):
+                return {k: (flist(v, out) if k == 'frames' and isinstance(v, list) else conv(v, out)) for k, v in o.items()}
+            if isinstance(o, (list, tuple)):
+                return [conv(v, out) for v in o]
+            return big(o)
+        with open(data, 'w') as out:
+            meta = {k: conv(v, out) for k, v in snap.items() if k not in ('segments', 'device_traces')}
+            out.write(json.dumps(['H', meta, len(snap['device_traces'])], separators=(',', ':')) + '\n')
+            for s in snap['segments']:
+                out.write('["S",' + json.dumps(conv(s, out), separators=(',', ':')) + ']\n')
+            for d, tr in enumerate(snap['device_traces']):
+                for e in tr:
+                    e = {k: (flist(v, out) if k == 'frames' and isinstance(v, list) else big(v) if type(v) is int else conv(v, out))
+                         for k, v in e.items()}
+                    out.write('["T",%d,%s]\n' % (d, json.dumps(e, separators=(',', ':'))))
+            out.write(json.dumps(['E', has_big]) + '\n')
+    except BaseException:
+        traceback.print_exc()
+        os._exit(1)
+    os._exit(0)
+rc = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+if rc != 0:
+    sys.exit(f'bench-pytorch-viewer: error: {pkl}: could not be read with pickle (above)' if rc == 1 else rc)
 convert_s = time.perf_counter() - t
 
 p = subprocess.run(['node', f'--max-old-space-size={heap}', os.path.join(work, 'run.cjs'), js, data,
@@ -228,13 +244,17 @@ os.unlink(data)
 
 dev = str(js_res['device'])
 out_json = os.path.join(work, 'memsnap.json')
-times = []
+times, cpus = [], []
+def children_cpu():
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
 for _ in range(runs):
     with open(out_json, 'w') as o:
-        t = time.perf_counter()
+        c, t = children_cpu(), time.perf_counter()
         subprocess.run([memsnap, 'timeline', pkl, '--json', '--max-entries', max_entries, '--device', dev],
                        stdout=o, check=True)
         times.append(time.perf_counter() - t)
+        cpus.append(children_cpu() - c)
 with open(out_json) as f:
     ms = json.load(f)
 ms_series = [[s['elem'], len(s['timesteps']), len(s['offsets']), len(s['size']) if isinstance(s['size'], list) else -1]
@@ -250,17 +270,19 @@ if not bad and js_res['series'] != ms_series:
     i = next(i for i, (a, b) in enumerate(zip(js_res['series'], ms_series)) if a != b)
     bad.append(f'series {i}: PyTorch {js_res["series"][i]}, memsnap {ms_series[i]}')
 
-js_ms = statistics.median(js_res['runs_ms'])
-mem_ms = statistics.median(times) * 1000
-print(f'file: {pkl} ({os.path.getsize(pkl):,} bytes), device {dev}, {js_res["entries"]:,} trace entries, '
+js_ms, js_cpu = statistics.median(js_res['runs_ms']), statistics.median(js_res['cpu_ms'])
+mem_ms, mem_cpu = statistics.median(times) * 1000, statistics.median(cpus) * 1000
+print(f'file: {pkl} ({os.path.getsize(pkl):,} bytes), device {dev}, {js_res["raw_entries"]:,} trace entries '
+      f'({js_res["entries"]:,} once the viewer merges free_requested/free_completed pairs), '
       f'{js_res["elements_length"]:,} elements, {len(ms_series):,} series')
 print(f'PyTorch process_alloc_data (node {subprocess.run(["node", "--version"], capture_output=True, text=True).stdout.strip()}): '
-      f'median {js_ms:.1f} ms of {runs} ({", ".join(f"{x:.1f}" for x in js_res["runs_ms"])}); '
+      f'median {js_ms:.1f} ms of {runs} ({", ".join(f"{x:.1f}" for x in js_res["runs_ms"])}), CPU {js_cpu:.1f} ms; '
       f'JSON parse {js_res["parse_ms"]:.0f} ms, annotate {js_res["annotate_ms"]:.0f} ms; python3 pickle->JSON {convert_s:.1f} s (not counted)')
-print(f'memsnap timeline --json: median {mem_ms:.1f} ms of {runs} ({", ".join(f"{x * 1000:.1f}" for x in times)})')
+print(f'memsnap timeline --json: median {mem_ms:.1f} ms of {runs} ({", ".join(f"{x * 1000:.1f}" for x in times)}), '
+      f'CPU {mem_cpu:.1f} ms')
 print('outputs agree: ' + ('yes (max_size, elements_length, max_at_time length, every series\' elem and lengths)'
                            if not bad else 'NO: ' + '; '.join(bad)))
-print(f'| {os.path.basename(pkl)} | {js_res["entries"]:,} | {js_ms:,.1f} | {js_res["parse_ms"]:,.0f} | '
-      f'{mem_ms:,.1f} | {js_ms / mem_ms:.1f} |')
+print(f'| {os.path.basename(pkl)} | {js_res["raw_entries"]:,} | {js_ms:,.1f} ({js_cpu:,.1f}) | {js_res["parse_ms"]:,.0f} | '
+      f'{mem_ms:,.1f} ({mem_cpu:,.1f}) | {js_ms / mem_ms:.1f} ({js_cpu / mem_cpu:.1f}) |')
 sys.exit(1 if bad else 0)
 PY
