@@ -166,13 +166,13 @@ for (let r = 0; r < Number(runsArg); r++) {
 const series = res.allocations_over_time.map(s => [s.elem, s.timesteps.length, s.offsets.length, Array.isArray(s.size) ? s.size.length : -1]);
 process.stdout.write(JSON.stringify({device, raw_entries: rawLengths[device], entries: entries.length, parse_ms: parseMs, annotate_ms: annotateMs,
   runs_ms: runs, cpu_ms: cpus, max_size: res.max_size, elements_length: res.elements_length,
-  max_at_time_length: res.max_at_time.length, series}) + '\n');
+  max_at_time_length: res.max_at_time.length, max_rss_kb: process.resourceUsage().maxRSS, series}) + '\n');
 NODE
 
 # --- Driver: pickle -> JSON lines, Node, memsnap, the check, one table row ----------------------
 python3 - "$js" "$pickle" "$memsnap" "$work" "${RUNS:-5}" "${MAX_ENTRIES:-15000}" "${DEVICE:-}" \
   "${NODE_MAX_OLD_SPACE_MB:-16384}" <<'PY'
-import json, os, pickle, resource, statistics, subprocess, sys, time, traceback
+import json, os, pickle, statistics, subprocess, sys, time, traceback
 js, pkl, memsnap, work, runs, max_entries, device, heap = sys.argv[1:]
 runs = int(runs)
 
@@ -244,17 +244,17 @@ os.unlink(data)
 
 dev = str(js_res['device'])
 out_json = os.path.join(work, 'memsnap.json')
-times, cpus = [], []
-def children_cpu():
-    r = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return r.ru_utime + r.ru_stime
+times, cpus, rss = [], [], 0
 for _ in range(runs):
     with open(out_json, 'w') as o:
-        c, t = children_cpu(), time.perf_counter()
-        subprocess.run([memsnap, 'timeline', pkl, '--json', '--max-entries', max_entries, '--device', dev],
-                       stdout=o, check=True)
+        t = time.perf_counter()
+        p = subprocess.Popen([memsnap, 'timeline', pkl, '--json', '--max-entries', max_entries, '--device', dev], stdout=o)
+        _, status, ru = os.wait4(p.pid, 0)
         times.append(time.perf_counter() - t)
-        cpus.append(children_cpu() - c)
+    if os.waitstatus_to_exitcode(status) != 0:
+        sys.exit(f'bench-pytorch-viewer: error: memsnap failed on {pkl}')
+    cpus.append(ru.ru_utime + ru.ru_stime)
+    rss = max(rss, ru.ru_maxrss)
 with open(out_json) as f:
     ms = json.load(f)
 ms_series = [[s['elem'], len(s['timesteps']), len(s['offsets']), len(s['size']) if isinstance(s['size'], list) else -1]
@@ -277,9 +277,9 @@ print(f'file: {pkl} ({os.path.getsize(pkl):,} bytes), device {dev}, {js_res["raw
       f'{js_res["elements_length"]:,} elements, {len(ms_series):,} series')
 print(f'PyTorch process_alloc_data (node {subprocess.run(["node", "--version"], capture_output=True, text=True).stdout.strip()}): '
       f'median {js_ms:.1f} ms of {runs} ({", ".join(f"{x:.1f}" for x in js_res["runs_ms"])}), CPU {js_cpu:.1f} ms; '
-      f'JSON parse {js_res["parse_ms"]:.0f} ms, annotate {js_res["annotate_ms"]:.0f} ms; python3 pickle->JSON {convert_s:.1f} s (not counted)')
+      f'JSON parse {js_res["parse_ms"]:.0f} ms, annotate {js_res["annotate_ms"]:.0f} ms; node peak RSS {js_res["max_rss_kb"] // 1024:,} MiB; python3 pickle->JSON {convert_s:.1f} s (not counted)')
 print(f'memsnap timeline --json: median {mem_ms:.1f} ms of {runs} ({", ".join(f"{x * 1000:.1f}" for x in times)}), '
-      f'CPU {mem_cpu:.1f} ms')
+      f'CPU {mem_cpu:.1f} ms, peak RSS {rss // 1024:,} MiB')
 print('outputs agree: ' + ('yes (max_size, elements_length, max_at_time length, every series\' elem and lengths)'
                            if not bad else 'NO: ' + '; '.join(bad)))
 print(f'| {os.path.basename(pkl)} | {js_res["raw_entries"]:,} | {js_ms:,.1f} ({js_cpu:,.1f}) | {js_res["parse_ms"]:,.0f} | '
