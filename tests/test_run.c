@@ -551,7 +551,7 @@ Test(run, sigusr1_sent_to_memsnap_reaches_the_program) {
 Test(run, periodic_snapshots_survive_a_crash) {
   rt_result_t r;
   rt_run(&r, NULL, (const char *[]){"--every", "0.05", NULL},
-         (const char *[]){RT_APP, "crash", "600", NULL});
+         (const char *[]){RT_APP, "crash", "300", rt_dir, NULL});
   cr_assert_eq(r.status, 128 + 6, "stderr: %s", r.err); /* SIGABRT */
   cr_assert(strstr(r.err, "was killed by signal 6"), "%s", r.err);
   int n = rt_count_files();

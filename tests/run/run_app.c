@@ -1,21 +1,27 @@
+/* clang-format off */
 /* SPDX-License-Identifier: MIT
  * run_app: a CUDA program that knows nothing of memsnap, linked against the fake runtime
  * (fakecudart), run under `memsnap run` by tests/test_run.c. Each scenario does a fixed set of
  * device-memory calls that the test then finds, exactly, in the snapshots.
  *
- *   run_app basic          see app_basic below (2 devices, streams, managed memory, a bad free)
- *   run_app threads T N    T threads; thread t does N cudaMallocAsync/cudaFreeAsync pairs on its
- *                          own stream (sizes 4096 * (t + 1) + i, i < 4096), then keeps t + 1
- * allocations of 1 MiB + t run_app oom            40 MiB, then 40 MiB more (fails on a 64 MiB
- * device), prints the codes run_app signal DIR     1 allocation, SIGUSR1 to itself, waits for a
- * file in DIR, 1 more run_app wait DIR       1 allocation, creates DIR/ready, waits for a file in
- * DIR (SIGUSR1 sent by the test to memsnap, which passes it on) run_app pitch cudaMallocPitch(1000
- * x 10), cudaMalloc3D(100 x 4 x 3), the first freed run_app crash MS       1 allocation, sleeps MS
- * milliseconds, then abort() run_app nocuda ARGS    never touches CUDA: prints its arguments, exits
- * 3 run_app bench N        N cudaMalloc/cudaFree pairs of 4 KiB; prints "ns_per_pair X", then the
- * cost of one backtrace(3) at about the interposer's depth
- *                          ("ns_backtrace X")
+ * The scenarios (see the app_* function of each for exactly what it calls):
+ *   basic          2 devices, streams, managed memory, a bad free
+ *   threads T N    T threads; thread t does N cudaMallocAsync/cudaFreeAsync pairs on its own
+ *                  stream (sizes 4096 * (t + 1) + i, i < 4096), then keeps t + 1 allocations of
+ *                  1 MiB + t
+ *   oom            40 MiB, then 40 MiB more (fails on a 64 MiB device), prints the codes
+ *   signal DIR     1 allocation, SIGUSR1 to itself, waits for a file in DIR, 1 more
+ *   wait DIR       1 allocation, creates DIR/ready, waits for a file in DIR (SIGUSR1 sent by the
+ *                  test to memsnap, which passes it on)
+ *   pitch          cudaMallocPitch(1000 x 10), cudaMalloc3D(100 x 4 x 3), the first freed
+ *   reset, probe   see app_reset and app_probe
+ *   crash MS [DIR] 1 allocation, sleeps MS milliseconds (then, with DIR, until DIR holds two
+ *                  snapshots, at most 20 s), then abort()
+ *   nocuda ARGS    never touches CUDA: prints its arguments, exits 3
+ *   bench N        N cudaMalloc/cudaFree pairs of 4 KiB; prints "ns_per_pair X", then the cost
+ *                  of one backtrace(3) at about the interposer's depth ("ns_backtrace X")
  */
+/* clang-format on */
 #include <dirent.h>
 #include <execinfo.h>
 #include <pthread.h>
@@ -157,16 +163,19 @@ static int app_oom(void) {
   return 0;
 }
 
-static bool dir_has_file(const char *dir) {
+/* The complete snapshot files in dir (temporaries start with a dot). */
+static int dir_files(const char *dir) {
   DIR *d = opendir(dir);
-  if (!d) return false;
+  if (!d) return 0;
   struct dirent *de;
-  bool found = false;
+  int n = 0;
   while ((de = readdir(d)))
-    if (strstr(de->d_name, ".msgpack") && de->d_name[0] != '.') found = true;
+    if (strstr(de->d_name, ".msgpack") && de->d_name[0] != '.') n++;
   closedir(d);
-  return found;
+  return n;
 }
+
+static bool dir_has_file(const char *dir) { return dir_files(dir) > 0; }
 
 static int app_signal(const char *dir) {
   void *a, *b;
@@ -244,10 +253,13 @@ static int app_probe(void) {
   return 0;
 }
 
-static int app_crash(int ms) {
+static int app_crash(int ms, const char *dir) {
   void *a;
   CHECK(cudaMalloc(&a, 7000));
   usleep((useconds_t)ms * 1000);
+  /* with a directory: until two periodic snapshots are there (at most 20 s), whatever the load */
+  for (int i = 0; dir && i < 2000 && dir_files(dir) < 2; i++)
+    usleep(10000);
   fflush(stdout);
   abort();
 }
@@ -300,7 +312,8 @@ int main(int argc, char **argv) {
   if (strcmp(what, "reset") == 0) return app_reset();
   if (strcmp(what, "probe") == 0) return app_probe();
   if (strcmp(what, "wait") == 0 && argc > 2) return app_wait(argv[2]);
-  if (strcmp(what, "crash") == 0 && argc > 2) return app_crash(atoi(argv[2]));
+  if (strcmp(what, "crash") == 0 && argc > 2)
+    return app_crash(atoi(argv[2]), argc > 3 ? argv[3] : NULL);
   if (strcmp(what, "bench") == 0 && argc > 2) return app_bench(atol(argv[2]));
   if (strcmp(what, "nocuda") == 0) {
     for (int i = 2; i < argc; i++)
