@@ -181,7 +181,7 @@ static int app_signal(const char *dir) {
   void *a, *b;
   CHECK(cudaMalloc(&a, 5000));
   kill(getpid(), SIGUSR1);
-  for (int i = 0; i < 500 && !dir_has_file(dir); i++)
+  for (int i = 0; i < 2000 && !dir_has_file(dir); i++)
     usleep(10000);
   CHECK(cudaMalloc(&b, 6000));
   printf("signal %s\n", dir_has_file(dir) ? "seen" : "timeout");
@@ -197,7 +197,7 @@ static int app_wait(const char *dir) {
   snprintf(path, sizeof path, "%s/ready", dir);
   FILE *f = fopen(path, "w");
   if (f) fclose(f);
-  for (int i = 0; i < 1000 && !dir_has_file(dir); i++)
+  for (int i = 0; i < 2000 && !dir_has_file(dir); i++)
     usleep(10000);
   printf("wait %s\n", dir_has_file(dir) ? "seen" : "timeout");
   return 0;
