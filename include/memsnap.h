@@ -17,5 +17,6 @@
 #include "memsnap/replay.h"
 #include "memsnap/pickle.h"
 #include "memsnap/timeline.h"
+#include "memsnap/export.h"
 
 #endif /* MEMSNAP_H */

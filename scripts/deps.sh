@@ -4,9 +4,9 @@
 # python3 for scripts/check-deps.py)
 set -euo pipefail
 what=${1:-build}
-pkgs=(cmake make gcc pkg-config libmsgpack-dev zlib1g-dev libxml2-dev libdw-dev)
+pkgs=(cmake make gcc pkg-config libmsgpack-dev zlib1g-dev libxml2-dev libdw-dev libsqlite3-dev)
 case "$what" in
-  test) pkgs+=(libcriterion-dev chromium clang python3) ;;
+  test) pkgs+=(libcriterion-dev chromium clang python3 sqlite3) ;;
   fuzz) pkgs+=(clang libclang-rt-14-dev) ;;
   bench) pkgs+=(python3) ;;
 esac

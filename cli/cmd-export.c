@@ -1,0 +1,192 @@
+/* SPDX-License-Identifier: MIT
+ * memsnap CLI: `memsnap export FILE... --sqlite OUT.db | --pprof OUT.pb.gz | --perfetto OUT.json`
+ * (issue #17): snapshots into the tools users already look in (docs/export.md).
+ *
+ * Every output is complete or absent: the SQLite database is built in a temporary file next to
+ * OUT and renamed over it at the end, the other formats go through cli_out_t. An output that is
+ * one of the inputs is refused before anything is read. Files are read one at a time and freed
+ * before the next, so many ranks never sit in memory together.
+ */
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "cli.h"
+#include "memsnap/export.h"
+#include "memsnap/timeline.h"
+
+static const char export_usage[] =
+    "usage: memsnap export FILE... --sqlite OUT.db [--rank N]\n"
+    "       memsnap export FILE --pprof OUT.pb.gz [--at MOMENT] [--device N]\n"
+    "       memsnap export FILE --perfetto OUT.json [--allocations]\n"
+    "\n"
+    "Writes snapshots where other tools read them: a SQLite database (every FILE, one per rank,\n"
+    "into one database with file_id and rank columns), a pprof profile (gzipped profile.proto:\n"
+    "inuse_space/inuse_objects at a moment, alloc_space/alloc_objects over the trace), or a\n"
+    "Chrome trace event JSON file that ui.perfetto.dev and chrome://tracing open. FILE is a\n"
+    "memsnap snapshot or a PyTorch pickle ('-' reads standard input). See docs/export.md.\n"
+    "\n"
+    "options:\n"
+    "  --sqlite OUT.db      write a SQLite database (OUT must not be '-')\n"
+    "  --rank N             the rank of the one FILE (default: the snapshot's rank, else the\n"
+    "                       digits after 'rank' in the file name, else none)\n"
+    "  --pprof OUT.pb.gz    write a pprof profile of one FILE ('-': standard output)\n"
+    "  --at MOMENT          with --pprof: the moment of inuse_* (default: peak; see `memsnap top`)\n"
+    "  --device N           with --pprof: device N (default: the device with the longest trace)\n"
+    "  --perfetto OUT.json  write a Chrome trace event JSON file of one FILE ('-': stdout)\n"
+    "  --allocations        with --perfetto: one slice per allocation, from alloc to free\n"
+    "  -h, --help           show this help\n";
+
+/* Refuses an output that is one of the inputs (the same file, under any name). */
+static int export_check_output(const char *out, char **files, int nfiles) {
+  struct stat so;
+  if (strcmp(out, "-") == 0 || stat(out, &so) != 0) return CLI_OK;
+  for (int i = 0; i < nfiles; i++) {
+    struct stat si;
+    if (strcmp(files[i], "-") == 0 || stat(files[i], &si) != 0) continue;
+    if (si.st_dev == so.st_dev && si.st_ino == so.st_ino) {
+      cli_error("'%s': the output is the input '%s'; refusing to write over it", out, files[i]);
+      return CLI_FAILURE;
+    }
+  }
+  return CLI_OK;
+}
+
+/* The time index of snap, or NULL with the reason in why (a trace that cannot be undone). */
+static ms_timeline_t *export_index(const ms_snapshot_t *snap, const char *name, char *why,
+                                   size_t cap) {
+  ms_timeline_config_t cfg;
+  ms_timeline_config_init(&cfg);
+  ms_timeline_t *tl = NULL;
+  ms_errbuf_t eb = {{0}};
+  cli_progress_start("indexing the trace of '%s'", name);
+  int err = ms_timeline_create(snap, &cfg, &tl, &eb);
+  cli_progress_stop();
+  if (err != MS_OK) {
+    snprintf(why, cap, "%s", eb.msg[0] ? eb.msg : ms_strerror(err));
+    return NULL;
+  }
+  return tl;
+}
+
+static int export_sqlite(const char *out, char **files, int nfiles, const char *rank_s) {
+  int64_t forced_rank = 0;
+  if (rank_s) {
+    uint64_t v;
+    if (!cli_parse_u64(rank_s, &v) || v > INT64_MAX)
+      return cli_usage_error("export", "option '--rank' needs a number, not '%s'", rank_s);
+    if (nfiles != 1)
+      return cli_usage_error("export", "option '--rank' needs exactly one FILE");
+    forced_rank = (int64_t)v;
+  }
+  ms_atomic_file_t af;
+  ms_errbuf_t eb = {{0}};
+  if (ms_atomic_file_open(&af, out, &eb) != MS_OK) {
+    cli_error("%s", eb.msg);
+    return CLI_FAILURE;
+  }
+  ms_export_sqlite_t *x = NULL;
+  if (ms_export_sqlite_create(af.tmp_path, &x, &eb) != MS_OK) {
+    cli_error("'%s': %s", out, eb.msg);
+    ms_atomic_file_abort(&af);
+    return CLI_FAILURE;
+  }
+  int rc = CLI_OK;
+  for (int i = 0; i < nfiles && rc == CLI_OK; i++) {
+    ms_snapshot_t *snap = NULL;
+    if ((rc = cli_load(files[i], &snap)) != CLI_OK) break;
+    const char *name = cli_display_name(files[i]);
+    int64_t rank = forced_rank;
+    bool has_rank = rank_s != NULL;
+    if (!has_rank && (snap->present & MS_SNAP_HAS_RANK)) {
+      has_rank = true;
+      rank = snap->rank;
+    }
+    if (!has_rank) has_rank = ms_export_rank_from_name(name, &rank);
+    char why[600] = "";
+    ms_timeline_t *tl = export_index(snap, name, why, sizeof why);
+    if (!tl) cli_warning("'%s': no timeline rows: %s", name, why);
+    cli_progress_start("writing '%s' into '%s'", name, out);
+    int err = ms_export_sqlite_add(x, snap, tl, name, has_rank, rank, tl ? NULL : why, &eb);
+    cli_progress_stop();
+    if (err != MS_OK) {
+      cli_error("%s", eb.msg);
+      rc = CLI_FAILURE;
+    }
+    ms_timeline_destroy(tl);
+    ms_snapshot_free(snap);
+  }
+  if (rc != CLI_OK) {
+    ms_export_sqlite_destroy(x);
+    ms_atomic_file_abort(&af);
+    return rc;
+  }
+  cli_progress_start("indexing '%s'", out);
+  int err = ms_export_sqlite_finish(x, &eb);
+  cli_progress_stop();
+  if (err != MS_OK) {
+    cli_error("%s", eb.msg);
+    ms_atomic_file_abort(&af);
+    return CLI_FAILURE;
+  }
+  if (ms_atomic_file_commit(&af, &eb) != MS_OK) {
+    cli_error("%s", eb.msg);
+    return CLI_FAILURE;
+  }
+  return CLI_OK;
+}
+
+int cmd_export(int argc, char **argv) {
+  const char *sqlite_s = NULL, *pprof_s = NULL, *perfetto_s = NULL, *rank_s = NULL,
+             *at_s = NULL, *device_s = NULL;
+  int allocations = 0;
+  const struct cli_opt opts[] = {{"sqlite", 0, NULL, &sqlite_s},
+                                 {"pprof", 0, NULL, &pprof_s},
+                                 {"perfetto", 0, NULL, &perfetto_s},
+                                 {"rank", 0, NULL, &rank_s},
+                                 {"at", 0, NULL, &at_s},
+                                 {"device", 0, NULL, &device_s},
+                                 {"allocations", 0, &allocations, NULL},
+                                 {NULL, 0, NULL, NULL}};
+  char **pos = calloc((size_t)argc + 1, sizeof *pos);
+  if (!pos) {
+    cli_error("out of memory");
+    return CLI_FAILURE;
+  }
+  int npos = 0;
+  int rc = cli_parse_options("export", export_usage, opts, argc, argv, pos, argc, &npos);
+  if (rc == CLI_HELP_SHOWN) rc = CLI_OK;
+  if (rc != CLI_OK || argc < 2) goto out;
+  int nout = (sqlite_s != NULL) + (pprof_s != NULL) + (perfetto_s != NULL);
+  if (nout != 1) {
+    rc = cli_usage_error("export", "give exactly one of --sqlite, --pprof and --perfetto");
+    goto out;
+  }
+  if (npos < 1) {
+    rc = cli_usage_error("export", "missing FILE");
+    goto out;
+  }
+  const char *out = sqlite_s ? sqlite_s : pprof_s ? pprof_s : perfetto_s;
+  if (!sqlite_s && npos > 1) {
+    rc = cli_usage_error("export", "--%s takes one FILE, not %d", pprof_s ? "pprof" : "perfetto",
+                         npos);
+    goto out;
+  }
+  if ((rank_s && !sqlite_s) || ((at_s || device_s) && !pprof_s) || (allocations && !perfetto_s)) {
+    rc = cli_usage_error("export", "--rank goes with --sqlite, --at and --device with --pprof, "
+                                   "--allocations with --perfetto");
+    goto out;
+  }
+  if (sqlite_s && strcmp(sqlite_s, "-") == 0) {
+    rc = cli_usage_error("export", "--sqlite needs a file name, not '-'");
+    goto out;
+  }
+  if ((rc = export_check_output(out, pos, npos)) != CLI_OK) goto out;
+  if (sqlite_s) rc = export_sqlite(sqlite_s, pos, npos, rank_s);
+out:
+  free(pos);
+  return rc;
+}

@@ -1,0 +1,92 @@
+/* SPDX-License-Identifier: MIT
+ * memsnap: exports of snapshots to the tools users already look in (issue #17): a SQLite
+ * database, a pprof profile (profile.proto, gzipped) and a Chrome trace event JSON file that
+ * Perfetto and chrome://tracing open. docs/export.md describes each format and its mapping.
+ *
+ * Vocabulary:
+ *  - A *file* is one snapshot added to an export; several files (one per rank) go into one SQLite
+ *    database, each with its own file_id (0, 1, ...), name and rank.
+ *  - Trace entry ids are the entry's index in its device's trace (as `memsnap trace` numbers them
+ *    and `--at N` names them), so (file_id, device, id) identifies an entry.
+ *  - A *step* is a state of the time index (memsnap/timeline.h): step s = after s entries.
+ *
+ * Thread-safety: one export object per thread; the snapshots and indexes it reads are immutable.
+ */
+#ifndef MEMSNAP_EXPORT_H
+#define MEMSNAP_EXPORT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "memsnap/common.h"
+#include "memsnap/error.h"
+#include "memsnap/serialize.h"
+#include "memsnap/snapshot.h"
+#include "memsnap/timeline.h"
+
+MS_EXTERN_C_BEGIN
+
+/* ---- SQLite -------------------------------------------------------------------------------- */
+
+typedef struct ms_export_sqlite_s ms_export_sqlite_t;
+
+/* Opens (creating) the database at path, which must be a new or empty file (the CLI passes a
+ * temporary file that it renames when the export succeeds), creates the schema and starts the
+ * one transaction every row goes into. @return MS_OK; MS_EIO with eb naming path and SQLite's
+ * message; MS_ENOMEM. *out untouched on failure. */
+MS_API MS_NODISCARD int ms_export_sqlite_create(const char *path, ms_export_sqlite_t **out,
+                                                ms_errbuf_t *eb);
+
+/* Adds one snapshot as the next file (file_id = the number added before it): its snapshot row,
+ * locations, stacks, segments, blocks and trace entries, and, when tl (built from snap, may be
+ * NULL) is given, the timeline rows (the four totals after every entry). name is the file's
+ * name as the user gave it; has_rank/rank its rank (NULL in the database without one);
+ * timeline_error, when not NULL, is kept in the snapshot row (why there is no timeline).
+ * @return MS_OK, MS_EIO (eb says why), MS_ENOMEM. */
+MS_API MS_NODISCARD int ms_export_sqlite_add(ms_export_sqlite_t *x, const ms_snapshot_t *snap,
+                                             const ms_timeline_t *tl, const char *name,
+                                             bool has_rank, int64_t rank,
+                                             const char *timeline_error, ms_errbuf_t *eb);
+
+/* Creates the indexes, commits and closes the database. x is freed in every case.
+ * @return MS_OK or MS_EIO (eb says why). */
+MS_API MS_NODISCARD int ms_export_sqlite_finish(ms_export_sqlite_t *x, ms_errbuf_t *eb);
+
+/* Closes the database without committing and frees x. Accepts NULL. */
+MS_API void ms_export_sqlite_destroy(ms_export_sqlite_t *x);
+
+/* The rank a file's name gives: the digits after the last "rank" in its base name, with an
+ * optional '_', '-' or '.' between ("rank3.pickle", "snapshot_rank_12.pickle", "RANK-7").
+ * @return true and *rank when found. */
+MS_API bool ms_export_rank_from_name(const char *path, int64_t *rank);
+
+/* ---- pprof --------------------------------------------------------------------------------- */
+
+/* Writes a gzipped profile.proto (github.com/google/pprof/proto/profile.proto) of device dev:
+ * one sample per allocation stack with four values: inuse_space (bytes) and inuse_objects (blocks)
+ * of the blocks allocated at step `step` (their stacks as ms_timeline_snapshot_at gives them),
+ * and alloc_space/alloc_objects of every `alloc` entry of the device's trace (requested bytes).
+ * Locations and functions come from the stacks' frames (innermost first), with file and line.
+ * @return MS_OK, MS_EINVAL (unknown device or step), MS_ENOMEM, or the sink's error. */
+MS_API MS_NODISCARD int ms_export_pprof_write(const ms_timeline_t *tl, size_t dev, size_t step,
+                                              ms_sink_t *sink, ms_errbuf_t *eb);
+
+/* ---- Chrome trace event JSON (Perfetto, chrome://tracing) ---------------------------------- */
+
+typedef struct ms_export_perfetto_opts_s {
+  bool allocations; /* one async slice per allocation, alloc to free (default false) */
+} ms_export_perfetto_opts_t;
+
+/* Writes a Chrome Trace Event Format JSON object ({"traceEvents": [...], "displayTimeUnit":
+ * "ms"}): per device, counter events ("C") for allocated, reserved and active bytes after every
+ * trace entry that has a time, instant events ("i") for OOMs, snapshots and runs of segment_free
+ * (empty_cache), and with opts->allocations a "b"/"e" pair per allocation. opts may be NULL.
+ * @return MS_OK, MS_ENOMEM, or the sink's error. */
+MS_API MS_NODISCARD int ms_export_perfetto_write(const ms_timeline_t *tl,
+                                                 const ms_export_perfetto_opts_t *opts,
+                                                 ms_sink_t *sink, ms_errbuf_t *eb);
+
+MS_EXTERN_C_END
+
+#endif /* MEMSNAP_EXPORT_H */

@@ -1,0 +1,38 @@
+/* SPDX-License-Identifier: MIT
+ * memsnap exports (issue #17): what the format writers share. A growable byte buffer and the JSON
+ * string escaping that the SQLite export (frames and settings as JSON text) and the Chrome trace
+ * writer use, so that any name (quotes, backslashes, markup, control characters) stays valid
+ * JSON and reads back unchanged.
+ */
+#ifndef MEMSNAP_LIB_EXPORT_INTERNAL_H
+#define MEMSNAP_LIB_EXPORT_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "memsnap/snapshot.h"
+
+/* A growable buffer; `oom` is sticky: after a failed growth every append is a no-op. */
+typedef struct ms__xbuf_s {
+  char *ptr;
+  size_t len, cap;
+  bool oom;
+} ms__xbuf_t;
+
+void ms__xbuf_release(ms__xbuf_t *b);
+void ms__xbuf_put(ms__xbuf_t *b, const void *p, size_t n);
+void ms__xbuf_puts(ms__xbuf_t *b, const char *s);
+void ms__xbuf_printf(ms__xbuf_t *b, const char *fmt, ...) MS_PRINTF(2, 3);
+/* A JSON string with its quotes: '"' and '\' escaped, control characters as \uXXXX (bytes >= 0x80
+ * pass unchanged: the model's strings are UTF-8 as found in the input). */
+void ms__xbuf_json_str(ms__xbuf_t *b, const char *s);
+/* A NUL-terminated view of the content (appends a NUL not counted in len). "" after oom. */
+const char *ms__xbuf_cstr(ms__xbuf_t *b);
+
+/* The snapshot's allocator settings as one JSON object ("{}" without any). */
+void ms__export_settings_json(ms__xbuf_t *b, const ms_snapshot_t *snap);
+/* A short name of the snapshot's producer: "memsnap", "pytorch" or "pytorch (list, before 2.0)". */
+const char *ms__export_producer(const ms_snapshot_t *snap);
+
+#endif /* MEMSNAP_LIB_EXPORT_INTERNAL_H */

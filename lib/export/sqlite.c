@@ -1,0 +1,402 @@
+/* SPDX-License-Identifier: MIT
+ * memsnap exports: snapshots into a SQLite database (issue #17 §1). The only file that includes
+ * sqlite3.h. The schema (docs/export.md) follows PyTorch's _dump_snapshot_sqlite proposal
+ * (device_traces, blocks, segments) so that queries written for it work here, with a file_id and
+ * rank on every row so that many ranks share one database, plus memsnap's own tables: stacks and
+ * locations (every stack stored once, `frames` giving it back as PyTorch's JSON list), timeline
+ * (the four totals after every entry) and snapshot (one row per file).
+ *
+ * Speed: every row goes in through a prepared statement inside one transaction, with no journal
+ * (the database is a temporary file that the caller renames only when everything succeeded, so
+ * the journal would protect nothing); tables keyed by (file_id, ...) are WITHOUT ROWID and
+ * filled in key order, so that their primary keys cost no index build; the secondary indexes
+ * are built once at the end.
+ */
+#include <inttypes.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "common/internal.h"
+#include "export/internal.h"
+#include "memsnap/export.h"
+
+/* The frames of a stack as PyTorch's JSON list [{"filename", "line", "name"}, ...], innermost
+ * first, rebuilt from stacks and locations; NULL when the row has no stack. */
+#define SQL_FRAMES(T)                                                                          \
+  "CASE WHEN " T ".frames_id IS NULL THEN NULL ELSE (SELECT json_group_array(json_object("     \
+  "'filename', q.filename, 'line', q.line, 'name', q.name)) FROM (SELECT l.filename, l.line, " \
+  "l.name FROM stacks s, json_each(s.location_ids) j JOIN locations l ON l.file_id = "         \
+  "s.file_id AND l.id = j.value WHERE s.file_id = " T ".file_id AND s.id = " T ".frames_id "   \
+  "ORDER BY j.key) q) END"
+
+static const char sqlite_schema[] =
+    "PRAGMA journal_mode = OFF;\n"
+    "PRAGMA synchronous = OFF;\n"
+    "PRAGMA cache_size = -65536;\n"
+    "PRAGMA application_id = 1836278131;\n" /* "mems" */
+    "PRAGMA user_version = 1;\n"
+    "CREATE TABLE snapshot (file_id INTEGER PRIMARY KEY, file TEXT NOT NULL, rank INTEGER,\n"
+    "  producer TEXT NOT NULL, settings TEXT NOT NULL, devices INTEGER NOT NULL,\n"
+    "  segments INTEGER NOT NULL, blocks INTEGER NOT NULL, trace_entries INTEGER NOT NULL,\n"
+    "  trace_dropped INTEGER NOT NULL, timeline_error TEXT);\n"
+    "CREATE TABLE locations (file_id INTEGER NOT NULL, id INTEGER NOT NULL, name TEXT NOT NULL,\n"
+    "  filename TEXT NOT NULL, line INTEGER NOT NULL, PRIMARY KEY (file_id, id)) WITHOUT ROWID;\n"
+    "CREATE TABLE stacks (file_id INTEGER NOT NULL, id INTEGER NOT NULL, depth INTEGER NOT NULL,\n"
+    "  location_ids TEXT NOT NULL, PRIMARY KEY (file_id, id)) WITHOUT ROWID;\n"
+    "CREATE TABLE segments (file_id INTEGER NOT NULL, rank INTEGER, id INTEGER NOT NULL,\n"
+    "  device INTEGER NOT NULL, address INTEGER NOT NULL, total_size INTEGER NOT NULL,\n"
+    "  allocated_size INTEGER NOT NULL, active_size INTEGER NOT NULL,\n"
+    "  requested_size INTEGER NOT NULL, stream INTEGER NOT NULL, segment_type TEXT NOT NULL,\n"
+    "  pool_id TEXT NOT NULL, is_expandable INTEGER NOT NULL, frames_id INTEGER,\n"
+    "  PRIMARY KEY (file_id, id)) WITHOUT ROWID;\n"
+    "CREATE TABLE block_rows (file_id INTEGER NOT NULL, rank INTEGER, id INTEGER NOT NULL,\n"
+    "  segment_id INTEGER NOT NULL, addr INTEGER NOT NULL, size INTEGER NOT NULL,\n"
+    "  requested_size INTEGER NOT NULL, state TEXT NOT NULL, frames_id INTEGER,\n"
+    "  PRIMARY KEY (file_id, id)) WITHOUT ROWID;\n"
+    "CREATE TABLE trace_rows (file_id INTEGER NOT NULL, rank INTEGER, device INTEGER NOT NULL,\n"
+    "  id INTEGER NOT NULL, action TEXT NOT NULL, addr INTEGER NOT NULL, size INTEGER NOT NULL,\n"
+    "  stream INTEGER NOT NULL, time_us INTEGER, frames_id INTEGER,\n"
+    "  PRIMARY KEY (file_id, device, id)) WITHOUT ROWID;\n"
+    "CREATE TABLE timeline (file_id INTEGER NOT NULL, rank INTEGER, device INTEGER NOT NULL,\n"
+    "  entry INTEGER NOT NULL, allocated INTEGER NOT NULL, reserved INTEGER NOT NULL,\n"
+    "  active INTEGER NOT NULL, requested INTEGER NOT NULL,\n"
+    "  PRIMARY KEY (file_id, device, entry)) WITHOUT ROWID;\n"
+    "CREATE VIEW frames AS SELECT s.file_id AS file_id, s.id AS id, s.depth AS depth, (SELECT\n"
+    "  json_group_array(json_object('filename', q.filename, 'line', q.line, 'name', q.name))\n"
+    "  FROM (SELECT l.filename, l.line, l.name FROM json_each(s.location_ids) j JOIN locations l\n"
+    "  ON l.file_id = s.file_id AND l.id = j.value ORDER BY j.key) q) AS frames FROM stacks s;\n"
+    "CREATE VIEW device_traces AS SELECT t.file_id, t.rank, t.device, t.id, t.action, t.addr,\n"
+    "  t.size, t.stream, t.time_us, t.frames_id, " SQL_FRAMES("t") " AS frames FROM trace_rows t;\n"
+    "CREATE VIEW blocks AS SELECT b.file_id, b.rank, b.id, b.segment_id, b.addr, b.size,\n"
+    "  b.requested_size, b.state, b.frames_id, " SQL_FRAMES("b") " AS frames FROM block_rows b;\n"
+    "BEGIN;\n";
+
+static const char sqlite_indexes[] =
+    "CREATE INDEX trace_rows_addr ON trace_rows (file_id, addr);\n"
+    "CREATE INDEX trace_rows_action ON trace_rows (file_id, action);\n"
+    "CREATE INDEX block_rows_addr ON block_rows (file_id, addr);\n"
+    "CREATE INDEX block_rows_segment ON block_rows (file_id, segment_id);\n"
+    "COMMIT;\n";
+
+enum {
+  ST_SNAPSHOT,
+  ST_LOCATION,
+  ST_STACK,
+  ST_SEGMENT,
+  ST_BLOCK,
+  ST_TRACE,
+  ST_TIMELINE,
+  ST_COUNT
+};
+
+static const char *const sqlite_inserts[ST_COUNT] = {
+    "INSERT INTO snapshot VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+    "INSERT INTO locations VALUES (?1, ?2, ?3, ?4, ?5)",
+    "INSERT INTO stacks VALUES (?1, ?2, ?3, ?4)",
+    "INSERT INTO segments VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
+    "INSERT INTO block_rows VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+    "INSERT INTO trace_rows VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+    "INSERT INTO timeline VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+};
+
+struct ms_export_sqlite_s {
+  sqlite3 *db;
+  char *path;
+  sqlite3_stmt *st[ST_COUNT];
+  int64_t nfiles;
+  ms__xbuf_t buf;
+};
+
+static int sqlite_fail(ms_export_sqlite_t *x, ms_errbuf_t *eb, const char *what) {
+  return ms__errbuf_set(eb, MS_EIO, "'%s': %s: %s", x->path, what,
+                        x->db ? sqlite3_errmsg(x->db) : "cannot open");
+}
+
+void ms_export_sqlite_destroy(ms_export_sqlite_t *x) {
+  if (!x) return;
+  for (int i = 0; i < ST_COUNT; i++) sqlite3_finalize(x->st[i]);
+  sqlite3_close(x->db);
+  ms__xbuf_release(&x->buf);
+  free(x->path);
+  free(x);
+}
+
+int ms_export_sqlite_create(const char *path, ms_export_sqlite_t **out, ms_errbuf_t *eb) {
+  ms_export_sqlite_t *x = calloc(1, sizeof *x);
+  if (!x || !(x->path = strdup(path))) {
+    free(x);
+    return ms__errbuf_set(eb, MS_ENOMEM, "out of memory");
+  }
+  int rc = sqlite3_open_v2(path, &x->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL);
+  if (rc != SQLITE_OK) {
+    int err = sqlite_fail(x, eb, "cannot open the database");
+    ms_export_sqlite_destroy(x);
+    return err;
+  }
+  char *msg = NULL;
+  if (sqlite3_exec(x->db, sqlite_schema, NULL, NULL, &msg) != SQLITE_OK) {
+    int err = ms__errbuf_set(eb, MS_EIO, "'%s': cannot create the tables: %s", path,
+                             msg ? msg : sqlite3_errmsg(x->db));
+    sqlite3_free(msg);
+    ms_export_sqlite_destroy(x);
+    return err;
+  }
+  for (int i = 0; i < ST_COUNT; i++) {
+    if (sqlite3_prepare_v3(x->db, sqlite_inserts[i], -1, SQLITE_PREPARE_PERSISTENT, &x->st[i],
+                           NULL) != SQLITE_OK) {
+      int err = sqlite_fail(x, eb, "cannot prepare the inserts");
+      ms_export_sqlite_destroy(x);
+      return err;
+    }
+  }
+  *out = x;
+  return MS_OK;
+}
+
+/* Runs a bound insert and resets it. @return SQLite's status. */
+static int sqlite_step(sqlite3_stmt *st) {
+  int rc = sqlite3_step(st);
+  sqlite3_reset(st);
+  return rc == SQLITE_DONE ? SQLITE_OK : rc;
+}
+
+static void bind_u64(sqlite3_stmt *st, int i, uint64_t v) {
+  sqlite3_bind_int64(st, i, (sqlite3_int64)v); /* SQLite integers are signed 64-bit */
+}
+
+static void bind_stack(sqlite3_stmt *st, int i, const ms_snapshot_t *snap, uint32_t stack) {
+  if (stack == MS_SNAP_NO_STACK || stack >= snap->nstacks)
+    sqlite3_bind_null(st, i);
+  else
+    sqlite3_bind_int64(st, i, stack);
+}
+
+static void bind_rank(ms_export_sqlite_t *x, sqlite3_stmt *st, int i, bool has_rank,
+                      int64_t rank) {
+  (void)x;
+  if (has_rank)
+    sqlite3_bind_int64(st, i, rank);
+  else
+    sqlite3_bind_null(st, i);
+}
+
+static int sqlite_add_snapshot_row(ms_export_sqlite_t *x, const ms_snapshot_t *snap,
+                                   const char *name, bool has_rank, int64_t rank,
+                                   const char *tl_error) {
+  sqlite3_stmt *st = x->st[ST_SNAPSHOT];
+  uint64_t dropped = 0;
+  for (size_t d = 0; d < snap->ndevices; d++) dropped += snap->devices[d].trace_dropped;
+  x->buf.len = 0;
+  ms__export_settings_json(&x->buf, snap);
+  if (x->buf.oom) return SQLITE_NOMEM;
+  sqlite3_bind_int64(st, 1, x->nfiles);
+  sqlite3_bind_text(st, 2, name, -1, SQLITE_STATIC);
+  bind_rank(x, st, 3, has_rank, rank);
+  sqlite3_bind_text(st, 4, ms__export_producer(snap), -1, SQLITE_STATIC);
+  sqlite3_bind_text(st, 5, x->buf.ptr, (int)x->buf.len, SQLITE_STATIC);
+  bind_u64(st, 6, snap->ndevices);
+  bind_u64(st, 7, snap->nsegments);
+  bind_u64(st, 8, snap->nblocks);
+  bind_u64(st, 9, snap->ntrace);
+  bind_u64(st, 10, dropped);
+  if (tl_error)
+    sqlite3_bind_text(st, 11, tl_error, -1, SQLITE_STATIC);
+  else
+    sqlite3_bind_null(st, 11);
+  return sqlite_step(st);
+}
+
+static int sqlite_add_stacks(ms_export_sqlite_t *x, const ms_snapshot_t *snap) {
+  sqlite3_stmt *st = x->st[ST_LOCATION];
+  int rc = SQLITE_OK;
+  for (size_t i = 0; i < snap->nframes && rc == SQLITE_OK; i++) {
+    const ms_snap_frame_t *f = &snap->frames[i];
+    sqlite3_bind_int64(st, 1, x->nfiles);
+    sqlite3_bind_int64(st, 2, (sqlite3_int64)i);
+    sqlite3_bind_text(st, 3, f->name, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 4, f->filename, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 5, f->line);
+    rc = sqlite_step(st);
+  }
+  st = x->st[ST_STACK];
+  for (size_t i = 0; i < snap->nstacks && rc == SQLITE_OK; i++) {
+    const ms_snap_stack_t *s = &snap->stacks[i];
+    x->buf.len = 0;
+    ms__xbuf_put(&x->buf, "[", 1);
+    for (uint32_t k = 0; k < s->nframes; k++)
+      ms__xbuf_printf(&x->buf, k ? ",%" PRIu32 : "%" PRIu32, snap->stack_frames[s->first + k]);
+    ms__xbuf_put(&x->buf, "]", 1);
+    if (x->buf.oom) return SQLITE_NOMEM;
+    sqlite3_bind_int64(st, 1, x->nfiles);
+    sqlite3_bind_int64(st, 2, (sqlite3_int64)i);
+    sqlite3_bind_int64(st, 3, s->nframes);
+    sqlite3_bind_text(st, 4, x->buf.ptr, (int)x->buf.len, SQLITE_STATIC);
+    rc = sqlite_step(st);
+  }
+  return rc;
+}
+
+/* The stack of a block: its own, or (PyTorch 2.0) that of its newest history entry. */
+static uint32_t sqlite_block_stack(const ms_snapshot_t *snap, const ms_snap_block_t *b) {
+  if (b->stack == MS_SNAP_NO_STACK && b->nhistory > 0 && b->first_history < snap->nhistory)
+    return snap->history[b->first_history].stack;
+  return b->stack;
+}
+
+static int sqlite_add_segments(ms_export_sqlite_t *x, const ms_snapshot_t *snap, bool has_rank,
+                               int64_t rank) {
+  int rc = SQLITE_OK;
+  sqlite3_stmt *sg = x->st[ST_SEGMENT], *bl = x->st[ST_BLOCK];
+  for (size_t i = 0; i < snap->nsegments && rc == SQLITE_OK; i++) {
+    const ms_snap_segment_t *g = &snap->segments[i];
+    char pool[48];
+    snprintf(pool, sizeof pool, "%" PRId64 ",%" PRId64, g->pool_id[0], g->pool_id[1]);
+    sqlite3_bind_int64(sg, 1, x->nfiles);
+    bind_rank(x, sg, 2, has_rank, rank);
+    sqlite3_bind_int64(sg, 3, (sqlite3_int64)i);
+    sqlite3_bind_int64(sg, 4, g->device);
+    bind_u64(sg, 5, g->address);
+    bind_u64(sg, 6, g->total_size);
+    bind_u64(sg, 7, g->allocated_size);
+    bind_u64(sg, 8, g->active_size);
+    bind_u64(sg, 9, g->requested_size);
+    bind_u64(sg, 10, g->stream);
+    sqlite3_bind_text(sg, 11, g->is_large ? "large" : "small", -1, SQLITE_STATIC);
+    sqlite3_bind_text(sg, 12, pool, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int(sg, 13, g->is_expandable);
+    bind_stack(sg, 14, snap, g->stack);
+    rc = sqlite_step(sg);
+    for (uint32_t k = 0; k < g->nblocks && rc == SQLITE_OK; k++) {
+      size_t bi = (size_t)g->first_block + k;
+      if (bi >= snap->nblocks) break;
+      const ms_snap_block_t *b = &snap->blocks[bi];
+      sqlite3_bind_int64(bl, 1, x->nfiles);
+      bind_rank(x, bl, 2, has_rank, rank);
+      sqlite3_bind_int64(bl, 3, (sqlite3_int64)bi);
+      sqlite3_bind_int64(bl, 4, (sqlite3_int64)i);
+      bind_u64(bl, 5, b->address);
+      bind_u64(bl, 6, b->size);
+      bind_u64(bl, 7, b->requested_size);
+      const char *state = b->state == MS_BLOCK_STATE_OTHER && b->state_name[0]
+                              ? b->state_name
+                              : ms_block_state_name(b->state);
+      sqlite3_bind_text(bl, 8, state, -1, SQLITE_STATIC);
+      bind_stack(bl, 9, snap, sqlite_block_stack(snap, b));
+      rc = sqlite_step(bl);
+    }
+  }
+  return rc;
+}
+
+static int sqlite_add_trace(ms_export_sqlite_t *x, const ms_snapshot_t *snap, bool has_rank,
+                            int64_t rank) {
+  int rc = SQLITE_OK;
+  sqlite3_stmt *st = x->st[ST_TRACE];
+  sqlite3_bind_int64(st, 1, x->nfiles);
+  bind_rank(x, st, 2, has_rank, rank);
+  for (size_t d = 0; d < snap->ndevices && rc == SQLITE_OK; d++) {
+    const ms_snap_device_t *dv = &snap->devices[d];
+    sqlite3_bind_int64(st, 3, (sqlite3_int64)d);
+    for (uint32_t i = 0; i < dv->ntrace && rc == SQLITE_OK; i++) {
+      size_t ti = (size_t)dv->first_trace + i;
+      if (ti >= snap->ntrace) break;
+      const ms_snap_trace_t *e = &snap->trace[ti];
+      const char *action = e->action == MS_TRACE_OTHER && e->action_name[0]
+                               ? e->action_name
+                               : ms_trace_action_name(e->action);
+      sqlite3_bind_int64(st, 4, i);
+      sqlite3_bind_text(st, 5, action, -1, SQLITE_STATIC);
+      bind_u64(st, 6, e->addr);
+      bind_u64(st, 7, e->size);
+      bind_u64(st, 8, e->stream);
+      if (e->present & MS_TRACE_HAS_TIME)
+        sqlite3_bind_int64(st, 9, e->time_us);
+      else
+        sqlite3_bind_null(st, 9);
+      bind_stack(st, 10, snap, e->stack);
+      /* sqlite3_reset keeps the bindings: columns 1-3 stay for the whole device */
+      rc = sqlite_step(st);
+    }
+  }
+  return rc;
+}
+
+static int sqlite_add_timeline(ms_export_sqlite_t *x, const ms_timeline_t *tl, bool has_rank,
+                               int64_t rank) {
+  int rc = SQLITE_OK;
+  sqlite3_stmt *st = x->st[ST_TIMELINE];
+  sqlite3_bind_int64(st, 1, x->nfiles);
+  bind_rank(x, st, 2, has_rank, rank);
+  for (size_t d = 0; d < ms_timeline_ndevices(tl) && rc == SQLITE_OK; d++) {
+    size_t n = ms_timeline_nentries(tl, d);
+    const uint64_t *v[4] = {
+        ms_timeline_series(tl, d, MS_TL_ALLOCATED), ms_timeline_series(tl, d, MS_TL_RESERVED),
+        ms_timeline_series(tl, d, MS_TL_ACTIVE), ms_timeline_series(tl, d, MS_TL_REQUESTED)};
+    if (n == 0 || !v[0] || !v[1] || !v[2] || !v[3]) continue;
+    sqlite3_bind_int64(st, 3, (sqlite3_int64)d);
+    for (size_t s = 0; s <= n && rc == SQLITE_OK; s++) {
+      sqlite3_bind_int64(st, 4, (sqlite3_int64)s - 1);
+      for (int m = 0; m < 4; m++) bind_u64(st, 5 + m, v[m][s]);
+      rc = sqlite_step(st);
+    }
+  }
+  return rc;
+}
+
+int ms_export_sqlite_add(ms_export_sqlite_t *x, const ms_snapshot_t *snap,
+                         const ms_timeline_t *tl, const char *name, bool has_rank, int64_t rank,
+                         const char *timeline_error, ms_errbuf_t *eb) {
+  int rc = sqlite_add_snapshot_row(x, snap, name, has_rank, rank, timeline_error);
+  if (rc == SQLITE_OK) rc = sqlite_add_stacks(x, snap);
+  if (rc == SQLITE_OK) rc = sqlite_add_segments(x, snap, has_rank, rank);
+  if (rc == SQLITE_OK) rc = sqlite_add_trace(x, snap, has_rank, rank);
+  if (rc == SQLITE_OK && tl) rc = sqlite_add_timeline(x, tl, has_rank, rank);
+  if (rc == SQLITE_NOMEM || x->buf.oom) return ms__errbuf_set(eb, MS_ENOMEM, "out of memory");
+  if (rc != SQLITE_OK) return sqlite_fail(x, eb, "cannot insert the rows");
+  x->nfiles++;
+  return MS_OK;
+}
+
+int ms_export_sqlite_finish(ms_export_sqlite_t *x, ms_errbuf_t *eb) {
+  for (int i = 0; i < ST_COUNT; i++) {
+    sqlite3_finalize(x->st[i]);
+    x->st[i] = NULL;
+  }
+  char *msg = NULL;
+  int err = MS_OK;
+  if (sqlite3_exec(x->db, sqlite_indexes, NULL, NULL, &msg) != SQLITE_OK) {
+    err = ms__errbuf_set(eb, MS_EIO, "'%s': cannot finish the database: %s", x->path,
+                         msg ? msg : sqlite3_errmsg(x->db));
+    sqlite3_free(msg);
+  }
+  if (err == MS_OK && sqlite3_close(x->db) != SQLITE_OK) {
+    err = sqlite_fail(x, eb, "cannot close the database");
+  } else if (err == MS_OK) {
+    x->db = NULL;
+  }
+  ms_export_sqlite_destroy(x);
+  return err;
+}
+
+bool ms_export_rank_from_name(const char *path, int64_t *rank) {
+  const char *base = strrchr(path, '/');
+  base = base ? base + 1 : path;
+  const char *found = NULL;
+  for (const char *p = base; *p; p++) {
+    if (strncasecmp(p, "rank", 4) != 0) continue;
+    const char *q = p + 4;
+    if (*q == '_' || *q == '-' || *q == '.') q++;
+    if (*q >= '0' && *q <= '9') found = q;
+  }
+  if (!found) return false;
+  int64_t v = 0;
+  for (const char *q = found; *q >= '0' && *q <= '9'; q++) {
+    if (v > (INT64_MAX - 9) / 10) return false;
+    v = v * 10 + (*q - '0');
+  }
+  *rank = v;
+  return true;
+}
