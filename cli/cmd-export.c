@@ -158,8 +158,11 @@ int cmd_export(int argc, char **argv) {
   }
   int npos = 0;
   int rc = cli_parse_options("export", export_usage, opts, argc, argv, pos, argc, &npos);
-  if (rc == CLI_HELP_SHOWN) rc = CLI_OK;
-  if (rc != CLI_OK || argc < 2) goto out;
+  if (rc == CLI_HELP_SHOWN) {
+    rc = CLI_OK;
+    goto out;
+  }
+  if (rc != CLI_OK) goto out;
   int nout = (sqlite_s != NULL) + (pprof_s != NULL) + (perfetto_s != NULL);
   if (nout != 1) {
     rc = cli_usage_error("export", "give exactly one of --sqlite, --pprof and --perfetto");

@@ -1,0 +1,713 @@
+/* SPDX-License-Identifier: MIT
+ * memsnap tests: exports (issue #17). The SQLite database is read back with SQLite itself and
+ * compared row by row with the snapshot on every PyTorch fixture; the docs' example queries run
+ * and give the time index's answers; hostile names (quotes, markup, SQL, control characters)
+ * come back intact; the CLI writes complete-or-nothing and never over an input.
+ */
+#include <criterion/criterion.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "helpers.h"
+#include "memsnap/error.h"
+#include "memsnap/export.h"
+#include "memsnap/serialize.h"
+#include "memsnap/timeline.h"
+#include "model/snapbuild.h"
+
+static const char *const fixtures[] = {
+    "jogregoire_diffusion_tiny", "a0kuma_adamw_small",    "yiyi_flexgen_oom_legacy",
+    "yiyi_flexgen_1.3b_legacy_a", "maphsge_select_n_4dev", "cranberrii_ftcourse",
+    "wedsonlin_cs336_medium_1024_training",
+};
+#define NFIX (sizeof fixtures / sizeof *fixtures)
+
+static char fx_path[1024];
+static const char *fx(const char *name) {
+  snprintf(fx_path, sizeof fx_path, "%s/%s.pickle", th_fixture_dir(), name);
+  return fx_path;
+}
+static bool have_fixtures(void) {
+  if (access(fx("a0kuma_adamw_small"), R_OK) == 0) return true;
+  printf("SKIP: export fixture tests: no PyTorch fixtures in %s\n", th_fixture_dir());
+  return false;
+}
+
+static ms_snapshot_t *load(const char *path) {
+  ms_snapshot_t *s = NULL;
+  ms_errbuf_t eb = {{0}};
+  cr_assert_eq(ms_snapshot_load(path, &s, &eb), MS_OK, "%s: %s", path, eb.msg);
+  return s;
+}
+
+/* ---- SQL helpers ---------------------------------------------------------------------------- */
+
+static sqlite3 *db_open(const char *path) {
+  sqlite3 *db = NULL;
+  cr_assert_eq(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK, "%s", path);
+  return db;
+}
+
+static sqlite3_stmt *q(sqlite3 *db, const char *sql) {
+  sqlite3_stmt *st = NULL;
+  cr_assert_eq(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK, "%s: %s", sql,
+               sqlite3_errmsg(db));
+  return st;
+}
+
+static int64_t q_int(sqlite3 *db, const char *sql) {
+  sqlite3_stmt *st = q(db, sql);
+  cr_assert_eq(sqlite3_step(st), SQLITE_ROW, "%s", sql);
+  int64_t v = sqlite3_column_int64(st, 0);
+  sqlite3_finalize(st);
+  return v;
+}
+
+static char *q_text(sqlite3 *db, const char *sql) {
+  sqlite3_stmt *st = q(db, sql);
+  cr_assert_eq(sqlite3_step(st), SQLITE_ROW, "%s", sql);
+  const unsigned char *t = sqlite3_column_text(st, 0);
+  char *r = strdup(t ? (const char *)t : "(null)");
+  sqlite3_finalize(st);
+  return r;
+}
+
+/* Exports snaps (with their indexes) into path through the library. */
+static void export_files(const char *path, ms_snapshot_t **snaps, const char *const *names,
+                         size_t n) {
+  ms_export_sqlite_t *x = NULL;
+  ms_errbuf_t eb = {{0}};
+  cr_assert_eq(ms_export_sqlite_create(path, &x, &eb), MS_OK, "%s", eb.msg);
+  for (size_t i = 0; i < n; i++) {
+    ms_timeline_t *tl = NULL;
+    cr_assert_eq(ms_timeline_create(snaps[i], NULL, &tl, &eb), MS_OK, "%s", eb.msg);
+    cr_assert_eq(ms_export_sqlite_add(x, snaps[i], tl, names[i], true, (int64_t)i * 10, NULL, &eb),
+                 MS_OK, "%s", eb.msg);
+    ms_timeline_destroy(tl);
+  }
+  cr_assert_eq(ms_export_sqlite_finish(x, &eb), MS_OK, "%s", eb.msg);
+}
+
+static uint32_t block_stack(const ms_snapshot_t *s, const ms_snap_block_t *b) {
+  if (b->stack == MS_SNAP_NO_STACK && b->nhistory > 0) return s->history[b->first_history].stack;
+  return b->stack;
+}
+
+static void check_stack_col(sqlite3_stmt *st, int col, uint32_t stack, const char *what,
+                            size_t i) {
+  if (stack == MS_SNAP_NO_STACK)
+    cr_assert_eq(sqlite3_column_type(st, col), SQLITE_NULL, "%s %zu: frames_id not NULL", what,
+                 i);
+  else
+    cr_assert_eq(sqlite3_column_int64(st, col), (int64_t)stack, "%s %zu: frames_id", what, i);
+}
+
+/* Every row of file file_id equals the snapshot's data, and nothing more is there. */
+static void check_file(sqlite3 *db, int64_t file_id, const ms_snapshot_t *s,
+                       const ms_timeline_t *tl, const char *name) {
+  char sql[512];
+  /* segments and blocks */
+  snprintf(sql, sizeof sql,
+           "SELECT id, device, address, total_size, allocated_size, active_size, "
+           "requested_size, stream, segment_type, is_expandable, frames_id FROM segments "
+           "WHERE file_id = %" PRId64 " ORDER BY id",
+           file_id);
+  sqlite3_stmt *st = q(db, sql);
+  for (size_t i = 0; i < s->nsegments; i++) {
+    const ms_snap_segment_t *g = &s->segments[i];
+    cr_assert_eq(sqlite3_step(st), SQLITE_ROW, "%s: segment %zu missing", name, i);
+    cr_assert_eq(sqlite3_column_int64(st, 0), (int64_t)i);
+    cr_assert_eq(sqlite3_column_int64(st, 1), g->device);
+    cr_assert_eq((uint64_t)sqlite3_column_int64(st, 2), g->address);
+    cr_assert_eq((uint64_t)sqlite3_column_int64(st, 3), g->total_size);
+    cr_assert_eq((uint64_t)sqlite3_column_int64(st, 4), g->allocated_size);
+    cr_assert_eq((uint64_t)sqlite3_column_int64(st, 5), g->active_size);
+    cr_assert_eq((uint64_t)sqlite3_column_int64(st, 6), g->requested_size);
+    cr_assert_eq((uint64_t)sqlite3_column_int64(st, 7), g->stream);
+    cr_assert_str_eq((const char *)sqlite3_column_text(st, 8), g->is_large ? "large" : "small");
+    cr_assert_eq(sqlite3_column_int(st, 9), g->is_expandable);
+    check_stack_col(st, 10, g->stack, "segment", i);
+  }
+  cr_assert_eq(sqlite3_step(st), SQLITE_DONE, "%s: more segments than the snapshot", name);
+  sqlite3_finalize(st);
+  snprintf(sql, sizeof sql,
+           "SELECT id, segment_id, addr, size, requested_size, state, frames_id FROM blocks "
+           "WHERE file_id = %" PRId64 " ORDER BY id",
+           file_id);
+  st = q(db, sql);
+  size_t nb = 0;
+  for (size_t si = 0; si < s->nsegments; si++) {
+    for (uint32_t k = 0; k < s->segments[si].nblocks; k++, nb++) {
+      size_t i = s->segments[si].first_block + k;
+      const ms_snap_block_t *b = &s->blocks[i];
+      cr_assert_eq(sqlite3_step(st), SQLITE_ROW, "%s: block %zu missing", name, i);
+      cr_assert_eq(sqlite3_column_int64(st, 0), (int64_t)i);
+      cr_assert_eq(sqlite3_column_int64(st, 1), (int64_t)si);
+      cr_assert_eq((uint64_t)sqlite3_column_int64(st, 2), b->address);
+      cr_assert_eq((uint64_t)sqlite3_column_int64(st, 3), b->size);
+      cr_assert_eq((uint64_t)sqlite3_column_int64(st, 4), b->requested_size);
+      cr_assert_str_eq((const char *)sqlite3_column_text(st, 5),
+                       b->state == MS_BLOCK_STATE_OTHER ? b->state_name
+                                                        : ms_block_state_name(b->state));
+      check_stack_col(st, 6, block_stack(s, b), "block", i);
+    }
+  }
+  cr_assert_eq(sqlite3_step(st), SQLITE_DONE, "%s: more blocks than the snapshot", name);
+  sqlite3_finalize(st);
+  /* trace */
+  snprintf(sql, sizeof sql,
+           "SELECT device, id, action, addr, size, stream, time_us, frames_id FROM device_traces "
+           "WHERE file_id = %" PRId64 " ORDER BY device, id",
+           file_id);
+  st = q(db, sql);
+  for (size_t d = 0; d < s->ndevices; d++) {
+    for (uint32_t i = 0; i < s->devices[d].ntrace; i++) {
+      const ms_snap_trace_t *e = &s->trace[s->devices[d].first_trace + i];
+      cr_assert_eq(sqlite3_step(st), SQLITE_ROW, "%s: trace %zu/%u missing", name, d, i);
+      cr_assert_eq(sqlite3_column_int64(st, 0), (int64_t)d);
+      cr_assert_eq(sqlite3_column_int64(st, 1), (int64_t)i);
+      cr_assert_str_eq((const char *)sqlite3_column_text(st, 2),
+                       e->action == MS_TRACE_OTHER ? e->action_name
+                                                   : ms_trace_action_name(e->action));
+      cr_assert_eq((uint64_t)sqlite3_column_int64(st, 3), e->addr);
+      cr_assert_eq((uint64_t)sqlite3_column_int64(st, 4), e->size);
+      cr_assert_eq((uint64_t)sqlite3_column_int64(st, 5), e->stream);
+      if (e->present & MS_TRACE_HAS_TIME)
+        cr_assert_eq(sqlite3_column_int64(st, 6), e->time_us);
+      else
+        cr_assert_eq(sqlite3_column_type(st, 6), SQLITE_NULL);
+      check_stack_col(st, 7, e->stack, "trace entry", i);
+    }
+  }
+  cr_assert_eq(sqlite3_step(st), SQLITE_DONE, "%s: more trace rows than the snapshot", name);
+  sqlite3_finalize(st);
+  /* timeline: the four series of every device with entries */
+  snprintf(sql, sizeof sql,
+           "SELECT device, entry, allocated, reserved, active, requested FROM timeline "
+           "WHERE file_id = %" PRId64 " ORDER BY device, entry",
+           file_id);
+  st = q(db, sql);
+  for (size_t d = 0; d < ms_timeline_ndevices(tl); d++) {
+    size_t n = ms_timeline_nentries(tl, d);
+    if (n == 0) continue;
+    static const ms_tl_metric m[4] = {MS_TL_ALLOCATED, MS_TL_RESERVED, MS_TL_ACTIVE,
+                                      MS_TL_REQUESTED};
+    for (size_t step = 0; step <= n; step++) {
+      cr_assert_eq(sqlite3_step(st), SQLITE_ROW, "%s: timeline %zu/%zu missing", name, d, step);
+      cr_assert_eq(sqlite3_column_int64(st, 0), (int64_t)d);
+      cr_assert_eq(sqlite3_column_int64(st, 1), (int64_t)step - 1);
+      for (int k = 0; k < 4; k++)
+        cr_assert_eq((uint64_t)sqlite3_column_int64(st, 2 + k),
+                     ms_timeline_series(tl, d, m[k])[step], "%s: timeline %zu/%zu %s", name, d,
+                     step, ms_tl_metric_name(m[k]));
+    }
+  }
+  cr_assert_eq(sqlite3_step(st), SQLITE_DONE, "%s: more timeline rows", name);
+  sqlite3_finalize(st);
+  /* stacks: every frame of every stack, through the `frames` view's JSON */
+  snprintf(sql, sizeof sql,
+           "SELECT f.id, f.depth, j.key, json_extract(j.value, '$.name'), "
+           "json_extract(j.value, '$.filename'), json_extract(j.value, '$.line') "
+           "FROM frames f, json_each(f.frames) j WHERE f.file_id = %" PRId64
+           " ORDER BY f.id, j.key",
+           file_id);
+  st = q(db, sql);
+  for (size_t k = 0; k < s->nstacks; k++) {
+    for (uint32_t i = 0; i < s->stacks[k].nframes; i++) {
+      const ms_snap_frame_t *f = ms_snap_stack_frame(s, (uint32_t)k, i);
+      cr_assert_eq(sqlite3_step(st), SQLITE_ROW, "%s: stack %zu frame %u missing", name, k, i);
+      cr_assert_eq(sqlite3_column_int64(st, 0), (int64_t)k);
+      cr_assert_eq(sqlite3_column_int64(st, 1), (int64_t)s->stacks[k].nframes);
+      cr_assert_eq(sqlite3_column_int64(st, 2), (int64_t)i);
+      cr_assert_str_eq((const char *)sqlite3_column_text(st, 3), f->name);
+      cr_assert_str_eq((const char *)sqlite3_column_text(st, 4), f->filename);
+      cr_assert_eq(sqlite3_column_int64(st, 5), f->line);
+    }
+  }
+  cr_assert_eq(sqlite3_step(st), SQLITE_DONE, "%s: more frames than the snapshot", name);
+  sqlite3_finalize(st);
+  snprintf(sql, sizeof sql, "SELECT count(*) FROM stacks WHERE file_id = %" PRId64, file_id);
+  cr_assert_eq(q_int(db, sql), (int64_t)s->nstacks);
+}
+
+TestSuite(export, .timeout = 300);
+
+Test(export, sqlite_every_fixture_row_by_row) {
+  if (!have_fixtures()) return;
+  char *dir = th_tmpdir();
+  char path[1200];
+  snprintf(path, sizeof path, "%s/all.db", dir);
+  ms_snapshot_t *snaps[NFIX];
+  const char *names[NFIX];
+  for (size_t i = 0; i < NFIX; i++) {
+    snaps[i] = load(fx(fixtures[i]));
+    names[i] = fixtures[i];
+  }
+  export_files(path, snaps, names, NFIX);
+  sqlite3 *db = db_open(path);
+  cr_assert_eq(q_int(db, "SELECT count(*) FROM snapshot"), (int64_t)NFIX);
+  for (size_t i = 0; i < NFIX; i++) {
+    char sql[256];
+    snprintf(sql, sizeof sql, "SELECT file || ' ' || rank FROM snapshot WHERE file_id = %zu", i);
+    char *t = q_text(db, sql), want[300];
+    snprintf(want, sizeof want, "%s %zu", fixtures[i], i * 10);
+    cr_assert_str_eq(t, want);
+    free(t);
+    ms_timeline_t *tl = NULL;
+    ms_errbuf_t eb = {{0}};
+    cr_assert_eq(ms_timeline_create(snaps[i], NULL, &tl, &eb), MS_OK);
+    check_file(db, (int64_t)i, snaps[i], tl, fixtures[i]);
+    ms_timeline_destroy(tl);
+    /* every table carries the rank */
+    snprintf(sql, sizeof sql,
+             "SELECT count(*) FROM device_traces WHERE file_id = %zu AND rank IS NOT %zu", i,
+             i * 10);
+    cr_assert_eq(q_int(db, sql), 0);
+  }
+  sqlite3_close(db);
+  for (size_t i = 0; i < NFIX; i++) ms_snapshot_free(snaps[i]);
+  th_rmdir(dir);
+  free(dir);
+}
+
+/* The queries of docs/export.md, on every fixture: they run, and give the index's answers. */
+static const char doc_peak_query[] =
+    "SELECT s.rank, s.file, p.device, p.entry, p.allocated\n"
+    "FROM (SELECT *, row_number() OVER (PARTITION BY file_id ORDER BY allocated DESC, device,\n"
+    "      entry) AS r FROM timeline) p\n"
+    "JOIN snapshot s USING (file_id) WHERE p.r = 1 ORDER BY s.file_id";
+
+Test(export, sqlite_docs_queries) {
+  if (!have_fixtures()) return;
+  char *dir = th_tmpdir();
+  char path[1200];
+  snprintf(path, sizeof path, "%s/all.db", dir);
+  ms_snapshot_t *snaps[NFIX];
+  const char *names[NFIX];
+  for (size_t i = 0; i < NFIX; i++) {
+    snaps[i] = load(fx(fixtures[i]));
+    names[i] = fixtures[i];
+  }
+  export_files(path, snaps, names, NFIX);
+  sqlite3 *db = db_open(path);
+  /* the peak of every rank */
+  sqlite3_stmt *st = q(db, doc_peak_query);
+  for (size_t i = 0; i < NFIX; i++) {
+    ms_timeline_t *tl = NULL;
+    ms_errbuf_t eb = {{0}};
+    cr_assert_eq(ms_timeline_create(snaps[i], NULL, &tl, &eb), MS_OK);
+    ms_tl_peak_t best = {0};
+    size_t best_dev = SIZE_MAX;
+    for (size_t d = 0; d < ms_timeline_ndevices(tl); d++) {
+      ms_tl_peak_t p;
+      if (ms_timeline_nentries(tl, d) == 0) continue;
+      cr_assert_eq(ms_timeline_peak(tl, d, MS_TL_ALLOCATED, 0, SIZE_MAX, &p), MS_OK);
+      if (best_dev == SIZE_MAX || p.bytes > best.bytes) {
+        best = p;
+        best_dev = d;
+      }
+    }
+    ms_timeline_destroy(tl);
+    if (best_dev == SIZE_MAX) continue; /* no trace: no timeline rows */
+    cr_assert_eq(sqlite3_step(st), SQLITE_ROW, "%s: no peak row", fixtures[i]);
+    cr_assert_eq(sqlite3_column_int64(st, 0), (int64_t)i * 10);
+    cr_assert_str_eq((const char *)sqlite3_column_text(st, 1), fixtures[i]);
+    cr_assert_eq(sqlite3_column_int64(st, 2), (int64_t)best_dev, "%s", fixtures[i]);
+    cr_assert_eq(sqlite3_column_int64(st, 3), best.entry, "%s", fixtures[i]);
+    cr_assert_eq((uint64_t)sqlite3_column_int64(st, 4), best.bytes, "%s", fixtures[i]);
+  }
+  cr_assert_eq(sqlite3_step(st), SQLITE_DONE);
+  sqlite3_finalize(st);
+  for (size_t i = 0; i < NFIX; i++) {
+    const ms_snapshot_t *s = snaps[i];
+    char sql[1024];
+    /* PyTorch's: the allocations, without the stacks */
+    size_t nalloc = 0;
+    for (size_t k = 0; k < s->ntrace; k++) nalloc += s->trace[k].action == MS_TRACE_ALLOC;
+    snprintf(sql, sizeof sql,
+             "SELECT count(*) FROM (SELECT time_us, size, action FROM device_traces "
+             "WHERE file_id = %zu AND action = 'alloc')",
+             i);
+    cr_assert_eq(q_int(db, sql), (int64_t)nalloc, "%s", fixtures[i]);
+    /* the biggest stacks alive at the end: they add up to the allocated bytes */
+    uint64_t allocated = 0;
+    for (size_t k = 0; k < s->nsegments; k++) allocated += s->segments[k].allocated_size;
+    snprintf(sql, sizeof sql,
+             "SELECT coalesce(sum(bytes), 0) FROM (SELECT frames_id, sum(size) AS bytes, "
+             "count(*) AS n FROM blocks WHERE file_id = %zu AND state = 'active_allocated' "
+             "GROUP BY frames_id ORDER BY bytes DESC)",
+             i);
+    cr_assert_eq((uint64_t)q_int(db, sql), allocated, "%s", fixtures[i]);
+    /* an entry's stack, as PyTorch's JSON list */
+    for (size_t d = 0; d < s->ndevices; d++) {
+      if (s->devices[d].ntrace == 0) continue;
+      const ms_snap_trace_t *e = &s->trace[s->devices[d].first_trace];
+      snprintf(sql, sizeof sql,
+               "SELECT coalesce(json_array_length(frames), -1) FROM device_traces "
+               "WHERE file_id = %zu AND device = %zu AND id = 0",
+               i, d);
+      cr_assert_eq(q_int(db, sql),
+                   e->stack == MS_SNAP_NO_STACK ? -1 : (int64_t)s->stacks[e->stack].nframes);
+    }
+    /* trace to the block it made, still alive at the end (PyTorch's join on addr) */
+    snprintf(sql, sizeof sql,
+             "SELECT count(*) FROM device_traces t JOIN blocks b ON b.file_id = t.file_id AND "
+             "b.addr = t.addr WHERE t.file_id = %zu AND t.action = 'alloc' AND b.state = "
+             "'active_allocated'",
+             i);
+    cr_assert_geq(q_int(db, sql), 0);
+  }
+  /* the indexes the queries use exist */
+  cr_assert_eq(q_int(db, "SELECT count(*) FROM sqlite_master WHERE type = 'index' AND name IN "
+                         "('trace_rows_addr', 'trace_rows_action', 'block_rows_addr')"),
+               3);
+  sqlite3_close(db);
+  for (size_t i = 0; i < NFIX; i++) ms_snapshot_free(snaps[i]);
+  th_rmdir(dir);
+  free(dir);
+}
+
+/* ---- hostile names -------------------------------------------------------------------------- */
+
+static const char *const hostile[] = {
+    "'; DROP TABLE trace_rows; --",
+    "\"quoted\" and \\backslash\\",
+    "<script>alert(1)</script> & </g>",
+    "ctl\x01\x02\x1f tab\t nl\n cr\r end",
+    "caf\xc3\xa9 \xe2\x9c\x93",
+    "",
+};
+#define NHOSTILE (sizeof hostile / sizeof *hostile)
+
+/* A consistent snapshot (one segment, one live block, its alloc in the trace) whose stack's frames
+ * have hostile names and files, and hostile allocator settings. */
+static ms_snapshot_t *hostile_snapshot(void) {
+  ms__snapbuild_t b;
+  ms__snapbuild_init(&b);
+  b.hdr.origin = MS_SNAP_ORIGIN_TORCH_DICT;
+  b.hdr.present = MS_SNAP_HAS_DEVICE_TRACES | MS_SNAP_HAS_SETTINGS;
+  uint32_t fr[NHOSTILE], stack;
+  for (size_t i = 0; i < NHOSTILE; i++)
+    cr_assert_eq(ms__snapbuild_frame(&b, hostile[i], strlen(hostile[i]),
+                                     hostile[(i + 1) % NHOSTILE],
+                                     strlen(hostile[(i + 1) % NHOSTILE]), (int64_t)i, &fr[i]),
+                 MS_OK);
+  cr_assert_eq(ms__snapbuild_stack(&b, fr, NHOSTILE, &stack), MS_OK);
+  ms_snap_kv_t kv;
+  memset(&kv, 0, sizeof kv);
+  kv.key = hostile[1];
+  kv.kind = MS_SNAP_VAL_STR;
+  kv.s = hostile[3];
+  cr_assert_eq(ms__snapbuild_add_setting(&b, &kv), MS_OK);
+  ms_snap_segment_t g;
+  memset(&g, 0, sizeof g);
+  g.address = 0x7f0000000000;
+  g.total_size = 2 << 20;
+  g.allocated_size = g.active_size = g.requested_size = 4096;
+  g.is_large = true;
+  g.stack = stack;
+  g.nblocks = 2;
+  ms_snap_block_t bl;
+  memset(&bl, 0, sizeof bl);
+  bl.address = g.address;
+  bl.size = bl.requested_size = 4096;
+  bl.state = MS_BLOCK_ACTIVE_ALLOCATED;
+  bl.state_name = "active_allocated";
+  bl.stack = stack;
+  cr_assert_eq(ms__snapbuild_add_block(&b, &bl), MS_OK);
+  bl.address += 4096;
+  bl.size = g.total_size - 4096;
+  bl.requested_size = 0;
+  bl.state = MS_BLOCK_INACTIVE;
+  bl.state_name = "inactive";
+  bl.stack = MS_SNAP_NO_STACK;
+  cr_assert_eq(ms__snapbuild_add_block(&b, &bl), MS_OK);
+  cr_assert_eq(ms__snapbuild_add_segment(&b, &g), MS_OK);
+  ms_snap_trace_t t;
+  memset(&t, 0, sizeof t);
+  t.compile_context = t.user_metadata = "";
+  t.action = MS_TRACE_SEGMENT_ALLOC;
+  t.action_name = "segment_alloc";
+  t.addr = g.address;
+  t.size = g.total_size;
+  t.stack = stack;
+  t.time_us = 1000;
+  t.present = MS_TRACE_HAS_TIME;
+  cr_assert_eq(ms__snapbuild_add_trace(&b, &t), MS_OK);
+  t.action = MS_TRACE_ALLOC;
+  t.action_name = "alloc";
+  t.size = 4096;
+  t.time_us = 2000;
+  cr_assert_eq(ms__snapbuild_add_trace(&b, &t), MS_OK);
+  ms_snap_device_t d;
+  memset(&d, 0, sizeof d);
+  d.ntrace = 2;
+  cr_assert_eq(ms__snapbuild_add_device(&b, &d), MS_OK);
+  ms_snapshot_t *s = NULL;
+  ms_errbuf_t eb = {{0}};
+  cr_assert_eq(ms__snapbuild_finish(&b, &s, &eb), MS_OK, "%s", eb.msg);
+  return s;
+}
+
+Test(export, sqlite_hostile_names_intact) {
+  char *dir = th_tmpdir();
+  char path[1200];
+  snprintf(path, sizeof path, "%s/h.db", dir);
+  ms_snapshot_t *s = hostile_snapshot();
+  const char *names[] = {hostile[0]};
+  export_files(path, &s, names, 1);
+  sqlite3 *db = db_open(path);
+  cr_assert_str_eq(q_text(db, "SELECT file FROM snapshot"), hostile[0]);
+  cr_assert_eq(q_int(db, "SELECT count(*) FROM trace_rows"), 2);
+  ms_timeline_t *tl = NULL;
+  ms_errbuf_t eb = {{0}};
+  cr_assert_eq(ms_timeline_create(s, NULL, &tl, &eb), MS_OK, "%s", eb.msg);
+  check_file(db, 0, s, tl, "hostile");
+  ms_timeline_destroy(tl);
+  /* the settings are valid JSON with the key and value intact */
+  sqlite3_stmt *st = q(db, "SELECT j.key, j.value FROM snapshot, json_each(settings) j");
+  cr_assert_eq(sqlite3_step(st), SQLITE_ROW);
+  cr_assert_str_eq((const char *)sqlite3_column_text(st, 0), hostile[1]);
+  cr_assert_str_eq((const char *)sqlite3_column_text(st, 1), hostile[3]);
+  sqlite3_finalize(st);
+  /* the blocks view's frames of the live block */
+  cr_assert_eq(q_int(db, "SELECT json_array_length(frames) FROM blocks WHERE id = 0"),
+               (int64_t)NHOSTILE);
+  sqlite3_close(db);
+  ms_snapshot_free(s);
+  th_rmdir(dir);
+  free(dir);
+}
+
+Test(export, rank_from_name) {
+  int64_t r = -1;
+  cr_assert(ms_export_rank_from_name("rank3.pickle", &r) && r == 3);
+  cr_assert(ms_export_rank_from_name("/x/rank9/snapshot_rank_12.pickle", &r) && r == 12);
+  cr_assert(ms_export_rank_from_name("RANK-7.pkl", &r) && r == 7);
+  cr_assert(ms_export_rank_from_name("a.rank.5", &r) && r == 5);
+  cr_assert(!ms_export_rank_from_name("/rank3/snapshot.pickle", &r));
+  cr_assert(!ms_export_rank_from_name("ranking.pickle", &r));
+  cr_assert(!ms_export_rank_from_name("rank99999999999999999999.pickle", &r));
+}
+
+/* ---- the command ---------------------------------------------------------------------------- */
+
+static char cli_dir[256];
+
+typedef struct run_s {
+  int status;
+  char *out, *err;
+} run_t;
+
+static char *read_text(const char *path) {
+  size_t len = 0;
+  char *b = th_read_file(path, &len);
+  if (!b) return NULL;
+  char *t = realloc(b, len + 1);
+  if (!t) {
+    free(b);
+    return NULL;
+  }
+  t[len] = 0;
+  return t;
+}
+
+static run_t run_args(const char *const *args) {
+  char outp[300], errp[300];
+  snprintf(outp, sizeof outp, "%s/../.stdout-%d", cli_dir, (int)getpid());
+  snprintf(errp, sizeof errp, "%s/../.stderr-%d", cli_dir, (int)getpid());
+  const char *argv[32];
+  int n = 0;
+  const char *bin = getenv("MEMSNAP_BIN");
+  argv[n++] = bin && *bin ? bin : MS_TEST_BINARY_DIR "/bin/memsnap";
+  for (; args[n - 1] && n < 31; n++) argv[n] = args[n - 1];
+  argv[n] = NULL;
+  pid_t pid = fork();
+  cr_assert_neq(pid, -1);
+  if (pid == 0) {
+    int out = open(outp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    int err = open(errp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    int in = open("/dev/null", O_RDONLY);
+    if (in < 0 || out < 0 || err < 0 || chdir(cli_dir) != 0) _exit(126);
+    dup2(in, 0);
+    dup2(out, 1);
+    dup2(err, 2);
+    execv(argv[0], (char *const *)argv);
+    _exit(127);
+  }
+  int st = 0;
+  cr_assert_eq(waitpid(pid, &st, 0), pid);
+  run_t r;
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  r.out = read_text(outp);
+  r.err = read_text(errp);
+  unlink(outp);
+  unlink(errp);
+  cr_assert(r.out && r.err);
+  return r;
+}
+#define RUN(...) run_args((const char *const[]){__VA_ARGS__, NULL})
+
+static void run_free(run_t *r) {
+  free(r->out);
+  free(r->err);
+}
+
+static void cli_setup(void) {
+  char *d = th_tmpdir();
+  snprintf(cli_dir, sizeof cli_dir, "%s", d);
+  free(d);
+}
+static void cli_teardown(void) {
+  th_rmdir(cli_dir);
+}
+
+TestSuite(export_cli, .init = cli_setup, .fini = cli_teardown, .timeout = 300);
+
+/* Links fixture name into the test directory as link (a name with a rank in it). */
+static void link_fixture(const char *name, const char *link) {
+  char p[600];
+  snprintf(p, sizeof p, "%s/%s", cli_dir, link);
+  cr_assert_eq(symlink(fx(name), p), 0);
+}
+
+Test(export_cli, sqlite_many_ranks) {
+  if (!have_fixtures()) return;
+  link_fixture("a0kuma_adamw_small", "snap_rank0.pickle");
+  link_fixture("cranberrii_ftcourse", "snap_rank1.pickle");
+  link_fixture("jogregoire_diffusion_tiny", "snap_rank2.pickle");
+  run_t r = RUN("export", "snap_rank0.pickle", "snap_rank1.pickle", "snap_rank2.pickle",
+                "--sqlite", "out.db");
+  cr_assert_eq(r.status, 0, "%s", r.err);
+  cr_assert_str_eq(r.out, "");
+  run_free(&r);
+  char path[600];
+  snprintf(path, sizeof path, "%s/out.db", cli_dir);
+  sqlite3 *db = db_open(path);
+  char *t = q_text(db, "SELECT group_concat(file || ':' || rank, ' ') FROM (SELECT * FROM "
+                       "snapshot ORDER BY file_id)");
+  cr_assert_str_eq(t, "snap_rank0.pickle:0 snap_rank1.pickle:1 snap_rank2.pickle:2");
+  free(t);
+  ms_snapshot_t *s = load(fx("cranberrii_ftcourse"));
+  ms_timeline_t *tl = NULL;
+  ms_errbuf_t eb = {{0}};
+  cr_assert_eq(ms_timeline_create(s, NULL, &tl, &eb), MS_OK);
+  check_file(db, 1, s, tl, "cranberrii_ftcourse");
+  ms_timeline_destroy(tl);
+  ms_snapshot_free(s);
+  sqlite3_close(db);
+  /* --rank overrides the name's */
+  r = RUN("export", "snap_rank1.pickle", "--sqlite", "one.db", "--rank", "41");
+  cr_assert_eq(r.status, 0, "%s", r.err);
+  run_free(&r);
+  snprintf(path, sizeof path, "%s/one.db", cli_dir);
+  db = db_open(path);
+  cr_assert_eq(q_int(db, "SELECT rank FROM snapshot"), 41);
+  cr_assert_eq(q_int(db, "SELECT count(*) FROM segments WHERE rank <> 41"), 0);
+  sqlite3_close(db);
+}
+
+/* The highest allocated total over every device of a fixture. */
+static uint64_t peak_of(const char *name) {
+  ms_snapshot_t *s = load(fx(name));
+  ms_timeline_t *tl = NULL;
+  ms_errbuf_t eb = {{0}};
+  cr_assert_eq(ms_timeline_create(s, NULL, &tl, &eb), MS_OK);
+  uint64_t best = 0;
+  for (size_t d = 0; d < ms_timeline_ndevices(tl); d++) {
+    ms_tl_peak_t p;
+    if (ms_timeline_peak(tl, d, MS_TL_ALLOCATED, 0, SIZE_MAX, &p) == MS_OK && p.bytes > best)
+      best = p.bytes;
+  }
+  ms_timeline_destroy(tl);
+  ms_snapshot_free(s);
+  return best;
+}
+
+Test(export_cli, sqlite_attach_across_databases) {
+  if (!have_fixtures()) return;
+  link_fixture("a0kuma_adamw_small", "rank0.pickle");
+  link_fixture("cranberrii_ftcourse", "rank1.pickle");
+  run_t r = RUN("export", "rank0.pickle", "--sqlite", "rank0.db");
+  cr_assert_eq(r.status, 0, "%s", r.err);
+  run_free(&r);
+  r = RUN("export", "rank1.pickle", "--sqlite", "rank1.db");
+  cr_assert_eq(r.status, 0, "%s", r.err);
+  run_free(&r);
+  char path[600], sql[1400];
+  snprintf(path, sizeof path, "%s/rank0.db", cli_dir);
+  sqlite3 *db = NULL;
+  cr_assert_eq(sqlite3_open(path, &db), SQLITE_OK);
+  snprintf(sql, sizeof sql, "ATTACH '%s/rank1.db' AS r1", cli_dir);
+  cr_assert_eq(sqlite3_exec(db, sql, NULL, NULL, NULL), SQLITE_OK);
+  /* docs/export.md: the peak of each rank over attached per-rank databases */
+  char *t = q_text(db, "SELECT group_concat(rank || '=' || peak, ' ') FROM (SELECT s.rank, "
+                       "max(t.allocated) AS peak FROM main.timeline t JOIN main.snapshot s USING "
+                       "(file_id) GROUP BY s.rank UNION ALL SELECT s.rank, max(t.allocated) FROM "
+                       "r1.timeline t JOIN r1.snapshot s USING (file_id) GROUP BY s.rank)");
+  char want[128];
+  snprintf(want, sizeof want, "0=%" PRIu64 " 1=%" PRIu64, peak_of("a0kuma_adamw_small"),
+           peak_of("cranberrii_ftcourse"));
+  cr_assert_str_eq(t, want);
+  free(t);
+  sqlite3_close(db);
+}
+
+Test(export_cli, sqlite_complete_or_nothing) {
+  if (!have_fixtures()) return;
+  link_fixture("a0kuma_adamw_small", "a.pickle");
+  /* a later file fails: no output, no temporary file left */
+  run_t r = RUN("export", "a.pickle", "missing.pickle", "--sqlite", "out.db");
+  cr_assert_eq(r.status, 1);
+  cr_assert(strstr(r.err, "memsnap: error: ") && strstr(r.err, "missing.pickle"), "%s", r.err);
+  run_free(&r);
+  cr_assert_eq(th_dir_count(cli_dir), 1, "only the input is left");
+  /* an existing output is replaced only on success */
+  char path[600];
+  snprintf(path, sizeof path, "%s/keep.db", cli_dir);
+  cr_assert_eq(th_write_file(path, "old", 3), 0);
+  r = RUN("export", "a.pickle", "missing.pickle", "--sqlite", "keep.db");
+  cr_assert_eq(r.status, 1);
+  run_free(&r);
+  size_t len = 0;
+  char *old = th_read_file(path, &len);
+  cr_assert(old && len == 3 && memcmp(old, "old", 3) == 0);
+  free(old);
+  /* never over an input, whatever its name */
+  r = RUN("export", "a.pickle", "--sqlite", fx("a0kuma_adamw_small"));
+  cr_assert_eq(r.status, 1);
+  cr_assert(strstr(r.err, "refusing to write over it"), "%s", r.err);
+  run_free(&r);
+  struct stat sb;
+  cr_assert_eq(stat(fx("a0kuma_adamw_small"), &sb), 0);
+  cr_assert_gt(sb.st_size, 1000);
+}
+
+Test(export_cli, usage_errors) {
+  const char *const *cases[] = {
+      (const char *const[]){"export", "a.pickle", NULL},
+      (const char *const[]){"export", "a.pickle", "--sqlite", "x.db", "--pprof", "y", NULL},
+      (const char *const[]){"export", "a.pickle", "--sqlite", "-", NULL},
+      (const char *const[]){"export", "--sqlite", "x.db", NULL},
+      (const char *const[]){"export", "a", "b", "--sqlite", "x.db", "--rank", "1", NULL},
+      (const char *const[]){"export", "a", "--sqlite", "x.db", "--rank", "x", NULL},
+      (const char *const[]){"export", "a", "--sqlite", "x.db", "--at", "peak", NULL},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    run_t r = run_args(cases[i]);
+    cr_assert_eq(r.status, 2, "case %zu: %d %s", i, r.status, r.err);
+    cr_assert(strstr(r.err, "memsnap: error: "), "case %zu: %s", i, r.err);
+    run_free(&r);
+  }
+  run_t r = RUN("export", "--help");
+  cr_assert_eq(r.status, 0);
+  cr_assert(strstr(r.out, "usage: memsnap export"));
+  run_free(&r);
+}
