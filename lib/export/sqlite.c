@@ -35,7 +35,9 @@
 static const char sqlite_schema[] =
     "PRAGMA journal_mode = OFF;\n"
     "PRAGMA synchronous = OFF;\n"
+    "PRAGMA page_size = 32768;\n"
     "PRAGMA cache_size = -65536;\n"
+    "PRAGMA locking_mode = EXCLUSIVE;\n"
     "PRAGMA application_id = 1836278131;\n" /* "mems" */
     "PRAGMA user_version = 1;\n"
     "CREATE TABLE snapshot (file_id INTEGER PRIMARY KEY, file TEXT NOT NULL, rank INTEGER,\n"
@@ -130,7 +132,7 @@ int ms_export_sqlite_create(const char *path, ms_export_sqlite_t **out, ms_errbu
     free(x);
     return ms__errbuf_set(eb, MS_ENOMEM, "out of memory");
   }
-  int rc = sqlite3_open_v2(path, &x->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL);
+  int rc = sqlite3_open_v2(path, &x->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, NULL);
   if (rc != SQLITE_OK) {
     int err = sqlite_fail(x, eb, "cannot open the database");
     ms_export_sqlite_destroy(x);
@@ -226,8 +228,16 @@ static int sqlite_add_stacks(ms_export_sqlite_t *x, const ms_snapshot_t *snap) {
     const ms_snap_stack_t *s = &snap->stacks[i];
     x->buf.len = 0;
     ms__xbuf_put(&x->buf, "[", 1);
-    for (uint32_t k = 0; k < s->nframes; k++)
-      ms__xbuf_printf(&x->buf, k ? ",%" PRIu32 : "%" PRIu32, snap->stack_frames[s->first + k]);
+    for (uint32_t k = 0; k < s->nframes; k++) {
+      char num[16], *p = num + sizeof num;
+      uint32_t v = snap->stack_frames[s->first + k];
+      do {
+        *--p = (char)('0' + v % 10);
+        v /= 10;
+      } while (v);
+      if (k) *--p = ',';
+      ms__xbuf_put(&x->buf, p, (size_t)(num + sizeof num - p));
+    }
     ms__xbuf_put(&x->buf, "]", 1);
     if (x->buf.oom) return SQLITE_NOMEM;
     sqlite3_bind_int64(st, 1, x->nfiles);

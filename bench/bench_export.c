@@ -1,0 +1,171 @@
+/* SPDX-License-Identifier: MIT
+ * Benchmark of `memsnap export --sqlite` (issue #17 §1; targets: >= 500,000 trace rows/s, and a
+ * 1 GB pickle exported with a peak RSS <= 1.5 x the file). Prints on stdout:
+ *   export_sqlite_trace_rows_per_s   in this process: trace entries written per second of
+ *                                    ms_export_sqlite_add + finish (each entry's trace row, its
+ *                                    timeline row and, on this worst-case trace, its own stack
+ *                                    row), on a 1,000,000-entry synthetic snapshot (bench/synth.h)
+ *   export_sqlite_rows_per_s         the same time, counting every row of every table
+ *   export_sqlite_paths_trace_rows_per_s, export_sqlite_paths_rows_per_s   the same with stacks
+ *                                    drawn from 2,000 code paths per kind, as real traces repeat
+ *                                    theirs (so most entries need no stack row of their own)
+ *   export_sqlite_1gb_s              `memsnap export FILE --sqlite OUT` on the ~1 GB synthetic
+ *                                    pickle (5,000,000 entries, every entry its own stack): CPU
+ *                                    seconds of the command (reading and indexing included)
+ *   export_sqlite_1gb_trace_rows_per_s   the file's trace entries / those CPU seconds
+ *   export_sqlite_1gb_rss_ratio      the command's peak RSS / the file's size
+ *   export_sqlite_1gb_db_mb          the database's size
+ * One run each (a run of the command takes tens of seconds). The files live in $TMPDIR (or /tmp)
+ * and are deleted; MS_BENCH_PICKLE_SCALE scales the pickle (a fraction), MS_BENCH_READ_KEEP
+ * names a pickle to reuse (as bench_read).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "memsnap/export.h"
+#include "memsnap/timeline.h"
+#include "synth.h"
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static double cpu_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void die(const char *what, const char *msg) {
+  fprintf(stderr, "memsnap: error: bench_export: %s: %s\n", what, msg);
+  exit(1);
+}
+
+/* The insert rate, in this process, on a synthetic snapshot built in memory. */
+static void bench_inserts(const char *tmpdir, size_t code_paths, const char *metric) {
+  synth_opts_t o = {1, 1000000, 4, code_paths};
+  ms_snapshot_t *s = NULL;
+  ms_errbuf_t eb = {{0}};
+  if (synth_workload(&o, &s, &eb) != MS_OK) die("synthetic snapshot", eb.msg);
+  ms_timeline_t *tl = NULL;
+  if (ms_timeline_create(s, NULL, &tl, &eb) != MS_OK) die("time index", eb.msg);
+  char path[4200];
+  snprintf(path, sizeof path, "%s/memsnap-bench-export-%d.db", tmpdir, (int)getpid());
+  unlink(path);
+  ms_export_sqlite_t *x = NULL;
+  double t0 = cpu_s(), w0 = now_s();
+  if (ms_export_sqlite_create(path, &x, &eb) != MS_OK) die(path, eb.msg);
+  if (ms_export_sqlite_add(x, s, tl, "synthetic", true, 0, NULL, &eb) != MS_OK)
+    die(path, eb.msg);
+  if (ms_export_sqlite_finish(x, &eb) != MS_OK) die(path, eb.msg);
+  double dt = cpu_s() - t0, dw = now_s() - w0;
+  size_t timeline_rows = 0;
+  for (size_t d = 0; d < ms_timeline_ndevices(tl); d++) {
+    size_t n = ms_timeline_nentries(tl, d);
+    timeline_rows += n ? n + 1 : 0;
+  }
+  double rows = (double)(s->ntrace + timeline_rows + s->nstacks + s->nframes + s->nsegments +
+                         s->nblocks);
+  printf("%s_trace_rows_per_s %.0f\n", metric, (double)s->ntrace / dt);
+  printf("%s_rows_per_s %.0f\n", metric, rows / dt);
+  fflush(stdout);
+  fprintf(stderr, "  %s: %zu trace entries, %zu stacks (%.0f rows in all) in %.2f s CPU, %.2f s wall\n",
+          metric, s->ntrace, s->nstacks, rows, dt, dw);
+  unlink(path);
+  ms_timeline_destroy(tl);
+  ms_snapshot_free(s);
+}
+
+/* Writes the synthetic pickle in a child process (its memory goes with it). */
+static void generate(const char *path, size_t entries) {
+  fflush(stdout);
+  pid_t pid = fork();
+  if (pid < 0) die("fork", strerror(errno));
+  if (pid == 0) {
+    synth_opts_t o = {1, entries, 4, 0};
+    ms_snapshot_t *s = NULL;
+    ms_errbuf_t eb = {{0}};
+    if (synth_workload(&o, &s, &eb) != MS_OK) die("synthetic snapshot", eb.msg);
+    if (synth_write_pickle(s, path, &eb) != MS_OK) die(path, eb.msg);
+    ms_snapshot_free(s);
+    _exit(0);
+  }
+  int st;
+  if (waitpid(pid, &st, 0) < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
+    die("generating the synthetic snapshot", "child failed");
+}
+
+int main(void) {
+  const char *tmpdir = getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+  const char *bin = getenv("MEMSNAP_BIN");
+  if (!bin || !*bin) die("MEMSNAP_BIN", "not set (run through bench/run.sh)");
+  bench_inserts(tmpdir, 0, "export_sqlite");
+  bench_inserts(tmpdir, 2000, "export_sqlite_paths");
+
+  double scale = 1.0;
+  const char *sc = getenv("MS_BENCH_PICKLE_SCALE");
+  if (sc && *sc) scale = atof(sc);
+  if (!(scale > 0 && scale <= 4)) scale = 1.0;
+  const char *keep = getenv("MS_BENCH_READ_KEEP");
+  char path[4096], db[4200];
+  if (keep && *keep)
+    snprintf(path, sizeof path, "%s", keep);
+  else
+    snprintf(path, sizeof path, "%s/memsnap-bench-export-%d.pickle", tmpdir, (int)getpid());
+  snprintf(db, sizeof db, "%s/memsnap-bench-export-%d.1gb.db", tmpdir, (int)getpid());
+  struct stat st;
+  size_t entries = (size_t)(5e6 * scale) < 1000 ? 1000 : (size_t)(5e6 * scale);
+  if (!(keep && *keep && stat(path, &st) == 0)) {
+    double w0 = now_s();
+    generate(path, entries);
+    fprintf(stderr, "  generated %s in %.1f s\n", path, now_s() - w0);
+  }
+  if (stat(path, &st) != 0) die(path, strerror(errno));
+  double file_bytes = (double)st.st_size;
+  /* the trace's length, from the file itself (a reused file may have another) */
+  ms_snapshot_t *s = NULL;
+  ms_errbuf_t eb = {{0}};
+  if (ms_snapshot_load(path, &s, &eb) != MS_OK) die(path, eb.msg);
+  size_t ntrace = s->ntrace;
+  ms_snapshot_free(s);
+
+  fflush(stdout);
+  double w0 = now_s();
+  pid_t pid = fork();
+  if (pid < 0) die("fork", strerror(errno));
+  if (pid == 0) {
+    execl(bin, bin, "export", path, "--sqlite", db, (char *)NULL);
+    _exit(127);
+  }
+  int wst;
+  struct rusage ru;
+  if (wait4(pid, &wst, 0, &ru) < 0 || !WIFEXITED(wst) || WEXITSTATUS(wst) != 0)
+    die("memsnap export", "the command failed");
+  double wall = now_s() - w0;
+  double cpu = (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec * 1e-6 +
+               (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec * 1e-6;
+  struct stat dbst;
+  if (stat(db, &dbst) != 0) die(db, strerror(errno));
+  printf("export_sqlite_1gb_s %.3f\n", cpu);
+  printf("export_sqlite_1gb_trace_rows_per_s %.0f\n", (double)ntrace / cpu);
+  printf("export_sqlite_1gb_rss_ratio %.3f\n", (double)ru.ru_maxrss * 1024.0 / file_bytes);
+  printf("export_sqlite_1gb_db_mb %.1f\n", (double)dbst.st_size / 1e6);
+  fprintf(stderr,
+          "  export of %.0f MB (%zu entries): %.2f s CPU, %.2f s wall, peak RSS %.0f MB, "
+          "database %.0f MB\n",
+          file_bytes / 1e6, ntrace, cpu, wall, (double)ru.ru_maxrss / 1024.0,
+          (double)dbst.st_size / 1e6);
+  unlink(db);
+  if (!(keep && *keep)) unlink(path);
+  return 0;
+}
