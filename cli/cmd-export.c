@@ -139,6 +139,68 @@ static int export_sqlite(const char *out, char **files, int nfiles, const char *
   return CLI_OK;
 }
 
+/* Loads FILE, builds its index and resolves --device and --at; prints errors. */
+static int export_open(const char *file, const char *device_s, const char *at_s,
+                       ms_snapshot_t **snap, ms_timeline_t **tl, size_t *dev, size_t *step) {
+  cli_tl_args_t ta;
+  int rc = cli_tl_args_parse("export", &ta, device_s, NULL, NULL, NULL, at_s);
+  if (rc != CLI_OK) return rc;
+  if ((rc = cli_load(file, snap)) != CLI_OK) return rc;
+  const char *name = cli_display_name(file);
+  if ((rc = cli_tl_device(*snap, name, &ta, dev)) == CLI_OK)
+    rc = cli_tl_open(*snap, name, &ta, tl);
+  if (rc == CLI_OK && ta.has_at) {
+    ms_errbuf_t eb = {{0}};
+    if (ms_timeline_moment_step(*tl, *dev, &ta.at, 0, SIZE_MAX, step, &eb) != MS_OK) {
+      cli_error("'%s': --at %s: %s", name, ta.at_text, eb.msg);
+      rc = CLI_FAILURE;
+    }
+  }
+  if (rc != CLI_OK) {
+    ms_timeline_destroy(*tl);
+    ms_snapshot_free(*snap);
+    *tl = NULL;
+    *snap = NULL;
+  }
+  return rc;
+}
+
+typedef int export_write_fn(const ms_timeline_t *tl, size_t dev, size_t step, const void *arg,
+                            ms_sink_t *sink, ms_errbuf_t *eb);
+
+static int export_pprof_fn(const ms_timeline_t *tl, size_t dev, size_t step, const void *arg,
+                           ms_sink_t *sink, ms_errbuf_t *eb) {
+  (void)arg;
+  return ms_export_pprof_write(tl, dev, step, sink, eb);
+}
+
+/* One FILE to one output through fn. */
+static int export_one(const char *file, const char *out, const char *device_s, const char *at_s,
+                      export_write_fn *fn, const void *arg) {
+  ms_snapshot_t *snap = NULL;
+  ms_timeline_t *tl = NULL;
+  size_t dev = 0, step = 0;
+  int rc = export_open(file, device_s, at_s, &snap, &tl, &dev, &step);
+  if (rc != CLI_OK) return rc;
+  cli_out_t o;
+  if ((rc = cli_out_open(&o, out)) == CLI_OK) {
+    ms_errbuf_t eb = {{0}};
+    cli_progress_start("writing '%s'", out);
+    int err = fn(tl, dev, step, arg, &o.sink, &eb);
+    cli_progress_stop();
+    if (err != MS_OK) {
+      cli_out_abort(&o);
+      cli_error("'%s': %s", out, eb.msg[0] ? eb.msg : ms_strerror(err));
+      rc = CLI_FAILURE;
+    } else {
+      rc = cli_out_commit(&o);
+    }
+  }
+  ms_timeline_destroy(tl);
+  ms_snapshot_free(snap);
+  return rc;
+}
+
 int cmd_export(int argc, char **argv) {
   const char *sqlite_s = NULL, *pprof_s = NULL, *perfetto_s = NULL, *rank_s = NULL,
              *at_s = NULL, *device_s = NULL;
@@ -188,7 +250,10 @@ int cmd_export(int argc, char **argv) {
     goto out;
   }
   if ((rc = export_check_output(out, pos, npos)) != CLI_OK) goto out;
-  if (sqlite_s) rc = export_sqlite(sqlite_s, pos, npos, rank_s);
+  if (sqlite_s)
+    rc = export_sqlite(sqlite_s, pos, npos, rank_s);
+  else if (pprof_s)
+    rc = export_one(pos[0], pprof_s, device_s, at_s ? at_s : "peak", export_pprof_fn, NULL);
 out:
   free(pos);
   return rc;

@@ -1,0 +1,325 @@
+/* SPDX-License-Identifier: MIT
+ * memsnap exports: a pprof profile (issue #17 §2): profile.proto
+ * (github.com/google/pprof/proto/profile.proto) written by a small protobuf encoder (varints,
+ * length-delimited submessages, packed repeated fields: the four wire rules the schema needs),
+ * gzipped through the zlib sink (snapshot/zio.h), as `go tool pprof` reads it.
+ *
+ * Mapping: one sample per allocation stack with four values in Go's heap-profile order,
+ * alloc_objects (count), alloc_space (bytes), inuse_objects (count), inuse_space (bytes), the
+ * default being inuse_space; a Location and a Function per frame of the snapshot (name, file,
+ * line), a sample's locations innermost first as pprof wants; a stack-less allocation is the
+ * one location "<no stack recorded>". inuse_* count the blocks allocated at the chosen step (what
+ * `memsnap top --at` counts), alloc_* every `alloc` entry of the device's trace with its
+ * requested size.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/internal.h"
+#include "export/internal.h"
+#include "memsnap/export.h"
+#include "snapshot/zio.h"
+
+/* profile.proto field numbers */
+enum {
+  PB_PROFILE_SAMPLE_TYPE = 1,
+  PB_PROFILE_SAMPLE = 2,
+  PB_PROFILE_LOCATION = 4,
+  PB_PROFILE_FUNCTION = 5,
+  PB_PROFILE_STRING_TABLE = 6,
+  PB_PROFILE_TIME_NANOS = 9,
+  PB_PROFILE_DURATION_NANOS = 10,
+  PB_PROFILE_PERIOD_TYPE = 11,
+  PB_PROFILE_PERIOD = 12,
+  PB_PROFILE_COMMENT = 13,
+  PB_PROFILE_DEFAULT_SAMPLE_TYPE = 14,
+};
+
+enum { PB_VARINT = 0, PB_LEN = 2 };
+
+static void pb_varint(ms__xbuf_t *b, uint64_t v) {
+  char tmp[10];
+  size_t n = 0;
+  do {
+    tmp[n++] = (char)((v & 0x7f) | (v >= 0x80 ? 0x80 : 0));
+    v >>= 7;
+  } while (v);
+  ms__xbuf_put(b, tmp, n);
+}
+
+static void pb_key(ms__xbuf_t *b, unsigned field, unsigned wire) {
+  pb_varint(b, (uint64_t)field << 3 | wire);
+}
+
+/* An int64/uint64 field (int64 is written as its two's-complement uint64, as protobuf does). */
+static void pb_int(ms__xbuf_t *b, unsigned field, uint64_t v) {
+  if (v == 0) return; /* proto3 default */
+  pb_key(b, field, PB_VARINT);
+  pb_varint(b, v);
+}
+
+static void pb_bytes(ms__xbuf_t *b, unsigned field, const void *p, size_t n) {
+  pb_key(b, field, PB_LEN);
+  pb_varint(b, n);
+  ms__xbuf_put(b, p, n);
+}
+
+/* A submessage built in tmp, appended to b as field. */
+static void pb_sub(ms__xbuf_t *b, unsigned field, ms__xbuf_t *tmp) {
+  pb_bytes(b, field, tmp->ptr ? tmp->ptr : "", tmp->len);
+  if (tmp->oom) b->oom = true;
+  tmp->len = 0;
+}
+
+/* ---- the string table ----------------------------------------------------------------------- */
+
+typedef struct pp_strings_s {
+  const char **keys; /* open addressing, by content */
+  int64_t *ids;
+  size_t cap, n;
+  ms__xbuf_t *out; /* the profile: each new string is written as a string_table field */
+} pp_strings_t;
+
+static uint64_t pp_hash(const char *s) {
+  uint64_t h = 1469598103934665603ull;
+  for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+  return h;
+}
+
+static int pp_strings_init(pp_strings_t *t, size_t expect, ms__xbuf_t *out) {
+  memset(t, 0, sizeof t[0]);
+  t->cap = 64;
+  while (t->cap < expect * 2 + 16) t->cap *= 2;
+  t->keys = calloc(t->cap, sizeof *t->keys);
+  t->ids = calloc(t->cap, sizeof *t->ids);
+  t->out = out;
+  if (!t->keys || !t->ids) return MS_ENOMEM;
+  pb_bytes(out, PB_PROFILE_STRING_TABLE, "", 0); /* string_table[0] = "" */
+  t->n = 1;
+  return MS_OK;
+}
+
+static void pp_strings_release(pp_strings_t *t) {
+  free(t->keys);
+  free(t->ids);
+}
+
+/* The index of s in the string table, adding it. -1 when out of memory. */
+static int64_t pp_str(pp_strings_t *t, const char *s) {
+  if (!*s) return 0;
+  if ((t->n + 1) * 2 > t->cap) {
+    size_t ncap = t->cap * 2;
+    const char **nk = calloc(ncap, sizeof *nk);
+    int64_t *ni = calloc(ncap, sizeof *ni);
+    if (!nk || !ni) {
+      free(nk);
+      free(ni);
+      return -1;
+    }
+    for (size_t i = 0; i < t->cap; i++) {
+      if (!t->keys[i]) continue;
+      size_t j = pp_hash(t->keys[i]) & (ncap - 1);
+      while (nk[j]) j = (j + 1) & (ncap - 1);
+      nk[j] = t->keys[i];
+      ni[j] = t->ids[i];
+    }
+    free(t->keys);
+    free(t->ids);
+    t->keys = nk;
+    t->ids = ni;
+    t->cap = ncap;
+  }
+  size_t j = pp_hash(s) & (t->cap - 1);
+  while (t->keys[j]) {
+    if (strcmp(t->keys[j], s) == 0) return t->ids[j];
+    j = (j + 1) & (t->cap - 1);
+  }
+  t->keys[j] = s;
+  t->ids[j] = (int64_t)t->n;
+  pb_bytes(t->out, PB_PROFILE_STRING_TABLE, s, strlen(s));
+  return (int64_t)t->n++;
+}
+
+/* ---- the profile ---------------------------------------------------------------------------- */
+
+typedef struct pp_sample_s {
+  int64_t v[4]; /* alloc_objects, alloc_space, inuse_objects, inuse_space */
+} pp_sample_t;
+
+/* Per stack (index nstacks: no stack recorded), the four values. */
+static int pp_gather(const ms_timeline_t *tl, size_t dev, size_t step, pp_sample_t *smp,
+                     size_t nstacks) {
+  size_t n = ms_timeline_nentries(tl, dev);
+  for (size_t i = 0; i < n; i++) {
+    const ms_snap_trace_t *e = ms_timeline_entry(tl, dev, i);
+    if (e->action != MS_TRACE_ALLOC) continue;
+    size_t k = e->stack < nstacks ? e->stack : nstacks;
+    smp[k].v[0] += 1;
+    smp[k].v[1] += (int64_t)e->size;
+  }
+  ms_tl_state_t st;
+  ms_timeline_state_init(&st);
+  int err = ms_timeline_state_at(tl, dev, step, &st);
+  if (err == MS_OK) {
+    const ms_snapshot_t *snap = ms_timeline_snapshot(tl);
+    for (size_t i = 0; i < st.nblocks; i++) {
+      const ms_tl_block_t *b = &st.blocks[i];
+      if (b->state != MS_BLOCK_ACTIVE_ALLOCATED) continue;
+      uint32_t stack = b->stack;
+      if ((b->flags & MS_TL_BLOCK_FROM_SNAPSHOT) && b->snap_block < snap->nblocks) {
+        const ms_snap_block_t *sb = &snap->blocks[b->snap_block];
+        stack = sb->stack;
+        if (stack == MS_SNAP_NO_STACK && sb->nhistory > 0 && sb->first_history < snap->nhistory)
+          stack = snap->history[sb->first_history].stack;
+      }
+      size_t k = stack < nstacks ? stack : nstacks;
+      smp[k].v[2] += 1;
+      smp[k].v[3] += (int64_t)b->size;
+    }
+  }
+  ms_timeline_state_release(&st);
+  return err;
+}
+
+static void pp_value_type(ms__xbuf_t *b, ms__xbuf_t *tmp, unsigned field, int64_t type,
+                          int64_t unit) {
+  pb_int(tmp, 1, (uint64_t)type);
+  pb_int(tmp, 2, (uint64_t)unit);
+  pb_sub(b, field, tmp);
+}
+
+/* The header: sample types, period, comment. @return MS_OK or MS_ENOMEM. */
+static int pp_header(ms__xbuf_t *b, ms__xbuf_t *tmp, pp_strings_t *strs, const char *comment) {
+  static const char *const types[4][2] = {{"alloc_objects", "count"},
+                                          {"alloc_space", "bytes"},
+                                          {"inuse_objects", "count"},
+                                          {"inuse_space", "bytes"}};
+  for (int i = 0; i < 4; i++) {
+    int64_t t = pp_str(strs, types[i][0]), u = pp_str(strs, types[i][1]);
+    if (t < 0 || u < 0) return MS_ENOMEM;
+    pp_value_type(b, tmp, PB_PROFILE_SAMPLE_TYPE, t, u);
+  }
+  int64_t space = pp_str(strs, "space"), bytes = pp_str(strs, "bytes"),
+          inuse = pp_str(strs, "inuse_space"), c = pp_str(strs, comment);
+  if (space < 0 || bytes < 0 || inuse < 0 || c < 0) return MS_ENOMEM;
+  pp_value_type(b, tmp, PB_PROFILE_PERIOD_TYPE, space, bytes);
+  pb_int(b, PB_PROFILE_PERIOD, 1);
+  pb_int(b, PB_PROFILE_COMMENT, (uint64_t)c);
+  pb_int(b, PB_PROFILE_DEFAULT_SAMPLE_TYPE, (uint64_t)inuse);
+  return MS_OK;
+}
+
+/* Functions and locations: one each per frame (ids frame + 1), and id nframes + 1 for
+ * "<no stack recorded>". */
+static int pp_locations(ms__xbuf_t *b, ms__xbuf_t *tmp, pp_strings_t *strs,
+                        const ms_snapshot_t *snap) {
+  for (size_t f = 0; f <= snap->nframes; f++) {
+    const char *name = f < snap->nframes ? snap->frames[f].name : "<no stack recorded>";
+    const char *file = f < snap->nframes ? snap->frames[f].filename : "";
+    int64_t ni = pp_str(strs, name[0] ? name : "<unnamed>"), fi = pp_str(strs, file);
+    if (ni < 0 || fi < 0) return MS_ENOMEM;
+    pb_int(tmp, 1, f + 1);           /* Function.id */
+    pb_int(tmp, 2, (uint64_t)ni);    /* name */
+    pb_int(tmp, 3, (uint64_t)ni);    /* system_name */
+    pb_int(tmp, 4, (uint64_t)fi);    /* filename */
+    pb_sub(b, PB_PROFILE_FUNCTION, tmp);
+  }
+  ms__xbuf_t line = {0};
+  for (size_t f = 0; f <= snap->nframes; f++) {
+    int64_t ln = f < snap->nframes ? snap->frames[f].line : 0;
+    pb_int(&line, 1, f + 1);        /* Line.function_id */
+    pb_int(&line, 2, (uint64_t)ln); /* Line.line */
+    pb_int(tmp, 1, f + 1);          /* Location.id */
+    pb_sub(tmp, 4, &line);          /* Location.line */
+    pb_sub(b, PB_PROFILE_LOCATION, tmp);
+  }
+  bool oom = line.oom;
+  ms__xbuf_release(&line);
+  return oom ? MS_ENOMEM : MS_OK;
+}
+
+static void pp_samples(ms__xbuf_t *b, ms__xbuf_t *tmp, const ms_snapshot_t *snap,
+                       const pp_sample_t *smp, size_t nstacks) {
+  ms__xbuf_t packed = {0};
+  for (size_t k = 0; k <= nstacks; k++) {
+    const pp_sample_t *s = &smp[k];
+    if (!s->v[0] && !s->v[1] && !s->v[2] && !s->v[3]) continue;
+    uint32_t depth = k < nstacks ? snap->stacks[k].nframes : 0;
+    if (depth == 0) {
+      pb_varint(&packed, snap->nframes + 1);
+    } else {
+      for (uint32_t i = 0; i < depth; i++)
+        pb_varint(&packed, (uint64_t)snap->stack_frames[snap->stacks[k].first + i] + 1);
+    }
+    pb_sub(tmp, 1, &packed); /* Sample.location_id, packed */
+    for (int i = 0; i < 4; i++) pb_varint(&packed, (uint64_t)s->v[i]);
+    pb_sub(tmp, 2, &packed); /* Sample.value, packed */
+    pb_sub(b, PB_PROFILE_SAMPLE, tmp);
+  }
+  if (packed.oom) b->oom = true;
+  ms__xbuf_release(&packed);
+}
+
+/* The times of the device's trace: start and duration in nanoseconds. */
+static void pp_times(ms__xbuf_t *b, const ms_timeline_t *tl, size_t dev) {
+  size_t n = ms_timeline_nentries(tl, dev);
+  int64_t first = 0, last = 0;
+  bool any = false;
+  for (size_t i = 0; i < n; i++) {
+    const ms_snap_trace_t *e = ms_timeline_entry(tl, dev, i);
+    if (!(e->present & MS_TRACE_HAS_TIME)) continue;
+    if (!any) first = e->time_us;
+    last = e->time_us;
+    any = true;
+  }
+  if (!any || first < 0 || first > INT64_MAX / 1000 || last < first) return;
+  pb_int(b, PB_PROFILE_TIME_NANOS, (uint64_t)first * 1000);
+  if (last - first <= INT64_MAX / 1000)
+    pb_int(b, PB_PROFILE_DURATION_NANOS, (uint64_t)(last - first) * 1000);
+}
+
+int ms_export_pprof_write(const ms_timeline_t *tl, size_t dev, size_t step, ms_sink_t *sink,
+                          ms_errbuf_t *eb) {
+  if (dev >= ms_timeline_ndevices(tl) || step > ms_timeline_nentries(tl, dev))
+    return ms__errbuf_set(eb, MS_EINVAL, "no device %zu or step %zu", dev, step);
+  const ms_snapshot_t *snap = ms_timeline_snapshot(tl);
+  size_t nstacks = snap->nstacks;
+  pp_sample_t *smp = calloc(nstacks + 1, sizeof *smp);
+  if (!smp) return ms__errbuf_set(eb, MS_ENOMEM, "out of memory");
+  int err = pp_gather(tl, dev, step, smp, nstacks);
+  ms__xbuf_t b = {0}, tmp = {0};
+  pp_strings_t strs;
+  memset(&strs, 0, sizeof strs);
+  if (err == MS_OK) err = pp_strings_init(&strs, snap->nframes + 16, &b);
+  char comment[160];
+  if (step == 0)
+    snprintf(comment, sizeof comment, "memsnap: device %zu, inuse_* before trace entry 0", dev);
+  else
+    snprintf(comment, sizeof comment, "memsnap: device %zu, inuse_* after trace entry %zu", dev,
+             step - 1);
+  if (err == MS_OK) err = pp_header(&b, &tmp, &strs, comment);
+  if (err == MS_OK) err = pp_locations(&b, &tmp, &strs, snap);
+  if (err == MS_OK) {
+    pp_samples(&b, &tmp, snap, smp, nstacks);
+    pp_times(&b, tl, dev);
+  }
+  if (err == MS_OK && (b.oom || tmp.oom)) err = MS_ENOMEM;
+  free(smp);
+  pp_strings_release(&strs);
+  ms__xbuf_release(&tmp);
+  if (err != MS_OK) {
+    ms__xbuf_release(&b);
+    return ms__errbuf_set(eb, err, "%s", ms_strerror(err));
+  }
+  ms__zsink_t *z = NULL;
+  ms_sink_t zs;
+  err = ms__zsink_create(sink, 6, &z, &zs);
+  if (err == MS_OK) err = zs.write(zs.ctx, b.ptr, b.len);
+  if (err == MS_OK) err = ms__zsink_finish(z);
+  ms__zsink_destroy(z);
+  ms__xbuf_release(&b);
+  if (err != MS_OK) return ms__errbuf_set(eb, err, "cannot write the profile: %s", ms_strerror(err));
+  return MS_OK;
+}
