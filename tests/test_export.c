@@ -711,3 +711,257 @@ Test(export_cli, usage_errors) {
   cr_assert(strstr(r.out, "usage: memsnap export"));
   run_free(&r);
 }
+
+/* ---- pprof: decoded back here, and read by `go tool pprof` when Go is installed ------------- */
+
+#include <zlib.h>
+
+/* A whole gzip file inflated; *len its size. */
+static unsigned char *gunzip(const char *path, size_t *len) {
+  gzFile g = gzopen(path, "rb");
+  cr_assert(g, "%s", path);
+  size_t cap = 1 << 16, n = 0;
+  unsigned char *b = malloc(cap);
+  for (;;) {
+    if (n == cap) b = realloc(b, cap *= 2);
+    int r = gzread(g, b + n, (unsigned)(cap - n));
+    cr_assert_geq(r, 0);
+    if (r == 0) break;
+    n += (size_t)r;
+  }
+  gzclose(g);
+  *len = n;
+  return b;
+}
+
+typedef struct pb_s {
+  const unsigned char *p, *end;
+} pb_t;
+
+static uint64_t pb_varint(pb_t *r) {
+  uint64_t v = 0;
+  for (int sh = 0; sh < 64; sh += 7) {
+    cr_assert(r->p < r->end, "truncated varint");
+    unsigned char c = *r->p++;
+    v |= (uint64_t)(c & 0x7f) << sh;
+    if (!(c & 0x80)) return v;
+  }
+  cr_assert_fail("varint too long");
+  return 0;
+}
+
+/* The next field: its number, wire type, and value (varint) or bytes (length-delimited). */
+static bool pb_next(pb_t *r, unsigned *field, pb_t *sub, uint64_t *v) {
+  if (r->p >= r->end) return false;
+  uint64_t key = pb_varint(r);
+  *field = (unsigned)(key >> 3);
+  switch (key & 7) {
+  case 0:
+    *v = pb_varint(r);
+    break;
+  case 2: {
+    uint64_t n = pb_varint(r);
+    cr_assert_leq(n, (uint64_t)(r->end - r->p), "length past the end");
+    sub->p = r->p;
+    sub->end = r->p + n;
+    r->p += n;
+    break;
+  }
+  default:
+    cr_assert_fail("unexpected wire type %u", (unsigned)(key & 7));
+  }
+  return true;
+}
+
+typedef struct profile_s {
+  char **strings;
+  size_t nstrings;
+  int64_t types[4], totals[4];
+  size_t ntypes, nsamples, nlocations, nfunctions;
+  int64_t default_type;
+  char **function_names; /* by function id (1-based, dense as we write them) */
+} profile_t;
+
+static void profile_decode(const char *path, profile_t *pf) {
+  memset(pf, 0, sizeof *pf);
+  size_t len;
+  unsigned char *data = gunzip(path, &len);
+  pb_t r = {data, data + len}, sub;
+  unsigned f;
+  uint64_t v;
+  /* strings first (they may come anywhere) */
+  while (pb_next(&r, &f, &sub, &v)) {
+    if (f != 6) continue;
+    pf->strings = realloc(pf->strings, (pf->nstrings + 1) * sizeof *pf->strings);
+    pf->strings[pf->nstrings++] = strndup((const char *)sub.p, (size_t)(sub.end - sub.p));
+  }
+  cr_assert_gt(pf->nstrings, 0);
+  cr_assert_str_eq(pf->strings[0], "", "string_table[0] must be empty");
+  r.p = data;
+  size_t nfunc_cap = 0;
+  while (pb_next(&r, &f, &sub, &v)) {
+    unsigned g;
+    pb_t s2;
+    uint64_t w;
+    if (f == 1) { /* sample_type */
+      while (pb_next(&sub, &g, &s2, &w))
+        if (g == 1) pf->types[pf->ntypes] = (int64_t)w;
+      pf->ntypes++;
+    } else if (f == 2) { /* sample */
+      pf->nsamples++;
+      size_t nv = 0, nl = 0;
+      while (pb_next(&sub, &g, &s2, &w)) {
+        if (g == 2)
+          while (s2.p < s2.end) pf->totals[nv++] += (int64_t)pb_varint(&s2);
+        if (g == 1)
+          while (s2.p < s2.end) {
+            uint64_t id = pb_varint(&s2);
+            cr_assert(id >= 1, "location id 0");
+            nl++;
+          }
+      }
+      cr_assert_eq(nv, 4, "a sample has %zu values", nv);
+      cr_assert_gt(nl, 0, "a sample without locations");
+    } else if (f == 4) {
+      pf->nlocations++;
+    } else if (f == 5) { /* function: id, name */
+      uint64_t id = 0, name = 0;
+      while (pb_next(&sub, &g, &s2, &w)) {
+        if (g == 1) id = w;
+        if (g == 2) name = w;
+      }
+      cr_assert(id >= 1 && name < pf->nstrings);
+      if (id > nfunc_cap) {
+        size_t nc = id * 2;
+        pf->function_names = realloc(pf->function_names, nc * sizeof(char *));
+        memset(pf->function_names + nfunc_cap, 0, (nc - nfunc_cap) * sizeof(char *));
+        nfunc_cap = nc;
+      }
+      pf->function_names[id - 1] = pf->strings[name];
+      pf->nfunctions++;
+    } else if (f == 14) {
+      pf->default_type = (int64_t)v;
+    }
+  }
+  free(data);
+}
+
+static void profile_free(profile_t *pf) {
+  for (size_t i = 0; i < pf->nstrings; i++) free(pf->strings[i]);
+  free(pf->strings);
+  free(pf->function_names);
+}
+
+/* "total_bytes": N and "total_count": N of `memsnap top --json` output. */
+static int64_t json_int(const char *doc, const char *key) {
+  char k[64];
+  snprintf(k, sizeof k, "\"%s\": ", key);
+  const char *p = strstr(doc, k);
+  cr_assert(p, "%s not in %s", key, doc);
+  return strtoll(p + strlen(k), NULL, 10);
+}
+
+static bool have_go(void) {
+  if (system("go version >/dev/null 2>&1") == 0) return true;
+  printf("SKIP: go tool pprof checks: no 'go' on PATH (apt-get install golang-go)\n");
+  return false;
+}
+
+/* `go tool pprof -top -unit=B -sample_index=IDX` total, or -1. */
+static int64_t go_total(const char *path, const char *index) {
+  char cmd[1400];
+  snprintf(cmd, sizeof cmd, "go tool pprof -top -unit=B -sample_index=%s '%s' 2>/dev/null", index,
+           path);
+  FILE *p = popen(cmd, "r");
+  cr_assert(p);
+  char line[4096];
+  int64_t total = -1;
+  while (fgets(line, sizeof line, p)) {
+    /* "Showing nodes accounting for X, P% of TOTALB total" */
+    const char *t = strstr(line, "% of ");
+    if (strncmp(line, "Showing nodes", 13) == 0 && t) total = strtoll(t + 5, NULL, 10);
+  }
+  pclose(p);
+  return total;
+}
+
+Test(export_cli, pprof_totals_equal_top_on_every_fixture) {
+  if (!have_fixtures()) return;
+  bool go = have_go();
+  for (size_t i = 0; i < NFIX; i++) {
+    for (int at = 0; at < 2; at++) {
+      const char *moment = at ? "end" : "peak";
+      run_t r = RUN("export", fx(fixtures[i]), "--pprof", "p.pb.gz", "--at", moment);
+      cr_assert_eq(r.status, 0, "%s: %s", fixtures[i], r.err);
+      run_free(&r);
+      r = RUN("top", fx(fixtures[i]), "--json", "--at", moment);
+      cr_assert_eq(r.status, 0, "%s: %s", fixtures[i], r.err);
+      int64_t bytes = json_int(r.out, "total_bytes"), count = json_int(r.out, "total_count");
+      run_free(&r);
+      char path[600];
+      snprintf(path, sizeof path, "%s/p.pb.gz", cli_dir);
+      profile_t pf;
+      profile_decode(path, &pf);
+      cr_assert_eq(pf.ntypes, 4);
+      static const char *const names[4] = {"alloc_objects", "alloc_space", "inuse_objects",
+                                           "inuse_space"};
+      for (int k = 0; k < 4; k++) cr_assert_str_eq(pf.strings[pf.types[k]], names[k]);
+      cr_assert_str_eq(pf.strings[pf.default_type], "inuse_space");
+      cr_assert_eq(pf.totals[3], bytes, "%s at %s: inuse_space", fixtures[i], moment);
+      cr_assert_eq(pf.totals[2], count, "%s at %s: inuse_objects", fixtures[i], moment);
+      /* alloc_*: every alloc of the default device's trace */
+      ms_snapshot_t *s = load(fx(fixtures[i]));
+      size_t devs[1], dev = 0;
+      ms_tl_viewer_devices(s, devs, 0, &dev);
+      int64_t na = 0, sa = 0;
+      for (uint32_t k = 0; dev < s->ndevices && k < s->devices[dev].ntrace; k++) {
+        const ms_snap_trace_t *e = &s->trace[s->devices[dev].first_trace + k];
+        if (e->action != MS_TRACE_ALLOC) continue;
+        na++;
+        sa += (int64_t)e->size;
+      }
+      cr_assert_eq(pf.totals[0], na, "%s: alloc_objects", fixtures[i]);
+      cr_assert_eq(pf.totals[1], sa, "%s: alloc_space", fixtures[i]);
+      cr_assert_eq(pf.nfunctions, s->nframes + 1);
+      ms_snapshot_free(s);
+      if (go) {
+        cr_assert_eq(go_total(path, "inuse_space"), bytes, "%s: go tool pprof", fixtures[i]);
+        cr_assert_eq(go_total(path, "inuse_objects"), count);
+        cr_assert_eq(go_total(path, "alloc_space"), sa);
+        cr_assert_eq(go_total(path, "alloc_objects"), na);
+      }
+      profile_free(&pf);
+    }
+  }
+}
+
+Test(export_cli, pprof_hostile_names_and_traces) {
+  ms_snapshot_t *s = hostile_snapshot();
+  char path[600];
+  snprintf(path, sizeof path, "%s/h.msgpack", cli_dir);
+  ms_errbuf_t eb = {{0}};
+  cr_assert_eq(ms_snapshot_write_file(s, path, NULL, &eb), MS_OK, "%s", eb.msg);
+  run_t r = RUN("export", "h.msgpack", "--pprof", "h.pb.gz");
+  cr_assert_eq(r.status, 0, "%s", r.err);
+  run_free(&r);
+  snprintf(path, sizeof path, "%s/h.pb.gz", cli_dir);
+  profile_t pf;
+  profile_decode(path, &pf);
+  for (size_t i = 0; i < NHOSTILE; i++) {
+    const char *want = hostile[i][0] ? hostile[i] : "<unnamed>";
+    cr_assert_str_eq(pf.function_names[i], want);
+  }
+  cr_assert_eq(pf.totals[3], 4096);
+  profile_free(&pf);
+  if (have_go()) {
+    char cmd[800];
+    snprintf(cmd, sizeof cmd, "go tool pprof -traces '%s' 2>/dev/null | grep -c 'DROP TABLE'",
+             path);
+    FILE *p = popen(cmd, "r");
+    char line[64] = "";
+    cr_assert(fgets(line, sizeof line, p));
+    pclose(p);
+    cr_assert_eq(atoi(line), 1, "go tool pprof -traces shows the stack once");
+  }
+  ms_snapshot_free(s);
+}
