@@ -174,6 +174,13 @@ static int export_pprof_fn(const ms_timeline_t *tl, size_t dev, size_t step, con
   return ms_export_pprof_write(tl, dev, step, sink, eb);
 }
 
+static int export_perfetto_fn(const ms_timeline_t *tl, size_t dev, size_t step, const void *arg,
+                              ms_sink_t *sink, ms_errbuf_t *eb) {
+  (void)dev;
+  (void)step;
+  return ms_export_perfetto_write(tl, arg, sink, eb);
+}
+
 /* One FILE to one output through fn. */
 static int export_one(const char *file, const char *out, const char *device_s, const char *at_s,
                       export_write_fn *fn, const void *arg) {
@@ -254,6 +261,10 @@ int cmd_export(int argc, char **argv) {
     rc = export_sqlite(sqlite_s, pos, npos, rank_s);
   else if (pprof_s)
     rc = export_one(pos[0], pprof_s, device_s, at_s ? at_s : "peak", export_pprof_fn, NULL);
+  else {
+    ms_export_perfetto_opts_t po = {allocations != 0};
+    rc = export_one(pos[0], perfetto_s, NULL, NULL, export_perfetto_fn, &po);
+  }
 out:
   free(pos);
   return rc;

@@ -965,3 +965,127 @@ Test(export_cli, pprof_hostile_names_and_traces) {
   }
   ms_snapshot_free(s);
 }
+
+/* ---- Chrome trace JSON: parsed by Python's strict json module ------------------------------- */
+
+static bool have_python(void) {
+  if (system("python3 -c 'import json' >/dev/null 2>&1") == 0) return true;
+  printf("SKIP: Chrome trace JSON checks: no python3\n");
+  return false;
+}
+
+/* Counts of events by phase ("C b e i M") and the frames of the allocation slices, from
+ * python3's json.load of path (which fails on anything that is not JSON). */
+static char *json_summary(const char *path) {
+  char cmd[1600];
+  snprintf(cmd, sizeof cmd,
+           "python3 -c 'import json,sys,collections\n"
+           "d=json.load(open(sys.argv[1]))\n"
+           "assert d[\"displayTimeUnit\"]==\"ms\"\n"
+           "ev=d[\"traceEvents\"]\n"
+           "c=collections.Counter(e[\"ph\"] for e in ev)\n"
+           "for e in ev: assert isinstance(e[\"pid\"],int) and isinstance(e[\"name\"],str)\n"
+           "for e in ev:\n"
+           "  if e[\"ph\"]!=\"M\": assert isinstance(e[\"ts\"],int)\n"
+           "print(\" \".join(\"%%s=%%d\"%%(k,c[k]) for k in \"CbeiM\"))\n"
+           "for e in ev:\n"
+           "  if e[\"ph\"]==\"b\": print(repr(e[\"args\"][\"frame\"]))' '%s'",
+           path);
+  FILE *p = popen(cmd, "r");
+  cr_assert(p);
+  size_t cap = 1 << 16, n = 0;
+  char *out = malloc(cap);
+  size_t r;
+  while ((r = fread(out + n, 1, cap - n - 1, p)) > 0) {
+    n += r;
+    if (n + 1 == cap) out = realloc(out, cap *= 2);
+  }
+  out[n] = 0;
+  cr_assert_eq(pclose(p), 0, "python3 could not parse %s: %s", path, out);
+  return out;
+}
+
+/* The counts the mapping of lib/export/perfetto.c gives for a snapshot. */
+static void perfetto_expected(const ms_snapshot_t *s, char *buf, size_t cap) {
+  ms_timeline_t *tl = NULL;
+  ms_errbuf_t eb = {{0}};
+  cr_assert_eq(ms_timeline_create(s, NULL, &tl, &eb), MS_OK);
+  size_t c = 0, b = 0, i = 0, m = 0;
+  for (size_t d = 0; d < ms_timeline_ndevices(tl); d++) {
+    size_t n = ms_timeline_nentries(tl, d);
+    if (n == 0) continue;
+    m++;
+    bool timed = false;
+    for (size_t k = 0; k < n; k++)
+      timed |= (ms_timeline_entry(tl, d, k)->present & MS_TRACE_HAS_TIME) != 0;
+    static const ms_tl_metric ms[3] = {MS_TL_ALLOCATED, MS_TL_RESERVED, MS_TL_ACTIVE};
+    for (int x = 0; x < 3; x++) {
+      const uint64_t *v = ms_timeline_series(tl, d, ms[x]);
+      bool first = true;
+      uint64_t last = 0;
+      for (size_t k = 0; k < n; k++) {
+        if (timed && !(ms_timeline_entry(tl, d, k)->present & MS_TRACE_HAS_TIME)) continue;
+        if (first) c++, last = v[k], first = false;
+        if (v[k + 1] != last) c++, last = v[k + 1];
+      }
+    }
+    bool in_run = false;
+    for (size_t k = 0; k < n; k++) {
+      const ms_snap_trace_t *e = ms_timeline_entry(tl, d, k);
+      bool rel = e->action == MS_TRACE_SEGMENT_FREE || e->action == MS_TRACE_SEGMENT_UNMAP;
+      if (rel && !in_run) i++;
+      in_run = rel;
+      i += e->action == MS_TRACE_OOM || e->action == MS_TRACE_SNAPSHOT;
+      b += e->action == MS_TRACE_ALLOC;
+    }
+  }
+  ms_timeline_destroy(tl);
+  snprintf(buf, cap, "C=%zu b=%zu e=%zu i=%zu M=%zu\n", c, b, b, i, m);
+}
+
+Test(export_cli, perfetto_valid_json_expected_counts) {
+  if (!have_fixtures() || !have_python()) return;
+  for (size_t i = 0; i < NFIX; i++) {
+    run_t r = RUN("export", fx(fixtures[i]), "--perfetto", "t.json", "--allocations");
+    cr_assert_eq(r.status, 0, "%s: %s", fixtures[i], r.err);
+    run_free(&r);
+    char path[600], want[200];
+    snprintf(path, sizeof path, "%s/t.json", cli_dir);
+    char *got = json_summary(path);
+    ms_snapshot_t *s = load(fx(fixtures[i]));
+    perfetto_expected(s, want, sizeof want);
+    ms_snapshot_free(s);
+    cr_assert(strncmp(got, want, strlen(want)) == 0, "%s: got %.80s, want %s", fixtures[i], got,
+              want);
+    free(got);
+    /* without --allocations: no slices */
+    r = RUN("export", fx(fixtures[i]), "--perfetto", "t.json");
+    cr_assert_eq(r.status, 0);
+    run_free(&r);
+    got = json_summary(path);
+    cr_assert(strstr(got, " b=0 e=0 "), "%s", got);
+    free(got);
+  }
+}
+
+Test(export_cli, perfetto_hostile_names) {
+  if (!have_python()) return;
+  ms_snapshot_t *s = hostile_snapshot();
+  char path[600];
+  snprintf(path, sizeof path, "%s/h.msgpack", cli_dir);
+  ms_errbuf_t eb = {{0}};
+  cr_assert_eq(ms_snapshot_write_file(s, path, NULL, &eb), MS_OK, "%s", eb.msg);
+  run_t r = RUN("export", "h.msgpack", "--perfetto", "-", "--allocations");
+  cr_assert_eq(r.status, 0, "%s", r.err);
+  snprintf(path, sizeof path, "%s/h.json", cli_dir);
+  cr_assert_eq(th_write_file(path, r.out, strlen(r.out)), 0);
+  run_free(&r);
+  char *got = json_summary(path);
+  /* no frame's file ends in .py: the innermost frame, "file:line:name", read back by Python */
+  char want[400];
+  snprintf(want, sizeof want, "C=6 b=1 e=1 i=0 M=1\n%s\n",
+           "'\"quoted\" and \\\\backslash\\\\:0:\\'; DROP TABLE trace_rows; --'");
+  cr_assert_str_eq(got, want);
+  free(got);
+  ms_snapshot_free(s);
+}

@@ -1,0 +1,298 @@
+/* SPDX-License-Identifier: MIT
+ * memsnap exports: Chrome Trace Event Format JSON (issue #17 §3), which ui.perfetto.dev and
+ * chrome://tracing open ("JSON Object Format": {"traceEvents": [...], "displayTimeUnit": "ms"}).
+ *
+ * Mapping (docs/export.md): a process per device (pid = device + 1, named "device N" by a
+ * process_name metadata event); counter events ("C") named allocated, reserved and active with
+ * the device's totals in bytes, one whenever the total changes, at the trace's time_us (a trace
+ * without times uses the entry index as its microseconds, so that the order still shows);
+ * instant events ("i", process scope) for OOMs, snapshots and every run of consecutive
+ * segment_free/segment_unmap entries (an empty_cache or an OOM's release of cached segments);
+ * with opts->allocations, an async slice ("b"/"e", category "allocation", id = the alloc's entry
+ * index) from each alloc to its free_completed (or the trace's last time), with size, address and
+ * the innermost Python frame (else the innermost frame) as args.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/internal.h"
+#include "export/internal.h"
+#include "memsnap/export.h"
+
+typedef struct pf_writer_s {
+  ms__xbuf_t b;
+  ms_sink_t *sink;
+  int err;
+  bool first;
+} pf_writer_t;
+
+/* Writes the buffer out when it holds more than a MiB (or at the end). */
+static void pf_flush(pf_writer_t *w, bool all) {
+  if (w->err || (!all && w->b.len < (1u << 20))) return;
+  if (w->b.oom) {
+    w->err = MS_ENOMEM;
+    return;
+  }
+  if (w->b.len) w->err = w->sink->write(w->sink->ctx, w->b.ptr, w->b.len);
+  w->b.len = 0;
+}
+
+static void pf_event_start(pf_writer_t *w) {
+  ms__xbuf_puts(&w->b, w->first ? "\n" : ",\n");
+  w->first = false;
+}
+
+/* An entry's time, or its index when the trace has none. */
+static int64_t pf_time(const ms_snap_trace_t *e, size_t i, bool timed) {
+  return timed ? e->time_us : (int64_t)i;
+}
+
+/* The frame that names a stack: the innermost Python frame, else the innermost. NULL: none. */
+static const ms_snap_frame_t *pf_top_frame(const ms_snapshot_t *s, uint32_t stack) {
+  if (stack == MS_SNAP_NO_STACK || stack >= s->nstacks || s->stacks[stack].nframes == 0)
+    return NULL;
+  for (uint32_t i = 0; i < s->stacks[stack].nframes; i++) {
+    const ms_snap_frame_t *f = ms_snap_stack_frame(s, stack, i);
+    size_t n = strlen(f->filename);
+    if (n >= 3 && strcmp(f->filename + n - 3, ".py") == 0) return f;
+  }
+  return ms_snap_stack_frame(s, stack, 0);
+}
+
+static void pf_counters(pf_writer_t *w, const ms_timeline_t *tl, size_t dev, bool timed) {
+  static const ms_tl_metric metrics[3] = {MS_TL_ALLOCATED, MS_TL_RESERVED, MS_TL_ACTIVE};
+  size_t n = ms_timeline_nentries(tl, dev);
+  for (int m = 0; m < 3; m++) {
+    const uint64_t *v = ms_timeline_series(tl, dev, metrics[m]);
+    if (!v) continue;
+    bool any = false;
+    uint64_t last = 0;
+    for (size_t i = 0; i < n && !w->err; i++) {
+      const ms_snap_trace_t *e = ms_timeline_entry(tl, dev, i);
+      if (timed && !(e->present & MS_TRACE_HAS_TIME)) continue;
+      int64_t ts = pf_time(e, i, timed);
+      if (!any) { /* the state before the first entry shown, at its time */
+        pf_event_start(w);
+        ms__xbuf_printf(&w->b,
+                        "{\"name\": \"%s\", \"ph\": \"C\", \"ts\": %" PRId64 ", \"pid\": %zu, "
+                        "\"args\": {\"bytes\": %" PRIu64 "}}",
+                        ms_tl_metric_name(metrics[m]), ts, dev + 1, v[i]);
+        last = v[i];
+        any = true;
+      }
+      if (v[i + 1] == last) continue;
+      last = v[i + 1];
+      pf_event_start(w);
+      ms__xbuf_printf(&w->b,
+                      "{\"name\": \"%s\", \"ph\": \"C\", \"ts\": %" PRId64 ", \"pid\": %zu, "
+                      "\"args\": {\"bytes\": %" PRIu64 "}}",
+                      ms_tl_metric_name(metrics[m]), ts, dev + 1, last);
+      pf_flush(w, false);
+    }
+  }
+}
+
+static void pf_instants(pf_writer_t *w, const ms_timeline_t *tl, size_t dev, bool timed) {
+  size_t n = ms_timeline_nentries(tl, dev);
+  for (size_t i = 0; i < n && !w->err; i++) {
+    const ms_snap_trace_t *e = ms_timeline_entry(tl, dev, i);
+    if (timed && !(e->present & MS_TRACE_HAS_TIME)) continue;
+    int64_t ts = pf_time(e, i, timed);
+    if (e->action == MS_TRACE_OOM) {
+      pf_event_start(w);
+      ms__xbuf_printf(&w->b,
+                      "{\"name\": \"oom\", \"ph\": \"i\", \"s\": \"p\", \"ts\": %" PRId64
+                      ", \"pid\": %zu, \"tid\": 0, \"args\": {\"entry\": %zu, \"size\": %" PRIu64
+                      ", \"device_free\": %" PRIu64 "}}",
+                      ts, dev + 1, i, e->size, e->addr);
+    } else if (e->action == MS_TRACE_SNAPSHOT) {
+      pf_event_start(w);
+      ms__xbuf_printf(&w->b,
+                      "{\"name\": \"snapshot\", \"ph\": \"i\", \"s\": \"p\", \"ts\": %" PRId64
+                      ", \"pid\": %zu, \"tid\": 0, \"args\": {\"entry\": %zu}}",
+                      ts, dev + 1, i);
+    } else if (e->action == MS_TRACE_SEGMENT_FREE || e->action == MS_TRACE_SEGMENT_UNMAP) {
+      size_t j = i, count = 0;
+      uint64_t bytes = 0;
+      for (; j < n; j++) {
+        const ms_snap_trace_t *f = ms_timeline_entry(tl, dev, j);
+        if (f->action != MS_TRACE_SEGMENT_FREE && f->action != MS_TRACE_SEGMENT_UNMAP) break;
+        count++;
+        bytes += f->size;
+      }
+      pf_event_start(w);
+      ms__xbuf_printf(&w->b,
+                      "{\"name\": \"segments released\", \"ph\": \"i\", \"s\": \"p\", \"ts\": "
+                      "%" PRId64 ", \"pid\": %zu, \"tid\": 0, \"args\": {\"entry\": %zu, "
+                      "\"segments\": %zu, \"bytes\": %" PRIu64 "}}",
+                      ts, dev + 1, i, count, bytes);
+      i = j - 1;
+    }
+    pf_flush(w, false);
+  }
+}
+
+/* ---- allocations: alloc paired with free_completed by address -------------------------------- */
+
+typedef struct pf_open_s {
+  uint64_t addr;
+  size_t entry; /* SIZE_MAX: empty slot */
+} pf_open_t;
+
+typedef struct pf_map_s {
+  pf_open_t *slot;
+  size_t cap, n;
+} pf_map_t;
+
+static size_t pf_hash(uint64_t a, size_t cap) {
+  return (size_t)((a >> 9) * 0x9e3779b97f4a7c15ull >> 17) & (cap - 1);
+}
+
+static bool pf_map_grow(pf_map_t *m) {
+  size_t ncap = m->cap ? m->cap * 2 : 1024;
+  pf_open_t *ns = malloc(ncap * sizeof *ns);
+  if (!ns) return false;
+  for (size_t i = 0; i < ncap; i++) ns[i].entry = SIZE_MAX;
+  for (size_t i = 0; i < m->cap; i++) {
+    if (m->slot[i].entry == SIZE_MAX) continue;
+    size_t j = pf_hash(m->slot[i].addr, ncap);
+    while (ns[j].entry != SIZE_MAX) j = (j + 1) & (ncap - 1);
+    ns[j] = m->slot[i];
+  }
+  free(m->slot);
+  m->slot = ns;
+  m->cap = ncap;
+  return true;
+}
+
+/* Takes the open alloc of addr out of the map (linear probing with backward-shift deletion).
+ * @return its entry, or SIZE_MAX. */
+static size_t pf_map_take(pf_map_t *m, uint64_t addr) {
+  if (!m->cap) return SIZE_MAX;
+  size_t j = pf_hash(addr, m->cap);
+  while (m->slot[j].entry != SIZE_MAX && m->slot[j].addr != addr) j = (j + 1) & (m->cap - 1);
+  if (m->slot[j].entry == SIZE_MAX) return SIZE_MAX;
+  size_t found = m->slot[j].entry;
+  m->slot[j].entry = SIZE_MAX;
+  m->n--;
+  for (size_t k = (j + 1) & (m->cap - 1); m->slot[k].entry != SIZE_MAX; k = (k + 1) & (m->cap - 1)) {
+    size_t h = pf_hash(m->slot[k].addr, m->cap);
+    bool movable = j <= k ? (h <= j || h > k) : (h <= j && h > k);
+    if (movable) {
+      m->slot[j] = m->slot[k];
+      m->slot[k].entry = SIZE_MAX;
+      j = k;
+    }
+  }
+  return found;
+}
+
+static bool pf_map_put(pf_map_t *m, uint64_t addr, size_t entry) {
+  if ((m->n + 1) * 2 > m->cap && !pf_map_grow(m)) return false;
+  pf_map_take(m, addr); /* an alloc over an open one replaces it (inconsistent trace) */
+  size_t j = pf_hash(addr, m->cap);
+  while (m->slot[j].entry != SIZE_MAX) j = (j + 1) & (m->cap - 1);
+  m->slot[j].addr = addr;
+  m->slot[j].entry = entry;
+  m->n++;
+  return true;
+}
+
+static void pf_slice(pf_writer_t *w, const ms_snapshot_t *s, const ms_timeline_t *tl, size_t dev,
+                     size_t a, int64_t end, bool timed) {
+  const ms_snap_trace_t *e = ms_timeline_entry(tl, dev, a);
+  pf_event_start(w);
+  ms__xbuf_printf(&w->b,
+                  "{\"name\": \"%" PRIu64 " bytes\", \"cat\": \"allocation\", \"ph\": \"b\", "
+                  "\"id\": %zu, \"ts\": %" PRId64 ", \"pid\": %zu, \"tid\": 0, \"args\": "
+                  "{\"entry\": %zu, \"size\": %" PRIu64 ", \"addr\": \"0x%" PRIx64
+                  "\", \"stream\": %" PRIu64 ", \"frame\": ",
+                  e->size, a, pf_time(e, a, timed), dev + 1, a, e->size, e->addr, e->stream);
+  const ms_snap_frame_t *f = pf_top_frame(s, e->stack);
+  if (f) {
+    char line[32];
+    snprintf(line, sizeof line, ":%" PRId64 ":", f->line);
+    ms__xbuf_t t = {0};
+    ms__xbuf_puts(&t, f->filename);
+    ms__xbuf_puts(&t, line);
+    ms__xbuf_puts(&t, f->name);
+    ms__xbuf_json_str(&w->b, ms__xbuf_cstr(&t));
+    if (t.oom) w->b.oom = true;
+    ms__xbuf_release(&t);
+  } else {
+    ms__xbuf_puts(&w->b, "null");
+  }
+  ms__xbuf_puts(&w->b, "}},\n");
+  ms__xbuf_printf(&w->b,
+                  "{\"name\": \"%" PRIu64 " bytes\", \"cat\": \"allocation\", \"ph\": \"e\", "
+                  "\"id\": %zu, \"ts\": %" PRId64 ", \"pid\": %zu, \"tid\": 0}",
+                  e->size, a, end, dev + 1);
+  pf_flush(w, false);
+}
+
+static int pf_cmp_size(const void *a, const void *b) {
+  size_t x = *(const size_t *)a, y = *(const size_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+static void pf_allocations(pf_writer_t *w, const ms_timeline_t *tl, size_t dev, bool timed) {
+  const ms_snapshot_t *s = ms_timeline_snapshot(tl);
+  size_t n = ms_timeline_nentries(tl, dev);
+  int64_t last_ts = 0;
+  for (size_t i = 0; i < n; i++) {
+    const ms_snap_trace_t *e = ms_timeline_entry(tl, dev, i);
+    if (!timed || (e->present & MS_TRACE_HAS_TIME)) last_ts = pf_time(e, i, timed);
+  }
+  pf_map_t m = {0};
+  for (size_t i = 0; i < n && !w->err; i++) {
+    const ms_snap_trace_t *e = ms_timeline_entry(tl, dev, i);
+    if (timed && !(e->present & MS_TRACE_HAS_TIME)) continue;
+    if (e->action == MS_TRACE_ALLOC) {
+      if (!pf_map_put(&m, e->addr, i)) w->err = MS_ENOMEM;
+    } else if (e->action == MS_TRACE_FREE_COMPLETED) {
+      size_t a = pf_map_take(&m, e->addr);
+      if (a != SIZE_MAX) pf_slice(w, s, tl, dev, a, pf_time(e, i, timed), timed);
+    }
+  }
+  /* still alive at the end: in the order of their allocs */
+  size_t *open = m.n ? malloc(m.n * sizeof *open) : NULL;
+  size_t k = 0;
+  if (m.n && !open) w->err = MS_ENOMEM;
+  for (size_t j = 0; open && j < m.cap; j++)
+    if (m.slot[j].entry != SIZE_MAX) open[k++] = m.slot[j].entry;
+  if (k > 1) qsort(open, k, sizeof *open, pf_cmp_size);
+  for (size_t j = 0; j < k && !w->err; j++) pf_slice(w, s, tl, dev, open[j], last_ts, timed);
+  free(open);
+  free(m.slot);
+}
+
+int ms_export_perfetto_write(const ms_timeline_t *tl, const ms_export_perfetto_opts_t *opts,
+                             ms_sink_t *sink, ms_errbuf_t *eb) {
+  pf_writer_t w = {{0}, sink, MS_OK, true};
+  const ms_snapshot_t *snap = ms_timeline_snapshot(tl);
+  ms__xbuf_puts(&w.b, "{\"displayTimeUnit\": \"ms\", \"otherData\": {\"producer\": ");
+  ms__xbuf_json_str(&w.b, ms__export_producer(snap));
+  ms__xbuf_puts(&w.b, ", \"exporter\": \"memsnap\"}, \"traceEvents\": [");
+  for (size_t dev = 0; dev < ms_timeline_ndevices(tl) && !w.err; dev++) {
+    size_t n = ms_timeline_nentries(tl, dev);
+    if (n == 0) continue;
+    bool timed = false;
+    for (size_t i = 0; i < n && !timed; i++)
+      timed = (ms_timeline_entry(tl, dev, i)->present & MS_TRACE_HAS_TIME) != 0;
+    pf_event_start(&w);
+    ms__xbuf_printf(&w.b,
+                    "{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": %zu, \"args\": "
+                    "{\"name\": \"device %zu\"}}",
+                    dev + 1, dev);
+    pf_counters(&w, tl, dev, timed);
+    pf_instants(&w, tl, dev, timed);
+    if (opts && opts->allocations) pf_allocations(&w, tl, dev, timed);
+  }
+  ms__xbuf_puts(&w.b, "\n]}\n");
+  pf_flush(&w, true);
+  ms__xbuf_release(&w.b);
+  if (w.err) return ms__errbuf_set(eb, w.err, "cannot write the trace: %s", ms_strerror(w.err));
+  return MS_OK;
+}
