@@ -29,6 +29,7 @@ enum {
   PB_PROFILE_LOCATION = 4,
   PB_PROFILE_FUNCTION = 5,
   PB_PROFILE_STRING_TABLE = 6,
+  PB_PROFILE_DROP_FRAMES = 7,
   PB_PROFILE_TIME_NANOS = 9,
   PB_PROFILE_DURATION_NANOS = 10,
   PB_PROFILE_PERIOD_TYPE = 11,
@@ -38,6 +39,11 @@ enum {
 };
 
 enum { PB_VARINT = 0, PB_LEN = 2 };
+
+/* profile.drop_frames, a regular expression matched against whole function names (RE2). */
+#define PP_DROP_FRAMES \
+  ".*(unwind::unwind|CapturedTraceback::gather|gather_with_cpp|CUDACachingAllocator::).*"
+
 
 static void pb_varint(ms__xbuf_t *b, uint64_t v) {
   char tmp[10];
@@ -208,6 +214,12 @@ static int pp_header(ms__xbuf_t *b, ms__xbuf_t *tmp, pp_strings_t *strs, const c
   pb_int(b, PB_PROFILE_PERIOD, 1);
   pb_int(b, PB_PROFILE_COMMENT, (uint64_t)c);
   pb_int(b, PB_PROFILE_DEFAULT_SAMPLE_TYPE, (uint64_t)inuse);
+  /* The allocator's own frames at the leaf of PyTorch's stacks (the unwinder and the caching
+   * allocator), which pprof drops with everything below them, as Go's heap profiles drop
+   * runtime.mallocgc: the leaf shown is then the operator that asked for memory. */
+  int64_t drop = pp_str(strs, PP_DROP_FRAMES);
+  if (drop < 0) return MS_ENOMEM;
+  pb_int(b, PB_PROFILE_DROP_FRAMES, (uint64_t)drop);
   return MS_OK;
 }
 
