@@ -189,4 +189,12 @@ int cli_top_compute(const ms_snapshot_t *s, cli_top_by by, cli_top_t *out);
 void cli_top_release(cli_top_t *t);
 void cli_top_label(const ms_snapshot_t *s, const cli_top_t *t, size_t i, char *buf, size_t cap);
 
+/* ---- many ranks (cli/ranks.c, issue #17 §4) ---- */
+
+/* One row per file (rank): peaks, fragmentation at the peak, OOMs, the largest stack then; the
+ * outliers; as text or JSON on stdout. Files are read by --jobs worker threads (default: one per
+ * core), one snapshot per worker at a time. A file that cannot be read is an error row and makes
+ * the status CLI_FAILURE. @return CLI_OK, CLI_FAILURE or CLI_USAGE. */
+int cli_ranks(const char *cmd, char **files, int nfiles, bool json, const char *jobs_s);
+
 #endif /* MEMSNAP_CLI_H */

@@ -18,6 +18,7 @@
 static const char timeline_usage[] =
     "usage: memsnap timeline FILE [--json [--segments] [--max-entries N]] [--device N]\n"
     "                        [--range A:B] [--stream S] [--pool ID]\n"
+    "       memsnap timeline FILE FILE... [--json] [--jobs N]\n"
     "\n"
     "Memory over time. By default prints, for each device: the number of trace entries, the\n"
     "first and last timestamps, the peak of allocated memory (bytes, entry, time and the\n"
@@ -35,6 +36,9 @@ static const char timeline_usage[] =
     "  --range A:B        only trace entries A to B (inclusive; either may be omitted)\n"
     "  --stream S         (text) count only segments of stream S (raw handle, decimal or 0x..)\n"
     "  --pool ID          (text) count only segments of private pool ID (`A,B`; 0,0 = default)\n"
+    "  --jobs N           with several FILEs (one per rank): read N files at a time (default:\n"
+    "                     one per core); prints one row per file: peaks, fragmentation, OOMs,\n"
+    "                     the largest stack at the peak, the highest rank and the outliers\n"
     "  -h, --help         show this help\n";
 
 
@@ -199,8 +203,9 @@ static int timeline_text(const ms_snapshot_t *snap, const char *name, const cli_
 int cmd_timeline(int argc, char **argv) {
   int json = 0, segments = 0;
   const char *max_entries_s = NULL, *device_s = NULL, *range_s = NULL, *stream_s = NULL,
-             *pool_s = NULL;
+             *pool_s = NULL, *jobs_s = NULL;
   const struct cli_opt opts[] = {{"json", 0, &json, NULL},
+                                 {"jobs", 0, NULL, &jobs_s},
                                  {"segments", 0, &segments, NULL},
                                  {"max-entries", 0, NULL, &max_entries_s},
                                  {"device", 0, NULL, &device_s},
@@ -208,12 +213,24 @@ int cmd_timeline(int argc, char **argv) {
                                  {"stream", 0, NULL, &stream_s},
                                  {"pool", 0, NULL, &pool_s},
                                  {NULL, 0, NULL, NULL}};
-  char *pos[1];
+  char **pos = calloc((size_t)argc + 1, sizeof *pos);
+  if (!pos) return CLI_FAILURE;
   int npos = 0;
-  int rc = cli_parse_options("timeline", timeline_usage, opts, argc, argv, pos, 1, &npos);
+  int rc = cli_parse_options("timeline", timeline_usage, opts, argc, argv, pos, argc, &npos);
+  if (rc == CLI_OK && npos > 1) { /* many ranks (cli/ranks.c) */
+    if (segments || max_entries_s || device_s || range_s || stream_s || pool_s)
+      rc = cli_usage_error("timeline", "with several FILEs only --json and --jobs apply");
+    else
+      rc = cli_ranks("timeline", pos, npos, json != 0, jobs_s);
+    free(pos);
+    return rc;
+  }
+  char *file = npos > 0 ? pos[0] : NULL;
+  free(pos);
   if (rc == CLI_HELP_SHOWN) return CLI_OK;
   if (rc != CLI_OK) return rc;
-  if (npos < 1) return cli_usage_error("timeline", "missing FILE");
+  if (!file) return cli_usage_error("timeline", "missing FILE");
+  if (jobs_s) return cli_usage_error("timeline", "option '--jobs' needs several FILEs");
   cli_tl_args_t ta;
   if ((rc = cli_tl_args_parse("timeline", &ta, device_s, range_s, stream_s, pool_s, NULL)) !=
       CLI_OK)
@@ -234,8 +251,8 @@ int cmd_timeline(int argc, char **argv) {
                            "viewer's data covers the whole device)");
 
   ms_snapshot_t *snap = NULL;
-  if ((rc = cli_load(pos[0], &snap)) != CLI_OK) return rc;
-  const char *name = cli_display_name(pos[0]);
+  if ((rc = cli_load(file, &snap)) != CLI_OK) return rc;
+  const char *name = cli_display_name(file);
   if (json)
     rc = timeline_json(snap, name, &ta, segments != 0, max_entries);
   else

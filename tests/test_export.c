@@ -1089,3 +1089,91 @@ Test(export_cli, perfetto_hostile_names) {
   free(got);
   ms_snapshot_free(s);
 }
+
+/* ---- many ranks: memsnap timeline A B C... --------------------------------------------------- */
+
+static int ranks_cmp(const void *a, const void *b) {
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* The value of key in the line of file `file` of the --json output. */
+static int64_t ranks_value(const char *doc, const char *file, const char *key) {
+  char k[300];
+  snprintf(k, sizeof k, "{\"file\": \"%s\"", file);
+  const char *line = strstr(doc, k);
+  cr_assert(line, "no row for %s in %s", file, doc);
+  const char *end = strchr(line, '\n');
+  char *row = end ? strndup(line, (size_t)(end - line)) : strdup(line);
+  int64_t v = strstr(row, "\"outlier\": true") ? 1 : 0;
+  if (strcmp(key, "outlier") != 0) v = json_int(row, key);
+  free(row);
+  return v;
+}
+
+Test(export_cli, timeline_many_ranks) {
+  if (!have_fixtures()) return;
+  static const char *const names[] = {"a0kuma_adamw_small", "cranberrii_ftcourse",
+                                      "maphsge_select_n_4dev",
+                                      "wedsonlin_cs336_medium_1024_training"};
+  char links[4][32];
+  for (int i = 0; i < 4; i++) {
+    snprintf(links[i], sizeof links[i], "run_rank%d.pickle", i);
+    link_fixture(names[i], links[i]);
+  }
+  run_t r = RUN("timeline", links[0], links[1], links[2], links[3], "--json", "--jobs", "2");
+  cr_assert_eq(r.status, 0, "%s", r.err);
+  uint64_t peaks[4];
+  for (int i = 0; i < 4; i++) {
+    ms_snapshot_t *s = load(fx(names[i]));
+    ms_timeline_t *tl = NULL;
+    ms_errbuf_t eb = {{0}};
+    cr_assert_eq(ms_timeline_create(s, NULL, &tl, &eb), MS_OK);
+    ms_tl_peak_t best = {0};
+    size_t dev = SIZE_MAX;
+    for (size_t d = 0; d < ms_timeline_ndevices(tl); d++) {
+      ms_tl_peak_t p;
+      if (ms_timeline_peak(tl, d, MS_TL_ALLOCATED, 0, SIZE_MAX, &p) != MS_OK) continue;
+      if (dev == SIZE_MAX || p.bytes > best.bytes) best = p, dev = d;
+    }
+    uint64_t reserved = ms_timeline_series(tl, dev, MS_TL_RESERVED)[best.step];
+    ms_timeline_destroy(tl);
+    ms_snapshot_free(s);
+    peaks[i] = best.bytes;
+    cr_assert_eq(ranks_value(r.out, links[i], "rank"), i);
+    cr_assert_eq(ranks_value(r.out, links[i], "device"), (int64_t)dev);
+    cr_assert_eq(ranks_value(r.out, links[i], "peak_allocated"), (int64_t)best.bytes, "%s",
+                 names[i]);
+    cr_assert_eq(ranks_value(r.out, links[i], "entry"), best.entry);
+    cr_assert_eq(ranks_value(r.out, links[i], "reserved_at_peak"), (int64_t)reserved);
+  }
+  /* the median of four is the mean of the middle two; outliers are > 1.1 x the median */
+  uint64_t sorted[4];
+  memcpy(sorted, peaks, sizeof sorted);
+  qsort(sorted, 4, sizeof *sorted, ranks_cmp);
+  uint64_t med = sorted[1] / 2 + sorted[2] / 2 + (sorted[1] % 2 + sorted[2] % 2) / 2;
+  cr_assert_eq(json_int(r.out, "median_peak_allocated"), (int64_t)med);
+  for (int i = 0; i < 4; i++)
+    cr_assert_eq(ranks_value(r.out, links[i], "outlier"), (double)peaks[i] > 1.1 * (double)med,
+                 "%s", names[i]);
+  run_free(&r);
+  /* text: the highest rank named */
+  r = RUN("timeline", links[0], links[1], links[2], links[3]);
+  cr_assert_eq(r.status, 0, "%s", r.err);
+  cr_assert(strstr(r.out, "highest peak: rank 3, run_rank3.pickle: "), "%s", r.out);
+  run_free(&r);
+  /* an unreadable file: its error, the other rows, status 1 */
+  r = RUN("timeline", links[0], "nothere.pickle", "--json");
+  cr_assert_eq(r.status, 1);
+  cr_assert(strstr(r.err, "memsnap: error: ") && strstr(r.err, "nothere.pickle"), "%s", r.err);
+  cr_assert(strstr(r.out, "\"file\": \"nothere.pickle\", \"rank\": null, \"error\": "), "%s",
+            r.out);
+  cr_assert_eq(ranks_value(r.out, links[0], "peak_allocated"), (int64_t)peaks[0]);
+  run_free(&r);
+  r = RUN("timeline", links[0], links[1], "--segments", "--json");
+  cr_assert_eq(r.status, 2);
+  run_free(&r);
+  r = RUN("timeline", links[0], "--jobs", "2");
+  cr_assert_eq(r.status, 2);
+  run_free(&r);
+}

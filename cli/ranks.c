@@ -1,0 +1,295 @@
+/* SPDX-License-Identifier: MIT
+ * memsnap CLI: many snapshots at once, one per rank (issue #17 §4): `memsnap timeline A B C...`
+ * prints one row per file (rank): the peak of allocated memory with its device, entry and time,
+ * reserved memory then and the fragmentation it means, the peak of reserved memory, the OOMs, and
+ * the stack holding the most memory at the peak; then which rank peaked highest and the outliers
+ * (a peak more than 10% above the median). `--json` gives the same rows.
+ *
+ * Files are read by a few worker threads (one per core by default, `--jobs N`), each loading a
+ * file, computing its row and freeing the snapshot before taking the next file, so that at most
+ * one snapshot per worker is in memory whatever the number of ranks.
+ */
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "memsnap/export.h"
+#include "memsnap/serialize.h"
+#include "memsnap/timeline.h"
+
+typedef struct ranks_row_s {
+  const char *file;
+  bool ok, has_rank, has_trace, has_time;
+  char error[600];
+  int64_t rank;
+  size_t device, entries;
+  uint64_t peak, reserved_at_peak, peak_reserved;
+  int64_t entry, time_us, reserved_entry;
+  uint64_t ooms;
+  uint64_t top_bytes;
+  char top_label[512];
+  bool outlier;
+} ranks_row_t;
+
+typedef struct ranks_job_s {
+  char **files;
+  ranks_row_t *rows;
+  size_t n, next;
+  pthread_mutex_t lock; /* next; cli_top_compute (it sorts through a static) */
+} ranks_job_t;
+
+/* The row of one snapshot: the device whose allocated memory peaked highest. */
+static void ranks_compute(ranks_job_t *job, ranks_row_t *r, const ms_snapshot_t *s) {
+  r->has_rank = (s->present & MS_SNAP_HAS_RANK) != 0;
+  r->rank = s->rank;
+  if (!r->has_rank) r->has_rank = ms_export_rank_from_name(r->file, &r->rank);
+  for (size_t i = 0; i < s->ntrace; i++) r->ooms += s->trace[i].action == MS_TRACE_OOM;
+  ms_timeline_t *tl = NULL;
+  ms_errbuf_t eb = {{0}};
+  if (ms_timeline_create(s, NULL, &tl, &eb) != MS_OK) {
+    snprintf(r->error, sizeof r->error, "%s", eb.msg[0] ? eb.msg : "cannot index the trace");
+    return;
+  }
+  bool found = false;
+  ms_tl_peak_t best = {0};
+  for (size_t d = 0; d < ms_timeline_ndevices(tl); d++) {
+    ms_tl_peak_t p;
+    if (ms_timeline_peak(tl, d, MS_TL_ALLOCATED, 0, SIZE_MAX, &p) != MS_OK) continue;
+    if (!found || p.bytes > best.bytes) {
+      best = p;
+      r->device = d;
+      found = true;
+    }
+  }
+  if (!found) {
+    snprintf(r->error, sizeof r->error, "no device has a trace or segments");
+    ms_timeline_destroy(tl);
+    return;
+  }
+  r->entries = ms_timeline_nentries(tl, r->device);
+  r->has_trace = r->entries > 0;
+  r->peak = best.bytes;
+  r->entry = best.entry;
+  r->time_us = best.time_us;
+  r->has_time = best.has_time;
+  r->reserved_at_peak = ms_timeline_series(tl, r->device, MS_TL_RESERVED)[best.step];
+  ms_tl_peak_t pr;
+  if (ms_timeline_peak(tl, r->device, MS_TL_RESERVED, 0, SIZE_MAX, &pr) == MS_OK) {
+    r->peak_reserved = pr.bytes;
+    r->reserved_entry = pr.entry;
+  }
+  ms_snapshot_t *at = NULL;
+  if (ms_timeline_snapshot_at(tl, r->device, best.step, NULL, &at) == MS_OK) {
+    cli_top_t top;
+    pthread_mutex_lock(&job->lock);
+    int err = cli_top_compute(at, CLI_TOP_STACK, &top);
+    pthread_mutex_unlock(&job->lock);
+    if (err == MS_OK && top.nitems > 0) {
+      r->top_bytes = top.items[0].bytes;
+      cli_top_label(at, &top, 0, r->top_label, sizeof r->top_label);
+    }
+    if (err == MS_OK) cli_top_release(&top);
+    ms_snapshot_free(at);
+  }
+  ms_timeline_destroy(tl);
+  r->ok = true;
+}
+
+static void *ranks_worker(void *arg) {
+  ranks_job_t *job = arg;
+  for (;;) {
+    pthread_mutex_lock(&job->lock);
+    size_t i = job->next++;
+    pthread_mutex_unlock(&job->lock);
+    if (i >= job->n) return NULL;
+    ranks_row_t *r = &job->rows[i];
+    r->file = cli_display_name(job->files[i]);
+    ms_snapshot_t *s = NULL;
+    ms_errbuf_t eb = {{0}};
+    if (ms_snapshot_load(job->files[i], &s, &eb) != MS_OK) {
+      snprintf(r->error, sizeof r->error, "%s", eb.msg[0] ? eb.msg : "cannot read it");
+      continue;
+    }
+    ranks_compute(job, r, s);
+    ms_snapshot_free(s);
+  }
+}
+
+static int ranks_cmp_u64(const void *a, const void *b) {
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* Marks the outliers; @return the median peak (0 without rows) and *best the highest row. */
+static uint64_t ranks_outliers(ranks_row_t *rows, size_t n, size_t *best) {
+  uint64_t *v = malloc((n ? n : 1) * sizeof *v);
+  size_t k = 0;
+  *best = SIZE_MAX;
+  for (size_t i = 0; i < n; i++) {
+    if (!rows[i].ok) continue;
+    if (v) v[k++] = rows[i].peak;
+    if (*best == SIZE_MAX || rows[i].peak > rows[*best].peak) *best = i;
+  }
+  uint64_t med = 0;
+  if (v && k) {
+    qsort(v, k, sizeof *v, ranks_cmp_u64);
+    med = k % 2 ? v[k / 2] : v[k / 2 - 1] / 2 + v[k / 2] / 2 + (v[k / 2 - 1] % 2 + v[k / 2] % 2) / 2;
+  }
+  free(v);
+  for (size_t i = 0; i < n; i++)
+    rows[i].outlier = rows[i].ok && k > 1 && (double)rows[i].peak > 1.1 * (double)med;
+  return med;
+}
+
+static void ranks_json_str(FILE *out, const char *s) {
+  fputc('"', out);
+  for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+    if (*p == '"' || *p == '\\')
+      fprintf(out, "\\%c", *p);
+    else if (*p < 0x20)
+      fprintf(out, "\\u%04x", *p);
+    else
+      fputc(*p, out);
+  }
+  fputc('"', out);
+}
+
+static void ranks_print_json(FILE *out, const ranks_row_t *rows, size_t n, uint64_t med,
+                             size_t best) {
+  fprintf(out, "{\"median_peak_allocated\": %" PRIu64 ", \"highest\": ", med);
+  if (best == SIZE_MAX)
+    fputs("null", out);
+  else
+    fprintf(out, "%zu", best);
+  fputs(", \"files\": [", out);
+  for (size_t i = 0; i < n; i++) {
+    const ranks_row_t *r = &rows[i];
+    fprintf(out, "%s\n{\"file\": ", i ? "," : "");
+    ranks_json_str(out, r->file);
+    fputs(", \"rank\": ", out);
+    if (r->has_rank)
+      fprintf(out, "%" PRId64, r->rank);
+    else
+      fputs("null", out);
+    if (!r->ok) {
+      fputs(", \"error\": ", out);
+      ranks_json_str(out, r->error);
+      fputc('}', out);
+      continue;
+    }
+    fprintf(out,
+            ", \"device\": %zu, \"entries\": %zu, \"peak_allocated\": %" PRIu64
+            ", \"entry\": %" PRId64 ", \"time_us\": ",
+            r->device, r->entries, r->peak, r->entry);
+    if (r->has_time)
+      fprintf(out, "%" PRId64, r->time_us);
+    else
+      fputs("null", out);
+    fprintf(out,
+            ", \"reserved_at_peak\": %" PRIu64 ", \"fragmentation\": %.6f, \"peak_reserved\": "
+            "%" PRIu64 ", \"peak_reserved_entry\": %" PRId64 ", \"ooms\": %" PRIu64
+            ", \"top_stack_bytes\": %" PRIu64 ", \"top_stack\": ",
+            r->reserved_at_peak,
+            r->reserved_at_peak ? 1.0 - (double)r->peak / (double)r->reserved_at_peak : 0.0,
+            r->peak_reserved, r->reserved_entry, r->ooms, r->top_bytes);
+    ranks_json_str(out, r->top_label);
+    fprintf(out, ", \"outlier\": %s}", r->outlier ? "true" : "false");
+  }
+  fputs("]}\n", out);
+}
+
+static void ranks_print_text(FILE *out, const ranks_row_t *rows, size_t n, uint64_t med,
+                             size_t best) {
+  fprintf(out, "%-5s %-24s %3s %8s %12s %8s %12s %6s %12s %5s  %s\n", "rank", "file", "dev",
+          "entries", "peak alloc", "at entry", "reserved", "frag", "peak reserv", "OOMs",
+          "largest stack at the peak");
+  for (size_t i = 0; i < n; i++) {
+    const ranks_row_t *r = &rows[i];
+    char rank[24] = "-", a[CLI_BYTES_BUFSZ], b[CLI_BYTES_BUFSZ], c[CLI_BYTES_BUFSZ],
+         t[CLI_BYTES_BUFSZ];
+    if (r->has_rank) snprintf(rank, sizeof rank, "%" PRId64, r->rank);
+    if (!r->ok) {
+      fprintf(out, "%-5s %-24s error: %s\n", rank, r->file, r->error);
+      continue;
+    }
+    double frag =
+        r->reserved_at_peak ? 100.0 * (1.0 - (double)r->peak / (double)r->reserved_at_peak) : 0;
+    fprintf(out, "%-5s %-24s %3zu %8zu %12s %8" PRId64 " %12s %5.1f%% %12s %5" PRIu64 "  %s %s%s\n",
+            rank, r->file, r->device, r->entries, cli_format_bytes((int64_t)r->peak, a), r->entry,
+            cli_format_bytes((int64_t)r->reserved_at_peak, b), frag,
+            cli_format_bytes((int64_t)r->peak_reserved, c), r->ooms,
+            cli_format_bytes((int64_t)r->top_bytes, t), r->top_label[0] ? r->top_label : "-",
+            r->outlier ? "  << outlier" : "");
+  }
+  if (best == SIZE_MAX) return;
+  const ranks_row_t *h = &rows[best];
+  char a[CLI_BYTES_BUFSZ], m[CLI_BYTES_BUFSZ], when[96] = "";
+  if (h->has_time) {
+    ms_snap_trace_t e;
+    memset(&e, 0, sizeof e);
+    e.time_us = h->time_us;
+    e.present = MS_TRACE_HAS_TIME;
+    char tt[80];
+    cli_format_time(&e, tt, sizeof tt);
+    snprintf(when, sizeof when, ", %s", tt);
+  }
+  char who[64] = "";
+  if (h->has_rank) snprintf(who, sizeof who, "rank %" PRId64 ", ", h->rank);
+  fprintf(out, "\nhighest peak: %s%s: %s on device %zu after entry %" PRId64 "%s\n", who, h->file,
+          cli_format_bytes((int64_t)h->peak, a), h->device, h->entry, when);
+  fprintf(out, "median peak: %s", cli_format_bytes((int64_t)med, m));
+  if (med) fprintf(out, "; the highest is %.2fx the median", (double)h->peak / (double)med);
+  fputc('\n', out);
+  size_t nout = 0;
+  for (size_t i = 0; i < n; i++) nout += rows[i].outlier;
+  fprintf(out, "outliers (peak more than 10%% above the median): %zu\n", nout);
+}
+
+int cli_ranks(const char *cmd, char **files, int nfiles, bool json, const char *jobs_s) {
+  uint64_t jobs = (uint64_t)sysconf(_SC_NPROCESSORS_ONLN);
+  if (jobs_s && (!cli_parse_u64(jobs_s, &jobs) || jobs == 0 || jobs > 256))
+    return cli_usage_error(cmd, "option '--jobs' needs a number from 1 to 256, not '%s'", jobs_s);
+  if (jobs < 1) jobs = 1;
+  if (jobs > (uint64_t)nfiles) jobs = (uint64_t)nfiles;
+  ranks_job_t job = {files, calloc((size_t)nfiles, sizeof(ranks_row_t)), (size_t)nfiles, 0,
+                     PTHREAD_MUTEX_INITIALIZER};
+  pthread_t *th = calloc(jobs, sizeof *th);
+  if (!job.rows || !th) {
+    free(job.rows);
+    free(th);
+    cli_error("out of memory");
+    return CLI_FAILURE;
+  }
+  cli_progress_start("reading %d files", nfiles);
+  size_t started = 0;
+  for (; started < jobs; started++)
+    if (pthread_create(&th[started], NULL, ranks_worker, &job) != 0) break;
+  if (started == 0) ranks_worker(&job);
+  for (size_t i = 0; i < started; i++) pthread_join(th[i], NULL);
+  cli_progress_stop();
+  int rc = CLI_OK;
+  for (size_t i = 0; i < job.n; i++) {
+    if (job.rows[i].ok) continue;
+    char quoted[600];
+    snprintf(quoted, sizeof quoted, "'%s'", job.rows[i].file);
+    if (strstr(job.rows[i].error, quoted))
+      cli_error("%s", job.rows[i].error);
+    else
+      cli_error("'%s': %s", job.rows[i].file, job.rows[i].error);
+    rc = CLI_FAILURE;
+  }
+  size_t best;
+  uint64_t med = ranks_outliers(job.rows, job.n, &best);
+  if (json)
+    ranks_print_json(stdout, job.rows, job.n, med, best);
+  else
+    ranks_print_text(stdout, job.rows, job.n, med, best);
+  free(job.rows);
+  free(th);
+  return rc;
+}
