@@ -388,7 +388,7 @@ static const char *const hostile[] = {
 
 /* A consistent snapshot (one segment, one live block, its alloc in the trace) whose stack's frames
  * have hostile names and files, and hostile allocator settings. */
-static ms_snapshot_t *hostile_snapshot(void) {
+static ms_snapshot_t *hostile_snapshot_ex(bool broken) {
   ms__snapbuild_t b;
   ms__snapbuild_init(&b);
   b.hdr.origin = MS_SNAP_ORIGIN_TORCH_DICT;
@@ -446,14 +446,24 @@ static ms_snapshot_t *hostile_snapshot(void) {
   t.size = 4096;
   t.time_us = 2000;
   cr_assert_eq(ms__snapbuild_add_trace(&b, &t), MS_OK);
+  if (broken) { /* a free outside every segment: the trace cannot be undone */
+    t.action = MS_TRACE_FREE_COMPLETED;
+    t.action_name = "free_completed";
+    t.addr = 0x1000;
+    cr_assert_eq(ms__snapbuild_add_trace(&b, &t), MS_OK);
+  }
   ms_snap_device_t d;
   memset(&d, 0, sizeof d);
-  d.ntrace = 2;
+  d.ntrace = broken ? 3 : 2;
   cr_assert_eq(ms__snapbuild_add_device(&b, &d), MS_OK);
   ms_snapshot_t *s = NULL;
   ms_errbuf_t eb = {{0}};
   cr_assert_eq(ms__snapbuild_finish(&b, &s, &eb), MS_OK, "%s", eb.msg);
   return s;
+}
+
+static ms_snapshot_t *hostile_snapshot(void) {
+  return hostile_snapshot_ex(false);
 }
 
 Test(export, sqlite_hostile_names_intact) {
@@ -1176,4 +1186,34 @@ Test(export_cli, timeline_many_ranks) {
   r = RUN("timeline", links[0], "--jobs", "2");
   cr_assert_eq(r.status, 2);
   run_free(&r);
+}
+
+Test(export_cli, sqlite_inconsistent_trace_keeps_the_rest) {
+  ms_snapshot_t *s = hostile_snapshot_ex(true);
+  char path[600];
+  snprintf(path, sizeof path, "%s/broken.msgpack", cli_dir);
+  ms_errbuf_t eb = {{0}};
+  cr_assert_eq(ms_snapshot_write_file(s, path, NULL, &eb), MS_OK, "%s", eb.msg);
+  ms_snapshot_free(s);
+  run_t r = RUN("export", "broken.msgpack", "--sqlite", "b.db");
+  cr_assert_eq(r.status, 0, "%s", r.err);
+  cr_assert(strstr(r.err, "memsnap: warning: 'broken.msgpack': no timeline rows: "), "%s", r.err);
+  run_free(&r);
+  snprintf(path, sizeof path, "%s/b.db", cli_dir);
+  sqlite3 *db = db_open(path);
+  cr_assert_eq(q_int(db, "SELECT count(*) FROM device_traces"), 3);
+  cr_assert_eq(q_int(db, "SELECT count(*) FROM timeline"), 0);
+  char *t = q_text(db, "SELECT timeline_error FROM snapshot");
+  cr_assert(strstr(t, "trace entry 2"), "%s", t);
+  free(t);
+  sqlite3_close(db);
+  /* the formats that need the index fail cleanly, leaving nothing */
+  r = RUN("export", "broken.msgpack", "--pprof", "b.pb.gz");
+  cr_assert_eq(r.status, 1);
+  cr_assert(strstr(r.err, "memsnap: error: 'broken.msgpack': "), "%s", r.err);
+  run_free(&r);
+  r = RUN("export", "broken.msgpack", "--perfetto", "b.json");
+  cr_assert_eq(r.status, 1);
+  run_free(&r);
+  cr_assert_eq(th_dir_count(cli_dir), 2, "only the input and b.db");
 }

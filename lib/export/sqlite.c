@@ -176,9 +176,7 @@ static void bind_stack(sqlite3_stmt *st, int i, const ms_snapshot_t *snap, uint3
     sqlite3_bind_int64(st, i, stack);
 }
 
-static void bind_rank(ms_export_sqlite_t *x, sqlite3_stmt *st, int i, bool has_rank,
-                      int64_t rank) {
-  (void)x;
+static void bind_rank(sqlite3_stmt *st, int i, bool has_rank, int64_t rank) {
   if (has_rank)
     sqlite3_bind_int64(st, i, rank);
   else
@@ -196,7 +194,7 @@ static int sqlite_add_snapshot_row(ms_export_sqlite_t *x, const ms_snapshot_t *s
   if (x->buf.oom) return SQLITE_NOMEM;
   sqlite3_bind_int64(st, 1, x->nfiles);
   sqlite3_bind_text(st, 2, name, -1, SQLITE_STATIC);
-  bind_rank(x, st, 3, has_rank, rank);
+  bind_rank(st, 3, has_rank, rank);
   sqlite3_bind_text(st, 4, ms__export_producer(snap), -1, SQLITE_STATIC);
   sqlite3_bind_text(st, 5, x->buf.ptr, (int)x->buf.len, SQLITE_STATIC);
   bind_u64(st, 6, snap->ndevices);
@@ -265,7 +263,7 @@ static int sqlite_add_segments(ms_export_sqlite_t *x, const ms_snapshot_t *snap,
     char pool[48];
     snprintf(pool, sizeof pool, "%" PRId64 ",%" PRId64, g->pool_id[0], g->pool_id[1]);
     sqlite3_bind_int64(sg, 1, x->nfiles);
-    bind_rank(x, sg, 2, has_rank, rank);
+    bind_rank(sg, 2, has_rank, rank);
     sqlite3_bind_int64(sg, 3, (sqlite3_int64)i);
     sqlite3_bind_int64(sg, 4, g->device);
     bind_u64(sg, 5, g->address);
@@ -284,7 +282,7 @@ static int sqlite_add_segments(ms_export_sqlite_t *x, const ms_snapshot_t *snap,
       if (bi >= snap->nblocks) break;
       const ms_snap_block_t *b = &snap->blocks[bi];
       sqlite3_bind_int64(bl, 1, x->nfiles);
-      bind_rank(x, bl, 2, has_rank, rank);
+      bind_rank(bl, 2, has_rank, rank);
       sqlite3_bind_int64(bl, 3, (sqlite3_int64)bi);
       sqlite3_bind_int64(bl, 4, (sqlite3_int64)i);
       bind_u64(bl, 5, b->address);
@@ -306,7 +304,7 @@ static int sqlite_add_trace(ms_export_sqlite_t *x, const ms_snapshot_t *snap, bo
   int rc = SQLITE_OK;
   sqlite3_stmt *st = x->st[ST_TRACE];
   sqlite3_bind_int64(st, 1, x->nfiles);
-  bind_rank(x, st, 2, has_rank, rank);
+  bind_rank(st, 2, has_rank, rank);
   for (size_t d = 0; d < snap->ndevices && rc == SQLITE_OK; d++) {
     const ms_snap_device_t *dv = &snap->devices[d];
     sqlite3_bind_int64(st, 3, (sqlite3_int64)d);
@@ -339,7 +337,7 @@ static int sqlite_add_timeline(ms_export_sqlite_t *x, const ms_timeline_t *tl, b
   int rc = SQLITE_OK;
   sqlite3_stmt *st = x->st[ST_TIMELINE];
   sqlite3_bind_int64(st, 1, x->nfiles);
-  bind_rank(x, st, 2, has_rank, rank);
+  bind_rank(st, 2, has_rank, rank);
   for (size_t d = 0; d < ms_timeline_ndevices(tl) && rc == SQLITE_OK; d++) {
     size_t n = ms_timeline_nentries(tl, d);
     const uint64_t *v[4] = {
