@@ -60,12 +60,16 @@ static const char sqlite_schema[] =
     "  PRIMARY KEY (file_id, id)) WITHOUT ROWID;\n"
     "CREATE TABLE trace_rows (file_id INTEGER NOT NULL, rank INTEGER, device INTEGER NOT NULL,\n"
     "  id INTEGER NOT NULL, action TEXT NOT NULL, addr INTEGER NOT NULL, size INTEGER NOT NULL,\n"
-    "  stream INTEGER NOT NULL, time_us INTEGER, frames_id INTEGER,\n"
+    "  stream INTEGER NOT NULL, time_us INTEGER, frames_id INTEGER, allocated INTEGER,\n"
+    "  reserved INTEGER, active INTEGER, requested INTEGER,\n"
     "  PRIMARY KEY (file_id, device, id)) WITHOUT ROWID;\n"
-    "CREATE TABLE timeline (file_id INTEGER NOT NULL, rank INTEGER, device INTEGER NOT NULL,\n"
-    "  entry INTEGER NOT NULL, allocated INTEGER NOT NULL, reserved INTEGER NOT NULL,\n"
+    "CREATE TABLE timeline_start (file_id INTEGER NOT NULL, rank INTEGER,\n"
+    "  device INTEGER NOT NULL, allocated INTEGER NOT NULL, reserved INTEGER NOT NULL,\n"
     "  active INTEGER NOT NULL, requested INTEGER NOT NULL,\n"
-    "  PRIMARY KEY (file_id, device, entry)) WITHOUT ROWID;\n"
+    "  PRIMARY KEY (file_id, device)) WITHOUT ROWID;\n"
+    "CREATE VIEW timeline AS SELECT file_id, rank, device, -1 AS entry, allocated, reserved,\n"
+    "  active, requested FROM timeline_start UNION ALL SELECT file_id, rank, device, id,\n"
+    "  allocated, reserved, active, requested FROM trace_rows WHERE allocated IS NOT NULL;\n"
     "CREATE VIEW frames AS SELECT s.file_id AS file_id, s.id AS id, s.depth AS depth, (SELECT\n"
     "  json_group_array(json_object('filename', q.filename, 'line', q.line, 'name', q.name))\n"
     "  FROM (SELECT l.filename, l.line, l.name FROM json_each(s.location_ids) j JOIN locations l\n"
@@ -100,8 +104,9 @@ static const char *const sqlite_inserts[ST_COUNT] = {
     "INSERT INTO stacks VALUES (?1, ?2, ?3, ?4)",
     "INSERT INTO segments VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
     "INSERT INTO block_rows VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
-    "INSERT INTO trace_rows VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
-    "INSERT INTO timeline VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+    "INSERT INTO trace_rows VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, "
+    "?14)",
+    "INSERT INTO timeline_start VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
 };
 
 struct ms_export_sqlite_s {
@@ -299,14 +304,26 @@ static int sqlite_add_segments(ms_export_sqlite_t *x, const ms_snapshot_t *snap,
   return rc;
 }
 
-static int sqlite_add_trace(ms_export_sqlite_t *x, const ms_snapshot_t *snap, bool has_rank,
-                            int64_t rank) {
+/* The four totals of device d after every step (NULLs: none), in the columns' order. */
+static void sqlite_series(const ms_timeline_t *tl, size_t d, const uint64_t *v[4]) {
+  static const ms_tl_metric m[4] = {MS_TL_ALLOCATED, MS_TL_RESERVED, MS_TL_ACTIVE,
+                                    MS_TL_REQUESTED};
+  for (int k = 0; k < 4; k++)
+    v[k] = tl && d < ms_timeline_ndevices(tl) ? ms_timeline_series(tl, d, m[k]) : NULL;
+  if (!v[0] || !v[1] || !v[2] || !v[3]) v[0] = NULL;
+}
+
+static int sqlite_add_trace(ms_export_sqlite_t *x, const ms_snapshot_t *snap,
+                            const ms_timeline_t *tl, bool has_rank, int64_t rank) {
   int rc = SQLITE_OK;
   sqlite3_stmt *st = x->st[ST_TRACE];
   sqlite3_bind_int64(st, 1, x->nfiles);
   bind_rank(st, 2, has_rank, rank);
   for (size_t d = 0; d < snap->ndevices && rc == SQLITE_OK; d++) {
     const ms_snap_device_t *dv = &snap->devices[d];
+    const uint64_t *v[4];
+    sqlite_series(tl, d, v);
+    if (v[0] && ms_timeline_nentries(tl, d) != dv->ntrace) v[0] = NULL;
     sqlite3_bind_int64(st, 3, (sqlite3_int64)d);
     for (uint32_t i = 0; i < dv->ntrace && rc == SQLITE_OK; i++) {
       size_t ti = (size_t)dv->first_trace + i;
@@ -325,6 +342,12 @@ static int sqlite_add_trace(ms_export_sqlite_t *x, const ms_snapshot_t *snap, bo
       else
         sqlite3_bind_null(st, 9);
       bind_stack(st, 10, snap, e->stack);
+      for (int k = 0; k < 4; k++) {
+        if (v[0])
+          bind_u64(st, 11 + k, v[k][i + 1]);
+        else
+          sqlite3_bind_null(st, 11 + k);
+      }
       /* sqlite3_reset keeps the bindings: columns 1-3 stay for the whole device */
       rc = sqlite_step(st);
     }
@@ -332,24 +355,21 @@ static int sqlite_add_trace(ms_export_sqlite_t *x, const ms_snapshot_t *snap, bo
   return rc;
 }
 
+/* The state before the first entry of every device with a trace (the timeline's entry -1; the
+ * totals after each entry are columns of trace_rows). */
 static int sqlite_add_timeline(ms_export_sqlite_t *x, const ms_timeline_t *tl, bool has_rank,
                                int64_t rank) {
   int rc = SQLITE_OK;
   sqlite3_stmt *st = x->st[ST_TIMELINE];
-  sqlite3_bind_int64(st, 1, x->nfiles);
-  bind_rank(st, 2, has_rank, rank);
   for (size_t d = 0; d < ms_timeline_ndevices(tl) && rc == SQLITE_OK; d++) {
-    size_t n = ms_timeline_nentries(tl, d);
-    const uint64_t *v[4] = {
-        ms_timeline_series(tl, d, MS_TL_ALLOCATED), ms_timeline_series(tl, d, MS_TL_RESERVED),
-        ms_timeline_series(tl, d, MS_TL_ACTIVE), ms_timeline_series(tl, d, MS_TL_REQUESTED)};
-    if (n == 0 || !v[0] || !v[1] || !v[2] || !v[3]) continue;
+    const uint64_t *v[4];
+    sqlite_series(tl, d, v);
+    if (ms_timeline_nentries(tl, d) == 0 || !v[0]) continue;
+    sqlite3_bind_int64(st, 1, x->nfiles);
+    bind_rank(st, 2, has_rank, rank);
     sqlite3_bind_int64(st, 3, (sqlite3_int64)d);
-    for (size_t s = 0; s <= n && rc == SQLITE_OK; s++) {
-      sqlite3_bind_int64(st, 4, (sqlite3_int64)s - 1);
-      for (int m = 0; m < 4; m++) bind_u64(st, 5 + m, v[m][s]);
-      rc = sqlite_step(st);
-    }
+    for (int m = 0; m < 4; m++) bind_u64(st, 4 + m, v[m][0]);
+    rc = sqlite_step(st);
   }
   return rc;
 }
@@ -360,7 +380,7 @@ int ms_export_sqlite_add(ms_export_sqlite_t *x, const ms_snapshot_t *snap,
   int rc = sqlite_add_snapshot_row(x, snap, name, has_rank, rank, timeline_error);
   if (rc == SQLITE_OK) rc = sqlite_add_stacks(x, snap);
   if (rc == SQLITE_OK) rc = sqlite_add_segments(x, snap, has_rank, rank);
-  if (rc == SQLITE_OK) rc = sqlite_add_trace(x, snap, has_rank, rank);
+  if (rc == SQLITE_OK) rc = sqlite_add_trace(x, snap, tl, has_rank, rank);
   if (rc == SQLITE_OK && tl) rc = sqlite_add_timeline(x, tl, has_rank, rank);
   if (rc == SQLITE_NOMEM || x->buf.oom) return ms__errbuf_set(eb, MS_ENOMEM, "out of memory");
   if (rc != SQLITE_OK) return sqlite_fail(x, eb, "cannot insert the rows");
