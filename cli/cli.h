@@ -191,10 +191,15 @@ void cli_top_label(const ms_snapshot_t *s, const cli_top_t *t, size_t i, char *b
 
 /* ---- many ranks (cli/ranks.c, issue #17 §4) ---- */
 
-/* One row per file (rank): peaks, fragmentation at the peak, OOMs, the largest stack then; the
+/* `stats`, `top` and `timeline` with several FILEs or a directory: one row per file (rank): peaks, fragmentation at the peak, OOMs, the largest stack then; the
  * outliers; as text or JSON on stdout. Files are read by --jobs worker threads (default: one per
  * core), one snapshot per worker at a time. A file that cannot be read is an error row and makes
  * the status CLI_FAILURE. @return CLI_OK, CLI_FAILURE or CLI_USAGE. */
 int cli_ranks(const char *cmd, char **files, int nfiles, bool json, const char *jobs_s);
+/* cli_ranks on files only (no directory expansion). */
+int cli_ranks_files(const char *cmd, char **files, int nfiles, bool json, const char *jobs_s);
+/* Whether the positional arguments ask for the many-ranks table: several FILEs, or a directory
+ * (which stands for the files in it, sorted by name). */
+bool cli_ranks_wanted(char **files, int nfiles);
 
 #endif /* MEMSNAP_CLI_H */

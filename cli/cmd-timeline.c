@@ -18,7 +18,7 @@
 static const char timeline_usage[] =
     "usage: memsnap timeline FILE [--json [--segments] [--max-entries N]] [--device N]\n"
     "                        [--range A:B] [--stream S] [--pool ID]\n"
-    "       memsnap timeline FILE FILE... [--json] [--jobs N]\n"
+    "       memsnap timeline FILE FILE...|DIR [--json] [--jobs N]\n"
     "\n"
     "Memory over time. By default prints, for each device: the number of trace entries, the\n"
     "first and last timestamps, the peak of allocated memory (bytes, entry, time and the\n"
@@ -36,9 +36,10 @@ static const char timeline_usage[] =
     "  --range A:B        only trace entries A to B (inclusive; either may be omitted)\n"
     "  --stream S         (text) count only segments of stream S (raw handle, decimal or 0x..)\n"
     "  --pool ID          (text) count only segments of private pool ID (`A,B`; 0,0 = default)\n"
-    "  --jobs N           with several FILEs (one per rank): read N files at a time (default:\n"
-    "                     one per core); prints one row per file: peaks, fragmentation, OOMs,\n"
-    "                     the largest stack at the peak, the highest rank and the outliers\n"
+    "  --jobs N           with several FILEs (one per rank) or a DIR of them: read N files at\n"
+    "                     a time (default: one per core); prints one row per file: peaks,\n"
+    "                     fragmentation, OOMs, the largest stack at the peak, the highest rank\n"
+    "                     and the outliers (docs/export.md)\n"
     "  -h, --help         show this help\n";
 
 
@@ -217,7 +218,7 @@ int cmd_timeline(int argc, char **argv) {
   if (!pos) return CLI_FAILURE;
   int npos = 0;
   int rc = cli_parse_options("timeline", timeline_usage, opts, argc, argv, pos, argc, &npos);
-  if (rc == CLI_OK && npos > 1) { /* many ranks (cli/ranks.c) */
+  if (rc == CLI_OK && cli_ranks_wanted(pos, npos)) { /* many ranks (cli/ranks.c) */
     if (segments || max_entries_s || device_s || range_s || stream_s || pool_s)
       rc = cli_usage_error("timeline", "with several FILEs only --json and --jobs apply");
     else

@@ -15,6 +15,7 @@
 static const char top_usage[] =
     "usage: memsnap top FILE [--at MOMENT] [-n N] [--by stack|frame|file|size] [--json]\n"
     "                   [--device N] [--range A:B] [--stream S] [--pool ID]\n"
+    "       memsnap top FILE FILE...|DIR [--json] [--jobs N]   (one row per rank, at its peak)\n"
     "\n"
     "Lists the biggest consumers of allocated memory at a moment: bytes, number of blocks,\n"
     "share of all allocated bytes, and the stack (or frame, file, block size) that allocated\n"
@@ -96,45 +97,59 @@ static void top_text_stack(FILE *out, const ms_snapshot_t *s, uint32_t stack) {
   }
 }
 
+static bool top_parse_by(const char *s, cli_top_by *by) {
+  static const char *const names[] = {"stack", "frame", "file", "size"};
+  for (int i = 0; i < 4; i++) {
+    if (strcmp(s, names[i]) == 0) {
+      *by = (cli_top_by)i;
+      return true;
+    }
+  }
+  return false;
+}
+
 int cmd_top(int argc, char **argv) {
   int json = 0;
   const char *at_s = NULL, *n_s = NULL, *by_s = NULL, *device_s = NULL, *range_s = NULL,
-             *stream_s = NULL, *pool_s = NULL;
-  const struct cli_opt opts[] = {{"at", 0, NULL, &at_s},         {"n", 'n', NULL, &n_s},
+             *stream_s = NULL, *pool_s = NULL, *jobs_s = NULL;
+  const struct cli_opt opts[] = {{"jobs", 0, NULL, &jobs_s},
+                                 {"at", 0, NULL, &at_s},         {"n", 'n', NULL, &n_s},
                                  {"by", 0, NULL, &by_s},         {"json", 0, &json, NULL},
                                  {"device", 0, NULL, &device_s}, {"range", 0, NULL, &range_s},
                                  {"stream", 0, NULL, &stream_s}, {"pool", 0, NULL, &pool_s},
                                  {NULL, 0, NULL, NULL}};
-  char *pos[1];
+  char **pos = calloc((size_t)argc + 1, sizeof *pos);
+  if (!pos) return CLI_FAILURE;
   int npos = 0;
-  int rc = cli_parse_options("top", top_usage, opts, argc, argv, pos, 1, &npos);
+  int rc = cli_parse_options("top", top_usage, opts, argc, argv, pos, argc, &npos);
+  if (rc == CLI_OK && cli_ranks_wanted(pos, npos)) { /* many ranks (cli/ranks.c) */
+    if (at_s || n_s || by_s || device_s || range_s || stream_s || pool_s)
+      rc = cli_usage_error("top", "with several FILEs only --json and --jobs apply");
+    else
+      rc = cli_ranks("top", pos, npos, json != 0, jobs_s);
+    free(pos);
+    return rc;
+  }
+  char *file = npos > 0 ? pos[0] : NULL;
+  free(pos);
   if (rc == CLI_HELP_SHOWN) return CLI_OK;
   if (rc != CLI_OK) return rc;
-  if (npos < 1) return cli_usage_error("top", "missing FILE");
+  if (!file) return cli_usage_error("top", "missing FILE");
+  if (jobs_s) return cli_usage_error("top", "option '--jobs' needs several FILEs");
   uint64_t limit = 10;
   if (n_s && !cli_parse_u64(n_s, &limit))
     return cli_usage_error("top", "option '-n' needs a number, not '%s'", n_s);
   cli_top_by by = CLI_TOP_STACK;
-  if (by_s) {
-    if (strcmp(by_s, "stack") == 0)
-      by = CLI_TOP_STACK;
-    else if (strcmp(by_s, "frame") == 0)
-      by = CLI_TOP_FRAME;
-    else if (strcmp(by_s, "file") == 0)
-      by = CLI_TOP_FILE;
-    else if (strcmp(by_s, "size") == 0)
-      by = CLI_TOP_SIZE;
-    else
-      return cli_usage_error("top", "option '--by' needs stack, frame, file or size, not '%s'",
-                             by_s);
-  }
+  if (by_s && !top_parse_by(by_s, &by))
+    return cli_usage_error("top", "option '--by' needs stack, frame, file or size, not '%s'",
+                           by_s);
   cli_tl_args_t ta;
   if ((rc = cli_tl_args_parse("top", &ta, device_s, range_s, stream_s, pool_s,
                               at_s ? at_s : "peak")) != CLI_OK)
     return rc;
   ms_snapshot_t *snap = NULL;
-  if ((rc = cli_load(pos[0], &snap)) != CLI_OK) return rc;
-  const char *name = cli_display_name(pos[0]);
+  if ((rc = cli_load(file, &snap)) != CLI_OK) return rc;
+  const char *name = cli_display_name(file);
   ms_snapshot_t *at = NULL;
   size_t dev = 0, step = 0;
   rc = cli_at_snapshot(snap, name, &ta, false, &at, &dev, &step);

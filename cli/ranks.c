@@ -14,7 +14,9 @@
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <dirent.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -250,7 +252,101 @@ static void ranks_print_text(FILE *out, const ranks_row_t *rows, size_t n, uint6
   fprintf(out, "outliers (peak more than 10%% above the median): %zu\n", nout);
 }
 
-int cli_ranks(const char *cmd, char **files, int nfiles, bool json, const char *jobs_s) {
+static bool ranks_is_dir(const char *path) {
+  struct stat st;
+  return strcmp(path, "-") != 0 && stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+bool cli_ranks_wanted(char **files, int nfiles) {
+  return nfiles > 1 || (nfiles == 1 && ranks_is_dir(files[0]));
+}
+
+static int ranks_cmp_str(const void *a, const void *b) {
+  return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+typedef struct ranks_list_s {
+  char **v;
+  size_t n, cap;
+} ranks_list_t;
+
+static bool ranks_push(ranks_list_t *l, char *p) {
+  if (!p) return false;
+  if (l->n == l->cap) {
+    size_t nc = l->cap ? l->cap * 2 : 16;
+    char **q = realloc(l->v, nc * sizeof *q);
+    if (!q) {
+      free(p);
+      return false;
+    }
+    l->v = q;
+    l->cap = nc;
+  }
+  l->v[l->n++] = p;
+  return true;
+}
+
+static void ranks_list_free(ranks_list_t *l) {
+  for (size_t i = 0; i < l->n; i++) free(l->v[i]);
+  free(l->v);
+}
+
+/* The regular files of a directory (not hidden), sorted by name, appended to l.
+ * @return CLI_OK or CLI_FAILURE (printed). */
+static int ranks_dir(ranks_list_t *l, const char *dir) {
+  DIR *d = opendir(dir);
+  if (!d) {
+    cli_error("cannot open the directory '%s'", dir);
+    return CLI_FAILURE;
+  }
+  size_t first = l->n;
+  int rc = CLI_OK;
+  struct dirent *de;
+  while (rc == CLI_OK && (de = readdir(d))) {
+    if (de->d_name[0] == '.') continue;
+    size_t len = strlen(dir) + strlen(de->d_name) + 2;
+    char *p = malloc(len);
+    if (p) snprintf(p, len, "%s/%s", dir, de->d_name);
+    struct stat st;
+    if (p && (stat(p, &st) != 0 || !S_ISREG(st.st_mode))) {
+      free(p);
+      continue;
+    }
+    if (!ranks_push(l, p)) {
+      cli_error("out of memory");
+      rc = CLI_FAILURE;
+    }
+  }
+  closedir(d);
+  if (rc == CLI_OK && l->n == first) {
+    cli_error("'%s': no file in the directory", dir);
+    rc = CLI_FAILURE;
+  }
+  if (rc == CLI_OK) qsort(l->v + first, l->n - first, sizeof *l->v, ranks_cmp_str);
+  return rc;
+}
+
+int cli_ranks(const char *cmd, char **args, int nargs, bool json, const char *jobs_s) {
+  ranks_list_t l = {0};
+  int rc = CLI_OK;
+  for (int i = 0; i < nargs && rc == CLI_OK; i++) {
+    if (ranks_is_dir(args[i])) {
+      rc = ranks_dir(&l, args[i]);
+    } else if (!ranks_push(&l, strdup(args[i]))) {
+      cli_error("out of memory");
+      rc = CLI_FAILURE;
+    }
+  }
+  if (rc == CLI_OK && l.n > (size_t)INT32_MAX) {
+    cli_error("too many files");
+    rc = CLI_FAILURE;
+  }
+  if (rc == CLI_OK) rc = cli_ranks_files(cmd, l.v, (int)l.n, json, jobs_s);
+  ranks_list_free(&l);
+  return rc;
+}
+
+int cli_ranks_files(const char *cmd, char **files, int nfiles, bool json, const char *jobs_s) {
   uint64_t jobs = (uint64_t)sysconf(_SC_NPROCESSORS_ONLN);
   if (jobs_s && (!cli_parse_u64(jobs_s, &jobs) || jobs == 0 || jobs > 256))
     return cli_usage_error(cmd, "option '--jobs' needs a number from 1 to 256, not '%s'", jobs_s);

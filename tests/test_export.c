@@ -1172,6 +1172,23 @@ Test(export_cli, timeline_many_ranks) {
   cr_assert_eq(r.status, 0, "%s", r.err);
   cr_assert(strstr(r.out, "highest peak: rank 3, run_rank3.pickle: "), "%s", r.out);
   run_free(&r);
+  /* `top` over the directory: the same rows, files in name order */
+  r = RUN("top", cli_dir, "--json");
+  cr_assert_eq(r.status, 0, "%s", r.err);
+  for (int i = 0; i < 4; i++) {
+    char full[600];
+    snprintf(full, sizeof full, "%s/%s", cli_dir, links[i]);
+    cr_assert_eq(ranks_value(r.out, full, "peak_allocated"), (int64_t)peaks[i]);
+    if (i > 0) {
+      char prev[600];
+      snprintf(prev, sizeof prev, "%s/%s", cli_dir, links[i - 1]);
+      cr_assert_lt(strstr(r.out, prev), strstr(r.out, full), "name order");
+    }
+  }
+  run_free(&r);
+  r = RUN("top", links[0], links[1], "--at", "end");
+  cr_assert_eq(r.status, 2);
+  run_free(&r);
   /* an unreadable file: its error, the other rows, status 1 */
   r = RUN("timeline", links[0], "nothere.pickle", "--json");
   cr_assert_eq(r.status, 1);
