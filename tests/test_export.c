@@ -1234,3 +1234,30 @@ Test(export_cli, sqlite_inconsistent_trace_keeps_the_rest) {
   run_free(&r);
   cr_assert_eq(th_dir_count(cli_dir), 2, "only the input and b.db");
 }
+
+/* ---- the JSON strings of the exports --------------------------------------------------------- */
+
+#include "export/internal.h"
+
+Test(export, json_strings_escaped_and_valid_utf8) {
+  static const struct {
+    const char *in, *out;
+  } cases[] = {
+      {"plain", "\"plain\""},
+      {"\"q\" \\b\\", "\"\\\"q\\\" \\\\b\\\\\""},
+      {"<a href='x'>&amp;</a>", "\"<a href='x'>&amp;</a>\""},
+      {"\x01\x1f\n\t\r\x7f", "\"\\u0001\\u001f\\n\\t\\u000d\x7f\""},
+      {"caf\xc3\xa9 \xe2\x9c\x93 \xf0\x9f\x98\x80", "\"caf\xc3\xa9 \xe2\x9c\x93 \xf0\x9f\x98\x80\""},
+      {"bad\xff" "x\xc3(\xe0\x80\x80\xed\xa0\x80\xf4\x90\x80\x80\xc3", /* stray, cut, overlong,
+                                                                          surrogate, > U+10FFFF */
+       "\"bad\\ufffdx\\ufffd(\\ufffd\\ufffd\\ufffd\\ufffd\\ufffd\\ufffd\\ufffd\\ufffd\\ufffd"
+       "\\ufffd\\ufffd\\ufffd\""},
+      {"", "\"\""},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    ms__xbuf_t b = {0};
+    ms__xbuf_json_str(&b, cases[i].in);
+    cr_assert_str_eq(ms__xbuf_cstr(&b), cases[i].out, "case %zu: %s", i, ms__xbuf_cstr(&b));
+    ms__xbuf_release(&b);
+  }
+}

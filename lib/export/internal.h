@@ -24,8 +24,9 @@ void ms__xbuf_release(ms__xbuf_t *b);
 void ms__xbuf_put(ms__xbuf_t *b, const void *p, size_t n);
 void ms__xbuf_puts(ms__xbuf_t *b, const char *s);
 void ms__xbuf_printf(ms__xbuf_t *b, const char *fmt, ...) MS_PRINTF(2, 3);
-/* A JSON string with its quotes: '"' and '\' escaped, control characters as \uXXXX (bytes >= 0x80
- * pass unchanged: the model's strings are UTF-8 as found in the input). */
+/* A JSON string with its quotes: '"' and '\' escaped, control characters as \uXXXX, valid UTF-8
+ * unchanged, and each byte that is not part of valid UTF-8 (the readers do not validate it) as
+ * \ufffd, so that the result is always JSON that strict parsers accept. */
 void ms__xbuf_json_str(ms__xbuf_t *b, const char *s);
 /* A NUL-terminated view of the content (appends a NUL not counted in len). "" after oom. */
 const char *ms__xbuf_cstr(ms__xbuf_t *b);

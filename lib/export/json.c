@@ -63,17 +63,49 @@ void ms__xbuf_printf(ms__xbuf_t *b, const char *fmt, ...) {
   b->len += (size_t)n;
 }
 
+/* The length of the valid UTF-8 sequence at p (1-4), or 0 when it is not one (a stray
+ * continuation byte, an overlong form, a surrogate, past U+10FFFF, or cut short). */
+static size_t json_utf8_len(const unsigned char *p) {
+  unsigned char c = p[0];
+  size_t n;
+  unsigned char lo = 0x80, hi = 0xbf;
+  if (c >= 0xc2 && c <= 0xdf)
+    n = 2;
+  else if (c >= 0xe0 && c <= 0xef)
+    n = 3, lo = c == 0xe0 ? 0xa0 : 0x80, hi = c == 0xed ? 0x9f : 0xbf;
+  else if (c >= 0xf0 && c <= 0xf4)
+    n = 4, lo = c == 0xf0 ? 0x90 : 0x80, hi = c == 0xf4 ? 0x8f : 0xbf;
+  else
+    return 0;
+  if (p[1] < lo || p[1] > hi) return 0;
+  for (size_t i = 2; i < n; i++)
+    if (p[i] < 0x80 || p[i] > 0xbf) return 0; /* a NUL ends it too */
+  return n;
+}
+
 void ms__xbuf_json_str(ms__xbuf_t *b, const char *s) {
   static const char hex[] = "0123456789abcdef";
   ms__xbuf_put(b, "\"", 1);
-  const char *run = s;
-  for (const char *p = s;; p++) {
-    unsigned char c = (unsigned char)*p;
-    if (c >= 0x20 && c != '"' && c != '\\') continue;
+  const unsigned char *run = (const unsigned char *)s, *p = run;
+  for (;;) {
+    unsigned char c = *p;
+    if (c >= 0x20 && c < 0x80 && c != '"' && c != '\\') {
+      p++;
+      continue;
+    }
+    if (c >= 0x80) {
+      size_t n = json_utf8_len(p);
+      if (n) {
+        p += n;
+        continue;
+      }
+    }
     ms__xbuf_put(b, run, (size_t)(p - run));
     if (c == 0) break;
     char esc[6] = {'\\', 'u', '0', '0', hex[c >> 4], hex[c & 15]};
-    if (c == '"' || c == '\\') {
+    if (c >= 0x80) {
+      ms__xbuf_puts(b, "\\ufffd"); /* not UTF-8: JSON text must be */
+    } else if (c == '"' || c == '\\') {
       esc[1] = (char)c;
       ms__xbuf_put(b, esc, 2);
     } else if (c == '\n') {
@@ -83,7 +115,7 @@ void ms__xbuf_json_str(ms__xbuf_t *b, const char *s) {
     } else {
       ms__xbuf_put(b, esc, 6);
     }
-    run = p + 1;
+    run = ++p;
   }
   ms__xbuf_put(b, "\"", 1);
 }
