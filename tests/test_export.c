@@ -1251,7 +1251,7 @@ Test(export, json_strings_escaped_and_valid_utf8) {
       {"bad\xff" "x\xc3(\xe0\x80\x80\xed\xa0\x80\xf4\x90\x80\x80\xc3", /* stray, cut, overlong,
                                                                           surrogate, > U+10FFFF */
        "\"bad\\ufffdx\\ufffd(\\ufffd\\ufffd\\ufffd\\ufffd\\ufffd\\ufffd\\ufffd\\ufffd\\ufffd"
-       "\\ufffd\\ufffd\\ufffd\""},
+       "\\ufffd\\ufffd\""},
       {"", "\"\""},
   };
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
