@@ -9,6 +9,8 @@
  *   export_sqlite_paths_trace_rows_per_s, export_sqlite_paths_rows_per_s   the same with stacks
  *                                    drawn from 2,000 code paths per kind, as real traces repeat
  *                                    theirs (so most entries need no stack row of their own)
+ *   export_pprof_1m_s, export_perfetto_1m_s   CPU seconds of --pprof (at the peak) and
+ *                                    --perfetto --allocations on the code-paths snapshot
  *   export_sqlite_1gb_s              `memsnap export FILE --sqlite OUT` on the ~1 GB synthetic
  *                                    pickle (5,000,000 entries, every entry its own stack): CPU
  *                                    seconds of the command (reading and indexing included)
@@ -51,6 +53,40 @@ static void die(const char *what, const char *msg) {
   exit(1);
 }
 
+static int count_write(void *ctx, const char *buf, size_t len) {
+  (void)buf;
+  *(uint64_t *)ctx += len;
+  return 0;
+}
+
+/* pprof (at the peak) and Chrome trace JSON (with --allocations) of the same snapshot, written to
+ * a sink that only counts. */
+static void bench_other_formats(const ms_snapshot_t *s, const ms_timeline_t *tl) {
+  uint64_t bytes = 0;
+  ms_sink_t sink = {count_write, &bytes};
+  ms_errbuf_t eb = {{0}};
+  ms_tl_peak_t pk;
+  size_t dev = 0;
+  for (size_t d = 0; d < ms_timeline_ndevices(tl); d++)
+    if (ms_timeline_nentries(tl, d) > ms_timeline_nentries(tl, dev)) dev = d;
+  if (ms_timeline_peak(tl, dev, MS_TL_ALLOCATED, 0, SIZE_MAX, &pk) != MS_OK) die("peak", "none");
+  double t0 = cpu_s();
+  if (ms_export_pprof_write(tl, dev, pk.step, &sink, &eb) != MS_OK) die("pprof", eb.msg);
+  double tp = cpu_s() - t0;
+  printf("export_pprof_1m_s %.3f\n", tp);
+  fprintf(stderr, "  pprof of %zu entries: %.2f s CPU, %.1f MB gzipped\n", s->ntrace, tp,
+          (double)bytes / 1e6);
+  bytes = 0;
+  ms_export_perfetto_opts_t po = {true};
+  t0 = cpu_s();
+  if (ms_export_perfetto_write(tl, &po, &sink, &eb) != MS_OK) die("perfetto", eb.msg);
+  double tf = cpu_s() - t0;
+  printf("export_perfetto_1m_s %.3f\n", tf);
+  fflush(stdout);
+  fprintf(stderr, "  Chrome trace JSON (--allocations) of %zu entries: %.2f s CPU, %.0f MB\n",
+          s->ntrace, tf, (double)bytes / 1e6);
+}
+
 /* The insert rate, in this process, on a synthetic snapshot built in memory. */
 static void bench_inserts(const char *tmpdir, size_t code_paths, const char *metric) {
   synth_opts_t o = {1, 1000000, 4, code_paths};
@@ -82,6 +118,7 @@ static void bench_inserts(const char *tmpdir, size_t code_paths, const char *met
   fprintf(stderr, "  %s: %zu trace entries, %zu stacks (%.0f rows in all) in %.2f s CPU, %.2f s wall\n",
           metric, s->ntrace, s->nstacks, rows, dt, dw);
   unlink(path);
+  if (code_paths) bench_other_formats(s, tl);
   ms_timeline_destroy(tl);
   ms_snapshot_free(s);
 }
