@@ -474,7 +474,9 @@ Test(export, sqlite_hostile_names_intact) {
   const char *names[] = {hostile[0]};
   export_files(path, &s, names, 1);
   sqlite3 *db = db_open(path);
-  cr_assert_str_eq(q_text(db, "SELECT file FROM snapshot"), hostile[0]);
+  char *file = q_text(db, "SELECT file FROM snapshot");
+  cr_assert_str_eq(file, hostile[0]);
+  free(file);
   cr_assert_eq(q_int(db, "SELECT count(*) FROM trace_rows"), 2);
   ms_timeline_t *tl = NULL;
   ms_errbuf_t eb = {{0}};
