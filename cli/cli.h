@@ -201,5 +201,9 @@ int cli_ranks_files(const char *cmd, char **files, int nfiles, bool json, const 
 /* Whether the positional arguments ask for the many-ranks table: several FILEs, or a directory
  * (which stands for the files in it, sorted by name). */
 bool cli_ranks_wanted(char **files, int nfiles);
+/* The files named by args, a directory standing for its regular, not hidden files in name order:
+ * *out (free with cli_files_free) and *nout. @return CLI_OK or CLI_FAILURE (printed). */
+int cli_expand_files(char **args, int nargs, char ***out, int *nout);
+void cli_files_free(char **files, int n);
 
 #endif /* MEMSNAP_CLI_H */

@@ -19,15 +19,16 @@
 #include "memsnap/timeline.h"
 
 static const char export_usage[] =
-    "usage: memsnap export FILE... --sqlite OUT.db [--rank N]\n"
+    "usage: memsnap export FILE...|DIR --sqlite OUT.db [--rank N]\n"
     "       memsnap export FILE --pprof OUT.pb.gz [--at MOMENT] [--device N]\n"
     "       memsnap export FILE --perfetto OUT.json [--allocations]\n"
     "\n"
-    "Writes snapshots where other tools read them: a SQLite database (every FILE, one per rank,\n"
-    "into one database with file_id and rank columns), a pprof profile (gzipped profile.proto:\n"
-    "inuse_space/inuse_objects at a moment, alloc_space/alloc_objects over the trace), or a\n"
-    "Chrome trace event JSON file that ui.perfetto.dev and chrome://tracing open. FILE is a\n"
-    "memsnap snapshot or a PyTorch pickle ('-' reads standard input). See docs/export.md.\n"
+    "Writes snapshots where other tools read them: a SQLite database (every FILE, one per\n"
+    "rank, or every file of DIR, into one database with file_id and rank columns), a pprof\n"
+    "profile (gzipped profile.proto: inuse_space/inuse_objects at a moment, alloc_space/\n"
+    "alloc_objects over the trace), or a Chrome trace event JSON file that ui.perfetto.dev and\n"
+    "chrome://tracing open. FILE is a memsnap snapshot or a PyTorch pickle ('-' reads standard\n"
+    "input). See docs/export.md.\n"
     "\n"
     "options:\n"
     "  --sqlite OUT.db      write a SQLite database (OUT must not be '-')\n"
@@ -257,8 +258,14 @@ int cmd_export(int argc, char **argv) {
     goto out;
   }
   if ((rc = export_check_output(out, pos, npos)) != CLI_OK) goto out;
-  if (sqlite_s)
-    rc = export_sqlite(sqlite_s, pos, npos, rank_s);
+  if (sqlite_s) {
+    char **files = NULL; /* a directory stands for the files in it (one per rank) */
+    int nfiles = 0;
+    if ((rc = cli_expand_files(pos, npos, &files, &nfiles)) != CLI_OK) goto out;
+    if ((rc = export_check_output(out, files, nfiles)) == CLI_OK)
+      rc = export_sqlite(sqlite_s, files, nfiles, rank_s);
+    cli_files_free(files, nfiles);
+  }
   else if (pprof_s)
     rc = export_one(pos[0], pprof_s, device_s, at_s ? at_s : "peak", export_pprof_fn, NULL);
   else {

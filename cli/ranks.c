@@ -326,7 +326,7 @@ static int ranks_dir(ranks_list_t *l, const char *dir) {
   return rc;
 }
 
-int cli_ranks(const char *cmd, char **args, int nargs, bool json, const char *jobs_s) {
+int cli_expand_files(char **args, int nargs, char ***out, int *nout) {
   ranks_list_t l = {0};
   int rc = CLI_OK;
   for (int i = 0; i < nargs && rc == CLI_OK; i++) {
@@ -341,8 +341,27 @@ int cli_ranks(const char *cmd, char **args, int nargs, bool json, const char *jo
     cli_error("too many files");
     rc = CLI_FAILURE;
   }
-  if (rc == CLI_OK) rc = cli_ranks_files(cmd, l.v, (int)l.n, json, jobs_s);
-  ranks_list_free(&l);
+  if (rc != CLI_OK) {
+    ranks_list_free(&l);
+    return rc;
+  }
+  *out = l.v;
+  *nout = (int)l.n;
+  return CLI_OK;
+}
+
+void cli_files_free(char **files, int n) {
+  for (int i = 0; i < n; i++) free(files[i]);
+  free(files);
+}
+
+int cli_ranks(const char *cmd, char **args, int nargs, bool json, const char *jobs_s) {
+  char **files = NULL;
+  int n = 0;
+  int rc = cli_expand_files(args, nargs, &files, &n);
+  if (rc != CLI_OK) return rc;
+  rc = cli_ranks_files(cmd, files, n, json, jobs_s);
+  cli_files_free(files, n);
   return rc;
 }
 

@@ -615,6 +615,27 @@ Test(export_cli, sqlite_many_ranks) {
   ms_timeline_destroy(tl);
   ms_snapshot_free(s);
   sqlite3_close(db);
+  /* a directory stands for its files, in name order */
+  snprintf(path, sizeof path, "%s/ranks", cli_dir);
+  cr_assert_eq(mkdir(path, 0755), 0);
+  link_fixture("a0kuma_adamw_small", "ranks/r_rank1.pickle");
+  link_fixture("jogregoire_diffusion_tiny", "ranks/r_rank0.pickle");
+  r = RUN("export", "ranks", "--sqlite", "dir.db");
+  cr_assert_eq(r.status, 0, "%s", r.err);
+  run_free(&r);
+  snprintf(path, sizeof path, "%s/dir.db", cli_dir);
+  db = db_open(path);
+  t = q_text(db, "SELECT group_concat(file || ':' || rank, ' ') FROM (SELECT * FROM "
+                 "snapshot ORDER BY file_id)");
+  cr_assert_str_eq(t, "ranks/r_rank0.pickle:0 ranks/r_rank1.pickle:1");
+  free(t);
+  sqlite3_close(db);
+  for (int i = 0; i < 2; i++) {
+    snprintf(path, sizeof path, "%s/ranks/r_rank%d.pickle", cli_dir, i);
+    unlink(path);
+  }
+  snprintf(path, sizeof path, "%s/ranks", cli_dir);
+  rmdir(path);
   /* --rank overrides the name's */
   r = RUN("export", "snap_rank1.pickle", "--sqlite", "one.db", "--rank", "41");
   cr_assert_eq(r.status, 0, "%s", r.err);
