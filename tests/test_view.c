@@ -1,0 +1,404 @@
+/* SPDX-License-Identifier: MIT
+ * Tests for the offline HTML viewer (memsnap/viewer.h, `memsnap view`, issue #13): on every
+ * PyTorch fixture the page's timeline data equals ms_tlv_compute's (which test_timeline compares
+ * with PyTorch's own output), the page is self-contained (four script elements, a
+ * Content-Security-Policy that forbids every fetch, no network address or fetching call in the
+ * page's own code), hostile names in frames and titles stay data, errors are reported, and
+ * `trace_plot -f` keeps only what is alive at the end. tests/browser/view.sh runs the pages in
+ * Chromium.
+ */
+#include <criterion/criterion.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "helpers.h"
+#include "memsnap/serialize.h"
+#include "memsnap/timeline.h"
+#include "memsnap/viewer.h"
+#include "model/snapbuild.h"
+
+static const char *const fixtures[] = {
+    "jogregoire_diffusion_tiny", "a0kuma_adamw_small",    "yiyi_flexgen_oom_legacy",
+    "yiyi_flexgen_1.3b_legacy_a", "maphsge_select_n_4dev", "cranberrii_ftcourse",
+    "wedsonlin_cs336_medium_1024_training",
+};
+#define NFIX (sizeof fixtures / sizeof *fixtures)
+
+static ms_snapshot_t *load_fixture(const char *name) {
+  char path[1024];
+  snprintf(path, sizeof path, "%s/%s.pickle", th_fixture_dir(), name);
+  if (access(path, R_OK) != 0) return NULL;
+  ms_snapshot_t *s = NULL;
+  ms_errbuf_t eb = {{0}};
+  cr_assert_eq(ms_snapshot_load(path, &s, &eb), MS_OK, "%s: %s", path, eb.msg);
+  return s;
+}
+
+/* The page as a NUL-terminated string. */
+static char *page_of(const ms_snapshot_t *s, const ms_viewer_opts_t *o) {
+  th_memsink_t m;
+  ms_sink_t sink;
+  th_memsink_init(&sink, &m);
+  ms_errbuf_t eb = {{0}};
+  int rc = ms_viewer_write_html(s, o, &sink, &eb);
+  cr_assert_eq(rc, MS_OK, "ms_viewer_write_html: %s (%s)", ms_strerror(rc), eb.msg);
+  char *p = malloc(m.len + 1);
+  cr_assert(p);
+  memcpy(p, m.data, m.len);
+  p[m.len] = 0;
+  th_memsink_free(&m);
+  return p;
+}
+
+static size_t count(const char *hay, const char *needle) {
+  size_t n = 0;
+  for (const char *p = strstr(hay, needle); p; p = strstr(p + 1, needle)) n++;
+  return n;
+}
+
+/* The text of <script type="application/json" id="ID">, malloc'd. */
+static char *element(const char *page, const char *id) {
+  char open[128];
+  snprintf(open, sizeof open, "<script type=\"application/json\" id=\"%s\">", id);
+  const char *a = strstr(page, open);
+  cr_assert(a, "no element %s", id);
+  a += strlen(open);
+  const char *z = strstr(a, "</script>");
+  cr_assert(z);
+  return strndup(a, (size_t)(z - a));
+}
+
+/* ms_tlv_write_json's text for the viewer's data, as the page must hold it. */
+static char *expected_tlv(const ms_snapshot_t *s, size_t dev, bool seg) {
+  ms_tlv_t v;
+  cr_assert_eq(ms_tlv_compute(s, dev, seg, SIZE_MAX, 0, SIZE_MAX, NULL, &v), MS_OK);
+  th_memsink_t m;
+  ms_sink_t sink;
+  th_memsink_init(&sink, &m);
+  cr_assert_eq(ms_tlv_write_json(&v, &sink), MS_OK);
+  ms_tlv_release(&v);
+  char *t = strndup(m.data, m.len);
+  th_memsink_free(&m);
+  return t;
+}
+
+/* The checks every page must pass. */
+static void check_self_contained(const char *page) {
+  cr_assert(strncmp(page, "<!DOCTYPE html>", 15) == 0);
+  cr_assert_eq(count(page, "<script"), 4, "the page has exactly its four script elements");
+  cr_assert_eq(count(page, "</script>"), 4);
+  cr_assert(strstr(page, "Content-Security-Policy\" content=\"default-src 'none'; "
+                         "script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:; "
+                         "connect-src 'none'\""));
+  /* the page's own code (everything but the data elements) names no address and fetches nothing */
+  const char *code = strstr(page, "</script>\n<script>\n");
+  cr_assert(code);
+  const char *head_end = strstr(page, "<script type=\"application/json\"");
+  char *head = strndup(page, (size_t)(head_end - page));
+  const char *bad[] = {"http://", "https://", "fetch(", "XMLHttpRequest", "import(", "WebSocket",
+                       "src=", "href=", "url(", "@import", "eval(", "innerHTML"};
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    cr_assert_null(strstr(head, bad[i]), "the page's head holds '%s'", bad[i]);
+    cr_assert_null(strstr(code, bad[i]), "the page's script holds '%s'", bad[i]);
+  }
+  free(head);
+  cr_assert(strstr(page, "</script>\n</body>\n</html>\n"));
+}
+
+Test(view, fixtures_data_equal_timeline, .timeout = 300) {
+  size_t done = 0;
+  for (size_t f = 0; f < NFIX; f++) {
+    ms_snapshot_t *s = load_fixture(fixtures[f]);
+    if (!s) continue;
+    size_t def = 0;
+    cr_assert_gt(ms_tl_viewer_devices(s, NULL, 0, &def), 0);
+    ms_viewer_opts_t o;
+    ms_viewer_opts_init(&o);
+    o.title = fixtures[f];
+    char *page = page_of(s, &o);
+    check_self_contained(page);
+    for (int seg = 0; seg < 2; seg++) {
+      char *got = element(page, seg ? "ms-seg" : "ms-tl");
+      char *want = expected_tlv(s, def, seg != 0);
+      cr_assert(strcmp(got, want) == 0, "%s: the page's %s data differs from ms_tlv_compute's",
+                fixtures[f], seg ? "segment" : "memory");
+      free(got);
+      free(want);
+    }
+    char *data = element(page, "ms-data");
+    char dev[64];
+    snprintf(dev, sizeof dev, ",\"device\":%zu,", def);
+    cr_assert(strstr(data, dev), "%s: default device %zu", fixtures[f], def);
+    free(data);
+    free(page);
+    ms_snapshot_free(s);
+    done++;
+  }
+  if (done == 0) cr_skip_test("SKIP: PyTorch fixtures not found in %s", th_fixture_dir());
+}
+
+/* Every device the viewer lists gives a page whose data is that device's. */
+Test(view, every_device) {
+  ms_snapshot_t *s = load_fixture("maphsge_select_n_4dev");
+  if (!s) cr_skip_test("SKIP: PyTorch fixtures not found in %s", th_fixture_dir());
+  size_t devs[16];
+  size_t n = ms_tl_viewer_devices(s, devs, 16, NULL);
+  cr_assert_gt(n, 0);
+  for (size_t i = 0; i < n && i < 16; i++) {
+    ms_viewer_opts_t o;
+    ms_viewer_opts_init(&o);
+    o.device = devs[i];
+    char *page = page_of(s, &o);
+    char *got = element(page, "ms-tl"), *want = expected_tlv(s, devs[i], false);
+    cr_assert_str_eq(got, want);
+    free(got);
+    free(want);
+    free(page);
+  }
+  ms_viewer_opts_t o;
+  ms_viewer_opts_init(&o);
+  o.device = 99;
+  th_memsink_t m;
+  ms_sink_t sink;
+  th_memsink_init(&sink, &m);
+  ms_errbuf_t eb = {{0}};
+  cr_assert_eq(ms_viewer_write_html(s, &o, &sink, &eb), MS_EINVAL);
+  cr_assert_str_eq(eb.msg, "device 99 has no trace and no segments");
+  th_memsink_free(&m);
+  ms_snapshot_free(s);
+}
+
+/* ---- synthetic snapshots ------------------------------------------------------------------- */
+
+typedef struct tr_s {
+  ms_trace_action a;
+  uint64_t addr, size;
+} tr_t;
+
+static const char hostile_name[] = "</script><img src=x onerror=\"window.pwned=1\">";
+static const char hostile_file[] = "\"><svg onload=alert(1)>&amp;\xff\x01'.py";
+
+/* One segment [0x10000, +8192) with an allocated block at 0x10000 (512 bytes) alive at the end;
+ * the trace given; every entry's stack is one frame with the hostile names. */
+static ms_snapshot_t *build(const tr_t *tr, size_t ntr, bool with_segment) {
+  ms__snapbuild_t b;
+  ms__snapbuild_init(&b);
+  b.hdr.origin = MS_SNAP_ORIGIN_TORCH_DICT;
+  b.hdr.present = MS_SNAP_HAS_DEVICE_TRACES;
+  uint32_t fr, st;
+  cr_assert_eq(ms__snapbuild_frame(&b, hostile_name, strlen(hostile_name), hostile_file,
+                                   strlen(hostile_file), 7, &fr), MS_OK);
+  cr_assert_eq(ms__snapbuild_stack(&b, &fr, 1, &st), MS_OK);
+  if (with_segment) {
+    ms_snap_segment_t g;
+    memset(&g, 0, sizeof g);
+    g.address = 0x10000;
+    g.total_size = 8192;
+    g.stack = st;
+    g.first_block = 0;
+    ms_snap_block_t bl;
+    memset(&bl, 0, sizeof bl);
+    bl.address = 0x10000;
+    bl.size = bl.requested_size = 512;
+    bl.state = MS_BLOCK_ACTIVE_ALLOCATED;
+    bl.state_name = "active_allocated";
+    bl.stack = st;
+    bl.present = MS_BLOCK_HAS_ADDRESS | MS_BLOCK_HAS_REQUESTED_SIZE | MS_BLOCK_HAS_FRAMES;
+    cr_assert_eq(ms__snapbuild_add_block(&b, &bl), MS_OK);
+    bl.address = 0x10200;
+    bl.size = 8192 - 512;
+    bl.state = MS_BLOCK_INACTIVE;
+    bl.state_name = "inactive";
+    bl.stack = MS_SNAP_NO_STACK;
+    cr_assert_eq(ms__snapbuild_add_block(&b, &bl), MS_OK);
+    g.nblocks = 2;
+    cr_assert_eq(ms__snapbuild_add_segment(&b, &g), MS_OK);
+  }
+  ms_snap_device_t d;
+  memset(&d, 0, sizeof d);
+  for (size_t i = 0; i < ntr; i++) {
+    ms_snap_trace_t t;
+    memset(&t, 0, sizeof t);
+    t.action = tr[i].a;
+    t.action_name = ms_trace_action_name(tr[i].a);
+    t.addr = tr[i].addr;
+    t.size = tr[i].size;
+    t.stack = st;
+    t.present = MS_TRACE_HAS_FRAMES;
+    t.compile_context = t.user_metadata = "";
+    cr_assert_eq(ms__snapbuild_add_trace(&b, &t), MS_OK);
+  }
+  d.ntrace = (uint32_t)ntr;
+  cr_assert_eq(ms__snapbuild_add_device(&b, &d), MS_OK);
+  ms_snapshot_t *s = NULL;
+  ms_errbuf_t eb = {{0}};
+  cr_assert_eq(ms__snapbuild_finish(&b, &s, &eb), MS_OK, "%s", eb.msg);
+  return s;
+}
+
+static const tr_t small_trace[] = {
+    {MS_TRACE_SEGMENT_ALLOC, 0x10000, 8192}, {MS_TRACE_ALLOC, 0x10200, 1024},
+    {MS_TRACE_ALLOC, 0x10000, 512},          {MS_TRACE_FREE_REQUESTED, 0x10200, 1024},
+    {MS_TRACE_FREE_COMPLETED, 0x10200, 1024},
+};
+
+Test(view, hostile_names_stay_data) {
+  ms_snapshot_t *s = build(small_trace, 5, true);
+  ms_viewer_opts_t o;
+  ms_viewer_opts_init(&o);
+  o.title = "<b>x</b>\"'&.pickle";
+  char *page = page_of(s, &o);
+  check_self_contained(page);
+  cr_assert_null(strstr(page, "<img"));
+  cr_assert_null(strstr(page, "<svg"));
+  cr_assert_null(strstr(page, "<b>"));
+  cr_assert(strstr(page, "<title>memsnap view: &lt;b&gt;x&lt;/b&gt;&quot;&#39;&amp;.pickle</title>"));
+  /* the names are in the data, as JSON escapes the browser's JSON.parse turns back into text */
+  cr_assert(strstr(page, "\"\\u003c/script\\u003e\\u003cimg src=x onerror=\\\"window.pwned=1\\\"\\u003e\""));
+  cr_assert(strstr(page, "\"\\\"\\u003e\\u003csvg onload=alert(1)\\u003e\\u0026amp;\\ufffd\\u0001\\u0027.py\""));
+  free(page);
+  ms_snapshot_free(s);
+}
+
+Test(view, errors) {
+  /* no device listed: nothing to show */
+  ms__snapbuild_t b;
+  ms__snapbuild_init(&b);
+  b.hdr.origin = MS_SNAP_ORIGIN_TORCH_DICT;
+  ms_snapshot_t *s = NULL;
+  ms_errbuf_t eb = {{0}};
+  cr_assert_eq(ms__snapbuild_finish(&b, &s, &eb), MS_OK);
+  th_memsink_t m;
+  ms_sink_t sink;
+  th_memsink_init(&sink, &m);
+  cr_assert_eq(ms_viewer_write_html(s, NULL, &sink, &eb), MS_EINVAL);
+  cr_assert_str_eq(eb.msg, "no device has a trace or segments: nothing to show");
+  cr_assert_eq(m.len, 0);
+  th_memsink_free(&m);
+  ms_snapshot_free(s);
+  /* a failing sink: its error comes back */
+  s = build(small_trace, 5, true);
+  char *whole = page_of(s, NULL);
+  size_t len = strlen(whole);
+  free(whole);
+  for (size_t at = 1; at < len; at = at * 3 + 1) {
+    th_memsink_init(&sink, &m);
+    m.fail_after = at;
+    int rc = ms_viewer_write_html(s, NULL, &sink, &eb);
+    cr_assert_eq(rc, MS_EIO, "fail after %zu: %s", at, ms_strerror(rc));
+    th_memsink_free(&m);
+  }
+  ms_snapshot_free(s);
+}
+
+/* A snapshot with segments and no trace: the page is written; its timeline shows the blocks of
+ * the snapshot (ghosts) and the history view shows the map (tests/browser/view.sh). */
+Test(view, no_trace) {
+  ms_snapshot_t *s = build(NULL, 0, true);
+  char *page = page_of(s, NULL);
+  check_self_contained(page);
+  char *data = element(page, "ms-data");
+  cr_assert(strstr(data, "\"trace\":{\"action\":[],"));
+  cr_assert(strstr(data, "\"segments\":[\n{\"addr\":\"10000\",\"size\":8192,"));
+  free(data);
+  free(page);
+  ms_snapshot_free(s);
+}
+
+/* ---- the commands -------------------------------------------------------------------------- */
+
+static char dir[256];
+static void setup(void) {
+  char *d = th_tmpdir();
+  snprintf(dir, sizeof dir, "%s", d);
+  free(d);
+}
+static void teardown(void) { th_rmdir(dir); }
+
+static int run(const char *const *args) {
+  const char *bin = getenv("MEMSNAP_BIN");
+  if (!bin || !*bin) bin = MS_TEST_BINARY_DIR "/bin/memsnap";
+  const char *argv[16];
+  int n = 0;
+  argv[n++] = bin;
+  for (; args[n - 1] && n < 15; n++) argv[n] = args[n - 1];
+  argv[n] = NULL;
+  pid_t pid = fork();
+  cr_assert_neq(pid, -1);
+  if (pid == 0) {
+    char errp[300];
+    snprintf(errp, sizeof errp, "%s/.stderr", dir);
+    int err = open(errp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    int out = open("/dev/null", O_WRONLY);
+    if (err < 0 || out < 0 || chdir(dir) != 0) _exit(126);
+    dup2(out, 1);
+    dup2(err, 2);
+    execv(argv[0], (char *const *)argv);
+    _exit(127);
+  }
+  int st = 0;
+  cr_assert_eq(waitpid(pid, &st, 0), pid);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+}
+#define RUN(...) run((const char *const[]){__VA_ARGS__, NULL})
+
+static char *slurp(const char *name) {
+  char p[512];
+  snprintf(p, sizeof p, "%s/%s", dir, name);
+  size_t len = 0;
+  char *b = th_read_file(p, &len);
+  if (!b) return NULL;
+  char *t = strndup(b, len);
+  free(b);
+  return t;
+}
+
+TestSuite(view_cli, .init = setup, .fini = teardown, .timeout = 120);
+
+Test(view_cli, commands_and_filter_freed) {
+  ms_snapshot_t *s = build(small_trace, 5, true);
+  char path[512];
+  snprintf(path, sizeof path, "%s/s.msnap", dir);
+  ms_errbuf_t eb = {{0}};
+  cr_assert_eq(ms_snapshot_write_file(s, path, NULL, &eb), MS_OK, "%s", eb.msg);
+  ms_snapshot_free(s);
+  cr_assert_eq(RUN("view", "s.msnap", "-o", "v.html"), 0);
+  cr_assert_eq(RUN("trace_plot", "s.msnap"), 0); /* default output.html */
+  cr_assert_eq(RUN("trace_plot", "s.msnap", "-f", "-o", "f.html"), 0);
+  cr_assert_eq(RUN("trace_plot", "s.msnap", "-s", "-o", "s.html"), 0);
+  cr_assert_eq(RUN("segment_plot", "s.msnap", "-o", "h.html"), 0);
+  char *v = slurp("v.html"), *out = slurp("output.html"), *f = slurp("f.html"),
+       *sg = slurp("s.html"), *h = slurp("h.html");
+  cr_assert(v && out && f && sg && h);
+  cr_assert(strstr(v, "\"view\":\"timeline\""));
+  cr_assert(strstr(out, "\"view\":\"timeline\""));
+  cr_assert(strstr(sg, "\"view\":\"segments\""));
+  cr_assert(strstr(h, "\"view\":\"history\""));
+  /* two allocations drawn; with -f only the one alive at the end (its alloc, the free pair gone) */
+  cr_assert(strstr(v, "\"elements_length\": 2,"));
+  cr_assert(strstr(f, "\"elements_length\": 1,"));
+  cr_assert(strstr(f, "\"trace\":{\"action\":[3,0],"), "the filtered trace: segment_alloc, alloc");
+  free(v);
+  free(out);
+  free(f);
+  free(sg);
+  free(h);
+  /* usage errors and a missing file: exit 2 and 1, no output written */
+  cr_assert_eq(RUN("view"), 2);
+  cr_assert_eq(RUN("view", "s.msnap", "--view", "nope"), 2);
+  cr_assert_eq(RUN("view", "s.msnap", "--device", "x"), 2);
+  cr_assert_eq(RUN("view", "missing.pickle", "-o", "m.html"), 1);
+  cr_assert_null(slurp("m.html"));
+  cr_assert_eq(RUN("view", "s.msnap", "--device", "3", "-o", "d.html"), 1);
+  cr_assert_null(slurp("d.html"));
+  char *err = slurp(".stderr");
+  cr_assert_str_eq(err, "memsnap: error: 's.msnap': device 3 has no trace and no segments\n");
+  free(err);
+  cr_assert_eq(RUN("view", "--help"), 0);
+  cr_assert_eq(RUN("trace_plot", "--help"), 0);
+  cr_assert_eq(RUN("segment_plot", "--help"), 0);
+}
