@@ -420,10 +420,12 @@
 
     function hit(mx, my) {
       if (mx < pad.l || mx > W - pad.r || my < pad.t || my > H - pad.b) return -1;
+      /* a band narrower than a pixel in time is hit within half a pixel of it */
       var t = T(mx), b = B(my), tol = Y / (H - pad.t - pad.b), best = -1;
+      var dt = (x1 - x0) / (W - pad.l - pad.r) / 2;
       for (var s = 0; s < tl.n; s++) {
-        if (s === tl.summ || tl.tmax[s] < t || tl.tmin[s] > t) continue;
-        var o = offsetAt(tl, s, t);
+        if (s === tl.summ || tl.tmax[s] < t - dt || tl.tmin[s] > t + dt) continue;
+        var o = offsetAt(tl, s, Math.min(tl.tmax[s], Math.max(tl.tmin[s], t)));
         if (b >= o - tol && b < o + Math.max(tl.size[s], tol)) {
           if (best < 0 || tl.size[s] > tl.size[best] || b >= o && b < o + tl.size[s]) best = s;
         }
@@ -942,6 +944,7 @@
     api.select = function (t) { selectedT = t; };
     showView(first, bar, holder);
     api.ready = true;
+    api.readyMs = performance.now();
     document.body.setAttribute("data-status", "ready");
   }
 
