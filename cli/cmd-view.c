@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT
  * memsnap CLI: `memsnap view FILE [-o OUT.html] [--device N]` (issue #13): the offline HTML
- * viewer (memsnap/viewer.h), and `trace_plot` / `segment_plot`, the same page opened on the view
+ * viewer (memsnap/view.h), and `trace_plot` / `segment_plot`, the same page opened on the view
  * _memory_viz.py's commands of those names open.
  */
 #include <stdbool.h>
@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "cli.h"
-#include "memsnap/viewer.h"
+#include "memsnap/view.h"
 
 static const char view_usage[] =
     "usage: memsnap view FILE [-o OUT.html] [--device N] [--view NAME]\n"

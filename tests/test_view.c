@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT
- * Tests for the offline HTML viewer (memsnap/viewer.h, `memsnap view`, issue #13): on every
- * PyTorch fixture the page's timeline data equals ms_tlv_compute's (which test_timeline compares
- * with PyTorch's own output), the page is self-contained (four script elements, a
+ * Tests for the offline HTML viewer (memsnap/view.h, `memsnap view`, issue #13): on every
+ * PyTorch fixture the page's binary data, decoded here (base64, gunzip, sections), equals
+ * ms_tlv_compute's timeline data (which test_timeline compares with PyTorch's own output) and the
+ * device's trace and the stacks; the page is self-contained (three script elements, a
  * Content-Security-Policy that forbids every fetch, no network address or fetching call in the
  * page's own code), hostile names in frames and titles stay data, errors are reported, and
  * `trace_plot -f` keeps only what is alive at the end. tests/browser/view.sh runs the pages in
@@ -9,6 +10,7 @@
  */
 #include <criterion/criterion.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,8 +20,10 @@
 #include "helpers.h"
 #include "memsnap/serialize.h"
 #include "memsnap/timeline.h"
-#include "memsnap/viewer.h"
+#include "memsnap/view.h"
 #include "model/snapbuild.h"
+
+#include <zlib.h>
 
 static const char *const fixtures[] = {
     "jogregoire_diffusion_tiny", "a0kuma_adamw_small",    "yiyi_flexgen_oom_legacy",
@@ -72,32 +76,191 @@ static char *element(const char *page, const char *id) {
   return strndup(a, (size_t)(z - a));
 }
 
-/* ms_tlv_write_json's text for the viewer's data, as the page must hold it. */
-static char *expected_tlv(const ms_snapshot_t *s, size_t dev, bool seg) {
+/* ---- the page's binary data, decoded here independently of the page's script ---------------- */
+
+typedef struct bin_s {
+  unsigned char *data;
+  size_t len;
+  char *json; /* the ms-data element */
+} bin_t;
+
+static int unb64(int c) {
+  if (c >= 'A' && c <= 'Z') return c - 'A';
+  if (c >= 'a' && c <= 'z') return c - 'a' + 26;
+  if (c >= '0' && c <= '9') return c - '0' + 52;
+  if (c == '+') return 62;
+  if (c == '/') return 63;
+  return -1;
+}
+
+static bin_t bin_of(const char *page) {
+  const char *open = "<script type=\"application/octet-stream\" id=\"ms-bin\">";
+  const char *a = strstr(page, open);
+  cr_assert(a, "no ms-bin element");
+  a += strlen(open);
+  const char *z = strstr(a, "</script>");
+  cr_assert(z);
+  size_t n = (size_t)(z - a);
+  cr_assert_eq(n % 4, 0, "base64 of whole groups");
+  unsigned char *gz = malloc(n / 4 * 3 + 1);
+  size_t k = 0;
+  for (size_t i = 0; i < n; i += 4) {
+    int v[4];
+    for (int j = 0; j < 4; j++) v[j] = a[i + j] == '=' ? 0 : unb64(a[i + j]);
+    cr_assert(v[0] >= 0 && v[1] >= 0 && v[2] >= 0 && v[3] >= 0, "base64 alphabet");
+    uint32_t w = (uint32_t)v[0] << 18 | (uint32_t)v[1] << 12 | (uint32_t)v[2] << 6 | (uint32_t)v[3];
+    gz[k++] = (unsigned char)(w >> 16);
+    if (a[i + 2] != '=') gz[k++] = (unsigned char)(w >> 8);
+    if (a[i + 3] != '=') gz[k++] = (unsigned char)w;
+  }
+  bin_t b = {NULL, 0, element(page, "ms-data")};
+  const char *lp = strstr(b.json, "\"bin\":{\"encoding\":\"gzip+base64\",\"length\":");
+  cr_assert(lp);
+  lp = strstr(lp, "\"length\":");
+  b.len = strtoull(lp + 9, NULL, 10);
+  b.data = malloc(b.len + 1);
+  z_stream zs;
+  memset(&zs, 0, sizeof zs);
+  cr_assert_eq(inflateInit2(&zs, 16 + MAX_WBITS), Z_OK);
+  zs.next_in = gz;
+  zs.avail_in = (uInt)k;
+  zs.next_out = b.data;
+  zs.avail_out = (uInt)b.len + 1;
+  cr_assert_eq(inflate(&zs, Z_FINISH), Z_STREAM_END, "the data is one gzip stream");
+  cr_assert_eq(zs.total_out, b.len, "inflated length as the JSON says");
+  inflateEnd(&zs);
+  free(gz);
+  return b;
+}
+
+static void bin_free(bin_t *b) {
+  free(b->data);
+  free(b->json);
+}
+
+/* The section NAME: its type, count and bytes. */
+static const unsigned char *section(const bin_t *b, const char *name, const char *type,
+                                    size_t *count) {
+  char key[64];
+  snprintf(key, sizeof key, "{\"name\":\"%s\",\"type\":\"%s\",\"offset\":", name, type);
+  const char *p = strstr(b->json, key);
+  cr_assert(p, "no section %s of type %s", name, type);
+  unsigned long long off = 0, cnt = 0;
+  cr_assert_eq(sscanf(p + strlen(key), "%llu,\"count\":%llu", &off, &cnt), 2);
+  cr_assert_eq(off % 8, 0, "%s aligned", name);
+  size_t w = type[0] == 'f' ? 8 : type[1] == '8' ? 1 : type[1] == '1' ? 2 : 4;
+  cr_assert_leq(off + cnt * w, b->len, "%s inside the data", name);
+  *count = (size_t)cnt;
+  return b->data + off;
+}
+
+static uint64_t le(const unsigned char *p, size_t n) {
+  uint64_t v = 0;
+  for (size_t i = 0; i < n; i++) v |= (uint64_t)p[i] << (8 * i);
+  return v;
+}
+static double f64_at(const unsigned char *p, size_t i) {
+  uint64_t u = le(p + 8 * i, 8);
+  double d;
+  memcpy(&d, &u, 8);
+  return d;
+}
+static int64_t i32_at(const unsigned char *p, size_t i) { return (int32_t)(uint32_t)le(p + 4 * i, 4); }
+
+/* The page's timeline sections PREFIX.* hold exactly ms_tlv_compute's data (nothing
+ * summarized): every series, point, offset, size, max_at_time and source. */
+static void check_tlv(const bin_t *b, const char *prefix, const ms_snapshot_t *s, size_t dev,
+                      bool seg) {
   ms_tlv_t v;
   cr_assert_eq(ms_tlv_compute(s, dev, seg, SIZE_MAX, 0, SIZE_MAX, NULL, &v), MS_OK);
-  th_memsink_t m;
-  ms_sink_t sink;
-  th_memsink_init(&sink, &m);
-  cr_assert_eq(ms_tlv_write_json(&v, &sink), MS_OK);
+  char n[64];
+  size_t c;
+#define SEC(suffix, type) (snprintf(n, sizeof n, "%s.%s", prefix, suffix), section(b, n, type, &c))
+  const unsigned char *first = SEC("first", "u32");
+  cr_assert_eq(c, v.nseries);
+  const unsigned char *np = SEC("npoints", "u32");
+  const unsigned char *elem = SEC("elem", "i32");
+  const unsigned char *size = SEC("size", "f64");
+  const unsigned char *color = SEC("color", "i32");
+  const unsigned char *ghost = SEC("ghost", "u8");
+  for (size_t i = 0; i < v.nseries; i++) {
+    const ms_tlv_series_t *r = &v.series[i];
+    cr_assert_eq(le(first + 4 * i, 4), r->first_point);
+    cr_assert_eq(le(np + 4 * i, 4), r->npoints);
+    cr_assert_eq(i32_at(elem, i), r->elem);
+    if (r->elem >= 0) cr_assert_eq(f64_at(size, i), (double)r->size);
+    cr_assert_eq(i32_at(color, i), r->color);
+    cr_assert_eq(ghost[i], r->ghost);
+  }
+  const unsigned char *T = SEC("T", "i32");
+  cr_assert_eq(c, v.npoints);
+  for (size_t i = 0; i < v.npoints; i++) cr_assert_eq(i32_at(T, i), v.timesteps[i]);
+  const unsigned char *O = SEC("O", "f64");
+  cr_assert_eq(c, v.npoints + 1); /* the summarized band is always last */
+  for (size_t i = 0; i < c; i++) cr_assert_eq(f64_at(O, i), (double)v.offsets[i]);
+  const ms_tlv_series_t *last = &v.series[v.nseries - 1];
+  cr_assert_lt(last->elem, 0);
+  const unsigned char *S = SEC("S", "f64");
+  cr_assert_eq(c, last->npoints);
+  for (size_t i = 0; i < c; i++) cr_assert_eq(f64_at(S, i), (double)v.sizes[last->first_point + i]);
+  const unsigned char *M = SEC("max_at_time", "f64");
+  cr_assert_eq(c, v.ntimesteps);
+  for (size_t i = 0; i < c; i++) cr_assert_eq(f64_at(M, i), (double)v.max_at_time[i]);
+  const unsigned char *src = SEC("sources", "f64");
+  cr_assert_eq(c, v.elements_length);
+  for (size_t i = 0; i < c; i++) cr_assert_eq(f64_at(src, i), (double)v.element_source[i]);
+#undef SEC
+  char meta[160];
+  snprintf(meta, sizeof meta, "\"%s\":{\"max_size\":%" PRId64 ",\"elements_length\":%zu,"
+           "\"nseries\":%zu,\"npoints\":%zu}", prefix, v.max_size, v.elements_length,
+           v.nseries, v.npoints);
+  cr_assert(strstr(b->json, meta), "%s", meta);
   ms_tlv_release(&v);
-  char *t = strndup(m.data, m.len);
-  th_memsink_free(&m);
-  return t;
+}
+
+/* The trace and stack sections hold the device's trace and the snapshot's stacks. */
+static void check_trace(const bin_t *b, const ms_snapshot_t *s, size_t dev) {
+  size_t c, n = dev < s->ndevices ? s->devices[dev].ntrace : 0;
+  const ms_snap_trace_t *t = n ? s->trace + s->devices[dev].first_trace : NULL;
+  const unsigned char *act = section(b, "trace.action", "u8", &c);
+  cr_assert_eq(c, n);
+  const unsigned char *addr = section(b, "trace.addr", "f64", &c);
+  const unsigned char *sz = section(b, "trace.size", "f64", &c);
+  const unsigned char *tm = section(b, "trace.time", "f64", &c);
+  const unsigned char *stk = section(b, "trace.stack", "i32", &c);
+  for (size_t i = 0; i < n; i++) {
+    cr_assert_eq(act[i], (unsigned)t[i].action);
+    cr_assert_eq(f64_at(addr, i), (double)t[i].addr);
+    cr_assert_eq(f64_at(sz, i), (double)t[i].size);
+    cr_assert_eq(f64_at(tm, i), t[i].present & MS_TRACE_HAS_TIME ? (double)t[i].time_us : -1.0);
+    cr_assert_eq(i32_at(stk, i), t[i].stack == MS_SNAP_NO_STACK ? -1 : (int64_t)t[i].stack);
+  }
+  const unsigned char *sf = section(b, "stacks.first", "u32", &c);
+  cr_assert_eq(c, s->nstacks);
+  const unsigned char *sc = section(b, "stacks.count", "u32", &c);
+  bool small = s->nframes < 65536;
+  const unsigned char *fr = section(b, "stacks.frames", small ? "u16" : "u32", &c);
+  cr_assert_eq(c, s->nstack_frames);
+  for (size_t i = 0; i < s->nstacks; i++) {
+    cr_assert_eq(le(sf + 4 * i, 4), s->stacks[i].first);
+    cr_assert_eq(le(sc + 4 * i, 4), s->stacks[i].nframes);
+  }
+  for (size_t i = 0; i < c; i++)
+    cr_assert_eq(small ? le(fr + 2 * i, 2) : le(fr + 4 * i, 4), s->stack_frames[i]);
 }
 
 /* The checks every page must pass. */
 static void check_self_contained(const char *page) {
   cr_assert(strncmp(page, "<!DOCTYPE html>", 15) == 0);
-  cr_assert_eq(count(page, "<script"), 4, "the page has exactly its four script elements");
-  cr_assert_eq(count(page, "</script>"), 4);
+  cr_assert_eq(count(page, "<script"), 3, "the page has exactly its three script elements");
+  cr_assert_eq(count(page, "</script>"), 3);
   cr_assert(strstr(page, "Content-Security-Policy\" content=\"default-src 'none'; "
                          "script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:; "
                          "connect-src 'none'\""));
   /* the page's own code (everything but the data elements) names no address and fetches nothing */
   const char *code = strstr(page, "</script>\n<script>\n");
   cr_assert(code);
-  const char *head_end = strstr(page, "<script type=\"application/json\"");
+  const char *head_end = strstr(page, "<script type=\"application/octet-stream\"");
   char *head = strndup(page, (size_t)(head_end - page));
   const char *bad[] = {"http://", "https://", "fetch(", "XMLHttpRequest", "import(", "WebSocket",
                        "src=", "href=", "url(", "@import", "eval(", "innerHTML"};
@@ -121,14 +284,11 @@ Test(view, fixtures_data_equal_timeline, .timeout = 300) {
     o.title = fixtures[f];
     char *page = page_of(s, &o);
     check_self_contained(page);
-    for (int seg = 0; seg < 2; seg++) {
-      char *got = element(page, seg ? "ms-seg" : "ms-tl");
-      char *want = expected_tlv(s, def, seg != 0);
-      cr_assert(strcmp(got, want) == 0, "%s: the page's %s data differs from ms_tlv_compute's",
-                fixtures[f], seg ? "segment" : "memory");
-      free(got);
-      free(want);
-    }
+    bin_t b = bin_of(page);
+    check_tlv(&b, "tl", s, def, false);
+    check_tlv(&b, "seg", s, def, true);
+    check_trace(&b, s, def);
+    bin_free(&b);
     char *data = element(page, "ms-data");
     char dev[64];
     snprintf(dev, sizeof dev, ",\"device\":%zu,", def);
@@ -153,10 +313,10 @@ Test(view, every_device) {
     ms_viewer_opts_init(&o);
     o.device = devs[i];
     char *page = page_of(s, &o);
-    char *got = element(page, "ms-tl"), *want = expected_tlv(s, devs[i], false);
-    cr_assert_str_eq(got, want);
-    free(got);
-    free(want);
+    bin_t b = bin_of(page);
+    check_tlv(&b, "tl", s, devs[i], false);
+    check_trace(&b, s, devs[i]);
+    bin_free(&b);
     free(page);
   }
   ms_viewer_opts_t o;
@@ -302,7 +462,7 @@ Test(view, no_trace) {
   char *page = page_of(s, NULL);
   check_self_contained(page);
   char *data = element(page, "ms-data");
-  cr_assert(strstr(data, "\"trace\":{\"action\":[],"));
+  cr_assert(strstr(data, "\"ntrace\":0,"));
   cr_assert(strstr(data, "\"segments\":[\n{\"addr\":\"10000\",\"size\":8192,"));
   free(data);
   free(page);
@@ -379,9 +539,16 @@ Test(view_cli, commands_and_filter_freed) {
   cr_assert(strstr(sg, "\"view\":\"segments\""));
   cr_assert(strstr(h, "\"view\":\"history\""));
   /* two allocations drawn; with -f only the one alive at the end (its alloc, the free pair gone) */
-  cr_assert(strstr(v, "\"elements_length\": 2,"));
-  cr_assert(strstr(f, "\"elements_length\": 1,"));
-  cr_assert(strstr(f, "\"trace\":{\"action\":[3,0],"), "the filtered trace: segment_alloc, alloc");
+  cr_assert(strstr(v, "\"tl\":{\"max_size\":1536,\"elements_length\":2,"));
+  cr_assert(strstr(v, "\"ntrace\":5,"));
+  cr_assert(strstr(f, "\"tl\":{\"max_size\":512,\"elements_length\":1,"));
+  bin_t fb = bin_of(f);
+  size_t c;
+  const unsigned char *act = section(&fb, "trace.action", "u8", &c);
+  cr_assert_eq(c, 2, "the filtered trace: segment_alloc, alloc");
+  cr_assert(act[0] == MS_TRACE_SEGMENT_ALLOC && act[1] == MS_TRACE_ALLOC);
+  cr_assert_eq(f64_at(section(&fb, "trace.addr", "f64", &c), 1), (double)0x10000);
+  bin_free(&fb);
   free(v);
   free(out);
   free(f);

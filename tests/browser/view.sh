@@ -4,7 +4,7 @@
 # fixture and of two hostile snapshots (markup in frame and file names and in the settings; one
 # without a trace), opens each in headless Chromium with the network unreachable and a net log,
 # and drives it with view_test.js (inserted before </body>): every view renders, the page's
-# decoder reads back the embedded data exactly, a click on a band shows its size and stack,
+# decoder reads back exactly the data of `memsnap timeline --json` (inserted with the test), a click on a band shows its size and stack,
 # search counts match the data, the peak key, arrow keys in the Allocator State History move the
 # selected event and the map, no name from the data runs or becomes an element, and the page
 # loads nothing and tries to load nothing (no resource timing entry, no Content-Security-Policy
@@ -27,13 +27,19 @@ if [[ -z "$chromium" ]] || ! command -v python3 >/dev/null; then
 fi
 work=$(mktemp -d)
 fail=0
-trap '[[ $fail -eq 0 ]] && rm -rf "$work"' EXIT
+trap '[[ $fail -eq 0 && -z "${KEEP:-}" ]] && rm -rf "$work"' EXIT
 
-# run NAME PAGE: inject the test, open it, check the verdict and the net log
+# run NAME PAGE SNAPSHOT: inject the expected timeline data (`memsnap timeline --json`) and the
+# test, open the page, check the verdict
 run() {
   local name=$1 page=$2 t="$work/$1.test.html" dom="$work/$1.dom"
-  awk -v js="$here/view_test.js" '
-    $0 == "</body>" && !done { print "<script>"; while ((getline l < js) > 0) print l; print "</script>"; done = 1 }
+  { echo "window.EXPECTED_TL = $("$memsnap" timeline "$3" --json);"
+    echo "window.EXPECTED_SEG = $("$memsnap" timeline "$3" --json --segments);"; } >"$work/$1.expected.js"
+  awk -v js="$here/view_test.js" -v ex="$work/$1.expected.js" '
+    $0 == "</body>" && !done {
+      print "<script>"; while ((getline l < ex) > 0) print l; while ((getline l < js) > 0) print l; print "</script>"
+      done = 1
+    }
     { print }' "$page" >"$t"
   timeout 180 "$chromium" --headless --no-sandbox --disable-gpu --disable-quic --no-first-run \
     --disable-background-networking --disable-component-update --disable-sync \
@@ -41,9 +47,10 @@ run() {
     --host-resolver-rules="MAP * ~NOTFOUND" --proxy-server="127.0.0.1:9" \
     --virtual-time-budget=5000 --dump-dom "file://$t" >"$dom" 2>"$dom.err" || true
   local verdict
-  verdict=$(grep -o 'data-test="[^"]*"' "$dom" | head -1 || true)
+  tr '\n' ' ' <"$dom" >"$dom.flat"
+  verdict=$(grep -o '<body [^>]*>' "$dom.flat" | grep -o 'data-test="[^"]*"' | head -1 || true)
   if [[ "$verdict" == 'data-test="PASS"' ]]; then
-    echo "ok: $name: $(grep -o 'data-measure="[^"]*"' "$dom" | sed 's/&quot;/"/g' | cut -c1-160)"
+    echo "ok: $name: $(grep -o '<body [^>]*>' "$dom.flat" | grep -o 'data-measure="[^"]*"' | sed 's/&quot;/"/g' | cut -c1-160)"
   else
     echo "FAIL: $name: ${verdict:-no verdict (the page did not run)}"; sed -n '1,5p' "$dom.err"; fail=1
   fi
@@ -53,8 +60,8 @@ python3 "$here/view_hostile.py" "$work/hostile.pickle"
 python3 "$here/view_hostile.py" "$work/notrace.pickle" --no-trace
 "$memsnap" view "$work/hostile.pickle" -o "$work/hostile.html"
 "$memsnap" view "$work/notrace.pickle" -o "$work/notrace.html"
-run hostile "$work/hostile.html"
-run notrace "$work/notrace.html"
+run hostile "$work/hostile.html" "$work/hostile.pickle"
+run notrace "$work/notrace.html" "$work/notrace.pickle"
 grep -q 'No timeline: the snapshot has no trace' "$work/notrace.dom" ||
   grep -q 'data-test="PASS"' "$work/notrace.dom" || { echo "FAIL: notrace"; fail=1; }
 n=0
@@ -63,7 +70,7 @@ if [[ -n "$fixtures" && -d "$fixtures" ]]; then
     [[ -e "$f" ]] || continue
     b=$(basename "$f" .pickle)
     "$memsnap" view "$f" -o "$work/$b.html"
-    run "$b" "$work/$b.html"
+    run "$b" "$work/$b.html" "$f"
     n=$((n + 1))
   done
 fi

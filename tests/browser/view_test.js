@@ -1,19 +1,23 @@
 /* SPDX-License-Identifier: MIT
  * Injected by tests/browser/view.sh after the page's own script: drives `memsnap view`'s page
- * and writes the verdict into <body data-test="PASS" | "FAIL ...">, plus measures into
+ * and writes the verdict into the body's data-test attribute (PASS, or FAIL and why), measures into
  * data-measure (first paint, median zoom frame). Uses only the page's API (window.memsnapView),
  * synthetic DOM events, and the page's data elements. */
 (function () {
   "use strict";
   var errors = [], measure = {};
+  /* the page reads its data asynchronously: go on once it is ready (or failed) */
+  window.memsnapView.whenReady.then(run, run);
+  function run() {
   function ok(name, cond, detail) { if (!cond) errors.push(name + (detail ? ": " + detail : "")); }
-  var api = window.memsnapView, violations = [];
+  var violations = [], api;
   document.addEventListener("securitypolicyviolation", function (e) { violations.push(e.blockedURI); });
   function status() { return document.body.getAttribute("data-status"); }
   function frameText(D, f) { return D.frames[f][0] + ":" + D.frames[f][1] + ":" + D.frames[f][2]; }
   function key(k) {
     document.dispatchEvent(new KeyboardEvent("keydown", { key: k, bubbles: true, cancelable: true }));
   }
+  api = window.memsnapView;
   try {
     ok("ready", api && api.ready && status() === "ready", document.body.getAttribute("data-error"));
     measure.first_paint_ms = api.readyMs;
@@ -22,19 +26,26 @@
       api.show(v);
       ok("view " + v + " renders", status() === "ready", document.body.getAttribute("data-error"));
     });
-    /* the page's decoder reads back exactly the embedded data */
-    ["ms-tl", "ms-seg"].forEach(function (id) {
-      var raw = JSON.parse(document.getElementById(id).textContent);
-      var tl = id === "ms-tl" ? api.timeline : api.segmentTimeline, pts = 0, same = true;
+    /* the page's decoder reads back exactly `memsnap timeline --json` (PyTorch's data, which the
+     * C tests compare with PyTorch's own output), injected by view.sh as EXPECTED_TL/SEG */
+    [["tl", window.EXPECTED_TL, api.timeline], ["seg", window.EXPECTED_SEG, api.segmentTimeline]].forEach(function (x) {
+      var raw = x[1], tl = x[2], pts = 0, same = true, bad = "";
+      if (!raw) { errors.push(x[0] + ": no expected data"); return; }
       raw.allocations_over_time.forEach(function (s, i) {
+        if (tl.first[i] !== pts && same) { same = false; bad = "first of " + i; }
         for (var k = 0; k < s.timesteps.length; k++, pts++)
-          if (tl.T[tl.first[i] + k] !== s.timesteps[k] || tl.O[tl.first[i] + k] !== s.offsets[k]) same = false;
-        if (s.elem !== "summarized" && (tl.elem[i] !== s.elem || tl.size[i] !== s.size)) same = false;
+          if (tl.T[tl.first[i] + k] !== s.timesteps[k] || tl.O[tl.first[i] + k] !== s.offsets[k]) { if (same) bad = "point " + k + " of " + i; same = false; }
+        if (s.elem === "summarized") {
+          if (tl.summ !== i || s.size.some(function (z, k) { return tl.summSizes[k] !== z; })
+              || s.offsets.some(function (o, k) { return tl.summOffsets[k] !== o; })) { same = false; bad = "summarized"; }
+        } else if (tl.elem[i] !== s.elem || tl.size[i] !== s.size || tl.color[i] !== s.color
+                   || !!tl.ghost[i] !== !!s.ghost) { if (same) bad = "series " + i; same = false; }
       });
-      ok(id + " decoded series", tl.n === raw.allocations_over_time.length);
-      ok(id + " decoded points", tl.first[tl.n] === pts && same);
-      ok(id + " max_at_time", tl.maxAt.length === raw.max_at_time.length
+      ok(x[0] + " decoded series", tl.n === raw.allocations_over_time.length, tl.n + " vs " + raw.allocations_over_time.length);
+      ok(x[0] + " decoded points", tl.first[tl.n] === pts && same, bad);
+      ok(x[0] + " max_at_time", tl.maxAt.length === raw.max_at_time.length
         && raw.max_at_time.every(function (v, i) { return tl.maxAt[i] === v; }));
+      ok(x[0] + " max_size, elements_length", tl.maxSize === raw.max_size && tl.elementsLength === raw.elements_length);
     });
     var v = api.view;
     if (TL.elementsLength > 0 && TL.n > 1) {
@@ -50,34 +61,34 @@
       var xy = v.canvasToClient(t, off + TL.size[best] / 2);
       var over = document.querySelectorAll(".plot canvas")[1], r = over.getBoundingClientRect();
       over.dispatchEvent(new MouseEvent("click", { clientX: r.left + xy[0], clientY: r.top + xy[1], bubbles: true }));
-      var src = D.tl_sources[TL.elem[best]], st = src >= 0 ? D.trace.stack[src] : -2;
-      var want = st >= 0 && D.stacks[st].length ? frameText(D, D.stacks[st][0]) : "";
+      var src = TL.sources[TL.elem[best]], st = src >= 0 ? D.trace.stack[src] : -2;
+      var want = st >= 0 && api.stackFrames(st).length ? frameText(D, api.stackFrames(st)[0]) : "";
       var info = v.info.textContent;
       ok("click shows the band's size", info.indexOf("(" + TL.size[best] + " bytes) allocation") >= 0,
          "band " + best + " t " + t + " off " + off + " size " + TL.size[best] + " xy " + xy + " info " + info.slice(0, 200));
       ok("click shows the band's stack", info.indexOf(want) >= 0, want);
       measure.clicked_text = info.slice(0, 300);
       /* search by that band's address and by a frame's text: counts as counted from the data */
-      var addr = src >= 0 ? D.trace.addr[src] : "";
+      var addr = src >= 0 ? api.hexAddr(src) : "";
       if (addr) {
         var byAddr = 0;
         for (s = 0; s < TL.n; s++) {
           if (s === TL.summ) continue;
-          var q = D.tl_sources[TL.elem[s]];
-          if (q >= 0 && D.trace.addr[q].indexOf(addr) === 0) byAddr++;
+          var q = TL.sources[TL.elem[s]];
+          if (q >= 0 && api.hexAddr(q).indexOf(addr) === 0) byAddr++;
         }
         var res = api.search(addr, "");
         ok("search by address counts", res.addr === byAddr && byAddr >= 1, res.addr + " vs " + byAddr);
       }
       if (want) {
-        var needle = D.frames[D.stacks[st][0]][2].slice(0, 12).toLowerCase(), byText = 0;
+        var needle = D.frames[api.stackFrames(st)[0]][2].slice(0, 12).toLowerCase(), byText = 0;
         for (s = 0; s < TL.n; s++) {
           if (s === TL.summ) continue;
-          var q2 = D.tl_sources[TL.elem[s]], st2 = q2 >= 0 ? D.trace.stack[q2] : -1;
+          var q2 = TL.sources[TL.elem[s]], st2 = q2 >= 0 ? D.trace.stack[q2] : -1;
           if (st2 < 0) {
             continue;
           }
-          if (D.stacks[st2].some(function (f) { return frameText(D, f).toLowerCase().indexOf(needle) >= 0; })) byText++;
+          if (api.stackFrames(st2).some(function (f) { return frameText(D, f).toLowerCase().indexOf(needle) >= 0; })) byText++;
         }
         var res2 = api.search("", needle);
         ok("search by frame counts", res2.text === byText && byText >= 1, res2.text + " vs " + byText);
@@ -138,4 +149,5 @@
   ok("no element from the data", document.querySelectorAll("img, svg, iframe, object").length === 0);
   document.body.setAttribute("data-measure", JSON.stringify(measure));
   document.body.setAttribute("data-test", errors.length ? "FAIL " + errors.join(" | ") : "PASS");
+  }
 })();

@@ -1,14 +1,16 @@
 /* SPDX-License-Identifier: MIT
- * memsnap viewer: the HTML page (memsnap/viewer.h). The page is the style, a skeleton, three
+ * memsnap viewer: the HTML page (memsnap/view.h). The page is the style, a skeleton, three
  * JSON data elements and the script; view.js draws everything from the data.
  */
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "memsnap/timeline.h"
-#include "memsnap/viewer.h"
+#include "memsnap/view.h"
+#include "bin.h"
 #include "writer.h"
 
 /* The page's script and style (view.js, view.css), embedded at build time (assets.cmake). */
@@ -57,41 +59,122 @@ static void view_settings(vw_t *w, const ms_snapshot_t *s, size_t first, size_t 
   vw_raw(w, "}", 1);
 }
 
-/* The trace of device dev as columns. */
-static void view_trace(vw_t *w, const ms_snapshot_t *s, size_t dev) {
+/* ---- the binary sections ------------------------------------------------------------------ */
+
+/* A timeline's data (ms_tlv_t) as sections named PREFIX.*: per series its first point, number
+ * of points, element (-1: the summarized band), size, colour and ghost flag; the points'
+ * timesteps (T) and offsets (O, one more for the summarized band, which is last), the summarized
+ * band's sizes (S), max_at_time and the elements' sources. */
+static void view_bin_tlv(vb_t *b, const char *prefix, const ms_tlv_t *v) {
+  char name[32];
+#define SEC(suffix, type)                                      \
+  snprintf(name, sizeof name, "%s.%s", prefix, suffix);        \
+  vb_begin(b, name, type)
+  SEC("first", "u32");
+  for (size_t i = 0; i < v->nseries; i++) vb_u32(b, (uint32_t)v->series[i].first_point);
+  vb_end(b);
+  SEC("npoints", "u32");
+  for (size_t i = 0; i < v->nseries; i++) vb_u32(b, (uint32_t)v->series[i].npoints);
+  vb_end(b);
+  SEC("elem", "i32");
+  for (size_t i = 0; i < v->nseries; i++) vb_i32(b, (int32_t)v->series[i].elem);
+  vb_end(b);
+  SEC("size", "f64");
+  for (size_t i = 0; i < v->nseries; i++) vb_f64(b, (double)v->series[i].size);
+  vb_end(b);
+  SEC("color", "i32");
+  for (size_t i = 0; i < v->nseries; i++) vb_i32(b, (int32_t)v->series[i].color);
+  vb_end(b);
+  SEC("ghost", "u8");
+  for (size_t i = 0; i < v->nseries; i++) vb_u8(b, v->series[i].ghost);
+  vb_end(b);
+  SEC("T", "i32");
+  for (size_t i = 0; i < v->npoints; i++) vb_i32(b, (int32_t)v->timesteps[i]);
+  vb_end(b);
+  size_t nsumm = 0, summ_first = 0;
+  for (size_t i = 0; i < v->nseries; i++)
+    if (v->series[i].elem < 0) nsumm = v->series[i].npoints, summ_first = v->series[i].first_point;
+  SEC("O", "f64");
+  size_t no = v->nseries && v->series[v->nseries - 1].elem < 0 ? v->npoints + 1 : v->npoints;
+  for (size_t i = 0; i < no; i++) vb_f64(b, (double)v->offsets[i]);
+  vb_end(b);
+  SEC("S", "f64");
+  for (size_t i = 0; i < nsumm; i++) vb_f64(b, (double)v->sizes[summ_first + i]);
+  vb_end(b);
+  SEC("max_at_time", "f64");
+  for (size_t i = 0; i < v->ntimesteps; i++) vb_f64(b, (double)v->max_at_time[i]);
+  vb_end(b);
+  SEC("sources", "f64");
+  for (size_t i = 0; i < v->elements_length; i++) vb_f64(b, (double)v->element_source[i]);
+  vb_end(b);
+#undef SEC
+}
+
+/* The trace of device dev as columns (trace.*): action, address, size, stream, time (-1: none),
+ * stack (-1: none), pool (an index into the JSON's pools, -1: none). Addresses, sizes, streams and
+ * times are doubles: exact below 2^53 (device addresses and times are). */
+static int view_bin_trace(vb_t *b, const ms_snapshot_t *s, size_t dev, int64_t (**pools)[2],
+                          size_t *npools) {
   const ms_snap_device_t *d = dev < s->ndevices ? &s->devices[dev] : NULL;
   size_t n = d ? d->ntrace : 0;
   const ms_snap_trace_t *t = d ? s->trace + d->first_trace : NULL;
-  static const char *const cols[] = {"action", "addr", "size", "stream", "time", "stack", "pool"};
-  vw_puts(w, "{");
-  for (size_t c = 0; c < sizeof cols / sizeof cols[0]; c++) {
-    vw_puts(w, c ? "],\n\"" : "\"");
-    vw_puts(w, cols[c]);
-    vw_puts(w, "\":[");
-    for (size_t i = 0; i < n; i++) {
-      const ms_snap_trace_t *e = &t[i];
-      if (i) vw_raw(w, ",", 1);
-      switch (c) {
-      case 0: vw_i64(w, (int64_t)e->action); break;
-      case 1: vw_hexstr(w, e->addr); break;
-      case 2: vw_u64(w, e->size); break;
-      case 3: vw_u64(w, e->stream); break;
-      case 4: vw_i64(w, e->present & MS_TRACE_HAS_TIME ? e->time_us : -1); break;
-      case 5: vw_i64(w, e->stack == MS_SNAP_NO_STACK ? -1 : (int64_t)e->stack); break;
-      default:
-        if (e->present & MS_TRACE_HAS_POOL_ID) {
-          vw_raw(w, "[", 1);
-          vw_i64(w, e->pool_id[0]);
-          vw_raw(w, ",", 1);
-          vw_i64(w, e->pool_id[1]);
-          vw_raw(w, "]", 1);
-        } else {
-          vw_puts(w, "null");
-        }
+  vb_begin(b, "trace.action", "u8");
+  for (size_t i = 0; i < n; i++) vb_u8(b, (uint8_t)t[i].action);
+  vb_end(b);
+  vb_begin(b, "trace.addr", "f64");
+  for (size_t i = 0; i < n; i++) vb_f64(b, (double)t[i].addr);
+  vb_end(b);
+  vb_begin(b, "trace.size", "f64");
+  for (size_t i = 0; i < n; i++) vb_f64(b, (double)t[i].size);
+  vb_end(b);
+  vb_begin(b, "trace.stream", "f64");
+  for (size_t i = 0; i < n; i++) vb_f64(b, (double)t[i].stream);
+  vb_end(b);
+  vb_begin(b, "trace.time", "f64");
+  for (size_t i = 0; i < n; i++)
+    vb_f64(b, t[i].present & MS_TRACE_HAS_TIME ? (double)t[i].time_us : -1.0);
+  vb_end(b);
+  vb_begin(b, "trace.stack", "i32");
+  for (size_t i = 0; i < n; i++)
+    vb_i32(b, t[i].stack == MS_SNAP_NO_STACK ? -1 : (int32_t)t[i].stack);
+  vb_end(b);
+  vb_begin(b, "trace.pool", "i32");
+  for (size_t i = 0; i < n; i++) {
+    int32_t k = -1;
+    if (t[i].present & MS_TRACE_HAS_POOL_ID) {
+      for (size_t j = 0; j < *npools && k < 0; j++)
+        if ((*pools)[j][0] == t[i].pool_id[0] && (*pools)[j][1] == t[i].pool_id[1]) k = (int32_t)j;
+      if (k < 0) {
+        int64_t(*p)[2] = realloc(*pools, (*npools + 1) * sizeof **pools);
+        if (!p) return MS_ENOMEM;
+        *pools = p;
+        p[*npools][0] = t[i].pool_id[0];
+        p[*npools][1] = t[i].pool_id[1];
+        k = (int32_t)(*npools)++;
       }
     }
+    vb_i32(b, k);
   }
-  vw_puts(w, "]}");
+  vb_end(b);
+  return MS_OK;
+}
+
+/* Stacks (stacks.*): the first entry and the number of frames of each, and the frame indices
+ * (u16 when there are fewer than 65,536 frames). */
+static void view_bin_stacks(vb_t *b, const ms_snapshot_t *s) {
+  vb_begin(b, "stacks.first", "u32");
+  for (size_t i = 0; i < s->nstacks; i++) vb_u32(b, s->stacks[i].first);
+  vb_end(b);
+  vb_begin(b, "stacks.count", "u32");
+  for (size_t i = 0; i < s->nstacks; i++) vb_u32(b, s->stacks[i].nframes);
+  vb_end(b);
+  bool small = s->nframes < 65536;
+  vb_begin(b, "stacks.frames", small ? "u16" : "u32");
+  for (size_t i = 0; i < s->nstack_frames; i++) {
+    if (small) vb_u16(b, (uint16_t)s->stack_frames[i]);
+    else vb_u32(b, s->stack_frames[i]);
+  }
+  vb_end(b);
 }
 
 static void view_segments(vw_t *w, const ms_snapshot_t *s, size_t dev) {
@@ -153,48 +236,55 @@ static void view_frames(vw_t *w, const ms_snapshot_t *s) {
     vw_str(w, f->name);
     vw_puts(w, "]");
   }
-  vw_puts(w, "],\n\"stacks\":[");
-  for (size_t i = 0; i < s->nstacks; i++) {
-    vw_puts(w, i ? ",[" : "[");
-    for (uint32_t k = 0; k < s->stacks[i].nframes; k++) {
-      if (k) vw_raw(w, ",", 1);
-      vw_u64(w, s->stack_frames[s->stacks[i].first + k]);
-    }
-    vw_puts(w, "]");
-  }
   vw_puts(w, "]");
 }
 
-static void view_sources(vw_t *w, const char *key, const ms_tlv_t *v) {
+static void view_tlv_json(vw_t *w, const char *key, const ms_tlv_t *v) {
   vw_puts(w, ",\n\"");
   vw_puts(w, key);
-  vw_puts(w, "\":[");
-  for (size_t i = 0; i < v->elements_length; i++) {
-    if (i) vw_raw(w, ",", 1);
-    vw_i64(w, v->element_source[i]);
-  }
-  vw_puts(w, "]");
+  vw_puts(w, "\":{\"max_size\":");
+  vw_i64(w, v->max_size);
+  vw_puts(w, ",\"elements_length\":");
+  vw_u64(w, v->elements_length);
+  vw_puts(w, ",\"nseries\":");
+  vw_u64(w, v->nseries);
+  vw_puts(w, ",\"npoints\":");
+  vw_u64(w, v->npoints);
+  vw_puts(w, "}");
 }
 
-static void view_data(vw_t *w, const ms_snapshot_t *s, const ms_viewer_opts_t *o, size_t dev,
-                      const size_t *devs, size_t ndevs, const ms_tlv_t *tl,
-                      const ms_tlv_t *seg) {
-  vw_puts(w, "{\"format\":1,\"title\":");
-  vw_str(w, o->title ? o->title : "");
+typedef struct view_ctx_s {
+  const ms_snapshot_t *s;
+  const ms_viewer_opts_t *o;
+  size_t dev;
+  const size_t *devs;
+  size_t ndevs;
+  const ms_tlv_t *tl, *seg;
+  int64_t (*pools)[2];
+  size_t npools;
+  uint64_t bin_bytes; /* uncompressed */
+} view_ctx_t;
+
+static void view_data(vw_t *w, const view_ctx_t *c, const vb_t *b) {
+  const ms_snapshot_t *s = c->s;
+  vw_puts(w, "{\"format\":2,\"title\":");
+  vw_str(w, c->o->title ? c->o->title : "");
   vw_puts(w, ",\"view\":");
-  vw_str(w, o->view ? o->view : "timeline");
+  vw_str(w, c->o->view ? c->o->view : "timeline");
   vw_puts(w, ",\"device\":");
-  vw_u64(w, dev);
+  vw_u64(w, c->dev);
   vw_puts(w, ",\"devices\":[");
-  for (size_t i = 0; i < ndevs; i++) {
+  for (size_t i = 0; i < c->ndevs; i++) {
     if (i) vw_raw(w, ",", 1);
-    vw_u64(w, devs[i]);
+    vw_u64(w, c->devs[i]);
   }
   vw_puts(w, "],\"capacity\":");
-  const ms_snap_device_t *d = dev < s->ndevices ? &s->devices[dev] : NULL;
+  const ms_snap_device_t *d = c->dev < s->ndevices ? &s->devices[c->dev] : NULL;
   vw_u64(w, d && (d->present & MS_DEV_HAS_CAPACITY) ? d->capacity : 0);
   vw_puts(w, ",\"trace_dropped\":");
   vw_u64(w, d ? d->trace_dropped : 0);
+  vw_puts(w, ",\"ntrace\":");
+  vw_u64(w, d ? d->ntrace : 0);
   vw_puts(w, ",\"has_settings\":");
   vw_puts(w, s->present & MS_SNAP_HAS_SETTINGS ? "true" : "false");
   vw_puts(w, ",\"settings\":");
@@ -204,48 +294,76 @@ static void view_data(vw_t *w, const ms_snapshot_t *s, const ms_viewer_opts_t *o
     if (a) vw_raw(w, ",", 1);
     vw_str(w, a == MS_TRACE_OTHER ? "other" : ms_trace_action_name((ms_trace_action)a));
   }
-  vw_puts(w, "],\n\"trace\":");
-  view_trace(w, s, dev);
-  vw_puts(w, ",\n\"segments\":");
-  view_segments(w, s, dev);
+  vw_puts(w, "],\n\"pools\":[");
+  for (size_t i = 0; i < c->npools; i++) {
+    vw_puts(w, i ? ",[" : "[");
+    vw_i64(w, c->pools[i][0]);
+    vw_raw(w, ",", 1);
+    vw_i64(w, c->pools[i][1]);
+    vw_raw(w, "]", 1);
+  }
+  vw_puts(w, "],\n\"segments\":");
+  view_segments(w, s, c->dev);
   vw_puts(w, ",\n");
   view_frames(w, s);
-  view_sources(w, "tl_sources", tl);
-  view_sources(w, "seg_sources", seg);
-  vw_puts(w, "}");
+  view_tlv_json(w, "tl", c->tl);
+  view_tlv_json(w, "seg", c->seg);
+  vw_puts(w, ",\n\"bin\":{\"encoding\":\"gzip+base64\",\"length\":");
+  vw_u64(w, c->bin_bytes);
+  vw_puts(w, ",\"sections\":");
+  vb_table(b, w);
+  vw_puts(w, "}}");
 }
 
-static void view_tlv(vw_t *w, const char *id, const ms_tlv_t *v) {
-  vw_puts(w, "<script type=\"application/json\" id=\"");
-  vw_puts(w, id);
-  vw_puts(w, "\">");
-  ms_sink_t js;
-  vw_json_sink(w, &js);
-  int rc = ms_tlv_write_json(v, &js);
-  if (rc != MS_OK && w->err == MS_OK) w->err = rc;
-  vw_puts(w, "</script>\n");
+/* The binary element: the sections, gzipped, as base64. */
+static int view_bin(vw_t *w, view_ctx_t *c, vb_t *b) {
+  vb64_t e;
+  ms_sink_t b64sink, gz;
+  ms_gzip_sink_t *z = NULL;
+  vb64_init(&e, w, &b64sink);
+  int rc = ms_gzip_sink_create(&b64sink, c->s->ntrace > 1000000 ? 1 : 6, &z, &gz);
+  if (rc != MS_OK) return rc;
+  vb_init(b, &gz);
+  view_bin_tlv(b, "tl", c->tl);
+  view_bin_tlv(b, "seg", c->seg);
+  rc = view_bin_trace(b, c->s, c->dev, &c->pools, &c->npools);
+  if (rc == MS_OK) {
+    view_bin_stacks(b, c->s);
+    vb_flush(b);
+    rc = b->err;
+  }
+  c->bin_bytes = b->offset;
+  if (rc == MS_OK) rc = ms_gzip_sink_finish(z);
+  ms_gzip_sink_destroy(z);
+  vb64_finish(&e);
+  return rc != MS_OK ? rc : w->err;
 }
 
-static void view_page(vw_t *w, const ms_snapshot_t *s, const ms_viewer_opts_t *o, size_t dev,
-                      const size_t *devs, size_t ndevs, const ms_tlv_t *tl,
-                      const ms_tlv_t *seg) {
+static int view_page(vw_t *w, view_ctx_t *c) {
   vw_puts(w, "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
              "<meta name=\"viewport\" content=\"width=device-width\">\n"
              "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; "
              "script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:; "
              "connect-src 'none'\">\n<title>memsnap view: ");
-  vw_html(w, o->title ? o->title : "");
+  vw_html(w, c->o->title ? c->o->title : "");
   vw_puts(w, "</title>\n<style>\n");
   vw_raw(w, ms__view_css, ms__view_css_len);
   vw_puts(w, "</style>\n</head>\n<body>\n<div id=\"app\"><noscript>This page needs "
              "JavaScript.</noscript></div>\n");
-  view_tlv(w, "ms-tl", tl);
-  view_tlv(w, "ms-seg", seg);
-  vw_puts(w, "<script type=\"application/json\" id=\"ms-data\">");
-  view_data(w, s, o, dev, devs, ndevs, tl, seg);
-  vw_puts(w, "</script>\n<script>\n");
-  vw_raw(w, ms__view_js, ms__view_js_len);
-  vw_puts(w, "</script>\n</body>\n</html>\n");
+  vw_puts(w, "<script type=\"application/octet-stream\" id=\"ms-bin\">");
+  vb_t *b = malloc(sizeof *b);
+  if (!b) return MS_ENOMEM;
+  int rc = view_bin(w, c, b);
+  if (rc == MS_OK) {
+    vw_puts(w, "</script>\n<script type=\"application/json\" id=\"ms-data\">");
+    view_data(w, c, b);
+    vw_puts(w, "</script>\n<script>\n");
+    vw_raw(w, ms__view_js, ms__view_js_len);
+    vw_puts(w, "</script>\n</body>\n</html>\n");
+  }
+  vb_release(b);
+  free(b);
+  return rc;
 }
 
 int ms_viewer_write_html(const ms_snapshot_t *snap, const ms_viewer_opts_t *opts,
@@ -285,10 +403,12 @@ int ms_viewer_write_html(const ms_snapshot_t *snap, const ms_viewer_opts_t *opts
   if (!w) {
     rc = MS_ENOMEM;
   } else {
+    view_ctx_t c = {snap, opts, dev, devs, ndevs, &tl, &seg, NULL, 0, 0};
     vw_init(w, sink);
-    view_page(w, snap, opts, dev, devs, ndevs, &tl, &seg);
+    rc = view_page(w, &c);
     vw_flush(w);
-    rc = w->err;
+    if (rc == MS_OK) rc = w->err;
+    free(c.pools);
     free(w);
   }
   ms_tlv_release(&seg);

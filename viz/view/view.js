@@ -91,16 +91,22 @@
     D.segments.forEach(function (s) { streamName(s.stream); });
   }
 
+  function hexAddr(i) { return D.trace.addr[i].toString(16); }
+  function poolOf(i) { var k = D.trace.pool[i]; return k >= 0 ? D.pools[k] : null; }
+  function stackFrames(st) {
+    var a = D.bin["stacks.first"][st];
+    return D.bin["stacks.frames"].subarray(a, a + D.bin["stacks.count"][st]);
+  }
   function frameText(fi) {
     var f = D.frames[fi];
     return f[0] + ":" + f[1] + ":" + f[2];
   }
   /* Innermost first, consecutive duplicates collapsed as the viewer does. */
   function stackText(stack) {
-    if (stack < 0 || !D.stacks[stack] || D.stacks[stack].length === 0)
+    if (stack < 0 || stack >= D.nstacks || stackFrames(stack).length === 0)
       return "No frames recorded: the block was allocated before recording started, the "
         + "recording kept no stacks, or the entry fell out of the ring buffer.";
-    var fr = D.stacks[stack], out = [], i = 0;
+    var fr = stackFrames(stack), out = [], i = 0;
     while (i < fr.length) {
       var j = i + 1;
       while (j < fr.length && fr[j] === fr[i]) j++;
@@ -135,40 +141,80 @@
 
   /* ---- timeline data ----------------------------------------------------------------------- */
 
-  /* The JSON of ms_tlv_write_json as typed arrays: series s has points first[s] .. first[s+1]. */
-  function decodeTimeline(raw, sources, segmentsView) {
-    var aot = raw.allocations_over_time, n = aot.length, npts = 0, i, k;
-    for (i = 0; i < n; i++) npts += aot[i].timesteps.length;
+  /* A timeline from its binary sections (PREFIX.*, viz/view/view.c): series s has the points
+   * first[s] .. first[s + 1]; the summarized band is the last series. */
+  function decodeTimeline(B, prefix, meta, segmentsView) {
+    function sec(k) { return B[prefix + "." + k]; }
+    var n = meta.nseries, i, f0 = sec("first"), np = sec("npoints");
     var tl = {
-      raw: raw, sources: sources, segmentsView: segmentsView, n: n,
-      first: new Uint32Array(n + 1), T: new Float64Array(npts), O: new Float64Array(npts),
-      size: new Float64Array(n), elem: new Int32Array(n), color: new Int32Array(n),
-      ghost: new Uint8Array(n), tmin: new Float64Array(n), tmax: new Float64Array(n),
+      segmentsView: segmentsView, n: n, sources: sec("sources"),
+      first: new Uint32Array(n + 1), T: sec("T"), O: sec("O"),
+      size: sec("size"), elem: sec("elem"), color: sec("color"), ghost: sec("ghost"),
+      tmin: new Float64Array(n), tmax: new Float64Array(n),
       summ: -1, summSizes: null, summOffsets: null,
-      maxAt: Float64Array.from(raw.max_at_time), maxSize: raw.max_size,
-      elementsLength: raw.elements_length
+      maxAt: sec("max_at_time"), maxSize: meta.max_size, elementsLength: meta.elements_length
     };
-    var p = 0;
     for (i = 0; i < n; i++) {
-      var s = aot[i];
-      tl.first[i] = p;
-      for (k = 0; k < s.timesteps.length; k++, p++) { tl.T[p] = s.timesteps[k]; tl.O[p] = s.offsets[k]; }
-      tl.tmin[i] = s.timesteps.length ? s.timesteps[0] : 0;
-      tl.tmax[i] = s.timesteps.length ? s.timesteps[s.timesteps.length - 1] : 0;
-      tl.color[i] = s.color;
-      tl.ghost[i] = s.ghost ? 1 : 0;
-      if (s.elem === "summarized") {
-        tl.summ = i; tl.elem[i] = -1; tl.summSizes = s.size; tl.summOffsets = s.offsets;
-      } else {
-        tl.elem[i] = s.elem; tl.size[i] = s.size;
+      tl.first[i] = f0[i];
+      tl.tmin[i] = np[i] ? tl.T[f0[i]] : 0;
+      tl.tmax[i] = np[i] ? tl.T[f0[i] + np[i] - 1] : 0;
+      if (tl.elem[i] < 0) {
+        tl.summ = i; tl.summSizes = sec("S"); tl.summOffsets = tl.O.subarray(f0[i], f0[i] + np[i] + 1);
       }
     }
-    tl.first[n] = p;
+    tl.first[n] = n ? f0[n - 1] + np[n - 1] : 0;
     var peak = 0;
     for (i = 1; i < tl.maxAt.length; i++) if (tl.maxAt[i] > tl.maxAt[peak]) peak = i;
     tl.peakT = peak;
     tl.nT = Math.max(1, tl.maxAt.length);
     return tl;
+  }
+
+  /* base64 to bytes */
+  function unbase64(str) {
+    var lut = new Uint8Array(128), abc = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/", i, j;
+    for (i = 0; i < 64; i++) lut[abc.charCodeAt(i)] = i;
+    var n = str.length;
+    while (n > 0 && (str.charCodeAt(n - 1) === 61 || str.charCodeAt(n - 1) <= 32)) n--;
+    var out = new Uint8Array(Math.floor(n * 3 / 4));
+    for (i = 0, j = 0; i + 3 < n; i += 4) {
+      var v = lut[str.charCodeAt(i)] << 18 | lut[str.charCodeAt(i + 1)] << 12
+        | lut[str.charCodeAt(i + 2)] << 6 | lut[str.charCodeAt(i + 3)];
+      out[j++] = v >> 16; out[j++] = v >> 8 & 255; out[j++] = v & 255;
+    }
+    var rest = n - i;
+    if (rest >= 2) {
+      var w = lut[str.charCodeAt(i)] << 18 | lut[str.charCodeAt(i + 1)] << 12
+        | (rest > 2 ? lut[str.charCodeAt(i + 2)] << 6 : 0);
+      out[j++] = w >> 16;
+      if (rest > 2) out[j++] = w >> 8 & 255;
+    }
+    return out;
+  }
+
+  /* The binary sections: gunzip with the browser's own DecompressionStream (no library; fed from
+   * memory, so no I/O is involved), into one buffer of the length the JSON gives; then one typed
+   * array per section over it. */
+  function loadBinary(meta) {
+    var bytes = unbase64(document.getElementById("ms-bin").textContent);
+    var input = new ReadableStream({ start: function (c) { c.enqueue(bytes); c.close(); } });
+    var reader = input.pipeThrough(new DecompressionStream("gzip")).getReader();
+    var out = new Uint8Array(meta.length), at = 0;
+    function pump() {
+      return reader.read().then(function (r) {
+        if (r.done) return;
+        if (at + r.value.length > out.length) throw new Error("the page's data is damaged (too long)");
+        out.set(r.value, at);
+        at += r.value.length;
+        return pump();
+      });
+    }
+    return pump().then(function () {
+      if (at !== meta.length) throw new Error("the page's data is damaged (" + at + " of " + meta.length + " bytes)");
+      var types = { i32: Int32Array, u32: Uint32Array, u16: Uint16Array, u8: Uint8Array, f64: Float64Array }, res = {};
+      meta.sections.forEach(function (s) { res[s.name] = new types[s.type](out.buffer, s.offset, s.count); });
+      return res;
+    });
   }
 
   /* The viewer's hover text of element e (context_for_id). */
@@ -179,9 +225,9 @@
     var after = tl.maxAt[Math.min(tl.maxAt.length - 1, Math.max(0, tl.tmin[s]))];
     if (src >= 0) {
       var act = tr.action[src], pre = tl.segmentsView ? "s'" : "b'";
-      lines.push("Addr: " + pre + tr.addr[src] + "_" + tr.ver[src] + ", Size: " + fmtBoth(size)
+      lines.push("Addr: " + pre + hexAddr(src) + "_" + tr.ver[src] + ", Size: " + fmtBoth(size)
         + " allocation, Total memory used after allocation: " + fmtBoth(after) + ", stream "
-        + streamName(tr.stream[src]) + ", " + poolText(tr.pool[src]) + ", timestamp "
+        + streamName(tr.stream[src]) + ", " + poolText(poolOf(src)) + ", timestamp "
         + fmtTime(tr.time[src]));
       if (act !== A.ALLOC && act !== A.SEG_ALLOC)
         lines.push("alloc not recorded, stack trace for free:");
@@ -196,7 +242,7 @@
       } else {
         var b = snapBlock(k);
         var addr = b ? b[2].toString(16) : "?";
-        lines.push("Addr: b'" + addr + "_" + (D.trace.bver.get(addr) || 0) + ", Size: "
+        lines.push("Addr: b'" + addr + "_" + (b ? D.trace.bver.get(b[2]) || 0 : 0) + ", Size: "
           + fmtBoth(size) + " allocation, stream " + (b ? streamName(b[0].stream) : "?"));
         lines.push("This block was allocated before the trace starts (it is alive in the "
           + "snapshot, its alloc is not in the trace).");
@@ -219,7 +265,7 @@
     var e = tl.elem[s];
     if (e < 0) return "";
     var src = tl.sources[e];
-    if (src >= 0) return D.trace.addr[src];
+    if (src >= 0) return hexAddr(src);
     var k = -1 - src;
     if (tl.segmentsView) { var g = segmentOfIndex(k); return g ? g.addr : ""; }
     var b = snapBlock(k);
@@ -468,7 +514,7 @@
         if (addr && elementAddr(tl, s).indexOf(addr) === 0) { v |= 1; na++; }
         if (text) {
           var st = elementStack(tl, s);
-          if (!stackMatch.has(st)) stackMatch.set(st, st >= 0 && D.stacks[st] && D.stacks[st].some(function (f) {
+          if (!stackMatch.has(st)) stackMatch.set(st, st >= 0 && st < D.nstacks && stackFrames(st).some(function (f) {
             return frameText(f).toLowerCase().indexOf(text) >= 0; }));
           if (stackMatch.get(st)) { v |= 2; nt++; }
         }
@@ -587,8 +633,8 @@
   };
   AllocState.prototype.entry = function (i) {
     var tr = D.trace;
-    return { a: tr.action[i], addr: parseInt(tr.addr[i], 16), size: tr.size[i],
-             stream: tr.stream[i], stack: tr.stack[i], pool: tr.pool[i] };
+    return { a: tr.action[i], addr: tr.addr[i], size: tr.size[i],
+             stream: tr.stream[i], stack: tr.stack[i], pool: poolOf(i) };
   };
   /* step -> step - 1: undo entry step - 1 */
   AllocState.prototype.undo = function () {
@@ -638,12 +684,12 @@
     var tr = D.trace, a = tr.action[i], name = D.actions[a] || "other";
     if (a === A.OOM)
       return "OOM (requested " + fmtSize(tr.size[i]) + ", Device has "
-        + fmtSize(parseInt(tr.addr[i], 16)) + " memory free)";
+        + fmtSize(tr.addr[i]) + " memory free)";
     if (a === A.SNAPSHOT) return "snapshot";
     if (a === A.FREE_REQ && i + 1 < tr.action.length && tr.action[i + 1] === A.FREE_DONE && tr.addr[i + 1] === tr.addr[i])
       name = "free";
     var pre = a >= A.SEG_ALLOC && a <= A.SEG_UNMAP ? "s'" : "b'";
-    var addr = pre + tr.addr[i] + "_" + tr.ver[i];
+    var addr = pre + hexAddr(i) + "_" + tr.ver[i];
     while (name.length < 14) name += " ";
     while (addr.length < 18) addr += " ";
     return name + " " + addr + " " + fmtBoth(tr.size[i]) + " (stream " + streamName(tr.stream[i]) + ")";
@@ -820,7 +866,7 @@
     var alive = [];
     for (var s = 0; s < tl.n; s++) if (s !== tl.summ && tl.tmin[s] <= t && tl.tmax[s] > t) alive.push(s);
     alive.forEach(function (s) {
-      var st = elementStack(tl, s), fr = st >= 0 && D.stacks[st] ? D.stacks[st] : [], node = root0;
+      var st = elementStack(tl, s), fr = st >= 0 && st < D.nstacks ? stackFrames(st) : [], node = root0;
       node.value += tl.size[s];
       for (var i = fr.length - 1; i >= -1; i--) {
         var name = i >= 0 ? frameText(fr[i]) : "<no frames>";
@@ -905,10 +951,23 @@
   function main() {
     app = document.getElementById("app");
     D = parseJSON("ms-data");
-    annotate(D.trace);
-    TL = decodeTimeline(parseJSON("ms-tl"), D.tl_sources, false);
-    SEG = decodeTimeline(parseJSON("ms-seg"), D.seg_sources, true);
-    api.data = D; api.timeline = TL; api.segmentTimeline = SEG;
+    app.textContent = "Reading the data...";
+    return loadBinary(D.bin).then(function (B) {
+      D.bin = B;
+      D.nstacks = B["stacks.first"].length;
+      D.trace = { action: B["trace.action"], addr: B["trace.addr"], size: B["trace.size"],
+                  stream: B["trace.stream"], time: B["trace.time"], stack: B["trace.stack"],
+                  pool: B["trace.pool"] };
+      annotate(D.trace);
+      TL = decodeTimeline(B, "tl", D.tl, false);
+      SEG = decodeTimeline(B, "seg", D.seg, true);
+      api.data = D; api.timeline = TL; api.segmentTimeline = SEG;
+      api.stackFrames = stackFrames; api.hexAddr = hexAddr;
+      build();
+    });
+  }
+
+  function build() {
     app.textContent = "";
     var bar = el("div", "bar", app);
     el("span", "title", bar, D.title || "snapshot");
@@ -953,12 +1012,16 @@
     document.body.setAttribute("data-status", "error");
     document.body.setAttribute("data-error", String(ev.message));
   });
-  try {
-    main();
-  } catch (e) {
+  function fail(e) {
     document.body.setAttribute("data-status", "error");
     document.body.setAttribute("data-error", String(e && e.stack || e));
     var box = el("div", "err", document.getElementById("app") || document.body);
     box.textContent = "memsnap view could not draw this page: " + e;
+  }
+  try {
+    api.whenReady = main().catch(fail);
+  } catch (e) {
+    fail(e);
+    api.whenReady = Promise.resolve();
   }
 })();

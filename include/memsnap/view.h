@@ -16,8 +16,8 @@
  *
  * Thread-safety: none needed (reads an immutable snapshot).
  */
-#ifndef MEMSNAP_VIEWER_H
-#define MEMSNAP_VIEWER_H
+#ifndef MEMSNAP_VIEW_H
+#define MEMSNAP_VIEW_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -47,4 +47,4 @@ MS_API MS_NODISCARD int ms_viewer_write_html(const ms_snapshot_t *snap,
 
 MS_EXTERN_C_END
 
-#endif /* MEMSNAP_VIEWER_H */
+#endif /* MEMSNAP_VIEW_H */
