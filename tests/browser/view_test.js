@@ -112,6 +112,15 @@
       v.setWindow(Math.max(0, TL.peakT - 20), TL.peakT + 20);
       ok("zooming in splits small bands", v.stats.big >= Math.min(bigAll, 1), v.stats.big + " vs " + bigAll);
     }
+    /* what is alive at the peak, as CSV and JSON: one row per band alive there */
+    api.select(TL.peakT);
+    api.show("flame");
+    var fl = api.view, csv = fl.csv().split("\n"), js = JSON.parse(fl.json());
+    var aliveN = 0, aliveB = 0;
+    for (s = 0; s < TL.n; s++) if (s !== TL.summ && TL.tmin[s] <= TL.peakT && TL.tmax[s] > TL.peakT) { aliveN++; aliveB += TL.size[s]; }
+    ok("alive CSV rows", csv.length === aliveN + 2 && csv[0].indexOf("address,size,") === 0, csv.length + " vs " + aliveN);
+    ok("alive JSON", js.allocations.length === aliveN && js.bytes === aliveB && js.timestep === TL.peakT);
+    ok("alive bytes", fl.total === aliveB);
     /* Allocator State History: arrow keys move the event; the map follows */
     api.show("history");
     var h = api.view, n = D.trace.action.length;

@@ -879,6 +879,40 @@
     });
     self.alive = alive.length;
     self.total = root0.value;
+    /* what is alive, for download: one row per allocation, biggest first */
+    function rows() {
+      return alive.slice().sort(function (a, b) { return tl.size[b] - tl.size[a]; }).map(function (s) {
+        var e = tl.elem[s], src = tl.sources[e], st = elementStack(tl, s), fr = [];
+        if (st >= 0 && st < D.nstacks) stackFrames(st).forEach(function (f) { fr.push(frameText(f)); });
+        return { addr: elementAddr(tl, s), size: tl.size[s],
+                 stream: src >= 0 ? streamName(D.trace.stream[src]) : null,
+                 trace_entry: src >= 0 ? src : null, time_us: src >= 0 && D.trace.time[src] >= 0 ? D.trace.time[src] : null,
+                 from_snapshot: src < 0, frames: fr };
+      });
+    }
+    function csvField(v) {
+      var t = v === null || v === undefined ? "" : String(v);
+      return /[",\n\r]/.test(t) ? '"' + t.replace(/"/g, '""') + '"' : t;
+    }
+    self.csv = function () {
+      var out = ["address,size,stream,trace_entry,time_us,from_snapshot,stack (innermost first)"];
+      rows().forEach(function (r) {
+        out.push([r.addr, r.size, r.stream, r.trace_entry, r.time_us, r.from_snapshot, r.frames.join(" <- ")].map(csvField).join(","));
+      });
+      return out.join("\n") + "\n";
+    };
+    self.json = function () {
+      return JSON.stringify({ device: D.device, timestep: t, bytes: root0.value, allocations: rows() }, null, 1);
+    };
+    function download(text, type, ext) {
+      var a = el("a", "", null);
+      a.href = URL.createObjectURL(new Blob([text], { type: type }));
+      a.download = "alive-at-" + t + "." + ext;
+      document.body.appendChild(a); a.click(); a.remove();
+    }
+    var bcsv = el("button", "", head, "Download CSV"), bjson = el("button", "", head, "Download JSON");
+    bcsv.addEventListener("click", function () { download(self.csv(), "text/csv", "csv"); });
+    bjson.addEventListener("click", function () { download(self.json(), "application/json", "json"); });
     var focus = root0, boxes = [];
     function draw() {
       var r = plot.getBoundingClientRect(), W = Math.max(200, r.width | 0), H = Math.max(100, r.height | 0);
