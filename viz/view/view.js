@@ -306,7 +306,10 @@
     var x0 = 0, x1 = tl.nT, hover = -1, pinned = -1, matches = null, lastFrameMs = 0;
     var hs = readHash();
     if (hs.x0 !== undefined && hs.x1 !== undefined && +hs.x1 > +hs.x0) { x0 = +hs.x0; x1 = +hs.x1; }
-    info.textContent = "Hover a band to see its allocation; click to keep it and to choose the "
+    info.textContent = (D.trace.action.length === 0 ? "The snapshot has no trace (it was taken "
+      + "without recording history), so there is no memory over time: the bands are the blocks "
+      + "alive in the snapshot. The Allocator State History view shows its segment map.\n" : "")
+      + "Hover a band to see its allocation; click to keep it and to choose the "
       + "moment of the flame graph view. Keys: + / - zoom, arrows pan, p peak, 0 whole run.";
 
     function ymax() {
