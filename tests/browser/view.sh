@@ -2,15 +2,16 @@
 # SPDX-License-Identifier: MIT
 # Browser test of `memsnap view` (ctest suite "browser_view"): writes the page of every PyTorch
 # fixture and of two hostile snapshots (markup in frame and file names and in the settings; one
-# without a trace), opens each in headless Chromium with the network unreachable and a net log,
-# and drives it with view_test.js (inserted before </body>): every view renders, the page's
-# decoder reads back exactly the data of `memsnap timeline --json` (inserted with the test), a click on a band shows its size and stack,
-# search counts match the data, the peak key, what is alive at the peak as CSV and JSON, arrow
-# keys in the Allocator State History move the selected event and the map (and the last event
-# is the snapshot's own state), a page without a trace says why it has no timeline, no name from the data runs or becomes an element, and the page
-# loads nothing and tries to load nothing (no resource timing entry, no Content-Security-Policy
-# violation; the page's policy forbids every fetch). The browser runs with every host
-# unresolvable and an unreachable proxy.
+# without a trace), opens each in headless Chromium with every host unresolvable and an
+# unreachable proxy, and drives it with view_test.js (inserted before </body>, after the data of
+# `memsnap timeline --json`):
+#   - every view renders; the page's decoder reads back exactly the timeline --json data;
+#   - a click on a band shows its size and stack; search counts match the data; the peak key;
+#   - what is alive at the peak as CSV and JSON matches the bands alive there;
+#   - arrow keys in the Allocator State History move the selected event and the map, and the
+#     last event is the snapshot's own state; a page without a trace says why;
+#   - no name from the data runs or becomes an element; the page loads nothing and tries to load
+#     nothing (no resource timing entry, no Content-Security-Policy violation).
 # usage: view.sh MEMSNAP_BINARY [FIXTURE_DIR]   Exit 77 (ctest: skipped) without chromium/python3.
 set -euo pipefail
 memsnap=${1:?usage: view.sh MEMSNAP_BINARY [FIXTURE_DIR]}
