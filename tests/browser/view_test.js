@@ -145,8 +145,10 @@
       ok("the last event shows the snapshot's blocks", h.state.blocks.size === live, h.state.blocks.size + " vs " + live);
     } else {
       ok("no trace: the map shows the snapshot", h.drawn && h.drawn.segments === D.segments.length);
-      api.show("timeline");
-      ok("no trace: the timeline says why", document.querySelector(".info").textContent.indexOf("The snapshot has no trace") === 0);
+      if (n === 0) {
+        api.show("timeline");
+        ok("no trace: the timeline says why", document.querySelector(".info").textContent.indexOf("The snapshot has no trace") === 0);
+      }
     }
     api.show("timeline");
     measure.timeline_text = (document.querySelector(".note") || {}).textContent || "";
