@@ -5,14 +5,13 @@
  * Segment Timeline", "Allocator State History", "Allocator Settings", and a flame graph of what is
  * alive at a chosen moment. docs/view.md describes the page.
  *
- * The page holds its data in `<script type="application/json">` elements:
- *  - id "ms-tl":  the timeline data of the device, ms_tlv_write_json's text with nothing
- *    summarized (max_entries = SIZE_MAX);
- *  - id "ms-seg": the same for the segment timeline;
- *  - id "ms-data": the snapshot's facts the views need (trace columns, frames, stacks, the
- *    device's segments and blocks, the elements' sources, the allocator settings).
- * Every '<', '>' and '&' inside them is written as a JSON escape (\u003c ...), so no name in the
- * data can end the script element or open markup; the page's script shows names as text only.
+ * The page holds its data in two script elements: id "ms-bin", typed binary sections (the
+ * timelines as ms_tlv_compute gives them with nothing summarized, the device's trace as columns,
+ * the stacks) gzipped and written as base64, which the page inflates with the browser's own
+ * DecompressionStream; and id "ms-data", JSON (title, device, settings, segments and blocks,
+ * frames, and the table of the sections). docs/view.md describes both. Every '<', '>', '&' and
+ * "'" inside the JSON is written as a \u escape, so no name in the data can end the script
+ * element or open markup; the page's script shows names as text only.
  *
  * Thread-safety: none needed (reads an immutable snapshot).
  */

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT
- * memsnap viewer: the HTML page (memsnap/view.h). The page is the style, a skeleton, three
- * JSON data elements and the script; view.js draws everything from the data.
+ * memsnap viewer: the HTML page (memsnap/view.h). The page is the style, a skeleton, the binary
+ * data (gzip, base64), the JSON data and the script; view.js draws everything from the data.
  */
 #include <stdbool.h>
 #include <stdint.h>
@@ -13,7 +13,7 @@
 #include "bin.h"
 #include "writer.h"
 
-/* The page's script and style (view.js, view.css), embedded at build time (assets.cmake). */
+/* The page's script and style (view.js, view.css), embedded at build time (embed.cmake). */
 extern const char ms__view_js[];
 extern const size_t ms__view_js_len;
 extern const char ms__view_css[];
@@ -58,6 +58,8 @@ static void view_settings(vw_t *w, const ms_snapshot_t *s, size_t first, size_t 
   }
   vw_raw(w, "}", 1);
 }
+
+#define VIEW_MAX_POOLS 1024
 
 /* ---- the binary sections ------------------------------------------------------------------ */
 
@@ -139,12 +141,18 @@ static int view_bin_trace(vb_t *b, const ms_snapshot_t *s, size_t dev, int64_t (
     vb_i32(b, t[i].stack == MS_SNAP_NO_STACK ? -1 : (int32_t)t[i].stack);
   vb_end(b);
   vb_begin(b, "trace.pool", "i32");
+  int64_t last_pool = -1;
   for (size_t i = 0; i < n; i++) {
     int32_t k = -1;
-    if (t[i].present & MS_TRACE_HAS_POOL_ID) {
+    /* pools are few; a trace naming more than VIEW_MAX_POOLS distinct ones (hostile) shows the
+     * rest as "pool_id unknown" rather than costing a search per entry over all of them */
+    if ((t[i].present & MS_TRACE_HAS_POOL_ID) && k < 0 && last_pool >= 0 &&
+        (*pools)[last_pool][0] == t[i].pool_id[0] && (*pools)[last_pool][1] == t[i].pool_id[1]) {
+      k = (int32_t)last_pool;
+    } else if (t[i].present & MS_TRACE_HAS_POOL_ID) {
       for (size_t j = 0; j < *npools && k < 0; j++)
         if ((*pools)[j][0] == t[i].pool_id[0] && (*pools)[j][1] == t[i].pool_id[1]) k = (int32_t)j;
-      if (k < 0) {
+      if (k < 0 && *npools < VIEW_MAX_POOLS) {
         int64_t(*p)[2] = realloc(*pools, (*npools + 1) * sizeof **pools);
         if (!p) return MS_ENOMEM;
         *pools = p;
@@ -152,6 +160,7 @@ static int view_bin_trace(vb_t *b, const ms_snapshot_t *s, size_t dev, int64_t (
         p[*npools][1] = t[i].pool_id[1];
         k = (int32_t)(*npools)++;
       }
+      if (k >= 0) last_pool = k;
     }
     vb_i32(b, k);
   }
