@@ -22,7 +22,8 @@ static const char view_usage[] =
     "\n"
     "options:\n"
     "  -o, --output OUT   the page to write (default: output.html; '-' = standard output)\n"
-    "  --device N         the device shown (default: the one with the longest trace)\n"
+    "  --device N         the device shown first (default: the one with the longest trace;\n"
+    "                     every device with a trace or segments is in the page)\n"
     "  --view NAME        the view opened first: timeline, segments, history, settings, flame\n"
     "  -h, --help         show this help\n";
 
@@ -37,7 +38,7 @@ static const char trace_plot_usage[] =
     "  -s, --segments       open the segment timeline\n"
     "  -f, --filter_freed   leave out allocations freed within the trace (and their frees):\n"
     "                       only what is still alive at the end is drawn\n"
-    "  -d, --device N       the device shown (default: the one with the longest trace)\n"
+    "  -d, --device N       the device shown first (default: the one with the longest trace)\n"
     "  -h, --help           show this help\n";
 
 static const char segment_plot_usage[] =
@@ -48,7 +49,7 @@ static const char segment_plot_usage[] =
     "\n"
     "options:\n"
     "  -o, --output OUT     the page to write (default: output.html)\n"
-    "  -d, --device N       the device shown (default: the one with the longest trace)\n"
+    "  -d, --device N       the device shown first (default: the one with the longest trace)\n"
     "  -h, --help           show this help\n";
 
 /* ---- --filter_freed -------------------------------------------------------------------------- */

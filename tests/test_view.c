@@ -169,11 +169,13 @@ static int64_t i32_at(const unsigned char *p, size_t i) { return (int32_t)(uint3
 
 /* The page's timeline sections PREFIX.* hold exactly ms_tlv_compute's data (nothing
  * summarized): every series, point, offset, size, max_at_time and source. */
-static void check_tlv(const bin_t *b, const char *prefix, const ms_snapshot_t *s, size_t dev,
+static void check_tlv(const bin_t *b, const char *key, const ms_snapshot_t *s, size_t dev,
                       bool seg) {
+  char prefix[64];
+  snprintf(prefix, sizeof prefix, "d%zu.%s", dev, key);
   ms_tlv_t v;
   cr_assert_eq(ms_tlv_compute(s, dev, seg, SIZE_MAX, 0, SIZE_MAX, NULL, &v), MS_OK);
-  char n[64];
+  char n[160];
   size_t c;
 #define SEC(suffix, type) (snprintf(n, sizeof n, "%s.%s", prefix, suffix), section(b, n, type, &c))
   const unsigned char *first = SEC("first", "u32");
@@ -212,7 +214,7 @@ static void check_tlv(const bin_t *b, const char *prefix, const ms_snapshot_t *s
 #undef SEC
   char meta[160];
   snprintf(meta, sizeof meta, "\"%s\":{\"max_size\":%" PRId64 ",\"elements_length\":%zu,"
-           "\"nseries\":%zu,\"npoints\":%zu}", prefix, v.max_size, v.elements_length,
+           "\"nseries\":%zu,\"npoints\":%zu}", key, v.max_size, v.elements_length,
            v.nseries, v.npoints);
   cr_assert(strstr(b->json, meta), "%s", meta);
   ms_tlv_release(&v);
@@ -222,12 +224,15 @@ static void check_tlv(const bin_t *b, const char *prefix, const ms_snapshot_t *s
 static void check_trace(const bin_t *b, const ms_snapshot_t *s, size_t dev) {
   size_t c, n = dev < s->ndevices ? s->devices[dev].ntrace : 0;
   const ms_snap_trace_t *t = n ? s->trace + s->devices[dev].first_trace : NULL;
-  const unsigned char *act = section(b, "trace.action", "u8", &c);
+  char nm[64];
+#define TN(col) (snprintf(nm, sizeof nm, "d%zu.trace.%s", dev, col), nm)
+  const unsigned char *act = section(b, TN("action"), "u8", &c);
   cr_assert_eq(c, n);
-  const unsigned char *addr = section(b, "trace.addr", "f64", &c);
-  const unsigned char *sz = section(b, "trace.size", "f64", &c);
-  const unsigned char *tm = section(b, "trace.time", "f64", &c);
-  const unsigned char *stk = section(b, "trace.stack", "i32", &c);
+  const unsigned char *addr = section(b, TN("addr"), "f64", &c);
+  const unsigned char *sz = section(b, TN("size"), "f64", &c);
+  const unsigned char *tm = section(b, TN("time"), "f64", &c);
+  const unsigned char *stk = section(b, TN("stack"), "i32", &c);
+#undef TN
   for (size_t i = 0; i < n; i++) {
     cr_assert_eq(act[i], (unsigned)t[i].action);
     cr_assert_eq(f64_at(addr, i), (double)t[i].addr);
@@ -544,10 +549,10 @@ Test(view_cli, commands_and_filter_freed) {
   cr_assert(strstr(f, "\"tl\":{\"max_size\":512,\"elements_length\":1,"));
   bin_t fb = bin_of(f);
   size_t c;
-  const unsigned char *act = section(&fb, "trace.action", "u8", &c);
+  const unsigned char *act = section(&fb, "d0.trace.action", "u8", &c);
   cr_assert_eq(c, 2, "the filtered trace: segment_alloc, alloc");
   cr_assert(act[0] == MS_TRACE_SEGMENT_ALLOC && act[1] == MS_TRACE_ALLOC);
-  cr_assert_eq(f64_at(section(&fb, "trace.addr", "f64", &c), 1), (double)0x10000);
+  cr_assert_eq(f64_at(section(&fb, "d0.trace.addr", "f64", &c), 1), (double)0x10000);
   bin_free(&fb);
   free(v);
   free(out);

@@ -6,8 +6,8 @@
  * alive at a chosen moment. docs/view.md describes the page.
  *
  * The page holds its data in two script elements: id "ms-bin", typed binary sections (the
- * timelines as ms_tlv_compute gives them with nothing summarized, the device's trace as columns,
- * the stacks) gzipped and written as base64, which the page inflates with the browser's own
+ * timelines of every listed device as ms_tlv_compute gives them with nothing summarized, each
+ * device's trace as columns, the stacks) gzipped and written as base64, which the page inflates with the browser's own
  * DecompressionStream; and id "ms-data", JSON (title, device, settings, segments and blocks,
  * frames, and the table of the sections). docs/view.md describes both. Every '<', '>', '&' and
  * "'" inside the JSON is written as a \u escape, so no name in the data can end the script
@@ -29,7 +29,8 @@
 MS_EXTERN_C_BEGIN
 
 typedef struct ms_viewer_opts_s {
-  size_t device;     /* SIZE_MAX: the viewer's default device (ms_tl_viewer_devices) */
+  size_t device;     /* the device shown first (every listed device is in the page); SIZE_MAX:
+                        the viewer's default (ms_tl_viewer_devices) */
   const char *view;  /* the view shown first: "timeline", "segments", "history", "settings",
                         "flame" (NULL: "timeline") */
   const char *title; /* the file's name shown in the page (data: escaped) */

@@ -22,7 +22,12 @@ trace = [
     {"action": "free_requested", "addr": 0x7f0000100000, "size": 1048576, "stream": 0, "frames": frames},
     {"action": "free_completed", "addr": 0x7f0000100000, "size": 1048576, "stream": 0, "frames": frames},
 ]
-snap = {"segments": [seg], "device_traces": [[] if "--no-trace" in sys.argv else trace],
+# a second device, so that the page's device selector is exercised
+seg1 = dict(seg, device=1, address=0x7e0000000000,
+            blocks=[dict(seg["blocks"][0]), dict(seg["blocks"][1])])
+trace1 = [{"action": "alloc", "addr": 0x7e0000000000, "size": 1048576, "stream": 0, "frames": frames}]
+no_trace = "--no-trace" in sys.argv
+snap = {"segments": [seg, seg1], "device_traces": [[] if no_trace else trace, [] if no_trace else trace1],
         "allocator_settings": {"PYTORCH_CUDA_ALLOC_CONF": NAME}}
 with open(sys.argv[1], "wb") as f:
     pickle.dump(snap, f, protocol=4)

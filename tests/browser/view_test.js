@@ -150,6 +150,19 @@
         ok("no trace: the timeline says why", document.querySelector(".info").textContent.indexOf("The snapshot has no trace") === 0);
       }
     }
+    /* the device selector: every listed device is in the page */
+    if (D.devices.length > 1) {
+      var first = D.device, other = D.devices.filter(function (d) { return d !== first; })[0];
+      api.device(other);
+      var pd = D.per_device.filter(function (x) { return x.device === other; })[0];
+      ok("device switch", api.data.device === other && api.timeline.elementsLength === pd.tl.elements_length
+        && api.data.trace.action.length === pd.ntrace && status() === "ready");
+      api.show("history");
+      ok("device switch: the map shows that device's segments", api.view.drawn && api.view.drawn.segments === pd.segments.length);
+      api.device(first);
+      ok("device switch back", api.data.device === first && api.timeline.n === TL.n);
+      measure.devices = D.devices.length;
+    }
     api.show("timeline");
     measure.timeline_text = (document.querySelector(".note") || {}).textContent || "";
   } catch (e) {

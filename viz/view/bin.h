@@ -15,7 +15,7 @@
 #include "writer.h"
 
 typedef struct vb_section_s {
-  char name[32];
+  char name[64];
   char type[4]; /* "i32", "u32", "u16", "u8", "f64" */
   uint64_t offset, count;
 } vb_section_t;

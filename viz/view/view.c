@@ -68,7 +68,7 @@ static void view_settings(vw_t *w, const ms_snapshot_t *s, size_t first, size_t 
  * timesteps (T) and offsets (O, one more for the summarized band, which is last), the summarized
  * band's sizes (S), max_at_time and the elements' sources. */
 static void view_bin_tlv(vb_t *b, const char *prefix, const ms_tlv_t *v) {
-  char name[32];
+  char name[64];
 #define SEC(suffix, type)                                      \
   snprintf(name, sizeof name, "%s.%s", prefix, suffix);        \
   vb_begin(b, name, type)
@@ -115,32 +115,36 @@ static void view_bin_tlv(vb_t *b, const char *prefix, const ms_tlv_t *v) {
 /* The trace of device dev as columns (trace.*): action, address, size, stream, time (-1: none),
  * stack (-1: none), pool (an index into the JSON's pools, -1: none). Addresses, sizes, streams and
  * times are doubles: exact below 2^53 (device addresses and times are). */
-static int view_bin_trace(vb_t *b, const ms_snapshot_t *s, size_t dev, int64_t (**pools)[2],
-                          size_t *npools) {
+static int view_bin_trace(vb_t *b, const char *prefix, const ms_snapshot_t *s, size_t dev,
+                          int64_t (**pools)[2], size_t *npools) {
+  char name[64];
+#define TSEC(col, type)                                       \
+  snprintf(name, sizeof name, "%s.%s", prefix, col);          \
+  vb_begin(b, name, type)
   const ms_snap_device_t *d = dev < s->ndevices ? &s->devices[dev] : NULL;
   size_t n = d ? d->ntrace : 0;
   const ms_snap_trace_t *t = d ? s->trace + d->first_trace : NULL;
-  vb_begin(b, "trace.action", "u8");
+  TSEC("action", "u8");
   for (size_t i = 0; i < n; i++) vb_u8(b, (uint8_t)t[i].action);
   vb_end(b);
-  vb_begin(b, "trace.addr", "f64");
+  TSEC("addr", "f64");
   for (size_t i = 0; i < n; i++) vb_f64(b, (double)t[i].addr);
   vb_end(b);
-  vb_begin(b, "trace.size", "f64");
+  TSEC("size", "f64");
   for (size_t i = 0; i < n; i++) vb_f64(b, (double)t[i].size);
   vb_end(b);
-  vb_begin(b, "trace.stream", "f64");
+  TSEC("stream", "f64");
   for (size_t i = 0; i < n; i++) vb_f64(b, (double)t[i].stream);
   vb_end(b);
-  vb_begin(b, "trace.time", "f64");
+  TSEC("time", "f64");
   for (size_t i = 0; i < n; i++)
     vb_f64(b, t[i].present & MS_TRACE_HAS_TIME ? (double)t[i].time_us : -1.0);
   vb_end(b);
-  vb_begin(b, "trace.stack", "i32");
+  TSEC("stack", "i32");
   for (size_t i = 0; i < n; i++)
     vb_i32(b, t[i].stack == MS_SNAP_NO_STACK ? -1 : (int32_t)t[i].stack);
   vb_end(b);
-  vb_begin(b, "trace.pool", "i32");
+  TSEC("pool", "i32");
   int64_t last_pool = -1;
   for (size_t i = 0; i < n; i++) {
     int32_t k = -1;
@@ -165,6 +169,7 @@ static int view_bin_trace(vb_t *b, const ms_snapshot_t *s, size_t dev, int64_t (
     vb_i32(b, k);
   }
   vb_end(b);
+#undef TSEC
   return MS_OK;
 }
 
@@ -248,31 +253,38 @@ static void view_frames(vw_t *w, const ms_snapshot_t *s) {
   vw_puts(w, "]");
 }
 
-static void view_tlv_json(vw_t *w, const char *key, const ms_tlv_t *v) {
-  vw_puts(w, ",\n\"");
-  vw_puts(w, key);
-  vw_puts(w, "\":{\"max_size\":");
-  vw_i64(w, v->max_size);
-  vw_puts(w, ",\"elements_length\":");
-  vw_u64(w, v->elements_length);
-  vw_puts(w, ",\"nseries\":");
-  vw_u64(w, v->nseries);
-  vw_puts(w, ",\"npoints\":");
-  vw_u64(w, v->npoints);
-  vw_puts(w, "}");
-}
+/* What the JSON says of one timeline (its arrays are in the binary data). */
+typedef struct view_tlmeta_s {
+  int64_t max_size;
+  size_t elements_length, nseries, npoints;
+} view_tlmeta_t;
 
 typedef struct view_ctx_s {
   const ms_snapshot_t *s;
   const ms_viewer_opts_t *o;
-  size_t dev;
-  const size_t *devs;
+  size_t dev;          /* the device shown first */
+  const size_t *devs;  /* every device listed, each in the page */
   size_t ndevs;
-  const ms_tlv_t *tl, *seg;
+  view_tlmeta_t *meta; /* two per listed device: memory, segments */
   int64_t (*pools)[2];
   size_t npools;
   uint64_t bin_bytes; /* uncompressed */
 } view_ctx_t;
+
+static void view_tlv_json(vw_t *w, const char *key, const view_tlmeta_t *m) {
+  vw_puts(w, ",\n\"");
+  vw_puts(w, key);
+  vw_puts(w, "\":{\"max_size\":");
+  vw_i64(w, m->max_size);
+  vw_puts(w, ",\"elements_length\":");
+  vw_u64(w, m->elements_length);
+  vw_puts(w, ",\"nseries\":");
+  vw_u64(w, m->nseries);
+  vw_puts(w, ",\"npoints\":");
+  vw_u64(w, m->npoints);
+  vw_puts(w, "}");
+}
+
 
 static void view_data(vw_t *w, const view_ctx_t *c, const vb_t *b) {
   const ms_snapshot_t *s = c->s;
@@ -287,14 +299,7 @@ static void view_data(vw_t *w, const view_ctx_t *c, const vb_t *b) {
     if (i) vw_raw(w, ",", 1);
     vw_u64(w, c->devs[i]);
   }
-  vw_puts(w, "],\"capacity\":");
-  const ms_snap_device_t *d = c->dev < s->ndevices ? &s->devices[c->dev] : NULL;
-  vw_u64(w, d && (d->present & MS_DEV_HAS_CAPACITY) ? d->capacity : 0);
-  vw_puts(w, ",\"trace_dropped\":");
-  vw_u64(w, d ? d->trace_dropped : 0);
-  vw_puts(w, ",\"ntrace\":");
-  vw_u64(w, d ? d->ntrace : 0);
-  vw_puts(w, ",\"has_settings\":");
+  vw_puts(w, "],\"has_settings\":");
   vw_puts(w, s->present & MS_SNAP_HAS_SETTINGS ? "true" : "false");
   vw_puts(w, ",\"settings\":");
   view_settings(w, s, 0, s->nsettings_top);
@@ -311,12 +316,27 @@ static void view_data(vw_t *w, const view_ctx_t *c, const vb_t *b) {
     vw_i64(w, c->pools[i][1]);
     vw_raw(w, "]", 1);
   }
-  vw_puts(w, "],\n\"segments\":");
-  view_segments(w, s, c->dev);
-  vw_puts(w, ",\n");
+  vw_puts(w, "],\n");
   view_frames(w, s);
-  view_tlv_json(w, "tl", c->tl);
-  view_tlv_json(w, "seg", c->seg);
+  vw_puts(w, ",\n\"per_device\":[");
+  for (size_t k = 0; k < c->ndevs; k++) {
+    size_t dev = c->devs[k];
+    const ms_snap_device_t *d = dev < s->ndevices ? &s->devices[dev] : NULL;
+    vw_puts(w, k ? ",\n{\"device\":" : "\n{\"device\":");
+    vw_u64(w, dev);
+    vw_puts(w, ",\"capacity\":");
+    vw_u64(w, d && (d->present & MS_DEV_HAS_CAPACITY) ? d->capacity : 0);
+    vw_puts(w, ",\"trace_dropped\":");
+    vw_u64(w, d ? d->trace_dropped : 0);
+    vw_puts(w, ",\"ntrace\":");
+    vw_u64(w, d ? d->ntrace : 0);
+    vw_puts(w, ",\n\"segments\":");
+    view_segments(w, s, dev);
+    view_tlv_json(w, "tl", &c->meta[2 * k]);
+    view_tlv_json(w, "seg", &c->meta[2 * k + 1]);
+    vw_puts(w, "}");
+  }
+  vw_puts(w, "]");
   vw_puts(w, ",\n\"bin\":{\"encoding\":\"gzip+base64\",\"length\":");
   vw_u64(w, c->bin_bytes);
   vw_puts(w, ",\"sections\":");
@@ -333,9 +353,24 @@ static int view_bin(vw_t *w, view_ctx_t *c, vb_t *b) {
   int rc = ms_gzip_sink_create(&b64sink, c->s->ntrace > 1000000 ? 1 : 6, &z, &gz);
   if (rc != MS_OK) return rc;
   vb_init(b, &gz);
-  view_bin_tlv(b, "tl", c->tl);
-  view_bin_tlv(b, "seg", c->seg);
-  rc = view_bin_trace(b, c->s, c->dev, &c->pools, &c->npools);
+  for (size_t k = 0; k < c->ndevs && rc == MS_OK; k++) {
+    char prefix[48];
+    for (int seg = 0; seg < 2 && rc == MS_OK; seg++) {
+      ms_tlv_t v;
+      rc = ms_tlv_compute(c->s, c->devs[k], seg != 0, SIZE_MAX, 0, SIZE_MAX, NULL, &v);
+      if (rc != MS_OK) break;
+      snprintf(prefix, sizeof prefix, "d%zu.%s", c->devs[k], seg ? "seg" : "tl");
+      view_bin_tlv(b, prefix, &v);
+      view_tlmeta_t *m = &c->meta[2 * k + (size_t)seg];
+      m->max_size = v.max_size;
+      m->elements_length = v.elements_length;
+      m->nseries = v.nseries;
+      m->npoints = v.npoints;
+      ms_tlv_release(&v);
+    }
+    snprintf(prefix, sizeof prefix, "d%zu.trace", c->devs[k]);
+    if (rc == MS_OK) rc = view_bin_trace(b, prefix, c->s, c->devs[k], &c->pools, &c->npools);
+  }
   if (rc == MS_OK) {
     view_bin_stacks(b, c->s);
     vb_flush(b);
@@ -398,30 +433,20 @@ int ms_viewer_write_html(const ms_snapshot_t *snap, const ms_viewer_opts_t *opts
     }
     dev = opts->device;
   }
-  ms_tlv_t tl, seg;
-  if ((rc = ms_tlv_compute(snap, dev, false, SIZE_MAX, 0, SIZE_MAX, NULL, &tl)) != MS_OK) {
-    free(devs);
-    return rc;
-  }
-  if ((rc = ms_tlv_compute(snap, dev, true, SIZE_MAX, 0, SIZE_MAX, NULL, &seg)) != MS_OK) {
-    ms_tlv_release(&tl);
-    free(devs);
-    return rc;
-  }
+  view_tlmeta_t *meta = calloc(2 * ndevs, sizeof *meta);
   vw_t *w = malloc(sizeof *w);
-  if (!w) {
+  if (!w || !meta) {
     rc = MS_ENOMEM;
   } else {
-    view_ctx_t c = {snap, opts, dev, devs, ndevs, &tl, &seg, NULL, 0, 0};
+    view_ctx_t c = {snap, opts, dev, devs, ndevs, meta, NULL, 0, 0};
     vw_init(w, sink);
     rc = view_page(w, &c);
     vw_flush(w);
     if (rc == MS_OK) rc = w->err;
     free(c.pools);
-    free(w);
   }
-  ms_tlv_release(&seg);
-  ms_tlv_release(&tl);
+  free(w);
+  free(meta);
   free(devs);
   return rc;
 }

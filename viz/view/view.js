@@ -992,16 +992,30 @@
     return loadBinary(D.bin).then(function (B) {
       D.bin = B;
       D.nstacks = B["stacks.first"].length;
-      D.trace = { action: B["trace.action"], addr: B["trace.addr"], size: B["trace.size"],
-                  stream: B["trace.stream"], time: B["trace.time"], stack: B["trace.stack"],
-                  pool: B["trace.pool"] };
-      annotate(D.trace);
-      TL = decodeTimeline(B, "tl", D.tl, false);
-      SEG = decodeTimeline(B, "seg", D.seg, true);
-      api.data = D; api.timeline = TL; api.segmentTimeline = SEG;
       api.stackFrames = stackFrames; api.hexAddr = hexAddr;
+      var h = readHash();
+      useDevice(h.device !== undefined && D.devices.indexOf(+h.device) >= 0 ? +h.device : D.device);
       build();
     });
+  }
+
+  /* Every listed device is in the page (sections d<N>.*, per_device[k]); one is shown. */
+  function useDevice(dev) {
+    var B = D.bin, pd = null, p = "d" + dev + ".trace.";
+    D.per_device.forEach(function (x) { if (x.device === dev) pd = x; });
+    D.device = dev;
+    D.segments = pd.segments;
+    D.ntrace = pd.ntrace;
+    D.trace = { action: B[p + "action"], addr: B[p + "addr"], size: B[p + "size"],
+                stream: B[p + "stream"], time: B[p + "time"], stack: B[p + "stack"],
+                pool: B[p + "pool"] };
+    streamIds = {};
+    blockIndex = null;
+    selectedT = -1;
+    annotate(D.trace);
+    TL = decodeTimeline(B, "d" + dev + ".tl", pd.tl, false);
+    SEG = decodeTimeline(B, "d" + dev + ".seg", pd.seg, true);
+    api.data = D; api.timeline = TL; api.segmentTimeline = SEG;
   }
 
   function build() {
@@ -1011,8 +1025,19 @@
     var lv = el("label", "", bar, "View ");
     var sel = el("select", "", lv);
     VIEWS.forEach(function (v) { var o = el("option", "", sel, v[1]); o.value = v[0]; });
-    el("span", "", bar, "device " + D.device + (D.devices.length > 1 ? " (memsnap view --device N for "
-      + D.devices.filter(function (d) { return d !== D.device; }).join(", ") + ")" : ""));
+    var ld = el("label", "", bar, "Device "), dsel = el("select", "", ld);
+    D.devices.forEach(function (d) { var o = el("option", "", dsel, String(d)); o.value = String(d); });
+    dsel.value = String(D.device);
+    dsel.addEventListener("change", function () {
+      var view = sel.value;
+      if (current && current.destroy) current.destroy();
+      current = null;
+      useDevice(+dsel.value);
+      hash = { view: view, device: D.device };
+      writeHash();
+      build();
+    });
+    api.device = function (d) { dsel.value = String(d); dsel.dispatchEvent(new Event("change")); };
     var search = el("span", "", bar);
     var la = el("label", "", search, "address "), ia = el("input", "", la);
     var lt = el("label", "", search, " frame "), it = el("input", "", lt);
@@ -1030,6 +1055,7 @@
     bar.search = search;
     var holder = el("div", "view", app);
     hash = readHash();
+    hash.device = D.device;
     var first = hash.view || D.view || "timeline";
     if (!VIEWS.some(function (v) { return v[0] === first; })) first = "timeline";
     if (hash.t !== undefined) selectedT = +hash.t;
