@@ -94,6 +94,16 @@
         ok("search by frame counts", res2.text === byText && byText >= 1, res2.text + " vs " + byText);
         api.search("", "");
       }
+      /* the stream selector: only that stream's bands are drawn */
+      v.setWindow(0, TL.nT);
+      var all = v.stats.big + v.stats.small, s0 = TL.stream[best], n0 = 0;
+      for (s = 0; s < TL.n; s++) if (s !== TL.summ && TL.stream[s] === s0) n0++;
+      api.stream(s0);
+      ok("stream filter draws that stream's bands", v.stats.big + v.stats.small === n0, (v.stats.big + v.stats.small) + " vs " + n0);
+      api.stream(s0 + 1000);
+      ok("stream filter: none of another stream", v.stats.big + v.stats.small === 0);
+      api.stream(-1);
+      ok("stream filter off", v.stats.big + v.stats.small === all);
       /* the peak key: the window holds the peak */
       v.setWindow(0, Math.max(8, TL.nT / 50));
       key("p");

@@ -22,6 +22,7 @@
   var current = null;    /* the view shown: {name, destroy()} */
   var selectedT = -1;    /* the moment (timestep of the memory timeline) chosen by a click */
   var hash = {};         /* the URL fragment's state */
+  var streamFilter = -1; /* the stream whose bands the timelines show (-1: all) */
 
   /* ---- helpers ------------------------------------------------------------------------------ */
 
@@ -261,6 +262,18 @@
     var b = snapBlock(k);
     return b ? b[0].blocks[b[1]][3] : -1;
   }
+  /* The (renamed) stream of series s: its trace entry's, or its snapshot segment's; -1 for the
+   * summarized band. */
+  function elementStream(tl, s) {
+    var e = tl.elem[s];
+    if (e < 0) return -1;
+    var src = tl.sources[e];
+    if (src >= 0) return streamName(D.trace.stream[src]);
+    var k = -1 - src;
+    if (tl.segmentsView) { var g = segmentOfIndex(k); return g ? streamName(g.stream) : -1; }
+    var b = snapBlock(k);
+    return b ? streamName(b[0].stream) : -1;
+  }
   function elementAddr(tl, s) {
     var e = tl.elem[s];
     if (e < 0) return "";
@@ -366,7 +379,7 @@
       for (c = 0; c < 10; c++) small.push(new Path2D());
       for (var s = 0; s < tl.n; s++) {
         if (tl.tmax[s] < x0 || tl.tmin[s] > x1) continue;
-        if (s === tl.summ) continue;
+        if (s === tl.summ || streamFilter >= 0 && tl.stream[s] !== streamFilter) continue;
         var h = tl.size[s] * pxPerByte;
         if (h >= 1) {
           ctx.beginPath();
@@ -474,6 +487,7 @@
       var dt = (x1 - x0) / (W - pad.l - pad.r) / 2;
       for (var s = 0; s < tl.n; s++) {
         if (s === tl.summ || tl.tmax[s] < t - dt || tl.tmin[s] > t + dt) continue;
+        if (streamFilter >= 0 && tl.stream[s] !== streamFilter) continue;
         var o = offsetAt(tl, s, Math.min(tl.tmax[s], Math.max(tl.tmin[s], t)));
         if (b >= o - tol && b < o + Math.max(tl.size[s], tol)) {
           if (best < 0 || tl.size[s] > tl.size[best] || b >= o && b < o + tl.size[s]) best = s;
@@ -1015,6 +1029,11 @@
     annotate(D.trace);
     TL = decodeTimeline(B, "d" + dev + ".tl", pd.tl, false);
     SEG = decodeTimeline(B, "d" + dev + ".seg", pd.seg, true);
+    streamFilter = -1;
+    [TL, SEG].forEach(function (tl) {
+      tl.stream = new Int32Array(tl.n);
+      for (var k = 0; k < tl.n; k++) tl.stream[k] = elementStream(tl, k);
+    });
     api.data = D; api.timeline = TL; api.segmentTimeline = SEG;
   }
 
@@ -1038,6 +1057,18 @@
       build();
     });
     api.device = function (d) { dsel.value = String(d); dsel.dispatchEvent(new Event("change")); };
+    var ls = el("label", "", bar, "Stream "), ssel = el("select", "", ls), seen = {};
+    var oall = el("option", "", ssel, "all"); oall.value = "-1";
+    [TL, SEG].forEach(function (tl) { for (var k = 0; k < tl.n; k++) if (tl.stream[k] >= 0) seen[tl.stream[k]] = true; });
+    Object.keys(seen).map(Number).sort(function (a, b) { return a - b; }).forEach(function (k) {
+      var o = el("option", "", ssel, String(k)); o.value = String(k);
+    });
+    ssel.value = String(streamFilter);
+    ssel.addEventListener("change", function () {
+      streamFilter = +ssel.value;
+      if (current && current.draw) current.draw();
+    });
+    api.stream = function (k) { ssel.value = String(k); streamFilter = k; if (current && current.draw) current.draw(); };
     var search = el("span", "", bar);
     var la = el("label", "", search, "address "), ia = el("input", "", la);
     var lt = el("label", "", search, " frame "), it = el("input", "", lt);
