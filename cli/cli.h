@@ -47,6 +47,9 @@ int cmd_timeline(int argc, char **argv);
 int cmd_top(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 int cmd_export(int argc, char **argv);
+int cmd_view(int argc, char **argv);
+int cmd_trace_plot(int argc, char **argv);
+int cmd_segment_plot(int argc, char **argv);
 
 /* The table, NULL-terminated (main.c). */
 extern const struct cli_cmd cli_commands[];

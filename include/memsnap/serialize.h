@@ -142,6 +142,19 @@ MS_API MS_NODISCARD int ms_atomic_file_commit(ms_atomic_file_t *af, ms_errbuf_t 
  * failed-to-open af. */
 MS_API void ms_atomic_file_abort(ms_atomic_file_t *af);
 
+/* A sink that gzip-compresses (RFC 1952: zlib's deflate at level 1-9) what is written to it into
+ * inner, which must outlive it; used for compressed payloads inside other files (the HTML
+ * viewer's data). ms_gzip_sink_finish writes what is pending and the trailer; destroy frees it
+ * (finished or not). Thread-safety: one thread at a time. */
+typedef struct ms_gzip_sink_s ms_gzip_sink_t;
+/* @return MS_OK, MS_EINVAL (level) or MS_ENOMEM; *sink receives the compressing sink. */
+MS_API MS_NODISCARD int ms_gzip_sink_create(ms_sink_t *inner, int level, ms_gzip_sink_t **out,
+                                            ms_sink_t *sink);
+/* @return MS_OK or the inner sink's error. */
+MS_API MS_NODISCARD int ms_gzip_sink_finish(ms_gzip_sink_t *z);
+/* Accepts NULL. */
+MS_API void ms_gzip_sink_destroy(ms_gzip_sink_t *z);
+
 MS_EXTERN_C_END
 
 #endif /* MEMSNAP_SERIALIZE_H */

@@ -1,0 +1,268 @@
+/* SPDX-License-Identifier: MIT
+ * memsnap CLI: `memsnap view FILE [-o OUT.html] [--device N]` (issue #13): the offline HTML
+ * viewer (memsnap/view.h), and `trace_plot` / `segment_plot`, the same page opened on the view
+ * _memory_viz.py's commands of those names open.
+ */
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "memsnap/view.h"
+
+static const char view_usage[] =
+    "usage: memsnap view FILE [-o OUT.html] [--device N] [--view NAME]\n"
+    "\n"
+    "Writes one self-contained HTML page (no network: open it by double-click) with the views\n"
+    "of PyTorch's memory viewer: Active Memory Timeline, Active Cached Segment Timeline,\n"
+    "Allocator State History, Allocator Settings, and a flame graph of what is alive at a\n"
+    "chosen moment. Every allocation is drawn (no 15,000 cut). See docs/view.md.\n"
+    "FILE is a memsnap snapshot or a PyTorch pickle ('-' reads standard input).\n"
+    "\n"
+    "options:\n"
+    "  -o, --output OUT   the page to write (default: output.html; '-' = standard output)\n"
+    "  --device N         the device shown first (default: the one with the longest trace;\n"
+    "                     every device with a trace or segments is in the page)\n"
+    "  --view NAME        the view opened first: timeline, segments, history, settings, flame\n"
+    "  -h, --help         show this help\n";
+
+static const char trace_plot_usage[] =
+    "usage: memsnap trace_plot FILE [-o OUT.html] [-s] [-f] [-d N]\n"
+    "\n"
+    "_memory_viz.py's trace_plot: the page of `memsnap view` opened on the Active Memory\n"
+    "Timeline (-s: the Active Cached Segment Timeline).\n"
+    "\n"
+    "options:\n"
+    "  -o, --output OUT     the page to write (default: output.html)\n"
+    "  -s, --segments       open the segment timeline\n"
+    "  -f, --filter_freed   leave out allocations freed within the trace (and their frees):\n"
+    "                       only what is still alive at the end is drawn\n"
+    "  -d, --device N       the device shown first (default: the one with the longest trace)\n"
+    "  -h, --help           show this help\n";
+
+static const char segment_plot_usage[] =
+    "usage: memsnap segment_plot FILE [-o OUT.html] [-d N]\n"
+    "\n"
+    "_memory_viz.py's segment_plot: the page of `memsnap view` opened on the Allocator State\n"
+    "History.\n"
+    "\n"
+    "options:\n"
+    "  -o, --output OUT     the page to write (default: output.html)\n"
+    "  -d, --device N       the device shown first (default: the one with the longest trace)\n"
+    "  -h, --help           show this help\n";
+
+/* ---- --filter_freed -------------------------------------------------------------------------- */
+
+/* An open-addressing set of addresses with the entry index kept for each. */
+typedef struct view_map_s {
+  uint64_t *keys;
+  int64_t *vals; /* -1 = empty slot */
+  size_t cap;
+} view_map_t;
+
+static size_t view_slot(const view_map_t *m, uint64_t k) {
+  size_t i = (size_t)((k >> 4) * 0x9e3779b97f4a7c15ull) & (m->cap - 1);
+  while (m->vals[i] != -1 && m->keys[i] != k) i = (i + 1) & (m->cap - 1);
+  return i;
+}
+
+/* Slot of k after deleting: backward-shift deletion keeps probe chains whole. */
+static void view_del(view_map_t *m, size_t i) {
+  size_t j = i;
+  m->vals[i] = -1;
+  for (;;) {
+    j = (j + 1) & (m->cap - 1);
+    if (m->vals[j] == -1) return;
+    size_t h = (size_t)((m->keys[j] >> 4) * 0x9e3779b97f4a7c15ull) & (m->cap - 1);
+    bool between = i <= j ? (i < h && h <= j) : (i < h || h <= j);
+    if (between) continue;
+    m->keys[i] = m->keys[j];
+    m->vals[i] = m->vals[j];
+    m->vals[j] = -1;
+    i = j;
+  }
+}
+
+/* _memory_viz.py's _filter_freed on device d's entries: an alloc whose address later gets a
+ * free_requested goes, with that free_requested, and the free_completed that follows it. */
+static size_t view_filter_device(const ms_snap_trace_t *in, size_t n, ms_snap_trace_t *out,
+                                 view_map_t *alloc, view_map_t *freed, bool *keep) {
+  for (size_t i = 0; i < n; i++) keep[i] = true;
+  for (size_t i = 0; i < n; i++) {
+    const ms_snap_trace_t *e = &in[i];
+    if (e->action == MS_TRACE_ALLOC) {
+      size_t s = view_slot(alloc, e->addr);
+      alloc->keys[s] = e->addr;
+      alloc->vals[s] = (int64_t)i;
+    } else if (e->action == MS_TRACE_FREE_REQUESTED) {
+      size_t s = view_slot(alloc, e->addr);
+      if (alloc->vals[s] != -1) {
+        keep[alloc->vals[s]] = false;
+        keep[i] = false;
+        view_del(alloc, s);
+        size_t f = view_slot(freed, e->addr);
+        freed->keys[f] = e->addr;
+        freed->vals[f] = (int64_t)i;
+      }
+    } else if (e->action == MS_TRACE_FREE_COMPLETED) {
+      size_t f = view_slot(freed, e->addr);
+      if (freed->vals[f] != -1) {
+        keep[i] = false;
+        view_del(freed, f);
+      }
+    }
+  }
+  size_t k = 0;
+  for (size_t i = 0; i < n; i++)
+    if (keep[i]) out[k++] = in[i];
+  return k;
+}
+
+/* A shallow copy of snap whose traces are filtered; *trace and *devices are the caller's to free
+ * (the copy borrows everything else and must not be passed to ms_snapshot_free). */
+static int view_filter_freed(const ms_snapshot_t *snap, ms_snapshot_t *copy,
+                             ms_snap_trace_t **trace, ms_snap_device_t **devices) {
+  *copy = *snap;
+  size_t cap = 16;
+  while (cap < 2 * snap->ntrace + 2) cap *= 2;
+  ms_snap_trace_t *t = malloc((snap->ntrace + 1) * sizeof *t);
+  ms_snap_device_t *d = malloc((snap->ndevices + 1) * sizeof *d);
+  bool *keep = malloc(snap->ntrace + 1);
+  view_map_t a = {malloc(cap * sizeof(uint64_t)), malloc(cap * sizeof(int64_t)), cap};
+  view_map_t f = {malloc(cap * sizeof(uint64_t)), malloc(cap * sizeof(int64_t)), cap};
+  int rc = MS_OK;
+  if (!t || !d || !keep || !a.keys || !a.vals || !f.keys || !f.vals) {
+    rc = MS_ENOMEM;
+  } else {
+    size_t k = 0;
+    for (size_t dev = 0; dev < snap->ndevices; dev++) {
+      memset(a.vals, 0xff, cap * sizeof(int64_t));
+      memset(f.vals, 0xff, cap * sizeof(int64_t));
+      d[dev] = snap->devices[dev];
+      d[dev].first_trace = (uint32_t)k;
+      d[dev].ntrace = (uint32_t)view_filter_device(snap->trace + snap->devices[dev].first_trace,
+                                                   snap->devices[dev].ntrace, t + k, &a, &f,
+                                                   keep);
+      k += d[dev].ntrace;
+    }
+    copy->trace = t;
+    copy->ntrace = k;
+    copy->devices = d;
+  }
+  free(keep);
+  free(a.keys);
+  free(a.vals);
+  free(f.keys);
+  free(f.vals);
+  if (rc != MS_OK) {
+    free(t);
+    free(d);
+    t = NULL;
+    d = NULL;
+  }
+  *trace = t;
+  *devices = d;
+  return rc;
+}
+
+/* ---- the commands ---------------------------------------------------------------------------- */
+
+static int view_run(const char *cmd, const char *path, const char *out_path, const char *device_s,
+                    const char *view, bool filter_freed) {
+  ms_viewer_opts_t vo;
+  ms_viewer_opts_init(&vo);
+  if (device_s) {
+    uint64_t v;
+    if (!cli_parse_u64(device_s, &v) || v > 1u << 20)
+      return cli_usage_error(cmd, "option '--device' needs a device number, not '%s'", device_s);
+    vo.device = (size_t)v;
+  }
+  vo.view = view;
+  ms_snapshot_t *snap = NULL;
+  int rc = cli_load(path, &snap);
+  if (rc != CLI_OK) return rc;
+  const char *name = cli_display_name(path);
+  const char *slash = strrchr(name, '/');
+  vo.title = slash ? slash + 1 : name;
+  ms_snapshot_t filtered;
+  ms_snap_trace_t *ftrace = NULL;
+  ms_snap_device_t *fdevs = NULL;
+  const ms_snapshot_t *use = snap;
+  if (filter_freed) {
+    if (view_filter_freed(snap, &filtered, &ftrace, &fdevs) != MS_OK) {
+      ms_snapshot_free(snap);
+      cli_error("out of memory");
+      return CLI_FAILURE;
+    }
+    use = &filtered;
+  }
+  cli_out_t o;
+  if ((rc = cli_out_open(&o, out_path)) == CLI_OK) {
+    ms_errbuf_t eb = {{0}};
+    int err = ms_viewer_write_html(use, &vo, &o.sink, &eb);
+    if (err != MS_OK) {
+      cli_out_abort(&o);
+      if (eb.msg[0]) cli_error("'%s': %s", name, eb.msg);
+      else cli_error("cannot write '%s': %s", out_path, ms_strerror(err));
+      rc = CLI_FAILURE;
+    } else {
+      rc = cli_out_commit(&o);
+    }
+  }
+  free(ftrace);
+  free(fdevs);
+  ms_snapshot_free(snap);
+  return rc;
+}
+
+int cmd_view(int argc, char **argv) {
+  const char *out = NULL, *device_s = NULL, *view = NULL;
+  const struct cli_opt opts[] = {{"output", 'o', NULL, &out},
+                                 {"device", 0, NULL, &device_s},
+                                 {"view", 0, NULL, &view},
+                                 {NULL, 0, NULL, NULL}};
+  char *pos[1];
+  int npos = 0;
+  int rc = cli_parse_options("view", view_usage, opts, argc, argv, pos, 1, &npos);
+  if (rc == CLI_HELP_SHOWN) return CLI_OK;
+  if (rc != CLI_OK) return rc;
+  if (npos < 1) return cli_usage_error("view", "missing FILE");
+  if (view && strcmp(view, "timeline") && strcmp(view, "segments") && strcmp(view, "history") &&
+      strcmp(view, "settings") && strcmp(view, "flame"))
+    return cli_usage_error("view", "unknown view '%s' (timeline, segments, history, settings, "
+                                   "flame)", view);
+  return view_run("view", pos[0], out ? out : "output.html", device_s, view, false);
+}
+
+int cmd_trace_plot(int argc, char **argv) {
+  const char *out = NULL, *device_s = NULL;
+  int segments = 0, filter = 0;
+  const struct cli_opt opts[] = {{"output", 'o', NULL, &out},
+                                 {"segments", 's', &segments, NULL},
+                                 {"filter_freed", 'f', &filter, NULL},
+                                 {"device", 'd', NULL, &device_s},
+                                 {NULL, 0, NULL, NULL}};
+  char *pos[1];
+  int npos = 0;
+  int rc = cli_parse_options("trace_plot", trace_plot_usage, opts, argc, argv, pos, 1, &npos);
+  if (rc == CLI_HELP_SHOWN) return CLI_OK;
+  if (rc != CLI_OK) return rc;
+  if (npos < 1) return cli_usage_error("trace_plot", "missing FILE");
+  return view_run("trace_plot", pos[0], out ? out : "output.html", device_s,
+                  segments ? "segments" : "timeline", filter != 0);
+}
+
+int cmd_segment_plot(int argc, char **argv) {
+  const char *out = NULL, *device_s = NULL;
+  const struct cli_opt opts[] = {{"output", 'o', NULL, &out},
+                                 {"device", 'd', NULL, &device_s},
+                                 {NULL, 0, NULL, NULL}};
+  char *pos[1];
+  int npos = 0;
+  int rc = cli_parse_options("segment_plot", segment_plot_usage, opts, argc, argv, pos, 1, &npos);
+  if (rc == CLI_HELP_SHOWN) return CLI_OK;
+  if (rc != CLI_OK) return rc;
+  if (npos < 1) return cli_usage_error("segment_plot", "missing FILE");
+  return view_run("segment_plot", pos[0], out ? out : "output.html", device_s, "history", false);
+}

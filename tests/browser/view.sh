@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# Browser test of `memsnap view` (ctest suite "browser_view"): writes the page of every PyTorch
+# fixture and of two hostile snapshots (markup in frame and file names and in the settings; one
+# without a trace), opens each in headless Chromium with every host unresolvable and an
+# unreachable proxy, and drives it with view_test.js (inserted before </body>, after the data of
+# `memsnap timeline --json`):
+#   - every view renders; the page's decoder reads back exactly the timeline --json data;
+#   - a click on a band shows its size and stack; search counts match the data; the peak key;
+#   - what is alive at the peak as CSV and JSON matches the bands alive there;
+#   - arrow keys in the Allocator State History move the selected event and the map, and the
+#     last event is the snapshot's own state; a page without a trace says why;
+#   - no name from the data runs or becomes an element; the page loads nothing and tries to load
+#     nothing (no resource timing entry, no Content-Security-Policy violation).
+# usage: view.sh MEMSNAP_BINARY [FIXTURE_DIR]   Exit 77 (ctest: skipped) without chromium/python3.
+set -euo pipefail
+memsnap=${1:?usage: view.sh MEMSNAP_BINARY [FIXTURE_DIR]}
+fixtures=${MEMSNAP_TORCH_FIXTURES:-${2:-}}
+here=$(cd "$(dirname "$0")" && pwd)
+chromium=${CHROMIUM:-}
+if [[ -z "$chromium" ]]; then
+  for c in chromium chromium-browser; do
+    if command -v "$c" >/dev/null 2>&1; then chromium=$(command -v "$c"); break; fi
+  done
+fi
+if [[ -z "$chromium" ]] || ! command -v python3 >/dev/null; then
+  echo "SKIP: chromium or python3 not found (scripts/deps.sh test installs them); view test not run"
+  exit 77
+fi
+work=$(mktemp -d)
+fail=0
+trap '[[ $fail -eq 0 && -z "${KEEP:-}" ]] && rm -rf "$work"' EXIT
+
+# run NAME PAGE SNAPSHOT: inject the expected timeline data (`memsnap timeline --json`) and the
+# test, open the page, check the verdict
+run() {
+  local name=$1 page=$2 t="$work/$1.test.html" dom="$work/$1.dom"
+  { echo "window.EXPECTED_TL = $("$memsnap" timeline "$3" --json);"
+    echo "window.EXPECTED_SEG = $("$memsnap" timeline "$3" --json --segments);"; } >"$work/$1.expected.js"
+  awk -v js="$here/view_test.js" -v ex="$work/$1.expected.js" '
+    $0 == "</body>" && !done {
+      print "<script>"; while ((getline l < ex) > 0) print l; while ((getline l < js) > 0) print l; print "</script>"
+      done = 1
+    }
+    { print }' "$page" >"$t"
+  timeout 180 "$chromium" --headless --no-sandbox --disable-gpu --disable-quic --no-first-run \
+    --disable-background-networking --disable-component-update --disable-sync \
+    --disable-dev-shm-usage --user-data-dir="$work/profile-$name" --window-size=1200,900 \
+    --host-resolver-rules="MAP * ~NOTFOUND" --proxy-server="127.0.0.1:9" \
+    --virtual-time-budget=5000 --dump-dom "file://$t" >"$dom" 2>"$dom.err" || true
+  local verdict
+  tr '\n' ' ' <"$dom" >"$dom.flat"
+  verdict=$(grep -o '<body [^>]*>' "$dom.flat" | grep -o 'data-test="[^"]*"' | head -1 || true)
+  if [[ "$verdict" == 'data-test="PASS"' ]]; then
+    echo "ok: $name: $(grep -o '<body [^>]*>' "$dom.flat" | grep -o 'data-measure="[^"]*"' | sed 's/&quot;/"/g' | cut -c1-160)"
+  else
+    echo "FAIL: $name: ${verdict:-no verdict (the page did not run)}"; sed -n '1,5p' "$dom.err"; fail=1
+  fi
+}
+
+python3 "$here/view_hostile.py" "$work/hostile.pickle"
+python3 "$here/view_hostile.py" "$work/notrace.pickle" --no-trace
+"$memsnap" view "$work/hostile.pickle" -o "$work/hostile.html"
+"$memsnap" view "$work/notrace.pickle" -o "$work/notrace.html"
+run hostile "$work/hostile.html" "$work/hostile.pickle"
+run notrace "$work/notrace.html" "$work/notrace.pickle"
+n=0
+if [[ -n "$fixtures" && -d "$fixtures" ]]; then
+  for f in "$fixtures"/*.pickle; do
+    [[ -e "$f" ]] || continue
+    b=$(basename "$f" .pickle)
+    "$memsnap" view "$f" -o "$work/$b.html"
+    run "$b" "$work/$b.html" "$f"
+    n=$((n + 1))
+  done
+fi
+[[ $n -gt 0 ]] || echo "SKIP: PyTorch fixtures not found; only the synthetic pages were tested"
+exit $fail

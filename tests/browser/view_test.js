@@ -1,0 +1,189 @@
+/* SPDX-License-Identifier: MIT
+ * Injected by tests/browser/view.sh after the page's own script: drives `memsnap view`'s page
+ * and writes the verdict into the body's data-test attribute (PASS, or FAIL and why), measures into
+ * data-measure (first paint, median zoom frame). Uses only the page's API (window.memsnapView),
+ * synthetic DOM events, and the page's data elements. */
+(function () {
+  "use strict";
+  var errors = [], measure = {};
+  /* the page reads its data asynchronously: go on once it is ready (or failed) */
+  window.memsnapView.whenReady.then(run, run);
+  function run() {
+  function ok(name, cond, detail) { if (!cond) errors.push(name + (detail ? ": " + detail : "")); }
+  var violations = [], api;
+  document.addEventListener("securitypolicyviolation", function (e) { violations.push(e.blockedURI); });
+  function status() { return document.body.getAttribute("data-status"); }
+  function frameText(D, f) { return D.frames[f][0] + ":" + D.frames[f][1] + ":" + D.frames[f][2]; }
+  function key(k) {
+    document.dispatchEvent(new KeyboardEvent("keydown", { key: k, bubbles: true, cancelable: true }));
+  }
+  api = window.memsnapView;
+  try {
+    ok("ready", api && api.ready && status() === "ready", document.body.getAttribute("data-error"));
+    measure.first_paint_ms = api.readyMs;
+    var D = api.data, TL = api.timeline;
+    ["segments", "history", "settings", "flame", "timeline"].forEach(function (v) {
+      api.show(v);
+      ok("view " + v + " renders", status() === "ready", document.body.getAttribute("data-error"));
+    });
+    /* the page's decoder reads back exactly `memsnap timeline --json` (PyTorch's data, which the
+     * C tests compare with PyTorch's own output), injected by view.sh as EXPECTED_TL/SEG */
+    [["tl", window.EXPECTED_TL, api.timeline], ["seg", window.EXPECTED_SEG, api.segmentTimeline]].forEach(function (x) {
+      var raw = x[1], tl = x[2], pts = 0, same = true, bad = "";
+      if (!raw) { errors.push(x[0] + ": no expected data"); return; }
+      raw.allocations_over_time.forEach(function (s, i) {
+        if (tl.first[i] !== pts && same) { same = false; bad = "first of " + i; }
+        for (var k = 0; k < s.timesteps.length; k++, pts++)
+          if (tl.T[tl.first[i] + k] !== s.timesteps[k] || tl.O[tl.first[i] + k] !== s.offsets[k]) { if (same) bad = "point " + k + " of " + i; same = false; }
+        if (s.elem === "summarized") {
+          if (tl.summ !== i || s.size.some(function (z, k) { return tl.summSizes[k] !== z; })
+              || s.offsets.some(function (o, k) { return tl.summOffsets[k] !== o; })) { same = false; bad = "summarized"; }
+        } else if (tl.elem[i] !== s.elem || tl.size[i] !== s.size || tl.color[i] !== s.color
+                   || !!tl.ghost[i] !== !!s.ghost) { if (same) bad = "series " + i; same = false; }
+      });
+      ok(x[0] + " decoded series", tl.n === raw.allocations_over_time.length, tl.n + " vs " + raw.allocations_over_time.length);
+      ok(x[0] + " decoded points", tl.first[tl.n] === pts && same, bad);
+      ok(x[0] + " max_at_time", tl.maxAt.length === raw.max_at_time.length
+        && raw.max_at_time.every(function (v, i) { return tl.maxAt[i] === v; }));
+      ok(x[0] + " max_size, elements_length", tl.maxSize === raw.max_size && tl.elementsLength === raw.elements_length);
+    });
+    var v = api.view;
+    if (TL.elementsLength > 0 && TL.n > 1) {
+      /* click the middle of a flat stretch of the largest band: its text and stack are shown */
+      var best = -1, s, i;
+      for (s = 0; s < TL.n; s++)
+        if (s !== TL.summ && TL.tmax[s] - TL.tmin[s] >= TL.nT / 50 && (best < 0 || TL.size[s] > TL.size[best])) best = s;
+      if (best < 0) best = TL.summ === 0 ? 1 : 0;
+      v.setWindow(0, TL.nT);
+      var t = TL.tmin[best], off = TL.O[TL.first[best]];
+      for (i = TL.first[best]; i + 1 < TL.first[best + 1]; i++)
+        if (TL.O[i] === TL.O[i + 1] && TL.T[i + 1] - TL.T[i] >= 2) { t = (TL.T[i] + TL.T[i + 1]) / 2; off = TL.O[i]; break; }
+      var xy = v.canvasToClient(t, off + TL.size[best] / 2);
+      var over = document.querySelectorAll(".plot canvas")[1], r = over.getBoundingClientRect();
+      over.dispatchEvent(new MouseEvent("click", { clientX: r.left + xy[0], clientY: r.top + xy[1], bubbles: true }));
+      var src = TL.sources[TL.elem[best]], st = src >= 0 ? D.trace.stack[src] : -2;
+      var want = st >= 0 && api.stackFrames(st).length ? frameText(D, api.stackFrames(st)[0]) : "";
+      var info = v.info.textContent;
+      ok("click shows the band's size", info.indexOf("(" + TL.size[best] + " bytes) allocation") >= 0,
+         "band " + best + " t " + t + " off " + off + " size " + TL.size[best] + " xy " + xy + " info " + info.slice(0, 200));
+      ok("click shows the band's stack", info.indexOf(want) >= 0, want);
+      measure.clicked_text = info.slice(0, 300);
+      /* search by that band's address and by a frame's text: counts as counted from the data */
+      var addr = src >= 0 ? api.hexAddr(src) : "";
+      if (addr) {
+        var byAddr = 0;
+        for (s = 0; s < TL.n; s++) {
+          if (s === TL.summ) continue;
+          var q = TL.sources[TL.elem[s]];
+          if (q >= 0 && api.hexAddr(q).indexOf(addr) === 0) byAddr++;
+        }
+        var res = api.search(addr, "");
+        ok("search by address counts", res.addr === byAddr && byAddr >= 1, res.addr + " vs " + byAddr);
+      }
+      if (want) {
+        var needle = D.frames[api.stackFrames(st)[0]][2].slice(0, 12).toLowerCase(), byText = 0;
+        for (s = 0; s < TL.n; s++) {
+          if (s === TL.summ) continue;
+          var q2 = TL.sources[TL.elem[s]], st2 = q2 >= 0 ? D.trace.stack[q2] : -1;
+          if (st2 < 0) {
+            continue;
+          }
+          if (api.stackFrames(st2).some(function (f) { return frameText(D, f).toLowerCase().indexOf(needle) >= 0; })) byText++;
+        }
+        var res2 = api.search("", needle);
+        ok("search by frame counts", res2.text === byText && byText >= 1, res2.text + " vs " + byText);
+        api.search("", "");
+      }
+      /* the stream selector: only that stream's bands are drawn */
+      v.setWindow(0, TL.nT);
+      var all = v.stats.big + v.stats.small, s0 = TL.stream[best], n0 = 0;
+      for (s = 0; s < TL.n; s++) if (s !== TL.summ && TL.stream[s] === s0) n0++;
+      api.stream(s0);
+      ok("stream filter draws that stream's bands", v.stats.big + v.stats.small === n0, (v.stats.big + v.stats.small) + " vs " + n0);
+      api.stream(s0 + 1000);
+      ok("stream filter: none of another stream", v.stats.big + v.stats.small === 0);
+      api.stream(-1);
+      ok("stream filter off", v.stats.big + v.stats.small === all);
+      /* the peak key: the window holds the peak */
+      v.setWindow(0, Math.max(8, TL.nT / 50));
+      key("p");
+      ok("p jumps to the peak", v.tl.peakT >= 0 && document.location.hash.indexOf("x0=") >= 0);
+      /* zoom: a scripted sequence; the median frame time */
+      var times = [];
+      v.setWindow(0, TL.nT);
+      for (i = 0; i < 12; i++) { v.zoomAt(TL.peakT, 0.7); times.push(v.lastFrameMs); }
+      for (i = 0; i < 12; i++) { key(i % 2 ? "ArrowLeft" : "ArrowRight"); times.push(v.lastFrameMs); }
+      for (i = 0; i < 12; i++) { v.zoomAt(TL.peakT, 1 / 0.7); times.push(v.lastFrameMs); }
+      times.sort(function (a, b) { return a - b; });
+      measure.zoom_frame_ms = times[times.length >> 1];
+      /* level of detail: zoomed in on the peak, at least as many bands have their own polygon */
+      v.setWindow(0, TL.nT);
+      var bigAll = v.stats.big;
+      v.setWindow(Math.max(0, TL.peakT - 20), TL.peakT + 20);
+      ok("zooming in splits small bands", v.stats.big >= Math.min(bigAll, 1), v.stats.big + " vs " + bigAll);
+    }
+    /* what is alive at the peak, as CSV and JSON: one row per band alive there */
+    api.select(TL.peakT);
+    api.show("flame");
+    var fl = api.view, csv = fl.csv().split("\n"), js = JSON.parse(fl.json());
+    var aliveN = 0, aliveB = 0;
+    for (s = 0; s < TL.n; s++) if (s !== TL.summ && TL.tmin[s] <= TL.peakT && TL.tmax[s] > TL.peakT) { aliveN++; aliveB += TL.size[s]; }
+    ok("alive CSV rows", csv.length === aliveN + 2 && csv[0].indexOf("address,size,") === 0, csv.length + " vs " + aliveN);
+    ok("alive JSON", js.allocations.length === aliveN && js.bytes === aliveB && js.timestep === TL.peakT);
+    ok("alive bytes", fl.total === aliveB);
+    /* Allocator State History: arrow keys move the event; the map follows */
+    api.show("history");
+    var h = api.view, n = D.trace.action.length;
+    if (n > 1) {
+      var ia = -1;
+      for (i = 1; i < n; i++) if (D.trace.action[i] === 0) { ia = i; break; }
+      if (ia > 0) {
+        h.select(ia - 1);
+        var before = h.state.blocks.size;
+        key("ArrowDown");
+        ok("ArrowDown selects the next event", h.selected === ia, h.selected + " vs " + ia);
+        ok("the map gains the allocated block", h.state.blocks.size === before + 1, h.state.blocks.size + " vs " + before);
+        key("ArrowUp");
+        ok("ArrowUp goes back", h.selected === ia - 1 && h.state.blocks.size === before);
+        var sel = document.querySelector(".events .row.sel");
+        ok("the selected row is shown", !!sel && +sel.dataset.i === ia - 1);
+      }
+      /* the end of the trace is the snapshot's own state */
+      h.select(n - 1);
+      var live = 0;
+      D.segments.forEach(function (g) { g.blocks.forEach(function (b) { if (b[1 + 1] === 1 || b[2] === 2) live++; }); });
+      ok("the last event shows the snapshot's blocks", h.state.blocks.size === live, h.state.blocks.size + " vs " + live);
+    } else {
+      ok("no trace: the map shows the snapshot", h.drawn && h.drawn.segments === D.segments.length);
+      if (n === 0) {
+        api.show("timeline");
+        ok("no trace: the timeline says why", document.querySelector(".info").textContent.indexOf("The snapshot has no trace") === 0);
+      }
+    }
+    /* the device selector: every listed device is in the page */
+    if (D.devices.length > 1) {
+      var first = D.device, other = D.devices.filter(function (d) { return d !== first; })[0];
+      api.device(other);
+      var pd = D.per_device.filter(function (x) { return x.device === other; })[0];
+      ok("device switch", api.data.device === other && api.timeline.elementsLength === pd.tl.elements_length
+        && api.data.trace.action.length === pd.ntrace && status() === "ready");
+      api.show("history");
+      ok("device switch: the map shows that device's segments", api.view.drawn && api.view.drawn.segments === pd.segments.length);
+      api.device(first);
+      ok("device switch back", api.data.device === first && api.timeline.n === TL.n);
+      measure.devices = D.devices.length;
+    }
+    api.show("timeline");
+    measure.timeline_text = (document.querySelector(".note") || {}).textContent || "";
+  } catch (e) {
+    errors.push("exception: " + (e && e.stack || e));
+  }
+  var res = performance.getEntriesByType("resource");
+  ok("the page loads nothing", res.length === 0, res.map(function (r) { return r.name; }).join(" "));
+  ok("the page tries to load nothing", violations.length === 0, violations.join(" "));
+  ok("no markup from the data ran", window.pwned === undefined, String(window.pwned));
+  ok("no element from the data", document.querySelectorAll("img, svg, iframe, object").length === 0);
+  document.body.setAttribute("data-measure", JSON.stringify(measure));
+  document.body.setAttribute("data-test", errors.length ? "FAIL " + errors.join(" | ") : "PASS");
+  }
+})();

@@ -1,0 +1,153 @@
+/* SPDX-License-Identifier: MIT
+ * memsnap viewer: binary sections and base64 (bin.h).
+ */
+#include "bin.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "memsnap/error.h"
+
+void vb_init(vb_t *b, ms_sink_t *sink) {
+  memset(b, 0, offsetof(vb_t, buf));
+  b->sink = sink;
+  b->err = MS_OK;
+}
+
+void vb_release(vb_t *b) {
+  free(b->sec);
+  b->sec = NULL;
+  b->nsec = b->cap = 0;
+}
+
+void vb_flush(vb_t *b) {
+  if (b->len && b->err == MS_OK) {
+    int rc = b->sink->write(b->sink->ctx, (const char *)b->buf, b->len);
+    if (rc != 0) b->err = rc < 0 ? rc : MS_EIO;
+  }
+  b->len = 0;
+}
+
+static void bin_put(vb_t *b, const void *p, size_t n) {
+  if (b->len + n > sizeof b->buf) vb_flush(b);
+  memcpy(b->buf + b->len, p, n);
+  b->len += n;
+  b->offset += n;
+}
+
+void vb_begin(vb_t *b, const char *name, const char *type) {
+  static const unsigned char zero[8] = {0};
+  if (b->offset % 8) bin_put(b, zero, 8 - b->offset % 8);
+  if (b->nsec == b->cap) {
+    size_t cap = b->cap ? 2 * b->cap : 32;
+    vb_section_t *s = realloc(b->sec, cap * sizeof *s);
+    if (!s) {
+      if (b->err == MS_OK) b->err = MS_ENOMEM;
+      return;
+    }
+    b->sec = s;
+    b->cap = cap;
+  }
+  vb_section_t *s = &b->sec[b->nsec++];
+  memset(s, 0, sizeof *s);
+  strncpy(s->name, name, sizeof s->name - 1);
+  strncpy(s->type, type, sizeof s->type - 1);
+  s->offset = b->offset;
+}
+
+void vb_end(vb_t *b) {
+  if (b->nsec == 0) return;
+  vb_section_t *s = &b->sec[b->nsec - 1];
+  size_t w = s->type[0] == 'f' ? 8 : s->type[1] == '8' ? 1 : s->type[1] == '1' ? 2 : 4;
+  s->count = (b->offset - s->offset) / w;
+}
+
+/* Little-endian whatever the host. */
+static void bin_le(vb_t *b, uint64_t v, size_t n) {
+  unsigned char p[8];
+  for (size_t i = 0; i < n; i++) p[i] = (unsigned char)(v >> (8 * i));
+  bin_put(b, p, n);
+}
+
+void vb_i32(vb_t *b, int32_t v) { bin_le(b, (uint32_t)v, 4); }
+void vb_u32(vb_t *b, uint32_t v) { bin_le(b, v, 4); }
+void vb_u16(vb_t *b, uint16_t v) { bin_le(b, v, 2); }
+void vb_u8(vb_t *b, uint8_t v) { bin_put(b, &v, 1); }
+void vb_f64(vb_t *b, double v) {
+  uint64_t u;
+  memcpy(&u, &v, 8);
+  bin_le(b, u, 8);
+}
+
+void vb_table(const vb_t *b, vw_t *w) {
+  vw_puts(w, "[");
+  for (size_t i = 0; i < b->nsec; i++) {
+    const vb_section_t *s = &b->sec[i];
+    vw_puts(w, i ? ",\n{\"name\":" : "\n{\"name\":");
+    vw_str(w, s->name);
+    vw_puts(w, ",\"type\":");
+    vw_str(w, s->type);
+    vw_puts(w, ",\"offset\":");
+    vw_u64(w, s->offset);
+    vw_puts(w, ",\"count\":");
+    vw_u64(w, s->count);
+    vw_puts(w, "}");
+  }
+  vw_puts(w, "]");
+}
+
+static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+static void b64_group(vw_t *w, const unsigned char *p, size_t n) {
+  char o[4];
+  uint32_t v = (uint32_t)p[0] << 16 | (n > 1 ? (uint32_t)p[1] << 8 : 0) | (n > 2 ? p[2] : 0);
+  o[0] = b64[v >> 18];
+  o[1] = b64[(v >> 12) & 63];
+  o[2] = n > 1 ? b64[(v >> 6) & 63] : '=';
+  o[3] = n > 2 ? b64[v & 63] : '=';
+  vw_raw(w, o, 4);
+}
+
+static int b64_write(void *ctx, const char *buf, size_t len) {
+  vb64_t *e = ctx;
+  const unsigned char *p = (const unsigned char *)buf;
+  while (len > 0 && e->ncarry > 0 && e->ncarry < 3) {
+    e->carry[e->ncarry++] = *p++;
+    len--;
+  }
+  if (e->ncarry == 3) {
+    b64_group(e->w, e->carry, 3);
+    e->ncarry = 0;
+  }
+  char out[4096];
+  while (len >= 3) {
+    size_t k = 0;
+    while (len >= 3 && k + 4 <= sizeof out) {
+      uint32_t v = (uint32_t)p[0] << 16 | (uint32_t)p[1] << 8 | p[2];
+      out[k++] = b64[v >> 18];
+      out[k++] = b64[(v >> 12) & 63];
+      out[k++] = b64[(v >> 6) & 63];
+      out[k++] = b64[v & 63];
+      p += 3;
+      len -= 3;
+    }
+    vw_raw(e->w, out, k);
+  }
+  while (len > 0) {
+    e->carry[e->ncarry++] = *p++;
+    len--;
+  }
+  return e->w->err;
+}
+
+void vb64_init(vb64_t *e, vw_t *w, ms_sink_t *sink) {
+  e->w = w;
+  e->ncarry = 0;
+  sink->write = b64_write;
+  sink->ctx = e;
+}
+
+void vb64_finish(vb64_t *e) {
+  if (e->ncarry) b64_group(e->w, e->carry, e->ncarry);
+  e->ncarry = 0;
+}

@@ -1,0 +1,58 @@
+/* SPDX-License-Identifier: MIT
+ * memsnap viewer (viz/view): the page's binary data. Named sections of little-endian typed
+ * values (i32, u32, u16, u8, f64), each starting at a multiple of 8 bytes, written through a sink
+ * (the page gzips them and writes them as base64 in one script element; the page's script
+ * inflates them with the browser's own DecompressionStream and reads each section as a typed
+ * array). The table of sections goes into the page's JSON (docs/view.md, "Data").
+ */
+#ifndef MEMSNAP_VIZ_VIEW_BIN_H
+#define MEMSNAP_VIZ_VIEW_BIN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "memsnap/serialize.h"
+#include "writer.h"
+
+typedef struct vb_section_s {
+  char name[64];
+  char type[4]; /* "i32", "u32", "u16", "u8", "f64" */
+  uint64_t offset, count;
+} vb_section_t;
+
+typedef struct vb_s {
+  ms_sink_t *sink;
+  uint64_t offset; /* bytes written so far */
+  int err;
+  vb_section_t *sec;
+  size_t nsec, cap;
+  size_t len;
+  unsigned char buf[1 << 16];
+} vb_t;
+
+void vb_init(vb_t *b, ms_sink_t *sink);
+void vb_release(vb_t *b);
+/* Starts a section (pads the data to a multiple of 8 bytes first). */
+void vb_begin(vb_t *b, const char *name, const char *type);
+void vb_end(vb_t *b);
+void vb_i32(vb_t *b, int32_t v);
+void vb_u32(vb_t *b, uint32_t v);
+void vb_u16(vb_t *b, uint16_t v);
+void vb_u8(vb_t *b, uint8_t v);
+void vb_f64(vb_t *b, double v);
+/* Writes what is buffered to the sink. */
+void vb_flush(vb_t *b);
+/* The table as JSON: [{"name":..,"type":..,"offset":..,"count":..}, ...]. */
+void vb_table(const vb_t *b, vw_t *w);
+
+/* A sink writing base64 (RFC 4648, with padding) of what it gets into w. */
+typedef struct vb64_s {
+  vw_t *w;
+  unsigned char carry[3];
+  size_t ncarry;
+} vb64_t;
+void vb64_init(vb64_t *e, vw_t *w, ms_sink_t *sink);
+/* Writes the last group and its padding. */
+void vb64_finish(vb64_t *e);
+
+#endif

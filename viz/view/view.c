@@ -1,0 +1,452 @@
+/* SPDX-License-Identifier: MIT
+ * memsnap viewer: the HTML page (memsnap/view.h). The page is the style, a skeleton, the binary
+ * data (gzip, base64), the JSON data and the script; view.js draws everything from the data.
+ */
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "memsnap/timeline.h"
+#include "memsnap/view.h"
+#include "bin.h"
+#include "writer.h"
+
+/* The page's script and style (view.js, view.css), embedded at build time (embed.cmake). */
+extern const char ms__view_js[];
+extern const size_t ms__view_js_len;
+extern const char ms__view_css[];
+extern const size_t ms__view_css_len;
+
+void ms_viewer_opts_init(ms_viewer_opts_t *o) {
+  memset(o, 0, sizeof *o);
+  o->device = SIZE_MAX;
+}
+
+static int view_no_device(ms_errbuf_t *eb, size_t dev) {
+  if (!eb) return MS_EINVAL;
+  if (dev == SIZE_MAX)
+    snprintf(eb->msg, sizeof eb->msg, "no device has a trace or segments: nothing to show");
+  else
+    snprintf(eb->msg, sizeof eb->msg, "device %zu has no trace and no segments", dev);
+  return MS_EINVAL;
+}
+
+static void view_settings(vw_t *w, const ms_snapshot_t *s, size_t first, size_t count) {
+  vw_raw(w, "{", 1);
+  for (size_t i = 0; i < count && first + i < s->nsettings; i++) {
+    const ms_snap_kv_t *kv = &s->settings[first + i];
+    if (i) vw_raw(w, ",", 1);
+    vw_str(w, kv->key);
+    vw_raw(w, ":", 1);
+    switch (kv->kind) {
+    case MS_SNAP_VAL_BOOL: vw_puts(w, kv->b ? "true" : "false"); break;
+    case MS_SNAP_VAL_INT: vw_i64(w, kv->i); break;
+    case MS_SNAP_VAL_FLOAT: {
+      char b[40];
+      snprintf(b, sizeof b, "%.17g", kv->f);
+      /* JSON has no inf/nan: write those as strings */
+      if (strspn(b, "0123456789+-.e") != strlen(b)) vw_str(w, b);
+      else vw_puts(w, b);
+      break;
+    }
+    case MS_SNAP_VAL_STR: vw_str(w, kv->s); break;
+    case MS_SNAP_VAL_MAP: view_settings(w, s, kv->first, kv->count); break;
+    default: vw_puts(w, "null");
+    }
+  }
+  vw_raw(w, "}", 1);
+}
+
+#define VIEW_MAX_POOLS 1024
+
+/* ---- the binary sections ------------------------------------------------------------------ */
+
+/* A timeline's data (ms_tlv_t) as sections named PREFIX.*: per series its first point, number
+ * of points, element (-1: the summarized band), size, colour and ghost flag; the points'
+ * timesteps (T) and offsets (O, one more for the summarized band, which is last), the summarized
+ * band's sizes (S), max_at_time and the elements' sources. */
+static void view_bin_tlv(vb_t *b, const char *prefix, const ms_tlv_t *v) {
+  char name[64];
+#define SEC(suffix, type)                                      \
+  snprintf(name, sizeof name, "%s.%s", prefix, suffix);        \
+  vb_begin(b, name, type)
+  SEC("first", "u32");
+  for (size_t i = 0; i < v->nseries; i++) vb_u32(b, (uint32_t)v->series[i].first_point);
+  vb_end(b);
+  SEC("npoints", "u32");
+  for (size_t i = 0; i < v->nseries; i++) vb_u32(b, (uint32_t)v->series[i].npoints);
+  vb_end(b);
+  SEC("elem", "i32");
+  for (size_t i = 0; i < v->nseries; i++) vb_i32(b, (int32_t)v->series[i].elem);
+  vb_end(b);
+  SEC("size", "f64");
+  for (size_t i = 0; i < v->nseries; i++) vb_f64(b, (double)v->series[i].size);
+  vb_end(b);
+  SEC("color", "i32");
+  for (size_t i = 0; i < v->nseries; i++) vb_i32(b, (int32_t)v->series[i].color);
+  vb_end(b);
+  SEC("ghost", "u8");
+  for (size_t i = 0; i < v->nseries; i++) vb_u8(b, v->series[i].ghost);
+  vb_end(b);
+  SEC("T", "i32");
+  for (size_t i = 0; i < v->npoints; i++) vb_i32(b, (int32_t)v->timesteps[i]);
+  vb_end(b);
+  size_t nsumm = 0, summ_first = 0;
+  for (size_t i = 0; i < v->nseries; i++)
+    if (v->series[i].elem < 0) nsumm = v->series[i].npoints, summ_first = v->series[i].first_point;
+  SEC("O", "f64");
+  size_t no = v->nseries && v->series[v->nseries - 1].elem < 0 ? v->npoints + 1 : v->npoints;
+  for (size_t i = 0; i < no; i++) vb_f64(b, (double)v->offsets[i]);
+  vb_end(b);
+  SEC("S", "f64");
+  for (size_t i = 0; i < nsumm; i++) vb_f64(b, (double)v->sizes[summ_first + i]);
+  vb_end(b);
+  SEC("max_at_time", "f64");
+  for (size_t i = 0; i < v->ntimesteps; i++) vb_f64(b, (double)v->max_at_time[i]);
+  vb_end(b);
+  SEC("sources", "f64");
+  for (size_t i = 0; i < v->elements_length; i++) vb_f64(b, (double)v->element_source[i]);
+  vb_end(b);
+#undef SEC
+}
+
+/* The trace of device dev as columns (trace.*): action, address, size, stream, time (-1: none),
+ * stack (-1: none), pool (an index into the JSON's pools, -1: none). Addresses, sizes, streams and
+ * times are doubles: exact below 2^53 (device addresses and times are). */
+static int view_bin_trace(vb_t *b, const char *prefix, const ms_snapshot_t *s, size_t dev,
+                          int64_t (**pools)[2], size_t *npools) {
+  char name[64];
+#define TSEC(col, type)                                       \
+  snprintf(name, sizeof name, "%s.%s", prefix, col);          \
+  vb_begin(b, name, type)
+  const ms_snap_device_t *d = dev < s->ndevices ? &s->devices[dev] : NULL;
+  size_t n = d ? d->ntrace : 0;
+  const ms_snap_trace_t *t = d ? s->trace + d->first_trace : NULL;
+  TSEC("action", "u8");
+  for (size_t i = 0; i < n; i++) vb_u8(b, (uint8_t)t[i].action);
+  vb_end(b);
+  TSEC("addr", "f64");
+  for (size_t i = 0; i < n; i++) vb_f64(b, (double)t[i].addr);
+  vb_end(b);
+  TSEC("size", "f64");
+  for (size_t i = 0; i < n; i++) vb_f64(b, (double)t[i].size);
+  vb_end(b);
+  TSEC("stream", "f64");
+  for (size_t i = 0; i < n; i++) vb_f64(b, (double)t[i].stream);
+  vb_end(b);
+  TSEC("time", "f64");
+  for (size_t i = 0; i < n; i++)
+    vb_f64(b, t[i].present & MS_TRACE_HAS_TIME ? (double)t[i].time_us : -1.0);
+  vb_end(b);
+  TSEC("stack", "i32");
+  for (size_t i = 0; i < n; i++)
+    vb_i32(b, t[i].stack == MS_SNAP_NO_STACK ? -1 : (int32_t)t[i].stack);
+  vb_end(b);
+  TSEC("pool", "i32");
+  int64_t last_pool = -1;
+  for (size_t i = 0; i < n; i++) {
+    int32_t k = -1;
+    /* pools are few; a trace naming more than VIEW_MAX_POOLS distinct ones (hostile) shows the
+     * rest as "pool_id unknown" rather than costing a search per entry over all of them */
+    if ((t[i].present & MS_TRACE_HAS_POOL_ID) && k < 0 && last_pool >= 0 &&
+        (*pools)[last_pool][0] == t[i].pool_id[0] && (*pools)[last_pool][1] == t[i].pool_id[1]) {
+      k = (int32_t)last_pool;
+    } else if (t[i].present & MS_TRACE_HAS_POOL_ID) {
+      for (size_t j = 0; j < *npools && k < 0; j++)
+        if ((*pools)[j][0] == t[i].pool_id[0] && (*pools)[j][1] == t[i].pool_id[1]) k = (int32_t)j;
+      if (k < 0 && *npools < VIEW_MAX_POOLS) {
+        int64_t(*p)[2] = realloc(*pools, (*npools + 1) * sizeof **pools);
+        if (!p) return MS_ENOMEM;
+        *pools = p;
+        p[*npools][0] = t[i].pool_id[0];
+        p[*npools][1] = t[i].pool_id[1];
+        k = (int32_t)(*npools)++;
+      }
+      if (k >= 0) last_pool = k;
+    }
+    vb_i32(b, k);
+  }
+  vb_end(b);
+#undef TSEC
+  return MS_OK;
+}
+
+/* Stacks (stacks.*): the first entry and the number of frames of each, and the frame indices
+ * (u16 when there are fewer than 65,536 frames). */
+static void view_bin_stacks(vb_t *b, const ms_snapshot_t *s) {
+  vb_begin(b, "stacks.first", "u32");
+  for (size_t i = 0; i < s->nstacks; i++) vb_u32(b, s->stacks[i].first);
+  vb_end(b);
+  vb_begin(b, "stacks.count", "u32");
+  for (size_t i = 0; i < s->nstacks; i++) vb_u32(b, s->stacks[i].nframes);
+  vb_end(b);
+  bool small = s->nframes < 65536;
+  vb_begin(b, "stacks.frames", small ? "u16" : "u32");
+  for (size_t i = 0; i < s->nstack_frames; i++) {
+    if (small) vb_u16(b, (uint16_t)s->stack_frames[i]);
+    else vb_u32(b, s->stack_frames[i]);
+  }
+  vb_end(b);
+}
+
+static void view_segments(vw_t *w, const ms_snapshot_t *s, size_t dev) {
+  vw_puts(w, "[");
+  bool first = true;
+  for (size_t i = 0; i < s->nsegments; i++) {
+    const ms_snap_segment_t *g = &s->segments[i];
+    if (g->device != (int64_t)dev) continue;
+    vw_puts(w, first ? "\n{\"addr\":" : ",\n{\"addr\":");
+    first = false;
+    vw_hexstr(w, g->address);
+    vw_puts(w, ",\"size\":");
+    vw_u64(w, g->total_size);
+    vw_puts(w, ",\"stream\":");
+    vw_u64(w, g->stream);
+    vw_puts(w, ",\"pool\":[");
+    vw_i64(w, g->pool_id[0]);
+    vw_raw(w, ",", 1);
+    vw_i64(w, g->pool_id[1]);
+    vw_puts(w, g->is_expandable ? "],\"expandable\":true" : "],\"expandable\":false");
+    vw_puts(w, ",\"stack\":");
+    vw_i64(w, g->stack == MS_SNAP_NO_STACK ? -1 : (int64_t)g->stack);
+    vw_puts(w, ",\"index\":");
+    vw_u64(w, i);
+    vw_puts(w, ",\"first_block\":");
+    vw_u64(w, g->first_block);
+    /* blocks: [size, requested, state (0 inactive, 1 allocated, 2 pending free), stack] */
+    vw_puts(w, ",\"blocks\":[");
+    for (uint32_t b = 0; b < g->nblocks; b++) {
+      const ms_snap_block_t *k = &s->blocks[g->first_block + b];
+      vw_puts(w, b ? ",[" : "[");
+      vw_u64(w, k->size);
+      vw_raw(w, ",", 1);
+      vw_u64(w, k->requested_size);
+      vw_raw(w, ",", 1);
+      vw_i64(w, k->state == MS_BLOCK_ACTIVE_ALLOCATED      ? 1
+                : k->state == MS_BLOCK_ACTIVE_PENDING_FREE ? 2
+                                                           : 0);
+      vw_raw(w, ",", 1);
+      vw_i64(w, k->stack == MS_SNAP_NO_STACK ? -1 : (int64_t)k->stack);
+      vw_raw(w, "]", 1);
+    }
+    vw_puts(w, "]}");
+  }
+  vw_puts(w, "]");
+}
+
+/* Frames as "file:line:name" (as the viewer formats them) and stacks as frame indices. */
+static void view_frames(vw_t *w, const ms_snapshot_t *s) {
+  vw_puts(w, "\"frames\":[");
+  for (size_t i = 0; i < s->nframes; i++) {
+    if (i) vw_puts(w, ",\n");
+    const ms_snap_frame_t *f = &s->frames[i];
+    vw_puts(w, "[");
+    vw_str(w, f->filename);
+    vw_raw(w, ",", 1);
+    vw_i64(w, f->line);
+    vw_raw(w, ",", 1);
+    vw_str(w, f->name);
+    vw_puts(w, "]");
+  }
+  vw_puts(w, "]");
+}
+
+/* What the JSON says of one timeline (its arrays are in the binary data). */
+typedef struct view_tlmeta_s {
+  int64_t max_size;
+  size_t elements_length, nseries, npoints;
+} view_tlmeta_t;
+
+typedef struct view_ctx_s {
+  const ms_snapshot_t *s;
+  const ms_viewer_opts_t *o;
+  size_t dev;          /* the device shown first */
+  const size_t *devs;  /* every device listed, each in the page */
+  size_t ndevs;
+  view_tlmeta_t *meta; /* two per listed device: memory, segments */
+  int64_t (*pools)[2];
+  size_t npools;
+  uint64_t bin_bytes; /* uncompressed */
+} view_ctx_t;
+
+static void view_tlv_json(vw_t *w, const char *key, const view_tlmeta_t *m) {
+  vw_puts(w, ",\n\"");
+  vw_puts(w, key);
+  vw_puts(w, "\":{\"max_size\":");
+  vw_i64(w, m->max_size);
+  vw_puts(w, ",\"elements_length\":");
+  vw_u64(w, m->elements_length);
+  vw_puts(w, ",\"nseries\":");
+  vw_u64(w, m->nseries);
+  vw_puts(w, ",\"npoints\":");
+  vw_u64(w, m->npoints);
+  vw_puts(w, "}");
+}
+
+
+static void view_data(vw_t *w, const view_ctx_t *c, const vb_t *b) {
+  const ms_snapshot_t *s = c->s;
+  vw_puts(w, "{\"format\":2,\"title\":");
+  vw_str(w, c->o->title ? c->o->title : "");
+  vw_puts(w, ",\"view\":");
+  vw_str(w, c->o->view ? c->o->view : "timeline");
+  vw_puts(w, ",\"device\":");
+  vw_u64(w, c->dev);
+  vw_puts(w, ",\"devices\":[");
+  for (size_t i = 0; i < c->ndevs; i++) {
+    if (i) vw_raw(w, ",", 1);
+    vw_u64(w, c->devs[i]);
+  }
+  vw_puts(w, "],\"has_settings\":");
+  vw_puts(w, s->present & MS_SNAP_HAS_SETTINGS ? "true" : "false");
+  vw_puts(w, ",\"settings\":");
+  view_settings(w, s, 0, s->nsettings_top);
+  vw_puts(w, ",\n\"actions\":[");
+  for (int a = 0; a < MS_TRACE_ACTION_COUNT; a++) {
+    if (a) vw_raw(w, ",", 1);
+    vw_str(w, a == MS_TRACE_OTHER ? "other" : ms_trace_action_name((ms_trace_action)a));
+  }
+  vw_puts(w, "],\n\"pools\":[");
+  for (size_t i = 0; i < c->npools; i++) {
+    vw_puts(w, i ? ",[" : "[");
+    vw_i64(w, c->pools[i][0]);
+    vw_raw(w, ",", 1);
+    vw_i64(w, c->pools[i][1]);
+    vw_raw(w, "]", 1);
+  }
+  vw_puts(w, "],\n");
+  view_frames(w, s);
+  vw_puts(w, ",\n\"per_device\":[");
+  for (size_t k = 0; k < c->ndevs; k++) {
+    size_t dev = c->devs[k];
+    const ms_snap_device_t *d = dev < s->ndevices ? &s->devices[dev] : NULL;
+    vw_puts(w, k ? ",\n{\"device\":" : "\n{\"device\":");
+    vw_u64(w, dev);
+    vw_puts(w, ",\"capacity\":");
+    vw_u64(w, d && (d->present & MS_DEV_HAS_CAPACITY) ? d->capacity : 0);
+    vw_puts(w, ",\"trace_dropped\":");
+    vw_u64(w, d ? d->trace_dropped : 0);
+    vw_puts(w, ",\"ntrace\":");
+    vw_u64(w, d ? d->ntrace : 0);
+    vw_puts(w, ",\n\"segments\":");
+    view_segments(w, s, dev);
+    view_tlv_json(w, "tl", &c->meta[2 * k]);
+    view_tlv_json(w, "seg", &c->meta[2 * k + 1]);
+    vw_puts(w, "}");
+  }
+  vw_puts(w, "]");
+  vw_puts(w, ",\n\"bin\":{\"encoding\":\"gzip+base64\",\"length\":");
+  vw_u64(w, c->bin_bytes);
+  vw_puts(w, ",\"sections\":");
+  vb_table(b, w);
+  vw_puts(w, "}}");
+}
+
+/* The binary element: the sections, gzipped, as base64. */
+static int view_bin(vw_t *w, view_ctx_t *c, vb_t *b) {
+  vb64_t e;
+  ms_sink_t b64sink, gz;
+  ms_gzip_sink_t *z = NULL;
+  vb64_init(&e, w, &b64sink);
+  int rc = ms_gzip_sink_create(&b64sink, c->s->ntrace > 1000000 ? 1 : 6, &z, &gz);
+  if (rc != MS_OK) return rc;
+  vb_init(b, &gz);
+  for (size_t k = 0; k < c->ndevs && rc == MS_OK; k++) {
+    char prefix[48];
+    for (int seg = 0; seg < 2 && rc == MS_OK; seg++) {
+      ms_tlv_t v;
+      rc = ms_tlv_compute(c->s, c->devs[k], seg != 0, SIZE_MAX, 0, SIZE_MAX, NULL, &v);
+      if (rc != MS_OK) break;
+      snprintf(prefix, sizeof prefix, "d%zu.%s", c->devs[k], seg ? "seg" : "tl");
+      view_bin_tlv(b, prefix, &v);
+      view_tlmeta_t *m = &c->meta[2 * k + (size_t)seg];
+      m->max_size = v.max_size;
+      m->elements_length = v.elements_length;
+      m->nseries = v.nseries;
+      m->npoints = v.npoints;
+      ms_tlv_release(&v);
+    }
+    snprintf(prefix, sizeof prefix, "d%zu.trace", c->devs[k]);
+    if (rc == MS_OK) rc = view_bin_trace(b, prefix, c->s, c->devs[k], &c->pools, &c->npools);
+  }
+  if (rc == MS_OK) {
+    view_bin_stacks(b, c->s);
+    vb_flush(b);
+    rc = b->err;
+  }
+  c->bin_bytes = b->offset;
+  if (rc == MS_OK) rc = ms_gzip_sink_finish(z);
+  ms_gzip_sink_destroy(z);
+  vb64_finish(&e);
+  return rc != MS_OK ? rc : w->err;
+}
+
+static int view_page(vw_t *w, view_ctx_t *c) {
+  vw_puts(w, "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+             "<meta name=\"viewport\" content=\"width=device-width\">\n"
+             "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; "
+             "script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:; "
+             "connect-src 'none'\">\n<title>memsnap view: ");
+  vw_html(w, c->o->title ? c->o->title : "");
+  vw_puts(w, "</title>\n<style>\n");
+  vw_raw(w, ms__view_css, ms__view_css_len);
+  vw_puts(w, "</style>\n</head>\n<body>\n<div id=\"app\"><noscript>This page needs "
+             "JavaScript.</noscript></div>\n");
+  vw_puts(w, "<script type=\"application/octet-stream\" id=\"ms-bin\">");
+  vb_t *b = malloc(sizeof *b);
+  if (!b) return MS_ENOMEM;
+  int rc = view_bin(w, c, b);
+  if (rc == MS_OK) {
+    vw_puts(w, "</script>\n<script type=\"application/json\" id=\"ms-data\">");
+    view_data(w, c, b);
+    vw_puts(w, "</script>\n<script>\n");
+    vw_raw(w, ms__view_js, ms__view_js_len);
+    vw_puts(w, "</script>\n</body>\n</html>\n");
+  }
+  vb_release(b);
+  free(b);
+  return rc;
+}
+
+int ms_viewer_write_html(const ms_snapshot_t *snap, const ms_viewer_opts_t *opts,
+                         ms_sink_t *sink, ms_errbuf_t *eb) {
+  ms_viewer_opts_t def;
+  if (!opts) {
+    ms_viewer_opts_init(&def);
+    opts = &def;
+  }
+  size_t ndevs = ms_tl_viewer_devices(snap, NULL, 0, NULL), dev = 0;
+  if (ndevs == 0)
+    return view_no_device(eb, SIZE_MAX);
+  size_t *devs = malloc(ndevs * sizeof *devs);
+  if (!devs) return MS_ENOMEM;
+  ms_tl_viewer_devices(snap, devs, ndevs, &dev);
+  int rc = MS_OK;
+  if (opts->device != SIZE_MAX) {
+    bool listed = false;
+    for (size_t i = 0; i < ndevs; i++) listed |= devs[i] == opts->device;
+    if (!listed) {
+      free(devs);
+      return view_no_device(eb, opts->device);
+    }
+    dev = opts->device;
+  }
+  view_tlmeta_t *meta = calloc(2 * ndevs, sizeof *meta);
+  vw_t *w = malloc(sizeof *w);
+  if (!w || !meta) {
+    rc = MS_ENOMEM;
+  } else {
+    view_ctx_t c = {snap, opts, dev, devs, ndevs, meta, NULL, 0, 0};
+    vw_init(w, sink);
+    rc = view_page(w, &c);
+    vw_flush(w);
+    if (rc == MS_OK) rc = w->err;
+    free(c.pools);
+  }
+  free(w);
+  free(meta);
+  free(devs);
+  return rc;
+}

@@ -1,0 +1,1121 @@
+/* SPDX-License-Identifier: MIT
+ * memsnap view: the page's script (embedded into the page at build time; no library, no network).
+ * Reads the JSON data elements ms-tl, ms-seg and ms-data written by viz/view/view.c and draws the
+ * views on canvases. Every name from the data is shown through textContent only.
+ * docs/view.md describes the views, their colours, the keys and how the drawing scales.
+ */
+(function () {
+  "use strict";
+
+  var TABLEAU10 = ["#4e79a7", "#f28e2c", "#e15759", "#76b7b2", "#59a14f",
+                   "#edc949", "#af7aa1", "#ff9da7", "#9c755f", "#bab0ab"];
+  var VIEWS = [["timeline", "Active Memory Timeline"],
+               ["segments", "Active Cached Segment Timeline"],
+               ["history", "Allocator State History"],
+               ["settings", "Allocator Settings"],
+               ["flame", "Alive at the selected moment (flame graph)"]];
+  var A = { ALLOC: 0, FREE_REQ: 1, FREE_DONE: 2, SEG_ALLOC: 3, SEG_FREE: 4, SEG_MAP: 5,
+            SEG_UNMAP: 6, SNAPSHOT: 7, OOM: 8 };
+
+  var D = null;          /* ms-data */
+  var app = null;
+  var current = null;    /* the view shown: {name, destroy()} */
+  var selectedT = -1;    /* the moment (timestep of the memory timeline) chosen by a click */
+  var hash = {};         /* the URL fragment's state */
+  var streamFilter = -1; /* the stream whose bands the timelines show (-1: all) */
+
+  /* ---- helpers ------------------------------------------------------------------------------ */
+
+  function el(tag, cls, parent, text) {
+    var e = document.createElement(tag);
+    if (cls) e.className = cls;
+    if (text !== undefined) e.textContent = text;
+    if (parent) parent.appendChild(e);
+    return e;
+  }
+
+  /* PyTorch's formatSize: "605.0KiB" */
+  function fmtSize(n) {
+    var units = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"], i = 0, v = Math.abs(n);
+    while (v >= 1024 && i < units.length - 1) { v /= 1024; i++; }
+    return (n < 0 ? "-" : "") + v.toFixed(1) + units[i];
+  }
+  function fmtBoth(n) { return fmtSize(n) + " (" + n + " bytes)"; }
+
+  function parseJSON(id) {
+    var node = document.getElementById(id);
+    return node ? JSON.parse(node.textContent) : null;
+  }
+
+  function readHash() {
+    var h = {};
+    location.hash.replace(/^#/, "").split("&").forEach(function (kv) {
+      var i = kv.indexOf("=");
+      if (i > 0) h[decodeURIComponent(kv.slice(0, i))] = decodeURIComponent(kv.slice(i + 1));
+    });
+    return h;
+  }
+  function writeHash() {
+    var parts = [];
+    Object.keys(hash).forEach(function (k) {
+      if (hash[k] !== undefined && hash[k] !== null && hash[k] !== "")
+        parts.push(encodeURIComponent(k) + "=" + encodeURIComponent(hash[k]));
+    });
+    try { history.replaceState(null, "", "#" + parts.join("&")); } catch (e) { /* file: */ }
+  }
+
+  /* ---- the snapshot's facts ----------------------------------------------------------------- */
+
+  var streamIds = {};
+  function streamName(raw) {
+    var k = String(raw);
+    if (!(k in streamIds)) streamIds[k] = raw === 0 ? 0 : Object.keys(streamIds).length;
+    return streamIds[k];
+  }
+
+  /* Annotation as MemoryViz: the version of each address at each trace entry. */
+  function annotate(tr) {
+    var n = tr.action.length, bver = new Map(), sver = new Map();
+    var ver = new Int32Array(n);
+    for (var i = 0; i < n; i++) {
+      var a = tr.action[i], key = tr.addr[i];
+      streamName(tr.stream[i]);
+      if (a === A.FREE_DONE) { var v = bver.get(key) || 0; ver[i] = v; bver.set(key, v + 1); }
+      else if (a === A.ALLOC || a === A.FREE_REQ) ver[i] = bver.get(key) || 0;
+      else if (a === A.SEG_FREE || a === A.SEG_UNMAP) {
+        var w = sver.get(key) || 0; ver[i] = w; sver.set(key, w + 1);
+      } else if (a === A.SEG_ALLOC || a === A.SEG_MAP) ver[i] = sver.get(key) || 0;
+    }
+    tr.ver = ver;
+    tr.bver = bver;
+    tr.sver = sver;
+    D.segments.forEach(function (s) { streamName(s.stream); });
+  }
+
+  function hexAddr(i) { return D.trace.addr[i].toString(16); }
+  function poolOf(i) { var k = D.trace.pool[i]; return k >= 0 ? D.pools[k] : null; }
+  function stackFrames(st) {
+    var a = D.bin["stacks.first"][st];
+    return D.bin["stacks.frames"].subarray(a, a + D.bin["stacks.count"][st]);
+  }
+  function frameText(fi) {
+    var f = D.frames[fi];
+    return f[0] + ":" + f[1] + ":" + f[2];
+  }
+  /* Innermost first, consecutive duplicates collapsed as the viewer does. */
+  function stackText(stack) {
+    if (stack < 0 || stack >= D.nstacks || stackFrames(stack).length === 0)
+      return "No frames recorded: the block was allocated before recording started, the "
+        + "recording kept no stacks, or the entry fell out of the ring buffer.";
+    var fr = stackFrames(stack), out = [], i = 0;
+    while (i < fr.length) {
+      var j = i + 1;
+      while (j < fr.length && fr[j] === fr[i]) j++;
+      out.push(frameText(fr[i]));
+      if (j - i > 1) out.push("<repeats " + (j - i - 1) + " times>");
+      i = j;
+    }
+    return out.join("\n");
+  }
+  function fmtTime(us) {
+    if (us < 0) return "Invalid Date";
+    return new Date(us / 1000).toString();
+  }
+  function poolText(p) { return p ? "pool_id (" + p[0] + ", " + p[1] + ")" : "pool_id unknown"; }
+
+  /* The global block index k -> [segment, block index inside it, address]. */
+  var blockIndex = null;
+  function snapBlock(k) {
+    if (!blockIndex) {
+      blockIndex = new Map();
+      D.segments.forEach(function (s) {
+        var addr = parseInt(s.addr, 16);
+        s.blocks.forEach(function (b, i) { blockIndex.set(s.first_block + i, [s, i, addr]); addr += b[0]; });
+      });
+    }
+    return blockIndex.get(k);
+  }
+  function segmentOfIndex(k) {
+    for (var i = 0; i < D.segments.length; i++) if (D.segments[i].index === k) return D.segments[i];
+    return null;
+  }
+
+  /* ---- timeline data ----------------------------------------------------------------------- */
+
+  /* A timeline from its binary sections (PREFIX.*, viz/view/view.c): series s has the points
+   * first[s] .. first[s + 1]; the summarized band is the last series. */
+  function decodeTimeline(B, prefix, meta, segmentsView) {
+    function sec(k) { return B[prefix + "." + k]; }
+    var n = meta.nseries, i, f0 = sec("first"), np = sec("npoints");
+    var tl = {
+      segmentsView: segmentsView, n: n, sources: sec("sources"),
+      first: new Uint32Array(n + 1), T: sec("T"), O: sec("O"),
+      size: sec("size"), elem: sec("elem"), color: sec("color"), ghost: sec("ghost"),
+      tmin: new Float64Array(n), tmax: new Float64Array(n),
+      summ: -1, summSizes: null, summOffsets: null,
+      maxAt: sec("max_at_time"), maxSize: meta.max_size, elementsLength: meta.elements_length
+    };
+    for (i = 0; i < n; i++) {
+      tl.first[i] = f0[i];
+      tl.tmin[i] = np[i] ? tl.T[f0[i]] : 0;
+      tl.tmax[i] = np[i] ? tl.T[f0[i] + np[i] - 1] : 0;
+      if (tl.elem[i] < 0) {
+        tl.summ = i; tl.summSizes = sec("S"); tl.summOffsets = tl.O.subarray(f0[i], f0[i] + np[i] + 1);
+      }
+    }
+    tl.first[n] = n ? f0[n - 1] + np[n - 1] : 0;
+    var peak = 0;
+    for (i = 1; i < tl.maxAt.length; i++) if (tl.maxAt[i] > tl.maxAt[peak]) peak = i;
+    tl.peakT = peak;
+    tl.nT = Math.max(1, tl.maxAt.length);
+    return tl;
+  }
+
+  /* base64 to bytes */
+  function unbase64(str) {
+    var lut = new Uint8Array(128), abc = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/", i, j;
+    for (i = 0; i < 64; i++) lut[abc.charCodeAt(i)] = i;
+    var n = str.length;
+    while (n > 0 && (str.charCodeAt(n - 1) === 61 || str.charCodeAt(n - 1) <= 32)) n--;
+    var out = new Uint8Array(Math.floor(n * 3 / 4));
+    for (i = 0, j = 0; i + 3 < n; i += 4) {
+      var v = lut[str.charCodeAt(i)] << 18 | lut[str.charCodeAt(i + 1)] << 12
+        | lut[str.charCodeAt(i + 2)] << 6 | lut[str.charCodeAt(i + 3)];
+      out[j++] = v >> 16; out[j++] = v >> 8 & 255; out[j++] = v & 255;
+    }
+    var rest = n - i;
+    if (rest >= 2) {
+      var w = lut[str.charCodeAt(i)] << 18 | lut[str.charCodeAt(i + 1)] << 12
+        | (rest > 2 ? lut[str.charCodeAt(i + 2)] << 6 : 0);
+      out[j++] = w >> 16;
+      if (rest > 2) out[j++] = w >> 8 & 255;
+    }
+    return out;
+  }
+
+  /* The binary sections: gunzip with the browser's own DecompressionStream (no library; fed from
+   * memory, so no I/O is involved), into one buffer of the length the JSON gives; then one typed
+   * array per section over it. */
+  function loadBinary(meta) {
+    var bytes = unbase64(document.getElementById("ms-bin").textContent);
+    var input = new ReadableStream({ start: function (c) { c.enqueue(bytes); c.close(); } });
+    var reader = input.pipeThrough(new DecompressionStream("gzip")).getReader();
+    var out = new Uint8Array(meta.length), at = 0;
+    function pump() {
+      return reader.read().then(function (r) {
+        if (r.done) return;
+        if (at + r.value.length > out.length) throw new Error("the page's data is damaged (too long)");
+        out.set(r.value, at);
+        at += r.value.length;
+        return pump();
+      });
+    }
+    return pump().then(function () {
+      if (at !== meta.length) throw new Error("the page's data is damaged (" + at + " of " + meta.length + " bytes)");
+      var types = { i32: Int32Array, u32: Uint32Array, u16: Uint16Array, u8: Uint8Array, f64: Float64Array }, res = {};
+      meta.sections.forEach(function (s) { res[s.name] = new types[s.type](out.buffer, s.offset, s.count); });
+      return res;
+    });
+  }
+
+  /* The viewer's hover text of element e (context_for_id). */
+  function elementText(tl, s) {
+    var e = tl.elem[s];
+    if (e < 0) return "Small allocations summarized together.";
+    var src = tl.sources[e], tr = D.trace, lines = [], size = tl.size[s];
+    var after = tl.maxAt[Math.min(tl.maxAt.length - 1, Math.max(0, tl.tmin[s]))];
+    if (src >= 0) {
+      var act = tr.action[src], pre = tl.segmentsView ? "s'" : "b'";
+      lines.push("Addr: " + pre + hexAddr(src) + "_" + tr.ver[src] + ", Size: " + fmtBoth(size)
+        + " allocation, Total memory used after allocation: " + fmtBoth(after) + ", stream "
+        + streamName(tr.stream[src]) + ", " + poolText(poolOf(src)) + ", timestamp "
+        + fmtTime(tr.time[src]));
+      if (act !== A.ALLOC && act !== A.SEG_ALLOC)
+        lines.push("alloc not recorded, stack trace for free:");
+      lines.push(stackText(tr.stack[src]));
+    } else {
+      var k = -1 - src;
+      if (tl.segmentsView) {
+        var g = segmentOfIndex(k);
+        lines.push("Addr: s'" + (g ? g.addr : "?") + ", Size: " + fmtBoth(size)
+          + " segment, present in the snapshot, its allocation is not in the trace");
+        lines.push(stackText(g ? g.stack : -1));
+      } else {
+        var b = snapBlock(k);
+        var addr = b ? b[2].toString(16) : "?";
+        lines.push("Addr: b'" + addr + "_" + (b ? D.trace.bver.get(b[2]) || 0 : 0) + ", Size: "
+          + fmtBoth(size) + " allocation, stream " + (b ? streamName(b[0].stream) : "?"));
+        lines.push("This block was allocated before the trace starts (it is alive in the "
+          + "snapshot, its alloc is not in the trace).");
+        lines.push(stackText(b ? b[0].blocks[b[1]][3] : -1));
+      }
+    }
+    return lines.join("\n");
+  }
+  function elementStack(tl, s) {
+    var e = tl.elem[s];
+    if (e < 0) return -1;
+    var src = tl.sources[e];
+    if (src >= 0) return D.trace.stack[src];
+    var k = -1 - src;
+    if (tl.segmentsView) { var g = segmentOfIndex(k); return g ? g.stack : -1; }
+    var b = snapBlock(k);
+    return b ? b[0].blocks[b[1]][3] : -1;
+  }
+  /* The (renamed) stream of series s: its trace entry's, or its snapshot segment's; -1 for the
+   * summarized band. */
+  function elementStream(tl, s) {
+    var e = tl.elem[s];
+    if (e < 0) return -1;
+    var src = tl.sources[e];
+    if (src >= 0) return streamName(D.trace.stream[src]);
+    var k = -1 - src;
+    if (tl.segmentsView) { var g = segmentOfIndex(k); return g ? streamName(g.stream) : -1; }
+    var b = snapBlock(k);
+    return b ? streamName(b[0].stream) : -1;
+  }
+  function elementAddr(tl, s) {
+    var e = tl.elem[s];
+    if (e < 0) return "";
+    var src = tl.sources[e];
+    if (src >= 0) return hexAddr(src);
+    var k = -1 - src;
+    if (tl.segmentsView) { var g = segmentOfIndex(k); return g ? g.addr : ""; }
+    var b = snapBlock(k);
+    return b ? b[2].toString(16) : "";
+  }
+
+  /* Offset of series s at timestep t (linear between points, as the polygons are drawn). */
+  function offsetAt(tl, s, t) {
+    var lo = tl.first[s], hi = tl.first[s + 1] - 1;
+    if (hi < lo || t < tl.T[lo] || t > tl.T[hi]) return NaN;
+    while (lo < hi) {
+      var mid = (lo + hi + 1) >> 1;
+      if (tl.T[mid] <= t) lo = mid; else hi = mid - 1;
+    }
+    if (lo + 1 < tl.first[s + 1] && tl.T[lo + 1] > tl.T[lo]) {
+      var f = (t - tl.T[lo]) / (tl.T[lo + 1] - tl.T[lo]);
+      return tl.O[lo] + f * (tl.O[lo + 1] - tl.O[lo]);
+    }
+    return tl.O[lo];
+  }
+
+  /* ---- the timeline view: canvas, level of detail, zoom and pan, hover ---------------------- */
+
+  function timelineView(root, tl, title) {
+    var self = { name: title };
+    if (tl.n === 0 || tl.elementsLength === 0) {
+      el("div", "note", root, "No timeline: " + (D.trace.action.length === 0
+        ? "the snapshot has no trace (it was taken without recording history). The Allocator "
+          + "State History view shows its segments and blocks."
+        : "the trace of this device has no allocation."));
+      self.destroy = function () {};
+      return self;
+    }
+    var plot = el("div", "plot", root), mini = el("div", "mini", root), info = el("pre", "info", root);
+    var cv = el("canvas", "", plot), over = el("canvas", "", plot), mcv = el("canvas", "", mini);
+    var ctx = cv.getContext("2d"), octx = over.getContext("2d"), mctx = mcv.getContext("2d");
+    var W = 0, H = 0, MW = 0, MH = 0, pad = { l: 70, r: 10, t: 10, b: 20 };
+    var x0 = 0, x1 = tl.nT, hover = -1, pinned = -1, matches = null, lastFrameMs = 0;
+    var hs = readHash();
+    if (hs.x0 !== undefined && hs.x1 !== undefined && +hs.x1 > +hs.x0) { x0 = +hs.x0; x1 = +hs.x1; }
+    info.textContent = (D.trace.action.length === 0 ? "The snapshot has no trace (it was taken "
+      + "without recording history), so there is no memory over time: the bands are the blocks "
+      + "alive in the snapshot. The Allocator State History view shows its segment map.\n" : "")
+      + "Hover a band to see its allocation; click to keep it and to choose the "
+      + "moment of the flame graph view. Keys: + / - zoom, arrows pan, p peak, 0 whole run.";
+
+    function ymax() {
+      var a = Math.max(0, Math.floor(x0)), b = Math.min(tl.maxAt.length - 1, Math.ceil(x1)), m = 1;
+      for (var i = a; i <= b; i++) if (tl.maxAt[i] > m) m = tl.maxAt[i];
+      return m * 1.05;
+    }
+    var Y = 1;
+    function X(t) { return pad.l + (t - x0) / (x1 - x0) * (W - pad.l - pad.r); }
+    function T(x) { return x0 + (x - pad.l) / (W - pad.l - pad.r) * (x1 - x0); }
+    function Yp(b) { return H - pad.b - b / Y * (H - pad.t - pad.b); }
+    function B(y) { return (H - pad.b - y) / (H - pad.t - pad.b) * Y; }
+
+    function resize() {
+      var r = plot.getBoundingClientRect(), m = mini.getBoundingClientRect();
+      W = Math.max(200, Math.floor(r.width)); H = Math.max(100, Math.floor(r.height));
+      MW = Math.max(200, Math.floor(m.width)); MH = Math.max(30, Math.floor(m.height));
+      cv.width = over.width = W; cv.height = over.height = H; mcv.width = MW; mcv.height = MH;
+      draw(); drawMini();
+    }
+
+    /* One band: the top edge forwards then the bottom edge back, at most one point per pixel
+     * column (the first and last point of a column are kept). */
+    function bandPath(s, h, c) {
+      var a = tl.first[s], z = tl.first[s + 1], i;
+      /* points inside the window, plus one on each side */
+      var lo = a, hi = z - 1;
+      while (lo < hi) { var mid = (lo + hi) >> 1; if (tl.T[mid] < x0) lo = mid + 1; else hi = mid; }
+      a = Math.max(tl.first[s], lo - 1);
+      var end = a;
+      while (end < z && tl.T[end] <= x1) end++;
+      end = Math.min(z, end + 1);
+      var xs = [], ys = [], lastX = -1e9;
+      for (i = a; i < end; i++) {
+        var x = X(tl.T[i]), y = Yp(tl.O[i]);
+        if (Math.round(x) === Math.round(lastX) && i + 1 < end && Math.round(X(tl.T[i + 1])) === Math.round(x)) continue;
+        xs.push(x); ys.push(y); lastX = x;
+      }
+      if (xs.length === 0) return;
+      c.moveTo(xs[0], ys[0] - h);
+      for (i = 1; i < xs.length; i++) c.lineTo(xs[i], ys[i] - h);
+      if (h <= 0) return;
+      for (i = xs.length - 1; i >= 0; i--) c.lineTo(xs[i], ys[i]);
+      c.closePath();
+    }
+
+    function draw() {
+      var t0 = performance.now();
+      Y = ymax();
+      ctx.clearRect(0, 0, W, H);
+      ctx.save();
+      ctx.beginPath(); ctx.rect(pad.l, pad.t, W - pad.l - pad.r, H - pad.t - pad.b); ctx.clip();
+      var pxPerByte = (H - pad.t - pad.b) / Y, small = [], nsmall = 0, nbig = 0, c;
+      for (c = 0; c < 10; c++) small.push(new Path2D());
+      for (var s = 0; s < tl.n; s++) {
+        if (tl.tmax[s] < x0 || tl.tmin[s] > x1) continue;
+        if (s === tl.summ || streamFilter >= 0 && tl.stream[s] !== streamFilter) continue;
+        var h = tl.size[s] * pxPerByte;
+        if (h >= 1) {
+          ctx.beginPath();
+          bandPath(s, h, ctx);
+          ctx.fillStyle = TABLEAU10[tl.color[s] % 10];
+          ctx.globalAlpha = tl.ghost[s] ? 0.45 : 1;
+          ctx.fill();
+          nbig++;
+        } else {
+          /* narrower than a pixel: one pixel line at its offset, all in one path, so that
+           * stacked small bands fill the pixels they cover (aggregated per pixel) */
+          bandPath(s, 0, small[tl.color[s] % 10]);
+          nsmall++;
+        }
+      }
+      ctx.globalAlpha = 1;
+      ctx.lineWidth = 1;
+      for (c = 0; c < 10 && nsmall; c++) { ctx.strokeStyle = TABLEAU10[c]; ctx.stroke(small[c]); }
+      if (tl.summ >= 0) drawSummarized();
+      ctx.restore();
+      axes();
+      self.stats = { big: nbig, small: nsmall };
+      drawOverlay();
+      lastFrameMs = performance.now() - t0;
+      self.lastFrameMs = lastFrameMs;
+      hash.x0 = Math.round(x0); hash.x1 = Math.round(x1); writeHash();
+    }
+    function drawSummarized() {
+      var s = tl.summ, a = tl.first[s], z = tl.first[s + 1];
+      if (z <= a) return;
+      ctx.beginPath();
+      for (var i = a; i < z; i++) ctx.lineTo(X(tl.T[i]), Yp(tl.summOffsets[i - a] + tl.summSizes[i - a]));
+      for (i = z - 1; i >= a; i--) ctx.lineTo(X(tl.T[i]), Yp(tl.summOffsets[i - a]));
+      ctx.fillStyle = "#ccc";
+      ctx.fill();
+    }
+    function axes() {
+      ctx.fillStyle = "#222"; ctx.strokeStyle = "#999"; ctx.font = "11px sans-serif";
+      ctx.beginPath(); ctx.moveTo(pad.l, pad.t); ctx.lineTo(pad.l, H - pad.b); ctx.lineTo(W - pad.r, H - pad.b); ctx.stroke();
+      for (var i = 0; i <= 4; i++) {
+        var b = Y * i / 4, y = Yp(b);
+        ctx.fillText(fmtSize(b), 4, y + 4);
+      }
+      for (i = 0; i <= 5; i++) {
+        var t = x0 + (x1 - x0) * i / 5;
+        ctx.fillText(String(Math.round(t)), X(t) - 10, H - 5);
+      }
+      /* the peak */
+      var px = X(tl.peakT);
+      if (px >= pad.l && px <= W - pad.r) {
+        ctx.strokeStyle = "#d00"; ctx.setLineDash([4, 3]);
+        ctx.beginPath(); ctx.moveTo(px, pad.t); ctx.lineTo(px, H - pad.b); ctx.stroke();
+        ctx.setLineDash([]);
+        ctx.fillStyle = "#d00"; ctx.fillText("peak " + fmtSize(tl.maxAt[tl.peakT]), px + 3, pad.t + 10);
+      }
+    }
+    function outline(s, style) {
+      octx.beginPath();
+      var h = Math.max(1, tl.size[s] * (H - pad.t - pad.b) / Y);
+      bandPath(s, h, octx);
+      octx.strokeStyle = style; octx.lineWidth = 2; octx.stroke();
+    }
+    function drawOverlay() {
+      octx.clearRect(0, 0, W, H);
+      octx.save();
+      octx.beginPath(); octx.rect(pad.l, pad.t, W - pad.l - pad.r, H - pad.t - pad.b); octx.clip();
+      if (matches) {
+        octx.setLineDash([3, 2]);
+        matches.forEach(function (m, s) {
+          if (m && tl.tmax[s] >= x0 && tl.tmin[s] <= x1) outline(s, m === 1 ? "#d00" : m === 2 ? "#00d" : "#d0d");
+        });
+        octx.setLineDash([]);
+      }
+      if (pinned >= 0) outline(pinned, "#000");
+      if (hover >= 0 && hover !== pinned) outline(hover, "#333");
+      if (selectedT >= 0) {
+        var x = X(selectedT);
+        octx.strokeStyle = "#090"; octx.lineWidth = 1;
+        octx.beginPath(); octx.moveTo(x, pad.t); octx.lineTo(x, H - pad.b); octx.stroke();
+      }
+      octx.restore();
+    }
+    function drawMini() {
+      mctx.clearRect(0, 0, MW, MH);
+      var m = 1, n = tl.maxAt.length, i;
+      for (i = 0; i < n; i++) if (tl.maxAt[i] > m) m = tl.maxAt[i];
+      mctx.fillStyle = "#9ab";
+      mctx.beginPath(); mctx.moveTo(0, MH);
+      /* the maximum per pixel column */
+      for (var x = 0; x < MW; x++) {
+        var a = Math.floor(x / MW * n), b = Math.max(a + 1, Math.floor((x + 1) / MW * n)), v = 0;
+        for (i = a; i < b && i < n; i++) if (tl.maxAt[i] > v) v = tl.maxAt[i];
+        mctx.lineTo(x, MH - v / m * (MH - 4));
+      }
+      mctx.lineTo(MW, MH); mctx.fill();
+      mctx.fillStyle = "rgba(0,0,0,0.15)";
+      var bx0 = x0 / tl.nT * MW, bx1 = x1 / tl.nT * MW;
+      mctx.fillRect(bx0, 0, Math.max(2, bx1 - bx0), MH);
+    }
+
+    function hit(mx, my) {
+      if (mx < pad.l || mx > W - pad.r || my < pad.t || my > H - pad.b) return -1;
+      /* a band narrower than a pixel in time is hit within half a pixel of it */
+      var t = T(mx), b = B(my), tol = Y / (H - pad.t - pad.b), best = -1;
+      var dt = (x1 - x0) / (W - pad.l - pad.r) / 2;
+      for (var s = 0; s < tl.n; s++) {
+        if (s === tl.summ || tl.tmax[s] < t - dt || tl.tmin[s] > t + dt) continue;
+        if (streamFilter >= 0 && tl.stream[s] !== streamFilter) continue;
+        var o = offsetAt(tl, s, Math.min(tl.tmax[s], Math.max(tl.tmin[s], t)));
+        if (b >= o - tol && b < o + Math.max(tl.size[s], tol)) {
+          if (best < 0 || tl.size[s] > tl.size[best] || b >= o && b < o + tl.size[s]) best = s;
+        }
+      }
+      return best;
+    }
+    function show(s) {
+      info.textContent = s >= 0 ? elementText(tl, s) : "";
+    }
+    function zoomAt(t, f) {
+      var nx0 = t - (t - x0) * f, nx1 = t + (x1 - t) * f;
+      if (nx1 - nx0 < 4) return;
+      setWindow(nx0, nx1);
+    }
+    function setWindow(a, b) {
+      var w = Math.min(b - a, tl.nT);
+      if (a < 0) a = 0;
+      if (a + w > tl.nT) a = tl.nT - w;
+      x0 = a; x1 = a + w;
+      draw(); drawMini();
+    }
+    self.setWindow = setWindow;
+    self.zoomAt = zoomAt;
+    self.draw = draw;
+    self.hit = hit;
+    self.bandsAt = function (t) { /* series alive at timestep t */
+      var out = [];
+      for (var s = 0; s < tl.n; s++)
+        if (s !== tl.summ && tl.tmin[s] <= t && tl.tmax[s] > t) out.push(s);
+      return out;
+    };
+    self.search = function (addr, text) {
+      addr = (addr || "").toLowerCase().replace(/^0x/, "").replace(/^[bs]'/, "");
+      text = (text || "").toLowerCase();
+      var na = 0, nt = 0, m = [];
+      var stackMatch = new Map();
+      for (var s = 0; s < tl.n; s++) {
+        if (s === tl.summ) continue;
+        var v = 0;
+        if (addr && elementAddr(tl, s).indexOf(addr) === 0) { v |= 1; na++; }
+        if (text) {
+          var st = elementStack(tl, s);
+          if (!stackMatch.has(st)) stackMatch.set(st, st >= 0 && st < D.nstacks && stackFrames(st).some(function (f) {
+            return frameText(f).toLowerCase().indexOf(text) >= 0; }));
+          if (stackMatch.get(st)) { v |= 2; nt++; }
+        }
+        m[s] = v;
+      }
+      matches = addr || text ? m : null;
+      drawOverlay();
+      return { addr: na, text: nt };
+    };
+    self.peak = function () {
+      var w = Math.min(x1 - x0, tl.nT);
+      setWindow(tl.peakT - w / 2, tl.peakT + w / 2);
+      selectedT = tl.peakT; drawOverlay();
+    };
+
+    var drag = null;
+    over.addEventListener("mousedown", function (ev) { drag = { x: ev.offsetX, x0: x0, x1: x1, moved: false }; });
+    window.addEventListener("mouseup", function () { setTimeout(function () { drag = null; }, 0); });
+    over.addEventListener("mousemove", function (ev) {
+      if (drag && (ev.buttons & 1)) {
+        var dt = (ev.offsetX - drag.x) / (W - pad.l - pad.r) * (drag.x1 - drag.x0);
+        if (Math.abs(ev.offsetX - drag.x) > 2) drag.moved = true;
+        if (drag.moved) { setWindow(drag.x0 - dt, drag.x1 - dt); return; }
+      }
+      var s = hit(ev.offsetX, ev.offsetY);
+      if (s !== hover) { hover = s; drawOverlay(); if (pinned < 0) show(s); }
+    });
+    over.addEventListener("click", function (ev) {
+      if (drag && drag.moved) return;
+      var s = hit(ev.offsetX, ev.offsetY);
+      pinned = s;
+      selectedT = Math.max(0, Math.round(T(ev.offsetX)));
+      hash.t = selectedT; writeHash();
+      show(s);
+      drawOverlay();
+    });
+    over.addEventListener("wheel", function (ev) {
+      ev.preventDefault();
+      zoomAt(T(ev.offsetX), ev.deltaY > 0 ? 1.25 : 0.8);
+    }, { passive: false });
+    var brush = null;
+    mcv.addEventListener("mousedown", function (ev) { brush = ev.offsetX; });
+    mcv.addEventListener("mouseup", function (ev) {
+      if (brush === null) return;
+      var a = Math.min(brush, ev.offsetX), b = Math.max(brush, ev.offsetX);
+      brush = null;
+      if (b - a < 3) { var c = a / MW * tl.nT, w = x1 - x0; setWindow(c - w / 2, c + w / 2); }
+      else setWindow(a / MW * tl.nT, b / MW * tl.nT);
+    });
+    function key(ev) {
+      if (ev.target && ev.target.tagName === "INPUT") return;
+      var w = x1 - x0, c = (x0 + x1) / 2;
+      if (ev.key === "+" || ev.key === "=") zoomAt(c, 0.5);
+      else if (ev.key === "-") zoomAt(c, 2);
+      else if (ev.key === "ArrowLeft") setWindow(x0 - w / 4, x1 - w / 4);
+      else if (ev.key === "ArrowRight") setWindow(x0 + w / 4, x1 + w / 4);
+      else if (ev.key === "p") self.peak();
+      else if (ev.key === "0") setWindow(0, tl.nT);
+      else return;
+      ev.preventDefault();
+    }
+    document.addEventListener("keydown", key);
+    window.addEventListener("resize", resize);
+    self.destroy = function () {
+      document.removeEventListener("keydown", key);
+      window.removeEventListener("resize", resize);
+    };
+    self.tl = tl;
+    self.info = info;
+    self.canvasToClient = function (t, b) { return [X(t), Yp(b)]; };
+    resize();
+    return self;
+  }
+
+  /* ---- Allocator State History -------------------------------------------------------------- */
+
+  /* The allocator's state at a step, moved one entry at a time from the end (the snapshot). */
+  function AllocState() {
+    var tr = D.trace;
+    this.n = tr.action.length;
+    this.step = this.n;
+    this.segs = [];           /* {addr, size, stream, pool, stack} sorted by addr */
+    this.blocks = new Map();  /* addr -> {addr, size, req, state, stack} (live blocks) */
+    var self = this;
+    D.segments.forEach(function (s) {
+      var addr = parseInt(s.addr, 16);
+      self.segs.push({ addr: addr, size: s.size, stream: s.stream, pool: s.pool, stack: s.stack });
+      s.blocks.forEach(function (b) {
+        if (b[2] === 1 || b[2] === 2)
+          self.blocks.set(addr, { addr: addr, size: b[0], req: b[1], state: b[2], stack: b[3] });
+        addr += b[0];
+      });
+    });
+    this.segs.sort(function (a, b) { return a.addr - b.addr; });
+  }
+  AllocState.prototype.findSeg = function (addr) {
+    var s = this.segs, lo = 0, hi = s.length - 1;
+    while (lo <= hi) {
+      var mid = (lo + hi) >> 1;
+      if (s[mid].addr <= addr) lo = mid + 1; else hi = mid - 1;
+    }
+    return hi >= 0 && addr < s[hi].addr + s[hi].size ? hi : -1;
+  };
+  AllocState.prototype.addSeg = function (g) {
+    var s = this.segs, i = 0;
+    while (i < s.length && s[i].addr < g.addr) i++;
+    s.splice(i, 0, g);
+  };
+  AllocState.prototype.removeRange = function (addr, size) {
+    var i = this.findSeg(addr);
+    if (i < 0) return;
+    var g = this.segs[i], end = g.addr + g.size, parts = [];
+    if (addr > g.addr) parts.push({ addr: g.addr, size: addr - g.addr, stream: g.stream, pool: g.pool, stack: g.stack });
+    if (addr + size < end) parts.push({ addr: addr + size, size: end - addr - size, stream: g.stream, pool: g.pool, stack: g.stack });
+    Array.prototype.splice.apply(this.segs, [i, 1].concat(parts));
+  };
+  AllocState.prototype.entry = function (i) {
+    var tr = D.trace;
+    return { a: tr.action[i], addr: tr.addr[i], size: tr.size[i],
+             stream: tr.stream[i], stack: tr.stack[i], pool: poolOf(i) };
+  };
+  /* step -> step - 1: undo entry step - 1 */
+  AllocState.prototype.undo = function () {
+    var e = this.entry(--this.step), b;
+    switch (e.a) {
+    case A.ALLOC: this.blocks.delete(e.addr); break;
+    case A.FREE_REQ: if ((b = this.blocks.get(e.addr))) b.state = 1; break;
+    case A.FREE_DONE:
+      this.blocks.set(e.addr, { addr: e.addr, size: Math.max(512, Math.ceil(e.size / 512) * 512),
+                                req: e.size, state: 2, stack: e.stack });
+      break;
+    case A.SEG_ALLOC: case A.SEG_MAP: this.removeRange(e.addr, e.size); break;
+    case A.SEG_FREE: case A.SEG_UNMAP:
+      this.addSeg({ addr: e.addr, size: e.size, stream: e.stream, pool: e.pool || [0, 0], stack: e.stack });
+      break;
+    }
+  };
+  /* step -> step + 1: redo entry step */
+  AllocState.prototype.redo = function () {
+    var e = this.entry(this.step++), b;
+    switch (e.a) {
+    case A.ALLOC:
+      this.blocks.set(e.addr, { addr: e.addr, size: Math.max(512, Math.ceil(e.size / 512) * 512),
+                                req: e.size, state: 1, stack: e.stack });
+      break;
+    case A.FREE_REQ: if ((b = this.blocks.get(e.addr))) b.state = 2; break;
+    case A.FREE_DONE: this.blocks.delete(e.addr); break;
+    case A.SEG_ALLOC: case A.SEG_MAP:
+      this.addSeg({ addr: e.addr, size: e.size, stream: e.stream, pool: e.pool || [0, 0], stack: e.stack });
+      break;
+    case A.SEG_FREE: case A.SEG_UNMAP: this.removeRange(e.addr, e.size); break;
+    }
+  };
+  AllocState.prototype.moveTo = function (step) {
+    step = Math.max(0, Math.min(this.n, step));
+    while (this.step > step) this.undo();
+    while (this.step < step) this.redo();
+  };
+  AllocState.prototype.totals = function () {
+    var al = 0, res = 0;
+    this.blocks.forEach(function (b) { if (b.state === 1) al += b.size; });
+    this.segs.forEach(function (g) { res += g.size; });
+    return { allocated: al, reserved: res };
+  };
+
+  function eventText(i) {
+    var tr = D.trace, a = tr.action[i], name = D.actions[a] || "other";
+    if (a === A.OOM)
+      return "OOM (requested " + fmtSize(tr.size[i]) + ", Device has "
+        + fmtSize(tr.addr[i]) + " memory free)";
+    if (a === A.SNAPSHOT) return "snapshot";
+    if (a === A.FREE_REQ && i + 1 < tr.action.length && tr.action[i + 1] === A.FREE_DONE && tr.addr[i + 1] === tr.addr[i])
+      name = "free";
+    var pre = a >= A.SEG_ALLOC && a <= A.SEG_UNMAP ? "s'" : "b'";
+    var addr = pre + hexAddr(i) + "_" + tr.ver[i];
+    while (name.length < 14) name += " ";
+    while (addr.length < 18) addr += " ";
+    return name + " " + addr + " " + fmtBoth(tr.size[i]) + " (stream " + streamName(tr.stream[i]) + ")";
+  }
+
+  function hashColor(addr) {
+    var h = (addr / 512) % 2147483647;
+    h = (h * 2654435761) % 4294967296;
+    return "hsl(" + (h % 360) + ",55%," + (50 + (h >> 8) % 20) + "%)";
+  }
+
+  function historyView(root) {
+    var self = { name: "history" };
+    var grid = el("div", "hist", root);
+    var list = el("div", "events", grid), mapDiv = el("div", "segmap", grid), info = el("pre", "info", grid);
+    list.tabIndex = 0;
+    var spacer = el("div", "", list), rows = [];
+    var n = D.trace.action.length, ROW = 18, MAXH = 8000000;
+    var st = new AllocState(), sel = -1;
+    var cv = el("canvas", "", mapDiv), ctx = cv.getContext("2d"), W = 0, H = 0, layout = [];
+    spacer.style.height = Math.min(n * ROW, MAXH) + "px";
+    spacer.style.width = "1px";
+
+    /* the first row shown: scrollTop scaled when the list is taller than the browser allows */
+    function firstRow() {
+      var max = Math.max(1, list.scrollHeight - list.clientHeight), vis = Math.ceil(list.clientHeight / ROW);
+      if (n * ROW <= MAXH) return Math.floor(list.scrollTop / ROW);
+      return Math.floor(list.scrollTop / max * Math.max(0, n - vis + 1));
+    }
+    function rowTop(i, f) {
+      return n * ROW <= MAXH ? i * ROW : list.scrollTop + (i - f) * ROW;
+    }
+    function renderRows() {
+      var f = firstRow(), vis = Math.ceil(list.clientHeight / ROW) + 1;
+      while (rows.length < vis) {
+        var r = el("div", "row", list);
+        r.addEventListener("click", function () { select(+this.dataset.i); });
+        rows.push(r);
+      }
+      for (var k = 0; k < rows.length; k++) {
+        var i = f + k, r2 = rows[k];
+        if (i >= n || k >= vis) { r2.style.display = "none"; continue; }
+        r2.style.display = "";
+        r2.dataset.i = i;
+        r2.style.top = rowTop(i, f) + "px";
+        r2.textContent = eventText(i);
+        r2.className = "row" + (i === sel ? " sel" : "") + (D.trace.action[i] === A.OOM ? " oom" : "");
+      }
+    }
+    function scrollTo(i) {
+      var f = firstRow(), vis = Math.floor(list.clientHeight / ROW);
+      if (i >= f && i < f + vis) return;
+      if (n * ROW <= MAXH) list.scrollTop = Math.max(0, i * ROW - list.clientHeight / 2);
+      else list.scrollTop = i / Math.max(1, n - vis) * (list.scrollHeight - list.clientHeight);
+    }
+    function select(i) {
+      sel = Math.max(0, Math.min(n - 1, i));
+      st.moveTo(sel + 1);
+      hash.event = sel; writeHash();
+      scrollTo(sel);
+      renderRows();
+      drawMap();
+      var t = st.totals(), tr = D.trace;
+      info.textContent = "(" + fmtSize(t.allocated) + " allocated / " + fmtSize(t.reserved)
+        + " reserved)\n" + eventText(sel) + "\n" + (tr.time[sel] >= 0 ? fmtTime(tr.time[sel]) + "\n" : "")
+        + stackText(tr.stack[sel]);
+      self.selected = sel;
+    }
+    function drawMap() {
+      var r = mapDiv.getBoundingClientRect();
+      W = Math.max(100, Math.floor(r.width)); H = Math.max(60, Math.floor(r.height));
+      cv.width = W; cv.height = H;
+      ctx.clearRect(0, 0, W, H);
+      var segs = st.segs.slice().sort(function (a, b) { return b.size - a.size || a.addr - b.addr; });
+      layout = [];
+      if (segs.length === 0) { ctx.fillStyle = "#555"; ctx.fillText("no segment at this moment", 10, 20); return; }
+      var total = 0; segs.forEach(function (g) { total += g.size; });
+      var rowBytes = Math.max(segs[0].size, total / Math.max(1, Math.floor(H / 14)));
+      /* pack into rows */
+      var rowsOf = [], cur = [], used = 0;
+      segs.forEach(function (g) {
+        if (used + g.size > rowBytes && cur.length) { rowsOf.push(cur); cur = []; used = 0; }
+        cur.push(g); used += g.size;
+      });
+      if (cur.length) rowsOf.push(cur);
+      var rh = Math.max(3, Math.min(30, Math.floor((H - 4) / rowsOf.length))), kx = (W - 4) / rowBytes;
+      var byseg = new Map();
+      st.blocks.forEach(function (b) {
+        var i = st.findSeg(b.addr);
+        if (i < 0) return;
+        var g = st.segs[i];
+        if (!byseg.has(g)) byseg.set(g, []);
+        byseg.get(g).push(b);
+      });
+      rowsOf.forEach(function (row, ri) {
+        var x = 2, y = 2 + ri * rh;
+        row.forEach(function (g) {
+          var w = g.size * kx;
+          ctx.fillStyle = "#fff"; ctx.fillRect(x, y, w, rh - 1);
+          (byseg.get(g) || []).forEach(function (b) {
+            var bx = x + (b.addr - g.addr) * kx, bw = Math.max(0.5, b.size * kx);
+            ctx.fillStyle = b.state === 2 ? "#d00" : hashColor(b.addr);
+            ctx.fillRect(bx, y, bw, rh - 1);
+            layout.push([bx, y, bw, rh - 1, g, b]);
+          });
+          ctx.strokeStyle = "#000"; ctx.lineWidth = 1; ctx.strokeRect(x + 0.5, y + 0.5, Math.max(1, w - 1), rh - 2);
+          layout.push([x, y, w, rh - 1, g, null]);
+          x += w;
+        });
+      });
+      self.drawn = { segments: segs.length, blocks: st.blocks.size };
+    }
+    cv.addEventListener("mousemove", function (ev) {
+      for (var i = 0; i < layout.length; i++) {
+        var L = layout[i];
+        if (ev.offsetX >= L[0] && ev.offsetX < L[0] + L[2] && ev.offsetY >= L[1] && ev.offsetY < L[1] + L[3]) {
+          var g = L[4], b = L[5];
+          if (b) info.textContent = "b'" + b.addr.toString(16) + " " + fmtBoth(b.size) + " allocation"
+            + (b.state === 2 ? " (freed, waiting for its stream events)" : "") + " (stream "
+            + streamName(g.stream) + ")\n" + stackText(b.stack);
+          else info.textContent = "s'" + g.addr.toString(16) + ": segment " + fmtBoth(g.size)
+            + " (stream " + streamName(g.stream) + ", " + poolText(g.pool) + ")\n" + stackText(g.stack);
+          return;
+        }
+      }
+    });
+    list.addEventListener("scroll", renderRows);
+    function key(ev) {
+      if (ev.target && ev.target.tagName === "INPUT") return;
+      if (ev.key === "ArrowDown") select(sel + 1);
+      else if (ev.key === "ArrowUp") select(sel - 1);
+      else if (ev.key === "PageDown") select(sel + Math.floor(list.clientHeight / ROW));
+      else if (ev.key === "PageUp") select(sel - Math.floor(list.clientHeight / ROW));
+      else if (ev.key === "Home") select(0);
+      else if (ev.key === "End") select(n - 1);
+      else return;
+      ev.preventDefault();
+    }
+    document.addEventListener("keydown", key);
+    self.destroy = function () { document.removeEventListener("keydown", key); };
+    self.select = select;
+    self.state = st;
+    if (n === 0) {
+      info.textContent = "The snapshot has no trace: the map shows its segments and blocks at the "
+        + "moment it was taken.";
+      drawMap();
+    } else {
+      var h0 = readHash();
+      renderRows();
+      select(h0.event !== undefined ? +h0.event : n - 1);
+    }
+    return self;
+  }
+
+  /* ---- settings ----------------------------------------------------------------------------- */
+
+  function settingsView(root) {
+    var pre = el("pre", "settings", root);
+    pre.textContent = D.has_settings ? JSON.stringify(D.settings, null, 2) : "No allocator settings found.";
+    return { name: "settings", destroy: function () {} };
+  }
+
+  /* ---- the flame graph of what is alive at the selected moment ------------------------------ */
+
+  function flameView(root, tl) {
+    var self = { name: "flame", destroy: function () {} };
+    var t = selectedT >= 0 ? selectedT : tl.peakT;
+    var head = el("div", "note", root, "What is alive at timestep " + t + (selectedT >= 0 ? "" : " (the peak; click the timeline to choose a moment)")
+      + ": " + fmtBoth(tl.maxAt[Math.min(t, tl.maxAt.length - 1)] || 0) + ". Root at the bottom, callers below callees; click a frame to zoom, click the root to reset.");
+    var plot = el("div", "plot", root), info = el("pre", "info", root);
+    var cv = el("canvas", "", plot), ctx = cv.getContext("2d");
+    /* the tree: root -> outermost frame ... innermost */
+    var root0 = { name: "all", value: 0, kids: new Map(), parent: null };
+    var alive = [];
+    for (var s = 0; s < tl.n; s++) if (s !== tl.summ && tl.tmin[s] <= t && tl.tmax[s] > t) alive.push(s);
+    alive.forEach(function (s) {
+      var st = elementStack(tl, s), fr = st >= 0 && st < D.nstacks ? stackFrames(st) : [], node = root0;
+      node.value += tl.size[s];
+      for (var i = fr.length - 1; i >= -1; i--) {
+        var name = i >= 0 ? frameText(fr[i]) : "<no frames>";
+        if (i < 0 && fr.length) break;
+        var k = node.kids.get(name);
+        if (!k) { k = { name: name, value: 0, kids: new Map(), parent: node }; node.kids.set(name, k); }
+        k.value += tl.size[s];
+        node = k;
+      }
+    });
+    self.alive = alive.length;
+    self.total = root0.value;
+    /* what is alive, for download: one row per allocation, biggest first */
+    function rows() {
+      return alive.slice().sort(function (a, b) { return tl.size[b] - tl.size[a]; }).map(function (s) {
+        var e = tl.elem[s], src = tl.sources[e], st = elementStack(tl, s), fr = [];
+        if (st >= 0 && st < D.nstacks) stackFrames(st).forEach(function (f) { fr.push(frameText(f)); });
+        return { addr: elementAddr(tl, s), size: tl.size[s],
+                 stream: src >= 0 ? streamName(D.trace.stream[src]) : null,
+                 trace_entry: src >= 0 ? src : null, time_us: src >= 0 && D.trace.time[src] >= 0 ? D.trace.time[src] : null,
+                 from_snapshot: src < 0, frames: fr };
+      });
+    }
+    function csvField(v) {
+      var t = v === null || v === undefined ? "" : String(v);
+      return /[",\n\r]/.test(t) ? '"' + t.replace(/"/g, '""') + '"' : t;
+    }
+    self.csv = function () {
+      var out = ["address,size,stream,trace_entry,time_us,from_snapshot,stack (innermost first)"];
+      rows().forEach(function (r) {
+        out.push([r.addr, r.size, r.stream, r.trace_entry, r.time_us, r.from_snapshot, r.frames.join(" <- ")].map(csvField).join(","));
+      });
+      return out.join("\n") + "\n";
+    };
+    self.json = function () {
+      return JSON.stringify({ device: D.device, timestep: t, bytes: root0.value, allocations: rows() }, null, 1);
+    };
+    function download(text, type, ext) {
+      var a = el("a", "", null);
+      a.href = URL.createObjectURL(new Blob([text], { type: type }));
+      a.download = "alive-at-" + t + "." + ext;
+      document.body.appendChild(a); a.click(); a.remove();
+    }
+    var bcsv = el("button", "", head, "Download CSV"), bjson = el("button", "", head, "Download JSON");
+    bcsv.addEventListener("click", function () { download(self.csv(), "text/csv", "csv"); });
+    bjson.addEventListener("click", function () { download(self.json(), "application/json", "json"); });
+    var focus = root0, boxes = [];
+    function draw() {
+      var r = plot.getBoundingClientRect(), W = Math.max(200, r.width | 0), H = Math.max(100, r.height | 0);
+      cv.width = W; cv.height = H; ctx.clearRect(0, 0, W, H); boxes = [];
+      var rh = 16;
+      function rec(node, x, w, depth) {
+        if (w < 0.5) return;
+        var y = H - (depth + 1) * rh;
+        if (y < -rh) return;
+        ctx.fillStyle = depth === 0 ? "#bbb" : "hsl(" + (20 + (node.name.length * 37) % 40) + ",80%," + (55 + (node.name.length * 7) % 15) + "%)";
+        ctx.fillRect(x, y, w - 0.5, rh - 1);
+        boxes.push([x, y, w, rh, node]);
+        if (w > 30) {
+          ctx.fillStyle = "#000"; ctx.font = "11px sans-serif";
+          ctx.save(); ctx.beginPath(); ctx.rect(x, y, w, rh); ctx.clip();
+          ctx.fillText(node.name, x + 2, y + 12); ctx.restore();
+        }
+        var kids = Array.from(node.kids.values()).sort(function (a, b) { return a.name < b.name ? -1 : a.name > b.name ? 1 : 0; });
+        var cx = x;
+        kids.forEach(function (k) { var kw = w * k.value / node.value; rec(k, cx, kw, depth + 1); cx += kw; });
+      }
+      var d = 0;
+      for (var p = focus; p.parent; p = p.parent) d++;
+      rec(focus, 0, W, 0);
+      void d;
+    }
+    cv.addEventListener("mousemove", function (ev) {
+      for (var i = 0; i < boxes.length; i++) {
+        var b = boxes[i];
+        if (ev.offsetX >= b[0] && ev.offsetX < b[0] + b[2] && ev.offsetY >= b[1] && ev.offsetY < b[1] + b[3]) {
+          info.textContent = b[4].name + "\n" + fmtBoth(b[4].value) + " ("
+            + (100 * b[4].value / Math.max(1, root0.value)).toFixed(2) + "% of what is alive)";
+          return;
+        }
+      }
+    });
+    cv.addEventListener("click", function (ev) {
+      for (var i = 0; i < boxes.length; i++) {
+        var b = boxes[i];
+        if (ev.offsetX >= b[0] && ev.offsetX < b[0] + b[2] && ev.offsetY >= b[1] && ev.offsetY < b[1] + b[3]) {
+          focus = b[4] === focus && focus.parent ? focus.parent : b[4]; draw(); return;
+        }
+      }
+    });
+    void head;
+    draw();
+    return self;
+  }
+
+  /* ---- the page ----------------------------------------------------------------------------- */
+
+  var TL = null, SEG = null;
+
+  function showView(name, bar, holder) {
+    if (current && current.destroy) current.destroy();
+    holder.textContent = "";
+    hash.view = name; writeHash();
+    var v = el("div", "view", holder);
+    if (name === "segments") current = timelineView(v, SEG, "segments");
+    else if (name === "history") current = historyView(v);
+    else if (name === "settings") current = settingsView(v);
+    else if (name === "flame") current = flameView(v, TL);
+    else current = timelineView(v, TL, "timeline");
+    bar.search.style.display = name === "timeline" || name === "segments" ? "" : "none";
+    api.view = current;
+  }
+
+  var api = { ready: false };
+
+  function main() {
+    app = document.getElementById("app");
+    D = parseJSON("ms-data");
+    app.textContent = "Reading the data...";
+    return loadBinary(D.bin).then(function (B) {
+      D.bin = B;
+      D.nstacks = B["stacks.first"].length;
+      api.stackFrames = stackFrames; api.hexAddr = hexAddr;
+      var h = readHash();
+      useDevice(h.device !== undefined && D.devices.indexOf(+h.device) >= 0 ? +h.device : D.device);
+      build();
+    });
+  }
+
+  /* Every listed device is in the page (sections d<N>.*, per_device[k]); one is shown. */
+  function useDevice(dev) {
+    var B = D.bin, pd = null, p = "d" + dev + ".trace.";
+    D.per_device.forEach(function (x) { if (x.device === dev) pd = x; });
+    D.device = dev;
+    D.segments = pd.segments;
+    D.ntrace = pd.ntrace;
+    D.trace = { action: B[p + "action"], addr: B[p + "addr"], size: B[p + "size"],
+                stream: B[p + "stream"], time: B[p + "time"], stack: B[p + "stack"],
+                pool: B[p + "pool"] };
+    streamIds = {};
+    blockIndex = null;
+    selectedT = -1;
+    annotate(D.trace);
+    TL = decodeTimeline(B, "d" + dev + ".tl", pd.tl, false);
+    SEG = decodeTimeline(B, "d" + dev + ".seg", pd.seg, true);
+    streamFilter = -1;
+    [TL, SEG].forEach(function (tl) {
+      tl.stream = new Int32Array(tl.n);
+      for (var k = 0; k < tl.n; k++) tl.stream[k] = elementStream(tl, k);
+    });
+    api.data = D; api.timeline = TL; api.segmentTimeline = SEG;
+  }
+
+  function build() {
+    app.textContent = "";
+    var bar = el("div", "bar", app);
+    el("span", "title", bar, D.title || "snapshot");
+    var lv = el("label", "", bar, "View ");
+    var sel = el("select", "", lv);
+    VIEWS.forEach(function (v) { var o = el("option", "", sel, v[1]); o.value = v[0]; });
+    var ld = el("label", "", bar, "Device "), dsel = el("select", "", ld);
+    D.devices.forEach(function (d) { var o = el("option", "", dsel, String(d)); o.value = String(d); });
+    dsel.value = String(D.device);
+    dsel.addEventListener("change", function () {
+      var view = sel.value;
+      if (current && current.destroy) current.destroy();
+      current = null;
+      useDevice(+dsel.value);
+      hash = { view: view, device: D.device };
+      writeHash();
+      build();
+    });
+    api.device = function (d) { dsel.value = String(d); dsel.dispatchEvent(new Event("change")); };
+    var ls = el("label", "", bar, "Stream "), ssel = el("select", "", ls), seen = {};
+    var oall = el("option", "", ssel, "all"); oall.value = "-1";
+    [TL, SEG].forEach(function (tl) { for (var k = 0; k < tl.n; k++) if (tl.stream[k] >= 0) seen[tl.stream[k]] = true; });
+    Object.keys(seen).map(Number).sort(function (a, b) { return a - b; }).forEach(function (k) {
+      var o = el("option", "", ssel, String(k)); o.value = String(k);
+    });
+    ssel.value = String(streamFilter);
+    ssel.addEventListener("change", function () {
+      streamFilter = +ssel.value;
+      if (current && current.draw) current.draw();
+    });
+    api.stream = function (k) { ssel.value = String(k); streamFilter = k; if (current && current.draw) current.draw(); };
+    var search = el("span", "", bar);
+    var la = el("label", "", search, "address "), ia = el("input", "", la);
+    var lt = el("label", "", search, " frame "), it = el("input", "", lt);
+    ia.type = it.type = "text";
+    var cnt = el("span", "count", search);
+    function doSearch() {
+      if (!current || !current.search) return;
+      var r = current.search(ia.value, it.value);
+      cnt.textContent = (ia.value ? r.addr + " by address" : "") + (ia.value && it.value ? ", " : "")
+        + (it.value ? r.text + " by frame" : "");
+      api.lastSearch = r;
+    }
+    ia.addEventListener("input", doSearch);
+    it.addEventListener("input", doSearch);
+    bar.search = search;
+    var holder = el("div", "view", app);
+    hash = readHash();
+    hash.device = D.device;
+    var first = hash.view || D.view || "timeline";
+    if (!VIEWS.some(function (v) { return v[0] === first; })) first = "timeline";
+    if (hash.t !== undefined) selectedT = +hash.t;
+    sel.value = first;
+    sel.addEventListener("change", function () { showView(sel.value, bar, holder); });
+    api.show = function (name) { sel.value = name; showView(name, bar, holder); };
+    api.search = function (a, t) { ia.value = a || ""; it.value = t || ""; doSearch(); return api.lastSearch; };
+    api.select = function (t) { selectedT = t; };
+    showView(first, bar, holder);
+    api.ready = true;
+    api.readyMs = performance.now();
+    document.body.setAttribute("data-status", "ready");
+  }
+
+  window.memsnapView = api;
+  window.addEventListener("error", function (ev) {
+    document.body.setAttribute("data-status", "error");
+    document.body.setAttribute("data-error", String(ev.message));
+  });
+  function fail(e) {
+    document.body.setAttribute("data-status", "error");
+    document.body.setAttribute("data-error", String(e && e.stack || e));
+    var box = el("div", "err", document.getElementById("app") || document.body);
+    box.textContent = "memsnap view could not draw this page: " + e;
+  }
+  try {
+    api.whenReady = main().catch(fail);
+  } catch (e) {
+    fail(e);
+    api.whenReady = Promise.resolve();
+  }
+})();
