@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT
- * Tests for memsnap's snapshot file format (lib/serialize.c, lib/zio.c, lib/load.c): round trips
+ * Tests for memsnap's snapshot file format (lib/snapshot/msgpack_*.c, zio.c, load.c): round trips
  * (plain and compressed, small and 100,000 blocks), format detection, hostile input (every
  * truncation, flipped type bytes, huge lengths, deep nesting, wrong types, sizes that do not add
  * up) with the expected messages, atomic file writes and loading by path.

@@ -16,6 +16,37 @@
 #include "common/internal.h"
 #include "memsnap/pickle.h"
 #include "memsnap/serialize.h"
+#include "snapshot/msgpack_schema.h"
+#include "snapshot/zio.h"
+
+/* ---- format detection ----------------------------------------------------------------------- */
+
+ms_format ms_format_detect(const void *head, size_t len) {
+  const unsigned char *p = head;
+  if (!head) return MS_FORMAT_UNKNOWN;
+  if (len >= sizeof snap_head16 && memcmp(p, snap_head16, sizeof snap_head16) == 0)
+    return MS_FORMAT_MEMSNAP;
+  if (len >= 2 && p[0] == 0x80 && p[1] >= 2 && p[1] <= 5) return MS_FORMAT_PICKLE;
+  if (ms__zio_is_gzip(p, len)) {
+    char out[sizeof snap_head16];
+    size_t n = ms__zio_peek(p, len, out, sizeof out);
+    if (n == sizeof out && memcmp(out, snap_head16, sizeof out) == 0) return MS_FORMAT_MEMSNAP_Z;
+  }
+  return MS_FORMAT_UNKNOWN;
+}
+
+const char *ms_format_name(ms_format f) {
+  switch (f) {
+  case MS_FORMAT_MEMSNAP:
+    return "memsnap";
+  case MS_FORMAT_MEMSNAP_Z:
+    return "memsnap-z";
+  case MS_FORMAT_PICKLE:
+    return "pickle";
+  default:
+    return "unknown";
+  }
+}
 
 /* How many bytes ms_snapshot_load() reads before deciding on the format: enough for a gzip
  * header plus the deflated memsnap header. */
