@@ -100,7 +100,8 @@ static void replay_print_start(const ms_replay_device_t *d) {
     printf("start: empty");
     return;
   }
-  printf("start: mid-run, %zu segments, %zu live blocks, %zu sizes inferred (%zu ambiguous)",
+  printf("start: mid-run, rebuilt from the snapshot: %zu segments, %zu live blocks, %zu block "
+         "sizes inferred (%zu ambiguous)",
          d->start_segments, d->start_blocks, d->inferred, d->ambiguous);
 }
 
@@ -187,6 +188,8 @@ static void replay_usage_json(const ms_replay_usage_t *u) {
          ", \"device_frees\": %" PRIu64 ", \"alloc_retries\": %" PRIu64 ", \"ooms\": %" PRIu64,
          u->peak_reserved, u->peak_allocated, u->frag_at_peak, u->device_allocs, u->device_frees,
          u->alloc_retries, u->ooms);
+  printf(", \"start_reserved\": %" PRIu64 ", \"start_short\": %" PRIu64, u->start_reserved,
+         u->start_short);
   if (u->first_oom_entry >= 0) {
     printf(", \"first_oom\": {\"entry\": %" PRId64 ", \"size\": %" PRIu64 ", \"message\": ",
            u->first_oom_entry, u->first_oom_size);
@@ -194,6 +197,17 @@ static void replay_usage_json(const ms_replay_usage_t *u) {
     printf("}");
   }
   printf("}");
+}
+
+/* The recorded start state does not fit the capacity: nothing was replayed. */
+static void replay_print_start_short(const char *config, const ms_replay_usage_t *u,
+                                     size_t capacity) {
+  char a[32], b[32], c[32];
+  if (!u->valid || !u->start_short) return;
+  printf("  %s%sthe start state does not fit: it holds %s reserved, the capacity is %s (%s short); "
+         "nothing was replayed\n",
+         config, *config ? ": " : "", replay_size(u->start_reserved, a, sizeof a), replay_size(capacity, b, sizeof b),
+         replay_size(u->start_short, c, sizeof c));
 }
 
 static void replay_cells(const ms_replay_usage_t *u, char cells[7][32]) {
@@ -242,6 +256,7 @@ static void replay_whatif_text(const replay_row_t *rows, size_t nrows, bool swee
         printf("  %-28s %-20s %s (%zu bytes)\n", "smallest capacity, no OOM", "",
                replay_size(rows[0].min_capacity, capbuf, sizeof capbuf), rows[0].min_capacity);
       const ms_replay_usage_t *u = &d->replayed;
+      replay_print_start_short("", u, capacity);
       if (u->first_oom_entry >= 0)
         printf("  first OOM at trace entry %" PRId64 " (%" PRIu64 " B requested):\n    %s\n",
                u->first_oom_entry, u->first_oom_size, u->oom_message);
@@ -261,6 +276,10 @@ static void replay_whatif_text(const replay_row_t *rows, size_t nrows, bool swee
                                         ? replay_size(rows[j].min_capacity, capbuf, sizeof capbuf)
                                         : "-");
       putchar('\n');
+    }
+    for (size_t j = 0; j < nrows; j++) {
+      const ms_replay_usage_t *u = &rows[j].rep->devices[k].replayed;
+      replay_print_start_short(rows[j].config, u, capacity);
     }
   }
 }

@@ -57,6 +57,9 @@ typedef struct ms_replay_usage_s {
   uint64_t device_frees;    /* device frees and expandable unmaps */
   uint64_t alloc_retries;   /* mallocs retried after releasing every cached segment */
   uint64_t ooms;            /* out-of-memory errors */
+  uint64_t start_reserved;  /* reserved by the recorded start state (0 = the trace began empty) */
+  uint64_t start_short;     /* > 0: the start state does not fit the capacity by this many bytes
+                             * (what-if: nothing was replayed) */
   int64_t first_oom_entry;  /* the entry where the first OOM happened, -1 if none */
   uint64_t first_oom_size;  /* its requested size */
   char oom_message[640];    /* the allocator's OOM message for it ("" if none) */

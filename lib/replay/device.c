@@ -21,10 +21,14 @@ static int rdev_full(rdev_t *d, size_t size) {
   return MS_OK;
 }
 
-static uint64_t rdev_synth(rdev_t *d, size_t size) {
-  uint64_t a = d->synth;
-  d->synth += (size + RP_PAGE - 1) & ~(RP_PAGE - 1);
-  return a;
+/* A synthetic range of size bytes (rounded to 2 MiB); MS_ENOMEM when the synthetic space is
+ * spent (a hostile trace: ~13,000 unlimited reservations fit). */
+static int rdev_synth(rdev_t *d, size_t size, uint64_t *out) {
+  uint64_t len = ((uint64_t)size + RP_PAGE - 1) & ~(RP_PAGE - 1);
+  if (len < size || d->synth + len < d->synth) return MS_ENOMEM;
+  *out = d->synth;
+  d->synth += len;
+  return MS_OK;
 }
 
 int ms__rp_dev_add(rdev_t *d, uint64_t addr, uint64_t size, bool va) {
@@ -67,8 +71,8 @@ static int rdev_malloc(void *ctx, int device, size_t size, ms_stream_t stream, m
   if (d->expect_pos < d->expect.len && d->expect.ptr[d->expect_pos].size == size &&
       !rdev_overlaps(d, d->expect.ptr[d->expect_pos].addr, size))
     addr = d->expect.ptr[d->expect_pos++].addr;
-  else
-    addr = rdev_synth(d, size); /* then the comparison reports the difference */
+  else /* then the comparison reports the difference (check) */
+    MS_FORWARD_IF_ERROR(rdev_synth(d, size, &addr));
   MS_FORWARD_IF_ERROR(ms__rp_dev_add(d, addr, size, false));
   d->used += size;
   *out = (ms_devptr_t)addr;
@@ -126,7 +130,9 @@ static int rdev_sync(void *ctx, int device) {
 static int rdev_va_reserve(void *ctx, int device, size_t size, ms_devptr_t *out) {
   rdev_t *d = ctx;
   (void)device;
-  uint64_t addr = d->va_pos < d->va_bases.len ? d->va_bases.ptr[d->va_pos++] : rdev_synth(d, size);
+  uint64_t addr;
+  if (d->va_pos < d->va_bases.len) addr = d->va_bases.ptr[d->va_pos++];
+  else MS_FORWARD_IF_ERROR(rdev_synth(d, size, &addr));
   MS_FORWARD_IF_ERROR(ms__rp_dev_add(d, addr, size, true));
   *out = (ms_devptr_t)addr;
   return MS_OK;

