@@ -112,14 +112,28 @@ static int rdev_ok2(void *ctx, int device, uint64_t h) {
 }
 
 static int rdev_event_record(void *ctx, int device, ms_event_t e, ms_stream_t s) {
-  (void)ctx, (void)device, (void)e, (void)s;
+  rdev_t *d = ctx;
+  (void)device, (void)s;
+  uint64_t v;
+  if (d->real_events) {
+    (void)rp_map_take(&d->done, (uint64_t)e, &v); /* a reused event is pending again */
+    d->last_event = (uint64_t)e;
+  }
   return MS_OK;
 }
 
 static int rdev_event_query(void *ctx, int device, ms_event_t e, bool *done) {
-  (void)ctx, (void)device, (void)e;
-  *done = true;
+  rdev_t *d = ctx;
+  (void)device;
+  *done = !d->real_events || rp_map_has(&d->done, (uint64_t)e);
   return MS_OK;
+}
+
+/* The allocator waits for the event: the program's work on that stream is done. */
+static int rdev_event_sync(void *ctx, int device, ms_event_t e) {
+  rdev_t *d = ctx;
+  (void)device;
+  return d->real_events ? rp_map_put(&d->done, (uint64_t)e, 1) : MS_OK;
 }
 
 static int rdev_sync(void *ctx, int device) {
@@ -168,6 +182,7 @@ static void rdev_destroy(void *ctx) {
   MS_VEC_FREE(&d->ranges);
   MS_VEC_FREE(&d->expect);
   MS_VEC_FREE(&d->va_bases);
+  rp_map_free(&d->done);
   free(d);
 }
 
@@ -189,7 +204,7 @@ int ms__rp_dev_create(size_t capacity, size_t total, ms_backend_t **out, rdev_t 
       .event_create = rdev_handle,
       .event_record = rdev_event_record,
       .event_query = rdev_event_query,
-      .event_synchronize = rdev_ok2,
+      .event_synchronize = rdev_event_sync,
       .event_destroy = rdev_ok2,
       .device_synchronize = rdev_sync,
       .va_reserve = rdev_va_reserve,

@@ -154,6 +154,12 @@ typedef struct rdev_s {
   size_t fail_frees, frees_done;
   uint64_t synth;
   uint64_t next_handle;
+  /* What-if: events are real (a record_stream-deferred free completes when the replay reaches
+   * its free_completed, or when the allocator synchronizes on its OOM path or in empty_cache);
+   * check mode: every event is complete at once (the replay holds deferred frees itself). */
+  bool real_events;
+  rp_map_t done;        /* event handle -> 1: complete */
+  uint64_t last_event;  /* the event last recorded */
 } rdev_t;
 
 int ms__rp_dev_add(rdev_t *d, uint64_t addr, uint64_t size, bool va);

@@ -28,6 +28,10 @@
 
 #include "replay/internal.h"
 
+/* What-if: pending handles that are events, and the streams of deferred frees. */
+#define RP_EVENT_TAG ((uint64_t)1 << 63)
+#define RP_SYNTH_STREAM ((uint64_t)0xe5 << 56)
+
 const char *ms_replay_verdict_name(ms_replay_verdict v) {
   switch (v) {
   case MS_REPLAY_PASS: return "PASS";
@@ -67,7 +71,9 @@ typedef struct rp_run_s {
   MS_VEC(rp_got_t) got;  /* allocator trace entries of the current operation */
   MS_VEC(size_t) pend;   /* recorded segment entries awaiting their operation */
   rp_map_t live;         /* recorded address -> replayed address */
-  rp_map_t pending;      /* recorded address -> pending handle */
+  rp_map_t pending;      /* recorded address -> pending handle (what-if: event | RP_EVENT_TAG) */
+  uint64_t next_stream;  /* what-if: synthetic streams of deferred frees */
+  MS_VEC(size_t) late;   /* what-if: free_completed entries left to the allocator's next sync */
   ms_replay_device_t *res;
   ms_replay_usage_t *use;
   bool stop;
@@ -406,6 +412,18 @@ static void rp_op_free(rp_run_t *run, size_t *ip) {
     *ip = i + 1;
     return;
   }
+  if (run->whatif) {
+    /* A stream of its own uses the block (no head-of-line blocking between deferred frees); the
+     * free records an event on it, complete at the recorded free_completed or when the allocator
+     * synchronizes (its OOM path, empty_cache), as the program's stream work would be. */
+    ms_stream_t use = (ms_stream_t)(RP_SYNTH_STREAM + run->next_stream++);
+    run->rdev->last_event = 0;
+    if (ms_allocator_record_stream(run->a, (ms_devptr_t)ptr, use) != MS_OK ||
+        ms_allocator_free(run->a, (ms_devptr_t)ptr) != MS_OK || !run->rdev->last_event ||
+        rp_map_put(&run->pending, e->addr, run->rdev->last_event | RP_EVENT_TAG) != MS_OK)
+      run->stop = true;
+    return;
+  }
   void *h = NULL;
   if (ms__allocator_replay_free_deferred(run->a, (ms_devptr_t)ptr, &h) != MS_OK ||
       rp_map_put(&run->pending, e->addr, (uint64_t)(uintptr_t)h) != MS_OK)
@@ -423,7 +441,40 @@ static void rp_op_complete(rp_run_t *run, size_t i) {
                 "no block is waiting to be freed there");
     return;
   }
+  if (h & RP_EVENT_TAG) { /* what-if: the event completes; the allocator frees at its next query */
+    if (rp_map_put(&run->rdev->done, h & ~RP_EVENT_TAG, 1) != MS_OK) run->stop = true;
+    return;
+  }
   ms__allocator_replay_complete(run->a, (void *)(uintptr_t)h);
+}
+
+/* Whether free_completed entry i may have been emitted by a synchronization (the OOM path's or
+ * empty_cache's release_cached_blocks): free_completed entries, then a segment_free/unmap, or
+ * the allocation's new segment, map or `oom` (the release freed nothing). Left to the end of
+ * that operation, a completion the allocation's own process_events made changes nothing: the
+ * cache could not serve the request with the block, so it cannot without it. */
+static bool rp_sync_emitted(const rp_trace_t *tr, size_t i) {
+  size_t j = i + 1;
+  while (j < tr->n && tr->t[j].action == MS_TRACE_FREE_COMPLETED)
+    j++;
+  if (j >= tr->n) return false;
+  switch (tr->t[j].action) {
+  case MS_TRACE_SEGMENT_FREE:
+  case MS_TRACE_SEGMENT_UNMAP:
+  case MS_TRACE_SEGMENT_ALLOC:
+  case MS_TRACE_SEGMENT_MAP:
+  case MS_TRACE_OOM: return true;
+  default: return false;
+  }
+}
+
+/* What-if: the free_completed entries a synchronization emitted. The allocator's own OOM path or
+ * empty_cache completed them if it ran; otherwise their work was done by then anyway: their
+ * events complete now, and the allocator frees them at its next query. */
+static void rp_complete_late(rp_run_t *run) {
+  for (size_t k = 0; k < run->late.len && !run->stop; k++)
+    rp_op_complete(run, run->late.ptr[k]);
+  run->late.len = 0;
 }
 
 /* Places the start state at its recorded addresses, blocks and free gaps as they were (check and
@@ -549,6 +600,7 @@ static int rp_run_device(rp_trace_t *tr, bool whatif, const ms_alloc_config_t *c
    * their recorded addresses, new ones get synthetic addresses, and the capacity (if any) is the
    * only limit (no address window). */
   r = ms__rp_dev_create(capacity, tr->device_total, &run.backend, &run.rdev);
+  if (r == MS_OK) run.rdev->real_events = whatif;
   if (r != MS_OK) return r;
   ms_allocator_config_t ac = {.backend = run.backend, .device = 0, .alloc = cfg};
   ms_errbuf_t eb;
@@ -594,19 +646,29 @@ static int rp_run_device(rp_trace_t *tr, bool whatif, const ms_alloc_config_t *c
     case MS_TRACE_ALLOC:
       allocs++;
       rp_op_malloc(&run, i, false);
+      rp_complete_late(&run);
       continue;
     case MS_TRACE_OOM:
       rp_op_malloc(&run, i, true);
+      rp_complete_late(&run);
       continue;
+    case MS_TRACE_FREE_COMPLETED:
+      if (whatif && rp_sync_emitted(tr, i)) {
+        if (MS_VEC_PUSH(&run.late, i) != 0) r = MS_ENOMEM;
+        continue;
+      }
+      break;
     default:
       break;
     }
     rp_op_flush(&run);
+    rp_complete_late(&run);
     if (run.stop) break;
     if (e->action == MS_TRACE_FREE_REQUESTED) rp_op_free(&run, &i);
     else if (e->action == MS_TRACE_FREE_COMPLETED) rp_op_complete(&run, i);
   }
   if (r == MS_OK && !run.stop) rp_op_flush(&run);
+  if (r == MS_OK && !run.stop) rp_complete_late(&run);
   res->allocs = allocs;
   res->events = i < tr->n ? i : tr->n;
   if (r == MS_OK && !whatif && !run.stop) r = rp_compare_final(&run);
@@ -625,6 +687,7 @@ static int rp_run_device(rp_trace_t *tr, bool whatif, const ms_alloc_config_t *c
   ms_backend_destroy(run.backend);
   MS_VEC_FREE(&run.got);
   MS_VEC_FREE(&run.pend);
+  MS_VEC_FREE(&run.late);
   MS_VEC_FREE(&run.xlate);
   rp_map_free(&run.live);
   rp_map_free(&run.pending);
