@@ -284,3 +284,29 @@ Test(replay_whatif, own_traces_complete_with_oom_path, .timeout = 60) {
 Test(replay_whatif, own_traces_record_stream_oom_path, .timeout = 60) {
   own_trace_reproduces("", 400 * MiB, 4000, 4, false, true, 11, true);
 }
+
+/* ---- expandable segments: no hidden limit --------------------------------------------------- */
+
+/* 1.6 TiB live on 4 streams, with small blocks on each: 8 (stream, pool) reservations. Before,
+ * the what-if ran on the sim device with 1 TiB for "unlimited" and a 16 TiB address window, and
+ * expandable_segments:True ran out of memory here. */
+Test(replay_whatif, expandable_unlimited_has_no_hidden_limit, .timeout = 60) {
+  rec_t r;
+  rec_open(&r, "", (size_t)8 << 40, 1000000);
+  ms_devptr_t big[4], small[4];
+  for (int k = 0; k < 4; k++) {
+    cr_assert_eq(ms_allocator_malloc(r.al, (size_t)400 << 30, r.streams[k], &big[k]), MS_OK);
+    cr_assert_eq(ms_allocator_malloc(r.al, 4096, r.streams[k], &small[k]), MS_OK);
+  }
+  for (int k = 0; k < 4; k++) cr_assert_eq(ms_allocator_free(r.al, big[k]), MS_OK);
+  ms_snapshot_t *s = rec_close(&r);
+  ms_replay_report_t *rep = whatif_report(s, "expandable_segments:True", 0, 0);
+  const ms_replay_usage_t *u = &rep->devices[0].replayed;
+  cr_assert(u->valid);
+  cr_expect_eq(u->ooms, 0, "%s", u->oom_message);
+  /* 4 x 400 GiB in 20 MiB pages and 4 small pages of 2 MiB */
+  cr_expect_eq(u->peak_reserved, ((uint64_t)1600 << 30) + 4 * 2 * MiB, "%" PRIu64, u->peak_reserved);
+  cr_expect_eq(u->device_allocs, 8, "%" PRIu64, u->device_allocs); /* one map per allocation */
+  ms_replay_report_free(rep);
+  ms_snapshot_free(s);
+}
