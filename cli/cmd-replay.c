@@ -175,7 +175,7 @@ static void replay_check_json(const char *file, const ms_replay_report_t *rep, b
 typedef struct replay_row_s {
   char config[256];
   ms_replay_report_t *rep;
-  size_t min_capacity; /* 0 = not asked / not found */
+  size_t *min_capacity; /* per device of rep (its k-th entry); 0 = not asked / not found */
 } replay_row_t;
 
 static void replay_usage_json(const ms_replay_usage_t *u) {
@@ -252,9 +252,10 @@ static void replay_whatif_text(const replay_row_t *rows, size_t nrows, bool swee
       printf("  %-28s %-20s %s\n", "", "recorded (PyTorch)", rows[0].config[0] ? rows[0].config
                                                                               : "replayed");
       for (int i = 0; i < 7; i++) printf("  %-28s %-20s %s\n", labels[i], rc[i], cc[i]);
-      if (min_cap && rows[0].min_capacity)
+      if (min_cap && rows[0].min_capacity[k])
         printf("  %-28s %-20s %s (%zu bytes)\n", "smallest capacity, no OOM", "",
-               replay_size(rows[0].min_capacity, capbuf, sizeof capbuf), rows[0].min_capacity);
+               replay_size(rows[0].min_capacity[k], capbuf, sizeof capbuf),
+               rows[0].min_capacity[k]);
       const ms_replay_usage_t *u = &d->replayed;
       replay_print_start_short("", u, capacity);
       if (u->first_oom_entry >= 0)
@@ -272,9 +273,10 @@ static void replay_whatif_text(const replay_row_t *rows, size_t nrows, bool swee
       replay_cells(&d->replayed, cc);
       printf("  %-56s %13s %14s %12s %10s %9s %7s %5s", rows[j].config, cc[0], cc[1], cc[2], cc[3],
              cc[4], cc[5], cc[6]);
-      if (min_cap) printf("  %12s", rows[j].min_capacity
-                                        ? replay_size(rows[j].min_capacity, capbuf, sizeof capbuf)
-                                        : "-");
+      if (min_cap)
+        printf("  %12s", rows[j].min_capacity[k]
+                             ? replay_size(rows[j].min_capacity[k], capbuf, sizeof capbuf)
+                             : "-");
       putchar('\n');
     }
     for (size_t j = 0; j < nrows; j++) {
@@ -308,7 +310,7 @@ static void replay_whatif_json(const char *file, const replay_row_t *rows, size_
       replay_json_str(stdout, rows[j].config);
       printf(", \"replayed\": ");
       replay_usage_json(&rows[j].rep->devices[k].replayed);
-      if (rows[j].min_capacity) printf(", \"min_capacity\": %zu", rows[j].min_capacity);
+      if (rows[j].min_capacity[k]) printf(", \"min_capacity\": %zu", rows[j].min_capacity[k]);
       printf("}");
     }
     printf("]}");
@@ -486,22 +488,28 @@ int cmd_replay(int argc, char **argv) {
       status = CLI_FAILURE;
       break;
     }
-    if (min_cap) {
-      for (size_t k = 0; k < rows[j].rep->ndevices; k++) {
-        const ms_replay_device_t *d = &rows[j].rep->devices[k];
-        if (d->verdict == MS_REPLAY_UNREPLAYABLE) continue;
-        /* One device per row keeps the bisection's answer unambiguous: the first replayable. */
-        if (ms_replay_min_capacity(snap, d->device, rows[j].config, &rows[j].min_capacity, &eb) !=
-            MS_OK)
-          rows[j].min_capacity = 0;
-        break;
-      }
+    /* Each replayable device gets its own bisection. */
+    rows[j].min_capacity = calloc(rows[j].rep->ndevices + 1, sizeof *rows[j].min_capacity);
+    if (!rows[j].min_capacity) {
+      cli_error("out of memory");
+      status = CLI_FAILURE;
+      break;
+    }
+    for (size_t k = 0; min_cap && k < rows[j].rep->ndevices; k++) {
+      const ms_replay_device_t *d = &rows[j].rep->devices[k];
+      if (d->verdict == MS_REPLAY_UNREPLAYABLE) continue;
+      if (ms_replay_min_capacity(snap, d->device, rows[j].config, &rows[j].min_capacity[k], &eb) !=
+          MS_OK)
+        rows[j].min_capacity[k] = 0;
     }
   }
   if (status == CLI_OK)
     status = replay_report(snap, cli_display_name(pos[0]), rows, nrows, check, json,
                            sweep != NULL, capacity, min_cap);
-  for (int j = 0; j < nrows; j++) ms_replay_report_free(rows[j].rep);
+  for (int j = 0; j < nrows; j++) {
+    ms_replay_report_free(rows[j].rep);
+    free(rows[j].min_capacity);
+  }
   free(rows);
   ms_snapshot_free(snap);
   return status;

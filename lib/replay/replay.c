@@ -845,6 +845,20 @@ int ms_replay_min_capacity(const ms_snapshot_t *snap, int device, const char *co
     if (rp_fits(&use)) hi = mid;
     else lo = mid;
   }
+  /* Verified: the bisection assumes that a larger device never does worse, which the OOM path
+   * does not promise; 2 MiB less must not fit (stepping down while it does, a bounded number of
+   * times). */
+  for (int step = 0; r == MS_OK && hi > RP_PAGE; step++) {
+    r = rp_run_device(&tr, true, &cfg, hi - RP_PAGE, &res, &use);
+    if (r != MS_OK || !rp_fits(&use)) break;
+    if (step == 64) {
+      r = ms__errbuf_set(eb, MS_ENOTFOUND, "device %d: no smallest capacity: the replay fits on "
+                         "%zu bytes and on 64 smaller sizes below its bisection's answer", device,
+                         hi - RP_PAGE);
+      break;
+    }
+    hi -= RP_PAGE;
+  }
   ms__rp_trace_release(&tr);
   if (r == MS_OK) *out = hi;
   return r;
