@@ -259,8 +259,9 @@ static void replay_whatif_text(const replay_row_t *rows, size_t nrows, bool swee
       const ms_replay_usage_t *u = &d->replayed;
       replay_print_start_short("", u, capacity);
       if (u->first_oom_entry >= 0)
-        printf("  first OOM at trace entry %" PRId64 " (%" PRIu64 " B requested):\n    %s\n",
-               u->first_oom_entry, u->first_oom_size, u->oom_message);
+        printf("  first OOM at entry %" PRId64 " of device %d's trace (%" PRIu64
+               " B requested):\n    %s\n",
+               u->first_oom_entry, d->device, u->first_oom_size, u->oom_message);
       continue;
     }
     printf("  %-56s %13s %14s %12s %10s %9s %7s %5s%s\n", "configuration", "peak reserved",

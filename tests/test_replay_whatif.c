@@ -389,3 +389,46 @@ Test(replay_whatif, min_capacity_per_device_verified, .timeout = 60) {
   unlink(path);
   ms_snapshot_free(s);
 }
+
+/* ---- OOM messages and entries name the device's own GPU and entries ---------------------------- */
+
+Test(replay_whatif, oom_on_device_1_named_and_numbered, .timeout = 60) {
+  ms_snapshot_t *s = two_device_trace();
+  size_t first1 = s->devices[1].first_trace, n1 = s->devices[1].ntrace;
+  cr_assert_gt(first1, 0);
+  ms_replay_report_t *rep = whatif_report(s, "", 60 * MiB, 1);
+  const ms_replay_device_t *d = &rep->devices[0];
+  cr_assert_eq(d->device, 1);
+  const ms_replay_usage_t *u = &d->replayed;
+  cr_assert_gt(u->ooms, 0);
+  cr_expect(strstr(u->oom_message, "GPU 1 has a total capacity of 60.00 MiB") != NULL, "%s",
+            u->oom_message);
+  /* its own index: the entry of device 1's trace where the request was made */
+  cr_assert(u->first_oom_entry >= 0 && (size_t)u->first_oom_entry < n1, "%" PRId64,
+            u->first_oom_entry);
+  const ms_snap_trace_t *e = &s->trace[first1 + (size_t)u->first_oom_entry];
+  cr_expect_eq(e->action, MS_TRACE_ALLOC);
+  cr_expect_eq(e->size, u->first_oom_size);
+  ms_replay_report_free(rep);
+  ms_snapshot_free(s);
+}
+
+Test(replay_whatif, recorded_oom_without_total_says_unlimited, .timeout = 60) {
+  rec_t r;
+  rec_open(&r, "", 200 * MiB, 1000000);
+  ms_devptr_t p, q;
+  cr_assert_eq(ms_allocator_malloc(r.al, 150 * MiB, 0, &p), MS_OK);
+  cr_assert_eq(ms_allocator_malloc(r.al, 100 * MiB, 0, &q), MS_EOOM);
+  ms_snapshot_t *s = rec_close(&r);
+  s->devices[0].present &= ~(uint32_t)MS_DEV_HAS_CAPACITY; /* as PyTorch's files: no total */
+  ms_replay_report_t *rep = whatif_report(s, "", 0, 0);
+  const ms_replay_usage_t *u = &rep->devices[0].recorded;
+  cr_assert_eq(u->ooms, 1);
+  cr_expect(strstr(u->oom_message, "GPU 0 has unlimited capacity (the recorded run failed here). "
+                                   "Of the allocated memory 150.00 MiB") != NULL, "%s",
+            u->oom_message);
+  cr_expect(strstr(u->oom_message, "PiB") == NULL, "%s", u->oom_message);
+  cr_expect_eq(rep->devices[0].replayed.ooms, 0); /* unlimited: the what-if does not fail */
+  ms_replay_report_free(rep);
+  ms_snapshot_free(s);
+}

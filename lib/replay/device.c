@@ -58,8 +58,8 @@ static bool rdev_overlaps(const rdev_t *d, uint64_t addr, uint64_t size) {
 }
 
 static int rdev_device_count(void *ctx, int *count) {
-  (void)ctx;
-  *count = 1;
+  const rdev_t *d = ctx;
+  *count = d->ndevices > 0 ? d->ndevices : 1;
   return MS_OK;
 }
 

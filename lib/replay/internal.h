@@ -158,6 +158,7 @@ typedef struct rdev_s {
    * its free_completed, or when the allocator synchronizes on its OOM path or in empty_cache);
    * check mode: every event is complete at once (the replay holds deferred frees itself). */
   bool real_events;
+  int ndevices;         /* the replayed device's number + 1 (messages name the recorded GPU) */
   rp_map_t done;        /* event handle -> 1: complete */
   uint64_t last_event;  /* the event last recorded */
 } rdev_t;

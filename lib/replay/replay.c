@@ -195,12 +195,29 @@ static void rp_track_peak(rp_run_t *run) {
   if (alc > run->use->peak_allocated) run->use->peak_allocated = alc;
 }
 
+/* With no capacity and no recorded total, the device the message describes has no size: say so
+ * instead of the recorded device's stand-in total. */
+static void rp_unlimited_message(char *msg, size_t cap) {
+  char *a = strstr(msg, " has a total capacity of ");
+  char *b = a ? strstr(a, " is free. ") : NULL;
+  if (!b) return;
+  b += strlen(" is free. ");
+  static const char unl[] = " has unlimited capacity (the recorded run failed here). ";
+  size_t tail = strlen(b) + 1, at = (size_t)(a - msg);
+  if (at + sizeof unl - 1 + tail > cap) return;
+  memmove(a + sizeof unl - 1, b, tail);
+  memcpy(a, unl, sizeof unl - 1);
+}
+
+/* The first OOM: its entry (the index in the device's own trace) and the allocator's message. */
 static void rp_note_oom(rp_run_t *run, size_t i, uint64_t size) {
   ms_replay_usage_t *u = run->use;
   if (u->first_oom_entry >= 0) return;
-  u->first_oom_entry = (int64_t)(run->tr->first + i);
+  u->first_oom_entry = (int64_t)i;
   u->first_oom_size = size;
   ms_allocator_last_oom_message(run->a, u->oom_message, sizeof u->oom_message);
+  if (!run->capacity && !run->tr->device_total)
+    rp_unlimited_message(u->oom_message, sizeof u->oom_message);
 }
 
 /* Sets the recorded device up for the operation ending at entry `last` (check mode). */
@@ -600,9 +617,10 @@ static int rp_run_device(rp_trace_t *tr, bool whatif, const ms_alloc_config_t *c
    * their recorded addresses, new ones get synthetic addresses, and the capacity (if any) is the
    * only limit (no address window). */
   r = ms__rp_dev_create(capacity, tr->device_total, &run.backend, &run.rdev);
-  if (r == MS_OK) run.rdev->real_events = whatif;
   if (r != MS_OK) return r;
-  ms_allocator_config_t ac = {.backend = run.backend, .device = 0, .alloc = cfg};
+  run.rdev->real_events = whatif;
+  run.rdev->ndevices = tr->device + 1;
+  ms_allocator_config_t ac = {.backend = run.backend, .device = tr->device, .alloc = cfg};
   ms_errbuf_t eb;
   r = ms_allocator_create(&ac, &run.a, &eb);
   if (r != MS_OK) {
