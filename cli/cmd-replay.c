@@ -423,6 +423,21 @@ static int replay_report(const ms_snapshot_t *snap, const char *name, replay_row
   return replayable ? CLI_OK : CLI_FAILURE;
 }
 
+/* A file with no trace at all: says why there is nothing to replay. @return whether so. */
+static bool replay_nothing(const ms_snapshot_t *snap, const char *path) {
+  size_t entries = 0;
+  for (size_t d = 0; d < snap->ndevices; d++) entries += snap->devices[d].ntrace;
+  if (entries) return false;
+  if (snap->origin == MS_SNAP_ORIGIN_TORCH_LIST)
+    cli_error("'%s': nothing to replay: a bare segment list (torch.cuda.memory_snapshot(), the "
+              "format of PyTorch before 2.0) records the segments but no trace", cli_display_name(path));
+  else
+    cli_error("'%s': nothing to replay: no trace was recorded (PyTorch's "
+              "torch.cuda.memory._record_memory_history, or memsnap's history, was not on)",
+              cli_display_name(path));
+  return true;
+}
+
 int cmd_replay(int argc, char **argv) {
   int check = 0, json = 0, min_cap = 0;
   const char *config = NULL, *sweep = NULL, *capacity_s = NULL, *device_s = NULL;
@@ -470,6 +485,11 @@ int cmd_replay(int argc, char **argv) {
   if (device >= 0 && (size_t)device >= snap->ndevices) {
     cli_error("'%s' has no trace for device %d (it has %zu)", cli_display_name(pos[0]), device,
               snap->ndevices);
+    ms_snapshot_free(snap);
+    free(rows);
+    return CLI_FAILURE;
+  }
+  if (replay_nothing(snap, pos[0])) {
     ms_snapshot_free(snap);
     free(rows);
     return CLI_FAILURE;

@@ -111,7 +111,7 @@ Test(replay, maphsge_other_devices_unreplayable, .timeout = 30) {
   cr_assert_eq(rep->ndevices, 4);
   for (size_t d = 1; d < 4; d++) {
     cr_expect_eq(rep->devices[d].verdict, MS_REPLAY_UNREPLAYABLE);
-    cr_expect_str_eq(rep->devices[d].reason, "no trace entries");
+    cr_expect(strncmp(rep->devices[d].reason, "no trace entries (", 18) == 0, "%s", rep->devices[d].reason);
   }
   ms_replay_report_free(rep);
   ms_snapshot_free(s);

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "memsnap/allocator.h"
@@ -431,4 +432,79 @@ Test(replay_whatif, recorded_oom_without_total_says_unlimited, .timeout = 60) {
   cr_expect_eq(rep->devices[0].replayed.ooms, 0); /* unlimited: the what-if does not fail */
   ms_replay_report_free(rep);
   ms_snapshot_free(s);
+}
+
+/* ---- nothing to replay: say why ------------------------------------------------------------- */
+
+static int run_replay_cli(const char *file, const char *args, char *out, size_t cap) {
+  const char *bin = getenv("MEMSNAP_BIN");
+  if (!bin || !*bin) cr_skip_test("SKIP: MEMSNAP_BIN not set (run through ctest)");
+  char cmd[8192];
+  snprintf(cmd, sizeof cmd, "%s replay %s %s 2>&1", bin, file, args);
+  FILE *p = popen(cmd, "r");
+  cr_assert(p);
+  size_t n = fread(out, 1, cap - 1, p);
+  out[n] = 0;
+  int st = pclose(p);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+Test(replay_whatif, bare_segment_list_says_why, .timeout = 30) {
+  /* pickle.dumps([one inactive 2 MiB segment], protocol=2): PyTorch < 2.0's memory_snapshot() */
+  static const char bare[] =
+      "\x80\x02\x5d\x71\x00\x7d\x71\x01\x28\x58\x06\x00\x00\x00\x64\x65\x76\x69\x63\x65\x71\x02"
+      "\x4b\x00\x58\x07\x00\x00\x00\x61\x64\x64\x72\x65\x73\x73\x71\x03\x4a\x00\x00\x00\x40\x58"
+      "\x0a\x00\x00\x00\x74\x6f\x74\x61\x6c\x5f\x73\x69\x7a\x65\x71\x04\x4a\x00\x00\x20\x00\x58"
+      "\x0e\x00\x00\x00\x61\x6c\x6c\x6f\x63\x61\x74\x65\x64\x5f\x73\x69\x7a\x65\x71\x05\x4b\x00"
+      "\x58\x0b\x00\x00\x00\x61\x63\x74\x69\x76\x65\x5f\x73\x69\x7a\x65\x71\x06\x4b\x00\x58\x0e"
+      "\x00\x00\x00\x72\x65\x71\x75\x65\x73\x74\x65\x64\x5f\x73\x69\x7a\x65\x71\x07\x4b\x00\x58"
+      "\x06\x00\x00\x00\x73\x74\x72\x65\x61\x6d\x71\x08\x4b\x00\x58\x0c\x00\x00\x00\x73\x65\x67"
+      "\x6d\x65\x6e\x74\x5f\x74\x79\x70\x65\x71\x09\x58\x05\x00\x00\x00\x73\x6d\x61\x6c\x6c\x71"
+      "\x0a\x58\x06\x00\x00\x00\x62\x6c\x6f\x63\x6b\x73\x71\x0b\x5d\x71\x0c\x7d\x71\x0d\x28\x58"
+      "\x04\x00\x00\x00\x73\x69\x7a\x65\x71\x0e\x4a\x00\x00\x20\x00\x68\x07\x4b\x00\x58\x05\x00"
+      "\x00\x00\x73\x74\x61\x74\x65\x71\x0f\x58\x08\x00\x00\x00\x69\x6e\x61\x63\x74\x69\x76\x65"
+      "\x71\x10\x75\x61\x75\x61\x2e";
+  char path[] = "/tmp/memsnap_replay_bare_XXXXXX";
+  int fd = mkstemp(path);
+  cr_assert_geq(fd, 0);
+  cr_assert_eq(write(fd, bare, sizeof bare - 1), (ssize_t)(sizeof bare - 1));
+  close(fd);
+  static char out[1 << 14];
+  int rc = run_replay_cli(path, "--config ''", out, sizeof out);
+  unlink(path);
+  cr_expect_eq(rc, 1, "%s", out);
+  cr_expect(strstr(out, "memsnap: error: ") && strstr(out, "': nothing to replay: a bare segment "
+                                                         "list (torch.cuda.memory_snapshot(), the "
+                                                         "format of PyTorch before 2.0) records "
+                                                         "the segments but no trace\n"),
+            "%s", out);
+}
+
+Test(replay_whatif, no_history_says_why, .timeout = 30) {
+  ms_backend_t *be;
+  cr_assert_eq(ms_backend_sim_create(NULL, &be), MS_OK);
+  ms_allocator_config_t ac = {.backend = be};
+  ms_allocator_t *al;
+  ms_errbuf_t eb;
+  cr_assert_eq(ms_allocator_create(&ac, &al, &eb), MS_OK, "%s", eb.msg);
+  ms_devptr_t p;
+  cr_assert_eq(ms_allocator_malloc(al, 4 * MiB, 0, &p), MS_OK); /* a segment, no history */
+  ms_snapshot_t *s = NULL;
+  cr_assert_eq(ms_allocator_snapshot(&al, 1, &s, &eb), MS_OK, "%s", eb.msg);
+  ms_allocator_destroy(al);
+  ms_backend_destroy(be);
+  cr_assert_eq(s->nsegments, 1);
+  char path[] = "/tmp/memsnap_replay_nohist_XXXXXX";
+  int fd = mkstemp(path);
+  cr_assert_geq(fd, 0);
+  close(fd);
+  cr_assert_eq(ms_snapshot_write_file(s, path, NULL, &eb), MS_OK, "%s", eb.msg);
+  ms_snapshot_free(s);
+  static char out[1 << 14];
+  int rc = run_replay_cli(path, "--check", out, sizeof out);
+  unlink(path);
+  cr_expect_eq(rc, 1, "%s", out);
+  cr_expect(strstr(out, "': nothing to replay: no trace was recorded (PyTorch's "
+                        "torch.cuda.memory._record_memory_history, or memsnap's history, was not "
+                        "on)\n"), "%s", out);
 }
