@@ -224,7 +224,13 @@ static void replay_cells(const ms_replay_usage_t *u, char cells[7][32]) {
   snprintf(cells[6], 32, "%" PRIu64, u->ooms);
 }
 
-static void replay_whatif_text(const replay_row_t *rows, size_t nrows, bool sweep, size_t capacity,
+/* Who recorded the run, from the file: memsnap's own snapshots or PyTorch's pickles. */
+static const char *replay_producer(const ms_snapshot_t *snap) {
+  return snap->origin == MS_SNAP_ORIGIN_MEMSNAP ? "memsnap" : "PyTorch";
+}
+
+static void replay_whatif_text(const ms_snapshot_t *snap, const replay_row_t *rows, size_t nrows,
+                               bool sweep, size_t capacity,
                                bool min_cap) {
   char capbuf[32];
   const ms_replay_report_t *first = rows[0].rep;
@@ -249,7 +255,9 @@ static void replay_whatif_text(const replay_row_t *rows, size_t nrows, bool swee
     if (!sweep) {
       const ms_replay_device_t *d = &rows[0].rep->devices[k];
       replay_cells(&d->replayed, cc);
-      printf("  %-28s %-20s %s\n", "", "recorded (PyTorch)", rows[0].config[0] ? rows[0].config
+      char head[32];
+      snprintf(head, sizeof head, "recorded (%s)", replay_producer(snap));
+      printf("  %-28s %-20s %s\n", "", head, rows[0].config[0] ? rows[0].config
                                                                               : "replayed");
       for (int i = 0; i < 7; i++) printf("  %-28s %-20s %s\n", labels[i], rc[i], cc[i]);
       if (min_cap && rows[0].min_capacity[k])
@@ -267,7 +275,9 @@ static void replay_whatif_text(const replay_row_t *rows, size_t nrows, bool swee
     printf("  %-56s %13s %14s %12s %10s %9s %7s %5s%s\n", "configuration", "peak reserved",
            "peak allocated", "frag at peak", "dev allocs", "dev frees", "retries", "OOMs",
            min_cap ? "  min capacity" : "");
-    printf("  %-56s %13s %14s %12s %10s %9s %7s %5s\n", "(recorded: PyTorch)", rc[0], rc[1], rc[2],
+    char head[32];
+    snprintf(head, sizeof head, "(recorded: %s)", replay_producer(snap));
+    printf("  %-56s %13s %14s %12s %10s %9s %7s %5s\n", head, rc[0], rc[1], rc[2],
            rc[3], rc[4], rc[5], rc[6]);
     for (size_t j = 0; j < nrows; j++) {
       const ms_replay_device_t *d = &rows[j].rep->devices[k];
@@ -287,11 +297,13 @@ static void replay_whatif_text(const replay_row_t *rows, size_t nrows, bool swee
   }
 }
 
-static void replay_whatif_json(const char *file, const replay_row_t *rows, size_t nrows,
+static void replay_whatif_json(const ms_snapshot_t *snap, const char *file,
+                               const replay_row_t *rows, size_t nrows,
                                size_t capacity) {
   printf("{\"file\": ");
   replay_json_str(stdout, file);
-  printf(", \"mode\": \"whatif\", \"capacity\": %zu, \"devices\": [", capacity);
+  printf(", \"mode\": \"whatif\", \"recorded_by\": \"%s\", \"capacity\": %zu, \"devices\": [",
+         replay_producer(snap), capacity);
   const ms_replay_report_t *first = rows[0].rep;
   for (size_t k = 0; k < first->ndevices; k++) {
     const ms_replay_device_t *d0 = &first->devices[k];
@@ -418,8 +430,8 @@ static int replay_report(const ms_snapshot_t *snap, const char *name, replay_row
     }
     return pass ? CLI_OK : CLI_FAILURE;
   }
-  if (json) replay_whatif_json(name, rows, (size_t)nrows, capacity);
-  else replay_whatif_text(rows, (size_t)nrows, sweep, capacity, min_cap);
+  if (json) replay_whatif_json(snap, name, rows, (size_t)nrows, capacity);
+  else replay_whatif_text(snap, rows, (size_t)nrows, sweep, capacity, min_cap);
   return replayable ? CLI_OK : CLI_FAILURE;
 }
 

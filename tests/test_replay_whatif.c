@@ -387,6 +387,16 @@ Test(replay_whatif, min_capacity_per_device_verified, .timeout = 60) {
     snprintf(want, sizeof want, "\"min_capacity\": %zu", cap[d]);
     cr_expect(strstr(out, want) != NULL, "device %d: %s not in %s", d, want, out);
   }
+  /* The producer is named from the file (before: "PyTorch" for every file). */
+  cr_expect(strstr(out, "\"recorded_by\": \"memsnap\"") != NULL, "%s", out);
+  snprintf(cmd, sizeof cmd, "%s replay %s --sweep 'max_split_size_mb=64,128' 2>&1", bin, path);
+  p = popen(cmd, "r");
+  cr_assert(p);
+  n = fread(out, 1, sizeof out - 1, p);
+  out[n] = 0;
+  cr_expect_eq(pclose(p), 0, "%s", out);
+  cr_expect(strstr(out, "\n  (recorded: memsnap)  ") != NULL, "%s", out);
+  cr_expect(strstr(out, "PyTorch") == NULL, "%s", out);
   unlink(path);
   ms_snapshot_free(s);
 }
