@@ -272,18 +272,22 @@ static void replay_whatif_text(const ms_snapshot_t *snap, const replay_row_t *ro
                u->first_oom_entry, d->device, u->first_oom_size, u->oom_message);
       continue;
     }
-    printf("  %-56s %13s %14s %12s %10s %9s %7s %5s%s\n", "configuration", "peak reserved",
+    /* The configuration column is as wide as its longest value. */
+    int w = 19;
+    for (size_t j = 0; j < nrows; j++)
+      if ((int)strlen(rows[j].config) > w) w = (int)strlen(rows[j].config);
+    printf("  %-*s %13s %14s %12s %10s %9s %7s %5s%s\n", w, "configuration", "peak reserved",
            "peak allocated", "frag at peak", "dev allocs", "dev frees", "retries", "OOMs",
            min_cap ? "  min capacity" : "");
     char head[32];
     snprintf(head, sizeof head, "(recorded: %s)", replay_producer(snap));
-    printf("  %-56s %13s %14s %12s %10s %9s %7s %5s\n", head, rc[0], rc[1], rc[2],
-           rc[3], rc[4], rc[5], rc[6]);
+    printf("  %-*s %13s %14s %12s %10s %9s %7s %5s\n", w, head, rc[0], rc[1], rc[2], rc[3], rc[4],
+           rc[5], rc[6]);
     for (size_t j = 0; j < nrows; j++) {
       const ms_replay_device_t *d = &rows[j].rep->devices[k];
       replay_cells(&d->replayed, cc);
-      printf("  %-56s %13s %14s %12s %10s %9s %7s %5s", rows[j].config, cc[0], cc[1], cc[2], cc[3],
-             cc[4], cc[5], cc[6]);
+      printf("  %-*s %13s %14s %12s %10s %9s %7s %5s", w, rows[j].config, cc[0], cc[1], cc[2],
+             cc[3], cc[4], cc[5], cc[6]);
       if (min_cap)
         printf("  %12s", rows[j].min_capacity[k]
                              ? replay_size(rows[j].min_capacity[k], capbuf, sizeof capbuf)
@@ -292,6 +296,10 @@ static void replay_whatif_text(const ms_snapshot_t *snap, const replay_row_t *ro
     }
     for (size_t j = 0; j < nrows; j++) {
       const ms_replay_usage_t *u = &rows[j].rep->devices[k].replayed;
+      if (u->valid && u->first_oom_entry >= 0)
+        printf("  %s: first OOM at entry %" PRId64 " of device %d's trace (%" PRIu64
+               " B requested)\n",
+               rows[j].config, u->first_oom_entry, d0->device, u->first_oom_size);
       replay_print_start_short(rows[j].config, u, capacity);
     }
   }
@@ -331,26 +339,56 @@ static void replay_whatif_json(const ms_snapshot_t *snap, const char *file,
   printf("\n]}\n");
 }
 
-/* Expands 'k=v1,v2;k2=v3' into every combination "k:v1,k2:v3" (first key slowest).
- * @return the number of rows, or -1 after printing a usage error. */
-static int replay_expand_sweep(const char *spec, replay_row_t **out) {
+/* The next separator sep of s outside brackets (a value such as [256:1,>:4] holds commas), or
+ * NULL; an unbalanced bracket gives *bad. */
+static char *replay_split(char *s, char sep, bool *bad) {
+  int depth = 0;
+  for (; *s; s++) {
+    if (*s == '[') depth++;
+    else if (*s == ']' && --depth < 0) break;
+    else if (*s == sep && depth == 0) return s;
+  }
+  if (depth != 0) *bad = true;
+  return NULL;
+}
+
+/* Expands 'k=v1,v2;k2=v3' into every combination "k:v1,k2:v3" (first key slowest); values may be
+ * bracketed lists. @return the number of rows, or -1 after setting *why. */
+static int replay_expand_sweep(const char *spec, replay_row_t **out, char *why, size_t cap) {
   enum { MAXK = 8, MAXV = 32 };
   char buf[1024];
+  snprintf(why, cap, "expected 'key=v1,v2;key2=v3,...'");
   if (strlen(spec) >= sizeof buf) return -1;
   strcpy(buf, spec);
   char *keys[MAXK], *vals[MAXK][MAXV];
   int nv[MAXK], nk = 0;
-  for (char *part = strtok(buf, ";"); part; part = strtok(NULL, ";")) {
+  bool bad = false;
+  for (char *part = buf, *semi; part; part = semi ? semi + 1 : NULL) {
+    semi = replay_split(part, ';', &bad);
+    if (semi) *semi = 0;
+    if (bad) {
+      snprintf(why, cap, "unbalanced brackets");
+      return -1;
+    }
     while (*part == ' ') part++;
     if (!*part) continue;
     char *eq = strchr(part, '=');
     if (!eq || eq == part || nk == MAXK) return -1;
     *eq = 0;
+    for (int i = 0; i < nk; i++)
+      if (strcmp(keys[i], part) == 0) {
+        snprintf(why, cap, "key '%s' appears twice (list its values once: %s=a,b)", part, part);
+        return -1;
+      }
     keys[nk] = part;
     nv[nk] = 0;
     for (char *v = eq + 1, *comma; v; v = comma ? comma + 1 : NULL) {
-      comma = strchr(v, ',');
+      comma = replay_split(v, ',', &bad);
       if (comma) *comma = 0;
+      if (bad) {
+        snprintf(why, cap, "unbalanced brackets in the values of '%s'", part);
+        return -1;
+      }
       if (!*v || nv[nk] == MAXV) return -1;
       vals[nk][nv[nk]++] = v;
     }
@@ -359,7 +397,10 @@ static int replay_expand_sweep(const char *spec, replay_row_t **out) {
   if (!nk) return -1;
   size_t total = 1;
   for (int i = 0; i < nk; i++) total *= (size_t)nv[i];
-  if (total > 256) return -1;
+  if (total > 256) {
+    snprintf(why, cap, "%zu combinations (at most 256)", total);
+    return -1;
+  }
   replay_row_t *rows = calloc(total, sizeof *rows);
   if (!rows) return -1;
   for (size_t r = 0; r < total; r++) {
@@ -369,7 +410,7 @@ static int replay_expand_sweep(const char *spec, replay_row_t **out) {
       idx[i] = (int)(rem % (size_t)nv[i]);
       rem /= (size_t)nv[i];
     }
-    for (int i = 0; i < nk; i++)
+    for (int i = 0; i < nk && len < sizeof rows[r].config; i++)
       len += (size_t)snprintf(rows[r].config + len, sizeof rows[r].config - len, "%s%s:%s",
                               i ? "," : "", keys[i], vals[i][idx[i]]);
   }
@@ -383,10 +424,9 @@ static int replay_rows(const char *config, const char *sweep, replay_row_t **out
   replay_row_t *rows = NULL;
   int nrows = 1;
   if (sweep) {
-    nrows = replay_expand_sweep(sweep, &rows);
-    if (nrows < 0)
-      return -cli_usage_error("replay", "invalid --sweep '%s' (expected 'key=v1,v2;key2=v3,...')",
-                             sweep);
+    char why[160];
+    nrows = replay_expand_sweep(sweep, &rows, why, sizeof why);
+    if (nrows < 0) return -cli_usage_error("replay", "invalid --sweep '%s': %s", sweep, why);
   } else {
     rows = calloc(1, sizeof *rows);
     if (!rows) {

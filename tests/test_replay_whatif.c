@@ -518,3 +518,42 @@ Test(replay_whatif, no_history_says_why, .timeout = 30) {
                         "torch.cuda.memory._record_memory_history, or memsnap's history, was not "
                         "on)\n"), "%s", out);
 }
+
+/* ---- --sweep: duplicate keys, bracketed values, aligned columns, the first OOM ------------------ */
+
+Test(replay_whatif, sweep_keys_brackets_columns_oom, .timeout = 60) {
+  ms_snapshot_free(load_fixture("cranberrii_ftcourse"));
+  char path[4096];
+  snprintf(path, sizeof path, "%s/cranberrii_ftcourse.pickle", fixtures_dir());
+  static char out[1 << 16];
+  cr_expect_eq(run_replay_cli(path, "--sweep 'max_split_size_mb=64;max_split_size_mb=128'", out,
+                              sizeof out), 2, "%s", out);
+  cr_expect(strstr(out, "key 'max_split_size_mb' appears twice") != NULL, "%s", out);
+  cr_expect_eq(run_replay_cli(path, "--sweep 'roundup_power2_divisions=[256:1,>:4'", out,
+                              sizeof out), 2, "%s", out);
+  cr_expect(strstr(out, "unbalanced brackets") != NULL, "%s", out);
+  int rc = run_replay_cli(path, "--sweep 'roundup_power2_divisions=[256:1,>:4],[>:8];"
+                                "expandable_segments=False,True' --capacity 6000M", out, sizeof out);
+  cr_assert_eq(rc, 0, "%s", out);
+  static const char *const rows[] = {
+      "roundup_power2_divisions:[256:1,>:4],expandable_segments:False",
+      "roundup_power2_divisions:[256:1,>:4],expandable_segments:True",
+      "roundup_power2_divisions:[>:8],expandable_segments:False",
+      "roundup_power2_divisions:[>:8],expandable_segments:True"};
+  /* every row's figures end in the same column as the header's */
+  const char *hdr = strstr(out, "  configuration ");
+  cr_assert(hdr, "%s", out);
+  size_t width = (size_t)(strchr(hdr, '\n') - hdr);
+  for (size_t i = 0; i < 4; i++) {
+    char want[160];
+    snprintf(want, sizeof want, "\n  %s ", rows[i]);
+    const char *line = strstr(out, want);
+    cr_assert(line, "row %zu missing: %s", i, out);
+    line++;
+    cr_expect_eq((size_t)(strchr(line, '\n') - line), width, "row %zu misaligned:\n%s", i, out);
+  }
+  /* [>:8] without expandable segments runs out of memory on 6000 MiB; where is named */
+  cr_expect(strstr(out, "\n  roundup_power2_divisions:[>:8],expandable_segments:False: first OOM "
+                        "at entry 3697 of device 0's trace (127872000 B requested)\n") != NULL,
+            "%s", out);
+}
