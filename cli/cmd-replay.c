@@ -183,20 +183,55 @@ static void replay_usage_json(const ms_replay_usage_t *u) {
     printf("null");
     return;
   }
-  printf("{\"peak_reserved\": %" PRIu64 ", \"peak_allocated\": %" PRIu64
-         ", \"frag_at_peak\": %" PRIu64 ", \"device_allocs\": %" PRIu64
-         ", \"device_frees\": %" PRIu64 ", \"alloc_retries\": %" PRIu64 ", \"ooms\": %" PRIu64,
-         u->peak_reserved, u->peak_allocated, u->frag_at_peak, u->device_allocs, u->device_frees,
-         u->alloc_retries, u->ooms);
+  printf("{\"peak_reserved\": %" PRIu64 ", \"peak_reserved_index\": %" PRId64
+         ", \"peak_allocated\": %" PRIu64 ", \"peak_allocated_index\": %" PRId64
+         ", \"peak_requested\": %" PRIu64 ", \"peak_requested_index\": %" PRId64
+         ", \"unallocated_at_peak_reserved\": %" PRIu64,
+         u->peak_reserved, u->peak_reserved_index, u->peak_allocated, u->peak_allocated_index,
+         u->peak_requested, u->peak_requested_index, u->unallocated_at_peak_reserved);
+  printf(", \"device_mallocs\": %" PRIu64 ", \"device_frees\": %" PRIu64
+         ", \"alloc_retries\": %" PRIu64 ", \"ooms\": %" PRIu64 ", \"first_oom_index\": %" PRId64
+         ", \"final_reserved\": %" PRIu64 ", \"final_allocated\": %" PRIu64,
+         u->device_mallocs, u->device_frees, u->alloc_retries, u->ooms, u->first_oom_index,
+         u->final_reserved, u->final_allocated);
   printf(", \"start_reserved\": %" PRIu64 ", \"start_short\": %" PRIu64, u->start_reserved,
          u->start_short);
-  if (u->first_oom_entry >= 0) {
-    printf(", \"first_oom\": {\"entry\": %" PRId64 ", \"size\": %" PRIu64 ", \"message\": ",
-           u->first_oom_entry, u->first_oom_size);
+  if (u->first_oom_index >= 0) {
+    printf(", \"first_oom\": {\"index\": %" PRId64 ", \"size\": %" PRIu64 ", \"message\": ",
+           u->first_oom_index, u->first_oom_size);
     replay_json_str(stdout, u->oom_message);
     printf("}");
   }
   printf("}");
+}
+
+/* The figures of docs/replay.md, by name, in the order the text prints them. */
+enum { RP_NFIG = 14 };
+static const char *const replay_fig_names[RP_NFIG] = {
+    "peak_reserved",  "peak_reserved_index", "peak_allocated", "peak_allocated_index",
+    "peak_requested", "peak_requested_index", "unallocated_at_peak_reserved", "device_mallocs",
+    "device_frees",   "alloc_retries",        "ooms",           "first_oom_index",
+    "final_reserved", "final_allocated"};
+
+static void replay_cells(const ms_replay_usage_t *u, char cells[RP_NFIG][32]) {
+  if (!u->valid) {
+    for (int i = 0; i < RP_NFIG; i++) snprintf(cells[i], 32, "-");
+    return;
+  }
+  ms_format_size(u->peak_reserved, cells[0], 32);
+  snprintf(cells[1], 32, "%" PRId64, u->peak_reserved_index);
+  ms_format_size(u->peak_allocated, cells[2], 32);
+  snprintf(cells[3], 32, "%" PRId64, u->peak_allocated_index);
+  ms_format_size(u->peak_requested, cells[4], 32);
+  snprintf(cells[5], 32, "%" PRId64, u->peak_requested_index);
+  ms_format_size(u->unallocated_at_peak_reserved, cells[6], 32);
+  snprintf(cells[7], 32, "%" PRIu64, u->device_mallocs);
+  snprintf(cells[8], 32, "%" PRIu64, u->device_frees);
+  snprintf(cells[9], 32, "%" PRIu64, u->alloc_retries);
+  snprintf(cells[10], 32, "%" PRIu64, u->ooms);
+  snprintf(cells[11], 32, "%" PRId64, u->first_oom_index);
+  ms_format_size(u->final_reserved, cells[12], 32);
+  ms_format_size(u->final_allocated, cells[13], 32);
 }
 
 /* The recorded start state does not fit the capacity: nothing was replayed. */
@@ -208,20 +243,6 @@ static void replay_print_start_short(const char *config, const ms_replay_usage_t
          "nothing was replayed\n",
          config, *config ? ": " : "", replay_size(u->start_reserved, a, sizeof a), replay_size(capacity, b, sizeof b),
          replay_size(u->start_short, c, sizeof c));
-}
-
-static void replay_cells(const ms_replay_usage_t *u, char cells[7][32]) {
-  if (!u->valid) {
-    for (int i = 0; i < 7; i++) snprintf(cells[i], 32, "-");
-    return;
-  }
-  ms_format_size(u->peak_reserved, cells[0], 32);
-  ms_format_size(u->peak_allocated, cells[1], 32);
-  ms_format_size(u->frag_at_peak, cells[2], 32);
-  snprintf(cells[3], 32, "%" PRIu64, u->device_allocs);
-  snprintf(cells[4], 32, "%" PRIu64, u->device_frees);
-  snprintf(cells[5], 32, "%" PRIu64, u->alloc_retries);
-  snprintf(cells[6], 32, "%" PRIu64, u->ooms);
 }
 
 /* Who recorded the run, from the file: memsnap's own snapshots or PyTorch's pickles. */
@@ -247,10 +268,7 @@ static void replay_whatif_text(const ms_snapshot_t *snap, const replay_row_t *ro
     if (d0->verdict != MS_REPLAY_PASS)
       printf("  note: --check gives %s here (%s); the recorded column is partial\n",
              ms_replay_verdict_name(d0->verdict), d0->reason);
-    static const char *const labels[7] = {"peak reserved", "peak allocated",
-                                          "reserved-allocated at peak", "device allocations",
-                                          "device frees", "allocation retries", "OOMs"};
-    char rc[7][32], cc[7][32];
+    char rc[RP_NFIG][32], cc[RP_NFIG][32];
     replay_cells(&d0->recorded, rc);
     if (!sweep) {
       const ms_replay_device_t *d = &rows[0].rep->devices[k];
@@ -259,35 +277,36 @@ static void replay_whatif_text(const ms_snapshot_t *snap, const replay_row_t *ro
       snprintf(head, sizeof head, "recorded (%s)", replay_producer(snap));
       printf("  %-28s %-20s %s\n", "", head, rows[0].config[0] ? rows[0].config
                                                                               : "replayed");
-      for (int i = 0; i < 7; i++) printf("  %-28s %-20s %s\n", labels[i], rc[i], cc[i]);
+      for (int i = 0; i < RP_NFIG; i++)
+        printf("  %-28s %-20s %s\n", replay_fig_names[i], rc[i], cc[i]);
       if (min_cap && rows[0].min_capacity[k])
-        printf("  %-28s %-20s %s (%zu bytes)\n", "smallest capacity, no OOM", "",
+        printf("  %-28s %-20s %s (%zu bytes)\n", "min_capacity", "",
                replay_size(rows[0].min_capacity[k], capbuf, sizeof capbuf),
                rows[0].min_capacity[k]);
       const ms_replay_usage_t *u = &d->replayed;
       replay_print_start_short("", u, capacity);
-      if (u->first_oom_entry >= 0)
+      if (u->first_oom_index >= 0)
         printf("  first OOM at entry %" PRId64 " of device %d's trace (%" PRIu64
                " B requested):\n    %s\n",
-               u->first_oom_entry, d->device, u->first_oom_size, u->oom_message);
+               u->first_oom_index, d->device, u->first_oom_size, u->oom_message);
       continue;
     }
     /* The configuration column is as wide as its longest value. */
     int w = 19;
     for (size_t j = 0; j < nrows; j++)
       if ((int)strlen(rows[j].config) > w) w = (int)strlen(rows[j].config);
-    printf("  %-*s %13s %14s %12s %10s %9s %7s %5s%s\n", w, "configuration", "peak reserved",
-           "peak allocated", "frag at peak", "dev allocs", "dev frees", "retries", "OOMs",
-           min_cap ? "  min capacity" : "");
+    printf("  %-*s %13s %14s %28s %14s %12s %13s %4s%s\n", w, "configuration", "peak_reserved",
+           "peak_allocated", "unallocated_at_peak_reserved", "device_mallocs", "device_frees",
+           "alloc_retries", "ooms", min_cap ? "  min_capacity" : "");
     char head[32];
     snprintf(head, sizeof head, "(recorded: %s)", replay_producer(snap));
-    printf("  %-*s %13s %14s %12s %10s %9s %7s %5s\n", w, head, rc[0], rc[1], rc[2], rc[3], rc[4],
-           rc[5], rc[6]);
+    printf("  %-*s %13s %14s %28s %14s %12s %13s %4s\n", w, head, rc[0], rc[2], rc[6], rc[7],
+           rc[8], rc[9], rc[10]);
     for (size_t j = 0; j < nrows; j++) {
       const ms_replay_device_t *d = &rows[j].rep->devices[k];
       replay_cells(&d->replayed, cc);
-      printf("  %-*s %13s %14s %12s %10s %9s %7s %5s", w, rows[j].config, cc[0], cc[1], cc[2],
-             cc[3], cc[4], cc[5], cc[6]);
+      printf("  %-*s %13s %14s %28s %14s %12s %13s %4s", w, rows[j].config, cc[0], cc[2], cc[6],
+             cc[7], cc[8], cc[9], cc[10]);
       if (min_cap)
         printf("  %12s", rows[j].min_capacity[k]
                              ? replay_size(rows[j].min_capacity[k], capbuf, sizeof capbuf)
@@ -296,10 +315,10 @@ static void replay_whatif_text(const ms_snapshot_t *snap, const replay_row_t *ro
     }
     for (size_t j = 0; j < nrows; j++) {
       const ms_replay_usage_t *u = &rows[j].rep->devices[k].replayed;
-      if (u->valid && u->first_oom_entry >= 0)
+      if (u->valid && u->first_oom_index >= 0)
         printf("  %s: first OOM at entry %" PRId64 " of device %d's trace (%" PRIu64
                " B requested)\n",
-               rows[j].config, u->first_oom_entry, d0->device, u->first_oom_size);
+               rows[j].config, u->first_oom_index, d0->device, u->first_oom_size);
       replay_print_start_short(rows[j].config, u, capacity);
     }
   }

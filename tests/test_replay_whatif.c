@@ -69,9 +69,9 @@ static void expect_same(const char *what, const ms_replay_usage_t *rec,
                what, rep->peak_reserved, rec->peak_reserved);
   cr_expect_eq(rep->peak_allocated, rec->peak_allocated, "%s: peak allocated %" PRIu64
                " vs %" PRIu64, what, rep->peak_allocated, rec->peak_allocated);
-  cr_expect_eq(rep->frag_at_peak, rec->frag_at_peak, "%s: frag", what);
-  cr_expect_eq(rep->device_allocs, rec->device_allocs, "%s: device allocs %" PRIu64 " vs %" PRIu64,
-               what, rep->device_allocs, rec->device_allocs);
+  cr_expect_eq(rep->unallocated_at_peak_reserved, rec->unallocated_at_peak_reserved, "%s: frag", what);
+  cr_expect_eq(rep->device_mallocs, rec->device_mallocs, "%s: device allocs %" PRIu64 " vs %" PRIu64,
+               what, rep->device_mallocs, rec->device_mallocs);
   cr_expect_eq(rep->device_frees, rec->device_frees, "%s: device frees %" PRIu64 " vs %" PRIu64,
                what, rep->device_frees, rec->device_frees);
   cr_expect_eq(rep->alloc_retries, rec->alloc_retries, "%s: retries %" PRIu64 " vs %" PRIu64, what,
@@ -92,7 +92,7 @@ Test(replay_whatif, fixtures_recorded_config_reproduces_recorded_run, .timeout =
    * the recorded 152 and wedsonlin 125 for 0. */
   static const struct {
     const char *name;
-    uint64_t device_allocs, peak_reserved, peak_allocated;
+    uint64_t device_mallocs, peak_reserved, peak_allocated;
   } t[] = {
       {"a0kuma_adamw_small", 7, 232783872, 217764352},
       {"cranberrii_ftcourse", 152, 6471811072, 5914094592},
@@ -104,9 +104,9 @@ Test(replay_whatif, fixtures_recorded_config_reproduces_recorded_run, .timeout =
     ms_replay_report_t *rep = whatif_report(s, "", 0, 0);
     const ms_replay_device_t *d = &rep->devices[0];
     expect_same(t[i].name, &d->recorded, &d->replayed);
-    cr_expect_eq(d->replayed.device_allocs, t[i].device_allocs, "%s: %" PRIu64, t[i].name,
-                 d->replayed.device_allocs);
-    cr_expect_eq(d->replayed.device_allocs, count_action(s, MS_TRACE_SEGMENT_ALLOC), "%s",
+    cr_expect_eq(d->replayed.device_mallocs, t[i].device_mallocs, "%s: %" PRIu64, t[i].name,
+                 d->replayed.device_mallocs);
+    cr_expect_eq(d->replayed.device_mallocs, count_action(s, MS_TRACE_SEGMENT_ALLOC), "%s",
                  t[i].name);
     cr_expect_eq(d->replayed.peak_reserved, t[i].peak_reserved, "%s: %" PRIu64, t[i].name,
                  d->replayed.peak_reserved);
@@ -119,7 +119,7 @@ Test(replay_whatif, fixtures_recorded_config_reproduces_recorded_run, .timeout =
     rep = whatif_report(s, "", (size_t)peak, 0);
     d = &rep->devices[0];
     expect_same(t[i].name, &d->recorded, &d->replayed);
-    uint64_t dallocs = d->replayed.device_allocs;
+    uint64_t dallocs = d->replayed.device_mallocs;
     /* 2 MiB less does not fit: the peak was needed. */
     ms_replay_report_free(rep);
     rep = whatif_report(s, "", (size_t)peak - 2 * MiB, 0);
@@ -239,7 +239,7 @@ static void own_trace_reproduces(const char *conf, size_t capacity, size_t keep,
   }
   if (keep < 1000000) cr_expect(d->mid_run, "%s", what);
   cr_assert(u->valid, "%s", what);
-  cr_expect_eq(u->device_allocs, seg_allocs, "%s: %" PRIu64 " vs %zu", what, u->device_allocs,
+  cr_expect_eq(u->device_mallocs, seg_allocs, "%s: %" PRIu64 " vs %zu", what, u->device_mallocs,
                seg_allocs);
   cr_expect_eq(u->device_frees, seg_frees, "%s: %" PRIu64 " vs %zu", what, u->device_frees,
                seg_frees);
@@ -249,7 +249,7 @@ static void own_trace_reproduces(const char *conf, size_t capacity, size_t keep,
     cr_expect_eq(u->peak_reserved, (uint64_t)st.reserved_bytes[MS_STAT_ALL].peak,
                  "%s: peak reserved %" PRIu64 " vs %" PRId64, what, u->peak_reserved,
                  st.reserved_bytes[MS_STAT_ALL].peak);
-    cr_expect_eq(u->device_allocs, (uint64_t)st.num_device_alloc, "%s", what);
+    cr_expect_eq(u->device_mallocs, (uint64_t)st.num_device_alloc, "%s", what);
     cr_expect_eq(u->device_frees, (uint64_t)st.num_device_free, "%s", what);
     cr_expect_eq(u->alloc_retries, (uint64_t)st.num_alloc_retries, "%s: retries %" PRIu64
                  " vs %" PRId64, what, u->alloc_retries, st.num_alloc_retries);
@@ -308,7 +308,7 @@ Test(replay_whatif, expandable_unlimited_has_no_hidden_limit, .timeout = 60) {
   cr_expect_eq(u->ooms, 0, "%s", u->oom_message);
   /* 4 x 400 GiB in 20 MiB pages and 4 small pages of 2 MiB */
   cr_expect_eq(u->peak_reserved, ((uint64_t)1600 << 30) + 4 * 2 * MiB, "%" PRIu64, u->peak_reserved);
-  cr_expect_eq(u->device_allocs, 8, "%" PRIu64, u->device_allocs); /* one map per allocation */
+  cr_expect_eq(u->device_mallocs, 8, "%" PRIu64, u->device_mallocs); /* one map per allocation */
   ms_replay_report_free(rep);
   ms_snapshot_free(s);
 }
@@ -415,9 +415,9 @@ Test(replay_whatif, oom_on_device_1_named_and_numbered, .timeout = 60) {
   cr_expect(strstr(u->oom_message, "GPU 1 has a total capacity of 60.00 MiB") != NULL, "%s",
             u->oom_message);
   /* its own index: the entry of device 1's trace where the request was made */
-  cr_assert(u->first_oom_entry >= 0 && (size_t)u->first_oom_entry < n1, "%" PRId64,
-            u->first_oom_entry);
-  const ms_snap_trace_t *e = &s->trace[first1 + (size_t)u->first_oom_entry];
+  cr_assert(u->first_oom_index >= 0 && (size_t)u->first_oom_index < n1, "%" PRId64,
+            u->first_oom_index);
+  const ms_snap_trace_t *e = &s->trace[first1 + (size_t)u->first_oom_index];
   cr_expect_eq(e->action, MS_TRACE_ALLOC);
   cr_expect_eq(e->size, u->first_oom_size);
   ms_replay_report_free(rep);
@@ -556,4 +556,51 @@ Test(replay_whatif, sweep_keys_brackets_columns_oom, .timeout = 60) {
   cr_expect(strstr(out, "\n  roundup_power2_divisions:[>:8],expandable_segments:False: first OOM "
                         "at entry 3697 of device 0's trace (127872000 B requested)\n") != NULL,
             "%s", out);
+}
+
+/* ---- every figure by name, exactly ------------------------------------------------------------ */
+
+Test(replay_whatif, named_figures_exact, .timeout = 30) {
+  rec_t r;
+  rec_open(&r, "", (size_t)1 << 30, 1000000);
+  ms_devptr_t a, b, c;
+  cr_assert_eq(ms_allocator_malloc(r.al, 30 * MiB + 1000, 0, &a), MS_OK); /* 0 seg 32M, 1 alloc */
+  cr_assert_eq(ms_allocator_free(r.al, a), MS_OK);                         /* 2, 3 */
+  cr_assert_eq(ms_allocator_malloc(r.al, 4 * MiB, 0, &b), MS_OK);          /* 4: split */
+  cr_assert_eq(ms_allocator_malloc(r.al, 40 * MiB, 0, &c), MS_OK);         /* 5 seg 40M, 6 */
+  cr_assert_eq(ms_allocator_free(r.al, b), MS_OK);                         /* 7, 8 */
+  ms_snapshot_t *s = rec_close(&r);
+  cr_assert_eq(s->devices[0].ntrace, 10); /* and 9: the snapshot entry */
+  cr_assert_eq(s->trace[6].action, MS_TRACE_ALLOC);
+  ms_replay_report_t *rep = whatif_report(s, "", 0, 0);
+  const ms_replay_usage_t *u = &rep->devices[0].replayed;
+  cr_expect_eq(u->peak_reserved, 72 * MiB);
+  cr_expect_eq(u->peak_reserved_index, 6);
+  cr_expect_eq(u->peak_allocated, 44 * MiB);
+  cr_expect_eq(u->peak_allocated_index, 6);
+  cr_expect_eq(u->peak_requested, 44 * MiB);
+  cr_expect_eq(u->peak_requested_index, 6);
+  cr_expect_eq(u->unallocated_at_peak_reserved, 28 * MiB);
+  cr_expect_eq(u->device_mallocs, 2);
+  cr_expect_eq(u->device_frees, 0);
+  cr_expect_eq(u->alloc_retries, 0);
+  cr_expect_eq(u->ooms, 0);
+  cr_expect_eq(u->first_oom_index, -1);
+  cr_expect_eq(u->final_reserved, 72 * MiB);
+  cr_expect_eq(u->final_allocated, 40 * MiB);
+  expect_same("named figures", &rep->devices[0].recorded, u);
+  ms_replay_report_free(rep);
+  /* At 40 MiB: A fits (32 MiB segment), C does not (72 MiB needed; the cached 32 MiB segment holds
+   * B): first OOM at entry 6. */
+  rep = whatif_report(s, "", 40 * MiB, 0);
+  u = &rep->devices[0].replayed;
+  cr_expect_eq(u->ooms, 1);
+  cr_expect_eq(u->first_oom_index, 6);
+  cr_expect_eq(u->peak_reserved, 32 * MiB);
+  cr_expect_eq(u->peak_reserved_index, 1);
+  cr_expect_eq(u->peak_requested, 30 * MiB + 1000);
+  cr_expect_eq(u->peak_requested_index, 1);
+  cr_expect_eq(u->final_allocated, 0);
+  ms_replay_report_free(rep);
+  ms_snapshot_free(s);
 }

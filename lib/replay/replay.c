@@ -180,19 +180,24 @@ static void rp_compare(rp_run_t *run, size_t last) {
   }
 }
 
-static void rp_track_peak(rp_run_t *run) {
-  size_t res, alc;
-  ms__allocator_replay_usage(run->a, &res, &alc);
-  /* Fragmentation at the peak: the least unallocated part of reserved memory while reserved
-   * memory stood at its peak (the peak's unavoidable part, not its first moment). */
-  uint64_t frag = res - (alc < res ? alc : res);
-  if (res > run->use->peak_reserved) {
-    run->use->peak_reserved = res;
-    run->use->frag_at_peak = frag;
-  } else if (res == run->use->peak_reserved && frag < run->use->frag_at_peak) {
-    run->use->frag_at_peak = frag;
+/* The peaks after entry idx (device-local; -1 = the start state): each first reached there. */
+static void rp_track_peak(rp_run_t *run, int64_t idx) {
+  size_t res, alc, req;
+  ms__allocator_replay_usage(run->a, &res, &alc, &req);
+  ms_replay_usage_t *u = run->use;
+  if (res > u->peak_reserved || u->peak_reserved_index == -2) {
+    u->peak_reserved = res;
+    u->peak_reserved_index = idx;
+    u->unallocated_at_peak_reserved = res - (alc < res ? alc : res);
   }
-  if (alc > run->use->peak_allocated) run->use->peak_allocated = alc;
+  if (alc > u->peak_allocated || u->peak_allocated_index == -2) {
+    u->peak_allocated = alc;
+    u->peak_allocated_index = idx;
+  }
+  if (req > u->peak_requested || u->peak_requested_index == -2) {
+    u->peak_requested = req;
+    u->peak_requested_index = idx;
+  }
 }
 
 /* With no capacity and no recorded total, the device the message describes has no size: say so
@@ -212,8 +217,8 @@ static void rp_unlimited_message(char *msg, size_t cap) {
 /* The first OOM: its entry (the index in the device's own trace) and the allocator's message. */
 static void rp_note_oom(rp_run_t *run, size_t i, uint64_t size) {
   ms_replay_usage_t *u = run->use;
-  if (u->first_oom_entry >= 0) return;
-  u->first_oom_entry = (int64_t)i;
+  if (u->first_oom_index >= 0) return;
+  u->first_oom_index = (int64_t)i;
   u->first_oom_size = size;
   ms_allocator_last_oom_message(run->a, u->oom_message, sizeof u->oom_message);
   if (!run->capacity && !run->tr->device_total)
@@ -358,7 +363,7 @@ static void rp_op_malloc(rp_run_t *run, size_t i, bool oom_entry) {
     } else if (ptr && rp_map_put(&run->live, e->addr, ptr) != MS_OK) {
       run->stop = true;
     }
-    if (r == MS_OK) rp_track_peak(run);
+    if (r == MS_OK) rp_track_peak(run, (int64_t)i);
     return;
   }
   char ex[256], got[256];
@@ -384,7 +389,7 @@ static void rp_op_malloc(rp_run_t *run, size_t i, bool oom_entry) {
   rp_compare(run, i);
   run->pend.len = 0;
   if (!run->stop && rp_map_put(&run->live, e->addr, ptr) != MS_OK) run->stop = true;
-  rp_track_peak(run);
+  rp_track_peak(run, (int64_t)i);
 }
 
 /* A burst (or stray segment entries) not followed by an allocation: empty_cache. */
@@ -611,7 +616,7 @@ static int rp_run_device(rp_trace_t *tr, bool whatif, const ms_alloc_config_t *c
   run.res = res;
   run.use = use;
   memset(use, 0, sizeof *use);
-  use->first_oom_entry = -1;
+  use->first_oom_index = -1;
   int r;
   /* What-if runs on the recorded device too, with nothing expected: the start segments sit at
    * their recorded addresses, new ones get synthetic addresses, and the capacity (if any) is the
@@ -641,7 +646,8 @@ static int rp_run_device(rp_trace_t *tr, bool whatif, const ms_alloc_config_t *c
     run.stop = true;
     r = MS_OK;
   }
-  if (r == MS_OK) rp_track_peak(&run);
+  use->peak_reserved_index = use->peak_allocated_index = use->peak_requested_index = -2;
+  if (r == MS_OK) rp_track_peak(&run, -1);
   use->start_reserved = run.rdev->used;
   if (r == MS_OK && capacity && run.rdev->used > capacity) {
     /* The recorded start state does not fit on the device: nothing to replay (what-if). */
@@ -693,9 +699,16 @@ static int rp_run_device(rp_trace_t *tr, bool whatif, const ms_alloc_config_t *c
   if (r == MS_OK && run.stop && res->verdict == MS_REPLAY_PASS && !whatif) r = MS_ENOMEM;
   if (r == MS_OK && run.stop && whatif && res->verdict == MS_REPLAY_UNREPLAYABLE) r = MS_OK;
   if (!whatif) ms__allocator_set_hooks(run.a, NULL);
+  if (use->peak_reserved_index == -2) use->peak_reserved_index = -1;
+  if (use->peak_allocated_index == -2) use->peak_allocated_index = -1;
+  if (use->peak_requested_index == -2) use->peak_requested_index = -1;
+  size_t fres = 0, falc = 0, freq = 0;
+  ms__allocator_replay_usage(run.a, &fres, &falc, &freq);
+  use->final_reserved = fres;
+  use->final_allocated = falc;
   ms_stats_t st = MS_STATS_INIT;
   if (ms_allocator_get_stats(run.a, &st) == MS_OK) {
-    use->device_allocs = (uint64_t)(st.num_device_alloc - st0.num_device_alloc);
+    use->device_mallocs = (uint64_t)(st.num_device_alloc - st0.num_device_alloc);
     use->device_frees = (uint64_t)(st.num_device_free - st0.num_device_free);
     use->alloc_retries = (uint64_t)(st.num_alloc_retries - st0.num_alloc_retries);
     use->ooms = (uint64_t)st.num_ooms; /* start-state OOMs count: the run could not begin */
