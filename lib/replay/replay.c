@@ -605,6 +605,26 @@ static int rp_compare_final(rp_run_t *run) {
   return MS_OK;
 }
 
+/* The figures after the last entry: final usage, and the counters of the trace's part (st0: the
+ * allocator's statistics after the start state was placed). */
+static void rp_final_usage(rp_run_t *run, const ms_stats_t *st0) {
+  ms_replay_usage_t *use = run->use;
+  if (use->peak_reserved_index == -2) use->peak_reserved_index = -1;
+  if (use->peak_allocated_index == -2) use->peak_allocated_index = -1;
+  if (use->peak_requested_index == -2) use->peak_requested_index = -1;
+  size_t fres = 0, falc = 0, freq = 0;
+  ms__allocator_replay_usage(run->a, &fres, &falc, &freq);
+  use->final_reserved = fres;
+  use->final_allocated = falc;
+  ms_stats_t st = MS_STATS_INIT;
+  if (ms_allocator_get_stats(run->a, &st) == MS_OK) {
+    use->device_mallocs = (uint64_t)(st.num_device_alloc - st0->num_device_alloc);
+    use->device_frees = (uint64_t)(st.num_device_free - st0->num_device_free);
+    use->alloc_retries = (uint64_t)(st.num_alloc_retries - st0->num_alloc_retries);
+    use->ooms = (uint64_t)(st.num_ooms - st0->num_ooms);
+  }
+}
+
 /* Replays one device. cfg_over: what-if configuration string (NULL = recorded settings). */
 static int rp_run_device(rp_trace_t *tr, bool whatif, const ms_alloc_config_t *cfg,
                          size_t capacity, ms_replay_device_t *res, ms_replay_usage_t *use) {
@@ -699,20 +719,7 @@ static int rp_run_device(rp_trace_t *tr, bool whatif, const ms_alloc_config_t *c
   if (r == MS_OK && run.stop && res->verdict == MS_REPLAY_PASS && !whatif) r = MS_ENOMEM;
   if (r == MS_OK && run.stop && whatif && res->verdict == MS_REPLAY_UNREPLAYABLE) r = MS_OK;
   if (!whatif) ms__allocator_set_hooks(run.a, NULL);
-  if (use->peak_reserved_index == -2) use->peak_reserved_index = -1;
-  if (use->peak_allocated_index == -2) use->peak_allocated_index = -1;
-  if (use->peak_requested_index == -2) use->peak_requested_index = -1;
-  size_t fres = 0, falc = 0, freq = 0;
-  ms__allocator_replay_usage(run.a, &fres, &falc, &freq);
-  use->final_reserved = fres;
-  use->final_allocated = falc;
-  ms_stats_t st = MS_STATS_INIT;
-  if (ms_allocator_get_stats(run.a, &st) == MS_OK) {
-    use->device_mallocs = (uint64_t)(st.num_device_alloc - st0.num_device_alloc);
-    use->device_frees = (uint64_t)(st.num_device_free - st0.num_device_free);
-    use->alloc_retries = (uint64_t)(st.num_alloc_retries - st0.num_alloc_retries);
-    use->ooms = (uint64_t)st.num_ooms; /* start-state OOMs count: the run could not begin */
-  }
+  rp_final_usage(&run, &st0);
   use->valid = r == MS_OK && (whatif || res->verdict == MS_REPLAY_PASS);
   ms_allocator_destroy(run.a);
   ms_backend_destroy(run.backend);
