@@ -77,6 +77,11 @@ static void expect_same(const char *what, const ms_replay_usage_t *rec,
   cr_expect_eq(rep->alloc_retries, rec->alloc_retries, "%s: retries %" PRIu64 " vs %" PRIu64, what,
                rep->alloc_retries, rec->alloc_retries);
   cr_expect_eq(rep->ooms, rec->ooms, "%s: ooms %" PRIu64 " vs %" PRIu64, what, rep->ooms, rec->ooms);
+  cr_expect_eq(rep->peak_reserved_index, rec->peak_reserved_index, "%s", what);
+  cr_expect_eq(rep->peak_requested, rec->peak_requested, "%s", what);
+  cr_expect_eq(rep->final_reserved, rec->final_reserved, "%s: final reserved %" PRIu64 " vs %" PRIu64,
+               what, rep->final_reserved, rec->final_reserved);
+  cr_expect_eq(rep->final_allocated, rec->final_allocated, "%s", what);
 }
 
 static size_t count_action(const ms_snapshot_t *s, ms_trace_action a) {
@@ -113,6 +118,12 @@ Test(replay_whatif, fixtures_recorded_config_reproduces_recorded_run, .timeout =
     cr_expect_eq(d->replayed.peak_allocated, t[i].peak_allocated, "%s: %" PRIu64, t[i].name,
                  d->replayed.peak_allocated);
     cr_expect_eq(d->replayed.ooms, 0);
+    /* final_reserved is what the snapshot holds at its end (independent of the replay) */
+    uint64_t held = 0;
+    for (size_t k = 0; k < s->nsegments; k++)
+      if (s->segments[k].device == 0) held += s->segments[k].total_size;
+    cr_expect_eq(d->replayed.final_reserved, held, "%s: %" PRIu64 " vs %" PRIu64, t[i].name,
+                 d->replayed.final_reserved, held);
     /* At the recorded peak as capacity: the same run, no OOM path needed. */
     uint64_t peak = d->recorded.peak_reserved;
     ms_replay_report_free(rep);
