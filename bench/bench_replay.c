@@ -4,8 +4,12 @@
  * with 438 inferred start blocks). Prints `replay_events_per_s` (median of 9 runs; target
  * >= 2,000,000, issue #7; a Python model of the same logic replays about 50,000 per second) and
  * `replay_check_ms` (median milliseconds per check, start-state rebuild and final layout
- * included). The snapshot is loaded once, outside the timing. Without the fixtures it prints a
- * SKIP line on stderr and no metric.
+ * included); for what-if (issue #14), `whatif_events_per_s` (trace entries of the what-if replay
+ * per second, expandable_segments:True, unlimited; the check replay that classifies release bursts
+ * is part of each call and its entries are not counted, so this is a lower bound), `whatif_ms`,
+ * and `min_capacity_s` (seconds for --min-capacity's bisection under the recorded settings). The
+ * snapshot is loaded once, outside the timing. Without the fixtures it prints a SKIP line on
+ * stderr and no metric.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -72,6 +76,36 @@ int main(void) {
   qsort(ms, RUNS, sizeof *ms, cmp_double);
   printf("replay_events_per_s %.0f\n", rate[RUNS / 2]);
   printf("replay_check_ms %.3f\n", ms[RUNS / 2]);
+  ms_replay_options_t o;
+  ms_replay_options_init(&o);
+  o.whatif = true;
+  o.config = "expandable_segments:True";
+  for (int i = 0; i < RUNS; i++) {
+    ms_replay_report_t *rep = NULL;
+    double t0 = now_s();
+    if (ms_replay_run(snap, &o, &rep, &eb) != MS_OK) {
+      fprintf(stderr, "bench_replay: what-if failed: %s\n", eb.msg);
+      return 1;
+    }
+    double dt = now_s() - t0;
+    size_t events = 0;
+    for (size_t d = 0; d < rep->ndevices; d++) events += rep->devices[d].entries;
+    ms_replay_report_free(rep);
+    rate[i] = (double)events / dt;
+    ms[i] = dt * 1e3;
+  }
+  qsort(rate, RUNS, sizeof *rate, cmp_double);
+  qsort(ms, RUNS, sizeof *ms, cmp_double);
+  printf("whatif_events_per_s %.0f\n", rate[RUNS / 2]);
+  printf("whatif_ms %.3f\n", ms[RUNS / 2]);
+  double t0 = now_s();
+  size_t cap = 0;
+  if (ms_replay_min_capacity(snap, 0, "", &cap, &eb) != MS_OK) {
+    fprintf(stderr, "bench_replay: min capacity failed: %s\n", eb.msg);
+    return 1;
+  }
+  printf("min_capacity_s %.3f\n", now_s() - t0);
+  fprintf(stderr, "bench_replay: min capacity %zu bytes\n", cap);
   ms_snapshot_free(snap);
   return 0;
 }

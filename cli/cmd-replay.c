@@ -100,7 +100,8 @@ static void replay_print_start(const ms_replay_device_t *d) {
     printf("start: empty");
     return;
   }
-  printf("start: mid-run, %zu segments, %zu live blocks, %zu sizes inferred (%zu ambiguous)",
+  printf("start: mid-run, rebuilt from the snapshot: %zu segments, %zu live blocks, %zu block "
+         "sizes inferred (%zu ambiguous)",
          d->start_segments, d->start_blocks, d->inferred, d->ambiguous);
 }
 
@@ -174,7 +175,7 @@ static void replay_check_json(const char *file, const ms_replay_report_t *rep, b
 typedef struct replay_row_s {
   char config[256];
   ms_replay_report_t *rep;
-  size_t min_capacity; /* 0 = not asked / not found */
+  size_t *min_capacity; /* per device of rep (its k-th entry); 0 = not asked / not found */
 } replay_row_t;
 
 static void replay_usage_json(const ms_replay_usage_t *u) {
@@ -182,35 +183,75 @@ static void replay_usage_json(const ms_replay_usage_t *u) {
     printf("null");
     return;
   }
-  printf("{\"peak_reserved\": %" PRIu64 ", \"peak_allocated\": %" PRIu64
-         ", \"frag_at_peak\": %" PRIu64 ", \"device_allocs\": %" PRIu64
-         ", \"device_frees\": %" PRIu64 ", \"alloc_retries\": %" PRIu64 ", \"ooms\": %" PRIu64,
-         u->peak_reserved, u->peak_allocated, u->frag_at_peak, u->device_allocs, u->device_frees,
-         u->alloc_retries, u->ooms);
-  if (u->first_oom_entry >= 0) {
-    printf(", \"first_oom\": {\"entry\": %" PRId64 ", \"size\": %" PRIu64 ", \"message\": ",
-           u->first_oom_entry, u->first_oom_size);
+  printf("{\"peak_reserved\": %" PRIu64 ", \"peak_reserved_index\": %" PRId64
+         ", \"peak_allocated\": %" PRIu64 ", \"peak_allocated_index\": %" PRId64
+         ", \"peak_requested\": %" PRIu64 ", \"peak_requested_index\": %" PRId64
+         ", \"unallocated_at_peak_reserved\": %" PRIu64,
+         u->peak_reserved, u->peak_reserved_index, u->peak_allocated, u->peak_allocated_index,
+         u->peak_requested, u->peak_requested_index, u->unallocated_at_peak_reserved);
+  printf(", \"device_mallocs\": %" PRIu64 ", \"device_frees\": %" PRIu64
+         ", \"alloc_retries\": %" PRIu64 ", \"ooms\": %" PRIu64 ", \"first_oom_index\": %" PRId64
+         ", \"final_reserved\": %" PRIu64 ", \"final_allocated\": %" PRIu64,
+         u->device_mallocs, u->device_frees, u->alloc_retries, u->ooms, u->first_oom_index,
+         u->final_reserved, u->final_allocated);
+  printf(", \"start_reserved\": %" PRIu64 ", \"start_short\": %" PRIu64, u->start_reserved,
+         u->start_short);
+  if (u->first_oom_index >= 0) {
+    printf(", \"first_oom\": {\"index\": %" PRId64 ", \"size\": %" PRIu64 ", \"message\": ",
+           u->first_oom_index, u->first_oom_size);
     replay_json_str(stdout, u->oom_message);
     printf("}");
   }
   printf("}");
 }
 
-static void replay_cells(const ms_replay_usage_t *u, char cells[7][32]) {
+/* The figures of docs/replay.md, by name, in the order the text prints them. */
+enum { RP_NFIG = 14 };
+static const char *const replay_fig_names[RP_NFIG] = {
+    "peak_reserved",  "peak_reserved_index", "peak_allocated", "peak_allocated_index",
+    "peak_requested", "peak_requested_index", "unallocated_at_peak_reserved", "device_mallocs",
+    "device_frees",   "alloc_retries",        "ooms",           "first_oom_index",
+    "final_reserved", "final_allocated"};
+
+static void replay_cells(const ms_replay_usage_t *u, char cells[RP_NFIG][32]) {
   if (!u->valid) {
-    for (int i = 0; i < 7; i++) snprintf(cells[i], 32, "-");
+    for (int i = 0; i < RP_NFIG; i++) snprintf(cells[i], 32, "-");
     return;
   }
   ms_format_size(u->peak_reserved, cells[0], 32);
-  ms_format_size(u->peak_allocated, cells[1], 32);
-  ms_format_size(u->frag_at_peak, cells[2], 32);
-  snprintf(cells[3], 32, "%" PRIu64, u->device_allocs);
-  snprintf(cells[4], 32, "%" PRIu64, u->device_frees);
-  snprintf(cells[5], 32, "%" PRIu64, u->alloc_retries);
-  snprintf(cells[6], 32, "%" PRIu64, u->ooms);
+  snprintf(cells[1], 32, "%" PRId64, u->peak_reserved_index);
+  ms_format_size(u->peak_allocated, cells[2], 32);
+  snprintf(cells[3], 32, "%" PRId64, u->peak_allocated_index);
+  ms_format_size(u->peak_requested, cells[4], 32);
+  snprintf(cells[5], 32, "%" PRId64, u->peak_requested_index);
+  ms_format_size(u->unallocated_at_peak_reserved, cells[6], 32);
+  snprintf(cells[7], 32, "%" PRIu64, u->device_mallocs);
+  snprintf(cells[8], 32, "%" PRIu64, u->device_frees);
+  snprintf(cells[9], 32, "%" PRIu64, u->alloc_retries);
+  snprintf(cells[10], 32, "%" PRIu64, u->ooms);
+  snprintf(cells[11], 32, "%" PRId64, u->first_oom_index);
+  ms_format_size(u->final_reserved, cells[12], 32);
+  ms_format_size(u->final_allocated, cells[13], 32);
 }
 
-static void replay_whatif_text(const replay_row_t *rows, size_t nrows, bool sweep, size_t capacity,
+/* The recorded start state does not fit the capacity: nothing was replayed. */
+static void replay_print_start_short(const char *config, const ms_replay_usage_t *u,
+                                     size_t capacity) {
+  char a[32], b[32], c[32];
+  if (!u->valid || !u->start_short) return;
+  printf("  %s%sthe start state does not fit: it holds %s reserved, the capacity is %s (%s short); "
+         "nothing was replayed\n",
+         config, *config ? ": " : "", replay_size(u->start_reserved, a, sizeof a), replay_size(capacity, b, sizeof b),
+         replay_size(u->start_short, c, sizeof c));
+}
+
+/* Who recorded the run, from the file: memsnap's own snapshots or PyTorch's pickles. */
+static const char *replay_producer(const ms_snapshot_t *snap) {
+  return snap->origin == MS_SNAP_ORIGIN_MEMSNAP ? "memsnap" : "PyTorch";
+}
+
+static void replay_whatif_text(const ms_snapshot_t *snap, const replay_row_t *rows, size_t nrows,
+                               bool sweep, size_t capacity,
                                bool min_cap) {
   char capbuf[32];
   const ms_replay_report_t *first = rows[0].rep;
@@ -227,49 +268,69 @@ static void replay_whatif_text(const replay_row_t *rows, size_t nrows, bool swee
     if (d0->verdict != MS_REPLAY_PASS)
       printf("  note: --check gives %s here (%s); the recorded column is partial\n",
              ms_replay_verdict_name(d0->verdict), d0->reason);
-    static const char *const labels[7] = {"peak reserved", "peak allocated",
-                                          "reserved-allocated at peak", "device allocations",
-                                          "device frees", "allocation retries", "OOMs"};
-    char rc[7][32], cc[7][32];
+    char rc[RP_NFIG][32], cc[RP_NFIG][32];
     replay_cells(&d0->recorded, rc);
     if (!sweep) {
       const ms_replay_device_t *d = &rows[0].rep->devices[k];
       replay_cells(&d->replayed, cc);
-      printf("  %-28s %-20s %s\n", "", "recorded (PyTorch)", rows[0].config[0] ? rows[0].config
+      char head[32];
+      snprintf(head, sizeof head, "recorded (%s)", replay_producer(snap));
+      printf("  %-28s %-20s %s\n", "", head, rows[0].config[0] ? rows[0].config
                                                                               : "replayed");
-      for (int i = 0; i < 7; i++) printf("  %-28s %-20s %s\n", labels[i], rc[i], cc[i]);
-      if (min_cap && rows[0].min_capacity)
-        printf("  %-28s %-20s %s (%zu bytes)\n", "smallest capacity, no OOM", "",
-               replay_size(rows[0].min_capacity, capbuf, sizeof capbuf), rows[0].min_capacity);
+      for (int i = 0; i < RP_NFIG; i++)
+        printf("  %-28s %-20s %s\n", replay_fig_names[i], rc[i], cc[i]);
+      if (min_cap && rows[0].min_capacity[k])
+        printf("  %-28s %-20s %s (%zu bytes)\n", "min_capacity", "",
+               replay_size(rows[0].min_capacity[k], capbuf, sizeof capbuf),
+               rows[0].min_capacity[k]);
       const ms_replay_usage_t *u = &d->replayed;
-      if (u->first_oom_entry >= 0)
-        printf("  first OOM at trace entry %" PRId64 " (%" PRIu64 " B requested):\n    %s\n",
-               u->first_oom_entry, u->first_oom_size, u->oom_message);
+      replay_print_start_short("", u, capacity);
+      if (u->first_oom_index >= 0)
+        printf("  first OOM at entry %" PRId64 " of device %d's trace (%" PRIu64
+               " B requested):\n    %s\n",
+               u->first_oom_index, d->device, u->first_oom_size, u->oom_message);
       continue;
     }
-    printf("  %-56s %13s %14s %12s %10s %9s %7s %5s%s\n", "configuration", "peak reserved",
-           "peak allocated", "frag at peak", "dev allocs", "dev frees", "retries", "OOMs",
-           min_cap ? "  min capacity" : "");
-    printf("  %-56s %13s %14s %12s %10s %9s %7s %5s\n", "(recorded: PyTorch)", rc[0], rc[1], rc[2],
-           rc[3], rc[4], rc[5], rc[6]);
+    /* The configuration column is as wide as its longest value. */
+    int w = 19;
+    for (size_t j = 0; j < nrows; j++)
+      if ((int)strlen(rows[j].config) > w) w = (int)strlen(rows[j].config);
+    printf("  %-*s %13s %14s %28s %14s %12s %13s %4s%s\n", w, "configuration", "peak_reserved",
+           "peak_allocated", "unallocated_at_peak_reserved", "device_mallocs", "device_frees",
+           "alloc_retries", "ooms", min_cap ? "  min_capacity" : "");
+    char head[32];
+    snprintf(head, sizeof head, "(recorded: %s)", replay_producer(snap));
+    printf("  %-*s %13s %14s %28s %14s %12s %13s %4s\n", w, head, rc[0], rc[2], rc[6], rc[7],
+           rc[8], rc[9], rc[10]);
     for (size_t j = 0; j < nrows; j++) {
       const ms_replay_device_t *d = &rows[j].rep->devices[k];
       replay_cells(&d->replayed, cc);
-      printf("  %-56s %13s %14s %12s %10s %9s %7s %5s", rows[j].config, cc[0], cc[1], cc[2], cc[3],
-             cc[4], cc[5], cc[6]);
-      if (min_cap) printf("  %12s", rows[j].min_capacity
-                                        ? replay_size(rows[j].min_capacity, capbuf, sizeof capbuf)
-                                        : "-");
+      printf("  %-*s %13s %14s %28s %14s %12s %13s %4s", w, rows[j].config, cc[0], cc[2], cc[6],
+             cc[7], cc[8], cc[9], cc[10]);
+      if (min_cap)
+        printf("  %12s", rows[j].min_capacity[k]
+                             ? replay_size(rows[j].min_capacity[k], capbuf, sizeof capbuf)
+                             : "-");
       putchar('\n');
+    }
+    for (size_t j = 0; j < nrows; j++) {
+      const ms_replay_usage_t *u = &rows[j].rep->devices[k].replayed;
+      if (u->valid && u->first_oom_index >= 0)
+        printf("  %s: first OOM at entry %" PRId64 " of device %d's trace (%" PRIu64
+               " B requested)\n",
+               rows[j].config, u->first_oom_index, d0->device, u->first_oom_size);
+      replay_print_start_short(rows[j].config, u, capacity);
     }
   }
 }
 
-static void replay_whatif_json(const char *file, const replay_row_t *rows, size_t nrows,
+static void replay_whatif_json(const ms_snapshot_t *snap, const char *file,
+                               const replay_row_t *rows, size_t nrows,
                                size_t capacity) {
   printf("{\"file\": ");
   replay_json_str(stdout, file);
-  printf(", \"mode\": \"whatif\", \"capacity\": %zu, \"devices\": [", capacity);
+  printf(", \"mode\": \"whatif\", \"recorded_by\": \"%s\", \"capacity\": %zu, \"devices\": [",
+         replay_producer(snap), capacity);
   const ms_replay_report_t *first = rows[0].rep;
   for (size_t k = 0; k < first->ndevices; k++) {
     const ms_replay_device_t *d0 = &first->devices[k];
@@ -289,7 +350,7 @@ static void replay_whatif_json(const char *file, const replay_row_t *rows, size_
       replay_json_str(stdout, rows[j].config);
       printf(", \"replayed\": ");
       replay_usage_json(&rows[j].rep->devices[k].replayed);
-      if (rows[j].min_capacity) printf(", \"min_capacity\": %zu", rows[j].min_capacity);
+      if (rows[j].min_capacity[k]) printf(", \"min_capacity\": %zu", rows[j].min_capacity[k]);
       printf("}");
     }
     printf("]}");
@@ -297,26 +358,56 @@ static void replay_whatif_json(const char *file, const replay_row_t *rows, size_
   printf("\n]}\n");
 }
 
-/* Expands 'k=v1,v2;k2=v3' into every combination "k:v1,k2:v3" (first key slowest).
- * @return the number of rows, or -1 after printing a usage error. */
-static int replay_expand_sweep(const char *spec, replay_row_t **out) {
+/* The next separator sep of s outside brackets (a value such as [256:1,>:4] holds commas), or
+ * NULL; an unbalanced bracket gives *bad. */
+static char *replay_split(char *s, char sep, bool *bad) {
+  int depth = 0;
+  for (; *s; s++) {
+    if (*s == '[') depth++;
+    else if (*s == ']' && --depth < 0) break;
+    else if (*s == sep && depth == 0) return s;
+  }
+  if (depth != 0) *bad = true;
+  return NULL;
+}
+
+/* Expands 'k=v1,v2;k2=v3' into every combination "k:v1,k2:v3" (first key slowest); values may be
+ * bracketed lists. @return the number of rows, or -1 after setting *why. */
+static int replay_expand_sweep(const char *spec, replay_row_t **out, char *why, size_t cap) {
   enum { MAXK = 8, MAXV = 32 };
   char buf[1024];
+  snprintf(why, cap, "expected 'key=v1,v2;key2=v3,...'");
   if (strlen(spec) >= sizeof buf) return -1;
   strcpy(buf, spec);
   char *keys[MAXK], *vals[MAXK][MAXV];
   int nv[MAXK], nk = 0;
-  for (char *part = strtok(buf, ";"); part; part = strtok(NULL, ";")) {
+  bool bad = false;
+  for (char *part = buf, *semi; part; part = semi ? semi + 1 : NULL) {
+    semi = replay_split(part, ';', &bad);
+    if (semi) *semi = 0;
+    if (bad) {
+      snprintf(why, cap, "unbalanced brackets");
+      return -1;
+    }
     while (*part == ' ') part++;
     if (!*part) continue;
     char *eq = strchr(part, '=');
     if (!eq || eq == part || nk == MAXK) return -1;
     *eq = 0;
+    for (int i = 0; i < nk; i++)
+      if (strcmp(keys[i], part) == 0) {
+        snprintf(why, cap, "key '%s' appears twice (list its values once: %s=a,b)", part, part);
+        return -1;
+      }
     keys[nk] = part;
     nv[nk] = 0;
     for (char *v = eq + 1, *comma; v; v = comma ? comma + 1 : NULL) {
-      comma = strchr(v, ',');
+      comma = replay_split(v, ',', &bad);
       if (comma) *comma = 0;
+      if (bad) {
+        snprintf(why, cap, "unbalanced brackets in the values of '%s'", part);
+        return -1;
+      }
       if (!*v || nv[nk] == MAXV) return -1;
       vals[nk][nv[nk]++] = v;
     }
@@ -325,7 +416,10 @@ static int replay_expand_sweep(const char *spec, replay_row_t **out) {
   if (!nk) return -1;
   size_t total = 1;
   for (int i = 0; i < nk; i++) total *= (size_t)nv[i];
-  if (total > 256) return -1;
+  if (total > 256) {
+    snprintf(why, cap, "%zu combinations (at most 256)", total);
+    return -1;
+  }
   replay_row_t *rows = calloc(total, sizeof *rows);
   if (!rows) return -1;
   for (size_t r = 0; r < total; r++) {
@@ -335,7 +429,7 @@ static int replay_expand_sweep(const char *spec, replay_row_t **out) {
       idx[i] = (int)(rem % (size_t)nv[i]);
       rem /= (size_t)nv[i];
     }
-    for (int i = 0; i < nk; i++)
+    for (int i = 0; i < nk && len < sizeof rows[r].config; i++)
       len += (size_t)snprintf(rows[r].config + len, sizeof rows[r].config - len, "%s%s:%s",
                               i ? "," : "", keys[i], vals[i][idx[i]]);
   }
@@ -349,10 +443,9 @@ static int replay_rows(const char *config, const char *sweep, replay_row_t **out
   replay_row_t *rows = NULL;
   int nrows = 1;
   if (sweep) {
-    nrows = replay_expand_sweep(sweep, &rows);
-    if (nrows < 0)
-      return -cli_usage_error("replay", "invalid --sweep '%s' (expected 'key=v1,v2;key2=v3,...')",
-                             sweep);
+    char why[160];
+    nrows = replay_expand_sweep(sweep, &rows, why, sizeof why);
+    if (nrows < 0) return -cli_usage_error("replay", "invalid --sweep '%s': %s", sweep, why);
   } else {
     rows = calloc(1, sizeof *rows);
     if (!rows) {
@@ -396,9 +489,24 @@ static int replay_report(const ms_snapshot_t *snap, const char *name, replay_row
     }
     return pass ? CLI_OK : CLI_FAILURE;
   }
-  if (json) replay_whatif_json(name, rows, (size_t)nrows, capacity);
-  else replay_whatif_text(rows, (size_t)nrows, sweep, capacity, min_cap);
+  if (json) replay_whatif_json(snap, name, rows, (size_t)nrows, capacity);
+  else replay_whatif_text(snap, rows, (size_t)nrows, sweep, capacity, min_cap);
   return replayable ? CLI_OK : CLI_FAILURE;
+}
+
+/* A file with no trace at all: says why there is nothing to replay. @return whether so. */
+static bool replay_nothing(const ms_snapshot_t *snap, const char *path) {
+  size_t entries = 0;
+  for (size_t d = 0; d < snap->ndevices; d++) entries += snap->devices[d].ntrace;
+  if (entries) return false;
+  if (snap->origin == MS_SNAP_ORIGIN_TORCH_LIST)
+    cli_error("'%s': nothing to replay: a bare segment list (torch.cuda.memory_snapshot(), the "
+              "format of PyTorch before 2.0) records the segments but no trace", cli_display_name(path));
+  else
+    cli_error("'%s': nothing to replay: no trace was recorded (PyTorch's "
+              "torch.cuda.memory._record_memory_history, or memsnap's history, was not on)",
+              cli_display_name(path));
+  return true;
 }
 
 int cmd_replay(int argc, char **argv) {
@@ -452,6 +560,11 @@ int cmd_replay(int argc, char **argv) {
     free(rows);
     return CLI_FAILURE;
   }
+  if (replay_nothing(snap, pos[0])) {
+    ms_snapshot_free(snap);
+    free(rows);
+    return CLI_FAILURE;
+  }
   ms_replay_options_t o;
   ms_replay_options_init(&o);
   o.whatif = !check;
@@ -467,22 +580,28 @@ int cmd_replay(int argc, char **argv) {
       status = CLI_FAILURE;
       break;
     }
-    if (min_cap) {
-      for (size_t k = 0; k < rows[j].rep->ndevices; k++) {
-        const ms_replay_device_t *d = &rows[j].rep->devices[k];
-        if (d->verdict == MS_REPLAY_UNREPLAYABLE) continue;
-        /* One device per row keeps the bisection's answer unambiguous: the first replayable. */
-        if (ms_replay_min_capacity(snap, d->device, rows[j].config, &rows[j].min_capacity, &eb) !=
-            MS_OK)
-          rows[j].min_capacity = 0;
-        break;
-      }
+    /* Each replayable device gets its own bisection. */
+    rows[j].min_capacity = calloc(rows[j].rep->ndevices + 1, sizeof *rows[j].min_capacity);
+    if (!rows[j].min_capacity) {
+      cli_error("out of memory");
+      status = CLI_FAILURE;
+      break;
+    }
+    for (size_t k = 0; min_cap && k < rows[j].rep->ndevices; k++) {
+      const ms_replay_device_t *d = &rows[j].rep->devices[k];
+      if (d->verdict == MS_REPLAY_UNREPLAYABLE) continue;
+      if (ms_replay_min_capacity(snap, d->device, rows[j].config, &rows[j].min_capacity[k], &eb) !=
+          MS_OK)
+        rows[j].min_capacity[k] = 0;
     }
   }
   if (status == CLI_OK)
     status = replay_report(snap, cli_display_name(pos[0]), rows, nrows, check, json,
                            sweep != NULL, capacity, min_cap);
-  for (int j = 0; j < nrows; j++) ms_replay_report_free(rows[j].rep);
+  for (int j = 0; j < nrows; j++) {
+    ms_replay_report_free(rows[j].rep);
+    free(rows[j].min_capacity);
+  }
   free(rows);
   ms_snapshot_free(snap);
   return status;

@@ -111,7 +111,7 @@ Test(replay, maphsge_other_devices_unreplayable, .timeout = 30) {
   cr_assert_eq(rep->ndevices, 4);
   for (size_t d = 1; d < 4; d++) {
     cr_expect_eq(rep->devices[d].verdict, MS_REPLAY_UNREPLAYABLE);
-    cr_expect_str_eq(rep->devices[d].reason, "no trace entries");
+    cr_expect(strncmp(rep->devices[d].reason, "no trace entries (", 18) == 0, "%s", rep->devices[d].reason);
   }
   ms_replay_report_free(rep);
   ms_snapshot_free(s);
@@ -475,7 +475,7 @@ Test(replay, whatif_recorded_settings_match_recorded_run, .timeout = 30) {
   const ms_replay_device_t *d = &rep->devices[0];
   cr_expect_eq(d->replayed.peak_reserved, d->recorded.peak_reserved);
   cr_expect_eq(d->replayed.peak_allocated, d->recorded.peak_allocated);
-  cr_expect_eq(d->replayed.device_allocs, count_action(s, MS_TRACE_SEGMENT_ALLOC));
+  cr_expect_eq(d->replayed.device_mallocs, count_action(s, MS_TRACE_SEGMENT_ALLOC));
   ms_replay_report_free(rep);
   ms_snapshot_free(s);
 }
@@ -510,7 +510,7 @@ Test(replay, whatif_capacity_ooms_are_reported, .timeout = 30) {
   ms_snapshot_t *s = fragmenting_trace();
   ms_replay_usage_t u = whatif(s, "", 200 * MiB);
   cr_expect_gt(u.ooms, 0);
-  cr_expect_geq(u.first_oom_entry, 0);
+  cr_expect_geq(u.first_oom_index, 0);
   cr_expect(strstr(u.oom_message, "out of memory") != NULL, "%s", u.oom_message);
   cr_expect_gt(u.alloc_retries, 0);
   ms_snapshot_free(s);

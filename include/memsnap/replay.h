@@ -49,15 +49,27 @@ MS_API const char *ms_replay_verdict_name(ms_replay_verdict v);
  * replay that reproduces the recorded run). Bytes unless stated. */
 typedef struct ms_replay_usage_s {
   bool valid;               /* false when it could not be measured (e.g. the check failed) */
+  /* Entry indexes are in the device's own trace; -1 = the start state (before entry 0). */
   uint64_t peak_reserved;   /* highest reserved (segments + mapped pages) */
-  uint64_t peak_allocated;  /* highest allocated (rounded block sizes) */
-  uint64_t frag_at_peak;    /* reserved - allocated at the peak of reserved (its least value
-                             * while reserved stood at the peak) */
-  uint64_t device_allocs;   /* device allocations (segments) and expandable maps */
-  uint64_t device_frees;    /* device frees and expandable unmaps */
+  int64_t peak_reserved_index;  /* the entry that first reached it */
+  uint64_t peak_allocated;  /* highest allocated (rounded sizes; a block stops counting at its
+                             * free_requested, as PyTorch's allocated_bytes) */
+  int64_t peak_allocated_index;
+  uint64_t peak_requested;  /* highest requested (unrounded sizes of allocated blocks) */
+  int64_t peak_requested_index;
+  uint64_t unallocated_at_peak_reserved; /* reserved - allocated right after the entry that
+                                          * first reached peak_reserved */
+  uint64_t device_mallocs;  /* device mallocs and expandable maps during the trace */
+  uint64_t device_frees;    /* device frees and non-empty expandable unmaps during the trace
+                             * (the start state's segments are not counted as mallocs) */
   uint64_t alloc_retries;   /* mallocs retried after releasing every cached segment */
   uint64_t ooms;            /* out-of-memory errors */
-  int64_t first_oom_entry;  /* the entry where the first OOM happened, -1 if none */
+  uint64_t final_reserved;  /* reserved after the last entry */
+  uint64_t final_allocated; /* allocated after the last entry */
+  uint64_t start_reserved;  /* reserved by the recorded start state (0 = the trace began empty) */
+  uint64_t start_short;     /* > 0: the start state does not fit the capacity by this many bytes
+                             * (what-if: nothing was replayed) */
+  int64_t first_oom_index;  /* the entry where the first OOM happened, -1 if none */
   uint64_t first_oom_size;  /* its requested size */
   char oom_message[640];    /* the allocator's OOM message for it ("" if none) */
 } ms_replay_usage_t;

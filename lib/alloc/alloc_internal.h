@@ -144,6 +144,7 @@ int ms__allocator_replay_add_segment(ms_allocator_t *a, uintptr_t ptr, size_t si
 bool ms__allocator_replay_would_fit(ms_allocator_t *a, size_t size, ms_stream_t stream);
 
 /* Current reserved and allocated bytes (all pools), cheaply. */
-void ms__allocator_replay_usage(ms_allocator_t *a, size_t *reserved, size_t *allocated);
+void ms__allocator_replay_usage(ms_allocator_t *a, size_t *reserved, size_t *allocated,
+                                size_t *requested);
 
 #endif /* MEMSNAP_LIB_ALLOC_INTERNAL_H */

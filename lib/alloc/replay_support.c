@@ -128,10 +128,12 @@ int ms__allocator_replay_add_segment(ms_allocator_t *a, uintptr_t ptr, size_t si
   return r;
 }
 
-void ms__allocator_replay_usage(ms_allocator_t *a, size_t *reserved, size_t *allocated) {
+void ms__allocator_replay_usage(ms_allocator_t *a, size_t *reserved, size_t *allocated,
+                                size_t *requested) {
   pthread_mutex_lock(&a->mu);
   *reserved = (size_t)a->stats.reserved_bytes[MS_STAT_ALL].current;
   *allocated = (size_t)a->stats.allocated_bytes[MS_STAT_ALL].current;
+  *requested = (size_t)a->stats.requested_bytes[MS_STAT_ALL].current;
   pthread_mutex_unlock(&a->mu);
 }
 

@@ -21,10 +21,14 @@ static int rdev_full(rdev_t *d, size_t size) {
   return MS_OK;
 }
 
-static uint64_t rdev_synth(rdev_t *d, size_t size) {
-  uint64_t a = d->synth;
-  d->synth += (size + RP_PAGE - 1) & ~(RP_PAGE - 1);
-  return a;
+/* A synthetic range of size bytes (rounded to 2 MiB); MS_ENOMEM when the synthetic space is
+ * spent (a hostile trace: ~13,000 unlimited reservations fit). */
+static int rdev_synth(rdev_t *d, size_t size, uint64_t *out) {
+  uint64_t len = ((uint64_t)size + RP_PAGE - 1) & ~(RP_PAGE - 1);
+  if (len < size || d->synth + len < d->synth) return MS_ENOMEM;
+  *out = d->synth;
+  d->synth += len;
+  return MS_OK;
 }
 
 int ms__rp_dev_add(rdev_t *d, uint64_t addr, uint64_t size, bool va) {
@@ -54,8 +58,8 @@ static bool rdev_overlaps(const rdev_t *d, uint64_t addr, uint64_t size) {
 }
 
 static int rdev_device_count(void *ctx, int *count) {
-  (void)ctx;
-  *count = 1;
+  const rdev_t *d = ctx;
+  *count = d->ndevices > 0 ? d->ndevices : 1;
   return MS_OK;
 }
 
@@ -67,8 +71,8 @@ static int rdev_malloc(void *ctx, int device, size_t size, ms_stream_t stream, m
   if (d->expect_pos < d->expect.len && d->expect.ptr[d->expect_pos].size == size &&
       !rdev_overlaps(d, d->expect.ptr[d->expect_pos].addr, size))
     addr = d->expect.ptr[d->expect_pos++].addr;
-  else
-    addr = rdev_synth(d, size); /* then the comparison reports the difference */
+  else /* then the comparison reports the difference (check) */
+    MS_FORWARD_IF_ERROR(rdev_synth(d, size, &addr));
   MS_FORWARD_IF_ERROR(ms__rp_dev_add(d, addr, size, false));
   d->used += size;
   *out = (ms_devptr_t)addr;
@@ -108,14 +112,28 @@ static int rdev_ok2(void *ctx, int device, uint64_t h) {
 }
 
 static int rdev_event_record(void *ctx, int device, ms_event_t e, ms_stream_t s) {
-  (void)ctx, (void)device, (void)e, (void)s;
+  rdev_t *d = ctx;
+  (void)device, (void)s;
+  uint64_t v;
+  if (d->real_events) {
+    (void)rp_map_take(&d->done, (uint64_t)e, &v); /* a reused event is pending again */
+    d->last_event = (uint64_t)e;
+  }
   return MS_OK;
 }
 
 static int rdev_event_query(void *ctx, int device, ms_event_t e, bool *done) {
-  (void)ctx, (void)device, (void)e;
-  *done = true;
+  rdev_t *d = ctx;
+  (void)device;
+  *done = !d->real_events || rp_map_has(&d->done, (uint64_t)e);
   return MS_OK;
+}
+
+/* The allocator waits for the event: the program's work on that stream is done. */
+static int rdev_event_sync(void *ctx, int device, ms_event_t e) {
+  rdev_t *d = ctx;
+  (void)device;
+  return d->real_events ? rp_map_put(&d->done, (uint64_t)e, 1) : MS_OK;
 }
 
 static int rdev_sync(void *ctx, int device) {
@@ -126,7 +144,9 @@ static int rdev_sync(void *ctx, int device) {
 static int rdev_va_reserve(void *ctx, int device, size_t size, ms_devptr_t *out) {
   rdev_t *d = ctx;
   (void)device;
-  uint64_t addr = d->va_pos < d->va_bases.len ? d->va_bases.ptr[d->va_pos++] : rdev_synth(d, size);
+  uint64_t addr;
+  if (d->va_pos < d->va_bases.len) addr = d->va_bases.ptr[d->va_pos++];
+  else MS_FORWARD_IF_ERROR(rdev_synth(d, size, &addr));
   MS_FORWARD_IF_ERROR(ms__rp_dev_add(d, addr, size, true));
   *out = (ms_devptr_t)addr;
   return MS_OK;
@@ -162,6 +182,7 @@ static void rdev_destroy(void *ctx) {
   MS_VEC_FREE(&d->ranges);
   MS_VEC_FREE(&d->expect);
   MS_VEC_FREE(&d->va_bases);
+  rp_map_free(&d->done);
   free(d);
 }
 
@@ -183,7 +204,7 @@ int ms__rp_dev_create(size_t capacity, size_t total, ms_backend_t **out, rdev_t 
       .event_create = rdev_handle,
       .event_record = rdev_event_record,
       .event_query = rdev_event_query,
-      .event_synchronize = rdev_ok2,
+      .event_synchronize = rdev_event_sync,
       .event_destroy = rdev_ok2,
       .device_synchronize = rdev_sync,
       .va_reserve = rdev_va_reserve,

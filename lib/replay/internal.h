@@ -22,12 +22,12 @@
 #include "memsnap/stats.h"
 
 #define RP_PAGE ((uint64_t)2 << 20)
-/* Synthetic addresses (segments the trace did not record) live far above any real one. */
-#define RP_SYNTH_BASE 0xfff0000000000000ULL
+/* Synthetic addresses (segments the trace did not record) live far above any real one (GPU
+ * virtual addresses stay below 2^57); the 15 * 2^60 bytes above hold thousands of unlimited
+ * expandable reservations (each 9/8 of the device's total, 1 PiB when unknown). */
+#define RP_SYNTH_BASE ((uint64_t)1 << 60)
 /* Total memory the recorded device reports when no capacity is given. */
 #define RP_UNLIMITED ((size_t)1 << 50)
-/* Capacity of the sim device for an unlimited what-if (its address window is 16 TiB). */
-#define RP_WHATIF_UNLIMITED ((size_t)1 << 40)
 #define RP_MIN_CAP_BOUND ((size_t)1 << 40)
 
 /* ---- address map: recorded address -> value (open addressing, backward-shift delete) ----------
@@ -154,6 +154,13 @@ typedef struct rdev_s {
   size_t fail_frees, frees_done;
   uint64_t synth;
   uint64_t next_handle;
+  /* What-if: events are real (a record_stream-deferred free completes when the replay reaches
+   * its free_completed, or when the allocator synchronizes on its OOM path or in empty_cache);
+   * check mode: every event is complete at once (the replay holds deferred frees itself). */
+  bool real_events;
+  int ndevices;         /* the replayed device's number + 1 (messages name the recorded GPU) */
+  rp_map_t done;        /* event handle -> 1: complete */
+  uint64_t last_event;  /* the event last recorded */
 } rdev_t;
 
 int ms__rp_dev_add(rdev_t *d, uint64_t addr, uint64_t size, bool va);

@@ -28,6 +28,10 @@
 
 #include "replay/internal.h"
 
+/* What-if: pending handles that are events, and the streams of deferred frees. */
+#define RP_EVENT_TAG ((uint64_t)1 << 63)
+#define RP_SYNTH_STREAM ((uint64_t)0xe5 << 56)
+
 const char *ms_replay_verdict_name(ms_replay_verdict v) {
   switch (v) {
   case MS_REPLAY_PASS: return "PASS";
@@ -67,7 +71,9 @@ typedef struct rp_run_s {
   MS_VEC(rp_got_t) got;  /* allocator trace entries of the current operation */
   MS_VEC(size_t) pend;   /* recorded segment entries awaiting their operation */
   rp_map_t live;         /* recorded address -> replayed address */
-  rp_map_t pending;      /* recorded address -> pending handle */
+  rp_map_t pending;      /* recorded address -> pending handle (what-if: event | RP_EVENT_TAG) */
+  uint64_t next_stream;  /* what-if: synthetic streams of deferred frees */
+  MS_VEC(size_t) late;   /* what-if: free_completed entries left to the allocator's next sync */
   ms_replay_device_t *res;
   ms_replay_usage_t *use;
   bool stop;
@@ -174,27 +180,49 @@ static void rp_compare(rp_run_t *run, size_t last) {
   }
 }
 
-static void rp_track_peak(rp_run_t *run) {
-  size_t res, alc;
-  ms__allocator_replay_usage(run->a, &res, &alc);
-  /* Fragmentation at the peak: the least unallocated part of reserved memory while reserved
-   * memory stood at its peak (the peak's unavoidable part, not its first moment). */
-  uint64_t frag = res - (alc < res ? alc : res);
-  if (res > run->use->peak_reserved) {
-    run->use->peak_reserved = res;
-    run->use->frag_at_peak = frag;
-  } else if (res == run->use->peak_reserved && frag < run->use->frag_at_peak) {
-    run->use->frag_at_peak = frag;
+/* The peaks after entry idx (device-local; -1 = the start state): each first reached there. */
+static void rp_track_peak(rp_run_t *run, int64_t idx) {
+  size_t res, alc, req;
+  ms__allocator_replay_usage(run->a, &res, &alc, &req);
+  ms_replay_usage_t *u = run->use;
+  if (res > u->peak_reserved || u->peak_reserved_index == -2) {
+    u->peak_reserved = res;
+    u->peak_reserved_index = idx;
+    u->unallocated_at_peak_reserved = res - (alc < res ? alc : res);
   }
-  if (alc > run->use->peak_allocated) run->use->peak_allocated = alc;
+  if (alc > u->peak_allocated || u->peak_allocated_index == -2) {
+    u->peak_allocated = alc;
+    u->peak_allocated_index = idx;
+  }
+  if (req > u->peak_requested || u->peak_requested_index == -2) {
+    u->peak_requested = req;
+    u->peak_requested_index = idx;
+  }
 }
 
+/* With no capacity and no recorded total, the device the message describes has no size: say so
+ * instead of the recorded device's stand-in total. */
+static void rp_unlimited_message(char *msg, size_t cap) {
+  char *a = strstr(msg, " has a total capacity of ");
+  char *b = a ? strstr(a, " is free. ") : NULL;
+  if (!b) return;
+  b += strlen(" is free. ");
+  static const char unl[] = " has unlimited capacity (the recorded run failed here). ";
+  size_t tail = strlen(b) + 1, at = (size_t)(a - msg);
+  if (at + sizeof unl - 1 + tail > cap) return;
+  memmove(a + sizeof unl - 1, b, tail);
+  memcpy(a, unl, sizeof unl - 1);
+}
+
+/* The first OOM: its entry (the index in the device's own trace) and the allocator's message. */
 static void rp_note_oom(rp_run_t *run, size_t i, uint64_t size) {
   ms_replay_usage_t *u = run->use;
-  if (u->first_oom_entry >= 0) return;
-  u->first_oom_entry = (int64_t)(run->tr->first + i);
+  if (u->first_oom_index >= 0) return;
+  u->first_oom_index = (int64_t)i;
   u->first_oom_size = size;
   ms_allocator_last_oom_message(run->a, u->oom_message, sizeof u->oom_message);
+  if (!run->capacity && !run->tr->device_total)
+    rp_unlimited_message(u->oom_message, sizeof u->oom_message);
 }
 
 /* Sets the recorded device up for the operation ending at entry `last` (check mode). */
@@ -258,6 +286,17 @@ static bool rp_burst_is_empty_cache(const rp_run_t *run) {
   return false;
 }
 
+/* Whether the device, when its total is recorded (memsnap's snapshots), could not have given
+ * the new segment or map that follows the burst in pend[nfree] without the burst: the OOM path
+ * starts only when the device refuses. Without a recorded total, assumed so. The allocator is
+ * taken to be the device's only user (exact on the simulated device). */
+static bool rp_device_was_full(const rp_run_t *run, size_t nfree) {
+  const rp_trace_t *tr = run->tr;
+  if (!tr->device_total || !run->rdev || nfree >= run->pend.len) return true;
+  uint64_t need = tr->t[run->pend.ptr[nfree]].size, used = run->rdev->used;
+  return need > tr->device_total || used > tr->device_total - need;
+}
+
 static void rp_op_flush(rp_run_t *run);
 
 /* Before the operation of an alloc or oom entry: a release burst in pend that the allocation did
@@ -283,6 +322,7 @@ static void rp_split_burst(rp_run_t *run, size_t i, bool oom_entry) {
                            !ms__allocator_replay_would_fit(run->a, (size_t)e->size,
                                                            (ms_stream_t)e->stream));
     if (caused && rp_burst_is_empty_cache(run)) caused = false;
+    if (caused && !oom_entry && !rp_device_was_full(run, nfree)) caused = false;
     if (kind && !run->whatif) *kind = caused ? 2 : 1;
   }
   if (caused) return;
@@ -299,10 +339,13 @@ static void rp_op_malloc(rp_run_t *run, size_t i, bool oom_entry) {
   size_t size = (size_t)e->size;
   rp_split_burst(run, i, oom_entry);
   if (run->stop) return;
+  rp_arm(run, oom_entry);
   if (run->whatif) {
-    run->pend.len = 0; /* what remains belongs to the OOM path: the allocator predicts its own */
-  } else {
-    rp_arm(run, oom_entry);
+    /* A new segment the what-if asks for where and as the recorded run did gets the recorded
+     * address (tie-breaks then match); the rest of pend belongs to the OOM path: the allocator
+     * predicts its own, the device never fails on purpose. */
+    run->rdev->fail = RDEV_FAIL_NONE;
+    run->pend.len = 0;
   }
   run->got.len = 0;
   ms_devptr_t ptr = 0;
@@ -320,7 +363,7 @@ static void rp_op_malloc(rp_run_t *run, size_t i, bool oom_entry) {
     } else if (ptr && rp_map_put(&run->live, e->addr, ptr) != MS_OK) {
       run->stop = true;
     }
-    if (r == MS_OK) rp_track_peak(run);
+    if (r == MS_OK) rp_track_peak(run, (int64_t)i);
     return;
   }
   char ex[256], got[256];
@@ -346,7 +389,7 @@ static void rp_op_malloc(rp_run_t *run, size_t i, bool oom_entry) {
   rp_compare(run, i);
   run->pend.len = 0;
   if (!run->stop && rp_map_put(&run->live, e->addr, ptr) != MS_OK) run->stop = true;
-  rp_track_peak(run);
+  rp_track_peak(run, (int64_t)i);
 }
 
 /* A burst (or stray segment entries) not followed by an allocation: empty_cache. */
@@ -391,6 +434,18 @@ static void rp_op_free(rp_run_t *run, size_t *ip) {
     *ip = i + 1;
     return;
   }
+  if (run->whatif) {
+    /* A stream of its own uses the block (no head-of-line blocking between deferred frees); the
+     * free records an event on it, complete at the recorded free_completed or when the allocator
+     * synchronizes (its OOM path, empty_cache), as the program's stream work would be. */
+    ms_stream_t use = (ms_stream_t)(RP_SYNTH_STREAM + run->next_stream++);
+    run->rdev->last_event = 0;
+    if (ms_allocator_record_stream(run->a, (ms_devptr_t)ptr, use) != MS_OK ||
+        ms_allocator_free(run->a, (ms_devptr_t)ptr) != MS_OK || !run->rdev->last_event ||
+        rp_map_put(&run->pending, e->addr, run->rdev->last_event | RP_EVENT_TAG) != MS_OK)
+      run->stop = true;
+    return;
+  }
   void *h = NULL;
   if (ms__allocator_replay_free_deferred(run->a, (ms_devptr_t)ptr, &h) != MS_OK ||
       rp_map_put(&run->pending, e->addr, (uint64_t)(uintptr_t)h) != MS_OK)
@@ -408,36 +463,48 @@ static void rp_op_complete(rp_run_t *run, size_t i) {
                 "no block is waiting to be freed there");
     return;
   }
+  if (h & RP_EVENT_TAG) { /* what-if: the event completes; the allocator frees at its next query */
+    if (rp_map_put(&run->rdev->done, h & ~RP_EVENT_TAG, 1) != MS_OK) run->stop = true;
+    return;
+  }
   ms__allocator_replay_complete(run->a, (void *)(uintptr_t)h);
 }
 
-/* Places the start state: exactly (check) or by allocating the live blocks (what-if). */
+/* Whether free_completed entry i may have been emitted by a synchronization (the OOM path's or
+ * empty_cache's release_cached_blocks): free_completed entries, then a segment_free/unmap, or
+ * the allocation's new segment, map or `oom` (the release freed nothing). Left to the end of
+ * that operation, a completion the allocation's own process_events made changes nothing: the
+ * cache could not serve the request with the block, so it cannot without it. */
+static bool rp_sync_emitted(const rp_trace_t *tr, size_t i) {
+  size_t j = i + 1;
+  while (j < tr->n && tr->t[j].action == MS_TRACE_FREE_COMPLETED)
+    j++;
+  if (j >= tr->n) return false;
+  switch (tr->t[j].action) {
+  case MS_TRACE_SEGMENT_FREE:
+  case MS_TRACE_SEGMENT_UNMAP:
+  case MS_TRACE_SEGMENT_ALLOC:
+  case MS_TRACE_SEGMENT_MAP:
+  case MS_TRACE_OOM: return true;
+  default: return false;
+  }
+}
+
+/* What-if: the free_completed entries a synchronization emitted. The allocator's own OOM path or
+ * empty_cache completed them if it ran; otherwise their work was done by then anyway: their
+ * events complete now, and the allocator frees them at its next query. */
+static void rp_complete_late(rp_run_t *run) {
+  for (size_t k = 0; k < run->late.len && !run->stop; k++)
+    rp_op_complete(run, run->late.ptr[k]);
+  run->late.len = 0;
+}
+
+/* Places the start state at its recorded addresses, blocks and free gaps as they were (check and
+ * what-if alike: a what-if assumes the recorded start state). */
 static int rp_place_start(rp_run_t *run) {
   rp_trace_t *tr = run->tr;
   for (size_t j = 0; j < tr->segs.len; j++) {
     rp_sseg_t *sg = &tr->segs.ptr[j];
-    if (run->whatif) {
-      for (size_t k = 0; k < sg->blocks.len; k++) {
-        rp_sblock_t *b = &sg->blocks.ptr[k];
-        ms_devptr_t p = 0;
-        int r = ms_allocator_malloc(run->a, b->requested ? b->requested : b->size,
-                                    (ms_stream_t)sg->stream, &p);
-        if (r == MS_EOOM) {
-          rp_note_oom(run, 0, b->requested);
-          run->use->first_oom_entry = (int64_t)tr->first;
-          continue;
-        }
-        MS_FORWARD_IF_ERROR(r);
-        if (b->state == 1) {
-          MS_FORWARD_IF_ERROR(rp_map_put(&run->live, b->addr, p));
-        } else {
-          void *h = NULL;
-          MS_FORWARD_IF_ERROR(ms__allocator_replay_free_deferred(run->a, p, &h));
-          MS_FORWARD_IF_ERROR(rp_map_put(&run->pending, b->addr, (uint64_t)(uintptr_t)h));
-        }
-      }
-      continue;
-    }
     /* Tile the segment: known blocks, and free gaps between them. */
     MS_VEC(ms__replay_block_t) tiles = {0};
     uint64_t at = sg->addr, end = sg->addr + sg->size;
@@ -538,6 +605,26 @@ static int rp_compare_final(rp_run_t *run) {
   return MS_OK;
 }
 
+/* The figures after the last entry: final usage, and the counters of the trace's part (st0: the
+ * allocator's statistics after the start state was placed). */
+static void rp_final_usage(rp_run_t *run, const ms_stats_t *st0) {
+  ms_replay_usage_t *use = run->use;
+  if (use->peak_reserved_index == -2) use->peak_reserved_index = -1;
+  if (use->peak_allocated_index == -2) use->peak_allocated_index = -1;
+  if (use->peak_requested_index == -2) use->peak_requested_index = -1;
+  size_t fres = 0, falc = 0, freq = 0;
+  ms__allocator_replay_usage(run->a, &fres, &falc, &freq);
+  use->final_reserved = fres;
+  use->final_allocated = falc;
+  ms_stats_t st = MS_STATS_INIT;
+  if (ms_allocator_get_stats(run->a, &st) == MS_OK) {
+    use->device_mallocs = (uint64_t)(st.num_device_alloc - st0->num_device_alloc);
+    use->device_frees = (uint64_t)(st.num_device_free - st0->num_device_free);
+    use->alloc_retries = (uint64_t)(st.num_alloc_retries - st0->num_alloc_retries);
+    use->ooms = (uint64_t)(st.num_ooms - st0->num_ooms);
+  }
+}
+
 /* Replays one device. cfg_over: what-if configuration string (NULL = recorded settings). */
 static int rp_run_device(rp_trace_t *tr, bool whatif, const ms_alloc_config_t *cfg,
                          size_t capacity, ms_replay_device_t *res, ms_replay_usage_t *use) {
@@ -549,16 +636,16 @@ static int rp_run_device(rp_trace_t *tr, bool whatif, const ms_alloc_config_t *c
   run.res = res;
   run.use = use;
   memset(use, 0, sizeof *use);
-  use->first_oom_entry = -1;
+  use->first_oom_index = -1;
   int r;
-  if (whatif) {
-    ms_sim_config_t sc = {1, capacity ? capacity : RP_WHATIF_UNLIMITED, false, true, 0};
-    r = ms_backend_sim_create(&sc, &run.backend);
-  } else {
-    r = ms__rp_dev_create(capacity, tr->device_total, &run.backend, &run.rdev);
-  }
+  /* What-if runs on the recorded device too, with nothing expected: the start segments sit at
+   * their recorded addresses, new ones get synthetic addresses, and the capacity (if any) is the
+   * only limit (no address window). */
+  r = ms__rp_dev_create(capacity, tr->device_total, &run.backend, &run.rdev);
   if (r != MS_OK) return r;
-  ms_allocator_config_t ac = {.backend = run.backend, .device = 0, .alloc = cfg};
+  run.rdev->real_events = whatif;
+  run.rdev->ndevices = tr->device + 1;
+  ms_allocator_config_t ac = {.backend = run.backend, .device = tr->device, .alloc = cfg};
   ms_errbuf_t eb;
   r = ms_allocator_create(&ac, &run.a, &eb);
   if (r != MS_OK) {
@@ -579,7 +666,14 @@ static int rp_run_device(rp_trace_t *tr, bool whatif, const ms_alloc_config_t *c
     run.stop = true;
     r = MS_OK;
   }
-  if (r == MS_OK) rp_track_peak(&run);
+  use->peak_reserved_index = use->peak_allocated_index = use->peak_requested_index = -2;
+  if (r == MS_OK) rp_track_peak(&run, -1);
+  use->start_reserved = run.rdev->used;
+  if (r == MS_OK && capacity && run.rdev->used > capacity) {
+    /* The recorded start state does not fit on the device: nothing to replay (what-if). */
+    use->start_short = run.rdev->used - capacity;
+    if (whatif) run.stop = true;
+  }
   /* Counters cover the trace only, not the rebuilt start state. */
   ms_stats_t st0 = MS_STATS_INIT;
   if (r == MS_OK) r = ms_allocator_get_stats(run.a, &st0);
@@ -596,37 +690,42 @@ static int rp_run_device(rp_trace_t *tr, bool whatif, const ms_alloc_config_t *c
     case MS_TRACE_ALLOC:
       allocs++;
       rp_op_malloc(&run, i, false);
+      rp_complete_late(&run);
       continue;
     case MS_TRACE_OOM:
       rp_op_malloc(&run, i, true);
+      rp_complete_late(&run);
       continue;
+    case MS_TRACE_FREE_COMPLETED:
+      if (whatif && rp_sync_emitted(tr, i)) {
+        if (MS_VEC_PUSH(&run.late, i) != 0) r = MS_ENOMEM;
+        continue;
+      }
+      break;
     default:
       break;
     }
     rp_op_flush(&run);
+    rp_complete_late(&run);
     if (run.stop) break;
     if (e->action == MS_TRACE_FREE_REQUESTED) rp_op_free(&run, &i);
     else if (e->action == MS_TRACE_FREE_COMPLETED) rp_op_complete(&run, i);
   }
   if (r == MS_OK && !run.stop) rp_op_flush(&run);
+  if (r == MS_OK && !run.stop) rp_complete_late(&run);
   res->allocs = allocs;
   res->events = i < tr->n ? i : tr->n;
   if (r == MS_OK && !whatif && !run.stop) r = rp_compare_final(&run);
   if (r == MS_OK && run.stop && res->verdict == MS_REPLAY_PASS && !whatif) r = MS_ENOMEM;
   if (r == MS_OK && run.stop && whatif && res->verdict == MS_REPLAY_UNREPLAYABLE) r = MS_OK;
   if (!whatif) ms__allocator_set_hooks(run.a, NULL);
-  ms_stats_t st = MS_STATS_INIT;
-  if (ms_allocator_get_stats(run.a, &st) == MS_OK) {
-    use->device_allocs = (uint64_t)(st.num_device_alloc - st0.num_device_alloc);
-    use->device_frees = (uint64_t)(st.num_device_free - st0.num_device_free);
-    use->alloc_retries = (uint64_t)(st.num_alloc_retries - st0.num_alloc_retries);
-    use->ooms = (uint64_t)st.num_ooms; /* start-state OOMs count: the run could not begin */
-  }
+  rp_final_usage(&run, &st0);
   use->valid = r == MS_OK && (whatif || res->verdict == MS_REPLAY_PASS);
   ms_allocator_destroy(run.a);
   ms_backend_destroy(run.backend);
   MS_VEC_FREE(&run.got);
   MS_VEC_FREE(&run.pend);
+  MS_VEC_FREE(&run.late);
   MS_VEC_FREE(&run.xlate);
   rp_map_free(&run.live);
   rp_map_free(&run.pending);
@@ -715,6 +814,7 @@ int ms_replay_run(const ms_snapshot_t *snap, const ms_replay_options_t *opt,
           memcpy(res->expected, scratch.expected, sizeof res->expected);
           memcpy(res->actual, scratch.actual, sizeof res->actual);
           r = rp_run_device(&tr, true, &cfg, o.capacity, res, &res->replayed);
+          res->allocs = scratch.allocs; /* the trace's, even when the what-if stopped early */
         }
       }
     }
@@ -732,6 +832,11 @@ void ms_replay_report_free(ms_replay_report_t *r) {
   if (!r) return;
   free(r->devices);
   free(r);
+}
+
+/* A what-if run fits its capacity: the start state fits and no allocation failed. */
+static bool rp_fits(const ms_replay_usage_t *u) {
+  return u->ooms == 0 && u->start_short == 0;
 }
 
 int ms_replay_min_capacity(const ms_snapshot_t *snap, int device, const char *config,
@@ -755,10 +860,13 @@ int ms_replay_min_capacity(const ms_snapshot_t *snap, int device, const char *co
     r = rp_run_device(&tr, true, &cfg, 0, &res, &use);
     hi = ((size_t)use.peak_reserved + RP_PAGE - 1) & ~(size_t)(RP_PAGE - 1);
     if (hi < RP_PAGE) hi = RP_PAGE;
+    /* Below the start state's reserved memory nothing fits. */
+    if (use.start_reserved > RP_PAGE) lo = ((size_t)use.start_reserved - 1) & ~(size_t)(RP_PAGE - 1);
+    if (lo >= hi) lo = hi - RP_PAGE;
   }
   while (r == MS_OK) {
     r = rp_run_device(&tr, true, &cfg, hi, &res, &use);
-    if (r != MS_OK || use.ooms == 0) break;
+    if (r != MS_OK || rp_fits(&use)) break;
     lo = hi;
     if (hi >= RP_MIN_CAP_BOUND) {
       r = ms__errbuf_set(eb, MS_ENOTFOUND, "device %d: the replay runs out of memory even with "
@@ -772,8 +880,22 @@ int ms_replay_min_capacity(const ms_snapshot_t *snap, int device, const char *co
     if (mid == lo) mid = lo + RP_PAGE;
     r = rp_run_device(&tr, true, &cfg, mid, &res, &use);
     if (r != MS_OK) break;
-    if (use.ooms) lo = mid;
-    else hi = mid;
+    if (rp_fits(&use)) hi = mid;
+    else lo = mid;
+  }
+  /* Verified: the bisection assumes that a larger device never does worse, which the OOM path
+   * does not promise; 2 MiB less must not fit (stepping down while it does, a bounded number of
+   * times). */
+  for (int step = 0; r == MS_OK && hi > RP_PAGE; step++) {
+    r = rp_run_device(&tr, true, &cfg, hi - RP_PAGE, &res, &use);
+    if (r != MS_OK || !rp_fits(&use)) break;
+    if (step == 64) {
+      r = ms__errbuf_set(eb, MS_ENOTFOUND, "device %d: no smallest capacity: the replay fits on "
+                         "%zu bytes and on 64 smaller sizes below its bisection's answer", device,
+                         hi - RP_PAGE);
+      break;
+    }
+    hi -= RP_PAGE;
   }
   ms__rp_trace_release(&tr);
   if (r == MS_OK) *out = hi;

@@ -107,7 +107,8 @@ bool ms__rp_replayable(const rp_trace_t *tr, char *why, size_t cap) {
     }
   }
   if (tr->n == 0) {
-    snprintf(why, cap, "no trace entries");
+    snprintf(why, cap, "no trace entries (no history was recorded on this device: PyTorch's "
+             "torch.cuda.memory._record_memory_history was not on for it)");
     return false;
   }
   if (nalloc + nfree == 0) { /* at most a free_completed or a snapshot entry */
