@@ -97,16 +97,31 @@ int cli_load_ex(const char *path, unsigned flags, ms_snapshot_t **out);
 void cli_progress_start(const char *fmt, ...) MS_PRINTF(1, 2);
 void cli_progress_stop(void);
 
+/* ---- output files (cli/output.c) ---- */
+
+/* "<stdout>" for "-", else path. */
+const char *cli_output_name(const char *path);
+/* Notes a file the command reads ("-": standard input, when it is a regular file); an output
+ * naming the same file (device and inode: through a symbolic or hard link too) is refused by
+ * cli_out_open(). cli_load() notes its file. */
+void cli_note_input(const char *path);
 /* An output file written complete-or-not-at-all (ms_atomic_file_t); "-" is standard output.
- * Write through `sink`. commit/abort print their errors and release the file. */
+ * Write through `sink`. open refuses an input (cli_note_input); while the hidden temporary file
+ * exists, SIGINT/SIGTERM/SIGHUP remove it before ending the process. commit/abort print their
+ * errors and release the file. */
 typedef struct cli_out_s {
   ms_atomic_file_t af;
   const char *path;
   ms_sink_t sink;
+  int werr; /* errno of the first failed write through sink, 0 if none */
 } cli_out_t;
 int cli_out_open(cli_out_t *o, const char *path);   /* @return CLI_OK or CLI_FAILURE */
 int cli_out_commit(cli_out_t *o);                   /* @return CLI_OK or CLI_FAILURE */
 void cli_out_abort(cli_out_t *o);
+/* Aborts o after a writer returned err (eb: its message, may be NULL) and prints why, naming
+ * the output: "no space left on device while writing 'OUT'", "cannot write 'OUT': ...".
+ * @return CLI_FAILURE. */
+int cli_out_fail(cli_out_t *o, int err, const ms_errbuf_t *eb);
 
 /* _memory_viz.py's Bytes/_format_size: "%3.1f" and "", Ki, Mi, ... then "B" (e.g. "605.0KiB",
  * "-38.1MiB"). @return buf. */

@@ -71,7 +71,7 @@ int cmd_convert(int argc, char **argv) {
     if (to)
       return cli_usage_error("convert", "unknown format '%s' (memsnap, memsnap-z or pickle)", to);
     return cli_usage_error("convert", "cannot tell the output format from '%s'; use --to",
-                           cli_display_name(out));
+                           cli_output_name(out));
   }
   ms_snapshot_t *snap = NULL;
   if (cli_load(in, &snap) != CLI_OK) return CLI_FAILURE;
@@ -82,7 +82,7 @@ int cmd_convert(int argc, char **argv) {
   }
   ms_errbuf_t eb = {{0}};
   int err;
-  cli_progress_start("writing '%s'", cli_display_name(out));
+  cli_progress_start("writing '%s'", cli_output_name(out));
   if (fmt == MS_FORMAT_PICKLE) {
     err = ms_pickle_write(snap, &o.sink, &eb);
   } else {
@@ -91,10 +91,6 @@ int cmd_convert(int argc, char **argv) {
   }
   cli_progress_stop();
   ms_snapshot_free(snap);
-  if (err != MS_OK) {
-    cli_out_abort(&o);
-    cli_error("cannot write '%s': %s", cli_display_name(out), eb.msg[0] ? eb.msg : ms_strerror(err));
-    return CLI_FAILURE;
-  }
+  if (err != MS_OK) return cli_out_fail(&o, err, &eb);
   return cli_out_commit(&o);
 }

@@ -64,6 +64,7 @@ static int fg_parse_num(const char *name, const char *s, double lo, double hi, d
 /* Streams the file into the builder. @return CLI_OK or CLI_FAILURE after printing the error. */
 static int fg_read(ms_flame_t *fl, const char *path) {
   const char *shown = cli_display_name(path);
+  cli_note_input(path);
   FILE *fp = strcmp(path, "-") == 0 ? stdin : fopen(path, "rb");
   if (!fp) {
     cli_error("cannot open '%s': %s", shown, strerror(errno));
@@ -201,13 +202,6 @@ int cmd_flamegraph(int argc, char **argv) {
   err = folded ? ms_flame_write_folded(fl, &out.sink, &eb) : ms_flame_write_svg(fl, &out.sink, &eb);
   cli_progress_stop();
   ms_flame_destroy(fl);
-  if (err != MS_OK) {
-    cli_out_abort(&out);
-    const char *why = eb.msg[0]         ? eb.msg
-                      : err == MS_EIO ? strerror(errno ? errno : EIO)
-                                      : ms_strerror(err);
-    cli_error("cannot write '%s': %s", out_path, why);
-    return CLI_FAILURE;
-  }
+  if (err != MS_OK) return cli_out_fail(&out, err, &eb);
   return cli_out_commit(&out);
 }

@@ -188,6 +188,7 @@ int cli_load_ex(const char *path, unsigned flags, ms_snapshot_t **out) {
   ms_errbuf_t eb = {{0}};
   ms_snapshot_t *snap = NULL;
   const char *name = cli_display_name(path);
+  cli_note_input(path);
   cli_progress_start("reading '%s'", name);
   int err = ms_snapshot_load_ex(path, flags, &snap, &eb);
   cli_progress_stop();
@@ -205,46 +206,6 @@ int cli_load_ex(const char *path, unsigned flags, ms_snapshot_t **out) {
   }
   *out = snap;
   return CLI_OK;
-}
-
-/* ---- output files ---------------------------------------------------------------------------- */
-
-static int cli_out_write(void *ctx, const char *buf, size_t len) {
-  cli_out_t *o = ctx;
-  if (len && fwrite(buf, 1, len, o->af.fp) != len) return MS_EIO;
-  return 0;
-}
-
-int cli_out_open(cli_out_t *o, const char *path) {
-  ms_errbuf_t eb = {{0}};
-  memset(o, 0, sizeof *o);
-  if (ms_atomic_file_open(&o->af, path, &eb) != MS_OK) {
-    cli_error("%s", eb.msg[0] ? eb.msg : "cannot create the output file");
-    return CLI_FAILURE;
-  }
-  o->path = path;
-  o->sink.write = cli_out_write;
-  o->sink.ctx = o;
-  return CLI_OK;
-}
-
-int cli_out_commit(cli_out_t *o) {
-  ms_errbuf_t eb = {{0}};
-  bool bad = ferror(o->af.fp) != 0;
-  if (bad) {
-    ms_atomic_file_abort(&o->af);
-    cli_error("cannot write '%s': %s", o->path, strerror(errno ? errno : EIO));
-    return CLI_FAILURE;
-  }
-  if (ms_atomic_file_commit(&o->af, &eb) != MS_OK) {
-    cli_error("%s", eb.msg[0] ? eb.msg : "cannot write the output file");
-    return CLI_FAILURE;
-  }
-  return CLI_OK;
-}
-
-void cli_out_abort(cli_out_t *o) {
-  ms_atomic_file_abort(&o->af);
 }
 
 /* ---- formatting -------------------------------------------------------------------------------
@@ -347,13 +308,7 @@ int cli_render(const char *out_path, cli_render_mode mode, const ms_flame_option
   if (err != MS_OK) goto fail_out;
   return cli_out_commit(&o);
 fail_out:
-  cli_out_abort(&o);
-  if (eb.msg[0])
-    cli_error("cannot write '%s': %s", out_path, eb.msg);
-  else
-    cli_error("cannot write '%s': %s", out_path,
-              err == MS_EIO ? strerror(errno ? errno : EIO) : ms_strerror(err));
-  return CLI_FAILURE;
+  return cli_out_fail(&o, err, &eb);
 }
 
 /* ---- memory and segments -----------------------------------------------------------------------

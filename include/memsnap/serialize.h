@@ -123,6 +123,10 @@ MS_API MS_NODISCARD int ms_snapshot_load_ex(const char *path, unsigned flags, ms
  *   else rc = ms_atomic_file_commit(&af, eb);            // closes af.fp in every case
  *
  * The path "-" means standard output: af.fp = stdout, commit only flushes it, abort does nothing.
+ * An existing path that is not a regular file (a FIFO, a device such as /dev/null, a symbolic
+ * link that does not end at a regular file) is opened and written through, as cp and sort -o do
+ * (tmp_path stays NULL; abort closes it); renaming over it would destroy it. A symbolic link to
+ * a regular file is followed: its target is replaced complete-or-not-at-all, the link stays.
  * Thread-safety: one ms_atomic_file_t per thread; distinct files may be written concurrently. */
 typedef struct ms_atomic_file_s {
   FILE *fp;       /* write the content here; NULL after commit/abort */

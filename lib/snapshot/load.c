@@ -106,6 +106,34 @@ static void atomic_release(ms_atomic_file_t *af) {
   af->fp = NULL;
 }
 
+/* An existing path that is not a regular file (a FIFO, a device such as /dev/null, a symbolic
+ * link that does not end at a regular file) is opened and written through, as cp and sort -o
+ * do: renaming over it would destroy it. A symbolic link to a regular file is followed: the
+ * target is replaced complete-or-not-at-all and the link stays. @return 1 to go on with a
+ * temporary file (af->path possibly replaced by the link's target), MS_OK when af->fp writes
+ * through, or an error. */
+static int atomic_open_existing(ms_atomic_file_t *af, const char *path, ms_errbuf_t *eb) {
+  struct stat lst, st;
+  if (lstat(path, &lst) != 0 || S_ISREG(lst.st_mode)) return 1;
+  if (S_ISLNK(lst.st_mode) && stat(path, &st) == 0 && S_ISREG(st.st_mode)) {
+    char *target = realpath(path, NULL);
+    if (target) {
+      free(af->path);
+      af->path = target;
+      return 1;
+    }
+  }
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+  if (fd >= 0 && !(af->fp = fdopen(fd, "wb"))) close(fd);
+  if (!af->fp) {
+    int e = errno;
+    ms__errbuf_set(eb, MS_EIO, "cannot open '%s': %s", path, strerror(e));
+    atomic_release(af);
+    return MS_EIO;
+  }
+  return MS_OK;
+}
+
 int ms_atomic_file_open(ms_atomic_file_t *af, const char *path, ms_errbuf_t *eb) {
   memset(af, 0, sizeof *af);
   if (!path || !*path) return ms__errbuf_set(eb, MS_EINVAL, "empty output path");
@@ -115,6 +143,9 @@ int ms_atomic_file_open(ms_atomic_file_t *af, const char *path, ms_errbuf_t *eb)
     af->fp = stdout;
     return MS_OK;
   }
+  int through = atomic_open_existing(af, path, eb);
+  if (through != 1) return through; /* written through, or failed */
+  path = af->path; /* a symbolic link's target, when it names a regular file */
   /* ".NAME.tmp-XXXXXX" next to the final name, so that rename() stays in one file system. */
   const char *slash = strrchr(path, '/');
   size_t dirlen = slash ? (size_t)(slash - path) + 1 : 0;
@@ -185,12 +216,20 @@ int ms_atomic_file_commit(ms_atomic_file_t *af, ms_errbuf_t *eb) {
     atomic_release(af);
     return ms__errbuf_set(eb, MS_ESTATE, "atomic file is not open");
   }
-  if (!af->tmp_path) { /* stdout */
+  if (!af->tmp_path) { /* stdout, or a file written through */
     int bad = fflush(af->fp) != 0 || ferror(af->fp);
     int e = errno;
+    if (af->fp != stdout && fclose(af->fp) != 0 && !bad) {
+      bad = 1;
+      e = errno;
+    }
+    int rc = MS_OK;
+    if (bad && af->fp == stdout)
+      rc = ms__errbuf_set(eb, MS_EIO, "cannot write to standard output: %s", strerror(e));
+    else if (bad)
+      rc = ms__errbuf_set(eb, MS_EIO, "cannot write '%s': %s", af->path, strerror(e));
     atomic_release(af);
-    if (bad) return ms__errbuf_set(eb, MS_EIO, "cannot write to standard output: %s", strerror(e));
-    return MS_OK;
+    return rc;
   }
   int rc = MS_OK;
   const char *what = NULL;
@@ -226,8 +265,10 @@ void ms_atomic_file_abort(ms_atomic_file_t *af) {
   if (af->fp && af->tmp_path) {
     fclose(af->fp);
     unlink(af->tmp_path);
-  } else if (af->fp) {
+  } else if (af->fp == stdout) {
     fflush(af->fp);
+  } else if (af->fp) {
+    fclose(af->fp); /* written through: what was written stays */
   }
   atomic_release(af);
 }

@@ -1,0 +1,324 @@
+/* SPDX-License-Identifier: MIT
+ * Tests of the `memsnap` program's files and messages as a user meets them (issue #16), run as
+ * a user runs them: the built binary ($MEMSNAP_BIN) started with fork/exec in a fresh directory,
+ * its stdout, stderr and exit status checked.
+ *
+ *  - no command writes over one of its inputs: the same name, a symbolic link, a hard link;
+ *  - `-o` to a FIFO, a device or a symbolic link writes through and never renames over it;
+ *  - SIGTERM/SIGINT while the hidden temporary file exists remove it;
+ *  - a full device: "no space left on device while writing OUT", nothing left behind.
+ * The snapshots are synthetic (tests/helpers.c), so every test runs without the fixtures.
+ */
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pty.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/inotify.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "helpers.h"
+#include "memsnap/serialize.h"
+#include "memsnap/snapshot.h"
+
+/* ---- running the program ---------------------------------------------------------------------
+ */
+
+typedef struct run_s {
+  int status; /* exit status, or 128 + signal */
+  char *out;  /* stdout (NUL-terminated) */
+  size_t out_len;
+  char *err; /* stderr */
+} run_t;
+
+static char *dir;
+
+static const char *bin(void) {
+  const char *b = getenv("MEMSNAP_BIN");
+  return b && *b ? b : MS_TEST_BINARY_DIR "/bin/memsnap";
+}
+
+static char *path_in(const char *name) {
+  static char buf[4][600];
+  static int k;
+  char *p = buf[k++ & 3];
+  snprintf(p, sizeof buf[0], "%s/%s", dir, name);
+  return p;
+}
+
+static char *read_all(const char *path, size_t *len) {
+  size_t n = 0;
+  char *p = th_read_file(path, &n);
+  if (len) *len = n;
+  return p;
+}
+
+/* Runs memsnap with args (NULL-terminated) in dir; stdin from in_path (NULL: /dev/null); stdout
+ * to a terminal (a pty) when tty, else to a file. */
+static run_t run_ex(const char *in_path, int tty, const char *const *args) {
+  char outp[700], errp[700];
+  snprintf(outp, sizeof outp, "%s/.stdout", dir);
+  snprintf(errp, sizeof errp, "%s/.stderr", dir);
+  const char *argv[32];
+  int n = 0;
+  argv[n++] = bin();
+  for (; args[n - 1] && n < 31; n++) argv[n] = args[n - 1];
+  argv[n] = NULL;
+  int master = -1;
+  pid_t pid = tty ? forkpty(&master, NULL, NULL, NULL) : fork();
+  cr_assert_neq(pid, -1);
+  if (pid == 0) {
+    int in = open(in_path ? in_path : "/dev/null", O_RDONLY);
+    int err = open(errp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    int out = tty ? 1 : open(outp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (in < 0 || out < 0 || err < 0 || chdir(dir) != 0) _exit(126);
+    dup2(in, 0);
+    dup2(out, 1);
+    dup2(err, 2);
+    execv(argv[0], (char *const *)argv);
+    _exit(127);
+  }
+  run_t r = {0};
+  if (tty) {
+    size_t cap = 1 << 16, len = 0;
+    r.out = malloc(cap + 1);
+    for (;;) { /* until the child closes the pty (EIO on Linux) */
+      if (len == cap) r.out = realloc(r.out, (cap *= 2) + 1);
+      ssize_t k = read(master, r.out + len, cap - len);
+      if (k <= 0) break;
+      len += (size_t)k;
+    }
+    close(master);
+    r.out[len] = 0;
+    r.out_len = len;
+  }
+  int st = 0;
+  cr_assert_eq(waitpid(pid, &st, 0), pid);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  if (!tty) r.out = read_all(outp, &r.out_len);
+  r.err = read_all(errp, NULL);
+  unlink(outp);
+  unlink(errp);
+  cr_assert(r.out && r.err);
+  return r;
+}
+
+#define RUN(...) run_ex(NULL, 0, (const char *const[]){__VA_ARGS__, NULL})
+
+static void run_free(run_t *r) {
+  free(r->out);
+  free(r->err);
+}
+
+/* Entries of dir other than the run's own .stdout/.stderr. */
+static int count_files(void) {
+  DIR *d = opendir(dir);
+  int n = 0;
+  struct dirent *e;
+  while ((e = readdir(d)))
+    if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..") && strcmp(e->d_name, ".stdout") &&
+        strcmp(e->d_name, ".stderr"))
+      n++;
+  closedir(d);
+  return n;
+}
+
+/* A hidden temporary output left in dir (".NAME.tmp-XXXXXX"), or NULL. */
+static char *find_tmp(void) {
+  static char name[300];
+  DIR *d = opendir(dir);
+  struct dirent *e;
+  char *found = NULL;
+  while ((e = readdir(d)))
+    if (strstr(e->d_name, ".tmp-")) {
+      snprintf(name, sizeof name, "%s", e->d_name);
+      found = name;
+    }
+  closedir(d);
+  return found;
+}
+
+/* Writes a synthetic snapshot (memsnap format) to dir/name. */
+static void write_snapshot(const char *name, const th_synth_opts_t *opts) {
+  ms_snapshot_t *s = th_synth(opts);
+  cr_assert(s);
+  ms_errbuf_t eb = {{0}};
+  cr_assert_eq(ms_snapshot_write_file(s, path_in(name), NULL, &eb), MS_OK, "%s", eb.msg);
+  ms_snapshot_free(s);
+}
+
+static void setup(void) {
+  dir = th_tmpdir();
+  cr_assert(dir);
+  cr_assert(access(bin(), X_OK) == 0, "memsnap binary not found at %s", bin());
+}
+
+static void teardown(void) {
+  th_rmdir(dir);
+  free(dir);
+}
+
+TestSuite(cli_files, .init = setup, .fini = teardown, .timeout = 120);
+
+/* ---- 1. inputs are never written over ----------------------------------------------------- */
+
+/* Runs args, which name OUT as their output: it must fail with the refusal, leave IN's bytes as
+ * they were and leave no file behind. */
+static void expect_refused(const char *in, const char *const *args) {
+  size_t len0, len1;
+  char *before = read_all(path_in(in), &len0);
+  int files = count_files();
+  run_t r = run_ex(NULL, 0, args);
+  cr_expect_eq(r.status, 1, "%s %s: status %d, %s", args[0], args[1], r.status, r.err);
+  cr_expect(strstr(r.err, "memsnap: error: refusing to write the output"), "%s", r.err);
+  cr_expect(strstr(r.err, in), "the message does not name the input: %s", r.err);
+  char *after = read_all(path_in(in), &len1);
+  cr_expect(len0 == len1 && memcmp(before, after, len0) == 0, "%s: the input changed", args[0]);
+  cr_expect_eq(count_files(), files, "%s: a file was left behind", args[0]);
+  cr_expect_null(find_tmp());
+  run_free(&r);
+  free(before);
+  free(after);
+}
+
+Test(cli_files, no_command_writes_over_its_input) {
+  write_snapshot("a.msnap", NULL);
+  write_snapshot("b.msnap", NULL);
+  cr_assert_eq(symlink("a.msnap", path_in("link.svg")), 0);
+  cr_assert_eq(link(path_in("a.msnap"), path_in("hard.svg")), 0);
+  run_t r = RUN("memory", "a.msnap", "--folded", "-o", "a.folded");
+  cr_assert_eq(r.status, 0, "%s", r.err);
+  run_free(&r);
+  cr_assert_eq(symlink("a.folded", path_in("flink")), 0);
+  /* the output under the input's own name, through a symbolic link and through a hard link */
+  const char *const outs[] = {"a.msnap", "link.svg", "hard.svg", "./a.msnap"};
+  for (size_t i = 0; i < sizeof outs / sizeof *outs; i++) {
+    const char *o = outs[i];
+    expect_refused("a.msnap", (const char *const[]){"memory", "a.msnap", "-o", o, NULL});
+    expect_refused("a.msnap", (const char *const[]){"memory", "a.msnap", "--folded", "-o", o, NULL});
+    expect_refused("a.msnap", (const char *const[]){"segments", "a.msnap", "-o", o, NULL});
+    expect_refused("a.msnap", (const char *const[]){"compare", "b.msnap", "a.msnap", "-o", o, NULL});
+    expect_refused("a.msnap", (const char *const[]){"compare", "a.msnap", "b.msnap", "--stacks",
+                                                    "-o", o, NULL});
+    expect_refused("a.msnap", (const char *const[]){"convert", "a.msnap", o, "--to", "pickle", NULL});
+  }
+  expect_refused("a.folded", (const char *const[]){"flamegraph", "a.folded", "-o", "a.folded", NULL});
+  expect_refused("a.folded", (const char *const[]){"flamegraph", "a.folded", "-o", "flink", NULL});
+  /* standard input that is the file: `memsnap convert - a.msnap < a.msnap` */
+  r = run_ex(path_in("a.msnap"), 0,
+             (const char *const[]){"convert", "-", "a.msnap", "--to", "pickle", NULL});
+  cr_expect_eq(r.status, 1, "%s", r.err);
+  cr_expect(strstr(r.err, "refusing to write the output 'a.msnap' over the input '<stdin>'"), "%s",
+            r.err);
+  run_free(&r);
+  /* a different file is written as before */
+  r = RUN("convert", "a.msnap", "c.pickle");
+  cr_expect_eq(r.status, 0, "%s", r.err);
+  run_free(&r);
+}
+
+/* ---- 18. -o to a FIFO, a device, a symbolic link ------------------------------------------ */
+
+Test(cli_files, output_to_a_fifo_is_written_through) {
+  write_snapshot("a.msnap", NULL);
+  run_t r = RUN("memory", "a.msnap", "--folded", "-o", "want.folded");
+  cr_assert_eq(r.status, 0, "%s", r.err);
+  run_free(&r);
+  size_t want_len;
+  char *want = read_all(path_in("want.folded"), &want_len);
+  cr_assert_eq(mkfifo(path_in("fifo"), 0644), 0);
+  pid_t pid = fork();
+  cr_assert_neq(pid, -1);
+  if (pid == 0) { /* the writer: memsnap, whose open() waits for the reader below */
+    char *argv[] = {(char *)bin(), "memory", "a.msnap", "--folded", "-o", "fifo", NULL};
+    if (chdir(dir) != 0) _exit(126);
+    execv(argv[0], argv);
+    _exit(127);
+  }
+  int fd = open(path_in("fifo"), O_RDONLY);
+  cr_assert_geq(fd, 0);
+  size_t cap = want_len + 4096, n = 0;
+  char *got = malloc(cap);
+  ssize_t k;
+  while ((k = read(fd, got + n, cap - n)) > 0) n += (size_t)k;
+  close(fd);
+  int st;
+  cr_assert_eq(waitpid(pid, &st, 0), pid);
+  cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  cr_expect(n == want_len && memcmp(got, want, n) == 0, "the reader got %zu bytes of %zu", n,
+            want_len);
+  struct stat sb;
+  cr_expect(lstat(path_in("fifo"), &sb) == 0 && S_ISFIFO(sb.st_mode), "the FIFO was replaced");
+  cr_expect_null(find_tmp());
+  free(got);
+  free(want);
+}
+
+Test(cli_files, output_to_a_device_is_written_through) {
+  write_snapshot("a.msnap", NULL);
+  /* a null device of our own (c 1 3), so that a wrong rename cannot destroy the system's */
+  if (mknod(path_in("null"), S_IFCHR | 0666, makedev(1, 3)) != 0) {
+    cr_log_warn("SKIP output_to_a_device: mknod: %s", strerror(errno));
+    printf("SKIP output_to_a_device_is_written_through: cannot create a device (%s)\n",
+           strerror(errno));
+    return;
+  }
+  int fd = open(path_in("null"), O_WRONLY);
+  if (fd < 0) { /* a file system mounted nodev */
+    printf("SKIP output_to_a_device_is_written_through: cannot open a device here (%s)\n",
+           strerror(errno));
+    unlink(path_in("null"));
+    return;
+  }
+  close(fd);
+  const char *const cmds[][8] = {
+      {"memory", "a.msnap", "-o", "null", NULL},
+      {"segments", "a.msnap", "--folded", "-o", "null", NULL},
+      {"convert", "a.msnap", "null", "--to", "pickle", NULL},
+  };
+  for (size_t i = 0; i < sizeof cmds / sizeof *cmds; i++) {
+    run_t r = run_ex(NULL, 0, cmds[i]);
+    cr_expect_eq(r.status, 0, "%s: %s", cmds[i][0], r.err);
+    run_free(&r);
+    struct stat sb;
+    cr_expect(lstat(path_in("null"), &sb) == 0 && S_ISCHR(sb.st_mode),
+              "%s: the device was replaced by a file", cmds[i][0]);
+    cr_expect_null(find_tmp());
+  }
+}
+
+Test(cli_files, output_through_a_symbolic_link) {
+  write_snapshot("a.msnap", NULL);
+  cr_assert_eq(mkdir(path_in("sub"), 0755), 0);
+  cr_assert_eq(th_write_file(path_in("sub/target.folded"), "old", 3), 0);
+  cr_assert_eq(symlink("sub/target.folded", path_in("link.folded")), 0);
+  run_t r = RUN("memory", "a.msnap", "--folded", "-o", "link.folded");
+  cr_expect_eq(r.status, 0, "%s", r.err);
+  run_free(&r);
+  struct stat sb;
+  cr_expect(lstat(path_in("link.folded"), &sb) == 0 && S_ISLNK(sb.st_mode),
+            "the symbolic link was replaced");
+  r = RUN("memory", "a.msnap", "--folded", "-o", "-");
+  size_t n;
+  char *got = read_all(path_in("sub/target.folded"), &n);
+  cr_expect(n == r.out_len && memcmp(got, r.out, n) == 0, "the link's target was not written");
+  free(got);
+  run_free(&r);
+  /* a dangling link creates its target, as cp does */
+  cr_assert_eq(symlink("sub/new.svg", path_in("dangling.svg")), 0);
+  r = RUN("memory", "a.msnap", "-o", "dangling.svg");
+  cr_expect_eq(r.status, 0, "%s", r.err);
+  run_free(&r);
+  cr_expect(lstat(path_in("dangling.svg"), &sb) == 0 && S_ISLNK(sb.st_mode));
+  cr_expect(stat(path_in("sub/new.svg"), &sb) == 0 && sb.st_size > 0);
+  th_rmdir(path_in("sub"));
+}
