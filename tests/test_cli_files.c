@@ -55,11 +55,19 @@ static char *path_in(const char *name) {
   return p;
 }
 
+/* The whole file, NUL-terminated; NULL if it cannot be read. */
 static char *read_all(const char *path, size_t *len) {
   size_t n = 0;
   char *p = th_read_file(path, &n);
+  if (!p) return NULL;
+  char *z = realloc(p, n + 1);
+  if (!z) {
+    free(p);
+    return NULL;
+  }
+  z[n] = 0;
   if (len) *len = n;
-  return p;
+  return z;
 }
 
 /* Runs memsnap with args (NULL-terminated) in dir; stdin from in_path (NULL: /dev/null); stdout
@@ -381,4 +389,101 @@ Test(cli_files, signals_remove_the_temporary_file) {
     struct stat sb;
     cr_expect(stat(path_in("out.folded"), &sb) != 0, "signal %d: an output was left", sigs[i]);
   }
+}
+
+/* ---- 2. a full device ------------------------------------------------------------------------ */
+
+static void expect_enospc(run_t r, const char *out) {
+  char want[300];
+  snprintf(want, sizeof want, "memsnap: error: no space left on device while writing '%s'\n", out);
+  cr_expect_eq(r.status, 1, "%s", r.err);
+  /* the last line (compare's lists go to stderr when the graph goes to stdout) */
+  size_t n = strlen(r.err), m = strlen(want);
+  cr_expect(n >= m && strcmp(r.err + n - m, want) == 0, "want %s, got %s", want, r.err);
+}
+
+Test(cli_files, a_full_device_says_no_space_and_leaves_nothing) {
+  write_snapshot("a.msnap", NULL);
+  th_synth_opts_t ob = {.nsegments = 6, .blocks_per_segment = 4, .nframes = 10, .nstacks = 8,
+                        .ntrace = 2, .seed = 99};
+  write_snapshot("b.msnap", &ob);
+  /* standard output on /dev/full: named <stdout> */
+  const char *const to_stdout[][8] = {
+      {"memory", "a.msnap", "--folded", "-o", "-", NULL},
+      {"convert", "a.msnap", "-", "--to", "pickle", NULL},
+      {"compare", "a.msnap", "b.msnap", "--stacks", "--folded", "-o", "-", NULL},
+  };
+  int saved = dup(1);
+  for (size_t i = 0; i < sizeof to_stdout / sizeof *to_stdout; i++) {
+    int full = open("/dev/full", O_WRONLY);
+    cr_assert_geq(full, 0);
+    fflush(stdout);
+    dup2(full, 1); /* the child inherits it: `memsnap ... > /dev/full` */
+    close(full);
+    char errp[700];
+    snprintf(errp, sizeof errp, "%s/.err2", dir);
+    pid_t pid = fork();
+    if (pid == 0) {
+      int err = open(errp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      const char *argv[10] = {bin()};
+      for (int k = 0; to_stdout[i][k]; k++) argv[k + 1] = to_stdout[i][k];
+      if (err < 0 || chdir(dir) != 0) _exit(126);
+      dup2(err, 2);
+      execv(argv[0], (char *const *)argv);
+      _exit(127);
+    }
+    dup2(saved, 1);
+    int st;
+    cr_assert_eq(waitpid(pid, &st, 0), pid);
+    run_t r = {.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st)};
+    r.err = read_all(errp, NULL);
+    expect_enospc(r, "<stdout>");
+    free(r.err);
+    unlink(errp);
+  }
+  close(saved);
+
+  /* a full device of our own (c 1 7) as -o: written through, the device kept */
+  if (mknod(path_in("full"), S_IFCHR | 0666, makedev(1, 7)) != 0) {
+    printf("SKIP a_full_device (write-through): cannot create a device (%s)\n", strerror(errno));
+  } else {
+    run_t r = RUN("memory", "a.msnap", "-o", "full");
+    expect_enospc(r, "full");
+    run_free(&r);
+    r = RUN("convert", "a.msnap", "full", "--to", "memsnap");
+    expect_enospc(r, "full");
+    run_free(&r);
+    struct stat sb;
+    cr_expect(lstat(path_in("full"), &sb) == 0 && S_ISCHR(sb.st_mode), "the device was replaced");
+    unlink(path_in("full"));
+  }
+
+  /* the atomic path: a 64 KiB file system, an output that does not fit */
+  cr_assert_eq(mkdir(path_in("small"), 0755), 0);
+  if (mount("tmpfs", path_in("small"), "tmpfs", 0, "size=64k") != 0) {
+    printf("SKIP a_full_device (temporary file): cannot mount a small tmpfs (%s)\n",
+           strerror(errno));
+  } else {
+    th_synth_opts_t o = {.nsegments = 200, .blocks_per_segment = 20, .nframes = 400,
+                         .nstacks = 2000, .ntrace = 1, .seed = 3};
+    write_snapshot("mid.msnap", &o);
+    cr_expect_eq(th_write_file(path_in("small/old.folded"), "old", 3), 0);
+    run_t r = RUN("memory", "mid.msnap", "--folded", "-o", "small/old.folded");
+    expect_enospc(r, "small/old.folded");
+    run_free(&r);
+    r = RUN("convert", "mid.msnap", "small/new.pickle");
+    expect_enospc(r, "small/new.pickle");
+    run_free(&r);
+    size_t n;
+    char *kept = read_all(path_in("small/old.folded"), &n);
+    cr_expect(kept && n == 3 && memcmp(kept, "old", 3) == 0, "the old output was touched");
+    free(kept);
+    DIR *d = opendir(path_in("small"));
+    int entries = 0;
+    for (struct dirent *e; (e = readdir(d));) entries += e->d_name[0] != '.' || strstr(e->d_name, ".tmp-");
+    closedir(d);
+    cr_expect_eq(entries, 1, "a temporary file was left on the full file system");
+    cr_expect_eq(umount(path_in("small")), 0);
+  }
+  rmdir(path_in("small"));
 }
