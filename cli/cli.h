@@ -122,6 +122,11 @@ void cli_out_abort(cli_out_t *o);
  * the output: "no space left on device while writing 'OUT'", "cannot write 'OUT': ...".
  * @return CLI_FAILURE. */
 int cli_out_fail(cli_out_t *o, int err, const ms_errbuf_t *eb);
+/* The output of a view command: *output NULL (no -o) becomes output.svg for an SVG (as
+ * _memory_viz.py) and standard output for folded text (as flamegraph tools); an SVG to standard
+ * output that is a terminal is refused with a hint (to a pipe or a file it is written).
+ * @return CLI_OK or CLI_USAGE (printed). */
+int cli_output_default(const char *cmd, const char **output, bool svg);
 
 /* _memory_viz.py's Bytes/_format_size: "%3.1f" and "", Ki, Mi, ... then "B" (e.g. "605.0KiB",
  * "-38.1MiB"). @return buf. */

@@ -26,7 +26,8 @@ static const char compare_usage[] =
     "BEFORE and AFTER are memsnap snapshots or PyTorch pickles (one of them may be '-').\n"
     "\n"
     "options:\n"
-    "  -o, --output OUT  write to OUT (default: output.svg; '-' = standard output)\n"
+    "  -o, --output OUT  write to OUT ('-' = standard output; default: output.svg, and\n"
+    "                    standard output with --folded; an SVG is not written to a terminal)\n"
     "  --folded          write folded stacks instead of an SVG (with --stacks: merged\n"
     "                    `STACK BEFORE AFTER` lines, as difffolded.pl writes them)\n"
     "  --stacks          a differential flame graph of all stacks instead of the segment diff\n"
@@ -113,7 +114,7 @@ static int compare_side(const ms_snapshot_t *snap, const char *name, const cli_t
 
 int cmd_compare(int argc, char **argv) {
   int folded = 0, stacks = 0;
-  const char *output = "output.svg";
+  const char *output = NULL;
   const char *device_s = NULL, *range_s = NULL, *stream_s = NULL, *pool_s = NULL;
   const struct cli_opt opts[] = {{"output", 'o', NULL, &output},
                                  {"folded", 0, &folded, NULL},
@@ -140,7 +141,7 @@ int cmd_compare(int argc, char **argv) {
   }
   if (!one_file && strcmp(pos[0], "-") == 0 && strcmp(pos[1], "-") == 0)
     return cli_usage_error("compare", "only one of BEFORE and AFTER can be '-' (standard input)");
-  if (!output[0]) return cli_usage_error("compare", "option '--output' needs a file name");
+  if ((rc = cli_output_default("compare", &output, !folded)) != CLI_OK) return rc;
   cli_tl_args_t ta;
   if ((rc = cli_tl_args_parse("compare", &ta, device_s, range_s, stream_s, pool_s, NULL)) != CLI_OK)
     return rc;

@@ -25,7 +25,8 @@ static const char flamegraph_usage[] =
     "reads standard input.\n"
     "\n"
     "options:\n"
-    "  -o, --output OUT    write to OUT (default: output.svg; '-' = standard output)\n"
+    "  -o, --output OUT    write to OUT ('-' = standard output; default: output.svg, and\n"
+    "                      standard output with --folded; an SVG is not written to a terminal)\n"
     "  --folded            write the merged folded stacks instead of an SVG\n"
     "  --title TEXT        title (default: \"Flame Graph\")\n"
     "  --subtitle TEXT     second title line\n"
@@ -105,7 +106,7 @@ static int fg_read(ms_flame_t *fl, const char *path) {
 }
 
 int cmd_flamegraph(int argc, char **argv) {
-  const char *out_path = "output.svg", *title = NULL, *subtitle = NULL, *width = NULL;
+  const char *out_path = NULL, *title = NULL, *subtitle = NULL, *width = NULL;
   const char *height = NULL, *minwidth = NULL, *countname = NULL, *nametype = NULL;
   const char *colors = NULL, *fonttype = NULL, *fontsize = NULL, *fontwidth = NULL;
   int folded = 0, hash = 0, inverted = 0, reverse = 0, flamechart = 0, memory = 0;
@@ -136,6 +137,7 @@ int cmd_flamegraph(int argc, char **argv) {
   if (rc == CLI_HELP_SHOWN) return CLI_OK;
   if (rc != CLI_OK) return rc;
   if (npos != 1) return cli_usage_error("flamegraph", "expected one FOLDED file ('-' for stdin)");
+  if ((rc = cli_output_default("flamegraph", &out_path, !folded)) != CLI_OK) return rc;
 
   ms_flame_options_t o;
   ms_flame_options_init(&o);

@@ -28,6 +28,16 @@ const char *cli_output_name(const char *path) {
   return strcmp(path, "-") == 0 ? "<stdout>" : path;
 }
 
+int cli_output_default(const char *cmd, const char **output, bool svg) {
+  if (!*output) *output = svg ? "output.svg" : "-";
+  if (!(*output)[0]) return cli_usage_error(cmd, "option '--output' needs a file name");
+  if (svg && strcmp(*output, "-") == 0 && isatty(STDOUT_FILENO))
+    return cli_usage_error(cmd,
+                           "refusing to write an SVG to a terminal; redirect it (-o - > out.svg, "
+                           "-o - | ...) or name a file (-o out.svg)");
+  return CLI_OK;
+}
+
 /* ---- inputs ---------------------------------------------------------------------------------- */
 
 #define CLI_MAX_INPUTS 8

@@ -327,7 +327,7 @@ static int cli_view_one(void *arg, ms_view_emit_fn *emit, void *ctx, int *side) 
 
 int cli_view_main(const char *cmd, const char *usage, ms_view_kind kind, int argc, char **argv) {
   int folded = 0;
-  const char *output = "output.svg";
+  const char *output = NULL;
   const char *at_s = NULL, *device_s = NULL, *range_s = NULL, *stream_s = NULL, *pool_s = NULL;
   const struct cli_opt opts[] = {{"output", 'o', NULL, &output}, {"folded", 0, &folded, NULL},
                                  {"at", 0, NULL, &at_s},         {"device", 0, NULL, &device_s},
@@ -339,7 +339,7 @@ int cli_view_main(const char *cmd, const char *usage, ms_view_kind kind, int arg
   if (rc == CLI_HELP_SHOWN) return CLI_OK;
   if (rc != CLI_OK) return rc;
   if (npos < 1) return cli_usage_error(cmd, "missing FILE");
-  if (!output[0]) return cli_usage_error(cmd, "option '--output' needs a file name");
+  if ((rc = cli_output_default(cmd, &output, !folded)) != CLI_OK) return rc;
   cli_tl_args_t ta;
   if ((rc = cli_tl_args_parse(cmd, &ta, device_s, range_s, stream_s, pool_s, at_s)) != CLI_OK)
     return rc;

@@ -105,12 +105,12 @@ static run_t run_ex(const char *in_path, int tty, const char *const *args) {
       if (k <= 0) break;
       len += (size_t)k;
     }
-    close(master);
     r.out[len] = 0;
     r.out_len = len;
   }
   int st = 0;
   cr_assert_eq(waitpid(pid, &st, 0), pid);
+  if (tty) close(master); /* after the wait: a hang-up would send SIGHUP to the child */
   r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
   if (!tty) r.out = read_all(outp, &r.out_len);
   r.err = read_all(errp, NULL);
@@ -486,4 +486,87 @@ Test(cli_files, a_full_device_says_no_space_and_leaves_nothing) {
     cr_expect_eq(umount(path_in("small")), 0);
   }
   rmdir(path_in("small"));
+}
+
+/* ---- 3. outputs where users expect them --------------------------------------------------- */
+
+Test(cli_files, folded_text_goes_to_stdout_svgs_to_output_svg) {
+  write_snapshot("a.msnap", NULL);
+  th_synth_opts_t ob = {.nsegments = 6, .blocks_per_segment = 4, .nframes = 10, .nstacks = 8,
+                        .ntrace = 2, .seed = 99};
+  write_snapshot("b.msnap", &ob);
+  const char *const cmds[][8] = {
+      {"memory", "a.msnap", "--folded", NULL},
+      {"segments", "a.msnap", "--folded", NULL},
+      {"compare", "a.msnap", "b.msnap", "--folded", NULL},
+      {"compare", "a.msnap", "b.msnap", "--stacks", "--folded", NULL},
+  };
+  for (size_t i = 0; i < sizeof cmds / sizeof *cmds; i++) {
+    int files = count_files();
+    run_t r = run_ex(NULL, 0, cmds[i]);
+    cr_expect_eq(r.status, 0, "%s: %s", cmds[i][0], r.err);
+    cr_expect_eq(count_files(), files, "%s --folded without -o wrote a file", cmds[i][0]);
+    /* the same text as -o - */
+    const char *with_o[10];
+    int n = 0;
+    for (; cmds[i][n]; n++) with_o[n] = cmds[i][n];
+    with_o[n++] = "-o";
+    with_o[n++] = "-";
+    with_o[n] = NULL;
+    run_t w = run_ex(NULL, 0, with_o);
+    cr_expect_eq(w.status, 0);
+    cr_expect_gt(r.out_len, 0, "%s --folded: nothing on stdout", cmds[i][0]);
+    cr_expect(r.out_len == w.out_len && memcmp(r.out, w.out, r.out_len) == 0,
+              "%s --folded: stdout differs from -o -", cmds[i][0]);
+    run_free(&r);
+    run_free(&w);
+  }
+  run_t r = RUN("memory", "a.msnap", "--folded", "-o", "a.folded");
+  cr_assert_eq(r.status, 0);
+  run_free(&r);
+  r = RUN("flamegraph", "a.folded", "--folded");
+  cr_expect_eq(r.status, 0, "%s", r.err);
+  cr_expect(r.out_len > 0 && strstr(r.out, " "), "flamegraph --folded: nothing on stdout");
+  run_free(&r);
+  cr_expect_neq(access(path_in("output.svg"), F_OK), 0);
+  /* an SVG still defaults to output.svg, with nothing on stdout */
+  r = RUN("memory", "a.msnap");
+  cr_expect_eq(r.status, 0, "%s", r.err);
+  cr_expect_eq(r.out_len, 0);
+  run_free(&r);
+  size_t n;
+  char *svg = read_all(path_in("output.svg"), &n);
+  cr_expect(svg && strstr(svg, "<svg"), "no output.svg");
+  free(svg);
+}
+
+Test(cli_files, an_svg_is_not_written_to_a_terminal) {
+  write_snapshot("a.msnap", NULL);
+  run_t r = RUN("memory", "a.msnap", "--folded", "-o", "a.folded");
+  cr_assert_eq(r.status, 0);
+  run_free(&r);
+  const char *const cmds[][8] = {
+      {"memory", "a.msnap", "-o", "-", NULL},
+      {"segments", "a.msnap", "-o", "-", NULL},
+      {"compare", "a.msnap", "a.msnap", "--stacks", "-o", "-", NULL},
+      {"flamegraph", "a.folded", "-o", "-", NULL},
+  };
+  for (size_t i = 0; i < sizeof cmds / sizeof *cmds; i++) {
+    r = run_ex(NULL, 1, cmds[i]);
+    cr_expect_eq(r.status, 2, "%s: %d %s", cmds[i][0], r.status, r.err);
+    cr_expect(strstr(r.err, "memsnap: error: refusing to write an SVG to a terminal; redirect it"),
+              "%s: %s", cmds[i][0], r.err);
+    cr_expect(!strstr(r.out, "<svg"), "%s: the SVG reached the terminal", cmds[i][0]);
+    run_free(&r);
+    /* to a file or a pipe it is written */
+    r = run_ex(NULL, 0, cmds[i]);
+    cr_expect_eq(r.status, 0, "%s: %s", cmds[i][0], r.err);
+    cr_expect(strstr(r.out, "<svg"), "%s: no SVG on stdout", cmds[i][0]);
+    run_free(&r);
+  }
+  /* folded text to a terminal is fine */
+  r = run_ex(NULL, 1, (const char *const[]){"memory", "a.msnap", "--folded", NULL});
+  cr_expect_eq(r.status, 0, "%s", r.err);
+  cr_expect_gt(r.out_len, 0);
+  run_free(&r);
 }
