@@ -3,6 +3,7 @@
  * After the command, stdout is flushed and closed, and a write error fails the run. */
 #include <errno.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -83,8 +84,32 @@ static void main_usage(FILE *fp) {
   fprintf(fp, "\nRun 'memsnap help <command>' or 'memsnap <command> --help' for a command's options.\n");
 }
 
+static const char version_usage[] =
+    "usage: memsnap version\n"
+    "\n"
+    "Prints memsnap's version, e.g. `memsnap 1.2.3` (also `memsnap --version`, `memsnap -V`).\n"
+    "\n"
+    "options:\n"
+    "  -h, --help  show this help\n";
+
+static const char help_usage[] =
+    "usage: memsnap help [COMMAND]\n"
+    "\n"
+    "Without COMMAND, lists memsnap's commands; with one, prints its help, exactly what\n"
+    "`memsnap COMMAND --help` prints.\n"
+    "\n"
+    "options:\n"
+    "  -h, --help  show this help\n";
+
+static bool is_help_option(const char *a) {
+  return strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0;
+}
+
 int cmd_version(int argc, char **argv) {
-  (void)argv;
+  if (argc == 2 && is_help_option(argv[1])) {
+    fputs(version_usage, stdout);
+    return CLI_OK;
+  }
   if (argc > 1) return cli_usage_error("version", "'version' takes no arguments");
   printf("memsnap %s\n", ms_version_string());
   return CLI_OK;
@@ -95,11 +120,16 @@ int cmd_help(int argc, char **argv) {
     main_usage(stdout);
     return CLI_OK;
   }
+  for (int i = 1; i < argc; i++)
+    if (is_help_option(argv[i])) {
+      fputs(help_usage, stdout);
+      return CLI_OK;
+    }
   if (argc > 2) return cli_usage_error("help", "'help' takes at most one command name");
   const struct cli_cmd *c = cli_find_command(argv[1]);
   if (!c) return cli_usage_error(NULL, "'%s' is not a memsnap command", argv[1]);
-  if (c->fn == cmd_help) {
-    main_usage(stdout);
+  if (c->fn == cmd_help) { /* `memsnap help help` = `memsnap help --help` */
+    fputs(help_usage, stdout);
     return CLI_OK;
   }
   char *sub[] = {argv[1], "--help", NULL};

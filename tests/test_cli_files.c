@@ -570,3 +570,48 @@ Test(cli_files, an_svg_is_not_written_to_a_terminal) {
   cr_expect_gt(r.out_len, 0);
   run_free(&r);
 }
+
+/* ---- 7. every command's help is its own ----------------------------------------------------- */
+
+Test(cli_files, every_command_has_its_own_help_and_help_cmd_equals_it) {
+  /* the commands as `memsnap --help` lists them, so that a new one is covered too */
+  run_t top = RUN("--help");
+  cr_assert_eq(top.status, 0);
+  const char *list = strstr(top.out, "commands:\n");
+  cr_assert(list);
+  char names[32][32];
+  char *texts[32];
+  int n = 0;
+  for (const char *p = list + 10; *p == ' ' && n < 32;) {
+    cr_assert_eq(sscanf(p, " %31s", names[n]), 1);
+    n++;
+    p = strchr(p, '\n');
+    if (!p) break;
+    p++;
+  }
+  cr_assert_geq(n, 13, "only %d commands listed", n);
+  for (int i = 0; i < n; i++) {
+    char head[1100];
+    snprintf(head, sizeof head, "usage: memsnap %s", names[i]);
+    run_t a = run_ex(NULL, 0, (const char *const[]){names[i], "--help", NULL});
+    run_t h = run_ex(NULL, 0, (const char *const[]){names[i], "-h", NULL});
+    run_t b = run_ex(NULL, 0, (const char *const[]){"help", names[i], NULL});
+    cr_expect_eq(a.status, 0, "%s --help: %d %s", names[i], a.status, a.err);
+    cr_expect_str_eq(a.err, "", "%s --help", names[i]);
+    cr_expect(strncmp(a.out, head, strlen(head)) == 0 && strchr(" \n", a.out[strlen(head)]),
+              "'memsnap %s --help' is not its own: %.80s", names[i], a.out);
+    cr_expect_str_eq(h.out, a.out, "%s -h", names[i]);
+    cr_expect_eq(b.status, 0, "help %s: %s", names[i], b.err);
+    cr_expect_str_eq(b.out, a.out, "'memsnap help %s' differs from 'memsnap %s --help'", names[i],
+                     names[i]);
+    for (int j = 0; j < i; j++)
+      cr_expect_str_neq(texts[j], a.out, "%s and %s print the same help", names[j], names[i]);
+    texts[i] = a.out;
+    a.out = NULL;
+    run_free(&a);
+    run_free(&h);
+    run_free(&b);
+  }
+  for (int i = 0; i < n; i++) free(texts[i]);
+  run_free(&top);
+}
