@@ -59,6 +59,9 @@ const struct cli_cmd *cli_find_command(const char *name);
 /* Messages in git's style, to stderr: "memsnap: error: ..." / "memsnap: warning: ...". */
 void cli_error(const char *fmt, ...) MS_PRINTF(1, 2);
 void cli_warning(const char *fmt, ...) MS_PRINTF(1, 2);
+/* Writes s with control bytes, DEL, C1 controls and invalid UTF-8 as \xNN (cli/escape.c): the
+ * messages quote inputs, which must not drive the terminal. */
+void cli_fputs_escaped(const char *s, FILE *fp);
 /* Prints "memsnap: error: <msg>" and a hint to run `memsnap CMD --help`; @return CLI_USAGE. */
 int cli_usage_error(const char *cmd, const char *fmt, ...) MS_PRINTF(2, 3);
 

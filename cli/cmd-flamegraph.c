@@ -62,6 +62,26 @@ static int fg_parse_num(const char *name, const char *s, double lo, double hi, d
   return 1;
 }
 
+/* Whether the first bytes of FOLDED are a snapshot or compressed data rather than folded text;
+ * then prints which command reads it (never the bytes themselves). */
+static bool fg_not_folded(const char *head, size_t n, const char *shown) {
+  ms_format f = ms_format_detect(head, n);
+  if (f == MS_FORMAT_PICKLE || f == MS_FORMAT_MEMSNAP || f == MS_FORMAT_MEMSNAP_Z) {
+    cli_error("'%s' is a snapshot (%s), not folded stacks: draw it with 'memsnap memory %s' "
+              "(or segments, compare)",
+              shown, f == MS_FORMAT_PICKLE ? "a PyTorch pickle" : "memsnap's format",
+              shown[0] == '<' ? "-" : shown);
+    return true;
+  }
+  if (n >= 2 && (unsigned char)head[0] == 0x1f && (unsigned char)head[1] == 0x8b) {
+    cli_error("'%s' is gzip-compressed, not folded text: decompress it first (zcat FILE | "
+              "memsnap flamegraph -), or draw a compressed snapshot with 'memsnap memory'",
+              shown);
+    return true;
+  }
+  return false;
+}
+
 /* Streams the file into the builder. @return CLI_OK or CLI_FAILURE after printing the error. */
 static int fg_read(ms_flame_t *fl, const char *path) {
   const char *shown = cli_display_name(path);
@@ -80,8 +100,12 @@ static int fg_read(ms_flame_t *fl, const char *path) {
     rc = CLI_FAILURE;
   }
   cli_progress_start("reading '%s'", shown);
-  while (rc == CLI_OK) {
+  for (bool first = true; rc == CLI_OK; first = false) {
     size_t n = fread(buf, 1, cap, fp);
+    if (first && fg_not_folded(buf, n, shown)) {
+      rc = CLI_FAILURE;
+      break;
+    }
     if (n > 0 && ms_flame_add_folded(fl, buf, n, &eb) != MS_OK) {
       rc = CLI_FAILURE;
       break;

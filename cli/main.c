@@ -5,6 +5,7 @@
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -38,10 +39,27 @@ const struct cli_cmd *cli_find_command(const char *name) {
   return NULL;
 }
 
+/* One message line; what it quotes from inputs is escaped (cli_fputs_escaped). */
 static void vmsg(const char *prefix, const char *fmt, va_list ap) {
   fflush(stdout);
+  char small[2048], *buf = small;
+  va_list aq;
+  va_copy(aq, ap);
+  int n = vsnprintf(small, sizeof small, fmt, ap);
+  if (n >= (int)sizeof small && (buf = malloc((size_t)n + 1)) != NULL)
+    vsnprintf(buf, (size_t)n + 1, fmt, aq);
+  va_end(aq);
   fputs(prefix, stderr);
-  vfprintf(stderr, fmt, ap);
+  cli_fputs_escaped(buf ? buf : small, stderr);
+  fputc('\n', stderr);
+  if (buf != small) free(buf);
+}
+
+/* The library's messages (ms_set_output), escaped as the CLI's own. */
+static void lib_message(const char *msg, void *arg) {
+  (void)arg;
+  fflush(stdout);
+  cli_fputs_escaped(msg, stderr);
   fputc('\n', stderr);
 }
 
@@ -149,6 +167,7 @@ static int finish_stdout(int status) {
 }
 
 int main(int argc, char **argv) {
+  ms_set_output(lib_message, NULL);
   if (argc < 2) {
     main_usage(stderr);
     return CLI_USAGE;

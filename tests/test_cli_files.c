@@ -615,3 +615,83 @@ Test(cli_files, every_command_has_its_own_help_and_help_cmd_equals_it) {
   for (int i = 0; i < n; i++) free(texts[i]);
   run_free(&top);
 }
+
+/* ---- 4. a snapshot given to flamegraph ------------------------------------------------------ */
+
+Test(cli_files, flamegraph_names_the_command_for_a_snapshot) {
+  write_snapshot("a.msnap", NULL);
+  run_t r = RUN("convert", "a.msnap", "a.pickle");
+  cr_assert_eq(r.status, 0, "%s", r.err);
+  run_free(&r);
+  r = RUN("convert", "a.msnap", "a.msnapz");
+  cr_assert_eq(r.status, 0, "%s", r.err);
+  run_free(&r);
+  cr_assert_eq(th_write_file(path_in("text.gz"), "\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03", 10), 0);
+  static const struct {
+    const char *file, *want;
+  } cases[] = {
+      {"a.pickle", "memsnap: error: 'a.pickle' is a snapshot (a PyTorch pickle), not folded "
+                   "stacks: draw it with 'memsnap memory a.pickle' (or segments, compare)\n"},
+      {"a.msnap", "memsnap: error: 'a.msnap' is a snapshot (memsnap's format), not folded "
+                  "stacks: draw it with 'memsnap memory a.msnap' (or segments, compare)\n"},
+      {"a.msnapz", "memsnap: error: 'a.msnapz' is a snapshot (memsnap's format), not folded "
+                   "stacks: draw it with 'memsnap memory a.msnapz' (or segments, compare)\n"},
+      {"text.gz", "memsnap: error: 'text.gz' is gzip-compressed, not folded text: decompress it "
+                  "first (zcat FILE | memsnap flamegraph -), or draw a compressed snapshot with "
+                  "'memsnap memory'\n"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    r = RUN("flamegraph", cases[i].file, "-o", "x.svg");
+    cr_expect_eq(r.status, 1, "%s", cases[i].file);
+    cr_expect_str_eq(r.err, cases[i].want);
+    cr_expect_neq(access(path_in("x.svg"), F_OK), 0);
+    run_free(&r);
+  }
+  r = run_ex(path_in("a.pickle"), 0, (const char *const[]){"flamegraph", "-", "-o", "x.svg", NULL});
+  cr_expect_eq(r.status, 1);
+  cr_expect(strstr(r.err, "'<stdin>' is a snapshot (a PyTorch pickle), not folded stacks: draw it "
+                          "with 'memsnap memory -'"),
+            "%s", r.err);
+  run_free(&r);
+}
+
+/* ---- 21. messages never copy raw input bytes to the terminal ----------------------------- */
+
+/* Every byte of s is printable ASCII or a newline (the tests' messages quote nothing else). */
+static void expect_printable(const char *what, const char *s) {
+  for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+    if (*p == '\n') continue;
+    cr_expect(*p >= 0x20 && *p < 0x7f, "%s: raw byte 0x%02x in %s", what, *p, s);
+    if (*p < 0x20 || *p >= 0x7f) break;
+  }
+}
+
+Test(cli_files, messages_escape_non_printable_input_bytes) {
+  /* a count carrying an escape sequence (set the title, clear the screen), a C1 CSI and bytes
+   * of invalid UTF-8 */
+  const char evil[] = "a;b 1\x1b]0;pwned\x07\x1b[2J\xc2\x9b\xff\xfe\n";
+  cr_assert_eq(th_write_file(path_in("evil.folded"), evil, sizeof evil - 1), 0);
+  run_t r = RUN("flamegraph", "evil.folded", "-o", "x.svg");
+  cr_expect_eq(r.status, 1);
+  cr_expect(strstr(r.err, "'1\\x1b]0;pwned\\x07\\x1b[2J\\xc2\\x9b\\xff\\xfe'"), "%s", r.err);
+  expect_printable("flamegraph", r.err);
+  run_free(&r);
+  /* valid UTF-8 stays as it is */
+  const char utf[] = "a;b 1\xc3\xa9\xe2\x80\xa6\n";
+  cr_assert_eq(th_write_file(path_in("utf.folded"), utf, sizeof utf - 1), 0);
+  r = RUN("flamegraph", "utf.folded", "-o", "x.svg");
+  cr_expect_eq(r.status, 1);
+  cr_expect(strstr(r.err, "'1\xc3\xa9\xe2\x80\xa6'"), "%s", r.err);
+  run_free(&r);
+  /* a file name quoted by a message */
+  r = RUN("stats", "x\x1b[2J\x07.pickle");
+  cr_expect_eq(r.status, 1);
+  cr_expect(strstr(r.err, "cannot open 'x\\x1b[2J\\x07.pickle'"), "%s", r.err);
+  expect_printable("stats", r.err);
+  run_free(&r);
+  /* an option value quoted by a usage error */
+  r = RUN("memory", "a.msnap", "--at", "\x1b[31mred");
+  cr_expect_eq(r.status, 2);
+  expect_printable("--at", r.err);
+  run_free(&r);
+}
