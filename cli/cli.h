@@ -150,6 +150,29 @@ typedef enum cli_render_mode {
 int cli_render(const char *out_path, cli_render_mode mode, const ms_flame_options_t *fopts,
                cli_view_fn *view, void *arg);
 
+/* ---- JSON (cli/json.c) ---- */
+
+/* A JSON writer over a sink; the first write error sticks in err and stops the rest. */
+typedef struct cli_json_s {
+  ms_sink_t *sink;
+  int err;
+} cli_json_t;
+void cli_json_raw(cli_json_t *j, const char *s, size_t n);
+void cli_json_lit(cli_json_t *j, const char *s);
+/* A JSON string: '"', '\\' and control bytes escaped, bytes that are not UTF-8 as U+FFFD. */
+void cli_json_str(cli_json_t *j, const char *s);
+void cli_json_u64(cli_json_t *j, uint64_t v);
+void cli_json_i64(cli_json_t *j, int64_t v);
+/* Writes a document's own fields, each as `, "key": value`. */
+typedef void cli_json_head_fn(cli_json_t *j, void *arg);
+/* A view as JSON records into out_path ("-" = stdout), complete-or-not-at-all:
+ * {"command": CMD<head's fields>, "records": [{"frames": [...], "bytes": N}, ...]}, with
+ * "side": "before"|"after" in each record of a differential view. @return CLI_OK/CLI_FAILURE. */
+int cli_render_json(const char *out_path, const char *cmd, cli_json_head_fn *head, void *head_arg,
+                    cli_view_fn *view, void *arg);
+/* A head of one field, `, "file": NAME` (head_arg: the name). */
+void cli_json_head_file(cli_json_t *j, void *name);
+
 /* The body of `memory` and `segments`: FILE [-o OUT] [--folded], OUT defaulting to output.svg. */
 int cli_view_main(const char *cmd, const char *usage, ms_view_kind kind, int argc, char **argv);
 

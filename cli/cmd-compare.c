@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT
- * memsnap CLI: `memsnap compare BEFORE AFTER [-o OUT] [--folded] [--stacks]`.
+ * memsnap CLI: `memsnap compare BEFORE AFTER [-o OUT] [--folded | --json] [--stacks]`.
  *
  * Default: what `_memory_viz.py compare` was meant to do (its CLI always crashes, passing whole
  * snapshots where segment lists are expected): the segments only in BEFORE and only in AFTER,
@@ -15,8 +15,8 @@
 #include "cli.h"
 
 static const char compare_usage[] =
-    "usage: memsnap compare BEFORE AFTER [-o OUT] [--folded] [--stacks] [--at MOMENT [--at MOMENT]]\n"
-    "       memsnap compare FILE --at MOMENT --at MOMENT [-o OUT] [--folded] [--stacks]\n"
+    "usage: memsnap compare BEFORE AFTER [-o OUT] [--folded | --json] [--stacks] [--at MOMENT [--at MOMENT]]\n"
+    "       memsnap compare FILE --at MOMENT --at MOMENT [-o OUT] [--folded | --json] [--stacks]\n"
     "\n"
     "Compares two snapshots of the same process. By default, lists the segments only in BEFORE\n"
     "and only in AFTER (by address and size; `only_before = [...]`, `only_after = [...]`, sorted)\n"
@@ -30,6 +30,7 @@ static const char compare_usage[] =
     "                    standard output with --folded; an SVG is not written to a terminal)\n"
     "  --folded          write folded stacks instead of an SVG (with --stacks: merged\n"
     "                    `STACK BEFORE AFTER` lines, as difffolded.pl writes them)\n"
+    "  --json            the same as JSON: the segment lists and the records of each side\n"
     "  --stacks          a differential flame graph of all stacks instead of the segment diff\n"
     "  --at MOMENT       compare the state at MOMENT (peak, peak-reserved, end, an entry index\n"
     "                    N, or a time t=MICROSECONDS / MICROSECONDSus): one --at applies to both\n"
@@ -63,6 +64,37 @@ static int compare_stacks_view(void *arg, ms_view_emit_fn *emit, void *ctx, int 
 static const char *compare_base(const char *path) {
   const char *slash = strrchr(path, '/');
   return slash && slash[1] ? slash + 1 : path;
+}
+
+/* compare --json's own fields: the two files and, for the segment diff, the two lists. */
+typedef struct compare_head_s {
+  const char *before, *after;
+  const ms_view_segdiff_t *d; /* NULL with --stacks */
+} compare_head_t;
+
+static void compare_json_list(cli_json_t *j, const char *name, const uint64_t *v, size_t n) {
+  cli_json_lit(j, ", \"");
+  cli_json_lit(j, name);
+  cli_json_lit(j, "\": [");
+  for (size_t i = 0; i < n; i++) {
+    if (i) cli_json_lit(j, ", ");
+    cli_json_u64(j, v[i]);
+  }
+  cli_json_lit(j, "]");
+}
+
+static void compare_json_head(cli_json_t *j, void *arg) {
+  const compare_head_t *h = arg;
+  cli_json_lit(j, ", \"view\": ");
+  cli_json_str(j, h->d ? "segments" : "stacks");
+  cli_json_lit(j, ", \"before\": ");
+  cli_json_str(j, h->before);
+  cli_json_lit(j, ", \"after\": ");
+  cli_json_str(j, h->after);
+  if (h->d) {
+    compare_json_list(j, "only_before", h->d->only_before, h->d->n_before);
+    compare_json_list(j, "only_after", h->d->only_after, h->d->n_after);
+  }
 }
 
 static void compare_print_list(FILE *out, const char *name, const uint64_t *v, size_t n) {
@@ -113,12 +145,13 @@ static int compare_side(const ms_snapshot_t *snap, const char *name, const cli_t
 }
 
 int cmd_compare(int argc, char **argv) {
-  int folded = 0, stacks = 0;
+  int folded = 0, stacks = 0, json = 0;
   const char *output = NULL;
   const char *device_s = NULL, *range_s = NULL, *stream_s = NULL, *pool_s = NULL;
   const struct cli_opt opts[] = {{"output", 'o', NULL, &output},
                                  {"folded", 0, &folded, NULL},
                                  {"stacks", 0, &stacks, NULL},
+                                 {"json", 0, &json, NULL},
                                  {"device", 0, NULL, &device_s},
                                  {"range", 0, NULL, &range_s},
                                  {"stream", 0, NULL, &stream_s},
@@ -141,7 +174,8 @@ int cmd_compare(int argc, char **argv) {
   }
   if (!one_file && strcmp(pos[0], "-") == 0 && strcmp(pos[1], "-") == 0)
     return cli_usage_error("compare", "only one of BEFORE and AFTER can be '-' (standard input)");
-  if ((rc = cli_output_default("compare", &output, !folded)) != CLI_OK) return rc;
+  if (folded && json) return cli_usage_error("compare", "--folded and --json exclude each other");
+  if ((rc = cli_output_default("compare", &output, !folded && !json)) != CLI_OK) return rc;
   cli_tl_args_t ta;
   if ((rc = cli_tl_args_parse("compare", &ta, device_s, range_s, stream_s, pool_s, NULL)) != CLI_OK)
     return rc;
@@ -179,24 +213,34 @@ int cmd_compare(int argc, char **argv) {
       snprintf(subtitle, sizeof subtitle, "%s -> %s", compare_base(cli_display_name(pos[0])),
                compare_base(cli_display_name(pos[1])));
     fo.subtitle = subtitle;
-    rc = cli_render(output, folded ? CLI_RENDER_MERGED : CLI_RENDER_SVG, &fo, compare_stacks_view,
-                    &a);
+    compare_head_t h = {cli_display_name(pos[0]), cli_display_name(pos[1]), NULL};
+    if (json)
+      rc = cli_render_json(output, "compare", compare_json_head, &h, compare_stacks_view, &a);
+    else
+      rc = cli_render(output, folded ? CLI_RENDER_MERGED : CLI_RENDER_SVG, &fo,
+                      compare_stacks_view, &a);
   } else {
     ms_view_segdiff_t d;
     if (ms_view_segdiff(a.before, a.after, &d) != MS_OK) {
       cli_error("out of memory");
       rc = CLI_FAILURE;
     } else {
-      /* the lists go to stdout, unless the graph itself does */
+      /* the lists go to stdout, unless the graph itself does; JSON holds them */
       FILE *lists = strcmp(output, "-") == 0 ? stderr : stdout;
-      compare_print_list(lists, "only_before", d.only_before, d.n_before);
-      compare_print_list(lists, "only_after", d.only_after, d.n_after);
-      ms_view_segdiff_release(&d);
+      if (!json) {
+        compare_print_list(lists, "only_before", d.only_before, d.n_before);
+        compare_print_list(lists, "only_after", d.only_after, d.n_after);
+      }
       snprintf(subtitle, sizeof subtitle, "segments only in %s or only in %s",
                compare_base(cli_display_name(pos[0])), compare_base(cli_display_name(pos[1])));
       fo.subtitle = subtitle;
-      rc = cli_render(output, folded ? CLI_RENDER_FOLDED : CLI_RENDER_SVG, &fo,
-                      compare_segments_view, &a);
+      compare_head_t h = {cli_display_name(pos[0]), cli_display_name(pos[1]), &d};
+      if (json)
+        rc = cli_render_json(output, "compare", compare_json_head, &h, compare_segments_view, &a);
+      else
+        rc = cli_render(output, folded ? CLI_RENDER_FOLDED : CLI_RENDER_SVG, &fo,
+                        compare_segments_view, &a);
+      ms_view_segdiff_release(&d);
     }
   }
   ms_snapshot_free(vb);

@@ -6,7 +6,7 @@
 #include "cli.h"
 
 static const char segments_usage[] =
-    "usage: memsnap segments FILE [-o OUT] [--folded] [--at MOMENT] [--device N]\n"
+    "usage: memsnap segments FILE [-o OUT] [--folded | --json] [--at MOMENT] [--device N]\n"
     "                       [--range A:B] [--stream S] [--pool A,B]\n"
     "\n"
     "Draws a flame graph of the memory of FILE by stream, segment, block state and allocation\n"
@@ -17,6 +17,7 @@ static const char segments_usage[] =
     "  -o, --output OUT  write to OUT ('-' = standard output; default: output.svg, and\n"
     "                    standard output with --folded; an SVG is not written to a terminal)\n"
     "  --folded          write the folded stacks (`a;b;c BYTES` lines) instead of an SVG\n"
+    "  --json            write the folded stacks as JSON records (docs/cli.md, JSON outputs)\n"
     "  --at MOMENT       show the state at MOMENT: peak (of allocated bytes), peak-reserved,\n"
     "                    end, an entry index N (after trace entry N; -1 = before the first),\n"
     "                    or a time in microseconds: t=1700000000123456 or 1700000000123456us\n"

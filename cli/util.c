@@ -326,11 +326,11 @@ static int cli_view_one(void *arg, ms_view_emit_fn *emit, void *ctx, int *side) 
 }
 
 int cli_view_main(const char *cmd, const char *usage, ms_view_kind kind, int argc, char **argv) {
-  int folded = 0;
+  int folded = 0, json = 0;
   const char *output = NULL;
   const char *at_s = NULL, *device_s = NULL, *range_s = NULL, *stream_s = NULL, *pool_s = NULL;
   const struct cli_opt opts[] = {{"output", 'o', NULL, &output}, {"folded", 0, &folded, NULL},
-                                 {"at", 0, NULL, &at_s},         {"device", 0, NULL, &device_s},
+                                 {"json", 0, &json, NULL},       {"at", 0, NULL, &at_s},         {"device", 0, NULL, &device_s},
                                  {"range", 0, NULL, &range_s},   {"stream", 0, NULL, &stream_s},
                                  {"pool", 0, NULL, &pool_s},     {NULL, 0, NULL, NULL}};
   char *pos[1];
@@ -339,7 +339,8 @@ int cli_view_main(const char *cmd, const char *usage, ms_view_kind kind, int arg
   if (rc == CLI_HELP_SHOWN) return CLI_OK;
   if (rc != CLI_OK) return rc;
   if (npos < 1) return cli_usage_error(cmd, "missing FILE");
-  if ((rc = cli_output_default(cmd, &output, !folded)) != CLI_OK) return rc;
+  if (folded && json) return cli_usage_error(cmd, "--folded and --json exclude each other");
+  if ((rc = cli_output_default(cmd, &output, !folded && !json)) != CLI_OK) return rc;
   cli_tl_args_t ta;
   if ((rc = cli_tl_args_parse(cmd, &ta, device_s, range_s, stream_s, pool_s, at_s)) != CLI_OK)
     return rc;
@@ -363,7 +364,11 @@ int cli_view_main(const char *cmd, const char *usage, ms_view_kind kind, int arg
                                   : "stream, segment, block state and stack");
   fo.subtitle = subtitle;
   cli_view_arg_t a = {view ? view : snap, kind};
-  rc = cli_render(output, folded ? CLI_RENDER_FOLDED : CLI_RENDER_SVG, &fo, cli_view_one, &a);
+  if (json)
+    rc = cli_render_json(output, cmd, cli_json_head_file, (void *)cli_display_name(pos[0]),
+                         cli_view_one, &a);
+  else
+    rc = cli_render(output, folded ? CLI_RENDER_FOLDED : CLI_RENDER_SVG, &fo, cli_view_one, &a);
   ms_snapshot_free(view);
   ms_snapshot_free(snap);
   return rc;

@@ -695,3 +695,139 @@ Test(cli_files, messages_escape_non_printable_input_bytes) {
   expect_printable("--at", r.err);
   run_free(&r);
 }
+
+/* ---- 5. --json ------------------------------------------------------------------------------ */
+
+/* Decodes the JSON string at *p (just past its opening quote) into out, as UTF-8; leaves *p past
+ * the closing quote. Only what cli_json_str writes: \" \\ \uXXXX (BMP). */
+static void json_string(const char **p, char *out, size_t cap) {
+  size_t n = 0;
+  const char *s = *p;
+  while (*s && *s != '"') {
+    unsigned c = (unsigned char)*s++;
+    if (c == '\\') {
+      char e = *s++;
+      if (e == 'u') {
+        unsigned cp = 0;
+        cr_assert_eq(sscanf(s, "%4x", &cp), 1);
+        s += 4;
+        if (cp < 0x80) {
+          out[n++] = (char)cp;
+        } else if (cp < 0x800) {
+          out[n++] = (char)(0xc0 | cp >> 6);
+          out[n++] = (char)(0x80 | (cp & 0x3f));
+        } else {
+          out[n++] = (char)(0xe0 | cp >> 12);
+          out[n++] = (char)(0x80 | ((cp >> 6) & 0x3f));
+          out[n++] = (char)(0x80 | (cp & 0x3f));
+        }
+        continue;
+      }
+      cr_assert(e == '"' || e == '\\', "unexpected escape \\%c", e);
+      c = (unsigned char)e;
+    }
+    cr_assert(c >= 0x20, "raw control byte 0x%02x in a JSON string", c);
+    out[n++] = (char)c;
+    cr_assert_lt(n, cap - 4);
+  }
+  cr_assert_eq(*s, '"');
+  out[n] = 0;
+  *p = s + 1;
+}
+
+/* The records of a view document as folded lines ("a;b;c N\n"), in order. */
+static char *json_records_as_folded(const char *doc) {
+  size_t cap = strlen(doc) + 64, n = 0;
+  char *out = malloc(cap), frame[8192];
+  const char *p = strstr(doc, "\"records\": [");
+  cr_assert(p, "no records in %.200s", doc);
+  while ((p = strstr(p, "{\"frames\": ["))) {
+    p += 12;
+    int first = 1;
+    while (*p == '"') {
+      p++;
+      json_string(&p, frame, sizeof frame);
+      n += (size_t)snprintf(out + n, cap - n, "%s%s", first ? "" : ";", frame);
+      first = 0;
+      if (strncmp(p, ", ", 2) == 0) p += 2;
+    }
+    cr_assert(strncmp(p, "], \"bytes\": ", 12) == 0, "%.80s", p);
+    p += 12;
+    n += (size_t)snprintf(out + n, cap - n, " %llu\n", strtoull(p, NULL, 10));
+  }
+  return out;
+}
+
+/* The folded text with each stack's trailing empty frame ("a;b; N") dropped, as JSON drops it. */
+static char *folded_without_empty_tail(const char *folded) {
+  char *out = strdup(folded), *w = out;
+  for (const char *p = folded; *p; p++) {
+    if (*p == ';' && p[1] == ' ') continue;
+    *w++ = *p;
+  }
+  *w = 0;
+  return out;
+}
+
+Test(cli_files, json_views_hold_the_folded_records) {
+  write_snapshot("a.msnap", NULL);
+  th_synth_opts_t ob = {.nsegments = 6, .blocks_per_segment = 4, .nframes = 10, .nstacks = 8,
+                        .ntrace = 2, .seed = 99};
+  write_snapshot("b.msnap", &ob);
+  const char *const cmds[][8] = {
+      {"memory", "a.msnap", NULL},
+      {"segments", "a.msnap", NULL},
+      {"compare", "a.msnap", "b.msnap", NULL},
+  };
+  for (size_t i = 0; i < sizeof cmds / sizeof *cmds; i++) {
+    const char *args[10];
+    int n = 0;
+    for (; cmds[i][n]; n++) args[n] = cmds[i][n];
+    args[n] = "--folded";
+    args[n + 1] = "-o";
+    args[n + 2] = "want.folded";
+    args[n + 3] = NULL;
+    run_t f = run_ex(NULL, 0, args);
+    cr_assert_eq(f.status, 0, "%s", f.err);
+    run_free(&f);
+    args[n] = "--json";
+    args[n + 1] = NULL;
+    run_t r = run_ex(NULL, 0, args);
+    cr_expect_eq(r.status, 0, "%s --json: %s", cmds[i][0], r.err);
+    char head[64];
+    snprintf(head, sizeof head, "{\"command\": \"%s\", ", cmds[i][0]);
+    cr_expect(strncmp(r.out, head, strlen(head)) == 0, "%.100s", r.out);
+    cr_expect(r.out_len > 3 && strcmp(r.out + r.out_len - 3, "]}\n") == 0);
+    char *want_raw = read_all(path_in("want.folded"), NULL);
+    char *want = folded_without_empty_tail(want_raw);
+    char *got = json_records_as_folded(r.out);
+    cr_expect_str_eq(got, want, "%s --json: the records differ from --folded", cmds[i][0]);
+    free(got);
+    free(want);
+    free(want_raw);
+    run_free(&r);
+  }
+  /* compare's segment lists are fields of the document, not text on stdout */
+  run_t r = RUN("compare", "a.msnap", "b.msnap", "--json");
+  cr_expect(strstr(r.out, "\"view\": \"segments\", \"before\": \"a.msnap\", \"after\": \"b.msnap\", "
+                          "\"only_before\": ["),
+            "%.200s", r.out);
+  cr_expect(!strstr(r.out, "only_before = ["));
+  run_free(&r);
+  r = RUN("compare", "a.msnap", "b.msnap", "--stacks", "--json");
+  cr_expect_eq(r.status, 0);
+  cr_expect(strstr(r.out, "{\"side\": \"before\", \"frames\": [") &&
+                strstr(r.out, "{\"side\": \"after\", \"frames\": ["),
+            "%.200s", r.out);
+  run_free(&r);
+  /* a file name that JSON must escape: quote, backslash, a control byte, a byte not UTF-8 */
+  cr_assert_eq(symlink("a.msnap", path_in("q\"b\\c\x01\xff.msnap")), 0);
+  r = RUN("memory", "q\"b\\c\x01\xff.msnap", "--json");
+  cr_expect_eq(r.status, 0, "%s", r.err);
+  cr_expect(strstr(r.out, "\"file\": \"q\\\"b\\\\c\\u0001\\ufffd.msnap\""), "%.200s", r.out);
+  run_free(&r);
+  /* --json and --folded together: a usage error */
+  r = RUN("memory", "a.msnap", "--json", "--folded");
+  cr_expect_eq(r.status, 2);
+  run_free(&r);
+}
