@@ -173,6 +173,13 @@ int cli_render_json(const char *out_path, const char *cmd, cli_json_head_fn *hea
 /* A head of one field, `, "file": NAME` (head_arg: the name). */
 void cli_json_head_file(cli_json_t *j, void *name);
 
+/* Whether a trace entry passes --stream/--pool (filter NULL: all do) (cmd-trace.c). */
+bool cli_trace_entry_kept(const ms_tl_filter_t *f, const ms_snap_trace_t *e);
+/* `trace --json`: each device's entries (only_dev, or SIZE_MAX for all) that pass filter, as
+ * records with their index in the device's trace (cli/trace-json.c). @return CLI_OK. */
+int cli_trace_json(FILE *out, const ms_snapshot_t *s, const char *file,
+                   const ms_tl_filter_t *filter, size_t only_dev);
+
 /* The body of `memory` and `segments`: FILE [-o OUT] [--folded], OUT defaulting to output.svg. */
 int cli_view_main(const char *cmd, const char *usage, ms_view_kind kind, int argc, char **argv);
 

@@ -15,7 +15,7 @@
 #define STATS_PAGE_SIZE (20ull * 1024 * 1024)
 
 static const char stats_usage[] =
-    "usage: memsnap stats FILE [--summary] [--at MOMENT] [--device N] [--range A:B]\n"
+    "usage: memsnap stats FILE [--summary | --json] [--at MOMENT] [--device N] [--range A:B]\n"
     "                          [--stream S] [--pool A,B]\n"
     "\n"
     "Prints a map of the segments of FILE (one character per 20 MiB page) and the totals of\n"
@@ -25,6 +25,7 @@ static const char stats_usage[] =
     "options:\n"
     "  --summary   also print the allocator's memory_summary table for each device\n"
     "              (memsnap snapshots; PyTorch pickles carry no statistics)\n"
+    "  --json      the segments and totals as JSON (docs/cli.md, JSON outputs)\n"
     "  --at MOMENT       show the state at MOMENT: peak (of allocated bytes), peak-reserved,\n"
     "                    end, an entry index N (after trace entry N; -1 = before the first),\n"
     "                    or a time in microseconds: t=1700000000123456 or 1700000000123456us\n"
@@ -182,6 +183,65 @@ static int stats_segsum(FILE *out, const ms_snapshot_t *s) {
   fputs(stats_legend, out);
   fputc('\n', out); /* print() ends the text with one more newline */
   return CLI_OK;
+}
+
+/* ---- --json ---------------------------------------------------------------------------------- */
+
+/* The numbers behind the text: every segment in snapshot order with the bytes the map draws
+ * (allocated as the text counts it; free split into external and internal), then the totals. */
+static int stats_json(FILE *out, const ms_snapshot_t *s, const char *file) {
+  ms_sink_t sink;
+  ms_sink_init_file(&sink, out);
+  cli_json_t j = {&sink, 0};
+  cli_json_lit(&j, "{\"command\": \"stats\", \"file\": ");
+  cli_json_str(&j, file);
+  cli_json_lit(&j, ", \"segments\": [");
+  int64_t reserved = 0, allocated = 0, f_ext = 0, f_int = 0;
+  for (size_t i = 0; i < s->nsegments; i++) {
+    const ms_snap_segment_t *seg = &s->segments[i];
+    int64_t alloc = 0, ext = 0, in = 0;
+    for (uint32_t k = 0; k < seg->nblocks; k++) {
+      const ms_snap_block_t *b = ms_snap_segment_block(s, seg, k);
+      if (b->state == MS_BLOCK_ACTIVE_ALLOCATED) {
+        int64_t a = stats_block_allocated(s, b);
+        alloc += a;
+        in += (int64_t)b->size - a;
+      } else {
+        ext += (int64_t)b->size;
+      }
+    }
+    reserved += (int64_t)seg->total_size;
+    allocated += alloc;
+    f_ext += ext;
+    f_int += in;
+    cli_json_lit(&j, i ? ",\n  {\"device\": " : "\n  {\"device\": ");
+    cli_json_i64(&j, seg->device);
+    cli_json_lit(&j, ", \"address\": ");
+    cli_json_u64(&j, seg->address);
+    cli_json_lit(&j, ", \"stream\": ");
+    cli_json_u64(&j, seg->stream);
+    cli_json_lit(&j, ", \"total_size\": ");
+    cli_json_u64(&j, seg->total_size);
+    cli_json_lit(&j, ", \"allocated\": ");
+    cli_json_i64(&j, alloc);
+    cli_json_lit(&j, ", \"free_external\": ");
+    cli_json_i64(&j, ext);
+    cli_json_lit(&j, ", \"free_internal\": ");
+    cli_json_i64(&j, in);
+    cli_json_lit(&j, "}");
+  }
+  cli_json_lit(&j, s->nsegments ? "\n], \"total_segments\": " : "], \"total_segments\": ");
+  cli_json_u64(&j, s->nsegments);
+  cli_json_lit(&j, ", \"total_reserved\": ");
+  cli_json_i64(&j, reserved);
+  cli_json_lit(&j, ", \"total_allocated\": ");
+  cli_json_i64(&j, allocated);
+  cli_json_lit(&j, ", \"total_free_external\": ");
+  cli_json_i64(&j, f_ext);
+  cli_json_lit(&j, ", \"total_free_internal\": ");
+  cli_json_i64(&j, f_int);
+  cli_json_lit(&j, "}\n");
+  return CLI_OK; /* a write error is reported when stdout is closed (main.c) */
 }
 
 /* ---- --summary ------------------------------------------------------------------------------- */
@@ -345,9 +405,10 @@ static int stats_summary(FILE *out, const ms_snapshot_t *s) {
 }
 
 int cmd_stats(int argc, char **argv) {
-  int summary = 0;
+  int summary = 0, json = 0;
   const char *at_s = NULL, *device_s = NULL, *range_s = NULL, *stream_s = NULL, *pool_s = NULL;
-  const struct cli_opt opts[] = {{"summary", 0, &summary, NULL}, {"at", 0, NULL, &at_s},
+  const struct cli_opt opts[] = {{"summary", 0, &summary, NULL}, {"json", 0, &json, NULL},
+                                 {"at", 0, NULL, &at_s},
                                  {"device", 0, NULL, &device_s}, {"range", 0, NULL, &range_s},
                                  {"stream", 0, NULL, &stream_s}, {"pool", 0, NULL, &pool_s},
                                  {NULL, 0, NULL, NULL}};
@@ -357,6 +418,8 @@ int cmd_stats(int argc, char **argv) {
   if (rc == CLI_HELP_SHOWN) return CLI_OK;
   if (rc != CLI_OK) return rc;
   if (npos < 1) return cli_usage_error("stats", "missing FILE");
+  if (json && summary)
+    return cli_usage_error("stats", "--summary has no JSON form; use one or the other");
   cli_tl_args_t ta;
   if ((rc = cli_tl_args_parse("stats", &ta, device_s, range_s, stream_s, pool_s, at_s)) != CLI_OK)
     return rc;
@@ -366,7 +429,11 @@ int cmd_stats(int argc, char **argv) {
       CLI_OK)
     return rc;
   rc = cli_at_snapshot(snap, cli_display_name(pos[0]), &ta, true, &view, NULL, NULL);
-  if (rc == CLI_OK) rc = stats_segsum(stdout, view ? view : snap);
+  if (rc == CLI_OK && json) {
+    rc = stats_json(stdout, view ? view : snap, cli_display_name(pos[0]));
+  } else if (rc == CLI_OK) {
+    rc = stats_segsum(stdout, view ? view : snap);
+  }
   if (rc == CLI_OK && summary) rc = stats_summary(stdout, view ? view : snap);
   ms_snapshot_free(view);
   ms_snapshot_free(snap);

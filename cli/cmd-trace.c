@@ -19,7 +19,7 @@
 #include "memsnap/snapshot.h"
 
 static const char trace_usage[] =
-    "usage: memsnap trace FILE [--at MOMENT] [--device N] [--range A:B] [--stream S]\n"
+    "usage: memsnap trace FILE [--json] [--at MOMENT] [--device N] [--range A:B] [--stream S]\n"
     "                          [--pool A,B]\n"
     "\n"
     "Prints the allocator trace of each device of FILE as pseudo-code (a = cudaMalloc(...),\n"
@@ -28,6 +28,7 @@ static const char trace_usage[] =
     "FILE is a memsnap snapshot or a PyTorch pickle ('-' reads standard input).\n"
     "\n"
     "options:\n"
+    "  --json            the entries as JSON records (docs/cli.md, JSON outputs)\n"
     "  --at MOMENT       the trace up to MOMENT:    peak (of allocated bytes), peak-reserved,\n"
     "                    end, an entry index N (after trace entry N; -1 = before the first),\n"
     "                    or a time in microseconds: t=1700000000123456 or 1700000000123456us\n"
@@ -404,7 +405,7 @@ nomem:
   return CLI_FAILURE;
 }
 
-static bool trace_entry_kept(const ms_tl_filter_t *f, const ms_snap_trace_t *e) {
+bool cli_trace_entry_kept(const ms_tl_filter_t *f, const ms_snap_trace_t *e) {
   if (!f) return true;
   if (f->has_stream && e->stream != f->stream) return false;
   if (f->has_pool) {
@@ -432,7 +433,7 @@ static int trace_run(FILE *out, const ms_snapshot_t *s, const ms_tl_filter_t *fi
       }
       size_t k = 0;
       for (size_t i = 0; i < n; i++)
-        if (trace_entry_kept(filter, &entries[i])) kept[k++] = entries[i];
+        if (cli_trace_entry_kept(filter, &entries[i])) kept[k++] = entries[i];
       entries = kept;
       n = k;
       if (n == 0) {
@@ -462,7 +463,9 @@ static int trace_run(FILE *out, const ms_snapshot_t *s, const ms_tl_filter_t *fi
 
 int cmd_trace(int argc, char **argv) {
   const char *at_s = NULL, *device_s = NULL, *range_s = NULL, *stream_s = NULL, *pool_s = NULL;
-  const struct cli_opt opts[] = {{"at", 0, NULL, &at_s},         {"device", 0, NULL, &device_s},
+  int json = 0;
+  const struct cli_opt opts[] = {{"json", 0, &json, NULL},
+                                 {"at", 0, NULL, &at_s},         {"device", 0, NULL, &device_s},
                                  {"range", 0, NULL, &range_s},   {"stream", 0, NULL, &stream_s},
                                  {"pool", 0, NULL, &pool_s},     {NULL, 0, NULL, NULL}};
   char *pos[1];
@@ -486,7 +489,10 @@ int cmd_trace(int argc, char **argv) {
   } else if (ta.has_device) {
     rc = cli_tl_device(snap, name, &ta, &dev);
   }
-  if (rc == CLI_OK) rc = trace_run(stdout, view ? view : snap, &ta.filter, dev);
+  if (rc == CLI_OK && json)
+    rc = cli_trace_json(stdout, view ? view : snap, name, &ta.filter, dev);
+  else if (rc == CLI_OK)
+    rc = trace_run(stdout, view ? view : snap, &ta.filter, dev);
   ms_snapshot_free(view);
   ms_snapshot_free(snap);
   return rc;

@@ -831,3 +831,67 @@ Test(cli_files, json_views_hold_the_folded_records) {
   cr_expect_eq(r.status, 2);
   run_free(&r);
 }
+
+Test(cli_files, json_stats_and_trace_hold_the_snapshot_numbers) {
+  th_synth_opts_t o = {.nsegments = 5, .blocks_per_segment = 4, .nframes = 12, .nstacks = 9,
+                       .ntrace = 7, .history = 0, .seed = 5};
+  write_snapshot("a.msnap", &o);
+  ms_snapshot_t *s = NULL;
+  ms_errbuf_t eb = {{0}};
+  cr_assert_eq(ms_snapshot_load(path_in("a.msnap"), &s, &eb), MS_OK, "%s", eb.msg);
+
+  run_t r = RUN("stats", "a.msnap", "--json");
+  cr_assert_eq(r.status, 0, "%s", r.err);
+  const char head[] = "{\"command\": \"stats\", \"file\": \"a.msnap\", \"segments\": [";
+  cr_expect(strncmp(r.out, head, sizeof head - 1) == 0, "%.100s", r.out);
+  uint64_t reserved = 0;
+  size_t nseg = 0;
+  for (const char *p = r.out; (p = strstr(p, "{\"device\": ")); p++, nseg++) {
+    long long dev;
+    unsigned long long addr, stream, total;
+    long long alloc, ext, in;
+    cr_assert_eq(sscanf(p,
+                        "{\"device\": %lld, \"address\": %llu, \"stream\": %llu, \"total_size\": "
+                        "%llu, \"allocated\": %lld, \"free_external\": %lld, \"free_internal\": %lld}",
+                        &dev, &addr, &stream, &total, &alloc, &ext, &in),
+                 7, "%.200s", p);
+    cr_assert_lt(nseg, s->nsegments);
+    cr_expect_eq(addr, s->segments[nseg].address);
+    cr_expect_eq(total, s->segments[nseg].total_size);
+    cr_expect_eq((unsigned long long)(alloc + ext + in), total, "segment %zu: parts != total", nseg);
+    reserved += total;
+  }
+  cr_expect_eq(nseg, s->nsegments);
+  char want[128];
+  snprintf(want, sizeof want, "\"total_segments\": %zu, \"total_reserved\": %llu, ", s->nsegments,
+           (unsigned long long)reserved);
+  cr_expect(strstr(r.out, want), "%s not in %s", want, r.out);
+  run_free(&r);
+  r = RUN("stats", "a.msnap", "--json", "--summary");
+  cr_expect_eq(r.status, 2);
+  run_free(&r);
+
+  r = RUN("trace", "a.msnap", "--json");
+  cr_assert_eq(r.status, 0, "%s", r.err);
+  const char *p = r.out;
+  for (size_t d = 0; d < s->ndevices; d++) {
+    if (s->devices[d].ntrace == 0) continue;
+    char dev[64];
+    snprintf(dev, sizeof dev, "{\"device\": %zu, \"entries\": [", d);
+    p = strstr(p, dev);
+    cr_assert(p, "device %zu missing", d);
+    for (size_t i = 0; i < s->devices[d].ntrace; i++) {
+      const ms_snap_trace_t *e = &s->trace[s->devices[d].first_trace + i];
+      char ent[256];
+      snprintf(ent, sizeof ent, "{\"index\": %zu, \"action\": \"%s\", \"addr\": %llu, \"size\": %llu, ",
+               i, e->action == MS_TRACE_OTHER ? e->action_name : ms_trace_action_name(e->action),
+               (unsigned long long)e->addr,
+               (unsigned long long)e->size);
+      const char *q = strstr(p, ent);
+      cr_assert(q, "device %zu entry %zu: %s not found", d, i, ent);
+      p = q + 1;
+    }
+  }
+  run_free(&r);
+  ms_snapshot_free(s);
+}
