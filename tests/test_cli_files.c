@@ -27,8 +27,10 @@
 #include <unistd.h>
 
 #include "helpers.h"
+#include "memsnap/pickle.h"
 #include "memsnap/serialize.h"
 #include "memsnap/snapshot.h"
+#include "snapshot/zio.h"
 
 /* ---- running the program ---------------------------------------------------------------------
  */
@@ -894,4 +896,85 @@ Test(cli_files, json_stats_and_trace_hold_the_snapshot_numbers) {
   }
   run_free(&r);
   ms_snapshot_free(s);
+}
+
+/* ---- 6. gzip-compressed pickles --------------------------------------------------------------- */
+
+/* Writes src gzip-compressed to dst, keeping its first keep bytes of the result (0: all). */
+static void gzip_file(const char *src, const char *dst, size_t keep) {
+  size_t n;
+  char *data = read_all(path_in(src), &n);
+  cr_assert(data);
+  th_memsink_t m;
+  ms_sink_t inner, gz;
+  th_memsink_init(&inner, &m);
+  ms__zsink_t *z = NULL;
+  cr_assert_eq(ms__zsink_create(&inner, 6, &z, &gz), MS_OK);
+  cr_assert_eq(gz.write(gz.ctx, data, n), MS_OK);
+  cr_assert_eq(ms__zsink_finish(z), MS_OK);
+  ms__zsink_destroy(z);
+  cr_assert_eq(th_write_file(path_in(dst), m.data, keep && keep < m.len ? keep : m.len), 0);
+  th_memsink_free(&m);
+  free(data);
+}
+
+Test(cli_files, gzip_pickles_read_transparently) {
+  th_synth_opts_t o = {.nsegments = 12, .blocks_per_segment = 6, .nframes = 40, .nstacks = 30,
+                       .ntrace = 40, .history = 0, .seed = 11};
+  write_snapshot("a.msnap", &o);
+  run_t r = RUN("convert", "a.msnap", "a.pickle");
+  cr_assert_eq(r.status, 0, "%s", r.err);
+  run_free(&r);
+  gzip_file("a.pickle", "a.pickle.gz", 0);
+  gzip_file("a.pickle", "any-name", 0); /* by content, not by name */
+  const char *const cmds[][6] = {
+      {"stats", NULL}, {"trace", NULL}, {"memory", "--folded", NULL}, {"segments", "--folded", NULL},
+  };
+  for (size_t i = 0; i < sizeof cmds / sizeof *cmds; i++) {
+    const char *args[8] = {cmds[i][0], "a.pickle"};
+    int n = 2;
+    for (int k = 1; cmds[i][k]; k++) args[n++] = cmds[i][k];
+    args[n] = NULL;
+    run_t want = run_ex(NULL, 0, args);
+    cr_assert_eq(want.status, 0, "%s: %s", cmds[i][0], want.err);
+    const char *const names[] = {"a.pickle.gz", "any-name"};
+    for (size_t k = 0; k < 2; k++) {
+      args[1] = names[k];
+      run_t got = run_ex(NULL, 0, args);
+      cr_expect_eq(got.status, 0, "%s %s: %s", cmds[i][0], names[k], got.err);
+      cr_expect(got.out_len == want.out_len && memcmp(got.out, want.out, want.out_len) == 0,
+                "%s %s: the output differs from the plain pickle's", cmds[i][0], names[k]);
+      run_free(&got);
+    }
+    args[1] = "-"; /* standard input */
+    run_t got = run_ex(path_in("a.pickle.gz"), 0, args);
+    cr_expect_eq(got.status, 0, "%s -: %s", cmds[i][0], got.err);
+    cr_expect(got.out_len == want.out_len && memcmp(got.out, want.out, want.out_len) == 0,
+              "%s - (gzip on stdin): the output differs", cmds[i][0]);
+    run_free(&got);
+    run_free(&want);
+  }
+  /* truncated and followed by junk: exit 1 naming the gzip problem (and no hang) */
+  size_t full;
+  char *gz = read_all(path_in("a.pickle.gz"), &full);
+  gzip_file("a.pickle", "cut.gz", full / 2);
+  r = RUN("stats", "cut.gz");
+  cr_expect_eq(r.status, 1);
+  cr_expect(strstr(r.err, "memsnap: error: 'cut.gz': gzip: compressed stream is truncated"), "%s",
+            r.err);
+  run_free(&r);
+  r = run_ex(path_in("cut.gz"), 0, (const char *const[]){"memory", "-", "--folded", NULL});
+  cr_expect_eq(r.status, 1);
+  cr_expect(strstr(r.err, "'<stdin>': gzip: compressed stream is truncated"), "%s", r.err);
+  run_free(&r);
+  char *junk = malloc(full + 4);
+  memcpy(junk, gz, full);
+  memcpy(junk + full, "junk", 4);
+  cr_assert_eq(th_write_file(path_in("junk.gz"), junk, full + 4), 0);
+  r = RUN("stats", "junk.gz");
+  cr_expect_eq(r.status, 1);
+  cr_expect(strstr(r.err, "gzip: trailing data after the compressed stream"), "%s", r.err);
+  run_free(&r);
+  free(junk);
+  free(gz);
 }

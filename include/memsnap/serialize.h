@@ -88,7 +88,7 @@ MS_API MS_NODISCARD int ms_snapshot_write_file(const ms_snapshot_t *snap, const 
 MS_API MS_NODISCARD int ms_snapshot_read(ms_source_t *src, ms_snapshot_t **out, ms_errbuf_t *eb);
 
 /* Reads a snapshot of any supported format from path ("-" = standard input), recognising the
- * format from the content. Messages in eb name the file, e.g.
+ * format from the content; a gzip-compressed pickle is inflated as it is read. Messages in eb name the file, e.g.
  * "'x.bin': not a memsnap snapshot or PyTorch pickle". */
 MS_API MS_NODISCARD int ms_snapshot_load(const char *path, ms_snapshot_t **out, ms_errbuf_t *eb);
 

@@ -312,6 +312,38 @@ static ptrdiff_t peek_read(void *ctx, char *buf, size_t cap) {
   return file_read(p->fp, buf, cap);
 }
 
+/* Whether head is the start of a gzip stream whose content is a pickle (`.pickle.gz`). */
+static bool load_is_gz_pickle(const char *head, size_t n) {
+  unsigned char in[2];
+  return ms__zio_is_gzip(head, n) && ms__zio_peek(head, n, in, sizeof in) == sizeof in &&
+         in[0] == 0x80 && in[1] >= 2 && in[1] <= 5;
+}
+
+/* Reads a gzip-compressed pickle, inflating as it goes (the pickle is never whole in memory). A
+ * regular file whose trace could not be skipped is read again in full, from its start. */
+static int load_gz_pickle(FILE *fp, int is_stdin, const char *head, size_t n, unsigned flags,
+                          ms_snapshot_t **snap, ms_errbuf_t *inner) {
+  for (int pass = 0; pass < 2; pass++) {
+    ms_source_t file, src;
+    ms_source_init_file(&file, fp);
+    ms__zsource_t *z = NULL;
+    if (ms__zsource_create(&file, head, pass ? 0 : n, &z, &src) != MS_OK)
+      return ms__errbuf_set(inner, MS_ENOMEM, "out of memory");
+    bool again = false;
+    int rc = ms__pickle_read(&src, pass ? 0 : flags, snap, inner, pass ? NULL : &again);
+    if (rc != MS_OK && ms__zsource_error(z)[0] && !again) {
+      char pickle_msg[sizeof inner->msg];
+      snprintf(pickle_msg, sizeof pickle_msg, "%s", inner->msg);
+      rc = ms__errbuf_set(inner, rc, "gzip: %s (the pickle inside: %s)", ms__zsource_error(z),
+                          pickle_msg);
+    }
+    ms__zsource_destroy(z);
+    if (!again || is_stdin || fseek(fp, 0, SEEK_SET) != 0) return rc;
+    inner->msg[0] = 0;
+  }
+  return MS_EFORMAT; /* not reached */
+}
+
 int ms_snapshot_load(const char *path, ms_snapshot_t **out, ms_errbuf_t *eb) {
   return ms_snapshot_load_ex(path, 0, out, eb);
 }
@@ -369,6 +401,10 @@ int ms_snapshot_load_ex(const char *path, unsigned flags, ms_snapshot_t **out, m
     break;
   }
   default:
+    if (load_is_gz_pickle(head, n)) {
+      rc = load_gz_pickle(fp, is_stdin, head, n, flags, &snap, &inner);
+      break;
+    }
     rc = n == 0 ? ms__errbuf_set(&inner, MS_ETRUNCATED, "empty file")
                 : ms__errbuf_set(&inner, MS_EFORMAT, "not a memsnap snapshot or PyTorch pickle");
     break;

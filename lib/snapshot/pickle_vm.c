@@ -56,7 +56,10 @@ static int rd_read_more(rd_t *r) {
   }
   while (r->len < r->cap) {
     ptrdiff_t n = r->src->read(r->src->ctx, r->buf + r->len, r->cap - r->len);
-    if (n < 0) return ms__pickle_err(r, (int)n, "read error: %s", ms_strerror((int)n));
+    if (n < 0) { /* a failed source gives nothing more (a gzip source's error is sticky) */
+      r->eof = true;
+      return ms__pickle_err(r, (int)n, "read error: %s", ms_strerror((int)n));
+    }
     if (n == 0) {
       r->eof = true;
       break;
