@@ -571,11 +571,17 @@ int cmd_replay(int argc, char **argv) {
   o.capacity = capacity;
   o.device = device;
   int status = CLI_OK;
+  if (nrows > 1 || min_cap)
+    cli_progress_start("replaying '%s' under %d configuration%s", cli_display_name(pos[0]), nrows,
+                       nrows == 1 ? "" : "s");
+  else
+    cli_progress_start("replaying '%s'", cli_display_name(pos[0]));
   for (int j = 0; j < nrows && status == CLI_OK; j++) {
     ms_errbuf_t eb;
     o.config = rows[j].config;
     int r = ms_replay_run(snap, &o, &rows[j].rep, &eb);
     if (r != MS_OK) {
+      cli_progress_stop();
       cli_error("'%s': replay failed: %s", cli_display_name(pos[0]), eb.msg[0] ? eb.msg : ms_strerror(r));
       status = CLI_FAILURE;
       break;
@@ -595,6 +601,7 @@ int cmd_replay(int argc, char **argv) {
         rows[j].min_capacity[k] = 0;
     }
   }
+  cli_progress_stop();
   if (status == CLI_OK)
     status = replay_report(snap, cli_display_name(pos[0]), rows, nrows, check, json,
                            sweep != NULL, capacity, min_cap);

@@ -73,7 +73,7 @@ static char *read_all(const char *path, size_t *len) {
 }
 
 /* Runs memsnap with args (NULL-terminated) in dir; stdin from in_path (NULL: /dev/null); stdout
- * to a terminal (a pty) when tty, else to a file. */
+ * to a terminal (a pty) when tty, else to a file; tty 2: stderr too (r.out holds both). */
 static run_t run_ex(const char *in_path, int tty, const char *const *args) {
   char outp[700], errp[700];
   snprintf(outp, sizeof outp, "%s/.stdout", dir);
@@ -93,7 +93,7 @@ static run_t run_ex(const char *in_path, int tty, const char *const *args) {
     if (in < 0 || out < 0 || err < 0 || chdir(dir) != 0) _exit(126);
     dup2(in, 0);
     dup2(out, 1);
-    dup2(err, 2);
+    if (tty != 2) dup2(err, 2);
     execv(argv[0], (char *const *)argv);
     _exit(127);
   }
@@ -977,4 +977,33 @@ Test(cli_files, gzip_pickles_read_transparently) {
   run_free(&r);
   free(junk);
   free(gz);
+}
+
+/* ---- 8. progress while sweeping ------------------------------------------------------------ */
+
+Test(cli_files, replay_shows_progress_only_on_a_terminal) {
+  char fx[1024];
+  snprintf(fx, sizeof fx, "%s/cranberrii_ftcourse.pickle", th_fixture_dir());
+  if (access(fx, R_OK) != 0) {
+    printf("SKIP replay_shows_progress_only_on_a_terminal: no fixture %s\n", fx);
+    return;
+  }
+  const char *const args[] = {"replay", fx, "--sweep",
+                              "max_split_size_mb=100,200,400;roundup_power2_divisions=1,2,4,8",
+                              NULL};
+  setenv("MEMSNAP_PROGRESS_DELAY", "0", 1); /* draw at once: the run is short */
+  int seen = 0;
+  for (int tries = 0; tries < 5 && !seen; tries++) {
+    run_t r = run_ex(NULL, 2, args);
+    cr_expect_eq(r.status, 0, "%s", r.out);
+    seen = strstr(r.out, "\rmemsnap: replaying '") && strstr(r.out, "' under 12 configurations...");
+    if (seen) cr_expect(strstr(r.out, "\r\033[K"), "the progress line was not erased");
+    run_free(&r);
+  }
+  cr_expect(seen, "no progress line while sweeping");
+  run_t r = run_ex(NULL, 0, args); /* stderr not a terminal: nothing */
+  unsetenv("MEMSNAP_PROGRESS_DELAY");
+  cr_expect_eq(r.status, 0);
+  cr_expect_str_eq(r.err, "");
+  run_free(&r);
 }
