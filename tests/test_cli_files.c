@@ -1007,3 +1007,24 @@ Test(cli_files, replay_shows_progress_only_on_a_terminal) {
   cr_expect_str_eq(r.err, "");
   run_free(&r);
 }
+
+/* ---- 13. empty frame names ----------------------------------------------------------------- */
+
+Test(cli_files, empty_frame_names_show_as_unknown) {
+  cr_assert_eq(th_write_file(path_in("e.folded"), "main;;leaf 5\n;top 3\n", 20), 0);
+  run_t r = RUN("flamegraph", "e.folded", "-o", "e.svg", "--minwidth", "0");
+  cr_assert_eq(r.status, 0, "%s", r.err);
+  run_free(&r);
+  char *svg = read_all(path_in("e.svg"), NULL);
+  cr_assert(svg);
+  size_t unknown = 0;
+  for (const char *p = svg; (p = strstr(p, "<title>[unknown] (")); p++) unknown++;
+  cr_expect_eq(unknown, 2, "want two [unknown] frames (main;<here>;leaf and <here>;top)");
+  cr_expect(!strstr(svg, "<title> ("), "a frame with an empty name was drawn");
+  cr_expect(strstr(svg, "<title>leaf (") && strstr(svg, "<title>top ("));
+  free(svg);
+  /* the folded text keeps the names as they are */
+  r = RUN("flamegraph", "e.folded", "--folded");
+  cr_expect_str_eq(r.out, ";top 3\nmain;;leaf 5\n");
+  run_free(&r);
+}

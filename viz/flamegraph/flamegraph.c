@@ -258,6 +258,10 @@ static int fg_frame(fg_page_t *pg, const ms__frame_t *f) {
     ms__viz_str_t s = ms__ftree_name(&fl->tree, f->node);
     name = s.ptr;
     len = s.len;
+    if (len == 0) { /* an empty frame name (heaptrack writes them) reads as flamegraph.pl's */
+      name = "[unknown]";
+      len = strlen(name);
+    }
   }
   size_t ncp = 0;
   size_t slen = ms__text_sanitize(name, len, &pg->nbuf, &pg->ncap, &ncp);
