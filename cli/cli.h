@@ -125,6 +125,8 @@ void cli_out_abort(cli_out_t *o);
  * the output: "no space left on device while writing 'OUT'", "cannot write 'OUT': ...".
  * @return CLI_FAILURE. */
 int cli_out_fail(cli_out_t *o, int err, const ms_errbuf_t *eb);
+/* Set once a failed write to standard output has been reported (main.c says it only once). */
+extern bool cli_stdout_error_reported;
 /* The output of a view command: *output NULL (no -o) becomes output.svg for an SVG (as
  * _memory_viz.py) and standard output for folded text (as flamegraph tools); an SVG to standard
  * output that is a terminal is refused with a hint (to a pipe or a file it is written).

@@ -154,14 +154,22 @@ int cmd_help(int argc, char **argv) {
   return c->fn(2, sub);
 }
 
+/* A failed write to standard output is reported even when the command already failed (its
+ * status, non-zero, is kept): what was lost must be said. */
 static int finish_stdout(int status) {
   if (fflush(stdout) != 0 || ferror(stdout)) {
-    if (status == CLI_OK) cli_error("write to standard output failed: %s", strerror(errno));
+    int e = errno ? errno : EIO;
+    if (!cli_stdout_error_reported) { /* else said by the output's own error */
+      if (e == ENOSPC)
+        cli_error("no space left on device while writing '<stdout>'");
+      else
+        cli_error("write to standard output failed: %s", strerror(e));
+    }
     return status == CLI_OK ? CLI_FAILURE : status;
   }
-  if (fclose(stdout) != 0 && status == CLI_OK) {
+  if (fclose(stdout) != 0) {
     cli_error("closing standard output failed: %s", strerror(errno));
-    return CLI_FAILURE;
+    return status == CLI_OK ? CLI_FAILURE : status;
   }
   return status;
 }

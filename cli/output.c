@@ -160,8 +160,11 @@ void cli_out_abort(cli_out_t *o) {
 
 /* Prints the error of a failed write: the errno a write met (ENOSPC said in words), else
  * detail. */
+bool cli_stdout_error_reported;
+
 static void cli_out_report(const cli_out_t *o, int e, const char *detail) {
   const char *name = cli_output_name(o->path ? o->path : "-");
+  if (!o->path || strcmp(o->path, "-") == 0) cli_stdout_error_reported = true;
   if (e == ENOSPC)
     cli_error("no space left on device while writing '%s'", name);
   else if (e)

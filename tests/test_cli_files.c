@@ -395,6 +395,32 @@ Test(cli_files, signals_remove_the_temporary_file) {
 
 /* ---- 2. a full device ------------------------------------------------------------------------ */
 
+/* Runs memsnap with args (NULL-terminated) in dir, standard output on /dev/full; r.out is NULL. */
+static run_t run_to_full(const char *const *args) {
+  char errp[700];
+  snprintf(errp, sizeof errp, "%s/.err2", dir);
+  pid_t pid = fork();
+  cr_assert_neq(pid, -1);
+  if (pid == 0) {
+    int full = open("/dev/full", O_WRONLY);
+    int err = open(errp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    const char *argv[16] = {bin()};
+    for (int k = 0; args[k] && k < 14; k++) argv[k + 1] = args[k];
+    if (full < 0 || err < 0 || chdir(dir) != 0) _exit(126);
+    dup2(full, 1); /* `memsnap ... > /dev/full` */
+    dup2(err, 2);
+    execv(argv[0], (char *const *)argv);
+    _exit(127);
+  }
+  int st;
+  cr_assert_eq(waitpid(pid, &st, 0), pid);
+  run_t r = {.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st)};
+  r.err = read_all(errp, NULL);
+  unlink(errp);
+  cr_assert(r.err);
+  return r;
+}
+
 static void expect_enospc(run_t r, const char *out) {
   char want[300];
   snprintf(want, sizeof want, "memsnap: error: no space left on device while writing '%s'\n", out);
@@ -415,35 +441,11 @@ Test(cli_files, a_full_device_says_no_space_and_leaves_nothing) {
       {"convert", "a.msnap", "-", "--to", "pickle", NULL},
       {"compare", "a.msnap", "b.msnap", "--stacks", "--folded", "-o", "-", NULL},
   };
-  int saved = dup(1);
   for (size_t i = 0; i < sizeof to_stdout / sizeof *to_stdout; i++) {
-    int full = open("/dev/full", O_WRONLY);
-    cr_assert_geq(full, 0);
-    fflush(stdout);
-    dup2(full, 1); /* the child inherits it: `memsnap ... > /dev/full` */
-    close(full);
-    char errp[700];
-    snprintf(errp, sizeof errp, "%s/.err2", dir);
-    pid_t pid = fork();
-    if (pid == 0) {
-      int err = open(errp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      const char *argv[10] = {bin()};
-      for (int k = 0; to_stdout[i][k]; k++) argv[k + 1] = to_stdout[i][k];
-      if (err < 0 || chdir(dir) != 0) _exit(126);
-      dup2(err, 2);
-      execv(argv[0], (char *const *)argv);
-      _exit(127);
-    }
-    dup2(saved, 1);
-    int st;
-    cr_assert_eq(waitpid(pid, &st, 0), pid);
-    run_t r = {.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st)};
-    r.err = read_all(errp, NULL);
+    run_t r = run_to_full(to_stdout[i]);
     expect_enospc(r, "<stdout>");
     free(r.err);
-    unlink(errp);
   }
-  close(saved);
 
   /* a full device of our own (c 1 7) as -o: written through, the device kept */
   if (mknod(path_in("full"), S_IFCHR | 0666, makedev(1, 7)) != 0) {
@@ -1027,4 +1029,30 @@ Test(cli_files, empty_frame_names_show_as_unknown) {
   r = RUN("flamegraph", "e.folded", "--folded");
   cr_expect_str_eq(r.out, ";top 3\nmain;;leaf 5\n");
   run_free(&r);
+}
+
+/* ---- 22. a failed write to stdout is said even when the command failed too ------------------ */
+
+Test(cli_files, stdout_write_errors_are_said_even_after_a_failure) {
+  write_snapshot("a.msnap", NULL);
+  th_synth_opts_t ob = {.nsegments = 6, .blocks_per_segment = 4, .nframes = 10, .nstacks = 8,
+                        .ntrace = 2, .seed = 99};
+  write_snapshot("b.msnap", &ob);
+  /* compare prints its lists to stdout, then cannot create its output */
+  run_t r = run_to_full(
+      (const char *const[]){"compare", "a.msnap", "b.msnap", "-o", "/nonexistent/x.svg", NULL});
+  cr_expect_eq(r.status, 1);
+  cr_expect(strstr(r.err, "memsnap: error: cannot create '/nonexistent/x.svg'"), "%s", r.err);
+  cr_expect(strstr(r.err, "memsnap: error: no space left on device while writing '<stdout>'\n"),
+            "the lost standard output was not reported: %s", r.err);
+  free(r.err);
+  /* said once, not once by the output and once more at exit */
+  r = run_to_full((const char *const[]){"memory", "a.msnap", "--folded", NULL});
+  cr_expect_eq(r.status, 1);
+  cr_expect_str_eq(r.err, "memsnap: error: no space left on device while writing '<stdout>'\n");
+  free(r.err);
+  r = run_to_full((const char *const[]){"stats", "a.msnap", NULL});
+  cr_expect_eq(r.status, 1);
+  cr_expect_str_eq(r.err, "memsnap: error: no space left on device while writing '<stdout>'\n");
+  free(r.err);
 }
