@@ -50,9 +50,19 @@ static const char replay_usage[] =
 
 /* Parses a size: digits with an optional K/M/G/T suffix (binary) and optional "iB" or "B". */
 static int replay_parse_size(const char *s, size_t *out) {
-  char *end = NULL;
+  /* digits, an optional decimal fraction, then the unit: no hexadecimal, exponent, inf or nan,
+   * which strtod would take ("0x10" is not 16 bytes here, it is an error) */
   if (!s || !isdigit((unsigned char)*s)) return -1;
+  const char *q = s;
+  while (isdigit((unsigned char)*q)) q++;
+  if (*q == '.') {
+    if (!isdigit((unsigned char)q[1])) return -1;
+    for (q++; isdigit((unsigned char)*q); q++) {
+    }
+  }
+  char *end = NULL;
   double v = strtod(s, &end);
+  if (end != q) return -1;
   unsigned shift = 0;
   switch (toupper((unsigned char)*end)) {
   case 'K': shift = 10; end++; break;
@@ -535,7 +545,10 @@ int cmd_replay(int argc, char **argv) {
     return cli_usage_error("replay", "--capacity and --min-capacity exclude each other");
   size_t capacity = 0;
   if (capacity_s && replay_parse_size(capacity_s, &capacity) != 0)
-    return cli_usage_error("replay", "invalid size '%s' for --capacity", capacity_s);
+    return cli_usage_error("replay",
+                           "invalid size '%s' for --capacity (digits with an optional K, M, G "
+                           "or T: 24GiB, 8000M, 123456789)",
+                           capacity_s);
   int device = -1;
   if (device_s) {
     char *end = NULL;

@@ -899,8 +899,12 @@ Test(pickle, structural_errors) {
   expect_err(BIN("\x80\x04}."), MS_EFORMAT,
              "offset 3: not a PyTorch memory snapshot: the top-level dict has no 'segments' key");
   expect_err(BIN("\x80\x04K\x01."), MS_EFORMAT,
-             "offset 4: not a PyTorch memory snapshot: the top-level object is a int, not a dict or "
-             "a list of segments");
+             "offset 4: not a PyTorch memory snapshot: the top-level object is an int, not a dict "
+             "or a list of segments");
+  /* a dict, but not the first container: said without contradicting itself (issue #16) */
+  expect_err(BIN("\x80\x04}}."), MS_EFORMAT,
+             "offset 4: not a PyTorch memory snapshot: the pickle returns a dict that is not its "
+             "first container (a snapshot's dict or list of segments comes first)");
   expect_err(BIN("\x80\x04."), MS_EFORMAT, "offset 2: STOP with an empty stack");
   expect_err(BIN("\x80\x04\xff"), MS_EFORMAT, "offset 2: unknown opcode 0xff");
   expect_err(BIN("\x80\x04]K\x01K\x02u."), MS_EFORMAT, "offset 7: SETITEMS without a MARK");

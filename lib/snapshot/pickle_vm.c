@@ -211,10 +211,16 @@ static int rd_op_stop(rd_t *r) {
   if (r->st.len == 0 || r->st.len == rd_mark_pos(r))
     return ms__pickle_err(r, MS_EFORMAT, "STOP with an empty stack");
   const rd_val_t *t = &r->st.ptr[r->st.len - 1];
-  if (t->t != V_OBJ || t->v.obj != r->root)
+  if (t->t == V_OBJ && t->v.obj != r->root) /* a dict or list, but not the one opened first */
     return ms__pickle_err(r, MS_EFORMAT,
-                          "not a PyTorch memory snapshot: the top-level object is a %s, not a dict "
-                          "or a list of segments",
+                          "not a PyTorch memory snapshot: the pickle returns a %s that is not its "
+                          "first container (a snapshot's dict or list of segments comes first)",
+                          ms__pickle_type_name(r, t));
+  if (t->t != V_OBJ)
+    return ms__pickle_err(r, MS_EFORMAT,
+                          "not a PyTorch memory snapshot: the top-level object is %s %s, not a "
+                          "dict or a list of segments",
+                          strchr("aeiou", ms__pickle_type_name(r, t)[0]) ? "an" : "a",
                           ms__pickle_type_name(r, t));
   return RD_STOPPED;
 }
