@@ -182,6 +182,20 @@ bool cli_trace_entry_kept(const ms_tl_filter_t *f, const ms_snap_trace_t *e);
 int cli_trace_json(FILE *out, const ms_snapshot_t *s, const char *file,
                    const ms_tl_filter_t *filter, size_t only_dev);
 
+/* ---- flamegraph.pl's options for the views (cli/view-opts.c) ---- */
+
+/* --title, --width, --minwidth as given (NULL = absent). */
+typedef struct cli_view_opts_s {
+  const char *title, *width, *minwidth;
+} cli_view_opts_t;
+/* Applies vo to fo: --width (21 to 1,000,000 px), --minwidth (px, or N% of the total), --title;
+ * without --title, fo->title = title_buf (the caller's default, e.g. "memory — x.pickle").
+ * @return CLI_OK or CLI_USAGE (printed). */
+int cli_view_flame_options(const char *cmd, const cli_view_opts_t *vo, ms_flame_options_t *fo,
+                           char *title_buf, size_t cap);
+/* The last component of a path ("-" stays "-"). */
+const char *cli_base_name(const char *path);
+
 /* The body of `memory` and `segments`: FILE [-o OUT] [--folded], OUT defaulting to output.svg. */
 int cli_view_main(const char *cmd, const char *usage, ms_view_kind kind, int argc, char **argv);
 

@@ -38,6 +38,10 @@ static const char compare_usage[] =
     "  --device N        only device N (with --at: default the device with the longest trace)\n"
     "  --range A:B       with --at: peaks within trace entries A to B\n"
     "  --stream S        only segments of stream S; --pool A,B: only segments of pool (A, B)\n"
+    "  --title TEXT      the SVG's title (default: the files, e.g.\n"
+    "                    'compare \u2014 a.pickle \u2192 b.pickle')\n"
+    "  --width PX        the SVG's width (default 1200)\n"
+    "  --minwidth PX|N%  gather narrower frames into [N small frames] (default 0.1 px)\n"
     "  -h, --help        show this help\n";
 
 typedef struct compare_arg_s {
@@ -146,6 +150,7 @@ static int compare_side(const ms_snapshot_t *snap, const char *name, const cli_t
 
 int cmd_compare(int argc, char **argv) {
   int folded = 0, stacks = 0, json = 0;
+  cli_view_opts_t vo = {NULL, NULL, NULL};
   const char *output = NULL;
   const char *device_s = NULL, *range_s = NULL, *stream_s = NULL, *pool_s = NULL;
   const struct cli_opt opts[] = {{"output", 'o', NULL, &output},
@@ -156,6 +161,9 @@ int cmd_compare(int argc, char **argv) {
                                  {"range", 0, NULL, &range_s},
                                  {"stream", 0, NULL, &stream_s},
                                  {"pool", 0, NULL, &pool_s},
+                                 {"title", 0, NULL, &vo.title},
+                                 {"width", 0, NULL, &vo.width},
+                                 {"minwidth", 0, NULL, &vo.minwidth},
                                  {NULL, 0, NULL, NULL}};
   const char *at[2] = {NULL, NULL};
   int nat = compare_take_at(&argc, argv, at);
@@ -176,6 +184,9 @@ int cmd_compare(int argc, char **argv) {
     return cli_usage_error("compare", "only one of BEFORE and AFTER can be '-' (standard input)");
   if (folded && json) return cli_usage_error("compare", "--folded and --json exclude each other");
   if ((rc = cli_output_default("compare", &output, !folded && !json)) != CLI_OK) return rc;
+  ms_flame_options_t fo;
+  ms_flame_options_init(&fo);
+  if ((rc = cli_view_flame_options("compare", &vo, &fo, NULL, 0)) != CLI_OK) return rc;
   cli_tl_args_t ta;
   if ((rc = cli_tl_args_parse("compare", &ta, device_s, range_s, stream_s, pool_s, NULL)) != CLI_OK)
     return rc;
@@ -199,8 +210,10 @@ int cmd_compare(int argc, char **argv) {
     return rc;
   }
   compare_arg_t a = {vb ? vb : before, va ? va : after_src};
-  ms_flame_options_t fo;
-  ms_flame_options_init(&fo);
+  char title[700];
+  snprintf(title, sizeof title, "compare \u2014 %s \u2192 %s",
+           compare_base(cli_display_name(pos[0])), compare_base(cli_display_name(pos[1])));
+  if (!vo.title) fo.title = title;
   fo.countname = "bytes";
   fo.memory = 1;
   char subtitle[1024];

@@ -26,6 +26,10 @@ static const char memory_usage[] =
     "  --range A:B       with --at: peaks within trace entries A to B; alone: the state after B\n"
     "  --stream S        only segments of stream S (a raw handle, decimal or 0x...)\n"
     "  --pool A,B        only segments of private pool (A, B); 0,0 is the default pool\n"
+    "  --title TEXT      the SVG's title (default: the view and the file, e.g.\n"
+    "                    'memory \u2014 x.pickle (device 0)')\n"
+    "  --width PX        the SVG's width (default 1200)\n"
+    "  --minwidth PX|N%  gather narrower frames into [N small frames] (default 0.1 px)\n"
     "  -h, --help        show this help\n";
 
 int cmd_memory(int argc, char **argv) {

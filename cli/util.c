@@ -328,11 +328,14 @@ static int cli_view_one(void *arg, ms_view_emit_fn *emit, void *ctx, int *side) 
 int cli_view_main(const char *cmd, const char *usage, ms_view_kind kind, int argc, char **argv) {
   int folded = 0, json = 0;
   const char *output = NULL;
+  cli_view_opts_t vo = {NULL, NULL, NULL};
   const char *at_s = NULL, *device_s = NULL, *range_s = NULL, *stream_s = NULL, *pool_s = NULL;
   const struct cli_opt opts[] = {{"output", 'o', NULL, &output}, {"folded", 0, &folded, NULL},
                                  {"json", 0, &json, NULL},       {"at", 0, NULL, &at_s},         {"device", 0, NULL, &device_s},
                                  {"range", 0, NULL, &range_s},   {"stream", 0, NULL, &stream_s},
-                                 {"pool", 0, NULL, &pool_s},     {NULL, 0, NULL, NULL}};
+                                 {"pool", 0, NULL, &pool_s},     {"title", 0, NULL, &vo.title},
+                                 {"width", 0, NULL, &vo.width},  {"minwidth", 0, NULL, &vo.minwidth},
+                                 {NULL, 0, NULL, NULL}};
   char *pos[1];
   int npos = 0;
   int rc = cli_parse_options(cmd, usage, opts, argc, argv, pos, 1, &npos);
@@ -341,6 +344,9 @@ int cli_view_main(const char *cmd, const char *usage, ms_view_kind kind, int arg
   if (npos < 1) return cli_usage_error(cmd, "missing FILE");
   if (folded && json) return cli_usage_error(cmd, "--folded and --json exclude each other");
   if ((rc = cli_output_default(cmd, &output, !folded && !json)) != CLI_OK) return rc;
+  ms_flame_options_t fo;
+  ms_flame_options_init(&fo);
+  if ((rc = cli_view_flame_options(cmd, &vo, &fo, NULL, 0)) != CLI_OK) return rc;
   cli_tl_args_t ta;
   if ((rc = cli_tl_args_parse(cmd, &ta, device_s, range_s, stream_s, pool_s, at_s)) != CLI_OK)
     return rc;
@@ -354,8 +360,6 @@ int cli_view_main(const char *cmd, const char *usage, ms_view_kind kind, int arg
     ms_snapshot_free(snap);
     return rc;
   }
-  ms_flame_options_t fo;
-  ms_flame_options_init(&fo);
   fo.countname = "bytes";
   fo.memory = 1;
   char subtitle[512];
@@ -363,6 +367,13 @@ int cli_view_main(const char *cmd, const char *usage, ms_view_kind kind, int arg
            kind == MS_VIEW_MEMORY ? "stream, block state and stack"
                                   : "stream, segment, block state and stack");
   fo.subtitle = subtitle;
+  char title[600];
+  if (ta.has_device)
+    snprintf(title, sizeof title, "%s \u2014 %s (device %zu)", cmd,
+             cli_base_name(cli_display_name(pos[0])), ta.device);
+  else
+    snprintf(title, sizeof title, "%s \u2014 %s", cmd, cli_base_name(cli_display_name(pos[0])));
+  if (!vo.title) fo.title = title;
   cli_view_arg_t a = {view ? view : snap, kind};
   if (json)
     rc = cli_render_json(output, cmd, cli_json_head_file, (void *)cli_display_name(pos[0]),

@@ -1080,3 +1080,65 @@ Test(cli_files, capacity_is_digits_with_a_unit) {
     run_free(&r);
   }
 }
+
+/* ---- 11. the title names the view and the file; flamegraph.pl's options -------------------- */
+
+static char *svg_title(const char *file) {
+  char *svg = read_all(path_in(file), NULL);
+  cr_assert(svg, "no %s", file);
+  const char *t = strstr(svg, "<text id=\"title\"");
+  cr_assert(t);
+  t = strchr(t, '>') + 1;
+  char *out = strndup(t, (size_t)(strchr(t, '<') - t));
+  free(svg);
+  return out;
+}
+
+Test(cli_files, view_titles_and_flamegraph_options) {
+  write_snapshot("step_5.msnap", NULL);
+  th_synth_opts_t ob = {.nsegments = 6, .blocks_per_segment = 4, .nframes = 10, .nstacks = 8,
+                        .ntrace = 2, .seed = 99};
+  write_snapshot("b.msnap", &ob);
+  static const struct {
+    const char *args[10];
+    const char *title;
+  } cases[] = {
+      {{"memory", "step_5.msnap", "-o", "x.svg", NULL}, "memory \u2014 step_5.msnap"},
+      {{"memory", "step_5.msnap", "--device", "0", "-o", "x.svg", NULL},
+       "memory \u2014 step_5.msnap (device 0)"},
+      {{"segments", "step_5.msnap", "-o", "x.svg", NULL}, "segments \u2014 step_5.msnap"},
+      {{"compare", "step_5.msnap", "b.msnap", "-o", "x.svg", NULL},
+       "compare \u2014 step_5.msnap \u2192 b.msnap"},
+      {{"compare", "step_5.msnap", "b.msnap", "--stacks", "-o", "x.svg", NULL},
+       "compare \u2014 step_5.msnap \u2192 b.msnap"},
+      {{"memory", "step_5.msnap", "--title", "a <b> & c", "-o", "x.svg", NULL},
+       "a &lt;b&gt; &amp; c"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    run_t r = run_ex(NULL, 0, cases[i].args);
+    cr_expect_eq(r.status, 0, "%s: %s", cases[i].args[0], r.err);
+    run_free(&r);
+    char *t = svg_title("x.svg");
+    cr_expect_str_eq(t, cases[i].title);
+    free(t);
+  }
+  /* --width sets the image's width; --minwidth 0 draws every frame (no [N small frames]) */
+  run_t r = RUN("segments", "step_5.msnap", "--width", "800", "--minwidth", "0", "-o", "w.svg");
+  cr_expect_eq(r.status, 0, "%s", r.err);
+  run_free(&r);
+  char *svg = read_all(path_in("w.svg"), NULL);
+  cr_expect(strstr(svg, "<svg version=\"1.1\" width=\"800\" "), "%.200s", svg);
+  cr_expect(!strstr(svg, "small frame"));
+  free(svg);
+  r = RUN("memory", "step_5.msnap", "--minwidth", "50%", "-o", "p.svg");
+  cr_expect_eq(r.status, 0, "%s", r.err);
+  run_free(&r);
+  svg = read_all(path_in("p.svg"), NULL);
+  cr_expect(strstr(svg, "small frame"), "--minwidth 50%% gathered nothing");
+  free(svg);
+  r = RUN("compare", "step_5.msnap", "b.msnap", "--width", "5");
+  cr_expect_eq(r.status, 2);
+  cr_expect(strstr(r.err, "option '--width' needs a number from 21 to 1000000, not '5'"), "%s",
+            r.err);
+  run_free(&r);
+}
