@@ -3,7 +3,8 @@
 # Browser test of the flame-graph page (ctest suite "browser"): opens SVGs written by
 # `memsnap flamegraph` in headless Chromium and checks, from the DOM Chromium dumps after the
 # page's script ran, that
-#   1. the ?x=&y=&s= URL state zooms to a frame and searches (matched bytes shown);
+#   1. the ?x=&y=&s= URL state zooms to a frame and searches (matched bytes shown, right-aligned
+#      inside the image; only the share when the bytes do not fit, as flamegraph.pl);
 #   2. a click on a frame zooms it; the Search button (prompt answered by the test) finds a name
 #      and Reset Zoom restores the view;
 #   3. hostile frame names (script tags, event handlers) stay text: no script of theirs runs and
@@ -71,6 +72,12 @@ check "URL search: match coloured" "$work/url.dom" \
   '<title>gemm [^<]*</title><rect [^>]*fill="rgb\(230,0,230\)"'
 check "URL search: matched bytes shown" "$work/url.dom" \
   'id="matched"[^>]*>Matched: 2.9 KiB, 3,000 bytes, 66.56%<'
+check "URL search: matched line right-aligned inside the image" "$work/url.dom" \
+  'id="matched"[^>]* x="1190.00"[^>]* text-anchor="end"'
+# a narrow image: the bytes do not fit in half of it, the share alone is shown (issue #16)
+"$memsnap" flamegraph "$work/a.folded" -o "$work/narrow.svg" --width 300
+dump "file://$work/narrow.svg?s=gemm" "$work/narrow.dom"
+check "narrow image: matched share only" "$work/narrow.dom" 'id="matched"[^>]*>Matched: 66.56%<'
 
 # ---- 2. clicks: zoom on a frame, search through the button, reset ----
 cat >"$work/click.js" <<'JS'

@@ -439,8 +439,17 @@ static int fg_page(fg_page_t *pg) {
                          &pg->nbuf, &pg->ncap));
   MS_FORWARD_ERR(fg_text(w, "ignorecase", NULL, o->width - FG_XPAD - 16, fs * 2, "ic",
                          &pg->nbuf, &pg->ncap));
-  MS_FORWARD_ERR(fg_text(w, "matched", "hide", o->width - FG_XPAD - 100, bottom, " ", &pg->nbuf,
-                         &pg->ncap));
+  /* right-aligned at the margin, so a long "Matched: 222.0 MiB, 232,783,872 bytes, 100.00%" stays
+   * inside the image (flamegraph.pl starts its short one 100 px before the margin) */
+  MS_FORWARD_ERR(ms__svg_start(w, "text"));
+  MS_FORWARD_ERR(ms__svg_attr(w, "id", "matched"));
+  MS_FORWARD_ERR(ms__svg_attr(w, "class", "hide"));
+  MS_FORWARD_ERR(ms__svg_attrf(w, "x", "%.2f", o->width - FG_XPAD));
+  MS_FORWARD_ERR(ms__svg_attrf(w, "y", "%.2f", bottom));
+  MS_FORWARD_ERR(ms__svg_attr(w, "text-anchor", "end"));
+  MS_FORWARD_ERR(ms__svg_text(w, " ", 1));
+  MS_FORWARD_ERR(ms__svg_end(w));
+  MS_FORWARD_ERR(ms__svg_raw(w, "\n"));
   if (lo->root_width == 0)
     MS_FORWARD_ERR(fg_text(w, "nostacks", NULL, FG_XPAD, pg->ypad1 + fs, "No stacks", &pg->nbuf,
                            &pg->ncap));
