@@ -343,6 +343,21 @@ static int fg_attr_data(fg_page_t *pg, const char *name, const char *value) {
   return ms__svg_attr(pg->w, name, pg->nbuf);
 }
 
+/* The search result line, right-aligned at the margin, so that a long "Matched: 222.0 MiB,
+ * 232,783,872 bytes, 100.00%" stays inside the image (flamegraph.pl starts its short one 100 px
+ * before the margin); the page's script shortens it when it is too long. */
+static int fg_matched(ms__svg_t *w, double x, double y) {
+  MS_FORWARD_ERR(ms__svg_start(w, "text"));
+  MS_FORWARD_ERR(ms__svg_attr(w, "id", "matched"));
+  MS_FORWARD_ERR(ms__svg_attr(w, "class", "hide"));
+  MS_FORWARD_ERR(ms__svg_attrf(w, "x", "%.2f", x));
+  MS_FORWARD_ERR(ms__svg_attrf(w, "y", "%.2f", y));
+  MS_FORWARD_ERR(ms__svg_attr(w, "text-anchor", "end"));
+  MS_FORWARD_ERR(ms__svg_text(w, " ", 1));
+  MS_FORWARD_ERR(ms__svg_end(w));
+  return ms__svg_raw(w, "\n");
+}
+
 static int fg_page(fg_page_t *pg) {
   const ms_flame_t *fl = pg->fl;
   const ms_flame_options_t *o = &fl->opts;
@@ -439,17 +454,7 @@ static int fg_page(fg_page_t *pg) {
                          &pg->nbuf, &pg->ncap));
   MS_FORWARD_ERR(fg_text(w, "ignorecase", NULL, o->width - FG_XPAD - 16, fs * 2, "ic",
                          &pg->nbuf, &pg->ncap));
-  /* right-aligned at the margin, so a long "Matched: 222.0 MiB, 232,783,872 bytes, 100.00%" stays
-   * inside the image (flamegraph.pl starts its short one 100 px before the margin) */
-  MS_FORWARD_ERR(ms__svg_start(w, "text"));
-  MS_FORWARD_ERR(ms__svg_attr(w, "id", "matched"));
-  MS_FORWARD_ERR(ms__svg_attr(w, "class", "hide"));
-  MS_FORWARD_ERR(ms__svg_attrf(w, "x", "%.2f", o->width - FG_XPAD));
-  MS_FORWARD_ERR(ms__svg_attrf(w, "y", "%.2f", bottom));
-  MS_FORWARD_ERR(ms__svg_attr(w, "text-anchor", "end"));
-  MS_FORWARD_ERR(ms__svg_text(w, " ", 1));
-  MS_FORWARD_ERR(ms__svg_end(w));
-  MS_FORWARD_ERR(ms__svg_raw(w, "\n"));
+  MS_FORWARD_ERR(fg_matched(w, o->width - FG_XPAD, bottom));
   if (lo->root_width == 0)
     MS_FORWARD_ERR(fg_text(w, "nostacks", NULL, FG_XPAD, pg->ypad1 + fs, "No stacks", &pg->nbuf,
                            &pg->ncap));
