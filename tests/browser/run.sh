@@ -7,6 +7,7 @@
 #      inside the image; only the share when the bytes do not fit, as flamegraph.pl);
 #   2. a click on a frame zooms it; the Search button (prompt answered by the test) finds a name
 #      and Reset Zoom restores the view;
+#   2b. a click on [N small frames] zooms to its parent and says so;
 #   3. hostile frame names (script tags, event handlers) stay text: no script of theirs runs and
 #      no element is made from them, also after hovering, zooming and searching them.
 # The test drives the page with a small script it inserts into a copy of the SVG (no ChromeDriver).
@@ -118,6 +119,39 @@ check "click: zoom kept in the URL" "$work/click.dom" 'data-t-url="\?x=[0-9.]+&a
 check "search button: matched bytes" "$work/click.dom" \
   'data-t-matched="Matched: 1000 B, 1,000 bytes, 22.19%"'
 check "Reset Zoom: original width back" "$work/click.dom" 'data-t-reset-width="130.9"'
+
+# ---- 2b. a click on [N small frames] zooms to its parent and says so (issue #16) ----
+printf '%s\n' 'top;main;big 100000' 'top;main;tiny1 1' 'top;main;tiny2 1' 'top;other 50000' \
+  >"$work/s.folded"
+"$memsnap" flamegraph "$work/s.folded" -o "$work/s.svg"
+cat >"$work/small.js" <<'JS'
+window.addEventListener("load", function () {
+  setTimeout(function () {
+    var root = document.documentElement, gs = document.getElementById("frames").children;
+    function frame(name) {
+      for (var i = 0; i < gs.length; i++)
+        if (gs[i].getElementsByTagName("title")[0].textContent.indexOf(name + " (") === 0)
+          return gs[i];
+      return null;
+    }
+    var small = document.querySelector("#frames g.small");
+    root.setAttribute("data-t-small", small ? "1" : "0");
+    small.getElementsByTagName("rect")[0].dispatchEvent(new MouseEvent("click", {bubbles: true}));
+    root.setAttribute("data-t-main-width", frame("main").getElementsByTagName("rect")[0].getAttribute("width"));
+    root.setAttribute("data-t-other-class", frame("other").getAttribute("class"));
+    root.setAttribute("data-t-details", document.getElementById("details").textContent);
+    root.setAttribute("data-t-done", "1");
+  }, 10);
+});
+JS
+inject "$work/s.svg" "$work/small.svg" "$work/small.js"
+dump "file://$work/small.svg" "$work/small.dom"
+check "small frames: test script ran" "$work/small.dom" 'data-t-done="1"'
+check "small frames: the SVG has them" "$work/small.dom" 'data-t-small="1"'
+check "small frames: click zooms to the parent" "$work/small.dom" 'data-t-main-width="1180.0"'
+check "small frames: the parent's sibling hidden" "$work/small.dom" 'data-t-other-class="hide"'
+check "small frames: said so" "$work/small.dom" \
+  'data-t-details="\[2 small frames\] are too narrow to draw; zoomed to their parent, main'
 
 # ---- 3. hostile names ----
 {
