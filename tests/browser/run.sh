@@ -120,6 +120,13 @@ check "search button: matched bytes" "$work/click.dom" \
   'data-t-matched="Matched: 1000 B, 1,000 bytes, 22.19%"'
 check "Reset Zoom: original width back" "$work/click.dom" 'data-t-reset-width="130.9"'
 
+# ---- 2a. a search in a differential graph counts grown and shrunk bytes apart (issue #16) ----
+printf '%s\n' 'main;a 1000 3000' 'main;b 2000 500' 'main;c 700 700' >"$work/d.folded"
+"$memsnap" flamegraph "$work/d.folded" -o "$work/d.svg"
+dump "file://$work/d.svg?s=%5E(a%7Cb)%24" "$work/d.dom"
+check "diff search: grown and shrunk apart" "$work/d.dom" \
+  'id="matched"[^>]*>Matched: grew 2.0 KiB, 2,000 bytes; shrank 1.5 KiB, 1,500 bytes<'
+
 # ---- 2b. a click on [N small frames] zooms to its parent and says so (issue #16) ----
 printf '%s\n' 'top;main;big 100000' 'top;main;tiny1 1' 'top;main;tiny2 1' 'top;other 50000' \
   >"$work/s.folded"
