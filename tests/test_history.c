@@ -655,6 +655,12 @@ Test(history, oom_observer_writes_a_snapshot_showing_the_failure, .init = setup,
   free(dir);
 }
 
+static char oom_said[1024];
+static void oom_capture(const char *msg, void *arg) {
+  (void)arg;
+  snprintf(oom_said, sizeof oom_said, "%s", msg);
+}
+
 Test(history, oom_observer_alone_turns_on_the_trace, .init = setup, .fini = teardown) {
   ms_sim_set_capacity(be, 0, 64 * MiB);
   char *dir = tmpdir_new();
@@ -662,12 +668,23 @@ Test(history, oom_observer_alone_turns_on_the_trace, .init = setup, .fini = tear
   snprintf(pattern, sizeof pattern, "%s/o%%n", dir);
   cr_assert_eq(ms_oom_snapshot_install(al, pattern), MS_OK);
   ms_devptr_t q = 0;
+  oom_said[0] = 0;
+  ms_set_output(oom_capture, NULL);
   cr_assert_eq(too_big_request(&q), MS_EOOM);
+  ms_set_output(NULL, NULL);
   char path[600];
   snprintf(path, sizeof path, "%s/o0", dir);
+  /* the observer says where the snapshot went (issue #16) */
+  char want[800];
+  snprintf(want, sizeof want, "snapshot written to '%s'", path);
+  cr_assert(strncmp(oom_said, "memsnap: out of memory on device 0 (", 36) == 0 && strstr(oom_said, want),
+            "%s", oom_said);
   ms_snapshot_t *s = NULL;
   ms_errbuf_t eb;
   cr_assert_eq(ms_snapshot_load(path, &s, &eb), MS_OK, "%s", eb.msg);
+  /* and records the device's capacity, which replay takes as the device's size */
+  cr_assert(s->devices[0].present & MS_DEV_HAS_CAPACITY);
+  cr_assert_eq(s->devices[0].capacity, 64 * MiB, "capacity %llu", (unsigned long long)s->devices[0].capacity);
   uint32_t nt = s->devices[0].ntrace;
   cr_assert_eq(nt, 2);
   cr_assert_eq(dev_trace(s, 0, 0)->action, MS_TRACE_OOM);

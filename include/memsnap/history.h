@@ -112,7 +112,10 @@ MS_API MS_NODISCARD int ms_allocator_snapshot(ms_allocator_t *const *allocs, siz
  * e.g. "oom-%p-dev%d-%n.msgpack". It runs on the failing thread, outside the allocator's lock,
  * after the `oom` trace entry was recorded, so the file shows the failing request and the state
  * at the failure. An OOM raised while the observer itself runs (it allocates only host memory)
- * is not observed again. Failures to write are reported through the output hook (warnings).
+ * is not observed again. Each snapshot written is reported through the output hook, naming the
+ * file: "memsnap: out of memory on device 0 (314572800 bytes requested, 274726912 of 536870912
+ * free): snapshot written to 'oom-4242-dev0-0.msgpack'"; failures to write are reported there
+ * too (warnings). The snapshot records the device's capacity (MS_DEV_HAS_CAPACITY).
  * When no recording was ever set up on a, this turns on the trace without stacks
  * (MS_HISTORY_ALL, MS_CONTEXT_NONE), so the `oom` entry is there; call
  * ms_allocator_record_history for stacks.

@@ -358,8 +358,12 @@ static int snapshot_locked(ms_allocator_t *a, ms__snapbuild_t *b, ms__ctx_to_sta
     h->trace(h->ctx, &rec);
   }
   if (info) {
+    /* the device's size now (a backend's capacity can change after the allocator was made:
+     * an OOM snapshot must record the one the OOM met), as raise_oom asks for it */
+    size_t dfree = 0, dtotal = a->device_total;
+    if (a->ops.mem_info(a->ops.ctx, a->device, &dfree, &dtotal) != MS_OK) dtotal = a->device_total;
     info->device = a->device;
-    info->capacity = a->device_total;
+    info->capacity = dtotal;
     info->first_stat = first_stat;
     info->nstats = (uint32_t)nkv;
   }

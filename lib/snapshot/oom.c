@@ -75,11 +75,13 @@ static void oom_observer(void *arg, int device, size_t alloc_size, size_t device
                 eb.msg[0] ? eb.msg : ms_strerror(err));
   } else if ((err = ms_snapshot_write_file(snap, path, NULL, &eb)) != MS_OK) {
     ms__warning("oom snapshot: cannot write '%s': %s", path, eb.msg[0] ? eb.msg : ms_strerror(err));
+  } else { /* say where it went: the user needs the path to open it */
+    ms__message("memsnap: ",
+                "out of memory on device %d (%zu bytes requested, %zu of %zu free): snapshot "
+                "written to '%s'",
+                device, alloc_size, device_free, device_total, path);
   }
   ms_snapshot_free(snap);
-  (void)alloc_size;
-  (void)device_total;
-  (void)device_free;
   oom_in_observer = 0;
 }
 
