@@ -1128,13 +1128,13 @@ Test(cli_files, view_titles_and_flamegraph_options) {
   run_free(&r);
   char *svg = read_all(path_in("w.svg"), NULL);
   cr_expect(strstr(svg, "<svg version=\"1.1\" width=\"800\" "), "%.200s", svg);
-  cr_expect(!strstr(svg, "small frame"));
+  cr_expect(!strstr(svg, "<g class=\"small\">"), "--minwidth 0 gathered frames");
   free(svg);
   r = RUN("memory", "step_5.msnap", "--minwidth", "50%", "-o", "p.svg");
   cr_expect_eq(r.status, 0, "%s", r.err);
   run_free(&r);
   svg = read_all(path_in("p.svg"), NULL);
-  cr_expect(strstr(svg, "small frame"), "--minwidth 50%% gathered nothing");
+  cr_expect(strstr(svg, "<g class=\"small\">"), "--minwidth 50%% gathered nothing");
   free(svg);
   r = RUN("compare", "step_5.msnap", "b.msnap", "--width", "5");
   cr_expect_eq(r.status, 2);
