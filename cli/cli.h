@@ -108,6 +108,9 @@ const char *cli_output_name(const char *path);
  * naming the same file (device and inode: through a symbolic or hard link too) is refused by
  * cli_out_open(). cli_load() notes its file. */
 void cli_note_input(const char *path);
+/* @return CLI_OK, or CLI_FAILURE (printed) when path names the same file as a noted input
+ * (cli_out_open checks it; a command writing its output otherwise calls it itself). */
+int cli_out_check_inputs(const char *path);
 /* An output file written complete-or-not-at-all (ms_atomic_file_t); "-" is standard output.
  * Write through `sink`. open refuses an input (cli_note_input); while the hidden temporary file
  * exists, SIGINT/SIGTERM/SIGHUP remove it before ending the process. commit/abort print their

@@ -83,10 +83,25 @@ static int export_sqlite(const char *out, char **files, int nfiles, const char *
       return cli_usage_error("export", "option '--rank' needs exactly one FILE");
     forced_rank = (int64_t)v;
   }
+  /* the database is written under a temporary name and renamed: never over an input */
+  for (int i = 0; i < nfiles; i++) cli_note_input(files[i]);
+  if (cli_out_check_inputs(out) != CLI_OK) return CLI_FAILURE;
+  /* SQLite needs a regular file: not standard output, a FIFO or a device (which
+   * ms_atomic_file_open would write through; opening a FIFO would even wait for a reader) */
+  struct stat st;
+  if (strcmp(out, "-") == 0 || (stat(out, &st) == 0 && !S_ISREG(st.st_mode))) {
+    cli_error("cannot write a SQLite database to '%s': not a regular file", cli_output_name(out));
+    return CLI_FAILURE;
+  }
   ms_atomic_file_t af;
   ms_errbuf_t eb = {{0}};
   if (ms_atomic_file_open(&af, out, &eb) != MS_OK) {
     cli_error("%s", eb.msg);
+    return CLI_FAILURE;
+  }
+  if (!af.tmp_path) { /* a dangling symbolic link is written through too */
+    ms_atomic_file_abort(&af);
+    cli_error("cannot write a SQLite database to '%s': not a regular file", cli_output_name(out));
     return CLI_FAILURE;
   }
   ms_export_sqlite_t *x = NULL;

@@ -60,8 +60,7 @@ void cli_note_input(const char *path) {
   cli_ninputs++;
 }
 
-/* @return CLI_OK, or CLI_FAILURE (printed) when path names the same file as an input. */
-static int cli_out_check_inputs(const char *path) {
+int cli_out_check_inputs(const char *path) {
   struct stat st;
   if (strcmp(path, "-") == 0 || stat(path, &st) != 0) return CLI_OK;
   for (size_t i = 0; i < cli_ninputs; i++) {

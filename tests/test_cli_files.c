@@ -1142,3 +1142,19 @@ Test(cli_files, view_titles_and_flamegraph_options) {
             r.err);
   run_free(&r);
 }
+
+/* ---- export --sqlite needs a regular file: a device or FIFO is refused, never written through */
+
+Test(cli_files, export_sqlite_refuses_a_non_regular_output) {
+  write_snapshot("a.msnap", NULL);
+  cr_assert_eq(mkfifo(path_in("fifo"), 0644), 0);
+  run_t r = RUN("export", "a.msnap", "--sqlite", "fifo");
+  cr_expect_eq(r.status, 1, "%s", r.err);
+  cr_expect(strstr(r.err, "memsnap: error: cannot write a SQLite database to 'fifo': not a regular "
+                          "file"),
+            "%s", r.err);
+  run_free(&r);
+  struct stat sb;
+  cr_expect(lstat(path_in("fifo"), &sb) == 0 && S_ISFIFO(sb.st_mode), "the FIFO was replaced");
+  cr_expect_null(find_tmp());
+}
