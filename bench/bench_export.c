@@ -35,18 +35,7 @@
 #include "memsnap/export.h"
 #include "memsnap/timeline.h"
 #include "synth.h"
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static double cpu_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
+#include "bench_util.h"
 
 static void die(const char *what, const char *msg) {
   fprintf(stderr, "memsnap: error: bench_export: %s: %s\n", what, msg);

@@ -20,19 +20,9 @@
 #include "memsnap/error.h"
 #include "memsnap/replay.h"
 #include "memsnap/serialize.h"
+#include "bench_util.h"
 
 #define RUNS 9
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
 
 int main(void) {
   const char *dir = getenv("MEMSNAP_TORCH_FIXTURES");

@@ -41,20 +41,9 @@
 #include "memsnap/serialize.h"
 #include "snapshot/msgpack_internal.h"
 #include "snapshot/zio.h"
+#include "bench_util.h"
 
 #define REPS 5
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static double cpu_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 /* A timed run: wall-clock and CPU seconds. */
 typedef struct span_s {
@@ -69,16 +58,6 @@ static span_t span_start(void) {
 static span_t span_end(span_t t0) {
   span_t t = {now_s() - t0.wall, cpu_s() - t0.cpu};
   return t;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n) {
-  qsort(v, (size_t)n, sizeof *v, cmp_double);
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 /* Medians of the CPU and of the wall-clock seconds of n runs. */

@@ -27,6 +27,7 @@
 #include "memsnap/serialize.h"
 #include "memsnap/timeline.h"
 #include "model/snapbuild.h"
+#include "bench_util.h"
 
 #define NSEG 64
 #define SEG_SIZE ((uint64_t)64 << 20)
@@ -34,17 +35,6 @@
 #define SLOTS_PER_SEG (SEG_SIZE / SLOT)
 #define NSLOTS (NSEG * SLOTS_PER_SEG)
 #define BASE 0x7f0000000000ull
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
 
 static long rss_kb(void) {
   FILE *f = fopen("/proc/self/statm", "r");

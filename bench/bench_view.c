@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "synth.h"
+#include "bench_util.h"
 
 #ifndef MS_BENCH_FIXTURES_DEFAULT
 #define MS_BENCH_FIXTURES_DEFAULT "../shared/fixtures/torch"
@@ -35,12 +36,6 @@
 #ifndef MS_BENCH_SOURCE_DIR
 #define MS_BENCH_SOURCE_DIR "."
 #endif
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 /* Runs memsnap view IN -o OUT; @return wall seconds (-1 on failure), *rss_mb its peak RSS. */
 static double run_view(const char *bin, const char *in, const char *out, double *rss_mb) {

@@ -20,6 +20,7 @@
 #include <time.h>
 
 #include "synth.h"
+#include "bench_util.h"
 
 static int usage(const char *msg) {
   if (msg) fprintf(stderr, "gen_snapshot: error: %s\n", msg);
@@ -42,12 +43,6 @@ static bool parse_count(const char *s, double *out) {
   if (*end) return false;
   *out = v;
   return v < 1e12;
-}
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 int main(int argc, char **argv) {
