@@ -449,7 +449,7 @@ Test(cli, help_goes_to_stdout_and_exits_0) {
   cr_expect_eq(r.status, 0);
   for (size_t i = 0; i < 5; i++) {
     char row[64];
-    snprintf(row, sizeof row, "   %-11s ", cmds[i]);
+    snprintf(row, sizeof row, "   %-13s ", cmds[i]);
     cr_expect(strstr(r.out, row), "'%s' missing from memsnap --help", cmds[i]);
   }
   run_free(&r);
