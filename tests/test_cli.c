@@ -406,7 +406,8 @@ Test(cli, usage_errors_exit_2_with_a_message) {
       {{"compare", "-", "-"},
        "compare",
        "only one of BEFORE and AFTER can be '-' (standard input)"},
-      {{"stats", "a", "b"}, "stats", "unexpected argument 'b'"},
+      {{"trace", "a", "b"}, "trace", "unexpected argument 'b'"},
+      {{"stats", "a", "b", "--at", "peak"}, "stats", "with several FILEs only --json and --jobs apply"},
       {{"stats", "--bogus", "a"}, "stats", "unknown option '--bogus'"},
       {{"trace", "-x", "a"}, "trace", "unknown option '-x'"},
       {{"memory", "a", "-o"}, "memory", "option '--output' needs a value"},
@@ -500,9 +501,14 @@ Test(cli, garbage_and_truncated_inputs_exit_1_naming_the_file) {
   cr_expect(strstr(r.err, "'<stdin>'"), "%s", r.err);
   run_free(&r);
 
-  r = RUN("stats", tmpdir);
+  r = RUN("trace", tmpdir);
   cr_expect_eq(r.status, 1);
   cr_expect(strstr(r.err, "Is a directory"), "%s", r.err);
+  run_free(&r);
+  /* stats, top and timeline read a directory as one snapshot per rank: here none */
+  r = RUN("stats", tmpdir);
+  cr_expect_eq(r.status, 1);
+  cr_expect(strstr(r.err, "no snapshot in the directory"), "%s", r.err);
   run_free(&r);
 }
 
