@@ -9,6 +9,7 @@
  */
 #include <dlfcn.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,7 +44,8 @@ static void *lookup(void *h, const char *lib, const char *fn) {
 }
 
 static void load(void) {
-  const char *env = getenv("MEMSNAP_CUDART");
+  /* secure_getenv: a set-user-ID program never loads a library an unprivileged user named */
+  const char *env = secure_getenv("MEMSNAP_CUDART");
   const char *lib = env && *env ? env : MS_CUDART_SONAME;
   void *h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
   if (!h) {
@@ -54,13 +56,17 @@ static void load(void) {
     return;
   }
   ms_cudart_t t;
-  void *p;
+  void *p = NULL;
+  bool ok = true;
   /* memcpy: ISO C has no conversion from void * to a function pointer (POSIX guarantees it). */
 #define MS_CUDART_LOOKUP(fn)                                                                       \
-  if (!(p = lookup(h, lib, MS_CUDART_STR(fn)))) return;                                            \
-  memcpy(&t.fn, &p, sizeof p);
+  if (ok && (ok = (p = lookup(h, lib, MS_CUDART_STR(fn))) != NULL)) memcpy(&t.fn, &p, sizeof p);
   MS_CUDART_FUNCS(MS_CUDART_LOOKUP)
 #undef MS_CUDART_LOOKUP
+  if (!ok) {
+    (void)dlclose(h); /* not a runtime memsnap can use: nothing of it is kept */
+    return;
+  }
   ms__cudart = t;
   load_status = MS_OK;
 }
