@@ -341,6 +341,10 @@ Test(replay_whatif, own_traces_record_stream_full_device_table, .timeout = 120) 
       {"max_split_size_mb:48,roundup_power2_divisions:2", 250, 1000000, 2, false, 26},
       {"max_split_size_mb:40,roundup_power2_divisions:4", 300, 4000, 4, false, 27},
       {"max_split_size_mb:24,garbage_collection_threshold:0.8", 350, 3000, 3, true, 28},
+      {"max_split_size_mb:40", 350, 5000, 4, true, 102},
+      {"roundup_power2_divisions:4", 250, 1000000, 3, true, 106},
+      {"max_split_size_mb:32,roundup_power2_divisions:8", 200, 1000000, 4, false, 114},
+      {"max_split_size_mb:64,roundup_power2_divisions:2", 250, 1000000, 3, true, 121},
   };
   for (size_t i = 0; i < sizeof t / sizeof *t; i++)
     own_trace_reproduces(t[i].conf, t[i].capacity_mib * MiB, t[i].keep, t[i].streams,

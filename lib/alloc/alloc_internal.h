@@ -141,9 +141,10 @@ bool ms__allocator_replay_would_fit(ms_allocator_t *a, size_t size, ms_stream_t 
  * without max_split_size_mb, where it never releases. */
 bool ms__allocator_replay_would_release(ms_allocator_t *a, size_t size, ms_stream_t stream);
 
-/* The cached segments that release_cached_blocks would release now (whole free segments of the
- * default pools, expandable ones left out). */
-size_t ms__allocator_replay_cached_segments(ms_allocator_t *a);
+/* The segments that release_cached_blocks would release (whole free segments of the default
+ * pools, expandable ones left out) once the blocks waiting on events[0..n) were freed: those
+ * cached now and those the completions would make whole. */
+size_t ms__allocator_replay_cached_after(ms_allocator_t *a, const uint64_t *events, size_t n);
 
 /* Current reserved and allocated bytes (all pools), cheaply. */
 void ms__allocator_replay_usage(ms_allocator_t *a, size_t *reserved, size_t *allocated,

@@ -144,12 +144,54 @@ bool ms__allocator_replay_would_release(ms_allocator_t *a, size_t size, ms_strea
   return any;
 }
 
-size_t ms__allocator_replay_cached_segments(ms_allocator_t *a) {
+/* The block waiting on event ev alone (NULL when none, or when it waits on other events too). */
+static ms__block_t *replay_block_of_event(ms_allocator_t *a, uint64_t ev) {
+  for (size_t i = 0; i < a->queues.len; i++) {
+    const ms__evqueue_t *q = &a->queues.ptr[i];
+    for (size_t k = 0; k < q->len; k++) {
+      const ms__evpair_t *p = &q->q[(q->head + k) % q->cap];
+      if ((uint64_t)p->ev == ev) return p->block->event_count == 1 ? p->block : NULL;
+    }
+  }
+  return NULL;
+}
+
+/* Whether every block of b's segment is cached (free) or one of done[0..n). */
+static bool replay_whole_after(ms__block_t *b, ms__block_t *const *done, size_t n) {
+  while (b->prev)
+    b = b->prev;
+  for (; b; b = b->next) {
+    if (!b->allocated && b->event_count == 0) continue;
+    bool in = false;
+    for (size_t k = 0; k < n && !in; k++)
+      in = done[k] == b;
+    if (!in) return false;
+  }
+  return true;
+}
+
+size_t ms__allocator_replay_cached_after(ms_allocator_t *a, const uint64_t *events, size_t n) {
   pthread_mutex_lock(&a->mu);
-  size_t n = 0;
+  size_t count = 0;
   for (int k = 0; k < 2; k++)
     for (ms__block_t *b = ms__pool_first(k ? &a->small : &a->large); b; b = ms__pool_next(b))
-      n += !b->expandable && !ms__block_is_split(b);
+      count += !b->expandable && !ms__block_is_split(b);
+  ms__block_t *stackbuf[16], **done = n <= 16 ? stackbuf : malloc(n * sizeof *done);
+  size_t nd = 0;
+  if (done) {
+    for (size_t i = 0; i < n; i++) {
+      ms__block_t *b = replay_block_of_event(a, events[i]);
+      if (b && !b->expandable) done[nd++] = b;
+    }
+    /* Each segment once: counted at its first completed block. */
+    for (size_t i = 0; i < nd; i++) {
+      bool first = true;
+      for (size_t k = 0; k < i && first; k++)
+        first = done[k]->seg != done[i]->seg;
+      if (first && replay_whole_after(done[i], done, nd)) count++;
+    }
+  }
+  if (done != stackbuf) free(done);
   pthread_mutex_unlock(&a->mu);
-  return n;
+  return count;
 }

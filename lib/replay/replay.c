@@ -313,7 +313,7 @@ static bool rp_device_was_full(const rp_run_t *run, size_t nfree) {
 }
 
 static void rp_op_flush(rp_run_t *run);
-static uint8_t rp_fc_kind(rp_run_t *run, size_t i, size_t extra);
+static uint8_t rp_fc_kind(rp_run_t *run, size_t i);
 
 /* Before the operation of an alloc or oom entry: a release burst in pend that the allocation did
  * not cause (the OOM path always ends with a new segment, a map or an `oom` entry; the burst's
@@ -462,10 +462,12 @@ static void rp_op_free(rp_run_t *run, size_t *ip) {
     rp_mismatch(run, (int64_t)(tr->first + i), e->addr, 0, ex, "no block is allocated there");
     return;
   }
-  /* Freed at once (no record_stream), unless its free_completed is a synchronization's: then it
-   * waited on an event until the next operation synchronized. */
+  /* Freed at once (no record_stream) when its free_completed follows and was not a
+   * synchronization's (then it waited on an event until the next operation synchronized). The
+   * check replay defers it first: the classification of that free_completed sees it pending. */
   bool now = i + 1 < tr->n && tr->t[i + 1].action == MS_TRACE_FREE_COMPLETED &&
-             tr->t[i + 1].addr == e->addr && rp_fc_kind(run, i + 1, 1) == RP_FC_NOW;
+             tr->t[i + 1].addr == e->addr && (run->whatif || tr->fc_kind[i + 1]) &&
+             rp_fc_kind(run, i + 1) == RP_FC_NOW;
   if (now) {
     if (ms_allocator_free(run->a, (ms_devptr_t)ptr) != MS_OK) run->stop = true;
     *ip = i + 1;
@@ -525,23 +527,40 @@ static bool rp_device_refused(const rp_run_t *run, uint64_t need) {
   return need > total || used > total - need;
 }
 
+/* The segments release_cached_blocks would release once the pending blocks of the
+ * free_completed entries [i, i1) were complete. */
+static size_t rp_cached_after(rp_run_t *run, size_t i, size_t i1) {
+  MS_VEC(uint64_t) ev = {0};
+  for (size_t k = i; k < i1; k++) {
+    size_t slot;
+    if (rp_map_find(&run->pending, run->tr->t[k].addr, &slot) &&
+        MS_VEC_PUSH(&ev, run->pending.v[slot] & 0xffffffffu) != 0)
+      break;
+  }
+  size_t n = ms__allocator_replay_cached_after(run->a, ev.ptr, ev.len);
+  MS_VEC_FREE(&ev);
+  return n;
+}
+
 /* Whether the releases [i1, j) before the malloc at entry m (the cache could not serve it, the
  * device refused) began with release_available_cached_blocks's, made before any synchronization:
  * it would release a block now, with every pending block still pending (then the synchronization
- * that frees them cannot have come first), fewer segments were released than are cached now
- * (release_cached_blocks releases every one), or the releases begin as only it releases: oversize
+ * that frees them cannot have come first), the number of releases is not that of the segments
+ * cached once the completions [i, i1) are done (release_cached_blocks releases every one), or the
+ * releases begin as only it releases: oversize
  * segments of the malloc's stream, the largest first (release_cached_blocks goes through the
  * pools in (stream, size, address) order, up). A single oversize release of the malloc's stream
  * that the completions made possible fits both: it is taken for release_available_cached_blocks's
  * when the one completion is that of the block freed just before (just_freed: a free with no
  * record_stream completes at once, the common case), else for the synchronization's. */
-static bool rp_released_first(rp_run_t *run, size_t i1, size_t j, size_t m, bool just_freed) {
+static bool rp_released_first(rp_run_t *run, size_t i, size_t i1, size_t j, size_t m,
+                              bool just_freed) {
   const ms_snap_trace_t *t = run->tr->t;
   uint64_t mss = run->tr->cfg.max_split_size;
   if (ms__allocator_replay_would_release(run->a, (size_t)t[m].size, (ms_stream_t)t[m].stream))
     return true;
-  if (ms__allocator_replay_cached_segments(run->a) > j - i1)
-    return true; /* release_cached_blocks would have released more */
+  if (rp_cached_after(run, i, i1) != j - i1)
+    return true; /* release_cached_blocks would have released another number of segments */
   const ms_snap_trace_t *x = &t[i1], *y = &t[i1 + 1];
   if (j - i1 < 2) return just_freed && x->stream == t[m].stream && x->size >= mss;
   return x->stream == t[m].stream && y->stream == t[m].stream && y->size >= mss &&
@@ -556,9 +575,9 @@ static bool rp_released_first(rp_run_t *run, size_t i1, size_t j, size_t m, bool
  * new segment or oom is the synchronization's when it follows a release of that malloc; it is
  * process_events's when some pending block is left out of it (a synchronization completes them
  * all), when a second run follows the releases, when the device had room for the new segment, or
- * when release_available_cached_blocks made the releases (rp_released_first). extra: pending
- * blocks the replay has not deferred yet (the block whose free_requested precedes i). */
-static void rp_fc_classify(rp_run_t *run, size_t i, size_t extra) {
+ * when release_available_cached_blocks made the releases (rp_released_first). The entries
+ * [i - before, i) of the run were completed by their frees (they are still pending here). */
+static void rp_fc_classify(rp_run_t *run, size_t i, size_t before) {
   rp_trace_t *tr = run->tr;
   const ms_snap_trace_t *t = tr->t;
   size_t n = tr->n, i1 = i;
@@ -575,15 +594,15 @@ static void rp_fc_classify(rp_run_t *run, size_t i, size_t extra) {
                           t[m].action == MS_TRACE_SEGMENT_MAP); m++) {
     }
     bool is_malloc = m < n && (t[m].action == MS_TRACE_ALLOC || t[m].action == MS_TRACE_OOM);
-    bool just_freed = extra > 0;
-    if (extra && is_malloc) {
+    bool just_freed = i > 0 && t[i - 1].action == MS_TRACE_FREE_REQUESTED && t[i - 1].addr == t[i].addr;
+    if (just_freed && is_malloc) {
       /* The block freed at i - 1: its free completed it (no record_stream) when the entry has the
        * free's stack, not the malloc's; the malloc did when it has the malloc's. */
       int by_free = rp_same_stack(tr->snap, t[i].stack, t[i - 1].stack);
       int by_malloc = rp_same_stack(tr->snap, t[i].stack, t[m].stack);
       if (by_free == 1 && by_malloc == 0) {
         tr->fc_kind[i] = RP_FC_NOW;
-        if (i + 1 < i1) rp_fc_classify(run, i + 1, 0);
+        if (i + 1 < i1) rp_fc_classify(run, i + 1, before + 1);
         return;
       }
       if (by_malloc == 1 && by_free == 0) just_freed = false;
@@ -591,7 +610,7 @@ static void rp_fc_classify(rp_run_t *run, size_t i, size_t extra) {
     rp_process(run);
     if (run->pend.len)
       kind = j == i1 ? RP_FC_SYNC_FORCED : RP_FC_SYNC;
-    else if (i1 - i < run->pending.len + extra)
+    else if (i1 - i + before < run->pending.len)
       kind = RP_FC_NOW;
     else if (j > i1 && j < n && t[j].action == MS_TRACE_FREE_COMPLETED)
       kind = RP_FC_NOW;
@@ -603,7 +622,8 @@ static void rp_fc_classify(rp_run_t *run, size_t i, size_t extra) {
       kind = !tr->device_total ? RP_FC_SYNC
              : rp_device_refused(run, t[i1].size) ? RP_FC_SYNC_FORCED : RP_FC_NOW;
     else
-      kind = rp_released_first(run, i1, j, m, just_freed && i1 - i == 1) ? RP_FC_NOW : RP_FC_SYNC;
+      kind = rp_released_first(run, i - before, i1, j, m, just_freed && i1 - i == 1) ? RP_FC_NOW
+                                                                                    : RP_FC_SYNC;
   }
   for (size_t k = i; k < i1; k++)
     tr->fc_kind[k] = kind;
@@ -612,17 +632,17 @@ static void rp_fc_classify(rp_run_t *run, size_t i, size_t extra) {
 /* Whether free_completed entry i is left to the next operation's synchronization (pushed on
  * late); what-if replays take the check replay's answer (rp_sync_emitted's guess where the check
  * stopped before i). */
-static uint8_t rp_fc_kind(rp_run_t *run, size_t i, size_t extra) {
+static uint8_t rp_fc_kind(rp_run_t *run, size_t i) {
   rp_trace_t *tr = run->tr;
   if (!run->whatif && !tr->fc_kind[i] &&
       (i == 0 || tr->t[i - 1].action != MS_TRACE_FREE_COMPLETED))
-    rp_fc_classify(run, i, extra);
+    rp_fc_classify(run, i, 0);
   uint8_t k = tr->fc_kind[i];
   return k ? k : rp_sync_emitted(tr, i) ? RP_FC_SYNC : RP_FC_NOW;
 }
 
 static bool rp_fc_at_sync(rp_run_t *run, size_t i) {
-  uint8_t k = rp_fc_kind(run, i, 0);
+  uint8_t k = rp_fc_kind(run, i);
   if (k == RP_FC_SYNC_FORCED) run->force_sync = true;
   return k != RP_FC_NOW;
 }
@@ -870,3 +890,5 @@ int ms__rp_run_device(rp_trace_t *tr, bool whatif, const ms_alloc_config_t *cfg,
   rp_map_free(&run.pending);
   return r;
 }
+
+
