@@ -315,6 +315,21 @@ static bool rp_device_was_full(const rp_run_t *run, size_t nfree) {
 static void rp_op_flush(rp_run_t *run);
 static uint8_t rp_fc_kind(rp_run_t *run, size_t i);
 
+static bool rp_is_release(ms_trace_action a) {
+  return a == MS_TRACE_SEGMENT_FREE || a == MS_TRACE_SEGMENT_UNMAP;
+}
+
+/* The end of the run of free_completed entries that starts at i, and whether a release, new
+ * segment, map or oom follows it (then a malloc's OOM path may have completed the run). */
+static size_t rp_fc_run_end(const rp_trace_t *tr, size_t i, bool *oom_path) {
+  while (i < tr->n && tr->t[i].action == MS_TRACE_FREE_COMPLETED)
+    i++;
+  ms_trace_action nx = i < tr->n ? tr->t[i].action : MS_TRACE_ALLOC;
+  *oom_path = rp_is_release(nx) || nx == MS_TRACE_SEGMENT_ALLOC || nx == MS_TRACE_SEGMENT_MAP ||
+              nx == MS_TRACE_OOM;
+  return i;
+}
+
 /* Before the operation of an alloc or oom entry: a release burst in pend that the allocation did
  * not cause (the OOM path always ends with a new segment, a map or an `oom` entry; the burst's
  * stack may name empty_cache) is replayed first as an empty_cache of its own. */
@@ -463,10 +478,14 @@ static void rp_op_free(rp_run_t *run, size_t *ip) {
     return;
   }
   /* Freed at once (no record_stream) when its free_completed follows and was not a
-   * synchronization's (then it waited on an event until the next operation synchronized). The
-   * check replay defers it first: the classification of that free_completed sees it pending. */
-  bool now = i + 1 < tr->n && tr->t[i + 1].action == MS_TRACE_FREE_COMPLETED &&
-             tr->t[i + 1].addr == e->addr && (run->whatif || tr->fc_kind[i + 1]) &&
+   * synchronization's (then it waited on an event until the next operation synchronized). Where
+   * an OOM path may follow, the check replay defers it first: the classification of that
+   * free_completed sees it pending. */
+  bool next = i + 1 < tr->n && tr->t[i + 1].action == MS_TRACE_FREE_COMPLETED &&
+              tr->t[i + 1].addr == e->addr;
+  bool oom_path = true;
+  if (next && !run->whatif && !tr->fc_kind[i + 1]) (void)rp_fc_run_end(tr, i + 1, &oom_path);
+  bool now = next && (run->whatif || tr->fc_kind[i + 1] || !oom_path) &&
              rp_fc_kind(run, i + 1) == RP_FC_NOW;
   if (now) {
     if (ms_allocator_free(run->a, (ms_devptr_t)ptr) != MS_OK) run->stop = true;
@@ -516,9 +535,6 @@ static bool rp_sync_emitted(const rp_trace_t *tr, size_t i) {
   }
 }
 
-static bool rp_is_release(ms_trace_action a) {
-  return a == MS_TRACE_SEGMENT_FREE || a == MS_TRACE_SEGMENT_UNMAP;
-}
 
 /* Whether the recorded device, when its total is known, refused a new segment or map of need
  * bytes beside what the replay holds now (rp_device_was_full's test). */
@@ -580,13 +596,12 @@ static bool rp_released_first(rp_run_t *run, size_t i, size_t i1, size_t j, size
 static void rp_fc_classify(rp_run_t *run, size_t i, size_t before) {
   rp_trace_t *tr = run->tr;
   const ms_snap_trace_t *t = tr->t;
-  size_t n = tr->n, i1 = i;
-  while (i1 < n && t[i1].action == MS_TRACE_FREE_COMPLETED)
-    i1++;
+  size_t n = tr->n;
+  bool oom_path;
+  size_t i1 = rp_fc_run_end(tr, i, &oom_path);
   uint8_t kind = RP_FC_NOW;
   ms_trace_action nx = i1 < n ? t[i1].action : MS_TRACE_ALLOC;
-  if (rp_is_release(nx) || nx == MS_TRACE_SEGMENT_ALLOC || nx == MS_TRACE_SEGMENT_MAP ||
-      nx == MS_TRACE_OOM) {
+  if (oom_path) {
     size_t j = i1, m;
     while (j < n && rp_is_release(t[j].action))
       j++;
