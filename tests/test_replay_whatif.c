@@ -317,8 +317,9 @@ Test(replay_whatif, own_traces_record_stream_oom_path, .timeout = 60) {
   own_trace_reproduces("", 400 * MiB, 4000, 4, false, true, 11, true);
 }
 
-/* record_stream-deferred frees on a full device under non-default rounding, split limits and
- * garbage collection, on several streams, complete and mid-run (issue #14's proof). The recorded
+/* record_stream-deferred frees on a full device under non-default rounding and split limits
+ * (garbage_collection_threshold too, inert without a memory fraction as in PyTorch), on several
+ * streams, complete and mid-run (issue #14's proof). The recorded
  * run's OOM path completed some pending frees in process_events at the start of malloc and the
  * rest in release_cached_blocks's synchronization, after release_available_cached_blocks had
  * released oversize blocks; the replay must complete each where the trace shows it. Before, the
