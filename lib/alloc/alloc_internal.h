@@ -143,7 +143,7 @@ bool ms__allocator_replay_would_release(ms_allocator_t *a, size_t size, ms_strea
 
 /* The segments that release_cached_blocks would release (whole free segments of the default
  * pools, expandable ones left out) once the blocks waiting on events[0..n) were freed: those
- * cached now and those the completions would make whole. */
+ * cached now and those the completions would make whole. SIZE_MAX when memory ran out. */
 size_t ms__allocator_replay_cached_after(ms_allocator_t *a, const uint64_t *events, size_t n);
 
 /* Current reserved and allocated bytes (all pools), cheaply. */

@@ -144,54 +144,68 @@ bool ms__allocator_replay_would_release(ms_allocator_t *a, size_t size, ms_strea
   return any;
 }
 
-/* The block waiting on event ev alone (NULL when none, or when it waits on other events too). */
-static ms__block_t *replay_block_of_event(ms_allocator_t *a, uint64_t ev) {
-  for (size_t i = 0; i < a->queues.len; i++) {
-    const ms__evqueue_t *q = &a->queues.ptr[i];
-    for (size_t k = 0; k < q->len; k++) {
-      const ms__evpair_t *p = &q->q[(q->head + k) % q->cap];
-      if ((uint64_t)p->ev == ev) return p->block->event_count == 1 ? p->block : NULL;
-    }
-  }
-  return NULL;
+static int replay_cmp_u64(const void *a, const void *b) {
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return x < y ? -1 : x > y;
 }
 
-/* Whether every block of b's segment is cached (free) or one of done[0..n). */
-static bool replay_whole_after(ms__block_t *b, ms__block_t *const *done, size_t n) {
+/* Completed blocks ordered by segment, then address. */
+static int replay_cmp_block(const void *a, const void *b) {
+  const ms__block_t *x = *(ms__block_t *const *)a, *y = *(ms__block_t *const *)b;
+  if (x->seg != y->seg) return (uintptr_t)x->seg < (uintptr_t)y->seg ? -1 : 1;
+  return x->ptr < y->ptr ? -1 : x->ptr > y->ptr;
+}
+
+/* Whether every block of the segment of done[0..n) (sorted by address, one segment) is cached
+ * (free) or one of them. */
+static bool replay_whole_after(ms__block_t *const *done, size_t n) {
+  ms__block_t *b = done[0];
   while (b->prev)
     b = b->prev;
+  size_t k = 0;
   for (; b; b = b->next) {
-    if (!b->allocated && b->event_count == 0) continue;
-    bool in = false;
-    for (size_t k = 0; k < n && !in; k++)
-      in = done[k] == b;
-    if (!in) return false;
+    while (k < n && done[k]->ptr < b->ptr)
+      k++;
+    bool in = k < n && done[k] == b;
+    if (!in && (b->allocated || b->event_count)) return false;
   }
   return true;
 }
 
 size_t ms__allocator_replay_cached_after(ms_allocator_t *a, const uint64_t *events, size_t n) {
+  uint64_t *ev = malloc((n ? n : 1) * sizeof *ev);
+  ms__block_t **done = malloc((n ? n : 1) * sizeof *done);
+  if (!ev || !done) {
+    free(ev);
+    free(done);
+    return SIZE_MAX; /* no answer: the caller's comparison then fails */
+  }
+  memcpy(ev, events, n * sizeof *ev);
+  qsort(ev, n, sizeof *ev, replay_cmp_u64);
   pthread_mutex_lock(&a->mu);
-  size_t count = 0;
+  size_t count = 0, nd = 0;
   for (int k = 0; k < 2; k++)
     for (ms__block_t *b = ms__pool_first(k ? &a->small : &a->large); b; b = ms__pool_next(b))
       count += !b->expandable && !ms__block_is_split(b);
-  ms__block_t *stackbuf[16], **done = n <= 16 ? stackbuf : malloc(n * sizeof *done);
-  size_t nd = 0;
-  if (done) {
-    for (size_t i = 0; i < n; i++) {
-      ms__block_t *b = replay_block_of_event(a, events[i]);
-      if (b && !b->expandable) done[nd++] = b;
-    }
-    /* Each segment once: counted at its first completed block. */
-    for (size_t i = 0; i < nd; i++) {
-      bool first = true;
-      for (size_t k = 0; k < i && first; k++)
-        first = done[k]->seg != done[i]->seg;
-      if (first && replay_whole_after(done[i], done, nd)) count++;
+  /* The blocks waiting on these events alone. */
+  for (size_t i = 0; i < a->queues.len; i++) {
+    const ms__evqueue_t *q = &a->queues.ptr[i];
+    for (size_t k = 0; k < q->len && nd < n; k++) {
+      const ms__evpair_t *p = &q->q[(q->head + k) % q->cap];
+      uint64_t e = (uint64_t)p->ev;
+      if (p->block->event_count == 1 && !p->block->expandable &&
+          bsearch(&e, ev, n, sizeof *ev, replay_cmp_u64))
+        done[nd++] = p->block;
     }
   }
-  if (done != stackbuf) free(done);
+  qsort(done, nd, sizeof *done, replay_cmp_block);
+  for (size_t i = 0, j; i < nd; i = j) {
+    for (j = i + 1; j < nd && done[j]->seg == done[i]->seg; j++) {
+    }
+    if (replay_whole_after(done + i, j - i)) count++;
+  }
   pthread_mutex_unlock(&a->mu);
+  free(ev);
+  free(done);
   return count;
 }
