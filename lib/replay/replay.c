@@ -609,7 +609,8 @@ static void rp_fc_classify(rp_run_t *run, size_t i, size_t before) {
                           t[m].action == MS_TRACE_SEGMENT_MAP); m++) {
     }
     bool is_malloc = m < n && (t[m].action == MS_TRACE_ALLOC || t[m].action == MS_TRACE_OOM);
-    bool just_freed = i > 0 && t[i - 1].action == MS_TRACE_FREE_REQUESTED && t[i - 1].addr == t[i].addr;
+    bool just_freed =
+        i > 0 && t[i - 1].action == MS_TRACE_FREE_REQUESTED && t[i - 1].addr == t[i].addr;
     if (just_freed && is_malloc) {
       /* The block freed at i - 1: its free completed it (no record_stream) when the entry has the
        * free's stack, not the malloc's; the malloc did when it has the malloc's. */
@@ -684,7 +685,8 @@ static int rp_place_start(rp_run_t *run) {
     int r = MS_OK;
     for (size_t k = 0; k <= sg->blocks.len && r == MS_OK; k++) {
       uint64_t nx = k < sg->blocks.len ? sg->blocks.ptr[k].addr : end;
-      if (nx > at) r = MS_VEC_PUSH(&tiles, ((ms__replay_block_t){nx - at, 0, 0})) ? MS_ENOMEM : MS_OK;
+      if (nx > at)
+        r = MS_VEC_PUSH(&tiles, ((ms__replay_block_t){nx - at, 0, 0})) ? MS_ENOMEM : MS_OK;
       if (k == sg->blocks.len || r != MS_OK) break;
       rp_sblock_t *b = &sg->blocks.ptr[k];
       r = MS_VEC_PUSH(&tiles, ((ms__replay_block_t){b->size, b->requested, 1}))
