@@ -31,7 +31,12 @@ $(BUILD)/CMakeCache.txt:
 build: deps $(BUILD)/CMakeCache.txt
 	$(CMAKE) --build $(BUILD) -j $(JOBS)
 
-demo: deps test-deps build
+# The demo's build is quiet: its output goes to $(BUILD)/build.log, shown only when it fails.
+demo: deps test-deps
+	@mkdir -p $(BUILD)
+	@printf 'memsnap demo: building into %s/ (log: %s/build.log)\n' '$(BUILD)' '$(BUILD)'
+	@$(MAKE) --no-print-directory build >$(BUILD)/build.log 2>&1 || \
+	  { tail -n 30 $(BUILD)/build.log; echo "memsnap demo: the build failed; the whole log is $(BUILD)/build.log" >&2; exit 1; }
 	@scripts/demo.sh $(BUILD)
 
 # ctest hides the output of passing suites; the SKIP lines (no GPU, no fixtures, no browser) are

@@ -40,7 +40,9 @@ static const char replay_usage[] =
     "                     settings), e.g. 'expandable_segments:True'\n"
     "  --sweep SPEC       what-if for every combination of SPEC, e.g.\n"
     "                     'max_split_size_mb=64,128,256,512;expandable_segments=False,True'\n"
-    "  --capacity SIZE    device capacity (e.g. 24GiB, 8000M, 123456789); default unlimited\n"
+    "  --capacity SIZE    device capacity (e.g. 24GiB, 8000M, 123456789, or unlimited); what-if\n"
+    "                     default: the device's size the snapshot records (memsnap's do),\n"
+    "                     else unlimited\n"
     "  --min-capacity     also find the smallest capacity without an OOM (bisection)\n"
     "  --device N         replay only device N\n"
     "  --json             print a JSON document instead of text\n"
@@ -255,15 +257,31 @@ static void replay_print_start_short(const char *config, const ms_replay_usage_t
          replay_size(u->start_short, c, sizeof c));
 }
 
+/* Where a what-if's capacity came from: 'capacity 4.0GiB (recorded in the snapshot)'. */
+static const char *replay_capacity_from(const ms_replay_device_t *d, bool given) {
+  if (given) return "--capacity";
+  return d->capacity_recorded ? "snapshot" : "none";
+}
+
+static const char *replay_capacity(const ms_replay_device_t *d, bool given, char *buf,
+                                   size_t cap) {
+  char sz[32];
+  if (given && d->capacity) snprintf(buf, cap, "%s (--capacity)", replay_size(d->capacity, sz, sizeof sz));
+  else if (given) snprintf(buf, cap, "unlimited (--capacity unlimited)");
+  else if (d->capacity_recorded)
+    snprintf(buf, cap, "%s (recorded in the snapshot)", replay_size(d->capacity, sz, sizeof sz));
+  else snprintf(buf, cap, "unlimited (the snapshot records no device size)");
+  return buf;
+}
+
 /* Who recorded the run, from the file: memsnap's own snapshots or PyTorch's pickles. */
 static const char *replay_producer(const ms_snapshot_t *snap) {
   return snap->origin == MS_SNAP_ORIGIN_MEMSNAP ? "memsnap" : "PyTorch";
 }
 
 static void replay_whatif_text(const ms_snapshot_t *snap, const replay_row_t *rows, size_t nrows,
-                               bool sweep, size_t capacity,
-                               bool min_cap) {
-  char capbuf[32];
+                               bool sweep, bool capacity_given, bool min_cap) {
+  char capbuf[96];
   const ms_replay_report_t *first = rows[0].rep;
   for (size_t k = 0; k < first->ndevices; k++) {
     const ms_replay_device_t *d0 = &first->devices[k];
@@ -272,7 +290,7 @@ static void replay_whatif_text(const ms_snapshot_t *snap, const replay_row_t *ro
       continue;
     }
     printf("device %d: %zu allocs, capacity %s; ", d0->device, d0->allocs,
-           capacity ? replay_size(capacity, capbuf, sizeof capbuf) : "unlimited");
+           replay_capacity(d0, capacity_given, capbuf, sizeof capbuf));
     replay_print_start(d0);
     putchar('\n');
     if (d0->verdict != MS_REPLAY_PASS)
@@ -294,7 +312,7 @@ static void replay_whatif_text(const ms_snapshot_t *snap, const replay_row_t *ro
                replay_size(rows[0].min_capacity[k], capbuf, sizeof capbuf),
                rows[0].min_capacity[k]);
       const ms_replay_usage_t *u = &d->replayed;
-      replay_print_start_short("", u, capacity);
+      replay_print_start_short("", u, (size_t)d->capacity);
       if (u->first_oom_index >= 0)
         printf("  first OOM at entry %" PRId64 " of device %d's trace (%" PRIu64
                " B requested):\n    %s\n",
@@ -329,14 +347,14 @@ static void replay_whatif_text(const ms_snapshot_t *snap, const replay_row_t *ro
         printf("  %s: first OOM at entry %" PRId64 " of device %d's trace (%" PRIu64
                " B requested)\n",
                rows[j].config, u->first_oom_index, d0->device, u->first_oom_size);
-      replay_print_start_short(rows[j].config, u, capacity);
+      replay_print_start_short(rows[j].config, u, (size_t)rows[j].rep->devices[k].capacity);
     }
   }
 }
 
 static void replay_whatif_json(const ms_snapshot_t *snap, const char *file,
-                               const replay_row_t *rows, size_t nrows,
-                               size_t capacity) {
+                               const replay_row_t *rows, size_t nrows, size_t capacity,
+                               bool capacity_given) {
   printf("{\"file\": ");
   replay_json_str(stdout, file);
   printf(", \"mode\": \"whatif\", \"recorded_by\": \"%s\", \"capacity\": %zu, \"devices\": [",
@@ -346,6 +364,9 @@ static void replay_whatif_json(const ms_snapshot_t *snap, const char *file,
     const ms_replay_device_t *d0 = &first->devices[k];
     printf("%s\n  {\"device\": %d, \"allocs\": %zu, \"check\": \"%s\"", k ? "," : "", d0->device,
            d0->allocs, ms_replay_verdict_name(d0->verdict));
+    if (d0->verdict != MS_REPLAY_UNREPLAYABLE)
+      printf(", \"capacity\": %" PRIu64 ", \"capacity_from\": \"%s\"", d0->capacity,
+             replay_capacity_from(d0, capacity_given));
     if (d0->verdict == MS_REPLAY_UNREPLAYABLE) {
       printf(", \"reason\": ");
       replay_json_str(stdout, d0->reason);
@@ -481,7 +502,7 @@ static int replay_rows(const char *config, const char *sweep, replay_row_t **out
 /* Prints the check or what-if report. @return the exit status. */
 static int replay_report(const ms_snapshot_t *snap, const char *name, replay_row_t *rows,
                          int nrows, int check, int json, bool sweep, size_t capacity,
-                         int min_cap) {
+                         bool capacity_given, int min_cap) {
   const ms_replay_report_t *rep = rows[0].rep;
   size_t replayable = 0, passed = 0;
   for (size_t k = 0; k < rep->ndevices; k++) {
@@ -499,8 +520,8 @@ static int replay_report(const ms_snapshot_t *snap, const char *name, replay_row
     }
     return pass ? CLI_OK : CLI_FAILURE;
   }
-  if (json) replay_whatif_json(snap, name, rows, (size_t)nrows, capacity);
-  else replay_whatif_text(snap, rows, (size_t)nrows, sweep, capacity, min_cap);
+  if (json) replay_whatif_json(snap, name, rows, (size_t)nrows, capacity, capacity_given);
+  else replay_whatif_text(snap, rows, (size_t)nrows, sweep, capacity_given, min_cap);
   return replayable ? CLI_OK : CLI_FAILURE;
 }
 
@@ -544,10 +565,11 @@ int cmd_replay(int argc, char **argv) {
   if (capacity_s && min_cap)
     return cli_usage_error("replay", "--capacity and --min-capacity exclude each other");
   size_t capacity = 0;
-  if (capacity_s && replay_parse_size(capacity_s, &capacity) != 0)
+  bool unlimited = capacity_s && strcmp(capacity_s, "unlimited") == 0;
+  if (capacity_s && !unlimited && replay_parse_size(capacity_s, &capacity) != 0)
     return cli_usage_error("replay",
                            "invalid size '%s' for --capacity (digits with an optional K, M, G "
-                           "or T: 24GiB, 8000M, 123456789)",
+                           "or T: 24GiB, 8000M, 123456789; or 'unlimited')",
                            capacity_s);
   int device = -1;
   if (device_s) {
@@ -582,6 +604,7 @@ int cmd_replay(int argc, char **argv) {
   ms_replay_options_init(&o);
   o.whatif = !check;
   o.capacity = capacity;
+  o.recorded_capacity = !capacity_s; /* the device's recorded size unless --capacity says */
   o.device = device;
   int status = CLI_OK;
   if (nrows > 1 || min_cap)
@@ -617,7 +640,7 @@ int cmd_replay(int argc, char **argv) {
   cli_progress_stop();
   if (status == CLI_OK)
     status = replay_report(snap, cli_display_name(pos[0]), rows, nrows, check, json,
-                           sweep != NULL, capacity, min_cap);
+                           sweep != NULL, capacity, capacity_s != NULL, min_cap);
   for (int j = 0; j < nrows; j++) {
     ms_replay_report_free(rows[j].rep);
     free(rows[j].min_capacity);

@@ -54,7 +54,7 @@ static void top_frames(FILE *out, const ms_snapshot_t *s, uint32_t stack, bool j
   const ms_snap_stack_t *st = &s->stacks[stack];
   bool first = true;
   for (uint32_t i = 0; i < st->nframes; i++) {
-    const ms_snap_frame_t *f = &s->frames[s->stack_frames[st->first + i]];
+    const ms_snap_frame_t *f = &s->frames[ms_snap_frame_index(s, st->first + i)];
     if (!ms_view_frame_kept(f->name, f->filename)) continue;
     char buf[1024];
     ms_view_frame_format(buf, sizeof buf, f);
@@ -79,11 +79,11 @@ static void top_text_stack(FILE *out, const ms_snapshot_t *s, uint32_t stack) {
   const ms_snap_stack_t *st = &s->stacks[stack];
   bool python = false;
   for (uint32_t k = 0; k < st->nframes && !python; k++)
-    python = top_is_python(&s->frames[s->stack_frames[st->first + k]]);
+    python = top_is_python(&s->frames[ms_snap_frame_index(s, st->first + k)]);
   int shown = 0;
   bool skipped_label = false;
   for (uint32_t k = 0; k < st->nframes && shown < 12; k++) {
-    const ms_snap_frame_t *f = &s->frames[s->stack_frames[st->first + k]];
+    const ms_snap_frame_t *f = &s->frames[ms_snap_frame_index(s, st->first + k)];
     if (!ms_view_frame_kept(f->name, f->filename)) continue;
     if (python && !top_is_python(f)) continue;
     if (!skipped_label) { /* the label line shows it */

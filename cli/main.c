@@ -98,7 +98,7 @@ static void main_usage(FILE *fp) {
           "\n"
           "commands:\n");
   for (const struct cli_cmd *c = cli_commands; c->name; c++)
-    fprintf(fp, "   %-11s %s\n", c->name, c->summary);
+    fprintf(fp, "   %-13s %s\n", c->name, c->summary); /* segment_plot and two spaces */
   fprintf(fp, "\nRun 'memsnap help <command>' or 'memsnap <command> --help' for a command's options.\n");
 }
 

@@ -297,7 +297,7 @@ static uint32_t cli_top_frame(const ms_snapshot_t *s, uint32_t stack) {
   const ms_snap_stack_t *st = &s->stacks[stack];
   uint32_t kept = UINT32_MAX;
   for (uint32_t i = 0; i < st->nframes; i++) {
-    uint32_t f = s->stack_frames[st->first + i];
+    uint32_t f = ms_snap_frame_index(s, st->first + i);
     if (!ms_view_frame_kept(s->frames[f].name, s->frames[f].filename)) continue;
     size_t len = strlen(s->frames[f].filename);
     if (len >= 3 && strcmp(s->frames[f].filename + len - 3, ".py") == 0) return f;

@@ -14,7 +14,7 @@ static void trace_json_frames(cli_json_t *j, const ms_snapshot_t *s, uint32_t st
   if (stack != MS_SNAP_NO_STACK && stack < s->nstacks) {
     const ms_snap_stack_t *st = &s->stacks[stack];
     for (uint32_t i = 0; i < st->nframes; i++) {
-      const ms_snap_frame_t *f = &s->frames[s->stack_frames[st->first + i]];
+      const ms_snap_frame_t *f = &s->frames[ms_snap_frame_index(s, st->first + i)];
       cli_json_lit(j, i ? ", {\"name\": " : "{\"name\": ");
       cli_json_str(j, f->name);
       cli_json_lit(j, ", \"filename\": ");

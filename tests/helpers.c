@@ -387,9 +387,9 @@ int th_snapshot_diff(const ms_snapshot_t *a, const ms_snapshot_t *b, char *why, 
     DIFF_U(nframes, "stacks", i);
   }
   for (size_t i = 0; i < a->nstack_frames; i++)
-    if (a->stack_frames[i] != b->stack_frames[i])
-      return snprintf(why, cap, "stack_frames[%zu]: %u != %u", i, a->stack_frames[i],
-                      b->stack_frames[i]), 1;
+    if (ms_snap_frame_index(a, i) != ms_snap_frame_index(b, i))
+      return snprintf(why, cap, "stack_frames[%zu]: %u != %u", i, ms_snap_frame_index(a, i),
+                      ms_snap_frame_index(b, i)), 1;
   for (size_t i = 0; i < a->nsettings; i++)
     if (kv_diff(&a->settings[i], &b->settings[i], "settings", i, why, cap)) return 1;
   for (size_t i = 0; i < a->nstats; i++)

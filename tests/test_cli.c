@@ -406,7 +406,8 @@ Test(cli, usage_errors_exit_2_with_a_message) {
       {{"compare", "-", "-"},
        "compare",
        "only one of BEFORE and AFTER can be '-' (standard input)"},
-      {{"stats", "a", "b"}, "stats", "unexpected argument 'b'"},
+      {{"trace", "a", "b"}, "trace", "unexpected argument 'b'"},
+      {{"stats", "a", "b", "--at", "peak"}, "stats", "with several FILEs only --json and --jobs apply"},
       {{"stats", "--bogus", "a"}, "stats", "unknown option '--bogus'"},
       {{"trace", "-x", "a"}, "trace", "unknown option '-x'"},
       {{"memory", "a", "-o"}, "memory", "option '--output' needs a value"},
@@ -449,7 +450,7 @@ Test(cli, help_goes_to_stdout_and_exits_0) {
   cr_expect_eq(r.status, 0);
   for (size_t i = 0; i < 5; i++) {
     char row[64];
-    snprintf(row, sizeof row, "   %-11s ", cmds[i]);
+    snprintf(row, sizeof row, "   %-13s ", cmds[i]);
     cr_expect(strstr(r.out, row), "'%s' missing from memsnap --help", cmds[i]);
   }
   run_free(&r);
@@ -500,9 +501,14 @@ Test(cli, garbage_and_truncated_inputs_exit_1_naming_the_file) {
   cr_expect(strstr(r.err, "'<stdin>'"), "%s", r.err);
   run_free(&r);
 
-  r = RUN("stats", tmpdir);
+  r = RUN("trace", tmpdir);
   cr_expect_eq(r.status, 1);
   cr_expect(strstr(r.err, "Is a directory"), "%s", r.err);
+  run_free(&r);
+  /* stats, top and timeline read a directory as one snapshot per rank: here none */
+  r = RUN("stats", tmpdir);
+  cr_expect_eq(r.status, 1);
+  cr_expect(strstr(r.err, "no snapshot in the directory"), "%s", r.err);
   run_free(&r);
 }
 
@@ -951,6 +957,111 @@ Test(cli, compare_two_memsnap_snapshots) {
   cr_assert(got, "no diff.svg");
   cr_expect(strstr(got, "<svg") && strstr(got, "grow.c:1:grow"), "diff.svg lacks the new frame");
   free(got);
+}
+
+/* One block of 1 MiB allocated by FN at model.py:10, called from main. */
+static void write_one_block(const char *path, const char *fn) {
+  ms__snapbuild_t b;
+  ms__snapbuild_init(&b);
+  b.hdr.origin = MS_SNAP_ORIGIN_MEMSNAP;
+  uint32_t fl = mk_frame(&b, fn, "/src/model.py", 10);
+  uint32_t fm = mk_frame(&b, "main", "/src/main.py", 1);
+  uint32_t st[] = {fl, fm}, s;
+  cr_assert_eq(ms__snapbuild_stack(&b, st, 2, &s), MS_OK);
+  mk_block(&b, MS_BLOCK_ACTIVE_ALLOCATED, 1 << 20, 1 << 20, s);
+  mk_segment(&b, 268435456, 0, 0);
+  ms_snap_device_t d0 = {0};
+  cr_assert_eq(ms__snapbuild_add_device(&b, &d0), MS_OK);
+  ms_snapshot_t *snap = NULL;
+  ms_errbuf_t eb = {{0}};
+  cr_assert_eq(ms__snapbuild_finish(&b, &snap, &eb), MS_OK, "%s", eb.msg);
+  ms__snapbuild_release(&b);
+  cr_assert_eq(ms_snapshot_write_file(snap, path, NULL, &eb), MS_OK, "%s", eb.msg);
+  ms_snapshot_free(snap);
+}
+
+/* issue #16 item 10: the stack diff keys a frame by name, file and line, so two functions on one
+ * file:line stay two frames (one gone, one new), in the folded text and in the SVG. */
+Test(cli, compare_stacks_keeps_two_functions_on_one_line_apart) {
+  char p1[300], p2[300];
+  snprintf(p1, sizeof p1, "%s/f.memsnap", tmpdir);
+  snprintf(p2, sizeof p2, "%s/g.memsnap", tmpdir);
+  write_one_block(p1, "forward");
+  write_one_block(p2, "backward");
+  run_t r = RUN("compare", p1, p2, "--stacks", "--folded", "-o", "-");
+  cr_expect_eq(r.status, 0, "%s", r.err);
+  cr_expect_str_eq(r.out, "stream_0;active_allocated;main.py:1:main;model.py:10:backward 0 1048576\n"
+                          "stream_0;active_allocated;main.py:1:main;model.py:10:forward 1048576 0\n");
+  run_free(&r);
+  r = RUN("compare", p1, p2, "--stacks", "-o", "fg.svg");
+  cr_expect_eq(r.status, 0, "%s", r.err);
+  run_free(&r);
+  char p[300];
+  snprintf(p, sizeof p, "%s/fg.svg", tmpdir);
+  char *svg = slurp(p, NULL);
+  cr_assert(svg);
+  cr_expect(strstr(svg, "<title>model.py:10:forward (before 1.0 MiB, 1,048,576 bytes; after 0 B, "
+                        "0 bytes; change -1.0 MiB, -1,048,576 bytes, -100.00%; gone)</title>"),
+            "%s", svg);
+  cr_expect(strstr(svg, "<title>model.py:10:backward (before 0 B, 0 bytes; after 1.0 MiB, "
+                        "1,048,576 bytes; change +1.0 MiB, +1,048,576 bytes; new)</title>"));
+  free(svg);
+}
+
+/* The legend of an SVG file as "FILL LABEL\n" lines ("" without one). */
+static char *legend_lines(const char *path) {
+  char *svg = slurp(path, NULL);
+  cr_assert(svg, "no %s", path);
+  static char out[2048];
+  size_t n = 0;
+  out[0] = 0;
+  const char *l = strstr(svg, "<g id=\"legend\">");
+  const char *end = l ? strstr(l, "</g>\n</g>") : NULL;
+  for (const char *e = l; e && (e = strstr(e, "<rect ")) && e < end;) {
+    const char *f = strstr(e, "fill=\"") + 6, *fe = strchr(f, '"');
+    const char *t = strstr(fe, "<text "), *ts = strchr(t, '>') + 1, *te = strstr(ts, "</text>");
+    n += (size_t)snprintf(out + n, sizeof out - n, "%.*s %.*s\n", (int)(fe - f), f,
+                          (int)(te - ts), ts);
+    e = te;
+  }
+  free(svg);
+  return out;
+}
+
+/* issue #16 item 10: every SVG memsnap writes whose colours mean something has a legend of the
+ * colours it uses. */
+Test(cli, every_view_svg_has_its_legend) {
+  char p1[300], p2[300], p[300];
+  snprintf(p1, sizeof p1, "%s/step1.memsnap", tmpdir);
+  snprintf(p2, sizeof p2, "%s/step2.memsnap", tmpdir);
+  write_step(p1, 1);
+  write_step(p2, 0);
+  static const struct {
+    const char *argv[6];
+    const char *legend;
+  } cases[] = {
+      {{"memory", "step1.memsnap", "-o", "memory.svg"},
+       "rgb(224,82,62) allocated\nrgb(245,166,35) pending free\nrgb(110,168,222) inactive "
+       "(cached)\nrgb(150,150,150) gaps (not requested)\nrgb(160,160,196) stream\n"},
+      {{"segments", "step1.memsnap", "-o", "segments.svg"},
+       "rgb(224,82,62) allocated\nrgb(245,166,35) pending free\nrgb(110,168,222) inactive "
+       "(cached)\nrgb(150,150,150) gaps (not requested)\nrgb(160,160,196) stream\n"
+       "rgb(186,186,214) segment\n"},
+      {{"compare", "step1.memsnap", "step2.memsnap", "-o", "compare.svg"},
+       "rgb(224,82,62) allocated\nrgb(245,166,35) pending free\nrgb(86,110,214) only before\n"
+       "rgb(52,168,83) only after\nrgb(160,160,196) stream\nrgb(186,186,214) segment\n"},
+      {{"compare", "step1.memsnap", "step2.memsnap", "--stacks", "-o", "stacks.svg"},
+       "rgb(255,103,103) grew (deeper: more)\nrgb(46,170,72) new\nrgb(140,140,140) gone\n"
+       "rgb(238,238,238) unchanged\n"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    const char *const *a = cases[i].argv;
+    run_t r = RUN(a[0], a[1], a[2], a[3], a[4], a[5]); /* the list ends at the first NULL */
+    cr_expect_eq(r.status, 0, "%s: %s", a[0], r.err);
+    run_free(&r);
+    snprintf(p, sizeof p, "%s/%s", tmpdir, a[a[5] ? 5 : a[4] ? 4 : 3]);
+    cr_expect_str_eq(legend_lines(p), cases[i].legend, "%s", p);
+  }
 }
 
 /* ---- the progress line --------------------------------------------------------------------------

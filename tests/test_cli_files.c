@@ -1061,19 +1061,20 @@ Test(cli_files, stdout_write_errors_are_said_even_after_a_failure) {
 
 Test(cli_files, capacity_is_digits_with_a_unit) {
   write_snapshot("a.msnap", NULL);
-  const char *const bad[] = {"0x10", "1e3", "inf", "nan", "1.", ".5G", "16Q", "-1", "0"};
+  const char *const bad[] = {"0x10", "1e3", "inf", "nan", "1.", ".5G", "16Q", "-1", "0",
+                             "Unlimited", "unlimited2"};
   for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
     run_t r = RUN("replay", "a.msnap", "--check", "--capacity", bad[i]);
     cr_expect_eq(r.status, 2, "--capacity %s: status %d", bad[i], r.status);
     char want[200];
     snprintf(want, sizeof want,
              "memsnap: error: invalid size '%s' for --capacity (digits with an optional K, M, G "
-             "or T: 24GiB, 8000M, 123456789)\n",
+             "or T: 24GiB, 8000M, 123456789; or 'unlimited')\n",
              bad[i]);
     cr_expect(strncmp(r.err, want, strlen(want)) == 0, "%s", r.err);
     run_free(&r);
   }
-  const char *const good[] = {"16", "1.5G", "24GiB", "8000M", "4k", "2TB"};
+  const char *const good[] = {"16", "1.5G", "24GiB", "8000M", "4k", "2TB", "unlimited"};
   for (size_t i = 0; i < sizeof good / sizeof *good; i++) {
     run_t r = RUN("replay", "a.msnap", "--check", "--capacity", good[i]);
     cr_expect_neq(r.status, 2, "--capacity %s refused: %s", good[i], r.err);

@@ -1208,7 +1208,41 @@ Test(export_cli, timeline_many_ranks) {
       cr_assert_lt(strstr(r.out, prev), strstr(r.out, full), "name order");
     }
   }
+  /* `stats` over the directory: the same table as `top` and `timeline`; a file in the directory
+   * that is not a snapshot (a log) is left out, not reported */
+  char logp[600];
+  snprintf(logp, sizeof logp, "%s/notes.txt", cli_dir);
+  FILE *lf = fopen(logp, "w");
+  cr_assert(lf);
+  fputs("step 1: loss 2.3\n", lf);
+  fclose(lf);
+  char *top_out = strdup(r.out);
   run_free(&r);
+  r = RUN("stats", cli_dir, "--json");
+  cr_assert_eq(r.status, 0, "%s", r.err);
+  cr_assert(!strstr(r.out, "notes.txt"), "%s", r.out);
+  for (int i = 0; i < 4; i++) {
+    char full[600];
+    snprintf(full, sizeof full, "%s/%s", cli_dir, links[i]);
+    cr_assert_eq(ranks_value(r.out, full, "peak_allocated"), (int64_t)peaks[i]);
+    cr_assert_eq(ranks_value(r.out, full, "peak_allocated"), ranks_value(top_out, full,
+                                                                         "peak_allocated"));
+  }
+  free(top_out);
+  run_free(&r);
+  r = RUN("stats", links[0], links[1]);
+  cr_assert_eq(r.status, 0, "%s", r.err);
+  cr_assert(strstr(r.out, "median peak: "), "%s", r.out);
+  run_free(&r);
+  r = RUN("stats", links[0], links[1], "--summary");
+  cr_assert_eq(r.status, 2);
+  cr_assert(strstr(r.err, "with several FILEs only --json and --jobs apply"), "%s", r.err);
+  run_free(&r);
+  r = RUN("stats", links[0], "--jobs", "2");
+  cr_assert_eq(r.status, 2);
+  cr_assert(strstr(r.err, "option '--jobs' needs several FILEs"), "%s", r.err);
+  run_free(&r);
+  unlink(logp);
   r = RUN("top", links[0], links[1], "--at", "end");
   cr_assert_eq(r.status, 2);
   run_free(&r);

@@ -1421,16 +1421,16 @@ Test(pickle, builder_stacks_in_place) {
   /* an empty stack meanwhile leaves the frames written at the tail alone */
   cr_assert_eq(ms__snapbuild_stack(&b, NULL, 0, &e), MS_OK);
   cr_assert_eq(e, 0);
-  cr_assert_eq(b.stack_frames.len, 0);
+  cr_assert_eq(b.nsf, 0);
   cr_assert_eq(ms__snapbuild_stack_tail(&b, 2, &s1), MS_OK);
   cr_assert_eq(s1, 1);
-  cr_assert_eq(b.stack_frames.len, 2);
+  cr_assert_eq(b.nsf, 2);
   /* interned like ms__snapbuild_stack: a duplicate written in place adds nothing */
   cr_assert_eq(ms__snapbuild_stack_room(&b, 0, 2, &t), MS_OK);
   t[0] = f[0], t[1] = f[1];
   cr_assert_eq(ms__snapbuild_stack_tail(&b, 2, &s2), MS_OK);
   cr_assert_eq(s2, s1);
-  cr_assert_eq(b.stack_frames.len, 2);
+  cr_assert_eq(b.nsf, 2);
   uint32_t fr[2] = {f[0], f[1]};
   cr_assert_eq(ms__snapbuild_stack(&b, fr, 2, &s3), MS_OK);
   cr_assert_eq(s3, s1);
@@ -1448,9 +1448,9 @@ Test(pickle, builder_stacks_in_place) {
   cr_assert_eq(s4, 2);
   cr_assert_eq(ms__snapbuild_stack(&b, big, N, &s5), MS_OK);
   cr_assert_eq(s5, s4);
-  cr_assert_eq(b.stack_frames.len, 2 + (size_t)N);
+  cr_assert_eq(b.nsf, 2 + (size_t)N);
   /* more than the room made */
-  cr_assert_eq(ms__snapbuild_stack_tail(&b, b.stack_frames.cap - b.stack_frames.len + 1, &s5),
+  cr_assert_eq(ms__snapbuild_stack_tail(&b, b.stack_frames.cap + 1, &s5),
                MS_EINVAL);
   cr_assert_eq(b.stacks.len, 3);
   ms_snapshot_t *s = NULL;
@@ -1458,7 +1458,7 @@ Test(pickle, builder_stacks_in_place) {
   cr_assert_eq(s->nstack_frames, 2 + (size_t)N);
   cr_assert_eq(ms_snap_stack_depth(s, s4), N);
   for (uint32_t i = 0; i < N; i += 997)
-    cr_assert_eq(s->stack_frames[s->stacks[s4].first + i], big[i]);
+    cr_assert_eq(ms_snap_frame_index(s, s->stacks[s4].first + i), big[i]);
   ms_snapshot_free(s);
   free(big);
 }
@@ -1496,21 +1496,54 @@ Test(pickle, builder_check_sees_every_frame_index) {
   cr_assert_eq(s->nstack_frames, 3);
   ms_snapshot_free(s);
   s = NULL;
-  /* frame indices put into the table directly, not through the stack functions: read again */
+}
+
+/* Frame indices are stored in 2 bytes while every one is below 65,536, then in 4: the stacks
+ * stored before the first large index keep their frames, and the snapshot reads the same either
+ * way. */
+Test(pickle, builder_widens_frame_indices) {
+  ms__snapbuild_t b;
   ms__snapbuild_init(&b);
+  enum { NF = 70000 };
+  char name[16];
+  for (uint32_t i = 0; i < NF; i++) {
+    uint32_t f;
+    int n = snprintf(name, sizeof name, "f%u", i);
+    cr_assert_eq(ms__snapbuild_frame(&b, name, (size_t)n, "x.py", 4, i, &f), MS_OK);
+    cr_assert_eq(f, i);
+  }
+  uint32_t lo[3] = {0, 65535, 7}, hi[3] = {65536, 3, NF - 1}, s_lo, s_hi, s_lo2, s_hi2;
+  cr_assert_eq(ms__snapbuild_stack(&b, lo, 3, &s_lo), MS_OK);
+  cr_assert(!b.sf_wide);
+  cr_assert_eq(b.sf16.len, 3);
+  cr_assert_eq(ms__snapbuild_stack(&b, hi, 3, &s_hi), MS_OK);
+  cr_assert(b.sf_wide);
+  cr_assert_eq(b.sf16.len, 0);
+  cr_assert_eq(b.sf32.len, 6);
+  /* interning still finds both */
+  cr_assert_eq(ms__snapbuild_stack(&b, lo, 3, &s_lo2), MS_OK);
+  cr_assert_eq(ms__snapbuild_stack(&b, hi, 3, &s_hi2), MS_OK);
+  cr_assert_eq(s_lo2, s_lo);
+  cr_assert_eq(s_hi2, s_hi);
+  ms_snapshot_t *s = NULL;
+  cr_assert_eq(ms__snapbuild_finish(&b, &s, NULL), MS_OK);
+  cr_assert_null(s->stack_frames16);
+  cr_assert_not_null(s->stack_frames);
+  for (int k = 0; k < 3; k++) {
+    cr_assert_eq(ms_snap_frame_index(s, s->stacks[s_lo].first + (size_t)k), lo[k]);
+    cr_assert_eq(ms_snap_frame_index(s, s->stacks[s_hi].first + (size_t)k), hi[k]);
+  }
+  ms_snapshot_free(s);
+  /* a snapshot whose frames all fit in 2 bytes keeps them so */
+  ms__snapbuild_init(&b);
+  uint32_t f0;
   cr_assert_eq(ms__snapbuild_frame(&b, "a", 1, "a.py", 4, 1, &f0), MS_OK);
-  cr_assert_eq(ms__snapbuild_stack(&b, &f0, 1, &st), MS_OK);
-  cr_assert_eq(MS_VEC_PUSH(&b.stack_frames, 7u), 0);
-  ms_snap_stack_t raw = {1, 1};
-  cr_assert_eq(MS_VEC_PUSH(&b.stacks, raw), 0);
-  cr_assert_eq(ms__snapbuild_finish(&b, &s, &eb), MS_EFORMAT);
-  cr_assert_str_eq(eb.msg, "stack 1 refers to frame 7 of 1");
-  /* ... even when a stack interned later follows them */
-  uint32_t two[2] = {f0, f0};
-  cr_assert_eq(ms__snapbuild_stack(&b, two, 2, &st), MS_OK);
-  cr_assert_eq(ms__snapbuild_finish(&b, &s, &eb), MS_EFORMAT);
-  cr_assert_str_eq(eb.msg, "stack 1 refers to frame 7 of 1");
-  ms__snapbuild_release(&b);
+  cr_assert_eq(ms__snapbuild_stack(&b, &f0, 1, &s_lo), MS_OK);
+  cr_assert_eq(ms__snapbuild_finish(&b, &s, NULL), MS_OK);
+  cr_assert_null(s->stack_frames);
+  cr_assert_not_null(s->stack_frames16);
+  cr_assert_eq(ms_snap_frame_index(s, 0), f0);
+  ms_snapshot_free(s);
 }
 
 Test(pickle, bigvec_reserve) {

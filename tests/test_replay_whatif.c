@@ -45,20 +45,28 @@ static ms_snapshot_t *load_fixture(const char *name) {
   return s;
 }
 
-/* One what-if run of device 0 (the report is returned; the caller frees it). */
-static ms_replay_report_t *whatif_report(const ms_snapshot_t *s, const char *conf,
-                                         size_t capacity, int device) {
+/* One what-if run of device 0 (the report is returned; the caller frees it). capacity 0 is
+ * unlimited here; whatif_report_recorded replays on the size the snapshot records. */
+static ms_replay_report_t *whatif_report_ex(const ms_snapshot_t *s, const char *conf,
+                                            size_t capacity, int device, bool recorded) {
   ms_replay_options_t o;
   ms_replay_options_init(&o);
+  cr_assert(o.recorded_capacity, "the default is the recorded size");
   o.whatif = true;
   o.config = conf;
   o.capacity = capacity;
   o.device = device;
+  o.recorded_capacity = recorded;
   ms_replay_report_t *rep = NULL;
   ms_errbuf_t eb;
   cr_assert_eq(ms_replay_run(s, &o, &rep, &eb), MS_OK, "%s", eb.msg);
   cr_assert_geq(rep->ndevices, 1);
   return rep;
+}
+
+static ms_replay_report_t *whatif_report(const ms_snapshot_t *s, const char *conf,
+                                         size_t capacity, int device) {
+  return whatif_report_ex(s, conf, capacity, device, false);
 }
 
 /* The figures that must agree between the recorded run and its replay. */
@@ -274,6 +282,7 @@ static void own_trace_reproduces(const char *conf, size_t capacity, size_t keep,
                  "%s: check's retries %" PRIu64 " vs %" PRId64, what, d->recorded.alloc_retries,
                  st.num_alloc_retries);
   }
+  uint64_t u_ooms = u->ooms, u_retries = u->alloc_retries;
   ms_replay_report_free(rep);
   if (need_check) { /* --check with the recorded capacity: every OOM-path burst predicted */
     ms_replay_options_t o;
@@ -290,6 +299,16 @@ static void own_trace_reproduces(const char *conf, size_t capacity, size_t keep,
   rep = whatif_report(s, "", 0, 0);
   cr_expect_eq(rep->devices[0].replayed.ooms, 0, "%s", what);
   cr_expect_eq(rep->devices[0].replayed.alloc_retries, 0, "%s", what);
+  cr_expect_eq(rep->devices[0].capacity, 0, "%s", what);
+  cr_expect_not(rep->devices[0].capacity_recorded, "%s", what);
+  ms_replay_report_free(rep);
+  /* With no capacity given, the device's recorded size is the capacity (issue #16 item 16):
+   * the OOM path is taken as with the same capacity given. */
+  rep = whatif_report_ex(s, "", 0, 0, true);
+  cr_expect_eq(rep->devices[0].capacity, capacity, "%s", what);
+  cr_expect(rep->devices[0].capacity_recorded, "%s", what);
+  cr_expect_eq(rep->devices[0].replayed.ooms, u_ooms, "%s", what);
+  cr_expect_eq(rep->devices[0].replayed.alloc_retries, u_retries, "%s", what);
   ms_replay_report_free(rep);
   ms_snapshot_free(s);
 }
@@ -702,4 +721,62 @@ Test(replay_whatif, named_figures_exact, .timeout = 30) {
   cr_expect_eq(u->final_allocated, 0);
   ms_replay_report_free(rep);
   ms_snapshot_free(s);
+}
+
+/* ---- an OOM snapshot replays on the device it was taken on (issue #16 item 16) -------------- */
+
+/* The OOM observer's snapshot records the device's size, and `memsnap replay FILE` without
+ * --capacity replays on it, saying so: the what-if runs out of memory where the run did. */
+Test(replay_whatif, oom_snapshot_replays_on_its_recorded_capacity, .timeout = 60) {
+  char dir[] = "/tmp/memsnap_oom_replay_XXXXXX";
+  cr_assert(mkdtemp(dir));
+  char pattern[256], path[256];
+  snprintf(pattern, sizeof pattern, "%s/oom-%%n.msgpack", dir);
+  snprintf(path, sizeof path, "%s/oom-0.msgpack", dir);
+  rec_t r;
+  rec_open(&r, "", 200 * MiB, 1000000);
+  cr_assert_eq(ms_oom_snapshot_install(r.al, pattern), MS_OK);
+  ms_devptr_t p, q;
+  cr_assert_eq(ms_allocator_malloc(r.al, 150 * MiB, 0, &p), MS_OK);
+  cr_assert_eq(ms_allocator_malloc(r.al, 100 * MiB, 0, &q), MS_EOOM);
+  ms_snapshot_free(rec_close(&r));
+  ms_snapshot_t *s = NULL;
+  ms_errbuf_t eb;
+  cr_assert_eq(ms_snapshot_load(path, &s, &eb), MS_OK, "%s: %s", path, eb.msg);
+  cr_assert(s->devices[0].present & MS_DEV_HAS_CAPACITY);
+  cr_assert_eq(s->devices[0].capacity, 200 * MiB);
+  /* the library: the recorded size by default, unlimited when asked */
+  ms_replay_report_t *rep = whatif_report_ex(s, "", 0, 0, true);
+  cr_expect_eq(rep->devices[0].capacity, 200 * MiB);
+  cr_expect(rep->devices[0].capacity_recorded);
+  cr_expect_eq(rep->devices[0].recorded.ooms, 1);
+  cr_expect_eq(rep->devices[0].replayed.ooms, 1);
+  cr_expect(strstr(rep->devices[0].replayed.oom_message, "GPU 0 has a total capacity of 200.00 "
+                                                         "MiB") != NULL,
+            "%s", rep->devices[0].replayed.oom_message);
+  ms_replay_report_free(rep);
+  ms_snapshot_free(s);
+  /* the command line names the capacity and where it came from */
+  char out[1 << 14], want[256];
+  cr_assert_eq(run_replay_cli(path, "--config ''", out, sizeof out), 0, "%s", out);
+  cr_expect(strncmp(out, "device 0: 1 allocs, capacity 200.0MiB (recorded in the snapshot); "
+                         "start: empty\n", 67) == 0, "%s", out);
+  snprintf(want, sizeof want, "\n  %-28s %-20s %s\n", "ooms", "1", "1");
+  cr_expect(strstr(out, want) != NULL, "%s", out);
+  cr_expect(strstr(out, "  first OOM at entry ") != NULL, "%s", out);
+  cr_assert_eq(run_replay_cli(path, "--config '' --json", out, sizeof out), 0, "%s", out);
+  cr_expect(strstr(out, "\"capacity\": 209715200, \"capacity_from\": \"snapshot\"") != NULL, "%s",
+            out);
+  cr_assert_eq(run_replay_cli(path, "--config '' --capacity unlimited", out, sizeof out), 0, "%s",
+               out);
+  cr_expect(strncmp(out, "device 0: 1 allocs, capacity unlimited (--capacity unlimited); ", 63) == 0,
+            "%s", out);
+  snprintf(want, sizeof want, "\n  %-28s %-20s %s\n", "ooms", "1", "0");
+  cr_expect(strstr(out, want) != NULL, "%s", out);
+  cr_assert_eq(run_replay_cli(path, "--config '' --capacity 1G --json", out, sizeof out), 0, "%s",
+               out);
+  cr_expect(strstr(out, "\"capacity\": 1073741824, \"capacity_from\": \"--capacity\"") != NULL,
+            "%s", out);
+  unlink(path);
+  rmdir(dir);
 }

@@ -1397,7 +1397,7 @@ Test(serialize, row_longer_than_a_read) {
     cr_assert_eq(decode_pieces(buf, len, pieces[k], &r, &eb), MS_OK, "%s", eb.msg);
     cr_assert_eq(r->nstacks, 1);
     cr_assert_eq(r->stacks[0].nframes, 30000);
-    cr_assert_eq(r->stack_frames[29999], 0);
+    cr_assert_eq(ms_snap_frame_index(r, 29999), 0);
     ms_snapshot_free(r);
   }
   free(buf);

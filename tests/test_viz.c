@@ -745,6 +745,173 @@ Test(viz, differential_colours_widths_and_tooltips) {
   ms_flame_destroy(fl);
 }
 
+/* ---- the legend ---- */
+
+/* The legend of an SVG as "FILL LABEL\n" lines (NULL without <g id="legend">); checks that every
+ * swatch lies inside the image, below every frame and below the details line. */
+static char *legend_of(const char *svg, size_t len) {
+  xmlDocPtr doc = xmlReadMemory(svg, (int)len, "mem.svg", NULL, XML_PARSE_NONET);
+  cr_assert(doc);
+  xmlNodePtr root = xmlDocGetRootElement(doc), legend = NULL;
+  double width = dbl_attr(root, "width"), height = dbl_attr(root, "height"), lowest = 0;
+  double details_y = 0;
+  for (xmlNodePtr c = root->children; c; c = c->next) {
+    char *id = elem_is(c, "g") || elem_is(c, "text") ? attr(c, "id") : NULL;
+    if (id && strcmp(id, "legend") == 0) legend = c;
+    if (id && strcmp(id, "details") == 0) details_y = dbl_attr(c, "y");
+    if (id && strcmp(id, "frames") == 0)
+      for (xmlNodePtr g = c->children; g; g = g->next)
+        for (xmlNodePtr r = elem_is(g, "g") ? g->children : NULL; r; r = r->next)
+          if (elem_is(r, "rect") && dbl_attr(r, "y") + dbl_attr(r, "height") > lowest)
+            lowest = dbl_attr(r, "y") + dbl_attr(r, "height");
+    free(id);
+  }
+  char *out = NULL;
+  if (legend) {
+    size_t cap = 4096, n = 0;
+    out = calloc(cap, 1);
+    for (xmlNodePtr e = legend->children; e; e = e->next) {
+      if (!elem_is(e, "g")) continue;
+      xmlNodePtr r = e->children, t = r ? r->next : NULL;
+      cr_assert(r && elem_is(r, "rect") && t && elem_is(t, "text"), "an entry is a rect and a text");
+      double x = dbl_attr(r, "x"), y = dbl_attr(r, "y");
+      cr_expect(x >= 10 && x + dbl_attr(r, "width") <= width - 10, "swatch x %g in %g", x, width);
+      cr_expect(y > lowest && y > details_y && y + dbl_attr(r, "height") <= height,
+                "swatch y %g: frames end at %g, details at %g, height %g", y, lowest, details_y,
+                height);
+      char *fill = attr(r, "fill"), *label = content(t);
+      n += (size_t)snprintf(out + n, cap - n, "%s %s\n", fill, label);
+      cr_assert_lt(n, cap);
+      free(fill);
+      free(label);
+    }
+  }
+  xmlFreeDoc(doc);
+  return out;
+}
+
+static char *legend_of_graph(ms_flame_t *fl) {
+  size_t len;
+  char *svg = render(fl, &len);
+  char *l = legend_of(svg, len);
+  free(svg);
+  return l;
+}
+
+Test(viz, legend_of_a_differential_graph) {
+  ms_flame_options_t o = opts_minwidth(0);
+  ms_flame_t *fl = NULL;
+  cr_assert_eq(ms_flame_create(&o, &fl), MS_OK);
+  const char *grew[] = {"s", "grew"}, *shrank[] = {"s", "shrank"}, *fresh[] = {"s", "new"},
+             *gone[] = {"s", "gone"}, *same[] = {"s", "same"};
+  cr_assert_eq(ms_flame_add_diff(fl, grew, 2, 1000, 3000), MS_OK);
+  cr_assert_eq(ms_flame_add_diff(fl, shrank, 2, 2000, 500), MS_OK);
+  char *l = legend_of_graph(fl);
+  cr_assert_str_eq(l, "rgb(255,103,103) grew (deeper: more)\n"
+                      "rgb(103,103,255) shrank (deeper: more)\n");
+  free(l);
+  cr_assert_eq(ms_flame_add_diff(fl, fresh, 2, 0, 700), MS_OK);
+  cr_assert_eq(ms_flame_add_diff(fl, gone, 2, 900, 0), MS_OK);
+  cr_assert_eq(ms_flame_add_diff(fl, same, 2, 50, 50), MS_OK);
+  /* the swatches are the frames' colours: new, gone and unchanged exactly */
+  l = legend_of_graph(fl);
+  cr_assert_str_eq(l, "rgb(255,103,103) grew (deeper: more)\n"
+                      "rgb(103,103,255) shrank (deeper: more)\n"
+                      "rgb(46,170,72) new\n"
+                      "rgb(140,140,140) gone\n"
+                      "rgb(238,238,238) unchanged\n");
+  free(l);
+  ms_flame_destroy(fl);
+  /* a narrow image: the entries wrap into rows, all inside it (legend_of checks), and the
+   * page grows by the rows */
+  for (int k = 0; k < 2; k++) {
+    o.width = k ? 200 : 1200;
+    cr_assert_eq(ms_flame_create(&o, &fl), MS_OK);
+    cr_assert_eq(ms_flame_add_diff(fl, grew, 2, 1000, 3000), MS_OK);
+    cr_assert_eq(ms_flame_add_diff(fl, shrank, 2, 2000, 500), MS_OK);
+    cr_assert_eq(ms_flame_add_diff(fl, fresh, 2, 0, 700), MS_OK);
+    size_t len;
+    char *svg = render(fl, &len);
+    l = legend_of(svg, len);
+    cr_assert(l);
+    psvg_t p = parse_svg(svg, len, 0);
+    /* 3 depths of 16 px, the title band (36), the details band (34) and 1 or 3 legend rows */
+    cr_expect_eq(p.height, k ? 48 + 36 + 34 + 3 * 18 + 4 : 48 + 36 + 34 + 18 + 4);
+    psvg_free(&p);
+    free(l);
+    free(svg);
+    ms_flame_destroy(fl);
+  }
+}
+
+Test(viz, legend_of_the_memory_colours) {
+  ms_flame_options_t o = opts_minwidth(0);
+  o.memory = 1;
+  ms_flame_t *fl = flame_from("stream_0;active_allocated;a.py:1:f 100\n"
+                              "stream_0;inactive;<gaps> 50\n"
+                              "stream_0;active_pending_free;<no-context> 30\n"
+                              "only_after;stream_7;seg_4096;active_allocated 20\n",
+                              &o);
+  char *l = legend_of_graph(fl);
+  cr_assert_str_eq(l, "rgb(224,82,62) allocated\n"
+                      "rgb(245,166,35) pending free\n"
+                      "rgb(110,168,222) inactive (cached)\n"
+                      "rgb(150,150,150) gaps (not requested)\n"
+                      "rgb(196,184,150) no stack\n"
+                      "rgb(52,168,83) only after\n"
+                      "rgb(160,160,196) stream\n"
+                      "rgb(186,186,214) segment\n");
+  free(l);
+  ms_flame_destroy(fl);
+  /* gathered small frames get the last entry */
+  o = opts_minwidth(0);
+  o.memory = 1;
+  o.minwidth_pct = 5;
+  fl = flame_from("stream_0;active_allocated;a.py:1:f 1000\nstream_0;active_allocated;b 1\n"
+                  "stream_0;active_allocated;c 1\n",
+                  &o);
+  l = legend_of_graph(fl);
+  cr_assert_str_eq(l, "rgb(224,82,62) allocated\nrgb(160,160,196) stream\n"
+                      "rgb(222,212,186) small frames, gathered\n");
+  free(l);
+  ms_flame_destroy(fl);
+}
+
+Test(viz, legend_of_the_palettes_that_mean_something) {
+  const char *text = "java/lang/Thread.run;foo::bar;native_x 10\nmain;do_sys_open_[k] 5\n"
+                     "main;inl_[i];jit_[j] 3\n";
+  ms_flame_options_t o = opts_minwidth(0);
+  o.colors = MS_FLAME_PALETTE_JAVA;
+  ms_flame_t *fl = flame_from(text, &o);
+  char *l = legend_of_graph(fl);
+  cr_assert_str_eq(l, "rgb(227,90,90) native\nrgb(202,202,60) C++\n"
+                      "rgb(80,227,80) Java, JIT (_[j])\nrgb(80,192,192) inlined (_[i])\n"
+                      "rgb(222,122,0) kernel (_[k])\n");
+  free(l);
+  ms_flame_destroy(fl);
+  o.colors = MS_FLAME_PALETTE_CHAIN;
+  fl = flame_from("sleep;--;wake_[w] 4\n", &o);
+  l = legend_of_graph(fl);
+  cr_assert_str_eq(l, "rgb(80,192,192) waker (_[w])\nrgb(110,110,230) off-CPU\n");
+  free(l);
+  ms_flame_destroy(fl);
+  /* the palettes that colour by a hash mean nothing by colour: no legend, small frames or not */
+  static const ms_flame_palette plain[] = {MS_FLAME_PALETTE_HOT, MS_FLAME_PALETTE_MEM,
+                                           MS_FLAME_PALETTE_WAKEUP, MS_FLAME_PALETTE_AQUA};
+  for (size_t i = 0; i < sizeof plain / sizeof *plain; i++) {
+    o = opts_minwidth(0);
+    o.colors = plain[i];
+    o.minwidth_pct = 5;
+    fl = flame_from("a;b 1000\na;c 1\na;d 1\n", &o);
+    size_t len;
+    char *svg = render(fl, &len);
+    cr_expect_null(legend_of(svg, len), "palette %s", ms_flame_palette_name(plain[i]));
+    cr_expect_null(strstr(svg, "legend"), "palette %s", ms_flame_palette_name(plain[i]));
+    free(svg);
+    ms_flame_destroy(fl);
+  }
+}
+
 /* ---- API contracts ---- */
 
 Test(viz, api_contracts) {

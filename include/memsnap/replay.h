@@ -92,6 +92,11 @@ typedef struct ms_replay_device_s {
   char actual[256];          /* what memsnap did */
   ms_replay_usage_t recorded; /* the run as recorded (what-if only) */
   ms_replay_usage_t replayed; /* the run under the what-if configuration (what-if only) */
+  /* What-if: the device capacity the replay ran on (0 = unlimited), and whether it is the
+   * device's size recorded in the snapshot (no capacity given, ms_replay_options_t.
+   * recorded_capacity) rather than the options' capacity. */
+  uint64_t capacity;
+  bool capacity_recorded;
 } ms_replay_device_t;
 
 typedef struct ms_replay_report_s {
@@ -111,9 +116,14 @@ typedef struct ms_replay_options_s {
   size_t capacity;
   /* Only this device (-1 = every device). */
   int device;
+  /* What-if with capacity 0: a device whose size the snapshot records (MS_DEV_HAS_CAPACITY:
+   * memsnap's snapshots, OOM snapshots included) is replayed on that size, as the run was;
+   * false: unlimited. Check ignores it (it takes the recorded failures from the trace). */
+  bool recorded_capacity;
 } ms_replay_options_t;
 
-/* Fills *o with the defaults: check, no config, unlimited capacity, every device. */
+/* Fills *o with the defaults: check, no config, capacity 0 (what-if: the recorded size where
+ * the snapshot has one, else unlimited: recorded_capacity true), every device. */
 MS_API void ms_replay_options_init(ms_replay_options_t *o);
 
 /* Replays every device trace of snap as *opt says (NULL = defaults).

@@ -236,7 +236,12 @@ typedef struct ms_snapshot_s {
   size_t nframes;
   ms_snap_stack_t *stacks;
   size_t nstacks;
-  uint32_t *stack_frames;           /* frame indices, see ms_snap_stack_t */
+  uint32_t *stack_frames;           /* frame indices, see ms_snap_stack_t, 4 bytes each; NULL
+                                       when stack_frames16 holds them: read them through
+                                       ms_snap_stack_frame() */
+  uint16_t *stack_frames16;         /* the same, 2 bytes each, when the snapshot has fewer than
+                                       65,536 frames (as nearly all do): half the model's largest
+                                       table. Exactly one of the two is set when there are any. */
   size_t nstack_frames;
 
   ms_snap_kv_t *settings;           /* allocator_settings: top-level entries first */
@@ -258,10 +263,16 @@ typedef struct ms_snapshot_s {
   void *impl_;                      /* owned storage; do not touch */
 } ms_snapshot_t;
 
+
 /* Frees a snapshot and everything it owns. Accepts NULL. */
 MS_API void ms_snapshot_free(ms_snapshot_t *snap);
 
 /* Convenience accessors (pre: indices in range). */
+/* Entry i of the snapshot's stack_frames (a frame index), whichever width it is stored in:
+ * stack st's frames are ms_snap_frame_index(s, st->first + k) for k < st->nframes. */
+static inline uint32_t ms_snap_frame_index(const ms_snapshot_t *s, size_t i) {
+  return s->stack_frames16 ? s->stack_frames16[i] : s->stack_frames[i];
+}
 static inline const ms_snap_block_t *ms_snap_segment_block(const ms_snapshot_t *s,
                                                            const ms_snap_segment_t *seg,
                                                            size_t i) {
@@ -269,7 +280,7 @@ static inline const ms_snap_block_t *ms_snap_segment_block(const ms_snapshot_t *
 }
 static inline const ms_snap_frame_t *ms_snap_stack_frame(const ms_snapshot_t *s, uint32_t stack,
                                                          size_t i) {
-  return &s->frames[s->stack_frames[s->stacks[stack].first + i]];
+  return &s->frames[ms_snap_frame_index(s, s->stacks[stack].first + i)];
 }
 static inline uint32_t ms_snap_stack_depth(const ms_snapshot_t *s, uint32_t stack) {
   return stack == MS_SNAP_NO_STACK ? 0 : s->stacks[stack].nframes;

@@ -41,7 +41,7 @@ typedef enum ms_flame_palette {
   MS_FLAME_PALETTE_MEM,     /* green */
   MS_FLAME_PALETTE_IO,      /* blue-purple */
   MS_FLAME_PALETTE_WAKEUP,  /* aqua-blue */
-  MS_FLAME_PALETTE_CHAIN,   /* blue for "_[w]" waker frames, aqua otherwise */
+  MS_FLAME_PALETTE_CHAIN,   /* aqua for "_[w]" waker frames, blue otherwise (flamegraph.pl) */
   MS_FLAME_PALETTE_JAVA,    /* multi: by annotation suffix or name pattern */
   MS_FLAME_PALETTE_JS,      /* multi */
   MS_FLAME_PALETTE_PERL,    /* multi */

@@ -263,7 +263,7 @@ static void pp_samples(ms__xbuf_t *b, ms__xbuf_t *tmp, const ms_snapshot_t *snap
       pb_varint(&packed, snap->nframes + 1);
     } else {
       for (uint32_t i = 0; i < depth; i++)
-        pb_varint(&packed, (uint64_t)snap->stack_frames[snap->stacks[k].first + i] + 1);
+        pb_varint(&packed, (uint64_t)ms_snap_frame_index(snap, snap->stacks[k].first + i) + 1);
     }
     pb_sub(tmp, 1, &packed); /* Sample.location_id, packed */
     for (int i = 0; i < 4; i++) pb_varint(&packed, (uint64_t)s->v[i]);

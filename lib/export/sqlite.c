@@ -233,7 +233,7 @@ static int sqlite_add_stacks(ms_export_sqlite_t *x, const ms_snapshot_t *snap) {
     ms__xbuf_put(&x->buf, "[", 1);
     for (uint32_t k = 0; k < s->nframes; k++) {
       char num[16], *p = num + sizeof num;
-      uint32_t v = snap->stack_frames[s->first + k];
+      uint32_t v = ms_snap_frame_index(snap, s->first + k);
       do {
         *--p = (char)('0' + v % 10);
         v /= 10;

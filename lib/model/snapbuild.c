@@ -104,7 +104,7 @@ static void arena_free(ms__arena_chunk_t *c) {
 
 /* ---- big tables ----------------------------------------------------------------------------- */
 
-/* The model's big tables (a 1 GB pickle fills a 760 MB stack_frames array) are written once,
+/* The model's big tables (a 1 GB pickle fills a 380 MB table of frame indices) are written once,
  * front to back, into fresh memory: with 4 KiB pages, first-touch page faults were a fifth of the
  * read time on a virtual machine. A table whose allocation reaches BIG_TABLE bytes asks the kernel
  * for transparent huge pages (2 MiB: one fault instead of 512). Advice only: where the kernel
@@ -204,6 +204,8 @@ void ms__snapbuild_release(ms__snapbuild_t *b) {
   MS_VEC_FREE(&b->frames);
   MS_VEC_FREE(&b->stacks);
   MS_VEC_FREE(&b->stack_frames);
+  MS_VEC_FREE(&b->sf16);
+  MS_VEC_FREE(&b->sf32);
   MS_VEC_FREE(&b->settings);
   MS_VEC_FREE(&b->settings_children);
   MS_VEC_FREE(&b->stats);
@@ -282,11 +284,21 @@ int ms__snapbuild_frame(ms__snapbuild_t *b, const char *name, size_t name_len,
   return ms__snapbuild_frame_owned(b, n, f, line, out);
 }
 
+/* The committed frame indices first..+n equal frames[0..n). */
+static bool stack_equal(const ms__snapbuild_t *b, uint32_t first, const uint32_t *frames,
+                        size_t n) {
+  if (b->sf_wide) return n == 0 || memcmp(b->sf32.ptr + first, frames, n * sizeof *frames) == 0;
+  const uint16_t *p = b->sf16.ptr + first;
+  for (size_t i = 0; i < n; i++)
+    if (p[i] != frames[i]) return false;
+  return true;
+}
+
 /* Looks stack frames[0..n) up; *slot = where it is, or where it goes when *found is false. */
 static int stack_find(ms__snapbuild_t *b, const uint32_t *frames, size_t n, uint64_t hash,
                       uint32_t *tag_out, size_t *slot_out, bool *found) {
   if (b->stacks.len >= UINT32_MAX - 1) return MS_ELIMIT;
-  if (n > UINT32_MAX || b->stack_frames.len > UINT32_MAX - n) return MS_ELIMIT;
+  if (n > UINT32_MAX || b->nsf > UINT32_MAX - n) return MS_ELIMIT;
   MS_FORWARD_IF_ERROR(tab_grow(&b->stack_tab, &b->stack_tab_cap, b->stacks.len));
   size_t mask = b->stack_tab_cap - 1;
   uint32_t tag = TAB_TAG(hash);
@@ -295,8 +307,7 @@ static int stack_find(ms__snapbuild_t *b, const uint32_t *frames, size_t n, uint
   for (uint64_t e; (e = b->stack_tab[slot]) != 0; slot = (slot + 1) & mask) {
     if ((uint32_t)(e >> 32) != tag) continue;
     const ms_snap_stack_t *st = &b->stacks.ptr[TAB_INDEX(e)];
-    if (st->nframes == n &&
-        (n == 0 || memcmp(b->stack_frames.ptr + st->first, frames, n * sizeof *frames) == 0)) {
+    if (st->nframes == n && stack_equal(b, st->first, frames, n)) {
       *found = true;
       break;
     }
@@ -306,25 +317,47 @@ static int stack_find(ms__snapbuild_t *b, const uint32_t *frames, size_t n, uint
   return MS_OK;
 }
 
-/* Where the next frame index of stack_frames goes (NULL while the table has no storage). */
-static uint32_t *frames_end(ms__snapbuild_t *b) {
-  return b->stack_frames.ptr ? b->stack_frames.ptr + b->stack_frames.len : NULL;
+/* From 2-byte to 4-byte frame indices, once: a frame index of 65,536 or more has come. */
+static int stack_widen(ms__snapbuild_t *b, size_t extra) {
+  MS_VEC(uint32_t) w = {0};
+  if (b->nsf > SIZE_MAX - extra || ms__bigvec_reserve((void **)&w.ptr, &w.cap, 0, b->nsf + extra,
+                                                      sizeof *w.ptr))
+    return MS_ENOMEM;
+  for (size_t i = 0; i < b->nsf; i++)
+    w.ptr[i] = b->sf16.ptr[i];
+  w.len = b->nsf;
+  MS_VEC_FREE(&b->sf16);
+  b->sf32.ptr = w.ptr, b->sf32.len = w.len, b->sf32.cap = w.cap;
+  b->sf_wide = true;
+  return MS_OK;
 }
 
-/* Records the n frame indices just placed at the end of stack_frames as a new stack. */
-static void stack_add(ms__snapbuild_t *b, size_t n, uint32_t tag, size_t slot, uint32_t *out) {
-  const uint32_t *fr = frames_end(b);
+/* Stores frames[0..n) as a new stack (its intern slot found by stack_find). */
+static int stack_add(ms__snapbuild_t *b, const uint32_t *fr, size_t n, uint32_t tag, size_t slot,
+                     uint32_t *out) {
   uint32_t max = 0;
   for (size_t i = 0; i < n; i++)
     max = fr[i] > max ? fr[i] : max;
+  if (!b->sf_wide && max > UINT16_MAX) MS_FORWARD_IF_ERROR(stack_widen(b, n));
+  if (BIG_RESERVE(&b->stacks, 1)) return MS_ENOMEM;
+  if (b->sf_wide) {
+    if (BIG_RESERVE(&b->sf32, n)) return MS_ENOMEM;
+    if (n) memcpy(b->sf32.ptr + b->sf32.len, fr, n * sizeof *fr);
+    b->sf32.len += n;
+  } else {
+    if (BIG_RESERVE(&b->sf16, n)) return MS_ENOMEM;
+    uint16_t *d = b->sf16.ptr + b->sf16.len;
+    for (size_t i = 0; i < n; i++)
+      d[i] = (uint16_t)fr[i];
+    b->sf16.len += n;
+  }
   if (n && max >= b->stack_frame_bound) b->stack_frame_bound = max + 1;
-  ms_snap_stack_t st = {(uint32_t)b->stack_frames.len, (uint32_t)n};
-  bool all_known = b->stack_frames_known == b->stack_frames.len;
-  b->stack_frames.len += n;
-  if (all_known) b->stack_frames_known = b->stack_frames.len;
+  ms_snap_stack_t st = {(uint32_t)b->nsf, (uint32_t)n};
+  b->nsf += n;
   b->stack_tab[slot] = TAB_ENTRY(tag, b->stacks.len);
   b->stacks.ptr[b->stacks.len++] = st;
   *out = (uint32_t)b->stacks.len - 1;
+  return MS_OK;
 }
 
 int ms__snapbuild_stack(ms__snapbuild_t *b, const uint32_t *frames, size_t n, uint32_t *out) {
@@ -336,16 +369,13 @@ int ms__snapbuild_stack(ms__snapbuild_t *b, const uint32_t *frames, size_t n, ui
     *out = TAB_INDEX(b->stack_tab[slot]);
     return MS_OK;
   }
-  if (BIG_RESERVE(&b->stack_frames, n) || BIG_RESERVE(&b->stacks, 1)) return MS_ENOMEM;
-  if (n) memcpy(frames_end(b), frames, n * sizeof *frames);
-  stack_add(b, n, tag, slot, out);
-  return MS_OK;
+  return stack_add(b, frames, n, tag, slot, out);
 }
 
 int ms__snapbuild_stack_room(ms__snapbuild_t *b, size_t have, size_t extra, uint32_t **tail) {
   if (have > SIZE_MAX - extra) return MS_ELIMIT;
-  if (BIG_RESERVE(&b->stack_frames, have + extra)) return MS_ENOMEM;
-  *tail = frames_end(b);
+  if (MS_VEC_RESERVE(&b->stack_frames, have + extra)) return MS_ENOMEM;
+  *tail = b->stack_frames.ptr;
   return MS_OK;
 }
 
@@ -363,23 +393,22 @@ void ms__snapbuild_stack_prefetch(const ms__snapbuild_t *b, uint64_t hash) {
 }
 
 int ms__snapbuild_stack_tail(ms__snapbuild_t *b, size_t n, uint32_t *out) {
-  if (n > b->stack_frames.cap - b->stack_frames.len) return MS_EINVAL;
-  return ms__snapbuild_stack_tail_hashed(b, n, hash_stack(frames_end(b), n), out);
+  if (n > b->stack_frames.cap) return MS_EINVAL;
+  return ms__snapbuild_stack_tail_hashed(b, n, hash_stack(b->stack_frames.ptr, n), out);
 }
 
 int ms__snapbuild_stack_tail_hashed(ms__snapbuild_t *b, size_t n, uint64_t h, uint32_t *out) {
-  if (n > b->stack_frames.cap - b->stack_frames.len) return MS_EINVAL;
+  if (n > b->stack_frames.cap) return MS_EINVAL;
+  const uint32_t *fr = b->stack_frames.ptr;
   uint32_t tag;
   size_t slot;
   bool found;
-  MS_FORWARD_IF_ERROR(stack_find(b, frames_end(b), n, h, &tag, &slot, &found));
+  MS_FORWARD_IF_ERROR(stack_find(b, fr, n, h, &tag, &slot, &found));
   if (found) {
     *out = TAB_INDEX(b->stack_tab[slot]);
     return MS_OK;
   }
-  if (BIG_RESERVE(&b->stacks, 1)) return MS_ENOMEM;
-  stack_add(b, n, tag, slot, out);
-  return MS_OK;
+  return stack_add(b, fr, n, tag, slot, out);
 }
 
 #define BUILD_ADD(fn, vec, T)                                                                      \
@@ -425,9 +454,9 @@ static int snapshot_check(const ms_snapshot_t *s, bool frames_in_range, ms_errbu
       return ms__errbuf_set(eb, MS_EFORMAT, "stack %zu is out of range", i);
     if (frames_in_range) continue;
     for (uint32_t k = 0; k < st->nframes; k++)
-      if (s->stack_frames[st->first + k] >= s->nframes)
+      if (ms_snap_frame_index(s, st->first + k) >= s->nframes)
         return ms__errbuf_set(eb, MS_EFORMAT, "stack %zu refers to frame %u of %zu", i,
-                              s->stack_frames[st->first + k], s->nframes);
+                              ms_snap_frame_index(s, st->first + k), s->nframes);
   }
   for (size_t i = 0; i < s->nsegments; i++) {
     const ms_snap_segment_t *g = &s->segments[i];
@@ -519,13 +548,14 @@ int ms__snapbuild_finish(ms__snapbuild_t *b, ms_snapshot_t **out, ms_errbuf_t *e
   s->trace = b->trace.ptr, s->ntrace = b->trace.len;
   s->frames = b->frames.ptr, s->nframes = b->frames.len;
   s->stacks = b->stacks.ptr, s->nstacks = b->stacks.len;
-  s->stack_frames = b->stack_frames.ptr, s->nstack_frames = b->stack_frames.len;
+  s->stack_frames = b->sf_wide ? b->sf32.ptr : NULL;
+  s->stack_frames16 = b->sf_wide ? NULL : b->sf16.ptr;
+  s->nstack_frames = b->nsf;
   s->settings = b->settings.ptr, s->nsettings = ntop + nchild, s->nsettings_top = ntop;
   s->stats = b->stats.ptr, s->nstats = b->stats.len;
   s->annotations = b->annotations.ptr, s->nannotations = b->annotations.len;
   if (!s->hostname) s->hostname = "";
-  bool frames_in_range =
-      b->stack_frames_known == b->stack_frames.len && b->stack_frame_bound <= b->frames.len;
+  bool frames_in_range = b->stack_frame_bound <= b->frames.len;
   int rc = snapshot_check(s, frames_in_range, eb);
   if (rc != MS_OK) {
     /* Undo the settings rebase so the builder is as it was. */
@@ -540,7 +570,8 @@ int ms__snapbuild_finish(ms__snapbuild_t *b, ms_snapshot_t **out, ms_errbuf_t *e
   s->impl_ = impl;
   /* Ownership moved: forget the pointers without freeing them. */
   b->segments.ptr = NULL, b->blocks.ptr = NULL, b->history.ptr = NULL, b->devices.ptr = NULL;
-  b->trace.ptr = NULL, b->frames.ptr = NULL, b->stacks.ptr = NULL, b->stack_frames.ptr = NULL;
+  b->trace.ptr = NULL, b->frames.ptr = NULL, b->stacks.ptr = NULL;
+  b->sf16.ptr = NULL, b->sf32.ptr = NULL;
   b->settings.ptr = NULL, b->stats.ptr = NULL, b->annotations.ptr = NULL;
   b->chunks = NULL;
   ms__snapbuild_release(b);
@@ -569,6 +600,7 @@ void ms_snapshot_free(ms_snapshot_t *snap) {
   free(snap->frames);
   free(snap->stacks);
   free(snap->stack_frames);
+  free(snap->stack_frames16);
   free(snap->settings);
   free(snap->stats);
   free(snap->annotations);

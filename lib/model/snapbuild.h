@@ -36,7 +36,16 @@ typedef struct ms__snapbuild_s {
   MS_VEC(ms_snap_trace_t) trace;
   MS_VEC(ms_snap_frame_t) frames;
   MS_VEC(ms_snap_stack_t) stacks;
-  MS_VEC(uint32_t) stack_frames; /* filled only through ms__snapbuild_stack / _stack_tail */
+  /* The stacks' frame indices, written only by the stack functions: 2 bytes each (sf16) while
+   * every index is below 65,536, then 4 (sf32; sf16 is emptied when the first larger one comes).
+   * nsf = how many. */
+  MS_VEC(uint16_t) sf16;
+  MS_VEC(uint32_t) sf32;
+  bool sf_wide;
+  size_t nsf;
+  /* Staging room for a stack being gathered (ms__snapbuild_stack_room): its len stays 0, the
+   * producer writes 4-byte indices at ptr[0..] and stack_tail interns them from there. */
+  MS_VEC(uint32_t) stack_frames;
   MS_VEC(ms_snap_kv_t) settings;
   MS_VEC(ms_snap_kv_t) settings_children;
   MS_VEC(ms_snap_kv_t) stats;
@@ -52,10 +61,9 @@ typedef struct ms__snapbuild_s {
   uint64_t *str_tab; /* short-string intern table; entries index str_list */
   size_t str_tab_cap;
   MS_VEC(const char *) str_list;
-  /* What the stack functions know of stack_frames, so that finish() need not re-read it: every
-   * frame index in stack_frames[0..stack_frames_known) is below stack_frame_bound. */
+  /* Every frame index the stack functions stored is below stack_frame_bound, so that finish()
+   * need not re-read them. */
   uint32_t stack_frame_bound;
-  size_t stack_frames_known;
 } ms__snapbuild_t;
 
 void ms__snapbuild_init(ms__snapbuild_t *b);
@@ -73,13 +81,13 @@ int ms__snapbuild_frame_owned(ms__snapbuild_t *b, const char *name, const char *
                               int64_t line, uint32_t *out);
 /* Interns a stack of n frame indices (innermost first). *out = its index. */
 int ms__snapbuild_stack(ms__snapbuild_t *b, const uint32_t *frames, size_t n, uint32_t *out);
-/* A stack written in place, saving ms__snapbuild_stack's copy (for producers that gather a stack
- * one frame at a time): stack_room makes room for have + extra frame indices just past the stack
- * table's end and sets *tail to that place, where the producer writes them; stack_tail(n) then
- * interns the n indices at *tail exactly as ms__snapbuild_stack(b, tail, n, out) would. The
- * indices written stay put across other builder calls, even ms__snapbuild_stack of an empty
- * stack, but not of a non-empty one; *tail moves when stack_room grows the table (the indices
- * written move with it). stack_tail returns MS_EINVAL when n exceeds the room made. */
+/* A stack written in place (for producers that gather a stack one frame at a time): stack_room
+ * makes room for have + extra frame indices in the builder's staging room and sets *tail to its
+ * start, where the producer writes them; stack_tail(n) then interns the n indices at *tail
+ * exactly as ms__snapbuild_stack(b, tail, n, out) would. The indices written stay put across
+ * other builder calls (stack_tail and ms__snapbuild_stack copy what they keep into the stack
+ * table, leaving the staging room as it was); *tail moves when stack_room grows the room (the
+ * indices written move with it). stack_tail returns MS_EINVAL when n exceeds the room made. */
 int ms__snapbuild_stack_room(ms__snapbuild_t *b, size_t have, size_t extra, uint32_t **tail);
 int ms__snapbuild_stack_tail(ms__snapbuild_t *b, size_t n, uint32_t *out);
 /* For producers that intern stacks some time after gathering them, so that the lookup does not

@@ -23,6 +23,7 @@ const char *ms_replay_verdict_name(ms_replay_verdict v) {
 void ms_replay_options_init(ms_replay_options_t *o) {
   memset(o, 0, sizeof *o);
   o->device = -1;
+  o->recorded_capacity = true;
 }
 
 /* ---- public entry points ------------------------------------------------------------------------- */
@@ -107,7 +108,12 @@ int ms_replay_run(const ms_snapshot_t *snap, const ms_replay_options_t *opt,
           res->mismatch_entry = scratch.mismatch_entry;
           memcpy(res->expected, scratch.expected, sizeof res->expected);
           memcpy(res->actual, scratch.actual, sizeof res->actual);
-          r = ms__rp_run_device(&tr, true, &cfg, o.capacity, res, &res->replayed);
+          res->capacity = o.capacity;
+          if (!o.capacity && o.recorded_capacity && tr.device_total) {
+            res->capacity = tr.device_total;
+            res->capacity_recorded = true;
+          }
+          r = ms__rp_run_device(&tr, true, &cfg, (size_t)res->capacity, res, &res->replayed);
           res->allocs = scratch.allocs; /* the trace's, even when the what-if stopped early */
         }
       }

@@ -250,7 +250,7 @@ static WR_FLATTEN void wr_stacks(wr_t *w, const ms_snapshot_t *s) {
       const ms_snap_stack_t *st = &s->stacks[k];
       msgpack_pack_array(&pk, st->nframes);
       for (uint32_t j = 0; j < st->nframes; j++)
-        msgpack_pack_uint32(&pk, s->stack_frames[st->first + j]);
+        msgpack_pack_uint32(&pk, ms_snap_frame_index(s, st->first + j));
     }
   }
 }

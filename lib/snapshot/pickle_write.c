@@ -268,7 +268,7 @@ static void wr_stack(wr_t *w, uint32_t st) {
   wr_memoize(w, &w->stack_memo[st]);
   for (size_t i = 0; i < s->nframes; i++) {
     wr_list_item_begin(w, i, s->nframes);
-    wr_frame(w, w->snap->stack_frames[s->first + i]);
+    wr_frame(w, ms_snap_frame_index(w->snap, s->first + i));
     wr_list_item_end(w, i, s->nframes);
   }
 }

@@ -216,6 +216,19 @@ static int tl_end_state(const ms_timeline_t *tl, size_t dev, const tl_map_t *ope
   return MS_OK;
 }
 
+/* Entries between checkpoints: at least K, and enough that a checkpoint (a copy of the state)
+ * costs no more than TL_CKPT_BYTES_PER_ENTRY bytes per entry it covers, so that the checkpoints
+ * of a long trace with many live blocks stay a small part of the index (a 5 M-entry trace with
+ * 500 live blocks: 20 MB instead of 300 MB). Reaching a moment redoes at most that many
+ * entries, each a binary search and a small move in the sorted state: well under 20 ms. */
+#define TL_CKPT_BYTES_PER_ENTRY 8
+static size_t tl_ckpt_every(const ms_timeline_t *tl, const tl_ws_t *w) {
+  size_t bytes = w->segs.len * (sizeof(ms_tl_segment_t) + sizeof(uint32_t)) +
+                 w->nlive * sizeof(ms_tl_block_t);
+  size_t every = bytes / TL_CKPT_BYTES_PER_ENTRY;
+  return every > tl->k ? every : tl->k;
+}
+
 /* Adds delta to series v over steps [a, b] through a difference array. */
 static void tl_diff_add(int64_t *diff, size_t a, size_t b, int64_t delta) {
   diff[a] += delta;
@@ -269,7 +282,7 @@ static int tl_build_dev(ms_timeline_t *tl, size_t dev, ms_errbuf_t *eb) {
     if (rc != MS_OK) break;
     for (int m = 0; m < MS_TL_METRIC_COUNT; m++)
       d->series[m][i] = w.totals[m];
-    size_t every = tl->k > 2 * w.nlive ? tl->k : 2 * w.nlive;
+    size_t every = tl_ckpt_every(tl, &w);
     if (last - i >= every && i > 0) {
       rc = ms__tl_ckpt_take(&w, i, &ck);
       if (rc == MS_OK && MS_VEC_PUSH(&d->ckpts, ck)) {

@@ -190,6 +190,7 @@ typedef struct fg_page {
   ms__svg_t *w;
   double W, H, ypad1, ypad2, scale; /* scale: px per value unit */
   uint64_t max_delta;
+  ms__legend_t legend; /* drawn under the details line; legend.height adds to ypad2 */
   int bytes; /* countname is "bytes": add human units */
   char *nbuf; /* sanitized name */
   size_t ncap;
@@ -446,7 +447,8 @@ static int fg_page(fg_page_t *pg) {
   if (o->subtitle)
     MS_FORWARD_ERR(fg_text(w, "subtitle", NULL, o->width / 2.0, fs * 4, o->subtitle, &pg->nbuf,
                            &pg->ncap));
-  double bottom = pg->H - pg->ypad2 / 2;
+  /* the details line sits in the bottom band above the legend */
+  double bottom = pg->H - pg->legend.height - (pg->ypad2 - pg->legend.height) / 2;
   MS_FORWARD_ERR(fg_text(w, "details", NULL, FG_XPAD, bottom, " ", &pg->nbuf, &pg->ncap));
   MS_FORWARD_ERR(fg_text(w, "unzoom", "hide", FG_XPAD, fs * 2, "Reset Zoom", &pg->nbuf,
                          &pg->ncap));
@@ -459,6 +461,7 @@ static int fg_page(fg_page_t *pg) {
     MS_FORWARD_ERR(fg_text(w, "nostacks", NULL, FG_XPAD, pg->ypad1 + fs, "No stacks", &pg->nbuf,
                            &pg->ncap));
 
+  MS_FORWARD_ERR(ms__legend_write(w, &pg->legend, o, pg->H - pg->legend.height + 2));
   MS_FORWARD_ERR(ms__svg_start(w, "g"));
   MS_FORWARD_ERR(ms__svg_attr(w, "id", "frames"));
   MS_FORWARD_ERR(ms__svg_raw(w, "\n"));
@@ -484,7 +487,8 @@ int ms_flame_write_svg(ms_flame_t *fl, ms_sink_t *sink, ms_errbuf_t *eb) {
 
   pg.bytes = strcmp(o->countname, "bytes") == 0;
   pg.ypad1 = o->font_size * 3 + (o->subtitle ? o->font_size * 2 : 0);
-  pg.ypad2 = o->font_size * 2 + 10;
+  ms__legend_collect(fl, &lo, &pg.legend);
+  pg.ypad2 = o->font_size * 2 + 10 + pg.legend.height;
   uint32_t depths = lo.root_width ? lo.max_depth + 1 : 2;
   pg.H = ceil(depths * (double)o->frame_height + pg.ypad1 + pg.ypad2);
   pg.W = o->width;

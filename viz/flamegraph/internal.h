@@ -163,8 +163,52 @@ void ms__color_name(ms_flame_palette pal, int flamegraph_hash, int memory, const
 /* Diff colour by change of the total: grew (red), shrank (blue), new (green), gone (grey),
  * unchanged (near white); intensity grows with |delta| / max_delta. */
 void ms__color_diff(uint64_t before, uint64_t after, uint64_t max_delta, char *buf, size_t cap);
+/* The red (grew) or blue (shrank) of a change that is the fraction f (0..1) of the largest. */
+void ms__color_change(int grew, double f, char *buf, size_t cap);
+#define MS__COLOR_NEW "rgb(46,170,72)"
+#define MS__COLOR_GONE "rgb(140,140,140)"
+#define MS__COLOR_UNCHANGED "rgb(238,238,238)"
 /* The colour of "[N small frames]" frames. */
 #define MS__COLOR_SMALL "rgb(222,212,186)"
+
+/* What a frame's colour means, where it means something (the legend's entries, in its order):
+ * a diff's change, a memory view's fixed names, a multi palette's hue, the small frames. */
+typedef enum ms__legend_key {
+  MS__LEG_NONE = -1,
+  MS__LEG_GREW = 0,
+  MS__LEG_SHRANK,
+  MS__LEG_NEW,
+  MS__LEG_GONE,
+  MS__LEG_UNCHANGED,
+  MS__LEG_ALLOCATED, /* the memory views' names, in ms__color_memory_key's table order */
+  MS__LEG_PENDING,
+  MS__LEG_INACTIVE,
+  MS__LEG_GAPS,
+  MS__LEG_NOSTACK, /* <non-python> and <no-context> */
+  MS__LEG_ONLY_BEFORE,
+  MS__LEG_ONLY_AFTER,
+  MS__LEG_STREAM,
+  MS__LEG_SEGMENT,
+  MS__LEG_HUE_RED, /* the hues of the java, js, perl and chain palettes */
+  MS__LEG_HUE_YELLOW,
+  MS__LEG_HUE_GREEN,
+  MS__LEG_HUE_AQUA,
+  MS__LEG_HUE_BLUE,
+  MS__LEG_HUE_ORANGE,
+  MS__LEG_SMALL,
+  MS__LEG_COUNT_
+} ms__legend_key;
+/* The diff class of a frame: MS__LEG_GREW .. MS__LEG_UNCHANGED. */
+int ms__color_diff_key(uint64_t before, uint64_t after);
+/* The memory views' fixed name s is, or MS__LEG_NONE; and the colour of such a key. */
+int ms__color_memory_key(const char *s, size_t len);
+const char *ms__color_memory_rgb(int key);
+/* The hue a palette gives name s (the palette itself unless it picks hues by name). */
+ms_flame_palette ms__color_hue(ms_flame_palette pal, const char *s, size_t len);
+/* A colour of hue pal at the shades v1, v2, v3 (0..1), as flamegraph.pl's ranges. */
+void ms__color_shade(ms_flame_palette pal, double v1, double v2, double v3, char *buf,
+                     size_t cap);
+
 #define MS__COLOR_SEARCH "rgb(230,0,230)"
 
 /* Text helpers. */
@@ -236,5 +280,19 @@ void ms__folded_release(ms__folded_t *f);
 /* Formats "line N: <msg>" into eb (may be NULL) and returns err. */
 int ms__viz_errbuf(ms_errbuf_t *eb, int err, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+
+/* "legend.c": the legend row of a graph whose colours mean something (diffs, memory colours,
+ * the java/js/perl/chain palettes); n == 0 when there is none. */
+typedef struct ms__legend {
+  int keys[MS__LEG_COUNT_]; /* the entries, ms__legend_key order */
+  int n;
+  double row_h;  /* px per row */
+  double height; /* px the legend adds at the bottom of the page (0 without one) */
+} ms__legend_t;
+/* Collects which meaningful colours the laid-out frames use, and the rows they take. */
+void ms__legend_collect(const ms_flame_t *fl, const ms__layout_t *lo, ms__legend_t *lg);
+/* Writes <g id="legend"> with its first row's swatches at y = top. */
+int ms__legend_write(ms__svg_t *w, const ms__legend_t *lg, const ms_flame_options_t *o,
+                     double top);
 
 #endif /* MEMSNAP_VIZ_INTERNAL_H */

@@ -184,78 +184,63 @@ static void lo_rgb(char *buf, size_t cap, double r, double g, double b) {
   snprintf(buf, cap, "rgb(%d,%d,%d)", (int)r, (int)g, (int)b);
 }
 
-static int lo_memory_color(const char *s, size_t len, char *buf, size_t cap) {
-  static const struct {
-    const char *name;
-    const char *rgb;
-  } fixed[] = {
-      {"active_allocated", "rgb(224,82,62)"},  {"active_pending_free", "rgb(245,166,35)"},
-      {"inactive", "rgb(110,168,222)"},        {"<gaps>", "rgb(150,150,150)"},
-      {"<non-python>", "rgb(196,184,150)"},    {"<no-context>", "rgb(196,184,150)"},
-      {"only_before", "rgb(86,110,214)"},      {"only_after", "rgb(52,168,83)"},
-  };
-  for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++) {
-    if (strlen(fixed[i].name) == len && memcmp(fixed[i].name, s, len) == 0) {
-      snprintf(buf, cap, "%s", fixed[i].rgb);
-      return 1;
-    }
+/* The fixed colours of the memory views' frames (stream, segment, block state, only_*),
+ * indexed by ms__legend_key - MS__LEG_ALLOCATED. */
+static const struct {
+  const char *name;
+  const char *rgb;
+} lo_memory_fixed[] = {
+    {"active_allocated", "rgb(224,82,62)"}, {"active_pending_free", "rgb(245,166,35)"},
+    {"inactive", "rgb(110,168,222)"},       {"<gaps>", "rgb(150,150,150)"},
+    {"<non-python>", "rgb(196,184,150)"},   {"only_before", "rgb(86,110,214)"},
+    {"only_after", "rgb(52,168,83)"},       {"stream_", "rgb(160,160,196)"},
+    {"seg_", "rgb(186,186,214)"},
+};
+
+int ms__color_memory_key(const char *s, size_t len) {
+  for (size_t i = 0; i < 7; i++) {
+    if (strlen(lo_memory_fixed[i].name) == len && memcmp(lo_memory_fixed[i].name, s, len) == 0)
+      return MS__LEG_ALLOCATED + (int)i;
   }
-  if (len > 7 && memcmp(s, "stream_", 7) == 0) {
-    snprintf(buf, cap, "rgb(160,160,196)");
-    return 1;
-  }
-  if (len > 4 && memcmp(s, "seg_", 4) == 0) {
-    snprintf(buf, cap, "rgb(186,186,214)");
-    return 1;
-  }
-  return 0;
+  if (len == 12 && memcmp(s, "<no-context>", 12) == 0) return MS__LEG_NOSTACK;
+  if (len > 7 && memcmp(s, "stream_", 7) == 0) return MS__LEG_STREAM;
+  if (len > 4 && memcmp(s, "seg_", 4) == 0) return MS__LEG_SEGMENT;
+  return MS__LEG_NONE;
 }
 
-void ms__color_name(ms_flame_palette pal, int flamegraph_hash, int memory, const char *s,
-                    size_t len, char *buf, size_t cap) {
-  if (memory && lo_memory_color(s, len, buf, cap)) return;
-  if ((len == 1 && s[0] == '-') || (len == 2 && s[0] == '-' && s[1] == '-')) {
-    lo_rgb(buf, cap, 160, 160, 160); /* flamegraph.pl's separator frames */
-    return;
-  }
-  double v1, v2, v3;
-  if (flamegraph_hash) {
-    v1 = lo_early_hash(s, len, 0);
-    v2 = v3 = lo_early_hash(s, len, 1);
-  } else {
-    uint64_t h = ms__viz_hash(s, len);
-    v1 = (double)(h & 0xffff) / 65535.0;
-    v2 = (double)((h >> 16) & 0xffff) / 65535.0;
-    v3 = (double)((h >> 32) & 0xffff) / 65535.0;
-  }
-  /* Multi palettes pick a hue from annotations and name patterns, then colour within it. */
-  if (pal == MS_FLAME_PALETTE_JAVA || pal == MS_FLAME_PALETTE_JS ||
-      pal == MS_FLAME_PALETTE_PERL || pal == MS_FLAME_PALETTE_CHAIN ||
-      pal == MS_FLAME_PALETTE_WAKEUP) {
-    ms_flame_palette hue = MS_FLAME_PALETTE_RED;
-    if (pal == MS_FLAME_PALETTE_WAKEUP) hue = MS_FLAME_PALETTE_AQUA;
-    else if (pal == MS_FLAME_PALETTE_CHAIN)
-      hue = ends_with(s, len, "_[w]") ? MS_FLAME_PALETTE_AQUA : MS_FLAME_PALETTE_BLUE;
-    else if (ends_with(s, len, "_[k]")) hue = MS_FLAME_PALETTE_ORANGE;
-    else if (ends_with(s, len, "_[j]")) hue = MS_FLAME_PALETTE_GREEN;
-    else if (ends_with(s, len, "_[i]")) hue = MS_FLAME_PALETTE_AQUA;
-    else if (pal == MS_FLAME_PALETTE_JAVA)
-      hue = (contains(s, len, "java/") || contains(s, len, "javax/") || contains(s, len, "jdk/") ||
-             contains(s, len, "sun/") || contains(s, len, "org/") || contains(s, len, "com/"))
-                ? MS_FLAME_PALETTE_GREEN
-            : contains(s, len, "::") ? MS_FLAME_PALETTE_YELLOW
-                                     : MS_FLAME_PALETTE_RED;
-    else if (pal == MS_FLAME_PALETTE_JS)
-      hue = (contains(s, len, ".js") || contains(s, len, "/")) ? MS_FLAME_PALETTE_GREEN
-            : contains(s, len, "::")                          ? MS_FLAME_PALETTE_YELLOW
-                                                              : MS_FLAME_PALETTE_RED;
-    else /* perl */
-      hue = (contains(s, len, ".pl") || contains(s, len, ".pm") || contains(s, len, "::"))
-                ? MS_FLAME_PALETTE_GREEN
-            : contains(s, len, ".c:") ? MS_FLAME_PALETTE_YELLOW
-                                      : MS_FLAME_PALETTE_RED;
-    pal = hue;
-  }
+const char *ms__color_memory_rgb(int key) {
+  return lo_memory_fixed[key - MS__LEG_ALLOCATED].rgb;
+}
+
+ms_flame_palette ms__color_hue(ms_flame_palette pal, const char *s, size_t len) {
+  if (pal == MS_FLAME_PALETTE_WAKEUP) return MS_FLAME_PALETTE_AQUA;
+  if (pal == MS_FLAME_PALETTE_CHAIN)
+    return ends_with(s, len, "_[w]") ? MS_FLAME_PALETTE_AQUA : MS_FLAME_PALETTE_BLUE;
+  if (pal != MS_FLAME_PALETTE_JAVA && pal != MS_FLAME_PALETTE_JS && pal != MS_FLAME_PALETTE_PERL)
+    return pal;
+  /* Multi palettes pick a hue from annotations and name patterns. */
+  if (ends_with(s, len, "_[k]")) return MS_FLAME_PALETTE_ORANGE;
+  if (ends_with(s, len, "_[j]")) return MS_FLAME_PALETTE_GREEN;
+  if (ends_with(s, len, "_[i]")) return MS_FLAME_PALETTE_AQUA;
+  if (pal == MS_FLAME_PALETTE_JAVA)
+    return (contains(s, len, "java/") || contains(s, len, "javax/") || contains(s, len, "jdk/") ||
+            contains(s, len, "sun/") || contains(s, len, "org/") || contains(s, len, "com/"))
+               ? MS_FLAME_PALETTE_GREEN
+           : contains(s, len, "::") ? MS_FLAME_PALETTE_YELLOW
+                                    : MS_FLAME_PALETTE_RED;
+  if (pal == MS_FLAME_PALETTE_JS)
+    return (contains(s, len, ".js") || contains(s, len, "/")) ? MS_FLAME_PALETTE_GREEN
+           : contains(s, len, "::")                          ? MS_FLAME_PALETTE_YELLOW
+                                                             : MS_FLAME_PALETTE_RED;
+  /* perl */
+  return (contains(s, len, ".pl") || contains(s, len, ".pm") || contains(s, len, "::"))
+             ? MS_FLAME_PALETTE_GREEN
+         : contains(s, len, ".c:") ? MS_FLAME_PALETTE_YELLOW
+                                   : MS_FLAME_PALETTE_RED;
+}
+
+void ms__color_shade(ms_flame_palette pal, double v1, double v2, double v3, char *buf,
+                     size_t cap) {
   switch (pal) {
   case MS_FLAME_PALETTE_MEM: lo_rgb(buf, cap, 0, 190 + 50 * v2, 210 * v1); break;
   case MS_FLAME_PALETTE_IO: lo_rgb(buf, cap, 80 + 60 * v1, 80 + 60 * v1, 190 + 55 * v2); break;
@@ -275,23 +260,52 @@ void ms__color_name(ms_flame_palette pal, int flamegraph_hash, int memory, const
   }
 }
 
+void ms__color_name(ms_flame_palette pal, int flamegraph_hash, int memory, const char *s,
+                    size_t len, char *buf, size_t cap) {
+  int key = memory ? ms__color_memory_key(s, len) : MS__LEG_NONE;
+  if (key != MS__LEG_NONE) {
+    snprintf(buf, cap, "%s", ms__color_memory_rgb(key));
+    return;
+  }
+  if ((len == 1 && s[0] == '-') || (len == 2 && s[0] == '-' && s[1] == '-')) {
+    lo_rgb(buf, cap, 160, 160, 160); /* flamegraph.pl's separator frames */
+    return;
+  }
+  double v1, v2, v3;
+  if (flamegraph_hash) {
+    v1 = lo_early_hash(s, len, 0);
+    v2 = v3 = lo_early_hash(s, len, 1);
+  } else {
+    uint64_t h = ms__viz_hash(s, len);
+    v1 = (double)(h & 0xffff) / 65535.0;
+    v2 = (double)((h >> 16) & 0xffff) / 65535.0;
+    v3 = (double)((h >> 32) & 0xffff) / 65535.0;
+  }
+  ms__color_shade(ms__color_hue(pal, s, len), v1, v2, v3, buf, cap);
+}
+
+int ms__color_diff_key(uint64_t before, uint64_t after) {
+  if (before == after) return MS__LEG_UNCHANGED;
+  if (before == 0) return MS__LEG_NEW;
+  if (after == 0) return MS__LEG_GONE;
+  return after > before ? MS__LEG_GREW : MS__LEG_SHRANK;
+}
+
 void ms__color_diff(uint64_t before, uint64_t after, uint64_t max_delta, char *buf, size_t cap) {
-  if (before == 0 && after > 0) {
-    snprintf(buf, cap, "rgb(46,170,72)"); /* new */
-    return;
-  }
-  if (after == 0 && before > 0) {
-    snprintf(buf, cap, "rgb(140,140,140)"); /* gone */
-    return;
-  }
-  if (before == after) {
-    snprintf(buf, cap, "rgb(238,238,238)"); /* unchanged */
-    return;
+  switch (ms__color_diff_key(before, after)) {
+  case MS__LEG_NEW: snprintf(buf, cap, MS__COLOR_NEW); return;
+  case MS__LEG_GONE: snprintf(buf, cap, MS__COLOR_GONE); return;
+  case MS__LEG_UNCHANGED: snprintf(buf, cap, MS__COLOR_UNCHANGED); return;
+  default: break;
   }
   uint64_t d = after > before ? after - before : before - after;
   double f = max_delta ? (double)d / (double)max_delta : 1.0;
   if (f > 1) f = 1;
+  ms__color_change(after > before, f, buf, cap);
+}
+
+void ms__color_change(int grew, double f, char *buf, size_t cap) {
   double shade = 210.0 - 170.0 * (0.25 + 0.75 * f);
-  if (after > before) lo_rgb(buf, cap, 255, shade, shade); /* grew */
-  else lo_rgb(buf, cap, shade, shade, 255);                /* shrank */
+  if (grew) lo_rgb(buf, cap, 255, shade, shade);
+  else lo_rgb(buf, cap, shade, shade, 255);
 }

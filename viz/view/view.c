@@ -185,8 +185,8 @@ static void view_bin_stacks(vb_t *b, const ms_snapshot_t *s) {
   bool small = s->nframes < 65536;
   vb_begin(b, "stacks.frames", small ? "u16" : "u32");
   for (size_t i = 0; i < s->nstack_frames; i++) {
-    if (small) vb_u16(b, (uint16_t)s->stack_frames[i]);
-    else vb_u32(b, s->stack_frames[i]);
+    if (small) vb_u16(b, (uint16_t)ms_snap_frame_index(s, i));
+    else vb_u32(b, ms_snap_frame_index(s, i));
   }
   vb_end(b);
 }

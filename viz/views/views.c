@@ -152,7 +152,7 @@ static int views_emit_stack(views_walk_t *w, const char *state, uint32_t stack, 
   } else {
     size_t before = n;
     for (size_t i = depth; i-- > 0;) {
-      uint32_t fi = w->snap->stack_frames[w->snap->stacks[stack].first + i];
+      uint32_t fi = ms_snap_frame_index(w->snap, w->snap->stacks[stack].first + i);
       const char *s = views_frame(w, fi, &err);
       if (err) return err;
       if (s) w->stack[n++] = s;

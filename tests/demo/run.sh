@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# make demo's run (scripts/demo.sh, issue #16 item 17), into a temporary folder: it succeeds, says
+# one short line per step and no more than a screen in all, and ends with the list of what it
+# made and what to open, every file of which exists.
+# usage: run.sh SOURCE_DIR BUILD_DIR      Exit 77 (ctest: skipped) when the samples are not built.
+set -euo pipefail
+src=${1:?usage: run.sh SOURCE_DIR BUILD_DIR} build=${2:?usage: run.sh SOURCE_DIR BUILD_DIR}
+for s in basic train record memsnap; do
+  [[ -x "$build/bin/$s" ]] || { echo "SKIP: $build/bin/$s not built; demo not run"; exit 77; }
+done
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+fail=0
+MEMSNAP_DEMO_OUT="$work/out" "$src/scripts/demo.sh" "$build" >"$work/said" 2>&1 || {
+  echo "FAIL: demo.sh exited with $?"; cat "$work/said"; exit 1; }
+cat "$work/said"
+lines=$(wc -l <"$work/said")
+if (( lines > 24 )); then echo "FAIL: $lines lines (at most 24)"; fail=1; fi
+for w in basic train record replay; do
+  grep -q "^  $w " "$work/said" || { echo "FAIL: no line for the step '$w'"; fail=1; }
+done
+grep -q "^memsnap demo: made in $work/out/\$" "$work/said" || { echo "FAIL: no 'made in'"; fail=1; }
+# the last lines: what to open, each an existing file
+tail -n 7 "$work/said" | head -n 1 | grep -qx "open in a browser:" || {
+  echo "FAIL: 'open in a browser:' is not followed by the six files to open"; fail=1; }
+while read -r path _; do
+  [[ -s "$path" ]] || { echo "FAIL: '$path' is listed to open but was not made"; fail=1; }
+done < <(tail -n 6 "$work/said")
+# the files of the 'made' list
+for f in basic.txt train-summary.txt train-summary-max-split-64.txt record.txt step-2.msgpack \
+  step-5.msgpack oom-stats.txt oom-replay.txt stats.txt trace.txt compare.txt; do
+  [[ -s "$work/out/$f" ]] || { echo "FAIL: $f was not made"; fail=1; }
+done
+# the OOM snapshot replays on the device it ran out of (issue #16 item 16)
+grep -q "capacity 4.0GiB (recorded in the snapshot)" "$work/out/oom-replay.txt" || {
+  echo "FAIL: the OOM replay does not use the recorded capacity"; fail=1; }
+[[ $fail -eq 0 ]] && echo "ok: demo"
+exit "$fail"
