@@ -58,6 +58,7 @@ void ms__rp_config_of(const ms_snapshot_t *s, ms_alloc_config_t *c) {
 
 void ms__rp_trace_release(rp_trace_t *tr) {
   free(tr->burst_kind);
+  free(tr->fc_kind);
   for (size_t i = 0; i < tr->segs.len; i++)
     MS_VEC_FREE(&tr->segs.ptr[i].blocks);
   MS_VEC_FREE(&tr->segs);
