@@ -300,6 +300,9 @@ static inline int rd_take(rd_t *r, uint64_t n, const char **p, const char *what)
   return ms__pickle_take_slow(r, n, p, what);
 }
 
+/* Skips n bytes (a value whose content is not kept) without buffering them. */
+int ms__pickle_skip(rd_t *r, uint64_t n, const char *what);
+
 static inline int rd_push(rd_t *r, rd_val_t v) {
   if (ms_unlikely(r->st.len >= RD_MAX_STACK))
     return ms__pickle_err(r, MS_ELIMIT, "pickle stack deeper than %u values", RD_MAX_STACK);

@@ -221,9 +221,10 @@ int ms__pickle_check_hashable(rd_t *r, size_t from, size_t step, const char *op,
     if (ms_unlikely(rd_unhashable(k))) {
       const char *t = ms__pickle_type_name(r, k);
       return ms__pickle_err(r, MS_EFORMAT,
-                            "%s: a %s%s as a %s: unhashable (Python's unpickler raises TypeError)",
-                            op, t, strcmp(t, "tuple") == 0 ? " holding a dict, list or set" : "",
-                            as);
+                            "%s: the %s is a %s%s, which Python cannot hash (its unpickler "
+                            "raises TypeError)",
+                            op, as, t,
+                            strcmp(t, "tuple") == 0 ? " holding a dict, list, set or bytearray" : "");
     }
   }
   return MS_OK;
@@ -328,11 +329,12 @@ int ms__pickle_str(rd_t *r, uint64_t n, int op) {
   if (n > RD_MAX_STR)
     return ms__pickle_err(r, MS_ELIMIT, "declared length %" PRIu64 " is beyond the reader's limit",
                           n);
-  MS_FORWARD_IF_ERROR(rd_take(r, n, &p, is_bytes ? "a bytes value" : "a string"));
-  if (is_bytes) {
+  if (is_bytes) { /* content not kept: skipped, never buffered */
+    MS_FORWARD_IF_ERROR(ms__pickle_skip(r, n, "a bytes value"));
     rd_val_t v = {V_BYTES, K_UNKNOWN, 0, op == 0x96 ? VF_UNHASHABLE : 0, 0, {0}};
     return rd_push(r, v);
   }
+  MS_FORWARD_IF_ERROR(rd_take(r, n, &p, "a string"));
   bool ascii = op == 'U' || op == 'T'; /* Python 2 str: Python 3 decodes them as ASCII */
   size_t ok = rd_text_valid((const unsigned char *)p, (size_t)n, ascii);
   if (ms_unlikely(ok < n)) {
@@ -344,5 +346,7 @@ int ms__pickle_str(rd_t *r, uint64_t n, int op) {
                           rd_str_op_name(op), ascii ? "ASCII" : "UTF-8", (unsigned char)p[ok],
                           r->op_off + head + ok);
   }
-  return rd_push_str(r, p, n);
+  int rc = rd_push_str(r, p, n);
+  if (r->scratch.cap > 8 * RD_BUF_CAP) MS_VEC_FREE(&r->scratch); /* a long string is copied */
+  return rc;
 }

@@ -144,6 +144,29 @@ MS_NOINLINE int ms__pickle_take_slow(rd_t *r, uint64_t n, const char **p, const 
   return MS_OK;
 }
 
+/* Skips n bytes of a value whose content is not kept (bytes): memory stays constant whatever
+ * n says. */
+int ms__pickle_skip(rd_t *r, uint64_t n, const char *what) {
+  if (n <= r->lim - r->pos) {
+    r->pos += (size_t)n;
+    return MS_OK;
+  }
+  if (r->frame_end != RD_NO_FRAME) MS_FORWARD_IF_ERROR(rd_frame_read(r, n, what));
+  while (n) {
+    if (r->pos == r->len) {
+      if (r->eof) return rd_truncated(r, what);
+      int rc = rd_read_more(r);
+      if (rc != MS_OK && rc != MS_ETRUNCATED) return rc;
+      if (r->pos == r->len) return rd_truncated(r, what);
+    }
+    size_t chunk = r->len - r->pos;
+    if (chunk > n) chunk = (size_t)n;
+    r->pos += chunk;
+    n -= chunk;
+  }
+  return MS_OK;
+}
+
 /* Reads a text argument up to '\n' (protocol 0 opcodes); at most cap-1 bytes. */
 static int rd_line(rd_t *r, char *out, size_t cap) {
   size_t n = 0;
