@@ -35,7 +35,7 @@
 
 #define BIN(s) (s), sizeof(s) - 1
 
-/* ---- helpers ---------------------------------------------------------------------------------- */
+/* ---- helpers --------------------------------------------------------------------------------- */
 
 typedef struct buf_s {
   char *p;
@@ -88,7 +88,7 @@ static const char *memsnap_bin(void) {
   return b;
 }
 
-/* ---- 20. what Python's unpickler rejects ------------------------------------------------------ */
+/* ---- 20. what Python's unpickler rejects ----------------------------------------------------- */
 
 /* FRAME with an 8-byte length, as bytes of a string literal */
 #define FRAME(n) "\x95" n "\x00\x00\x00\x00\x00\x00\x00"
@@ -172,8 +172,8 @@ static const case_t cases[] = {
      "offset 12: a string runs past the end of its frame (the FRAME at offset 2 declares 4 bytes, "
      "up to offset 15)"},
     {BIN("\x80\x04" FRAME("\x03") "}J\x01\x00\x00\x00."), MS_EFORMAT, /* an argument across it */
-     "offset 12: an integer runs past the end of its frame (the FRAME at offset 2 declares 3 bytes, "
-     "up to offset 14)"},
+     "offset 12: an integer runs past the end of its frame (the FRAME at offset 2 declares 3 "
+     "bytes, up to offset 14)"},
     {BIN("\x80\x04" FRAME("\x03") "}I12\n."), MS_EFORMAT, /* a text line across it */
      "offset 12: a text argument runs past the end of its frame (the FRAME at offset 2 declares 3 "
      "bytes, up to offset 14)"},
@@ -242,7 +242,8 @@ Test(pickle_strict, python_agrees) {
            "    try: U(io.BytesIO(d)).load(); ok.append(True)\n"
            "    except Exception: ok.append(False)\n"
            "  rej=os.path.basename(f).startswith('rej')\n"
-           "  if (rej and all(ok)) or (not rej and not all(ok)): print('python disagrees:', f, ok); bad=1\n"
+           "  if (rej and all(ok)) or (not rej and not all(ok)):\n"
+           "    print('python disagrees:', f, ok); bad=1\n"
            "sys.exit(bad)\n"
            "\" %s",
            dir);
@@ -285,7 +286,7 @@ Test(pickle_strict, fixtures_and_own_output_load) {
   th_memsink_free(&m);
 }
 
-/* ---- 23. gzip errors say where ---------------------------------------------------------------- */
+/* ---- 23. gzip errors say where --------------------------------------------------------------- */
 
 static uint32_t crc32_of(const unsigned char *p, size_t n) {
   uint32_t c = 0xffffffffu;
@@ -439,7 +440,8 @@ Test(pickle_gzip, corruption_names_the_compressed_offset) {
 Test(pickle_gzip, deflate_damage_in_the_middle) {
   buf_t pk = synth_pickle();
   buf_t g = {malloc(ms__zio_deflate_bound(pk.n)), 0, 0};
-  cr_assert_eq(ms__zio_deflate_buffer(6, pk.p, pk.n, g.p, ms__zio_deflate_bound(pk.n), &g.n), MS_OK);
+  size_t cap = ms__zio_deflate_bound(pk.n);
+  cr_assert_eq(ms__zio_deflate_buffer(6, pk.p, pk.n, g.p, cap, &g.n), MS_OK);
   int damaged = 0;
   for (size_t at = g.n / 4; at < g.n - 8; at += g.n / 7) {
     buf_t c = {malloc(g.n), g.n, g.n};
@@ -473,7 +475,7 @@ Test(pickle_gzip, pickle_errors_say_inflated_offset) {
   free(g.p);
 }
 
-/* ---- 24. memory bounded by what the input holds ----------------------------------------------- */
+/* ---- 24. memory bounded by what the input holds ---------------------------------------------- */
 
 typedef struct piped_s {
   int status;      /* wait status */

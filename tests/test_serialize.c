@@ -989,8 +989,8 @@ Test(serialize, decompression_bomb_is_refused, .timeout = 60) {
   cr_assert_eq(decode(out.data, out.len, &r, &eb), MS_ELIMIT, "%s", eb.msg);
   unsigned long long off = 0, inflated = 0;
   cr_assert_eq(sscanf(eb.msg,
-                      "gzip: decompressed data is too large (decompression bomb?) at offset %llu of "
-                      "the compressed file (%llu bytes inflated)",
+                      "gzip: decompressed data is too large (decompression bomb?) at offset "
+                      "%llu of the compressed file (%llu bytes inflated)",
                       &off, &inflated),
                2, "%s", eb.msg);
   cr_assert(strstr(eb.msg, "bytes inflated): more than 256 times the compressed size"), "%s",

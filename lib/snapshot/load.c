@@ -354,9 +354,10 @@ static int load_gz_pickle(FILE *fp, int is_stdin, const char *head, size_t n, un
       char pickle_msg[sizeof inner->msg];
       load_gz_pickle_msg(pickle_msg, sizeof pickle_msg, inner->msg);
       bool failed_reading = ms__zsource_error(z)[0] != 0; /* the pickle failed on the stream */
-      int zrc = failed_reading ? MS_OK : ms__zsource_drain(z, rc == MS_OK ? UINT64_MAX : LOAD_GZ_DRAIN);
+      int zrc =
+          failed_reading ? MS_OK : ms__zsource_drain(z, rc == MS_OK ? UINT64_MAX : LOAD_GZ_DRAIN);
       if (failed_reading)
-        rc = ms__errbuf_set(inner, rc, "gzip: %s", ms__zsource_error(z));
+        rc = ms__errbuf_set(inner, rc != MS_OK ? rc : MS_EFORMAT, "gzip: %s", ms__zsource_error(z));
       else if (zrc < 0 && rc == MS_OK)
         rc = ms__errbuf_set(inner, zrc, "gzip: %s (the pickle inside was complete)",
                             ms__zsource_error(z));

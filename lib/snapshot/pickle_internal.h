@@ -250,9 +250,9 @@ typedef struct rd_s {
   size_t lim;    /* rd_take's fast path reads below buf+lim: len, or the end of the current
                     frame when it lies in the buffer (reads that reach it take the slow path,
                     which checks them against the frame) */
-  uint64_t frame_end;   /* file offset where the current FRAME's bytes end; RD_NO_FRAME */
-  uint64_t frame_at;    /* file offset of that FRAME opcode */
-  uint64_t frame_len;   /* the length it declares */
+  uint64_t frame_end; /* file offset where the current FRAME's bytes end; RD_NO_FRAME */
+  uint64_t frame_at;  /* file offset of that FRAME opcode */
+  uint64_t frame_len; /* the length it declares */
   bool eof;
   uint64_t op_off;
   MS_VEC(char) scratch;

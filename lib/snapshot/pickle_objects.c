@@ -220,11 +220,11 @@ int ms__pickle_check_hashable(rd_t *r, size_t from, size_t step, const char *op,
     const rd_val_t *k = &r->st.ptr[i];
     if (ms_unlikely(rd_unhashable(k))) {
       const char *t = ms__pickle_type_name(r, k);
+      const char *held = strcmp(t, "tuple") == 0 ? " holding a dict, list, set or bytearray" : "";
       return ms__pickle_err(r, MS_EFORMAT,
                             "%s: the %s is a %s%s, which Python cannot hash (its unpickler "
                             "raises TypeError)",
-                            op, as, t,
-                            strcmp(t, "tuple") == 0 ? " holding a dict, list, set or bytearray" : "");
+                            op, as, t, held);
     }
   }
   return MS_OK;
@@ -301,10 +301,18 @@ static size_t rd_text_valid(const unsigned char *p, size_t n, bool ascii) {
     if (ascii) return i;
     size_t len;
     unsigned lo = 0x80, hi = 0xbf; /* the range of the second byte */
-    if (c >= 0xc2 && c <= 0xdf) len = 2;
-    else if (c >= 0xe0 && c <= 0xef) len = 3, lo = c == 0xe0 ? 0xa0 : 0x80;
-    else if (c >= 0xf0 && c <= 0xf4) len = 4, lo = c == 0xf0 ? 0x90 : 0x80, hi = c == 0xf4 ? 0x8f : 0xbf;
-    else return i;
+    if (c >= 0xc2 && c <= 0xdf) {
+      len = 2;
+    } else if (c >= 0xe0 && c <= 0xef) { /* no overlong form (E0 80..9F) */
+      len = 3;
+      lo = c == 0xe0 ? 0xa0 : 0x80;
+    } else if (c >= 0xf0 && c <= 0xf4) { /* no overlong form, nothing beyond U+10FFFF */
+      len = 4;
+      lo = c == 0xf0 ? 0x90 : 0x80;
+      hi = c == 0xf4 ? 0x8f : 0xbf;
+    } else {
+      return i; /* a continuation byte, C0/C1, F5..FF */
+    }
     if (n - i < len || p[i + 1] < lo || p[i + 1] > hi) return i;
     for (size_t j = 2; j < len; j++)
       if ((p[i + j] & 0xc0) != 0x80) return i;

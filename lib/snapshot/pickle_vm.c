@@ -14,7 +14,14 @@
  * beyond the entries stored), string lengths (below 4 GiB), integers (RD_MAX_LONG bytes). A
  * declared length is read in chunks and memory grows only as the input delivers the bytes, so a
  * 2^62-byte string in a 100-byte file fails at the end of the input having allocated nothing
- * big.
+ * big; bytes values, never kept, are skipped without buffering.
+ *
+ * What Python's unpickler refuses is refused here too (issue #16): text that does not decode
+ * (pickle_objects.c), keys and set items that cannot be hashed, and frames that do not hold: a
+ * read that begins inside a FRAME ends inside it, a FRAME does not begin inside another, and the
+ * input holds every byte a FRAME declares. The frame check costs nothing on the hot path: the
+ * inline rd_take() reads below r->lim, which stops at the frame's end, and only the slow path
+ * (rd_frame_read) looks at frames.
  */
 #include <errno.h>
 #include <inttypes.h>
