@@ -620,7 +620,9 @@ static int rd_fill(rd_t *r, size_t want, uint64_t off) {
   ptrdiff_t n = src->read(src->ctx, (char *)r->buf + r->used, r->cap - r->used);
   if (n < 0) {
     const char *zm = r->z ? ms__zsource_error(r->z) : "";
-    return ms__mpr_fail_off(r, (int)n, off, NULL, "%s", *zm ? zm : ms_strerror((int)n));
+    if (*zm) /* the gzip layer's error names its offset in the compressed file */
+      return ms__errbuf_set(r->eb, (int)n, "gzip: %s", zm);
+    return ms__mpr_fail_off(r, (int)n, off, NULL, "%s", ms_strerror((int)n));
   }
   if (n == 0) r->eof = 1;
   r->used += (size_t)n;

@@ -722,10 +722,13 @@ static int rd_dict_set(rd_t *r, uint32_t did, const rd_val_t *k, const rd_val_t 
   }
 }
 
-/* SETITEMS / SETITEM / DICT: items st[from..len) as key, value pairs into dict did. */
-int ms__pickle_setitems(rd_t *r, uint32_t did, size_t from) {
+/* SETITEMS / SETITEM / DICT: items st[from..len) as key, value pairs into dict did. A key that
+ * Python cannot hash fails the load, as it fails pickle.load (issue #16: such a key used to be
+ * ignored, and the frames stored beside it with it). */
+int ms__pickle_setitems(rd_t *r, uint32_t did, size_t from, const char *op) {
   size_t n = r->st.len - from;
-  if (n & 1) return ms__pickle_err(r, MS_EFORMAT, "SETITEMS with an odd number of values (%zu)", n);
+  if (n & 1) return ms__pickle_err(r, MS_EFORMAT, "%s with an odd number of values (%zu)", op, n);
+  MS_FORWARD_IF_ERROR(ms__pickle_check_hashable(r, from, 2, op, "dict key"));
   if (did == RD_NO_OBJ) { /* a skipped dict */
     r->st.len = from;
     return MS_OK;
