@@ -763,15 +763,15 @@ static void mk_segment(ms__snapbuild_t *b, uint64_t addr, uint64_t stream, uint3
 
 static void mk_trace(ms__snapbuild_t *b, ms_trace_action a, uint64_t addr, uint64_t size,
                      uint32_t stack, uint32_t present) {
-  ms_snap_trace_t t = {.action = a,
-                       .action_name = ms_trace_action_name(a),
+  ms_snap_trace_t t = {.action = (uint8_t)a,
                        .addr = addr,
                        .size = size,
                        .stack = stack,
                        .time_us = 1700000000000000,
-                       .compile_context = "",
-                       .user_metadata = "it's",
-                       .present = present};
+                       .present = (uint16_t)present};
+  ms_snap_trace_extra_t x = ms__trace_extra_of(&t);
+  x.user_metadata = "it's";
+  cr_assert_eq(ms__snapbuild_trace_extra(b, &t, &x), MS_OK);
   cr_assert_eq(ms__snapbuild_add_trace(b, &t), MS_OK);
 }
 

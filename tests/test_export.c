@@ -174,7 +174,7 @@ static void check_file(sqlite3 *db, int64_t file_id, const ms_snapshot_t *s,
       cr_assert_eq(sqlite3_column_int64(st, 0), (int64_t)d);
       cr_assert_eq(sqlite3_column_int64(st, 1), (int64_t)i);
       cr_assert_str_eq((const char *)sqlite3_column_text(st, 2),
-                       e->action == MS_TRACE_OTHER ? e->action_name
+                       e->action == MS_TRACE_OTHER ? ms_snap_trace_action_name(e)
                                                    : ms_trace_action_name(e->action));
       cr_assert_eq((uint64_t)sqlite3_column_int64(st, 3), e->addr);
       cr_assert_eq((uint64_t)sqlite3_column_int64(st, 4), e->size);
@@ -432,9 +432,7 @@ static ms_snapshot_t *hostile_snapshot_ex(bool broken) {
   cr_assert_eq(ms__snapbuild_add_segment(&b, &g), MS_OK);
   ms_snap_trace_t t;
   memset(&t, 0, sizeof t);
-  t.compile_context = t.user_metadata = "";
   t.action = MS_TRACE_SEGMENT_ALLOC;
-  t.action_name = "segment_alloc";
   t.addr = g.address;
   t.size = g.total_size;
   t.stack = stack;
@@ -442,13 +440,11 @@ static ms_snapshot_t *hostile_snapshot_ex(bool broken) {
   t.present = MS_TRACE_HAS_TIME;
   cr_assert_eq(ms__snapbuild_add_trace(&b, &t), MS_OK);
   t.action = MS_TRACE_ALLOC;
-  t.action_name = "alloc";
   t.size = 4096;
   t.time_us = 2000;
   cr_assert_eq(ms__snapbuild_add_trace(&b, &t), MS_OK);
   if (broken) { /* a free outside every segment: the trace cannot be undone */
     t.action = MS_TRACE_FREE_COMPLETED;
-    t.action_name = "free_completed";
     t.addr = 0x1000;
     cr_assert_eq(ms__snapbuild_add_trace(&b, &t), MS_OK);
   }

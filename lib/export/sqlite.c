@@ -329,8 +329,8 @@ static int sqlite_add_trace(ms_export_sqlite_t *x, const ms_snapshot_t *snap,
       size_t ti = (size_t)dv->first_trace + i;
       if (ti >= snap->ntrace) break;
       const ms_snap_trace_t *e = &snap->trace[ti];
-      const char *action = e->action == MS_TRACE_OTHER && e->action_name[0]
-                               ? e->action_name
+      const char *action = e->action == MS_TRACE_OTHER && ms_snap_trace_action_name(e)[0]
+                               ? ms_snap_trace_action_name(e)
                                : ms_trace_action_name(e->action);
       sqlite3_bind_int64(st, 4, i);
       sqlite3_bind_text(st, 5, action, -1, SQLITE_STATIC);

@@ -101,7 +101,7 @@ bool ms__rp_replayable(const rp_trace_t *tr, char *why, size_t cap) {
     const ms_snap_trace_t *e = &tr->t[i];
     if (e->action == MS_TRACE_ALLOC) nalloc++;
     if (e->action == MS_TRACE_FREE_REQUESTED) nfree++;
-    if ((e->present & MS_TRACE_HAS_POOL_ID) && (e->pool_id[0] || e->pool_id[1])) {
+    if ((e->present & MS_TRACE_HAS_POOL_ID) && (ms_snap_trace_pool(e, 0) || ms_snap_trace_pool(e, 1))) {
       snprintf(why, cap,
                "uses private pools (CUDA graphs or MemPool), which replay does not model");
       return false;
