@@ -10,6 +10,7 @@
   var TABLEAU10 = ["#4e79a7", "#f28e2c", "#e15759", "#76b7b2", "#59a14f",
                    "#edc949", "#af7aa1", "#ff9da7", "#9c755f", "#bab0ab"];
   var VIEWS = [["timeline", "Active Memory Timeline"],
+               ["pools", "Allocated Memory (incl. Private Pools)"],
                ["segments", "Active Cached Segment Timeline"],
                ["history", "Allocator State History"],
                ["settings", "Allocator Settings"],
@@ -23,6 +24,8 @@
   var selectedT = -1;    /* the moment (timestep of the memory timeline) chosen by a click */
   var hash = {};         /* the URL fragment's state */
   var streamFilter = -1; /* the stream whose bands the timelines show (-1: all) */
+  var poolFilter = "";   /* the pool ("a,b", "unknown") whose bands the timelines show ("": all) */
+  var range = null;      /* the time-range selector: [first entry, last entry] or null */
 
   /* ---- helpers ------------------------------------------------------------------------------ */
 
@@ -221,6 +224,12 @@
   /* The viewer's hover text of element e (context_for_id). */
   function elementText(tl, s) {
     var e = tl.elem[s];
+    if (e <= -2) {
+      var env = tl.envelopes[-2 - e];
+      return "Private pool (" + env.pool[0] + ", " + env.pool[1] + "), stream " + streamName(env.stream)
+        + ": the envelope is the pool's reserved memory (its segments), " + fmtBoth(env.reserved)
+        + " at most; it never shrinks. Its live blocks are the half transparent stripes inside.";
+    }
     if (e < 0) return "Small allocations summarized together.";
     var src = tl.sources[e], tr = D.trace, lines = [], size = tl.size[s];
     var after = tl.maxAt[Math.min(tl.maxAt.length - 1, Math.max(0, tl.tmin[s]))];
@@ -266,6 +275,7 @@
    * summarized band. */
   function elementStream(tl, s) {
     var e = tl.elem[s];
+    if (e <= -2) return streamName(tl.envelopes[-2 - e].stream);
     if (e < 0) return -1;
     var src = tl.sources[e];
     if (src >= 0) return streamName(D.trace.stream[src]);
@@ -283,6 +293,62 @@
     if (tl.segmentsView) { var g = segmentOfIndex(k); return g ? g.addr : ""; }
     var b = snapBlock(k);
     return b ? b[2].toString(16) : "";
+  }
+
+  /* The pool of series s as "a,b" (its segment's in the snapshot, found by address as MemoryViz
+   * does; "unknown" when no segment of the snapshot holds it), "" for the summarized band. */
+  var segsByAddr = null;
+  function poolAtAddr(addr) {
+    if (!segsByAddr) {
+      segsByAddr = D.segments.map(function (g) { return [parseInt(g.addr, 16), g.size, g.pool]; });
+      segsByAddr.sort(function (a, b) { return a[0] - b[0]; });
+    }
+    var lo = 0, hi = segsByAddr.length - 1;
+    while (lo <= hi) {
+      var mid = (lo + hi) >> 1, g = segsByAddr[mid];
+      if (addr < g[0]) hi = mid - 1; else if (addr >= g[0] + g[1]) lo = mid + 1; else return g[2];
+    }
+    return null;
+  }
+  function elementPool(tl, s) {
+    var e = tl.elem[s], p = null;
+    if (e <= -2) p = tl.envelopes[-2 - e].pool;
+    else if (e < 0) return "";
+    else {
+      var src = tl.sources[e];
+      if (src >= 0) p = poolAtAddr(D.trace.addr[src]);
+      else if (tl.segmentsView) { var g = segmentOfIndex(-1 - src); p = g ? g.pool : null; }
+      else { var b = snapBlock(-1 - src); p = b ? b[0].pool : null; }
+    }
+    return p ? p[0] + "," + p[1] : "unknown";
+  }
+  /* the pools of every series, computed once the pool selector is used */
+  function seriesPools(tl) {
+    if (!tl.poolKey) {
+      tl.poolKey = new Array(tl.n);
+      for (var s = 0; s < tl.n; s++) tl.poolKey[s] = elementPool(tl, s);
+    }
+    return tl.poolKey;
+  }
+  function shown(tl, s) {
+    return s !== tl.summ && (streamFilter < 0 || tl.stream[s] === streamFilter)
+      && (poolFilter === "" || seriesPools(tl)[s] === poolFilter);
+  }
+  /* The timestep at which trace entry i takes effect (the time-range selector), from the replay
+   * (replay.js) of the same trace. */
+  function entrySteps(tl) {
+    if (!tl.entryStep)
+      tl.entryStep = window.memsnapReplay({ trace: D.trace, segments: D.segments,
+                                            segmentsView: tl.segmentsView, pools: false }).entryStep;
+    return tl.entryStep;
+  }
+  /* the timesteps [lo, hi] the time-range selector allows (the whole run without it) */
+  function stepRange(tl) {
+    if (!range) return [0, tl.nT];
+    var st = entrySteps(tl), n = st.length - 1;
+    var a = Math.max(0, Math.min(n, range[0])), b = Math.max(a, Math.min(n - 1, range[1]));
+    var lo = Math.min(st[a], tl.nT - 1), hi = Math.min(tl.nT, st[Math.min(n, b + 1)]);
+    return [lo, Math.max(lo + 1, hi)];
   }
 
   /* Offset of series s at timestep t (linear between points, as the polygons are drawn). */
@@ -318,7 +384,11 @@
     var W = 0, H = 0, MW = 0, MH = 0, pad = { l: 70, r: 10, t: 10, b: 20 };
     var x0 = 0, x1 = tl.nT, hover = -1, pinned = -1, matches = null, lastFrameMs = 0;
     var hs = readHash();
-    if (hs.x0 !== undefined && hs.x1 !== undefined && +hs.x1 > +hs.x0) { x0 = +hs.x0; x1 = +hs.x1; }
+    var lim = stepRange(tl);
+    x0 = lim[0]; x1 = lim[1];
+    if (hs.x0 !== undefined && hs.x1 !== undefined && +hs.x1 > +hs.x0 && +hs.x0 >= lim[0] && +hs.x1 <= lim[1]) {
+      x0 = +hs.x0; x1 = +hs.x1;
+    }
     info.textContent = (D.trace.action.length === 0 ? "The snapshot has no trace (it was taken "
       + "without recording history), so there is no memory over time: the bands are the blocks "
       + "alive in the snapshot. The Allocator State History view shows its segment map.\n" : "")
@@ -355,15 +425,16 @@
       var end = a;
       while (end < z && tl.T[end] <= x1) end++;
       end = Math.min(z, end + 1);
-      var xs = [], ys = [], lastX = -1e9;
+      var xs = [], ys = [], tops = [], lastX = -1e9, env = tl.elem[s] <= -2;
       for (i = a; i < end; i++) {
         var x = X(tl.T[i]), y = Yp(tl.O[i]);
         if (Math.round(x) === Math.round(lastX) && i + 1 < end && Math.round(X(tl.T[i + 1])) === Math.round(x)) continue;
         xs.push(x); ys.push(y); lastX = x;
+        tops.push(env && h > 0 ? Yp(tl.O[i] + tl.S[i]) : y - h);
       }
       if (xs.length === 0) return;
-      c.moveTo(xs[0], ys[0] - h);
-      for (i = 1; i < xs.length; i++) c.lineTo(xs[i], ys[i] - h);
+      c.moveTo(xs[0], tops[0]);
+      for (i = 1; i < xs.length; i++) c.lineTo(xs[i], tops[i]);
       if (h <= 0) return;
       for (i = xs.length - 1; i >= 0; i--) c.lineTo(xs[i], ys[i]);
       c.closePath();
@@ -379,13 +450,13 @@
       for (c = 0; c < 10; c++) small.push(new Path2D());
       for (var s = 0; s < tl.n; s++) {
         if (tl.tmax[s] < x0 || tl.tmin[s] > x1) continue;
-        if (s === tl.summ || streamFilter >= 0 && tl.stream[s] !== streamFilter) continue;
+        if (!shown(tl, s)) continue;
         var h = tl.size[s] * pxPerByte;
         if (h >= 1) {
           ctx.beginPath();
           bandPath(s, h, ctx);
           ctx.fillStyle = TABLEAU10[tl.color[s] % 10];
-          ctx.globalAlpha = tl.ghost[s] ? 0.45 : 1;
+          ctx.globalAlpha = (tl.alpha ? tl.alpha[s] : 1) * (tl.ghost[s] ? 0.45 : 1);
           ctx.fill();
           nbig++;
         } else {
@@ -475,6 +546,10 @@
         mctx.lineTo(x, MH - v / m * (MH - 4));
       }
       mctx.lineTo(MW, MH); mctx.fill();
+      var lim = stepRange(tl);
+      mctx.fillStyle = "rgba(255,255,255,0.7)";
+      mctx.fillRect(0, 0, lim[0] / tl.nT * MW, MH);
+      mctx.fillRect(lim[1] / tl.nT * MW, 0, MW, MH);
       mctx.fillStyle = "rgba(0,0,0,0.15)";
       var bx0 = x0 / tl.nT * MW, bx1 = x1 / tl.nT * MW;
       mctx.fillRect(bx0, 0, Math.max(2, bx1 - bx0), MH);
@@ -486,8 +561,7 @@
       var t = T(mx), b = B(my), tol = Y / (H - pad.t - pad.b), best = -1;
       var dt = (x1 - x0) / (W - pad.l - pad.r) / 2;
       for (var s = 0; s < tl.n; s++) {
-        if (s === tl.summ || tl.tmax[s] < t - dt || tl.tmin[s] > t + dt) continue;
-        if (streamFilter >= 0 && tl.stream[s] !== streamFilter) continue;
+        if (tl.tmax[s] < t - dt || tl.tmin[s] > t + dt || !shown(tl, s)) continue;
         var o = offsetAt(tl, s, Math.min(tl.tmax[s], Math.max(tl.tmin[s], t)));
         if (b >= o - tol && b < o + Math.max(tl.size[s], tol)) {
           if (best < 0 || tl.size[s] > tl.size[best] || b >= o && b < o + tl.size[s]) best = s;
@@ -504,13 +578,15 @@
       setWindow(nx0, nx1);
     }
     function setWindow(a, b) {
-      var w = Math.min(b - a, tl.nT);
-      if (a < 0) a = 0;
-      if (a + w > tl.nT) a = tl.nT - w;
+      var lim = stepRange(tl), w = Math.min(b - a, lim[1] - lim[0]);
+      if (a < lim[0]) a = lim[0];
+      if (a + w > lim[1]) a = lim[1] - w;
       x0 = a; x1 = a + w;
       draw(); drawMini();
     }
     self.setWindow = setWindow;
+    self.applyRange = function () { var lim = stepRange(tl); setWindow(lim[0], lim[1]); };
+    self.window = function () { return [x0, x1]; };
     self.zoomAt = zoomAt;
     self.draw = draw;
     self.hit = hit;
@@ -589,7 +665,7 @@
       else if (ev.key === "ArrowLeft") setWindow(x0 - w / 4, x1 - w / 4);
       else if (ev.key === "ArrowRight") setWindow(x0 + w / 4, x1 + w / 4);
       else if (ev.key === "p") self.peak();
-      else if (ev.key === "0") setWindow(0, tl.nT);
+      else if (ev.key === "0") self.applyRange();
       else return;
       ev.preventDefault();
     }
@@ -981,7 +1057,18 @@
 
   /* ---- the page ----------------------------------------------------------------------------- */
 
-  var TL = null, SEG = null;
+  var TL = null, SEG = null, PTL = null;
+
+  /* "Allocated Memory (incl. Private Pools)": replayed in the page when first shown (replay.js) */
+  function poolsTimeline() {
+    if (!PTL) {
+      PTL = window.memsnapReplay({ trace: D.trace, segments: D.segments, segmentsView: false, pools: true });
+      PTL.stream = new Int32Array(PTL.n);
+      for (var k = 0; k < PTL.n; k++) PTL.stream[k] = elementStream(PTL, k);
+      api.poolsTimeline = PTL;
+    }
+    return PTL;
+  }
 
   function showView(name, bar, holder) {
     if (current && current.destroy) current.destroy();
@@ -992,8 +1079,17 @@
     else if (name === "history") current = historyView(v);
     else if (name === "settings") current = settingsView(v);
     else if (name === "flame") current = flameView(v, TL);
-    else current = timelineView(v, TL, "timeline");
-    bar.search.style.display = name === "timeline" || name === "segments" ? "" : "none";
+    else if (name === "pools") {
+      var ptl = poolsTimeline();
+      el("div", "note", v, ptl.envelopes.length
+        ? "Blocks of private pools (CUDA graphs, MemPool) are the half transparent stripes inside "
+          + "their pool's grey envelope, as tall as the pool's reserved memory (it never shrinks); "
+          + ptl.envelopes.length + " pool envelope(s)."
+        : "No private pool on this device (every segment is in the default pool (0, 0)): this is "
+          + "the Active Memory Timeline.");
+      current = timelineView(v, ptl, "pools");
+    } else current = timelineView(v, TL, "timeline");
+    bar.search.style.display = name === "timeline" || name === "segments" || name === "pools" ? "" : "none";
     api.view = current;
   }
 
@@ -1006,7 +1102,8 @@
     return loadBinary(D.bin).then(function (B) {
       D.bin = B;
       D.nstacks = B["stacks.first"].length;
-      api.stackFrames = stackFrames; api.hexAddr = hexAddr;
+      api.stackFrames = stackFrames; api.hexAddr = hexAddr; api.entrySteps = entrySteps;
+      api.elementPool = elementPool;
       var h = readHash();
       useDevice(h.device !== undefined && D.devices.indexOf(+h.device) >= 0 ? +h.device : D.device);
       build();
@@ -1027,9 +1124,12 @@
     blockIndex = null;
     selectedT = -1;
     annotate(D.trace);
+    segsByAddr = null;
+    PTL = null;
     TL = decodeTimeline(B, "d" + dev + ".tl", pd.tl, false);
     SEG = decodeTimeline(B, "d" + dev + ".seg", pd.seg, true);
     streamFilter = -1;
+    poolFilter = "";
     [TL, SEG].forEach(function (tl) {
       tl.stream = new Int32Array(tl.n);
       for (var k = 0; k < tl.n; k++) tl.stream[k] = elementStream(tl, k);
@@ -1069,6 +1169,41 @@
       if (current && current.draw) current.draw();
     });
     api.stream = function (k) { ssel.value = String(k); streamFilter = k; if (current && current.draw) current.draw(); };
+    /* the pool selector: the pools of this device's segments and of its trace entries */
+    var lp = el("label", "", bar, "Pool "), psel = el("select", "", lp), pools = {};
+    D.segments.forEach(function (g) { pools[g.pool[0] + "," + g.pool[1]] = g.pool; });
+    (D.pools || []).forEach(function (p) { pools[p[0] + "," + p[1]] = p; });
+    el("option", "", psel, "all").value = "";
+    Object.keys(pools).sort().forEach(function (k) {
+      var p = pools[k];
+      el("option", "", psel, "(" + p[0] + ", " + p[1] + ")" + (p[0] === 0 && p[1] === 0 ? " default" : "")).value = k;
+    });
+    el("option", "", psel, "unknown").value = "unknown";
+    function setPool(k) {
+      poolFilter = k; psel.value = k;
+      hash.pool = k; writeHash();
+      if (current && current.draw) current.draw();
+    }
+    psel.addEventListener("change", function () { setPool(psel.value); });
+    api.pool = setPool;
+    /* the time-range selector: trace entries A..B (the timelines show only the steps of those) */
+    var lr = el("label", "", bar, "Entries "), ra = el("input", "range", lr);
+    el("span", "", lr, " to ");
+    var rb = el("input", "range", lr), rclear = el("button", "", lr, "all");
+    ra.type = rb.type = "number"; ra.min = rb.min = "0"; ra.max = rb.max = String(Math.max(0, D.trace.action.length - 1));
+    function setRange(a, b) {
+      range = a === null || isNaN(a) || isNaN(b) ? null : [Math.min(a, b), Math.max(a, b)];
+      ra.value = range ? String(range[0]) : ""; rb.value = range ? String(range[1]) : "";
+      hash.from = range ? range[0] : ""; hash.to = range ? range[1] : ""; writeHash();
+      if (current && current.applyRange) current.applyRange();
+    }
+    function rangeInput() {
+      if (ra.value !== "" && rb.value !== "") setRange(parseInt(ra.value, 10), parseInt(rb.value, 10));
+    }
+    ra.addEventListener("change", rangeInput);
+    rb.addEventListener("change", rangeInput);
+    rclear.addEventListener("click", function () { setRange(null, null); });
+    api.range = setRange;
     var search = el("span", "", bar);
     var la = el("label", "", search, "address "), ia = el("input", "", la);
     var lt = el("label", "", search, " frame "), it = el("input", "", lt);
@@ -1090,6 +1225,14 @@
     var first = hash.view || D.view || "timeline";
     if (!VIEWS.some(function (v) { return v[0] === first; })) first = "timeline";
     if (hash.t !== undefined) selectedT = +hash.t;
+    if (hash.pool !== undefined && (hash.pool === "unknown" || pools[hash.pool])) {
+      poolFilter = hash.pool; psel.value = hash.pool;
+    }
+    range = null;
+    if (hash.from !== undefined && hash.to !== undefined && D.trace.action.length > 0) {
+      var fa = parseInt(hash.from, 10), fb = parseInt(hash.to, 10);
+      if (fa >= 0 && fb >= 0) { range = [Math.min(fa, fb), Math.max(fa, fb)]; ra.value = String(range[0]); rb.value = String(range[1]); }
+    }
     sel.value = first;
     sel.addEventListener("change", function () { showView(sel.value, bar, holder); });
     api.show = function (name) { sel.value = name; showView(name, bar, holder); };
