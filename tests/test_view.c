@@ -82,6 +82,8 @@ typedef struct bin_s {
   unsigned char *data;
   size_t len;
   char *json; /* the ms-data element */
+  size_t undone[256]; /* offsets of the delta-coded sections already summed back */
+  size_t nundone;
 } bin_t;
 
 static int unb64(int c) {
@@ -113,7 +115,7 @@ static bin_t bin_of(const char *page) {
     if (a[i + 2] != '=') gz[k++] = (unsigned char)(w >> 8);
     if (a[i + 3] != '=') gz[k++] = (unsigned char)w;
   }
-  bin_t b = {NULL, 0, element(page, "ms-data")};
+  bin_t b = {NULL, 0, element(page, "ms-data"), {0}, 0};
   const char *lp = strstr(b.json, "\"bin\":{\"encoding\":\"gzip+base64\",\"length\":");
   cr_assert(lp);
   lp = strstr(lp, "\"length\":");
@@ -138,8 +140,40 @@ static void bin_free(bin_t *b) {
   free(b->json);
 }
 
-/* The section NAME: its type, count and bytes. */
-static const unsigned char *section(const bin_t *b, const char *name, const char *type,
+static uint64_t le(const unsigned char *p, size_t n);
+static void put_le(unsigned char *p, uint64_t v, size_t n) {
+  for (size_t i = 0; i < n; i++) p[i] = (unsigned char)(v >> (8 * i));
+}
+
+/* A delta-coded section ("delta":true) summed back in place, once: i32/u32 modulo 2^32, f64 as
+ * doubles (the page does the same). */
+static void undelta(bin_t *b, unsigned char *p, const char *type, size_t n) {
+  for (size_t i = 0; i < b->nundone; i++)
+    if (b->undone[i] == (size_t)(p - b->data)) return;
+  cr_assert_lt(b->nundone, 256);
+  b->undone[b->nundone++] = (size_t)(p - b->data);
+  if (type[0] == 'f') {
+    double acc = 0;
+    for (size_t i = 0; i < n; i++) {
+      uint64_t u = le(p + 8 * i, 8);
+      double d;
+      memcpy(&d, &u, 8);
+      acc += d;
+      memcpy(&u, &acc, 8);
+      put_le(p + 8 * i, u, 8);
+    }
+  } else {
+    cr_assert(type[1] == '3', "only 32-bit integer sections are delta coded");
+    uint32_t acc = 0;
+    for (size_t i = 0; i < n; i++) {
+      acc += (uint32_t)le(p + 4 * i, 4);
+      put_le(p + 4 * i, acc, 4);
+    }
+  }
+}
+
+/* The section NAME: its type, count and bytes (delta-coded ones summed back). */
+static const unsigned char *section(bin_t *b, const char *name, const char *type,
                                     size_t *count) {
   char key[64];
   snprintf(key, sizeof key, "{\"name\":\"%s\",\"type\":\"%s\",\"offset\":", name, type);
@@ -151,6 +185,9 @@ static const unsigned char *section(const bin_t *b, const char *name, const char
   size_t w = type[0] == 'f' ? 8 : type[1] == '8' ? 1 : type[1] == '1' ? 2 : 4;
   cr_assert_leq(off + cnt * w, b->len, "%s inside the data", name);
   *count = (size_t)cnt;
+  const char *end = strchr(p + strlen(key), '}');
+  cr_assert(end);
+  if (strncmp(end - 13, ",\"delta\":true", 13) == 0) undelta(b, b->data + off, type, (size_t)cnt);
   return b->data + off;
 }
 
@@ -169,7 +206,7 @@ static int64_t i32_at(const unsigned char *p, size_t i) { return (int32_t)(uint3
 
 /* The page's timeline sections PREFIX.* hold exactly ms_tlv_compute's data (nothing
  * summarized): every series, point, offset, size, max_at_time and source. */
-static void check_tlv(const bin_t *b, const char *key, const ms_snapshot_t *s, size_t dev,
+static void check_tlv(bin_t *b, const char *key, const ms_snapshot_t *s, size_t dev,
                       bool seg) {
   char prefix[64];
   snprintf(prefix, sizeof prefix, "d%zu.%s", dev, key);
@@ -221,7 +258,7 @@ static void check_tlv(const bin_t *b, const char *key, const ms_snapshot_t *s, s
 }
 
 /* The trace and stack sections hold the device's trace and the snapshot's stacks. */
-static void check_trace(const bin_t *b, const ms_snapshot_t *s, size_t dev) {
+static void check_trace(bin_t *b, const ms_snapshot_t *s, size_t dev) {
   size_t c, n = dev < s->ndevices ? s->devices[dev].ntrace : 0;
   const ms_snap_trace_t *t = n ? s->trace + s->devices[dev].first_trace : NULL;
   char nm[64];
@@ -240,18 +277,37 @@ static void check_trace(const bin_t *b, const ms_snapshot_t *s, size_t dev) {
     cr_assert_eq(f64_at(tm, i), t[i].present & MS_TRACE_HAS_TIME ? (double)t[i].time_us : -1.0);
     cr_assert_eq(i32_at(stk, i), t[i].stack == MS_SNAP_NO_STACK ? -1 : (int64_t)t[i].stack);
   }
-  const unsigned char *sf = section(b, "stacks.first", "u32", &c);
+  /* stacks: counts, then ranks among the successors of the frame before (viz/view/stacks.h),
+   * which give back every stack's frames */
+  uint32_t maxn = 0;
+  for (size_t i = 0; i < s->nstacks; i++)
+    if (s->stacks[i].nframes > maxn) maxn = s->stacks[i].nframes;
+  size_t wc = maxn < 256 ? 1 : 4, wf = s->nframes < 65536 ? 2 : 4;
+  const unsigned char *sc = section(b, "stacks.count", wc == 1 ? "u8" : "u32", &c);
   cr_assert_eq(c, s->nstacks);
-  const unsigned char *sc = section(b, "stacks.count", "u32", &c);
-  bool small = s->nframes < 65536;
-  const unsigned char *fr = section(b, "stacks.frames", small ? "u16" : "u32", &c);
-  cr_assert_eq(c, s->nstack_frames);
+  size_t nranks, nsc, nsucc;
+  const unsigned char *rk = section(b, "stacks.ranks", wf == 2 ? "u16" : "u32", &nranks);
+  const unsigned char *ns = section(b, "stacks.succ_count", "u32", &nsc);
+  const unsigned char *su = section(b, "stacks.succ", wf == 2 ? "u16" : "u32", &nsucc);
+  cr_assert_eq(nsc, s->nframes + 1);
+  size_t *start = calloc(nsc + 1, sizeof *start);
+  for (size_t i = 0; i < nsc; i++) start[i + 1] = start[i] + le(ns + 4 * i, 4);
+  cr_assert_eq(start[nsc], nsucc);
+  size_t at = 0;
   for (size_t i = 0; i < s->nstacks; i++) {
-    cr_assert_eq(le(sf + 4 * i, 4), s->stacks[i].first);
-    cr_assert_eq(le(sc + 4 * i, 4), s->stacks[i].nframes);
+    uint32_t nf = (uint32_t)le(sc + wc * i, wc), ctx = (uint32_t)s->nframes;
+    cr_assert_eq(nf, s->stacks[i].nframes);
+    for (uint32_t k = nf; k-- > 0; at++) {
+      cr_assert_lt(at, nranks);
+      uint64_t r = le(rk + wf * at, wf);
+      cr_assert_lt(start[ctx] + r, start[ctx + 1], "stack %zu: rank in its context's list", i);
+      uint32_t f = (uint32_t)le(su + wf * (start[ctx] + r), wf);
+      cr_assert_eq(f, s->stack_frames[s->stacks[i].first + k], "stack %zu frame %u", i, k);
+      ctx = f;
+    }
   }
-  for (size_t i = 0; i < c; i++)
-    cr_assert_eq(small ? le(fr + 2 * i, 2) : le(fr + 4 * i, 4), s->stack_frames[i]);
+  cr_assert_eq(at, nranks);
+  free(start);
 }
 
 /* The checks every page must pass. */

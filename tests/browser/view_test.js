@@ -119,8 +119,8 @@
       }
       /* the stream selector: only that stream's bands are drawn */
       v.setWindow(0, TL.nT);
-      var all = v.stats.big + v.stats.small, s0 = TL.stream[best], n0 = 0;
-      for (s = 0; s < TL.n; s++) if (s !== TL.summ && TL.stream[s] === s0) n0++;
+      var all = v.stats.big + v.stats.small, TS = api.streams(TL), s0 = TS[best], n0 = 0;
+      for (s = 0; s < TL.n; s++) if (s !== TL.summ && TS[s] === s0) n0++;
       api.stream(s0);
       ok("stream filter draws that stream's bands", v.stats.big + v.stats.small === n0, (v.stats.big + v.stats.small) + " vs " + n0);
       api.stream(s0 + 1000);

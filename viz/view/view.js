@@ -76,13 +76,25 @@
     return streamIds[k];
   }
 
-  /* Annotation as MemoryViz: the version of each address at each trace entry. */
+  /* Streams are numbered as MemoryViz numbers them: in order of first use in the trace, then in
+   * the segments (one cheap pass: streams are few and change rarely from entry to entry). */
+  function numberStreams(tr) {
+    var n = tr.stream.length, last = NaN;
+    for (var i = 0; i < n; i++) if (tr.stream[i] !== last) { last = tr.stream[i]; streamName(last); }
+    D.segments.forEach(function (s) { streamName(s.stream); });
+  }
+  /* Annotation as MemoryViz: the version of each address at each trace entry; computed when a
+   * text first needs it (hover, the state history), not before the first paint. */
+  function versions() {
+    var tr = D.trace;
+    if (!tr.ver) annotate(tr);
+    return tr;
+  }
   function annotate(tr) {
     var n = tr.action.length, bver = new Map(), sver = new Map();
     var ver = new Int32Array(n);
     for (var i = 0; i < n; i++) {
       var a = tr.action[i], key = tr.addr[i];
-      streamName(tr.stream[i]);
       if (a === A.FREE_DONE) { var v = bver.get(key) || 0; ver[i] = v; bver.set(key, v + 1); }
       else if (a === A.ALLOC || a === A.FREE_REQ) ver[i] = bver.get(key) || 0;
       else if (a === A.SEG_FREE || a === A.SEG_UNMAP) {
@@ -92,15 +104,12 @@
     tr.ver = ver;
     tr.bver = bver;
     tr.sver = sver;
-    D.segments.forEach(function (s) { streamName(s.stream); });
   }
 
   function hexAddr(i) { return D.trace.addr[i].toString(16); }
   function poolOf(i) { var k = D.trace.pool[i]; return k >= 0 ? D.pools[k] : null; }
-  function stackFrames(st) {
-    var a = D.bin["stacks.first"][st];
-    return D.bin["stacks.frames"].subarray(a, a + D.bin["stacks.count"][st]);
-  }
+  var STK = null; /* the stacks (data.js), decoded one at a time */
+  function stackFrames(st) { return STK.frames(st); }
   function frameText(fi) {
     var f = D.frames[fi];
     return f[0] + ":" + f[1] + ":" + f[2];
@@ -171,54 +180,45 @@
     for (i = 1; i < tl.maxAt.length; i++) if (tl.maxAt[i] > tl.maxAt[peak]) peak = i;
     tl.peakT = peak;
     tl.nT = Math.max(1, tl.maxAt.length);
+    lodIndex(tl);
     return tl;
   }
 
-  /* base64 to bytes */
-  function unbase64(str) {
-    var lut = new Uint8Array(128), abc = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/", i, j;
-    for (i = 0; i < 64; i++) lut[abc.charCodeAt(i)] = i;
-    var n = str.length;
-    while (n > 0 && (str.charCodeAt(n - 1) === 61 || str.charCodeAt(n - 1) <= 32)) n--;
-    var out = new Uint8Array(Math.floor(n * 3 / 4));
-    for (i = 0, j = 0; i + 3 < n; i += 4) {
-      var v = lut[str.charCodeAt(i)] << 18 | lut[str.charCodeAt(i + 1)] << 12
-        | lut[str.charCodeAt(i + 2)] << 6 | lut[str.charCodeAt(i + 3)];
-      out[j++] = v >> 16; out[j++] = v >> 8 & 255; out[j++] = v & 255;
+  /* What keeps a frame's cost down (docs/view.md, "Level of detail"): the maximum of max_at_time
+   * per block of 256 timesteps (the y scale of a window without a pass over it), and per group of
+   * 64 series the first and last step they cover (groups outside the window are skipped whole). */
+  var LOD_T = 256, LOD_S = 64;
+  function lodIndex(tl) {
+    var nb = Math.ceil(tl.maxAt.length / LOD_T), i, g;
+    tl.maxBlk = new Float64Array(nb);
+    for (i = 0; i < tl.maxAt.length; i++) {
+      g = (i / LOD_T) | 0;
+      if (tl.maxAt[i] > tl.maxBlk[g]) tl.maxBlk[g] = tl.maxAt[i];
     }
-    var rest = n - i;
-    if (rest >= 2) {
-      var w = lut[str.charCodeAt(i)] << 18 | lut[str.charCodeAt(i + 1)] << 12
-        | (rest > 2 ? lut[str.charCodeAt(i + 2)] << 6 : 0);
-      out[j++] = w >> 16;
-      if (rest > 2) out[j++] = w >> 8 & 255;
+    var ng = Math.ceil(tl.n / LOD_S);
+    tl.grpMin = new Float64Array(ng).fill(Infinity);
+    tl.grpMax = new Float64Array(ng).fill(-Infinity);
+    for (i = 0; i < tl.n; i++) {
+      g = (i / LOD_S) | 0;
+      if (tl.tmin[i] < tl.grpMin[g]) tl.grpMin[g] = tl.tmin[i];
+      if (tl.tmax[i] > tl.grpMax[g]) tl.grpMax[g] = tl.tmax[i];
     }
-    return out;
   }
-
-  /* The binary sections: gunzip with the browser's own DecompressionStream (no library; fed from
-   * memory, so no I/O is involved), into one buffer of the length the JSON gives; then one typed
-   * array per section over it. */
-  function loadBinary(meta) {
-    var bytes = unbase64(document.getElementById("ms-bin").textContent);
-    var input = new ReadableStream({ start: function (c) { c.enqueue(bytes); c.close(); } });
-    var reader = input.pipeThrough(new DecompressionStream("gzip")).getReader();
-    var out = new Uint8Array(meta.length), at = 0;
-    function pump() {
-      return reader.read().then(function (r) {
-        if (r.done) return;
-        if (at + r.value.length > out.length) throw new Error("the page's data is damaged (too long)");
-        out.set(r.value, at);
-        at += r.value.length;
-        return pump();
-      });
+  /* the largest max_at_time in steps [a, b] */
+  function maxIn(tl, a, b) {
+    var m = 0, i = a;
+    while (i <= b && i % LOD_T) { if (tl.maxAt[i] > m) m = tl.maxAt[i]; i++; }
+    while (i + LOD_T - 1 <= b) { if (tl.maxBlk[i / LOD_T] > m) m = tl.maxBlk[i / LOD_T]; i += LOD_T; }
+    for (; i <= b; i++) if (tl.maxAt[i] > m) m = tl.maxAt[i];
+    return m;
+  }
+  /* calls f(s) for every series whose steps meet [t0, t1] */
+  function eachIn(tl, t0, t1, f) {
+    for (var g = 0; g < tl.grpMin.length; g++) {
+      if (tl.grpMax[g] < t0 || tl.grpMin[g] > t1) continue;
+      for (var s = g * LOD_S, z = Math.min(tl.n, s + LOD_S); s < z; s++)
+        if (tl.tmax[s] >= t0 && tl.tmin[s] <= t1) f(s);
     }
-    return pump().then(function () {
-      if (at !== meta.length) throw new Error("the page's data is damaged (" + at + " of " + meta.length + " bytes)");
-      var types = { i32: Int32Array, u32: Uint32Array, u16: Uint16Array, u8: Uint8Array, f64: Float64Array }, res = {};
-      meta.sections.forEach(function (s) { res[s.name] = new types[s.type](out.buffer, s.offset, s.count); });
-      return res;
-    });
   }
 
   /* The viewer's hover text of element e (context_for_id). */
@@ -231,7 +231,7 @@
         + " at most; it never shrinks. Its live blocks are the half transparent stripes inside.";
     }
     if (e < 0) return "Small allocations summarized together.";
-    var src = tl.sources[e], tr = D.trace, lines = [], size = tl.size[s];
+    var src = tl.sources[e], tr = versions(), lines = [], size = tl.size[s];
     var after = tl.maxAt[Math.min(tl.maxAt.length - 1, Math.max(0, tl.tmin[s]))];
     if (src >= 0) {
       var act = tr.action[src], pre = tl.segmentsView ? "s'" : "b'";
@@ -252,7 +252,7 @@
       } else {
         var b = snapBlock(k);
         var addr = b ? b[2].toString(16) : "?";
-        lines.push("Addr: b'" + addr + "_" + (b ? D.trace.bver.get(b[2]) || 0 : 0) + ", Size: "
+        lines.push("Addr: b'" + addr + "_" + (b ? versions().bver.get(b[2]) || 0 : 0) + ", Size: "
           + fmtBoth(size) + " allocation, stream " + (b ? streamName(b[0].stream) : "?"));
         lines.push("This block was allocated before the trace starts (it is alive in the "
           + "snapshot, its alloc is not in the trace).");
@@ -330,8 +330,16 @@
     }
     return tl.poolKey;
   }
+  /* the (renamed) stream of every series, computed once the stream selector is used */
+  function seriesStreams(tl) {
+    if (!tl.stream) {
+      tl.stream = new Int32Array(tl.n);
+      for (var k = 0; k < tl.n; k++) tl.stream[k] = elementStream(tl, k);
+    }
+    return tl.stream;
+  }
   function shown(tl, s) {
-    return s !== tl.summ && (streamFilter < 0 || tl.stream[s] === streamFilter)
+    return s !== tl.summ && (streamFilter < 0 || seriesStreams(tl)[s] === streamFilter)
       && (poolFilter === "" || seriesPools(tl)[s] === poolFilter);
   }
   /* The timestep at which trace entry i takes effect (the time-range selector), from the replay
@@ -396,9 +404,8 @@
       + "moment of the flame graph view. Keys: + / - zoom, arrows pan, p peak, 0 whole run.";
 
     function ymax() {
-      var a = Math.max(0, Math.floor(x0)), b = Math.min(tl.maxAt.length - 1, Math.ceil(x1)), m = 1;
-      for (var i = a; i <= b; i++) if (tl.maxAt[i] > m) m = tl.maxAt[i];
-      return m * 1.05;
+      var a = Math.max(0, Math.floor(x0)), b = Math.min(tl.maxAt.length - 1, Math.ceil(x1));
+      return Math.max(1, maxIn(tl, a, b)) * 1.05;
     }
     var Y = 1;
     function X(t) { return pad.l + (t - x0) / (x1 - x0) * (W - pad.l - pad.r); }
@@ -406,12 +413,66 @@
     function Yp(b) { return H - pad.b - b / Y * (H - pad.t - pad.b); }
     function B(y) { return (H - pad.b - y) / (H - pad.t - pad.b) * Y; }
 
+    var thin = null, thinCv = null, thinPx = null, miniCols = null;
     function resize() {
       var r = plot.getBoundingClientRect(), m = mini.getBoundingClientRect();
       W = Math.max(200, Math.floor(r.width)); H = Math.max(100, Math.floor(r.height));
       MW = Math.max(200, Math.floor(m.width)); MH = Math.max(30, Math.floor(m.height));
       cv.width = over.width = W; cv.height = over.height = H; mcv.width = MW; mcv.height = MH;
+      thinCv = document.createElement("canvas");
+      thinCv.width = W; thinCv.height = H;
+      thin = thinCv.getContext("2d").createImageData(W, H);
+      thinPx = new Uint32Array(thin.data.buffer);
+      miniCols = null;
       draw(); drawMini();
+    }
+    /* The thin bands (less than a pixel high), aggregated per pixel: each is written as one pixel
+     * per column it covers, at its offset, into an image drawn over the polygons; a band of many
+     * points over few columns is read at one point per column, so a frame costs at most a
+     * column per band, not a point. */
+    var PX = TABLEAU10.map(function (c) { return rgba(c, 1); }), PXL = TABLEAU10.map(function (c) { return rgba(c, 0.45); });
+    function rgba(hex, a) {
+      var r = parseInt(hex.slice(1, 3), 16), g = parseInt(hex.slice(3, 5), 16), b = parseInt(hex.slice(5, 7), 16);
+      r = Math.round(255 - (255 - r) * a); g = Math.round(255 - (255 - g) * a); b = Math.round(255 - (255 - b) * a);
+      return (255 << 24 | b << 16 | g << 8 | r) >>> 0;
+    }
+    function rasterThin(s) {
+      var a = tl.first[s], z = tl.first[s + 1], T0 = tl.T, O0 = tl.O;
+      if (tl.tmin[s] < x0) {
+        var lo = a, hi = z - 1;
+        while (lo < hi) { var mid = (lo + hi) >> 1; if (T0[mid] < x0) lo = mid + 1; else hi = mid; }
+        a = Math.max(a, lo - 1);
+      }
+      var kx = (W - pad.l - pad.r) / (x1 - x0), ky = (H - pad.t - pad.b) / Y, base = H - pad.b;
+      var cmin = pad.l, cmax = W - pad.r - 1, rmin = pad.t, rmax = H - pad.b - 1;
+      var col = (tl.ghost[s] || (tl.alpha && tl.alpha[s] < 1) ? PXL : PX)[tl.color[s] % 10];
+      var xa = pad.l + (T0[a] - x0) * kx, ya = base - O0[a] * ky;
+      var cols = Math.min(W, Math.ceil(((tl.tmax[s] < x1 ? tl.tmax[s] : x1) - (tl.tmin[s] > x0 ? tl.tmin[s] : x0)) * kx) + 2);
+      if (z - a > 4 * cols) {
+        /* many points: one per column */
+        var c0 = Math.max(cmin, Math.floor(xa)), c1 = Math.min(cmax, Math.floor(pad.l + (Math.min(tl.tmax[s], x1) - x0) * kx));
+        var i = a;
+        for (var c = c0; c <= c1; c++) {
+          var tc = x0 + (c + 0.5 - pad.l) / kx;
+          while (i + 1 < z && T0[i + 1] <= tc) i++;
+          var r = Math.round(base - O0[i] * ky);
+          if (r >= rmin && r <= rmax) thinPx[r * W + c] = col;
+        }
+        return;
+      }
+      for (var j = a + 1; j <= z; j++) {
+        var last = j === z, xb = last ? xa : pad.l + (T0[j] - x0) * kx, yb = last ? ya : base - O0[j] * ky;
+        var ca = Math.floor(xa), cb = Math.floor(xb);
+        if (ca < cmin) ca = cmin;
+        if (cb > cmax) cb = cmax;
+        for (var cc = ca; cc <= cb; cc++) {
+          var y = xb > xa ? ya + (yb - ya) * Math.min(1, Math.max(0, (cc + 0.5 - xa) / (xb - xa))) : ya;
+          var rr = Math.round(y);
+          if (rr >= rmin && rr <= rmax) thinPx[rr * W + cc] = col;
+        }
+        if (xb > W - pad.r) break;
+        xa = xb; ya = yb;
+      }
     }
 
     /* One band: the top edge forwards then the bottom edge back, at most one point per pixel
@@ -446,11 +507,10 @@
       ctx.clearRect(0, 0, W, H);
       ctx.save();
       ctx.beginPath(); ctx.rect(pad.l, pad.t, W - pad.l - pad.r, H - pad.t - pad.b); ctx.clip();
-      var pxPerByte = (H - pad.t - pad.b) / Y, small = [], nsmall = 0, nbig = 0, c;
-      for (c = 0; c < 10; c++) small.push(new Path2D());
-      for (var s = 0; s < tl.n; s++) {
-        if (tl.tmax[s] < x0 || tl.tmin[s] > x1) continue;
-        if (!shown(tl, s)) continue;
+      var pxPerByte = (H - pad.t - pad.b) / Y, nsmall = 0, nbig = 0, filter = streamFilter >= 0 || poolFilter !== "";
+      thinPx.fill(0);
+      eachIn(tl, x0, x1, function (s) {
+        if (s === tl.summ || filter && !shown(tl, s)) return;
         var h = tl.size[s] * pxPerByte;
         if (h >= 1) {
           ctx.beginPath();
@@ -460,15 +520,15 @@
           ctx.fill();
           nbig++;
         } else {
-          /* narrower than a pixel: one pixel line at its offset, all in one path, so that
-           * stacked small bands fill the pixels they cover (aggregated per pixel) */
-          bandPath(s, 0, small[tl.color[s] % 10]);
+          rasterThin(s);
           nsmall++;
         }
-      }
+      });
       ctx.globalAlpha = 1;
-      ctx.lineWidth = 1;
-      for (c = 0; c < 10 && nsmall; c++) { ctx.strokeStyle = TABLEAU10[c]; ctx.stroke(small[c]); }
+      if (nsmall) {
+        thinCv.getContext("2d").putImageData(thin, 0, 0);
+        ctx.drawImage(thinCv, 0, 0);
+      }
       if (tl.summ >= 0) drawSummarized();
       ctx.restore();
       axes();
@@ -535,16 +595,20 @@
     }
     function drawMini() {
       mctx.clearRect(0, 0, MW, MH);
-      var m = 1, n = tl.maxAt.length, i;
-      for (i = 0; i < n; i++) if (tl.maxAt[i] > m) m = tl.maxAt[i];
+      var n = tl.maxAt.length, x;
+      if (!miniCols) {
+        /* the maximum per pixel column, once per size */
+        miniCols = new Float64Array(MW + 1);
+        for (x = 0; x < MW; x++) {
+          var a = Math.floor(x / MW * n), b = Math.min(n - 1, Math.max(a, Math.floor((x + 1) / MW * n) - 1));
+          miniCols[x] = a < n ? maxIn(tl, a, b) : 0;
+          if (miniCols[x] > miniCols[MW]) miniCols[MW] = miniCols[x];
+        }
+      }
+      var m = Math.max(1, miniCols[MW]);
       mctx.fillStyle = "#9ab";
       mctx.beginPath(); mctx.moveTo(0, MH);
-      /* the maximum per pixel column */
-      for (var x = 0; x < MW; x++) {
-        var a = Math.floor(x / MW * n), b = Math.max(a + 1, Math.floor((x + 1) / MW * n)), v = 0;
-        for (i = a; i < b && i < n; i++) if (tl.maxAt[i] > v) v = tl.maxAt[i];
-        mctx.lineTo(x, MH - v / m * (MH - 4));
-      }
+      for (x = 0; x < MW; x++) mctx.lineTo(x, MH - miniCols[x] / m * (MH - 4));
       mctx.lineTo(MW, MH); mctx.fill();
       var lim = stepRange(tl);
       mctx.fillStyle = "rgba(255,255,255,0.7)";
@@ -560,13 +624,13 @@
       /* a band narrower than a pixel in time is hit within half a pixel of it */
       var t = T(mx), b = B(my), tol = Y / (H - pad.t - pad.b), best = -1;
       var dt = (x1 - x0) / (W - pad.l - pad.r) / 2;
-      for (var s = 0; s < tl.n; s++) {
-        if (tl.tmax[s] < t - dt || tl.tmin[s] > t + dt || !shown(tl, s)) continue;
+      eachIn(tl, t - dt, t + dt, function (s) {
+        if (!shown(tl, s)) return;
         var o = offsetAt(tl, s, Math.min(tl.tmax[s], Math.max(tl.tmin[s], t)));
         if (b >= o - tol && b < o + Math.max(tl.size[s], tol)) {
           if (best < 0 || tl.size[s] > tl.size[best] || b >= o && b < o + tl.size[s]) best = s;
         }
-      }
+      });
       return best;
     }
     function show(s) {
@@ -774,7 +838,7 @@
   };
 
   function eventText(i) {
-    var tr = D.trace, a = tr.action[i], name = D.actions[a] || "other";
+    var tr = versions(), a = tr.action[i], name = D.actions[a] || "other";
     if (a === A.OOM)
       return "OOM (requested " + fmtSize(tr.size[i]) + ", Device has "
         + fmtSize(tr.addr[i]) + " memory free)";
@@ -1063,8 +1127,7 @@
   function poolsTimeline() {
     if (!PTL) {
       PTL = window.memsnapReplay({ trace: D.trace, segments: D.segments, segmentsView: false, pools: true });
-      PTL.stream = new Int32Array(PTL.n);
-      for (var k = 0; k < PTL.n; k++) PTL.stream[k] = elementStream(PTL, k);
+      lodIndex(PTL);
       api.poolsTimeline = PTL;
     }
     return PTL;
@@ -1099,11 +1162,12 @@
     app = document.getElementById("app");
     D = parseJSON("ms-data");
     app.textContent = "Reading the data...";
-    return loadBinary(D.bin).then(function (B) {
+    return window.memsnapData.load(D.bin).then(function (B) {
       D.bin = B;
-      D.nstacks = B["stacks.first"].length;
+      STK = window.memsnapData.stacks(B, D.frames.length);
+      D.nstacks = STK.n;
       api.stackFrames = stackFrames; api.hexAddr = hexAddr; api.entrySteps = entrySteps;
-      api.elementPool = elementPool;
+      api.elementPool = elementPool; api.streams = seriesStreams;
       var h = readHash();
       useDevice(h.device !== undefined && D.devices.indexOf(+h.device) >= 0 ? +h.device : D.device);
       build();
@@ -1123,17 +1187,13 @@
     streamIds = {};
     blockIndex = null;
     selectedT = -1;
-    annotate(D.trace);
+    numberStreams(D.trace);
     segsByAddr = null;
     PTL = null;
     TL = decodeTimeline(B, "d" + dev + ".tl", pd.tl, false);
     SEG = decodeTimeline(B, "d" + dev + ".seg", pd.seg, true);
     streamFilter = -1;
     poolFilter = "";
-    [TL, SEG].forEach(function (tl) {
-      tl.stream = new Int32Array(tl.n);
-      for (var k = 0; k < tl.n; k++) tl.stream[k] = elementStream(tl, k);
-    });
     api.data = D; api.timeline = TL; api.segmentTimeline = SEG;
   }
 
@@ -1159,7 +1219,7 @@
     api.device = function (d) { dsel.value = String(d); dsel.dispatchEvent(new Event("change")); };
     var ls = el("label", "", bar, "Stream "), ssel = el("select", "", ls), seen = {};
     var oall = el("option", "", ssel, "all"); oall.value = "-1";
-    [TL, SEG].forEach(function (tl) { for (var k = 0; k < tl.n; k++) if (tl.stream[k] >= 0) seen[tl.stream[k]] = true; });
+    Object.keys(streamIds).forEach(function (k) { seen[streamIds[k]] = true; });
     Object.keys(seen).map(Number).sort(function (a, b) { return a - b; }).forEach(function (k) {
       var o = el("option", "", ssel, String(k)); o.value = String(k);
     });

@@ -1,0 +1,177 @@
+/* SPDX-License-Identifier: MIT
+ * memsnap viewer: the snapshot's stacks as binary sections (stacks.h).
+ *
+ * A stack is written from its outermost frame in, each frame as its rank among the frames seen
+ * so far right inside the frame before it (its context; the outermost frame's context is the
+ * root). Stacks of one program repeat the same calls: after a Python frame comes the
+ * interpreter's, after an operator its kernel, so most ranks are 0 or small and the page's data
+ * compresses several times better than frame numbers do, while every stack still has its own
+ * frames. The successor lists (per context, in order of first use) give the frames back.
+ */
+#include "stacks.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "memsnap/error.h"
+
+/* (context, frame) -> rank: open addressing on the pair packed in 64 bits (value rank + 1) */
+typedef struct vs_map_s {
+  uint64_t *key;
+  uint32_t *val;
+  size_t cap, len;
+} vs_map_t;
+
+static size_t vs_hash(uint64_t k, size_t cap) {
+  return (size_t)((k * 0x9E3779B97F4A7C15ull) >> 20) & (cap - 1);
+}
+
+static int vs_grow(vs_map_t *m) {
+  size_t cap = m->cap ? 2 * m->cap : 4096;
+  uint64_t *key = malloc(cap * sizeof *key);
+  uint32_t *val = calloc(cap, sizeof *val);
+  if (!key || !val) {
+    free(key);
+    free(val);
+    return MS_ENOMEM;
+  }
+  for (size_t i = 0; i < m->cap; i++) {
+    if (!m->val[i]) continue;
+    size_t h = vs_hash(m->key[i], cap);
+    while (val[h]) h = (h + 1) & (cap - 1);
+    key[h] = m->key[i];
+    val[h] = m->val[i];
+  }
+  free(m->key);
+  free(m->val);
+  m->key = key;
+  m->val = val;
+  m->cap = cap;
+  return MS_OK;
+}
+
+/* The slot of k (its value 0 when absent). */
+static size_t vs_slot(const vs_map_t *m, uint64_t k) {
+  size_t h = vs_hash(k, m->cap);
+  while (m->val[h] && m->key[h] != k) h = (h + 1) & (m->cap - 1);
+  return h;
+}
+
+typedef struct vs_ctx_s {
+  vs_map_t map;
+  uint32_t *nsucc;     /* per context: successors so far */
+  uint32_t *last;      /* per context: the last successor seen (a cache of the map) */
+  uint32_t *last_rank; /* its rank */
+  uint64_t *pairs;     /* (context << 32 | frame) in order of first use */
+  size_t npairs, cap_pairs;
+} vs_ctx_t;
+
+/* The rank of frame f after context ctx, new successors numbered in order of first use. */
+static int vs_rank(vs_ctx_t *c, uint32_t ctx, uint32_t f, uint32_t *rank) {
+  if (c->last[ctx] == f) {
+    *rank = c->last_rank[ctx];
+    return MS_OK;
+  }
+  if ((c->map.len + 1) * 2 > c->map.cap && vs_grow(&c->map)) return MS_ENOMEM;
+  uint64_t k = (uint64_t)ctx << 32 | f;
+  size_t h = vs_slot(&c->map, k);
+  if (!c->map.val[h]) {
+    if (c->npairs == c->cap_pairs) {
+      size_t cap = c->cap_pairs ? 2 * c->cap_pairs : 4096;
+      uint64_t *p = realloc(c->pairs, cap * sizeof *p);
+      if (!p) return MS_ENOMEM;
+      c->pairs = p;
+      c->cap_pairs = cap;
+    }
+    c->pairs[c->npairs++] = k;
+    c->map.key[h] = k;
+    c->map.val[h] = ++c->nsucc[ctx];
+    c->map.len++;
+  }
+  *rank = c->map.val[h] - 1;
+  c->last[ctx] = f;
+  c->last_rank[ctx] = *rank;
+  return MS_OK;
+}
+
+/* stacks.count and stacks.ranks */
+static int vs_ranks(vb_t *b, const ms_snapshot_t *s, vs_ctx_t *c, bool small) {
+  uint32_t maxn = 0;
+  for (size_t i = 0; i < s->nstacks; i++)
+    if (s->stacks[i].nframes > maxn) maxn = s->stacks[i].nframes;
+  vb_begin(b, "stacks.count", maxn < 256 ? "u8" : "u32");
+  for (size_t i = 0; i < s->nstacks; i++) {
+    if (maxn < 256) vb_u8(b, (uint8_t)s->stacks[i].nframes);
+    else vb_u32(b, s->stacks[i].nframes);
+  }
+  vb_end(b);
+  uint32_t root = (uint32_t)s->nframes;
+  vb_begin(b, "stacks.ranks", small ? "u16" : "u32");
+  for (size_t i = 0; i < s->nstacks; i++) {
+    const ms_snap_stack_t *st = &s->stacks[i];
+    uint32_t ctx = root;
+    for (uint32_t k = st->nframes; k-- > 0;) {
+      uint32_t f = s->stack_frames[st->first + k], r;
+      if (f >= root) return MS_EINVAL; /* the reader never gives one: no frame to name */
+      int rc = vs_rank(c, ctx, f, &r);
+      if (rc != MS_OK) return rc;
+      if (small) vb_u16(b, (uint16_t)r);
+      else vb_u32(b, r);
+      ctx = f;
+    }
+  }
+  vb_end(b);
+  return MS_OK;
+}
+
+/* stacks.succ_count (per context, the root last) and stacks.succ (the lists, context by
+ * context, each in rank order) */
+static int vs_successors(vb_t *b, const ms_snapshot_t *s, vs_ctx_t *c, bool small) {
+  size_t nctx = s->nframes + 1;
+  vb_begin(b, "stacks.succ_count", "u32");
+  for (size_t i = 0; i < nctx; i++) vb_u32(b, c->nsucc[i]);
+  vb_end(b);
+  /* counting sort of the pairs by context: rank order is first-use order within a context */
+  size_t *at = malloc((nctx + 1) * sizeof *at);
+  uint32_t *out = malloc((c->npairs ? c->npairs : 1) * sizeof *out);
+  if (!at || !out) {
+    free(at);
+    free(out);
+    return MS_ENOMEM;
+  }
+  at[0] = 0;
+  for (size_t i = 0; i < nctx; i++) at[i + 1] = at[i] + c->nsucc[i];
+  for (size_t i = 0; i < c->npairs; i++) out[at[c->pairs[i] >> 32]++] = (uint32_t)c->pairs[i];
+  vb_begin(b, "stacks.succ", small ? "u16" : "u32");
+  for (size_t i = 0; i < c->npairs; i++) {
+    if (small) vb_u16(b, (uint16_t)out[i]);
+    else vb_u32(b, out[i]);
+  }
+  vb_end(b);
+  free(at);
+  free(out);
+  return MS_OK;
+}
+
+int vs_write_stacks(vb_t *b, const ms_snapshot_t *s) {
+  size_t nctx = s->nframes + 1;
+  bool small = s->nframes < 65536;
+  vs_ctx_t c;
+  memset(&c, 0, sizeof c);
+  c.nsucc = calloc(nctx, sizeof *c.nsucc);
+  c.last = malloc(nctx * sizeof *c.last);
+  c.last_rank = malloc(nctx * sizeof *c.last_rank);
+  int rc = c.nsucc && c.last && c.last_rank ? MS_OK : MS_ENOMEM;
+  if (rc == MS_OK) {
+    memset(c.last, 0xff, nctx * sizeof *c.last); /* no frame is UINT32_MAX */
+    rc = vs_ranks(b, s, &c, small);
+  }
+  if (rc == MS_OK) rc = vs_successors(b, s, &c, small);
+  free(c.map.key);
+  free(c.map.val);
+  free(c.nsucc);
+  free(c.last);
+  free(c.last_rank);
+  free(c.pairs);
+  return rc;
+}
