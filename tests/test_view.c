@@ -2,7 +2,7 @@
  * Tests for the offline HTML viewer (memsnap/view.h, `memsnap view`, issue #13): on every
  * PyTorch fixture the page's binary data, decoded here (base64, gunzip, sections), equals
  * ms_tlv_compute's timeline data (which test_timeline compares with PyTorch's own output) and the
- * device's trace and the stacks; the page is self-contained (three script elements, a
+ * device's trace and the stacks; the page is self-contained (four script elements, a
  * Content-Security-Policy that forbids every fetch, no network address or fetching call in the
  * page's own code), hostile names in frames and titles stay data, errors are reported, and
  * `trace_plot -f` keeps only what is alive at the end. tests/browser/view.sh runs the pages in
@@ -95,10 +95,13 @@ static int unb64(int c) {
   return -1;
 }
 
-static bin_t bin_of(const char *page) {
-  const char *open = "<script type=\"application/octet-stream\" id=\"ms-bin\">";
+/* The binary element ID (ms-bin: the devices' data, ms-stacks: the stacks), inflated; KEY names
+ * its entry in the JSON ("bin" or "stacks_bin"). */
+static bin_t bin_of_element(const char *page, const char *id, const char *key) {
+  char open[96];
+  snprintf(open, sizeof open, "<script type=\"application/octet-stream\" id=\"%s\">", id);
   const char *a = strstr(page, open);
-  cr_assert(a, "no ms-bin element");
+  cr_assert(a, "no %s element", id);
   a += strlen(open);
   const char *z = strstr(a, "</script>");
   cr_assert(z);
@@ -116,8 +119,10 @@ static bin_t bin_of(const char *page) {
     if (a[i + 3] != '=') gz[k++] = (unsigned char)w;
   }
   bin_t b = {NULL, 0, element(page, "ms-data"), {0}, 0};
-  const char *lp = strstr(b.json, "\"bin\":{\"encoding\":\"gzip+base64\",\"length\":");
-  cr_assert(lp);
+  char lkey[96];
+  snprintf(lkey, sizeof lkey, "\"%s\":{\"encoding\":\"gzip+base64\",\"length\":", key);
+  const char *lp = strstr(b.json, lkey);
+  cr_assert(lp, "no %s in the JSON", key);
   lp = strstr(lp, "\"length\":");
   b.len = strtoull(lp + 9, NULL, 10);
   b.data = malloc(b.len + 1);
@@ -133,6 +138,11 @@ static bin_t bin_of(const char *page) {
   inflateEnd(&zs);
   free(gz);
   return b;
+}
+
+static bin_t bin_of(const char *page) { return bin_of_element(page, "ms-bin", "bin"); }
+static bin_t stacks_of(const char *page) {
+  return bin_of_element(page, "ms-stacks", "stacks_bin");
 }
 
 static void bin_free(bin_t *b) {
@@ -258,7 +268,7 @@ static void check_tlv(bin_t *b, const char *key, const ms_snapshot_t *s, size_t 
 }
 
 /* The trace and stack sections hold the device's trace and the snapshot's stacks. */
-static void check_trace(bin_t *b, const ms_snapshot_t *s, size_t dev) {
+static void check_trace(bin_t *b, bin_t *sb, const ms_snapshot_t *s, size_t dev) {
   size_t c, n = dev < s->ndevices ? s->devices[dev].ntrace : 0;
   const ms_snap_trace_t *t = n ? s->trace + s->devices[dev].first_trace : NULL;
   char nm[64];
@@ -283,12 +293,12 @@ static void check_trace(bin_t *b, const ms_snapshot_t *s, size_t dev) {
   for (size_t i = 0; i < s->nstacks; i++)
     if (s->stacks[i].nframes > maxn) maxn = s->stacks[i].nframes;
   size_t wc = maxn < 256 ? 1 : 4, wf = s->nframes < 65536 ? 2 : 4;
-  const unsigned char *sc = section(b, "stacks.count", wc == 1 ? "u8" : "u32", &c);
+  const unsigned char *sc = section(sb, "stacks.count", wc == 1 ? "u8" : "u32", &c);
   cr_assert_eq(c, s->nstacks);
   size_t nranks, nsc, nsucc;
-  const unsigned char *rk = section(b, "stacks.ranks", wf == 2 ? "u16" : "u32", &nranks);
-  const unsigned char *ns = section(b, "stacks.succ_count", "u32", &nsc);
-  const unsigned char *su = section(b, "stacks.succ", wf == 2 ? "u16" : "u32", &nsucc);
+  const unsigned char *rk = section(sb, "stacks.ranks", wf == 2 ? "u16" : "u32", &nranks);
+  const unsigned char *ns = section(sb, "stacks.succ_count", "u32", &nsc);
+  const unsigned char *su = section(sb, "stacks.succ", wf == 2 ? "u16" : "u32", &nsucc);
   cr_assert_eq(nsc, s->nframes + 1);
   size_t *start = calloc(nsc + 1, sizeof *start);
   for (size_t i = 0; i < nsc; i++) start[i + 1] = start[i] + le(ns + 4 * i, 4);
@@ -313,8 +323,8 @@ static void check_trace(bin_t *b, const ms_snapshot_t *s, size_t dev) {
 /* The checks every page must pass. */
 static void check_self_contained(const char *page) {
   cr_assert(strncmp(page, "<!DOCTYPE html>", 15) == 0);
-  cr_assert_eq(count(page, "<script"), 3, "the page has exactly its three script elements");
-  cr_assert_eq(count(page, "</script>"), 3);
+  cr_assert_eq(count(page, "<script"), 4, "the page has exactly its four script elements");
+  cr_assert_eq(count(page, "</script>"), 4);
   cr_assert(strstr(page, "Content-Security-Policy\" content=\"default-src 'none'; "
                          "script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:; "
                          "connect-src 'none'\""));
@@ -348,8 +358,10 @@ Test(view, fixtures_data_equal_timeline, .timeout = 300) {
     bin_t b = bin_of(page);
     check_tlv(&b, "tl", s, def, false);
     check_tlv(&b, "seg", s, def, true);
-    check_trace(&b, s, def);
+    bin_t sb = stacks_of(page);
+    check_trace(&b, &sb, s, def);
     bin_free(&b);
+    bin_free(&sb);
     char *data = element(page, "ms-data");
     char dev[64];
     snprintf(dev, sizeof dev, ",\"device\":%zu,", def);
@@ -376,8 +388,10 @@ Test(view, every_device) {
     char *page = page_of(s, &o);
     bin_t b = bin_of(page);
     check_tlv(&b, "tl", s, devs[i], false);
-    check_trace(&b, s, devs[i]);
+    bin_t sb = stacks_of(page);
+    check_trace(&b, &sb, s, devs[i]);
     bin_free(&b);
+    bin_free(&sb);
     free(page);
   }
   ms_viewer_opts_t o;

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT
  * memsnap view: reading the page's binary data (embedded before view.js; no library).
- * window.memsnapData.load(meta) inflates the ms-bin element (base64 of gzip, viz/view/bin.h) with
+ * window.memsnapData.load(meta, id) inflates a binary element (ms-bin, ms-stacks: base64 of gzip, viz/view/bin.h) with
  * the browser's own DecompressionStream and returns one typed array per section, delta-coded
  * sections summed back. window.memsnapData.stacks(sections, nframes) reads the stacks
  * (viz/view/stacks.h) one at a time, when one is asked for.
@@ -42,8 +42,10 @@
     return a;
   }
 
-  function load(meta) {
-    var bytes = unbase64(document.getElementById("ms-bin").textContent);
+  /* the element ID's sections; its text is dropped once read (it is the page's largest part) */
+  function load(meta, id) {
+    var node = document.getElementById(id), bytes = unbase64(node.textContent);
+    node.textContent = "";
     var input = new ReadableStream({ start: function (c) { c.enqueue(bytes); c.close(); } });
     var reader = input.pipeThrough(new DecompressionStream("gzip")).getReader();
     var out = new Uint8Array(meta.length), at = 0;

@@ -287,7 +287,7 @@ typedef struct view_ctx_s {
   view_tlmeta_t *meta; /* two per listed device: memory, segments */
   int64_t (*pools)[2];
   size_t npools;
-  uint64_t bin_bytes; /* uncompressed */
+  uint64_t bin_bytes, stacks_bytes; /* uncompressed */
 } view_ctx_t;
 
 static void view_tlv_json(vw_t *w, const char *key, const view_tlmeta_t *m) {
@@ -305,7 +305,7 @@ static void view_tlv_json(vw_t *w, const char *key, const view_tlmeta_t *m) {
 }
 
 
-static void view_data(vw_t *w, const view_ctx_t *c, const vb_t *b) {
+static void view_data(vw_t *w, const view_ctx_t *c, const vb_t *b, const vb_t *sb) {
   const ms_snapshot_t *s = c->s;
   vw_puts(w, "{\"format\":2,\"title\":");
   vw_str(w, c->o->title ? c->o->title : "");
@@ -360,18 +360,16 @@ static void view_data(vw_t *w, const view_ctx_t *c, const vb_t *b) {
   vw_u64(w, c->bin_bytes);
   vw_puts(w, ",\"sections\":");
   vb_table(b, w);
+  vw_puts(w, "},\n\"stacks_bin\":{\"encoding\":\"gzip+base64\",\"length\":");
+  vw_u64(w, c->stacks_bytes);
+  vw_puts(w, ",\"sections\":");
+  vb_table(sb, w);
   vw_puts(w, "}}");
 }
 
-/* The binary element: the sections, gzipped, as base64. */
-static int view_bin(vw_t *w, view_ctx_t *c, vb_t *b) {
-  vb64_t e;
-  ms_sink_t b64sink, gz;
-  ms_gzip_sink_t *z = NULL;
-  vb64_init(&e, w, &b64sink);
-  int rc = ms_gzip_sink_create(&b64sink, c->s->ntrace > 1000000 ? 1 : 6, &z, &gz);
-  if (rc != MS_OK) return rc;
-  vb_init(b, &gz);
+/* What goes into the first binary element: per device its timelines and its trace. */
+static int view_bin_devices(view_ctx_t *c, vb_t *b) {
+  int rc = MS_OK;
   for (size_t k = 0; k < c->ndevs && rc == MS_OK; k++) {
     char prefix[48];
     for (int seg = 0; seg < 2 && rc == MS_OK; seg++) {
@@ -390,12 +388,23 @@ static int view_bin(vw_t *w, view_ctx_t *c, vb_t *b) {
     snprintf(prefix, sizeof prefix, "d%zu.trace", c->devs[k]);
     if (rc == MS_OK) rc = view_bin_trace(b, prefix, c->s, c->devs[k], &c->pools, &c->npools);
   }
-  if (rc == MS_OK) {
-    rc = vs_write_stacks(b, c->s);
-    vb_flush(b);
-    if (rc == MS_OK) rc = b->err;
-  }
-  c->bin_bytes = b->offset;
+  return rc;
+}
+
+/* A binary element: sections, gzipped, as base64: the devices' data, or (stacks) the stacks,
+ * which the page reads after its first paint. */
+static int view_bin(vw_t *w, view_ctx_t *c, vb_t *b, bool stacks) {
+  vb64_t e;
+  ms_sink_t b64sink, gz;
+  ms_gzip_sink_t *z = NULL;
+  vb64_init(&e, w, &b64sink);
+  int rc = ms_gzip_sink_create(&b64sink, c->s->ntrace > 1000000 ? 1 : 6, &z, &gz);
+  if (rc != MS_OK) return rc;
+  vb_init(b, &gz);
+  rc = stacks ? vs_write_stacks(b, c->s) : view_bin_devices(c, b);
+  vb_flush(b);
+  if (rc == MS_OK) rc = b->err;
+  *(stacks ? &c->stacks_bytes : &c->bin_bytes) = b->offset;
   if (rc == MS_OK) rc = ms_gzip_sink_finish(z);
   ms_gzip_sink_destroy(z);
   vb64_finish(&e);
@@ -414,18 +423,29 @@ static int view_page(vw_t *w, view_ctx_t *c) {
   vw_puts(w, "</style>\n</head>\n<body>\n<div id=\"app\"><noscript>This page needs "
              "JavaScript.</noscript></div>\n");
   vw_puts(w, "<script type=\"application/octet-stream\" id=\"ms-bin\">");
-  vb_t *b = malloc(sizeof *b);
-  if (!b) return MS_ENOMEM;
-  int rc = view_bin(w, c, b);
+  vb_t *b = malloc(sizeof *b), *sb = malloc(sizeof *sb);
+  if (!b || !sb) {
+    free(b);
+    free(sb);
+    return MS_ENOMEM;
+  }
+  vb_init(sb, NULL);
+  int rc = view_bin(w, c, b, false);
+  if (rc == MS_OK) {
+    vw_puts(w, "</script>\n<script type=\"application/octet-stream\" id=\"ms-stacks\">");
+    rc = view_bin(w, c, sb, true);
+  }
   if (rc == MS_OK) {
     vw_puts(w, "</script>\n<script type=\"application/json\" id=\"ms-data\">");
-    view_data(w, c, b);
+    view_data(w, c, b, sb);
     vw_puts(w, "</script>\n<script>\n");
     vw_raw(w, ms__view_js, ms__view_js_len);
     vw_puts(w, "</script>\n</body>\n</html>\n");
   }
   vb_release(b);
+  vb_release(sb);
   free(b);
+  free(sb);
   return rc;
 }
 
@@ -457,7 +477,7 @@ int ms_viewer_write_html(const ms_snapshot_t *snap, const ms_viewer_opts_t *opts
   if (!w || !meta) {
     rc = MS_ENOMEM;
   } else {
-    view_ctx_t c = {snap, opts, dev, devs, ndevs, meta, NULL, 0, 0};
+    view_ctx_t c = {snap, opts, dev, devs, ndevs, meta, NULL, 0, 0, 0};
     vw_init(w, sink);
     rc = view_page(w, &c);
     vw_flush(w);

@@ -109,13 +109,14 @@
   function hexAddr(i) { return D.trace.addr[i].toString(16); }
   function poolOf(i) { var k = D.trace.pool[i]; return k >= 0 ? D.pools[k] : null; }
   var STK = null; /* the stacks (data.js), decoded one at a time */
-  function stackFrames(st) { return STK.frames(st); }
+  function stackFrames(st) { return STK ? STK.frames(st) : new Uint32Array(0); }
   function frameText(fi) {
     var f = D.frames[fi];
     return f[0] + ":" + f[1] + ":" + f[2];
   }
   /* Innermost first, consecutive duplicates collapsed as the viewer does. */
   function stackText(stack) {
+    if (!STK && stack >= 0 && stack < D.nstacks) return "(the stacks are still being read)";
     if (stack < 0 || stack >= D.nstacks || stackFrames(stack).length === 0)
       return "No frames recorded: the block was allocated before recording started, the "
         + "recording kept no stacks, or the entry fell out of the ring buffer.";
@@ -1162,15 +1163,20 @@
     app = document.getElementById("app");
     D = parseJSON("ms-data");
     app.textContent = "Reading the data...";
-    return window.memsnapData.load(D.bin).then(function (B) {
+    D.nstacks = 0;
+    D.stacks_bin.sections.forEach(function (x) { if (x.name === "stacks.count") D.nstacks = x.count; });
+    return window.memsnapData.load(D.bin, "ms-bin").then(function (B) {
       D.bin = B;
-      STK = window.memsnapData.stacks(B, D.frames.length);
-      D.nstacks = STK.n;
       api.stackFrames = stackFrames; api.hexAddr = hexAddr; api.entrySteps = entrySteps;
       api.elementPool = elementPool; api.streams = seriesStreams;
       var h = readHash();
       useDevice(h.device !== undefined && D.devices.indexOf(+h.device) >= 0 ? +h.device : D.device);
       build();
+      /* the stacks after the first paint: only texts, search and the flame graph need them */
+      return window.memsnapData.load(D.stacks_bin, "ms-stacks");
+    }).then(function (SB) {
+      STK = window.memsnapData.stacks(SB, D.frames.length);
+      api.stacksMs = performance.now();
     });
   }
 
