@@ -630,14 +630,23 @@ Test(view_cli, commands_and_filter_freed) {
   free(sg);
   free(h);
   /* usage errors and a missing file: exit 2 and 1, no output written */
+  char *err = NULL;
   cr_assert_eq(RUN("view"), 2);
   cr_assert_eq(RUN("view", "s.msnap", "--view", "nope"), 2);
+  err = slurp(".stderr");
+  cr_assert(strstr(err, "unknown view 'nope' (timeline, pools, segments, history, settings, flame)"),
+            "%s", err);
+  free(err);
+  cr_assert_eq(RUN("view", "s.msnap", "--view", "pools", "-o", "p.html"), 0);
+  char *pp = slurp("p.html");
+  cr_assert(pp && strstr(pp, "\"view\":\"pools\""));
+  free(pp);
   cr_assert_eq(RUN("view", "s.msnap", "--device", "x"), 2);
   cr_assert_eq(RUN("view", "missing.pickle", "-o", "m.html"), 1);
   cr_assert_null(slurp("m.html"));
   cr_assert_eq(RUN("view", "s.msnap", "--device", "3", "-o", "d.html"), 1);
   cr_assert_null(slurp("d.html"));
-  char *err = slurp(".stderr");
+  err = slurp(".stderr");
   cr_assert_str_eq(err, "memsnap: error: 's.msnap': device 3 has no trace and no segments\n");
   free(err);
   cr_assert_eq(RUN("view", "--help"), 0);
