@@ -2,7 +2,7 @@
  * Tests for the offline HTML viewer (memsnap/view.h, `memsnap view`, issue #13): on every
  * PyTorch fixture the page's binary data, decoded here (base64, gunzip, sections), equals
  * ms_tlv_compute's timeline data (which test_timeline compares with PyTorch's own output) and the
- * device's trace and the stacks; the page is self-contained (four script elements, a
+ * device's trace and the stacks; the page is self-contained (five script elements, a
  * Content-Security-Policy that forbids every fetch, no network address or fetching call in the
  * page's own code), hostile names in frames and titles stay data, errors are reported, and
  * `trace_plot -f` keeps only what is alive at the end. tests/browser/view.sh runs the pages in
@@ -97,7 +97,8 @@ static int unb64(int c) {
 
 /* The binary element ID (ms-bin: the devices' data, ms-stacks: the stacks), inflated; KEY names
  * its entry in the JSON ("bin" or "stacks_bin"). */
-static bin_t bin_of_element(const char *page, const char *id, const char *key) {
+static bin_t bin_of_element(const char *page, const char *id, const char *key,
+                            const char *json_id) {
   char open[96];
   snprintf(open, sizeof open, "<script type=\"application/octet-stream\" id=\"%s\">", id);
   const char *a = strstr(page, open);
@@ -118,7 +119,7 @@ static bin_t bin_of_element(const char *page, const char *id, const char *key) {
     if (a[i + 2] != '=') gz[k++] = (unsigned char)(w >> 8);
     if (a[i + 3] != '=') gz[k++] = (unsigned char)w;
   }
-  bin_t b = {NULL, 0, element(page, "ms-data"), {0}, 0};
+  bin_t b = {NULL, 0, element(page, json_id), {0}, 0};
   char lkey[96];
   snprintf(lkey, sizeof lkey, "\"%s\":{\"encoding\":\"gzip+base64\",\"length\":", key);
   const char *lp = strstr(b.json, lkey);
@@ -140,9 +141,9 @@ static bin_t bin_of_element(const char *page, const char *id, const char *key) {
   return b;
 }
 
-static bin_t bin_of(const char *page) { return bin_of_element(page, "ms-bin", "bin"); }
+static bin_t bin_of(const char *page) { return bin_of_element(page, "ms-bin", "bin", "ms-data"); }
 static bin_t stacks_of(const char *page) {
-  return bin_of_element(page, "ms-stacks", "stacks_bin");
+  return bin_of_element(page, "ms-stacks", "stacks_bin", "ms-stacks-data");
 }
 
 static void bin_free(bin_t *b) {
@@ -295,8 +296,11 @@ static void check_trace(bin_t *b, bin_t *sb, const ms_snapshot_t *s, size_t dev)
   size_t wc = maxn < 256 ? 1 : 4, wf = s->nframes < 65536 ? 2 : 4;
   const unsigned char *sc = section(sb, "stacks.count", wc == 1 ? "u8" : "u32", &c);
   cr_assert_eq(c, s->nstacks);
-  size_t nranks, nsc, nsucc;
-  const unsigned char *rk = section(sb, "stacks.ranks", wf == 2 ? "u16" : "u32", &nranks);
+  size_t nranks, nsc, nsucc, nbigs, ib = 0;
+  const unsigned char *rk = section(sb, "stacks.ranks", "u8", &nranks);
+  const unsigned char *nbg = section(sb, "stacks.nbig", wc == 1 ? "u8" : "u32", &c);
+  cr_assert_eq(c, s->nstacks);
+  const unsigned char *big = section(sb, "stacks.ranks_big", wf == 2 ? "u16" : "u32", &nbigs);
   const unsigned char *ns = section(sb, "stacks.succ_count", "u32", &nsc);
   const unsigned char *su = section(sb, "stacks.succ", wf == 2 ? "u16" : "u32", &nsucc);
   cr_assert_eq(nsc, s->nframes + 1);
@@ -305,32 +309,41 @@ static void check_trace(bin_t *b, bin_t *sb, const ms_snapshot_t *s, size_t dev)
   cr_assert_eq(start[nsc], nsucc);
   size_t at = 0;
   for (size_t i = 0; i < s->nstacks; i++) {
-    uint32_t nf = (uint32_t)le(sc + wc * i, wc), ctx = (uint32_t)s->nframes;
+    uint32_t nf = (uint32_t)le(sc + wc * i, wc), ctx = (uint32_t)s->nframes, nbi = 0;
     cr_assert_eq(nf, s->stacks[i].nframes);
     for (uint32_t k = nf; k-- > 0; at++) {
       cr_assert_lt(at, nranks);
-      uint64_t r = le(rk + wf * at, wf);
+      uint64_t r = rk[at];
+      if (r == 255) {
+        cr_assert_lt(ib, nbigs);
+        r = le(big + wf * ib++, wf);
+        cr_assert_geq(r, 255);
+        nbi++;
+      }
       cr_assert_lt(start[ctx] + r, start[ctx + 1], "stack %zu: rank in its context's list", i);
       uint32_t f = (uint32_t)le(su + wf * (start[ctx] + r), wf);
       cr_assert_eq(f, s->stack_frames[s->stacks[i].first + k], "stack %zu frame %u", i, k);
       ctx = f;
     }
+    cr_assert_eq(le(nbg + wc * i, wc), nbi, "stack %zu: its big ranks", i);
   }
   cr_assert_eq(at, nranks);
+  cr_assert_eq(ib, nbigs);
   free(start);
 }
 
 /* The checks every page must pass. */
 static void check_self_contained(const char *page) {
   cr_assert(strncmp(page, "<!DOCTYPE html>", 15) == 0);
-  cr_assert_eq(count(page, "<script"), 4, "the page has exactly its four script elements");
-  cr_assert_eq(count(page, "</script>"), 4);
+  cr_assert_eq(count(page, "<script"), 5, "the page has exactly its five script elements");
+  cr_assert_eq(count(page, "</script>"), 5);
   cr_assert(strstr(page, "Content-Security-Policy\" content=\"default-src 'none'; "
                          "script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:; "
                          "connect-src 'none'\""));
   /* the page's own code (everything but the data elements) names no address and fetches nothing */
-  const char *code = strstr(page, "</script>\n<script>\n");
-  cr_assert(code);
+  const char *code_at = strstr(page, "</script>\n<script>\n");
+  cr_assert(code_at);
+  char *code = strndup(code_at, (size_t)(strstr(code_at + 18, "</script>") - code_at));
   const char *head_end = strstr(page, "<script type=\"application/octet-stream\"");
   char *head = strndup(page, (size_t)(head_end - page));
   const char *bad[] = {"http://", "https://", "fetch(", "XMLHttpRequest", "import(", "WebSocket",
@@ -340,6 +353,7 @@ static void check_self_contained(const char *page) {
     cr_assert_null(strstr(code, bad[i]), "the page's script holds '%s'", bad[i]);
   }
   free(head);
+  free(code);
   cr_assert(strstr(page, "</script>\n</body>\n</html>\n"));
 }
 
@@ -480,6 +494,57 @@ static const tr_t small_trace[] = {
     {MS_TRACE_ALLOC, 0x10000, 512},          {MS_TRACE_FREE_REQUESTED, 0x10200, 1024},
     {MS_TRACE_FREE_COMPLETED, 0x10200, 1024},
 };
+
+/* Stacks whose ranks need more than a byte (a frame followed by 300 others) and a stack of 300
+ * frames (counts as u32) come back whole from the page's stacks sections. */
+Test(view, stacks_big_ranks_and_deep_stacks) {
+  ms__snapbuild_t b;
+  ms__snapbuild_init(&b);
+  b.hdr.origin = MS_SNAP_ORIGIN_TORCH_DICT;
+  b.hdr.present = MS_SNAP_HAS_DEVICE_TRACES;
+  uint32_t fr[301], st[302];
+  for (int i = 0; i < 301; i++) {
+    char name[16];
+    snprintf(name, sizeof name, "f%d", i);
+    cr_assert_eq(ms__snapbuild_frame(&b, name, strlen(name), "a.py", 4, i, &fr[i]), MS_OK);
+  }
+  for (int k = 1; k <= 300; k++) {
+    uint32_t two[2] = {fr[k], fr[0]}; /* innermost first: f0 is the outermost */
+    cr_assert_eq(ms__snapbuild_stack(&b, two, 2, &st[k - 1]), MS_OK);
+  }
+  cr_assert_eq(ms__snapbuild_stack(&b, fr + 1, 300, &st[300]), MS_OK);
+  for (int k = 0; k < 301; k++) {
+    ms_snap_trace_t t;
+    memset(&t, 0, sizeof t);
+    t.action = MS_TRACE_ALLOC;
+    t.action_name = "alloc";
+    t.addr = 0x10000 + 512 * (uint64_t)k;
+    t.size = 512;
+    t.stack = st[k];
+    t.present = MS_TRACE_HAS_FRAMES;
+    t.compile_context = t.user_metadata = "";
+    cr_assert_eq(ms__snapbuild_add_trace(&b, &t), MS_OK);
+  }
+  ms_snap_device_t d;
+  memset(&d, 0, sizeof d);
+  d.ntrace = 301;
+  cr_assert_eq(ms__snapbuild_add_device(&b, &d), MS_OK);
+  ms_snapshot_t *s = NULL;
+  ms_errbuf_t eb = {{0}};
+  cr_assert_eq(ms__snapbuild_finish(&b, &s, &eb), MS_OK, "%s", eb.msg);
+  char *page = page_of(s, NULL);
+  cr_assert(strstr(page, "\"name\":\"stacks.count\",\"type\":\"u32\""));
+  cr_assert_null(strstr(page, "\"name\":\"stacks.ranks_big\",\"type\":\"u16\",\"offset\":0,\"count\":0"));
+  bin_t bb = bin_of(page), sb = stacks_of(page);
+  check_trace(&bb, &sb, s, 0);
+  size_t c;
+  section(&sb, "stacks.ranks_big", "u16", &c);
+  cr_assert_eq(c, 300 - 255, "the ranks of 255 and more: f256..f300 after f0");
+  bin_free(&bb);
+  bin_free(&sb);
+  free(page);
+  ms_snapshot_free(s);
+}
 
 Test(view, hostile_names_stay_data) {
   ms_snapshot_t *s = build(small_trace, 5, true);

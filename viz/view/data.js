@@ -43,9 +43,10 @@
   }
 
   /* the element ID's sections; its text is dropped once read (it is the page's largest part) */
-  function load(meta, id) {
+  function load(meta, id, phase) {
     var node = document.getElementById(id), bytes = unbase64(node.textContent);
     node.textContent = "";
+    if (phase) phase("base64");
     var input = new ReadableStream({ start: function (c) { c.enqueue(bytes); c.close(); } });
     var reader = input.pipeThrough(new DecompressionStream("gzip")).getReader();
     var out = new Uint8Array(meta.length), at = 0;
@@ -60,6 +61,7 @@
     }
     return pump().then(function () {
       bytes = null;
+      if (phase) phase("inflated");
       if (at !== meta.length) throw new Error("the page's data is damaged (" + at + " of " + meta.length + " bytes)");
       var types = { i32: Int32Array, u32: Uint32Array, u16: Uint16Array, u8: Uint8Array, f64: Float64Array }, res = {};
       meta.sections.forEach(function (s) {
@@ -73,10 +75,12 @@
   /* The stacks: frames(i) gives stack i's frame numbers, innermost first. */
   function stacks(B, nframes) {
     var count = B["stacks.count"], ranks = B["stacks.ranks"], sc = B["stacks.succ_count"], succ = B["stacks.succ"];
-    var start = null, succStart = null;
+    var nbig = B["stacks.nbig"], big = B["stacks.ranks_big"];
+    var start = null, bigStart = null, succStart = null;
     function index() {
       start = new Float64Array(count.length + 1);
-      for (var i = 0; i < count.length; i++) start[i + 1] = start[i] + count[i];
+      bigStart = new Float64Array(count.length + 1);
+      for (var i = 0; i < count.length; i++) { start[i + 1] = start[i] + count[i]; bigStart[i + 1] = bigStart[i] + nbig[i]; }
       succStart = new Float64Array(sc.length + 1);
       for (i = 0; i < sc.length; i++) succStart[i + 1] = succStart[i] + sc[i];
     }
@@ -84,9 +88,9 @@
       n: count.length,
       frames: function (st) {
         if (!start) index();
-        var n = count[st], out = new Uint32Array(n), ctx = nframes, r = start[st];
+        var n = count[st], out = new Uint32Array(n), ctx = nframes, r = start[st], b = bigStart[st];
         for (var k = 0; k < n; k++) {
-          var f = succ[succStart[ctx] + ranks[r + k]];
+          var q = ranks[r + k], f = succ[succStart[ctx] + (q === 255 ? big[b++] : q)];
           out[n - 1 - k] = f;
           ctx = f;
         }

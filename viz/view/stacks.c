@@ -15,10 +15,14 @@
 
 #include "memsnap/error.h"
 
-/* (context, frame) -> rank: open addressing on the pair packed in 64 bits (value rank + 1) */
+/* (context, frame) -> rank: open addressing on the pair packed in 64 bits (value rank + 1), key
+ * and value side by side so that a probe touches one cache line */
+typedef struct vs_slot_s {
+  uint64_t key;
+  uint32_t val;
+} vs_slot_t;
 typedef struct vs_map_s {
-  uint64_t *key;
-  uint32_t *val;
+  vs_slot_t *slot;
   size_t cap, len;
 } vs_map_t;
 
@@ -28,33 +32,25 @@ static size_t vs_hash(uint64_t k, size_t cap) {
 
 static int vs_grow(vs_map_t *m) {
   size_t cap = m->cap ? 2 * m->cap : 4096;
-  uint64_t *key = malloc(cap * sizeof *key);
-  uint32_t *val = calloc(cap, sizeof *val);
-  if (!key || !val) {
-    free(key);
-    free(val);
-    return MS_ENOMEM;
-  }
+  vs_slot_t *slot = calloc(cap, sizeof *slot);
+  if (!slot) return MS_ENOMEM;
   for (size_t i = 0; i < m->cap; i++) {
-    if (!m->val[i]) continue;
-    size_t h = vs_hash(m->key[i], cap);
-    while (val[h]) h = (h + 1) & (cap - 1);
-    key[h] = m->key[i];
-    val[h] = m->val[i];
+    if (!m->slot[i].val) continue;
+    size_t h = vs_hash(m->slot[i].key, cap);
+    while (slot[h].val) h = (h + 1) & (cap - 1);
+    slot[h] = m->slot[i];
   }
-  free(m->key);
-  free(m->val);
-  m->key = key;
-  m->val = val;
+  free(m->slot);
+  m->slot = slot;
   m->cap = cap;
   return MS_OK;
 }
 
 /* The slot of k (its value 0 when absent). */
-static size_t vs_slot(const vs_map_t *m, uint64_t k) {
+static vs_slot_t *vs_slot(const vs_map_t *m, uint64_t k) {
   size_t h = vs_hash(k, m->cap);
-  while (m->val[h] && m->key[h] != k) h = (h + 1) & (m->cap - 1);
-  return h;
+  while (m->slot[h].val && m->slot[h].key != k) h = (h + 1) & (m->cap - 1);
+  return &m->slot[h];
 }
 
 typedef struct vs_ctx_s {
@@ -74,8 +70,8 @@ static int vs_rank(vs_ctx_t *c, uint32_t ctx, uint32_t f, uint32_t *rank) {
   }
   if ((c->map.len + 1) * 2 > c->map.cap && vs_grow(&c->map)) return MS_ENOMEM;
   uint64_t k = (uint64_t)ctx << 32 | f;
-  size_t h = vs_slot(&c->map, k);
-  if (!c->map.val[h]) {
+  vs_slot_t *h = vs_slot(&c->map, k);
+  if (!h->val) {
     if (c->npairs == c->cap_pairs) {
       size_t cap = c->cap_pairs ? 2 * c->cap_pairs : 4096;
       uint64_t *p = realloc(c->pairs, cap * sizeof *p);
@@ -84,44 +80,79 @@ static int vs_rank(vs_ctx_t *c, uint32_t ctx, uint32_t f, uint32_t *rank) {
       c->cap_pairs = cap;
     }
     c->pairs[c->npairs++] = k;
-    c->map.key[h] = k;
-    c->map.val[h] = ++c->nsucc[ctx];
+    h->key = k;
+    h->val = ++c->nsucc[ctx];
     c->map.len++;
   }
-  *rank = c->map.val[h] - 1;
+  *rank = h->val - 1;
   c->last[ctx] = f;
   c->last_rank[ctx] = *rank;
   return MS_OK;
 }
 
-/* stacks.count and stacks.ranks */
+static void vs_count(vb_t *b, uint32_t v, bool byte) {
+  if (byte) vb_u8(b, (uint8_t)v);
+  else vb_u32(b, v);
+}
+
+/* stacks.count, stacks.ranks (a byte per frame: the rank, 255 for one of 255 or more, which is
+ * then in stacks.ranks_big) and per stack the number of those (stacks.nbig). The big ranks wait
+ * in memory until the byte ranks are written (a few per stack). */
 static int vs_ranks(vb_t *b, const ms_snapshot_t *s, vs_ctx_t *c, bool small) {
   uint32_t maxn = 0;
   for (size_t i = 0; i < s->nstacks; i++)
     if (s->stacks[i].nframes > maxn) maxn = s->stacks[i].nframes;
-  vb_begin(b, "stacks.count", maxn < 256 ? "u8" : "u32");
-  for (size_t i = 0; i < s->nstacks; i++) {
-    if (maxn < 256) vb_u8(b, (uint8_t)s->stacks[i].nframes);
-    else vb_u32(b, s->stacks[i].nframes);
-  }
+  bool byte = maxn < 256;
+  vb_begin(b, "stacks.count", byte ? "u8" : "u32");
+  for (size_t i = 0; i < s->nstacks; i++) vs_count(b, s->stacks[i].nframes, byte);
   vb_end(b);
-  uint32_t root = (uint32_t)s->nframes;
-  vb_begin(b, "stacks.ranks", small ? "u16" : "u32");
-  for (size_t i = 0; i < s->nstacks; i++) {
+  uint32_t root = (uint32_t)s->nframes, *nbig = calloc(s->nstacks ? s->nstacks : 1, sizeof *nbig);
+  /* the big ranks, u16 (small) or u32 as they will be written */
+  unsigned char *big = NULL;
+  size_t nb = 0, cap = 0, esz = small ? 2 : 4;
+  int rc = nbig ? MS_OK : MS_ENOMEM;
+  vb_begin(b, "stacks.ranks", "u8");
+  for (size_t i = 0; i < s->nstacks && rc == MS_OK; i++) {
     const ms_snap_stack_t *st = &s->stacks[i];
-    uint32_t ctx = root;
-    for (uint32_t k = st->nframes; k-- > 0;) {
-      uint32_t f = s->stack_frames[st->first + k], r;
-      if (f >= root) return MS_EINVAL; /* the reader never gives one: no frame to name */
-      int rc = vs_rank(c, ctx, f, &r);
-      if (rc != MS_OK) return rc;
-      if (small) vb_u16(b, (uint16_t)r);
-      else vb_u32(b, r);
+    uint32_t ctx = root, r = 0;
+    for (uint32_t k = st->nframes; k-- > 0 && rc == MS_OK;) {
+      uint32_t f = s->stack_frames[st->first + k];
+      if (f >= root) rc = MS_EINVAL; /* the reader never gives one: no frame to name */
+      else rc = vs_rank(c, ctx, f, &r);
+      if (rc == MS_OK && r >= 255) {
+        if (nb == cap) {
+          cap = cap ? 2 * cap : 4096;
+          unsigned char *p = realloc(big, cap * esz);
+          if (!p) rc = MS_ENOMEM;
+          else big = p;
+        }
+        if (rc == MS_OK) {
+          uint16_t r16 = (uint16_t)r;
+          memcpy(big + esz * nb++, small ? (const void *)&r16 : (const void *)&r, esz);
+          nbig[i]++;
+        }
+      }
+      vb_u8(b, r < 255 ? (uint8_t)r : 255);
       ctx = f;
     }
   }
   vb_end(b);
-  return MS_OK;
+  if (rc == MS_OK) {
+    vb_begin(b, "stacks.nbig", byte ? "u8" : "u32");
+    for (size_t i = 0; i < s->nstacks; i++) vs_count(b, nbig[i], byte);
+    vb_end(b);
+    vb_begin(b, "stacks.ranks_big", small ? "u16" : "u32");
+    for (size_t i = 0; i < nb; i++) {
+      uint16_t r16;
+      uint32_t r32;
+      if (small) memcpy(&r16, big + 2 * i, 2), vb_u16(b, r16);
+      else memcpy(&r32, big + 4 * i, 4), vb_u32(b, r32);
+    }
+    vb_end(b);
+  }
+  free(nbig);
+  free(big);
+  return rc;
 }
 
 /* stacks.succ_count (per context, the root last) and stacks.succ (the lists, context by
@@ -167,8 +198,7 @@ int vs_write_stacks(vb_t *b, const ms_snapshot_t *s) {
     rc = vs_ranks(b, s, &c, small);
   }
   if (rc == MS_OK) rc = vs_successors(b, s, &c, small);
-  free(c.map.key);
-  free(c.map.val);
+  free(c.map.slot);
   free(c.nsucc);
   free(c.last);
   free(c.last_rank);

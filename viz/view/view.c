@@ -305,7 +305,7 @@ static void view_tlv_json(vw_t *w, const char *key, const view_tlmeta_t *m) {
 }
 
 
-static void view_data(vw_t *w, const view_ctx_t *c, const vb_t *b, const vb_t *sb) {
+static void view_data(vw_t *w, const view_ctx_t *c, const vb_t *b) {
   const ms_snapshot_t *s = c->s;
   vw_puts(w, "{\"format\":2,\"title\":");
   vw_str(w, c->o->title ? c->o->title : "");
@@ -360,10 +360,6 @@ static void view_data(vw_t *w, const view_ctx_t *c, const vb_t *b, const vb_t *s
   vw_u64(w, c->bin_bytes);
   vw_puts(w, ",\"sections\":");
   vb_table(b, w);
-  vw_puts(w, "},\n\"stacks_bin\":{\"encoding\":\"gzip+base64\",\"length\":");
-  vw_u64(w, c->stacks_bytes);
-  vw_puts(w, ",\"sections\":");
-  vb_table(sb, w);
   vw_puts(w, "}}");
 }
 
@@ -430,17 +426,24 @@ static int view_page(vw_t *w, view_ctx_t *c) {
     return MS_ENOMEM;
   }
   vb_init(sb, NULL);
+  /* the stacks come last, after the script, with their table in a JSON element of their own:
+   * the browser runs the script, which draws the timeline, before it has parsed them */
   int rc = view_bin(w, c, b, false);
   if (rc == MS_OK) {
+    vw_puts(w, "</script>\n<script type=\"application/json\" id=\"ms-data\">");
+    view_data(w, c, b);
+    vw_puts(w, "</script>\n<script>\n");
+    vw_raw(w, ms__view_js, ms__view_js_len);
     vw_puts(w, "</script>\n<script type=\"application/octet-stream\" id=\"ms-stacks\">");
     rc = view_bin(w, c, sb, true);
   }
   if (rc == MS_OK) {
-    vw_puts(w, "</script>\n<script type=\"application/json\" id=\"ms-data\">");
-    view_data(w, c, b, sb);
-    vw_puts(w, "</script>\n<script>\n");
-    vw_raw(w, ms__view_js, ms__view_js_len);
-    vw_puts(w, "</script>\n</body>\n</html>\n");
+    vw_puts(w, "</script>\n<script type=\"application/json\" id=\"ms-stacks-data\">");
+    vw_puts(w, "{\"stacks_bin\":{\"encoding\":\"gzip+base64\",\"length\":");
+    vw_u64(w, c->stacks_bytes);
+    vw_puts(w, ",\"sections\":");
+    vb_table(sb, w);
+    vw_puts(w, "}}</script>\n</body>\n</html>\n");
   }
   vb_release(b);
   vb_release(sb);

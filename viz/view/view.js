@@ -116,7 +116,7 @@
   }
   /* Innermost first, consecutive duplicates collapsed as the viewer does. */
   function stackText(stack) {
-    if (!STK && stack >= 0 && stack < D.nstacks) return "(the stacks are still being read)";
+    if (!STK && stack >= 0) return "(the stacks are still being read)";
     if (stack < 0 || stack >= D.nstacks || stackFrames(stack).length === 0)
       return "No frames recorded: the block was allocated before recording started, the "
         + "recording kept no stacks, or the entry fell out of the ring buffer.";
@@ -212,6 +212,11 @@
     while (i + LOD_T - 1 <= b) { if (tl.maxBlk[i / LOD_T] > m) m = tl.maxBlk[i / LOD_T]; i += LOD_T; }
     for (; i <= b; i++) if (tl.maxAt[i] > m) m = tl.maxAt[i];
     return m;
+  }
+  /* the first index in [lo, hi) whose timestep is >= t (hi when none) */
+  function lowerBound(T, lo, hi, t) {
+    while (lo < hi) { var mid = (lo + hi) >> 1; if (T[mid] < t) lo = mid + 1; else hi = mid; }
+    return lo;
   }
   /* calls f(s) for every series whose steps meet [t0, t1] */
   function eachIn(tl, t0, t1, f) {
@@ -427,52 +432,51 @@
       miniCols = null;
       draw(); drawMini();
     }
-    /* The thin bands (less than a pixel high), aggregated per pixel: each is written as one pixel
-     * per column it covers, at its offset, into an image drawn over the polygons; a band of many
-     * points over few columns is read at one point per column, so a frame costs at most a
-     * column per band, not a point. */
-    var PX = TABLEAU10.map(function (c) { return rgba(c, 1); }), PXL = TABLEAU10.map(function (c) { return rgba(c, 0.45); });
-    function rgba(hex, a) {
-      var r = parseInt(hex.slice(1, 3), 16), g = parseInt(hex.slice(3, 5), 16), b = parseInt(hex.slice(5, 7), 16);
-      r = Math.round(255 - (255 - r) * a); g = Math.round(255 - (255 - g) * a); b = Math.round(255 - (255 - b) * a);
-      return (255 << 24 | b << 16 | g << 8 | r) >>> 0;
+    /* Every band is drawn in software, column by column, into one image (aggregated per pixel):
+     * in each column it covers, its pixels from its offset up to its height (one row at least), at
+     * the offset it has at the column (its first point there). A band of many points over few
+     * columns is read at one point per column (binary search), so a frame costs at most a column
+     * per band plus the pixels, whatever the number of points; no path is made. Half transparent
+     * bands (ghosts, pool stripes) are mixed with white or with the pool's grey. */
+    var PX = [], PXG = [], PXP = [];
+    TABLEAU10.forEach(function (c) { PX.push(rgba(c, 1, 255)); PXG.push(rgba(c, 0.45, 255)); PXP.push(rgba(c, 0.5, -1)); });
+    function rgba(hex, a, under) {
+      var v = [1, 3, 5].map(function (k) { return parseInt(hex.slice(k, k + 2), 16); });
+      var u = under >= 0 ? [under, under, under] : [0xba, 0xb0, 0xab];
+      v = v.map(function (x, k) { return Math.round(u[k] + (x - u[k]) * a); });
+      return (255 << 24 | v[2] << 16 | v[1] << 8 | v[0]) >>> 0;
     }
-    function rasterThin(s) {
-      var a = tl.first[s], z = tl.first[s + 1], T0 = tl.T, O0 = tl.O;
-      if (tl.tmin[s] < x0) {
-        var lo = a, hi = z - 1;
-        while (lo < hi) { var mid = (lo + hi) >> 1; if (T0[mid] < x0) lo = mid + 1; else hi = mid; }
-        a = Math.max(a, lo - 1);
-      }
+    function rasterBand(s) {
+      var a = tl.first[s], z = tl.first[s + 1], T0 = tl.T, O0 = tl.O, S0 = tl.elem[s] <= -2 ? tl.S : null;
+      if (tl.tmin[s] < x0) a = Math.max(a, lowerBound(T0, a, z - 1, x0) - 1);
       var kx = (W - pad.l - pad.r) / (x1 - x0), ky = (H - pad.t - pad.b) / Y, base = H - pad.b;
       var cmin = pad.l, cmax = W - pad.r - 1, rmin = pad.t, rmax = H - pad.b - 1;
-      var col = (tl.ghost[s] || (tl.alpha && tl.alpha[s] < 1) ? PXL : PX)[tl.color[s] % 10];
-      var xa = pad.l + (T0[a] - x0) * kx, ya = base - O0[a] * ky;
+      var col = (tl.ghost[s] ? PXG : tl.alpha && tl.alpha[s] < 1 ? PXP : PX)[tl.color[s] % 10];
+      var hp = Math.max(1, Math.round(tl.size[s] * ky));
+      function fill(c, o, i) {
+        var r = Math.round(base - o * ky), h = S0 ? Math.max(1, Math.round(S0[i] * ky)) : hp;
+        for (var q = r - h + 1 < rmin ? rmin : r - h + 1, qz = r > rmax ? rmax : r; q <= qz; q++) thinPx[q * W + c] = col;
+      }
+      var xa = pad.l + (T0[a] - x0) * kx;
       var cols = Math.min(W, Math.ceil(((tl.tmax[s] < x1 ? tl.tmax[s] : x1) - (tl.tmin[s] > x0 ? tl.tmin[s] : x0)) * kx) + 2);
       if (z - a > 4 * cols) {
         /* many points: one per column */
         var c0 = Math.max(cmin, Math.floor(xa)), c1 = Math.min(cmax, Math.floor(pad.l + (Math.min(tl.tmax[s], x1) - x0) * kx));
-        var i = a;
-        for (var c = c0; c <= c1; c++) {
-          var tc = x0 + (c + 0.5 - pad.l) / kx;
-          while (i + 1 < z && T0[i + 1] <= tc) i++;
-          var r = Math.round(base - O0[i] * ky);
-          if (r >= rmin && r <= rmax) thinPx[r * W + c] = col;
+        for (var c = c0, i = a; c <= c1; c++) {
+          i = Math.max(i, lowerBound(T0, i, z, x0 + (c + 0.5 - pad.l) / kx) - 1);
+          fill(c, O0[i], i);
         }
         return;
       }
-      for (var j = a + 1; j <= z; j++) {
-        var last = j === z, xb = last ? xa : pad.l + (T0[j] - x0) * kx, yb = last ? ya : base - O0[j] * ky;
-        var ca = Math.floor(xa), cb = Math.floor(xb);
-        if (ca < cmin) ca = cmin;
-        if (cb > cmax) cb = cmax;
+      for (var j = a; j < z; j++) {
+        var xb = j + 1 < z ? pad.l + (T0[j + 1] - x0) * kx : xa;
+        var ca = Math.floor(xa) < cmin ? cmin : Math.floor(xa), cb = Math.floor(xb) > cmax ? cmax : Math.floor(xb);
         for (var cc = ca; cc <= cb; cc++) {
-          var y = xb > xa ? ya + (yb - ya) * Math.min(1, Math.max(0, (cc + 0.5 - xa) / (xb - xa))) : ya;
-          var rr = Math.round(y);
-          if (rr >= rmin && rr <= rmax) thinPx[rr * W + cc] = col;
+          var f = xb > xa ? Math.min(1, Math.max(0, (cc + 0.5 - xa) / (xb - xa))) : 0;
+          fill(cc, j + 1 < z ? O0[j] + (O0[j + 1] - O0[j]) * f : O0[j], j);
         }
         if (xb > W - pad.r) break;
-        xa = xb; ya = yb;
+        xa = xb;
       }
     }
 
@@ -481,18 +485,32 @@
     function bandPath(s, h, c) {
       var a = tl.first[s], z = tl.first[s + 1], i;
       /* points inside the window, plus one on each side */
-      var lo = a, hi = z - 1;
-      while (lo < hi) { var mid = (lo + hi) >> 1; if (tl.T[mid] < x0) lo = mid + 1; else hi = mid; }
-      a = Math.max(tl.first[s], lo - 1);
-      var end = a;
-      while (end < z && tl.T[end] <= x1) end++;
-      end = Math.min(z, end + 1);
+      a = Math.max(tl.first[s], lowerBound(tl.T, a, z - 1, x0) - 1);
+      var end = Math.min(z, lowerBound(tl.T, a, z, x1 + 1e-9) + 1);
       var xs = [], ys = [], tops = [], lastX = -1e9, env = tl.elem[s] <= -2;
-      for (i = a; i < end; i++) {
-        var x = X(tl.T[i]), y = Yp(tl.O[i]);
-        if (Math.round(x) === Math.round(lastX) && i + 1 < end && Math.round(X(tl.T[i + 1])) === Math.round(x)) continue;
-        xs.push(x); ys.push(y); lastX = x;
+      function point(i) {
+        var y = Yp(tl.O[i]);
+        xs.push(X(tl.T[i])); ys.push(y);
         tops.push(env && h > 0 ? Yp(tl.O[i] + tl.S[i]) : y - h);
+      }
+      var c0 = Math.floor(X(tl.T[a])), c1 = Math.ceil(X(tl.T[end - 1]));
+      if (end - a > 4 * (c1 - c0 + 2)) {
+        /* far more points than columns (a long-lived band that slid many times): the first and
+         * the last point of each column, found by binary search */
+        var k = a;
+        for (var c = c0; c <= c1 && k < end; c++) {
+          var k1 = lowerBound(tl.T, k, end, T(c + 1));
+          if (k1 === k) continue;
+          point(k);
+          if (k1 - 1 > k) point(k1 - 1);
+          k = k1;
+        }
+      } else {
+        for (i = a; i < end; i++) {
+          var x = X(tl.T[i]);
+          if (Math.round(x) === Math.round(lastX) && i + 1 < end && Math.round(X(tl.T[i + 1])) === Math.round(x)) continue;
+          point(i); lastX = x;
+        }
       }
       if (xs.length === 0) return;
       c.moveTo(xs[0], tops[0]);
@@ -512,24 +530,12 @@
       thinPx.fill(0);
       eachIn(tl, x0, x1, function (s) {
         if (s === tl.summ || filter && !shown(tl, s)) return;
-        var h = tl.size[s] * pxPerByte;
-        if (h >= 1) {
-          ctx.beginPath();
-          bandPath(s, h, ctx);
-          ctx.fillStyle = TABLEAU10[tl.color[s] % 10];
-          ctx.globalAlpha = (tl.alpha ? tl.alpha[s] : 1) * (tl.ghost[s] ? 0.45 : 1);
-          ctx.fill();
-          nbig++;
-        } else {
-          rasterThin(s);
-          nsmall++;
-        }
+        rasterBand(s);
+        /* counted as before: bands at least a pixel high, and thinner ones */
+        if (tl.size[s] * pxPerByte >= 1) nbig++; else nsmall++;
       });
-      ctx.globalAlpha = 1;
-      if (nsmall) {
-        thinCv.getContext("2d").putImageData(thin, 0, 0);
-        ctx.drawImage(thinCv, 0, 0);
-      }
+      thinCv.getContext("2d").putImageData(thin, 0, 0);
+      ctx.drawImage(thinCv, 0, 0);
       if (tl.summ >= 0) drawSummarized();
       ctx.restore();
       axes();
@@ -539,12 +545,20 @@
       self.lastFrameMs = lastFrameMs;
       hash.x0 = Math.round(x0); hash.x1 = Math.round(x1); writeHash();
     }
+    /* the summarized band (empty here: nothing is summarized, but it has a point per step) */
     function drawSummarized() {
-      var s = tl.summ, a = tl.first[s], z = tl.first[s + 1];
-      if (z <= a) return;
+      var s = tl.summ, a = tl.first[s], z = tl.first[s + 1], m = 0;
+      if (tl.summMax === undefined) {
+        for (var k = 0; k < z - a; k++) if (tl.summSizes[k] > m) m = tl.summSizes[k];
+        tl.summMax = m;
+      }
+      if (z <= a || tl.summMax === 0) return;
+      var a0 = a;
+      a = Math.max(a, lowerBound(tl.T, a, z, x0) - 1);
+      z = Math.min(z, lowerBound(tl.T, a, z, x1 + 1e-9) + 1);
       ctx.beginPath();
-      for (var i = a; i < z; i++) ctx.lineTo(X(tl.T[i]), Yp(tl.summOffsets[i - a] + tl.summSizes[i - a]));
-      for (i = z - 1; i >= a; i--) ctx.lineTo(X(tl.T[i]), Yp(tl.summOffsets[i - a]));
+      for (var i = a; i < z; i++) ctx.lineTo(X(tl.T[i]), Yp(tl.summOffsets[i - a0] + tl.summSizes[i - a0]));
+      for (i = z - 1; i >= a; i--) ctx.lineTo(X(tl.T[i]), Yp(tl.summOffsets[i - a0]));
       ctx.fillStyle = "#ccc";
       ctx.fill();
     }
@@ -1159,23 +1173,37 @@
 
   var api = { ready: false };
 
+  /* when each step of the first paint ended (ms since navigation; bench/view_page.sh) */
+  function phase(name) { (api.phases = api.phases || {})[name] = Math.round(performance.now()); }
+
   function main() {
+    phase("script");
     app = document.getElementById("app");
     D = parseJSON("ms-data");
+    phase("json");
     app.textContent = "Reading the data...";
     D.nstacks = 0;
-    D.stacks_bin.sections.forEach(function (x) { if (x.name === "stacks.count") D.nstacks = x.count; });
-    return window.memsnapData.load(D.bin, "ms-bin").then(function (B) {
+    return window.memsnapData.load(D.bin, "ms-bin", phase).then(function (B) {
       D.bin = B;
       api.stackFrames = stackFrames; api.hexAddr = hexAddr; api.entrySteps = entrySteps;
       api.elementPool = elementPool; api.streams = seriesStreams;
       var h = readHash();
       useDevice(h.device !== undefined && D.devices.indexOf(+h.device) >= 0 ? +h.device : D.device);
+      phase("decoded");
       build();
-      /* the stacks after the first paint: only texts, search and the flame graph need them */
+      phase("painted");
+      /* the stacks after the first paint: only texts, search and the flame graph need them; they
+       * come after the script in the page, so wait until it is all parsed */
+      return new Promise(function (ok) {
+        if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", ok);
+        else ok();
+      });
+    }).then(function () {
+      D.stacks_bin = parseJSON("ms-stacks-data").stacks_bin;
       return window.memsnapData.load(D.stacks_bin, "ms-stacks");
     }).then(function (SB) {
       STK = window.memsnapData.stacks(SB, D.frames.length);
+      D.nstacks = STK.n;
       api.stacksMs = performance.now();
     });
   }
