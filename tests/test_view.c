@@ -95,8 +95,9 @@ static int unb64(int c) {
   return -1;
 }
 
-/* The binary element ID (ms-bin: the devices' data, ms-stacks: the stacks), inflated; KEY names
- * its entry in the JSON ("bin" or "stacks_bin"). */
+/* The binary element ID (ms-bin: the devices' timelines, ms-trace: their traces and the stacks),
+ * inflated; KEY names its entry in the JSON element JSON_ID ("bin" in ms-data, "trace_bin" in
+ * ms-trace-data). */
 static bin_t bin_of_element(const char *page, const char *id, const char *key,
                             const char *json_id) {
   char open[96];
@@ -142,8 +143,8 @@ static bin_t bin_of_element(const char *page, const char *id, const char *key,
 }
 
 static bin_t bin_of(const char *page) { return bin_of_element(page, "ms-bin", "bin", "ms-data"); }
-static bin_t stacks_of(const char *page) {
-  return bin_of_element(page, "ms-stacks", "stacks_bin", "ms-stacks-data");
+static bin_t trace_of(const char *page) {
+  return bin_of_element(page, "ms-trace", "trace_bin", "ms-trace-data");
 }
 
 static void bin_free(bin_t *b) {
@@ -269,17 +270,17 @@ static void check_tlv(bin_t *b, const char *key, const ms_snapshot_t *s, size_t 
 }
 
 /* The trace and stack sections hold the device's trace and the snapshot's stacks. */
-static void check_trace(bin_t *b, bin_t *sb, const ms_snapshot_t *s, size_t dev) {
+static void check_trace(bin_t *sb, const ms_snapshot_t *s, size_t dev) {
   size_t c, n = dev < s->ndevices ? s->devices[dev].ntrace : 0;
   const ms_snap_trace_t *t = n ? s->trace + s->devices[dev].first_trace : NULL;
   char nm[64];
 #define TN(col) (snprintf(nm, sizeof nm, "d%zu.trace.%s", dev, col), nm)
-  const unsigned char *act = section(b, TN("action"), "u8", &c);
+  const unsigned char *act = section(sb, TN("action"), "u8", &c);
   cr_assert_eq(c, n);
-  const unsigned char *addr = section(b, TN("addr"), "f64", &c);
-  const unsigned char *sz = section(b, TN("size"), "f64", &c);
-  const unsigned char *tm = section(b, TN("time"), "f64", &c);
-  const unsigned char *stk = section(b, TN("stack"), "i32", &c);
+  const unsigned char *addr = section(sb, TN("addr"), "f64", &c);
+  const unsigned char *sz = section(sb, TN("size"), "f64", &c);
+  const unsigned char *tm = section(sb, TN("time"), "f64", &c);
+  const unsigned char *stk = section(sb, TN("stack"), "i32", &c);
 #undef TN
   for (size_t i = 0; i < n; i++) {
     cr_assert_eq(act[i], (unsigned)t[i].action);
@@ -372,8 +373,8 @@ Test(view, fixtures_data_equal_timeline, .timeout = 300) {
     bin_t b = bin_of(page);
     check_tlv(&b, "tl", s, def, false);
     check_tlv(&b, "seg", s, def, true);
-    bin_t sb = stacks_of(page);
-    check_trace(&b, &sb, s, def);
+    bin_t sb = trace_of(page);
+    check_trace(&sb, s, def);
     bin_free(&b);
     bin_free(&sb);
     char *data = element(page, "ms-data");
@@ -402,8 +403,8 @@ Test(view, every_device) {
     char *page = page_of(s, &o);
     bin_t b = bin_of(page);
     check_tlv(&b, "tl", s, devs[i], false);
-    bin_t sb = stacks_of(page);
-    check_trace(&b, &sb, s, devs[i]);
+    bin_t sb = trace_of(page);
+    check_trace(&sb, s, devs[i]);
     bin_free(&b);
     bin_free(&sb);
     free(page);
@@ -535,8 +536,8 @@ Test(view, stacks_big_ranks_and_deep_stacks) {
   char *page = page_of(s, NULL);
   cr_assert(strstr(page, "\"name\":\"stacks.count\",\"type\":\"u32\""));
   cr_assert_null(strstr(page, "\"name\":\"stacks.ranks_big\",\"type\":\"u16\",\"offset\":0,\"count\":0"));
-  bin_t bb = bin_of(page), sb = stacks_of(page);
-  check_trace(&bb, &sb, s, 0);
+  bin_t bb = bin_of(page), sb = trace_of(page);
+  check_trace(&sb, s, 0);
   size_t c;
   section(&sb, "stacks.ranks_big", "u16", &c);
   cr_assert_eq(c, 300 - 255, "the ranks of 255 and more: f256..f300 after f0");
@@ -682,7 +683,7 @@ Test(view_cli, commands_and_filter_freed) {
   cr_assert(strstr(v, "\"tl\":{\"max_size\":1536,\"elements_length\":2,"));
   cr_assert(strstr(v, "\"ntrace\":5,"));
   cr_assert(strstr(f, "\"tl\":{\"max_size\":512,\"elements_length\":1,"));
-  bin_t fb = bin_of(f);
+  bin_t fb = trace_of(f);
   size_t c;
   const unsigned char *act = section(&fb, "d0.trace.action", "u8", &c);
   cr_assert_eq(c, 2, "the filtered trace: segment_alloc, alloc");

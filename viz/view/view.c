@@ -287,7 +287,7 @@ typedef struct view_ctx_s {
   view_tlmeta_t *meta; /* two per listed device: memory, segments */
   int64_t (*pools)[2];
   size_t npools;
-  uint64_t bin_bytes, stacks_bytes; /* uncompressed */
+  uint64_t bin_bytes, trace_bytes; /* uncompressed */
 } view_ctx_t;
 
 static void view_tlv_json(vw_t *w, const char *key, const view_tlmeta_t *m) {
@@ -327,14 +327,6 @@ static void view_data(vw_t *w, const view_ctx_t *c, const vb_t *b) {
     if (a) vw_raw(w, ",", 1);
     vw_str(w, a == MS_TRACE_OTHER ? "other" : ms_trace_action_name((ms_trace_action)a));
   }
-  vw_puts(w, "],\n\"pools\":[");
-  for (size_t i = 0; i < c->npools; i++) {
-    vw_puts(w, i ? ",[" : "[");
-    vw_i64(w, c->pools[i][0]);
-    vw_raw(w, ",", 1);
-    vw_i64(w, c->pools[i][1]);
-    vw_raw(w, "]", 1);
-  }
   vw_puts(w, "],\n");
   view_frames(w, s);
   vw_puts(w, ",\n\"per_device\":[");
@@ -363,7 +355,20 @@ static void view_data(vw_t *w, const view_ctx_t *c, const vb_t *b) {
   vw_puts(w, "}}");
 }
 
-/* What goes into the first binary element: per device its timelines and its trace. */
+/* The pools the traces name (the trailing JSON's "pools", which the trace's pool column indexes). */
+static void view_pools(vw_t *w, const view_ctx_t *c) {
+  vw_puts(w, "\"pools\":[");
+  for (size_t i = 0; i < c->npools; i++) {
+    vw_puts(w, i ? ",[" : "[");
+    vw_i64(w, c->pools[i][0]);
+    vw_raw(w, ",", 1);
+    vw_i64(w, c->pools[i][1]);
+    vw_raw(w, "]", 1);
+  }
+  vw_puts(w, "]");
+}
+
+/* What goes into the first binary element: per device its timelines. */
 static int view_bin_devices(view_ctx_t *c, vb_t *b) {
   int rc = MS_OK;
   for (size_t k = 0; k < c->ndevs && rc == MS_OK; k++) {
@@ -381,15 +386,24 @@ static int view_bin_devices(view_ctx_t *c, vb_t *b) {
       m->npoints = v.npoints;
       ms_tlv_release(&v);
     }
-    snprintf(prefix, sizeof prefix, "d%zu.trace", c->devs[k]);
-    if (rc == MS_OK) rc = view_bin_trace(b, prefix, c->s, c->devs[k], &c->pools, &c->npools);
   }
   return rc;
 }
 
-/* A binary element: sections, gzipped, as base64: the devices' data, or (stacks) the stacks,
- * which the page reads after its first paint. */
-static int view_bin(vw_t *w, view_ctx_t *c, vb_t *b, bool stacks) {
+/* What goes into the second: per device its trace, then the stacks. */
+static int view_bin_traces(view_ctx_t *c, vb_t *b) {
+  int rc = MS_OK;
+  for (size_t k = 0; k < c->ndevs && rc == MS_OK; k++) {
+    char prefix[48];
+    snprintf(prefix, sizeof prefix, "d%zu.trace", c->devs[k]);
+    rc = view_bin_trace(b, prefix, c->s, c->devs[k], &c->pools, &c->npools);
+  }
+  return rc == MS_OK ? vs_write_stacks(b, c->s) : rc;
+}
+
+/* A binary element: sections, gzipped, as base64: the devices' timelines, or (traces) their
+ * traces and the stacks, which the page reads after its first paint. */
+static int view_bin(vw_t *w, view_ctx_t *c, vb_t *b, bool traces) {
   vb64_t e;
   ms_sink_t b64sink, gz;
   ms_gzip_sink_t *z = NULL;
@@ -397,10 +411,10 @@ static int view_bin(vw_t *w, view_ctx_t *c, vb_t *b, bool stacks) {
   int rc = ms_gzip_sink_create(&b64sink, c->s->ntrace > 1000000 ? 1 : 6, &z, &gz);
   if (rc != MS_OK) return rc;
   vb_init(b, &gz);
-  rc = stacks ? vs_write_stacks(b, c->s) : view_bin_devices(c, b);
+  rc = traces ? view_bin_traces(c, b) : view_bin_devices(c, b);
   vb_flush(b);
   if (rc == MS_OK) rc = b->err;
-  *(stacks ? &c->stacks_bytes : &c->bin_bytes) = b->offset;
+  *(traces ? &c->trace_bytes : &c->bin_bytes) = b->offset;
   if (rc == MS_OK) rc = ms_gzip_sink_finish(z);
   ms_gzip_sink_destroy(z);
   vb64_finish(&e);
@@ -426,21 +440,23 @@ static int view_page(vw_t *w, view_ctx_t *c) {
     return MS_ENOMEM;
   }
   vb_init(sb, NULL);
-  /* the stacks come last, after the script, with their table in a JSON element of their own:
-   * the browser runs the script, which draws the timeline, before it has parsed them */
+  /* the traces and the stacks come last, after the script, with their table (and the pools the
+   * traces name) in a JSON element of their own: the browser runs the script, which draws the
+   * timeline, before it has parsed them */
   int rc = view_bin(w, c, b, false);
   if (rc == MS_OK) {
     vw_puts(w, "</script>\n<script type=\"application/json\" id=\"ms-data\">");
     view_data(w, c, b);
     vw_puts(w, "</script>\n<script>\n");
     vw_raw(w, ms__view_js, ms__view_js_len);
-    vw_puts(w, "</script>\n<script type=\"application/octet-stream\" id=\"ms-stacks\">");
+    vw_puts(w, "</script>\n<script type=\"application/octet-stream\" id=\"ms-trace\">");
     rc = view_bin(w, c, sb, true);
   }
   if (rc == MS_OK) {
-    vw_puts(w, "</script>\n<script type=\"application/json\" id=\"ms-stacks-data\">");
-    vw_puts(w, "{\"stacks_bin\":{\"encoding\":\"gzip+base64\",\"length\":");
-    vw_u64(w, c->stacks_bytes);
+    vw_puts(w, "</script>\n<script type=\"application/json\" id=\"ms-trace-data\">{");
+    view_pools(w, c);
+    vw_puts(w, ",\n\"trace_bin\":{\"encoding\":\"gzip+base64\",\"length\":");
+    vw_u64(w, c->trace_bytes);
     vw_puts(w, ",\"sections\":");
     vb_table(sb, w);
     vw_puts(w, "}}</script>\n</body>\n</html>\n");

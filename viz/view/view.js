@@ -230,6 +230,7 @@
   /* The viewer's hover text of element e (context_for_id). */
   function elementText(tl, s) {
     var e = tl.elem[s];
+    if (!D.trace && e >= 0) return "(the trace is still being read)";
     if (e <= -2) {
       var env = tl.envelopes[-2 - e];
       return "Private pool (" + env.pool[0] + ", " + env.pool[1] + "), stream " + streamName(env.stream)
@@ -269,7 +270,7 @@
   }
   function elementStack(tl, s) {
     var e = tl.elem[s];
-    if (e < 0) return -1;
+    if (e < 0 || !D.trace) return -1;
     var src = tl.sources[e];
     if (src >= 0) return D.trace.stack[src];
     var k = -1 - src;
@@ -282,7 +283,7 @@
   function elementStream(tl, s) {
     var e = tl.elem[s];
     if (e <= -2) return streamName(tl.envelopes[-2 - e].stream);
-    if (e < 0) return -1;
+    if (e < 0 || !D.trace) return -1;
     var src = tl.sources[e];
     if (src >= 0) return streamName(D.trace.stream[src]);
     var k = -1 - src;
@@ -292,7 +293,7 @@
   }
   function elementAddr(tl, s) {
     var e = tl.elem[s];
-    if (e < 0) return "";
+    if (e < 0 || !D.trace) return "";
     var src = tl.sources[e];
     if (src >= 0) return hexAddr(src);
     var k = -1 - src;
@@ -320,6 +321,7 @@
     var e = tl.elem[s], p = null;
     if (e <= -2) p = tl.envelopes[-2 - e].pool;
     else if (e < 0) return "";
+    else if (!D.trace) return "unknown";
     else {
       var src = tl.sources[e];
       if (src >= 0) p = poolAtAddr(D.trace.addr[src]);
@@ -358,7 +360,7 @@
   }
   /* the timesteps [lo, hi] the time-range selector allows (the whole run without it) */
   function stepRange(tl) {
-    if (!range) return [0, tl.nT];
+    if (!range || !D.trace) return [0, tl.nT];
     var st = entrySteps(tl), n = st.length - 1;
     var a = Math.max(0, Math.min(n, range[0])), b = Math.max(a, Math.min(n - 1, range[1]));
     var lo = Math.min(st[a], tl.nT - 1), hi = Math.min(tl.nT, st[Math.min(n, b + 1)]);
@@ -385,7 +387,7 @@
   function timelineView(root, tl, title) {
     var self = { name: title };
     if (tl.n === 0 || tl.elementsLength === 0) {
-      el("div", "note", root, "No timeline: " + (D.trace.action.length === 0
+      el("div", "note", root, "No timeline: " + (D.ntrace === 0
         ? "the snapshot has no trace (it was taken without recording history). The Allocator "
           + "State History view shows its segments and blocks."
         : "the trace of this device has no allocation."));
@@ -403,7 +405,7 @@
     if (hs.x0 !== undefined && hs.x1 !== undefined && +hs.x1 > +hs.x0 && +hs.x0 >= lim[0] && +hs.x1 <= lim[1]) {
       x0 = +hs.x0; x1 = +hs.x1;
     }
-    info.textContent = (D.trace.action.length === 0 ? "The snapshot has no trace (it was taken "
+    info.textContent = (D.ntrace === 0 ? "The snapshot has no trace (it was taken "
       + "without recording history), so there is no memory over time: the bands are the blocks "
       + "alive in the snapshot. The Allocator State History view shows its segment map.\n" : "")
       + "Hover a band to see its allocation; click to keep it and to choose the "
@@ -1153,6 +1155,12 @@
     holder.textContent = "";
     hash.view = name; writeHash();
     var v = el("div", "view", holder);
+    if (!D.trace && name !== "timeline" && name !== "segments" && name !== "settings") {
+      el("div", "note", v, "The trace is still being read: this view opens when it is.");
+      current = { name: name, destroy: function () {} };
+      api.view = current;
+      return;
+    }
     if (name === "segments") current = timelineView(v, SEG, "segments");
     else if (name === "history") current = historyView(v);
     else if (name === "settings") current = settingsView(v);
@@ -1190,38 +1198,53 @@
       var h = readHash();
       useDevice(h.device !== undefined && D.devices.indexOf(+h.device) >= 0 ? +h.device : D.device);
       phase("decoded");
-      build();
+      /* the views that need the trace wait for it */
+      var first = h.view || D.view || "timeline";
+      if (first === "timeline" || first === "segments" || first === "settings") build();
       phase("painted");
-      /* the stacks after the first paint: only texts, search and the flame graph need them; they
-       * come after the script in the page, so wait until it is all parsed */
+      /* the traces and the stacks after the first paint: only texts, search, filters, the
+       * state history, the pools view and the flame graph need them; they come after the script
+       * in the page, so wait until it is all parsed */
       return new Promise(function (ok) {
         if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", ok);
         else ok();
       });
     }).then(function () {
-      D.stacks_bin = parseJSON("ms-stacks-data").stacks_bin;
-      return window.memsnapData.load(D.stacks_bin, "ms-stacks");
-    }).then(function (SB) {
-      STK = window.memsnapData.stacks(SB, D.frames.length);
+      var td = parseJSON("ms-trace-data");
+      D.pools = td.pools;
+      return window.memsnapData.load(td.trace_bin, "ms-trace");
+    }).then(function (TB) {
+      D.traceBin = TB;
+      STK = window.memsnapData.stacks(TB, D.frames.length);
       D.nstacks = STK.n;
+      attachTrace();
+      build();
       api.stacksMs = performance.now();
     });
   }
 
-  /* Every listed device is in the page (sections d<N>.*, per_device[k]); one is shown. */
-  function useDevice(dev) {
-    var B = D.bin, pd = null, p = "d" + dev + ".trace.";
-    D.per_device.forEach(function (x) { if (x.device === dev) pd = x; });
-    D.device = dev;
-    D.segments = pd.segments;
-    D.ntrace = pd.ntrace;
+  /* The trace of the device shown, once the page has read it (null before). */
+  function attachTrace() {
+    var B = D.traceBin, p = "d" + D.device + ".trace.";
+    if (!B) { D.trace = null; return; }
     D.trace = { action: B[p + "action"], addr: B[p + "addr"], size: B[p + "size"],
                 stream: B[p + "stream"], time: B[p + "time"], stack: B[p + "stack"],
                 pool: B[p + "pool"] };
     streamIds = {};
+    numberStreams(D.trace);
+  }
+
+  /* Every listed device is in the page (sections d<N>.*, per_device[k]); one is shown. */
+  function useDevice(dev) {
+    var B = D.bin, pd = null;
+    D.per_device.forEach(function (x) { if (x.device === dev) pd = x; });
+    D.device = dev;
+    D.segments = pd.segments;
+    D.ntrace = pd.ntrace;
+    streamIds = {};
     blockIndex = null;
     selectedT = -1;
-    numberStreams(D.trace);
+    attachTrace();
     segsByAddr = null;
     PTL = null;
     TL = decodeTimeline(B, "d" + dev + ".tl", pd.tl, false);
@@ -1284,7 +1307,7 @@
     var lr = el("label", "", bar, "Entries "), ra = el("input", "range", lr);
     el("span", "", lr, " to ");
     var rb = el("input", "range", lr), rclear = el("button", "", lr, "all");
-    ra.type = rb.type = "number"; ra.min = rb.min = "0"; ra.max = rb.max = String(Math.max(0, D.trace.action.length - 1));
+    ra.type = rb.type = "number"; ra.min = rb.min = "0"; ra.max = rb.max = String(Math.max(0, D.ntrace - 1));
     function setRange(a, b) {
       range = a === null || isNaN(a) || isNaN(b) ? null : [Math.min(a, b), Math.max(a, b)];
       ra.value = range ? String(range[0]) : ""; rb.value = range ? String(range[1]) : "";
@@ -1323,7 +1346,7 @@
       poolFilter = hash.pool; psel.value = hash.pool;
     }
     range = null;
-    if (hash.from !== undefined && hash.to !== undefined && D.trace.action.length > 0) {
+    if (hash.from !== undefined && hash.to !== undefined && D.trace && D.ntrace > 0) {
       var fa = parseInt(hash.from, 10), fb = parseInt(hash.to, 10);
       if (fa >= 0 && fb >= 0) { range = [Math.min(fa, fb), Math.max(fa, fb)]; ra.value = String(range[0]); rb.value = String(range[1]); }
     }
@@ -1333,8 +1356,8 @@
     api.search = function (a, t) { ia.value = a || ""; it.value = t || ""; doSearch(); return api.lastSearch; };
     api.select = function (t) { selectedT = t; };
     showView(first, bar, holder);
+    if (!api.ready) api.readyMs = performance.now();
     api.ready = true;
-    api.readyMs = performance.now();
     document.body.setAttribute("data-status", "ready");
   }
 
