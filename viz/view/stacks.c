@@ -53,8 +53,11 @@ static vs_slot_t *vs_slot(const vs_map_t *m, uint64_t k) {
   return &m->slot[h];
 }
 
+#define VS_SMALL 8 /* a context's first successors are kept in a short list, not the map */
+
 typedef struct vs_ctx_s {
   vs_map_t map;
+  uint32_t *small;     /* per context: its first VS_SMALL successors, in rank order */
   uint32_t *nsucc;     /* per context: successors so far */
   uint32_t *last;      /* per context: the last successor seen (a cache of the map) */
   uint32_t *last_rank; /* its rank */
@@ -62,29 +65,59 @@ typedef struct vs_ctx_s {
   size_t npairs, cap_pairs;
 } vs_ctx_t;
 
-/* The rank of frame f after context ctx, new successors numbered in order of first use. */
+static int vs_pair(vs_ctx_t *c, uint64_t k) {
+  if (c->npairs == c->cap_pairs) {
+    size_t cap = c->cap_pairs ? 2 * c->cap_pairs : 4096;
+    uint64_t *p = realloc(c->pairs, cap * sizeof *p);
+    if (!p) return MS_ENOMEM;
+    c->pairs = p;
+    c->cap_pairs = cap;
+  }
+  c->pairs[c->npairs++] = k;
+  return MS_OK;
+}
+
+/* (k, rank + 1) into the map */
+static int vs_put(vs_map_t *m, uint64_t k, uint32_t val) {
+  if ((m->len + 1) * 2 > m->cap && vs_grow(m)) return MS_ENOMEM;
+  vs_slot_t *h = vs_slot(m, k);
+  h->key = k;
+  h->val = val;
+  m->len++;
+  return MS_OK;
+}
+
+/* The rank of frame f after context ctx, new successors numbered in order of first use: a
+ * context's first VS_SMALL successors are found in its short list (most contexts have no more:
+ * after a Python frame comes the interpreter's), the others in the map. */
 static int vs_rank(vs_ctx_t *c, uint32_t ctx, uint32_t f, uint32_t *rank) {
   if (c->last[ctx] == f) {
     *rank = c->last_rank[ctx];
     return MS_OK;
   }
-  if ((c->map.len + 1) * 2 > c->map.cap && vs_grow(&c->map)) return MS_ENOMEM;
+  uint32_t n = c->nsucc[ctx], *l = c->small + (size_t)ctx * VS_SMALL, r = UINT32_MAX;
   uint64_t k = (uint64_t)ctx << 32 | f;
-  vs_slot_t *h = vs_slot(&c->map, k);
-  if (!h->val) {
-    if (c->npairs == c->cap_pairs) {
-      size_t cap = c->cap_pairs ? 2 * c->cap_pairs : 4096;
-      uint64_t *p = realloc(c->pairs, cap * sizeof *p);
-      if (!p) return MS_ENOMEM;
-      c->pairs = p;
-      c->cap_pairs = cap;
+  for (uint32_t i = 0; i < n && i < VS_SMALL; i++)
+    if (l[i] == f) r = i;
+  if (r == UINT32_MAX && n < VS_SMALL) {
+    if (vs_pair(c, k)) return MS_ENOMEM;
+    l[n] = f;
+    r = c->nsucc[ctx]++;
+  } else if (r == UINT32_MAX) {
+    if (n == VS_SMALL) /* the list is full: from now on the map holds them all */
+      for (uint32_t i = 0; i < VS_SMALL; i++)
+        if (vs_put(&c->map, (uint64_t)ctx << 32 | l[i], i + 1)) return MS_ENOMEM;
+    if ((c->map.len + 1) * 2 > c->map.cap && vs_grow(&c->map)) return MS_ENOMEM;
+    vs_slot_t *h = vs_slot(&c->map, k);
+    if (!h->val) {
+      if (vs_pair(c, k)) return MS_ENOMEM;
+      h->key = k;
+      h->val = ++c->nsucc[ctx];
+      c->map.len++;
     }
-    c->pairs[c->npairs++] = k;
-    h->key = k;
-    h->val = ++c->nsucc[ctx];
-    c->map.len++;
+    r = h->val - 1;
   }
-  *rank = h->val - 1;
+  *rank = r;
   c->last[ctx] = f;
   c->last_rank[ctx] = *rank;
   return MS_OK;
@@ -192,7 +225,8 @@ int vs_write_stacks(vb_t *b, const ms_snapshot_t *s) {
   c.nsucc = calloc(nctx, sizeof *c.nsucc);
   c.last = malloc(nctx * sizeof *c.last);
   c.last_rank = malloc(nctx * sizeof *c.last_rank);
-  int rc = c.nsucc && c.last && c.last_rank ? MS_OK : MS_ENOMEM;
+  c.small = malloc(nctx * VS_SMALL * sizeof *c.small);
+  int rc = c.nsucc && c.last && c.last_rank && c.small ? MS_OK : MS_ENOMEM;
   if (rc == MS_OK) {
     memset(c.last, 0xff, nctx * sizeof *c.last); /* no frame is UINT32_MAX */
     rc = vs_ranks(b, s, &c, small);
@@ -202,6 +236,7 @@ int vs_write_stacks(vb_t *b, const ms_snapshot_t *s) {
   free(c.nsucc);
   free(c.last);
   free(c.last_rank);
+  free(c.small);
   free(c.pairs);
   return rc;
 }
