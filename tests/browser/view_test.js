@@ -69,6 +69,15 @@
     if (PT && PT.envelopes.length === 0)
       ok("no private pool: the pools view is the memory timeline", PT.n === (TL.summ >= 0 ? TL.n - 1 : TL.n) && PT.maxAt.length === TL.maxAt.length);
     if (window.EXPECT_POOLS) poolsCase(PT);
+    if (window.EXPECT_STACKS) {
+      /* view_stacks.py: entry k has the stack [f<k+1>, f0]; 300 frames follow f0 */
+      var bad = -1;
+      for (var k = 0; k < D.trace.action.length && bad < 0; k++) {
+        var fs = api.stackFrames(D.trace.stack[k]);
+        if (fs.length !== 2 || D.frames[fs[0]][2] !== "f" + (k + 1) || D.frames[fs[1]][2] !== "f0") bad = k;
+      }
+      ok("stacks with ranks of 255 and more read back", D.trace.action.length === 300 && bad < 0, "entry " + bad);
+    }
     api.show("timeline");
     var v = api.view;
     if (TL.elementsLength > 0 && TL.n > 1) {
