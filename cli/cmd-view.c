@@ -15,16 +15,18 @@ static const char view_usage[] =
     "usage: memsnap view FILE [-o OUT.html] [--device N] [--view NAME]\n"
     "\n"
     "Writes one self-contained HTML page (no network: open it by double-click) with the views\n"
-    "of PyTorch's memory viewer: Active Memory Timeline, Active Cached Segment Timeline,\n"
-    "Allocator State History, Allocator Settings, and a flame graph of what is alive at a\n"
-    "chosen moment. Every allocation is drawn (no 15,000 cut). See docs/view.md.\n"
+    "of PyTorch's memory viewer: Active Memory Timeline, Allocated Memory (incl. Private\n"
+    "Pools), Active Cached Segment Timeline, Allocator State History, Allocator Settings, and a\n"
+    "flame graph of what is alive at a chosen moment. Every allocation is drawn (no 15,000\n"
+    "cut). See docs/view.md.\n"
     "FILE is a memsnap snapshot or a PyTorch pickle ('-' reads standard input).\n"
     "\n"
     "options:\n"
     "  -o, --output OUT   the page to write (default: output.html; '-' = standard output)\n"
     "  --device N         the device shown first (default: the one with the longest trace;\n"
     "                     every device with a trace or segments is in the page)\n"
-    "  --view NAME        the view opened first: timeline, segments, history, settings, flame\n"
+    "  --view NAME        the view opened first: timeline, pools, segments, history,\n"
+    "                     settings, flame\n"
     "  -h, --help         show this help\n";
 
 static const char trace_plot_usage[] =
@@ -228,10 +230,10 @@ int cmd_view(int argc, char **argv) {
   if (rc == CLI_HELP_SHOWN) return CLI_OK;
   if (rc != CLI_OK) return rc;
   if (npos < 1) return cli_usage_error("view", "missing FILE");
-  if (view && strcmp(view, "timeline") && strcmp(view, "segments") && strcmp(view, "history") &&
-      strcmp(view, "settings") && strcmp(view, "flame"))
-    return cli_usage_error("view", "unknown view '%s' (timeline, segments, history, settings, "
-                                   "flame)", view);
+  if (view && strcmp(view, "timeline") && strcmp(view, "pools") && strcmp(view, "segments") &&
+      strcmp(view, "history") && strcmp(view, "settings") && strcmp(view, "flame"))
+    return cli_usage_error("view", "unknown view '%s' (timeline, pools, segments, history, "
+                                   "settings, flame)", view);
   return view_run("view", pos[0], out ? out : "output.html", device_s, view, false);
 }
 

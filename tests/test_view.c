@@ -2,7 +2,7 @@
  * Tests for the offline HTML viewer (memsnap/view.h, `memsnap view`, issue #13): on every
  * PyTorch fixture the page's binary data, decoded here (base64, gunzip, sections), equals
  * ms_tlv_compute's timeline data (which test_timeline compares with PyTorch's own output) and the
- * device's trace and the stacks; the page is self-contained (three script elements, a
+ * device's trace and the stacks; the page is self-contained (five script elements, a
  * Content-Security-Policy that forbids every fetch, no network address or fetching call in the
  * page's own code), hostile names in frames and titles stay data, errors are reported, and
  * `trace_plot -f` keeps only what is alive at the end. tests/browser/view.sh runs the pages in
@@ -82,6 +82,8 @@ typedef struct bin_s {
   unsigned char *data;
   size_t len;
   char *json; /* the ms-data element */
+  size_t undone[256]; /* offsets of the delta-coded sections already summed back */
+  size_t nundone;
 } bin_t;
 
 static int unb64(int c) {
@@ -93,10 +95,15 @@ static int unb64(int c) {
   return -1;
 }
 
-static bin_t bin_of(const char *page) {
-  const char *open = "<script type=\"application/octet-stream\" id=\"ms-bin\">";
+/* The binary element ID (ms-bin: the devices' timelines, ms-trace: their traces and the stacks),
+ * inflated; KEY names its entry in the JSON element JSON_ID ("bin" in ms-data, "trace_bin" in
+ * ms-trace-data). */
+static bin_t bin_of_element(const char *page, const char *id, const char *key,
+                            const char *json_id) {
+  char open[96];
+  snprintf(open, sizeof open, "<script type=\"application/octet-stream\" id=\"%s\">", id);
   const char *a = strstr(page, open);
-  cr_assert(a, "no ms-bin element");
+  cr_assert(a, "no %s element", id);
   a += strlen(open);
   const char *z = strstr(a, "</script>");
   cr_assert(z);
@@ -113,9 +120,11 @@ static bin_t bin_of(const char *page) {
     if (a[i + 2] != '=') gz[k++] = (unsigned char)(w >> 8);
     if (a[i + 3] != '=') gz[k++] = (unsigned char)w;
   }
-  bin_t b = {NULL, 0, element(page, "ms-data")};
-  const char *lp = strstr(b.json, "\"bin\":{\"encoding\":\"gzip+base64\",\"length\":");
-  cr_assert(lp);
+  bin_t b = {NULL, 0, element(page, json_id), {0}, 0};
+  char lkey[96];
+  snprintf(lkey, sizeof lkey, "\"%s\":{\"encoding\":\"gzip+base64\",\"length\":", key);
+  const char *lp = strstr(b.json, lkey);
+  cr_assert(lp, "no %s in the JSON", key);
   lp = strstr(lp, "\"length\":");
   b.len = strtoull(lp + 9, NULL, 10);
   b.data = malloc(b.len + 1);
@@ -133,13 +142,50 @@ static bin_t bin_of(const char *page) {
   return b;
 }
 
+static bin_t bin_of(const char *page) { return bin_of_element(page, "ms-bin", "bin", "ms-data"); }
+static bin_t trace_of(const char *page) {
+  return bin_of_element(page, "ms-trace", "trace_bin", "ms-trace-data");
+}
+
 static void bin_free(bin_t *b) {
   free(b->data);
   free(b->json);
 }
 
-/* The section NAME: its type, count and bytes. */
-static const unsigned char *section(const bin_t *b, const char *name, const char *type,
+static uint64_t le(const unsigned char *p, size_t n);
+static void put_le(unsigned char *p, uint64_t v, size_t n) {
+  for (size_t i = 0; i < n; i++) p[i] = (unsigned char)(v >> (8 * i));
+}
+
+/* A delta-coded section ("delta":true) summed back in place, once: i32/u32 modulo 2^32, f64 as
+ * doubles (the page does the same). */
+static void undelta(bin_t *b, unsigned char *p, const char *type, size_t n) {
+  for (size_t i = 0; i < b->nundone; i++)
+    if (b->undone[i] == (size_t)(p - b->data)) return;
+  cr_assert_lt(b->nundone, 256);
+  b->undone[b->nundone++] = (size_t)(p - b->data);
+  if (type[0] == 'f') {
+    double acc = 0;
+    for (size_t i = 0; i < n; i++) {
+      uint64_t u = le(p + 8 * i, 8);
+      double d;
+      memcpy(&d, &u, 8);
+      acc += d;
+      memcpy(&u, &acc, 8);
+      put_le(p + 8 * i, u, 8);
+    }
+  } else {
+    cr_assert(type[1] == '3', "only 32-bit integer sections are delta coded");
+    uint32_t acc = 0;
+    for (size_t i = 0; i < n; i++) {
+      acc += (uint32_t)le(p + 4 * i, 4);
+      put_le(p + 4 * i, acc, 4);
+    }
+  }
+}
+
+/* The section NAME: its type, count and bytes (delta-coded ones summed back). */
+static const unsigned char *section(bin_t *b, const char *name, const char *type,
                                     size_t *count) {
   char key[64];
   snprintf(key, sizeof key, "{\"name\":\"%s\",\"type\":\"%s\",\"offset\":", name, type);
@@ -151,6 +197,9 @@ static const unsigned char *section(const bin_t *b, const char *name, const char
   size_t w = type[0] == 'f' ? 8 : type[1] == '8' ? 1 : type[1] == '1' ? 2 : 4;
   cr_assert_leq(off + cnt * w, b->len, "%s inside the data", name);
   *count = (size_t)cnt;
+  const char *end = strchr(p + strlen(key), '}');
+  cr_assert(end);
+  if (strncmp(end - 13, ",\"delta\":true", 13) == 0) undelta(b, b->data + off, type, (size_t)cnt);
   return b->data + off;
 }
 
@@ -169,7 +218,7 @@ static int64_t i32_at(const unsigned char *p, size_t i) { return (int32_t)(uint3
 
 /* The page's timeline sections PREFIX.* hold exactly ms_tlv_compute's data (nothing
  * summarized): every series, point, offset, size, max_at_time and source. */
-static void check_tlv(const bin_t *b, const char *key, const ms_snapshot_t *s, size_t dev,
+static void check_tlv(bin_t *b, const char *key, const ms_snapshot_t *s, size_t dev,
                       bool seg) {
   char prefix[64];
   snprintf(prefix, sizeof prefix, "d%zu.%s", dev, key);
@@ -221,17 +270,17 @@ static void check_tlv(const bin_t *b, const char *key, const ms_snapshot_t *s, s
 }
 
 /* The trace and stack sections hold the device's trace and the snapshot's stacks. */
-static void check_trace(const bin_t *b, const ms_snapshot_t *s, size_t dev) {
+static void check_trace(bin_t *sb, const ms_snapshot_t *s, size_t dev) {
   size_t c, n = dev < s->ndevices ? s->devices[dev].ntrace : 0;
   const ms_snap_trace_t *t = n ? s->trace + s->devices[dev].first_trace : NULL;
   char nm[64];
 #define TN(col) (snprintf(nm, sizeof nm, "d%zu.trace.%s", dev, col), nm)
-  const unsigned char *act = section(b, TN("action"), "u8", &c);
+  const unsigned char *act = section(sb, TN("action"), "u8", &c);
   cr_assert_eq(c, n);
-  const unsigned char *addr = section(b, TN("addr"), "f64", &c);
-  const unsigned char *sz = section(b, TN("size"), "f64", &c);
-  const unsigned char *tm = section(b, TN("time"), "f64", &c);
-  const unsigned char *stk = section(b, TN("stack"), "i32", &c);
+  const unsigned char *addr = section(sb, TN("addr"), "f64", &c);
+  const unsigned char *sz = section(sb, TN("size"), "f64", &c);
+  const unsigned char *tm = section(sb, TN("time"), "f64", &c);
+  const unsigned char *stk = section(sb, TN("stack"), "i32", &c);
 #undef TN
   for (size_t i = 0; i < n; i++) {
     cr_assert_eq(act[i], (unsigned)t[i].action);
@@ -240,31 +289,62 @@ static void check_trace(const bin_t *b, const ms_snapshot_t *s, size_t dev) {
     cr_assert_eq(f64_at(tm, i), t[i].present & MS_TRACE_HAS_TIME ? (double)t[i].time_us : -1.0);
     cr_assert_eq(i32_at(stk, i), t[i].stack == MS_SNAP_NO_STACK ? -1 : (int64_t)t[i].stack);
   }
-  const unsigned char *sf = section(b, "stacks.first", "u32", &c);
+  /* stacks: counts, then ranks among the successors of the frame before (viz/view/stacks.h),
+   * which give back every stack's frames */
+  uint32_t maxn = 0;
+  for (size_t i = 0; i < s->nstacks; i++)
+    if (s->stacks[i].nframes > maxn) maxn = s->stacks[i].nframes;
+  size_t wc = maxn < 256 ? 1 : 4, wf = s->nframes < 65536 ? 2 : 4;
+  const unsigned char *sc = section(sb, "stacks.count", wc == 1 ? "u8" : "u32", &c);
   cr_assert_eq(c, s->nstacks);
-  const unsigned char *sc = section(b, "stacks.count", "u32", &c);
-  bool small = s->nframes < 65536;
-  const unsigned char *fr = section(b, "stacks.frames", small ? "u16" : "u32", &c);
-  cr_assert_eq(c, s->nstack_frames);
+  size_t nranks, nsc, nsucc, nbigs, ib = 0;
+  const unsigned char *rk = section(sb, "stacks.ranks", "u8", &nranks);
+  const unsigned char *nbg = section(sb, "stacks.nbig", wc == 1 ? "u8" : "u32", &c);
+  cr_assert_eq(c, s->nstacks);
+  const unsigned char *big = section(sb, "stacks.ranks_big", wf == 2 ? "u16" : "u32", &nbigs);
+  const unsigned char *ns = section(sb, "stacks.succ_count", "u32", &nsc);
+  const unsigned char *su = section(sb, "stacks.succ", wf == 2 ? "u16" : "u32", &nsucc);
+  cr_assert_eq(nsc, s->nframes + 1);
+  size_t *start = calloc(nsc + 1, sizeof *start);
+  for (size_t i = 0; i < nsc; i++) start[i + 1] = start[i] + le(ns + 4 * i, 4);
+  cr_assert_eq(start[nsc], nsucc);
+  size_t at = 0;
   for (size_t i = 0; i < s->nstacks; i++) {
-    cr_assert_eq(le(sf + 4 * i, 4), s->stacks[i].first);
-    cr_assert_eq(le(sc + 4 * i, 4), s->stacks[i].nframes);
+    uint32_t nf = (uint32_t)le(sc + wc * i, wc), ctx = (uint32_t)s->nframes, nbi = 0;
+    cr_assert_eq(nf, s->stacks[i].nframes);
+    for (uint32_t k = nf; k-- > 0; at++) {
+      cr_assert_lt(at, nranks);
+      uint64_t r = rk[at];
+      if (r == 255) {
+        cr_assert_lt(ib, nbigs);
+        r = le(big + wf * ib++, wf);
+        cr_assert_geq(r, 255);
+        nbi++;
+      }
+      cr_assert_lt(start[ctx] + r, start[ctx + 1], "stack %zu: rank in its context's list", i);
+      uint32_t f = (uint32_t)le(su + wf * (start[ctx] + r), wf);
+      cr_assert_eq(f, ms_snap_frame_index(s, s->stacks[i].first + k), "stack %zu frame %u", i, k);
+      ctx = f;
+    }
+    cr_assert_eq(le(nbg + wc * i, wc), nbi, "stack %zu: its big ranks", i);
   }
-  for (size_t i = 0; i < c; i++)
-    cr_assert_eq(small ? le(fr + 2 * i, 2) : le(fr + 4 * i, 4), ms_snap_frame_index(s, i));
+  cr_assert_eq(at, nranks);
+  cr_assert_eq(ib, nbigs);
+  free(start);
 }
 
 /* The checks every page must pass. */
 static void check_self_contained(const char *page) {
   cr_assert(strncmp(page, "<!DOCTYPE html>", 15) == 0);
-  cr_assert_eq(count(page, "<script"), 3, "the page has exactly its three script elements");
-  cr_assert_eq(count(page, "</script>"), 3);
+  cr_assert_eq(count(page, "<script"), 5, "the page has exactly its five script elements");
+  cr_assert_eq(count(page, "</script>"), 5);
   cr_assert(strstr(page, "Content-Security-Policy\" content=\"default-src 'none'; "
                          "script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:; "
                          "connect-src 'none'\""));
   /* the page's own code (everything but the data elements) names no address and fetches nothing */
-  const char *code = strstr(page, "</script>\n<script>\n");
-  cr_assert(code);
+  const char *code_at = strstr(page, "</script>\n<script>\n");
+  cr_assert(code_at);
+  char *code = strndup(code_at, (size_t)(strstr(code_at + 18, "</script>") - code_at));
   const char *head_end = strstr(page, "<script type=\"application/octet-stream\"");
   char *head = strndup(page, (size_t)(head_end - page));
   const char *bad[] = {"http://", "https://", "fetch(", "XMLHttpRequest", "import(", "WebSocket",
@@ -274,6 +354,7 @@ static void check_self_contained(const char *page) {
     cr_assert_null(strstr(code, bad[i]), "the page's script holds '%s'", bad[i]);
   }
   free(head);
+  free(code);
   cr_assert(strstr(page, "</script>\n</body>\n</html>\n"));
 }
 
@@ -292,8 +373,10 @@ Test(view, fixtures_data_equal_timeline, .timeout = 300) {
     bin_t b = bin_of(page);
     check_tlv(&b, "tl", s, def, false);
     check_tlv(&b, "seg", s, def, true);
-    check_trace(&b, s, def);
+    bin_t sb = trace_of(page);
+    check_trace(&sb, s, def);
     bin_free(&b);
+    bin_free(&sb);
     char *data = element(page, "ms-data");
     char dev[64];
     snprintf(dev, sizeof dev, ",\"device\":%zu,", def);
@@ -320,8 +403,10 @@ Test(view, every_device) {
     char *page = page_of(s, &o);
     bin_t b = bin_of(page);
     check_tlv(&b, "tl", s, devs[i], false);
-    check_trace(&b, s, devs[i]);
+    bin_t sb = trace_of(page);
+    check_trace(&sb, s, devs[i]);
     bin_free(&b);
+    bin_free(&sb);
     free(page);
   }
   ms_viewer_opts_t o;
@@ -408,6 +493,55 @@ static const tr_t small_trace[] = {
     {MS_TRACE_ALLOC, 0x10000, 512},          {MS_TRACE_FREE_REQUESTED, 0x10200, 1024},
     {MS_TRACE_FREE_COMPLETED, 0x10200, 1024},
 };
+
+/* Stacks whose ranks need more than a byte (a frame followed by 300 others) and a stack of 300
+ * frames (counts as u32) come back whole from the page's stacks sections. */
+Test(view, stacks_big_ranks_and_deep_stacks) {
+  ms__snapbuild_t b;
+  ms__snapbuild_init(&b);
+  b.hdr.origin = MS_SNAP_ORIGIN_TORCH_DICT;
+  b.hdr.present = MS_SNAP_HAS_DEVICE_TRACES;
+  uint32_t fr[301], st[302];
+  for (int i = 0; i < 301; i++) {
+    char name[16];
+    snprintf(name, sizeof name, "f%d", i);
+    cr_assert_eq(ms__snapbuild_frame(&b, name, strlen(name), "a.py", 4, i, &fr[i]), MS_OK);
+  }
+  for (int k = 1; k <= 300; k++) {
+    uint32_t two[2] = {fr[k], fr[0]}; /* innermost first: f0 is the outermost */
+    cr_assert_eq(ms__snapbuild_stack(&b, two, 2, &st[k - 1]), MS_OK);
+  }
+  cr_assert_eq(ms__snapbuild_stack(&b, fr + 1, 300, &st[300]), MS_OK);
+  for (int k = 0; k < 301; k++) {
+    ms_snap_trace_t t;
+    memset(&t, 0, sizeof t);
+    t.action = MS_TRACE_ALLOC;
+    t.addr = 0x10000 + 512 * (uint64_t)k;
+    t.size = 512;
+    t.stack = st[k];
+    t.present = MS_TRACE_HAS_FRAMES;
+    cr_assert_eq(ms__snapbuild_add_trace(&b, &t), MS_OK);
+  }
+  ms_snap_device_t d;
+  memset(&d, 0, sizeof d);
+  d.ntrace = 301;
+  cr_assert_eq(ms__snapbuild_add_device(&b, &d), MS_OK);
+  ms_snapshot_t *s = NULL;
+  ms_errbuf_t eb = {{0}};
+  cr_assert_eq(ms__snapbuild_finish(&b, &s, &eb), MS_OK, "%s", eb.msg);
+  char *page = page_of(s, NULL);
+  cr_assert(strstr(page, "\"name\":\"stacks.count\",\"type\":\"u32\""));
+  cr_assert_null(strstr(page, "\"name\":\"stacks.ranks_big\",\"type\":\"u16\",\"offset\":0,\"count\":0"));
+  bin_t bb = bin_of(page), sb = trace_of(page);
+  check_trace(&sb, s, 0);
+  size_t c;
+  section(&sb, "stacks.ranks_big", "u16", &c);
+  cr_assert_eq(c, 300 - 255, "the ranks of 255 and more: f256..f300 after f0");
+  bin_free(&bb);
+  bin_free(&sb);
+  free(page);
+  ms_snapshot_free(s);
+}
 
 Test(view, hostile_names_stay_data) {
   ms_snapshot_t *s = build(small_trace, 5, true);
@@ -545,7 +679,7 @@ Test(view_cli, commands_and_filter_freed) {
   cr_assert(strstr(v, "\"tl\":{\"max_size\":1536,\"elements_length\":2,"));
   cr_assert(strstr(v, "\"ntrace\":5,"));
   cr_assert(strstr(f, "\"tl\":{\"max_size\":512,\"elements_length\":1,"));
-  bin_t fb = bin_of(f);
+  bin_t fb = trace_of(f);
   size_t c;
   const unsigned char *act = section(&fb, "d0.trace.action", "u8", &c);
   cr_assert_eq(c, 2, "the filtered trace: segment_alloc, alloc");
@@ -558,14 +692,23 @@ Test(view_cli, commands_and_filter_freed) {
   free(sg);
   free(h);
   /* usage errors and a missing file: exit 2 and 1, no output written */
+  char *err = NULL;
   cr_assert_eq(RUN("view"), 2);
   cr_assert_eq(RUN("view", "s.msnap", "--view", "nope"), 2);
+  err = slurp(".stderr");
+  cr_assert(strstr(err, "unknown view 'nope' (timeline, pools, segments, history, settings, flame)"),
+            "%s", err);
+  free(err);
+  cr_assert_eq(RUN("view", "s.msnap", "--view", "pools", "-o", "p.html"), 0);
+  char *pp = slurp("p.html");
+  cr_assert(pp && strstr(pp, "\"view\":\"pools\""));
+  free(pp);
   cr_assert_eq(RUN("view", "s.msnap", "--device", "x"), 2);
   cr_assert_eq(RUN("view", "missing.pickle", "-o", "m.html"), 1);
   cr_assert_null(slurp("m.html"));
   cr_assert_eq(RUN("view", "s.msnap", "--device", "3", "-o", "d.html"), 1);
   cr_assert_null(slurp("d.html"));
-  char *err = slurp(".stderr");
+  err = slurp(".stderr");
   cr_assert_str_eq(err, "memsnap: error: 's.msnap': device 3 has no trace and no segments\n");
   free(err);
   cr_assert_eq(RUN("view", "--help"), 0);

@@ -5,7 +5,11 @@
 # without a trace), opens each in headless Chromium with every host unresolvable and an
 # unreachable proxy, and drives it with view_test.js (inserted before </body>, after the data of
 # `memsnap timeline --json`):
-#   - every view renders; the page's decoder reads back exactly the timeline --json data;
+#   - every view renders; the page's decoder reads back exactly the timeline --json data, and the
+#     page's own replay (replay.js) draws the same bands;
+#   - "Allocated Memory (incl. Private Pools)" on a snapshot with a private pool (view_pools.py):
+#     envelope and stripes as worked out by hand; the pool and time-range selectors;
+#   - stacks whose encoding needs big ranks (view_stacks.py) are read back whole;
 #   - a click on a band shows its size and stack; search counts match the data; the peak key;
 #   - what is alive at the peak as CSV and JSON matches the bands alive there;
 #   - arrow keys in the Allocator State History move the selected event and the map, and the
@@ -31,12 +35,12 @@ work=$(mktemp -d)
 fail=0
 trap '[[ $fail -eq 0 && -z "${KEEP:-}" ]] && rm -rf "$work"' EXIT
 
-# run NAME PAGE SNAPSHOT: inject the expected timeline data (`memsnap timeline --json`) and the
+# run NAME PAGE SNAPSHOT [JS]: inject the expected timeline data (`memsnap timeline --json`) and the
 # test, open the page, check the verdict
 run() {
   local name=$1 page=$2 t="$work/$1.test.html" dom="$work/$1.dom"
   { echo "window.EXPECTED_TL = $("$memsnap" timeline "$3" --json);"
-    echo "window.EXPECTED_SEG = $("$memsnap" timeline "$3" --json --segments);"; } >"$work/$1.expected.js"
+    echo "window.EXPECTED_SEG = $("$memsnap" timeline "$3" --json --segments);"; echo "${4:-}"; } >"$work/$1.expected.js"
   awk -v js="$here/view_test.js" -v ex="$work/$1.expected.js" '
     $0 == "</body>" && !done {
       print "<script>"; while ((getline l < ex) > 0) print l; while ((getline l < js) > 0) print l; print "</script>"
@@ -64,6 +68,12 @@ python3 "$here/view_hostile.py" "$work/notrace.pickle" --no-trace
 "$memsnap" view "$work/notrace.pickle" -o "$work/notrace.html"
 run hostile "$work/hostile.html" "$work/hostile.pickle"
 run notrace "$work/notrace.html" "$work/notrace.pickle"
+python3 "$here/view_pools.py" "$work/pools.pickle"
+"$memsnap" view "$work/pools.pickle" -o "$work/pools.html"
+run pools "$work/pools.html" "$work/pools.pickle" "window.EXPECT_POOLS = true;"
+python3 "$here/view_stacks.py" "$work/stacks.pickle"
+"$memsnap" view "$work/stacks.pickle" -o "$work/stacks.html"
+run stacks "$work/stacks.html" "$work/stacks.pickle" "window.EXPECT_STACKS = true;"
 n=0
 if [[ -n "$fixtures" && -d "$fixtures" ]]; then
   for f in "$fixtures"/*.pickle; do

@@ -47,6 +47,38 @@
         && raw.max_at_time.every(function (v, i) { return tl.maxAt[i] === v; }));
       ok(x[0] + " max_size, elements_length", tl.maxSize === raw.max_size && tl.elementsLength === raw.elements_length);
     });
+    /* the page's own replay (replay.js: the pools view, the time-range selector) without pools
+     * draws exactly the bands memsnap computed in C (the summarized band aside: it draws all) */
+    [["tl", api.timeline], ["seg", api.segmentTimeline]].forEach(function (x) {
+      var tl = x[1], r = window.memsnapReplay({ trace: D.trace, segments: D.segments, segmentsView: tl.segmentsView, pools: false });
+      var n = tl.summ >= 0 ? tl.n - 1 : tl.n, same = r.n === n && r.elementsLength === tl.elementsLength, bad = "";
+      for (var i = 0; i < n && same; i++) {
+        if (r.elem[i] !== tl.elem[i] || r.size[i] !== tl.size[i] || r.color[i] !== tl.color[i] || !!r.ghost[i] !== !!tl.ghost[i]
+            || r.first[i + 1] - r.first[i] !== tl.first[i + 1] - tl.first[i]) { same = false; bad = "series " + i; break; }
+        for (var k = 0; k < r.first[i + 1] - r.first[i]; k++)
+          if (r.T[r.first[i] + k] !== tl.T[tl.first[i] + k] || r.O[r.first[i] + k] !== tl.O[tl.first[i] + k]) { same = false; bad = "point " + k + " of " + i; break; }
+      }
+      for (i = 0; i < tl.elementsLength && same; i++) if (r.sources[i] !== tl.sources[i]) { same = false; bad = "source " + i; }
+      ok(x[0] + ": the page's replay equals the data", same && r.maxAt.length === tl.maxAt.length
+         && tl.maxAt.every(function (v, j) { return r.maxAt[j] === v; }), bad + " n " + r.n + " vs " + n);
+    });
+    /* the pools view: without private pools it is the memory timeline */
+    api.show("pools");
+    var PT = api.poolsTimeline;
+    ok("pools view renders", status() === "ready" && PT && PT.elementsLength === TL.elementsLength);
+    if (PT && PT.envelopes.length === 0)
+      ok("no private pool: the pools view is the memory timeline", PT.n === (TL.summ >= 0 ? TL.n - 1 : TL.n) && PT.maxAt.length === TL.maxAt.length);
+    if (window.EXPECT_POOLS) poolsCase(PT);
+    if (window.EXPECT_STACKS) {
+      /* view_stacks.py: entry k has the stack [f<k+1>, f0]; 300 frames follow f0 */
+      var bad = -1;
+      for (var k = 0; k < D.trace.action.length && bad < 0; k++) {
+        var fs = api.stackFrames(D.trace.stack[k]);
+        if (fs.length !== 2 || D.frames[fs[0]][2] !== "f" + (k + 1) || D.frames[fs[1]][2] !== "f0") bad = k;
+      }
+      ok("stacks with ranks of 255 and more read back", D.trace.action.length === 300 && bad < 0, "entry " + bad);
+    }
+    api.show("timeline");
     var v = api.view;
     if (TL.elementsLength > 0 && TL.n > 1) {
       /* click the middle of a flat stretch of the largest band: its text and stack are shown */
@@ -96,14 +128,43 @@
       }
       /* the stream selector: only that stream's bands are drawn */
       v.setWindow(0, TL.nT);
-      var all = v.stats.big + v.stats.small, s0 = TL.stream[best], n0 = 0;
-      for (s = 0; s < TL.n; s++) if (s !== TL.summ && TL.stream[s] === s0) n0++;
+      var all = v.stats.big + v.stats.small, TS = api.streams(TL), s0 = TS[best], n0 = 0;
+      for (s = 0; s < TL.n; s++) if (s !== TL.summ && TS[s] === s0) n0++;
       api.stream(s0);
       ok("stream filter draws that stream's bands", v.stats.big + v.stats.small === n0, (v.stats.big + v.stats.small) + " vs " + n0);
       api.stream(s0 + 1000);
       ok("stream filter: none of another stream", v.stats.big + v.stats.small === 0);
       api.stream(-1);
       ok("stream filter off", v.stats.big + v.stats.small === all);
+      /* the pool selector: the bands of each pool add up to all of them */
+      var byPool = {}, sum = 0;
+      for (s = 0; s < TL.n; s++) if (s !== TL.summ) { var pk = api.elementPool(TL, s); byPool[pk] = (byPool[pk] || 0) + 1; }
+      Object.keys(byPool).forEach(function (pk) {
+        api.pool(pk);
+        ok("pool filter " + pk, v.stats.big + v.stats.small === byPool[pk], (v.stats.big + v.stats.small) + " vs " + byPool[pk]);
+        ok("pool in the URL", document.location.hash.indexOf("pool=" + encodeURIComponent(pk)) >= 0);
+        sum += v.stats.big + v.stats.small;
+      });
+      api.pool("");
+      ok("pool filters add up", sum === all && v.stats.big + v.stats.small === all, sum + " vs " + all);
+      /* the time-range selector: entries a..b restrict the window to their steps */
+      var st = api.entrySteps(TL), nE = D.trace.action.length, ea = -1;
+      for (i = 0; i < nE && ea < 0; i++) if (D.trace.action[i] === 0) ea = i;
+      if (ea >= 0) {
+        for (s = 0; s < TL.n; s++) if (s !== TL.summ && TL.sources[TL.elem[s]] === ea)
+          ok("an alloc's entry takes effect at its band's first step", st[ea] === TL.tmin[s], st[ea] + " vs " + TL.tmin[s]);
+        var eb = Math.min(nE - 1, ea + 20);
+        api.range(ea, eb);
+        var w = v.window();
+        ok("range: the window is entries a..b", w[0] === st[ea] && w[1] === Math.max(st[ea] + 1, Math.min(TL.nT, st[eb + 1])), w + " vs " + st[ea] + "," + st[eb + 1]);
+        ok("range in the URL", document.location.hash.indexOf("from=" + ea + "&to=" + eb) >= 0 || (document.location.hash.indexOf("from=" + ea) >= 0 && document.location.hash.indexOf("to=" + eb) >= 0), document.location.hash);
+        v.setWindow(0, TL.nT);
+        w = v.window();
+        ok("range: zooming out stays in it", w[0] >= st[ea] && w[1] <= Math.max(st[ea] + 1, st[eb + 1]), String(w));
+        api.range(null, null);
+        v.setWindow(0, TL.nT);
+        ok("range cleared", v.window()[0] === 0 && v.window()[1] === TL.nT && document.location.hash.indexOf("from=") < 0);
+      }
       /* the peak key: the window holds the peak */
       v.setWindow(0, Math.max(8, TL.nT / 50));
       key("p");
@@ -177,6 +238,47 @@
     measure.timeline_text = (document.querySelector(".note") || {}).textContent || "";
   } catch (e) {
     errors.push("exception: " + (e && e.stack || e));
+  }
+  /* tests/browser/view_pools.py's snapshot: the numbers worked out by hand from MemoryViz's rules
+   * (A, D in the default pool; B, C and the ghost block G in the private pool (1, 2), which
+   * reserves 4 MiB at entry 2) */
+  function poolsCase(PT) {
+    var M = 1048576, want = [
+      ["envelope", -2, [0, 1, 4, 15], [0, 0, 0, 0], [M, M, 4 * M, 4 * M]],
+      ["G", 4, [0, 15], [0, 0]], ["A", 0, [0, 1, 4, 12], [M, M, 4 * M, 4 * M]],
+      ["B", 1, [4, 8], [M, M]], ["C", 2, [5, 8, 11, 15], [2 * M, 2 * M, M, M]],
+      ["D", 3, [6, 12, 15, 15], [5 * M, 5 * M, 4 * M, 4 * M]]];
+    ok("pools: series", PT.n === want.length, String(PT.n));
+    want.forEach(function (w, i) {
+      var a = PT.first[i], z = PT.first[i + 1], T = Array.from(PT.T.subarray(a, z)), O = Array.from(PT.O.subarray(a, z));
+      var good = PT.elem[i] === w[1] && T.join() === w[2].join() && O.join() === w[3].join();
+      if (w[4]) good = good && Array.from(PT.S.subarray(a, z)).join() === w[4].join();
+      ok("pools: " + w[0], good, PT.elem[i] + " T " + T + " O " + O + " S " + Array.from(PT.S.subarray(a, z)));
+    });
+    ok("pools: stripes are half transparent", PT.alpha[1] === 0.5 && PT.alpha[3] === 0.5 && PT.alpha[2] === 1 && PT.ghost[1] === 1);
+    ok("pools: max_at_time", Array.from(PT.maxAt).join() === [2, 5, 5, 5, 5, 5, 5.5, 5.5, 5.5, 5.5, 5.5, 5.5, 5.5, 5.5, 5.5].map(function (x) { return x * M; }).join(), Array.from(PT.maxAt).join());
+    ok("pools: the envelope", PT.envelopes.length === 1 && PT.envelopes[0].key === "1,2,s0" && PT.envelopes[0].reserved === 4 * M);
+    ok("pools: entry steps", Array.from(PT.entryStep).join() === "0,0,1,1,5,6,7,11,11,15,15", Array.from(PT.entryStep).join());
+    var v = api.view;
+    v.setWindow(0, PT.nT);
+    var xy = v.canvasToClient(10, 2.5 * M);
+    var over = document.querySelectorAll(".plot canvas")[1], r = over.getBoundingClientRect();
+    over.dispatchEvent(new MouseEvent("click", { clientX: r.left + xy[0], clientY: r.top + xy[1], bubbles: true }));
+    ok("pools: the envelope's text", v.info.textContent.indexOf("Private pool (1, 2), stream 0: the envelope") === 0, v.info.textContent.slice(0, 120));
+    api.pool("1,2");
+    ok("pools: the pool selector keeps the pool's envelope and stripes", v.stats.big + v.stats.small === 4, JSON.stringify(v.stats));
+    api.pool("0,0");
+    ok("pools: the default pool's bands", v.stats.big + v.stats.small === 2, JSON.stringify(v.stats));
+    api.pool("");
+    api.show("timeline");
+    var TL = api.timeline, n12 = 0;
+    for (var s = 0; s < TL.n; s++) if (s !== TL.summ && api.elementPool(TL, s) === "1,2") n12++;
+    ok("pools: B, C and G are in the pool on the memory timeline", n12 === 3, String(n12));
+    api.range(3, 5);
+    var w = api.view.window(), st = api.entrySteps(TL);
+    ok("pools: range 3..5 of the memory timeline", w[0] === st[3] && w[1] === st[6], w + " vs " + st[3] + "," + st[6]);
+    api.range(null, null);
+    api.show("pools");
   }
   var res = performance.getEntriesByType("resource");
   ok("the page loads nothing", res.length === 0, res.map(function (r) { return r.name; }).join(" "));

@@ -53,6 +53,15 @@ void vb_begin(vb_t *b, const char *name, const char *type) {
   strncpy(s->name, name, sizeof s->name - 1);
   strncpy(s->type, type, sizeof s->type - 1);
   s->offset = b->offset;
+  b->delta = false;
+}
+
+void vb_begin_delta(vb_t *b, const char *name, const char *type) {
+  vb_begin(b, name, type);
+  if (b->nsec) b->sec[b->nsec - 1].delta = true;
+  b->delta = true;
+  b->prev_u = 0;
+  b->prev_f = 0;
 }
 
 void vb_end(vb_t *b) {
@@ -60,6 +69,7 @@ void vb_end(vb_t *b) {
   vb_section_t *s = &b->sec[b->nsec - 1];
   size_t w = s->type[0] == 'f' ? 8 : s->type[1] == '8' ? 1 : s->type[1] == '1' ? 2 : 4;
   s->count = (b->offset - s->offset) / w;
+  b->delta = false;
 }
 
 /* Little-endian whatever the host. */
@@ -69,11 +79,22 @@ static void bin_le(vb_t *b, uint64_t v, size_t n) {
   bin_put(b, p, n);
 }
 
-void vb_i32(vb_t *b, int32_t v) { bin_le(b, (uint32_t)v, 4); }
-void vb_u32(vb_t *b, uint32_t v) { bin_le(b, v, 4); }
+static uint32_t bin_delta_u(vb_t *b, uint32_t v) {
+  if (!b->delta) return v;
+  uint32_t d = v - b->prev_u;
+  b->prev_u = v;
+  return d;
+}
+void vb_i32(vb_t *b, int32_t v) { bin_le(b, bin_delta_u(b, (uint32_t)v), 4); }
+void vb_u32(vb_t *b, uint32_t v) { bin_le(b, bin_delta_u(b, v), 4); }
 void vb_u16(vb_t *b, uint16_t v) { bin_le(b, v, 2); }
 void vb_u8(vb_t *b, uint8_t v) { bin_put(b, &v, 1); }
 void vb_f64(vb_t *b, double v) {
+  if (b->delta) {
+    double d = v - b->prev_f;
+    b->prev_f = v;
+    v = d;
+  }
   uint64_t u;
   memcpy(&u, &v, 8);
   bin_le(b, u, 8);
@@ -91,7 +112,7 @@ void vb_table(const vb_t *b, vw_t *w) {
     vw_u64(w, s->offset);
     vw_puts(w, ",\"count\":");
     vw_u64(w, s->count);
-    vw_puts(w, "}");
+    vw_puts(w, s->delta ? ",\"delta\":true}" : "}");
   }
   vw_puts(w, "]");
 }

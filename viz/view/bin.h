@@ -1,6 +1,10 @@
 /* SPDX-License-Identifier: MIT
  * memsnap viewer (viz/view): the page's binary data. Named sections of little-endian typed
- * values (i32, u32, u16, u8, f64), each starting at a multiple of 8 bytes, written through a sink
+ * values (i32, u32, u16, u8, f64), each starting at a multiple of 8 bytes, written through a sink.
+ * A section may be delta coded ("delta":true in the table): each value is then the difference
+ * from the one before (i32/u32 wrapping modulo 2^32, f64 only for integers the caller knows to be
+ * exact), which compresses far better for sorted or slowly changing columns; the reader restores
+ * the values by a running sum
  * (the page gzips them and writes them as base64 in one script element; the page's script
  * inflates them with the browser's own DecompressionStream and reads each section as a typed
  * array). The table of sections goes into the page's JSON (docs/view.md, "Data").
@@ -8,6 +12,7 @@
 #ifndef MEMSNAP_VIZ_VIEW_BIN_H
 #define MEMSNAP_VIZ_VIEW_BIN_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -18,6 +23,7 @@ typedef struct vb_section_s {
   char name[64];
   char type[4]; /* "i32", "u32", "u16", "u8", "f64" */
   uint64_t offset, count;
+  bool delta;
 } vb_section_t;
 
 typedef struct vb_s {
@@ -26,6 +32,9 @@ typedef struct vb_s {
   int err;
   vb_section_t *sec;
   size_t nsec, cap;
+  bool delta;        /* the open section is delta coded */
+  uint32_t prev_u;   /* its previous value (i32/u32) */
+  double prev_f;     /* (f64) */
   size_t len;
   unsigned char buf[1 << 16];
 } vb_t;
@@ -34,6 +43,8 @@ void vb_init(vb_t *b, ms_sink_t *sink);
 void vb_release(vb_t *b);
 /* Starts a section (pads the data to a multiple of 8 bytes first). */
 void vb_begin(vb_t *b, const char *name, const char *type);
+/* Starts a delta-coded section (see above). */
+void vb_begin_delta(vb_t *b, const char *name, const char *type);
 void vb_end(vb_t *b);
 void vb_i32(vb_t *b, int32_t v);
 void vb_u32(vb_t *b, uint32_t v);

@@ -11,6 +11,7 @@
 #include "memsnap/timeline.h"
 #include "memsnap/view.h"
 #include "bin.h"
+#include "stacks.h"
 #include "writer.h"
 
 /* The page's script and style (view.js, view.css), embedded at build time (embed.cmake). */
@@ -63,53 +64,76 @@ static void view_settings(vw_t *w, const ms_snapshot_t *s, size_t first, size_t 
 
 /* ---- the binary sections ------------------------------------------------------------------ */
 
+/* Whether integers v[0..n) are small enough (|v| <= 2^52) for a delta-coded f64 section to give
+ * them back exactly. */
+#define VIEW_EXACT ((int64_t)1 << 52)
+static bool view_exact(const int64_t *v, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (v[i] > VIEW_EXACT || v[i] < -VIEW_EXACT) return false;
+  return true;
+}
+/* Starts an f64 section, delta coded when `exact`. */
+static void view_f64_begin(vb_t *b, const char *name, bool exact) {
+  if (exact) vb_begin_delta(b, name, "f64");
+  else vb_begin(b, name, "f64");
+}
+
 /* A timeline's data (ms_tlv_t) as sections named PREFIX.*: per series its first point, number
  * of points, element (-1: the summarized band), size, colour and ghost flag; the points'
  * timesteps (T) and offsets (O, one more for the summarized band, which is last), the summarized
- * band's sizes (S), max_at_time and the elements' sources. */
+ * band's sizes (S), max_at_time and the elements' sources. The sorted or slowly changing ones
+ * (first points, elements, colours, timesteps, offsets, max_at_time, sources) are delta coded. */
 static void view_bin_tlv(vb_t *b, const char *prefix, const ms_tlv_t *v) {
   char name[64];
 #define SEC(suffix, type)                                      \
   snprintf(name, sizeof name, "%s.%s", prefix, suffix);        \
   vb_begin(b, name, type)
-  SEC("first", "u32");
+#define DSEC(suffix, type)                                     \
+  snprintf(name, sizeof name, "%s.%s", prefix, suffix);        \
+  vb_begin_delta(b, name, type)
+#define FSEC(suffix, exact)                                    \
+  snprintf(name, sizeof name, "%s.%s", prefix, suffix);        \
+  view_f64_begin(b, name, exact)
+  DSEC("first", "u32");
   for (size_t i = 0; i < v->nseries; i++) vb_u32(b, (uint32_t)v->series[i].first_point);
   vb_end(b);
   SEC("npoints", "u32");
   for (size_t i = 0; i < v->nseries; i++) vb_u32(b, (uint32_t)v->series[i].npoints);
   vb_end(b);
-  SEC("elem", "i32");
+  DSEC("elem", "i32");
   for (size_t i = 0; i < v->nseries; i++) vb_i32(b, (int32_t)v->series[i].elem);
   vb_end(b);
   SEC("size", "f64");
   for (size_t i = 0; i < v->nseries; i++) vb_f64(b, (double)v->series[i].size);
   vb_end(b);
-  SEC("color", "i32");
+  DSEC("color", "i32");
   for (size_t i = 0; i < v->nseries; i++) vb_i32(b, (int32_t)v->series[i].color);
   vb_end(b);
   SEC("ghost", "u8");
   for (size_t i = 0; i < v->nseries; i++) vb_u8(b, v->series[i].ghost);
   vb_end(b);
-  SEC("T", "i32");
+  DSEC("T", "i32");
   for (size_t i = 0; i < v->npoints; i++) vb_i32(b, (int32_t)v->timesteps[i]);
   vb_end(b);
   size_t nsumm = 0, summ_first = 0;
   for (size_t i = 0; i < v->nseries; i++)
     if (v->series[i].elem < 0) nsumm = v->series[i].npoints, summ_first = v->series[i].first_point;
-  SEC("O", "f64");
   size_t no = v->nseries && v->series[v->nseries - 1].elem < 0 ? v->npoints + 1 : v->npoints;
+  FSEC("O", view_exact(v->offsets, no));
   for (size_t i = 0; i < no; i++) vb_f64(b, (double)v->offsets[i]);
   vb_end(b);
   SEC("S", "f64");
   for (size_t i = 0; i < nsumm; i++) vb_f64(b, (double)v->sizes[summ_first + i]);
   vb_end(b);
-  SEC("max_at_time", "f64");
+  FSEC("max_at_time", view_exact(v->max_at_time, v->ntimesteps));
   for (size_t i = 0; i < v->ntimesteps; i++) vb_f64(b, (double)v->max_at_time[i]);
   vb_end(b);
-  SEC("sources", "f64");
+  FSEC("sources", view_exact(v->element_source, v->elements_length));
   for (size_t i = 0; i < v->elements_length; i++) vb_f64(b, (double)v->element_source[i]);
   vb_end(b);
 #undef SEC
+#undef DSEC
+#undef FSEC
 }
 
 /* The trace of device dev as columns (trace.*): action, address, size, stream, time (-1: none),
@@ -124,23 +148,36 @@ static int view_bin_trace(vb_t *b, const char *prefix, const ms_snapshot_t *s, s
   const ms_snap_device_t *d = dev < s->ndevices ? &s->devices[dev] : NULL;
   size_t n = d ? d->ntrace : 0;
   const ms_snap_trace_t *t = d ? s->trace + d->first_trace : NULL;
+  /* addresses, streams and times change little from one entry to the next: delta coded when
+   * every value is exact that way */
+  bool ea = true, es = true, et = true;
+  for (size_t i = 0; i < n; i++) {
+    ea &= t[i].addr <= (uint64_t)VIEW_EXACT;
+    es &= t[i].stream <= (uint64_t)VIEW_EXACT;
+    et &= !(t[i].present & MS_TRACE_HAS_TIME) ||
+          (t[i].time_us <= VIEW_EXACT && t[i].time_us >= -VIEW_EXACT);
+  }
   TSEC("action", "u8");
   for (size_t i = 0; i < n; i++) vb_u8(b, (uint8_t)t[i].action);
   vb_end(b);
-  TSEC("addr", "f64");
+  snprintf(name, sizeof name, "%s.addr", prefix);
+  view_f64_begin(b, name, ea);
   for (size_t i = 0; i < n; i++) vb_f64(b, (double)t[i].addr);
   vb_end(b);
   TSEC("size", "f64");
   for (size_t i = 0; i < n; i++) vb_f64(b, (double)t[i].size);
   vb_end(b);
-  TSEC("stream", "f64");
+  snprintf(name, sizeof name, "%s.stream", prefix);
+  view_f64_begin(b, name, es);
   for (size_t i = 0; i < n; i++) vb_f64(b, (double)t[i].stream);
   vb_end(b);
-  TSEC("time", "f64");
+  snprintf(name, sizeof name, "%s.time", prefix);
+  view_f64_begin(b, name, et);
   for (size_t i = 0; i < n; i++)
     vb_f64(b, t[i].present & MS_TRACE_HAS_TIME ? (double)t[i].time_us : -1.0);
   vb_end(b);
-  TSEC("stack", "i32");
+  snprintf(name, sizeof name, "%s.stack", prefix);
+  vb_begin_delta(b, name, "i32");
   for (size_t i = 0; i < n; i++)
     vb_i32(b, t[i].stack == MS_SNAP_NO_STACK ? -1 : (int32_t)t[i].stack);
   vb_end(b);
@@ -171,24 +208,6 @@ static int view_bin_trace(vb_t *b, const char *prefix, const ms_snapshot_t *s, s
   vb_end(b);
 #undef TSEC
   return MS_OK;
-}
-
-/* Stacks (stacks.*): the first entry and the number of frames of each, and the frame indices
- * (u16 when there are fewer than 65,536 frames). */
-static void view_bin_stacks(vb_t *b, const ms_snapshot_t *s) {
-  vb_begin(b, "stacks.first", "u32");
-  for (size_t i = 0; i < s->nstacks; i++) vb_u32(b, s->stacks[i].first);
-  vb_end(b);
-  vb_begin(b, "stacks.count", "u32");
-  for (size_t i = 0; i < s->nstacks; i++) vb_u32(b, s->stacks[i].nframes);
-  vb_end(b);
-  bool small = s->nframes < 65536;
-  vb_begin(b, "stacks.frames", small ? "u16" : "u32");
-  for (size_t i = 0; i < s->nstack_frames; i++) {
-    if (small) vb_u16(b, (uint16_t)ms_snap_frame_index(s, i));
-    else vb_u32(b, ms_snap_frame_index(s, i));
-  }
-  vb_end(b);
 }
 
 static void view_segments(vw_t *w, const ms_snapshot_t *s, size_t dev) {
@@ -268,7 +287,7 @@ typedef struct view_ctx_s {
   view_tlmeta_t *meta; /* two per listed device: memory, segments */
   int64_t (*pools)[2];
   size_t npools;
-  uint64_t bin_bytes; /* uncompressed */
+  uint64_t bin_bytes, trace_bytes; /* uncompressed */
 } view_ctx_t;
 
 static void view_tlv_json(vw_t *w, const char *key, const view_tlmeta_t *m) {
@@ -308,14 +327,6 @@ static void view_data(vw_t *w, const view_ctx_t *c, const vb_t *b) {
     if (a) vw_raw(w, ",", 1);
     vw_str(w, a == MS_TRACE_OTHER ? "other" : ms_trace_action_name((ms_trace_action)a));
   }
-  vw_puts(w, "],\n\"pools\":[");
-  for (size_t i = 0; i < c->npools; i++) {
-    vw_puts(w, i ? ",[" : "[");
-    vw_i64(w, c->pools[i][0]);
-    vw_raw(w, ",", 1);
-    vw_i64(w, c->pools[i][1]);
-    vw_raw(w, "]", 1);
-  }
   vw_puts(w, "],\n");
   view_frames(w, s);
   vw_puts(w, ",\n\"per_device\":[");
@@ -344,15 +355,22 @@ static void view_data(vw_t *w, const view_ctx_t *c, const vb_t *b) {
   vw_puts(w, "}}");
 }
 
-/* The binary element: the sections, gzipped, as base64. */
-static int view_bin(vw_t *w, view_ctx_t *c, vb_t *b) {
-  vb64_t e;
-  ms_sink_t b64sink, gz;
-  ms_gzip_sink_t *z = NULL;
-  vb64_init(&e, w, &b64sink);
-  int rc = ms_gzip_sink_create(&b64sink, c->s->ntrace > 1000000 ? 1 : 6, &z, &gz);
-  if (rc != MS_OK) return rc;
-  vb_init(b, &gz);
+/* The pools the traces name (the trailing JSON's "pools", which the trace's pool column indexes). */
+static void view_pools(vw_t *w, const view_ctx_t *c) {
+  vw_puts(w, "\"pools\":[");
+  for (size_t i = 0; i < c->npools; i++) {
+    vw_puts(w, i ? ",[" : "[");
+    vw_i64(w, c->pools[i][0]);
+    vw_raw(w, ",", 1);
+    vw_i64(w, c->pools[i][1]);
+    vw_raw(w, "]", 1);
+  }
+  vw_puts(w, "]");
+}
+
+/* What goes into the first binary element: per device its timelines. */
+static int view_bin_devices(view_ctx_t *c, vb_t *b) {
+  int rc = MS_OK;
   for (size_t k = 0; k < c->ndevs && rc == MS_OK; k++) {
     char prefix[48];
     for (int seg = 0; seg < 2 && rc == MS_OK; seg++) {
@@ -368,15 +386,35 @@ static int view_bin(vw_t *w, view_ctx_t *c, vb_t *b) {
       m->npoints = v.npoints;
       ms_tlv_release(&v);
     }
+  }
+  return rc;
+}
+
+/* What goes into the second: per device its trace, then the stacks. */
+static int view_bin_traces(view_ctx_t *c, vb_t *b) {
+  int rc = MS_OK;
+  for (size_t k = 0; k < c->ndevs && rc == MS_OK; k++) {
+    char prefix[48];
     snprintf(prefix, sizeof prefix, "d%zu.trace", c->devs[k]);
-    if (rc == MS_OK) rc = view_bin_trace(b, prefix, c->s, c->devs[k], &c->pools, &c->npools);
+    rc = view_bin_trace(b, prefix, c->s, c->devs[k], &c->pools, &c->npools);
   }
-  if (rc == MS_OK) {
-    view_bin_stacks(b, c->s);
-    vb_flush(b);
-    rc = b->err;
-  }
-  c->bin_bytes = b->offset;
+  return rc == MS_OK ? vs_write_stacks(b, c->s) : rc;
+}
+
+/* A binary element: sections, gzipped, as base64: the devices' timelines, or (traces) their
+ * traces and the stacks, which the page reads after its first paint. */
+static int view_bin(vw_t *w, view_ctx_t *c, vb_t *b, bool traces) {
+  vb64_t e;
+  ms_sink_t b64sink, gz;
+  ms_gzip_sink_t *z = NULL;
+  vb64_init(&e, w, &b64sink);
+  int rc = ms_gzip_sink_create(&b64sink, c->s->ntrace > 1000000 ? 1 : 6, &z, &gz);
+  if (rc != MS_OK) return rc;
+  vb_init(b, &gz);
+  rc = traces ? view_bin_traces(c, b) : view_bin_devices(c, b);
+  vb_flush(b);
+  if (rc == MS_OK) rc = b->err;
+  *(traces ? &c->trace_bytes : &c->bin_bytes) = b->offset;
   if (rc == MS_OK) rc = ms_gzip_sink_finish(z);
   ms_gzip_sink_destroy(z);
   vb64_finish(&e);
@@ -395,18 +433,38 @@ static int view_page(vw_t *w, view_ctx_t *c) {
   vw_puts(w, "</style>\n</head>\n<body>\n<div id=\"app\"><noscript>This page needs "
              "JavaScript.</noscript></div>\n");
   vw_puts(w, "<script type=\"application/octet-stream\" id=\"ms-bin\">");
-  vb_t *b = malloc(sizeof *b);
-  if (!b) return MS_ENOMEM;
-  int rc = view_bin(w, c, b);
+  vb_t *b = malloc(sizeof *b), *sb = malloc(sizeof *sb);
+  if (!b || !sb) {
+    free(b);
+    free(sb);
+    return MS_ENOMEM;
+  }
+  vb_init(sb, NULL);
+  /* the traces and the stacks come last, after the script, with their table (and the pools the
+   * traces name) in a JSON element of their own: the browser runs the script, which draws the
+   * timeline, before it has parsed them */
+  int rc = view_bin(w, c, b, false);
   if (rc == MS_OK) {
     vw_puts(w, "</script>\n<script type=\"application/json\" id=\"ms-data\">");
     view_data(w, c, b);
     vw_puts(w, "</script>\n<script>\n");
     vw_raw(w, ms__view_js, ms__view_js_len);
-    vw_puts(w, "</script>\n</body>\n</html>\n");
+    vw_puts(w, "</script>\n<script type=\"application/octet-stream\" id=\"ms-trace\">");
+    rc = view_bin(w, c, sb, true);
+  }
+  if (rc == MS_OK) {
+    vw_puts(w, "</script>\n<script type=\"application/json\" id=\"ms-trace-data\">{");
+    view_pools(w, c);
+    vw_puts(w, ",\n\"trace_bin\":{\"encoding\":\"gzip+base64\",\"length\":");
+    vw_u64(w, c->trace_bytes);
+    vw_puts(w, ",\"sections\":");
+    vb_table(sb, w);
+    vw_puts(w, "}}</script>\n</body>\n</html>\n");
   }
   vb_release(b);
+  vb_release(sb);
   free(b);
+  free(sb);
   return rc;
 }
 
@@ -438,7 +496,7 @@ int ms_viewer_write_html(const ms_snapshot_t *snap, const ms_viewer_opts_t *opts
   if (!w || !meta) {
     rc = MS_ENOMEM;
   } else {
-    view_ctx_t c = {snap, opts, dev, devs, ndevs, meta, NULL, 0, 0};
+    view_ctx_t c = {snap, opts, dev, devs, ndevs, meta, NULL, 0, 0, 0};
     vw_init(w, sink);
     rc = view_page(w, &c);
     vw_flush(w);

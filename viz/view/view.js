@@ -10,6 +10,7 @@
   var TABLEAU10 = ["#4e79a7", "#f28e2c", "#e15759", "#76b7b2", "#59a14f",
                    "#edc949", "#af7aa1", "#ff9da7", "#9c755f", "#bab0ab"];
   var VIEWS = [["timeline", "Active Memory Timeline"],
+               ["pools", "Allocated Memory (incl. Private Pools)"],
                ["segments", "Active Cached Segment Timeline"],
                ["history", "Allocator State History"],
                ["settings", "Allocator Settings"],
@@ -23,6 +24,8 @@
   var selectedT = -1;    /* the moment (timestep of the memory timeline) chosen by a click */
   var hash = {};         /* the URL fragment's state */
   var streamFilter = -1; /* the stream whose bands the timelines show (-1: all) */
+  var poolFilter = "";   /* the pool ("a,b", "unknown") whose bands the timelines show ("": all) */
+  var range = null;      /* the time-range selector: [first entry, last entry] or null */
 
   /* ---- helpers ------------------------------------------------------------------------------ */
 
@@ -73,13 +76,25 @@
     return streamIds[k];
   }
 
-  /* Annotation as MemoryViz: the version of each address at each trace entry. */
+  /* Streams are numbered as MemoryViz numbers them: in order of first use in the trace, then in
+   * the segments (one cheap pass: streams are few and change rarely from entry to entry). */
+  function numberStreams(tr) {
+    var n = tr.stream.length, last = NaN;
+    for (var i = 0; i < n; i++) if (tr.stream[i] !== last) { last = tr.stream[i]; streamName(last); }
+    D.segments.forEach(function (s) { streamName(s.stream); });
+  }
+  /* Annotation as MemoryViz: the version of each address at each trace entry; computed when a
+   * text first needs it (hover, the state history), not before the first paint. */
+  function versions() {
+    var tr = D.trace;
+    if (!tr.ver) annotate(tr);
+    return tr;
+  }
   function annotate(tr) {
     var n = tr.action.length, bver = new Map(), sver = new Map();
     var ver = new Int32Array(n);
     for (var i = 0; i < n; i++) {
       var a = tr.action[i], key = tr.addr[i];
-      streamName(tr.stream[i]);
       if (a === A.FREE_DONE) { var v = bver.get(key) || 0; ver[i] = v; bver.set(key, v + 1); }
       else if (a === A.ALLOC || a === A.FREE_REQ) ver[i] = bver.get(key) || 0;
       else if (a === A.SEG_FREE || a === A.SEG_UNMAP) {
@@ -89,21 +104,19 @@
     tr.ver = ver;
     tr.bver = bver;
     tr.sver = sver;
-    D.segments.forEach(function (s) { streamName(s.stream); });
   }
 
   function hexAddr(i) { return D.trace.addr[i].toString(16); }
   function poolOf(i) { var k = D.trace.pool[i]; return k >= 0 ? D.pools[k] : null; }
-  function stackFrames(st) {
-    var a = D.bin["stacks.first"][st];
-    return D.bin["stacks.frames"].subarray(a, a + D.bin["stacks.count"][st]);
-  }
+  var STK = null; /* the stacks (data.js), decoded one at a time */
+  function stackFrames(st) { return STK ? STK.frames(st) : new Uint32Array(0); }
   function frameText(fi) {
     var f = D.frames[fi];
     return f[0] + ":" + f[1] + ":" + f[2];
   }
   /* Innermost first, consecutive duplicates collapsed as the viewer does. */
   function stackText(stack) {
+    if (!STK && stack >= 0) return "(the stacks are still being read)";
     if (stack < 0 || stack >= D.nstacks || stackFrames(stack).length === 0)
       return "No frames recorded: the block was allocated before recording started, the "
         + "recording kept no stacks, or the entry fell out of the ring buffer.";
@@ -168,61 +181,64 @@
     for (i = 1; i < tl.maxAt.length; i++) if (tl.maxAt[i] > tl.maxAt[peak]) peak = i;
     tl.peakT = peak;
     tl.nT = Math.max(1, tl.maxAt.length);
+    lodIndex(tl);
     return tl;
   }
 
-  /* base64 to bytes */
-  function unbase64(str) {
-    var lut = new Uint8Array(128), abc = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/", i, j;
-    for (i = 0; i < 64; i++) lut[abc.charCodeAt(i)] = i;
-    var n = str.length;
-    while (n > 0 && (str.charCodeAt(n - 1) === 61 || str.charCodeAt(n - 1) <= 32)) n--;
-    var out = new Uint8Array(Math.floor(n * 3 / 4));
-    for (i = 0, j = 0; i + 3 < n; i += 4) {
-      var v = lut[str.charCodeAt(i)] << 18 | lut[str.charCodeAt(i + 1)] << 12
-        | lut[str.charCodeAt(i + 2)] << 6 | lut[str.charCodeAt(i + 3)];
-      out[j++] = v >> 16; out[j++] = v >> 8 & 255; out[j++] = v & 255;
+  /* What keeps a frame's cost down (docs/view.md, "Level of detail"): the maximum of max_at_time
+   * per block of 256 timesteps (the y scale of a window without a pass over it), and per group of
+   * 64 series the first and last step they cover (groups outside the window are skipped whole). */
+  var LOD_T = 256, LOD_S = 64;
+  function lodIndex(tl) {
+    var nb = Math.ceil(tl.maxAt.length / LOD_T), i, g;
+    tl.maxBlk = new Float64Array(nb);
+    for (i = 0; i < tl.maxAt.length; i++) {
+      g = (i / LOD_T) | 0;
+      if (tl.maxAt[i] > tl.maxBlk[g]) tl.maxBlk[g] = tl.maxAt[i];
     }
-    var rest = n - i;
-    if (rest >= 2) {
-      var w = lut[str.charCodeAt(i)] << 18 | lut[str.charCodeAt(i + 1)] << 12
-        | (rest > 2 ? lut[str.charCodeAt(i + 2)] << 6 : 0);
-      out[j++] = w >> 16;
-      if (rest > 2) out[j++] = w >> 8 & 255;
+    var ng = Math.ceil(tl.n / LOD_S);
+    tl.grpMin = new Float64Array(ng).fill(Infinity);
+    tl.grpMax = new Float64Array(ng).fill(-Infinity);
+    for (i = 0; i < tl.n; i++) {
+      g = (i / LOD_S) | 0;
+      if (tl.tmin[i] < tl.grpMin[g]) tl.grpMin[g] = tl.tmin[i];
+      if (tl.tmax[i] > tl.grpMax[g]) tl.grpMax[g] = tl.tmax[i];
     }
-    return out;
   }
-
-  /* The binary sections: gunzip with the browser's own DecompressionStream (no library; fed from
-   * memory, so no I/O is involved), into one buffer of the length the JSON gives; then one typed
-   * array per section over it. */
-  function loadBinary(meta) {
-    var bytes = unbase64(document.getElementById("ms-bin").textContent);
-    var input = new ReadableStream({ start: function (c) { c.enqueue(bytes); c.close(); } });
-    var reader = input.pipeThrough(new DecompressionStream("gzip")).getReader();
-    var out = new Uint8Array(meta.length), at = 0;
-    function pump() {
-      return reader.read().then(function (r) {
-        if (r.done) return;
-        if (at + r.value.length > out.length) throw new Error("the page's data is damaged (too long)");
-        out.set(r.value, at);
-        at += r.value.length;
-        return pump();
-      });
+  /* the largest max_at_time in steps [a, b] */
+  function maxIn(tl, a, b) {
+    var m = 0, i = a;
+    while (i <= b && i % LOD_T) { if (tl.maxAt[i] > m) m = tl.maxAt[i]; i++; }
+    while (i + LOD_T - 1 <= b) { if (tl.maxBlk[i / LOD_T] > m) m = tl.maxBlk[i / LOD_T]; i += LOD_T; }
+    for (; i <= b; i++) if (tl.maxAt[i] > m) m = tl.maxAt[i];
+    return m;
+  }
+  /* the first index in [lo, hi) whose timestep is >= t (hi when none) */
+  function lowerBound(T, lo, hi, t) {
+    while (lo < hi) { var mid = (lo + hi) >> 1; if (T[mid] < t) lo = mid + 1; else hi = mid; }
+    return lo;
+  }
+  /* calls f(s) for every series whose steps meet [t0, t1] */
+  function eachIn(tl, t0, t1, f) {
+    for (var g = 0; g < tl.grpMin.length; g++) {
+      if (tl.grpMax[g] < t0 || tl.grpMin[g] > t1) continue;
+      for (var s = g * LOD_S, z = Math.min(tl.n, s + LOD_S); s < z; s++)
+        if (tl.tmax[s] >= t0 && tl.tmin[s] <= t1) f(s);
     }
-    return pump().then(function () {
-      if (at !== meta.length) throw new Error("the page's data is damaged (" + at + " of " + meta.length + " bytes)");
-      var types = { i32: Int32Array, u32: Uint32Array, u16: Uint16Array, u8: Uint8Array, f64: Float64Array }, res = {};
-      meta.sections.forEach(function (s) { res[s.name] = new types[s.type](out.buffer, s.offset, s.count); });
-      return res;
-    });
   }
 
   /* The viewer's hover text of element e (context_for_id). */
   function elementText(tl, s) {
     var e = tl.elem[s];
+    if (!D.trace && e >= 0) return "(the trace is still being read)";
+    if (e <= -2) {
+      var env = tl.envelopes[-2 - e];
+      return "Private pool (" + env.pool[0] + ", " + env.pool[1] + "), stream " + streamName(env.stream)
+        + ": the envelope is the pool's reserved memory (its segments), " + fmtBoth(env.reserved)
+        + " at most; it never shrinks. Its live blocks are the half transparent stripes inside.";
+    }
     if (e < 0) return "Small allocations summarized together.";
-    var src = tl.sources[e], tr = D.trace, lines = [], size = tl.size[s];
+    var src = tl.sources[e], tr = versions(), lines = [], size = tl.size[s];
     var after = tl.maxAt[Math.min(tl.maxAt.length - 1, Math.max(0, tl.tmin[s]))];
     if (src >= 0) {
       var act = tr.action[src], pre = tl.segmentsView ? "s'" : "b'";
@@ -243,7 +259,7 @@
       } else {
         var b = snapBlock(k);
         var addr = b ? b[2].toString(16) : "?";
-        lines.push("Addr: b'" + addr + "_" + (b ? D.trace.bver.get(b[2]) || 0 : 0) + ", Size: "
+        lines.push("Addr: b'" + addr + "_" + (b ? versions().bver.get(b[2]) || 0 : 0) + ", Size: "
           + fmtBoth(size) + " allocation, stream " + (b ? streamName(b[0].stream) : "?"));
         lines.push("This block was allocated before the trace starts (it is alive in the "
           + "snapshot, its alloc is not in the trace).");
@@ -254,7 +270,7 @@
   }
   function elementStack(tl, s) {
     var e = tl.elem[s];
-    if (e < 0) return -1;
+    if (e < 0 || !D.trace) return -1;
     var src = tl.sources[e];
     if (src >= 0) return D.trace.stack[src];
     var k = -1 - src;
@@ -266,7 +282,8 @@
    * summarized band. */
   function elementStream(tl, s) {
     var e = tl.elem[s];
-    if (e < 0) return -1;
+    if (e <= -2) return streamName(tl.envelopes[-2 - e].stream);
+    if (e < 0 || !D.trace) return -1;
     var src = tl.sources[e];
     if (src >= 0) return streamName(D.trace.stream[src]);
     var k = -1 - src;
@@ -276,13 +293,78 @@
   }
   function elementAddr(tl, s) {
     var e = tl.elem[s];
-    if (e < 0) return "";
+    if (e < 0 || !D.trace) return "";
     var src = tl.sources[e];
     if (src >= 0) return hexAddr(src);
     var k = -1 - src;
     if (tl.segmentsView) { var g = segmentOfIndex(k); return g ? g.addr : ""; }
     var b = snapBlock(k);
     return b ? b[2].toString(16) : "";
+  }
+
+  /* The pool of series s as "a,b" (its segment's in the snapshot, found by address as MemoryViz
+   * does; "unknown" when no segment of the snapshot holds it), "" for the summarized band. */
+  var segsByAddr = null;
+  function poolAtAddr(addr) {
+    if (!segsByAddr) {
+      segsByAddr = D.segments.map(function (g) { return [parseInt(g.addr, 16), g.size, g.pool]; });
+      segsByAddr.sort(function (a, b) { return a[0] - b[0]; });
+    }
+    var lo = 0, hi = segsByAddr.length - 1;
+    while (lo <= hi) {
+      var mid = (lo + hi) >> 1, g = segsByAddr[mid];
+      if (addr < g[0]) hi = mid - 1; else if (addr >= g[0] + g[1]) lo = mid + 1; else return g[2];
+    }
+    return null;
+  }
+  function elementPool(tl, s) {
+    var e = tl.elem[s], p = null;
+    if (e <= -2) p = tl.envelopes[-2 - e].pool;
+    else if (e < 0) return "";
+    else if (!D.trace) return "unknown";
+    else {
+      var src = tl.sources[e];
+      if (src >= 0) p = poolAtAddr(D.trace.addr[src]);
+      else if (tl.segmentsView) { var g = segmentOfIndex(-1 - src); p = g ? g.pool : null; }
+      else { var b = snapBlock(-1 - src); p = b ? b[0].pool : null; }
+    }
+    return p ? p[0] + "," + p[1] : "unknown";
+  }
+  /* the pools of every series, computed once the pool selector is used */
+  function seriesPools(tl) {
+    if (!tl.poolKey) {
+      tl.poolKey = new Array(tl.n);
+      for (var s = 0; s < tl.n; s++) tl.poolKey[s] = elementPool(tl, s);
+    }
+    return tl.poolKey;
+  }
+  /* the (renamed) stream of every series, computed once the stream selector is used */
+  function seriesStreams(tl) {
+    if (!tl.stream) {
+      tl.stream = new Int32Array(tl.n);
+      for (var k = 0; k < tl.n; k++) tl.stream[k] = elementStream(tl, k);
+    }
+    return tl.stream;
+  }
+  function shown(tl, s) {
+    return s !== tl.summ && (streamFilter < 0 || seriesStreams(tl)[s] === streamFilter)
+      && (poolFilter === "" || seriesPools(tl)[s] === poolFilter);
+  }
+  /* The timestep at which trace entry i takes effect (the time-range selector), from the replay
+   * (replay.js) of the same trace. */
+  function entrySteps(tl) {
+    if (!tl.entryStep)
+      tl.entryStep = window.memsnapReplay({ trace: D.trace, segments: D.segments,
+                                            segmentsView: tl.segmentsView, pools: false }).entryStep;
+    return tl.entryStep;
+  }
+  /* the timesteps [lo, hi] the time-range selector allows (the whole run without it) */
+  function stepRange(tl) {
+    if (!range || !D.trace) return [0, tl.nT];
+    var st = entrySteps(tl), n = st.length - 1;
+    var a = Math.max(0, Math.min(n, range[0])), b = Math.max(a, Math.min(n - 1, range[1]));
+    var lo = Math.min(st[a], tl.nT - 1), hi = Math.min(tl.nT, st[Math.min(n, b + 1)]);
+    return [lo, Math.max(lo + 1, hi)];
   }
 
   /* Offset of series s at timestep t (linear between points, as the polygons are drawn). */
@@ -305,7 +387,7 @@
   function timelineView(root, tl, title) {
     var self = { name: title };
     if (tl.n === 0 || tl.elementsLength === 0) {
-      el("div", "note", root, "No timeline: " + (D.trace.action.length === 0
+      el("div", "note", root, "No timeline: " + (D.ntrace === 0
         ? "the snapshot has no trace (it was taken without recording history). The Allocator "
           + "State History view shows its segments and blocks."
         : "the trace of this device has no allocation."));
@@ -318,17 +400,20 @@
     var W = 0, H = 0, MW = 0, MH = 0, pad = { l: 70, r: 10, t: 10, b: 20 };
     var x0 = 0, x1 = tl.nT, hover = -1, pinned = -1, matches = null, lastFrameMs = 0;
     var hs = readHash();
-    if (hs.x0 !== undefined && hs.x1 !== undefined && +hs.x1 > +hs.x0) { x0 = +hs.x0; x1 = +hs.x1; }
-    info.textContent = (D.trace.action.length === 0 ? "The snapshot has no trace (it was taken "
+    var lim = stepRange(tl);
+    x0 = lim[0]; x1 = lim[1];
+    if (hs.x0 !== undefined && hs.x1 !== undefined && +hs.x1 > +hs.x0 && +hs.x0 >= lim[0] && +hs.x1 <= lim[1]) {
+      x0 = +hs.x0; x1 = +hs.x1;
+    }
+    info.textContent = (D.ntrace === 0 ? "The snapshot has no trace (it was taken "
       + "without recording history), so there is no memory over time: the bands are the blocks "
       + "alive in the snapshot. The Allocator State History view shows its segment map.\n" : "")
       + "Hover a band to see its allocation; click to keep it and to choose the "
       + "moment of the flame graph view. Keys: + / - zoom, arrows pan, p peak, 0 whole run.";
 
     function ymax() {
-      var a = Math.max(0, Math.floor(x0)), b = Math.min(tl.maxAt.length - 1, Math.ceil(x1)), m = 1;
-      for (var i = a; i <= b; i++) if (tl.maxAt[i] > m) m = tl.maxAt[i];
-      return m * 1.05;
+      var a = Math.max(0, Math.floor(x0)), b = Math.min(tl.maxAt.length - 1, Math.ceil(x1));
+      return Math.max(1, maxIn(tl, a, b)) * 1.05;
     }
     var Y = 1;
     function X(t) { return pad.l + (t - x0) / (x1 - x0) * (W - pad.l - pad.r); }
@@ -336,12 +421,65 @@
     function Yp(b) { return H - pad.b - b / Y * (H - pad.t - pad.b); }
     function B(y) { return (H - pad.b - y) / (H - pad.t - pad.b) * Y; }
 
+    var thin = null, thinCv = null, thinPx = null, miniCols = null;
     function resize() {
       var r = plot.getBoundingClientRect(), m = mini.getBoundingClientRect();
       W = Math.max(200, Math.floor(r.width)); H = Math.max(100, Math.floor(r.height));
       MW = Math.max(200, Math.floor(m.width)); MH = Math.max(30, Math.floor(m.height));
       cv.width = over.width = W; cv.height = over.height = H; mcv.width = MW; mcv.height = MH;
+      thinCv = document.createElement("canvas");
+      thinCv.width = W; thinCv.height = H;
+      thin = thinCv.getContext("2d").createImageData(W, H);
+      thinPx = new Uint32Array(thin.data.buffer);
+      miniCols = null;
       draw(); drawMini();
+    }
+    /* Every band is drawn in software, column by column, into one image (aggregated per pixel):
+     * in each column it covers, its pixels from its offset up to its height (one row at least), at
+     * the offset it has at the column (its first point there). A band of many points over few
+     * columns is read at one point per column (binary search), so a frame costs at most a column
+     * per band plus the pixels, whatever the number of points; no path is made. Half transparent
+     * bands (ghosts, pool stripes) are mixed with white or with the pool's grey. */
+    var PX = [], PXG = [], PXP = [];
+    TABLEAU10.forEach(function (c) { PX.push(rgba(c, 1, 255)); PXG.push(rgba(c, 0.45, 255)); PXP.push(rgba(c, 0.5, -1)); });
+    function rgba(hex, a, under) {
+      var v = [1, 3, 5].map(function (k) { return parseInt(hex.slice(k, k + 2), 16); });
+      var u = under >= 0 ? [under, under, under] : [0xba, 0xb0, 0xab];
+      v = v.map(function (x, k) { return Math.round(u[k] + (x - u[k]) * a); });
+      return (255 << 24 | v[2] << 16 | v[1] << 8 | v[0]) >>> 0;
+    }
+    function rasterBand(s) {
+      var a = tl.first[s], z = tl.first[s + 1], T0 = tl.T, O0 = tl.O, S0 = tl.elem[s] <= -2 ? tl.S : null;
+      if (tl.tmin[s] < x0) a = Math.max(a, lowerBound(T0, a, z - 1, x0) - 1);
+      var kx = (W - pad.l - pad.r) / (x1 - x0), ky = (H - pad.t - pad.b) / Y, base = H - pad.b;
+      var cmin = pad.l, cmax = W - pad.r - 1, rmin = pad.t, rmax = H - pad.b - 1;
+      var col = (tl.ghost[s] ? PXG : tl.alpha && tl.alpha[s] < 1 ? PXP : PX)[tl.color[s] % 10];
+      var hp = Math.max(1, Math.round(tl.size[s] * ky));
+      function fill(c, o, i) {
+        var r = Math.round(base - o * ky), h = S0 ? Math.max(1, Math.round(S0[i] * ky)) : hp;
+        for (var q = r - h + 1 < rmin ? rmin : r - h + 1, qz = r > rmax ? rmax : r; q <= qz; q++) thinPx[q * W + c] = col;
+      }
+      var xa = pad.l + (T0[a] - x0) * kx;
+      var cols = Math.min(W, Math.ceil(((tl.tmax[s] < x1 ? tl.tmax[s] : x1) - (tl.tmin[s] > x0 ? tl.tmin[s] : x0)) * kx) + 2);
+      if (z - a > 4 * cols) {
+        /* many points: one per column */
+        var c0 = Math.max(cmin, Math.floor(xa)), c1 = Math.min(cmax, Math.floor(pad.l + (Math.min(tl.tmax[s], x1) - x0) * kx));
+        for (var c = c0, i = a; c <= c1; c++) {
+          i = Math.max(i, lowerBound(T0, i, z, x0 + (c + 0.5 - pad.l) / kx) - 1);
+          fill(c, O0[i], i);
+        }
+        return;
+      }
+      for (var j = a; j < z; j++) {
+        var xb = j + 1 < z ? pad.l + (T0[j + 1] - x0) * kx : xa;
+        var ca = Math.floor(xa) < cmin ? cmin : Math.floor(xa), cb = Math.floor(xb) > cmax ? cmax : Math.floor(xb);
+        for (var cc = ca; cc <= cb; cc++) {
+          var f = xb > xa ? Math.min(1, Math.max(0, (cc + 0.5 - xa) / (xb - xa))) : 0;
+          fill(cc, j + 1 < z ? O0[j] + (O0[j + 1] - O0[j]) * f : O0[j], j);
+        }
+        if (xb > W - pad.r) break;
+        xa = xb;
+      }
     }
 
     /* One band: the top edge forwards then the bottom edge back, at most one point per pixel
@@ -349,21 +487,36 @@
     function bandPath(s, h, c) {
       var a = tl.first[s], z = tl.first[s + 1], i;
       /* points inside the window, plus one on each side */
-      var lo = a, hi = z - 1;
-      while (lo < hi) { var mid = (lo + hi) >> 1; if (tl.T[mid] < x0) lo = mid + 1; else hi = mid; }
-      a = Math.max(tl.first[s], lo - 1);
-      var end = a;
-      while (end < z && tl.T[end] <= x1) end++;
-      end = Math.min(z, end + 1);
-      var xs = [], ys = [], lastX = -1e9;
-      for (i = a; i < end; i++) {
-        var x = X(tl.T[i]), y = Yp(tl.O[i]);
-        if (Math.round(x) === Math.round(lastX) && i + 1 < end && Math.round(X(tl.T[i + 1])) === Math.round(x)) continue;
-        xs.push(x); ys.push(y); lastX = x;
+      a = Math.max(tl.first[s], lowerBound(tl.T, a, z - 1, x0) - 1);
+      var end = Math.min(z, lowerBound(tl.T, a, z, x1 + 1e-9) + 1);
+      var xs = [], ys = [], tops = [], lastX = -1e9, env = tl.elem[s] <= -2;
+      function point(i) {
+        var y = Yp(tl.O[i]);
+        xs.push(X(tl.T[i])); ys.push(y);
+        tops.push(env && h > 0 ? Yp(tl.O[i] + tl.S[i]) : y - h);
+      }
+      var c0 = Math.floor(X(tl.T[a])), c1 = Math.ceil(X(tl.T[end - 1]));
+      if (end - a > 4 * (c1 - c0 + 2)) {
+        /* far more points than columns (a long-lived band that slid many times): the first and
+         * the last point of each column, found by binary search */
+        var k = a;
+        for (var c = c0; c <= c1 && k < end; c++) {
+          var k1 = lowerBound(tl.T, k, end, T(c + 1));
+          if (k1 === k) continue;
+          point(k);
+          if (k1 - 1 > k) point(k1 - 1);
+          k = k1;
+        }
+      } else {
+        for (i = a; i < end; i++) {
+          var x = X(tl.T[i]);
+          if (Math.round(x) === Math.round(lastX) && i + 1 < end && Math.round(X(tl.T[i + 1])) === Math.round(x)) continue;
+          point(i); lastX = x;
+        }
       }
       if (xs.length === 0) return;
-      c.moveTo(xs[0], ys[0] - h);
-      for (i = 1; i < xs.length; i++) c.lineTo(xs[i], ys[i] - h);
+      c.moveTo(xs[0], tops[0]);
+      for (i = 1; i < xs.length; i++) c.lineTo(xs[i], tops[i]);
       if (h <= 0) return;
       for (i = xs.length - 1; i >= 0; i--) c.lineTo(xs[i], ys[i]);
       c.closePath();
@@ -375,29 +528,16 @@
       ctx.clearRect(0, 0, W, H);
       ctx.save();
       ctx.beginPath(); ctx.rect(pad.l, pad.t, W - pad.l - pad.r, H - pad.t - pad.b); ctx.clip();
-      var pxPerByte = (H - pad.t - pad.b) / Y, small = [], nsmall = 0, nbig = 0, c;
-      for (c = 0; c < 10; c++) small.push(new Path2D());
-      for (var s = 0; s < tl.n; s++) {
-        if (tl.tmax[s] < x0 || tl.tmin[s] > x1) continue;
-        if (s === tl.summ || streamFilter >= 0 && tl.stream[s] !== streamFilter) continue;
-        var h = tl.size[s] * pxPerByte;
-        if (h >= 1) {
-          ctx.beginPath();
-          bandPath(s, h, ctx);
-          ctx.fillStyle = TABLEAU10[tl.color[s] % 10];
-          ctx.globalAlpha = tl.ghost[s] ? 0.45 : 1;
-          ctx.fill();
-          nbig++;
-        } else {
-          /* narrower than a pixel: one pixel line at its offset, all in one path, so that
-           * stacked small bands fill the pixels they cover (aggregated per pixel) */
-          bandPath(s, 0, small[tl.color[s] % 10]);
-          nsmall++;
-        }
-      }
-      ctx.globalAlpha = 1;
-      ctx.lineWidth = 1;
-      for (c = 0; c < 10 && nsmall; c++) { ctx.strokeStyle = TABLEAU10[c]; ctx.stroke(small[c]); }
+      var pxPerByte = (H - pad.t - pad.b) / Y, nsmall = 0, nbig = 0, filter = streamFilter >= 0 || poolFilter !== "";
+      thinPx.fill(0);
+      eachIn(tl, x0, x1, function (s) {
+        if (s === tl.summ || filter && !shown(tl, s)) return;
+        rasterBand(s);
+        /* counted as before: bands at least a pixel high, and thinner ones */
+        if (tl.size[s] * pxPerByte >= 1) nbig++; else nsmall++;
+      });
+      thinCv.getContext("2d").putImageData(thin, 0, 0);
+      ctx.drawImage(thinCv, 0, 0);
       if (tl.summ >= 0) drawSummarized();
       ctx.restore();
       axes();
@@ -407,12 +547,20 @@
       self.lastFrameMs = lastFrameMs;
       hash.x0 = Math.round(x0); hash.x1 = Math.round(x1); writeHash();
     }
+    /* the summarized band (empty here: nothing is summarized, but it has a point per step) */
     function drawSummarized() {
-      var s = tl.summ, a = tl.first[s], z = tl.first[s + 1];
-      if (z <= a) return;
+      var s = tl.summ, a = tl.first[s], z = tl.first[s + 1], m = 0;
+      if (tl.summMax === undefined) {
+        for (var k = 0; k < z - a; k++) if (tl.summSizes[k] > m) m = tl.summSizes[k];
+        tl.summMax = m;
+      }
+      if (z <= a || tl.summMax === 0) return;
+      var a0 = a;
+      a = Math.max(a, lowerBound(tl.T, a, z, x0) - 1);
+      z = Math.min(z, lowerBound(tl.T, a, z, x1 + 1e-9) + 1);
       ctx.beginPath();
-      for (var i = a; i < z; i++) ctx.lineTo(X(tl.T[i]), Yp(tl.summOffsets[i - a] + tl.summSizes[i - a]));
-      for (i = z - 1; i >= a; i--) ctx.lineTo(X(tl.T[i]), Yp(tl.summOffsets[i - a]));
+      for (var i = a; i < z; i++) ctx.lineTo(X(tl.T[i]), Yp(tl.summOffsets[i - a0] + tl.summSizes[i - a0]));
+      for (i = z - 1; i >= a; i--) ctx.lineTo(X(tl.T[i]), Yp(tl.summOffsets[i - a0]));
       ctx.fillStyle = "#ccc";
       ctx.fill();
     }
@@ -464,17 +612,25 @@
     }
     function drawMini() {
       mctx.clearRect(0, 0, MW, MH);
-      var m = 1, n = tl.maxAt.length, i;
-      for (i = 0; i < n; i++) if (tl.maxAt[i] > m) m = tl.maxAt[i];
+      var n = tl.maxAt.length, x;
+      if (!miniCols) {
+        /* the maximum per pixel column, once per size */
+        miniCols = new Float64Array(MW + 1);
+        for (x = 0; x < MW; x++) {
+          var a = Math.floor(x / MW * n), b = Math.min(n - 1, Math.max(a, Math.floor((x + 1) / MW * n) - 1));
+          miniCols[x] = a < n ? maxIn(tl, a, b) : 0;
+          if (miniCols[x] > miniCols[MW]) miniCols[MW] = miniCols[x];
+        }
+      }
+      var m = Math.max(1, miniCols[MW]);
       mctx.fillStyle = "#9ab";
       mctx.beginPath(); mctx.moveTo(0, MH);
-      /* the maximum per pixel column */
-      for (var x = 0; x < MW; x++) {
-        var a = Math.floor(x / MW * n), b = Math.max(a + 1, Math.floor((x + 1) / MW * n)), v = 0;
-        for (i = a; i < b && i < n; i++) if (tl.maxAt[i] > v) v = tl.maxAt[i];
-        mctx.lineTo(x, MH - v / m * (MH - 4));
-      }
+      for (x = 0; x < MW; x++) mctx.lineTo(x, MH - miniCols[x] / m * (MH - 4));
       mctx.lineTo(MW, MH); mctx.fill();
+      var lim = stepRange(tl);
+      mctx.fillStyle = "rgba(255,255,255,0.7)";
+      mctx.fillRect(0, 0, lim[0] / tl.nT * MW, MH);
+      mctx.fillRect(lim[1] / tl.nT * MW, 0, MW, MH);
       mctx.fillStyle = "rgba(0,0,0,0.15)";
       var bx0 = x0 / tl.nT * MW, bx1 = x1 / tl.nT * MW;
       mctx.fillRect(bx0, 0, Math.max(2, bx1 - bx0), MH);
@@ -485,14 +641,13 @@
       /* a band narrower than a pixel in time is hit within half a pixel of it */
       var t = T(mx), b = B(my), tol = Y / (H - pad.t - pad.b), best = -1;
       var dt = (x1 - x0) / (W - pad.l - pad.r) / 2;
-      for (var s = 0; s < tl.n; s++) {
-        if (s === tl.summ || tl.tmax[s] < t - dt || tl.tmin[s] > t + dt) continue;
-        if (streamFilter >= 0 && tl.stream[s] !== streamFilter) continue;
+      eachIn(tl, t - dt, t + dt, function (s) {
+        if (!shown(tl, s)) return;
         var o = offsetAt(tl, s, Math.min(tl.tmax[s], Math.max(tl.tmin[s], t)));
         if (b >= o - tol && b < o + Math.max(tl.size[s], tol)) {
           if (best < 0 || tl.size[s] > tl.size[best] || b >= o && b < o + tl.size[s]) best = s;
         }
-      }
+      });
       return best;
     }
     function show(s) {
@@ -504,13 +659,15 @@
       setWindow(nx0, nx1);
     }
     function setWindow(a, b) {
-      var w = Math.min(b - a, tl.nT);
-      if (a < 0) a = 0;
-      if (a + w > tl.nT) a = tl.nT - w;
+      var lim = stepRange(tl), w = Math.min(b - a, lim[1] - lim[0]);
+      if (a < lim[0]) a = lim[0];
+      if (a + w > lim[1]) a = lim[1] - w;
       x0 = a; x1 = a + w;
       draw(); drawMini();
     }
     self.setWindow = setWindow;
+    self.applyRange = function () { var lim = stepRange(tl); setWindow(lim[0], lim[1]); };
+    self.window = function () { return [x0, x1]; };
     self.zoomAt = zoomAt;
     self.draw = draw;
     self.hit = hit;
@@ -589,7 +746,7 @@
       else if (ev.key === "ArrowLeft") setWindow(x0 - w / 4, x1 - w / 4);
       else if (ev.key === "ArrowRight") setWindow(x0 + w / 4, x1 + w / 4);
       else if (ev.key === "p") self.peak();
-      else if (ev.key === "0") setWindow(0, tl.nT);
+      else if (ev.key === "0") self.applyRange();
       else return;
       ev.preventDefault();
     }
@@ -698,7 +855,7 @@
   };
 
   function eventText(i) {
-    var tr = D.trace, a = tr.action[i], name = D.actions[a] || "other";
+    var tr = versions(), a = tr.action[i], name = D.actions[a] || "other";
     if (a === A.OOM)
       return "OOM (requested " + fmtSize(tr.size[i]) + ", Device has "
         + fmtSize(tr.addr[i]) + " memory free)";
@@ -981,59 +1138,119 @@
 
   /* ---- the page ----------------------------------------------------------------------------- */
 
-  var TL = null, SEG = null;
+  var TL = null, SEG = null, PTL = null;
+
+  /* "Allocated Memory (incl. Private Pools)": replayed in the page when first shown (replay.js) */
+  function poolsTimeline() {
+    if (!PTL) {
+      PTL = window.memsnapReplay({ trace: D.trace, segments: D.segments, segmentsView: false, pools: true });
+      lodIndex(PTL);
+      api.poolsTimeline = PTL;
+    }
+    return PTL;
+  }
 
   function showView(name, bar, holder) {
     if (current && current.destroy) current.destroy();
     holder.textContent = "";
     hash.view = name; writeHash();
     var v = el("div", "view", holder);
+    if (!D.trace && name !== "timeline" && name !== "segments" && name !== "settings") {
+      el("div", "note", v, "The trace is still being read: this view opens when it is.");
+      current = { name: name, destroy: function () {} };
+      api.view = current;
+      return;
+    }
     if (name === "segments") current = timelineView(v, SEG, "segments");
     else if (name === "history") current = historyView(v);
     else if (name === "settings") current = settingsView(v);
     else if (name === "flame") current = flameView(v, TL);
-    else current = timelineView(v, TL, "timeline");
-    bar.search.style.display = name === "timeline" || name === "segments" ? "" : "none";
+    else if (name === "pools") {
+      var ptl = poolsTimeline();
+      el("div", "note", v, ptl.envelopes.length
+        ? "Blocks of private pools (CUDA graphs, MemPool) are the half transparent stripes inside "
+          + "their pool's grey envelope, as tall as the pool's reserved memory (it never shrinks); "
+          + ptl.envelopes.length + " pool envelope(s)."
+        : "No private pool on this device (every segment is in the default pool (0, 0)): this is "
+          + "the Active Memory Timeline.");
+      current = timelineView(v, ptl, "pools");
+    } else current = timelineView(v, TL, "timeline");
+    bar.search.style.display = name === "timeline" || name === "segments" || name === "pools" ? "" : "none";
     api.view = current;
   }
 
   var api = { ready: false };
 
+  /* when each step of the first paint ended (ms since navigation; bench/view_page.sh) */
+  function phase(name) { (api.phases = api.phases || {})[name] = Math.round(performance.now()); }
+
   function main() {
+    phase("script");
     app = document.getElementById("app");
     D = parseJSON("ms-data");
+    phase("json");
     app.textContent = "Reading the data...";
-    return loadBinary(D.bin).then(function (B) {
+    D.nstacks = 0;
+    return window.memsnapData.load(D.bin, "ms-bin", phase).then(function (B) {
       D.bin = B;
-      D.nstacks = B["stacks.first"].length;
-      api.stackFrames = stackFrames; api.hexAddr = hexAddr;
+      api.stackFrames = stackFrames; api.hexAddr = hexAddr; api.entrySteps = entrySteps;
+      api.elementPool = elementPool; api.streams = seriesStreams;
       var h = readHash();
       useDevice(h.device !== undefined && D.devices.indexOf(+h.device) >= 0 ? +h.device : D.device);
+      phase("decoded");
+      /* the views that need the trace wait for it */
+      var first = h.view || D.view || "timeline";
+      if (first === "timeline" || first === "segments" || first === "settings") build();
+      phase("painted");
+      /* the traces and the stacks after the first paint: only texts, search, filters, the
+       * state history, the pools view and the flame graph need them; they come after the script
+       * in the page, so wait until it is all parsed */
+      return new Promise(function (ok) {
+        if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", ok);
+        else ok();
+      });
+    }).then(function () {
+      var td = parseJSON("ms-trace-data");
+      D.pools = td.pools;
+      return window.memsnapData.load(td.trace_bin, "ms-trace");
+    }).then(function (TB) {
+      D.traceBin = TB;
+      STK = window.memsnapData.stacks(TB, D.frames.length);
+      D.nstacks = STK.n;
+      attachTrace();
       build();
+      api.stacksMs = performance.now();
     });
   }
 
-  /* Every listed device is in the page (sections d<N>.*, per_device[k]); one is shown. */
-  function useDevice(dev) {
-    var B = D.bin, pd = null, p = "d" + dev + ".trace.";
-    D.per_device.forEach(function (x) { if (x.device === dev) pd = x; });
-    D.device = dev;
-    D.segments = pd.segments;
-    D.ntrace = pd.ntrace;
+  /* The trace of the device shown, once the page has read it (null before). */
+  function attachTrace() {
+    var B = D.traceBin, p = "d" + D.device + ".trace.";
+    if (!B) { D.trace = null; return; }
     D.trace = { action: B[p + "action"], addr: B[p + "addr"], size: B[p + "size"],
                 stream: B[p + "stream"], time: B[p + "time"], stack: B[p + "stack"],
                 pool: B[p + "pool"] };
     streamIds = {};
+    numberStreams(D.trace);
+  }
+
+  /* Every listed device is in the page (sections d<N>.*, per_device[k]); one is shown. */
+  function useDevice(dev) {
+    var B = D.bin, pd = null;
+    D.per_device.forEach(function (x) { if (x.device === dev) pd = x; });
+    D.device = dev;
+    D.segments = pd.segments;
+    D.ntrace = pd.ntrace;
+    streamIds = {};
     blockIndex = null;
     selectedT = -1;
-    annotate(D.trace);
+    attachTrace();
+    segsByAddr = null;
+    PTL = null;
     TL = decodeTimeline(B, "d" + dev + ".tl", pd.tl, false);
     SEG = decodeTimeline(B, "d" + dev + ".seg", pd.seg, true);
     streamFilter = -1;
-    [TL, SEG].forEach(function (tl) {
-      tl.stream = new Int32Array(tl.n);
-      for (var k = 0; k < tl.n; k++) tl.stream[k] = elementStream(tl, k);
-    });
+    poolFilter = "";
     api.data = D; api.timeline = TL; api.segmentTimeline = SEG;
   }
 
@@ -1059,7 +1276,7 @@
     api.device = function (d) { dsel.value = String(d); dsel.dispatchEvent(new Event("change")); };
     var ls = el("label", "", bar, "Stream "), ssel = el("select", "", ls), seen = {};
     var oall = el("option", "", ssel, "all"); oall.value = "-1";
-    [TL, SEG].forEach(function (tl) { for (var k = 0; k < tl.n; k++) if (tl.stream[k] >= 0) seen[tl.stream[k]] = true; });
+    Object.keys(streamIds).forEach(function (k) { seen[streamIds[k]] = true; });
     Object.keys(seen).map(Number).sort(function (a, b) { return a - b; }).forEach(function (k) {
       var o = el("option", "", ssel, String(k)); o.value = String(k);
     });
@@ -1069,6 +1286,41 @@
       if (current && current.draw) current.draw();
     });
     api.stream = function (k) { ssel.value = String(k); streamFilter = k; if (current && current.draw) current.draw(); };
+    /* the pool selector: the pools of this device's segments and of its trace entries */
+    var lp = el("label", "", bar, "Pool "), psel = el("select", "", lp), pools = {};
+    D.segments.forEach(function (g) { pools[g.pool[0] + "," + g.pool[1]] = g.pool; });
+    (D.pools || []).forEach(function (p) { pools[p[0] + "," + p[1]] = p; });
+    el("option", "", psel, "all").value = "";
+    Object.keys(pools).sort().forEach(function (k) {
+      var p = pools[k];
+      el("option", "", psel, "(" + p[0] + ", " + p[1] + ")" + (p[0] === 0 && p[1] === 0 ? " default" : "")).value = k;
+    });
+    el("option", "", psel, "unknown").value = "unknown";
+    function setPool(k) {
+      poolFilter = k; psel.value = k;
+      hash.pool = k; writeHash();
+      if (current && current.draw) current.draw();
+    }
+    psel.addEventListener("change", function () { setPool(psel.value); });
+    api.pool = setPool;
+    /* the time-range selector: trace entries A..B (the timelines show only the steps of those) */
+    var lr = el("label", "", bar, "Entries "), ra = el("input", "range", lr);
+    el("span", "", lr, " to ");
+    var rb = el("input", "range", lr), rclear = el("button", "", lr, "all");
+    ra.type = rb.type = "number"; ra.min = rb.min = "0"; ra.max = rb.max = String(Math.max(0, D.ntrace - 1));
+    function setRange(a, b) {
+      range = a === null || isNaN(a) || isNaN(b) ? null : [Math.min(a, b), Math.max(a, b)];
+      ra.value = range ? String(range[0]) : ""; rb.value = range ? String(range[1]) : "";
+      hash.from = range ? range[0] : ""; hash.to = range ? range[1] : ""; writeHash();
+      if (current && current.applyRange) current.applyRange();
+    }
+    function rangeInput() {
+      if (ra.value !== "" && rb.value !== "") setRange(parseInt(ra.value, 10), parseInt(rb.value, 10));
+    }
+    ra.addEventListener("change", rangeInput);
+    rb.addEventListener("change", rangeInput);
+    rclear.addEventListener("click", function () { setRange(null, null); });
+    api.range = setRange;
     var search = el("span", "", bar);
     var la = el("label", "", search, "address "), ia = el("input", "", la);
     var lt = el("label", "", search, " frame "), it = el("input", "", lt);
@@ -1090,14 +1342,22 @@
     var first = hash.view || D.view || "timeline";
     if (!VIEWS.some(function (v) { return v[0] === first; })) first = "timeline";
     if (hash.t !== undefined) selectedT = +hash.t;
+    if (hash.pool !== undefined && (hash.pool === "unknown" || pools[hash.pool])) {
+      poolFilter = hash.pool; psel.value = hash.pool;
+    }
+    range = null;
+    if (hash.from !== undefined && hash.to !== undefined && D.trace && D.ntrace > 0) {
+      var fa = parseInt(hash.from, 10), fb = parseInt(hash.to, 10);
+      if (fa >= 0 && fb >= 0) { range = [Math.min(fa, fb), Math.max(fa, fb)]; ra.value = String(range[0]); rb.value = String(range[1]); }
+    }
     sel.value = first;
     sel.addEventListener("change", function () { showView(sel.value, bar, holder); });
     api.show = function (name) { sel.value = name; showView(name, bar, holder); };
     api.search = function (a, t) { ia.value = a || ""; it.value = t || ""; doSearch(); return api.lastSearch; };
     api.select = function (t) { selectedT = t; };
     showView(first, bar, holder);
+    if (!api.ready) api.readyMs = performance.now();
     api.ready = true;
-    api.readyMs = performance.now();
     document.body.setAttribute("data-status", "ready");
   }
 
