@@ -261,7 +261,9 @@ static int sqlite_add_snapshot_row(ms_export_sqlite_t *x, const ms_snapshot_t *s
 /* Appends the stack's location ids as a JSON array, "[3,17,5]", to buf. */
 static void sqlite_stack_json(ms__xbuf_t *buf, const ms_snapshot_t *snap,
                               const ms_snap_stack_t *s) {
-  ms__xbuf_put(buf, "[", 1);
+  char out[512]; /* written in pieces of this size */
+  size_t n = 0;
+  out[n++] = '[';
   for (uint32_t k = 0; k < s->nframes; k++) {
     char num[16], *p = num + sizeof num;
     uint32_t v = ms_snap_frame_index(snap, s->first + k);
@@ -270,8 +272,15 @@ static void sqlite_stack_json(ms__xbuf_t *buf, const ms_snapshot_t *snap,
       v /= 10;
     } while (v);
     if (k) *--p = ',';
-    ms__xbuf_put(buf, p, (size_t)(num + sizeof num - p));
+    size_t len = (size_t)(num + sizeof num - p);
+    if (n + len > sizeof out) {
+      ms__xbuf_put(buf, out, n);
+      n = 0;
+    }
+    memcpy(out + n, p, len);
+    n += len;
   }
+  ms__xbuf_put(buf, out, n);
   ms__xbuf_put(buf, "]", 1);
 }
 
@@ -374,18 +383,15 @@ static void sqlite_series(const ms_timeline_t *tl, size_t d, const uint64_t *v[4
   if (!v[0] || !v[1] || !v[2] || !v[3]) v[0] = NULL;
 }
 
-/* Binds trace entry i of device d (index ti of snap->trace) as the row whose parameters start
- * after b; v: the device's totals (v[0] NULL: none). */
-static void sqlite_bind_trace(sqlite3_stmt *st, int b, ms_export_sqlite_t *x,
-                              const ms_snapshot_t *snap, size_t d, uint32_t i, size_t ti,
-                              const uint64_t *const v[4], bool has_rank, int64_t rank) {
+/* Binds trace entry i of its device (index ti of snap->trace) as the row whose parameters start
+ * after b, but for its first three columns (file_id, rank, device: bound once per device); v:
+ * the device's totals (v[0] NULL: none). */
+static void sqlite_bind_trace(sqlite3_stmt *st, int b, const ms_snapshot_t *snap, uint32_t i,
+                              size_t ti, const uint64_t *const v[4]) {
   const ms_snap_trace_t *e = &snap->trace[ti];
   const char *action = e->action == MS_TRACE_OTHER && e->action_name[0]
                            ? e->action_name
                            : ms_trace_action_name(e->action);
-  sqlite3_bind_int64(st, b + 1, x->nfiles);
-  bind_rank(st, b + 2, has_rank, rank);
-  sqlite3_bind_int64(st, b + 3, (sqlite3_int64)d);
   sqlite3_bind_int64(st, b + 4, i);
   sqlite3_bind_text(st, b + 5, action, -1, SQLITE_STATIC);
   bind_u64(st, b + 6, e->addr);
@@ -415,13 +421,21 @@ static int sqlite_add_trace(ms_export_sqlite_t *x, const ms_snapshot_t *snap,
     /* the entries that lie in snap->trace */
     uint32_t n = dv->first_trace >= snap->ntrace ? 0 : dv->ntrace;
     if (n > snap->ntrace - dv->first_trace) n = (uint32_t)(snap->ntrace - dv->first_trace);
-    /* SQLITE_BATCH rows per step, the rest one by one */
+    /* SQLITE_BATCH rows per step, the rest one by one; sqlite3_reset keeps the bindings, so
+     * the columns that hold for the whole device are bound once */
+    for (int r = 0; r <= SQLITE_BATCH; r++) {
+      sqlite3_stmt *st = x->st[r < SQLITE_BATCH ? ST_TRACE_BATCH : ST_TRACE];
+      int b = r < SQLITE_BATCH ? r * TRACE_COLS : 0;
+      sqlite3_bind_int64(st, b + 1, x->nfiles);
+      bind_rank(st, b + 2, has_rank, rank);
+      sqlite3_bind_int64(st, b + 3, (sqlite3_int64)d);
+    }
     for (uint32_t i = 0; i < n && rc == SQLITE_OK;) {
       uint32_t rows = n - i >= SQLITE_BATCH ? SQLITE_BATCH : 1;
       sqlite3_stmt *st = x->st[rows > 1 ? ST_TRACE_BATCH : ST_TRACE];
       for (uint32_t r = 0; r < rows; r++)
-        sqlite_bind_trace(st, (int)r * TRACE_COLS, x, snap, d, i + r,
-                          (size_t)dv->first_trace + i + r, v, has_rank, rank);
+        sqlite_bind_trace(st, (int)r * TRACE_COLS, snap, i + r, (size_t)dv->first_trace + i + r,
+                          v);
       rc = sqlite_step(st);
       i += rows;
     }
