@@ -57,13 +57,11 @@ static int add_entry(ms__snapbuild_t *b, ms_trace_action a, uint64_t addr, uint6
                      int64_t t) {
   ms_snap_trace_t e;
   memset(&e, 0, sizeof e);
-  e.action = a;
-  e.action_name = ms_trace_action_name(a);
+  e.action = (uint8_t)a;
   e.addr = addr;
   e.size = size;
   e.time_us = t;
   e.stack = MS_SNAP_NO_STACK;
-  e.compile_context = e.user_metadata = "";
   e.present = MS_TRACE_HAS_TIME;
   return ms__snapbuild_add_trace(b, &e);
 }

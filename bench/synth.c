@@ -94,13 +94,13 @@ int synth_wide(size_t ntrace, size_t nsegments, ms_snapshot_t **out, ms_errbuf_t
     ms_snap_trace_t t = {0};
     static const ms_trace_action acts[] = {MS_TRACE_ALLOC, MS_TRACE_FREE_REQUESTED,
                                            MS_TRACE_FREE_COMPLETED};
-    t.action = acts[i % 3];
-    t.action_name = ms_trace_action_name(t.action);
+    t.action = (uint8_t)acts[i % 3];
     t.addr = 0x7f3a00000000ull + (i / 3) * 4096;
     t.size = 512 * (1 + i % 4096);
     t.time_us = 1783874422287973ll + (int64_t)i;
-    t.compile_context = "N/A";
-    t.user_metadata = "";
+    ms_snap_trace_extra_t tx = ms__trace_extra_of(&t);
+    tx.compile_context = "N/A";
+    TRY(ms__snapbuild_trace_extra(&b, &t, &tx), "trace");
     TRY(ms__snapbuild_stack(&b, fr, (size_t)depth, &t.stack), "stack");
     TRY(ms__snapbuild_add_trace(&b, &t), "trace");
   }
@@ -536,13 +536,15 @@ int synth_workload(const synth_opts_t *opts, ms_snapshot_t **out, ms_errbuf_t *e
   }
   for (size_t i = 0; i < s->ntrace && rc == MS_OK; i++) {
     ms_snap_trace_t t = s->trace[i];
-    t.action_name = ms_trace_action_name(t.action); /* static strings: s is freed first */
+    t.extra = NULL; /* s's extras are freed first: the fields below are static strings */
     t_us += 1 + rng_below(&rng, 40);
     t.time_us = t_us;
     t.present |= MS_TRACE_HAS_TIME | MS_TRACE_HAS_FRAMES | MS_TRACE_HAS_COMPILE_CONTEXT |
                  MS_TRACE_HAS_USER_METADATA | MS_TRACE_HAS_STREAM;
-    t.compile_context = "N/A";
-    t.user_metadata = "";
+    ms_snap_trace_extra_t x = ms__trace_extra_of(&t);
+    x.compile_context = "N/A";
+    rc = ms__snapbuild_trace_extra(&b, &t, &x);
+    if (rc != MS_OK) break;
     bool is_free = t.action == MS_TRACE_FREE_REQUESTED || t.action == MS_TRACE_FREE_COMPLETED ||
                    t.action == MS_TRACE_SEGMENT_FREE;
     if (npaths) {

@@ -98,7 +98,7 @@ static const char *replay_size(uint64_t n, char *buf, size_t cap) {
 
 static void replay_print_entry(const ms_snapshot_t *s, size_t i, bool mark) {
   const ms_snap_trace_t *e = &s->trace[i];
-  const char *name = e->action == MS_TRACE_OTHER ? e->action_name : ms_trace_action_name(e->action);
+  const char *name = e->action == MS_TRACE_OTHER ? ms_snap_trace_action_name(e) : ms_trace_action_name(e->action);
   if (e->action == MS_TRACE_OOM)
     printf("    %c %7zu  %-15s device_free %" PRIu64 "  %" PRIu64 " B  stream %" PRIu64 "\n",
            mark ? '>' : ' ', i, name, e->addr, e->size, e->stream);

@@ -17,10 +17,15 @@
 static const char stats_usage[] =
     "usage: memsnap stats FILE [--summary | --json] [--at MOMENT] [--device N] [--range A:B]\n"
     "                          [--stream S] [--pool A,B]\n"
+    "       memsnap stats FILE FILE... | DIR [--json] [--jobs N]\n"
     "\n"
     "Prints a map of the segments of FILE (one character per 20 MiB page) and the totals of\n"
     "reserved, allocated and free memory, exactly as PyTorch's `_memory_viz.py stats`.\n"
     "FILE is a memsnap snapshot or a PyTorch pickle ('-' reads standard input).\n"
+    "With several FILEs (or a DIR of them: one per rank), one row per file instead: peak\n"
+    "allocated and reserved with their moment, fragmentation at the peak, OOMs, the largest\n"
+    "stack at the peak, and the ranks whose peak is more than 10% above the median\n"
+    "(as `memsnap timeline` and `memsnap top` with several FILEs).\n"
     "\n"
     "options:\n"
     "  --summary   also print the allocator's memory_summary table for each device\n"
@@ -33,6 +38,7 @@ static const char stats_usage[] =
     "  --range A:B       with --at: peaks within trace entries A to B; alone: the state after B\n"
     "  --stream S        only segments of stream S (a raw handle, decimal or 0x...)\n"
     "  --pool A,B        only segments of private pool (A, B); 0,0 is the default pool\n"
+    "  --jobs N          several FILEs: read N at a time (default: one per core)\n"
     "  -h, --help  show this help\n";
 
 static const char stats_legend[] =
@@ -406,18 +412,31 @@ static int stats_summary(FILE *out, const ms_snapshot_t *s) {
 
 int cmd_stats(int argc, char **argv) {
   int summary = 0, json = 0;
-  const char *at_s = NULL, *device_s = NULL, *range_s = NULL, *stream_s = NULL, *pool_s = NULL;
+  const char *at_s = NULL, *device_s = NULL, *range_s = NULL, *stream_s = NULL, *pool_s = NULL,
+             *jobs_s = NULL;
   const struct cli_opt opts[] = {{"summary", 0, &summary, NULL}, {"json", 0, &json, NULL},
-                                 {"at", 0, NULL, &at_s},
+                                 {"at", 0, NULL, &at_s},         {"jobs", 0, NULL, &jobs_s},
                                  {"device", 0, NULL, &device_s}, {"range", 0, NULL, &range_s},
                                  {"stream", 0, NULL, &stream_s}, {"pool", 0, NULL, &pool_s},
                                  {NULL, 0, NULL, NULL}};
-  char *pos[1];
+  char **pos = calloc((size_t)argc + 1, sizeof *pos);
+  if (!pos) return CLI_FAILURE;
   int npos = 0;
-  int rc = cli_parse_options("stats", stats_usage, opts, argc, argv, pos, 1, &npos);
+  int rc = cli_parse_options("stats", stats_usage, opts, argc, argv, pos, argc, &npos);
+  if (rc == CLI_OK && cli_ranks_wanted(pos, npos)) { /* many ranks (cli/ranks.c) */
+    if (summary || at_s || device_s || range_s || stream_s || pool_s)
+      rc = cli_usage_error("stats", "with several FILEs only --json and --jobs apply");
+    else
+      rc = cli_ranks("stats", pos, npos, json != 0, jobs_s);
+    free(pos);
+    return rc;
+  }
+  char *file = npos > 0 ? pos[0] : NULL;
+  free(pos);
   if (rc == CLI_HELP_SHOWN) return CLI_OK;
   if (rc != CLI_OK) return rc;
-  if (npos < 1) return cli_usage_error("stats", "missing FILE");
+  if (!file) return cli_usage_error("stats", "missing FILE");
+  if (jobs_s) return cli_usage_error("stats", "option '--jobs' needs several FILEs");
   if (json && summary)
     return cli_usage_error("stats", "--summary has no JSON form; use one or the other");
   cli_tl_args_t ta;
@@ -425,12 +444,12 @@ int cmd_stats(int argc, char **argv) {
     return rc;
   ms_snapshot_t *snap = NULL, *view = NULL;
   /* the state at the end needs no trace; a moment, a range or a filter does */
-  if ((rc = cli_load_ex(pos[0], cli_tl_args_need_trace(&ta) ? 0 : MS_LOAD_NO_TRACE, &snap)) !=
+  if ((rc = cli_load_ex(file, cli_tl_args_need_trace(&ta) ? 0 : MS_LOAD_NO_TRACE, &snap)) !=
       CLI_OK)
     return rc;
-  rc = cli_at_snapshot(snap, cli_display_name(pos[0]), &ta, true, &view, NULL, NULL);
+  rc = cli_at_snapshot(snap, cli_display_name(file), &ta, true, &view, NULL, NULL);
   if (rc == CLI_OK && json) {
-    rc = stats_json(stdout, view ? view : snap, cli_display_name(pos[0]));
+    rc = stats_json(stdout, view ? view : snap, cli_display_name(file));
   } else if (rc == CLI_OK) {
     rc = stats_segsum(stdout, view ? view : snap);
   }

@@ -169,7 +169,7 @@ static void trace_repr_str(FILE *out, const char *s) {
 /* repr(entry) of a trace entry, with the keys in the order PyTorch's C++ inserts them. */
 static void trace_repr_entry(FILE *out, const ms_snapshot_t *s, const ms_snap_trace_t *e) {
   const char *action =
-      e->action_name && e->action_name[0] ? e->action_name : ms_trace_action_name(e->action);
+      ms_snap_trace_action_name(e) && ms_snap_trace_action_name(e)[0] ? ms_snap_trace_action_name(e) : ms_trace_action_name(e->action);
   fputs("{'action': ", out);
   trace_repr_str(out, action);
   fprintf(out, ", '%s': %" PRIu64 ", 'size': %" PRIu64 ", 'stream': %" PRIu64,
@@ -177,11 +177,11 @@ static void trace_repr_entry(FILE *out, const ms_snapshot_t *s, const ms_snap_tr
   if (e->present & MS_TRACE_HAS_TIME) fprintf(out, ", 'time_us': %" PRId64, e->time_us);
   if (e->present & MS_TRACE_HAS_COMPILE_CONTEXT) {
     fputs(", 'compile_context': ", out);
-    trace_repr_str(out, e->compile_context);
+    trace_repr_str(out, ms_snap_trace_compile_context(e));
   }
   if (e->present & MS_TRACE_HAS_USER_METADATA) {
     fputs(", 'user_metadata': ", out);
-    trace_repr_str(out, e->user_metadata);
+    trace_repr_str(out, ms_snap_trace_user_metadata(e));
   }
   if ((e->present & MS_TRACE_HAS_FRAMES) || e->stack != MS_SNAP_NO_STACK) {
     fputs(", 'frames': [", out);
@@ -410,7 +410,7 @@ bool cli_trace_entry_kept(const ms_tl_filter_t *f, const ms_snap_trace_t *e) {
   if (f->has_stream && e->stream != f->stream) return false;
   if (f->has_pool) {
     bool has = (e->present & MS_TRACE_HAS_POOL_ID) != 0;
-    if ((has ? e->pool_id[0] : 0) != f->pool_id[0] || (has ? e->pool_id[1] : 0) != f->pool_id[1])
+    if ((has ? ms_snap_trace_pool(e, 0) : 0) != f->pool_id[0] || (has ? ms_snap_trace_pool(e, 1) : 0) != f->pool_id[1])
       return false;
   }
   return true;

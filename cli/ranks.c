@@ -291,8 +291,20 @@ static void ranks_list_free(ranks_list_t *l) {
   free(l->v);
 }
 
-/* The regular files of a directory (not hidden), sorted by name, appended to l.
- * @return CLI_OK or CLI_FAILURE (printed). */
+/* A file of a directory is taken when its first bytes are a snapshot's (a memsnap file, a
+ * pickle, or gzip-compressed): a run's directory also holds logs and scripts. */
+static bool ranks_looks_like_snapshot(const char *path) {
+  unsigned char head[4096];
+  FILE *f = fopen(path, "rb");
+  if (!f) return true; /* named, so that the error says why it cannot be read */
+  size_t n = fread(head, 1, sizeof head, f);
+  fclose(f);
+  if (n >= 2 && head[0] == 0x1f && head[1] == 0x8b) return true;
+  return ms_format_detect(head, n) != MS_FORMAT_UNKNOWN;
+}
+
+/* The regular files of a directory (not hidden) that look like snapshots, sorted by name,
+ * appended to l. @return CLI_OK or CLI_FAILURE (printed). */
 static int ranks_dir(ranks_list_t *l, const char *dir) {
   DIR *d = opendir(dir);
   if (!d) {
@@ -308,7 +320,7 @@ static int ranks_dir(ranks_list_t *l, const char *dir) {
     char *p = malloc(len);
     if (p) snprintf(p, len, "%s/%s", dir, de->d_name);
     struct stat st;
-    if (p && (stat(p, &st) != 0 || !S_ISREG(st.st_mode))) {
+    if (p && (stat(p, &st) != 0 || !S_ISREG(st.st_mode) || !ranks_looks_like_snapshot(p))) {
       free(p);
       continue;
     }
@@ -319,7 +331,7 @@ static int ranks_dir(ranks_list_t *l, const char *dir) {
   }
   closedir(d);
   if (rc == CLI_OK && l->n == first) {
-    cli_error("'%s': no file in the directory", dir);
+    cli_error("'%s': no snapshot in the directory", dir);
     rc = CLI_FAILURE;
   }
   if (rc == CLI_OK) qsort(l->v + first, l->n - first, sizeof *l->v, ranks_cmp_str);

@@ -32,7 +32,7 @@ static void trace_json_entry(cli_json_t *j, const ms_snapshot_t *s, size_t index
   cli_json_lit(j, "{\"index\": ");
   cli_json_u64(j, index);
   cli_json_lit(j, ", \"action\": ");
-  cli_json_str(j, e->action == MS_TRACE_OTHER ? e->action_name : ms_trace_action_name(e->action));
+  cli_json_str(j, e->action == MS_TRACE_OTHER ? ms_snap_trace_action_name(e) : ms_trace_action_name(e->action));
   cli_json_lit(j, ", \"addr\": ");
   cli_json_u64(j, e->addr);
   cli_json_lit(j, ", \"size\": ");
@@ -45,18 +45,18 @@ static void trace_json_entry(cli_json_t *j, const ms_snapshot_t *s, size_t index
   }
   if (e->present & MS_TRACE_HAS_POOL_ID) {
     cli_json_lit(j, ", \"pool_id\": [");
-    cli_json_i64(j, e->pool_id[0]);
+    cli_json_i64(j, ms_snap_trace_pool(e, 0));
     cli_json_lit(j, ", ");
-    cli_json_i64(j, e->pool_id[1]);
+    cli_json_i64(j, ms_snap_trace_pool(e, 1));
     cli_json_lit(j, "]");
   }
   if (e->present & MS_TRACE_HAS_COMPILE_CONTEXT) {
     cli_json_lit(j, ", \"compile_context\": ");
-    cli_json_str(j, e->compile_context);
+    cli_json_str(j, ms_snap_trace_compile_context(e));
   }
   if (e->present & MS_TRACE_HAS_USER_METADATA) {
     cli_json_lit(j, ", \"user_metadata\": ");
-    cli_json_str(j, e->user_metadata);
+    cli_json_str(j, ms_snap_trace_user_metadata(e));
   }
   trace_json_frames(j, s, e->stack);
   cli_json_lit(j, "}");

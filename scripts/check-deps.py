@@ -51,7 +51,7 @@ PUBLIC = {
 THIRD_PARTY = {
     "msgpack.h": ["lib/snapshot/msgpack*"],
     "zlib.h": ["lib/snapshot/zio.c", "lib/export/pprof.c"],
-    "cuda*.h": ["lib/backend/cuda.c", "lib/interpose/*.c"],
+    "cuda*.h": ["lib/backend/cuda.c", "lib/backend/cudart.[ch]", "lib/interpose/*.c"],
     "execinfo.h": ["lib/history/backtrace.c"],
     "elfutils/*": ["lib/history/symbolize.c"],
     "libxml/*": ["viz/flamegraph/svg.c"],

@@ -189,26 +189,24 @@ ms_snapshot_t *th_synth(const th_synth_opts_t *opts) {
       ms_snap_trace_t te;
       memset(&te, 0, sizeof te);
       unsigned a = (unsigned)(rng_next(&rs) % (MS_TRACE_OTHER + 1));
-      te.action = (ms_trace_action)a;
+      te.action = (uint8_t)a;
+      ms_snap_trace_extra_t tx = ms__trace_extra_of(&te);
       if (te.action == MS_TRACE_OTHER)
-        TRY(ms__snapbuild_str(&b, "custom_action", 13, &te.action_name));
-      else
-        te.action_name = ms_trace_action_name(te.action);
+        TRY(ms__snapbuild_str(&b, "custom_action", 13, &tx.action_name));
       te.addr = 0x7f0000000000ULL + rng_next(&rs) % (1ULL << 34);
       te.size = rng_next(&rs) % (1ULL << 31);
       te.stream = t % 2 ? 0x5555ULL : 0;
       te.time_us = 1700000000000000LL + (int64_t)t * 13;
-      te.pool_id[0] = (int64_t)(t % 3);
-      te.pool_id[1] = -(int64_t)(t % 2);
+      tx.pool_id[0] = (int64_t)(t % 3);
+      tx.pool_id[1] = -(int64_t)(t % 2);
       te.stack = PICK_STACK();
-      te.compile_context = "";
-      te.user_metadata = "";
       if (t % 4 == 1) {
         int n = snprintf(buf, sizeof buf, "torch/_dynamo step %zu", t);
-        TRY(ms__snapbuild_str(&b, buf, (size_t)n, &te.compile_context));
+        TRY(ms__snapbuild_str(&b, buf, (size_t)n, &tx.compile_context));
       }
-      if (t % 5 == 2) TRY(ms__snapbuild_str(&b, "{\"tag\": 1}", 10, &te.user_metadata));
-      te.present = (uint32_t)(rng_next(&rs) & 0x3f);
+      if (t % 5 == 2) TRY(ms__snapbuild_str(&b, "{\"tag\": 1}", 10, &tx.user_metadata));
+      TRY(ms__snapbuild_trace_extra(&b, &te, &tx));
+      te.present = (uint16_t)(rng_next(&rs) & 0x3f);
       TRY(ms__snapbuild_add_trace(&b, &te));
     }
     dev.ntrace = (uint32_t)o.ntrace;
@@ -363,16 +361,26 @@ int th_snapshot_diff(const ms_snapshot_t *a, const ms_snapshot_t *b, char *why, 
   for (size_t i = 0; i < a->ntrace; i++) {
     const ms_snap_trace_t *a_ = &a->trace[i], *b_ = &b->trace[i];
     DIFF_U(action, "trace", i);
-    DIFF_S(action_name, "trace", i);
+    {
+      const char *an = ms_snap_trace_action_name(a_), *bn = ms_snap_trace_action_name(b_);
+      if (strcmp(an, bn) != 0)
+        return snprintf(why, cap, "trace[%zu].action_name: '%s' != '%s'", i, an, bn), 1;
+      const char *ac = ms_snap_trace_compile_context(a_), *bc = ms_snap_trace_compile_context(b_);
+      if (strcmp(ac, bc) != 0)
+        return snprintf(why, cap, "trace[%zu].compile_context: '%s' != '%s'", i, ac, bc), 1;
+      const char *au = ms_snap_trace_user_metadata(a_), *bu = ms_snap_trace_user_metadata(b_);
+      if (strcmp(au, bu) != 0)
+        return snprintf(why, cap, "trace[%zu].user_metadata: '%s' != '%s'", i, au, bu), 1;
+      for (int k = 0; k < 2; k++)
+        if (ms_snap_trace_pool(a_, k) != ms_snap_trace_pool(b_, k))
+          return snprintf(why, cap, "trace[%zu].pool_id[%d]: %" PRId64 " != %" PRId64, i, k,
+                          ms_snap_trace_pool(a_, k), ms_snap_trace_pool(b_, k)), 1;
+    }
     DIFF_U(addr, "trace", i);
     DIFF_U(size, "trace", i);
     DIFF_U(stream, "trace", i);
     DIFF_U(time_us, "trace", i);
-    DIFF_U(pool_id[0], "trace", i);
-    DIFF_U(pool_id[1], "trace", i);
     DIFF_U(stack, "trace", i);
-    DIFF_S(compile_context, "trace", i);
-    DIFF_S(user_metadata, "trace", i);
     DIFF_U(present, "trace", i);
   }
   for (size_t i = 0; i < a->nframes; i++) {

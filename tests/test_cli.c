@@ -406,7 +406,8 @@ Test(cli, usage_errors_exit_2_with_a_message) {
       {{"compare", "-", "-"},
        "compare",
        "only one of BEFORE and AFTER can be '-' (standard input)"},
-      {{"stats", "a", "b"}, "stats", "unexpected argument 'b'"},
+      {{"trace", "a", "b"}, "trace", "unexpected argument 'b'"},
+      {{"stats", "a", "b", "--at", "peak"}, "stats", "with several FILEs only --json and --jobs apply"},
       {{"stats", "--bogus", "a"}, "stats", "unknown option '--bogus'"},
       {{"trace", "-x", "a"}, "trace", "unknown option '-x'"},
       {{"memory", "a", "-o"}, "memory", "option '--output' needs a value"},
@@ -500,9 +501,14 @@ Test(cli, garbage_and_truncated_inputs_exit_1_naming_the_file) {
   cr_expect(strstr(r.err, "'<stdin>'"), "%s", r.err);
   run_free(&r);
 
-  r = RUN("stats", tmpdir);
+  r = RUN("trace", tmpdir);
   cr_expect_eq(r.status, 1);
   cr_expect(strstr(r.err, "Is a directory"), "%s", r.err);
+  run_free(&r);
+  /* stats, top and timeline read a directory as one snapshot per rank: here none */
+  r = RUN("stats", tmpdir);
+  cr_expect_eq(r.status, 1);
+  cr_expect(strstr(r.err, "no snapshot in the directory"), "%s", r.err);
   run_free(&r);
 }
 
@@ -757,15 +763,15 @@ static void mk_segment(ms__snapbuild_t *b, uint64_t addr, uint64_t stream, uint3
 
 static void mk_trace(ms__snapbuild_t *b, ms_trace_action a, uint64_t addr, uint64_t size,
                      uint32_t stack, uint32_t present) {
-  ms_snap_trace_t t = {.action = a,
-                       .action_name = ms_trace_action_name(a),
+  ms_snap_trace_t t = {.action = (uint8_t)a,
                        .addr = addr,
                        .size = size,
                        .stack = stack,
                        .time_us = 1700000000000000,
-                       .compile_context = "",
-                       .user_metadata = "it's",
-                       .present = present};
+                       .present = (uint16_t)present};
+  ms_snap_trace_extra_t x = ms__trace_extra_of(&t);
+  x.user_metadata = "it's";
+  cr_assert_eq(ms__snapbuild_trace_extra(b, &t, &x), MS_OK);
   cr_assert_eq(ms__snapbuild_add_trace(b, &t), MS_OK);
 }
 

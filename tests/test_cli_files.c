@@ -888,7 +888,7 @@ Test(cli_files, json_stats_and_trace_hold_the_snapshot_numbers) {
       const ms_snap_trace_t *e = &s->trace[s->devices[d].first_trace + i];
       char ent[256];
       snprintf(ent, sizeof ent, "{\"index\": %zu, \"action\": \"%s\", \"addr\": %llu, \"size\": %llu, ",
-               i, e->action == MS_TRACE_OTHER ? e->action_name : ms_trace_action_name(e->action),
+               i, e->action == MS_TRACE_OTHER ? ms_snap_trace_action_name(e) : ms_trace_action_name(e->action),
                (unsigned long long)e->addr,
                (unsigned long long)e->size);
       const char *q = strstr(p, ent);

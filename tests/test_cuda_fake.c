@@ -31,6 +31,9 @@ static void capture_output(const char *msg, void *arg) {
 }
 
 static void setup(void) {
+  /* The backend loads its runtime at run time (lib/backend/cudart.c): the fake, already linked
+   * into this program, is the one it finds (dlopen of the same file). */
+  setenv("MEMSNAP_CUDART", MS_FAKECUDA_SO, 1);
   fakecuda_reset();
   captured[0] = 0;
   ms_set_output(capture_output, NULL);
@@ -96,6 +99,34 @@ Test(cuda_fake, open_without_device_or_with_an_old_driver) {
   fakecuda_fail("cuCtxGetCurrent:missing", 1, 1, 1);
   cr_assert_eq(ms_backend_cuda_create(&b, &eb), MS_EBACKEND);
   cr_assert(strstr(eb.msg, "cuCtxGetCurrent") != NULL, "%s", eb.msg);
+}
+
+/* Without a loadable runtime (a machine without CUDA) the backend says so; the answer is the
+ * same when asked again (the runtime is loaded once per process). */
+Test(cuda_fake, open_without_the_runtime) {
+  setenv("MEMSNAP_CUDART", "/nonexistent", 1);
+  ms_backend_t *b = (ms_backend_t *)(uintptr_t)0x1234;
+  ms_errbuf_t eb;
+  for (int i = 0; i < 2; i++) {
+    cr_assert_eq(ms_backend_open("cuda", &b, &eb), MS_ENODEVICE);
+    cr_assert_str_eq(eb.msg, "cuda backend: cannot load the CUDA runtime (/nonexistent): "
+                             "/nonexistent: cannot open shared object file: No such file or "
+                             "directory");
+  }
+  cr_assert_eq(b, (ms_backend_t *)(uintptr_t)0x1234, "out-parameter untouched on failure");
+  ms_backend_t *sim = NULL;
+  cr_assert_eq(ms_backend_open("sim", &sim, &eb), MS_OK, "the sim backend does not need CUDA");
+  ms_backend_destroy(sim);
+}
+
+/* A library that is not a CUDA runtime (memsnap's own) lacks the first function looked up. */
+Test(cuda_fake, open_with_a_runtime_that_lacks_a_function) {
+  setenv("MEMSNAP_CUDART", MS_CORE_SO, 1);
+  ms_backend_t *b = NULL;
+  ms_errbuf_t eb;
+  cr_assert_eq(ms_backend_cuda_create(&b, &eb), MS_EBACKEND);
+  cr_assert_str_eq(eb.msg, "cuda backend: the CUDA runtime (" MS_CORE_SO ") has no "
+                           "cudaGetErrorName: " MS_CORE_SO ": undefined symbol: cudaGetErrorName");
 }
 
 /* ---- 1. failed frees keep the books ------------------------------------------------------- */

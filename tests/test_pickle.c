@@ -210,16 +210,16 @@ static void eq_model(const ms_snapshot_t *a, const ms_snapshot_t *b, bool check_
   for (size_t i = 0; i < a->ntrace; i++) {
     const ms_snap_trace_t *x = &a->trace[i], *y = &b->trace[i];
     cr_assert_eq(x->action, y->action, "trace %zu", i);
-    if (x->action == MS_TRACE_OTHER) cr_assert_str_eq(x->action_name, y->action_name);
+    if (x->action == MS_TRACE_OTHER) cr_assert_str_eq(ms_snap_trace_action_name(x), ms_snap_trace_action_name(y));
     cr_assert_eq(x->addr, y->addr, "trace %zu", i);
     cr_assert_eq(x->size, y->size, "trace %zu", i);
     cr_assert_eq(x->stream, y->stream, "trace %zu", i);
     cr_assert_eq(x->time_us, y->time_us, "trace %zu", i);
-    cr_assert_str_eq(x->compile_context, y->compile_context, "trace %zu", i);
-    cr_assert_str_eq(x->user_metadata, y->user_metadata, "trace %zu", i);
+    cr_assert_str_eq(ms_snap_trace_compile_context(x), ms_snap_trace_compile_context(y), "trace %zu", i);
+    cr_assert_str_eq(ms_snap_trace_user_metadata(x), ms_snap_trace_user_metadata(y), "trace %zu", i);
     if (check_present || (x->present & MS_TRACE_HAS_POOL_ID)) {
-      cr_assert_eq(x->pool_id[0], y->pool_id[0], "trace %zu", i);
-      cr_assert_eq(x->pool_id[1], y->pool_id[1], "trace %zu", i);
+      cr_assert_eq(ms_snap_trace_pool(x, 0), ms_snap_trace_pool(y, 0), "trace %zu", i);
+      cr_assert_eq(ms_snap_trace_pool(x, 1), ms_snap_trace_pool(y, 1), "trace %zu", i);
     }
     if (check_present) cr_assert_eq(x->present, y->present, "trace %zu", i);
     eq_stack(a, x->stack, b, y->stack, "trace", i);
@@ -426,8 +426,8 @@ Test(pickle, spot_compile_context_wedsonlin) {
   const ms_snap_trace_t *t = &s->trace[0];
   cr_assert_eq(t->addr, 32031899648ull);
   cr_assert_eq(t->time_us, 1783874422287973ll);
-  cr_assert_str_eq(t->compile_context, "N/A");
-  cr_assert_str_eq(t->user_metadata, "");
+  cr_assert_str_eq(ms_snap_trace_compile_context(t), "N/A");
+  cr_assert_str_eq(ms_snap_trace_user_metadata(t), "");
   cr_assert_eq(t->present, MS_TRACE_HAS_STREAM | MS_TRACE_HAS_TIME |
                                MS_TRACE_HAS_COMPILE_CONTEXT | MS_TRACE_HAS_USER_METADATA |
                                MS_TRACE_HAS_FRAMES);
@@ -532,15 +532,17 @@ static ms_snapshot_t *synthetic(size_t ntrace) {
     for (size_t i = 0; i < n; i++) {
       ms_snap_trace_t t = {0};
       const char *an = actions[i % 11];
-      t.action = ms_trace_action_parse(an);
-      cr_assert_eq(ms__snapbuild_str(&b, an, strlen(an), &t.action_name), MS_OK);
+      t.action = (uint8_t)ms_trace_action_parse(an);
+      ms_snap_trace_extra_t x = ms__trace_extra_of(&t);
+      cr_assert_eq(ms__snapbuild_str(&b, an, strlen(an), &x.action_name), MS_OK);
       t.addr = 0x7f0000000000ull + i * 512;
       t.size = i * 1000;
       t.stream = i % 5 == 0 ? UINT64_MAX - i : i;
       t.time_us = i == 3 ? -1 : 1700000000000000ll + (int64_t)i;
       t.stack = i % 4 == 0 ? MS_SNAP_NO_STACK : st[i % 4];
-      t.compile_context = i % 2 ? "N/A" : "";
-      t.user_metadata = i % 3 ? "" : "step=1";
+      x.compile_context = i % 2 ? "N/A" : "";
+      x.user_metadata = i % 3 ? "" : "step=1";
+      cr_assert_eq(ms__snapbuild_trace_extra(&b, &t, &x), MS_OK);
       cr_assert_eq(ms__snapbuild_add_trace(&b, &t), MS_OK);
     }
     dev.ntrace = (uint32_t)n;
@@ -598,7 +600,7 @@ Test(pickle, roundtrip_synthetic_newest) {
   cr_assert_eq(b->trace[8].action, MS_TRACE_OOM);
   cr_assert_eq(b->trace[8].addr, a->trace[8].addr);
   cr_assert_eq(b->trace[10].action, MS_TRACE_OTHER);
-  cr_assert_str_eq(b->trace[10].action_name, "future_action");
+  cr_assert_str_eq(ms_snap_trace_action_name(&b->trace[10]), "future_action");
   cr_assert_str_eq(b->blocks[3].state_name, "weird_state");
   cr_assert_eq(b->segments[2].stream, UINT64_MAX);
   cr_assert_eq(b->trace[3].time_us, -1);
@@ -1543,6 +1545,43 @@ Test(pickle, builder_widens_frame_indices) {
   cr_assert_null(s->stack_frames);
   cr_assert_not_null(s->stack_frames16);
   cr_assert_eq(ms_snap_frame_index(s, 0), f0);
+  ms_snapshot_free(s);
+}
+
+/* A trace entry is 48 bytes on LP64; its rare fields are shared per distinct combination. */
+Test(pickle, builder_trace_extras_shared) {
+  if (sizeof(void *) == 8) cr_assert_eq(sizeof(ms_snap_trace_t), 48);
+  ms__snapbuild_t b;
+  ms__snapbuild_init(&b);
+  const char *na = NULL, *ctx = NULL;
+  cr_assert_eq(ms__snapbuild_str(&b, "N/A", 3, &na), MS_OK);
+  cr_assert_eq(ms__snapbuild_str(&b, "my_action", 9, &ctx), MS_OK);
+  for (int i = 0; i < 1000; i++) {
+    ms_snap_trace_t t = {0};
+    t.action = (uint8_t)(i % 7 == 6 ? MS_TRACE_OTHER : MS_TRACE_ALLOC);
+    t.stack = MS_SNAP_NO_STACK;
+    ms_snap_trace_extra_t x = ms__trace_extra_of(&t);
+    if (t.action == MS_TRACE_OTHER) x.action_name = ctx;
+    else x.action_name = "alloc"; /* the action's own name: not stored */
+    if (i % 2) x.compile_context = na;
+    if (i % 10 == 3) x.pool_id[1] = 5;
+    cr_assert_eq(ms__snapbuild_trace_extra(&b, &t, &x), MS_OK);
+    cr_assert_eq(ms__snapbuild_add_trace(&b, &t), MS_OK);
+  }
+  /* (other?, compile context?, pool?): at most 8 combinations, and the all-default one is NULL */
+  cr_assert_leq(b.extras.len, 7);
+  ms_snapshot_t *s = NULL;
+  cr_assert_eq(ms__snapbuild_finish(&b, &s, NULL), MS_OK);
+  for (size_t i = 0; i < s->ntrace; i++) {
+    const ms_snap_trace_t *t = &s->trace[i];
+    bool other = i % 7 == 6, cc = i % 2, pool = i % 10 == 3;
+    cr_assert_str_eq(ms_snap_trace_action_name(t), other ? "my_action" : "alloc");
+    cr_assert_str_eq(ms_snap_trace_compile_context(t), cc ? "N/A" : "");
+    cr_assert_str_eq(ms_snap_trace_user_metadata(t), "");
+    cr_assert_eq(ms_snap_trace_pool(t, 1), pool ? 5 : 0);
+    cr_assert_eq(t->extra == NULL, !other && !cc && !pool, "entry %zu", i);
+    if (i >= 70) cr_assert_eq(t->extra, s->trace[i - 70].extra, "entry %zu shares", i);
+  }
   ms_snapshot_free(s);
 }
 

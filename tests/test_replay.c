@@ -845,6 +845,19 @@ Test(replay, hostile_synthetic_damage, .timeout = 120) {
   ms_snapshot_free(s);
 }
 
+/* record_stream frees on a full device under max_split_size_mb: the classification of each run of
+ * free_completed entries (process_events's or the OOM path's synchronization) reads the entries
+ * around it, the pending set and the device's total; damaged, they must still give a verdict. */
+Test(replay, hostile_record_stream_full_device_damage, .timeout = 120) {
+  rec_t r;
+  rec_open(&r, "max_split_size_mb:40", 200 * MiB, 1000000);
+  wl_t w = {.ops = 400, .streams = 4, .record_stream = true, .max_size = 48 * MiB, .seed = 14};
+  workload(&r, &w);
+  ms_snapshot_t *s = rec_close(&r);
+  damage_run(s, 15, 300);
+  ms_snapshot_free(s);
+}
+
 Test(replay, hostile_truncated_traces, .timeout = 120) {
   /* Every prefix of a trace (a ring buffer cut anywhere at the end) gives a verdict. */
   ms_snapshot_t *s = load_fixture("a0kuma_adamw_small");

@@ -259,7 +259,7 @@ Test(run, observe_records_exactly_what_the_program_did) {
   int64_t prev_time = 0;
   for (int i = 0; i < 12; i++) {
     const ms_snap_trace_t *t = &s->trace[d0->first_trace + i];
-    cr_assert_eq(t->action, want[i].a, "entry %d: %s", i, t->action_name);
+    cr_assert_eq(t->action, want[i].a, "entry %d: %s", i, ms_snap_trace_action_name(t));
     cr_assert_eq(t->size, want[i].size, "entry %d", i);
     cr_assert_eq(t->stream, want[i].on_stream ? sp : 0, "entry %d", i);
     cr_assert_geq(t->time_us, prev_time);
@@ -717,7 +717,7 @@ Test(run, cache_mode_serves_the_program_from_memsnaps_allocator) {
   for (uint32_t i = 0; i < d1->ntrace; i++) {
     const ms_snap_trace_t *t = &s->trace[d1->first_trace + i];
     if (i > 0) cr_assert_geq(t->time_us, s->trace[d1->first_trace + i - 1].time_us);
-    managed_entries += t->pool_id[1] == -1;
+    managed_entries += ms_snap_trace_pool(t, 1) == -1;
   }
   cr_assert_eq(managed_entries, 2); /* segment_alloc and alloc */
   cr_assert(s->present & MS_SNAP_HAS_SETTINGS);

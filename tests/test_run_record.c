@@ -170,7 +170,7 @@ Test(run_record, devices_stacks_and_one_file_per_device, .fini = rr_fini) {
   cr_assert_eq(s->devices[0].ntrace, 0);
   cr_assert_eq(s->devices[3].ntrace, 2);
   cr_assert_eq(s->devices[3].capacity, 1u << 30);
-  cr_assert_eq(s->trace[s->devices[3].first_trace].pool_id[1], 3);
+  cr_assert_eq(ms_snap_trace_pool(&s->trace[s->devices[3].first_trace], 1), 3);
   cr_assert_eq(s->segments[1].device, 3);
   cr_assert_eq(s->segments[1].stream, 9);
   cr_assert_eq(s->segments[1].pool_id[1], 3);
@@ -288,7 +288,7 @@ Test(run_record, the_cache_snapshot_merges_the_passthrough_allocations, .fini = 
   cr_assert_eq(d1->ntrace, 4 + 7, "%u entries", d1->ntrace);
   for (uint32_t i = 1; i < d1->ntrace; i++)
     cr_assert_geq(s->trace[d1->first_trace + i].time_us, s->trace[d1->first_trace + i - 1].time_us);
-  cr_assert_eq(s->trace[d1->first_trace].pool_id[1], -1); /* the first call was passed through */
+  cr_assert_eq(ms_snap_trace_pool(&s->trace[d1->first_trace], 1), -1); /* the first call was passed through */
   /* the allocator's statistics and settings */
   bool seen = false;
   for (uint32_t i = 0; i < d1->nstats; i++)

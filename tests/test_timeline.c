@@ -363,12 +363,10 @@ static ms_snapshot_t *build(const uint64_t (*segs)[2], size_t nsegs, const uint6
   for (size_t i = 0; i < ntr; i++) {
     ms_snap_trace_t t;
     memset(&t, 0, sizeof t);
-    t.action = tr[i].a;
-    t.action_name = ms_trace_action_name(tr[i].a);
+    t.action = (uint8_t)tr[i].a;
     t.addr = tr[i].addr;
     t.size = tr[i].size;
     t.stack = MS_SNAP_NO_STACK;
-    t.compile_context = t.user_metadata = "";
     cr_assert_eq(ms__snapbuild_add_trace(&b, &t), MS_OK);
   }
   d.ntrace = (uint32_t)ntr;

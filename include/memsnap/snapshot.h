@@ -148,19 +148,44 @@ enum {
   MS_TRACE_HAS_STREAM = 1u << 4,          /* "stream" */
   MS_TRACE_HAS_POOL_ID = 1u << 5,         /* "pool_id" / mempool */
 };
+/* The fields of a trace entry that most entries leave at their defaults, stored once per distinct
+ * combination and shared (a 5 M-entry trace's entries are 48 bytes instead of 96). */
+typedef struct ms_snap_trace_extra_s {
+  const char *action_name;     /* the source's string for the action; NULL: the action's own
+                                  name (ms_trace_action_name), as it is for every known action */
+  const char *compile_context; /* "" when absent */
+  const char *user_metadata;   /* "" when absent */
+  int64_t pool_id[2];          /* private pool, when present */
+} ms_snap_trace_extra_t;
+
 typedef struct ms_snap_trace_s {
-  ms_trace_action action;
-  const char *action_name;     /* the source's string for the action */
   uint64_t addr;               /* address; for MS_TRACE_OOM the device's free bytes */
   uint64_t size;               /* bytes (see PyTorch's table per action) */
   uint64_t stream;             /* raw stream handle */
   int64_t time_us;             /* unix time in microseconds, when present */
-  int64_t pool_id[2];          /* private pool, when present */
+  const ms_snap_trace_extra_t *extra; /* NULL: every extra field at its default; read them
+                                  through ms_snap_trace_action_name() and its neighbours */
   uint32_t stack;              /* MS_SNAP_NO_STACK when the entry had no frames */
-  const char *compile_context; /* "" when absent */
-  const char *user_metadata;   /* "" when absent */
-  uint32_t present;            /* MS_TRACE_HAS_* */
+  uint16_t present;            /* MS_TRACE_HAS_* */
+  uint8_t action;              /* ms_trace_action */
 } ms_snap_trace_t;
+
+/* The source's string for t's action (PyTorch's name for a known action). */
+static inline const char *ms_snap_trace_action_name(const ms_snap_trace_t *t) {
+  return t->extra && t->extra->action_name ? t->extra->action_name
+                                           : ms_trace_action_name((ms_trace_action)t->action);
+}
+/* t's compile_context / user_metadata, "" when absent. */
+static inline const char *ms_snap_trace_compile_context(const ms_snap_trace_t *t) {
+  return t->extra ? t->extra->compile_context : "";
+}
+static inline const char *ms_snap_trace_user_metadata(const ms_snap_trace_t *t) {
+  return t->extra ? t->extra->user_metadata : "";
+}
+/* t's private pool, (0, 0) when none. */
+static inline int64_t ms_snap_trace_pool(const ms_snap_trace_t *t, int k) {
+  return t->extra ? t->extra->pool_id[k] : 0;
+}
 
 /* A generic value, used for allocator_settings (whose keys vary across versions) and for the
  * flat statistics. Maps hold their entries as a contiguous run of ms_snap_kv_t. */

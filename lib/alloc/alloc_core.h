@@ -152,6 +152,8 @@ void ms__alloc_free_block(ms_allocator_t *a, ms__block_t *b, uint32_t ctx);
 int ms__alloc_release_block(ms_allocator_t *a, ms__block_t *b, uint32_t ctx);
 /* release_cached_blocks (§8.5): every cached segment (of one private pool when only != NULL). */
 int ms__alloc_release_cached_blocks(ms_allocator_t *a, uint32_t ctx, const ms_pool_id_t *only);
+/* process_events (§7.3): blocks whose events completed return to their pools. */
+int ms__alloc_process_events(ms_allocator_t *a, uint32_t ctx);
 /* synchronize_and_free_events (§7.4), for one private pool or all (pp == NULL). */
 int ms__alloc_sync_and_free_events(ms_allocator_t *a, uint32_t ctx, const ms__private_pool_t *pp);
 /* The invariant walk on a sample of calls when MS_DEBUG >= 3 (inspect.c); nothing otherwise. */

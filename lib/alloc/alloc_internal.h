@@ -110,23 +110,16 @@ enum ms__alloc_mutation {
 };
 extern int ms__alloc_test_mutation;
 
-/* The first half of a free (PyTorch's free() with its block kept out of the pool): the block at
- * ptr stops being allocated, as after free_requested, and stays active until
- * ms__allocator_replay_complete(*pending) returns it to its pool (free_completed), as a block
- * waiting on record_stream events does. It holds one synthetic event meanwhile (counted in
- * outstanding events; no backend event exists, so synchronizing never completes it).
- * @return MS_OK with *pending set, or MS_EINVAL for an unknown pointer. */
-int ms__allocator_replay_free_deferred(ms_allocator_t *a, ms_devptr_t ptr, void **pending);
-/* free_block of a block from ms__allocator_replay_free_deferred or a pending block of
- * ms__allocator_replay_add_segment: it returns to its pool, merging. */
-void ms__allocator_replay_complete(ms_allocator_t *a, void *pending);
+/* process_events (a malloc's first step) now: the blocks whose record_stream events the backend
+ * reports complete return to their pools. @return the backend's error of a failed query. */
+int ms__allocator_replay_process_events(ms_allocator_t *a);
 
 /* One block of a segment placed by ms__allocator_replay_add_segment. */
 typedef struct ms__replay_block_s {
   size_t size;      /* bytes, multiple of 512 */
   size_t requested; /* the client's size (allocated and pending blocks) */
-  int state;        /* 0 free, 1 allocated, 2 pending (freed, awaiting free_completed) */
-  void *pending;    /* out: the handle of a pending block for ms__allocator_replay_complete */
+  int state;        /* 0 free, 1 allocated (a pending block is placed allocated, then freed
+                       after a record_stream, so that it waits on a real event) */
 } ms__replay_block_t;
 
 /* Places a segment that existed before a trace began: [ptr, ptr+size) on stream, in the default
@@ -142,6 +135,16 @@ int ms__allocator_replay_add_segment(ms_allocator_t *a, uintptr_t ptr, size_t si
  * without taking the block): a recorded release burst before such a malloc cannot have been
  * caused by it. */
 bool ms__allocator_replay_would_fit(ms_allocator_t *a, size_t size, ms_stream_t stream);
+
+/* Whether release_available_cached_blocks, for a malloc of size on stream that the cache and the
+ * device refused, would release a cached block now (its selection, nothing released); false
+ * without max_split_size_mb, where it never releases. */
+bool ms__allocator_replay_would_release(ms_allocator_t *a, size_t size, ms_stream_t stream);
+
+/* The segments that release_cached_blocks would release (whole free segments of the default
+ * pools, expandable ones left out) once the blocks waiting on events[0..n) were freed: those
+ * cached now and those the completions would make whole. SIZE_MAX when memory ran out. */
+size_t ms__allocator_replay_cached_after(ms_allocator_t *a, const uint64_t *events, size_t n);
 
 /* Current reserved and allocated bytes (all pools), cheaply. */
 void ms__allocator_replay_usage(ms_allocator_t *a, size_t *reserved, size_t *allocated,

@@ -937,6 +937,8 @@ int ms__alloc_release_cached_blocks(ms_allocator_t *a, uint32_t ctx, const ms_po
   return release_cached_blocks(a, ctx, only);
 }
 
+int ms__alloc_process_events(ms_allocator_t *a, uint32_t ctx) { return process_events(a, ctx); }
+
 int ms__alloc_sync_and_free_events(ms_allocator_t *a, uint32_t ctx, const ms__private_pool_t *pp) {
   return synchronize_and_free_events(a, ctx, pp);
 }

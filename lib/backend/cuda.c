@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT
  * memsnap core: the "cuda" backend, the ops table of include/memsnap/backend.h on real NVIDIA GPUs
- * through the CUDA runtime (issues #6, #15). This is the only file of memsnap that includes CUDA
- * headers; it is compiled only when CMake found a CUDA Toolkit >= 12.8 (MS_HAVE_CUDA).
+ * through the CUDA runtime (issues #6, #15). With cudart.c (the runtime's loader) the only files
+ * of memsnap_core that include CUDA headers; compiled only when CMake found a CUDA Toolkit >= 12.8
+ * (MS_HAVE_CUDA).
  *
  * What each operation calls (reference/pytorch-allocator.md §7, §8, §12, §13, §18; docs/gpu.md):
  *  - malloc: cudaMalloc, in relaxed stream-capture mode (cudaThreadExchangeStreamCaptureMode) so
@@ -52,8 +53,13 @@
  * caused is cleared only when no error was pending before the call, so a program's own pending
  * error is never swallowed (cudaPeekAtLastError at entry). Out-of-memory is the only MS_EOOM.
  *
- * Opening: ms_backend_cuda_create fails with MS_ENODEVICE and "no CUDA device: ..." when there is
- * no GPU or no driver, and with MS_EBACKEND when the driver lacks the context calls.
+ * The runtime itself is loaded at run time too (cudart.h, the first time the backend is opened):
+ * memsnap never links libcudart, so a program that never opens this backend never needs CUDA.
+ *
+ * Opening: ms_backend_cuda_create fails with MS_ENODEVICE and "cuda backend: cannot load the CUDA
+ * runtime (libcudart.so.13): <dlerror>" when the runtime is not installed, MS_EBACKEND when it
+ * lacks a function of cudart.h, MS_ENODEVICE and "no CUDA device: ..." when there is no GPU or
+ * no driver, and MS_EBACKEND when the driver lacks the context calls.
  *
  * Thread-safety: every operation may be called from any thread (the CUDA runtime is thread-safe;
  * the table of mapped ranges has its own mutex).
@@ -70,12 +76,16 @@
 #include <cuda_runtime_api.h>
 
 #include "backend/backend_internal.h"
+#include "backend/cudart.h"
 #include "common/internal.h"
 
 #if CUDART_VERSION < 12080
 #error                                                                                             \
     "the cuda backend needs CUDA 12.8 or newer (cudaStreamGetDevice, cudaGetDriverEntryPointByVersion)"
 #endif
+
+/* The runtime's functions, loaded at run time (cudart.h): memsnap does not link libcudart. */
+#define RT ms__cudart
 
 /* Keys of per-thread default streams (stream_key): this bit and the stream's id. Real handles
  * are user-space addresses, below 2^63. */
@@ -139,7 +149,7 @@ typedef struct cuda_guard_s {
 /* Clears the error this backend just caused, unless the program had one pending at entry (then
  * it stays for the program to see). */
 static void error_restore(const cuda_guard_t *g) {
-  if (g->pending == cudaSuccess) (void)cudaGetLastError();
+  if (g->pending == cudaSuccess) (void)RT.cudaGetLastError();
 }
 
 static int map_error(cudaError_t e) {
@@ -170,7 +180,7 @@ static int cuda_fail(const cuda_guard_t *g, cudaError_t e, const char *call, con
   int r = map_error(e);
   if (r != MS_EOOM)
     ms__error_msg("cuda: %s%s on device %d: %s: %s", call, detail ? detail : "", g->device,
-                  cudaGetErrorName(e), cudaGetErrorString(e));
+                  RT.cudaGetErrorName(e), RT.cudaGetErrorString(e));
   return r;
 }
 
@@ -201,14 +211,14 @@ static int guard_enter(const cuda_ctx_t *c, int device, cuda_guard_t *g) {
   g->device = device;
   g->switched = false;
   g->prev = NULL;
-  g->pending = cudaPeekAtLastError();
+  g->pending = RT.cudaPeekAtLastError();
   CUresult r = c->drv.ctx_get_current(&g->prev);
   if (r != CUDA_SUCCESS) return cuda_fail_drv(c, device, r, "cuCtxGetCurrent");
   if (g->prev) {
     CUdevice cur = -1;
     if (c->drv.ctx_get_device(&cur) == CUDA_SUCCESS && cur == device) return MS_OK;
   }
-  cudaError_t e = cudaSetDevice(device);
+  cudaError_t e = RT.cudaSetDevice(device);
   if (e != cudaSuccess) return cuda_fail(g, e, "cudaSetDevice", NULL);
   g->switched = true;
   return MS_OK;
@@ -231,7 +241,7 @@ static int stream_from_key(const cuda_guard_t *g, ms_stream_t key, cudaStream_t 
     return MS_OK;
   }
   unsigned long long id = 0;
-  cudaError_t e = cudaStreamGetId(cudaStreamPerThread, &id);
+  cudaError_t e = RT.cudaStreamGetId(cudaStreamPerThread, &id);
   if (e != cudaSuccess) return cuda_fail(g, e, "cudaStreamGetId", " (cudaStreamPerThread)");
   if ((ms_stream_t)id != (key & ~CUDA_PT_KEY_BIT)) {
     ms__error_msg("cuda: stream key %#llx is the per-thread default stream of another thread "
@@ -248,7 +258,7 @@ static int stream_from_key(const cuda_guard_t *g, ms_stream_t key, cudaStream_t 
  * stream captures in global mode. */
 static bool capture_under_way(const cuda_guard_t *g) {
   enum cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
-  cudaError_t e = cudaStreamIsCapturing(cudaStreamLegacy, &st);
+  cudaError_t e = RT.cudaStreamIsCapturing(cudaStreamLegacy, &st);
   if (e != cudaSuccess) error_restore(g);
   return e == cudaErrorStreamCaptureImplicit || st != cudaStreamCaptureStatusNone;
 }
@@ -279,10 +289,10 @@ static int cuda_malloc(void *ctx, int device, size_t size, ms_stream_t stream, m
   /* Relaxed capture mode: allowed while this thread captures a graph (PyTorch §8.1); replays do
    * not allocate again, the memory stays in the capture's private pool. */
   enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
-  cudaError_t me = cudaThreadExchangeStreamCaptureMode(&mode);
+  cudaError_t me = RT.cudaThreadExchangeStreamCaptureMode(&mode);
   void *p = NULL;
-  cudaError_t e = cudaMalloc(&p, size);
-  if (me == cudaSuccess) (void)cudaThreadExchangeStreamCaptureMode(&mode);
+  cudaError_t e = RT.cudaMalloc(&p, size);
+  if (me == cudaSuccess) (void)RT.cudaThreadExchangeStreamCaptureMode(&mode);
   int r = MS_OK;
   if (e != cudaSuccess) {
     char detail[48];
@@ -306,7 +316,7 @@ static int cuda_free(void *ctx, int device, ms_devptr_t ptr) {
                   (unsigned long long)ptr, device);
     r = MS_ESTATE;
   } else {
-    cudaError_t e = cudaFree((void *)ptr);
+    cudaError_t e = RT.cudaFree((void *)ptr);
     if (e != cudaSuccess) r = cuda_fail(&g, e, "cudaFree", NULL);
   }
   guard_leave(c, &g);
@@ -319,7 +329,7 @@ static int cuda_mem_info(void *ctx, int device, size_t *free_bytes, size_t *tota
   MS_FORWARD_IF_ERROR(guard_enter(c, device, &g));
   size_t f = 0, t = 0;
   int r = MS_OK;
-  cudaError_t e = cudaMemGetInfo(&f, &t);
+  cudaError_t e = RT.cudaMemGetInfo(&f, &t);
   if (e != cudaSuccess) {
     r = cuda_fail(&g, e, "cudaMemGetInfo", NULL);
   } else {
@@ -336,7 +346,7 @@ static int cuda_stream_create(void *ctx, int device, ms_stream_t *out) {
   MS_FORWARD_IF_ERROR(guard_enter(c, device, &g));
   cudaStream_t s = NULL;
   int r = MS_OK;
-  cudaError_t e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+  cudaError_t e = RT.cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
   if (e != cudaSuccess)
     r = cuda_fail(&g, e, "cudaStreamCreateWithFlags", NULL);
   else
@@ -354,7 +364,7 @@ static int cuda_stream_destroy(void *ctx, int device, ms_stream_t stream) {
   cuda_guard_t g;
   MS_FORWARD_IF_ERROR(guard_enter(c, device, &g));
   int r = MS_OK;
-  cudaError_t e = cudaStreamDestroy(stream_of(stream));
+  cudaError_t e = RT.cudaStreamDestroy(stream_of(stream));
   if (e != cudaSuccess) r = cuda_fail(&g, e, "cudaStreamDestroy", NULL);
   guard_leave(c, &g);
   return r;
@@ -374,7 +384,7 @@ static int cuda_stream_key(void *ctx, int device, ms_stream_t stream, ms_stream_
   MS_FORWARD_IF_ERROR(guard_enter(c, device, &g));
   unsigned long long id = 0;
   int r = MS_OK;
-  cudaError_t e = cudaStreamGetId(cudaStreamPerThread, &id);
+  cudaError_t e = RT.cudaStreamGetId(cudaStreamPerThread, &id);
   if (e != cudaSuccess)
     r = cuda_fail(&g, e, "cudaStreamGetId", " (cudaStreamPerThread)");
   else
@@ -393,7 +403,7 @@ static int cuda_event_create(void *ctx, int device, ms_event_t *out) {
     free(ev);
     return r;
   }
-  cudaError_t e = cudaEventCreateWithFlags(&ev->ev, cudaEventDisableTiming);
+  cudaError_t e = RT.cudaEventCreateWithFlags(&ev->ev, cudaEventDisableTiming);
   if (e != cudaSuccess) {
     r = cuda_fail(&g, e, "cudaEventCreateWithFlags", NULL);
     free(ev);
@@ -411,7 +421,7 @@ static int stream_device(const cuda_guard_t *g, cudaStream_t s, int *out) {
     *out = g->device;
     return MS_OK;
   }
-  cudaError_t e = cudaStreamGetDevice(s, out);
+  cudaError_t e = RT.cudaStreamGetDevice(s, out);
   return e == cudaSuccess ? MS_OK : cuda_fail(g, e, "cudaStreamGetDevice", NULL);
 }
 
@@ -431,13 +441,13 @@ static int cuda_event_record(void *ctx, int device, ms_event_t event, ms_stream_
   if (ev->device != sdev) {
     /* A stream of another device (record_stream across GPUs): the event moves there. */
     cudaEvent_t moved = NULL;
-    e = cudaEventCreateWithFlags(&moved, cudaEventDisableTiming);
+    e = RT.cudaEventCreateWithFlags(&moved, cudaEventDisableTiming);
     if (e != cudaSuccess) {
       r = cuda_fail(&g, e, "cudaEventCreateWithFlags", " (moving an event to the stream's device)");
     } else {
       cuda_guard_t g2;
       if (guard_enter(c, ev->device, &g2) == MS_OK) {
-        if (cudaEventDestroy(ev->ev) != cudaSuccess) error_restore(&g2);
+        if (RT.cudaEventDestroy(ev->ev) != cudaSuccess) error_restore(&g2);
         guard_leave(c, &g2);
       }
       ev->ev = moved;
@@ -445,7 +455,7 @@ static int cuda_event_record(void *ctx, int device, ms_event_t event, ms_stream_
     }
   }
   if (r == MS_OK) {
-    e = cudaEventRecord(ev->ev, s);
+    e = RT.cudaEventRecord(ev->ev, s);
     if (e != cudaSuccess) r = cuda_fail(&g, e, "cudaEventRecord", NULL);
   }
   guard_leave(c, &g);
@@ -465,7 +475,7 @@ static int cuda_event_query(void *ctx, int device, ms_event_t event, bool *done)
     guard_leave(c, &g);
     return MS_OK;
   }
-  cudaError_t e = cudaEventQuery(ev->ev);
+  cudaError_t e = RT.cudaEventQuery(ev->ev);
   if (e == cudaSuccess) {
     *done = true;
   } else if (e == cudaErrorNotReady) {
@@ -488,7 +498,7 @@ static int cuda_event_synchronize(void *ctx, int device, ms_event_t event) {
   cudaError_t e = cudaSuccess;
   if (capture_under_way(&g))
     r = refuse_during_capture(&g, "cudaEventSynchronize");
-  else if ((e = cudaEventSynchronize(ev->ev)) != cudaSuccess)
+  else if ((e = RT.cudaEventSynchronize(ev->ev)) != cudaSuccess)
     r = cuda_fail(&g, e, "cudaEventSynchronize", NULL);
   guard_leave(c, &g);
   return r;
@@ -501,7 +511,7 @@ static int cuda_event_destroy(void *ctx, int device, ms_event_t event) {
   cuda_guard_t g;
   MS_FORWARD_IF_ERROR(guard_enter(c, ev->device, &g));
   int r = MS_OK;
-  cudaError_t e = cudaEventDestroy(ev->ev);
+  cudaError_t e = RT.cudaEventDestroy(ev->ev);
   if (e != cudaSuccess)
     r = cuda_fail(&g, e, "cudaEventDestroy", NULL);
   else
@@ -518,7 +528,7 @@ static int cuda_device_synchronize(void *ctx, int device) {
   cudaError_t e = cudaSuccess;
   if (capture_under_way(&g))
     r = refuse_during_capture(&g, "cudaDeviceSynchronize");
-  else if ((e = cudaDeviceSynchronize()) != cudaSuccess)
+  else if ((e = RT.cudaDeviceSynchronize()) != cudaSuccess)
     r = cuda_fail(&g, e, "cudaDeviceSynchronize", NULL);
   guard_leave(c, &g);
   return r;
@@ -535,9 +545,9 @@ static int cuda_stream_capture_info(void *ctx, int device, ms_stream_t stream, b
     enum cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
     unsigned long long id = 0;
 #if CUDART_VERSION >= 13000
-    cudaError_t e = cudaStreamGetCaptureInfo(s, &st, &id, NULL, NULL, NULL, NULL);
+    cudaError_t e = RT.cudaStreamGetCaptureInfo(s, &st, &id, NULL, NULL, NULL, NULL);
 #else
-    cudaError_t e = cudaStreamGetCaptureInfo(s, &st, &id, NULL, NULL, NULL);
+    cudaError_t e = RT.cudaStreamGetCaptureInfo(s, &st, &id, NULL, NULL, NULL);
 #endif
     if (e == cudaErrorStreamCaptureImplicit) {
       /* The legacy default stream was asked about while another stream captures in global mode:
@@ -795,10 +805,10 @@ static int cuda_mem_unmap(void *ctx, int device, ms_devptr_t addr, size_t size) 
 static void *cuda_driver_symbol(const char *name) {
   void *fn = NULL;
   enum cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
-  cudaError_t pending = cudaPeekAtLastError();
-  cudaError_t e = cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &q);
+  cudaError_t pending = RT.cudaPeekAtLastError();
+  cudaError_t e = RT.cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &q);
   if (e != cudaSuccess || q != cudaDriverEntryPointSuccess) {
-    if (e != cudaSuccess && pending == cudaSuccess) (void)cudaGetLastError();
+    if (e != cudaSuccess && pending == cudaSuccess) (void)RT.cudaGetLastError();
     return NULL;
   }
   return fn;
@@ -850,9 +860,9 @@ static int cuda_peers_init(cuda_ctx_t *c) {
     for (int p = 0; p < c->ndevices; p++) {
       int can = 0;
       if (p == d) continue;
-      cudaError_t pending = cudaPeekAtLastError();
-      if (cudaDeviceCanAccessPeer(&can, p, d) != cudaSuccess) {
-        if (pending == cudaSuccess) (void)cudaGetLastError();
+      cudaError_t pending = RT.cudaPeekAtLastError();
+      if (RT.cudaDeviceCanAccessPeer(&can, p, d) != cudaSuccess) {
+        if (pending == cudaSuccess) (void)RT.cudaGetLastError();
         can = 0;
       }
       if (can) c->peers[d][n++] = p;
@@ -888,15 +898,16 @@ static void cuda_destroy(void *ctx) {
 int ms_backend_cuda_create(ms_backend_t **out, ms_errbuf_t *eb) {
   if (eb) eb->msg[0] = 0;
   MS_RETURN_IF(!out, MS_EINVAL);
+  MS_FORWARD_IF_ERROR(ms__cudart_load(eb));
   int n = 0;
-  cudaError_t pending = cudaPeekAtLastError();
-  cudaError_t e = cudaGetDeviceCount(&n);
+  cudaError_t pending = RT.cudaPeekAtLastError();
+  cudaError_t e = RT.cudaGetDeviceCount(&n);
   if (e != cudaSuccess) {
     /* cudaErrorNoDevice, cudaErrorInsufficientDriver (no driver at all, or too old),
      * initialization failures...: all mean there is no GPU memsnap could use. */
-    if (pending == cudaSuccess) (void)cudaGetLastError();
+    if (pending == cudaSuccess) (void)RT.cudaGetLastError();
     return ms__errbuf_set(eb, MS_ENODEVICE, "no CUDA device: %s (%s from cudaGetDeviceCount)",
-                          cudaGetErrorString(e), cudaGetErrorName(e));
+                          RT.cudaGetErrorString(e), RT.cudaGetErrorName(e));
   }
   if (n <= 0)
     return ms__errbuf_set(eb, MS_ENODEVICE, "no CUDA device: cudaGetDeviceCount found none");

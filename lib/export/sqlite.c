@@ -389,8 +389,8 @@ static void sqlite_series(const ms_timeline_t *tl, size_t d, const uint64_t *v[4
 static void sqlite_bind_trace(sqlite3_stmt *st, int b, const ms_snapshot_t *snap, uint32_t i,
                               size_t ti, const uint64_t *const v[4]) {
   const ms_snap_trace_t *e = &snap->trace[ti];
-  const char *action = e->action == MS_TRACE_OTHER && e->action_name[0]
-                           ? e->action_name
+  const char *action = e->action == MS_TRACE_OTHER && ms_snap_trace_action_name(e)[0]
+                           ? ms_snap_trace_action_name(e)
                            : ms_trace_action_name(e->action);
   sqlite3_bind_int64(st, b + 4, i);
   sqlite3_bind_text(st, b + 5, action, -1, SQLITE_STATIC);

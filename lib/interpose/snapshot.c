@@ -185,20 +185,20 @@ static int add_live_segment(build_t *t, const live_t *e, const char *st_alloc) {
 static int add_ent_trace(build_t *t, const ent_t *e, int64_t time_us, const char **names) {
   ms_snap_trace_t tr;
   memset(&tr, 0, sizeof tr);
-  tr.action = (ms_trace_action)e->action;
-  if (!names[tr.action]) {
-    const char *nm = ms_trace_action_name(tr.action);
+  tr.action = (uint8_t)e->action;
+  if (tr.action >= MS_TRACE_OTHER && !names[tr.action]) {
+    const char *nm = ms_trace_action_name((ms_trace_action)tr.action);
     MS_FORWARD_IF_ERROR(ms__snapbuild_str(&t->b, nm, strlen(nm), &names[tr.action]));
   }
-  tr.action_name = names[tr.action];
   tr.addr = e->addr;
   tr.size = e->size;
   tr.stream = e->stream;
   tr.time_us = time_us;
-  tr.pool_id[0] = e->pool_id[0];
-  tr.pool_id[1] = e->pool_id[1];
-  tr.compile_context = "";
-  tr.user_metadata = "";
+  ms_snap_trace_extra_t x = ms__trace_extra_of(&tr);
+  x.action_name = tr.action >= MS_TRACE_OTHER ? names[tr.action] : NULL;
+  x.pool_id[0] = e->pool_id[0];
+  x.pool_id[1] = e->pool_id[1];
+  MS_FORWARD_IF_ERROR(ms__snapbuild_trace_extra(&t->b, &tr, &x));
   tr.present = MS_TRACE_HAS_TIME | MS_TRACE_HAS_STREAM;
   if (e->pool_id[0] || e->pool_id[1]) tr.present |= MS_TRACE_HAS_POOL_ID;
   MS_FORWARD_IF_ERROR(build_stack(t, e->stack, &tr.stack));
@@ -277,9 +277,12 @@ static int copy_segment(build_t *t, const ms_snapshot_t *a, uint32_t *map,
 static int copy_trace(build_t *t, const ms_snapshot_t *a, uint32_t *map,
                       const ms_snap_trace_t *src) {
   ms_snap_trace_t tr = *src;
-  MS_FORWARD_IF_ERROR(copy_str(t, src->action_name, &tr.action_name));
-  MS_FORWARD_IF_ERROR(copy_str(t, src->compile_context, &tr.compile_context));
-  MS_FORWARD_IF_ERROR(copy_str(t, src->user_metadata, &tr.user_metadata));
+  tr.extra = NULL;
+  ms_snap_trace_extra_t x = ms__trace_extra_of(src);
+  if (x.action_name) MS_FORWARD_IF_ERROR(copy_str(t, x.action_name, &x.action_name));
+  MS_FORWARD_IF_ERROR(copy_str(t, x.compile_context, &x.compile_context));
+  MS_FORWARD_IF_ERROR(copy_str(t, x.user_metadata, &x.user_metadata));
+  MS_FORWARD_IF_ERROR(ms__snapbuild_trace_extra(&t->b, &tr, &x));
   MS_FORWARD_IF_ERROR(copy_stack(t, a, map, src->stack, &tr.stack));
   return ms__snapbuild_add_trace(&t->b, &tr);
 }

@@ -206,6 +206,8 @@ void ms__snapbuild_release(ms__snapbuild_t *b) {
   MS_VEC_FREE(&b->stack_frames);
   MS_VEC_FREE(&b->sf16);
   MS_VEC_FREE(&b->sf32);
+  MS_VEC_FREE(&b->extras);
+  free(b->extra_tab);
   MS_VEC_FREE(&b->settings);
   MS_VEC_FREE(&b->settings_children);
   MS_VEC_FREE(&b->stats);
@@ -409,6 +411,66 @@ int ms__snapbuild_stack_tail_hashed(ms__snapbuild_t *b, size_t n, uint64_t h, ui
     return MS_OK;
   }
   return stack_add(b, fr, n, tag, slot, out);
+}
+
+/* ---- trace extras --------------------------------------------------------------------------- */
+
+static bool extra_equal(const ms_snap_trace_extra_t *a, const ms_snap_trace_extra_t *b) {
+  return a->action_name == b->action_name && a->compile_context == b->compile_context &&
+         a->user_metadata == b->user_metadata && a->pool_id[0] == b->pool_id[0] &&
+         a->pool_id[1] == b->pool_id[1];
+}
+
+int ms__snapbuild_trace_extra(ms__snapbuild_t *b, ms_snap_trace_t *t,
+                              const ms_snap_trace_extra_t *xin) {
+  ms_snap_trace_extra_t x = *xin;
+  if (!x.compile_context) x.compile_context = "";
+  if (!x.user_metadata) x.user_metadata = "";
+  if (x.action_name && t->action != MS_TRACE_OTHER &&
+      strcmp(x.action_name, ms_trace_action_name((ms_trace_action)t->action)) == 0)
+    x.action_name = NULL;
+  if (!x.action_name && !x.compile_context[0] && !x.user_metadata[0] && !x.pool_id[0] &&
+      !x.pool_id[1]) {
+    t->extra = NULL;
+    return MS_OK;
+  }
+  if (t->extra && extra_equal(t->extra, &x)) return MS_OK;
+  /* consecutive entries mostly repeat the last combinations (a reader may pass through one
+   * while an entry's fields arrive): no hashing then */
+  for (int k = 0; k < 2; k++)
+    if (b->extra_last[k] && extra_equal(b->extra_last[k], &x)) {
+      t->extra = b->extra_last[k];
+      return MS_OK;
+    }
+  /* equal strings share storage when interned (ms__snapbuild_str), so pointers are the key */
+  uint64_t h = ms_hash_step(ms_hash_step((uint64_t)(uintptr_t)x.action_name,
+                                         (uint64_t)(uintptr_t)x.compile_context),
+                            ms_hash_step((uint64_t)(uintptr_t)x.user_metadata,
+                                         ms_hash_step((uint64_t)x.pool_id[0],
+                                                      (uint64_t)x.pool_id[1])));
+  h = ms_hash_bytes(&h, sizeof h, 0xe7a);
+  MS_FORWARD_IF_ERROR(tab_grow(&b->extra_tab, &b->extra_tab_cap, b->extras.len));
+  size_t mask = b->extra_tab_cap - 1, slot = (size_t)TAB_TAG(h) & mask;
+  for (uint64_t e; (e = b->extra_tab[slot]) != 0; slot = (slot + 1) & mask) {
+    if ((uint32_t)(e >> 32) != TAB_TAG(h)) continue;
+    const ms_snap_trace_extra_t *c = b->extras.ptr[TAB_INDEX(e)];
+    if (extra_equal(c, &x)) {
+      t->extra = b->extra_last[b->extra_next] = c;
+      b->extra_next ^= 1;
+      return MS_OK;
+    }
+  }
+  if (b->extras.len >= UINT32_MAX - 1) return MS_ELIMIT;
+  char *mem = arena_alloc(b, sizeof x + _Alignof(ms_snap_trace_extra_t));
+  if (!mem || MS_VEC_RESERVE(&b->extras, 1)) return MS_ENOMEM;
+  uintptr_t al = _Alignof(ms_snap_trace_extra_t);
+  ms_snap_trace_extra_t *c = (ms_snap_trace_extra_t *)(((uintptr_t)mem + al - 1) & ~(al - 1));
+  *c = x;
+  b->extra_tab[slot] = TAB_ENTRY(TAB_TAG(h), b->extras.len);
+  b->extras.ptr[b->extras.len++] = c;
+  t->extra = b->extra_last[b->extra_next] = c;
+  b->extra_next ^= 1;
+  return MS_OK;
 }
 
 #define BUILD_ADD(fn, vec, T)                                                                      \

@@ -64,7 +64,27 @@ typedef struct ms__snapbuild_s {
   /* Every frame index the stack functions stored is below stack_frame_bound, so that finish()
    * need not re-read them. */
   uint32_t stack_frame_bound;
+  /* Distinct trace extras (ms__snapbuild_trace_extra), in the arena, interned by value. */
+  MS_VEC(const ms_snap_trace_extra_t *) extras;
+  uint64_t *extra_tab;
+  size_t extra_tab_cap;
+  const ms_snap_trace_extra_t *extra_last[2]; /* the last two found or made */
+  int extra_next;                             /* the slot of extra_last replaced next */
 } ms__snapbuild_t;
+
+/* A trace entry's extra fields at their defaults: the action's own name, no compile context or
+ * user metadata, the default pool. */
+static inline ms_snap_trace_extra_t ms__trace_extra_of(const ms_snap_trace_t *t) {
+  if (t->extra) return *t->extra;
+  ms_snap_trace_extra_t x = {NULL, "", "", {0, 0}};
+  return x;
+}
+/* Sets trace entry t's extra fields to *x: t->extra becomes NULL when they are all defaults, else
+ * a copy shared by every entry with the same fields (the strings are not copied: they must live
+ * as long as the snapshot, as those of ms__snapbuild_str or static ones do). An action_name that
+ * equals the action's own name is stored as NULL. */
+int ms__snapbuild_trace_extra(ms__snapbuild_t *b, ms_snap_trace_t *t,
+                              const ms_snap_trace_extra_t *x);
 
 void ms__snapbuild_init(ms__snapbuild_t *b);
 void ms__snapbuild_release(ms__snapbuild_t *b);

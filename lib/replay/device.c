@@ -17,6 +17,7 @@
 static int rdev_full(rdev_t *d, size_t size) {
   if (d->fail == RDEV_FAIL_ALL) return MS_EOOM;
   if (d->fail == RDEV_FAIL_UNTIL_FREES && d->frees_done < d->fail_frees) return MS_EOOM;
+  if (d->need_sync && !d->synced) return MS_EOOM;
   if (d->capacity && (size > d->capacity || d->used > d->capacity - size)) return MS_EOOM;
   return MS_OK;
 }
@@ -114,18 +115,20 @@ static int rdev_ok2(void *ctx, int device, uint64_t h) {
 static int rdev_event_record(void *ctx, int device, ms_event_t e, ms_stream_t s) {
   rdev_t *d = ctx;
   (void)device, (void)s;
-  uint64_t v;
-  if (d->real_events) {
-    (void)rp_map_take(&d->done, (uint64_t)e, &v); /* a reused event is pending again */
-    d->last_event = (uint64_t)e;
-  }
+  uint64_t v = 0;
+  size_t slot;
+  (void)rp_map_take(&d->done, (uint64_t)e, &v); /* a reused event is pending again */
+  uint64_t g = rp_map_find(&d->gen, (uint64_t)e, &slot) ? d->gen.v[slot] + 1 : 1;
+  MS_FORWARD_IF_ERROR(rp_map_put(&d->gen, (uint64_t)e, g));
+  d->last_event = (uint64_t)e;
+  d->last_gen = g;
   return MS_OK;
 }
 
 static int rdev_event_query(void *ctx, int device, ms_event_t e, bool *done) {
   rdev_t *d = ctx;
   (void)device;
-  *done = !d->real_events || rp_map_has(&d->done, (uint64_t)e);
+  *done = rp_map_has(&d->done, (uint64_t)e);
   return MS_OK;
 }
 
@@ -133,7 +136,8 @@ static int rdev_event_query(void *ctx, int device, ms_event_t e, bool *done) {
 static int rdev_event_sync(void *ctx, int device, ms_event_t e) {
   rdev_t *d = ctx;
   (void)device;
-  return d->real_events ? rp_map_put(&d->done, (uint64_t)e, 1) : MS_OK;
+  d->synced = true;
+  return rp_map_put(&d->done, (uint64_t)e, 1);
 }
 
 static int rdev_sync(void *ctx, int device) {
@@ -183,6 +187,7 @@ static void rdev_destroy(void *ctx) {
   MS_VEC_FREE(&d->expect);
   MS_VEC_FREE(&d->va_bases);
   rp_map_free(&d->done);
+  rp_map_free(&d->gen);
   free(d);
 }
 

@@ -2,7 +2,7 @@
  * memsnap core: what the files of `memsnap replay` share (include/memsnap/replay.h). device.c: the
  * recorded device, check mode's backend; start_state.c: the recorded run's settings, whether a
  * device's trace can be replayed, and the allocator state when the trace began; replay.c: the
- * replay of one device and the public entry points.
+ * replay of one device; entry.c: the public entry points.
  */
 #ifndef MEMSNAP_LIB_REPLAY_INTERNAL_H
 #define MEMSNAP_LIB_REPLAY_INTERNAL_H
@@ -154,13 +154,18 @@ typedef struct rdev_s {
   size_t fail_frees, frees_done;
   uint64_t synth;
   uint64_t next_handle;
-  /* What-if: events are real (a record_stream-deferred free completes when the replay reaches
-   * its free_completed, or when the allocator synchronizes on its OOM path or in empty_cache);
-   * check mode: every event is complete at once (the replay holds deferred frees itself). */
-  bool real_events;
+  /* Check mode: refuse (out of memory) until the allocator has synchronized its events, as the
+   * recorded device did until the OOM path reached release_cached_blocks. */
+  bool need_sync, synced;
   int ndevices;         /* the replayed device's number + 1 (messages name the recorded GPU) */
+  /* Events are real: a record_stream-deferred free completes when the replay reaches its
+   * free_completed (the program's work on that stream is done), or when the allocator
+   * synchronizes (its OOM path, empty_cache). An allocator reuses its events: each record starts
+   * a new generation, so that completing an old one cannot complete a later use. */
   rp_map_t done;        /* event handle -> 1: complete */
-  uint64_t last_event;  /* the event last recorded */
+  rp_map_t gen;         /* event handle -> generation of its last record */
+  uint64_t last_event;  /* the event last recorded, and that record's generation */
+  uint64_t last_gen;
 } rdev_t;
 
 int ms__rp_dev_add(rdev_t *d, uint64_t addr, uint64_t size, bool va);
@@ -199,7 +204,21 @@ typedef struct rp_trace_s {
   /* Per entry starting a release burst: 1 = empty_cache, 2 = the OOM path, 0 = unknown. The
    * check replay classifies them; what-if replays reuse its answers. */
   uint8_t *burst_kind;
+  /* Per free_completed entry: where the recorded run completed it (RP_FC_*, 0 = unknown). The
+   * check replay classifies them; what-if replays reuse its answers. */
+  uint8_t *fc_kind;
 } rp_trace_t;
+
+/* A free_completed emitted by process_events at the start of a malloc, by a free, or otherwise
+ * before the next operation: the event completes when the replay reaches it. */
+#define RP_FC_NOW 1
+/* Emitted by the synchronization of the next malloc's OOM path (release_cached_blocks) or of an
+ * empty_cache: the event stays pending for that operation, whose allocator completes it when it
+ * synchronizes; completed after the operation if it did not. */
+#define RP_FC_SYNC 2
+/* The same, where the trace proves that the recorded device refused until the synchronization
+ * (the check's recorded device then refuses as long). */
+#define RP_FC_SYNC_FORCED 3
 
 static inline bool rp_is_device_seg(const ms_snap_segment_t *sg, int device) {
   return sg->device == device;
@@ -210,5 +229,13 @@ int ms__rp_rebuild_start(rp_trace_t *tr, char *why, size_t cap);
 bool ms__rp_replayable(const rp_trace_t *tr, char *why, size_t cap);
 rp_sseg_t *ms__rp_seg_of(rp_trace_t *tr, uint64_t addr);
 void ms__rp_trace_release(rp_trace_t *tr);
+
+/* ---- the replay of one device (replay.c) ---------------------------------------------------- */
+
+/* Replays tr: check mode (whatif false: the recorded settings, every decision compared, bursts
+ * and free_completed entries classified for later what-if runs) or what-if under cfg; capacity 0
+ * is unlimited. Fills res (verdict, mismatch) and use (the figures). */
+int ms__rp_run_device(rp_trace_t *tr, bool whatif, const ms_alloc_config_t *cfg, size_t capacity,
+                      ms_replay_device_t *res, ms_replay_usage_t *use);
 
 #endif /* MEMSNAP_LIB_REPLAY_INTERNAL_H */

@@ -28,25 +28,10 @@
 
 #include "replay/internal.h"
 
-/* What-if: pending handles that are events, and the streams of deferred frees. */
-#define RP_EVENT_TAG ((uint64_t)1 << 63)
+/* A pending block's handle: its event and that record's generation (rdev_t). The streams of
+ * deferred frees are synthetic. */
+#define RP_HANDLE(ev, gen) (((uint64_t)(gen) << 32) | (uint64_t)(ev))
 #define RP_SYNTH_STREAM ((uint64_t)0xe5 << 56)
-
-const char *ms_replay_verdict_name(ms_replay_verdict v) {
-  switch (v) {
-  case MS_REPLAY_PASS: return "PASS";
-  case MS_REPLAY_FAIL: return "FAIL";
-  case MS_REPLAY_INCONCLUSIVE: return "INCONCLUSIVE";
-  case MS_REPLAY_UNREPLAYABLE: return "UNREPLAYABLE";
-  }
-  return "?";
-}
-
-void ms_replay_options_init(ms_replay_options_t *o) {
-  memset(o, 0, sizeof *o);
-  o->device = -1;
-  o->recorded_capacity = true;
-}
 
 /* ---- the replay of one device -------------------------------------------------------------------- */
 
@@ -72,9 +57,11 @@ typedef struct rp_run_s {
   MS_VEC(rp_got_t) got;  /* allocator trace entries of the current operation */
   MS_VEC(size_t) pend;   /* recorded segment entries awaiting their operation */
   rp_map_t live;         /* recorded address -> replayed address */
-  rp_map_t pending;      /* recorded address -> pending handle (what-if: event | RP_EVENT_TAG) */
-  uint64_t next_stream;  /* what-if: synthetic streams of deferred frees */
-  MS_VEC(size_t) late;   /* what-if: free_completed entries left to the allocator's next sync */
+  rp_map_t pending;      /* recorded address -> pending handle (RP_HANDLE) */
+  uint64_t next_stream;  /* synthetic streams of deferred frees */
+  MS_VEC(size_t) late;   /* free_completed entries left to the next operation's synchronization */
+  bool force_sync;       /* check: late holds an RP_FC_SYNC_FORCED entry */
+  bool dirty;            /* events completed that the allocator has not processed yet */
   ms_replay_device_t *res;
   ms_replay_usage_t *use;
   bool stop;
@@ -254,6 +241,8 @@ static void rp_arm(rp_run_t *run, bool oom_entry) {
       nfree++;
     }
   }
+  d->need_sync = !run->whatif && !run->capacity && run->force_sync;
+  d->synced = false;
   if (!run->capacity) {
     if (oom_entry) {
       d->fail = RDEV_FAIL_ALL;
@@ -267,8 +256,33 @@ static void rp_arm(rp_run_t *run, bool oom_entry) {
 static void rp_disarm(rp_run_t *run) {
   if (!run->rdev) return;
   run->rdev->fail = RDEV_FAIL_NONE;
+  run->rdev->need_sync = false;
   run->rdev->expect.len = 0;
   run->rdev->va_bases.len = 0;
+}
+
+/* process_events now, when events completed since the allocator last looked: the state a dry run
+ * (rp_split_burst, rp_fc_classify) or the final comparison sees is the one after them. */
+static void rp_process(rp_run_t *run) {
+  if (!run->dirty) return;
+  run->dirty = false;
+  if (ms__allocator_replay_process_events(run->a) != MS_OK) run->stop = true;
+}
+
+/* Whether two entries were recorded with the same stack: 1 yes, 0 no, -1 unknown (one has none). */
+static int rp_same_stack(const ms_snapshot_t *s, uint32_t a, uint32_t b) {
+  if (a == MS_SNAP_NO_STACK || b == MS_SNAP_NO_STACK || a >= s->nstacks || b >= s->nstacks)
+    return -1;
+  if (a == b) return 1;
+  uint32_t n = ms_snap_stack_depth(s, a);
+  if (n != ms_snap_stack_depth(s, b)) return 0;
+  for (uint32_t f = 0; f < n; f++) {
+    const ms_snap_frame_t *x = ms_snap_stack_frame(s, a, f), *y = ms_snap_stack_frame(s, b, f);
+    if (x->line != y->line || strcmp(x->name ? x->name : "", y->name ? y->name : "") ||
+        strcmp(x->filename ? x->filename : "", y->filename ? y->filename : ""))
+      return 0;
+  }
+  return 1;
 }
 
 /* Whether the burst in pend was made by empty_cache (its stack says so) rather than by the OOM
@@ -299,6 +313,22 @@ static bool rp_device_was_full(const rp_run_t *run, size_t nfree) {
 }
 
 static void rp_op_flush(rp_run_t *run);
+static uint8_t rp_fc_kind(rp_run_t *run, size_t i);
+
+static bool rp_is_release(ms_trace_action a) {
+  return a == MS_TRACE_SEGMENT_FREE || a == MS_TRACE_SEGMENT_UNMAP;
+}
+
+/* The end of the run of free_completed entries that starts at i, and whether a release, new
+ * segment, map or oom follows it (then a malloc's OOM path may have completed the run). */
+static size_t rp_fc_run_end(const rp_trace_t *tr, size_t i, bool *oom_path) {
+  while (i < tr->n && tr->t[i].action == MS_TRACE_FREE_COMPLETED)
+    i++;
+  ms_trace_action nx = i < tr->n ? tr->t[i].action : MS_TRACE_ALLOC;
+  *oom_path = rp_is_release(nx) || nx == MS_TRACE_SEGMENT_ALLOC || nx == MS_TRACE_SEGMENT_MAP ||
+              nx == MS_TRACE_OOM;
+  return i;
+}
 
 /* Before the operation of an alloc or oom entry: a release burst in pend that the allocation did
  * not cause (the OOM path always ends with a new segment, a map or an `oom` entry; the burst's
@@ -322,7 +352,11 @@ static void rp_split_burst(rp_run_t *run, size_t i, bool oom_entry) {
     caused = oom_entry || (nfree < run->pend.len &&
                            !ms__allocator_replay_would_fit(run->a, (size_t)e->size,
                                                            (ms_stream_t)e->stream));
-    if (caused && rp_burst_is_empty_cache(run)) caused = false;
+    /* The burst's stack names empty_cache, or differs from the allocation's (the OOM path's
+     * releases are recorded with the allocation's stack). */
+    if (caused && (rp_burst_is_empty_cache(run) ||
+                   rp_same_stack(run->tr->snap, run->tr->t[run->pend.ptr[0]].stack, e->stack) == 0))
+      caused = false;
     if (caused && !oom_entry && !rp_device_was_full(run, nfree)) caused = false;
     if (kind && !run->whatif) *kind = caused ? 2 : 1;
   }
@@ -338,6 +372,7 @@ static void rp_split_burst(rp_run_t *run, size_t i, bool oom_entry) {
 static void rp_op_malloc(rp_run_t *run, size_t i, bool oom_entry) {
   const ms_snap_trace_t *e = &run->tr->t[i];
   size_t size = (size_t)e->size;
+  rp_process(run);
   rp_split_burst(run, i, oom_entry);
   if (run->stop) return;
   rp_arm(run, oom_entry);
@@ -416,6 +451,20 @@ static void rp_op_flush(rp_run_t *run) {
   run->pend.len = 0;
 }
 
+/* A record_stream-deferred free of the block at ptr (recorded address addr): a stream of its own
+ * uses the block (no head-of-line blocking between deferred frees); the free records an event on
+ * it, complete at the recorded free_completed or when the allocator synchronizes (its OOM path,
+ * empty_cache), as the program's stream work would be. */
+static int rp_defer(rp_run_t *run, uint64_t ptr, uint64_t addr) {
+  ms_stream_t use = (ms_stream_t)(RP_SYNTH_STREAM + run->next_stream++);
+  run->rdev->last_event = 0;
+  MS_FORWARD_IF_ERROR(ms_allocator_record_stream(run->a, (ms_devptr_t)ptr, use));
+  MS_FORWARD_IF_ERROR(ms_allocator_free(run->a, (ms_devptr_t)ptr));
+  if (!run->rdev->last_event || run->rdev->last_event >> 32 || run->rdev->last_gen >> 31)
+    return MS_ENOMEM; /* no event recorded, or handles beyond what RP_HANDLE holds */
+  return rp_map_put(&run->pending, addr, RP_HANDLE(run->rdev->last_event, run->rdev->last_gen));
+}
+
 static void rp_op_free(rp_run_t *run, size_t *ip) {
   rp_trace_t *tr = run->tr;
   size_t i = *ip;
@@ -428,29 +477,22 @@ static void rp_op_free(rp_run_t *run, size_t *ip) {
     rp_mismatch(run, (int64_t)(tr->first + i), e->addr, 0, ex, "no block is allocated there");
     return;
   }
-  bool now = i + 1 < tr->n && tr->t[i + 1].action == MS_TRACE_FREE_COMPLETED &&
-             tr->t[i + 1].addr == e->addr;
+  /* Freed at once (no record_stream) when its free_completed follows and was not a
+   * synchronization's (then it waited on an event until the next operation synchronized). Where
+   * an OOM path may follow, the check replay defers it first: the classification of that
+   * free_completed sees it pending. */
+  bool next = i + 1 < tr->n && tr->t[i + 1].action == MS_TRACE_FREE_COMPLETED &&
+              tr->t[i + 1].addr == e->addr;
+  bool oom_path = true;
+  if (next && !run->whatif && !tr->fc_kind[i + 1]) (void)rp_fc_run_end(tr, i + 1, &oom_path);
+  bool now = next && (run->whatif || tr->fc_kind[i + 1] || !oom_path) &&
+             rp_fc_kind(run, i + 1) == RP_FC_NOW;
   if (now) {
     if (ms_allocator_free(run->a, (ms_devptr_t)ptr) != MS_OK) run->stop = true;
     *ip = i + 1;
     return;
   }
-  if (run->whatif) {
-    /* A stream of its own uses the block (no head-of-line blocking between deferred frees); the
-     * free records an event on it, complete at the recorded free_completed or when the allocator
-     * synchronizes (its OOM path, empty_cache), as the program's stream work would be. */
-    ms_stream_t use = (ms_stream_t)(RP_SYNTH_STREAM + run->next_stream++);
-    run->rdev->last_event = 0;
-    if (ms_allocator_record_stream(run->a, (ms_devptr_t)ptr, use) != MS_OK ||
-        ms_allocator_free(run->a, (ms_devptr_t)ptr) != MS_OK || !run->rdev->last_event ||
-        rp_map_put(&run->pending, e->addr, run->rdev->last_event | RP_EVENT_TAG) != MS_OK)
-      run->stop = true;
-    return;
-  }
-  void *h = NULL;
-  if (ms__allocator_replay_free_deferred(run->a, (ms_devptr_t)ptr, &h) != MS_OK ||
-      rp_map_put(&run->pending, e->addr, (uint64_t)(uintptr_t)h) != MS_OK)
-    run->stop = true;
+  if (rp_defer(run, ptr, e->addr) != MS_OK) run->stop = true;
 }
 
 static void rp_op_complete(rp_run_t *run, size_t i) {
@@ -464,11 +506,13 @@ static void rp_op_complete(rp_run_t *run, size_t i) {
                 "no block is waiting to be freed there");
     return;
   }
-  if (h & RP_EVENT_TAG) { /* what-if: the event completes; the allocator frees at its next query */
-    if (rp_map_put(&run->rdev->done, h & ~RP_EVENT_TAG, 1) != MS_OK) run->stop = true;
-    return;
-  }
-  ms__allocator_replay_complete(run->a, (void *)(uintptr_t)h);
+  /* The event completes (unless the allocator synchronized it and has recorded it again since);
+   * the allocator frees the block at its next query. */
+  uint64_t ev = h & 0xffffffffu, gen = h >> 32;
+  size_t slot;
+  if (!rp_map_find(&run->rdev->gen, ev, &slot) || run->rdev->gen.v[slot] != gen) return;
+  if (rp_map_put(&run->rdev->done, ev, 1) != MS_OK) run->stop = true;
+  run->dirty = true;
 }
 
 /* Whether free_completed entry i may have been emitted by a synchronization (the OOM path's or
@@ -491,13 +535,142 @@ static bool rp_sync_emitted(const rp_trace_t *tr, size_t i) {
   }
 }
 
-/* What-if: the free_completed entries a synchronization emitted. The allocator's own OOM path or
+
+/* Whether the recorded device, when its total is known, refused a new segment or map of need
+ * bytes beside what the replay holds now (rp_device_was_full's test). */
+static bool rp_device_refused(const rp_run_t *run, uint64_t need) {
+  uint64_t total = run->tr->device_total, used = run->rdev->used;
+  return need > total || used > total - need;
+}
+
+/* The segments release_cached_blocks would release once the pending blocks of the
+ * free_completed entries [i, i1) were complete. */
+static size_t rp_cached_after(rp_run_t *run, size_t i, size_t i1) {
+  MS_VEC(uint64_t) ev = {0};
+  for (size_t k = i; k < i1; k++) {
+    size_t slot;
+    if (rp_map_find(&run->pending, run->tr->t[k].addr, &slot) &&
+        MS_VEC_PUSH(&ev, run->pending.v[slot] & 0xffffffffu) != 0)
+      break;
+  }
+  size_t n = ms__allocator_replay_cached_after(run->a, ev.ptr, ev.len);
+  MS_VEC_FREE(&ev);
+  return n;
+}
+
+/* Whether the releases [i1, j) before the malloc at entry m (the cache could not serve it, the
+ * device refused) began with release_available_cached_blocks's, made before any synchronization:
+ * it would release a block now, with every pending block still pending (then the synchronization
+ * that frees them cannot have come first), the number of releases is not that of the segments
+ * cached once the completions [i, i1) are done (release_cached_blocks releases every one), or the
+ * releases begin as only it releases: oversize
+ * segments of the malloc's stream, the largest first (release_cached_blocks goes through the
+ * pools in (stream, size, address) order, up). A single oversize release of the malloc's stream
+ * that the completions made possible fits both: it is taken for release_available_cached_blocks's
+ * when the one completion is that of the block freed just before (just_freed: a free with no
+ * record_stream completes at once, the common case), else for the synchronization's. */
+static bool rp_released_first(rp_run_t *run, size_t i, size_t i1, size_t j, size_t m,
+                              bool just_freed) {
+  const ms_snap_trace_t *t = run->tr->t;
+  uint64_t mss = run->tr->cfg.max_split_size;
+  if (ms__allocator_replay_would_release(run->a, (size_t)t[m].size, (ms_stream_t)t[m].stream))
+    return true;
+  if (rp_cached_after(run, i, i1) != j - i1)
+    return true; /* release_cached_blocks would have released another number of segments */
+  const ms_snap_trace_t *x = &t[i1], *y = &t[i1 + 1];
+  if (j - i1 < 2) return just_freed && x->stream == t[m].stream && x->size >= mss;
+  return x->stream == t[m].stream && y->stream == t[m].stream && y->size >= mss &&
+         x->size > y->size;
+}
+
+/* Check mode: where the recorded run completed the run of free_completed entries that starts at
+ * i (fc_kind). A malloc completes pending frees at two points: process_events, its first step,
+ * completes those whose work is done; on its OOM path, release_cached_blocks synchronizes and
+ * completes every pending one, after release_available_cached_blocks may have released oversize
+ * blocks and before it releases every cached segment. So a run followed by the malloc's releases,
+ * new segment or oom is the synchronization's when it follows a release of that malloc; it is
+ * process_events's when some pending block is left out of it (a synchronization completes them
+ * all), when a second run follows the releases, when the device had room for the new segment, or
+ * when release_available_cached_blocks made the releases (rp_released_first). The entries
+ * [i - before, i) of the run were completed by their frees (they are still pending here). */
+static void rp_fc_classify(rp_run_t *run, size_t i, size_t before) {
+  rp_trace_t *tr = run->tr;
+  const ms_snap_trace_t *t = tr->t;
+  size_t n = tr->n;
+  bool oom_path;
+  size_t i1 = rp_fc_run_end(tr, i, &oom_path);
+  uint8_t kind = RP_FC_NOW;
+  ms_trace_action nx = i1 < n ? t[i1].action : MS_TRACE_ALLOC;
+  if (oom_path) {
+    size_t j = i1, m;
+    while (j < n && rp_is_release(t[j].action))
+      j++;
+    for (m = j; m < n && (t[m].action == MS_TRACE_SEGMENT_ALLOC ||
+                          t[m].action == MS_TRACE_SEGMENT_MAP); m++) {
+    }
+    bool is_malloc = m < n && (t[m].action == MS_TRACE_ALLOC || t[m].action == MS_TRACE_OOM);
+    bool just_freed =
+        i > 0 && t[i - 1].action == MS_TRACE_FREE_REQUESTED && t[i - 1].addr == t[i].addr;
+    if (just_freed && is_malloc) {
+      /* The block freed at i - 1: its free completed it (no record_stream) when the entry has the
+       * free's stack, not the malloc's; the malloc did when it has the malloc's. */
+      int by_free = rp_same_stack(tr->snap, t[i].stack, t[i - 1].stack);
+      int by_malloc = rp_same_stack(tr->snap, t[i].stack, t[m].stack);
+      if (by_free == 1 && by_malloc == 0) {
+        tr->fc_kind[i] = RP_FC_NOW;
+        if (i + 1 < i1) rp_fc_classify(run, i + 1, before + 1);
+        return;
+      }
+      if (by_malloc == 1 && by_free == 0) just_freed = false;
+    }
+    rp_process(run);
+    if (run->pend.len)
+      kind = j == i1 ? RP_FC_SYNC_FORCED : RP_FC_SYNC;
+    else if (i1 - i + before < run->pending.len)
+      kind = RP_FC_NOW;
+    else if (j > i1 && j < n && t[j].action == MS_TRACE_FREE_COMPLETED)
+      kind = RP_FC_NOW;
+    else if (!is_malloc)
+      kind = RP_FC_SYNC;
+    else if (j == i1 && nx == MS_TRACE_OOM)
+      kind = RP_FC_SYNC_FORCED;
+    else if (j == i1)
+      kind = !tr->device_total ? RP_FC_SYNC
+             : rp_device_refused(run, t[i1].size) ? RP_FC_SYNC_FORCED : RP_FC_NOW;
+    else
+      kind = rp_released_first(run, i - before, i1, j, m, just_freed && i1 - i == 1) ? RP_FC_NOW
+                                                                                    : RP_FC_SYNC;
+  }
+  for (size_t k = i; k < i1; k++)
+    tr->fc_kind[k] = kind;
+}
+
+/* Whether free_completed entry i is left to the next operation's synchronization (pushed on
+ * late); what-if replays take the check replay's answer (rp_sync_emitted's guess where the check
+ * stopped before i). */
+static uint8_t rp_fc_kind(rp_run_t *run, size_t i) {
+  rp_trace_t *tr = run->tr;
+  if (!run->whatif && !tr->fc_kind[i] &&
+      (i == 0 || tr->t[i - 1].action != MS_TRACE_FREE_COMPLETED))
+    rp_fc_classify(run, i, 0);
+  uint8_t k = tr->fc_kind[i];
+  return k ? k : rp_sync_emitted(tr, i) ? RP_FC_SYNC : RP_FC_NOW;
+}
+
+static bool rp_fc_at_sync(rp_run_t *run, size_t i) {
+  uint8_t k = rp_fc_kind(run, i);
+  if (k == RP_FC_SYNC_FORCED) run->force_sync = true;
+  return k != RP_FC_NOW;
+}
+
+/* The free_completed entries a synchronization emitted. The allocator's own OOM path or
  * empty_cache completed them if it ran; otherwise their work was done by then anyway: their
  * events complete now, and the allocator frees them at its next query. */
 static void rp_complete_late(rp_run_t *run) {
   for (size_t k = 0; k < run->late.len && !run->stop; k++)
     rp_op_complete(run, run->late.ptr[k]);
   run->late.len = 0;
+  run->force_sync = false;
 }
 
 /* Places the start state at its recorded addresses, blocks and free gaps as they were (check and
@@ -512,10 +685,11 @@ static int rp_place_start(rp_run_t *run) {
     int r = MS_OK;
     for (size_t k = 0; k <= sg->blocks.len && r == MS_OK; k++) {
       uint64_t nx = k < sg->blocks.len ? sg->blocks.ptr[k].addr : end;
-      if (nx > at) r = MS_VEC_PUSH(&tiles, ((ms__replay_block_t){nx - at, 0, 0, NULL})) ? MS_ENOMEM : MS_OK;
+      if (nx > at)
+        r = MS_VEC_PUSH(&tiles, ((ms__replay_block_t){nx - at, 0, 0})) ? MS_ENOMEM : MS_OK;
       if (k == sg->blocks.len || r != MS_OK) break;
       rp_sblock_t *b = &sg->blocks.ptr[k];
-      r = MS_VEC_PUSH(&tiles, ((ms__replay_block_t){b->size, b->requested, b->state, NULL}))
+      r = MS_VEC_PUSH(&tiles, ((ms__replay_block_t){b->size, b->requested, 1}))
               ? MS_ENOMEM : MS_OK;
       at = b->addr + b->size;
     }
@@ -528,8 +702,9 @@ static int rp_place_start(rp_run_t *run) {
     for (size_t k = 0, bi = 0; r == MS_OK && k < tiles.len; k++) {
       if (tiles.ptr[k].state == 0) continue;
       rp_sblock_t *b = &sg->blocks.ptr[bi++];
-      if (tiles.ptr[k].state == 1) r = rp_map_put(&run->live, b->addr, b->addr);
-      else r = rp_map_put(&run->pending, b->addr, (uint64_t)(uintptr_t)tiles.ptr[k].pending);
+      /* A pending block waits on a real event, so that a synchronization completes it. */
+      if (b->state == 1) r = rp_map_put(&run->live, b->addr, b->addr);
+      else r = rp_defer(run, b->addr, b->addr);
     }
     MS_VEC_FREE(&tiles);
     if (r != MS_OK) return r;
@@ -626,8 +801,8 @@ static void rp_final_usage(rp_run_t *run, const ms_stats_t *st0) {
   }
 }
 
-/* Replays one device. cfg_over: what-if configuration string (NULL = recorded settings). */
-static int rp_run_device(rp_trace_t *tr, bool whatif, const ms_alloc_config_t *cfg,
+/* Replays one device (internal.h). */
+int ms__rp_run_device(rp_trace_t *tr, bool whatif, const ms_alloc_config_t *cfg,
                          size_t capacity, ms_replay_device_t *res, ms_replay_usage_t *use) {
   rp_run_t run;
   memset(&run, 0, sizeof run);
@@ -644,7 +819,6 @@ static int rp_run_device(rp_trace_t *tr, bool whatif, const ms_alloc_config_t *c
    * only limit (no address window). */
   r = ms__rp_dev_create(capacity, tr->device_total, &run.backend, &run.rdev);
   if (r != MS_OK) return r;
-  run.rdev->real_events = whatif;
   run.rdev->ndevices = tr->device + 1;
   ms_allocator_config_t ac = {.backend = run.backend, .device = tr->device, .alloc = cfg};
   ms_errbuf_t eb;
@@ -698,7 +872,7 @@ static int rp_run_device(rp_trace_t *tr, bool whatif, const ms_alloc_config_t *c
       rp_complete_late(&run);
       continue;
     case MS_TRACE_FREE_COMPLETED:
-      if (whatif && rp_sync_emitted(tr, i)) {
+      if (rp_fc_at_sync(&run, i)) {
         if (MS_VEC_PUSH(&run.late, i) != 0) r = MS_ENOMEM;
         continue;
       }
@@ -714,6 +888,7 @@ static int rp_run_device(rp_trace_t *tr, bool whatif, const ms_alloc_config_t *c
   }
   if (r == MS_OK && !run.stop) rp_op_flush(&run);
   if (r == MS_OK && !run.stop) rp_complete_late(&run);
+  if (r == MS_OK) rp_process(&run);
   res->allocs = allocs;
   res->events = i < tr->n ? i : tr->n;
   if (r == MS_OK && !whatif && !run.stop) r = rp_compare_final(&run);
@@ -733,177 +908,4 @@ static int rp_run_device(rp_trace_t *tr, bool whatif, const ms_alloc_config_t *c
   return r;
 }
 
-/* ---- public entry points ------------------------------------------------------------------------- */
 
-static int rp_prepare(const ms_snapshot_t *s, size_t d, rp_trace_t *tr, ms_replay_device_t *res) {
-  memset(tr, 0, sizeof *tr);
-  tr->snap = s;
-  tr->device = (int)d;
-  tr->first = s->devices[d].first_trace;
-  tr->n = s->devices[d].ntrace;
-  tr->t = s->trace + tr->first;
-  if (s->devices[d].present & MS_DEV_HAS_CAPACITY) tr->device_total = s->devices[d].capacity;
-  ms__rp_config_of(s, &tr->cfg);
-  tr->burst_kind = calloc(tr->n ? tr->n : 1, 1);
-  if (!tr->burst_kind) return MS_ENOMEM;
-  res->device = (int)d;
-  res->entries = tr->n;
-  res->mismatch_entry = -1;
-  if (!ms__rp_replayable(tr, res->reason, sizeof res->reason)) {
-    res->verdict = MS_REPLAY_UNREPLAYABLE;
-    return MS_OK;
-  }
-  int r = ms__rp_rebuild_start(tr, res->reason, sizeof res->reason);
-  if (r == MS_EINVAL) {
-    res->verdict = MS_REPLAY_UNREPLAYABLE;
-    return MS_OK;
-  }
-  MS_FORWARD_IF_ERROR(r);
-  res->mid_run = tr->segs.len > 0;
-  res->start_segments = tr->segs.len;
-  res->start_blocks = tr->start_blocks;
-  res->inferred = tr->inferred;
-  res->ambiguous = tr->ambiguous;
-  return MS_OK;
-}
-
-static int rp_whatif_config(const rp_trace_t *tr, const char *config, ms_alloc_config_t *out,
-                            ms_errbuf_t *eb) {
-  *out = tr->cfg;
-  if (config && *config) return ms_alloc_config_parse(out, config, eb);
-  return MS_OK;
-}
-
-int ms_replay_run(const ms_snapshot_t *snap, const ms_replay_options_t *opt,
-                  ms_replay_report_t **out, ms_errbuf_t *eb) {
-  if (eb) eb->msg[0] = 0;
-  MS_RETURN_IF(!snap || !out, MS_EINVAL);
-  ms_replay_options_t o;
-  if (opt) o = *opt;
-  else ms_replay_options_init(&o);
-  if (o.config && *o.config) {
-    ms_alloc_config_t probe;
-    ms_alloc_config_init(&probe);
-    MS_FORWARD_IF_ERROR(ms_alloc_config_parse(&probe, o.config, eb));
-  }
-  ms_replay_report_t *rep = calloc(1, sizeof *rep);
-  size_t nd = snap->ndevices;
-  if (!rep) return MS_ENOMEM;
-  rep->devices = calloc(nd ? nd : 1, sizeof *rep->devices);
-  if (!rep->devices) {
-    free(rep);
-    return MS_ENOMEM;
-  }
-  int r = MS_OK;
-  for (size_t d = 0; d < nd && r == MS_OK; d++) {
-    if (o.device >= 0 && (size_t)o.device != d) continue;
-    ms_replay_device_t *res = &rep->devices[rep->ndevices++];
-    rp_trace_t tr;
-    r = rp_prepare(snap, d, &tr, res);
-    if (r == MS_OK && res->verdict != MS_REPLAY_UNREPLAYABLE) {
-      if (!o.whatif) {
-        r = rp_run_device(&tr, false, &tr.cfg, o.capacity, res, &res->recorded);
-      } else {
-        ms_alloc_config_t cfg;
-        r = rp_whatif_config(&tr, o.config, &cfg, eb);
-        ms_replay_device_t scratch = *res;
-        if (r == MS_OK) r = rp_run_device(&tr, false, &tr.cfg, 0, &scratch, &res->recorded);
-        if (r == MS_OK) {
-          res->verdict = scratch.verdict;
-          memcpy(res->reason, scratch.reason, sizeof res->reason);
-          res->mismatch_entry = scratch.mismatch_entry;
-          memcpy(res->expected, scratch.expected, sizeof res->expected);
-          memcpy(res->actual, scratch.actual, sizeof res->actual);
-          res->capacity = o.capacity;
-          if (!o.capacity && o.recorded_capacity && tr.device_total) {
-            res->capacity = tr.device_total;
-            res->capacity_recorded = true;
-          }
-          r = rp_run_device(&tr, true, &cfg, (size_t)res->capacity, res, &res->replayed);
-          res->allocs = scratch.allocs; /* the trace's, even when the what-if stopped early */
-        }
-      }
-    }
-    ms__rp_trace_release(&tr);
-  }
-  if (r != MS_OK) {
-    ms_replay_report_free(rep);
-    return r;
-  }
-  *out = rep;
-  return MS_OK;
-}
-
-void ms_replay_report_free(ms_replay_report_t *r) {
-  if (!r) return;
-  free(r->devices);
-  free(r);
-}
-
-/* A what-if run fits its capacity: the start state fits and no allocation failed. */
-static bool rp_fits(const ms_replay_usage_t *u) {
-  return u->ooms == 0 && u->start_short == 0;
-}
-
-int ms_replay_min_capacity(const ms_snapshot_t *snap, int device, const char *config,
-                           size_t *out, ms_errbuf_t *eb) {
-  if (eb) eb->msg[0] = 0;
-  MS_RETURN_IF(!snap || !out || device < 0 || (size_t)device >= snap->ndevices, MS_EINVAL);
-  ms_replay_device_t res;
-  memset(&res, 0, sizeof res);
-  rp_trace_t tr;
-  int r = rp_prepare(snap, (size_t)device, &tr, &res);
-  ms_alloc_config_t cfg;
-  if (r == MS_OK && res.verdict == MS_REPLAY_UNREPLAYABLE) {
-    r = ms__errbuf_set(eb, MS_ENOTFOUND, "device %d: not replayable: %s", device, res.reason);
-  }
-  if (r == MS_OK) r = rp_whatif_config(&tr, config, &cfg, eb);
-  ms_replay_usage_t use;
-  if (r == MS_OK) r = rp_run_device(&tr, false, &tr.cfg, 0, &res, &use); /* classifies bursts */
-  /* hi: a capacity without OOM, lo: one with an OOM (0 always OOMs when anything is allocated). */
-  size_t lo = 0, hi = 0;
-  if (r == MS_OK) {
-    r = rp_run_device(&tr, true, &cfg, 0, &res, &use);
-    hi = ((size_t)use.peak_reserved + RP_PAGE - 1) & ~(size_t)(RP_PAGE - 1);
-    if (hi < RP_PAGE) hi = RP_PAGE;
-    /* Below the start state's reserved memory nothing fits. */
-    if (use.start_reserved > RP_PAGE) lo = ((size_t)use.start_reserved - 1) & ~(size_t)(RP_PAGE - 1);
-    if (lo >= hi) lo = hi - RP_PAGE;
-  }
-  while (r == MS_OK) {
-    r = rp_run_device(&tr, true, &cfg, hi, &res, &use);
-    if (r != MS_OK || rp_fits(&use)) break;
-    lo = hi;
-    if (hi >= RP_MIN_CAP_BOUND) {
-      r = ms__errbuf_set(eb, MS_ENOTFOUND, "device %d: the replay runs out of memory even with "
-                         "%zu bytes", device, hi);
-      break;
-    }
-    hi *= 2;
-  }
-  while (r == MS_OK && hi - lo > RP_PAGE) {
-    size_t mid = lo + ((hi - lo) / 2 & ~(size_t)(RP_PAGE - 1));
-    if (mid == lo) mid = lo + RP_PAGE;
-    r = rp_run_device(&tr, true, &cfg, mid, &res, &use);
-    if (r != MS_OK) break;
-    if (rp_fits(&use)) hi = mid;
-    else lo = mid;
-  }
-  /* Verified: the bisection assumes that a larger device never does worse, which the OOM path
-   * does not promise; 2 MiB less must not fit (stepping down while it does, a bounded number of
-   * times). */
-  for (int step = 0; r == MS_OK && hi > RP_PAGE; step++) {
-    r = rp_run_device(&tr, true, &cfg, hi - RP_PAGE, &res, &use);
-    if (r != MS_OK || !rp_fits(&use)) break;
-    if (step == 64) {
-      r = ms__errbuf_set(eb, MS_ENOTFOUND, "device %d: no smallest capacity: the replay fits on "
-                         "%zu bytes and on 64 smaller sizes below its bisection's answer", device,
-                         hi - RP_PAGE);
-      break;
-    }
-    hi -= RP_PAGE;
-  }
-  ms__rp_trace_release(&tr);
-  if (r == MS_OK) *out = hi;
-  return r;
-}

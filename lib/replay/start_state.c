@@ -58,6 +58,7 @@ void ms__rp_config_of(const ms_snapshot_t *s, ms_alloc_config_t *c) {
 
 void ms__rp_trace_release(rp_trace_t *tr) {
   free(tr->burst_kind);
+  free(tr->fc_kind);
   for (size_t i = 0; i < tr->segs.len; i++)
     MS_VEC_FREE(&tr->segs.ptr[i].blocks);
   MS_VEC_FREE(&tr->segs);
@@ -100,7 +101,7 @@ bool ms__rp_replayable(const rp_trace_t *tr, char *why, size_t cap) {
     const ms_snap_trace_t *e = &tr->t[i];
     if (e->action == MS_TRACE_ALLOC) nalloc++;
     if (e->action == MS_TRACE_FREE_REQUESTED) nfree++;
-    if ((e->present & MS_TRACE_HAS_POOL_ID) && (e->pool_id[0] || e->pool_id[1])) {
+    if ((e->present & MS_TRACE_HAS_POOL_ID) && (ms_snap_trace_pool(e, 0) || ms_snap_trace_pool(e, 1))) {
       snprintf(why, cap,
                "uses private pools (CUDA graphs or MemPool), which replay does not model");
       return false;

@@ -319,8 +319,26 @@ static bool load_is_gz_pickle(const char *head, size_t n) {
          in[0] == 0x80 && in[1] >= 2 && in[1] <= 5;
 }
 
+/* How much of a gzip stream is inflated after the pickle inside failed, to see whether the
+ * stream itself is sound (a corrupt member often decodes to garbage first). */
+#define LOAD_GZ_DRAIN (64u << 20)
+
+/* The pickle reader's message for a gzip-compressed input: its "offset N:" is an offset in the
+ * inflated pickle, and the message says so. */
+static void load_gz_pickle_msg(char *out, size_t cap, const char *msg) {
+  unsigned long long off = 0;
+  int used = 0;
+  if (sscanf(msg, "offset %llu: %n", &off, &used) == 1 && used > 0)
+    snprintf(out, cap, "offset %llu of the inflated pickle: %s", off, msg + used);
+  else
+    snprintf(out, cap, "%s", msg);
+}
+
 /* Reads a gzip-compressed pickle, inflating as it goes (the pickle is never whole in memory). A
- * regular file whose trace could not be skipped is read again in full, from its start. */
+ * regular file whose trace could not be skipped is read again in full, from its start. The gzip
+ * stream is read to its end (its CRC and length checked) after the pickle; errors of the gzip
+ * layer name their offset in the compressed file, those of the pickle their offset in the
+ * inflated data. */
 static int load_gz_pickle(FILE *fp, int is_stdin, const char *head, size_t n, unsigned flags,
                           ms_snapshot_t **snap, ms_errbuf_t *inner) {
   for (int pass = 0; pass < 2; pass++) {
@@ -330,14 +348,31 @@ static int load_gz_pickle(FILE *fp, int is_stdin, const char *head, size_t n, un
     if (ms__zsource_create(&file, head, pass ? 0 : n, &z, &src) != MS_OK)
       return ms__errbuf_set(inner, MS_ENOMEM, "out of memory");
     bool again = false;
-    int rc = ms__pickle_read(&src, pass ? 0 : flags, snap, inner, pass ? NULL : &again);
-    if (rc != MS_OK && ms__zsource_error(z)[0] && !again) {
+    ms_snapshot_t *s = NULL;
+    int rc = ms__pickle_read(&src, pass ? 0 : flags, &s, inner, pass ? NULL : &again);
+    if (!again) {
       char pickle_msg[sizeof inner->msg];
-      snprintf(pickle_msg, sizeof pickle_msg, "%s", inner->msg);
-      rc = ms__errbuf_set(inner, rc, "gzip: %s (the pickle inside: %s)", ms__zsource_error(z),
-                          pickle_msg);
+      load_gz_pickle_msg(pickle_msg, sizeof pickle_msg, inner->msg);
+      bool failed_reading = ms__zsource_error(z)[0] != 0; /* the pickle failed on the stream */
+      int zrc =
+          failed_reading ? MS_OK : ms__zsource_drain(z, rc == MS_OK ? UINT64_MAX : LOAD_GZ_DRAIN);
+      if (failed_reading)
+        rc = ms__errbuf_set(inner, rc != MS_OK ? rc : MS_EFORMAT, "gzip: %s", ms__zsource_error(z));
+      else if (zrc < 0 && rc == MS_OK)
+        rc = ms__errbuf_set(inner, zrc, "gzip: %s (the pickle inside was complete)",
+                            ms__zsource_error(z));
+      else if (zrc < 0)
+        rc = ms__errbuf_set(inner, zrc, "gzip: %s; the pickle inside failed first, at %s",
+                            ms__zsource_error(z), pickle_msg);
+      else if (rc != MS_OK)
+        rc = ms__errbuf_set(inner, rc, "%s", pickle_msg);
+      if (rc != MS_OK && s) {
+        ms_snapshot_free(s);
+        s = NULL;
+      }
     }
     ms__zsource_destroy(z);
+    if (rc == MS_OK) *snap = s;
     if (!again || is_stdin || fseek(fp, 0, SEEK_SET) != 0) return rc;
     inner->msg[0] = 0;
   }

@@ -541,17 +541,17 @@ static int rd_trace(rd_t *r, cur_t *cp) {
   cur_t c = *cp;
   MS_FORWARD_IF_ERROR(cur_row(r, &c, NCOLS(cols_trace)));
   ms_snap_trace_t t = {0};
+  ms_snap_trace_extra_t x = ms__trace_extra_of(&t);
   const unsigned char *at = c.p;
   uint64_t act;
   int kind = cur_int(&c, &act);
   if (ms_likely(kind == MPI_UINT)) {
     if (act >= MS_TRACE_OTHER)
       return ms__mpr_fail_col(r, MS_EFORMAT, 0, cols_trace[0], "unknown action number");
-    t.action = (ms_trace_action)act;
-    t.action_name = ms_trace_action_name(t.action);
+    t.action = (uint8_t)act;
   } else if (kind == MPI_NONE && cur_is_str(&c)) {
-    MS_FORWARD_IF_ERROR(cur_strcol(r, &c, 0, cols_trace, &t.action_name));
-    t.action = ms_trace_action_parse(t.action_name);
+    MS_FORWARD_IF_ERROR(cur_strcol(r, &c, 0, cols_trace, &x.action_name));
+    t.action = (uint8_t)ms_trace_action_parse(x.action_name);
   } else {
     return rd_bad_value(r, at, c.end, 0, cols_trace[0], "action number or string");
   }
@@ -559,12 +559,17 @@ static int rd_trace(rd_t *r, cur_t *cp) {
   MS_FORWARD_IF_ERROR(cur_u64(r, &c, 2, cols_trace, &t.size));
   MS_FORWARD_IF_ERROR(cur_u64(r, &c, 3, cols_trace, &t.stream));
   MS_FORWARD_IF_ERROR(cur_i64(r, &c, 4, cols_trace, &t.time_us));
-  MS_FORWARD_IF_ERROR(cur_i64(r, &c, 5, cols_trace, &t.pool_id[0]));
-  MS_FORWARD_IF_ERROR(cur_i64(r, &c, 6, cols_trace, &t.pool_id[1]));
+  MS_FORWARD_IF_ERROR(cur_i64(r, &c, 5, cols_trace, &x.pool_id[0]));
+  MS_FORWARD_IF_ERROR(cur_i64(r, &c, 6, cols_trace, &x.pool_id[1]));
   MS_FORWARD_IF_ERROR(cur_stack_ref(r, &c, 7, cols_trace, &t.stack));
-  MS_FORWARD_IF_ERROR(cur_strcol(r, &c, 8, cols_trace, &t.compile_context));
-  MS_FORWARD_IF_ERROR(cur_strcol(r, &c, 9, cols_trace, &t.user_metadata));
-  MS_FORWARD_IF_ERROR(cur_u32(r, &c, 10, cols_trace, &t.present));
+  MS_FORWARD_IF_ERROR(cur_strcol(r, &c, 8, cols_trace, &x.compile_context));
+  MS_FORWARD_IF_ERROR(cur_strcol(r, &c, 9, cols_trace, &x.user_metadata));
+  uint32_t present = 0;
+  MS_FORWARD_IF_ERROR(cur_u32(r, &c, 10, cols_trace, &present));
+  if (present > UINT16_MAX)
+    return rd_bad_value(r, at, c.end, 10, cols_trace[10], "presence flags");
+  t.present = (uint16_t)present;
+  MS_FORWARD_IF_ERROR(rd_added(r, ms__snapbuild_trace_extra(&r->b, &t, &x)));
   MS_FORWARD_IF_ERROR(RD_APPEND(r, trace, t, ms__snapbuild_add_trace));
   r->trace_left--;
   r->trace_in_dev++;
@@ -620,7 +625,9 @@ static int rd_fill(rd_t *r, size_t want, uint64_t off) {
   ptrdiff_t n = src->read(src->ctx, (char *)r->buf + r->used, r->cap - r->used);
   if (n < 0) {
     const char *zm = r->z ? ms__zsource_error(r->z) : "";
-    return ms__mpr_fail_off(r, (int)n, off, NULL, "%s", *zm ? zm : ms_strerror((int)n));
+    if (*zm) /* the gzip layer's error names its offset in the compressed file */
+      return ms__errbuf_set(r->eb, (int)n, "gzip: %s", zm);
+    return ms__mpr_fail_off(r, (int)n, off, NULL, "%s", ms_strerror((int)n));
   }
   if (n == 0) r->eof = 1;
   r->used += (size_t)n;

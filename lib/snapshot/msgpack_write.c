@@ -358,16 +358,16 @@ static WR_FLATTEN void wr_trace(wr_t *w, const ms_snapshot_t *s) {
       if ((unsigned)t->action < MS_TRACE_OTHER)
         msgpack_pack_uint8(&pk, (uint8_t)t->action);
       else
-        pk_str(&pk, t->action_name);
+        pk_str(&pk, ms_snap_trace_action_name(t));
       msgpack_pack_uint64(&pk, t->addr);
       msgpack_pack_uint64(&pk, t->size);
       msgpack_pack_uint64(&pk, t->stream);
       msgpack_pack_int64(&pk, t->time_us);
-      msgpack_pack_int64(&pk, t->pool_id[0]);
-      msgpack_pack_int64(&pk, t->pool_id[1]);
+      msgpack_pack_int64(&pk, ms_snap_trace_pool(t, 0));
+      msgpack_pack_int64(&pk, ms_snap_trace_pool(t, 1));
       pk_stack(&pk, t->stack);
-      pk_str(&pk, t->compile_context);
-      pk_str(&pk, t->user_metadata);
+      pk_str(&pk, ms_snap_trace_compile_context(t));
+      pk_str(&pk, ms_snap_trace_user_metadata(t));
       msgpack_pack_uint32(&pk, t->present);
     }
   }

@@ -49,6 +49,7 @@
 #define RD_MAX_SETTINGS_DEPTH 1 /* allocator_settings maps kept: one level (the builder stores a
                                    * map's entries after the map, so deeper ones are dropped) */
 #define RD_NO_OBJ UINT32_MAX
+#define RD_NO_FRAME UINT64_MAX
 
 /* ---- values ---------------------------------------------------------------------------------- */
 
@@ -70,11 +71,17 @@ enum rd_vtype {
               its items are parsed and dropped, and it has no entry in objs */
 };
 
+/* rd_val_t.flags */
+enum {
+  VF_UNHASHABLE = 1u << 0, /* a bytearray, or a tuple that holds a dict, list, set or such a
+                              tuple: Python refuses it as a dict key or set item */
+};
+
 typedef struct rd_val_s {
   uint8_t t;
   uint8_t key; /* V_STR: the schema key it spells (K_*), K_UNKNOWN otherwise */
   uint8_t kind; /* V_SKIP: O_DICT, O_LIST or O_SET */
-  uint8_t pad_;
+  uint8_t flags; /* VF_* */
   uint32_t len;
   union {
     int64_t i;
@@ -240,6 +247,12 @@ typedef struct rd_s {
   char *buf;
   size_t pos, len, cap;
   uint64_t base; /* file offset of buf[0] */
+  size_t lim;    /* rd_take's fast path reads below buf+lim: len, or the end of the current
+                    frame when it lies in the buffer (reads that reach it take the slow path,
+                    which checks them against the frame) */
+  uint64_t frame_end; /* file offset where the current FRAME's bytes end; RD_NO_FRAME */
+  uint64_t frame_at;  /* file offset of that FRAME opcode */
+  uint64_t frame_len; /* the length it declares */
   bool eof;
   uint64_t op_off;
   MS_VEC(char) scratch;
@@ -276,15 +289,19 @@ int ms__pickle_err(rd_t *r, int code, const char *fmt, ...) MS_PRINTF(3, 4);
 MS_NOINLINE int ms__pickle_take_slow(rd_t *r, uint64_t n, const char **p, const char *what);
 
 /* Takes n bytes; *p stays valid until the next input call. Long runs go through scratch, which
- * grows only as the bytes arrive. */
+ * grows only as the bytes arrive. A read that begins inside a frame must end inside it (as
+ * Python's pickle.py checks). */
 static inline int rd_take(rd_t *r, uint64_t n, const char **p, const char *what) {
-  if (ms_likely(n <= r->len - r->pos)) {
+  if (ms_likely(n <= r->lim - r->pos)) {
     *p = r->buf + r->pos;
     r->pos += (size_t)n;
     return MS_OK;
   }
   return ms__pickle_take_slow(r, n, p, what);
 }
+
+/* Skips n bytes (a value whose content is not kept) without buffering them. */
+int ms__pickle_skip(rd_t *r, uint64_t n, const char *what);
 
 static inline int rd_push(rd_t *r, rd_val_t v) {
   if (ms_unlikely(r->st.len >= RD_MAX_STACK))
@@ -320,16 +337,20 @@ int ms__pickle_create(rd_t *r, uint8_t kind, rd_val_t *out);
 int ms__pickle_tuple(rd_t *r, size_t from);
 /* Builds a dict or list from the values above the topmost mark (protocol 0/1 DICT and LIST). */
 int ms__pickle_build_from_mark(rd_t *r, uint8_t kind, const char *op);
-/* A string (or bytes) opcode's value of n bytes, taken from the input and pushed. */
-int ms__pickle_str(rd_t *r, uint64_t n, bool is_bytes);
+/* A string (or bytes) opcode's value of n bytes, taken from the input and pushed; op is the
+ * opcode (text strings are checked as Python 3 decodes them: UTF-8 or ASCII). */
+int ms__pickle_str(rd_t *r, uint64_t n, int op);
+/* Refuses what Python cannot hash (dicts, lists, sets, bytearrays, tuples holding them) among
+ * st[from], st[from+step], ... up to the top: op's dict keys (step 2) or set items (step 1). */
+int ms__pickle_check_hashable(rd_t *r, size_t from, size_t step, const char *op, const char *as);
 
 /* ---- pickle_schema.c ------------------------------------------------------------------------- */
 
 /* Creates the builder record that a new container of a record role (id) stands for. */
 int ms__pickle_birth(rd_t *r, uint32_t id);
-/* SETITEMS / SETITEM / DICT: items st[from..len) as key, value pairs into dict did (RD_NO_OBJ:
- * a skipped dict), then dropped from the stack. */
-int ms__pickle_setitems(rd_t *r, uint32_t did, size_t from);
+/* SETITEMS / SETITEM / DICT (op): items st[from..len) as key, value pairs into dict did
+ * (RD_NO_OBJ: a skipped dict), then dropped from the stack. */
+int ms__pickle_setitems(rd_t *r, uint32_t did, size_t from, const char *op);
 /* APPENDS / APPEND / LIST: items st[from..len) into list lid (RD_NO_OBJ: a skipped list), then
  * dropped from the stack. */
 int ms__pickle_appends(rd_t *r, uint32_t lid, size_t from);

@@ -32,7 +32,7 @@ const char *ms__pickle_type_name(const rd_t *r, const rd_val_t *v) {
   case V_BIG: return "int";
   case V_FLOAT: return "float";
   case V_STR: return "str";
-  case V_BYTES: return "bytes";
+  case V_BYTES: return v->flags & VF_UNHASHABLE ? "bytearray" : "bytes";
   case V_PAIR:
   case V_TUPLE: return "tuple";
   case V_FSET: return "frozenset";
@@ -211,9 +211,30 @@ int ms__pickle_create(rd_t *r, uint8_t kind, rd_val_t *out) {
 
 /* ---- tuples and protocol 0/1 containers ------------------------------------------------------ */
 
+static inline bool rd_unhashable(const rd_val_t *v) {
+  return v->t == V_OBJ || v->t == V_SKIP || (v->flags & VF_UNHASHABLE);
+}
+
+int ms__pickle_check_hashable(rd_t *r, size_t from, size_t step, const char *op, const char *as) {
+  for (size_t i = from; i < r->st.len; i += step) {
+    const rd_val_t *k = &r->st.ptr[i];
+    if (ms_unlikely(rd_unhashable(k))) {
+      const char *t = ms__pickle_type_name(r, k);
+      const char *held = strcmp(t, "tuple") == 0 ? " holding a dict, list, set or bytearray" : "";
+      return ms__pickle_err(r, MS_EFORMAT,
+                            "%s: the %s is a %s%s, which Python cannot hash (its unpickler "
+                            "raises TypeError)",
+                            op, as, t, held);
+    }
+  }
+  return MS_OK;
+}
+
 int ms__pickle_tuple(rd_t *r, size_t from) {
   size_t n = r->st.len - from;
   rd_val_t v = {V_TUPLE, K_UNKNOWN, 0, 0, 0, {0}};
+  for (size_t i = from; i < r->st.len; i++)
+    if (rd_unhashable(&r->st.ptr[i])) v.flags = VF_UNHASHABLE;
   if (n == 2 && r->st.ptr[from].t == V_INT && r->st.ptr[from + 1].t == V_INT) {
     if (r->pairs.len / 2 >= UINT32_MAX) return ms__pickle_err(r, MS_ELIMIT, "too many tuples");
     if (MS_VEC_RESERVE(&r->pairs, 2)) return ms__pickle_err(r, MS_ENOMEM, "out of memory");
@@ -244,7 +265,7 @@ int ms__pickle_build_from_mark(rd_t *r, uint8_t kind, const char *op) {
   if (MS_VEC_RESERVE(&r->st, n)) return ms__pickle_err(r, MS_ENOMEM, "out of memory");
   if (n) memcpy(r->st.ptr + at, r->tmp.ptr, n * sizeof *r->tmp.ptr);
   r->st.len += n;
-  return kind == O_DICT ? ms__pickle_setitems(r, id, at) : ms__pickle_appends(r, id, at);
+  return kind == O_DICT ? ms__pickle_setitems(r, id, at, op) : ms__pickle_appends(r, id, at);
 }
 
 /* ---- strings --------------------------------------------------------------------------------- */
@@ -259,16 +280,81 @@ static int rd_push_str(rd_t *r, const char *p, uint64_t n) {
   return rd_push(r, v);
 }
 
-int ms__pickle_str(rd_t *r, uint64_t n, bool is_bytes) {
+/* The length of the longest prefix of p[0..n) that Python decodes: UTF-8 with surrogates
+ * allowed ("surrogatepass", as pickle does for its unicode opcodes), or ASCII. */
+static size_t rd_text_valid(const unsigned char *p, size_t n, bool ascii) {
+  size_t i = 0;
+  while (i < n) {
+    if (i + 8 <= n) { /* eight ASCII bytes at a time: most strings of a snapshot */
+      uint64_t w;
+      memcpy(&w, p + i, 8);
+      if (!(w & 0x8080808080808080ull)) {
+        i += 8;
+        continue;
+      }
+    }
+    unsigned c = p[i];
+    if (c < 0x80) {
+      i++;
+      continue;
+    }
+    if (ascii) return i;
+    size_t len;
+    unsigned lo = 0x80, hi = 0xbf; /* the range of the second byte */
+    if (c >= 0xc2 && c <= 0xdf) {
+      len = 2;
+    } else if (c >= 0xe0 && c <= 0xef) { /* no overlong form (E0 80..9F) */
+      len = 3;
+      lo = c == 0xe0 ? 0xa0 : 0x80;
+    } else if (c >= 0xf0 && c <= 0xf4) { /* no overlong form, nothing beyond U+10FFFF */
+      len = 4;
+      lo = c == 0xf0 ? 0x90 : 0x80;
+      hi = c == 0xf4 ? 0x8f : 0xbf;
+    } else {
+      return i; /* a continuation byte, C0/C1, F5..FF */
+    }
+    if (n - i < len || p[i + 1] < lo || p[i + 1] > hi) return i;
+    for (size_t j = 2; j < len; j++)
+      if ((p[i + j] & 0xc0) != 0x80) return i;
+    i += len;
+  }
+  return n;
+}
+
+static const char *rd_str_op_name(int op) {
+  switch (op) {
+  case 0x8c: return "SHORT_BINUNICODE";
+  case 'X': return "BINUNICODE";
+  case 0x8d: return "BINUNICODE8";
+  case 'U': return "SHORT_BINSTRING";
+  default: return "BINSTRING";
+  }
+}
+
+int ms__pickle_str(rd_t *r, uint64_t n, int op) {
   const char *p = NULL;
+  bool is_bytes = op == 'C' || op == 'B' || op == 0x8e || op == 0x96;
   if (n > RD_MAX_STR)
     return ms__pickle_err(r, MS_ELIMIT, "declared length %" PRIu64 " is beyond the reader's limit",
                           n);
-  MS_FORWARD_IF_ERROR(rd_take(r, n, &p, is_bytes ? "a bytes value" : "a string"));
-  if (is_bytes) {
-    rd_val_t v = {V_BYTES, K_UNKNOWN, 0, 0, 0, {0}};
+  if (is_bytes) { /* content not kept: skipped, never buffered */
+    MS_FORWARD_IF_ERROR(ms__pickle_skip(r, n, "a bytes value"));
+    rd_val_t v = {V_BYTES, K_UNKNOWN, 0, op == 0x96 ? VF_UNHASHABLE : 0, 0, {0}};
     return rd_push(r, v);
   }
-  return rd_push_str(r, p, n);
+  MS_FORWARD_IF_ERROR(rd_take(r, n, &p, "a string"));
+  bool ascii = op == 'U' || op == 'T'; /* Python 2 str: Python 3 decodes them as ASCII */
+  size_t ok = rd_text_valid((const unsigned char *)p, (size_t)n, ascii);
+  if (ms_unlikely(ok < n)) {
+    /* the string's bytes follow the opcode and its 1, 4 or 8 length bytes */
+    size_t head = op == 0x8c || op == 'U' ? 2 : op == 0x8d ? 9 : 5;
+    return ms__pickle_err(r, MS_EFORMAT,
+                          "%s string is not valid %s: byte 0x%02x at offset %" PRIu64
+                          " (Python's unpickler raises UnicodeDecodeError)",
+                          rd_str_op_name(op), ascii ? "ASCII" : "UTF-8", (unsigned char)p[ok],
+                          r->op_off + head + ok);
+  }
+  int rc = rd_push_str(r, p, n);
+  if (r->scratch.cap > 8 * RD_BUF_CAP) MS_VEC_FREE(&r->scratch); /* a long string is copied */
+  return rc;
 }
-

@@ -56,13 +56,13 @@ int ms__pickle_birth(rd_t *r, uint32_t id) {
   }
   case R_TRACE: {
     ms_snap_trace_t t = {0};
-    t.action = MS_TRACE_OTHER;
-    t.action_name = "";
+    t.action = MS_TRACE_OTHER; /* named "" until its "action" comes */
     t.stack = MS_SNAP_NO_STACK;
-    t.compile_context = "";
-    t.user_metadata = "";
+    ms_snap_trace_extra_t x = ms__trace_extra_of(&t);
+    x.action_name = "";
+    rc = ms__snapbuild_trace_extra(b, &t, &x);
     o->ref = (uint32_t)b->trace.len;
-    rc = ms__snapbuild_add_trace(b, &t);
+    if (rc == MS_OK) rc = ms__snapbuild_add_trace(b, &t);
     break;
   }
   case R_ANNOT: {
@@ -605,16 +605,25 @@ static int rd_set_frame(rd_t *r, const rd_ctx_t *c, uint8_t key, const rd_val_t 
   }
 }
 
+/* A trace entry's extra fields changed (ms__snapbuild_trace_extra). */
+static int rd_trace_extra(rd_t *r, ms_snap_trace_t *t, const ms_snap_trace_extra_t *x) {
+  int rc = ms__snapbuild_trace_extra(&r->b, t, x);
+  return rc == MS_OK ? MS_OK : ms__pickle_err(r, rc, "cannot store a trace entry: %s",
+                                              ms_strerror(rc));
+}
+
 /* An entry of device_traces. */
 static int rd_set_trace(rd_t *r, const rd_ctx_t *c, uint8_t key, const rd_val_t *v) {
   ms__snapbuild_t *b = &r->b;
   ms_snap_trace_t *t = &b->trace.ptr[r->objs.ptr[c->obj].ref];
   uint32_t id = RD_NO_OBJ;
+  ms_snap_trace_extra_t x;
   switch (key) {
   case K_ACTION:
-    MS_FORWARD_IF_ERROR(rd_want_str(r, c, v, &t->action_name));
-    t->action = ms_trace_action_parse(t->action_name);
-    return MS_OK;
+    x = ms__trace_extra_of(t);
+    MS_FORWARD_IF_ERROR(rd_want_str(r, c, v, &x.action_name));
+    t->action = (uint8_t)ms_trace_action_parse(x.action_name);
+    return rd_trace_extra(r, t, &x);
   case K_ADDR:
   case K_DEVICE_FREE: return rd_want_u64(r, c, v, &t->addr);
   case K_SIZE: return rd_want_u64(r, c, v, &t->size);
@@ -626,13 +635,19 @@ static int rd_set_trace(rd_t *r, const rd_ctx_t *c, uint8_t key, const rd_val_t 
     return rd_want_i64(r, c, v, &t->time_us);
   case K_COMPILE_CONTEXT:
     t->present |= MS_TRACE_HAS_COMPILE_CONTEXT;
-    return rd_want_str(r, c, v, &t->compile_context);
+    x = ms__trace_extra_of(t);
+    MS_FORWARD_IF_ERROR(rd_want_str(r, c, v, &x.compile_context));
+    return rd_trace_extra(r, t, &x);
   case K_USER_METADATA:
     t->present |= MS_TRACE_HAS_USER_METADATA;
-    return rd_want_str(r, c, v, &t->user_metadata);
+    x = ms__trace_extra_of(t);
+    MS_FORWARD_IF_ERROR(rd_want_str(r, c, v, &x.user_metadata));
+    return rd_trace_extra(r, t, &x);
   case K_POOL_ID:
     t->present |= MS_TRACE_HAS_POOL_ID;
-    return rd_want_pair(r, c, v, t->pool_id);
+    x = ms__trace_extra_of(t);
+    MS_FORWARD_IF_ERROR(rd_want_pair(r, c, v, x.pool_id));
+    return rd_trace_extra(r, t, &x);
   case K_FRAMES: {
     uint32_t st = 0;
     if (v->t == V_OBJ && v->v.obj == r->fbuf_owner && r->fbuf_len > 0) {
@@ -722,10 +737,13 @@ static int rd_dict_set(rd_t *r, uint32_t did, const rd_val_t *k, const rd_val_t 
   }
 }
 
-/* SETITEMS / SETITEM / DICT: items st[from..len) as key, value pairs into dict did. */
-int ms__pickle_setitems(rd_t *r, uint32_t did, size_t from) {
+/* SETITEMS / SETITEM / DICT: items st[from..len) as key, value pairs into dict did. A key that
+ * Python cannot hash fails the load, as it fails pickle.load (issue #16: such a key used to be
+ * ignored, and the frames stored beside it with it). */
+int ms__pickle_setitems(rd_t *r, uint32_t did, size_t from, const char *op) {
   size_t n = r->st.len - from;
-  if (n & 1) return ms__pickle_err(r, MS_EFORMAT, "SETITEMS with an odd number of values (%zu)", n);
+  if (n & 1) return ms__pickle_err(r, MS_EFORMAT, "%s with an odd number of values (%zu)", op, n);
+  MS_FORWARD_IF_ERROR(ms__pickle_check_hashable(r, from, 2, op, "dict key"));
   if (did == RD_NO_OBJ) { /* a skipped dict */
     r->st.len = from;
     return MS_OK;

@@ -14,7 +14,14 @@
  * beyond the entries stored), string lengths (below 4 GiB), integers (RD_MAX_LONG bytes). A
  * declared length is read in chunks and memory grows only as the input delivers the bytes, so a
  * 2^62-byte string in a 100-byte file fails at the end of the input having allocated nothing
- * big.
+ * big; bytes values, never kept, are skipped without buffering.
+ *
+ * What Python's unpickler refuses is refused here too (issue #16): text that does not decode
+ * (pickle_objects.c), keys and set items that cannot be hashed, and frames that do not hold: a
+ * read that begins inside a FRAME ends inside it, a FRAME does not begin inside another, and the
+ * input holds every byte a FRAME declares. The frame check costs nothing on the hot path: the
+ * inline rd_take() reads below r->lim, which stops at the frame's end, and only the slow path
+ * (rd_frame_read) looks at frames.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -39,6 +46,13 @@ int ms__pickle_err(rd_t *r, int code, const char *fmt, ...) {
 
 /* ---- input ----------------------------------------------------------------------------------- */
 
+/* Where rd_take's fast path stops: the end of the data, or of the current frame. */
+static inline void rd_set_lim(rd_t *r) {
+  r->lim = r->len;
+  if (r->frame_end != RD_NO_FRAME && r->frame_end - r->base < r->len)
+    r->lim = (size_t)(r->frame_end - r->base);
+}
+
 static int rd_read_more(rd_t *r) {
   if (r->eof) return MS_ETRUNCATED;
   if (r->pos > 0) {
@@ -58,6 +72,7 @@ static int rd_read_more(rd_t *r) {
     ptrdiff_t n = r->src->read(r->src->ctx, r->buf + r->len, r->cap - r->len);
     if (n < 0) { /* a failed source gives nothing more (a gzip source's error is sticky) */
       r->eof = true;
+      rd_set_lim(r);
       return ms__pickle_err(r, (int)n, "read error: %s", ms_strerror((int)n));
     }
     if (n == 0) {
@@ -67,6 +82,7 @@ static int rd_read_more(rd_t *r) {
     r->len += (size_t)n;
     if (r->len >= 4096) break; /* enough to go on; keep latency low for pipes */
   }
+  rd_set_lim(r);
   return MS_OK;
 }
 
@@ -74,8 +90,30 @@ static int rd_truncated(rd_t *r, const char *what) {
   return ms__pickle_err(r, MS_ETRUNCATED, "pickle truncated: the input ends inside %s", what);
 }
 
+/* A read of n bytes (what) at the current position, checked against the current frame: at its
+ * end the frame is over (unframed bytes or the next FRAME follow); a read that begins inside it
+ * must end inside it. Python's pickle.py refuses the rest ("pickle exhausted before end of
+ * frame"); its C unpickler does not look, and memsnap is the stricter of the two. */
+static int rd_frame_crossed(rd_t *r, const char *what) {
+  return ms__pickle_err(r, MS_EFORMAT,
+                        "%s runs past the end of its frame (the FRAME at offset %" PRIu64
+                        " declares %" PRIu64 " bytes, up to offset %" PRIu64 ")",
+                        what, r->frame_at, r->frame_len, r->frame_end);
+}
+
+static int rd_frame_read(rd_t *r, uint64_t n, const char *what) {
+  uint64_t at = r->base + r->pos;
+  if (at == r->frame_end) {
+    r->frame_end = RD_NO_FRAME;
+    rd_set_lim(r);
+    return MS_OK;
+  }
+  return n > r->frame_end - at ? rd_frame_crossed(r, what) : MS_OK;
+}
+
 /* Makes n (<= RD_BUF_CAP) bytes available at buf+pos. */
 static int rd_need(rd_t *r, size_t n, const char *what) {
+  if (r->frame_end != RD_NO_FRAME) MS_FORWARD_IF_ERROR(rd_frame_read(r, n, what));
   while (r->len - r->pos < n) {
     if (r->eof) return rd_truncated(r, what);
     int rc = rd_read_more(r);
@@ -93,6 +131,7 @@ MS_NOINLINE int ms__pickle_take_slow(rd_t *r, uint64_t n, const char **p, const 
     r->pos += (size_t)n;
     return MS_OK;
   }
+  if (r->frame_end != RD_NO_FRAME) MS_FORWARD_IF_ERROR(rd_frame_read(r, n, what));
   r->scratch.len = 0;
   while (r->scratch.len < n) {
     if (r->pos == r->len) {
@@ -112,10 +151,35 @@ MS_NOINLINE int ms__pickle_take_slow(rd_t *r, uint64_t n, const char **p, const 
   return MS_OK;
 }
 
+/* Skips n bytes of a value whose content is not kept (bytes): memory stays constant whatever
+ * n says. */
+int ms__pickle_skip(rd_t *r, uint64_t n, const char *what) {
+  if (n <= r->lim - r->pos) {
+    r->pos += (size_t)n;
+    return MS_OK;
+  }
+  if (r->frame_end != RD_NO_FRAME) MS_FORWARD_IF_ERROR(rd_frame_read(r, n, what));
+  while (n) {
+    if (r->pos == r->len) {
+      if (r->eof) return rd_truncated(r, what);
+      int rc = rd_read_more(r);
+      if (rc != MS_OK && rc != MS_ETRUNCATED) return rc;
+      if (r->pos == r->len) return rd_truncated(r, what);
+    }
+    size_t chunk = r->len - r->pos;
+    if (chunk > n) chunk = (size_t)n;
+    r->pos += chunk;
+    n -= chunk;
+  }
+  return MS_OK;
+}
+
 /* Reads a text argument up to '\n' (protocol 0 opcodes); at most cap-1 bytes. */
 static int rd_line(rd_t *r, char *out, size_t cap) {
   size_t n = 0;
+  uint64_t frame_end = r->frame_end; /* a line that begins in a frame ends in it */
   for (;;) {
+    if (n && r->base + r->pos == frame_end) return rd_frame_crossed(r, "a text argument");
     MS_FORWARD_IF_ERROR(rd_need(r, 1, "a text argument"));
     char c = r->buf[r->pos++];
     if (c == '\n') break;
@@ -200,10 +264,44 @@ static int rd_op_proto(rd_t *r) {
   return MS_OK;
 }
 
-/* FRAME: framing is transparent to the reader. */
+/* FRAME: the next n bytes are a frame. Reads may not cross its end (rd_frame_read), a FRAME may
+ * not begin inside another one, and the input must hold the bytes it declares (rd_frame_held). */
 static int rd_op_frame(rd_t *r) {
   const char *p = NULL;
-  return rd_take(r, 8, &p, "FRAME");
+  MS_FORWARD_IF_ERROR(rd_take(r, 8, &p, "FRAME"));
+  uint64_t n = rd_le(p, 8), at = r->base + r->pos;
+  if (r->frame_end != RD_NO_FRAME && at < r->frame_end)
+    return ms__pickle_err(r, MS_EFORMAT,
+                          "FRAME inside the frame that the FRAME at offset %" PRIu64
+                          " declares (it ends at offset %" PRIu64 ")",
+                          r->frame_at, r->frame_end);
+  if (n > (uint64_t)INT64_MAX) /* as Python's: larger than its largest size */
+    return ms__pickle_err(r, MS_EFORMAT,
+                          "FRAME length %" PRIu64 " is beyond the largest Python accepts (2^63-1)",
+                          n);
+  r->frame_at = r->op_off;
+  r->frame_len = n;
+  r->frame_end = at + n;
+  rd_set_lim(r);
+  return MS_OK;
+}
+
+/* At STOP: the input holds every byte that the current frame declares (Python's C unpickler
+ * reads a whole frame when it meets FRAME). The rest of the frame is read and dropped, in
+ * buffer-sized steps. */
+static int rd_frame_held(rd_t *r) {
+  while (r->frame_end != RD_NO_FRAME && r->base + r->len < r->frame_end) {
+    if (r->eof)
+      return ms__pickle_err(r, MS_ETRUNCATED,
+                            "pickle truncated: the input ends at offset %" PRIu64
+                            ", inside the frame that the FRAME at offset %" PRIu64
+                            " declares (%" PRIu64 " bytes, up to offset %" PRIu64 ")",
+                            r->base + r->len, r->frame_at, r->frame_len, r->frame_end);
+    r->pos = r->len; /* what was read goes, to make room */
+    int rc = rd_read_more(r);
+    if (rc != MS_OK && rc != MS_ETRUNCATED) return rc;
+  }
+  return MS_OK;
 }
 
 /* STOP: @return RD_STOPPED when the top value is the snapshot's top-level container. */
@@ -392,7 +490,7 @@ static int rd_op_binfloat(rd_t *r) {
 static int rd_op_short_str(rd_t *r, int op) {
   const char *p = NULL;
   MS_FORWARD_IF_ERROR(rd_take(r, 1, &p, "a string length"));
-  return ms__pickle_str(r, (uint8_t)p[0], op == 'C');
+  return ms__pickle_str(r, (uint8_t)p[0], op);
 }
 
 /* BINUNICODE 'X', BINSTRING 'T' (signed length), BINBYTES 'B': four length bytes */
@@ -402,14 +500,14 @@ static int rd_op_str4(rd_t *r, int op) {
   uint64_t n = rd_le(p, 4);
   if (op == 'T' && (n & 0x80000000u))
     return ms__pickle_err(r, MS_EFORMAT, "BINSTRING with a negative length");
-  return ms__pickle_str(r, n, op == 'B');
+  return ms__pickle_str(r, n, op);
 }
 
 /* BINUNICODE8 (0x8d), BINBYTES8 (0x8e), BYTEARRAY8 (0x96): eight length bytes */
 static int rd_op_str8(rd_t *r, int op) {
   const char *p = NULL;
   MS_FORWARD_IF_ERROR(rd_take(r, 8, &p, "a string length"));
-  return ms__pickle_str(r, rd_le(p, 8), op != 0x8d);
+  return ms__pickle_str(r, rd_le(p, 8), op);
 }
 
 /* ---- opcodes: containers (created in pickle_objects.c, filled in pickle_schema.c) ------------ */
@@ -437,6 +535,7 @@ static int rd_op_tuple_mark(rd_t *r) {
 static int rd_op_frozenset(rd_t *r) {
   size_t from = 0;
   MS_FORWARD_IF_ERROR(rd_pop_mark(r, "FROZENSET", &from));
+  MS_FORWARD_IF_ERROR(ms__pickle_check_hashable(r, from, 1, "FROZENSET", "set item"));
   r->st.len = from;
   rd_val_t v = {V_FSET, K_UNKNOWN, 0, 0, 0, {0}};
   return rd_push(r, v);
@@ -446,7 +545,7 @@ static int rd_op_setitem(rd_t *r) {
   MS_FORWARD_IF_ERROR(rd_need_values(r, 3, "SETITEM"));
   uint32_t id = RD_NO_OBJ;
   MS_FORWARD_IF_ERROR(rd_target(r, r->st.len - 2, O_DICT, "SETITEM", &id));
-  return ms__pickle_setitems(r, id, r->st.len - 2);
+  return ms__pickle_setitems(r, id, r->st.len - 2, "SETITEM");
 }
 
 static int rd_op_setitems(rd_t *r) {
@@ -454,7 +553,7 @@ static int rd_op_setitems(rd_t *r) {
   MS_FORWARD_IF_ERROR(rd_pop_mark(r, "SETITEMS", &from));
   uint32_t id = RD_NO_OBJ;
   MS_FORWARD_IF_ERROR(rd_target(r, from, O_DICT, "SETITEMS", &id));
-  return ms__pickle_setitems(r, id, from);
+  return ms__pickle_setitems(r, id, from, "SETITEMS");
 }
 
 static int rd_op_append(rd_t *r) {
@@ -478,6 +577,7 @@ static int rd_op_additems(rd_t *r) {
   MS_FORWARD_IF_ERROR(rd_pop_mark(r, "ADDITEMS", &from));
   uint32_t id = RD_NO_OBJ;
   MS_FORWARD_IF_ERROR(rd_target(r, from, O_SET, "ADDITEMS", &id));
+  MS_FORWARD_IF_ERROR(ms__pickle_check_hashable(r, from, 1, "ADDITEMS", "set item"));
   r->st.len = from;
   return MS_OK;
 }
@@ -566,7 +666,7 @@ static int rd_op_refused(rd_t *r, int op) {
  * file so that the compiler inlines them into this loop, as it did when they were its cases. */
 static int rd_run(rd_t *r) {
   for (;;) {
-    if (ms_unlikely(r->pos >= r->len)) {
+    if (ms_unlikely(r->pos >= r->lim)) {
       r->op_off = r->base + r->pos;
       MS_FORWARD_IF_ERROR(rd_need(r, 1, "an opcode (no STOP)"));
     }
@@ -579,7 +679,8 @@ static int rd_run(rd_t *r) {
     case 0x95: rc = rd_op_frame(r); break;           /* FRAME */
     case '.': /* STOP */
       rc = rd_op_stop(r);
-      return rc == RD_STOPPED ? MS_OK : rc;
+      if (rc == RD_STOPPED) rc = rd_frame_held(r);
+      return rc;
     /* stack and marks */
     case '(': rc = rd_op_mark(r); break;             /* MARK */
     case '0': rc = rd_op_pop(r); break;              /* POP */
@@ -664,6 +765,7 @@ int ms__pickle_read(ms_source_t *src, unsigned flags, ms_snapshot_t **out, ms_er
   r->fbuf_owner = RD_NO_OBJ;
   r->pframe_free = RD_NO_OBJ;
   r->skip_trace = (flags & MS_LOAD_NO_TRACE) != 0;
+  r->frame_end = RD_NO_FRAME;
   ms__snapbuild_init(&r->b);
   /* The first opcode must be PROTO (protocols 2 to 5); say so plainly for other files. */
   rc = rd_need(r, 2, "the pickle header");

@@ -393,7 +393,7 @@ static void wr_trace(wr_t *w, const ms_snap_trace_t *t) {
   size_t n = 3 + stream + time + cc + um + pool + frames;
   wr_dict_begin(w, n, NULL);
   wr_str(w, "action");
-  wr_str(w, t->action == MS_TRACE_OTHER ? t->action_name : ms_trace_action_name(t->action));
+  wr_str(w, ms_snap_trace_action_name(t));
   wr_str(w, t->action == MS_TRACE_OOM ? "device_free" : "addr");
   wr_uint(w, t->addr);
   wr_str(w, "size");
@@ -408,15 +408,15 @@ static void wr_trace(wr_t *w, const ms_snap_trace_t *t) {
   }
   if (cc) {
     wr_str(w, "compile_context");
-    wr_str(w, t->compile_context);
+    wr_str(w, ms_snap_trace_compile_context(t));
   }
   if (um) {
     wr_str(w, "user_metadata");
-    wr_str(w, t->user_metadata);
+    wr_str(w, ms_snap_trace_user_metadata(t));
   }
   if (pool) {
     wr_str(w, "pool_id");
-    wr_pair(w, t->pool_id);
+    wr_pair(w, t->extra ? t->extra->pool_id : (const int64_t[2]){0, 0});
   }
   if (frames) {
     wr_str(w, "frames");

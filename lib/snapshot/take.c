@@ -263,21 +263,22 @@ static int add_trace(take_t *t, uint32_t rec, ms_snap_device_t *dev, ms_errbuf_t
     const ms__trace_ent_t *e = &ents[i];
     ms_snap_trace_t tr;
     memset(&tr, 0, sizeof tr);
-    tr.action = e->action < MS_TRACE_ACTION_COUNT ? (ms_trace_action)e->action : MS_TRACE_OTHER;
-    if (!names[tr.action]) {
-      const char *s = ms_trace_action_name(tr.action);
+    tr.action = e->action < MS_TRACE_ACTION_COUNT ? (uint8_t)e->action : MS_TRACE_OTHER;
+    if (tr.action == MS_TRACE_OTHER && !names[tr.action]) {
+      const char *s = ms_trace_action_name(MS_TRACE_OTHER);
       err = ms__snapbuild_str(&t->b, s, strlen(s), &names[tr.action]);
       if (err != MS_OK) break;
     }
-    tr.action_name = names[tr.action];
     tr.addr = e->addr;
     tr.size = e->size;
     tr.stream = e->stream;
     tr.time_us = e->time;
-    tr.pool_id[0] = e->pool_id[0];
-    tr.pool_id[1] = e->pool_id[1];
-    tr.compile_context = "";
-    tr.user_metadata = "";
+    ms_snap_trace_extra_t x = ms__trace_extra_of(&tr);
+    x.action_name = names[tr.action]; /* NULL for a known action: its own name */
+    x.pool_id[0] = e->pool_id[0];
+    x.pool_id[1] = e->pool_id[1];
+    err = ms__snapbuild_trace_extra(&t->b, &tr, &x);
+    if (err != MS_OK) break;
     tr.present = MS_TRACE_HAS_TIME | MS_TRACE_HAS_STREAM;
     if (e->pool_id[0] || e->pool_id[1]) tr.present |= MS_TRACE_HAS_POOL_ID;
     err = provisional(t, rec, e->ctx, &tr.stack);

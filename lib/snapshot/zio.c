@@ -7,6 +7,7 @@
  */
 #include "snapshot/zio.h"
 
+#include <inttypes.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -105,12 +106,17 @@ struct ms__zsource_s {
   int done;              /* end of the compressed stream reached */
   int err;               /* sticky error */
   uint64_t in_total, out_total;
-  char msg[160];
+  char msg[256];
   unsigned char in[ZSOURCE_IN];
 };
 
+/* Records the source's (sticky) failure, with where it happened: the offset in the compressed
+ * input where inflating stopped (the prefix replayed first is the input's start, so this is an
+ * offset in the file), and how many bytes it had inflated by then. */
 static ptrdiff_t zsource_fail(ms__zsource_t *z, int err, const char *what, const char *detail) {
-  snprintf(z->msg, sizeof z->msg, "%s%s%s", what, detail ? ": " : "", detail ? detail : "");
+  snprintf(z->msg, sizeof z->msg,
+           "%s at offset %" PRIu64 " of the compressed file (%" PRIu64 " bytes inflated)%s%s", what,
+           ms__zsource_consumed(z), z->out_total, detail ? ": " : "", detail ? detail : "");
   z->err = err;
   return err;
 }
@@ -156,16 +162,22 @@ static ptrdiff_t zsource_read(void *ctx, char *buf, size_t cap) {
         int rc = zsource_fill(z);
         if (rc != MS_OK) return zsource_fail(z, rc, "cannot read the compressed stream", NULL);
       }
-      if (z->zs.avail_in != 0)
+      if (z->zs.avail_in != 0) {
+        z->out_total += cap - z->zs.avail_out;
         return zsource_fail(z, MS_EFORMAT, "trailing data after the compressed stream", NULL);
+      }
       break;
     }
-    if (zr == Z_BUF_ERROR && z->eof && z->zs.avail_in == 0)
+    if (zr == Z_BUF_ERROR && z->eof && z->zs.avail_in == 0) {
+      z->out_total += cap - z->zs.avail_out; /* what it gave before the end of the input */
       return zsource_fail(z, MS_ETRUNCATED, "compressed stream is truncated", NULL);
+    }
     if (zr == Z_MEM_ERROR) return zsource_fail(z, MS_ENOMEM, "out of memory inflating", NULL);
-    if (zr != Z_OK && zr != Z_BUF_ERROR)
+    if (zr != Z_OK && zr != Z_BUF_ERROR) {
+      z->out_total += cap - z->zs.avail_out;
       return zsource_fail(z, MS_EFORMAT, "corrupt compressed data",
                           z->zs.msg ? z->zs.msg : "invalid deflate stream");
+    }
   }
   size_t n = cap - z->zs.avail_out;
   z->out_total += n;
@@ -203,6 +215,17 @@ int ms__zsource_create(ms_source_t *inner, const void *prefix, size_t prefix_len
 }
 
 const char *ms__zsource_error(const ms__zsource_t *z) { return z->msg; }
+
+int ms__zsource_drain(ms__zsource_t *z, uint64_t max) {
+  char buf[16384];
+  uint64_t start = z->out_total;
+  for (;;) {
+    ptrdiff_t n = zsource_read(z, buf, sizeof buf);
+    if (n < 0) return (int)n;
+    if (n == 0) return MS_OK;
+    if (z->out_total - start > max) return 1;
+  }
+}
 
 uint64_t ms__zsource_consumed(const ms__zsource_t *z) { return z->in_total - z->zs.avail_in; }
 

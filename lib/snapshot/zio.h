@@ -45,9 +45,14 @@ typedef struct ms__zsource_s ms__zsource_t;
  * @return MS_OK or MS_ENOMEM. */
 int ms__zsource_create(ms_source_t *inner, const void *prefix, size_t prefix_len,
                        ms__zsource_t **out, ms_source_t *src);
-/* @return a description of the last failure of the source ("" if none); static until the next
- * call on z. */
+/* @return a description of the last failure of the source ("" if none), which names the offset
+ * in the compressed input where it went wrong and how many bytes were inflated by then; static
+ * until the next call on z. */
 const char *ms__zsource_error(const ms__zsource_t *z);
+/* Reads the rest of the stream and drops it, so that its end is checked (the CRC and length of
+ * the gzip trailer, no trailing data). @return MS_OK at a sound end, 1 when more than max bytes
+ * came out first (not checked), or the source's error (ms__zsource_error says what and where). */
+int ms__zsource_drain(ms__zsource_t *z, uint64_t max);
 /* Compressed bytes consumed so far. */
 uint64_t ms__zsource_consumed(const ms__zsource_t *z);
 void ms__zsource_destroy(ms__zsource_t *z);

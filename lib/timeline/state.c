@@ -278,8 +278,8 @@ static ms_tl_segment_t tl_entry_segment(const ms_snap_trace_t *e, bool expandabl
   s.size = e->size;
   s.stream = e->stream;
   if (e->present & MS_TRACE_HAS_POOL_ID) {
-    s.pool_id[0] = e->pool_id[0];
-    s.pool_id[1] = e->pool_id[1];
+    s.pool_id[0] = ms_snap_trace_pool(e, 0);
+    s.pool_id[1] = ms_snap_trace_pool(e, 1);
   }
   s.is_expandable = expandable;
   s.stack = e->stack;

@@ -151,17 +151,17 @@ static int view_bin_trace(vb_t *b, const char *prefix, const ms_snapshot_t *s, s
     /* pools are few; a trace naming more than VIEW_MAX_POOLS distinct ones (hostile) shows the
      * rest as "pool_id unknown" rather than costing a search per entry over all of them */
     if ((t[i].present & MS_TRACE_HAS_POOL_ID) && k < 0 && last_pool >= 0 &&
-        (*pools)[last_pool][0] == t[i].pool_id[0] && (*pools)[last_pool][1] == t[i].pool_id[1]) {
+        (*pools)[last_pool][0] == ms_snap_trace_pool(&t[i], 0) && (*pools)[last_pool][1] == ms_snap_trace_pool(&t[i], 1)) {
       k = (int32_t)last_pool;
     } else if (t[i].present & MS_TRACE_HAS_POOL_ID) {
       for (size_t j = 0; j < *npools && k < 0; j++)
-        if ((*pools)[j][0] == t[i].pool_id[0] && (*pools)[j][1] == t[i].pool_id[1]) k = (int32_t)j;
+        if ((*pools)[j][0] == ms_snap_trace_pool(&t[i], 0) && (*pools)[j][1] == ms_snap_trace_pool(&t[i], 1)) k = (int32_t)j;
       if (k < 0 && *npools < VIEW_MAX_POOLS) {
         int64_t(*p)[2] = realloc(*pools, (*npools + 1) * sizeof **pools);
         if (!p) return MS_ENOMEM;
         *pools = p;
-        p[*npools][0] = t[i].pool_id[0];
-        p[*npools][1] = t[i].pool_id[1];
+        p[*npools][0] = ms_snap_trace_pool(&t[i], 0);
+        p[*npools][1] = ms_snap_trace_pool(&t[i], 1);
         k = (int32_t)(*npools)++;
       }
       if (k >= 0) last_pool = k;
