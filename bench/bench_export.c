@@ -19,7 +19,8 @@
  *   export_sqlite_1gb_db_mb          the database's size
  * One run each (a run of the command takes tens of seconds). The files live in $TMPDIR (or /tmp)
  * and are deleted; MS_BENCH_PICKLE_SCALE scales the pickle (a fraction), MS_BENCH_READ_KEEP
- * names a pickle to reuse (as bench_read).
+ * names a pickle to reuse (as bench_read). MS_BENCH_EXPORT_INPROC=1 runs only the two in-process
+ * insert measurements (no other format, no pickle), for iterating on the SQLite writer.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -92,6 +93,7 @@ static void bench_inserts(const char *tmpdir, size_t code_paths, const char *met
   if (ms_export_sqlite_create(path, &x, &eb) != MS_OK) die(path, eb.msg);
   if (ms_export_sqlite_add(x, s, tl, "synthetic", true, 0, NULL, &eb) != MS_OK)
     die(path, eb.msg);
+  double t_add = cpu_s() - t0;
   if (ms_export_sqlite_finish(x, &eb) != MS_OK) die(path, eb.msg);
   double dt = cpu_s() - t0, dw = now_s() - w0;
   size_t timeline_rows = 0;
@@ -104,10 +106,16 @@ static void bench_inserts(const char *tmpdir, size_t code_paths, const char *met
   printf("%s_trace_rows_per_s %.0f\n", metric, (double)s->ntrace / dt);
   printf("%s_rows_per_s %.0f\n", metric, rows / dt);
   fflush(stdout);
-  fprintf(stderr, "  %s: %zu trace entries, %zu stacks (%.0f rows in all) in %.2f s CPU, %.2f s wall\n",
-          metric, s->ntrace, s->nstacks, rows, dt, dw);
+  struct stat dbst;
+  double db_mb = stat(path, &dbst) == 0 ? (double)dbst.st_size / 1e6 : 0;
+  printf("%s_db_mb %.1f\n", metric, db_mb);
+  fflush(stdout);
+  fprintf(stderr, "  %s: %zu trace entries, %zu stacks (%.0f rows in all) in %.2f s CPU "
+          "(inserts %.2f s, indexes and commit %.2f s), %.2f s wall, %.1f MB\n",
+          metric, s->ntrace, s->nstacks, rows, dt, t_add, dt - t_add, dw, db_mb);
   unlink(path);
-  if (code_paths) bench_other_formats(s, tl);
+  const char *inproc = getenv("MS_BENCH_EXPORT_INPROC");
+  if (code_paths && !(inproc && *inproc && strcmp(inproc, "0") != 0)) bench_other_formats(s, tl);
   ms_timeline_destroy(tl);
   ms_snapshot_free(s);
 }
@@ -137,6 +145,8 @@ int main(void) {
   if (!bin || !*bin) die("MEMSNAP_BIN", "not set (run through bench/run.sh)");
   bench_inserts(tmpdir, 0, "export_sqlite");
   bench_inserts(tmpdir, 2000, "export_sqlite_paths");
+  const char *inproc = getenv("MS_BENCH_EXPORT_INPROC");
+  if (inproc && *inproc && strcmp(inproc, "0") != 0) return 0;
 
   double scale = 1.0;
   const char *sc = getenv("MS_BENCH_PICKLE_SCALE");

@@ -8,9 +8,14 @@
  *
  * Speed: every row goes in through a prepared statement inside one transaction, with no journal
  * (the database is a temporary file that the caller renames only when everything succeeded, so
- * the journal would protect nothing); tables keyed by (file_id, ...) are WITHOUT ROWID and
- * filled in key order, so that their primary keys cost no index build; the secondary indexes
- * are built once at the end.
+ * the journal would protect nothing). The tables are plain rowid tables, appended to in rowid
+ * order (SQLite's cheapest insert: no key compare, no page split in the middle); their keys, e.g.
+ * (file_id, device, id) of a trace entry, are unique indexes built once at the end with the other
+ * indexes. (WITHOUT ROWID tables keyed by (file_id, ...) cost more: a key compare per insert, the
+ * whole row in interior pages, and the key columns again in every secondary index.) An index
+ * puts its most distinct column first, (id, device, file_id) rather than (file_id, device, id):
+ * equality lookups use it the same, and SQLite's sorter, which compares the first column inline,
+ * builds it faster (file_id is the same for a whole file).
  */
 #include <inttypes.h>
 #include <sqlite3.h>
@@ -45,24 +50,21 @@ static const char sqlite_schema[] =
     "  segments INTEGER NOT NULL, blocks INTEGER NOT NULL, trace_entries INTEGER NOT NULL,\n"
     "  trace_dropped INTEGER NOT NULL, timeline_error TEXT);\n"
     "CREATE TABLE locations (file_id INTEGER NOT NULL, id INTEGER NOT NULL, name TEXT NOT NULL,\n"
-    "  filename TEXT NOT NULL, line INTEGER NOT NULL, PRIMARY KEY (file_id, id)) WITHOUT ROWID;\n"
+    "  filename TEXT NOT NULL, line INTEGER NOT NULL);\n"
     "CREATE TABLE stacks (file_id INTEGER NOT NULL, id INTEGER NOT NULL, depth INTEGER NOT NULL,\n"
-    "  location_ids TEXT NOT NULL, PRIMARY KEY (file_id, id)) WITHOUT ROWID;\n"
+    "  location_ids TEXT NOT NULL);\n"
     "CREATE TABLE segments (file_id INTEGER NOT NULL, rank INTEGER, id INTEGER NOT NULL,\n"
     "  device INTEGER NOT NULL, address INTEGER NOT NULL, total_size INTEGER NOT NULL,\n"
     "  allocated_size INTEGER NOT NULL, active_size INTEGER NOT NULL,\n"
     "  requested_size INTEGER NOT NULL, stream INTEGER NOT NULL, segment_type TEXT NOT NULL,\n"
-    "  pool_id TEXT NOT NULL, is_expandable INTEGER NOT NULL, frames_id INTEGER,\n"
-    "  PRIMARY KEY (file_id, id)) WITHOUT ROWID;\n"
+    "  pool_id TEXT NOT NULL, is_expandable INTEGER NOT NULL, frames_id INTEGER);\n"
     "CREATE TABLE block_rows (file_id INTEGER NOT NULL, rank INTEGER, id INTEGER NOT NULL,\n"
     "  segment_id INTEGER NOT NULL, addr INTEGER NOT NULL, size INTEGER NOT NULL,\n"
-    "  requested_size INTEGER NOT NULL, state TEXT NOT NULL, frames_id INTEGER,\n"
-    "  PRIMARY KEY (file_id, id)) WITHOUT ROWID;\n"
+    "  requested_size INTEGER NOT NULL, state TEXT NOT NULL, frames_id INTEGER);\n"
     "CREATE TABLE trace_rows (file_id INTEGER NOT NULL, rank INTEGER, device INTEGER NOT NULL,\n"
     "  id INTEGER NOT NULL, action TEXT NOT NULL, addr INTEGER NOT NULL, size INTEGER NOT NULL,\n"
     "  stream INTEGER NOT NULL, time_us INTEGER, frames_id INTEGER, allocated INTEGER,\n"
-    "  reserved INTEGER, active INTEGER, requested INTEGER,\n"
-    "  PRIMARY KEY (file_id, device, id)) WITHOUT ROWID;\n"
+    "  reserved INTEGER, active INTEGER, requested INTEGER);\n"
     "CREATE TABLE timeline_start (file_id INTEGER NOT NULL, rank INTEGER,\n"
     "  device INTEGER NOT NULL, allocated INTEGER NOT NULL, reserved INTEGER NOT NULL,\n"
     "  active INTEGER NOT NULL, requested INTEGER NOT NULL,\n"
@@ -81,8 +83,12 @@ static const char sqlite_schema[] =
     "BEGIN;\n";
 
 static const char sqlite_indexes[] =
-    "CREATE INDEX trace_rows_addr ON trace_rows (file_id, addr);\n"
-    "CREATE INDEX trace_rows_action ON trace_rows (file_id, action);\n"
+    "CREATE UNIQUE INDEX locations_key ON locations (id, file_id);\n"
+    "CREATE UNIQUE INDEX stacks_key ON stacks (id, file_id);\n"
+    "CREATE UNIQUE INDEX segments_key ON segments (file_id, id);\n"
+    "CREATE UNIQUE INDEX block_rows_key ON block_rows (file_id, id);\n"
+    "CREATE UNIQUE INDEX trace_rows_key ON trace_rows (id, device, file_id);\n"
+    "CREATE INDEX trace_rows_addr ON trace_rows (addr, file_id);\n"
     "CREATE INDEX block_rows_addr ON block_rows (file_id, addr);\n"
     "CREATE INDEX block_rows_segment ON block_rows (file_id, segment_id);\n"
     "COMMIT;\n";
@@ -95,8 +101,15 @@ enum {
   ST_BLOCK,
   ST_TRACE,
   ST_TIMELINE,
+  ST_STACK_BATCH, /* SQLITE_BATCH rows of stacks in one statement */
+  ST_TRACE_BATCH, /* SQLITE_BATCH rows of trace_rows */
   ST_COUNT
 };
+
+/* Rows per multi-row INSERT: one sqlite3_step for many rows spares the statement's start and
+ * end (its transaction checks, its reset) on all but one of them. */
+#define SQLITE_BATCH 32
+enum { STACK_COLS = 4, TRACE_COLS = 14 };
 
 static const char *const sqlite_inserts[ST_COUNT] = {
     "INSERT INTO snapshot VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
@@ -107,7 +120,29 @@ static const char *const sqlite_inserts[ST_COUNT] = {
     "INSERT INTO trace_rows VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, "
     "?14)",
     "INSERT INTO timeline_start VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+    "stacks",     /* ST_STACK_BATCH: built by sqlite_batch_sql() */
+    "trace_rows", /* ST_TRACE_BATCH */
 };
+
+/* "INSERT INTO table VALUES (?,...),(?,...)...": SQLITE_BATCH rows of ncols parameters, numbered
+ * row by row (row r's column c is parameter r * ncols + c + 1). @return it (free()), or NULL. */
+static char *sqlite_batch_sql(const char *table, int ncols) {
+  size_t cap = 64 + (size_t)SQLITE_BATCH * ((size_t)ncols * 2 + 3);
+  char *sql = malloc(cap), *p = sql;
+  if (!sql) return NULL;
+  p += snprintf(p, cap, "INSERT INTO %s VALUES ", table);
+  for (int r = 0; r < SQLITE_BATCH; r++) {
+    *p++ = r ? ',' : ' ';
+    *p++ = '(';
+    for (int c = 0; c < ncols; c++) {
+      if (c) *p++ = ',';
+      *p++ = '?';
+    }
+    *p++ = ')';
+  }
+  *p = '\0';
+  return sql;
+}
 
 struct ms_export_sqlite_s {
   sqlite3 *db;
@@ -152,8 +187,17 @@ int ms_export_sqlite_create(const char *path, ms_export_sqlite_t **out, ms_errbu
     return err;
   }
   for (int i = 0; i < ST_COUNT; i++) {
-    if (sqlite3_prepare_v3(x->db, sqlite_inserts[i], -1, SQLITE_PREPARE_PERSISTENT, &x->st[i],
-                           NULL) != SQLITE_OK) {
+    char *batch = i == ST_STACK_BATCH   ? sqlite_batch_sql(sqlite_inserts[i], STACK_COLS)
+                  : i == ST_TRACE_BATCH ? sqlite_batch_sql(sqlite_inserts[i], TRACE_COLS)
+                                        : NULL;
+    if (i >= ST_STACK_BATCH && !batch) {
+      ms_export_sqlite_destroy(x);
+      return ms__errbuf_set(eb, MS_ENOMEM, "out of memory");
+    }
+    rc = sqlite3_prepare_v3(x->db, batch ? batch : sqlite_inserts[i], -1,
+                            SQLITE_PREPARE_PERSISTENT, &x->st[i], NULL);
+    free(batch);
+    if (rc != SQLITE_OK) {
       int err = sqlite_fail(x, eb, "cannot prepare the inserts");
       ms_export_sqlite_destroy(x);
       return err;
@@ -214,6 +258,32 @@ static int sqlite_add_snapshot_row(ms_export_sqlite_t *x, const ms_snapshot_t *s
   return sqlite_step(st);
 }
 
+/* Appends the stack's location ids as a JSON array, "[3,17,5]", to buf. */
+static void sqlite_stack_json(ms__xbuf_t *buf, const ms_snapshot_t *snap,
+                              const ms_snap_stack_t *s) {
+  char out[512]; /* written in pieces of this size */
+  size_t n = 0;
+  out[n++] = '[';
+  for (uint32_t k = 0; k < s->nframes; k++) {
+    char num[16], *p = num + sizeof num;
+    uint32_t v = ms_snap_frame_index(snap, s->first + k);
+    do {
+      *--p = (char)('0' + v % 10);
+      v /= 10;
+    } while (v);
+    if (k) *--p = ',';
+    size_t len = (size_t)(num + sizeof num - p);
+    if (n + len > sizeof out) {
+      ms__xbuf_put(buf, out, n);
+      n = 0;
+    }
+    memcpy(out + n, p, len);
+    n += len;
+  }
+  ms__xbuf_put(buf, out, n);
+  ms__xbuf_put(buf, "]", 1);
+}
+
 static int sqlite_add_stacks(ms_export_sqlite_t *x, const ms_snapshot_t *snap) {
   sqlite3_stmt *st = x->st[ST_LOCATION];
   int rc = SQLITE_OK;
@@ -226,28 +296,28 @@ static int sqlite_add_stacks(ms_export_sqlite_t *x, const ms_snapshot_t *snap) {
     sqlite3_bind_int64(st, 5, f->line);
     rc = sqlite_step(st);
   }
-  st = x->st[ST_STACK];
-  for (size_t i = 0; i < snap->nstacks && rc == SQLITE_OK; i++) {
-    const ms_snap_stack_t *s = &snap->stacks[i];
+  /* SQLITE_BATCH stacks per step (the rest one by one), their JSON texts one after the other in
+   * x->buf, bound once all are written (the buffer may move while it grows) */
+  for (size_t i = 0; i < snap->nstacks && rc == SQLITE_OK;) {
+    size_t n = snap->nstacks - i >= SQLITE_BATCH ? SQLITE_BATCH : 1;
+    size_t end[SQLITE_BATCH];
     x->buf.len = 0;
-    ms__xbuf_put(&x->buf, "[", 1);
-    for (uint32_t k = 0; k < s->nframes; k++) {
-      char num[16], *p = num + sizeof num;
-      uint32_t v = ms_snap_frame_index(snap, s->first + k);
-      do {
-        *--p = (char)('0' + v % 10);
-        v /= 10;
-      } while (v);
-      if (k) *--p = ',';
-      ms__xbuf_put(&x->buf, p, (size_t)(num + sizeof num - p));
+    for (size_t r = 0; r < n; r++) {
+      sqlite_stack_json(&x->buf, snap, &snap->stacks[i + r]);
+      end[r] = x->buf.len;
     }
-    ms__xbuf_put(&x->buf, "]", 1);
     if (x->buf.oom) return SQLITE_NOMEM;
-    sqlite3_bind_int64(st, 1, x->nfiles);
-    sqlite3_bind_int64(st, 2, (sqlite3_int64)i);
-    sqlite3_bind_int64(st, 3, s->nframes);
-    sqlite3_bind_text(st, 4, x->buf.ptr, (int)x->buf.len, SQLITE_STATIC);
+    st = x->st[n > 1 ? ST_STACK_BATCH : ST_STACK];
+    for (size_t r = 0; r < n; r++) {
+      int b = (int)r * STACK_COLS;
+      size_t start = r ? end[r - 1] : 0;
+      sqlite3_bind_int64(st, b + 1, x->nfiles);
+      sqlite3_bind_int64(st, b + 2, (sqlite3_int64)(i + r));
+      sqlite3_bind_int64(st, b + 3, snap->stacks[i + r].nframes);
+      sqlite3_bind_text(st, b + 4, x->buf.ptr + start, (int)(end[r] - start), SQLITE_STATIC);
+    }
     rc = sqlite_step(st);
+    i += n;
   }
   return rc;
 }
@@ -313,43 +383,61 @@ static void sqlite_series(const ms_timeline_t *tl, size_t d, const uint64_t *v[4
   if (!v[0] || !v[1] || !v[2] || !v[3]) v[0] = NULL;
 }
 
+/* Binds trace entry i of its device (index ti of snap->trace) as the row whose parameters start
+ * after b, but for its first three columns (file_id, rank, device: bound once per device); v:
+ * the device's totals (v[0] NULL: none). */
+static void sqlite_bind_trace(sqlite3_stmt *st, int b, const ms_snapshot_t *snap, uint32_t i,
+                              size_t ti, const uint64_t *const v[4]) {
+  const ms_snap_trace_t *e = &snap->trace[ti];
+  const char *action = e->action == MS_TRACE_OTHER && ms_snap_trace_action_name(e)[0]
+                           ? ms_snap_trace_action_name(e)
+                           : ms_trace_action_name(e->action);
+  sqlite3_bind_int64(st, b + 4, i);
+  sqlite3_bind_text(st, b + 5, action, -1, SQLITE_STATIC);
+  bind_u64(st, b + 6, e->addr);
+  bind_u64(st, b + 7, e->size);
+  bind_u64(st, b + 8, e->stream);
+  if (e->present & MS_TRACE_HAS_TIME)
+    sqlite3_bind_int64(st, b + 9, e->time_us);
+  else
+    sqlite3_bind_null(st, b + 9);
+  bind_stack(st, b + 10, snap, e->stack);
+  for (int k = 0; k < 4; k++) {
+    if (v[0])
+      bind_u64(st, b + 11 + k, v[k][i + 1]);
+    else
+      sqlite3_bind_null(st, b + 11 + k);
+  }
+}
+
 static int sqlite_add_trace(ms_export_sqlite_t *x, const ms_snapshot_t *snap,
                             const ms_timeline_t *tl, bool has_rank, int64_t rank) {
   int rc = SQLITE_OK;
-  sqlite3_stmt *st = x->st[ST_TRACE];
-  sqlite3_bind_int64(st, 1, x->nfiles);
-  bind_rank(st, 2, has_rank, rank);
   for (size_t d = 0; d < snap->ndevices && rc == SQLITE_OK; d++) {
     const ms_snap_device_t *dv = &snap->devices[d];
     const uint64_t *v[4];
     sqlite_series(tl, d, v);
     if (v[0] && ms_timeline_nentries(tl, d) != dv->ntrace) v[0] = NULL;
-    sqlite3_bind_int64(st, 3, (sqlite3_int64)d);
-    for (uint32_t i = 0; i < dv->ntrace && rc == SQLITE_OK; i++) {
-      size_t ti = (size_t)dv->first_trace + i;
-      if (ti >= snap->ntrace) break;
-      const ms_snap_trace_t *e = &snap->trace[ti];
-      const char *action = e->action == MS_TRACE_OTHER && ms_snap_trace_action_name(e)[0]
-                               ? ms_snap_trace_action_name(e)
-                               : ms_trace_action_name(e->action);
-      sqlite3_bind_int64(st, 4, i);
-      sqlite3_bind_text(st, 5, action, -1, SQLITE_STATIC);
-      bind_u64(st, 6, e->addr);
-      bind_u64(st, 7, e->size);
-      bind_u64(st, 8, e->stream);
-      if (e->present & MS_TRACE_HAS_TIME)
-        sqlite3_bind_int64(st, 9, e->time_us);
-      else
-        sqlite3_bind_null(st, 9);
-      bind_stack(st, 10, snap, e->stack);
-      for (int k = 0; k < 4; k++) {
-        if (v[0])
-          bind_u64(st, 11 + k, v[k][i + 1]);
-        else
-          sqlite3_bind_null(st, 11 + k);
-      }
-      /* sqlite3_reset keeps the bindings: columns 1-3 stay for the whole device */
+    /* the entries that lie in snap->trace */
+    uint32_t n = dv->first_trace >= snap->ntrace ? 0 : dv->ntrace;
+    if (n > snap->ntrace - dv->first_trace) n = (uint32_t)(snap->ntrace - dv->first_trace);
+    /* SQLITE_BATCH rows per step, the rest one by one; sqlite3_reset keeps the bindings, so
+     * the columns that hold for the whole device are bound once */
+    for (int r = 0; r <= SQLITE_BATCH; r++) {
+      sqlite3_stmt *st = x->st[r < SQLITE_BATCH ? ST_TRACE_BATCH : ST_TRACE];
+      int b = r < SQLITE_BATCH ? r * TRACE_COLS : 0;
+      sqlite3_bind_int64(st, b + 1, x->nfiles);
+      bind_rank(st, b + 2, has_rank, rank);
+      sqlite3_bind_int64(st, b + 3, (sqlite3_int64)d);
+    }
+    for (uint32_t i = 0; i < n && rc == SQLITE_OK;) {
+      uint32_t rows = n - i >= SQLITE_BATCH ? SQLITE_BATCH : 1;
+      sqlite3_stmt *st = x->st[rows > 1 ? ST_TRACE_BATCH : ST_TRACE];
+      for (uint32_t r = 0; r < rows; r++)
+        sqlite_bind_trace(st, (int)r * TRACE_COLS, snap, i + r, (size_t)dv->first_trace + i + r,
+                          v);
       rc = sqlite_step(st);
+      i += rows;
     }
   }
   return rc;
