@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT
  * memsnap CLI: `memsnap export FILE... --sqlite OUT.db | --pprof OUT.pb.gz | --perfetto OUT.json`
- * (issue #17): snapshots into the tools users already look in (docs/export.md).
+ * (issue #17): snapshots into the tools users already look in (docs/exports.md).
  *
  * Every output is complete or absent: the SQLite database is built in a temporary file next to
  * OUT and renamed over it at the end, the other formats go through cli_out_t. An output that is
@@ -28,7 +28,7 @@ static const char export_usage[] =
     "profile (gzipped profile.proto: inuse_space/inuse_objects at a moment, alloc_space/\n"
     "alloc_objects over the trace), or a Chrome trace event JSON file that ui.perfetto.dev and\n"
     "chrome://tracing open. FILE is a memsnap snapshot or a PyTorch pickle ('-' reads standard\n"
-    "input). See docs/export.md.\n"
+    "input). See docs/exports.md.\n"
     "\n"
     "options:\n"
     "  --sqlite OUT.db      write a SQLite database (OUT must not be '-')\n"

@@ -39,7 +39,7 @@ static const char timeline_usage[] =
     "  --jobs N           with several FILEs (one per rank) or a DIR of them: read N files at\n"
     "                     a time (default: one per core); prints one row per file: peaks,\n"
     "                     fragmentation, OOMs, the largest stack at the peak, the highest rank\n"
-    "                     and the outliers (docs/export.md)\n"
+    "                     and the outliers (docs/exports.md)\n"
     "  -h, --help         show this help\n";
 
 

@@ -277,7 +277,7 @@ Test(export, sqlite_every_fixture_row_by_row) {
   free(dir);
 }
 
-/* The queries of docs/export.md, on every fixture: they run, and give the index's answers. */
+/* The queries of docs/exports.md, on every fixture: they run, and give the index's answers. */
 static const char doc_peak_query[] =
     "SELECT s.rank, s.file, p.device, p.entry, p.allocated\n"
     "FROM (SELECT *, row_number() OVER (PARTITION BY file_id ORDER BY allocated DESC, device,\n"
@@ -676,7 +676,7 @@ Test(export_cli, sqlite_attach_across_databases) {
   cr_assert_eq(sqlite3_open(path, &db), SQLITE_OK);
   snprintf(sql, sizeof sql, "ATTACH '%s/rank1.db' AS r1", cli_dir);
   cr_assert_eq(sqlite3_exec(db, sql, NULL, NULL, NULL), SQLITE_OK);
-  /* docs/export.md: the peak of each rank over attached per-rank databases */
+  /* docs/exports.md: the peak of each rank over attached per-rank databases */
   char *t = q_text(db, "SELECT group_concat(rank || '=' || peak, ' ') FROM (SELECT s.rank, "
                        "max(t.allocated) AS peak FROM main.timeline t JOIN main.snapshot s USING "
                        "(file_id) GROUP BY s.rank UNION ALL SELECT s.rank, max(t.allocated) FROM "

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT
  * memsnap: exports of snapshots to the tools users already look in (issue #17): a SQLite
  * database, a pprof profile (profile.proto, gzipped) and a Chrome trace event JSON file that
- * Perfetto and chrome://tracing open. docs/export.md describes each format and its mapping.
+ * Perfetto and chrome://tracing open. docs/exports.md describes each format and its mapping.
  *
  * Vocabulary:
  *  - A *file* is one snapshot added to an export; several files (one per rank) go into one SQLite

@@ -2,7 +2,7 @@
  * memsnap exports: Chrome Trace Event Format JSON (issue #17 §3), which ui.perfetto.dev and
  * chrome://tracing open ("JSON Object Format": {"traceEvents": [...], "displayTimeUnit": "ms"}).
  *
- * Mapping (docs/export.md): a process per device (pid = device + 1, named "device N" by a
+ * Mapping (docs/exports.md): a process per device (pid = device + 1, named "device N" by a
  * process_name metadata event); counter events ("C") named allocated, reserved and active with
  * the device's totals in bytes, one whenever the total changes, at the trace's time_us (a trace
  * without times uses the entry index as its microseconds, so that the order still shows);

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT
  * memsnap exports: snapshots into a SQLite database (issue #17 §1). The only file that includes
- * sqlite3.h. The schema (docs/export.md) follows PyTorch's _dump_snapshot_sqlite proposal
+ * sqlite3.h. The schema (docs/exports.md) follows PyTorch's _dump_snapshot_sqlite proposal
  * (device_traces, blocks, segments) so that queries written for it work here, with a file_id and
  * rank on every row so that many ranks share one database, plus memsnap's own tables: stacks and
  * locations (every stack stored once, `frames` giving it back as PyTorch's JSON list), timeline
