@@ -180,7 +180,7 @@ size_t ms__allocator_replay_cached_after(ms_allocator_t *a, const uint64_t *even
     free(done);
     return SIZE_MAX; /* no answer: the caller's comparison then fails */
   }
-  memcpy(ev, events, n * sizeof *ev);
+  if (n) memcpy(ev, events, n * sizeof *ev); /* events may be NULL when n is 0 */
   qsort(ev, n, sizeof *ev, replay_cmp_u64);
   pthread_mutex_lock(&a->mu);
   size_t count = 0, nd = 0;
