@@ -479,8 +479,8 @@ int ms_tlv_compute(const ms_snapshot_t *snap, size_t dev, bool plot_segments, si
   size_t n = 0;
   if (dev >= 4096) return MS_EINVAL;
   if (dev < snap->ndevices) {
-    trace = snap->trace + snap->devices[dev].first_trace;
     n = snap->devices[dev].ntrace;
+    trace = n ? snap->trace + snap->devices[dev].first_trace : NULL; /* not NULL + 0 */
   }
   if (last > n) last = n;
   if (first > last) first = last;

@@ -123,7 +123,7 @@ static int view_bin_trace(vb_t *b, const char *prefix, const ms_snapshot_t *s, s
   vb_begin(b, name, type)
   const ms_snap_device_t *d = dev < s->ndevices ? &s->devices[dev] : NULL;
   size_t n = d ? d->ntrace : 0;
-  const ms_snap_trace_t *t = d ? s->trace + d->first_trace : NULL;
+  const ms_snap_trace_t *t = n ? s->trace + d->first_trace : NULL; /* not NULL + 0 */
   TSEC("action", "u8");
   for (size_t i = 0; i < n; i++) vb_u8(b, (uint8_t)t[i].action);
   vb_end(b);
