@@ -394,8 +394,9 @@ static void expect_error(ms_snapshot_t *s, const char *text) {
 #define MiB ((uint64_t)1 << 20)
 
 /* A device with an empty trace (the model's trace table is then NULL): indexed, drawn and
- * replayed without pointer arithmetic on NULL, which UBSan reported (tests/fuzz/fuzz_consumers.c,
- * issue #16 item 25). */
+ * replayed without pointer arithmetic on NULL, and the viewer's data, whose summarized band then
+ * has no point, without memcpy from NULL: both undefined behaviour that UBSan reported
+ * (tests/fuzz/fuzz_consumers.c, issue #16 item 25; `make test SANITIZE=1` checks them here). */
 Test(timeline, device_with_an_empty_trace) {
   ms_snapshot_t *s = build(SEG({0x100000, 2 * MiB}), 1, SEG({0x100000, 1024}), 1, NULL, 0);
   cr_assert_null(s->trace);

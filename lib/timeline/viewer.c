@@ -448,9 +448,11 @@ static int tlv_output(tlv_ctx_t *c, size_t dev, bool plot_segments, ms_tlv_t *ou
   band.elem = -1;
   band.first_point = r->pts.len;
   band.npoints = band_pts;
-  memcpy(out->timesteps + r->pts.len, r->s_t.ptr, band_pts * sizeof(int64_t));
+  if (band_pts) { /* an empty band has no buffers: memcpy from NULL is undefined even for 0 bytes */
+    memcpy(out->timesteps + r->pts.len, r->s_t.ptr, band_pts * sizeof(int64_t));
+    memcpy(out->sizes + r->pts.len, r->s_size.ptr, band_pts * sizeof(int64_t));
+  }
   memcpy(out->offsets + r->pts.len, r->s_off.ptr, (band_pts + 1) * sizeof(int64_t));
-  memcpy(out->sizes + r->pts.len, r->s_size.ptr, band_pts * sizeof(int64_t));
   c->ser.ptr[c->ser.len++] = band;
   out->npoints = total_pts;
   out->device = dev;
