@@ -142,7 +142,8 @@ static int view_filter_freed(const ms_snapshot_t *snap, ms_snapshot_t *copy,
       d[dev] = snap->devices[dev];
       d[dev].first_trace = (uint32_t)k;
       const ms_snap_device_t *sd = &snap->devices[dev];
-      const ms_snap_trace_t *in = sd->ntrace ? snap->trace + sd->first_trace : NULL; /* not NULL + 0 */
+      /* not NULL + 0 */
+      const ms_snap_trace_t *in = sd->ntrace ? snap->trace + sd->first_trace : NULL;
       d[dev].ntrace = (uint32_t)view_filter_device(in, sd->ntrace, t + k, &a, &f, keep);
       k += d[dev].ntrace;
     }

@@ -26,8 +26,10 @@ int ms_replay_parse_capacity(const char *s, size_t *out, ms_errbuf_t *eb) {
   bool big = false;
   for (; isdigit((unsigned char)*q); q++) {
     unsigned d = (unsigned)(*q - '0');
-    if (whole > (UINT64_MAX - d) / 10) big = true;
-    else whole = whole * 10 + d;
+    if (whole > (UINT64_MAX - d) / 10)
+      big = true;
+    else
+      whole = whole * 10 + d;
   }
   const char *frac = NULL;
   if (*q == '.') {
@@ -38,17 +40,16 @@ int ms_replay_parse_capacity(const char *s, size_t *out, ms_errbuf_t *eb) {
     for (q++; isdigit((unsigned char)*q); q++) {
     }
   }
-  unsigned shift = 0;
-  switch (toupper((unsigned char)*q)) {
-  case 'K': shift = 10; q++; break;
-  case 'M': shift = 20; q++; break;
-  case 'G': shift = 30; q++; break;
-  case 'T': shift = 40; q++; break;
-  default: break;
-  }
-  if (shift && (q[0] == 'i' || q[0] == 'I') && (q[1] == 'B' || q[1] == 'b')) q += 2;
-  else if (q[0] == 'B' || q[0] == 'b') q++;
-  if (*q) return ms__errbuf_set(eb, MS_EINVAL, "expected %s at offset %zu", grammar, (size_t)(q - s));
+  static const char units[] = "KMGT"; /* powers of 1024 */
+  const char *u = *q ? strchr(units, toupper((unsigned char)*q)) : NULL;
+  unsigned shift = u ? 10u * (unsigned)(u - units + 1) : 0;
+  if (u) q++;
+  if (shift && (q[0] == 'i' || q[0] == 'I') && (q[1] == 'B' || q[1] == 'b'))
+    q += 2;
+  else if (q[0] == 'B' || q[0] == 'b')
+    q++;
+  if (*q)
+    return ms__errbuf_set(eb, MS_EINVAL, "expected %s at offset %zu", grammar, (size_t)(q - s));
   if (big || (shift && whole > (UINT64_MAX >> shift)))
     return ms__errbuf_set(eb, MS_ELIMIT, "%s is 2^64 bytes or more", s);
   uint64_t v = whole << shift;
@@ -73,9 +74,12 @@ enum { SWEEP_MAXK = 8, SWEEP_MAXV = 32, SWEEP_MAX_ROWS = 256, SWEEP_MAX_LEN = 10
 static char *sweep_split(char *s, char sep, bool *bad) {
   int depth = 0;
   for (; *s; s++) {
-    if (*s == '[') depth++;
-    else if (*s == ']' && --depth < 0) break;
-    else if (*s == sep && depth == 0) return s;
+    if (*s == '[')
+      depth++;
+    else if (*s == ']' && --depth < 0)
+      break;
+    else if (*s == sep && depth == 0)
+      return s;
   }
   if (depth != 0) *bad = true;
   return NULL;
@@ -107,7 +111,8 @@ static int sweep_part(sweep_grid_t *g, char *part, ms_errbuf_t *eb) {
   bool bad = false;
   for (char *v = eq + 1, *comma; v; v = comma ? comma + 1 : NULL) {
     comma = sweep_split(v, ',', &bad);
-    if (bad) return ms__errbuf_set(eb, MS_EINVAL, "unbalanced brackets in the values of '%s'", part);
+    if (bad)
+      return ms__errbuf_set(eb, MS_EINVAL, "unbalanced brackets in the values of '%s'", part);
     if (comma) *comma = 0;
     if (!*v) return ms__errbuf_set(eb, MS_EINVAL, "%s", sweep_expected);
     if (g->nv[k] == SWEEP_MAXV)
@@ -120,14 +125,16 @@ static int sweep_part(sweep_grid_t *g, char *part, ms_errbuf_t *eb) {
 
 void ms_replay_sweep_release(ms_replay_sweep_t *s) {
   if (!s) return;
-  for (size_t i = 0; i < s->n; i++) free(s->configs[i]);
+  for (size_t i = 0; i < s->n; i++)
+    free(s->configs[i]);
   free(s->configs);
   s->configs = NULL;
   s->n = 0;
 }
 
 /* Writes every combination of g into out, the first key varying slowest. */
-static int sweep_rows(const sweep_grid_t *g, size_t total, ms_replay_sweep_t *out, ms_errbuf_t *eb) {
+static int sweep_rows(const sweep_grid_t *g, size_t total, ms_replay_sweep_t *out,
+                      ms_errbuf_t *eb) {
   ms_replay_sweep_t s = {0, calloc(total, sizeof(char *))};
   if (!s.configs) return ms__errbuf_set(eb, MS_ENOMEM, "out of memory");
   for (size_t r = 0; r < total; r++) {
@@ -136,7 +143,8 @@ static int sweep_rows(const sweep_grid_t *g, size_t total, ms_replay_sweep_t *ou
       idx[i] = rem % g->nv[i];
       rem /= g->nv[i];
     }
-    for (size_t i = 0; i < g->nk; i++) len += strlen(g->keys[i]) + 2 + strlen(g->vals[i][idx[i]]);
+    for (size_t i = 0; i < g->nk; i++)
+      len += strlen(g->keys[i]) + 2 + strlen(g->vals[i][idx[i]]);
     char *c = malloc(len);
     if (!c) {
       ms_replay_sweep_release(&s);
@@ -144,7 +152,8 @@ static int sweep_rows(const sweep_grid_t *g, size_t total, ms_replay_sweep_t *ou
     }
     size_t at = 0;
     for (size_t i = 0; i < g->nk; i++)
-      at += (size_t)snprintf(c + at, len - at, "%s%s:%s", i ? "," : "", g->keys[i], g->vals[i][idx[i]]);
+      at += (size_t)snprintf(c + at, len - at, "%s%s:%s", i ? "," : "", g->keys[i],
+                             g->vals[i][idx[i]]);
     s.configs[s.n++] = c;
   }
   *out = s;
@@ -165,14 +174,17 @@ int ms_replay_sweep_parse(const char *spec, ms_replay_sweep_t *out, ms_errbuf_t 
     semi = sweep_split(part, ';', &bad);
     if (bad) return ms__errbuf_set(eb, MS_EINVAL, "unbalanced brackets");
     if (semi) *semi = 0;
-    while (*part == ' ') part++;
+    while (*part == ' ')
+      part++;
     if (!*part) continue;
     MS_FORWARD_IF_ERROR(sweep_part(&g, part, eb));
   }
   if (!g.nk) return ms__errbuf_set(eb, MS_EINVAL, "%s", sweep_expected);
   size_t total = 1;
-  for (size_t i = 0; i < g.nk; i++) total *= g.nv[i]; /* at most 32^8 */
+  for (size_t i = 0; i < g.nk; i++)
+    total *= g.nv[i]; /* at most 32^8 */
   if (total > SWEEP_MAX_ROWS)
-    return ms__errbuf_set(eb, MS_ELIMIT, "%zu combinations (at most %d)", total, (int)SWEEP_MAX_ROWS);
+    return ms__errbuf_set(eb, MS_ELIMIT, "%zu combinations (at most %d)", total,
+                          (int)SWEEP_MAX_ROWS);
   return sweep_rows(&g, total, out, eb);
 }

@@ -57,8 +57,10 @@ static int conf_parse(const ms_alloc_config_t *base, const char *str, ms_alloc_c
     return rc;
   }
   ms_errbuf_t vb = {{0}};
-  FZ_CHECK(ms_alloc_config_validate(&c, &vb) == MS_OK, "'%s' accepted but invalid: %s", str, vb.msg);
-  FZ_CHECK(strcmp(c.last_allocator_settings, str) == 0, "last_allocator_settings is not the string");
+  FZ_CHECK(ms_alloc_config_validate(&c, &vb) == MS_OK, "'%s' accepted but invalid: %s", str,
+           vb.msg);
+  FZ_CHECK(strcmp(c.last_allocator_settings, str) == 0,
+           "last_allocator_settings is not the string");
   *out = c;
   return MS_OK;
 }
@@ -71,7 +73,8 @@ static void conf_roundtrip(const ms_alloc_config_t *c) {
   ms_alloc_config_t fresh, back, twice;
   ms_alloc_config_init(&fresh);
   ms_errbuf_t eb;
-  FZ_CHECK(conf_parse(&fresh, canon, &back, &eb) == MS_OK, "canonical '%s' refused: %s", canon, eb.msg);
+  FZ_CHECK(conf_parse(&fresh, canon, &back, &eb) == MS_OK, "canonical '%s' refused: %s", canon,
+           eb.msg);
   FZ_CHECK(conf_same(c, &back), "canonical '%s' parses to other fields", canon);
   FZ_CHECK(conf_parse(&back, canon, &twice, &eb) == MS_OK && conf_same(&back, &twice),
            "canonical '%s' parsed twice differs", canon);
@@ -87,8 +90,9 @@ static void conf_drive(const ms_alloc_config_t *c) {
   ms_errbuf_t eb = {{0}};
   int rc = ms_allocator_create(&ac, &a, &eb);
   FZ_CHECK(rc == MS_OK, "allocator refused an accepted configuration: %s", eb.msg);
-  static const size_t sizes[] = {1, 511, 513, 4096, 1 << 20, (1 << 20) + 1, 3 << 20,
-                                 (10 << 20) - 1, 10 << 20, 21 << 20, 100, 70 << 20};
+  static const size_t sizes[] = {1,        511,           513,     4096,
+                                 1 << 20,  (1 << 20) + 1, 3 << 20, (10 << 20) - 1,
+                                 10 << 20, 21 << 20,      100,     70 << 20};
   ms_devptr_t p[sizeof sizes / sizeof *sizes] = {0};
   for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) {
     rc = ms_allocator_malloc(a, sizes[i], (ms_stream_t)(i % 2), &p[i]);
@@ -127,8 +131,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   FZ_CHECK(ms_alloc_config_parse(&def, "", &eb) == MS_OK, "empty string refused");
   /* the base that replay --config parses on: a recorded run's non-default settings */
   ms_alloc_config_init(&base);
-  FZ_CHECK(ms_alloc_config_parse(&base, "expandable_segments:True,large_segment_size_mb:64,"
-                                        "pinned_num_register_threads:8,max_split_size_mb:256",
+  FZ_CHECK(ms_alloc_config_parse(&base,
+                                 "expandable_segments:True,large_segment_size_mb:64,"
+                                 "pinned_num_register_threads:8,max_split_size_mb:256",
                                  &eb) == MS_OK,
            "base refused: %s", eb.msg);
   ms_alloc_config_t def0 = def;
@@ -146,7 +151,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     ms_errbuf_t ee = {{0}};
     int rce = ms_alloc_config_from_env(&e, &ee);
     FZ_CHECK(rce == rc1, "from_env %d, parse %d", rce, rc1);
-    if (rce == MS_OK) FZ_CHECK(conf_same(&e, &c1), "from_env gives other fields");
+    if (rce == MS_OK)
+      FZ_CHECK(conf_same(&e, &c1), "from_env gives other fields");
     else {
       char want[sizeof ee.msg + 32];
       snprintf(want, sizeof want, "MEMSNAP_ALLOC_CONF: %s", msg1);

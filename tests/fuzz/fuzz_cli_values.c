@@ -27,12 +27,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 static int capacity_shape(const char *s, int *has_frac) {
   const char *q = s;
   if (!isdigit((unsigned char)*q)) return -1;
-  while (isdigit((unsigned char)*q)) q++;
+  while (isdigit((unsigned char)*q))
+    q++;
   *has_frac = 0;
   if (*q == '.') {
     q++;
     if (!isdigit((unsigned char)*q)) return -1;
-    while (isdigit((unsigned char)*q)) q++;
+    while (isdigit((unsigned char)*q))
+      q++;
     *has_frac = 1;
   }
   int shift = 0;
@@ -41,8 +43,10 @@ static int capacity_shape(const char *s, int *has_frac) {
   if (u) {
     shift = 10 * (int)(u - units + 1);
     q++;
-    if ((q[0] == 'i' || q[0] == 'I') && (q[1] == 'B' || q[1] == 'b')) q += 2;
-    else if (*q == 'B' || *q == 'b') q++;
+    if ((q[0] == 'i' || q[0] == 'I') && (q[1] == 'B' || q[1] == 'b'))
+      q += 2;
+    else if (*q == 'B' || *q == 'b')
+      q++;
   } else if (*q == 'B' || *q == 'b') {
     q++;
   }
@@ -64,8 +68,10 @@ static void fuzz_capacity(const char *s) {
       int big = 0;
       for (const char *q = s; isdigit((unsigned char)*q); q++) {
         unsigned d = (unsigned)(*q - '0');
-        if (w > (UINT64_MAX - d) / 10) big = 1;
-        else w = w * 10 + d;
+        if (w > (UINT64_MAX - d) / 10)
+          big = 1;
+        else
+          w = w * 10 + d;
       }
       FZ_CHECK(w == 0 || big || w > (UINT64_MAX >> shift), "capacity '%s' refused: %s", s, eb.msg);
     }
@@ -97,8 +103,10 @@ static void fuzz_sweep(const char *s) {
   FZ_CHECK(sw.n >= 1 && sw.n <= 256 && sw.configs, "sweep: %zu configurations", sw.n);
   size_t len = strlen(s);
   for (size_t i = 0; i < sw.n; i++) {
-    FZ_CHECK(sw.configs[i] && strlen(sw.configs[i]) <= len, "sweep: configuration %zu longer than the spec", i);
-    FZ_CHECK(strchr(sw.configs[i], ':') != NULL, "sweep: configuration '%s' without a key", sw.configs[i]);
+    FZ_CHECK(sw.configs[i] && strlen(sw.configs[i]) <= len,
+             "sweep: configuration %zu longer than the spec", i);
+    FZ_CHECK(strchr(sw.configs[i], ':') != NULL, "sweep: configuration '%s' without a key",
+             sw.configs[i]);
     ms_alloc_config_t c;
     ms_alloc_config_init(&c);
     ms_errbuf_t ce = {{0}};

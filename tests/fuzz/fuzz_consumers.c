@@ -8,8 +8,8 @@
  *    JSON, the Perfetto and pprof exports;
  *  - replay: the fidelity check (unlimited and on a small device) and a what-if under another
  *    configuration, and the smallest capacity for short traces;
- *  - the text and JSON commands themselves, through the CLI's own code (the objects of cli/ linked in, with
- *    standard output sent to /dev/null): `stats`, `stats --summary`, `stats --json`, `trace`,
+ *  - the text and JSON commands themselves, through the CLI's own code (the objects of cli/ linked
+ * in, with standard output sent to /dev/null): `stats`, `stats --summary`, `stats --json`, `trace`,
  *    `trace --json`, `top`.
  * Each answers MS_OK or a described error (the CLI: exit status 0 or 1, never 2 for a file it
  * could read), never a crash, a leak or a hang. Work is bounded by the input (-max_len) and by the
@@ -61,7 +61,8 @@ typedef struct view_acc_s {
 static int view_emit(void *ctx, const char *const *frames, size_t nframes, uint64_t count) {
   view_acc_t *a = ctx;
   FZ_CHECK(nframes >= 1 && frames, "a view emitted an empty stack");
-  for (size_t i = 0; i < nframes; i++) FZ_CHECK(frames[i] != NULL, "a NULL frame");
+  for (size_t i = 0; i < nframes; i++)
+    FZ_CHECK(frames[i] != NULL, "a NULL frame");
   int rc = ms_flame_add(a->fl, frames, nframes, count);
   if (rc == MS_ELIMIT) return rc;
   FZ_CHECK(rc == MS_OK, "flame_add: %d", rc);
@@ -81,7 +82,8 @@ static void views(const ms_snapshot_t *s, const ms_snapshot_t *start) {
     int rc = k == 2 ? ms_view_compare_emit(start ? start : s, s, view_emit, &a)
                     : ms_view_emit(s, k ? MS_VIEW_SEGMENTS : MS_VIEW_MEMORY, view_emit, &a);
     FZ_CHECK(rc == MS_OK || rc == MS_ELIMIT, "view %d: %d", k, rc);
-    if (rc == MS_OK) FZ_CHECK(ms_flame_total(a.fl) == a.sum, "view %d: flame total is not the sum", k);
+    if (rc == MS_OK)
+      FZ_CHECK(ms_flame_total(a.fl) == a.sum, "view %d: flame total is not the sum", k);
     ms_errbuf_t eb = {{0}};
     rc = ms_flame_write_svg(a.fl, &ssvg, &eb);
     FZ_CHECK(rc == MS_OK, "view %d: write_svg %d %s", k, rc, eb.msg);
@@ -131,8 +133,10 @@ static ms_snapshot_t *timeline(const ms_snapshot_t *s) {
     for (int k = 0; k < 2; k++) {
       ms_snapshot_t *at = NULL;
       FZ_CHECK(ms_timeline_snapshot_at(tl, d, steps[k], NULL, &at) == MS_OK, "snapshot_at");
-      if (k == 0 && !start) start = at;
-      else ms_snapshot_free(at);
+      if (k == 0 && !start)
+        start = at;
+      else
+        ms_snapshot_free(at);
     }
     fz_buf_t pb = {0};
     ms_sink_t sp = {fz_buf_write, &pb};
@@ -157,7 +161,8 @@ static void replay(const ms_snapshot_t *s, uint8_t knob) {
                                         "max_split_size_mb:20,roundup_power2_divisions:4",
                                         "garbage_collection_threshold:0.5"};
   size_t entries = 0;
-  for (size_t d = 0; d < s->ndevices; d++) entries += s->devices[d].ntrace;
+  for (size_t d = 0; d < s->ndevices; d++)
+    entries += s->devices[d].ntrace;
   for (int mode = 0; mode < 3; mode++) {
     ms_replay_options_t o;
     ms_replay_options_init(&o);
@@ -168,7 +173,8 @@ static void replay(const ms_snapshot_t *s, uint8_t knob) {
     ms_errbuf_t eb = {{0}};
     int rc = ms_replay_run(s, &o, &rep, &eb);
     FZ_CHECK(rc == MS_OK, "replay mode %d: %d %s", mode, rc, eb.msg);
-    FZ_CHECK(rep->ndevices == s->ndevices, "replay: %zu reports for %zu devices", rep->ndevices, s->ndevices);
+    FZ_CHECK(rep->ndevices == s->ndevices, "replay: %zu reports for %zu devices", rep->ndevices,
+             s->ndevices);
     ms_replay_report_free(rep);
   }
   if (entries == 0 || entries > 64) return;
@@ -190,13 +196,14 @@ static void cli(const uint8_t *data, size_t size) {
     unlink(fz_path);
     return;
   }
-  static const char *const cmds[][4] = {{"stats", NULL}, {"stats", "--summary", NULL},
+  static const char *const cmds[][4] = {{"stats", NULL},           {"stats", "--summary", NULL},
                                         {"stats", "--json", NULL}, {"trace", NULL},
                                         {"trace", "--json", NULL}, {"top", NULL}};
   for (size_t c = 0; c < sizeof cmds / sizeof *cmds; c++) {
     char *argv[6];
     int argc = 0;
-    for (; cmds[c][argc]; argc++) argv[argc] = (char *)cmds[c][argc];
+    for (; cmds[c][argc]; argc++)
+      argv[argc] = (char *)cmds[c][argc];
     argv[argc++] = fz_path;
     argv[argc] = NULL;
     const struct cli_cmd *cmd = cli_find_command(argv[0]);

@@ -6,8 +6,8 @@
  * is fed in; the rest is the folded text. For every input:
  *  - ms_flame_add_folded / ms_flame_finish_folded answer MS_OK or an error with a message
  *    ("line N: ..."); fed in pieces they give the same answer and the same total as fed whole;
- *  - an accepted text writes an SVG (MS_OK) that is one document ending in "</svg>" (and newlines) and holds
- *    no control byte but tab, CR and newline (names are escaped), and folded text that, read
+ *  - an accepted text writes an SVG (MS_OK) that is one document ending in "</svg>" (and newlines)
+ * and holds no control byte but tab, CR and newline (names are escaped), and folded text that, read
  *    back, gives the same total and the same differential flag (unless a stack itself ends in
  *    " NUMBER", which the folded format cannot tell from a count: folded_ambiguous);
  *  - a sink that fails part-way makes both writers fail with that error, never crash (one input
@@ -53,7 +53,8 @@ static void folded_check_svg(const fz_buf_t *b) {
   FZ_CHECK(strstr(b->p, "<svg") != NULL, "no <svg element");
   for (size_t i = 0; i < b->n; i++) {
     unsigned char c = (unsigned char)b->p[i];
-    FZ_CHECK(c >= 0x20 || c == '\n' || c == '\t' || c == '\r', "control byte 0x%02x at %zu of the SVG", c, i);
+    FZ_CHECK(c >= 0x20 || c == '\n' || c == '\t' || c == '\r',
+             "control byte 0x%02x at %zu of the SVG", c, i);
   }
 }
 
@@ -68,11 +69,14 @@ static int folded_ambiguous(const fz_buf_t *b, int diff) {
     const char *nl = memchr(p, '\n', (size_t)(end - p));
     const char *e = nl ? nl : end;
     for (int field = 0; field < (diff ? 2 : 1); field++) { /* drop the counts */
-      while (e > p && e[-1] != ' ' && e[-1] != '\t') e--;
-      while (e > p && (e[-1] == ' ' || e[-1] == '\t')) e--;
+      while (e > p && e[-1] != ' ' && e[-1] != '\t')
+        e--;
+      while (e > p && (e[-1] == ' ' || e[-1] == '\t'))
+        e--;
     }
     const char *d = e;
-    while (d > p && d[-1] >= '0' && d[-1] <= '9') d--;
+    while (d > p && d[-1] >= '0' && d[-1] <= '9')
+      d--;
     if (d < e && d > p && (d[-1] == '+' || d[-1] == '-')) d--;
     if (d < e && d > p && (d[-1] == ' ' || d[-1] == '\t')) return 1;
     p = nl ? nl + 1 : end;
@@ -117,7 +121,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   int rc = folded_build(&o, text, len, 0, &fl, &eb);
   int rp = folded_build(&o, text, len, piece, &fp, &eb2);
   FZ_CHECK(rc == rp, "whole %d, in pieces of %zu %d", rc, piece, rp);
-  if (rc != MS_OK) FZ_CHECK(strcmp(eb.msg, eb2.msg) == 0, "messages differ: '%s' / '%s'", eb.msg, eb2.msg);
+  if (rc != MS_OK)
+    FZ_CHECK(strcmp(eb.msg, eb2.msg) == 0, "messages differ: '%s' / '%s'", eb.msg, eb2.msg);
   FZ_CHECK(ms_flame_total(fl) == ms_flame_total(fp), "whole and in pieces: other totals");
   ms_flame_destroy(fp);
   if (rc != MS_OK) {

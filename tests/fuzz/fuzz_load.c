@@ -38,8 +38,8 @@ static FILE *open_mem(const uint8_t *data, size_t size) {
   return fmemopen((void *)data, size, "rb");
 }
 
-static int load(const uint8_t *data, size_t size, const char *name, bool rewindable,
-                unsigned flags, ms_snapshot_t **out, ms_errbuf_t *eb) {
+static int load(const uint8_t *data, size_t size, const char *name, bool rewindable, unsigned flags,
+                ms_snapshot_t **out, ms_errbuf_t *eb) {
   FILE *fp = open_mem(data, size);
   FZ_CHECK(fp != NULL, "cannot open a memory stream");
   eb->msg[0] = 0;
@@ -92,9 +92,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   int ri = load(data, size, "<stdin>", false, flags, &in, &ei);
   if (flags == 0) {
     FZ_CHECK(rf == ri, "file %d, stdin %d", rf, ri);
-    if (rf == MS_OK) FZ_CHECK(same_sizes(f, in), "file and stdin: other sizes");
-    else FZ_CHECK(strcmp(ef.msg + strlen("'file'"), ei.msg + strlen("'<stdin>'")) == 0,
-                  "file and stdin: '%s' / '%s'", ef.msg, ei.msg);
+    if (rf == MS_OK)
+      FZ_CHECK(same_sizes(f, in), "file and stdin: other sizes");
+    else
+      FZ_CHECK(strcmp(ef.msg + strlen("'file'"), ei.msg + strlen("'<stdin>'")) == 0,
+               "file and stdin: '%s' / '%s'", ef.msg, ei.msg);
     ms_format fmt = ms_format_detect(data, size < 4096 ? size : 4096);
     if (rf == MS_OK && fmt == MS_FORMAT_UNKNOWN)
       FZ_CHECK(size >= 2 && data[0] == 0x1f && data[1] == 0x8b, "accepted an unknown format");
@@ -106,8 +108,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       FZ_CHECK(f->nsegments == full->nsegments && f->nblocks == full->nblocks &&
                    f->ndevices == full->ndevices,
                "without the trace: other segments or blocks");
-    if (ri == MS_OK) FZ_CHECK(rf == MS_OK && same_sizes(in, f), "stdin without the trace differs");
-    else if (rf == MS_OK) FZ_CHECK(ri == MS_EUNSUPPORTED, "stdin refused what the file took: %s", ei.msg);
+    if (ri == MS_OK)
+      FZ_CHECK(rf == MS_OK && same_sizes(in, f), "stdin without the trace differs");
+    else if (rf == MS_OK)
+      FZ_CHECK(ri == MS_EUNSUPPORTED, "stdin refused what the file took: %s", ei.msg);
     ms_snapshot_free(full);
   }
   if (through_path) via_path(data, size, flags, rf, f);

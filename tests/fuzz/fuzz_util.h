@@ -25,7 +25,8 @@ static int fz_buf_write(void *ctx, const char *buf, size_t len) {
   if (b->limit && b->n + len > b->limit) return MS_EIO;
   if (b->n + len + 1 > b->cap) {
     size_t nc = b->cap ? b->cap * 2 : 4096;
-    while (nc < b->n + len + 1) nc *= 2;
+    while (nc < b->n + len + 1)
+      nc *= 2;
     char *np = realloc(b->p, nc);
     if (!np) return MS_ENOMEM;
     b->p = np;
@@ -45,7 +46,8 @@ static void fz_buf_reset(fz_buf_t *b) {
 /* Whether the text ends with "</svg>" and then only newlines (one SVG document, complete). */
 static int fz_svg_complete(const fz_buf_t *b) {
   size_t n = b->n;
-  while (n > 0 && b->p[n - 1] == '\n') n--;
+  while (n > 0 && b->p[n - 1] == '\n')
+    n--;
   return n >= 6 && memcmp(b->p + n - 6, "</svg>", 6) == 0;
 }
 
@@ -61,6 +63,7 @@ static int fz_svg_complete(const fz_buf_t *b) {
   } while (0)
 
 /* A failure returned with a message: never an empty one. */
-#define FZ_DESCRIBED(rc, eb) FZ_CHECK((rc) == MS_OK || (eb).msg[0] != 0, "error %d without a message", (rc))
+#define FZ_DESCRIBED(rc, eb)                                                                       \
+  FZ_CHECK((rc) == MS_OK || (eb).msg[0] != 0, "error %d without a message", (rc))
 
 #endif /* MEMSNAP_FUZZ_UTIL_H */
