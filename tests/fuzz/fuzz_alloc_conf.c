@@ -8,9 +8,10 @@
  *    back to the same fields; parsing it a second time gives the same result (the re-parse resets);
  *  - through the environment (ms_alloc_config_from_env) it gives the same result, the message
  *    prefixed by "MEMSNAP_ALLOC_CONF: ";
- *  - an accepted configuration drives a small allocator (sim backend, 64 MiB) through a fixed
- *    workload: every call answers MS_OK or MS_EOOM; after the last free nothing is allocated
- *    and no more than the device is reserved.
+ *  - an accepted configuration makes a small allocator (sim backend, 64 MiB), unless expandable
+ *    pages are not whole multiples of 2 MiB (refused, with the reason), and drives it through
+ *    a fixed workload: every call answers MS_OK or MS_EOOM; after the last free nothing is
+ *    allocated and no more than the device is reserved.
  *
  * Built and run by scripts/fuzz.sh (make fuzz); seeds in tests/fuzz/corpus/fuzz_alloc_conf/.
  * fuzz-flags: -max_len=2048 -dict=tests/fuzz/alloc_conf.dict
@@ -89,6 +90,12 @@ static void conf_drive(const ms_alloc_config_t *c) {
   ms_allocator_t *a = NULL;
   ms_errbuf_t eb = {{0}};
   int rc = ms_allocator_create(&ac, &a, &eb);
+  if (rc == MS_ECONFIG && c->expandable_segments && c->large_segment_size % ((size_t)2 << 20)) {
+    /* expandable pages must be multiples of the device's granularity (2 MiB on the sim) */
+    FZ_CHECK(strstr(eb.msg, "granularity") != NULL, "refused without the reason: %s", eb.msg);
+    ms_backend_destroy(be);
+    return;
+  }
   FZ_CHECK(rc == MS_OK, "allocator refused an accepted configuration: %s", eb.msg);
   static const size_t sizes[] = {1,        511,           513,     4096,
                                  1 << 20,  (1 << 20) + 1, 3 << 20, (10 << 20) - 1,

@@ -104,7 +104,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     int ru = load(data, size, "file", true, 0, &full, &eu);
     /* without the trace, entries are not type-checked: it may accept what a full read refuses */
     FZ_CHECK(ru != MS_OK || rf == MS_OK, "without the trace %d, in full %d (%s)", rf, ru, ef.msg);
-    if (rf == MS_OK)
+    if (rf == MS_OK && ru == MS_OK)
       FZ_CHECK(f->nsegments == full->nsegments && f->nblocks == full->nblocks &&
                    f->ndevices == full->ndevices,
                "without the trace: other segments or blocks");
