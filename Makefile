@@ -2,7 +2,8 @@
 # Each installs what is missing, configures and builds into build/, then runs.
 #   make test SANITIZE=1   the whole suite built with -fsanitize=address,undefined (build-asan/)
 #   make bench             benchmarks in a Release tree; writes build/bench/results.json
-#   make fuzz FUZZ_SECONDS=60   libFuzzer targets (clang), seeded with the fixtures
+#   make fuzz FUZZ_SECONDS=60 [FUZZ_TARGETS="fuzz_load ..."]   libFuzzer targets (clang), seeded
+#                               with tests/fuzz/corpus/ (and the fixtures for the readers)
 #   make check             the module rule on #include lines (also a test of make test)
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE ?= cmake
@@ -60,7 +61,7 @@ bench: deps
 
 fuzz:
 	@scripts/deps.sh fuzz
-	@scripts/fuzz.sh $(FUZZ_SECONDS)
+	@scripts/fuzz.sh $(FUZZ_SECONDS) $(FUZZ_TARGETS)
 
 clean:
 	rm -rf build build-asan build-fuzz out

@@ -9,7 +9,6 @@
  * print the usage side by side with the recorded run; --min-capacity adds the smallest device
  * capacity without an OOM.
  */
-#include <ctype.h>
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,36 +48,6 @@ static const char replay_usage[] =
     "  -h, --help         show this help\n";
 
 /* ---- helpers --------------------------------------------------------------------------------- */
-
-/* Parses a size: digits with an optional K/M/G/T suffix (binary) and optional "iB" or "B". */
-static int replay_parse_size(const char *s, size_t *out) {
-  /* digits, an optional decimal fraction, then the unit: no hexadecimal, exponent, inf or nan,
-   * which strtod would take ("0x10" is not 16 bytes here, it is an error) */
-  if (!s || !isdigit((unsigned char)*s)) return -1;
-  const char *q = s;
-  while (isdigit((unsigned char)*q)) q++;
-  if (*q == '.') {
-    if (!isdigit((unsigned char)q[1])) return -1;
-    for (q++; isdigit((unsigned char)*q); q++) {
-    }
-  }
-  char *end = NULL;
-  double v = strtod(s, &end);
-  if (end != q) return -1;
-  unsigned shift = 0;
-  switch (toupper((unsigned char)*end)) {
-  case 'K': shift = 10; end++; break;
-  case 'M': shift = 20; end++; break;
-  case 'G': shift = 30; end++; break;
-  case 'T': shift = 40; end++; break;
-  default: break;
-  }
-  if (shift && (end[0] == 'i' || end[0] == 'I') && (end[1] == 'B' || end[1] == 'b')) end += 2;
-  else if (end[0] == 'B' || end[0] == 'b') end++;
-  if (*end || v <= 0 || v * (double)(1ull << shift) > 1.8e19) return -1;
-  *out = (size_t)(v * (double)(1ull << shift));
-  return 0;
-}
 
 static void replay_json_str(FILE *f, const char *s) {
   fputc('"', f);
@@ -185,7 +154,7 @@ static void replay_check_json(const char *file, const ms_replay_report_t *rep, b
 /* ---- what-if ----------------------------------------------------------------------------------- */
 
 typedef struct replay_row_s {
-  char config[256];
+  const char *config; /* a --sweep combination, the --config string, or "" */
   ms_replay_report_t *rep;
   size_t *min_capacity; /* per device of rep (its k-th entry); 0 = not asked / not found */
 } replay_row_t;
@@ -389,102 +358,25 @@ static void replay_whatif_json(const ms_snapshot_t *snap, const char *file,
   printf("\n]}\n");
 }
 
-/* The next separator sep of s outside brackets (a value such as [256:1,>:4] holds commas), or
- * NULL; an unbalanced bracket gives *bad. */
-static char *replay_split(char *s, char sep, bool *bad) {
-  int depth = 0;
-  for (; *s; s++) {
-    if (*s == '[') depth++;
-    else if (*s == ']' && --depth < 0) break;
-    else if (*s == sep && depth == 0) return s;
-  }
-  if (depth != 0) *bad = true;
-  return NULL;
-}
-
-/* Expands 'k=v1,v2;k2=v3' into every combination "k:v1,k2:v3" (first key slowest); values may be
- * bracketed lists. @return the number of rows, or -1 after setting *why. */
-static int replay_expand_sweep(const char *spec, replay_row_t **out, char *why, size_t cap) {
-  enum { MAXK = 8, MAXV = 32 };
-  char buf[1024];
-  snprintf(why, cap, "expected 'key=v1,v2;key2=v3,...'");
-  if (strlen(spec) >= sizeof buf) return -1;
-  strcpy(buf, spec);
-  char *keys[MAXK], *vals[MAXK][MAXV];
-  int nv[MAXK], nk = 0;
-  bool bad = false;
-  for (char *part = buf, *semi; part; part = semi ? semi + 1 : NULL) {
-    semi = replay_split(part, ';', &bad);
-    if (semi) *semi = 0;
-    if (bad) {
-      snprintf(why, cap, "unbalanced brackets");
-      return -1;
-    }
-    while (*part == ' ') part++;
-    if (!*part) continue;
-    char *eq = strchr(part, '=');
-    if (!eq || eq == part || nk == MAXK) return -1;
-    *eq = 0;
-    for (int i = 0; i < nk; i++)
-      if (strcmp(keys[i], part) == 0) {
-        snprintf(why, cap, "key '%s' appears twice (list its values once: %s=a,b)", part, part);
-        return -1;
-      }
-    keys[nk] = part;
-    nv[nk] = 0;
-    for (char *v = eq + 1, *comma; v; v = comma ? comma + 1 : NULL) {
-      comma = replay_split(v, ',', &bad);
-      if (comma) *comma = 0;
-      if (bad) {
-        snprintf(why, cap, "unbalanced brackets in the values of '%s'", part);
-        return -1;
-      }
-      if (!*v || nv[nk] == MAXV) return -1;
-      vals[nk][nv[nk]++] = v;
-    }
-    nk++;
-  }
-  if (!nk) return -1;
-  size_t total = 1;
-  for (int i = 0; i < nk; i++) total *= (size_t)nv[i];
-  if (total > 256) {
-    snprintf(why, cap, "%zu combinations (at most 256)", total);
-    return -1;
-  }
-  replay_row_t *rows = calloc(total, sizeof *rows);
-  if (!rows) return -1;
-  for (size_t r = 0; r < total; r++) {
-    size_t rem = r, len = 0;
-    int idx[MAXK];
-    for (int i = nk - 1; i >= 0; i--) {
-      idx[i] = (int)(rem % (size_t)nv[i]);
-      rem /= (size_t)nv[i];
-    }
-    for (int i = 0; i < nk && len < sizeof rows[r].config; i++)
-      len += (size_t)snprintf(rows[r].config + len, sizeof rows[r].config - len, "%s%s:%s",
-                              i ? "," : "", keys[i], vals[i][idx[i]]);
-  }
-  *out = rows;
-  return (int)total;
-}
-
 /* The configurations to replay: the --sweep grid or the one --config (the recorded one when
  * none), each checked. @return the number of rows (*rows to free()), or minus the exit status. */
-static int replay_rows(const char *config, const char *sweep, replay_row_t **out) {
+static int replay_rows(const char *config, const char *sweep, ms_replay_sweep_t *grid,
+                       replay_row_t **out) {
   replay_row_t *rows = NULL;
   int nrows = 1;
   if (sweep) {
-    char why[160];
-    nrows = replay_expand_sweep(sweep, &rows, why, sizeof why);
-    if (nrows < 0) return -cli_usage_error("replay", "invalid --sweep '%s': %s", sweep, why);
-  } else {
-    rows = calloc(1, sizeof *rows);
-    if (!rows) {
-      cli_error("out of memory");
-      return -CLI_FAILURE;
-    }
-    if (config) snprintf(rows[0].config, sizeof rows[0].config, "%s", config);
+    ms_errbuf_t eb;
+    if (ms_replay_sweep_parse(sweep, grid, &eb) != MS_OK)
+      return -cli_usage_error("replay", "invalid --sweep '%s': %s", sweep, eb.msg);
+    nrows = (int)grid->n;
   }
+  rows = calloc((size_t)nrows, sizeof *rows);
+  if (!rows) {
+    ms_replay_sweep_release(grid);
+    cli_error("out of memory");
+    return -CLI_FAILURE;
+  }
+  for (int j = 0; j < nrows; j++) rows[j].config = sweep ? grid->configs[j] : config ? config : "";
   for (int j = 0; j < nrows; j++) {
     ms_alloc_config_t c;
     ms_errbuf_t eb;
@@ -492,6 +384,7 @@ static int replay_rows(const char *config, const char *sweep, replay_row_t **out
     if (ms_alloc_config_parse(&c, rows[j].config, &eb) != MS_OK) {
       int u = cli_usage_error("replay", "invalid configuration '%s': %s", rows[j].config, eb.msg);
       free(rows);
+      ms_replay_sweep_release(grid);
       return -u;
     }
   }
@@ -566,7 +459,7 @@ int cmd_replay(int argc, char **argv) {
     return cli_usage_error("replay", "--capacity and --min-capacity exclude each other");
   size_t capacity = 0;
   bool unlimited = capacity_s && strcmp(capacity_s, "unlimited") == 0;
-  if (capacity_s && !unlimited && replay_parse_size(capacity_s, &capacity) != 0)
+  if (capacity_s && !unlimited && ms_replay_parse_capacity(capacity_s, &capacity, NULL) != MS_OK)
     return cli_usage_error("replay",
                            "invalid size '%s' for --capacity (digits with an optional K, M, G "
                            "or T: 24GiB, 8000M, 123456789; or 'unlimited')",
@@ -580,12 +473,14 @@ int cmd_replay(int argc, char **argv) {
     device = (int)v;
   }
   replay_row_t *rows = NULL;
-  int nrows = replay_rows(config, sweep, &rows);
+  ms_replay_sweep_t grid = {0, NULL};
+  int nrows = replay_rows(config, sweep, &grid, &rows);
   if (nrows < 0) return -nrows;
   ms_snapshot_t *snap = NULL;
   rc = cli_load(pos[0], &snap);
   if (rc != CLI_OK) {
     free(rows);
+    ms_replay_sweep_release(&grid);
     return rc;
   }
   if (device >= 0 && (size_t)device >= snap->ndevices) {
@@ -593,11 +488,13 @@ int cmd_replay(int argc, char **argv) {
               snap->ndevices);
     ms_snapshot_free(snap);
     free(rows);
+    ms_replay_sweep_release(&grid);
     return CLI_FAILURE;
   }
   if (replay_nothing(snap, pos[0])) {
     ms_snapshot_free(snap);
     free(rows);
+    ms_replay_sweep_release(&grid);
     return CLI_FAILURE;
   }
   ms_replay_options_t o;
@@ -646,6 +543,7 @@ int cmd_replay(int argc, char **argv) {
     free(rows[j].min_capacity);
   }
   free(rows);
+  ms_replay_sweep_release(&grid);
   ms_snapshot_free(snap);
   return status;
 }

@@ -143,9 +143,10 @@ static int view_filter_freed(const ms_snapshot_t *snap, ms_snapshot_t *copy,
       memset(f.vals, 0xff, cap * sizeof(int64_t));
       d[dev] = snap->devices[dev];
       d[dev].first_trace = (uint32_t)k;
-      d[dev].ntrace = (uint32_t)view_filter_device(snap->trace + snap->devices[dev].first_trace,
-                                                   snap->devices[dev].ntrace, t + k, &a, &f,
-                                                   keep);
+      const ms_snap_device_t *sd = &snap->devices[dev];
+      /* not NULL + 0 */
+      const ms_snap_trace_t *in = sd->ntrace ? snap->trace + sd->first_trace : NULL;
+      d[dev].ntrace = (uint32_t)view_filter_device(in, sd->ntrace, t + k, &a, &f, keep);
       k += d[dev].ntrace;
     }
     copy->trace = t;

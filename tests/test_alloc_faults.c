@@ -345,6 +345,36 @@ Test(alloc_faults, page_sizes_must_be_multiples_of_the_granularity) {
   faulty_close(b);
 }
 
+/* A backend without mem_granularity maps multiples of 2 MiB: an odd large_segment_size_mb with
+ * expandable segments is refused at creation, with the reason. Before, the allocator was created
+ * and every large malloc failed with MS_EINVAL (found by tests/fuzz/fuzz_alloc_conf.c). */
+Test(alloc_faults, odd_large_segment_size_refused_without_granularity_op) {
+  ms_sim_config_t sc = {1, 64 * MiB, false, true, 0};
+  ms_backend_t *b = NULL;
+  cr_assert_eq(ms_backend_sim_create(&sc, &b), MS_OK);
+  ms_alloc_config_t conf;
+  ms_alloc_config_init(&conf);
+  ms_errbuf_t eb = {{0}};
+  cr_assert_eq(ms_alloc_config_parse(&conf, "expandable_segments:True,large_segment_size_mb:31", &eb),
+               MS_OK);
+  ms_allocator_config_t cfg = {.backend = b, .device = 0, .alloc = &conf};
+  ms_allocator_t *a = NULL;
+  cr_assert_eq(ms_allocator_create(&cfg, &a, &eb), MS_ECONFIG);
+  cr_expect_str_eq(eb.msg, "expandable_segments: the page sizes (2097152 and large_segment_size "
+                           "32505856 bytes) must be multiples of device 0's allocation granularity "
+                           "(2097152 bytes)");
+  /* a multiple of 2 MiB: created, and a large malloc works */
+  ms_alloc_config_init(&conf);
+  cr_assert_eq(ms_alloc_config_parse(&conf, "expandable_segments:True,large_segment_size_mb:32", &eb),
+               MS_OK);
+  cr_assert_eq(ms_allocator_create(&cfg, &a, &eb), MS_OK, "%s", eb.msg);
+  ms_devptr_t p = 0;
+  cr_expect_eq(ms_allocator_malloc(a, 10 * MiB - 1, 0, &p), MS_OK);
+  cr_expect_eq(ms_allocator_free(a, p), MS_OK);
+  ms_allocator_destroy(a);
+  ms_backend_destroy(b);
+}
+
 static bool stream9(void *arg, ms_stream_t s) {
   (void)arg;
   return s == 9;

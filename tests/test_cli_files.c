@@ -1062,7 +1062,7 @@ Test(cli_files, stdout_write_errors_are_said_even_after_a_failure) {
 Test(cli_files, capacity_is_digits_with_a_unit) {
   write_snapshot("a.msnap", NULL);
   const char *const bad[] = {"0x10", "1e3", "inf", "nan", "1.", ".5G", "16Q", "-1", "0",
-                             "Unlimited", "unlimited2"};
+                             "Unlimited", "unlimited2", "0.1"};
   for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
     run_t r = RUN("replay", "a.msnap", "--check", "--capacity", bad[i]);
     cr_expect_eq(r.status, 2, "--capacity %s: status %d", bad[i], r.status);

@@ -878,3 +878,116 @@ Test(replay, hostile_truncated_traces, .timeout = 120) {
   s->devices[0].ntrace = (uint32_t)n;
   ms_snapshot_free(s);
 }
+
+/* ---- the values of --capacity and --sweep (lib/replay/values.c; issue #16 items 23, 25) -------- */
+
+Test(replay, parse_capacity_exact_values_and_errors) {
+  static const struct {
+    const char *s;
+    uint64_t v;
+  } good[] = {{"16", 16},
+              {"1.5G", 3ull << 29},
+              {"24GiB", 24ull << 30},
+              {"8000M", 8000ull << 20},
+              {"4k", 4096},
+              {"2TB", 2ull << 40},
+              {"123b", 123},
+              {"0.5K", 512},
+              {"9007199254740993", 9007199254740993ull}, /* 2^53 + 1: exact, not rounded */
+              {"18446744073709551615", 18446744073709551615ull},
+              {"16777215T", 16777215ull << 40}};
+  for (size_t i = 0; i < sizeof good / sizeof *good; i++) {
+    size_t v = 0;
+    ms_errbuf_t eb = {{0}};
+    cr_expect_eq(ms_replay_parse_capacity(good[i].s, &v, &eb), MS_OK, "%s: %s", good[i].s, eb.msg);
+    cr_expect_eq((uint64_t)v, good[i].v, "%s: %zu", good[i].s, v);
+  }
+  static const struct {
+    const char *s;
+    int rc;
+    const char *msg;
+  } bad[] = {
+      {"0x10", MS_EINVAL, "expected digits with an optional K, M, G or T at offset 1"},
+      {"1e3", MS_EINVAL, "expected digits with an optional K, M, G or T at offset 1"},
+      {"inf", MS_EINVAL, "expected digits with an optional K, M, G or T at offset 0"},
+      {"1.", MS_EINVAL, "expected a digit after the point at offset 2"},
+      {"16Q", MS_EINVAL, "expected digits with an optional K, M, G or T at offset 2"},
+      {"1 G", MS_EINVAL, "expected digits with an optional K, M, G or T at offset 1"},
+      {"", MS_EINVAL, "expected digits with an optional K, M, G or T at offset 0"},
+      {"0", MS_EINVAL, "0 is less than one byte"},
+      /* a fraction of a byte was 0 bytes, which --capacity takes as "unlimited" */
+      {"0.1", MS_EINVAL, "0.1 is less than one byte"},
+      {"18446744073709551616", MS_ELIMIT, "18446744073709551616 is 2^64 bytes or more"},
+      {"16777216T", MS_ELIMIT, "16777216T is 2^64 bytes or more"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    size_t v = 77;
+    ms_errbuf_t eb = {{0}};
+    cr_expect_eq(ms_replay_parse_capacity(bad[i].s, &v, &eb), bad[i].rc, "%s", bad[i].s);
+    cr_expect_str_eq(eb.msg, bad[i].msg);
+    cr_expect_eq(v, 77, "%s: out-parameter set on failure", bad[i].s);
+  }
+}
+
+Test(replay, sweep_parse_combinations_and_errors) {
+  ms_replay_sweep_t sw = {0, NULL};
+  ms_errbuf_t eb = {{0}};
+  cr_assert_eq(ms_replay_sweep_parse(" a=1,2; b=[x:1,>:2],y ;", &sw, &eb), MS_OK, "%s", eb.msg);
+  cr_assert_eq(sw.n, 4);
+  static const char *const want[] = {"a:1,b:[x:1,>:2]", "a:1,b:y ", "a:2,b:[x:1,>:2]", "a:2,b:y "};
+  for (size_t i = 0; i < 4; i++) cr_expect_str_eq(sw.configs[i], want[i]);
+  ms_replay_sweep_release(&sw);
+  cr_expect(sw.n == 0 && sw.configs == NULL);
+  /* a combination is as long as it needs: nothing is cut at 255 bytes */
+  char spec[1100], key[300];
+  memset(key, 'k', 299);
+  key[299] = 0;
+  snprintf(spec, sizeof spec, "%s=1,2", key);
+  cr_assert_eq(ms_replay_sweep_parse(spec, &sw, &eb), MS_OK, "%s", eb.msg);
+  cr_expect_eq(strlen(sw.configs[1]), 301);
+  ms_replay_sweep_release(&sw);
+  static const struct {
+    const char *s;
+    int rc;
+    const char *msg;
+  } bad[] = {
+      {"nokey", MS_EINVAL, "expected 'key=v1,v2;key2=v3,...'"},
+      {"=1", MS_EINVAL, "expected 'key=v1,v2;key2=v3,...'"},
+      {"a=1,,2", MS_EINVAL, "expected 'key=v1,v2;key2=v3,...'"},
+      {" ; ", MS_EINVAL, "expected 'key=v1,v2;key2=v3,...'"},
+      {"a=1;a=2", MS_EINVAL, "key 'a' appears twice (list its values once: a=a,b)"},
+      {"a=[1;b=2", MS_EINVAL, "unbalanced brackets"},
+      {"a=1],2", MS_EINVAL, "unbalanced brackets"},
+      {"a=1;b=1;c=1;d=1;e=1;f=1;g=1;h=1;i=1", MS_ELIMIT, "more than 8 keys"},
+      {"a=1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30,31,32,33",
+       MS_ELIMIT, "more than 32 values for 'a'"},
+      {"a=1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17;b=1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16",
+       MS_ELIMIT, "272 combinations (at most 256)"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    ms_replay_sweep_t s = {5, NULL};
+    cr_expect_eq(ms_replay_sweep_parse(bad[i].s, &s, &eb), bad[i].rc, "%s", bad[i].s);
+    cr_expect_str_eq(eb.msg, bad[i].msg);
+    cr_expect(s.n == 5 && s.configs == NULL, "%s: out-parameter set on failure", bad[i].s);
+  }
+  char big[1100];
+  memset(big, 'a', 1024);
+  big[1024] = 0;
+  cr_expect_eq(ms_replay_sweep_parse(big, &sw, &eb), MS_ELIMIT);
+  cr_expect_str_eq(eb.msg, "1024 bytes (at most 1023)");
+}
+
+/* --config is replayed whole: it was cut at 255 bytes, and the cut string refused or replayed */
+Test(replay, cli_long_config_not_truncated, .timeout = 60) {
+  char path[4096], args[8192], conf[400] = "";
+  static char out[1 << 16];
+  ms_snapshot_free(load_fixture("a0kuma_adamw_small"));
+  snprintf(path, sizeof path, "%s/a0kuma_adamw_small.pickle", fixtures_dir());
+  for (int i = 0; i < 10; i++) strcat(conf, "expandable_segments:False,");
+  strcat(conf, "expandable_segments:True");
+  snprintf(args, sizeof args, "'%s' --config '%s'", path, conf);
+  cr_expect_eq(run_cli(args, out, sizeof out), 0, "%s", out);
+  char want[512];
+  snprintf(want, sizeof want, "recorded (PyTorch)   %s\n", conf);
+  cr_expect(strstr(out, want) != NULL, "%s", out);
+}

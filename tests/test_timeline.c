@@ -391,6 +391,33 @@ static void expect_error(ms_snapshot_t *s, const char *text) {
 #define TR(...) ((const tr_t[]){__VA_ARGS__})
 #define MiB ((uint64_t)1 << 20)
 
+/* A device with an empty trace (the model's trace table is then NULL): indexed, drawn and
+ * replayed without pointer arithmetic on NULL, and the viewer's data, whose summarized band then
+ * has no point, without memcpy from NULL: both undefined behaviour that UBSan reported
+ * (tests/fuzz/fuzz_consumers.c, issue #16 item 25; `make test SANITIZE=1` checks them here). */
+Test(timeline, device_with_an_empty_trace) {
+  ms_snapshot_t *s = build(SEG({0x100000, 2 * MiB}), 1, SEG({0x100000, 1024}), 1, NULL, 0);
+  cr_assert_null(s->trace);
+  ms_timeline_t *tl = NULL;
+  ms_errbuf_t eb = {{0}};
+  cr_assert_eq(ms_timeline_create(s, NULL, &tl, &eb), MS_OK, "%s", eb.msg);
+  cr_expect_eq(ms_timeline_ndevices(tl), 1);
+  cr_expect_eq(ms_timeline_nentries(tl, 0), 0);
+  ms_snapshot_t *at = NULL;
+  cr_assert_eq(ms_timeline_snapshot_at(tl, 0, 0, NULL, &at), MS_OK);
+  cr_expect_eq(at->nsegments, 1);
+  ms_snapshot_free(at);
+  ms_timeline_destroy(tl);
+  ms_tlv_t v;
+  cr_assert_eq(ms_tlv_compute(s, 0, false, 8, 0, SIZE_MAX, NULL, &v), MS_OK);
+  /* the snapshot's live block (a ghost: no alloc in the trace), then the summarized band */
+  cr_assert_eq(v.nseries, 2, "%zu series", v.nseries);
+  cr_expect(v.series[0].ghost && v.series[0].size == 1024);
+  cr_expect_eq(v.series[1].elem, -1);
+  ms_tlv_release(&v);
+  ms_snapshot_free(s);
+}
+
 Test(timeline, consistent_small_trace) {
   /* segment 2 MiB at 0x100000: alloc a (kept), alloc b, free b */
   ms_snapshot_t *s = build(SEG({0x100000, 2 * MiB}), 1, SEG({0x100000, 1024}), 1,

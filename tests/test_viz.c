@@ -591,6 +591,23 @@ Test(viz, folded_accepts_crlf_blank_lines_and_skips_negative_counts) {
   ms_flame_destroy(fl);
 }
 
+/* A first line whose stack ends in a word that starts with '-' ("... -3ain;k 3") was dropped as
+ * a line with a negative count: the sign of the word looked at for a second count stuck
+ * (found by tests/fuzz/fuzz_folded.c, issue #16 item 25). */
+Test(viz, folded_first_line_word_with_a_minus_is_not_a_negative_count) {
+  ms_flame_t *fl = flame_from("m> -3ain;k 3\nx 5\n", NULL);
+  cr_expect_eq(ms_flame_total(fl), 8);
+  cr_expect_eq(ms_flame_lines_skipped(fl), 0);
+  char *fo = folded_out(fl);
+  cr_expect_str_eq(fo, "m> -3ain;k 3\nx 5\n");
+  free(fo);
+  ms_flame_destroy(fl);
+  fl = flame_from("a -b 1 2\nc 3 -4\n", NULL); /* differential: the real negative is skipped */
+  cr_expect_eq(ms_flame_lines_skipped(fl), 1);
+  cr_expect(ms_flame_is_diff(fl));
+  ms_flame_destroy(fl);
+}
+
 Test(viz, folded_in_pieces_equals_whole) {
   /* Every split point, and byte-at-a-time feeding, give the same tree. */
   const char *text = basic_folded;

@@ -145,6 +145,37 @@ MS_API MS_NODISCARD int ms_replay_min_capacity(const ms_snapshot_t *snap, int de
                                                const char *config, size_t *out,
                                                ms_errbuf_t *eb);
 
+/* ---- the values of `memsnap replay`'s options --------------------------------------------------
+ * Parsed here, not in the CLI, so that they are tested and fuzzed (tests/fuzz/fuzz_cli_values.c). */
+
+/* Parses a device capacity as --capacity takes it: digits, an optional fraction (a point and
+ * digits), then an optional binary unit K, M, G or T (any case; "iB" may follow) or a lone "B":
+ * "24GiB", "8000M", "1.5G", "4k", "2TB", "123456789". Nothing else: no sign, blank, hexadecimal,
+ * exponent, "inf" or "nan" ("0x10" is an error, not 16 bytes). A fraction of a byte is dropped.
+ * @return MS_OK with *out >= 1; MS_EINVAL for text outside that grammar or a size under one byte
+ * ("0", "0.1"); MS_ELIMIT for 2^64 bytes or more. eb (may be NULL) says what is wrong and where;
+ * *out is untouched on failure. */
+MS_API MS_NODISCARD int ms_replay_parse_capacity(const char *s, size_t *out, ms_errbuf_t *eb);
+
+/* The configurations of a --sweep: one MEMSNAP_ALLOC_CONF string per combination. */
+typedef struct ms_replay_sweep_s {
+  size_t n;       /* number of combinations (1 to 256) */
+  char **configs; /* "key:v1,key2:v3", the first key varying slowest */
+} ms_replay_sweep_t;
+
+/* Expands SPEC, `key=v1,v2,...;key2=v3,...` (at most 8 keys of at most 32 values each, at most
+ * 1023 bytes, at most 256 combinations), into every combination. A value may be a bracketed list
+ * holding commas (roundup_power2_divisions=[256:1,>:4],[>:8]); blanks before a key are skipped;
+ * the values themselves are checked by ms_alloc_config_parse(), not here.
+ * @return MS_OK with *out (free with ms_replay_sweep_release); MS_EINVAL (malformed: "expected
+ * 'key=v1,v2;key2=v3,...'", "unbalanced brackets", "key 'K' appears twice ..."), MS_ELIMIT (too
+ * long, too many keys, values or combinations), MS_ENOMEM; eb (may be NULL) says which. *out is
+ * untouched on failure. */
+MS_API MS_NODISCARD int ms_replay_sweep_parse(const char *spec, ms_replay_sweep_t *out,
+                                              ms_errbuf_t *eb);
+/* Frees what ms_replay_sweep_parse() gave and zeroes *s. Accepts NULL and a zeroed struct. */
+MS_API void ms_replay_sweep_release(ms_replay_sweep_t *s);
+
 MS_EXTERN_C_END
 
 #endif /* MEMSNAP_REPLAY_H */

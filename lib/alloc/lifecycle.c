@@ -62,11 +62,13 @@ int ms_allocator_create(const ms_allocator_config_t *cfg, ms_allocator_t **out, 
     ms__warning("expandable_segments not supported on this platform");
     a->cfg.expandable_segments = false;
   }
-  if (a->cfg.expandable_segments && ops->mem_granularity) {
+  if (a->cfg.expandable_segments) {
     /* Pages (2 MiB small, large_segment_size large) must be whole multiples of the device's
-     * granularity: refused here rather than failing at the first map. */
-    size_t gran = 0;
-    r = ops->mem_granularity(ops->ctx, cfg->device, &gran);
+     * granularity: refused here rather than failing at the first map. A backend without
+     * mem_granularity maps multiples of 2 MiB (memsnap/backend.h): large_segment_size_mb:31 is
+     * refused there too (every large malloc failed with "invalid argument"; fuzz_alloc_conf). */
+    size_t gran = (size_t)2 << 20;
+    r = ops->mem_granularity ? ops->mem_granularity(ops->ctx, cfg->device, &gran) : MS_OK;
     if (r == MS_OK && gran && (MS_SMALL_BUFFER % gran || a->cfg.large_segment_size % gran))
       r = ms__errbuf_set(eb, MS_ECONFIG,
                          "expandable_segments: the page sizes (%zu and large_segment_size %zu "

@@ -13,6 +13,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "memsnap/common.h"
 #include "memsnap/error.h"
@@ -38,6 +39,12 @@ struct ms_source_s;
 struct ms_snapshot_s;
 int ms__pickle_read(struct ms_source_s *src, unsigned flags, struct ms_snapshot_s **out,
                     ms_errbuf_t *eb, bool *cannot_skip);
+/* "load.c": ms_snapshot_load_ex() on an open stream, named `name` in messages. rewindable false
+ * reads it as standard input is read (one pass, never a seek); true may seek back to re-read a
+ * pickle whose trace could not be skipped. fp stays open, the caller's. Also the entry point of
+ * tests/fuzz/fuzz_load.c. */
+int ms__snapshot_load_fp(FILE *fp, const char *name, bool rewindable, unsigned flags,
+                         struct ms_snapshot_s **out, ms_errbuf_t *eb);
 
 /* "output.c" */
 void ms__message(const char *prefix, const char *fmt, ...) MS_PRINTF(2, 3);

@@ -34,7 +34,7 @@ static int rp_prepare(const ms_snapshot_t *s, size_t d, rp_trace_t *tr, ms_repla
   tr->device = (int)d;
   tr->first = s->devices[d].first_trace;
   tr->n = s->devices[d].ntrace;
-  tr->t = s->trace + tr->first;
+  tr->t = tr->n ? s->trace + tr->first : NULL; /* not NULL + 0 */
   if (s->devices[d].present & MS_DEV_HAS_CAPACITY) tr->device_total = s->devices[d].capacity;
   ms__rp_config_of(s, &tr->cfg);
   tr->burst_kind = calloc(tr->n ? tr->n : 1, 1);

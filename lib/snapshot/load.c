@@ -402,6 +402,17 @@ int ms_snapshot_load_ex(const char *path, unsigned flags, ms_snapshot_t **out, m
       return ms__errbuf_set(eb, MS_EIO, "cannot read '%s': Is a directory", name);
     }
   }
+  int rc = ms__snapshot_load_fp(fp, name, !is_stdin, flags, out, eb);
+  if (!is_stdin) fclose(fp);
+  return rc;
+}
+
+int ms__snapshot_load_fp(FILE *fp, const char *name, bool rewindable, unsigned flags,
+                         ms_snapshot_t **out, ms_errbuf_t *eb) {
+  if (!fp || !name || !out) return ms__errbuf_set(eb, MS_EINVAL, "no input stream");
+  if (flags & ~(unsigned)MS_LOAD_NO_TRACE)
+    return ms__errbuf_set(eb, MS_EINVAL, "unknown load flags 0x%x", flags);
+  int is_stdin = !rewindable;
   char head[LOAD_PEEK];
   size_t n = 0;
   while (n < sizeof head) {
@@ -411,7 +422,6 @@ int ms_snapshot_load_ex(const char *path, unsigned flags, ms_snapshot_t **out, m
   }
   if (ferror(fp)) {
     int e = errno;
-    if (!is_stdin) fclose(fp);
     return ms__errbuf_set(eb, MS_EIO, "cannot read '%s': %s", name, strerror(e));
   }
   peek_source_t ps = {head, n, 0, fp};
@@ -444,7 +454,6 @@ int ms_snapshot_load_ex(const char *path, unsigned flags, ms_snapshot_t **out, m
                 : ms__errbuf_set(&inner, MS_EFORMAT, "not a memsnap snapshot or PyTorch pickle");
     break;
   }
-  if (!is_stdin) fclose(fp);
   if (rc != MS_OK) return ms__errbuf_set(eb, rc, "'%s': %s", name, inner.msg);
   *out = snap;
   return MS_OK;

@@ -419,7 +419,7 @@ int ms_timeline_create(const ms_snapshot_t *snap, const ms_timeline_config_t *cf
         ms_timeline_destroy(tl);
         return ms__errbuf_set(eb, MS_EFORMAT, "device %zu: trace out of range", i);
       }
-      d->trace = snap->trace + sd->first_trace;
+      d->trace = sd->ntrace ? snap->trace + sd->first_trace : NULL; /* not NULL + 0 */
       d->n = sd->ntrace;
     }
     int rc = tl_build_dev(tl, i, eb);

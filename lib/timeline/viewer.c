@@ -448,9 +448,11 @@ static int tlv_output(tlv_ctx_t *c, size_t dev, bool plot_segments, ms_tlv_t *ou
   band.elem = -1;
   band.first_point = r->pts.len;
   band.npoints = band_pts;
-  memcpy(out->timesteps + r->pts.len, r->s_t.ptr, band_pts * sizeof(int64_t));
+  if (band_pts) { /* an empty band has no buffers: memcpy from NULL is undefined even for 0 bytes */
+    memcpy(out->timesteps + r->pts.len, r->s_t.ptr, band_pts * sizeof(int64_t));
+    memcpy(out->sizes + r->pts.len, r->s_size.ptr, band_pts * sizeof(int64_t));
+  }
   memcpy(out->offsets + r->pts.len, r->s_off.ptr, (band_pts + 1) * sizeof(int64_t));
-  memcpy(out->sizes + r->pts.len, r->s_size.ptr, band_pts * sizeof(int64_t));
   c->ser.ptr[c->ser.len++] = band;
   out->npoints = total_pts;
   out->device = dev;
@@ -479,8 +481,8 @@ int ms_tlv_compute(const ms_snapshot_t *snap, size_t dev, bool plot_segments, si
   size_t n = 0;
   if (dev >= 4096) return MS_EINVAL;
   if (dev < snap->ndevices) {
-    trace = snap->trace + snap->devices[dev].first_trace;
     n = snap->devices[dev].ntrace;
+    trace = n ? snap->trace + snap->devices[dev].first_trace : NULL; /* not NULL + 0 */
   }
   if (last > n) last = n;
   if (first > last) first = last;

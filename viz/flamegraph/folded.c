@@ -28,11 +28,12 @@ void ms__folded_release(ms__folded_t *f) {
 
 static int is_blank(char c) { return c == ' ' || c == '\t'; }
 
-/* Parses a count field. @return 1 valid (*neg, *v set), 0 not a number, -1 out of range. */
+/* Parses a count field. @return 1 valid (*neg, *v set), 0 not a number, -1 out of range;
+ * *neg and *v are set only when valid (a stack whose last word is "-3ain" is not negative). */
 static int folded_count(const char *s, size_t len, int *neg, uint64_t *v) {
-  *neg = 0;
+  int minus = 0;
   if (len && (s[0] == '-' || s[0] == '+')) {
-    *neg = s[0] == '-';
+    minus = s[0] == '-';
     s++;
     len--;
   }
@@ -46,6 +47,7 @@ static int folded_count(const char *s, size_t len, int *neg, uint64_t *v) {
     else x = x * 10 + d;
   }
   if (!range) return -1;
+  *neg = minus;
   *v = x;
   return 1;
 }

@@ -147,7 +147,7 @@ static int view_bin_trace(vb_t *b, const char *prefix, const ms_snapshot_t *s, s
   vb_begin(b, name, type)
   const ms_snap_device_t *d = dev < s->ndevices ? &s->devices[dev] : NULL;
   size_t n = d ? d->ntrace : 0;
-  const ms_snap_trace_t *t = d ? s->trace + d->first_trace : NULL;
+  const ms_snap_trace_t *t = n ? s->trace + d->first_trace : NULL; /* not NULL + 0 */
   /* addresses, streams and times change little from one entry to the next: delta coded when
    * every value is exact that way */
   bool ea = true, es = true, et = true;

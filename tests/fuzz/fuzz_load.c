@@ -1,0 +1,121 @@
+/* SPDX-License-Identifier: MIT
+ * libFuzzer target for ms_snapshot_load's format detection and its two ways of reading (issue #16
+ * item 25): any bytes as a file (rewindable: a pickle whose trace cannot be skipped is read
+ * again from the start) and as standard input (one pass, never a seek), through the loader's
+ * stream entry point ms__snapshot_load_fp (lib/common/internal.h), which ms_snapshot_load_ex calls
+ * for a path and for "-". The detection sees memsnap files, gzip-compressed memsnap files,
+ * pickles and gzip-compressed pickles (the gzip magic is checked by inflating the head).
+ * The first byte chooses the flags (MS_LOAD_NO_TRACE or none); the rest is the file. For every
+ * input:
+ *  - each way answers MS_OK or an error whose message names the input ("'NAME': ...");
+ *  - without flags, the file and standard input give the same answer (the same message, or
+ *    snapshots of the same sizes), and ms_format_detect agrees with what was read;
+ *  - with MS_LOAD_NO_TRACE the file is accepted whenever it is without flags (and maybe more: the
+ *    entries of a skipped trace are not type-checked), with the same segments and blocks;
+ *    standard input may refuse (MS_EUNSUPPORTED) what needs a second pass;
+ *  - one input in 64 also goes through a real file and ms_snapshot_load_ex(path), which must
+ *    agree with the stream.
+ *
+ * Built and run by scripts/fuzz.sh (make fuzz); seeds in tests/fuzz/corpus/fuzz_load/.
+ * fuzz-flags: -max_len=16384
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/internal.h"
+#include "fuzz_util.h"
+#include "memsnap/serialize.h"
+#include "memsnap/snapshot.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static FILE *open_mem(const uint8_t *data, size_t size) {
+  /* fmemopen refuses (or misreads) an empty buffer on some libcs: /dev/null is empty too */
+  if (size == 0) return fopen("/dev/null", "rb");
+  return fmemopen((void *)data, size, "rb");
+}
+
+static int load(const uint8_t *data, size_t size, const char *name, bool rewindable, unsigned flags,
+                ms_snapshot_t **out, ms_errbuf_t *eb) {
+  FILE *fp = open_mem(data, size);
+  FZ_CHECK(fp != NULL, "cannot open a memory stream");
+  eb->msg[0] = 0;
+  *out = NULL;
+  int rc = ms__snapshot_load_fp(fp, name, rewindable, flags, out, eb);
+  fclose(fp);
+  if (rc != MS_OK) {
+    FZ_CHECK(*out == NULL, "out-parameter set on failure");
+    char want[64];
+    snprintf(want, sizeof want, "'%s': ", name);
+    FZ_CHECK(strncmp(eb->msg, want, strlen(want)) == 0 && eb->msg[strlen(want)] != 0,
+             "message '%s' does not name the input", eb->msg);
+  } else {
+    FZ_CHECK(*out != NULL, "MS_OK without a snapshot");
+  }
+  return rc;
+}
+
+static int same_sizes(const ms_snapshot_t *a, const ms_snapshot_t *b) {
+  return a->nsegments == b->nsegments && a->nblocks == b->nblocks && a->ntrace == b->ntrace &&
+         a->nframes == b->nframes && a->ndevices == b->ndevices && a->nhistory == b->nhistory;
+}
+
+/* Through a real file and the public path entry point: the same answer as the stream. */
+static void via_path(const uint8_t *data, size_t size, unsigned flags, int rc,
+                     const ms_snapshot_t *s) {
+  char path[] = "/tmp/memsnap-fuzz-load-XXXXXX";
+  int fd = mkstemp(path);
+  if (fd < 0) return;
+  FZ_CHECK(size == 0 || write(fd, data, size) == (ssize_t)size, "write");
+  close(fd);
+  ms_snapshot_t *p = NULL;
+  ms_errbuf_t eb = {{0}};
+  int rp = ms_snapshot_load_ex(path, flags, &p, &eb);
+  unlink(path);
+  FZ_CHECK(rp == rc, "path %d, stream %d (%s)", rp, rc, eb.msg);
+  if (rp == MS_OK) FZ_CHECK(same_sizes(p, s), "path and stream: other sizes");
+  ms_snapshot_free(p);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  if (size < 1) return 0;
+  unsigned flags = (data[0] & 1) ? MS_LOAD_NO_TRACE : 0;
+  bool through_path = (data[0] >> 1) % 64 == 0;
+  data++;
+  size--;
+  ms_snapshot_t *f = NULL, *in = NULL, *full = NULL;
+  ms_errbuf_t ef, ei, eu;
+  int rf = load(data, size, "file", true, flags, &f, &ef);
+  int ri = load(data, size, "<stdin>", false, flags, &in, &ei);
+  if (flags == 0) {
+    FZ_CHECK(rf == ri, "file %d, stdin %d", rf, ri);
+    if (rf == MS_OK)
+      FZ_CHECK(same_sizes(f, in), "file and stdin: other sizes");
+    else
+      FZ_CHECK(strcmp(ef.msg + strlen("'file'"), ei.msg + strlen("'<stdin>'")) == 0,
+               "file and stdin: '%s' / '%s'", ef.msg, ei.msg);
+    ms_format fmt = ms_format_detect(data, size < 4096 ? size : 4096);
+    if (rf == MS_OK && fmt == MS_FORMAT_UNKNOWN)
+      FZ_CHECK(size >= 2 && data[0] == 0x1f && data[1] == 0x8b, "accepted an unknown format");
+  } else {
+    int ru = load(data, size, "file", true, 0, &full, &eu);
+    /* without the trace, entries are not type-checked: it may accept what a full read refuses */
+    FZ_CHECK(ru != MS_OK || rf == MS_OK, "without the trace %d, in full %d (%s)", rf, ru, ef.msg);
+    if (rf == MS_OK && ru == MS_OK)
+      FZ_CHECK(f->nsegments == full->nsegments && f->nblocks == full->nblocks &&
+                   f->ndevices == full->ndevices,
+               "without the trace: other segments or blocks");
+    if (ri == MS_OK)
+      FZ_CHECK(rf == MS_OK && same_sizes(in, f), "stdin without the trace differs");
+    else if (rf == MS_OK)
+      FZ_CHECK(ri == MS_EUNSUPPORTED, "stdin refused what the file took: %s", ei.msg);
+    ms_snapshot_free(full);
+  }
+  if (through_path) via_path(data, size, flags, rf, f);
+  ms_snapshot_free(f);
+  ms_snapshot_free(in);
+  return 0;
+}
