@@ -428,6 +428,39 @@ Test(replay, private_pools_unreplayable, .timeout = 30) {
   ms_snapshot_free(s);
 }
 
+/* A snapshot whose segments' blocks do not tile them cannot give a start state (fuzz_consumers
+ * found an allocator assertion behind one): unreplayable with the reason, for every kind of run. */
+Test(replay, segment_blocks_that_do_not_tile_unreplayable, .timeout = 30) {
+  rec_t r;
+  rec_open(&r, "", 1024 * MiB, 1000);
+  ms_devptr_t p[3];
+  for (int k = 0; k < 3; k++) cr_assert_eq(ms_allocator_malloc(r.al, 3 * MiB, 0, &p[k]), MS_OK);
+  cr_assert_eq(ms_allocator_free(r.al, p[1]), MS_OK);
+  ms_snapshot_t *s = rec_close(&r);
+  cr_assert_gt(s->nsegments, 0);
+  ms_snap_segment_t *g = &s->segments[0];
+  cr_assert_gt(g->nblocks, 1);
+  static const char *const want[] = {"does not follow the one before", "its blocks cover"};
+  for (int mode = 0; mode < 2; mode++) {
+    ms_snap_block_t *b = &s->blocks[g->first_block + (mode ? g->nblocks - 1 : 0)];
+    uint64_t keep = b->size;
+    b->size -= 512; /* mode 0: a gap after the first block; mode 1: the end is not covered */
+    ms_replay_report_t *rep = check(s, 0);
+    cr_expect_eq(rep->devices[0].verdict, MS_REPLAY_UNREPLAYABLE);
+    cr_expect(strstr(rep->devices[0].reason, "is inconsistent") &&
+                  strstr(rep->devices[0].reason, want[mode]),
+              "%s", rep->devices[0].reason);
+    ms_replay_report_free(rep);
+    size_t cap = 0;
+    ms_errbuf_t eb = {{0}};
+    cr_expect_neq(ms_replay_min_capacity(s, 0, "max_split_size_mb:20,roundup_power2_divisions:4",
+                                         &cap, &eb),
+                  MS_OK);
+    b->size = keep;
+  }
+  ms_snapshot_free(s);
+}
+
 /* ---- what-if ---------------------------------------------------------------------------------- */
 
 /* Fragmenting workload: sizes drift upward (the batch grows), each step frees the previous

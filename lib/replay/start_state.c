@@ -101,7 +101,8 @@ bool ms__rp_replayable(const rp_trace_t *tr, char *why, size_t cap) {
     const ms_snap_trace_t *e = &tr->t[i];
     if (e->action == MS_TRACE_ALLOC) nalloc++;
     if (e->action == MS_TRACE_FREE_REQUESTED) nfree++;
-    if ((e->present & MS_TRACE_HAS_POOL_ID) && (ms_snap_trace_pool(e, 0) || ms_snap_trace_pool(e, 1))) {
+    if ((e->present & MS_TRACE_HAS_POOL_ID) &&
+        (ms_snap_trace_pool(e, 0) || ms_snap_trace_pool(e, 1))) {
       snprintf(why, cap,
                "uses private pools (CUDA graphs or MemPool), which replay does not model");
       return false;
@@ -122,6 +123,26 @@ bool ms__rp_replayable(const rp_trace_t *tr, char *why, size_t cap) {
     if (sg->pool_id[0] || sg->pool_id[1]) {
       snprintf(why, cap,
                "uses private pools (CUDA graphs or MemPool), which replay does not model");
+      return false;
+    }
+    /* the start state is rebuilt from the segments: their blocks must tile them, in order */
+    uint64_t at = sg->address;
+    for (uint32_t k = 0; k < sg->nblocks; k++) {
+      const ms_snap_block_t *bl = &s->blocks[sg->first_block + k];
+      if (bl->address != at || bl->size == 0 || bl->size > sg->total_size - (at - sg->address)) {
+        snprintf(why, cap,
+                 "segment %zu (0x%" PRIx64 ") is inconsistent: its block %" PRIu32
+                 " does not follow the one before inside the segment",
+                 i, sg->address, k);
+        return false;
+      }
+      at += bl->size;
+    }
+    if (sg->nblocks && at - sg->address != sg->total_size) {
+      snprintf(why, cap,
+               "segment %zu (0x%" PRIx64 ") is inconsistent: its blocks cover %" PRIu64
+               " of its %" PRIu64 " bytes",
+               i, sg->address, at - sg->address, sg->total_size);
       return false;
     }
   }
