@@ -289,7 +289,8 @@ int ms__snapbuild_frame(ms__snapbuild_t *b, const char *name, size_t name_len,
 /* The committed frame indices first..+n equal frames[0..n). */
 static bool stack_equal(const ms__snapbuild_t *b, uint32_t first, const uint32_t *frames,
                         size_t n) {
-  if (b->sf_wide) return n == 0 || memcmp(b->sf32.ptr + first, frames, n * sizeof *frames) == 0;
+  if (n == 0) return true; /* the tables may have no storage yet: no pointer into them */
+  if (b->sf_wide) return memcmp(b->sf32.ptr + first, frames, n * sizeof *frames) == 0;
   const uint16_t *p = b->sf16.ptr + first;
   for (size_t i = 0; i < n; i++)
     if (p[i] != frames[i]) return false;
@@ -348,9 +349,8 @@ static int stack_add(ms__snapbuild_t *b, const uint32_t *fr, size_t n, uint32_t 
     b->sf32.len += n;
   } else {
     if (BIG_RESERVE(&b->sf16, n)) return MS_ENOMEM;
-    uint16_t *d = b->sf16.ptr + b->sf16.len;
-    for (size_t i = 0; i < n; i++)
-      d[i] = (uint16_t)fr[i];
+    for (size_t i = 0; i < n; i++) /* (no pointer into sf16 before it has storage) */
+      b->sf16.ptr[b->sf16.len + i] = (uint16_t)fr[i];
     b->sf16.len += n;
   }
   if (n && max >= b->stack_frame_bound) b->stack_frame_bound = max + 1;
