@@ -235,27 +235,16 @@ static void tl_diff_add(int64_t *diff, size_t a, size_t b, int64_t delta) {
   diff[b + 1] -= delta;
 }
 
-/* An array of n elements for the index, advised to live on huge pages as the model's big tables
- * are (ms__bigvec_reserve): a 5 M-entry trace's per-entry arrays are 300 MB, 75,000 page faults
- * on 4 KiB pages. zero: filled with zeros. NULL when out of memory. */
-static void *tl_big_array(size_t n, size_t elem, bool zero) {
-  void *p = NULL;
-  size_t cap = 0;
-  if (ms__bigvec_reserve(&p, &cap, 0, n ? n : 1, elem)) return NULL;
-  if (zero) memset(p, 0, (n ? n : 1) * elem);
-  return p;
-}
-
 static int tl_build_dev(ms_timeline_t *tl, size_t dev, ms_errbuf_t *eb) {
   tl_dev_t *d = &tl->dev[dev];
   size_t n = d->n;
-  d->pair = tl_big_array(n, sizeof *d->pair, false);
-  d->bsize = tl_big_array(n, sizeof *d->bsize, true);
-  uint64_t *room = tl_big_array(n + 2, sizeof *room, false);
-  uint32_t *freq = tl_big_array(n, sizeof *freq, false);
-  uint8_t *counted = tl_big_array(n, 1, false);
+  d->pair = malloc((n ? n : 1) * sizeof *d->pair);
+  d->bsize = calloc(n ? n : 1, sizeof *d->bsize);
+  uint64_t *room = malloc((n + 2) * sizeof *room);
+  uint32_t *freq = malloc((n ? n : 1) * sizeof *freq);
+  uint8_t *counted = malloc(n ? n : 1);
   for (int m = 0; m < MS_TL_METRIC_COUNT; m++)
-    d->series[m] = tl_big_array(n + 1, sizeof(uint64_t), false);
+    d->series[m] = malloc((n + 1) * sizeof(uint64_t));
   bool ok = d->pair && d->bsize && room && freq && counted;
   for (int m = 0; m < MS_TL_METRIC_COUNT; m++)
     ok = ok && d->series[m];
