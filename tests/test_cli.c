@@ -864,6 +864,31 @@ Test(cli, memsnap_snapshot_trace_every_action) {
   run_free(&r);
 }
 
+Test(cli, pickle_trace_prints_the_frames_it_kept) {
+  /* `trace` reads a pickle without the stacks of the entries it prints by name
+   * (MS_LOAD_NO_TRACE_STACKS); the entries it prints with their frames keep them */
+  char p[300], q[300];
+  snprintf(p, sizeof p, "%s/step1.memsnap", tmpdir);
+  snprintf(q, sizeof q, "%s/step1-trace.pickle", tmpdir);
+  write_step(p, 1);
+  run_t c = RUN("convert", p, q);
+  cr_assert_eq(c.status, 0, "%s", c.err);
+  run_free(&c);
+  /* the pickle read back in full, as memsnap's format (always read whole) */
+  snprintf(p, sizeof p, "%s/step1-back.memsnap", tmpdir);
+  c = RUN("convert", q, p);
+  cr_assert_eq(c.status, 0, "%s", c.err);
+  run_free(&c);
+  run_t a = RUN("trace", p), b = RUN("trace", q);
+  cr_expect_eq(b.status, 0, "%s", b.err);
+  cr_expect(strstr(b.out, "'frames': [{'name': 'train_step', 'filename': '/src/train.c', "
+                          "'line': 42}, {'name': 'main', 'filename': '/src/main.c', 'line': 7}]}"),
+            "%s", b.out);
+  cr_expect_str_eq(a.out, b.out);
+  run_free(&a);
+  run_free(&b);
+}
+
 Test(cli, memsnap_snapshot_stats_and_summary) {
   char p[300];
   snprintf(p, sizeof p, "%s/step1.memsnap", tmpdir);

@@ -1828,7 +1828,7 @@ Test(pickle, skip_trace_flags_and_writers) {
   cr_assert_eq(k.n, 0);
   ms_snapshot_free(s);
   s = (ms_snapshot_t *)0x1;
-  cr_assert_eq(ms_snapshot_load_ex("/nonexistent", 0x2, &s, &eb), MS_EINVAL);
+  cr_assert_eq(ms_snapshot_load_ex("/nonexistent", 0x4, &s, &eb), MS_EINVAL);
   cr_assert_eq(s, (ms_snapshot_t *)0x1);
   free(data);
 }
@@ -1888,4 +1888,223 @@ Test(pickle, trace_stacks_match_python) {
     free(text);
     free(data);
   }
+}
+
+/* ---- reading without the plain entries' stacks (MS_LOAD_NO_TRACE_STACKS) ---------------------- */
+
+static bool plain_action(uint8_t a) {
+  return a == MS_TRACE_ALLOC || a == MS_TRACE_FREE_REQUESTED || a == MS_TRACE_FREE_COMPLETED ||
+         a == MS_TRACE_SEGMENT_ALLOC || a == MS_TRACE_SEGMENT_FREE || a == MS_TRACE_OOM;
+}
+
+/* stack sa of a and sb of b hold the same frames */
+static void eq_stack_frames(const ms_snapshot_t *a, uint32_t sa, const ms_snapshot_t *b, uint32_t sb,
+                     const char *what, size_t i) {
+  uint32_t n = ms_snap_stack_depth(a, sa);
+  cr_assert_eq(ms_snap_stack_depth(b, sb), n, "%s %zu: depth", what, i);
+  for (uint32_t k = 0; k < n; k++) {
+    const ms_snap_frame_t *x = ms_snap_stack_frame(a, sa, k), *y = ms_snap_stack_frame(b, sb, k);
+    cr_assert_str_eq(x->name, y->name, "%s %zu frame %u", what, i, k);
+    cr_assert_str_eq(x->filename, y->filename, "%s %zu frame %u", what, i, k);
+    cr_assert_eq(x->line, y->line, "%s %zu frame %u", what, i, k);
+  }
+}
+
+/* part must equal full but for the plain entries' stacks, left out where the file had frames */
+static void eq_without_trace_stacks(const ms_snapshot_t *full, const ms_snapshot_t *part,
+                                    size_t *dropped) {
+  cr_assert(part->present & MS_SNAP_TRACE_STACKS_SKIPPED);
+  cr_assert_eq(part->present & ~(uint32_t)MS_SNAP_TRACE_STACKS_SKIPPED, full->present);
+  cr_assert_eq(part->ntrace, full->ntrace);
+  cr_assert_eq(part->nsegments, full->nsegments);
+  cr_assert_eq(part->nblocks, full->nblocks);
+  cr_assert_eq(part->ndevices, full->ndevices);
+  for (size_t i = 0; i < full->ntrace; i++) {
+    const ms_snap_trace_t *a = &full->trace[i], *b = &part->trace[i];
+    cr_assert(a->action == b->action && a->addr == b->addr && a->size == b->size &&
+                  a->stream == b->stream && a->time_us == b->time_us && a->present == b->present,
+              "trace entry %zu differs", i);
+    if (plain_action(a->action) && b->stack == MS_SNAP_NO_STACK && a->stack != MS_SNAP_NO_STACK) {
+      cr_assert(a->present & MS_TRACE_HAS_FRAMES, "trace entry %zu", i);
+      (*dropped)++;
+      continue;
+    }
+    eq_stack_frames(full, a->stack, part, b->stack, "trace entry", i);
+  }
+  for (size_t i = 0; i < full->nsegments; i++)
+    eq_stack_frames(full, full->segments[i].stack, part, part->segments[i].stack, "segment", i);
+  for (size_t i = 0; i < full->nblocks; i++)
+    eq_stack_frames(full, full->blocks[i].stack, part, part->blocks[i].stack, "block", i);
+}
+
+Test(pickle, no_trace_stacks_on_every_fixture) {
+  for (size_t i = 0; i < NFIXTURES; i++) {
+    size_t len, dropped = 0, plain = 0;
+    char *data = fixture(fixture_table[i].name, &len);
+    ms_snapshot_t *full = read_ok(data, len), *part = NULL;
+    ms_errbuf_t eb;
+    cr_assert_eq(read_mem_flags(data, len, MS_LOAD_NO_TRACE_STACKS, &part, &eb), MS_OK, "%s: %s",
+                 fixture_table[i].name, eb.msg);
+    eq_without_trace_stacks(full, part, &dropped);
+    /* a plain entry keeps its stack only when its frames list was a segment's or a block's
+     * (segments come first in PyTorch's files; the list is shared through the memo) */
+    for (size_t k = 0; k < full->ntrace; k++) {
+      uint32_t st = full->trace[k].stack;
+      if (!plain_action(full->trace[k].action) || !ms_snap_stack_depth(full, st)) continue;
+      plain++;
+      if (part->trace[k].stack == MS_SNAP_NO_STACK) continue;
+      bool shared = false;
+      for (size_t j = 0; j < full->nblocks && !shared; j++) shared = full->blocks[j].stack == st;
+      for (size_t j = 0; j < full->nsegments && !shared; j++)
+        shared = full->segments[j].stack == st;
+      cr_assert(shared, "%s: trace entry %zu kept its stack", fixture_table[i].name, k);
+    }
+    cr_assert(plain == 0 || dropped > 0, "%s: %zu of %zu left out", fixture_table[i].name,
+              dropped, plain);
+    /* with MS_LOAD_NO_TRACE the flag changes nothing */
+    ms_snapshot_t *a = NULL, *b = NULL;
+    cr_assert_eq(read_mem_flags(data, len, MS_LOAD_NO_TRACE, &a, &eb), MS_OK);
+    cr_assert_eq(read_mem_flags(data, len, MS_LOAD_NO_TRACE | MS_LOAD_NO_TRACE_STACKS, &b, &eb),
+                 MS_OK);
+    eq_model(a, b, true);
+    ms_snapshot_free(a);
+    ms_snapshot_free(b);
+    ms_snapshot_free(full);
+    ms_snapshot_free(part);
+    free(data);
+  }
+}
+
+/* {"device_traces": [[E1, E2]]}: E1 = {"action": "alloc", "addr": 4096, "size": 8, "frames":
+ * [f]} with its frames list memoized (slot 0); E2 = {"action": a2, ..., "frames": [g]}, or the
+ * memo's list again (share), or with "action" named a second time after the frames (again). */
+static pk_t two_entries(const char *a2, bool share, const char *again) {
+  pk_t k = {0};
+  pk_write(&k, "\x80\x04}(", 4);
+  pk_str(&k, "segments");
+  pk_write(&k, "]", 1);
+  pk_str(&k, "device_traces");
+  pk_write(&k, "](](", 4);
+  for (int e = 0; e < 2; e++) {
+    pk_write(&k, "}(", 2);
+    pk_str(&k, "action");
+    pk_str(&k, e ? a2 : "alloc");
+    pk_str(&k, "addr");
+    pk_int(&k, 4096);
+    pk_str(&k, "size");
+    pk_int(&k, 8);
+    pk_str(&k, "frames");
+    if (e && share) {
+      pk_write(&k, "h\x00", 2);
+    } else {
+      pk_write(&k, e ? "](}(" : "]q\x00(}(", e ? 4 : 6);
+      pk_str(&k, "name");
+      pk_str(&k, e ? "g" : "f");
+      pk_str(&k, "filename");
+      pk_str(&k, "a.py");
+      pk_str(&k, "line");
+      pk_int(&k, e ? 9 : 7);
+      pk_write(&k, "ue", 2); /* frame dict, frames list */
+    }
+    if (e && again) {
+      pk_str(&k, "action");
+      pk_str(&k, again);
+    }
+    pk_write(&k, "u", 1); /* the entry */
+  }
+  pk_write(&k, "eeu.", 4); /* device, device_traces, root */
+  return k;
+}
+
+Test(pickle, no_trace_stacks_keeps_what_trace_prints) {
+  /* an alloc loses its stack; a segment_map, a snapshot or an unknown action keeps its own */
+  static const char *const kept[] = {"segment_map", "segment_unmap", "snapshot", "annotate",
+                                     "something_new"};
+  for (size_t i = 0; i < sizeof kept / sizeof kept[0]; i++) {
+    pk_t k = two_entries(kept[i], false, NULL);
+    ms_snapshot_t *full = read_ok(k.p, k.n), *s = NULL;
+    ms_errbuf_t eb;
+    cr_assert_eq(read_mem_flags(k.p, k.n, MS_LOAD_NO_TRACE_STACKS, &s, &eb), MS_OK, "%s: %s",
+                 kept[i], eb.msg);
+    cr_assert_eq(s->ntrace, 2);
+    cr_assert_eq(s->trace[0].stack, MS_SNAP_NO_STACK);
+    cr_assert(s->trace[0].present & MS_TRACE_HAS_FRAMES);
+    cr_assert_eq(ms_snap_stack_depth(s, s->trace[1].stack), 1, "%s", kept[i]);
+    cr_assert_str_eq(ms_snap_stack_frame(s, s->trace[1].stack, 0)->name, "g");
+    cr_assert_eq(ms_snap_stack_frame(s, s->trace[1].stack, 0)->line, 9);
+    size_t dropped = 0;
+    eq_without_trace_stacks(full, s, &dropped);
+    cr_assert_eq(dropped, 1);
+    ms_snapshot_free(s);
+    ms_snapshot_free(full);
+    free(k.p);
+  }
+  /* two plain entries sharing one frames list through the memo: both without a stack */
+  pk_t k = two_entries("free_requested", true, NULL);
+  ms_snapshot_t *s = NULL;
+  ms_errbuf_t eb;
+  cr_assert_eq(read_mem_flags(k.p, k.n, MS_LOAD_NO_TRACE_STACKS, &s, &eb), MS_OK, "%s", eb.msg);
+  cr_assert_eq(s->trace[0].stack, MS_SNAP_NO_STACK);
+  cr_assert_eq(s->trace[1].stack, MS_SNAP_NO_STACK);
+  ms_snapshot_free(s);
+  free(k.p);
+}
+
+Test(pickle, no_trace_stacks_needed_elsewhere_reads_in_full) {
+  /* a stack left out but needed later (a shared frames list, an entry named again after its
+   * frames): the read says so; the loader reads the file again in full */
+  static const struct {
+    const char *a2, *again;
+    bool share;
+    const char *msg;
+  } cases[] = {
+      {"segment_map", NULL, true,
+       "device_traces[0][1].frames: needs a stack that was left out, so the trace's stacks "
+       "cannot be skipped"},
+      {"alloc", "snapshot", false,
+       "device_traces[0][1].action: needs a stack that was left out, so the trace's stacks "
+       "cannot be skipped"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    pk_t k = two_entries(cases[i].a2, cases[i].share, cases[i].again);
+    ms_snapshot_t *full = read_ok(k.p, k.n), *s = (ms_snapshot_t *)0x1;
+    ms_errbuf_t eb;
+    cr_assert_eq(read_mem_flags(k.p, k.n, MS_LOAD_NO_TRACE_STACKS, &s, &eb), MS_EUNSUPPORTED,
+                 "case %zu", i);
+    cr_assert_eq(s, (ms_snapshot_t *)0x1);
+    cr_assert(strstr(eb.msg, cases[i].msg), "case %zu: %s", i, eb.msg);
+    char path[512];
+    tmp_path(path, sizeof path, "stacks-shared.pickle");
+    FILE *f = fopen(path, "wb");
+    cr_assert(f);
+    cr_assert_eq(fwrite(k.p, 1, k.n, f), k.n);
+    fclose(f);
+    s = NULL;
+    cr_assert_eq(ms_snapshot_load_ex(path, MS_LOAD_NO_TRACE_STACKS, &s, &eb), MS_OK, "%s", eb.msg);
+    unlink(path);
+    eq_model(full, s, true); /* read in full: every stack is there */
+    cr_assert_eq(ms_snap_stack_depth(s, s->trace[1].stack), 1);
+    ms_snapshot_free(s);
+    ms_snapshot_free(full);
+    free(k.p);
+  }
+}
+
+Test(pickle, no_trace_stacks_not_written) {
+  size_t len;
+  char *data = fixture("a0kuma_adamw_small", &len);
+  ms_snapshot_t *s = NULL;
+  ms_errbuf_t eb;
+  cr_assert_eq(read_mem_flags(data, len, MS_LOAD_NO_TRACE_STACKS, &s, &eb), MS_OK);
+  pk_t k = {0};
+  ms_sink_t sink = {pk_write, &k};
+  cr_assert_eq(ms_pickle_write(s, &sink, &eb), MS_EINVAL);
+  cr_assert_str_eq(eb.msg, "the snapshot was loaded without its trace's stacks");
+  cr_assert_eq(ms_snapshot_write(s, NULL, &sink, &eb), MS_EINVAL);
+  cr_assert_str_eq(eb.msg, "the snapshot was loaded without its trace's stacks");
+  cr_assert_eq(k.n, 0);
+  ms_snapshot_free(s);
+  cr_assert_eq(read_mem_flags(data, len, 0x4, &s, &eb), MS_EINVAL);
+  cr_assert_str_eq(eb.msg, "unknown load flags 0x4");
+  free(data);
 }

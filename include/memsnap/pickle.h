@@ -46,6 +46,9 @@ MS_API MS_NODISCARD int ms_pickle_read(ms_source_t *src, ms_snapshot_t **out, ms
  * type-checked); the snapshot lists the devices with no trace entries and has MS_SNAP_TRACE_SKIPPED in `present`.
  * A file that shares a container of device_traces with a later part through the memo cannot be
  * read so: MS_EUNSUPPORTED (ms_snapshot_load_ex then reads it again in full).
+ * MS_LOAD_NO_TRACE_STACKS: see memsnap/serialize.h. A file that shares a frames list through the
+ * memo between an entry whose stack is left out and a place that keeps its stack, or that names
+ * an entry's action again after its frames, cannot be read so: MS_EUNSUPPORTED (likewise).
  * @return as ms_pickle_read(); MS_EINVAL for unknown flags. */
 MS_API MS_NODISCARD int ms_pickle_read_ex(ms_source_t *src, unsigned flags, ms_snapshot_t **out,
                                           ms_errbuf_t *eb);

@@ -385,7 +385,7 @@ int ms_snapshot_load(const char *path, ms_snapshot_t **out, ms_errbuf_t *eb) {
 
 int ms_snapshot_load_ex(const char *path, unsigned flags, ms_snapshot_t **out, ms_errbuf_t *eb) {
   if (!path || !out) return ms__errbuf_set(eb, MS_EINVAL, "no input path");
-  if (flags & ~(unsigned)MS_LOAD_NO_TRACE)
+  if (flags & ~(unsigned)MS_LOAD_FLAGS_ALL)
     return ms__errbuf_set(eb, MS_EINVAL, "unknown load flags 0x%x", flags);
   int is_stdin = strcmp(path, "-") == 0;
   const char *name = is_stdin ? "<stdin>" : path;
@@ -410,7 +410,7 @@ int ms_snapshot_load_ex(const char *path, unsigned flags, ms_snapshot_t **out, m
 int ms__snapshot_load_fp(FILE *fp, const char *name, bool rewindable, unsigned flags,
                          ms_snapshot_t **out, ms_errbuf_t *eb) {
   if (!fp || !name || !out) return ms__errbuf_set(eb, MS_EINVAL, "no input stream");
-  if (flags & ~(unsigned)MS_LOAD_NO_TRACE)
+  if (flags & ~(unsigned)MS_LOAD_FLAGS_ALL)
     return ms__errbuf_set(eb, MS_EINVAL, "unknown load flags 0x%x", flags);
   int is_stdin = !rewindable;
   char head[LOAD_PEEK];

@@ -360,8 +360,8 @@ int ms__mpr_meta(rd_t *r) {
         h->origin = (ms_snap_origin)v->via.u64;
         have |= HAVE_ORIGIN;
       } else {
-        /* MS_SNAP_TRACE_SKIPPED says how a snapshot was loaded, never what a file holds */
-        h->present = (uint32_t)v->via.u64 & ~(uint32_t)MS_SNAP_TRACE_SKIPPED;
+        /* MS_SNAP_TRACE_SKIPPED and _STACKS_SKIPPED say how a snapshot was loaded, never what a file holds */
+        h->present = (uint32_t)v->via.u64 & ~(uint32_t)(MS_SNAP_TRACE_SKIPPED | MS_SNAP_TRACE_STACKS_SKIPPED);
         have |= HAVE_PRESENT;
       }
     } else if (str_eq(k, "pid") || str_eq(k, "rank") || str_eq(k, "time_us")) {

@@ -443,6 +443,8 @@ int ms_snapshot_write(const ms_snapshot_t *snap, const ms_write_opts_t *opts, ms
   if (!snap || !sink || !sink->write) return ms__errbuf_set(eb, MS_EINVAL, "invalid argument");
   if (snap->present & MS_SNAP_TRACE_SKIPPED)
     return ms__errbuf_set(eb, MS_EINVAL, "the snapshot was loaded without its trace");
+  if (snap->present & MS_SNAP_TRACE_STACKS_SKIPPED)
+    return ms__errbuf_set(eb, MS_EINVAL, "the snapshot was loaded without its trace's stacks");
   int level = opts ? opts->compress : 0;
   if (level < 0 || level > 9)
     return ms__errbuf_set(eb, MS_EINVAL, "compression level %d is not in 0-9", level);

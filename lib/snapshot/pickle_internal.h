@@ -208,6 +208,7 @@ enum {
   OF_SEALED = 1u << 1,   /* frames list: ref is its interned stack */
   OF_INTERNED = 1u << 2, /* frame dict: ref is its interned frame */
   OF_PENDING = 1u << 3,  /* frames list of a trace entry, queued for interning (rd_pend_t) */
+  OF_DROPPED = 1u << 4,  /* frames list whose stack was left out (MS_LOAD_NO_TRACE_STACKS) */
 };
 
 typedef struct rd_obj_s {
@@ -275,6 +276,7 @@ typedef struct rd_s {
   uint32_t root_segments; /* the root dict's "segments" list */
   bool skip_trace;        /* MS_LOAD_NO_TRACE: trace entries become V_SKIP values */
   bool cannot_skip;       /* a skipped value was needed outside the trace */
+  bool drop_stacks;       /* MS_LOAD_NO_TRACE_STACKS: plain entries' frames lists are dropped */
   /* output */
   ms__snapbuild_t b;
   ms_errbuf_t *eb;

@@ -295,12 +295,47 @@ static int rd_want_obj(rd_t *r, const rd_ctx_t *c, const rd_val_t *v, uint8_t wa
   return MS_OK;
 }
 
-static int rd_frames_stack(rd_t *r, const rd_ctx_t *c, const rd_val_t *v, uint32_t *stack) {
+/* MS_LOAD_NO_TRACE_STACKS: a stack that was left out is needed (a frames list shared through the
+ * memo with a place that keeps its stack, or an entry named a kept action after its frames): the
+ * caller must read the file again in full. */
+static int rd_cannot_drop(rd_t *r, const rd_ctx_t *c) {
+  char p[300];
+  if (c->k)
+    ms__pickle_field_path(r, c->obj, c->k, p, sizeof p);
+  else
+    snprintf(p, sizeof p, "element %" PRIu32, c->idx);
+  r->cannot_skip = true;
+  return ms__pickle_err(r, MS_EUNSUPPORTED,
+                        "%s: needs a stack that was left out, so the trace's stacks cannot be "
+                        "skipped",
+                        p);
+}
+
+/* The actions whose entries MS_LOAD_NO_TRACE_STACKS leaves without a stack: those `memsnap trace`
+ * prints by name (everything else it prints with its frames). */
+static bool rd_plain_action(uint8_t a) {
+  return a == MS_TRACE_ALLOC || a == MS_TRACE_FREE_REQUESTED || a == MS_TRACE_FREE_COMPLETED ||
+         a == MS_TRACE_SEGMENT_ALLOC || a == MS_TRACE_SEGMENT_FREE || a == MS_TRACE_OOM;
+}
+
+/* The interned stack of a frames list; with `may_drop`, MS_SNAP_NO_STACK for a list whose stack
+ * was left out (MS_LOAD_NO_TRACE_STACKS), which is an error anywhere else. */
+static int rd_frames_stack_ex(rd_t *r, const rd_ctx_t *c, const rd_val_t *v, bool may_drop,
+                              uint32_t *stack) {
   uint32_t id = RD_NO_OBJ;
   MS_FORWARD_IF_ERROR(rd_want_obj(r, c, v, R_FRAMES, &id));
+  if (r->objs.ptr[id].flags & OF_DROPPED) {
+    if (!may_drop) return rd_cannot_drop(r, c);
+    *stack = MS_SNAP_NO_STACK;
+    return MS_OK;
+  }
   MS_FORWARD_IF_ERROR(rd_seal_frames(r, id));
   *stack = r->objs.ptr[id].ref;
   return MS_OK;
+}
+
+static int rd_frames_stack(rd_t *r, const rd_ctx_t *c, const rd_val_t *v, uint32_t *stack) {
+  return rd_frames_stack_ex(r, c, v, false, stack);
 }
 
 /* A record list (segments, blocks, ...): its records must be consecutive in the builder. */
@@ -619,11 +654,17 @@ static int rd_set_trace(rd_t *r, const rd_ctx_t *c, uint8_t key, const rd_val_t 
   uint32_t id = RD_NO_OBJ;
   ms_snap_trace_extra_t x;
   switch (key) {
-  case K_ACTION:
+  case K_ACTION: {
     x = ms__trace_extra_of(t);
     MS_FORWARD_IF_ERROR(rd_want_str(r, c, v, &x.action_name));
+    uint8_t was = t->action;
     t->action = (uint8_t)ms_trace_action_parse(x.action_name);
+    /* named again after its frames were left out, now as an action that keeps them */
+    if (r->drop_stacks && (t->present & MS_TRACE_HAS_FRAMES) && t->stack == MS_SNAP_NO_STACK &&
+        rd_plain_action(was) && !rd_plain_action(t->action))
+      return rd_cannot_drop(r, c);
     return rd_trace_extra(r, t, &x);
+  }
   case K_ADDR:
   case K_DEVICE_FREE: return rd_want_u64(r, c, v, &t->addr);
   case K_SIZE: return rd_want_u64(r, c, v, &t->size);
@@ -650,13 +691,20 @@ static int rd_set_trace(rd_t *r, const rd_ctx_t *c, uint8_t key, const rd_val_t 
     return rd_trace_extra(r, t, &x);
   case K_FRAMES: {
     uint32_t st = 0;
+    bool drop = r->drop_stacks && rd_plain_action(t->action);
     if (v->t == V_OBJ && v->v.obj == r->fbuf_owner && r->fbuf_len > 0) {
       /* the list just filled, the usual case: its stack is interned a little later */
       MS_FORWARD_IF_ERROR(rd_want_obj(r, c, v, R_FRAMES, &id));
       t->present |= MS_TRACE_HAS_FRAMES;
-      return rd_defer_frames(r, id, r->objs.ptr[c->obj].ref);
+      if (!drop) return rd_defer_frames(r, id, r->objs.ptr[c->obj].ref);
+      /* MS_LOAD_NO_TRACE_STACKS: its frame indices, last at the builder's tail, are dropped */
+      r->fbuf_owner = RD_NO_OBJ;
+      r->fbuf_len = 0;
+      r->objs.ptr[id].flags |= OF_SEALED | OF_DROPPED;
+      r->objs.ptr[id].ref = MS_SNAP_NO_STACK;
+      return MS_OK;
     }
-    MS_FORWARD_IF_ERROR(rd_frames_stack(r, c, v, &st));
+    MS_FORWARD_IF_ERROR(rd_frames_stack_ex(r, c, v, drop, &st));
     t = &b->trace.ptr[r->objs.ptr[c->obj].ref];
     t->stack = st;
     t->present |= MS_TRACE_HAS_FRAMES;
@@ -832,6 +880,7 @@ int ms__pickle_finish(rd_t *r, ms_snapshot_t **out) {
     return ms__pickle_err(r, MS_EFORMAT, "unexpected pickle structure: trace entries outside "
                                  "device_traces");
   if (r->skip_trace) b->hdr.present |= MS_SNAP_TRACE_SKIPPED;
+  if (r->drop_stacks) b->hdr.present |= MS_SNAP_TRACE_STACKS_SKIPPED;
   /* Settings maps must be referenced by their parents; the builder checks ranges. */
   ms_errbuf_t inner = {{0}};
   int rc = ms__snapbuild_finish(b, out, &inner);

@@ -747,7 +747,7 @@ int ms__pickle_read(ms_source_t *src, unsigned flags, ms_snapshot_t **out, ms_er
                     bool *cannot_skip) {
   if (cannot_skip) *cannot_skip = false;
   if (!src || !src->read || !out) return ms__errbuf_set(eb, MS_EINVAL, "invalid argument");
-  if (flags & ~(unsigned)MS_LOAD_NO_TRACE)
+  if (flags & ~(unsigned)MS_LOAD_FLAGS_ALL)
     return ms__errbuf_set(eb, MS_EINVAL, "unknown load flags 0x%x", flags);
   rd_t *r = calloc(1, sizeof *r);
   if (!r) return ms__errbuf_set(eb, MS_ENOMEM, "out of memory");
@@ -765,6 +765,7 @@ int ms__pickle_read(ms_source_t *src, unsigned flags, ms_snapshot_t **out, ms_er
   r->fbuf_owner = RD_NO_OBJ;
   r->pframe_free = RD_NO_OBJ;
   r->skip_trace = (flags & MS_LOAD_NO_TRACE) != 0;
+  r->drop_stacks = !r->skip_trace && (flags & MS_LOAD_NO_TRACE_STACKS) != 0;
   r->frame_end = RD_NO_FRAME;
   ms__snapbuild_init(&r->b);
   /* The first opcode must be PROTO (protocols 2 to 5); say so plainly for other files. */

@@ -526,6 +526,8 @@ int ms_pickle_write(const ms_snapshot_t *snap, ms_sink_t *sink, ms_errbuf_t *eb)
   if (!snap || !sink || !sink->write) return ms__errbuf_set(eb, MS_EINVAL, "invalid argument");
   if (snap->present & MS_SNAP_TRACE_SKIPPED)
     return ms__errbuf_set(eb, MS_EINVAL, "the snapshot was loaded without its trace");
+  if (snap->present & MS_SNAP_TRACE_STACKS_SKIPPED)
+    return ms__errbuf_set(eb, MS_EINVAL, "the snapshot was loaded without its trace's stacks");
   wr_t w;
   memset(&w, 0, sizeof w);
   w.sink = sink;
