@@ -252,7 +252,8 @@ int cmd_timeline(int argc, char **argv) {
                            "viewer's data covers the whole device)");
 
   ms_snapshot_t *snap = NULL;
-  if ((rc = cli_load(file, &snap)) != CLI_OK) return rc;
+  /* the trace is read through the time index, which never uses free_requested's stacks */
+  if ((rc = cli_load_ex(file, MS_LOAD_NO_FREE_STACKS, &snap)) != CLI_OK) return rc;
   const char *name = cli_display_name(file);
   if (json)
     rc = timeline_json(snap, name, &ta, segments != 0, max_entries);

@@ -148,7 +148,8 @@ int cmd_top(int argc, char **argv) {
                               at_s ? at_s : "peak")) != CLI_OK)
     return rc;
   ms_snapshot_t *snap = NULL;
-  if ((rc = cli_load(file, &snap)) != CLI_OK) return rc;
+  /* the trace is read through the time index, which never uses free_requested's stacks */
+  if ((rc = cli_load_ex(file, MS_LOAD_NO_FREE_STACKS, &snap)) != CLI_OK) return rc;
   const char *name = cli_display_name(file);
   ms_snapshot_t *at = NULL;
   size_t dev = 0, step = 0;

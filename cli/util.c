@@ -351,8 +351,10 @@ int cli_view_main(const char *cmd, const char *usage, ms_view_kind kind, int arg
   if ((rc = cli_tl_args_parse(cmd, &ta, device_s, range_s, stream_s, pool_s, at_s)) != CLI_OK)
     return rc;
   ms_snapshot_t *snap = NULL, *view = NULL;
-  /* the views at the end need no trace; a moment, a range or a filter does */
-  if ((rc = cli_load_ex(pos[0], cli_tl_args_need_trace(&ta) ? 0 : MS_LOAD_NO_TRACE, &snap)) !=
+  /* the views at the end need no trace; a moment, a range or a filter does, read through the time
+   * index (which never uses free_requested's stacks) */
+  if ((rc = cli_load_ex(pos[0], cli_tl_args_need_trace(&ta) ? MS_LOAD_NO_FREE_STACKS : MS_LOAD_NO_TRACE,
+                        &snap)) !=
       CLI_OK)
     return rc;
   if ((rc = cli_at_snapshot(snap, cli_display_name(pos[0]), &ta, true, &view, NULL, NULL)) !=

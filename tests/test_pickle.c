@@ -1828,7 +1828,7 @@ Test(pickle, skip_trace_flags_and_writers) {
   cr_assert_eq(k.n, 0);
   ms_snapshot_free(s);
   s = (ms_snapshot_t *)0x1;
-  cr_assert_eq(ms_snapshot_load_ex("/nonexistent", 0x4, &s, &eb), MS_EINVAL);
+  cr_assert_eq(ms_snapshot_load_ex("/nonexistent", 0x8, &s, &eb), MS_EINVAL);
   cr_assert_eq(s, (ms_snapshot_t *)0x1);
   free(data);
 }
@@ -2104,7 +2104,141 @@ Test(pickle, no_trace_stacks_not_written) {
   cr_assert_str_eq(eb.msg, "the snapshot was loaded without its trace's stacks");
   cr_assert_eq(k.n, 0);
   ms_snapshot_free(s);
-  cr_assert_eq(read_mem_flags(data, len, 0x4, &s, &eb), MS_EINVAL);
-  cr_assert_str_eq(eb.msg, "unknown load flags 0x4");
+  cr_assert_eq(read_mem_flags(data, len, 0x8, &s, &eb), MS_EINVAL);
+  cr_assert_str_eq(eb.msg, "unknown load flags 0x8");
   free(data);
+}
+
+/* ---- reading without the frees' stacks (MS_LOAD_NO_FREE_STACKS) ---------------------------- */
+
+typedef struct fe_s {
+  const char *action;
+  int addr;
+  int frames;      /* >= 0: a new frames list with one frame of that line; -1 - k: memo slot k */
+  int put;         /* memoize the new list in this slot (-1: not) */
+  int addr_again;  /* >= 0: "addr" named again, after the frames, with this value */
+  bool two_batches; /* the entry's dict filled by two SETITEMS */
+} fe_t;
+
+static pk_t free_entries(const fe_t *e, size_t n) {
+  pk_t k = {0};
+  pk_write(&k, "\x80\x04}(", 4);
+  pk_str(&k, "segments");
+  pk_write(&k, "]", 1);
+  pk_str(&k, "device_traces");
+  pk_write(&k, "](](", 4);
+  for (size_t i = 0; i < n; i++) {
+    pk_write(&k, "}(", 2);
+    pk_str(&k, "action");
+    pk_str(&k, e[i].action);
+    pk_str(&k, "addr");
+    pk_int(&k, e[i].addr);
+    if (e[i].two_batches) pk_write(&k, "u(", 2);
+    pk_str(&k, "size");
+    pk_int(&k, 512);
+    pk_str(&k, "frames");
+    if (e[i].frames < 0) {
+      char get[2] = {'h', (char)(-1 - e[i].frames)};
+      pk_write(&k, get, 2);
+    } else {
+      pk_write(&k, "]", 1);
+      if (e[i].put >= 0) {
+        char put[2] = {'q', (char)e[i].put};
+        pk_write(&k, put, 2);
+      }
+      pk_write(&k, "(}(", 3);
+      pk_str(&k, "name");
+      pk_str(&k, "f");
+      pk_str(&k, "filename");
+      pk_str(&k, "a.py");
+      pk_str(&k, "line");
+      pk_int(&k, e[i].frames);
+      pk_write(&k, "ue", 2); /* frame dict, frames list */
+    }
+    if (e[i].addr_again >= 0) {
+      pk_str(&k, "addr");
+      pk_int(&k, e[i].addr_again);
+    }
+    pk_write(&k, "u", 1); /* the entry */
+  }
+  pk_write(&k, "eeu.", 4); /* device, device_traces, root */
+  return k;
+}
+
+Test(pickle, no_free_stacks_pairs_as_the_index_does) {
+  /* a block's frees share one memoized list (as PyTorch writes them) and lose it when the
+   * block's alloc is in the trace; a free_completed whose alloc is not keeps its stack */
+  static const fe_t e[] = {
+      {"alloc", 4096, 1, -1, -1, false},
+      {"free_requested", 4096, 2, 0, -1, false},
+      {"free_completed", 4096, -1, -1, -1, false},   /* memo slot 0: the free_requested's */
+      {"free_requested", 8192, 3, 1, -1, false},     /* allocated before the trace */
+      {"free_completed", 8192, -2, -1, -1, false},   /* slot 1: kept */
+      {"free_completed", 4096, 4, -1, -1, false},    /* freed twice: its alloc is closed */
+  };
+  pk_t k = free_entries(e, sizeof e / sizeof e[0]);
+  ms_snapshot_t *full = read_ok(k.p, k.n), *s = NULL;
+  ms_errbuf_t eb;
+  cr_assert_eq(read_mem_flags(k.p, k.n, MS_LOAD_NO_FREE_STACKS, &s, &eb), MS_OK, "%s", eb.msg);
+  cr_assert(s->present & MS_SNAP_TRACE_STACKS_SKIPPED);
+  static const int want_line[] = {1, -1, -1, 3, 3, 4}; /* -1: no stack */
+  for (size_t i = 0; i < 6; i++) {
+    if (want_line[i] < 0) {
+      cr_assert_eq(s->trace[i].stack, MS_SNAP_NO_STACK, "entry %zu", i);
+      cr_assert(s->trace[i].present & MS_TRACE_HAS_FRAMES);
+    } else {
+      cr_assert_eq(ms_snap_stack_depth(s, s->trace[i].stack), 1, "entry %zu", i);
+      cr_assert_eq(ms_snap_stack_frame(s, s->trace[i].stack, 0)->line, want_line[i], "entry %zu", i);
+    }
+  }
+  ms_snapshot_free(s);
+  ms_snapshot_free(full);
+  free(k.p);
+}
+
+Test(pickle, no_free_stacks_refusals_read_in_full) {
+  /* where a stack left out is needed after all, or the entries do not complete one by one in
+   * trace order, the read says so and the loader reads the file again in full */
+  static const struct {
+    fe_t e[3];
+    size_t n;
+    const char *msg;
+  } cases[] = {
+      /* the frees' shared list is needed by a free_completed of another address (unpaired) */
+      {{{"alloc", 4096, 1, -1, -1, false},
+        {"free_requested", 4096, 2, 0, -1, false},
+        {"free_completed", 8192, -1, -1, -1, false}},
+       3,
+       "device_traces[0][2].frames: needs a stack that was left out"},
+      /* the address changed after the frames were left out */
+      {{{"alloc", 4096, 1, -1, -1, false}, {"free_requested", 4096, 2, -1, 8192, false}},
+       2,
+       "device_traces[0][1]: needs a stack that was left out"},
+      /* an entry filled by two SETITEMS */
+      {{{"alloc", 4096, 1, -1, -1, true}, {"free_requested", 4096, 2, -1, -1, false}},
+       2,
+       "device_traces[0][0].size: needs a stack that was left out"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    pk_t k = free_entries(cases[i].e, cases[i].n);
+    ms_snapshot_t *full = read_ok(k.p, k.n), *s = (ms_snapshot_t *)0x1;
+    ms_errbuf_t eb;
+    cr_assert_eq(read_mem_flags(k.p, k.n, MS_LOAD_NO_FREE_STACKS, &s, &eb), MS_EUNSUPPORTED,
+                 "case %zu: %s", i, eb.msg);
+    cr_assert_eq(s, (ms_snapshot_t *)0x1);
+    cr_assert(strstr(eb.msg, cases[i].msg), "case %zu: %s", i, eb.msg);
+    char path[512];
+    tmp_path(path, sizeof path, "free-stacks.pickle");
+    FILE *f = fopen(path, "wb");
+    cr_assert(f);
+    cr_assert_eq(fwrite(k.p, 1, k.n, f), k.n);
+    fclose(f);
+    s = NULL;
+    cr_assert_eq(ms_snapshot_load_ex(path, MS_LOAD_NO_FREE_STACKS, &s, &eb), MS_OK, "%s", eb.msg);
+    unlink(path);
+    eq_model(full, s, true); /* read in full */
+    ms_snapshot_free(s);
+    ms_snapshot_free(full);
+    free(k.p);
+  }
 }

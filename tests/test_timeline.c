@@ -216,6 +216,83 @@ Test(timeline, fixtures_properties) {
   if (!done) cr_skip_test("SKIP: PyTorch fixtures not found in %s", th_fixture_dir());
 }
 
+/* The frames of stack sa of a equal those of stack sb of b. */
+static bool same_frames(const ms_snapshot_t *a, uint32_t sa, const ms_snapshot_t *b, uint32_t sb) {
+  uint32_t n = ms_snap_stack_depth(a, sa);
+  if (ms_snap_stack_depth(b, sb) != n || (sa == MS_SNAP_NO_STACK) != (sb == MS_SNAP_NO_STACK))
+    return false;
+  for (uint32_t k = 0; k < n; k++) {
+    const ms_snap_frame_t *x = ms_snap_stack_frame(a, sa, k), *y = ms_snap_stack_frame(b, sb, k);
+    if (strcmp(x->name, y->name) || strcmp(x->filename, y->filename) || x->line != y->line)
+      return false;
+  }
+  return true;
+}
+
+Test(timeline, index_needs_no_free_requested_stacks) {
+  /* MS_LOAD_NO_FREE_STACKS (what `timeline`, `top` and the views at a moment read) leaves out
+   * only stacks the index never uses: at every step of every device of every fixture, the same
+   * blocks and segments with the same frames as from a full read */
+  size_t done = 0;
+  for (size_t i = 0; i < NFIX; i++) {
+    ms_snapshot_t *a = load_fixture(fixtures[i]), *b = NULL;
+    if (!a) continue;
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s.pickle", th_fixture_dir(), fixtures[i]);
+    ms_errbuf_t eb = {{0}};
+    cr_assert_eq(ms_snapshot_load_ex(path, MS_LOAD_NO_FREE_STACKS, &b, &eb), MS_OK, "%s", eb.msg);
+    cr_assert(b->present & MS_SNAP_TRACE_STACKS_SKIPPED);
+    size_t dropped = 0;
+    for (size_t k = 0; k < b->ntrace; k++)
+      if (b->trace[k].stack == MS_SNAP_NO_STACK && a->trace[k].stack != MS_SNAP_NO_STACK) {
+        cr_assert(a->trace[k].action == MS_TRACE_FREE_REQUESTED ||
+                      a->trace[k].action == MS_TRACE_FREE_COMPLETED,
+                  "%s: entry %zu", fixtures[i], k);
+        dropped++;
+      }
+    ms_timeline_t *ta = NULL, *tb = NULL;
+    int ra = ms_timeline_create(a, NULL, &ta, &eb), rb = ms_timeline_create(b, NULL, &tb, &eb);
+    cr_assert_eq(ra, rb, "%s", fixtures[i]);
+    for (size_t d = 0; ra == MS_OK && d < ms_timeline_ndevices(ta); d++) {
+      size_t n = ms_timeline_nentries(ta, d);
+      cr_assert_eq(ms_timeline_nentries(tb, d), n);
+      ms_tl_state_t x, y;
+      ms_timeline_state_init(&x);
+      ms_timeline_state_init(&y);
+      cr_assert_eq(ms_timeline_state_at(ta, d, 0, &x), MS_OK);
+      cr_assert_eq(ms_timeline_state_at(tb, d, 0, &y), MS_OK);
+      for (size_t st = 0; st <= n; st++) {
+        cr_assert_eq(x.nblocks, y.nblocks, "%s dev %zu step %zu", fixtures[i], d, st);
+        cr_assert_eq(x.nsegments, y.nsegments, "%s dev %zu step %zu", fixtures[i], d, st);
+        for (size_t k = 0; k < x.nblocks; k++)
+          cr_assert(x.blocks[k].address == y.blocks[k].address &&
+                        x.blocks[k].size == y.blocks[k].size &&
+                        x.blocks[k].state == y.blocks[k].state &&
+                        same_frames(a, x.blocks[k].stack, b, y.blocks[k].stack),
+                    "%s dev %zu step %zu block %zu", fixtures[i], d, st, k);
+        for (size_t k = 0; k < x.nsegments; k++)
+          cr_assert(x.segments[k].address == y.segments[k].address &&
+                        same_frames(a, x.segments[k].stack, b, y.segments[k].stack),
+                    "%s dev %zu step %zu segment %zu", fixtures[i], d, st, k);
+        for (int m = 0; m < MS_TL_METRIC_COUNT; m++) cr_assert_eq(x.totals[m], y.totals[m]);
+        if (st < n) {
+          cr_assert_eq(ms_timeline_state_advance(ta, &x), MS_OK);
+          cr_assert_eq(ms_timeline_state_advance(tb, &y), MS_OK);
+        }
+      }
+      ms_timeline_state_release(&x);
+      ms_timeline_state_release(&y);
+    }
+    printf("%s: %zu free stacks left out\n", fixtures[i], dropped);
+    ms_timeline_destroy(ta);
+    ms_timeline_destroy(tb);
+    ms_snapshot_free(a);
+    ms_snapshot_free(b);
+    done++;
+  }
+  if (!done) cr_skip_test("SKIP: PyTorch fixtures not found in %s", th_fixture_dir());
+}
+
 /* ---- traces recorded by memsnap's allocator ------------------------------------------------ */
 
 static ms_snapshot_t *record_run(const char *conf, size_t max_entries, uint64_t seed, int nops,

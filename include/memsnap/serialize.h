@@ -107,8 +107,13 @@ enum {
    * `memsnap trace` prints needs no more; a 1 GB trace reads in half the memory and ~40 % less
    * time. Ignored with MS_LOAD_NO_TRACE. */
   MS_LOAD_NO_TRACE_STACKS = 1u << 1,
+  /* The stacks of free_requested entries, which the time index (memsnap/timeline.h) never uses
+   * (a block's stack is its allocation's, or its free_completed's when the allocation is not in
+   * the trace): those entries get MS_SNAP_NO_STACK as with MS_LOAD_NO_TRACE_STACKS, whose rules
+   * and refusals apply. For the commands that read a trace only through the index. */
+  MS_LOAD_NO_FREE_STACKS = 1u << 2,
 };
-#define MS_LOAD_FLAGS_ALL (MS_LOAD_NO_TRACE | MS_LOAD_NO_TRACE_STACKS)
+#define MS_LOAD_FLAGS_ALL (MS_LOAD_NO_TRACE | MS_LOAD_NO_TRACE_STACKS | MS_LOAD_NO_FREE_STACKS)
 
 /* ms_snapshot_load() leaving out what flags (MS_LOAD_*) say. PyTorch pickles honour
  * MS_LOAD_NO_TRACE and MS_LOAD_NO_TRACE_STACKS (ms_pickle_read_ex; when a file cannot be read so,

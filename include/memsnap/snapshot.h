@@ -239,8 +239,8 @@ enum {
   /* Loaded without its trace (MS_LOAD_NO_TRACE): the devices' trace entries were left out, so
    * ntrace is 0 whatever the file holds. Writers refuse such a snapshot (MS_EINVAL). */
   MS_SNAP_TRACE_SKIPPED = 1u << 5,
-  /* Loaded with MS_LOAD_NO_TRACE_STACKS: trace entries of the actions it names have no stack
-   * whatever the file holds. Writers refuse such a snapshot (MS_EINVAL). */
+  /* Loaded with MS_LOAD_NO_TRACE_STACKS or MS_LOAD_NO_FREE_STACKS: trace entries of the actions
+   * they name have no stack whatever the file holds. Writers refuse such a snapshot (MS_EINVAL). */
   MS_SNAP_TRACE_STACKS_SKIPPED = 1u << 6,
 };
 

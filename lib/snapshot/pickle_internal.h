@@ -208,7 +208,9 @@ enum {
   OF_SEALED = 1u << 1,   /* frames list: ref is its interned stack */
   OF_INTERNED = 1u << 2, /* frame dict: ref is its interned frame */
   OF_PENDING = 1u << 3,  /* frames list of a trace entry, queued for interning (rd_pend_t) */
-  OF_DROPPED = 1u << 4,  /* frames list whose stack was left out (MS_LOAD_NO_TRACE_STACKS) */
+  OF_DROPPED = 1u << 4,  /* frames list whose stack was left out (MS_LOAD_NO_*_STACKS), or a
+                            trace entry with such a list */
+  OF_ACCOUNTED = 1u << 5, /* trace entry accounted for by pickle_drop.c */
 };
 
 typedef struct rd_obj_s {
@@ -241,6 +243,19 @@ typedef struct rd_pframe_s {
   int64_t line;
   uint32_t next_free;
 } rd_pframe_t;
+
+/* The allocs open in the trace read so far, per device list (pickle_drop.c). */
+typedef struct rd_drop_slot_s {
+  uint64_t addr;
+  uint32_t list; /* the device's list of entries (an object) */
+  uint32_t used;
+} rd_drop_slot_t;
+typedef struct rd_drop_set_s {
+  rd_drop_slot_t *slot;
+  size_t cap, len;
+  bool accounted;    /* an entry was accounted (last_rec is set) */
+  uint32_t last_rec; /* the trace record accounted last */
+} rd_drop_set_t;
 
 typedef struct rd_s {
   /* input */
@@ -276,7 +291,10 @@ typedef struct rd_s {
   uint32_t root_segments; /* the root dict's "segments" list */
   bool skip_trace;        /* MS_LOAD_NO_TRACE: trace entries become V_SKIP values */
   bool cannot_skip;       /* a skipped value was needed outside the trace */
-  bool drop_stacks;       /* MS_LOAD_NO_TRACE_STACKS: plain entries' frames lists are dropped */
+  uint16_t drop_actions;  /* MS_LOAD_NO_TRACE_STACKS, _NO_FREE_STACKS: 1 << action for each action
+                             whose entries' frames lists are dropped */
+  bool drop_free;         /* MS_LOAD_NO_FREE_STACKS: frees of an alloc in the trace drop theirs */
+  rd_drop_set_t drop_set; /* the allocs open so far (pickle_drop.c) */
   /* output */
   ms__snapbuild_t b;
   ms_errbuf_t *eb;
@@ -359,5 +377,16 @@ int ms__pickle_appends(rd_t *r, uint32_t lid, size_t from);
 /* After STOP: checks that the records tile their arrays, fills what older eras lack, and hands
  * the builder's snapshot to *out. */
 int ms__pickle_finish(rd_t *r, ms_snapshot_t **out);
+
+/* ---- pickle_drop.c --------------------------------------------------------------------------- */
+
+/* MS_LOAD_NO_FREE_STACKS: whether trace entry t (its fields as they are now) of device list
+ * `list` is a free of an alloc open in the trace read so far, whose stack is left out. */
+bool ms__pickle_drop_free(const rd_t *r, const ms_snap_trace_t *t, uint32_t list);
+/* Trace record rec of device list `list` is complete: checks that it comes in trace order and
+ * that a stack left out (dropped) still may be, then opens (alloc) or closes (free_completed)
+ * its address. @return MS_OK; MS_EUNSUPPORTED when the decision no longer holds; MS_ENOMEM. */
+int ms__pickle_drop_account(rd_t *r, uint32_t rec, uint32_t list, bool dropped);
+void ms__pickle_drop_release(rd_t *r);
 
 #endif /* MEMSNAP_LIB_SNAPSHOT_PICKLE_INTERNAL_H */

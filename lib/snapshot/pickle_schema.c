@@ -302,6 +302,8 @@ static int rd_cannot_drop(rd_t *r, const rd_ctx_t *c) {
   char p[300];
   if (c->k)
     ms__pickle_field_path(r, c->obj, c->k, p, sizeof p);
+  else if (r->objs.ptr[c->obj].kind == O_DICT)
+    ms__pickle_path(r, c->obj, p, sizeof p);
   else
     snprintf(p, sizeof p, "element %" PRIu32, c->idx);
   r->cannot_skip = true;
@@ -311,11 +313,10 @@ static int rd_cannot_drop(rd_t *r, const rd_ctx_t *c) {
                         p);
 }
 
-/* The actions whose entries MS_LOAD_NO_TRACE_STACKS leaves without a stack: those `memsnap trace`
- * prints by name (everything else it prints with its frames). */
-static bool rd_plain_action(uint8_t a) {
-  return a == MS_TRACE_ALLOC || a == MS_TRACE_FREE_REQUESTED || a == MS_TRACE_FREE_COMPLETED ||
-         a == MS_TRACE_SEGMENT_ALLOC || a == MS_TRACE_SEGMENT_FREE || a == MS_TRACE_OOM;
+/* Whether entries of action a are left without a stack (MS_LOAD_NO_TRACE_STACKS,
+ * MS_LOAD_NO_FREE_STACKS: r->drop_actions). */
+static bool rd_drops(const rd_t *r, uint8_t a) {
+  return a < 16 && ((r->drop_actions >> a) & 1u);
 }
 
 /* The interned stack of a frames list; with `may_drop`, MS_SNAP_NO_STACK for a list whose stack
@@ -397,6 +398,18 @@ static int rd_list_append(rd_t *r, uint32_t lid, const rd_val_t *v) {
   case R_TRACES:
   case R_ANNOTS:
     MS_FORWARD_IF_ERROR(rd_list_record(r, l, lid, r->objs.ptr[id].ref, 0));
+    if (l->role == R_TRACES && r->drop_free) {
+      rd_obj_t *o = &r->objs.ptr[id];
+      int rc = MS_OK;
+      if (!(o->flags & OF_ACCOUNTED)) {
+        o->flags |= OF_ACCOUNTED;
+        rc = ms__pickle_drop_account(r, o->ref, lid, (o->flags & OF_DROPPED) != 0);
+      } else if (o->parent != lid) {
+        rc = MS_EUNSUPPORTED; /* accounted for another list */
+      }
+      if (rc == MS_EUNSUPPORTED) return rd_cannot_drop(r, &c);
+      if (rc != MS_OK) return ms__pickle_err(r, rc, "out of memory");
+    }
     break;
   case R_DEVTRACES: {
     const rd_obj_t *t = &r->objs.ptr[id];
@@ -660,8 +673,8 @@ static int rd_set_trace(rd_t *r, const rd_ctx_t *c, uint8_t key, const rd_val_t 
     uint8_t was = t->action;
     t->action = (uint8_t)ms_trace_action_parse(x.action_name);
     /* named again after its frames were left out, now as an action that keeps them */
-    if (r->drop_stacks && (t->present & MS_TRACE_HAS_FRAMES) && t->stack == MS_SNAP_NO_STACK &&
-        rd_plain_action(was) && !rd_plain_action(t->action))
+    if ((t->present & MS_TRACE_HAS_FRAMES) && t->stack == MS_SNAP_NO_STACK && rd_drops(r, was) &&
+        !rd_drops(r, t->action))
       return rd_cannot_drop(r, c);
     return rd_trace_extra(r, t, &x);
   }
@@ -691,20 +704,23 @@ static int rd_set_trace(rd_t *r, const rd_ctx_t *c, uint8_t key, const rd_val_t 
     return rd_trace_extra(r, t, &x);
   case K_FRAMES: {
     uint32_t st = 0;
-    bool drop = r->drop_stacks && rd_plain_action(t->action);
+    bool drop =
+        rd_drops(r, t->action) || ms__pickle_drop_free(r, t, r->objs.ptr[c->obj].parent);
     if (v->t == V_OBJ && v->v.obj == r->fbuf_owner && r->fbuf_len > 0) {
       /* the list just filled, the usual case: its stack is interned a little later */
       MS_FORWARD_IF_ERROR(rd_want_obj(r, c, v, R_FRAMES, &id));
       t->present |= MS_TRACE_HAS_FRAMES;
       if (!drop) return rd_defer_frames(r, id, r->objs.ptr[c->obj].ref);
-      /* MS_LOAD_NO_TRACE_STACKS: its frame indices, last at the builder's tail, are dropped */
+      /* MS_LOAD_NO_*_STACKS: its frame indices, last at the builder's tail, are dropped */
       r->fbuf_owner = RD_NO_OBJ;
       r->fbuf_len = 0;
       r->objs.ptr[id].flags |= OF_SEALED | OF_DROPPED;
       r->objs.ptr[id].ref = MS_SNAP_NO_STACK;
+      r->objs.ptr[c->obj].flags |= OF_DROPPED; /* the entry: checked when it is stored */
       return MS_OK;
     }
     MS_FORWARD_IF_ERROR(rd_frames_stack_ex(r, c, v, drop, &st));
+    if (drop && st == MS_SNAP_NO_STACK) r->objs.ptr[c->obj].flags |= OF_DROPPED;
     t = &b->trace.ptr[r->objs.ptr[c->obj].ref];
     t->stack = st;
     t->present |= MS_TRACE_HAS_FRAMES;
@@ -796,11 +812,27 @@ int ms__pickle_setitems(rd_t *r, uint32_t did, size_t from, const char *op) {
     r->st.len = from;
     return MS_OK;
   }
+  rd_obj_t *d = &r->objs.ptr[did];
+  if (r->drop_free && d->role == R_TRACE && (d->flags & OF_ACCOUNTED) && r->st.len > from) {
+    rd_ctx_t c = {did, &r->st.ptr[from], 0};
+    return rd_cannot_drop(r, &c); /* filled again after it was accounted for */
+  }
   for (size_t i = from; i < r->st.len; i += 2) {
     rd_val_t k = r->st.ptr[i], v = r->st.ptr[i + 1];
     MS_FORWARD_IF_ERROR(rd_dict_set(r, did, &k, &v));
   }
   r->st.len = from;
+  d = &r->objs.ptr[did];
+  if (r->drop_free && d->role == R_TRACE && !(d->flags & OF_USED)) {
+    /* MS_LOAD_NO_FREE_STACKS: the entry is complete (one SETITEMS in Python's files) */
+    d->flags |= OF_ACCOUNTED;
+    int rc = ms__pickle_drop_account(r, d->ref, d->parent, (d->flags & OF_DROPPED) != 0);
+    if (rc == MS_EUNSUPPORTED) {
+      rd_ctx_t c = {did, NULL, 0};
+      return rd_cannot_drop(r, &c);
+    }
+    if (rc != MS_OK) return ms__pickle_err(r, rc, "out of memory");
+  }
   return MS_OK;
 }
 
@@ -880,7 +912,7 @@ int ms__pickle_finish(rd_t *r, ms_snapshot_t **out) {
     return ms__pickle_err(r, MS_EFORMAT, "unexpected pickle structure: trace entries outside "
                                  "device_traces");
   if (r->skip_trace) b->hdr.present |= MS_SNAP_TRACE_SKIPPED;
-  if (r->drop_stacks) b->hdr.present |= MS_SNAP_TRACE_STACKS_SKIPPED;
+  if (r->drop_actions || r->drop_free) b->hdr.present |= MS_SNAP_TRACE_STACKS_SKIPPED;
   /* Settings maps must be referenced by their parents; the builder checks ranges. */
   ms_errbuf_t inner = {{0}};
   int rc = ms__snapbuild_finish(b, out, &inner);

@@ -765,7 +765,11 @@ int ms__pickle_read(ms_source_t *src, unsigned flags, ms_snapshot_t **out, ms_er
   r->fbuf_owner = RD_NO_OBJ;
   r->pframe_free = RD_NO_OBJ;
   r->skip_trace = (flags & MS_LOAD_NO_TRACE) != 0;
-  r->drop_stacks = !r->skip_trace && (flags & MS_LOAD_NO_TRACE_STACKS) != 0;
+  if (!r->skip_trace && (flags & MS_LOAD_NO_TRACE_STACKS))
+    r->drop_actions |= 1u << MS_TRACE_ALLOC | 1u << MS_TRACE_FREE_REQUESTED |
+                       1u << MS_TRACE_FREE_COMPLETED | 1u << MS_TRACE_SEGMENT_ALLOC |
+                       1u << MS_TRACE_SEGMENT_FREE | 1u << MS_TRACE_OOM;
+  r->drop_free = !r->skip_trace && (flags & MS_LOAD_NO_FREE_STACKS) != 0;
   r->frame_end = RD_NO_FRAME;
   ms__snapbuild_init(&r->b);
   /* The first opcode must be PROTO (protocols 2 to 5); say so plainly for other files. */
@@ -788,6 +792,7 @@ int ms__pickle_read(ms_source_t *src, unsigned flags, ms_snapshot_t **out, ms_er
   MS_VEC_FREE(&r->pframes);
   MS_VEC_FREE(&r->pairs);
   MS_VEC_FREE(&r->tmp);
+  ms__pickle_drop_release(r);
   free(r);
   if (rc == MS_OK) *out = snap;
   return rc;

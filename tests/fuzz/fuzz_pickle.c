@@ -4,7 +4,10 @@
  * back with the pickle writer and read again, which must succeed with the same counts. Every input
  * is also read without its trace (MS_LOAD_NO_TRACE): never a crash; when the full read succeeds,
  * this one gives the same segments, blocks and history and no trace entries, or MS_EUNSUPPORTED
- * (a value of the trace is shared with a later part).
+ * (a value of the trace is shared with a later part). And without the plain entries' stacks
+ * (MS_LOAD_NO_TRACE_STACKS) or the frees' (MS_LOAD_NO_FREE_STACKS): never a crash; when the full
+ * read succeeds, the same model but for those stacks (entries of other actions keep theirs), or
+ * MS_EUNSUPPORTED (a stack left out is needed later).
  * Its trace is also indexed (memsnap/timeline.h): accepted, or refused with a description, and
  * when accepted the viewer's data and the first and peak moments are computed (issue #12).
  *
@@ -67,6 +70,48 @@ static void fz_timeline(const ms_snapshot_t *s) {
   ms_timeline_destroy(tl);
 }
 
+static bool fz_plain(uint8_t a) {
+  return a == MS_TRACE_ALLOC || a == MS_TRACE_FREE_REQUESTED || a == MS_TRACE_FREE_COMPLETED ||
+         a == MS_TRACE_SEGMENT_ALLOC || a == MS_TRACE_SEGMENT_FREE || a == MS_TRACE_OOM;
+}
+
+static bool fz_free(uint8_t a) {
+  return a == MS_TRACE_FREE_REQUESTED || a == MS_TRACE_FREE_COMPLETED;
+}
+
+/* The read without some entries' stacks (flags), against the full read s (rc). */
+static void fz_no_stacks(const uint8_t *data, size_t size, unsigned flags, int rc,
+                         const ms_snapshot_t *s) {
+  ms_membuf_t mb;
+  ms_source_t src;
+  ms_source_init_mem(&src, &mb, data, size);
+  ms_snapshot_t *k = NULL;
+  ms_errbuf_t eb = {{0}};
+  int rk = ms_pickle_read_ex(&src, flags, &k, &eb);
+  if (rk != MS_OK && eb.msg[0] == 0) abort();
+  if (rk != MS_OK) {
+    if (rc == MS_OK && rk != MS_EUNSUPPORTED) abort();
+    return;
+  }
+  if (!(k->present & MS_SNAP_TRACE_STACKS_SKIPPED)) abort();
+  if (rc == MS_OK) {
+    if (k->nsegments != s->nsegments || k->nblocks != s->nblocks || k->ntrace != s->ntrace ||
+        k->ndevices != s->ndevices)
+      abort();
+    for (size_t i = 0; i < s->ntrace; i++) {
+      const ms_snap_trace_t *a = &s->trace[i], *b = &k->trace[i];
+      if (a->action != b->action || a->addr != b->addr || a->size != b->size) abort();
+      if (b->stack == MS_SNAP_NO_STACK && a->stack != MS_SNAP_NO_STACK &&
+          !(flags == MS_LOAD_NO_TRACE_STACKS ? fz_plain(a->action) : fz_free(a->action)))
+        abort();
+      if (b->stack != MS_SNAP_NO_STACK &&
+          ms_snap_stack_depth(k, b->stack) != ms_snap_stack_depth(s, a->stack))
+        abort();
+    }
+  }
+  ms_snapshot_free(k);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   ms_membuf_t mb;
   ms_source_t src;
@@ -88,6 +133,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   } else if (rc == MS_OK && rk != MS_EUNSUPPORTED) {
     abort();
   }
+  fz_no_stacks(data, size, MS_LOAD_NO_TRACE_STACKS, rc, s);
+  fz_no_stacks(data, size, MS_LOAD_NO_FREE_STACKS, rc, s);
   if (rc != MS_OK) {
     if (eb.msg[0] == 0) abort(); /* every failure is described */
     return 0;

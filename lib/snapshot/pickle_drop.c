@@ -1,0 +1,94 @@
+/* SPDX-License-Identifier: MIT
+ * memsnap core: which trace entries' stacks a read of a PyTorch pickle may leave out
+ * (MS_LOAD_NO_FREE_STACKS, memsnap/serialize.h; the reader's vocabulary: pickle_internal.h).
+ *
+ * The time index (lib/timeline) gives a block the stack of its alloc, and uses the stack of its
+ * free_completed only when the alloc is not in the trace; it never uses a free_requested's. It
+ * pairs a free_completed with the alloc open at its address in the same device's trace (the last
+ * alloc there with no free_completed since). The reader keeps the same pairs, in trace order, so
+ * that the frees of a block whose alloc it has seen get no stack: PyTorch records a block's
+ * free_requested and free_completed with one frames list, memo-shared, so both go together. A
+ * decision taken when an entry's frames came (its action and address known by then, as PyTorch
+ * writes them) is checked again when the entry is complete, with the fields it ended with: after
+ * the SETITEMS that filled its dict (an entry is one SETITEMS in the files Python writes; a
+ * second one fails the check), or else when it is stored into its device's list. The entries
+ * must complete in trace order, in the list they were made for. Where any of this does not hold
+ * the read fails with MS_EUNSUPPORTED and the loader reads the file again in full.
+ */
+#include <stdlib.h>
+
+#include "snapshot/pickle_internal.h"
+
+/* Slot of (list, addr): the empty slot where it would go when absent. */
+static size_t dp_slot(const rd_drop_set_t *s, uint32_t list, uint64_t addr) {
+  uint64_t h = (addr ^ ((uint64_t)list << 47)) * 0x9E3779B97F4A7C15ull;
+  size_t m = s->cap - 1, i = (size_t)(h >> 32) & m;
+  while (s->slot[i].used && (s->slot[i].addr != addr || s->slot[i].list != list)) i = (i + 1) & m;
+  return i;
+}
+
+static int dp_grow(rd_drop_set_t *s) {
+  size_t cap = s->cap ? s->cap * 2 : 256;
+  rd_drop_slot_t *old = s->slot;
+  size_t ocap = s->cap;
+  s->slot = calloc(cap, sizeof *s->slot);
+  if (!s->slot) {
+    s->slot = old;
+    return MS_ENOMEM;
+  }
+  s->cap = cap;
+  for (size_t i = 0; i < ocap; i++)
+    if (old[i].used) s->slot[dp_slot(s, old[i].list, old[i].addr)] = old[i];
+  free(old);
+  return MS_OK;
+}
+
+static bool dp_has(const rd_drop_set_t *s, uint32_t list, uint64_t addr) {
+  return s->cap && s->slot[dp_slot(s, list, addr)].used;
+}
+
+static int dp_put(rd_drop_set_t *s, uint32_t list, uint64_t addr) {
+  if ((s->len + 1) * 2 > s->cap && dp_grow(s)) return MS_ENOMEM;
+  rd_drop_slot_t *e = &s->slot[dp_slot(s, list, addr)];
+  if (!e->used) s->len++;
+  *e = (rd_drop_slot_t){addr, list, 1};
+  return MS_OK;
+}
+
+/* Linear probing's deletion: the entries after the hole that would be found before it move in. */
+static void dp_del(rd_drop_set_t *s, uint32_t list, uint64_t addr) {
+  if (!s->cap) return;
+  size_t m = s->cap - 1, i = dp_slot(s, list, addr);
+  if (!s->slot[i].used) return;
+  s->slot[i].used = 0;
+  s->len--;
+  for (size_t j = (i + 1) & m; s->slot[j].used; j = (j + 1) & m) {
+    rd_drop_slot_t e = s->slot[j];
+    s->slot[j].used = 0;
+    s->slot[dp_slot(s, e.list, e.addr)] = e;
+  }
+}
+
+bool ms__pickle_drop_free(const rd_t *r, const ms_snap_trace_t *t, uint32_t list) {
+  if (!r->drop_free) return false;
+  if (t->action != MS_TRACE_FREE_REQUESTED && t->action != MS_TRACE_FREE_COMPLETED) return false;
+  return dp_has(&r->drop_set, list, t->addr);
+}
+
+int ms__pickle_drop_account(rd_t *r, uint32_t rec, uint32_t list, bool dropped) {
+  if (!r->drop_free) return MS_OK;
+  rd_drop_set_t *s = &r->drop_set;
+  if (s->accounted && rec != s->last_rec + 1) return MS_EUNSUPPORTED; /* not in trace order */
+  s->accounted = true;
+  s->last_rec = rec;
+  const ms_snap_trace_t *t = &r->b.trace.ptr[rec];
+  if (dropped && !ms__pickle_drop_free(r, t, list)) return MS_EUNSUPPORTED;
+  if (t->action == MS_TRACE_ALLOC) return dp_put(&r->drop_set, list, t->addr);
+  if (t->action == MS_TRACE_FREE_COMPLETED) dp_del(&r->drop_set, list, t->addr);
+  return MS_OK;
+}
+
+void ms__pickle_drop_release(rd_t *r) {
+  free(r->drop_set.slot);
+  r->drop_set = (rd_drop_set_t){0};
+}
