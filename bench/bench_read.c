@@ -10,6 +10,9 @@
  *   pickle_1gb_trace_s        `memsnap trace FILE` to /dev/null (reads everything)
  *   pickle_1gb_timeline_s     `memsnap timeline FILE` (reads everything and builds the time index)
  *   pickle_1gb_timeline_rss_ratio   its peak RSS / the file's size (target <= 1.5)
+ *   pickle_1gb_top_s          `memsnap top FILE` (likewise, and the biggest consumers at the peak)
+ *   pickle_1gb_memory_at_peak_s  `memsnap memory FILE --at peak -o /dev/null` (the flame graph of
+ *                             what was alive at the peak)
  *   pickle_1gb_paths_timeline_s, pickle_1gb_paths_timeline_rss_ratio, pickle_1gb_paths_mb
  *                             the same on a file whose stacks come from 2,000 code paths per kind
  *                             (allocations, frees), as real traces repeat theirs; the file above
@@ -18,7 +21,7 @@
  *                             (what every command did before reads could skip the trace)
  *   pickle_1gb_no_trace_read_s   ms_pickle_read_ex(MS_LOAD_NO_TRACE) in this process
  *   pickle_1gb_mb             the file's size
- * Targets: stats and segments <= 2 s, trace <= 4 s. Each line on stderr shows the wall-clock time
+ * Targets: stats and segments <= 2 s; trace, timeline, top and memory --at <= 4 s. Each line on stderr shows the wall-clock time
  * and the baseline beside.
  * The file lives in $TMPDIR (or /tmp) and is deleted; with less than three times its size free
  * it is scaled down (a note says so). Environment: MS_BENCH_PICKLE_SCALE (a fraction to scale by),
@@ -60,10 +63,10 @@ static double run_cli(const char *const *args, double *wall, long *rss_kb) {
   if (pid == 0) {
     int fd = open("/dev/null", O_WRONLY);
     if (fd < 0 || dup2(fd, 1) < 0) _exit(127);
-    char *argv[8];
+    char *argv[12];
     int n = 0;
     argv[n++] = (char *)bin;
-    for (; args[n - 1] && n < 7; n++)
+    for (; args[n - 1] && n < 11; n++)
       argv[n] = (char *)args[n - 1];
     argv[n] = NULL;
     execv(bin, argv);
@@ -188,6 +191,12 @@ int main(void) {
   /* the time index: the whole file read and indexed, peaks and the top stacks at each */
   bench_cli("pickle_1gb_timeline_s", (const char *const[]){"timeline", path, NULL}, full,
             "pickle_1gb_timeline_rss_ratio", fb);
+  /* the other commands that read a trace through the index: the biggest consumers at the peak,
+   * and the flame graph of what was alive then */
+  bench_cli("pickle_1gb_top_s", (const char *const[]){"top", path, NULL}, full, NULL, fb);
+  bench_cli("pickle_1gb_memory_at_peak_s",
+            (const char *const[]){"memory", path, "--at", "peak", "-o", "/dev/null", NULL}, full,
+            NULL, fb);
   if (!(keep && *keep)) unlink(path);
 
   /* The same run with stacks drawn from 2,000 code paths per kind, as real traces repeat theirs:
