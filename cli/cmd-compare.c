@@ -192,10 +192,13 @@ int cmd_compare(int argc, char **argv) {
     return rc;
 
   ms_snapshot_t *before = NULL, *after = NULL, *vb = NULL, *va = NULL;
-  if ((rc = cli_load(pos[0], &before)) != CLI_OK) return rc;
+  /* the states at the end need no trace; moments, a range or a device read it through the time
+   * index (which never uses the stacks of frees paired with their alloc) */
+  unsigned lf = nat > 0 || cli_tl_args_need_trace(&ta) ? MS_LOAD_NO_FREE_STACKS : MS_LOAD_NO_TRACE;
+  if ((rc = cli_load_ex(pos[0], lf, &before)) != CLI_OK) return rc;
   if (one_file) {
     pos[1] = pos[0];
-  } else if ((rc = cli_load(pos[1], &after)) != CLI_OK) {
+  } else if ((rc = cli_load_ex(pos[1], lf, &after)) != CLI_OK) {
     ms_snapshot_free(before);
     return rc;
   }
