@@ -295,9 +295,10 @@ static int rd_want_obj(rd_t *r, const rd_ctx_t *c, const rd_val_t *v, uint8_t wa
   return MS_OK;
 }
 
-/* MS_LOAD_NO_TRACE_STACKS: a stack that was left out is needed (a frames list shared through the
- * memo with a place that keeps its stack, or an entry named a kept action after its frames): the
- * caller must read the file again in full. */
+/* MS_LOAD_NO_TRACE_STACKS, MS_LOAD_NO_FREE_STACKS: a stack that was left out is needed (a frames
+ * list shared through the memo with a place that keeps its stack, an entry named a kept action
+ * after its frames, a free no longer paired when it is complete): the caller must read the file
+ * again in full. */
 static int rd_cannot_drop(rd_t *r, const rd_ctx_t *c) {
   char p[300];
   if (c->k)
@@ -320,7 +321,7 @@ static bool rd_drops(const rd_t *r, uint8_t a) {
 }
 
 /* The interned stack of a frames list; with `may_drop`, MS_SNAP_NO_STACK for a list whose stack
- * was left out (MS_LOAD_NO_TRACE_STACKS), which is an error anywhere else. */
+ * was left out (MS_LOAD_NO_*_STACKS), which is an error anywhere else. */
 static int rd_frames_stack_ex(rd_t *r, const rd_ctx_t *c, const rd_val_t *v, bool may_drop,
                               uint32_t *stack) {
   uint32_t id = RD_NO_OBJ;
