@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT
  * Tests for the offline HTML viewer (memsnap/view.h, `memsnap view`, issue #13): on every
- * PyTorch fixture the page's binary data, decoded here (base64, gunzip, sections), equals
+ * PyTorch fixture the page's binary data, decoded here (unescape, gunzip, sections), equals
  * ms_tlv_compute's timeline data (which test_timeline compares with PyTorch's own output) and the
  * device's trace and the stacks; the page is self-contained (five script elements, a
  * Content-Security-Policy that forbids every fetch, no network address or fetching call in the
@@ -22,6 +22,7 @@
 #include "memsnap/timeline.h"
 #include "memsnap/view.h"
 #include "model/snapbuild.h"
+#include "view/bin.h"
 
 #include <zlib.h>
 
@@ -50,6 +51,7 @@ static char *page_of(const ms_snapshot_t *s, const ms_viewer_opts_t *o) {
   ms_errbuf_t eb = {{0}};
   int rc = ms_viewer_write_html(s, o, &sink, &eb);
   cr_assert_eq(rc, MS_OK, "ms_viewer_write_html: %s (%s)", ms_strerror(rc), eb.msg);
+  cr_assert_null(memchr(m.data, 0, m.len), "no NUL byte in the page");
   char *p = malloc(m.len + 1);
   cr_assert(p);
   memcpy(p, m.data, m.len);
@@ -86,13 +88,22 @@ typedef struct bin_s {
   size_t nundone;
 } bin_t;
 
-static int unb64(int c) {
-  if (c >= 'A' && c <= 'Z') return c - 'A';
-  if (c >= 'a' && c <= 'z') return c - 'a' + 26;
-  if (c >= '0' && c <= '9') return c - '0' + 52;
-  if (c == '+') return 62;
-  if (c == '/') return 63;
-  return -1;
+/* The escaped text of a binary element (viz/view/bin.h) back to its bytes, checking that the
+ * HTML parser would leave it alone: no NUL, CR or '<', each escape followed by one of the four
+ * escaped bytes plus 64. */
+static size_t unescape_bin(const char *a, size_t n, unsigned char *out) {
+  size_t k = 0;
+  for (size_t i = 0; i < n; i++) {
+    unsigned char c = (unsigned char)a[i];
+    cr_assert(c != 0 && c != '\r' && c != '<', "byte 0x%02x at %zu of a binary element", c, i);
+    if (c == '=') {
+      cr_assert_lt(i + 1, n, "an escape at the end");
+      c = (unsigned char)(a[++i] - 64);
+      cr_assert(c == 0 || c == '\r' || c == '<' || c == '=', "escaped byte 0x%02x", c);
+    }
+    out[k++] = c;
+  }
+  return k;
 }
 
 /* The binary element ID (ms-bin: the devices' timelines, ms-trace: their traces and the stacks),
@@ -108,21 +119,11 @@ static bin_t bin_of_element(const char *page, const char *id, const char *key,
   const char *z = strstr(a, "</script>");
   cr_assert(z);
   size_t n = (size_t)(z - a);
-  cr_assert_eq(n % 4, 0, "base64 of whole groups");
-  unsigned char *gz = malloc(n / 4 * 3 + 1);
-  size_t k = 0;
-  for (size_t i = 0; i < n; i += 4) {
-    int v[4];
-    for (int j = 0; j < 4; j++) v[j] = a[i + j] == '=' ? 0 : unb64(a[i + j]);
-    cr_assert(v[0] >= 0 && v[1] >= 0 && v[2] >= 0 && v[3] >= 0, "base64 alphabet");
-    uint32_t w = (uint32_t)v[0] << 18 | (uint32_t)v[1] << 12 | (uint32_t)v[2] << 6 | (uint32_t)v[3];
-    gz[k++] = (unsigned char)(w >> 16);
-    if (a[i + 2] != '=') gz[k++] = (unsigned char)(w >> 8);
-    if (a[i + 3] != '=') gz[k++] = (unsigned char)w;
-  }
+  unsigned char *gz = malloc(n + 1);
+  size_t k = unescape_bin(a, n, gz);
   bin_t b = {NULL, 0, element(page, json_id), {0}, 0};
   char lkey[96];
-  snprintf(lkey, sizeof lkey, "\"%s\":{\"encoding\":\"gzip+base64\",\"length\":", key);
+  snprintf(lkey, sizeof lkey, "\"%s\":{\"encoding\":\"gzip+esc\",\"length\":", key);
   const char *lp = strstr(b.json, lkey);
   cr_assert(lp, "no %s in the JSON", key);
   lp = strstr(lp, "\"length\":");
@@ -333,9 +334,36 @@ static void check_trace(bin_t *sb, const ms_snapshot_t *s, size_t dev) {
   free(start);
 }
 
+/* The page's bytes: declared windows-1252 in its first 1024 bytes; ASCII outside its two binary
+ * elements; inside them the bytes the HTML parser leaves alone (unescape_bin). */
+static void check_page_bytes(const char *page) {
+  const char *cs = strstr(page, "<meta charset=\"windows-1252\">");
+  cr_assert(cs && cs - page + 30 <= 1024, "the charset declared in the first 1024 bytes");
+  const char *p = page;
+  int nbin = 0;
+  for (;;) {
+    const char *open = strstr(p, "<script type=\"application/octet-stream\"");
+    const char *end = open ? open : p + strlen(p);
+    for (const char *q = p; q < end; q++)
+      cr_assert_lt((unsigned char)*q, 0x80, "byte 0x%02x at %zu, outside the binary data",
+                   (unsigned char)*q, (size_t)(q - page));
+    if (!open) break;
+    open = strchr(open, '>') + 1;
+    const char *close = strstr(open, "</script>");
+    cr_assert(close);
+    unsigned char *tmp = malloc((size_t)(close - open) + 1);
+    unescape_bin(open, (size_t)(close - open), tmp);
+    free(tmp);
+    nbin++;
+    p = close;
+  }
+  cr_assert_eq(nbin, 2, "two binary elements");
+}
+
 /* The checks every page must pass. */
 static void check_self_contained(const char *page) {
   cr_assert(strncmp(page, "<!DOCTYPE html>", 15) == 0);
+  check_page_bytes(page);
   cr_assert_eq(count(page, "<script"), 5, "the page has exactly its five script elements");
   cr_assert_eq(count(page, "</script>"), 5);
   cr_assert(strstr(page, "Content-Security-Policy\" content=\"default-src 'none'; "
@@ -557,6 +585,94 @@ Test(view, hostile_names_stay_data) {
   /* the names are in the data, as JSON escapes the browser's JSON.parse turns back into text */
   cr_assert(strstr(page, "\"\\u003c/script\\u003e\\u003cimg src=x onerror=\\\"window.pwned=1\\\"\\u003e\""));
   cr_assert(strstr(page, "\"\\\"\\u003e\\u003csvg onload=alert(1)\\u003e\\u0026amp;\\ufffd\\u0001\\u0027.py\""));
+  free(page);
+  ms_snapshot_free(s);
+}
+
+/* The escape of the binary data (viz/view/bin.h): every byte value comes back; only NUL, CR, '<'
+ * and '=' are escaped, as '=' and the byte plus 64. */
+Test(view, escape_every_byte) {
+  unsigned char in[256], out[512], back[512];
+  for (int i = 0; i < 256; i++) in[i] = (unsigned char)i;
+  size_t n = vb_escape(in, 256, out);
+  cr_assert_eq(n, 260);
+  cr_assert(memcmp(out, "=@", 2) == 0, "NUL");
+  cr_assert(memcmp(out + 2, in + 1, 12) == 0);
+  cr_assert(memcmp(out + 14, "=M", 2) == 0, "CR");
+  cr_assert(memcmp(out + 16, in + 14, 46) == 0);
+  cr_assert(memcmp(out + 62, "=|=}", 4) == 0, "'<' and '='");
+  cr_assert(memcmp(out + 66, in + 62, 194) == 0, "every other byte as it is");
+  cr_assert_eq(unescape_bin((const char *)out, n, back), 256);
+  cr_assert(memcmp(back, in, 256) == 0);
+  cr_assert_eq(vb_escape(in, 0, out), 0);
+  /* through the sink, in pieces of every size, more than its buffer at once */
+  size_t big = 100000;
+  unsigned char *r = malloc(big), *b2 = malloc(big);
+  uint32_t x = 12345;
+  size_t specials = 0;
+  for (size_t i = 0; i < big; i++) {
+    x = x * 1103515245u + 12345u;
+    r[i] = (unsigned char)(x >> 16);
+    specials += r[i] == 0 || r[i] == '\r' || r[i] == '<' || r[i] == '=';
+  }
+  th_memsink_t m;
+  ms_sink_t sink, esc;
+  th_memsink_init(&sink, &m);
+  vw_t *w = malloc(sizeof *w);
+  vw_init(w, &sink);
+  vb_escape_sink(w, &esc);
+  for (size_t at = 0, step = 1; at < big; at += step, step = step * 2 + 1) {
+    size_t k = big - at < step ? big - at : step;
+    cr_assert_eq(esc.write(esc.ctx, (const char *)r + at, k), MS_OK);
+  }
+  vw_flush(w);
+  cr_assert_eq(m.len, big + specials, "one byte more per escaped byte");
+  cr_assert_eq(unescape_bin(m.data, m.len, b2), big);
+  cr_assert(memcmp(b2, r, big) == 0);
+  th_memsink_free(&m);
+  free(w);
+  free(r);
+  free(b2);
+}
+
+/* Names that are not ASCII: the page stays ASCII outside its binary data (JSON \u escapes,
+ * surrogate pairs above U+FFFF, HTML character references in the title); invalid UTF-8 is U+FFFD
+ * (tests/browser/view.sh shows them in Chromium). */
+Test(view, non_ascii_names) {
+  static const char name[] = "f\xc3\xbc\xf0\x9f\x98\x80\xe2\x82\xac\xff\xc0\xaf\xed\xa0\x80\xf0\x9f";
+  static const char file[] = "d\xc3\xa9j\xc3\xa0/\xe4\xb8\xad.py";
+  ms__snapbuild_t b;
+  ms__snapbuild_init(&b);
+  b.hdr.origin = MS_SNAP_ORIGIN_TORCH_DICT;
+  b.hdr.present = MS_SNAP_HAS_DEVICE_TRACES;
+  uint32_t fr, st;
+  cr_assert_eq(ms__snapbuild_frame(&b, name, strlen(name), file, strlen(file), 3, &fr), MS_OK);
+  cr_assert_eq(ms__snapbuild_stack(&b, &fr, 1, &st), MS_OK);
+  ms_snap_trace_t t;
+  memset(&t, 0, sizeof t);
+  t.action = MS_TRACE_ALLOC;
+  t.addr = 0x10000;
+  t.size = 512;
+  t.stack = st;
+  t.present = MS_TRACE_HAS_FRAMES;
+  cr_assert_eq(ms__snapbuild_add_trace(&b, &t), MS_OK);
+  ms_snap_device_t d;
+  memset(&d, 0, sizeof d);
+  d.ntrace = 1;
+  cr_assert_eq(ms__snapbuild_add_device(&b, &d), MS_OK);
+  ms_snapshot_t *s = NULL;
+  ms_errbuf_t eb = {{0}};
+  cr_assert_eq(ms__snapbuild_finish(&b, &s, &eb), MS_OK, "%s", eb.msg);
+  ms_viewer_opts_t o;
+  ms_viewer_opts_init(&o);
+  o.title = "\xc3\xbc\xf0\x9f\x98\x80\xff<\x01.pickle";
+  char *page = page_of(s, &o);
+  check_self_contained(page);
+  cr_assert(strstr(page, "[\"d\\u00e9j\\u00e0/\\u4e2d.py\",3,\"f\\u00fc\\ud83d\\ude00\\u20ac"
+                         "\\ufffd\\ufffd\\ufffd\\ufffd\\ufffd\\ufffd\\ufffd\\ufffd\"]"),
+            "the frame in ms-data");
+  cr_assert(strstr(page, "<title>memsnap view: &#xfc;&#x1f600;&#xfffd;&lt;&#xfffd;.pickle</title>"));
+  cr_assert(strstr(page, "\"title\":\"\\u00fc\\ud83d\\ude00\\ufffd\\u003c\\u0001.pickle\""));
   free(page);
   ms_snapshot_free(s);
 }

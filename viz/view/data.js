@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT
  * memsnap view: reading the page's binary data (embedded before view.js; no library).
- * window.memsnapData.load(meta, id) inflates a binary element (ms-bin, ms-stacks: base64 of gzip, viz/view/bin.h) with
+ * window.memsnapData.load(meta, id) inflates a binary element (ms-bin, ms-trace: gzip, escaped, viz/view/bin.h) with
  * the browser's own DecompressionStream and returns one typed array per section, delta-coded
  * sections summed back. window.memsnapData.stacks(sections, nframes) reads the stacks
  * (viz/view/stacks.h) one at a time, when one is asked for.
@@ -8,29 +8,32 @@
 (function () {
   "use strict";
 
-  /* base64 to bytes: the browser's own decoder where it has one, else a table */
-  function unbase64(str) {
-    if (typeof Uint8Array.fromBase64 === "function") {
-      try { return Uint8Array.fromBase64(str); } catch (e) { /* below */ }
+  /* The page is declared windows-1252, whose decoder turns each byte into one character of its
+   * own (0x80-0x9F mostly into characters above U+00FF): the table that turns each character code
+   * back into its byte is made with the browser's own decoder of that encoding. */
+  var byteOf = null;
+  function byteTable() {
+    var all = new Uint8Array(256), i;
+    for (i = 0; i < 256; i++) all[i] = i;
+    var text = new TextDecoder("windows-1252").decode(all), t = new Uint8Array(65536);
+    if (text.length !== 256) throw new Error("this browser's windows-1252 decoder is not one character per byte");
+    for (i = 0; i < 256; i++) t[text.charCodeAt(i)] = i;
+    return t;
+  }
+
+  /* An escaped binary element's text (viz/view/bin.h) back to its bytes: the escape byte '='
+   * and the byte after it stand for that byte minus 64 (modulo 256), every other byte for itself. */
+  function unescapeBytes(str) {
+    var t = byteOf || (byteOf = byteTable()), n = str.length, out = new Uint8Array(n), i, j = 0, c;
+    for (i = 0; i < n; i++) {
+      c = t[str.charCodeAt(i)];
+      if (c === 61) {
+        if (++i === n) throw new Error("the page's data is damaged (an escape at its end)");
+        c = (t[str.charCodeAt(i)] - 64) & 255;
+      }
+      out[j++] = c;
     }
-    var lut = new Uint8Array(128), abc = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/", i, j;
-    for (i = 0; i < 64; i++) lut[abc.charCodeAt(i)] = i;
-    var n = str.length;
-    while (n > 0 && (str.charCodeAt(n - 1) === 61 || str.charCodeAt(n - 1) <= 32)) n--;
-    var out = new Uint8Array(Math.floor(n * 3 / 4));
-    for (i = 0, j = 0; i + 3 < n; i += 4) {
-      var v = lut[str.charCodeAt(i)] << 18 | lut[str.charCodeAt(i + 1)] << 12
-        | lut[str.charCodeAt(i + 2)] << 6 | lut[str.charCodeAt(i + 3)];
-      out[j++] = v >> 16; out[j++] = v >> 8 & 255; out[j++] = v & 255;
-    }
-    var rest = n - i;
-    if (rest >= 2) {
-      var w = lut[str.charCodeAt(i)] << 18 | lut[str.charCodeAt(i + 1)] << 12
-        | (rest > 2 ? lut[str.charCodeAt(i + 2)] << 6 : 0);
-      out[j++] = w >> 16;
-      if (rest > 2) out[j++] = w >> 8 & 255;
-    }
-    return out;
+    return out.subarray(0, j);
   }
 
   /* a delta-coded section back to its values (i32/u32 modulo 2^32, as the writer) */
@@ -44,9 +47,10 @@
 
   /* the element ID's sections; its text is dropped once read (it is the page's largest part) */
   function load(meta, id, phase) {
-    var node = document.getElementById(id), bytes = unbase64(node.textContent);
+    if (meta.encoding !== "gzip+esc") return Promise.reject(new Error("unknown data encoding " + meta.encoding));
+    var node = document.getElementById(id), bytes = unescapeBytes(node.textContent);
     node.textContent = "";
-    if (phase) phase("base64");
+    if (phase) phase("unescape");
     var input = new ReadableStream({ start: function (c) { c.enqueue(bytes); c.close(); } });
     var reader = input.pipeThrough(new DecompressionStream("gzip")).getReader();
     var out = new Uint8Array(meta.length), at = 0;
@@ -99,5 +103,5 @@
     };
   }
 
-  window.memsnapData = { load: load, stacks: stacks, unbase64: unbase64 };
+  window.memsnapData = { load: load, stacks: stacks, unescapeBytes: unescapeBytes };
 })();

@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: MIT
  * memsnap viewer: the HTML page (memsnap/view.h). The page is the style, a skeleton, the binary
- * data (gzip, base64), the JSON data and the script; view.js draws everything from the data.
+ * data (gzip, escaped: bin.h), the JSON data and the script; view.js draws everything from the
+ * data. The page is declared windows-1252, whose decoder gives every byte a character of its own,
+ * so the binary elements hold raw bytes; everything else in it is ASCII (writer.h).
  */
 #include <stdbool.h>
 #include <stdint.h>
@@ -348,7 +350,7 @@ static void view_data(vw_t *w, const view_ctx_t *c, const vb_t *b) {
     vw_puts(w, "}");
   }
   vw_puts(w, "]");
-  vw_puts(w, ",\n\"bin\":{\"encoding\":\"gzip+base64\",\"length\":");
+  vw_puts(w, ",\n\"bin\":{\"encoding\":\"gzip+esc\",\"length\":");
   vw_u64(w, c->bin_bytes);
   vw_puts(w, ",\"sections\":");
   vb_table(b, w);
@@ -401,14 +403,13 @@ static int view_bin_traces(view_ctx_t *c, vb_t *b) {
   return rc == MS_OK ? vs_write_stacks(b, c->s) : rc;
 }
 
-/* A binary element: sections, gzipped, as base64: the devices' timelines, or (traces) their
+/* A binary element: sections, gzipped, escaped (bin.h): the devices' timelines, or (traces) their
  * traces and the stacks, which the page reads after its first paint. */
 static int view_bin(vw_t *w, view_ctx_t *c, vb_t *b, bool traces) {
-  vb64_t e;
-  ms_sink_t b64sink, gz;
+  ms_sink_t esc, gz;
   ms_gzip_sink_t *z = NULL;
-  vb64_init(&e, w, &b64sink);
-  int rc = ms_gzip_sink_create(&b64sink, c->s->ntrace > 1000000 ? 1 : 6, &z, &gz);
+  vb_escape_sink(w, &esc);
+  int rc = ms_gzip_sink_create(&esc, c->s->ntrace > 1000000 ? 1 : 6, &z, &gz);
   if (rc != MS_OK) return rc;
   vb_init(b, &gz);
   rc = traces ? view_bin_traces(c, b) : view_bin_devices(c, b);
@@ -417,12 +418,12 @@ static int view_bin(vw_t *w, view_ctx_t *c, vb_t *b, bool traces) {
   *(traces ? &c->trace_bytes : &c->bin_bytes) = b->offset;
   if (rc == MS_OK) rc = ms_gzip_sink_finish(z);
   ms_gzip_sink_destroy(z);
-  vb64_finish(&e);
   return rc != MS_OK ? rc : w->err;
 }
 
 static int view_page(vw_t *w, view_ctx_t *c) {
-  vw_puts(w, "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+  /* the charset must be declared within the first 1024 bytes */
+  vw_puts(w, "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"windows-1252\">\n"
              "<meta name=\"viewport\" content=\"width=device-width\">\n"
              "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; "
              "script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:; "
@@ -455,7 +456,7 @@ static int view_page(vw_t *w, view_ctx_t *c) {
   if (rc == MS_OK) {
     vw_puts(w, "</script>\n<script type=\"application/json\" id=\"ms-trace-data\">{");
     view_pools(w, c);
-    vw_puts(w, ",\n\"trace_bin\":{\"encoding\":\"gzip+base64\",\"length\":");
+    vw_puts(w, ",\n\"trace_bin\":{\"encoding\":\"gzip+esc\",\"length\":");
     vw_u64(w, c->trace_bytes);
     vw_puts(w, ",\"sections\":");
     vb_table(sb, w);
