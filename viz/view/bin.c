@@ -117,8 +117,12 @@ void vb_table(const vb_t *b, vw_t *w) {
   vw_puts(w, "]");
 }
 
-/* The escape (bin.h): NUL, CR, '<' and the escape byte itself become VB_ESC, byte + 64. */
-static bool bin_special(unsigned char c) { return c == 0 || c == '\r' || c == '<' || c == VB_ESC; }
+/* The bytes escaped (bin.h): NUL, CR, '<', the escape byte itself, and the 27 bytes 0x80-0x9F that
+ * windows-1252 decodes to characters above U+00FF (all but 0x81, 0x8D, 0x8F, 0x90, 0x9D). */
+static bool bin_special(unsigned char c) {
+  if (c >= 0x80 && c <= 0x9f) return c != 0x81 && c != 0x8d && c != 0x8f && c != 0x90 && c != 0x9d;
+  return c == 0 || c == '\r' || c == '<' || c == VB_ESC;
+}
 
 size_t vb_escape(const void *in, size_t n, unsigned char *out) {
   const unsigned char *p = in;

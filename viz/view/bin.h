@@ -57,10 +57,13 @@ void vb_flush(vb_t *b);
 void vb_table(const vb_t *b, vw_t *w);
 
 /* The page holds the gzipped sections as raw bytes in a <script type="application/octet-stream">
- * of a page declared windows-1252 (docs/view.md, "Data"): every byte but four is written as it
- * is; NUL (the HTML parser would make it U+FFFD), CR (it would become or join a LF), '<' (it could
- * end the element or open a comment) and the escape byte VB_ESC itself are each written as
- * VB_ESC followed by the byte plus 64 (modulo 256), as yEnc does. */
+ * of a page declared windows-1252 (docs/view.md, "The bytes of the page"), which decodes each of
+ * the bytes written as they are to the character of the same code. 31 byte values are escaped,
+ * each written as VB_ESC followed by the byte plus 64 (modulo 256), as yEnc does: NUL (the HTML
+ * parser would make it U+FFFD), CR (it would become or join a LF), '<' (it could end the element
+ * or open a comment), VB_ESC itself, and the 27 bytes 0x80-0x9F that windows-1252 decodes to
+ * characters above U+00FF (which make the browser hold the text as 16-bit characters: parsed
+ * more slowly, twice the memory). */
 #define VB_ESC 0x3d /* '=' */
 /* Escapes n bytes of in into out (room for 2 n bytes); returns the length written. */
 size_t vb_escape(const void *in, size_t n, unsigned char *out);

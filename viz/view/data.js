@@ -8,28 +8,20 @@
 (function () {
   "use strict";
 
-  /* The page is declared windows-1252, whose decoder turns each byte into one character of its
-   * own (0x80-0x9F mostly into characters above U+00FF): the table that turns each character code
-   * back into its byte is made with the browser's own decoder of that encoding. */
-  var byteOf = null;
-  function byteTable() {
-    var all = new Uint8Array(256), i;
-    for (i = 0; i < 256; i++) all[i] = i;
-    var text = new TextDecoder("windows-1252").decode(all), t = new Uint8Array(65536);
-    if (text.length !== 256) throw new Error("this browser's windows-1252 decoder is not one character per byte");
-    for (i = 0; i < 256; i++) t[text.charCodeAt(i)] = i;
-    return t;
-  }
-
-  /* An escaped binary element's text (viz/view/bin.h) back to its bytes: the escape byte '='
-   * and the byte after it stand for that byte minus 64 (modulo 256), every other byte for itself. */
+  /* An escaped binary element's text (viz/view/bin.h) back to its bytes. The page is declared
+   * windows-1252, whose decoder turns each byte the writer leaves as it is into the character of
+   * the same code; the escape byte '=' and the byte after it stand for that byte minus 64 (modulo
+   * 256). A character above U+00FF means the page was changed (saved again in another encoding). */
   function unescapeBytes(str) {
-    var t = byteOf || (byteOf = byteTable()), n = str.length, out = new Uint8Array(n), i, j = 0, c;
+    var n = str.length, out = new Uint8Array(n), i, j = 0, c;
     for (i = 0; i < n; i++) {
-      c = t[str.charCodeAt(i)];
+      c = str.charCodeAt(i);
       if (c === 61) {
         if (++i === n) throw new Error("the page's data is damaged (an escape at its end)");
-        c = (t[str.charCodeAt(i)] - 64) & 255;
+        c = (str.charCodeAt(i) - 64) & 255;
+      } else if (c > 255) {
+        throw new Error("the page's data is damaged (character U+" + c.toString(16).toUpperCase()
+          + " at " + i + ": was the page saved again in another encoding?)");
       }
       out[j++] = c;
     }
@@ -48,8 +40,11 @@
   /* the element ID's sections; its text is dropped once read (it is the page's largest part) */
   function load(meta, id, phase) {
     if (meta.encoding !== "gzip+esc") return Promise.reject(new Error("unknown data encoding " + meta.encoding));
-    var node = document.getElementById(id), bytes = unescapeBytes(node.textContent);
+    var node = document.getElementById(id), text = node.textContent;
     node.textContent = "";
+    if (phase) phase("text");
+    var bytes = unescapeBytes(text);
+    text = null;
     if (phase) phase("unescape");
     var input = new ReadableStream({ start: function (c) { c.enqueue(bytes); c.close(); } });
     var reader = input.pipeThrough(new DecompressionStream("gzip")).getReader();

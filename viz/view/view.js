@@ -1212,7 +1212,8 @@
     }).then(function () {
       var td = parseJSON("ms-trace-data");
       D.pools = td.pools;
-      return window.memsnapData.load(td.trace_bin, "ms-trace");
+      phase("parsed");
+      return window.memsnapData.load(td.trace_bin, "ms-trace", function (name) { phase("trace " + name); });
     }).then(function (TB) {
       D.traceBin = TB;
       STK = window.memsnapData.stacks(TB, D.frames.length);
