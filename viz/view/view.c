@@ -83,8 +83,9 @@ static void view_f64_begin(vb_t *b, const char *name, bool exact) {
 /* A timeline's data (ms_tlv_t) as sections named PREFIX.*: per series its first point, number
  * of points, element (-1: the summarized band), size, colour and ghost flag; the points'
  * timesteps (T) and offsets (O, one more for the summarized band, which is last), the summarized
- * band's sizes (S), max_at_time and the elements' sources. The sorted or slowly changing ones
- * (first points, elements, colours, timesteps, offsets, max_at_time, sources) are delta coded. */
+ * band's sizes (S), the elements' sources, and max_at_time only where the page cannot compute it
+ * exactly. The sorted or slowly changing ones (first points, elements, colours, timesteps,
+ * offsets, sources) are delta coded. */
 static void view_bin_tlv(vb_t *b, const char *prefix, const ms_tlv_t *v) {
   char name[64];
 #define SEC(suffix, type)                                      \
@@ -127,9 +128,13 @@ static void view_bin_tlv(vb_t *b, const char *prefix, const ms_tlv_t *v) {
   SEC("S", "f64");
   for (size_t i = 0; i < nsumm; i++) vb_f64(b, (double)v->sizes[summ_first + i]);
   vb_end(b);
-  FSEC("max_at_time", view_exact(v->max_at_time, v->ntimesteps));
-  for (size_t i = 0; i < v->ntimesteps; i++) vb_f64(b, (double)v->max_at_time[i]);
-  vb_end(b);
+  /* max_at_time is the sum of the sizes of the bands alive at each step: the page computes it
+   * from the bands (view.js, maxAtTime), exactly while every total is at most 2^52 */
+  if (!view_exact(v->max_at_time, v->ntimesteps)) {
+    SEC("max_at_time", "f64");
+    for (size_t i = 0; i < v->ntimesteps; i++) vb_f64(b, (double)v->max_at_time[i]);
+    vb_end(b);
+  }
   FSEC("sources", view_exact(v->element_source, v->elements_length));
   for (size_t i = 0; i < v->elements_length; i++) vb_f64(b, (double)v->element_source[i]);
   vb_end(b);
@@ -277,7 +282,7 @@ static void view_frames(vw_t *w, const ms_snapshot_t *s) {
 /* What the JSON says of one timeline (its arrays are in the binary data). */
 typedef struct view_tlmeta_s {
   int64_t max_size;
-  size_t elements_length, nseries, npoints;
+  size_t elements_length, nseries, npoints, ntimesteps;
 } view_tlmeta_t;
 
 typedef struct view_ctx_s {
@@ -303,6 +308,8 @@ static void view_tlv_json(vw_t *w, const char *key, const view_tlmeta_t *m) {
   vw_u64(w, m->nseries);
   vw_puts(w, ",\"npoints\":");
   vw_u64(w, m->npoints);
+  vw_puts(w, ",\"ntimesteps\":");
+  vw_u64(w, m->ntimesteps);
   vw_puts(w, "}");
 }
 
@@ -386,6 +393,7 @@ static int view_bin_devices(view_ctx_t *c, vb_t *b) {
       m->elements_length = v.elements_length;
       m->nseries = v.nseries;
       m->npoints = v.npoints;
+      m->ntimesteps = v.ntimesteps;
       ms_tlv_release(&v);
     }
   }
