@@ -92,9 +92,10 @@ typedef struct bin_s {
 /* The byte values the page escapes (viz/view/bin.h): NUL, CR, '<', '=' and the 27 bytes 0x80-0x9F
  * that windows-1252 decodes to characters above U+00FF (all but 0x81, 0x8D, 0x8F, 0x90, 0x9D). */
 static bool escaped_byte(unsigned char c) {
-  static const unsigned char set[] = {0x00, 0x0d, 0x3c, 0x3d, 0x80, 0x82, 0x83, 0x84, 0x85, 0x86, 0x87,
-                                      0x88, 0x89, 0x8a, 0x8b, 0x8c, 0x8e, 0x91, 0x92, 0x93, 0x94,
-                                      0x95, 0x96, 0x97, 0x98, 0x99, 0x9a, 0x9b, 0x9c, 0x9e, 0x9f};
+  static const unsigned char set[] = {0x00, 0x0d, 0x3c, 0x3d, 0x80, 0x82, 0x83, 0x84,
+                                      0x85, 0x86, 0x87, 0x88, 0x89, 0x8a, 0x8b, 0x8c,
+                                      0x8e, 0x91, 0x92, 0x93, 0x94, 0x95, 0x96, 0x97,
+                                      0x98, 0x99, 0x9a, 0x9b, 0x9c, 0x9e, 0x9f};
   return memchr(set, c, sizeof set) != NULL;
 }
 
@@ -617,10 +618,11 @@ Test(view, stacks_big_ranks_and_deep_stacks) {
   ms_snapshot_free(s);
 }
 
-/* A total above 2^52, which the page could not sum exactly in doubles: max_at_time is in the page. */
+/* A total above 2^52, which the page could not sum exactly in doubles: max_at_time is in it. */
 Test(view, max_at_time_too_large_to_compute) {
   const uint64_t big = (uint64_t)1 << 53;
-  const tr_t tr[] = {{MS_TRACE_ALLOC, 0x100000, big}, {MS_TRACE_ALLOC, 0x20000000000000, 3},
+  const tr_t tr[] = {{MS_TRACE_ALLOC, 0x100000, big},
+                     {MS_TRACE_ALLOC, 0x20000000000000, 3},
                      {MS_TRACE_FREE_COMPLETED, 0x100000, big}};
   ms_snapshot_t *s = build(tr, 3, false);
   char *page = page_of(s, NULL);

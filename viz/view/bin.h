@@ -5,7 +5,7 @@
  * from the one before (i32/u32 wrapping modulo 2^32, f64 only for integers the caller knows to be
  * exact), which compresses far better for sorted or slowly changing columns; the reader restores
  * the values by a running sum
- * (the page gzips them and writes them, escaped (vb_escape), in one script element; the page's script
+ * (the page gzips them and writes them, escaped (vb_escape), in one script element; its script
  * inflates them with the browser's own DecompressionStream and reads each section as a typed
  * array). The table of sections goes into the page's JSON (docs/view.md, "Data").
  */
@@ -63,7 +63,7 @@ void vb_table(const vb_t *b, vw_t *w);
  * parser would make it U+FFFD), CR (it would become or join a LF), '<' (it could end the element
  * or open a comment), VB_ESC itself, and the 27 bytes 0x80-0x9F that windows-1252 decodes to
  * characters above U+00FF (which make the browser hold the text as 16-bit characters: parsed
- * more slowly, twice the memory). */
+ * more slowly, two bytes each). */
 #define VB_ESC 0x3d /* '=' */
 /* Escapes n bytes of in into out (room for 2 n bytes); returns the length written. */
 size_t vb_escape(const void *in, size_t n, unsigned char *out);
