@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT
  * Tests for the offline HTML viewer (memsnap/view.h, `memsnap view`, issue #13): on every
- * PyTorch fixture the page's binary data, decoded here (base64, gunzip, sections), equals
+ * PyTorch fixture the page's binary data, decoded here (unescape, gunzip, sections), equals
  * ms_tlv_compute's timeline data (which test_timeline compares with PyTorch's own output) and the
  * device's trace and the stacks; the page is self-contained (five script elements, a
  * Content-Security-Policy that forbids every fetch, no network address or fetching call in the
@@ -11,6 +11,7 @@
 #include <criterion/criterion.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +23,7 @@
 #include "memsnap/timeline.h"
 #include "memsnap/view.h"
 #include "model/snapbuild.h"
+#include "view/bin.h"
 
 #include <zlib.h>
 
@@ -50,6 +52,7 @@ static char *page_of(const ms_snapshot_t *s, const ms_viewer_opts_t *o) {
   ms_errbuf_t eb = {{0}};
   int rc = ms_viewer_write_html(s, o, &sink, &eb);
   cr_assert_eq(rc, MS_OK, "ms_viewer_write_html: %s (%s)", ms_strerror(rc), eb.msg);
+  cr_assert_null(memchr(m.data, 0, m.len), "no NUL byte in the page");
   char *p = malloc(m.len + 1);
   cr_assert(p);
   memcpy(p, m.data, m.len);
@@ -86,13 +89,32 @@ typedef struct bin_s {
   size_t nundone;
 } bin_t;
 
-static int unb64(int c) {
-  if (c >= 'A' && c <= 'Z') return c - 'A';
-  if (c >= 'a' && c <= 'z') return c - 'a' + 26;
-  if (c >= '0' && c <= '9') return c - '0' + 52;
-  if (c == '+') return 62;
-  if (c == '/') return 63;
-  return -1;
+/* The byte values the page escapes (viz/view/bin.h): NUL, CR, '<', '=' and the 27 bytes 0x80-0x9F
+ * that windows-1252 decodes to characters above U+00FF (all but 0x81, 0x8D, 0x8F, 0x90, 0x9D). */
+static bool escaped_byte(unsigned char c) {
+  static const unsigned char set[] = {0x00, 0x0d, 0x3c, 0x3d, 0x80, 0x82, 0x83, 0x84,
+                                      0x85, 0x86, 0x87, 0x88, 0x89, 0x8a, 0x8b, 0x8c,
+                                      0x8e, 0x91, 0x92, 0x93, 0x94, 0x95, 0x96, 0x97,
+                                      0x98, 0x99, 0x9a, 0x9b, 0x9c, 0x9e, 0x9f};
+  return memchr(set, c, sizeof set) != NULL;
+}
+
+/* The escaped text of a binary element (viz/view/bin.h) back to its bytes, checking that the
+ * HTML parser would leave it alone and windows-1252 decode it byte for character: none of the
+ * escaped bytes raw, each escape followed by one of them plus 64. */
+static size_t unescape_bin(const char *a, size_t n, unsigned char *out) {
+  size_t k = 0;
+  for (size_t i = 0; i < n; i++) {
+    unsigned char c = (unsigned char)a[i];
+    cr_assert(!escaped_byte(c) || c == '=', "byte 0x%02x at %zu of a binary element", c, i);
+    if (c == '=') {
+      cr_assert_lt(i + 1, n, "an escape at the end");
+      c = (unsigned char)(a[++i] - 64);
+      cr_assert(escaped_byte(c), "escaped byte 0x%02x", c);
+    }
+    out[k++] = c;
+  }
+  return k;
 }
 
 /* The binary element ID (ms-bin: the devices' timelines, ms-trace: their traces and the stacks),
@@ -108,21 +130,11 @@ static bin_t bin_of_element(const char *page, const char *id, const char *key,
   const char *z = strstr(a, "</script>");
   cr_assert(z);
   size_t n = (size_t)(z - a);
-  cr_assert_eq(n % 4, 0, "base64 of whole groups");
-  unsigned char *gz = malloc(n / 4 * 3 + 1);
-  size_t k = 0;
-  for (size_t i = 0; i < n; i += 4) {
-    int v[4];
-    for (int j = 0; j < 4; j++) v[j] = a[i + j] == '=' ? 0 : unb64(a[i + j]);
-    cr_assert(v[0] >= 0 && v[1] >= 0 && v[2] >= 0 && v[3] >= 0, "base64 alphabet");
-    uint32_t w = (uint32_t)v[0] << 18 | (uint32_t)v[1] << 12 | (uint32_t)v[2] << 6 | (uint32_t)v[3];
-    gz[k++] = (unsigned char)(w >> 16);
-    if (a[i + 2] != '=') gz[k++] = (unsigned char)(w >> 8);
-    if (a[i + 3] != '=') gz[k++] = (unsigned char)w;
-  }
+  unsigned char *gz = malloc(n + 1);
+  size_t k = unescape_bin(a, n, gz);
   bin_t b = {NULL, 0, element(page, json_id), {0}, 0};
   char lkey[96];
-  snprintf(lkey, sizeof lkey, "\"%s\":{\"encoding\":\"gzip+base64\",\"length\":", key);
+  snprintf(lkey, sizeof lkey, "\"%s\":{\"encoding\":\"gzip+esc\",\"length\":", key);
   const char *lp = strstr(b.json, lkey);
   cr_assert(lp, "no %s in the JSON", key);
   lp = strstr(lp, "\"length\":");
@@ -216,8 +228,39 @@ static double f64_at(const unsigned char *p, size_t i) {
 }
 static int64_t i32_at(const unsigned char *p, size_t i) { return (int32_t)(uint32_t)le(p + 4 * i, 4); }
 
+/* max_at_time from the bands alone, as the page computes it (view.js, maxAtTime): a band counts
+ * from its first point to its last one less a step, or to two steps after its last point when
+ * the bands above it moved down as it ended (a band has a point there and, lower, one three steps
+ * later). */
+static int64_t *max_at_time_of(const ms_tlv_t *v) {
+  size_t nt = v->ntimesteps;
+  unsigned char *moved = calloc(nt + 4, 1);
+  int64_t *diff = calloc(nt + 4, sizeof *diff), *out = calloc(nt + 1, sizeof *out);
+  cr_assert(moved && diff && out);
+  for (size_t s = 0; s < v->nseries; s++) {
+    const ms_tlv_series_t *r = &v->series[s];
+    if (r->elem < 0) continue;
+    for (size_t k = r->first_point; k + 1 < r->first_point + r->npoints; k++)
+      if (v->timesteps[k + 1] - v->timesteps[k] == 3 && v->offsets[k + 1] < v->offsets[k])
+        moved[v->timesteps[k]] = 1;
+  }
+  for (size_t s = 0; s < v->nseries; s++) {
+    const ms_tlv_series_t *r = &v->series[s];
+    if (r->elem < 0 || r->npoints == 0) continue;
+    int64_t t0 = v->timesteps[r->first_point], te = v->timesteps[r->first_point + r->npoints - 1];
+    cr_assert(t0 >= 0 && te >= t0 && (size_t)te <= nt);
+    diff[t0] += r->size;
+    diff[moved[te] ? te + 3 : te] -= r->size;
+  }
+  int64_t acc = 0;
+  for (size_t k = 0; k < nt; k++) out[k] = acc += diff[k];
+  free(moved);
+  free(diff);
+  return out;
+}
+
 /* The page's timeline sections PREFIX.* hold exactly ms_tlv_compute's data (nothing
- * summarized): every series, point, offset, size, max_at_time and source. */
+ * summarized): every series, point, offset, size and source; max_at_time follows from them. */
 static void check_tlv(bin_t *b, const char *key, const ms_snapshot_t *s, size_t dev,
                       bool seg) {
   char prefix[64];
@@ -254,17 +297,22 @@ static void check_tlv(bin_t *b, const char *key, const ms_snapshot_t *s, size_t 
   const unsigned char *S = SEC("S", "f64");
   cr_assert_eq(c, last->npoints);
   for (size_t i = 0; i < c; i++) cr_assert_eq(f64_at(S, i), (double)v.sizes[last->first_point + i]);
-  const unsigned char *M = SEC("max_at_time", "f64");
-  cr_assert_eq(c, v.ntimesteps);
-  for (size_t i = 0; i < c; i++) cr_assert_eq(f64_at(M, i), (double)v.max_at_time[i]);
+  /* max_at_time is not in the page (its values are exact as doubles here): the bands give it
+   * back, by the rule view.js's maxAtTime follows */
+  snprintf(n, sizeof n, "%s.max_at_time", prefix);
+  cr_assert_null(strstr(b->json, n), "max_at_time is computed by the page");
+  int64_t *mat = max_at_time_of(&v);
+  for (size_t i = 0; i < v.ntimesteps; i++)
+    cr_assert_eq(mat[i], v.max_at_time[i], "%s max_at_time[%zu]", prefix, i);
+  free(mat);
   const unsigned char *src = SEC("sources", "f64");
   cr_assert_eq(c, v.elements_length);
   for (size_t i = 0; i < c; i++) cr_assert_eq(f64_at(src, i), (double)v.element_source[i]);
 #undef SEC
   char meta[160];
   snprintf(meta, sizeof meta, "\"%s\":{\"max_size\":%" PRId64 ",\"elements_length\":%zu,"
-           "\"nseries\":%zu,\"npoints\":%zu}", key, v.max_size, v.elements_length,
-           v.nseries, v.npoints);
+           "\"nseries\":%zu,\"npoints\":%zu,\"ntimesteps\":%zu}", key, v.max_size,
+           v.elements_length, v.nseries, v.npoints, v.ntimesteps);
   cr_assert(strstr(b->json, meta), "%s", meta);
   ms_tlv_release(&v);
 }
@@ -333,9 +381,36 @@ static void check_trace(bin_t *sb, const ms_snapshot_t *s, size_t dev) {
   free(start);
 }
 
+/* The page's bytes: declared windows-1252 in its first 1024 bytes; ASCII outside its two binary
+ * elements; inside them the bytes the HTML parser leaves alone (unescape_bin). */
+static void check_page_bytes(const char *page) {
+  const char *cs = strstr(page, "<meta charset=\"windows-1252\">");
+  cr_assert(cs && cs - page + 30 <= 1024, "the charset declared in the first 1024 bytes");
+  const char *p = page;
+  int nbin = 0;
+  for (;;) {
+    const char *open = strstr(p, "<script type=\"application/octet-stream\"");
+    const char *end = open ? open : p + strlen(p);
+    for (const char *q = p; q < end; q++)
+      cr_assert_lt((unsigned char)*q, 0x80, "byte 0x%02x at %zu, outside the binary data",
+                   (unsigned char)*q, (size_t)(q - page));
+    if (!open) break;
+    open = strchr(open, '>') + 1;
+    const char *close = strstr(open, "</script>");
+    cr_assert(close);
+    unsigned char *tmp = malloc((size_t)(close - open) + 1);
+    unescape_bin(open, (size_t)(close - open), tmp);
+    free(tmp);
+    nbin++;
+    p = close;
+  }
+  cr_assert_eq(nbin, 2, "two binary elements");
+}
+
 /* The checks every page must pass. */
 static void check_self_contained(const char *page) {
   cr_assert(strncmp(page, "<!DOCTYPE html>", 15) == 0);
+  check_page_bytes(page);
   cr_assert_eq(count(page, "<script"), 5, "the page has exactly its five script elements");
   cr_assert_eq(count(page, "</script>"), 5);
   cr_assert(strstr(page, "Content-Security-Policy\" content=\"default-src 'none'; "
@@ -543,6 +618,29 @@ Test(view, stacks_big_ranks_and_deep_stacks) {
   ms_snapshot_free(s);
 }
 
+/* A total above 2^52, which the page could not sum exactly in doubles: max_at_time is in it. */
+Test(view, max_at_time_too_large_to_compute) {
+  const uint64_t big = (uint64_t)1 << 53;
+  const tr_t tr[] = {{MS_TRACE_ALLOC, 0x100000, big},
+                     {MS_TRACE_ALLOC, 0x20000000000000, 3},
+                     {MS_TRACE_FREE_COMPLETED, 0x100000, big}};
+  ms_snapshot_t *s = build(tr, 3, false);
+  char *page = page_of(s, NULL);
+  bin_t b = bin_of(page);
+  ms_tlv_t v;
+  cr_assert_eq(ms_tlv_compute(s, 0, false, SIZE_MAX, 0, SIZE_MAX, NULL, &v), MS_OK);
+  size_t c;
+  const unsigned char *M = section(&b, "d0.tl.max_at_time", "f64", &c);
+  cr_assert_eq(c, v.ntimesteps);
+  cr_assert_gt(c, 0);
+  for (size_t i = 0; i < c; i++) cr_assert_eq(f64_at(M, i), (double)v.max_at_time[i]);
+  cr_assert_eq(f64_at(M, 0), (double)big);
+  ms_tlv_release(&v);
+  bin_free(&b);
+  free(page);
+  ms_snapshot_free(s);
+}
+
 Test(view, hostile_names_stay_data) {
   ms_snapshot_t *s = build(small_trace, 5, true);
   ms_viewer_opts_t o;
@@ -557,6 +655,102 @@ Test(view, hostile_names_stay_data) {
   /* the names are in the data, as JSON escapes the browser's JSON.parse turns back into text */
   cr_assert(strstr(page, "\"\\u003c/script\\u003e\\u003cimg src=x onerror=\\\"window.pwned=1\\\"\\u003e\""));
   cr_assert(strstr(page, "\"\\\"\\u003e\\u003csvg onload=alert(1)\\u003e\\u0026amp;\\ufffd\\u0001\\u0027.py\""));
+  free(page);
+  ms_snapshot_free(s);
+}
+
+/* The escape of the binary data (viz/view/bin.h): every byte value comes back; only the 31 of
+ * escaped_byte are escaped, as '=' and the byte plus 64. */
+Test(view, escape_every_byte) {
+  unsigned char in[256], out[512], back[512];
+  for (int i = 0; i < 256; i++) in[i] = (unsigned char)i;
+  size_t n = vb_escape(in, 256, out);
+  cr_assert_eq(n, 256 + 31);
+  size_t k = 0;
+  for (int i = 0; i < 256; i++) {
+    if (escaped_byte((unsigned char)i)) {
+      cr_assert(out[k] == '=' && out[k + 1] == (unsigned char)(i + 64), "byte 0x%02x escaped", i);
+      k += 2;
+    } else {
+      cr_assert_eq(out[k], i, "byte 0x%02x as it is", i);
+      k++;
+    }
+  }
+  cr_assert(memcmp(out, "=@", 2) == 0, "NUL");
+  cr_assert(memcmp(out + 14, "=M", 2) == 0, "CR");
+  cr_assert(memcmp(out + 62, "=|=}", 4) == 0, "'<' and '='");
+  cr_assert(memcmp(out + 132, "=\xc0\x81=\xc2", 4) == 0, "0x80 escaped, 0x81 not, 0x82 escaped");
+  cr_assert_eq(unescape_bin((const char *)out, n, back), 256);
+  cr_assert(memcmp(back, in, 256) == 0);
+  cr_assert_eq(vb_escape(in, 0, out), 0);
+  /* through the sink, in pieces of every size, more than its buffer at once */
+  size_t big = 100000;
+  unsigned char *r = malloc(big), *b2 = malloc(big);
+  uint32_t x = 12345;
+  size_t specials = 0;
+  for (size_t i = 0; i < big; i++) {
+    x = x * 1103515245u + 12345u;
+    r[i] = (unsigned char)(x >> 16);
+    specials += escaped_byte(r[i]);
+  }
+  th_memsink_t m;
+  ms_sink_t sink, esc;
+  th_memsink_init(&sink, &m);
+  vw_t *w = malloc(sizeof *w);
+  vw_init(w, &sink);
+  vb_escape_sink(w, &esc);
+  for (size_t at = 0, step = 1; at < big; at += step, step = step * 2 + 1) {
+    size_t piece = big - at < step ? big - at : step;
+    cr_assert_eq(esc.write(esc.ctx, (const char *)r + at, piece), MS_OK);
+  }
+  vw_flush(w);
+  cr_assert_eq(m.len, big + specials, "one byte more per escaped byte");
+  cr_assert_eq(unescape_bin(m.data, m.len, b2), big);
+  cr_assert(memcmp(b2, r, big) == 0);
+  th_memsink_free(&m);
+  free(w);
+  free(r);
+  free(b2);
+}
+
+/* Names that are not ASCII: the page stays ASCII outside its binary data (JSON \u escapes,
+ * surrogate pairs above U+FFFF, HTML character references in the title); invalid UTF-8 is U+FFFD
+ * (tests/browser/view.sh shows them in Chromium). */
+Test(view, non_ascii_names) {
+  static const char name[] = "f\xc3\xbc\xf0\x9f\x98\x80\xe2\x82\xac\xff\xc0\xaf\xed\xa0\x80\xf0\x9f";
+  static const char file[] = "d\xc3\xa9j\xc3\xa0/\xe4\xb8\xad.py";
+  ms__snapbuild_t b;
+  ms__snapbuild_init(&b);
+  b.hdr.origin = MS_SNAP_ORIGIN_TORCH_DICT;
+  b.hdr.present = MS_SNAP_HAS_DEVICE_TRACES;
+  uint32_t fr, st;
+  cr_assert_eq(ms__snapbuild_frame(&b, name, strlen(name), file, strlen(file), 3, &fr), MS_OK);
+  cr_assert_eq(ms__snapbuild_stack(&b, &fr, 1, &st), MS_OK);
+  ms_snap_trace_t t;
+  memset(&t, 0, sizeof t);
+  t.action = MS_TRACE_ALLOC;
+  t.addr = 0x10000;
+  t.size = 512;
+  t.stack = st;
+  t.present = MS_TRACE_HAS_FRAMES;
+  cr_assert_eq(ms__snapbuild_add_trace(&b, &t), MS_OK);
+  ms_snap_device_t d;
+  memset(&d, 0, sizeof d);
+  d.ntrace = 1;
+  cr_assert_eq(ms__snapbuild_add_device(&b, &d), MS_OK);
+  ms_snapshot_t *s = NULL;
+  ms_errbuf_t eb = {{0}};
+  cr_assert_eq(ms__snapbuild_finish(&b, &s, &eb), MS_OK, "%s", eb.msg);
+  ms_viewer_opts_t o;
+  ms_viewer_opts_init(&o);
+  o.title = "\xc3\xbc\xf0\x9f\x98\x80\xff<\x01.pickle";
+  char *page = page_of(s, &o);
+  check_self_contained(page);
+  cr_assert(strstr(page, "[\"d\\u00e9j\\u00e0/\\u4e2d.py\",3,\"f\\u00fc\\ud83d\\ude00\\u20ac"
+                         "\\ufffd\\ufffd\\ufffd\\ufffd\\ufffd\\ufffd\\ufffd\\ufffd\"]"),
+            "the frame in ms-data");
+  cr_assert(strstr(page, "<title>memsnap view: &#xfc;&#x1f600;&#xfffd;&lt;&#xfffd;.pickle</title>"));
+  cr_assert(strstr(page, "\"title\":\"\\u00fc\\ud83d\\ude00\\ufffd\\u003c\\u0001.pickle\""));
   free(page);
   ms_snapshot_free(s);
 }

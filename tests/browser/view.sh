@@ -15,7 +15,11 @@
 #   - arrow keys in the Allocator State History move the selected event and the map, and the
 #     last event is the snapshot's own state; a page without a trace says why;
 #   - no name from the data runs or becomes an element; the page loads nothing and tries to load
-#     nothing (no resource timing entry, no Content-Security-Policy violation).
+#     nothing (no resource timing entry, no Content-Security-Policy violation);
+#   - names that are not ASCII (view_hostile.py: "\u00fc", an emoji, invalid UTF-8) and a title
+#     that is not show as they should; every byte value 0..255 written into the page as its
+#     binary data is (view_bytes.py) comes back from the page's decoder under Chromium's
+#     windows-1252 decoding.
 # usage: view.sh MEMSNAP_BINARY [FIXTURE_DIR]   Exit 77 (ctest: skipped) without chromium/python3.
 set -euo pipefail
 memsnap=${1:?usage: view.sh MEMSNAP_BINARY [FIXTURE_DIR]}
@@ -35,14 +39,16 @@ work=$(mktemp -d)
 fail=0
 trap '[[ $fail -eq 0 && -z "${KEEP:-}" ]] && rm -rf "$work"' EXIT
 
-# run NAME PAGE SNAPSHOT [JS]: inject the expected timeline data (`memsnap timeline --json`) and the
-# test, open the page, check the verdict
+# run NAME PAGE SNAPSHOT [JS [HTML]]: inject the expected timeline data (`memsnap timeline --json`),
+# the file HTML (raw bytes) and the test, open the page, check the verdict
 run() {
   local name=$1 page=$2 t="$work/$1.test.html" dom="$work/$1.dom"
   { echo "window.EXPECTED_TL = $("$memsnap" timeline "$3" --json);"
     echo "window.EXPECTED_SEG = $("$memsnap" timeline "$3" --json --segments);"; echo "${4:-}"; } >"$work/$1.expected.js"
-  awk -v js="$here/view_test.js" -v ex="$work/$1.expected.js" '
+  # (the page's binary data is raw bytes, so awk in the C locale; the lines pass unchanged)
+  LC_ALL=C awk -v js="$here/view_test.js" -v ex="$work/$1.expected.js" -v html="${5:-/dev/null}" '
     $0 == "</body>" && !done {
+      while ((getline l < html) > 0) print l
       print "<script>"; while ((getline l < ex) > 0) print l; while ((getline l < js) > 0) print l; print "</script>"
       done = 1
     }
@@ -64,9 +70,13 @@ run() {
 
 python3 "$here/view_hostile.py" "$work/hostile.pickle"
 python3 "$here/view_hostile.py" "$work/notrace.pickle" --no-trace
-"$memsnap" view "$work/hostile.pickle" -o "$work/hostile.html"
+python3 "$here/view_bytes.py" "$work/bytes.html"
+# the title is the file's name: not ASCII here
+cp "$work/hostile.pickle" "$work/hostile-$(printf '\xc3\xbc\xf0\x9f\x98\x80').pickle"
+"$memsnap" view "$work/hostile-$(printf '\xc3\xbc\xf0\x9f\x98\x80').pickle" -o "$work/hostile.html"
 "$memsnap" view "$work/notrace.pickle" -o "$work/notrace.html"
-run hostile "$work/hostile.html" "$work/hostile.pickle"
+run hostile "$work/hostile.html" "$work/hostile.pickle" \
+  'window.EXPECT_NONASCII = "memsnap view: hostile-\u00fc\ud83d\ude00.pickle"; window.EXPECT_BYTES = true;' "$work/bytes.html"
 run notrace "$work/notrace.html" "$work/notrace.pickle"
 python3 "$here/view_pools.py" "$work/pools.pickle"
 "$memsnap" view "$work/pools.pickle" -o "$work/pools.html"

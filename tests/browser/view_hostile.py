@@ -1,13 +1,16 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: MIT
 # Writes a small PyTorch-style snapshot pickle whose frame names, file names and addresses are
-# hostile markup (tests/browser/view.sh). usage: view_hostile.py OUT.pickle [--no-trace]
+# hostile markup, and whose innermost frame's names are not ASCII (an emoji, and a lone surrogate,
+# which pickle writes as invalid UTF-8) (tests/browser/view.sh).
+# usage: view_hostile.py OUT.pickle [--no-trace]
 import pickle
 import sys
 
 NAME = '</script><img src=x onerror="window.pwned=1">'
 FILE = '"><svg onload="window.pwned=2"><script>window.pwned=3</script>.py'
-frames = [{"filename": FILE, "line": 7, "name": NAME},
+frames = [{"filename": "d\u00e9j\u00e0/\u4e2d.py", "line": 3, "name": "f\u00fc\U0001F600\udcff"},
+          {"filename": FILE, "line": 7, "name": NAME},
           {"filename": "train.py", "line": 1, "name": "main"}]
 seg = {"device": 0, "address": 0x7f0000000000, "total_size": 2097152, "allocated_size": 1048576,
        "active_size": 1048576, "requested_size": 1000000, "stream": 0, "segment_type": "large",

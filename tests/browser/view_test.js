@@ -236,6 +236,28 @@
     }
     api.show("timeline");
     measure.timeline_text = (document.querySelector(".note") || {}).textContent || "";
+    if (window.EXPECT_NONASCII) {
+      /* view_hostile.py's innermost frame: the lone surrogate is invalid UTF-8 in the pickle,
+       * three U+FFFD (one per byte) in the page */
+      var NA = ["d\u00e9j\u00e0/\u4e2d.py", 3, "f\u00fc\ud83d\ude00\ufffd\ufffd\ufffd"];
+      ok("a frame that is not ASCII reads back", D.frames.some(function (f) { return f.join(":") === NA.join(":"); }),
+         JSON.stringify(D.frames));
+      ok("a frame that is not ASCII shows", (measure.clicked_text || "").indexOf(NA.join(":")) >= 0, measure.clicked_text);
+      ok("a title that is not ASCII", document.title === window.EXPECT_NONASCII, document.title);
+    }
+    if (window.EXPECT_BYTES) {
+      /* view_bytes.py: every byte value, then what the HTML parser would change (CR LF, CR, NUL)
+       * or what would end the element, written as the page writes its binary data */
+      var want = [], i2, tail = "\r\n\r\u0000\u0000\u003c!--\u003cscript>\u003c/script>\u003c/SCRIPT ==\u00ff\u0080\u009d";
+      for (i2 = 0; i2 < 256; i2++) want.push(i2);
+      for (i2 = 0; i2 < tail.length; i2++) want.push(tail.charCodeAt(i2));
+      var el = document.getElementById("ms-test-bytes"), got = el ? Array.from(window.memsnapData.unescapeBytes(el.textContent)) : [];
+      ok("every byte value comes back", got.join() === want.join(), got.join());
+      /* 31 escapes among the 256 values, 11 in the rest (CR, NUL, '<', '=', 0x80) */
+      var text = el ? el.textContent : "", same = text.length === want.length + 31 + 11;
+      for (i2 = 0; i2 < text.length && same; i2++) if (text.charCodeAt(i2) > 255) same = false;
+      ok("one character per byte, of the byte's code", same, text.length + " " + i2);
+    }
   } catch (e) {
     errors.push("exception: " + (e && e.stack || e));
   }

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT
- * memsnap viewer: binary sections and base64 (bin.h).
+ * memsnap viewer: binary sections and their escape for the page (bin.h).
  */
 #include "bin.h"
 
@@ -117,58 +117,41 @@ void vb_table(const vb_t *b, vw_t *w) {
   vw_puts(w, "]");
 }
 
-static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-
-static void b64_group(vw_t *w, const unsigned char *p, size_t n) {
-  char o[4];
-  uint32_t v = (uint32_t)p[0] << 16 | (n > 1 ? (uint32_t)p[1] << 8 : 0) | (n > 2 ? p[2] : 0);
-  o[0] = b64[v >> 18];
-  o[1] = b64[(v >> 12) & 63];
-  o[2] = n > 1 ? b64[(v >> 6) & 63] : '=';
-  o[3] = n > 2 ? b64[v & 63] : '=';
-  vw_raw(w, o, 4);
+/* The bytes escaped (bin.h): NUL, CR, '<', the escape byte itself, and the 27 bytes 0x80-0x9F that
+ * windows-1252 decodes to characters above U+00FF (all but 0x81, 0x8D, 0x8F, 0x90, 0x9D). */
+static bool bin_special(unsigned char c) {
+  if (c >= 0x80 && c <= 0x9f) return c != 0x81 && c != 0x8d && c != 0x8f && c != 0x90 && c != 0x9d;
+  return c == 0 || c == '\r' || c == '<' || c == VB_ESC;
 }
 
-static int b64_write(void *ctx, const char *buf, size_t len) {
-  vb64_t *e = ctx;
-  const unsigned char *p = (const unsigned char *)buf;
-  while (len > 0 && e->ncarry > 0 && e->ncarry < 3) {
-    e->carry[e->ncarry++] = *p++;
-    len--;
-  }
-  if (e->ncarry == 3) {
-    b64_group(e->w, e->carry, 3);
-    e->ncarry = 0;
-  }
-  char out[4096];
-  while (len >= 3) {
-    size_t k = 0;
-    while (len >= 3 && k + 4 <= sizeof out) {
-      uint32_t v = (uint32_t)p[0] << 16 | (uint32_t)p[1] << 8 | p[2];
-      out[k++] = b64[v >> 18];
-      out[k++] = b64[(v >> 12) & 63];
-      out[k++] = b64[(v >> 6) & 63];
-      out[k++] = b64[v & 63];
-      p += 3;
-      len -= 3;
+size_t vb_escape(const void *in, size_t n, unsigned char *out) {
+  const unsigned char *p = in;
+  size_t k = 0;
+  for (size_t i = 0; i < n; i++) {
+    unsigned char c = p[i];
+    if (bin_special(c)) {
+      out[k++] = VB_ESC;
+      out[k++] = (unsigned char)(c + 64);
+    } else {
+      out[k++] = c;
     }
-    vw_raw(e->w, out, k);
   }
+  return k;
+}
+
+static int esc_write(void *ctx, const char *buf, size_t len) {
+  vw_t *w = ctx;
+  unsigned char out[8192];
   while (len > 0) {
-    e->carry[e->ncarry++] = *p++;
-    len--;
+    size_t n = len < sizeof out / 2 ? len : sizeof out / 2;
+    vw_raw(w, (const char *)out, vb_escape(buf, n, out));
+    buf += n;
+    len -= n;
   }
-  return e->w->err;
+  return w->err;
 }
 
-void vb64_init(vb64_t *e, vw_t *w, ms_sink_t *sink) {
-  e->w = w;
-  e->ncarry = 0;
-  sink->write = b64_write;
-  sink->ctx = e;
-}
-
-void vb64_finish(vb64_t *e) {
-  if (e->ncarry) b64_group(e->w, e->carry, e->ncarry);
-  e->ncarry = 0;
+void vb_escape_sink(vw_t *w, ms_sink_t *sink) {
+  sink->write = esc_write;
+  sink->ctx = w;
 }

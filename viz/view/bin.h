@@ -5,7 +5,7 @@
  * from the one before (i32/u32 wrapping modulo 2^32, f64 only for integers the caller knows to be
  * exact), which compresses far better for sorted or slowly changing columns; the reader restores
  * the values by a running sum
- * (the page gzips them and writes them as base64 in one script element; the page's script
+ * (the page gzips them and writes them, escaped (vb_escape), in one script element; its script
  * inflates them with the browser's own DecompressionStream and reads each section as a typed
  * array). The table of sections goes into the page's JSON (docs/view.md, "Data").
  */
@@ -56,14 +56,18 @@ void vb_flush(vb_t *b);
 /* The table as JSON: [{"name":..,"type":..,"offset":..,"count":..}, ...]. */
 void vb_table(const vb_t *b, vw_t *w);
 
-/* A sink writing base64 (RFC 4648, with padding) of what it gets into w. */
-typedef struct vb64_s {
-  vw_t *w;
-  unsigned char carry[3];
-  size_t ncarry;
-} vb64_t;
-void vb64_init(vb64_t *e, vw_t *w, ms_sink_t *sink);
-/* Writes the last group and its padding. */
-void vb64_finish(vb64_t *e);
+/* The page holds the gzipped sections as raw bytes in a <script type="application/octet-stream">
+ * of a page declared windows-1252 (docs/view.md, "The bytes of the page"), which decodes each of
+ * the bytes written as they are to the character of the same code. 31 byte values are escaped,
+ * each written as VB_ESC followed by the byte plus 64 (modulo 256), as yEnc does: NUL (the HTML
+ * parser would make it U+FFFD), CR (it would become or join a LF), '<' (it could end the element
+ * or open a comment), VB_ESC itself, and the 27 bytes 0x80-0x9F that windows-1252 decodes to
+ * characters above U+00FF (which make the browser hold the text as 16-bit characters: parsed
+ * more slowly, two bytes each). */
+#define VB_ESC 0x3d /* '=' */
+/* Escapes n bytes of in into out (room for 2 n bytes); returns the length written. */
+size_t vb_escape(const void *in, size_t n, unsigned char *out);
+/* A sink that writes what it gets into w, escaped. */
+void vb_escape_sink(vw_t *w, ms_sink_t *sink);
 
 #endif

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT
  * memsnap view: reading the page's binary data (embedded before view.js; no library).
- * window.memsnapData.load(meta, id) inflates a binary element (ms-bin, ms-stacks: base64 of gzip, viz/view/bin.h) with
+ * window.memsnapData.load(meta, id) inflates a binary element (ms-bin, ms-trace: gzip, escaped, viz/view/bin.h) with
  * the browser's own DecompressionStream and returns one typed array per section, delta-coded
  * sections summed back. window.memsnapData.stacks(sections, nframes) reads the stacks
  * (viz/view/stacks.h) one at a time, when one is asked for.
@@ -8,29 +8,24 @@
 (function () {
   "use strict";
 
-  /* base64 to bytes: the browser's own decoder where it has one, else a table */
-  function unbase64(str) {
-    if (typeof Uint8Array.fromBase64 === "function") {
-      try { return Uint8Array.fromBase64(str); } catch (e) { /* below */ }
+  /* An escaped binary element's text (viz/view/bin.h) back to its bytes. The page is declared
+   * windows-1252, whose decoder turns each byte the writer leaves as it is into the character of
+   * the same code; the escape byte '=' and the byte after it stand for that byte minus 64 (modulo
+   * 256). A character above U+00FF means the page was changed (saved again in another encoding). */
+  function unescapeBytes(str) {
+    var n = str.length, out = new Uint8Array(n), i, j = 0, c;
+    for (i = 0; i < n; i++) {
+      c = str.charCodeAt(i);
+      if (c === 61) {
+        if (++i === n) throw new Error("the page's data is damaged (an escape at its end)");
+        c = (str.charCodeAt(i) - 64) & 255;
+      } else if (c > 255) {
+        throw new Error("the page's data is damaged (character U+" + c.toString(16).toUpperCase()
+          + " at " + i + ": was the page saved again in another encoding?)");
+      }
+      out[j++] = c;
     }
-    var lut = new Uint8Array(128), abc = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/", i, j;
-    for (i = 0; i < 64; i++) lut[abc.charCodeAt(i)] = i;
-    var n = str.length;
-    while (n > 0 && (str.charCodeAt(n - 1) === 61 || str.charCodeAt(n - 1) <= 32)) n--;
-    var out = new Uint8Array(Math.floor(n * 3 / 4));
-    for (i = 0, j = 0; i + 3 < n; i += 4) {
-      var v = lut[str.charCodeAt(i)] << 18 | lut[str.charCodeAt(i + 1)] << 12
-        | lut[str.charCodeAt(i + 2)] << 6 | lut[str.charCodeAt(i + 3)];
-      out[j++] = v >> 16; out[j++] = v >> 8 & 255; out[j++] = v & 255;
-    }
-    var rest = n - i;
-    if (rest >= 2) {
-      var w = lut[str.charCodeAt(i)] << 18 | lut[str.charCodeAt(i + 1)] << 12
-        | (rest > 2 ? lut[str.charCodeAt(i + 2)] << 6 : 0);
-      out[j++] = w >> 16;
-      if (rest > 2) out[j++] = w >> 8 & 255;
-    }
-    return out;
+    return out.subarray(0, j);
   }
 
   /* a delta-coded section back to its values (i32/u32 modulo 2^32, as the writer) */
@@ -44,9 +39,13 @@
 
   /* the element ID's sections; its text is dropped once read (it is the page's largest part) */
   function load(meta, id, phase) {
-    var node = document.getElementById(id), bytes = unbase64(node.textContent);
+    if (meta.encoding !== "gzip+esc") return Promise.reject(new Error("unknown data encoding " + meta.encoding));
+    var node = document.getElementById(id), text = node.textContent;
     node.textContent = "";
-    if (phase) phase("base64");
+    if (phase) phase("text");
+    var bytes = unescapeBytes(text);
+    text = null;
+    if (phase) phase("unescape");
     var input = new ReadableStream({ start: function (c) { c.enqueue(bytes); c.close(); } });
     var reader = input.pipeThrough(new DecompressionStream("gzip")).getReader();
     var out = new Uint8Array(meta.length), at = 0;
@@ -99,5 +98,5 @@
     };
   }
 
-  window.memsnapData = { load: load, stacks: stacks, unbase64: unbase64 };
+  window.memsnapData = { load: load, stacks: stacks, unescapeBytes: unescapeBytes };
 })();

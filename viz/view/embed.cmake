@@ -3,7 +3,7 @@
 # whenever one of them changes): -DOUT=file.c "-DJS=a.js;b.js" -DCSS=view.css. The scripts are
 # concatenated in that order into one script (each file is its own function scope).
 # The page embeds them inside <script> and <style>, so a text that could end those elements early
-# ("</script", "</style") or that names a network address fails the build.
+# ("</script", "</style"), that names a network address or that is not ASCII fails the build.
 function(ms_embed var paths out)
   set(hex "")
   foreach(path IN LISTS paths)
@@ -16,6 +16,16 @@ function(ms_embed var paths out)
       endif()
     endforeach()
     file(READ "${path}" one HEX)
+    # the page is declared windows-1252 (its binary data is raw bytes): a byte above 0x7F would
+    # show as some other character, so the script and the style must be ASCII (\u escapes in
+    # strings)
+    string(REGEX REPLACE "([0-9a-f][0-9a-f])" "\\1," pairs "${one}")
+    foreach(hi 8 9 a b c d e f)
+      string(FIND ",${pairs}" ",${hi}" at)
+      if(NOT at EQUAL -1)
+        message(FATAL_ERROR "${path}: contains a byte that is not ASCII, which the page cannot hold (write \\u escapes)")
+      endif()
+    endforeach()
     string(APPEND hex "${one}")
   endforeach()
   string(LENGTH "${hex}" hexlen)

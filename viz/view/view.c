@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: MIT
  * memsnap viewer: the HTML page (memsnap/view.h). The page is the style, a skeleton, the binary
- * data (gzip, base64), the JSON data and the script; view.js draws everything from the data.
+ * data (gzip, escaped: bin.h), the JSON data and the script; view.js draws everything from the
+ * data. The page is declared windows-1252, whose decoder gives every byte a character of its own,
+ * so the binary elements hold raw bytes; everything else in it is ASCII (writer.h).
  */
 #include <stdbool.h>
 #include <stdint.h>
@@ -81,8 +83,9 @@ static void view_f64_begin(vb_t *b, const char *name, bool exact) {
 /* A timeline's data (ms_tlv_t) as sections named PREFIX.*: per series its first point, number
  * of points, element (-1: the summarized band), size, colour and ghost flag; the points'
  * timesteps (T) and offsets (O, one more for the summarized band, which is last), the summarized
- * band's sizes (S), max_at_time and the elements' sources. The sorted or slowly changing ones
- * (first points, elements, colours, timesteps, offsets, max_at_time, sources) are delta coded. */
+ * band's sizes (S), the elements' sources, and max_at_time only where the page cannot compute it
+ * exactly. The sorted or slowly changing ones (first points, elements, colours, timesteps,
+ * offsets, sources) are delta coded. */
 static void view_bin_tlv(vb_t *b, const char *prefix, const ms_tlv_t *v) {
   char name[64];
 #define SEC(suffix, type)                                      \
@@ -125,9 +128,13 @@ static void view_bin_tlv(vb_t *b, const char *prefix, const ms_tlv_t *v) {
   SEC("S", "f64");
   for (size_t i = 0; i < nsumm; i++) vb_f64(b, (double)v->sizes[summ_first + i]);
   vb_end(b);
-  FSEC("max_at_time", view_exact(v->max_at_time, v->ntimesteps));
-  for (size_t i = 0; i < v->ntimesteps; i++) vb_f64(b, (double)v->max_at_time[i]);
-  vb_end(b);
+  /* max_at_time is the sum of the sizes of the bands alive at each step: the page computes it
+   * from the bands (view.js, maxAtTime), exactly while every total is at most 2^52 */
+  if (!view_exact(v->max_at_time, v->ntimesteps)) {
+    SEC("max_at_time", "f64");
+    for (size_t i = 0; i < v->ntimesteps; i++) vb_f64(b, (double)v->max_at_time[i]);
+    vb_end(b);
+  }
   FSEC("sources", view_exact(v->element_source, v->elements_length));
   for (size_t i = 0; i < v->elements_length; i++) vb_f64(b, (double)v->element_source[i]);
   vb_end(b);
@@ -275,7 +282,7 @@ static void view_frames(vw_t *w, const ms_snapshot_t *s) {
 /* What the JSON says of one timeline (its arrays are in the binary data). */
 typedef struct view_tlmeta_s {
   int64_t max_size;
-  size_t elements_length, nseries, npoints;
+  size_t elements_length, nseries, npoints, ntimesteps;
 } view_tlmeta_t;
 
 typedef struct view_ctx_s {
@@ -301,6 +308,8 @@ static void view_tlv_json(vw_t *w, const char *key, const view_tlmeta_t *m) {
   vw_u64(w, m->nseries);
   vw_puts(w, ",\"npoints\":");
   vw_u64(w, m->npoints);
+  vw_puts(w, ",\"ntimesteps\":");
+  vw_u64(w, m->ntimesteps);
   vw_puts(w, "}");
 }
 
@@ -348,7 +357,7 @@ static void view_data(vw_t *w, const view_ctx_t *c, const vb_t *b) {
     vw_puts(w, "}");
   }
   vw_puts(w, "]");
-  vw_puts(w, ",\n\"bin\":{\"encoding\":\"gzip+base64\",\"length\":");
+  vw_puts(w, ",\n\"bin\":{\"encoding\":\"gzip+esc\",\"length\":");
   vw_u64(w, c->bin_bytes);
   vw_puts(w, ",\"sections\":");
   vb_table(b, w);
@@ -384,6 +393,7 @@ static int view_bin_devices(view_ctx_t *c, vb_t *b) {
       m->elements_length = v.elements_length;
       m->nseries = v.nseries;
       m->npoints = v.npoints;
+      m->ntimesteps = v.ntimesteps;
       ms_tlv_release(&v);
     }
   }
@@ -401,14 +411,13 @@ static int view_bin_traces(view_ctx_t *c, vb_t *b) {
   return rc == MS_OK ? vs_write_stacks(b, c->s) : rc;
 }
 
-/* A binary element: sections, gzipped, as base64: the devices' timelines, or (traces) their
+/* A binary element: sections, gzipped, escaped (bin.h): the devices' timelines, or (traces) their
  * traces and the stacks, which the page reads after its first paint. */
 static int view_bin(vw_t *w, view_ctx_t *c, vb_t *b, bool traces) {
-  vb64_t e;
-  ms_sink_t b64sink, gz;
+  ms_sink_t esc, gz;
   ms_gzip_sink_t *z = NULL;
-  vb64_init(&e, w, &b64sink);
-  int rc = ms_gzip_sink_create(&b64sink, c->s->ntrace > 1000000 ? 1 : 6, &z, &gz);
+  vb_escape_sink(w, &esc);
+  int rc = ms_gzip_sink_create(&esc, c->s->ntrace > 1000000 ? 1 : 6, &z, &gz);
   if (rc != MS_OK) return rc;
   vb_init(b, &gz);
   rc = traces ? view_bin_traces(c, b) : view_bin_devices(c, b);
@@ -417,12 +426,12 @@ static int view_bin(vw_t *w, view_ctx_t *c, vb_t *b, bool traces) {
   *(traces ? &c->trace_bytes : &c->bin_bytes) = b->offset;
   if (rc == MS_OK) rc = ms_gzip_sink_finish(z);
   ms_gzip_sink_destroy(z);
-  vb64_finish(&e);
   return rc != MS_OK ? rc : w->err;
 }
 
 static int view_page(vw_t *w, view_ctx_t *c) {
-  vw_puts(w, "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+  /* the charset must be declared within the first 1024 bytes */
+  vw_puts(w, "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"windows-1252\">\n"
              "<meta name=\"viewport\" content=\"width=device-width\">\n"
              "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; "
              "script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:; "
@@ -455,7 +464,7 @@ static int view_page(vw_t *w, view_ctx_t *c) {
   if (rc == MS_OK) {
     vw_puts(w, "</script>\n<script type=\"application/json\" id=\"ms-trace-data\">{");
     view_pools(w, c);
-    vw_puts(w, ",\n\"trace_bin\":{\"encoding\":\"gzip+base64\",\"length\":");
+    vw_puts(w, ",\n\"trace_bin\":{\"encoding\":\"gzip+esc\",\"length\":");
     vw_u64(w, c->trace_bytes);
     vw_puts(w, ",\"sections\":");
     vb_table(sb, w);

@@ -166,7 +166,7 @@
       size: sec("size"), elem: sec("elem"), color: sec("color"), ghost: sec("ghost"),
       tmin: new Float64Array(n), tmax: new Float64Array(n),
       summ: -1, summSizes: null, summOffsets: null,
-      maxAt: sec("max_at_time"), maxSize: meta.max_size, elementsLength: meta.elements_length
+      maxAt: null, maxSize: meta.max_size, elementsLength: meta.elements_length
     };
     for (i = 0; i < n; i++) {
       tl.first[i] = f0[i];
@@ -177,12 +177,35 @@
       }
     }
     tl.first[n] = n ? f0[n - 1] + np[n - 1] : 0;
+    tl.maxAt = sec("max_at_time") || maxAtTime(tl, meta.ntimesteps);
     var peak = 0;
     for (i = 1; i < tl.maxAt.length; i++) if (tl.maxAt[i] > tl.maxAt[peak]) peak = i;
     tl.peakT = peak;
     tl.nT = Math.max(1, tl.maxAt.length);
     lodIndex(tl);
     return tl;
+  }
+
+  /* PyTorch's max_at_time, from the bands (the page holds it only where a total is too large to
+   * sum exactly in doubles): at each step the sum of the sizes of the bands alive then. A band
+   * counts from its first point to its last one less a step, or, when the bands above it moved
+   * down as it ended (three steps, in which it still counts: another band has a point at its end
+   * and, lower, one three steps later), to two steps after its last point. */
+  function maxAtTime(tl, nT) {
+    var T = tl.T, O = tl.O, first = tl.first, moved = new Uint8Array(nT + 4), diff = new Float64Array(nT + 4);
+    var s, k, a, z, acc = 0, out = new Float64Array(nT);
+    for (s = 0; s < tl.n; s++) {
+      if (s === tl.summ) continue;
+      for (k = first[s]; k + 1 < first[s + 1]; k++) if (T[k + 1] - T[k] === 3 && O[k + 1] < O[k]) moved[T[k]] = 1;
+    }
+    for (s = 0; s < tl.n; s++) {
+      a = first[s]; z = first[s + 1];
+      if (s === tl.summ || a === z || tl.size[s] === 0) continue;
+      diff[T[a]] += tl.size[s];
+      diff[moved[T[z - 1]] ? T[z - 1] + 3 : T[z - 1]] -= tl.size[s];
+    }
+    for (k = 0; k < nT; k++) { acc += diff[k]; out[k] = acc; }
+    return out;
   }
 
   /* What keeps a frame's cost down (docs/view.md, "Level of detail"): the maximum of max_at_time
@@ -1212,7 +1235,8 @@
     }).then(function () {
       var td = parseJSON("ms-trace-data");
       D.pools = td.pools;
-      return window.memsnapData.load(td.trace_bin, "ms-trace");
+      phase("parsed");
+      return window.memsnapData.load(td.trace_bin, "ms-trace", function (name) { phase("trace " + name); });
     }).then(function (TB) {
       D.traceBin = TB;
       STK = window.memsnapData.stacks(TB, D.frames.length);

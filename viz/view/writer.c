@@ -73,15 +73,34 @@ static size_t writer_utf8_len(const unsigned char *s) {
   return n;
 }
 
+/* The code point of the valid UTF-8 sequence of n bytes at s. */
+static unsigned writer_utf8_cp(const unsigned char *s, size_t n) {
+  unsigned cp = s[0] & (0x7fu >> n);
+  for (size_t i = 1; i < n; i++) cp = (cp << 6) | (s[i] & 0x3f);
+  return cp;
+}
+
+/* The code point at *p (U+FFFD for a byte that starts no valid UTF-8 sequence); advances *p. */
+static unsigned writer_next_cp(const unsigned char **p) {
+  size_t n = writer_utf8_len(*p);
+  unsigned cp = n ? writer_utf8_cp(*p, n) : 0xfffd;
+  *p += n ? n : 1;
+  return cp;
+}
+
+static void writer_u_escape(vw_t *w, unsigned u) {
+  char b[8];
+  snprintf(b, sizeof b, "\\u%04x", u);
+  vw_raw(w, b, 6);
+}
+
 void vw_str(vw_t *w, const char *s) {
   vw_raw(w, "\"", 1);
   const unsigned char *p = (const unsigned char *)(s ? s : "");
   while (*p) {
     unsigned c = *p;
     if (c < 0x20 || c == '<' || c == '>' || c == '&' || c == '\'') {
-      char b[8];
-      snprintf(b, sizeof b, "\\u%04x", c);
-      vw_raw(w, b, 6);
+      writer_u_escape(w, c);
       p++;
     } else if (c == '"' || c == '\\') {
       char b[2] = {'\\', (char)c};
@@ -91,13 +110,12 @@ void vw_str(vw_t *w, const char *s) {
       vw_raw(w, (const char *)p, 1);
       p++;
     } else {
-      size_t n = writer_utf8_len(p);
-      if (n == 0) {
-        vw_puts(w, "\\ufffd");
-        p++;
+      unsigned cp = writer_next_cp(&p);
+      if (cp >= 0x10000) { /* a surrogate pair */
+        writer_u_escape(w, 0xd800 + ((cp - 0x10000) >> 10));
+        writer_u_escape(w, 0xdc00 + ((cp - 0x10000) & 0x3ff));
       } else {
-        vw_raw(w, (const char *)p, n);
-        p += n;
+        writer_u_escape(w, cp);
       }
     }
   }
@@ -106,44 +124,19 @@ void vw_str(vw_t *w, const char *s) {
 
 void vw_html(vw_t *w, const char *s) {
   const unsigned char *p = (const unsigned char *)(s ? s : "");
-  for (; *p; p++) {
-    switch (*p) {
-    case '&': vw_puts(w, "&amp;"); break;
-    case '<': vw_puts(w, "&lt;"); break;
-    case '>': vw_puts(w, "&gt;"); break;
-    case '"': vw_puts(w, "&quot;"); break;
-    case '\'': vw_puts(w, "&#39;"); break;
-    default:
-      if (*p < 0x20) vw_puts(w, "\xef\xbf\xbd"); /* U+FFFD */
-      else if (*p < 0x80) vw_raw(w, (const char *)p, 1);
-      else {
-        size_t n = writer_utf8_len(p);
-        if (n == 0) vw_puts(w, "\xef\xbf\xbd");
-        else {
-          vw_raw(w, (const char *)p, n);
-          p += n - 1;
-        }
-      }
+  while (*p) {
+    unsigned c = *p;
+    const char *e = c == '&' ? "&amp;" : c == '<' ? "&lt;" : c == '>' ? "&gt;"
+                    : c == '"' ? "&quot;" : c == '\'' ? "&#39;" : NULL;
+    if (e || c < 0x80) {
+      if (e) vw_puts(w, e);
+      else if (c < 0x20) vw_puts(w, "&#xfffd;");
+      else vw_raw(w, (const char *)p, 1);
+      p++;
+      continue;
     }
+    char b[16];
+    int n = snprintf(b, sizeof b, "&#x%x;", writer_next_cp(&p));
+    vw_raw(w, b, (size_t)n);
   }
-}
-
-static int writer_json_write(void *ctx, const char *buf, size_t len) {
-  vw_t *w = ctx;
-  size_t start = 0;
-  for (size_t i = 0; i < len; i++) {
-    const char *esc = buf[i] == '<' ? "\\u003c" : buf[i] == '>' ? "\\u003e"
-                      : buf[i] == '&' ? "\\u0026" : NULL;
-    if (!esc) continue;
-    vw_raw(w, buf + start, i - start);
-    vw_raw(w, esc, 6);
-    start = i + 1;
-  }
-  vw_raw(w, buf + start, len - start);
-  return w->err;
-}
-
-void vw_json_sink(vw_t *w, ms_sink_t *out) {
-  out->write = writer_json_write;
-  out->ctx = w;
 }
