@@ -88,9 +88,10 @@ static unsigned writer_next_cp(const unsigned char **p) {
   return cp;
 }
 
+/* "\\uXXXX" of one UTF-16 code unit (the caller splits code points above U+FFFF). */
 static void writer_u_escape(vw_t *w, unsigned u) {
-  char b[8];
-  snprintf(b, sizeof b, "\\u%04x", u);
+  char b[16];
+  snprintf(b, sizeof b, "\\u%04x", u & 0xffffu);
   vw_raw(w, b, 6);
 }
 
