@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT
  * memsnap core: internals of the streaming reader of PyTorch snapshot pickles (memsnap/pickle.h,
- * issue #4), shared by its three files:
+ * issue #4), shared by its four files:
  *
  *   pickle_vm.c       the pickle VM: input buffer, opcode decoding and the run loop, the value
  *                     stack, marks and memo; the entry point ms__pickle_read()
@@ -11,6 +11,8 @@
  *                     dicts of a record role, items stored into typed fields (segments, blocks,
  *                     history, device_traces, frames, settings, annotations), frames lists
  *                     interned as stacks, and the checks after STOP
+ *   pickle_drop.c     which trace entries' stacks a read may leave out (MS_LOAD_NO_FREE_STACKS:
+ *                     frees paired with their alloc as the time index pairs them)
  *
  * Vocabulary. The VM never builds a generic object tree. A value (rd_val_t) is a scalar, a string
  * in the builder's arena, or an object (rd_obj_t: a dict, list or set) with a role (R_*): the
@@ -26,7 +28,7 @@
  * tables) are static inline here.
  *
  * Names: rd_ is the reader's private vocabulary (types, static and inline helpers); functions
- * called from another of the three files are ms__pickle_*.
+ * called from another of the four files are ms__pickle_*.
  */
 #ifndef MEMSNAP_LIB_SNAPSHOT_PICKLE_INTERNAL_H
 #define MEMSNAP_LIB_SNAPSHOT_PICKLE_INTERNAL_H
