@@ -1816,17 +1816,30 @@ Test(pickle, skip_trace_flags_and_writers) {
   ms_errbuf_t eb;
   cr_assert_eq(read_mem_flags(data, len, 0x80, &s, &eb), MS_EINVAL);
   cr_assert_str_eq(eb.msg, "unknown load flags 0x80");
+  cr_assert_eq(read_mem_flags(data, len, 0x8, &s, &eb), MS_EINVAL);
+  cr_assert_str_eq(eb.msg, "unknown load flags 0x8");
   cr_assert_eq(s, (ms_snapshot_t *)0x1);
-  cr_assert_eq(read_mem_flags(data, len, MS_LOAD_NO_TRACE, &s, &eb), MS_OK);
-  /* a snapshot without its trace is never written out as if it were whole */
-  pk_t k = {0};
-  ms_sink_t sink = {pk_write, &k};
-  cr_assert_eq(ms_pickle_write(s, &sink, &eb), MS_EINVAL);
-  cr_assert_str_eq(eb.msg, "the snapshot was loaded without its trace");
-  cr_assert_eq(ms_snapshot_write(s, NULL, &sink, &eb), MS_EINVAL);
-  cr_assert_str_eq(eb.msg, "the snapshot was loaded without its trace");
-  cr_assert_eq(k.n, 0);
-  ms_snapshot_free(s);
+  /* a snapshot read without its trace, or without some of its stacks, is never written out as
+   * if it were whole */
+  static const struct {
+    unsigned flags;
+    const char *msg;
+  } cases[] = {
+      {MS_LOAD_NO_TRACE, "the snapshot was loaded without its trace"},
+      {MS_LOAD_NO_TRACE_STACKS, "the snapshot was loaded without its trace's stacks"},
+      {MS_LOAD_NO_FREE_STACKS, "the snapshot was loaded without its trace's stacks"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    cr_assert_eq(read_mem_flags(data, len, cases[i].flags, &s, &eb), MS_OK, "%s", eb.msg);
+    pk_t k = {0};
+    ms_sink_t sink = {pk_write, &k};
+    cr_assert_eq(ms_pickle_write(s, &sink, &eb), MS_EINVAL);
+    cr_assert_str_eq(eb.msg, cases[i].msg);
+    cr_assert_eq(ms_snapshot_write(s, NULL, &sink, &eb), MS_EINVAL);
+    cr_assert_str_eq(eb.msg, cases[i].msg);
+    cr_assert_eq(k.n, 0);
+    ms_snapshot_free(s);
+  }
   s = (ms_snapshot_t *)0x1;
   cr_assert_eq(ms_snapshot_load_ex("/nonexistent", 0x8, &s, &eb), MS_EINVAL);
   cr_assert_eq(s, (ms_snapshot_t *)0x1);
@@ -2050,6 +2063,30 @@ Test(pickle, no_trace_stacks_keeps_what_trace_prints) {
   free(k.p);
 }
 
+/* A read with `flags` refuses k (MS_EUNSUPPORTED, msg), and the loader then reads the file in
+ * full: the model of a full read, every stack there. */
+static void refused_then_read_in_full(const pk_t *k, unsigned flags, const char *msg, size_t i) {
+  ms_snapshot_t *full = read_ok(k->p, k->n), *s = (ms_snapshot_t *)0x1;
+  ms_errbuf_t eb;
+  cr_assert_eq(read_mem_flags(k->p, k->n, flags, &s, &eb), MS_EUNSUPPORTED, "case %zu: %s", i,
+               eb.msg);
+  cr_assert_eq(s, (ms_snapshot_t *)0x1);
+  cr_assert(strstr(eb.msg, msg), "case %zu: %s", i, eb.msg);
+  char path[512];
+  tmp_path(path, sizeof path, "stacks-refused.pickle");
+  FILE *f = fopen(path, "wb");
+  cr_assert(f);
+  cr_assert_eq(fwrite(k->p, 1, k->n, f), k->n);
+  fclose(f);
+  s = NULL;
+  cr_assert_eq(ms_snapshot_load_ex(path, flags, &s, &eb), MS_OK, "%s", eb.msg);
+  unlink(path);
+  eq_model(full, s, true);
+  cr_assert_not(s->present & MS_SNAP_TRACE_STACKS_SKIPPED);
+  ms_snapshot_free(s);
+  ms_snapshot_free(full);
+}
+
 Test(pickle, no_trace_stacks_needed_elsewhere_reads_in_full) {
   /* a stack left out but needed later (a shared frames list, an entry named again after its
    * frames): the read says so; the loader reads the file again in full */
@@ -2067,46 +2104,9 @@ Test(pickle, no_trace_stacks_needed_elsewhere_reads_in_full) {
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     pk_t k = two_entries(cases[i].a2, cases[i].share, cases[i].again);
-    ms_snapshot_t *full = read_ok(k.p, k.n), *s = (ms_snapshot_t *)0x1;
-    ms_errbuf_t eb;
-    cr_assert_eq(read_mem_flags(k.p, k.n, MS_LOAD_NO_TRACE_STACKS, &s, &eb), MS_EUNSUPPORTED,
-                 "case %zu", i);
-    cr_assert_eq(s, (ms_snapshot_t *)0x1);
-    cr_assert(strstr(eb.msg, cases[i].msg), "case %zu: %s", i, eb.msg);
-    char path[512];
-    tmp_path(path, sizeof path, "stacks-shared.pickle");
-    FILE *f = fopen(path, "wb");
-    cr_assert(f);
-    cr_assert_eq(fwrite(k.p, 1, k.n, f), k.n);
-    fclose(f);
-    s = NULL;
-    cr_assert_eq(ms_snapshot_load_ex(path, MS_LOAD_NO_TRACE_STACKS, &s, &eb), MS_OK, "%s", eb.msg);
-    unlink(path);
-    eq_model(full, s, true); /* read in full: every stack is there */
-    cr_assert_eq(ms_snap_stack_depth(s, s->trace[1].stack), 1);
-    ms_snapshot_free(s);
-    ms_snapshot_free(full);
+    refused_then_read_in_full(&k, MS_LOAD_NO_TRACE_STACKS, cases[i].msg, i);
     free(k.p);
   }
-}
-
-Test(pickle, no_trace_stacks_not_written) {
-  size_t len;
-  char *data = fixture("a0kuma_adamw_small", &len);
-  ms_snapshot_t *s = NULL;
-  ms_errbuf_t eb;
-  cr_assert_eq(read_mem_flags(data, len, MS_LOAD_NO_TRACE_STACKS, &s, &eb), MS_OK);
-  pk_t k = {0};
-  ms_sink_t sink = {pk_write, &k};
-  cr_assert_eq(ms_pickle_write(s, &sink, &eb), MS_EINVAL);
-  cr_assert_str_eq(eb.msg, "the snapshot was loaded without its trace's stacks");
-  cr_assert_eq(ms_snapshot_write(s, NULL, &sink, &eb), MS_EINVAL);
-  cr_assert_str_eq(eb.msg, "the snapshot was loaded without its trace's stacks");
-  cr_assert_eq(k.n, 0);
-  ms_snapshot_free(s);
-  cr_assert_eq(read_mem_flags(data, len, 0x8, &s, &eb), MS_EINVAL);
-  cr_assert_str_eq(eb.msg, "unknown load flags 0x8");
-  free(data);
 }
 
 /* ---- reading without the frees' stacks (MS_LOAD_NO_FREE_STACKS) ---------------------------- */
@@ -2221,24 +2221,7 @@ Test(pickle, no_free_stacks_refusals_read_in_full) {
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     pk_t k = free_entries(cases[i].e, cases[i].n);
-    ms_snapshot_t *full = read_ok(k.p, k.n), *s = (ms_snapshot_t *)0x1;
-    ms_errbuf_t eb;
-    cr_assert_eq(read_mem_flags(k.p, k.n, MS_LOAD_NO_FREE_STACKS, &s, &eb), MS_EUNSUPPORTED,
-                 "case %zu: %s", i, eb.msg);
-    cr_assert_eq(s, (ms_snapshot_t *)0x1);
-    cr_assert(strstr(eb.msg, cases[i].msg), "case %zu: %s", i, eb.msg);
-    char path[512];
-    tmp_path(path, sizeof path, "free-stacks.pickle");
-    FILE *f = fopen(path, "wb");
-    cr_assert(f);
-    cr_assert_eq(fwrite(k.p, 1, k.n, f), k.n);
-    fclose(f);
-    s = NULL;
-    cr_assert_eq(ms_snapshot_load_ex(path, MS_LOAD_NO_FREE_STACKS, &s, &eb), MS_OK, "%s", eb.msg);
-    unlink(path);
-    eq_model(full, s, true); /* read in full */
-    ms_snapshot_free(s);
-    ms_snapshot_free(full);
+    refused_then_read_in_full(&k, MS_LOAD_NO_FREE_STACKS, cases[i].msg, i);
     free(k.p);
   }
 }
