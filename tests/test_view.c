@@ -571,6 +571,29 @@ static const tr_t small_trace[] = {
 
 /* Stacks whose ranks need more than a byte (a frame followed by 300 others) and a stack of 300
  * frames (counts as u32) come back whole from the page's stacks sections. */
+/* b finished with one device whose trace allocates n blocks of 512 bytes from 0x10000, block k
+ * with stack st[k]. */
+static ms_snapshot_t *allocs_of(ms__snapbuild_t *b, const uint32_t *st, size_t n) {
+  for (size_t k = 0; k < n; k++) {
+    ms_snap_trace_t t;
+    memset(&t, 0, sizeof t);
+    t.action = MS_TRACE_ALLOC;
+    t.addr = 0x10000 + 512 * (uint64_t)k;
+    t.size = 512;
+    t.stack = st[k];
+    t.present = MS_TRACE_HAS_FRAMES;
+    cr_assert_eq(ms__snapbuild_add_trace(b, &t), MS_OK);
+  }
+  ms_snap_device_t d;
+  memset(&d, 0, sizeof d);
+  d.ntrace = (uint32_t)n;
+  cr_assert_eq(ms__snapbuild_add_device(b, &d), MS_OK);
+  ms_snapshot_t *s = NULL;
+  ms_errbuf_t eb = {{0}};
+  cr_assert_eq(ms__snapbuild_finish(b, &s, &eb), MS_OK, "%s", eb.msg);
+  return s;
+}
+
 Test(view, stacks_big_ranks_and_deep_stacks) {
   ms__snapbuild_t b;
   ms__snapbuild_init(&b);
@@ -587,23 +610,7 @@ Test(view, stacks_big_ranks_and_deep_stacks) {
     cr_assert_eq(ms__snapbuild_stack(&b, two, 2, &st[k - 1]), MS_OK);
   }
   cr_assert_eq(ms__snapbuild_stack(&b, fr + 1, 300, &st[300]), MS_OK);
-  for (int k = 0; k < 301; k++) {
-    ms_snap_trace_t t;
-    memset(&t, 0, sizeof t);
-    t.action = MS_TRACE_ALLOC;
-    t.addr = 0x10000 + 512 * (uint64_t)k;
-    t.size = 512;
-    t.stack = st[k];
-    t.present = MS_TRACE_HAS_FRAMES;
-    cr_assert_eq(ms__snapbuild_add_trace(&b, &t), MS_OK);
-  }
-  ms_snap_device_t d;
-  memset(&d, 0, sizeof d);
-  d.ntrace = 301;
-  cr_assert_eq(ms__snapbuild_add_device(&b, &d), MS_OK);
-  ms_snapshot_t *s = NULL;
-  ms_errbuf_t eb = {{0}};
-  cr_assert_eq(ms__snapbuild_finish(&b, &s, &eb), MS_OK, "%s", eb.msg);
+  ms_snapshot_t *s = allocs_of(&b, st, 301);
   char *page = page_of(s, NULL);
   cr_assert(strstr(page, "\"name\":\"stacks.count\",\"type\":\"u32\""));
   cr_assert_null(strstr(page, "\"name\":\"stacks.ranks_big\",\"type\":\"u16\",\"offset\":0,\"count\":0"));
@@ -726,21 +733,7 @@ Test(view, non_ascii_names) {
   uint32_t fr, st;
   cr_assert_eq(ms__snapbuild_frame(&b, name, strlen(name), file, strlen(file), 3, &fr), MS_OK);
   cr_assert_eq(ms__snapbuild_stack(&b, &fr, 1, &st), MS_OK);
-  ms_snap_trace_t t;
-  memset(&t, 0, sizeof t);
-  t.action = MS_TRACE_ALLOC;
-  t.addr = 0x10000;
-  t.size = 512;
-  t.stack = st;
-  t.present = MS_TRACE_HAS_FRAMES;
-  cr_assert_eq(ms__snapbuild_add_trace(&b, &t), MS_OK);
-  ms_snap_device_t d;
-  memset(&d, 0, sizeof d);
-  d.ntrace = 1;
-  cr_assert_eq(ms__snapbuild_add_device(&b, &d), MS_OK);
-  ms_snapshot_t *s = NULL;
-  ms_errbuf_t eb = {{0}};
-  cr_assert_eq(ms__snapbuild_finish(&b, &s, &eb), MS_OK, "%s", eb.msg);
+  ms_snapshot_t *s = allocs_of(&b, &st, 1);
   ms_viewer_opts_t o;
   ms_viewer_opts_init(&o);
   o.title = "\xc3\xbc\xf0\x9f\x98\x80\xff<\x01.pickle";
