@@ -89,28 +89,29 @@ typedef struct bin_s {
   size_t nundone;
 } bin_t;
 
-/* The byte values the page escapes (viz/view/bin.h): NUL, CR, '<', '=' and the 27 bytes 0x80-0x9F
- * that windows-1252 decodes to characters above U+00FF (all but 0x81, 0x8D, 0x8F, 0x90, 0x9D). */
-static bool escaped_byte(unsigned char c) {
+/* The byte values the page escapes (viz/view/bin.h): NUL, CR, '<', '=' and, narrow, the 27 bytes
+ * 0x80-0x9F that windows-1252 decodes to characters above U+00FF (all but 0x81, 0x8D, 0x8F, 0x90,
+ * 0x9D). */
+static bool escaped_byte(unsigned char c, bool narrow) {
   static const unsigned char set[] = {0x00, 0x0d, 0x3c, 0x3d, 0x80, 0x82, 0x83, 0x84,
                                       0x85, 0x86, 0x87, 0x88, 0x89, 0x8a, 0x8b, 0x8c,
                                       0x8e, 0x91, 0x92, 0x93, 0x94, 0x95, 0x96, 0x97,
                                       0x98, 0x99, 0x9a, 0x9b, 0x9c, 0x9e, 0x9f};
-  return memchr(set, c, sizeof set) != NULL;
+  return memchr(set, c, narrow ? sizeof set : 4) != NULL;
 }
 
 /* The escaped text of a binary element (viz/view/bin.h) back to its bytes, checking that the
  * HTML parser would leave it alone and windows-1252 decode it byte for character: none of the
  * escaped bytes raw, each escape followed by one of them plus 64. */
-static size_t unescape_bin(const char *a, size_t n, unsigned char *out) {
+static size_t unescape_bin(const char *a, size_t n, unsigned char *out, bool narrow) {
   size_t k = 0;
   for (size_t i = 0; i < n; i++) {
     unsigned char c = (unsigned char)a[i];
-    cr_assert(!escaped_byte(c) || c == '=', "byte 0x%02x at %zu of a binary element", c, i);
+    cr_assert(!escaped_byte(c, narrow) || c == '=', "byte 0x%02x at %zu of a binary element", c, i);
     if (c == '=') {
       cr_assert_lt(i + 1, n, "an escape at the end");
       c = (unsigned char)(a[++i] - 64);
-      cr_assert(escaped_byte(c), "escaped byte 0x%02x", c);
+      cr_assert(escaped_byte(c, narrow), "escaped byte 0x%02x", c);
     }
     out[k++] = c;
   }
@@ -131,7 +132,7 @@ static bin_t bin_of_element(const char *page, const char *id, const char *key,
   cr_assert(z);
   size_t n = (size_t)(z - a);
   unsigned char *gz = malloc(n + 1);
-  size_t k = unescape_bin(a, n, gz);
+  size_t k = unescape_bin(a, n, gz, strcmp(id, "ms-bin") == 0);
   bin_t b = {NULL, 0, element(page, json_id), {0}, 0};
   char lkey[96];
   snprintf(lkey, sizeof lkey, "\"%s\":{\"encoding\":\"gzip+esc\",\"length\":", key);
@@ -169,13 +170,26 @@ static void put_le(unsigned char *p, uint64_t v, size_t n) {
   for (size_t i = 0; i < n; i++) p[i] = (unsigned char)(v >> (8 * i));
 }
 
-/* A delta-coded section ("delta":true) summed back in place, once: i32/u32 modulo 2^32, f64 as
- * doubles (the page does the same). */
-static void undelta(bin_t *b, unsigned char *p, const char *type, size_t n) {
+/* A shuffled section ("shuffle":B) transposed back and a delta-coded one ("delta":true) summed
+ * back, in place, once: i32/u32 modulo 2^32, f64 as doubles (the page does the same). */
+static void restore(bin_t *b, unsigned char *p, const char *type, size_t n, size_t w,
+                    unsigned block, bool delta) {
   for (size_t i = 0; i < b->nundone; i++)
     if (b->undone[i] == (size_t)(p - b->data)) return;
   cr_assert_lt(b->nundone, 256);
   b->undone[b->nundone++] = (size_t)(p - b->data);
+  if (block) {
+    unsigned char *tmp = malloc((size_t)block * w);
+    for (size_t v0 = 0; v0 < n; v0 += block) {
+      size_t k = n - v0 < block ? n - v0 : block;
+      unsigned char *q = p + v0 * w;
+      memcpy(tmp, q, k * w);
+      for (size_t j = 0; j < w; j++)
+        for (size_t i = 0; i < k; i++) q[i * w + j] = tmp[j * k + i];
+    }
+    free(tmp);
+  }
+  if (!delta) return;
   if (type[0] == 'f') {
     double acc = 0;
     for (size_t i = 0; i < n; i++) {
@@ -211,7 +225,12 @@ static const unsigned char *section(bin_t *b, const char *name, const char *type
   *count = (size_t)cnt;
   const char *end = strchr(p + strlen(key), '}');
   cr_assert(end);
-  if (strncmp(end - 13, ",\"delta\":true", 13) == 0) undelta(b, b->data + off, type, (size_t)cnt);
+  unsigned block = 0;
+  const char *sh = strstr(p, ",\"shuffle\":");
+  if (sh && sh < end) cr_assert_eq(sscanf(sh + 11, "%u", &block), 1);
+  cr_assert(block == 0 || w > 1, "%s: a shuffled section of bytes", name);
+  bool delta = strncmp(end - 13, ",\"delta\":true", 13) == 0;
+  if (delta || block) restore(b, b->data + off, type, (size_t)cnt, w, block, delta);
   return b->data + off;
 }
 
@@ -317,6 +336,78 @@ static void check_tlv(bin_t *b, const char *key, const ms_snapshot_t *s, size_t 
   ms_tlv_release(&v);
 }
 
+/* The stack sections (viz/view/stacks.h) give back every stack's frames; every written rank is in
+ * its context's list, a context with one successor has no rank written, the lists are most used
+ * first, and every section is read to its end. */
+static void check_stacks(bin_t *sb, const ms_snapshot_t *s) {
+  size_t c, nranks, nhi, nlo, nbig, nsc, nsucc, wf = s->nframes < 65536 ? 2 : 4;
+  const unsigned char *n = section(sb, "stacks.n", "u32", &c);
+  cr_assert_eq(c, 1);
+  cr_assert_eq(le(n, 4), s->nstacks);
+  const unsigned char *rk = section(sb, "stacks.ranks", "u8", &nranks);
+  const unsigned char *hi = section(sb, "stacks.ranks_hi", "u8", &nhi);
+  const unsigned char *lo = section(sb, "stacks.ranks_lo", "u8", &nlo);
+  const unsigned char *big = section(sb, "stacks.ranks_big", "u32", &nbig);
+  const unsigned char *ns = section(sb, "stacks.succ_count", "u32", &nsc);
+  const unsigned char *su = section(sb, "stacks.succ", wf == 2 ? "u16" : "u32", &nsucc);
+  cr_assert_eq(nsc, s->nframes + 1);
+  size_t *start = calloc(nsc + 1, sizeof *start), *uses = calloc(nsucc + 1, sizeof *uses);
+  for (size_t i = 0; i < nsc; i++) start[i + 1] = start[i] + le(ns + 4 * i, 4);
+  cr_assert_eq(start[nsc], nsucc);
+  size_t nat, nck = (s->nstacks + 63) / 64;
+  const unsigned char *at = section(sb, "stacks.at", "f64", &nat);
+  cr_assert_eq(nat, 4 * nck);
+  size_t ir = 0, ih = 0, il = 0, ib = 0, root = s->nframes;
+  for (size_t i = 0; i < s->nstacks; i++) {
+    if (i % 64 == 0) {
+      size_t q = i / 64;
+      cr_assert(f64_at(at, q) == (double)ir && f64_at(at, nck + q) == (double)ih &&
+                f64_at(at, 2 * nck + q) == (double)il && f64_at(at, 3 * nck + q) == (double)ib,
+                "where stack %zu starts", i);
+    }
+    size_t ctx = root, nf = s->stacks[i].nframes;
+    for (size_t k = nf + 1; k-- > 0;) { /* the frames outermost first, then the end */
+      size_t len = start[ctx + 1] - start[ctx], r = 0;
+      if (len > 1 && len <= 256) {
+        cr_assert_lt(ir, nranks, "stack %zu: its ranks", i);
+        r = rk[ir++];
+      } else if (len > 256) {
+        cr_assert_lt(ih, nhi, "stack %zu: its wide ranks", i);
+        r = hi[ih++];
+        if (r == 255) {
+          cr_assert_lt(ib, nbig);
+          r = le(big + 4 * ib++, 4);
+          cr_assert_geq(r, 255 * 256);
+        } else {
+          cr_assert_lt(il, nlo);
+          r = 256 * r + lo[il++];
+        }
+      }
+      cr_assert_lt(r, len, "stack %zu: rank %zu in a list of %zu", i, r, len);
+      uses[start[ctx] + r]++;
+      uint64_t f = le(su + wf * (start[ctx] + r), wf);
+      if (k == 0) {
+        cr_assert_eq(f, root, "stack %zu ends after %zu frames", i, nf);
+      } else {
+        cr_assert_eq(f, ms_snap_frame_index(s, s->stacks[i].first + k - 1), "stack %zu frame %zu",
+                     i, k - 1);
+        ctx = (size_t)f;
+      }
+    }
+  }
+  cr_assert_eq(ir, nranks);
+  cr_assert_eq(ih, nhi);
+  cr_assert_eq(il, nlo);
+  cr_assert_eq(ib, nbig);
+  for (size_t x = 0; x < nsc; x++)
+    for (size_t j = start[x]; j < start[x + 1]; j++) {
+      cr_assert_gt(uses[j], 0, "context %zu: a successor never used", x);
+      if (j > start[x]) cr_assert_leq(uses[j], uses[j - 1], "context %zu: most used first", x);
+    }
+  free(start);
+  free(uses);
+}
+
 /* The trace and stack sections hold the device's trace and the snapshot's stacks. */
 static void check_trace(bin_t *sb, const ms_snapshot_t *s, size_t dev) {
   size_t c, n = dev < s->ndevices ? s->devices[dev].ntrace : 0;
@@ -337,48 +428,7 @@ static void check_trace(bin_t *sb, const ms_snapshot_t *s, size_t dev) {
     cr_assert_eq(f64_at(tm, i), t[i].present & MS_TRACE_HAS_TIME ? (double)t[i].time_us : -1.0);
     cr_assert_eq(i32_at(stk, i), t[i].stack == MS_SNAP_NO_STACK ? -1 : (int64_t)t[i].stack);
   }
-  /* stacks: counts, then ranks among the successors of the frame before (viz/view/stacks.h),
-   * which give back every stack's frames */
-  uint32_t maxn = 0;
-  for (size_t i = 0; i < s->nstacks; i++)
-    if (s->stacks[i].nframes > maxn) maxn = s->stacks[i].nframes;
-  size_t wc = maxn < 256 ? 1 : 4, wf = s->nframes < 65536 ? 2 : 4;
-  const unsigned char *sc = section(sb, "stacks.count", wc == 1 ? "u8" : "u32", &c);
-  cr_assert_eq(c, s->nstacks);
-  size_t nranks, nsc, nsucc, nbigs, ib = 0;
-  const unsigned char *rk = section(sb, "stacks.ranks", "u8", &nranks);
-  const unsigned char *nbg = section(sb, "stacks.nbig", wc == 1 ? "u8" : "u32", &c);
-  cr_assert_eq(c, s->nstacks);
-  const unsigned char *big = section(sb, "stacks.ranks_big", wf == 2 ? "u16" : "u32", &nbigs);
-  const unsigned char *ns = section(sb, "stacks.succ_count", "u32", &nsc);
-  const unsigned char *su = section(sb, "stacks.succ", wf == 2 ? "u16" : "u32", &nsucc);
-  cr_assert_eq(nsc, s->nframes + 1);
-  size_t *start = calloc(nsc + 1, sizeof *start);
-  for (size_t i = 0; i < nsc; i++) start[i + 1] = start[i] + le(ns + 4 * i, 4);
-  cr_assert_eq(start[nsc], nsucc);
-  size_t at = 0;
-  for (size_t i = 0; i < s->nstacks; i++) {
-    uint32_t nf = (uint32_t)le(sc + wc * i, wc), ctx = (uint32_t)s->nframes, nbi = 0;
-    cr_assert_eq(nf, s->stacks[i].nframes);
-    for (uint32_t k = nf; k-- > 0; at++) {
-      cr_assert_lt(at, nranks);
-      uint64_t r = rk[at];
-      if (r == 255) {
-        cr_assert_lt(ib, nbigs);
-        r = le(big + wf * ib++, wf);
-        cr_assert_geq(r, 255);
-        nbi++;
-      }
-      cr_assert_lt(start[ctx] + r, start[ctx + 1], "stack %zu: rank in its context's list", i);
-      uint32_t f = (uint32_t)le(su + wf * (start[ctx] + r), wf);
-      cr_assert_eq(f, ms_snap_frame_index(s, s->stacks[i].first + k), "stack %zu frame %u", i, k);
-      ctx = f;
-    }
-    cr_assert_eq(le(nbg + wc * i, wc), nbi, "stack %zu: its big ranks", i);
-  }
-  cr_assert_eq(at, nranks);
-  cr_assert_eq(ib, nbigs);
-  free(start);
+  check_stacks(sb, s);
 }
 
 /* The page's bytes: declared windows-1252 in its first 1024 bytes; ASCII outside its two binary
@@ -399,7 +449,7 @@ static void check_page_bytes(const char *page) {
     const char *close = strstr(open, "</script>");
     cr_assert(close);
     unsigned char *tmp = malloc((size_t)(close - open) + 1);
-    unescape_bin(open, (size_t)(close - open), tmp);
+    unescape_bin(open, (size_t)(close - open), tmp, nbin == 0); /* ms-bin, then ms-trace */
     free(tmp);
     nbin++;
     p = close;
@@ -594,31 +644,46 @@ static ms_snapshot_t *allocs_of(ms__snapbuild_t *b, const uint32_t *st, size_t n
   return s;
 }
 
-Test(view, stacks_big_ranks_and_deep_stacks) {
+/* Ranks of every width (a byte; a high and a low byte; a big one), contexts with one successor
+ * (nothing written), a stack of 300 frames, the empty stack, recursion, frame numbers above u16. */
+Test(view, stacks_ranks_of_every_width) {
   ms__snapbuild_t b;
   ms__snapbuild_init(&b);
   b.hdr.origin = MS_SNAP_ORIGIN_TORCH_DICT;
   b.hdr.present = MS_SNAP_HAS_DEVICE_TRACES;
-  uint32_t fr[301], st[302];
-  for (int i = 0; i < 301; i++) {
+  enum { NF = 66000 };
+  static uint32_t fr[NF + 1], st[NF + 4];
+  for (int i = 0; i <= NF; i++) {
     char name[16];
     snprintf(name, sizeof name, "f%d", i);
     cr_assert_eq(ms__snapbuild_frame(&b, name, strlen(name), "a.py", 4, i, &fr[i]), MS_OK);
   }
-  for (int k = 1; k <= 300; k++) {
+  size_t ns = 0;
+  /* f0 then fk: f0 has NF successors, f3 and f7 (used twice) first, then the others in order of
+   * first use */
+  for (int k = 1; k <= NF; k++) {
     uint32_t two[2] = {fr[k], fr[0]}; /* innermost first: f0 is the outermost */
-    cr_assert_eq(ms__snapbuild_stack(&b, two, 2, &st[k - 1]), MS_OK);
+    cr_assert_eq(ms__snapbuild_stack(&b, two, 2, &st[ns++]), MS_OK);
   }
-  cr_assert_eq(ms__snapbuild_stack(&b, fr + 1, 300, &st[300]), MS_OK);
-  ms_snapshot_t *s = allocs_of(&b, st, 301);
+  uint32_t again[3] = {fr[7], fr[7], fr[0]}, rec[4] = {fr[3], fr[3], fr[3], fr[0]};
+  cr_assert_eq(ms__snapbuild_stack(&b, again, 3, &st[ns++]), MS_OK);
+  cr_assert_eq(ms__snapbuild_stack(&b, rec, 4, &st[ns++]), MS_OK);
+  cr_assert_eq(ms__snapbuild_stack(&b, fr + 1, 300, &st[ns++]), MS_OK);
+  cr_assert_eq(ms__snapbuild_stack(&b, fr, 0, &st[ns++]), MS_OK);
+  ms_snapshot_t *s = allocs_of(&b, st, ns);
   char *page = page_of(s, NULL);
-  cr_assert(strstr(page, "\"name\":\"stacks.count\",\"type\":\"u32\""));
-  cr_assert_null(strstr(page, "\"name\":\"stacks.ranks_big\",\"type\":\"u16\",\"offset\":0,\"count\":0"));
+  cr_assert(strstr(page, "\"name\":\"stacks.succ\",\"type\":\"u32\""));
   bin_t bb = bin_of(page), sb = trace_of(page);
   check_trace(&sb, s, 0);
   size_t c;
-  section(&sb, "stacks.ranks_big", "u16", &c);
-  cr_assert_eq(c, 300 - 255, "the ranks of 255 and more: f256..f300 after f0");
+  section(&sb, "stacks.ranks", "u8", &c);
+  cr_assert_gt(c, 0, "from contexts with a few successors (f3: f3, f2, the end)");
+  section(&sb, "stacks.ranks_hi", "u8", &c);
+  cr_assert_eq(c, NF + 2, "every step after f0");
+  section(&sb, "stacks.ranks_big", "u32", &c);
+  cr_assert_eq(c, NF - 255 * 256, "the ranks of 65,280 and more after f0");
+  section(&sb, "stacks.ranks_lo", "u8", &c);
+  cr_assert_eq(c, NF + 2 - (NF - 255 * 256), "the others after f0");
   bin_free(&bb);
   bin_free(&sb);
   free(page);
@@ -666,16 +731,16 @@ Test(view, hostile_names_stay_data) {
   ms_snapshot_free(s);
 }
 
-/* The escape of the binary data (viz/view/bin.h): every byte value comes back; only the 31 of
- * escaped_byte are escaped, as '=' and the byte plus 64. */
-Test(view, escape_every_byte) {
+/* The escape of the binary data (viz/view/bin.h): every byte value comes back; only the 31 (narrow)
+ * or 4 of escaped_byte are escaped, as '=' and the byte plus 64. */
+static void escape_every_byte(bool narrow) {
   unsigned char in[256], out[512], back[512];
   for (int i = 0; i < 256; i++) in[i] = (unsigned char)i;
-  size_t n = vb_escape(in, 256, out);
-  cr_assert_eq(n, 256 + 31);
+  size_t n = vb_escape(in, 256, out, narrow);
+  cr_assert_eq(n, 256 + (narrow ? 31 : 4));
   size_t k = 0;
   for (int i = 0; i < 256; i++) {
-    if (escaped_byte((unsigned char)i)) {
+    if (escaped_byte((unsigned char)i, narrow)) {
       cr_assert(out[k] == '=' && out[k + 1] == (unsigned char)(i + 64), "byte 0x%02x escaped", i);
       k += 2;
     } else {
@@ -686,10 +751,11 @@ Test(view, escape_every_byte) {
   cr_assert(memcmp(out, "=@", 2) == 0, "NUL");
   cr_assert(memcmp(out + 14, "=M", 2) == 0, "CR");
   cr_assert(memcmp(out + 62, "=|=}", 4) == 0, "'<' and '='");
-  cr_assert(memcmp(out + 132, "=\xc0\x81=\xc2", 4) == 0, "0x80 escaped, 0x81 not, 0x82 escaped");
-  cr_assert_eq(unescape_bin((const char *)out, n, back), 256);
+  if (narrow) cr_assert(memcmp(out + 132, "=\xc0\x81=\xc2", 4) == 0, "0x80 escaped, 0x81 not, 0x82 escaped");
+  else cr_assert(memcmp(out + 132, "\x80\x81\x82", 3) == 0, "0x80-0x82 as they are");
+  cr_assert_eq(unescape_bin((const char *)out, n, back, narrow), 256);
   cr_assert(memcmp(back, in, 256) == 0);
-  cr_assert_eq(vb_escape(in, 0, out), 0);
+  cr_assert_eq(vb_escape(in, 0, out, narrow), 0);
   /* through the sink, in pieces of every size, more than its buffer at once */
   size_t big = 100000;
   unsigned char *r = malloc(big), *b2 = malloc(big);
@@ -698,27 +764,31 @@ Test(view, escape_every_byte) {
   for (size_t i = 0; i < big; i++) {
     x = x * 1103515245u + 12345u;
     r[i] = (unsigned char)(x >> 16);
-    specials += escaped_byte(r[i]);
+    specials += escaped_byte(r[i], narrow);
   }
   th_memsink_t m;
   ms_sink_t sink, esc;
   th_memsink_init(&sink, &m);
   vw_t *w = malloc(sizeof *w);
   vw_init(w, &sink);
-  vb_escape_sink(w, &esc);
+  vb_esc_t e = {w, narrow};
+  vb_escape_sink(&e, &esc);
   for (size_t at = 0, step = 1; at < big; at += step, step = step * 2 + 1) {
     size_t piece = big - at < step ? big - at : step;
     cr_assert_eq(esc.write(esc.ctx, (const char *)r + at, piece), MS_OK);
   }
   vw_flush(w);
   cr_assert_eq(m.len, big + specials, "one byte more per escaped byte");
-  cr_assert_eq(unescape_bin(m.data, m.len, b2), big);
+  cr_assert_eq(unescape_bin(m.data, m.len, b2, narrow), big);
   cr_assert(memcmp(b2, r, big) == 0);
   th_memsink_free(&m);
   free(w);
   free(r);
   free(b2);
 }
+
+Test(view, escape_every_byte_narrow) { escape_every_byte(true); }
+Test(view, escape_every_byte_wide) { escape_every_byte(false); }
 
 /* Names that are not ASCII: the page stays ASCII outside its binary data (JSON \u escapes,
  * surrogate pairs above U+FFFF, HTML character references in the title); invalid UTF-8 is U+FFFD

@@ -16,6 +16,7 @@
 #ifndef MEMSNAP_SERIALIZE_H
 #define MEMSNAP_SERIALIZE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
 
@@ -168,6 +169,10 @@ typedef struct ms_gzip_sink_s ms_gzip_sink_t;
 /* @return MS_OK, MS_EINVAL (level) or MS_ENOMEM; *sink receives the compressing sink. */
 MS_API MS_NODISCARD int ms_gzip_sink_create(ms_sink_t *inner, int level, ms_gzip_sink_t **out,
                                             ms_sink_t *sink);
+/* From now on compress with deflate's run-length strategy (rle: matches only of runs of one byte,
+ * which suits data like the byte planes of numbers that change little) or its default one; what
+ * was written before is compressed with the old one. @return MS_OK or the inner sink's error. */
+MS_API MS_NODISCARD int ms_gzip_sink_rle(ms_gzip_sink_t *z, bool rle);
 /* @return MS_OK or the inner sink's error. */
 MS_API MS_NODISCARD int ms_gzip_sink_finish(ms_gzip_sink_t *z);
 /* Accepts NULL. */

@@ -22,6 +22,8 @@ int ms_gzip_sink_create(ms_sink_t *inner, int level, ms_gzip_sink_t **out, ms_si
   return MS_OK;
 }
 
+int ms_gzip_sink_rle(ms_gzip_sink_t *g, bool rle) { return ms__zsink_rle(g->z, rle); }
+
 int ms_gzip_sink_finish(ms_gzip_sink_t *g) { return ms__zsink_finish(g->z); }
 
 void ms_gzip_sink_destroy(ms_gzip_sink_t *g) {

@@ -26,6 +26,7 @@
 struct ms__zsink_s {
   z_stream zs;
   ms_sink_t *inner;
+  int level;
   int err; /* sticky inner-sink error */
   unsigned char out[ZSINK_OUT];
 };
@@ -68,12 +69,27 @@ int ms__zsink_create(ms_sink_t *inner, int level, ms__zsink_t **out, ms_sink_t *
     MS_RETURN_IF(1, MS_ENOMEM);
   }
   z->inner = inner;
+  z->level = level;
   z->zs.next_out = z->out;
   z->zs.avail_out = ZSINK_OUT;
   sink->write = zsink_write;
   sink->ctx = z;
   *out = z;
   return MS_OK;
+}
+
+int ms__zsink_rle(ms__zsink_t *z, int rle) {
+  if (z->err) return z->err;
+  z->zs.next_in = NULL;
+  z->zs.avail_in = 0;
+  /* zlib compresses what it holds with the old strategy first, and answers Z_BUF_ERROR until
+   * there was room enough for that */
+  for (int tries = 0;; tries++) {
+    int zr = deflateParams(&z->zs, z->level, rle ? Z_RLE : Z_DEFAULT_STRATEGY);
+    if (zr == Z_OK) return MS_OK;
+    MS_RETURN_IF(zr != Z_BUF_ERROR || tries > 1000000, z->err = MS_EIO);
+    MS_FORWARD_IF_ERROR(zsink_drain(z));
+  }
 }
 
 int ms__zsink_finish(ms__zsink_t *z) {

@@ -32,6 +32,9 @@ typedef struct ms__zsink_s ms__zsink_t;
 int ms__zsink_create(ms_sink_t *inner, int level, ms__zsink_t **out, ms_sink_t *sink);
 /* Finishes the stream (gzip trailer) and writes everything pending to inner.
  * @return MS_OK or the inner sink's error. */
+/* From now on deflate with zlib's run-length strategy (rle) or the default one; what was written
+ * before is compressed with the old one. @return MS_OK or the inner sink's error. */
+int ms__zsink_rle(ms__zsink_t *z, int rle);
 int ms__zsink_finish(ms__zsink_t *z);
 /* Frees the sink (without finishing). Accepts NULL. */
 void ms__zsink_destroy(ms__zsink_t *z);

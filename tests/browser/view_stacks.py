@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: MIT
-# Writes a small PyTorch-style snapshot whose stacks need ranks of 255 and more in the page's
-# stack encoding (viz/view/stacks.h): 300 allocations, the k-th with the stack [f<k>, f0]
-# (innermost first), so that 300 different frames follow f0 (tests/browser/view.sh checks that
-# the page reads every stack back). usage: view_stacks.py OUT.pickle
+# Writes a small PyTorch-style snapshot whose stacks need wide ranks in the page's
+# stack encoding (viz/view/stacks.h: a high and a low byte after a frame that more than 256
+# others follow): 300 allocations, the k-th with the stack [f<k+1>, f0] (innermost first), so
+# that 300 different frames follow f0 (tests/browser/view.sh checks that the page reads every
+# stack back; test_view.c checks the big ranks, from 65,280, which need as many stacks). usage: view_stacks.py OUT.pickle
 import pickle
 import sys
 

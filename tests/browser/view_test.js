@@ -76,7 +76,7 @@
         var fs = api.stackFrames(D.trace.stack[k]);
         if (fs.length !== 2 || D.frames[fs[0]][2] !== "f" + (k + 1) || D.frames[fs[1]][2] !== "f0") bad = k;
       }
-      ok("stacks with ranks of 255 and more read back", D.trace.action.length === 300 && bad < 0, "entry " + bad);
+      ok("stacks with wide ranks read back", D.trace.action.length === 300 && bad < 0, "entry " + bad);
     }
     api.show("timeline");
     var v = api.view;
@@ -257,6 +257,15 @@
       var text = el ? el.textContent : "", same = text.length === want.length + 31 + 11;
       for (i2 = 0; i2 < text.length && same; i2++) if (text.charCodeAt(i2) > 255) same = false;
       ok("one character per byte, of the byte's code", same, text.length + " " + i2);
+      /* not narrow: 4 escapes among the 256 values, 10 in the rest; the 27 bytes 0x80-0x9F that
+       * windows-1252 decodes above U+00FF (and the tail's 0x80) come back through the page's map */
+      var wel = document.getElementById("ms-test-bytes-wide"), wtext = wel ? wel.textContent : "";
+      got = wel ? Array.from(window.memsnapData.unescapeBytes(wtext)) : [];
+      ok("every byte value comes back, not narrow", got.join() === want.join(), got.join());
+      var above = 0;
+      for (i2 = 0; i2 < wtext.length; i2++) if (wtext.charCodeAt(i2) > 255) above++;
+      ok("one character per byte, not narrow", wtext.length === want.length + 4 + 10 && above === 28,
+        wtext.length + " " + above);
     }
   } catch (e) {
     errors.push("exception: " + (e && e.stack || e));

@@ -8,10 +8,12 @@
 
 #include "memsnap/error.h"
 
-void vb_init(vb_t *b, ms_sink_t *sink) {
+void vb_init(vb_t *b, ms_sink_t *sink, ms_gzip_sink_t *gz) {
   memset(b, 0, offsetof(vb_t, buf));
   b->sink = sink;
+  b->gz = gz;
   b->err = MS_OK;
+  b->width = b->nblk = 0;
 }
 
 void vb_release(vb_t *b) {
@@ -35,9 +37,20 @@ static void bin_put(vb_t *b, const void *p, size_t n) {
   b->offset += n;
 }
 
-void vb_begin(vb_t *b, const char *name, const char *type) {
+static size_t bin_width(const char *type) {
+  return type[0] == 'f' ? 8 : type[1] == '8' ? 1 : type[1] == '1' ? 2 : 4;
+}
+
+void vb_begin_with(vb_t *b, const char *name, const char *type, unsigned flags) {
   static const unsigned char zero[8] = {0};
   if (b->offset % 8) bin_put(b, zero, 8 - b->offset % 8);
+  bool rle = (flags & VB_RLE) != 0;
+  if (b->gz && rle != b->rle) {
+    vb_flush(b); /* what is buffered goes with the strategy it was written for */
+    int rc = ms_gzip_sink_rle(b->gz, rle);
+    if (rc != MS_OK && b->err == MS_OK) b->err = rc;
+    b->rle = rle;
+  }
   if (b->nsec == b->cap) {
     size_t cap = b->cap ? 2 * b->cap : 32;
     vb_section_t *s = realloc(b->sec, cap * sizeof *s);
@@ -53,30 +66,49 @@ void vb_begin(vb_t *b, const char *name, const char *type) {
   strncpy(s->name, name, sizeof s->name - 1);
   strncpy(s->type, type, sizeof s->type - 1);
   s->offset = b->offset;
-  b->delta = false;
-}
-
-void vb_begin_delta(vb_t *b, const char *name, const char *type) {
-  vb_begin(b, name, type);
-  if (b->nsec) b->sec[b->nsec - 1].delta = true;
-  b->delta = true;
+  s->delta = b->delta = (flags & VB_DELTA) != 0;
+  size_t w = bin_width(type);
+  s->shuffle = (flags & VB_SHUFFLE) && w > 1;
+  b->width = s->shuffle ? w : 0;
+  b->nblk = 0;
   b->prev_u = 0;
   b->prev_f = 0;
 }
 
-void vb_end(vb_t *b) {
-  if (b->nsec == 0) return;
-  vb_section_t *s = &b->sec[b->nsec - 1];
-  size_t w = s->type[0] == 'f' ? 8 : s->type[1] == '8' ? 1 : s->type[1] == '1' ? 2 : 4;
-  s->count = (b->offset - s->offset) / w;
-  b->delta = false;
+void vb_begin(vb_t *b, const char *name, const char *type) { vb_begin_with(b, name, type, 0); }
+
+void vb_begin_delta(vb_t *b, const char *name, const char *type) {
+  vb_begin_with(b, name, type, VB_DELTA);
 }
 
-/* Little-endian whatever the host. */
+/* The shuffled block written, plane by plane. */
+static void bin_block(vb_t *b) {
+  size_t w = b->width, n = b->nblk;
+  for (size_t k = 0; k < w; k++)
+    for (size_t i = 0; i < n; i++) b->planes[k * n + i] = b->blk[i * w + k];
+  bin_put(b, b->planes, w * n);
+  b->nblk = 0;
+}
+
+void vb_end(vb_t *b) {
+  if (b->nsec == 0) return;
+  if (b->width && b->nblk) bin_block(b);
+  vb_section_t *s = &b->sec[b->nsec - 1];
+  s->count = (b->offset - s->offset) / bin_width(s->type);
+  b->delta = false;
+  b->width = 0;
+}
+
+/* Little-endian whatever the host; into the block of a shuffled section. */
 static void bin_le(vb_t *b, uint64_t v, size_t n) {
   unsigned char p[8];
   for (size_t i = 0; i < n; i++) p[i] = (unsigned char)(v >> (8 * i));
-  bin_put(b, p, n);
+  if (!b->width) {
+    bin_put(b, p, n);
+    return;
+  }
+  memcpy(b->blk + b->nblk * n, p, n);
+  if (++b->nblk == VB_BLOCK) bin_block(b);
 }
 
 static uint32_t bin_delta_u(vb_t *b, uint32_t v) {
@@ -112,24 +144,30 @@ void vb_table(const vb_t *b, vw_t *w) {
     vw_u64(w, s->offset);
     vw_puts(w, ",\"count\":");
     vw_u64(w, s->count);
+    if (s->shuffle) {
+      vw_puts(w, ",\"shuffle\":");
+      vw_u64(w, VB_BLOCK);
+    }
     vw_puts(w, s->delta ? ",\"delta\":true}" : "}");
   }
   vw_puts(w, "]");
 }
 
-/* The bytes escaped (bin.h): NUL, CR, '<', the escape byte itself, and the 27 bytes 0x80-0x9F that
- * windows-1252 decodes to characters above U+00FF (all but 0x81, 0x8D, 0x8F, 0x90, 0x9D). */
-static bool bin_special(unsigned char c) {
-  if (c >= 0x80 && c <= 0x9f) return c != 0x81 && c != 0x8d && c != 0x8f && c != 0x90 && c != 0x9d;
+/* The bytes escaped (bin.h): NUL, CR, '<', the escape byte itself, and (narrow) the 27 bytes
+ * 0x80-0x9F that windows-1252 decodes to characters above U+00FF (all but 0x81, 0x8D, 0x8F, 0x90,
+ * 0x9D). */
+static bool bin_special(unsigned char c, bool narrow) {
+  if (c >= 0x80 && c <= 0x9f)
+    return narrow && c != 0x81 && c != 0x8d && c != 0x8f && c != 0x90 && c != 0x9d;
   return c == 0 || c == '\r' || c == '<' || c == VB_ESC;
 }
 
-size_t vb_escape(const void *in, size_t n, unsigned char *out) {
+size_t vb_escape(const void *in, size_t n, unsigned char *out, bool narrow) {
   const unsigned char *p = in;
   size_t k = 0;
   for (size_t i = 0; i < n; i++) {
     unsigned char c = p[i];
-    if (bin_special(c)) {
+    if (bin_special(c, narrow)) {
       out[k++] = VB_ESC;
       out[k++] = (unsigned char)(c + 64);
     } else {
@@ -140,18 +178,18 @@ size_t vb_escape(const void *in, size_t n, unsigned char *out) {
 }
 
 static int esc_write(void *ctx, const char *buf, size_t len) {
-  vw_t *w = ctx;
+  vb_esc_t *e = ctx;
   unsigned char out[8192];
   while (len > 0) {
     size_t n = len < sizeof out / 2 ? len : sizeof out / 2;
-    vw_raw(w, (const char *)out, vb_escape(buf, n, out));
+    vw_raw(e->w, (const char *)out, vb_escape(buf, n, out, e->narrow));
     buf += n;
     len -= n;
   }
-  return w->err;
+  return e->w->err;
 }
 
-void vb_escape_sink(vw_t *w, ms_sink_t *sink) {
+void vb_escape_sink(vb_esc_t *e, ms_sink_t *sink) {
   sink->write = esc_write;
-  sink->ctx = w;
+  sink->ctx = e;
 }

@@ -4,7 +4,12 @@
  * A section may be delta coded ("delta":true in the table): each value is then the difference
  * from the one before (i32/u32 wrapping modulo 2^32, f64 only for integers the caller knows to be
  * exact), which compresses far better for sorted or slowly changing columns; the reader restores
- * the values by a running sum
+ * the values by a running sum. A section may be shuffled ("shuffle":B): its values are written in
+ * blocks of B (the last one shorter), each block byte plane by byte plane (every value's first
+ * byte, then every second byte, ...), as Blosc does, so that the planes that hardly change (the
+ * high bytes of small differences, the low bytes of doubles that hold integers) compress to
+ * almost nothing; the reader transposes each block back before the running sum. Sections of
+ * such planes are compressed with deflate's run-length strategy (bin->gz).
  * (the page gzips them and writes them, escaped (vb_escape), in one script element; its script
  * inflates them with the browser's own DecompressionStream and reads each section as a typed
  * array). The table of sections goes into the page's JSON (docs/view.md, "Data").
@@ -23,11 +28,16 @@ typedef struct vb_section_s {
   char name[64];
   char type[4]; /* "i32", "u32", "u16", "u8", "f64" */
   uint64_t offset, count;
-  bool delta;
+  bool delta, shuffle;
 } vb_section_t;
+
+#define VB_BLOCK 4096 /* values per shuffled block */
+enum { VB_DELTA = 1, VB_SHUFFLE = 2, VB_RLE = 4 }; /* vb_begin_with's flags */
 
 typedef struct vb_s {
   ms_sink_t *sink;
+  ms_gzip_sink_t *gz; /* the gzip sink under sink, if any: VB_RLE switches its strategy */
+  bool rle;           /* its strategy now */
   uint64_t offset; /* bytes written so far */
   int err;
   vb_section_t *sec;
@@ -37,14 +47,20 @@ typedef struct vb_s {
   double prev_f;     /* (f64) */
   size_t len;
   unsigned char buf[1 << 16];
+  size_t width, nblk; /* the open shuffled section: its value width, the values in blk */
+  unsigned char blk[VB_BLOCK * 8], planes[VB_BLOCK * 8];
 } vb_t;
 
-void vb_init(vb_t *b, ms_sink_t *sink);
+/* gz: the gzip sink that sink is (or NULL: VB_RLE does nothing). */
+void vb_init(vb_t *b, ms_sink_t *sink, ms_gzip_sink_t *gz);
 void vb_release(vb_t *b);
 /* Starts a section (pads the data to a multiple of 8 bytes first). */
 void vb_begin(vb_t *b, const char *name, const char *type);
 /* Starts a delta-coded section (see above). */
 void vb_begin_delta(vb_t *b, const char *name, const char *type);
+/* Starts a section with flags VB_DELTA, VB_SHUFFLE (not for u8) and VB_RLE (compressed with
+ * deflate's run-length strategy; without it, the default one). */
+void vb_begin_with(vb_t *b, const char *name, const char *type, unsigned flags);
 void vb_end(vb_t *b);
 void vb_i32(vb_t *b, int32_t v);
 void vb_u32(vb_t *b, uint32_t v);
@@ -58,16 +74,22 @@ void vb_table(const vb_t *b, vw_t *w);
 
 /* The page holds the gzipped sections as raw bytes in a <script type="application/octet-stream">
  * of a page declared windows-1252 (docs/view.md, "The bytes of the page"), which decodes each of
- * the bytes written as they are to the character of the same code. 31 byte values are escaped,
- * each written as VB_ESC followed by the byte plus 64 (modulo 256), as yEnc does: NUL (the HTML
- * parser would make it U+FFFD), CR (it would become or join a LF), '<' (it could end the element
- * or open a comment), VB_ESC itself, and the 27 bytes 0x80-0x9F that windows-1252 decodes to
- * characters above U+00FF (which make the browser hold the text as 16-bit characters: parsed
- * more slowly, two bytes each). */
+ * the bytes written as they are to one character. The bytes the HTML parser would not give back
+ * are escaped, each written as VB_ESC followed by the byte plus 64 (modulo 256), as yEnc does:
+ * NUL (the parser would make it U+FFFD), CR (it would become or join a LF), '<' (it could end the
+ * element or open a comment) and VB_ESC itself: 4 of 256 values, 1.6 % more bytes. Narrow, the 27
+ * bytes 0x80-0x9F that windows-1252 decodes to characters above U+00FF (U+20AC for 0x80, ...; the
+ * page maps them back) are escaped too, 12 % more bytes, so that the browser keeps the element's
+ * text as one byte per character: half the memory, parsed faster. The timelines, read before the
+ * first paint, are narrow; the traces and stacks, read after it, are not. */
 #define VB_ESC 0x3d /* '=' */
 /* Escapes n bytes of in into out (room for 2 n bytes); returns the length written. */
-size_t vb_escape(const void *in, size_t n, unsigned char *out);
-/* A sink that writes what it gets into w, escaped. */
-void vb_escape_sink(vw_t *w, ms_sink_t *sink);
+size_t vb_escape(const void *in, size_t n, unsigned char *out, bool narrow);
+/* A sink that writes what it gets into e->w, escaped (narrow or not). */
+typedef struct vb_esc_s {
+  vw_t *w;
+  bool narrow;
+} vb_esc_t;
+void vb_escape_sink(vb_esc_t *e, ms_sink_t *sink);
 
 #endif

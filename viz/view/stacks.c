@@ -1,12 +1,11 @@
 /* SPDX-License-Identifier: MIT
  * memsnap viewer: the snapshot's stacks as binary sections (stacks.h).
  *
- * A stack is written from its outermost frame in, each frame as its rank among the frames seen
- * so far right inside the frame before it (its context; the outermost frame's context is the
- * root). Stacks of one program repeat the same calls: after a Python frame comes the
- * interpreter's, after an operator its kernel, so most ranks are 0 or small and the page's data
- * compresses several times better than frame numbers do, while every stack still has its own
- * frames. The successor lists (per context, in order of first use) give the frames back.
+ * Two passes over the stacks: the first finds every (context, successor) pair and counts its
+ * uses, which ranks each context's successors (most used first) and tells which contexts have
+ * one successor; the second writes the ranks of the steps that carry a choice. Stacks of one
+ * program repeat the same calls, so most contexts have one successor or a few, and the written
+ * ranks are few and small.
  */
 #include "stacks.h"
 
@@ -15,8 +14,8 @@
 
 #include "memsnap/error.h"
 
-/* (context, frame) -> rank: open addressing on the pair packed in 64 bits (value rank + 1), key
- * and value side by side so that a probe touches one cache line */
+/* (context, successor) -> pair number + 1: open addressing on the pair packed in 64 bits, key and
+ * value side by side so that a probe touches one cache line */
 typedef struct vs_slot_s {
   uint64_t key;
   uint32_t val;
@@ -46,38 +45,13 @@ static int vs_grow(vs_map_t *m) {
   return MS_OK;
 }
 
-/* The slot of k (its value 0 when absent). */
+/* The slot of k (its value 0 when absent; the map is never full). */
 static vs_slot_t *vs_slot(const vs_map_t *m, uint64_t k) {
   size_t h = vs_hash(k, m->cap);
   while (m->slot[h].val && m->slot[h].key != k) h = (h + 1) & (m->cap - 1);
   return &m->slot[h];
 }
 
-#define VS_SMALL 8 /* a context's first successors are kept in a short list, not the map */
-
-typedef struct vs_ctx_s {
-  vs_map_t map;
-  uint32_t *small;     /* per context: its first VS_SMALL successors, in rank order */
-  uint32_t *nsucc;     /* per context: successors so far */
-  uint32_t *last;      /* per context: the last successor seen (a cache of the map) */
-  uint32_t *last_rank; /* its rank */
-  uint64_t *pairs;     /* (context << 32 | frame) in order of first use */
-  size_t npairs, cap_pairs;
-} vs_ctx_t;
-
-static int vs_pair(vs_ctx_t *c, uint64_t k) {
-  if (c->npairs == c->cap_pairs) {
-    size_t cap = c->cap_pairs ? 2 * c->cap_pairs : 4096;
-    uint64_t *p = realloc(c->pairs, cap * sizeof *p);
-    if (!p) return MS_ENOMEM;
-    c->pairs = p;
-    c->cap_pairs = cap;
-  }
-  c->pairs[c->npairs++] = k;
-  return MS_OK;
-}
-
-/* (k, rank + 1) into the map */
 static int vs_put(vs_map_t *m, uint64_t k, uint32_t val) {
   if ((m->len + 1) * 2 > m->cap && vs_grow(m)) return MS_ENOMEM;
   vs_slot_t *h = vs_slot(m, k);
@@ -87,156 +61,251 @@ static int vs_put(vs_map_t *m, uint64_t k, uint32_t val) {
   return MS_OK;
 }
 
-/* The rank of frame f after context ctx, new successors numbered in order of first use: a
- * context's first VS_SMALL successors are found in its short list (most contexts have no more:
- * after a Python frame comes the interpreter's), the others in the map. */
-static int vs_rank(vs_ctx_t *c, uint32_t ctx, uint32_t f, uint32_t *rank) {
-  if (c->last[ctx] == f) {
-    *rank = c->last_rank[ctx];
-    return MS_OK;
+#define VS_SMALL 8 /* a context's first successors are kept in a short list, not the map */
+
+typedef struct vs_ctx_s {
+  vs_map_t map;     /* the pairs of contexts with more than VS_SMALL successors */
+  uint32_t *small;  /* per context: the pairs of its first VS_SMALL successors */
+  uint32_t *nsucc;  /* per context: its successors */
+  uint32_t *last;   /* per context: the last successor seen (a cache of the lookup) */
+  uint32_t *last_p; /* its pair */
+  uint64_t *pairs;  /* per pair, numbered in order of first use: context << 32 | successor */
+  uint32_t *uses;   /* per pair: its uses (first pass), then its rank in its context */
+  size_t npairs, cap_pairs;
+} vs_ctx_t;
+
+static int vs_new_pair(vs_ctx_t *c, uint64_t k, uint32_t *p) {
+  if (c->npairs == c->cap_pairs) {
+    size_t cap = c->cap_pairs ? 2 * c->cap_pairs : 4096;
+    uint64_t *np = realloc(c->pairs, cap * sizeof *np);
+    if (np) c->pairs = np;
+    uint32_t *nu = np ? realloc(c->uses, cap * sizeof *nu) : NULL;
+    if (!nu) return MS_ENOMEM;
+    c->uses = nu;
+    c->cap_pairs = cap;
   }
-  uint32_t n = c->nsucc[ctx], *l = c->small + (size_t)ctx * VS_SMALL, r = UINT32_MAX;
-  uint64_t k = (uint64_t)ctx << 32 | f;
-  for (uint32_t i = 0; i < n && i < VS_SMALL; i++)
-    if (l[i] == f) r = i;
-  if (r == UINT32_MAX && n < VS_SMALL) {
-    if (vs_pair(c, k)) return MS_ENOMEM;
-    l[n] = f;
-    r = c->nsucc[ctx]++;
-  } else if (r == UINT32_MAX) {
-    if (n == VS_SMALL) /* the list is full: from now on the map holds them all */
-      for (uint32_t i = 0; i < VS_SMALL; i++)
-        if (vs_put(&c->map, (uint64_t)ctx << 32 | l[i], i + 1)) return MS_ENOMEM;
-    if ((c->map.len + 1) * 2 > c->map.cap && vs_grow(&c->map)) return MS_ENOMEM;
-    vs_slot_t *h = vs_slot(&c->map, k);
-    if (!h->val) {
-      if (vs_pair(c, k)) return MS_ENOMEM;
-      h->key = k;
-      h->val = ++c->nsucc[ctx];
-      c->map.len++;
-    }
-    r = h->val - 1;
-  }
-  *rank = r;
-  c->last[ctx] = f;
-  c->last_rank[ctx] = *rank;
+  if (c->npairs >= UINT32_MAX - 1) return MS_ELIMIT;
+  *p = (uint32_t)c->npairs;
+  c->pairs[c->npairs] = k;
+  c->uses[c->npairs++] = 0;
   return MS_OK;
 }
 
-static void vs_count(vb_t *b, uint32_t v, bool byte) {
-  if (byte) vb_u8(b, (uint8_t)v);
-  else vb_u32(b, v);
+/* The pair (ctx, f), added when absent (the first pass; the second finds every pair). */
+static int vs_pair(vs_ctx_t *c, uint32_t ctx, uint32_t f, uint32_t *p) {
+  if (c->last[ctx] == f) {
+    *p = c->last_p[ctx];
+    return MS_OK;
+  }
+  uint32_t n = c->nsucc[ctx], *l = c->small + (size_t)ctx * VS_SMALL, found = UINT32_MAX;
+  uint64_t k = (uint64_t)ctx << 32 | f;
+  for (uint32_t i = 0; i < n && i < VS_SMALL; i++)
+    if (c->pairs[l[i]] == k) found = l[i];
+  if (found == UINT32_MAX && n > VS_SMALL) {
+    vs_slot_t *h = vs_slot(&c->map, k);
+    if (h->val) found = h->val - 1;
+  }
+  if (found == UINT32_MAX) {
+    int rc = vs_new_pair(c, k, &found);
+    if (rc != MS_OK) return rc;
+    if (n < VS_SMALL) {
+      l[n] = found;
+    } else {
+      if (n == VS_SMALL) /* the list is full: from now on the map holds them all */
+        for (uint32_t i = 0; i < VS_SMALL; i++)
+          if (vs_put(&c->map, c->pairs[l[i]], l[i] + 1)) return MS_ENOMEM;
+      if (vs_put(&c->map, k, found + 1)) return MS_ENOMEM;
+    }
+    c->nsucc[ctx]++;
+  }
+  c->last[ctx] = f;
+  c->last_p[ctx] = found;
+  *p = found;
+  return MS_OK;
 }
 
-/* stacks.count, stacks.ranks (a byte per frame: the rank, 255 for one of 255 or more, which is
- * then in stacks.ranks_big) and per stack the number of those (stacks.nbig). The big ranks wait
- * in memory until the byte ranks are written (a few per stack). */
-static int vs_ranks(vb_t *b, const ms_snapshot_t *s, vs_ctx_t *c, bool small) {
-  uint32_t maxn = 0;
-  for (size_t i = 0; i < s->nstacks; i++)
-    if (s->stacks[i].nframes > maxn) maxn = s->stacks[i].nframes;
-  bool byte = maxn < 256;
-  vb_begin(b, "stacks.count", byte ? "u8" : "u32");
-  for (size_t i = 0; i < s->nstacks; i++) vs_count(b, s->stacks[i].nframes, byte);
-  vb_end(b);
-  uint32_t root = (uint32_t)s->nframes, *nbig = calloc(s->nstacks ? s->nstacks : 1, sizeof *nbig);
-  /* the big ranks, u16 (small) or u32 as they will be written */
-  unsigned char *big = NULL;
-  size_t nb = 0, cap = 0, esz = small ? 2 : 4;
-  int rc = nbig ? MS_OK : MS_ENOMEM;
-  vb_begin(b, "stacks.ranks", "u8");
-  for (size_t i = 0; i < s->nstacks && rc == MS_OK; i++) {
+/* Bytes buffered for a section written later. */
+typedef struct vs_buf_s {
+  unsigned char *p;
+  size_t n, cap;
+} vs_buf_t;
+
+static int vs_buf_put(vs_buf_t *b, const void *v, size_t len) {
+  if (b->n + len > b->cap) {
+    size_t cap = b->cap ? 2 * b->cap : 65536;
+    unsigned char *p = realloc(b->p, cap);
+    if (!p) return MS_ENOMEM;
+    b->p = p;
+    b->cap = cap;
+  }
+  memcpy(b->p + b->n, v, len);
+  b->n += len;
+  return MS_OK;
+}
+
+/* The sections written after stacks.ranks, kept in memory until it is written: the wide ranks,
+ * and where every VS_EVERY-th stack starts in each rank section. */
+#define VS_EVERY 64
+typedef struct vs_wide_s {
+  vs_buf_t hi, lo, big;
+  uint64_t nranks;
+  uint64_t *at; /* [4][nck] */
+  size_t nck;
+} vs_wide_t;
+
+/* Writes rank r of a step from a context with n successors (stacks.h). */
+static int vs_put_rank(vb_t *w, vs_wide_t *x, uint32_t r, uint32_t n) {
+  if (n <= 256) {
+    vb_u8(w, (uint8_t)r);
+    x->nranks++;
+    return MS_OK;
+  }
+  unsigned char hi = r < 255 * 256 ? (unsigned char)(r >> 8) : 255, low = (unsigned char)r;
+  if (vs_buf_put(&x->hi, &hi, 1)) return MS_ENOMEM;
+  if (hi < 255) return vs_buf_put(&x->lo, &low, 1);
+  unsigned char le[4] = {(unsigned char)r, (unsigned char)(r >> 8), (unsigned char)(r >> 16),
+                         (unsigned char)(r >> 24)};
+  return vs_buf_put(&x->big, le, 4);
+}
+
+/* One pass over the stacks: the first (w NULL) finds and counts the pairs, the second writes the
+ * ranks of the steps from contexts with more than one successor (stacks.ranks, the others into
+ * x). */
+static int vs_walk(vs_ctx_t *c, const ms_snapshot_t *s, vb_t *w, vs_wide_t *x) {
+  uint32_t root = (uint32_t)s->nframes, end = root;
+  for (size_t i = 0; i < s->nstacks; i++) {
     const ms_snap_stack_t *st = &s->stacks[i];
-    uint32_t ctx = root, r = 0;
-    for (uint32_t k = st->nframes; k-- > 0 && rc == MS_OK;) {
-      uint32_t f = ms_snap_frame_index(s, st->first + k);
-      if (f >= root) rc = MS_EINVAL; /* the reader never gives one: no frame to name */
-      else rc = vs_rank(c, ctx, f, &r);
-      if (rc == MS_OK && r >= 255) {
-        if (nb == cap) {
-          cap = cap ? 2 * cap : 4096;
-          unsigned char *p = realloc(big, cap * esz);
-          if (!p) rc = MS_ENOMEM;
-          else big = p;
-        }
-        if (rc == MS_OK) {
-          uint16_t r16 = (uint16_t)r;
-          memcpy(big + esz * nb++, small ? (const void *)&r16 : (const void *)&r, esz);
-          nbig[i]++;
-        }
-      }
-      vb_u8(b, r < 255 ? (uint8_t)r : 255);
+    uint32_t ctx = root, p;
+    if (w && i % VS_EVERY == 0) {
+      size_t ck = i / VS_EVERY;
+      x->at[ck] = x->nranks;
+      x->at[x->nck + ck] = x->hi.n;
+      x->at[2 * x->nck + ck] = x->lo.n;
+      x->at[3 * x->nck + ck] = x->big.n / 4;
+    }
+    for (uint32_t k = st->nframes + 1; k-- > 0;) {
+      uint32_t f = k ? ms_snap_frame_index(s, st->first + k - 1) : end;
+      if (k && f >= root) return MS_EINVAL; /* the reader never gives one: no frame to name */
+      int rc = vs_pair(c, ctx, f, &p);
+      if (rc != MS_OK) return rc;
+      if (!w) c->uses[p] += c->uses[p] < UINT32_MAX;
+      else if (c->nsucc[ctx] > 1 && vs_put_rank(w, x, c->uses[p], c->nsucc[ctx])) return MS_ENOMEM;
       ctx = f;
     }
   }
-  vb_end(b);
-  if (rc == MS_OK) {
-    vb_begin(b, "stacks.nbig", byte ? "u8" : "u32");
-    for (size_t i = 0; i < s->nstacks; i++) vs_count(b, nbig[i], byte);
-    vb_end(b);
-    vb_begin(b, "stacks.ranks_big", small ? "u16" : "u32");
-    for (size_t i = 0; i < nb; i++) {
-      uint16_t r16;
-      uint32_t r32;
-      if (small) memcpy(&r16, big + 2 * i, 2), vb_u16(b, r16);
-      else memcpy(&r32, big + 4 * i, 4), vb_u32(b, r32);
-    }
-    vb_end(b);
-  }
-  free(nbig);
-  free(big);
-  return rc;
+  return MS_OK;
 }
 
-/* stacks.succ_count (per context, the root last) and stacks.succ (the lists, context by
- * context, each in rank order) */
+static int vs_cmp_u64(const void *a, const void *b) {
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* stacks.succ_count and stacks.succ; each pair's uses become its rank in its context (most used
+ * first, then in order of first use). */
 static int vs_successors(vb_t *b, const ms_snapshot_t *s, vs_ctx_t *c, bool small) {
   size_t nctx = s->nframes + 1;
   vb_begin(b, "stacks.succ_count", "u32");
   for (size_t i = 0; i < nctx; i++) vb_u32(b, c->nsucc[i]);
   vb_end(b);
-  /* counting sort of the pairs by context: rank order is first-use order within a context */
+  /* counting sort of the pairs by context, then each context's by uses */
   size_t *at = malloc((nctx + 1) * sizeof *at);
-  uint32_t *out = malloc((c->npairs ? c->npairs : 1) * sizeof *out);
-  if (!at || !out) {
+  uint64_t *key = malloc((c->npairs ? c->npairs : 1) * sizeof *key);
+  if (!at || !key) {
     free(at);
-    free(out);
+    free(key);
     return MS_ENOMEM;
   }
   at[0] = 0;
   for (size_t i = 0; i < nctx; i++) at[i + 1] = at[i] + c->nsucc[i];
-  for (size_t i = 0; i < c->npairs; i++) out[at[c->pairs[i] >> 32]++] = (uint32_t)c->pairs[i];
+  for (size_t p = 0; p < c->npairs; p++)
+    key[at[c->pairs[p] >> 32]++] = (uint64_t)(UINT32_MAX - c->uses[p]) << 32 | p;
+  for (size_t i = nctx; i-- > 0;) at[i + 1] = at[i]; /* at[i] is now where context i ends */
+  at[0] = 0;
   vb_begin(b, "stacks.succ", small ? "u16" : "u32");
-  for (size_t i = 0; i < c->npairs; i++) {
-    if (small) vb_u16(b, (uint16_t)out[i]);
-    else vb_u32(b, out[i]);
+  for (size_t i = 0; i < nctx; i++) {
+    qsort(key + at[i], at[i + 1] - at[i], sizeof *key, vs_cmp_u64);
+    for (size_t j = at[i]; j < at[i + 1]; j++) {
+      uint32_t p = (uint32_t)key[j], f = (uint32_t)c->pairs[p];
+      c->uses[p] = (uint32_t)(j - at[i]);
+      if (small) vb_u16(b, (uint16_t)f);
+      else vb_u32(b, f);
+    }
   }
   vb_end(b);
   free(at);
-  free(out);
+  free(key);
   return MS_OK;
 }
 
-int vs_write_stacks(vb_t *b, const ms_snapshot_t *s) {
-  size_t nctx = s->nframes + 1;
+/* The rank sections are bytes of few values in no order that repeats: compressed by runs, which
+ * leaves them to deflate's Huffman codes (its default search finds short matches that cost more
+ * than they save, and takes longer). */
+static void vs_section_u8(vb_t *b, const char *name, const vs_buf_t *x) {
+  vb_begin_with(b, name, "u8", VB_RLE);
+  for (size_t i = 0; i < x->n; i++) vb_u8(b, x->p[i]);
+  vb_end(b);
+}
+
+static int vs_sections(vb_t *b, const ms_snapshot_t *s, vs_ctx_t *c) {
   bool small = s->nframes < 65536;
+  int rc = vs_walk(c, s, NULL, NULL);
+  if (rc != MS_OK) return rc;
+  vb_begin(b, "stacks.n", "u32");
+  vb_u32(b, (uint32_t)s->nstacks);
+  vb_end(b);
+  rc = vs_successors(b, s, c, small);
+  vs_wide_t x;
+  memset(&x, 0, sizeof x);
+  x.nck = (s->nstacks + VS_EVERY - 1) / VS_EVERY;
+  x.at = malloc((4 * x.nck + 1) * sizeof *x.at);
+  if (!x.at) rc = MS_ENOMEM;
+  if (rc == MS_OK) {
+    vb_begin_with(b, "stacks.ranks", "u8", VB_RLE);
+    rc = vs_walk(c, s, b, &x);
+    vb_end(b);
+  }
+  if (rc == MS_OK) {
+    vs_section_u8(b, "stacks.ranks_hi", &x.hi);
+    vs_section_u8(b, "stacks.ranks_lo", &x.lo);
+    vb_begin(b, "stacks.ranks_big", "u32");
+    for (size_t i = 0; i + 4 <= x.big.n; i += 4) {
+      const unsigned char *q = x.big.p + i;
+      vb_u32(b, (uint32_t)q[0] | (uint32_t)q[1] << 8 | (uint32_t)q[2] << 16 | (uint32_t)q[3] << 24);
+    }
+    vb_end(b);
+    /* exact as doubles: no section holds 2^53 values */
+    vb_begin_with(b, "stacks.at", "f64", VB_DELTA | VB_SHUFFLE | VB_RLE);
+    for (size_t i = 0; i < 4 * x.nck; i++) vb_f64(b, (double)x.at[i]);
+    vb_end(b);
+  }
+  free(x.at);
+  free(x.hi.p);
+  free(x.lo.p);
+  free(x.big.p);
+  return rc;
+}
+
+int vs_write_stacks(vb_t *b, const ms_snapshot_t *s) {
+  if (s->nframes >= UINT32_MAX - 1 || s->nstacks > UINT32_MAX) return MS_ELIMIT;
+  size_t nctx = s->nframes + 1;
   vs_ctx_t c;
   memset(&c, 0, sizeof c);
   c.nsucc = calloc(nctx, sizeof *c.nsucc);
   c.last = malloc(nctx * sizeof *c.last);
-  c.last_rank = malloc(nctx * sizeof *c.last_rank);
+  c.last_p = malloc(nctx * sizeof *c.last_p);
   c.small = malloc(nctx * VS_SMALL * sizeof *c.small);
-  int rc = c.nsucc && c.last && c.last_rank && c.small ? MS_OK : MS_ENOMEM;
+  int rc = c.nsucc && c.last && c.last_p && c.small && vs_grow(&c.map) == MS_OK ? MS_OK : MS_ENOMEM;
   if (rc == MS_OK) {
-    memset(c.last, 0xff, nctx * sizeof *c.last); /* no frame is UINT32_MAX */
-    rc = vs_ranks(b, s, &c, small);
+    memset(c.last, 0xff, nctx * sizeof *c.last); /* no successor is UINT32_MAX */
+    rc = vs_sections(b, s, &c);
   }
-  if (rc == MS_OK) rc = vs_successors(b, s, &c, small);
   free(c.map.slot);
   free(c.nsucc);
   free(c.last);
-  free(c.last_rank);
+  free(c.last_p);
   free(c.small);
   free(c.pairs);
+  free(c.uses);
   return rc;
 }

@@ -74,10 +74,10 @@ static bool view_exact(const int64_t *v, size_t n) {
     if (v[i] > VIEW_EXACT || v[i] < -VIEW_EXACT) return false;
   return true;
 }
-/* Starts an f64 section, delta coded when `exact`. */
+/* Starts an f64 section, delta coded when `exact`; shuffled and compressed by runs (bin.h): the
+ * doubles hold integers, often small differences, whose high and low bytes are the same runs. */
 static void view_f64_begin(vb_t *b, const char *name, bool exact) {
-  if (exact) vb_begin_delta(b, name, "f64");
-  else vb_begin(b, name, "f64");
+  vb_begin_with(b, name, "f64", (exact ? VB_DELTA : 0) | VB_SHUFFLE | VB_RLE);
 }
 
 /* A timeline's data (ms_tlv_t) as sections named PREFIX.*: per series its first point, number
@@ -85,15 +85,15 @@ static void view_f64_begin(vb_t *b, const char *name, bool exact) {
  * timesteps (T) and offsets (O, one more for the summarized band, which is last), the summarized
  * band's sizes (S), the elements' sources, and max_at_time only where the page cannot compute it
  * exactly. The sorted or slowly changing ones (first points, elements, colours, timesteps,
- * offsets, sources) are delta coded. */
+ * offsets, sources) are delta coded; all but the ghost flags are shuffled. */
 static void view_bin_tlv(vb_t *b, const char *prefix, const ms_tlv_t *v) {
   char name[64];
 #define SEC(suffix, type)                                      \
   snprintf(name, sizeof name, "%s.%s", prefix, suffix);        \
-  vb_begin(b, name, type)
+  vb_begin_with(b, name, type, VB_SHUFFLE)
 #define DSEC(suffix, type)                                     \
   snprintf(name, sizeof name, "%s.%s", prefix, suffix);        \
-  vb_begin_delta(b, name, type)
+  vb_begin_with(b, name, type, VB_DELTA | VB_SHUFFLE)
 #define FSEC(suffix, exact)                                    \
   snprintf(name, sizeof name, "%s.%s", prefix, suffix);        \
   view_f64_begin(b, name, exact)
@@ -106,13 +106,14 @@ static void view_bin_tlv(vb_t *b, const char *prefix, const ms_tlv_t *v) {
   DSEC("elem", "i32");
   for (size_t i = 0; i < v->nseries; i++) vb_i32(b, (int32_t)v->series[i].elem);
   vb_end(b);
-  SEC("size", "f64");
+  FSEC("size", false);
   for (size_t i = 0; i < v->nseries; i++) vb_f64(b, (double)v->series[i].size);
   vb_end(b);
   DSEC("color", "i32");
   for (size_t i = 0; i < v->nseries; i++) vb_i32(b, (int32_t)v->series[i].color);
   vb_end(b);
-  SEC("ghost", "u8");
+  snprintf(name, sizeof name, "%s.ghost", prefix);
+  vb_begin(b, name, "u8");
   for (size_t i = 0; i < v->nseries; i++) vb_u8(b, v->series[i].ghost);
   vb_end(b);
   DSEC("T", "i32");
@@ -125,13 +126,13 @@ static void view_bin_tlv(vb_t *b, const char *prefix, const ms_tlv_t *v) {
   FSEC("O", view_exact(v->offsets, no));
   for (size_t i = 0; i < no; i++) vb_f64(b, (double)v->offsets[i]);
   vb_end(b);
-  SEC("S", "f64");
+  FSEC("S", false);
   for (size_t i = 0; i < nsumm; i++) vb_f64(b, (double)v->sizes[summ_first + i]);
   vb_end(b);
   /* max_at_time is the sum of the sizes of the bands alive at each step: the page computes it
    * from the bands (view.js, maxAtTime), exactly while every total is at most 2^52 */
   if (!view_exact(v->max_at_time, v->ntimesteps)) {
-    SEC("max_at_time", "f64");
+    FSEC("max_at_time", false);
     for (size_t i = 0; i < v->ntimesteps; i++) vb_f64(b, (double)v->max_at_time[i]);
     vb_end(b);
   }
@@ -184,7 +185,7 @@ static int view_bin_trace(vb_t *b, const char *prefix, const ms_snapshot_t *s, s
     vb_f64(b, t[i].present & MS_TRACE_HAS_TIME ? (double)t[i].time_us : -1.0);
   vb_end(b);
   snprintf(name, sizeof name, "%s.stack", prefix);
-  vb_begin_delta(b, name, "i32");
+  vb_begin_with(b, name, "i32", VB_DELTA | VB_SHUFFLE);
   for (size_t i = 0; i < n; i++)
     vb_i32(b, t[i].stack == MS_SNAP_NO_STACK ? -1 : (int32_t)t[i].stack);
   vb_end(b);
@@ -416,10 +417,11 @@ static int view_bin_traces(view_ctx_t *c, vb_t *b) {
 static int view_bin(vw_t *w, view_ctx_t *c, vb_t *b, bool traces) {
   ms_sink_t esc, gz;
   ms_gzip_sink_t *z = NULL;
-  vb_escape_sink(w, &esc);
+  vb_esc_t e = {w, !traces};
+  vb_escape_sink(&e, &esc);
   int rc = ms_gzip_sink_create(&esc, c->s->ntrace > 1000000 ? 1 : 6, &z, &gz);
   if (rc != MS_OK) return rc;
-  vb_init(b, &gz);
+  vb_init(b, &gz, z);
   rc = traces ? view_bin_traces(c, b) : view_bin_devices(c, b);
   vb_flush(b);
   if (rc == MS_OK) rc = b->err;
@@ -448,7 +450,7 @@ static int view_page(vw_t *w, view_ctx_t *c) {
     free(sb);
     return MS_ENOMEM;
   }
-  vb_init(sb, NULL);
+  vb_init(sb, NULL, NULL);
   /* the traces and the stacks come last, after the script, with their table (and the pools the
    * traces name) in a JSON element of their own: the browser runs the script, which draws the
    * timeline, before it has parsed them */
