@@ -65,7 +65,8 @@ static int vs_put(vs_map_t *m, uint64_t k, uint32_t val) {
 
 typedef struct vs_ctx_s {
   vs_map_t map;     /* the pairs of contexts with more than VS_SMALL successors */
-  uint32_t *small;  /* per context: the pairs of its first VS_SMALL successors */
+  uint32_t *small;  /* per context: its first VS_SMALL successors */
+  uint32_t *small_p; /* and their pairs */
   uint32_t *nsucc;  /* per context: its successors */
   uint32_t *last;   /* per context: the last successor seen (a cache of the lookup) */
   uint32_t *last_p; /* its pair */
@@ -97,10 +98,11 @@ static int vs_pair(vs_ctx_t *c, uint32_t ctx, uint32_t f, uint32_t *p) {
     *p = c->last_p[ctx];
     return MS_OK;
   }
-  uint32_t n = c->nsucc[ctx], *l = c->small + (size_t)ctx * VS_SMALL, found = UINT32_MAX;
+  uint32_t n = c->nsucc[ctx], found = UINT32_MAX;
+  uint32_t *l = c->small + (size_t)ctx * VS_SMALL, *lp = c->small_p + (size_t)ctx * VS_SMALL;
   uint64_t k = (uint64_t)ctx << 32 | f;
   for (uint32_t i = 0; i < n && i < VS_SMALL; i++)
-    if (c->pairs[l[i]] == k) found = l[i];
+    if (l[i] == f) found = lp[i];
   if (found == UINT32_MAX && n > VS_SMALL) {
     vs_slot_t *h = vs_slot(&c->map, k);
     if (h->val) found = h->val - 1;
@@ -109,11 +111,12 @@ static int vs_pair(vs_ctx_t *c, uint32_t ctx, uint32_t f, uint32_t *p) {
     int rc = vs_new_pair(c, k, &found);
     if (rc != MS_OK) return rc;
     if (n < VS_SMALL) {
-      l[n] = found;
+      l[n] = f;
+      lp[n] = found;
     } else {
       if (n == VS_SMALL) /* the list is full: from now on the map holds them all */
         for (uint32_t i = 0; i < VS_SMALL; i++)
-          if (vs_put(&c->map, c->pairs[l[i]], l[i] + 1)) return MS_ENOMEM;
+          if (vs_put(&c->map, c->pairs[lp[i]], lp[i] + 1)) return MS_ENOMEM;
       if (vs_put(&c->map, k, found + 1)) return MS_ENOMEM;
     }
     c->nsucc[ctx]++;
@@ -186,10 +189,15 @@ static int vs_walk(vs_ctx_t *c, const ms_snapshot_t *s, vb_t *w, vs_wide_t *x) {
     for (uint32_t k = st->nframes + 1; k-- > 0;) {
       uint32_t f = k ? ms_snap_frame_index(s, st->first + k - 1) : end;
       if (k && f >= root) return MS_EINVAL; /* the reader never gives one: no frame to name */
-      int rc = vs_pair(c, ctx, f, &p);
-      if (rc != MS_OK) return rc;
-      if (!w) c->uses[p] += c->uses[p] < UINT32_MAX;
-      else if (c->nsucc[ctx] > 1 && vs_put_rank(w, x, c->uses[p], c->nsucc[ctx])) return MS_ENOMEM;
+      if (!w) {
+        int rc = vs_pair(c, ctx, f, &p);
+        if (rc != MS_OK) return rc;
+        c->uses[p] += c->uses[p] < UINT32_MAX;
+      } else if (c->nsucc[ctx] > 1) { /* the second pass finds only the pairs it writes */
+        int rc = vs_pair(c, ctx, f, &p);
+        if (rc != MS_OK) return rc;
+        if (vs_put_rank(w, x, c->uses[p], c->nsucc[ctx])) return MS_ENOMEM;
+      }
       ctx = f;
     }
   }
@@ -295,7 +303,10 @@ int vs_write_stacks(vb_t *b, const ms_snapshot_t *s) {
   c.last = malloc(nctx * sizeof *c.last);
   c.last_p = malloc(nctx * sizeof *c.last_p);
   c.small = malloc(nctx * VS_SMALL * sizeof *c.small);
-  int rc = c.nsucc && c.last && c.last_p && c.small && vs_grow(&c.map) == MS_OK ? MS_OK : MS_ENOMEM;
+  c.small_p = malloc(nctx * VS_SMALL * sizeof *c.small_p);
+  int rc = c.nsucc && c.last && c.last_p && c.small && c.small_p && vs_grow(&c.map) == MS_OK
+               ? MS_OK
+               : MS_ENOMEM;
   if (rc == MS_OK) {
     memset(c.last, 0xff, nctx * sizeof *c.last); /* no successor is UINT32_MAX */
     rc = vs_sections(b, s, &c);
@@ -305,6 +316,7 @@ int vs_write_stacks(vb_t *b, const ms_snapshot_t *s) {
   free(c.last);
   free(c.last_p);
   free(c.small);
+  free(c.small_p);
   free(c.pairs);
   free(c.uses);
   return rc;
