@@ -113,6 +113,7 @@ static size_t es_map_pages(ms_allocator_t *a, ms__segment_t *s, uintptr_t ptr, s
   }
   *err = MS_OK;
   memset(s->pages + begin, 1, end - begin);
+  if (end > s->hi_page) s->hi_page = end;
   s->mapped += bytes;
   return bytes;
 }
@@ -357,13 +358,13 @@ void ms__es_destroy_all(ms_allocator_t *a) {
           if (b->in_set) ms__pool_erase(b->pool, b);
           else ms__pool_unmapped_erase(b->pool, b);
         }
-        for (size_t i = 0; i < s->npages;) {
+        for (size_t i = 0; i < s->hi_page;) {
           if (!s->pages[i]) {
             i++;
             continue;
           }
           size_t j = i;
-          while (j < s->npages && s->pages[j]) j++;
+          while (j < s->hi_page && s->pages[j]) j++;
           if (a->ops.mem_unmap(a->ops.ctx, a->device, s->ptr + i * s->page,
                                (j - i) * s->page) != MS_OK)
             ms__warning("device %d: cannot unmap 0x%" PRIxPTR " at destruction", a->device,

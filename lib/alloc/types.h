@@ -73,10 +73,13 @@ struct ms__segment_s {
   uint32_t ctx;             /* context of the malloc that created it */
   ms__segment_t *sprev, *snext; /* the allocator's list of segments */
   /* Expandable segments (expandable.c): ptr/size are then the reserved virtual range, page the
-   * physical page size, pages[i] whether page i is mapped, mapped the mapped bytes. */
+   * physical page size, pages[i] whether page i is mapped, mapped the mapped bytes, hi_page one
+   * past the highest page ever mapped (the range is the device's size and more: 600 M pages
+   * when replaying with no capacity, of which a run maps a few; calloc leaves the rest unbacked
+   * and the destruction scans only up to hi_page). */
   bool expandable;
   size_t page;
-  size_t npages;
+  size_t npages, hi_page;
   uint8_t *pages;
   size_t mapped;
 };
