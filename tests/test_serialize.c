@@ -14,6 +14,7 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include "helpers.h"
 #include "memsnap/serialize.h"
@@ -1424,4 +1425,47 @@ Test(serialize, row_longer_than_a_read) {
     ms_snapshot_free(r);
   }
   free(buf);
+}
+
+/* The gzip sink (memsnap/serialize.h): switching deflate's strategy in the middle keeps one valid
+ * stream that inflates to what was written; the trial says the default search beats runs on a
+ * repeated pattern with no runs in it, and chooses the default for an empty sample. */
+Test(serialize, gzip_sink_strategy_switches) {
+  th_memsink_t m;
+  ms_sink_t inner, gz;
+  th_memsink_init(&inner, &m);
+  ms_gzip_sink_t *z = NULL;
+  cr_assert_eq(ms_gzip_sink_create(&inner, 6, &z, &gz), MS_OK);
+  static unsigned char data[3][40000];
+  uint32_t x = 7;
+  for (size_t i = 0; i < sizeof data[0]; i++) {
+    x = x * 1103515245u + 12345u;
+    data[0][i] = "abcdefg"[i % 7];               /* a pattern: the default search wins */
+    data[1][i] = (unsigned char)((x >> 16) & 3); /* few values, no order */
+    data[2][i] = (unsigned char)(i / 1000);      /* runs */
+  }
+  cr_assert_not(ms_gzip_sink_rle_better(z, data[0], sizeof data[0]));
+  cr_assert_not(ms_gzip_sink_rle_better(z, data[0], 0));
+  for (int k = 0; k < 3; k++) {
+    cr_assert_eq(ms_gzip_sink_rle(z, k == 1), MS_OK);
+    cr_assert_eq(gz.write(gz.ctx, (const char *)data[k], 20000), MS_OK);
+    cr_assert_eq(ms_gzip_sink_rle(z, k != 1), MS_OK);
+    cr_assert_eq(gz.write(gz.ctx, (const char *)data[k] + 20000, 20000), MS_OK);
+  }
+  cr_assert_eq(ms_gzip_sink_finish(z), MS_OK);
+  ms_gzip_sink_destroy(z);
+  unsigned char *back = malloc(sizeof data + 1);
+  z_stream zs;
+  memset(&zs, 0, sizeof zs);
+  cr_assert_eq(inflateInit2(&zs, 16 + MAX_WBITS), Z_OK);
+  zs.next_in = (Bytef *)m.data;
+  zs.avail_in = (uInt)m.len;
+  zs.next_out = back;
+  zs.avail_out = sizeof data + 1;
+  cr_assert_eq(inflate(&zs, Z_FINISH), Z_STREAM_END, "one gzip stream");
+  cr_assert_eq(zs.total_out, sizeof data);
+  cr_assert(memcmp(back, data, sizeof data) == 0);
+  inflateEnd(&zs);
+  free(back);
+  th_memsink_free(&m);
 }

@@ -173,6 +173,9 @@ MS_API MS_NODISCARD int ms_gzip_sink_create(ms_sink_t *inner, int level, ms_gzip
  * which suits data like the byte planes of numbers that change little) or its default one; what
  * was written before is compressed with the old one. @return MS_OK or the inner sink's error. */
 MS_API MS_NODISCARD int ms_gzip_sink_rle(ms_gzip_sink_t *z, bool rle);
+/* Whether the run-length strategy compresses sample[0..n) smaller than the default one at the
+ * sink's level (both tried on the side; nothing is written): to choose per part of the data. */
+MS_API bool ms_gzip_sink_rle_better(const ms_gzip_sink_t *z, const void *sample, size_t n);
 /* @return MS_OK or the inner sink's error. */
 MS_API MS_NODISCARD int ms_gzip_sink_finish(ms_gzip_sink_t *z);
 /* Accepts NULL. */

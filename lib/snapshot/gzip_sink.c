@@ -24,6 +24,10 @@ int ms_gzip_sink_create(ms_sink_t *inner, int level, ms_gzip_sink_t **out, ms_si
 
 int ms_gzip_sink_rle(ms_gzip_sink_t *g, bool rle) { return ms__zsink_rle(g->z, rle); }
 
+bool ms_gzip_sink_rle_better(const ms_gzip_sink_t *g, const void *sample, size_t n) {
+  return ms__zsink_rle_better(g->z, sample, n) == 1;
+}
+
 int ms_gzip_sink_finish(ms_gzip_sink_t *g) { return ms__zsink_finish(g->z); }
 
 void ms_gzip_sink_destroy(ms_gzip_sink_t *g) {

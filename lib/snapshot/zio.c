@@ -92,6 +92,32 @@ int ms__zsink_rle(ms__zsink_t *z, int rle) {
   }
 }
 
+/* The deflated size of sample[0..n) at level with strategy (SIZE_MAX on error). */
+static size_t zsink_trial(int level, int strategy, const void *sample, size_t n) {
+  z_stream zs;
+  memset(&zs, 0, sizeof zs);
+  if (deflateInit2(&zs, level, Z_DEFLATED, -MAX_WBITS, 8, strategy) != Z_OK) return SIZE_MAX;
+  unsigned char out[16384];
+  size_t total = 0;
+  zs.next_in = (Bytef *)(uintptr_t)sample;
+  zs.avail_in = n > UINT_MAX ? UINT_MAX : (uInt)n;
+  int zr;
+  do {
+    zs.next_out = out;
+    zs.avail_out = sizeof out;
+    zr = deflate(&zs, Z_FINISH);
+    total += sizeof out - zs.avail_out;
+  } while (zr == Z_OK || zr == Z_BUF_ERROR);
+  deflateEnd(&zs);
+  return zr == Z_STREAM_END ? total : SIZE_MAX;
+}
+
+int ms__zsink_rle_better(const ms__zsink_t *z, const void *sample, size_t n) {
+  size_t rle = zsink_trial(z->level, Z_RLE, sample, n);
+  size_t def = zsink_trial(z->level, Z_DEFAULT_STRATEGY, sample, n);
+  return rle < def;
+}
+
 int ms__zsink_finish(ms__zsink_t *z) {
   if (z->err) return z->err;
   z->zs.next_in = NULL;

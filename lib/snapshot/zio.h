@@ -35,6 +35,9 @@ int ms__zsink_create(ms_sink_t *inner, int level, ms__zsink_t **out, ms_sink_t *
 /* From now on deflate with zlib's run-length strategy (rle) or the default one; what was written
  * before is compressed with the old one. @return MS_OK or the inner sink's error. */
 int ms__zsink_rle(ms__zsink_t *z, int rle);
+/* Whether the run-length strategy compresses sample[0..n) smaller than the default one at z's
+ * level (each tried on its own, nothing written). @return 1 (rle), 0 (default, also on error). */
+int ms__zsink_rle_better(const ms__zsink_t *z, const void *sample, size_t n);
 int ms__zsink_finish(ms__zsink_t *z);
 /* Frees the sink (without finishing). Accepts NULL. */
 void ms__zsink_destroy(ms__zsink_t *z);

@@ -22,7 +22,19 @@ void vb_release(vb_t *b) {
   b->nsec = b->cap = 0;
 }
 
+/* The strategy of the gzip sink from now on. */
+static void bin_strategy(vb_t *b, bool rle) {
+  if (!b->gz || rle == b->rle) return;
+  int rc = ms_gzip_sink_rle(b->gz, rle);
+  if (rc != MS_OK && b->err == MS_OK) b->err = rc;
+  b->rle = rle;
+}
+
 void vb_flush(vb_t *b) {
+  if (b->picking) { /* the open section's first bytes are all buffered: choose by them */
+    b->picking = false;
+    bin_strategy(b, b->len && ms_gzip_sink_rle_better(b->gz, b->buf, b->len));
+  }
   if (b->len && b->err == MS_OK) {
     int rc = b->sink->write(b->sink->ctx, (const char *)b->buf, b->len);
     if (rc != 0) b->err = rc < 0 ? rc : MS_EIO;
@@ -44,12 +56,10 @@ static size_t bin_width(const char *type) {
 void vb_begin_with(vb_t *b, const char *name, const char *type, unsigned flags) {
   static const unsigned char zero[8] = {0};
   if (b->offset % 8) bin_put(b, zero, 8 - b->offset % 8);
-  bool rle = (flags & VB_RLE) != 0;
-  if (b->gz && rle != b->rle) {
-    vb_flush(b); /* what is buffered goes with the strategy it was written for */
-    int rc = ms_gzip_sink_rle(b->gz, rle);
-    if (rc != MS_OK && b->err == MS_OK) b->err = rc;
-    b->rle = rle;
+  if (b->gz && ((flags & VB_PICK) || b->rle)) {
+    vb_flush(b); /* what is buffered goes with the strategy it was chosen for */
+    bin_strategy(b, false);
+    b->picking = (flags & VB_PICK) != 0;
   }
   if (b->nsec == b->cap) {
     size_t cap = b->cap ? 2 * b->cap : 32;
@@ -93,6 +103,7 @@ static void bin_block(vb_t *b) {
 void vb_end(vb_t *b) {
   if (b->nsec == 0) return;
   if (b->width && b->nblk) bin_block(b);
+  if (b->picking) vb_flush(b);
   vb_section_t *s = &b->sec[b->nsec - 1];
   s->count = (b->offset - s->offset) / bin_width(s->type);
   b->delta = false;

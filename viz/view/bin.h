@@ -8,8 +8,10 @@
  * blocks of B (the last one shorter), each block byte plane by byte plane (every value's first
  * byte, then every second byte, ...), as Blosc does, so that the planes that hardly change (the
  * high bytes of small differences, the low bytes of doubles that hold integers) compress to
- * almost nothing; the reader transposes each block back before the running sum. Sections of
- * such planes are compressed with deflate's run-length strategy (bin->gz).
+ * almost nothing; the reader transposes each block back before the running sum. A section may be
+ * compressed with deflate's run-length strategy instead of its default one (VB_PICK: whichever
+ * compresses the section's first 64 KiB smaller; runs win on planes of random-looking numbers,
+ * the default search on data that repeats longer patterns, as real traces do).
  * (the page gzips them and writes them, escaped (vb_escape), in one script element; its script
  * inflates them with the browser's own DecompressionStream and reads each section as a typed
  * array). The table of sections goes into the page's JSON (docs/view.md, "Data").
@@ -32,12 +34,13 @@ typedef struct vb_section_s {
 } vb_section_t;
 
 #define VB_BLOCK 4096 /* values per shuffled block */
-enum { VB_DELTA = 1, VB_SHUFFLE = 2, VB_RLE = 4 }; /* vb_begin_with's flags */
+enum { VB_DELTA = 1, VB_SHUFFLE = 2, VB_PICK = 4 }; /* vb_begin_with's flags */
 
 typedef struct vb_s {
   ms_sink_t *sink;
-  ms_gzip_sink_t *gz; /* the gzip sink under sink, if any: VB_RLE switches its strategy */
+  ms_gzip_sink_t *gz; /* the gzip sink under sink, if any: VB_PICK switches its strategy */
   bool rle;           /* its strategy now */
+  bool picking;       /* the open section is VB_PICK and its strategy not chosen yet */
   uint64_t offset; /* bytes written so far */
   int err;
   vb_section_t *sec;
@@ -51,15 +54,15 @@ typedef struct vb_s {
   unsigned char blk[VB_BLOCK * 8], planes[VB_BLOCK * 8];
 } vb_t;
 
-/* gz: the gzip sink that sink is (or NULL: VB_RLE does nothing). */
+/* gz: the gzip sink that sink is (or NULL: VB_PICK does nothing). */
 void vb_init(vb_t *b, ms_sink_t *sink, ms_gzip_sink_t *gz);
 void vb_release(vb_t *b);
 /* Starts a section (pads the data to a multiple of 8 bytes first). */
 void vb_begin(vb_t *b, const char *name, const char *type);
 /* Starts a delta-coded section (see above). */
 void vb_begin_delta(vb_t *b, const char *name, const char *type);
-/* Starts a section with flags VB_DELTA, VB_SHUFFLE (not for u8) and VB_RLE (compressed with
- * deflate's run-length strategy; without it, the default one). */
+/* Starts a section with flags VB_DELTA, VB_SHUFFLE (not for u8) and VB_PICK (see above; without
+ * it, deflate's default strategy). */
 void vb_begin_with(vb_t *b, const char *name, const char *type, unsigned flags);
 void vb_end(vb_t *b);
 void vb_i32(vb_t *b, int32_t v);

@@ -246,11 +246,11 @@ static int vs_successors(vb_t *b, const ms_snapshot_t *s, vs_ctx_t *c, bool smal
   return MS_OK;
 }
 
-/* The rank sections are bytes of few values in no order that repeats: compressed by runs, which
- * leaves them to deflate's Huffman codes (its default search finds short matches that cost more
- * than they save, and takes longer). */
+/* The rank sections: bytes of few values, in patterns that repeat where a program's stacks do
+ * (real traces: deflate's default search) or not (the synthetic benchmark: its runs strategy,
+ * which leaves them to the Huffman codes); bin.h picks by the first 64 KiB. */
 static void vs_section_u8(vb_t *b, const char *name, const vs_buf_t *x) {
-  vb_begin_with(b, name, "u8", VB_RLE);
+  vb_begin_with(b, name, "u8", VB_PICK);
   for (size_t i = 0; i < x->n; i++) vb_u8(b, x->p[i]);
   vb_end(b);
 }
@@ -269,7 +269,7 @@ static int vs_sections(vb_t *b, const ms_snapshot_t *s, vs_ctx_t *c) {
   x.at = malloc((4 * x.nck + 1) * sizeof *x.at);
   if (!x.at) rc = MS_ENOMEM;
   if (rc == MS_OK) {
-    vb_begin_with(b, "stacks.ranks", "u8", VB_RLE);
+    vb_begin_with(b, "stacks.ranks", "u8", VB_PICK);
     rc = vs_walk(c, s, b, &x);
     vb_end(b);
   }
@@ -283,7 +283,7 @@ static int vs_sections(vb_t *b, const ms_snapshot_t *s, vs_ctx_t *c) {
     }
     vb_end(b);
     /* exact as doubles: no section holds 2^53 values */
-    vb_begin_with(b, "stacks.at", "f64", VB_DELTA | VB_SHUFFLE | VB_RLE);
+    vb_begin_with(b, "stacks.at", "f64", VB_DELTA | VB_SHUFFLE | VB_PICK);
     for (size_t i = 0; i < 4 * x.nck; i++) vb_f64(b, (double)x.at[i]);
     vb_end(b);
   }

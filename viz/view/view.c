@@ -74,10 +74,10 @@ static bool view_exact(const int64_t *v, size_t n) {
     if (v[i] > VIEW_EXACT || v[i] < -VIEW_EXACT) return false;
   return true;
 }
-/* Starts an f64 section, delta coded when `exact`; shuffled and compressed by runs (bin.h): the
- * doubles hold integers, often small differences, whose high and low bytes are the same runs. */
+/* Starts an f64 section, delta coded when `exact`; shuffled, its strategy picked (bin.h): the
+ * doubles hold integers, often small differences, whose high and low bytes are long runs. */
 static void view_f64_begin(vb_t *b, const char *name, bool exact) {
-  vb_begin_with(b, name, "f64", (exact ? VB_DELTA : 0) | VB_SHUFFLE | VB_RLE);
+  vb_begin_with(b, name, "f64", (exact ? VB_DELTA : 0) | VB_SHUFFLE | VB_PICK);
 }
 
 /* A timeline's data (ms_tlv_t) as sections named PREFIX.*: per series its first point, number
