@@ -513,6 +513,39 @@ Test(replay, whatif_recorded_settings_match_recorded_run, .timeout = 30) {
   ms_snapshot_free(s);
 }
 
+/* A what-if from a start state recorded without max_split_size (fuzz_consumers found it; the
+ * input is in its corpus): a 130 MiB segment on stream 7 whose 112 MiB rest is cached and split.
+ * Under max_split_size_mb:20 that rest is oversize, a 14 MiB malloc may not take it, and when no
+ * new segment fits, release_available_cached_blocks chose it: the allocator stopped on its
+ * assertion (a split block cannot be released). Now it is passed over: the smallest capacity is
+ * found, and a capacity just under it is an OOM, not a crash. */
+Test(replay, whatif_smaller_max_split_passes_over_split_oversize_blocks, .timeout = 30) {
+  ms_snapshot_t *s = NULL;
+  ms_errbuf_t eb = {{0}};
+  cr_assert_eq(ms_snapshot_load(MS_TEST_SOURCE_DIR
+                                "/tests/fuzz/corpus/fuzz_consumers/replay-split-oversize.pickle",
+                                &s, &eb),
+               MS_OK, "%s", eb.msg);
+  static const char conf[] = "max_split_size_mb:20,roundup_power2_divisions:4";
+  size_t cap = 0;
+  cr_assert_eq(ms_replay_min_capacity(s, 0, conf, &cap, &eb), MS_OK, "%s", eb.msg);
+  for (int k = 0; k < 2; k++) {
+    ms_replay_options_t o;
+    ms_replay_options_init(&o);
+    o.whatif = true;
+    o.config = conf;
+    o.capacity = k ? cap - 2 * MiB : cap;
+    ms_replay_report_t *rep = NULL;
+    cr_assert_eq(ms_replay_run(s, &o, &rep, &eb), MS_OK, "%s", eb.msg);
+    const ms_replay_usage_t *u = &rep->devices[0].replayed;
+    cr_assert(u->valid);
+    if (k == 0) cr_expect_eq(u->ooms, 0, "at the smallest capacity, %zu", cap);
+    else cr_expect_geq(u->ooms + (u->start_short > 0), 1, "under it");
+    ms_replay_report_free(rep);
+  }
+  ms_snapshot_free(s);
+}
+
 /* Oversize blocks split for small requests: each step a 100 MiB tensor is freed, a 30 MiB one
  * kept, and 100 MiB needed again. Without max_split_size_mb the 30 MiB one splits the cached
  * 100 MiB segment and every step needs a new one; with it, oversize segments stay whole. */

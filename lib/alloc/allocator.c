@@ -479,8 +479,12 @@ static bool capture_under_way(ms_allocator_t *a, ms_stream_t stream) {
   return false;
 }
 
-/* release_available_cached_blocks (§8.3), exactly PyTorch's selection. A failed release sets
- * p->err (the backend's error) and returns false. */
+/* release_available_cached_blocks (§8.3), PyTorch's selection. A failed release sets p->err (the
+ * backend's error) and returns false. One deviation, for a state PyTorch cannot reach under one
+ * configuration: an oversize cached block that is split (the rest of a segment split when
+ * max_split_size was larger, as in a replay's what-if from a recorded start state) cannot be
+ * released; it is passed over (PyTorch's release_block would free its segment under the block
+ * before it). */
 static bool release_available_cached_blocks(ms_allocator_t *a, alloc_params_t *p, uint32_t ctx) {
   size_t mss = a->cfg.max_split_size;
   if (mss == SIZE_MAX) return false;
@@ -496,7 +500,7 @@ static bool release_available_cached_blocks(ms_allocator_t *a, alloc_params_t *p
     while (released < key_size && it->size >= mss && it->stream == p->stream) {
       ms__block_t *cur = it;
       ms__block_t *before = ms__pool_prev(cur);
-      if (!cur->expandable) {
+      if (!cur->expandable && !ms__block_is_split(cur)) {
         size_t sz = cur->size; /* release_block deletes cur */
         int e = release_block(a, cur, ctx);
         if (e != MS_OK) {
@@ -510,6 +514,7 @@ static bool release_available_cached_blocks(ms_allocator_t *a, alloc_params_t *p
     }
     return released >= key_size;
   }
+  if (ms__block_is_split(it)) return false;
   int e = release_block(a, it, ctx);
   if (e != MS_OK) {
     p->err = e;
