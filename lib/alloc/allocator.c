@@ -483,8 +483,7 @@ static bool capture_under_way(ms_allocator_t *a, ms_stream_t stream) {
  * backend's error) and returns false. One deviation, for a state PyTorch cannot reach under one
  * configuration: an oversize cached block that is split (the rest of a segment split when
  * max_split_size was larger, as in a replay's what-if from a recorded start state) cannot be
- * released; it is passed over (PyTorch's release_block would free its segment under the block
- * before it). */
+ * released; it is passed over (PyTorch's release_block assumes a whole segment). */
 static bool release_available_cached_blocks(ms_allocator_t *a, alloc_params_t *p, uint32_t ctx) {
   size_t mss = a->cfg.max_split_size;
   if (mss == SIZE_MAX) return false;
