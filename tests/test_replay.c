@@ -513,19 +513,68 @@ Test(replay, whatif_recorded_settings_match_recorded_run, .timeout = 30) {
   ms_snapshot_free(s);
 }
 
-/* A what-if from a start state recorded without max_split_size (fuzz_consumers found it; the
- * input is in its corpus): a 130 MiB segment on stream 7 whose 112 MiB rest is cached and split.
- * Under max_split_size_mb:20 that rest is oversize, a 14 MiB malloc may not take it, and when no
+/* A what-if from a start state recorded without max_split_size (fuzz_consumers found it): a
+ * 124 MiB segment on stream 7 in which a 12 MiB block came and went. Under max_split_size_mb:20
+ * that segment's cached rest is oversize and split, a 14 MiB malloc may not take it, and when no
  * new segment fits, release_available_cached_blocks chose it: the allocator stopped on its
  * assertion (a split block cannot be released). Now it is passed over: the smallest capacity is
- * found, and a capacity just under it is an OOM, not a crash. */
-Test(replay, whatif_smaller_max_split_passes_over_split_oversize_blocks, .timeout = 30) {
+ * found, and a capacity just under it is an OOM, not a crash. The snapshot is the fuzzer's input
+ * as the reader gives it: two segments whose blocks the file did not list. */
+static ms_snapshot_t *split_oversize_snapshot(void) {
+  ms__snapbuild_t b;
+  ms__snapbuild_init(&b);
+  b.hdr.origin = MS_SNAP_ORIGIN_TORCH_DICT;
+  b.hdr.present = MS_SNAP_HAS_DEVICE_TRACES;
+  const uint64_t A = 0x7f0000000000, B = 0x7f0001400000;
+  static const struct {
+    uint8_t action;
+    uint64_t addr, size, stream;
+  } tr[] = {{MS_TRACE_ALLOC, A, 1024, 0},
+            {MS_TRACE_ALLOC, A + 0x400, 512, 0},
+            {MS_TRACE_ALLOC, A + 0x600, 512, 0},
+            {MS_TRACE_FREE_REQUESTED, A + 0x600, 512, 0},
+            {MS_TRACE_FREE_COMPLETED, A + 0x600, 512, 0},
+            {MS_TRACE_ALLOC, B, 12598016, 7},
+            {MS_TRACE_FREE_COMPLETED, B, 12582912, 7}};
+  for (size_t k = 0; k < sizeof tr / sizeof tr[0]; k++) {
+    ms_snap_trace_t t;
+    memset(&t, 0, sizeof t);
+    t.action = tr[k].action;
+    t.addr = tr[k].addr;
+    t.size = tr[k].size;
+    t.stream = tr[k].stream;
+    t.time_us = (int64_t)k + 1;
+    t.stack = MS_SNAP_NO_STACK;
+    t.present = MS_TRACE_HAS_TIME | MS_TRACE_HAS_STREAM;
+    cr_assert_eq(ms__snapbuild_add_trace(&b, &t), MS_OK);
+  }
+  static const struct {
+    uint64_t addr, size, stream;
+    bool large;
+  } sg[] = {{A, 2 * MiB, 0, false}, {B, 124 * MiB, 7, true}};
+  for (size_t k = 0; k < 2; k++) {
+    ms_snap_segment_t g;
+    memset(&g, 0, sizeof g);
+    g.address = sg[k].addr;
+    g.total_size = sg[k].size;
+    g.stream = sg[k].stream;
+    g.is_large = sg[k].large;
+    g.stack = MS_SNAP_NO_STACK;
+    cr_assert_eq(ms__snapbuild_add_segment(&b, &g), MS_OK);
+  }
+  ms_snap_device_t d;
+  memset(&d, 0, sizeof d);
+  d.ntrace = sizeof tr / sizeof tr[0];
+  cr_assert_eq(ms__snapbuild_add_device(&b, &d), MS_OK);
   ms_snapshot_t *s = NULL;
   ms_errbuf_t eb = {{0}};
-  cr_assert_eq(ms_snapshot_load(MS_TEST_SOURCE_DIR
-                                "/tests/fuzz/corpus/fuzz_consumers/replay-split-oversize.pickle",
-                                &s, &eb),
-               MS_OK, "%s", eb.msg);
+  cr_assert_eq(ms__snapbuild_finish(&b, &s, &eb), MS_OK, "%s", eb.msg);
+  return s;
+}
+
+Test(replay, whatif_smaller_max_split_passes_over_split_oversize_blocks, .timeout = 30) {
+  ms_snapshot_t *s = split_oversize_snapshot();
+  ms_errbuf_t eb = {{0}};
   static const char conf[] = "max_split_size_mb:20,roundup_power2_divisions:4";
   size_t cap = 0;
   cr_assert_eq(ms_replay_min_capacity(s, 0, conf, &cap, &eb), MS_OK, "%s", eb.msg);
