@@ -431,6 +431,36 @@ Test(replay_whatif, expandable_unlimited_has_no_hidden_limit, .timeout = 60) {
   ms_snapshot_free(s);
 }
 
+/* With no capacity and no recorded total, the device's stand-in total is 4 TiB, so each
+ * expandable reservation is 4.5 TiB: a 4 TiB request maps its 209,716 pages, a 5 TiB one
+ * (hostile traces ask for 33 million GiB) fails as an OOM after mapping at most the reservation,
+ * and the replay goes on. Before, the stand-in was 1 PiB: 59 M pages mapped one by one for each
+ * absurd request (2.95 s in a Release build). */
+Test(replay_whatif, expandable_unlimited_bounds_absurd_requests, .timeout = 60) {
+  rec_t r;
+  rec_open(&r, "", (size_t)16 << 40, 1000000);
+  ms_devptr_t p, q;
+  cr_assert_eq(ms_allocator_malloc(r.al, (size_t)4 << 40, r.streams[0], &p), MS_OK);
+  cr_assert_eq(ms_allocator_free(r.al, p), MS_OK);
+  cr_assert_eq(ms_allocator_empty_cache(r.al), MS_OK);
+  cr_assert_eq(ms_allocator_malloc(r.al, (size_t)5 << 40, r.streams[0], &q), MS_OK);
+  cr_assert_eq(ms_allocator_free(r.al, q), MS_OK);
+  ms_snapshot_t *s = rec_close(&r);
+  s->devices[0].present &= ~(uint32_t)MS_DEV_HAS_CAPACITY; /* as PyTorch's files: no total */
+  ms_replay_report_t *rep = whatif_report(s, "expandable_segments:True", 0, 0);
+  const ms_replay_usage_t *u = &rep->devices[0].replayed;
+  cr_assert(u->valid);
+  cr_expect_eq(u->ooms, 1, "%" PRIu64, u->ooms);
+  cr_expect_eq(u->peak_reserved, (uint64_t)209716 * 20 * MiB, "%" PRIu64, u->peak_reserved);
+  /* the failed request mapped the whole reservation before giving up, as PyTorch would */
+  cr_expect(strstr(u->oom_message, "Tried to allocate 5120.00 GiB. GPU 0 has unlimited capacity") &&
+                strstr(u->oom_message, "and 4608.01 GiB is reserved by memsnap but unallocated"),
+            "%s", u->oom_message);
+  cr_expect_eq(rep->devices[0].recorded.ooms, 0);
+  ms_replay_report_free(rep);
+  ms_snapshot_free(s);
+}
+
 /* ---- --min-capacity per device ----------------------------------------------------------------- */
 
 /* Two devices recorded together, device 1 with about twice device 0's needs. */
