@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "memsnap/options.h"
 #include "memsnap/common.h"
 
 const struct cli_cmd cli_commands[] = {
@@ -176,6 +177,9 @@ static int finish_stdout(int status) {
 
 int main(int argc, char **argv) {
   ms_set_output(lib_message, NULL);
+  /* one command, then exit: the library may keep the large arrays it frees for its next ones
+   * (a read's tables for the time index; MS_REUSE_MEMORY=0 in the environment still wins) */
+  ms_option_set_default(MS_OPTION_REUSE_MEMORY, 1);
   if (argc < 2) {
     main_usage(stderr);
     return CLI_USAGE;

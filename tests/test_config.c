@@ -716,10 +716,13 @@ static void options_capture(const char *msg, void *arg) {
 Test(options, defaults_and_names) {
   unsetenv("MS_VERBOSE");
   unsetenv("MS_TRACE_ERRORS");
+  unsetenv("MS_REUSE_MEMORY");
   cr_assert_eq(ms_option_get(MS_OPTION_VERBOSE), 0);
   cr_assert(!ms_option_is_enabled(MS_OPTION_TRACE_ERRORS));
+  cr_assert(!ms_option_is_enabled(MS_OPTION_REUSE_MEMORY)); /* off for programs that embed it */
   cr_assert_str_eq(ms_option_name(MS_OPTION_VERBOSE), "verbose");
   cr_assert_str_eq(ms_option_name(MS_OPTION_TRACE_ERRORS), "trace_errors");
+  cr_assert_str_eq(ms_option_name(MS_OPTION_REUSE_MEMORY), "reuse_memory");
   cr_assert_null(ms_option_name(MS_OPTION_LAST));
   cr_assert_eq(ms_option_get(MS_OPTION_LAST), 0);
   ms_option_set(MS_OPTION_LAST, 1); /* ignored */
@@ -789,6 +792,7 @@ Test(options, environment_beats_the_default) {
 Test(options, print_only_in_verbose_mode) {
   unsetenv("MS_VERBOSE");
   unsetenv("MS_TRACE_ERRORS");
+  unsetenv("MS_REUSE_MEMORY");
   options_nlog = 0;
   ms_set_output(options_capture, NULL);
   ms_options_init();
@@ -797,7 +801,154 @@ Test(options, print_only_in_verbose_mode) {
   ms_option_set(MS_OPTION_VERBOSE, 1);
   ms_options_print();
   ms_set_output(NULL, NULL);
-  cr_assert_eq(options_nlog, 2);
+  cr_assert_eq(options_nlog, 3);
   cr_assert_str_eq(options_log[0], "memsnap: option 'verbose': 1 (MS_VERBOSE)");
   cr_assert_str_eq(options_log[1], "memsnap: option 'trace_errors': 0 (MS_TRACE_ERRORS)");
+  cr_assert_str_eq(options_log[2], "memsnap: option 'reuse_memory': 0 (MS_REUSE_MEMORY)");
+}
+
+/* ---- large arrays reused within the process (lib/common/bigmem.c) --------------------------- */
+
+#include <pthread.h>
+#include <sched.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "common/internal.h"
+#include "common/vec.h"
+
+#define BM_MIB ((size_t)1 << 20)
+
+/* Whether every page of [p, p + bytes) is mapped (mincore fails with ENOMEM on a hole). */
+static bool bm_mapped(const void *p, size_t bytes) {
+  size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+  uintptr_t a = (uintptr_t)p & ~(uintptr_t)(pg - 1);
+  size_t len = ((uintptr_t)p + bytes - a + pg - 1) & ~(pg - 1);
+  unsigned char *vec = malloc(len / pg);
+  cr_assert_not_null(vec);
+  int rc = mincore((void *)a, len, vec);
+  free(vec);
+  return rc == 0;
+}
+
+static bool bm_all(const unsigned char *p, size_t n, unsigned char v) {
+  for (size_t i = 0; i < n; i++)
+    if (p[i] != v) return false;
+  return true;
+}
+
+Test(bigmem, reuse_on_hands_freed_pages_to_the_next_arrays) {
+  ms_option_set(MS_OPTION_REUSE_MEMORY, 1);
+  unsigned char *a = ms__big_malloc(8 * BM_MIB);
+  cr_assert_not_null(a);
+  memset(a, 0xab, 8 * BM_MIB);
+  ms__big_free(a);
+  cr_assert(bm_mapped(a, 8 * BM_MIB), "kept, not given back");
+  /* the smallest kept range that fits, its head: the same address */
+  unsigned char *b = ms__big_malloc(4 * BM_MIB);
+  cr_assert_eq(b, a);
+  cr_assert(bm_all(b, 4 * BM_MIB, 0xab), "malloc: the old bytes are still there");
+  /* its tail, zeroed because calloc was asked for */
+  unsigned char *c = ms__big_calloc(BM_MIB, 3);
+  cr_assert(c > b && c < a + 8 * BM_MIB, "%p from the tail of %p", (void *)c, (void *)a);
+  cr_assert(bm_all(c, 3 * BM_MIB, 0), "calloc on reused pages reads zeros");
+  ms__big_free(b);
+  ms__big_free(c);
+}
+
+Test(bigmem, reuse_on_grows_a_smaller_kept_range_and_zeroes_it_for_calloc) {
+  ms_option_set(MS_OPTION_REUSE_MEMORY, 1);
+  unsigned char *a = ms__big_malloc(2 * BM_MIB);
+  memset(a, 0xff, 2 * BM_MIB);
+  ms__big_free(a);
+  unsigned char *b = ms__big_calloc(16, BM_MIB); /* no kept range fits: the largest, grown */
+  cr_assert_not_null(b);
+  cr_assert(bm_all(b, 16 * BM_MIB, 0));
+  memset(b, 0x11, 16 * BM_MIB);
+  ms__big_free(b);
+}
+
+Test(bigmem, reuse_off_gives_pages_back_at_once_and_turning_it_off_trims) {
+  ms_option_set(MS_OPTION_REUSE_MEMORY, 0);
+  unsigned char *a = ms__big_malloc(8 * BM_MIB);
+  memset(a, 1, 8 * BM_MIB);
+  ms__big_free(a);
+  cr_assert(!bm_mapped(a, 8 * BM_MIB), "given back");
+  ms_option_set(MS_OPTION_REUSE_MEMORY, 1);
+  unsigned char *k[3];
+  for (int i = 0; i < 3; i++) {
+    k[i] = ms__big_malloc((size_t)(i + 2) * BM_MIB);
+    memset(k[i], 2, (size_t)(i + 2) * BM_MIB);
+  }
+  for (int i = 0; i < 3; i++) ms__big_free(k[i]);
+  for (int i = 0; i < 3; i++) cr_assert(bm_mapped(k[i], (size_t)(i + 2) * BM_MIB));
+  ms_option_set(MS_OPTION_REUSE_MEMORY, 0);
+  unsigned char *b = ms__big_calloc(BM_MIB, 6); /* the next large allocation trims */
+  for (int i = 0; i < 3; i++)
+    cr_assert(!bm_mapped(k[i], (size_t)(i + 2) * BM_MIB) || (k[i] >= b && k[i] < b + 6 * BM_MIB),
+              "kept range %d given back", i);
+  cr_assert(bm_all(b, 6 * BM_MIB, 0));
+  ms__big_free(b);
+}
+
+Test(bigmem, realloc_keeps_contents_across_kinds_and_sizes) {
+  for (int reuse = 0; reuse < 2; reuse++) {
+    ms_option_set(MS_OPTION_REUSE_MEMORY, reuse);
+    uint32_t *v = NULL;
+    size_t sizes[] = {100, 4096, (1u << 18) - 16, 1u << 18, 3u << 20, 1u << 16, 5u << 20, 7};
+    size_t have = 0; /* elements written */
+    for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++) {
+      uint32_t *n = ms__big_realloc(v, sizes[k] * sizeof *v);
+      cr_assert_not_null(n, "reuse %d size %zu", reuse, sizes[k]);
+      v = n;
+      size_t keep = have < sizes[k] ? have : sizes[k];
+      for (size_t i = 0; i < keep; i++)
+        cr_assert_eq(v[i], (uint32_t)(i * 2654435761u), "reuse %d size %zu at %zu", reuse,
+                     sizes[k], i);
+      for (size_t i = keep; i < sizes[k]; i++) v[i] = (uint32_t)(i * 2654435761u);
+      have = sizes[k];
+    }
+    ms__big_free(v);
+    MS_VEC(uint64_t) w = {0};
+    for (uint64_t i = 0; i < (1u << 19); i++) {
+      cr_assert_eq(ms__big_vec_reserve((void **)&w.ptr, &w.cap, w.len, 1, sizeof *w.ptr), 0);
+      w.ptr[w.len++] = i ^ 0x5555;
+    }
+    for (uint64_t i = 0; i < w.len; i += 997) cr_assert_eq(w.ptr[i], i ^ 0x5555);
+    cr_assert_eq(ms__big_vec_reserve((void **)&w.ptr, &w.cap, w.len, SIZE_MAX / 4, 8), -1);
+    cr_assert_eq(w.len, 1u << 19, "unchanged on failure");
+    ms__big_free(w.ptr);
+    cr_assert_null(ms__big_calloc(SIZE_MAX / 2, 4), "overflow");
+    cr_assert_null(ms__big_malloc(SIZE_MAX - 8));
+    ms__big_free(NULL);
+  }
+}
+
+static void *bm_thread(void *arg) {
+  unsigned seed = (unsigned)(uintptr_t)arg;
+  for (int it = 0; it < 200; it++) {
+    seed = seed * 1103515245u + 12345u;
+    size_t n = BM_MIB + (seed >> 8) % (6 * BM_MIB);
+    unsigned char tag = (unsigned char)(seed >> 3);
+    unsigned char *p = (it & 1) ? ms__big_calloc(n, 1) : ms__big_malloc(n);
+    if (!p) return (void *)1;
+    if ((it & 1) && !bm_all(p, n, 0)) return (void *)2;
+    memset(p, tag, n);
+    sched_yield();
+    if (!bm_all(p, n, tag)) return (void *)3; /* nobody else was handed these pages */
+    ms__big_free(p);
+  }
+  return NULL;
+}
+
+Test(bigmem, threads_never_share_an_array) {
+  ms_option_set(MS_OPTION_REUSE_MEMORY, 1);
+  pthread_t t[4];
+  for (uintptr_t i = 0; i < 4; i++)
+    cr_assert_eq(pthread_create(&t[i], NULL, bm_thread, (void *)(i + 1)), 0);
+  for (int i = 0; i < 4; i++) {
+    void *r;
+    pthread_join(t[i], &r);
+    cr_assert_null(r, "thread %d: failure %p", i, r);
+  }
 }

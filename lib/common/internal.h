@@ -46,6 +46,16 @@ int ms__pickle_read(struct ms_source_s *src, unsigned flags, struct ms_snapshot_
 int ms__snapshot_load_fp(FILE *fp, const char *name, bool rewindable, unsigned flags,
                          struct ms_snapshot_s **out, ms_errbuf_t *eb);
 
+/* "bigmem.c": large arrays (1 MiB and more) whose pages a process reuses when the option
+ * MS_REUSE_MEMORY is on (see the file comment). malloc/calloc/realloc/free semantics; an array
+ * from these functions is freed by ms__big_free only, and nothing else may be passed to them.
+ * ms__big_vec_reserve is ms__vec_reserve (common/vec.h) on such an array. */
+void *ms__big_malloc(size_t bytes);
+void *ms__big_calloc(size_t n, size_t elem);
+void *ms__big_realloc(void *p, size_t bytes);
+void ms__big_free(void *p);
+int ms__big_vec_reserve(void **ptr, size_t *cap, size_t len, size_t extra, size_t elem);
+
 /* "output.c" */
 void ms__message(const char *prefix, const char *fmt, ...) MS_PRINTF(2, 3);
 void ms__warning(const char *fmt, ...) MS_PRINTF(1, 2);

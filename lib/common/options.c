@@ -30,6 +30,7 @@ typedef struct options_desc_s {
 static options_desc_t options_table[] = {
     {0, OPTIONS_UNINIT, MS_OPTION_VERBOSE, "verbose", OPTIONS_BOOL},
     {0, OPTIONS_UNINIT, MS_OPTION_TRACE_ERRORS, "trace_errors", OPTIONS_BOOL},
+    {0, OPTIONS_UNINIT, MS_OPTION_REUSE_MEMORY, "reuse_memory", OPTIONS_BOOL},
 };
 
 _Static_assert(sizeof options_table / sizeof options_table[0] == MS_OPTION_LAST,

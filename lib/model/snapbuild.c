@@ -140,7 +140,7 @@ static int big_reserve(void **ptr, size_t *cap, size_t len, size_t extra, size_t
   big_reserve((void **)&(v)->ptr, &(v)->cap, (v)->len, (extra), sizeof(*(v)->ptr))
 
 int ms__bigvec_reserve(void **ptr, size_t *cap, size_t len, size_t extra, size_t elem) {
-  return big_reserve(ptr, cap, len, extra, elem);
+  return ms__big_vec_reserve(ptr, cap, len, extra, elem);
 }
 
 /* ---- intern tables -------------------------------------------------------------------------- */
@@ -158,9 +158,8 @@ static int tab_grow(uint64_t **tab, size_t *cap, size_t count) {
   if ((count + 1) * 4 <= *cap * 3) return MS_OK;
   size_t ncap = *cap ? *cap * 2 : 1024;
   if (ncap > ((size_t)1 << 32)) return MS_ELIMIT;
-  uint64_t *nt = calloc(ncap, sizeof *nt);
+  uint64_t *nt = ms__big_calloc(ncap, sizeof *nt); /* a read's temporary: the index reuses it */
   if (!nt) return MS_ENOMEM;
-  advise_huge(nt, ncap * sizeof *nt);
   for (size_t i = 0; i < *cap; i++) {
     uint64_t e = (*tab)[i];
     if (!e) continue;
@@ -168,7 +167,7 @@ static int tab_grow(uint64_t **tab, size_t *cap, size_t count) {
     while (nt[j]) j = (j + 1) & (ncap - 1);
     nt[j] = e;
   }
-  free(*tab);
+  ms__big_free(*tab);
   *tab = nt;
   *cap = ncap;
   return MS_OK;
@@ -207,16 +206,16 @@ void ms__snapbuild_release(ms__snapbuild_t *b) {
   MS_VEC_FREE(&b->sf16);
   MS_VEC_FREE(&b->sf32);
   MS_VEC_FREE(&b->extras);
-  free(b->extra_tab);
+  ms__big_free(b->extra_tab);
   MS_VEC_FREE(&b->settings);
   MS_VEC_FREE(&b->settings_children);
   MS_VEC_FREE(&b->stats);
   MS_VEC_FREE(&b->annotations);
   MS_VEC_FREE(&b->str_list);
   arena_free(b->chunks);
-  free(b->frame_tab);
-  free(b->stack_tab);
-  free(b->str_tab);
+  ms__big_free(b->frame_tab);
+  ms__big_free(b->stack_tab);
+  ms__big_free(b->str_tab);
   ms__snapbuild_init(b);
 }
 
@@ -323,8 +322,8 @@ static int stack_find(ms__snapbuild_t *b, const uint32_t *frames, size_t n, uint
 /* From 2-byte to 4-byte frame indices, once: a frame index of 65,536 or more has come. */
 static int stack_widen(ms__snapbuild_t *b, size_t extra) {
   MS_VEC(uint32_t) w = {0};
-  if (b->nsf > SIZE_MAX - extra || ms__bigvec_reserve((void **)&w.ptr, &w.cap, 0, b->nsf + extra,
-                                                      sizeof *w.ptr))
+  if (b->nsf > SIZE_MAX - extra || big_reserve((void **)&w.ptr, &w.cap, 0, b->nsf + extra,
+                                               sizeof *w.ptr))
     return MS_ENOMEM;
   for (size_t i = 0; i < b->nsf; i++)
     w.ptr[i] = b->sf16.ptr[i];

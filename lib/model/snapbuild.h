@@ -134,10 +134,11 @@ int ms__snapbuild_add_annotation(ms__snapbuild_t *b, const ms_snap_annotation_t 
 int ms__snapbuild_add_setting(ms__snapbuild_t *b, const ms_snap_kv_t *kv);
 int ms__snapbuild_add_setting_child(ms__snapbuild_t *b, const ms_snap_kv_t *kv, uint32_t *index);
 
-/* MS_VEC_RESERVE for a producer's own big tables (e.g. the pickle reader's value and container
- * tables): the same contract (0, or -1 with the vector unchanged), and an allocation that grows
- * past 4 MiB is advised to use transparent huge pages, which makes first-touch page faults rarer.
- */
+/* MS_VEC_RESERVE for a producer's own big temporary tables (e.g. the pickle reader's value and
+ * container tables): the same contract (0, or -1 with the vector unchanged), on an array of
+ * ms__big_realloc (common/internal.h; freed by ms__big_free, never free), so that what is built
+ * next reuses its pages (MS_REUSE_MEMORY); a mapping past 4 MiB is advised to use transparent huge
+ * pages, which makes first-touch page faults rarer. */
 int ms__bigvec_reserve(void **ptr, size_t *cap, size_t len, size_t extra, size_t elem);
 #define MS_BIGVEC_RESERVE(v, extra)                                                                \
   ms__bigvec_reserve((void **)&(v)->ptr, &(v)->cap, (v)->len, (extra), sizeof(*(v)->ptr))

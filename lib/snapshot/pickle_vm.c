@@ -787,8 +787,8 @@ int ms__pickle_read(ms_source_t *src, unsigned flags, ms_snapshot_t **out, ms_er
   MS_VEC_FREE(&r->scratch);
   MS_VEC_FREE(&r->st);
   MS_VEC_FREE(&r->marks);
-  MS_VEC_FREE(&r->memo);
-  MS_VEC_FREE(&r->objs);
+  ms__big_free(r->memo.ptr); /* MS_BIGVEC_RESERVE's */
+  ms__big_free(r->objs.ptr);
   MS_VEC_FREE(&r->pframes);
   MS_VEC_FREE(&r->pairs);
   MS_VEC_FREE(&r->tmp);

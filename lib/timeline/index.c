@@ -90,40 +90,54 @@ static uint32_t tl_map_get(const tl_map_t *m, uint64_t k) {
   return 0;
 }
 
+/* Puts k -> v, first doubling the map (twice, from tl_map_init) when it would be more than half
+ * full; *count is the number of keys it holds. On failure the map is unchanged. */
+static int tl_map_put(tl_map_t *m, size_t *count, uint64_t k, uint32_t v) {
+  if ((*count + 1) * 2 > m->cap) {
+    tl_map_t big;
+    if (tl_map_init(&big, m->cap) != MS_OK) {
+      tl_map_free(&big);
+      return MS_ENOMEM;
+    }
+    for (size_t h = 0; h < m->cap; h++)
+      if (m->val[h]) *tl_map_slot(&big, m->key[h]) = m->val[h];
+    tl_map_free(m);
+    *m = big;
+  }
+  uint32_t *slot = tl_map_slot(m, k);
+  if (!*slot) (*count)++;
+  *slot = v;
+  return MS_OK;
+}
+
 /* Pairs allocs with free_completed and segment_alloc with segment_free; the allocs left open
- * are the blocks alive at the end (open_allocs). */
+ * are the blocks alive at the end (open_allocs). Both maps hold only what is open, so they are
+ * sized by the most blocks (segments) alive at once, not by the trace: a table sized for every
+ * entry of a 5 M-entry trace was 192 MB of pages touched at random. */
 static int tl_pair(const ms_timeline_t *tl, tl_dev_t *d, tl_map_t *open_allocs) {
-  tl_map_t segs;
-  int rc = tl_map_init(open_allocs, d->n);
+  tl_map_t segs = {0};
+  int rc = tl_map_init(open_allocs, 512);
   if (rc == MS_OK) rc = tl_map_init(&segs, 16);
-  if (rc != MS_OK) return rc;
-  size_t nseg = 0;
-  for (size_t i = 0; i < d->n; i++) {
+  if (rc != MS_OK) {
+    tl_map_free(&segs);
+    return rc;
+  }
+  size_t nseg = 0, nopen = 0;
+  for (size_t i = 0; rc == MS_OK && i < d->n; i++) {
     const ms_snap_trace_t *e = &d->trace[i];
     d->pair[i] = TL_NONE;
     if (e->action == MS_TRACE_ALLOC) {
-      *tl_map_slot(open_allocs, e->addr) = (uint32_t)i + 1;
+      rc = tl_map_put(open_allocs, &nopen, e->addr, (uint32_t)i + 1);
     } else if (e->action == MS_TRACE_FREE_COMPLETED) {
       uint32_t a = tl_map_get(open_allocs, e->addr);
       if (a) {
         d->pair[i] = a - 1;
         d->pair[a - 1] = (uint32_t)i;
         tl_map_del(open_allocs, e->addr);
+        nopen--;
       }
     } else if (e->action == MS_TRACE_SEGMENT_ALLOC) {
-      if (nseg * 2 + 16 > segs.cap) { /* grow */
-        tl_map_t big;
-        if (tl_map_init(&big, segs.cap) != MS_OK) {
-          tl_map_free(&segs);
-          return MS_ENOMEM;
-        }
-        for (size_t h = 0; h < segs.cap; h++)
-          if (segs.val[h]) *tl_map_slot(&big, segs.key[h]) = segs.val[h];
-        tl_map_free(&segs);
-        segs = big;
-      }
-      *tl_map_slot(&segs, e->addr) = (uint32_t)i + 1;
-      nseg++;
+      rc = tl_map_put(&segs, &nseg, e->addr, (uint32_t)i + 1);
     } else if (e->action == MS_TRACE_SEGMENT_FREE) {
       uint32_t a = tl_map_get(&segs, e->addr);
       if (a) {
@@ -133,8 +147,9 @@ static int tl_pair(const ms_timeline_t *tl, tl_dev_t *d, tl_map_t *open_allocs) 
       }
     }
   }
+  (void)tl;
   tl_map_free(&segs);
-  return MS_OK;
+  return rc;
 }
 
 static int tl_seg_cmp(const void *a, const void *b) {
@@ -238,22 +253,11 @@ static void tl_diff_add(int64_t *diff, size_t a, size_t b, int64_t delta) {
 static int tl_build_dev(ms_timeline_t *tl, size_t dev, ms_errbuf_t *eb) {
   tl_dev_t *d = &tl->dev[dev];
   size_t n = d->n;
-  d->pair = malloc((n ? n : 1) * sizeof *d->pair);
-  d->bsize = calloc(n ? n : 1, sizeof *d->bsize);
-  uint64_t *room = malloc((n + 2) * sizeof *room);
-  uint32_t *freq = malloc((n ? n : 1) * sizeof *freq);
-  uint8_t *counted = malloc(n ? n : 1);
-  for (int m = 0; m < MS_TL_METRIC_COUNT; m++)
-    d->series[m] = malloc((n + 1) * sizeof(uint64_t));
-  bool ok = d->pair && d->bsize && room && freq && counted;
-  for (int m = 0; m < MS_TL_METRIC_COUNT; m++)
-    ok = ok && d->series[m];
-  if (!ok) {
-    free(room);
-    free(freq);
-    free(counted);
-    return ms__errbuf_set(eb, MS_ENOMEM, "out of memory indexing the trace");
-  }
+  /* Large arrays come from ms__big_* (common/internal.h): with MS_REUSE_MEMORY they take the
+   * pages the read freed (its tables), and the temporaries' pages go to the next arrays. */
+  d->pair = ms__big_malloc((n ? n : 1) * sizeof *d->pair);
+  d->bsize = ms__big_calloc(n ? n : 1, sizeof *d->bsize);
+  if (!d->pair || !d->bsize) return ms__errbuf_set(eb, MS_ENOMEM, "out of memory indexing the trace");
   tl_map_t open_allocs;
   int rc = tl_pair(tl, d, &open_allocs);
   tl_ws_t w;
@@ -261,6 +265,18 @@ static int tl_build_dev(ms_timeline_t *tl, size_t dev, ms_errbuf_t *eb) {
   w.filter = tl_filter_of(tl);
   if (rc == MS_OK) rc = tl_end_state(tl, dev, &open_allocs, &w, eb);
   tl_map_free(&open_allocs);
+  uint64_t *room = NULL;
+  uint32_t *freq = NULL;
+  uint8_t *counted = NULL;
+  if (rc == MS_OK) {
+    room = ms__big_malloc((n + 2) * sizeof *room);
+    freq = ms__big_malloc((n ? n : 1) * sizeof *freq);
+    counted = ms__big_malloc(n ? n : 1);
+    bool ok = room && freq && counted;
+    for (int m = 0; m < MS_TL_METRIC_COUNT; m++)
+      ok = ok && (d->series[m] = ms__big_malloc((n + 1) * sizeof(uint64_t))) != NULL;
+    if (!ok) rc = MS_ENOMEM;
+  }
   tl_ckpt_t ck;
   if (rc == MS_OK) {
     for (int m = 0; m < MS_TL_METRIC_COUNT; m++)
@@ -297,8 +313,8 @@ static int tl_build_dev(ms_timeline_t *tl, size_t dev, ms_errbuf_t *eb) {
    * split off. The blocks that grow add their growth to the totals over their life. */
   int64_t *grow_alloc = NULL, *grow_active = NULL;
   if (rc == MS_OK) {
-    grow_alloc = calloc(n + 2, sizeof *grow_alloc);
-    grow_active = calloc(n + 2, sizeof *grow_active);
+    grow_alloc = ms__big_calloc(n + 2, sizeof *grow_alloc);
+    grow_active = ms__big_calloc(n + 2, sizeof *grow_active);
     if (!grow_alloc || !grow_active) rc = MS_ENOMEM;
   }
   bool grew = false;
@@ -339,11 +355,11 @@ static int tl_build_dev(ms_timeline_t *tl, size_t dev, ms_errbuf_t *eb) {
         ckp->totals[m] = d->series[m][ckp->step];
     }
   }
-  free(grow_alloc);
-  free(grow_active);
-  free(room);
-  free(freq);
-  free(counted);
+  ms__big_free(grow_alloc);
+  ms__big_free(grow_active);
+  ms__big_free(room);
+  ms__big_free(freq);
+  ms__big_free(counted);
   if (rc == MS_ENOMEM) return ms__errbuf_set(eb, MS_ENOMEM, "out of memory indexing the trace");
   if (rc != MS_OK) return rc;
   /* checkpoints were taken newest first: put them in increasing step order */
@@ -364,10 +380,10 @@ void ms_timeline_destroy(ms_timeline_t *tl) {
   if (!tl) return;
   for (size_t i = 0; i < tl->ndev; i++) {
     tl_dev_t *d = &tl->dev[i];
-    free(d->pair);
-    free(d->bsize);
+    ms__big_free(d->pair);
+    ms__big_free(d->bsize);
     for (int m = 0; m < MS_TL_METRIC_COUNT; m++)
-      free(d->series[m]);
+      ms__big_free(d->series[m]);
     for (size_t k = 0; k < d->ckpts.len; k++)
       ms__tl_ckpt_free(&d->ckpts.ptr[k]);
     free(d->ckpts.ptr);

@@ -1,0 +1,267 @@
+/* SPDX-License-Identifier: MIT
+ * memsnap core: large arrays that one process frees and allocates again (common/internal.h,
+ * "bigmem.c"): a read's working tables, then the time index built on what it read.
+ *
+ * A fresh anonymous page is zeroed by the kernel when first touched and, in a virtual machine,
+ * may first have to be faulted in by the host; on the 1 GB bench pickle that cost a third of
+ * `memsnap timeline`'s CPU time, and varied from run to run with the host. With the option
+ * MS_REUSE_MEMORY on (the CLI sets it: a short-lived process), an array of BIG_MIN bytes or more
+ * is an anonymous mapping that is kept when freed, and the next large array takes those pages,
+ * already resident: no zeroing by the kernel, no fault. With the option off (the library's
+ * default, for programs that embed it), a freed mapping goes back to the system at once, as
+ * free() would give it.
+ *
+ * Every array starts BIG_HDR bytes into its block, after a header that says how it was made
+ * (a mapping and its length, or malloc) and how many bytes were asked for. Growth of a mapping is
+ * mremap (the pages move, nothing is copied). A kept mapping is handed out whole or split: the
+ * head is the new array, the tail stays kept; kept mappings are never merged, so that every kept
+ * range lies within one of the kernel's mappings and mremap may move it. Thread-safe: the kept
+ * list has a lock. Off Linux (no mremap) every array is malloc's.
+ */
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/internal.h"
+#include "memsnap/options.h"
+
+#if defined(__linux__)
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* mremap */
+#endif
+#include <sys/mman.h>
+#include <unistd.h>
+#define BIG_MAPS 1
+#else
+#define BIG_MAPS 0
+#endif
+
+#define BIG_HDR ((size_t)64)
+#define BIG_MIN ((size_t)1 << 20)  /* smaller arrays are malloc's */
+#define BIG_HUGE ((size_t)4 << 20) /* fresh mappings this large get huge-page advice */
+#define BIG_KEEP_MAX 64            /* kept ranges; a free beyond them is given back */
+
+typedef struct big_hdr_s {
+  size_t map;  /* length of the mapping the array begins; 0: malloc'd */
+  size_t size; /* bytes asked for */
+} big_hdr_t;
+_Static_assert(sizeof(big_hdr_t) <= BIG_HDR, "the header fits before the array");
+
+static big_hdr_t *big_hdr(void *p) {
+  return (big_hdr_t *)(void *)((char *)p - BIG_HDR);
+}
+
+static void *big_from_malloc(size_t bytes) {
+  if (bytes > SIZE_MAX - BIG_HDR) return NULL;
+  big_hdr_t *h = malloc(bytes + BIG_HDR);
+  if (!h) return NULL;
+  h->map = 0;
+  h->size = bytes;
+  return (char *)h + BIG_HDR;
+}
+
+#if BIG_MAPS
+
+typedef struct big_range_s {
+  char *addr;
+  size_t len;
+} big_range_t;
+
+static pthread_mutex_t big_lock = PTHREAD_MUTEX_INITIALIZER;
+static big_range_t big_kept[BIG_KEEP_MAX];
+static size_t big_nkept;
+
+static size_t big_page(void) {
+  long pg = sysconf(_SC_PAGESIZE);
+  return pg > 0 && (pg & (pg - 1)) == 0 ? (size_t)pg : 4096;
+}
+
+/* The mapping length for an array of bytes; 0 on overflow. */
+static size_t big_map_len(size_t bytes) {
+  size_t pg = big_page();
+  if (bytes > SIZE_MAX - BIG_HDR - pg) return 0;
+  return (bytes + BIG_HDR + pg - 1) & ~(pg - 1);
+}
+
+static bool big_reusing(void) {
+  return ms_option_is_enabled(MS_OPTION_REUSE_MEMORY);
+}
+
+/* Gives every kept range back (the option was turned off). Called with the lock held. */
+static void big_trim_locked(void) {
+  for (size_t i = 0; i < big_nkept; i++)
+    munmap(big_kept[i].addr, big_kept[i].len);
+  big_nkept = 0;
+}
+
+/* A mapping of len bytes: a kept range when one is large enough (the smallest such; its tail
+ * stays kept), else the largest kept range grown by mremap, else a fresh mapping. *dirty: how
+ * many bytes from its start may hold old data (the rest reads as zeros). NULL when out of memory.
+ */
+static char *big_take(size_t len, size_t *dirty) {
+  *dirty = 0;
+  char *got = NULL;
+  bool reuse = big_reusing(); /* read before the lock: a first read may warn through the hook */
+  pthread_mutex_lock(&big_lock);
+  if (!reuse) big_trim_locked();
+  size_t best = SIZE_MAX, largest = SIZE_MAX;
+  for (size_t i = 0; i < big_nkept; i++) {
+    if (big_kept[i].len >= len && (best == SIZE_MAX || big_kept[i].len < big_kept[best].len))
+      best = i;
+    if (largest == SIZE_MAX || big_kept[i].len > big_kept[largest].len) largest = i;
+  }
+  if (best != SIZE_MAX) {
+    got = big_kept[best].addr;
+    *dirty = len;
+    if (big_kept[best].len > len) {
+      big_kept[best].addr += len;
+      big_kept[best].len -= len;
+    } else {
+      big_kept[best] = big_kept[--big_nkept];
+    }
+  } else if (largest != SIZE_MAX) {
+    big_range_t r = big_kept[largest];
+    big_kept[largest] = big_kept[--big_nkept];
+    void *m = mremap(r.addr, r.len, len, MREMAP_MAYMOVE);
+    if (m != MAP_FAILED) {
+      got = m;
+      *dirty = r.len;
+    } else {
+      munmap(r.addr, r.len);
+    }
+  }
+  pthread_mutex_unlock(&big_lock);
+  if (got) return got;
+  void *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (m == MAP_FAILED) return NULL;
+#ifdef MADV_HUGEPAGE
+  if (len >= BIG_HUGE) (void)madvise(m, len, MADV_HUGEPAGE);
+#endif
+  return m;
+}
+
+/* Keeps the range [addr, addr + len) for the next array, or gives it back. */
+static void big_give(char *addr, size_t len) {
+  bool reuse = big_reusing(), kept = false;
+  pthread_mutex_lock(&big_lock);
+  if (reuse) {
+    if (big_nkept < BIG_KEEP_MAX) {
+      big_kept[big_nkept++] = (big_range_t){addr, len};
+      kept = true;
+    }
+  } else {
+    big_trim_locked();
+  }
+  pthread_mutex_unlock(&big_lock);
+  if (!kept) munmap(addr, len);
+}
+
+static void *big_alloc(size_t bytes, bool zero) {
+  if (bytes + BIG_HDR < BIG_MIN || bytes > SIZE_MAX - BIG_HDR) {
+    void *p = big_from_malloc(bytes);
+    if (p && zero) memset(p, 0, bytes);
+    return p;
+  }
+  size_t len = big_map_len(bytes), dirty;
+  if (!len) return NULL;
+  char *m = big_take(len, &dirty);
+  if (!m) return NULL;
+  big_hdr_t *h = (big_hdr_t *)(void *)m;
+  h->map = len;
+  h->size = bytes;
+  char *p = m + BIG_HDR;
+  if (zero && dirty > BIG_HDR) memset(p, 0, dirty - BIG_HDR < bytes ? dirty - BIG_HDR : bytes);
+  return p;
+}
+
+void *ms__big_realloc(void *p, size_t bytes) {
+  if (!p) return big_alloc(bytes, false);
+  big_hdr_t *h = big_hdr(p);
+  if (h->map) {
+    size_t len = big_map_len(bytes);
+    if (!len) return NULL;
+    if (len <= h->map) {
+      h->size = bytes;
+      return p;
+    }
+    void *m = mremap(h, h->map, len, MREMAP_MAYMOVE);
+    if (m == MAP_FAILED) return NULL;
+    h = m;
+    h->map = len;
+    h->size = bytes;
+    return (char *)m + BIG_HDR;
+  }
+  if (bytes + BIG_HDR < BIG_MIN) {
+    big_hdr_t *n = realloc(h, bytes + BIG_HDR);
+    if (!n) return NULL;
+    n->size = bytes;
+    return (char *)n + BIG_HDR;
+  }
+  void *q = big_alloc(bytes, false);
+  if (!q) return NULL;
+  memcpy(q, p, h->size < bytes ? h->size : bytes);
+  free(h);
+  return q;
+}
+
+void ms__big_free(void *p) {
+  if (!p) return;
+  big_hdr_t *h = big_hdr(p);
+  if (h->map)
+    big_give((char *)h, h->map);
+  else
+    free(h);
+}
+
+#else /* no mremap: malloc's arrays behind the same header */
+
+static void *big_alloc(size_t bytes, bool zero) {
+  void *p = big_from_malloc(bytes);
+  if (p && zero) memset(p, 0, bytes);
+  return p;
+}
+
+void *ms__big_realloc(void *p, size_t bytes) {
+  if (!p) return big_alloc(bytes, false);
+  if (bytes > SIZE_MAX - BIG_HDR) return NULL;
+  big_hdr_t *n = realloc(big_hdr(p), bytes + BIG_HDR);
+  if (!n) return NULL;
+  n->size = bytes;
+  return (char *)n + BIG_HDR;
+}
+
+void ms__big_free(void *p) {
+  if (p) free(big_hdr(p));
+}
+
+#endif
+
+void *ms__big_malloc(size_t bytes) {
+  return big_alloc(bytes, false);
+}
+
+void *ms__big_calloc(size_t n, size_t elem) {
+  if (elem && n > SIZE_MAX / elem) return NULL;
+  return big_alloc(n * elem, true);
+}
+
+int ms__big_vec_reserve(void **ptr, size_t *cap, size_t len, size_t extra, size_t elem) {
+  if (extra <= *cap - len) return 0;
+  if (extra > SIZE_MAX / elem - len) return -1;
+  size_t need = len + extra;
+  size_t ncap = *cap ? *cap : 16;
+  while (ncap < need) {
+    if (ncap > SIZE_MAX / 2) {
+      ncap = need;
+      break;
+    }
+    ncap *= 2;
+  }
+  if (ncap > SIZE_MAX / elem) return -1;
+  void *p = ms__big_realloc(*ptr, ncap * elem);
+  if (!p) return -1;
+  *ptr = p;
+  *cap = ncap;
+  return 0;
+}
