@@ -88,6 +88,17 @@ static bool big_reusing(void) {
   return ms_option_is_enabled(MS_OPTION_REUSE_MEMORY);
 }
 
+/* Huge-page advice for a mapping past BIG_HUGE, given whenever one is made or grown (a mapping
+ * grown by mremap from below BIG_HUGE would otherwise fault in 4 KiB pages: 20,000 faults instead
+ * of 40 for the 80 MB of a 1 GB pickle's memo). */
+static void big_advise(void *m, size_t len) {
+#ifdef MADV_HUGEPAGE
+  if (len >= BIG_HUGE) (void)madvise(m, len, MADV_HUGEPAGE);
+#else
+  (void)m, (void)len;
+#endif
+}
+
 /* Gives every kept range back (the option was turned off). Called with the lock held. */
 static void big_trim_locked(void) {
   for (size_t i = 0; i < big_nkept; i++)
@@ -127,6 +138,7 @@ static char *big_take(size_t len, size_t *dirty) {
     if (m != MAP_FAILED) {
       got = m;
       *dirty = r.len;
+      big_advise(m, len);
     } else {
       munmap(r.addr, r.len);
     }
@@ -135,9 +147,7 @@ static char *big_take(size_t len, size_t *dirty) {
   if (got) return got;
   void *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (m == MAP_FAILED) return NULL;
-#ifdef MADV_HUGEPAGE
-  if (len >= BIG_HUGE) (void)madvise(m, len, MADV_HUGEPAGE);
-#endif
+  big_advise(m, len);
   return m;
 }
 
@@ -187,6 +197,7 @@ void *ms__big_realloc(void *p, size_t bytes) {
     }
     void *m = mremap(h, h->map, len, MREMAP_MAYMOVE);
     if (m == MAP_FAILED) return NULL;
+    big_advise(m, len);
     h = m;
     h->map = len;
     h->size = bytes;
