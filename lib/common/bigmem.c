@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "common/internal.h"
+#include "common/vec.h"
 #include "memsnap/options.h"
 
 #if defined(__linux__)
@@ -259,17 +260,8 @@ void *ms__big_calloc(size_t n, size_t elem) {
 
 int ms__big_vec_reserve(void **ptr, size_t *cap, size_t len, size_t extra, size_t elem) {
   if (extra <= *cap - len) return 0;
-  if (extra > SIZE_MAX / elem - len) return -1;
-  size_t need = len + extra;
-  size_t ncap = *cap ? *cap : 16;
-  while (ncap < need) {
-    if (ncap > SIZE_MAX / 2) {
-      ncap = need;
-      break;
-    }
-    ncap *= 2;
-  }
-  if (ncap > SIZE_MAX / elem) return -1;
+  size_t ncap = ms__vec_grown_cap(*cap, len, extra, elem);
+  if (!ncap) return -1;
   void *p = ms__big_realloc(*ptr, ncap * elem);
   if (!p) return -1;
   *ptr = p;

@@ -21,12 +21,12 @@
     size_t cap;   \
   }
 
-/* Ensures room for `extra` more elements of size `elem`. @return 0 or -1 (MS_ENOMEM). */
-static inline int ms__vec_reserve(void **ptr, size_t *cap, size_t len, size_t extra, size_t elem) {
-  if (extra <= *cap - len) return 0;
-  if (extra > SIZE_MAX / elem - len) return -1;
+/* The capacity that holds `extra` more elements of size `elem` after `len`, doubling `cap` (at
+ * least 16 elements); 0 when the bytes would overflow. */
+static inline size_t ms__vec_grown_cap(size_t cap, size_t len, size_t extra, size_t elem) {
+  if (extra > SIZE_MAX / elem - len) return 0;
   size_t need = len + extra;
-  size_t ncap = *cap ? *cap : 16;
+  size_t ncap = cap ? cap : 16;
   while (ncap < need) {
     if (ncap > SIZE_MAX / 2) {
       ncap = need;
@@ -34,7 +34,14 @@ static inline int ms__vec_reserve(void **ptr, size_t *cap, size_t len, size_t ex
     }
     ncap *= 2;
   }
-  if (ncap > SIZE_MAX / elem) return -1;
+  return ncap > SIZE_MAX / elem ? 0 : ncap;
+}
+
+/* Ensures room for `extra` more elements of size `elem`. @return 0 or -1 (MS_ENOMEM). */
+static inline int ms__vec_reserve(void **ptr, size_t *cap, size_t len, size_t extra, size_t elem) {
+  if (extra <= *cap - len) return 0;
+  size_t ncap = ms__vec_grown_cap(*cap, len, extra, elem);
+  if (!ncap) return -1;
   void *p = realloc(*ptr, ncap * elem);
   if (!p) return -1;
   *ptr = p;
