@@ -140,6 +140,10 @@ int cli_output_default(const char *cmd, const char **output, bool svg);
  * "-38.1MiB"). @return buf. */
 #define CLI_BYTES_BUFSZ 48
 const char *cli_format_bytes(int64_t n, char buf[CLI_BYTES_BUFSZ]);
+/* The same for an unsigned count, and for a value Python holds as an int beyond int64_t (its
+ * _format_size turns it into a float at the first division, as (double) does here). */
+const char *cli_format_ubytes(uint64_t n, char buf[CLI_BYTES_BUFSZ]);
+const char *cli_format_bytes_double(double v, char buf[CLI_BYTES_BUFSZ]);
 
 /* A view for cli_render: emits its stacks through emit(ctx, ...). side is NULL for folded text;
  * otherwise a differential view sets *side to 0 before emitting BEFORE's stacks and to 1 before

@@ -73,6 +73,12 @@ static int timeline_json(const ms_snapshot_t *snap, const char *name, const cli_
   ms_tlv_t v;
   int err = ms_tlv_compute(snap, dev, segments, max_entries, first, last, at_last, &v);
   ms_snapshot_free(at_last);
+  if (err == MS_ELIMIT) {
+    cli_error("'%s': device %zu: cannot compute the timeline: more than 2^32 elements, or a size "
+              "or the memory alive at once of 2^62 bytes (4 EiB) or more, which no device has",
+              name, dev);
+    return CLI_FAILURE;
+  }
   if (err != MS_OK) {
     cli_error("'%s': cannot compute the timeline: %s", name, ms_strerror(err));
     return CLI_FAILURE;

@@ -308,9 +308,13 @@ static bool trace_find_segment(trace_state_t *t, uint64_t addr, char buf[32], ui
   return false;
 }
 
+/* TOTAL MEM is exact, as Python's int is: a hostile trace's sizes (up to 2^64 - 1 each) may sum
+ * past int64_t, never past 128 bits. */
+__extension__ typedef __int128 trace_total_t;
+
 static int trace_device(FILE *out, trace_state_t *t, const ms_snap_trace_t *entries, size_t n) {
   char nb[32], sb[32], b1[CLI_BYTES_BUFSZ], b2[CLI_BYTES_BUFSZ];
-  int64_t total = 0;
+  trace_total_t total = 0;
   fprintf(out, "%zu entries\n", n);
   for (size_t k = 0; k < n; k++) {
     const ms_snap_trace_t *e = &entries[k];
@@ -333,11 +337,11 @@ static int trace_device(FILE *out, trace_state_t *t, const ms_snap_trace_t *entr
           tl_u64(&l, e->addr);
         }
         tl_str(&l, ":");
-        tl_str(&l, cli_format_bytes((int64_t)e->size, b1));
+        tl_str(&l, cli_format_ubytes(e->size, b1));
         tl_str(&l, "]");
         tl_end(&l, t, out);
         if (trace_map_put(&t->allocs, e->addr, name) != 0) goto nomem;
-        total += (int64_t)e->size;
+        total += e->size;
         break;
       }
       case MS_TRACE_FREE_REQUESTED:
@@ -355,9 +359,9 @@ static int trace_device(FILE *out, trace_state_t *t, const ms_snap_trace_t *entr
           tl_str(&l, "# free completed for ");
           tl_str(&l, who);
           tl_str(&l, " ");
-          total -= (int64_t)e->size;
+          total -= e->size;
         }
-        tl_str(&l, cli_format_bytes((int64_t)e->size, b1));
+        tl_str(&l, cli_format_ubytes(e->size, b1));
         tl_end(&l, t, out);
         break;
       }
@@ -365,7 +369,7 @@ static int trace_device(FILE *out, trace_state_t *t, const ms_snap_trace_t *entr
         name = t->next_name++;
         trace_flush(t, out);
         fprintf(out, "%s = cudaMalloc(%" PRIu64 ", %s)\n", trace_name(name, nb), e->addr,
-                cli_format_bytes((int64_t)e->size, b1));
+                cli_format_ubytes(e->size, b1));
         if (t->nivals == t->civals) {
           size_t nc = t->civals ? t->civals * 2 : 16;
           trace_interval_t *p = realloc(t->ivals, nc * sizeof *p);
@@ -383,13 +387,13 @@ static int trace_device(FILE *out, trace_state_t *t, const ms_snap_trace_t *entr
                               ? trace_name(name, nb)
                               : (snprintf(nb, sizeof nb, "%" PRIu64, e->addr), nb);
         trace_flush(t, out);
-        fprintf(out, "cudaFree(%s) # %s\n", who, cli_format_bytes((int64_t)e->size, b1));
+        fprintf(out, "cudaFree(%s) # %s\n", who, cli_format_ubytes(e->size, b1));
         break;
       }
       case MS_TRACE_OOM:
         trace_flush(t, out);
         fprintf(out, "raise OutOfMemoryError # %s requested, %s free in CUDA\n",
-                cli_format_bytes((int64_t)e->size, b1), cli_format_bytes((int64_t)e->addr, b2));
+                cli_format_ubytes(e->size, b1), cli_format_ubytes(e->addr, b2));
         break;
       default:
         trace_flush(t, out);
@@ -398,7 +402,9 @@ static int trace_device(FILE *out, trace_state_t *t, const ms_snap_trace_t *entr
     }
   }
   trace_flush(t, out);
-  fprintf(out, "TOTAL MEM: %s", cli_format_bytes(total, b1));
+  fprintf(out, "TOTAL MEM: %s",
+          total >= INT64_MIN && total <= INT64_MAX ? cli_format_bytes((int64_t)total, b1)
+                                                   : cli_format_bytes_double((double)total, b1));
   return CLI_OK;
 nomem:
   cli_error("out of memory");

@@ -211,8 +211,9 @@ int cli_load_ex(const char *path, unsigned flags, ms_snapshot_t **out) {
 /* ---- formatting -------------------------------------------------------------------------------
  */
 
+static const char *const units[] = {"", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei", "Zi"};
+
 const char *cli_format_bytes(int64_t n, char buf[CLI_BYTES_BUFSZ]) {
-  static const char *const units[] = {"", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei", "Zi"};
   if (n >= 0 && n < ((int64_t)1 << 53)) {
     /* The common case without printf (`memsnap trace` formats millions): n / 1024^i is exact in
      * a double, so "%.1f" of it is 10n / 2^(10i) rounded to nearest, ties to even, as glibc's
@@ -242,7 +243,15 @@ const char *cli_format_bytes(int64_t n, char buf[CLI_BYTES_BUFSZ]) {
     *w = 0;
     return buf;
   }
-  double v = (double)n;
+  return cli_format_bytes_double((double)n, buf);
+}
+
+const char *cli_format_ubytes(uint64_t n, char buf[CLI_BYTES_BUFSZ]) {
+  return n <= (uint64_t)INT64_MAX ? cli_format_bytes((int64_t)n, buf)
+                                  : cli_format_bytes_double((double)n, buf);
+}
+
+const char *cli_format_bytes_double(double v, char buf[CLI_BYTES_BUFSZ]) {
   for (size_t i = 0; i < sizeof units / sizeof *units; i++) {
     if (fabs(v) < 1024.0) {
       snprintf(buf, CLI_BYTES_BUFSZ, "%3.1f%sB", v, units[i]);

@@ -499,6 +499,63 @@ Test(timeline, device_with_an_empty_trace) {
   ms_snapshot_free(s);
 }
 
+/* The viewer's data is exact int64_t: a size, or memory alive at once, of 2^62 bytes or more is
+ * MS_ELIMIT, never a sum past int64_t. The fuzzer's input (issue #16 item 25) allocated
+ * 9151314448198139911 bytes with 612208075472731497 alive: signed overflow in the running total,
+ * which UBSan reported (`make test SANITIZE=1` checks it here). Totals beyond 2^53, which the
+ * page cannot sum in doubles, stay allowed (view::max_at_time_too_large_to_compute). */
+Test(timeline, viewer_refuses_sizes_past_int64) {
+  const uint64_t L = ((uint64_t)1 << 62) - 1, H = (uint64_t)1 << 61;
+  struct {
+    const char *what;
+    bool segments;
+    size_t max_entries;
+    tr_t tr[3];
+    size_t ntr;
+    uint64_t seg_size; /* the snapshot's one segment (its blocks free) */
+    int rc;
+    int64_t max_size; /* when MS_OK */
+  } cases[] = {
+      {"one alloc of 2^62 - 1", false, SIZE_MAX, {{MS_TRACE_ALLOC, 0x1000, L}}, 1, 2 * MiB, MS_OK,
+       (int64_t)L},
+      {"one alloc of 2^62", false, SIZE_MAX, {{MS_TRACE_ALLOC, 0x1000, L + 1}}, 1, 2 * MiB,
+       MS_ELIMIT, 0},
+      {"the fuzzer's: 2^63 and more alive", false, SIZE_MAX,
+       {{MS_TRACE_ALLOC, 0x1000, 612208075472731497u},
+        {MS_TRACE_ALLOC, 0x2000, 9151314448198139911u}},
+       2, 2 * MiB, MS_ELIMIT, 0},
+      {"two of 2^61 + 1 alive at once, drawn", false, SIZE_MAX,
+       {{MS_TRACE_ALLOC, 0x1000, H + 1}, {MS_TRACE_ALLOC, 0x2000, H + 1}}, 2, 2 * MiB, MS_ELIMIT,
+       0},
+      {"two of 2^62 - 1 one after the other", false, SIZE_MAX,
+       {{MS_TRACE_ALLOC, 0x1000, L}, {MS_TRACE_FREE_COMPLETED, 0x1000, L},
+        {MS_TRACE_ALLOC, 0x2000, L}},
+       3, 2 * MiB, MS_OK, (int64_t)L},
+      {"three of 2^61 + 1, two in the summarized band", false, 1,
+       {{MS_TRACE_ALLOC, 0x1000, H + 1}, {MS_TRACE_ALLOC, 0x2000, H + 1},
+        {MS_TRACE_ALLOC, 0x3000, H + 1}},
+       3, 2 * MiB, MS_ELIMIT, 0},
+      {"a free of a block allocated before the trace, of 2^62", false, SIZE_MAX,
+       {{MS_TRACE_FREE_COMPLETED, 0x1000, L + 1}}, 1, 2 * MiB, MS_ELIMIT, 0},
+      {"a segment of 2^62 + 2 MiB, segment timeline", true, SIZE_MAX, {{MS_TRACE_ALLOC, 0, 512}},
+       1, L + 1 + 2 * MiB, MS_ELIMIT, 0},
+      {"the same segment, memory timeline (its blocks are free)", false, SIZE_MAX,
+       {{MS_TRACE_ALLOC, 0x1000, 512}}, 1, L + 1 + 2 * MiB, MS_OK, 512},
+  };
+  for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+    const uint64_t seg[1][2] = {{(uint64_t)1 << 40, cases[k].seg_size}};
+    ms_snapshot_t *s = build(seg, 1, NULL, 0, cases[k].tr, cases[k].ntr);
+    ms_tlv_t v;
+    int rc = ms_tlv_compute(s, 0, cases[k].segments, cases[k].max_entries, 0, SIZE_MAX, NULL, &v);
+    cr_expect_eq(rc, cases[k].rc, "%s: %d", cases[k].what, rc);
+    if (rc == MS_OK) {
+      cr_expect_eq(v.max_size, cases[k].max_size, "%s: %" PRId64, cases[k].what, v.max_size);
+      ms_tlv_release(&v);
+    }
+    ms_snapshot_free(s);
+  }
+}
+
 Test(timeline, consistent_small_trace) {
   /* segment 2 MiB at 0x100000: alloc a (kept), alloc b, free b */
   ms_snapshot_t *s = build(SEG({0x100000, 2 * MiB}), 1, SEG({0x100000, 1024}), 1,
@@ -1237,4 +1294,57 @@ Test(timeline, filters_split_the_totals) {
   ms_timeline_destroy(s5);
   ms_timeline_destroy(pool);
   ms_snapshot_free(s);
+}
+
+/* A snapshot whose viewer data cannot be computed (a size of 2^62 bytes) gets a clear error and
+ * exit status 1 from `timeline --json` and from `view`, and no output. */
+Test(timeline_cli, viewer_data_past_int64_is_an_error) {
+  const uint64_t E = (uint64_t)1 << 62;
+  const uint64_t seg[1][2] = {{(uint64_t)1 << 40, 2 * MiB}};
+  const tr_t tr[] = {{MS_TRACE_ALLOC, 0x1000, E}};
+  ms_snapshot_t *s = build(seg, 1, NULL, 0, tr, 1);
+  char path[400];
+  snprintf(path, sizeof path, "%s/huge.msgpack", cli_dir);
+  ms_errbuf_t eb = {{0}};
+  cr_assert_eq(ms_snapshot_write_file(s, path, NULL, &eb), MS_OK, "%s", eb.msg);
+  ms_snapshot_free(s);
+  run_t r = RUN("timeline", path, "--json");
+  cr_expect_eq(r.status, 1, "%s", r.err);
+  cr_expect_str_eq(r.out, "");
+  cr_expect(strstr(r.err, "huge.msgpack': device 0: cannot compute the timeline: more than 2^32 "
+                          "elements, or a size or the memory alive at once of 2^62 bytes (4 EiB) "
+                          "or more, which no device has"),
+            "%s", r.err);
+  run_free(&r);
+  r = RUN("view", path, "-o", "v.html");
+  cr_expect_eq(r.status, 1, "%s", r.err);
+  cr_expect(strstr(r.err, "device 0: the memory timeline holds more than 2^32 elements, or a size "
+                          "or the memory alive at once of 2^62 bytes (4 EiB) or more"),
+            "%s", r.err);
+  cr_expect_neq(access("v.html", F_OK), 0);
+  run_free(&r);
+}
+
+/* `trace`'s TOTAL MEM is exact as Python's int: sizes of a hostile trace summing past int64_t
+ * (the fuzzer's 612208075472731497 + 9151314448198139911 was signed overflow, reported by UBSan)
+ * are summed in 128 bits and printed as _format_size prints a float; a size of 2^63 or more is
+ * printed positive, as Python prints it. */
+Test(timeline_cli, trace_total_past_int64) {
+  const uint64_t seg[1][2] = {{(uint64_t)1 << 40, 2 * MiB}};
+  const tr_t tr[] = {{MS_TRACE_ALLOC, 0x1000, 612208075472731497u},
+                     {MS_TRACE_ALLOC, 0x2000, 9151314448198139911u},
+                     {MS_TRACE_ALLOC, 0x3000, 18446744073709551615u}};
+  ms_snapshot_t *s = build(seg, 1, NULL, 0, tr, 3);
+  char path[400];
+  snprintf(path, sizeof path, "%s/sum.msgpack", cli_dir);
+  ms_errbuf_t eb = {{0}};
+  cr_assert_eq(ms_snapshot_write_file(s, path, NULL, &eb), MS_OK, "%s", eb.msg);
+  ms_snapshot_free(s);
+  run_t r = RUN("trace", path);
+  cr_expect_eq(r.status, 0, "%s", r.err);
+  /* what Python's _format_size prints for each, and for their sum, 28210266597380423023 */
+  cr_expect(strstr(r.out, "a = MEM[4096:543.8PiB]\n") && strstr(r.out, "b = MEM[8192:7.9EiB]\n") &&
+                strstr(r.out, "c = MEM[12288:16.0EiB]\n") && strstr(r.out, "TOTAL MEM: 24.5EiB"),
+            "%s", r.out);
+  run_free(&r);
 }

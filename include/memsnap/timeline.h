@@ -264,7 +264,9 @@ typedef struct ms_tlv_s {
  * restricted to trace entries [first, last) of the device (0, SIZE_MAX: the whole trace).
  * `at_last` gives the segments at the end of that range (the state at step `last`, e.g. from
  * ms_timeline_snapshot_at); NULL means snap itself, which is right when last reaches the end.
- * @return MS_OK, MS_EINVAL (no such device), MS_ENOMEM. Free with ms_tlv_release. */
+ * @return MS_OK, MS_EINVAL (no such device), MS_ENOMEM, MS_ELIMIT (more than 2^32 elements, or
+ * a size or the memory alive at once of 2^62 bytes or more: no real trace, a hostile one). Free
+ * with ms_tlv_release. */
 MS_API MS_NODISCARD int ms_tlv_compute(const ms_snapshot_t *snap, size_t dev, bool plot_segments,
                                        size_t max_entries, size_t first, size_t last,
                                        const ms_snapshot_t *at_last, ms_tlv_t *out);

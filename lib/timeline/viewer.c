@@ -17,6 +17,12 @@
 #include "memsnap/timeline.h"
 #include "common/vec.h"
 
+/* Sizes and sums are exact int64_t (beyond 2^53, where the page's doubles are not, the page is
+ * given max_at_time): a size, or memory alive at once, of 2^62 bytes or more (4 EiB, in no real
+ * trace; a hostile one asked for 2^63) is refused with MS_ELIMIT instead of being summed past
+ * int64_t. Every sum below adds two values <= TLV_MAX_BYTES: no overflow. */
+#define TLV_MAX_BYTES (((int64_t)1 << 62) - 1)
+
 typedef struct tlv_elem_s {
   int64_t size;
   int64_t source; /* trace index, or -1 - k for the snapshot's block / segment k */
@@ -168,6 +174,7 @@ typedef struct tlv_run_s {
   MS_VEC(int64_t) s_size;
   int64_t t, total, summ;
   int oom;
+  int beyond; /* total passed TLV_MAX_BYTES (tlv_add) */
 } tlv_run_t;
 
 static void tlv_advance(tlv_run_t *r, int64_t n) {
@@ -244,6 +251,7 @@ static int tlv_match_trace(tlv_ctx_t *c, const ms_snap_trace_t *trace, size_t fi
       is_free = merged_free || (e->action == MS_TRACE_FREE_COMPLETED && !dropped);
     }
     if (e->action == a_alloc) {
+      if (e->size > (uint64_t)TLV_MAX_BYTES) return MS_ELIMIT;
       tlv_elem_t x = {(int64_t)e->size, (int64_t)i, false};
       if (MS_VEC_PUSH(&c->el, x)) return MS_ENOMEM;
       if (tlv_map_set(&c->map, e->addr, (uint32_t)c->el.len)) return MS_ENOMEM;
@@ -254,6 +262,7 @@ static int tlv_match_trace(tlv_ctx_t *c, const ms_snap_trace_t *trace, size_t fi
         if (MS_VEC_PUSH(&c->actions, v - 1)) return MS_ENOMEM;
         tlv_map_del(&c->map, e->addr);
       } else {
+        if (e->size > (uint64_t)TLV_MAX_BYTES) return MS_ELIMIT;
         tlv_elem_t x = {(int64_t)e->size, (int64_t)i, false};
         if (MS_VEC_PUSH(&c->el, x)) return MS_ENOMEM;
         if (MS_VEC_PUSH(&c->initially, (uint32_t)(c->el.len - 1))) return MS_ENOMEM;
@@ -273,6 +282,7 @@ static int tlv_add_snapshot(tlv_ctx_t *c, const ms_snapshot_t *segsrc, size_t de
     if (g->device != (int64_t)dev) continue;
     if (plot_segments) {
       if (!tlv_map_get(&c->map, g->address)) {
+        if (g->total_size > (uint64_t)TLV_MAX_BYTES) return MS_ELIMIT;
         tlv_elem_t x = {(int64_t)g->total_size, -1 - (int64_t)si, false};
         if (MS_VEC_PUSH(&c->el, x) || MS_VEC_PUSH(&c->initially, (uint32_t)(c->el.len - 1)))
           return MS_ENOMEM;
@@ -284,6 +294,7 @@ static int tlv_add_snapshot(tlv_ctx_t *c, const ms_snapshot_t *segsrc, size_t de
       const ms_snap_block_t *b = &segsrc->blocks[(size_t)g->first_block + k];
       if (b->state == MS_BLOCK_ACTIVE_ALLOCATED && !tlv_map_get(&c->map, addr)) {
         tlv_elem_t x = {tlv_block_requested(segsrc, b), -1 - (int64_t)(g->first_block + k), true};
+        if (x.size < 0 || x.size > TLV_MAX_BYTES) return MS_ELIMIT;
         if (MS_VEC_PUSH(&c->el, x) || MS_VEC_PUSH(&c->initially, (uint32_t)(c->el.len - 1)))
           return MS_ENOMEM;
       }
@@ -342,7 +353,8 @@ static void tlv_add(tlv_ctx_t *c, uint32_t e) {
   c->pos[e] = (int64_t)c->ncur;
   c->cur[c->ncur++] = e;
   tlv_point(&c->r, c->last_off, c->series_of[e], c->r.t, c->r.total);
-  c->r.total += c->el.ptr[e].size;
+  c->r.total += c->el.ptr[e].size; /* both <= TLV_MAX_BYTES */
+  if (c->r.total > TLV_MAX_BYTES) c->r.beyond = 1;
 }
 
 /* A drawn element freed: its series ends, those above it move down by its size. */
@@ -378,7 +390,9 @@ static int tlv_replay(tlv_ctx_t *c) {
     } else {
       r->summ += c->el.ptr[e].size;
       c->summarized[e] = 1;
+      if (r->summ > TLV_MAX_BYTES) r->beyond = 1;
     }
+    if (r->beyond) return MS_ELIMIT;
   }
   for (size_t k = 0; k < c->actions.len && !r->oom; k++) {
     uint32_t e = c->actions.ptr[k];
@@ -391,12 +405,14 @@ static int tlv_replay(tlv_ctx_t *c) {
       } else {
         r->summ += size;
         c->summarized[e] = 1;
+        if (r->summ > TLV_MAX_BYTES) return MS_ELIMIT; /* before total + summ is formed */
         tlv_advance(r, 1);
       }
       continue;
     }
     if (c->pos[e] < 0) {
       tlv_add(c, e);
+      if (r->beyond) return MS_ELIMIT;
       tlv_advance(r, 1);
     } else {
       tlv_remove(c, e, size);

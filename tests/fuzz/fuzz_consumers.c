@@ -98,7 +98,8 @@ static void views(const ms_snapshot_t *s, const ms_snapshot_t *start) {
   ms_viewer_opts_init(&vo);
   ms_errbuf_t eb = {{0}};
   int rc = ms_viewer_write_html(s, &vo, &sh, &eb);
-  FZ_CHECK(rc == MS_OK || (rc == MS_EINVAL && eb.msg[0]), "viewer: %d %s", rc, eb.msg);
+  FZ_CHECK(rc == MS_OK || ((rc == MS_EINVAL || rc == MS_ELIMIT) && eb.msg[0]), "viewer: %d %s", rc,
+           eb.msg);
   fz_buf_reset(&html);
 }
 

@@ -296,6 +296,7 @@ typedef struct view_ctx_s {
   int64_t (*pools)[2];
   size_t npools;
   uint64_t bin_bytes, trace_bytes; /* uncompressed */
+  char why[200];                   /* what failed, when the error needs saying */
 } view_ctx_t;
 
 static void view_tlv_json(vw_t *w, const char *key, const view_tlmeta_t *m) {
@@ -386,6 +387,11 @@ static int view_bin_devices(view_ctx_t *c, vb_t *b) {
     for (int seg = 0; seg < 2 && rc == MS_OK; seg++) {
       ms_tlv_t v;
       rc = ms_tlv_compute(c->s, c->devs[k], seg != 0, SIZE_MAX, 0, SIZE_MAX, NULL, &v);
+      if (rc == MS_ELIMIT)
+        snprintf(c->why, sizeof c->why,
+                 "device %zu: the %s timeline holds more than 2^32 elements, or a size or the "
+                 "memory alive at once of 2^62 bytes (4 EiB) or more, which no device has",
+                 c->devs[k], seg ? "segment" : "memory");
       if (rc != MS_OK) break;
       snprintf(prefix, sizeof prefix, "d%zu.%s", c->devs[k], seg ? "seg" : "tl");
       view_bin_tlv(b, prefix, &v);
@@ -507,11 +513,12 @@ int ms_viewer_write_html(const ms_snapshot_t *snap, const ms_viewer_opts_t *opts
   if (!w || !meta) {
     rc = MS_ENOMEM;
   } else {
-    view_ctx_t c = {snap, opts, dev, devs, ndevs, meta, NULL, 0, 0, 0};
+    view_ctx_t c = {snap, opts, dev, devs, ndevs, meta, NULL, 0, 0, 0, ""};
     vw_init(w, sink);
     rc = view_page(w, &c);
     vw_flush(w);
     if (rc == MS_OK) rc = w->err;
+    if (rc != MS_OK && c.why[0] && eb) snprintf(eb->msg, sizeof eb->msg, "%s", c.why);
     free(c.pools);
   }
   free(w);
