@@ -1024,6 +1024,16 @@ static void cli_teardown(void) {
   th_rmdir(cli_dir);
 }
 
+/* Writes s (then freed) as cli_dir/name; returns the path (static storage, one at a time). */
+static const char *write_in_dir(ms_snapshot_t *s, const char *name) {
+  static char path[400];
+  snprintf(path, sizeof path, "%s/%s", cli_dir, name);
+  ms_errbuf_t eb = {{0}};
+  cr_assert_eq(ms_snapshot_write_file(s, path, NULL, &eb), MS_OK, "%s", eb.msg);
+  ms_snapshot_free(s);
+  return path;
+}
+
 TestSuite(timeline_cli, .init = cli_setup, .fini = cli_teardown, .timeout = 300);
 
 Test(timeline_cli, json_equals_pytorch) {
@@ -1077,12 +1087,7 @@ Test(timeline_cli, json_range_and_device) {
 
 Test(timeline_cli, nothing_to_show) {
   /* a snapshot with neither a trace nor segments: the viewer cannot show it */
-  ms_snapshot_t *s = build(NULL, 0, NULL, 0, NULL, 0);
-  char path[400];
-  snprintf(path, sizeof path, "%s/empty.memsnap", cli_dir);
-  ms_errbuf_t eb = {{0}};
-  cr_assert_eq(ms_snapshot_write_file(s, path, NULL, &eb), MS_OK, "%s", eb.msg);
-  ms_snapshot_free(s);
+  const char *path = write_in_dir(build(NULL, 0, NULL, 0, NULL, 0), "empty.memsnap");
   const char *forms[][3] = {{"--json", NULL, NULL}, {NULL, NULL, NULL}};
   for (int i = 0; i < 2; i++) {
     run_t r = forms[i][0] ? RUN("timeline", path, forms[i][0]) : RUN("timeline", path);
@@ -1302,12 +1307,7 @@ Test(timeline_cli, viewer_data_past_int64_is_an_error) {
   const uint64_t E = (uint64_t)1 << 62;
   const uint64_t seg[1][2] = {{(uint64_t)1 << 40, 2 * MiB}};
   const tr_t tr[] = {{MS_TRACE_ALLOC, 0x1000, E}};
-  ms_snapshot_t *s = build(seg, 1, NULL, 0, tr, 1);
-  char path[400];
-  snprintf(path, sizeof path, "%s/huge.msgpack", cli_dir);
-  ms_errbuf_t eb = {{0}};
-  cr_assert_eq(ms_snapshot_write_file(s, path, NULL, &eb), MS_OK, "%s", eb.msg);
-  ms_snapshot_free(s);
+  const char *path = write_in_dir(build(seg, 1, NULL, 0, tr, 1), "huge.msgpack");
   run_t r = RUN("timeline", path, "--json");
   cr_expect_eq(r.status, 1, "%s", r.err);
   cr_expect_str_eq(r.out, "");
@@ -1334,12 +1334,7 @@ Test(timeline_cli, trace_total_past_int64) {
   const tr_t tr[] = {{MS_TRACE_ALLOC, 0x1000, 612208075472731497u},
                      {MS_TRACE_ALLOC, 0x2000, 9151314448198139911u},
                      {MS_TRACE_ALLOC, 0x3000, 18446744073709551615u}};
-  ms_snapshot_t *s = build(seg, 1, NULL, 0, tr, 3);
-  char path[400];
-  snprintf(path, sizeof path, "%s/sum.msgpack", cli_dir);
-  ms_errbuf_t eb = {{0}};
-  cr_assert_eq(ms_snapshot_write_file(s, path, NULL, &eb), MS_OK, "%s", eb.msg);
-  ms_snapshot_free(s);
+  const char *path = write_in_dir(build(seg, 1, NULL, 0, tr, 3), "sum.msgpack");
   run_t r = RUN("trace", path);
   cr_expect_eq(r.status, 0, "%s", r.err);
   /* what Python's _format_size prints for each, and for their sum, 28210266597380423023 */
