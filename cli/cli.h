@@ -50,6 +50,7 @@ int cmd_export(int argc, char **argv);
 int cmd_view(int argc, char **argv);
 int cmd_trace_plot(int argc, char **argv);
 int cmd_segment_plot(int argc, char **argv);
+int cmd_explain(int argc, char **argv);
 
 /* The table, NULL-terminated (main.c). */
 extern const struct cli_cmd cli_commands[];
@@ -217,6 +218,8 @@ typedef struct cli_tl_args_s {
   size_t device;
   bool has_range;
   uint64_t first, last; /* trace entries, inclusive; last = UINT64_MAX when open */
+  bool range_is_step;   /* --range step=N: the entries of ProfilerStep#N (cli_tl_steps) */
+  int64_t range_step;
   ms_tl_filter_t filter;
   bool has_at;
   ms_tl_moment_t at;
@@ -267,6 +270,9 @@ typedef struct cli_top_s {
 int cli_top_compute(const ms_snapshot_t *s, cli_top_by by, cli_top_t *out);
 void cli_top_release(cli_top_t *t);
 void cli_top_label(const ms_snapshot_t *s, const cli_top_t *t, size_t i, char *buf, size_t cap);
+/* The label of a stack in `top`: its innermost Python frame, else the innermost frame PyTorch's
+ * filter keeps ("<no frame>" when none, "<no stack recorded>" for MS_SNAP_NO_STACK). */
+void cli_stack_label(const ms_snapshot_t *s, uint32_t stack, char *buf, size_t cap);
 
 /* ---- many ranks (cli/ranks.c, issue #17 §4) ---- */
 

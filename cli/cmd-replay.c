@@ -40,8 +40,8 @@ static const char replay_usage[] =
     "  --sweep SPEC       what-if for every combination of SPEC, e.g.\n"
     "                     'max_split_size_mb=64,128,256,512;expandable_segments=False,True'\n"
     "  --capacity SIZE    device capacity (e.g. 24GiB, 8000M, 123456789, or unlimited); what-if\n"
-    "                     default: the device's size the snapshot records (memsnap's do),\n"
-    "                     else unlimited\n"
+    "                     default: the device's size the snapshot records (memsnap's do), else\n"
+    "                     the one its first OOM implies (reserved + device_free), else unlimited\n"
     "  --min-capacity     also find the smallest capacity without an OOM (bisection)\n"
     "  --device N         replay only device N\n"
     "  --json             print a JSON document instead of text\n"
@@ -229,17 +229,38 @@ static void replay_print_start_short(const char *config, const ms_replay_usage_t
 /* Where a what-if's capacity came from: 'capacity 4.0GiB (recorded in the snapshot)'. */
 static const char *replay_capacity_from(const ms_replay_device_t *d, bool given) {
   if (given) return "--capacity";
-  return d->capacity_recorded ? "snapshot" : "none";
+  switch (d->capacity_source) {
+  case MS_CAPACITY_RECORDED: return "snapshot";
+  case MS_CAPACITY_INFERRED: return "inferred_from_oom";
+  default: return "none";
+  }
 }
 
 static const char *replay_capacity(const ms_replay_device_t *d, bool given, char *buf,
                                    size_t cap) {
-  char sz[32];
+  char sz[32], a[32], b[32];
   if (given && d->capacity) snprintf(buf, cap, "%s (--capacity)", replay_size(d->capacity, sz, sizeof sz));
   else if (given) snprintf(buf, cap, "unlimited (--capacity unlimited)");
-  else if (d->capacity_recorded)
+  else if (d->capacity_source == MS_CAPACITY_RECORDED)
     snprintf(buf, cap, "%s (recorded in the snapshot)", replay_size(d->capacity, sz, sizeof sz));
+  else if (d->capacity_source == MS_CAPACITY_INFERRED)
+    snprintf(buf, cap, "%s (inferred from the recorded OOM at entry %zu: reserved %s + %s free on "
+             "the device)", replay_size(d->capacity, sz, sizeof sz), d->capacity_oom.entry,
+             replay_size(d->capacity_oom.reserved, a, sizeof a),
+             replay_size(d->capacity_oom.device_free, b, sizeof b));
   else snprintf(buf, cap, "unlimited (the snapshot records no device size)");
+  return buf;
+}
+
+/* A what-if whose OOMs differ from the recorded run's on a device of unknown size answers
+ * nothing about those OOMs: the warning every output carries then (NULL when none). */
+static const char *replay_capacity_warning(const ms_replay_device_t *d,
+                                           const ms_replay_usage_t *u, char *buf, size_t cap) {
+  if (d->capacity || d->capacity_source != MS_CAPACITY_UNKNOWN || !u->valid ||
+      u->ooms == d->recorded_ooms)
+    return NULL;
+  snprintf(buf, cap, "recorded %zu OOM%s, replayed %" PRIu64 ": the device's size is unknown; "
+           "pass --capacity", d->recorded_ooms, d->recorded_ooms == 1 ? "" : "s", u->ooms);
   return buf;
 }
 
@@ -250,7 +271,7 @@ static const char *replay_producer(const ms_snapshot_t *snap) {
 
 static void replay_whatif_text(const ms_snapshot_t *snap, const replay_row_t *rows, size_t nrows,
                                bool sweep, bool capacity_given, bool min_cap) {
-  char capbuf[96];
+  char capbuf[192];
   const ms_replay_report_t *first = rows[0].rep;
   for (size_t k = 0; k < first->ndevices; k++) {
     const ms_replay_device_t *d0 = &first->devices[k];
@@ -265,6 +286,12 @@ static void replay_whatif_text(const ms_snapshot_t *snap, const replay_row_t *ro
     if (d0->verdict != MS_REPLAY_PASS)
       printf("  note: --check gives %s here (%s); the recorded column is partial\n",
              ms_replay_verdict_name(d0->verdict), d0->reason);
+    for (size_t j = 0; j < nrows; j++) {
+      char wb[160];
+      const ms_replay_device_t *d = &rows[j].rep->devices[k];
+      const char *w = replay_capacity_warning(d, &d->replayed, wb, sizeof wb);
+      if (w) printf("  warning: %s%s%s\n", rows[j].config, rows[j].config[0] ? ": " : "", w);
+    }
     char rc[RP_NFIG][32], cc[RP_NFIG][32];
     replay_cells(&d0->recorded, rc);
     if (!sweep) {
@@ -334,8 +361,11 @@ static void replay_whatif_json(const ms_snapshot_t *snap, const char *file,
     printf("%s\n  {\"device\": %d, \"allocs\": %zu, \"check\": \"%s\"", k ? "," : "", d0->device,
            d0->allocs, ms_replay_verdict_name(d0->verdict));
     if (d0->verdict != MS_REPLAY_UNREPLAYABLE)
-      printf(", \"capacity\": %" PRIu64 ", \"capacity_from\": \"%s\"", d0->capacity,
-             replay_capacity_from(d0, capacity_given));
+      printf(", \"capacity\": %" PRIu64 ", \"capacity_from\": \"%s\", \"capacity_source\": \"%s\""
+             ", \"recorded_ooms\": %zu",
+             d0->capacity, replay_capacity_from(d0, capacity_given),
+             capacity_given ? "given" : ms_capacity_source_name(d0->capacity_source),
+             d0->recorded_ooms);
     if (d0->verdict == MS_REPLAY_UNREPLAYABLE) {
       printf(", \"reason\": ");
       replay_json_str(stdout, d0->reason);
@@ -348,6 +378,13 @@ static void replay_whatif_json(const ms_snapshot_t *snap, const char *file,
     for (size_t j = 0; j < nrows; j++) {
       printf("%s\n    {\"config\": ", j ? "," : "");
       replay_json_str(stdout, rows[j].config);
+      char wb[160];
+      const ms_replay_device_t *d = &rows[j].rep->devices[k];
+      const char *w = replay_capacity_warning(d, &d->replayed, wb, sizeof wb);
+      if (w) {
+        printf(", \"warning\": ");
+        replay_json_str(stdout, w);
+      }
       printf(", \"replayed\": ");
       replay_usage_json(&rows[j].rep->devices[k].replayed);
       if (rows[j].min_capacity[k]) printf(", \"min_capacity\": %zu", rows[j].min_capacity[k]);
@@ -502,6 +539,7 @@ int cmd_replay(int argc, char **argv) {
   o.whatif = !check;
   o.capacity = capacity;
   o.recorded_capacity = !capacity_s; /* the device's recorded size unless --capacity says */
+  o.inferred_capacity = !capacity_s; /* else the one its first OOM implies */
   o.device = device;
   int status = CLI_OK;
   if (nrows > 1 || min_cap)

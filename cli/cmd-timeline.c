@@ -16,13 +16,14 @@
 #include "memsnap/timeline.h"
 
 static const char timeline_usage[] =
-    "usage: memsnap timeline FILE [--json [--segments] [--max-entries N]] [--device N]\n"
-    "                        [--range A:B] [--stream S] [--pool ID]\n"
+    "usage: memsnap timeline FILE [--json [--segments] [--max-entries N]] [--steps] [--device N]\n"
+    "                        [--range A:B|step=N] [--stream S] [--pool ID]\n"
     "       memsnap timeline FILE FILE...|DIR [--json] [--jobs N]\n"
     "\n"
     "Memory over time. By default prints, for each device: the number of trace entries, the\n"
     "first and last timestamps, the peak of allocated memory (bytes, entry, time and the\n"
-    "stacks that held the most memory then), the peak of reserved memory, and the final state.\n"
+    "stacks that held the most memory then), the peak of reserved memory, each out-of-memory\n"
+    "error, and the final state.\n"
     "FILE is a memsnap snapshot or a PyTorch pickle ('-' reads standard input).\n"
     "\n"
     "options:\n"
@@ -32,8 +33,11 @@ static const char timeline_usage[] =
     "  --max-entries N    with --json: draw only the N largest allocations on their own, the\n"
     "                     rest as one \"summarized\" band (the viewer's default is 15000);\n"
     "                     without it nothing is summarized\n"
+    "  --steps            the peak of each step (ProfilerStep#N annotations) and the step of\n"
+    "                     the peak\n"
     "  --device N         only device N\n"
-    "  --range A:B        only trace entries A to B (inclusive; either may be omitted)\n"
+    "  --range A:B        only trace entries A to B (inclusive; either may be omitted);\n"
+    "                     step=N: the entries of step N (ProfilerStep#N)\n"
     "  --stream S         (text) count only segments of stream S (raw handle, decimal or 0x..)\n"
     "  --pool ID          (text) count only segments of private pool ID (`A,B`; 0,0 = default)\n"
     "  --jobs N           with several FILEs (one per rank) or a DIR of them: read N files at\n"
@@ -52,22 +56,17 @@ static int timeline_json(const ms_snapshot_t *snap, const char *name, const cli_
   size_t first = 0, last = SIZE_MAX;
   ms_snapshot_t *at_last = NULL;
   if (ta->has_range) {
-    if (ta->first > 0 && ta->first >= n) {
-      cli_error("'%s': --range starts at entry %" PRIu64 ", past the %zu entries of device %zu",
-                name, ta->first, n, dev);
-      return CLI_FAILURE;
-    }
-    first = (size_t)ta->first;
-    last = ta->last >= n ? n : (size_t)ta->last + 1;
-    if (last < n) { /* the segments as they were at the end of the range */
-      ms_timeline_t *tl = NULL;
-      if ((rc = cli_tl_open(snap, name, ta, &tl)) != CLI_OK) return rc;
-      int err = ms_timeline_snapshot_at(tl, dev, last, NULL, &at_last);
+    ms_timeline_t *tl = NULL;
+    if ((rc = cli_tl_open(snap, name, ta, &tl)) != CLI_OK) return rc;
+    if ((rc = cli_tl_steps(tl, name, ta, dev, &first, &last)) != CLI_OK) {
       ms_timeline_destroy(tl);
-      if (err != MS_OK) {
-        cli_error("out of memory");
-        return CLI_FAILURE;
-      }
+      return rc;
+    }
+    int err = last < n ? ms_timeline_snapshot_at(tl, dev, last, NULL, &at_last) : MS_OK;
+    ms_timeline_destroy(tl); /* at_last borrows from snap, not from the index */
+    if (err != MS_OK) {
+      cli_error("out of memory");
+      return CLI_FAILURE;
     }
   }
   ms_tlv_t v;
@@ -137,7 +136,85 @@ static int timeline_peak(FILE *out, const ms_timeline_t *tl, size_t dev, ms_tl_m
   return CLI_OK;
 }
 
-static int timeline_text(const ms_snapshot_t *snap, const char *name, const cli_tl_args_t *ta) {
+/* One line per `oom` entry of the device (within the range): the request, and what the device
+ * said then. */
+static void timeline_ooms(FILE *out, const ms_timeline_t *tl, size_t dev, size_t from, size_t to) {
+  const ms_snapshot_t *snap = ms_timeline_snapshot(tl);
+  size_t n = ms_snapshot_oom_count(snap, dev);
+  for (size_t k = 0; k < n; k++) {
+    ms_tl_oom_t o;
+    if (ms_snapshot_oom_at(snap, dev, k, &o) != MS_OK) break;
+    if (o.entry < from || o.entry >= to) continue;
+    char when[200], a[CLI_BYTES_BUFSZ], b[CLI_BYTES_BUFSZ];
+    cli_moment_text(tl, dev, o.entry + 1, when, sizeof when);
+    fprintf(out, "  out of memory (--at oom:%zu): %s requested on stream %" PRIu64 ", %s\n", k + 1,
+            cli_format_ubytes(o.request, a), o.stream, when);
+    if (o.has_device_free)
+      fprintf(out, "    %s free on the device, %s reserved by the allocator then\n",
+              cli_format_ubytes(o.device_free, a), cli_format_ubytes(o.reserved, b));
+    else
+      fprintf(out, "    the entry does not say how much the device had free (no device_free)\n");
+  }
+  if (n > 0)
+    fprintf(out, "    (memsnap explain says why, and which setting would have avoided it)\n");
+}
+
+/* --steps: the peak of each ProfilerStep#N range, and the step of the whole range's peak. */
+static int timeline_steps(FILE *out, const ms_timeline_t *tl, size_t dev, size_t from,
+                          size_t to) {
+  ms_tl_ranges_t rs;
+  if (ms_tl_ranges_build(ms_timeline_snapshot(tl), &rs) != MS_OK) {
+    cli_error("out of memory");
+    return CLI_FAILURE;
+  }
+  ms_tl_peak_t whole;
+  bool has_whole = ms_timeline_peak(tl, dev, MS_TL_ALLOCATED, from, to, &whole) == MS_OK;
+  size_t nsteps = 0;
+  int64_t peak_step = -1;
+  for (size_t i = 0; i < rs.n; i++) {
+    const ms_tl_range_t *x = &rs.ranges[i];
+    if (x->step < 0 || (x->device != (int64_t)dev && ms_tl_ranges_step(&rs, (int64_t)dev,
+                                                                       x->step)))
+      continue;
+    size_t lo, hi;
+    ms_errbuf_t eb = {{0}};
+    if (ms_timeline_step_range(tl, dev, x->step, &lo, &hi, &eb) != MS_OK) {
+      fprintf(out, "  steps: %s\n", eb.msg);
+      ms_tl_ranges_release(&rs);
+      return CLI_OK;
+    }
+    if (nsteps++ == 0)
+      fprintf(out, "  steps (ProfilerStep#N annotations):\n    %6s  %-17s %12s %10s %12s\n",
+              "step", "entries", "peak alloc", "at entry", "peak reserv");
+    char ent[48], a[CLI_BYTES_BUFSZ], b[CLI_BYTES_BUFSZ];
+    if (hi > lo) snprintf(ent, sizeof ent, "%zu-%zu", lo, hi - 1);
+    else snprintf(ent, sizeof ent, "(none)");
+    ms_tl_peak_t pa, pr;
+    if (hi > lo && ms_timeline_peak(tl, dev, MS_TL_ALLOCATED, lo + 1, hi, &pa) == MS_OK &&
+        ms_timeline_peak(tl, dev, MS_TL_RESERVED, lo + 1, hi, &pr) == MS_OK)
+      fprintf(out, "    %6" PRId64 "  %-17s %12s %10" PRId64 " %12s%s\n", x->step, ent,
+              cli_format_ubytes(pa.bytes, a), pa.entry, cli_format_ubytes(pr.bytes, b),
+              x->has_end ? "" : "  (no END: runs to the end of the trace)");
+    else
+      fprintf(out, "    %6" PRId64 "  %-17s %12s %10s %12s\n", x->step, ent, "-", "-", "-");
+    if (has_whole && whole.step > lo && whole.step <= hi && peak_step < 0) peak_step = x->step;
+  }
+  if (nsteps == 0)
+    fprintf(out, "  steps: none (no ProfilerStep#N annotation: record with the profiler running, "
+            "or wrap each step in torch.profiler.record_function)\n");
+  else if (peak_step >= 0)
+    fprintf(out, "    the peak of allocated memory is in step %" PRId64 "\n", peak_step);
+  else if (has_whole)
+    fprintf(out, "    the peak of allocated memory is outside every step\n");
+  if (rs.unmatched_ends || rs.unknown_stages)
+    fprintf(out, "    (%zu END annotation%s without a START, %zu of another stage: ignored)\n",
+            rs.unmatched_ends, rs.unmatched_ends == 1 ? "" : "s", rs.unknown_stages);
+  ms_tl_ranges_release(&rs);
+  return CLI_OK;
+}
+
+static int timeline_text(const ms_snapshot_t *snap, const char *name, const cli_tl_args_t *ta,
+                         bool steps) {
   ms_timeline_t *tl = NULL;
   int rc;
   size_t only = SIZE_MAX;
@@ -185,6 +262,8 @@ static int timeline_text(const ms_snapshot_t *snap, const char *name, const cli_
     rc = timeline_peak(out, tl, dev, MS_TL_ALLOCATED, from, to, f);
     if (rc == CLI_OK) rc = timeline_peak(out, tl, dev, MS_TL_RESERVED, from, to, f);
     if (rc != CLI_OK) break;
+    timeline_ooms(out, tl, dev, from, to);
+    if (steps && (rc = timeline_steps(out, tl, dev, from, to)) != CLI_OK) break;
     fprintf(out, "  %s:\n", to == n ? "final state (the snapshot)" : "state at the end of the range");
     for (int m = 0; m < MS_TL_METRIC_COUNT; m++) {
       fprintf(out, "    %-10s ", ms_tl_metric_name((ms_tl_metric)m));
@@ -208,12 +287,13 @@ static int timeline_text(const ms_snapshot_t *snap, const char *name, const cli_
 }
 
 int cmd_timeline(int argc, char **argv) {
-  int json = 0, segments = 0;
+  int json = 0, segments = 0, steps = 0;
   const char *max_entries_s = NULL, *device_s = NULL, *range_s = NULL, *stream_s = NULL,
              *pool_s = NULL, *jobs_s = NULL;
   const struct cli_opt opts[] = {{"json", 0, &json, NULL},
                                  {"jobs", 0, NULL, &jobs_s},
                                  {"segments", 0, &segments, NULL},
+                                 {"steps", 0, &steps, NULL},
                                  {"max-entries", 0, NULL, &max_entries_s},
                                  {"device", 0, NULL, &device_s},
                                  {"range", 0, NULL, &range_s},
@@ -225,7 +305,7 @@ int cmd_timeline(int argc, char **argv) {
   int npos = 0;
   int rc = cli_parse_options("timeline", timeline_usage, opts, argc, argv, pos, argc, &npos);
   if (rc == CLI_OK && cli_ranks_wanted(pos, npos)) { /* many ranks (cli/ranks.c) */
-    if (segments || max_entries_s || device_s || range_s || stream_s || pool_s)
+    if (segments || steps || max_entries_s || device_s || range_s || stream_s || pool_s)
       rc = cli_usage_error("timeline", "with several FILEs only --json and --jobs apply");
     else
       rc = cli_ranks("timeline", pos, npos, json != 0, jobs_s);
@@ -250,6 +330,8 @@ int cmd_timeline(int argc, char **argv) {
                              max_entries_s);
     max_entries = (size_t)v;
   }
+  if (json && steps)
+    return cli_usage_error("timeline", "option '--steps' does not apply to '--json'");
   if (!json && (segments || max_entries_s))
     return cli_usage_error("timeline", "options '--segments' and '--max-entries' need '--json'");
   if (json && (stream_s || pool_s))
@@ -264,7 +346,7 @@ int cmd_timeline(int argc, char **argv) {
   if (json)
     rc = timeline_json(snap, name, &ta, segments != 0, max_entries);
   else
-    rc = timeline_text(snap, name, &ta);
+    rc = timeline_text(snap, name, &ta, steps != 0);
   ms_snapshot_free(snap);
   return rc;
 }

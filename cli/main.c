@@ -26,6 +26,7 @@ const struct cli_cmd cli_commands[] = {
     {"convert", cmd_convert, "a snapshot between memsnap's format and PyTorch's pickle"},
     {"timeline", cmd_timeline, "memory over time: peaks, final state; --json = PyTorch viewer's data"},
     {"top", cmd_top, "the biggest consumers at a moment (default: the peak)"},
+    {"explain", cmd_explain, "why memory ran out or peaked, and which setting avoids it (replayed)"},
     {"export", cmd_export, "to SQLite, pprof or Perfetto/Chrome trace JSON (several ranks: --sqlite)"},
     {"run", cmd_run, "run a CUDA program and snapshot its device memory (LD_PRELOAD)"},
     {"view", cmd_view, "an offline HTML viewer: timelines, allocator state history, settings"},

@@ -49,7 +49,13 @@ int cli_tl_args_parse(const char *cmd, cli_tl_args_t *ta, const char *device_s,
     ta->has_device = true;
     ta->device = (size_t)v;
   }
-  if (range_s) {
+  if (range_s && strncmp(range_s, "step=", 5) == 0) {
+    int64_t n;
+    if (!cli_parse_i64(range_s + 5, &n) || n < 0 || range_s[5] == '-' || range_s[5] == '+')
+      return cli_usage_error(cmd, "option '--range' needs A:B or step=N, not '%s'", range_s);
+    ta->has_range = ta->range_is_step = true;
+    ta->range_step = n;
+  } else if (range_s) {
     const char *colon = strchr(range_s, ':');
     if (!colon) return cli_usage_error(cmd, "option '--range' needs A:B, not '%s'", range_s);
     char a[32], b[32];
@@ -149,6 +155,14 @@ int cli_tl_steps(const ms_timeline_t *tl, const char *name, const cli_tl_args_t 
   *from = 0;
   *to = n;
   if (!ta->has_range) return CLI_OK;
+  if (ta->range_is_step) {
+    ms_errbuf_t eb = {{0}};
+    if (ms_timeline_step_range(tl, dev, ta->range_step, from, to, &eb) != MS_OK) {
+      cli_error("'%s': --range step=%" PRId64 ": %s", name, ta->range_step, eb.msg);
+      return CLI_FAILURE;
+    }
+    return CLI_OK;
+  }
   if (ta->first > 0 && ta->first >= n) {
     cli_error("'%s': --range starts at entry %" PRIu64 ", past the %zu entries of device %zu",
               name, ta->first, n, dev);
@@ -380,19 +394,20 @@ void cli_top_release(cli_top_t *t) {
 }
 
 /* The label of an item: a frame, a file, a size, or (by stack) its innermost kept frame. */
+void cli_stack_label(const ms_snapshot_t *s, uint32_t stack, char *buf, size_t cap) {
+  uint32_t f = stack == MS_SNAP_NO_STACK ? UINT32_MAX : cli_top_frame(s, stack);
+  if (stack == MS_SNAP_NO_STACK)
+    snprintf(buf, cap, "<no stack recorded>");
+  else if (f == UINT32_MAX)
+    snprintf(buf, cap, "<no frame>");
+  else
+    ms_view_frame_format(buf, cap, &s->frames[f]);
+}
+
 void cli_top_label(const ms_snapshot_t *s, const cli_top_t *t, size_t i, char *buf, size_t cap) {
   const struct cli_top_entry_s *e = &t->items[i];
   switch (t->by) {
-  case CLI_TOP_STACK: {
-    uint32_t f = e->key == MS_SNAP_NO_STACK ? UINT32_MAX : cli_top_frame(s, (uint32_t)e->key);
-    if (e->key == MS_SNAP_NO_STACK)
-      snprintf(buf, cap, "<no stack recorded>");
-    else if (f == UINT32_MAX)
-      snprintf(buf, cap, "<no frame>");
-    else
-      ms_view_frame_format(buf, cap, &s->frames[f]);
-    return;
-  }
+  case CLI_TOP_STACK: cli_stack_label(s, (uint32_t)e->key, buf, cap); return;
   case CLI_TOP_FRAME:
     if (e->key == UINT32_MAX)
       snprintf(buf, cap, "<no frame>");

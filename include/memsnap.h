@@ -18,5 +18,6 @@
 #include "memsnap/pickle.h"
 #include "memsnap/timeline.h"
 #include "memsnap/export.h"
+#include "memsnap/explain.h"
 
 #endif /* MEMSNAP_H */

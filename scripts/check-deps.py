@@ -29,6 +29,7 @@ LAYERS = [
     ["snapshot"],
     ["timeline"],
     ["replay", "export", "interpose"],
+    ["explain"],
     ["viz/flamegraph"],
     ["viz/views", "viz/view"],
     ["cli"],
@@ -44,6 +45,7 @@ PUBLIC = {
     "serialize.h": "snapshot", "pickle.h": "snapshot",
     "timeline.h": "timeline",
     "replay.h": "replay", "export.h": "export", "interpose.h": "interpose",
+    "explain.h": "explain",
     "viz.h": "viz/flamegraph", "views.h": "viz/views", "view.h": "viz/view",
 }
 

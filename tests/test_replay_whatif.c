@@ -572,7 +572,7 @@ Test(replay_whatif, oom_on_device_1_named_and_numbered, .timeout = 60) {
   ms_snapshot_free(s);
 }
 
-Test(replay_whatif, recorded_oom_without_total_says_unlimited, .timeout = 60) {
+Test(replay_whatif, recorded_oom_without_total_infers_capacity, .timeout = 60) {
   rec_t r;
   rec_open(&r, "", 200 * MiB, 1000000);
   ms_devptr_t p, q;
@@ -587,7 +587,25 @@ Test(replay_whatif, recorded_oom_without_total_says_unlimited, .timeout = 60) {
                                    "Of the allocated memory 150.00 MiB") != NULL, "%s",
             u->oom_message);
   cr_expect(strstr(u->oom_message, "PiB") == NULL, "%s", u->oom_message);
-  cr_expect_eq(rep->devices[0].replayed.ooms, 0); /* unlimited: the what-if does not fail */
+  /* The OOM entry says the device had 50 MiB free with 150 MiB reserved: the what-if runs on the
+   * 200 MiB that implies, and fails as the run did. */
+  const ms_replay_device_t *d = &rep->devices[0];
+  cr_expect_eq(d->capacity_source, MS_CAPACITY_INFERRED);
+  cr_expect_eq(d->capacity, 200 * MiB);
+  cr_expect_eq(d->capacity_oom.reserved, 150 * MiB);
+  cr_expect_eq(d->capacity_oom.device_free, 50 * MiB);
+  cr_expect_eq(d->recorded_ooms, 1);
+  cr_expect_eq(d->replayed.ooms, 1);
+  ms_replay_report_free(rep);
+  /* Without the inference the device is unlimited and the what-if does not fail. */
+  ms_replay_options_t o;
+  ms_replay_options_init(&o);
+  o.whatif = true;
+  o.recorded_capacity = o.inferred_capacity = false;
+  ms_errbuf_t eb;
+  cr_assert_eq(ms_replay_run(s, &o, &rep, &eb), MS_OK, "%s", eb.msg);
+  cr_expect_eq(rep->devices[0].capacity, 0);
+  cr_expect_eq(rep->devices[0].replayed.ooms, 0);
   ms_replay_report_free(rep);
   ms_snapshot_free(s);
 }

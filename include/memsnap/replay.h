@@ -32,6 +32,7 @@
 #include "memsnap/common.h"
 #include "memsnap/error.h"
 #include "memsnap/snapshot.h"
+#include "memsnap/timeline.h"
 
 MS_EXTERN_C_BEGIN
 
@@ -97,6 +98,14 @@ typedef struct ms_replay_device_s {
    * recorded_capacity) rather than the options' capacity. */
   uint64_t capacity;
   bool capacity_recorded;
+  /* What-if: where `capacity` came from: MS_CAPACITY_GIVEN (the options' capacity, 0 =
+   * unlimited as asked), MS_CAPACITY_RECORDED (capacity_recorded), MS_CAPACITY_INFERRED (from the
+   * OOM in capacity_oom: reserved there + its device_free), MS_CAPACITY_UNKNOWN (unlimited
+   * because nothing tells the size). */
+  ms_capacity_source capacity_source;
+  ms_tl_oom_t capacity_oom;
+  /* The `oom` entries of the device's trace: the OOMs of the recorded run. */
+  size_t recorded_ooms;
 } ms_replay_device_t;
 
 typedef struct ms_replay_report_s {
@@ -120,10 +129,15 @@ typedef struct ms_replay_options_s {
    * memsnap's snapshots, OOM snapshots included) is replayed on that size, as the run was;
    * false: unlimited. Check ignores it (it takes the recorded failures from the trace). */
   bool recorded_capacity;
+  /* What-if with capacity 0 and no recorded size: a device whose trace has an `oom` entry that
+   * carries device_free is replayed on the capacity it implies (ms_snapshot_capacity: reserved at
+   * that entry + device_free), as the run had it; false: unlimited. */
+  bool inferred_capacity;
 } ms_replay_options_t;
 
 /* Fills *o with the defaults: check, no config, capacity 0 (what-if: the recorded size where
- * the snapshot has one, else unlimited: recorded_capacity true), every device. */
+ * the snapshot has one, else the one its first OOM implies, else unlimited: recorded_capacity and
+ * inferred_capacity true), every device. */
 MS_API void ms_replay_options_init(ms_replay_options_t *o);
 
 /* Replays every device trace of snap as *opt says (NULL = defaults).

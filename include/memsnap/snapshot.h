@@ -147,6 +147,10 @@ enum {
   MS_TRACE_HAS_USER_METADATA = 1u << 3,   /* "user_metadata" */
   MS_TRACE_HAS_STREAM = 1u << 4,          /* "stream" */
   MS_TRACE_HAS_POOL_ID = 1u << 5,         /* "pool_id" / mempool */
+  /* The source entry had neither "addr" nor "device_free" (addr is then 0): an `oom` entry of a
+   * hostile or damaged pickle whose device_free is unknown rather than 0. Only the pickle reader
+   * sets it; the pickle writer then leaves the key out. */
+  MS_TRACE_NO_ADDR = 1u << 6,
 };
 /* The fields of a trace entry that most entries leave at their defaults, stored once per distinct
  * combination and shared (a 5 M-entry trace's entries are 48 bytes instead of 96). */

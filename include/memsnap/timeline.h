@@ -205,11 +205,16 @@ typedef enum ms_tl_moment_kind {
   MS_TL_MOMENT_TIME,          /* "t=1700000000123456" or "1700000000123456us": the state after the
                                  last entry with time_us <= the time (before entry 0 if none) */
   MS_TL_MOMENT_END,           /* "end": the end of the trace (the snapshot itself) */
+  MS_TL_MOMENT_OOM,           /* "oom" (the first) or "oom:N" (the Nth, from 1): after that `oom`
+                                 entry (an OOM changes no state: the state when it failed) */
+  MS_TL_MOMENT_STEP,          /* "step=N": the end of step N (ProfilerStep#N's END annotation):
+                                 after the last entry with time_us <= that END */
 } ms_tl_moment_kind;
 
 typedef struct ms_tl_moment_s {
   ms_tl_moment_kind kind;
-  int64_t value; /* ENTRY: the entry index (-1 allowed); TIME: microseconds */
+  int64_t value; /* ENTRY: the entry index (-1 allowed); TIME: microseconds; OOM: N (from 1);
+                    STEP: the step number */
 } ms_tl_moment_t;
 
 /* Parses a moment's text (see ms_tl_moment_kind). @return MS_OK or MS_EINVAL with eb filled. */
@@ -220,6 +225,84 @@ MS_API MS_NODISCARD int ms_tl_moment_parse(const char *text, ms_tl_moment_t *out
 MS_API MS_NODISCARD int ms_timeline_moment_step(const ms_timeline_t *tl, size_t dev,
                                                 const ms_tl_moment_t *m, size_t from, size_t to,
                                                 size_t *step, ms_errbuf_t *eb);
+
+/* ---- out-of-memory events and the device's capacity (docs/explain.md) ---------------------- */
+
+/* One `oom` entry of a device's trace: the request that failed and what the device said. */
+typedef struct ms_tl_oom_s {
+  size_t entry;          /* its index in the device's trace */
+  uint64_t request;      /* the requested bytes (the entry's size) */
+  uint64_t stream;       /* raw stream handle */
+  int64_t pool_id[2];    /* the private pool it was for, (0,0) = the default pool */
+  bool has_device_free;  /* the entry carried device_free (MS_TRACE_NO_ADDR not set) */
+  uint64_t device_free;  /* the device's free bytes when the request failed (cudaMemGetInfo) */
+  bool has_reserved;     /* reserved is known (the trace is consistent with the end state) */
+  uint64_t reserved;     /* bytes reserved by the allocator on that device at the entry */
+} ms_tl_oom_t;
+
+/* @return the number of `oom` entries in the trace of device dev (0 for an unknown device). */
+MS_API size_t ms_snapshot_oom_count(const ms_snapshot_t *snap, size_t dev);
+/* The k-th (from 0) `oom` entry of device dev, with the reserved bytes at it, computed from the
+ * end state by undoing the segment entries after it (no time index needed).
+ * @return MS_OK, or MS_EINVAL when there is no such entry. */
+MS_API MS_NODISCARD int ms_snapshot_oom_at(const ms_snapshot_t *snap, size_t dev, size_t k,
+                                           ms_tl_oom_t *out);
+
+typedef enum ms_capacity_source {
+  MS_CAPACITY_UNKNOWN = 0, /* "unknown": no size recorded, no OOM entry that tells it */
+  MS_CAPACITY_RECORDED,    /* "recorded": the snapshot records the device's size (memsnap's) */
+  MS_CAPACITY_INFERRED,    /* "inferred_from_oom": reserved at the first OOM + its device_free */
+  MS_CAPACITY_GIVEN,       /* "given": the user said (--capacity) */
+} ms_capacity_source;
+
+/* @return "unknown", "recorded", "inferred_from_oom" or "given". */
+MS_API const char *ms_capacity_source_name(ms_capacity_source s);
+
+/* The memory the allocator of device dev could have had: the size the snapshot records, else the
+ * reserved bytes at the first `oom` entry that carries device_free plus that device_free (the
+ * memory other users of the device held is then left out, as it was for the allocator).
+ * *bytes = 0 when unknown; *oom (may be NULL) receives the OOM used when inferred.
+ * @return the source. */
+MS_API ms_capacity_source ms_snapshot_capacity(const ms_snapshot_t *snap, size_t dev,
+                                               uint64_t *bytes, ms_tl_oom_t *oom);
+
+/* ---- annotations: steps and phases (external_annotations) ---------------------------------- */
+
+/* A range of a record_function annotation: a START and its END of the same name and device. */
+typedef struct ms_tl_range_s {
+  const char *name;  /* e.g. "ProfilerStep#3", "## forward ##" (the snapshot's string) */
+  int64_t device;
+  int64_t start_us;
+  int64_t end_us;    /* INT64_MAX when the range never ended (no END) */
+  bool has_end;
+  int64_t step;      /* N for "ProfilerStep#N", else -1 */
+} ms_tl_range_t;
+
+typedef struct ms_tl_ranges_s {
+  ms_tl_range_t *ranges; /* sorted by start time, then by end time (outer first) */
+  size_t n;
+  size_t unmatched_ends; /* END markers without a START before them (ignored) */
+  size_t unknown_stages; /* markers whose stage is neither START nor END (ignored) */
+} ms_tl_ranges_t;
+
+/* Pairs the snapshot's external_annotations into ranges: markers sorted by time (stable), each END
+ * closing the latest open START of the same name and device. Fills *out (release with
+ * ms_tl_ranges_release). @return MS_OK or MS_ENOMEM. */
+MS_API MS_NODISCARD int ms_tl_ranges_build(const ms_snapshot_t *snap, ms_tl_ranges_t *out);
+MS_API void ms_tl_ranges_release(ms_tl_ranges_t *r);
+/* The innermost range of device dev (or of every device when dev < 0) that holds time t, whose
+ * step field is -1 (phase) or >= 0 (step) as want_step says; NULL when none. */
+MS_API const ms_tl_range_t *ms_tl_ranges_at(const ms_tl_ranges_t *r, int64_t dev, int64_t t,
+                                            bool want_step);
+/* The range of step n ("ProfilerStep#n") of device dev (or any device when dev < 0), NULL if
+ * none (the first such range when a step number repeats). */
+MS_API const ms_tl_range_t *ms_tl_ranges_step(const ms_tl_ranges_t *r, int64_t dev, int64_t n);
+
+/* The trace entries of device dev inside step n: the steps [*from, *to] (the state before its
+ * first entry to the state after its last). @return MS_OK, or MS_EINVAL with eb filled (no such
+ * step, the trace has no times). */
+MS_API MS_NODISCARD int ms_timeline_step_range(const ms_timeline_t *tl, size_t dev, int64_t n,
+                                               size_t *from, size_t *to, ms_errbuf_t *eb);
 
 /* ---- PyTorch viewer's timeline data (reference: timeline-data.md in the docs) --------------- */
 

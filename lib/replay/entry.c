@@ -24,6 +24,7 @@ void ms_replay_options_init(ms_replay_options_t *o) {
   memset(o, 0, sizeof *o);
   o->device = -1;
   o->recorded_capacity = true;
+  o->inferred_capacity = true;
 }
 
 /* ---- public entry points ------------------------------------------------------------------------- */
@@ -68,6 +69,29 @@ static int rp_whatif_config(const rp_trace_t *tr, const char *config, ms_alloc_c
   return MS_OK;
 }
 
+/* The capacity a what-if of device d runs on, and where it comes from. */
+static void rp_whatif_capacity(const ms_snapshot_t *snap, size_t d, const ms_replay_options_t *o,
+                               uint64_t device_total, ms_replay_device_t *res) {
+  res->recorded_ooms = ms_snapshot_oom_count(snap, d);
+  res->capacity = o->capacity;
+  res->capacity_source = MS_CAPACITY_GIVEN;
+  if (o->capacity) return;
+  uint64_t cap = 0;
+  ms_tl_oom_t oom;
+  ms_capacity_source src = ms_snapshot_capacity(snap, d, &cap, &oom);
+  if (o->recorded_capacity && device_total) {
+    res->capacity = device_total;
+    res->capacity_recorded = true;
+    res->capacity_source = MS_CAPACITY_RECORDED;
+  } else if (o->inferred_capacity && src == MS_CAPACITY_INFERRED) {
+    res->capacity = cap;
+    res->capacity_source = MS_CAPACITY_INFERRED;
+    res->capacity_oom = oom;
+  } else if (o->recorded_capacity || o->inferred_capacity) {
+    res->capacity_source = MS_CAPACITY_UNKNOWN;
+  }
+}
+
 int ms_replay_run(const ms_snapshot_t *snap, const ms_replay_options_t *opt,
                   ms_replay_report_t **out, ms_errbuf_t *eb) {
   if (eb) eb->msg[0] = 0;
@@ -108,11 +132,7 @@ int ms_replay_run(const ms_snapshot_t *snap, const ms_replay_options_t *opt,
           res->mismatch_entry = scratch.mismatch_entry;
           memcpy(res->expected, scratch.expected, sizeof res->expected);
           memcpy(res->actual, scratch.actual, sizeof res->actual);
-          res->capacity = o.capacity;
-          if (!o.capacity && o.recorded_capacity && tr.device_total) {
-            res->capacity = tr.device_total;
-            res->capacity_recorded = true;
-          }
+          rp_whatif_capacity(snap, d, &o, tr.device_total, res);
           r = ms__rp_run_device(&tr, true, &cfg, (size_t)res->capacity, res, &res->replayed);
           res->allocs = scratch.allocs; /* the trace's, even when the what-if stopped early */
         }

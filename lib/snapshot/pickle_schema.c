@@ -58,6 +58,7 @@ int ms__pickle_birth(rd_t *r, uint32_t id) {
     ms_snap_trace_t t = {0};
     t.action = MS_TRACE_OTHER; /* named "" until its "action" comes */
     t.stack = MS_SNAP_NO_STACK;
+    t.present = MS_TRACE_NO_ADDR; /* until its "addr" or "device_free" comes */
     ms_snap_trace_extra_t x = ms__trace_extra_of(&t);
     x.action_name = "";
     rc = ms__snapbuild_trace_extra(b, &t, &x);
@@ -680,7 +681,9 @@ static int rd_set_trace(rd_t *r, const rd_ctx_t *c, uint8_t key, const rd_val_t 
     return rd_trace_extra(r, t, &x);
   }
   case K_ADDR:
-  case K_DEVICE_FREE: return rd_want_u64(r, c, v, &t->addr);
+  case K_DEVICE_FREE:
+    t->present &= (uint16_t)~MS_TRACE_NO_ADDR;
+    return rd_want_u64(r, c, v, &t->addr);
   case K_SIZE: return rd_want_u64(r, c, v, &t->size);
   case K_STREAM:
     t->present |= MS_TRACE_HAS_STREAM;

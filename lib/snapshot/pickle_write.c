@@ -390,12 +390,15 @@ static void wr_trace(wr_t *w, const ms_snap_trace_t *t) {
   bool um = !w->torch || (t->present & MS_TRACE_HAS_USER_METADATA);
   bool pool = (t->present & MS_TRACE_HAS_POOL_ID) != 0;
   bool frames = w->torch ? (t->present & MS_TRACE_HAS_FRAMES) != 0 : t->stack != MS_SNAP_NO_STACK;
-  size_t n = 3 + stream + time + cc + um + pool + frames;
+  bool addr = !w->torch || !(t->present & MS_TRACE_NO_ADDR);
+  size_t n = 2 + addr + stream + time + cc + um + pool + frames;
   wr_dict_begin(w, n, NULL);
   wr_str(w, "action");
   wr_str(w, ms_snap_trace_action_name(t));
-  wr_str(w, t->action == MS_TRACE_OOM ? "device_free" : "addr");
-  wr_uint(w, t->addr);
+  if (addr) {
+    wr_str(w, t->action == MS_TRACE_OOM ? "device_free" : "addr");
+    wr_uint(w, t->addr);
+  }
   wr_str(w, "size");
   wr_uint(w, t->size);
   if (stream) {

@@ -132,6 +132,15 @@ int ms_tl_moment_parse(const char *text, ms_tl_moment_t *out, ms_errbuf_t *eb) {
     m.kind = MS_TL_MOMENT_PEAK_RESERVED;
   } else if (strcmp(text, "end") == 0) {
     m.kind = MS_TL_MOMENT_END;
+  } else if (strcmp(text, "oom") == 0) {
+    m.kind = MS_TL_MOMENT_OOM;
+    m.value = 1;
+  } else if (strncmp(text, "oom:", 4) == 0) {
+    if (!tl_parse_i64(text + 4, &m.value) || m.value < 1 || text[4] == '-') goto bad;
+    m.kind = MS_TL_MOMENT_OOM;
+  } else if (strncmp(text, "step=", 5) == 0) {
+    if (!tl_parse_i64(text + 5, &m.value) || m.value < 0 || text[5] == '-') goto bad;
+    m.kind = MS_TL_MOMENT_STEP;
   } else if (strncmp(text, "t=", 2) == 0 && tl_parse_i64(text + 2, &m.value)) {
     m.kind = MS_TL_MOMENT_TIME;
   } else if (len > 2 && len < sizeof buf && strcmp(text + len - 2, "us") == 0) {
@@ -148,9 +157,9 @@ int ms_tl_moment_parse(const char *text, ms_tl_moment_t *out, ms_errbuf_t *eb) {
   return MS_OK;
 bad:
   return ms__errbuf_set(eb, MS_EINVAL,
-                        "invalid moment '%.100s' (expected peak, peak-reserved, end, an entry "
-                        "index such as 123, or a time such as t=1700000000123456 or "
-                        "1700000000123456us)",
+                        "invalid moment '%.100s' (expected peak, peak-reserved, end, oom, "
+                        "oom:N, step=N, an entry index such as 123, or a time such as "
+                        "t=1700000000123456 or 1700000000123456us)",
                         text);
 }
 
@@ -179,6 +188,27 @@ int ms_timeline_moment_step(const ms_timeline_t *tl, size_t dev, const ms_tl_mom
                             m->value, dev, d->n);
     *step = (size_t)(m->value + 1);
     return MS_OK;
+  case MS_TL_MOMENT_OOM: {
+    size_t n = ms_snapshot_oom_count(tl->snap, dev);
+    ms_tl_oom_t o;
+    if (m->value < 1 || (uint64_t)m->value > n ||
+        ms_snapshot_oom_at(tl->snap, dev, (size_t)(m->value - 1), &o) != MS_OK) {
+      if (n == 0)
+        return ms__errbuf_set(eb, MS_EINVAL, "device %zu had no out-of-memory error (no `oom` "
+                              "entry in its trace)", dev);
+      return ms__errbuf_set(eb, MS_EINVAL, "device %zu had %zu out-of-memory error%s, not %" PRId64,
+                            dev, n, n == 1 ? "" : "s", m->value);
+    }
+    *step = o.entry + 1;
+    return MS_OK;
+  }
+  case MS_TL_MOMENT_STEP: {
+    size_t lo, hi;
+    int rc = ms_timeline_step_range(tl, dev, m->value, &lo, &hi, eb);
+    if (rc != MS_OK) return rc;
+    *step = hi;
+    return MS_OK;
+  }
   case MS_TL_MOMENT_TIME: {
     /* the last entry whose time is <= the moment (times need not be sorted: scan) */
     size_t best = 0;

@@ -1,0 +1,412 @@
+/* SPDX-License-Identifier: MIT
+ * memsnap CLI: `memsnap explain FILE [--device N] [--at MOMENT] [--capacity SIZE] [--json]`
+ * (issue #26, docs/explain.md): why memory ran out or peaked, and which setting would have
+ * avoided it, with the replays as proof. The analysis is the library's (memsnap/explain.h); this
+ * file prints it as text or JSON.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "memsnap/explain.h"
+#include "memsnap/replay.h"
+#include "memsnap/stats.h"
+
+static const char explain_usage[] =
+    "usage: memsnap explain FILE [--device N] [--at MOMENT] [--capacity SIZE] [--json]\n"
+    "                       [--no-replay] [--no-min-capacity] [-n N]\n"
+    "\n"
+    "Says why memory ran out (the first OOM of the trace) or peaked (without an OOM): the\n"
+    "request, the allocator's state then (capacity, reserved, allocated, free bytes per pool, the\n"
+    "largest free block, inactive split bytes, private pools, memory outside the allocator), a\n"
+    "verdict (full, fragmentation, releasable, private_pool or unknown), the biggest holders,\n"
+    "and remedies (expandable_segments, max_split_size_mb, garbage_collection_threshold,\n"
+    "roundup_power2_divisions and combinations) replayed at the device's capacity: whether each\n"
+    "avoids the OOM, its peak reserved memory and the smallest capacity it runs on; then one\n"
+    "recommendation. FILE is a memsnap snapshot or a PyTorch pickle ('-' reads standard input).\n"
+    "\n"
+    "options:\n"
+    "  --device N         device N (default: the first device with an OOM, else the device\n"
+    "                     with the longest trace)\n"
+    "  --at MOMENT        oom (the first OOM), oom:N, peak, peak-reserved, end, step=N, an\n"
+    "                     entry index, or a time t=... (default: oom, else peak)\n"
+    "  --capacity SIZE    the device's capacity (24GiB, 80000M, ...); default: the size the\n"
+    "                     snapshot records, else reserved + device_free at the first OOM\n"
+    "  --json             print the answer as JSON (docs/explain.md names every field)\n"
+    "  --no-replay        skip the remedies' replays (the state and verdict only)\n"
+    "  --no-min-capacity  replay each remedy at the capacity only, without the bisection\n"
+    "  -n N               list the N biggest holders (default 10)\n"
+    "  -h, --help         show this help\n";
+
+#define SZ(v, b) cli_format_ubytes((v), (b))
+
+static const char *explain_moment_name(ms_explain_moment m) {
+  switch (m) {
+  case MS_EXPLAIN_AT_OOM: return "oom";
+  case MS_EXPLAIN_AT_PEAK: return "peak";
+  case MS_EXPLAIN_AT_END: return "end";
+  case MS_EXPLAIN_AT_GIVEN: return "at";
+  }
+  return "?";
+}
+
+static void explain_capacity_text(const ms_explain_t *x, char *buf, size_t cap) {
+  char a[CLI_BYTES_BUFSZ], b[CLI_BYTES_BUFSZ], c[CLI_BYTES_BUFSZ];
+  switch (x->capacity_source) {
+  case MS_CAPACITY_GIVEN: snprintf(buf, cap, "%s (--capacity)", SZ(x->capacity, a)); return;
+  case MS_CAPACITY_RECORDED:
+    snprintf(buf, cap, "%s (recorded in the snapshot)", SZ(x->capacity, a));
+    return;
+  case MS_CAPACITY_INFERRED:
+    snprintf(buf, cap, "%s (inferred from the recorded OOM at entry %zu: reserved %s + %s free "
+             "on the device)", SZ(x->capacity, a), x->capacity_oom.entry,
+             SZ(x->capacity_oom.reserved, b), SZ(x->capacity_oom.device_free, c));
+    return;
+  case MS_CAPACITY_UNKNOWN: break;
+  }
+  snprintf(buf, cap, "unknown (the snapshot records no device size and no OOM says it; pass "
+           "--capacity)");
+}
+
+static void explain_pool_name(const ms_explain_pool_t *p, char *buf, size_t cap) {
+  snprintf(buf, cap, "%s pool (%" PRId64 ",%" PRId64 "), stream %" PRIu64 ", %s",
+           p->pool_id[0] || p->pool_id[1] ? "private" : "default", p->pool_id[0], p->pool_id[1],
+           p->stream, p->large ? "large" : "small");
+}
+
+/* ---- text ------------------------------------------------------------------------------------- */
+
+static void explain_text_state(const ms_snapshot_t *snap, const ms_explain_t *x) {
+  char a[CLI_BYTES_BUFSZ], b[CLI_BYTES_BUFSZ], buf[512];
+  (void)snap;
+  if (x->has_request) {
+    printf("request:   %s (%" PRIu64 " bytes; %s rounded) on stream %" PRIu64 ", %s pool%s; "
+           "a new segment for it: %s\n",
+           SZ(x->request_bytes, a), x->request_bytes, SZ(x->request_rounded, b), x->request_stream,
+           x->request_large ? "large" : "small",
+           x->request_pool[0] || x->request_pool[1] ? " of a private pool" : "",
+           SZ(x->request_segment, buf));
+  }
+  explain_capacity_text(x, buf, sizeof buf);
+  printf("capacity:  %s\n", buf);
+  printf("state:\n");
+  printf("  %-34s %12s\n", "reserved", SZ(x->reserved_bytes, a));
+  printf("  %-34s %12s\n", "allocated", SZ(x->allocated_bytes, a));
+  printf("  %-34s %12s\n", "requested", SZ(x->requested_bytes, a));
+  if (x->has_device_free) printf("  %-34s %12s\n", "free on the device", SZ(x->device_free, a));
+  printf("  %-34s %12s\n", "free in the cache", SZ(x->cached_free_bytes, a));
+  for (size_t i = 0; i < x->npools; i++) {
+    const ms_explain_pool_t *p = &x->pools[i];
+    explain_pool_name(p, buf, sizeof buf);
+    printf("    %s: %zu segment%s, %s reserved, %s free, largest free block %s\n", buf,
+           p->segments, p->segments == 1 ? "" : "s", SZ(p->reserved, a), SZ(p->free, b),
+           SZ(p->largest_free, buf + 256));
+  }
+  if (x->has_request)
+    printf("  %-34s %12s  (the request: %s)\n", "largest free block, request's pool",
+           SZ(x->largest_free_block_bytes, a), SZ(x->request_rounded, b));
+  else
+    printf("  %-34s %12s\n", "largest free block", SZ(x->largest_free_block_bytes, a));
+  printf("  %-34s %12s\n", "inactive split", SZ(x->inactive_split_bytes, a));
+  printf("  %-34s %12s\n", "whole free segments (releasable)", SZ(x->releasable_bytes, a));
+  printf("  %-34s %12s\n", "private pools (CUDA graphs, MemPool)", SZ(x->private_pool_bytes, a));
+  if (x->has_outside)
+    printf("  %-34s %12s\n", "outside the allocator", SZ(x->outside_allocator_bytes, a));
+  else if (x->moment == MS_EXPLAIN_AT_OOM)
+    printf("  %-34s %12s\n", "outside the allocator", "unknown");
+}
+
+static void explain_text_remedies(const ms_explain_t *x) {
+  char a[CLI_BYTES_BUFSZ], b[CLI_BYTES_BUFSZ], buf[256];
+  if (x->nremedies == 0) return;
+  explain_capacity_text(x, buf, sizeof buf);
+  printf("remedies, replayed at %s:\n", x->capacity ? buf : "an unlimited device (size unknown)");
+  if (!x->replayable) {
+    printf("  none: %s\n", x->replay_note);
+    return;
+  }
+  printf("  %-58s %-10s %13s %13s\n", "configuration", "avoids OOM", "peak reserved",
+         "min capacity");
+  for (size_t i = 0; i < x->nremedies; i++) {
+    const ms_explain_remedy_t *r = &x->remedies[i];
+    const char *name = r->config[0] ? r->config : "(the recorded settings)";
+    if (!r->replayed) {
+      printf("  %-58s %s\n", name, r->note);
+      continue;
+    }
+    printf("  %-58s %-10s %13s %13s\n", name,
+           r->avoids_oom == 1 ? "yes" : r->avoids_oom == 0 ? "no" : "?",
+           SZ(r->peak_reserved, a), r->min_capacity ? SZ(r->min_capacity, b) : "-");
+  }
+}
+
+static void explain_text(const ms_snapshot_t *snap, const char *name, const ms_explain_t *x) {
+  char a[CLI_BYTES_BUFSZ], buf[256];
+  printf("memsnap explain: '%s', device %zu\n", name, x->device);
+  if (x->moment == MS_EXPLAIN_AT_END) {
+    printf("moment:    the end state (the snapshot's segments)\n");
+  } else {
+    const char *what = x->moment == MS_EXPLAIN_AT_OOM    ? "out of memory"
+                       : x->moment == MS_EXPLAIN_AT_PEAK ? "the peak of allocated memory"
+                                                         : "the moment asked for";
+    if (x->entry >= 0) {
+      const ms_snap_trace_t *e = &snap->trace[snap->devices[x->device].first_trace + x->entry];
+      char t[96];
+      cli_format_time(e, t, sizeof t);
+      printf("moment:    %s, after entry %" PRId64 " (%s)%s%s\n", what, x->entry,
+             ms_snap_trace_action_name(e), t[0] ? ", " : "", t);
+    } else {
+      printf("moment:    %s, before the first entry\n", what);
+    }
+  }
+  if (x->step_number >= 0 || x->phase) {
+    printf("step:      ");
+    if (x->step_number >= 0) printf("step %" PRId64, x->step_number);
+    if (x->phase) {
+      printf("%sphase \"", x->step_number >= 0 ? ", " : "");
+      cli_fputs_escaped(x->phase, stdout);
+      printf("\"");
+    }
+    printf("\n");
+  }
+  explain_text_state(snap, x);
+  printf("verdict:   %s\n", x->verdict_text);
+  printf("top holders (allocated bytes, blocks, stack):\n");
+  for (size_t i = 0; i < x->ntop; i++) {
+    cli_stack_label(snap, x->top[i].stack, buf, sizeof buf);
+    printf("  %10s %6" PRIu64 "  ", SZ(x->top[i].bytes, a), x->top[i].blocks);
+    cli_fputs_escaped(buf, stdout);
+    putchar('\n');
+  }
+  if (x->ntop == 0) printf("  (no allocated block)\n");
+  explain_text_remedies(x);
+  if (x->recommendation[0]) printf("recommendation: %s\n", x->recommendation);
+  if (x->hint[0]) printf("hint: %s\n", x->hint);
+}
+
+/* ---- JSON ------------------------------------------------------------------------------------- */
+
+static void jkey(cli_json_t *j, const char *k) {
+  cli_json_lit(j, ", \"");
+  cli_json_lit(j, k);
+  cli_json_lit(j, "\": ");
+}
+
+static void jbool(cli_json_t *j, int v) {
+  cli_json_lit(j, v > 0 ? "true" : v == 0 ? "false" : "null");
+}
+
+static void explain_json_remedies(cli_json_t *j, const ms_explain_t *x) {
+  jkey(j, "remedies");
+  cli_json_lit(j, "[");
+  for (size_t i = 0; i < x->nremedies; i++) {
+    const ms_explain_remedy_t *r = &x->remedies[i];
+    cli_json_lit(j, i ? ",\n  {\"config\": " : "\n  {\"config\": ");
+    cli_json_str(j, r->config);
+    jkey(j, "replayed");
+    jbool(j, r->replayed);
+    jkey(j, "avoids_oom");
+    jbool(j, r->replayed ? r->avoids_oom : -1);
+    jkey(j, "peak_reserved");
+    if (r->replayed) cli_json_u64(j, r->peak_reserved);
+    else cli_json_lit(j, "null");
+    jkey(j, "min_capacity");
+    if (r->min_capacity) cli_json_u64(j, r->min_capacity);
+    else cli_json_lit(j, "null");
+    jkey(j, "ooms");
+    if (r->replayed) cli_json_u64(j, r->ooms);
+    else cli_json_lit(j, "null");
+    if (r->note[0]) {
+      jkey(j, "note");
+      cli_json_str(j, r->note);
+    }
+    cli_json_lit(j, "}");
+  }
+  cli_json_lit(j, "]");
+}
+
+static void explain_json_body(cli_json_t *j, const ms_snapshot_t *snap, const ms_explain_t *x) {
+  char buf[256];
+  jkey(j, "device");
+  cli_json_u64(j, x->device);
+  jkey(j, "moment");
+  cli_json_str(j, explain_moment_name(x->moment));
+  jkey(j, "entry");
+  if (x->entry >= 0) cli_json_i64(j, x->entry);
+  else cli_json_lit(j, "null");
+  jkey(j, "time_us");
+  if (x->has_time) cli_json_i64(j, x->time_us);
+  else cli_json_lit(j, "null");
+  jkey(j, "step");
+  if (x->step_number >= 0) cli_json_i64(j, x->step_number);
+  else cli_json_lit(j, "null");
+  jkey(j, "phase");
+  if (x->phase) cli_json_str(j, x->phase);
+  else cli_json_lit(j, "null");
+  jkey(j, "request_bytes");
+  if (x->has_request) cli_json_u64(j, x->request_bytes);
+  else cli_json_lit(j, "null");
+  if (x->has_request) {
+    jkey(j, "request_stream");
+    cli_json_u64(j, x->request_stream);
+    jkey(j, "request_pool");
+    cli_json_lit(j, "[");
+    cli_json_i64(j, x->request_pool[0]);
+    cli_json_lit(j, ", ");
+    cli_json_i64(j, x->request_pool[1]);
+    cli_json_lit(j, "]");
+  }
+  jkey(j, "capacity_bytes");
+  if (x->capacity) cli_json_u64(j, x->capacity);
+  else cli_json_lit(j, "null");
+  jkey(j, "capacity_source");
+  cli_json_str(j, ms_capacity_source_name(x->capacity_source));
+  jkey(j, "device_free_bytes");
+  if (x->has_device_free) cli_json_u64(j, x->device_free);
+  else cli_json_lit(j, "null");
+  const struct {
+    const char *k;
+    uint64_t v;
+  } figs[] = {{"reserved_bytes", x->reserved_bytes},
+              {"allocated_bytes", x->allocated_bytes},
+              {"requested_bytes", x->requested_bytes},
+              {"cached_free_bytes", x->cached_free_bytes},
+              {"largest_free_block_bytes", x->largest_free_block_bytes},
+              {"inactive_split_bytes", x->inactive_split_bytes},
+              {"releasable_bytes", x->releasable_bytes},
+              {"private_pool_bytes", x->private_pool_bytes}};
+  for (size_t i = 0; i < sizeof figs / sizeof figs[0]; i++) {
+    jkey(j, figs[i].k);
+    cli_json_u64(j, figs[i].v);
+  }
+  jkey(j, "outside_allocator_bytes");
+  if (x->has_outside) cli_json_u64(j, x->outside_allocator_bytes);
+  else cli_json_lit(j, "null");
+  jkey(j, "pools");
+  cli_json_lit(j, "[");
+  for (size_t i = 0; i < x->npools; i++) {
+    const ms_explain_pool_t *p = &x->pools[i];
+    cli_json_lit(j, i ? ", {\"pool_id\": [" : "{\"pool_id\": [");
+    cli_json_i64(j, p->pool_id[0]);
+    cli_json_lit(j, ", ");
+    cli_json_i64(j, p->pool_id[1]);
+    cli_json_lit(j, "], \"stream\": ");
+    cli_json_u64(j, p->stream);
+    cli_json_lit(j, p->large ? ", \"size_class\": \"large\"" : ", \"size_class\": \"small\"");
+    jkey(j, "segments");
+    cli_json_u64(j, p->segments);
+    jkey(j, "reserved_bytes");
+    cli_json_u64(j, p->reserved);
+    jkey(j, "free_bytes");
+    cli_json_u64(j, p->free);
+    jkey(j, "largest_free_block_bytes");
+    cli_json_u64(j, p->largest_free);
+    cli_json_lit(j, "}");
+  }
+  cli_json_lit(j, "]");
+  jkey(j, "verdict");
+  cli_json_str(j, ms_explain_verdict_name(x->verdict));
+  jkey(j, "verdict_text");
+  cli_json_str(j, x->verdict_text);
+  jkey(j, "top");
+  cli_json_lit(j, "[");
+  for (size_t i = 0; i < x->ntop; i++) {
+    cli_stack_label(snap, x->top[i].stack, buf, sizeof buf);
+    cli_json_lit(j, i ? ", {\"key\": " : "{\"key\": ");
+    cli_json_str(j, buf);
+    jkey(j, "bytes");
+    cli_json_u64(j, x->top[i].bytes);
+    jkey(j, "blocks");
+    cli_json_u64(j, x->top[i].blocks);
+    cli_json_lit(j, "}");
+  }
+  cli_json_lit(j, "]");
+  explain_json_remedies(j, x);
+  jkey(j, "recommendation");
+  if (x->recommendation[0]) cli_json_str(j, x->recommendation);
+  else cli_json_lit(j, "null");
+  jkey(j, "hint");
+  if (x->hint[0]) cli_json_str(j, x->hint);
+  else cli_json_lit(j, "null");
+}
+
+static int explain_json(const ms_snapshot_t *snap, const char *name, const ms_explain_t *x) {
+  cli_out_t o;
+  int rc = cli_out_open(&o, "-");
+  if (rc != CLI_OK) return rc;
+  cli_json_t j = {&o.sink, 0};
+  cli_json_lit(&j, "{\"command\": \"explain\", \"file\": ");
+  cli_json_str(&j, name);
+  explain_json_body(&j, snap, x);
+  cli_json_lit(&j, "}\n");
+  if (j.err != MS_OK) return cli_out_fail(&o, j.err, NULL);
+  return cli_out_commit(&o);
+}
+
+/* ---- the command ------------------------------------------------------------------------------ */
+
+int cmd_explain(int argc, char **argv) {
+  int json = 0, no_replay = 0, no_min = 0;
+  const char *device_s = NULL, *at_s = NULL, *capacity_s = NULL, *n_s = NULL;
+  const struct cli_opt opts[] = {{"json", 0, &json, NULL},
+                                 {"no-replay", 0, &no_replay, NULL},
+                                 {"no-min-capacity", 0, &no_min, NULL},
+                                 {"device", 0, NULL, &device_s},
+                                 {"at", 0, NULL, &at_s},
+                                 {"capacity", 0, NULL, &capacity_s},
+                                 {"n", 'n', NULL, &n_s},
+                                 {NULL, 0, NULL, NULL}};
+  char *pos[1];
+  int npos = 0;
+  int rc = cli_parse_options("explain", explain_usage, opts, argc, argv, pos, 1, &npos);
+  if (rc == CLI_HELP_SHOWN) return CLI_OK;
+  if (rc != CLI_OK) return rc;
+  if (npos < 1) return cli_usage_error("explain", "missing FILE");
+  ms_explain_options_t eo;
+  ms_explain_options_init(&eo);
+  eo.remedies = !no_replay;
+  eo.min_capacity = !no_min;
+  cli_tl_args_t ta;
+  if ((rc = cli_tl_args_parse("explain", &ta, device_s, NULL, NULL, NULL, at_s)) != CLI_OK)
+    return rc;
+  if (ta.has_device) eo.device = (int)ta.device;
+  if (ta.has_at) {
+    eo.has_moment = true;
+    eo.moment = ta.at;
+  }
+  if (capacity_s) {
+    size_t cap = 0;
+    ms_errbuf_t eb = {{0}};
+    if (ms_replay_parse_capacity(capacity_s, &cap, &eb) != MS_OK)
+      return cli_usage_error("explain", "invalid size '%s' for --capacity: %s", capacity_s,
+                             eb.msg);
+    eo.capacity = cap;
+  }
+  if (n_s) {
+    uint64_t v;
+    if (!cli_parse_u64(n_s, &v) || v == 0 || v > 100000)
+      return cli_usage_error("explain", "option '-n' needs a number from 1 to 100000, not '%s'",
+                             n_s);
+    eo.ntop = (size_t)v;
+  }
+  ms_snapshot_t *snap = NULL;
+  if ((rc = cli_load_ex(pos[0], MS_LOAD_NO_FREE_STACKS, &snap)) != CLI_OK) return rc;
+  const char *name = cli_display_name(pos[0]);
+  ms_explain_t *x = NULL;
+  ms_errbuf_t eb = {{0}};
+  cli_progress_start("explaining '%s'", name);
+  int err = ms_explain_run(snap, &eo, &x, &eb);
+  cli_progress_stop();
+  if (err != MS_OK) {
+    cli_error("'%s': %s", name, eb.msg[0] ? eb.msg : ms_strerror(err));
+    ms_snapshot_free(snap);
+    return CLI_FAILURE;
+  }
+  if (json) rc = explain_json(snap, name, x);
+  else explain_text(snap, name, x);
+  ms_explain_free(x);
+  ms_snapshot_free(snap);
+  return rc;
+}

@@ -1,0 +1,252 @@
+/* SPDX-License-Identifier: MIT
+ * memsnap core: the trace's events beyond allocations (memsnap/timeline.h, docs/explain.md): the
+ * `oom` entries with the reserved bytes at each and the device capacity they imply, and the
+ * record_function annotations (external_annotations) paired into ranges: steps
+ * (ProfilerStep#N) and phases.
+ */
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "timeline/internal.h"
+
+/* ---- OOMs and capacity ----------------------------------------------------------------------- */
+
+size_t ms_snapshot_oom_count(const ms_snapshot_t *snap, size_t dev) {
+  if (!snap || dev >= snap->ndevices) return 0;
+  const ms_snap_device_t *d = &snap->devices[dev];
+  size_t n = 0;
+  for (size_t i = 0; i < d->ntrace; i++)
+    n += snap->trace[d->first_trace + i].action == MS_TRACE_OOM;
+  return n;
+}
+
+/* Reserved bytes of device dev after trace entry `at`: the end state's segments with the segment
+ * entries after it undone. false when the trace does not add up (more freed than held). */
+static bool tl_reserved_after(const ms_snapshot_t *snap, size_t dev, size_t at, uint64_t *out) {
+  const ms_snap_device_t *d = &snap->devices[dev];
+  /* In 128 bits: hostile sizes must not wrap into a plausible figure. */
+  unsigned __int128 r = 0;
+  for (size_t i = 0; i < snap->nsegments; i++)
+    if (snap->segments[i].device == (int64_t)dev) r += snap->segments[i].total_size;
+  for (size_t i = d->ntrace; i-- > at + 1;) {
+    const ms_snap_trace_t *e = &snap->trace[d->first_trace + i];
+    switch (e->action) {
+    case MS_TRACE_SEGMENT_ALLOC:
+    case MS_TRACE_SEGMENT_MAP:
+      if (r < e->size) return false;
+      r -= e->size;
+      break;
+    case MS_TRACE_SEGMENT_FREE:
+    case MS_TRACE_SEGMENT_UNMAP: r += e->size; break;
+    default: break;
+    }
+  }
+  if (r > UINT64_MAX) return false;
+  *out = (uint64_t)r;
+  return true;
+}
+
+int ms_snapshot_oom_at(const ms_snapshot_t *snap, size_t dev, size_t k, ms_tl_oom_t *out) {
+  if (!snap || !out || dev >= snap->ndevices) return MS_EINVAL;
+  const ms_snap_device_t *d = &snap->devices[dev];
+  for (size_t i = 0; i < d->ntrace; i++) {
+    const ms_snap_trace_t *e = &snap->trace[d->first_trace + i];
+    if (e->action != MS_TRACE_OOM || k-- > 0) continue;
+    ms_tl_oom_t o;
+    memset(&o, 0, sizeof o);
+    o.entry = i;
+    o.request = e->size;
+    o.stream = e->stream;
+    o.pool_id[0] = ms_snap_trace_pool(e, 0);
+    o.pool_id[1] = ms_snap_trace_pool(e, 1);
+    o.has_device_free = !(e->present & MS_TRACE_NO_ADDR);
+    o.device_free = o.has_device_free ? e->addr : 0;
+    o.has_reserved = tl_reserved_after(snap, dev, i, &o.reserved);
+    *out = o;
+    return MS_OK;
+  }
+  return MS_EINVAL;
+}
+
+const char *ms_capacity_source_name(ms_capacity_source s) {
+  switch (s) {
+  case MS_CAPACITY_UNKNOWN: return "unknown";
+  case MS_CAPACITY_RECORDED: return "recorded";
+  case MS_CAPACITY_INFERRED: return "inferred_from_oom";
+  case MS_CAPACITY_GIVEN: return "given";
+  }
+  return "?";
+}
+
+ms_capacity_source ms_snapshot_capacity(const ms_snapshot_t *snap, size_t dev, uint64_t *bytes,
+                                        ms_tl_oom_t *oom) {
+  *bytes = 0;
+  if (!snap || dev >= snap->ndevices) return MS_CAPACITY_UNKNOWN;
+  const ms_snap_device_t *d = &snap->devices[dev];
+  if ((d->present & MS_DEV_HAS_CAPACITY) && d->capacity > 0) {
+    *bytes = d->capacity;
+    return MS_CAPACITY_RECORDED;
+  }
+  size_t n = ms_snapshot_oom_count(snap, dev);
+  for (size_t k = 0; k < n; k++) {
+    ms_tl_oom_t o;
+    if (ms_snapshot_oom_at(snap, dev, k, &o) != MS_OK) break;
+    if (!o.has_device_free || !o.has_reserved || o.device_free > UINT64_MAX - o.reserved)
+      continue;
+    if (o.reserved + o.device_free == 0) continue;
+    *bytes = o.reserved + o.device_free;
+    if (oom) *oom = o;
+    return MS_CAPACITY_INFERRED;
+  }
+  return MS_CAPACITY_UNKNOWN;
+}
+
+/* ---- annotations ------------------------------------------------------------------------------ */
+
+typedef struct tl_mark_s {
+  const ms_snap_annotation_t *a;
+  size_t order; /* position in the snapshot: a stable sort */
+} tl_mark_t;
+
+static int tl_mark_cmp(const void *x, const void *y) {
+  const tl_mark_t *a = x, *b = y;
+  if (a->a->time_us != b->a->time_us) return a->a->time_us < b->a->time_us ? -1 : 1;
+  return a->order < b->order ? -1 : a->order > b->order;
+}
+
+static int tl_range_cmp(const void *x, const void *y) {
+  const ms_tl_range_t *a = x, *b = y;
+  if (a->start_us != b->start_us) return a->start_us < b->start_us ? -1 : 1;
+  if (a->end_us != b->end_us) return a->end_us > b->end_us ? -1 : 1; /* outer first */
+  return 0;
+}
+
+/* N of "ProfilerStep#N" (decimal, at most 18 digits), else -1. */
+static int64_t tl_step_number(const char *name) {
+  static const char prefix[] = "ProfilerStep#";
+  if (strncmp(name, prefix, sizeof prefix - 1) != 0) return -1;
+  const char *p = name + sizeof prefix - 1;
+  int64_t v = 0;
+  size_t nd = 0;
+  for (; *p >= '0' && *p <= '9' && nd < 18; p++, nd++)
+    v = v * 10 + (*p - '0');
+  return nd > 0 && *p == 0 ? v : -1;
+}
+
+int ms_tl_ranges_build(const ms_snapshot_t *snap, ms_tl_ranges_t *out) {
+  memset(out, 0, sizeof *out);
+  size_t n = snap ? snap->nannotations : 0;
+  if (n == 0) return MS_OK;
+  tl_mark_t *m = malloc(n * sizeof *m);
+  ms_tl_range_t *r = malloc(n * sizeof *r);
+  if (!m || !r) {
+    free(m);
+    free(r);
+    return MS_ENOMEM;
+  }
+  for (size_t i = 0; i < n; i++) m[i] = (tl_mark_t){&snap->annotations[i], i};
+  qsort(m, n, sizeof *m, tl_mark_cmp);
+  size_t nr = 0;
+  for (size_t i = 0; i < n; i++) {
+    const ms_snap_annotation_t *a = m[i].a;
+    if (strcmp(a->stage, "START") == 0) {
+      r[nr++] = (ms_tl_range_t){a->name, a->device, a->time_us, INT64_MAX, false,
+                                tl_step_number(a->name)};
+    } else if (strcmp(a->stage, "END") == 0) {
+      /* the latest open START of the same name and device (ranges of one name nest) */
+      size_t j = nr;
+      while (j-- > 0)
+        if (!r[j].has_end && r[j].device == a->device && strcmp(r[j].name, a->name) == 0) break;
+      if (j == SIZE_MAX) {
+        out->unmatched_ends++;
+        continue;
+      }
+      r[j].end_us = a->time_us;
+      r[j].has_end = true;
+    } else {
+      out->unknown_stages++;
+    }
+  }
+  free(m);
+  qsort(r, nr, sizeof *r, tl_range_cmp);
+  out->ranges = r;
+  out->n = nr;
+  return MS_OK;
+}
+
+void ms_tl_ranges_release(ms_tl_ranges_t *r) {
+  if (!r) return;
+  free(r->ranges);
+  memset(r, 0, sizeof *r);
+}
+
+const ms_tl_range_t *ms_tl_ranges_at(const ms_tl_ranges_t *r, int64_t dev, int64_t t,
+                                     bool want_step) {
+  const ms_tl_range_t *best = NULL;
+  for (size_t i = 0; i < r->n && r->ranges[i].start_us <= t; i++) {
+    const ms_tl_range_t *x = &r->ranges[i];
+    if ((dev >= 0 && x->device != dev) || (x->step >= 0) != want_step) continue;
+    if (t > x->end_us) continue;
+    /* sorted by start: a later start that holds t is inner (or a sibling that began later) */
+    best = x;
+  }
+  return best;
+}
+
+const ms_tl_range_t *ms_tl_ranges_step(const ms_tl_ranges_t *r, int64_t dev, int64_t n) {
+  for (size_t i = 0; i < r->n; i++) {
+    const ms_tl_range_t *x = &r->ranges[i];
+    if (x->step == n && (dev < 0 || x->device == dev)) return x;
+  }
+  return NULL;
+}
+
+/* The step range of annotation x on device dev's trace: entries with start <= time <= end. */
+static int tl_time_range(const ms_timeline_t *tl, size_t dev, int64_t lo, int64_t hi,
+                         size_t *from, size_t *to, ms_errbuf_t *eb) {
+  const tl_dev_t *d = &tl->dev[dev];
+  size_t first = SIZE_MAX, last = 0;
+  bool any = false;
+  for (size_t i = 0; i < d->n; i++) {
+    const ms_snap_trace_t *e = &d->trace[i];
+    if (!(e->present & MS_TRACE_HAS_TIME)) continue;
+    any = true;
+    if (e->time_us < lo || e->time_us > hi) continue;
+    if (first == SIZE_MAX) first = i;
+    last = i;
+  }
+  if (!any) return ms__errbuf_set(eb, MS_EINVAL, "the trace of device %zu has no times", dev);
+  if (first == SIZE_MAX) {
+    /* no entry inside: the (empty) range where it would be */
+    size_t at = 0;
+    for (size_t i = 0; i < d->n; i++)
+      if ((d->trace[i].present & MS_TRACE_HAS_TIME) && d->trace[i].time_us < lo) at = i + 1;
+    *from = *to = at;
+    return MS_OK;
+  }
+  *from = first;
+  *to = last + 1;
+  return MS_OK;
+}
+
+int ms_timeline_step_range(const ms_timeline_t *tl, size_t dev, int64_t n, size_t *from,
+                           size_t *to, ms_errbuf_t *eb) {
+  if (dev >= tl->ndev) return ms__errbuf_set(eb, MS_EINVAL, "no device %zu", dev);
+  ms_tl_ranges_t rs;
+  if (ms_tl_ranges_build(tl->snap, &rs) != MS_OK) return MS_ENOMEM;
+  const ms_tl_range_t *x = ms_tl_ranges_step(&rs, (int64_t)dev, n);
+  if (!x) x = ms_tl_ranges_step(&rs, -1, n); /* annotations recorded for another device index */
+  int rc;
+  if (!x)
+    rc = ms__errbuf_set(eb, MS_EINVAL,
+                        "no step %" PRId64 ": the snapshot has no ProfilerStep#%" PRId64
+                        " annotation (record_function ranges are recorded while the profiler "
+                        "runs)",
+                        n, n);
+  else
+    rc = tl_time_range(tl, dev, x->start_us, x->end_us, from, to, eb);
+  ms_tl_ranges_release(&rs);
+  return rc;
+}
