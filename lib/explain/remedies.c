@@ -166,6 +166,14 @@ static void ex_recommend(ms_explain_t *x) {
                "proven");
     return;
   }
+  if (base->avoids_oom == 1 && x->verdict == MS_EXPLAIN_RELEASABLE) {
+    snprintf(rec, cap, "the recorded settings replayed at %s do not run out of memory: releasing "
+             "the cached segments makes room, which the recorded run did not do; call "
+             "torch.cuda.empty_cache() before this step, or set "
+             "PYTORCH_CUDA_ALLOC_CONF=garbage_collection_threshold:0.6",
+             EX_SZ(x->capacity, a));
+    return;
+  }
   if (base->avoids_oom == 1 && x->moment == MS_EXPLAIN_AT_OOM) {
     snprintf(rec, cap, "the recorded settings replayed at %s do not run out of memory: the OOM "
              "needed memory the snapshot does not show (other processes or allocations outside "

@@ -390,7 +390,7 @@ static void wr_trace(wr_t *w, const ms_snap_trace_t *t) {
   bool um = !w->torch || (t->present & MS_TRACE_HAS_USER_METADATA);
   bool pool = (t->present & MS_TRACE_HAS_POOL_ID) != 0;
   bool frames = w->torch ? (t->present & MS_TRACE_HAS_FRAMES) != 0 : t->stack != MS_SNAP_NO_STACK;
-  bool addr = !w->torch || !(t->present & MS_TRACE_NO_ADDR);
+  bool addr = !(t->present & MS_TRACE_NO_ADDR); /* an entry read without one gets none */
   size_t n = 2 + addr + stream + time + cc + um + pool + frames;
   wr_dict_begin(w, n, NULL);
   wr_str(w, "action");
