@@ -92,11 +92,11 @@ static void explain_text_state(const ms_snapshot_t *snap, const ms_explain_t *x)
   explain_capacity_text(x, buf, sizeof buf);
   printf("capacity:  %s\n", buf);
   printf("state:\n");
-  printf("  %-34s %12s\n", "reserved", SZ(x->reserved_bytes, a));
-  printf("  %-34s %12s\n", "allocated", SZ(x->allocated_bytes, a));
-  printf("  %-34s %12s\n", "requested", SZ(x->requested_bytes, a));
-  if (x->has_device_free) printf("  %-34s %12s\n", "free on the device", SZ(x->device_free, a));
-  printf("  %-34s %12s\n", "free in the cache", SZ(x->cached_free_bytes, a));
+  printf("  %-36s %12s\n", "reserved", SZ(x->reserved_bytes, a));
+  printf("  %-36s %12s\n", "allocated", SZ(x->allocated_bytes, a));
+  printf("  %-36s %12s\n", "requested", SZ(x->requested_bytes, a));
+  if (x->has_device_free) printf("  %-36s %12s\n", "free on the device", SZ(x->device_free, a));
+  printf("  %-36s %12s\n", "free in the cache", SZ(x->cached_free_bytes, a));
   for (size_t i = 0; i < x->npools; i++) {
     const ms_explain_pool_t *p = &x->pools[i];
     explain_pool_name(p, buf, sizeof buf);
@@ -105,17 +105,17 @@ static void explain_text_state(const ms_snapshot_t *snap, const ms_explain_t *x)
            SZ(p->largest_free, buf + 256));
   }
   if (x->has_request)
-    printf("  %-34s %12s  (the request: %s)\n", "largest free block, request's pool",
+    printf("  %-36s %12s  (the request: %s)\n", "largest free block, request's pool",
            SZ(x->largest_free_block_bytes, a), SZ(x->request_rounded, b));
   else
-    printf("  %-34s %12s\n", "largest free block", SZ(x->largest_free_block_bytes, a));
-  printf("  %-34s %12s\n", "inactive split", SZ(x->inactive_split_bytes, a));
-  printf("  %-34s %12s\n", "whole free segments (releasable)", SZ(x->releasable_bytes, a));
-  printf("  %-34s %12s\n", "private pools (CUDA graphs, MemPool)", SZ(x->private_pool_bytes, a));
+    printf("  %-36s %12s\n", "largest free block", SZ(x->largest_free_block_bytes, a));
+  printf("  %-36s %12s\n", "inactive split", SZ(x->inactive_split_bytes, a));
+  printf("  %-36s %12s\n", "whole free segments (releasable)", SZ(x->releasable_bytes, a));
+  printf("  %-36s %12s\n", "private pools (CUDA graphs, MemPool)", SZ(x->private_pool_bytes, a));
   if (x->has_outside)
-    printf("  %-34s %12s\n", "outside the allocator", SZ(x->outside_allocator_bytes, a));
+    printf("  %-36s %12s\n", "outside the allocator", SZ(x->outside_allocator_bytes, a));
   else if (x->moment == MS_EXPLAIN_AT_OOM)
-    printf("  %-34s %12s\n", "outside the allocator", "unknown");
+    printf("  %-36s %12s\n", "outside the allocator", "unknown");
 }
 
 static void explain_text_remedies(const ms_explain_t *x) {
