@@ -36,6 +36,12 @@ step replay "$(awk 'NR == 1 { match($0, /capacity [^;]*/); cap = substr($0, RSTA
   END { print "the OOM snapshot under expandable_segments:True, " cap ": " now " OOM (recorded: " rec ")" }' \
   "$out/oom-replay.txt")"
 
+# why did it run out, and would a setting have avoided it? every remedy replayed at its capacity
+"$bin/memsnap" explain "$oom" >"$out/oom-explain.txt"
+step explain "$(awk '$1 == "verdict:" { v = $2; sub(/:$/, "", v) }
+  $1 == "recommendation:" { r = $0; sub(/^recommendation: /, "", r); sub(/:.*/, "", r) }
+  END { print "the OOM snapshot: " v "; " r " (oom-explain.txt)" }' "$out/oom-explain.txt")"
+
 # memsnap's snapshot commands on the step-5 snapshot, and step 2 vs 5
 snap5="$out/step-5.msgpack" snap2="$out/step-2.msgpack"
 "$bin/memsnap" stats "$snap5" --summary >"$out/stats.txt"
@@ -51,7 +57,7 @@ printf '\nmemsnap demo: made in %s/\n' "$out"
 made "basic.txt, train-summary*.txt" "the samples' results and memory_summary() tables"
 made "record.txt" "what the record sample did, and where the OOM snapshot went"
 made "step-2.msgpack, step-5.msgpack" "snapshots with stacks, for memsnap stats, trace, memory ..."
-made "${oom#"$out"/}" "the OOM observer's snapshot (oom-stats.txt, oom-replay.txt)"
+made "${oom#"$out"/}" "the OOM observer's snapshot (oom-explain.txt, oom-stats.txt, oom-replay.txt)"
 made "stats.txt, trace.txt, compare.txt" "memsnap stats --summary, trace and compare as text"
 echo "open in a browser:"
 made "$out/memory.svg" "what holds memory at step 5: stream, block state, stack"

@@ -17,7 +17,7 @@ MEMSNAP_DEMO_OUT="$work/out" "$src/scripts/demo.sh" "$build" >"$work/said" 2>&1 
 cat "$work/said"
 lines=$(wc -l <"$work/said")
 if (( lines > 24 )); then echo "FAIL: $lines lines (at most 24)"; fail=1; fi
-for w in basic train record replay; do
+for w in basic train record replay explain; do
   grep -q "^  $w " "$work/said" || { echo "FAIL: no line for the step '$w'"; fail=1; }
 done
 grep -q "^memsnap demo: made in $work/out/\$" "$work/said" || { echo "FAIL: no 'made in'"; fail=1; }
@@ -35,5 +35,12 @@ done
 # the OOM snapshot replays on the device it ran out of (issue #16 item 16)
 grep -q "capacity 4.0GiB (recorded in the snapshot)" "$work/out/oom-replay.txt" || {
   echo "FAIL: the OOM replay does not use the recorded capacity"; fail=1; }
+# the OOM explained: the verdict, the recorded capacity, and the remedies replayed (issue #26)
+grep -q "^capacity:  4.0GiB (recorded in the snapshot)" "$work/out/oom-explain.txt" || {
+  echo "FAIL: explain does not use the recorded capacity"; fail=1; }
+grep -q "^verdict:   full: " "$work/out/oom-explain.txt" || {
+  echo "FAIL: explain's verdict on the demo's OOM is not 'full'"; cat "$work/out/oom-explain.txt"; fail=1; }
+grep -q "^  expandable_segments:True  *no " "$work/out/oom-explain.txt" || {
+  echo "FAIL: explain did not replay expandable_segments:True"; fail=1; }
 [[ $fail -eq 0 ]] && echo "ok: demo"
 exit "$fail"
