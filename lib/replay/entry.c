@@ -180,8 +180,12 @@ int ms_replay_min_capacity(const ms_snapshot_t *snap, int device, const char *co
     r = ms__rp_run_device(&tr, true, &cfg, 0, &res, &use);
     hi = ((size_t)use.peak_reserved + RP_PAGE - 1) & ~(size_t)(RP_PAGE - 1);
     if (hi < RP_PAGE) hi = RP_PAGE;
-    /* Below the start state's reserved memory nothing fits. */
-    if (use.start_reserved > RP_PAGE) lo = ((size_t)use.start_reserved - 1) & ~(size_t)(RP_PAGE - 1);
+    /* Below the start state's reserved memory nothing fits; nor below the peak of allocated
+     * bytes: a run without an OOM makes every allocation of the unlimited run, whose allocated
+     * bytes do not depend on the capacity, and reserved memory holds them. */
+    size_t floor_bytes = (size_t)(use.start_reserved > use.peak_allocated ? use.start_reserved
+                                                                          : use.peak_allocated);
+    if (floor_bytes > RP_PAGE) lo = (floor_bytes - 1) & ~(size_t)(RP_PAGE - 1);
     if (lo >= hi) lo = hi - RP_PAGE;
   }
   while (r == MS_OK) {
