@@ -12,13 +12,13 @@
 #include "memsnap/view.h"
 
 static const char view_usage[] =
-    "usage: memsnap view FILE [-o OUT.html] [--device N] [--view NAME]\n"
+    "usage: memsnap view FILE [-o OUT.html] [--device N] [--view NAME] [--explain | --no-replay]\n"
     "\n"
     "Writes one self-contained HTML page (no network: open it by double-click) with the views\n"
     "of PyTorch's memory viewer: Active Memory Timeline, Allocated Memory (incl. Private\n"
     "Pools), Active Cached Segment Timeline, Allocator State History, Allocator Settings, and a\n"
-    "flame graph of what is alive at a chosen moment. Every allocation is drawn (no 15,000\n"
-    "cut). See docs/view.md.\n"
+    "flame graph of what is alive at a chosen moment, and Explain (why it ran out or peaked,\n"
+    "as memsnap explain says). Every allocation is drawn (no 15,000 cut). See docs/view.md.\n"
     "FILE is a memsnap snapshot or a PyTorch pickle ('-' reads standard input).\n"
     "\n"
     "options:\n"
@@ -26,7 +26,10 @@ static const char view_usage[] =
     "  --device N         the device shown first (default: the one with the longest trace;\n"
     "                     every device with a trace or segments is in the page)\n"
     "  --view NAME        the view opened first: timeline, pools, segments, history,\n"
-    "                     settings, flame\n"
+    "                     settings, flame, explain\n"
+    "  --explain          replay the remedies of the Explain panel for every device (default:\n"
+    "                     for the devices that had an OOM)\n"
+    "  --no-replay        replay none (the panel gives the verdict and the state only)\n"
     "  -h, --help         show this help\n";
 
 static const char trace_plot_usage[] =
@@ -172,9 +175,10 @@ static int view_filter_freed(const ms_snapshot_t *snap, ms_snapshot_t *copy,
 /* ---- the commands ---------------------------------------------------------------------------- */
 
 static int view_run(const char *cmd, const char *path, const char *out_path, const char *device_s,
-                    const char *view, bool filter_freed) {
+                    const char *view, bool filter_freed, int explain) {
   ms_viewer_opts_t vo;
   ms_viewer_opts_init(&vo);
+  vo.explain = explain;
   if (device_s) {
     uint64_t v;
     if (!cli_parse_u64(device_s, &v) || v > 1u << 20)
@@ -221,9 +225,12 @@ static int view_run(const char *cmd, const char *path, const char *out_path, con
 
 int cmd_view(int argc, char **argv) {
   const char *out = NULL, *device_s = NULL, *view = NULL;
+  int explain = 0, no_replay = 0;
   const struct cli_opt opts[] = {{"output", 'o', NULL, &out},
                                  {"device", 0, NULL, &device_s},
                                  {"view", 0, NULL, &view},
+                                 {"explain", 0, &explain, NULL},
+                                 {"no-replay", 0, &no_replay, NULL},
                                  {NULL, 0, NULL, NULL}};
   char *pos[1];
   int npos = 0;
@@ -232,10 +239,14 @@ int cmd_view(int argc, char **argv) {
   if (rc != CLI_OK) return rc;
   if (npos < 1) return cli_usage_error("view", "missing FILE");
   if (view && strcmp(view, "timeline") && strcmp(view, "pools") && strcmp(view, "segments") &&
-      strcmp(view, "history") && strcmp(view, "settings") && strcmp(view, "flame"))
+      strcmp(view, "history") && strcmp(view, "settings") && strcmp(view, "flame") &&
+      strcmp(view, "explain"))
     return cli_usage_error("view", "unknown view '%s' (timeline, pools, segments, history, "
-                                   "settings, flame)", view);
-  return view_run("view", pos[0], out ? out : "output.html", device_s, view, false);
+                                   "settings, flame, explain)", view);
+  if (explain && no_replay)
+    return cli_usage_error("view", "options '--explain' and '--no-replay' exclude each other");
+  return view_run("view", pos[0], out ? out : "output.html", device_s, view, false,
+                  explain ? 1 : no_replay ? 0 : -1);
 }
 
 int cmd_trace_plot(int argc, char **argv) {
@@ -253,7 +264,7 @@ int cmd_trace_plot(int argc, char **argv) {
   if (rc != CLI_OK) return rc;
   if (npos < 1) return cli_usage_error("trace_plot", "missing FILE");
   return view_run("trace_plot", pos[0], out ? out : "output.html", device_s,
-                  segments ? "segments" : "timeline", filter != 0);
+                  segments ? "segments" : "timeline", filter != 0, -1);
 }
 
 int cmd_segment_plot(int argc, char **argv) {
@@ -267,5 +278,5 @@ int cmd_segment_plot(int argc, char **argv) {
   if (rc == CLI_HELP_SHOWN) return CLI_OK;
   if (rc != CLI_OK) return rc;
   if (npos < 1) return cli_usage_error("segment_plot", "missing FILE");
-  return view_run("segment_plot", pos[0], out ? out : "output.html", device_s, "history", false);
+  return view_run("segment_plot", pos[0], out ? out : "output.html", device_s, "history", false, -1);
 }

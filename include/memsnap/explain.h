@@ -61,6 +61,8 @@ typedef struct ms_explain_options_s {
   bool min_capacity;     /* bisect each remedy's smallest capacity (default true) */
   unsigned threads;      /* replay workers; 0 = one per online core */
   size_t ntop;           /* holders to list (default 10) */
+  size_t series_points;  /* > 0: also the allocated and reserved bytes over the trace, as at
+                            most this many buckets (their maxima), e.g. for a chart; default 0 */
 } ms_explain_options_t;
 
 MS_API void ms_explain_options_init(ms_explain_options_t *o);
@@ -145,6 +147,10 @@ typedef struct ms_explain_s {
   char replay_note[320];             /* why the trace cannot be replayed, else "" */
   char recommendation[640];
   char hint[512];                    /* what to record next time (no trace), else "" */
+  /* series_points > 0: bucket k covers steps [series_step[k], series_step[k + 1]) (the last up
+   * to the end); the maxima of allocated and reserved bytes over it. */
+  uint64_t *series_step, *series_allocated, *series_reserved;
+  size_t nseries;
 } ms_explain_t;
 
 /* Explains snap as *o says (NULL = defaults). @return MS_OK with *out (free with

@@ -34,6 +34,9 @@ typedef struct ms_viewer_opts_s {
   const char *view;  /* the view shown first: "timeline", "segments", "history", "settings",
                         "flame" (NULL: "timeline") */
   const char *title; /* the file's name shown in the page (data: escaped) */
+  int explain;       /* the Explain panel (memsnap/explain.h): 1 replays the remedies of every
+                        device's answer, 0 gives the verdict only, -1 (default) replays on the
+                        devices that had an OOM */
 } ms_viewer_opts_t;
 
 /* Fills the defaults. */

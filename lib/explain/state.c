@@ -40,6 +40,9 @@ void ms_explain_free(ms_explain_t *x) {
   free(x->pools);
   free(x->top);
   free(x->remedies);
+  free(x->series_step);
+  free(x->series_allocated);
+  free(x->series_reserved);
   free(x);
 }
 
@@ -403,6 +406,30 @@ static void ex_hint(ms_explain_t *x) {
            "an OOM observer: docs/explain.md)");
 }
 
+/* The allocated and reserved maxima over at most `points` buckets of the device's steps. */
+static int ex_series(const ms_timeline_t *tl, size_t points, ms_explain_t *x) {
+  size_t steps = ms_timeline_nentries(tl, x->device) + 1;
+  size_t nb = points < steps ? points : steps;
+  const uint64_t *al = ms_timeline_series(tl, x->device, MS_TL_ALLOCATED);
+  const uint64_t *re = ms_timeline_series(tl, x->device, MS_TL_RESERVED);
+  if (!al || !re || nb == 0) return MS_OK;
+  x->series_step = calloc(nb, sizeof *x->series_step);
+  x->series_allocated = calloc(nb, sizeof *x->series_allocated);
+  x->series_reserved = calloc(nb, sizeof *x->series_reserved);
+  if (!x->series_step || !x->series_allocated || !x->series_reserved) return MS_ENOMEM;
+  for (size_t b = 0; b < nb; b++) {
+    size_t lo = (size_t)((unsigned __int128)b * steps / nb);
+    size_t hi = (size_t)((unsigned __int128)(b + 1) * steps / nb);
+    x->series_step[b] = lo;
+    for (size_t s = lo; s < hi; s++) {
+      if (al[s] > x->series_allocated[b]) x->series_allocated[b] = al[s];
+      if (re[s] > x->series_reserved[b]) x->series_reserved[b] = re[s];
+    }
+  }
+  x->nseries = nb;
+  return MS_OK;
+}
+
 static int ex_analyse(const ms_snapshot_t *snap, const ms_timeline_t *tl,
                       const ms_explain_options_t *o, ms_explain_t *x, ms_errbuf_t *eb) {
   MS_FORWARD_IF_ERROR(ex_moment(tl, o, x, eb));
@@ -417,6 +444,7 @@ static int ex_analyse(const ms_snapshot_t *snap, const ms_timeline_t *tl,
   if (x->moment == MS_EXPLAIN_AT_OOM) ex_verdict_request(x);
   else ex_verdict_state(x);
   MS_FORWARD_IF_ERROR(ex_step_phase(snap, x));
+  if (o->series_points && x->has_trace) MS_FORWARD_IF_ERROR(ex_series(tl, o->series_points, x));
   ex_hint(x);
   return MS_OK;
 }

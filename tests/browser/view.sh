@@ -10,6 +10,8 @@
 #   - "Allocated Memory (incl. Private Pools)" on a snapshot with a private pool (view_pools.py):
 #     envelope and stripes as worked out by hand; the pool and time-range selectors;
 #   - stacks whose encoding needs big ranks (view_stacks.py) are read back whole;
+#   - the Explain panel on every page; on a run that ran out of memory (view_oom.py) its verdict,
+#     capacity, remedies and phase as worked out by hand, and the OOM marked on the timeline;
 #   - a click on a band shows its size and stack; search counts match the data; the peak key;
 #   - what is alive at the peak as CSV and JSON matches the bands alive there;
 #   - arrow keys in the Allocator State History move the selected event and the map, and the
@@ -81,6 +83,9 @@ run notrace "$work/notrace.html" "$work/notrace.pickle"
 python3 "$here/view_pools.py" "$work/pools.pickle"
 "$memsnap" view "$work/pools.pickle" -o "$work/pools.html"
 run pools "$work/pools.html" "$work/pools.pickle" "window.EXPECT_POOLS = true;"
+python3 "$here/view_oom.py" "$work/oom.pickle"
+"$memsnap" view "$work/oom.pickle" -o "$work/oom.html"
+run oom "$work/oom.html" "$work/oom.pickle" "window.EXPECT_OOM = true;"
 python3 "$here/view_stacks.py" "$work/stacks.pickle"
 "$memsnap" view "$work/stacks.pickle" -o "$work/stacks.html"
 run stacks "$work/stacks.html" "$work/stacks.pickle" "window.EXPECT_STACKS = true;"

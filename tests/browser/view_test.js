@@ -192,6 +192,35 @@
     ok("alive CSV rows", csv.length === aliveN + 2 && csv[0].indexOf("address,size,") === 0, csv.length + " vs " + aliveN);
     ok("alive JSON", js.allocations.length === aliveN && js.bytes === aliveB && js.timestep === TL.peakT);
     ok("alive bytes", fl.total === aliveB);
+    /* the Explain panel: the device's answer; at the selected moment, the page's own verdict */
+    api.show("explain");
+    var xa = D.explain, ev = api.view;
+    ok("explain: the panel", ev && ev.name === "explain" && !!xa, JSON.stringify(xa || {}).slice(0, 200));
+    if (xa && !xa.error) {
+      var vdiv = document.querySelector(".explain .verdict");
+      ok("explain: the verdict shown", !!vdiv && vdiv.dataset.verdict === xa.verdict
+         && ["full", "fragmentation", "releasable", "private_pool", "unknown"].indexOf(xa.verdict) >= 0);
+      if (ev.selectedVerdict) {
+        var sv = ev.selectedVerdict;
+        ok("explain: the selected moment's figures add up", sv.reserved >= sv.active && sv.active >= sv.allocated
+           && sv.cached_free === sv.reserved - sv.active);
+      }
+    }
+    if (window.EXPECT_OOM) {
+      var MiB = 1048576;
+      ok("oom: moment", xa.moment === "oom" && xa.entry === 6 && xa.step === 4, JSON.stringify([xa.moment, xa.entry, xa.step]));
+      ok("oom: phase as text", xa.phase === "<img src=x onerror=alert(1)>## forward ##"
+         && document.querySelector(".explain h3").textContent.indexOf("<img src=x") > 0
+         && !document.querySelector(".explain img"));
+      ok("oom: capacity inferred", xa.capacity_bytes === 120 * MiB && xa.capacity_source === "inferred_from_oom");
+      ok("oom: verdict", xa.verdict === "fragmentation" && xa.cached_free_bytes === 40 * MiB
+         && xa.largest_free_block_bytes === 40 * MiB, xa.verdict_text);
+      var es = xa.remedies.filter(function (r) { return r.config === "expandable_segments:True"; })[0];
+      ok("oom: remedies replayed", xa.remedies.length >= 8 && !!es && es.avoids_oom === true
+         && document.querySelectorAll(".explain .remedies tr").length === xa.remedies.length + 1);
+      ok("oom: recommendation", (xa.recommendation || "").indexOf("set PYTORCH_CUDA_ALLOC_CONF=") === 0, xa.recommendation);
+      ok("oom: marked on the timeline", api.oomSteps(TL).length === 1);
+    }
     /* Allocator State History: arrow keys move the event; the map follows */
     api.show("history");
     var h = api.view, n = D.trace.action.length;

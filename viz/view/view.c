@@ -14,6 +14,7 @@
 #include "memsnap/view.h"
 #include "bin.h"
 #include "stacks.h"
+#include "answer.h"
 #include "writer.h"
 
 /* The page's script and style (view.js, view.css), embedded at build time (embed.cmake). */
@@ -25,6 +26,7 @@ extern const size_t ms__view_css_len;
 void ms_viewer_opts_init(ms_viewer_opts_t *o) {
   memset(o, 0, sizeof *o);
   o->device = SIZE_MAX;
+  o->explain = -1;
 }
 
 static int view_no_device(ms_errbuf_t *eb, size_t dev) {
@@ -356,6 +358,8 @@ static void view_data(vw_t *w, const view_ctx_t *c, const vb_t *b) {
     view_segments(w, s, dev);
     view_tlv_json(w, "tl", &c->meta[2 * k]);
     view_tlv_json(w, "seg", &c->meta[2 * k + 1]);
+    vw_puts(w, ",\n\"explain\":");
+    ms__view_answer_json(w, s, dev, c->o->explain);
     vw_puts(w, "}");
   }
   vw_puts(w, "]");

@@ -14,7 +14,8 @@
                ["segments", "Active Cached Segment Timeline"],
                ["history", "Allocator State History"],
                ["settings", "Allocator Settings"],
-               ["flame", "Alive at the selected moment (flame graph)"]];
+               ["flame", "Alive at the selected moment (flame graph)"],
+               ["explain", "Explain: why it ran out or peaked"]];
   var A = { ALLOC: 0, FREE_REQ: 1, FREE_DONE: 2, SEG_ALLOC: 3, SEG_FREE: 4, SEG_MAP: 5,
             SEG_UNMAP: 6, SNAPSHOT: 7, OOM: 8 };
 
@@ -381,6 +382,35 @@
                                             segmentsView: tl.segmentsView, pools: false }).entryStep;
     return tl.entryStep;
   }
+  /* The timesteps at which the trace's `oom` entries take effect (none until the trace is read). */
+  function oomSteps(tl) {
+    if (!D.trace) return [];
+    if (!tl.oomT) {
+      var st = null, out = [];
+      for (var i = 0; i < D.trace.action.length; i++)
+        if (D.trace.action[i] === A.OOM) { st = st || entrySteps(tl); out.push(st[i]); }
+      tl.oomT = out;
+    }
+    return tl.oomT;
+  }
+  /* The Explain panel (explain.js): the device's answer, and the state at the moment chosen on a
+   * timeline (after the entries whose timestep is at or before it). */
+  function explainView(root) {
+    var sel = -1;
+    if (D.trace && selectedT >= 0 && TL) {
+      var st = entrySteps(TL);
+      sel = 0;
+      while (sel < st.length - 1 && st[sel] <= selectedT) sel++;
+    }
+    return window.memsnapExplain.view(root, {
+      el: el, fmtSize: fmtSize, fmtBoth: fmtBoth, answer: D.explain, trace: D.trace, A: A,
+      selected: sel,
+      stateAt: D.trace ? function (step) {
+        var s = new AllocState();
+        s.moveTo(step);
+        return { segs: s.segs, blocks: Array.from(s.blocks.values()) };
+      } : null });
+  }
   /* the timesteps [lo, hi] the time-range selector allows (the whole run without it) */
   function stepRange(tl) {
     if (!range || !D.trace) return [0, tl.nT];
@@ -606,6 +636,15 @@
         ctx.setLineDash([]);
         ctx.fillStyle = "#d00"; ctx.fillText("peak " + fmtSize(tl.maxAt[tl.peakT]), px + 3, pad.t + 10);
       }
+      /* each out-of-memory error, where its entry takes effect */
+      oomSteps(tl).forEach(function (t) {
+        var ox = X(t);
+        if (ox < pad.l || ox > W - pad.r) return;
+        ctx.strokeStyle = "#b00"; ctx.lineWidth = 2; ctx.setLineDash([6, 2]);
+        ctx.beginPath(); ctx.moveTo(ox, pad.t); ctx.lineTo(ox, H - pad.b); ctx.stroke();
+        ctx.setLineDash([]); ctx.lineWidth = 1;
+        ctx.fillStyle = "#b00"; ctx.fillText("OOM", ox + 30 > W ? ox - 28 : ox + 3, pad.t + 22);
+      });
     }
     function outline(s, style) {
       octx.beginPath();
@@ -1178,7 +1217,8 @@
     holder.textContent = "";
     hash.view = name; writeHash();
     var v = el("div", "view", holder);
-    if (!D.trace && name !== "timeline" && name !== "segments" && name !== "settings") {
+    if (!D.trace && name !== "timeline" && name !== "segments" && name !== "settings" &&
+        name !== "explain") {
       el("div", "note", v, "The trace is still being read: this view opens when it is.");
       current = { name: name, destroy: function () {} };
       api.view = current;
@@ -1188,6 +1228,7 @@
     else if (name === "history") current = historyView(v);
     else if (name === "settings") current = settingsView(v);
     else if (name === "flame") current = flameView(v, TL);
+    else if (name === "explain") current = explainView(v);
     else if (name === "pools") {
       var ptl = poolsTimeline();
       el("div", "note", v, ptl.envelopes.length
@@ -1216,7 +1257,7 @@
     D.nstacks = 0;
     return window.memsnapData.load(D.bin, "ms-bin", phase).then(function (B) {
       D.bin = B;
-      api.stackFrames = stackFrames; api.hexAddr = hexAddr; api.entrySteps = entrySteps;
+      api.stackFrames = stackFrames; api.hexAddr = hexAddr; api.entrySteps = entrySteps; api.oomSteps = oomSteps;
       api.elementPool = elementPool; api.streams = seriesStreams;
       var h = readHash();
       useDevice(h.device !== undefined && D.devices.indexOf(+h.device) >= 0 ? +h.device : D.device);
@@ -1265,6 +1306,7 @@
     D.device = dev;
     D.segments = pd.segments;
     D.ntrace = pd.ntrace;
+    D.explain = pd.explain;
     streamIds = {};
     blockIndex = null;
     selectedT = -1;

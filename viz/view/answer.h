@@ -1,0 +1,18 @@
+/* SPDX-License-Identifier: MIT
+ * memsnap viewer: the Explain panel's data (answer.c).
+ */
+#ifndef MEMSNAP_VIZ_VIEW_ANSWER_H
+#define MEMSNAP_VIZ_VIEW_ANSWER_H
+
+#include <stddef.h>
+
+#include "memsnap/snapshot.h"
+#include "writer.h"
+
+/* Writes device dev's answer (memsnap/explain.h) as one JSON object: the fields of
+ * `memsnap explain --json` the panel shows, and "series" ([step, allocated, reserved] buckets);
+ * {"error": "..."} when there is none. replay: 1 replays the remedies (without the smallest
+ * capacities), 0 does not, -1 only on a device that had an OOM. */
+void ms__view_answer_json(vw_t *w, const ms_snapshot_t *s, size_t dev, int replay);
+
+#endif
