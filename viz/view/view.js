@@ -166,7 +166,8 @@
       size: sec("size"), elem: sec("elem"), color: sec("color"), ghost: sec("ghost"),
       tmin: new Float64Array(n), tmax: new Float64Array(n),
       summ: -1, summSizes: null, summOffsets: null,
-      maxAt: null, maxSize: meta.max_size, elementsLength: meta.elements_length
+      maxAt: null, maxSize: meta.max_size, elementsLength: meta.elements_length,
+      budget: meta.budget || null
     };
     for (i = 0; i < n; i++) {
       tl.first[i] = f0[i];
@@ -416,6 +417,15 @@
         : "the trace of this device has no allocation."));
       self.destroy = function () {};
       return self;
+    }
+    if (tl.budget) {
+      /* the data past its budget (docs/view.md, "The budget"): the smallest in the grey band */
+      el("div", "note budget", root, "Summarized: " + tl.budget.drawn + " of "
+        + tl.elementsLength + " allocations are drawn on their own; the "
+        + (tl.elementsLength - tl.budget.drawn) + " smallest are in the grey \"summarized\" band "
+        + "(as PyTorch's viewer does past 15,000), because drawing every one would take "
+        + fmtSize(tl.budget.exact_bytes) + ", more than the page's budget of "
+        + fmtSize(tl.budget.bytes) + ".");
     }
     var plot = el("div", "plot", root), mini = el("div", "mini", root), info = el("pre", "info", root);
     var cv = el("canvas", "", plot), over = el("canvas", "", plot), mcv = el("canvas", "", mini);
