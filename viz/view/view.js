@@ -421,8 +421,9 @@
     if (tl.budget) {
       /* the data past its budget (docs/view.md, "The budget"): the smallest in the grey band */
       el("div", "note budget", root, "Summarized: " + tl.budget.drawn + " of "
-        + tl.elementsLength + " allocations are drawn on their own; the "
-        + (tl.elementsLength - tl.budget.drawn) + " smallest are in the grey \"summarized\" band "
+        + tl.elementsLength + " allocations are drawn on their own; the other "
+        + (tl.elementsLength - tl.budget.drawn) + " (the smallest; of equal sizes, the latest) are "
+        + "in the grey \"summarized\" band "
         + "(as PyTorch's viewer does past 15,000), because drawing every one would take "
         + fmtSize(tl.budget.exact_bytes) + ", more than the page's budget of "
         + fmtSize(tl.budget.bytes) + ".");
