@@ -204,7 +204,9 @@ static int view_run(const char *cmd, const char *path, const char *out_path, con
   if ((rc = cli_out_open(&o, out_path)) == CLI_OK) {
     ms_errbuf_t eb = {{0}};
     int err = ms_viewer_write_html(use, &vo, &o.sink, &eb);
-    if (err != MS_OK) {
+    if (err != MS_OK && o.werr) { /* the output's own error: "no space left on device" */
+      rc = cli_out_fail(&o, err, NULL);
+    } else if (err != MS_OK) {
       cli_out_abort(&o);
       if (eb.msg[0]) cli_error("'%s': %s", name, eb.msg);
       else cli_error("cannot write '%s': %s", out_path, ms_strerror(err));
