@@ -185,7 +185,7 @@ static int timeline_text(const ms_snapshot_t *snap, const char *name, const cli_
       cli_format_time(fe, a, sizeof a);
       cli_format_time(le, b, sizeof b);
       fprintf(out, "  first entry: %s\n  last entry:  %s\n  duration: %.6f s\n", a, b,
-              (double)(le->time_us - fe->time_us) / 1e6);
+              ((double)le->time_us - (double)fe->time_us) / 1e6); /* no int64_t overflow */
     } else if (to > from) {
       fprintf(out, "  (the entries have no timestamps)\n");
     }
