@@ -53,7 +53,7 @@ Test(viewer_budget, worst_shape_is_bounded) {
   ms_tlv_budget_t b = {0};
   b.summarize = true;
   cr_assert_eq(ms_tlv_compute_budget(s, 0, false, SIZE_MAX, 0, SIZE_MAX, NULL, &b, &v), MS_OK);
-  cr_expect_eq(b.bytes, MS_TLV_BUDGET_BYTES);
+  cr_expect_eq(b.bytes, MS_TLV_BUDGET_BYTES); /* 8,000 entries: 64 MiB is more than 384 B each */
   cr_expect(b.summarized);
   cr_expect_gt(b.exact_bytes, (uint64_t)3000000 * MS_TLV_POINT_BYTES, "%" PRIu64, b.exact_bytes);
   cr_expect_leq((uint64_t)series_points(&v) * MS_TLV_POINT_BYTES, MS_TLV_BUDGET_BYTES);
@@ -64,6 +64,14 @@ Test(viewer_budget, worst_shape_is_bounded) {
   cr_expect_eq(v.max_size, 2001 * 512);
   ms_tlv_release(&v);
   ms_snapshot_free(s);
+}
+
+/* The default budget: 64 MiB, or 384 bytes per trace entry when that is more. */
+Test(viewer_budget, default_budget) {
+  cr_expect_eq(ms_tlv_default_budget(0), (uint64_t)64 << 20);
+  cr_expect_eq(ms_tlv_default_budget(174762), (uint64_t)64 << 20);
+  cr_expect_eq(ms_tlv_default_budget(1000000), (uint64_t)384000000);
+  cr_expect_eq(ms_tlv_default_budget(UINT32_MAX), (uint64_t)UINT32_MAX * 384);
 }
 
 static void expect_same(const ms_tlv_t *a, const ms_tlv_t *b) {

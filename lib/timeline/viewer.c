@@ -608,6 +608,11 @@ static int tlv_output(tlv_ctx_t *c, size_t dev, bool plot_segments, ms_tlv_t *ou
   return MS_OK;
 }
 
+uint64_t ms_tlv_default_budget(size_t nentries) {
+  uint64_t per = (uint64_t)nentries * MS_TLV_BUDGET_PER_ENTRY; /* < 2^64: entries < 2^40 */
+  return per > MS_TLV_BUDGET_BYTES ? per : MS_TLV_BUDGET_BYTES;
+}
+
 int ms_tlv_compute_budget(const ms_snapshot_t *snap, size_t dev, bool plot_segments,
                           size_t max_entries, size_t first, size_t last,
                           const ms_snapshot_t *at_last, ms_tlv_budget_t *budget, ms_tlv_t *out) {
@@ -617,7 +622,6 @@ int ms_tlv_compute_budget(const ms_snapshot_t *snap, size_t dev, bool plot_segme
   ms_tlv_budget_t dflt;
   memset(&dflt, 0, sizeof dflt);
   ms_tlv_budget_t *b = budget ? budget : &dflt;
-  if (b->bytes == 0) b->bytes = MS_TLV_BUDGET_BYTES;
   b->exact_bytes = 0;
   b->fits_entries = max_entries;
   b->drawn = 0;
@@ -629,6 +633,7 @@ int ms_tlv_compute_budget(const ms_snapshot_t *snap, size_t dev, bool plot_segme
   }
   if (last > n) last = n;
   if (first > last) first = last;
+  if (b->bytes == 0) b->bytes = ms_tlv_default_budget(last - first);
   tlv_ctx_t c;
   memset(&c, 0, sizeof c);
   int rc = tlv_match_trace(&c, trace, first, last, plot_segments);
