@@ -378,8 +378,8 @@
    * (replay.js) of the same trace. */
   function entrySteps(tl) {
     if (!tl.entryStep)
-      tl.entryStep = window.memsnapReplay({ trace: D.trace, segments: D.segments,
-                                            segmentsView: tl.segmentsView, pools: false }).entryStep;
+      tl.entryStep = window.memsnapEntrySteps({ trace: D.trace, segments: D.segments,
+                                                segmentsView: tl.segmentsView, pools: false });
     return tl.entryStep;
   }
   /* the timesteps [lo, hi] the time-range selector allows (the whole run without it) */
@@ -1176,6 +1176,12 @@
 
   /* "Allocated Memory (incl. Private Pools)": replayed in the page when first shown (replay.js) */
   function poolsTimeline() {
+    if (!PTL && TL.budget) {
+      /* the replay draws every allocation on its own: past the budget it would need what the
+       * budget avoided (docs/view.md, "The budget") */
+      PTL = TL;
+      api.poolsTimeline = PTL;
+    }
     if (!PTL) {
       PTL = window.memsnapReplay({ trace: D.trace, segments: D.segments, segmentsView: false, pools: true });
       lodIndex(PTL);
@@ -1201,7 +1207,10 @@
     else if (name === "flame") current = flameView(v, TL);
     else if (name === "pools") {
       var ptl = poolsTimeline();
-      el("div", "note", v, ptl.envelopes.length
+      el("div", "note", v, ptl === TL
+        ? "This view replays every allocation in the page, which past the page's budget would take "
+          + "what the budget avoids; the Active Memory Timeline, summarized, is shown instead."
+        : ptl.envelopes.length
         ? "Blocks of private pools (CUDA graphs, MemPool) are the half transparent stripes inside "
           + "their pool's grey envelope, as tall as the pool's reserved memory (it never shrinks); "
           + ptl.envelopes.length + " pool envelope(s)."
