@@ -135,6 +135,47 @@ Test(viewer_budget, summarized_is_pytorchs_data_with_fewer_entries) {
   ms_snapshot_free(s);
 }
 
+/* Random shapes and budgets, and the synthetic snapshots' hostile traces (frees that match no
+ * alloc, reused addresses): summarized is always exact with fewer entries, within the budget. */
+Test(viewer_budget, random_shapes_and_budgets) {
+  uint64_t x = 0x9e3779b97f4a7c15ull;
+  size_t tried = 0, summarized = 0;
+  int rounds = getenv("MS_TEST_BUDGET_ROUNDS") ? atoi(getenv("MS_TEST_BUDGET_ROUNDS")) : 300;
+  for (int k = 0; k < rounds; k++) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    ms_snapshot_t *s;
+    if (k % 3 == 2) {
+      th_synth_opts_t o = {.nsegments = 2 + x % 6, .blocks_per_segment = 1 + (x >> 8) % 12,
+                           .nframes = 8, .nstacks = 8, .ntrace = 50 + (x >> 16) % 400,
+                           .seed = x};
+      s = th_synth(&o);
+      cr_assert(s);
+    } else {
+      s = stacked(1 + x % 200, (x >> 8) % 300);
+    }
+    for (int seg = 0; seg < 2; seg++) {
+      ms_tlv_budget_t b = {((x >> 24) % 4000 + 1) * MS_TLV_POINT_BYTES, true, 0, 0, 0, false};
+      size_t me = (x >> 40) % 3 == 0 ? (size_t)((x >> 44) % 50) : SIZE_MAX;
+      ms_tlv_t v, exact;
+      int rc = ms_tlv_compute_budget(s, 0, seg, me, 0, SIZE_MAX, NULL, &b, &v);
+      if (rc != MS_OK) continue; /* a device 0 the snapshot lacks, say */
+      tried++;
+      summarized += b.summarized;
+      cr_expect_leq((uint64_t)series_points(&v) * MS_TLV_POINT_BYTES, b.bytes, "case %d", k);
+      ms_tlv_budget_t none = {UINT64_MAX, false, 0, 0, 0, false};
+      cr_assert_eq(ms_tlv_compute_budget(s, 0, seg, b.summarized ? b.drawn : me, 0, SIZE_MAX, NULL,
+                                         &none, &exact),
+                   MS_OK, "case %d", k);
+      expect_same(&v, &exact);
+      ms_tlv_release(&exact);
+      ms_tlv_release(&v);
+    }
+    ms_snapshot_free(s);
+  }
+  cr_log_info("%zu computations, %zu summarized", tried, summarized);
+  cr_expect_gt(summarized, 10);
+}
+
 /* The count made before the replay is the replay's own (ms_tlv_compute checks it and fails
  * otherwise): on every fixture, both timelines, every max_entries that matters. */
 Test(viewer_budget, count_is_the_replays_on_the_fixtures) {

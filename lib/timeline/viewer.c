@@ -418,7 +418,7 @@ static int tlv_fit(tlv_ctx_t *c, size_t max_entries, ms_tlv_budget_t *b) {
   uint64_t max_pts = b->bytes == UINT64_MAX ? UINT64_MAX : b->bytes / MS_TLV_POINT_BYTES;
   size_t kmax = max_entries < c->el.len ? max_entries : c->el.len;
   tlv_draw_first(c, kmax);
-  uint64_t need = tlv_count(c, false);
+  uint64_t need = c->series_points = tlv_count(c, true); /* kept by tlv_layout when it fits */
   b->exact_bytes = need > UINT64_MAX / MS_TLV_POINT_BYTES ? UINT64_MAX : need * MS_TLV_POINT_BYTES;
   b->fits_entries = max_entries;
   b->drawn = kmax;
@@ -436,14 +436,15 @@ static int tlv_fit(tlv_ctx_t *c, size_t max_entries, ms_tlv_budget_t *b) {
   b->fits_entries = lo;
   if (!b->summarize) return MS_ELIMIT;
   tlv_draw_first(c, lo);
+  c->series_points = tlv_count(c, true);
   b->drawn = lo;
   b->summarized = true;
   return MS_OK;
 }
 
-/* Lays the drawn elements' series out: each series' first point, from the exact count. */
+/* Lays the drawn elements' series out: each series' first point, from the exact count of the
+ * chosen elements (tlv_fit). */
 static int tlv_layout(tlv_ctx_t *c) {
-  c->series_points = tlv_count(c, true);
   if (c->series_points > SIZE_MAX / sizeof(int64_t) - 4) return MS_ENOMEM;
   size_t n = c->nplaces + 1;
   c->first = malloc(n * sizeof *c->first);
