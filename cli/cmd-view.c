@@ -9,10 +9,11 @@
 #include <string.h>
 
 #include "cli.h"
+#include "memsnap/replay.h"
 #include "memsnap/view.h"
 
 static const char view_usage[] =
-    "usage: memsnap view FILE [-o OUT.html] [--device N] [--view NAME]\n"
+    "usage: memsnap view FILE [-o OUT.html] [--device N] [--view NAME] [--budget SIZE]\n"
     "\n"
     "Writes one self-contained HTML page (no network: open it by double-click) with the views\n"
     "of PyTorch's memory viewer: Active Memory Timeline, Allocated Memory (incl. Private\n"
@@ -28,6 +29,8 @@ static const char view_usage[] =
     "                     every device with a trace or segments is in the page)\n"
     "  --view NAME        the view opened first: timeline, pools, segments, history,\n"
     "                     settings, flame\n"
+    "  --budget SIZE      the most each timeline's points may take (64M, 2G, ...; default\n"
+    "                     64 MiB or 384 bytes per trace entry, whichever is more)\n"
     "  -h, --help         show this help\n";
 
 static const char trace_plot_usage[] =
@@ -173,9 +176,10 @@ static int view_filter_freed(const ms_snapshot_t *snap, ms_snapshot_t *copy,
 /* ---- the commands ---------------------------------------------------------------------------- */
 
 static int view_run(const char *cmd, const char *path, const char *out_path, const char *device_s,
-                    const char *view, bool filter_freed) {
+                    const char *view, bool filter_freed, uint64_t budget) {
   ms_viewer_opts_t vo;
   ms_viewer_opts_init(&vo);
+  vo.timeline_budget_bytes = budget;
   if (device_s) {
     uint64_t v;
     if (!cli_parse_u64(device_s, &v) || v > 1u << 20)
@@ -223,10 +227,11 @@ static int view_run(const char *cmd, const char *path, const char *out_path, con
 }
 
 int cmd_view(int argc, char **argv) {
-  const char *out = NULL, *device_s = NULL, *view = NULL;
+  const char *out = NULL, *device_s = NULL, *view = NULL, *budget_s = NULL;
   const struct cli_opt opts[] = {{"output", 'o', NULL, &out},
                                  {"device", 0, NULL, &device_s},
                                  {"view", 0, NULL, &view},
+                                 {"budget", 0, NULL, &budget_s},
                                  {NULL, 0, NULL, NULL}};
   char *pos[1];
   int npos = 0;
@@ -238,7 +243,11 @@ int cmd_view(int argc, char **argv) {
       strcmp(view, "history") && strcmp(view, "settings") && strcmp(view, "flame"))
     return cli_usage_error("view", "unknown view '%s' (timeline, pools, segments, history, "
                                    "settings, flame)", view);
-  return view_run("view", pos[0], out ? out : "output.html", device_s, view, false);
+  size_t budget = 0; /* the default (ms_tlv_default_budget) */
+  ms_errbuf_t eb = {{0}};
+  if (budget_s && ms_replay_parse_capacity(budget_s, &budget, &eb) != MS_OK)
+    return cli_usage_error("view", "option '--budget' needs a size such as 64M or 2G: %s", eb.msg);
+  return view_run("view", pos[0], out ? out : "output.html", device_s, view, false, budget);
 }
 
 int cmd_trace_plot(int argc, char **argv) {
@@ -256,7 +265,7 @@ int cmd_trace_plot(int argc, char **argv) {
   if (rc != CLI_OK) return rc;
   if (npos < 1) return cli_usage_error("trace_plot", "missing FILE");
   return view_run("trace_plot", pos[0], out ? out : "output.html", device_s,
-                  segments ? "segments" : "timeline", filter != 0);
+                  segments ? "segments" : "timeline", filter != 0, 0);
 }
 
 int cmd_segment_plot(int argc, char **argv) {
@@ -270,5 +279,6 @@ int cmd_segment_plot(int argc, char **argv) {
   if (rc == CLI_HELP_SHOWN) return CLI_OK;
   if (rc != CLI_OK) return rc;
   if (npos < 1) return cli_usage_error("segment_plot", "missing FILE");
-  return view_run("segment_plot", pos[0], out ? out : "output.html", device_s, "history", false);
+  return view_run("segment_plot", pos[0], out ? out : "output.html", device_s, "history", false,
+                  0);
 }

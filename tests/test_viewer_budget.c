@@ -307,4 +307,23 @@ Test(viewer_budget_cli, timeline_json_refuses_and_view_summarizes) {
            ",\"drawn\":%zu}", MS_TLV_BUDGET_BYTES, b.exact_bytes, b.fits_entries);
   cr_expect(strstr(page, expect), "the page's data does not say it summarized: %s", expect);
   free(page);
+  /* --budget: a larger one draws everything, a smaller one fewer; 0 or junk is a usage error */
+  r = RUN("view", "stacked.msgpack", "-o", "big.html", "--budget", "1G");
+  cr_expect_eq(r.status, 0, "%s", r.err);
+  free(r.out), free(r.err);
+  snprintf(html, sizeof html, "%s/big.html", dir);
+  page = slurp(html);
+  cr_expect_null(strstr(page, "\"budget\":{"), "summarized within a 1 GiB budget");
+  free(page);
+  r = RUN("view", "stacked.msgpack", "-o", "small.html", "--budget", "1M");
+  cr_expect_eq(r.status, 0, "%s", r.err);
+  free(r.out), free(r.err);
+  snprintf(html, sizeof html, "%s/small.html", dir);
+  page = slurp(html);
+  cr_expect(strstr(page, "\"budget\":{\"bytes\":1048576,"), "no 1 MiB budget in the page");
+  free(page);
+  r = RUN("view", "stacked.msgpack", "--budget", "0");
+  cr_expect_eq(r.status, 2, "%s", r.err);
+  cr_expect(strstr(r.err, "option '--budget' needs a size such as 64M or 2G"), "%s", r.err);
+  free(r.out), free(r.err);
 }
