@@ -212,6 +212,18 @@ Test(hostile_cli, stats_refuses_a_segment_too_large_to_draw) {
   run_free(&r);
 }
 
+/* stats with several files (cli/ranks.c) printed sizes of 2^63 bytes and more through int64_t:
+ * "-1.0B" for a segment of 2^64 - 1 bytes. */
+Test(hostile_cli, stats_of_several_files_prints_huge_sizes_unsigned) {
+  const blk_t blks[] = {{UINT64_MAX, 0, MS_BLOCK_INACTIVE}};
+  write_both(build(0, blks, 1, NULL, 0), "huge");
+  run_t r = RUN("stats", "huge.msgpack", "huge.pickle");
+  cr_expect_eq(r.status, 0, "%s", r.err);
+  cr_expect(strstr(r.out, "16.0EiB"), "%s", r.out);
+  cr_expect_null(strstr(r.out, "-1.0B"), "%s", r.out);
+  run_free(&r);
+}
+
 /* An alloc at time -2^63: the peak's moment is printed as t=, not negated. */
 Test(hostile_cli, times_of_int64_min_are_printed) {
   const blk_t blks[] = {{1 << 20, 1 << 20, MS_BLOCK_ACTIVE_ALLOCATED},
