@@ -50,6 +50,106 @@ static uint32_t rng_below(rng_t *r, uint32_t n) {
   return (uint32_t)((rng_next(r) >> 32) % n);
 }
 
+/* ---- the viewer's worst shape (issue #35 item 1) -------------------------------------------- */
+
+int synth_stacked(size_t nlong, size_t nrounds, uint64_t seed, ms_snapshot_t **out,
+                  ms_errbuf_t *eb) {
+  ms__snapbuild_t b;
+  ms__snapbuild_init(&b);
+  b.hdr.origin = MS_SNAP_ORIGIN_TORCH_DICT;
+  b.hdr.present = MS_SNAP_HAS_DEVICE_TRACES;
+  size_t nslots = nlong + 1; /* never more alive at once */
+  const uint64_t base = 0x7f0000000000ull, B = 512;
+  uint64_t segsize = (nslots * B + (2u << 20) - 1) / (2u << 20) * (2u << 20);
+  uint32_t *live = malloc(nslots * sizeof *live), *freeslot = malloc(nslots * sizeof *freeslot);
+  uint8_t *used = calloc(nslots, 1);
+  if (!live || !freeslot || !used) {
+    free(live), free(freeslot), free(used);
+    return fail(eb, MS_ENOMEM, "out of memory");
+  }
+  uint32_t frame, stack;
+  size_t nlive = 0, nfree = 0;
+  rng_t r = {seed * 2 + 0x9e3779b97f4a7c15ull};
+  int64_t t = 1700000000000000ll;
+  int rc = ms__snapbuild_frame(&b, "forward", 7, "model.py", 8, 42, &frame);
+  if (rc == MS_OK) rc = ms__snapbuild_stack(&b, &frame, 1, &stack);
+  for (size_t i = nslots; i-- > 0;) freeslot[nfree++] = (uint32_t)i;
+  for (size_t k = 0; rc == MS_OK && k < nlong + 2 * nrounds; k++) {
+    ms_snap_trace_t e = {0};
+    e.stack = stack;
+    e.size = B;
+    e.time_us = t++;
+    e.present = MS_TRACE_HAS_FRAMES | MS_TRACE_HAS_TIME;
+    if (k < nlong || (k - nlong) % 2 == 0) { /* allocate one */
+      uint32_t slot = freeslot[--nfree];
+      used[slot] = 1;
+      live[nlive++] = slot;
+      e.action = MS_TRACE_ALLOC;
+      e.addr = base + slot * B;
+      rc = ms__snapbuild_add_trace(&b, &e);
+      continue;
+    }
+    size_t at = rng_below(&r, (uint32_t)nlive); /* free a random one */
+    uint32_t slot = live[at];
+    live[at] = live[--nlive];
+    used[slot] = 0;
+    freeslot[nfree++] = slot;
+    e.addr = base + slot * B;
+    e.action = MS_TRACE_FREE_REQUESTED;
+    rc = ms__snapbuild_add_trace(&b, &e);
+    e.action = MS_TRACE_FREE_COMPLETED;
+    if (rc == MS_OK) rc = ms__snapbuild_add_trace(&b, &e);
+  }
+  ms_snap_device_t dev = {0};
+  dev.ntrace = (uint32_t)b.trace.len;
+  if (rc == MS_OK) rc = ms__snapbuild_add_device(&b, &dev);
+  ms_snap_segment_t seg = {0};
+  seg.address = base;
+  seg.total_size = segsize;
+  seg.stack = MS_SNAP_NO_STACK;
+  seg.first_block = (uint32_t)b.blocks.len;
+  seg.is_large = true;
+  seg.present = MS_SEG_HAS_FRAMES | MS_SEG_HAS_SEGMENT_TYPE;
+  for (size_t i = 0; rc == MS_OK && i < nslots;) { /* live blocks, and the free runs between */
+    ms_snap_block_t bl = {0};
+    bl.address = base + i * B;
+    bl.present = MS_BLOCK_HAS_ADDRESS | MS_BLOCK_HAS_REQUESTED_SIZE | MS_BLOCK_HAS_FRAMES;
+    size_t j = i + 1;
+    if (used[i]) {
+      bl.size = bl.requested_size = B;
+      bl.state = MS_BLOCK_ACTIVE_ALLOCATED;
+      bl.stack = stack;
+      seg.allocated_size += B, seg.active_size += B, seg.requested_size += B;
+    } else {
+      while (j < nslots && !used[j]) j++;
+      bl.size = (j == nslots ? segsize : j * B) - i * B;
+      bl.state = MS_BLOCK_INACTIVE;
+      bl.stack = MS_SNAP_NO_STACK;
+    }
+    bl.state_name = ms_block_state_name(bl.state);
+    rc = ms__snapbuild_add_block(&b, &bl);
+    i = j;
+  }
+  if (rc == MS_OK && used[nslots - 1]) { /* the segment's room past the last slot */
+    ms_snap_block_t bl = {0};
+    bl.address = base + nslots * B;
+    bl.size = segsize - nslots * B;
+    bl.present = MS_BLOCK_HAS_ADDRESS;
+    bl.state = MS_BLOCK_INACTIVE;
+    bl.state_name = ms_block_state_name(bl.state);
+    bl.stack = MS_SNAP_NO_STACK;
+    if (bl.size) rc = ms__snapbuild_add_block(&b, &bl);
+  }
+  seg.nblocks = (uint32_t)(b.blocks.len - seg.first_block);
+  if (rc == MS_OK) rc = ms__snapbuild_add_segment(&b, &seg);
+  free(live), free(freeslot), free(used);
+  if (rc != MS_OK) {
+    ms__snapbuild_release(&b);
+    return fail(eb, rc, "stacked shape: %s", ms_strerror(rc));
+  }
+  return ms__snapbuild_finish(&b, out, eb);
+}
+
 /* ---- the wide shape (bench_pickle) --------------------------------------------------------------
  */
 

@@ -49,6 +49,14 @@ int synth_workload(const synth_opts_t *opts, ms_snapshot_t **out, ms_errbuf_t *e
 /* The wide shape described above. @return MS_OK and *out, or an error with a message in eb. */
 int synth_wide(size_t ntrace, size_t nsegments, ms_snapshot_t **out, ms_errbuf_t *eb);
 
+/* The viewer data's worst shape (issue #35 item 1): nlong blocks of 512 bytes allocated and kept,
+ * then nrounds rounds of allocating one and freeing a random live one (free_requested then
+ * free_completed), in one segment: a consistent history of nlong + 3 x nrounds entries whose
+ * exact viewer data has about nlong x nrounds points (every free slides the bands above it).
+ * Deterministic for a seed. @return MS_OK and *out, or an error with a message in eb. */
+int synth_stacked(size_t nlong, size_t nrounds, uint64_t seed, ms_snapshot_t **out,
+                  ms_errbuf_t *eb);
+
 /* Writes snap as a PyTorch pickle to path (plain stdio, not atomic: benchmarks write scratch
  * files). @return MS_OK or an error with a message in eb. */
 int synth_write_pickle(const ms_snapshot_t *snap, const char *path, ms_errbuf_t *eb);

@@ -93,21 +93,20 @@ static int export_sqlite(const char *out, char **files, int nfiles, const char *
     cli_error("cannot write a SQLite database to '%s': not a regular file", cli_output_name(out));
     return CLI_FAILURE;
   }
-  ms_atomic_file_t af;
+  /* the CLI's output (cli/output.c): a signal removes the temporary database as it does every
+   * other command's temporary file; SQLite writes the file by its name, the commit renames it */
+  cli_out_t o;
   ms_errbuf_t eb = {{0}};
-  if (ms_atomic_file_open(&af, out, &eb) != MS_OK) {
-    cli_error("%s", eb.msg);
-    return CLI_FAILURE;
-  }
-  if (!af.tmp_path) { /* a dangling symbolic link is written through too */
-    ms_atomic_file_abort(&af);
+  if (cli_out_open(&o, out) != CLI_OK) return CLI_FAILURE;
+  if (!o.af.tmp_path) { /* a dangling symbolic link is written through too */
+    cli_out_abort(&o);
     cli_error("cannot write a SQLite database to '%s': not a regular file", cli_output_name(out));
     return CLI_FAILURE;
   }
   ms_export_sqlite_t *x = NULL;
-  if (ms_export_sqlite_create(af.tmp_path, &x, &eb) != MS_OK) {
+  if (ms_export_sqlite_create(o.af.tmp_path, &x, &eb) != MS_OK) {
     cli_error("'%s': %s", out, eb.msg);
-    ms_atomic_file_abort(&af);
+    cli_out_abort(&o);
     return CLI_FAILURE;
   }
   int rc = CLI_OK;
@@ -137,7 +136,7 @@ static int export_sqlite(const char *out, char **files, int nfiles, const char *
   }
   if (rc != CLI_OK) {
     ms_export_sqlite_destroy(x);
-    ms_atomic_file_abort(&af);
+    cli_out_abort(&o);
     return rc;
   }
   cli_progress_start("indexing '%s'", out);
@@ -145,14 +144,10 @@ static int export_sqlite(const char *out, char **files, int nfiles, const char *
   cli_progress_stop();
   if (err != MS_OK) {
     cli_error("%s", eb.msg);
-    ms_atomic_file_abort(&af);
+    cli_out_abort(&o);
     return CLI_FAILURE;
   }
-  if (ms_atomic_file_commit(&af, &eb) != MS_OK) {
-    cli_error("%s", eb.msg);
-    return CLI_FAILURE;
-  }
-  return CLI_OK;
+  return cli_out_commit(&o);
 }
 
 /* Loads FILE, builds its index and resolves --device and --at; prints errors. */
@@ -211,7 +206,9 @@ static int export_one(const char *file, const char *out, const char *device_s, c
     cli_progress_start("writing '%s'", out);
     int err = fn(tl, dev, step, arg, &o.sink, &eb);
     cli_progress_stop();
-    if (err != MS_OK) {
+    if (err != MS_OK && o.werr) { /* the output's own error: "no space left on device" */
+      rc = cli_out_fail(&o, err, NULL);
+    } else if (err != MS_OK) {
       cli_out_abort(&o);
       cli_error("'%s': %s", out, eb.msg[0] ? eb.msg : ms_strerror(err));
       rc = CLI_FAILURE;

@@ -4,6 +4,7 @@
  * character per 20 MiB page, then the totals and the legend. `--summary` adds the allocator's
  * memory_summary table per device, from the statistics a memsnap snapshot carries.
  */
+#include <inttypes.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,14 +54,28 @@ static const char stats_legend[] =
     "    (X% internal) - of the free memory, X% is free because we rounded the size of the "
     "allocation.\n";
 
+/* Sums are exact, as Python's int is in _memory_viz.py: sizes of a hostile file (up to 2^64 - 1
+ * each, 2^32 blocks) may sum past int64_t, never past 128 bits; internal free (size - requested)
+ * may be negative. Printed as bytes where they fit int64_t, else as a double's text. */
+__extension__ typedef __int128 stats_sum_t;
+
+/* A segment whose map `stats` draws is at most this large (one character per 20 MiB page: 16 TiB
+ * is 838,861 of them, and no device has a segment that large); a larger one is refused. */
+#define STATS_MAX_DRAWN ((uint64_t)1 << 44)
+
+static const char *stats_bytes(stats_sum_t v, char b[CLI_BYTES_BUFSZ]) {
+  return v >= INT64_MIN && v <= INT64_MAX ? cli_format_bytes((int64_t)v, b)
+                                          : cli_format_bytes_double((double)v, b);
+}
+
 /* `_block_extra(b)[1]`: the bytes an active block accounts for. */
-static int64_t stats_block_allocated(const ms_snapshot_t *s, const ms_snap_block_t *b) {
+static uint64_t stats_block_allocated(const ms_snapshot_t *s, const ms_snap_block_t *b) {
   if (!(b->present & MS_BLOCK_HAS_FRAMES) && b->stack == MS_SNAP_NO_STACK &&
       (b->present & MS_BLOCK_HAS_HISTORY) && b->nhistory > 0)
-    return (int64_t)s->history[b->first_history].real_size;
+    return s->history[b->first_history].real_size;
   if ((b->present & MS_BLOCK_HAS_REQUESTED_SIZE) || s->origin == MS_SNAP_ORIGIN_MEMSNAP)
-    return (int64_t)b->requested_size;
-  return (int64_t)b->size;
+    return b->requested_size;
+  return b->size;
 }
 
 typedef struct stats_order_s {
@@ -76,19 +91,28 @@ static int stats_order_cmp(const void *a, const void *b) {
   return x->index < y->index ? -1 : x->index > y->index; /* Python's sort is stable */
 }
 
-static void stats_report_free(FILE *out, int64_t external, int64_t internal) {
+static void stats_report_free(FILE *out, stats_sum_t external, stats_sum_t internal) {
   char b[CLI_BYTES_BUFSZ];
-  int64_t total = external + internal;
-  fputs(cli_format_bytes(total, b), out);
+  stats_sum_t total = external + internal;
+  fputs(stats_bytes(total, b), out);
   if (total != 0) fprintf(out, " (%.1f%% internal)", (double)internal / (double)total * 100.0);
 }
 
 /* One segment's line (`segsum`'s loop body); adds its amounts to the totals. */
-static int stats_segment(FILE *out, const ms_snapshot_t *s, const ms_snap_segment_t *seg,
-                         int64_t *t_alloc, int64_t *f_ext, int64_t *f_int) {
-  int64_t ext = 0, in = 0, alloc = 0, offset = 0;
+static int stats_segment(FILE *out, const ms_snapshot_t *s, const char *file,
+                         const ms_snap_segment_t *seg, stats_sum_t *t_alloc, stats_sum_t *f_ext,
+                         stats_sum_t *f_int) {
+  stats_sum_t ext = 0, in = 0, alloc = 0, offset = 0;
   uint64_t npages = seg->total_size ? (seg->total_size - 1) / STATS_PAGE_SIZE + 1 : 0;
   bool draw = seg->total_size >= STATS_PAGE_SIZE;
+  if (seg->total_size > STATS_MAX_DRAWN) {
+    char b[CLI_BYTES_BUFSZ], l[CLI_BYTES_BUFSZ];
+    cli_error("'%s': the segment at 0x%" PRIx64 " is %s (%" PRIu64 " bytes): stats draws a "
+              "segment of %s at most",
+              file, seg->address, cli_format_ubytes(seg->total_size, b), seg->total_size,
+              cli_format_ubytes(STATS_MAX_DRAWN, l));
+    return CLI_FAILURE;
+  }
   char *occ = NULL;
   double *frac = NULL;
   if (draw) {
@@ -107,40 +131,38 @@ static int stats_segment(FILE *out, const ms_snapshot_t *s, const ms_snap_segmen
   for (uint32_t i = 0; i < seg->nblocks; i++) {
     const ms_snap_block_t *b = ms_snap_segment_block(s, seg, i);
     if (b->state == MS_BLOCK_ACTIVE_ALLOCATED) {
-      int64_t a = stats_block_allocated(s, b);
+      stats_sum_t a = stats_block_allocated(s, b);
       alloc += a;
-      in += (int64_t)b->size - a;
+      in += (stats_sum_t)b->size - a;
       if (draw && a > 0) {
-        int64_t st = offset, fin = offset + a;
-        uint64_t p0 = (uint64_t)st / STATS_PAGE_SIZE,
-                 p1 = (uint64_t)(fin - 1) / STATS_PAGE_SIZE + 1;
+        stats_sum_t st = offset, fin = offset + a;
+        stats_sum_t p0 = st / STATS_PAGE_SIZE, p1 = (fin - 1) / STATS_PAGE_SIZE + 1;
         char m = (char)('a' + nactive % 26);
-        for (uint64_t j = p0; j < p1 && j < npages; j++) {
-          int64_t lo = st > (int64_t)(j * STATS_PAGE_SIZE) ? st : (int64_t)(j * STATS_PAGE_SIZE);
-          int64_t hi = fin < (int64_t)((j + 1) * STATS_PAGE_SIZE)
-                           ? fin
-                           : (int64_t)((j + 1) * STATS_PAGE_SIZE);
-          frac[j] += (double)(hi - lo) / (double)STATS_PAGE_SIZE;
-          if (occ[j] != ' ') {
-            int k = (int)(frac[j] * 10);
-            occ[j] = "0123456789*"[k < 0 ? 0 : k > 10 ? 10 : k];
+        for (stats_sum_t j = p0; j < p1 && j < npages; j++) {
+          stats_sum_t lo = st > j * STATS_PAGE_SIZE ? st : j * STATS_PAGE_SIZE;
+          stats_sum_t hi = fin < (j + 1) * STATS_PAGE_SIZE ? fin : (j + 1) * STATS_PAGE_SIZE;
+          size_t at = (size_t)j; /* < npages: at most STATS_MAX_DRAWN / 20 MiB */
+          frac[at] += (double)(hi - lo) / (double)STATS_PAGE_SIZE;
+          if (occ[at] != ' ') {
+            int k = (int)(frac[at] * 10);
+            occ[at] = "0123456789*"[k < 0 ? 0 : k > 10 ? 10 : k];
           } else {
-            occ[j] = m;
+            occ[at] = m;
           }
         }
       }
       nactive++;
     } else {
-      ext += (int64_t)b->size;
+      ext += b->size;
     }
-    offset += (int64_t)b->size;
+    offset += b->size;
   }
   *t_alloc += alloc;
   *f_ext += ext;
   *f_int += in;
   if (draw) {
     char b[CLI_BYTES_BUFSZ];
-    fprintf(out, "[%s] %s allocated, ", occ, cli_format_bytes((int64_t)seg->total_size, b));
+    fprintf(out, "[%s] %s allocated, ", occ, cli_format_ubytes(seg->total_size, b));
     stats_report_free(out, ext, in);
     fputs(" free", out);
     if (seg->stream != 0) fprintf(out, " stream_%llu", (unsigned long long)seg->stream);
@@ -151,7 +173,7 @@ static int stats_segment(FILE *out, const ms_snapshot_t *s, const ms_snap_segmen
   return CLI_OK;
 }
 
-static int stats_segsum(FILE *out, const ms_snapshot_t *s) {
+static int stats_segsum(FILE *out, const ms_snapshot_t *s, const char *file) {
   char b[CLI_BYTES_BUFSZ];
   stats_order_t *order = malloc((s->nsegments ? s->nsegments : 1) * sizeof *order);
   if (!order) {
@@ -160,10 +182,11 @@ static int stats_segsum(FILE *out, const ms_snapshot_t *s) {
   }
   for (size_t i = 0; i < s->nsegments; i++) {
     const ms_snap_segment_t *seg = &s->segments[i];
-    uint64_t active = 0;
+    uint64_t active = 0; /* a sort key: Python's int, saturated here past 2^64 - 1 */
     for (uint32_t k = 0; k < seg->nblocks; k++) {
       const ms_snap_block_t *blk = ms_snap_segment_block(s, seg, k);
-      if (blk->state == MS_BLOCK_ACTIVE_ALLOCATED) active += blk->size;
+      if (blk->state == MS_BLOCK_ACTIVE_ALLOCATED)
+        active = active + blk->size < active ? UINT64_MAX : active + blk->size;
     }
     order[i] = (stats_order_t){seg->total_size, active, i};
   }
@@ -171,18 +194,18 @@ static int stats_segsum(FILE *out, const ms_snapshot_t *s) {
 
   fprintf(out, "Summary of segments >= %s in size\n",
           cli_format_bytes((int64_t)STATS_PAGE_SIZE, b));
-  int64_t reserved = 0, allocated = 0, f_ext = 0, f_int = 0;
+  stats_sum_t reserved = 0, allocated = 0, f_ext = 0, f_int = 0;
   int rc = CLI_OK;
   for (size_t i = 0; i < s->nsegments && rc == CLI_OK; i++) {
     const ms_snap_segment_t *seg = &s->segments[order[i].index];
-    reserved += (int64_t)seg->total_size;
-    rc = stats_segment(out, s, seg, &allocated, &f_ext, &f_int);
+    reserved += seg->total_size;
+    rc = stats_segment(out, s, file, seg, &allocated, &f_ext, &f_int);
   }
   free(order);
   if (rc != CLI_OK) return rc;
   fprintf(out, "segments: %zu\n", s->nsegments);
-  fprintf(out, "total_reserved: %s\n", cli_format_bytes(reserved, b));
-  fprintf(out, "total_allocated: %s\n", cli_format_bytes(allocated, b));
+  fprintf(out, "total_reserved: %s\n", stats_bytes(reserved, b));
+  fprintf(out, "total_allocated: %s\n", stats_bytes(allocated, b));
   fputs("total_free: ", out);
   stats_report_free(out, f_ext, f_int);
   fputc('\n', out);
@@ -193,6 +216,22 @@ static int stats_segsum(FILE *out, const ms_snapshot_t *s) {
 
 /* ---- --json ---------------------------------------------------------------------------------- */
 
+/* An exact integer of 128 bits as JSON. */
+static void stats_json_sum(cli_json_t *j, stats_sum_t v) {
+  if (v >= INT64_MIN && v <= INT64_MAX) {
+    cli_json_i64(j, (int64_t)v);
+    return;
+  }
+  char t[48], *p = t + sizeof t;
+  __extension__ unsigned __int128 u = v < 0 ? -(unsigned __int128)v : (unsigned __int128)v;
+  do {
+    *--p = (char)('0' + (int)(u % 10));
+    u /= 10;
+  } while (u);
+  if (v < 0) *--p = '-';
+  cli_json_raw(j, p, (size_t)(t + sizeof t - p));
+}
+
 /* The numbers behind the text: every segment in snapshot order with the bytes the map draws
  * (allocated as the text counts it; free split into external and internal), then the totals. */
 static int stats_json(FILE *out, const ms_snapshot_t *s, const char *file) {
@@ -202,21 +241,21 @@ static int stats_json(FILE *out, const ms_snapshot_t *s, const char *file) {
   cli_json_lit(&j, "{\"command\": \"stats\", \"file\": ");
   cli_json_str(&j, file);
   cli_json_lit(&j, ", \"segments\": [");
-  int64_t reserved = 0, allocated = 0, f_ext = 0, f_int = 0;
+  stats_sum_t reserved = 0, allocated = 0, f_ext = 0, f_int = 0;
   for (size_t i = 0; i < s->nsegments; i++) {
     const ms_snap_segment_t *seg = &s->segments[i];
-    int64_t alloc = 0, ext = 0, in = 0;
+    stats_sum_t alloc = 0, ext = 0, in = 0;
     for (uint32_t k = 0; k < seg->nblocks; k++) {
       const ms_snap_block_t *b = ms_snap_segment_block(s, seg, k);
       if (b->state == MS_BLOCK_ACTIVE_ALLOCATED) {
-        int64_t a = stats_block_allocated(s, b);
+        stats_sum_t a = stats_block_allocated(s, b);
         alloc += a;
-        in += (int64_t)b->size - a;
+        in += (stats_sum_t)b->size - a;
       } else {
-        ext += (int64_t)b->size;
+        ext += b->size;
       }
     }
-    reserved += (int64_t)seg->total_size;
+    reserved += seg->total_size;
     allocated += alloc;
     f_ext += ext;
     f_int += in;
@@ -229,23 +268,23 @@ static int stats_json(FILE *out, const ms_snapshot_t *s, const char *file) {
     cli_json_lit(&j, ", \"total_size\": ");
     cli_json_u64(&j, seg->total_size);
     cli_json_lit(&j, ", \"allocated\": ");
-    cli_json_i64(&j, alloc);
+    stats_json_sum(&j, alloc);
     cli_json_lit(&j, ", \"free_external\": ");
-    cli_json_i64(&j, ext);
+    stats_json_sum(&j, ext);
     cli_json_lit(&j, ", \"free_internal\": ");
-    cli_json_i64(&j, in);
+    stats_json_sum(&j, in);
     cli_json_lit(&j, "}");
   }
   cli_json_lit(&j, s->nsegments ? "\n], \"total_segments\": " : "], \"total_segments\": ");
   cli_json_u64(&j, s->nsegments);
   cli_json_lit(&j, ", \"total_reserved\": ");
-  cli_json_i64(&j, reserved);
+  stats_json_sum(&j, reserved);
   cli_json_lit(&j, ", \"total_allocated\": ");
-  cli_json_i64(&j, allocated);
+  stats_json_sum(&j, allocated);
   cli_json_lit(&j, ", \"total_free_external\": ");
-  cli_json_i64(&j, f_ext);
+  stats_json_sum(&j, f_ext);
   cli_json_lit(&j, ", \"total_free_internal\": ");
-  cli_json_i64(&j, f_int);
+  stats_json_sum(&j, f_int);
   cli_json_lit(&j, "}\n");
   return CLI_OK; /* a write error is reported when stdout is closed (main.c) */
 }
@@ -330,26 +369,26 @@ static void stats_computed_device(FILE *out, const ms_snapshot_t *s, int64_t dev
       "reserved memory",  "allocated memory",      "active memory",
       "requested memory", "non-releasable memory", "segments",
       "allocations",      "active allocs",         "non-releasable allocs"};
-  int64_t v[STATS_C_N][3] = {{0}}; /* all, large_pool, small_pool */
+  stats_sum_t v[STATS_C_N][3] = {{0}}; /* all, large_pool, small_pool */
   for (size_t i = 0; i < s->nsegments; i++) {
     const ms_snap_segment_t *seg = &s->segments[i];
     if (seg->device != device) continue;
     int pool = seg->is_large ? 1 : 2;
-    int64_t add[STATS_C_N] = {0};
-    add[STATS_C_RESERVED] = (int64_t)seg->total_size;
+    stats_sum_t add[STATS_C_N] = {0};
+    add[STATS_C_RESERVED] = seg->total_size;
     add[STATS_C_SEGMENTS] = 1;
     for (uint32_t k = 0; k < seg->nblocks; k++) {
       const ms_snap_block_t *b = ms_snap_segment_block(s, seg, k);
       if (b->state == MS_BLOCK_ACTIVE_ALLOCATED) {
-        add[STATS_C_ALLOCATED] += (int64_t)b->size;
+        add[STATS_C_ALLOCATED] += b->size;
         add[STATS_C_REQUESTED] += stats_block_allocated(s, b);
         add[STATS_C_ALLOCS]++;
       }
       if (b->state == MS_BLOCK_ACTIVE_ALLOCATED || b->state == MS_BLOCK_ACTIVE_PENDING_FREE) {
-        add[STATS_C_ACTIVE] += (int64_t)b->size;
+        add[STATS_C_ACTIVE] += b->size;
         add[STATS_C_ACTIVE_ALLOCS]++;
       } else if (seg->nblocks > 1) { /* a free block of a split segment */
-        add[STATS_C_NONREL] += (int64_t)b->size;
+        add[STATS_C_NONREL] += b->size;
         add[STATS_C_NONREL_ALLOCS]++;
       }
     }
@@ -364,8 +403,8 @@ static void stats_computed_device(FILE *out, const ms_snapshot_t *s, int64_t dev
     char c[3][CLI_BYTES_BUFSZ];
     for (int p = 0; p < 3; p++) {
       if (m < STATS_C_SEGMENTS)
-        cli_format_bytes(v[m][p], c[p]);
-      else
+        stats_bytes(v[m][p], c[p]);
+      else /* counts of blocks and segments: each below 2^32 */
         snprintf(c[p], sizeof c[p], "%lld", (long long)v[m][p]);
     }
     fprintf(out, "  %-22s %12s %12s %12s\n", names[m], c[0], c[1], c[2]);
@@ -452,7 +491,7 @@ int cmd_stats(int argc, char **argv) {
   if (rc == CLI_OK && json) {
     rc = stats_json(stdout, view ? view : snap, cli_display_name(file));
   } else if (rc == CLI_OK) {
-    rc = stats_segsum(stdout, view ? view : snap);
+    rc = stats_segsum(stdout, view ? view : snap, cli_display_name(file));
   }
   if (rc == CLI_OK && summary) rc = stats_summary(stdout, view ? view : snap);
   ms_snapshot_free(view);

@@ -70,8 +70,17 @@ static int timeline_json(const ms_snapshot_t *snap, const char *name, const cli_
     }
   }
   ms_tlv_t v;
-  int err = ms_tlv_compute(snap, dev, segments, max_entries, first, last, at_last, &v);
+  ms_tlv_budget_t bud = {0}; /* exact (PyTorch's data) or refused past MS_TLV_BUDGET_BYTES */
+  int err = ms_tlv_compute_budget(snap, dev, segments, max_entries, first, last, at_last, &bud, &v);
   ms_snapshot_free(at_last);
+  if (err == MS_ELIMIT && bud.exact_bytes > bud.bytes) {
+    char nb[CLI_BYTES_BUFSZ], lb[CLI_BYTES_BUFSZ];
+    cli_error("'%s': device %zu: the timeline data would take %s, past its limit of %s "
+              "(docs/timeline.md); --max-entries %zu or fewer fits",
+              name, dev, cli_format_bytes_double((double)bud.exact_bytes, nb),
+              cli_format_bytes((int64_t)bud.bytes, lb), bud.fits_entries);
+    return CLI_FAILURE;
+  }
   if (err == MS_ELIMIT) {
     cli_error("'%s': device %zu: cannot compute the timeline: more than 2^32 elements, or a size "
               "or the memory alive at once of 2^62 bytes (4 EiB) or more, which no device has",
@@ -253,7 +262,7 @@ static int timeline_text(const ms_snapshot_t *snap, const char *name, const cli_
       cli_format_time(fe, a, sizeof a);
       cli_format_time(le, b, sizeof b);
       fprintf(out, "  first entry: %s\n  last entry:  %s\n  duration: %.6f s\n", a, b,
-              (double)(le->time_us - fe->time_us) / 1e6);
+              ((double)le->time_us - (double)fe->time_us) / 1e6); /* no int64_t overflow */
     } else if (to > from) {
       fprintf(out, "  (the entries have no timestamps)\n");
     }

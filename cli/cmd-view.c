@@ -9,16 +9,20 @@
 #include <string.h>
 
 #include "cli.h"
+#include "memsnap/replay.h"
 #include "memsnap/view.h"
 
 static const char view_usage[] =
-    "usage: memsnap view FILE [-o OUT.html] [--device N] [--view NAME] [--explain | --no-replay]\n"
+    "usage: memsnap view FILE [-o OUT.html] [--device N] [--view NAME] [--budget SIZE]\n"
+    "                         [--explain | --no-replay]\n"
     "\n"
     "Writes one self-contained HTML page (no network: open it by double-click) with the views\n"
     "of PyTorch's memory viewer: Active Memory Timeline, Allocated Memory (incl. Private\n"
     "Pools), Active Cached Segment Timeline, Allocator State History, Allocator Settings, and a\n"
     "flame graph of what is alive at a chosen moment, and Explain (why it ran out or peaked,\n"
-    "as memsnap explain says). Every allocation is drawn (no 15,000 cut). See docs/view.md.\n"
+    "as memsnap explain says). Every allocation is drawn (no 15,000 cut) up to the page's\n"
+    "budget (64 MiB of points, or 384 bytes per trace entry), past which the smallest are\n"
+    "summarized and the page says so. See docs/view.md.\n"
     "FILE is a memsnap snapshot or a PyTorch pickle ('-' reads standard input).\n"
     "\n"
     "options:\n"
@@ -27,6 +31,8 @@ static const char view_usage[] =
     "                     every device with a trace or segments is in the page)\n"
     "  --view NAME        the view opened first: timeline, pools, segments, history,\n"
     "                     settings, flame, explain\n"
+    "  --budget SIZE      the most each timeline's points may take (64M, 2G, ...; default\n"
+    "                     64 MiB or 384 bytes per trace entry, whichever is more)\n"
     "  --explain          replay the remedies of the Explain panel for every device (default:\n"
     "                     for the devices that had an OOM)\n"
     "  --no-replay        replay none (the panel gives the verdict and the state only)\n"
@@ -175,9 +181,10 @@ static int view_filter_freed(const ms_snapshot_t *snap, ms_snapshot_t *copy,
 /* ---- the commands ---------------------------------------------------------------------------- */
 
 static int view_run(const char *cmd, const char *path, const char *out_path, const char *device_s,
-                    const char *view, bool filter_freed, int explain) {
+                    const char *view, bool filter_freed, uint64_t budget, int explain) {
   ms_viewer_opts_t vo;
   ms_viewer_opts_init(&vo);
+  vo.timeline_budget_bytes = budget;
   vo.explain = explain;
   if (device_s) {
     uint64_t v;
@@ -208,7 +215,9 @@ static int view_run(const char *cmd, const char *path, const char *out_path, con
   if ((rc = cli_out_open(&o, out_path)) == CLI_OK) {
     ms_errbuf_t eb = {{0}};
     int err = ms_viewer_write_html(use, &vo, &o.sink, &eb);
-    if (err != MS_OK) {
+    if (err != MS_OK && o.werr) { /* the output's own error: "no space left on device" */
+      rc = cli_out_fail(&o, err, NULL);
+    } else if (err != MS_OK) {
       cli_out_abort(&o);
       if (eb.msg[0]) cli_error("'%s': %s", name, eb.msg);
       else cli_error("cannot write '%s': %s", out_path, ms_strerror(err));
@@ -224,11 +233,12 @@ static int view_run(const char *cmd, const char *path, const char *out_path, con
 }
 
 int cmd_view(int argc, char **argv) {
-  const char *out = NULL, *device_s = NULL, *view = NULL;
+  const char *out = NULL, *device_s = NULL, *view = NULL, *budget_s = NULL;
   int explain = 0, no_replay = 0;
   const struct cli_opt opts[] = {{"output", 'o', NULL, &out},
                                  {"device", 0, NULL, &device_s},
                                  {"view", 0, NULL, &view},
+                                 {"budget", 0, NULL, &budget_s},
                                  {"explain", 0, &explain, NULL},
                                  {"no-replay", 0, &no_replay, NULL},
                                  {NULL, 0, NULL, NULL}};
@@ -245,7 +255,11 @@ int cmd_view(int argc, char **argv) {
                                    "settings, flame, explain)", view);
   if (explain && no_replay)
     return cli_usage_error("view", "options '--explain' and '--no-replay' exclude each other");
-  return view_run("view", pos[0], out ? out : "output.html", device_s, view, false,
+  size_t budget = 0; /* the default (ms_tlv_default_budget) */
+  ms_errbuf_t eb = {{0}};
+  if (budget_s && ms_replay_parse_capacity(budget_s, &budget, &eb) != MS_OK)
+    return cli_usage_error("view", "option '--budget' needs a size such as 64M or 2G: %s", eb.msg);
+  return view_run("view", pos[0], out ? out : "output.html", device_s, view, false, budget,
                   explain ? 1 : no_replay ? 0 : -1);
 }
 
@@ -264,7 +278,7 @@ int cmd_trace_plot(int argc, char **argv) {
   if (rc != CLI_OK) return rc;
   if (npos < 1) return cli_usage_error("trace_plot", "missing FILE");
   return view_run("trace_plot", pos[0], out ? out : "output.html", device_s,
-                  segments ? "segments" : "timeline", filter != 0, -1);
+                  segments ? "segments" : "timeline", filter != 0, 0, -1);
 }
 
 int cmd_segment_plot(int argc, char **argv) {
@@ -278,5 +292,6 @@ int cmd_segment_plot(int argc, char **argv) {
   if (rc == CLI_HELP_SHOWN) return CLI_OK;
   if (rc != CLI_OK) return rc;
   if (npos < 1) return cli_usage_error("segment_plot", "missing FILE");
-  return view_run("segment_plot", pos[0], out ? out : "output.html", device_s, "history", false, -1);
+  return view_run("segment_plot", pos[0], out ? out : "output.html", device_s, "history", false,
+                  0, -1);
 }

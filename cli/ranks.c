@@ -222,10 +222,10 @@ static void ranks_print_text(FILE *out, const ranks_row_t *rows, size_t n, uint6
     double frag =
         r->reserved_at_peak ? 100.0 * (1.0 - (double)r->peak / (double)r->reserved_at_peak) : 0;
     fprintf(out, "%-5s %-24s %3zu %8zu %12s %8" PRId64 " %12s %5.1f%% %12s %5" PRIu64 "  %s %s%s\n",
-            rank, r->file, r->device, r->entries, cli_format_bytes((int64_t)r->peak, a), r->entry,
-            cli_format_bytes((int64_t)r->reserved_at_peak, b), frag,
-            cli_format_bytes((int64_t)r->peak_reserved, c), r->ooms,
-            cli_format_bytes((int64_t)r->top_bytes, t), r->top_label[0] ? r->top_label : "-",
+            rank, r->file, r->device, r->entries, cli_format_ubytes(r->peak, a), r->entry,
+            cli_format_ubytes(r->reserved_at_peak, b), frag,
+            cli_format_ubytes(r->peak_reserved, c), r->ooms,
+            cli_format_ubytes(r->top_bytes, t), r->top_label[0] ? r->top_label : "-",
             r->outlier ? "  << outlier" : "");
   }
   if (best == SIZE_MAX) return;
@@ -243,8 +243,8 @@ static void ranks_print_text(FILE *out, const ranks_row_t *rows, size_t n, uint6
   char who[64] = "";
   if (h->has_rank) snprintf(who, sizeof who, "rank %" PRId64 ", ", h->rank);
   fprintf(out, "\nhighest peak: %s%s: %s on device %zu after entry %" PRId64 "%s\n", who, h->file,
-          cli_format_bytes((int64_t)h->peak, a), h->device, h->entry, when);
-  fprintf(out, "median peak: %s", cli_format_bytes((int64_t)med, m));
+          cli_format_ubytes(h->peak, a), h->device, h->entry, when);
+  fprintf(out, "median peak: %s", cli_format_ubytes(med, m));
   if (med) fprintf(out, "; the highest is %.2fx the median", (double)h->peak / (double)med);
   fputc('\n', out);
   size_t nout = 0;

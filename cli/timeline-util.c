@@ -189,8 +189,10 @@ void cli_format_time(const ms_snap_trace_t *e, char *buf, size_t cap) {
   buf[0] = 0;
   if (!e || !(e->present & MS_TRACE_HAS_TIME)) return;
   int64_t us = e->time_us;
-  time_t sec = (time_t)(us >= 0 ? us / 1000000 : -((-us + 999999) / 1000000));
-  int64_t frac = us - (int64_t)sec * 1000000;
+  /* floor division without negating us (-INT64_MIN overflows) or multiplying back */
+  int64_t frac = us % 1000000;
+  time_t sec = (time_t)(us / 1000000 - (frac < 0));
+  if (frac < 0) frac += 1000000;
   struct tm tm;
   if (!gmtime_r(&sec, &tm)) {
     snprintf(buf, cap, "t=%" PRId64, us);

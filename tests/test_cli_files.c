@@ -337,14 +337,16 @@ Test(cli_files, output_through_a_symbolic_link) {
 
 /* Starts `memsnap memory big.msnap --folded -o out.folded`, waits (inotify) for its hidden
  * temporary file to appear and sends sig. @return the run's status (128 + signal when killed). */
-static int kill_while_writing(int sig) {
+/* Runs memsnap with argv (argv[0] replaced by the binary), sends sig once a temporary file
+ * whose name contains tmp_mark appears; @return the exit status (128 + signal when killed). */
+static int kill_while_running(int sig, char **argv, const char *tmp_mark) {
   int in = inotify_init1(IN_CLOEXEC);
   cr_assert_geq(in, 0);
   cr_assert_geq(inotify_add_watch(in, dir, IN_CREATE), 0);
   pid_t pid = fork();
   cr_assert_neq(pid, -1);
   if (pid == 0) {
-    char *argv[] = {(char *)bin(), "memory", "big.msnap", "--folded", "-o", "out.folded", NULL};
+    argv[0] = (char *)bin();
     int null = open("/dev/null", O_RDWR);
     if (chdir(dir) != 0 || null < 0) _exit(126);
     dup2(null, 1);
@@ -361,7 +363,7 @@ static int kill_while_writing(int sig) {
     cr_assert_gt(n, 0);
     for (char *q = buf; q < buf + n;) {
       struct inotify_event *ev = (struct inotify_event *)q;
-      if (ev->len && strstr(ev->name, ".out.folded.tmp-")) seen = 1;
+      if (ev->len && strstr(ev->name, tmp_mark)) seen = 1;
       q += sizeof *ev + ev->len;
     }
   }
@@ -370,6 +372,32 @@ static int kill_while_writing(int sig) {
   int st;
   cr_assert_eq(waitpid(pid, &st, 0), pid);
   return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+static int kill_while_writing(int sig) {
+  char *argv[] = {NULL, "memory", "big.msnap", "--folded", "-o", "out.folded", NULL};
+  return kill_while_running(sig, argv, ".out.folded.tmp-");
+}
+
+/* `export --sqlite` wrote its temporary database outside the CLI's output handling, and a signal
+ * left it behind (issue #35 item 3: 29 of 29 trials) */
+Test(cli_files, signals_remove_the_temporary_database) {
+  th_synth_opts_t o = {.nsegments = 3000, .blocks_per_segment = 40, .nframes = 4000,
+                       .nstacks = 60000, .ntrace = 20000, .seed = 7};
+  write_snapshot("big.msnap", &o);
+  const int sigs[] = {SIGTERM, SIGINT, SIGHUP};
+  for (size_t i = 0; i < sizeof sigs / sizeof *sigs; i++) {
+    int status = 0;
+    for (int tries = 0; tries < 5 && status == 0; tries++) {
+      unlink(path_in("out.db"));
+      char *argv[] = {NULL, "export", "big.msnap", "--sqlite", "out.db", NULL};
+      status = kill_while_running(sigs[i], argv, ".out.db.tmp-");
+    }
+    cr_expect_eq(status, 128 + sigs[i], "signal %d: status %d", sigs[i], status);
+    cr_expect_null(find_tmp(), "signal %d left the temporary database behind", sigs[i]);
+    struct stat sb;
+    cr_expect(stat(path_in("out.db"), &sb) != 0, "signal %d: a database was left", sigs[i]);
+  }
 }
 
 Test(cli_files, signals_remove_the_temporary_file) {
@@ -490,6 +518,30 @@ Test(cli_files, a_full_device_says_no_space_and_leaves_nothing) {
     cr_expect_eq(umount(path_in("small")), 0);
   }
   rmdir(path_in("small"));
+}
+
+/* The page and the exports said "input/output error" on a full device (issue #35 item 13): their
+ * write error went through their own message, not the output's. Outputs larger than stdio's
+ * buffer, so that the error comes while writing, not at the end. */
+Test(cli_files, a_full_device_says_no_space_for_pages_and_exports) {
+  char fx[1024]; /* a consistent trace, which the exports need (the synthetic one is not) */
+  snprintf(fx, sizeof fx, "%s/cranberrii_ftcourse.pickle", th_fixture_dir());
+  if (access(fx, R_OK) != 0) {
+    printf("SKIP a_full_device_says_no_space_for_pages_and_exports: no fixture %s\n", fx);
+    return;
+  }
+  const char *const cmds[][8] = {
+      {"view", fx, "-o", "-", NULL},
+      {"trace_plot", fx, "-o", "-", NULL},
+      {"export", fx, "--pprof", "-", "--at", "end", NULL},
+      {"export", fx, "--perfetto", "-", NULL},
+  };
+  for (size_t i = 0; i < sizeof cmds / sizeof *cmds; i++) {
+    run_t r = run_to_full(cmds[i]);
+    expect_enospc(r, "<stdout>");
+    cr_expect(!strstr(r.err, "input/output error"), "%s: %s", cmds[i][0], r.err);
+    free(r.err);
+  }
 }
 
 /* ---- 3. outputs where users expect them --------------------------------------------------- */

@@ -387,19 +387,20 @@ static const char *const hostile[] = {
 #define NHOSTILE (sizeof hostile / sizeof *hostile)
 
 /* A consistent snapshot (one segment, one live block, its alloc in the trace) whose stack's frames
- * have hostile names and files, and hostile allocator settings. */
-static ms_snapshot_t *hostile_snapshot_ex(bool broken) {
+ * have the n (at most 16) names, each frame's file the next name, and hostile allocator
+ * settings. */
+static ms_snapshot_t *named_snapshot(const char *const *names, size_t n, bool broken) {
   ms__snapbuild_t b;
   ms__snapbuild_init(&b);
   b.hdr.origin = MS_SNAP_ORIGIN_TORCH_DICT;
   b.hdr.present = MS_SNAP_HAS_DEVICE_TRACES | MS_SNAP_HAS_SETTINGS;
-  uint32_t fr[NHOSTILE], stack;
-  for (size_t i = 0; i < NHOSTILE; i++)
-    cr_assert_eq(ms__snapbuild_frame(&b, hostile[i], strlen(hostile[i]),
-                                     hostile[(i + 1) % NHOSTILE],
-                                     strlen(hostile[(i + 1) % NHOSTILE]), (int64_t)i, &fr[i]),
+  uint32_t fr[16], stack;
+  cr_assert_leq(n, 16);
+  for (size_t i = 0; i < n; i++)
+    cr_assert_eq(ms__snapbuild_frame(&b, names[i], strlen(names[i]), names[(i + 1) % n],
+                                     strlen(names[(i + 1) % n]), (int64_t)i, &fr[i]),
                  MS_OK);
-  cr_assert_eq(ms__snapbuild_stack(&b, fr, NHOSTILE, &stack), MS_OK);
+  cr_assert_eq(ms__snapbuild_stack(&b, fr, n, &stack), MS_OK);
   ms_snap_kv_t kv;
   memset(&kv, 0, sizeof kv);
   kv.key = hostile[1];
@@ -458,8 +459,46 @@ static ms_snapshot_t *hostile_snapshot_ex(bool broken) {
   return s;
 }
 
+static ms_snapshot_t *hostile_snapshot_ex(bool broken) {
+  return named_snapshot(hostile, NHOSTILE, broken);
+}
+
 static ms_snapshot_t *hostile_snapshot(void) {
   return hostile_snapshot_ex(false);
+}
+
+/* Names that are not UTF-8 (a stray byte, a cut sequence, a surrogate, an overlong '/'), and
+ * what the outputs must hold instead: each byte that is not part of valid UTF-8 as U+FFFD, as
+ * the JSON outputs write them (issue #35 item 14: pprof strings and SQLite TEXT got them as is). */
+#define FFFD "\xef\xbf\xbd"
+static const char *const not_utf8[] = {"ok \xc3\xa9", "bad\xff", "cut\xe2\x9c", "sur\xed\xa0\x80",
+                                       "over\xc0\xaf"};
+static const char *const as_utf8[] = {"ok \xc3\xa9", "bad" FFFD, "cut" FFFD FFFD,
+                                      "sur" FFFD FFFD FFFD, "over" FFFD FFFD};
+#define NNOT (sizeof not_utf8 / sizeof *not_utf8)
+
+Test(export, sqlite_text_is_utf8) {
+  char *dir = th_tmpdir();
+  char path[1200];
+  snprintf(path, sizeof path, "%s/u.db", dir);
+  ms_snapshot_t *s = named_snapshot(not_utf8, NNOT, false);
+  const char *names[] = {not_utf8[1]};
+  export_files(path, &s, names, 1);
+  sqlite3 *db = db_open(path);
+  char *file = q_text(db, "SELECT file FROM snapshot");
+  cr_expect_str_eq(file, as_utf8[1]);
+  free(file);
+  sqlite3_stmt *st = q(db, "SELECT name, filename FROM locations ORDER BY id");
+  for (size_t i = 0; i < NNOT; i++) {
+    cr_assert_eq(sqlite3_step(st), SQLITE_ROW);
+    cr_expect_str_eq((const char *)sqlite3_column_text(st, 0), as_utf8[i]);
+    cr_expect_str_eq((const char *)sqlite3_column_text(st, 1), as_utf8[(i + 1) % NNOT]);
+  }
+  sqlite3_finalize(st);
+  sqlite3_close(db);
+  ms_snapshot_free(s);
+  th_rmdir(dir);
+  free(dir);
 }
 
 Test(export, sqlite_hostile_names_intact) {
@@ -993,6 +1032,23 @@ Test(export_cli, pprof_hostile_names_and_traces) {
     cr_assert_eq(atoi(line), 1, "go tool pprof -traces shows the stack once");
   }
   ms_snapshot_free(s);
+}
+
+Test(export_cli, pprof_strings_are_utf8) {
+  ms_snapshot_t *s = named_snapshot(not_utf8, NNOT, false);
+  char path[600];
+  snprintf(path, sizeof path, "%s/u.msgpack", cli_dir);
+  ms_errbuf_t eb = {{0}};
+  cr_assert_eq(ms_snapshot_write_file(s, path, NULL, &eb), MS_OK, "%s", eb.msg);
+  ms_snapshot_free(s);
+  run_t r = RUN("export", "u.msgpack", "--pprof", "u.pb.gz");
+  cr_assert_eq(r.status, 0, "%s", r.err);
+  run_free(&r);
+  snprintf(path, sizeof path, "%s/u.pb.gz", cli_dir);
+  profile_t pf;
+  profile_decode(path, &pf);
+  for (size_t i = 0; i < NNOT; i++) cr_expect_str_eq(pf.function_names[i], as_utf8[i]);
+  profile_free(&pf);
 }
 
 /* ---- Chrome trace JSON: parsed by Python's strict json module ------------------------------- */

@@ -1185,10 +1185,24 @@ Test(pickle, integers) {
     ms_snapshot_t *o = NULL;
     ms_errbuf_t eb;
     cr_assert_eq(read_mem(q.p, q.n, &o, &eb), MS_EFORMAT);
-    cr_assert(strstr(eb.msg, ": segments[0].address: expected an int in [0, 2^64), got int"),
+    cr_assert(strstr(eb.msg, ": segments[0].address: int out of range: expected an int in [0, 2^64)"),
               "%s", eb.msg);
     free(q.p);
   }
+  /* a device of 2^63: an int, out of range (issue #35 item 15: it said "expected a 64-bit
+   * signed int, got int") */
+  pk_t q = {0};
+  pk_op(&q, 0x80), pk_op(&q, 4), pk_op(&q, '}'), pk_str(&q, "segments"), pk_op(&q, ']');
+  pk_op(&q, '}'), pk_str(&q, "device");
+  pk_write(&q, "\x8a\x09\x00\x00\x00\x00\x00\x00\x00\x80\x00", 11), pk_op(&q, 's');
+  pk_op(&q, 'a'), pk_op(&q, 's'), pk_op(&q, '.');
+  ms_snapshot_t *o = NULL;
+  ms_errbuf_t eb;
+  cr_assert_eq(read_mem(q.p, q.n, &o, &eb), MS_EFORMAT);
+  cr_assert(strstr(eb.msg, ": segments[0].device: int out of range: expected a 64-bit signed int"),
+            "%s", eb.msg);
+  cr_assert(!strstr(eb.msg, "got int"), "%s", eb.msg);
+  free(q.p);
 }
 
 Test(pickle, shared_objects) {

@@ -342,17 +342,56 @@ typedef struct ms_tlv_s {
   void *impl_;
 } ms_tlv_t;
 
+/* The budget of the viewer's data. Every free adds two points to every band stacked above the
+ * freed one, so the points can grow as the square of the trace (5,000 long-lived blocks, then
+ * 5,000 rounds of allocating one and freeing a random one: 25 million points). The bands' points
+ * (a timestep, an offset and a summarized-band size, MS_TLV_POINT_BYTES each) may take at most
+ * 64 MiB (MS_TLV_BUDGET_BYTES, 2.8 million points) or 384 bytes per trace entry of the range
+ * (MS_TLV_BUDGET_PER_ENTRY, 16 points), whichever is more: a small trace of the worst shape stays
+ * small, and a long ordinary one exact (real traces need 1 to 27 points per entry; a synthetic
+ * training run of 5 M entries 0.7). What the rest of the data takes (max_at_time, the summarized
+ * band, the elements) is linear in the trace, at most a few values per entry. The points are
+ * counted before any is stored (O(n log n) time, O(n) memory). */
+#define MS_TLV_POINT_BYTES 24u
+#define MS_TLV_BUDGET_BYTES ((uint64_t)64 << 20)
+#define MS_TLV_BUDGET_PER_ENTRY ((uint64_t)16 * MS_TLV_POINT_BYTES)
+
+/* The default budget, in bytes, of the viewer data of a range of nentries trace entries. */
+MS_API uint64_t ms_tlv_default_budget(size_t nentries);
+
+typedef struct ms_tlv_budget_s {
+  uint64_t bytes;      /* in: the most bytes the bands' points may take; 0 = the default
+                          (ms_tlv_default_budget of the range, set here), UINT64_MAX = none */
+  bool summarize;      /* in: past the budget, draw fewer elements on their own (the smallest go
+                          into the summarized band, as MemoryViz's max_entries does) instead of
+                          failing with MS_ELIMIT */
+  uint64_t exact_bytes; /* out: the points' bytes with max_entries elements drawn on their own */
+  size_t fits_entries; /* out: the largest max_entries (<= the one asked) whose points fit */
+  size_t drawn;        /* out: the elements drawn on their own in the result */
+  bool summarized;     /* out: fewer elements drawn than max_entries asked, to fit the budget */
+} ms_tlv_budget_t;
+
 /* Computes the viewer's data for device dev (plot_segments: the segment timeline) with at most
  * max_entries elements drawn on their own (SIZE_MAX: all; MemoryViz's default is 15000),
  * restricted to trace entries [first, last) of the device (0, SIZE_MAX: the whole trace).
  * `at_last` gives the segments at the end of that range (the state at step `last`, e.g. from
  * ms_timeline_snapshot_at); NULL means snap itself, which is right when last reaches the end.
+ * The data is exact (PyTorch's numbers) within the default budget (ms_tlv_default_budget).
  * @return MS_OK, MS_EINVAL (no such device), MS_ENOMEM, MS_ELIMIT (more than 2^32 elements, or
- * a size or the memory alive at once of 2^62 bytes or more: no real trace, a hostile one). Free
- * with ms_tlv_release. */
+ * a size or the memory alive at once of 2^62 bytes or more: no real trace, a hostile one; or
+ * points past the budget). Free with ms_tlv_release. */
 MS_API MS_NODISCARD int ms_tlv_compute(const ms_snapshot_t *snap, size_t dev, bool plot_segments,
                                        size_t max_entries, size_t first, size_t last,
                                        const ms_snapshot_t *at_last, ms_tlv_t *out);
+/* ms_tlv_compute with a budget (NULL = the default, exact or MS_ELIMIT), which says what it cost
+ * and, with `summarize`, draws the largest elements that fit on their own and the others in the
+ * summarized band. Past the budget without `summarize`: MS_ELIMIT with budget->exact_bytes >
+ * budget->bytes (other MS_ELIMIT causes leave exact_bytes at or under it). */
+MS_API MS_NODISCARD int ms_tlv_compute_budget(const ms_snapshot_t *snap, size_t dev,
+                                              bool plot_segments, size_t max_entries,
+                                              size_t first, size_t last,
+                                              const ms_snapshot_t *at_last,
+                                              ms_tlv_budget_t *budget, ms_tlv_t *out);
 MS_API void ms_tlv_release(ms_tlv_t *v);
 
 /* Writes the data as one JSON object with the viewer's field names: device, max_size,

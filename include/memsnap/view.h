@@ -6,7 +6,8 @@
  * alive at a chosen moment. docs/view.md describes the page.
  *
  * The page holds its data in two script elements: id "ms-bin", typed binary sections (the
- * timelines of every listed device as ms_tlv_compute gives them with nothing summarized, each
+ * timelines of every listed device as ms_tlv_compute_budget gives them, with nothing summarized
+ * within the budget, each
  * device's trace as columns, the stacks) gzipped and written as base64, which the page inflates with the browser's own
  * DecompressionStream; and id "ms-data", JSON (title, device, settings, segments and blocks,
  * frames, and the table of the sections). docs/view.md describes both. Every '<', '>', '&' and
@@ -20,6 +21,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "memsnap/common.h"
 #include "memsnap/error.h"
@@ -37,6 +39,10 @@ typedef struct ms_viewer_opts_s {
   int explain;       /* the Explain panel (memsnap/explain.h): 1 replays the remedies of every
                         device's answer, 0 gives the verdict only, -1 (default) replays on the
                         devices that had an OOM */
+  uint64_t timeline_budget_bytes; /* each timeline's budget (ms_tlv_budget_t.bytes; 0: the
+                                     default, MS_TLV_BUDGET_BYTES): past it the smallest
+                                     allocations are drawn in the summarized band, and the page
+                                     says so */
 } ms_viewer_opts_t;
 
 /* Fills the defaults. */

@@ -28,6 +28,11 @@ void ms__xbuf_printf(ms__xbuf_t *b, const char *fmt, ...) MS_PRINTF(2, 3);
  * unchanged, and each byte that is not part of valid UTF-8 (the readers do not validate it) as
  * \ufffd, so that the result is always JSON that strict parsers accept. */
 void ms__xbuf_json_str(ms__xbuf_t *b, const char *s);
+/* Whether s (NUL-terminated) is valid UTF-8 (no overlong form, surrogate or code past U+10FFFF). */
+bool ms__utf8_valid(const char *s);
+/* Appends s with each byte that is not part of valid UTF-8 replaced by U+FFFD, as
+ * ms__xbuf_json_str does: for outputs whose strings must be UTF-8 (pprof, SQLite TEXT). */
+void ms__xbuf_utf8(ms__xbuf_t *b, const char *s);
 /* A NUL-terminated view of the content (appends a NUL not counted in len). "" after oom. */
 const char *ms__xbuf_cstr(ms__xbuf_t *b);
 

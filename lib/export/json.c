@@ -83,6 +83,30 @@ static size_t json_utf8_len(const unsigned char *p) {
   return n;
 }
 
+bool ms__utf8_valid(const char *s) {
+  for (const unsigned char *p = (const unsigned char *)s; *p;) {
+    size_t n = *p < 0x80 ? 1 : json_utf8_len(p);
+    if (!n) return false;
+    p += n;
+  }
+  return true;
+}
+
+void ms__xbuf_utf8(ms__xbuf_t *b, const char *s) {
+  const unsigned char *run = (const unsigned char *)s, *p = run;
+  while (*p) {
+    size_t n = *p < 0x80 ? 1 : json_utf8_len(p);
+    if (n) {
+      p += n;
+      continue;
+    }
+    ms__xbuf_put(b, run, (size_t)(p - run));
+    ms__xbuf_put(b, "\xef\xbf\xbd", 3); /* U+FFFD, one per byte, as the JSON outputs write */
+    run = ++p;
+  }
+  ms__xbuf_put(b, run, (size_t)(p - run));
+}
+
 void ms__xbuf_json_str(ms__xbuf_t *b, const char *s) {
   static const char hex[] = "0123456789abcdef";
   ms__xbuf_put(b, "\"", 1);

@@ -86,6 +86,7 @@ typedef struct pp_strings_s {
   int64_t *ids;
   size_t cap, n;
   ms__xbuf_t *out; /* the profile: each new string is written as a string_table field */
+  ms__xbuf_t fix;  /* a string that is not valid UTF-8, made valid (string_table is UTF-8) */
 } pp_strings_t;
 
 static uint64_t pp_hash(const char *s) {
@@ -110,6 +111,7 @@ static int pp_strings_init(pp_strings_t *t, size_t expect, ms__xbuf_t *out) {
 static void pp_strings_release(pp_strings_t *t) {
   free(t->keys);
   free(t->ids);
+  ms__xbuf_release(&t->fix);
 }
 
 /* The index of s in the string table, adding it. -1 when out of memory. */
@@ -144,7 +146,14 @@ static int64_t pp_str(pp_strings_t *t, const char *s) {
   }
   t->keys[j] = s;
   t->ids[j] = (int64_t)t->n;
-  pb_bytes(t->out, PB_PROFILE_STRING_TABLE, s, strlen(s));
+  if (ms__utf8_valid(s)) {
+    pb_bytes(t->out, PB_PROFILE_STRING_TABLE, s, strlen(s));
+  } else { /* invalid sequences as U+FFFD, as the JSON outputs write them */
+    t->fix.len = 0;
+    ms__xbuf_utf8(&t->fix, s);
+    if (t->fix.oom) return -1;
+    pb_bytes(t->out, PB_PROFILE_STRING_TABLE, t->fix.ptr, t->fix.len);
+  }
   return (int64_t)t->n++;
 }
 

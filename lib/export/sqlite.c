@@ -232,6 +232,20 @@ static void bind_rank(sqlite3_stmt *st, int i, bool has_rank, int64_t rank) {
     sqlite3_bind_null(st, i);
 }
 
+/* Binds s as TEXT, which SQLite requires to be UTF-8: as is when it is, else with each invalid
+ * byte replaced by U+FFFD (a copy), as the JSON outputs do. */
+static void bind_utf8(sqlite3_stmt *st, int i, const char *s) {
+  if (ms__utf8_valid(s)) {
+    sqlite3_bind_text(st, i, s, -1, SQLITE_STATIC);
+    return;
+  }
+  ms__xbuf_t t;
+  memset(&t, 0, sizeof t);
+  ms__xbuf_utf8(&t, s);
+  sqlite3_bind_text(st, i, ms__xbuf_cstr(&t), -1, SQLITE_TRANSIENT); /* "" when out of memory */
+  ms__xbuf_release(&t);
+}
+
 static int sqlite_add_snapshot_row(ms_export_sqlite_t *x, const ms_snapshot_t *snap,
                                    const char *name, bool has_rank, int64_t rank,
                                    const char *tl_error) {
@@ -242,7 +256,7 @@ static int sqlite_add_snapshot_row(ms_export_sqlite_t *x, const ms_snapshot_t *s
   ms__export_settings_json(&x->buf, snap);
   if (x->buf.oom) return SQLITE_NOMEM;
   sqlite3_bind_int64(st, 1, x->nfiles);
-  sqlite3_bind_text(st, 2, name, -1, SQLITE_STATIC);
+  bind_utf8(st, 2, name);
   bind_rank(st, 3, has_rank, rank);
   sqlite3_bind_text(st, 4, ms__export_producer(snap), -1, SQLITE_STATIC);
   sqlite3_bind_text(st, 5, x->buf.ptr, (int)x->buf.len, SQLITE_STATIC);
@@ -252,7 +266,7 @@ static int sqlite_add_snapshot_row(ms_export_sqlite_t *x, const ms_snapshot_t *s
   bind_u64(st, 9, snap->ntrace);
   bind_u64(st, 10, dropped);
   if (tl_error)
-    sqlite3_bind_text(st, 11, tl_error, -1, SQLITE_STATIC);
+    bind_utf8(st, 11, tl_error);
   else
     sqlite3_bind_null(st, 11);
   return sqlite_step(st);
@@ -291,8 +305,8 @@ static int sqlite_add_stacks(ms_export_sqlite_t *x, const ms_snapshot_t *snap) {
     const ms_snap_frame_t *f = &snap->frames[i];
     sqlite3_bind_int64(st, 1, x->nfiles);
     sqlite3_bind_int64(st, 2, (sqlite3_int64)i);
-    sqlite3_bind_text(st, 3, f->name, -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 4, f->filename, -1, SQLITE_STATIC);
+    bind_utf8(st, 3, f->name);
+    bind_utf8(st, 4, f->filename);
     sqlite3_bind_int64(st, 5, f->line);
     rc = sqlite_step(st);
   }
@@ -366,7 +380,7 @@ static int sqlite_add_segments(ms_export_sqlite_t *x, const ms_snapshot_t *snap,
       const char *state = b->state == MS_BLOCK_STATE_OTHER && b->state_name[0]
                               ? b->state_name
                               : ms_block_state_name(b->state);
-      sqlite3_bind_text(bl, 8, state, -1, SQLITE_STATIC);
+      bind_utf8(bl, 8, state);
       bind_stack(bl, 9, snap, sqlite_block_stack(snap, b));
       rc = sqlite_step(bl);
     }
@@ -393,7 +407,7 @@ static void sqlite_bind_trace(sqlite3_stmt *st, int b, const ms_snapshot_t *snap
                            ? ms_snap_trace_action_name(e)
                            : ms_trace_action_name(e->action);
   sqlite3_bind_int64(st, b + 4, i);
-  sqlite3_bind_text(st, b + 5, action, -1, SQLITE_STATIC);
+  bind_utf8(st, b + 5, action);
   bind_u64(st, b + 6, e->addr);
   bind_u64(st, b + 7, e->size);
   bind_u64(st, b + 8, e->stream);

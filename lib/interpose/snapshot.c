@@ -525,7 +525,10 @@ static int write_one(int device, uint64_t n, char *path_out, size_t cap) {
   err = ms_snapshot_write_file(snap, path, NULL, &eb);
   ms_snapshot_free(snap);
   if (err != MS_OK) {
-    ms__warning("cannot write '%s': %s", path, eb.msg[0] ? eb.msg : ms_strerror(err));
+    if (eb.msg[0]) /* the writer's message names the path already */
+      ms__warning("%s", eb.msg);
+    else
+      ms__warning("cannot write '%s': %s", path, ms_strerror(err));
     return err;
   }
   if (path_out && cap) snprintf(path_out, cap, "%s", path);

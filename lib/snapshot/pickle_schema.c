@@ -199,12 +199,25 @@ static int rd_type_err(rd_t *r, const rd_ctx_t *c, const char *want, const rd_va
                         ms__pickle_type_name(r, v));
 }
 
+/* An int of the right type whose value does not fit: "out of range", not a type mismatch. */
+static int rd_range_err(rd_t *r, const rd_ctx_t *c, const char *want) {
+  char p[300];
+  if (c->k) {
+    ms__pickle_field_path(r, c->obj, c->k, p, sizeof p);
+  } else {
+    char q[260];
+    ms__pickle_path(r, c->obj, q, sizeof q);
+    snprintf(p, sizeof p, "%s[%" PRIu32 "]", c->obj == r->root ? "" : q, c->idx);
+  }
+  return ms__pickle_err(r, MS_EFORMAT, "%s: int out of range: expected %s", p, want);
+}
+
 static int rd_want_i64(rd_t *r, const rd_ctx_t *c, const rd_val_t *v, int64_t *out) {
   if (v->t == V_INT) {
     *out = v->v.i;
     return MS_OK;
   }
-  if (v->t == V_UINT || v->t == V_BIG) return rd_type_err(r, c, "a 64-bit signed int", v);
+  if (v->t == V_UINT || v->t == V_BIG) return rd_range_err(r, c, "a 64-bit signed int");
   return rd_type_err(r, c, "int", v);
 }
 
@@ -217,7 +230,7 @@ static int rd_want_u64(rd_t *r, const rd_ctx_t *c, const rd_val_t *v, uint64_t *
     *out = v->v.u;
     return MS_OK;
   }
-  if (v->t == V_INT || v->t == V_BIG) return rd_type_err(r, c, "an int in [0, 2^64)", v);
+  if (v->t == V_INT || v->t == V_BIG) return rd_range_err(r, c, "an int in [0, 2^64)");
   return rd_type_err(r, c, "int", v);
 }
 

@@ -7,6 +7,13 @@
  * Where MemoryViz keeps the position of an element in its stack with findLastIndex (a scan), this
  * keeps each element's position and renumbers only the elements above a freed one, which it
  * visits anyway to slide them down; the numbers are the same.
+ *
+ * The points can grow as the square of the trace (every free adds two points to every band above
+ * the freed one), so they are counted first, without storing any (tlv_count: a Fenwick tree of
+ * the frees by place in the stack, O(n log n)), against the budget (memsnap/timeline.h); past it
+ * the data is refused, or (ms_tlv_budget_t.summarize) the largest number of elements that fits is
+ * drawn on their own, found by bisection (the count only grows with it). The replay then writes
+ * each point straight into its series' place: no point is stored twice and nothing is sorted.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -28,12 +35,6 @@ typedef struct tlv_elem_s {
   int64_t source; /* trace index, or -1 - k for the snapshot's block / segment k */
   bool ghost;
 } tlv_elem_t;
-
-typedef struct tlv_point_s {
-  uint32_t series;
-  int64_t t;
-  int64_t off;
-} tlv_point_t;
 
 /* address -> element index map (open addressing, the element index + 1; 0 = empty) */
 typedef struct tlv_map_s {
@@ -167,7 +168,6 @@ static int tlv_sort_cmp(const void *a, const void *b) {
 }
 
 typedef struct tlv_run_s {
-  MS_VEC(tlv_point_t) pts;
   MS_VEC(int64_t) mat;     /* max_at_time */
   MS_VEC(int64_t) s_t;     /* summarized band */
   MS_VEC(int64_t) s_off;
@@ -187,12 +187,6 @@ static void tlv_advance(tlv_run_t *r, int64_t n) {
   for (int64_t i = 0; i < n; i++) r->mat.ptr[r->mat.len++] = r->total + r->summ;
 }
 
-static void tlv_point(tlv_run_t *r, int64_t *last_off, uint32_t series, int64_t t, int64_t off) {
-  tlv_point_t p = {series, t, off};
-  last_off[series] = off;
-  if (MS_VEC_PUSH(&r->pts, p)) r->oom = 1;
-}
-
 /* The state of one computation (ms_tlv_compute), phase by phase. */
 typedef struct tlv_ctx_s {
   MS_VEC(tlv_elem_t) el;       /* elements: allocations (or segments) in the viewer's order */
@@ -207,7 +201,25 @@ typedef struct tlv_ctx_s {
   tlv_sort_t *order;
   size_t ncur;
   int64_t max_size;
+  /* the count (tlv_count) */
+  uint32_t *fen;               /* Fenwick tree: frees per place in the stack (adds + 1) */
+  uint32_t *seq, *base;        /* element -> its place; the frees before it was added */
+  uint8_t *live;               /* element -> added and not yet freed */
+  uint64_t *npts;              /* series -> its points */
+  size_t nadds;                /* the most adds: elements present at the start + actions */
+  size_t nplaces;              /* the adds counted: the series, the summarized band aside */
+  /* the points, series by series: series s from first[s], its next point at cursor[s] */
+  int64_t *pt_t, *pt_off;
+  size_t *first, *cursor;
+  uint64_t series_points;
 } tlv_ctx_t;
+
+static void tlv_point(tlv_ctx_t *c, uint32_t series, int64_t t, int64_t off) {
+  size_t at = c->cursor[series]++;
+  c->pt_t[at] = t;
+  c->pt_off[at] = off;
+  c->last_off[series] = off;
+}
 
 static void tlv_ctx_release(tlv_ctx_t *c) {
   free(c->el.ptr);
@@ -215,7 +227,6 @@ static void tlv_ctx_release(tlv_ctx_t *c) {
   free(c->initially.ptr);
   free(c->map.key);
   free(c->map.val);
-  free(c->r.pts.ptr);
   free(c->r.mat.ptr);
   free(c->r.s_t.ptr);
   free(c->r.s_off.ptr);
@@ -228,6 +239,15 @@ static void tlv_ctx_release(tlv_ctx_t *c) {
   free(c->summarized);
   free(c->order);
   free(c->ser.ptr);
+  free(c->fen);
+  free(c->seq);
+  free(c->base);
+  free(c->live);
+  free(c->npts);
+  free(c->pt_t);
+  free(c->pt_off);
+  free(c->first);
+  free(c->cursor);
 }
 
 /* Phase 1, process_alloc_data's matching: allocs open elements, frees close them or (unmatched)
@@ -305,8 +325,8 @@ static int tlv_add_snapshot(tlv_ctx_t *c, const ms_snapshot_t *segsrc, size_t de
 }
 
 /* Between the phases: reverse(initially) (with no actions, the last one present becomes an
- * action); the max_entries largest elements are drawn on their own. */
-static int tlv_prepare(tlv_ctx_t *c, size_t max_entries) {
+ * action); the elements sorted by size for the choice of those drawn on their own. */
+static int tlv_prepare(tlv_ctx_t *c) {
   for (size_t a = 0, b = c->initially.len ? c->initially.len - 1 : 0; a < b; a++, b--) {
     uint32_t t = c->initially.ptr[a];
     c->initially.ptr[a] = c->initially.ptr[b];
@@ -323,17 +343,120 @@ static int tlv_prepare(tlv_ctx_t *c, size_t max_entries) {
   c->pos = malloc(n1 * sizeof *c->pos);
   c->series_of = malloc(n1 * sizeof *c->series_of);
   c->cur = malloc(n1 * sizeof *c->cur);
-  c->last_off = malloc((2 * ne + 1) * sizeof *c->last_off);
+  c->nadds = c->initially.len + c->actions.len;
+  c->last_off = malloc((c->nadds + 1) * sizeof *c->last_off);
+  c->fen = malloc((c->nadds + 1) * sizeof *c->fen);
+  c->npts = malloc((c->nadds + 1) * sizeof *c->npts);
+  c->seq = malloc(n1 * sizeof *c->seq);
+  c->base = malloc(n1 * sizeof *c->base);
+  c->live = malloc(n1);
   if (!c->order || !c->drawn || !c->summarized || !c->pos || !c->series_of || !c->cur ||
-      !c->last_off)
+      !c->last_off || !c->fen || !c->npts || !c->seq || !c->base || !c->live)
     return MS_ENOMEM;
   for (size_t i = 0; i < ne; i++) {
     c->order[i] = (tlv_sort_t){c->el.ptr[i].size, (uint32_t)i};
     c->pos[i] = -1;
   }
   qsort(c->order, ne, sizeof *c->order, tlv_sort_cmp);
-  for (size_t i = 0; i < ne && i < max_entries; i++) c->drawn[c->order[i].idx] = 1;
   if (MS_VEC_PUSH(&c->r.s_off, 0)) return MS_ENOMEM; /* the band's offsets start with [total] */
+  return MS_OK;
+}
+
+/* The k largest elements (MemoryViz's max_entries) are drawn on their own. */
+static void tlv_draw_first(tlv_ctx_t *c, size_t k) {
+  size_t ne = c->el.len;
+  memset(c->drawn, 0, ne ? ne : 1);
+  for (size_t i = 0; i < ne && i < k; i++) c->drawn[c->order[i].idx] = 1;
+}
+
+/* The points of element e's series, as it ends (freed, or alive at the end): one where it was
+ * added, one where it ends, and two for every free below it in the stack while it lived. */
+static uint64_t tlv_count_end(const tlv_ctx_t *c, uint32_t e) {
+  uint64_t below = 0;
+  for (size_t i = c->seq[e]; i > 0; i -= i & (~i + 1)) below += c->fen[i];
+  return 2 + 2 * (below - c->base[e]);
+}
+
+/* The points the replay (tlv_replay) gives the drawn elements, counted without storing them:
+ * the same adds and frees, in the same order; the frees of earlier places (lower in the stack)
+ * counted by a Fenwick tree. per_series: each series' count (series = place) into c->npts. */
+static uint64_t tlv_count(tlv_ctx_t *c, bool per_series) {
+  size_t ne = c->el.len, nin = c->initially.len, nplace = 0;
+  uint32_t frees = 0;
+  uint64_t total = 0;
+  memset(c->fen, 0, (c->nadds + 1) * sizeof *c->fen);
+  memset(c->live, 0, ne ? ne : 1);
+  for (size_t k = 0; k < c->nadds; k++) {
+    uint32_t e = k < nin ? c->initially.ptr[k] : c->actions.ptr[k - nin];
+    if (!c->drawn[e]) continue;
+    if (!c->live[e]) { /* tlv_add */
+      c->seq[e] = (uint32_t)nplace++;
+      c->base[e] = frees;
+      c->live[e] = 1;
+      continue;
+    }
+    uint64_t n = tlv_count_end(c, e); /* tlv_remove */
+    if (per_series) c->npts[c->seq[e]] = n;
+    total += n;
+    for (size_t i = (size_t)c->seq[e] + 1; i <= c->nadds; i += i & (~i + 1)) c->fen[i]++;
+    frees++;
+    c->live[e] = 0;
+  }
+  for (uint32_t e = 0; e < ne; e++) {
+    if (!c->live[e]) continue;
+    uint64_t n = tlv_count_end(c, e);
+    if (per_series) c->npts[c->seq[e]] = n;
+    total += n;
+  }
+  c->nplaces = nplace;
+  return total;
+}
+
+/* Chooses the elements drawn on their own: max_entries of them, or, past the budget and when
+ * summarizing, the most that fit (the count never shrinks as more are drawn: bisection). */
+static int tlv_fit(tlv_ctx_t *c, size_t max_entries, ms_tlv_budget_t *b) {
+  uint64_t max_pts = b->bytes == UINT64_MAX ? UINT64_MAX : b->bytes / MS_TLV_POINT_BYTES;
+  size_t kmax = max_entries < c->el.len ? max_entries : c->el.len;
+  tlv_draw_first(c, kmax);
+  uint64_t need = c->series_points = tlv_count(c, true); /* kept by tlv_layout when it fits */
+  b->exact_bytes = need > UINT64_MAX / MS_TLV_POINT_BYTES ? UINT64_MAX : need * MS_TLV_POINT_BYTES;
+  b->fits_entries = max_entries;
+  b->drawn = kmax;
+  b->summarized = false;
+  if (need <= max_pts) return MS_OK;
+  size_t lo = 0, hi = kmax; /* lo fits (nothing drawn: no point), hi does not */
+  while (hi - lo > 1) {
+    size_t mid = lo + (hi - lo) / 2;
+    tlv_draw_first(c, mid);
+    if (tlv_count(c, false) <= max_pts)
+      lo = mid;
+    else
+      hi = mid;
+  }
+  b->fits_entries = lo;
+  if (!b->summarize) return MS_ELIMIT;
+  tlv_draw_first(c, lo);
+  c->series_points = tlv_count(c, true);
+  b->drawn = lo;
+  b->summarized = true;
+  return MS_OK;
+}
+
+/* Lays the drawn elements' series out: each series' first point, from the exact count of the
+ * chosen elements (tlv_fit). */
+static int tlv_layout(tlv_ctx_t *c) {
+  if (c->series_points > SIZE_MAX / sizeof(int64_t) - 4) return MS_ENOMEM;
+  size_t n = c->nplaces + 1;
+  c->first = malloc(n * sizeof *c->first);
+  c->cursor = malloc(n * sizeof *c->cursor);
+  c->pt_t = malloc(((size_t)c->series_points + 1) * sizeof *c->pt_t);
+  c->pt_off = malloc(((size_t)c->series_points + 1) * sizeof *c->pt_off);
+  if (!c->first || !c->cursor || !c->pt_t || !c->pt_off) return MS_ENOMEM;
+  size_t at = 0;
+  for (size_t i = 0; i < c->nplaces; i++) {
+    c->first[i] = c->cursor[i] = at;
+    at += (size_t)c->npts[i];
+  }
   return MS_OK;
 }
 
@@ -352,7 +475,7 @@ static void tlv_add(tlv_ctx_t *c, uint32_t e) {
   c->series_of[e] = (uint32_t)(c->ser.len - 1);
   c->pos[e] = (int64_t)c->ncur;
   c->cur[c->ncur++] = e;
-  tlv_point(&c->r, c->last_off, c->series_of[e], c->r.t, c->r.total);
+  tlv_point(c, c->series_of[e], c->r.t, c->r.total);
   c->r.total += c->el.ptr[e].size; /* both <= TLV_MAX_BYTES */
   if (c->r.total > TLV_MAX_BYTES) c->r.beyond = 1;
 }
@@ -363,7 +486,7 @@ static void tlv_remove(tlv_ctx_t *c, uint32_t e, int64_t size) {
   size_t idx = (size_t)c->pos[e];
   tlv_advance(r, 1);
   uint32_t sid = c->series_of[e];
-  tlv_point(r, c->last_off, sid, r->t, c->last_off[sid]);
+  tlv_point(c, sid, r->t, c->last_off[sid]);
   memmove(c->cur + idx, c->cur + idx + 1, (c->ncur - idx - 1) * sizeof *c->cur);
   c->ncur--;
   c->pos[e] = -1;
@@ -372,8 +495,8 @@ static void tlv_remove(tlv_ctx_t *c, uint32_t e, int64_t size) {
       uint32_t o = c->cur[j];
       uint32_t so = c->series_of[o];
       c->pos[o] = (int64_t)j;
-      tlv_point(r, c->last_off, so, r->t, c->last_off[so]);
-      tlv_point(r, c->last_off, so, r->t + 3, c->last_off[so] - size);
+      tlv_point(c, so, r->t, c->last_off[so]);
+      tlv_point(c, so, r->t + 3, c->last_off[so] - size);
     }
     tlv_advance(r, 3);
   }
@@ -421,54 +544,50 @@ static int tlv_replay(tlv_ctx_t *c) {
   }
   for (size_t j = 0; j < c->ncur; j++) {
     uint32_t so = c->series_of[c->cur[j]];
-    tlv_point(r, c->last_off, so, r->t, c->last_off[so]);
+    tlv_point(c, so, r->t, c->last_off[so]);
   }
   return r->oom ? MS_ENOMEM : MS_OK;
 }
 
-/* The output: points grouped by series (a stable counting sort), the summarized band last (its
- * offsets have one more value than its timesteps). */
+/* The output: the series' points as the replay laid them out, the summarized band last (its
+ * offsets have one more value than its timesteps). The points' arrays grow by the band in place
+ * (realloc: a large block is remapped, not copied); `sizes` is zero but for the band, and
+ * calloc's untouched pages of a large block cost no memory. */
 static int tlv_output(tlv_ctx_t *c, size_t dev, bool plot_segments, ms_tlv_t *out) {
   tlv_run_t *r = &c->r;
-  size_t ns = c->ser.len, ne = c->el.len;
-  size_t *cnt = calloc(ns + 1, sizeof *cnt);
-  if (!cnt) return MS_ENOMEM;
-  for (size_t i = 0; i < r->pts.len; i++) cnt[r->pts.ptr[i].series + 1]++;
+  size_t ns = c->ser.len, ne = c->el.len, npts = (size_t)c->series_points;
+  if (ns != c->nplaces) return MS_EFORMAT; /* the count and the replay disagree: a bug */
   for (size_t i = 0; i < ns; i++) {
-    c->ser.ptr[i].first_point = cnt[i];
-    c->ser.ptr[i].npoints = cnt[i + 1];
-    cnt[i + 1] += cnt[i];
+    if (c->cursor[i] != c->first[i] + c->npts[i]) return MS_EFORMAT;
+    c->ser.ptr[i].first_point = c->first[i];
+    c->ser.ptr[i].npoints = (size_t)c->npts[i];
   }
   size_t band_pts = r->s_t.len;
-  size_t total_pts = r->pts.len + band_pts;
+  size_t total_pts = npts + band_pts;
+  int64_t *t = realloc(c->pt_t, (total_pts + 1) * sizeof(int64_t));
+  if (t) c->pt_t = t;
+  int64_t *o = realloc(c->pt_off, (total_pts + 2) * sizeof(int64_t));
+  if (o) c->pt_off = o;
   memset(out, 0, sizeof *out);
-  out->timesteps = malloc((total_pts + 1) * sizeof(int64_t));
-  out->offsets = malloc((total_pts + 2) * sizeof(int64_t));
-  out->sizes = malloc((total_pts + 1) * sizeof(int64_t));
-  if (!out->timesteps || !out->offsets || !out->sizes || MS_VEC_RESERVE(&c->ser, 1)) {
-    free(cnt);
-    free(out->timesteps);
-    free(out->offsets);
+  out->sizes = calloc(total_pts + 1, sizeof(int64_t));
+  if (!t || !o || !out->sizes || MS_VEC_RESERVE(&c->ser, 1)) {
     free(out->sizes);
+    out->sizes = NULL;
     return MS_ENOMEM;
   }
-  for (size_t i = 0; i < r->pts.len; i++) {
-    size_t at = cnt[r->pts.ptr[i].series]++;
-    out->timesteps[at] = r->pts.ptr[i].t;
-    out->offsets[at] = r->pts.ptr[i].off;
-    out->sizes[at] = 0;
-  }
-  free(cnt);
+  out->timesteps = c->pt_t;
+  out->offsets = c->pt_off;
+  c->pt_t = c->pt_off = NULL;
   ms_tlv_series_t band;
   memset(&band, 0, sizeof band);
   band.elem = -1;
-  band.first_point = r->pts.len;
+  band.first_point = npts;
   band.npoints = band_pts;
   if (band_pts) { /* an empty band has no buffers: memcpy from NULL is undefined even for 0 bytes */
-    memcpy(out->timesteps + r->pts.len, r->s_t.ptr, band_pts * sizeof(int64_t));
-    memcpy(out->sizes + r->pts.len, r->s_size.ptr, band_pts * sizeof(int64_t));
+    memcpy(out->timesteps + npts, r->s_t.ptr, band_pts * sizeof(int64_t));
+    memcpy(out->sizes + npts, r->s_size.ptr, band_pts * sizeof(int64_t));
   }
-  memcpy(out->offsets + r->pts.len, r->s_off.ptr, (band_pts + 1) * sizeof(int64_t));
+  memcpy(out->offsets + npts, r->s_off.ptr, (band_pts + 1) * sizeof(int64_t));
   c->ser.ptr[c->ser.len++] = band;
   out->npoints = total_pts;
   out->device = dev;
@@ -490,11 +609,24 @@ static int tlv_output(tlv_ctx_t *c, size_t dev, bool plot_segments, ms_tlv_t *ou
   return MS_OK;
 }
 
-int ms_tlv_compute(const ms_snapshot_t *snap, size_t dev, bool plot_segments, size_t max_entries,
-                   size_t first, size_t last, const ms_snapshot_t *at_last, ms_tlv_t *out) {
+uint64_t ms_tlv_default_budget(size_t nentries) {
+  uint64_t per = (uint64_t)nentries * MS_TLV_BUDGET_PER_ENTRY; /* < 2^64: entries < 2^40 */
+  return per > MS_TLV_BUDGET_BYTES ? per : MS_TLV_BUDGET_BYTES;
+}
+
+int ms_tlv_compute_budget(const ms_snapshot_t *snap, size_t dev, bool plot_segments,
+                          size_t max_entries, size_t first, size_t last,
+                          const ms_snapshot_t *at_last, ms_tlv_budget_t *budget, ms_tlv_t *out) {
   const ms_snapshot_t *segsrc = at_last ? at_last : snap;
   const ms_snap_trace_t *trace = NULL;
   size_t n = 0;
+  ms_tlv_budget_t dflt;
+  memset(&dflt, 0, sizeof dflt);
+  ms_tlv_budget_t *b = budget ? budget : &dflt;
+  b->exact_bytes = 0;
+  b->fits_entries = max_entries;
+  b->drawn = 0;
+  b->summarized = false;
   if (dev >= 4096) return MS_EINVAL;
   if (dev < snap->ndevices) {
     n = snap->devices[dev].ntrace;
@@ -502,15 +634,24 @@ int ms_tlv_compute(const ms_snapshot_t *snap, size_t dev, bool plot_segments, si
   }
   if (last > n) last = n;
   if (first > last) first = last;
+  if (b->bytes == 0) b->bytes = ms_tlv_default_budget(last - first);
   tlv_ctx_t c;
   memset(&c, 0, sizeof c);
   int rc = tlv_match_trace(&c, trace, first, last, plot_segments);
   if (rc == MS_OK) rc = tlv_add_snapshot(&c, segsrc, dev, plot_segments);
-  if (rc == MS_OK) rc = tlv_prepare(&c, max_entries);
+  if (rc == MS_OK) rc = tlv_prepare(&c);
+  if (rc == MS_OK) rc = tlv_fit(&c, max_entries, b);
+  if (rc == MS_OK) rc = tlv_layout(&c);
   if (rc == MS_OK) rc = tlv_replay(&c);
   if (rc == MS_OK) rc = tlv_output(&c, dev, plot_segments, out);
   tlv_ctx_release(&c);
   return rc;
+}
+
+int ms_tlv_compute(const ms_snapshot_t *snap, size_t dev, bool plot_segments, size_t max_entries,
+                   size_t first, size_t last, const ms_snapshot_t *at_last, ms_tlv_t *out) {
+  return ms_tlv_compute_budget(snap, dev, plot_segments, max_entries, first, last, at_last, NULL,
+                               out);
 }
 
 void ms_tlv_release(ms_tlv_t *v) {

@@ -61,6 +61,10 @@
       for (i = 0; i < tl.elementsLength && same; i++) if (r.sources[i] !== tl.sources[i]) { same = false; bad = "source " + i; }
       ok(x[0] + ": the page's replay equals the data", same && r.maxAt.length === tl.maxAt.length
          && tl.maxAt.every(function (v, j) { return r.maxAt[j] === v; }), bad + " n " + r.n + " vs " + n);
+      /* the time-range selector's steps without the points (replay.js, entrySteps) are the replay's */
+      var es = window.memsnapEntrySteps({ trace: D.trace, segments: D.segments, segmentsView: tl.segmentsView, pools: false });
+      ok(x[0] + ": entry steps without points equal the replay's", es.length === r.entryStep.length
+         && r.entryStep.every(function (v, j) { return es[j] === v; }));
     });
     /* the pools view: without private pools it is the memory timeline */
     api.show("pools");

@@ -8,28 +8,32 @@
 #include <string.h>
 
 #include "memsnap/explain.h"
-#include "memsnap/views.h"
 #include "answer.h"
 
-/* A holder's name: its stack's innermost Python frame, else the innermost frame PyTorch's filter
- * keeps (as `memsnap top` names stacks). */
+/* A holder's name: its stack's innermost Python frame (FILE:LINE:NAME), else its innermost
+ * frame; the page shows it as text. */
 static void answer_stack_label(const ms_snapshot_t *s, uint32_t stack, char *buf, size_t cap) {
   if (stack == MS_SNAP_NO_STACK || stack >= s->nstacks) {
     snprintf(buf, cap, "<no stack recorded>");
     return;
   }
-  uint32_t n = s->stacks[stack].nframes, kept = UINT32_MAX;
+  uint32_t n = s->stacks[stack].nframes;
+  if (n == 0) {
+    snprintf(buf, cap, "<no frame>");
+    return;
+  }
+  const ms_snap_frame_t *pick = ms_snap_stack_frame(s, stack, 0);
   for (uint32_t i = 0; i < n; i++) {
     const ms_snap_frame_t *f = ms_snap_stack_frame(s, stack, i);
     size_t len = strlen(f->filename);
     if (len >= 3 && strcmp(f->filename + len - 3, ".py") == 0) {
-      ms_view_frame_format(buf, cap, f);
-      return;
+      pick = f;
+      break;
     }
-    if (kept == UINT32_MAX && ms_view_frame_kept(f->name, f->filename)) kept = i;
   }
-  if (kept == UINT32_MAX) snprintf(buf, cap, "<no frame>");
-  else ms_view_frame_format(buf, cap, ms_snap_stack_frame(s, stack, kept));
+  const char *file = strrchr(pick->filename, '/');
+  snprintf(buf, cap, "%s:%lld:%s", file ? file + 1 : pick->filename, (long long)pick->line,
+           pick->name);
 }
 
 static void answer_key(vw_t *w, const char *k) {

@@ -280,6 +280,36 @@
     return pack(data, els, maxAt, maxSize, poolKeys, entryStep, inp.segmentsView);
   }
 
+  /* The timestep at which each trace entry takes effect (the time-range selector), as replay()
+   * computes it without pools, but without its points: a free takes one step, and three more
+   * when a band is above the freed one, which a stack of places with lazily popped dead ones
+   * tells in O(1) amortized. So even a trace whose bands would need billions of points (the
+   * viewer data's worst shape, docs/view.md "The budget") costs linear time and memory. */
+  function entrySteps(inp) {
+    var m = matchElements(inp, segmentIndex(inp.segments)), ne = m.els.length;
+    var place = new Int32Array(ne).fill(-1), stack = [], dead = [], t = 0;
+    var stepOfAction = new Float64Array(m.actions.length + 1);
+    function push(e) { place[e] = stack.length; stack.push(e); dead.push(false); }
+    m.initial.forEach(push);
+    for (var ai = 0; ai < m.actions.length; ai++) {
+      stepOfAction[ai] = t;
+      var e = m.actions[ai];
+      t += 1;
+      if (place[e] < 0) { push(e); continue; }
+      dead[place[e]] = true;
+      place[e] = -1;
+      if (stack.length && !dead[stack.length - 1]) t += 3; /* a live band above the freed one */
+      while (stack.length && dead[stack.length - 1]) { stack.pop(); dead.pop(); }
+    }
+    stepOfAction[m.actions.length] = t;
+    var n = inp.trace.action.length, entryStep = new Float64Array(n + 1), k = m.actions.length;
+    for (var i = n; i >= 0; i--) {
+      while (k > 0 && m.actEntry[k - 1] >= i) k--;
+      entryStep[i] = stepOfAction[k];
+    }
+    return entryStep;
+  }
+
   /* the series as typed arrays, the shape of the page's decoded timelines */
   function pack(data, els, maxAt, maxSize, poolKeys, entryStep, segmentsView) {
     var n = data.length, np = 0, i, k;
@@ -316,4 +346,5 @@
   }
 
   window.memsnapReplay = replay;
+  window.memsnapEntrySteps = entrySteps;
 })();

@@ -133,7 +133,9 @@ static void view_bin_tlv(vb_t *b, const char *prefix, const ms_tlv_t *v) {
   vb_end(b);
   /* max_at_time is the sum of the sizes of the bands alive at each step: the page computes it
    * from the bands (view.js, maxAtTime), exactly while every total is at most 2^52 */
-  if (!view_exact(v->max_at_time, v->ntimesteps)) {
+  bool band = false; /* the page sums max_at_time from the bands, the summarized one aside */
+  for (size_t i = 0; i < nsumm && !band; i++) band = v->sizes[summ_first + i] != 0;
+  if (band || !view_exact(v->max_at_time, v->ntimesteps)) {
     FSEC("max_at_time", false);
     for (size_t i = 0; i < v->ntimesteps; i++) vb_f64(b, (double)v->max_at_time[i]);
     vb_end(b);
@@ -286,6 +288,7 @@ static void view_frames(vw_t *w, const ms_snapshot_t *s) {
 typedef struct view_tlmeta_s {
   int64_t max_size;
   size_t elements_length, nseries, npoints, ntimesteps;
+  ms_tlv_budget_t budget; /* what fitting the data to its budget did */
 } view_tlmeta_t;
 
 typedef struct view_ctx_s {
@@ -314,6 +317,15 @@ static void view_tlv_json(vw_t *w, const char *key, const view_tlmeta_t *m) {
   vw_u64(w, m->npoints);
   vw_puts(w, ",\"ntimesteps\":");
   vw_u64(w, m->ntimesteps);
+  if (m->budget.summarized) { /* the page says so (docs/view.md, "The budget") */
+    vw_puts(w, ",\"budget\":{\"bytes\":");
+    vw_u64(w, m->budget.bytes);
+    vw_puts(w, ",\"exact_bytes\":");
+    vw_u64(w, m->budget.exact_bytes);
+    vw_puts(w, ",\"drawn\":");
+    vw_u64(w, m->budget.drawn);
+    vw_puts(w, "}");
+  }
   vw_puts(w, "}");
 }
 
@@ -390,7 +402,11 @@ static int view_bin_devices(view_ctx_t *c, vb_t *b) {
     char prefix[48];
     for (int seg = 0; seg < 2 && rc == MS_OK; seg++) {
       ms_tlv_t v;
-      rc = ms_tlv_compute(c->s, c->devs[k], seg != 0, SIZE_MAX, 0, SIZE_MAX, NULL, &v);
+      view_tlmeta_t *m = &c->meta[2 * k + (size_t)seg];
+      m->budget.bytes = c->o->timeline_budget_bytes;
+      m->budget.summarize = true;
+      rc = ms_tlv_compute_budget(c->s, c->devs[k], seg != 0, SIZE_MAX, 0, SIZE_MAX, NULL,
+                                 &m->budget, &v);
       if (rc == MS_ELIMIT)
         snprintf(c->why, sizeof c->why,
                  "device %zu: the %s timeline holds more than 2^32 elements, or a size or the "
@@ -399,7 +415,6 @@ static int view_bin_devices(view_ctx_t *c, vb_t *b) {
       if (rc != MS_OK) break;
       snprintf(prefix, sizeof prefix, "d%zu.%s", c->devs[k], seg ? "seg" : "tl");
       view_bin_tlv(b, prefix, &v);
-      view_tlmeta_t *m = &c->meta[2 * k + (size_t)seg];
       m->max_size = v.max_size;
       m->elements_length = v.elements_length;
       m->nseries = v.nseries;

@@ -167,7 +167,8 @@
       size: sec("size"), elem: sec("elem"), color: sec("color"), ghost: sec("ghost"),
       tmin: new Float64Array(n), tmax: new Float64Array(n),
       summ: -1, summSizes: null, summOffsets: null,
-      maxAt: null, maxSize: meta.max_size, elementsLength: meta.elements_length
+      maxAt: null, maxSize: meta.max_size, elementsLength: meta.elements_length,
+      budget: meta.budget || null
     };
     for (i = 0; i < n; i++) {
       tl.first[i] = f0[i];
@@ -378,8 +379,8 @@
    * (replay.js) of the same trace. */
   function entrySteps(tl) {
     if (!tl.entryStep)
-      tl.entryStep = window.memsnapReplay({ trace: D.trace, segments: D.segments,
-                                            segmentsView: tl.segmentsView, pools: false }).entryStep;
+      tl.entryStep = window.memsnapEntrySteps({ trace: D.trace, segments: D.segments,
+                                                segmentsView: tl.segmentsView, pools: false });
     return tl.entryStep;
   }
   /* The timesteps at which the trace's `oom` entries take effect (none until the trace is read). */
@@ -446,6 +447,16 @@
         : "the trace of this device has no allocation."));
       self.destroy = function () {};
       return self;
+    }
+    if (tl.budget) {
+      /* the data past its budget (docs/view.md, "The budget"): the smallest in the grey band */
+      el("div", "note budget", root, "Summarized: " + tl.budget.drawn + " of "
+        + tl.elementsLength + " allocations are drawn on their own; the other "
+        + (tl.elementsLength - tl.budget.drawn) + " (the smallest; of equal sizes, the latest) are "
+        + "in the grey \"summarized\" band "
+        + "(as PyTorch's viewer does past 15,000), because drawing every one would take "
+        + fmtSize(tl.budget.exact_bytes) + ", more than the page's budget of "
+        + fmtSize(tl.budget.bytes) + ".");
     }
     var plot = el("div", "plot", root), mini = el("div", "mini", root), info = el("pre", "info", root);
     var cv = el("canvas", "", plot), over = el("canvas", "", plot), mcv = el("canvas", "", mini);
@@ -1204,6 +1215,12 @@
 
   /* "Allocated Memory (incl. Private Pools)": replayed in the page when first shown (replay.js) */
   function poolsTimeline() {
+    if (!PTL && TL.budget) {
+      /* the replay draws every allocation on its own: past the budget it would need what the
+       * budget avoided (docs/view.md, "The budget") */
+      PTL = TL;
+      api.poolsTimeline = PTL;
+    }
     if (!PTL) {
       PTL = window.memsnapReplay({ trace: D.trace, segments: D.segments, segmentsView: false, pools: true });
       lodIndex(PTL);
@@ -1231,7 +1248,10 @@
     else if (name === "explain") current = explainView(v);
     else if (name === "pools") {
       var ptl = poolsTimeline();
-      el("div", "note", v, ptl.envelopes.length
+      el("div", "note", v, ptl === TL
+        ? "This view replays every allocation in the page, which past the page's budget would take "
+          + "what the budget avoids; the Active Memory Timeline, summarized, is shown instead."
+        : ptl.envelopes.length
         ? "Blocks of private pools (CUDA graphs, MemPool) are the half transparent stripes inside "
           + "their pool's grey envelope, as tall as the pool's reserved memory (it never shrinks); "
           + ptl.envelopes.length + " pool envelope(s)."
