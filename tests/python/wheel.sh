@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# The wheel (ctest "wheel", issue #29): built from this build tree by scripts/wheel.py, installed
+# with `pip install --no-index` into a fresh venv, then, in a mount namespace where the build tree,
+# the source tree and the system's copies of every bundled library are covered (empty), with
+# LD_LIBRARY_PATH and PYTHONPATH empty:
+#   - `memsnap stats FILE` through the venv's command prints what the build's program prints;
+#   - ldd finds every library of every ELF file of the installed package inside it or on the
+#     allowed list (scripts/wheel.py ALLOWED), and no RUNPATH names a directory outside it;
+#   - the package imports from the venv and answers (load, top, view, an Error).
+# usage: wheel.sh SOURCE_DIR BUILD_DIR [FIXTURE_DIR]   Exit 77 (ctest: skipped) without the tools.
+set -euo pipefail
+src=$(cd "${1:?usage: wheel.sh SOURCE_DIR BUILD_DIR [FIXTURE_DIR]}" && pwd)
+build=$(cd "${2:?}" && pwd)
+fixtures=${MEMSNAP_TORCH_FIXTURES:-${3:-}}
+for t in python3 patchelf ldd; do
+  command -v $t >/dev/null || { echo "SKIP: $t not found (scripts/deps.sh test installs it); wheel test not run"; exit 77; }
+done
+python3 -c 'import ensurepip' 2>/dev/null || { echo "SKIP: python3-venv not installed; wheel test not run"; exit 77; }
+work=$(mktemp -d /tmp/memsnap-wheel.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+
+snap="$src/tests/fuzz/corpus/fuzz_msgpack/small.msgpack"
+if [[ -n "$fixtures" && -f "$fixtures/a0kuma_adamw_small.pickle" ]]; then
+  snap="$work/fixture.pickle"; cp "$fixtures/a0kuma_adamw_small.pickle" "$snap" # read only outside the build
+else
+  echo "SKIP: no PyTorch fixtures (MEMSNAP_TORCH_FIXTURES); the wheel is tested on $snap"
+fi
+
+python3 "$src/scripts/wheel.py" "$build" "$work/dist"
+python3 -m venv "$work/env"
+"$work/env/bin/pip" install -q --no-index --disable-pip-version-check "$work"/dist/memsnap-*-py3-none-linux_x86_64.whl
+pkg=$("$work/env/bin/python" -c 'import memsnap, os; print(os.path.dirname(memsnap.__file__))')
+[[ "$pkg" == "$work/env/"* ]] || { echo "FAIL: memsnap imported from $pkg, not the venv"; exit 1; }
+"$build/bin/memsnap" stats "$snap" >"$work/expected.txt"
+
+# the checks, run where nothing but the venv can be found
+cat >"$work/check.sh" <<CHECK
+set -euo pipefail
+export LD_LIBRARY_PATH= PYTHONPATH= MEMSNAP_PREFIX=
+unset LD_LIBRARY_PATH PYTHONPATH MEMSNAP_PREFIX
+cd "$work"
+"$work/env/bin/memsnap" stats "$snap" >"$work/got.txt"
+cmp "$work/expected.txt" "$work/got.txt" || { echo "FAIL: memsnap stats through the venv differs"; exit 1; }
+echo "ok: memsnap stats through \$(command -v "$work/env/bin/memsnap")"
+allowed=" $(cd "$src/scripts" && python3 -c 'import wheel; print(" ".join(sorted(wheel.ALLOWED)))') "
+n=0
+while IFS= read -r -d '' f; do
+  [[ "\$(head -c4 "\$f" | od -An -c | tr -d ' ')" == '177ELF' ]] || continue
+  n=\$((n + 1))
+  while read -r line; do
+    so=\${line%% *}; so=\${so##*/}
+    case "\$line" in
+      *"not found"*) echo "FAIL: \$f: \$line"; exit 1 ;;
+      "statically linked") ;;
+      *" => $pkg/"*) ;;
+      *) [[ "\$allowed" == *" \$so "* ]] || { echo "FAIL: \$f needs \$line (outside the wheel, not allowed)"; exit 1; } ;;
+    esac
+  done < <(ldd "\$f" | sed 's/^[[:space:]]*//; s/ (0x[0-9a-f]*)//')
+  rp=\$(patchelf --print-rpath "\$f")
+  [[ -z "\$rp" || "\$rp" == '\$ORIGIN' || "\$rp" == '\$ORIGIN/../lib' ]] || { echo "FAIL: \$f has RUNPATH \$rp"; exit 1; }
+done < <(find "$pkg" -type f -print0)
+[[ \$n -ge 4 ]] || { echo "FAIL: only \$n ELF files in the installed package"; exit 1; }
+echo "ok: ldd: \$n ELF files resolve inside the wheel or to the allowed system libraries"
+"$work/env/bin/python" - "$snap" <<'PY'
+import os, sys, memsnap
+s = memsnap.load(sys.argv[1], check=True)
+top = s.top(n=3)
+assert top["groups"] and top["total_bytes"] > 0, top
+view = s.view()
+assert b"memsnapView" in view.page and "srcdoc=" in view._repr_html_()
+try:
+    memsnap.load(open(sys.argv[1], "rb").read()[:100])
+    raise SystemExit("FAIL: truncated bytes were accepted")
+except memsnap.Error as e:
+    assert "<bytes>" in str(e), e
+print("ok: import memsnap", memsnap.__version__, "from", os.path.dirname(memsnap.__file__),
+      "; top:", top["total_bytes"], "bytes; view:", len(view.page), "bytes")
+PY
+CHECK
+
+# cover the build tree, the source tree's package and the system's copies of the bundled libraries
+hide=("$build" "$src/python")
+for so in "$pkg"/lib/*-????????.so*; do
+  orig=$(basename "$so" | sed -E 's/-[0-9a-f]{8}(\.so)/\1/')
+  for d in /lib/x86_64-linux-gnu /usr/lib/x86_64-linux-gnu; do [[ -e "$d/$orig" ]] && hide+=("$(realpath "$d/$orig")"); done
+done
+if unshare --mount true 2>/dev/null; then
+  { echo 'set -e'; for h in "${hide[@]}"; do
+      if [[ -d "$h" ]]; then echo "mount -t tmpfs none '$h'"; else echo "mount --bind /dev/null '$h'"; fi
+    done; echo "bash '$work/check.sh'"; } >"$work/ns.sh"
+  unshare --mount --propagation private bash "$work/ns.sh"
+  echo "ok: with ${#hide[@]} paths covered: the build tree, python/ and the system's $(ls "$pkg"/lib/*-????????.so* | wc -l) bundled libraries"
+else
+  echo "SKIP: no mount namespace (needs root): the build tree and system libraries stay reachable; checks run with LD_LIBRARY_PATH and PYTHONPATH empty only"
+  bash "$work/check.sh"
+fi
+echo "ok: wheel $(basename "$work"/dist/*.whl), $(du -k "$work"/dist/*.whl | cut -f1) KiB"
