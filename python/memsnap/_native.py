@@ -97,13 +97,14 @@ def check_file(path):
 
 def run(args, ok_codes=(0,)):
     """Runs `memsnap ARGS...` and returns its standard output (bytes). A failure raises Error with
-    the program's own message (its `memsnap: error: ` lines, without the prefix)."""
+    the program's own message (its `memsnap: error: ` lines, without the prefix); ok_codes other
+    than 0 are answers too where the program printed one (replay: a FAIL or UNREPLAYABLE device)."""
     try:
         p = subprocess.run([binary()] + [os.fspath(a) for a in args], stdout=subprocess.PIPE,
                            stderr=subprocess.PIPE, check=False)
     except OSError as e:
         raise Error(f"cannot run memsnap: {e}") from None
-    if p.returncode not in ok_codes:
+    if p.returncode not in ok_codes or (p.returncode != 0 and not p.stdout.strip()):
         raise Error(_message(p.stderr, p.returncode))
     return p.stdout
 

@@ -204,7 +204,8 @@ class Snapshot:
         """Replays the trace through memsnap's allocator (`memsnap replay --json`): what-if under
         config (PYTORCH_CUDA_ALLOC_CONF syntax, e.g. "expandable_segments:True") or every
         combination of sweep ("max_split_size_mb=64,128;expandable_segments=False,True"); with
-        neither, the fidelity check (whose verdicts are in the result, FAIL included).
+        neither, the fidelity check. Verdicts are in the result (FAIL, UNREPLAYABLE included), as
+        the command prints them with exit status 1.
         capacity: "24GiB", a number of bytes, or "unlimited"."""
         if config is not None and sweep is not None:
             raise Error("replay: config and sweep exclude each other")
@@ -218,7 +219,7 @@ class Snapshot:
             mode = ["--check"]
         return self._run("replay", *mode, *_opt("--capacity", capacity),
                          *(["--min-capacity"] if min_capacity else []), *_opt("--device", device),
-                         ok_codes=(0, 1) if mode == ["--check"] else (0,))
+                         ok_codes=(0, 1))
 
     def compare(self, other, stacks=False):
         """What differs between this snapshot (before) and other (after: a Snapshot, a path,
