@@ -125,6 +125,10 @@ def test_exports_equal_cli(fixture, tmp_path):
     assert view.html.encode("latin-1") == page
 
 
+# the answers that read the whole snapshot in different ways (state, trace, time index, replays)
+DICT_METHODS = ("stats", "top", "timeline", "explain", "replay_check")
+
+
 @needs_fixtures
 @pytest.mark.parametrize("fixture", PICKLES)
 def test_dict_equals_file(fixture):
@@ -136,6 +140,8 @@ def test_dict_equals_file(fixture):
     with memsnap.load(obj) as by_dict, memsnap.load(raw) as by_bytes:
         assert by_dict.format == "pickle" and repr(by_dict) == "<memsnap.Snapshot '<dict>' (pickle)>"
         for name, call, args in METHODS:
+            if name not in DICT_METHODS:
+                continue
             want = err = None
             try:
                 want = call(by_file)
