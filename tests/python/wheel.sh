@@ -5,6 +5,7 @@
 # the source tree and the system's copies of every bundled library are covered (empty), with
 # LD_LIBRARY_PATH and PYTHONPATH empty:
 #   - `memsnap stats FILE` through the venv's command prints what the build's program prints;
+#   - `memsnap run` preloads the wheel's interposer into a program;
 #   - ldd finds every library of every ELF file of the installed package inside it or on the
 #     allowed list (scripts/wheel.py ALLOWED), and no RUNPATH names a directory outside it;
 #   - the package imports from the venv and answers (load, top, view, an Error).
@@ -43,6 +44,11 @@ cd "$work"
 "$work/env/bin/memsnap" stats "$snap" >"$work/got.txt"
 cmp "$work/expected.txt" "$work/got.txt" || { echo "FAIL: memsnap stats through the venv differs"; exit 1; }
 echo "ok: memsnap stats through \$(command -v "$work/env/bin/memsnap")"
+# memsnap run finds the bundled interposer next to the program, and it loads (its libraries too)
+"$work/env/bin/memsnap" run --quiet -- grep -o '/[^ ]*libmemsnap_preload.so' /proc/self/maps >"$work/maps.txt" 2>"$work/run.err"
+grep -q "^$pkg/lib/libmemsnap_preload.so\$" "$work/maps.txt" && ! grep -q 'ld.so' "$work/run.err" ||
+  { echo "FAIL: memsnap run did not preload the wheel's interposer"; cat "$work/maps.txt" "$work/run.err"; exit 1; }
+echo "ok: memsnap run preloads \$(head -1 "$work/maps.txt")"
 allowed=" $(cd "$src/scripts" && python3 -c 'import wheel; print(" ".join(sorted(wheel.ALLOWED)))') "
 n=0
 while IFS= read -r -d '' f; do
