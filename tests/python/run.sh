@@ -11,6 +11,8 @@ export MEMSNAP_PREFIX="$build" PYTHONPATH="$src/python" PYDEVD_DISABLE_FILE_VALI
 py=/usr/bin/python3; [[ -x $py ]] || py=python3
 if [[ "$what" == api ]]; then
   $py -c 'import pytest' 2>/dev/null || { echo "SKIP: pytest not found (scripts/deps.sh test installs python3-pytest)"; exit 77; }
+  ls "$MEMSNAP_TORCH_FIXTURES"/*.pickle >/dev/null 2>&1 ||
+    echo "SKIP: no PyTorch fixtures (MEMSNAP_TORCH_FIXTURES): the per-fixture comparisons do not run"
   exec $py -m pytest -q -p no:cacheprovider -rs "$src/tests/python/test_api.py"
 fi
 $py -c 'import nbclient, ipykernel' 2>/dev/null || { echo "SKIP: nbclient/ipykernel not found (scripts/deps.sh test installs them)"; exit 77; }

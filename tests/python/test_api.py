@@ -25,9 +25,6 @@ PICKLES = sorted(f for f in os.listdir(FIXTURES) if f.endswith(".pickle")) \
 BIN = os.path.join(os.environ["MEMSNAP_PREFIX"], "bin", "memsnap")
 SMALL = os.path.join(os.path.dirname(__file__), "..", "fuzz", "corpus", "fuzz_msgpack",
                      "small.msgpack")
-if not PICKLES:
-    print("SKIP: no PyTorch fixtures (MEMSNAP_TORCH_FIXTURES): the per-fixture comparisons "
-          "do not run", file=sys.stderr)
 
 needs_fixtures = pytest.mark.skipif(not PICKLES, reason="SKIP: no PyTorch fixtures")
 
