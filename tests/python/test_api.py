@@ -242,6 +242,23 @@ def test_errors_carry_the_message(tmp_path):
         s.stats()
 
 
+def test_file_refused_by_the_reader(tmp_path):
+    """A file is read by each answer (or at load with check=True): a truncated one raises there
+    with the reader's message, as the CLI prints it."""
+    raw = open(SMALL, "rb").read()
+    bad = tmp_path / "cut.msgpack"
+    bad.write_bytes(raw[: len(raw) // 2])
+    s = memsnap.load(bad)  # the head says memsnap's format
+    want = cli("stats", str(bad))[1]
+    assert want and "cut.msgpack" in want
+    with pytest.raises(memsnap.Error) as e:
+        s.stats()
+    assert str(e.value) == want
+    with pytest.raises(memsnap.Error) as e:
+        memsnap.load(bad, check=True)
+    assert "cut.msgpack" in str(e.value)
+
+
 def test_version_and_command():
     out = subprocess.run([sys.executable, "-m", "memsnap", "version"], capture_output=True,
                          text=True, check=True).stdout
