@@ -27,7 +27,8 @@ def load(source, *, check=None):
     if isinstance(source, Snapshot):
         return source
     if isinstance(source, dict) or isinstance(source, list):
-        return Snapshot._from_bytes(_pickle_dict(source), "<dict>")
+        name = "<dict>" if isinstance(source, dict) else "<list>"
+        return Snapshot._from_bytes(_pickle_dict(source, name), name)
     if isinstance(source, (bytes, bytearray, memoryview)):
         return Snapshot._from_bytes(bytes(source), "<bytes>", check=True if check is None else check)
     if isinstance(source, (str, os.PathLike)):
@@ -49,7 +50,7 @@ class _PlainPickler(pickle.Pickler):
         raise pickle.PicklingError(type(obj).__name__)
 
 
-def _pickle_dict(obj):
+def _pickle_dict(obj, name):
     """The dict as torch.cuda.memory._dump_snapshot() would write it (pickle.dump), in memory."""
     buf = io.BytesIO()
     try:
@@ -57,8 +58,8 @@ def _pickle_dict(obj):
     except (pickle.PicklingError, TypeError, AttributeError, RecursionError, ValueError) as e:
         where, what = _find_junk(obj)
         if where is None:
-            raise Error(f"<dict>: the snapshot cannot be pickled: {e}") from None
-        raise Error(f"<dict>: {where} is of type {what!r}, which no snapshot of "
+            raise Error(f"{name}: the snapshot cannot be pickled: {e}") from None
+        raise Error(f"{name}: {where} is of type {what!r}, which no snapshot of "
                     "torch.cuda.memory._snapshot() holds (only dicts, lists, strings, numbers, "
                     "booleans and None): was the dict changed after it was taken?") from None
     return buf.getvalue()

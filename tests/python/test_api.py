@@ -156,6 +156,10 @@ def test_dict_equals_file(fixture):
                 assert got == want, (name, label)
         tmp = by_dict.path
         assert os.path.exists(tmp)
+    if isinstance(obj, dict):  # PyTorch 1.x's form: the bare list of segments
+        by_list = memsnap.load(obj["segments"])
+        assert repr(by_list) == "<memsnap.Snapshot '<list>' (pickle)>"
+        assert by_list.stats()["segments"] == by_file.stats()["segments"]
     assert not os.path.exists(tmp)  # removed at the with block's end
 
 
