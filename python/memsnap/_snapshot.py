@@ -47,7 +47,7 @@ class _PlainPickler(pickle.Pickler):
     def reducer_override(self, obj):  # not called for exact dicts, lists, strings, numbers, None
         if type(obj) in _PLAIN:
             return NotImplemented
-        raise pickle.PicklingError(type(obj).__name__)
+        raise pickle.PicklingError(f"it holds a value of type {type(obj).__name__!r}")
 
 
 def _pickle_dict(obj, name):
@@ -116,7 +116,7 @@ class Snapshot:
         fmt = _detect(path)
         if check:
             _native.check_file(path)
-        return cls._new(path, path, fmt)
+        return cls._new(os.path.abspath(path), path, fmt)  # (the answers survive a chdir)
 
     @classmethod
     def _from_bytes(cls, data, name, check=True):
@@ -168,8 +168,9 @@ class Snapshot:
         return self._named(_native.run_json([cmd, self._file(), *args], ok_codes))
 
     def _named(self, doc):
-        """The answer with the temporary file of a dict or bytes named as the input ("<dict>")."""
-        if self._tmpdir and isinstance(doc, dict):
+        """The answer with the file named as the input was: "<dict>" for the temporary file of a
+        dict, a relative path as given."""
+        if self._path != self._name and isinstance(doc, dict):
             for k, v in doc.items():
                 if v == self._path:
                     doc[k] = self._name

@@ -263,6 +263,16 @@ def test_file_refused_by_the_reader(tmp_path):
     assert "cut.msgpack" in str(e.value)
 
 
+def test_relative_path_survives_chdir(tmp_path, monkeypatch):
+    with open(SMALL, "rb") as f:
+        (tmp_path / "s.msgpack").write_bytes(f.read())
+    monkeypatch.chdir(tmp_path)
+    s = memsnap.load("s.msgpack")
+    want = cli("stats", "s.msgpack")[0]
+    monkeypatch.chdir("/")
+    assert s.stats() == want and want["file"] == "s.msgpack"
+
+
 def test_version_and_command():
     out = subprocess.run([sys.executable, "-m", "memsnap", "version"], capture_output=True,
                          text=True, check=True).stdout
