@@ -104,6 +104,9 @@ def main():
     if len(sys.argv) != 3:
         sys.exit("usage: scripts/wheel.py BUILD_DIR OUT_DIR")
     build, out = sys.argv[1], sys.argv[2]
+    for tool in ("patchelf", "ldd", "strip"):
+        if not shutil.which(tool):
+            sys.exit(f"wheel: {tool} not found (scripts/deps.sh wheel installs what is missing)")
     version = sh(os.path.join(build, "bin", "memsnap"), "version").split()[-1]
     if not re.fullmatch(r"\d+(\.\d+)*", version):
         sys.exit(f"wheel: unexpected version '{version}' from memsnap version")

@@ -51,7 +51,8 @@ def record(path="snap.pickle", max_entries=100_000, on_oom=True, max_oom_snapsho
     raises), then stops recording. With on_oom, an out-of-memory observer
     (torch._C._cuda_attach_out_of_memory_observer) writes one to run.oomN.pickle at each of the
     first max_oom_snapshots OOMs, while the allocator's state is the failing one.
-    Raises memsnap.Error when torch cannot be imported or CUDA is not available."""
+    Needs PyTorch 2.1 or later (the keyword form of _record_memory_history). Raises memsnap.Error
+    when torch cannot be imported or CUDA is not available."""
     torch = _torch()
     mem = torch.cuda.memory
     rec = Recording(path, max_oom_snapshots)
