@@ -6,10 +6,14 @@
 import shlex
 
 from ._errors import Error
+from ._snapshot import Snapshot, load
 
 
 def _parse(line):
-    args = shlex.split(line)
+    try:
+        args = shlex.split(line)
+    except ValueError as e:
+        raise Error(f"%memsnap_view: {e}") from None
     opts, rest = {}, []
     it = iter(args)
     for a in it:
@@ -27,7 +31,6 @@ def _parse(line):
 
 def memsnap_view(line, user_ns):
     """The viewer of a snapshot file or of the snapshot a variable holds, as a memsnap.View."""
-    from ._snapshot import Snapshot, load  # noqa: the package's own, at call time
     target, opts = _parse(line)
     if target.isidentifier() and target in user_ns:
         value = user_ns[target]
@@ -36,7 +39,10 @@ def memsnap_view(line, user_ns):
         snap = load(target)
     view = snap.view(device=opts.get("device"), view=opts.get("view"))
     if "height" in opts:
-        view.height = int(opts["height"])
+        try:
+            view.height = int(opts["height"])
+        except ValueError:
+            raise Error(f"%memsnap_view: --height needs a number of pixels, not {opts['height']!r}") from None
     return view
 
 

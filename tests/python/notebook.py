@@ -23,6 +23,8 @@ nb.cells = [
     nbformat.v4.new_code_cell("%load_ext memsnap"),
     nbformat.v4.new_code_cell(f"%memsnap_view {snap}"),
     nbformat.v4.new_code_cell("%memsnap_view d --height 500"),
+    nbformat.v4.new_code_cell("%memsnap_view no-such-file.pickle",  # fails, with its message
+                              metadata={"tags": ["raises-exception"]}),
 ]
 NotebookClient(nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": work}}).execute()
 pages = []
@@ -33,7 +35,11 @@ for i in (0, 2, 3):
             and "memsnapView" in html and "ms-bin" in html):
         sys.exit(f"FAIL: cell {i} shows no viewer page: {nb.cells[i].outputs!r:.300}")
     pages.append(html)
-print(f"ok: notebook ran; .view() and %memsnap_view (file and dict) show the viewer "
+# (IPython shows a UsageError as its message on stderr, without a traceback)
+err = "".join(o.get("text", "") for o in nb.cells[4].outputs if o.get("name") == "stderr")
+if "UsageError: memsnap: cannot open 'no-such-file.pickle'" not in err:
+    sys.exit(f"FAIL: %memsnap_view of a missing file: {nb.cells[4].outputs!r:.300}")
+print(f"ok: notebook ran; .view() and %memsnap_view (file and dict) show the viewer, an error its message "
       f"({len(pages[0])} characters of HTML)")
 
 # In Chromium: the output as a notebook front end shows it (UTF-8 outer page), and a check that
