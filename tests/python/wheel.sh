@@ -18,7 +18,7 @@ for t in python3 patchelf ldd; do
   command -v $t >/dev/null || { echo "SKIP: $t not found (scripts/deps.sh test installs it); wheel test not run"; exit 77; }
 done
 python3 -c 'import ensurepip' 2>/dev/null || { echo "SKIP: python3-venv not installed; wheel test not run"; exit 77; }
-work=$(mktemp -d /tmp/memsnap-wheel.XXXXXX)
+work=$(mktemp -d -t memsnap-wheel.XXXXXX) # (outside the build tree, which is hidden below)
 trap 'rm -rf "$work"' EXIT
 
 snap="$src/tests/fuzz/corpus/fuzz_msgpack/small.msgpack"
