@@ -4,6 +4,7 @@
 #   make bench             benchmarks in a Release tree; writes build/bench/results.json
 #   make fuzz FUZZ_SECONDS=60 [FUZZ_TARGETS="fuzz_load ..."]   libFuzzer targets (clang), seeded
 #                               with tests/fuzz/corpus/ (and the fixtures for the readers)
+#   make wheel             dist/memsnap-*.whl: pip install it anywhere (docs/python.md)
 #   make check             the module rule on #include lines (also a test of make test)
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE ?= cmake
@@ -16,7 +17,7 @@ endif
 MS_DEBUG ?= 3
 FUZZ_SECONDS ?= 60
 
-.PHONY: all deps test-deps build demo test check bench fuzz clean
+.PHONY: all deps test-deps build demo test check bench fuzz wheel clean
 
 all: build
 
@@ -33,7 +34,7 @@ build: deps $(BUILD)/CMakeCache.txt
 	$(CMAKE) --build $(BUILD) -j $(JOBS)
 
 # The demo's build is quiet: its output goes to $(BUILD)/build.log, shown only when it fails.
-demo: deps test-deps
+demo: deps
 	@mkdir -p $(BUILD)
 	@printf 'memsnap demo: building into %s/ (log: %s/build.log)\n' '$(BUILD)' '$(BUILD)'
 	@$(MAKE) --no-print-directory build >$(BUILD)/build.log 2>&1 || \
@@ -42,7 +43,11 @@ demo: deps test-deps
 
 # ctest hides the output of passing suites; the SKIP lines (no GPU, no fixtures, no browser) are
 # printed after the run, counted, so that what did not run stays visible.
-test: test-deps build
+# (-DMS_BUILD_TESTS=ON: the suite also in a tree that a build without Criterion configured)
+test: test-deps
+	@$(MAKE) --no-print-directory $(BUILD)/CMakeCache.txt
+	@$(CMAKE) -S . -B $(BUILD) -DMS_BUILD_TESTS=ON >/dev/null
+	@$(MAKE) --no-print-directory build
 	@cd $(BUILD) && { ctest --output-on-failure -j $(JOBS); rc=$$?; \
 	  grep -h '^SKIP' Testing/Temporary/LastTest.log 2>/dev/null | sort | uniq -c | sed 's/^ */  skipped x/'; \
 	  exit $$rc; }
@@ -59,9 +64,18 @@ bench: deps
 	$(CMAKE) --build build/bench-build -j $(JOBS)
 	@bench/run.sh build/bench-build build/bench
 
+# dist/memsnap-<version>-py3-none-linux_x86_64.whl from a Release tree: the command, the libraries
+# and the third-party ones they need, and the Python package (docs/python.md)
+wheel: deps
+	@scripts/deps.sh wheel
+	$(CMAKE) -S . -B build/wheel-build -DCMAKE_BUILD_TYPE=Release -DMS_DEBUG=0 -DMS_BUILD_TESTS=OFF \
+	  -DMS_BUILD_SAMPLES=OFF -DMS_BUILD_BENCH=OFF
+	$(CMAKE) --build build/wheel-build -j $(JOBS) --target memsnap memsnap_preload
+	python3 scripts/wheel.py build/wheel-build dist
+
 fuzz:
 	@scripts/deps.sh fuzz
 	@scripts/fuzz.sh $(FUZZ_SECONDS) $(FUZZ_TARGETS)
 
 clean:
-	rm -rf build build-asan build-fuzz out
+	rm -rf build build-asan build-fuzz out dist

@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # Installs what memsnap needs on Debian (as root), or prints the exact apt-get line and fails.
-# usage: scripts/deps.sh [build|test|fuzz|bench]   (test adds the browser used by the SVG tests and
-# python3 for scripts/check-deps.py, sqlite3 and golang-go whose tools read the exports back)
+# usage: scripts/deps.sh [build|test|fuzz|bench|wheel]   (test adds the browser used by the SVG tests and
+# python3 for scripts/check-deps.py, sqlite3 and golang-go whose tools read the exports back, and
+# what the Python package's tests use: venv, pytest, nbclient, ipykernel; wheel: python3 and patchelf)
 set -euo pipefail
 what=${1:-build}
 pkgs=(cmake make gcc pkg-config libmsgpack-dev zlib1g-dev libxml2-dev libdw-dev libsqlite3-dev)
 case "$what" in
-  test) pkgs+=(libcriterion-dev chromium clang python3 sqlite3 golang-go) ;;
+  test) pkgs+=(libcriterion-dev chromium clang python3 sqlite3 golang-go
+        patchelf python3-venv python3-pytest python3-nbclient python3-ipykernel) ;;
+  wheel) pkgs+=(python3 patchelf) ;;
   fuzz) pkgs+=(clang libclang-rt-14-dev) ;;
-  bench) pkgs+=(python3) ;;
+  bench) pkgs+=(python3 patchelf) ;;  # patchelf: bench_python makes the wheel
 esac
 missing=()
 for p in "${pkgs[@]}"; do
