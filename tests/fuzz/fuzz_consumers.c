@@ -10,7 +10,9 @@
  *    configuration, and the smallest capacity for short traces;
  *  - the text and JSON commands themselves, through the CLI's own code (the objects of cli/ linked
  * in, with standard output sent to /dev/null): `stats`, `stats --summary`, `stats --json`, `trace`,
- *    `trace --json`, `top`.
+ *    `trace --json`, `top`, `explain --no-replay --json`, `timeline --steps`;
+ *  - the answers: explain (without and, for short traces, with its remedies' replays), the
+ *    capacity and the OOMs of every device, the annotation ranges.
  * Each answers MS_OK or a described error (the CLI: exit status 0 or 1, never 2 for a file it
  * could read), never a crash, a leak or a hang. Work is bounded by the input (-max_len) and by the
  * replay's limits here.
@@ -29,6 +31,7 @@
 #include "../../cli/cli.h"
 #include "common/internal.h"
 #include "fuzz_util.h"
+#include "memsnap/explain.h"
 #include "memsnap/export.h"
 #include "memsnap/replay.h"
 #include "memsnap/timeline.h"
@@ -187,6 +190,48 @@ static void replay(const ms_snapshot_t *s, uint8_t knob) {
   }
 }
 
+/* ---- answers: explain, capacity, OOMs, annotation ranges ------------------------------------- */
+
+static void answers(const ms_snapshot_t *s) {
+  size_t entries = 0;
+  for (size_t d = 0; d < s->ndevices; d++) {
+    entries += s->devices[d].ntrace;
+    uint64_t cap = 0;
+    ms_tl_oom_t o;
+    ms_capacity_source src = ms_snapshot_capacity(s, d, &cap, &o);
+    FZ_CHECK(src == MS_CAPACITY_UNKNOWN ? cap == 0 : cap > 0, "capacity %d %llu", (int)src,
+             (unsigned long long)cap);
+    size_t n = ms_snapshot_oom_count(s, d);
+    for (size_t k = 0; k < n && k < 4; k++)
+      FZ_CHECK(ms_snapshot_oom_at(s, d, k, &o) == MS_OK, "oom %zu of %zu", k, n);
+  }
+  ms_tl_ranges_t rs;
+  FZ_CHECK(ms_tl_ranges_build(s, &rs) == MS_OK, "ranges");
+  for (size_t i = 0; i < rs.n; i++)
+    FZ_CHECK(!rs.ranges[i].has_end || rs.ranges[i].end_us >= rs.ranges[i].start_us, "range %zu", i);
+  ms_tl_ranges_release(&rs);
+  for (int replays = 0; replays < 2; replays++) {
+    if (replays && entries > 256) break;
+    ms_explain_options_t o;
+    ms_explain_options_init(&o);
+    o.remedies = replays;
+    o.min_capacity = entries <= 64;
+    o.threads = 1;
+    o.series_points = 50;
+    ms_explain_t *x = NULL;
+    ms_errbuf_t eb = {{0}};
+    int rc = ms_explain_run(s, &o, &x, &eb);
+    FZ_CHECK(rc == MS_OK || rc == MS_EFORMAT || rc == MS_EINVAL || rc == MS_ELIMIT,
+             "explain: %d %s", rc, eb.msg);
+    if (rc == MS_OK) {
+      FZ_CHECK(x->cached_free_bytes <= x->reserved_bytes && x->allocated_bytes <= x->reserved_bytes,
+               "explain: figures");
+      FZ_CHECK(x->verdict_text[0] != 0, "explain: no verdict text");
+    }
+    ms_explain_free(x);
+  }
+}
+
 /* ---- the CLI's commands --------------------------------------------------------------------- */
 
 static void cli(const uint8_t *data, size_t size) {
@@ -199,7 +244,9 @@ static void cli(const uint8_t *data, size_t size) {
   }
   static const char *const cmds[][4] = {{"stats", NULL},           {"stats", "--summary", NULL},
                                         {"stats", "--json", NULL}, {"trace", NULL},
-                                        {"trace", "--json", NULL}, {"top", NULL}};
+                                        {"trace", "--json", NULL}, {"top", NULL},
+                                        {"explain", "--no-replay", "--json", NULL},
+                                        {"timeline", "--steps", NULL}};
   for (size_t c = 0; c < sizeof cmds / sizeof *cmds; c++) {
     char *argv[6];
     int argc = 0;
@@ -230,6 +277,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   views(s, start);
   ms_snapshot_free(start);
   replay(s, data[size - 1]);
+  answers(s);
   cli(data, size);
   ms_snapshot_free(s);
   return 0;
