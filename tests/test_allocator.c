@@ -1,10 +1,11 @@
 /* SPDX-License-Identifier: MIT
  * Tests for the caching allocator on the sim backend, case by case from
- * reference/pytorch-allocator.md: rounding and segment sizes (§2), best fit per stream and the
- * split rules (§5-§6), merging (§7.6), record_stream deferral (§7.2-§7.4), the oversize rules and
- * release_available_cached_blocks (§5, §8.3), the OOM chain's order through the sim call log
- * (§4, §8), the OOM message and observers (§8.6-§8.7), memory fraction and GC (§8.2, §8.5),
- * private pools (§3.4, §13.3), history hooks (§11.2) and the snapshot walk (§11.3).
+ * docs/pytorch-allocator.md: rounding and segment sizes ("Sizes and rounding"), best fit per
+ * stream and the oversize rules ("Best fit and the oversize rules"), splitting and merging,
+ * record_stream deferral ("Freeing and events"), release_available_cached_blocks, the OOM chain's
+ * order through the sim call log ("Malloc and its fallback chain"), the OOM message and
+ * observers, memory fraction and GC ("The OOM path and releases"), private pools ("Private pools
+ * and CUDA graphs"), history hooks ("Trace entries") and the snapshot walk ("Snapshot fields").
  * Every test ends with the invariant checker and a leak check of the backend. */
 #include <criterion/criterion.h>
 #include <stdio.h>

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT
  * Tests for the allocator configuration (lib/config.c): the size formulas against the tables of
- * reference/pytorch-allocator.md §2, the PYTORCH_CUDA_ALLOC_CONF syntax and keys of §9 (values,
+ * docs/pytorch-allocator.md ("Sizes and rounding"), the PYTORCH_CUDA_ALLOC_CONF syntax and keys
+ * ("Configuration keys": values,
  * resets, every error with its exact text and offset), MEMSNAP_ALLOC_CONF, the canonical string,
  * and hostile strings (every truncation, random bytes, absurd numbers, deep nesting). */
 #include <criterion/criterion.h>

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT
- * Tests of `memsnap replay` (lib/replay.c, cli/cmd-replay.c; reference/replay-notes.md):
+ * Tests of `memsnap replay` (lib/replay.c, cli/cmd-replay.c; docs/replay.md):
  *  - --check passes on every replayable PyTorch fixture, and the shared fixtures that are not
  *    replayable say why;
  *  - the check can fail: the allocator with a wrong tie-break, split threshold or rounding
@@ -752,7 +752,8 @@ Test(replay, whatif_expandable_lowers_peak_reserved, .timeout = 30) {
   ms_snapshot_free(s);
 }
 
-/* Allocator-level rules of expandable segments (reference/pytorch-allocator.md §12). */
+/* Allocator-level rules of expandable segments (docs/pytorch-allocator.md, "Expandable
+ * segments"). */
 typedef struct es_fix_s {
   ms_backend_t *be;
   ms_allocator_t *al;

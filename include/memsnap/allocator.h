@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT
  * memsnap: the caching device-memory allocator, PyTorch's native CUDA caching allocator in C
- * (reference/pytorch-allocator.md §2-§8, §13; docs/allocator.md).
+ * (docs/pytorch-allocator.md; memsnap's decisions: docs/allocator.md).
  *
  * Vocabulary:
  *  - segment: one range obtained from the device backend (one backend malloc).

@@ -2,8 +2,8 @@
  * memsnap: allocator configuration (MEMSNAP_ALLOC_CONF).
  *
  * The configuration of memsnap's caching allocator has the syntax and the keys of PyTorch's
- * PYTORCH_CUDA_ALLOC_CONF (reference/pytorch-allocator.md §9): a comma-separated list of
- * `key:value` pairs, where a value is a token or a bracketed list `[k:v,k:v,>:v]`, e.g.
+ * PYTORCH_CUDA_ALLOC_CONF (docs/pytorch-allocator.md, "Configuration keys"): a comma-separated
+ * list of `key:value` pairs, where a value is a token or a bracketed list `[k:v,k:v,>:v]`, e.g.
  *
  *   max_split_size_mb:128,roundup_power2_divisions:[256:1,512:2,>:4],expandable_segments:True
  *

@@ -22,7 +22,7 @@
  * replaced or the allocator is destroyed; ms_allocator_destroy calls hooks->release(hooks->ctx)
  * (when not NULL) outside the lock, after the last trace entry, so the owner can free them there.
  *
- * Where the allocator calls them (reference/pytorch-allocator.md §4, §7, §8, §11):
+ * Where the allocator calls them (docs/pytorch-allocator.md, "Trace entries"):
  *  - gather, OUTSIDE the lock: at malloc when context_level >= MS__CTX_STATE; at free and
  *    empty_cache when context_level >= MS__CTX_ALL.
  *  - trace, UNDER the lock, when trace_enabled: alloc (alloc_found_block), free_requested (free),
@@ -96,7 +96,8 @@ void ms__allocator_counts(ms_allocator_t *a, ms__alloc_counts_t *out);
 
 /* ---- replay support (lib/replay.c; defined in "allocator.c") ------------------------------------
  * Entry points that `memsnap replay` needs to drive the allocator from a recorded trace
- * (reference/replay-notes.md §2-§3). They take the allocator's mutex like every public call. */
+ * (docs/replay.md, "`--check`", "Traces that began mid-run"). They take the allocator's mutex
+ * like every public call. */
 
 /* Test-only mutations of PyTorch's rules. The replay tests set one to prove that `memsnap replay
  * --check` fails with a wrong rule. The checks and the variable exist only in the copy of

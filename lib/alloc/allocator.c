@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT
  * memsnap core: the caching allocator, PyTorch's DeviceCachingAllocator in C
- * (reference/pytorch-allocator.md §4-§8, §10-§13; docs/allocator.md lists every decision).
+ * (docs/pytorch-allocator.md; docs/allocator.md lists every decision).
  *
  * The functions below keep PyTorch's names and follow its pseudo-code step by step, because
  * `memsnap replay` must reproduce PyTorch's every decision: malloc -> get_free_block ->

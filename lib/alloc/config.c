@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT
  * memsnap core: the allocator configuration (MEMSNAP_ALLOC_CONF), with the syntax, keys, limits
- * and re-parse resets of PyTorch's PYTORCH_CUDA_ALLOC_CONF (reference/pytorch-allocator.md §9),
- * and the size-class formulas that depend on it (§2.2-§2.4).
+ * and re-parse resets of PyTorch's PYTORCH_CUDA_ALLOC_CONF, and the size-class formulas that
+ * depend on it (docs/pytorch-allocator.md, "Configuration keys", "Sizes and rounding").
  *
  * The tokenizer is PyTorch's ([2025+] ConfigTokenizer): ',' ':' '[' ']' are one-character tokens,
  * any other run of non-whitespace characters is one token, whitespace separates tokens and is

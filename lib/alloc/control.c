@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT
  * memsnap core: the public calls of the caching allocator that are not malloc or free: emptying the
  * cache, statistics, the memory fraction, the largest free block, OOM observers and free-memory
- * callbacks, the last OOM message (reference/pytorch-allocator.md §8, §10).
+ * callbacks, the last OOM message (docs/pytorch-allocator.md, "The OOM path and releases").
  */
 #include <inttypes.h>
 #include <math.h>

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT
- * memsnap core: expandable segments (`expandable_segments:True`, reference/pytorch-allocator.md
- * §12; docs/allocator.md, "Expandable segments").
+ * memsnap core: expandable segments (`expandable_segments:True`; docs/pytorch-allocator.md
+ * and docs/allocator.md, "Expandable segments").
  *
  * Per (stream, pool) a virtual range of page * ceil(9/8 * device total / page) bytes is reserved
  * with the backend's va_reserve; physical pages (2 MiB in the small pool, large_segment_size in the

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT
  * memsnap core: read-only walks over an allocator's state: the invariant checker (model-based
  * tests, MS_DEBUG=3), the counts used by tests, and the snapshot walker that appends segments,
- * blocks, flat statistics and settings to a snapshot builder (reference/pytorch-allocator.md
- * §11.3-§11.4).
+ * blocks, flat statistics and settings to a snapshot builder (docs/pytorch-allocator.md,
+ * "Snapshot fields").
  */
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT
- * memsnap core: private pools (reference/pytorch-allocator.md §13.3): CUDA-graph pools and
- * MemPools, their options, routing allocations to them, and releasing them.
+ * memsnap core: private pools (docs/pytorch-allocator.md, "Private pools and CUDA graphs"):
+ * CUDA-graph pools and MemPools, their options, routing allocations to them, and releasing them.
  */
 #include <inttypes.h>
 #include <math.h>

@@ -2,7 +2,7 @@
  * memsnap core: the allocator's internal structures (block, segment, pool, private pool, the
  * allocator itself) and the prototypes of block_pool.c and segment.c. Never installed.
  *
- * Vocabulary (reference/pytorch-allocator.md §3):
+ * Vocabulary (docs/pytorch-allocator.md, "Blocks and pools"):
  *  - segment (ms__segment_t): one range from the backend's malloc. It records the address, size,
  *    stream and pool, and the context of the malloc that created it (PyTorch keeps that on the
  *    segment's head block; a separate record keeps it stable across merges).
@@ -272,7 +272,7 @@ ms__segment_t *ms__segment_new(ms_allocator_t *a, uintptr_t ptr, size_t size, ms
                                ms__pool_t *pool, uint32_t ctx);
 void ms__segment_delete(ms_allocator_t *a, ms__segment_t *s);
 
-/* ---- "expandable.c" (expandable segments, reference/pytorch-allocator.md §12) ---------------- */
+/* ---- "expandable.c" (docs/pytorch-allocator.md, "Expandable segments") ---------------------- */
 
 /* Whether expandable segments serve allocations from pool: the flag is on, for the default pools
  * and private pools alike (PyTorch bypasses them only for pools with a custom allocator, which

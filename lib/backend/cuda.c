@@ -4,7 +4,7 @@
  * of memsnap_core that include CUDA headers; compiled only when CMake found a CUDA Toolkit >= 12.8
  * (MS_HAVE_CUDA).
  *
- * What each operation calls (reference/pytorch-allocator.md §7, §8, §12, §13, §18; docs/gpu.md):
+ * What each operation calls (docs/pytorch-allocator.md, "The CUDA calls used"; docs/gpu.md):
  *  - malloc: cudaMalloc, in relaxed stream-capture mode (cudaThreadExchangeStreamCaptureMode) so
  *    that a segment can be allocated while a stream of this thread is being captured into a graph,
  *    as PyTorch does. cudaErrorMemoryAllocation is MS_EOOM; nothing else is.

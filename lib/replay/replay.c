@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT
  * memsnap core: `memsnap replay`, driving the allocator from a recorded trace
- * (include/memsnap/replay.h; the method is reference/replay-notes.md §2-§4; docs/replay.md).
+ * (include/memsnap/replay.h; the method and its limits are in docs/replay.md).
  *
  * Check mode. The allocator runs on a "recorded device", a backend private to this file: it
  * returns, for a new segment, the address the trace recorded when the allocator asks for the

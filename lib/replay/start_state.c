@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT
  * memsnap core: the recorded run's settings, whether a device's trace can be replayed, and the
- * allocator state when the trace began (reference/replay-notes.md §3-§4): the start segments, the
- * blocks live in them, and the sizes of those freed in the trace, inferred (replay/internal.h).
+ * allocator state when the trace began (docs/replay.md, "Traces that began mid-run",
+ * "Preconditions"): the start segments, the blocks live in them, and the sizes of those freed in
+ * the trace, inferred (replay/internal.h).
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -19,7 +20,7 @@ static const ms_snap_kv_t *rp_setting(const ms_snapshot_t *s, const char *key) {
   return NULL;
 }
 
-/* The configuration the trace was recorded with (reference/replay-notes.md §2: files without
+/* The configuration the trace was recorded with (docs/replay.md, "`--check`": files without
  * allocator_settings use the defaults). */
 void ms__rp_config_of(const ms_snapshot_t *s, ms_alloc_config_t *c) {
   ms_alloc_config_init(c);
