@@ -85,7 +85,8 @@ Test(replay, fixtures_pass, .timeout = 60) {
 }
 
 Test(replay, fixture_start_states, .timeout = 60) {
-  /* replay-notes §5: start segments; wedsonlin's 438 blocks freed in the trace are inferred. */
+  /* docs/replay.md, "Results on the shared fixtures": start segments; wedsonlin's 438 blocks
+   * freed in the trace are inferred. */
   struct { const char *name; size_t segs, inferred; } t[] = {
       {"a0kuma_adamw_small", 0, 0},
       {"cranberrii_ftcourse", 63, 0},

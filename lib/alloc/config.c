@@ -264,7 +264,8 @@ static int config_mib(config_parser_t *p, config_tok_t *t, uint64_t *mib) {
   return MS_OK;
 }
 
-/* roundup_power2_divisions: a scalar power of two, or [k:v,...,>:v] (§2.3, [2025+] fill rule). */
+/* roundup_power2_divisions: a scalar power of two, or [k:v,...,>:v] ("Configuration keys", [2025+]
+ * fill rule). */
 static int config_divisions(config_parser_t *p, size_t div[MS_ROUNDUP_POWER2_INTERVALS]) {
   config_tok_t t = config_peek(&p->lx);
   uint64_t v;
@@ -432,7 +433,7 @@ int ms_alloc_config_parse(ms_alloc_config_t *c, const char *str, ms_errbuf_t *eb
     return config_fail(&p, MS_ALLOC_CONF_MAX, "configuration string too long (%zu characters, "
                        "expected at most %d)", len, MS_ALLOC_CONF_MAX);
 
-  /* PyTorch's re-parse resets (§9.1); other keys keep their values unless given. */
+  /* PyTorch's re-parse resets ("Configuration keys"); other keys keep their values unless given. */
   ms_alloc_config_t tmp = *c;
   tmp.max_split_size = SIZE_MAX;
   tmp.garbage_collection_threshold = 0.0;

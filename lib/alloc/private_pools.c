@@ -15,7 +15,7 @@
 #include "alloc/types.h"
 #include "backend/backend_internal.h"
 
-/* ---- private pools (§13.3) ------------------------------------------------------------------- */
+/* ---- private pools ("Private pools and CUDA graphs") ----------------------------------------- */
 
 ms_pool_id_t ms_pool_id_new(bool is_graph) {
   static _Atomic int64_t graph_uid = 1, pool_uid = 1;

@@ -54,8 +54,8 @@ void ms__rp_config_of(const ms_snapshot_t *s, ms_alloc_config_t *c) {
   }
 }
 
-/* ---- one device's trace: preconditions and the start state (replay-notes §3)
- * ---------------------- */
+/* ---- one device's trace: preconditions and the start state (docs/replay.md, "Traces that began
+ * mid-run") --------------- */
 
 void ms__rp_trace_release(rp_trace_t *tr) {
   free(tr->burst_kind);
@@ -90,7 +90,8 @@ rp_sseg_t *ms__rp_seg_of(rp_trace_t *tr, uint64_t addr) {
   return addr < s->addr + s->size ? s : NULL;
 }
 
-/* Sets *why and returns false when the device's trace cannot be replayed (replay-notes §4). */
+/* Sets *why and returns false when the device's trace cannot be replayed (docs/replay.md,
+ * "Preconditions"). */
 bool ms__rp_replayable(const rp_trace_t *tr, char *why, size_t cap) {
   const ms_snapshot_t *s = tr->snap;
   if (s->origin == MS_SNAP_ORIGIN_TORCH_LIST) {
@@ -184,8 +185,8 @@ static int rp_start_segments(rp_trace_t *tr, char *why, size_t cap) {
     if (MS_VEC_PUSH(&tr->segs, ss) != 0) return MS_ENOMEM;
   }
   if (final_expandable || any_expandable_map) {
-    /* Replayable only when nothing was mapped before the trace (§3): the mapped bytes at the end
-     * must all come from the trace's maps. */
+    /* Replayable only when nothing was mapped before the trace ("Traces that began mid-run"): the
+     * mapped bytes at the end must all come from the trace's maps. */
     int64_t net = 0;
     for (size_t i = 0; i < tr->n; i++) {
       if (tr->t[i].action == MS_TRACE_SEGMENT_MAP) net += (int64_t)tr->t[i].size;
@@ -290,11 +291,11 @@ static int rp_start_blocks(rp_trace_t *tr) {
   return r;
 }
 
-/* The size of start block k of sg freed in the trace (replay-notes §3): its rounded request in
- * the small pool; in the large pool the gap to the next known block when that gap is a split
- * remainder PyTorch would not keep (<= 1 MiB), else the nearest earlier alloc landing just above
- * it (land: the trace's allocs sorted by address), else the rounded request (ambiguous). *next
- * gets the address of the next known block. */
+/* The size of start block k of sg freed in the trace (docs/replay.md, "Traces that began mid-run"):
+ * its rounded request in the small pool; in the large pool the gap to the next known block when
+ * that gap is a split remainder PyTorch would not keep (<= 1 MiB), else the nearest earlier alloc
+ * landing just above it (land: the trace's allocs sorted by address), else the rounded request
+ * (ambiguous). *next gets the address of the next known block. */
 static void rp_infer_size(rp_trace_t *tr, rp_sseg_t *sg, size_t k, const rp_landing_t *land,
                           size_t nland, uint64_t *next_out) {
   rp_sblock_t *b = &sg->blocks.ptr[k];
