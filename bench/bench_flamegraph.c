@@ -4,7 +4,7 @@
  *
  *   flamegraph_200k_s        wall time of `memsnap flamegraph IN -o OUT.svg` (target <= 1.0 s;
  *                            flamegraph.pl took 26 s and inferno 1.8 s on such a file,
- *                            reference/flamegraph-and-profilers.md §1.6)
+ *                            docs/dev/measurements.md, "Flame-graph inputs and SVG size")
  *   flamegraph_200k_peak_mb  peak RSS of that process in MiB (target <= 300; flamegraph.pl
  *                            1.4 GB, inferno 291 MB)
  *   flamegraph_200k_cpu_s    user + system CPU time of that process (less sensitive than the wall

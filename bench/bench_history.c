@@ -20,7 +20,8 @@
  *   history_bt_overhead_ns  history_bt_alloc_ns - backtrace32_ns: what recording adds to the
  *                           unwind (target: <= 300)
  *   intern32_10k_ns         interning one of 10,000 distinct 32-frame stacks, looked up in random
- *   intern32_100k_ns        order (and of 100,000): reference/performance.md R3, targets 100, 500
+ *   intern32_100k_ns        order (and of 100,000): targets 100, 500 (docs/dev/measurements.md,
+ *                           "Interning stacks")
  *   intern32_10k_2threads_ns  the 10,000 case from two threads at once, wall time per lookup of
  *                           each thread (equal to intern32_10k_ns when the 16 lock stripes keep the
  *                           threads from waiting on each other)

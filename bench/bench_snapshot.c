@@ -4,7 +4,7 @@
  * settings: tests/helpers.c th_synth()).
  *
  * Everything goes to and from memory, not a file system: the writer's sink appends into one
- * buffer that is allocated and touched before the timed runs and reused (reference/performance.md:
+ * buffer that is allocated and touched before the timed runs and reused (docs/dev/measurements.md:
  * first-touch page faults cost ~100x warm memory on this machine and would measure the
  * hypervisor); the reader reads from that buffer. glibc is told to keep freed memory
  * (mallopt), so the snapshot the reader builds lands in memory that earlier repetitions touched:

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT
  * memsnap CLI: `memsnap stats FILE [--summary]`, `_memory_viz.py stats` byte for byte
- * (`segsum`, reference/pytorch-memory-viz.md §5): a map of every segment of 20 MiB or more, one
+ * (`segsum`; docs/cli.md, `stats`): a map of every segment of 20 MiB or more, one
  * character per 20 MiB page, then the totals and the legend. `--summary` adds the allocator's
  * memory_summary table per device, from the statistics a memsnap snapshot carries.
  */

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT
- * memsnap CLI: `memsnap trace FILE`, `_memory_viz.py trace` (reference/pytorch-memory-viz.md §6):
+ * memsnap CLI: `memsnap trace FILE`, `_memory_viz.py trace` (docs/cli.md, `trace`):
  * each device's trace as pseudo-code, allocations named a..z, a1..z1, ... in order of first use.
  *
  * Kept from PyTorch, on purpose: names are never reused (its recycling code looks the name up in

@@ -1,10 +1,11 @@
 /* SPDX-License-Identifier: MIT
  * Tests for the caching allocator on the sim backend, case by case from
- * reference/pytorch-allocator.md: rounding and segment sizes (§2), best fit per stream and the
- * split rules (§5-§6), merging (§7.6), record_stream deferral (§7.2-§7.4), the oversize rules and
- * release_available_cached_blocks (§5, §8.3), the OOM chain's order through the sim call log
- * (§4, §8), the OOM message and observers (§8.6-§8.7), memory fraction and GC (§8.2, §8.5),
- * private pools (§3.4, §13.3), history hooks (§11.2) and the snapshot walk (§11.3).
+ * docs/pytorch-allocator.md: rounding and segment sizes ("Sizes and rounding"), best fit per
+ * stream and the oversize rules ("Best fit and the oversize rules"), splitting and merging,
+ * record_stream deferral ("Freeing and events"), release_available_cached_blocks, the OOM chain's
+ * order through the sim call log ("Malloc and its fallback chain"), the OOM message and
+ * observers, memory fraction and GC ("The OOM path and releases"), private pools ("Private pools
+ * and CUDA graphs"), history hooks ("Trace entries") and the snapshot walk ("Snapshot fields").
  * Every test ends with the invariant checker and a leak check of the backend. */
 #include <criterion/criterion.h>
 #include <stdio.h>
@@ -101,7 +102,7 @@ typedef struct size_case_s {
   size_t request, block_d0, seg_d0, block_d4, seg_d4;
 } size_case_t;
 
-/* §2.2's worked examples: rounded size and segment size, divisions 0 and 4. */
+/* "Sizes and rounding"'s worked examples: rounded size and segment size, divisions 0 and 4. */
 static const size_case_t size_cases[] = {
     {1, 512, 2 * MiB, 512, 2 * MiB},
     {513, 1024, 2 * MiB, 1024, 2 * MiB},
@@ -364,7 +365,7 @@ Test(allocator, free_set_matches_a_sorted_reference) {
   free(blocks);
 }
 
-/* ---- oversize rules (§5) and release_available_cached_blocks (§8.3) ------------------------ */
+/* ---- oversize rules and release_available_cached_blocks -------------------------------------- */
 
 Test(allocator, oversize_blocks_are_not_split_nor_handed_to_small_requests) {
   env_t e;
@@ -723,7 +724,7 @@ Test(allocator, empty_cache_keeps_split_segments) {
   env_close(&e);
 }
 
-/* ---- memory fraction and garbage collection (§8.2, §8.5) --------------------------------- */
+/* ---- memory fraction and garbage collection ("The OOM path and releases") -------------------- */
 
 Test(allocator, garbage_collection_frees_old_cached_segments) {
   env_t e;
@@ -771,7 +772,7 @@ Test(allocator, gc_is_inert_without_a_fraction) {
   env_close(&e);
 }
 
-/* ---- private pools (§3.4, §13.3) --------------------------------------------------------- */
+/* ---- private pools ("Private pools and CUDA graphs") ----------------------------------------- */
 
 static bool only_stream(void *arg, ms_stream_t s) { return s == *(ms_stream_t *)arg; }
 
@@ -1075,7 +1076,7 @@ Test(allocator, snapshot_walk_lists_segments_by_address) {
   env_close(&e);
 }
 
-/* ---- caching disabled (§4, top-level wrapper) ---------------------------------------------- */
+/* ---- caching disabled ("Malloc and its fallback chain", top-level wrapper) ------------------- */
 
 static void caching_disabled_case(env_t *e) {
   ms_stream_t s1 = new_stream(e);
@@ -1166,7 +1167,7 @@ Test(allocator, caching_disabled_by_environment) {
   unsetenv("MEMSNAP_NO_CACHING");
 }
 
-/* ---- MemPool options: no_split, use_on_oom (§6.1, §8.8, §13.3) ----------------------------- */
+/* ---- MemPool options: no_split, use_on_oom ("Private pools and CUDA graphs") ----------------- */
 
 Test(allocator, no_split_pool_hands_out_whole_blocks) {
   env_t e;

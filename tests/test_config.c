@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT
  * Tests for the allocator configuration (lib/config.c): the size formulas against the tables of
- * reference/pytorch-allocator.md §2, the PYTORCH_CUDA_ALLOC_CONF syntax and keys of §9 (values,
+ * docs/pytorch-allocator.md ("Sizes and rounding"), the PYTORCH_CUDA_ALLOC_CONF syntax and keys
+ * ("Configuration keys": values,
  * resets, every error with its exact text and offset), MEMSNAP_ALLOC_CONF, the canonical string,
  * and hostile strings (every truncation, random bytes, absurd numbers, deep nesting). */
 #include <criterion/criterion.h>
@@ -57,7 +58,7 @@ Test(config, constants_are_pytorchs) {
 }
 
 /* ---------------------------------------------------------------------------------------- */
-/* §2.2 worked examples, verbatim: request, round (d=0), alloc_size, round (d=4), alloc_size    */
+/* "Sizes and rounding" examples: request, round (d=0), alloc_size, round (d=4), alloc_size */
 
 struct round_case {
   size_t request, round0, alloc0, round4, alloc4;
@@ -88,7 +89,7 @@ ParameterizedTest(struct round_case *p, config, round_size_worked_examples) {
   cr_assert_eq(ms_alloc_allocation_size(&c4, r4), p->alloc4);
 }
 
-/* More rounding cases from §2.2's consequences: (divisions, request, expected). */
+/* More rounding cases from "Sizes and rounding"'s consequences: (divisions, request, expected). */
 struct round_d_case {
   size_t d, request, expected;
 };

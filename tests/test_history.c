@@ -182,7 +182,7 @@ Test(history, trace_has_pytorchs_actions_and_fields, .init = setup, .fini = tear
     cr_assert_leq(t->time_us, t1);
     prev = t->time_us;
   }
-  /* PyTorch's fields per action (reference/pytorch-allocator.md §11.2) */
+  /* PyTorch's fields per action (docs/pytorch-allocator.md, "Trace entries") */
   cr_assert_eq(dev_trace(s, 0, 0)->size, 2 * MiB); /* the small pool's segment */
   cr_assert_eq(dev_trace(s, 0, 1)->addr, p);
   cr_assert_eq(dev_trace(s, 0, 1)->size, 1000); /* the user's size */

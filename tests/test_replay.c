@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT
- * Tests of `memsnap replay` (lib/replay.c, cli/cmd-replay.c; reference/replay-notes.md):
+ * Tests of `memsnap replay` (lib/replay.c, cli/cmd-replay.c; docs/replay.md):
  *  - --check passes on every replayable PyTorch fixture, and the shared fixtures that are not
  *    replayable say why;
  *  - the check can fail: the allocator with a wrong tie-break, split threshold or rounding
@@ -85,7 +85,8 @@ Test(replay, fixtures_pass, .timeout = 60) {
 }
 
 Test(replay, fixture_start_states, .timeout = 60) {
-  /* replay-notes §5: start segments; wedsonlin's 438 blocks freed in the trace are inferred. */
+  /* docs/replay.md, "Results on the shared fixtures": start segments; wedsonlin's 438 blocks
+   * freed in the trace are inferred. */
   struct { const char *name; size_t segs, inferred; } t[] = {
       {"a0kuma_adamw_small", 0, 0},
       {"cranberrii_ftcourse", 63, 0},
@@ -752,7 +753,8 @@ Test(replay, whatif_expandable_lowers_peak_reserved, .timeout = 30) {
   ms_snapshot_free(s);
 }
 
-/* Allocator-level rules of expandable segments (reference/pytorch-allocator.md §12). */
+/* Allocator-level rules of expandable segments (docs/pytorch-allocator.md, "Expandable
+ * segments"). */
 typedef struct es_fix_s {
   ms_backend_t *be;
   ms_allocator_t *al;

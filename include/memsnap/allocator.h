@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT
  * memsnap: the caching device-memory allocator, PyTorch's native CUDA caching allocator in C
- * (reference/pytorch-allocator.md §2-§8, §13; docs/allocator.md).
+ * (docs/pytorch-allocator.md; memsnap's decisions: docs/allocator.md).
  *
  * Vocabulary:
  *  - segment: one range obtained from the device backend (one backend malloc).
@@ -70,7 +70,7 @@ MS_API void ms_allocator_destroy(ms_allocator_t *a);
 /* @return the device index served by a. */
 MS_API int ms_allocator_device(const ms_allocator_t *a);
 
-/* Allocates size bytes for use on stream (0 = default stream), PyTorch's malloc (§4): round the
+/* Allocates size bytes for use on stream (0 = default stream), PyTorch's malloc: round the
  * size, best fit in the pool of that stream, else a new segment, else the OOM chain (free-memory
  * callbacks, garbage collection, release of oversize cached segments, synchronize and release all
  * cached segments, retry). size == 0 gives *out = 0 and MS_OK without touching the allocator.
@@ -89,12 +89,12 @@ MS_API MS_NODISCARD int ms_allocator_malloc(ms_allocator_t *a, size_t size, ms_s
  * pending (never reused) and the record is retried at a later malloc. */
 MS_API int ms_allocator_free(ms_allocator_t *a, ms_devptr_t ptr);
 
-/* Marks ptr (an allocated block) as used on stream too (PyTorch's recordStream, §7.7): when it is
+/* Marks ptr (an allocated block) as used on stream too (PyTorch's recordStream): when it is
  * freed, its memory is reused only after the work queued on stream at free time is done. The
  * block's own stream is ignored. @return MS_OK, or MS_EINVAL for an unknown pointer. */
 MS_API int ms_allocator_record_stream(ms_allocator_t *a, ms_devptr_t ptr, ms_stream_t stream);
 
-/* PyTorch's emptyCache (§8.4, §14): synchronizes all pending events, returns every unsplit cached
+/* PyTorch's emptyCache: synchronizes all pending events, returns every unsplit cached
  * segment of the default pools to the device, and frees the cached segments of released private
  * pools. While a graph capture may be under way (a private-pool routing is active, or the backend
  * reports a capture) it does nothing and returns MS_OK: freeing or synchronizing would invalidate
@@ -106,7 +106,7 @@ MS_API int ms_allocator_empty_cache(ms_allocator_t *a);
 /* Copies the statistics into *out (pre: out initialised by ms_stats_init or MS_STATS_INIT).
  * @return MS_OK, or MS_EVERSION if out's size/version differ from the library's. */
 MS_API int ms_allocator_get_stats(ms_allocator_t *a, ms_stats_t *out);
-/* PyTorch's resetPeakStats / resetAccumulatedStats (§10.1). */
+/* PyTorch's resetPeakStats / resetAccumulatedStats. */
 MS_API void ms_allocator_reset_peak(ms_allocator_t *a);
 MS_API void ms_allocator_reset_accumulated(ms_allocator_t *a);
 
@@ -115,7 +115,7 @@ MS_API void ms_allocator_reset_accumulated(ms_allocator_t *a);
 MS_API MS_NODISCARD int ms_allocator_memory_summary(ms_allocator_t *a, bool abbreviated,
                                                     char **out);
 
-/* PyTorch's setMemoryFraction (§8.2): 0 <= fraction <= 1; below 1 the allocator keeps at most
+/* PyTorch's setMemoryFraction: 0 <= fraction <= 1; below 1 the allocator keeps at most
  * fraction * device total bytes of segments (this also enables garbage_collection_threshold).
  * @return MS_OK, MS_EINVAL for a fraction outside [0, 1] (eb: "invalid fraction:<f>. Please set
  * within [0, 1]."), or the backend's error from mem_info. */
@@ -124,18 +124,18 @@ MS_API int ms_allocator_set_memory_fraction(ms_allocator_t *a, double fraction, 
 /* The allocator's settings (a copy of what it was created with). */
 MS_API void ms_allocator_get_config(ms_allocator_t *a, ms_alloc_config_t *out);
 
-/* Largest free cached block across all pools (PyTorch's cacheInfo, §14), in bytes; with nothing
+/* Largest free cached block across all pools (PyTorch's cacheInfo), in bytes; with nothing
  * cached, the device's free bytes from the backend's mem_info (as cacheInfo falls back to
  * cudaMemGetInfo), 0 if that fails. */
 MS_API size_t ms_allocator_largest_free_block(ms_allocator_t *a);
 
 /* ---- out of memory ----------------------------------------------------------------------- */
 
-/* Called on every OOM, after num_ooms is counted and before the failing malloc returns, OUTSIDE
- * the allocator's lock (an observer may call this allocator, e.g. take a snapshot), on the thread
- * of the failing malloc. Arguments as PyTorch's (§8.7): device, the segment size the allocator
- * tried to obtain, the memory limit (fraction * total when a fraction < 1 is set, else the
- * device's total) and the device's free bytes. */
+/* Called on every OOM, after num_ooms is counted and before the failing malloc returns, OUTSIDE the
+ * allocator's lock (an observer may call this allocator, e.g. take a snapshot), on the thread of
+ * the failing malloc. Arguments as PyTorch's ("OOM observers"): device, the segment size the
+ * allocator tried to obtain, the memory limit (fraction * total when a fraction < 1 is set, else
+ * the device's total) and the device's free bytes. */
 typedef void ms_oom_observer_fn(void *arg, int device, size_t alloc_size, size_t device_total,
                                 size_t device_free);
 /* Registers an observer (called in registration order). @return MS_OK or MS_ENOMEM. */
@@ -150,11 +150,11 @@ MS_API int ms_allocator_add_free_memory_callback(ms_allocator_t *a, ms_free_memo
                                                  void *arg);
 
 /* Copies the message of the last OOM of this allocator (PyTorch's OutOfMemoryError text with
- * memsnap and MEMSNAP_ALLOC_CONF named, §8.6) into dst (NUL-terminated, truncated to cap).
- * @return its full length (0 if there was no OOM). */
+ * memsnap and MEMSNAP_ALLOC_CONF named, "The OOM error") into dst (NUL-terminated, truncated
+ * to cap). @return its full length (0 if there was no OOM). */
 MS_API size_t ms_allocator_last_oom_message(ms_allocator_t *a, char *dst, size_t cap);
 
-/* ---- private pools (CUDA graphs, MemPool; §3.4, §13.3) ----------------------------------- */
+/* ---- private pools (CUDA graphs, MemPool; "Private pools and CUDA graphs") ------------------- */
 
 /* Decides whether an allocation on stream goes to the pool being recorded to. Called UNDER the
  * allocator's lock, on the allocating thread, for every malloc while a routing is active. */
@@ -176,7 +176,8 @@ MS_API int ms_allocator_end_allocate_to_pool(ms_allocator_t *a, ms_pool_id_t id)
  * the next empty_cache (and the pool disappears once it holds no segment). Blocks still allocated
  * from the pool stay valid and return to it when freed. @return MS_OK or MS_ENOTFOUND. */
 MS_API int ms_allocator_release_pool(ms_allocator_t *a, ms_pool_id_t id);
-/* Options of a private pool (torch.cuda.MemPool(use_on_oom=..., no_split=...), §8.8, §13.3). */
+/* Options of a private pool (torch.cuda.MemPool(use_on_oom=..., no_split=...), "Private pools and
+ * CUDA graphs"). */
 typedef struct ms_pool_options_s {
   /* A malloc routed to the default pools that finds no cached block and cannot get a new segment
    * takes a cached block of this pool (best fit, never a new segment) before releasing cached

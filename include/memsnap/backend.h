@@ -97,7 +97,8 @@ typedef struct ms_backend_ops_s {
    * *capture_id = that capture's unique non-zero id, 0 when not capturing. While a capture is
    * under way the allocator must not call event_query (illegal during capture: the queries are
    * deferred until no capture is under way), serves the capture's allocations from its private
-   * pool and keeps that memory for replays (reference/pytorch-allocator.md §13.3). */
+   * pool and keeps that memory for replays (docs/pytorch-allocator.md, "Private pools and CUDA
+   * graphs"). */
   int (*stream_capture_info)(void *ctx, int device, ms_stream_t stream, bool *capturing,
                              uint64_t *capture_id);
 

@@ -2,20 +2,20 @@
  * memsnap: allocator configuration (MEMSNAP_ALLOC_CONF).
  *
  * The configuration of memsnap's caching allocator has the syntax and the keys of PyTorch's
- * PYTORCH_CUDA_ALLOC_CONF (reference/pytorch-allocator.md §9): a comma-separated list of
- * `key:value` pairs, where a value is a token or a bracketed list `[k:v,k:v,>:v]`, e.g.
+ * PYTORCH_CUDA_ALLOC_CONF (docs/pytorch-allocator.md, "Configuration keys"): a comma-separated
+ * list of `key:value` pairs, where a value is a token or a bracketed list `[k:v,k:v,>:v]`, e.g.
  *
  *   max_split_size_mb:128,roundup_power2_divisions:[256:1,512:2,>:4],expandable_segments:True
  *
  * ms_alloc_config_t is a plain struct in the caller's storage (no heap memory, freely copied):
  * ms_alloc_config_init() fills PyTorch's defaults, ms_alloc_config_parse() applies a string on top
- * (with PyTorch's re-parse resets, §9.1), ms_alloc_config_format() writes the canonical string
- * back. A bad string is an error that names the key, the character offset and what was expected;
- * an unknown key is an error too (docs/allocator.md, "Configuration", says why), and a failed
- * parse leaves the struct untouched.
+ * (with PyTorch's re-parse resets, "Configuration keys"), ms_alloc_config_format() writes the
+ * canonical string back. A bad string is an error that names the key, the character offset and what
+ * was expected; an unknown key is an error too (docs/allocator.md, "Configuration", says why), and
+ * a failed parse leaves the struct untouched.
  *
  * The size helpers (ms_alloc_round_size, ms_alloc_allocation_size) are the exact formulas of
- * §2.2-§2.4 that the allocator uses on every malloc.
+ * "Sizes and rounding" that the allocator uses on every malloc.
  *
  * Thread-safety: every function here works on caller-owned data only; concurrent calls on
  * different structs (or read-only calls on the same struct) are safe.
@@ -32,7 +32,7 @@
 
 MS_EXTERN_C_BEGIN
 
-/* Size classes, exact values of PyTorch's constants (§2.1). */
+/* Size classes, exact values of PyTorch's constants ("Sizes and rounding"). */
 #define MS_MIN_BLOCK_SIZE ((size_t)512)        /* every size is a multiple of this (kMinBlockSize) */
 #define MS_SMALL_SIZE ((size_t)1048576)        /* rounded size <= this: small pool (kSmallSize) */
 #define MS_SMALL_BUFFER ((size_t)2097152)      /* segment size of small requests (kSmallBuffer) */
@@ -48,11 +48,13 @@ MS_EXTERN_C_BEGIN
 /* Longest configuration string accepted (bytes, without the NUL); longer ones are an error. */
 #define MS_ALLOC_CONF_MAX 1023
 
-/* The allocator configuration. Every field has PyTorch's meaning and default (§9.3); sizes are in
- * bytes here even where the key is in MiB. The memsnap allocator copies the struct when it is
- * created, so later changes to the caller's copy do not affect a running allocator. */
+/* The allocator configuration. Every field has PyTorch's meaning and default ("Configuration
+ * keys"); sizes are in bytes here even where the key is in MiB. The memsnap allocator copies the
+ * struct when it is created, so later changes to the caller's copy do not affect a running
+ * allocator. */
 typedef struct ms_alloc_config_s {
-  /* Blocks of this size or larger are never split, and the oversize rules of §5 apply.
+  /* Blocks of this size or larger are never split, and the oversize rules apply ("Best fit and the
+   * oversize rules").
    * Bytes; key max_split_size_mb (MiB, >= large_segment_size_mb); default SIZE_MAX = unlimited. */
   size_t max_split_size;
   /* An oversize free block may serve a request >= max_split_size only if
@@ -62,23 +64,25 @@ typedef struct ms_alloc_config_s {
   /* Segment size for requests in (1 MiB, 10 MiB), and the page size of large-pool expandable
    * segments. Bytes; key large_segment_size_mb (MiB, > 10); default 20 MiB (MS_LARGE_BUFFER). */
   size_t large_segment_size;
-  /* Fraction of the allowed memory above which cached blocks are garbage-collected (§8.5).
+  /* Fraction of the allowed memory above which cached blocks are garbage-collected ("Garbage
+   * collection").
    * Key garbage_collection_threshold, in (0.0, 1.0); default 0.0 = off. */
   double garbage_collection_threshold;
-  /* Power-of-two rounding divisions per interval [2^(20+i), 2^(21+i)) bytes (§2.3): 0 or 1 = plain
-   * 512-byte rounding, else a power of two. Key roundup_power2_divisions, scalar or list form;
-   * default all 0. */
+  /* Power-of-two rounding divisions per interval [2^(20+i), 2^(21+i)) bytes ("Sizes and rounding"):
+   * 0 or 1 = plain 512-byte rounding, else a power of two. Key roundup_power2_divisions, scalar or
+   * list form; default all 0. */
   size_t roundup_power2_divisions[MS_ROUNDUP_POWER2_INTERVALS];
-  /* Per-process memory fraction each device allocator starts with (§8.2): the allocator may hold
-   * at most fraction * device total. Key per_process_memory_fraction, in [0.0, 1.0];
-   * default 1.0 = no limit. */
+  /* Per-process memory fraction each device allocator starts with ("Memory fraction"): the
+   * allocator may hold at most fraction * device total. Key per_process_memory_fraction,
+   * in [0.0, 1.0]; default 1.0 = no limit. */
   double per_process_memory_fraction;
-  /* Key expandable_segments (True/False); default false (§12). */
+  /* Key expandable_segments (True/False); default false ("Expandable segments"). */
   bool expandable_segments;
   /* Drop the allocator's lock around the device allocation call. Key release_lock_on_cudamalloc
    * (alias release_lock_on_hipmalloc); default false. */
   bool release_lock_on_cudamalloc;
-  /* Reuse blocks freed during graph capture once their stream events are done (§13.4).
+  /* Reuse blocks freed during graph capture once their stream events are done ("Private pools
+   * and CUDA graphs").
    * Key graph_capture_record_stream_reuse; default false. */
   bool graph_capture_record_stream_reuse;
   /* Host (pinned) allocator keys, accepted and stored for fidelity; memsnap has no pinned host
@@ -130,16 +134,16 @@ MS_API int ms_alloc_config_format(const ms_alloc_config_t *c, char *dst, size_t 
  * @return MS_OK or MS_ECONFIG with eb->msg naming the field. */
 MS_API MS_NODISCARD int ms_alloc_config_validate(const ms_alloc_config_t *c, ms_errbuf_t *eb);
 
-/* The divisions that apply to size: table entry clamp(floor(log2(size)) - 20, 0, 15) (§2.3);
- * sizes below 1 MiB (and 0) use entry 0. */
+/* The divisions that apply to size: table entry clamp(floor(log2(size)) - 20, 0, 15) ("Sizes and
+ * rounding"); sizes below 1 MiB (and 0) use entry 0. */
 MS_API size_t ms_alloc_roundup_divisions_for(const ms_alloc_config_t *c, size_t size);
 
-/* PyTorch's round_size (§2.2): < 512 -> 512; with divisions d > 1 and size > 512*d, the next
+/* PyTorch's round_size: < 512 -> 512; with divisions d > 1 and size > 512*d, the next
  * 1/d step of size's power-of-two interval (a power of two stays as it is); else the next
  * multiple of 512. @return the rounded size, or 0 if it does not fit in size_t. */
 MS_API size_t ms_alloc_round_size(const ms_alloc_config_t *c, size_t size);
 
-/* PyTorch's get_allocation_size (§2.4), the segment size requested from the device for a
+/* PyTorch's get_allocation_size, the segment size requested from the device for a
  * rounded size: <= 1 MiB -> 2 MiB; < 10 MiB -> large_segment_size; else the next multiple of
  * 2 MiB. @return the segment size, or 0 if it does not fit in size_t. */
 MS_API size_t ms_alloc_allocation_size(const ms_alloc_config_t *c, size_t rounded);

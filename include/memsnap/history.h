@@ -2,7 +2,7 @@
  * memsnap: allocation history, snapshots of the allocator, and OOM snapshots (docs/history.md).
  *
  * The model is PyTorch's torch.cuda.memory._record_memory_history() and _snapshot()
- * (reference/pytorch-allocator.md §11):
+ * (docs/pytorch-allocator.md, "History, trace entries and snapshots"):
  *  - what to record: nothing, the state (each live block remembers the stack that allocated it),
  *    or the state and a trace (a per-device ring buffer of allocator events: alloc,
  *    free_requested, free_completed, segment_alloc, segment_free, oom, snapshot);

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT
  * memsnap: replaying a recorded allocator trace through memsnap's allocator (docs/replay.md,
- * reference/replay-notes.md).
+ * "`--check`: what is compared, and the output").
  *
  * Two uses of one engine:
  *  - check: every device trace of a snapshot (PyTorch's pickle or ours) is replayed with the

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT
- * memsnap: allocator statistics, PyTorch's DeviceStats (reference/pytorch-allocator.md §10).
+ * memsnap: allocator statistics, PyTorch's DeviceStats (docs/pytorch-allocator.md, "Statistics").
  *
  * Vocabulary:
  *  - A gauge (ms_stat_t) is {current, peak, allocated, freed}: increase(n) adds n to current and

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT
  * memsnap viz: snapshot views, i.e. the folded stacks of PyTorch's `_memory_viz.py` `memory`,
- * `segments` and `compare` (reference/pytorch-memory-viz.md §7.1 and §8).
+ * `segments` and `compare` (docs/cli.md, `memory` and `segments`, `compare`).
  *
  * A view walks a snapshot and emits one stack per line of the folded text that `_memory_viz.py`
  * writes for flamegraph.pl: the frames root-first and a count in bytes. The same emitter feeds

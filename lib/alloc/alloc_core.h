@@ -43,7 +43,7 @@ static inline void alloc_trace(ms_allocator_t *a, ms_trace_action action, uint64
   if (ms_unlikely(h != NULL)) ms__alloc_trace_record(h, action, addr, size, stream, pool, ctx);
 }
 
-/* round_size (§2.2); the plain 512 rounding inline, the power-of-two divisions through config. */
+/* round_size; the plain 512 rounding inline, the power-of-two divisions through config. */
 static inline size_t alloc_round_size(const ms_allocator_t *a, size_t size) {
 #ifdef MS_TEST_MUTATIONS
   if (ms_unlikely(ms__alloc_test_mutation == MS__MUT_ROUND_1024))
@@ -62,7 +62,7 @@ static inline ms__private_pool_t *find_private_pool(ms_allocator_t *a, ms_pool_i
   return NULL;
 }
 
-/* get_pool (§3.4): the routings (most recent first), then the default pools. */
+/* get_pool: the routings (most recent first), then the default pools. */
 ms__pool_t *ms__alloc_get_pool_routed(ms_allocator_t *a, size_t size, ms_stream_t stream);
 
 static inline ms__pool_t *get_pool(ms_allocator_t *a, size_t size, ms_stream_t stream) {
@@ -146,19 +146,19 @@ static inline void map_remove_at(ms__ptrmap_t *m, size_t j) {
  * Each is allocator.c's function of the same name without the prefix (PyTorch's names); pre: the
  * allocator's lock is held. */
 
-/* free_block (§7.5): the block truly becomes free, merging with free neighbours. */
+/* free_block: the block truly becomes free, merging with free neighbours. */
 void ms__alloc_free_block(ms_allocator_t *a, ms__block_t *b, uint32_t ctx);
-/* release_block (§8.4): a whole free segment back to the backend. */
+/* release_block: a whole free segment back to the backend. */
 int ms__alloc_release_block(ms_allocator_t *a, ms__block_t *b, uint32_t ctx);
-/* release_cached_blocks (§8.5): every cached segment (of one private pool when only != NULL). */
+/* release_cached_blocks: every cached segment (of one private pool when only != NULL). */
 int ms__alloc_release_cached_blocks(ms_allocator_t *a, uint32_t ctx, const ms_pool_id_t *only);
-/* process_events (§7.3): blocks whose events completed return to their pools. */
+/* process_events: blocks whose events completed return to their pools. */
 int ms__alloc_process_events(ms_allocator_t *a, uint32_t ctx);
-/* synchronize_and_free_events (§7.4), for one private pool or all (pp == NULL). */
+/* synchronize_and_free_events, for one private pool or all (pp == NULL). */
 int ms__alloc_sync_and_free_events(ms_allocator_t *a, uint32_t ctx, const ms__private_pool_t *pp);
 /* The invariant walk on a sample of calls when MS_DEBUG >= 3 (inspect.c); nothing otherwise. */
 void ms__alloc_debug_check(ms_allocator_t *a);
-/* setMemoryFraction (§8.2), control.c. */
+/* setMemoryFraction, control.c. */
 int ms__alloc_set_fraction_locked(ms_allocator_t *a, double f, ms_errbuf_t *eb);
 
 #endif /* MEMSNAP_LIB_ALLOC_CORE_H */

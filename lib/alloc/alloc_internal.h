@@ -22,15 +22,15 @@
  * replaced or the allocator is destroyed; ms_allocator_destroy calls hooks->release(hooks->ctx)
  * (when not NULL) outside the lock, after the last trace entry, so the owner can free them there.
  *
- * Where the allocator calls them (reference/pytorch-allocator.md §4, §7, §8, §11):
+ * Where the allocator calls them (docs/pytorch-allocator.md, "Trace entries"):
  *  - gather, OUTSIDE the lock: at malloc when context_level >= MS__CTX_STATE; at free and
  *    empty_cache when context_level >= MS__CTX_ALL.
  *  - trace, UNDER the lock, when trace_enabled: alloc (alloc_found_block), free_requested (free),
  *    free_completed (free_block, address before merging), segment_alloc (device malloc),
  *    segment_free (device free of a cached segment), oom (addr = device free bytes, size = rounded
- *    request), snapshot (from ms__allocator_snapshot). The entry's ctx follows §11.2 (the call's
- *    context, else the block's allocation context, else the segment's) and is 0 unless
- *    context_level >= MS__CTX_ALLOC, as PyTorch's record_trace does.
+ *    request), snapshot (from ms__allocator_snapshot). The entry's ctx follows "Trace entries"
+ *    (the call's context, else the block's allocation context, else the segment's) and is 0
+ *    unless context_level >= MS__CTX_ALLOC, as PyTorch's record_trace does.
  * Blocks keep the malloc context as their allocation context, and the head block of a segment
  * keeps the context of the malloc that created the segment. */
 void ms__allocator_set_hooks(ms_allocator_t *a, const ms__alloc_hooks_t *hooks);
@@ -49,7 +49,7 @@ typedef struct ms__alloc_snapinfo_s {
   uint32_t nstats;     /* MS_STATS_NKEYS */
 } ms__alloc_snapinfo_t;
 
-/* Under the lock, appends to b, as PyTorch's snapshot() (§11.3):
+/* Under the lock, appends to b, as PyTorch's snapshot() ("Snapshot fields"):
  *  - every segment of the device (default and private pools), sorted by address, with its blocks
  *    in address order: state active_allocated (allocated), active_pending_free (freed but waiting
  *    on stream events) or inactive; size, requested_size (of the last allocation, also kept on
@@ -63,8 +63,8 @@ typedef struct ms__alloc_snapinfo_s {
 int ms__allocator_snapshot(ms_allocator_t *a, ms__snapbuild_t *b, ms__ctx_to_stack_fn *ctx_to_stack,
                            void *arg, ms__alloc_snapinfo_t *info);
 
-/* Appends the allocator_settings entries (§11.3/§11.4, PyTorch's keys): PYTORCH_CUDA_ALLOC_CONF
- * (the last parsed string), max_split_size (-1 when unlimited, as PyTorch reports SIZE_MAX
+/* Appends the allocator_settings entries ("Snapshot fields", PyTorch's keys):
+ * PYTORCH_CUDA_ALLOC_CONF (the last parsed string), max_split_size (-1 when unlimited, as PyTorch reports SIZE_MAX
  * through int64), garbage_collection_threshold, expandable_segments,
  * pinned_num_register_threads, release_lock_on_cudamalloc, pinned_use_cuda_host_register,
  * graph_capture_record_stream_reuse, and roundup_power2_divisions as a map "1", "2", "4", ...
@@ -96,7 +96,8 @@ void ms__allocator_counts(ms_allocator_t *a, ms__alloc_counts_t *out);
 
 /* ---- replay support (lib/replay.c; defined in "allocator.c") ------------------------------------
  * Entry points that `memsnap replay` needs to drive the allocator from a recorded trace
- * (reference/replay-notes.md §2-§3). They take the allocator's mutex like every public call. */
+ * (docs/replay.md, "`--check`", "Traces that began mid-run"). They take the allocator's mutex
+ * like every public call. */
 
 /* Test-only mutations of PyTorch's rules. The replay tests set one to prove that `memsnap replay
  * --check` fails with a wrong rule. The checks and the variable exist only in the copy of

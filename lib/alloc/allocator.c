@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT
  * memsnap core: the caching allocator, PyTorch's DeviceCachingAllocator in C
- * (reference/pytorch-allocator.md §4-§8, §10-§13; docs/allocator.md lists every decision).
+ * (docs/pytorch-allocator.md; docs/allocator.md lists every decision).
  *
  * The functions below keep PyTorch's names and follow its pseudo-code step by step, because
  * `memsnap replay` must reproduce PyTorch's every decision: malloc -> get_free_block ->
@@ -41,7 +41,7 @@ static void pool_id_of(const ms__pool_t *p, int64_t out[2]) {
   out[1] = p && p->owner ? p->owner->id.second : 0;
 }
 
-/* record_trace: under the lock. The context survives only at level >= ALLOC (§11.1). The test
+/* record_trace: under the lock. The context survives only at level >= ALLOC ("Recording"). The test
  * for a recorder is inline; the record is built out of line, off the fast path. */
 __attribute__((noinline)) void ms__alloc_trace_record(const ms__alloc_hooks_t *h,
                                                          ms_trace_action action, uint64_t addr,
@@ -54,7 +54,7 @@ __attribute__((noinline)) void ms__alloc_trace_record(const ms__alloc_hooks_t *h
   h->trace(h->ctx, &rec);
 }
 
-/* PyTorch's format_size for the OOM message (§8.6). */
+/* PyTorch's format_size for the OOM message ("The OOM path and releases"). */
 static void format_size_pt(size_t n, char *dst, size_t cap) {
   if (n <= 1024) snprintf(dst, cap, "%zu bytes", n);
   else if (n <= 1048576) snprintf(dst, cap, "%.2f KiB", (double)n / 1024.0);
@@ -62,7 +62,7 @@ static void format_size_pt(size_t n, char *dst, size_t cap) {
   else snprintf(dst, cap, "%.2f GiB", (double)n / 1073741824.0);
 }
 
-/* ---- events (§7.2-§7.4, §13.2) --------------------------------------------------------------- */
+/* ---- events ("Freeing and events") ----------------------------------------------------------- */
 
 static int event_get(ms_allocator_t *a, ms_event_t *out) {
   if (a->event_pool.len) {
@@ -119,7 +119,7 @@ static void queues_drop_empty(ms_allocator_t *a) {
 
 static void free_block(ms_allocator_t *a, ms__block_t *b, uint32_t ctx);
 
-/* insert_events (§7.2): one event per stream in stream_uses; the set is moved out. A stream
+/* insert_events: one event per stream in stream_uses; the set is moved out. A stream
  * whose event cannot be created or recorded stays in stream_uses and the block goes to the
  * deferred list (retried at the next malloc with no capture under way): the block stays pending,
  * never reused too early, never synchronized for (that could be during a capture), and the
@@ -210,7 +210,7 @@ static int insert_deferred(ms_allocator_t *a, uint32_t ctx) {
   return err;
 }
 
-/* process_events (§7.3): per-stream FIFO, no head-of-line blocking across streams. A failed query
+/* process_events: per-stream FIFO, no head-of-line blocking across streams. A failed query
  * keeps its block pending and is returned (PyTorch throws). */
 static int process_events(ms_allocator_t *a, uint32_t ctx) {
   int err = a->deferred.len ? insert_deferred(a, ctx) : MS_OK;
@@ -238,7 +238,7 @@ static int process_events(ms_allocator_t *a, uint32_t ctx) {
   return err;
 }
 
-/* synchronize_and_free_events (§7.4); pp != NULL limits it to that private pool's blocks. A
+/* synchronize_and_free_events; pp != NULL limits it to that private pool's blocks. A
  * failed synchronization keeps that event (and the rest of its stream's queue) pending and is
  * returned. */
 static int synchronize_and_free_events(ms_allocator_t *a, uint32_t ctx,
@@ -282,7 +282,7 @@ static int synchronize_and_free_events(ms_allocator_t *a, uint32_t ctx,
 /* ---- pools ----------------------------------------------------------------------------------- */
 
 
-/* get_pool (§3.4): the routings (most recent first), then the default pools. */
+/* get_pool: the routings (most recent first), then the default pools. */
 ms__pool_t *ms__alloc_get_pool_routed(ms_allocator_t *a, size_t size, ms_stream_t stream) {
   for (size_t i = a->captures.len; i-- > 0;) {
     ms__capture_t *c = &a->captures.ptr[i];
@@ -296,7 +296,7 @@ ms__pool_t *ms__alloc_get_pool_routed(ms_allocator_t *a, size_t size, ms_stream_
 }
 
 
-/* ---- malloc (§4-§6) -------------------------------------------------------------------------- */
+/* ---- malloc ---------------------------------------------------------------------------------- */
 
 typedef struct alloc_params_s {
   size_t size;       /* rounded */
@@ -307,13 +307,13 @@ typedef struct alloc_params_s {
   int err;           /* of the last device allocation */
 } alloc_params_t;
 
-/* get_free_block (§5). */
+/* get_free_block. */
 static inline bool get_free_block(ms_allocator_t *a, alloc_params_t *p) {
   ms__pool_t *pool = p->pool;
   if (ms_unlikely(a->has_allowed_max && a->has_gc)) pool->get_free_blocks_call_count++;
   ms__block_t *b = ms__pool_find(pool, p->stream, p->size);
   if (!b) return false;
-  if (ms_unlikely(b->expandable)) { /* expandable segments (expandable.c, §5) */
+  if (ms_unlikely(b->expandable)) { /* expandable segments (expandable.c) */
     b = ms__es_choose(pool, b, p->stream, ms__es_active(a, pool));
     if (!b) return false;
   }
@@ -349,7 +349,7 @@ static bool trigger_free_memory_callbacks(ms_allocator_t *a) {
   return freed;
 }
 
-/* alloc_block (§8.1): a new segment from the device. */
+/* alloc_block: a new segment from the device. */
 static bool alloc_block(ms_allocator_t *a, alloc_params_t *p, bool is_retry, uint32_t ctx) {
   size_t size = p->alloc_size;
   if (is_retry) a->stats.num_alloc_retries++;
@@ -393,7 +393,7 @@ static bool alloc_block(ms_allocator_t *a, alloc_params_t *p, bool is_retry, uin
   return true;
 }
 
-/* try_mempool_fallback (§8.8): a default-pool malloc that could not get a segment takes a cached
+/* try_mempool_fallback: a default-pool malloc that could not get a segment takes a cached
  * block of a use_on_oom pool (get_free_block only, never a device malloc), pools in id order.
  * PyTorch routes to the pool and ends the routing around the search (the use count comes back to
  * where it was); searching the pool directly is the same. */
@@ -415,7 +415,7 @@ static __attribute__((noinline)) bool try_mempool_fallback(ms_allocator_t *a,
   return false;
 }
 
-/* release_block (§8.4): returns a whole cached segment to the device. When the backend's free
+/* release_block: returns a whole cached segment to the device. When the backend's free
  * fails, the segment stays cached and accounted (it is still allocated on the device) and the
  * error is returned (PyTorch raises). */
 static int release_block(ms_allocator_t *a, ms__block_t *b, uint32_t ctx) {
@@ -479,7 +479,7 @@ static bool capture_under_way(ms_allocator_t *a, ms_stream_t stream) {
   return false;
 }
 
-/* release_available_cached_blocks (§8.3), PyTorch's selection. A failed release sets p->err (the
+/* release_available_cached_blocks, PyTorch's selection. A failed release sets p->err (the
  * backend's error) and returns false. One deviation, for a state PyTorch cannot reach under one
  * configuration: an oversize cached block that is split (the rest of a segment split when
  * max_split_size was larger, as in a replay's what-if from a recorded start state) cannot be
@@ -522,7 +522,7 @@ static bool release_available_cached_blocks(ms_allocator_t *a, alloc_params_t *p
   return true;
 }
 
-/* release_cached_blocks (§8.4), for the default id (0,0) or one private pool. Nothing is
+/* release_cached_blocks, for the default id (0,0) or one private pool. Nothing is
  * released while a graph capture is under way (capture_under_way). @return the first error of a
  * synchronization or release (what was released until then stays released). */
 static int release_cached_blocks(ms_allocator_t *a, uint32_t ctx, const ms_pool_id_t *only) {
@@ -554,7 +554,7 @@ static int release_cached_blocks(ms_allocator_t *a, uint32_t ctx, const ms_pool_
   return MS_OK;
 }
 
-/* garbage_collect_cached_blocks (§8.5): default large pool only, average-age passes.
+/* garbage_collect_cached_blocks: default large pool only, average-age passes.
  * @return the backend's error when a release failed (GC stops there). */
 static int garbage_collect_cached_blocks(ms_allocator_t *a, uint32_t ctx, ms_stream_t stream) {
   if (capture_under_way(a, stream)) return MS_OK;
@@ -594,7 +594,7 @@ static int garbage_collect_cached_blocks(ms_allocator_t *a, uint32_t ctx, ms_str
   return MS_OK;
 }
 
-/* should_split (§6.1). */
+/* should_split. */
 static inline bool should_split(const ms_allocator_t *a, const ms__block_t *b, size_t size) {
   if (ms_unlikely(b->pool->owner != NULL) && b->pool->owner->no_split) return false; /* [2025+] */
   size_t remaining = b->size - size;
@@ -606,7 +606,7 @@ static inline bool should_split(const ms_allocator_t *a, const ms__block_t *b, s
   return size < a->cfg.max_split_size && remaining > MS_SMALL_SIZE;
 }
 
-/* alloc_found_block (§6.2): p->block is in the free set (found by get_free_block) or a new one
+/* alloc_found_block: p->block is in the free set (found by get_free_block) or a new one
  * (alloc_block). When it is split, the remainder stays in (or enters) the set, as PyTorch's
  * erase + insert leave it (ms__pool_shrink_front spares the rebalancing).
  * @return MS_OK or MS_ENOMEM (block returned to the pool). */
@@ -623,7 +623,7 @@ static int alloc_found_block(ms_allocator_t *a, alloc_params_t *p, size_t orig_s
     if (!in_set) ms__pool_insert(pool, remaining);
     if (ms_unlikely(!b)) return MS_ENOMEM;
     if (b->expandable) {
-      /* expandable memory is never inactive_split (§6.2) */
+      /* expandable memory is never inactive_split ("Splitting and merging") */
     } else if (already_split) {
       ms__stat_array_decrease(a->stats.inactive_split_bytes, st, (int64_t)p->size);
     } else {
@@ -675,7 +675,7 @@ static size_t private_pools_cached(const ms_allocator_t *a) {
   return sum;
 }
 
-/* raise_oom (§8.6): builds the message, counts, traces; unlocks; calls the observers.
+/* raise_oom: builds the message, counts, traces; unlocks; calls the observers.
  * pre: lock held. post: lock released. */
 static int raise_oom(ms_allocator_t *a, alloc_params_t *p, uint32_t ctx) {
   size_t dfree = 0, dtotal = a->device_total;
@@ -702,7 +702,8 @@ static int raise_oom(ms_allocator_t *a, alloc_params_t *p, uint32_t ctx) {
   if (priv)
     snprintf(priv_info, sizeof priv_info,
              "with %s allocated in private pools (e.g., CUDA Graphs), ", s_priv);
-  /* PyTorch >= 2.2's hint (§8.6), printed even when expandable segments are on (#173049). */
+  /* PyTorch >= 2.2's hint ("The OOM error"), printed even when expandable segments are on
+   * (#173049). */
   int n = snprintf(a->oom_msg, sizeof a->oom_msg,
                    "memsnap: device out of memory. Tried to allocate %s. GPU %d has a total "
                    "capacity of %s of which %s is free. %sOf the allocated memory %s is allocated "
@@ -738,7 +739,7 @@ static void alloc_debug_check(ms_allocator_t *a) {
 #endif
 }
 
-/* Caching disabled (§4's top-level wrapper): plain cudaMalloc. */
+/* Caching disabled (the top-level wrapper): plain cudaMalloc. */
 static __attribute__((noinline, cold)) int uncached_malloc(ms_allocator_t *a, size_t size,
                                                           ms_stream_t stream, ms_devptr_t *out) {
   return a->ops.malloc(a->ops.ctx, a->device, size, stream, out);
@@ -817,16 +818,16 @@ int ms_allocator_malloc(ms_allocator_t *a, size_t orig_size, ms_stream_t stream,
   return MS_OK;
 }
 
-/* ---- free (§7) ------------------------------------------------------------------------------- */
+/* ---- free ("Freeing and events") ------------------------------------------------------------- */
 
-/* Caching disabled (§4's top-level wrapper): cudaFree, which synchronizes the device first. */
+/* Caching disabled (the top-level wrapper): cudaFree, which synchronizes the device first. */
 static __attribute__((noinline, cold)) int uncached_free(ms_allocator_t *a, ms_devptr_t ptr) {
   int r = a->ops.device_synchronize(a->ops.ctx, a->device);
   if (r != MS_OK) return r;
   return a->ops.free(a->ops.ctx, a->device, ptr);
 }
 
-/* free_block (§7.5): the block truly becomes free, merging with free neighbours. */
+/* free_block: the block truly becomes free, merging with free neighbours. */
 static void free_block(ms_allocator_t *a, ms__block_t *b, uint32_t ctx) {
   ms_assert_internal(!b->allocated && b->event_count == 0 && b->nuses == 0);
   ms__pool_t *pool = b->pool;
@@ -850,7 +851,7 @@ static void free_block(ms_allocator_t *a, ms__block_t *b, uint32_t ctx) {
   }
   if (ms__block_is_split(b)) d_blocks++, d_bytes += (int64_t)b->size;
   enum ms_stat_type st = pool_stat(pool);
-  if (b->expandable) d_blocks = d_bytes = 0; /* excluded from inactive_split (§7.5) */
+  if (b->expandable) d_blocks = d_bytes = 0; /* expandable memory: never inactive_split */
   if (d_blocks) ms__stat_array_update(a->stats.inactive_split, st, d_blocks);
   if (d_bytes) ms__stat_array_update(a->stats.inactive_split_bytes, st, d_bytes);
   ms__stat_array_decrease(a->stats.active, st, 1);

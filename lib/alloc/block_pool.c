@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT
  * memsnap core: free-block sets ordered by (stream, size, address), PyTorch's BlockPool::blocks
- * (reference/pytorch-allocator.md §3.2).
+ * (docs/pytorch-allocator.md, "Blocks and pools").
  *
  * A pool keeps one set per stream (ms__fset_t, sorted by stream in pool->sets), and a set splits
  * its blocks into MS__FSET_NBINS size classes: up to 32 KiB one class per 512-byte size, above

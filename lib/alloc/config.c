@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT
  * memsnap core: the allocator configuration (MEMSNAP_ALLOC_CONF), with the syntax, keys, limits
- * and re-parse resets of PyTorch's PYTORCH_CUDA_ALLOC_CONF (reference/pytorch-allocator.md §9),
- * and the size-class formulas that depend on it (§2.2-§2.4).
+ * and re-parse resets of PyTorch's PYTORCH_CUDA_ALLOC_CONF, and the size-class formulas that
+ * depend on it (docs/pytorch-allocator.md, "Configuration keys", "Sizes and rounding").
  *
  * The tokenizer is PyTorch's ([2025+] ConfigTokenizer): ',' ':' '[' ']' are one-character tokens,
  * any other run of non-whitespace characters is one token, whitespace separates tokens and is
@@ -264,7 +264,8 @@ static int config_mib(config_parser_t *p, config_tok_t *t, uint64_t *mib) {
   return MS_OK;
 }
 
-/* roundup_power2_divisions: a scalar power of two, or [k:v,...,>:v] (§2.3, [2025+] fill rule). */
+/* roundup_power2_divisions: a scalar power of two, or [k:v,...,>:v] ("Configuration keys", [2025+]
+ * fill rule). */
 static int config_divisions(config_parser_t *p, size_t div[MS_ROUNDUP_POWER2_INTERVALS]) {
   config_tok_t t = config_peek(&p->lx);
   uint64_t v;
@@ -432,7 +433,7 @@ int ms_alloc_config_parse(ms_alloc_config_t *c, const char *str, ms_errbuf_t *eb
     return config_fail(&p, MS_ALLOC_CONF_MAX, "configuration string too long (%zu characters, "
                        "expected at most %d)", len, MS_ALLOC_CONF_MAX);
 
-  /* PyTorch's re-parse resets (§9.1); other keys keep their values unless given. */
+  /* PyTorch's re-parse resets ("Configuration keys"); other keys keep their values unless given. */
   ms_alloc_config_t tmp = *c;
   tmp.max_split_size = SIZE_MAX;
   tmp.garbage_collection_threshold = 0.0;

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT
  * memsnap core: the public calls of the caching allocator that are not malloc or free: emptying the
  * cache, statistics, the memory fraction, the largest free block, OOM observers and free-memory
- * callbacks, the last OOM message (reference/pytorch-allocator.md §8, §10).
+ * callbacks, the last OOM message (docs/pytorch-allocator.md, "The OOM path and releases").
  */
 #include <inttypes.h>
 #include <math.h>
@@ -75,7 +75,7 @@ void ms_allocator_get_config(ms_allocator_t *a, ms_alloc_config_t *out) {
   pthread_mutex_unlock(&a->mu);
 }
 
-/* setMemoryFraction (§8.2); pre: lock held. */
+/* setMemoryFraction; pre: lock held. */
 int ms__alloc_set_fraction_locked(ms_allocator_t *a, double f, ms_errbuf_t *eb) {
   if (!(f >= 0.0 && f <= 1.0))
     return ms__errbuf_set(eb, MS_EINVAL, "invalid fraction:%g. Please set within [0, 1].", f);

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT
- * memsnap core: expandable segments (`expandable_segments:True`, reference/pytorch-allocator.md
- * §12; docs/allocator.md, "Expandable segments").
+ * memsnap core: expandable segments (`expandable_segments:True`; docs/pytorch-allocator.md
+ * and docs/allocator.md, "Expandable segments").
  *
  * Per (stream, pool) a virtual range of page * ceil(9/8 * device total / page) bytes is reserved
  * with the backend's va_reserve; physical pages (2 MiB in the small pool, large_segment_size in the
@@ -43,7 +43,7 @@ static inline enum ms_stat_type es_stat(const ms__pool_t *p) {
   return p->is_small ? MS_STAT_SMALL_POOL : MS_STAT_LARGE_POOL;
 }
 
-/* A block is "free" for expandable purposes when it could be merged (§7.6). */
+/* A block is "free" for expandable purposes when it could be merged ("Splitting and merging"). */
 static inline bool es_free(const ms__block_t *b) {
   return b && !b->allocated && b->event_count == 0 && b->nuses == 0;
 }
@@ -146,7 +146,7 @@ static size_t es_unmap_pages(ms_allocator_t *a, ms__segment_t *s, uintptr_t ptr,
   return bytes;
 }
 
-/* map_block (§12): maps the first `size` bytes (rounded up to pages) of unmapped block b, merges
+/* map_block: maps the first `size` bytes (rounded up to pages) of unmapped block b, merges
  * it with free mapped neighbours and puts it in the free set. @return the mapped block (b) or
  * NULL when out of memory. */
 static ms__block_t *es_map_block(ms_allocator_t *a, ms__block_t *b, size_t size, uint32_t ctx,
@@ -194,7 +194,7 @@ static ms__block_t *es_map_block(ms_allocator_t *a, ms__block_t *b, size_t size,
   return b;
 }
 
-/* find_expandable_block (§12): an unmapped block of stream (or the free block just before it)
+/* find_expandable_block: an unmapped block of stream (or the free block just before it)
  * starting a run of free and unmapped blocks of at least size bytes; a new range otherwise. */
 static ms__block_t *es_find(ms_allocator_t *a, ms__pool_t *pool, ms_stream_t stream,
                             size_t size, int *err) {
@@ -254,7 +254,7 @@ ms__block_t *ms__es_choose(ms__pool_t *pool, ms__block_t *b, ms_stream_t stream,
   return b && b->stream == stream ? b : NULL;
 }
 
-/* unmap_block (§12): unmaps the whole pages of free block b; partial pages at its ends stay as
+/* unmap_block: unmaps the whole pages of free block b; partial pages at its ends stay as
  * free mapped blocks. */
 static int es_unmap_block(ms_allocator_t *a, ms__block_t *b, uint32_t ctx) {
   ms__segment_t *s = b->seg;

@@ -4,9 +4,9 @@
  *
  * The allocator knows nothing about stacks or ring buffers: it calls the hooks below at the points
  * where PyTorch's DeviceCachingAllocator gathers a context or records a TraceEntry
- * (reference/pytorch-allocator.md §11.1-§11.2), and stores the opaque context ids it is given in
- * its blocks. The hooks are function pointers installed at run time, so the allocator links and
- * runs without the recorder.
+ * (docs/pytorch-allocator.md, "Recording", "Trace entries"), and stores the opaque context ids it
+ * is given in its blocks. The hooks are function pointers installed at run time, so the allocator
+ * links and runs without the recorder.
  *
  * Context ids: 0 means "no context". Ids are owned by the recorder and stay valid until the
  * recorder is destroyed (stacks are interned, never freed one by one), so the allocator may copy

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT
  * memsnap core: read-only walks over an allocator's state: the invariant checker (model-based
  * tests, MS_DEBUG=3), the counts used by tests, and the snapshot walker that appends segments,
- * blocks, flat statistics and settings to a snapshot builder (reference/pytorch-allocator.md
- * §11.3-§11.4).
+ * blocks, flat statistics and settings to a snapshot builder (docs/pytorch-allocator.md,
+ * "Snapshot fields").
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -234,9 +234,10 @@ static int snap_stack(ms__ctx_to_stack_fn *fn, void *arg, uint32_t ctx, uint32_t
   return fn(arg, ctx, out);
 }
 
-/* Appends the record of block bl (§11.3: state, sizes, the allocation's stack when active) and
- * adds it to its segment record's allocated/active/requested sizes and block count. The caller
- * owns total_size (a cudaMalloc segment's size, or the sum of an expandable range's blocks). */
+/* Appends the record of block bl ("Snapshot fields": state, sizes, the allocation's stack when
+ * active) and adds it to its segment record's allocated/active/requested sizes and block count.
+ * The caller owns total_size (a cudaMalloc segment's size, or the sum of an expandable range's
+ * blocks). */
 static int snapshot_block(ms__snapbuild_t *b, ms__ctx_to_stack_fn *fn, void *arg,
                           const ms__block_t *bl, const char *const state_names[3],
                           ms_snap_segment_t *ss) {
@@ -313,7 +314,7 @@ static int snapshot_locked(ms_allocator_t *a, ms__snapbuild_t *b, ms__ctx_to_sta
   }
   for (size_t i = 0; i < n && r == MS_OK; i++) {
     const ms__segment_t *s = segs[i];
-    if (s->expandable) { /* one record per contiguous mapped range (§11.3) */
+    if (s->expandable) { /* one record per contiguous mapped range ("Snapshot fields") */
       r = snapshot_expandable(a, b, fn, arg, s, state_names, &total_active);
       continue;
     }
@@ -351,7 +352,7 @@ static int snapshot_locked(ms_allocator_t *a, ms__snapbuild_t *b, ms__ctx_to_sta
     e.i = kv[i].value;
     MS_FORWARD_IF_ERROR(ms__snapbuild_add_stat(b, &e));
   }
-  /* PyTorch records the snapshot entry with device 0 and no context (§11.2). */
+  /* PyTorch records the snapshot entry with device 0 and no context ("Trace entries"). */
   const ms__alloc_hooks_t *h = atomic_load_explicit(&a->hooks, memory_order_acquire);
   if (h && h->trace && h->trace_enabled) {
     ms__trace_rec_t rec = {MS_TRACE_SNAPSHOT, 0, total_active, 0, {0, 0}, 0};

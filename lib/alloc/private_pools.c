@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT
- * memsnap core: private pools (reference/pytorch-allocator.md §13.3): CUDA-graph pools and
- * MemPools, their options, routing allocations to them, and releasing them.
+ * memsnap core: private pools (docs/pytorch-allocator.md, "Private pools and CUDA graphs"):
+ * CUDA-graph pools and MemPools, their options, routing allocations to them, and releasing them.
  */
 #include <inttypes.h>
 #include <math.h>
@@ -15,7 +15,7 @@
 #include "alloc/types.h"
 #include "backend/backend_internal.h"
 
-/* ---- private pools (§13.3) ------------------------------------------------------------------- */
+/* ---- private pools ("Private pools and CUDA graphs") ----------------------------------------- */
 
 ms_pool_id_t ms_pool_id_new(bool is_graph) {
   static _Atomic int64_t graph_uid = 1, pool_uid = 1;

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT
  * memsnap core: the entry points `memsnap replay` drives the allocator with (alloc_internal.h,
- * reference/replay-notes.md §2-§3): a free kept pending, a recorded segment rebuilt at its address,
- * usage and fit queries. They take the allocator's mutex like every public call.
+ * docs/replay.md, "Traces that began mid-run"): a free kept pending, a recorded segment rebuilt
+ * at its address, usage and fit queries. They take the allocator's mutex like every public call.
  */
 #include <inttypes.h>
 #include <math.h>

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT
  * memsnap core: block and segment objects, block split and merge
- * (reference/pytorch-allocator.md §6.2, §7.6).
+ * (docs/pytorch-allocator.md, "Splitting and merging").
  *
  * Block objects come from a free list refilled by chunks of 256, so that the split/merge of the
  * hot path costs no call to malloc. Chunks are released only when the allocator is destroyed.

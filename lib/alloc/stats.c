@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT
- * memsnap core: allocator statistics (reference/pytorch-allocator.md §10): initialisation,
+ * memsnap core: allocator statistics (docs/pytorch-allocator.md, "Statistics"): initialisation,
  * PyTorch's resets, merge, the flat key view of torch.cuda.memory_stats(), memory_summary()'s
  * table and the amount formatters. Everything that walks the fields is generated from
  * MS_STAT_FIELDS, so the struct, the resets, the keys and the printer cannot disagree.

@@ -2,7 +2,7 @@
  * memsnap core: the statistics update helpers of the allocator's hot path (never installed).
  *
  * These are PyTorch's Stat::increase/decrease and update_stat_array
- * (reference/pytorch-allocator.md §10.1), inline so that a malloc/free pair costs a few adds.
+ * (docs/pytorch-allocator.md, "Statistics"), inline so that a malloc/free pair costs a few adds.
  * Callers hold the allocator's lock; nothing here is atomic.
  */
 #ifndef MEMSNAP_LIB_STATS_INTERNAL_H

@@ -2,7 +2,7 @@
  * memsnap core: the allocator's internal structures (block, segment, pool, private pool, the
  * allocator itself) and the prototypes of block_pool.c and segment.c. Never installed.
  *
- * Vocabulary (reference/pytorch-allocator.md §3):
+ * Vocabulary (docs/pytorch-allocator.md, "Blocks and pools"):
  *  - segment (ms__segment_t): one range from the backend's malloc. It records the address, size,
  *    stream and pool, and the context of the malloc that created it (PyTorch keeps that on the
  *    segment's head block; a separate record keeps it stable across merges).
@@ -103,7 +103,7 @@ struct ms__private_pool_s {
   int use_count;
   int malloc_count;         /* segments held (PyTorch's cudaMalloc_count) */
   bool freeable;            /* use_count reached 0 */
-  bool no_split;            /* its blocks are never split (§6.1; ms_allocator_set_pool_options) */
+  bool no_split;            /* its blocks are never split (ms_allocator_set_pool_options) */
   ms__pool_t large, small;
   ms__private_pool_t *next;
 };
@@ -272,7 +272,7 @@ ms__segment_t *ms__segment_new(ms_allocator_t *a, uintptr_t ptr, size_t size, ms
                                ms__pool_t *pool, uint32_t ctx);
 void ms__segment_delete(ms_allocator_t *a, ms__segment_t *s);
 
-/* ---- "expandable.c" (expandable segments, reference/pytorch-allocator.md §12) ---------------- */
+/* ---- "expandable.c" (docs/pytorch-allocator.md, "Expandable segments") ----------------------- */
 
 /* Whether expandable segments serve allocations from pool: the flag is on, for the default pools
  * and private pools alike (PyTorch bypasses them only for pools with a custom allocator, which
@@ -287,11 +287,11 @@ bool ms__es_supported(const ms_allocator_t *a);
  * use it). */
 void ms__pool_unmapped_insert(ms__pool_t *p, ms__block_t *b);
 void ms__pool_unmapped_erase(ms__pool_t *p, ms__block_t *b);
-/* get_free_block's handling of an expandable candidate b (§5): with es_active, prefer a
+/* get_free_block's handling of an expandable candidate b: with es_active, prefer a
  * following candidate whose expandable size is smaller; without, skip expandable blocks.
  * @return the block to take (still in the set) or NULL. */
 ms__block_t *ms__es_choose(ms__pool_t *pool, ms__block_t *b, ms_stream_t stream, bool es_active);
-/* try_allocate_expandable_block (§12): a free mapped block of at least size bytes (rounded) on
+/* try_allocate_expandable_block: a free mapped block of at least size bytes (rounded) on
  * stream, taken out of pool, mapping pages (segment_map entries) as needed.
  * @return the block, or NULL when the device is out of memory (or host memory ran out). */
 ms__block_t *ms__es_try_allocate(ms_allocator_t *a, ms__pool_t *pool, ms_stream_t stream,

@@ -4,7 +4,7 @@
  * of memsnap_core that include CUDA headers; compiled only when CMake found a CUDA Toolkit >= 12.8
  * (MS_HAVE_CUDA).
  *
- * What each operation calls (reference/pytorch-allocator.md §7, §8, §12, §13, §18; docs/gpu.md):
+ * What each operation calls (docs/pytorch-allocator.md, "The CUDA calls used"; docs/gpu.md):
  *  - malloc: cudaMalloc, in relaxed stream-capture mode (cudaThreadExchangeStreamCaptureMode) so
  *    that a segment can be allocated while a stream of this thread is being captured into a graph,
  *    as PyTorch does. cudaErrorMemoryAllocation is MS_EOOM; nothing else is.
@@ -286,8 +286,8 @@ static int cuda_malloc(void *ctx, int device, size_t size, ms_stream_t stream, m
   MS_RETURN_IF(size == 0, MS_EINVAL);
   cuda_guard_t g;
   MS_FORWARD_IF_ERROR(guard_enter(c, device, &g));
-  /* Relaxed capture mode: allowed while this thread captures a graph (PyTorch §8.1); replays do
-   * not allocate again, the memory stays in the capture's private pool. */
+  /* Relaxed capture mode: allowed while this thread captures a graph (PyTorch's alloc_block);
+   * replays do not allocate again, the memory stays in the capture's private pool. */
   enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
   cudaError_t me = RT.cudaThreadExchangeStreamCaptureMode(&mode);
   void *p = NULL;
@@ -479,7 +479,7 @@ static int cuda_event_query(void *ctx, int device, ms_event_t event, bool *done)
   if (e == cudaSuccess) {
     *done = true;
   } else if (e == cudaErrorNotReady) {
-    error_restore(&g); /* "not ready" is an answer, not an error (§7.3) */
+    error_restore(&g); /* "not ready" is an answer, not an error ("Freeing and events") */
     *done = false;
   } else {
     r = cuda_fail(&g, e, "cudaEventQuery", NULL);
@@ -703,7 +703,7 @@ static int cuda_mem_map(void *ctx, int device, ms_devptr_t addr, size_t size) {
       mapped = true;
   }
   if (r == MS_OK) {
-    /* Read/write for the device and every peer that can access it (§12). */
+    /* Read/write for the device and every peer that can access it ("Expandable segments"). */
     CUresult cr = set_access(c, device, (CUdeviceptr)addr, size);
     if (cr != CUDA_SUCCESS) r = cuda_fail_drv(c, device, cr, "cuMemSetAccess");
   }
@@ -713,7 +713,7 @@ static int cuda_mem_map(void *ctx, int device, ms_devptr_t addr, size_t size) {
         (cuda_chunk_t){.addr = (CUdeviceptr)addr, .size = size, .handle = h, .device = device};
     c->nchunks++;
   } else {
-    /* All or nothing (PyTorch releases what a failed map created, §12). */
+    /* All or nothing (PyTorch releases what a failed map created, "Expandable segments"). */
     if (mapped && c->drv.unmap((CUdeviceptr)addr, size) != CUDA_SUCCESS)
       ms__warning("cuda: cannot undo a failed mem_map on device %d", device);
     if (created && c->drv.release(h) != CUDA_SUCCESS)

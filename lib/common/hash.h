@@ -3,7 +3,7 @@
  *
  * Interning tables depend on the hash spreading similar keys (stacks that differ in one return
  * address, sizes that differ by 512) across all buckets; a weak hash once made heaptrack's
- * interning degenerate (reference/flamegraph-and-profilers.md). The mixer is a 64x64->128
+ * interning degenerate (docs/dev/measurements.md, "Interning stacks"). The mixer is a 64x64->128
  * multiply folded by xor (wyhash's "mum"), which passes SMHasher's avalanche tests.
  */
 #ifndef MEMSNAP_UTIL_HASH_H

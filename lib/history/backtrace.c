@@ -2,14 +2,14 @@
  * memsnap core: raw stack capture and the stack table (the only user of <execinfo.h>).
  *
  * Stacks are captured as raw return addresses and symbolised only when a snapshot is taken
- * (style.md §20, reference/performance.md §2). Two unwinders:
+ * (style.md §20; docs/dev/measurements.md, "Stack capture"). Two unwinders:
  *  - backtrace(3): works on any build, about 0.1 us per frame (3.3 us at depth 32 here);
  *  - a frame-pointer walk: about 1 ns per frame, for programs built with -fno-omit-frame-pointer.
  *    Each step is checked; a chain that stops short of the thread's outermost frame (a frame
  *    without a frame pointer clobbered rbp) falls back to backtrace(3) for that stack.
  *
  * The stack table interns stacks with the strong hash of util/hash.h (heaptrack's weak hash once
- * made its interning blow up: reference/flamegraph-and-profilers.md §4.1). It is split into 16
+ * made its interning blow up: docs/dev/measurements.md, "Interning stacks"). It is split into 16
  * stripes, each with its own mutex, open-addressing table (load <= 1/2, the hash's high bits kept
  * beside the id so that a probe rarely touches the stored pcs) and arena; stored stacks never
  * move.

@@ -111,7 +111,8 @@ const char *ms__symbolizer_kind(void);
 
 /* ---- "history.c" ----------------------------------------------------------------------------- */
 
-/* One trace entry of the ring buffer (R5 of reference/performance.md: <= 64 bytes). */
+/* One trace entry of the ring buffer (<= 64 bytes; docs/dev/measurements.md, "Trace entry
+ * size"). */
 typedef struct ms__trace_ent_s {
   uint64_t addr;
   uint64_t size;

@@ -5,10 +5,10 @@
  * remembered). With elfutils' libdw (MS_HAVE_LIBDW), the process's modules are reported from
  * /proc/self/maps; names come from each module's full symbol table (.symtab, so static functions
  * are named too, which dladdr cannot do) and file:line from its DWARF line table, read in-process
- * (no addr2line process per frame: reference/performance.md §2.5). Without libdw, or for a module
- * libdw cannot read, dladdr(3) gives the exported names. Where nothing names an address, the frame
- * reads "module+0xoffset" (the offset of the return address from the module's load base, as
- * backtrace_symbols(3) prints it), with the module's path as its filename.
+ * (no addr2line process per frame: docs/dev/measurements.md, "Symbolisation"). Without libdw, or
+ * for a module libdw cannot read, dladdr(3) gives the exported names. Where nothing names an
+ * address, the frame reads "module+0xoffset" (the offset of the return address from the module's
+ * load base, as backtrace_symbols(3) prints it), with the module's path as its filename.
  *
  * The call site of a return address pc is looked up at pc - 1, so that the line is the line of
  * the call, and a call at the very end of a function is not attributed to the next one.

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT
  * memsnap core: `memsnap replay`, driving the allocator from a recorded trace
- * (include/memsnap/replay.h; the method is reference/replay-notes.md §2-§4; docs/replay.md).
+ * (include/memsnap/replay.h; the method and its limits are in docs/replay.md).
  *
  * Check mode. The allocator runs on a "recorded device", a backend private to this file: it
  * returns, for a new segment, the address the trace recorded when the allocator asks for the
@@ -286,7 +286,7 @@ static int rp_same_stack(const ms_snapshot_t *s, uint32_t a, uint32_t b) {
 }
 
 /* Whether the burst in pend was made by empty_cache (its stack says so) rather than by the OOM
- * path (replay-notes §1). */
+ * path (docs/replay.md, "`--check`"). */
 static bool rp_burst_is_empty_cache(const rp_run_t *run) {
   const ms_snapshot_t *s = run->tr->snap;
   for (size_t k = 0; k < run->pend.len; k++) {

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT
  * memsnap core: the recorded run's settings, whether a device's trace can be replayed, and the
- * allocator state when the trace began (reference/replay-notes.md §3-§4): the start segments, the
- * blocks live in them, and the sizes of those freed in the trace, inferred (replay/internal.h).
+ * allocator state when the trace began (docs/replay.md, "Traces that began mid-run",
+ * "Preconditions"): the start segments, the blocks live in them, and the sizes of those freed in
+ * the trace, inferred (replay/internal.h).
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -19,7 +20,7 @@ static const ms_snap_kv_t *rp_setting(const ms_snapshot_t *s, const char *key) {
   return NULL;
 }
 
-/* The configuration the trace was recorded with (reference/replay-notes.md §2: files without
+/* The configuration the trace was recorded with (docs/replay.md, "`--check`": files without
  * allocator_settings use the defaults). */
 void ms__rp_config_of(const ms_snapshot_t *s, ms_alloc_config_t *c) {
   ms_alloc_config_init(c);
@@ -53,8 +54,8 @@ void ms__rp_config_of(const ms_snapshot_t *s, ms_alloc_config_t *c) {
   }
 }
 
-/* ---- one device's trace: preconditions and the start state (replay-notes §3)
- * ---------------------- */
+/* ---- one device's trace: preconditions and the start state (docs/replay.md, "Traces that began
+ * mid-run") --------------- */
 
 void ms__rp_trace_release(rp_trace_t *tr) {
   free(tr->burst_kind);
@@ -89,7 +90,8 @@ rp_sseg_t *ms__rp_seg_of(rp_trace_t *tr, uint64_t addr) {
   return addr < s->addr + s->size ? s : NULL;
 }
 
-/* Sets *why and returns false when the device's trace cannot be replayed (replay-notes §4). */
+/* Sets *why and returns false when the device's trace cannot be replayed (docs/replay.md,
+ * "Preconditions"). */
 bool ms__rp_replayable(const rp_trace_t *tr, char *why, size_t cap) {
   const ms_snapshot_t *s = tr->snap;
   if (s->origin == MS_SNAP_ORIGIN_TORCH_LIST) {
@@ -183,8 +185,8 @@ static int rp_start_segments(rp_trace_t *tr, char *why, size_t cap) {
     if (MS_VEC_PUSH(&tr->segs, ss) != 0) return MS_ENOMEM;
   }
   if (final_expandable || any_expandable_map) {
-    /* Replayable only when nothing was mapped before the trace (§3): the mapped bytes at the end
-     * must all come from the trace's maps. */
+    /* Replayable only when nothing was mapped before the trace ("Traces that began mid-run"): the
+     * mapped bytes at the end must all come from the trace's maps. */
     int64_t net = 0;
     for (size_t i = 0; i < tr->n; i++) {
       if (tr->t[i].action == MS_TRACE_SEGMENT_MAP) net += (int64_t)tr->t[i].size;
@@ -289,11 +291,11 @@ static int rp_start_blocks(rp_trace_t *tr) {
   return r;
 }
 
-/* The size of start block k of sg freed in the trace (replay-notes §3): its rounded request in
- * the small pool; in the large pool the gap to the next known block when that gap is a split
- * remainder PyTorch would not keep (<= 1 MiB), else the nearest earlier alloc landing just above
- * it (land: the trace's allocs sorted by address), else the rounded request (ambiguous). *next
- * gets the address of the next known block. */
+/* The size of start block k of sg freed in the trace (docs/replay.md, "Traces that began mid-run"):
+ * its rounded request in the small pool; in the large pool the gap to the next known block when
+ * that gap is a split remainder PyTorch would not keep (<= 1 MiB), else the nearest earlier alloc
+ * landing just above it (land: the trace's allocs sorted by address), else the rounded request
+ * (ambiguous). *next gets the address of the next known block. */
 static void rp_infer_size(rp_trace_t *tr, rp_sseg_t *sg, size_t k, const rp_landing_t *land,
                           size_t nland, uint64_t *next_out) {
   rp_sblock_t *b = &sg->blocks.ptr[k];

@@ -63,7 +63,8 @@ static MS_NOINLINE int wr_append_slow(wr_t *w, const char *b, size_t n) {
 }
 
 /* The packer's write callback. Small and static, so that GCC can inline it into the pack
- * functions of a local packer (an indirect call per value costs 3x, reference/performance.md). */
+ * functions of a local packer (an indirect call per value costs 3x:
+ * docs/dev/measurements.md, "Serialisation"). */
 static inline int wr_append(void *data, const char *b, size_t n) {
   wr_t *w = data;
   if (ms_likely(n <= WR_BUF - w->len)) {

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT
  * memsnap core: ms_allocator_snapshot, PyTorch's torch.cuda.memory._snapshot() for memsnap's
- * allocators (reference/pytorch-allocator.md §11.3-§11.4).
+ * allocators (docs/pytorch-allocator.md, "Snapshot fields").
  *
  * For each allocator, in device order: the allocator's walker appends its segments, blocks and
  * flat statistics to the builder and records the `snapshot` trace entry; then each device's

@@ -5,11 +5,11 @@
  *   cuda_graph [--replays 1000] [--out snapshots]
  *
  * The allocations made while the stream is captured are routed to a private pool (PyTorch's
- * beginAllocateToPool, reference/pytorch-allocator.md §13.3): the graph bakes their addresses in,
- * so the pool keeps that memory for as long as the graph may be replayed, even across
- * empty_cache. OUT/graph-pool.msgpack shows the pool's segments (segment_pool_id != (0,0)) next to
- * the default pool's; OUT/graph-released.msgpack is taken after the graph is destroyed and the
- * pool released.
+ * beginAllocateToPool; docs/pytorch-allocator.md, "Private pools and CUDA graphs"): the graph bakes
+ * their addresses in, so the pool keeps that memory for as long as the graph may be replayed, even
+ * across empty_cache. OUT/graph-pool.msgpack shows the pool's segments (segment_pool_id != (0,0))
+ * next to the default pool's; OUT/graph-released.msgpack is taken after the graph is destroyed and
+ * the pool released.
  */
 #include <stdio.h>
 

@@ -6,7 +6,8 @@
  * them (most nodes: deep stacks are chains), and by (parent, name) in a second hash table once it
  * has more, so wide nodes cost one probe per frame and the table stays small. Nodes are stored
  * as arrays of small fields (16 bytes of topology and 16 bytes of values per node) because the 200,000-stack benchmark input merges into about 3 million nodes
- * (reference/flamegraph-and-profilers.md §1.6) and peak memory is one of its targets.
+ * (docs/dev/measurements.md, "Flame-graph inputs and SVG size") and peak memory is one of its
+ * targets.
  * Flame charts keep input order: a frame merges only with its parent's most recent child.
  */
 #include <stdlib.h>

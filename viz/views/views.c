@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT
  * memsnap viz: snapshot views (memsnap/views.h), a line-for-line port of `_memory_viz.py`'s
  * `_write_blocks`, `_frames_fmt`, `_frame_filter`, `segments`, `memory` and `compare`
- * (reference/pytorch-memory-viz.md §7.1, §8).
+ * (docs/cli.md, `memory` and `segments`, `compare`).
  *
  * Each frame of the snapshot is formatted and filtered at most once per view (a per-frame cache),
  * so a view costs one pass over the blocks plus one formatting per distinct frame.
