@@ -13,6 +13,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "memsnap/attribution.h"
 #include "memsnap/common.h"
 #include "memsnap/serialize.h"
 #include "memsnap/snapshot.h"
@@ -267,6 +268,15 @@ typedef struct cli_top_s {
 int cli_top_compute(const ms_snapshot_t *s, cli_top_by by, cli_top_t *out);
 void cli_top_release(cli_top_t *t);
 void cli_top_label(const ms_snapshot_t *s, const cli_top_t *t, size_t i, char *buf, size_t cap);
+
+/* ---- categories and sources (cli/categories.c, issue #27) ---- */
+
+/* Builds the classifier of snap over tl with the rules file rules_path (NULL: the defaults);
+ * prints the error (naming the file and line of a bad rule). @return CLI_OK or CLI_FAILURE. */
+int cli_attr_open(const ms_snapshot_t *snap, const ms_timeline_t *tl, const char *rules_path,
+                  ms_attr_t **out);
+/* "category", "source", "stack". @return true when s is one of them. */
+bool cli_attr_by_parse(const char *s, ms_attr_by *by);
 
 /* ---- many ranks (cli/ranks.c, issue #17 §4) ---- */
 

@@ -28,6 +28,7 @@ LAYERS = [
     ["history"],
     ["snapshot"],
     ["timeline"],
+    ["attribution"],
     ["replay", "export", "interpose"],
     ["viz/flamegraph"],
     ["viz/views", "viz/view"],
@@ -42,7 +43,7 @@ PUBLIC = {
     "allocator.h": "alloc", "config.h": "alloc", "stats.h": "alloc",
     "history.h": "history",
     "serialize.h": "snapshot", "pickle.h": "snapshot",
-    "timeline.h": "timeline",
+    "timeline.h": "timeline", "attribution.h": "attribution",
     "replay.h": "replay", "export.h": "export", "interpose.h": "interpose",
     "viz.h": "viz/flamegraph", "views.h": "viz/views", "view.h": "viz/view",
 }
