@@ -146,52 +146,58 @@ static void attr_annotations(const ms_attr_t *a, size_t dev, const ms_snap_trace
   }
 }
 
-/* Spans of device dev: runs of entries whose classified entries share a phase; the entries
- * between runs of different phases (or before the first, after the last) form `none` spans. */
+typedef MS_VEC(attr_span_t) attr_spanvec_t;
+
+static int attr_span_push(attr_spanvec_t *sp, size_t first, uint8_t phase) {
+  attr_span_t x = {sp->len == 0 ? 0 : (uint32_t)first, phase}; /* the first starts at 0 */
+  return MS_VEC_PUSH(sp, x) ? MS_ENOMEM : MS_OK;
+}
+
+/* Spans of device dev. Classified entries (allocations whose stack has a phase, entries inside
+ * an annotation range of a phase rule) start a span when their phase differs from the current
+ * one; allocations without a phase between two spans of one phase belong to it, and between
+ * spans of different phases form a `none` span. Other entries (frees) belong to the span before
+ * them, so that a free just after an op's last allocation stays within the op's phase. */
 static int attr_dev_spans(ms_attr_t *a, size_t dev) {
   attr_dev_t *ad = &a->dev[dev];
   size_t n = ms_timeline_nentries(a->tl, dev);
   ad->n = n;
   if (n == 0) return MS_OK;
   const ms_snap_trace_t *tr = ms_timeline_entry(a->tl, dev, 0);
-  uint8_t *ph = malloc(n);
-  if (!ph) return MS_ENOMEM;
+  uint8_t *ph = malloc(n), *forced = calloc(n, 1);
+  if (!ph || !forced) {
+    free(ph);
+    free(forced);
+    return MS_ENOMEM;
+  }
   for (size_t i = 0; i < n; i++) {
     ph[i] = ATTR_PH_UNSET;
-    if (tr[i].action == MS_TRACE_ALLOC && tr[i].stack != MS_SNAP_NO_STACK &&
-        tr[i].stack < a->snap->nstacks)
+    if (tr[i].action != MS_TRACE_ALLOC) continue;
+    ph[i] = ATTR_PH_NONE;
+    if (tr[i].stack < a->snap->nstacks && a->sphase[tr[i].stack] != ATTR_PH_UNSET)
       ph[i] = a->sphase[tr[i].stack];
-  }
-  uint8_t *forced = calloc(n, 1);
-  if (!forced) {
-    free(ph);
-    return MS_ENOMEM;
   }
   attr_annotations(a, dev, tr, n, ph, forced);
   free(forced);
-  /* at most one span per run and one between runs */
-  MS_VEC(attr_span_t) sp = {0};
-  size_t last = SIZE_MAX; /* the last classified entry */
-  uint8_t lastph = ATTR_PH_UNSET;
+  attr_spanvec_t sp = {0};
+  uint8_t cur = ATTR_PH_UNSET;
+  size_t pending = SIZE_MAX; /* the first phaseless allocation since the last classified entry */
   int rc = MS_OK;
   for (size_t i = 0; i < n && rc == MS_OK; i++) {
-    uint8_t p = ph[i];
-    if (p == ATTR_PH_UNSET) continue;
-    if (p != lastph) {
-      if (last == SIZE_MAX ? i > 0 : i > last + 1) { /* the gap before this run */
-        attr_span_t g = {last == SIZE_MAX ? 0 : (uint32_t)(last + 1), ATTR_PH_NONE};
-        rc = MS_VEC_PUSH(&sp, g) ? MS_ENOMEM : MS_OK;
-      }
-      attr_span_t r = {(uint32_t)i, p};
-      if (rc == MS_OK) rc = MS_VEC_PUSH(&sp, r) ? MS_ENOMEM : MS_OK;
-      lastph = p;
+    if (ph[i] == ATTR_PH_UNSET) continue;
+    if (ph[i] == ATTR_PH_NONE) {
+      if (pending == SIZE_MAX) pending = i;
+      continue;
     }
-    last = i;
+    if (ph[i] != cur) {
+      if (pending != SIZE_MAX) rc = attr_span_push(&sp, pending, ATTR_PH_NONE);
+      if (rc == MS_OK) rc = attr_span_push(&sp, i, ph[i]);
+      cur = ph[i];
+    }
+    pending = SIZE_MAX;
   }
-  if (rc == MS_OK && (last == SIZE_MAX || last + 1 < n)) {
-    attr_span_t g = {last == SIZE_MAX ? 0 : (uint32_t)(last + 1), ATTR_PH_NONE};
-    rc = MS_VEC_PUSH(&sp, g) ? MS_ENOMEM : MS_OK;
-  }
+  if (rc == MS_OK && (pending != SIZE_MAX || sp.len == 0))
+    rc = attr_span_push(&sp, pending == SIZE_MAX ? 0 : pending, ATTR_PH_NONE);
   free(ph);
   ad->spans = sp.ptr;
   ad->nspans = sp.len;
