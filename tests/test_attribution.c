@@ -598,3 +598,146 @@ Test(attribution, every_fixture) {
   }
   cr_assert_geq(adamw, 2, "a0kuma and wedsonlin train with AdamW");
 }
+
+/* ---- the command line ---------------------------------------------------------------------- */
+
+typedef struct run_s {
+  int status;
+  char *out, *err;
+} run_t;
+
+static char *slurp(const char *path) {
+  size_t len = 0;
+  char *b = th_read_file(path, &len);
+  char *t = b ? realloc(b, len + 1) : NULL;
+  if (!t) {
+    free(b);
+    return NULL;
+  }
+  t[len] = 0;
+  return t;
+}
+
+static run_t run_in(const char *dir, const char *const *args) {
+  char outp[600], errp[600];
+  snprintf(outp, sizeof outp, "%s/.stdout", dir);
+  snprintf(errp, sizeof errp, "%s/.stderr", dir);
+  const char *argv[32];
+  int n = 0;
+  const char *bin = getenv("MEMSNAP_BIN");
+  argv[n++] = bin && *bin ? bin : MS_TEST_BINARY_DIR "/bin/memsnap";
+  for (; args[n - 1] && n < 31; n++) argv[n] = args[n - 1];
+  argv[n] = NULL;
+  pid_t pid = fork();
+  cr_assert_neq(pid, -1);
+  if (pid == 0) {
+    int out = open(outp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    int err = open(errp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (out < 0 || err < 0 || chdir(dir) != 0) _exit(126);
+    dup2(out, 1);
+    dup2(err, 2);
+    execv(argv[0], (char *const *)argv);
+    _exit(127);
+  }
+  int st = 0;
+  cr_assert_eq(waitpid(pid, &st, 0), pid);
+  run_t r = {WIFEXITED(st) ? WEXITSTATUS(st) : 128, slurp(outp), slurp(errp)};
+  cr_assert(r.out && r.err);
+  return r;
+}
+#define RUN_IN(dir, ...) run_in(dir, (const char *const[]){__VA_ARGS__, NULL})
+
+static void run_free(run_t *r) {
+  free(r->out);
+  free(r->err);
+}
+
+Test(attribution_cli, top_timeline_memory_by_category) {
+  char *dir = th_tmpdir();
+  char path[600];
+  snprintf(path, sizeof path, "%s/step.pickle", dir);
+  ms_snapshot_t *s = build_step();
+  ms_errbuf_t eb = {{0}};
+  cr_assert_eq(ms_pickle_write_file(s, path, &eb), MS_OK, "%s", eb.msg);
+  ms_snapshot_free(s);
+  /* top --by category --json at the peak: every category, exact bytes */
+  run_t r = RUN_IN(dir, "top", path, "--by", "category", "--json", "-n", "0");
+  cr_assert_eq(r.status, 0, "%s", r.err);
+  const char *rows[] = {
+      "{\"key\": \"optimizer_state\", \"bytes\": 917504, \"blocks\": 6,",
+      "{\"key\": \"gradient\", \"bytes\": 458752, \"blocks\": 3,",
+      "{\"key\": \"parameter\", \"bytes\": 458752, \"blocks\": 3,",
+      "{\"key\": \"temporary\", \"bytes\": 262144, \"blocks\": 1,",
+      "{\"key\": \"input\", \"bytes\": 65536, \"blocks\": 1,",
+      "{\"key\": \"activation\", \"bytes\": 512, \"blocks\": 1,",
+      "{\"key\": \"autograd_detail\", \"bytes\": 0, \"blocks\": 0,",
+      "{\"key\": \"unknown\", \"bytes\": 0, \"blocks\": 0,"};
+  const char *at = r.out;
+  for (size_t i = 0; i < sizeof rows / sizeof *rows; i++) {
+    const char *p = strstr(at, rows[i]);
+    cr_assert(p, "row %zu (in order) missing: %s", i, r.out);
+    at = p + 1;
+  }
+  cr_assert(strstr(r.out, "\"by\": \"category\", \"total_bytes\": 2163200, \"total_count\": 15"),
+            "%s", r.out);
+  run_free(&r);
+  /* the default is by source; one line, two operators */
+  r = RUN_IN(dir, "top", path, "--at", "8");
+  cr_assert_eq(r.status, 0, "%s", r.err);
+  cr_assert(strstr(r.out, "7.9%        1  activation       model.py:32 silu "
+                          "\xe2\x86\x92 at::sigmoid\n"), "%s", r.out);
+  cr_assert(strstr(r.out, "7.9%        1  temporary        model.py:32 silu "
+                          "\xe2\x86\x92 at::mul_Tensor\n"), "%s", r.out);
+  cr_assert(strstr(r.out, "64.0KiB    5.3%        1  parameter        <no frame>\n"), "%s", r.out);
+  run_free(&r);
+  /* a rules file: extended, and a bad one naming its line */
+  char rules[700];
+  snprintf(rules, sizeof rules, "%s/my.rules", dir);
+  const char *mine = "# mine\nactivation frame=silu@*model.py\n";
+  cr_assert_eq(th_write_file(rules, mine, strlen(mine)), 0);
+  r = RUN_IN(dir, "top", path, "--at", "8", "--categories", rules);
+  cr_assert_eq(r.status, 0, "%s", r.err);
+  cr_assert(strstr(r.out, "activation       model.py:32 silu \xe2\x86\x92 at::mul_Tensor"),
+            "%s", r.out);
+  run_free(&r);
+  const char *bad = "activation\nactivation phase=forwards\n";
+  cr_assert_eq(th_write_file(rules, bad, strlen(bad)), 0);
+  r = RUN_IN(dir, "top", path, "--categories", rules);
+  cr_assert_eq(r.status, 1);
+  cr_assert(strstr(r.err, "memsnap: error: "), "%s", r.err);
+  cr_assert(strstr(r.err, "my.rules:2: unknown phase (none, forward, backward, optimizer, init): "
+                          "'phase=forwards'"), "%s", r.err);
+  run_free(&r);
+  r = RUN_IN(dir, "top", path, "--by", "size", "--categories", rules);
+  cr_assert_eq(r.status, 2);
+  run_free(&r);
+  /* timeline --by category: the mix at the peak and each category's own peak */
+  r = RUN_IN(dir, "timeline", path, "--by", "category");
+  cr_assert_eq(r.status, 0, "%s", r.err);
+  cr_assert(strstr(r.out, "  by category (allocated bytes): at the peak of allocated (after entry "
+                          "31), and each one's own peak:\n"), "%s", r.out);
+  cr_assert(strstr(r.out, "    activation           512.0B   0.0%   peak   800.5KiB after entry "
+                          "12\n"), "%s", r.out);
+  cr_assert(strstr(r.out, "    unknown                0.0B   0.0%   never held\n"), "%s", r.out);
+  run_free(&r);
+  /* memory --by category: the first level is the category, widths sum to allocated */
+  r = RUN_IN(dir, "memory", path, "--by", "category", "--folded", "--at", "peak");
+  cr_assert_eq(r.status, 0, "%s", r.err);
+  uint64_t total = 0, os = 0;
+  for (char *line = r.out; line && *line;) {
+    char *nl = strchr(line, '\n');
+    cr_assert(nl);
+    *nl = 0;
+    char *sp = strrchr(line, ' ');
+    cr_assert(sp);
+    uint64_t v = strtoull(sp + 1, NULL, 10);
+    total += v;
+    if (strncmp(line, "optimizer_state;", 16) == 0) os += v;
+    line = nl + 1;
+  }
+  cr_assert_eq(total, 2163200);
+  cr_assert_eq(os, 917504);
+  run_free(&r);
+  th_rmdir(dir);
+  free(dir);
+}
