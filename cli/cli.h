@@ -13,6 +13,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "memsnap/attribution.h"
 #include "memsnap/common.h"
 #include "memsnap/serialize.h"
 #include "memsnap/snapshot.h"
@@ -273,6 +274,27 @@ void cli_top_label(const ms_snapshot_t *s, const cli_top_t *t, size_t i, char *b
 /* The label of a stack in `top`: its innermost Python frame, else the innermost frame PyTorch's
  * filter keeps ("<no frame>" when none, "<no stack recorded>" for MS_SNAP_NO_STACK). */
 void cli_stack_label(const ms_snapshot_t *s, uint32_t stack, char *buf, size_t cap);
+
+/* ---- categories and sources (cli/categories.c, issue #27) ---- */
+
+/* Builds the classifier of snap over tl with the rules file rules_path (NULL: the defaults);
+ * prints the error (naming the file and line of a bad rule). @return CLI_OK or CLI_FAILURE. */
+int cli_attr_open(const ms_snapshot_t *snap, const ms_timeline_t *tl, const char *rules_path,
+                  ms_attr_t **out);
+/* `memory --by category`: the allocated blocks (of every device at its end, or of one device at
+ * the moment ta gives) as a flame graph whose first level is the category, then the stack
+ * (PyTorch's filter), widths the block sizes; rendered as cli_render (mode, fo) or as JSON
+ * records. @return CLI_OK or CLI_FAILURE (printed). */
+int cli_memory_by_category(const ms_snapshot_t *snap, const char *name, const cli_tl_args_t *ta,
+                           const char *rules, const char *output, cli_render_mode mode,
+                           const ms_flame_options_t *fo, bool json);
+/* `timeline --by category`: for device dev over steps [from, to], the bytes of each category at
+ * the peak of allocated and each category's own peak (text, or one JSON object per device).
+ * @return CLI_OK or CLI_FAILURE (printed). */
+int cli_timeline_categories(FILE *out, const ms_timeline_t *tl, const ms_attr_t *a, size_t dev,
+                            size_t from, size_t to, bool json);
+/* "category", "source", "stack". @return true when s is one of them. */
+bool cli_attr_by_parse(const char *s, ms_attr_by *by);
 
 /* ---- many ranks (cli/ranks.c, issue #17 §4) ---- */
 

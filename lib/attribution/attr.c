@@ -1,0 +1,188 @@
+/* SPDX-License-Identifier: MIT
+ * memsnap core: building and freeing the classifier (memsnap/attribution.h), and the category
+ * series (bytes per category at every step of a device: one forward walk of its trace).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "attribution/internal.h"
+#include "common/hash.h"
+#include "timeline/internal.h"
+
+void ms_attr_config_init(ms_attr_config_t *cfg) { memset(cfg, 0, sizeof *cfg); }
+
+void ms_attr_destroy(ms_attr_t *a) {
+  if (!a) return;
+  ms__attr_rules_free(&a->rules);
+  free(a->fflags);
+  free(a->fpat);
+  free(a->srules);
+  free(a->sphase);
+  free(a->ssrc);
+  free(a->sop);
+  for (size_t d = 0; d < a->ndev; d++) {
+    free(a->dev[d].spans);
+    free(a->dev[d].grad_addr);
+  }
+  free(a->dev);
+  free(a);
+}
+
+int ms_attr_create(const ms_snapshot_t *snap, const ms_timeline_t *tl,
+                   const ms_attr_config_t *cfg, ms_attr_t **out, ms_errbuf_t *eb) {
+  if (!snap || !tl || !out || ms_timeline_snapshot(tl) != snap) {
+    return ms__errbuf_set(eb, MS_EINVAL, "the classifier needs a snapshot and its time index");
+  }
+  ms_attr_config_t def;
+  if (!cfg) {
+    ms_attr_config_init(&def);
+    cfg = &def;
+  }
+  ms_attr_t *a = calloc(1, sizeof *a);
+  if (!a) return MS_ENOMEM;
+  a->snap = snap;
+  a->tl = tl;
+  int rc = MS_OK;
+  if (cfg->rules)
+    rc = ms__attr_rules_parse(&a->rules, cfg->rules, cfg->rules_len, cfg->rules_name, eb);
+  if (rc == MS_OK && (!cfg->rules || (!cfg->replace && !a->rules.no_defaults))) {
+    const char *d = ms_attr_default_rules();
+    rc = ms__attr_rules_parse(&a->rules, d, strlen(d), "default rules", eb);
+  }
+  if (rc == MS_OK) rc = ms__attr_frames(a);
+  if (rc == MS_OK) rc = ms__attr_stacks(a);
+  if (rc == MS_OK) rc = ms__attr_spans(a);
+  if (rc == MS_OK) rc = ms__attr_gradient_sizes(a);
+  if (rc == MS_OK) rc = ms__attr_sources(a);
+  if (rc != MS_OK) {
+    if (rc == MS_ENOMEM) ms__errbuf_set(eb, rc, "out of memory");
+    ms_attr_destroy(a);
+    return rc;
+  }
+  *out = a;
+  return MS_OK;
+}
+
+/* ---- the category series ------------------------------------------------------------------- */
+
+/* Live blocks by address: open addressing, key address + 1 (0 = empty), tombstones. */
+typedef struct attr_live_s {
+  uint64_t key;
+  uint64_t size;
+  uint8_t cat;
+  uint8_t allocated;
+} attr_live_t;
+
+typedef struct attr_map_s {
+  attr_live_t *t;
+  size_t cap, used; /* used counts tombstones */
+} attr_map_t;
+
+#define ATTR_TOMB UINT64_MAX
+
+static int attr_map_grow(attr_map_t *m) {
+  size_t live = 0;
+  for (size_t i = 0; i < m->cap; i++) live += m->t[i].key && m->t[i].key != ATTR_TOMB;
+  size_t ncap = 1024;
+  while (ncap < live * 4) ncap *= 2; /* tombstones go: the table grows only with live blocks */
+  attr_live_t *nt = calloc(ncap, sizeof *nt);
+  if (!nt) return MS_ENOMEM;
+  size_t used = 0;
+  for (size_t i = 0; i < m->cap; i++) {
+    if (!m->t[i].key || m->t[i].key == ATTR_TOMB) continue;
+    size_t j = ms_hash_u64(m->t[i].key) & (ncap - 1);
+    while (nt[j].key) j = (j + 1) & (ncap - 1);
+    nt[j] = m->t[i];
+    used++;
+  }
+  free(m->t);
+  m->t = nt;
+  m->cap = ncap;
+  m->used = used;
+  return MS_OK;
+}
+
+static attr_live_t *attr_map_find(attr_map_t *m, uint64_t addr) {
+  if (!m->cap) return NULL;
+  uint64_t k = addr + 1;
+  for (size_t j = ms_hash_u64(k) & (m->cap - 1);; j = (j + 1) & (m->cap - 1)) {
+    if (!m->t[j].key) return NULL;
+    if (m->t[j].key == k) return &m->t[j];
+  }
+}
+
+static int attr_map_put(attr_map_t *m, uint64_t addr, uint64_t size, uint8_t cat) {
+  if ((m->used + 1) * 2 > m->cap) MS_FORWARD_IF_ERROR(attr_map_grow(m));
+  uint64_t k = addr + 1;
+  size_t j = ms_hash_u64(k) & (m->cap - 1);
+  while (m->t[j].key && m->t[j].key != k) j = (j + 1) & (m->cap - 1);
+  if (!m->t[j].key) m->used++;
+  attr_live_t v = {k, size, cat, 1};
+  m->t[j] = v;
+  return MS_OK;
+}
+
+/* Applies entry i of device dev to the live map and the running totals. */
+static int attr_series_step(const ms_attr_t *a, size_t dev, const tl_dev_t *td, size_t i,
+                            attr_map_t *m, uint64_t *cur) {
+  const ms_snap_trace_t *e = &td->trace[i];
+  attr_live_t *v;
+  switch (e->action) {
+  case MS_TRACE_ALLOC: {
+    int64_t fe = td->pair[i] == TL_NONE ? -1 : (int64_t)td->pair[i];
+    ms_category c = ms__attr_classify(a, dev, (int64_t)i, fe, e->stack, e->addr, false);
+    cur[c] += td->bsize[i];
+    return attr_map_put(m, e->addr, td->bsize[i], (uint8_t)c);
+  }
+  case MS_TRACE_FREE_REQUESTED:
+    if ((v = attr_map_find(m, e->addr)) && v->allocated) {
+      cur[v->cat] -= v->size;
+      v->allocated = 0;
+    }
+    return MS_OK;
+  case MS_TRACE_FREE_COMPLETED:
+    if ((v = attr_map_find(m, e->addr))) {
+      if (v->allocated) cur[v->cat] -= v->size;
+      v->key = ATTR_TOMB;
+    }
+    return MS_OK;
+  default:
+    return MS_OK;
+  }
+}
+
+int ms_attr_category_series(const ms_attr_t *a, size_t dev, uint64_t **out) {
+  if (dev >= a->ndev) return MS_EINVAL;
+  const tl_dev_t *td = &a->tl->dev[dev];
+  size_t n = td->n;
+  if (n + 1 > SIZE_MAX / MS_CAT_COUNT / sizeof(uint64_t)) return MS_ENOMEM;
+  uint64_t *ser = calloc((n + 1) * MS_CAT_COUNT, sizeof *ser);
+  if (!ser) return MS_ENOMEM;
+  ms_tl_state_t st;
+  ms_timeline_state_init(&st);
+  attr_map_t m = {NULL, 0, 0};
+  uint64_t cur[MS_CAT_COUNT] = {0};
+  int rc = ms_timeline_state_at(a->tl, dev, 0, &st);
+  for (size_t k = 0; k < st.nblocks && rc == MS_OK; k++) {
+    const ms_tl_block_t *b = &st.blocks[k];
+    ms_category c = ms_attr_block_category(a, dev, b);
+    rc = attr_map_put(&m, b->address, b->size, (uint8_t)c);
+    if (b->state == MS_BLOCK_ACTIVE_ALLOCATED)
+      cur[c] += b->size;
+    else if (rc == MS_OK)
+      attr_map_find(&m, b->address)->allocated = 0;
+  }
+  ms_timeline_state_release(&st);
+  memcpy(ser, cur, sizeof cur);
+  for (size_t i = 0; i < n && rc == MS_OK; i++) {
+    rc = attr_series_step(a, dev, td, i, &m, cur);
+    memcpy(&ser[(i + 1) * MS_CAT_COUNT], cur, sizeof cur);
+  }
+  free(m.t);
+  if (rc != MS_OK) {
+    free(ser);
+    return rc;
+  }
+  *out = ser;
+  return MS_OK;
+}

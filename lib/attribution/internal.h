@@ -1,0 +1,141 @@
+/* SPDX-License-Identifier: MIT
+ * memsnap core: the classifier's internals (memsnap/attribution.h). rules.c: the rules text (the
+ * defaults and the parser) and glob matching; classify.c: per-frame and per-stack features, the
+ * phase spans of each device, a block's category, the category series; source.c: the source of
+ * a stack and the rows of ms_attr_aggregate.
+ */
+#ifndef MEMSNAP_LIB_ATTRIBUTION_INTERNAL_H
+#define MEMSNAP_LIB_ATTRIBUTION_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/internal.h"
+#include "memsnap/attribution.h"
+
+#define ATTR_MAX_TEXT (1u << 20)  /* bytes of a rules text */
+#define ATTR_MAX_LINE 4096        /* bytes of one line */
+#define ATTR_MAX_RULES 1024
+#define ATTR_MAX_PATTERNS 256
+#define ATTR_PW (ATTR_MAX_PATTERNS / 64) /* words of a pattern set */
+#define ATTR_NONE UINT32_MAX
+/* The stack of a block freed in the trace whose alloc is not in it: none is known. */
+#define ATTR_STACK_UNRECORDED (UINT32_MAX - 1)
+
+/* The phases. ATTR_PH_UNSET: an entry no stack or annotation classifies. */
+typedef enum attr_phase {
+  ATTR_PH_NONE = 0,
+  ATTR_PH_FORWARD,
+  ATTR_PH_BACKWARD,
+  ATTR_PH_OPTIMIZER,
+  ATTR_PH_INIT,
+  ATTR_PH_COUNT,
+  ATTR_PH_UNSET = 0xff
+} attr_phase;
+
+/* What a pattern is matched against. */
+typedef enum attr_pkind { ATTR_P_FUNC = 0, ATTR_P_FILE, ATTR_P_FRAME, ATTR_P_ANNOTATION } attr_pkind;
+
+typedef struct attr_pattern_s {
+  attr_pkind kind;
+  char *glob;  /* FUNC/FILE/ANNOTATION: the glob; FRAME: the function's glob */
+  char *glob2; /* FRAME: the file's glob */
+} attr_pattern_t;
+
+/* What a rule's line is. */
+typedef enum attr_rkind { ATTR_R_CATEGORY = 0, ATTR_R_PHASE, ATTR_R_SKIP, ATTR_R_PREFER } attr_rkind;
+
+/* Lifetime conditions (values of freed=). */
+enum { ATTR_FREED_ANY = 0, ATTR_FREED_WITHIN, ATTR_FREED_AFTER, ATTR_FREED_NEVER };
+enum { ATTR_ALLOC_ANY = 0, ATTR_ALLOC_RECORDED, ATTR_ALLOC_UNRECORDED };
+
+typedef struct attr_rule_s {
+  attr_rkind kind;
+  uint8_t target;    /* CATEGORY: ms_category; PHASE: attr_phase */
+  uint8_t phase;     /* phase=: 1 << attr_phase, 0 = any */
+  uint8_t prev, next; /* prev=/next=: 1 << attr_phase, 0 = any */
+  uint8_t freed;     /* ATTR_FREED_* */
+  uint8_t alloc;     /* ATTR_ALLOC_* */
+  int8_t nostack;    /* stack=none: 1, stack=some: 0, any: -1 */
+  bool matches_gradient;
+  uint64_t need[ATTR_PW];   /* patterns some frame must match (each) */
+  uint64_t forbid[ATTR_PW]; /* patterns no frame may match */
+  bool has_frames;          /* need or forbid is not empty */
+  uint32_t annotation;      /* PHASE by annotation: the pattern, else ATTR_NONE */
+  uint32_t line;
+} attr_rule_t;
+
+typedef struct attr_rules_s {
+  attr_pattern_t *pat;
+  size_t npat;
+  attr_rule_t *rules;
+  size_t nrules;
+  bool no_defaults; /* a `defaults none` line was read */
+} attr_rules_t;
+
+/* Parses text (len bytes) into r, appending to what r holds. name is used in messages.
+ * @return MS_OK, MS_EINVAL or MS_ELIMIT (eb: "NAME:LINE: what"), MS_ENOMEM. */
+int ms__attr_rules_parse(attr_rules_t *r, const char *text, size_t len, const char *name,
+                         ms_errbuf_t *eb);
+void ms__attr_rules_free(attr_rules_t *r);
+/* Glob match of text against pat (`*`, `?`, everything else literal; in `file` patterns a '\'
+ * of the text matches '/'), in O(|pat| * |text|) time at worst. */
+bool ms__attr_glob(const char *pat, const char *text, bool path);
+
+/* One device's phase spans: contiguous, covering entries [0, n). */
+typedef struct attr_span_s {
+  uint32_t first; /* first entry */
+  uint8_t phase;
+} attr_span_t;
+
+typedef struct attr_dev_s {
+  size_t n;
+  attr_span_t *spans;
+  size_t nspans;
+  uint64_t *grad_addr; /* sorted addresses of the blocks that matches=gradient selects */
+  size_t ngrad_addr;
+} attr_dev_t;
+
+enum {
+  ATTR_F_PYTHON = 1u << 0, /* a Python source file (.py) */
+  ATTR_F_SKIP = 1u << 1,   /* the skip list names it */
+  ATTR_F_PREFER = 1u << 2, /* a prefer line names it */
+  ATTR_F_OP = 1u << 3,     /* at::_ops::OP::call */
+};
+
+struct ms_attr_s {
+  const ms_snapshot_t *snap;
+  const ms_timeline_t *tl;
+  attr_rules_t rules;
+  size_t pw;              /* words of a pattern set in use */
+  uint8_t *fflags;        /* per frame: ATTR_F_* */
+  uint64_t *fpat;         /* per frame: pattern set (pw words) */
+  size_t rw;              /* words of a rule set */
+  uint64_t *srules;       /* per stack: the rules whose frame conditions hold (rw words) */
+  uint8_t *sphase;        /* per stack: its phase by the phase rules (ATTR_PH_UNSET: none) */
+  uint32_t *ssrc;         /* per stack: the source frame (ATTR_NONE: none) */
+  uint32_t *sop;          /* per stack: the op frame shown beside it (ATTR_NONE: none) */
+  attr_dev_t *dev;
+  size_t ndev;
+};
+
+/* classify.c */
+int ms__attr_frames(ms_attr_t *a);
+int ms__attr_stacks(ms_attr_t *a);
+int ms__attr_spans(ms_attr_t *a);
+/* The category of a block by its lifetime; stack = its allocation stack (NO_STACK: none). */
+ms_category ms__attr_classify(const ms_attr_t *a, size_t dev, int64_t alloc_entry,
+                              int64_t free_entry, uint32_t stack, uint64_t address,
+                              bool ignore_matches);
+int ms__attr_gradient_sizes(ms_attr_t *a);
+/* The allocation stack a block's category and source read (MS_SNAP_NO_STACK, or
+ * ATTR_STACK_UNRECORDED when only its free was recorded). */
+uint32_t ms__attr_block_stack(const ms_attr_t *a, size_t dev, const ms_tl_block_t *b);
+
+/* source.c */
+int ms__attr_sources(ms_attr_t *a);
+/* Writes the source of stack into buf (cap >= 1); @return its length (truncated to cap - 1). */
+size_t ms__attr_source_fmt(const ms_attr_t *a, uint32_t stack, char *buf, size_t cap);
+
+#endif /* MEMSNAP_LIB_ATTRIBUTION_INTERNAL_H */
