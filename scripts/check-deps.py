@@ -46,7 +46,7 @@ PUBLIC = {
     "serialize.h": "snapshot", "pickle.h": "snapshot",
     "timeline.h": "timeline", "attribution.h": "attribution",
     "replay.h": "replay", "export.h": "export", "interpose.h": "interpose",
-    "explain.h": "explain",
+    "explain.h": "explain", "compare.h": "explain",
     "viz.h": "viz/flamegraph", "views.h": "viz/views", "view.h": "viz/view",
 }
 
