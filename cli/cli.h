@@ -15,6 +15,7 @@
 
 #include "memsnap/attribution.h"
 #include "memsnap/common.h"
+#include "memsnap/compare.h"
 #include "memsnap/serialize.h"
 #include "memsnap/snapshot.h"
 #include "memsnap/timeline.h"
@@ -52,6 +53,7 @@ int cmd_view(int argc, char **argv);
 int cmd_trace_plot(int argc, char **argv);
 int cmd_segment_plot(int argc, char **argv);
 int cmd_explain(int argc, char **argv);
+int cmd_check(int argc, char **argv);
 
 /* The table, NULL-terminated (main.c). */
 extern const struct cli_cmd cli_commands[];
@@ -312,5 +314,19 @@ bool cli_ranks_wanted(char **files, int nfiles);
  * *out (free with cli_files_free) and *nout. @return CLI_OK or CLI_FAILURE (printed). */
 int cli_expand_files(char **args, int nargs, char ***out, int *nout);
 void cli_files_free(char **files, int n);
+
+/* ---- compare's report and its many-ranks form (cli/compare-report.c, cli/compare-ranks.c,
+ * issue #28) ---- */
+
+/* `compare`'s default: the comparison of snaps (BEFORE, AFTER; at[]: the moments' texts, NULL =
+ * the peak) as text or JSON on stdout. @return CLI_OK or CLI_FAILURE (printed). */
+int cli_compare_report(const char *names[2], const ms_snapshot_t *snaps[2], const char *at[2],
+                       const ms_compare_options_t *o, bool json);
+/* Warnings about sides that differ in kind: devices, a side without a trace, device sizes. */
+void cli_compare_warnings(const char *names[2], const ms_compare_t *c);
+/* `compare DIR_A DIR_B`: the files of both directories paired by name, one row per rank, and the
+ * ranks whose change stands out. @return CLI_OK, CLI_FAILURE or CLI_USAGE. */
+int cli_compare_ranks(const char *dir_a, const char *dir_b, const ms_compare_options_t *o,
+                      bool json, const char *jobs_s);
 
 #endif /* MEMSNAP_CLI_H */
