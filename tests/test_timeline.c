@@ -1221,7 +1221,7 @@ Test(timeline_cli, at_for_views) {
   cr_assert_eq(r.status, 0, "%s", r.err);
   cr_assert(strstr(r.out, "Device 0 ----------------\n3 entries\n"), "%s", r.out);
   run_free(&r);
-  r = RUN("compare", p, "--at", "-1", "--at", "end");
+  r = RUN("compare", p, "--at", "-1", "--at", "end", "--segments");
   cr_assert_eq(r.status, 0, "%s", r.err);
   cr_assert(strstr(r.out, "only_before = []\nonly_after = [1402"), "%s", r.out);
   run_free(&r);

@@ -32,6 +32,10 @@ for f in basic.txt train-summary.txt train-summary-max-split-64.txt record.txt s
   step-5.msgpack oom-stats.txt oom-replay.txt stats.txt trace.txt compare.txt; do
   [[ -s "$work/out/$f" ]] || { echo "FAIL: $f was not made"; fail=1; }
 done
+# compare explains the difference; the segment lists moved behind --segments (issue #28)
+grep -q "^  peak reserved " "$work/out/compare.txt" || { echo "FAIL: compare.txt has no totals"; fail=1; }
+grep -q "^only_before = \[" "$work/out/compare-segments.txt" || {
+  echo "FAIL: compare-segments.txt has no segment lists"; fail=1; }
 # the OOM snapshot replays on the device it ran out of (issue #16 item 16)
 grep -q "capacity 4.0GiB (recorded in the snapshot)" "$work/out/oom-replay.txt" || {
   echo "FAIL: the OOM replay does not use the recorded capacity"; fail=1; }
