@@ -218,34 +218,8 @@ static int compare_report_main(char **pos, int npos, const char *at[2], int nat,
   return rc;
 }
 
-int cmd_compare(int argc, char **argv) {
-  int folded = 0, stacks = 0, json = 0, segments = 0;
-  cli_view_opts_t vo = {NULL, NULL, NULL};
-  const char *output = NULL, *n_s = NULL, *jobs_s = NULL;
-  const char *device_s = NULL, *range_s = NULL, *stream_s = NULL, *pool_s = NULL;
-  const struct cli_opt opts[] = {{"output", 'o', NULL, &output},
-                                 {"folded", 0, &folded, NULL},
-                                 {"stacks", 0, &stacks, NULL},
-                                 {"segments", 0, &segments, NULL},
-                                 {"json", 0, &json, NULL},
-                                 {"device", 0, NULL, &device_s},
-                                 {"range", 0, NULL, &range_s},
-                                 {"stream", 0, NULL, &stream_s},
-                                 {"pool", 0, NULL, &pool_s},
-                                 {"title", 0, NULL, &vo.title},
-                                 {"width", 0, NULL, &vo.width},
-                                 {"minwidth", 0, NULL, &vo.minwidth},
-                                 {"n", 'n', NULL, &n_s},
-                                 {"jobs", 0, NULL, &jobs_s},
-                                 {NULL, 0, NULL, NULL}};
-  const char *at[2] = {NULL, NULL};
-  int nat = compare_take_at(&argc, argv, at);
-  if (nat < 0) return cli_usage_error("compare", "option '--at' is given at most twice, each with a value");
-  char *pos[2];
-  int npos = 0;
-  int rc = cli_parse_options("compare", compare_usage, opts, argc, argv, pos, 2, &npos);
-  if (rc == CLI_HELP_SHOWN) return CLI_OK;
-  if (rc != CLI_OK) return rc;
+/* BEFORE and AFTER, or FILE with two moments. @return CLI_OK or CLI_USAGE (printed). */
+static int compare_check_files(char **pos, int npos, int nat) {
   bool one_file = npos == 1 && nat == 2;
   if (npos < 2 && !one_file) {
     if (npos == 1)
@@ -255,18 +229,42 @@ int cmd_compare(int argc, char **argv) {
   }
   if (!one_file && strcmp(pos[0], "-") == 0 && strcmp(pos[1], "-") == 0)
     return cli_usage_error("compare", "only one of BEFORE and AFTER can be '-' (standard input)");
+  return CLI_OK;
+}
+
+int cmd_compare(int argc, char **argv) {
+  int folded = 0, stacks = 0, json = 0, segments = 0;
+  cli_view_opts_t vo = {NULL, NULL, NULL};
+  const char *output = NULL, *n_s = NULL, *jobs_s = NULL;
+  const char *device_s = NULL, *range_s = NULL, *stream_s = NULL, *pool_s = NULL;
+  const struct cli_opt opts[] = {
+      {"output", 'o', NULL, &output}, {"folded", 0, &folded, NULL}, {"stacks", 0, &stacks, NULL},
+      {"segments", 0, &segments, NULL}, {"json", 0, &json, NULL}, {"device", 0, NULL, &device_s},
+      {"range", 0, NULL, &range_s}, {"stream", 0, NULL, &stream_s}, {"pool", 0, NULL, &pool_s},
+      {"title", 0, NULL, &vo.title}, {"width", 0, NULL, &vo.width},
+      {"minwidth", 0, NULL, &vo.minwidth}, {"n", 'n', NULL, &n_s}, {"jobs", 0, NULL, &jobs_s},
+      {NULL, 0, NULL, NULL}};
+  const char *at[2] = {NULL, NULL};
+  int nat = compare_take_at(&argc, argv, at);
+  if (nat < 0) return cli_usage_error("compare", "option '--at' is given at most twice, each with a value");
+  char *pos[2];
+  int npos = 0;
+  int rc = cli_parse_options("compare", compare_usage, opts, argc, argv, pos, 2, &npos);
+  if (rc == CLI_HELP_SHOWN) return CLI_OK;
+  if (rc != CLI_OK) return rc;
+  bool one_file = npos == 1 && nat == 2;
+  if ((rc = compare_check_files(pos, npos, nat)) != CLI_OK) return rc;
   if (segments && stacks) return cli_usage_error("compare", "--segments and --stacks exclude each other");
   bool graph = output || folded || vo.title || vo.width || vo.minwidth;
   if (!stacks && !segments && !graph) {
     if (range_s || stream_s || pool_s)
-      return cli_usage_error("compare", "--range, --stream and --pool apply to --segments and "
-                             "--stacks");
+      return cli_usage_error("compare", "--range, --stream and --pool apply to --segments, --stacks");
     return compare_report_main(pos, npos, at, nat, json, device_s, n_s, jobs_s);
   }
-  if (n_s || jobs_s)
-    return cli_usage_error("compare", "%s applies to the report, not to --segments or --stacks",
-                           n_s ? "-n" : "--jobs");
-  if (folded && json) return cli_usage_error("compare", "--folded and --json exclude each other");
+  if (n_s || jobs_s || (folded && json))
+    return cli_usage_error("compare", folded && json ? "--folded and --json exclude each other"
+                           : n_s ? "-n applies to the report, not to --segments or --stacks"
+                                 : "--jobs applies to the report, not to --segments or --stacks");
   if ((rc = cli_output_default("compare", &output, !folded && !json)) != CLI_OK) return rc;
   ms_flame_options_t fo;
   ms_flame_options_init(&fo);

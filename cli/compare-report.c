@@ -322,7 +322,7 @@ int cli_compare_report(const char *names[2], const ms_snapshot_t *snaps[2], cons
   int err = ms_compare_run(snaps[0], snaps[1], o, &c, &eb);
   cli_progress_stop();
   if (err != MS_OK) {
-    cli_error("%s", eb.msg[0] ? eb.msg : ms_strerror(err));
+    cli_error("comparing '%s' with '%s': %s", names[0], names[1], eb.msg[0] ? eb.msg : ms_strerror(err));
     return CLI_FAILURE;
   }
   cli_compare_warnings(names, c);
