@@ -2,9 +2,10 @@
  * memsnap CLI: `memsnap compare DIR_A DIR_B` (issue #28 §3, docs/compare.md): the per-rank files
  * of two directories paired by file name, each pair compared (memsnap/compare.h, without the
  * leak search), one row per rank: the change in peak allocated and peak reserved memory and the
- * source that changed most. A rank *stands out* when its change in peak allocated memory lies
- * further from the median change than max(3 x the median absolute deviation, 1 MiB): the ranks
- * doing the same work change alike, and the one that does not is the one to look at.
+ * source that changed most. A rank *stands out* when its change in peak allocated or in peak
+ * reserved memory lies further from the median change than max(3 x the median absolute
+ * deviation, 1 MiB) (with three ranks or more): the ranks doing the same work change alike, and
+ * the one that does not is the one to look at.
  *
  * Pairs are compared by --jobs worker threads (default: one per core), each holding one pair at
  * a time.
@@ -86,13 +87,16 @@ static int cr_i64_cmp(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
-/* Marks the rows whose change lies far from the median. @return the median. */
-static int64_t cr_outliers(cr_row_t *rows, size_t n, int64_t *threshold) {
+/* The median of the rows' changes (which = 0: peak allocated, 1: peak reserved) and the
+ * distance beyond which a change stands out: max(3 x the median absolute deviation, 1 MiB);
+ * marks the rows beyond it (with three rows or more). */
+static int64_t cr_outliers(cr_row_t *rows, size_t n, int which, int64_t *threshold) {
   int64_t *v = malloc((n ? n : 1) * sizeof *v);
   size_t m = 0;
+  *threshold = 1 << 20;
   if (!v) return 0;
   for (size_t i = 0; i < n; i++)
-    if (rows[i].ok) v[m++] = rows[i].change;
+    if (rows[i].ok) v[m++] = which ? rows[i].change_reserved : rows[i].change;
   int64_t med = 0, mad = 0;
   if (m) {
     qsort(v, m, sizeof *v, cr_i64_cmp);
@@ -102,15 +106,16 @@ static int64_t cr_outliers(cr_row_t *rows, size_t n, int64_t *threshold) {
     mad = v[m / 2];
   }
   free(v);
-  *threshold = 3 * mad > (1 << 20) ? 3 * mad : (1 << 20);
+  if (3 * mad > *threshold) *threshold = 3 * mad;
   for (size_t i = 0; i < n && m >= 3; i++) {
-    int64_t d = rows[i].change > med ? rows[i].change - med : med - rows[i].change;
-    rows[i].outlier = rows[i].ok && d > *threshold;
+    int64_t x = which ? rows[i].change_reserved : rows[i].change;
+    int64_t d = x > med ? x - med : med - x;
+    if (rows[i].ok && d > *threshold) rows[i].outlier = true;
   }
   return med;
 }
 
-static void cr_text(const cr_row_t *rows, size_t n, int64_t med, int64_t thr) {
+static void cr_text(const cr_row_t *rows, size_t n, const int64_t med[2], const int64_t thr[2]) {
   char a[CLI_BYTES_BUFSZ], b[CLI_BYTES_BUFSZ], c[CLI_BYTES_BUFSZ], d[CLI_BYTES_BUFSZ];
   printf("%-28s %13s %13s %13s %13s  %s\n", "rank (file)", "peak alloc A", "peak alloc B",
          "change", "reserved chg", "source that changed most");
@@ -127,21 +132,26 @@ static void cr_text(const cr_row_t *rows, size_t n, int64_t med, int64_t thr) {
            cli_format_bytes(r->change, c), cli_format_bytes(r->change_reserved, d),
            r->top[0] ? r->top : "-", r->outlier ? "  <- stands out" : "", "");
   }
-  printf("\nmedian change in peak allocated: %s; a rank stands out beyond %s from it: ",
-         cli_format_bytes(med, a), cli_format_bytes(thr, b));
+  printf("\nmedian change: peak allocated %s, peak reserved %s; a rank stands out beyond %s and "
+         "%s from them: ", cli_format_bytes(med[0], a), cli_format_bytes(med[1], b),
+         cli_format_bytes(thr[0], c), cli_format_bytes(thr[1], d));
   if (!nout) printf("none does\n");
   else printf("%zu rank%s\n", nout, nout == 1 ? "" : "s");
 }
 
-static int cr_json(const cr_row_t *rows, size_t n, int64_t med, int64_t thr) {
+static int cr_json(const cr_row_t *rows, size_t n, const int64_t med[2], const int64_t thr[2]) {
   cli_out_t o;
   int rc = cli_out_open(&o, "-");
   if (rc != CLI_OK) return rc;
   cli_json_t j = {&o.sink, 0};
   cli_json_lit(&j, "{\"command\": \"compare\", \"view\": \"ranks\", \"median_change\": ");
-  cli_json_i64(&j, med);
+  cli_json_i64(&j, med[0]);
   cli_json_lit(&j, ", \"threshold\": ");
-  cli_json_i64(&j, thr);
+  cli_json_i64(&j, thr[0]);
+  cli_json_lit(&j, ", \"median_change_reserved\": ");
+  cli_json_i64(&j, med[1]);
+  cli_json_lit(&j, ", \"threshold_reserved\": ");
+  cli_json_i64(&j, thr[1]);
   cli_json_lit(&j, ", \"ranks\": [");
   for (size_t i = 0; i < n; i++) {
     const cr_row_t *r = &rows[i];
@@ -235,7 +245,8 @@ int cli_compare_ranks(const char *dir_a, const char *dir_b, const ms_compare_opt
       if (pthread_create(&th[started], NULL, cr_worker, &job) != 0) break;
     if (!started) cr_worker(&job);
     for (unsigned t = 0; t < started; t++) pthread_join(th[t], NULL);
-    int64_t thr = 0, med = cr_outliers(rows, n, &thr);
+    int64_t thr[2], med[2];
+    for (int w = 0; w < 2; w++) med[w] = cr_outliers(rows, n, w, &thr[w]);
     bool failed = false;
     for (size_t i = 0; i < n; i++) failed |= !rows[i].ok;
     rc = json ? cr_json(rows, n, med, thr) : (cr_text(rows, n, med, thr), CLI_OK);

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -37,6 +38,7 @@ typedef struct tb_s {
   MS_VEC(tb_blk_t) blk;
   uint64_t seg_addr[4], seg_size[4];
   int nseg;
+  int device; /* the device of the segments and the trace (the lower ones are empty) */
   int64_t t;
 } tb_t;
 
@@ -119,6 +121,7 @@ static ms_snapshot_t *tb_finish(tb_t *tb) {
     g.address = tb->seg_addr[s];
     g.total_size = tb->seg_size[s];
     g.is_large = true;
+    g.device = tb->device;
     g.stack = MS_SNAP_NO_STACK;
     g.first_block = (uint32_t)tb->b.blocks.len;
     uint64_t at = g.address, end = g.address + g.total_size;
@@ -136,10 +139,12 @@ static ms_snapshot_t *tb_finish(tb_t *tb) {
     g.present = MS_SEG_HAS_FRAMES | MS_SEG_HAS_POOL_ID | MS_SEG_HAS_EXPANDABLE;
     cr_assert_eq(ms__snapbuild_add_segment(&tb->b, &g), MS_OK);
   }
-  ms_snap_device_t d;
-  memset(&d, 0, sizeof d);
-  d.ntrace = (uint32_t)tb->b.trace.len;
-  cr_assert_eq(ms__snapbuild_add_device(&tb->b, &d), MS_OK);
+  for (int k = 0; k <= tb->device; k++) {
+    ms_snap_device_t d;
+    memset(&d, 0, sizeof d);
+    d.ntrace = k == tb->device ? (uint32_t)tb->b.trace.len : 0;
+    cr_assert_eq(ms__snapbuild_add_device(&tb->b, &d), MS_OK);
+  }
   ms_snapshot_t *s = NULL;
   ms_errbuf_t eb = {{0}};
   cr_assert_eq(ms__snapbuild_finish(&tb->b, &s, &eb), MS_OK, "%s", eb.msg);
@@ -150,9 +155,10 @@ static ms_snapshot_t *tb_finish(tb_t *tb) {
 /* A training run of `steps` steps in one 256 MiB segment: a 16 MiB parameter alive before the
  * trace; per step (ProfilerStep#N) a 4 MiB activation (line 30, freed in the step), a 2 MiB
  * gradient (line 50, freed by the next step) and `leak` bytes (line 40) that are never freed. */
-static ms_snapshot_t *build_run(int steps, uint64_t leak) {
+static ms_snapshot_t *build_run_on(int device, int steps, uint64_t leak) {
   tb_t tb;
   tb_init(&tb);
+  tb.device = device;
   tb.seg_addr[0] = BASE;
   tb.seg_size[0] = 256 * MIB;
   tb.nseg = 1;
@@ -176,6 +182,22 @@ static ms_snapshot_t *build_run(int steps, uint64_t leak) {
     tb_free(&tb, a);
     tb_mark(&tb, s, "END");
   }
+  return tb_finish(&tb);
+}
+
+static ms_snapshot_t *build_run(int steps, uint64_t leak) {
+  return build_run_on(0, steps, leak);
+}
+
+/* The end state of build_run(2, 0) without its trace: a parameter and a gradient. */
+static ms_snapshot_t *build_no_trace(void) {
+  tb_t tb;
+  tb_init(&tb);
+  tb.seg_addr[0] = BASE;
+  tb.seg_size[0] = 256 * MIB;
+  tb.nseg = 1;
+  tb_alloc(&tb, BASE, 16 * MIB, tb_stack(&tb, "init", 10), false);
+  tb_alloc(&tb, BASE + 20 * MIB, 2 * MIB, tb_stack(&tb, "backward", 50), false);
   return tb_finish(&tb);
 }
 
@@ -516,6 +538,93 @@ Test(gate, check_exit_codes_and_lines) {
   ms_snapshot_free(b);
   ms_snapshot_free(two);
   ms_snapshot_free(four);
+  th_rmdir(dir);
+  free(dir);
+}
+
+static void save(const ms_snapshot_t *s, const char *dir, const char *name) {
+  ms_snapshot_free(reload(s, dir, name, false));
+}
+
+Test(gate, hostile_sides_on_the_command_line) {
+  char *dir = th_tmpdir();
+  ms_snapshot_t *run = build_run(2, 0), *bare = build_no_trace(), *dev1 = build_run_on(1, 2, 0);
+  save(run, dir, "run.msnap");
+  save(bare, dir, "bare.msnap");
+  save(dev1, dir, "dev1.msnap");
+  char cmd[2048], out[16384];
+  /* one side without a trace: compared at its end state, said so; no moment of it exists */
+  snprintf(cmd, sizeof cmd, "compare %s/bare.msnap %s/run.msnap", dir, dir);
+  cr_expect_eq(run_cmd(cmd, out, sizeof out), 0, "%s", out);
+  cr_expect(strstr(out, "bare.msnap' has no allocation trace on device 0: its peaks are its end "
+                        "state's"), "%s", out);
+  cr_expect(strstr(out, "bare.msnap, device 0, the end state (no trace)\n"), "%s", out);
+  cr_expect(strstr(out, "  peak allocated              18.0MiB      22.0MiB      +4.0MiB\n"), "%s", out);
+  snprintf(cmd, sizeof cmd, "compare %s/bare.msnap %s/run.msnap --at peak", dir, dir);
+  cr_expect_eq(run_cmd(cmd, out, sizeof out), 1, "%s", out);
+  cr_expect(strstr(out, "BEFORE has no allocation trace on device 0: only its end state can be "
+                        "compared"), "%s", out);
+  /* mismatched devices: each side's own device, with a warning */
+  snprintf(cmd, sizeof cmd, "compare %s/run.msnap %s/dev1.msnap", dir, dir);
+  cr_expect_eq(run_cmd(cmd, out, sizeof out), 0, "%s", out);
+  cr_expect(strstr(out, "warning: comparing device 0 of "), "%s", out);
+  cr_expect(strstr(out, "with device 1 of "), "%s", out);
+  snprintf(cmd, sizeof cmd, "compare %s/run.msnap %s/dev1.msnap --device 1", dir, dir);
+  cr_expect_eq(run_cmd(cmd, out, sizeof out), 1, "%s", out);
+  cr_expect(strstr(out, "BEFORE has no device 1 (no trace and no segments on it)"), "%s", out);
+  /* check: a figure a snapshot without trace cannot tell */
+  snprintf(cmd, sizeof cmd, "check %s/bare.msnap --limit 'peak_allocated<=1G'", dir);
+  cr_expect_eq(run_cmd(cmd, out, sizeof out), 1, "%s", out);
+  cr_expect(strstr(out, "peak_allocated is not known: device 0 has no allocation trace"), "%s", out);
+  snprintf(cmd, sizeof cmd, "check %s/bare.msnap --limit 'final_allocated<=18MiB'", dir);
+  cr_expect_eq(run_cmd(cmd, out, sizeof out), 0, "%s", out);
+  snprintf(cmd, sizeof cmd, "check %s/run.msnap --baseline %s/bare.msnap --limit "
+           "'peak_allocated<=+5%%'", dir, dir);
+  cr_expect_eq(run_cmd(cmd, out, sizeof out), 1, "%s", out);
+  cr_expect(strstr(out, "bare.msnap': peak_allocated is not known"), "%s", out);
+  snprintf(cmd, sizeof cmd, "check %s/bare.msnap --limit 'final_allocated<=1G' --replay", dir);
+  cr_expect_eq(run_cmd(cmd, out, sizeof out), 1, "%s", out);
+  cr_expect(strstr(out, "--replay needs one"), "%s", out);
+  ms_snapshot_free(run);
+  ms_snapshot_free(bare);
+  ms_snapshot_free(dev1);
+  th_rmdir(dir);
+  free(dir);
+}
+
+Test(compare, directories_pair_ranks_and_name_the_one_that_stands_out) {
+  char *dir = th_tmpdir();
+  char a[600], b[600];
+  snprintf(a, sizeof a, "%s/a", dir);
+  snprintf(b, sizeof b, "%s/b", dir);
+  cr_assert_eq(mkdir(a, 0700), 0);
+  cr_assert_eq(mkdir(b, 0700), 0);
+  ms_snapshot_t *same = build_run(4, 1 * MIB), *more = build_run(4, 3 * MIB);
+  for (int r = 0; r < 4; r++) {
+    char name[64];
+    snprintf(name, sizeof name, "a/rank%d.msnap", r);
+    save(same, dir, name);
+    snprintf(name, sizeof name, "b/rank%d.msnap", r);
+    save(r == 2 ? more : same, dir, name);
+  }
+  save(same, dir, "b/rank9.msnap");
+  char cmd[2048], out[16384];
+  snprintf(cmd, sizeof cmd, "compare %s %s", a, b);
+  cr_expect_eq(run_cmd(cmd, out, sizeof out), 0, "%s", out);
+  cr_expect(strstr(out, "rank9.msnap' has no file of the same name in the other directory"), "%s", out);
+  /* rank 2: 16 + 4 x 3 leaked + 4 + 2 = 34 MiB at its peak, 8 MiB more than the others */
+  cr_expect(strstr(out, "rank2.msnap                        26.0MiB       34.0MiB        8.0MiB"),
+            "%s", out);
+  cr_expect(strstr(out, "train.py:40 remember  <- stands out"), "%s", out);
+  cr_expect(!strstr(out, "rank1.msnap                        26.0MiB       26.0MiB          0.0B  "
+                         "        0.0B  -  <- stands out"), "%s", out);
+  cr_expect(strstr(out, "from them: 1 rank\n"), "%s", out);
+  snprintf(cmd, sizeof cmd, "compare %s %s --json", a, b);
+  cr_expect_eq(run_cmd(cmd, out, sizeof out), 0, "%s", out);
+  cr_expect(strstr(out, "\"change\": 8388608"), "%s", out);
+  cr_expect(strstr(out, "\"stands_out\": true"), "%s", out);
+  ms_snapshot_free(same);
+  ms_snapshot_free(more);
   th_rmdir(dir);
   free(dir);
 }
