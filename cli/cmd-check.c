@@ -126,6 +126,11 @@ static void check_text(const char *name, const check_result_t *res, size_t n, si
     ms_gate_figure fig = r->limit.figure;
     check_value_text(fig, r->value, v);
     check_value_text(fig, r->bound, b);
+    if (ms_gate_figure_is_bytes(fig) && strcmp(v, b) == 0 && r->value != r->bound) {
+      /* the rounded sizes look alike: the exact bytes tell them apart */
+      snprintf(v, sizeof v, "%" PRIu64 " B", r->value);
+      snprintf(b, sizeof b, "%" PRIu64 " B", r->bound);
+    }
     printf("%s %s: %s, limit %s (%s", r->holds ? "ok  " : "FAIL", ms_gate_figure_name(fig), v, b,
            r->limit.text);
     if (r->limit.relative) {
