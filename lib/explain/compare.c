@@ -4,7 +4,7 @@
  * the leak suspects of the AFTER side. The gate's figures and limits are gate.c's.
  */
 #include <inttypes.h>
-#include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -300,6 +300,42 @@ static int cmp_settings(ms_compare_t *c, cmp_strings_t *strs, const ms_snapshot_
 
 /* ---- the whole comparison -------------------------------------------------------------------- */
 
+typedef struct cmp_open_s {
+  const ms_snapshot_t *snap;
+  const ms_compare_options_t *o;
+  int which;
+  cmp_side_t *side;
+  ms_errbuf_t eb;
+  int r;
+} cmp_open_t;
+
+static void *cmp_open_one(void *arg) {
+  static const char *const names[2] = {"BEFORE", "AFTER"};
+  cmp_open_t *j = arg;
+  const ms_compare_options_t *o = j->o;
+  j->r = ms__cmp_side_open(j->snap, o->device, o->has_moment[j->which] ? &o->moment[j->which] : NULL,
+                           names[j->which], j->side, &j->eb);
+  return NULL;
+}
+
+/* Opens both sides, AFTER on a thread of its own (reading the trace, indexing it and classifying
+ * its blocks are each side's own work); the first error wins. */
+static int cmp_open_sides(const ms_snapshot_t *before, const ms_snapshot_t *after,
+                          const ms_compare_options_t *o, cmp_side_t side[2], ms_errbuf_t *eb) {
+  cmp_open_t j[2] = {{before, o, 0, &side[0], {{0}}, MS_OK}, {after, o, 1, &side[1], {{0}}, MS_OK}};
+  pthread_t th;
+  bool threaded = pthread_create(&th, NULL, cmp_open_one, &j[1]) == 0;
+  cmp_open_one(&j[0]);
+  if (threaded) pthread_join(th, NULL);
+  else cmp_open_one(&j[1]);
+  for (int s = 0; s < 2; s++)
+    if (j[s].r != MS_OK) {
+      if (eb) *eb = j[s].eb;
+      return j[s].r;
+    }
+  return MS_OK;
+}
+
 int ms_compare_run(const ms_snapshot_t *before, const ms_snapshot_t *after,
                    const ms_compare_options_t *opt, ms_compare_t **out, ms_errbuf_t *eb) {
   if (eb) eb->msg[0] = 0;
@@ -317,14 +353,9 @@ int ms_compare_run(const ms_snapshot_t *before, const ms_snapshot_t *after,
   c->impl_ = strs;
   cmp_side_t side[2];
   memset(side, 0, sizeof side);
-  static const char *const names[2] = {"BEFORE", "AFTER"};
-  const ms_snapshot_t *snaps[2] = {before, after};
-  int r = MS_OK;
-  for (int s = 0; s < 2 && r == MS_OK; s++) {
-    r = ms__cmp_side_open(snaps[s], o.device, o.has_moment[s] ? &o.moment[s] : NULL, names[s],
-                          &side[s], eb);
+  int r = cmp_open_sides(before, after, &o, side, eb);
+  for (int s = 0; s < 2; s++)
     c->side[s] = side[s].fig;
-  }
   if (r == MS_OK) r = cmp_attribution(c, strs, side, o.nrows);
   if (r == MS_OK) r = cmp_settings(c, strs, before, after);
   if (r == MS_OK && o.leaks && side[1].fig.has_trace)
