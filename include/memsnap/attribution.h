@@ -97,8 +97,9 @@ MS_API ms_category ms_attr_block_category(const ms_attr_t *a, size_t dev, const 
 typedef enum ms_attr_by {
   MS_ATTR_BY_CATEGORY = 0, /* key: the category's name; every category has a row (0 bytes too) */
   MS_ATTR_BY_SOURCE,       /* key: the source */
-  MS_ATTR_BY_STACK,        /* key: the stack's frames that the skip list keeps, outermost
-                              first, joined by ';' (FILE:LINE:FUNC for Python frames) */
+  MS_ATTR_BY_STACK,        /* key: the stack's Python frames and the other frames that the
+                              skip list keeps, outermost first, joined by ';'
+                              (FILE:LINE:FUNC for Python frames) */
 } ms_attr_by;
 
 typedef struct ms_attr_row_s {

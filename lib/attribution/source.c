@@ -217,7 +217,8 @@ size_t ms_attr_source(const ms_attr_t *a, uint32_t stack, char *buf, size_t cap)
   return attr_fmt_key(a, src, op, buf, cap);
 }
 
-/* The stack key: frames the skip list keeps, outermost first, joined by ';'. */
+/* The stack key: its Python frames (torch's too) and the other frames the skip list keeps,
+ * outermost first, joined by ';'. */
 static size_t attr_fmt_stack(const ms_attr_t *a, uint32_t stack, char *buf, size_t cap) {
   attr_buf_t b = {buf, cap, 0};
   if (stack == ATTR_STACK_UNRECORDED) {
@@ -229,7 +230,7 @@ static size_t attr_fmt_stack(const ms_attr_t *a, uint32_t stack, char *buf, size
     bool any = false;
     for (uint32_t j = k->nframes; j-- > 0;) {
       uint32_t f = ms_snap_frame_index(a->snap, k->first + j);
-      if (a->fflags[f] & ATTR_F_SKIP) continue;
+      if ((a->fflags[f] & (ATTR_F_SKIP | ATTR_F_PYTHON)) == ATTR_F_SKIP) continue;
       if (any) attr_put(&b, ";", 1);
       attr_put_frame(a, &b, f, ':');
       any = true;
