@@ -334,6 +334,13 @@ ms_category ms__attr_entry_category(const ms_attr_t *a, size_t dev, size_t i) {
                            td->trace[i].stack, td->trace[i].addr, false);
 }
 
+ms_category ms_attr_entry_category(const ms_attr_t *a, size_t dev, size_t entry) {
+  if (dev >= a->ndev || entry >= a->dev[dev].n ||
+      a->tl->dev[dev].trace[entry].action != MS_TRACE_ALLOC)
+    return MS_CAT_UNKNOWN;
+  return ms__attr_entry_category(a, dev, entry);
+}
+
 ms_category ms_attr_block_category(const ms_attr_t *a, size_t dev, const ms_tl_block_t *b) {
   return ms__attr_classify(a, dev, b->alloc_entry, b->free_entry,
                            ms__attr_block_stack(a, dev, b), b->address, false);
