@@ -284,7 +284,7 @@ int cmd_export(int argc, char **argv) {
   else if (pprof_s)
     rc = export_one(pos[0], pprof_s, device_s, at_s ? at_s : "peak", export_pprof_fn, NULL);
   else {
-    ms_export_perfetto_opts_t po = {allocations != 0};
+    ms_export_perfetto_opts_t po = {allocations != 0, NULL};
     rc = export_one(pos[0], perfetto_s, NULL, NULL, export_perfetto_fn, &po);
   }
 out:

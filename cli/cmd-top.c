@@ -83,13 +83,14 @@ static bool top_is_python(const ms_snap_frame_t *f) {
 
 /* The rest of a stack under its label: its Python frames (innermost first, at most 12), or the
  * first frames PyTorch's filter keeps when it has none. */
-static void top_text_stack(FILE *out, const ms_snapshot_t *s, uint32_t stack) {
+static void top_text_stack(FILE *out, const ms_snapshot_t *s, uint32_t stack, int indent,
+                           bool skip_label) {
   const ms_snap_stack_t *st = &s->stacks[stack];
   bool python = false;
   for (uint32_t k = 0; k < st->nframes && !python; k++)
     python = top_is_python(&s->frames[ms_snap_frame_index(s, st->first + k)]);
   int shown = 0;
-  bool skipped_label = false;
+  bool skipped_label = !skip_label;
   for (uint32_t k = 0; k < st->nframes && shown < 12; k++) {
     const ms_snap_frame_t *f = &s->frames[ms_snap_frame_index(s, st->first + k)];
     if (!ms_view_frame_kept(f->name, f->filename)) continue;
@@ -100,7 +101,7 @@ static void top_text_stack(FILE *out, const ms_snapshot_t *s, uint32_t stack) {
     }
     char label[1024];
     ms_view_frame_format(label, sizeof label, f);
-    fprintf(out, "%31s%s\n", "", label);
+    fprintf(out, "%*s%s\n", indent, "", label);
     shown++;
   }
 }
@@ -149,8 +150,8 @@ static void top_head(FILE *out, const ms_snapshot_t *snap, size_t dev, size_t st
 }
 
 /* The rows of the classifier (--by category, source, stack). */
-static void top_attr_print(FILE *out, const ms_snapshot_t *snap, const ms_attr_rows_t *r,
-                           ms_attr_by by, size_t shown, bool json) {
+static void top_attr_print(FILE *out, const ms_snapshot_t *snap, const ms_attr_t *a,
+                           const ms_attr_rows_t *r, ms_attr_by by, size_t shown, bool json) {
   static const char *const bys[] = {"category", "source", "stack"};
   char b[CLI_BYTES_BUFSZ];
   if (!json)
@@ -177,6 +178,15 @@ static void top_attr_print(FILE *out, const ms_snapshot_t *snap, const ms_attr_r
     fprintf(out, "%12s %6.1f%% %8" PRIu64 "  ", cli_format_bytes((int64_t)w->bytes, b),
             100.0 * share, w->blocks);
     if (by != MS_ATTR_BY_CATEGORY) fprintf(out, "%-16s ", ms_category_name(w->category));
+    if (by == MS_ATTR_BY_STACK && w->stack != MS_SNAP_NO_STACK) {
+      /* a stack reads as its source, then its Python frames (or kept ones) below it */
+      char src[1024];
+      ms_attr_source(a, w->stack, src, sizeof src);
+      cli_fputs_escaped(src, out);
+      fputc('\n', out);
+      top_text_stack(out, snap, w->stack, 48, false);
+      continue;
+    }
     cli_fputs_escaped(w->key, out);
     fputc('\n', out);
   }
@@ -215,7 +225,7 @@ static int top_attr(const ms_snapshot_t *snap, const char *name, const cli_tl_ar
     size_t shown = limit == 0 || limit > rows.nrows ? rows.nrows : (size_t)limit;
     top_head(stdout, snap, dev, step, ta->at_text, json, bys[by], rows.total_bytes,
              rows.total_blocks);
-    top_attr_print(stdout, snap, &rows, by, shown, json);
+    top_attr_print(stdout, snap, a, &rows, by, shown, json);
   }
   ms_attr_rows_free(&rows);
   ms_attr_destroy(a);
@@ -321,7 +331,7 @@ int cmd_top(int argc, char **argv) {
                 top.total ? 100.0 * (double)top.items[i].bytes / (double)top.total : 0.0,
                 top.items[i].count, label);
         if (by == CLI_TOP_STACK && top.items[i].key != MS_SNAP_NO_STACK)
-          top_text_stack(out, at, (uint32_t)top.items[i].key);
+          top_text_stack(out, at, (uint32_t)top.items[i].key, 31, true);
       }
       if (top.nitems == 0) fprintf(out, "(no allocated block at that moment)\n");
     }

@@ -741,3 +741,163 @@ Test(attribution_cli, top_timeline_memory_by_category) {
   th_rmdir(dir);
   free(dir);
 }
+
+/* ---- exports: SQL answers top; pprof labels; slices named by source ------------------------ */
+
+#include <sqlite3.h>
+
+/* Rows of `top --by KEY` at step through SQL on the allocations table: "key bytes blocks\n"... */
+static char *sql_top(sqlite3 *db, const char *key, size_t dev, size_t step) {
+  char q[800];
+  snprintf(q, sizeof q,
+           "SELECT %s, sum(size) AS bytes, count(*) AS blocks FROM allocations "
+           "WHERE file_id = 0 AND device = %zu AND alloc_entry <= %lld "
+           "AND coalesce(free_requested_entry, free_entry, 1 << 62) > %lld "
+           "GROUP BY 1 ORDER BY bytes DESC, blocks DESC, 1",
+           key, dev, (long long)step - 1, (long long)step - 1);
+  sqlite3_stmt *st = NULL;
+  cr_assert_eq(sqlite3_prepare_v2(db, q, -1, &st, NULL), SQLITE_OK, "%s", sqlite3_errmsg(db));
+  size_t cap = 1 << 16, n = 0;
+  char *out = malloc(cap);
+  out[0] = 0;
+  while (sqlite3_step(st) == SQLITE_ROW) {
+    if (n + 2048 > cap) out = realloc(out, cap *= 2);
+    n += (size_t)snprintf(out + n, cap - n, "%s %lld %lld\n", sqlite3_column_text(st, 0),
+                          (long long)sqlite3_column_int64(st, 1),
+                          (long long)sqlite3_column_int64(st, 2));
+  }
+  sqlite3_finalize(st);
+  return out;
+}
+
+/* The same rows from ms_attr_aggregate (zero rows left out, as SQL has none). */
+static char *lib_top(const cls_t *c, ms_attr_by by, size_t dev, size_t step) {
+  ms_attr_rows_t r;
+  cr_assert_eq(ms_attr_aggregate(c->a, dev, step, NULL, by, &r), MS_OK);
+  size_t cap = 1 << 16, n = 0;
+  char *out = malloc(cap);
+  out[0] = 0;
+  for (size_t i = 0; i < r.nrows; i++) {
+    if (r.rows[i].blocks == 0) continue;
+    if (n + strlen(r.rows[i].key) + 64 > cap) out = realloc(out, cap *= 2);
+    n += (size_t)snprintf(out + n, cap - n, "%s %llu %llu\n", r.rows[i].key,
+                          (unsigned long long)r.rows[i].bytes,
+                          (unsigned long long)r.rows[i].blocks);
+  }
+  ms_attr_rows_free(&r);
+  return out;
+}
+
+static void check_sql(const char *dir, const char *file) {
+  char db_path[700];
+  snprintf(db_path, sizeof db_path, "%s/x.db", dir);
+  unlink(db_path);
+  run_t r = RUN_IN(dir, "export", file, "--sqlite", db_path);
+  cr_assert_eq(r.status, 0, "%s: %s", file, r.err);
+  run_free(&r);
+  sqlite3 *db = NULL;
+  cr_assert_eq(sqlite3_open_v2(db_path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+  ms_snapshot_t *s = NULL;
+  ms_errbuf_t eb = {{0}};
+  cr_assert_eq(ms_snapshot_load_ex(file, MS_LOAD_NO_FREE_STACKS, &s, &eb), MS_OK);
+  cls_t c = cls_open(s, NULL);
+  for (size_t d = 0; d < ms_timeline_ndevices(c.tl); d++) {
+    size_t n = ms_timeline_nentries(c.tl, d);
+    ms_tl_peak_t pk;
+    cr_assert_eq(ms_timeline_peak(c.tl, d, MS_TL_ALLOCATED, 0, n, &pk), MS_OK);
+    size_t steps[3] = {pk.step, n, n / 2};
+    for (int k = 0; k < 3; k++) {
+      for (int by = 0; by < 2; by++) {
+        char *a = sql_top(db, by ? "source" : "category", d, steps[k]);
+        char *b = lib_top(&c, by ? MS_ATTR_BY_SOURCE : MS_ATTR_BY_CATEGORY, d, steps[k]);
+        cr_assert_str_eq(a, b, "%s device %zu step %zu:\n%s---\n%s", file, d, steps[k], a, b);
+        free(a);
+        free(b);
+      }
+    }
+  }
+  /* the end state's blocks carry the same categories */
+  sqlite3_stmt *st = NULL;
+  cr_assert_eq(sqlite3_prepare_v2(db, "SELECT count(*) FROM blocks WHERE state = "
+                                      "'active_allocated' AND category IS NULL", -1, &st, NULL),
+               SQLITE_OK);
+  cr_assert_eq(sqlite3_step(st), SQLITE_ROW);
+  cr_assert_eq(sqlite3_column_int64(st, 0), 0, "%s: allocated blocks without category", file);
+  sqlite3_finalize(st);
+  /* the range query uses the index */
+  cr_assert_eq(sqlite3_prepare_v2(db, "EXPLAIN QUERY PLAN SELECT sum(size) FROM allocations "
+                                      "WHERE file_id = 0 AND device = 0 AND alloc_entry <= 5 AND "
+                                      "coalesce(free_entry, 1 << 62) > 5", -1, &st, NULL),
+               SQLITE_OK);
+  bool indexed = false;
+  while (sqlite3_step(st) == SQLITE_ROW)
+    indexed |= strstr((const char *)sqlite3_column_text(st, 3), "allocations_alive") != NULL;
+  sqlite3_finalize(st);
+  cr_assert(indexed, "alive-at queries use the allocations_alive index");
+  cls_close(&c);
+  sqlite3_close(db);
+}
+
+Test(attribution_cli, sqlite_reproduces_top) {
+  char *dir = th_tmpdir();
+  char path[600];
+  snprintf(path, sizeof path, "%s/step.pickle", dir);
+  ms_snapshot_t *s = build_step();
+  ms_errbuf_t eb = {{0}};
+  cr_assert_eq(ms_pickle_write_file(s, path, &eb), MS_OK, "%s", eb.msg);
+  ms_snapshot_free(s);
+  check_sql(dir, path);
+  for (size_t f = 0; f < sizeof fixtures / sizeof *fixtures; f++) {
+    snprintf(path, sizeof path, "%s/%s.pickle", th_fixture_dir(), fixtures[f]);
+    if (access(path, R_OK) != 0) {
+      printf("SKIP: PyTorch fixtures not found in %s\n", th_fixture_dir());
+      break;
+    }
+    check_sql(dir, path);
+  }
+  th_rmdir(dir);
+  free(dir);
+}
+
+Test(attribution_cli, pprof_labels_and_perfetto_names) {
+  char *dir = th_tmpdir();
+  char path[600], out[700], cmd[2000];
+  snprintf(path, sizeof path, "%s/step.pickle", dir);
+  ms_snapshot_t *s = build_step();
+  ms_errbuf_t eb = {{0}};
+  cr_assert_eq(ms_pickle_write_file(s, path, &eb), MS_OK, "%s", eb.msg);
+  ms_snapshot_free(s);
+  /* Chrome trace: each allocation slice is named by its source, with its category */
+  snprintf(out, sizeof out, "%s/t.json", dir);
+  run_t r = RUN_IN(dir, "export", path, "--perfetto", out, "--allocations");
+  cr_assert_eq(r.status, 0, "%s", r.err);
+  run_free(&r);
+  char *t = slurp(out);
+  cr_assert(strstr(t, "{\"name\": \"model.py:32 silu \xe2\x86\x92 at::sigmoid\", \"cat\": "
+                      "\"allocation\", \"ph\": \"b\""), "%.2000s", t);
+  cr_assert(strstr(t, "\"category\": \"optimizer_state\", \"source\": \"train.py:30 <module> "
+                      "\xe2\x86\x92 at::zeros_like\"}"),
+            "%.3000s", t);
+  cr_assert_null(strstr(t, "unwind::unwind"));
+  free(t);
+  /* pprof: category and source labels, when go is there to read them */
+  snprintf(out, sizeof out, "%s/p.pb.gz", dir);
+  r = RUN_IN(dir, "export", path, "--pprof", out);
+  cr_assert_eq(r.status, 0, "%s", r.err);
+  run_free(&r);
+  if (system("go version >/dev/null 2>&1") != 0) {
+    printf("SKIP: pprof labels read back: no go\n");
+  } else {
+    snprintf(cmd, sizeof cmd, "go tool pprof -tags '%s' 2>/dev/null > '%s/tags.txt'", out, dir);
+    cr_assert_eq(system(cmd), 0);
+    snprintf(cmd, sizeof cmd, "%s/tags.txt", dir);
+    t = slurp(cmd);
+    cr_assert(t && strstr(t, " category: Total "), "%s", t);
+    cr_assert(strstr(t, "(42.41%): optimizer_state"), "%s", t); /* 917504 of 2163200 */
+    cr_assert(strstr(t, " source: Total "), "%s", t);
+    cr_assert(strstr(t, "): MmBackward0 \xe2\x86\x92 at::mm"), "%s", t);
+    free(t);
+  }
+  th_rmdir(dir);
+  free(dir);
+}

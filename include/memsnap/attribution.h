@@ -93,12 +93,17 @@ MS_API size_t ms_attr_source(const ms_attr_t *a, uint32_t stack, char *buf, size
 /* The category of a live block of device dev (as ms_timeline_state_at gives it). */
 MS_API ms_category ms_attr_block_category(const ms_attr_t *a, size_t dev, const ms_tl_block_t *b);
 
+/* The category of the block that trace entry `entry` (an alloc) of device dev allocated, over
+ * its whole life; MS_CAT_UNKNOWN for an unknown device or entry. */
+MS_API ms_category ms_attr_entry_category(const ms_attr_t *a, size_t dev, size_t entry);
+
 /* How the rows of ms_attr_aggregate group blocks. */
 typedef enum ms_attr_by {
   MS_ATTR_BY_CATEGORY = 0, /* key: the category's name; every category has a row (0 bytes too) */
   MS_ATTR_BY_SOURCE,       /* key: the source */
-  MS_ATTR_BY_STACK,        /* key: the stack's frames that the skip list keeps, outermost
-                              first, joined by ';' (FILE:LINE:FUNC for Python frames) */
+  MS_ATTR_BY_STACK,        /* key: the stack's Python frames and the other frames that the
+                              skip list keeps, outermost first, joined by ';'
+                              (FILE:LINE:FUNC for Python frames) */
 } ms_attr_by;
 
 typedef struct ms_attr_row_s {

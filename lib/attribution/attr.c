@@ -23,6 +23,8 @@ void ms_attr_destroy(ms_attr_t *a) {
   for (size_t d = 0; d < a->ndev; d++) {
     free(a->dev[d].spans);
     free(a->dev[d].grad_addr);
+    free(a->dev[d].end_addr);
+    free(a->dev[d].end_size);
   }
   free(a->dev);
   free(a);
@@ -131,8 +133,9 @@ static int attr_series_step(const ms_attr_t *a, size_t dev, const tl_dev_t *td, 
   case MS_TRACE_ALLOC: {
     int64_t fe = td->pair[i] == TL_NONE ? -1 : (int64_t)td->pair[i];
     ms_category c = ms__attr_classify(a, dev, (int64_t)i, fe, e->stack, e->addr, false);
-    cur[c] += td->bsize[i];
-    return attr_map_put(m, e->addr, td->bsize[i], (uint8_t)c);
+    uint64_t size = ms__attr_entry_size(a, dev, i);
+    cur[c] += size;
+    return attr_map_put(m, e->addr, size, (uint8_t)c);
   }
   case MS_TRACE_FREE_REQUESTED:
     if ((v = attr_map_find(m, e->addr)) && v->allocated) {
@@ -184,5 +187,58 @@ int ms_attr_category_series(const ms_attr_t *a, size_t dev, uint64_t **out) {
     return rc;
   }
   *out = ser;
+  return MS_OK;
+}
+
+/* ---- block lifetimes ----------------------------------------------------------------------- */
+
+int ms__attr_lifetimes(const ms_attr_t *a, size_t dev, attr_life_t **out, size_t *nout) {
+  if (dev >= a->ndev) return MS_EINVAL;
+  const tl_dev_t *td = &a->tl->dev[dev];
+  MS_VEC(attr_life_t) v = {0};
+  attr_map_t m = {NULL, 0, 0}; /* address -> index of its open lifetime (in .size) */
+  ms_tl_state_t st;
+  ms_timeline_state_init(&st);
+  int rc = ms_timeline_state_at(a->tl, dev, 0, &st);
+  for (size_t k = 0; k < st.nblocks && rc == MS_OK; k++) {
+    const ms_tl_block_t *b = &st.blocks[k];
+    attr_life_t l = {-1, b->state == MS_BLOCK_ACTIVE_ALLOCATED ? -2 : -1, -1, -1,
+                     b->address, b->size, b->requested_size, b->stream,
+                     ms__attr_block_stack(a, dev, b), (uint8_t)ms_attr_block_category(a, dev, b),
+                     -1};
+    if (MS_VEC_PUSH(&v, l)) rc = MS_ENOMEM;
+    if (rc == MS_OK) rc = attr_map_put(&m, b->address, v.len - 1, 0);
+  }
+  ms_timeline_state_release(&st);
+  for (size_t i = 0; i < td->n && rc == MS_OK; i++) {
+    const ms_snap_trace_t *e = &td->trace[i];
+    attr_live_t *o;
+    if (e->action == MS_TRACE_ALLOC) {
+      attr_life_t l = {(int64_t)i, -2, -1,
+                       (e->present & MS_TRACE_HAS_TIME) ? e->time_us : -1, e->addr,
+                       ms__attr_entry_size(a, dev, i),
+                       e->size, e->stream, e->stack,
+                       (uint8_t)ms__attr_entry_category(a, dev, i), -1};
+      if (MS_VEC_PUSH(&v, l)) rc = MS_ENOMEM;
+      if (rc == MS_OK) rc = attr_map_put(&m, e->addr, v.len - 1, 0);
+    } else if ((e->action == MS_TRACE_FREE_REQUESTED || e->action == MS_TRACE_FREE_COMPLETED) &&
+               (o = attr_map_find(&m, e->addr))) {
+      attr_life_t *l = &v.ptr[o->size];
+      if (e->action == MS_TRACE_FREE_REQUESTED) {
+        if (l->freq_entry == -2) l->freq_entry = (int64_t)i;
+      } else {
+        l->free_entry = (int64_t)i;
+        l->free_time_us = (e->present & MS_TRACE_HAS_TIME) ? e->time_us : -1;
+        o->key = ATTR_TOMB;
+      }
+    }
+  }
+  free(m.t);
+  if (rc != MS_OK) {
+    MS_VEC_FREE(&v);
+    return rc;
+  }
+  *out = v.ptr;
+  *nout = v.len;
   return MS_OK;
 }

@@ -204,12 +204,47 @@ static int attr_dev_spans(ms_attr_t *a, size_t dev) {
   return rc;
 }
 
+/* The blocks alive at the end of device dev (their sizes are the snapshot's). */
+static int attr_dev_end(ms_attr_t *a, size_t dev) {
+  attr_dev_t *ad = &a->dev[dev];
+  ms_tl_state_t st;
+  ms_timeline_state_init(&st);
+  int rc = ms_timeline_state_at(a->tl, dev, ad->n, &st);
+  size_t n = rc == MS_OK ? st.nblocks : 0;
+  ad->end_addr = malloc((n ? n : 1) * sizeof *ad->end_addr);
+  ad->end_size = malloc((n ? n : 1) * sizeof *ad->end_size);
+  if (rc == MS_OK && (!ad->end_addr || !ad->end_size)) rc = MS_ENOMEM;
+  for (size_t k = 0; k < n && rc == MS_OK; k++) {
+    ad->end_addr[k] = st.blocks[k].address;
+    ad->end_size[k] = st.blocks[k].size;
+  }
+  ad->nend = rc == MS_OK ? n : 0;
+  ms_timeline_state_release(&st);
+  return rc;
+}
+
 int ms__attr_spans(ms_attr_t *a) {
   a->ndev = ms_timeline_ndevices(a->tl);
   a->dev = calloc(a->ndev ? a->ndev : 1, sizeof *a->dev);
   if (!a->dev) return MS_ENOMEM;
-  for (size_t d = 0; d < a->ndev; d++) MS_FORWARD_IF_ERROR(attr_dev_spans(a, d));
+  for (size_t d = 0; d < a->ndev; d++) {
+    MS_FORWARD_IF_ERROR(attr_dev_spans(a, d));
+    MS_FORWARD_IF_ERROR(attr_dev_end(a, d));
+  }
   return MS_OK;
+}
+
+uint64_t ms__attr_entry_size(const ms_attr_t *a, size_t dev, size_t i) {
+  const tl_dev_t *td = &a->tl->dev[dev];
+  if (td->pair[i] != TL_NONE) return td->bsize[i];
+  const attr_dev_t *ad = &a->dev[dev];
+  uint64_t addr = td->trace[i].addr;
+  size_t lo = 0, hi = ad->nend;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (ad->end_addr[mid] < addr) lo = mid + 1; else hi = mid;
+  }
+  return lo < ad->nend && ad->end_addr[lo] == addr ? ad->end_size[lo] : td->bsize[i];
 }
 
 /* ---- a block's category -------------------------------------------------------------------- */
@@ -289,6 +324,21 @@ uint32_t ms__attr_block_stack(const ms_attr_t *a, size_t dev, const ms_tl_block_
   if (b->flags & MS_TL_BLOCK_FROM_SNAPSHOT) return b->stack;
   if (b->flags & MS_TL_BLOCK_ALLOC_UNRECORDED) return ATTR_STACK_UNRECORDED;
   return b->stack;
+}
+
+ms_category ms__attr_entry_category(const ms_attr_t *a, size_t dev, size_t i) {
+  if (dev >= a->ndev || i >= a->dev[dev].n) return MS_CAT_UNKNOWN;
+  const tl_dev_t *td = &a->tl->dev[dev];
+  uint32_t fe = td->pair[i];
+  return ms__attr_classify(a, dev, (int64_t)i, fe == TL_NONE ? -1 : (int64_t)fe,
+                           td->trace[i].stack, td->trace[i].addr, false);
+}
+
+ms_category ms_attr_entry_category(const ms_attr_t *a, size_t dev, size_t entry) {
+  if (dev >= a->ndev || entry >= a->dev[dev].n ||
+      a->tl->dev[dev].trace[entry].action != MS_TRACE_ALLOC)
+    return MS_CAT_UNKNOWN;
+  return ms__attr_entry_category(a, dev, entry);
 }
 
 ms_category ms_attr_block_category(const ms_attr_t *a, size_t dev, const ms_tl_block_t *b) {

@@ -95,6 +95,8 @@ typedef struct attr_dev_s {
   size_t nspans;
   uint64_t *grad_addr; /* sorted addresses of the blocks that matches=gradient selects */
   size_t ngrad_addr;
+  uint64_t *end_addr, *end_size; /* the blocks alive at the end, by address, and their sizes */
+  size_t nend;
 } attr_dev_t;
 
 enum {
@@ -129,9 +131,29 @@ ms_category ms__attr_classify(const ms_attr_t *a, size_t dev, int64_t alloc_entr
                               int64_t free_entry, uint32_t stack, uint64_t address,
                               bool ignore_matches);
 int ms__attr_gradient_sizes(ms_attr_t *a);
+/* The category of the block that alloc entry i of device dev allocated (its free: the index's
+ * pair; pre: entry i is an alloc). */
+ms_category ms__attr_entry_category(const ms_attr_t *a, size_t dev, size_t i);
+/* The size of the block that alloc entry i of device dev allocated: the index's (inferred) size,
+ * or the snapshot's when the block is alive at the end. */
+uint64_t ms__attr_entry_size(const ms_attr_t *a, size_t dev, size_t i);
 /* The allocation stack a block's category and source read (MS_SNAP_NO_STACK, or
  * ATTR_STACK_UNRECORDED when only its free was recorded). */
 uint32_t ms__attr_block_stack(const ms_attr_t *a, size_t dev, const ms_tl_block_t *b);
+
+/* attr.c: one row per block lifetime of a device (the SQLite export's allocations table): the
+ * blocks alive before entry 0 (in address order), then every alloc entry in order. */
+typedef struct attr_life_s {
+  int64_t alloc_entry;  /* -1: allocated before recording */
+  int64_t freq_entry;   /* free_requested: -2 none, -1 before recording */
+  int64_t free_entry;   /* free_completed: -1 none (alive at the end) */
+  int64_t time_us;      /* of the alloc entry, -1 unknown */
+  uint64_t address, size, requested_size, stream;
+  uint32_t stack;       /* allocation stack (MS_SNAP_NO_STACK, ATTR_STACK_UNRECORDED) */
+  uint8_t category;
+  int64_t free_time_us; /* of the free_completed entry, -1 unknown or none */
+} attr_life_t;
+int ms__attr_lifetimes(const ms_attr_t *a, size_t dev, attr_life_t **out, size_t *n);
 
 /* source.c */
 int ms__attr_sources(ms_attr_t *a);

@@ -63,11 +63,26 @@ int ms__attr_sources(ms_attr_t *a) {
     free(multi);
     return MS_ENOMEM;
   }
+  /* only allocations' stacks decide whether a line has several operators (frees' stacks may or
+   * may not have been read) */
+  uint8_t *used = calloc(ns, 1);
+  if (!used) {
+    free(first_op);
+    free(multi);
+    return MS_ENOMEM;
+  }
+  for (size_t i = 0; i < s->ntrace; i++)
+    if (s->trace[i].action == MS_TRACE_ALLOC && s->trace[i].stack < s->nstacks)
+      used[s->trace[i].stack] = 1;
+  for (size_t i = 0; i < s->nblocks; i++)
+    if (s->blocks[i].stack < s->nstacks) used[s->blocks[i].stack] = 1;
+  for (size_t i = 0; i < s->nhistory; i++)
+    if (s->history[i].stack < s->nstacks) used[s->history[i].stack] = 1;
   for (size_t f = 0; f < s->nframes; f++) first_op[f] = ATTR_NONE - 2; /* unseen */
   for (size_t st = 0; st < s->nstacks; st++) {
     attr_stack_source(a, (uint32_t)st, &a->ssrc[st], &a->sop[st]);
     uint32_t f = a->ssrc[st];
-    if (f == ATTR_NONE) continue;
+    if (f == ATTR_NONE || !used[st]) continue;
     if (first_op[f] == ATTR_NONE - 2)
       first_op[f] = a->sop[st];
     else if (first_op[f] != a->sop[st])
@@ -75,6 +90,7 @@ int ms__attr_sources(ms_attr_t *a) {
   }
   for (size_t st = 0; st < s->nstacks; st++)
     if (a->ssrc[st] == ATTR_NONE || !multi[a->ssrc[st]]) a->sop[st] = ATTR_NONE;
+  free(used);
   free(first_op);
   free(multi);
   return MS_OK;
@@ -106,6 +122,10 @@ static const char *attr_base(const char *path) {
  * `void torch::autograd::AccumulateGrad::accumulateGrad<...>(...)` -> `AccumulateGrad::
  * accumulateGrad`, `torch::autograd::generated::MulBackward0::apply(...)` -> `MulBackward0`. */
 static void attr_put_cpp(attr_buf_t *b, const char *name) {
+  if (!strchr(name, '(')) { /* not a C++ signature: as it is */
+    attr_put(b, name, strlen(name));
+    return;
+  }
   char tmp[512];
   size_t n = 0;
   int depth = 0;
@@ -197,7 +217,8 @@ size_t ms_attr_source(const ms_attr_t *a, uint32_t stack, char *buf, size_t cap)
   return attr_fmt_key(a, src, op, buf, cap);
 }
 
-/* The stack key: frames the skip list keeps, outermost first, joined by ';'. */
+/* The stack key: its Python frames (torch's too) and the other frames the skip list keeps,
+ * outermost first, joined by ';'. */
 static size_t attr_fmt_stack(const ms_attr_t *a, uint32_t stack, char *buf, size_t cap) {
   attr_buf_t b = {buf, cap, 0};
   if (stack == ATTR_STACK_UNRECORDED) {
@@ -209,7 +230,7 @@ static size_t attr_fmt_stack(const ms_attr_t *a, uint32_t stack, char *buf, size
     bool any = false;
     for (uint32_t j = k->nframes; j-- > 0;) {
       uint32_t f = ms_snap_frame_index(a->snap, k->first + j);
-      if (a->fflags[f] & ATTR_F_SKIP) continue;
+      if ((a->fflags[f] & (ATTR_F_SKIP | ATTR_F_PYTHON)) == ATTR_F_SKIP) continue;
       if (any) attr_put(&b, ";", 1);
       attr_put_frame(a, &b, f, ':');
       any = true;
