@@ -322,9 +322,6 @@ void cli_files_free(char **files, int n);
  * the peak) as text or JSON on stdout. @return CLI_OK or CLI_FAILURE (printed). */
 int cli_compare_report(const char *names[2], const ms_snapshot_t *snaps[2], const char *at[2],
                        const ms_compare_options_t *o, bool json);
-/* Loads two snapshots (for the report: MS_LOAD_NO_FREE_STACKS) at once, one on a thread of its
- * own; errors printed as cli_load's. @return CLI_OK (both in out) or CLI_FAILURE (none). */
-int cli_compare_load(char *paths[2], ms_snapshot_t *out[2]);
 /* Warnings about sides that differ in kind: devices, a side without a trace, device sizes. */
 void cli_compare_warnings(const char *names[2], const ms_compare_t *c);
 /* `compare DIR_A DIR_B`: the files of both directories paired by name, one row per rank, and the

@@ -5,7 +5,6 @@
  * (memsnap/compare.h).
  */
 #include <inttypes.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,51 +53,6 @@ static void report_count_row(const char *name, uint64_t b, uint64_t a) {
   int64_t d = report_change(b, a);
   snprintf(z, sizeof z, d > 0 ? "+%" PRId64 : "%" PRId64, d);
   printf("  %-22s %12" PRIu64 " %12" PRIu64 " %12s\n", name, b, a, z);
-}
-
-typedef struct report_load_s {
-  const char *path;
-  ms_snapshot_t *snap;
-  ms_errbuf_t eb;
-  int err;
-} report_load_t;
-
-static void *report_load_one(void *arg) {
-  report_load_t *l = arg;
-  l->err = ms_snapshot_load_ex(l->path, MS_LOAD_NO_FREE_STACKS, &l->snap, &l->eb);
-  return NULL;
-}
-
-int cli_compare_load(char *paths[2], ms_snapshot_t *out[2]) {
-  report_load_t l[2] = {{paths[0], NULL, {{0}}, MS_OK}, {paths[1], NULL, {{0}}, MS_OK}};
-  for (int k = 0; k < 2; k++) cli_note_input(paths[k]);
-  cli_progress_start("reading '%s' and '%s'", cli_display_name(paths[0]),
-                     cli_display_name(paths[1]));
-  pthread_t th;
-  bool threaded = pthread_create(&th, NULL, report_load_one, &l[1]) == 0;
-  report_load_one(&l[0]);
-  if (threaded) pthread_join(th, NULL);
-  else report_load_one(&l[1]);
-  cli_progress_stop();
-  int rc = CLI_OK;
-  for (int k = 0; k < 2; k++) {
-    if (l[k].err == MS_OK) continue;
-    const char *name = cli_display_name(paths[k]);
-    const char *what = l[k].eb.msg[0] ? l[k].eb.msg : ms_strerror(l[k].err);
-    char quoted[600];
-    snprintf(quoted, sizeof quoted, "'%s'", name);
-    if (strstr(what, quoted)) cli_error("%s", what); /* the loader's messages name the file */
-    else cli_error("'%s': %s", name, what);
-    rc = CLI_FAILURE;
-  }
-  if (rc != CLI_OK) {
-    ms_snapshot_free(l[0].snap);
-    ms_snapshot_free(l[1].snap);
-    return rc;
-  }
-  out[0] = l[0].snap;
-  out[1] = l[1].snap;
-  return CLI_OK;
 }
 
 /* Warnings about sides that do not compare like with like. */

@@ -4,7 +4,6 @@
  * the leak suspects of the AFTER side. The gate's figures and limits are gate.c's.
  */
 #include <inttypes.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -85,9 +84,11 @@ int ms__cmp_device(const ms_snapshot_t *snap, int want, const char *side, size_t
 }
 
 void ms__cmp_side_close(cmp_side_t *s) {
-  ms_attr_destroy(s->attr);
+  if (!s->borrowed) {
+    ms_attr_destroy(s->attr);
+    ms_timeline_destroy(s->tl);
+  }
   ms_timeline_state_release(&s->st);
-  ms_timeline_destroy(s->tl);
   memset(s, 0, sizeof *s);
 }
 
@@ -103,7 +104,8 @@ static void cmp_prefix(ms_errbuf_t *eb, const char *name) {
 
 /* Opens a side: the index, the device, the moment's state and the classifier. */
 int ms__cmp_side_open(const ms_snapshot_t *snap, int device, const ms_tl_moment_t *m,
-                      const char *name, cmp_side_t *s, ms_errbuf_t *eb) {
+                      const char *name, const cmp_side_t *share, cmp_side_t *s,
+                      ms_errbuf_t *eb) {
   memset(s, 0, sizeof *s);
   ms_timeline_state_init(&s->st);
   s->snap = snap;
@@ -117,11 +119,18 @@ int ms__cmp_side_open(const ms_snapshot_t *snap, int device, const ms_tl_moment_
     f->has_capacity = true;
     f->capacity = snap->devices[f->device].capacity;
   }
-  ms_timeline_config_t cfg;
-  ms_timeline_config_init(&cfg);
-  int r = ms_timeline_create(snap, &cfg, &s->tl, eb);
-  if (r == MS_EFORMAT) cmp_prefix(eb, name);
-  MS_FORWARD_IF_ERROR(r);
+  int r = MS_OK;
+  if (share) { /* the same snapshot: its index and classifier serve both moments */
+    s->tl = share->tl;
+    s->attr = share->attr;
+    s->borrowed = true;
+  } else {
+    ms_timeline_config_t cfg;
+    ms_timeline_config_init(&cfg);
+    r = ms_timeline_create(snap, &cfg, &s->tl, eb);
+    if (r == MS_EFORMAT) cmp_prefix(eb, name);
+    MS_FORWARD_IF_ERROR(r);
+  }
   size_t n = ms_timeline_nentries(s->tl, f->device);
   f->nentries = n;
   ms_tl_moment_t mm = {f->has_trace ? MS_TL_MOMENT_PEAK : MS_TL_MOMENT_END, 0};
@@ -142,7 +151,7 @@ int ms__cmp_side_open(const ms_snapshot_t *snap, int device, const ms_tl_moment_
   f->requested = s->st.totals[MS_TL_REQUESTED];
   f->segments = s->st.nsegments;
   f->blocks = s->st.nblocks;
-  return ms_attr_create(snap, s->tl, NULL, &s->attr, eb);
+  return share ? MS_OK : ms_attr_create(snap, s->tl, NULL, &s->attr, eb);
 }
 
 /* ---- the change by source and by category ---------------------------------------------------- */
@@ -210,22 +219,27 @@ static int cmp_merge_sources(ms_compare_t *c, cmp_strings_t *strs, const ms_attr
   return MS_OK;
 }
 
-static int cmp_attribution(ms_compare_t *c, cmp_strings_t *strs, cmp_side_t side[2],
+/* The allocated blocks of a side at its moment by category (rows[0]) and by source (rows[1]); the
+ * sources' keys copied into keep, so that the rows outlive the side's classifier. */
+static int cmp_side_rows(const cmp_side_t *side, ms_attr_rows_t rows[2], cmp_strings_t *keep) {
+  MS_FORWARD_IF_ERROR(
+      ms_attr_aggregate_state(side->attr, &side->st, NULL, MS_ATTR_BY_CATEGORY, &rows[0]));
+  MS_FORWARD_IF_ERROR(
+      ms_attr_aggregate_state(side->attr, &side->st, NULL, MS_ATTR_BY_SOURCE, &rows[1]));
+  for (size_t i = 0; i < rows[1].nrows; i++)
+    if (!(rows[1].rows[i].key = ms__cmp_strdup(keep, rows[1].rows[i].key))) return MS_ENOMEM;
+  return MS_OK;
+}
+
+/* The change by category and by source, from both sides' rows. */
+static int cmp_attribution(ms_compare_t *c, cmp_strings_t *strs, ms_attr_rows_t rows[2][2],
                            size_t nrows) {
-  ms_attr_rows_t rows[2][2];
-  memset(rows, 0, sizeof rows);
-  int r = MS_OK;
-  for (int s = 0; s < 2 && r == MS_OK; s++) {
-    r = ms_attr_aggregate_state(side[s].attr, &side[s].st, NULL, MS_ATTR_BY_CATEGORY, &rows[s][0]);
-    if (r == MS_OK)
-      r = ms_attr_aggregate_state(side[s].attr, &side[s].st, NULL, MS_ATTR_BY_SOURCE, &rows[s][1]);
-  }
-  for (int k = 0; k < MS_CAT_COUNT && r == MS_OK; k++) {
+  for (int k = 0; k < MS_CAT_COUNT; k++) {
     ms_compare_row_t *row = &c->by_category[k];
     row->key = ms_category_name((ms_category)k);
     row->category = (ms_category)k;
   }
-  for (int s = 0; s < 2 && r == MS_OK; s++)
+  for (int s = 0; s < 2; s++)
     for (size_t i = 0; i < rows[s][0].nrows; i++) {
       ms_compare_row_t *row = &c->by_category[rows[s][0].rows[i].category];
       *(s ? &row->after : &row->before) += rows[s][0].rows[i].bytes;
@@ -233,11 +247,7 @@ static int cmp_attribution(ms_compare_t *c, cmp_strings_t *strs, cmp_side_t side
     }
   for (int k = 0; k < MS_CAT_COUNT; k++)
     c->by_category[k].change = (int64_t)(c->by_category[k].after - c->by_category[k].before);
-  if (r == MS_OK) r = cmp_merge_sources(c, strs, &rows[0][1], &rows[1][1], nrows);
-  for (int s = 0; s < 2; s++)
-    for (int k = 0; k < 2; k++)
-      ms_attr_rows_free(&rows[s][k]);
-  return r;
+  return cmp_merge_sources(c, strs, &rows[0][1], &rows[1][1], nrows);
 }
 
 /* ---- the settings ---------------------------------------------------------------------------- */
@@ -300,40 +310,31 @@ static int cmp_settings(ms_compare_t *c, cmp_strings_t *strs, const ms_snapshot_
 
 /* ---- the whole comparison -------------------------------------------------------------------- */
 
-typedef struct cmp_open_s {
-  const ms_snapshot_t *snap;
-  const ms_compare_options_t *o;
-  int which;
-  cmp_side_t *side;
-  ms_errbuf_t eb;
-  int r;
-} cmp_open_t;
-
-static void *cmp_open_one(void *arg) {
+/* The sides, one after the other, each reduced to its figures and rows before the next is built
+ * (its large arrays freed, their pages reused: MS_REUSE_MEMORY); the same snapshot twice shares
+ * one index and classifier. Leak suspects from AFTER while it is open. */
+static int cmp_sides(ms_compare_t *c, cmp_strings_t *strs, const ms_snapshot_t *before,
+                     const ms_snapshot_t *after, const ms_compare_options_t *o,
+                     ms_attr_rows_t rows[2][2], cmp_strings_t *keep, ms_errbuf_t *eb) {
   static const char *const names[2] = {"BEFORE", "AFTER"};
-  cmp_open_t *j = arg;
-  const ms_compare_options_t *o = j->o;
-  j->r = ms__cmp_side_open(j->snap, o->device, o->has_moment[j->which] ? &o->moment[j->which] : NULL,
-                           names[j->which], j->side, &j->eb);
-  return NULL;
-}
-
-/* Opens both sides, AFTER on a thread of its own (reading the trace, indexing it and classifying
- * its blocks are each side's own work); the first error wins. */
-static int cmp_open_sides(const ms_snapshot_t *before, const ms_snapshot_t *after,
-                          const ms_compare_options_t *o, cmp_side_t side[2], ms_errbuf_t *eb) {
-  cmp_open_t j[2] = {{before, o, 0, &side[0], {{0}}, MS_OK}, {after, o, 1, &side[1], {{0}}, MS_OK}};
-  pthread_t th;
-  bool threaded = pthread_create(&th, NULL, cmp_open_one, &j[1]) == 0;
-  cmp_open_one(&j[0]);
-  if (threaded) pthread_join(th, NULL);
-  else cmp_open_one(&j[1]);
-  for (int s = 0; s < 2; s++)
-    if (j[s].r != MS_OK) {
-      if (eb) *eb = j[s].eb;
-      return j[s].r;
-    }
-  return MS_OK;
+  cmp_side_t side[2];
+  memset(side, 0, sizeof side);
+  bool same = before == after;
+  int r = ms__cmp_side_open(before, o->device, o->has_moment[0] ? &o->moment[0] : NULL, names[0],
+                            NULL, &side[0], eb);
+  if (r == MS_OK) r = cmp_side_rows(&side[0], rows[0], keep);
+  c->side[0] = side[0].fig;
+  if (!same) ms__cmp_side_close(&side[0]);
+  if (r == MS_OK)
+    r = ms__cmp_side_open(after, o->device, o->has_moment[1] ? &o->moment[1] : NULL, names[1],
+                          same ? &side[0] : NULL, &side[1], eb);
+  if (r == MS_OK) r = cmp_side_rows(&side[1], rows[1], keep);
+  c->side[1] = side[1].fig;
+  if (r == MS_OK && o->leaks && side[1].fig.has_trace)
+    r = ms__cmp_leaks(c, strs, &side[1], o->leak_tolerance);
+  ms__cmp_side_close(&side[1]);
+  ms__cmp_side_close(&side[0]);
+  return r;
 }
 
 int ms_compare_run(const ms_snapshot_t *before, const ms_snapshot_t *after,
@@ -351,17 +352,18 @@ int ms_compare_run(const ms_snapshot_t *before, const ms_snapshot_t *after,
     return MS_ENOMEM;
   }
   c->impl_ = strs;
-  cmp_side_t side[2];
-  memset(side, 0, sizeof side);
-  int r = cmp_open_sides(before, after, &o, side, eb);
-  for (int s = 0; s < 2; s++)
-    c->side[s] = side[s].fig;
-  if (r == MS_OK) r = cmp_attribution(c, strs, side, o.nrows);
+  ms_attr_rows_t rows[2][2];
+  memset(rows, 0, sizeof rows);
+  cmp_strings_t keep = {{0}};
+  int r = cmp_sides(c, strs, before, after, &o, rows, &keep, eb);
+  if (r == MS_OK) r = cmp_attribution(c, strs, rows, o.nrows);
   if (r == MS_OK) r = cmp_settings(c, strs, before, after);
-  if (r == MS_OK && o.leaks && side[1].fig.has_trace)
-    r = ms__cmp_leaks(c, strs, &side[1], o.leak_tolerance);
   for (int s = 0; s < 2; s++)
-    ms__cmp_side_close(&side[s]);
+    for (int k = 0; k < 2; k++)
+      ms_attr_rows_free(&rows[s][k]);
+  for (size_t i = 0; i < keep.v.len; i++)
+    free(keep.v.ptr[i]);
+  MS_VEC_FREE(&keep.v);
   if (r != MS_OK) {
     ms_compare_free(c);
     return r;
