@@ -120,14 +120,15 @@ static void report_text_tail(const ms_compare_t *c) {
   if (!c->side[1].has_trace) {
     printf("none looked for (AFTER has no trace)\n");
   } else if (c->steps < 2) {
-    printf("none looked for (AFTER's trace has %zu ended ProfilerStep#N range%s before its "
-           "moment; two are needed)\n", c->steps, c->steps == 1 ? "" : "s");
+    printf("none looked for (AFTER's trace has %zu ProfilerStep#N range%s ended %s; two are "
+           "needed)\n", c->steps, c->steps == 1 ? "" : "s",
+           c->leaks_step == c->side[1].nentries ? "by its end" : "by its moment");
   } else if (!c->nleaks) {
     printf("none (over %zu steps, no source's allocations stay alive by about the same amount "
            "every step)\n", c->steps);
   } else {
     printf("%zu (over %zu steps: allocations made in each step and still alive at AFTER's "
-           "moment)\n", c->nleaks, c->steps);
+           "%s)\n", c->nleaks, c->steps, c->leaks_step == c->side[1].nentries ? "end" : "moment");
     for (size_t i = 0; i < c->nleaks; i++) {
       const ms_compare_leak_t *l = &c->leaks[i];
       printf("  %s per step (%" PRIu64 " block%s) in steps %" PRId64 "..%" PRId64 " (%zu steps, "
@@ -256,6 +257,8 @@ static void report_json_lists(cli_json_t *j, const ms_compare_t *c) {
   cli_json_lit(j, "]");
   jkey(j, "steps");
   cli_json_u64(j, c->steps);
+  jkey(j, "leaks_step");
+  cli_json_u64(j, c->leaks_step);
   jkey(j, "leaks");
   cli_json_lit(j, "[");
   for (size_t i = 0; i < c->nleaks; i++) {

@@ -239,7 +239,24 @@ Test(compare, leak_of_fixed_size_per_step_is_named_with_its_size) {
   cr_assert(r);
   cr_expect_eq(r->change, (int64_t)(2 * MIB));
   cr_expect_eq(c->by_source[0].change, (int64_t)(18 * MIB), "largest first");
+  cr_expect_eq(c->leaks_step, c->side[1].nentries);
   ms_compare_free(c);
+  /* by default (each side at its peak) the leaks are still looked for at AFTER's end */
+  cr_assert_eq(ms_compare_run(s, s, NULL, &c, &eb), MS_OK, "%s", eb.msg);
+  cr_expect_lt(c->side[1].step, c->side[1].nentries, "the peak is not the end");
+  cr_expect_eq(c->leaks_step, c->side[1].nentries);
+  cr_expect_eq(c->nleaks, 1);
+  cr_expect_eq(c->nleaks ? c->leaks[0].per_step : 0, 3 * MIB);
+  ms_compare_free(c);
+  /* at a moment given for AFTER (the end of step 3), the steps that ended by then */
+  o.moment[1] = (ms_tl_moment_t){MS_TL_MOMENT_STEP, 3};
+  cr_assert_eq(ms_compare_run(s, s, &o, &c, &eb), MS_OK, "%s", eb.msg);
+  cr_expect_eq(c->steps, 3);
+  cr_expect_eq(c->nleaks, 1);
+  cr_expect_eq(c->nleaks ? c->leaks[0].total : 0, 9 * MIB);
+  cr_expect_eq(c->nleaks ? c->leaks[0].last_step : 0, 3);
+  ms_compare_free(c);
+  o.moment[1] = (ms_tl_moment_t){MS_TL_MOMENT_END, 0};
   /* no leak: the activations and gradients are not suspects */
   ms_snapshot_t *clean = build_run(6, 0);
   cr_assert_eq(ms_compare_run(clean, clean, &o, &c, &eb), MS_OK, "%s", eb.msg);
@@ -526,7 +543,8 @@ Test(gate, check_exit_codes_and_lines) {
   snprintf(cmd, sizeof cmd, "compare %s/two.pickle %s/four.msnap --at end", dir, dir);
   cr_expect_eq(run_cmd(cmd, out, sizeof out), 0, "%s", out);
   cr_expect(strstr(out, "  allocated                   20.0MiB      22.0MiB      +2.0MiB\n"), "%s", out);
-  cr_expect(strstr(out, "leak suspects: 1 (over 4 steps"), "%s", out);
+  cr_expect(strstr(out, "leak suspects: 1 (over 4 steps: allocations made in each step and still "
+                        "alive at AFTER's end)"), "%s", out);
   cr_expect(strstr(out, "  1.0MiB per step (1 block) in steps 1..4 (4 steps, 4.0MiB alive)"), "%s", out);
   snprintf(cmd, sizeof cmd, "compare %s/two.pickle %s/four.msnap --device 2", dir, dir);
   cr_expect_eq(run_cmd(cmd, out, sizeof out), 1, "%s", out);

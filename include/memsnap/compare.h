@@ -9,8 +9,9 @@
  * change in allocated bytes at the moments by source line and by category (memsnap/
  * attribution.h), largest change first; the allocator settings the two record, where they
  * differ; and leak suspects of the AFTER side: sources whose allocations made in step N
- * (`ProfilerStep#N` annotation ranges) are still alive at AFTER's moment, by about the same
- * amount in every step from the first such step on.
+ * (`ProfilerStep#N` annotation ranges) are still alive at the end of AFTER's trace (or at its
+ * moment, when one is given), by about the same amount in every step from the first such step
+ * on.
  *
  * A gate (ms_gate_*) computes a snapshot's named *figures* (the replay's, docs/replay.md, and the
  * peak of each category) as recorded, or replayed through a fresh allocator (reproducible
@@ -76,7 +77,7 @@ typedef struct ms_compare_setting_s {
   const char *before, *after;
 } ms_compare_setting_t;
 
-/* A leak suspect: allocations of one source, made in step N and alive at AFTER's moment, for
+/* A leak suspect: allocations of one source, made in step N and alive at leaks_step, for
  * every step from first_step to last_step, each step's bytes within the tolerance of the
  * median (per_step). */
 typedef struct ms_compare_leak_s {
@@ -99,6 +100,7 @@ typedef struct ms_compare_s {
   size_t nsettings;
   size_t nsettings_same;          /* settings recorded by both with the same value */
   size_t steps;                   /* ProfilerStep ranges that AFTER's leak search used */
+  size_t leaks_step;              /* the state the leak search looked at (AFTER's step) */
   ms_compare_leak_t *leaks;       /* total bytes descending */
   size_t nleaks;
   void *impl_;                    /* private: the strings */

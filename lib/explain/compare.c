@@ -310,6 +310,22 @@ static int cmp_settings(ms_compare_t *c, cmp_strings_t *strs, const ms_snapshot_
 
 /* ---- the whole comparison -------------------------------------------------------------------- */
 
+/* Leak suspects of AFTER: alive at its moment when one was given, else at the end of its trace
+ * (its default moment, the peak, is for the totals and the attribution). */
+static int cmp_leaks_at(ms_compare_t *c, cmp_strings_t *strs, const cmp_side_t *after,
+                        const ms_compare_options_t *o) {
+  if (o->has_moment[1] || after->fig.step == after->fig.nentries)
+    return ms__cmp_leaks(c, strs, after, o->leak_tolerance);
+  cmp_side_t end = *after; /* borrows the index and classifier, a state of its own */
+  ms_timeline_state_init(&end.st);
+  end.fig.step = end.fig.nentries;
+  int r = ms_timeline_state_at(end.tl, end.fig.device, end.fig.step, &end.st);
+  if (r == MS_OK) r = ms__cmp_leaks(c, strs, &end, o->leak_tolerance);
+  c->leaks_step = end.fig.step;
+  ms_timeline_state_release(&end.st);
+  return r;
+}
+
 /* The sides, one after the other, each reduced to its figures and rows before the next is built
  * (its large arrays freed, their pages reused: MS_REUSE_MEMORY); the same snapshot twice shares
  * one index and classifier. Leak suspects from AFTER while it is open. */
@@ -330,8 +346,7 @@ static int cmp_sides(ms_compare_t *c, cmp_strings_t *strs, const ms_snapshot_t *
                           same ? &side[0] : NULL, &side[1], eb);
   if (r == MS_OK) r = cmp_side_rows(&side[1], rows[1], keep);
   c->side[1] = side[1].fig;
-  if (r == MS_OK && o->leaks && side[1].fig.has_trace)
-    r = ms__cmp_leaks(c, strs, &side[1], o->leak_tolerance);
+  if (r == MS_OK && o->leaks && side[1].fig.has_trace) r = cmp_leaks_at(c, strs, &side[1], o);
   ms__cmp_side_close(&side[1]);
   ms__cmp_side_close(&side[0]);
   return r;

@@ -143,6 +143,7 @@ int ms__cmp_leaks(ms_compare_t *c, cmp_strings_t *strs, const cmp_side_t *s, dou
   uint64_t *work = NULL;
   int r = lk_steps(s, &steps);
   c->steps = steps.len;
+  c->leaks_step = s->fig.step;
   for (size_t i = 0; r == MS_OK && steps.len >= 2 && i < s->st.nblocks; i++) {
     const ms_tl_block_t *b = &s->st.blocks[i];
     if (b->state != MS_BLOCK_ACTIVE_ALLOCATED || b->alloc_entry < 0) continue;
