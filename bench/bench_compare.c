@@ -10,6 +10,9 @@
  *   compare_1gb_timeline_s   the baseline, `memsnap timeline AFTER` (pickle_1gb_timeline_s's
  *                            command on this run's file)
  *   compare_1gb_ratio        compare_1gb_s / compare_1gb_timeline_s (target: <= 2)
+ *   compare_1gb_moments_s    `memsnap compare AFTER --at N --at end`: the same step apart, as two
+ *                            moments of one file (one read, one index and classifier)
+ *   compare_1gb_moments_ratio  compare_1gb_moments_s / compare_1gb_timeline_s
  *   compare_1gb_mb           AFTER's size in MB
  * Environment: MS_BENCH_PICKLE_SCALE (a fraction of the 5,000,000 entries), MS_BENCH_COMPARE_KEEP
  * (a path prefix: the files are written there, kept, and reused when they exist).
@@ -25,6 +28,7 @@
 #include <unistd.h>
 
 #include "memsnap/pickle.h"
+#include "memsnap/serialize.h"
 #include "memsnap/timeline.h"
 #include "synth.h"
 #include "bench_util.h"
@@ -120,16 +124,28 @@ int main(void) {
     fprintf(stderr, "  generated %s and %s in %.1f s\n", before, after, now_s() - w0);
   }
   if (stat(after, &st) != 0) die(after, strerror(errno));
-  double wt, wc;
+  double wt, wc, wm;
   double tl = bench_cli((const char *const[]){"timeline", after, NULL}, &wt);
   double cmp = bench_cli((const char *const[]){"compare", before, after, NULL}, &wc);
+  /* BEFORE is AFTER's state after its first n - 1000 entries: entry n - 1001 */
+  ms_snapshot_t *b = NULL;
+  ms_errbuf_t eb = {{0}};
+  if (ms_snapshot_load(before, &b, &eb) != MS_OK) die(before, eb.msg);
+  char at[32];
+  snprintf(at, sizeof at, "%ld", (long)b->devices[0].ntrace - 1);
+  ms_snapshot_free(b);
+  double mom = bench_cli((const char *const[]){"compare", after, "--at", at, "--at", "end", NULL},
+                         &wm);
   printf("compare_1gb_mb %.1f\n", (double)st.st_size / 1e6);
   printf("compare_1gb_timeline_s %.3f\n", tl);
   printf("compare_1gb_s %.3f\n", cmp);
   printf("compare_1gb_wall_s %.3f\n", wc);
   printf("compare_1gb_ratio %.3f\n", tl > 0 ? cmp / tl : 0.0);
-  fprintf(stderr, "  %.0f MB: timeline %.2f s CPU (%.2f wall); compare %.2f s CPU (%.2f wall)\n",
-          (double)st.st_size / 1e6, tl, wt, cmp, wc);
+  printf("compare_1gb_moments_s %.3f\n", mom);
+  printf("compare_1gb_moments_ratio %.3f\n", tl > 0 ? mom / tl : 0.0);
+  fprintf(stderr, "  %.0f MB: timeline %.2f s CPU (%.2f wall); compare %.2f s CPU (%.2f wall); "
+          "two moments of one file %.2f s CPU (%.2f wall)\n",
+          (double)st.st_size / 1e6, tl, wt, cmp, wc, mom, wm);
   if (!(keep && *keep)) {
     unlink(before);
     unlink(after);
