@@ -882,7 +882,8 @@ Test(attribution_cli, pprof_labels_and_perfetto_names) {
   free(t);
   /* a rules file for the exports: its error names its line */
   snprintf(cmd, sizeof cmd, "%s/bad.rules", dir);
-  cr_assert_eq(th_write_file(cmd, "# ok\n\nparameter stack=maybe\n", 26), 0);
+  const char *badr = "# ok\n\nparameter stack=maybe\n";
+  cr_assert_eq(th_write_file(cmd, badr, strlen(badr)), 0);
   r = RUN_IN(dir, "export", path, "--perfetto", out, "--allocations", "--categories", cmd);
   cr_assert_eq(r.status, 1);
   cr_assert(strstr(r.err, "bad.rules:3: stack= takes none or some, not 'stack=maybe'"), "%s", r.err);
