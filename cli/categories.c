@@ -187,27 +187,16 @@ int cli_memory_by_category(const ms_snapshot_t *snap, const char *name, const cl
 
 int cli_timeline_categories(FILE *out, const ms_timeline_t *tl, const ms_attr_t *a, size_t dev,
                             size_t from, size_t to, bool json) {
-  uint64_t *ser = NULL;
-  if (ms_attr_category_series(a, dev, &ser) != MS_OK) {
+  ms_tl_peak_t pk;
+  if (ms_timeline_peak(tl, dev, MS_TL_ALLOCATED, from, to, &pk) != MS_OK) return CLI_OK;
+  ms_attr_peaks_t ps;
+  if (ms_attr_category_peaks(a, dev, from, to, pk.step, &ps) != MS_OK) {
     cli_error("out of memory");
     return CLI_FAILURE;
   }
-  ms_tl_peak_t pk;
-  int err = ms_timeline_peak(tl, dev, MS_TL_ALLOCATED, from, to, &pk);
-  if (err != MS_OK) {
-    free(ser);
-    return CLI_OK;
-  }
-  uint64_t peak[MS_CAT_COUNT] = {0};
-  size_t peak_step[MS_CAT_COUNT] = {0};
-  for (int c = 0; c < MS_CAT_COUNT; c++) peak_step[c] = from;
-  for (size_t s = from; s <= to; s++)
-    for (int c = 0; c < MS_CAT_COUNT; c++)
-      if (ser[s * MS_CAT_COUNT + c] > peak[c]) {
-        peak[c] = ser[s * MS_CAT_COUNT + c];
-        peak_step[c] = s;
-      }
-  const uint64_t *mix = &ser[pk.step * MS_CAT_COUNT];
+  const uint64_t *peak = ps.peak;
+  const size_t *peak_step = ps.peak_step;
+  const uint64_t *mix = ps.at;
   char b1[CLI_BYTES_BUFSZ], b2[CLI_BYTES_BUFSZ];
   if (json) {
     fprintf(out, "{\"device\": %zu, \"peak\": {\"bytes\": %" PRIu64 ", \"entry\": %" PRId64
@@ -236,6 +225,5 @@ int cli_timeline_categories(FILE *out, const ms_timeline_t *tl, const ms_attr_t 
         fputs("never held\n", out);
     }
   }
-  free(ser);
   return CLI_OK;
 }

@@ -880,6 +880,17 @@ Test(attribution_cli, pprof_labels_and_perfetto_names) {
             "%.3000s", t);
   cr_assert_null(strstr(t, "unwind::unwind"));
   free(t);
+  /* a rules file for the exports: its error names its line */
+  snprintf(cmd, sizeof cmd, "%s/bad.rules", dir);
+  const char *badr = "# ok\n\nparameter stack=maybe\n";
+  cr_assert_eq(th_write_file(cmd, badr, strlen(badr)), 0);
+  r = RUN_IN(dir, "export", path, "--perfetto", out, "--allocations", "--categories", cmd);
+  cr_assert_eq(r.status, 1);
+  cr_assert(strstr(r.err, "bad.rules:3: stack= takes none or some, not 'stack=maybe'"), "%s", r.err);
+  run_free(&r);
+  r = RUN_IN(dir, "export", path, "--sqlite", "x.db", "--categories", cmd);
+  cr_assert_eq(r.status, 2);
+  run_free(&r);
   /* pprof: category and source labels, when go is there to read them */
   snprintf(out, sizeof out, "%s/p.pb.gz", dir);
   r = RUN_IN(dir, "export", path, "--pprof", out);

@@ -140,6 +140,17 @@ MS_API void ms_attr_rows_free(ms_attr_rows_t *r);
  * free(). Walks the trace once. @return MS_OK, MS_EINVAL (unknown device), MS_ENOMEM. */
 MS_API MS_NODISCARD int ms_attr_category_series(const ms_attr_t *a, size_t dev, uint64_t **out);
 
+/* The peak of each category over steps [from, to] of device dev and the bytes of each at step
+ * `at` (e.g. the peak of allocated), from one walk of the trace that keeps no series. */
+typedef struct ms_attr_peaks_s {
+  uint64_t peak[MS_CAT_COUNT];    /* the highest bytes of each category (0: never held) */
+  size_t peak_step[MS_CAT_COUNT]; /* the first step where it is reached (from when never held) */
+  uint64_t at[MS_CAT_COUNT];      /* the bytes of each category at step `at` */
+} ms_attr_peaks_t;
+/* @return MS_OK, MS_EINVAL (unknown device, from > to, at past the end), MS_ENOMEM. */
+MS_API MS_NODISCARD int ms_attr_category_peaks(const ms_attr_t *a, size_t dev, size_t from,
+                                               size_t to, size_t at, ms_attr_peaks_t *out);
+
 MS_EXTERN_C_END
 
 #endif /* MEMSNAP_ATTRIBUTION_H */

@@ -16,15 +16,19 @@ void ms_attr_destroy(ms_attr_t *a) {
   ms__attr_rules_free(&a->rules);
   free(a->fflags);
   free(a->fpat);
-  free(a->srules);
-  free(a->sphase);
+  free(a->sset);
+  free(a->set_pat);
+  free(a->set_rules);
+  free(a->set_phase);
   free(a->ssrc);
   free(a->sop);
+  pthread_mutex_destroy(&a->src_mu);
   for (size_t d = 0; d < a->ndev; d++) {
     free(a->dev[d].spans);
     free(a->dev[d].grad_addr);
     free(a->dev[d].end_addr);
     free(a->dev[d].end_size);
+    free(a->dev[d].ecat);
   }
   free(a->dev);
   free(a);
@@ -44,6 +48,7 @@ int ms_attr_create(const ms_snapshot_t *snap, const ms_timeline_t *tl,
   if (!a) return MS_ENOMEM;
   a->snap = snap;
   a->tl = tl;
+  pthread_mutex_init(&a->src_mu, NULL);
   int rc = MS_OK;
   if (cfg->rules)
     rc = ms__attr_rules_parse(&a->rules, cfg->rules, cfg->rules_len, cfg->rules_name, eb);
@@ -55,7 +60,6 @@ int ms_attr_create(const ms_snapshot_t *snap, const ms_timeline_t *tl,
   if (rc == MS_OK) rc = ms__attr_stacks(a);
   if (rc == MS_OK) rc = ms__attr_spans(a);
   if (rc == MS_OK) rc = ms__attr_gradient_sizes(a);
-  if (rc == MS_OK) rc = ms__attr_sources(a);
   if (rc != MS_OK) {
     if (rc == MS_ENOMEM) ms__errbuf_set(eb, rc, "out of memory");
     ms_attr_destroy(a);
@@ -131,8 +135,7 @@ static int attr_series_step(const ms_attr_t *a, size_t dev, const tl_dev_t *td, 
   attr_live_t *v;
   switch (e->action) {
   case MS_TRACE_ALLOC: {
-    int64_t fe = td->pair[i] == TL_NONE ? -1 : (int64_t)td->pair[i];
-    ms_category c = ms__attr_classify(a, dev, (int64_t)i, fe, e->stack, e->addr, false);
+    ms_category c = ms__attr_entry_category(a, dev, i);
     uint64_t size = ms__attr_entry_size(a, dev, i);
     cur[c] += size;
     return attr_map_put(m, e->addr, size, (uint8_t)c);
@@ -154,13 +157,11 @@ static int attr_series_step(const ms_attr_t *a, size_t dev, const tl_dev_t *td, 
   }
 }
 
-int ms_attr_category_series(const ms_attr_t *a, size_t dev, uint64_t **out) {
-  if (dev >= a->ndev) return MS_EINVAL;
+/* Calls step(arg, s, bytes per category) for every step s = 0 .. n of device dev, in order. */
+typedef void attr_step_fn(void *arg, size_t s, const uint64_t cur[MS_CAT_COUNT]);
+
+static int attr_walk(const ms_attr_t *a, size_t dev, attr_step_fn *step, void *arg) {
   const tl_dev_t *td = &a->tl->dev[dev];
-  size_t n = td->n;
-  if (n + 1 > SIZE_MAX / MS_CAT_COUNT / sizeof(uint64_t)) return MS_ENOMEM;
-  uint64_t *ser = calloc((n + 1) * MS_CAT_COUNT, sizeof *ser);
-  if (!ser) return MS_ENOMEM;
   ms_tl_state_t st;
   ms_timeline_state_init(&st);
   attr_map_t m = {NULL, 0, 0};
@@ -176,18 +177,60 @@ int ms_attr_category_series(const ms_attr_t *a, size_t dev, uint64_t **out) {
       attr_map_find(&m, b->address)->allocated = 0;
   }
   ms_timeline_state_release(&st);
-  memcpy(ser, cur, sizeof cur);
-  for (size_t i = 0; i < n && rc == MS_OK; i++) {
+  if (rc == MS_OK) step(arg, 0, cur);
+  for (size_t i = 0; i < td->n && rc == MS_OK; i++) {
     rc = attr_series_step(a, dev, td, i, &m, cur);
-    memcpy(&ser[(i + 1) * MS_CAT_COUNT], cur, sizeof cur);
+    if (rc == MS_OK) step(arg, i + 1, cur);
   }
   free(m.t);
+  return rc;
+}
+
+static void attr_series_fill(void *arg, size_t s, const uint64_t cur[MS_CAT_COUNT]) {
+  memcpy(&((uint64_t *)arg)[s * MS_CAT_COUNT], cur, MS_CAT_COUNT * sizeof *cur);
+}
+
+int ms_attr_category_series(const ms_attr_t *a, size_t dev, uint64_t **out) {
+  if (dev >= a->ndev) return MS_EINVAL;
+  size_t n = a->tl->dev[dev].n;
+  if (n + 1 > SIZE_MAX / MS_CAT_COUNT / sizeof(uint64_t)) return MS_ENOMEM;
+  uint64_t *ser = malloc((n + 1) * MS_CAT_COUNT * sizeof *ser);
+  if (!ser) return MS_ENOMEM;
+  int rc = attr_walk(a, dev, attr_series_fill, ser);
   if (rc != MS_OK) {
     free(ser);
     return rc;
   }
   *out = ser;
   return MS_OK;
+}
+
+typedef struct attr_peaks_arg_s {
+  size_t from, to, at;
+  ms_attr_peaks_t *p;
+} attr_peaks_arg_t;
+
+static void attr_peaks_step(void *arg, size_t s, const uint64_t cur[MS_CAT_COUNT]) {
+  attr_peaks_arg_t *x = arg;
+  if (s == x->at) memcpy(x->p->at, cur, sizeof x->p->at);
+  if (s < x->from || s > x->to) return;
+  for (int c = 0; c < MS_CAT_COUNT; c++)
+    if (cur[c] > x->p->peak[c]) {
+      x->p->peak[c] = cur[c];
+      x->p->peak_step[c] = s;
+    }
+}
+
+int ms_attr_category_peaks(const ms_attr_t *a, size_t dev, size_t from, size_t to, size_t at,
+                           ms_attr_peaks_t *out) {
+  if (dev >= a->ndev || from > to || at > a->tl->dev[dev].n) return MS_EINVAL;
+  ms_attr_peaks_t p;
+  memset(&p, 0, sizeof p);
+  for (int c = 0; c < MS_CAT_COUNT; c++) p.peak_step[c] = from;
+  attr_peaks_arg_t x = {from, to, at, &p};
+  int rc = attr_walk(a, dev, attr_peaks_step, &x);
+  if (rc == MS_OK) *out = p;
+  return rc;
 }
 
 /* ---- block lifetimes ----------------------------------------------------------------------- */

@@ -68,35 +68,114 @@ int ms__attr_frames(ms_attr_t *a) {
   return MS_OK;
 }
 
+/* The index of pattern set `set` among the distinct ones (added with its rule bits and phase when
+ * new): stacks share few sets (every forward stack matches the same patterns), so the rules are
+ * evaluated once per set and a stack holds only its set's index. */
+static int attr_set_index(ms_attr_t *a, const uint64_t *set, uint32_t **tab, size_t *cap,
+                          uint32_t *out) {
+  uint64_t h = 0x9e3779b97f4a7c15ull;
+  for (size_t w = 0; w < a->pw; w++) h = (h ^ set[w]) * 0xff51afd7ed558ccdull;
+  if ((a->nsets + 1) * 2 > *cap) { /* grow the lookup table */
+    size_t ncap = *cap ? *cap * 2 : 256;
+    uint32_t *nt = malloc(ncap * sizeof *nt);
+    if (!nt) return MS_ENOMEM;
+    memset(nt, 0xff, ncap * sizeof *nt);
+    for (size_t i = 0; i < a->nsets; i++) {
+      uint64_t g = 0x9e3779b97f4a7c15ull;
+      for (size_t w = 0; w < a->pw; w++) g = (g ^ a->set_pat[i * a->pw + w]) * 0xff51afd7ed558ccdull;
+      size_t j = (size_t)(g >> 17) & (ncap - 1);
+      while (nt[j] != ATTR_NONE) j = (j + 1) & (ncap - 1);
+      nt[j] = (uint32_t)i;
+    }
+    free(*tab);
+    *tab = nt;
+    *cap = ncap;
+  }
+  size_t j = (size_t)(h >> 17) & (*cap - 1);
+  for (; (*tab)[j] != ATTR_NONE; j = (j + 1) & (*cap - 1))
+    if (memcmp(&a->set_pat[(size_t)(*tab)[j] * a->pw], set, a->pw * sizeof *set) == 0) {
+      *out = (*tab)[j];
+      return MS_OK;
+    }
+  size_t n = a->nsets;
+  uint64_t *np = realloc(a->set_pat, (n + 1) * a->pw * sizeof *np);
+  if (np) a->set_pat = np;
+  uint64_t *nr = np ? realloc(a->set_rules, (n + 1) * a->rw * sizeof *nr) : NULL;
+  if (nr) a->set_rules = nr;
+  uint8_t *nph = nr ? realloc(a->set_phase, n + 1) : NULL;
+  if (!nph) return MS_ENOMEM;
+  a->set_phase = nph;
+  memcpy(&np[n * a->pw], set, a->pw * sizeof *set);
+  uint64_t *bits = &nr[n * a->rw];
+  memset(bits, 0, a->rw * sizeof *bits);
+  uint8_t ph = ATTR_PH_UNSET;
+  for (size_t r = 0; r < a->rules.nrules; r++) {
+    const attr_rule_t *ru = &a->rules.rules[r];
+    if (ru->kind != ATTR_R_CATEGORY && ru->kind != ATTR_R_PHASE) continue;
+    if (ru->annotation != ATTR_NONE) continue;
+    if (ru->has_frames && !attr_set_holds(ru, set, a->pw)) continue;
+    bits[r / 64] |= 1ull << (r % 64);
+    if (ru->kind == ATTR_R_PHASE && ph == ATTR_PH_UNSET) ph = ru->target;
+  }
+  nph[n] = ph;
+  (*tab)[j] = (uint32_t)n;
+  a->nsets = n + 1;
+  *out = (uint32_t)n;
+  return MS_OK;
+}
+
+/* The pattern set of stack st (the union of its frames'). */
+static void attr_stack_set(const ms_attr_t *a, uint32_t st, uint64_t *set) {
+  const ms_snapshot_t *s = a->snap;
+  memset(set, 0, ATTR_PW * sizeof *set);
+  const ms_snap_stack_t *k = &s->stacks[st];
+  if (s->stack_frames16 && a->pw <= 2) { /* the common case, a tight loop (5 M stacks) */
+    const uint16_t *fi = &s->stack_frames16[k->first];
+    const uint64_t *fp = a->fpat;
+    if (a->pw == 1) {
+      for (uint32_t j = 0; j < k->nframes; j++) set[0] |= fp[fi[j]];
+    } else {
+      for (uint32_t j = 0; j < k->nframes; j++) {
+        set[0] |= fp[2 * (size_t)fi[j]];
+        set[1] |= fp[2 * (size_t)fi[j] + 1];
+      }
+    }
+    return;
+  }
+  for (uint32_t j = 0; j < k->nframes; j++) {
+    const uint64_t *fs = &a->fpat[(size_t)ms_snap_frame_index(s, k->first + j) * a->pw];
+    for (size_t w = 0; w < a->pw; w++) set[w] |= fs[w];
+  }
+}
+
 int ms__attr_stacks(ms_attr_t *a) {
   const ms_snapshot_t *s = a->snap;
   a->rw = (a->rules.nrules + 63) / 64;
   if (a->rw == 0) a->rw = 1;
   size_t ns = s->nstacks ? s->nstacks : 1;
-  a->srules = calloc(ns * a->rw, sizeof *a->srules);
-  a->sphase = malloc(ns);
-  if (!a->srules || !a->sphase) return MS_ENOMEM;
+  a->sset = malloc(ns * sizeof *a->sset);
+  if (!a->sset) return MS_ENOMEM;
+  memset(a->sset, 0xff, ns * sizeof *a->sset);
+  /* only allocations' stacks are ever classified (frees' are not read): mark them */
+  const uint32_t mark = ATTR_NONE - 1;
+  for (size_t i = 0; i < s->ntrace; i++)
+    if (s->trace[i].action == MS_TRACE_ALLOC && s->trace[i].stack < s->nstacks)
+      a->sset[s->trace[i].stack] = mark;
+  for (size_t i = 0; i < s->nblocks; i++)
+    if (s->blocks[i].stack < s->nstacks) a->sset[s->blocks[i].stack] = mark;
+  for (size_t i = 0; i < s->nhistory; i++)
+    if (s->history[i].stack < s->nstacks) a->sset[s->history[i].stack] = mark;
   uint64_t set[ATTR_PW];
-  for (size_t st = 0; st < s->nstacks; st++) {
-    memset(set, 0, sizeof set);
-    const ms_snap_stack_t *k = &s->stacks[st];
-    for (uint32_t j = 0; j < k->nframes; j++) {
-      const uint64_t *fs = &a->fpat[(size_t)ms_snap_frame_index(s, k->first + j) * a->pw];
-      for (size_t w = 0; w < a->pw; w++) set[w] |= fs[w];
-    }
-    uint64_t *bits = &a->srules[st * a->rw];
-    uint8_t ph = ATTR_PH_UNSET;
-    for (size_t r = 0; r < a->rules.nrules; r++) {
-      const attr_rule_t *ru = &a->rules.rules[r];
-      if (ru->kind != ATTR_R_CATEGORY && ru->kind != ATTR_R_PHASE) continue;
-      if (ru->annotation != ATTR_NONE) continue;
-      if (ru->has_frames && !attr_set_holds(ru, set, a->pw)) continue;
-      bits[r / 64] |= 1ull << (r % 64);
-      if (ru->kind == ATTR_R_PHASE && ph == ATTR_PH_UNSET) ph = ru->target;
-    }
-    a->sphase[st] = ph;
+  uint32_t *tab = NULL;
+  size_t cap = 0;
+  int rc = MS_OK;
+  for (size_t st = 0; st < s->nstacks && rc == MS_OK; st++) {
+    if (a->sset[st] != mark) continue;
+    attr_stack_set(a, (uint32_t)st, set);
+    rc = attr_set_index(a, set, &tab, &cap, &a->sset[st]);
   }
-  return MS_OK;
+  free(tab);
+  return rc;
 }
 
 /* ---- phase spans --------------------------------------------------------------------------- */
@@ -174,8 +253,8 @@ static int attr_dev_spans(ms_attr_t *a, size_t dev) {
     ph[i] = ATTR_PH_UNSET;
     if (tr[i].action != MS_TRACE_ALLOC) continue;
     ph[i] = ATTR_PH_NONE;
-    if (tr[i].stack < a->snap->nstacks && a->sphase[tr[i].stack] != ATTR_PH_UNSET)
-      ph[i] = a->sphase[tr[i].stack];
+    if (tr[i].stack < a->snap->nstacks && attr_stack_phase(a, tr[i].stack) != ATTR_PH_UNSET)
+      ph[i] = attr_stack_phase(a, tr[i].stack);
   }
   attr_annotations(a, dev, tr, n, ph, forced);
   free(forced);
@@ -204,6 +283,8 @@ static int attr_dev_spans(ms_attr_t *a, size_t dev) {
   return rc;
 }
 
+static int attr_dev_ecat(ms_attr_t *a, size_t dev);
+
 /* The blocks alive at the end of device dev (their sizes are the snapshot's). */
 static int attr_dev_end(ms_attr_t *a, size_t dev) {
   attr_dev_t *ad = &a->dev[dev];
@@ -230,6 +311,7 @@ int ms__attr_spans(ms_attr_t *a) {
   for (size_t d = 0; d < a->ndev; d++) {
     MS_FORWARD_IF_ERROR(attr_dev_spans(a, d));
     MS_FORWARD_IF_ERROR(attr_dev_end(a, d));
+    MS_FORWARD_IF_ERROR(attr_dev_ecat(a, d));
   }
   return MS_OK;
 }
@@ -273,16 +355,17 @@ static bool attr_grad_addr(const attr_dev_t *ad, uint64_t addr) {
   return lo < ad->ngrad_addr && ad->grad_addr[lo] == addr;
 }
 
-ms_category ms__attr_classify(const ms_attr_t *a, size_t dev, int64_t alloc_entry,
-                              int64_t free_entry, uint32_t stack, uint64_t address,
-                              bool ignore_matches) {
+/* ms__attr_classify with the span of the alloc entry known (SIZE_MAX: look it up). */
+static ms_category attr_classify_in(const ms_attr_t *a, size_t dev, size_t span,
+                                    int64_t alloc_entry, int64_t free_entry, uint32_t stack,
+                                    uint64_t address, bool ignore_matches) {
   const attr_dev_t *ad = dev < a->ndev ? &a->dev[dev] : NULL;
   if (stack >= a->snap->nstacks) stack = MS_SNAP_NO_STACK; /* also ATTR_STACK_UNRECORDED */
   bool recorded = alloc_entry >= 0 && ad && (size_t)alloc_entry < ad->n && ad->nspans > 0;
   uint8_t phase = ATTR_PH_NONE, prev = ATTR_PH_UNSET, next = ATTR_PH_UNSET;
   int freed;
   if (recorded) {
-    size_t k = attr_span_of(ad, (size_t)alloc_entry);
+    size_t k = span != SIZE_MAX ? span : attr_span_of(ad, (size_t)alloc_entry);
     phase = ad->spans[k].phase;
     if (k > 0) prev = ad->spans[k - 1].phase;
     if (k + 1 < ad->nspans) next = ad->spans[k + 1].phase;
@@ -290,11 +373,13 @@ ms_category ms__attr_classify(const ms_attr_t *a, size_t dev, int64_t alloc_entr
     freed = free_entry < 0 ? ATTR_FREED_NEVER
             : (size_t)free_entry < end ? ATTR_FREED_WITHIN : ATTR_FREED_AFTER;
   } else {
-    if (stack != MS_SNAP_NO_STACK && a->sphase[stack] != ATTR_PH_UNSET) phase = a->sphase[stack];
+    if (stack != MS_SNAP_NO_STACK && attr_stack_phase(a, stack) != ATTR_PH_UNSET)
+      phase = attr_stack_phase(a, stack);
     freed = free_entry < 0 ? ATTR_FREED_NEVER : ATTR_FREED_AFTER;
   }
   bool nostack = stack == MS_SNAP_NO_STACK || a->snap->stacks[stack].nframes == 0;
-  const uint64_t *bits = stack != MS_SNAP_NO_STACK ? &a->srules[(size_t)stack * a->rw] : NULL;
+  const uint64_t *bits = stack != MS_SNAP_NO_STACK && a->sset[stack] < a->nsets
+                             ? &a->set_rules[(size_t)a->sset[stack] * a->rw] : NULL;
   for (size_t r = 0; r < a->rules.nrules; r++) {
     const attr_rule_t *ru = &a->rules.rules[r];
     if (ru->kind != ATTR_R_CATEGORY) continue;
@@ -316,6 +401,42 @@ ms_category ms__attr_classify(const ms_attr_t *a, size_t dev, int64_t alloc_entr
   return MS_CAT_UNKNOWN;
 }
 
+ms_category ms__attr_classify(const ms_attr_t *a, size_t dev, int64_t alloc_entry,
+                              int64_t free_entry, uint32_t stack, uint64_t address,
+                              bool ignore_matches) {
+  /* an alloc entry's category is in the cache (matches= holds only for blocks older than the
+   * trace, so it is the same with ignore_matches) */
+  if (alloc_entry >= 0 && dev < a->ndev && a->dev[dev].ecat && (size_t)alloc_entry < a->dev[dev].n &&
+      a->dev[dev].ecat[alloc_entry] < MS_CAT_COUNT &&
+      free_entry == (a->tl->dev[dev].pair[alloc_entry] == TL_NONE
+                         ? -1 : (int64_t)a->tl->dev[dev].pair[alloc_entry]))
+    return (ms_category)a->dev[dev].ecat[alloc_entry];
+  return attr_classify_in(a, dev, SIZE_MAX, alloc_entry, free_entry, stack, address,
+                          ignore_matches);
+}
+
+/* The category of every alloc entry of device dev, in one pass (spans followed in order). */
+static int attr_dev_ecat(ms_attr_t *a, size_t dev) {
+  attr_dev_t *ad = &a->dev[dev];
+  const tl_dev_t *td = &a->tl->dev[dev];
+  if (ad->n == 0) return MS_OK;
+  ad->ecat = malloc(ad->n);
+  if (!ad->ecat) return MS_ENOMEM;
+  size_t k = 0;
+  for (size_t i = 0; i < ad->n; i++) {
+    while (k + 1 < ad->nspans && ad->spans[k + 1].first <= i) k++;
+    if (td->trace[i].action != MS_TRACE_ALLOC) {
+      ad->ecat[i] = 0xff;
+      continue;
+    }
+    uint32_t fe = td->pair[i];
+    ad->ecat[i] = (uint8_t)attr_classify_in(a, dev, k, (int64_t)i,
+                                            fe == TL_NONE ? -1 : (int64_t)fe, td->trace[i].stack,
+                                            td->trace[i].addr, true);
+  }
+  return MS_OK;
+}
+
 /* The stack that a block's category reads: its alloc entry's, the snapshot's block's when it
  * was alive at the end, none when only its free was recorded. */
 uint32_t ms__attr_block_stack(const ms_attr_t *a, size_t dev, const ms_tl_block_t *b) {
@@ -327,11 +448,9 @@ uint32_t ms__attr_block_stack(const ms_attr_t *a, size_t dev, const ms_tl_block_
 }
 
 ms_category ms__attr_entry_category(const ms_attr_t *a, size_t dev, size_t i) {
-  if (dev >= a->ndev || i >= a->dev[dev].n) return MS_CAT_UNKNOWN;
-  const tl_dev_t *td = &a->tl->dev[dev];
-  uint32_t fe = td->pair[i];
-  return ms__attr_classify(a, dev, (int64_t)i, fe == TL_NONE ? -1 : (int64_t)fe,
-                           td->trace[i].stack, td->trace[i].addr, false);
+  if (dev >= a->ndev || i >= a->dev[dev].n || !a->dev[dev].ecat) return MS_CAT_UNKNOWN;
+  uint8_t c = a->dev[dev].ecat[i];
+  return c < MS_CAT_COUNT ? (ms_category)c : MS_CAT_UNKNOWN;
 }
 
 ms_category ms_attr_entry_category(const ms_attr_t *a, size_t dev, size_t entry) {
@@ -376,10 +495,7 @@ static int attr_dev_grad(ms_attr_t *a, size_t dev) {
   ms_timeline_state_init(&st);
   int rc = ms_timeline_state_at(a->tl, dev, ad->n, &st);
   for (size_t i = 0; i < ad->n && rc == MS_OK; i++) {
-    if (td->trace[i].action != MS_TRACE_ALLOC) continue;
-    int64_t fe = td->pair[i] == TL_NONE ? -1 : (int64_t)td->pair[i];
-    if (ms__attr_classify(a, dev, (int64_t)i, fe, td->trace[i].stack, 0, true) != MS_CAT_GRADIENT)
-      continue;
+    if (ad->ecat[i] != MS_CAT_GRADIENT) continue;
     attr_gs_t g = {attr_span_of(ad, i), td->trace[i].size}; /* the requested size */
     if (MS_VEC_PUSH(&gs, g)) rc = MS_ENOMEM;
   }

@@ -7,6 +7,7 @@
 #ifndef MEMSNAP_LIB_ATTRIBUTION_INTERNAL_H
 #define MEMSNAP_LIB_ATTRIBUTION_INTERNAL_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -96,6 +97,8 @@ typedef struct attr_dev_s {
   uint64_t *grad_addr; /* sorted addresses of the blocks that matches=gradient selects */
   size_t ngrad_addr;
   uint64_t *end_addr, *end_size; /* the blocks alive at the end, by address, and their sizes */
+  uint8_t *ecat;       /* per entry: the category of what an alloc entry allocated (0xff: not
+                          an alloc) */
   size_t nend;
 } attr_dev_t;
 
@@ -114,13 +117,25 @@ struct ms_attr_s {
   uint8_t *fflags;        /* per frame: ATTR_F_* */
   uint64_t *fpat;         /* per frame: pattern set (pw words) */
   size_t rw;              /* words of a rule set */
-  uint64_t *srules;       /* per stack: the rules whose frame conditions hold (rw words) */
-  uint8_t *sphase;        /* per stack: its phase by the phase rules (ATTR_PH_UNSET: none) */
+  uint32_t *sset;         /* per stack: its pattern set (ATTR_NONE: not an allocation's) */
+  uint64_t *set_pat;      /* per distinct pattern set: the set (pw words) */
+  uint64_t *set_rules;    /* per set: the rules whose frame conditions hold (rw words) */
+  uint8_t *set_phase;     /* per set: the phase by the phase rules (ATTR_PH_UNSET: none) */
+  size_t nsets;
+  /* Sources are computed on first use (timeline --by category needs none): under src_mu,
+   * src_state 0 = not yet, 1 = done, else the error. */
+  pthread_mutex_t src_mu;
+  int src_state;
   uint32_t *ssrc;         /* per stack: the source frame (ATTR_NONE: none) */
   uint32_t *sop;          /* per stack: the op frame shown beside it (ATTR_NONE: none) */
   attr_dev_t *dev;
   size_t ndev;
 };
+
+/* The phase of stack st by the phase rules (pre: st < nstacks). */
+static inline uint8_t attr_stack_phase(const ms_attr_t *a, uint32_t st) {
+  return a->sset[st] < a->nsets ? a->set_phase[a->sset[st]] : ATTR_PH_UNSET;
+}
 
 /* classify.c */
 int ms__attr_frames(ms_attr_t *a);
@@ -157,6 +172,8 @@ int ms__attr_lifetimes(const ms_attr_t *a, size_t dev, attr_life_t **out, size_t
 
 /* source.c */
 int ms__attr_sources(ms_attr_t *a);
+/* Computes the sources once, whichever thread asks first. @return MS_OK or MS_ENOMEM. */
+int ms__attr_sources_ready(const ms_attr_t *a);
 /* Writes the source of stack into buf (cap >= 1); @return its length (truncated to cap - 1). */
 size_t ms__attr_source_fmt(const ms_attr_t *a, uint32_t stack, char *buf, size_t cap);
 

@@ -96,6 +96,18 @@ int ms__attr_sources(ms_attr_t *a) {
   return MS_OK;
 }
 
+int ms__attr_sources_ready(const ms_attr_t *ca) {
+  ms_attr_t *a = (ms_attr_t *)ca; /* a cache filled once: the classifier stays immutable to users */
+  pthread_mutex_lock(&a->src_mu);
+  if (a->src_state == 0) {
+    int rc = ms__attr_sources(a);
+    a->src_state = rc == MS_OK ? 1 : rc;
+  }
+  int st = a->src_state;
+  pthread_mutex_unlock(&a->src_mu);
+  return st == 1 ? MS_OK : st;
+}
+
 /* ---- formatting ---------------------------------------------------------------------------- */
 
 typedef struct attr_buf_s {
@@ -212,6 +224,10 @@ static void attr_src_of(const ms_attr_t *a, uint32_t stack, uint32_t *src, uint3
 }
 
 size_t ms_attr_source(const ms_attr_t *a, uint32_t stack, char *buf, size_t cap) {
+  if (ms__attr_sources_ready(a) != MS_OK) {
+    snprintf(buf, cap, "<out of memory>");
+    return strlen("<out of memory>");
+  }
   uint32_t src, op;
   attr_src_of(a, stack, &src, &op);
   return attr_fmt_key(a, src, op, buf, cap);
@@ -376,6 +392,7 @@ int ms_attr_aggregate_state(const ms_attr_t *a, const ms_tl_state_t *st,
                             const ms_tl_filter_t *filter, ms_attr_by by, ms_attr_rows_t *out) {
   if (by != MS_ATTR_BY_CATEGORY && by != MS_ATTR_BY_SOURCE && by != MS_ATTR_BY_STACK)
     return MS_EINVAL;
+  if (by == MS_ATTR_BY_SOURCE) MS_FORWARD_IF_ERROR(ms__attr_sources_ready(a));
   attr_item_t *it;
   size_t n;
   MS_FORWARD_IF_ERROR(attr_items(a, st, filter, by, &it, &n));
