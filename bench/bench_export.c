@@ -67,7 +67,7 @@ static void bench_other_formats(const ms_snapshot_t *s, const ms_timeline_t *tl)
   fprintf(stderr, "  pprof of %zu entries: %.2f s CPU, %.1f MB gzipped\n", s->ntrace, tp,
           (double)bytes / 1e6);
   bytes = 0;
-  ms_export_perfetto_opts_t po = {true};
+  ms_export_perfetto_opts_t po = {true, NULL};
   t0 = cpu_s();
   if (ms_export_perfetto_write(tl, &po, &sink, &eb) != MS_OK) die("perfetto", eb.msg);
   double tf = cpu_s() - t0;

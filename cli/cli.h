@@ -13,7 +13,9 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "memsnap/attribution.h"
 #include "memsnap/common.h"
+#include "memsnap/compare.h"
 #include "memsnap/serialize.h"
 #include "memsnap/snapshot.h"
 #include "memsnap/timeline.h"
@@ -51,6 +53,7 @@ int cmd_view(int argc, char **argv);
 int cmd_trace_plot(int argc, char **argv);
 int cmd_segment_plot(int argc, char **argv);
 int cmd_explain(int argc, char **argv);
+int cmd_check(int argc, char **argv);
 
 /* The table, NULL-terminated (main.c). */
 extern const struct cli_cmd cli_commands[];
@@ -274,6 +277,27 @@ void cli_top_label(const ms_snapshot_t *s, const cli_top_t *t, size_t i, char *b
  * filter keeps ("<no frame>" when none, "<no stack recorded>" for MS_SNAP_NO_STACK). */
 void cli_stack_label(const ms_snapshot_t *s, uint32_t stack, char *buf, size_t cap);
 
+/* ---- categories and sources (cli/categories.c, issue #27) ---- */
+
+/* Builds the classifier of snap over tl with the rules file rules_path (NULL: the defaults);
+ * prints the error (naming the file and line of a bad rule). @return CLI_OK or CLI_FAILURE. */
+int cli_attr_open(const ms_snapshot_t *snap, const ms_timeline_t *tl, const char *rules_path,
+                  ms_attr_t **out);
+/* `memory --by category`: the allocated blocks (of every device at its end, or of one device at
+ * the moment ta gives) as a flame graph whose first level is the category, then the stack
+ * (PyTorch's filter), widths the block sizes; rendered as cli_render (mode, fo) or as JSON
+ * records. @return CLI_OK or CLI_FAILURE (printed). */
+int cli_memory_by_category(const ms_snapshot_t *snap, const char *name, const cli_tl_args_t *ta,
+                           const char *rules, const char *output, cli_render_mode mode,
+                           const ms_flame_options_t *fo, bool json);
+/* `timeline --by category`: for device dev over steps [from, to], the bytes of each category at
+ * the peak of allocated and each category's own peak (text, or one JSON object per device).
+ * @return CLI_OK or CLI_FAILURE (printed). */
+int cli_timeline_categories(FILE *out, const ms_timeline_t *tl, const ms_attr_t *a, size_t dev,
+                            size_t from, size_t to, bool json);
+/* "category", "source", "stack". @return true when s is one of them. */
+bool cli_attr_by_parse(const char *s, ms_attr_by *by);
+
 /* ---- many ranks (cli/ranks.c, issue #17 §4) ---- */
 
 /* `stats`, `top` and `timeline` with several FILEs or a directory: one row per file (rank): peaks, fragmentation at the peak, OOMs, the largest stack then; the
@@ -290,5 +314,19 @@ bool cli_ranks_wanted(char **files, int nfiles);
  * *out (free with cli_files_free) and *nout. @return CLI_OK or CLI_FAILURE (printed). */
 int cli_expand_files(char **args, int nargs, char ***out, int *nout);
 void cli_files_free(char **files, int n);
+
+/* ---- compare's report and its many-ranks form (cli/compare-report.c, cli/compare-ranks.c,
+ * issue #28) ---- */
+
+/* `compare`'s default: the comparison of snaps (BEFORE, AFTER; at[]: the moments' texts, NULL =
+ * the peak) as text or JSON on stdout. @return CLI_OK or CLI_FAILURE (printed). */
+int cli_compare_report(const char *names[2], const ms_snapshot_t *snaps[2], const char *at[2],
+                       const ms_compare_options_t *o, bool json);
+/* Warnings about sides that differ in kind: devices, a side without a trace, device sizes. */
+void cli_compare_warnings(const char *names[2], const ms_compare_t *c);
+/* `compare DIR_A DIR_B`: the files of both directories paired by name, one row per rank, and the
+ * ranks whose change stands out. @return CLI_OK, CLI_FAILURE or CLI_USAGE. */
+int cli_compare_ranks(const char *dir_a, const char *dir_b, const ms_compare_options_t *o,
+                      bool json, const char *jobs_s);
 
 #endif /* MEMSNAP_CLI_H */

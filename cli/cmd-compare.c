@@ -1,43 +1,64 @@
 /* SPDX-License-Identifier: MIT
- * memsnap CLI: `memsnap compare BEFORE AFTER [-o OUT] [--folded | --json] [--stacks]`.
+ * memsnap CLI: `memsnap compare BEFORE AFTER` (issue #28, docs/compare.md).
  *
- * Default: what `_memory_viz.py compare` was meant to do (its CLI always crashes, passing whole
+ * Default: what changed, explained (cli/compare-report.c over memsnap/compare.h): the totals
+ * before, after and their change, the change by category and by source line, the settings that
+ * differ, the leak suspects. Two directories: the ranks paired by name (cli/compare-ranks.c).
+ * --segments: what `_memory_viz.py compare` was meant to do (its CLI always crashes, passing whole
  * snapshots where segment lists are expected): the segments only in BEFORE and only in AFTER,
  * keyed by (address, total_size), listed on stdout as sorted Python lists, and their blocks drawn
- * under `only_before;` and `only_after;` (memsnap/views.h).
+ * under `only_before;` and `only_after;` (memsnap/views.h); -o, --folded, --title, --width and
+ * --minwidth ask for a graph, so without --stacks they imply --segments.
  * --stacks: one differential flame graph of both snapshots' memory views (stream, block state,
  * stack), each frame as wide as the larger of its sizes and coloured by its change.
  */
 #include <inttypes.h>
 #include <stdbool.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli.h"
 
 static const char compare_usage[] =
-    "usage: memsnap compare BEFORE AFTER [-o OUT] [--folded | --json] [--stacks] [--at MOMENT [--at MOMENT]]\n"
-    "       memsnap compare FILE --at MOMENT --at MOMENT [-o OUT] [--folded | --json] [--stacks]\n"
+    "usage: memsnap compare BEFORE AFTER [--at MOMENT [--at MOMENT]] [--device N] [-n N] [--json]\n"
+    "       memsnap compare FILE --at MOMENT --at MOMENT [--device N] [-n N] [--json]\n"
+    "       memsnap compare DIR_A DIR_B [--json] [--jobs N]\n"
+    "       memsnap compare BEFORE AFTER --segments [-o OUT] [--folded | --json]\n"
+    "       memsnap compare BEFORE AFTER --stacks [-o OUT] [--folded | --json]\n"
     "\n"
-    "Compares two snapshots of the same process. By default, lists the segments only in BEFORE\n"
-    "and only in AFTER (by address and size; `only_before = [...]`, `only_after = [...]`, sorted)\n"
-    "and draws their blocks under only_before; and only_after; as `_memory_viz.py compare` was\n"
-    "meant to. With --stacks, draws one differential flame graph of both snapshots by stream,\n"
-    "block state and stack: frames that grew, shrank, are new or are gone in four colours.\n"
-    "BEFORE and AFTER are memsnap snapshots or PyTorch pickles (one of them may be '-').\n"
+    "Explains what changed between two snapshots, or two moments of one: peak allocated, reserved\n"
+    "and requested memory before, after and their change; at the moments, allocated, reserved,\n"
+    "segments and blocks; the change in allocated bytes by category and by source line, largest\n"
+    "first; the allocator settings that differ; and leak suspects: sources whose allocations made\n"
+    "in each step (ProfilerStep#N) stay alive, by about the same amount every step. Two\n"
+    "directories of per-rank files: the ranks paired by file name, and those whose change stands\n"
+    "out. BEFORE and AFTER are memsnap snapshots or PyTorch pickles (one of them may be '-').\n"
+    "\n"
+    "With --segments (implied by -o, --folded, --title, --width, --minwidth without --stacks),\n"
+    "lists the segments only in BEFORE and only in AFTER (by address and size; `only_before =\n"
+    "[...]`, `only_after = [...]`, sorted) and draws their blocks under only_before; and\n"
+    "only_after; as `_memory_viz.py compare` was meant to. With --stacks, draws one differential\n"
+    "flame graph of both snapshots by stream, block state and stack: frames that grew, shrank,\n"
+    "are new or are gone in four colours.\n"
     "\n"
     "options:\n"
-    "  -o, --output OUT  write to OUT ('-' = standard output; default: output.svg, and\n"
+    "  --at MOMENT       compare the state at MOMENT (peak, peak-reserved, end, oom, step=N, an\n"
+    "                    entry index N, or a time t=MICROSECONDS / MICROSECONDSus): one --at\n"
+    "                    applies to both files; two apply to BEFORE and AFTER, or to two moments\n"
+    "                    of one FILE (default: each side's peak of allocated memory)\n"
+    "  --device N        only device N (default: the device with the longest trace)\n"
+    "  -n N              list the N sources that changed most (default 20)\n"
+    "  --json            the report as JSON (with --segments/--stacks: the segment lists and the\n"
+    "                    records of each side)\n"
+    "  --jobs N          directories: read N files at a time (default: one per core)\n"
+    "  --segments        the segment diff of _memory_viz.py instead of the report\n"
+    "  --stacks          a differential flame graph of all stacks instead of the report\n"
+    "  -o, --output OUT  the graph's file ('-' = standard output; default: output.svg, and\n"
     "                    standard output with --folded; an SVG is not written to a terminal)\n"
     "  --folded          write folded stacks instead of an SVG (with --stacks: merged\n"
     "                    `STACK BEFORE AFTER` lines, as difffolded.pl writes them)\n"
-    "  --json            the same as JSON: the segment lists and the records of each side\n"
-    "  --stacks          a differential flame graph of all stacks instead of the segment diff\n"
-    "  --at MOMENT       compare the state at MOMENT (peak, peak-reserved, end, an entry index\n"
-    "                    N, or a time t=MICROSECONDS / MICROSECONDSus): one --at applies to both\n"
-    "                    files; two apply to BEFORE and AFTER, or to two moments of one FILE\n"
-    "  --device N        only device N (with --at: default the device with the longest trace)\n"
-    "  --range A:B       with --at: peaks within trace entries A to B\n"
-    "  --stream S        only segments of stream S; --pool A,B: only segments of pool (A, B)\n"
+    "  --range A:B       graphs with --at: peaks within trace entries A to B\n"
+    "  --stream S        graphs: only segments of stream S; --pool A,B: only segments of pool (A, B)\n"
     "  --title TEXT      the SVG's title (default: the files, e.g.\n"
     "                    'compare \u2014 a.pickle \u2192 b.pickle')\n"
     "  --width PX        the SVG's width (default 1200)\n"
@@ -148,31 +169,57 @@ static int compare_side(const ms_snapshot_t *snap, const char *name, const cli_t
   return cli_at_snapshot(snap, name, &ta, true, view, NULL, NULL);
 }
 
-int cmd_compare(int argc, char **argv) {
-  int folded = 0, stacks = 0, json = 0;
-  cli_view_opts_t vo = {NULL, NULL, NULL};
-  const char *output = NULL;
-  const char *device_s = NULL, *range_s = NULL, *stream_s = NULL, *pool_s = NULL;
-  const struct cli_opt opts[] = {{"output", 'o', NULL, &output},
-                                 {"folded", 0, &folded, NULL},
-                                 {"stacks", 0, &stacks, NULL},
-                                 {"json", 0, &json, NULL},
-                                 {"device", 0, NULL, &device_s},
-                                 {"range", 0, NULL, &range_s},
-                                 {"stream", 0, NULL, &stream_s},
-                                 {"pool", 0, NULL, &pool_s},
-                                 {"title", 0, NULL, &vo.title},
-                                 {"width", 0, NULL, &vo.width},
-                                 {"minwidth", 0, NULL, &vo.minwidth},
-                                 {NULL, 0, NULL, NULL}};
-  const char *at[2] = {NULL, NULL};
-  int nat = compare_take_at(&argc, argv, at);
-  if (nat < 0) return cli_usage_error("compare", "option '--at' is given at most twice, each with a value");
-  char *pos[2];
-  int npos = 0;
-  int rc = cli_parse_options("compare", compare_usage, opts, argc, argv, pos, 2, &npos);
-  if (rc == CLI_HELP_SHOWN) return CLI_OK;
+static bool compare_is_dir(const char *path) {
+  struct stat st;
+  return strcmp(path, "-") != 0 && stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+/* The report (the default): two files, or one file at two moments, or two directories. */
+static int compare_report_main(char **pos, int npos, const char *at[2], int nat, bool json,
+                               const char *device_s, const char *n_s, const char *jobs_s) {
+  ms_compare_options_t co;
+  ms_compare_options_init(&co);
+  cli_tl_args_t ta;
+  int rc = cli_tl_args_parse("compare", &ta, device_s, NULL, NULL, NULL, NULL);
   if (rc != CLI_OK) return rc;
+  if (ta.has_device) co.device = (int)ta.device;
+  if (n_s) {
+    uint64_t v;
+    if (!cli_parse_u64(n_s, &v) || v == 0 || v > 1000000)
+      return cli_usage_error("compare", "option '-n' needs a number from 1 to 1000000, not '%s'",
+                             n_s);
+    co.nrows = (size_t)v;
+  }
+  const char *ats[2] = {at[0], nat == 2 ? at[1] : at[0]};
+  for (int s = 0; s < 2; s++) {
+    if (!ats[s]) continue;
+    ms_errbuf_t eb = {{0}};
+    if (ms_tl_moment_parse(ats[s], &co.moment[s], &eb) != MS_OK)
+      return cli_usage_error("compare", "option '--at': %s", eb.msg);
+    co.has_moment[s] = true;
+  }
+  if (npos == 2 && compare_is_dir(pos[0]) && compare_is_dir(pos[1])) {
+    if (nat) return cli_usage_error("compare", "--at does not apply to directories");
+    return cli_compare_ranks(pos[0], pos[1], &co, json, jobs_s);
+  }
+  if (jobs_s) return cli_usage_error("compare", "--jobs applies to two directories");
+  bool one_file = npos == 1;
+  ms_snapshot_t *snaps[2] = {NULL, NULL};
+  if ((rc = cli_load_ex(pos[0], MS_LOAD_NO_FREE_STACKS, &snaps[0])) != CLI_OK) return rc;
+  if (!one_file && (rc = cli_load_ex(pos[1], MS_LOAD_NO_FREE_STACKS, &snaps[1])) != CLI_OK) {
+    ms_snapshot_free(snaps[0]);
+    return rc;
+  }
+  const char *names[2] = {cli_display_name(pos[0]), cli_display_name(pos[one_file ? 0 : 1])};
+  const ms_snapshot_t *cs[2] = {snaps[0], one_file ? snaps[0] : snaps[1]};
+  rc = cli_compare_report(names, cs, ats, &co, json);
+  ms_snapshot_free(snaps[0]);
+  ms_snapshot_free(snaps[1]);
+  return rc;
+}
+
+/* BEFORE and AFTER, or FILE with two moments. @return CLI_OK or CLI_USAGE (printed). */
+static int compare_check_files(char **pos, int npos, int nat) {
   bool one_file = npos == 1 && nat == 2;
   if (npos < 2 && !one_file) {
     if (npos == 1)
@@ -182,7 +229,42 @@ int cmd_compare(int argc, char **argv) {
   }
   if (!one_file && strcmp(pos[0], "-") == 0 && strcmp(pos[1], "-") == 0)
     return cli_usage_error("compare", "only one of BEFORE and AFTER can be '-' (standard input)");
-  if (folded && json) return cli_usage_error("compare", "--folded and --json exclude each other");
+  return CLI_OK;
+}
+
+int cmd_compare(int argc, char **argv) {
+  int folded = 0, stacks = 0, json = 0, segments = 0;
+  cli_view_opts_t vo = {NULL, NULL, NULL};
+  const char *output = NULL, *n_s = NULL, *jobs_s = NULL;
+  const char *device_s = NULL, *range_s = NULL, *stream_s = NULL, *pool_s = NULL;
+  const struct cli_opt opts[] = {
+      {"output", 'o', NULL, &output}, {"folded", 0, &folded, NULL}, {"stacks", 0, &stacks, NULL},
+      {"segments", 0, &segments, NULL}, {"json", 0, &json, NULL}, {"device", 0, NULL, &device_s},
+      {"range", 0, NULL, &range_s}, {"stream", 0, NULL, &stream_s}, {"pool", 0, NULL, &pool_s},
+      {"title", 0, NULL, &vo.title}, {"width", 0, NULL, &vo.width},
+      {"minwidth", 0, NULL, &vo.minwidth}, {"n", 'n', NULL, &n_s}, {"jobs", 0, NULL, &jobs_s},
+      {NULL, 0, NULL, NULL}};
+  const char *at[2] = {NULL, NULL};
+  int nat = compare_take_at(&argc, argv, at);
+  if (nat < 0) return cli_usage_error("compare", "option '--at' is given at most twice, each with a value");
+  char *pos[2];
+  int npos = 0;
+  int rc = cli_parse_options("compare", compare_usage, opts, argc, argv, pos, 2, &npos);
+  if (rc == CLI_HELP_SHOWN) return CLI_OK;
+  if (rc != CLI_OK) return rc;
+  bool one_file = npos == 1 && nat == 2;
+  if ((rc = compare_check_files(pos, npos, nat)) != CLI_OK) return rc;
+  if (segments && stacks) return cli_usage_error("compare", "--segments and --stacks exclude each other");
+  bool graph = output || folded || vo.title || vo.width || vo.minwidth;
+  if (!stacks && !segments && !graph) {
+    if (range_s || stream_s || pool_s)
+      return cli_usage_error("compare", "--range, --stream and --pool apply to --segments, --stacks");
+    return compare_report_main(pos, npos, at, nat, json, device_s, n_s, jobs_s);
+  }
+  if (n_s || jobs_s || (folded && json))
+    return cli_usage_error("compare", folded && json ? "--folded and --json exclude each other"
+                           : n_s ? "-n applies to the report, not to --segments or --stacks"
+                                 : "--jobs applies to the report, not to --segments or --stacks");
   if ((rc = cli_output_default("compare", &output, !folded && !json)) != CLI_OK) return rc;
   ms_flame_options_t fo;
   ms_flame_options_init(&fo);

@@ -20,8 +20,8 @@
 
 static const char export_usage[] =
     "usage: memsnap export FILE...|DIR --sqlite OUT.db [--rank N]\n"
-    "       memsnap export FILE --pprof OUT.pb.gz [--at MOMENT] [--device N]\n"
-    "       memsnap export FILE --perfetto OUT.json [--allocations]\n"
+    "       memsnap export FILE --pprof OUT.pb.gz [--at MOMENT] [--device N] [--categories R]\n"
+    "       memsnap export FILE --perfetto OUT.json [--allocations] [--categories R]\n"
     "\n"
     "Writes snapshots where other tools read them: a SQLite database (every FILE, one per\n"
     "rank, or every file of DIR, into one database with file_id and rank columns), a pprof\n"
@@ -38,7 +38,10 @@ static const char export_usage[] =
     "  --at MOMENT          with --pprof: the moment of inuse_* (default: peak; see `memsnap top`)\n"
     "  --device N           with --pprof: device N (default: the device with the longest trace)\n"
     "  --perfetto OUT.json  write a Chrome trace event JSON file of one FILE ('-': stdout)\n"
-    "  --allocations        with --perfetto: one slice per allocation, from alloc to free\n"
+    "  --allocations        with --perfetto: one slice per allocation, from alloc to free,\n"
+    "                       named by its source, with its category\n"
+    "  --categories RULES   with --pprof or --perfetto: a rules file extending the default\n"
+    "                       rules of sources and categories (docs/categories.md)\n"
     "  -h, --help           show this help\n";
 
 /* Refuses an output that is one of the inputs (the same file, under any name). */
@@ -179,27 +182,44 @@ static int export_open(const char *file, const char *device_s, const char *at_s,
 typedef int export_write_fn(const ms_timeline_t *tl, size_t dev, size_t step, const void *arg,
                             ms_sink_t *sink, ms_errbuf_t *eb);
 
+/* What the writers take: the Chrome trace's options, the classifier of --categories (NULL: the
+ * default rules). */
+typedef struct export_arg_s {
+  ms_export_perfetto_opts_t po;
+  const char *rules;
+  const ms_attr_t *attr;
+} export_arg_t;
+
 static int export_pprof_fn(const ms_timeline_t *tl, size_t dev, size_t step, const void *arg,
                            ms_sink_t *sink, ms_errbuf_t *eb) {
-  (void)arg;
-  return ms_export_pprof_write(tl, dev, step, sink, eb);
+  return ms_export_pprof_write_ex(tl, ((const export_arg_t *)arg)->attr, dev, step, sink, eb);
 }
 
 static int export_perfetto_fn(const ms_timeline_t *tl, size_t dev, size_t step, const void *arg,
                               ms_sink_t *sink, ms_errbuf_t *eb) {
   (void)dev;
   (void)step;
-  return ms_export_perfetto_write(tl, arg, sink, eb);
+  const export_arg_t *x = arg;
+  ms_export_perfetto_opts_t po = x->po;
+  po.attr = x->attr;
+  return ms_export_perfetto_write(tl, &po, sink, eb);
 }
 
 /* One FILE to one output through fn. */
 static int export_one(const char *file, const char *out, const char *device_s, const char *at_s,
-                      export_write_fn *fn, const void *arg) {
+                      export_write_fn *fn, export_arg_t *arg) {
   ms_snapshot_t *snap = NULL;
   ms_timeline_t *tl = NULL;
   size_t dev = 0, step = 0;
   int rc = export_open(file, device_s, at_s, &snap, &tl, &dev, &step);
   if (rc != CLI_OK) return rc;
+  ms_attr_t *attr = NULL;
+  if (arg->rules && (rc = cli_attr_open(snap, tl, arg->rules, &attr)) != CLI_OK) {
+    ms_timeline_destroy(tl);
+    ms_snapshot_free(snap);
+    return rc;
+  }
+  arg->attr = attr;
   cli_out_t o;
   if ((rc = cli_out_open(&o, out)) == CLI_OK) {
     ms_errbuf_t eb = {{0}};
@@ -216,6 +236,7 @@ static int export_one(const char *file, const char *out, const char *device_s, c
       rc = cli_out_commit(&o);
     }
   }
+  ms_attr_destroy(attr);
   ms_timeline_destroy(tl);
   ms_snapshot_free(snap);
   return rc;
@@ -223,7 +244,7 @@ static int export_one(const char *file, const char *out, const char *device_s, c
 
 int cmd_export(int argc, char **argv) {
   const char *sqlite_s = NULL, *pprof_s = NULL, *perfetto_s = NULL, *rank_s = NULL,
-             *at_s = NULL, *device_s = NULL;
+             *at_s = NULL, *device_s = NULL, *rules_s = NULL;
   int allocations = 0;
   const struct cli_opt opts[] = {{"sqlite", 0, NULL, &sqlite_s},
                                  {"pprof", 0, NULL, &pprof_s},
@@ -232,6 +253,7 @@ int cmd_export(int argc, char **argv) {
                                  {"at", 0, NULL, &at_s},
                                  {"device", 0, NULL, &device_s},
                                  {"allocations", 0, &allocations, NULL},
+                                 {"categories", 0, NULL, &rules_s},
                                  {NULL, 0, NULL, NULL}};
   char **pos = calloc((size_t)argc + 1, sizeof *pos);
   if (!pos) {
@@ -265,6 +287,11 @@ int cmd_export(int argc, char **argv) {
                                    "--allocations with --perfetto");
     goto out;
   }
+  if (rules_s && sqlite_s) {
+    rc = cli_usage_error("export", "--categories goes with --pprof and --perfetto (the SQLite "
+                                   "export uses the default rules)");
+    goto out;
+  }
   if (sqlite_s && strcmp(sqlite_s, "-") == 0) {
     rc = cli_usage_error("export", "--sqlite needs a file name, not '-'");
     goto out;
@@ -278,11 +305,12 @@ int cmd_export(int argc, char **argv) {
       rc = export_sqlite(sqlite_s, files, nfiles, rank_s);
     cli_files_free(files, nfiles);
   }
-  else if (pprof_s)
-    rc = export_one(pos[0], pprof_s, device_s, at_s ? at_s : "peak", export_pprof_fn, NULL);
   else {
-    ms_export_perfetto_opts_t po = {allocations != 0};
-    rc = export_one(pos[0], perfetto_s, NULL, NULL, export_perfetto_fn, &po);
+    export_arg_t xa = {{allocations != 0, NULL}, rules_s, NULL};
+    if (pprof_s)
+      rc = export_one(pos[0], pprof_s, device_s, at_s ? at_s : "peak", export_pprof_fn, &xa);
+    else
+      rc = export_one(pos[0], perfetto_s, NULL, NULL, export_perfetto_fn, &xa);
   }
 out:
   free(pos);

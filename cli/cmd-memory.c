@@ -7,7 +7,7 @@
 
 static const char memory_usage[] =
     "usage: memsnap memory FILE [-o OUT] [--folded | --json] [--at MOMENT] [--device N]\n"
-    "                       [--range A:B] [--stream S] [--pool A,B]\n"
+    "                       [--range A:B] [--stream S] [--pool A,B] [--by category]\n"
     "\n"
     "Draws a flame graph of the memory of FILE by stream, block state and allocation stack,\n"
     "as PyTorch's `_memory_viz.py memory`. Widths are bytes: requested bytes for allocations,\n"
@@ -26,6 +26,10 @@ static const char memory_usage[] =
     "  --range A:B       with --at: peaks within trace entries A to B; alone: the state after B\n"
     "  --stream S        only segments of stream S (a raw handle, decimal or 0x...)\n"
     "  --pool A,B        only segments of private pool (A, B); 0,0 is the default pool\n"
+    "  --by category     a first level by category (parameter, gradient, optimizer_state,\n"
+    "                    activation, temporary, input, autograd_detail, unknown), widths the\n"
+    "                    allocated blocks' sizes (docs/categories.md)\n"
+    "  --categories RULES  with --by category: a rules file extending the defaults\n"
     "  --title TEXT      the SVG's title (default: the view and the file, e.g.\n"
     "                    'memory \u2014 x.pickle (device 0)')\n"
     "  --width PX        the SVG's width (default 1200)\n"

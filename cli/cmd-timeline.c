@@ -17,7 +17,7 @@
 
 static const char timeline_usage[] =
     "usage: memsnap timeline FILE [--json [--segments] [--max-entries N]] [--steps] [--device N]\n"
-    "                        [--range A:B|step=N] [--stream S] [--pool ID]\n"
+    "                        [--range A:B|step=N] [--stream S] [--pool ID] [--by category]\n"
     "       memsnap timeline FILE FILE...|DIR [--json] [--jobs N]\n"
     "\n"
     "Memory over time. By default prints, for each device: the number of trace entries, the\n"
@@ -40,6 +40,9 @@ static const char timeline_usage[] =
     "                     step=N: the entries of step N (ProfilerStep#N)\n"
     "  --stream S         (text) count only segments of stream S (raw handle, decimal or 0x..)\n"
     "  --pool ID          (text) count only segments of private pool ID (`A,B`; 0,0 = default)\n"
+    "  --by category      also the allocated bytes of each category at the peak, and each\n"
+    "                     category's own peak (docs/categories.md); with --json, that as JSON\n"
+    "  --categories RULES with --by category: a rules file extending the default rules\n"
     "  --jobs N           with several FILEs (one per rank) or a DIR of them: read N files at\n"
     "                     a time (default: one per core); prints one row per file: peaks,\n"
     "                     fragmentation, OOMs, the largest stack at the peak, the highest rank\n"
@@ -222,8 +225,13 @@ static int timeline_steps(FILE *out, const ms_timeline_t *tl, size_t dev, size_t
   return CLI_OK;
 }
 
+/* One device's part of the text (or of --by category's JSON). */
+static int timeline_device(FILE *out, const ms_snapshot_t *snap, const char *name,
+                           const cli_tl_args_t *ta, const ms_timeline_t *tl, const ms_attr_t *a,
+                           size_t dev, bool json, bool steps, bool *any_segment, bool *first);
+
 static int timeline_text(const ms_snapshot_t *snap, const char *name, const cli_tl_args_t *ta,
-                         bool steps) {
+                         bool by_category, const char *rules, bool json, bool steps) {
   ms_timeline_t *tl = NULL;
   int rc;
   size_t only = SIZE_MAX;
@@ -236,17 +244,43 @@ static int timeline_text(const ms_snapshot_t *snap, const char *name, const cli_
   if ((rc = cli_tl_open(snap, name, ta, &tl)) != CLI_OK) return rc;
   FILE *out = stdout;
   bool any_segment = false;
+  ms_attr_t *a = NULL;
+  if (by_category) rc = cli_attr_open(snap, tl, rules, &a);
+  bool first = true;
+  if (rc == CLI_OK && json) fputc('[', out);
   for (size_t dev = 0; dev < ms_timeline_ndevices(tl) && rc == CLI_OK; dev++) {
     if (only != SIZE_MAX && dev != only) continue;
+    rc = timeline_device(out, snap, name, ta, tl, a, dev, json, steps, &any_segment, &first);
+  }
+  if (rc == CLI_OK && json) fputs("]\n", out);
+  ms_attr_destroy(a);
+  if (rc == CLI_OK && !any_segment && (ta->filter.has_stream || ta->filter.has_pool)) {
+    cli_error("'%s': no segment matches the filter (--stream/--pool) at any moment", name);
+    rc = CLI_FAILURE;
+  }
+  ms_timeline_destroy(tl);
+  return rc;
+}
+
+static int timeline_device(FILE *out, const ms_snapshot_t *snap, const char *name,
+                           const cli_tl_args_t *ta, const ms_timeline_t *tl, const ms_attr_t *a,
+                           size_t dev, bool json, bool steps, bool *any_segment, bool *first) {
+  int rc = CLI_OK;
+  {
     size_t n = ms_timeline_nentries(tl, dev);
     const uint64_t *res = ms_timeline_series(tl, dev, MS_TL_RESERVED);
     bool has_seg = false;
     for (size_t i = 0; i < snap->nsegments && !has_seg; i++)
       has_seg = snap->segments[i].device == (int64_t)dev;
-    if (n == 0 && !has_seg) continue;
+    if (n == 0 && !has_seg) return CLI_OK;
     size_t from, to;
-    if ((rc = cli_tl_steps(tl, name, ta, dev, &from, &to)) != CLI_OK) break;
-    for (size_t s = from; s <= to && !any_segment; s++) any_segment = res[s] > 0;
+    if ((rc = cli_tl_steps(tl, name, ta, dev, &from, &to)) != CLI_OK) return rc;
+    for (size_t s = from; s <= to && !*any_segment; s++) *any_segment = res[s] > 0;
+    if (json) {
+      if (!*first) fputc(',', out);
+      *first = false;
+      return cli_timeline_categories(out, tl, a, dev, from, to, true);
+    }
     fprintf(out, "device %zu: %zu trace entries", dev, n);
     if (ta->has_range) fprintf(out, ", showing entries %zu to %zu", from, to ? to - 1 : 0);
     fputc('\n', out);
@@ -258,10 +292,10 @@ static int timeline_text(const ms_snapshot_t *snap, const char *name, const cli_
       le = e;
     }
     if (fe) {
-      char a[96], b[96];
-      cli_format_time(fe, a, sizeof a);
-      cli_format_time(le, b, sizeof b);
-      fprintf(out, "  first entry: %s\n  last entry:  %s\n  duration: %.6f s\n", a, b,
+      char t1[96], t2[96];
+      cli_format_time(fe, t1, sizeof t1);
+      cli_format_time(le, t2, sizeof t2);
+      fprintf(out, "  first entry: %s\n  last entry:  %s\n  duration: %.6f s\n", t1, t2,
               ((double)le->time_us - (double)fe->time_us) / 1e6); /* no int64_t overflow */
     } else if (to > from) {
       fprintf(out, "  (the entries have no timestamps)\n");
@@ -270,9 +304,10 @@ static int timeline_text(const ms_snapshot_t *snap, const char *name, const cli_
         ta->filter.has_stream || ta->filter.has_pool ? &ta->filter : NULL;
     rc = timeline_peak(out, tl, dev, MS_TL_ALLOCATED, from, to, f);
     if (rc == CLI_OK) rc = timeline_peak(out, tl, dev, MS_TL_RESERVED, from, to, f);
-    if (rc != CLI_OK) break;
+    if (rc == CLI_OK && a) rc = cli_timeline_categories(out, tl, a, dev, from, to, false);
+    if (rc != CLI_OK) return rc;
     timeline_ooms(out, tl, dev, from, to);
-    if (steps && (rc = timeline_steps(out, tl, dev, from, to)) != CLI_OK) break;
+    if (steps && (rc = timeline_steps(out, tl, dev, from, to)) != CLI_OK) return rc;
     fprintf(out, "  %s:\n", to == n ? "final state (the snapshot)" : "state at the end of the range");
     for (int m = 0; m < MS_TL_METRIC_COUNT; m++) {
       fprintf(out, "    %-10s ", ms_tl_metric_name((ms_tl_metric)m));
@@ -287,19 +322,16 @@ static int timeline_text(const ms_snapshot_t *snap, const char *name, const cli_
       fputc('\n', out);
     }
   }
-  if (rc == CLI_OK && !any_segment && (ta->filter.has_stream || ta->filter.has_pool)) {
-    cli_error("'%s': no segment matches the filter (--stream/--pool) at any moment", name);
-    rc = CLI_FAILURE;
-  }
-  ms_timeline_destroy(tl);
   return rc;
 }
 
 int cmd_timeline(int argc, char **argv) {
   int json = 0, segments = 0, steps = 0;
   const char *max_entries_s = NULL, *device_s = NULL, *range_s = NULL, *stream_s = NULL,
-             *pool_s = NULL, *jobs_s = NULL;
+             *pool_s = NULL, *jobs_s = NULL, *by_s = NULL, *rules_s = NULL;
   const struct cli_opt opts[] = {{"json", 0, &json, NULL},
+                                 {"by", 0, NULL, &by_s},
+                                 {"categories", 0, NULL, &rules_s},
                                  {"jobs", 0, NULL, &jobs_s},
                                  {"segments", 0, &segments, NULL},
                                  {"steps", 0, &steps, NULL},
@@ -314,7 +346,8 @@ int cmd_timeline(int argc, char **argv) {
   int npos = 0;
   int rc = cli_parse_options("timeline", timeline_usage, opts, argc, argv, pos, argc, &npos);
   if (rc == CLI_OK && cli_ranks_wanted(pos, npos)) { /* many ranks (cli/ranks.c) */
-    if (segments || steps || max_entries_s || device_s || range_s || stream_s || pool_s)
+    if (segments || steps || max_entries_s || device_s || range_s || stream_s || pool_s || by_s ||
+        rules_s)
       rc = cli_usage_error("timeline", "with several FILEs only --json and --jobs apply");
     else
       rc = cli_ranks("timeline", pos, npos, json != 0, jobs_s);
@@ -339,6 +372,13 @@ int cmd_timeline(int argc, char **argv) {
                              max_entries_s);
     max_entries = (size_t)v;
   }
+  if (by_s && strcmp(by_s, "category") != 0)
+    return cli_usage_error("timeline", "option '--by' takes only 'category', not '%s'", by_s);
+  if (rules_s && !by_s)
+    return cli_usage_error("timeline", "option '--categories' needs '--by category'");
+  if (by_s && (segments || max_entries_s || stream_s || pool_s))
+    return cli_usage_error("timeline", "option '--by category' counts every segment and is not "
+                           "the viewer's data: no --segments, --max-entries, --stream, --pool");
   if (json && steps)
     return cli_usage_error("timeline", "option '--steps' does not apply to '--json'");
   if (!json && (segments || max_entries_s))
@@ -352,10 +392,10 @@ int cmd_timeline(int argc, char **argv) {
   /* the trace is read through the time index, which never uses free_requested's stacks */
   if ((rc = cli_load_ex(file, MS_LOAD_NO_FREE_STACKS, &snap)) != CLI_OK) return rc;
   const char *name = cli_display_name(file);
-  if (json)
+  if (json && !by_s)
     rc = timeline_json(snap, name, &ta, segments != 0, max_entries);
   else
-    rc = timeline_text(snap, name, &ta, steps != 0);
+    rc = timeline_text(snap, name, &ta, by_s != NULL, rules_s, json != 0, steps != 0);
   ms_snapshot_free(snap);
   return rc;
 }

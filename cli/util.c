@@ -339,7 +339,9 @@ int cli_view_main(const char *cmd, const char *usage, ms_view_kind kind, int arg
   const char *output = NULL;
   cli_view_opts_t vo = {NULL, NULL, NULL};
   const char *at_s = NULL, *device_s = NULL, *range_s = NULL, *stream_s = NULL, *pool_s = NULL;
+  const char *by_s = NULL, *rules_s = NULL; /* memory --by category (issue #27) */
   const struct cli_opt opts[] = {{"output", 'o', NULL, &output}, {"folded", 0, &folded, NULL},
+                                 {"by", 0, NULL, &by_s},         {"categories", 0, NULL, &rules_s},
                                  {"json", 0, &json, NULL},       {"at", 0, NULL, &at_s},         {"device", 0, NULL, &device_s},
                                  {"range", 0, NULL, &range_s},   {"stream", 0, NULL, &stream_s},
                                  {"pool", 0, NULL, &pool_s},     {"title", 0, NULL, &vo.title},
@@ -352,6 +354,9 @@ int cli_view_main(const char *cmd, const char *usage, ms_view_kind kind, int arg
   if (rc != CLI_OK) return rc;
   if (npos < 1) return cli_usage_error(cmd, "missing FILE");
   if (folded && json) return cli_usage_error(cmd, "--folded and --json exclude each other");
+  if (by_s && (kind != MS_VIEW_MEMORY || strcmp(by_s, "category") != 0))
+    return cli_usage_error(cmd, "option '--by' takes only 'category' (memory), not '%s'", by_s);
+  if (rules_s && !by_s) return cli_usage_error(cmd, "option '--categories' needs '--by category'");
   if ((rc = cli_output_default(cmd, &output, !folded && !json)) != CLI_OK) return rc;
   ms_flame_options_t fo;
   ms_flame_options_init(&fo);
@@ -362,11 +367,11 @@ int cli_view_main(const char *cmd, const char *usage, ms_view_kind kind, int arg
   ms_snapshot_t *snap = NULL, *view = NULL;
   /* the views at the end need no trace; a moment, a range or a filter does, read through the time
    * index (which never uses free_requested's stacks) */
-  if ((rc = cli_load_ex(pos[0], cli_tl_args_need_trace(&ta) ? MS_LOAD_NO_FREE_STACKS : MS_LOAD_NO_TRACE,
+  if ((rc = cli_load_ex(pos[0], cli_tl_args_need_trace(&ta) || by_s ? MS_LOAD_NO_FREE_STACKS : MS_LOAD_NO_TRACE,
                         &snap)) !=
       CLI_OK)
     return rc;
-  if ((rc = cli_at_snapshot(snap, cli_display_name(pos[0]), &ta, true, &view, NULL, NULL)) !=
+  if (!by_s && (rc = cli_at_snapshot(snap, cli_display_name(pos[0]), &ta, true, &view, NULL, NULL)) !=
       CLI_OK) {
     ms_snapshot_free(snap);
     return rc;
@@ -375,8 +380,9 @@ int cli_view_main(const char *cmd, const char *usage, ms_view_kind kind, int arg
   fo.memory = 1;
   char subtitle[512];
   snprintf(subtitle, sizeof subtitle, "%s: %s", cmd,
-           kind == MS_VIEW_MEMORY ? "stream, block state and stack"
-                                  : "stream, segment, block state and stack");
+           by_s ? "category and stack (allocated bytes)"
+           : kind == MS_VIEW_MEMORY ? "stream, block state and stack"
+                                    : "stream, segment, block state and stack");
   fo.subtitle = subtitle;
   char title[600];
   if (ta.has_device)
@@ -386,7 +392,10 @@ int cli_view_main(const char *cmd, const char *usage, ms_view_kind kind, int arg
     snprintf(title, sizeof title, "%s \u2014 %s", cmd, cli_base_name(cli_display_name(pos[0])));
   if (!vo.title) fo.title = title;
   cli_view_arg_t a = {view ? view : snap, kind};
-  if (json)
+  if (by_s)
+    rc = cli_memory_by_category(snap, cli_display_name(pos[0]), &ta, rules_s, output,
+                                folded ? CLI_RENDER_FOLDED : CLI_RENDER_SVG, &fo, json != 0);
+  else if (json)
     rc = cli_render_json(output, cmd, cli_json_head_file, (void *)cli_display_name(pos[0]),
                          cli_view_one, &a);
   else

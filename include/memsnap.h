@@ -17,6 +17,7 @@
 #include "memsnap/replay.h"
 #include "memsnap/pickle.h"
 #include "memsnap/timeline.h"
+#include "memsnap/attribution.h"
 #include "memsnap/export.h"
 #include "memsnap/explain.h"
 

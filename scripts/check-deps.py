@@ -28,6 +28,7 @@ LAYERS = [
     ["history"],
     ["snapshot"],
     ["timeline"],
+    ["attribution"],
     ["replay", "export", "interpose"],
     ["explain"],
     ["viz/flamegraph"],
@@ -43,9 +44,9 @@ PUBLIC = {
     "allocator.h": "alloc", "config.h": "alloc", "stats.h": "alloc",
     "history.h": "history",
     "serialize.h": "snapshot", "pickle.h": "snapshot",
-    "timeline.h": "timeline",
+    "timeline.h": "timeline", "attribution.h": "attribution",
     "replay.h": "replay", "export.h": "export", "interpose.h": "interpose",
-    "explain.h": "explain",
+    "explain.h": "explain", "compare.h": "explain",
     "viz.h": "viz/flamegraph", "views.h": "viz/views", "view.h": "viz/view",
 }
 

@@ -833,7 +833,7 @@ Test(cli_files, json_views_hold_the_folded_records) {
   const char *const cmds[][8] = {
       {"memory", "a.msnap", NULL},
       {"segments", "a.msnap", NULL},
-      {"compare", "a.msnap", "b.msnap", NULL},
+      {"compare", "a.msnap", "b.msnap", "--segments", NULL},
   };
   for (size_t i = 0; i < sizeof cmds / sizeof *cmds; i++) {
     const char *args[10];
@@ -864,7 +864,7 @@ Test(cli_files, json_views_hold_the_folded_records) {
     run_free(&r);
   }
   /* compare's segment lists are fields of the document, not text on stdout */
-  run_t r = RUN("compare", "a.msnap", "b.msnap", "--json");
+  run_t r = RUN("compare", "a.msnap", "b.msnap", "--segments", "--json");
   cr_expect(strstr(r.out, "\"view\": \"segments\", \"before\": \"a.msnap\", \"after\": \"b.msnap\", "
                           "\"only_before\": ["),
             "%.200s", r.out);

@@ -1113,7 +1113,8 @@ Test(timeline_cli, usage_errors) {
       {{"timeline", p, "--device", "-1", NULL}, "option '--device' needs a device number"},
       {{"stats", p, "--at", "bogus", NULL}, "invalid moment 'bogus'"},
       {{"memory", p, "--pool", "3", NULL}, "option '--pool' needs A,B"},
-      {{"top", p, "--by", "color", NULL}, "option '--by' needs stack, frame, file or size"},
+      {{"top", p, "--by", "color", NULL},
+       "option '--by' needs source, category, stack, frame, file or size"},
       {{"top", p, "-n", "ten", NULL}, "option '-n' needs a number"},
       {{"compare", p, "--at", "peak", NULL}, "missing AFTER (or two --at moments of one FILE)"},
       {{"compare", p, "--at", "1", "--at", "2"}, NULL},
@@ -1164,7 +1165,7 @@ Test(timeline_cli, top_at_peak) {
   run_t r = RUN("top", fx("a0kuma_adamw_small"), "--json", "-n", "2");
   cr_assert_eq(r.status, 0, "%s", r.err);
   cr_assert(strstr(r.out, "{\"device\": 0, \"moment\": \"peak\", \"entry\": 30, \"time_us\": "
-                          "1777365830760652, \"by\": \"stack\", \"total_bytes\": 217764352"),
+                          "1777365830760652, \"by\": \"source\", \"total_bytes\": 217764352"),
             "%s", r.out);
   char *g = json_value(r.out, "groups");
   cr_assert_not_null(g);
@@ -1220,7 +1221,7 @@ Test(timeline_cli, at_for_views) {
   cr_assert_eq(r.status, 0, "%s", r.err);
   cr_assert(strstr(r.out, "Device 0 ----------------\n3 entries\n"), "%s", r.out);
   run_free(&r);
-  r = RUN("compare", p, "--at", "-1", "--at", "end");
+  r = RUN("compare", p, "--at", "-1", "--at", "end", "--segments");
   cr_assert_eq(r.status, 0, "%s", r.err);
   cr_assert(strstr(r.out, "only_before = []\nonly_after = [1402"), "%s", r.out);
   run_free(&r);

@@ -19,6 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "memsnap/attribution.h"
 #include "memsnap/common.h"
 #include "memsnap/error.h"
 #include "memsnap/serialize.h"
@@ -71,11 +72,19 @@ MS_API bool ms_export_rank_from_name(const char *path, int64_t *rank);
  * @return MS_OK, MS_EINVAL (unknown device or step), MS_ENOMEM, or the sink's error. */
 MS_API MS_NODISCARD int ms_export_pprof_write(const ms_timeline_t *tl, size_t dev, size_t step,
                                               ms_sink_t *sink, ms_errbuf_t *eb);
+/* ms_export_pprof_write with the classifier attr (built from tl; NULL: the default rules) that
+ * gives every sample its `source` and `category` labels (a stack with blocks of several
+ * categories has one sample per category). ms_export_pprof_write labels with the defaults. */
+MS_API MS_NODISCARD int ms_export_pprof_write_ex(const ms_timeline_t *tl, const ms_attr_t *attr,
+                                                 size_t dev, size_t step, ms_sink_t *sink,
+                                                 ms_errbuf_t *eb);
 
 /* ---- Chrome trace event JSON (Perfetto, chrome://tracing) ---------------------------------- */
 
 typedef struct ms_export_perfetto_opts_s {
   bool allocations; /* one async slice per allocation, alloc to free (default false) */
+  const ms_attr_t *attr; /* the classifier that names the slices (source) and gives their
+                            category; NULL: one with the default rules */
 } ms_export_perfetto_opts_t;
 
 /* Writes a Chrome Trace Event Format JSON object ({"traceEvents": [...], "displayTimeUnit":

@@ -133,6 +133,15 @@ typedef struct ms_replay_options_s {
    * carries device_free is replayed on the capacity it implies (ms_snapshot_capacity: reserved at
    * that entry + device_free), as the run had it; false: unlimited. */
   bool inferred_capacity;
+  /* What-if: replay from a fresh allocator rather than the recorded pool. A trace that began
+   * mid-run starts with the segments the pool had then, free gaps and whole cached segments
+   * included, so its reserved figures depend on the pool's history before recording began (two
+   * runs of the same work can differ by gigabytes). With fresh_start the start state's live
+   * blocks are allocated anew through the configured allocator (requested sizes, address order)
+   * and nothing else is carried over: the figures then depend only on the live memory and the
+   * trace (`memsnap check --replay`, docs/compare.md). A start state that does not fit the
+   * capacity sets replayed.start_short and replays nothing. Default false. */
+  bool fresh_start;
 } ms_replay_options_t;
 
 /* Fills *o with the defaults: check, no config, capacity 0 (what-if: the recorded size where

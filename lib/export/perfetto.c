@@ -9,14 +9,16 @@
  * instant events ("i", process scope) for OOMs, snapshots and every run of consecutive
  * segment_free/segment_unmap entries (an empty_cache or an OOM's release of cached segments);
  * with opts->allocations, an async slice ("b"/"e", category "allocation", id = the alloc's entry
- * index) from each alloc to its free_completed (or the trace's last time), with size, address and
- * the innermost Python frame (else the innermost frame) as args.
+ * index) from each alloc to its free_completed (or the trace's last time), named by its source
+ * (memsnap/attribution.h: the user's own line, never the unwinder's frame), with size, address,
+ * source and category as args.
  */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "attribution/internal.h"
 #include "common/internal.h"
 #include "export/internal.h"
 #include "memsnap/export.h"
@@ -47,18 +49,6 @@ static void pf_event_start(pf_writer_t *w) {
 /* An entry's time, or its index when the trace has none. */
 static int64_t pf_time(const ms_snap_trace_t *e, size_t i, bool timed) {
   return timed ? e->time_us : (int64_t)i;
-}
-
-/* The frame that names a stack: the innermost Python frame, else the innermost. NULL: none. */
-static const ms_snap_frame_t *pf_top_frame(const ms_snapshot_t *s, uint32_t stack) {
-  if (stack == MS_SNAP_NO_STACK || stack >= s->nstacks || s->stacks[stack].nframes == 0)
-    return NULL;
-  for (uint32_t i = 0; i < s->stacks[stack].nframes; i++) {
-    const ms_snap_frame_t *f = ms_snap_stack_frame(s, stack, i);
-    size_t n = strlen(f->filename);
-    if (n >= 3 && strcmp(f->filename + n - 3, ".py") == 0) return f;
-  }
-  return ms_snap_stack_frame(s, stack, 0);
 }
 
 static void pf_counters(pf_writer_t *w, const ms_timeline_t *tl, size_t dev, bool timed) {
@@ -200,35 +190,29 @@ static bool pf_map_put(pf_map_t *m, uint64_t addr, size_t entry) {
   return true;
 }
 
-static void pf_slice(pf_writer_t *w, const ms_snapshot_t *s, const ms_timeline_t *tl, size_t dev,
-                     size_t a, int64_t end, bool timed) {
+static void pf_slice(pf_writer_t *w, const ms_attr_t *attr, const ms_timeline_t *tl, size_t dev,
+                     size_t a, int64_t fe, int64_t end, bool timed) {
   const ms_snap_trace_t *e = ms_timeline_entry(tl, dev, a);
+  char src[512];
+  ms_attr_source(attr, e->stack, src, sizeof src);
+  ms_category cat = ms__attr_classify(attr, dev, (int64_t)a, fe, e->stack, e->addr, false);
+  ms__xbuf_t name = {0};
+  ms__xbuf_json_str(&name, src);
+  const char *nm = ms__xbuf_cstr(&name);
   pf_event_start(w);
   ms__xbuf_printf(&w->b,
-                  "{\"name\": \"%" PRIu64 " bytes\", \"cat\": \"allocation\", \"ph\": \"b\", "
+                  "{\"name\": %s, \"cat\": \"allocation\", \"ph\": \"b\", "
                   "\"id\": %zu, \"ts\": %" PRId64 ", \"pid\": %zu, \"tid\": 0, \"args\": "
                   "{\"entry\": %zu, \"size\": %" PRIu64 ", \"addr\": \"0x%" PRIx64
-                  "\", \"stream\": %" PRIu64 ", \"frame\": ",
-                  e->size, a, pf_time(e, a, timed), dev + 1, a, e->size, e->addr, e->stream);
-  const ms_snap_frame_t *f = pf_top_frame(s, e->stack);
-  if (f) {
-    char line[32];
-    snprintf(line, sizeof line, ":%" PRId64 ":", f->line);
-    ms__xbuf_t t = {0};
-    ms__xbuf_puts(&t, f->filename);
-    ms__xbuf_puts(&t, line);
-    ms__xbuf_puts(&t, f->name);
-    ms__xbuf_json_str(&w->b, ms__xbuf_cstr(&t));
-    if (t.oom) w->b.oom = true;
-    ms__xbuf_release(&t);
-  } else {
-    ms__xbuf_puts(&w->b, "null");
-  }
-  ms__xbuf_puts(&w->b, "}},\n");
+                  "\", \"stream\": %" PRIu64 ", \"category\": \"%s\", \"source\": %s}},\n",
+                  nm, a, pf_time(e, a, timed), dev + 1, a, e->size, e->addr, e->stream,
+                  ms_category_name(cat), nm);
   ms__xbuf_printf(&w->b,
-                  "{\"name\": \"%" PRIu64 " bytes\", \"cat\": \"allocation\", \"ph\": \"e\", "
+                  "{\"name\": %s, \"cat\": \"allocation\", \"ph\": \"e\", "
                   "\"id\": %zu, \"ts\": %" PRId64 ", \"pid\": %zu, \"tid\": 0}",
-                  e->size, a, end, dev + 1);
+                  nm, a, end, dev + 1);
+  if (name.oom) w->b.oom = true;
+  ms__xbuf_release(&name);
   pf_flush(w, false);
 }
 
@@ -237,8 +221,8 @@ static int pf_cmp_size(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
-static void pf_allocations(pf_writer_t *w, const ms_timeline_t *tl, size_t dev, bool timed) {
-  const ms_snapshot_t *s = ms_timeline_snapshot(tl);
+static void pf_allocations(pf_writer_t *w, const ms_attr_t *attr, const ms_timeline_t *tl,
+                           size_t dev, bool timed) {
   size_t n = ms_timeline_nentries(tl, dev);
   int64_t last_ts = 0;
   for (size_t i = 0; i < n; i++) {
@@ -253,7 +237,7 @@ static void pf_allocations(pf_writer_t *w, const ms_timeline_t *tl, size_t dev, 
       if (!pf_map_put(&m, e->addr, i)) w->err = MS_ENOMEM;
     } else if (e->action == MS_TRACE_FREE_COMPLETED) {
       size_t a = pf_map_take(&m, e->addr);
-      if (a != SIZE_MAX) pf_slice(w, s, tl, dev, a, pf_time(e, i, timed), timed);
+      if (a != SIZE_MAX) pf_slice(w, attr, tl, dev, a, (int64_t)i, pf_time(e, i, timed), timed);
     }
   }
   /* still alive at the end: in the order of their allocs */
@@ -263,7 +247,8 @@ static void pf_allocations(pf_writer_t *w, const ms_timeline_t *tl, size_t dev, 
   for (size_t j = 0; open && j < m.cap; j++)
     if (m.slot[j].entry != SIZE_MAX) open[k++] = m.slot[j].entry;
   if (k > 1) qsort(open, k, sizeof *open, pf_cmp_size);
-  for (size_t j = 0; j < k && !w->err; j++) pf_slice(w, s, tl, dev, open[j], last_ts, timed);
+  for (size_t j = 0; j < k && !w->err; j++)
+    pf_slice(w, attr, tl, dev, open[j], -1, last_ts, timed);
   free(open);
   free(m.slot);
 }
@@ -272,6 +257,13 @@ int ms_export_perfetto_write(const ms_timeline_t *tl, const ms_export_perfetto_o
                              ms_sink_t *sink, ms_errbuf_t *eb) {
   pf_writer_t w = {{0}, sink, MS_OK, true};
   const ms_snapshot_t *snap = ms_timeline_snapshot(tl);
+  ms_attr_t *own = NULL;
+  const ms_attr_t *attr = opts ? opts->attr : NULL;
+  if (opts && opts->allocations && !attr) {
+    int err = ms_attr_create(snap, tl, NULL, &own, eb);
+    if (err != MS_OK) return err;
+    attr = own;
+  }
   ms__xbuf_puts(&w.b, "{\"displayTimeUnit\": \"ms\", \"otherData\": {\"producer\": ");
   ms__xbuf_json_str(&w.b, ms__export_producer(snap));
   ms__xbuf_puts(&w.b, ", \"exporter\": \"memsnap\"}, \"traceEvents\": [");
@@ -288,11 +280,12 @@ int ms_export_perfetto_write(const ms_timeline_t *tl, const ms_export_perfetto_o
                     dev + 1, dev);
     pf_counters(&w, tl, dev, timed);
     pf_instants(&w, tl, dev, timed);
-    if (opts && opts->allocations) pf_allocations(&w, tl, dev, timed);
+    if (opts && opts->allocations) pf_allocations(&w, attr, tl, dev, timed);
   }
   ms__xbuf_puts(&w.b, "\n]}\n");
   pf_flush(&w, true);
   ms__xbuf_release(&w.b);
+  ms_attr_destroy(own);
   if (w.err) return ms__errbuf_set(eb, w.err, "cannot write the trace: %s", ms_strerror(w.err));
   return MS_OK;
 }

@@ -10,13 +10,17 @@
  * line), a sample's locations innermost first as pprof wants; a stack-less allocation is the
  * one location "<no stack recorded>". inuse_* count the blocks allocated at the chosen step (what
  * `memsnap top --at` counts), alloc_* every `alloc` entry of the device's trace with its
- * requested size.
+ * requested size. Each sample carries two labels (issue #27, memsnap/attribution.h): `source`
+ * (the user's own line) and `category`; a stack whose blocks fall in several categories has a
+ * sample per category.
  */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "attribution/internal.h"
+#include "common/hash.h"
 #include "common/internal.h"
 #include "export/internal.h"
 #include "memsnap/export.h"
@@ -160,26 +164,67 @@ static int64_t pp_str(pp_strings_t *t, const char *s) {
 /* ---- the profile ---------------------------------------------------------------------------- */
 
 typedef struct pp_sample_s {
-  int64_t v[4]; /* alloc_objects, alloc_space, inuse_objects, inuse_space */
+  uint64_t key;  /* stack (nstacks: no stack recorded) * MS_CAT_COUNT + category, + 1 (0: empty) */
+  int64_t v[4];  /* alloc_objects, alloc_space, inuse_objects, inuse_space */
 } pp_sample_t;
 
-/* Per stack (index nstacks: no stack recorded), the four values. */
-static int pp_gather(const ms_timeline_t *tl, size_t dev, size_t step, pp_sample_t *smp,
-                     size_t nstacks) {
+/* The samples by (stack, category): open addressing over a power-of-two table. */
+typedef struct pp_samples_s {
+  pp_sample_t *t;
+  size_t cap, n;
+} pp_samples_t;
+
+static pp_sample_t *pp_sample(pp_samples_t *m, size_t stack, ms_category c) {
+  if ((m->n + 1) * 2 > m->cap) {
+    size_t ncap = m->cap ? m->cap * 2 : 1024;
+    pp_sample_t *nt = calloc(ncap, sizeof *nt);
+    if (!nt) return NULL;
+    for (size_t i = 0; i < m->cap; i++) {
+      if (!m->t[i].key) continue;
+      size_t j = ms_hash_u64(m->t[i].key) & (ncap - 1);
+      while (nt[j].key) j = (j + 1) & (ncap - 1);
+      nt[j] = m->t[i];
+    }
+    free(m->t);
+    m->t = nt;
+    m->cap = ncap;
+  }
+  uint64_t key = (uint64_t)stack * MS_CAT_COUNT + (uint64_t)c + 1;
+  size_t j = ms_hash_u64(key) & (m->cap - 1);
+  while (m->t[j].key && m->t[j].key != key) j = (j + 1) & (m->cap - 1);
+  if (!m->t[j].key) {
+    m->t[j].key = key;
+    m->n++;
+  }
+  return &m->t[j];
+}
+
+static int pp_sample_cmp(const void *x, const void *y) {
+  const pp_sample_t *a = x, *b = y;
+  return a->key < b->key ? -1 : a->key > b->key;
+}
+
+/* The samples' values: alloc_* of every alloc entry (with its lifetime's category), inuse_* of
+ * the blocks allocated at step. */
+static int pp_gather(const ms_timeline_t *tl, const ms_attr_t *attr, size_t dev, size_t step,
+                     pp_samples_t *m, size_t nstacks) {
   size_t n = ms_timeline_nentries(tl, dev);
+  /* each alloc's category needs its free entry: the pair the index made */
   for (size_t i = 0; i < n; i++) {
     const ms_snap_trace_t *e = ms_timeline_entry(tl, dev, i);
     if (e->action != MS_TRACE_ALLOC) continue;
     size_t k = e->stack < nstacks ? e->stack : nstacks;
-    smp[k].v[0] += 1;
-    smp[k].v[1] += (int64_t)e->size;
+    pp_sample_t *s = pp_sample(m, k, ms__attr_entry_category(attr, dev, i));
+    if (!s) return MS_ENOMEM;
+    s->v[0] += 1;
+    s->v[1] += (int64_t)e->size;
   }
   ms_tl_state_t st;
   ms_timeline_state_init(&st);
   int err = ms_timeline_state_at(tl, dev, step, &st);
   if (err == MS_OK) {
     const ms_snapshot_t *snap = ms_timeline_snapshot(tl);
-    for (size_t i = 0; i < st.nblocks; i++) {
+    for (size_t i = 0; i < st.nblocks && err == MS_OK; i++) {
       const ms_tl_block_t *b = &st.blocks[i];
       if (b->state != MS_BLOCK_ACTIVE_ALLOCATED) continue;
       uint32_t stack = b->stack;
@@ -190,8 +235,13 @@ static int pp_gather(const ms_timeline_t *tl, size_t dev, size_t step, pp_sample
           stack = snap->history[sb->first_history].stack;
       }
       size_t k = stack < nstacks ? stack : nstacks;
-      smp[k].v[2] += 1;
-      smp[k].v[3] += (int64_t)b->size;
+      pp_sample_t *s = pp_sample(m, k, ms_attr_block_category(attr, dev, b));
+      if (!s) {
+        err = MS_ENOMEM;
+        break;
+      }
+      s->v[2] += 1;
+      s->v[3] += (int64_t)b->size;
     }
   }
   ms_timeline_state_release(&st);
@@ -261,12 +311,28 @@ static int pp_locations(ms__xbuf_t *b, ms__xbuf_t *tmp, pp_strings_t *strs,
   return oom ? MS_ENOMEM : MS_OK;
 }
 
-static void pp_samples(ms__xbuf_t *b, ms__xbuf_t *tmp, const ms_snapshot_t *snap,
-                       const pp_sample_t *smp, size_t nstacks) {
-  ms__xbuf_t packed = {0};
-  for (size_t k = 0; k <= nstacks; k++) {
-    const pp_sample_t *s = &smp[k];
-    if (!s->v[0] && !s->v[1] && !s->v[2] && !s->v[3]) continue;
+/* A Label {key, str} of a sample. */
+static void pp_label(ms__xbuf_t *tmp, ms__xbuf_t *lab, int64_t key, int64_t str) {
+  pb_int(lab, 1, (uint64_t)key);
+  pb_int(lab, 2, (uint64_t)str);
+  pb_sub(tmp, 3, lab); /* Sample.label */
+}
+
+static int pp_samples(ms__xbuf_t *b, ms__xbuf_t *tmp, pp_strings_t *strs, const ms_attr_t *attr,
+                      const ms_snapshot_t *snap, pp_samples_t *m, size_t nstacks) {
+  /* in (stack, category) order, so that the profile is the same from run to run */
+  size_t n = 0;
+  for (size_t i = 0; i < m->cap; i++)
+    if (m->t[i].key) m->t[n++] = m->t[i];
+  qsort(m->t, n, sizeof *m->t, pp_sample_cmp);
+  int64_t kcat = pp_str(strs, "category"), ksrc = pp_str(strs, "source");
+  if (kcat < 0 || ksrc < 0) return MS_ENOMEM;
+  ms__xbuf_t packed = {0}, lab = {0};
+  char src[1024];
+  for (size_t j = 0; j < n; j++) {
+    const pp_sample_t *s = &m->t[j];
+    size_t k = (size_t)((s->key - 1) / MS_CAT_COUNT);
+    ms_category c = (ms_category)((s->key - 1) % MS_CAT_COUNT);
     uint32_t depth = k < nstacks ? snap->stacks[k].nframes : 0;
     if (depth == 0) {
       pb_varint(&packed, snap->nframes + 1);
@@ -277,10 +343,20 @@ static void pp_samples(ms__xbuf_t *b, ms__xbuf_t *tmp, const ms_snapshot_t *snap
     pb_sub(tmp, 1, &packed); /* Sample.location_id, packed */
     for (int i = 0; i < 4; i++) pb_varint(&packed, (uint64_t)s->v[i]);
     pb_sub(tmp, 2, &packed); /* Sample.value, packed */
+    ms_attr_source(attr, k < nstacks ? (uint32_t)k : MS_SNAP_NO_STACK, src, sizeof src);
+    int64_t vs = pp_str(strs, src), vc = pp_str(strs, ms_category_name(c));
+    if (vs < 0 || vc < 0) {
+      b->oom = true;
+      break;
+    }
+    pp_label(tmp, &lab, kcat, vc);
+    pp_label(tmp, &lab, ksrc, vs);
     pb_sub(b, PB_PROFILE_SAMPLE, tmp);
   }
-  if (packed.oom) b->oom = true;
+  if (packed.oom || lab.oom) b->oom = true;
   ms__xbuf_release(&packed);
+  ms__xbuf_release(&lab);
+  return b->oom ? MS_ENOMEM : MS_OK;
 }
 
 /* The times of the device's trace: start and duration in nanoseconds. */
@@ -303,13 +379,23 @@ static void pp_times(ms__xbuf_t *b, const ms_timeline_t *tl, size_t dev) {
 
 int ms_export_pprof_write(const ms_timeline_t *tl, size_t dev, size_t step, ms_sink_t *sink,
                           ms_errbuf_t *eb) {
+  return ms_export_pprof_write_ex(tl, NULL, dev, step, sink, eb);
+}
+
+int ms_export_pprof_write_ex(const ms_timeline_t *tl, const ms_attr_t *attr, size_t dev,
+                             size_t step, ms_sink_t *sink, ms_errbuf_t *eb) {
   if (dev >= ms_timeline_ndevices(tl) || step > ms_timeline_nentries(tl, dev))
     return ms__errbuf_set(eb, MS_EINVAL, "no device %zu or step %zu", dev, step);
   const ms_snapshot_t *snap = ms_timeline_snapshot(tl);
   size_t nstacks = snap->nstacks;
-  pp_sample_t *smp = calloc(nstacks + 1, sizeof *smp);
-  if (!smp) return ms__errbuf_set(eb, MS_ENOMEM, "out of memory");
-  int err = pp_gather(tl, dev, step, smp, nstacks);
+  pp_samples_t smp = {NULL, 0, 0};
+  ms_attr_t *own = NULL;
+  if (!attr) {
+    int e = ms_attr_create(snap, tl, NULL, &own, eb);
+    if (e != MS_OK) return e;
+    attr = own;
+  }
+  int err = pp_gather(tl, attr, dev, step, &smp, nstacks);
   ms__xbuf_t b = {0}, tmp = {0};
   pp_strings_t strs;
   memset(&strs, 0, sizeof strs);
@@ -322,12 +408,11 @@ int ms_export_pprof_write(const ms_timeline_t *tl, size_t dev, size_t step, ms_s
              step - 1);
   if (err == MS_OK) err = pp_header(&b, &tmp, &strs, comment);
   if (err == MS_OK) err = pp_locations(&b, &tmp, &strs, snap);
-  if (err == MS_OK) {
-    pp_samples(&b, &tmp, snap, smp, nstacks);
-    pp_times(&b, tl, dev);
-  }
+  if (err == MS_OK) err = pp_samples(&b, &tmp, &strs, attr, snap, &smp, nstacks);
+  if (err == MS_OK) pp_times(&b, tl, dev);
   if (err == MS_OK && (b.oom || tmp.oom)) err = MS_ENOMEM;
-  free(smp);
+  free(smp.t);
+  ms_attr_destroy(own);
   pp_strings_release(&strs);
   ms__xbuf_release(&tmp);
   if (err != MS_OK) {

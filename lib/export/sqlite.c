@@ -4,7 +4,10 @@
  * (device_traces, blocks, segments) so that queries written for it work here, with a file_id and
  * rank on every row so that many ranks share one database, plus memsnap's own tables: stacks and
  * locations (every stack stored once, `frames` giving it back as PyTorch's JSON list), timeline
- * (the four totals after every entry) and snapshot (one row per file).
+ * (the four totals after every entry) and snapshot (one row per file); and (issue #27) the
+ * category and source of every allocated block, and allocations: one row per block lifetime
+ * (alloc and free entries and times, sizes, stack, source, category), so that SQL answers
+ * `memsnap top` and "alive at entry N or time T" as range queries.
  *
  * Speed: every row goes in through a prepared statement inside one transaction, with no journal
  * (the database is a temporary file that the caller renames only when everything succeeded, so
@@ -24,6 +27,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "attribution/internal.h"
 #include "common/internal.h"
 #include "export/internal.h"
 #include "memsnap/export.h"
@@ -60,7 +64,13 @@ static const char sqlite_schema[] =
     "  pool_id TEXT NOT NULL, is_expandable INTEGER NOT NULL, frames_id INTEGER);\n"
     "CREATE TABLE block_rows (file_id INTEGER NOT NULL, rank INTEGER, id INTEGER NOT NULL,\n"
     "  segment_id INTEGER NOT NULL, addr INTEGER NOT NULL, size INTEGER NOT NULL,\n"
-    "  requested_size INTEGER NOT NULL, state TEXT NOT NULL, frames_id INTEGER);\n"
+    "  requested_size INTEGER NOT NULL, state TEXT NOT NULL, frames_id INTEGER,\n"
+    "  category TEXT, source TEXT);\n"
+    "CREATE TABLE allocations (file_id INTEGER NOT NULL, rank INTEGER, device INTEGER NOT NULL,\n"
+    "  id INTEGER NOT NULL, alloc_entry INTEGER NOT NULL, free_requested_entry INTEGER,\n"
+    "  free_entry INTEGER, alloc_time_us INTEGER, free_time_us INTEGER, addr INTEGER NOT NULL,\n"
+    "  size INTEGER NOT NULL, requested_size INTEGER NOT NULL, stream INTEGER NOT NULL,\n"
+    "  frames_id INTEGER, source TEXT NOT NULL, category TEXT NOT NULL);\n"
     "CREATE TABLE trace_rows (file_id INTEGER NOT NULL, rank INTEGER, device INTEGER NOT NULL,\n"
     "  id INTEGER NOT NULL, action TEXT NOT NULL, addr INTEGER NOT NULL, size INTEGER NOT NULL,\n"
     "  stream INTEGER NOT NULL, time_us INTEGER, frames_id INTEGER, allocated INTEGER,\n"
@@ -79,7 +89,8 @@ static const char sqlite_schema[] =
     "CREATE VIEW device_traces AS SELECT t.file_id, t.rank, t.device, t.id, t.action, t.addr,\n"
     "  t.size, t.stream, t.time_us, t.frames_id, " SQL_FRAMES("t") " AS frames FROM trace_rows t;\n"
     "CREATE VIEW blocks AS SELECT b.file_id, b.rank, b.id, b.segment_id, b.addr, b.size,\n"
-    "  b.requested_size, b.state, b.frames_id, " SQL_FRAMES("b") " AS frames FROM block_rows b;\n"
+    "  b.requested_size, b.state, b.frames_id, " SQL_FRAMES("b") " AS frames, b.category,\n"
+    "  b.source FROM block_rows b;\n"
     "BEGIN;\n";
 
 static const char sqlite_indexes[] =
@@ -91,6 +102,10 @@ static const char sqlite_indexes[] =
     "CREATE INDEX trace_rows_addr ON trace_rows (addr, file_id);\n"
     "CREATE INDEX block_rows_addr ON block_rows (file_id, addr);\n"
     "CREATE INDEX block_rows_segment ON block_rows (file_id, segment_id);\n"
+    "CREATE UNIQUE INDEX allocations_key ON allocations (id, device, file_id);\n"
+    "CREATE INDEX allocations_alive ON allocations (file_id, device, alloc_entry, free_entry);\n"
+    "CREATE INDEX allocations_time ON allocations (file_id, device, alloc_time_us);\n"
+    "CREATE INDEX allocations_category ON allocations (file_id, category);\n"
     "COMMIT;\n";
 
 enum {
@@ -101,6 +116,7 @@ enum {
   ST_BLOCK,
   ST_TRACE,
   ST_TIMELINE,
+  ST_ALLOCATION,
   ST_STACK_BATCH, /* SQLITE_BATCH rows of stacks in one statement */
   ST_TRACE_BATCH, /* SQLITE_BATCH rows of trace_rows */
   ST_COUNT
@@ -116,10 +132,12 @@ static const char *const sqlite_inserts[ST_COUNT] = {
     "INSERT INTO locations VALUES (?1, ?2, ?3, ?4, ?5)",
     "INSERT INTO stacks VALUES (?1, ?2, ?3, ?4)",
     "INSERT INTO segments VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
-    "INSERT INTO block_rows VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+    "INSERT INTO block_rows VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
     "INSERT INTO trace_rows VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, "
     "?14)",
     "INSERT INTO timeline_start VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+    "INSERT INTO allocations VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, "
+    "?14, ?15, ?16)",
     "stacks",     /* ST_STACK_BATCH: built by sqlite_batch_sql() */
     "trace_rows", /* ST_TRACE_BATCH */
 };
@@ -344,8 +362,9 @@ static uint32_t sqlite_block_stack(const ms_snapshot_t *snap, const ms_snap_bloc
 }
 
 static int sqlite_add_segments(ms_export_sqlite_t *x, const ms_snapshot_t *snap, bool has_rank,
-                               int64_t rank) {
+                               int64_t rank, const ms_attr_t *attr, const uint8_t *bcat) {
   int rc = SQLITE_OK;
+  char src[1024];
   sqlite3_stmt *sg = x->st[ST_SEGMENT], *bl = x->st[ST_BLOCK];
   for (size_t i = 0; i < snap->nsegments && rc == SQLITE_OK; i++) {
     const ms_snap_segment_t *g = &snap->segments[i];
@@ -382,6 +401,14 @@ static int sqlite_add_segments(ms_export_sqlite_t *x, const ms_snapshot_t *snap,
                               : ms_block_state_name(b->state);
       bind_utf8(bl, 8, state);
       bind_stack(bl, 9, snap, sqlite_block_stack(snap, b));
+      if (bcat && bcat[bi] < MS_CAT_COUNT) {
+        sqlite3_bind_text(bl, 10, ms_category_name((ms_category)bcat[bi]), -1, SQLITE_STATIC);
+        ms_attr_source(attr, sqlite_block_stack(snap, b), src, sizeof src);
+        sqlite3_bind_text(bl, 11, src, -1, SQLITE_TRANSIENT);
+      } else {
+        sqlite3_bind_null(bl, 10);
+        sqlite3_bind_null(bl, 11);
+      }
       rc = sqlite_step(bl);
     }
   }
@@ -476,14 +503,98 @@ static int sqlite_add_timeline(ms_export_sqlite_t *x, const ms_timeline_t *tl, b
   return rc;
 }
 
+/* Per snapshot block, the category of the allocated ones (0xff: none), from the end states. */
+static int sqlite_block_categories(const ms_attr_t *attr, const ms_timeline_t *tl,
+                                   const ms_snapshot_t *snap, uint8_t **out) {
+  uint8_t *c = malloc(snap->nblocks ? snap->nblocks : 1);
+  if (!c) return MS_ENOMEM;
+  memset(c, 0xff, snap->nblocks);
+  ms_tl_state_t st;
+  ms_timeline_state_init(&st);
+  int err = MS_OK;
+  for (size_t d = 0; d < ms_timeline_ndevices(tl) && err == MS_OK; d++) {
+    err = ms_timeline_state_at(tl, d, ms_timeline_nentries(tl, d), &st);
+    for (size_t k = 0; k < st.nblocks && err == MS_OK; k++) {
+      const ms_tl_block_t *b = &st.blocks[k];
+      if ((b->flags & MS_TL_BLOCK_FROM_SNAPSHOT) && b->snap_block < snap->nblocks &&
+          b->state == MS_BLOCK_ACTIVE_ALLOCATED)
+        c[b->snap_block] = (uint8_t)ms_attr_block_category(attr, d, b);
+    }
+  }
+  ms_timeline_state_release(&st);
+  if (err != MS_OK) {
+    free(c);
+    return err;
+  }
+  *out = c;
+  return MS_OK;
+}
+
+static void bind_opt(sqlite3_stmt *st, int i, int64_t v, int64_t none) {
+  if (v == none)
+    sqlite3_bind_null(st, i);
+  else
+    sqlite3_bind_int64(st, i, v);
+}
+
+/* The allocations table: every block lifetime of every device. */
+static int sqlite_add_allocations(ms_export_sqlite_t *x, const ms_attr_t *attr,
+                                  const ms_timeline_t *tl, bool has_rank, int64_t rank) {
+  const ms_snapshot_t *snap = ms_timeline_snapshot(tl);
+  sqlite3_stmt *st = x->st[ST_ALLOCATION];
+  int rc = SQLITE_OK;
+  char src[1024];
+  for (size_t d = 0; d < ms_timeline_ndevices(tl) && rc == SQLITE_OK; d++) {
+    attr_life_t *lv = NULL;
+    size_t n = 0;
+    if (ms__attr_lifetimes(attr, d, &lv, &n) != MS_OK) return SQLITE_NOMEM;
+    sqlite3_bind_int64(st, 1, x->nfiles);
+    bind_rank(st, 2, has_rank, rank);
+    sqlite3_bind_int64(st, 3, (sqlite3_int64)d);
+    for (size_t i = 0; i < n && rc == SQLITE_OK; i++) {
+      const attr_life_t *l = &lv[i];
+      sqlite3_bind_int64(st, 4, (sqlite3_int64)i);
+      sqlite3_bind_int64(st, 5, l->alloc_entry);
+      bind_opt(st, 6, l->freq_entry, -2);
+      bind_opt(st, 7, l->free_entry, -1);
+      bind_opt(st, 8, l->time_us, -1);
+      bind_opt(st, 9, l->free_time_us, -1);
+      bind_u64(st, 10, l->address);
+      bind_u64(st, 11, l->size);
+      bind_u64(st, 12, l->requested_size);
+      bind_u64(st, 13, l->stream);
+      bind_stack(st, 14, snap, l->stack);
+      ms_attr_source(attr, l->stack, src, sizeof src);
+      sqlite3_bind_text(st, 15, src, -1, SQLITE_TRANSIENT);
+      sqlite3_bind_text(st, 16, ms_category_name((ms_category)l->category), -1, SQLITE_STATIC);
+      rc = sqlite_step(st);
+    }
+    free(lv);
+  }
+  return rc;
+}
+
 int ms_export_sqlite_add(ms_export_sqlite_t *x, const ms_snapshot_t *snap,
                          const ms_timeline_t *tl, const char *name, bool has_rank, int64_t rank,
                          const char *timeline_error, ms_errbuf_t *eb) {
+  ms_attr_t *attr = NULL; /* categories and sources need the time index */
+  uint8_t *bcat = NULL;
+  if (tl) {
+    int err = ms_attr_create(snap, tl, NULL, &attr, eb);
+    if (err == MS_OK) err = sqlite_block_categories(attr, tl, snap, &bcat);
+    if (err != MS_OK) {
+      ms_attr_destroy(attr);
+      return err == MS_ENOMEM ? ms__errbuf_set(eb, MS_ENOMEM, "out of memory") : err;
+    }
+  }
   int rc = sqlite_add_snapshot_row(x, snap, name, has_rank, rank, timeline_error);
   if (rc == SQLITE_OK) rc = sqlite_add_stacks(x, snap);
-  if (rc == SQLITE_OK) rc = sqlite_add_segments(x, snap, has_rank, rank);
+  if (rc == SQLITE_OK) rc = sqlite_add_segments(x, snap, has_rank, rank, attr, bcat);
   if (rc == SQLITE_OK) rc = sqlite_add_trace(x, snap, tl, has_rank, rank);
   if (rc == SQLITE_OK && tl) rc = sqlite_add_timeline(x, tl, has_rank, rank);
+  if (rc == SQLITE_OK && tl) rc = sqlite_add_allocations(x, attr, tl, has_rank, rank);
+  free(bcat);
+  ms_attr_destroy(attr);
   if (rc == SQLITE_NOMEM || x->buf.oom) return ms__errbuf_set(eb, MS_ENOMEM, "out of memory");
   if (rc != SQLITE_OK) return sqlite_fail(x, eb, "cannot insert the rows");
   x->nfiles++;

@@ -133,6 +133,7 @@ int ms_replay_run(const ms_snapshot_t *snap, const ms_replay_options_t *opt,
           memcpy(res->expected, scratch.expected, sizeof res->expected);
           memcpy(res->actual, scratch.actual, sizeof res->actual);
           rp_whatif_capacity(snap, d, &o, tr.device_total, res);
+          tr.fresh_start = o.fresh_start;
           r = ms__rp_run_device(&tr, true, &cfg, (size_t)res->capacity, res, &res->replayed);
           res->allocs = scratch.allocs; /* the trace's, even when the what-if stopped early */
         }

@@ -210,6 +210,10 @@ typedef struct rp_trace_s {
   /* Per free_completed entry: where the recorded run completed it (RP_FC_*, 0 = unknown). The
    * check replay classifies them; what-if replays reuse its answers. */
   uint8_t *fc_kind;
+  /* What-if: start from a fresh allocator (ms_replay_options_t.fresh_start): the start state's
+   * live blocks are allocated anew, in address order, instead of placed in their recorded
+   * segments, so no cached free memory of the recorded pool's history carries over. */
+  bool fresh_start;
 } rp_trace_t;
 
 /* A free_completed emitted by process_events at the start of a malloc, by a free, or otherwise

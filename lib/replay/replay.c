@@ -673,10 +673,38 @@ static void rp_complete_late(rp_run_t *run) {
   run->force_sync = false;
 }
 
+/* What-if from a fresh allocator: the start state's live blocks allocated anew (the requested
+ * size where known, else the block's), segment by segment in address order, on their stream;
+ * pending-free ones are then freed deferred, as they were waiting on an event. Nothing else of
+ * the recorded pool (its free gaps, its cached segments) is carried over. */
+static int rp_place_fresh(rp_run_t *run) {
+  rp_trace_t *tr = run->tr;
+  for (size_t j = 0; j < tr->segs.len; j++) {
+    rp_sseg_t *sg = &tr->segs.ptr[j];
+    for (size_t k = 0; k < sg->blocks.len; k++) {
+      rp_sblock_t *b = &sg->blocks.ptr[k];
+      size_t size = (size_t)(b->requested ? b->requested : b->size);
+      ms_devptr_t ptr = 0;
+      if (!size) continue;
+      int r = ms_allocator_malloc(run->a, size, (ms_stream_t)sg->stream, &ptr);
+      if (r == MS_EOOM) { /* the live start state alone does not fit the capacity */
+        run->use->start_short += size;
+        continue;
+      }
+      MS_FORWARD_IF_ERROR(r);
+      if (b->state == 1) r = rp_map_put(&run->live, b->addr, ptr);
+      else r = rp_defer(run, ptr, b->addr);
+      MS_FORWARD_IF_ERROR(r);
+    }
+  }
+  return MS_OK;
+}
+
 /* Places the start state at its recorded addresses, blocks and free gaps as they were (check and
- * what-if alike: a what-if assumes the recorded start state). */
+ * what-if alike: a what-if assumes the recorded start state, unless tr->fresh_start). */
 static int rp_place_start(rp_run_t *run) {
   rp_trace_t *tr = run->tr;
+  if (run->whatif && tr->fresh_start) return rp_place_fresh(run);
   for (size_t j = 0; j < tr->segs.len; j++) {
     rp_sseg_t *sg = &tr->segs.ptr[j];
     /* Tile the segment: known blocks, and free gaps between them. */
@@ -844,7 +872,9 @@ int ms__rp_run_device(rp_trace_t *tr, bool whatif, const ms_alloc_config_t *cfg,
   use->peak_reserved_index = use->peak_allocated_index = use->peak_requested_index = -2;
   if (r == MS_OK) rp_track_peak(&run, -1);
   use->start_reserved = run.rdev->used;
-  if (r == MS_OK && capacity && run.rdev->used > capacity) {
+  if (r == MS_OK && use->start_short) {
+    run.stop = true; /* fresh start: the live blocks alone do not fit (what-if) */
+  } else if (r == MS_OK && capacity && run.rdev->used > capacity) {
     /* The recorded start state does not fit on the device: nothing to replay (what-if). */
     use->start_short = run.rdev->used - capacity;
     if (whatif) run.stop = true;

@@ -73,6 +73,7 @@
     if (PT && PT.envelopes.length === 0)
       ok("no private pool: the pools view is the memory timeline", PT.n === (TL.summ >= 0 ? TL.n - 1 : TL.n) && PT.maxAt.length === TL.maxAt.length);
     if (window.EXPECT_POOLS) poolsCase(PT);
+    categoriesCase(D, TL);
     if (window.EXPECT_STACKS) {
       /* view_stacks.py: entry k has the stack [f<k+1>, f0]; 300 frames follow f0 */
       var bad = -1;
@@ -306,6 +307,33 @@
   /* tests/browser/view_pools.py's snapshot: the numbers worked out by hand from MemoryViz's rules
    * (A, D in the default pool; B, C and the ghost block G in the private pool (1, 2), which
    * reserves 4 MiB at entry 2) */
+  /* issue #27: every band of the memory timeline has a category; colour by category, with a
+   * legend whose boxes hide a category's bands; MemoryViz's list always has `unknown` */
+  function categoriesCase(D, TL) {
+    ok("categories: MemoryViz's list, unknown among them", D.categories && D.categories.length === 8
+      && D.categories.indexOf("unknown") === 7 && D.category_colors.length === 8);
+    if (!TL.n || !TL.elementsLength) return;
+    ok("categories: one per element", TL.cat && TL.cat.length === TL.elementsLength
+      && Array.prototype.every.call(TL.cat, function (c) { return c < 8; }));
+    api.show("timeline");
+    api.colorBy("category");
+    ok("categories: colour by category draws", status() === "ready", document.body.getAttribute("data-error"));
+    var boxes = document.querySelectorAll(".legend input[type=checkbox]");
+    ok("categories: a legend box per category", boxes.length === 8);
+    var pk = TL.peakT, cb = api.categoryBytes(pk), sum = 0, bands = 0, s;
+    cb.forEach(function (b) { sum += b; });
+    for (s = 0; s < TL.n; s++) if (s !== TL.summ && TL.tmin[s] <= pk && pk < TL.tmax[s]) bands += TL.size[s];
+    ok("categories: the bands alive at the peak, by category, sum to them", sum === bands, sum + " vs " + bands);
+    var before = api.view.stats.big + api.view.stats.small;
+    D.categories.forEach(function (n) { api.hideCategory(n, true); });
+    var hidden = api.view.stats.big + api.view.stats.small;
+    D.categories.forEach(function (n) { api.hideCategory(n, false); });
+    var back = api.view.stats.big + api.view.stats.small;
+    ok("categories: hiding every category hides every band, showing them brings them back",
+       hidden === 0 && back === before && before > 0, before + " " + hidden + " " + back);
+    api.colorBy("allocation");
+  }
+
   function poolsCase(PT) {
     var M = 1048576, want = [
       ["envelope", -2, [0, 1, 4, 15], [0, 0, 0, 0], [M, M, 4 * M, 4 * M]],

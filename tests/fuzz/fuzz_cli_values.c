@@ -9,6 +9,11 @@
  *    ms_alloc_config_parse as `replay` does; otherwise an error with a message and *out
  *    untouched.
  *
+ *  - a limit of `memsnap check --limit` (memsnap/compare.h: ms_gate_limit_parse, issue #28): MS_OK
+ *    only with a known figure, an operator, and a value whose sign says relative, '%' only when
+ *    relative; otherwise MS_EINVAL or MS_ENOTFOUND with a message and *out untouched; and
+ *    ms_gate_holds never fails on what it parsed.
+ *
  * Built and run by scripts/fuzz.sh (make fuzz); seeds in tests/fuzz/corpus/fuzz_cli_values/.
  * fuzz-flags: -max_len=1100
  */
@@ -18,6 +23,7 @@
 #include <string.h>
 
 #include "fuzz_util.h"
+#include "memsnap/compare.h"
 #include "memsnap/config.h"
 #include "memsnap/replay.h"
 
@@ -117,6 +123,30 @@ static void fuzz_sweep(const char *s) {
   FZ_CHECK(sw.n == 0 && sw.configs == NULL, "sweep: release did not zero");
 }
 
+static void fuzz_limit(const char *s) {
+  ms_gate_limit_t l, keep;
+  memset(&l, 0x5a, sizeof l);
+  keep = l;
+  ms_errbuf_t eb = {{0}};
+  int rc = ms_gate_limit_parse(s, &l, &eb);
+  if (rc != MS_OK) {
+    FZ_CHECK(rc == MS_EINVAL || rc == MS_ENOTFOUND, "limit: unexpected error %d", rc);
+    FZ_DESCRIBED(rc, eb);
+    FZ_CHECK(memcmp(&l, &keep, sizeof l) == 0, "limit: out-parameter set on failure");
+    return;
+  }
+  FZ_CHECK((int)l.figure >= 0 && l.figure < MS_FIG_COUNT, "limit: figure %d", (int)l.figure);
+  FZ_CHECK(strpbrk(s, "<>") != NULL, "limit: accepted without an operator");
+  FZ_CHECK(!l.percent || l.relative, "limit: an absolute percentage");
+  FZ_CHECK(l.relative || l.value >= 0, "limit: a negative absolute bound");
+  FZ_CHECK(strncmp(l.text, s, sizeof l.text - 1) == 0, "limit: text not kept");
+  uint64_t bound = 0;
+  (void)ms_gate_holds(&l, UINT64_MAX, UINT64_MAX, &bound);
+  (void)ms_gate_holds(&l, 0, 0, &bound);
+  FZ_CHECK(l.relative || bound == (uint64_t)l.value, "limit: absolute bound %llu",
+           (unsigned long long)bound);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   char *s = malloc(size + 1);
   if (!s) return 0;
@@ -124,6 +154,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   s[size] = 0;
   fuzz_capacity(s);
   fuzz_sweep(s);
+  fuzz_limit(s);
   free(s);
   return 0;
 }

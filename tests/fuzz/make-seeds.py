@@ -134,6 +134,9 @@ CLI_VALUES = {
     "sweep": b"max_split_size_mb=64,128,256;expandable_segments=False,True",
     "sweep-brackets": b"roundup_power2_divisions=[256:1,>:4],[>:8];garbage_collection_threshold=0.5",
     "sweep-twice": b"a=1;a=2",
+    "limit": b"peak_allocated<=20GiB",
+    "limit-relative": b"peak_reserved <= +5%",
+    "limit-bytes": b"peak_activation<-1.5MiB",
 }
 
 

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "memsnap/timeline.h"
+#include "memsnap/attribution.h"
 #include "memsnap/view.h"
 #include "bin.h"
 #include "stacks.h"
@@ -293,6 +294,8 @@ typedef struct view_tlmeta_s {
 
 typedef struct view_ctx_s {
   const ms_snapshot_t *s;
+  const ms_attr_t *attr;   /* sources and categories (NULL: the trace could not be indexed) */
+  const ms_timeline_t *tl; /* attr's index */
   const ms_viewer_opts_t *o;
   size_t dev;          /* the device shown first */
   const size_t *devs;  /* every device listed, each in the page */
@@ -352,6 +355,20 @@ static void view_data(vw_t *w, const view_ctx_t *c, const vb_t *b) {
     if (a) vw_raw(w, ",", 1);
     vw_str(w, a == MS_TRACE_OTHER ? "other" : ms_trace_action_name((ms_trace_action)a));
   }
+  /* MemoryViz's categories (the profiler's; `unknown` always among them, which MemoryViz.js
+   * needs) with the profiler's colours, in ms_category order: the .cat sections index them */
+  vw_puts(w, "],\n\"categories\":[");
+  static const char *const hex[MS_CAT_COUNT] = {"#006400", "#daa520", "#000000", "#9370db",
+                                                "#ff0000", "#0000cd", "#4169e1", "#808080"};
+  for (int k = 0; k < MS_CAT_COUNT; k++) {
+    if (k) vw_raw(w, ",", 1);
+    vw_str(w, ms_category_name((ms_category)k));
+  }
+  vw_puts(w, "],\"category_colors\":[");
+  for (int k = 0; k < MS_CAT_COUNT; k++) {
+    if (k) vw_raw(w, ",", 1);
+    vw_str(w, hex[k]);
+  }
   vw_puts(w, "],\n");
   view_frames(w, s);
   vw_puts(w, ",\n\"per_device\":[");
@@ -395,6 +412,43 @@ static void view_pools(vw_t *w, const view_ctx_t *c) {
   vw_puts(w, "]");
 }
 
+/* The category of every element of a memory timeline (PREFIX.cat, u8, the index into the JSON's
+ * "categories"): its alloc entry's, or the snapshot block's (ms_attr_block_category of the end
+ * state); `unknown` without a classifier. */
+static int view_bin_categories(view_ctx_t *c, vb_t *b, const char *prefix, size_t dev,
+                               const ms_tlv_t *v) {
+  const ms_snapshot_t *s = c->s;
+  uint8_t *snapcat = malloc(s->nblocks ? s->nblocks : 1);
+  if (!snapcat) return MS_ENOMEM;
+  memset(snapcat, MS_CAT_UNKNOWN, s->nblocks);
+  int rc = MS_OK;
+  if (c->attr && dev < ms_timeline_ndevices(c->tl)) {
+    ms_tl_state_t st;
+    ms_timeline_state_init(&st);
+    rc = ms_timeline_state_at(c->tl, dev, ms_timeline_nentries(c->tl, dev), &st);
+    for (size_t k = 0; k < st.nblocks && rc == MS_OK; k++)
+      if ((st.blocks[k].flags & MS_TL_BLOCK_FROM_SNAPSHOT) && st.blocks[k].snap_block < s->nblocks)
+        snapcat[st.blocks[k].snap_block] =
+            (uint8_t)ms_attr_block_category(c->attr, dev, &st.blocks[k]);
+    ms_timeline_state_release(&st);
+  }
+  char name[64];
+  snprintf(name, sizeof name, "%s.cat", prefix);
+  vb_begin(b, name, "u8");
+  for (size_t e = 0; e < v->elements_length; e++) {
+    int64_t src = v->element_source[e];
+    uint8_t cat = MS_CAT_UNKNOWN;
+    if (c->attr && src >= 0)
+      cat = (uint8_t)ms_attr_entry_category(c->attr, dev, (size_t)src);
+    else if (src < 0 && (uint64_t)(-1 - src) < s->nblocks)
+      cat = snapcat[-1 - src];
+    vb_u8(b, cat);
+  }
+  vb_end(b);
+  free(snapcat);
+  return rc;
+}
+
 /* What goes into the first binary element: per device its timelines. */
 static int view_bin_devices(view_ctx_t *c, vb_t *b) {
   int rc = MS_OK;
@@ -415,6 +469,7 @@ static int view_bin_devices(view_ctx_t *c, vb_t *b) {
       if (rc != MS_OK) break;
       snprintf(prefix, sizeof prefix, "d%zu.%s", c->devs[k], seg ? "seg" : "tl");
       view_bin_tlv(b, prefix, &v);
+      if (!seg) rc = view_bin_categories(c, b, prefix, c->devs[k], &v);
       m->max_size = v.max_size;
       m->elements_length = v.elements_length;
       m->nseries = v.nseries;
@@ -532,13 +587,21 @@ int ms_viewer_write_html(const ms_snapshot_t *snap, const ms_viewer_opts_t *opts
   if (!w || !meta) {
     rc = MS_ENOMEM;
   } else {
-    view_ctx_t c = {snap, opts, dev, devs, ndevs, meta, NULL, 0, 0, 0, ""};
+    /* categories need the time index; a trace it cannot index leaves every band `unknown` */
+    ms_timeline_t *tl = NULL;
+    ms_attr_t *attr = NULL;
+    if (ms_timeline_create(snap, NULL, &tl, NULL) == MS_OK &&
+        ms_attr_create(snap, tl, NULL, &attr, NULL) != MS_OK)
+      attr = NULL;
+    view_ctx_t c = {snap, attr, tl, opts, dev, devs, ndevs, meta, NULL, 0, 0, 0, ""};
     vw_init(w, sink);
     rc = view_page(w, &c);
     vw_flush(w);
     if (rc == MS_OK) rc = w->err;
     if (rc != MS_OK && c.why[0] && eb) snprintf(eb->msg, sizeof eb->msg, "%s", c.why);
     free(c.pools);
+    ms_attr_destroy(attr);
+    ms_timeline_destroy(tl);
   }
   free(w);
   free(meta);

@@ -26,6 +26,8 @@
   var hash = {};         /* the URL fragment's state */
   var streamFilter = -1; /* the stream whose bands the timelines show (-1: all) */
   var poolFilter = "";   /* the pool ("a,b", "unknown") whose bands the timelines show ("": all) */
+  var colorBy = "allocation"; /* the bands' colours: "allocation" (MemoryViz's) or "category" */
+  var catOff = {};            /* categories (their index in D.categories) whose bands are hidden */
   var range = null;      /* the time-range selector: [first entry, last entry] or null */
 
   /* ---- helpers ------------------------------------------------------------------------------ */
@@ -165,6 +167,7 @@
       segmentsView: segmentsView, n: n, sources: sec("sources"),
       first: new Uint32Array(n + 1), T: sec("T"), O: sec("O"),
       size: sec("size"), elem: sec("elem"), color: sec("color"), ghost: sec("ghost"),
+      cat: sec("cat") || null, /* per element, the index of its category (memory timeline) */
       tmin: new Float64Array(n), tmax: new Float64Array(n),
       summ: -1, summSizes: null, summOffsets: null,
       maxAt: null, maxSize: meta.max_size, elementsLength: meta.elements_length,
@@ -371,9 +374,13 @@
     }
     return tl.stream;
   }
+  /* the category of series s (its element's), or -1 */
+  function seriesCat(tl, s) { return tl.cat && tl.elem[s] >= 0 ? tl.cat[tl.elem[s]] : -1; }
+  function catFiltered() { return Object.keys(catOff).some(function (k) { return catOff[k]; }); }
   function shown(tl, s) {
     return s !== tl.summ && (streamFilter < 0 || seriesStreams(tl)[s] === streamFilter)
-      && (poolFilter === "" || seriesPools(tl)[s] === poolFilter);
+      && (poolFilter === "" || seriesPools(tl)[s] === poolFilter)
+      && (!tl.cat || !catOff[seriesCat(tl, s)]);
   }
   /* The timestep at which trace entry i takes effect (the time-range selector), from the replay
    * (replay.js) of the same trace. */
@@ -506,6 +513,8 @@
      * bands (ghosts, pool stripes) are mixed with white or with the pool's grey. */
     var PX = [], PXG = [], PXP = [];
     TABLEAU10.forEach(function (c) { PX.push(rgba(c, 1, 255)); PXG.push(rgba(c, 0.45, 255)); PXP.push(rgba(c, 0.5, -1)); });
+    var CPX = [], CPXG = []; /* by category: the profiler's colours */
+    (D.category_colors || []).forEach(function (c) { CPX.push(rgba(c, 1, 255)); CPXG.push(rgba(c, 0.45, 255)); });
     function rgba(hex, a, under) {
       var v = [1, 3, 5].map(function (k) { return parseInt(hex.slice(k, k + 2), 16); });
       var u = under >= 0 ? [under, under, under] : [0xba, 0xb0, 0xab];
@@ -517,7 +526,9 @@
       if (tl.tmin[s] < x0) a = Math.max(a, lowerBound(T0, a, z - 1, x0) - 1);
       var kx = (W - pad.l - pad.r) / (x1 - x0), ky = (H - pad.t - pad.b) / Y, base = H - pad.b;
       var cmin = pad.l, cmax = W - pad.r - 1, rmin = pad.t, rmax = H - pad.b - 1;
-      var col = (tl.ghost[s] ? PXG : tl.alpha && tl.alpha[s] < 1 ? PXP : PX)[tl.color[s] % 10];
+      var col = colorBy === "category" && tl.cat && seriesCat(tl, s) >= 0
+        ? (tl.ghost[s] ? CPXG : CPX)[seriesCat(tl, s)]
+        : (tl.ghost[s] ? PXG : tl.alpha && tl.alpha[s] < 1 ? PXP : PX)[tl.color[s] % 10];
       var hp = Math.max(1, Math.round(tl.size[s] * ky));
       function fill(c, o, i) {
         var r = Math.round(base - o * ky), h = S0 ? Math.max(1, Math.round(S0[i] * ky)) : hp;
@@ -592,7 +603,8 @@
       ctx.clearRect(0, 0, W, H);
       ctx.save();
       ctx.beginPath(); ctx.rect(pad.l, pad.t, W - pad.l - pad.r, H - pad.t - pad.b); ctx.clip();
-      var pxPerByte = (H - pad.t - pad.b) / Y, nsmall = 0, nbig = 0, filter = streamFilter >= 0 || poolFilter !== "";
+      var pxPerByte = (H - pad.t - pad.b) / Y, nsmall = 0, nbig = 0;
+      var filter = streamFilter >= 0 || poolFilter !== "" || tl.cat && catFiltered();
       thinPx.fill(0);
       eachIn(tl, x0, x1, function (s) {
         if (s === tl.summ || filter && !shown(tl, s)) return;
@@ -1340,6 +1352,58 @@
     api.data = D; api.timeline = TL; api.segmentTimeline = SEG;
   }
 
+  /* Colour by category, and the categories' legend, each a checkbox that shows or hides its
+   * bands (docs/categories.md; the memory timeline's bands, whose .cat section the page has). */
+  function categoryControls(bar) {
+    if (!D.categories || !TL || !TL.cat) return;
+    var lc = el("label", "", bar, "Colour "), csel = el("select", "", lc);
+    el("option", "", csel, "allocation").value = "allocation";
+    el("option", "", csel, "category").value = "category";
+    csel.value = colorBy;
+    var legend = el("span", "legend", bar);
+    legend.style.display = colorBy === "category" ? "" : "none";
+    D.categories.forEach(function (name, k) {
+      var lab = el("label", "cat", legend), box = el("input", "", lab);
+      box.type = "checkbox";
+      box.checked = !catOff[k];
+      box.dataset.category = name;
+      var sw = el("span", "swatch", lab, "\u25a0");
+      sw.style.color = D.category_colors[k];
+      el("span", "", lab, name + " ");
+      box.addEventListener("change", function () {
+        catOff[k] = !box.checked;
+        hash.hide = D.categories.filter(function (n, j) { return catOff[j]; }).join(",");
+        writeHash();
+        if (current && current.draw) current.draw();
+      });
+    });
+    function setColor(v) {
+      colorBy = v; csel.value = v;
+      legend.style.display = v === "category" ? "" : "none";
+      hash.color = v; writeHash();
+      if (current && current.draw) current.draw();
+    }
+    csel.addEventListener("change", function () { setColor(csel.value); });
+    api.colorBy = setColor;
+    api.hideCategory = function (name, hide) {
+      var k = D.categories.indexOf(name);
+      if (k < 0) return;
+      catOff[k] = hide;
+      legend.querySelectorAll("input")[k].checked = !hide;
+      if (current && current.draw) current.draw();
+    };
+    /* the bytes of each category at step t of the memory timeline (for the tests and hovers) */
+    api.categoryBytes = function (t) {
+      var out = D.categories.map(function () { return 0; });
+      for (var s = 0; s < TL.n; s++) {
+        if (s === TL.summ || !(TL.tmin[s] <= t && t < TL.tmax[s])) continue;
+        var c = seriesCat(TL, s);
+        if (c >= 0) out[c] += TL.size[s];
+      }
+      return out;
+    };
+  }
+
   function build() {
     app.textContent = "";
     var bar = el("div", "bar", app);
@@ -1389,6 +1453,7 @@
     }
     psel.addEventListener("change", function () { setPool(psel.value); });
     api.pool = setPool;
+    categoryControls(bar);
     /* the time-range selector: trace entries A..B (the timelines show only the steps of those) */
     var lr = el("label", "", bar, "Entries "), ra = el("input", "range", lr);
     el("span", "", lr, " to ");
@@ -1431,6 +1496,9 @@
     if (hash.pool !== undefined && (hash.pool === "unknown" || pools[hash.pool])) {
       poolFilter = hash.pool; psel.value = hash.pool;
     }
+    if (hash.color === "category" && api.colorBy) api.colorBy("category");
+    if (hash.hide && D.categories && api.hideCategory)
+      hash.hide.split(",").forEach(function (n) { api.hideCategory(n, true); });
     range = null;
     if (hash.from !== undefined && hash.to !== undefined && D.trace && D.ntrace > 0) {
       var fa = parseInt(hash.from, 10), fb = parseInt(hash.to, 10);

@@ -1,0 +1,337 @@
+/* SPDX-License-Identifier: MIT
+ * memsnap CLI: `memsnap compare`'s default report (issue #28, docs/compare.md): the totals
+ * before, after and their change, the change by category and by source line, the settings that
+ * differ and the leak suspects, as text or JSON. The comparison is the library's
+ * (memsnap/compare.h).
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "memsnap/stats.h"
+
+#define SZ(v, b) cli_format_ubytes((v), (b))
+
+static const char *report_signed(int64_t v, char buf[CLI_BYTES_BUFSZ]) {
+  if (v == 0) return "0";
+  buf[0] = v < 0 ? '-' : '+';
+  char t[CLI_BYTES_BUFSZ];
+  cli_format_ubytes(v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v, t);
+  size_t n = strlen(t);
+  if (n > CLI_BYTES_BUFSZ - 2) n = CLI_BYTES_BUFSZ - 2;
+  memcpy(buf + 1, t, n);
+  buf[n + 1] = 0;
+  return buf;
+}
+
+static int64_t report_change(uint64_t b, uint64_t a) {
+  return (int64_t)(a - b);
+}
+
+/* "the peak of allocated memory, after entry 12 of 40" / "the end state (no trace)". */
+static void report_moment(const ms_compare_side_t *s, const char *at, char *buf, size_t cap) {
+  if (!s->has_trace) {
+    snprintf(buf, cap, "the end state (no trace)");
+    return;
+  }
+  const char *what = at ? at : "peak";
+  if (s->step == 0) snprintf(buf, cap, "%s: before entry 0 of %zu", what, s->nentries);
+  else if (s->step == s->nentries) snprintf(buf, cap, "%s: the end, after entry %zu of %zu", what,
+                                            s->step - 1, s->nentries);
+  else snprintf(buf, cap, "%s: after entry %zu of %zu", what, s->step - 1, s->nentries);
+}
+
+static void report_bytes_row(const char *name, uint64_t b, uint64_t a) {
+  char x[CLI_BYTES_BUFSZ], y[CLI_BYTES_BUFSZ], z[CLI_BYTES_BUFSZ];
+  printf("  %-22s %12s %12s %12s\n", name, SZ(b, x), SZ(a, y), report_signed(report_change(b, a), z));
+}
+
+static void report_count_row(const char *name, uint64_t b, uint64_t a) {
+  char z[32];
+  int64_t d = report_change(b, a);
+  snprintf(z, sizeof z, d > 0 ? "+%" PRId64 : "%" PRId64, d);
+  printf("  %-22s %12" PRIu64 " %12" PRIu64 " %12s\n", name, b, a, z);
+}
+
+/* Warnings about sides that do not compare like with like. */
+void cli_compare_warnings(const char *names[2], const ms_compare_t *c) {
+  const ms_compare_side_t *b = &c->side[0], *a = &c->side[1];
+  if (b->device != a->device)
+    cli_warning("comparing device %zu of '%s' with device %zu of '%s' (--device N picks one)",
+                b->device, names[0], a->device, names[1]);
+  for (int s = 0; s < 2; s++)
+    if (!c->side[s].has_trace)
+      cli_warning("'%s' has no allocation trace on device %zu: its peaks are its end state's, and "
+                  "it has no steps", names[s], c->side[s].device);
+  if (b->has_capacity && a->has_capacity && b->capacity != a->capacity) {
+    char x[CLI_BYTES_BUFSZ], y[CLI_BYTES_BUFSZ];
+    cli_warning("the devices differ in size: %s in '%s', %s in '%s'", SZ(b->capacity, x),
+                names[0], SZ(a->capacity, y), names[1]);
+  }
+}
+
+static void report_text_rows(const ms_compare_t *c) {
+  char x[CLI_BYTES_BUFSZ], y[CLI_BYTES_BUFSZ], z[CLI_BYTES_BUFSZ];
+  printf("\nallocated bytes at the moments, by category:\n");
+  printf("  %-22s %12s %12s %12s\n", "category", "before", "after", "change");
+  for (int k = 0; k < MS_CAT_COUNT; k++) {
+    const ms_compare_row_t *r = &c->by_category[k];
+    if (!r->before && !r->after) continue;
+    printf("  %-22s %12s %12s %12s\n", r->key, SZ(r->before, x), SZ(r->after, y),
+           report_signed(r->change, z));
+  }
+  printf("\nby source line, largest change first");
+  if (c->nsource < c->nsource_all)
+    printf(" (%zu of %zu sources that changed; -n N shows more)", c->nsource, c->nsource_all);
+  printf(":\n");
+  if (!c->nsource) printf("  no source changed\n");
+  else printf("  %12s %12s %12s  %-16s %s\n", "change", "before", "after", "category", "source");
+  for (size_t i = 0; i < c->nsource; i++) {
+    const ms_compare_row_t *r = &c->by_source[i];
+    printf("  %12s %12s %12s  %-16s ", report_signed(r->change, z), SZ(r->before, x),
+           SZ(r->after, y), ms_category_name(r->category));
+    cli_fputs_escaped(r->key, stdout);
+    putchar('\n');
+  }
+}
+
+static void report_text_tail(const ms_compare_t *c) {
+  char x[CLI_BYTES_BUFSZ], y[CLI_BYTES_BUFSZ];
+  printf("\nallocator settings: ");
+  if (!c->nsettings) {
+    printf("the same (%zu recorded by both)\n", c->nsettings_same);
+  } else {
+    printf("%zu differ%s (%zu the same)\n", c->nsettings, c->nsettings == 1 ? "s" : "",
+           c->nsettings_same);
+    for (size_t i = 0; i < c->nsettings; i++) {
+      const ms_compare_setting_t *s = &c->settings[i];
+      printf("  ");
+      cli_fputs_escaped(s->key, stdout);
+      printf(": ");
+      cli_fputs_escaped(s->before[0] ? s->before : "(not recorded)", stdout);
+      printf(" \u2192 ");
+      cli_fputs_escaped(s->after[0] ? s->after : "(not recorded)", stdout);
+      putchar('\n');
+    }
+  }
+  printf("\nleak suspects: ");
+  if (!c->side[1].has_trace) {
+    printf("none looked for (AFTER has no trace)\n");
+  } else if (c->steps < 2) {
+    printf("none looked for (AFTER's trace has %zu ProfilerStep#N range%s ended %s; two are "
+           "needed)\n", c->steps, c->steps == 1 ? "" : "s",
+           c->leaks_step == c->side[1].nentries ? "by its end" : "by its moment");
+  } else if (!c->nleaks) {
+    printf("none (over %zu steps, no source's allocations stay alive by about the same amount "
+           "every step)\n", c->steps);
+  } else {
+    printf("%zu (over %zu steps: allocations made in each step and still alive at AFTER's "
+           "%s)\n", c->nleaks, c->steps, c->leaks_step == c->side[1].nentries ? "end" : "moment");
+    for (size_t i = 0; i < c->nleaks; i++) {
+      const ms_compare_leak_t *l = &c->leaks[i];
+      printf("  %s per step (%" PRIu64 " block%s) in steps %" PRId64 "..%" PRId64 " (%zu steps, "
+             "%s alive), %s: ", SZ(l->per_step, x), l->blocks_per_step,
+             l->blocks_per_step == 1 ? "" : "s", l->first_step, l->last_step, l->nsteps,
+             SZ(l->total, y), ms_category_name(l->category));
+      cli_fputs_escaped(l->source, stdout);
+      putchar('\n');
+    }
+  }
+}
+
+static void report_text(const char *names[2], const char *at[2], const ms_compare_t *c) {
+  char m[2][160];
+  for (int s = 0; s < 2; s++)
+    report_moment(&c->side[s], at[s], m[s], sizeof m[s]);
+  printf("memsnap compare:\n  before: ");
+  cli_fputs_escaped(names[0], stdout);
+  printf(", device %zu, %s\n  after:  ", c->side[0].device, m[0]);
+  cli_fputs_escaped(names[1], stdout);
+  printf(", device %zu, %s\n\n", c->side[1].device, m[1]);
+  const ms_compare_side_t *b = &c->side[0], *a = &c->side[1];
+  printf("  %-22s %12s %12s %12s\n", "totals", "before", "after", "change");
+  report_bytes_row("peak allocated", b->peak_allocated, a->peak_allocated);
+  report_bytes_row("peak reserved", b->peak_reserved, a->peak_reserved);
+  report_bytes_row("peak requested", b->peak_requested, a->peak_requested);
+  printf("  at the moments:\n");
+  report_bytes_row("allocated", b->allocated, a->allocated);
+  report_bytes_row("reserved", b->reserved, a->reserved);
+  report_bytes_row("requested", b->requested, a->requested);
+  report_count_row("segments", b->segments, a->segments);
+  report_count_row("blocks (live)", b->blocks, a->blocks);
+  report_text_rows(c);
+  report_text_tail(c);
+}
+
+/* ---- JSON ------------------------------------------------------------------------------------ */
+
+static void jkey(cli_json_t *j, const char *k) {
+  cli_json_lit(j, ", \"");
+  cli_json_lit(j, k);
+  cli_json_lit(j, "\": ");
+}
+
+static void report_json_side(cli_json_t *j, const char *name, const char *at,
+                             const ms_compare_side_t *s) {
+  cli_json_lit(j, "{\"file\": ");
+  cli_json_str(j, name);
+  jkey(j, "device");
+  cli_json_u64(j, s->device);
+  jkey(j, "has_trace");
+  cli_json_lit(j, s->has_trace ? "true" : "false");
+  jkey(j, "moment");
+  cli_json_str(j, !s->has_trace ? "end" : at ? at : "peak");
+  jkey(j, "step");
+  cli_json_u64(j, s->step);
+  jkey(j, "entries");
+  cli_json_u64(j, s->nentries);
+  const struct { const char *k; uint64_t v; } f[] = {
+      {"peak_allocated", s->peak_allocated}, {"peak_reserved", s->peak_reserved},
+      {"peak_requested", s->peak_requested}, {"allocated", s->allocated},
+      {"reserved", s->reserved},             {"requested", s->requested},
+      {"segments", s->segments},             {"blocks", s->blocks}};
+  for (size_t i = 0; i < sizeof f / sizeof *f; i++) {
+    jkey(j, f[i].k);
+    cli_json_u64(j, f[i].v);
+  }
+  jkey(j, "capacity");
+  if (s->has_capacity) cli_json_u64(j, s->capacity);
+  else cli_json_lit(j, "null");
+  cli_json_lit(j, "}");
+}
+
+static void report_json_row(cli_json_t *j, const ms_compare_row_t *r, bool source) {
+  cli_json_lit(j, source ? "{\"source\": " : "{\"category\": ");
+  cli_json_str(j, r->key);
+  if (source) {
+    jkey(j, "category");
+    cli_json_str(j, ms_category_name(r->category));
+  }
+  jkey(j, "before");
+  cli_json_u64(j, r->before);
+  jkey(j, "after");
+  cli_json_u64(j, r->after);
+  jkey(j, "change");
+  cli_json_i64(j, r->change);
+  jkey(j, "blocks_before");
+  cli_json_u64(j, r->blocks_before);
+  jkey(j, "blocks_after");
+  cli_json_u64(j, r->blocks_after);
+  cli_json_lit(j, "}");
+}
+
+static void report_json_lists(cli_json_t *j, const ms_compare_t *c) {
+  jkey(j, "by_category");
+  cli_json_lit(j, "[");
+  for (int k = 0; k < MS_CAT_COUNT; k++) {
+    if (k) cli_json_lit(j, ", ");
+    report_json_row(j, &c->by_category[k], false);
+  }
+  cli_json_lit(j, "]");
+  jkey(j, "sources_changed");
+  cli_json_u64(j, c->nsource_all);
+  jkey(j, "by_source");
+  cli_json_lit(j, "[");
+  for (size_t i = 0; i < c->nsource; i++) {
+    if (i) cli_json_lit(j, ", ");
+    report_json_row(j, &c->by_source[i], true);
+  }
+  cli_json_lit(j, "]");
+  jkey(j, "settings_same");
+  cli_json_u64(j, c->nsettings_same);
+  jkey(j, "settings");
+  cli_json_lit(j, "[");
+  for (size_t i = 0; i < c->nsettings; i++) {
+    cli_json_lit(j, i ? ", {\"key\": " : "{\"key\": ");
+    cli_json_str(j, c->settings[i].key);
+    jkey(j, "before");
+    if (c->settings[i].before[0]) cli_json_str(j, c->settings[i].before);
+    else cli_json_lit(j, "null");
+    jkey(j, "after");
+    if (c->settings[i].after[0]) cli_json_str(j, c->settings[i].after);
+    else cli_json_lit(j, "null");
+    cli_json_lit(j, "}");
+  }
+  cli_json_lit(j, "]");
+  jkey(j, "steps");
+  cli_json_u64(j, c->steps);
+  jkey(j, "leaks_step");
+  cli_json_u64(j, c->leaks_step);
+  jkey(j, "leaks");
+  cli_json_lit(j, "[");
+  for (size_t i = 0; i < c->nleaks; i++) {
+    const ms_compare_leak_t *l = &c->leaks[i];
+    cli_json_lit(j, i ? ", {\"source\": " : "{\"source\": ");
+    cli_json_str(j, l->source);
+    jkey(j, "category");
+    cli_json_str(j, ms_category_name(l->category));
+    jkey(j, "per_step");
+    cli_json_u64(j, l->per_step);
+    jkey(j, "blocks_per_step");
+    cli_json_u64(j, l->blocks_per_step);
+    jkey(j, "first_step");
+    cli_json_i64(j, l->first_step);
+    jkey(j, "last_step");
+    cli_json_i64(j, l->last_step);
+    jkey(j, "steps");
+    cli_json_u64(j, l->nsteps);
+    jkey(j, "total");
+    cli_json_u64(j, l->total);
+    cli_json_lit(j, "}");
+  }
+  cli_json_lit(j, "]");
+}
+
+static int report_json(const char *names[2], const char *at[2], const ms_compare_t *c) {
+  cli_out_t o;
+  int rc = cli_out_open(&o, "-");
+  if (rc != CLI_OK) return rc;
+  cli_json_t j = {&o.sink, 0};
+  cli_json_lit(&j, "{\"command\": \"compare\", \"view\": \"report\"");
+  jkey(&j, "before");
+  report_json_side(&j, names[0], at[0], &c->side[0]);
+  jkey(&j, "after");
+  report_json_side(&j, names[1], at[1], &c->side[1]);
+  const ms_compare_side_t *b = &c->side[0], *a = &c->side[1];
+  jkey(&j, "change");
+  cli_json_lit(&j, "{\"peak_allocated\": ");
+  cli_json_i64(&j, report_change(b->peak_allocated, a->peak_allocated));
+  jkey(&j, "peak_reserved");
+  cli_json_i64(&j, report_change(b->peak_reserved, a->peak_reserved));
+  jkey(&j, "peak_requested");
+  cli_json_i64(&j, report_change(b->peak_requested, a->peak_requested));
+  jkey(&j, "allocated");
+  cli_json_i64(&j, report_change(b->allocated, a->allocated));
+  jkey(&j, "reserved");
+  cli_json_i64(&j, report_change(b->reserved, a->reserved));
+  jkey(&j, "segments");
+  cli_json_i64(&j, (int64_t)a->segments - (int64_t)b->segments);
+  jkey(&j, "blocks");
+  cli_json_i64(&j, (int64_t)a->blocks - (int64_t)b->blocks);
+  cli_json_lit(&j, "}");
+  report_json_lists(&j, c);
+  cli_json_lit(&j, "}\n");
+  if (j.err != MS_OK) return cli_out_fail(&o, j.err, NULL);
+  return cli_out_commit(&o);
+}
+
+int cli_compare_report(const char *names[2], const ms_snapshot_t *snaps[2], const char *at[2],
+                       const ms_compare_options_t *o, bool json) {
+  ms_compare_t *c = NULL;
+  ms_errbuf_t eb = {{0}};
+  cli_progress_start("comparing '%s' and '%s'", names[0], names[1]);
+  int err = ms_compare_run(snaps[0], snaps[1], o, &c, &eb);
+  cli_progress_stop();
+  if (err != MS_OK) {
+    cli_error("comparing '%s' with '%s': %s", names[0], names[1], eb.msg[0] ? eb.msg : ms_strerror(err));
+    return CLI_FAILURE;
+  }
+  cli_compare_warnings(names, c);
+  int rc = CLI_OK;
+  if (json) rc = report_json(names, at, c);
+  else report_text(names, at, c);
+  ms_compare_free(c);
+  return rc;
+}

@@ -1,0 +1,559 @@
+/* SPDX-License-Identifier: MIT
+ * memsnap core: the classifier (memsnap/attribution.h, attribution/internal.h): per-frame
+ * features, per-stack features, each device's phase spans, the gradient sizes that name the
+ * parameters allocated before recording, a block's category, and the category series.
+ *
+ * Cost: every frame is matched once against every pattern; every stack is read once (its frames'
+ * pattern sets ORed); spans are one pass over each trace. Classifying a block is a binary search
+ * over its device's spans and a walk of the category rules (a few dozen).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "attribution/internal.h"
+#include "common/hash.h"
+#include "timeline/internal.h"
+
+/* ---- frames and stacks --------------------------------------------------------------------- */
+
+static bool attr_frame_matches(const attr_pattern_t *p, const ms_snap_frame_t *f) {
+  switch (p->kind) {
+  case ATTR_P_FUNC:
+    return ms__attr_glob(p->glob, f->name, false);
+  case ATTR_P_FILE:
+    return ms__attr_glob(p->glob, f->filename, true);
+  case ATTR_P_FRAME:
+    return ms__attr_glob(p->glob, f->name, false) && ms__attr_glob(p->glob2, f->filename, true);
+  default:
+    return false;
+  }
+}
+
+static bool attr_set_holds(const attr_rule_t *ru, const uint64_t *set, size_t pw) {
+  for (size_t w = 0; w < pw; w++)
+    if ((set[w] & ru->need[w]) != ru->need[w] || (set[w] & ru->forbid[w])) return false;
+  return true;
+}
+
+static bool attr_ends_with(const char *s, const char *suffix) {
+  size_t a = strlen(s), b = strlen(suffix);
+  return a >= b && memcmp(s + a - b, suffix, b) == 0;
+}
+
+int ms__attr_frames(ms_attr_t *a) {
+  const ms_snapshot_t *s = a->snap;
+  a->pw = (a->rules.npat + 63) / 64;
+  if (a->pw == 0) a->pw = 1;
+  size_t nf = s->nframes ? s->nframes : 1;
+  a->fflags = calloc(nf, 1);
+  a->fpat = calloc(nf * a->pw, sizeof *a->fpat);
+  if (!a->fflags || !a->fpat) return MS_ENOMEM;
+  for (size_t i = 0; i < s->nframes; i++) {
+    const ms_snap_frame_t *f = &s->frames[i];
+    uint64_t *set = &a->fpat[i * a->pw];
+    for (size_t p = 0; p < a->rules.npat; p++)
+      if (attr_frame_matches(&a->rules.pat[p], f)) set[p / 64] |= 1ull << (p % 64);
+    uint8_t fl = 0;
+    if (attr_ends_with(f->filename, ".py")) fl |= ATTR_F_PYTHON;
+    if (strncmp(f->name, "at::_ops::", 10) == 0 && strstr(f->name, "::call(")) fl |= ATTR_F_OP;
+    for (size_t r = 0; r < a->rules.nrules; r++) {
+      const attr_rule_t *ru = &a->rules.rules[r];
+      if (ru->kind == ATTR_R_SKIP && !(fl & ATTR_F_SKIP) && attr_set_holds(ru, set, a->pw))
+        fl |= ATTR_F_SKIP;
+      if (ru->kind == ATTR_R_PREFER && !(fl & ATTR_F_PREFER) && attr_set_holds(ru, set, a->pw))
+        fl |= ATTR_F_PREFER;
+    }
+    a->fflags[i] = fl;
+  }
+  return MS_OK;
+}
+
+/* The index of pattern set `set` among the distinct ones (added with its rule bits and phase when
+ * new): stacks share few sets (every forward stack matches the same patterns), so the rules are
+ * evaluated once per set and a stack holds only its set's index. */
+static int attr_set_index(ms_attr_t *a, const uint64_t *set, uint32_t **tab, size_t *cap,
+                          uint32_t *out) {
+  uint64_t h = 0x9e3779b97f4a7c15ull;
+  for (size_t w = 0; w < a->pw; w++) h = (h ^ set[w]) * 0xff51afd7ed558ccdull;
+  if ((a->nsets + 1) * 2 > *cap) { /* grow the lookup table */
+    size_t ncap = *cap ? *cap * 2 : 256;
+    uint32_t *nt = malloc(ncap * sizeof *nt);
+    if (!nt) return MS_ENOMEM;
+    memset(nt, 0xff, ncap * sizeof *nt);
+    for (size_t i = 0; i < a->nsets; i++) {
+      uint64_t g = 0x9e3779b97f4a7c15ull;
+      for (size_t w = 0; w < a->pw; w++) g = (g ^ a->set_pat[i * a->pw + w]) * 0xff51afd7ed558ccdull;
+      size_t j = (size_t)(g >> 17) & (ncap - 1);
+      while (nt[j] != ATTR_NONE) j = (j + 1) & (ncap - 1);
+      nt[j] = (uint32_t)i;
+    }
+    free(*tab);
+    *tab = nt;
+    *cap = ncap;
+  }
+  size_t j = (size_t)(h >> 17) & (*cap - 1);
+  for (; (*tab)[j] != ATTR_NONE; j = (j + 1) & (*cap - 1))
+    if (memcmp(&a->set_pat[(size_t)(*tab)[j] * a->pw], set, a->pw * sizeof *set) == 0) {
+      *out = (*tab)[j];
+      return MS_OK;
+    }
+  size_t n = a->nsets;
+  uint64_t *np = realloc(a->set_pat, (n + 1) * a->pw * sizeof *np);
+  if (np) a->set_pat = np;
+  uint64_t *nr = np ? realloc(a->set_rules, (n + 1) * a->rw * sizeof *nr) : NULL;
+  if (nr) a->set_rules = nr;
+  uint8_t *nph = nr ? realloc(a->set_phase, n + 1) : NULL;
+  if (!nph) return MS_ENOMEM;
+  a->set_phase = nph;
+  memcpy(&np[n * a->pw], set, a->pw * sizeof *set);
+  uint64_t *bits = &nr[n * a->rw];
+  memset(bits, 0, a->rw * sizeof *bits);
+  uint8_t ph = ATTR_PH_UNSET;
+  for (size_t r = 0; r < a->rules.nrules; r++) {
+    const attr_rule_t *ru = &a->rules.rules[r];
+    if (ru->kind != ATTR_R_CATEGORY && ru->kind != ATTR_R_PHASE) continue;
+    if (ru->annotation != ATTR_NONE) continue;
+    if (ru->has_frames && !attr_set_holds(ru, set, a->pw)) continue;
+    bits[r / 64] |= 1ull << (r % 64);
+    if (ru->kind == ATTR_R_PHASE && ph == ATTR_PH_UNSET) ph = ru->target;
+  }
+  nph[n] = ph;
+  (*tab)[j] = (uint32_t)n;
+  a->nsets = n + 1;
+  *out = (uint32_t)n;
+  return MS_OK;
+}
+
+/* The pattern set of stack st (the union of its frames'). */
+static void attr_stack_set(const ms_attr_t *a, uint32_t st, uint64_t *set) {
+  const ms_snapshot_t *s = a->snap;
+  memset(set, 0, ATTR_PW * sizeof *set);
+  const ms_snap_stack_t *k = &s->stacks[st];
+  if (s->stack_frames16 && a->pw <= 2) { /* the common case, a tight loop (5 M stacks) */
+    const uint16_t *fi = &s->stack_frames16[k->first];
+    const uint64_t *fp = a->fpat;
+    if (a->pw == 1) {
+      for (uint32_t j = 0; j < k->nframes; j++) set[0] |= fp[fi[j]];
+    } else {
+      for (uint32_t j = 0; j < k->nframes; j++) {
+        set[0] |= fp[2 * (size_t)fi[j]];
+        set[1] |= fp[2 * (size_t)fi[j] + 1];
+      }
+    }
+    return;
+  }
+  for (uint32_t j = 0; j < k->nframes; j++) {
+    const uint64_t *fs = &a->fpat[(size_t)ms_snap_frame_index(s, k->first + j) * a->pw];
+    for (size_t w = 0; w < a->pw; w++) set[w] |= fs[w];
+  }
+}
+
+int ms__attr_stacks(ms_attr_t *a) {
+  const ms_snapshot_t *s = a->snap;
+  a->rw = (a->rules.nrules + 63) / 64;
+  if (a->rw == 0) a->rw = 1;
+  size_t ns = s->nstacks ? s->nstacks : 1;
+  a->sset = malloc(ns * sizeof *a->sset);
+  if (!a->sset) return MS_ENOMEM;
+  memset(a->sset, 0xff, ns * sizeof *a->sset);
+  /* only allocations' stacks are ever classified (frees' are not read): mark them */
+  const uint32_t mark = ATTR_NONE - 1;
+  for (size_t i = 0; i < s->ntrace; i++)
+    if (s->trace[i].action == MS_TRACE_ALLOC && s->trace[i].stack < s->nstacks)
+      a->sset[s->trace[i].stack] = mark;
+  for (size_t i = 0; i < s->nblocks; i++)
+    if (s->blocks[i].stack < s->nstacks) a->sset[s->blocks[i].stack] = mark;
+  for (size_t i = 0; i < s->nhistory; i++)
+    if (s->history[i].stack < s->nstacks) a->sset[s->history[i].stack] = mark;
+  uint64_t set[ATTR_PW];
+  uint32_t *tab = NULL;
+  size_t cap = 0;
+  int rc = MS_OK;
+  for (size_t st = 0; st < s->nstacks && rc == MS_OK; st++) {
+    if (a->sset[st] != mark) continue;
+    attr_stack_set(a, (uint32_t)st, set);
+    rc = attr_set_index(a, set, &tab, &cap, &a->sset[st]);
+  }
+  free(tab);
+  return rc;
+}
+
+/* ---- phase spans --------------------------------------------------------------------------- */
+
+/* Forces the phase of the entries of device dev inside the annotation ranges that phase rules
+ * name (entries with times; times must not decrease, else annotations are not used). */
+static void attr_annotations(const ms_attr_t *a, size_t dev, const ms_snap_trace_t *tr, size_t n,
+                             uint8_t *ph, uint8_t *forced) {
+  const ms_snapshot_t *s = a->snap;
+  for (size_t i = 1; i < n; i++)
+    if ((tr[i].present & MS_TRACE_HAS_TIME) && (tr[i - 1].present & MS_TRACE_HAS_TIME) &&
+        tr[i].time_us < tr[i - 1].time_us)
+      return;
+  for (size_t r = 0; r < a->rules.nrules; r++) {
+    const attr_rule_t *ru = &a->rules.rules[r];
+    if (ru->kind != ATTR_R_PHASE || ru->annotation == ATTR_NONE) continue;
+    const char *glob = a->rules.pat[ru->annotation].glob;
+    for (size_t k = 0; k < s->nannotations; k++) {
+      const ms_snap_annotation_t *st = &s->annotations[k];
+      if (st->device != (int64_t)dev || strcmp(st->stage, "START") != 0 ||
+          !ms__attr_glob(glob, st->name, false))
+        continue;
+      int64_t end = INT64_MAX;
+      for (size_t m = k + 1; m < s->nannotations; m++) {
+        const ms_snap_annotation_t *e = &s->annotations[m];
+        if (e->device == st->device && strcmp(e->stage, "END") == 0 &&
+            strcmp(e->name, st->name) == 0 && e->time_us >= st->time_us) {
+          end = e->time_us;
+          break;
+        }
+      }
+      if (end == INT64_MAX) continue;
+      size_t lo = 0, hi = n; /* first entry with a time >= start */
+      while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if ((tr[mid].present & MS_TRACE_HAS_TIME) && tr[mid].time_us >= st->time_us)
+          hi = mid;
+        else
+          lo = mid + 1;
+      }
+      for (size_t i = lo; i < n && tr[i].time_us <= end; i++) {
+        if (!(tr[i].present & MS_TRACE_HAS_TIME) || forced[i]) continue;
+        ph[i] = ru->target;
+        forced[i] = 1;
+      }
+    }
+  }
+}
+
+typedef MS_VEC(attr_span_t) attr_spanvec_t;
+
+static int attr_span_push(attr_spanvec_t *sp, size_t first, uint8_t phase) {
+  attr_span_t x = {sp->len == 0 ? 0 : (uint32_t)first, phase}; /* the first starts at 0 */
+  return MS_VEC_PUSH(sp, x) ? MS_ENOMEM : MS_OK;
+}
+
+/* Spans of device dev. Classified entries (allocations whose stack has a phase, entries inside
+ * an annotation range of a phase rule) start a span when their phase differs from the current
+ * one; allocations without a phase between two spans of one phase belong to it, and between
+ * spans of different phases form a `none` span. Other entries (frees) belong to the span before
+ * them, so that a free just after an op's last allocation stays within the op's phase. */
+static int attr_dev_spans(ms_attr_t *a, size_t dev) {
+  attr_dev_t *ad = &a->dev[dev];
+  size_t n = ms_timeline_nentries(a->tl, dev);
+  ad->n = n;
+  if (n == 0) return MS_OK;
+  const ms_snap_trace_t *tr = ms_timeline_entry(a->tl, dev, 0);
+  uint8_t *ph = malloc(n), *forced = calloc(n, 1);
+  if (!ph || !forced) {
+    free(ph);
+    free(forced);
+    return MS_ENOMEM;
+  }
+  for (size_t i = 0; i < n; i++) {
+    ph[i] = ATTR_PH_UNSET;
+    if (tr[i].action != MS_TRACE_ALLOC) continue;
+    ph[i] = ATTR_PH_NONE;
+    if (tr[i].stack < a->snap->nstacks && attr_stack_phase(a, tr[i].stack) != ATTR_PH_UNSET)
+      ph[i] = attr_stack_phase(a, tr[i].stack);
+  }
+  attr_annotations(a, dev, tr, n, ph, forced);
+  free(forced);
+  attr_spanvec_t sp = {0};
+  uint8_t cur = ATTR_PH_UNSET;
+  size_t pending = SIZE_MAX; /* the first phaseless allocation since the last classified entry */
+  int rc = MS_OK;
+  for (size_t i = 0; i < n && rc == MS_OK; i++) {
+    if (ph[i] == ATTR_PH_UNSET) continue;
+    if (ph[i] == ATTR_PH_NONE) {
+      if (pending == SIZE_MAX) pending = i;
+      continue;
+    }
+    if (ph[i] != cur) {
+      if (pending != SIZE_MAX) rc = attr_span_push(&sp, pending, ATTR_PH_NONE);
+      if (rc == MS_OK) rc = attr_span_push(&sp, i, ph[i]);
+      cur = ph[i];
+    }
+    pending = SIZE_MAX;
+  }
+  if (rc == MS_OK && (pending != SIZE_MAX || sp.len == 0))
+    rc = attr_span_push(&sp, pending == SIZE_MAX ? 0 : pending, ATTR_PH_NONE);
+  free(ph);
+  ad->spans = sp.ptr;
+  ad->nspans = sp.len;
+  return rc;
+}
+
+static int attr_dev_ecat(ms_attr_t *a, size_t dev);
+
+/* The blocks alive at the end of device dev (their sizes are the snapshot's). */
+static int attr_dev_end(ms_attr_t *a, size_t dev) {
+  attr_dev_t *ad = &a->dev[dev];
+  ms_tl_state_t st;
+  ms_timeline_state_init(&st);
+  int rc = ms_timeline_state_at(a->tl, dev, ad->n, &st);
+  size_t n = rc == MS_OK ? st.nblocks : 0;
+  ad->end_addr = malloc((n ? n : 1) * sizeof *ad->end_addr);
+  ad->end_size = malloc((n ? n : 1) * sizeof *ad->end_size);
+  if (rc == MS_OK && (!ad->end_addr || !ad->end_size)) rc = MS_ENOMEM;
+  for (size_t k = 0; k < n && rc == MS_OK; k++) {
+    ad->end_addr[k] = st.blocks[k].address;
+    ad->end_size[k] = st.blocks[k].size;
+  }
+  ad->nend = rc == MS_OK ? n : 0;
+  ms_timeline_state_release(&st);
+  return rc;
+}
+
+int ms__attr_spans(ms_attr_t *a) {
+  a->ndev = ms_timeline_ndevices(a->tl);
+  a->dev = calloc(a->ndev ? a->ndev : 1, sizeof *a->dev);
+  if (!a->dev) return MS_ENOMEM;
+  for (size_t d = 0; d < a->ndev; d++) {
+    MS_FORWARD_IF_ERROR(attr_dev_spans(a, d));
+    MS_FORWARD_IF_ERROR(attr_dev_end(a, d));
+    MS_FORWARD_IF_ERROR(attr_dev_ecat(a, d));
+  }
+  return MS_OK;
+}
+
+uint64_t ms__attr_entry_size(const ms_attr_t *a, size_t dev, size_t i) {
+  const tl_dev_t *td = &a->tl->dev[dev];
+  if (td->pair[i] != TL_NONE) return td->bsize[i];
+  const attr_dev_t *ad = &a->dev[dev];
+  uint64_t addr = td->trace[i].addr;
+  size_t lo = 0, hi = ad->nend;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (ad->end_addr[mid] < addr) lo = mid + 1; else hi = mid;
+  }
+  return lo < ad->nend && ad->end_addr[lo] == addr ? ad->end_size[lo] : td->bsize[i];
+}
+
+/* ---- a block's category -------------------------------------------------------------------- */
+
+static size_t attr_span_of(const attr_dev_t *ad, size_t entry) {
+  size_t lo = 0, hi = ad->nspans;
+  while (hi - lo > 1) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (ad->spans[mid].first <= entry)
+      lo = mid;
+    else
+      hi = mid;
+  }
+  return lo;
+}
+
+static bool attr_grad_addr(const attr_dev_t *ad, uint64_t addr) {
+  size_t lo = 0, hi = ad->ngrad_addr;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (ad->grad_addr[mid] < addr)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return lo < ad->ngrad_addr && ad->grad_addr[lo] == addr;
+}
+
+/* ms__attr_classify with the span of the alloc entry known (SIZE_MAX: look it up). */
+static ms_category attr_classify_in(const ms_attr_t *a, size_t dev, size_t span,
+                                    int64_t alloc_entry, int64_t free_entry, uint32_t stack,
+                                    uint64_t address, bool ignore_matches) {
+  const attr_dev_t *ad = dev < a->ndev ? &a->dev[dev] : NULL;
+  if (stack >= a->snap->nstacks) stack = MS_SNAP_NO_STACK; /* also ATTR_STACK_UNRECORDED */
+  bool recorded = alloc_entry >= 0 && ad && (size_t)alloc_entry < ad->n && ad->nspans > 0;
+  uint8_t phase = ATTR_PH_NONE, prev = ATTR_PH_UNSET, next = ATTR_PH_UNSET;
+  int freed;
+  if (recorded) {
+    size_t k = span != SIZE_MAX ? span : attr_span_of(ad, (size_t)alloc_entry);
+    phase = ad->spans[k].phase;
+    if (k > 0) prev = ad->spans[k - 1].phase;
+    if (k + 1 < ad->nspans) next = ad->spans[k + 1].phase;
+    size_t end = k + 1 < ad->nspans ? ad->spans[k + 1].first : ad->n;
+    freed = free_entry < 0 ? ATTR_FREED_NEVER
+            : (size_t)free_entry < end ? ATTR_FREED_WITHIN : ATTR_FREED_AFTER;
+  } else {
+    if (stack != MS_SNAP_NO_STACK && attr_stack_phase(a, stack) != ATTR_PH_UNSET)
+      phase = attr_stack_phase(a, stack);
+    freed = free_entry < 0 ? ATTR_FREED_NEVER : ATTR_FREED_AFTER;
+  }
+  bool nostack = stack == MS_SNAP_NO_STACK || a->snap->stacks[stack].nframes == 0;
+  const uint64_t *bits = stack != MS_SNAP_NO_STACK && a->sset[stack] < a->nsets
+                             ? &a->set_rules[(size_t)a->sset[stack] * a->rw] : NULL;
+  for (size_t r = 0; r < a->rules.nrules; r++) {
+    const attr_rule_t *ru = &a->rules.rules[r];
+    if (ru->kind != ATTR_R_CATEGORY) continue;
+    if (ru->has_frames && (!bits || !(bits[r / 64] >> (r % 64) & 1))) continue;
+    if (ru->phase && !(ru->phase >> phase & 1)) continue;
+    if (ru->prev && (prev == ATTR_PH_UNSET || !(ru->prev >> prev & 1))) continue;
+    if (ru->next && (next == ATTR_PH_UNSET || !(ru->next >> next & 1))) continue;
+    if (ru->freed == ATTR_FREED_WITHIN && freed != ATTR_FREED_WITHIN) continue;
+    if (ru->freed == ATTR_FREED_AFTER && freed == ATTR_FREED_WITHIN) continue;
+    if (ru->freed == ATTR_FREED_NEVER && freed != ATTR_FREED_NEVER) continue;
+    if (ru->alloc == ATTR_ALLOC_RECORDED && !recorded) continue;
+    if (ru->alloc == ATTR_ALLOC_UNRECORDED && recorded) continue;
+    if (ru->nostack >= 0 && (ru->nostack == 1) != nostack) continue;
+    if (ru->matches_gradient &&
+        (ignore_matches || recorded || free_entry >= 0 || !ad || !attr_grad_addr(ad, address)))
+      continue;
+    return (ms_category)ru->target;
+  }
+  return MS_CAT_UNKNOWN;
+}
+
+ms_category ms__attr_classify(const ms_attr_t *a, size_t dev, int64_t alloc_entry,
+                              int64_t free_entry, uint32_t stack, uint64_t address,
+                              bool ignore_matches) {
+  /* an alloc entry's category is in the cache (matches= holds only for blocks older than the
+   * trace, so it is the same with ignore_matches) */
+  if (alloc_entry >= 0 && dev < a->ndev && a->dev[dev].ecat && (size_t)alloc_entry < a->dev[dev].n &&
+      a->dev[dev].ecat[alloc_entry] < MS_CAT_COUNT &&
+      free_entry == (a->tl->dev[dev].pair[alloc_entry] == TL_NONE
+                         ? -1 : (int64_t)a->tl->dev[dev].pair[alloc_entry]))
+    return (ms_category)a->dev[dev].ecat[alloc_entry];
+  return attr_classify_in(a, dev, SIZE_MAX, alloc_entry, free_entry, stack, address,
+                          ignore_matches);
+}
+
+/* The category of every alloc entry of device dev, in one pass (spans followed in order). */
+static int attr_dev_ecat(ms_attr_t *a, size_t dev) {
+  attr_dev_t *ad = &a->dev[dev];
+  const tl_dev_t *td = &a->tl->dev[dev];
+  if (ad->n == 0) return MS_OK;
+  ad->ecat = malloc(ad->n);
+  if (!ad->ecat) return MS_ENOMEM;
+  size_t k = 0;
+  for (size_t i = 0; i < ad->n; i++) {
+    while (k + 1 < ad->nspans && ad->spans[k + 1].first <= i) k++;
+    if (td->trace[i].action != MS_TRACE_ALLOC) {
+      ad->ecat[i] = 0xff;
+      continue;
+    }
+    uint32_t fe = td->pair[i];
+    ad->ecat[i] = (uint8_t)attr_classify_in(a, dev, k, (int64_t)i,
+                                            fe == TL_NONE ? -1 : (int64_t)fe, td->trace[i].stack,
+                                            td->trace[i].addr, true);
+  }
+  return MS_OK;
+}
+
+/* The stack that a block's category reads: its alloc entry's, the snapshot's block's when it
+ * was alive at the end, none when only its free was recorded. */
+uint32_t ms__attr_block_stack(const ms_attr_t *a, size_t dev, const ms_tl_block_t *b) {
+  if (b->alloc_entry >= 0 && (size_t)b->alloc_entry < ms_timeline_nentries(a->tl, dev))
+    return ms_timeline_entry(a->tl, dev, (size_t)b->alloc_entry)->stack;
+  if (b->flags & MS_TL_BLOCK_FROM_SNAPSHOT) return b->stack;
+  if (b->flags & MS_TL_BLOCK_ALLOC_UNRECORDED) return ATTR_STACK_UNRECORDED;
+  return b->stack;
+}
+
+ms_category ms__attr_entry_category(const ms_attr_t *a, size_t dev, size_t i) {
+  if (dev >= a->ndev || i >= a->dev[dev].n || !a->dev[dev].ecat) return MS_CAT_UNKNOWN;
+  uint8_t c = a->dev[dev].ecat[i];
+  return c < MS_CAT_COUNT ? (ms_category)c : MS_CAT_UNKNOWN;
+}
+
+ms_category ms_attr_entry_category(const ms_attr_t *a, size_t dev, size_t entry) {
+  if (dev >= a->ndev || entry >= a->dev[dev].n ||
+      a->tl->dev[dev].trace[entry].action != MS_TRACE_ALLOC)
+    return MS_CAT_UNKNOWN;
+  return ms__attr_entry_category(a, dev, entry);
+}
+
+ms_category ms_attr_block_category(const ms_attr_t *a, size_t dev, const ms_tl_block_t *b) {
+  return ms__attr_classify(a, dev, b->alloc_entry, b->free_entry,
+                           ms__attr_block_stack(a, dev, b), b->address, false);
+}
+
+/* ---- the gradient sizes -------------------------------------------------------------------- */
+
+typedef struct attr_gs_s {
+  uint64_t span; /* UINT64_MAX: allocated before recording */
+  uint64_t size;
+} attr_gs_t;
+
+static int attr_gs_cmp(const void *x, const void *y) {
+  const attr_gs_t *a = x, *b = y;
+  if (a->size != b->size) return a->size < b->size ? -1 : 1;
+  return a->span < b->span ? -1 : a->span > b->span;
+}
+
+static int attr_u64_cmp(const void *x, const void *y) {
+  uint64_t a = *(const uint64_t *)x, b = *(const uint64_t *)y;
+  return a < b ? -1 : a > b;
+}
+
+/* matches=gradient on device dev: per requested size (a parameter and its gradient have the
+ * same; their blocks may not, when the allocator leaves a large block's tail unsplit), the most
+ * gradient blocks of that size allocated in one phase span (or alive before recording); then the
+ * blocks alive over the whole trace, in address order, take those counts. */
+static int attr_dev_grad(ms_attr_t *a, size_t dev) {
+  attr_dev_t *ad = &a->dev[dev];
+  const tl_dev_t *td = &a->tl->dev[dev];
+  MS_VEC(attr_gs_t) gs = {0};
+  ms_tl_state_t st;
+  ms_timeline_state_init(&st);
+  int rc = ms_timeline_state_at(a->tl, dev, ad->n, &st);
+  for (size_t i = 0; i < ad->n && rc == MS_OK; i++) {
+    if (ad->ecat[i] != MS_CAT_GRADIENT) continue;
+    attr_gs_t g = {attr_span_of(ad, i), td->trace[i].size}; /* the requested size */
+    if (MS_VEC_PUSH(&gs, g)) rc = MS_ENOMEM;
+  }
+  MS_VEC(uint64_t) cand = {0}; /* (size, address) of blocks alive throughout */
+  for (size_t k = 0; k < st.nblocks && rc == MS_OK; k++) {
+    const ms_tl_block_t *b = &st.blocks[k];
+    if (b->alloc_entry >= 0 || b->free_entry >= 0) continue;
+    if (ms__attr_classify(a, dev, -1, -1, ms__attr_block_stack(a, dev, b), 0, true) ==
+        MS_CAT_GRADIENT) {
+      attr_gs_t g = {UINT64_MAX, b->requested_size};
+      if (MS_VEC_PUSH(&gs, g)) rc = MS_ENOMEM;
+    }
+    if (rc == MS_OK &&
+        (MS_VEC_PUSH(&cand, b->requested_size) || MS_VEC_PUSH(&cand, b->address)))
+      rc = MS_ENOMEM;
+  }
+  ms_timeline_state_release(&st);
+  if (rc == MS_OK && gs.len > 0 && cand.len > 0) {
+    qsort(gs.ptr, gs.len, sizeof *gs.ptr, attr_gs_cmp);
+    /* per size, in gs.ptr[m]: its cap (span field) = the longest run of one span */
+    size_t m = 0;
+    uint64_t psize = 0, pspan = 0, run = 0;
+    for (size_t j = 0; j < gs.len; j++) {
+      attr_gs_t g = gs.ptr[j];
+      run = j > 0 && g.size == psize && g.span == pspan ? run + 1 : 1;
+      if (m > 0 && gs.ptr[m - 1].size == g.size) {
+        if (run > gs.ptr[m - 1].span) gs.ptr[m - 1].span = run;
+      } else {
+        gs.ptr[m].size = g.size;
+        gs.ptr[m++].span = run;
+      }
+      psize = g.size;
+      pspan = g.span;
+    }
+    ad->grad_addr = malloc(cand.len / 2 * sizeof *ad->grad_addr);
+    if (!ad->grad_addr) rc = MS_ENOMEM;
+    for (size_t c = 0; c < cand.len && rc == MS_OK; c += 2) { /* in address order */
+      size_t lo = 0, hi = m;
+      while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (gs.ptr[mid].size < cand.ptr[c]) lo = mid + 1; else hi = mid;
+      }
+      if (lo >= m || gs.ptr[lo].size != cand.ptr[c] || gs.ptr[lo].span == 0) continue;
+      gs.ptr[lo].span--;
+      ad->grad_addr[ad->ngrad_addr++] = cand.ptr[c + 1];
+    }
+    if (rc == MS_OK) qsort(ad->grad_addr, ad->ngrad_addr, sizeof *ad->grad_addr, attr_u64_cmp);
+  }
+  MS_VEC_FREE(&gs);
+  MS_VEC_FREE(&cand);
+  return rc;
+}
+
+int ms__attr_gradient_sizes(ms_attr_t *a) {
+  bool used = false;
+  for (size_t r = 0; r < a->rules.nrules; r++)
+    used |= a->rules.rules[r].kind == ATTR_R_CATEGORY && a->rules.rules[r].matches_gradient;
+  if (!used) return MS_OK;
+  for (size_t d = 0; d < a->ndev; d++) MS_FORWARD_IF_ERROR(attr_dev_grad(a, d));
+  return MS_OK;
+}

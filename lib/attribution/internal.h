@@ -1,0 +1,180 @@
+/* SPDX-License-Identifier: MIT
+ * memsnap core: the classifier's internals (memsnap/attribution.h). rules.c: the rules text (the
+ * defaults and the parser) and glob matching; classify.c: per-frame and per-stack features, the
+ * phase spans of each device, a block's category, the category series; source.c: the source of
+ * a stack and the rows of ms_attr_aggregate.
+ */
+#ifndef MEMSNAP_LIB_ATTRIBUTION_INTERNAL_H
+#define MEMSNAP_LIB_ATTRIBUTION_INTERNAL_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/internal.h"
+#include "memsnap/attribution.h"
+
+#define ATTR_MAX_TEXT (1u << 20)  /* bytes of a rules text */
+#define ATTR_MAX_LINE 4096        /* bytes of one line */
+#define ATTR_MAX_RULES 1024
+#define ATTR_MAX_PATTERNS 256
+#define ATTR_PW (ATTR_MAX_PATTERNS / 64) /* words of a pattern set */
+#define ATTR_NONE UINT32_MAX
+/* The stack of a block freed in the trace whose alloc is not in it: none is known. */
+#define ATTR_STACK_UNRECORDED (UINT32_MAX - 1)
+
+/* The phases. ATTR_PH_UNSET: an entry no stack or annotation classifies. */
+typedef enum attr_phase {
+  ATTR_PH_NONE = 0,
+  ATTR_PH_FORWARD,
+  ATTR_PH_BACKWARD,
+  ATTR_PH_OPTIMIZER,
+  ATTR_PH_INIT,
+  ATTR_PH_COUNT,
+  ATTR_PH_UNSET = 0xff
+} attr_phase;
+
+/* What a pattern is matched against. */
+typedef enum attr_pkind { ATTR_P_FUNC = 0, ATTR_P_FILE, ATTR_P_FRAME, ATTR_P_ANNOTATION } attr_pkind;
+
+typedef struct attr_pattern_s {
+  attr_pkind kind;
+  char *glob;  /* FUNC/FILE/ANNOTATION: the glob; FRAME: the function's glob */
+  char *glob2; /* FRAME: the file's glob */
+} attr_pattern_t;
+
+/* What a rule's line is. */
+typedef enum attr_rkind { ATTR_R_CATEGORY = 0, ATTR_R_PHASE, ATTR_R_SKIP, ATTR_R_PREFER } attr_rkind;
+
+/* Lifetime conditions (values of freed=). */
+enum { ATTR_FREED_ANY = 0, ATTR_FREED_WITHIN, ATTR_FREED_AFTER, ATTR_FREED_NEVER };
+enum { ATTR_ALLOC_ANY = 0, ATTR_ALLOC_RECORDED, ATTR_ALLOC_UNRECORDED };
+
+typedef struct attr_rule_s {
+  attr_rkind kind;
+  uint8_t target;    /* CATEGORY: ms_category; PHASE: attr_phase */
+  uint8_t phase;     /* phase=: 1 << attr_phase, 0 = any */
+  uint8_t prev, next; /* prev=/next=: 1 << attr_phase, 0 = any */
+  uint8_t freed;     /* ATTR_FREED_* */
+  uint8_t alloc;     /* ATTR_ALLOC_* */
+  int8_t nostack;    /* stack=none: 1, stack=some: 0, any: -1 */
+  bool matches_gradient;
+  uint64_t need[ATTR_PW];   /* patterns some frame must match (each) */
+  uint64_t forbid[ATTR_PW]; /* patterns no frame may match */
+  bool has_frames;          /* need or forbid is not empty */
+  uint32_t annotation;      /* PHASE by annotation: the pattern, else ATTR_NONE */
+  uint32_t line;
+} attr_rule_t;
+
+typedef struct attr_rules_s {
+  attr_pattern_t *pat;
+  size_t npat;
+  attr_rule_t *rules;
+  size_t nrules;
+  bool no_defaults; /* a `defaults none` line was read */
+} attr_rules_t;
+
+/* Parses text (len bytes) into r, appending to what r holds. name is used in messages.
+ * @return MS_OK, MS_EINVAL or MS_ELIMIT (eb: "NAME:LINE: what"), MS_ENOMEM. */
+int ms__attr_rules_parse(attr_rules_t *r, const char *text, size_t len, const char *name,
+                         ms_errbuf_t *eb);
+void ms__attr_rules_free(attr_rules_t *r);
+/* Glob match of text against pat (`*`, `?`, everything else literal; in `file` patterns a '\'
+ * of the text matches '/'), in O(|pat| * |text|) time at worst. */
+bool ms__attr_glob(const char *pat, const char *text, bool path);
+
+/* One device's phase spans: contiguous, covering entries [0, n). */
+typedef struct attr_span_s {
+  uint32_t first; /* first entry */
+  uint8_t phase;
+} attr_span_t;
+
+typedef struct attr_dev_s {
+  size_t n;
+  attr_span_t *spans;
+  size_t nspans;
+  uint64_t *grad_addr; /* sorted addresses of the blocks that matches=gradient selects */
+  size_t ngrad_addr;
+  uint64_t *end_addr, *end_size; /* the blocks alive at the end, by address, and their sizes */
+  uint8_t *ecat;       /* per entry: the category of what an alloc entry allocated (0xff: not
+                          an alloc) */
+  size_t nend;
+} attr_dev_t;
+
+enum {
+  ATTR_F_PYTHON = 1u << 0, /* a Python source file (.py) */
+  ATTR_F_SKIP = 1u << 1,   /* the skip list names it */
+  ATTR_F_PREFER = 1u << 2, /* a prefer line names it */
+  ATTR_F_OP = 1u << 3,     /* at::_ops::OP::call */
+};
+
+struct ms_attr_s {
+  const ms_snapshot_t *snap;
+  const ms_timeline_t *tl;
+  attr_rules_t rules;
+  size_t pw;              /* words of a pattern set in use */
+  uint8_t *fflags;        /* per frame: ATTR_F_* */
+  uint64_t *fpat;         /* per frame: pattern set (pw words) */
+  size_t rw;              /* words of a rule set */
+  uint32_t *sset;         /* per stack: its pattern set (ATTR_NONE: not an allocation's) */
+  uint64_t *set_pat;      /* per distinct pattern set: the set (pw words) */
+  uint64_t *set_rules;    /* per set: the rules whose frame conditions hold (rw words) */
+  uint8_t *set_phase;     /* per set: the phase by the phase rules (ATTR_PH_UNSET: none) */
+  size_t nsets;
+  /* Sources are computed on first use (timeline --by category needs none): under src_mu,
+   * src_state 0 = not yet, 1 = done, else the error. */
+  pthread_mutex_t src_mu;
+  int src_state;
+  uint32_t *ssrc;         /* per stack: the source frame (ATTR_NONE: none) */
+  uint32_t *sop;          /* per stack: the op frame shown beside it (ATTR_NONE: none) */
+  attr_dev_t *dev;
+  size_t ndev;
+};
+
+/* The phase of stack st by the phase rules (pre: st < nstacks). */
+static inline uint8_t attr_stack_phase(const ms_attr_t *a, uint32_t st) {
+  return a->sset[st] < a->nsets ? a->set_phase[a->sset[st]] : ATTR_PH_UNSET;
+}
+
+/* classify.c */
+int ms__attr_frames(ms_attr_t *a);
+int ms__attr_stacks(ms_attr_t *a);
+int ms__attr_spans(ms_attr_t *a);
+/* The category of a block by its lifetime; stack = its allocation stack (NO_STACK: none). */
+ms_category ms__attr_classify(const ms_attr_t *a, size_t dev, int64_t alloc_entry,
+                              int64_t free_entry, uint32_t stack, uint64_t address,
+                              bool ignore_matches);
+int ms__attr_gradient_sizes(ms_attr_t *a);
+/* The category of the block that alloc entry i of device dev allocated (its free: the index's
+ * pair; pre: entry i is an alloc). */
+ms_category ms__attr_entry_category(const ms_attr_t *a, size_t dev, size_t i);
+/* The size of the block that alloc entry i of device dev allocated: the index's (inferred) size,
+ * or the snapshot's when the block is alive at the end. */
+uint64_t ms__attr_entry_size(const ms_attr_t *a, size_t dev, size_t i);
+/* The allocation stack a block's category and source read (MS_SNAP_NO_STACK, or
+ * ATTR_STACK_UNRECORDED when only its free was recorded). */
+uint32_t ms__attr_block_stack(const ms_attr_t *a, size_t dev, const ms_tl_block_t *b);
+
+/* attr.c: one row per block lifetime of a device (the SQLite export's allocations table): the
+ * blocks alive before entry 0 (in address order), then every alloc entry in order. */
+typedef struct attr_life_s {
+  int64_t alloc_entry;  /* -1: allocated before recording */
+  int64_t freq_entry;   /* free_requested: -2 none, -1 before recording */
+  int64_t free_entry;   /* free_completed: -1 none (alive at the end) */
+  int64_t time_us;      /* of the alloc entry, -1 unknown */
+  uint64_t address, size, requested_size, stream;
+  uint32_t stack;       /* allocation stack (MS_SNAP_NO_STACK, ATTR_STACK_UNRECORDED) */
+  uint8_t category;
+  int64_t free_time_us; /* of the free_completed entry, -1 unknown or none */
+} attr_life_t;
+int ms__attr_lifetimes(const ms_attr_t *a, size_t dev, attr_life_t **out, size_t *n);
+
+/* source.c */
+int ms__attr_sources(ms_attr_t *a);
+/* Computes the sources once, whichever thread asks first. @return MS_OK or MS_ENOMEM. */
+int ms__attr_sources_ready(const ms_attr_t *a);
+/* Writes the source of stack into buf (cap >= 1); @return its length (truncated to cap - 1). */
+size_t ms__attr_source_fmt(const ms_attr_t *a, uint32_t stack, char *buf, size_t cap);
+
+#endif /* MEMSNAP_LIB_ATTRIBUTION_INTERNAL_H */
