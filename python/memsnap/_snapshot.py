@@ -170,10 +170,18 @@ class Snapshot:
     def _named(self, doc):
         """The answer with the file named as the input was: "<dict>" for the temporary file of a
         dict, a relative path as given."""
-        if self._path != self._name and isinstance(doc, dict):
+        if self._path == self._name:
+            return doc
+        if isinstance(doc, dict):
             for k, v in doc.items():
                 if v == self._path:
                     doc[k] = self._name
+                elif isinstance(v, (dict, list)):
+                    self._named(v)
+        elif isinstance(doc, list):
+            for v in doc:
+                if isinstance(v, (dict, list)):
+                    self._named(v)
         return doc
 
     # ---- answers ------------------------------------------------------------------------------
