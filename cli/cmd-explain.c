@@ -143,7 +143,7 @@ static void explain_text_remedies(const ms_explain_t *x) {
 }
 
 static void explain_text(const ms_snapshot_t *snap, const char *name, const ms_explain_t *x) {
-  char a[CLI_BYTES_BUFSZ], buf[256];
+  char a[CLI_BYTES_BUFSZ];
   printf("memsnap explain: '%s', device %zu\n", name, x->device);
   if (x->moment == MS_EXPLAIN_AT_END) {
     printf("moment:    the end state (the snapshot's segments)\n");
@@ -173,14 +173,21 @@ static void explain_text(const ms_snapshot_t *snap, const char *name, const ms_e
   }
   explain_text_state(snap, x);
   printf("verdict:   %s\n", x->verdict_text);
-  printf("top holders (allocated bytes, blocks, stack):\n");
-  for (size_t i = 0; i < x->ntop; i++) {
-    cli_stack_label(snap, x->top[i].stack, buf, sizeof buf);
-    printf("  %10s %6" PRIu64 "  ", SZ(x->top[i].bytes, a), x->top[i].blocks);
-    cli_fputs_escaped(buf, stdout);
+  printf("top holders by source line (allocated bytes, blocks, source):\n");
+  for (size_t i = 0; i < x->nby_source; i++) {
+    printf("  %10s %6" PRIu64 "  ", SZ(x->by_source[i].bytes, a), x->by_source[i].blocks);
+    cli_fputs_escaped(x->by_source[i].key, stdout);
     putchar('\n');
   }
-  if (x->ntop == 0) printf("  (no allocated block)\n");
+  if (x->nby_source == 0) printf("  (no allocated block)\n");
+  bool any = false;
+  for (size_t i = 0; i < x->nby_category; i++) {
+    if (!x->by_category[i].bytes) continue;
+    printf(any ? ", %s %s" : "by category: %s %s", x->by_category[i].key,
+           SZ(x->by_category[i].bytes, a));
+    any = true;
+  }
+  if (any) printf(" (docs/categories.md)\n");
   explain_text_remedies(x);
   if (x->recommendation[0]) printf("recommendation: %s\n", x->recommendation);
   if (x->hint[0]) printf("hint: %s\n", x->hint);
@@ -222,6 +229,22 @@ static void explain_json_remedies(cli_json_t *j, const ms_explain_t *x) {
       jkey(j, "note");
       cli_json_str(j, r->note);
     }
+    cli_json_lit(j, "}");
+  }
+  cli_json_lit(j, "]");
+}
+
+static void explain_json_rows(cli_json_t *j, const char *name, const ms_explain_row_t *r,
+                              size_t n) {
+  jkey(j, name);
+  cli_json_lit(j, "[");
+  for (size_t i = 0; i < n; i++) {
+    cli_json_lit(j, i ? ", {\"key\": " : "{\"key\": ");
+    cli_json_str(j, r[i].key);
+    jkey(j, "bytes");
+    cli_json_u64(j, r[i].bytes);
+    jkey(j, "blocks");
+    cli_json_u64(j, r[i].blocks);
     cli_json_lit(j, "}");
   }
   cli_json_lit(j, "]");
@@ -310,7 +333,9 @@ static void explain_json_body(cli_json_t *j, const ms_snapshot_t *snap, const ms
   cli_json_str(j, ms_explain_verdict_name(x->verdict));
   jkey(j, "verdict_text");
   cli_json_str(j, x->verdict_text);
-  jkey(j, "top");
+  explain_json_rows(j, "top", x->by_source, x->nby_source);
+  explain_json_rows(j, "top_by_category", x->by_category, x->nby_category);
+  jkey(j, "top_by_stack");
   cli_json_lit(j, "[");
   for (size_t i = 0; i < x->ntop; i++) {
     cli_stack_label(snap, x->top[i].stack, buf, sizeof buf);

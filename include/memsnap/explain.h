@@ -78,6 +78,13 @@ typedef struct ms_explain_pool_s {
   uint64_t largest_free; /* its largest free block */
 } ms_explain_pool_t;
 
+/* A row of the holders by source line or by category (memsnap/attribution.h). */
+typedef struct ms_explain_row_s {
+  char *key;             /* the source ("model.py:532 forward") or the category's name */
+  uint64_t bytes;        /* allocated bytes */
+  uint64_t blocks;
+} ms_explain_row_t;
+
 /* One allocation stack among the biggest holders of allocated memory at the moment. */
 typedef struct ms_explain_holder_s {
   uint32_t stack;        /* MS_SNAP_NO_STACK when none was recorded */
@@ -141,6 +148,10 @@ typedef struct ms_explain_s {
   ms_explain_holder_t *top;          /* biggest first */
   size_t ntop;
   uint64_t top_total_blocks;
+  ms_explain_row_t *by_source;       /* the biggest holders by source line, biggest first */
+  size_t nby_source;
+  ms_explain_row_t *by_category;     /* every category, biggest first */
+  size_t nby_category;
   ms_explain_remedy_t *remedies;     /* the recorded settings first, then by benefit */
   size_t nremedies;
   bool replayable;

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "explain/internal.h"
+#include "memsnap/attribution.h"
 #include "memsnap/stats.h"
 
 const char *ms_explain_verdict_name(ms_explain_verdict v) {
@@ -35,8 +36,15 @@ const char *ms__explain_size(uint64_t n, char *buf, size_t cap) {
   return buf;
 }
 
+static void ex_rows_free(ms_explain_row_t *r, size_t n) {
+  for (size_t i = 0; i < n; i++) free(r[i].key);
+  free(r);
+}
+
 void ms_explain_free(ms_explain_t *x) {
   if (!x) return;
+  ex_rows_free(x->by_source, x->nby_source);
+  ex_rows_free(x->by_category, x->nby_category);
   free(x->pools);
   free(x->top);
   free(x->remedies);
@@ -379,6 +387,44 @@ static int ex_holders(const ms_tl_state_t *st, size_t ntop, ms_explain_t *x) {
   return MS_OK;
 }
 
+/* The first n rows of the state's allocated blocks grouped by source or category. */
+static int ex_attr_rows(const ms_attr_t *a, const ms_tl_state_t *st, ms_attr_by by, size_t n,
+                        ms_explain_row_t **out, size_t *nout) {
+  ms_attr_rows_t rows;
+  MS_FORWARD_IF_ERROR(ms_attr_aggregate_state(a, st, NULL, by, &rows));
+  size_t m = rows.nrows < n ? rows.nrows : n;
+  ms_explain_row_t *r = calloc(m + 1, sizeof *r);
+  int rc = r ? MS_OK : MS_ENOMEM;
+  for (size_t i = 0; i < m && rc == MS_OK; i++) {
+    r[i].key = strdup(rows.rows[i].key ? rows.rows[i].key : "");
+    r[i].bytes = rows.rows[i].bytes;
+    r[i].blocks = rows.rows[i].blocks;
+    if (!r[i].key) rc = MS_ENOMEM;
+  }
+  ms_attr_rows_free(&rows);
+  if (rc != MS_OK) {
+    ex_rows_free(r, m);
+    return rc;
+  }
+  *out = r;
+  *nout = m;
+  return MS_OK;
+}
+
+/* The holders by source line and by category (docs/categories.md). */
+static int ex_attributed(const ms_snapshot_t *snap, const ms_timeline_t *tl,
+                         const ms_tl_state_t *st, size_t ntop, ms_explain_t *x,
+                         ms_errbuf_t *eb) {
+  ms_attr_t *a = NULL;
+  MS_FORWARD_IF_ERROR(ms_attr_create(snap, tl, NULL, &a, eb));
+  int rc = ex_attr_rows(a, st, MS_ATTR_BY_SOURCE, ntop, &x->by_source, &x->nby_source);
+  if (rc == MS_OK)
+    rc = ex_attr_rows(a, st, MS_ATTR_BY_CATEGORY, MS_CAT_COUNT, &x->by_category,
+                      &x->nby_category);
+  ms_attr_destroy(a);
+  return rc;
+}
+
 static int ex_step_phase(const ms_snapshot_t *snap, ms_explain_t *x) {
   x->step_number = -1;
   if (!x->has_time) return MS_OK;
@@ -438,6 +484,7 @@ static int ex_analyse(const ms_snapshot_t *snap, const ms_timeline_t *tl,
   int rc = ms_timeline_state_at(tl, x->device, x->step, &st);
   if (rc == MS_OK) rc = ex_figures(snap, &st, x);
   if (rc == MS_OK) rc = ex_holders(&st, o->ntop, x);
+  if (rc == MS_OK) rc = ex_attributed(snap, tl, &st, o->ntop, x, eb);
   ms_timeline_state_release(&st);
   MS_FORWARD_IF_ERROR(rc);
   ex_capacity(snap, o, x);

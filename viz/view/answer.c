@@ -10,32 +10,6 @@
 #include "memsnap/explain.h"
 #include "answer.h"
 
-/* A holder's name: its stack's innermost Python frame (FILE:LINE:NAME), else its innermost
- * frame; the page shows it as text. */
-static void answer_stack_label(const ms_snapshot_t *s, uint32_t stack, char *buf, size_t cap) {
-  if (stack == MS_SNAP_NO_STACK || stack >= s->nstacks) {
-    snprintf(buf, cap, "<no stack recorded>");
-    return;
-  }
-  uint32_t n = s->stacks[stack].nframes;
-  if (n == 0) {
-    snprintf(buf, cap, "<no frame>");
-    return;
-  }
-  const ms_snap_frame_t *pick = ms_snap_stack_frame(s, stack, 0);
-  for (uint32_t i = 0; i < n; i++) {
-    const ms_snap_frame_t *f = ms_snap_stack_frame(s, stack, i);
-    size_t len = strlen(f->filename);
-    if (len >= 3 && strcmp(f->filename + len - 3, ".py") == 0) {
-      pick = f;
-      break;
-    }
-  }
-  const char *file = strrchr(pick->filename, '/');
-  snprintf(buf, cap, "%s:%lld:%s", file ? file + 1 : pick->filename, (long long)pick->line,
-           pick->name);
-}
-
 static void answer_key(vw_t *w, const char *k) {
   vw_puts(w, ",\"");
   vw_puts(w, k);
@@ -68,7 +42,7 @@ static void answer_remedies(vw_t *w, const ms_explain_t *x) {
   vw_puts(w, "]");
 }
 
-static void answer_body(vw_t *w, const ms_snapshot_t *s, const ms_explain_t *x) {
+static void answer_body(vw_t *w, const ms_explain_t *x) {
   static const char *const moments[] = {"oom", "peak", "end", "at"};
   vw_puts(w, "{\"moment\":");
   vw_str(w, moments[x->moment]);
@@ -107,15 +81,23 @@ static void answer_body(vw_t *w, const ms_snapshot_t *s, const ms_explain_t *x) 
   vw_str(w, x->verdict_text);
   answer_key(w, "top");
   vw_puts(w, "[");
-  for (size_t i = 0; i < x->ntop; i++) {
-    char label[512];
-    answer_stack_label(s, x->top[i].stack, label, sizeof label);
+  for (size_t i = 0; i < x->nby_source; i++) {
     vw_puts(w, i ? ",{\"key\":" : "{\"key\":");
-    vw_str(w, label);
+    vw_str(w, x->by_source[i].key);
     answer_key(w, "bytes");
-    vw_u64(w, x->top[i].bytes);
+    vw_u64(w, x->by_source[i].bytes);
     answer_key(w, "blocks");
-    vw_u64(w, x->top[i].blocks);
+    vw_u64(w, x->by_source[i].blocks);
+    vw_puts(w, "}");
+  }
+  vw_puts(w, "]");
+  answer_key(w, "by_category");
+  vw_puts(w, "[");
+  for (size_t i = 0; i < x->nby_category; i++) {
+    vw_puts(w, i ? ",{\"key\":" : "{\"key\":");
+    vw_str(w, x->by_category[i].key);
+    answer_key(w, "bytes");
+    vw_u64(w, x->by_category[i].bytes);
     vw_puts(w, "}");
   }
   vw_puts(w, "]");
@@ -159,6 +141,6 @@ void ms__view_answer_json(vw_t *w, const ms_snapshot_t *s, size_t dev, int repla
     vw_puts(w, "}");
     return;
   }
-  answer_body(w, s, x);
+  answer_body(w, x);
   ms_explain_free(x);
 }

@@ -156,8 +156,11 @@
     if (x.recommendation) el("div", "recommend", box, "Recommendation: " + x.recommendation);
     if (x.hint) el("div", "note", box, x.hint);
 
-    el("h4", "", box, "Biggest holders (allocated bytes, blocks)");
+    el("h4", "", box, "Biggest holders by source line (allocated bytes, blocks)");
     table(x.top.map(function (h) { return [fmtSize(h.bytes), String(h.blocks), h.key]; }));
+    var cats = (x.by_category || []).filter(function (c) { return c.bytes > 0; });
+    if (cats.length)
+      el("div", "note", box, "By category: " + cats.map(function (c) { return c.key + " " + fmtSize(c.bytes); }).join(", "));
 
     /* the moment chosen on a timeline */
     if (ctx.selected >= 0 && ctx.stateAt) {
