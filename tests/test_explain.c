@@ -271,12 +271,12 @@ static void expect_case(const ms_explain_t *x, const expect_t *e, ms_capacity_so
   cr_expect(x->has_outside && x->outside_allocator_bytes == 0, "%s: outside", what);
   cr_expect_eq(x->replayable, e->replayable, "%s: replayable (%s)", what, x->replay_note);
   /* the holders: every category has a row, and each allocated byte is in exactly one */
-  uint64_t cat = 0, src = 0;
+  uint64_t cat = 0, by_src = 0;
   for (size_t i = 0; i < x->nby_category; i++) cat += x->by_category[i].bytes;
-  for (size_t i = 0; i < x->nby_source; i++) src += x->by_source[i].bytes;
+  for (size_t i = 0; i < x->nby_source; i++) by_src += x->by_source[i].bytes;
   cr_expect_eq(x->nby_category, MS_CAT_COUNT, "%s", what);
   cr_expect_eq(cat, x->allocated_bytes, "%s: categories %" PRIu64, what, cat);
-  cr_expect(src <= x->allocated_bytes && (x->allocated_bytes == 0 || x->nby_source > 0), "%s",
+  cr_expect(by_src <= x->allocated_bytes && (x->allocated_bytes == 0 || x->nby_source > 0), "%s",
             what);
   cr_expect(x->recommendation[0], "%s: a recommendation", what);
 }
