@@ -410,6 +410,41 @@ static ms_snapshot_t *through(ms_snapshot_t *s, bool pickle) {
 Test(attribution, built_step_as_pytorch_pickle) { check_step(through(build_step(), true)); }
 Test(attribution, built_step_as_memsnap_msgpack) { check_step(through(build_step(), false)); }
 
+/* A snapshot made from PyTorch's profiler carries each allocation's category on its `alloc`
+ * entry ("category": "input", as _memory_viz.py's conversion writes it): it wins over the rules,
+ * through the pickle; a name that is no category is left to the rules. */
+Test(attribution, a_category_the_snapshot_carries_wins) {
+  for (int bogus = 0; bogus < 2; bogus++) {
+    ms_snapshot_t *s = build_step();
+    static ms_snap_trace_extra_t given = {NULL, "", "", {0, 0}, "input"};
+    static ms_snap_trace_extra_t weird = {NULL, "", "", {0, 0}, "<b>weird</b>"};
+    for (size_t i = 0; i < s->ntrace; i++) {
+      ms_snap_trace_t *t = (ms_snap_trace_t *)&s->trace[i];
+      if (t->action != MS_TRACE_ALLOC) continue;
+      t->extra = bogus ? &weird : &given;
+      t->present |= MS_TRACE_HAS_CATEGORY;
+    }
+    ms_snapshot_t *back = through(s, true);
+    size_t nalloc = 0;
+    for (size_t i = 0; i < back->ntrace; i++)
+      if (back->trace[i].action == MS_TRACE_ALLOC) {
+        nalloc++;
+        cr_assert_str_eq(ms_snap_trace_category(&back->trace[i]), bogus ? "<b>weird</b>" : "input");
+      }
+    cr_assert_gt(nalloc, 0);
+    if (bogus) {
+      check_step(back); /* the rules decide, as without the field */
+      continue;
+    }
+    cls_t c = cls_open(back, NULL);
+    size_t n = ms_timeline_nentries(c.tl, 0);
+    for (size_t i = 0; i < n; i++)
+      if (ms_timeline_entry(c.tl, 0, i)->action == MS_TRACE_ALLOC)
+        cr_expect_eq(ms_attr_entry_category(c.a, 0, i), MS_CAT_INPUT, "entry %zu", i);
+    cls_close(&c);
+  }
+}
+
 Test(attribution, no_trace_end_state_alone) {
   /* a snapshot without its trace still has categories, from the stacks */
   ms_snapshot_t *s = build_step();

@@ -151,6 +151,7 @@ enum {
    * hostile or damaged pickle whose device_free is unknown rather than 0. Only the pickle reader
    * sets it; the pickle writer then leaves the key out. */
   MS_TRACE_NO_ADDR = 1u << 6,
+  MS_TRACE_HAS_CATEGORY = 1u << 7,        /* "category" (a snapshot made from the profiler) */
 };
 /* The fields of a trace entry that most entries leave at their defaults, stored once per distinct
  * combination and shared (a 5 M-entry trace's entries are 48 bytes instead of 96). */
@@ -160,6 +161,9 @@ typedef struct ms_snap_trace_extra_s {
   const char *compile_context; /* "" when absent */
   const char *user_metadata;   /* "" when absent */
   int64_t pool_id[2];          /* private pool, when present */
+  const char *category;        /* "" when absent: the memory category PyTorch's profiler gave an
+                                  allocation (`_memory_viz.py`'s conversion of a profile to a
+                                  snapshot writes it on `alloc` entries: "activation", ...) */
 } ms_snap_trace_extra_t;
 
 typedef struct ms_snap_trace_s {
@@ -185,6 +189,10 @@ static inline const char *ms_snap_trace_compile_context(const ms_snap_trace_t *t
 }
 static inline const char *ms_snap_trace_user_metadata(const ms_snap_trace_t *t) {
   return t->extra ? t->extra->user_metadata : "";
+}
+/* t's "category", "" when absent. */
+static inline const char *ms_snap_trace_category(const ms_snap_trace_t *t) {
+  return t->extra && t->extra->category ? t->extra->category : "";
 }
 /* t's private pool, (0, 0) when none. */
 static inline int64_t ms_snap_trace_pool(const ms_snap_trace_t *t, int k) {

@@ -429,6 +429,13 @@ static int attr_dev_ecat(ms_attr_t *a, size_t dev) {
       ad->ecat[i] = 0xff;
       continue;
     }
+    /* a category the snapshot carries (made from PyTorch's profiler) wins over the rules */
+    const char *given = ms_snap_trace_category(&td->trace[i]);
+    ms_category gc = given[0] ? ms_category_parse(given) : MS_CAT_COUNT;
+    if (gc < MS_CAT_COUNT) {
+      ad->ecat[i] = (uint8_t)gc;
+      continue;
+    }
     uint32_t fe = td->pair[i];
     ad->ecat[i] = (uint8_t)attr_classify_in(a, dev, k, (int64_t)i,
                                             fe == TL_NONE ? -1 : (int64_t)fe, td->trace[i].stack,

@@ -417,7 +417,7 @@ int ms__snapbuild_stack_tail_hashed(ms__snapbuild_t *b, size_t n, uint64_t h, ui
 static bool extra_equal(const ms_snap_trace_extra_t *a, const ms_snap_trace_extra_t *b) {
   return a->action_name == b->action_name && a->compile_context == b->compile_context &&
          a->user_metadata == b->user_metadata && a->pool_id[0] == b->pool_id[0] &&
-         a->pool_id[1] == b->pool_id[1];
+         a->pool_id[1] == b->pool_id[1] && a->category == b->category;
 }
 
 int ms__snapbuild_trace_extra(ms__snapbuild_t *b, ms_snap_trace_t *t,
@@ -425,11 +425,12 @@ int ms__snapbuild_trace_extra(ms__snapbuild_t *b, ms_snap_trace_t *t,
   ms_snap_trace_extra_t x = *xin;
   if (!x.compile_context) x.compile_context = "";
   if (!x.user_metadata) x.user_metadata = "";
+  if (!x.category) x.category = "";
   if (x.action_name && t->action != MS_TRACE_OTHER &&
       strcmp(x.action_name, ms_trace_action_name((ms_trace_action)t->action)) == 0)
     x.action_name = NULL;
   if (!x.action_name && !x.compile_context[0] && !x.user_metadata[0] && !x.pool_id[0] &&
-      !x.pool_id[1]) {
+      !x.pool_id[1] && !x.category[0]) {
     t->extra = NULL;
     return MS_OK;
   }
@@ -446,7 +447,8 @@ int ms__snapbuild_trace_extra(ms__snapbuild_t *b, ms_snap_trace_t *t,
                                          (uint64_t)(uintptr_t)x.compile_context),
                             ms_hash_step((uint64_t)(uintptr_t)x.user_metadata,
                                          ms_hash_step((uint64_t)x.pool_id[0],
-                                                      (uint64_t)x.pool_id[1])));
+                                                      (uint64_t)x.pool_id[1] ^
+                                                          (uint64_t)(uintptr_t)x.category)));
   h = ms_hash_bytes(&h, sizeof h, 0xe7a);
   MS_FORWARD_IF_ERROR(tab_grow(&b->extra_tab, &b->extra_tab_cap, b->extras.len));
   size_t mask = b->extra_tab_cap - 1, slot = (size_t)TAB_TAG(h) & mask;

@@ -76,7 +76,7 @@ typedef struct ms__snapbuild_s {
  * user metadata, the default pool. */
 static inline ms_snap_trace_extra_t ms__trace_extra_of(const ms_snap_trace_t *t) {
   if (t->extra) return *t->extra;
-  ms_snap_trace_extra_t x = {NULL, "", "", {0, 0}};
+  ms_snap_trace_extra_t x = {NULL, "", "", {0, 0}, ""};
   return x;
 }
 /* Sets trace entry t's extra fields to *x: t->extra becomes NULL when they are all defaults, else

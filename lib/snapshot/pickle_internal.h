@@ -108,7 +108,7 @@ typedef struct rd_val_s {
   XX(HISTORY, "history") XX(ADDR, "addr") XX(REAL_SIZE, "real_size") XX(NAME, "name")           \
   XX(FILENAME, "filename") XX(LINE, "line") XX(ACTION, "action") XX(DEVICE_FREE, "device_free") \
   XX(TIME_US, "time_us") XX(COMPILE_CONTEXT, "compile_context")                                 \
-  XX(USER_METADATA, "user_metadata") XX(POOL_ID, "pool_id") XX(STAGE, "stage")
+  XX(USER_METADATA, "user_metadata") XX(CATEGORY, "category") XX(POOL_ID, "pool_id") XX(STAGE, "stage")
 
 enum rd_key {
   K_UNKNOWN = 0,

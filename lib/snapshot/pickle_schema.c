@@ -714,6 +714,11 @@ static int rd_set_trace(rd_t *r, const rd_ctx_t *c, uint8_t key, const rd_val_t 
     x = ms__trace_extra_of(t);
     MS_FORWARD_IF_ERROR(rd_want_str(r, c, v, &x.user_metadata));
     return rd_trace_extra(r, t, &x);
+  case K_CATEGORY:
+    t->present |= MS_TRACE_HAS_CATEGORY;
+    x = ms__trace_extra_of(t);
+    MS_FORWARD_IF_ERROR(rd_want_str(r, c, v, &x.category));
+    return rd_trace_extra(r, t, &x);
   case K_POOL_ID:
     t->present |= MS_TRACE_HAS_POOL_ID;
     x = ms__trace_extra_of(t);

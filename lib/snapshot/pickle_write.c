@@ -389,9 +389,10 @@ static void wr_trace(wr_t *w, const ms_snap_trace_t *t) {
   bool cc = !w->torch || (t->present & MS_TRACE_HAS_COMPILE_CONTEXT);
   bool um = !w->torch || (t->present & MS_TRACE_HAS_USER_METADATA);
   bool pool = (t->present & MS_TRACE_HAS_POOL_ID) != 0;
+  bool cat = (t->present & MS_TRACE_HAS_CATEGORY) != 0 || ms_snap_trace_category(t)[0];
   bool frames = w->torch ? (t->present & MS_TRACE_HAS_FRAMES) != 0 : t->stack != MS_SNAP_NO_STACK;
   bool addr = !(t->present & MS_TRACE_NO_ADDR); /* an entry read without one gets none */
-  size_t n = 2 + addr + stream + time + cc + um + pool + frames;
+  size_t n = 2 + addr + stream + time + cc + um + pool + cat + frames;
   wr_dict_begin(w, n, NULL);
   wr_str(w, "action");
   wr_str(w, ms_snap_trace_action_name(t));
@@ -416,6 +417,10 @@ static void wr_trace(wr_t *w, const ms_snap_trace_t *t) {
   if (um) {
     wr_str(w, "user_metadata");
     wr_str(w, ms_snap_trace_user_metadata(t));
+  }
+  if (cat) {
+    wr_str(w, "category");
+    wr_str(w, ms_snap_trace_category(t));
   }
   if (pool) {
     wr_str(w, "pool_id");
