@@ -389,7 +389,7 @@ static void wr_trace(wr_t *w, const ms_snap_trace_t *t) {
   bool cc = !w->torch || (t->present & MS_TRACE_HAS_COMPILE_CONTEXT);
   bool um = !w->torch || (t->present & MS_TRACE_HAS_USER_METADATA);
   bool pool = (t->present & MS_TRACE_HAS_POOL_ID) != 0;
-  bool cat = (t->present & MS_TRACE_HAS_CATEGORY) != 0 || ms_snap_trace_category(t)[0];
+  bool cat = ms_snap_trace_category(t)[0] || (w->torch && (t->present & MS_TRACE_HAS_CATEGORY));
   bool frames = w->torch ? (t->present & MS_TRACE_HAS_FRAMES) != 0 : t->stack != MS_SNAP_NO_STACK;
   bool addr = !(t->present & MS_TRACE_NO_ADDR); /* an entry read without one gets none */
   size_t n = 2 + addr + stream + time + cc + um + pool + cat + frames;
