@@ -143,45 +143,180 @@ static void *real_lookup(const char *name) {
   return p;
 }
 
-#define REAL_FN(name, type)                                                                        \
-  static _Atomic(type *) real_##name##_p;                                                          \
-  static type *real_##name(void) {                                                                 \
-    type *p = atomic_load_explicit(&real_##name##_p, memory_order_acquire);                        \
-    if (ms_likely(p != NULL)) return p;                                                            \
-    p = (type *)real_lookup(#name);                                                                \
-    atomic_store_explicit(&real_##name##_p, p, memory_order_release);                              \
-    return p;                                                                                      \
-  }
+/* Every real function the interposer calls: X(name, type, hooked), hooked = the interposer exports
+ * it (the program calls it through us). */
+#define REAL_FNS(X)                                                                                \
+  X(cudaMalloc, malloc_fn, 1)                                                                      \
+  X(cudaFree, free_fn, 1)                                                                          \
+  X(cudaMallocAsync, malloc_async_fn, 1)                                                           \
+  X(cudaFreeAsync, free_async_fn, 1)                                                               \
+  X(cudaMallocAsync_ptsz, malloc_async_fn, 1)                                                      \
+  X(cudaFreeAsync_ptsz, free_async_fn, 1)                                                          \
+  X(cudaMallocFromPoolAsync, malloc_pool_fn, 1)                                                    \
+  X(cudaMallocFromPoolAsync_ptsz, malloc_pool_fn, 1)                                               \
+  X(cudaMallocManaged, malloc_managed_fn, 1)                                                       \
+  X(cudaMallocPitch, malloc_pitch_fn, 1)                                                           \
+  X(cudaMalloc3D, malloc_3d_fn, 1)                                                                 \
+  X(cudaMemPoolCreate, pool_create_fn, 1)                                                          \
+  X(cudaMemPoolDestroy, pool_destroy_fn, 1)                                                        \
+  X(cudaDeviceSetMemPool, set_mempool_fn, 1)                                                       \
+  X(cudaDeviceReset, void_fn, 1)                                                                   \
+  X(cudaGetDevice, get_device_fn, 0)                                                               \
+  X(cudaSetDevice, set_device_fn, 0)                                                               \
+  X(cudaStreamGetDevice, stream_get_device_fn, 0)                                                  \
+  X(cudaMemGetInfo, mem_get_info_fn, 0)                                                            \
+  X(cudaGetLastError, get_last_error_fn, 0)                                                        \
+  X(cudaGetDeviceCount, device_count_fn, 0)                                                        \
+  X(cudaDeviceSynchronize, void_fn, 0)                                                             \
+  X(cudaStreamCreate, stream_create_fn, 0)                                                         \
+  X(cudaStreamDestroy, stream_destroy_fn, 0)                                                       \
+  X(cudaEventCreateWithFlags, event_create_fn, 0)                                                  \
+  X(cudaEventRecord, event_record_fn, 0)                                                           \
+  X(cudaEventQuery, event_fn, 0)                                                                   \
+  X(cudaEventSynchronize, event_fn, 0)                                                             \
+  X(cudaEventDestroy, event_fn, 0)
 
-REAL_FN(cudaMalloc, malloc_fn)
-REAL_FN(cudaFree, free_fn)
-REAL_FN(cudaMallocAsync, malloc_async_fn)
-REAL_FN(cudaFreeAsync, free_async_fn)
-REAL_FN(cudaMallocAsync_ptsz, malloc_async_fn)
-REAL_FN(cudaFreeAsync_ptsz, free_async_fn)
-REAL_FN(cudaMallocFromPoolAsync, malloc_pool_fn)
-REAL_FN(cudaMallocFromPoolAsync_ptsz, malloc_pool_fn)
-REAL_FN(cudaMallocManaged, malloc_managed_fn)
-REAL_FN(cudaMallocPitch, malloc_pitch_fn)
-REAL_FN(cudaMalloc3D, malloc_3d_fn)
-REAL_FN(cudaMemPoolCreate, pool_create_fn)
-REAL_FN(cudaMemPoolDestroy, pool_destroy_fn)
-REAL_FN(cudaDeviceSetMemPool, set_mempool_fn)
-REAL_FN(cudaGetDevice, get_device_fn)
-REAL_FN(cudaSetDevice, set_device_fn)
-REAL_FN(cudaStreamGetDevice, stream_get_device_fn)
-REAL_FN(cudaMemGetInfo, mem_get_info_fn)
-REAL_FN(cudaGetLastError, get_last_error_fn)
-REAL_FN(cudaGetDeviceCount, device_count_fn)
-REAL_FN(cudaDeviceSynchronize, void_fn)
-REAL_FN(cudaDeviceReset, void_fn)
-REAL_FN(cudaStreamCreate, stream_create_fn)
-REAL_FN(cudaStreamDestroy, stream_destroy_fn)
-REAL_FN(cudaEventCreateWithFlags, event_create_fn)
-REAL_FN(cudaEventRecord, event_record_fn)
-REAL_FN(cudaEventQuery, event_fn)
-REAL_FN(cudaEventSynchronize, event_fn)
-REAL_FN(cudaEventDestroy, event_fn)
+enum {
+#define REAL_ENUM(name, type, hooked) REAL_I_##name,
+  REAL_FNS(REAL_ENUM)
+#undef REAL_ENUM
+      REAL_COUNT
+};
+static const char *const real_names[REAL_COUNT] = {
+#define REAL_NAME(name, type, hooked) #name,
+    REAL_FNS(REAL_NAME)
+#undef REAL_NAME
+};
+static const bool real_hooked[REAL_COUNT] = {
+#define REAL_HOOKED(name, type, hooked) hooked,
+    REAL_FNS(REAL_HOOKED)
+#undef REAL_HOOKED
+};
+
+/* The lookup cache. Each slot: NULL = not looked up (or forgotten), REAL_MISSING = looked up and
+ * absent (cached too: a runtime without cudaStreamGetDevice is not asked again at every
+ * cudaMallocAsync, issue #35 item 12), else the function.
+ * A function found in an object loaded after the program started (a libcudart that the program,
+ * or a plugin it loaded, brought in with dlopen) can go away with dlclose and come back at another
+ * address (item 4): then each call first compares the loader's counts of objects loaded and
+ * unloaded (dl_iterate_phdr's dlpi_adds and dlpi_subs) with those of the lookups, and the whole
+ * cache is forgotten when they changed. Functions of objects loaded at start (the program's own
+ * libcudart) never go away, and cost no check. A missing exported function (a program without
+ * any runtime, which gets cudaErrorSharedObjectSymbolNotFound) is looked up again only when
+ * objects were loaded since. */
+#define REAL_MISSING ((void *)(uintptr_t)1)
+static _Atomic(void *) real_cache[REAL_COUNT];
+static atomic_bool real_unloadable;           /* a cached function lies in a dlopen()ed object */
+static atomic_ullong real_adds, real_subs;    /* the loader's counts when the cache was started */
+static atomic_bool real_counted;              /* real_adds/real_subs are set */
+static size_t real_initial;                   /* objects loaded at start (the constructor) */
+static pthread_mutex_t real_mu = PTHREAD_MUTEX_INITIALIZER;
+
+typedef struct real_gen_s {
+  unsigned long long adds, subs;
+} real_gen_t;
+
+static int real_gen_cb(struct dl_phdr_info *info, size_t size, void *arg) {
+  (void)size;
+  real_gen_t *g = arg;
+  g->adds = info->dlpi_adds;
+  g->subs = info->dlpi_subs;
+  return 1; /* the first object is enough: the counts are the loader's */
+}
+
+static real_gen_t real_gen_now(void) {
+  real_gen_t g = {0, 0};
+  dl_iterate_phdr(real_gen_cb, &g);
+  return g;
+}
+
+static int real_count_cb(struct dl_phdr_info *info, size_t size, void *arg) {
+  (void)info, (void)size;
+  (*(size_t *)arg)++;
+  return 0;
+}
+
+/* Counts the objects loaded at start: they stay loaded for the life of the process. Nothing else
+ * is done before the program's first CUDA call. */
+__attribute__((constructor)) static void real_count_initial(void) {
+  size_t n = 0;
+  dl_iterate_phdr(real_count_cb, &n);
+  real_initial = n;
+}
+
+typedef struct real_where_s {
+  uintptr_t addr;
+  size_t index, found; /* found = index + 1 of the object holding addr, 0 if none */
+} real_where_t;
+
+static int real_where_cb(struct dl_phdr_info *info, size_t size, void *arg) {
+  (void)size;
+  real_where_t *w = arg;
+  for (int i = 0; i < info->dlpi_phnum; i++) {
+    const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+    uintptr_t lo = info->dlpi_addr + ph->p_vaddr;
+    if (ph->p_type == PT_LOAD && w->addr >= lo && w->addr - lo < ph->p_memsz) {
+      w->found = w->index + 1;
+      return 1;
+    }
+  }
+  w->index++;
+  return 0;
+}
+
+/* Whether the object defining p was loaded at start (objects loaded later follow them in the
+ * loader's list, and those loaded at start are never unloaded). */
+static bool real_loaded_at_start(void *p) {
+  real_where_t w = {(uintptr_t)p, 0, 0};
+  dl_iterate_phdr(real_where_cb, &w);
+  return w.found && w.found <= real_initial;
+}
+
+/* Forgets every cached function when objects were loaded or unloaded since the lookups.
+ * @return whether it did. */
+static bool real_revalidate(void) {
+  real_gen_t g = real_gen_now();
+  if (atomic_load(&real_adds) == g.adds && atomic_load(&real_subs) == g.subs) return false;
+  pthread_mutex_lock(&real_mu);
+  for (int i = 0; i < REAL_COUNT; i++)
+    atomic_store(&real_cache[i], NULL);
+  atomic_store(&real_unloadable, false);
+  atomic_store(&real_adds, g.adds);
+  atomic_store(&real_subs, g.subs);
+  pthread_mutex_unlock(&real_mu);
+  return true;
+}
+
+static MS_NOINLINE void *real_resolve(int i) {
+  if (!atomic_load(&real_counted)) {
+    pthread_mutex_lock(&real_mu);
+    if (!atomic_load(&real_counted)) {
+      real_gen_t g = real_gen_now(); /* before the lookup: an unload after it is seen */
+      atomic_store(&real_adds, g.adds);
+      atomic_store(&real_subs, g.subs);
+      atomic_store(&real_counted, true);
+    }
+    pthread_mutex_unlock(&real_mu);
+  }
+  void *p = real_lookup(real_names[i]);
+  if (p && !real_loaded_at_start(p)) atomic_store(&real_unloadable, true);
+  atomic_store_explicit(&real_cache[i], p ? p : REAL_MISSING, memory_order_release);
+  return p;
+}
+
+/* @return the real function i, NULL when no loaded object defines it. */
+static inline void *real_get(int i) {
+  if (ms_unlikely(atomic_load_explicit(&real_unloadable, memory_order_relaxed))) real_revalidate();
+  void *p = atomic_load_explicit(&real_cache[i], memory_order_acquire);
+  if (ms_likely(p != NULL && p != REAL_MISSING)) return p;
+  if (p == REAL_MISSING && (!real_hooked[i] || !real_revalidate())) return NULL;
+  return real_resolve(i);
+}
+
+#define REAL_ACCESSOR(name, type, hooked)                                                          \
+  static inline type *real_##name(void) { return (type *)real_get(REAL_I_##name); }
+REAL_FNS(REAL_ACCESSOR)
+#undef REAL_ACCESSOR
 
 /* ---- helpers --------------------------------------------------------------------------------- */
 
