@@ -168,6 +168,25 @@ static ms_snapshot_t *rh_load(const char *name) {
 
 TestSuite(run_hostile, .init = rh_setup, .fini = rh_teardown, .timeout = 240);
 
+/* Item 2: the process ends when its last thread does (glibc then calls exit(0), which writes the
+ * exit snapshot); the interposer's snapshot thread must not keep it alive. */
+Test(run_hostile, main_ending_with_pthread_exit_exits_as_bare) {
+  rh_result_t bare, r;
+  rh_spawn((char *[]){RH_APP, "pthread_exit", NULL}, NULL, 20, &bare);
+  cr_assert_eq(bare.status, 0);
+  cr_assert_str_eq(bare.out, "thread done\n");
+  rh_run(&r, NULL, NULL, (const char *[]){RH_APP, "pthread_exit", NULL}, 20);
+  cr_assert_eq(r.status, 0, "status %d (-1: still running after 20 s): %s", r.status, r.err);
+  cr_assert_str_eq(r.out, bare.out);
+  char names[4][256];
+  cr_assert_eq(rh_files(names, 4), 1, "%s", r.err);
+  cr_assert(strstr(r.err, "(exit)"), "%s", r.err);
+  ms_snapshot_t *s = rh_load(names[0]);
+  cr_assert_eq(s->nsegments, 1); /* 1111 bytes; the thread's 2222 were freed */
+  cr_assert_eq(s->segments[0].total_size, 1111);
+  ms_snapshot_free(s);
+}
+
 /* Item 4: a libcudart loaded privately, unloaded, and loaded again at another address: the
  * interposer must call the new one, not the old address. */
 Test(run_hostile, a_runtime_reloaded_at_another_address_is_found_again) {
@@ -188,6 +207,59 @@ Test(run_hostile, a_runtime_reloaded_at_another_address_is_found_again) {
     allocs += s->trace[i].action == MS_TRACE_ALLOC;
   cr_assert_eq(allocs, 4);
   ms_snapshot_free(s);
+}
+
+/* Items 5 and 11: a forked child that never uses CUDA is the bare program's child: SIGUSR1 kills
+ * it, and it writes no snapshot (the parent's allocations are not its own), in both modes. */
+Test(run_hostile, a_forked_child_without_cuda_dies_of_sigusr1) {
+  rh_result_t bare, r;
+  rh_spawn((char *[]){RH_APP, "fork_signal", NULL}, NULL, 20, &bare);
+  cr_assert_str_eq(bare.out, "child signal 10\n");
+  rh_run(&r, NULL, (const char *[]){"--quiet", NULL}, (const char *[]){RH_APP, "fork_signal", NULL},
+         20);
+  cr_assert_eq(r.status, 0, "%s", r.err);
+  cr_assert_str_eq(r.out, bare.out);
+}
+
+Test(run_hostile, a_forked_child_without_cuda_writes_nothing) {
+  for (int cache = 0; cache < 2; cache++) {
+    rh_result_t r;
+    rh_run(&r, NULL, (const char *[]){cache ? "--cache" : "--observe", "--quiet", NULL},
+           (const char *[]){RH_APP, "fork_quiet", NULL}, 20);
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    cr_assert_str_eq(r.out, "child exit 0\n");
+    char names[4][256];
+    cr_assert_eq(rh_files(names, 4), 1, "%s: %d files, the child's included", 
+                 cache ? "cache" : "observe", rh_files(names, 4));
+    ms_snapshot_t *s = rh_load(names[0]);
+    cr_assert_eq(s->pid, atoll(names[0] + 2)); /* s-PID-0.msgpack: the parent's */
+    ms_snapshot_free(s);
+    unlink(rh_path(names[0]));
+  }
+}
+
+/* Items 5 and 11: a child that uses CUDA gets its own --every snapshots, under its own pid. */
+Test(run_hostile, a_forked_child_using_cuda_gets_its_own_periodic_snapshots) {
+  rh_result_t r;
+  rh_run(&r, NULL, (const char *[]){"--quiet", "--every", "0.05", NULL},
+         (const char *[]){RH_APP, "fork_every", rh_dir, NULL}, 30);
+  cr_assert_eq(r.status, 0, "%s", r.err);
+  cr_assert_str_eq(r.out, "child every seen\nchild exit 0\n");
+}
+
+/* Item 5: children that exit while the parent's snapshot thread writes every millisecond in cache
+ * mode: none may hang on a lock that thread held at the fork, and none writes a snapshot. */
+Test(run_hostile, forked_children_never_hang_on_the_parents_locks) {
+  char pattern[4096];
+  snprintf(pattern, sizeof pattern, "%s/s-%%p.msgpack", rh_dir);
+  rh_result_t r;
+  rh_spawn((char *[]){(char *)rh_memsnap(), "run", "--cache", "--quiet", "--every", "0.001", "-o",
+                      pattern, "--", RH_APP, "fork_many", "200", NULL},
+           NULL, 90, &r);
+  cr_assert_eq(r.status, 0, "status %d (-1: still running after 90 s): %s", r.status, r.err);
+  cr_assert_str_eq(r.out, "children 200 bad 0\n");
+  char names[4][256];
+  cr_assert_eq(rh_files(names, 4), 1);
 }
 
 /* Item 12: a runtime without cudaStreamGetDevice (the fake's) is asked for it once, not at every

@@ -607,6 +607,32 @@ static ms_allocator_t *cache_allocator(int device) {
   return a;
 }
 
+void ms__run_preload_fork(ms__run_fork_phase phase) {
+  switch (phase) {
+  case MS__RUN_FORK_PREPARE: /* the order in which the hooks nest them */
+    pthread_mutex_lock(&cache_mu);
+    pthread_mutex_lock(&pools_mu);
+    pthread_mutex_lock(&real_mu);
+    break;
+  case MS__RUN_FORK_PARENT:
+    pthread_mutex_unlock(&real_mu);
+    pthread_mutex_unlock(&pools_mu);
+    pthread_mutex_unlock(&cache_mu);
+    break;
+  case MS__RUN_FORK_CHILD:
+    pthread_mutex_init(&real_mu, NULL);
+    pthread_mutex_init(&pools_mu, NULL);
+    pthread_mutex_init(&cache_mu, NULL);
+    /* The parent's allocators are not the child's: their memory is the parent's, and another
+     * thread of the parent may have held their locks at the fork. They are left as they are
+     * (never destroyed here), and the child's first allocation creates its own. */
+    for (int d = 0; d < MS__RUN_MAX_DEVICES; d++)
+      atomic_store(&cache_alloc[d], NULL);
+    atomic_store(&cap_known, 0);
+    break;
+  }
+}
+
 /* Finds the cache-mode allocator owning ptr (current device first). */
 static ms_allocator_t *cache_owner(void *ptr, int device, ms_stream_t stream) {
   ms_allocator_t *a = atomic_load(&cache_alloc[device]);

@@ -153,6 +153,15 @@ int ms__run_cache_snapshot(int device, ms_snapshot_t **out, ms_errbuf_t *eb);
 /* Device indices served by the cache mode (bit d set for device d < 64). */
 uint64_t ms__run_cache_devices(void);
 
+/* The phases of fork() (pthread_atfork's handlers, registered by record.c at the first call). */
+typedef enum ms__run_fork_phase {
+  MS__RUN_FORK_PREPARE = 0, /* in the forking thread, before: take the locks */
+  MS__RUN_FORK_PARENT = 1,  /* in the parent, after: release them */
+  MS__RUN_FORK_CHILD = 2,   /* in the child: forget the parent's allocators, reset the locks */
+} ms__run_fork_phase;
+/* preload.c's part of the fork handlers; its locks are taken before the recorder's. */
+void ms__run_preload_fork(ms__run_fork_phase phase);
+
 /* Thread-local re-entrancy guard of the hooks: set while the interposer itself works (a CUDA
  * call made then goes straight to the real function, unrecorded). */
 extern __thread int ms__run_in_hook __attribute__((tls_model("initial-exec")));
