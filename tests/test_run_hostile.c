@@ -262,6 +262,18 @@ Test(run_hostile, forked_children_never_hang_on_the_parents_locks) {
   cr_assert_eq(rh_files(names, 4), 1);
 }
 
+/* Item 6: cudaMalloc and cudaFree from a signal handler that interrupted malloc: forwarded (not
+ * recorded) without a deadlock. */
+Test(run_hostile, cuda_calls_from_a_signal_handler_never_deadlock) {
+  rh_result_t bare, r;
+  rh_spawn((char *[]){RH_APP, "sighandler", "3000", NULL}, NULL, 60, &bare);
+  cr_assert_str_eq(bare.out, "handled 3000 errors 0\n");
+  rh_run(&r, NULL, (const char *[]){"--quiet", NULL},
+         (const char *[]){RH_APP, "sighandler", "3000", NULL}, 60);
+  cr_assert_eq(r.status, 0, "status %d (-1: still running after 60 s): %s", r.status, r.err);
+  cr_assert_str_eq(r.out, bare.out);
+}
+
 /* Item 12: a runtime without cudaStreamGetDevice (the fake's) is asked for it once, not at every
  * cudaMallocAsync/cudaFreeAsync (the loader's LD_DEBUG=symbols trace counts the lookups). */
 Test(run_hostile, a_missing_runtime_function_is_looked_up_once) {

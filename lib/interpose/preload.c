@@ -850,6 +850,7 @@ MS_EXPORT cudaError_t cudaMalloc3D(ms_cuda_pitched_ptr_t *pitchedDevPtr, ms_cuda
 MS_EXPORT cudaError_t cudaMemPoolCreate(cudaMemPool_t *pool, const void *props) {
   pool_create_fn *real = real_cudaMemPoolCreate();
   HOOK_ENTER(real) real(pool, props);
+  ms__run_in_hook = 1; /* pools_mu: a signal handler's CUDA call meanwhile must not take it */
   cudaError_t r = real(pool, props);
   if (r == cudaSuccess && pool && *pool) {
     pthread_mutex_lock(&pools_mu);
@@ -860,12 +861,14 @@ MS_EXPORT cudaError_t cudaMemPoolCreate(cudaMemPool_t *pool, const void *props) 
     }
     pthread_mutex_unlock(&pools_mu);
   }
+  ms__run_in_hook = 0;
   return r;
 }
 
 MS_EXPORT cudaError_t cudaMemPoolDestroy(cudaMemPool_t pool) {
   pool_destroy_fn *real = real_cudaMemPoolDestroy();
   HOOK_ENTER(real) real(pool);
+  ms__run_in_hook = 1;
   cudaError_t r = real(pool);
   if (r == cudaSuccess) {
     pthread_mutex_lock(&pools_mu);
@@ -875,18 +878,21 @@ MS_EXPORT cudaError_t cudaMemPoolDestroy(cudaMemPool_t pool) {
       if (device_pool[d] == pool) device_pool[d] = NULL;
     pthread_mutex_unlock(&pools_mu);
   }
+  ms__run_in_hook = 0;
   return r;
 }
 
 MS_EXPORT cudaError_t cudaDeviceSetMemPool(int device, cudaMemPool_t pool) {
   set_mempool_fn *real = real_cudaDeviceSetMemPool();
   HOOK_ENTER(real) real(device, pool);
+  ms__run_in_hook = 1;
   cudaError_t r = real(device, pool);
   if (r == cudaSuccess && device >= 0 && device < MS__RUN_MAX_DEVICES) {
     pthread_mutex_lock(&pools_mu);
     device_pool[device] = pool;
     pthread_mutex_unlock(&pools_mu);
   }
+  ms__run_in_hook = 0;
   return r;
 }
 

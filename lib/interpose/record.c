@@ -34,6 +34,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -186,9 +187,22 @@ static live_t *tab_find(uint64_t addr) {
   }
 }
 
+/* The live table and the ring take their memory straight from mmap, never from malloc, so that a
+ * CUDA call made from a signal handler that interrupted malloc (issue #35 item 6) is recorded
+ * without calling it: the recorded path is async-signal-safe but for the recorder's own mutex,
+ * which the re-entrancy guard keeps a thread from taking twice (docs/run.md). */
+static void *rec_map(size_t bytes) {
+  void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  return p == MAP_FAILED ? NULL : p;
+}
+
+static void rec_unmap(void *p, size_t bytes) {
+  if (p && bytes) munmap(p, bytes);
+}
+
 static int tab_grow(void) {
   size_t ncap = R.cap ? (R.count * 4 > R.cap ? R.cap * 2 : R.cap) : 1024;
-  live_t *nt = calloc(ncap, sizeof *nt);
+  live_t *nt = rec_map(ncap * sizeof *nt); /* zeroed */
   if (!nt) return MS_ENOMEM;
   for (size_t i = 0; i < R.cap; i++) {
     if (R.tab[i].addr == 0 || R.tab[i].addr == TOMB) continue;
@@ -197,7 +211,7 @@ static int tab_grow(void) {
       j = (j + 1) & (ncap - 1);
     nt[j] = R.tab[i];
   }
-  free(R.tab);
+  rec_unmap(R.tab, R.cap * sizeof *R.tab);
   R.tab = nt;
   R.cap = ncap;
   R.used = R.count;
@@ -235,7 +249,9 @@ static void trace_push(ms_trace_action action, int device, uint64_t addr, uint64
     /* grow (never wrapped yet: the oldest entry is in slot 0) */
     size_t ncap = R.ring_cap ? R.ring_cap * 2 : 4096;
     if (ncap > R.ring_max) ncap = R.ring_max;
-    ent_t *n = realloc(R.ring, ncap * sizeof *n);
+    ent_t *n = R.ring ? mremap(R.ring, R.ring_cap * sizeof *n, ncap * sizeof *n, MREMAP_MAYMOVE)
+                      : rec_map(ncap * sizeof *n);
+    if (n == MAP_FAILED) n = NULL;
     if (n) {
       R.ring = n;
       R.ring_cap = ncap;
