@@ -209,6 +209,18 @@ Test(run_hostile, a_runtime_reloaded_at_another_address_is_found_again) {
   ms_snapshot_free(s);
 }
 
+/* Item 11: a program without CUDA that looks cudaMalloc up finds nothing, as without memsnap. */
+Test(run_hostile, a_program_without_cuda_does_not_find_cudamalloc) {
+  rh_result_t bare, r;
+  rh_spawn((char *[]){RH_LOADER, "-", "dlsym", NULL}, NULL, 20, &bare);
+  cr_assert_str_eq(bare.out, "cudaMalloc absent\n");
+  rh_run(&r, NULL, NULL, (const char *[]){RH_LOADER, "-", "dlsym", NULL}, 20);
+  cr_assert_eq(r.status, 0, "%s", r.err);
+  cr_assert_str_eq(r.out, bare.out);
+  char names[1][256];
+  cr_assert_eq(rh_files(names, 1), 0);
+}
+
 /* Items 5 and 11: a forked child that never uses CUDA is the bare program's child: SIGUSR1 kills
  * it, and it writes no snapshot (the parent's allocations are not its own), in both modes. */
 Test(run_hostile, a_forked_child_without_cuda_dies_of_sigusr1) {

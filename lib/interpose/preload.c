@@ -733,7 +733,7 @@ MS_ALWAYS_INLINE cudaError_t cache_free(void *ptr, int device, uint64_t stream) 
     return r_;                                                                                     \
   } while (0)
 
-MS_EXPORT cudaError_t cudaMalloc(void **devPtr, size_t size) {
+static cudaError_t hook_cudaMalloc(void **devPtr, size_t size) {
   malloc_fn *real = real_cudaMalloc();
   HOOK_ENTER(real) real(devPtr, size);
   if (ms__run_cache_active()) {
@@ -748,7 +748,7 @@ MS_EXPORT cudaError_t cudaMalloc(void **devPtr, size_t size) {
                 MS__RUN_KIND_MALLOC);
 }
 
-MS_EXPORT cudaError_t cudaFree(void *devPtr) {
+static cudaError_t hook_cudaFree(void *devPtr) {
   free_fn *real = real_cudaFree();
   HOOK_ENTER(real) real(devPtr);
   if (ms__run_cache_active() && devPtr) {
@@ -762,7 +762,7 @@ MS_EXPORT cudaError_t cudaFree(void *devPtr) {
 }
 
 #define ASYNC_HOOKS(suffix, default_stream)                                                        \
-  MS_EXPORT cudaError_t cudaMallocAsync##suffix(void **devPtr, size_t size, cudaStream_t s) {      \
+  static cudaError_t hook_cudaMallocAsync##suffix(void **devPtr, size_t size, cudaStream_t s) { \
     malloc_async_fn *real = real_cudaMallocAsync##suffix();                                        \
     HOOK_ENTER(real) real(devPtr, size, s);                                                        \
     uint64_t st = s ? (uint64_t)(uintptr_t)s : (default_stream);                                   \
@@ -777,7 +777,7 @@ MS_EXPORT cudaError_t cudaFree(void *devPtr) {
     OBSERVE_ALLOC("cudaMallocAsync", real(devPtr, size, s), devPtr, size, stream_device(s), st,    \
                   device_pool_id(dev_), MS__RUN_KIND_ASYNC);                                       \
   }                                                                                                \
-  MS_EXPORT cudaError_t cudaFreeAsync##suffix(void *devPtr, cudaStream_t s) {                      \
+  static cudaError_t hook_cudaFreeAsync##suffix(void *devPtr, cudaStream_t s) {                  \
     free_async_fn *real = real_cudaFreeAsync##suffix();                                            \
     HOOK_ENTER(real) real(devPtr, s);                                                              \
     uint64_t st = s ? (uint64_t)(uintptr_t)s : (default_stream);                                   \
@@ -790,7 +790,7 @@ MS_EXPORT cudaError_t cudaFree(void *devPtr) {
     if (!devPtr) return real(devPtr, s);                                                           \
     OBSERVE_FREE(real(devPtr, s), devPtr);                                                         \
   }                                                                                                \
-  MS_EXPORT cudaError_t cudaMallocFromPoolAsync##suffix(void **ptr, size_t size,                   \
+  static cudaError_t hook_cudaMallocFromPoolAsync##suffix(void **ptr, size_t size,               \
                                                         cudaMemPool_t pool, cudaStream_t s) {      \
     malloc_pool_fn *real = real_cudaMallocFromPoolAsync##suffix();                                 \
     HOOK_ENTER(real) real(ptr, size, pool, s);                                                     \
@@ -802,7 +802,7 @@ MS_EXPORT cudaError_t cudaFree(void *devPtr) {
 ASYNC_HOOKS(, 0)
 ASYNC_HOOKS(_ptsz, CUDA_STREAM_PER_THREAD)
 
-MS_EXPORT cudaError_t cudaMallocManaged(void **devPtr, size_t size, unsigned flags) {
+static cudaError_t hook_cudaMallocManaged(void **devPtr, size_t size, unsigned flags) {
   malloc_managed_fn *real = real_cudaMallocManaged();
   HOOK_ENTER(real) real(devPtr, size, flags);
   OBSERVE_ALLOC("cudaMallocManaged", real(devPtr, size, flags), devPtr, size, current_device(), 0,
@@ -811,7 +811,7 @@ MS_EXPORT cudaError_t cudaMallocManaged(void **devPtr, size_t size, unsigned fla
 
 /* Pitched allocations (observed in both modes, never cached): the size recorded is what the
  * runtime reserved, pitch * rows (* depth); an OOM records the unpadded request. */
-MS_EXPORT cudaError_t cudaMallocPitch(void **devPtr, size_t *pitch, size_t width, size_t height) {
+static cudaError_t hook_cudaMallocPitch(void **devPtr, size_t *pitch, size_t width, size_t height) {
   malloc_pitch_fn *real = real_cudaMallocPitch();
   HOOK_ENTER(real) real(devPtr, pitch, width, height);
   ms__run_in_hook = 1;
@@ -827,7 +827,7 @@ MS_EXPORT cudaError_t cudaMallocPitch(void **devPtr, size_t *pitch, size_t width
   return r;
 }
 
-MS_EXPORT cudaError_t cudaMalloc3D(ms_cuda_pitched_ptr_t *pitchedDevPtr, ms_cuda_extent_t extent) {
+static cudaError_t hook_cudaMalloc3D(ms_cuda_pitched_ptr_t *pitchedDevPtr, ms_cuda_extent_t extent) {
   malloc_3d_fn *real = real_cudaMalloc3D();
   HOOK_ENTER(real) real(pitchedDevPtr, extent);
   ms__run_in_hook = 1;
@@ -847,7 +847,7 @@ MS_EXPORT cudaError_t cudaMalloc3D(ms_cuda_pitched_ptr_t *pitchedDevPtr, ms_cuda
   return r;
 }
 
-MS_EXPORT cudaError_t cudaMemPoolCreate(cudaMemPool_t *pool, const void *props) {
+static cudaError_t hook_cudaMemPoolCreate(cudaMemPool_t *pool, const void *props) {
   pool_create_fn *real = real_cudaMemPoolCreate();
   HOOK_ENTER(real) real(pool, props);
   ms__run_in_hook = 1; /* pools_mu: a signal handler's CUDA call meanwhile must not take it */
@@ -865,7 +865,7 @@ MS_EXPORT cudaError_t cudaMemPoolCreate(cudaMemPool_t *pool, const void *props) 
   return r;
 }
 
-MS_EXPORT cudaError_t cudaMemPoolDestroy(cudaMemPool_t pool) {
+static cudaError_t hook_cudaMemPoolDestroy(cudaMemPool_t pool) {
   pool_destroy_fn *real = real_cudaMemPoolDestroy();
   HOOK_ENTER(real) real(pool);
   ms__run_in_hook = 1;
@@ -882,7 +882,7 @@ MS_EXPORT cudaError_t cudaMemPoolDestroy(cudaMemPool_t pool) {
   return r;
 }
 
-MS_EXPORT cudaError_t cudaDeviceSetMemPool(int device, cudaMemPool_t pool) {
+static cudaError_t hook_cudaDeviceSetMemPool(int device, cudaMemPool_t pool) {
   set_mempool_fn *real = real_cudaDeviceSetMemPool();
   HOOK_ENTER(real) real(device, pool);
   ms__run_in_hook = 1;
@@ -900,7 +900,7 @@ MS_EXPORT cudaError_t cudaDeviceSetMemPool(int device, cudaMemPool_t pool) {
  * freed. Cache mode: the device's allocator would hold freed memory; a snapshot ("reset") keeps
  * its state and history, then it is destroyed (its cached segments returned while the context
  * still exists) and a new one is created at the device's next allocation. */
-MS_EXPORT cudaError_t cudaDeviceReset(void) {
+static cudaError_t hook_cudaDeviceReset(void) {
   void_fn *real = real_cudaDeviceReset();
   HOOK_ENTER(real) real();
   ms__run_in_hook = 1;
@@ -919,3 +919,32 @@ MS_EXPORT cudaError_t cudaDeviceReset(void) {
   ms__run_in_hook = 0;
   return r;
 }
+
+/* ---- the exported symbols ------------------------------------------------------------------
+ * Each exported CUDA function is a GNU indirect function: the dynamic loader asks its resolver
+ * for the address when it binds the name (a call of the program or of a library, dlsym). The
+ * resolver answers the hook only when a CUDA runtime loaded in the process defines the function
+ * too, else NULL: dlsym(RTLD_DEFAULT, "cudaMalloc") in a program without CUDA then finds nothing,
+ * as without memsnap (issue #35 item 11). visible.c walks the loader's list; it calls no function,
+ * since a resolver may run while the program is relocated at start. */
+#define EXPORT_HOOK(name)                                                                          \
+  static __typeof__(hook_##name) *resolve_##name(void) {                                           \
+    return ms__run_defined_elsewhere(#name) ? hook_##name : NULL;                                  \
+  }                                                                                                \
+  MS_EXPORT __typeof__(hook_##name) name __attribute__((ifunc("resolve_" #name)));
+
+EXPORT_HOOK(cudaMalloc)
+EXPORT_HOOK(cudaFree)
+EXPORT_HOOK(cudaMallocAsync)
+EXPORT_HOOK(cudaFreeAsync)
+EXPORT_HOOK(cudaMallocFromPoolAsync)
+EXPORT_HOOK(cudaMallocAsync_ptsz)
+EXPORT_HOOK(cudaFreeAsync_ptsz)
+EXPORT_HOOK(cudaMallocFromPoolAsync_ptsz)
+EXPORT_HOOK(cudaMallocManaged)
+EXPORT_HOOK(cudaMallocPitch)
+EXPORT_HOOK(cudaMalloc3D)
+EXPORT_HOOK(cudaMemPoolCreate)
+EXPORT_HOOK(cudaMemPoolDestroy)
+EXPORT_HOOK(cudaDeviceSetMemPool)
+EXPORT_HOOK(cudaDeviceReset)

@@ -162,6 +162,10 @@ typedef enum ms__run_fork_phase {
 /* preload.c's part of the fork handlers; its locks are taken before the recorder's. */
 void ms__run_preload_fork(ms__run_fork_phase phase);
 
+/* Whether a loaded object other than the interposer defines the function name (visible.c): the
+ * exported functions' resolvers ask it. Calls no function (it may run before libc is set up). */
+bool ms__run_defined_elsewhere(const char *name);
+
 /* Thread-local re-entrancy guard of the hooks: set while the interposer itself works (a CUDA
  * call made then goes straight to the real function, unrecorded). */
 extern __thread int ms__run_in_hook __attribute__((tls_model("initial-exec")));
