@@ -210,7 +210,9 @@ static atomic_bool real_unloadable;           /* a cached function lies in a dlo
 static atomic_ullong real_adds, real_subs;    /* the loader's counts when the cache was started */
 static atomic_bool real_counted;              /* real_adds/real_subs are set */
 static size_t real_initial;                   /* objects loaded at start (the constructor) */
-static pthread_mutex_t real_mu = PTHREAD_MUTEX_INITIALIZER;
+/* No lock: two threads that revalidate or start the cache at once store the same things (at
+ * worst older counts, which only makes the next call look everything up again). A lock here
+ * would also have to be ordered against the fork handlers' (record.c). */
 
 typedef struct real_gen_s {
   unsigned long long adds, subs;
@@ -277,26 +279,20 @@ static bool real_loaded_at_start(void *p) {
 static bool real_revalidate(void) {
   real_gen_t g = real_gen_now();
   if (atomic_load(&real_adds) == g.adds && atomic_load(&real_subs) == g.subs) return false;
-  pthread_mutex_lock(&real_mu);
   for (int i = 0; i < REAL_COUNT; i++)
     atomic_store(&real_cache[i], NULL);
   atomic_store(&real_unloadable, false);
   atomic_store(&real_adds, g.adds);
   atomic_store(&real_subs, g.subs);
-  pthread_mutex_unlock(&real_mu);
   return true;
 }
 
 static MS_NOINLINE void *real_resolve(int i) {
   if (!atomic_load(&real_counted)) {
-    pthread_mutex_lock(&real_mu);
-    if (!atomic_load(&real_counted)) {
-      real_gen_t g = real_gen_now(); /* before the lookup: an unload after it is seen */
-      atomic_store(&real_adds, g.adds);
-      atomic_store(&real_subs, g.subs);
-      atomic_store(&real_counted, true);
-    }
-    pthread_mutex_unlock(&real_mu);
+    real_gen_t g = real_gen_now(); /* before the lookup: an unload after it is seen */
+    atomic_store(&real_adds, g.adds);
+    atomic_store(&real_subs, g.subs);
+    atomic_store(&real_counted, true);
   }
   void *p = real_lookup(real_names[i]);
   if (p && !real_loaded_at_start(p)) atomic_store(&real_unloadable, true);
@@ -612,15 +608,12 @@ void ms__run_preload_fork(ms__run_fork_phase phase) {
   case MS__RUN_FORK_PREPARE: /* the order in which the hooks nest them */
     pthread_mutex_lock(&cache_mu);
     pthread_mutex_lock(&pools_mu);
-    pthread_mutex_lock(&real_mu);
     break;
   case MS__RUN_FORK_PARENT:
-    pthread_mutex_unlock(&real_mu);
     pthread_mutex_unlock(&pools_mu);
     pthread_mutex_unlock(&cache_mu);
     break;
   case MS__RUN_FORK_CHILD:
-    pthread_mutex_init(&real_mu, NULL);
     pthread_mutex_init(&pools_mu, NULL);
     pthread_mutex_init(&cache_mu, NULL);
     /* The parent's allocators are not the child's: their memory is the parent's, and another

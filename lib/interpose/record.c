@@ -560,9 +560,10 @@ static void *writer_main(void *arg) {
   (void)arg;
   double every = ms__run_opts()->every;
   double next_every = every > 0 ? now_s() + every : 0;
+  double next_poll = now_s() + WRITER_POLL_S;
   for (;;) {
     double now = now_s();
-    double until = now + WRITER_POLL_S;
+    double until = next_poll > now ? next_poll : now + WRITER_POLL_S;
     if (every > 0 && next_every < until) until = next_every;
     struct timespec ts;
     ts.tv_sec = (time_t)until;
@@ -585,7 +586,10 @@ static void *writer_main(void *arg) {
     }
     /* The program's threads are gone: end the process as its last thread would have (glibc
      * calls exit(0) there), which also writes the exit snapshot. */
-    if (program_ended()) exit(0);
+    if (now >= next_poll) {
+      next_poll = now + WRITER_POLL_S;
+      if (program_ended()) exit(0);
+    }
   }
   return NULL;
 }
