@@ -603,6 +603,9 @@ static ms_allocator_t *cache_allocator(int device) {
   return a;
 }
 
+/* In a child of fork, the parent's allocators (volatile: kept, though never read again). */
+static ms_allocator_t *volatile cache_forked_away[MS__RUN_MAX_DEVICES];
+
 void ms__run_preload_fork(ms__run_fork_phase phase) {
   switch (phase) {
   case MS__RUN_FORK_PREPARE: /* the order in which the hooks nest them */
@@ -618,9 +621,10 @@ void ms__run_preload_fork(ms__run_fork_phase phase) {
     pthread_mutex_init(&cache_mu, NULL);
     /* The parent's allocators are not the child's: their memory is the parent's, and another
      * thread of the parent may have held their locks at the fork. They are left as they are
-     * (never destroyed here), and the child's first allocation creates its own. */
+     * (never destroyed here, still referenced), and the child's first allocation creates its
+     * own. */
     for (int d = 0; d < MS__RUN_MAX_DEVICES; d++)
-      atomic_store(&cache_alloc[d], NULL);
+      cache_forked_away[d] = atomic_exchange(&cache_alloc[d], NULL);
     atomic_store(&cap_known, 0);
     break;
   }

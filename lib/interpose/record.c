@@ -619,6 +619,9 @@ static void fork_parent(void) {
   ms__run_preload_fork(MS__RUN_FORK_PARENT);
 }
 
+/* In a child of fork, the parent's stack table (volatile: kept, though never read again). */
+static ms__stacktab_t *volatile stacks_forked_away;
+
 static void fork_child(void) {
   pthread_mutex_init(&R.mu, NULL);
   pthread_mutex_init(&R.snap_mu, NULL);
@@ -636,6 +639,7 @@ static void fork_child(void) {
   atomic_store(&R.next_seq, 0);
   atomic_store(&R.nseq, 0);
   if (R.stacks) { /* the parent's table is left as it is: one of its locks may be held */
+    stacks_forked_away = R.stacks;
     ms__stacktab_t *t = NULL;
     R.stacks = ms__stacktab_create(&t) == MS_OK ? t : NULL;
   }
