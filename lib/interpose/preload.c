@@ -7,7 +7,9 @@
  *   cudaMemPoolDestroy, cudaDeviceSetMemPool.
  * Each is forwarded to the next definition in the lookup order (dlsym(RTLD_NEXT), i.e. the
  * program's libcudart; or a libcudart the program loaded privately, found among the loaded
- * modules), and its result returned unchanged, error codes included.
+ * modules), and its result returned unchanged, error codes included. The hooks are the static
+ * hook_<name> functions; each exported name is an indirect function that resolves to its hook
+ * only where a CUDA runtime defines the name too (the end of this file, visible.c).
  *
  * Modes (MEMSNAP_RUN_MODE):
  *  - observe (default): every call goes to CUDA unchanged; record.c records it.
