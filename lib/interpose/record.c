@@ -200,9 +200,18 @@ static void rec_unmap(void *p, size_t bytes) {
   if (p && bytes) munmap(p, bytes);
 }
 
+/* Rehashes into a table of twice the size, or of the same size when tombstones filled it (a
+ * program that allocates and frees in a loop does so every few hundred calls): that one reuses
+ * the spare table of the last rehash, so the loop costs no system call. */
 static int tab_grow(void) {
   size_t ncap = R.cap ? (R.count * 4 > R.cap ? R.cap * 2 : R.cap) : 1024;
-  live_t *nt = rec_map(ncap * sizeof *nt); /* zeroed */
+  live_t *nt;
+  if (ncap == R.cap && R.spare) {
+    nt = R.spare;
+    memset(nt, 0, ncap * sizeof *nt);
+  } else {
+    nt = rec_map(ncap * sizeof *nt); /* zeroed */
+  }
   if (!nt) return MS_ENOMEM;
   for (size_t i = 0; i < R.cap; i++) {
     if (R.tab[i].addr == 0 || R.tab[i].addr == TOMB) continue;
@@ -211,7 +220,13 @@ static int tab_grow(void) {
       j = (j + 1) & (ncap - 1);
     nt[j] = R.tab[i];
   }
-  rec_unmap(R.tab, R.cap * sizeof *R.tab);
+  if (ncap == R.cap) {
+    R.spare = R.tab;
+  } else {
+    rec_unmap(R.spare, R.cap * sizeof *R.spare);
+    rec_unmap(R.tab, R.cap * sizeof *R.tab);
+    R.spare = NULL;
+  }
   R.tab = nt;
   R.cap = ncap;
   R.used = R.count;

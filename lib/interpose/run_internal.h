@@ -202,6 +202,7 @@ typedef struct ms__run_rec_s {
   pthread_mutex_t mu;
   /* live table */
   live_t *tab;
+  live_t *spare;             /* a table of cap slots kept for the next rehash at the same size */
   size_t cap, count, used;   /* used = count + tombstones */
   _Atomic uint64_t next_seq; /* the seq of the newest allocation (written under mu) */
   /* trace ring */
