@@ -231,7 +231,7 @@ Test(run_hostile, a_forked_child_without_cuda_dies_of_sigusr1) {
   rh_spawn((char *[]){RH_APP, "fork_signal", NULL}, NULL, 20, &bare);
   cr_assert_str_eq(bare.out, "child signal 10\n");
   rh_run(&r, NULL, (const char *[]){"--quiet", NULL}, (const char *[]){RH_APP, "fork_signal", NULL},
-         20);
+         60);
   cr_assert_eq(r.status, 0, "%s", r.err);
   cr_assert_str_eq(r.out, bare.out);
 }
@@ -240,7 +240,7 @@ Test(run_hostile, a_forked_child_without_cuda_writes_nothing) {
   for (int cache = 0; cache < 2; cache++) {
     rh_result_t r;
     rh_run(&r, NULL, (const char *[]){cache ? "--cache" : "--observe", "--quiet", NULL},
-           (const char *[]){RH_APP, "fork_quiet", NULL}, 20);
+           (const char *[]){RH_APP, "fork_quiet", NULL}, 60);
     cr_assert_eq(r.status, 0, "%s", r.err);
     cr_assert_str_eq(r.out, "child exit 0\n");
     char names[4][256];

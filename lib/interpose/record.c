@@ -603,7 +603,12 @@ static void *writer_main(void *arg) {
      * calls exit(0) there), which also writes the exit snapshot. */
     if (now >= next_poll) {
       next_poll = now + WRITER_POLL_S;
-      if (program_ended()) exit(0);
+      /* under the writer's lock, which fork's prepare handler takes: a child never inherits
+       * the state of a half-done look (a sanitizer's allocator lock, say) */
+      pthread_mutex_lock(&R.snap_mu);
+      bool ended = program_ended();
+      pthread_mutex_unlock(&R.snap_mu);
+      if (ended) exit(0);
     }
   }
   return NULL;
