@@ -1,6 +1,8 @@
 # memsnap: the two set-up commands are `make demo` and `make test` (see README.md).
 # Each installs what is missing, configures and builds into build/, then runs.
 #   make test SANITIZE=1   the whole suite built with -fsanitize=address,undefined (build-asan/)
+#   make test TSAN=1       the whole suite built with -fsanitize=thread (build-tsan/)
+#   make test TESTS=REGEX  only the ctest entries matching REGEX (e.g. TESTS='^(stress|history)$')
 #   make bench             benchmarks in a Release tree; writes build/bench/results.json
 #   make fuzz FUZZ_SECONDS=60 [FUZZ_TARGETS="fuzz_load ..."]   libFuzzer targets (clang), seeded
 #                               with tests/fuzz/corpus/ (and the fixtures for the readers)
@@ -11,6 +13,9 @@ CMAKE ?= cmake
 ifeq ($(SANITIZE),1)
 BUILD ?= build-asan
 EXTRA_CMAKE += -DMS_SANITIZE=ON
+else ifeq ($(TSAN),1)
+BUILD ?= build-tsan
+EXTRA_CMAKE += -DMS_TSAN=ON
 else
 BUILD ?= build
 endif
@@ -48,7 +53,7 @@ test: test-deps
 	@$(MAKE) --no-print-directory $(BUILD)/CMakeCache.txt
 	@$(CMAKE) -S . -B $(BUILD) -DMS_BUILD_TESTS=ON >/dev/null
 	@$(MAKE) --no-print-directory build
-	@cd $(BUILD) && { ctest --output-on-failure -j $(JOBS); rc=$$?; \
+	@cd $(BUILD) && { ctest --output-on-failure -j $(JOBS) $(if $(TESTS),-R '$(TESTS)'); rc=$$?; \
 	  grep -h '^SKIP' Testing/Temporary/LastTest.log 2>/dev/null | sort | uniq -c | sed 's/^ */  skipped x/'; \
 	  exit $$rc; }
 
@@ -78,4 +83,4 @@ fuzz:
 	@scripts/fuzz.sh $(FUZZ_SECONDS) $(FUZZ_TARGETS)
 
 clean:
-	rm -rf build build-asan build-fuzz out dist
+	rm -rf build build-asan build-tsan build-fuzz out dist

@@ -12,6 +12,11 @@
  *   run_backtrace_ns                  one backtrace(3) at the interposer's depth (the mean of
  *                                     what the bare and the backtrace runs measured)
  *   run_observe_bt_minus_backtrace_ns the bt overhead minus that           (target <= 300)
+ *   run_bare_async_pair_ns            the fake runtime's cudaMallocAsync + cudaFreeAsync pair on a
+ *                                     stream, no interposer
+ *   run_observe_async_overhead_ns     added per async pair, stacks off: the fake runtime has no
+ *                                     cudaStreamGetDevice, so this shows whether the failed lookup
+ *                                     is cached (issue #35 item 12)
  * The first 1000 pairs of each run are not timed (the recorder starts at the first call).
  */
 #include <spawn.h>
@@ -37,7 +42,7 @@ static double median(double *v, int n) {
 }
 
 /* Runs argv, reads "key value" lines from its stdout. */
-static int run_one(char *const argv[], double *pair, double *bt) {
+static int run_one(char *const argv[], double *pair, double *bt, double *async) {
   int fds[2];
   if (pipe(fds) != 0) return -1;
   posix_spawn_file_actions_t fa;
@@ -58,6 +63,7 @@ static int run_one(char *const argv[], double *pair, double *bt) {
     double v;
     if (sscanf(line, "ns_per_pair %lf", &v) == 1) *pair = v;
     if (sscanf(line, "ns_backtrace %lf", &v) == 1) *bt = v;
+    if (sscanf(line, "ns_per_async_pair %lf", &v) == 1) *async = v;
   }
   fclose(f);
   int st;
@@ -85,11 +91,11 @@ int main(void) {
                 pattern,         "--",  app,       "bench",    PAIRS, NULL};
   char *btv[] = {(char *)memsnap, "run", "--quiet", "--unwind", "backtrace", "-o",
                  pattern,         "--",  app,       "bench",    PAIRS,       NULL};
-  double b[REPS], o[REPS], f[REPS], t[REPS], bts[REPS], tmb[REPS];
+  double b[REPS], o[REPS], f[REPS], t[REPS], bts[REPS], tmb[REPS], ab[REPS], ao[REPS];
   for (int r = 0; r < REPS; r++) {
-    double pb = 0, po = 0, pf = 0, pt = 0, bt = 0, bt2 = 0, x = 0;
-    if (run_one(bare, &pb, &bt) || run_one(nost, &po, &x) || run_one(fp, &pf, &x) ||
-        run_one(btv, &pt, &bt2)) {
+    double pb = 0, po = 0, pf = 0, pt = 0, bt = 0, bt2 = 0, x = 0, qb = 0, qo = 0;
+    if (run_one(bare, &pb, &bt, &qb) || run_one(nost, &po, &x, &qo) || run_one(fp, &pf, &x, &x) ||
+        run_one(btv, &pt, &bt2, &x)) {
       fprintf(stderr, "bench_run: a run of %s failed\n", app);
       return 1;
     }
@@ -100,6 +106,8 @@ int main(void) {
     bt = (bt + bt2) / 2; /* measured in both processes: the unwinder's cost moves between runs */
     bts[r] = bt;
     tmb[r] = pt - pb - bt;
+    ab[r] = qb;
+    ao[r] = qo - qb;
   }
   unlink(pattern);
   rmdir(dir);
@@ -109,5 +117,7 @@ int main(void) {
   printf("run_observe_bt_overhead_ns %.1f\n", median(t, REPS));
   printf("run_backtrace_ns %.1f\n", median(bts, REPS));
   printf("run_observe_bt_minus_backtrace_ns %.1f\n", median(tmb, REPS));
+  printf("run_bare_async_pair_ns %.1f\n", median(ab, REPS));
+  printf("run_observe_async_overhead_ns %.1f\n", median(ao, REPS));
   return 0;
 }

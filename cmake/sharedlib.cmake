@@ -12,7 +12,7 @@ function(ms_shared_library target output export)
     LIBRARY_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR}/lib
     BUILD_WITH_INSTALL_RPATH ON
     INSTALL_RPATH "${ARGN}")
-  if(NOT MS_SANITIZE) # the sanitizers' runtime symbols are resolved by the program
+  if(NOT MS_SANITIZE AND NOT MS_TSAN) # the sanitizers' runtime symbols are resolved by the program
     target_link_options(${target} PRIVATE -Wl,--no-undefined)
   endif()
 endfunction()

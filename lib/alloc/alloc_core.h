@@ -32,7 +32,7 @@ static inline const ms__alloc_hooks_t *alloc_hooks(ms_allocator_t *a) {
 /* maybe_gather_context(level): outside the lock. */
 static inline uint32_t alloc_gather(ms_allocator_t *a, int level) {
   const ms__alloc_hooks_t *h = alloc_hooks(a);
-  if (ms_likely(!h) || !h->gather || h->context_level < level) return 0;
+  if (ms_likely(!h) || !h->gather || ms__hooks_context_level(h) < level) return 0;
   return h->gather(h->ctx);
 }
 

@@ -47,10 +47,10 @@ __attribute__((noinline)) void ms__alloc_trace_record(const ms__alloc_hooks_t *h
                                                          ms_trace_action action, uint64_t addr,
                                                          uint64_t size, ms_stream_t stream,
                                                          const ms__pool_t *pool, uint32_t ctx) {
-  if (!h->trace || !h->trace_enabled) return;
+  if (!h->trace || !ms__hooks_trace_enabled(h)) return;
   ms__trace_rec_t rec = {action, addr, size, stream, {0, 0}, 0};
   pool_id_of(pool, rec.pool_id);
-  rec.ctx = h->context_level >= MS__CTX_ALLOC ? ctx : 0;
+  rec.ctx = ms__hooks_context_level(h) >= MS__CTX_ALLOC ? ctx : 0;
   h->trace(h->ctx, &rec);
 }
 

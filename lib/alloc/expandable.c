@@ -33,9 +33,9 @@ bool ms__es_supported(const ms_allocator_t *a) {
 static void es_trace(ms_allocator_t *a, ms_trace_action action, uint64_t addr, uint64_t size,
                      ms_stream_t stream, uint32_t ctx) {
   const ms__alloc_hooks_t *h = atomic_load_explicit(&a->hooks, memory_order_acquire);
-  if (!h || !h->trace || !h->trace_enabled) return;
+  if (!h || !h->trace || !ms__hooks_trace_enabled(h)) return;
   ms__trace_rec_t rec = {action, addr, size, stream, {0, 0}, 0};
-  rec.ctx = h->context_level >= MS__CTX_ALLOC ? ctx : 0;
+  rec.ctx = ms__hooks_context_level(h) >= MS__CTX_ALLOC ? ctx : 0;
   h->trace(h->ctx, &rec);
 }
 

@@ -55,4 +55,14 @@ typedef struct ms__alloc_hooks_s {
   void (*release)(void *ctx);
 } ms__alloc_hooks_t;
 
+/* context_level and trace_enabled change while the allocator runs (ms_allocator_record_history
+ * stores them with relaxed atomic stores), so every reader loads them atomically too: relaxed, as
+ * each is a lone flag read at each call, with no other data published through it. */
+static inline int ms__hooks_context_level(const ms__alloc_hooks_t *h) {
+  return __atomic_load_n(&h->context_level, __ATOMIC_RELAXED);
+}
+static inline int ms__hooks_trace_enabled(const ms__alloc_hooks_t *h) {
+  return __atomic_load_n(&h->trace_enabled, __ATOMIC_RELAXED);
+}
+
 #endif /* MEMSNAP_LIB_ALLOC_HOOKS_H */

@@ -354,7 +354,7 @@ static int snapshot_locked(ms_allocator_t *a, ms__snapbuild_t *b, ms__ctx_to_sta
   }
   /* PyTorch records the snapshot entry with device 0 and no context ("Trace entries"). */
   const ms__alloc_hooks_t *h = atomic_load_explicit(&a->hooks, memory_order_acquire);
-  if (h && h->trace && h->trace_enabled) {
+  if (h && h->trace && ms__hooks_trace_enabled(h)) {
     ms__trace_rec_t rec = {MS_TRACE_SNAPSHOT, 0, total_active, 0, {0, 0}, 0};
     h->trace(h->ctx, &rec);
   }

@@ -12,13 +12,17 @@
  * made its interning blow up: docs/dev/measurements.md, "Interning stacks"). It is split into 16
  * stripes, each with its own mutex, open-addressing table (load <= 1/2, the hash's high bits kept
  * beside the id so that a probe rarely touches the stored pcs) and arena; stored stacks never
- * move.
+ * move. Its memory comes straight from mmap, never from malloc, so that interning is
+ * async-signal-safe but for the stripe's mutex: `memsnap run`'s interposer interns the stack of a
+ * CUDA call that a signal handler made, maybe while the thread it interrupted held malloc's lock
+ * (issue #35 item 6).
  */
 #include <execinfo.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "history/history_internal.h"
 #include "common/internal.h"
@@ -227,7 +231,7 @@ __attribute__((noinline)) uint32_t ms__gather(void *ctx) {
 #endif
 #define ST_STRIPE_BITS 4
 #define ST_LOCAL_MAX ((UINT32_MAX >> ST_STRIPE_BITS) - 1)
-#define ST_CHUNK_WORDS 8192 /* 64 KiB of pcs per arena chunk */
+#define ST_CHUNK_BYTES 65536 /* an arena chunk: 64 KiB with its header */
 
 typedef struct st_slot_s {
   uint32_t tag; /* high 32 bits of the hash */
@@ -244,7 +248,10 @@ typedef struct st_stripe_s {
   pthread_mutex_t lock;
   st_slot_t *slots;
   size_t cap; /* power of two */
-  MS_VEC(const uintptr_t *) recs; /* local index -> record: [n, pcs...] */
+  struct {
+    const uintptr_t **ptr;
+    size_t len, cap;
+  } recs; /* local index -> record: [n, pcs...] */
   st_chunk_t *chunks;
   size_t bytes;
   char pad[64];
@@ -269,6 +276,16 @@ static uint64_t st_hash(const uintptr_t *pcs, size_t n) {
   return ms_hash_bytes(pcs, n * sizeof *pcs, 0x5ac4ab1eULL);
 }
 
+/* Zeroed memory from the kernel (NULL when there is none). */
+static void *st_map(size_t bytes) {
+  void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  return p == MAP_FAILED ? NULL : p;
+}
+
+static void st_unmap(void *p, size_t bytes) {
+  if (p && bytes) munmap(p, bytes);
+}
+
 int ms__stacktab_create(ms__stacktab_t **out) {
   ms__stacktab_t *t = calloc(1, sizeof *t);
   if (!t) return MS_ENOMEM;
@@ -282,11 +299,11 @@ void ms__stacktab_destroy(ms__stacktab_t *t) {
   if (!t) return;
   for (int i = 0; i < ST_STRIPES; i++) {
     st_stripe_t *s = &t->stripes[i];
-    free(s->slots);
-    MS_VEC_FREE(&s->recs);
+    st_unmap(s->slots, s->cap * sizeof *s->slots);
+    st_unmap(s->recs.ptr, s->recs.cap * sizeof *s->recs.ptr);
     for (st_chunk_t *c = s->chunks, *n; c; c = n) {
       n = c->next;
-      free(c);
+      st_unmap(c, sizeof *c + c->cap * sizeof(uintptr_t));
     }
     pthread_mutex_destroy(&s->lock);
   }
@@ -296,8 +313,9 @@ void ms__stacktab_destroy(ms__stacktab_t *t) {
 static uintptr_t *st_alloc(st_stripe_t *s, size_t words) {
   st_chunk_t *c = s->chunks;
   if (!c || c->cap - c->used < words) {
-    size_t cap = words > ST_CHUNK_WORDS ? words : ST_CHUNK_WORDS;
-    st_chunk_t *nc = malloc(sizeof *nc + cap * sizeof(uintptr_t));
+    size_t cap = (ST_CHUNK_BYTES - sizeof(st_chunk_t)) / sizeof(uintptr_t);
+    if (words > cap) cap = words;
+    st_chunk_t *nc = st_map(sizeof *nc + cap * sizeof(uintptr_t));
     if (!nc) return NULL;
     nc->used = 0;
     nc->cap = cap;
@@ -313,7 +331,7 @@ static uintptr_t *st_alloc(st_stripe_t *s, size_t words) {
 static int st_grow(st_stripe_t *s) {
   if ((s->recs.len + 1) * 2 <= s->cap) return MS_OK;
   size_t ncap = s->cap ? s->cap * 2 : 256;
-  st_slot_t *ns = calloc(ncap, sizeof *ns);
+  st_slot_t *ns = st_map(ncap * sizeof *ns);
   if (!ns) return MS_ENOMEM;
   for (size_t i = 0; i < s->cap; i++) {
     st_slot_t v = s->slots[i];
@@ -323,9 +341,22 @@ static int st_grow(st_stripe_t *s) {
     while (ns[j].idx) j = (j + 1) & (ncap - 1);
     ns[j] = v;
   }
-  free(s->slots);
+  st_unmap(s->slots, s->cap * sizeof *s->slots);
   s->slots = ns;
   s->cap = ncap;
+  return MS_OK;
+}
+
+/* Room for one more record index. */
+static int st_recs_reserve(st_stripe_t *s) {
+  if (s->recs.len < s->recs.cap) return MS_OK;
+  size_t ncap = s->recs.cap ? s->recs.cap * 2 : 512;
+  const uintptr_t **n = st_map(ncap * sizeof *n);
+  if (!n) return MS_ENOMEM;
+  if (s->recs.len) memcpy(n, s->recs.ptr, s->recs.len * sizeof *n);
+  st_unmap(s->recs.ptr, s->recs.cap * sizeof *s->recs.ptr);
+  s->recs.ptr = n;
+  s->recs.cap = ncap;
   return MS_OK;
 }
 
@@ -352,7 +383,7 @@ uint32_t ms__stacktab_intern(ms__stacktab_t *t, const uintptr_t *pcs, size_t n) 
       }
     }
   }
-  if (s->recs.len >= ST_LOCAL_MAX || st_grow(s) != MS_OK || MS_VEC_RESERVE(&s->recs, 1))
+  if (s->recs.len >= ST_LOCAL_MAX || st_grow(s) != MS_OK || st_recs_reserve(s) != MS_OK)
     goto out;
   uintptr_t *r = st_alloc(s, n + 1);
   if (!r) goto out;

@@ -7,7 +7,9 @@
  *   cudaMemPoolDestroy, cudaDeviceSetMemPool.
  * Each is forwarded to the next definition in the lookup order (dlsym(RTLD_NEXT), i.e. the
  * program's libcudart; or a libcudart the program loaded privately, found among the loaded
- * modules), and its result returned unchanged, error codes included.
+ * modules), and its result returned unchanged, error codes included. The hooks are the static
+ * hook_<name> functions; each exported name is an indirect function that resolves to its hook
+ * only where a CUDA runtime defines the name too (the end of this file, visible.c).
  *
  * Modes (MEMSNAP_RUN_MODE):
  *  - observe (default): every call goes to CUDA unchanged; record.c records it.
@@ -143,45 +145,176 @@ static void *real_lookup(const char *name) {
   return p;
 }
 
-#define REAL_FN(name, type)                                                                        \
-  static _Atomic(type *) real_##name##_p;                                                          \
-  static type *real_##name(void) {                                                                 \
-    type *p = atomic_load_explicit(&real_##name##_p, memory_order_acquire);                        \
-    if (ms_likely(p != NULL)) return p;                                                            \
-    p = (type *)real_lookup(#name);                                                                \
-    atomic_store_explicit(&real_##name##_p, p, memory_order_release);                              \
-    return p;                                                                                      \
-  }
+/* Every real function the interposer calls: X(name, type, hooked), hooked = the interposer exports
+ * it (the program calls it through us). */
+#define REAL_FNS(X)                                                                                \
+  X(cudaMalloc, malloc_fn, 1)                                                                      \
+  X(cudaFree, free_fn, 1)                                                                          \
+  X(cudaMallocAsync, malloc_async_fn, 1)                                                           \
+  X(cudaFreeAsync, free_async_fn, 1)                                                               \
+  X(cudaMallocAsync_ptsz, malloc_async_fn, 1)                                                      \
+  X(cudaFreeAsync_ptsz, free_async_fn, 1)                                                          \
+  X(cudaMallocFromPoolAsync, malloc_pool_fn, 1)                                                    \
+  X(cudaMallocFromPoolAsync_ptsz, malloc_pool_fn, 1)                                               \
+  X(cudaMallocManaged, malloc_managed_fn, 1)                                                       \
+  X(cudaMallocPitch, malloc_pitch_fn, 1)                                                           \
+  X(cudaMalloc3D, malloc_3d_fn, 1)                                                                 \
+  X(cudaMemPoolCreate, pool_create_fn, 1)                                                          \
+  X(cudaMemPoolDestroy, pool_destroy_fn, 1)                                                        \
+  X(cudaDeviceSetMemPool, set_mempool_fn, 1)                                                       \
+  X(cudaDeviceReset, void_fn, 1)                                                                   \
+  X(cudaGetDevice, get_device_fn, 0)                                                               \
+  X(cudaSetDevice, set_device_fn, 0)                                                               \
+  X(cudaStreamGetDevice, stream_get_device_fn, 0)                                                  \
+  X(cudaMemGetInfo, mem_get_info_fn, 0)                                                            \
+  X(cudaGetLastError, get_last_error_fn, 0)                                                        \
+  X(cudaGetDeviceCount, device_count_fn, 0)                                                        \
+  X(cudaDeviceSynchronize, void_fn, 0)                                                             \
+  X(cudaStreamCreate, stream_create_fn, 0)                                                         \
+  X(cudaStreamDestroy, stream_destroy_fn, 0)                                                       \
+  X(cudaEventCreateWithFlags, event_create_fn, 0)                                                  \
+  X(cudaEventRecord, event_record_fn, 0)                                                           \
+  X(cudaEventQuery, event_fn, 0)                                                                   \
+  X(cudaEventSynchronize, event_fn, 0)                                                             \
+  X(cudaEventDestroy, event_fn, 0)
 
-REAL_FN(cudaMalloc, malloc_fn)
-REAL_FN(cudaFree, free_fn)
-REAL_FN(cudaMallocAsync, malloc_async_fn)
-REAL_FN(cudaFreeAsync, free_async_fn)
-REAL_FN(cudaMallocAsync_ptsz, malloc_async_fn)
-REAL_FN(cudaFreeAsync_ptsz, free_async_fn)
-REAL_FN(cudaMallocFromPoolAsync, malloc_pool_fn)
-REAL_FN(cudaMallocFromPoolAsync_ptsz, malloc_pool_fn)
-REAL_FN(cudaMallocManaged, malloc_managed_fn)
-REAL_FN(cudaMallocPitch, malloc_pitch_fn)
-REAL_FN(cudaMalloc3D, malloc_3d_fn)
-REAL_FN(cudaMemPoolCreate, pool_create_fn)
-REAL_FN(cudaMemPoolDestroy, pool_destroy_fn)
-REAL_FN(cudaDeviceSetMemPool, set_mempool_fn)
-REAL_FN(cudaGetDevice, get_device_fn)
-REAL_FN(cudaSetDevice, set_device_fn)
-REAL_FN(cudaStreamGetDevice, stream_get_device_fn)
-REAL_FN(cudaMemGetInfo, mem_get_info_fn)
-REAL_FN(cudaGetLastError, get_last_error_fn)
-REAL_FN(cudaGetDeviceCount, device_count_fn)
-REAL_FN(cudaDeviceSynchronize, void_fn)
-REAL_FN(cudaDeviceReset, void_fn)
-REAL_FN(cudaStreamCreate, stream_create_fn)
-REAL_FN(cudaStreamDestroy, stream_destroy_fn)
-REAL_FN(cudaEventCreateWithFlags, event_create_fn)
-REAL_FN(cudaEventRecord, event_record_fn)
-REAL_FN(cudaEventQuery, event_fn)
-REAL_FN(cudaEventSynchronize, event_fn)
-REAL_FN(cudaEventDestroy, event_fn)
+enum {
+#define REAL_ENUM(name, type, hooked) REAL_I_##name,
+  REAL_FNS(REAL_ENUM)
+#undef REAL_ENUM
+      REAL_COUNT
+};
+static const char *const real_names[REAL_COUNT] = {
+#define REAL_NAME(name, type, hooked) #name,
+    REAL_FNS(REAL_NAME)
+#undef REAL_NAME
+};
+static const bool real_hooked[REAL_COUNT] = {
+#define REAL_HOOKED(name, type, hooked) hooked,
+    REAL_FNS(REAL_HOOKED)
+#undef REAL_HOOKED
+};
+
+/* The lookup cache. Each slot: NULL = not looked up (or forgotten), REAL_MISSING = looked up and
+ * absent (cached too: a runtime without cudaStreamGetDevice is not asked again at every
+ * cudaMallocAsync, issue #35 item 12), else the function.
+ * A function found in an object loaded after the program started (a libcudart that the program,
+ * or a plugin it loaded, brought in with dlopen) can go away with dlclose and come back at another
+ * address (item 4): then each call first compares the loader's counts of objects loaded and
+ * unloaded (dl_iterate_phdr's dlpi_adds and dlpi_subs) with those of the lookups, and the whole
+ * cache is forgotten when they changed. Functions of objects loaded at start (the program's own
+ * libcudart) never go away, and cost no check. A missing exported function (a program without
+ * any runtime, which gets cudaErrorSharedObjectSymbolNotFound) is looked up again only when
+ * objects were loaded since. */
+#define REAL_MISSING ((void *)(uintptr_t)1)
+static _Atomic(void *) real_cache[REAL_COUNT];
+static atomic_bool real_unloadable;           /* a cached function lies in a dlopen()ed object */
+static atomic_ullong real_adds, real_subs;    /* the loader's counts when the cache was started */
+static atomic_bool real_counted;              /* real_adds/real_subs are set */
+static size_t real_initial;                   /* objects loaded at start (the constructor) */
+/* No lock: two threads that revalidate or start the cache at once store the same things (at
+ * worst older counts, which only makes the next call look everything up again). A lock here
+ * would also have to be ordered against the fork handlers' (record.c). */
+
+typedef struct real_gen_s {
+  unsigned long long adds, subs;
+} real_gen_t;
+
+static int real_gen_cb(struct dl_phdr_info *info, size_t size, void *arg) {
+  (void)size;
+  real_gen_t *g = arg;
+  g->adds = info->dlpi_adds;
+  g->subs = info->dlpi_subs;
+  return 1; /* the first object is enough: the counts are the loader's */
+}
+
+static real_gen_t real_gen_now(void) {
+  real_gen_t g = {0, 0};
+  dl_iterate_phdr(real_gen_cb, &g);
+  return g;
+}
+
+static int real_count_cb(struct dl_phdr_info *info, size_t size, void *arg) {
+  (void)info, (void)size;
+  (*(size_t *)arg)++;
+  return 0;
+}
+
+/* Counts the objects loaded at start: they stay loaded for the life of the process. Nothing else
+ * is done before the program's first CUDA call. */
+__attribute__((constructor)) static void real_count_initial(void) {
+  size_t n = 0;
+  dl_iterate_phdr(real_count_cb, &n);
+  real_initial = n;
+}
+
+typedef struct real_where_s {
+  uintptr_t addr;
+  size_t index, found; /* found = index + 1 of the object holding addr, 0 if none */
+} real_where_t;
+
+static int real_where_cb(struct dl_phdr_info *info, size_t size, void *arg) {
+  (void)size;
+  real_where_t *w = arg;
+  for (int i = 0; i < info->dlpi_phnum; i++) {
+    const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+    uintptr_t lo = info->dlpi_addr + ph->p_vaddr;
+    if (ph->p_type == PT_LOAD && w->addr >= lo && w->addr - lo < ph->p_memsz) {
+      w->found = w->index + 1;
+      return 1;
+    }
+  }
+  w->index++;
+  return 0;
+}
+
+/* Whether the object defining p was loaded at start (objects loaded later follow them in the
+ * loader's list, and those loaded at start are never unloaded). */
+static bool real_loaded_at_start(void *p) {
+  real_where_t w = {(uintptr_t)p, 0, 0};
+  dl_iterate_phdr(real_where_cb, &w);
+  return w.found && w.found <= real_initial;
+}
+
+/* Forgets every cached function when objects were loaded or unloaded since the lookups.
+ * @return whether it did. */
+static bool real_revalidate(void) {
+  real_gen_t g = real_gen_now();
+  if (atomic_load(&real_adds) == g.adds && atomic_load(&real_subs) == g.subs) return false;
+  for (int i = 0; i < REAL_COUNT; i++)
+    atomic_store(&real_cache[i], NULL);
+  atomic_store(&real_unloadable, false);
+  atomic_store(&real_adds, g.adds);
+  atomic_store(&real_subs, g.subs);
+  return true;
+}
+
+static MS_NOINLINE void *real_resolve(int i) {
+  if (!atomic_load(&real_counted)) {
+    real_gen_t g = real_gen_now(); /* before the lookup: an unload after it is seen */
+    atomic_store(&real_adds, g.adds);
+    atomic_store(&real_subs, g.subs);
+    atomic_store(&real_counted, true);
+  }
+  void *p = real_lookup(real_names[i]);
+  if (p && !real_loaded_at_start(p)) atomic_store(&real_unloadable, true);
+  atomic_store_explicit(&real_cache[i], p ? p : REAL_MISSING, memory_order_release);
+  return p;
+}
+
+/* @return the real function i, NULL when no loaded object defines it. */
+static inline void *real_get(int i) {
+  if (ms_unlikely(atomic_load_explicit(&real_unloadable, memory_order_relaxed))) real_revalidate();
+  void *p = atomic_load_explicit(&real_cache[i], memory_order_acquire);
+  if (ms_likely(p != NULL && p != REAL_MISSING)) return p;
+  if (p == REAL_MISSING && (!real_hooked[i] || !real_revalidate())) return NULL;
+  return real_resolve(i);
+}
+
+#define REAL_ACCESSOR(name, type, hooked)                                                          \
+  static inline type *real_##name(void) { return (type *)real_get(REAL_I_##name); }
+REAL_FNS(REAL_ACCESSOR)
+#undef REAL_ACCESSOR
 
 /* ---- helpers --------------------------------------------------------------------------------- */
 
@@ -472,6 +605,33 @@ static ms_allocator_t *cache_allocator(int device) {
   return a;
 }
 
+/* In a child of fork, the parent's allocators (volatile: kept, though never read again). */
+static ms_allocator_t *volatile cache_forked_away[MS__RUN_MAX_DEVICES];
+
+void ms__run_preload_fork(ms__run_fork_phase phase) {
+  switch (phase) {
+  case MS__RUN_FORK_PREPARE: /* the order in which the hooks nest them */
+    pthread_mutex_lock(&cache_mu);
+    pthread_mutex_lock(&pools_mu);
+    break;
+  case MS__RUN_FORK_PARENT:
+    pthread_mutex_unlock(&pools_mu);
+    pthread_mutex_unlock(&cache_mu);
+    break;
+  case MS__RUN_FORK_CHILD:
+    pthread_mutex_init(&pools_mu, NULL);
+    pthread_mutex_init(&cache_mu, NULL);
+    /* The parent's allocators are not the child's: their memory is the parent's, and another
+     * thread of the parent may have held their locks at the fork. They are left as they are
+     * (never destroyed here, still referenced), and the child's first allocation creates its
+     * own. */
+    for (int d = 0; d < MS__RUN_MAX_DEVICES; d++)
+      cache_forked_away[d] = atomic_exchange(&cache_alloc[d], NULL);
+    atomic_store(&cap_known, 0);
+    break;
+  }
+}
+
 /* Finds the cache-mode allocator owning ptr (current device first). */
 static ms_allocator_t *cache_owner(void *ptr, int device, ms_stream_t stream) {
   ms_allocator_t *a = atomic_load(&cache_alloc[device]);
@@ -572,7 +732,7 @@ MS_ALWAYS_INLINE cudaError_t cache_free(void *ptr, int device, uint64_t stream) 
     return r_;                                                                                     \
   } while (0)
 
-MS_EXPORT cudaError_t cudaMalloc(void **devPtr, size_t size) {
+static cudaError_t hook_cudaMalloc(void **devPtr, size_t size) {
   malloc_fn *real = real_cudaMalloc();
   HOOK_ENTER(real) real(devPtr, size);
   if (ms__run_cache_active()) {
@@ -587,7 +747,7 @@ MS_EXPORT cudaError_t cudaMalloc(void **devPtr, size_t size) {
                 MS__RUN_KIND_MALLOC);
 }
 
-MS_EXPORT cudaError_t cudaFree(void *devPtr) {
+static cudaError_t hook_cudaFree(void *devPtr) {
   free_fn *real = real_cudaFree();
   HOOK_ENTER(real) real(devPtr);
   if (ms__run_cache_active() && devPtr) {
@@ -601,7 +761,7 @@ MS_EXPORT cudaError_t cudaFree(void *devPtr) {
 }
 
 #define ASYNC_HOOKS(suffix, default_stream)                                                        \
-  MS_EXPORT cudaError_t cudaMallocAsync##suffix(void **devPtr, size_t size, cudaStream_t s) {      \
+  static cudaError_t hook_cudaMallocAsync##suffix(void **devPtr, size_t size, cudaStream_t s) { \
     malloc_async_fn *real = real_cudaMallocAsync##suffix();                                        \
     HOOK_ENTER(real) real(devPtr, size, s);                                                        \
     uint64_t st = s ? (uint64_t)(uintptr_t)s : (default_stream);                                   \
@@ -616,7 +776,7 @@ MS_EXPORT cudaError_t cudaFree(void *devPtr) {
     OBSERVE_ALLOC("cudaMallocAsync", real(devPtr, size, s), devPtr, size, stream_device(s), st,    \
                   device_pool_id(dev_), MS__RUN_KIND_ASYNC);                                       \
   }                                                                                                \
-  MS_EXPORT cudaError_t cudaFreeAsync##suffix(void *devPtr, cudaStream_t s) {                      \
+  static cudaError_t hook_cudaFreeAsync##suffix(void *devPtr, cudaStream_t s) {                  \
     free_async_fn *real = real_cudaFreeAsync##suffix();                                            \
     HOOK_ENTER(real) real(devPtr, s);                                                              \
     uint64_t st = s ? (uint64_t)(uintptr_t)s : (default_stream);                                   \
@@ -629,7 +789,7 @@ MS_EXPORT cudaError_t cudaFree(void *devPtr) {
     if (!devPtr) return real(devPtr, s);                                                           \
     OBSERVE_FREE(real(devPtr, s), devPtr);                                                         \
   }                                                                                                \
-  MS_EXPORT cudaError_t cudaMallocFromPoolAsync##suffix(void **ptr, size_t size,                   \
+  static cudaError_t hook_cudaMallocFromPoolAsync##suffix(void **ptr, size_t size,               \
                                                         cudaMemPool_t pool, cudaStream_t s) {      \
     malloc_pool_fn *real = real_cudaMallocFromPoolAsync##suffix();                                 \
     HOOK_ENTER(real) real(ptr, size, pool, s);                                                     \
@@ -641,7 +801,7 @@ MS_EXPORT cudaError_t cudaFree(void *devPtr) {
 ASYNC_HOOKS(, 0)
 ASYNC_HOOKS(_ptsz, CUDA_STREAM_PER_THREAD)
 
-MS_EXPORT cudaError_t cudaMallocManaged(void **devPtr, size_t size, unsigned flags) {
+static cudaError_t hook_cudaMallocManaged(void **devPtr, size_t size, unsigned flags) {
   malloc_managed_fn *real = real_cudaMallocManaged();
   HOOK_ENTER(real) real(devPtr, size, flags);
   OBSERVE_ALLOC("cudaMallocManaged", real(devPtr, size, flags), devPtr, size, current_device(), 0,
@@ -650,7 +810,7 @@ MS_EXPORT cudaError_t cudaMallocManaged(void **devPtr, size_t size, unsigned fla
 
 /* Pitched allocations (observed in both modes, never cached): the size recorded is what the
  * runtime reserved, pitch * rows (* depth); an OOM records the unpadded request. */
-MS_EXPORT cudaError_t cudaMallocPitch(void **devPtr, size_t *pitch, size_t width, size_t height) {
+static cudaError_t hook_cudaMallocPitch(void **devPtr, size_t *pitch, size_t width, size_t height) {
   malloc_pitch_fn *real = real_cudaMallocPitch();
   HOOK_ENTER(real) real(devPtr, pitch, width, height);
   ms__run_in_hook = 1;
@@ -666,7 +826,7 @@ MS_EXPORT cudaError_t cudaMallocPitch(void **devPtr, size_t *pitch, size_t width
   return r;
 }
 
-MS_EXPORT cudaError_t cudaMalloc3D(ms_cuda_pitched_ptr_t *pitchedDevPtr, ms_cuda_extent_t extent) {
+static cudaError_t hook_cudaMalloc3D(ms_cuda_pitched_ptr_t *pitchedDevPtr, ms_cuda_extent_t extent) {
   malloc_3d_fn *real = real_cudaMalloc3D();
   HOOK_ENTER(real) real(pitchedDevPtr, extent);
   ms__run_in_hook = 1;
@@ -686,9 +846,10 @@ MS_EXPORT cudaError_t cudaMalloc3D(ms_cuda_pitched_ptr_t *pitchedDevPtr, ms_cuda
   return r;
 }
 
-MS_EXPORT cudaError_t cudaMemPoolCreate(cudaMemPool_t *pool, const void *props) {
+static cudaError_t hook_cudaMemPoolCreate(cudaMemPool_t *pool, const void *props) {
   pool_create_fn *real = real_cudaMemPoolCreate();
   HOOK_ENTER(real) real(pool, props);
+  ms__run_in_hook = 1; /* pools_mu: a signal handler's CUDA call meanwhile must not take it */
   cudaError_t r = real(pool, props);
   if (r == cudaSuccess && pool && *pool) {
     pthread_mutex_lock(&pools_mu);
@@ -699,12 +860,14 @@ MS_EXPORT cudaError_t cudaMemPoolCreate(cudaMemPool_t *pool, const void *props) 
     }
     pthread_mutex_unlock(&pools_mu);
   }
+  ms__run_in_hook = 0;
   return r;
 }
 
-MS_EXPORT cudaError_t cudaMemPoolDestroy(cudaMemPool_t pool) {
+static cudaError_t hook_cudaMemPoolDestroy(cudaMemPool_t pool) {
   pool_destroy_fn *real = real_cudaMemPoolDestroy();
   HOOK_ENTER(real) real(pool);
+  ms__run_in_hook = 1;
   cudaError_t r = real(pool);
   if (r == cudaSuccess) {
     pthread_mutex_lock(&pools_mu);
@@ -714,18 +877,21 @@ MS_EXPORT cudaError_t cudaMemPoolDestroy(cudaMemPool_t pool) {
       if (device_pool[d] == pool) device_pool[d] = NULL;
     pthread_mutex_unlock(&pools_mu);
   }
+  ms__run_in_hook = 0;
   return r;
 }
 
-MS_EXPORT cudaError_t cudaDeviceSetMemPool(int device, cudaMemPool_t pool) {
+static cudaError_t hook_cudaDeviceSetMemPool(int device, cudaMemPool_t pool) {
   set_mempool_fn *real = real_cudaDeviceSetMemPool();
   HOOK_ENTER(real) real(device, pool);
+  ms__run_in_hook = 1;
   cudaError_t r = real(device, pool);
   if (r == cudaSuccess && device >= 0 && device < MS__RUN_MAX_DEVICES) {
     pthread_mutex_lock(&pools_mu);
     device_pool[device] = pool;
     pthread_mutex_unlock(&pools_mu);
   }
+  ms__run_in_hook = 0;
   return r;
 }
 
@@ -733,7 +899,7 @@ MS_EXPORT cudaError_t cudaDeviceSetMemPool(int device, cudaMemPool_t pool) {
  * freed. Cache mode: the device's allocator would hold freed memory; a snapshot ("reset") keeps
  * its state and history, then it is destroyed (its cached segments returned while the context
  * still exists) and a new one is created at the device's next allocation. */
-MS_EXPORT cudaError_t cudaDeviceReset(void) {
+static cudaError_t hook_cudaDeviceReset(void) {
   void_fn *real = real_cudaDeviceReset();
   HOOK_ENTER(real) real();
   ms__run_in_hook = 1;
@@ -752,3 +918,32 @@ MS_EXPORT cudaError_t cudaDeviceReset(void) {
   ms__run_in_hook = 0;
   return r;
 }
+
+/* ---- the exported symbols ------------------------------------------------------------------
+ * Each exported CUDA function is a GNU indirect function: the dynamic loader asks its resolver
+ * for the address when it binds the name (a call of the program or of a library, dlsym). The
+ * resolver answers the hook only when a CUDA runtime loaded in the process defines the function
+ * too, else NULL: dlsym(RTLD_DEFAULT, "cudaMalloc") in a program without CUDA then finds nothing,
+ * as without memsnap (issue #35 item 11). visible.c walks the loader's list; it calls no function,
+ * since a resolver may run while the program is relocated at start. */
+#define EXPORT_HOOK(name)                                                                          \
+  static __typeof__(hook_##name) *resolve_##name(void) {                                           \
+    return ms__run_defined_elsewhere(#name) ? hook_##name : NULL;                                  \
+  }                                                                                                \
+  MS_EXPORT __typeof__(hook_##name) name __attribute__((ifunc("resolve_" #name)));
+
+EXPORT_HOOK(cudaMalloc)
+EXPORT_HOOK(cudaFree)
+EXPORT_HOOK(cudaMallocAsync)
+EXPORT_HOOK(cudaFreeAsync)
+EXPORT_HOOK(cudaMallocFromPoolAsync)
+EXPORT_HOOK(cudaMallocAsync_ptsz)
+EXPORT_HOOK(cudaFreeAsync_ptsz)
+EXPORT_HOOK(cudaMallocFromPoolAsync_ptsz)
+EXPORT_HOOK(cudaMallocManaged)
+EXPORT_HOOK(cudaMallocPitch)
+EXPORT_HOOK(cudaMalloc3D)
+EXPORT_HOOK(cudaMemPoolCreate)
+EXPORT_HOOK(cudaMemPoolDestroy)
+EXPORT_HOOK(cudaDeviceSetMemPool)
+EXPORT_HOOK(cudaDeviceReset)

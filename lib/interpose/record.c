@@ -25,6 +25,7 @@
  * it and on the --every period, with every signal blocked.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <semaphore.h>
 #include <signal.h>
@@ -33,6 +34,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -185,9 +187,31 @@ static live_t *tab_find(uint64_t addr) {
   }
 }
 
+/* The live table and the ring take their memory straight from mmap, never from malloc, so that a
+ * CUDA call made from a signal handler that interrupted malloc (issue #35 item 6) is recorded
+ * without calling it: the recorded path is async-signal-safe but for the recorder's own mutex,
+ * which the re-entrancy guard keeps a thread from taking twice (docs/run.md). */
+static void *rec_map(size_t bytes) {
+  void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  return p == MAP_FAILED ? NULL : p;
+}
+
+static void rec_unmap(void *p, size_t bytes) {
+  if (p && bytes) munmap(p, bytes);
+}
+
+/* Rehashes into a table of twice the size, or of the same size when tombstones filled it (a
+ * program that allocates and frees in a loop does so every few hundred calls): that one reuses
+ * the spare table of the last rehash, so the loop costs no system call. */
 static int tab_grow(void) {
   size_t ncap = R.cap ? (R.count * 4 > R.cap ? R.cap * 2 : R.cap) : 1024;
-  live_t *nt = calloc(ncap, sizeof *nt);
+  live_t *nt;
+  if (ncap == R.cap && R.spare) {
+    nt = R.spare;
+    memset(nt, 0, ncap * sizeof *nt);
+  } else {
+    nt = rec_map(ncap * sizeof *nt); /* zeroed */
+  }
   if (!nt) return MS_ENOMEM;
   for (size_t i = 0; i < R.cap; i++) {
     if (R.tab[i].addr == 0 || R.tab[i].addr == TOMB) continue;
@@ -196,7 +220,13 @@ static int tab_grow(void) {
       j = (j + 1) & (ncap - 1);
     nt[j] = R.tab[i];
   }
-  free(R.tab);
+  if (ncap == R.cap) {
+    R.spare = R.tab;
+  } else {
+    rec_unmap(R.spare, R.cap * sizeof *R.spare);
+    rec_unmap(R.tab, R.cap * sizeof *R.tab);
+    R.spare = NULL;
+  }
   R.tab = nt;
   R.cap = ncap;
   R.used = R.count;
@@ -234,7 +264,9 @@ static void trace_push(ms_trace_action action, int device, uint64_t addr, uint64
     /* grow (never wrapped yet: the oldest entry is in slot 0) */
     size_t ncap = R.ring_cap ? R.ring_cap * 2 : 4096;
     if (ncap > R.ring_max) ncap = R.ring_max;
-    ent_t *n = realloc(R.ring, ncap * sizeof *n);
+    ent_t *n = R.ring ? mremap(R.ring, R.ring_cap * sizeof *n, ncap * sizeof *n, MREMAP_MAYMOVE)
+                      : rec_map(ncap * sizeof *n);
+    if (n == MAP_FAILED) n = NULL;
     if (n) {
       R.ring = n;
       R.ring_cap = ncap;
@@ -497,58 +529,155 @@ static void on_sigusr1(int sig) {
   errno = saved;
 }
 
+/* Reads a small /proc file whole (no stdio: no allocation). @return its length, -1 on error. */
+static ssize_t read_small(const char *path, char *buf, size_t cap) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  ssize_t n = read(fd, buf, cap - 1);
+  close(fd);
+  if (n >= 0) buf[n] = 0;
+  return n;
+}
+
+/* Whether the program's own threads have all ended, so that only the writer thread (the caller)
+ * keeps the process alive: the main thread ended with pthread_exit (it stays a zombie until the
+ * process ends) and no other thread is left. glibc's last thread would have called exit(0). */
+static bool program_ended(void) {
+  char buf[1024], path[64];
+  if (read_small("/proc/self/stat", buf, sizeof buf) <= 0) return false;
+  const char *p = strrchr(buf, ')'); /* after the command name, which may hold anything */
+  long num_threads = 0;
+  /* fields after ')': state (3), ..., num_threads (20) */
+  for (int field = 2; p && *p; p++) {
+    if (*p != ' ') continue;
+    if (++field == 20) {
+      num_threads = strtol(p + 1, NULL, 10);
+      break;
+    }
+  }
+  if (num_threads != 2) return false; /* the writer and a zombie main thread, nothing else */
+  snprintf(path, sizeof path, "/proc/self/task/%ld/stat", (long)getpid());
+  if (read_small(path, buf, sizeof buf) <= 0) return false;
+  p = strrchr(buf, ')');
+  return p && p[1] == ' ' && (p[2] == 'Z' || p[2] == 'X');
+}
+
+static double now_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_REALTIME, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+/* How often the writer looks whether the program has ended (item 2 of issue #35). */
+#define WRITER_POLL_S 0.1
+
 static void *writer_main(void *arg) {
   (void)arg;
   double every = ms__run_opts()->every;
-  struct timespec next;
-  clock_gettime(CLOCK_REALTIME, &next);
+  double next_every = every > 0 ? now_s() + every : 0;
+  double next_poll = now_s() + WRITER_POLL_S;
   for (;;) {
+    double now = now_s();
+    double until = next_poll > now ? next_poll : now + WRITER_POLL_S;
+    if (every > 0 && next_every < until) until = next_every;
+    struct timespec ts;
+    ts.tv_sec = (time_t)until;
+    ts.tv_nsec = (long)((until - (double)ts.tv_sec) * 1e9);
+    if (ts.tv_nsec >= 1000000000L) ts.tv_nsec = 999999999L;
     int r;
-    if (every > 0) {
-      double secs = (double)next.tv_sec + next.tv_nsec / 1e9 + every;
-      struct timespec now;
-      clock_gettime(CLOCK_REALTIME, &now);
-      if (secs < (double)now.tv_sec + now.tv_nsec / 1e9) /* fell behind: no catch-up burst */
-        secs = (double)now.tv_sec + now.tv_nsec / 1e9 + every;
-      next.tv_sec = (time_t)secs;
-      next.tv_nsec = (long)((secs - (double)next.tv_sec) * 1e9);
-      if (next.tv_nsec >= 1000000000L) next.tv_nsec = 999999999L;
-      do
-        r = sem_timedwait(&R.sem, &next);
-      while (r != 0 && errno == EINTR);
-      if (r != 0) {
-        if (errno == ETIMEDOUT) ms__run_write("every", -1, NULL, 0);
-        continue;
-      }
-    } else {
-      do
-        r = sem_wait(&R.sem);
-      while (r != 0 && errno == EINTR);
-      if (r != 0) return NULL;
+    do
+      r = sem_timedwait(&R.sem, &ts);
+    while (r != 0 && errno == EINTR);
+    if (r == 0) {
+      ms__run_write("signal", -1, NULL, 0);
+      continue;
     }
-    ms__run_write("signal", -1, NULL, 0);
+    if (errno != ETIMEDOUT) return NULL;
+    now = now_s();
+    if (every > 0 && now >= next_every) {
+      ms__run_write("every", -1, NULL, 0);
+      next_every += every;
+      if (next_every < now_s()) next_every = now_s() + every; /* fell behind: no catch-up burst */
+    }
+    /* The program's threads are gone: end the process as its last thread would have (glibc
+     * calls exit(0) there), which also writes the exit snapshot. */
+    if (now >= next_poll) {
+      next_poll = now + WRITER_POLL_S;
+      /* under the writer's lock, which fork's prepare handler takes: a child never inherits
+       * the state of a half-done look (a sanitizer's allocator lock, say) */
+      pthread_mutex_lock(&R.snap_mu);
+      bool ended = program_ended();
+      pthread_mutex_unlock(&R.snap_mu);
+      if (ended) exit(0);
+    }
   }
   return NULL;
 }
 
-/* In a child of fork(), the parent's allocations are not the child's: start afresh (a child that
- * never calls CUDA writes nothing; one that does records its own calls under its own pid). */
-static void atfork_child(void) {
+/* ---- fork: the child's record is its own ----------------------------------------------------
+ * Before fork, the forking thread takes the interposer's locks (preload.c's, then the writer's,
+ * then the recorder's, in the order the interposer nests them), so that no other thread is halfway
+ * through a snapshot or a recorded call when the process is copied. The parent releases them. The
+ * child starts afresh: an empty record, a fresh stack table (another thread of the parent may have
+ * held one of the old table's locks), no writer thread, SIGUSR1 back to its default action when
+ * the handler was ours, and no cache-mode allocator (preload.c): it behaves as a program that has
+ * not called CUDA yet. Its first CUDA call starts the recorder again, under its own pid. */
+static bool proc_started; /* the per-process part of ms__run_start ran (under start_mu) */
+static pthread_mutex_t start_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static void fork_prepare(void) {
+  ms__run_preload_fork(MS__RUN_FORK_PREPARE);
+  pthread_mutex_lock(&start_mu);
+  pthread_mutex_lock(&R.snap_mu);
+  pthread_mutex_lock(&R.mu);
+}
+
+static void fork_parent(void) {
+  pthread_mutex_unlock(&R.mu);
+  pthread_mutex_unlock(&R.snap_mu);
+  pthread_mutex_unlock(&start_mu);
+  ms__run_preload_fork(MS__RUN_FORK_PARENT);
+}
+
+/* In a child of fork, the parent's stack table (volatile: kept, though never read again). */
+static ms__stacktab_t *volatile stacks_forked_away;
+
+static void fork_child(void) {
   pthread_mutex_init(&R.mu, NULL);
   pthread_mutex_init(&R.snap_mu, NULL);
+  pthread_mutex_init(&start_mu, NULL);
   R.count = R.used = 0;
   if (R.tab) memset(R.tab, 0, R.cap * sizeof *R.tab);
   R.ring_len = R.ring_head = 0;
   memset(R.dropped, 0, sizeof R.dropped);
   for (int d = 0; d < MS__RUN_MAX_DEVICES; d++)
     ms_stats_init(&R.stats[d]);
+  memset(R.capacity, 0, sizeof R.capacity);
   R.ndev = 0;
   R.ncalls = 0;
   R.nooms = 0;
-  R.thread_started = false;
+  atomic_store(&R.next_seq, 0);
   atomic_store(&R.nseq, 0);
+  if (R.stacks) { /* the parent's table is left as it is: one of its locks may be held */
+    stacks_forked_away = R.stacks;
+    ms__stacktab_t *t = NULL;
+    R.stacks = ms__stacktab_create(&t) == MS_OK ? t : NULL;
+  }
+  struct sigaction cur;
+  if (sigaction(SIGUSR1, NULL, &cur) == 0 && !(cur.sa_flags & SA_SIGINFO) &&
+      cur.sa_handler == on_sigusr1) {
+    struct sigaction dfl;
+    memset(&dfl, 0, sizeof dfl);
+    dfl.sa_handler = SIG_DFL;
+    sigemptyset(&dfl.sa_mask);
+    sigaction(SIGUSR1, &dfl, NULL);
+  }
+  R.thread_started = false;
+  proc_started = false;
+  ms__run_preload_fork(MS__RUN_FORK_CHILD);
 }
 
+/* Once per process image: the exit snapshot and the fork handlers (both inherited by children). */
 static void start_once_fn(void) {
   const ms__run_opts_t *o = ms__run_opts();
   clock_base = ms__run_clock_pair();
@@ -561,8 +690,13 @@ static void start_once_fn(void) {
     ms__backtrace_init(); /* loads libgcc now, not inside a capture */
     if (ms__stacktab_create(&R.stacks) != MS_OK) R.stacks = NULL;
   }
-  pthread_atfork(NULL, NULL, atfork_child);
+  pthread_atfork(fork_prepare, fork_parent, fork_child);
   atexit(on_exit_snapshot);
+}
+
+/* Once per process (again in a child of fork): the SIGUSR1 handler and the writer thread. */
+static void start_process(void) {
+  const ms__run_opts_t *o = ms__run_opts();
   if (sem_init(&R.sem, 0, 0) != 0) return;
   bool want_signal = false;
   if (o->signal) {
@@ -600,5 +734,13 @@ void ms__run_start(void) {
   int saved = ms__run_in_hook;
   ms__run_in_hook = 1;
   pthread_once(&start_once, start_once_fn);
+  if (ms_unlikely(!__atomic_load_n(&proc_started, __ATOMIC_ACQUIRE))) {
+    pthread_mutex_lock(&start_mu);
+    if (!proc_started) {
+      start_process();
+      __atomic_store_n(&proc_started, true, __ATOMIC_RELEASE);
+    }
+    pthread_mutex_unlock(&start_mu);
+  }
   ms__run_in_hook = saved;
 }

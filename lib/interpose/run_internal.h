@@ -153,6 +153,19 @@ int ms__run_cache_snapshot(int device, ms_snapshot_t **out, ms_errbuf_t *eb);
 /* Device indices served by the cache mode (bit d set for device d < 64). */
 uint64_t ms__run_cache_devices(void);
 
+/* The phases of fork() (pthread_atfork's handlers, registered by record.c at the first call). */
+typedef enum ms__run_fork_phase {
+  MS__RUN_FORK_PREPARE = 0, /* in the forking thread, before: take the locks */
+  MS__RUN_FORK_PARENT = 1,  /* in the parent, after: release them */
+  MS__RUN_FORK_CHILD = 2,   /* in the child: forget the parent's allocators, reset the locks */
+} ms__run_fork_phase;
+/* preload.c's part of the fork handlers; its locks are taken before the recorder's. */
+void ms__run_preload_fork(ms__run_fork_phase phase);
+
+/* Whether a loaded object other than the interposer defines the function name (visible.c): the
+ * exported functions' resolvers ask it. Calls no function (it may run before libc is set up). */
+bool ms__run_defined_elsewhere(const char *name);
+
 /* Thread-local re-entrancy guard of the hooks: set while the interposer itself works (a CUDA
  * call made then goes straight to the real function, unrecorded). */
 extern __thread int ms__run_in_hook __attribute__((tls_model("initial-exec")));
@@ -189,6 +202,7 @@ typedef struct ms__run_rec_s {
   pthread_mutex_t mu;
   /* live table */
   live_t *tab;
+  live_t *spare;             /* a table of cap slots kept for the next rehash at the same size */
   size_t cap, count, used;   /* used = count + tombstones */
   _Atomic uint64_t next_seq; /* the seq of the newest allocation (written under mu) */
   /* trace ring */

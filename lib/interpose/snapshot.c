@@ -212,16 +212,26 @@ static int copy_str(build_t *t, const char *s, const char **out) {
   return ms__snapbuild_str(&t->b, s ? s : "", s ? strlen(s) : 0, out);
 }
 
-/* Whether frame f is one of the interposer's hooks that call the cache mode's allocators. */
+static bool ends_with(const char *s, const char *tail) {
+  size_t n = strlen(s), m = strlen(tail);
+  return n >= m && strcmp(s + n - m, tail) == 0;
+}
+
+/* Whether frame f is one of the interposer's hooks that call the cache mode's allocators (named
+ * with libdw: the hooks are static functions of preload.c, not exported). */
 static bool is_hook_frame(const ms_snap_frame_t *f) {
-  static const char *const hooks[] = {"cudaMalloc", "cudaMallocAsync", "cudaMallocAsync_ptsz"};
+  static const char *const hooks[] = {"hook_cudaMalloc", "hook_cudaMallocAsync",
+                                       "hook_cudaMallocAsync_ptsz"};
   bool named = false;
   for (size_t i = 0; i < sizeof hooks / sizeof *hooks; i++)
     if (strcmp(f->name, hooks[i]) == 0) named = true;
-  if (!named) return false;
-  size_t n = strlen(f->filename);
-  return (n >= 9 && strcmp(f->filename + n - 9, "preload.c") == 0) ||
-         (n >= 21 && strcmp(f->filename + n - 21, "libmemsnap_preload.so") == 0);
+  return named && ends_with(f->filename, "preload.c");
+}
+
+/* Whether frame f lies in the interposer, unnamed (without libdw, dladdr names a frame by the
+ * object's exported symbols only, and the file is the object). */
+static bool in_interposer_object(const ms_snap_frame_t *f) {
+  return ends_with(f->filename, "libmemsnap_preload.so");
 }
 
 /* Stack i of a as a stack of the builder (*out), without the hooks' frames as the recorder's
@@ -241,11 +251,16 @@ static int copy_stack(build_t *t, const ms_snapshot_t *a, uint32_t *map, uint32_
   /* everything up to the innermost hook is memsnap's (the allocator's frames, which the
    * snapshot names and leaves out with libdw; without it they stay, unnamed, below the hook) */
   uint32_t k0 = 0, nf = 0;
-  for (uint32_t k = 0; k < st->nframes; k++)
-    if (is_hook_frame(ms_snap_stack_frame(a, i, k))) {
+  for (uint32_t k = 0; k < st->nframes; k++) {
+    const ms_snap_frame_t *f = ms_snap_stack_frame(a, i, k);
+    bool last_of_object = in_interposer_object(f) &&
+                          (k + 1 == st->nframes ||
+                           !in_interposer_object(ms_snap_stack_frame(a, i, k + 1)));
+    if (is_hook_frame(f) || last_of_object) {
       k0 = k + 1;
       break;
     }
+  }
   for (uint32_t k = k0; k < st->nframes && err == MS_OK; k++) {
     const ms_snap_frame_t *f = ms_snap_stack_frame(a, i, k);
     err = ms__snapbuild_frame(&t->b, f->name, strlen(f->name), f->filename, strlen(f->filename),

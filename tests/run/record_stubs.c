@@ -34,3 +34,7 @@ uint64_t ms__run_cache_devices(void) {
     m |= 1ULL << ms_allocator_device(record_stub_allocs[i]);
   return m;
 }
+
+void ms__run_preload_fork(ms__run_fork_phase phase) {
+  (void)phase;
+}

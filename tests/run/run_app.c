@@ -19,10 +19,19 @@
  *                  snapshots, at most 20 s), then abort()
  *   nocuda ARGS    never touches CUDA: prints its arguments, exits 3
  *   bench N        N cudaMalloc/cudaFree pairs of 4 KiB; prints "ns_per_pair X", then the cost
- *                  of one backtrace(3) at about the interposer's depth ("ns_backtrace X")
+ *                  of one backtrace(3) at about the interposer's depth ("ns_backtrace X"), then N
+ *                  cudaMallocAsync/cudaFreeAsync pairs on a stream ("ns_per_async_pair X")
+ * Hostile programs (issue #35), each printing what it saw, see the app_* function of each:
+ *   pthread_exit   main ends with pthread_exit while a thread still allocates
+ *   fork_signal    allocates, then a child that never uses CUDA sends itself SIGUSR1
+ *   fork_quiet     allocates, then a child that never uses CUDA exits
+ *   fork_every DIR allocates, then a child allocates and waits for a snapshot of its own pid
+ *   fork_many N    allocates, then N children exit at once, one after the other
+ *   sighandler N   a SIGALRM handler allocates and frees while the program allocates host memory
  */
 /* clang-format on */
 #include <dirent.h>
+#include <errno.h>
 #include <execinfo.h>
 #include <pthread.h>
 #include <signal.h>
@@ -31,6 +40,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/time.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -298,6 +309,167 @@ static int app_bench(long n) {
   clock_gettime(CLOCK_MONOTONIC, &t1);
   ns = ((double)(t1.tv_sec - t0.tv_sec) * 1e9 + (double)(t1.tv_nsec - t0.tv_nsec)) / (double)nb;
   printf("ns_backtrace %.1f\n", ns);
+  cudaStream_t s;
+  CHECK(cudaStreamCreate(&s));
+  for (int i = 0; i < 1000; i++) {
+    CHECK(cudaMallocAsync(&p, 4096, s));
+    CHECK(cudaFreeAsync(p, s));
+  }
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  for (long i = 0; i < n; i++) {
+    CHECK(cudaMallocAsync(&p, 4096, s));
+    CHECK(cudaFreeAsync(p, s));
+  }
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  ns = ((double)(t1.tv_sec - t0.tv_sec) * 1e9 + (double)(t1.tv_nsec - t0.tv_nsec)) / (double)n;
+  printf("ns_per_async_pair %.1f\n", ns);
+  return 0;
+}
+
+/* ---- hostile programs (issue #35) ---- */
+
+static void *app_late_thread(void *arg) {
+  (void)arg;
+  usleep(100000);
+  void *p;
+  CHECK(cudaMalloc(&p, 2222));
+  CHECK(cudaFree(p));
+  printf("thread done\n");
+  return NULL;
+}
+
+/* main returns through pthread_exit: the process ends when its last thread does, exit(0). */
+static int app_pthread_exit(void) {
+  void *a;
+  CHECK(cudaMalloc(&a, 1111));
+  pthread_t th;
+  pthread_create(&th, NULL, app_late_thread, NULL);
+  pthread_exit(NULL);
+}
+
+/* Waits for pid; prints "child exit N" or "child signal N". */
+static int app_wait_child(pid_t pid) {
+  int st;
+  while (waitpid(pid, &st, 0) < 0)
+    if (errno != EINTR) return 1;
+  if (WIFSIGNALED(st))
+    printf("child signal %d\n", WTERMSIG(st));
+  else
+    printf("child exit %d\n", WEXITSTATUS(st));
+  return 0;
+}
+
+static int app_fork_signal(void) {
+  void *a;
+  CHECK(cudaMalloc(&a, 1111));
+  fflush(stdout);
+  pid_t pid = fork();
+  if (pid == 0) {
+    kill(getpid(), SIGUSR1); /* the default action: the child dies of it */
+    usleep(500000);
+    _exit(0);
+  }
+  return app_wait_child(pid);
+}
+
+static int app_fork_quiet(void) {
+  void *a, *b;
+  CHECK(cudaMalloc(&a, 1111));
+  CHECK(cudaMalloc(&b, 2222));
+  fflush(stdout);
+  pid_t pid = fork();
+  if (pid == 0) exit(0); /* atexit handlers run in the child */
+  return app_wait_child(pid);
+}
+
+/* The complete snapshot files in dir whose name holds "-PID-". */
+static int dir_files_of(const char *dir, pid_t pid) {
+  DIR *d = opendir(dir);
+  if (!d) return 0;
+  char key[32];
+  snprintf(key, sizeof key, "-%d-", (int)pid);
+  struct dirent *de;
+  int n = 0;
+  while ((de = readdir(d)))
+    if (strstr(de->d_name, ".msgpack") && de->d_name[0] != '.' && strstr(de->d_name, key)) n++;
+  closedir(d);
+  return n;
+}
+
+static int app_fork_every(const char *dir) {
+  void *a;
+  CHECK(cudaMalloc(&a, 1111));
+  fflush(stdout);
+  pid_t pid = fork();
+  if (pid == 0) {
+    void *b;
+    CHECK(cudaMalloc(&b, 3333));
+    for (int i = 0; i < 500 && dir_files_of(dir, getpid()) == 0; i++)
+      usleep(10000);
+    printf("child every %s\n", dir_files_of(dir, getpid()) ? "seen" : "timeout");
+    fflush(stdout);
+    _exit(0);
+  }
+  return app_wait_child(pid);
+}
+
+/* N children that exit at once (exit: atexit handlers run), while the parent's snapshot thread
+ * writes every few milliseconds (run with --every). */
+static int app_fork_many(int n) {
+  void *a;
+  for (int i = 0; i < 64; i++)
+    CHECK(cudaMalloc(&a, 1000 + (size_t)i));
+  int bad = 0;
+  for (int i = 0; i < n; i++) {
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) exit(0);
+    int st;
+    if (waitpid(pid, &st, 0) != pid || !WIFEXITED(st) || WEXITSTATUS(st) != 0) bad++;
+  }
+  printf("children %d bad %d\n", n, bad);
+  return 0;
+}
+
+static volatile sig_atomic_t app_handled, app_handler_errors;
+
+static void app_on_alarm(int sig) {
+  (void)sig;
+  int saved = errno;
+  void *p = NULL;
+  if (cudaMalloc(&p, 4096 + (size_t)app_handled % 64) != 0 || cudaFree(p) != 0)
+    app_handler_errors++;
+  app_handled++;
+  errno = saved;
+}
+
+/* A SIGALRM handler allocates device memory while the program allocates host memory (malloc
+ * holds its arena lock when the signal comes): N signals, 200 us apart. The program's first CUDA
+ * call is its own (under memsnap it starts the recorder, which a handler cannot do safely). */
+static int app_sighandler(int n) {
+  void *first;
+  CHECK(cudaMalloc(&first, 512));
+  CHECK(cudaFree(first));
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = app_on_alarm;
+  sa.sa_flags = SA_RESTART;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGALRM, &sa, NULL);
+  struct itimerval it = {{0, 200}, {0, 200}};
+  setitimer(ITIMER_REAL, &it, NULL);
+  volatile size_t sink = 0;
+  while (app_handled < n) {
+    char *m = malloc(70000 + (sink & 4095));
+    if (m) {
+      m[0] = 1;
+      sink += (size_t)m[0];
+    }
+    free(m);
+  }
+  struct itimerval off = {{0, 0}, {0, 0}};
+  setitimer(ITIMER_REAL, &off, NULL);
+  printf("handled %d errors %d\n", n, (int)app_handler_errors);
   return 0;
 }
 
@@ -315,6 +487,12 @@ int main(int argc, char **argv) {
   if (strcmp(what, "crash") == 0 && argc > 2)
     return app_crash(atoi(argv[2]), argc > 3 ? argv[3] : NULL);
   if (strcmp(what, "bench") == 0 && argc > 2) return app_bench(atol(argv[2]));
+  if (strcmp(what, "pthread_exit") == 0) return app_pthread_exit();
+  if (strcmp(what, "fork_signal") == 0) return app_fork_signal();
+  if (strcmp(what, "fork_quiet") == 0) return app_fork_quiet();
+  if (strcmp(what, "fork_every") == 0 && argc > 2) return app_fork_every(argv[2]);
+  if (strcmp(what, "fork_many") == 0 && argc > 2) return app_fork_many(atoi(argv[2]));
+  if (strcmp(what, "sighandler") == 0 && argc > 2) return app_sighandler(atoi(argv[2]));
   if (strcmp(what, "nocuda") == 0) {
     for (int i = 2; i < argc; i++)
       printf("arg %s\n", argv[i]);

@@ -1,0 +1,131 @@
+/* SPDX-License-Identifier: MIT
+ * tsan_threads: the threaded paths of the allocator API and of `memsnap run`'s recorder, as a
+ * plain program, so that `make test TSAN=1` runs them under ThreadSanitizer (Criterion's test
+ * runner cannot start under TSan: its inheritable arena conflicts with TSan's memory layout,
+ * Criterion issue #274). In an ordinary build it is a quick smoke test of the same paths.
+ *
+ *   history  two threads allocate and free while the main thread switches the history recording
+ *            on, off, between context levels and unwinders, and takes snapshots
+ *            (ms_allocator_record_history stores the hooks' context_level and trace_enabled
+ *            while the allocator reads them: issue #35 item 10)
+ *   record   eight threads record allocations and frees in the interposer's recorder
+ *            (lib/interpose/record.c, linked in with tests/run/record_stubs.c) while the main
+ *            thread builds snapshots of it
+ * Exits 0 when every check held; ThreadSanitizer makes it exit 66 on a report.
+ */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "interpose/run_internal.h"
+#include "memsnap/allocator.h"
+#include "memsnap/backend.h"
+#include "memsnap/history.h"
+#include "memsnap/snapshot.h"
+
+#define CHECK(cond)                                                                                \
+  do {                                                                                             \
+    if (!(cond)) {                                                                                 \
+      fprintf(stderr, "tsan_threads: %s:%d: check failed: %s\n", __FILE__, __LINE__, #cond);      \
+      exit(1);                                                                                     \
+    }                                                                                              \
+  } while (0)
+
+static ms_allocator_t *tt_alloc;
+static atomic_int tt_running;
+
+static void *tt_history_worker(void *arg) {
+  (void)arg;
+  ms_devptr_t live[8] = {0};
+  for (int i = 0; atomic_load(&tt_running) && i < 100000; i++) {
+    int k = i % 8;
+    if (live[k]) CHECK(ms_allocator_free(tt_alloc, live[k]) == MS_OK);
+    CHECK(ms_allocator_malloc(tt_alloc, 512 * (size_t)(1 + i % 16), 0, &live[k]) == MS_OK);
+  }
+  for (int k = 0; k < 8; k++)
+    if (live[k]) CHECK(ms_allocator_free(tt_alloc, live[k]) == MS_OK);
+  return NULL;
+}
+
+static void tt_history(void) {
+  ms_backend_t *be = NULL;
+  ms_sim_config_t c = {.ndevices = 1, .capacity = (size_t)1 << 30};
+  CHECK(ms_backend_sim_create(&c, &be) == MS_OK);
+  ms_allocator_config_t ac = {.backend = be, .device = 0, .alloc = NULL};
+  ms_errbuf_t eb = {0};
+  CHECK(ms_allocator_create(&ac, &tt_alloc, &eb) == MS_OK);
+  atomic_store(&tt_running, 1);
+  pthread_t th[2];
+  for (int i = 0; i < 2; i++)
+    CHECK(pthread_create(&th[i], NULL, tt_history_worker, NULL) == 0);
+  for (int i = 0; i < 60; i++) {
+    ms_history_config_t hc;
+    ms_history_config_init(&hc);
+    hc.enabled = (ms_history_record)(i % 3);
+    hc.context = (ms_history_context)(i % 4);
+    hc.max_entries = 1 + (size_t)(i * 37) % 500;
+    hc.unwinder = i % 2 ? MS_UNWIND_FRAME_POINTER : MS_UNWIND_BACKTRACE;
+    CHECK(ms_allocator_record_history(tt_alloc, &hc, &eb) == MS_OK);
+    if (i % 10 == 0) {
+      ms_snapshot_t *s = NULL;
+      CHECK(ms_allocator_snapshot(&tt_alloc, 1, &s, &eb) == MS_OK);
+      ms_snapshot_free(s);
+    }
+  }
+  atomic_store(&tt_running, 0);
+  for (int i = 0; i < 2; i++)
+    pthread_join(th[i], NULL);
+  ms_allocator_destroy(tt_alloc);
+  ms_backend_destroy(be);
+}
+
+#define TT_THREADS 8
+#define TT_PAIRS 2000
+
+static void *tt_record_worker(void *arg) {
+  uint64_t base = 0x7f0000000000ULL + ((uint64_t)(uintptr_t)arg << 32);
+  for (uint64_t i = 0; i < TT_PAIRS; i++) {
+    uint64_t addr = base + (i % 64) * 4096;
+    uint32_t stack = ms__run_stack(0);
+    ms__run_on_alloc((int)((uintptr_t)arg % 2), addr, 4096 + i, 0, NULL, stack,
+                     MS__RUN_KIND_MALLOC);
+    uint64_t begin = ms__run_free_begin();
+    ms__run_free_end(addr, begin, true);
+  }
+  ms__run_on_alloc(0, base + 0x100000, 1 << 20, 0, NULL, 0, MS__RUN_KIND_MALLOC);
+  return NULL;
+}
+
+static void tt_record(void) {
+  setenv("MEMSNAP_RUN_SIGNAL", "0", 1);
+  setenv("MEMSNAP_RUN_QUIET", "1", 1);
+  setenv("MEMSNAP_RUN_STACKS", "8", 1);
+  ms__run_start();
+  pthread_t th[TT_THREADS];
+  for (uintptr_t t = 0; t < TT_THREADS; t++)
+    CHECK(pthread_create(&th[t], NULL, tt_record_worker, (void *)t) == 0);
+  for (int i = 0; i < 5; i++) {
+    ms_snapshot_t *s = NULL;
+    ms_errbuf_t eb = {0};
+    CHECK(ms__run_take(-1, &s, &eb) == MS_OK);
+    ms_snapshot_free(s);
+  }
+  for (int t = 0; t < TT_THREADS; t++)
+    pthread_join(th[t], NULL);
+  ms_snapshot_t *s = NULL;
+  ms_errbuf_t eb = {0};
+  CHECK(ms__run_take(-1, &s, &eb) == MS_OK);
+  CHECK(s->nsegments == TT_THREADS);
+  ms_snapshot_free(s);
+  ms__run_stop(); /* no exit snapshot */
+}
+
+int main(int argc, char **argv) {
+  const char *what = argc > 1 ? argv[1] : "all";
+  if (!strcmp(what, "history") || !strcmp(what, "all")) tt_history();
+  if (!strcmp(what, "record") || !strcmp(what, "all")) tt_record();
+  printf("tsan_threads: %s: ok\n", what);
+  return 0;
+}
