@@ -51,6 +51,7 @@ int cmd_view(int argc, char **argv);
 int cmd_trace_plot(int argc, char **argv);
 int cmd_segment_plot(int argc, char **argv);
 int cmd_explain(int argc, char **argv);
+int cmd_cache(int argc, char **argv);
 
 /* The table, NULL-terminated (main.c). */
 extern const struct cli_cmd cli_commands[];

@@ -19,5 +19,6 @@
 #include "memsnap/timeline.h"
 #include "memsnap/export.h"
 #include "memsnap/explain.h"
+#include "memsnap/cache.h"
 
 #endif /* MEMSNAP_H */

@@ -28,7 +28,7 @@ LAYERS = [
     ["history"],
     ["snapshot"],
     ["timeline"],
-    ["replay", "export", "interpose"],
+    ["replay", "export", "interpose", "cache"],
     ["explain"],
     ["viz/flamegraph"],
     ["viz/views", "viz/view"],
@@ -45,7 +45,7 @@ PUBLIC = {
     "serialize.h": "snapshot", "pickle.h": "snapshot",
     "timeline.h": "timeline",
     "replay.h": "replay", "export.h": "export", "interpose.h": "interpose",
-    "explain.h": "explain",
+    "explain.h": "explain", "cache.h": "cache",
     "viz.h": "viz/flamegraph", "views.h": "viz/views", "view.h": "viz/view",
 }
 
