@@ -8,9 +8,11 @@
  * and the built model passes ms__snapshot_check plus the layout the readers give (each device's
  * trace and each segment's blocks after the previous one's).
  */
+#include <errno.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cache/internal.h"
 #include "common/internal.h"
@@ -34,10 +36,19 @@ enum {
 
 /* ---- writing -------------------------------------------------------------------------------- */
 
+/* The writer streams the body through one chunk of CACHE_SUM_CHUNK bytes: each full chunk is
+ * added to the body's checksum and handed on, to a growing buffer (ms_cache_encode) or to a file
+ * (ms__cache_write_fd), so that writing a cache file of hundreds of MB takes 1 MiB of memory. */
 typedef struct wbuf_s {
-  unsigned char *p;
-  size_t len, cap;
+  unsigned char *chunk; /* CACHE_SUM_CHUNK bytes */
+  size_t fill;          /* bytes in chunk */
+  uint64_t pos;         /* file offset of chunk[fill] */
+  uint64_t sum;         /* the body's checksum so far (cache_checksum's fold) */
+  int fd;               /* >= 0: the file; else mem */
+  unsigned char *mem;
+  size_t mem_len, mem_cap;
   bool failed;
+  uint64_t sect[CACHE_NSECTIONS][2];
   /* strings: the STRINGS section being built, interned by content */
   char *str;
   size_t str_len, str_cap;
@@ -51,19 +62,55 @@ typedef struct wbuf_s {
   size_t ext_tab_cap;
 } wbuf_t;
 
-static bool w_reserve(wbuf_t *w, size_t n) {
-  if (w->failed) return false;
-  if (w->len + n <= w->cap) return true;
-  size_t cap = w->cap ? w->cap : 1 << 16;
-  while (cap < w->len + n) cap *= 2;
-  unsigned char *p = realloc(w->p, cap);
-  if (!p) {
-    w->failed = true;
-    return false;
+/* Hands n bytes on to the file or the memory buffer. */
+static void w_out(wbuf_t *w, const unsigned char *p, size_t n) {
+  if (w->failed || n == 0) return;
+  if (w->fd >= 0) {
+    while (n) {
+      ssize_t k = write(w->fd, p, n);
+      if (k < 0 && errno == EINTR) continue;
+      if (k <= 0) {
+        w->failed = true;
+        return;
+      }
+      p += k;
+      n -= (size_t)k;
+    }
+    return;
   }
-  w->p = p;
-  w->cap = cap;
-  return true;
+  if (w->mem_len + n > w->mem_cap) {
+    size_t cap = w->mem_cap ? w->mem_cap : (size_t)1 << 16;
+    while (cap < w->mem_len + n) cap *= 2;
+    unsigned char *q = realloc(w->mem, cap);
+    if (!q) {
+      w->failed = true;
+      return;
+    }
+    w->mem = q;
+    w->mem_cap = cap;
+  }
+  memcpy(w->mem + w->mem_len, p, n);
+  w->mem_len += n;
+}
+
+static void w_flush(wbuf_t *w) {
+  if (w->fill == 0) return;
+  w->sum = ms_hash_step(w->sum, cache_sum(w->chunk, w->fill, 0));
+  w_out(w, w->chunk, w->fill);
+  w->fill = 0;
+}
+
+static void w_put(wbuf_t *w, const void *data, size_t n) {
+  const unsigned char *p = data;
+  while (n && !w->failed) {
+    size_t k = CACHE_SUM_CHUNK - w->fill < n ? CACHE_SUM_CHUNK - w->fill : n;
+    memcpy(w->chunk + w->fill, p, k);
+    w->fill += k;
+    w->pos += k;
+    p += k;
+    n -= k;
+    if (w->fill == CACHE_SUM_CHUNK) w_flush(w);
+  }
 }
 
 static inline void put_u8(unsigned char *p, uint8_t v) { p[0] = v; }
@@ -204,21 +251,16 @@ static void w_kv(wbuf_t *w, unsigned char *r, const ms_snap_kv_t *kv) {
   put_u64(r + 32, fb);
 }
 
-/* Starts section sec with count records of width rec: *r = where the first one goes. */
-static unsigned char *w_section(wbuf_t *w, uint64_t sect[][2], int sec, size_t count, size_t rec) {
-  size_t pad = (8 - w->len % 8) % 8;
-  if (count > (SIZE_MAX - w->len - pad) / (rec ? rec : 1) || !w_reserve(w, pad + count * rec))
-    return NULL;
-  memset(w->p + w->len, 0, pad + count * rec);
-  w->len += pad;
-  sect[sec][0] = w->len;
-  sect[sec][1] = count;
-  unsigned char *r = w->p + w->len;
-  w->len += count * rec;
-  return r;
+/* Starts section sec of count records (8-byte aligned). */
+static void w_section(wbuf_t *w, int sec, size_t count) {
+  static const unsigned char zero[8] = {0};
+  w_put(w, zero, (size_t)((8 - w->pos % 8) % 8));
+  w->sect[sec][0] = w->pos;
+  w->sect[sec][1] = count;
 }
 
 static void w_release(wbuf_t *w) {
+  free(w->chunk);
   free(w->str);
   free(w->str_tab);
   free(w->extras);
@@ -226,31 +268,23 @@ static void w_release(wbuf_t *w) {
   free(w->ext_idx);
 }
 
-/* Starts a section (on the wbuf w, sections sect) or leaves the function returning false. */
-#define SECTION(sec, n, rec)                                                                       \
-  do {                                                                                             \
-    r = w_section(w, sect, sec, n, rec);                                                           \
-    if (!r) return false;                                                                          \
-  } while (0)
-
-/* Writing a string may move w->p: each record is written through r re-derived from its offset. */
-static bool w_model(wbuf_t *w, uint64_t sect[][2], const ms_snapshot_t *s) {
-  unsigned char *r;
-  SECTION(CS_SCALARS, 1, R_SCALARS);
-  size_t at = (size_t)(r - w->p);
-  uint32_t host = w_str(w, s->hostname ? s->hostname : "");
-  r = w->p + at;
+static bool w_model(wbuf_t *w, const ms_snapshot_t *s) {
+  unsigned char r[R_SEGMENT];
+  w_section(w, CS_SCALARS, 1);
+  memset(r, 0, R_SCALARS);
   put_u32(r, (uint32_t)s->origin);
   put_u32(r + 4, s->present);
   put_u64(r + 8, (uint64_t)s->pid);
-  put_u32(r + 16, host);
+  put_u32(r + 16, w_str(w, s->hostname ? s->hostname : ""));
   put_u32(r + 20, s->stack_frames16 ? 2u : 4u);
   put_u64(r + 24, (uint64_t)s->rank);
   put_u64(r + 32, (uint64_t)s->time_us);
   put_u64(r + 40, (uint64_t)s->nsettings_top);
-  SECTION(CS_SEGMENTS, s->nsegments, R_SEGMENT);
-  for (size_t i = 0; i < s->nsegments; i++, r += R_SEGMENT) {
+  w_put(w, r, R_SCALARS);
+  w_section(w, CS_SEGMENTS, s->nsegments);
+  for (size_t i = 0; i < s->nsegments; i++) {
     const ms_snap_segment_t *g = &s->segments[i];
+    memset(r, 0, R_SEGMENT);
     put_u64(r, (uint64_t)g->device);
     put_u64(r + 8, g->address);
     put_u64(r + 16, g->total_size);
@@ -266,35 +300,35 @@ static bool w_model(wbuf_t *w, uint64_t sect[][2], const ms_snapshot_t *s) {
     put_u32(r + 84, g->present);
     put_u8(r + 88, g->is_large);
     put_u8(r + 89, g->is_expandable);
+    w_put(w, r, R_SEGMENT);
   }
-  SECTION(CS_BLOCKS, s->nblocks, R_BLOCK);
+  w_section(w, CS_BLOCKS, s->nblocks);
   for (size_t i = 0; i < s->nblocks; i++) {
     const ms_snap_block_t *b = &s->blocks[i];
-    at = (size_t)(r - w->p);
-    uint32_t name = w_str(w, b->state_name);
-    r = w->p + at;
     put_u64(r, b->address);
     put_u64(r + 8, b->size);
     put_u64(r + 16, b->requested_size);
     put_u32(r + 24, (uint32_t)b->state);
-    put_u32(r + 28, name);
+    put_u32(r + 28, w_str(w, b->state_name));
     put_u32(r + 32, b->stack);
     put_u32(r + 36, b->first_history);
     put_u32(r + 40, b->nhistory);
     put_u32(r + 44, b->present);
-    r += R_BLOCK;
+    w_put(w, r, R_BLOCK);
   }
-  SECTION(CS_HISTORY, s->nhistory, R_HISTORY);
-  for (size_t i = 0; i < s->nhistory; i++, r += R_HISTORY) {
+  w_section(w, CS_HISTORY, s->nhistory);
+  for (size_t i = 0; i < s->nhistory; i++) {
     const ms_snap_history_t *h = &s->history[i];
     put_u64(r, h->addr);
     put_u64(r + 8, h->real_size);
     put_u32(r + 16, h->stack);
     put_u32(r + 20, h->present);
+    w_put(w, r, R_HISTORY);
   }
-  SECTION(CS_DEVICES, s->ndevices, R_DEVICE);
-  for (size_t i = 0; i < s->ndevices; i++, r += R_DEVICE) {
+  w_section(w, CS_DEVICES, s->ndevices);
+  for (size_t i = 0; i < s->ndevices; i++) {
     const ms_snap_device_t *d = &s->devices[i];
+    memset(r, 0, R_DEVICE);
     put_u32(r, d->first_trace);
     put_u32(r + 4, d->ntrace);
     put_u64(r + 8, d->trace_dropped);
@@ -302,143 +336,153 @@ static bool w_model(wbuf_t *w, uint64_t sect[][2], const ms_snapshot_t *s) {
     put_u32(r + 24, d->first_stat);
     put_u32(r + 28, d->nstats);
     put_u32(r + 32, d->present);
+    w_put(w, r, R_DEVICE);
   }
   return !w->failed;
 }
 
-static bool w_trace(wbuf_t *w, uint64_t sect[][2], const ms_snapshot_t *s) {
-  unsigned char *r;
-  SECTION(CS_TRACE, s->ntrace, R_TRACE);
+static bool w_trace(wbuf_t *w, const ms_snapshot_t *s) {
+  unsigned char r[R_EXTRA + R_TRACE];
+  w_section(w, CS_TRACE, s->ntrace);
+  memset(r, 0, sizeof r);
   for (size_t i = 0; i < s->ntrace; i++) {
     const ms_snap_trace_t *t = &s->trace[i];
-    uint32_t x = w_extra(w, t->extra); /* never moves w->p */
     put_u64(r, t->addr);
     put_u64(r + 8, t->size);
     put_u64(r + 16, t->stream);
     put_u64(r + 24, (uint64_t)t->time_us);
-    put_u32(r + 32, x);
+    put_u32(r + 32, w_extra(w, t->extra));
     put_u32(r + 36, t->stack);
     put_u16(r + 40, t->present);
     put_u8(r + 42, t->action);
-    r += R_TRACE;
+    w_put(w, r, R_TRACE);
   }
-  if (w->failed) return false;
-  SECTION(CS_EXTRAS, w->nextras, R_EXTRA);
-  for (size_t i = 0; i < w->nextras; i++) {
+  w_section(w, CS_EXTRAS, w->nextras);
+  memset(r, 0, sizeof r);
+  for (size_t i = 0; i < w->nextras && !w->failed; i++) {
     const ms_snap_trace_extra_t *x = w->extras[i];
-    size_t at = (size_t)(r - w->p);
-    uint32_t an = x->action_name ? w_str(w, x->action_name) : CACHE_NO_STR;
-    uint32_t cc = w_str(w, x->compile_context), um = w_str(w, x->user_metadata);
-    r = w->p + at;
-    put_u32(r, an);
-    put_u32(r + 4, cc);
-    put_u32(r + 8, um);
+    put_u32(r, x->action_name ? w_str(w, x->action_name) : CACHE_NO_STR);
+    put_u32(r + 4, w_str(w, x->compile_context));
+    put_u32(r + 8, w_str(w, x->user_metadata));
     put_u64(r + 16, (uint64_t)x->pool_id[0]);
     put_u64(r + 24, (uint64_t)x->pool_id[1]);
-    r += R_EXTRA;
+    w_put(w, r, R_EXTRA);
   }
   return !w->failed;
 }
 
-static bool w_stacks(wbuf_t *w, uint64_t sect[][2], const ms_snapshot_t *s) {
-  unsigned char *r;
-  SECTION(CS_FRAMES, s->nframes, R_FRAME);
+static bool w_stacks(wbuf_t *w, const ms_snapshot_t *s) {
+  unsigned char r[R_FRAME];
+  w_section(w, CS_FRAMES, s->nframes);
   for (size_t i = 0; i < s->nframes; i++) {
-    size_t at = (size_t)(r - w->p);
-    uint32_t nm = w_str(w, s->frames[i].name), fn = w_str(w, s->frames[i].filename);
-    r = w->p + at;
-    put_u32(r, nm);
-    put_u32(r + 4, fn);
+    put_u32(r, w_str(w, s->frames[i].name));
+    put_u32(r + 4, w_str(w, s->frames[i].filename));
     put_u64(r + 8, (uint64_t)s->frames[i].line);
-    r += R_FRAME;
+    w_put(w, r, R_FRAME);
   }
-  SECTION(CS_STACKS, s->nstacks, R_STACK);
-  for (size_t i = 0; i < s->nstacks; i++, r += R_STACK) {
+  w_section(w, CS_STACKS, s->nstacks);
+  for (size_t i = 0; i < s->nstacks; i++) {
     put_u32(r, s->stacks[i].first);
     put_u32(r + 4, s->stacks[i].nframes);
+    w_put(w, r, R_STACK);
   }
-  size_t wdt = s->stack_frames16 ? 2 : 4;
-  SECTION(CS_STACK_FRAMES, s->nstack_frames, wdt);
-  for (size_t i = 0; i < s->nstack_frames; i++, r += wdt) {
-    if (wdt == 2)
+  w_section(w, CS_STACK_FRAMES, s->nstack_frames);
+  for (size_t i = 0; i < s->nstack_frames; i++) {
+    if (s->stack_frames16) {
       put_u16(r, s->stack_frames16[i]);
-    else
+      w_put(w, r, 2);
+    } else {
       put_u32(r, s->stack_frames[i]);
+      w_put(w, r, 4);
+    }
   }
   return !w->failed;
 }
 
-static bool w_kvs(wbuf_t *w, uint64_t sect[][2], int sec, const ms_snap_kv_t *kv, size_t n) {
-  unsigned char *r;
-  SECTION(sec, n, R_KV);
-  for (size_t i = 0; i < n; i++) {
-    size_t at = (size_t)(r - w->p);
-    unsigned char rec[R_KV];
-    w_kv(w, rec, &kv[i]);
-    memcpy(w->p + at, rec, R_KV);
-    r = w->p + at + R_KV;
+static bool w_rest(wbuf_t *w, const ms_snapshot_t *s) {
+  unsigned char r[R_KV];
+  w_section(w, CS_SETTINGS, s->nsettings);
+  for (size_t i = 0; i < s->nsettings; i++) {
+    w_kv(w, r, &s->settings[i]);
+    w_put(w, r, R_KV);
   }
-  return !w->failed;
-}
-
-static bool w_rest(wbuf_t *w, uint64_t sect[][2], const ms_snapshot_t *s) {
-  unsigned char *r;
-  if (!w_kvs(w, sect, CS_SETTINGS, s->settings, s->nsettings) ||
-      !w_kvs(w, sect, CS_STATS, s->stats, s->nstats))
-    return false;
-  SECTION(CS_ANNOTATIONS, s->nannotations, R_ANNOTATION);
+  w_section(w, CS_STATS, s->nstats);
+  for (size_t i = 0; i < s->nstats; i++) {
+    w_kv(w, r, &s->stats[i]);
+    w_put(w, r, R_KV);
+  }
+  w_section(w, CS_ANNOTATIONS, s->nannotations);
   for (size_t i = 0; i < s->nannotations; i++) {
-    size_t at = (size_t)(r - w->p);
-    uint32_t nm = w_str(w, s->annotations[i].name), st = w_str(w, s->annotations[i].stage);
-    r = w->p + at;
-    put_u32(r, nm);
-    put_u32(r + 4, st);
+    put_u32(r, w_str(w, s->annotations[i].name));
+    put_u32(r + 4, w_str(w, s->annotations[i].stage));
     put_u64(r + 8, (uint64_t)s->annotations[i].device);
     put_u64(r + 16, (uint64_t)s->annotations[i].time_us);
-    r += R_ANNOTATION;
+    w_put(w, r, R_ANNOTATION);
   }
   if (w->failed) return false;
   /* the table ends with a NUL even when empty, so every string offset finds its end in it */
-  size_t n = w->str_len + 1;
-  SECTION(CS_STRINGS, n, 1);
-  if (w->str_len) memcpy(r, w->str, w->str_len);
-  r[w->str_len] = 0;
-  return true;
+  w_section(w, CS_STRINGS, w->str_len + 1);
+  w_put(w, w->str, w->str_len);
+  w_put(w, "", 1);
+  w_flush(w);
+  return !w->failed;
 }
-#undef SECTION
 
-int ms_cache_encode(const ms_snapshot_t *s, const ms_cache_key_t *key, void **buf, size_t *len) {
-  wbuf_t w = {0};
-  uint64_t sect[CACHE_NSECTIONS][2] = {{0}};
-  *buf = NULL;
-  *len = 0;
-  bool ok = w_reserve(&w, CACHE_HEADER_BYTES);
-  if (ok) {
-    memset(w.p, 0, CACHE_HEADER_BYTES);
-    w.len = CACHE_HEADER_BYTES;
-  }
-  ok = ok && w_model(&w, sect, s) && w_trace(&w, sect, s) && w_stacks(&w, sect, s) &&
-       w_rest(&w, sect, s);
-  w_release(&w);
-  if (!ok) {
-    free(w.p);
-    return MS_ENOMEM;
-  }
-  unsigned char *h = w.p;
+/* Streams snap's cache file for key: to fd from its current offset (the header is then written at
+ * offset 0 by pwrite; fd must be a new, empty file), or to memory (fd < 0: w->mem). *len = the
+ * file's length. */
+static int w_encode(wbuf_t *w, int fd, const ms_snapshot_t *s, const ms_cache_key_t *key,
+                    size_t *len) {
+  memset(w, 0, sizeof *w);
+  w->fd = fd;
+  w->sum = 0x6d656d736e617073ULL;
+  w->chunk = malloc(CACHE_SUM_CHUNK);
+  unsigned char h[CACHE_HEADER_BYTES] = {0};
+  if (!w->chunk) return MS_ENOMEM;
+  w_out(w, h, sizeof h); /* a placeholder, written again at the end */
+  w->pos = CACHE_HEADER_BYTES;
+  if (!(w_model(w, s) && w_trace(w, s) && w_stacks(w, s) && w_rest(w, s)))
+    return w->fd >= 0 && w->failed ? MS_EIO : MS_ENOMEM;
   memcpy(h, CACHE_MAGIC, 8);
   put_u32(h + 8, MS_CACHE_VERSION);
   put_u32(h + 12, key->flags);
   put_u64(h + 16, key->hash);
   put_u64(h + 24, key->size);
-  put_u64(h + 32, (uint64_t)w.len);
-  put_u64(h + 40, cache_checksum(w.p + CACHE_HEADER_BYTES, w.len - CACHE_HEADER_BYTES));
+  put_u64(h + 32, w->pos);
+  put_u64(h + 40, ms_hash_step(w->sum, w->pos - CACHE_HEADER_BYTES));
   for (int i = 0; i < CACHE_NSECTIONS; i++) {
-    put_u64(h + CACHE_FIXED_BYTES + 16 * i, sect[i][0]);
-    put_u64(h + CACHE_FIXED_BYTES + 16 * i + 8, sect[i][1]);
+    put_u64(h + CACHE_FIXED_BYTES + 16 * i, w->sect[i][0]);
+    put_u64(h + CACHE_FIXED_BYTES + 16 * i + 8, w->sect[i][1]);
   }
   put_u64(h + CACHE_HEADER_BYTES - 8, cache_sum(h, CACHE_HEADER_BYTES - 8, 1));
-  *buf = w.p;
-  *len = w.len;
+  if (fd >= 0) {
+    if (pwrite(fd, h, sizeof h, 0) != (ssize_t)sizeof h) return MS_EIO;
+  } else {
+    memcpy(w->mem, h, sizeof h);
+  }
+  *len = (size_t)w->pos;
+  return MS_OK;
+}
+
+int ms__cache_write_fd(int fd, const ms_snapshot_t *s, const ms_cache_key_t *key, size_t *len) {
+  wbuf_t w;
+  int rc = w_encode(&w, fd, s, key, len);
+  w_release(&w);
+  return rc;
+}
+
+int ms_cache_encode(const ms_snapshot_t *s, const ms_cache_key_t *key, void **buf, size_t *len) {
+  wbuf_t w;
+  *buf = NULL;
+  *len = 0;
+  int rc = w_encode(&w, -1, s, key, len);
+  w_release(&w);
+  if (rc != MS_OK) {
+    free(w.mem);
+    *len = 0;
+    return rc;
+  }
+  *buf = w.mem;
   return MS_OK;
 }
 

@@ -84,4 +84,11 @@ static inline uint64_t cache_checksum(const void *data, size_t len) {
   return ms_hash_step(h, (uint64_t)len);
 }
 
+struct ms_snapshot_s;
+struct ms_cache_key_s;
+/* ms_cache_encode streamed to fd (a new, empty file; the header is written last, at offset 0),
+ * in 1 MiB of memory. *len = the file's length. @return MS_OK, MS_EIO or MS_ENOMEM. */
+int ms__cache_write_fd(int fd, const struct ms_snapshot_s *s, const struct ms_cache_key_s *key,
+                       size_t *len);
+
 #endif /* MEMSNAP_LIB_CACHE_INTERNAL_H */

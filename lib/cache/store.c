@@ -212,7 +212,10 @@ static int entry_read(const char *path, const ms_cache_key_t *key, ms_snapshot_t
   return rc == MS_OK ? MS_OK : MS_ENOTFOUND;
 }
 
-static int entry_write(const char *dir, const char *path, const void *buf, size_t len) {
+/* Writes snap's entry: streamed to a temporary file of dir, renamed over path when complete and
+ * within max bytes. */
+static int entry_write(const char *dir, const char *path, const ms_snapshot_t *snap,
+                       const ms_cache_key_t *key, uint64_t max) {
   char tmp[4200];
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -221,24 +224,13 @@ static int entry_write(const char *dir, const char *path, const void *buf, size_
   if (n < 0 || (size_t)n >= sizeof tmp) return MS_ELIMIT;
   int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (fd < 0) return MS_EIO;
-  const unsigned char *p = buf;
-  size_t left = len;
-  while (left) {
-    ssize_t w = write(fd, p, left);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) {
-      close(fd);
-      unlink(tmp);
-      return MS_EIO;
-    }
-    p += w;
-    left -= (size_t)w;
-  }
-  if (close(fd) != 0 || rename(tmp, path) != 0) {
-    unlink(tmp);
-    return MS_EIO;
-  }
-  return MS_OK;
+  size_t len = 0;
+  int rc = ms__cache_write_fd(fd, snap, key, &len);
+  if (close(fd) != 0 && rc == MS_OK) rc = MS_EIO;
+  if (rc == MS_OK && len > max) rc = MS_ELIMIT;
+  if (rc == MS_OK && rename(tmp, path) != 0) rc = MS_EIO;
+  if (rc != MS_OK) unlink(tmp);
+  return rc;
 }
 
 /* ---- the directory -------------------------------------------------------------------------- */
@@ -390,14 +382,9 @@ int ms_cache_load(const char *path, unsigned flags, const ms_cache_options_t *op
     struct stat after;
     /* the file changed while it was hashed or read: what was read may not be what was hashed */
     if (stat(path, &after) == 0 && same_file(&before, &after) && make_dir(dir) == MS_OK) {
-      void *buf;
-      size_t len;
-      if (ms_cache_encode(*out, &key, &buf, &len) == MS_OK) {
-        if (len <= max && entry_write(dir, epath, buf, len) == MS_OK) {
-          oc = MS_CACHE_STORED;
-          if (ms_cache_evict(dir, max) != MS_OK) oc = MS_CACHE_STORED; /* evicted next time */
-        }
-        free(buf);
+      if (entry_write(dir, epath, *out, &key, max) == MS_OK) {
+        oc = MS_CACHE_STORED;
+        if (ms_cache_evict(dir, max) != MS_OK) oc = MS_CACHE_STORED; /* evicted next time */
       }
     }
   }
