@@ -7,6 +7,8 @@
  *   pickle_1gb_stats_s              `memsnap stats FILE`, the cache off (MEMSNAP_CACHE=0)
  *   pickle_1gb_timeline_s           `memsnap timeline FILE`, the cache off
  *   pickle_1gb_timeline_rss_ratio   its peak RSS / the file's size
+ *   pickle_1gb_top_s, pickle_1gb_memory_at_s   `memsnap top FILE`, `memsnap memory FILE --at
+ *                                   peak -o /dev/null`, the cache off
  *   pickle_1gb_first_top_s          `memsnap top FILE` into an empty cache (reads and stores)
  *   pickle_1gb_cached_stats_s, _cached_top_s, _cached_timeline_s, _cached_memory_at_s,
  *   pickle_1gb_cached_view_s        the same commands answered from the cache (second runs)
@@ -139,6 +141,10 @@ int main(void) {
   bench("pickle_1gb_stats_s", (const char *const[]){"stats", path, NULL}, REPS, NULL, fb);
   bench("pickle_1gb_timeline_s", (const char *const[]){"timeline", path, NULL}, REPS,
         "pickle_1gb_timeline_rss_ratio", fb);
+  bench("pickle_1gb_top_s", (const char *const[]){"top", path, NULL}, REPS, NULL, fb);
+  bench("pickle_1gb_memory_at_s",
+        (const char *const[]){"memory", path, "--at", "peak", "-o", "/dev/null", NULL}, REPS, NULL,
+        fb);
   unsetenv("MEMSNAP_CACHE");
   bench("pickle_1gb_first_top_s", (const char *const[]){"top", path, NULL}, 1, NULL, fb);
   bench("pickle_1gb_cached_top_s", (const char *const[]){"top", path, NULL}, REPS, NULL, fb);

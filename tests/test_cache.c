@@ -494,6 +494,8 @@ static const char *const commands[][12] = {
     {"export", "FILE", "--perfetto", "out.file"},
     {"compare", "FILE", "FILE", "--folded", "-o", "-"},
     {"convert", "FILE", "out.file"},
+    {"replay", "FILE", "--check"},
+    {"trace_plot", "FILE", "-o", "out.file"},
 };
 #define NCMD (sizeof commands / sizeof *commands)
 
