@@ -113,15 +113,29 @@ static void w_put(wbuf_t *w, const void *data, size_t n) {
   }
 }
 
+/* Little-endian fields; on a little-endian host one unaligned load or store each. */
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+#define CACHE_LE_HOST 1
+#else
+#define CACHE_LE_HOST 0
+#endif
 static inline void put_u8(unsigned char *p, uint8_t v) { p[0] = v; }
 static inline void put_u16(unsigned char *p, uint16_t v) {
   p[0] = (unsigned char)v;
   p[1] = (unsigned char)(v >> 8);
 }
 static inline void put_u32(unsigned char *p, uint32_t v) {
+  if (CACHE_LE_HOST) {
+    memcpy(p, &v, 4);
+    return;
+  }
   for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i));
 }
 static inline void put_u64(unsigned char *p, uint64_t v) {
+  if (CACHE_LE_HOST) {
+    memcpy(p, &v, 8);
+    return;
+  }
   for (int i = 0; i < 8; i++) p[i] = (unsigned char)(v >> (8 * i));
 }
 static inline uint16_t get_u16(const unsigned char *p) {
@@ -129,11 +143,19 @@ static inline uint16_t get_u16(const unsigned char *p) {
 }
 static inline uint32_t get_u32(const unsigned char *p) {
   uint32_t v = 0;
+  if (CACHE_LE_HOST) {
+    memcpy(&v, p, 4);
+    return v;
+  }
   for (int i = 3; i >= 0; i--) v = v << 8 | p[i];
   return v;
 }
 static inline uint64_t get_u64(const unsigned char *p) {
   uint64_t v = 0;
+  if (CACHE_LE_HOST) {
+    memcpy(&v, p, 8);
+    return v;
+  }
   for (int i = 7; i >= 0; i--) v = v << 8 | p[i];
   return v;
 }
