@@ -54,6 +54,7 @@ int cmd_trace_plot(int argc, char **argv);
 int cmd_segment_plot(int argc, char **argv);
 int cmd_explain(int argc, char **argv);
 int cmd_check(int argc, char **argv);
+int cmd_cache(int argc, char **argv);
 
 /* The table, NULL-terminated (main.c). */
 extern const struct cli_cmd cli_commands[];

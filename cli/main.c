@@ -31,6 +31,7 @@ const struct cli_cmd cli_commands[] = {
     {"export", cmd_export, "to SQLite, pprof or Perfetto/Chrome trace JSON (several ranks: --sqlite)"},
     {"run", cmd_run, "run a CUDA program and snapshot its device memory (LD_PRELOAD)"},
     {"view", cmd_view, "an offline HTML viewer: timelines, allocator state history, settings"},
+    {"cache", cmd_cache, "the snapshot cache: where, how big; --clear empties it"},
     {"trace_plot", cmd_trace_plot, "the viewer opened on the memory timeline, as _memory_viz.py"},
     {"segment_plot", cmd_segment_plot, "the viewer opened on the allocator state history"},
     {NULL, NULL, NULL},

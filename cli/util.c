@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "memsnap/cache.h"
 #include "memsnap/error.h"
 #include "memsnap/serialize.h"
 #include "memsnap/views.h"
@@ -45,6 +46,9 @@ static void cli_opt_set_flag(const struct cli_opt *o) {
   if (o->flag) *o->flag = 1;
 }
 
+/* --no-cache was given (docs/performance.md): snapshots are read from their files only. */
+static bool cli_no_cache;
+
 int cli_parse_options(const char *cmd, const char *usage, const struct cli_opt *opts, int argc,
                       char **argv, char **pos, int maxpos, int *npos) {
   int n = 0;
@@ -58,6 +62,10 @@ int cli_parse_options(const char *cmd, const char *usage, const struct cli_opt *
     }
     if (strcmp(a, "--") == 0) {
       only_positional = true;
+      continue;
+    }
+    if (strcmp(a, "--no-cache") == 0) { /* every command's: cli_load_ex skips the cache */
+      cli_no_cache = true;
       continue;
     }
     if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
@@ -190,7 +198,11 @@ int cli_load_ex(const char *path, unsigned flags, ms_snapshot_t **out) {
   const char *name = cli_display_name(path);
   cli_note_input(path);
   cli_progress_start("reading '%s'", name);
-  int err = ms_snapshot_load_ex(path, flags, &snap, &eb);
+  /* through the snapshot cache (memsnap/cache.h) unless --no-cache or MEMSNAP_CACHE=0: the same
+   * snapshot, errors and messages either way */
+  int err = !cli_no_cache && ms_cache_env_enabled()
+                ? ms_cache_load(path, flags, NULL, &snap, NULL, &eb)
+                : ms_snapshot_load_ex(path, flags, &snap, &eb);
   cli_progress_stop();
   if (err != MS_OK) {
     const char *what = eb.msg[0] ? eb.msg : ms_strerror(err);

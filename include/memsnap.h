@@ -20,5 +20,6 @@
 #include "memsnap/attribution.h"
 #include "memsnap/export.h"
 #include "memsnap/explain.h"
+#include "memsnap/cache.h"
 
 #endif /* MEMSNAP_H */

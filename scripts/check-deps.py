@@ -29,7 +29,7 @@ LAYERS = [
     ["snapshot"],
     ["timeline"],
     ["attribution"],
-    ["replay", "export", "interpose"],
+    ["replay", "export", "interpose", "cache"],
     ["explain"],
     ["viz/flamegraph"],
     ["viz/views", "viz/view"],
@@ -46,7 +46,7 @@ PUBLIC = {
     "serialize.h": "snapshot", "pickle.h": "snapshot",
     "timeline.h": "timeline", "attribution.h": "attribution",
     "replay.h": "replay", "export.h": "export", "interpose.h": "interpose",
-    "explain.h": "explain", "compare.h": "explain",
+    "explain.h": "explain", "compare.h": "explain", "cache.h": "cache",
     "viz.h": "viz/flamegraph", "views.h": "viz/views", "view.h": "viz/view",
 }
 

@@ -563,6 +563,7 @@ int ms__snapshot_check(const ms_snapshot_t *s, ms_errbuf_t *eb) {
 typedef struct snap_impl_s {
   ms__arena_chunk_t *chunks;
   int borrowing; /* every table but segments and blocks belongs to another snapshot */
+  void *strings; /* ms__snapshot_adopt: the one malloc'd block its strings live in */
 } snap_impl_t;
 
 int ms__snapshot_new_borrowing(const ms_snapshot_t *src, ms_snapshot_t **out) {
@@ -585,6 +586,28 @@ int ms__snapshot_new_borrowing(const ms_snapshot_t *src, ms_snapshot_t **out) {
   if (src->ndevices) memcpy(s->devices, src->devices, src->ndevices * sizeof *s->devices);
   impl->chunks = NULL;
   impl->borrowing = 1;
+  impl->strings = NULL;
+  s->impl_ = impl;
+  *out = s;
+  return MS_OK;
+}
+
+int ms__snapshot_adopt(const ms_snapshot_t *tables, void *strings, ms_snapshot_t **out,
+                       ms_errbuf_t *eb) {
+  int rc = snapshot_check(tables, false, eb);
+  if (rc != MS_OK) return rc;
+  ms_snapshot_t *s = malloc(sizeof *s);
+  snap_impl_t *impl = malloc(sizeof *impl);
+  if (!s || !impl) {
+    free(s);
+    free(impl);
+    return ms__errbuf_set(eb, MS_ENOMEM, "out of memory building the snapshot");
+  }
+  *s = *tables;
+  if (!s->hostname) s->hostname = "";
+  impl->chunks = NULL;
+  impl->borrowing = 0;
+  impl->strings = strings;
   s->impl_ = impl;
   *out = s;
   return MS_OK;
@@ -630,6 +653,7 @@ int ms__snapbuild_finish(ms__snapbuild_t *b, ms_snapshot_t **out, ms_errbuf_t *e
   }
   impl->chunks = b->chunks;
   impl->borrowing = 0;
+  impl->strings = NULL;
   s->impl_ = impl;
   /* Ownership moved: forget the pointers without freeing them. */
   b->segments.ptr = NULL, b->blocks.ptr = NULL, b->history.ptr = NULL, b->devices.ptr = NULL;
@@ -655,6 +679,7 @@ void ms_snapshot_free(ms_snapshot_t *snap) {
   }
   if (impl) {
     arena_free(impl->chunks);
+    free(impl->strings);
     free(impl);
   }
   free(snap->history);

@@ -162,4 +162,12 @@ int ms__snapbuild_finish(ms__snapbuild_t *b, ms_snapshot_t **out, ms_errbuf_t *e
  * @return MS_OK or MS_ENOMEM. */
 int ms__snapshot_new_borrowing(const ms_snapshot_t *src, ms_snapshot_t **out);
 
+/* A new snapshot made of tables built elsewhere (the cache reader, lib/cache/): it takes every
+ * array of *tables (each malloc'd, or NULL when empty, as ms_snapshot_free frees them) and
+ * `strings`, one malloc'd block (or NULL) that the tables' strings point into, freed with it.
+ * Runs ms__snapshot_check first; on failure (MS_EFORMAT) nothing is taken: the caller still owns
+ * the arrays and the block. @return MS_OK, MS_EFORMAT or MS_ENOMEM. */
+int ms__snapshot_adopt(const ms_snapshot_t *tables, void *strings, ms_snapshot_t **out,
+                       ms_errbuf_t *eb);
+
 #endif /* MEMSNAP_LIB_SNAPBUILD_H */

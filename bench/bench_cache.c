@@ -1,0 +1,178 @@
+/* SPDX-License-Identifier: MIT
+ * Benchmark of the snapshot cache (issue #33) on the synthetic ~1 GB PyTorch pickle of bench_read
+ * (5,000,000 trace entries, bench/synth.h): each command runs 3 times as a child process and the
+ * median CPU time (user + system, every thread) is reported, beside `cat FILE` of the same file in
+ * the same run (the floor: reading the bytes at all). Prints on stdout:
+ *   pickle_1gb_floor_s              `cat FILE > /dev/null`
+ *   pickle_1gb_stats_s              `memsnap stats FILE`, the cache off (MEMSNAP_CACHE=0)
+ *   pickle_1gb_timeline_s           `memsnap timeline FILE`, the cache off
+ *   pickle_1gb_timeline_rss_ratio   its peak RSS / the file's size
+ *   pickle_1gb_top_s, pickle_1gb_memory_at_s   `memsnap top FILE`, `memsnap memory FILE --at
+ *                                   peak -o /dev/null`, the cache off
+ *   pickle_1gb_first_top_s          `memsnap top FILE` into an empty cache (reads and stores)
+ *   pickle_1gb_cached_stats_s, _cached_top_s, _cached_timeline_s, _cached_memory_at_s,
+ *   pickle_1gb_cached_view_s        the same commands answered from the cache (second runs)
+ *   cache_mb_per_gb                 the cache's size after them, per GB of pickle
+ * Each line on stderr shows the wall-clock time and the floor beside.
+ * The file lives in $TMPDIR (or /tmp) and is deleted, unless MS_BENCH_READ_KEEP names a path (the
+ * file is then written there, kept, and reused when it exists). The cache lives in a temporary
+ * folder (XDG_CACHE_HOME), never the user's.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "memsnap/cache.h"
+#include "memsnap/serialize.h"
+#include "synth.h"
+#include "bench_util.h"
+
+enum { REPS = 3 };
+
+static void die(const char *what, const char *msg) {
+  fprintf(stderr, "memsnap: error: bench_cache: %s: %s\n", what, msg);
+  exit(1);
+}
+
+/* Runs bin with args (argv[0] included), stdout to /dev/null; its CPU seconds, *wall, *rss_kb. */
+static double run_child(const char *bin, const char *const *args, double *wall, long *rss_kb) {
+  fflush(stdout);
+  double w0 = now_s();
+  pid_t pid = fork();
+  if (pid < 0) die("fork", strerror(errno));
+  if (pid == 0) {
+    int fd = open("/dev/null", O_WRONLY);
+    if (fd < 0 || dup2(fd, 1) < 0) _exit(127);
+    execvp(bin, (char *const *)args);
+    _exit(127);
+  }
+  int st;
+  struct rusage ru;
+  if (wait4(pid, &st, 0, &ru) < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
+    die(args[0], "the command failed");
+  *wall = now_s() - w0;
+  *rss_kb = ru.ru_maxrss;
+  return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec * 1e-6 +
+         (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec * 1e-6;
+}
+
+static double floor_s;
+
+/* Median CPU seconds of `memsnap args` (reps runs); prints metric, and with rss_metric the peak
+ * RSS over the file's size. */
+static double bench(const char *metric, const char *const *args, int reps, const char *rss_metric,
+                    double file_bytes) {
+  const char *bin = getenv("MEMSNAP_BIN");
+  if (!bin || !*bin) die("MEMSNAP_BIN", "not set (run through bench/run.sh)");
+  const char *argv[16] = {bin};
+  for (int i = 0; args[i] && i < 14; i++) argv[i + 1] = args[i];
+  double c[REPS], w[REPS];
+  long rss = 0;
+  for (int i = 0; i < reps; i++) {
+    long r;
+    c[i] = run_child(bin, argv, &w[i], &r);
+    if (r > rss) rss = r;
+  }
+  double cm = median(c, reps), wm = median(w, reps);
+  printf("%s %.3f\n", metric, cm);
+  if (rss_metric) printf("%s %.3f\n", rss_metric, (double)rss * 1024.0 / file_bytes);
+  fflush(stdout);
+  fprintf(stderr, "  %-30s %.2f s CPU, %.2f s wall, peak RSS %.0f MB (floor: %.2f s CPU)\n",
+          metric, cm, wm, (double)rss / 1024.0, floor_s);
+  return cm;
+}
+
+static void generate(const char *path, size_t entries) {
+  fflush(stdout);
+  pid_t pid = fork();
+  if (pid < 0) die("fork", strerror(errno));
+  if (pid == 0) {
+    synth_opts_t o = {1, entries, 4, 0};
+    ms_snapshot_t *s = NULL;
+    ms_errbuf_t eb = {{0}};
+    if (synth_workload(&o, &s, &eb) != MS_OK) die("synthetic snapshot", eb.msg);
+    if (synth_write_pickle(s, path, &eb) != MS_OK) die(path, eb.msg);
+    ms_snapshot_free(s);
+    _exit(0);
+  }
+  int st;
+  if (waitpid(pid, &st, 0) < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
+    die("generating the synthetic snapshot", "child failed");
+}
+
+int main(void) {
+  const char *tmpdir = getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+  const char *keep = getenv("MS_BENCH_READ_KEEP");
+  char path[4096], cache[4200];
+  if (keep && *keep)
+    snprintf(path, sizeof path, "%s", keep);
+  else
+    snprintf(path, sizeof path, "%s/memsnap-bench-cache-%d.pickle", tmpdir, (int)getpid());
+  snprintf(cache, sizeof cache, "%s/memsnap-bench-cache-%d.d", tmpdir, (int)getpid());
+  if (mkdir(cache, 0700) != 0) die(cache, strerror(errno));
+  setenv("XDG_CACHE_HOME", cache, 1);
+  unsetenv("MEMSNAP_CACHE_MAX");
+  struct stat st;
+  if (!(keep && *keep && stat(path, &st) == 0)) {
+    double w0 = now_s();
+    generate(path, 5000000);
+    fprintf(stderr, "  generated %s in %.1f s\n", path, now_s() - w0);
+  }
+  if (stat(path, &st) != 0) die(path, strerror(errno));
+  double fb = (double)st.st_size;
+  {
+    double c[REPS], w[REPS];
+    long r;
+    for (int i = 0; i < REPS; i++)
+      c[i] = run_child("cat", (const char *const[]){"cat", path, NULL}, &w[i], &r);
+    floor_s = median(c, REPS);
+    printf("pickle_1gb_floor_s %.3f\n", floor_s);
+    fprintf(stderr, "  pickle_1gb_floor_s             %.2f s CPU, %.2f s wall (%.0f MB)\n",
+            floor_s, median(w, REPS), fb / 1e6);
+  }
+  setenv("MEMSNAP_CACHE", "0", 1);
+  bench("pickle_1gb_stats_s", (const char *const[]){"stats", path, NULL}, REPS, NULL, fb);
+  bench("pickle_1gb_timeline_s", (const char *const[]){"timeline", path, NULL}, REPS,
+        "pickle_1gb_timeline_rss_ratio", fb);
+  bench("pickle_1gb_top_s", (const char *const[]){"top", path, NULL}, REPS, NULL, fb);
+  bench("pickle_1gb_memory_at_s",
+        (const char *const[]){"memory", path, "--at", "peak", "-o", "/dev/null", NULL}, REPS, NULL,
+        fb);
+  unsetenv("MEMSNAP_CACHE");
+  bench("pickle_1gb_first_top_s", (const char *const[]){"top", path, NULL}, 1, NULL, fb);
+  bench("pickle_1gb_cached_top_s", (const char *const[]){"top", path, NULL}, REPS, NULL, fb);
+  bench("pickle_1gb_cached_timeline_s", (const char *const[]){"timeline", path, NULL}, REPS, NULL,
+        fb);
+  bench("pickle_1gb_cached_memory_at_s",
+        (const char *const[]){"memory", path, "--at", "peak", "-o", "/dev/null", NULL}, REPS, NULL,
+        fb);
+  bench("pickle_1gb_first_stats_s", (const char *const[]){"stats", path, NULL}, 1, NULL, fb);
+  bench("pickle_1gb_cached_stats_s", (const char *const[]){"stats", path, NULL}, REPS, NULL, fb);
+  char html[4300];
+  snprintf(html, sizeof html, "%s/view.html", cache);
+  bench("pickle_1gb_first_view_s", (const char *const[]){"view", path, "-o", html, NULL}, 1, NULL,
+        fb);
+  bench("pickle_1gb_cached_view_s", (const char *const[]){"view", path, "-o", html, NULL}, REPS,
+        NULL, fb);
+  unlink(html);
+  char dir[4300];
+  snprintf(dir, sizeof dir, "%s/memsnap", cache);
+  size_t n = 0;
+  uint64_t bytes = 0;
+  if (ms_cache_usage(dir, &n, &bytes) != MS_OK) die(dir, "cannot read the cache");
+  printf("cache_mb_per_gb %.1f\n", (double)bytes / 1e6 / (fb / 1e9));
+  fprintf(stderr, "  cache: %zu entries, %.0f MB for a %.0f MB file\n", n, (double)bytes / 1e6,
+          fb / 1e6);
+  if (ms_cache_clear(dir, NULL) != MS_OK) die(dir, "cannot clear the cache");
+  rmdir(dir);
+  rmdir(cache);
+  if (!(keep && *keep)) unlink(path);
+  return 0;
+}

@@ -1,0 +1,102 @@
+/* SPDX-License-Identifier: MIT
+ * memsnap: the persistent snapshot cache (issue #33).
+ *
+ * Reading a 1 GB PyTorch pickle takes seconds; a user runs many commands on one file. The first
+ * load of a file stores the model it gave (ms_snapshot_t, exactly as the reader built it for the
+ * load flags asked) in a flat, relocatable cache file; later loads of the same bytes with the same
+ * flags read that file instead of the pickle.
+ *
+ *  - Location: $XDG_CACHE_HOME/memsnap/, else $HOME/.cache/memsnap/ (ms_cache_dir).
+ *  - Key: a fast 64-bit hash of the input's whole content (ms_cache_hash_file), its size, the load
+ *    flags and the format's version. A changed file is never answered from a stale entry, even
+ *    with the same size and mtime.
+ *  - Validation: a cache file is checked before use (magic, version, key, a checksum of its header
+ *    and of its body, every section's offset and length within the file, every string offset
+ *    within the string table, every index within its table, the model's invariants). Anything
+ *    else is a miss: the entry is removed and rebuilt, never trusted.
+ *  - Writes are atomic (a temporary file in the same directory, renamed over the entry), so
+ *    concurrent runs see either no entry or a complete one.
+ *  - Size: bounded (MEMSNAP_CACHE_MAX, default 4 GiB); after a store, the least recently used
+ *    entries (a hit refreshes an entry's mtime) are evicted until the total fits.
+ *  - Standard input ("-") and anything but a regular file are never cached.
+ *  - MEMSNAP_CACHE=0 disables it (ms_cache_env_enabled).
+ *
+ * Thread-safety: every function may be called from any thread; distinct processes may share one
+ * cache directory.
+ */
+#ifndef MEMSNAP_CACHE_H
+#define MEMSNAP_CACHE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "memsnap/common.h"
+#include "memsnap/error.h"
+#include "memsnap/snapshot.h"
+
+MS_EXTERN_C_BEGIN
+
+/* The format's version: entries of another version are misses (and evicted in time). */
+#define MS_CACHE_VERSION 1u
+
+/* What identifies an entry. */
+typedef struct ms_cache_key_s {
+  uint64_t hash;  /* ms_cache_hash_file of the input */
+  uint64_t size;  /* the input's size in bytes */
+  unsigned flags; /* MS_LOAD_* the snapshot was loaded with */
+} ms_cache_key_t;
+
+typedef struct ms_cache_options_s {
+  const char *dir;    /* NULL: ms_cache_dir() */
+  uint64_t max_bytes; /* 0: MEMSNAP_CACHE_MAX, else 4 GiB */
+} ms_cache_options_t;
+
+/* How a load went (for tests, `memsnap cache`, benchmarks). */
+typedef enum ms_cache_outcome {
+  MS_CACHE_BYPASSED = 0, /* not cacheable (standard input, not a regular file, no directory) */
+  MS_CACHE_HIT,          /* answered from the cache */
+  MS_CACHE_STORED,       /* read from the input, and stored */
+  MS_CACHE_MISSED,       /* read from the input, not stored (too large, the input changed, I/O) */
+} ms_cache_outcome;
+
+/* The cache directory into buf: $XDG_CACHE_HOME/memsnap (when set and absolute), else
+ * $HOME/.cache/memsnap. @return MS_OK, MS_NOTFOUND (neither variable usable) or MS_LIMIT. */
+MS_API MS_NODISCARD int ms_cache_dir(char *buf, size_t cap);
+
+/* false when MEMSNAP_CACHE is "0", "off", "no" or "false". */
+MS_API bool ms_cache_env_enabled(void);
+
+/* The content hash of a file (several threads over 64 MiB chunks; the value does not depend on
+ * their number). @return MS_OK or MS_IO. */
+MS_API MS_NODISCARD int ms_cache_hash_file(const char *path, uint64_t *hash, uint64_t *size);
+
+/* ms_snapshot_load_ex through the cache: a hit maps the entry and builds the snapshot from it
+ * without reading the input's format; a miss loads the input as ms_snapshot_load_ex does (same
+ * result, same errors and messages) and stores the result. The snapshot is the same either way.
+ * outcome may be NULL. */
+MS_API MS_NODISCARD int ms_cache_load(const char *path, unsigned flags,
+                                      const ms_cache_options_t *opts, ms_snapshot_t **out,
+                                      ms_cache_outcome *outcome, ms_errbuf_t *eb);
+
+/* The entries in dir (NULL: ms_cache_dir()): their number and total bytes. */
+MS_API MS_NODISCARD int ms_cache_usage(const char *dir, size_t *nfiles, uint64_t *bytes);
+/* Removes every entry (and stale temporary file) of dir. *removed may be NULL. */
+MS_API MS_NODISCARD int ms_cache_clear(const char *dir, size_t *removed);
+/* Evicts the least recently used entries of dir until their total is at most max_bytes. */
+MS_API MS_NODISCARD int ms_cache_evict(const char *dir, uint64_t max_bytes);
+/* The bound in force: MEMSNAP_CACHE_MAX (bytes, or with a K, M or G suffix), else 4 GiB. */
+MS_API uint64_t ms_cache_max_bytes(void);
+
+/* The format itself. encode writes snap as a cache file for key into a malloc'd buffer;
+ * decode checks one (key NULL: any key; check_sums false: skip the checksums, so that fuzzing
+ * reaches the structural checks) and builds the snapshot. decode returns MS_FORMAT,
+ * MS_TRUNCATED, MS_VERSION or MS_NOTFOUND (another key) for a file it refuses, never crashes. */
+MS_API MS_NODISCARD int ms_cache_encode(const ms_snapshot_t *snap, const ms_cache_key_t *key,
+                                        void **buf, size_t *len);
+MS_API MS_NODISCARD int ms_cache_decode(const void *buf, size_t len, const ms_cache_key_t *key,
+                                        bool check_sums, ms_snapshot_t **out, ms_errbuf_t *eb);
+
+MS_EXTERN_C_END
+
+#endif /* MEMSNAP_CACHE_H */

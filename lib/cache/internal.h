@@ -1,0 +1,94 @@
+/* SPDX-License-Identifier: MIT
+ * memsnap cache: what its files share (memsnap/cache.h). format.c: the flat file format (encode,
+ * validate, decode); store.c: the directory, keys, atomic writes, LRU eviction, ms_cache_load.
+ *
+ * The file, all integers little-endian:
+ *   header (CACHE_HEADER_BYTES): magic "memsnapC", u32 version, u32 load flags, u64 content hash,
+ *     u64 input size, u64 file length, u64 body checksum, then CACHE_NSECTIONS x (u64 offset,
+ *     u64 count), then u64 header checksum (of every byte before it);
+ *   sections, each a run of fixed-width records at its offset (see format.c for each record);
+ *   strings are u32 offsets into the STRINGS section (one NUL-terminated string each; the section
+ *   ends with a NUL), CACHE_NO_STR for a NULL string.
+ * The checksums are cache_sum over 1 MiB chunks folded in order.
+ */
+#ifndef MEMSNAP_LIB_CACHE_INTERNAL_H
+#define MEMSNAP_LIB_CACHE_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "common/hash.h"
+
+enum {
+  CS_SCALARS = 0,
+  CS_SEGMENTS,
+  CS_BLOCKS,
+  CS_HISTORY,
+  CS_DEVICES,
+  CS_TRACE,
+  CS_EXTRAS,
+  CS_FRAMES,
+  CS_STACKS,
+  CS_STACK_FRAMES,
+  CS_SETTINGS,
+  CS_STATS,
+  CS_ANNOTATIONS,
+  CS_STRINGS,
+  CACHE_NSECTIONS
+};
+
+#define CACHE_MAGIC "memsnapC"
+#define CACHE_FIXED_BYTES 48u
+#define CACHE_HEADER_BYTES (CACHE_FIXED_BYTES + 16u * CACHE_NSECTIONS + 8u)
+#define CACHE_NO_STR UINT32_MAX
+#define CACHE_SUM_CHUNK ((size_t)1 << 20)
+
+/* A fast hash of a byte run: four independent lanes of wyhash's multiply-fold over 64 bytes per
+ * round, so that it runs at memory speed. */
+static inline uint64_t cache_sum(const void *data, size_t len, uint64_t seed) {
+  const unsigned char *p = (const unsigned char *)data;
+  uint64_t s[4] = {seed ^ MS_HASH_P0, seed ^ MS_HASH_P1, seed ^ MS_HASH_P2,
+                   seed ^ 0x589965cc75374cc3ULL};
+  size_t n = len;
+  while (n >= 64) {
+    for (int k = 0; k < 4; k++) {
+      uint64_t a, b;
+      memcpy(&a, p + 16 * k, 8);
+      memcpy(&b, p + 16 * k + 8, 8);
+      s[k] = ms_hash_mum(a ^ s[k] ^ MS_HASH_P0, b ^ MS_HASH_P1) ^ (s[k] >> 7 | s[k] << 57);
+    }
+    p += 64;
+    n -= 64;
+  }
+  unsigned char tail[64] = {0};
+  memcpy(tail, p, n);
+  for (int k = 0; k < 4; k++) {
+    uint64_t a, b;
+    memcpy(&a, tail + 16 * k, 8);
+    memcpy(&b, tail + 16 * k + 8, 8);
+    s[k] = ms_hash_mum(a ^ s[k] ^ MS_HASH_P0, b ^ MS_HASH_P1 ^ (uint64_t)n) ^ s[k];
+  }
+  uint64_t h = ms_hash_step(ms_hash_step(s[0], s[1]), ms_hash_step(s[2], s[3]));
+  return ms_hash_step(h, (uint64_t)len);
+}
+
+/* The checksum of a byte run: cache_sum of each 1 MiB chunk, folded in order. */
+static inline uint64_t cache_checksum(const void *data, size_t len) {
+  const unsigned char *p = (const unsigned char *)data;
+  uint64_t h = 0x6d656d736e617073ULL;
+  for (size_t off = 0; off < len; off += CACHE_SUM_CHUNK) {
+    size_t n = len - off < CACHE_SUM_CHUNK ? len - off : CACHE_SUM_CHUNK;
+    h = ms_hash_step(h, cache_sum(p + off, n, 0));
+  }
+  return ms_hash_step(h, (uint64_t)len);
+}
+
+struct ms_snapshot_s;
+struct ms_cache_key_s;
+/* ms_cache_encode streamed to fd (a new, empty file; the header is written last, at offset 0),
+ * in 1 MiB of memory. *len = the file's length. @return MS_OK, MS_EIO or MS_ENOMEM. */
+int ms__cache_write_fd(int fd, const struct ms_snapshot_s *s, const struct ms_cache_key_s *key,
+                       size_t *len);
+
+#endif /* MEMSNAP_LIB_CACHE_INTERNAL_H */

@@ -1,0 +1,393 @@
+/* SPDX-License-Identifier: MIT
+ * memsnap cache: the cache directory (memsnap/cache.h). Keys (a content hash computed by several
+ * threads), entries named after their key, atomic writes (a temporary file renamed over the
+ * entry, without fsync: a cache entry lost in a crash is rebuilt, and a torn one fails its
+ * checksum), LRU eviction by mtime (a hit touches its entry), and ms_cache_load.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cache/internal.h"
+#include "common/internal.h"
+#include "memsnap/cache.h"
+#include "memsnap/serialize.h"
+
+#define CACHE_DEFAULT_MAX ((uint64_t)4 << 30)
+#define HASH_CHUNK ((uint64_t)64 << 20) /* the unit of the content hash's parallel work */
+#define HASH_READ ((size_t)1 << 20)
+#define ENTRY_SUFFIX ".msc"
+#define TEMP_PREFIX ".tmp-"
+
+/* ---- settings ------------------------------------------------------------------------------- */
+
+int ms_cache_dir(char *buf, size_t cap) {
+  const char *x = getenv("XDG_CACHE_HOME");
+  int n;
+  if (x && x[0] == '/') {
+    n = snprintf(buf, cap, "%s/memsnap", x);
+  } else {
+    const char *home = getenv("HOME");
+    if (!home || home[0] != '/') return MS_ENOTFOUND;
+    n = snprintf(buf, cap, "%s/.cache/memsnap", home);
+  }
+  return n < 0 || (size_t)n >= cap ? MS_ELIMIT : MS_OK;
+}
+
+bool ms_cache_env_enabled(void) {
+  const char *v = getenv("MEMSNAP_CACHE");
+  if (!v) return true;
+  return !(strcmp(v, "0") == 0 || strcmp(v, "off") == 0 || strcmp(v, "no") == 0 ||
+           strcmp(v, "false") == 0);
+}
+
+uint64_t ms_cache_max_bytes(void) {
+  const char *v = getenv("MEMSNAP_CACHE_MAX");
+  if (!v || !*v) return CACHE_DEFAULT_MAX;
+  char *end;
+  errno = 0;
+  unsigned long long n = strtoull(v, &end, 10);
+  if (errno || end == v) return CACHE_DEFAULT_MAX;
+  unsigned sh = 0;
+  if (*end == 'K' || *end == 'k') sh = 10, end++;
+  else if (*end == 'M' || *end == 'm') sh = 20, end++;
+  else if (*end == 'G' || *end == 'g') sh = 30, end++;
+  if (*end || (sh && n > (UINT64_MAX >> sh))) return CACHE_DEFAULT_MAX;
+  return (uint64_t)n << sh;
+}
+
+/* ---- the content hash ----------------------------------------------------------------------- */
+
+typedef struct hash_job_s {
+  int fd;
+  uint64_t size, nchunks;
+  uint64_t *sums;
+  pthread_mutex_t lock;
+  uint64_t next;
+  int failed;
+} hash_job_t;
+
+static void *hash_worker(void *arg) {
+  hash_job_t *j = arg;
+  unsigned char *buf = malloc(HASH_READ);
+  if (!buf) {
+    pthread_mutex_lock(&j->lock);
+    j->failed = 1;
+    pthread_mutex_unlock(&j->lock);
+    return NULL;
+  }
+  for (;;) {
+    pthread_mutex_lock(&j->lock);
+    uint64_t c = j->next++;
+    int stop = j->failed || c >= j->nchunks;
+    pthread_mutex_unlock(&j->lock);
+    if (stop) break;
+    uint64_t off = c * HASH_CHUNK, end = off + HASH_CHUNK < j->size ? off + HASH_CHUNK : j->size;
+    uint64_t h = 0x63686e6b ^ c;
+    while (off < end) {
+      size_t want = end - off < HASH_READ ? (size_t)(end - off) : HASH_READ;
+      ssize_t got = pread(j->fd, buf, want, (off_t)off);
+      if (got < 0 && errno == EINTR) continue;
+      if (got <= 0) {
+        pthread_mutex_lock(&j->lock);
+        j->failed = 1;
+        pthread_mutex_unlock(&j->lock);
+        break;
+      }
+      h = ms_hash_step(h, cache_sum(buf, (size_t)got, off));
+      off += (uint64_t)got;
+    }
+    j->sums[c] = h;
+  }
+  free(buf);
+  return NULL;
+}
+
+static int hash_fd(int fd, uint64_t size, uint64_t *hash) {
+  hash_job_t j = {.fd = fd, .size = size, .nchunks = (size + HASH_CHUNK - 1) / HASH_CHUNK};
+  j.sums = calloc(j.nchunks ? j.nchunks : 1, sizeof *j.sums);
+  if (!j.sums) return MS_ENOMEM;
+  pthread_mutex_init(&j.lock, NULL);
+  long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+  size_t nt = ncpu < 1 ? 1 : (size_t)ncpu;
+  if (nt > 16) nt = 16;
+  if (nt > j.nchunks) nt = j.nchunks ? (size_t)j.nchunks : 1;
+  pthread_t th[16];
+  size_t started = 0;
+  for (size_t i = 1; i < nt; i++)
+    if (pthread_create(&th[started], NULL, hash_worker, &j) == 0) started++;
+  hash_worker(&j);
+  for (size_t i = 0; i < started; i++) pthread_join(th[i], NULL);
+  pthread_mutex_destroy(&j.lock);
+  int rc = j.failed ? MS_EIO : MS_OK;
+  uint64_t h = ms_hash_step(0x6d656d736e617068ULL, size);
+  for (uint64_t c = 0; c < j.nchunks; c++) h = ms_hash_step(h, j.sums[c]);
+  free(j.sums);
+  *hash = h;
+  return rc;
+}
+
+int ms_cache_hash_file(const char *path, uint64_t *hash, uint64_t *size) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return MS_EIO;
+  struct stat st;
+  int rc = MS_EIO;
+  if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
+    *size = (uint64_t)st.st_size;
+    rc = hash_fd(fd, *size, hash);
+  }
+  close(fd);
+  return rc;
+}
+
+/* ---- entries -------------------------------------------------------------------------------- */
+
+static int entry_path(const char *dir, const ms_cache_key_t *key, char *buf, size_t cap) {
+  int n = snprintf(buf, cap, "%s/%016" PRIx64 "-%" PRIx64 "-f%x-v%u" ENTRY_SUFFIX, dir, key->hash,
+                   key->size, key->flags, MS_CACHE_VERSION);
+  return n < 0 || (size_t)n >= cap ? MS_ELIMIT : MS_OK;
+}
+
+static bool is_entry(const char *name) {
+  size_t n = strlen(name), s = strlen(ENTRY_SUFFIX);
+  return name[0] != '.' && n > s && strcmp(name + n - s, ENTRY_SUFFIX) == 0;
+}
+
+static bool is_temp(const char *name) {
+  return strncmp(name, TEMP_PREFIX, strlen(TEMP_PREFIX)) == 0;
+}
+
+/* mkdir -p of dir (mode 0700: snapshots name the user's code). */
+static int make_dir(const char *dir) {
+  char buf[4096];
+  size_t n = strlen(dir);
+  if (n == 0 || n >= sizeof buf) return MS_ELIMIT;
+  memcpy(buf, dir, n + 1);
+  for (size_t i = 1; i <= n; i++) {
+    if (buf[i] != '/' && buf[i] != 0) continue;
+    char c = buf[i];
+    buf[i] = 0;
+    if (mkdir(buf, 0700) != 0 && errno != EEXIST) return MS_EIO;
+    buf[i] = c;
+  }
+  struct stat st;
+  return stat(dir, &st) == 0 && S_ISDIR(st.st_mode) ? MS_OK : MS_EIO;
+}
+
+/* Reads the entry for key; MS_OK with *out, or a miss (the entry is then removed when it exists
+ * but is refused). */
+static int entry_read(const char *path, const ms_cache_key_t *key, ms_snapshot_t **out) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return MS_ENOTFOUND;
+  struct stat st;
+  int rc = MS_EFORMAT;
+  if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0 &&
+      (uint64_t)st.st_size <= SIZE_MAX) {
+    size_t len = (size_t)st.st_size;
+    void *m = mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (m != MAP_FAILED) {
+      madvise(m, len, MADV_SEQUENTIAL);
+      ms_errbuf_t eb = {{0}};
+      rc = ms_cache_decode(m, len, key, true, out, &eb);
+      munmap(m, len);
+    } else {
+      rc = MS_EIO;
+    }
+  }
+  close(fd);
+  if (rc == MS_OK) {
+    utimensat(AT_FDCWD, path, NULL, 0); /* most recently used now */
+  } else if (rc != MS_ENOMEM && rc != MS_EIO) {
+    unlink(path); /* refused: rebuilt by this run */
+  }
+  return rc == MS_OK ? MS_OK : MS_ENOTFOUND;
+}
+
+/* Writes snap's entry: streamed to a temporary file of dir, renamed over path when complete and
+ * within max bytes. */
+static int entry_write(const char *dir, const char *path, const ms_snapshot_t *snap,
+                       const ms_cache_key_t *key, uint64_t max) {
+  char tmp[4200];
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  int n = snprintf(tmp, sizeof tmp, "%s/" TEMP_PREFIX "%ld-%lx", dir, (long)getpid(),
+                   (unsigned long)ts.tv_nsec ^ (unsigned long)(uintptr_t)&ts);
+  if (n < 0 || (size_t)n >= sizeof tmp) return MS_ELIMIT;
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) return MS_EIO;
+  size_t len = 0;
+  int rc = ms__cache_write_fd(fd, snap, key, &len);
+  if (close(fd) != 0 && rc == MS_OK) rc = MS_EIO;
+  if (rc == MS_OK && len > max) rc = MS_ELIMIT;
+  if (rc == MS_OK && rename(tmp, path) != 0) rc = MS_EIO;
+  if (rc != MS_OK) unlink(tmp);
+  return rc;
+}
+
+/* ---- the directory -------------------------------------------------------------------------- */
+
+typedef struct dirent_info_s {
+  char *name;
+  uint64_t bytes;
+  struct timespec mtime;
+} dirent_info_t;
+
+/* The entries of dir (and, with temps, the temporary files older than an hour). */
+static int list_dir(const char *dir, bool temps, dirent_info_t **out, size_t *n) {
+  *out = NULL;
+  *n = 0;
+  DIR *d = opendir(dir);
+  if (!d) return errno == ENOENT ? MS_OK : MS_EIO;
+  size_t cap = 0;
+  struct dirent *e;
+  int rc = MS_OK;
+  time_t now = time(NULL);
+  while ((e = readdir(d)) != NULL) {
+    bool entry = is_entry(e->d_name);
+    if (!entry && !(temps && is_temp(e->d_name))) continue;
+    struct stat st;
+    if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode))
+      continue;
+    if (!entry && now - st.st_mtime < 3600) continue; /* another run may be writing it */
+    if (*n == cap) {
+      size_t nc = cap ? cap * 2 : 32;
+      dirent_info_t *p = realloc(*out, nc * sizeof *p);
+      if (!p) {
+        rc = MS_ENOMEM;
+        break;
+      }
+      *out = p;
+      cap = nc;
+    }
+    char *name = strdup(e->d_name);
+    if (!name) {
+      rc = MS_ENOMEM;
+      break;
+    }
+    (*out)[(*n)++] = (dirent_info_t){name, (uint64_t)st.st_size, st.st_mtim};
+  }
+  closedir(d);
+  return rc;
+}
+
+static void list_free(dirent_info_t *l, size_t n) {
+  for (size_t i = 0; i < n; i++) free(l[i].name);
+  free(l);
+}
+
+static int resolve_dir(const char *dir, char *buf, size_t cap, const char **out) {
+  if (dir) {
+    *out = dir;
+    return MS_OK;
+  }
+  int rc = ms_cache_dir(buf, cap);
+  *out = buf;
+  return rc;
+}
+
+int ms_cache_usage(const char *dir, size_t *nfiles, uint64_t *bytes) {
+  char buf[4096];
+  int rc = resolve_dir(dir, buf, sizeof buf, &dir);
+  if (rc != MS_OK) return rc;
+  dirent_info_t *l;
+  size_t n;
+  if ((rc = list_dir(dir, false, &l, &n)) != MS_OK) return rc;
+  uint64_t sum = 0;
+  for (size_t i = 0; i < n; i++) sum += l[i].bytes;
+  list_free(l, n);
+  *nfiles = n;
+  *bytes = sum;
+  return MS_OK;
+}
+
+int ms_cache_clear(const char *dir, size_t *removed) {
+  char buf[4096], path[8192];
+  int rc = resolve_dir(dir, buf, sizeof buf, &dir);
+  if (rc != MS_OK) return rc;
+  dirent_info_t *l;
+  size_t n, k = 0;
+  if ((rc = list_dir(dir, true, &l, &n)) != MS_OK) return rc;
+  for (size_t i = 0; i < n; i++) {
+    snprintf(path, sizeof path, "%s/%s", dir, l[i].name);
+    if (unlink(path) == 0) k++;
+  }
+  list_free(l, n);
+  if (removed) *removed = k;
+  return MS_OK;
+}
+
+static int by_age(const void *a, const void *b) {
+  const dirent_info_t *x = a, *y = b;
+  if (x->mtime.tv_sec != y->mtime.tv_sec) return x->mtime.tv_sec < y->mtime.tv_sec ? -1 : 1;
+  if (x->mtime.tv_nsec != y->mtime.tv_nsec) return x->mtime.tv_nsec < y->mtime.tv_nsec ? -1 : 1;
+  return strcmp(x->name, y->name);
+}
+
+int ms_cache_evict(const char *dir, uint64_t max_bytes) {
+  char buf[4096], path[8192];
+  int rc = resolve_dir(dir, buf, sizeof buf, &dir);
+  if (rc != MS_OK) return rc;
+  dirent_info_t *l;
+  size_t n;
+  if ((rc = list_dir(dir, true, &l, &n)) != MS_OK) return rc;
+  uint64_t sum = 0;
+  for (size_t i = 0; i < n; i++) sum += l[i].bytes;
+  qsort(l, n, sizeof *l, by_age);
+  for (size_t i = 0; i < n && sum > max_bytes; i++) {
+    snprintf(path, sizeof path, "%s/%s", dir, l[i].name);
+    if (unlink(path) == 0 || errno == ENOENT) sum -= l[i].bytes;
+  }
+  list_free(l, n);
+  return MS_OK;
+}
+
+/* ---- loading through the cache -------------------------------------------------------------- */
+
+static bool same_file(const struct stat *a, const struct stat *b) {
+  return a->st_dev == b->st_dev && a->st_ino == b->st_ino && a->st_size == b->st_size &&
+         a->st_mtim.tv_sec == b->st_mtim.tv_sec && a->st_mtim.tv_nsec == b->st_mtim.tv_nsec &&
+         a->st_ctim.tv_sec == b->st_ctim.tv_sec && a->st_ctim.tv_nsec == b->st_ctim.tv_nsec;
+}
+
+int ms_cache_load(const char *path, unsigned flags, const ms_cache_options_t *opts,
+                  ms_snapshot_t **out, ms_cache_outcome *outcome, ms_errbuf_t *eb) {
+  ms_cache_outcome oc = MS_CACHE_BYPASSED;
+  char dbuf[4096], epath[4400];
+  const char *dir = opts ? opts->dir : NULL;
+  uint64_t max = opts && opts->max_bytes ? opts->max_bytes : ms_cache_max_bytes();
+  ms_cache_key_t key = {0, 0, flags};
+  struct stat before;
+  bool cacheable = strcmp(path, "-") != 0 && (flags & ~(unsigned)MS_LOAD_FLAGS_ALL) == 0 &&
+                   stat(path, &before) == 0 && S_ISREG(before.st_mode) &&
+                   resolve_dir(dir, dbuf, sizeof dbuf, &dir) == MS_OK &&
+                   ms_cache_hash_file(path, &key.hash, &key.size) == MS_OK &&
+                   key.size == (uint64_t)before.st_size &&
+                   entry_path(dir, &key, epath, sizeof epath) == MS_OK;
+  if (cacheable && entry_read(epath, &key, out) == MS_OK) {
+    if (outcome) *outcome = MS_CACHE_HIT;
+    return MS_OK;
+  }
+  int rc = ms_snapshot_load_ex(path, flags, out, eb);
+  if (rc == MS_OK && cacheable) {
+    oc = MS_CACHE_MISSED;
+    struct stat after;
+    /* the file changed while it was hashed or read: what was read may not be what was hashed */
+    if (stat(path, &after) == 0 && same_file(&before, &after) && make_dir(dir) == MS_OK) {
+      if (entry_write(dir, epath, *out, &key, max) == MS_OK) {
+        oc = MS_CACHE_STORED;
+        if (ms_cache_evict(dir, max) != MS_OK) oc = MS_CACHE_STORED; /* evicted next time */
+      }
+    }
+  }
+  if (outcome) *outcome = oc;
+  return rc;
+}

@@ -1,0 +1,587 @@
+/* SPDX-License-Identifier: MIT
+ * Tests of the snapshot cache (memsnap/cache.h, issue #33):
+ *  - the format: every table of a synthetic snapshot and of each PyTorch fixture (each load flag)
+ *    survives encode/decode exactly;
+ *  - ms_cache_load: stored on the first load, hit on the second, the same snapshot; standard input
+ *    never cached; a changed file with the same size and mtime is never answered from the stale
+ *    entry;
+ *  - damage: an entry truncated at every offset or filled with random bytes is refused by the
+ *    reader (and, through ms_cache_load, rebuilt); every byte of an entry flipped with the
+ *    checksums off never crashes the reader;
+ *  - concurrent loads of one file into one empty cache all succeed and leave a valid entry;
+ *  - the eviction bound holds after every store;
+ *  - the CLI: every command on every fixture answers byte for byte as with --no-cache, the second
+ *    run is a hit (the entry is touched in place, not rewritten), MEMSNAP_CACHE=0 and --no-cache
+ *    leave the cache alone, `memsnap cache --clear` empties it.
+ * Every test uses its own cache directory under a fresh temporary folder (never the user's).
+ */
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "helpers.h"
+#include "memsnap/cache.h"
+#include "memsnap/serialize.h"
+#include "memsnap/snapshot.h"
+
+static const char *const fixtures[] = {
+    "a0kuma_adamw_small.pickle",           "cranberrii_ftcourse.pickle",
+    "jogregoire_diffusion_tiny.pickle",    "maphsge_select_n_4dev.pickle",
+    "wedsonlin_cs336_medium_1024_training.pickle", "yiyi_flexgen_1.3b_legacy_a.pickle",
+    "yiyi_flexgen_oom_legacy.pickle",
+};
+#define NFIX (sizeof fixtures / sizeof *fixtures)
+static const unsigned flag_sets[] = {0, MS_LOAD_NO_TRACE, MS_LOAD_NO_TRACE_STACKS,
+                                     MS_LOAD_NO_FREE_STACKS};
+
+static char *tmp;
+
+static void setup(void) {
+  tmp = th_tmpdir();
+  cr_assert(tmp);
+  char d[600];
+  snprintf(d, sizeof d, "%s/xdg", tmp);
+  cr_assert_eq(mkdir(d, 0700), 0);
+  setenv("XDG_CACHE_HOME", d, 1);
+  unsetenv("MEMSNAP_CACHE");
+  unsetenv("MEMSNAP_CACHE_MAX");
+}
+
+static void rm_tree(const char *d) {
+  char cmd[800];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", d);
+  cr_assert_eq(system(cmd), 0);
+}
+
+static void teardown(void) {
+  rm_tree(tmp);
+  free(tmp);
+}
+
+static const char *cache_dir(void) {
+  static char d[700];
+  snprintf(d, sizeof d, "%s/xdg/memsnap", tmp);
+  return d;
+}
+
+static bool fixture(const char *name, char *path, size_t cap) {
+  snprintf(path, cap, "%s/%s", th_fixture_dir(), name);
+  return access(path, R_OK) == 0;
+}
+
+static bool any_fixture(void) {
+  char p[700];
+  if (fixture(fixtures[0], p, sizeof p)) return true;
+  cr_log_info("SKIP: no PyTorch fixtures in %s", th_fixture_dir());
+  printf("SKIP: no PyTorch fixtures in %s\n", th_fixture_dir());
+  return false;
+}
+
+/* The one entry of the cache directory (asserted to be one), into path. */
+static void only_entry(char *path, size_t cap) {
+  DIR *d = opendir(cache_dir());
+  cr_assert(d);
+  struct dirent *e;
+  int n = 0;
+  while ((e = readdir(d)) != NULL) {
+    if (e->d_name[0] == '.') continue;
+    snprintf(path, cap, "%s/%s", cache_dir(), e->d_name);
+    n++;
+  }
+  closedir(d);
+  cr_assert_eq(n, 1, "%d entries", n);
+}
+
+static void roundtrip(const ms_snapshot_t *s, unsigned flags) {
+  ms_cache_key_t key = {0x1234, 99, flags};
+  void *buf;
+  size_t len;
+  cr_assert_eq(ms_cache_encode(s, &key, &buf, &len), MS_OK);
+  ms_snapshot_t *back = NULL;
+  ms_errbuf_t eb = {{0}};
+  cr_assert_eq(ms_cache_decode(buf, len, &key, true, &back, &eb), MS_OK, "%s", eb.msg);
+  TH_ASSERT_SNAP_EQ(s, back);
+  /* another key is a miss */
+  ms_cache_key_t other = key;
+  other.hash ^= 1;
+  ms_snapshot_t *no = NULL;
+  cr_assert_eq(ms_cache_decode(buf, len, &other, true, &no, NULL), MS_ENOTFOUND);
+  cr_assert_null(no);
+  ms_snapshot_free(back);
+  free(buf);
+}
+
+TestSuite(cache, .init = setup, .fini = teardown, .timeout = 600);
+
+Test(cache, synthetic_roundtrip) {
+  ms_snapshot_t *s = th_synth(NULL);
+  cr_assert(s);
+  roundtrip(s, 0);
+  ms_snapshot_free(s);
+  th_synth_opts_t o = {.nsegments = 40, .blocks_per_segment = 9, .nframes = 70000, .nstacks = 300,
+                       .ntrace = 3000, .history = 1, .seed = 7};
+  s = th_synth(&o); /* more than 65,536 frames: 4-byte stack frames */
+  cr_assert(s);
+  roundtrip(s, 0);
+  ms_snapshot_free(s);
+}
+
+Test(cache, fixtures_roundtrip) {
+  if (!any_fixture()) return;
+  for (size_t i = 0; i < NFIX; i++) {
+    char p[700];
+    if (!fixture(fixtures[i], p, sizeof p)) continue;
+    for (size_t f = 0; f < sizeof flag_sets / sizeof *flag_sets; f++) {
+      ms_snapshot_t *s = NULL;
+      cr_assert_eq(ms_snapshot_load_ex(p, flag_sets[f], &s, NULL), MS_OK, "%s", p);
+      roundtrip(s, flag_sets[f]);
+      ms_snapshot_free(s);
+    }
+  }
+}
+
+/* Loads path through the cache; asserts the outcome and that the snapshot equals a plain load. */
+static void load_expect(const char *path, unsigned flags, const ms_cache_options_t *o,
+                        ms_cache_outcome want) {
+  ms_snapshot_t *s = NULL, *plain = NULL;
+  ms_cache_outcome oc;
+  ms_errbuf_t eb = {{0}};
+  cr_assert_eq(ms_cache_load(path, flags, o, &s, &oc, &eb), MS_OK, "%s", eb.msg);
+  cr_assert_eq(oc, want, "%s: outcome %d, not %d", path, oc, want);
+  cr_assert_eq(ms_snapshot_load_ex(path, flags, &plain, NULL), MS_OK);
+  TH_ASSERT_SNAP_EQ(plain, s);
+  ms_snapshot_free(s);
+  ms_snapshot_free(plain);
+}
+
+Test(cache, hit_on_second_load) {
+  if (!any_fixture()) return;
+  for (size_t i = 0; i < NFIX; i++) {
+    char p[700];
+    if (!fixture(fixtures[i], p, sizeof p)) continue;
+    for (size_t f = 0; f < sizeof flag_sets / sizeof *flag_sets; f++) {
+      load_expect(p, flag_sets[f], NULL, MS_CACHE_STORED);
+      load_expect(p, flag_sets[f], NULL, MS_CACHE_HIT);
+    }
+  }
+  size_t n;
+  uint64_t bytes;
+  cr_assert_eq(ms_cache_usage(NULL, &n, &bytes), MS_OK);
+  cr_assert_gt(n, 0);
+  size_t removed = 0;
+  cr_assert_eq(ms_cache_clear(NULL, &removed), MS_OK);
+  cr_assert_eq(removed, n);
+  cr_assert_eq(ms_cache_usage(NULL, &n, &bytes), MS_OK);
+  cr_assert_eq(n, 0);
+  cr_assert_eq(bytes, 0);
+}
+
+/* A memsnap file written to dir/name from a synthetic snapshot; its bytes in *buf. */
+static void write_synth_seed(const char *path, uint64_t seed, char **buf, size_t *len) {
+  th_synth_opts_t o = {.nsegments = 6, .blocks_per_segment = 5, .nframes = 40, .nstacks = 30,
+                       .ntrace = 200, .history = 1, .seed = seed};
+  ms_snapshot_t *s = th_synth(seed ? &o : NULL);
+  cr_assert(s);
+  cr_assert_eq(ms_snapshot_write_file(s, path, NULL, NULL), MS_OK);
+  ms_snapshot_free(s);
+  *buf = th_read_file(path, len);
+  cr_assert(*buf);
+}
+
+static void write_synth(const char *path, char **buf, size_t *len) {
+  write_synth_seed(path, 0, buf, len);
+}
+
+Test(cache, stdin_never_cached) {
+  char p[700];
+  snprintf(p, sizeof p, "%s/a.msnap", tmp);
+  char *bytes;
+  size_t len;
+  write_synth(p, &bytes, &len);
+  free(bytes);
+  int fd = open(p, O_RDONLY);
+  cr_assert(fd >= 0);
+  int saved = dup(0);
+  dup2(fd, 0);
+  close(fd);
+  ms_snapshot_t *s = NULL;
+  ms_cache_outcome oc;
+  cr_assert_eq(ms_cache_load("-", 0, NULL, &s, &oc, NULL), MS_OK);
+  dup2(saved, 0);
+  close(saved);
+  cr_assert_eq(oc, MS_CACHE_BYPASSED);
+  ms_snapshot_free(s);
+  size_t n = 1;
+  uint64_t b;
+  cr_assert_eq(ms_cache_usage(NULL, &n, &b), MS_OK);
+  cr_assert_eq(n, 0);
+}
+
+Test(cache, changed_file_same_size_and_mtime) {
+  char p[700];
+  snprintf(p, sizeof p, "%s/a.msnap", tmp);
+  char *bytes;
+  size_t len;
+  write_synth(p, &bytes, &len);
+  struct stat st;
+  cr_assert_eq(stat(p, &st), 0);
+  load_expect(p, 0, NULL, MS_CACHE_STORED);
+  load_expect(p, 0, NULL, MS_CACHE_HIT);
+  /* change one letter of a string the model keeps (a frame's name), same size, same mtime */
+  char *at = NULL;
+  for (size_t i = 0; i + 4 < len && !at; i++)
+    if (memcmp(bytes + i, "fn_1(", 5) == 0) at = bytes + i + 3;
+  cr_assert(at, "no frame name in the synthetic file");
+  at[0] = '7'; /* fn_1 -> fn_7 */
+  cr_assert_eq(th_write_file(p, bytes, len), 0);
+  struct timespec times[2] = {st.st_atim, st.st_mtim};
+  cr_assert_eq(utimensat(AT_FDCWD, p, times, 0), 0);
+  struct stat st2;
+  cr_assert_eq(stat(p, &st2), 0);
+  cr_assert_eq(st2.st_size, st.st_size);
+  cr_assert_eq(st2.st_mtim.tv_nsec, st.st_mtim.tv_nsec);
+  load_expect(p, 0, NULL, MS_CACHE_STORED); /* never the stale entry */
+  load_expect(p, 0, NULL, MS_CACHE_HIT);
+  free(bytes);
+}
+
+/* A valid entry for the tiny fixture or the synthetic file; its source in src. */
+static char *make_entry(char *src, size_t cap, char *entry, size_t ecap, size_t *len) {
+  snprintf(src, cap, "%s/a.msnap", tmp);
+  char *b;
+  size_t n;
+  write_synth(src, &b, &n);
+  free(b);
+  load_expect(src, 0, NULL, MS_CACHE_STORED);
+  only_entry(entry, ecap);
+  char *e = th_read_file(entry, len);
+  cr_assert(e);
+  return e;
+}
+
+Test(cache, truncated_at_every_offset) {
+  char src[700], entry[1200];
+  size_t len;
+  char *e = make_entry(src, sizeof src, entry, sizeof entry, &len);
+  for (size_t cut = 0; cut < len; cut++) {
+    ms_snapshot_t *s = NULL;
+    cr_assert_neq(ms_cache_decode(e, cut, NULL, true, &s, NULL), MS_OK, "cut at %zu", cut);
+    cr_assert_null(s);
+    cr_assert_neq(ms_cache_decode(e, cut, NULL, false, &s, NULL), MS_OK, "cut at %zu", cut);
+  }
+  /* through the loader: a truncated entry is rebuilt (every 61st offset: each rebuild re-reads) */
+  for (size_t cut = 0; cut < len; cut += 61) {
+    cr_assert_eq(th_write_file(entry, e, cut), 0);
+    load_expect(src, 0, NULL, MS_CACHE_STORED);
+    load_expect(src, 0, NULL, MS_CACHE_HIT);
+  }
+  free(e);
+}
+
+Test(cache, random_bytes_and_flips) {
+  char src[700], entry[1200];
+  size_t len;
+  char *e = make_entry(src, sizeof src, entry, sizeof entry, &len);
+  unsigned seed = 12345;
+  char *r = malloc(len + 4096);
+  cr_assert(r);
+  for (int k = 0; k < 50; k++) {
+    size_t n = k == 0 ? len : (size_t)rand_r(&seed) % (len + 4096);
+    for (size_t i = 0; i < n; i++) r[i] = (char)rand_r(&seed);
+    if (k % 2) memcpy(r, e, n < 64 ? n : 64); /* a valid magic and key, then garbage */
+    ms_snapshot_t *s = NULL;
+    cr_assert_neq(ms_cache_decode(r, n, NULL, true, &s, NULL), MS_OK);
+    if (k < 5) {
+      cr_assert_eq(th_write_file(entry, r, n), 0);
+      load_expect(src, 0, NULL, MS_CACHE_STORED);
+    }
+  }
+  /* each byte changed, checksums off: the structural checks alone never let a crash through */
+  for (size_t i = 0; i < len; i++) {
+    memcpy(r, e, len);
+    r[i] ^= (char)(1 + rand_r(&seed) % 255);
+    ms_snapshot_t *s = NULL;
+    if (ms_cache_decode(r, len, NULL, false, &s, NULL) == MS_OK) {
+      cr_assert(s);
+      ms_snapshot_free(s);
+    }
+    /* with the checksums, any change is refused */
+    cr_assert_neq(ms_cache_decode(r, len, NULL, true, &s, NULL), MS_OK, "byte %zu", i);
+  }
+  free(r);
+  free(e);
+}
+
+Test(cache, concurrent_loads) {
+  char p[700];
+  snprintf(p, sizeof p, "%s/a.msnap", tmp);
+  char *b;
+  size_t n;
+  write_synth(p, &b, &n);
+  free(b);
+  enum { KIDS = 8, ROUNDS = 5 };
+  pid_t kids[KIDS];
+  for (int k = 0; k < KIDS; k++) {
+    kids[k] = fork();
+    cr_assert_neq(kids[k], -1);
+    if (kids[k] == 0) {
+      for (int r = 0; r < ROUNDS; r++) {
+        ms_snapshot_t *s = NULL;
+        if (ms_cache_load(p, (unsigned)(r % 2), NULL, &s, NULL, NULL) != MS_OK) _exit(1);
+        ms_snapshot_free(s);
+        if (k == 0 && r == 2 && ms_cache_clear(NULL, NULL) != MS_OK) _exit(2);
+      }
+      _exit(0);
+    }
+  }
+  for (int k = 0; k < KIDS; k++) {
+    int st;
+    cr_assert_eq(waitpid(kids[k], &st, 0), kids[k]);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child %d failed", k);
+  }
+  /* whatever is left is complete: a hit or a rebuild, the same snapshot */
+  ms_snapshot_t *s = NULL, *plain = NULL;
+  ms_cache_outcome oc;
+  cr_assert_eq(ms_cache_load(p, 0, NULL, &s, &oc, NULL), MS_OK);
+  cr_assert(oc == MS_CACHE_HIT || oc == MS_CACHE_STORED);
+  cr_assert_eq(ms_snapshot_load_ex(p, 0, &plain, NULL), MS_OK);
+  TH_ASSERT_SNAP_EQ(plain, s);
+  ms_snapshot_free(s);
+  ms_snapshot_free(plain);
+  load_expect(p, 0, NULL, MS_CACHE_HIT);
+}
+
+Test(cache, eviction_bound) {
+  /* entries of 12 distinct files; the bound holds about three */
+  char p[700];
+  snprintf(p, sizeof p, "%s/f0.msnap", tmp);
+  char *b;
+  size_t n;
+  write_synth_seed(p, 100, &b, &n);
+  free(b);
+  load_expect(p, 0, NULL, MS_CACHE_STORED);
+  size_t cnt;
+  uint64_t one;
+  cr_assert_eq(ms_cache_usage(NULL, &cnt, &one), MS_OK);
+  cr_assert_eq(cnt, 1);
+  ms_cache_options_t o = {NULL, one * 3 + one / 2};
+  for (int i = 1; i < 12; i++) {
+    snprintf(p, sizeof p, "%s/f%d.msnap", tmp, i);
+    write_synth_seed(p, 100 + (uint64_t)i, &b, &n);
+    free(b);
+    load_expect(p, flag_sets[i % 4], &o, MS_CACHE_STORED);
+    uint64_t bytes;
+    cr_assert_eq(ms_cache_usage(NULL, &cnt, &bytes), MS_OK);
+    cr_assert_leq(bytes, o.max_bytes, "after store %d: %llu > %llu", i,
+                  (unsigned long long)bytes, (unsigned long long)o.max_bytes);
+    cr_assert_geq(cnt, 2);
+    load_expect(p, flag_sets[i % 4], &o, MS_CACHE_HIT); /* the newest stays */
+  }
+  /* one entry larger than the bound is never stored */
+  ms_cache_options_t tiny = {NULL, 16};
+  ms_cache_outcome oc;
+  ms_snapshot_t *s = NULL;
+  cr_assert_eq(ms_cache_clear(NULL, NULL), MS_OK);
+  cr_assert_eq(ms_cache_load(p, 0, &tiny, &s, &oc, NULL), MS_OK);
+  cr_assert_eq(oc, MS_CACHE_MISSED);
+  ms_snapshot_free(s);
+  cr_assert_eq(ms_cache_usage(NULL, &cnt, &one), MS_OK);
+  cr_assert_eq(cnt, 0);
+}
+
+/* The entry of the cache directory that is not `except` (NULL: the only one). */
+static void entry_other_than(const char *except, char *path, size_t cap) {
+  DIR *d = opendir(cache_dir());
+  cr_assert(d);
+  struct dirent *e;
+  int n = 0;
+  while ((e = readdir(d)) != NULL) {
+    char q[1200];
+    if (e->d_name[0] == '.') continue;
+    snprintf(q, sizeof q, "%s/%s", cache_dir(), e->d_name);
+    if (except && strcmp(q, except) == 0) continue;
+    snprintf(path, cap, "%s", q);
+    n++;
+  }
+  closedir(d);
+  cr_assert_eq(n, 1);
+}
+
+static void set_age(const char *path, time_t seconds_ago) {
+  struct timespec t[2];
+  clock_gettime(CLOCK_REALTIME, &t[0]);
+  t[0].tv_sec -= seconds_ago;
+  t[1] = t[0];
+  cr_assert_eq(utimensat(AT_FDCWD, path, t, 0), 0);
+}
+
+Test(cache, lru_keeps_the_recently_used) {
+  char a[700], b[700], c[700], ea[1200], eb[1200];
+  char *buf;
+  size_t n;
+  snprintf(a, sizeof a, "%s/a.msnap", tmp);
+  snprintf(b, sizeof b, "%s/b.msnap", tmp);
+  snprintf(c, sizeof c, "%s/c.msnap", tmp);
+  write_synth_seed(a, 1, &buf, &n);
+  free(buf);
+  write_synth_seed(b, 2, &buf, &n);
+  free(buf);
+  write_synth_seed(c, 3, &buf, &n);
+  free(buf);
+  load_expect(a, 0, NULL, MS_CACHE_STORED);
+  entry_other_than(NULL, ea, sizeof ea);
+  load_expect(b, 0, NULL, MS_CACHE_STORED);
+  entry_other_than(ea, eb, sizeof eb);
+  set_age(ea, 100); /* a stored first, b next ... */
+  set_age(eb, 50);
+  load_expect(a, 0, NULL, MS_CACHE_HIT); /* ... then a used again: b is the least recent */
+  size_t cnt;
+  uint64_t two;
+  cr_assert_eq(ms_cache_usage(NULL, &cnt, &two), MS_OK);
+  ms_cache_options_t o = {NULL, two + two / 4}; /* room for two entries, not three */
+  load_expect(c, 0, &o, MS_CACHE_STORED);
+  cr_assert_eq(access(eb, F_OK), -1, "the least recently used entry stayed");
+  cr_assert_eq(access(ea, F_OK), 0, "the recently used entry went");
+  load_expect(a, 0, &o, MS_CACHE_HIT);
+  load_expect(c, 0, &o, MS_CACHE_HIT);
+}
+
+/* ---- the CLI ------------------------------------------------------------------------------- */
+
+static const char *bin(void) {
+  const char *b = getenv("MEMSNAP_BIN");
+  return b && *b ? b : MS_TEST_BINARY_DIR "/bin/memsnap";
+}
+
+/* Runs memsnap in tmp with args (NULL-terminated), stdout and stderr into one buffer, plus the
+ * bytes of tmp/out.* (an output file) when the command wrote one. @return the exit status. */
+static int run(char **out, size_t *len, const char *const *args, const char *env) {
+  char cmd[4096];
+  size_t k = (size_t)snprintf(cmd, sizeof cmd, "cd '%s' && rm -f out.file && %s '%s'", tmp,
+                              env ? env : "", bin());
+  for (; *args; args++) k += (size_t)snprintf(cmd + k, sizeof cmd - k, " '%s'", *args);
+  snprintf(cmd + k, sizeof cmd - k, " >'%s/.out' 2>&1; s=$?; [ -f out.file ] && cat out.file "
+           ">>'%s/.out'; exit $s", tmp, tmp);
+  int st = system(cmd);
+  char p[700];
+  snprintf(p, sizeof p, "%s/.out", tmp);
+  *out = th_read_file(p, len);
+  cr_assert(*out);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+}
+
+/* The commands, each with FILE where the fixture goes. */
+static const char *const commands[][12] = {
+    {"stats", "FILE"},
+    {"stats", "FILE", "--summary"},
+    {"trace", "FILE"},
+    {"memory", "FILE", "--folded", "-o", "-"},
+    {"segments", "FILE", "--folded", "-o", "-"},
+    {"memory", "FILE", "--json", "--at", "peak"},
+    {"timeline", "FILE"},
+    {"timeline", "FILE", "--json"},
+    {"top", "FILE"},
+    {"top", "FILE", "--at", "end", "--by", "frame"},
+    {"explain", "FILE", "--no-replay"},
+    {"view", "FILE", "-o", "out.file"},
+    {"export", "FILE", "--perfetto", "out.file"},
+    {"compare", "FILE", "FILE", "--folded", "-o", "-"},
+    {"convert", "FILE", "out.file"},
+    {"replay", "FILE", "--check"},
+    {"trace_plot", "FILE", "-o", "out.file"},
+};
+#define NCMD (sizeof commands / sizeof *commands)
+
+static void args_for(size_t c, const char *file, const char **argv, bool no_cache) {
+  size_t n = 0;
+  for (size_t i = 0; i < 12 && commands[c][i]; i++)
+    argv[n++] = strcmp(commands[c][i], "FILE") == 0 ? file : commands[c][i];
+  if (no_cache) argv[n++] = "--no-cache";
+  argv[n] = NULL;
+}
+
+static ino_t entries_ino(void) { /* the sum of the entries' inode numbers: changes on a rewrite */
+  DIR *d = opendir(cache_dir());
+  if (!d) return 0;
+  struct dirent *e;
+  ino_t s = 0;
+  while ((e = readdir(d)) != NULL)
+    if (e->d_name[0] != '.') s += e->d_ino;
+  closedir(d);
+  return s;
+}
+
+Test(cache, cli_identical_for_every_command_and_fixture) {
+  if (!any_fixture()) return;
+  for (size_t i = 0; i < NFIX; i++) {
+    char p[700];
+    if (!fixture(fixtures[i], p, sizeof p)) continue;
+    for (size_t c = 0; c < NCMD; c++) {
+      const char *argv[16];
+      char *plain, *first, *second;
+      size_t lp, l1, l2;
+      cr_assert_eq(ms_cache_clear(NULL, NULL), MS_OK);
+      args_for(c, p, argv, true);
+      int sp = run(&plain, &lp, argv, NULL);
+      size_t cnt;
+      uint64_t bytes;
+      cr_assert_eq(ms_cache_usage(NULL, &cnt, &bytes), MS_OK);
+      cr_assert_eq(cnt, 0, "--no-cache stored an entry");
+      args_for(c, p, argv, false);
+      int s1 = run(&first, &l1, argv, NULL);
+      ino_t ino = entries_ino();
+      int s2 = run(&second, &l2, argv, NULL);
+      cr_assert_eq(entries_ino(), ino, "%s %s: the second run rewrote the cache", argv[0], p);
+      cr_assert(sp == s1 && s1 == s2, "%s %s: status %d %d %d", argv[0], p, sp, s1, s2);
+      cr_assert(lp == l1 && lp == l2 && memcmp(plain, first, lp) == 0 &&
+                    memcmp(plain, second, lp) == 0,
+                "%s %s %s: the cached answer differs", argv[0], argv[1], argv[2] ? argv[2] : "");
+      if (sp == 0 && strcmp(argv[0], "convert") != 0) {
+        cr_assert_eq(ms_cache_usage(NULL, &cnt, &bytes), MS_OK);
+        cr_assert_gt(cnt, 0, "%s %s: nothing cached", argv[0], p);
+      }
+      free(plain);
+      free(first);
+      free(second);
+    }
+  }
+}
+
+Test(cache, cli_disabled_and_clear) {
+  char p[700];
+  snprintf(p, sizeof p, "%s/a.msnap", tmp);
+  char *b;
+  size_t n;
+  write_synth(p, &b, &n);
+  free(b);
+  char *out;
+  size_t len, cnt;
+  uint64_t bytes;
+  cr_assert_eq(run(&out, &len, (const char *const[]){"stats", p, NULL}, "MEMSNAP_CACHE=0"), 0);
+  free(out);
+  cr_assert_eq(ms_cache_usage(NULL, &cnt, &bytes), MS_OK);
+  cr_assert_eq(cnt, 0, "MEMSNAP_CACHE=0 stored an entry");
+  cr_assert_eq(run(&out, &len, (const char *const[]){"stats", p, NULL}, NULL), 0);
+  free(out);
+  cr_assert_eq(ms_cache_usage(NULL, &cnt, &bytes), MS_OK);
+  cr_assert_eq(cnt, 1);
+  cr_assert_eq(run(&out, &len, (const char *const[]){"cache", NULL}, NULL), 0);
+  cr_assert(strstr(out, cache_dir()) && strstr(out, "entries:   1"), "%s", out);
+  free(out);
+  cr_assert_eq(run(&out, &len, (const char *const[]){"cache", "--clear", NULL}, NULL), 0);
+  cr_assert(strstr(out, "removed 1 cache entry"), "%s", out);
+  free(out);
+  cr_assert_eq(ms_cache_usage(NULL, &cnt, &bytes), MS_OK);
+  cr_assert_eq(cnt, 0);
+  /* a cache directory that cannot be made: the command still answers */
+  cr_assert_eq(run(&out, &len, (const char *const[]){"stats", p, NULL},
+                   "XDG_CACHE_HOME=/proc/nonexistent"), 0);
+  free(out);
+}
