@@ -66,6 +66,11 @@ void cli_fputs_escaped(const char *s, FILE *fp);
 /* Prints "memsnap: error: <msg>" and a hint to run `memsnap CMD --help`; @return CLI_USAGE. */
 int cli_usage_error(const char *cmd, const char *fmt, ...) MS_PRINTF(2, 3);
 
+/* "Did you mean": of the n candidates (NULL entries skipped), the one nearest to typed[0..len)
+ * when it is a likely typo (one or two characters off, one for words of three or fewer) and
+ * nearer than every other; else NULL (cli/suggest.c). */
+const char *cli_suggest(const char *typed, size_t len, const char *const *cands, size_t n);
+
 /* ---- helpers of the snapshot commands (cli/util.c) ---- */
 
 /* Returned by cli_parse_options() after printing --help; the command then returns CLI_OK. */
@@ -81,7 +86,11 @@ struct cli_opt {
 };
 /* Parses argv[1..] in argparse's manner: options anywhere, `--name=V`, `--name V`, `-oV`, `-o V`,
  * `--` ends the options, `-` is a positional argument (standard input). -h/--help prints usage to
- * stdout. Positional arguments go to pos (at most maxpos; more is a usage error), their number
+ * stdout. As getopt_long and argparse: an unambiguous prefix of a long name stands for it
+ * (`--out` for `--output`), an ambiguous one is refused with its candidates; `_` in a long name
+ * is read as `-` (`--filter_freed` = `--filter-freed`); `-d` is `--device` in every command that
+ * has a --device and no other -d. An unknown option gets a "did you mean", and errors name
+ * the option as the user typed it. Positional arguments go to pos (at most maxpos; more is a usage error), their number
  * to *npos. @return CLI_OK, CLI_HELP_SHOWN, or CLI_USAGE after printing the error. */
 int cli_parse_options(const char *cmd, const char *usage, const struct cli_opt *opts, int argc,
                       char **argv, char **pos, int maxpos, int *npos);

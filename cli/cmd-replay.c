@@ -43,7 +43,7 @@ static const char replay_usage[] =
     "                     default: the device's size the snapshot records (memsnap's do), else\n"
     "                     the one its first OOM implies (reserved + device_free), else unlimited\n"
     "  --min-capacity     also find the smallest capacity without an OOM (bisection)\n"
-    "  --device N         replay only device N\n"
+    "  -d, --device N     replay only device N\n"
     "  --json             print a JSON document instead of text\n"
     "  -h, --help         show this help\n";
 

@@ -35,7 +35,7 @@ static const char timeline_usage[] =
     "                     without it nothing is summarized\n"
     "  --steps            the peak of each step (ProfilerStep#N annotations) and the step of\n"
     "                     the peak\n"
-    "  --device N         only device N\n"
+    "  -d, --device N     only device N\n"
     "  --range A:B        only trace entries A to B (inclusive; either may be omitted);\n"
     "                     step=N: the entries of step N (ProfilerStep#N)\n"
     "  --stream S         (text) count only segments of stream S (raw handle, decimal or 0x..)\n"

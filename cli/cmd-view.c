@@ -27,7 +27,7 @@ static const char view_usage[] =
     "\n"
     "options:\n"
     "  -o, --output OUT   the page to write (default: output.html; '-' = standard output)\n"
-    "  --device N         the device shown first (default: the one with the longest trace;\n"
+    "  -d, --device N     the device shown first (default: the one with the longest trace;\n"
     "                     every device with a trace or segments is in the page)\n"
     "  --view NAME        the view opened first: timeline, pools, segments, history,\n"
     "                     settings, flame, explain\n"
@@ -47,7 +47,7 @@ static const char trace_plot_usage[] =
     "options:\n"
     "  -o, --output OUT     the page to write (default: output.html)\n"
     "  -s, --segments       open the segment timeline\n"
-    "  -f, --filter_freed   leave out allocations freed within the trace (and their frees):\n"
+    "  -f, --filter-freed   leave out allocations freed within the trace (and their frees):\n"
     "                       only what is still alive at the end is drawn\n"
     "  -d, --device N       the device shown first (default: the one with the longest trace)\n"
     "  -h, --help           show this help\n";
@@ -268,7 +268,7 @@ int cmd_trace_plot(int argc, char **argv) {
   int segments = 0, filter = 0;
   const struct cli_opt opts[] = {{"output", 'o', NULL, &out},
                                  {"segments", 's', &segments, NULL},
-                                 {"filter_freed", 'f', &filter, NULL},
+                                 {"filter-freed", 'f', &filter, NULL},
                                  {"device", 'd', NULL, &device_s},
                                  {NULL, 0, NULL, NULL}};
   char *pos[1];

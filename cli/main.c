@@ -91,6 +91,25 @@ int cli_usage_error(const char *cmd, const char *fmt, ...) {
   return CLI_USAGE;
 }
 
+/* "'stat' is not a memsnap command; did you mean 'stats'?" (git's help_unknown_cmd). */
+static int unknown_command(const char *name) {
+  const char *names[64];
+  size_t n = 0;
+  for (const struct cli_cmd *c = cli_commands; c->name && n < 64; c++) names[n++] = c->name;
+  const char *s = cli_suggest(name, strlen(name), names, n);
+  if (!s) /* a prefix of one command alone: `memsnap seg` */
+    for (size_t i = 0; i < n; i++)
+      if (strncmp(names[i], name, strlen(name)) == 0) {
+        if (s) {
+          s = NULL;
+          break;
+        }
+        s = names[i];
+      }
+  if (s) return cli_usage_error(NULL, "'%s' is not a memsnap command; did you mean '%s'?", name, s);
+  return cli_usage_error(NULL, "'%s' is not a memsnap command", name);
+}
+
 static void main_usage(FILE *fp) {
   fprintf(fp,
           "usage: memsnap [--version] [--help] <command> [<args>]\n"
@@ -147,7 +166,7 @@ int cmd_help(int argc, char **argv) {
     }
   if (argc > 2) return cli_usage_error("help", "'help' takes at most one command name");
   const struct cli_cmd *c = cli_find_command(argv[1]);
-  if (!c) return cli_usage_error(NULL, "'%s' is not a memsnap command", argv[1]);
+  if (!c) return unknown_command(argv[1]);
   if (c->fn == cmd_help) { /* `memsnap help help` = `memsnap help --help` */
     fputs(help_usage, stdout);
     return CLI_OK;
@@ -193,7 +212,7 @@ int main(int argc, char **argv) {
   if (strcmp(name, "--version") == 0 || strcmp(name, "-V") == 0) name = "version";
   if (name[0] == '-') return cli_usage_error(NULL, "unknown option '%s'", name);
   const struct cli_cmd *c = cli_find_command(name);
-  if (!c) return cli_usage_error(NULL, "'%s' is not a memsnap command", name);
+  if (!c) return unknown_command(name);
   argv[1] = (char *)c->name;
   return finish_stdout(c->fn(argc - 1, argv + 1));
 }

@@ -28,21 +28,95 @@
 /* ---- options ----------------------------------------------------------------------------------
  */
 
-static const struct cli_opt *cli_opt_find_long(const struct cli_opt *opts, const char *name,
-                                               size_t len) {
+/* Whether the long name typed[0..len) is the option name, or (prefix) begins it; `_` and `-`
+ * are one character (`--filter_freed` is `--filter-freed`). */
+static bool cli_opt_name_match(const char *name, const char *typed, size_t len, bool prefix) {
+  size_t i = 0;
+  for (; i < len && name[i]; i++) {
+    char a = name[i] == '_' ? '-' : name[i], b = typed[i] == '_' ? '-' : typed[i];
+    if (a != b) return false;
+  }
+  return i == len && (prefix || name[i] == 0);
+}
+
+/* The option a long name typed[0..len) stands for: its exact name, else the one option it is a
+ * prefix of. NULL with *help set when it is --help (or a prefix of it alone); NULL with *nmatch
+ * 0 when unknown, > 1 when ambiguous. */
+static const struct cli_opt *cli_opt_find_long(const struct cli_opt *opts, const char *typed,
+                                               size_t len, bool *help, int *nmatch) {
+  *help = false;
+  *nmatch = 0;
+  if (len == 0) return NULL;
   for (const struct cli_opt *o = opts; o && o->name; o++)
-    if (strlen(o->name) == len && strncmp(o->name, name, len) == 0) return o;
-  return NULL;
+    if (cli_opt_name_match(o->name, typed, len, false)) {
+      *nmatch = 1;
+      return o;
+    }
+  if (cli_opt_name_match("help", typed, len, false)) {
+    *help = true;
+    return NULL;
+  }
+  const struct cli_opt *found = NULL;
+  for (const struct cli_opt *o = opts; o && o->name; o++)
+    if (cli_opt_name_match(o->name, typed, len, true)) {
+      /* two names of one option (an alias) are one candidate */
+      if (found && found->flag == o->flag && found->value == o->value) continue;
+      found = o;
+      ++*nmatch;
+    }
+  if (cli_opt_name_match("help", typed, len, true)) {
+    if (*nmatch == 0) *help = true;
+    ++*nmatch;
+  }
+  return *nmatch == 1 ? found : NULL;
 }
 
 static const struct cli_opt *cli_opt_find_short(const struct cli_opt *opts, char c) {
   for (const struct cli_opt *o = opts; o && o->name; o++)
     if (o->short_name && o->short_name == c) return o;
+  if (c == 'd') /* -d is --device in every command that has one */
+    for (const struct cli_opt *o = opts; o && o->name; o++)
+      if (strcmp(o->name, "device") == 0) return o;
   return NULL;
 }
 
 static void cli_opt_set_flag(const struct cli_opt *o) {
   if (o->flag) *o->flag = 1;
+}
+
+/* "option '--s' is ambiguous; possibilities: '--segments' '--stream'" (getopt_long's words). */
+static int cli_opt_ambiguous(const char *cmd, const struct cli_opt *opts, const char *typed,
+                             size_t len) {
+  char list[1024];
+  size_t k = 0;
+  list[0] = 0;
+  const struct cli_opt *prev = NULL;
+  for (const struct cli_opt *o = opts; o && o->name; o++) {
+    if (!cli_opt_name_match(o->name, typed, len, true)) continue;
+    if (prev && prev->flag == o->flag && prev->value == o->value) continue;
+    prev = o;
+    int w = snprintf(list + k, sizeof list - k, " '--%s'", o->name);
+    if (w > 0 && (size_t)w < sizeof list - k) k += (size_t)w;
+  }
+  if (cli_opt_name_match("help", typed, len, true) && k + 10 < sizeof list)
+    strcpy(list + k, " '--help'");
+  return cli_usage_error(cmd, "option '--%.*s' is ambiguous; possibilities:%s", (int)len, typed,
+                         list);
+}
+
+/* "unknown option '--outptu'; did you mean '--output'?" */
+static int cli_opt_unknown(const char *cmd, const struct cli_opt *opts, const char *typed,
+                           size_t len) {
+  const char *names[128];
+  size_t n = 0;
+  for (const struct cli_opt *o = opts; o && o->name && n < 127; o++) names[n++] = o->name;
+  names[n++] = "help";
+  char norm[64];
+  size_t m = len < sizeof norm ? len : sizeof norm - 1;
+  for (size_t i = 0; i < m; i++) norm[i] = typed[i] == '_' ? '-' : typed[i];
+  const char *s = cli_suggest(norm, m, names, n);
+  if (s) return cli_usage_error(cmd, "unknown option '--%.*s'; did you mean '--%s'?", (int)len, typed, s);
+  return cli_usage_error(cmd, "unknown option '--%.*s'", (int)len, typed);
 }
 
 int cli_parse_options(const char *cmd, const char *usage, const struct cli_opt *opts, int argc,
@@ -60,25 +134,35 @@ int cli_parse_options(const char *cmd, const char *usage, const struct cli_opt *
       only_positional = true;
       continue;
     }
-    if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+    if (strcmp(a, "-h") == 0) {
       fputs(usage, stdout);
       return CLI_HELP_SHOWN;
     }
     const struct cli_opt *o;
     const char *value = NULL;
+    char typed[80]; /* the option as the user wrote it, for the messages */
     if (a[1] == '-') {
       const char *name = a + 2;
       const char *eq = strchr(name, '=');
       size_t len = eq ? (size_t)(eq - name) : strlen(name);
-      o = cli_opt_find_long(opts, name, len);
-      if (!o) return cli_usage_error(cmd, "unknown option '%.*s'", (int)(len + 2), a);
+      bool help;
+      int nmatch;
+      o = cli_opt_find_long(opts, name, len, &help, &nmatch);
+      if (help) {
+        fputs(usage, stdout);
+        return CLI_HELP_SHOWN;
+      }
+      if (nmatch > 1) return cli_opt_ambiguous(cmd, opts, name, len);
+      if (!o) return cli_opt_unknown(cmd, opts, name, len);
+      snprintf(typed, sizeof typed, "--%.*s", (int)len, name);
       if (eq) {
-        if (!o->value) return cli_usage_error(cmd, "option '--%s' takes no value", o->name);
+        if (!o->value) return cli_usage_error(cmd, "option '%s' takes no value", typed);
         value = eq + 1;
       }
     } else {
       o = cli_opt_find_short(opts, a[1]);
       if (!o) return cli_usage_error(cmd, "unknown option '-%c'", a[1]);
+      snprintf(typed, sizeof typed, "-%c", a[1]);
       if (a[2]) {
         if (!o->value) return cli_usage_error(cmd, "option '-%c' takes no value", a[1]);
         value = a + 2;
@@ -86,7 +170,7 @@ int cli_parse_options(const char *cmd, const char *usage, const struct cli_opt *
     }
     if (o->value) {
       if (!value) {
-        if (i + 1 >= argc) return cli_usage_error(cmd, "option '--%s' needs a value", o->name);
+        if (i + 1 >= argc) return cli_usage_error(cmd, "option '%s' needs a value", typed);
         value = argv[++i];
       }
       *o->value = value;

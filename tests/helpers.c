@@ -10,7 +10,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "common/internal.h"
@@ -515,4 +517,61 @@ const char *th_fixture_dir(void) {
 #else
   return "";
 #endif
+}
+
+/* ---- running the program -------------------------------------------------------------------- */
+
+static char *th_read_text(const char *path, size_t *len) {
+  size_t n = 0;
+  char *p = th_read_file(path, &n);
+  char *z = p ? realloc(p, n + 1) : NULL;
+  if (!z) {
+    free(p);
+    return NULL;
+  }
+  z[n] = 0;
+  if (len) *len = n;
+  return z;
+}
+
+th_run_t th_run(const char *dir, const char *in_path, const char *const *env,
+                const char *const *args) {
+  th_run_t r = {-1, NULL, 0, NULL};
+  char outp[4200], errp[4200];
+  snprintf(outp, sizeof outp, "%s/.stdout", dir);
+  snprintf(errp, sizeof errp, "%s/.stderr", dir);
+  const char *argv[64];
+  int n = 0;
+  const char *b = getenv("MEMSNAP_BIN");
+  argv[n++] = b && *b ? b : MS_TEST_BINARY_DIR "/bin/memsnap";
+  for (; args[n - 1] && n < 63; n++) argv[n] = args[n - 1];
+  argv[n] = NULL;
+  pid_t pid = fork();
+  if (pid < 0) return r;
+  if (pid == 0) {
+    int in = open(in_path ? in_path : "/dev/null", O_RDONLY);
+    int out = open(outp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    int err = open(errp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (in < 0 || out < 0 || err < 0 || chdir(dir) != 0) _exit(126);
+    dup2(in, 0);
+    dup2(out, 1);
+    dup2(err, 2);
+    for (size_t i = 0; env && env[i]; i++) putenv((char *)env[i]);
+    execv(argv[0], (char *const *)argv);
+    _exit(127);
+  }
+  int st = 0;
+  if (waitpid(pid, &st, 0) != pid) return r;
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  r.out = th_read_text(outp, &r.out_len);
+  r.err = th_read_text(errp, NULL);
+  unlink(outp);
+  unlink(errp);
+  return r;
+}
+
+void th_run_free(th_run_t *r) {
+  free(r->out);
+  free(r->err);
+  r->out = r->err = NULL;
 }

@@ -70,4 +70,18 @@ int th_write_file(const char *path, const void *data, size_t len);
 /* The fixture directory (MEMSNAP_TORCH_FIXTURES or the compile-time default). */
 const char *th_fixture_dir(void);
 
+/* The memsnap program ($MEMSNAP_BIN, else the build tree's) run with args (NULL-terminated,
+ * without argv[0]) in dir, stdin from in_path (NULL: /dev/null), with env's NAME=VALUE strings
+ * (NULL-terminated, may be NULL) added: its exit status (128 + signal when killed; -1 when it
+ * could not be run), stdout and stderr (NUL-terminated; free with th_run_free). */
+typedef struct th_run_s {
+  int status;
+  char *out;
+  size_t out_len;
+  char *err;
+} th_run_t;
+th_run_t th_run(const char *dir, const char *in_path, const char *const *env,
+                const char *const *args);
+void th_run_free(th_run_t *r);
+
 #endif /* MEMSNAP_TESTS_HELPERS_H */

@@ -410,7 +410,7 @@ Test(cli, usage_errors_exit_2_with_a_message) {
       {{"stats", "a", "b", "--at", "peak"}, "stats", "with several FILEs only --json and --jobs apply"},
       {{"stats", "--bogus", "a"}, "stats", "unknown option '--bogus'"},
       {{"trace", "-x", "a"}, "trace", "unknown option '-x'"},
-      {{"memory", "a", "-o"}, "memory", "option '--output' needs a value"},
+      {{"memory", "a", "-o"}, "memory", "option '-o' needs a value"},
       {{"segments", "a", "--folded=yes"}, "segments", "option '--folded' takes no value"},
       {{"stats", "--summary=1", "a"}, "stats", "option '--summary' takes no value"},
       {{"memory", "a", "--output="}, "memory", "option '--output' needs a file name"},

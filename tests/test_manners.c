@@ -1,0 +1,157 @@
+/* SPDX-License-Identifier: MIT
+ * The command line's manners (issue #32), run as a user runs them: "did you mean" for commands,
+ * options and allocator keys; unambiguous prefixes of long options accepted and ambiguous ones
+ * refused with their candidates (getopt_long, argparse); options named as typed; one vocabulary
+ * (-d/--device, --filter-freed with the old spelling kept); clear messages where a command had
+ * nothing to say. Exact texts and exit statuses. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "helpers.h"
+#include "memsnap/serialize.h"
+
+static char *dir;
+
+static void setup(void) {
+  dir = th_tmpdir();
+  cr_assert(dir);
+  ms_snapshot_t *s = th_synth(NULL);
+  cr_assert(s);
+  char p[4200];
+  snprintf(p, sizeof p, "%s/snap.msnap", dir);
+  ms_errbuf_t eb = {{0}};
+  cr_assert_eq(ms_snapshot_write_file(s, p, NULL, &eb), MS_OK, "%s", eb.msg);
+  ms_snapshot_free(s);
+}
+
+static void teardown(void) {
+  th_rmdir(dir);
+  free(dir);
+}
+
+TestSuite(manners, .init = setup, .fini = teardown);
+
+#define RUN(...) th_run(dir, NULL, NULL, (const char *const[]){__VA_ARGS__, NULL})
+
+/* Exit status 2 and exactly "memsnap: error: MSG\nRun 'memsnap CMD --help' for usage.\n". */
+static void expect_usage(th_run_t r, const char *cmd, const char *msg) {
+  char want[1024];
+  if (cmd)
+    snprintf(want, sizeof want, "memsnap: error: %s\nRun 'memsnap %s --help' for usage.\n", msg,
+             cmd);
+  else
+    snprintf(want, sizeof want, "memsnap: error: %s\nRun 'memsnap --help' for usage.\n", msg);
+  cr_expect_eq(r.status, 2, "status %d, stderr: %s", r.status, r.err);
+  cr_expect_str_eq(r.err, want);
+  cr_expect_eq(r.out_len, 0, "stdout: %s", r.out);
+}
+
+Test(manners, did_you_mean_a_command) {
+  th_run_t r = RUN("stat", "snap.msnap");
+  expect_usage(r, NULL, "'stat' is not a memsnap command; did you mean 'stats'?");
+  th_run_free(&r);
+  r = RUN("help", "tiemline");
+  expect_usage(r, NULL, "'tiemline' is not a memsnap command; did you mean 'timeline'?");
+  th_run_free(&r);
+  r = RUN("expl");                 /* the prefix of one command */
+  expect_usage(r, NULL, "'expl' is not a memsnap command; did you mean 'explain'?");
+  th_run_free(&r);
+  r = RUN("frobnicate"); /* nothing near: no suggestion */
+  expect_usage(r, NULL, "'frobnicate' is not a memsnap command");
+  th_run_free(&r);
+}
+
+Test(manners, did_you_mean_an_option) {
+  th_run_t r = RUN("memory", "snap.msnap", "--outptu", "x.svg");
+  expect_usage(r, "memory", "unknown option '--outptu'; did you mean '--output'?");
+  th_run_free(&r);
+  r = RUN("stats", "--summray", "snap.msnap");
+  expect_usage(r, "stats", "unknown option '--summray'; did you mean '--summary'?");
+  th_run_free(&r);
+  r = RUN("stats", "--bogus", "snap.msnap");
+  expect_usage(r, "stats", "unknown option '--bogus'");
+  th_run_free(&r);
+}
+
+Test(manners, did_you_mean_an_allocator_key) {
+  th_run_t r = RUN("replay", "snap.msnap", "--config", "max_split_size_md:64");
+  cr_expect_neq(r.status, 0);
+  cr_expect(strstr(r.err, "key 'max_split_size_md' at offset 0: unrecognized key; did you mean "
+                          "'max_split_size_mb'? expected one of: max_split_size_mb, "),
+            "%s", r.err);
+  th_run_free(&r);
+}
+
+Test(manners, unambiguous_prefixes_are_accepted) {
+  th_run_t full = RUN("stats", "--summary", "snap.msnap");
+  cr_assert_eq(full.status, 0, "%s", full.err);
+  th_run_t r = RUN("stats", "--summ", "snap.msnap");
+  cr_expect_eq(r.status, 0, "%s", r.err);
+  cr_expect_str_eq(r.out, full.out);
+  th_run_free(&r);
+  th_run_free(&full);
+  r = RUN("memory", "snap.msnap", "--fold", "--out", "a.folded");
+  cr_expect_eq(r.status, 0, "%s", r.err);
+  th_run_free(&r);
+  r = RUN("memory", "snap.msnap", "--fold", "--out=b.folded");
+  cr_expect_eq(r.status, 0, "%s", r.err);
+  th_run_free(&r);
+  char pa[4200], pb[4200];
+  snprintf(pa, sizeof pa, "%s/a.folded", dir);
+  snprintf(pb, sizeof pb, "%s/b.folded", dir);
+  size_t la = 0, lb = 0;
+  char *a = th_read_file(pa, &la), *b = th_read_file(pb, &lb);
+  cr_expect(a && b && la == lb && la > 0 && memcmp(a, b, la) == 0);
+  free(a);
+  free(b);
+  r = RUN("memory", "snap.msnap", "--he"); /* a prefix of --help alone */
+  cr_expect_eq(r.status, 0);
+  cr_expect(strncmp(r.out, "usage: memsnap memory ", 22) == 0, "%s", r.out);
+  th_run_free(&r);
+}
+
+Test(manners, ambiguous_prefixes_are_refused_with_the_candidates) {
+  th_run_t r = RUN("top", "snap.msnap", "--j");
+  expect_usage(r, "top", "option '--j' is ambiguous; possibilities: '--jobs' '--json'");
+  th_run_free(&r);
+  r = RUN("stats", "snap.msnap", "--s");
+  expect_usage(r, "stats", "option '--s' is ambiguous; possibilities: '--summary' '--stream'");
+  th_run_free(&r);
+}
+
+Test(manners, options_are_named_as_typed) {
+  th_run_t r = RUN("top", "snap.msnap", "-n");
+  expect_usage(r, "top", "option '-n' needs a value");
+  th_run_free(&r);
+  r = RUN("memory", "snap.msnap", "--out");
+  expect_usage(r, "memory", "option '--out' needs a value");
+  th_run_free(&r);
+  r = RUN("memory", "snap.msnap", "--fold=yes");
+  expect_usage(r, "memory", "option '--fold' takes no value");
+  th_run_free(&r);
+}
+
+Test(manners, one_vocabulary) {
+  /* -d is --device in every command that has one */
+  static const char *const cmds[] = {"stats", "trace", "top", "timeline", "explain"};
+  for (size_t i = 0; i < sizeof cmds / sizeof *cmds; i++) {
+    th_run_t a = RUN(cmds[i], "snap.msnap", "--device", "1");
+    th_run_t b = RUN(cmds[i], "snap.msnap", "-d", "1");
+    cr_expect_eq(b.status, a.status, "%s: %s", cmds[i], b.err);
+    cr_expect_str_eq(b.out, a.out, "%s", cmds[i]);
+    th_run_free(&a);
+    th_run_free(&b);
+  }
+  /* --filter-freed, the old --filter_freed kept */
+  th_run_t a = RUN("trace_plot", "snap.msnap", "--filter-freed", "-o", "a.html");
+  cr_expect_eq(a.status, 0, "%s", a.err);
+  th_run_t b = RUN("trace_plot", "snap.msnap", "--filter_freed", "-o", "b.html");
+  cr_expect_eq(b.status, 0, "%s", b.err);
+  th_run_free(&a);
+  th_run_free(&b);
+  th_run_t h = RUN("trace_plot", "--help");
+  cr_expect(strstr(h.out, "--filter-freed") && !strstr(h.out, "--filter_freed"), "%s", h.out);
+  th_run_free(&h);
+}
