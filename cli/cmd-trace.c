@@ -497,6 +497,11 @@ int cmd_trace(int argc, char **argv) {
   } else if (ta.has_device) {
     rc = cli_tl_device(snap, name, &ta, &dev);
   }
+  if (rc == CLI_OK && snap->ntrace == 0) /* the text stays _memory_viz.py's (a blank line) */
+    cli_warning("'%s' holds no allocator trace: record one with "
+                "torch.cuda.memory._record_memory_history() before the code to trace (PyTorch), "
+                "or take it with `memsnap run` or a history recorder (memsnap)",
+                name);
   if (rc == CLI_OK && json)
     rc = cli_trace_json(stdout, view ? view : snap, name, &ta.filter, dev);
   else if (rc == CLI_OK)

@@ -543,7 +543,11 @@ th_run_t th_run(const char *dir, const char *in_path, const char *const *env,
   const char *argv[64];
   int n = 0;
   const char *b = getenv("MEMSNAP_BIN");
+#ifdef MS_TEST_BINARY_DIR
   argv[n++] = b && *b ? b : MS_TEST_BINARY_DIR "/bin/memsnap";
+#else
+  argv[n++] = b && *b ? b : "memsnap";
+#endif
   for (; args[n - 1] && n < 63; n++) argv[n] = args[n - 1];
   argv[n] = NULL;
   pid_t pid = fork();

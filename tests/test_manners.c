@@ -155,3 +155,56 @@ Test(manners, one_vocabulary) {
   cr_expect(strstr(h.out, "--filter-freed") && !strstr(h.out, "--filter_freed"), "%s", h.out);
   th_run_free(&h);
 }
+
+/* {'segments': [], 'device_traces': []} as Python pickles it with protocols 0, 1 and 2. */
+static const char pickle_p0[] = "(dp0\nVsegments\np1\n(lp2\nsVdevice_traces\np3\n(lp4\ns.";
+static const char pickle_p1[] = "}q\x00(X\x08\x00\x00\x00segmentsq\x01]q\x02X\x0d\x00\x00\x00"
+                                "device_tracesq\x03]q\x04u.";
+static const char pickle_p2[] = "\x80\x02}q\x00(X\x08\x00\x00\x00segmentsq\x01]q\x02X"
+                                "\x0d\x00\x00\x00"
+                                "device_tracesq\x03]q\x04u.";
+
+static void put(const char *name, const char *data, size_t len) {
+  char p[4200];
+  snprintf(p, sizeof p, "%s/%s", dir, name);
+  cr_assert_eq(th_write_file(p, data, len), 0);
+}
+
+Test(manners, trace_without_a_trace_says_so) {
+  put("notrace.pickle", pickle_p2, sizeof pickle_p2 - 1);
+  th_run_t r = RUN("trace", "notrace.pickle");
+  cr_expect_eq(r.status, 0, "%s", r.err);
+  cr_expect_str_eq(r.out, "\n"); /* _memory_viz.py's text */
+  cr_expect_str_eq(r.err, "memsnap: warning: 'notrace.pickle' holds no allocator trace: record "
+                          "one with torch.cuda.memory._record_memory_history() before the code "
+                          "to trace (PyTorch), or take it with `memsnap run` or a history "
+                          "recorder (memsnap)\n");
+  th_run_free(&r);
+}
+
+Test(manners, an_old_pickle_protocol_is_named) {
+  put("p0.pickle", pickle_p0, sizeof pickle_p0 - 1);
+  put("p1.pickle", pickle_p1, sizeof pickle_p1 - 1);
+  for (int p = 0; p <= 1; p++) {
+    char name[32], want[512];
+    snprintf(name, sizeof name, "p%d.pickle", p);
+    snprintf(want, sizeof want,
+             "memsnap: error: '%s': a pickle of protocol %d; PyTorch writes snapshots with "
+             "protocols 2 to 5 (re-save it with pickle.dump(obj, f, protocol=4))\n",
+             name, p);
+    th_run_t r = RUN("stats", name);
+    cr_expect_eq(r.status, 1);
+    cr_expect_str_eq(r.err, want);
+    th_run_free(&r);
+  }
+}
+
+Test(manners, run_without_a_cuda_call_says_so) {
+  th_run_t r = RUN("run", "--", "/bin/true");
+  cr_expect_eq(r.status, 0, "%s", r.err);
+  cr_expect_str_eq(r.err, "memsnap: warning: no CUDA call was seen in '/bin/true', so no "
+                          "snapshot was written: it made no device-memory calls, or it is "
+                          "linked with the static CUDA runtime (nvcc's default; build it with "
+                          "-cudart shared), whose calls cannot be interposed\n");
+  th_run_free(&r);
+}
