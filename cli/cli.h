@@ -138,6 +138,13 @@ void cli_out_abort(cli_out_t *o);
  * the output: "no space left on device while writing 'OUT'", "cannot write 'OUT': ...".
  * @return CLI_FAILURE. */
 int cli_out_fail(cli_out_t *o, int err, const ms_errbuf_t *eb);
+/* -q/--quiet: no "memsnap: wrote 'OUT' (SIZE)" line after an output file is committed.
+ * --force (and -f where a command has no -f of its own): write a default-named output over a
+ * file that memsnap did not write. Set by cli_parse_options for every command. */
+extern bool cli_quiet, cli_force;
+/* Notes that path is the command's default output (no -o): cli_out_open refuses to write it
+ * over a file that memsnap did not write, unless --force. cli_output_default notes its own. */
+void cli_out_note_default(const char *path);
 /* Set once a failed write to standard output has been reported (main.c says it only once). */
 extern bool cli_stdout_error_reported;
 /* The output of a view command: *output NULL (no -o) becomes output.svg for an SVG (as

@@ -84,6 +84,19 @@ static void cli_opt_set_flag(const struct cli_opt *o) {
   if (o->flag) *o->flag = 1;
 }
 
+/* The options every command has (where its table has none of the name): --quiet, --force. */
+static bool cli_opt_common(const char *typed, size_t len) {
+  if (cli_opt_name_match("quiet", typed, len, false)) {
+    cli_quiet = true;
+    return true;
+  }
+  if (cli_opt_name_match("force", typed, len, false)) {
+    cli_force = true;
+    return true;
+  }
+  return false;
+}
+
 /* "option '--s' is ambiguous; possibilities: '--segments' '--stream'" (getopt_long's words). */
 static int cli_opt_ambiguous(const char *cmd, const struct cli_opt *opts, const char *typed,
                              size_t len) {
@@ -153,6 +166,7 @@ int cli_parse_options(const char *cmd, const char *usage, const struct cli_opt *
         return CLI_HELP_SHOWN;
       }
       if (nmatch > 1) return cli_opt_ambiguous(cmd, opts, name, len);
+      if (!o && !eq && cli_opt_common(name, len)) continue;
       if (!o) return cli_opt_unknown(cmd, opts, name, len);
       snprintf(typed, sizeof typed, "--%.*s", (int)len, name);
       if (eq) {
@@ -161,6 +175,8 @@ int cli_parse_options(const char *cmd, const char *usage, const struct cli_opt *
       }
     } else {
       o = cli_opt_find_short(opts, a[1]);
+      if (!o && !a[2] && (a[1] == 'q' || a[1] == 'f') && cli_opt_common(a[1] == 'q' ? "quiet" : "force", 5))
+        continue;
       if (!o) return cli_usage_error(cmd, "unknown option '-%c'", a[1]);
       snprintf(typed, sizeof typed, "-%c", a[1]);
       if (a[2]) {

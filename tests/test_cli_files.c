@@ -620,6 +620,24 @@ Test(cli_files, an_svg_is_not_written_to_a_terminal) {
     cr_expect(strstr(r.out, "<svg"), "%s: no SVG on stdout", cmds[i][0]);
     run_free(&r);
   }
+  /* nor the viewer's HTML page (#32 item 4) */
+  const char *const pages[][8] = {
+      {"view", "a.msnap", "-o", "-", NULL},
+      {"trace_plot", "a.msnap", "-o", "-", NULL},
+      {"segment_plot", "a.msnap", "-o", "-", NULL},
+  };
+  for (size_t i = 0; i < sizeof pages / sizeof *pages; i++) {
+    r = run_ex(NULL, 1, pages[i]);
+    cr_expect_eq(r.status, 2, "%s: %d %s", pages[i][0], r.status, r.err);
+    char want[512];
+    snprintf(want, sizeof want,
+             "memsnap: error: refusing to write an HTML page to a terminal; redirect it (-o - > "
+             "out.html) or name a file (-o out.html)\nRun 'memsnap %s --help' for usage.\n",
+             pages[i][0]);
+    cr_expect_str_eq(r.err, want);
+    cr_expect(!strstr(r.out, "<html"), "%s: the page reached the terminal", pages[i][0]);
+    run_free(&r);
+  }
   /* folded text to a terminal is fine */
   r = run_ex(NULL, 1, (const char *const[]){"memory", "a.msnap", "--folded", NULL});
   cr_expect_eq(r.status, 0, "%s", r.err);

@@ -5,6 +5,7 @@
  * (-d/--device, --filter-freed with the old spelling kept); clear messages where a command had
  * nothing to say. Exact texts and exit statuses. */
 #include <criterion/criterion.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -206,5 +207,99 @@ Test(manners, run_without_a_cuda_call_says_so) {
                           "snapshot was written: it made no device-memory calls, or it is "
                           "linked with the static CUDA runtime (nvcc's default; build it with "
                           "-cudart shared), whose calls cannot be interposed\n");
+  th_run_free(&r);
+}
+
+/* ---- outputs say what they wrote; default names; no silent overwrite (item 4) ---------------- */
+
+static bool exists(const char *name) {
+  char p[4200];
+  snprintf(p, sizeof p, "%s/%s", dir, name);
+  FILE *f = fopen(p, "rb");
+  if (f) fclose(f);
+  return f != NULL;
+}
+
+/* "memsnap: wrote 'NAME' (" ... ")HINT\n", the size being the file's. */
+static void expect_wrote(const char *err, const char *name, const char *hint) {
+  char head[512];
+  snprintf(head, sizeof head, "memsnap: wrote '%s' (", name);
+  cr_expect(strncmp(err, head, strlen(head)) == 0, "%s", err);
+  const char *close = strchr(err + strlen(head), ')');
+  cr_assert(close, "%s", err);
+  char tail[256];
+  snprintf(tail, sizeof tail, ")%s\n", hint);
+  cr_expect_str_eq(close, tail);
+}
+
+Test(manners, outputs_say_what_they_wrote_unless_quiet) {
+  th_run_t r = RUN("memory", "snap.msnap", "-o", "m.svg");
+  cr_expect_eq(r.status, 0, "%s", r.err);
+  expect_wrote(r.err, "m.svg", "; open it in a web browser");
+  th_run_free(&r);
+  r = RUN("memory", "snap.msnap", "--folded", "-o", "m.folded");
+  expect_wrote(r.err, "m.folded", "");
+  th_run_free(&r);
+  r = RUN("memory", "snap.msnap", "-q", "-o", "q.svg");
+  cr_expect_eq(r.status, 0);
+  cr_expect_str_eq(r.err, "");
+  th_run_free(&r);
+  r = RUN("segments", "snap.msnap", "--quiet", "-o", "q2.svg");
+  cr_expect_str_eq(r.err, "");
+  th_run_free(&r);
+  /* standard output is not announced */
+  r = RUN("memory", "snap.msnap", "--folded");
+  cr_expect_str_eq(r.err, "");
+  th_run_free(&r);
+}
+
+Test(manners, default_output_names) {
+  /* view names its page after the input; the commands that mirror _memory_viz.py keep its
+   * output.svg and output.html */
+  th_run_t r = RUN("view", "snap.msnap");
+  cr_expect_eq(r.status, 0, "%s", r.err);
+  expect_wrote(r.err, "snap.view.html", "; open it in a web browser");
+  cr_expect(exists("snap.view.html"));
+  th_run_free(&r);
+  r = RUN("memory", "snap.msnap");
+  cr_expect_eq(r.status, 0, "%s", r.err);
+  expect_wrote(r.err, "output.svg", "; open it in a web browser");
+  th_run_free(&r);
+  r = RUN("segment_plot", "snap.msnap");
+  cr_expect_eq(r.status, 0, "%s", r.err);
+  expect_wrote(r.err, "output.html", "; open it in a web browser");
+  th_run_free(&r);
+}
+
+Test(manners, a_default_output_never_overwrites_a_users_file) {
+  put("output.svg", "my own drawing\n", 15);
+  th_run_t r = RUN("memory", "snap.msnap");
+  cr_expect_eq(r.status, 1);
+  cr_expect_str_eq(r.err, "memsnap: error: refusing to overwrite 'output.svg', which memsnap did "
+                          "not write; name another output with -o, or add --force\n");
+  char p[4200];
+  snprintf(p, sizeof p, "%s/output.svg", dir);
+  size_t n = 0;
+  char *keep = th_read_file(p, &n);
+  cr_expect(keep && n == 15 && memcmp(keep, "my own drawing\n", 15) == 0);
+  free(keep);
+  th_run_free(&r);
+  r = RUN("memory", "snap.msnap", "--force");
+  cr_expect_eq(r.status, 0, "%s", r.err);
+  th_run_free(&r);
+  /* memsnap's own output.svg is written over, again and again */
+  r = RUN("memory", "snap.msnap", "-q");
+  cr_expect_eq(r.status, 0, "%s", r.err);
+  th_run_free(&r);
+  /* the same for view's default page */
+  put("snap.view.html", "<p>notes</p>\n", 13);
+  r = RUN("view", "snap.msnap");
+  cr_expect_eq(r.status, 1);
+  cr_expect_str_eq(r.err, "memsnap: error: refusing to overwrite 'snap.view.html', which memsnap "
+                          "did not write; name another output with -o, or add --force\n");
+  th_run_free(&r);
+  /* a name given with -o is the user's choice, as cp's */
+  r = RUN("view", "snap.msnap", "-q", "-o", "snap.view.html");
+  cr_expect_eq(r.status, 0, "%s", r.err);
   th_run_free(&r);
 }
