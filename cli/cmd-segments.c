@@ -26,7 +26,7 @@ static const char segments_usage[] =
     "  --stream S        only segments of stream S (a raw handle, decimal or 0x...)\n"
     "  --pool A,B        only segments of private pool (A, B); 0,0 is the default pool\n"
     "  --title TEXT      the SVG's title (default: the view and the file, e.g.\n"
-    "                    'memory \u2014 x.pickle (device 0)')\n"
+    "                    'segments \u2014 x.pickle (device 0)')\n"
     "  --width PX        the SVG's width (default 1200)\n"
     "  --minwidth PX|N%  gather narrower frames into [N small frames] (default 0.1 px)\n"
     "  -h, --help        show this help\n";
