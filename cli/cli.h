@@ -66,6 +66,10 @@ void cli_fputs_escaped(const char *s, FILE *fp);
 /* Prints "memsnap: error: <msg>" and a hint to run `memsnap CMD --help`; @return CLI_USAGE. */
 int cli_usage_error(const char *cmd, const char *fmt, ...) MS_PRINTF(2, 3);
 
+/* Prints a help text with every line within 80 columns: a longer one is broken at a space and
+ * its rest carried into the block's next line (cli/help.c). */
+void cli_print_help(const char *text, FILE *fp);
+
 /* "Did you mean": of the n candidates (NULL entries skipped), the one nearest to typed[0..len)
  * when it is a likely typo (one or two characters off, one for words of three or fewer) and
  * nearer than every other; else NULL (cli/suggest.c). */

@@ -306,7 +306,7 @@ static int run_parse_args(int argc, char **argv, run_args_t *o) {
       return cli_usage_error("run", "option '%s' takes no value", name);
     }
     if (strcmp(name, "-h") == 0 || strcmp(name, "--help") == 0) {
-      fputs(run_usage, stdout);
+      cli_print_help(run_usage, stdout);
       return CLI_HELP_SHOWN;
     } else if (strcmp(name, "--observe") == 0 || strcmp(name, "--cache") == 0) {
       const char *m = strcmp(name, "--cache") == 0 ? "cache" : "observe";

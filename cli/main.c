@@ -24,12 +24,12 @@ const struct cli_cmd cli_commands[] = {
     {"flamegraph", cmd_flamegraph, "any folded-stack file to an interactive flame graph"},
     {"replay", cmd_replay, "replay a trace through the allocator: fidelity check, what-if"},
     {"convert", cmd_convert, "a snapshot between memsnap's format and PyTorch's pickle"},
-    {"timeline", cmd_timeline, "memory over time: peaks, final state; --json = PyTorch viewer's data"},
+    {"timeline", cmd_timeline, "memory over time: peaks, OOMs, the final state"},
     {"top", cmd_top, "the biggest consumers at a moment (default: the peak)"},
-    {"explain", cmd_explain, "why memory ran out or peaked, and which setting avoids it (replayed)"},
-    {"export", cmd_export, "to SQLite, pprof or Perfetto/Chrome trace JSON (several ranks: --sqlite)"},
+    {"explain", cmd_explain, "why memory ran out or peaked, and what setting avoids it"},
+    {"export", cmd_export, "to SQLite (many ranks), pprof or Perfetto/Chrome trace JSON"},
     {"run", cmd_run, "run a CUDA program and snapshot its device memory (LD_PRELOAD)"},
-    {"view", cmd_view, "an offline HTML viewer: timelines, allocator state history, settings"},
+    {"view", cmd_view, "an offline HTML viewer: timelines, state history, settings"},
     {"trace_plot", cmd_trace_plot, "the viewer opened on the memory timeline, as _memory_viz.py"},
     {"segment_plot", cmd_segment_plot, "the viewer opened on the allocator state history"},
     {NULL, NULL, NULL},
@@ -114,13 +114,13 @@ static void main_usage(FILE *fp) {
   fprintf(fp,
           "usage: memsnap [--version] [--help] <command> [<args>]\n"
           "\n"
-          "GPU memory snapshots: statistics, traces and interactive flame graphs, for memsnap\n"
-          "snapshots and PyTorch's torch.cuda.memory._dump_snapshot() pickles.\n"
+          "GPU memory snapshots: statistics, traces and interactive flame graphs, for\n"
+          "memsnap snapshots and PyTorch's torch.cuda.memory._dump_snapshot() pickles.\n"
           "\n"
           "commands:\n");
   for (const struct cli_cmd *c = cli_commands; c->name; c++)
     fprintf(fp, "   %-13s %s\n", c->name, c->summary); /* segment_plot and two spaces */
-  fprintf(fp, "\nRun 'memsnap help <command>' or 'memsnap <command> --help' for a command's options.\n");
+  fprintf(fp, "\nRun 'memsnap help <command>' (or 'memsnap <command> --help') for its options.\n");
 }
 
 static const char version_usage[] =
@@ -146,7 +146,7 @@ static bool is_help_option(const char *a) {
 
 int cmd_version(int argc, char **argv) {
   if (argc == 2 && is_help_option(argv[1])) {
-    fputs(version_usage, stdout);
+    cli_print_help(version_usage, stdout);
     return CLI_OK;
   }
   if (argc > 1) return cli_usage_error("version", "'version' takes no arguments");
@@ -161,14 +161,14 @@ int cmd_help(int argc, char **argv) {
   }
   for (int i = 1; i < argc; i++)
     if (is_help_option(argv[i])) {
-      fputs(help_usage, stdout);
+      cli_print_help(help_usage, stdout);
       return CLI_OK;
     }
   if (argc > 2) return cli_usage_error("help", "'help' takes at most one command name");
   const struct cli_cmd *c = cli_find_command(argv[1]);
   if (!c) return unknown_command(argv[1]);
   if (c->fn == cmd_help) { /* `memsnap help help` = `memsnap help --help` */
-    fputs(help_usage, stdout);
+    cli_print_help(help_usage, stdout);
     return CLI_OK;
   }
   char *sub[] = {argv[1], "--help", NULL};

@@ -148,7 +148,7 @@ int cli_parse_options(const char *cmd, const char *usage, const struct cli_opt *
       continue;
     }
     if (strcmp(a, "-h") == 0) {
-      fputs(usage, stdout);
+      cli_print_help(usage, stdout);
       return CLI_HELP_SHOWN;
     }
     const struct cli_opt *o;
@@ -162,7 +162,7 @@ int cli_parse_options(const char *cmd, const char *usage, const struct cli_opt *
       int nmatch;
       o = cli_opt_find_long(opts, name, len, &help, &nmatch);
       if (help) {
-        fputs(usage, stdout);
+        cli_print_help(usage, stdout);
         return CLI_HELP_SHOWN;
       }
       if (nmatch > 1) return cli_opt_ambiguous(cmd, opts, name, len);

@@ -303,3 +303,44 @@ Test(manners, a_default_output_never_overwrites_a_users_file) {
   cr_expect_eq(r.status, 0, "%s", r.err);
   th_run_free(&r);
 }
+
+/* ---- help within 80 columns (item 6) ---------------------------------------------------------- */
+
+/* Display columns of a line: UTF-8 code points. */
+static size_t columns(const char *s, size_t n) {
+  size_t w = 0;
+  for (size_t i = 0; i < n; i++)
+    if (((unsigned char)s[i] & 0xC0) != 0x80) w++;
+  return w;
+}
+
+static void expect_within_80(const char *what, const char *text) {
+  for (const char *p = text; *p;) {
+    const char *nl = strchr(p, '\n');
+    size_t n = nl ? (size_t)(nl - p) : strlen(p);
+    cr_expect(columns(p, n) <= 80, "%s: a line of %zu columns: %.*s", what, columns(p, n),
+              (int)n, p);
+    p += n + (nl ? 1 : 0);
+  }
+}
+
+Test(manners, every_help_fits_in_80_columns) {
+  th_run_t top = RUN("--help");
+  cr_assert_eq(top.status, 0);
+  expect_within_80("memsnap --help", top.out);
+  const char *list = strstr(top.out, "commands:\n");
+  cr_assert(list);
+  int n = 0;
+  for (const char *p = list + 10; *p == ' '; n++) {
+    char name[32];
+    cr_assert_eq(sscanf(p, " %31s", name), 1);
+    th_run_t h = RUN(name, "--help");
+    cr_expect_eq(h.status, 0, "%s", name);
+    cr_expect_gt(h.out_len, 0, "%s", name);
+    expect_within_80(name, h.out);
+    th_run_free(&h);
+    p = strchr(p, '\n') + 1;
+  }
+  cr_expect_geq(n, 17);
+  th_run_free(&top);
+}
