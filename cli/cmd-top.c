@@ -108,6 +108,11 @@ static bool top_parse_by(const char *s, cli_top_by *by) {
   return false;
 }
 
+/* What "<no frame>" means, said under the rows where one appears. */
+static const char top_no_frame_note[] =
+    "\n<no frame>: a stack without a frame that PyTorch's filter keeps (only allocator or C++ "
+    "frames,\nor none recorded)\n";
+
 int cmd_top(int argc, char **argv) {
   int json = 0;
   const char *at_s = NULL, *n_s = NULL, *by_s = NULL, *device_s = NULL, *range_s = NULL,
@@ -206,9 +211,11 @@ int cmd_top(int argc, char **argv) {
       fprintf(out, "allocated: %s (%" PRIu64 " bytes) in %" PRIu64 " blocks\n\n",
               cli_format_bytes((int64_t)top.total, b), top.total, top.count);
       fprintf(out, "%12s %7s %8s  %s\n", "bytes", "share", "blocks", bys[by]);
+      bool no_frame = false;
       for (size_t i = 0; i < shown; i++) {
         char label[1024];
         cli_top_label(at, &top, i, label, sizeof label);
+        no_frame |= strncmp(label, "<no frame>", 10) == 0;
         fprintf(out, "%12s %6.1f%% %8" PRIu64 "  %s\n",
                 cli_format_bytes((int64_t)top.items[i].bytes, b),
                 top.total ? 100.0 * (double)top.items[i].bytes / (double)top.total : 0.0,
@@ -217,6 +224,7 @@ int cmd_top(int argc, char **argv) {
           top_text_stack(out, at, (uint32_t)top.items[i].key);
       }
       if (top.nitems == 0) fprintf(out, "(no allocated block at that moment)\n");
+      if (no_frame) fputs(top_no_frame_note, out);
     }
   }
   cli_top_release(&top);

@@ -344,3 +344,54 @@ Test(manners, every_help_fits_in_80_columns) {
   cr_expect_geq(n, 17);
   th_run_free(&top);
 }
+
+/* ---- top: rows that look the same say what tells them apart (item 14) ------------------------- */
+
+Test(manners, top_rows_that_look_the_same_are_told_apart) {
+  static const char *const names[] = {"yiyi_flexgen_1.3b_legacy_a.pickle",
+                                      "wedsonlin_cs336_medium_1024_training.pickle",
+                                      "jogregoire_diffusion_tiny.pickle"};
+  int ran = 0;
+  for (size_t k = 0; k < sizeof names / sizeof *names; k++) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/%s", th_fixture_dir(), names[k]);
+    FILE *f = fopen(path, "rb");
+    if (!f) continue;
+    fclose(f);
+    ran++;
+    th_run_t r = RUN("top", path, "-n", "30", "--json");
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    /* every "label" differs from every other */
+    const char *labels[64];
+    size_t lens[64], n = 0;
+    for (const char *p = r.out; (p = strstr(p, "\"label\": \"")) && n < 64; n++) {
+      p += 10;
+      const char *q = p;
+      while (*q && !(*q == '"' && q[-1] != '\\')) q++;
+      labels[n] = p;
+      lens[n] = (size_t)(q - p);
+      p = q;
+    }
+    cr_expect_gt(n, 2, "%s", names[k]);
+    for (size_t i = 0; i < n; i++)
+      for (size_t j = i + 1; j < n; j++)
+        cr_expect(lens[i] != lens[j] || memcmp(labels[i], labels[j], lens[i]) != 0,
+                  "%s: rows %zu and %zu read the same: %.*s", names[k], i, j, (int)lens[i],
+                  labels[i]);
+    th_run_free(&r);
+  }
+  if (!ran) printf("SKIP: no PyTorch fixture in %s: top's row labels not checked\n", th_fixture_dir());
+  /* <no frame> is explained where it appears */
+  char path[4200];
+  snprintf(path, sizeof path, "%s/cranberrii_ftcourse.pickle", th_fixture_dir());
+  FILE *f = fopen(path, "rb");
+  if (!f) return;
+  fclose(f);
+  th_run_t r = RUN("top", path, "-n", "0");
+  cr_assert_eq(r.status, 0, "%s", r.err);
+  cr_expect(strstr(r.out, "  <no frame>"), "%s", r.out);
+  cr_expect(strstr(r.out, "\n<no frame>: a stack without a frame that PyTorch's filter keeps (only "
+                          "allocator or C++ frames,\nor none recorded)\n"),
+            "%s", r.out);
+  th_run_free(&r);
+}
