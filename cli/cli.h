@@ -52,12 +52,20 @@ int cmd_trace_plot(int argc, char **argv);
 int cmd_segment_plot(int argc, char **argv);
 int cmd_explain(int argc, char **argv);
 
-/* The table, NULL-terminated (main.c). */
+/* The table, NULL-terminated (main.c), which main() hands to cmd-help.c as cli_command_table
+ * before dispatching: help and "did you mean" read it there, so no file calls back into main.c. */
 extern const struct cli_cmd cli_commands[];
-/* @return the command named name, or NULL. */
+extern const struct cli_cmd *cli_command_table;
+/* @return the command named name in cli_command_table, or NULL (cmd-help.c). */
 const struct cli_cmd *cli_find_command(const char *name);
+/* "memsnap: error: 'stat' is not a memsnap command; did you mean 'stats'?"; @return CLI_USAGE. */
+int cli_unknown_command(const char *name);
+/* The list of commands, `memsnap --help`'s text. */
+void cli_main_usage(FILE *fp);
 
-/* Messages in git's style, to stderr: "memsnap: error: ..." / "memsnap: warning: ...". */
+/* Messages in git's style, to stderr: "memsnap: error: ..." / "memsnap: warning: ..."
+ * (cli/message.c). cli_lib_message is the library's output hook (ms_set_output). */
+void cli_lib_message(const char *msg, void *arg);
 void cli_error(const char *fmt, ...) MS_PRINTF(1, 2);
 void cli_warning(const char *fmt, ...) MS_PRINTF(1, 2);
 /* Writes s with control bytes, DEL, C1 controls and invalid UTF-8 as \xNN (cli/escape.c): the
@@ -99,7 +107,7 @@ struct cli_opt {
 int cli_parse_options(const char *cmd, const char *usage, const struct cli_opt *opts, int argc,
                       char **argv, char **pos, int maxpos, int *npos);
 
-/* "<stdin>" for "-", else path. */
+/* "<stdin>" for "-", else path (cli/format.c). */
 const char *cli_display_name(const char *path);
 /* Loads a snapshot of any format ("-" = stdin) into *out. On failure prints
  * "memsnap: error: ..." naming the file and what is wrong, and returns CLI_FAILURE (*out
@@ -157,7 +165,7 @@ extern bool cli_stdout_error_reported;
  * @return CLI_OK or CLI_USAGE (printed). */
 int cli_output_default(const char *cmd, const char **output, bool svg);
 
-/* _memory_viz.py's Bytes/_format_size: "%3.1f" and "", Ki, Mi, ... then "B" (e.g. "605.0KiB",
+/* (cli/format.c) _memory_viz.py's Bytes/_format_size: "%3.1f" and "", Ki, Mi, ... then "B" (e.g. "605.0KiB",
  * "-38.1MiB"). @return buf. */
 #define CLI_BYTES_BUFSZ 48
 const char *cli_format_bytes(int64_t n, char buf[CLI_BYTES_BUFSZ]);
@@ -175,7 +183,7 @@ typedef enum cli_render_mode {
   CLI_RENDER_FOLDED,  /* the view's lines as they come (PyTorch's folded text) */
   CLI_RENDER_MERGED,  /* the flame builder's merged folded text (`STACK BEFORE AFTER` for diffs) */
 } cli_render_mode;
-/* Renders a view into out_path ("-" = stdout), complete-or-not-at-all. fopts may be NULL.
+/* Renders a view into out_path ("-" = stdout), complete-or-not-at-all (cli/view-main.c). fopts may be NULL.
  * Prints errors naming the file. @return CLI_OK or CLI_FAILURE. */
 int cli_render(const char *out_path, cli_render_mode mode, const ms_flame_options_t *fopts,
                cli_view_fn *view, void *arg);
@@ -203,7 +211,7 @@ int cli_render_json(const char *out_path, const char *cmd, cli_json_head_fn *hea
 /* A head of one field, `, "file": NAME` (head_arg: the name). */
 void cli_json_head_file(cli_json_t *j, void *name);
 
-/* Whether a trace entry passes --stream/--pool (filter NULL: all do) (cmd-trace.c). */
+/* Whether a trace entry passes --stream/--pool (filter NULL: all do) (cli/trace-json.c). */
 bool cli_trace_entry_kept(const ms_tl_filter_t *f, const ms_snap_trace_t *e);
 /* `trace --json`: each device's entries (only_dev, or SIZE_MAX for all) that pass filter, as
  * records with their index in the device's trace (cli/trace-json.c). @return CLI_OK. */
@@ -224,7 +232,7 @@ int cli_view_flame_options(const char *cmd, const cli_view_opts_t *vo, ms_flame_
 /* The last component of a path ("-" stays "-"). */
 const char *cli_base_name(const char *path);
 
-/* The body of `memory` and `segments`: FILE [-o OUT] [--folded], OUT defaulting to output.svg. */
+/* The body of `memory` and `segments` (cli/view-main.c): FILE [-o OUT] [--folded], OUT defaulting to output.svg. */
 int cli_view_main(const char *cmd, const char *usage, ms_view_kind kind, int argc, char **argv);
 
 /* ---- time (cli/timeline-util.c, issue #12) ---- */

@@ -411,17 +411,6 @@ nomem:
   return CLI_FAILURE;
 }
 
-bool cli_trace_entry_kept(const ms_tl_filter_t *f, const ms_snap_trace_t *e) {
-  if (!f) return true;
-  if (f->has_stream && e->stream != f->stream) return false;
-  if (f->has_pool) {
-    bool has = (e->present & MS_TRACE_HAS_POOL_ID) != 0;
-    if ((has ? ms_snap_trace_pool(e, 0) : 0) != f->pool_id[0] || (has ? ms_snap_trace_pool(e, 1) : 0) != f->pool_id[1])
-      return false;
-  }
-  return true;
-}
-
 static int trace_run(FILE *out, const ms_snapshot_t *s, const ms_tl_filter_t *filter,
                      size_t only_dev) {
   int rc = CLI_OK;
