@@ -579,3 +579,74 @@ void th_run_free(th_run_t *r) {
   free(r->err);
   r->out = r->err = NULL;
 }
+
+/* ---- bytes and hand-made pickles ---------------------------------------------------------- */
+
+void th_bytes_put(th_bytes_t *b, const void *p, size_t n) {
+  if (b->n + n > b->cap) {
+    size_t nc = b->cap ? b->cap : 4096;
+    while (nc < b->n + n) nc *= 2;
+    char *q = realloc(b->p, nc);
+    if (!q) abort(); /* a test without memory cannot go on */
+    b->p = q;
+    b->cap = nc;
+  }
+  if (n) memcpy(b->p + b->n, p, n);
+  b->n += n;
+}
+
+void th_bytes_put_le(th_bytes_t *b, uint64_t x, int n) {
+  for (int i = 0; i < n; i++) {
+    unsigned char c = (unsigned char)(x >> (8 * i));
+    th_bytes_put(b, &c, 1);
+  }
+}
+
+int th_bytes_sink_write(void *ctx, const char *buf, size_t len) {
+  th_bytes_put(ctx, buf, len);
+  return MS_OK;
+}
+
+void th_bytes_free(th_bytes_t *b) {
+  free(b->p);
+  memset(b, 0, sizeof *b);
+}
+
+void th_pickle_op(th_bytes_t *b, int op) {
+  char c = (char)op;
+  th_bytes_put(b, &c, 1);
+}
+
+void th_pickle_str(th_bytes_t *b, const char *s) {
+  size_t n = strlen(s);
+  th_pickle_op(b, 0x8c); /* SHORT_BINUNICODE */
+  th_pickle_op(b, (int)n);
+  th_bytes_put(b, s, n);
+}
+
+void th_pickle_int(th_bytes_t *b, int64_t x) {
+  if (x >= 0 && x < 256) {
+    th_pickle_op(b, 'K'); /* BININT1 */
+    th_pickle_op(b, (int)x);
+  } else {
+    th_pickle_op(b, 0x8a); /* LONG1 of 8 bytes */
+    th_pickle_op(b, 8);
+    th_bytes_put_le(b, (uint64_t)x, 8);
+  }
+}
+
+int th_write_synth(const char *path, const th_synth_opts_t *opts, char *why, size_t cap) {
+  ms_snapshot_t *s = th_synth(opts);
+  if (!s) {
+    snprintf(why, cap, "th_synth failed");
+    return -1;
+  }
+  ms_errbuf_t eb = {{0}};
+  int err = ms_snapshot_write_file(s, path, NULL, &eb);
+  ms_snapshot_free(s);
+  if (err != MS_OK) {
+    snprintf(why, cap, "%s", eb.msg[0] ? eb.msg : ms_strerror(err));
+    return -1;
+  }
+  return 0;
+}

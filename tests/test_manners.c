@@ -18,13 +18,9 @@ static char *dir;
 static void setup(void) {
   dir = th_tmpdir();
   cr_assert(dir);
-  ms_snapshot_t *s = th_synth(NULL);
-  cr_assert(s);
-  char p[4200];
+  char p[4200], why[512];
   snprintf(p, sizeof p, "%s/snap.msnap", dir);
-  ms_errbuf_t eb = {{0}};
-  cr_assert_eq(ms_snapshot_write_file(s, p, NULL, &eb), MS_OK, "%s", eb.msg);
-  ms_snapshot_free(s);
+  cr_assert_eq(th_write_synth(p, NULL, why, sizeof why), 0, "%s", why);
 }
 
 static void teardown(void) {
