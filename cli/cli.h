@@ -121,6 +121,14 @@ int cli_load_ex(const char *path, unsigned flags, ms_snapshot_t **out);
  * more than a second; stop erases it. Not nestable. */
 void cli_progress_start(const char *fmt, ...) MS_PRINTF(1, 2);
 void cli_progress_stop(void);
+/* The bytes an operation has done so far, for the progress line. */
+typedef uint64_t cli_progress_count_fn(void);
+/* Called just before cli_progress_start: the line then also says how far the operation is, from
+ * count() less its value at the start: "45% (412.3MiB of 912.0MiB)" of total, or "412.3MiB"
+ * when total is 0 (unknown). */
+void cli_progress_count(cli_progress_count_fn *count, uint64_t total);
+/* Bytes this process has read (/proc/self/io rchar; 0 where unknown): a read's progress. */
+uint64_t cli_bytes_read(void);
 
 /* ---- output files (cli/output.c) ---- */
 
@@ -143,6 +151,8 @@ typedef struct cli_out_s {
   ms_sink_t sink;
   int werr; /* errno of the first failed write through sink, 0 if none */
 } cli_out_t;
+/* Bytes written through every cli_out_t so far: a write's progress (cli_progress_count). */
+uint64_t cli_out_bytes_written(void);
 int cli_out_open(cli_out_t *o, const char *path);   /* @return CLI_OK or CLI_FAILURE */
 int cli_out_commit(cli_out_t *o);                   /* @return CLI_OK or CLI_FAILURE */
 void cli_out_abort(cli_out_t *o);

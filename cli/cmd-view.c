@@ -237,7 +237,10 @@ static int view_run(const char *cmd, const char *path, const char *out_path, con
   cli_out_t o;
   if ((rc = cli_out_open(&o, out_path)) == CLI_OK) {
     ms_errbuf_t eb = {{0}};
+    cli_progress_count(cli_out_bytes_written, 0);
+    cli_progress_start("writing '%s'", out_path);
     int err = ms_viewer_write_html(use, &vo, &o.sink, &eb);
+    cli_progress_stop();
     if (err != MS_OK && o.werr) { /* the output's own error: "no space left on device" */
       rc = cli_out_fail(&o, err, NULL);
     } else if (err != MS_OK) {

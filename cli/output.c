@@ -14,6 +14,7 @@
  */
 #include <errno.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
@@ -168,8 +169,15 @@ static void cli_out_unblock(const sigset_t *old) {
 
 /* ---- output files ---------------------------------------------------------------------------- */
 
+static atomic_uint_least64_t cli_out_written;
+
+uint64_t cli_out_bytes_written(void) {
+  return (uint64_t)atomic_load(&cli_out_written);
+}
+
 static int cli_out_write(void *ctx, const char *buf, size_t len) {
   cli_out_t *o = ctx;
+  atomic_fetch_add(&cli_out_written, (uint_least64_t)len);
   if (len && fwrite(buf, 1, len, o->af.fp) != len) {
     if (!o->werr) o->werr = errno ? errno : EIO;
     return MS_EIO;

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -208,7 +209,42 @@ static struct {
   bool stop;
   bool shown;
   char what[256];
+  cli_progress_count_fn *count, *next_count; /* bytes done so far (NULL: time only) */
+  uint64_t total, next_total, base;          /* bytes in all (0: unknown), count() at start */
 } cli_progress = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
+
+void cli_progress_count(cli_progress_count_fn *count, uint64_t total) {
+  cli_progress.next_count = count;
+  cli_progress.next_total = total;
+}
+
+uint64_t cli_bytes_read(void) {
+  FILE *f = fopen("/proc/self/io", "r");
+  if (!f) return 0;
+  char line[128];
+  unsigned long long v = 0;
+  while (fgets(line, sizeof line, f))
+    if (sscanf(line, "rchar: %llu", &v) == 1) break;
+  fclose(f);
+  return v;
+}
+
+/* "45% (412.3MiB of 912.0MiB), " or "123.4MiB, ": what is done, when a count was given. */
+static void cli_progress_done(char *buf, size_t cap) {
+  buf[0] = 0;
+  if (!cli_progress.count) return;
+  uint64_t now = cli_progress.count();
+  uint64_t d = now > cli_progress.base ? now - cli_progress.base : 0;
+  char a[CLI_BYTES_BUFSZ], b[CLI_BYTES_BUFSZ];
+  if (cli_progress.total) {
+    double pct = 100.0 * (double)d / (double)cli_progress.total;
+    snprintf(buf, cap, "%.0f%% (%s of %s), ", pct > 100 ? 100.0 : pct,
+             cli_format_ubytes(d < cli_progress.total ? d : cli_progress.total, a),
+             cli_format_ubytes(cli_progress.total, b));
+  } else {
+    snprintf(buf, cap, "%s, ", cli_format_ubytes(d, a));
+  }
+}
 
 static double cli_now(void) {
   struct timespec ts;
@@ -238,7 +274,10 @@ static void *cli_progress_main(void *arg) {
     int rc = pthread_cond_timedwait(&cli_progress.cond, &cli_progress.lock, &ts);
     if (cli_progress.stop) break;
     if (rc == ETIMEDOUT) {
-      fprintf(stderr, "\rmemsnap: %s... %.0f s", cli_progress.what, cli_now() - start);
+      char done[160];
+      cli_progress_done(done, sizeof done);
+      fprintf(stderr, "\rmemsnap: %s... %s%.0f s\033[K", cli_progress.what, done,
+              cli_now() - start);
       fflush(stderr);
       cli_progress.shown = true;
       wait_s = 0.5;
@@ -249,7 +288,12 @@ static void *cli_progress_main(void *arg) {
 }
 
 void cli_progress_start(const char *fmt, ...) {
+  cli_progress.count = cli_progress.next_count;
+  cli_progress.total = cli_progress.next_total;
+  cli_progress.next_count = NULL;
+  cli_progress.next_total = 0;
   if (cli_progress.running || !isatty(STDERR_FILENO)) return;
+  cli_progress.base = cli_progress.count ? cli_progress.count() : 0;
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(cli_progress.what, sizeof cli_progress.what, fmt, ap);
@@ -285,6 +329,9 @@ int cli_load_ex(const char *path, unsigned flags, ms_snapshot_t **out) {
   ms_snapshot_t *snap = NULL;
   const char *name = cli_display_name(path);
   cli_note_input(path);
+  struct stat st;
+  bool sized = strcmp(path, "-") != 0 && stat(path, &st) == 0 && S_ISREG(st.st_mode);
+  cli_progress_count(cli_bytes_read, sized ? (uint64_t)st.st_size : 0);
   cli_progress_start("reading '%s'", name);
   int err = ms_snapshot_load_ex(path, flags, &snap, &eb);
   cli_progress_stop();

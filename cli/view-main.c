@@ -59,6 +59,7 @@ int cli_render(const char *out_path, cli_render_mode mode, const ms_flame_option
     ms_flame_destroy(fs.flame);
     return CLI_FAILURE;
   }
+  cli_progress_count(cli_out_bytes_written, 0);
   cli_progress_start("writing '%s'", out_path);
   err = mode == CLI_RENDER_MERGED ? ms_flame_write_folded(fs.flame, &o.sink, &eb)
                                   : ms_flame_write_svg(fs.flame, &o.sink, &eb);

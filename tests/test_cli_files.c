@@ -1077,6 +1077,32 @@ Test(cli_files, replay_shows_progress_only_on_a_terminal) {
   run_free(&r);
 }
 
+/* Reading and writing say how far they are, in bytes and percent, not only in seconds (#32
+ * item 5): view on a large fixture, its progress drawn at once. */
+Test(cli_files, reading_and_writing_show_bytes_and_percent) {
+  char fx[1024];
+  snprintf(fx, sizeof fx, "%s/wedsonlin_cs336_medium_1024_training.pickle", th_fixture_dir());
+  if (access(fx, R_OK) != 0) {
+    printf("SKIP reading_and_writing_show_bytes_and_percent: no fixture %s\n", fx);
+    return;
+  }
+  setenv("MEMSNAP_PROGRESS_DELAY", "0", 1);
+  int read_seen = 0, write_seen = 0;
+  for (int tries = 0; tries < 5 && !(read_seen && write_seen); tries++) {
+    run_t r = run_ex(NULL, 2, (const char *const[]){"view", fx, "-q", "-o", "p.html", NULL});
+    cr_expect_eq(r.status, 0, "%s", r.out);
+    /* "\rmemsnap: reading 'F'... 45% (412.3MiB of 912.0MiB), 0 s" */
+    char *rd = strstr(r.out, "\rmemsnap: reading '");
+    if (rd && strstr(rd, "... ") && strstr(rd, "% (") && strstr(rd, "B of ")) read_seen = 1;
+    char *wr = strstr(r.out, "\rmemsnap: writing 'p.html'... ");
+    if (wr && strstr(wr, "B, ")) write_seen = 1;
+    run_free(&r);
+  }
+  unsetenv("MEMSNAP_PROGRESS_DELAY");
+  cr_expect(read_seen, "no read progress in bytes and percent");
+  cr_expect(write_seen, "no write progress in bytes");
+}
+
 /* ---- 13. empty frame names ----------------------------------------------------------------- */
 
 Test(cli_files, empty_frame_names_show_as_unknown) {
