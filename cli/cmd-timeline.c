@@ -17,7 +17,7 @@
 
 static const char timeline_usage[] =
     "usage: memsnap timeline FILE [--json [--segments] [--max-entries N]] [--steps] [--device N]\n"
-    "                        [--range A:B|step=N] [--stream S] [--pool ID]\n"
+    "                        [--range A:B|step=N] [--stream S] [--pool A,B]\n"
     "       memsnap timeline FILE FILE...|DIR [--json] [--jobs N]\n"
     "\n"
     "Memory over time. By default prints, for each device: the number of trace entries, the\n"
@@ -39,7 +39,7 @@ static const char timeline_usage[] =
     "  --range A:B        only trace entries A to B (inclusive; either may be omitted);\n"
     "                     step=N: the entries of step N (ProfilerStep#N)\n"
     "  --stream S         (text) count only segments of stream S (raw handle, decimal or 0x..)\n"
-    "  --pool ID          (text) count only segments of private pool ID (`A,B`; 0,0 = default)\n"
+    "  --pool A,B         (text) count only segments of private pool (A, B); 0,0 = default\n"
     "  --jobs N           with several FILEs (one per rank) or a DIR of them: read N files at\n"
     "                     a time (default: one per core); prints one row per file: peaks,\n"
     "                     fragmentation, OOMs, the largest stack at the peak, the highest rank\n"

@@ -14,7 +14,7 @@
 
 static const char top_usage[] =
     "usage: memsnap top FILE [--at MOMENT] [-n N] [--by stack|frame|file|size] [--json]\n"
-    "                   [--device N] [--range A:B] [--stream S] [--pool ID]\n"
+    "                   [--device N] [--range A:B] [--stream S] [--pool A,B]\n"
     "       memsnap top FILE FILE...|DIR [--json] [--jobs N]   (one row per rank, at its peak)\n"
     "\n"
     "Lists the biggest consumers of allocated memory at a moment: bytes, number of blocks,\n"
