@@ -22,7 +22,7 @@ endif
 MS_DEBUG ?= 3
 FUZZ_SECONDS ?= 60
 
-.PHONY: all deps test-deps build demo test check bench fuzz wheel clean
+.PHONY: all deps test-deps build demo demo-build test check bench fuzz wheel clean
 
 all: build
 
@@ -42,9 +42,15 @@ build: deps $(BUILD)/CMakeCache.txt
 demo: deps
 	@mkdir -p $(BUILD)
 	@printf 'memsnap demo: building into %s/ (log: %s/build.log)\n' '$(BUILD)' '$(BUILD)'
-	@$(MAKE) --no-print-directory build >$(BUILD)/build.log 2>&1 || \
+	@$(MAKE) --no-print-directory demo-build >$(BUILD)/build.log 2>&1 || \
 	  { tail -n 30 $(BUILD)/build.log; echo "memsnap demo: the build failed; the whole log is $(BUILD)/build.log" >&2; exit 1; }
 	@scripts/demo.sh $(BUILD)
+
+# Only what the demo runs: the program, its interposer and the three samples, not the test suite
+# and the benchmarks (make test and make bench build those).
+DEMO_TARGETS = memsnap memsnap_preload sample_basic sample_train sample_record
+demo-build: $(BUILD)/CMakeCache.txt
+	$(CMAKE) --build $(BUILD) -j $(JOBS) --target $(DEMO_TARGETS)
 
 # ctest hides the output of passing suites; the SKIP lines (no GPU, no fixtures, no browser) are
 # printed after the run, counted, so that what did not run stays visible.

@@ -56,12 +56,20 @@ int cmd_explain(int argc, char **argv);
 int cmd_check(int argc, char **argv);
 int cmd_cache(int argc, char **argv);
 
-/* The table, NULL-terminated (main.c). */
+/* The table, NULL-terminated (main.c), which main() hands to cmd-help.c as cli_command_table
+ * before dispatching: help and "did you mean" read it there, so no file calls back into main.c. */
 extern const struct cli_cmd cli_commands[];
-/* @return the command named name, or NULL. */
+extern const struct cli_cmd *cli_command_table;
+/* @return the command named name in cli_command_table, or NULL (cmd-help.c). */
 const struct cli_cmd *cli_find_command(const char *name);
+/* "memsnap: error: 'stat' is not a memsnap command; did you mean 'stats'?"; @return CLI_USAGE. */
+int cli_unknown_command(const char *name);
+/* The list of commands, `memsnap --help`'s text. */
+void cli_main_usage(FILE *fp);
 
-/* Messages in git's style, to stderr: "memsnap: error: ..." / "memsnap: warning: ...". */
+/* Messages in git's style, to stderr: "memsnap: error: ..." / "memsnap: warning: ..."
+ * (cli/message.c). cli_lib_message is the library's output hook (ms_set_output). */
+void cli_lib_message(const char *msg, void *arg);
 void cli_error(const char *fmt, ...) MS_PRINTF(1, 2);
 void cli_warning(const char *fmt, ...) MS_PRINTF(1, 2);
 /* Writes s with control bytes, DEL, C1 controls and invalid UTF-8 as \xNN (cli/escape.c): the
@@ -69,6 +77,15 @@ void cli_warning(const char *fmt, ...) MS_PRINTF(1, 2);
 void cli_fputs_escaped(const char *s, FILE *fp);
 /* Prints "memsnap: error: <msg>" and a hint to run `memsnap CMD --help`; @return CLI_USAGE. */
 int cli_usage_error(const char *cmd, const char *fmt, ...) MS_PRINTF(2, 3);
+
+/* Prints a help text with every line within 80 columns: a longer one is broken at a space and
+ * its rest carried into the block's next line (cli/help.c). */
+void cli_print_help(const char *text, FILE *fp);
+
+/* "Did you mean": of the n candidates (NULL entries skipped), the one nearest to typed[0..len)
+ * when it is a likely typo (one or two characters off, one for words of three or fewer) and
+ * nearer than every other; else NULL (cli/suggest.c). */
+const char *cli_suggest(const char *typed, size_t len, const char *const *cands, size_t n);
 
 /* ---- helpers of the snapshot commands (cli/util.c) ---- */
 
@@ -85,12 +102,16 @@ struct cli_opt {
 };
 /* Parses argv[1..] in argparse's manner: options anywhere, `--name=V`, `--name V`, `-oV`, `-o V`,
  * `--` ends the options, `-` is a positional argument (standard input). -h/--help prints usage to
- * stdout. Positional arguments go to pos (at most maxpos; more is a usage error), their number
+ * stdout. As getopt_long and argparse: an unambiguous prefix of a long name stands for it
+ * (`--out` for `--output`), an ambiguous one is refused with its candidates; `_` in a long name
+ * is read as `-` (`--filter_freed` = `--filter-freed`); `-d` is `--device` in every command that
+ * has a --device and no other -d. An unknown option gets a "did you mean", and errors name
+ * the option as the user typed it. Positional arguments go to pos (at most maxpos; more is a usage error), their number
  * to *npos. @return CLI_OK, CLI_HELP_SHOWN, or CLI_USAGE after printing the error. */
 int cli_parse_options(const char *cmd, const char *usage, const struct cli_opt *opts, int argc,
                       char **argv, char **pos, int maxpos, int *npos);
 
-/* "<stdin>" for "-", else path. */
+/* "<stdin>" for "-", else path (cli/format.c). */
 const char *cli_display_name(const char *path);
 /* Loads a snapshot of any format ("-" = stdin) into *out. On failure prints
  * "memsnap: error: ..." naming the file and what is wrong, and returns CLI_FAILURE (*out
@@ -104,6 +125,14 @@ int cli_load_ex(const char *path, unsigned flags, ms_snapshot_t **out);
  * more than a second; stop erases it. Not nestable. */
 void cli_progress_start(const char *fmt, ...) MS_PRINTF(1, 2);
 void cli_progress_stop(void);
+/* The bytes an operation has done so far, for the progress line. */
+typedef uint64_t cli_progress_count_fn(void);
+/* Called just before cli_progress_start: the line then also says how far the operation is, from
+ * count() less its value at the start: "45% (412.3MiB of 912.0MiB)" of total, or "412.3MiB"
+ * when total is 0 (unknown). */
+void cli_progress_count(cli_progress_count_fn *count, uint64_t total);
+/* Bytes this process has read (/proc/self/io rchar; 0 where unknown): a read's progress. */
+uint64_t cli_bytes_read(void);
 
 /* ---- output files (cli/output.c) ---- */
 
@@ -126,6 +155,8 @@ typedef struct cli_out_s {
   ms_sink_t sink;
   int werr; /* errno of the first failed write through sink, 0 if none */
 } cli_out_t;
+/* Bytes written through every cli_out_t so far: a write's progress (cli_progress_count). */
+uint64_t cli_out_bytes_written(void);
 int cli_out_open(cli_out_t *o, const char *path);   /* @return CLI_OK or CLI_FAILURE */
 int cli_out_commit(cli_out_t *o);                   /* @return CLI_OK or CLI_FAILURE */
 void cli_out_abort(cli_out_t *o);
@@ -133,6 +164,13 @@ void cli_out_abort(cli_out_t *o);
  * the output: "no space left on device while writing 'OUT'", "cannot write 'OUT': ...".
  * @return CLI_FAILURE. */
 int cli_out_fail(cli_out_t *o, int err, const ms_errbuf_t *eb);
+/* -q/--quiet: no "memsnap: wrote 'OUT' (SIZE)" line after an output file is committed.
+ * --force (and -f where a command has no -f of its own): write a default-named output over a
+ * file that memsnap did not write. Set by cli_parse_options for every command. */
+extern bool cli_quiet, cli_force;
+/* Notes that path is the command's default output (no -o): cli_out_open refuses to write it
+ * over a file that memsnap did not write, unless --force. cli_output_default notes its own. */
+void cli_out_note_default(const char *path);
 /* Set once a failed write to standard output has been reported (main.c says it only once). */
 extern bool cli_stdout_error_reported;
 /* The output of a view command: *output NULL (no -o) becomes output.svg for an SVG (as
@@ -141,7 +179,7 @@ extern bool cli_stdout_error_reported;
  * @return CLI_OK or CLI_USAGE (printed). */
 int cli_output_default(const char *cmd, const char **output, bool svg);
 
-/* _memory_viz.py's Bytes/_format_size: "%3.1f" and "", Ki, Mi, ... then "B" (e.g. "605.0KiB",
+/* (cli/format.c) _memory_viz.py's Bytes/_format_size: "%3.1f" and "", Ki, Mi, ... then "B" (e.g. "605.0KiB",
  * "-38.1MiB"). @return buf. */
 #define CLI_BYTES_BUFSZ 48
 const char *cli_format_bytes(int64_t n, char buf[CLI_BYTES_BUFSZ]);
@@ -159,7 +197,7 @@ typedef enum cli_render_mode {
   CLI_RENDER_FOLDED,  /* the view's lines as they come (PyTorch's folded text) */
   CLI_RENDER_MERGED,  /* the flame builder's merged folded text (`STACK BEFORE AFTER` for diffs) */
 } cli_render_mode;
-/* Renders a view into out_path ("-" = stdout), complete-or-not-at-all. fopts may be NULL.
+/* Renders a view into out_path ("-" = stdout), complete-or-not-at-all (cli/view-main.c). fopts may be NULL.
  * Prints errors naming the file. @return CLI_OK or CLI_FAILURE. */
 int cli_render(const char *out_path, cli_render_mode mode, const ms_flame_options_t *fopts,
                cli_view_fn *view, void *arg);
@@ -187,7 +225,7 @@ int cli_render_json(const char *out_path, const char *cmd, cli_json_head_fn *hea
 /* A head of one field, `, "file": NAME` (head_arg: the name). */
 void cli_json_head_file(cli_json_t *j, void *name);
 
-/* Whether a trace entry passes --stream/--pool (filter NULL: all do) (cmd-trace.c). */
+/* Whether a trace entry passes --stream/--pool (filter NULL: all do) (cli/trace-json.c). */
 bool cli_trace_entry_kept(const ms_tl_filter_t *f, const ms_snap_trace_t *e);
 /* `trace --json`: each device's entries (only_dev, or SIZE_MAX for all) that pass filter, as
  * records with their index in the device's trace (cli/trace-json.c). @return CLI_OK. */
@@ -208,7 +246,7 @@ int cli_view_flame_options(const char *cmd, const cli_view_opts_t *vo, ms_flame_
 /* The last component of a path ("-" stays "-"). */
 const char *cli_base_name(const char *path);
 
-/* The body of `memory` and `segments`: FILE [-o OUT] [--folded], OUT defaulting to output.svg. */
+/* The body of `memory` and `segments` (cli/view-main.c): FILE [-o OUT] [--folded], OUT defaulting to output.svg. */
 int cli_view_main(const char *cmd, const char *usage, ms_view_kind kind, int argc, char **argv);
 
 /* ---- time (cli/timeline-util.c, issue #12) ---- */

@@ -28,7 +28,7 @@ static const char explain_usage[] =
     "recommendation. FILE is a memsnap snapshot or a PyTorch pickle ('-' reads standard input).\n"
     "\n"
     "options:\n"
-    "  --device N         device N (default: the first device with an OOM, else the device\n"
+    "  -d, --device N     device N (default: the first device with an OOM, else the device\n"
     "                     with the longest trace)\n"
     "  --at MOMENT        oom (the first OOM), oom:N, peak, peak-reserved, end, step=N, an\n"
     "                     entry index, or a time t=... (default: oom, else peak)\n"

@@ -36,7 +36,7 @@ static const char export_usage[] =
     "                       digits after 'rank' in the file name, else none)\n"
     "  --pprof OUT.pb.gz    write a pprof profile of one FILE ('-': standard output)\n"
     "  --at MOMENT          with --pprof: the moment of inuse_* (default: peak; see `memsnap top`)\n"
-    "  --device N           with --pprof: device N (default: the device with the longest trace)\n"
+    "  -d, --device N       with --pprof: device N (default: the device with the longest trace)\n"
     "  --perfetto OUT.json  write a Chrome trace event JSON file of one FILE ('-': stdout)\n"
     "  --allocations        with --perfetto: one slice per allocation, from alloc to free,\n"
     "                       named by its source, with its category\n"

@@ -22,7 +22,7 @@ static const char memory_usage[] =
     "  --at MOMENT       show the state at MOMENT: peak (of allocated bytes), peak-reserved,\n"
     "                    end, an entry index N (after trace entry N; -1 = before the first),\n"
     "                    or a time in microseconds: t=1700000000123456 or 1700000000123456us\n"
-    "  --device N        only device N (with --at: default the device with the longest trace)\n"
+    "  -d, --device N    only device N (with --at: default the device with the longest trace)\n"
     "  --range A:B       with --at: peaks within trace entries A to B; alone: the state after B\n"
     "  --stream S        only segments of stream S (a raw handle, decimal or 0x...)\n"
     "  --pool A,B        only segments of private pool (A, B); 0,0 is the default pool\n"

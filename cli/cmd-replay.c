@@ -38,12 +38,12 @@ static const char replay_usage[] =
     "  --config STR       what-if under STR (MEMSNAP_ALLOC_CONF syntax, on top of the recorded\n"
     "                     settings), e.g. 'expandable_segments:True'\n"
     "  --sweep SPEC       what-if for every combination of SPEC, e.g.\n"
-    "                     'max_split_size_mb=64,128,256,512;expandable_segments=False,True'\n"
+    "                     'max_split_size_mb=64,256;expandable_segments=False,True'\n"
     "  --capacity SIZE    device capacity (e.g. 24GiB, 8000M, 123456789, or unlimited); what-if\n"
     "                     default: the device's size the snapshot records (memsnap's do), else\n"
     "                     the one its first OOM implies (reserved + device_free), else unlimited\n"
     "  --min-capacity     also find the smallest capacity without an OOM (bisection)\n"
-    "  --device N         replay only device N\n"
+    "  -d, --device N     replay only device N\n"
     "  --json             print a JSON document instead of text\n"
     "  -h, --help         show this help\n";
 

@@ -306,7 +306,7 @@ static int run_parse_args(int argc, char **argv, run_args_t *o) {
       return cli_usage_error("run", "option '%s' takes no value", name);
     }
     if (strcmp(name, "-h") == 0 || strcmp(name, "--help") == 0) {
-      fputs(run_usage, stdout);
+      cli_print_help(run_usage, stdout);
       return CLI_HELP_SHOWN;
     } else if (strcmp(name, "--observe") == 0 || strcmp(name, "--cache") == 0) {
       const char *m = strcmp(name, "--cache") == 0 ? "cache" : "observe";
@@ -364,6 +364,8 @@ static int run_parse_args(int argc, char **argv, run_args_t *o) {
 
 /* Finds the interposer and the program (prog), and warns when the program cannot be
  * intercepted (a static CUDA runtime, a static program). @return CLI_OK or CLI_FAILURE. */
+static bool run_link_warned; /* said already that no snapshot will be written */
+
 static int run_prepare(const char *name, char *preload, size_t pcap, char *prog, size_t cap) {
   int rc;
   if ((rc = run_find_preload(preload, pcap)) != CLI_OK) return rc;
@@ -388,9 +390,9 @@ static int run_prepare(const char *name, char *preload, size_t pcap, char *prog,
                 name);
     break;
   default:
-    break;
+    return CLI_OK;
   }
-
+  run_link_warned = true;
   return CLI_OK;
 }
 
@@ -425,6 +427,32 @@ static void run_child_env(const run_args_t *o, const char *ld) {
 }
 
 /* Waits for the program. @return its exit status, 128 + N when signal N killed it. */
+/* A file that the interposer appends a byte to whenever a process of the program writes a
+ * snapshot (MEMSNAP_RUN_SEEN); *path is "" when none could be made (then nothing is said). */
+static void run_seen_create(char *path, size_t cap) {
+  const char *t = getenv("TMPDIR");
+  snprintf(path, cap, "%s/.memsnap-run-XXXXXX", t && *t ? t : "/tmp");
+  int fd = mkstemp(path);
+  if (fd < 0) {
+    path[0] = 0;
+    return;
+  }
+  close(fd);
+}
+
+/* After the program: when no process of it wrote a snapshot, says why that may be. */
+static void run_seen_report(const char *path, const char *name) {
+  struct stat st;
+  if (!path[0]) return;
+  bool seen = stat(path, &st) != 0 || st.st_size > 0;
+  unlink(path);
+  if (seen || run_link_warned) return;
+  cli_warning("no CUDA call was seen in '%s', so no snapshot was written: it made no "
+              "device-memory calls, or it is linked with the static CUDA runtime (nvcc's "
+              "default; build it with -cudart shared), whose calls cannot be interposed",
+              name);
+}
+
 static int run_status(int status, const char *name) {
   if (WIFEXITED(status)) return WEXITSTATUS(status);
   if (WIFSIGNALED(status)) {
@@ -467,9 +495,12 @@ int cmd_run(int argc, char **argv) {
 
   for (int k = 0; k < 4; k++)
     sigaction(fwd_sigs[k], &fwd, &old_sig[k]); /* reset by exec */
+  char seen[PATH_MAX];
+  run_seen_create(seen, sizeof seen);
   fflush(NULL);
   pid_t pid = fork();
   if (pid < 0) {
+    if (seen[0]) unlink(seen);
     cli_error("cannot run '%s': fork: %s", argv[i], strerror(errno));
     for (int k = 0; k < 4; k++)
       sigaction(fwd_sigs[k], &old_sig[k], NULL);
@@ -478,6 +509,7 @@ int cmd_run(int argc, char **argv) {
   }
   if (pid == 0) {
     run_child_env(&o, ld);
+    if (seen[0]) setenv("MEMSNAP_RUN_SEEN", seen, 1);
     execv(prog, argv + i);
     int e = errno;
     fprintf(stderr, "memsnap: error: cannot run '%s': %s\n", argv[i], strerror(e));
@@ -500,8 +532,13 @@ int cmd_run(int argc, char **argv) {
   for (int k = 0; k < 4; k++)
     sigaction(fwd_sigs[k], &old_sig[k], NULL);
   if (w < 0) {
+    if (seen[0]) unlink(seen);
     cli_error("cannot wait for '%s': %s", argv[i], strerror(errno));
     return CLI_FAILURE;
   }
+  if (WIFEXITED(status) && WEXITSTATUS(status) >= 126) /* not run: already said */
+    unlink(seen);
+  else
+    run_seen_report(seen, argv[i]);
   return run_status(status, argv[i]);
 }

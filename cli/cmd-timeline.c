@@ -17,7 +17,7 @@
 
 static const char timeline_usage[] =
     "usage: memsnap timeline FILE [--json [--segments] [--max-entries N]] [--steps] [--device N]\n"
-    "                        [--range A:B|step=N] [--stream S] [--pool ID] [--by category]\n"
+    "                        [--range A:B|step=N] [--stream S] [--pool A,B] [--by category]\n"
     "       memsnap timeline FILE FILE...|DIR [--json] [--jobs N]\n"
     "\n"
     "Memory over time. By default prints, for each device: the number of trace entries, the\n"
@@ -35,11 +35,11 @@ static const char timeline_usage[] =
     "                     without it nothing is summarized\n"
     "  --steps            the peak of each step (ProfilerStep#N annotations) and the step of\n"
     "                     the peak\n"
-    "  --device N         only device N\n"
+    "  -d, --device N     only device N\n"
     "  --range A:B        only trace entries A to B (inclusive; either may be omitted);\n"
     "                     step=N: the entries of step N (ProfilerStep#N)\n"
     "  --stream S         (text) count only segments of stream S (raw handle, decimal or 0x..)\n"
-    "  --pool ID          (text) count only segments of private pool ID (`A,B`; 0,0 = default)\n"
+    "  --pool A,B         (text) count only segments of private pool (A, B); 0,0 = default\n"
     "  --by category      also the allocated bytes of each category at the peak, and each\n"
     "                     category's own peak (docs/categories.md); with --json, that as JSON\n"
     "  --categories RULES with --by category: a rules file extending the default rules\n"

@@ -16,7 +16,7 @@
 
 static const char top_usage[] =
     "usage: memsnap top FILE [--at MOMENT] [-n N] [--by KEY] [--categories RULES] [--json]\n"
-    "                   [--device N] [--range A:B] [--stream S] [--pool ID]\n"
+    "                   [--device N] [--range A:B] [--stream S] [--pool A,B]\n"
     "       memsnap top FILE FILE...|DIR [--json] [--jobs N]   (one row per rank, at its peak)\n"
     "\n"
     "Lists the biggest consumers of allocated memory at a moment: bytes, number of blocks,\n"
@@ -233,6 +233,11 @@ static int top_attr(const ms_snapshot_t *snap, const char *name, const cli_tl_ar
   return rc;
 }
 
+/* What "<no frame>" means, said under the rows where one appears. */
+static const char top_no_frame_note[] =
+    "\n<no frame>: a stack without a frame that PyTorch's filter keeps (only allocator or C++ "
+    "frames,\nor none recorded)\n";
+
 int cmd_top(int argc, char **argv) {
   int json = 0;
   const char *at_s = NULL, *n_s = NULL, *by_s = NULL, *device_s = NULL, *range_s = NULL,
@@ -323,9 +328,11 @@ int cmd_top(int argc, char **argv) {
       fputs("]}\n", out);
     } else {
       fprintf(out, "%12s %7s %8s  %s\n", "bytes", "share", "blocks", bys[by]);
+      bool no_frame = false;
       for (size_t i = 0; i < shown; i++) {
         char label[1024];
         cli_top_label(at, &top, i, label, sizeof label);
+        no_frame |= strncmp(label, "<no frame>", 10) == 0;
         fprintf(out, "%12s %6.1f%% %8" PRIu64 "  %s\n",
                 cli_format_bytes((int64_t)top.items[i].bytes, b),
                 top.total ? 100.0 * (double)top.items[i].bytes / (double)top.total : 0.0,
@@ -334,6 +341,7 @@ int cmd_top(int argc, char **argv) {
           top_text_stack(out, at, (uint32_t)top.items[i].key, 31, true);
       }
       if (top.nitems == 0) fprintf(out, "(no allocated block at that moment)\n");
+      if (no_frame) fputs(top_no_frame_note, out);
     }
   }
   cli_top_release(&top);

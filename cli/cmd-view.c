@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "memsnap/replay.h"
@@ -26,8 +27,9 @@ static const char view_usage[] =
     "FILE is a memsnap snapshot or a PyTorch pickle ('-' reads standard input).\n"
     "\n"
     "options:\n"
-    "  -o, --output OUT   the page to write (default: output.html; '-' = standard output)\n"
-    "  --device N         the device shown first (default: the one with the longest trace;\n"
+    "  -o, --output OUT   the page to write (default: FILE's name with .view.html for its\n"
+    "                     extension, in the current directory; '-' = standard output)\n"
+    "  -d, --device N     the device shown first (default: the one with the longest trace;\n"
     "                     every device with a trace or segments is in the page)\n"
     "  --view NAME        the view opened first: timeline, pools, segments, history,\n"
     "                     settings, flame, explain\n"
@@ -47,7 +49,7 @@ static const char trace_plot_usage[] =
     "options:\n"
     "  -o, --output OUT     the page to write (default: output.html)\n"
     "  -s, --segments       open the segment timeline\n"
-    "  -f, --filter_freed   leave out allocations freed within the trace (and their frees):\n"
+    "  -f, --filter-freed   leave out allocations freed within the trace (and their frees):\n"
     "                       only what is still alive at the end is drawn\n"
     "  -d, --device N       the device shown first (default: the one with the longest trace)\n"
     "  -h, --help           show this help\n";
@@ -180,8 +182,29 @@ static int view_filter_freed(const ms_snapshot_t *snap, ms_snapshot_t *copy,
 
 /* ---- the commands ---------------------------------------------------------------------------- */
 
-static int view_run(const char *cmd, const char *path, const char *out_path, const char *device_s,
-                    const char *view, bool filter_freed, uint64_t budget, int explain) {
+/* `view`'s default output: the input's name without its last extension, then ".view.html", in
+ * the current directory (snap.pickle -> snap.view.html); standard input: output.html. */
+static const char *view_default_name(const char *path, char *buf, size_t cap) {
+  if (strcmp(path, "-") == 0) return "output.html";
+  const char *base = cli_base_name(path);
+  const char *dot = strrchr(base, '.');
+  size_t stem = dot && dot != base ? (size_t)(dot - base) : strlen(base);
+  snprintf(buf, cap, "%.*s.view.html", (int)stem, base);
+  return buf;
+}
+
+/* out_path NULL: the default, def (NULL: view_default_name). */
+static int view_run(const char *cmd, const char *path, const char *out_path, const char *def,
+                    const char *device_s, const char *view, bool filter_freed, uint64_t budget,
+                    int explain) {
+  char defbuf[4096];
+  if (!out_path) {
+    out_path = def ? def : view_default_name(path, defbuf, sizeof defbuf);
+    cli_out_note_default(out_path);
+  }
+  if (strcmp(out_path, "-") == 0 && isatty(STDOUT_FILENO))
+    return cli_usage_error(cmd, "refusing to write an HTML page to a terminal; redirect it "
+                                "(-o - > out.html) or name a file (-o out.html)");
   ms_viewer_opts_t vo;
   ms_viewer_opts_init(&vo);
   vo.timeline_budget_bytes = budget;
@@ -214,7 +237,10 @@ static int view_run(const char *cmd, const char *path, const char *out_path, con
   cli_out_t o;
   if ((rc = cli_out_open(&o, out_path)) == CLI_OK) {
     ms_errbuf_t eb = {{0}};
+    cli_progress_count(cli_out_bytes_written, 0);
+    cli_progress_start("writing '%s'", out_path);
     int err = ms_viewer_write_html(use, &vo, &o.sink, &eb);
+    cli_progress_stop();
     if (err != MS_OK && o.werr) { /* the output's own error: "no space left on device" */
       rc = cli_out_fail(&o, err, NULL);
     } else if (err != MS_OK) {
@@ -259,7 +285,7 @@ int cmd_view(int argc, char **argv) {
   ms_errbuf_t eb = {{0}};
   if (budget_s && ms_replay_parse_capacity(budget_s, &budget, &eb) != MS_OK)
     return cli_usage_error("view", "option '--budget' needs a size such as 64M or 2G: %s", eb.msg);
-  return view_run("view", pos[0], out ? out : "output.html", device_s, view, false, budget,
+  return view_run("view", pos[0], out, NULL, device_s, view, false, budget,
                   explain ? 1 : no_replay ? 0 : -1);
 }
 
@@ -268,7 +294,7 @@ int cmd_trace_plot(int argc, char **argv) {
   int segments = 0, filter = 0;
   const struct cli_opt opts[] = {{"output", 'o', NULL, &out},
                                  {"segments", 's', &segments, NULL},
-                                 {"filter_freed", 'f', &filter, NULL},
+                                 {"filter-freed", 'f', &filter, NULL},
                                  {"device", 'd', NULL, &device_s},
                                  {NULL, 0, NULL, NULL}};
   char *pos[1];
@@ -277,7 +303,7 @@ int cmd_trace_plot(int argc, char **argv) {
   if (rc == CLI_HELP_SHOWN) return CLI_OK;
   if (rc != CLI_OK) return rc;
   if (npos < 1) return cli_usage_error("trace_plot", "missing FILE");
-  return view_run("trace_plot", pos[0], out ? out : "output.html", device_s,
+  return view_run("trace_plot", pos[0], out, "output.html", device_s,
                   segments ? "segments" : "timeline", filter != 0, 0, -1);
 }
 
@@ -292,6 +318,6 @@ int cmd_segment_plot(int argc, char **argv) {
   if (rc == CLI_HELP_SHOWN) return CLI_OK;
   if (rc != CLI_OK) return rc;
   if (npos < 1) return cli_usage_error("segment_plot", "missing FILE");
-  return view_run("segment_plot", pos[0], out ? out : "output.html", device_s, "history", false,
+  return view_run("segment_plot", pos[0], out, "output.html", device_s, "history", false,
                   0, -1);
 }

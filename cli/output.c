@@ -14,6 +14,7 @@
  */
 #include <errno.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
@@ -28,14 +29,65 @@ const char *cli_output_name(const char *path) {
   return strcmp(path, "-") == 0 ? "<stdout>" : path;
 }
 
+bool cli_quiet, cli_force;
+static const char *cli_out_default_name; /* the output named by default, not by -o */
+
+void cli_out_note_default(const char *path) {
+  cli_out_default_name = path;
+}
+
 int cli_output_default(const char *cmd, const char **output, bool svg) {
-  if (!*output) *output = svg ? "output.svg" : "-";
+  if (!*output) {
+    *output = svg ? "output.svg" : "-";
+    if (svg) cli_out_note_default(*output);
+  }
   if (!(*output)[0]) return cli_usage_error(cmd, "option '--output' needs a file name");
   if (svg && strcmp(*output, "-") == 0 && isatty(STDOUT_FILENO))
     return cli_usage_error(cmd,
                            "refusing to write an SVG to a terminal; redirect it (-o - > out.svg, "
                            "-o - | ...) or name a file (-o out.svg)");
   return CLI_OK;
+}
+
+/* Whether the file at path was written by memsnap: its first 4 KiB name memsnap (the SVG's
+ * "written by memsnap" comment, the viewer's "memsnap view" title). */
+static bool cli_out_is_ours(const char *path) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return true; /* cannot be read: the rename decides */
+  char buf[4097];
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = 0;
+  return memmem(buf, n, "memsnap", 7) != NULL;
+}
+
+/* An output named by default (no -o) is written over an existing file only when memsnap wrote
+ * that file, or with --force (memray's rule): a user's own output.svg is never lost silently. */
+static int cli_out_check_overwrite(const char *path) {
+  struct stat st;
+  if (cli_force || !cli_out_default_name || strcmp(path, cli_out_default_name) != 0 ||
+      stat(path, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size == 0 || cli_out_is_ours(path))
+    return CLI_OK;
+  cli_error("refusing to overwrite '%s', which memsnap did not write; name another output with "
+            "-o, or add --force",
+            path);
+  return CLI_FAILURE;
+}
+
+/* "memsnap: wrote 'OUT' (1.2MiB); open it in a web browser" on stderr, unless -q. */
+static void cli_out_say_written(const char *path) {
+  struct stat st;
+  if (cli_quiet || strcmp(path, "-") == 0 || stat(path, &st) != 0 || !S_ISREG(st.st_mode))
+    return;
+  char size[CLI_BYTES_BUFSZ];
+  cli_format_bytes((int64_t)st.st_size, size);
+  size_t n = strlen(path);
+  bool page = (n >= 4 && strcmp(path + n - 4, ".svg") == 0) ||
+              (n >= 5 && strcmp(path + n - 5, ".html") == 0);
+  fflush(stdout);
+  fputs("memsnap: wrote '", stderr);
+  cli_fputs_escaped(path, stderr);
+  fprintf(stderr, "' (%s)%s\n", size, page ? "; open it in a web browser" : "");
 }
 
 /* ---- inputs ---------------------------------------------------------------------------------- */
@@ -117,8 +169,15 @@ static void cli_out_unblock(const sigset_t *old) {
 
 /* ---- output files ---------------------------------------------------------------------------- */
 
+static atomic_uint_least64_t cli_out_written;
+
+uint64_t cli_out_bytes_written(void) {
+  return (uint64_t)atomic_load(&cli_out_written);
+}
+
 static int cli_out_write(void *ctx, const char *buf, size_t len) {
   cli_out_t *o = ctx;
+  atomic_fetch_add(&cli_out_written, (uint_least64_t)len);
   if (len && fwrite(buf, 1, len, o->af.fp) != len) {
     if (!o->werr) o->werr = errno ? errno : EIO;
     return MS_EIO;
@@ -130,6 +189,7 @@ int cli_out_open(cli_out_t *o, const char *path) {
   ms_errbuf_t eb = {{0}};
   memset(o, 0, sizeof *o);
   if (cli_out_check_inputs(path) != CLI_OK) return CLI_FAILURE;
+  if (cli_out_check_overwrite(path) != CLI_OK) return CLI_FAILURE;
   cli_out_install_handlers();
   sigset_t old;
   cli_out_block(&old);
@@ -200,5 +260,6 @@ int cli_out_commit(cli_out_t *o) {
       cli_error("%s", eb.msg[0] ? eb.msg : "cannot write the output file");
     return CLI_FAILURE;
   }
+  cli_out_say_written(o->path);
   return CLI_OK;
 }

@@ -406,10 +406,66 @@ void cli_stack_label(const ms_snapshot_t *s, uint32_t stack, char *buf, size_t c
     ms_view_frame_format(buf, cap, &s->frames[f]);
 }
 
+/* The k-th frame of a stack that PyTorch's filter keeps, innermost first; UINT32_MAX past them. */
+static uint32_t cli_kept_frame(const ms_snapshot_t *s, uint32_t stack, uint32_t k) {
+  const ms_snap_stack_t *st = &s->stacks[stack];
+  for (uint32_t i = 0; i < st->nframes; i++) {
+    uint32_t f = ms_snap_frame_index(s, st->first + i);
+    if (ms_view_frame_kept(s->frames[f].name, s->frames[f].filename) && k-- == 0) return f;
+  }
+  return UINT32_MAX;
+}
+
+/* Rows of `top` whose labels would read the same (one innermost Python line, reached along
+ * different paths) get what tells them apart: " (via F1, F2)", this row's frames at each depth,
+ * from the inside out, where its stack leaves one of the others' (each other row shows its own
+ * frame at that depth, so the labels differ). Only the first rows are compared: the ones a
+ * reader sees. */
+#define CLI_TOP_TWINS 200
+#define CLI_TOP_VIA 4
+static void cli_top_distinguish(const ms_snapshot_t *s, const cli_top_t *t, size_t i, char *buf,
+                                size_t cap) {
+  uint32_t a = (uint32_t)t->items[i].key;
+  if (a == MS_SNAP_NO_STACK || a >= s->nstacks) return;
+  uint32_t fa = cli_top_frame(s, a);
+  uint32_t depth[CLI_TOP_VIA];
+  size_t nd = 0;
+  size_t n = t->nitems < CLI_TOP_TWINS ? t->nitems : CLI_TOP_TWINS;
+  for (size_t j = 0; j < n; j++) {
+    uint32_t b = (uint32_t)t->items[j].key;
+    if (j == i || b == MS_SNAP_NO_STACK || b >= s->nstacks || cli_top_frame(s, b) != fa) continue;
+    uint32_t k = 0;
+    while (k < 4096 && cli_kept_frame(s, a, k) == cli_kept_frame(s, b, k) &&
+           cli_kept_frame(s, a, k) != UINT32_MAX)
+      k++;
+    size_t at = 0; /* depths kept sorted and distinct, the shallowest CLI_TOP_VIA */
+    while (at < nd && depth[at] < k) at++;
+    if ((at < nd && depth[at] == k) || at == CLI_TOP_VIA) continue;
+    if (nd == CLI_TOP_VIA) nd--;
+    memmove(depth + at + 1, depth + at, (nd - at) * sizeof *depth);
+    depth[at] = k;
+    nd++;
+  }
+  size_t len = strlen(buf);
+  for (size_t d = 0; d < nd && len + 8 < cap; d++) {
+    uint32_t f = cli_kept_frame(s, a, depth[d]);
+    char fr[512];
+    if (f == UINT32_MAX)
+      snprintf(fr, sizeof fr, "no deeper frame");
+    else
+      ms_view_frame_format(fr, sizeof fr, &s->frames[f]);
+    snprintf(buf + len, cap - len, "%s%s%s", d ? ", " : " (via ", fr, d + 1 == nd ? ")" : "");
+    len = strlen(buf);
+  }
+}
+
 void cli_top_label(const ms_snapshot_t *s, const cli_top_t *t, size_t i, char *buf, size_t cap) {
   const struct cli_top_entry_s *e = &t->items[i];
   switch (t->by) {
-  case CLI_TOP_STACK: cli_stack_label(s, (uint32_t)e->key, buf, cap); return;
+  case CLI_TOP_STACK:
+    cli_stack_label(s, (uint32_t)e->key, buf, cap);
+    cli_top_distinguish(s, t, i, buf, cap);
+    return;
   case CLI_TOP_FRAME:
     if (e->key == UINT32_MAX)
       snprintf(buf, cap, "<no frame>");

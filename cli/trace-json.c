@@ -62,6 +62,17 @@ static void trace_json_entry(cli_json_t *j, const ms_snapshot_t *s, size_t index
   cli_json_lit(j, "}");
 }
 
+bool cli_trace_entry_kept(const ms_tl_filter_t *f, const ms_snap_trace_t *e) {
+  if (!f) return true;
+  if (f->has_stream && e->stream != f->stream) return false;
+  if (f->has_pool) {
+    bool has = (e->present & MS_TRACE_HAS_POOL_ID) != 0;
+    if ((has ? ms_snap_trace_pool(e, 0) : 0) != f->pool_id[0] || (has ? ms_snap_trace_pool(e, 1) : 0) != f->pool_id[1])
+      return false;
+  }
+  return true;
+}
+
 int cli_trace_json(FILE *out, const ms_snapshot_t *s, const char *file,
                    const ms_tl_filter_t *filter, size_t only_dev) {
   ms_sink_t sink;

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT
  * memsnap CLI: helpers shared by the snapshot commands (cli.h): option parsing in argparse's
- * manner, loading a snapshot with a clear error and a progress line, output files written
- * complete-or-not-at-all, and `_memory_viz.py`'s byte formatter.
+ * manner, and loading a snapshot with a clear error and a progress line. (Byte formatting is
+ * format.c's; views to files view-main.c's.)
  *
  * The progress line is drawn by a helper thread that sleeps until the operation has taken more
  * than a second; it is drawn only when stderr is a terminal, and erased before anything else is
@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -29,21 +30,108 @@
 /* ---- options ----------------------------------------------------------------------------------
  */
 
-static const struct cli_opt *cli_opt_find_long(const struct cli_opt *opts, const char *name,
-                                               size_t len) {
+/* Whether the long name typed[0..len) is the option name, or (prefix) begins it; `_` and `-`
+ * are one character (`--filter_freed` is `--filter-freed`). */
+static bool cli_opt_name_match(const char *name, const char *typed, size_t len, bool prefix) {
+  size_t i = 0;
+  for (; i < len && name[i]; i++) {
+    char a = name[i] == '_' ? '-' : name[i], b = typed[i] == '_' ? '-' : typed[i];
+    if (a != b) return false;
+  }
+  return i == len && (prefix || name[i] == 0);
+}
+
+/* The option a long name typed[0..len) stands for: its exact name, else the one option it is a
+ * prefix of. NULL with *help set when it is --help (or a prefix of it alone); NULL with *nmatch
+ * 0 when unknown, > 1 when ambiguous. */
+static const struct cli_opt *cli_opt_find_long(const struct cli_opt *opts, const char *typed,
+                                               size_t len, bool *help, int *nmatch) {
+  *help = false;
+  *nmatch = 0;
+  if (len == 0) return NULL;
   for (const struct cli_opt *o = opts; o && o->name; o++)
-    if (strlen(o->name) == len && strncmp(o->name, name, len) == 0) return o;
-  return NULL;
+    if (cli_opt_name_match(o->name, typed, len, false)) {
+      *nmatch = 1;
+      return o;
+    }
+  if (cli_opt_name_match("help", typed, len, false)) {
+    *help = true;
+    return NULL;
+  }
+  const struct cli_opt *found = NULL;
+  for (const struct cli_opt *o = opts; o && o->name; o++)
+    if (cli_opt_name_match(o->name, typed, len, true)) {
+      /* two names of one option (an alias) are one candidate */
+      if (found && found->flag == o->flag && found->value == o->value) continue;
+      found = o;
+      ++*nmatch;
+    }
+  if (cli_opt_name_match("help", typed, len, true)) {
+    if (*nmatch == 0) *help = true;
+    ++*nmatch;
+  }
+  return *nmatch == 1 ? found : NULL;
 }
 
 static const struct cli_opt *cli_opt_find_short(const struct cli_opt *opts, char c) {
   for (const struct cli_opt *o = opts; o && o->name; o++)
     if (o->short_name && o->short_name == c) return o;
+  if (c == 'd') /* -d is --device in every command that has one */
+    for (const struct cli_opt *o = opts; o && o->name; o++)
+      if (strcmp(o->name, "device") == 0) return o;
   return NULL;
 }
 
 static void cli_opt_set_flag(const struct cli_opt *o) {
   if (o->flag) *o->flag = 1;
+}
+
+/* The options every command has (where its table has none of the name): --quiet, --force. */
+static bool cli_opt_common(const char *typed, size_t len) {
+  if (cli_opt_name_match("quiet", typed, len, false)) {
+    cli_quiet = true;
+    return true;
+  }
+  if (cli_opt_name_match("force", typed, len, false)) {
+    cli_force = true;
+    return true;
+  }
+  return false;
+}
+
+/* "option '--s' is ambiguous; possibilities: '--segments' '--stream'" (getopt_long's words). */
+static int cli_opt_ambiguous(const char *cmd, const struct cli_opt *opts, const char *typed,
+                             size_t len) {
+  char list[1024];
+  size_t k = 0;
+  list[0] = 0;
+  const struct cli_opt *prev = NULL;
+  for (const struct cli_opt *o = opts; o && o->name; o++) {
+    if (!cli_opt_name_match(o->name, typed, len, true)) continue;
+    if (prev && prev->flag == o->flag && prev->value == o->value) continue;
+    prev = o;
+    int w = snprintf(list + k, sizeof list - k, " '--%s'", o->name);
+    if (w > 0 && (size_t)w < sizeof list - k) k += (size_t)w;
+  }
+  if (cli_opt_name_match("help", typed, len, true) && k + 10 < sizeof list)
+    strcpy(list + k, " '--help'");
+  return cli_usage_error(cmd, "option '--%.*s' is ambiguous; possibilities:%s", (int)len, typed,
+                         list);
+}
+
+/* "unknown option '--outptu'; did you mean '--output'?" */
+static int cli_opt_unknown(const char *cmd, const struct cli_opt *opts, const char *typed,
+                           size_t len) {
+  const char *names[128];
+  size_t n = 0;
+  for (const struct cli_opt *o = opts; o && o->name && n < 127; o++) names[n++] = o->name;
+  names[n++] = "help";
+  char norm[64];
+  size_t m = len < sizeof norm ? len : sizeof norm - 1;
+  for (size_t i = 0; i < m; i++) norm[i] = typed[i] == '_' ? '-' : typed[i];
+  const char *s = cli_suggest(norm, m, names, n);
+  if (s) return cli_usage_error(cmd, "unknown option '--%.*s'; did you mean '--%s'?", (int)len, typed, s);
+  return cli_usage_error(cmd, "unknown option '--%.*s'", (int)len, typed);
 }
 
 /* --no-cache was given (docs/performance.md): snapshots are read from their files only. */
@@ -68,25 +156,38 @@ int cli_parse_options(const char *cmd, const char *usage, const struct cli_opt *
       cli_no_cache = true;
       continue;
     }
-    if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-      fputs(usage, stdout);
+    if (strcmp(a, "-h") == 0) {
+      cli_print_help(usage, stdout);
       return CLI_HELP_SHOWN;
     }
     const struct cli_opt *o;
     const char *value = NULL;
+    char typed[80]; /* the option as the user wrote it, for the messages */
     if (a[1] == '-') {
       const char *name = a + 2;
       const char *eq = strchr(name, '=');
       size_t len = eq ? (size_t)(eq - name) : strlen(name);
-      o = cli_opt_find_long(opts, name, len);
-      if (!o) return cli_usage_error(cmd, "unknown option '%.*s'", (int)(len + 2), a);
+      bool help;
+      int nmatch;
+      o = cli_opt_find_long(opts, name, len, &help, &nmatch);
+      if (help) {
+        cli_print_help(usage, stdout);
+        return CLI_HELP_SHOWN;
+      }
+      if (nmatch > 1) return cli_opt_ambiguous(cmd, opts, name, len);
+      if (!o && !eq && cli_opt_common(name, len)) continue;
+      if (!o) return cli_opt_unknown(cmd, opts, name, len);
+      snprintf(typed, sizeof typed, "--%.*s", (int)len, name);
       if (eq) {
-        if (!o->value) return cli_usage_error(cmd, "option '--%s' takes no value", o->name);
+        if (!o->value) return cli_usage_error(cmd, "option '%s' takes no value", typed);
         value = eq + 1;
       }
     } else {
       o = cli_opt_find_short(opts, a[1]);
+      if (!o && !a[2] && (a[1] == 'q' || a[1] == 'f') && cli_opt_common(a[1] == 'q' ? "quiet" : "force", 5))
+        continue;
       if (!o) return cli_usage_error(cmd, "unknown option '-%c'", a[1]);
+      snprintf(typed, sizeof typed, "-%c", a[1]);
       if (a[2]) {
         if (!o->value) return cli_usage_error(cmd, "option '-%c' takes no value", a[1]);
         value = a + 2;
@@ -94,7 +195,7 @@ int cli_parse_options(const char *cmd, const char *usage, const struct cli_opt *
     }
     if (o->value) {
       if (!value) {
-        if (i + 1 >= argc) return cli_usage_error(cmd, "option '--%s' needs a value", o->name);
+        if (i + 1 >= argc) return cli_usage_error(cmd, "option '%s' needs a value", typed);
         value = argv[++i];
       }
       *o->value = value;
@@ -116,7 +217,42 @@ static struct {
   bool stop;
   bool shown;
   char what[256];
+  cli_progress_count_fn *count, *next_count; /* bytes done so far (NULL: time only) */
+  uint64_t total, next_total, base;          /* bytes in all (0: unknown), count() at start */
 } cli_progress = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
+
+void cli_progress_count(cli_progress_count_fn *count, uint64_t total) {
+  cli_progress.next_count = count;
+  cli_progress.next_total = total;
+}
+
+uint64_t cli_bytes_read(void) {
+  FILE *f = fopen("/proc/self/io", "r");
+  if (!f) return 0;
+  char line[128];
+  unsigned long long v = 0;
+  while (fgets(line, sizeof line, f))
+    if (sscanf(line, "rchar: %llu", &v) == 1) break;
+  fclose(f);
+  return v;
+}
+
+/* "45% (412.3MiB of 912.0MiB), " or "123.4MiB, ": what is done, when a count was given. */
+static void cli_progress_done(char *buf, size_t cap) {
+  buf[0] = 0;
+  if (!cli_progress.count) return;
+  uint64_t now = cli_progress.count();
+  uint64_t d = now > cli_progress.base ? now - cli_progress.base : 0;
+  char a[CLI_BYTES_BUFSZ], b[CLI_BYTES_BUFSZ];
+  if (cli_progress.total) {
+    double pct = 100.0 * (double)d / (double)cli_progress.total;
+    snprintf(buf, cap, "%.0f%% (%s of %s), ", pct > 100 ? 100.0 : pct,
+             cli_format_ubytes(d < cli_progress.total ? d : cli_progress.total, a),
+             cli_format_ubytes(cli_progress.total, b));
+  } else {
+    snprintf(buf, cap, "%s, ", cli_format_ubytes(d, a));
+  }
+}
 
 static double cli_now(void) {
   struct timespec ts;
@@ -146,7 +282,10 @@ static void *cli_progress_main(void *arg) {
     int rc = pthread_cond_timedwait(&cli_progress.cond, &cli_progress.lock, &ts);
     if (cli_progress.stop) break;
     if (rc == ETIMEDOUT) {
-      fprintf(stderr, "\rmemsnap: %s... %.0f s", cli_progress.what, cli_now() - start);
+      char done[160];
+      cli_progress_done(done, sizeof done);
+      fprintf(stderr, "\rmemsnap: %s... %s%.0f s\033[K", cli_progress.what, done,
+              cli_now() - start);
       fflush(stderr);
       cli_progress.shown = true;
       wait_s = 0.5;
@@ -157,7 +296,12 @@ static void *cli_progress_main(void *arg) {
 }
 
 void cli_progress_start(const char *fmt, ...) {
+  cli_progress.count = cli_progress.next_count;
+  cli_progress.total = cli_progress.next_total;
+  cli_progress.next_count = NULL;
+  cli_progress.next_total = 0;
   if (cli_progress.running || !isatty(STDERR_FILENO)) return;
+  cli_progress.base = cli_progress.count ? cli_progress.count() : 0;
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(cli_progress.what, sizeof cli_progress.what, fmt, ap);
@@ -184,10 +328,6 @@ void cli_progress_stop(void) {
 
 /* ---- loading --------------------------------------------------------------------------------- */
 
-const char *cli_display_name(const char *path) {
-  return strcmp(path, "-") == 0 ? "<stdin>" : path;
-}
-
 int cli_load(const char *path, ms_snapshot_t **out) {
   return cli_load_ex(path, 0, out);
 }
@@ -197,6 +337,9 @@ int cli_load_ex(const char *path, unsigned flags, ms_snapshot_t **out) {
   ms_snapshot_t *snap = NULL;
   const char *name = cli_display_name(path);
   cli_note_input(path);
+  struct stat st;
+  bool sized = strcmp(path, "-") != 0 && stat(path, &st) == 0 && S_ISREG(st.st_mode);
+  cli_progress_count(cli_bytes_read, sized ? (uint64_t)st.st_size : 0);
   cli_progress_start("reading '%s'", name);
   /* through the snapshot cache (memsnap/cache.h) unless --no-cache or MEMSNAP_CACHE=0: the same
    * snapshot, errors and messages either way */
@@ -218,201 +361,4 @@ int cli_load_ex(const char *path, unsigned flags, ms_snapshot_t **out) {
   }
   *out = snap;
   return CLI_OK;
-}
-
-/* ---- formatting -------------------------------------------------------------------------------
- */
-
-static const char *const units[] = {"", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei", "Zi"};
-
-const char *cli_format_bytes(int64_t n, char buf[CLI_BYTES_BUFSZ]) {
-  if (n >= 0 && n < ((int64_t)1 << 53)) {
-    /* The common case without printf (`memsnap trace` formats millions): n / 1024^i is exact in
-     * a double, so "%.1f" of it is 10n / 2^(10i) rounded to nearest, ties to even, as glibc's
-     * printf rounds an exact value. */
-    uint64_t u = (uint64_t)n;
-    unsigned i = 0;
-    while ((u >> (10 * i)) >= 1024) i++;
-    unsigned sh = 10 * i;
-    uint64_t t = 10 * u, q = t >> sh;
-    if (sh) {
-      uint64_t rem = t & (((uint64_t)1 << sh) - 1), half = (uint64_t)1 << (sh - 1);
-      if (rem > half || (rem == half && (q & 1))) q++;
-    }
-    char digits[24];
-    int k = 0;
-    uint64_t ip = q / 10;
-    do {
-      digits[k++] = (char)('0' + ip % 10);
-      ip /= 10;
-    } while (ip);
-    char *w = buf;
-    while (k) *w++ = digits[--k];
-    *w++ = '.';
-    *w++ = (char)('0' + q % 10);
-    for (const char *p = units[i]; *p; p++) *w++ = *p;
-    *w++ = 'B';
-    *w = 0;
-    return buf;
-  }
-  return cli_format_bytes_double((double)n, buf);
-}
-
-const char *cli_format_ubytes(uint64_t n, char buf[CLI_BYTES_BUFSZ]) {
-  return n <= (uint64_t)INT64_MAX ? cli_format_bytes((int64_t)n, buf)
-                                  : cli_format_bytes_double((double)n, buf);
-}
-
-const char *cli_format_bytes_double(double v, char buf[CLI_BYTES_BUFSZ]) {
-  for (size_t i = 0; i < sizeof units / sizeof *units; i++) {
-    if (fabs(v) < 1024.0) {
-      snprintf(buf, CLI_BYTES_BUFSZ, "%3.1f%sB", v, units[i]);
-      return buf;
-    }
-    v /= 1024.0;
-  }
-  snprintf(buf, CLI_BYTES_BUFSZ, "%.1fYiB", v);
-  return buf;
-}
-
-/* ---- views to files ----------------------------------------------------------------------------
- */
-
-typedef struct cli_flame_sink_s {
-  ms_flame_t *flame;
-  int side; /* -1: plain values; 0: before; 1: after */
-} cli_flame_sink_t;
-
-/* Feeds a view's stacks to a flame builder; a trailing empty frame (every frame of the stack
- * filtered, PyTorch's "state; n") carries no name, so its bytes stay with the state. */
-static int cli_flame_emit(void *ctx, const char *const *frames, size_t nframes, uint64_t count) {
-  cli_flame_sink_t *fs = ctx;
-  if (nframes > 0 && frames[nframes - 1][0] == 0) nframes--;
-  if (fs->side < 0) return ms_flame_add(fs->flame, frames, nframes, count);
-  return ms_flame_add_diff(fs->flame, frames, nframes, fs->side == 0 ? count : 0,
-                           fs->side == 1 ? count : 0);
-}
-
-int cli_render(const char *out_path, cli_render_mode mode, const ms_flame_options_t *fopts,
-               cli_view_fn *view, void *arg) {
-  cli_out_t o;
-  ms_errbuf_t eb = {{0}};
-  int err;
-  if (mode == CLI_RENDER_FOLDED) {
-    if (cli_out_open(&o, out_path) != CLI_OK) return CLI_FAILURE;
-    err = view(arg, ms_view_folded_emit, &o.sink, NULL);
-    if (err != MS_OK) goto fail_out;
-    return cli_out_commit(&o);
-  }
-  cli_flame_sink_t fs = {NULL, -1};
-  if ((err = ms_flame_create(fopts, &fs.flame)) != MS_OK) {
-    cli_error("cannot create the flame graph: %s", ms_strerror(err));
-    return CLI_FAILURE;
-  }
-  cli_progress_start("building the flame graph");
-  err = view(arg, cli_flame_emit, &fs, &fs.side);
-  cli_progress_stop();
-  if (err != MS_OK) {
-    cli_error("cannot build the flame graph: %s", ms_strerror(err));
-    ms_flame_destroy(fs.flame);
-    return CLI_FAILURE;
-  }
-  if (cli_out_open(&o, out_path) != CLI_OK) {
-    ms_flame_destroy(fs.flame);
-    return CLI_FAILURE;
-  }
-  cli_progress_start("writing '%s'", out_path);
-  err = mode == CLI_RENDER_MERGED ? ms_flame_write_folded(fs.flame, &o.sink, &eb)
-                                  : ms_flame_write_svg(fs.flame, &o.sink, &eb);
-  cli_progress_stop();
-  ms_flame_destroy(fs.flame);
-  if (err != MS_OK) goto fail_out;
-  return cli_out_commit(&o);
-fail_out:
-  return cli_out_fail(&o, err, &eb);
-}
-
-/* ---- memory and segments -----------------------------------------------------------------------
- */
-
-typedef struct cli_view_arg_s {
-  const ms_snapshot_t *snap;
-  ms_view_kind kind;
-} cli_view_arg_t;
-
-static int cli_view_one(void *arg, ms_view_emit_fn *emit, void *ctx, int *side) {
-  (void)side;
-  cli_view_arg_t *a = arg;
-  return ms_view_emit(a->snap, a->kind, emit, ctx);
-}
-
-int cli_view_main(const char *cmd, const char *usage, ms_view_kind kind, int argc, char **argv) {
-  int folded = 0, json = 0;
-  const char *output = NULL;
-  cli_view_opts_t vo = {NULL, NULL, NULL};
-  const char *at_s = NULL, *device_s = NULL, *range_s = NULL, *stream_s = NULL, *pool_s = NULL;
-  const char *by_s = NULL, *rules_s = NULL; /* memory --by category (issue #27) */
-  const struct cli_opt opts[] = {{"output", 'o', NULL, &output}, {"folded", 0, &folded, NULL},
-                                 {"by", 0, NULL, &by_s},         {"categories", 0, NULL, &rules_s},
-                                 {"json", 0, &json, NULL},       {"at", 0, NULL, &at_s},         {"device", 0, NULL, &device_s},
-                                 {"range", 0, NULL, &range_s},   {"stream", 0, NULL, &stream_s},
-                                 {"pool", 0, NULL, &pool_s},     {"title", 0, NULL, &vo.title},
-                                 {"width", 0, NULL, &vo.width},  {"minwidth", 0, NULL, &vo.minwidth},
-                                 {NULL, 0, NULL, NULL}};
-  char *pos[1];
-  int npos = 0;
-  int rc = cli_parse_options(cmd, usage, opts, argc, argv, pos, 1, &npos);
-  if (rc == CLI_HELP_SHOWN) return CLI_OK;
-  if (rc != CLI_OK) return rc;
-  if (npos < 1) return cli_usage_error(cmd, "missing FILE");
-  if (folded && json) return cli_usage_error(cmd, "--folded and --json exclude each other");
-  if (by_s && (kind != MS_VIEW_MEMORY || strcmp(by_s, "category") != 0))
-    return cli_usage_error(cmd, "option '--by' takes only 'category' (memory), not '%s'", by_s);
-  if (rules_s && !by_s) return cli_usage_error(cmd, "option '--categories' needs '--by category'");
-  if ((rc = cli_output_default(cmd, &output, !folded && !json)) != CLI_OK) return rc;
-  ms_flame_options_t fo;
-  ms_flame_options_init(&fo);
-  if ((rc = cli_view_flame_options(cmd, &vo, &fo, NULL, 0)) != CLI_OK) return rc;
-  cli_tl_args_t ta;
-  if ((rc = cli_tl_args_parse(cmd, &ta, device_s, range_s, stream_s, pool_s, at_s)) != CLI_OK)
-    return rc;
-  ms_snapshot_t *snap = NULL, *view = NULL;
-  /* the views at the end need no trace; a moment, a range or a filter does, read through the time
-   * index (which never uses free_requested's stacks) */
-  if ((rc = cli_load_ex(pos[0], cli_tl_args_need_trace(&ta) || by_s ? MS_LOAD_NO_FREE_STACKS : MS_LOAD_NO_TRACE,
-                        &snap)) !=
-      CLI_OK)
-    return rc;
-  if (!by_s && (rc = cli_at_snapshot(snap, cli_display_name(pos[0]), &ta, true, &view, NULL, NULL)) !=
-      CLI_OK) {
-    ms_snapshot_free(snap);
-    return rc;
-  }
-  fo.countname = "bytes";
-  fo.memory = 1;
-  char subtitle[512];
-  snprintf(subtitle, sizeof subtitle, "%s: %s", cmd,
-           by_s ? "category and stack (allocated bytes)"
-           : kind == MS_VIEW_MEMORY ? "stream, block state and stack"
-                                    : "stream, segment, block state and stack");
-  fo.subtitle = subtitle;
-  char title[600];
-  if (ta.has_device)
-    snprintf(title, sizeof title, "%s \u2014 %s (device %zu)", cmd,
-             cli_base_name(cli_display_name(pos[0])), ta.device);
-  else
-    snprintf(title, sizeof title, "%s \u2014 %s", cmd, cli_base_name(cli_display_name(pos[0])));
-  if (!vo.title) fo.title = title;
-  cli_view_arg_t a = {view ? view : snap, kind};
-  if (by_s)
-    rc = cli_memory_by_category(snap, cli_display_name(pos[0]), &ta, rules_s, output,
-                                folded ? CLI_RENDER_FOLDED : CLI_RENDER_SVG, &fo, json != 0);
-  else if (json)
-    rc = cli_render_json(output, cmd, cli_json_head_file, (void *)cli_display_name(pos[0]),
-                         cli_view_one, &a);
-  else
-    rc = cli_render(output, folded ? CLI_RENDER_FOLDED : CLI_RENDER_SVG, &fo, cli_view_one, &a);
-  ms_snapshot_free(view);
-  ms_snapshot_free(snap);
-  return rc;
 }

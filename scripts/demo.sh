@@ -28,7 +28,7 @@ rm -f "$out"/oom-*.msgpack
 oom=$(ls "$out"/oom-*-dev0-0.msgpack)
 step record "snapshots at steps 2 and 5, then a batch too big: the OOM observer wrote $oom"
 "$bin/memsnap" stats "$oom" >"$out/oom-stats.txt"
-"$bin/memsnap" memory "$oom" -o "$out/oom-memory.svg"
+"$bin/memsnap" memory "$oom" -q -o "$out/oom-memory.svg"
 # would expandable segments have avoided it? replayed on the device size the snapshot records
 "$bin/memsnap" replay "$oom" --config expandable_segments:True >"$out/oom-replay.txt"
 step replay "$(awk 'NR == 1 { match($0, /capacity [^;]*/); cap = substr($0, RSTART, RLENGTH) }
@@ -46,12 +46,12 @@ step explain "$(awk '$1 == "verdict:" { v = $2; sub(/:$/, "", v) }
 snap5="$out/step-5.msgpack" snap2="$out/step-2.msgpack"
 "$bin/memsnap" stats "$snap5" --summary >"$out/stats.txt"
 "$bin/memsnap" trace "$snap5" >"$out/trace.txt"
-"$bin/memsnap" memory "$snap5" -o "$out/memory.svg"
-"$bin/memsnap" segments "$snap5" -o "$out/segments.svg"
+"$bin/memsnap" memory "$snap5" -q -o "$out/memory.svg"
+"$bin/memsnap" segments "$snap5" -q -o "$out/segments.svg"
 "$bin/memsnap" compare "$snap2" "$snap5" --at end >"$out/compare.txt"
-"$bin/memsnap" compare "$snap2" "$snap5" --segments -o "$out/compare.svg" >"$out/compare-segments.txt"
-"$bin/memsnap" compare "$snap2" "$snap5" --stacks -o "$out/step-2-vs-5.svg"
-"$bin/memsnap" view "$snap5" -o "$out/view.html"
+"$bin/memsnap" compare "$snap2" "$snap5" --segments -q -o "$out/compare.svg" >"$out/compare-segments.txt"
+"$bin/memsnap" compare "$snap2" "$snap5" --stacks -q -o "$out/step-2-vs-5.svg"
+"$bin/memsnap" view "$snap5" -q -o "$out/view.html"
 
 made() { printf '  %-34s %s\n' "$1" "$2"; }
 printf '\nmemsnap demo: made in %s/\n' "$out"

@@ -10,7 +10,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "common/internal.h"
@@ -515,4 +517,136 @@ const char *th_fixture_dir(void) {
 #else
   return "";
 #endif
+}
+
+/* ---- running the program -------------------------------------------------------------------- */
+
+static char *th_read_text(const char *path, size_t *len) {
+  size_t n = 0;
+  char *p = th_read_file(path, &n);
+  char *z = p ? realloc(p, n + 1) : NULL;
+  if (!z) {
+    free(p);
+    return NULL;
+  }
+  z[n] = 0;
+  if (len) *len = n;
+  return z;
+}
+
+th_run_t th_run(const char *dir, const char *in_path, const char *const *env,
+                const char *const *args) {
+  th_run_t r = {-1, NULL, 0, NULL};
+  char outp[4200], errp[4200];
+  snprintf(outp, sizeof outp, "%s/.stdout", dir);
+  snprintf(errp, sizeof errp, "%s/.stderr", dir);
+  const char *argv[64];
+  int n = 0;
+  const char *b = getenv("MEMSNAP_BIN");
+#ifdef MS_TEST_BINARY_DIR
+  argv[n++] = b && *b ? b : MS_TEST_BINARY_DIR "/bin/memsnap";
+#else
+  argv[n++] = b && *b ? b : "memsnap";
+#endif
+  for (; args[n - 1] && n < 63; n++) argv[n] = args[n - 1];
+  argv[n] = NULL;
+  pid_t pid = fork();
+  if (pid < 0) return r;
+  if (pid == 0) {
+    int in = open(in_path ? in_path : "/dev/null", O_RDONLY);
+    int out = open(outp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    int err = open(errp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (in < 0 || out < 0 || err < 0 || chdir(dir) != 0) _exit(126);
+    dup2(in, 0);
+    dup2(out, 1);
+    dup2(err, 2);
+    for (size_t i = 0; env && env[i]; i++) putenv((char *)env[i]);
+    execv(argv[0], (char *const *)argv);
+    _exit(127);
+  }
+  int st = 0;
+  if (waitpid(pid, &st, 0) != pid) return r;
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  r.out = th_read_text(outp, &r.out_len);
+  r.err = th_read_text(errp, NULL);
+  unlink(outp);
+  unlink(errp);
+  return r;
+}
+
+void th_run_free(th_run_t *r) {
+  free(r->out);
+  free(r->err);
+  r->out = r->err = NULL;
+}
+
+/* ---- bytes and hand-made pickles ---------------------------------------------------------- */
+
+void th_bytes_put(th_bytes_t *b, const void *p, size_t n) {
+  if (b->n + n > b->cap) {
+    size_t nc = b->cap ? b->cap : 4096;
+    while (nc < b->n + n) nc *= 2;
+    char *q = realloc(b->p, nc);
+    if (!q) abort(); /* a test without memory cannot go on */
+    b->p = q;
+    b->cap = nc;
+  }
+  if (n) memcpy(b->p + b->n, p, n);
+  b->n += n;
+}
+
+void th_bytes_put_le(th_bytes_t *b, uint64_t x, int n) {
+  for (int i = 0; i < n; i++) {
+    unsigned char c = (unsigned char)(x >> (8 * i));
+    th_bytes_put(b, &c, 1);
+  }
+}
+
+int th_bytes_sink_write(void *ctx, const char *buf, size_t len) {
+  th_bytes_put(ctx, buf, len);
+  return MS_OK;
+}
+
+void th_bytes_free(th_bytes_t *b) {
+  free(b->p);
+  memset(b, 0, sizeof *b);
+}
+
+void th_pickle_op(th_bytes_t *b, int op) {
+  char c = (char)op;
+  th_bytes_put(b, &c, 1);
+}
+
+void th_pickle_str(th_bytes_t *b, const char *s) {
+  size_t n = strlen(s);
+  th_pickle_op(b, 0x8c); /* SHORT_BINUNICODE */
+  th_pickle_op(b, (int)n);
+  th_bytes_put(b, s, n);
+}
+
+void th_pickle_int(th_bytes_t *b, int64_t x) {
+  if (x >= 0 && x < 256) {
+    th_pickle_op(b, 'K'); /* BININT1 */
+    th_pickle_op(b, (int)x);
+  } else {
+    th_pickle_op(b, 0x8a); /* LONG1 of 8 bytes */
+    th_pickle_op(b, 8);
+    th_bytes_put_le(b, (uint64_t)x, 8);
+  }
+}
+
+int th_write_synth(const char *path, const th_synth_opts_t *opts, char *why, size_t cap) {
+  ms_snapshot_t *s = th_synth(opts);
+  if (!s) {
+    snprintf(why, cap, "th_synth failed");
+    return -1;
+  }
+  ms_errbuf_t eb = {{0}};
+  int err = ms_snapshot_write_file(s, path, NULL, &eb);
+  ms_snapshot_free(s);
+  if (err != MS_OK) {
+    snprintf(why, cap, "%s", eb.msg[0] ? eb.msg : ms_strerror(err));
+    return -1;
+  }
+  return 0;
 }

@@ -70,4 +70,37 @@ int th_write_file(const char *path, const void *data, size_t len);
 /* The fixture directory (MEMSNAP_TORCH_FIXTURES or the compile-time default). */
 const char *th_fixture_dir(void);
 
+/* The memsnap program ($MEMSNAP_BIN, else the build tree's) run with args (NULL-terminated,
+ * without argv[0]) in dir, stdin from in_path (NULL: /dev/null), with env's NAME=VALUE strings
+ * (NULL-terminated, may be NULL) added: its exit status (128 + signal when killed; -1 when it
+ * could not be run), stdout and stderr (NUL-terminated; free with th_run_free). */
+typedef struct th_run_s {
+  int status;
+  char *out;
+  size_t out_len;
+  char *err;
+} th_run_t;
+th_run_t th_run(const char *dir, const char *in_path, const char *const *env,
+                const char *const *args);
+void th_run_free(th_run_t *r);
+
+/* A growable byte buffer (the hand-made inputs of the reader tests); running out of memory
+ * aborts. th_bytes_sink_write is an ms_sink_t writer into one (ctx: the th_bytes_t). */
+typedef struct th_bytes_s {
+  char *p;
+  size_t n, cap;
+} th_bytes_t;
+void th_bytes_put(th_bytes_t *b, const void *p, size_t n);
+void th_bytes_put_le(th_bytes_t *b, uint64_t x, int n); /* n bytes, little-endian */
+int th_bytes_sink_write(void *ctx, const char *buf, size_t len);
+void th_bytes_free(th_bytes_t *b);
+/* Pickle opcodes by hand: one opcode byte; a str (SHORT_BINUNICODE); an int (BININT1 for 0..255,
+ * else LONG1 of 8 bytes). */
+void th_pickle_op(th_bytes_t *b, int op);
+void th_pickle_str(th_bytes_t *b, const char *s);
+void th_pickle_int(th_bytes_t *b, int64_t x);
+
+/* th_synth(opts) written to path in memsnap's format. @return 0, or -1 with why. */
+int th_write_synth(const char *path, const th_synth_opts_t *opts, char *why, size_t cap);
+
 #endif /* MEMSNAP_TESTS_HELPERS_H */

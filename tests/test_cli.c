@@ -410,7 +410,7 @@ Test(cli, usage_errors_exit_2_with_a_message) {
       {{"stats", "a", "b", "--at", "peak"}, "stats", "with several FILEs only --json and --jobs apply"},
       {{"stats", "--bogus", "a"}, "stats", "unknown option '--bogus'"},
       {{"trace", "-x", "a"}, "trace", "unknown option '-x'"},
-      {{"memory", "a", "-o"}, "memory", "option '--output' needs a value"},
+      {{"memory", "a", "-o"}, "memory", "option '-o' needs a value"},
       {{"segments", "a", "--folded=yes"}, "segments", "option '--folded' takes no value"},
       {{"stats", "--summary=1", "a"}, "stats", "option '--summary' takes no value"},
       {{"memory", "a", "--output="}, "memory", "option '--output' needs a file name"},
@@ -1151,7 +1151,9 @@ Test(cli, progress_line_only_on_a_terminal_and_only_when_slow) {
   int status;
   char *t = run_slow_stdin(data, len, 1600, 1, &status);
   cr_expect_eq(status, 0, "%s", t);
-  cr_expect(strstr(t, "\rmemsnap: reading '<stdin>'... 1 s"), "no progress line: %s", t);
+  /* with the bytes read so far (standard input: no total, so no percent) (#32 item 5) */
+  const char *line = strstr(t, "\rmemsnap: reading '<stdin>'... ");
+  cr_expect(line && strstr(line, "B, 1 s"), "no progress line: %s", t);
   cr_expect(strstr(t, "\r\033[K"), "the progress line was not erased");
   cr_expect(strstr(t, "total_reserved: 222.0MiB"), "%s", t);
   free(t);

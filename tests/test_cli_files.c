@@ -159,11 +159,8 @@ static char *find_tmp(void) {
 
 /* Writes a synthetic snapshot (memsnap format) to dir/name. */
 static void write_snapshot(const char *name, const th_synth_opts_t *opts) {
-  ms_snapshot_t *s = th_synth(opts);
-  cr_assert(s);
-  ms_errbuf_t eb = {{0}};
-  cr_assert_eq(ms_snapshot_write_file(s, path_in(name), NULL, &eb), MS_OK, "%s", eb.msg);
-  ms_snapshot_free(s);
+  char why[512];
+  cr_assert_eq(th_write_synth(path_in(name), opts, why, sizeof why), 0, "%s", why);
 }
 
 static void setup(void) {
@@ -620,6 +617,24 @@ Test(cli_files, an_svg_is_not_written_to_a_terminal) {
     cr_expect(strstr(r.out, "<svg"), "%s: no SVG on stdout", cmds[i][0]);
     run_free(&r);
   }
+  /* nor the viewer's HTML page (#32 item 4) */
+  const char *const pages[][8] = {
+      {"view", "a.msnap", "-o", "-", NULL},
+      {"trace_plot", "a.msnap", "-o", "-", NULL},
+      {"segment_plot", "a.msnap", "-o", "-", NULL},
+  };
+  for (size_t i = 0; i < sizeof pages / sizeof *pages; i++) {
+    r = run_ex(NULL, 1, pages[i]);
+    cr_expect_eq(r.status, 2, "%s: %d %s", pages[i][0], r.status, r.err);
+    char want[512];
+    snprintf(want, sizeof want,
+             "memsnap: error: refusing to write an HTML page to a terminal; redirect it (-o - > "
+             "out.html) or name a file (-o out.html)\nRun 'memsnap %s --help' for usage.\n",
+             pages[i][0]);
+    cr_expect_str_eq(r.err, want);
+    cr_expect(!strstr(r.out, "<html"), "%s: the page reached the terminal", pages[i][0]);
+    run_free(&r);
+  }
   /* folded text to a terminal is fine */
   r = run_ex(NULL, 1, (const char *const[]){"memory", "a.msnap", "--folded", NULL});
   cr_expect_eq(r.status, 0, "%s", r.err);
@@ -1060,6 +1075,32 @@ Test(cli_files, replay_shows_progress_only_on_a_terminal) {
   cr_expect_eq(r.status, 0);
   cr_expect_str_eq(r.err, "");
   run_free(&r);
+}
+
+/* Reading and writing say how far they are, in bytes and percent, not only in seconds (#32
+ * item 5): view on a large fixture, its progress drawn at once. */
+Test(cli_files, reading_and_writing_show_bytes_and_percent) {
+  char fx[1024];
+  snprintf(fx, sizeof fx, "%s/wedsonlin_cs336_medium_1024_training.pickle", th_fixture_dir());
+  if (access(fx, R_OK) != 0) {
+    printf("SKIP reading_and_writing_show_bytes_and_percent: no fixture %s\n", fx);
+    return;
+  }
+  setenv("MEMSNAP_PROGRESS_DELAY", "0", 1);
+  int read_seen = 0, write_seen = 0;
+  for (int tries = 0; tries < 5 && !(read_seen && write_seen); tries++) {
+    run_t r = run_ex(NULL, 2, (const char *const[]){"view", fx, "-q", "-o", "p.html", NULL});
+    cr_expect_eq(r.status, 0, "%s", r.out);
+    /* "\rmemsnap: reading 'F'... 45% (412.3MiB of 912.0MiB), 0 s" */
+    char *rd = strstr(r.out, "\rmemsnap: reading '");
+    if (rd && strstr(rd, "... ") && strstr(rd, "% (") && strstr(rd, "B of ")) read_seen = 1;
+    char *wr = strstr(r.out, "\rmemsnap: writing 'p.html'... ");
+    if (wr && strstr(wr, "B, ")) write_seen = 1;
+    run_free(&r);
+  }
+  unsetenv("MEMSNAP_PROGRESS_DELAY");
+  cr_expect(read_seen, "no read progress in bytes and percent");
+  cr_expect(write_seen, "no write progress in bytes");
 }
 
 /* ---- 13. empty frame names ----------------------------------------------------------------- */

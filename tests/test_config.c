@@ -515,10 +515,13 @@ Test(config, from_env) {
   memcpy(&before, &c, sizeof c);
   setenv("MEMSNAP_ALLOC_CONF", "max_split_size_mb:256,expandable_segment:True", 1);
   cr_assert_eq(ms_alloc_config_from_env(&c, &eb), MS_ECONFIG);
+  /* a typo gets a "did you mean" (issue #32 item 1) */
   cr_assert_eq(strncmp(eb.msg, "MEMSNAP_ALLOC_CONF: key 'expandable_segment' at offset 22: "
-                               "unrecognized key, expected one of: ",
+                               "unrecognized key; did you mean 'expandable_segments'? expected "
+                               "one of: ",
                        strlen("MEMSNAP_ALLOC_CONF: key 'expandable_segment' at offset 22: "
-                              "unrecognized key, expected one of: ")),
+                              "unrecognized key; did you mean 'expandable_segments'? expected "
+                              "one of: ")),
                0, "%s", eb.msg);
   cr_assert_eq(memcmp(&c, &before, sizeof c), 0);
   /* the PyTorch variable is not ours */

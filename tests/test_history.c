@@ -781,3 +781,33 @@ Test(history, destroying_the_allocator_frees_its_recorder) {
   rmdir(dir);
   ms_backend_destroy(be);
 }
+
+/* ms_snapshot_dump: a snapshot now, in one call, as PyTorch's _dump_snapshot (issue #32 item 12) */
+Test(history, snapshot_dump_writes_one_now, .init = setup, .fini = teardown) {
+  char *dir = tmpdir_new();
+  char path[600], bad[600];
+  snprintf(path, sizeof path, "%s/now.msgpack", dir);
+  snprintf(bad, sizeof bad, "%s/no/such/dir/now.msgpack", dir);
+  record(MS_HISTORY_ALL, MS_CONTEXT_ALL, 1000, MS_UNWIND_BACKTRACE);
+  ms_devptr_t p = alloc_outer(3 * MiB);
+  cr_assert_eq(ms_snapshot_dump(NULL, path), MS_EINVAL);
+  cr_assert_eq(ms_snapshot_dump(al, ""), MS_EINVAL);
+  cr_assert_eq(ms_snapshot_dump(al, path), MS_OK);
+  ms_snapshot_t *s = NULL;
+  ms_errbuf_t eb;
+  cr_assert_eq(ms_snapshot_load(path, &s, &eb), MS_OK, "%s", eb.msg);
+  uint64_t held = 0;
+  for (size_t i = 0; i < s->nblocks; i++)
+    if (s->blocks[i].state == MS_BLOCK_ACTIVE_ALLOCATED) held += s->blocks[i].size;
+  cr_assert_eq(held, 3 * MiB);
+  ms_snapshot_free(s);
+  /* a failure is returned and said through the output hook */
+  oom_said[0] = 0;
+  ms_set_output(oom_capture, NULL);
+  cr_assert_neq(ms_snapshot_dump(al, bad), MS_OK);
+  ms_set_output(NULL, NULL);
+  cr_assert(strstr(oom_said, "cannot write '") && strstr(oom_said, "no/such/dir"), "%s", oom_said);
+  ms_allocator_free(al, p);
+  rm_tree(dir);
+  free(dir);
+}

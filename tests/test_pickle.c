@@ -16,6 +16,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "helpers.h"
 #include "memsnap/pickle.h"
 #include "common/internal.h"
 #include "model/snapbuild.h"
@@ -70,29 +71,12 @@ static ms_snapshot_t *read_ok(const void *data, size_t len) {
   return s;
 }
 
-/* A growable byte buffer; also used as the writer's sink. */
-typedef struct pk_s {
-  char *p;
-  size_t n, cap;
-} pk_t;
-
-static int pk_write(void *ctx, const char *buf, size_t len) {
-  pk_t *k = ctx;
-  if (k->n + len > k->cap) {
-    size_t nc = k->cap ? k->cap : 4096;
-    while (nc < k->n + len) nc *= 2;
-    k->p = realloc(k->p, nc);
-    cr_assert(k->p);
-    k->cap = nc;
-  }
-  memcpy(k->p + k->n, buf, len);
-  k->n += len;
-  return MS_OK;
-}
+/* A growable byte buffer (tests/helpers.h); also used as the writer's sink. */
+typedef th_bytes_t pk_t;
 
 static pk_t write_mem(const ms_snapshot_t *s) {
   pk_t k = {0};
-  ms_sink_t sink = {pk_write, &k};
+  ms_sink_t sink = {th_bytes_sink_write, &k};
   ms_errbuf_t eb = {{0}};
   int rc = ms_pickle_write(s, &sink, &eb);
   cr_assert_eq(rc, MS_OK, "write failed: %s", eb.msg);
@@ -937,71 +921,50 @@ Test(pickle, structural_errors) {
 
 /* ---- a wrong type at every key ---------------------------------------------------------------- */
 
-static void pk_op(pk_t *k, int c) {
-  char b = (char)c;
-  pk_write(k, &b, 1);
-}
-static void pk_str(pk_t *k, const char *s) {
-  size_t n = strlen(s);
-  pk_op(k, 0x8c);
-  pk_op(k, (int)n);
-  pk_write(k, s, n);
-}
-static void pk_int(pk_t *k, int64_t x) {
-  if (x >= 0 && x < 256) {
-    pk_op(k, 'K');
-    pk_op(k, (int)x);
-  } else {
-    pk_op(k, 0x8a);
-    pk_op(k, 8);
-    for (int i = 0; i < 8; i++) pk_op(k, (int)(((uint64_t)x >> (8 * i)) & 0xff));
-  }
-}
-
 typedef enum { T_INT, T_STR, T_BOOL, T_PAIR, T_LIST, T_DICT } field_type;
 
 /* One field: the right value, or a wrong one when path == bad. */
 static bool field(pk_t *k, const char *bad, const char *path, const char *key, field_type t,
                   int64_t iv, const char *sv) {
-  pk_str(k, key);
+  th_pickle_str(k, key);
   if (bad && strcmp(bad, path) == 0) {
     if (t == T_STR)
-      pk_int(k, 7);
+      th_pickle_int(k, 7);
     else
-      pk_str(k, "x");
+      th_pickle_str(k, "x");
     return false;
   }
   switch (t) {
-  case T_INT: pk_int(k, iv); break;
-  case T_STR: pk_str(k, sv); break;
-  case T_BOOL: pk_op(k, 0x89); break;
-  case T_PAIR: pk_int(k, 0), pk_int(k, 0), pk_op(k, 0x86); break;
+  case T_INT: th_pickle_int(k, iv); break;
+  case T_STR: th_pickle_str(k, sv); break;
+  case T_BOOL: th_pickle_op(k, 0x89); break;
+  case T_PAIR: th_pickle_int(k, 0), th_pickle_int(k, 0), th_pickle_op(k, 0x86); break;
   default: return true; /* the caller writes the container */
   }
   return false;
 }
 
 static void frames_list(pk_t *k) {
-  pk_op(k, ']');
-  pk_op(k, '(');
-  pk_op(k, '}');
-  pk_op(k, '(');
-  pk_str(k, "name"), pk_str(k, "f");
-  pk_str(k, "filename"), pk_str(k, "a.py");
-  pk_str(k, "line"), pk_int(k, 3);
-  pk_op(k, 'u');
-  pk_op(k, '}'); /* a frame dict without keys: name "", filename "", line 0 */
-  pk_op(k, 'e');
+  th_pickle_op(k, ']');
+  th_pickle_op(k, '(');
+  th_pickle_op(k, '}');
+  th_pickle_op(k, '(');
+  th_pickle_str(k, "name"), th_pickle_str(k, "f");
+  th_pickle_str(k, "filename"), th_pickle_str(k, "a.py");
+  th_pickle_str(k, "line"), th_pickle_int(k, 3);
+  th_pickle_op(k, 'u');
+  th_pickle_op(k, '}'); /* a frame dict without keys: name "", filename "", line 0 */
+  th_pickle_op(k, 'e');
 }
 
 /* A small newest-format snapshot; the field at path `bad` gets a value of the wrong type. */
 static pk_t emit_snapshot(const char *bad, bool with_frames_dict_bad) {
   (void)with_frames_dict_bad;
   pk_t k = {0};
-  pk_op(&k, 0x80), pk_op(&k, 4);
-  pk_op(&k, '}'), pk_op(&k, '(');
+  th_pickle_op(&k, 0x80), th_pickle_op(&k, 4);
+  th_pickle_op(&k, '}'), th_pickle_op(&k, '(');
   if (field(&k, bad, "segments", "segments", T_LIST, 0, NULL)) {
-    pk_op(&k, ']'), pk_op(&k, '}'), pk_op(&k, '(');
+    th_pickle_op(&k, ']'), th_pickle_op(&k, '}'), th_pickle_op(&k, '(');
     field(&k, bad, "segments[0].device", "device", T_INT, 0, NULL);
     field(&k, bad, "segments[0].address", "address", T_INT, 4096, NULL);
     field(&k, bad, "segments[0].total_size", "total_size", T_INT, 512, NULL);
@@ -1012,35 +975,35 @@ static pk_t emit_snapshot(const char *bad, bool with_frames_dict_bad) {
     field(&k, bad, "segments[0].segment_type", "segment_type", T_STR, 0, "small");
     field(&k, bad, "segments[0].segment_pool_id", "segment_pool_id", T_PAIR, 0, NULL);
     field(&k, bad, "segments[0].is_expandable", "is_expandable", T_BOOL, 0, NULL);
-    if (field(&k, bad, "segments[0].frames", "frames", T_LIST, 0, NULL)) pk_op(&k, ']');
+    if (field(&k, bad, "segments[0].frames", "frames", T_LIST, 0, NULL)) th_pickle_op(&k, ']');
     if (field(&k, bad, "segments[0].blocks", "blocks", T_LIST, 0, NULL)) {
-      pk_op(&k, ']'), pk_op(&k, '}'), pk_op(&k, '(');
+      th_pickle_op(&k, ']'), th_pickle_op(&k, '}'), th_pickle_op(&k, '(');
       field(&k, bad, "segments[0].blocks[0].address", "address", T_INT, 4096, NULL);
       field(&k, bad, "segments[0].blocks[0].size", "size", T_INT, 512, NULL);
       field(&k, bad, "segments[0].blocks[0].requested_size", "requested_size", T_INT, 500, NULL);
       field(&k, bad, "segments[0].blocks[0].state", "state", T_STR, 0, "active_allocated");
       if (field(&k, bad, "segments[0].blocks[0].frames", "frames", T_LIST, 0, NULL)) {
-        pk_op(&k, ']'), pk_op(&k, '}'), pk_op(&k, '(');
+        th_pickle_op(&k, ']'), th_pickle_op(&k, '}'), th_pickle_op(&k, '(');
         field(&k, bad, "segments[0].blocks[0].frames[0].name", "name", T_STR, 0, "f");
         field(&k, bad, "segments[0].blocks[0].frames[0].filename", "filename", T_STR, 0, "a.py");
         field(&k, bad, "segments[0].blocks[0].frames[0].line", "line", T_INT, 3, NULL);
-        pk_op(&k, 'u'), pk_op(&k, 'a');
+        th_pickle_op(&k, 'u'), th_pickle_op(&k, 'a');
       }
       if (field(&k, bad, "segments[0].blocks[0].history", "history", T_LIST, 0, NULL)) {
-        pk_op(&k, ']'), pk_op(&k, '}'), pk_op(&k, '(');
+        th_pickle_op(&k, ']'), th_pickle_op(&k, '}'), th_pickle_op(&k, '(');
         field(&k, bad, "segments[0].blocks[0].history[0].addr", "addr", T_INT, 4096, NULL);
         field(&k, bad, "segments[0].blocks[0].history[0].real_size", "real_size", T_INT, 500,
               NULL);
         if (field(&k, bad, "segments[0].blocks[0].history[0].frames", "frames", T_LIST, 0, NULL))
-          pk_op(&k, ']');
-        pk_op(&k, 'u'), pk_op(&k, 'a');
+          th_pickle_op(&k, ']');
+        th_pickle_op(&k, 'u'), th_pickle_op(&k, 'a');
       }
-      pk_op(&k, 'u'), pk_op(&k, 'a');
+      th_pickle_op(&k, 'u'), th_pickle_op(&k, 'a');
     }
-    pk_op(&k, 'u'), pk_op(&k, 'a');
+    th_pickle_op(&k, 'u'), th_pickle_op(&k, 'a');
   }
   if (field(&k, bad, "device_traces", "device_traces", T_LIST, 0, NULL)) {
-    pk_op(&k, ']'), pk_op(&k, ']'), pk_op(&k, '}'), pk_op(&k, '(');
+    th_pickle_op(&k, ']'), th_pickle_op(&k, ']'), th_pickle_op(&k, '}'), th_pickle_op(&k, '(');
     field(&k, bad, "device_traces[0][0].action", "action", T_STR, 0, "alloc");
     field(&k, bad, "device_traces[0][0].addr", "addr", T_INT, 4096, NULL);
     field(&k, bad, "device_traces[0][0].size", "size", T_INT, 500, NULL);
@@ -1050,25 +1013,25 @@ static pk_t emit_snapshot(const char *bad, bool with_frames_dict_bad) {
     field(&k, bad, "device_traces[0][0].user_metadata", "user_metadata", T_STR, 0, "");
     field(&k, bad, "device_traces[0][0].pool_id", "pool_id", T_PAIR, 0, NULL);
     if (field(&k, bad, "device_traces[0][0].frames", "frames", T_LIST, 0, NULL)) frames_list(&k);
-    pk_op(&k, 'u'), pk_op(&k, 'a'), pk_op(&k, 'a');
+    th_pickle_op(&k, 'u'), th_pickle_op(&k, 'a'), th_pickle_op(&k, 'a');
   }
   if (field(&k, bad, "allocator_settings", "allocator_settings", T_DICT, 0, NULL)) {
-    pk_op(&k, '}'), pk_op(&k, '(');
-    pk_str(&k, "max_split_size"), pk_int(&k, -1);
-    pk_str(&k, "roundup_power2_divisions"), pk_op(&k, '}'), pk_str(&k, "1"), pk_int(&k, 4);
-    pk_op(&k, 's');
-    pk_op(&k, 'u');
+    th_pickle_op(&k, '}'), th_pickle_op(&k, '(');
+    th_pickle_str(&k, "max_split_size"), th_pickle_int(&k, -1);
+    th_pickle_str(&k, "roundup_power2_divisions"), th_pickle_op(&k, '}'), th_pickle_str(&k, "1"), th_pickle_int(&k, 4);
+    th_pickle_op(&k, 's');
+    th_pickle_op(&k, 'u');
   }
   if (field(&k, bad, "external_annotations", "external_annotations", T_LIST, 0, NULL)) {
-    pk_op(&k, ']'), pk_op(&k, '}'), pk_op(&k, '(');
+    th_pickle_op(&k, ']'), th_pickle_op(&k, '}'), th_pickle_op(&k, '(');
     field(&k, bad, "external_annotations[0].stage", "stage", T_STR, 0, "START");
     field(&k, bad, "external_annotations[0].name", "name", T_STR, 0, "n");
     field(&k, bad, "external_annotations[0].device", "device", T_INT, 0, NULL);
     field(&k, bad, "external_annotations[0].time_us", "time_us", T_INT, 9, NULL);
-    pk_op(&k, 'u'), pk_op(&k, 'a');
+    th_pickle_op(&k, 'u'), th_pickle_op(&k, 'a');
   }
-  pk_op(&k, 'u');
-  pk_op(&k, '.');
+  th_pickle_op(&k, 'u');
+  th_pickle_op(&k, '.');
   return k;
 }
 
@@ -1152,21 +1115,21 @@ Test(pickle, integers) {
   /* {'segments': [{'address': 2**64-1, 'stream': -1, 'device': -2**63, 'blocks': []}]} and
    * an unknown key holding a 100-byte integer */
   pk_t k = {0};
-  pk_op(&k, 0x80), pk_op(&k, 4), pk_op(&k, '}'), pk_op(&k, '(');
-  pk_str(&k, "segments"), pk_op(&k, ']'), pk_op(&k, '}'), pk_op(&k, '(');
-  pk_str(&k, "address");
-  pk_write(&k, "\x8a\x09\xff\xff\xff\xff\xff\xff\xff\xff\x00", 11);
-  pk_str(&k, "stream");
-  pk_write(&k, "\x8a\x01\xff", 3);
-  pk_str(&k, "device");
-  pk_write(&k, "\x8a\x08\x00\x00\x00\x00\x00\x00\x00\x80", 10);
-  pk_str(&k, "total_size");
-  pk_write(&k, "\x8b\x02\x00\x00\x00\x00\x01", 7); /* LONG4: 256 */
-  pk_str(&k, "huge");
-  pk_op(&k, 0x8a), pk_op(&k, 100);
-  for (int i = 0; i < 100; i++) pk_op(&k, 0x7f);
-  pk_str(&k, "blocks"), pk_op(&k, ']');
-  pk_op(&k, 'u'), pk_op(&k, 'a'), pk_op(&k, 'u'), pk_op(&k, '.');
+  th_pickle_op(&k, 0x80), th_pickle_op(&k, 4), th_pickle_op(&k, '}'), th_pickle_op(&k, '(');
+  th_pickle_str(&k, "segments"), th_pickle_op(&k, ']'), th_pickle_op(&k, '}'), th_pickle_op(&k, '(');
+  th_pickle_str(&k, "address");
+  th_bytes_sink_write(&k, "\x8a\x09\xff\xff\xff\xff\xff\xff\xff\xff\x00", 11);
+  th_pickle_str(&k, "stream");
+  th_bytes_sink_write(&k, "\x8a\x01\xff", 3);
+  th_pickle_str(&k, "device");
+  th_bytes_sink_write(&k, "\x8a\x08\x00\x00\x00\x00\x00\x00\x00\x80", 10);
+  th_pickle_str(&k, "total_size");
+  th_bytes_sink_write(&k, "\x8b\x02\x00\x00\x00\x00\x01", 7); /* LONG4: 256 */
+  th_pickle_str(&k, "huge");
+  th_pickle_op(&k, 0x8a), th_pickle_op(&k, 100);
+  for (int i = 0; i < 100; i++) th_pickle_op(&k, 0x7f);
+  th_pickle_str(&k, "blocks"), th_pickle_op(&k, ']');
+  th_pickle_op(&k, 'u'), th_pickle_op(&k, 'a'), th_pickle_op(&k, 'u'), th_pickle_op(&k, '.');
   ms_snapshot_t *s = read_ok(k.p, k.n);
   cr_assert_eq(s->segments[0].address, UINT64_MAX);
   cr_assert_eq(s->segments[0].stream, UINT64_MAX);
@@ -1179,9 +1142,9 @@ Test(pickle, integers) {
   static const size_t badlen[] = {3, 11};
   for (int i = 0; i < 2; i++) {
     pk_t q = {0};
-    pk_op(&q, 0x80), pk_op(&q, 4), pk_op(&q, '}'), pk_str(&q, "segments"), pk_op(&q, ']');
-    pk_op(&q, '}'), pk_str(&q, "address"), pk_write(&q, bad[i], badlen[i]), pk_op(&q, 's');
-    pk_op(&q, 'a'), pk_op(&q, 's'), pk_op(&q, '.');
+    th_pickle_op(&q, 0x80), th_pickle_op(&q, 4), th_pickle_op(&q, '}'), th_pickle_str(&q, "segments"), th_pickle_op(&q, ']');
+    th_pickle_op(&q, '}'), th_pickle_str(&q, "address"), th_bytes_sink_write(&q, bad[i], badlen[i]), th_pickle_op(&q, 's');
+    th_pickle_op(&q, 'a'), th_pickle_op(&q, 's'), th_pickle_op(&q, '.');
     ms_snapshot_t *o = NULL;
     ms_errbuf_t eb;
     cr_assert_eq(read_mem(q.p, q.n, &o, &eb), MS_EFORMAT);
@@ -1192,10 +1155,10 @@ Test(pickle, integers) {
   /* a device of 2^63: an int, out of range (issue #35 item 15: it said "expected a 64-bit
    * signed int, got int") */
   pk_t q = {0};
-  pk_op(&q, 0x80), pk_op(&q, 4), pk_op(&q, '}'), pk_str(&q, "segments"), pk_op(&q, ']');
-  pk_op(&q, '}'), pk_str(&q, "device");
-  pk_write(&q, "\x8a\x09\x00\x00\x00\x00\x00\x00\x00\x80\x00", 11), pk_op(&q, 's');
-  pk_op(&q, 'a'), pk_op(&q, 's'), pk_op(&q, '.');
+  th_pickle_op(&q, 0x80), th_pickle_op(&q, 4), th_pickle_op(&q, '}'), th_pickle_str(&q, "segments"), th_pickle_op(&q, ']');
+  th_pickle_op(&q, '}'), th_pickle_str(&q, "device");
+  th_bytes_sink_write(&q, "\x8a\x09\x00\x00\x00\x00\x00\x00\x00\x80\x00", 11), th_pickle_op(&q, 's');
+  th_pickle_op(&q, 'a'), th_pickle_op(&q, 's'), th_pickle_op(&q, '.');
   ms_snapshot_t *o = NULL;
   ms_errbuf_t eb;
   cr_assert_eq(read_mem(q.p, q.n, &o, &eb), MS_EFORMAT);
@@ -1209,21 +1172,21 @@ Test(pickle, shared_objects) {
   /* one frames list shared by two blocks (memo get) gives one interned stack; a block dict
    * stored twice is refused */
   pk_t k = {0};
-  pk_op(&k, 0x80), pk_op(&k, 4), pk_op(&k, '}'), pk_str(&k, "segments"), pk_op(&k, ']');
-  pk_op(&k, '}'), pk_op(&k, '(');
-  pk_str(&k, "address"), pk_int(&k, 0);
-  pk_str(&k, "blocks"), pk_op(&k, ']'), pk_op(&k, '(');
-  pk_op(&k, '}'), pk_op(&k, '(');
-  pk_str(&k, "size"), pk_int(&k, 10);
-  pk_str(&k, "frames");
+  th_pickle_op(&k, 0x80), th_pickle_op(&k, 4), th_pickle_op(&k, '}'), th_pickle_str(&k, "segments"), th_pickle_op(&k, ']');
+  th_pickle_op(&k, '}'), th_pickle_op(&k, '(');
+  th_pickle_str(&k, "address"), th_pickle_int(&k, 0);
+  th_pickle_str(&k, "blocks"), th_pickle_op(&k, ']'), th_pickle_op(&k, '(');
+  th_pickle_op(&k, '}'), th_pickle_op(&k, '(');
+  th_pickle_str(&k, "size"), th_pickle_int(&k, 10);
+  th_pickle_str(&k, "frames");
   frames_list(&k);
-  pk_op(&k, 0x94); /* memo 0: the frames list */
-  pk_op(&k, 'u');
-  pk_op(&k, '}'), pk_op(&k, '(');
-  pk_str(&k, "size"), pk_int(&k, 20);
-  pk_str(&k, "frames"), pk_op(&k, 'h'), pk_op(&k, 0);
-  pk_op(&k, 'u');
-  pk_op(&k, 'e'), pk_op(&k, 'u'), pk_op(&k, 'a'), pk_op(&k, 's'), pk_op(&k, '.');
+  th_pickle_op(&k, 0x94); /* memo 0: the frames list */
+  th_pickle_op(&k, 'u');
+  th_pickle_op(&k, '}'), th_pickle_op(&k, '(');
+  th_pickle_str(&k, "size"), th_pickle_int(&k, 20);
+  th_pickle_str(&k, "frames"), th_pickle_op(&k, 'h'), th_pickle_op(&k, 0);
+  th_pickle_op(&k, 'u');
+  th_pickle_op(&k, 'e'), th_pickle_op(&k, 'u'), th_pickle_op(&k, 'a'), th_pickle_op(&k, 's'), th_pickle_op(&k, '.');
   ms_snapshot_t *s = read_ok(k.p, k.n);
   cr_assert_eq(s->nblocks, 2);
   cr_assert_eq(s->blocks[0].stack, s->blocks[1].stack);
@@ -1233,12 +1196,12 @@ Test(pickle, shared_objects) {
   free(k.p);
 
   pk_t q = {0};
-  pk_op(&q, 0x80), pk_op(&q, 4), pk_op(&q, '}'), pk_str(&q, "segments"), pk_op(&q, ']');
-  pk_op(&q, '}'), pk_op(&q, '(');
-  pk_str(&q, "blocks"), pk_op(&q, ']'), pk_op(&q, '(');
-  pk_op(&q, '}'), pk_op(&q, 0x94), pk_str(&q, "size"), pk_int(&q, 10), pk_op(&q, 's');
-  pk_op(&q, 'h'), pk_op(&q, 0);
-  pk_op(&q, 'e'), pk_op(&q, 'u'), pk_op(&q, 'a'), pk_op(&q, 's'), pk_op(&q, '.');
+  th_pickle_op(&q, 0x80), th_pickle_op(&q, 4), th_pickle_op(&q, '}'), th_pickle_str(&q, "segments"), th_pickle_op(&q, ']');
+  th_pickle_op(&q, '}'), th_pickle_op(&q, '(');
+  th_pickle_str(&q, "blocks"), th_pickle_op(&q, ']'), th_pickle_op(&q, '(');
+  th_pickle_op(&q, '}'), th_pickle_op(&q, 0x94), th_pickle_str(&q, "size"), th_pickle_int(&q, 10), th_pickle_op(&q, 's');
+  th_pickle_op(&q, 'h'), th_pickle_op(&q, 0);
+  th_pickle_op(&q, 'e'), th_pickle_op(&q, 'u'), th_pickle_op(&q, 'a'), th_pickle_op(&q, 's'), th_pickle_op(&q, '.');
   expect_err(q.p, q.n, MS_EFORMAT,
              "offset 39: segments[0].blocks[0]: the same dict is stored twice (shared through "
              "the memo)");
@@ -1281,7 +1244,7 @@ Test(pickle, roundtrip_through_memsnap_format) {
     ms_snapshot_t *a = read_ok(data, len);
     for (int compress = 0; compress <= 1; compress++) {
       pk_t m = {0};
-      ms_sink_t sink = {pk_write, &m};
+      ms_sink_t sink = {th_bytes_sink_write, &m};
       ms_write_opts_t wo = {compress ? 6 : 0};
       ms_errbuf_t eb = {{0}};
       cr_assert_eq(ms_snapshot_write(a, &wo, &sink, &eb), MS_OK, "%s", eb.msg);
@@ -1372,13 +1335,13 @@ Test(pickle, settings_nesting) {
   /* {'segments': [], 'allocator_settings': {'k': {'k': {... 40 levels}}}}: the first map is
    * kept, maps inside it are dropped (the model keeps one level, as PyTorch writes) */
   pk_t k = {0};
-  pk_op(&k, 0x80), pk_op(&k, 4), pk_op(&k, '}'), pk_op(&k, '(');
-  pk_str(&k, "segments"), pk_op(&k, ']');
-  pk_str(&k, "allocator_settings"), pk_op(&k, '}');
-  for (int i = 0; i < 40; i++) pk_str(&k, "\x1b[31m"), pk_op(&k, '}');
-  pk_str(&k, "x"), pk_int(&k, 1), pk_op(&k, 's');
-  for (int i = 0; i < 40; i++) pk_op(&k, 's');
-  pk_op(&k, 'u'), pk_op(&k, '.');
+  th_pickle_op(&k, 0x80), th_pickle_op(&k, 4), th_pickle_op(&k, '}'), th_pickle_op(&k, '(');
+  th_pickle_str(&k, "segments"), th_pickle_op(&k, ']');
+  th_pickle_str(&k, "allocator_settings"), th_pickle_op(&k, '}');
+  for (int i = 0; i < 40; i++) th_pickle_str(&k, "\x1b[31m"), th_pickle_op(&k, '}');
+  th_pickle_str(&k, "x"), th_pickle_int(&k, 1), th_pickle_op(&k, 's');
+  for (int i = 0; i < 40; i++) th_pickle_op(&k, 's');
+  th_pickle_op(&k, 'u'), th_pickle_op(&k, '.');
   ms_snapshot_t *s = read_ok(k.p, k.n);
   cr_assert_eq(s->nsettings_top, 1);
   cr_assert_eq(s->nsettings, 1);
@@ -1400,20 +1363,20 @@ Test(pickle, frames_lists_interleaved) {
    * the segment itself is stored: the empty stack is interned while the segment's frames wait at
    * the builder's stack tail, and both come out right. */
   pk_t k = {0};
-  pk_op(&k, 0x80), pk_op(&k, 4), pk_op(&k, '}'), pk_op(&k, '(');
-  pk_str(&k, "segments"), pk_op(&k, ']'), pk_op(&k, '(');
-  pk_op(&k, '}'), pk_op(&k, '(');
-  pk_str(&k, "address"), pk_int(&k, 0);
-  pk_str(&k, "frames");
+  th_pickle_op(&k, 0x80), th_pickle_op(&k, 4), th_pickle_op(&k, '}'), th_pickle_op(&k, '(');
+  th_pickle_str(&k, "segments"), th_pickle_op(&k, ']'), th_pickle_op(&k, '(');
+  th_pickle_op(&k, '}'), th_pickle_op(&k, '(');
+  th_pickle_str(&k, "address"), th_pickle_int(&k, 0);
+  th_pickle_str(&k, "frames");
   frames_list(&k);
-  pk_str(&k, "blocks"), pk_op(&k, ']'), pk_op(&k, '(');
-  pk_op(&k, '}'), pk_op(&k, '(');
-  pk_str(&k, "size"), pk_int(&k, 10);
-  pk_str(&k, "frames"), pk_op(&k, ']');
-  pk_op(&k, 'u');
-  pk_op(&k, 'e');
-  pk_op(&k, 'u');
-  pk_op(&k, 'e'), pk_op(&k, 'u'), pk_op(&k, '.');
+  th_pickle_str(&k, "blocks"), th_pickle_op(&k, ']'), th_pickle_op(&k, '(');
+  th_pickle_op(&k, '}'), th_pickle_op(&k, '(');
+  th_pickle_str(&k, "size"), th_pickle_int(&k, 10);
+  th_pickle_str(&k, "frames"), th_pickle_op(&k, ']');
+  th_pickle_op(&k, 'u');
+  th_pickle_op(&k, 'e');
+  th_pickle_op(&k, 'u');
+  th_pickle_op(&k, 'e'), th_pickle_op(&k, 'u'), th_pickle_op(&k, '.');
   ms_snapshot_t *s = read_ok(k.p, k.n);
   cr_assert_eq(s->nstacks, 2);
   cr_assert_eq(s->nstack_frames, 2);
@@ -1682,59 +1645,59 @@ Test(pickle, skip_trace_every_truncation, .timeout = 120) {
 static pk_t trace_pickle(bool traces_first, bool share, const char *size_op, size_t size_len,
                          const char *tail_op, size_t tail_len) {
   pk_t k = {0};
-  pk_write(&k, "\x80\x04}(", 4);
+  th_bytes_sink_write(&k, "\x80\x04}(", 4);
   for (int part = 0; part < 2; part++) {
     if ((part == 0) == traces_first) { /* device_traces */
-      pk_str(&k, "device_traces");
-      pk_write(&k, "](](}(", 6);
-      pk_str(&k, "action");
-      pk_str(&k, "alloc");
-      pk_str(&k, "addr");
-      pk_int(&k, 4096);
-      pk_str(&k, "size");
-      pk_write(&k, size_op, size_len);
-      pk_str(&k, "frames");
-      pk_write(&k, "]q\x00(}(", 6);
-      pk_str(&k, "name");
-      pk_str(&k, "f");
-      pk_str(&k, "filename");
-      pk_str(&k, "a.py");
-      pk_str(&k, "line");
-      pk_int(&k, 7);
-      pk_write(&k, "ue", 2); /* frame dict, frames list */
-      pk_write(&k, tail_op, tail_len);
-      pk_write(&k, "uee", 3); /* entry, device, device_traces */
+      th_pickle_str(&k, "device_traces");
+      th_bytes_sink_write(&k, "](](}(", 6);
+      th_pickle_str(&k, "action");
+      th_pickle_str(&k, "alloc");
+      th_pickle_str(&k, "addr");
+      th_pickle_int(&k, 4096);
+      th_pickle_str(&k, "size");
+      th_bytes_sink_write(&k, size_op, size_len);
+      th_pickle_str(&k, "frames");
+      th_bytes_sink_write(&k, "]q\x00(}(", 6);
+      th_pickle_str(&k, "name");
+      th_pickle_str(&k, "f");
+      th_pickle_str(&k, "filename");
+      th_pickle_str(&k, "a.py");
+      th_pickle_str(&k, "line");
+      th_pickle_int(&k, 7);
+      th_bytes_sink_write(&k, "ue", 2); /* frame dict, frames list */
+      th_bytes_sink_write(&k, tail_op, tail_len);
+      th_bytes_sink_write(&k, "uee", 3); /* entry, device, device_traces */
     } else { /* one segment of one allocated block */
-      pk_str(&k, "segments");
-      pk_write(&k, "](}(", 4);
-      pk_str(&k, "device");
-      pk_int(&k, 0);
-      pk_str(&k, "address");
-      pk_int(&k, 4096);
-      pk_str(&k, "total_size");
-      pk_int(&k, 512);
-      pk_str(&k, "allocated_size");
-      pk_int(&k, 512);
-      pk_str(&k, "active_size");
-      pk_int(&k, 512);
-      pk_str(&k, "stream");
-      pk_int(&k, 0);
+      th_pickle_str(&k, "segments");
+      th_bytes_sink_write(&k, "](}(", 4);
+      th_pickle_str(&k, "device");
+      th_pickle_int(&k, 0);
+      th_pickle_str(&k, "address");
+      th_pickle_int(&k, 4096);
+      th_pickle_str(&k, "total_size");
+      th_pickle_int(&k, 512);
+      th_pickle_str(&k, "allocated_size");
+      th_pickle_int(&k, 512);
+      th_pickle_str(&k, "active_size");
+      th_pickle_int(&k, 512);
+      th_pickle_str(&k, "stream");
+      th_pickle_int(&k, 0);
       if (share) {
-        pk_str(&k, "frames");
-        pk_write(&k, "h\x00", 2);
+        th_pickle_str(&k, "frames");
+        th_bytes_sink_write(&k, "h\x00", 2);
       }
-      pk_str(&k, "blocks");
-      pk_write(&k, "](}(", 4);
-      pk_str(&k, "address");
-      pk_int(&k, 4096);
-      pk_str(&k, "size");
-      pk_int(&k, 512);
-      pk_str(&k, "state");
-      pk_str(&k, "active_allocated");
-      pk_write(&k, "ueue", 4); /* block, blocks, segment, segments */
+      th_pickle_str(&k, "blocks");
+      th_bytes_sink_write(&k, "](}(", 4);
+      th_pickle_str(&k, "address");
+      th_pickle_int(&k, 4096);
+      th_pickle_str(&k, "size");
+      th_pickle_int(&k, 512);
+      th_pickle_str(&k, "state");
+      th_pickle_str(&k, "active_allocated");
+      th_bytes_sink_write(&k, "ueue", 4); /* block, blocks, segment, segments */
     }
   }
-  pk_write(&k, "u.", 2);
+  th_bytes_sink_write(&k, "u.", 2);
   return k;
 }
 
@@ -1847,7 +1810,7 @@ Test(pickle, skip_trace_flags_and_writers) {
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     cr_assert_eq(read_mem_flags(data, len, cases[i].flags, &s, &eb), MS_OK, "%s", eb.msg);
     pk_t k = {0};
-    ms_sink_t sink = {pk_write, &k};
+    ms_sink_t sink = {th_bytes_sink_write, &k};
     cr_assert_eq(ms_pickle_write(s, &sink, &eb), MS_EINVAL);
     cr_assert_str_eq(eb.msg, cases[i].msg);
     cr_assert_eq(ms_snapshot_write(s, NULL, &sink, &eb), MS_EINVAL);
@@ -2008,39 +1971,39 @@ Test(pickle, no_trace_stacks_on_every_fixture) {
  * memo's list again (share), or with "action" named a second time after the frames (again). */
 static pk_t two_entries(const char *a2, bool share, const char *again) {
   pk_t k = {0};
-  pk_write(&k, "\x80\x04}(", 4);
-  pk_str(&k, "segments");
-  pk_write(&k, "]", 1);
-  pk_str(&k, "device_traces");
-  pk_write(&k, "](](", 4);
+  th_bytes_sink_write(&k, "\x80\x04}(", 4);
+  th_pickle_str(&k, "segments");
+  th_bytes_sink_write(&k, "]", 1);
+  th_pickle_str(&k, "device_traces");
+  th_bytes_sink_write(&k, "](](", 4);
   for (int e = 0; e < 2; e++) {
-    pk_write(&k, "}(", 2);
-    pk_str(&k, "action");
-    pk_str(&k, e ? a2 : "alloc");
-    pk_str(&k, "addr");
-    pk_int(&k, 4096);
-    pk_str(&k, "size");
-    pk_int(&k, 8);
-    pk_str(&k, "frames");
+    th_bytes_sink_write(&k, "}(", 2);
+    th_pickle_str(&k, "action");
+    th_pickle_str(&k, e ? a2 : "alloc");
+    th_pickle_str(&k, "addr");
+    th_pickle_int(&k, 4096);
+    th_pickle_str(&k, "size");
+    th_pickle_int(&k, 8);
+    th_pickle_str(&k, "frames");
     if (e && share) {
-      pk_write(&k, "h\x00", 2);
+      th_bytes_sink_write(&k, "h\x00", 2);
     } else {
-      pk_write(&k, e ? "](}(" : "]q\x00(}(", e ? 4 : 6);
-      pk_str(&k, "name");
-      pk_str(&k, e ? "g" : "f");
-      pk_str(&k, "filename");
-      pk_str(&k, "a.py");
-      pk_str(&k, "line");
-      pk_int(&k, e ? 9 : 7);
-      pk_write(&k, "ue", 2); /* frame dict, frames list */
+      th_bytes_sink_write(&k, e ? "](}(" : "]q\x00(}(", e ? 4 : 6);
+      th_pickle_str(&k, "name");
+      th_pickle_str(&k, e ? "g" : "f");
+      th_pickle_str(&k, "filename");
+      th_pickle_str(&k, "a.py");
+      th_pickle_str(&k, "line");
+      th_pickle_int(&k, e ? 9 : 7);
+      th_bytes_sink_write(&k, "ue", 2); /* frame dict, frames list */
     }
     if (e && again) {
-      pk_str(&k, "action");
-      pk_str(&k, again);
+      th_pickle_str(&k, "action");
+      th_pickle_str(&k, again);
     }
-    pk_write(&k, "u", 1); /* the entry */
+    th_bytes_sink_write(&k, "u", 1); /* the entry */
   }
-  pk_write(&k, "eeu.", 4); /* device, device_traces, root */
+  th_bytes_sink_write(&k, "eeu.", 4); /* device, device_traces, root */
   return k;
 }
 
@@ -2137,46 +2100,46 @@ typedef struct fe_s {
 
 static pk_t free_entries(const fe_t *e, size_t n) {
   pk_t k = {0};
-  pk_write(&k, "\x80\x04}(", 4);
-  pk_str(&k, "segments");
-  pk_write(&k, "]", 1);
-  pk_str(&k, "device_traces");
-  pk_write(&k, "](](", 4);
+  th_bytes_sink_write(&k, "\x80\x04}(", 4);
+  th_pickle_str(&k, "segments");
+  th_bytes_sink_write(&k, "]", 1);
+  th_pickle_str(&k, "device_traces");
+  th_bytes_sink_write(&k, "](](", 4);
   for (size_t i = 0; i < n; i++) {
-    pk_write(&k, "}(", 2);
-    pk_str(&k, "action");
-    pk_str(&k, e[i].action);
-    pk_str(&k, "addr");
-    pk_int(&k, e[i].addr);
-    if (e[i].two_batches) pk_write(&k, "u(", 2);
-    pk_str(&k, "size");
-    pk_int(&k, 512);
-    pk_str(&k, "frames");
+    th_bytes_sink_write(&k, "}(", 2);
+    th_pickle_str(&k, "action");
+    th_pickle_str(&k, e[i].action);
+    th_pickle_str(&k, "addr");
+    th_pickle_int(&k, e[i].addr);
+    if (e[i].two_batches) th_bytes_sink_write(&k, "u(", 2);
+    th_pickle_str(&k, "size");
+    th_pickle_int(&k, 512);
+    th_pickle_str(&k, "frames");
     if (e[i].frames < 0) {
       char get[2] = {'h', (char)(-1 - e[i].frames)};
-      pk_write(&k, get, 2);
+      th_bytes_sink_write(&k, get, 2);
     } else {
-      pk_write(&k, "]", 1);
+      th_bytes_sink_write(&k, "]", 1);
       if (e[i].put >= 0) {
         char put[2] = {'q', (char)e[i].put};
-        pk_write(&k, put, 2);
+        th_bytes_sink_write(&k, put, 2);
       }
-      pk_write(&k, "(}(", 3);
-      pk_str(&k, "name");
-      pk_str(&k, "f");
-      pk_str(&k, "filename");
-      pk_str(&k, "a.py");
-      pk_str(&k, "line");
-      pk_int(&k, e[i].frames);
-      pk_write(&k, "ue", 2); /* frame dict, frames list */
+      th_bytes_sink_write(&k, "(}(", 3);
+      th_pickle_str(&k, "name");
+      th_pickle_str(&k, "f");
+      th_pickle_str(&k, "filename");
+      th_pickle_str(&k, "a.py");
+      th_pickle_str(&k, "line");
+      th_pickle_int(&k, e[i].frames);
+      th_bytes_sink_write(&k, "ue", 2); /* frame dict, frames list */
     }
     if (e[i].addr_again >= 0) {
-      pk_str(&k, "addr");
-      pk_int(&k, e[i].addr_again);
+      th_pickle_str(&k, "addr");
+      th_pickle_int(&k, e[i].addr_again);
     }
-    pk_write(&k, "u", 1); /* the entry */
+    th_bytes_sink_write(&k, "u", 1); /* the entry */
   }
-  pk_write(&k, "eeu.", 4); /* device, device_traces, root */
+  th_bytes_sink_write(&k, "eeu.", 4); /* device, device_traces, root */
   return k;
 }
 

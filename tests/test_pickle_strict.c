@@ -37,29 +37,7 @@
 
 /* ---- helpers --------------------------------------------------------------------------------- */
 
-typedef struct buf_s {
-  char *p;
-  size_t n, cap;
-} buf_t;
-
-static void put(buf_t *b, const void *p, size_t n) {
-  if (b->n + n > b->cap) {
-    size_t nc = b->cap ? b->cap : 4096;
-    while (nc < b->n + n) nc *= 2;
-    b->p = realloc(b->p, nc);
-    cr_assert(b->p);
-    b->cap = nc;
-  }
-  memcpy(b->p + b->n, p, n);
-  b->n += n;
-}
-
-static void put_le(buf_t *b, uint64_t x, int n) {
-  for (int i = 0; i < n; i++) {
-    unsigned char c = (unsigned char)(x >> (8 * i));
-    put(b, &c, 1);
-  }
-}
+typedef th_bytes_t buf_t; /* tests/helpers.h */
 
 static int read_mem(const void *data, size_t len, ms_snapshot_t **out, ms_errbuf_t *eb) {
   ms_membuf_t mb;
@@ -303,17 +281,17 @@ static uint32_t crc32_of(const unsigned char *p, size_t n) {
  * knows where every block header lies: block k's header is at 10 + k * (STORED + 5). */
 static buf_t gzip_stored(const char *data, size_t len) {
   buf_t b = {0};
-  put(&b, "\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03", 10);
+  th_bytes_put(&b, "\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03", 10);
   for (size_t off = 0; off < len; off += STORED) {
     size_t n = len - off < STORED ? len - off : STORED;
     unsigned char hdr = off + n == len ? 1 : 0; /* BFINAL, BTYPE 00 */
-    put(&b, &hdr, 1);
-    put_le(&b, n, 2);
-    put_le(&b, ~n & 0xffffu, 2);
-    put(&b, data + off, n);
+    th_bytes_put(&b, &hdr, 1);
+    th_bytes_put_le(&b, n, 2);
+    th_bytes_put_le(&b, ~n & 0xffffu, 2);
+    th_bytes_put(&b, data + off, n);
   }
-  put_le(&b, crc32_of((const unsigned char *)data, len), 4);
-  put_le(&b, len, 4);
+  th_bytes_put_le(&b, crc32_of((const unsigned char *)data, len), 4);
+  th_bytes_put_le(&b, len, 4);
   return b;
 }
 
@@ -374,7 +352,7 @@ Test(pickle_gzip, corruption_names_the_compressed_offset) {
 
   /* a stored block whose lengths disagree: found after its 5 header bytes */
   buf_t c = {0};
-  put(&c, g.p, g.n);
+  th_bytes_put(&c, g.p, g.n);
   size_t at = 10 + 2 * blk; /* block 2 */
   c.p[at + 3] ^= 0x01;
   expect_load(&c, "nlen.gz", MS_EFORMAT,
@@ -404,7 +382,7 @@ Test(pickle_gzip, corruption_names_the_compressed_offset) {
               "inflated): incorrect length check",
               g.n, pk.n);
   /* bytes after the stream */
-  put(&c, "junk", 4);
+  th_bytes_put(&c, "junk", 4);
   memcpy(c.p, g.p, g.n);
   expect_load(&c, "trailing.gz", MS_EFORMAT,
               "gzip: trailing data after the compressed stream at offset %zu of the compressed "
@@ -582,9 +560,9 @@ Test(pickle_pipe_memory, real_bytes_are_not_buffered) {
 /* The same declared gigabyte inside a gzip stream on stdin. */
 Test(pickle_pipe_memory, declared_gigabyte_in_gzip) {
   buf_t pk = {0};
-  put(&pk, "\x80\x04\x8d\x00\x00\x00\x40\x00\x00\x00\x00", 11);
+  th_bytes_put(&pk, "\x80\x04\x8d\x00\x00\x00\x40\x00\x00\x00\x00", 11);
   char *z = calloc(1, MIB);
-  put(&pk, z, MIB);
+  th_bytes_put(&pk, z, MIB);
   free(z);
   buf_t g = gzip_stored(pk.p, pk.n);
   piped_t r = run_piped(g.p, g.n, 0, 0);
@@ -599,11 +577,11 @@ Test(pickle_pipe_memory, declared_gigabyte_in_gzip) {
 /* memsnap's format: a str32 of 60 MiB (under the 64 MiB per object limit) with 1 MiB behind. */
 Test(serialize_pipe_memory, declared_str32_with_a_megabyte_behind) {
   buf_t m = {0};
-  put(&m, "\x82\xa5magic\xb0memsnap-snapshot\xa7version\x01", 33);
-  put(&m, "\x83\xa6origin\x00\xa7present\x00\xa6" "counts\x99", 26);
-  put(&m, "\x00\x00\x00\x00\x00\x00\x00\x00\x00", 9);
+  th_bytes_put(&m, "\x82\xa5magic\xb0memsnap-snapshot\xa7version\x01", 33);
+  th_bytes_put(&m, "\x83\xa6origin\x00\xa7present\x00\xa6" "counts\x99", 26);
+  th_bytes_put(&m, "\x00\x00\x00\x00\x00\x00\x00\x00\x00", 9);
   size_t off = m.n;
-  put(&m, "\x92\x01\x93\xdb\x03\xc0\x00\x00", 8); /* a frame chunk; its first row's name */
+  th_bytes_put(&m, "\x92\x01\x93\xdb\x03\xc0\x00\x00", 8); /* a frame chunk; its first row's name */
   piped_t r = run_piped(m.p, m.n, MIB, 'a');
   char want[300];
   snprintf(want, sizeof want,

@@ -1086,7 +1086,9 @@ Test(viz, command_flamegraph) {
   /* Default output name, the SVG equals the library's. */
   cmd_result_t r = run_memsnap(dir, NULL, (const char *[]){"flamegraph", "in.folded", NULL});
   cr_assert_eq(r.status, 0, "stderr: %s", r.err);
-  cr_assert_str_eq(r.err, "");
+  /* the one line that says what was written (#32 item 4) */
+  cr_assert(strncmp(r.err, "memsnap: wrote 'output.svg' (", 29) == 0, "%s", r.err);
+  cr_assert(strstr(r.err, "); open it in a web browser\n") && !strchr(r.err, '\n')[1], "%s", r.err);
   struct stat st;
   cr_assert_eq(stat(svg, &st), 0);
   ms_flame_t *fl = flame_from(basic_folded, NULL);
@@ -1147,7 +1149,7 @@ Test(viz, command_flamegraph) {
 
   /* Negative counts: skipped with a warning. */
   write_file(bad, "a 5\nstream_0;inactive;<gaps> -512\n");
-  r = run_memsnap(dir, NULL, (const char *[]){"flamegraph", "bad.folded", "-o", "n.svg", NULL});
+  r = run_memsnap(dir, NULL, (const char *[]){"flamegraph", "bad.folded", "-q", "-o", "n.svg", NULL});
   cr_assert_eq(r.status, 0);
   cr_assert_str_eq(r.err,
                    "memsnap: warning: 'bad.folded': ignored 1 line with a negative count\n");

@@ -106,6 +106,14 @@ MS_API void ms_snapshot_set_rank(int64_t rank);
 MS_API MS_NODISCARD int ms_allocator_snapshot(ms_allocator_t *const *allocs, size_t n,
                                               ms_snapshot_t **out, ms_errbuf_t *eb);
 
+/* Writes a snapshot of a to path now, in one call, like PyTorch's
+ * torch.cuda.memory._dump_snapshot(path): ms_allocator_snapshot() of a alone, then
+ * ms_snapshot_write_file() (memsnap's format, written atomically). Records the `snapshot` entry
+ * in a's trace as ms_allocator_snapshot does. A failure is also reported through the output hook
+ * ("memsnap: error: cannot write 'PATH': ..."), so a program may ignore the status.
+ * @return MS_OK, MS_EINVAL (a or path NULL or empty), or the error of taking or writing it. */
+MS_API int ms_snapshot_dump(ms_allocator_t *a, const char *path);
+
 /* Installs the ready-made OOM observer on a: on every out-of-memory error of a, it takes a
  * snapshot of a and writes it (ms_snapshot_write_file, atomically) to path_pattern with
  *   %p -> process id, %d -> device index, %n -> a counter (0, 1, ... per process), %% -> '%'.

@@ -341,12 +341,48 @@ typedef struct config_pending_s {
   size_t split_off, nonsplit_off;
 } config_pending_t;
 
+#define MS_CONFIG_KEY_MAX 48
 static const char config_key_list[] =
     "max_split_size_mb, max_non_split_rounding_mb, large_segment_size_mb, "
     "roundup_power2_divisions, garbage_collection_threshold, per_process_memory_fraction, "
     "expandable_segments, release_lock_on_cudamalloc, graph_capture_record_stream_reuse, backend, "
     "pinned_use_cuda_host_register, pinned_num_register_threads, pinned_use_background_threads, "
     "pinned_reserve_segment_size_mb";
+
+/* The key of config_key_list nearest to t when it is a likely typo (one or two characters off,
+ * by the optimal-string-alignment distance, as the CLI's "did you mean"); else NULL. */
+static const char *config_suggest_key(config_tok_t t, char *buf, size_t cap) {
+  enum { MAX = 48 };
+  if (!t.s || t.len == 0 || t.len >= MAX) return NULL;
+  size_t best = SIZE_MAX, limit = t.len <= 3 ? 1 : 2;
+  const char *p = config_key_list;
+  while (*p) {
+    size_t m = strcspn(p, ",");
+    if (m < MAX) {
+      size_t d[MAX][MAX];
+      for (size_t i = 0; i <= t.len; i++) d[i][0] = i;
+      for (size_t j = 0; j <= m; j++) d[0][j] = j;
+      for (size_t i = 1; i <= t.len; i++)
+        for (size_t j = 1; j <= m; j++) {
+          size_t v = d[i - 1][j - 1] + (t.s[i - 1] == p[j - 1] ? 0 : 1);
+          if (d[i - 1][j] + 1 < v) v = d[i - 1][j] + 1;
+          if (d[i][j - 1] + 1 < v) v = d[i][j - 1] + 1;
+          if (i > 1 && j > 1 && t.s[i - 1] == p[j - 2] && t.s[i - 2] == p[j - 1] &&
+              d[i - 2][j - 2] + 1 < v)
+            v = d[i - 2][j - 2] + 1;
+          d[i][j] = v;
+        }
+      if (d[t.len][m] < best && m < cap) {
+        best = d[t.len][m];
+        memcpy(buf, p, m);
+        buf[m] = '\0';
+      }
+    }
+    p += m;
+    while (*p == ',' || *p == ' ') p++;
+  }
+  return best <= limit ? buf : NULL;
+}
 
 static int config_value(config_parser_t *p, config_tok_t key, ms_alloc_config_t *c,
                         config_pending_t *pend) {
@@ -420,6 +456,10 @@ static int config_value(config_parser_t *p, config_tok_t key, ms_alloc_config_t 
     if (u == 0) return config_fail(p, t.off, "Pinned reserve segment size has to be greater than 0");
     c->pinned_reserve_segment_size = (size_t)u * MS_MIB;
   } else {
+    char near[MS_CONFIG_KEY_MAX];
+    if (config_suggest_key(key, near, sizeof near))
+      return config_fail(p, key.off, "unrecognized key; did you mean '%s'? expected one of: %s",
+                         near, config_key_list);
     return config_fail(p, key.off, "unrecognized key, expected one of: %s", config_key_list);
   }
   return MS_OK;

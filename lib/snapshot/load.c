@@ -383,6 +383,19 @@ int ms_snapshot_load(const char *path, ms_snapshot_t **out, ms_errbuf_t *eb) {
   return ms_snapshot_load_ex(path, 0, out, eb);
 }
 
+/* The protocol of a pickle written with protocol 0 or 1 (no PROTO opcode), told by how Python
+ * starts one of a dict or list: protocol 0 "(dp0\n" / "(lp0\n", protocol 1 "}q\0" / "]q\0" (or
+ * "}(" / "](" ...). @return 0, 1 or -1 (not one). */
+static int load_old_pickle_protocol(const char *head, size_t n) {
+  const unsigned char *h = (const unsigned char *)head;
+  if (n >= 3 && h[0] == '(' && (h[1] == 'd' || h[1] == 'l') && (h[2] == 'p' || h[2] == '('))
+    return 0;
+  if (n >= 2 && (h[0] == '}' || h[0] == ']') &&
+      (h[1] == 'q' || h[1] == 'r' || h[1] == '(' || h[1] == '.'))
+    return 1;
+  return -1;
+}
+
 int ms_snapshot_load_ex(const char *path, unsigned flags, ms_snapshot_t **out, ms_errbuf_t *eb) {
   if (!path || !out) return ms__errbuf_set(eb, MS_EINVAL, "no input path");
   if (flags & ~(unsigned)MS_LOAD_FLAGS_ALL)
@@ -450,8 +463,16 @@ int ms__snapshot_load_fp(FILE *fp, const char *name, bool rewindable, unsigned f
       rc = load_gz_pickle(fp, is_stdin, head, n, flags, &snap, &inner);
       break;
     }
-    rc = n == 0 ? ms__errbuf_set(&inner, MS_ETRUNCATED, "empty file")
-                : ms__errbuf_set(&inner, MS_EFORMAT, "not a memsnap snapshot or PyTorch pickle");
+    if (n == 0) {
+      rc = ms__errbuf_set(&inner, MS_ETRUNCATED, "empty file");
+    } else if (load_old_pickle_protocol(head, n) >= 0) {
+      rc = ms__errbuf_set(&inner, MS_EUNSUPPORTED,
+                          "a pickle of protocol %d; PyTorch writes snapshots with protocols 2 to "
+                          "5 (re-save it with pickle.dump(obj, f, protocol=4))",
+                          load_old_pickle_protocol(head, n));
+    } else {
+      rc = ms__errbuf_set(&inner, MS_EFORMAT, "not a memsnap snapshot or PyTorch pickle");
+    }
     break;
   }
   if (rc != MS_OK) return ms__errbuf_set(eb, rc, "'%s': %s", name, inner.msg);

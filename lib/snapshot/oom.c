@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT
  * memsnap core: the OOM observer (ms_oom_snapshot_install, memsnap/history.h): when an allocation
  * runs out of memory, a snapshot of the allocator is taken and written to a file named by a
- * pattern. It sits above history (it takes and writes snapshots); the recorder keeps the pattern
+ * pattern; ms_snapshot_dump, the same written now, on request. It sits above history (it takes and writes snapshots); the recorder keeps the pattern
  * (history/history.c) so that it lives and dies with the allocator.
  */
 #include <stdatomic.h>
@@ -83,6 +83,22 @@ static void oom_observer(void *arg, int device, size_t alloc_size, size_t device
   }
   ms_snapshot_free(snap);
   oom_in_observer = 0;
+}
+
+int ms_snapshot_dump(ms_allocator_t *a, const char *path) {
+  if (!a || !path || !*path) return MS_EINVAL;
+  ms_errbuf_t eb;
+  eb.msg[0] = 0;
+  ms_snapshot_t *snap = NULL;
+  int err = ms_allocator_snapshot(&a, 1, &snap, &eb);
+  if (err != MS_OK) {
+    ms__error_msg("cannot take a snapshot for '%s': %s", path, eb.msg[0] ? eb.msg : ms_strerror(err));
+    return err;
+  }
+  if ((err = ms_snapshot_write_file(snap, path, NULL, &eb)) != MS_OK)
+    ms__error_msg("cannot write '%s': %s", path, eb.msg[0] ? eb.msg : ms_strerror(err));
+  ms_snapshot_free(snap);
+  return err;
 }
 
 int ms_oom_snapshot_install(ms_allocator_t *a, const char *path_pattern) {

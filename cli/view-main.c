@@ -1,0 +1,157 @@
+/* SPDX-License-Identifier: MIT
+ * memsnap CLI: views to files (cli_render: an SVG or folded text, complete-or-not-at-all) and the
+ * body of `memory` and `segments` (cli_view_main). It sits above the helpers it uses (options,
+ * loading, outputs, JSON, moments), none of which calls it.
+ */
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+#include "memsnap/error.h"
+#include "memsnap/serialize.h"
+#include "memsnap/views.h"
+#include "memsnap/viz.h"
+
+/* ---- views to files ----------------------------------------------------------------------------
+ */
+
+typedef struct cli_flame_sink_s {
+  ms_flame_t *flame;
+  int side; /* -1: plain values; 0: before; 1: after */
+} cli_flame_sink_t;
+
+/* Feeds a view's stacks to a flame builder; a trailing empty frame (every frame of the stack
+ * filtered, PyTorch's "state; n") carries no name, so its bytes stay with the state. */
+static int cli_flame_emit(void *ctx, const char *const *frames, size_t nframes, uint64_t count) {
+  cli_flame_sink_t *fs = ctx;
+  if (nframes > 0 && frames[nframes - 1][0] == 0) nframes--;
+  if (fs->side < 0) return ms_flame_add(fs->flame, frames, nframes, count);
+  return ms_flame_add_diff(fs->flame, frames, nframes, fs->side == 0 ? count : 0,
+                           fs->side == 1 ? count : 0);
+}
+
+int cli_render(const char *out_path, cli_render_mode mode, const ms_flame_options_t *fopts,
+               cli_view_fn *view, void *arg) {
+  cli_out_t o;
+  ms_errbuf_t eb = {{0}};
+  int err;
+  if (mode == CLI_RENDER_FOLDED) {
+    if (cli_out_open(&o, out_path) != CLI_OK) return CLI_FAILURE;
+    err = view(arg, ms_view_folded_emit, &o.sink, NULL);
+    if (err != MS_OK) goto fail_out;
+    return cli_out_commit(&o);
+  }
+  cli_flame_sink_t fs = {NULL, -1};
+  if ((err = ms_flame_create(fopts, &fs.flame)) != MS_OK) {
+    cli_error("cannot create the flame graph: %s", ms_strerror(err));
+    return CLI_FAILURE;
+  }
+  cli_progress_start("building the flame graph");
+  err = view(arg, cli_flame_emit, &fs, &fs.side);
+  cli_progress_stop();
+  if (err != MS_OK) {
+    cli_error("cannot build the flame graph: %s", ms_strerror(err));
+    ms_flame_destroy(fs.flame);
+    return CLI_FAILURE;
+  }
+  if (cli_out_open(&o, out_path) != CLI_OK) {
+    ms_flame_destroy(fs.flame);
+    return CLI_FAILURE;
+  }
+  cli_progress_count(cli_out_bytes_written, 0);
+  cli_progress_start("writing '%s'", out_path);
+  err = mode == CLI_RENDER_MERGED ? ms_flame_write_folded(fs.flame, &o.sink, &eb)
+                                  : ms_flame_write_svg(fs.flame, &o.sink, &eb);
+  cli_progress_stop();
+  ms_flame_destroy(fs.flame);
+  if (err != MS_OK) goto fail_out;
+  return cli_out_commit(&o);
+fail_out:
+  return cli_out_fail(&o, err, &eb);
+}
+
+/* ---- memory and segments -----------------------------------------------------------------------
+ */
+
+typedef struct cli_view_arg_s {
+  const ms_snapshot_t *snap;
+  ms_view_kind kind;
+} cli_view_arg_t;
+
+static int cli_view_one(void *arg, ms_view_emit_fn *emit, void *ctx, int *side) {
+  (void)side;
+  cli_view_arg_t *a = arg;
+  return ms_view_emit(a->snap, a->kind, emit, ctx);
+}
+
+int cli_view_main(const char *cmd, const char *usage, ms_view_kind kind, int argc, char **argv) {
+  int folded = 0, json = 0;
+  const char *output = NULL;
+  cli_view_opts_t vo = {NULL, NULL, NULL};
+  const char *at_s = NULL, *device_s = NULL, *range_s = NULL, *stream_s = NULL, *pool_s = NULL;
+  const char *by_s = NULL, *rules_s = NULL; /* memory --by category (docs/categories.md) */
+  const struct cli_opt opts[] = {{"output", 'o', NULL, &output}, {"folded", 0, &folded, NULL},
+                                 {"by", 0, NULL, &by_s},         {"categories", 0, NULL, &rules_s},
+                                 {"json", 0, &json, NULL},       {"at", 0, NULL, &at_s},         {"device", 0, NULL, &device_s},
+                                 {"range", 0, NULL, &range_s},   {"stream", 0, NULL, &stream_s},
+                                 {"pool", 0, NULL, &pool_s},     {"title", 0, NULL, &vo.title},
+                                 {"width", 0, NULL, &vo.width},  {"minwidth", 0, NULL, &vo.minwidth},
+                                 {NULL, 0, NULL, NULL}};
+  char *pos[1];
+  int npos = 0;
+  int rc = cli_parse_options(cmd, usage, opts, argc, argv, pos, 1, &npos);
+  if (rc == CLI_HELP_SHOWN) return CLI_OK;
+  if (rc != CLI_OK) return rc;
+  if (npos < 1) return cli_usage_error(cmd, "missing FILE");
+  if (folded && json) return cli_usage_error(cmd, "--folded and --json exclude each other");
+  if (by_s && (kind != MS_VIEW_MEMORY || strcmp(by_s, "category") != 0))
+    return cli_usage_error(cmd, "option '--by' takes only 'category' (memory), not '%s'", by_s);
+  if (rules_s && !by_s) return cli_usage_error(cmd, "option '--categories' needs '--by category'");
+  if ((rc = cli_output_default(cmd, &output, !folded && !json)) != CLI_OK) return rc;
+  ms_flame_options_t fo;
+  ms_flame_options_init(&fo);
+  if ((rc = cli_view_flame_options(cmd, &vo, &fo, NULL, 0)) != CLI_OK) return rc;
+  cli_tl_args_t ta;
+  if ((rc = cli_tl_args_parse(cmd, &ta, device_s, range_s, stream_s, pool_s, at_s)) != CLI_OK)
+    return rc;
+  ms_snapshot_t *snap = NULL, *view = NULL;
+  /* the views at the end need no trace; a moment, a range or a filter does, read through the time
+   * index (which never uses free_requested's stacks) */
+  if ((rc = cli_load_ex(pos[0], cli_tl_args_need_trace(&ta) || by_s ? MS_LOAD_NO_FREE_STACKS : MS_LOAD_NO_TRACE,
+                        &snap)) !=
+      CLI_OK)
+    return rc;
+  if (!by_s && (rc = cli_at_snapshot(snap, cli_display_name(pos[0]), &ta, true, &view, NULL, NULL)) !=
+      CLI_OK) {
+    ms_snapshot_free(snap);
+    return rc;
+  }
+  fo.countname = "bytes";
+  fo.memory = 1;
+  char subtitle[512];
+  snprintf(subtitle, sizeof subtitle, "%s: %s", cmd,
+           by_s ? "category and stack (allocated bytes)"
+           : kind == MS_VIEW_MEMORY ? "stream, block state and stack"
+                                    : "stream, segment, block state and stack");
+  fo.subtitle = subtitle;
+  char title[600];
+  if (ta.has_device)
+    snprintf(title, sizeof title, "%s \u2014 %s (device %zu)", cmd,
+             cli_base_name(cli_display_name(pos[0])), ta.device);
+  else
+    snprintf(title, sizeof title, "%s \u2014 %s", cmd, cli_base_name(cli_display_name(pos[0])));
+  if (!vo.title) fo.title = title;
+  cli_view_arg_t a = {view ? view : snap, kind};
+  if (by_s)
+    rc = cli_memory_by_category(snap, cli_display_name(pos[0]), &ta, rules_s, output,
+                                folded ? CLI_RENDER_FOLDED : CLI_RENDER_SVG, &fo, json != 0);
+  else if (json)
+    rc = cli_render_json(output, cmd, cli_json_head_file, (void *)cli_display_name(pos[0]),
+                         cli_view_one, &a);
+  else
+    rc = cli_render(output, folded ? CLI_RENDER_FOLDED : CLI_RENDER_SVG, &fo, cli_view_one, &a);
+  ms_snapshot_free(view);
+  ms_snapshot_free(snap);
+  return rc;
+}
