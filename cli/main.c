@@ -21,7 +21,7 @@ const struct cli_cmd cli_commands[] = {
     {"trace", cmd_trace, "the allocator trace as text, as _memory_viz.py trace"},
     {"memory", cmd_memory, "flame graph by stream, block state and stack"},
     {"segments", cmd_segments, "flame graph by stream, segment, block state and stack"},
-    {"compare", cmd_compare, "what changed between two snapshots, by source line; leak suspects"},
+    {"compare", cmd_compare, "what changed between two snapshots; leak suspects"},
     {"flamegraph", cmd_flamegraph, "any folded-stack file to an interactive flame graph"},
     {"replay", cmd_replay, "replay a trace through the allocator: fidelity check, what-if"},
     {"convert", cmd_convert, "a snapshot between memsnap's format and PyTorch's pickle"},

@@ -10,7 +10,8 @@ naming the file and line, on:
   - "stop N": a step of the development history;
   - a word that looks like a commit hash (7 to 40 hex digits, with a letter and a digit);
   - an issue number of the project: "#N" or "issue N" (PyTorch's, written "PyTorch #N" or
-    "PyTorch issue #N", are references for users and pass);
+    "PyTorch issue #N", are references for users and pass, as PyTorch's commits written
+    "PyTorch commit HASH" do);
   - the development machine ("2-core", "development VM").
 """
 import glob
@@ -22,7 +23,8 @@ DEV_DOCS = {"contributing.md", "architecture.md", "adding-a-backend.md", "adding
 
 RULES = [
     ("a development step ('stop N')", re.compile(r"\b[Ss]top \d+\b")),
-    ("a commit hash", re.compile(r"\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*[0-9])[0-9a-f]{7,40}\b")),
+    ("a commit hash", re.compile(r"(?<!PyTorch commit )(?<!PyTorch commit `)"
+                                 r"\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*[0-9])[0-9a-f]{7,40}\b")),
     ("an issue number", re.compile(r"(?<!PyTorch )(?<!PyTorch issue )(?<![\w&/#])#\d+\b|"
                                    r"(?<!PyTorch )\b[Ii]ssues? #?\d+")),
     ("the development machine", re.compile(r"\b2-core\b|\bdevelopment (VM|machine)\b")),

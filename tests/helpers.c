@@ -373,6 +373,9 @@ int th_snapshot_diff(const ms_snapshot_t *a, const ms_snapshot_t *b, char *why, 
       const char *au = ms_snap_trace_user_metadata(a_), *bu = ms_snap_trace_user_metadata(b_);
       if (strcmp(au, bu) != 0)
         return snprintf(why, cap, "trace[%zu].user_metadata: '%s' != '%s'", i, au, bu), 1;
+      const char *ak = ms_snap_trace_category(a_), *bk = ms_snap_trace_category(b_);
+      if (strcmp(ak, bk) != 0)
+        return snprintf(why, cap, "trace[%zu].category: '%s' != '%s'", i, ak, bk), 1;
       for (int k = 0; k < 2; k++)
         if (ms_snap_trace_pool(a_, k) != ms_snap_trace_pool(b_, k))
           return snprintf(why, cap, "trace[%zu].pool_id[%d]: %" PRId64 " != %" PRId64, i, k,

@@ -355,7 +355,7 @@ Test(manners, top_rows_that_look_the_same_are_told_apart) {
     if (!f) continue;
     fclose(f);
     ran++;
-    th_run_t r = RUN("top", path, "-n", "30", "--json");
+    th_run_t r = RUN("top", path, "-n", "30", "--by", "stack", "--json");
     cr_assert_eq(r.status, 0, "%s", r.err);
     /* every "label" differs from every other */
     const char *labels[64];
@@ -383,7 +383,7 @@ Test(manners, top_rows_that_look_the_same_are_told_apart) {
   FILE *f = fopen(path, "rb");
   if (!f) return;
   fclose(f);
-  th_run_t r = RUN("top", path, "-n", "0");
+  th_run_t r = RUN("top", path, "-n", "0", "--by", "frame");
   cr_assert_eq(r.status, 0, "%s", r.err);
   cr_expect(strstr(r.out, "  <no frame>"), "%s", r.out);
   cr_expect(strstr(r.out, "\n<no frame>: a stack without a frame that PyTorch's filter keeps (only "

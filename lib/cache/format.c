@@ -386,6 +386,7 @@ static bool w_trace(wbuf_t *w, const ms_snapshot_t *s) {
     put_u32(r, x->action_name ? w_str(w, x->action_name) : CACHE_NO_STR);
     put_u32(r + 4, w_str(w, x->compile_context));
     put_u32(r + 8, w_str(w, x->user_metadata));
+    put_u32(r + 12, w_str(w, x->category ? x->category : ""));
     put_u64(r + 16, (uint64_t)x->pool_id[0]);
     put_u64(r + 24, (uint64_t)x->pool_id[1]);
     w_put(w, r, R_EXTRA);
@@ -659,7 +660,8 @@ static const char *rd_scalars(rd_t *r) {
     ms_snap_trace_extra_t *x = &r->extras[i];
     if (!rd_str(r, get_u32(q), true, &x->action_name) ||
         !rd_str(r, get_u32(q + 4), false, &x->compile_context) ||
-        !rd_str(r, get_u32(q + 8), false, &x->user_metadata))
+        !rd_str(r, get_u32(q + 8), false, &x->user_metadata) ||
+        !rd_str(r, get_u32(q + 12), false, &x->category))
       return "trace extra out of range";
     x->pool_id[0] = (int64_t)get_u64(q + 16);
     x->pool_id[1] = (int64_t)get_u64(q + 24);
