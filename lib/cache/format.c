@@ -833,6 +833,7 @@ static char *rd_pack(rd_t *r) {
     REBASE(nx[i].action_name);
     REBASE(nx[i].compile_context);
     REBASE(nx[i].user_metadata);
+    REBASE(nx[i].category);
   }
   for (size_t i = 0; i < t->ntrace; i++)
     if (t->trace[i].extra) t->trace[i].extra = nx + (t->trace[i].extra - r->extras);
