@@ -9,9 +9,10 @@
  * instant events ("i", process scope) for OOMs, snapshots and every run of consecutive
  * segment_free/segment_unmap entries (an empty_cache or an OOM's release of cached segments);
  * with opts->allocations, an async slice ("b"/"e", category "allocation", id = the alloc's entry
- * index) from each alloc to its free_completed (or the trace's last time), named by its source
- * (memsnap/attribution.h: the user's own line, never the unwinder's frame), with size, address,
- * source and category as args.
+ * index × the number of devices + the device, so that no two devices share an id: a viewer pairs
+ * async events by category and id alone, across processes; issue #31) from each alloc to its
+ * free_completed (or the trace's last time), named by its source (memsnap/attribution.h: the
+ * user's own line, never the unwinder's frame), with size, address, source and category as args.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -198,19 +199,20 @@ static void pf_slice(pf_writer_t *w, const ms_attr_t *attr, const ms_timeline_t 
   ms_category cat = ms__attr_classify(attr, dev, (int64_t)a, fe, e->stack, e->addr, false);
   ms__xbuf_t name = {0};
   ms__xbuf_json_str(&name, src);
+  uint64_t id = (uint64_t)a * ms_timeline_ndevices(tl) + dev;
   const char *nm = ms__xbuf_cstr(&name);
   pf_event_start(w);
   ms__xbuf_printf(&w->b,
                   "{\"name\": %s, \"cat\": \"allocation\", \"ph\": \"b\", "
-                  "\"id\": %zu, \"ts\": %" PRId64 ", \"pid\": %zu, \"tid\": 0, \"args\": "
+                  "\"id\": %" PRIu64 ", \"ts\": %" PRId64 ", \"pid\": %zu, \"tid\": 0, \"args\": "
                   "{\"entry\": %zu, \"size\": %" PRIu64 ", \"addr\": \"0x%" PRIx64
                   "\", \"stream\": %" PRIu64 ", \"category\": \"%s\", \"source\": %s}},\n",
-                  nm, a, pf_time(e, a, timed), dev + 1, a, e->size, e->addr, e->stream,
+                  nm, id, pf_time(e, a, timed), dev + 1, a, e->size, e->addr, e->stream,
                   ms_category_name(cat), nm);
   ms__xbuf_printf(&w->b,
                   "{\"name\": %s, \"cat\": \"allocation\", \"ph\": \"e\", "
-                  "\"id\": %zu, \"ts\": %" PRId64 ", \"pid\": %zu, \"tid\": 0}",
-                  nm, a, end, dev + 1);
+                  "\"id\": %" PRIu64 ", \"ts\": %" PRId64 ", \"pid\": %zu, \"tid\": 0}",
+                  nm, id, end, dev + 1);
   if (name.oom) w->b.oom = true;
   ms__xbuf_release(&name);
   pf_flush(w, false);
