@@ -1035,6 +1035,29 @@ Test(export_cli, pprof_hostile_names_and_traces) {
   ms_snapshot_free(s);
 }
 
+/* go tool pprof demangles a function whose name equals its system_name, and its simplifier drops
+ * everything between angle brackets: Python's <module> became <unknown>, merged with the others
+ * (issue #31 item 5). */
+Test(export_cli, pprof_keeps_angle_bracket_names) {
+  if (!have_fixtures() || !have_go()) return;
+  run_t r = RUN("export", fx("a0kuma_adamw_small"), "--pprof", "m.pb.gz");
+  cr_assert_eq(r.status, 0, "%s", r.err);
+  run_free(&r);
+  char cmd[1400], line[4096];
+  snprintf(cmd, sizeof cmd, "go tool pprof -top -cum -nodecount=1000 '%s/m.pb.gz' 2>/dev/null",
+           cli_dir);
+  FILE *p = popen(cmd, "r");
+  cr_assert(p);
+  int module = 0, unknown = 0;
+  while (fgets(line, sizeof line, p)) {
+    module += strstr(line, " <module>") != NULL;
+    unknown += strstr(line, "<unknown>") != NULL;
+  }
+  cr_assert_eq(pclose(p), 0);
+  cr_assert_geq(module, 1, "go tool pprof -top shows no <module>");
+  cr_assert_eq(unknown, 0, "go tool pprof -top shows <unknown>");
+}
+
 Test(export_cli, pprof_strings_are_utf8) {
   ms_snapshot_t *s = named_snapshot(not_utf8, NNOT, false);
   char path[600];
