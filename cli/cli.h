@@ -304,9 +304,13 @@ bool cli_attr_by_parse(const char *s, ms_attr_by *by);
  * outliers; as text or JSON on stdout. Files are read by --jobs worker threads (default: one per
  * core), one snapshot per worker at a time. A file that cannot be read is an error row and makes
  * the status CLI_FAILURE. @return CLI_OK, CLI_FAILURE or CLI_USAGE. */
-int cli_ranks(const char *cmd, char **files, int nfiles, bool json, const char *jobs_s);
+/* keep_going: a file that cannot be read is reported on stderr as a warning, and the exit is
+ * still 0 (issue #31); without it, any such file makes the exit non-zero. */
+int cli_ranks(const char *cmd, char **files, int nfiles, bool json, const char *jobs_s,
+              bool keep_going);
 /* cli_ranks on files only (no directory expansion). */
-int cli_ranks_files(const char *cmd, char **files, int nfiles, bool json, const char *jobs_s);
+int cli_ranks_files(const char *cmd, char **files, int nfiles, bool json, const char *jobs_s,
+                    bool keep_going);
 /* Whether the positional arguments ask for the many-ranks table: several FILEs, or a directory
  * (which stands for the files in it, sorted by name). */
 bool cli_ranks_wanted(char **files, int nfiles);

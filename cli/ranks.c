@@ -9,6 +9,7 @@
  * file, computing its row and freeing the snapshot before taking the next file, so that at most
  * one snapshot per worker is in memory whatever the number of ranks.
  */
+#include <ctype.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdbool.h>
@@ -163,11 +164,17 @@ static void ranks_json_str(FILE *out, const char *s) {
 
 static void ranks_print_json(FILE *out, const ranks_row_t *rows, size_t n, uint64_t med,
                              size_t best) {
+  /* highest: the rank that peaked highest (null: none, or its file has no rank), and its file */
   fprintf(out, "{\"median_peak_allocated\": %" PRIu64 ", \"highest\": ", med);
+  if (best != SIZE_MAX && rows[best].has_rank)
+    fprintf(out, "%" PRId64, rows[best].rank);
+  else
+    fputs("null", out);
+  fputs(", \"highest_file\": ", out);
   if (best == SIZE_MAX)
     fputs("null", out);
   else
-    fprintf(out, "%zu", best);
+    ranks_json_str(out, rows[best].file);
   fputs(", \"files\": [", out);
   for (size_t i = 0; i < n; i++) {
     const ranks_row_t *r = &rows[i];
@@ -261,8 +268,29 @@ bool cli_ranks_wanted(char **files, int nfiles) {
   return nfiles > 1 || (nfiles == 1 && ranks_is_dir(files[0]));
 }
 
+/* Names in natural order: runs of digits compare by value, so rank2 comes before rank10. */
 static int ranks_cmp_str(const void *a, const void *b) {
-  return strcmp(*(char *const *)a, *(char *const *)b);
+  const unsigned char *x = *(unsigned char *const *)a, *y = *(unsigned char *const *)b;
+  while (*x && *y) {
+    if (isdigit(*x) && isdigit(*y)) {
+      while (*x == '0' && isdigit(x[1])) x++;
+      while (*y == '0' && isdigit(y[1])) y++;
+      size_t nx = 0, ny = 0;
+      while (isdigit(x[nx])) nx++;
+      while (isdigit(y[ny])) ny++;
+      if (nx != ny) return nx < ny ? -1 : 1;
+      int c = memcmp(x, y, nx);
+      if (c) return c;
+      x += nx;
+      y += ny;
+    } else {
+      if (*x != *y) return *x < *y ? -1 : 1;
+      x++;
+      y++;
+    }
+  }
+  if (*x || *y) return *x ? 1 : -1;
+  return strcmp(*(char *const *)a, *(char *const *)b); /* rank01 and rank1: a fixed order */
 }
 
 typedef struct ranks_list_s {
@@ -291,9 +319,24 @@ static void ranks_list_free(ranks_list_t *l) {
   free(l->v);
 }
 
+/* Whether a name ends as a snapshot's does (.pickle, .pkl, .msgpack, .memsnap, maybe .gz). */
+static bool ranks_snapshot_name(const char *path) {
+  static const char *const ext[] = {".pickle", ".pkl", ".msgpack", ".memsnap"};
+  size_t n = strlen(path);
+  if (n > 3 && strcmp(path + n - 3, ".gz") == 0) n -= 3;
+  for (size_t i = 0; i < sizeof ext / sizeof *ext; i++) {
+    size_t k = strlen(ext[i]);
+    if (n > k && strncmp(path + n - k, ext[i], k) == 0) return true;
+  }
+  return false;
+}
+
 /* A file of a directory is taken when its first bytes are a snapshot's (a memsnap file, a
- * pickle, or gzip-compressed): a run's directory also holds logs and scripts. */
+ * pickle, or gzip-compressed): a run's directory also holds logs and scripts. One named as a
+ * snapshot is taken whatever it holds: a crashed rank leaves an empty or truncated rankN.pickle,
+ * which must be reported, not skipped (issue #31). */
 static bool ranks_looks_like_snapshot(const char *path) {
+  if (ranks_snapshot_name(path)) return true;
   unsigned char head[4096];
   FILE *f = fopen(path, "rb");
   if (!f) return true; /* named, so that the error says why it cannot be read */
@@ -367,17 +410,19 @@ void cli_files_free(char **files, int n) {
   free(files);
 }
 
-int cli_ranks(const char *cmd, char **args, int nargs, bool json, const char *jobs_s) {
+int cli_ranks(const char *cmd, char **args, int nargs, bool json, const char *jobs_s,
+              bool keep_going) {
   char **files = NULL;
   int n = 0;
   int rc = cli_expand_files(args, nargs, &files, &n);
   if (rc != CLI_OK) return rc;
-  rc = cli_ranks_files(cmd, files, n, json, jobs_s);
+  rc = cli_ranks_files(cmd, files, n, json, jobs_s, keep_going);
   cli_files_free(files, n);
   return rc;
 }
 
-int cli_ranks_files(const char *cmd, char **files, int nfiles, bool json, const char *jobs_s) {
+int cli_ranks_files(const char *cmd, char **files, int nfiles, bool json, const char *jobs_s,
+                    bool keep_going) {
   uint64_t jobs = (uint64_t)sysconf(_SC_NPROCESSORS_ONLN);
   if (jobs_s && (!cli_parse_u64(jobs_s, &jobs) || jobs == 0 || jobs > 256))
     return cli_usage_error(cmd, "option '--jobs' needs a number from 1 to 256, not '%s'", jobs_s);
@@ -404,11 +449,17 @@ int cli_ranks_files(const char *cmd, char **files, int nfiles, bool json, const 
     if (job.rows[i].ok) continue;
     char quoted[600];
     snprintf(quoted, sizeof quoted, "'%s'", job.rows[i].file);
+    char msg[1300];
     if (strstr(job.rows[i].error, quoted))
-      cli_error("%s", job.rows[i].error);
+      snprintf(msg, sizeof msg, "%s", job.rows[i].error);
     else
-      cli_error("'%s': %s", job.rows[i].file, job.rows[i].error);
-    rc = CLI_FAILURE;
+      snprintf(msg, sizeof msg, "%s: %s", quoted, job.rows[i].error);
+    if (keep_going) {
+      cli_warning("skipped %s", msg);
+    } else {
+      cli_error("%s", msg);
+      rc = CLI_FAILURE;
+    }
   }
   size_t best;
   uint64_t med = ranks_outliers(job.rows, job.n, &best);

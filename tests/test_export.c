@@ -1398,7 +1398,9 @@ Test(export_cli, timeline_many_ranks) {
     if (i > 0) {
       char prev[600];
       snprintf(prev, sizeof prev, "%s/%s", cli_dir, links[i - 1]);
-      cr_assert_lt(strstr(r.out, prev), strstr(r.out, full), "name order");
+      const char *rows = strstr(r.out, "\"files\": ["); /* after highest_file */
+      cr_assert(rows);
+      cr_assert_lt(strstr(rows, prev), strstr(rows, full), "name order");
     }
   }
   /* `stats` over the directory: the same table as `top` and `timeline`; a file in the directory
@@ -1429,7 +1431,8 @@ Test(export_cli, timeline_many_ranks) {
   run_free(&r);
   r = RUN("stats", links[0], links[1], "--summary");
   cr_assert_eq(r.status, 2);
-  cr_assert(strstr(r.err, "with several FILEs only --json and --jobs apply"), "%s", r.err);
+  cr_assert(strstr(r.err, "with several FILEs only --json, --jobs and --keep-going apply"), "%s",
+            r.err);
   run_free(&r);
   r = RUN("stats", links[0], "--jobs", "2");
   cr_assert_eq(r.status, 2);
@@ -1452,6 +1455,38 @@ Test(export_cli, timeline_many_ranks) {
   run_free(&r);
   r = RUN("timeline", links[0], "--jobs", "2");
   cr_assert_eq(r.status, 2);
+  run_free(&r);
+}
+
+/* A crashed rank leaves an empty or garbage rankN.pickle: reported, exit 1, unless --keep-going
+ * (a warning, exit 0); ranks in numeric order (rank2 before rank10); "highest" is a rank, not
+ * the row's index (issue #31 items 7 and 9). */
+Test(export_cli, ranks_dir_crashed_dumps) {
+  if (!have_fixtures()) return;
+  char p[600];
+  snprintf(p, sizeof p, "%s/crash", cli_dir);
+  cr_assert_eq(mkdir(p, 0755), 0);
+  link_fixture("a0kuma_adamw_small", "crash/rank10.pickle");
+  link_fixture("cranberrii_ftcourse", "crash/rank2.pickle");
+  snprintf(p, sizeof p, "%s/crash/rank3.pickle", cli_dir);
+  cr_assert_eq(th_write_file(p, "", 0), 0);
+  snprintf(p, sizeof p, "%s/crash/rank4.pickle", cli_dir);
+  cr_assert_eq(th_write_file(p, "\x80\x02garbage", 9), 0);
+  run_t r = RUN("timeline", "crash", "--json");
+  cr_assert_eq(r.status, 1, "%s", r.err);
+  cr_assert(strstr(r.err, "memsnap: error: ") && strstr(r.err, "rank3.pickle"), "%s", r.err);
+  cr_assert(strstr(r.err, "rank4.pickle"), "%s", r.err);
+  run_free(&r);
+  r = RUN("top", "crash", "--json", "--keep-going");
+  cr_assert_eq(r.status, 0, "%s", r.err);
+  cr_assert(strstr(r.err, "memsnap: warning: skipped ") && strstr(r.err, "rank3.pickle"), "%s",
+            r.err);
+  cr_assert(strstr(r.err, "rank4.pickle"), "%s", r.err);
+  const char *r2 = strstr(r.out, "crash/rank2.pickle"), *r3 = strstr(r.out, "crash/rank3.pickle");
+  const char *r10 = strstr(r.out, "crash/rank10.pickle");
+  cr_assert(r2 && r3 && r10 && r2 < r3 && r3 < r10, "numeric order: %s", r.out);
+  /* ftcourse (rank 2) peaks far above adamw (rank 10) */
+  cr_assert_eq(json_int(r.out, "highest"), 2, "%s", r.out);
   run_free(&r);
 }
 
