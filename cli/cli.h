@@ -189,9 +189,10 @@ void cli_json_head_file(cli_json_t *j, void *name);
 /* Whether a trace entry passes --stream/--pool (filter NULL: all do) (cmd-trace.c). */
 bool cli_trace_entry_kept(const ms_tl_filter_t *f, const ms_snap_trace_t *e);
 /* `trace --json`: each device's entries (only_dev, or SIZE_MAX for all) that pass filter, as
- * records with their index in the device's trace (cli/trace-json.c). @return CLI_OK. */
+ * records with their index in the device's trace, plus first (the index of s's first entry of
+ * only_dev in the whole trace: A of --range A:B) (cli/trace-json.c). @return CLI_OK. */
 int cli_trace_json(FILE *out, const ms_snapshot_t *s, const char *file,
-                   const ms_tl_filter_t *filter, size_t only_dev);
+                   const ms_tl_filter_t *filter, size_t only_dev, size_t first);
 
 /* ---- flamegraph.pl's options for the views (cli/view-opts.c) ---- */
 

@@ -1569,6 +1569,41 @@ Test(export_cli, ranks_dir_crashed_dumps) {
   run_free(&r);
 }
 
+/* The line of out that begins (after spaces) with `{"index": N,`, or NULL. */
+static char *trace_record(const char *out, int n) {
+  char k[64];
+  snprintf(k, sizeof k, "{\"index\": %d,", n);
+  const char *p = strstr(out, k);
+  if (!p) return NULL;
+  const char *e = strchr(p, '\n');
+  char *rec = e ? strndup(p, (size_t)(e - p)) : strdup(p);
+  size_t len = strlen(rec);
+  if (len && rec[len - 1] == ',') rec[len - 1] = 0; /* the separator before the next record */
+  return rec;
+}
+
+/* `trace --json --range A:B` numbers the entries A..B as the whole trace does, not from 0
+ * (issue #31 item 9). */
+Test(export_cli, trace_json_range_keeps_the_numbering) {
+  if (!have_fixtures()) return;
+  run_t all = RUN("trace", fx("a0kuma_adamw_small"), "--json");
+  cr_assert_eq(all.status, 0, "%s", all.err);
+  run_t r = RUN("trace", fx("a0kuma_adamw_small"), "--json", "--range", "5:8");
+  cr_assert_eq(r.status, 0, "%s", r.err);
+  int n = 0;
+  for (const char *p = r.out; (p = strstr(p, "{\"index\": ")); p++) n++;
+  cr_assert_eq(n, 4, "%s", r.out);
+  for (int i = 5; i <= 8; i++) {
+    char *a = trace_record(all.out, i), *b = trace_record(r.out, i);
+    cr_assert(a && b, "entry %d: %s", i, r.out);
+    cr_assert_str_eq(b, a);
+    free(a);
+    free(b);
+  }
+  run_free(&r);
+  run_free(&all);
+}
+
 Test(export_cli, sqlite_inconsistent_trace_keeps_the_rest) {
   ms_snapshot_t *s = hostile_snapshot_ex(true);
   char path[600];
