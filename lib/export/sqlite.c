@@ -52,7 +52,8 @@ static const char sqlite_schema[] =
     "CREATE TABLE snapshot (file_id INTEGER PRIMARY KEY, file TEXT NOT NULL, rank INTEGER,\n"
     "  producer TEXT NOT NULL, settings TEXT NOT NULL, devices INTEGER NOT NULL,\n"
     "  segments INTEGER NOT NULL, blocks INTEGER NOT NULL, trace_entries INTEGER NOT NULL,\n"
-    "  trace_dropped INTEGER NOT NULL, timeline_error TEXT);\n"
+    "  trace_dropped INTEGER NOT NULL, timeline_error TEXT, peak_allocated INTEGER,\n"
+    "  peak_device INTEGER, peak_entry INTEGER, peak_time_us INTEGER);\n"
     "CREATE TABLE locations (file_id INTEGER NOT NULL, id INTEGER NOT NULL, name TEXT NOT NULL,\n"
     "  filename TEXT NOT NULL, line INTEGER NOT NULL);\n"
     "CREATE TABLE stacks (file_id INTEGER NOT NULL, id INTEGER NOT NULL, depth INTEGER NOT NULL,\n"
@@ -128,7 +129,8 @@ enum {
 enum { STACK_COLS = 4, TRACE_COLS = 14 };
 
 static const char *const sqlite_inserts[ST_COUNT] = {
-    "INSERT INTO snapshot VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+    "INSERT INTO snapshot VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, "
+    "?15)",
     "INSERT INTO locations VALUES (?1, ?2, ?3, ?4, ?5)",
     "INSERT INTO stacks VALUES (?1, ?2, ?3, ?4)",
     "INSERT INTO segments VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
@@ -264,9 +266,34 @@ static void bind_utf8(sqlite3_stmt *st, int i, const char *s) {
   ms__xbuf_release(&t);
 }
 
+/* Binds the file's peak of allocated memory to 12..15 (peak_allocated, peak_device, peak_entry,
+ * peak_time_us): the highest over the devices with a trace, ties to the first device and entry,
+ * as the timeline rows give it; NULLs without a time index. Kept per file so that "which rank
+ * peaked" reads one row per file instead of sorting every timeline row (issue #31). */
+static void sqlite_bind_peak(sqlite3_stmt *st, const ms_timeline_t *tl) {
+  ms_tl_peak_t best = {0};
+  size_t best_dev = SIZE_MAX;
+  for (size_t d = 0; tl && d < ms_timeline_ndevices(tl); d++) {
+    ms_tl_peak_t p;
+    if (ms_timeline_nentries(tl, d) == 0 ||
+        ms_timeline_peak(tl, d, MS_TL_ALLOCATED, 0, SIZE_MAX, &p) != MS_OK)
+      continue;
+    if (best_dev == SIZE_MAX || p.bytes > best.bytes) {
+      best = p;
+      best_dev = d;
+    }
+  }
+  for (int i = 12; i <= 15; i++) sqlite3_bind_null(st, i);
+  if (best_dev == SIZE_MAX) return;
+  bind_u64(st, 12, best.bytes);
+  bind_u64(st, 13, best_dev);
+  sqlite3_bind_int64(st, 14, best.entry);
+  if (best.has_time) sqlite3_bind_int64(st, 15, best.time_us);
+}
+
 static int sqlite_add_snapshot_row(ms_export_sqlite_t *x, const ms_snapshot_t *snap,
-                                   const char *name, bool has_rank, int64_t rank,
-                                   const char *tl_error) {
+                                   const ms_timeline_t *tl, const char *name, bool has_rank,
+                                   int64_t rank, const char *tl_error) {
   sqlite3_stmt *st = x->st[ST_SNAPSHOT];
   uint64_t dropped = 0;
   for (size_t d = 0; d < snap->ndevices; d++) dropped += snap->devices[d].trace_dropped;
@@ -287,6 +314,7 @@ static int sqlite_add_snapshot_row(ms_export_sqlite_t *x, const ms_snapshot_t *s
     bind_utf8(st, 11, tl_error);
   else
     sqlite3_bind_null(st, 11);
+  sqlite_bind_peak(st, tl);
   return sqlite_step(st);
 }
 
@@ -587,7 +615,7 @@ int ms_export_sqlite_add(ms_export_sqlite_t *x, const ms_snapshot_t *snap,
       return err == MS_ENOMEM ? ms__errbuf_set(eb, MS_ENOMEM, "out of memory") : err;
     }
   }
-  int rc = sqlite_add_snapshot_row(x, snap, name, has_rank, rank, timeline_error);
+  int rc = sqlite_add_snapshot_row(x, snap, tl, name, has_rank, rank, timeline_error);
   if (rc == SQLITE_OK) rc = sqlite_add_stacks(x, snap);
   if (rc == SQLITE_OK) rc = sqlite_add_segments(x, snap, has_rank, rank, attr, bcat);
   if (rc == SQLITE_OK) rc = sqlite_add_trace(x, snap, tl, has_rank, rank);
