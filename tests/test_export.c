@@ -1587,6 +1587,54 @@ Test(export_cli, ranks_dir_crashed_dumps) {
   run_free(&r);
 }
 
+/* `export --csv DIR`: gzip'd CSV that Python's csv module reads, with as many rows per table as
+ * the SQLite export of the same files (issue #31, past one machine). */
+Test(export_cli, csv_rows_equal_sqlite) {
+  if (!have_fixtures() || !have_python()) return;
+  link_fixture("a0kuma_adamw_small", "c_rank0.pickle");
+  link_fixture("maphsge_select_n_4dev", "c_rank1.pickle");
+  link_fixture("yiyi_flexgen_oom_legacy", "c_rank2.pickle");
+  run_t r = RUN("export", "c_rank0.pickle", "c_rank1.pickle", "c_rank2.pickle", "--csv", "csv");
+  cr_assert_eq(r.status, 0, "%s", r.err);
+  run_free(&r);
+  r = RUN("export", "c_rank0.pickle", "c_rank1.pickle", "c_rank2.pickle", "--sqlite", "c.db");
+  cr_assert_eq(r.status, 0, "%s", r.err);
+  run_free(&r);
+  char path[700], cmd[1600];
+  snprintf(path, sizeof path, "%s/c.db", cli_dir);
+  sqlite3 *db = db_open(path);
+  char want[400];
+  snprintf(want, sizeof want, "snapshots=%lld peaks=%lld allocations=%lld trace=%lld stacks=%lld\n",
+           (long long)q_int(db, "SELECT count(*) FROM snapshot"),
+           (long long)q_int(db, "SELECT count(*) FROM snapshot"),
+           (long long)q_int(db, "SELECT count(*) FROM allocations"),
+           (long long)q_int(db, "SELECT count(*) FROM trace_rows"),
+           (long long)q_int(db, "SELECT count(*) FROM stacks"));
+  cr_assert_gt(q_int(db, "SELECT count(*) FROM allocations"), 0);
+  sqlite3_close(db);
+  snprintf(cmd, sizeof cmd,
+           "python3 -c 'import csv,gzip,sys\n"
+           "out=[]\n"
+           "for t in (\"snapshots\",\"peaks\",\"allocations\",\"trace\",\"stacks\"):\n"
+           "  rows=list(csv.reader(gzip.open(sys.argv[1]+\"/\"+t+\".csv.gz\",\"rt\",newline=\"\")))\n"
+           "  assert all(len(x)==len(rows[0]) for x in rows), t\n"
+           "  out.append(\"%%s=%%d\"%%(t,len(rows)-1))\n"
+           "print(\" \".join(out))' '%s/csv'",
+           cli_dir);
+  FILE *p = popen(cmd, "r");
+  cr_assert(p);
+  char got[400] = "";
+  cr_assert(fgets(got, sizeof got, p));
+  cr_assert_eq(pclose(p), 0, "%s", got);
+  cr_assert_str_eq(got, want);
+  /* no temporary database left behind */
+  snprintf(cmd, sizeof cmd, "ls -A '%s/csv' | grep -c '\\.db$'", cli_dir);
+  p = popen(cmd, "r");
+  cr_assert(fgets(got, sizeof got, p));
+  pclose(p);
+  cr_assert_eq(atoi(got), 0);
+}
+
 /* The line of out that begins (after spaces) with `{"index": N,`, or NULL. */
 static char *trace_record(const char *out, int n) {
   char k[64];

@@ -57,6 +57,14 @@ MS_API MS_NODISCARD int ms_export_sqlite_finish(ms_export_sqlite_t *x, ms_errbuf
 /* Closes the database without committing and frees x. Accepts NULL. */
 MS_API void ms_export_sqlite_destroy(ms_export_sqlite_t *x);
 
+/* Writes the tables of the finished database at db_path into the existing directory dir as
+ * gzip'd CSV (RFC 4180, a header line, NULL as an empty field, text always quoted):
+ * snapshots.csv.gz, peaks.csv.gz, allocations.csv.gz, trace.csv.gz and stacks.csv.gz, with the
+ * columns of docs/exports.md (issue #31: what DuckDB, Spark, Polars and pandas read natively,
+ * offline). Files already there are replaced. @return MS_OK, MS_EIO (eb says why), MS_ENOMEM. */
+MS_API MS_NODISCARD int ms_export_sqlite_csv(const char *db_path, const char *dir,
+                                             ms_errbuf_t *eb);
+
 /* The rank a file's name gives: the digits after the last "rank" in its base name, with an
  * optional '_', '-' or '.' between ("rank3.pickle", "snapshot_rank_12.pickle", "RANK-7").
  * @return true and *rank when found. */

@@ -669,3 +669,117 @@ bool ms_export_rank_from_name(const char *path, int64_t *rank) {
   *rank = v;
   return true;
 }
+
+/* ---- CSV: the tables as gzip'd CSV files (issue #31) -------------------------------------- */
+
+/* The files of ms_export_sqlite_csv and the query each is read with (docs/exports.md gives the
+ * columns): the ones an engine that reads CSV (DuckDB, Spark, Polars, pandas) needs. */
+static const struct {
+  const char *file, *sql;
+} csv_tables[] = {
+    {"snapshots.csv.gz", "SELECT file_id, file, rank, producer, settings, devices, segments, "
+                         "blocks, trace_entries, trace_dropped, timeline_error FROM snapshot "
+                         "ORDER BY file_id"},
+    {"peaks.csv.gz", "SELECT file_id, rank, file, peak_allocated, peak_device, peak_entry, "
+                     "peak_time_us FROM snapshot ORDER BY file_id"},
+    {"allocations.csv.gz", "SELECT * FROM allocations ORDER BY rowid"},
+    {"trace.csv.gz", "SELECT file_id, rank, device, id, action, addr, size, stream, time_us, "
+                     "frames_id, allocated, reserved, active, requested FROM trace_rows "
+                     "ORDER BY rowid"},
+    {"stacks.csv.gz", "SELECT file_id, id, depth, frames FROM frames ORDER BY file_id, id"},
+};
+
+/* One CSV field (RFC 4180): NULL as nothing, a number as digits, text always quoted, with its
+ * quotes doubled, so that an empty text ("") and NULL differ. */
+static void csv_field(ms__xbuf_t *b, sqlite3_stmt *st, int c) {
+  switch (sqlite3_column_type(st, c)) {
+  case SQLITE_NULL:
+    return;
+  case SQLITE_INTEGER:
+    ms__xbuf_printf(b, "%lld", (long long)sqlite3_column_int64(st, c));
+    return;
+  case SQLITE_FLOAT:
+    ms__xbuf_printf(b, "%.17g", sqlite3_column_double(st, c));
+    return;
+  default: {
+    const char *t = (const char *)sqlite3_column_text(st, c);
+    ms__xbuf_puts(b, "\"");
+    for (const char *q; t && (q = strchr(t, '"')); t = q + 1) {
+      ms__xbuf_put(b, t, (size_t)(q - t) + 1);
+      ms__xbuf_puts(b, "\"");
+    }
+    if (t) ms__xbuf_puts(b, t);
+    ms__xbuf_puts(b, "\"");
+  }
+  }
+}
+
+/* Writes the rows of st, a header line first, through sink. @return MS_OK, MS_ENOMEM, MS_EIO
+ * (SQLite's error) or the sink's error. */
+static int csv_rows(sqlite3_stmt *st, ms_sink_t *sink, ms__xbuf_t *b) {
+  int n = sqlite3_column_count(st), err = MS_OK, rc;
+  for (int c = 0; c < n; c++) {
+    if (c) ms__xbuf_puts(b, ",");
+    ms__xbuf_puts(b, sqlite3_column_name(st, c));
+  }
+  ms__xbuf_puts(b, "\r\n");
+  while (err == MS_OK && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+    for (int c = 0; c < n; c++) {
+      if (c) ms__xbuf_puts(b, ",");
+      csv_field(b, st, c);
+    }
+    ms__xbuf_puts(b, "\r\n");
+    if (b->oom) return MS_ENOMEM;
+    if (b->len >= (1u << 20)) {
+      err = sink->write(sink->ctx, b->ptr, b->len);
+      b->len = 0;
+    }
+  }
+  if (err != MS_OK) return err;
+  if (rc != SQLITE_DONE) return MS_EIO;
+  if (b->oom) return MS_ENOMEM;
+  if (b->len) err = sink->write(sink->ctx, b->ptr, b->len);
+  b->len = 0;
+  return err;
+}
+
+int ms_export_sqlite_csv(const char *db_path, const char *dir, ms_errbuf_t *eb) {
+  sqlite3 *db = NULL;
+  if (sqlite3_open_v2(db_path, &db, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK) {
+    int err = ms__errbuf_set(eb, MS_EIO, "'%s': %s", db_path, db ? sqlite3_errmsg(db) : "");
+    sqlite3_close(db);
+    return err;
+  }
+  ms__xbuf_t b = {0};
+  int err = MS_OK;
+  for (size_t i = 0; i < sizeof csv_tables / sizeof *csv_tables && err == MS_OK; i++) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, csv_tables[i].file);
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(db, csv_tables[i].sql, -1, &st, NULL) != SQLITE_OK) {
+      err = ms__errbuf_set(eb, MS_EIO, "'%s': %s", db_path, sqlite3_errmsg(db));
+      break;
+    }
+    FILE *f = fopen(path, "wb");
+    ms_sink_t file, gz;
+    ms_gzip_sink_t *z = NULL;
+    if (!f) {
+      err = ms__errbuf_set(eb, MS_EIO, "cannot write '%s'", path);
+    } else {
+      ms_sink_init_file(&file, f);
+      err = ms_gzip_sink_create(&file, 6, &z, &gz);
+      if (err == MS_OK) err = csv_rows(st, &gz, &b);
+      if (err == MS_OK) err = ms_gzip_sink_finish(z);
+      ms_gzip_sink_destroy(z);
+      if (fclose(f) != 0 && err == MS_OK) err = MS_EIO;
+      if (err != MS_OK)
+        ms__errbuf_set(eb, err, "cannot write '%s': %s", path,
+                       err == MS_EIO && sqlite3_errcode(db) != SQLITE_OK ? sqlite3_errmsg(db)
+                                                                        : ms_strerror(err));
+    }
+    sqlite3_finalize(st);
+  }
+  ms__xbuf_release(&b);
+  sqlite3_close(db);
+  return err;
+}
