@@ -47,6 +47,7 @@ int cmd_replay(int argc, char **argv);
 int cmd_convert(int argc, char **argv);
 int cmd_timeline(int argc, char **argv);
 int cmd_top(int argc, char **argv);
+int cmd_summary(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 int cmd_export(int argc, char **argv);
 int cmd_view(int argc, char **argv);
@@ -312,6 +313,12 @@ int cli_ranks(const char *cmd, char **files, int nfiles, bool json, const char *
 /* cli_ranks on files only (no directory expansion). */
 int cli_ranks_files(const char *cmd, char **files, int nfiles, bool json, const char *jobs_s,
                     bool keep_going);
+/* `memsnap summary FILE [--json]`: the row of one rank (--json: one JSON line, for a job runner
+ * to collect; the rows of `timeline --json`, without "outlier"). @return CLI_OK or CLI_FAILURE. */
+int cli_summary(const char *file, bool json);
+/* `memsnap timeline --from-summaries DIR`: the table of the ranks from the summaries (*.json) in
+ * DIR, as cli_ranks prints it from the snapshots. */
+int cli_ranks_from_summaries(const char *dir, bool json, bool keep_going);
 /* Whether the positional arguments ask for the many-ranks table: several FILEs, or a directory
  * (which stands for the files in it, sorted by name). */
 bool cli_ranks_wanted(char **files, int nfiles);

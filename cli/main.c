@@ -26,6 +26,7 @@ const struct cli_cmd cli_commands[] = {
     {"convert", cmd_convert, "a snapshot between memsnap's format and PyTorch's pickle"},
     {"timeline", cmd_timeline, "memory over time: peaks, final state; --json = PyTorch viewer's data"},
     {"top", cmd_top, "the biggest consumers at a moment (default: the peak)"},
+    {"summary", cmd_summary, "one rank's peaks, OOMs and top stack (--json: to merge many ranks)"},
     {"check", cmd_check, "a memory gate for CI: limits on peaks and counts, exit 1 when broken"},
     {"explain", cmd_explain, "why memory ran out or peaked, and which setting avoids it (replayed)"},
     {"export", cmd_export, "to SQLite, pprof or Perfetto/Chrome trace JSON (several ranks: --sqlite)"},

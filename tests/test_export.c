@@ -1635,6 +1635,54 @@ Test(export_cli, csv_rows_equal_sqlite) {
   cr_assert_eq(atoi(got), 0);
 }
 
+/* `memsnap summary FILE --json` per rank, merged by `timeline --from-summaries DIR`: the same
+ * output as `timeline` over the files (issue #31, past one machine). */
+Test(export_cli, summaries_merge_as_timeline) {
+  if (!have_fixtures()) return;
+  static const char *const names[] = {"a0kuma_adamw_small", "cranberrii_ftcourse",
+                                      "maphsge_select_n_4dev"};
+  static const char *const links[] = {"sum_rank0.pickle", "sum_rank1.pickle",
+                                      "sum_rank10.pickle"};
+  char p[700];
+  snprintf(p, sizeof p, "%s/sums", cli_dir);
+  cr_assert_eq(mkdir(p, 0755), 0);
+  for (int i = 0; i < 3; i++) {
+    link_fixture(names[i], links[i]);
+    run_t r = RUN("summary", links[i], "--json");
+    cr_assert_eq(r.status, 0, "%s", r.err);
+    cr_assert_eq(strchr(r.out, '\n'), r.out + strlen(r.out) - 1, "one line: %s", r.out);
+    snprintf(p, sizeof p, "%s/sums/%d.json", cli_dir, i);
+    cr_assert_eq(th_write_file(p, r.out, strlen(r.out)), 0);
+    run_free(&r);
+  }
+  run_t a = RUN("timeline", "--from-summaries", "sums", "--json");
+  cr_assert_eq(a.status, 0, "%s", a.err);
+  run_t b = RUN("timeline", links[0], links[1], links[2], "--json");
+  cr_assert_eq(b.status, 0, "%s", b.err);
+  cr_assert_str_eq(a.out, b.out);
+  run_free(&a);
+  run_free(&b);
+  /* a crashed rank's summary: reported, exit 1, unless --keep-going */
+  snprintf(p, sizeof p, "%s/sums/9.json", cli_dir);
+  cr_assert_eq(th_write_file(p, "{\"file\": \"x", 12), 0);
+  a = RUN("timeline", "--from-summaries", "sums");
+  cr_assert_eq(a.status, 1, "%s", a.err);
+  cr_assert(strstr(a.err, "9.json") && strstr(a.err, "not a summary"), "%s", a.err);
+  run_free(&a);
+  a = RUN("timeline", "--from-summaries", "sums", "--keep-going");
+  cr_assert_eq(a.status, 0, "%s", a.err);
+  cr_assert(strstr(a.err, "memsnap: warning: skipped "), "%s", a.err);
+  run_free(&a);
+  /* an unreadable snapshot: its error row, exit 1 */
+  snprintf(p, sizeof p, "%s/sum_rank5.pickle", cli_dir);
+  cr_assert_eq(th_write_file(p, "", 0), 0);
+  a = RUN("summary", "sum_rank5.pickle", "--json");
+  cr_assert_eq(a.status, 1);
+  cr_assert(strstr(a.out, "{\"file\": \"sum_rank5.pickle\", \"rank\": 5, \"error\": "), "%s",
+            a.out);
+  run_free(&a);
+}
+
 /* The line of out that begins (after spaces) with `{"index": N,`, or NULL. */
 static char *trace_record(const char *out, int n) {
   char k[64];
