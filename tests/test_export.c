@@ -461,6 +461,34 @@ Test(export, sqlite_docs_queries) {
     cr_assert_eq(q_int(db, alive), allocs_alive_at_end(s), "%s: %s", fixtures[i], alive);
     free(alive);
   }
+  /* every query of docs/exports.md's example block runs on the database (:t a time of adamw) */
+  char dpath[1200];
+  snprintf(dpath, sizeof dpath, "%s/docs/exports.md", MS_TEST_SOURCE_DIR);
+  size_t doclen = 0;
+  char *doc = th_read_file(dpath, &doclen);
+  cr_assert(doc, "%s", dpath);
+  char *blk = strstr(doc, "### Example queries\n\n```sql\n");
+  cr_assert(blk);
+  blk = strchr(strstr(blk, "```sql\n"), '\n') + 1;
+  *strstr(blk, "\n```") = 0;
+  int nq = 0;
+  for (const char *sq = blk; *sq;) {
+    sqlite3_stmt *ds = NULL;
+    const char *tail = NULL;
+    cr_assert_eq(sqlite3_prepare_v2(db, sq, -1, &ds, &tail), SQLITE_OK, "%s: %s", sq,
+                 sqlite3_errmsg(db));
+    if (!ds) break; /* only comments left */
+    int ti = sqlite3_bind_parameter_index(ds, ":t");
+    if (ti) sqlite3_bind_int64(ds, ti, snaps[1]->trace[snaps[1]->ntrace / 2].time_us);
+    int rc;
+    while ((rc = sqlite3_step(ds)) == SQLITE_ROW) {}
+    cr_assert_eq(rc, SQLITE_DONE, "%s: %s", sq, sqlite3_errmsg(db));
+    sqlite3_finalize(ds);
+    nq++;
+    sq = tail;
+  }
+  cr_assert_geq(nq, 9, "docs/exports.md's example queries: %d", nq);
+  free(doc);
   /* the indexes the queries use exist (none on action: a third of the rows is an alloc) */
   cr_assert_eq(q_int(db, "SELECT count(*) FROM sqlite_master WHERE type = 'index' AND name IN "
                          "('trace_rows_addr', 'trace_rows_key', 'block_rows_addr')"),
