@@ -23,7 +23,8 @@ static const char export_usage[] =
     "usage: memsnap export FILE...|DIR --sqlite OUT.db [--rank N]\n"
     "       memsnap export FILE...|DIR --csv OUTDIR [--rank N]\n"
     "       memsnap export FILE --pprof OUT.pb.gz [--at MOMENT] [--device N] [--categories R]\n"
-    "       memsnap export FILE --perfetto OUT.json [--allocations] [--categories R]\n"
+    "       memsnap export FILE --perfetto OUT.json [--allocations] [--range A:B]\n"
+    "                     [--categories R]\n"
     "\n"
     "Writes snapshots where other tools read them: a SQLite database (every FILE, one per\n"
     "rank, or every file of DIR, into one database with file_id and rank columns), a pprof\n"
@@ -44,6 +45,8 @@ static const char export_usage[] =
     "  --perfetto OUT.json  write a Chrome trace event JSON file of one FILE ('-': stdout)\n"
     "  --allocations        with --perfetto: one slice per allocation, from alloc to free,\n"
     "                       named by its source, with its category\n"
+    "  --range A:B          with --perfetto: only trace entries A to B of each device (a whole\n"
+    "                       large trace is past what a JSON viewer can open)\n"
     "  --categories RULES   with --pprof or --perfetto: a rules file extending the default\n"
     "                       rules of sources and categories (docs/categories.md)\n"
     "  -h, --help           show this help\n";
@@ -277,8 +280,8 @@ static int export_one(const char *file, const char *out, const char *device_s, c
 }
 
 int cmd_export(int argc, char **argv) {
-  const char *sqlite_s = NULL, *csv_s = NULL, *pprof_s = NULL, *perfetto_s = NULL, *rank_s = NULL,
-             *at_s = NULL, *device_s = NULL, *rules_s = NULL;
+  const char *range_s = NULL, *sqlite_s = NULL, *csv_s = NULL, *pprof_s = NULL,
+             *perfetto_s = NULL, *rank_s = NULL, *at_s = NULL, *device_s = NULL, *rules_s = NULL;
   int allocations = 0;
   const struct cli_opt opts[] = {{"sqlite", 0, NULL, &sqlite_s},
                                  {"csv", 0, NULL, &csv_s},
@@ -289,6 +292,7 @@ int cmd_export(int argc, char **argv) {
                                  {"device", 0, NULL, &device_s},
                                  {"allocations", 0, &allocations, NULL},
                                  {"categories", 0, NULL, &rules_s},
+                                 {"range", 0, NULL, &range_s},
                                  {NULL, 0, NULL, NULL}};
   char **pos = calloc((size_t)argc + 1, sizeof *pos);
   if (!pos) {
@@ -318,9 +322,10 @@ int cmd_export(int argc, char **argv) {
                          npos);
     goto out;
   }
-  if ((rank_s && !tables) || ((at_s || device_s) && !pprof_s) || (allocations && !perfetto_s)) {
+  if ((rank_s && !tables) || ((at_s || device_s) && !pprof_s) ||
+      ((allocations || range_s) && !perfetto_s)) {
     rc = cli_usage_error("export", "--rank goes with --sqlite and --csv, --at and --device with "
-                                   "--pprof, --allocations with --perfetto");
+                                   "--pprof, --allocations and --range with --perfetto");
     goto out;
   }
   if (rules_s && tables) {
@@ -344,7 +349,23 @@ int cmd_export(int argc, char **argv) {
     cli_files_free(files, nfiles);
   }
   else {
-    export_arg_t xa = {{allocations != 0, NULL}, rules_s, NULL};
+    export_arg_t xa = {{allocations != 0, NULL, false, 0, 0}, rules_s, NULL};
+    if (range_s) {
+      const char *colon = strchr(range_s, ':');
+      char a[32] = "";
+      uint64_t first, last;
+      if (colon && (size_t)(colon - range_s) < sizeof a)
+        memcpy(a, range_s, (size_t)(colon - range_s));
+      if (!colon || !cli_parse_u64(a, &first) || !cli_parse_u64(colon + 1, &last) ||
+          first > last) {
+        rc = cli_usage_error("export", "option '--range' needs A:B with entry indices A <= B, "
+                                       "not '%s'", range_s);
+        goto out;
+      }
+      xa.po.has_range = true;
+      xa.po.first = (size_t)first;
+      xa.po.last = (size_t)last;
+    }
     if (pprof_s)
       rc = export_one(pos[0], pprof_s, device_s, at_s ? at_s : "peak", export_pprof_fn, &xa);
     else

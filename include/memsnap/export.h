@@ -93,6 +93,10 @@ typedef struct ms_export_perfetto_opts_s {
   bool allocations; /* one async slice per allocation, alloc to free (default false) */
   const ms_attr_t *attr; /* the classifier that names the slices (source) and gives their
                             category; NULL: one with the default rules */
+  bool has_range;        /* a window (issue #31: a whole 1 GB trace is past V8's string limit):
+                            only the events of entries first..last of each device, the slices
+                            of the allocations alive in it clipped to it */
+  size_t first, last;
 } ms_export_perfetto_opts_t;
 
 /* Writes a Chrome Trace Event Format JSON object ({"traceEvents": [...], "displayTimeUnit":
