@@ -47,6 +47,7 @@ int cmd_replay(int argc, char **argv);
 int cmd_convert(int argc, char **argv);
 int cmd_timeline(int argc, char **argv);
 int cmd_top(int argc, char **argv);
+int cmd_summary(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 int cmd_export(int argc, char **argv);
 int cmd_view(int argc, char **argv);
@@ -228,9 +229,10 @@ void cli_json_head_file(cli_json_t *j, void *name);
 /* Whether a trace entry passes --stream/--pool (filter NULL: all do) (cli/trace-json.c). */
 bool cli_trace_entry_kept(const ms_tl_filter_t *f, const ms_snap_trace_t *e);
 /* `trace --json`: each device's entries (only_dev, or SIZE_MAX for all) that pass filter, as
- * records with their index in the device's trace (cli/trace-json.c). @return CLI_OK. */
+ * records with their index in the device's trace, plus first (the index of s's first entry of
+ * only_dev in the whole trace: A of --range A:B) (cli/trace-json.c). @return CLI_OK. */
 int cli_trace_json(FILE *out, const ms_snapshot_t *s, const char *file,
-                   const ms_tl_filter_t *filter, size_t only_dev);
+                   const ms_tl_filter_t *filter, size_t only_dev, size_t first);
 
 /* ---- flamegraph.pl's options for the views (cli/view-opts.c) ---- */
 
@@ -343,9 +345,19 @@ bool cli_attr_by_parse(const char *s, ms_attr_by *by);
  * outliers; as text or JSON on stdout. Files are read by --jobs worker threads (default: one per
  * core), one snapshot per worker at a time. A file that cannot be read is an error row and makes
  * the status CLI_FAILURE. @return CLI_OK, CLI_FAILURE or CLI_USAGE. */
-int cli_ranks(const char *cmd, char **files, int nfiles, bool json, const char *jobs_s);
+/* keep_going: a file that cannot be read is reported on stderr as a warning, and the exit is
+ * still 0 (issue #31); without it, any such file makes the exit non-zero. */
+int cli_ranks(const char *cmd, char **files, int nfiles, bool json, const char *jobs_s,
+              bool keep_going);
 /* cli_ranks on files only (no directory expansion). */
-int cli_ranks_files(const char *cmd, char **files, int nfiles, bool json, const char *jobs_s);
+int cli_ranks_files(const char *cmd, char **files, int nfiles, bool json, const char *jobs_s,
+                    bool keep_going);
+/* `memsnap summary FILE [--json]`: the row of one rank (--json: one JSON line, for a job runner
+ * to collect; the rows of `timeline --json`, without "outlier"). @return CLI_OK or CLI_FAILURE. */
+int cli_summary(const char *file, bool json);
+/* `memsnap timeline --from-summaries DIR`: the table of the ranks from the summaries (*.json) in
+ * DIR, as cli_ranks prints it from the snapshots. */
+int cli_ranks_from_summaries(const char *dir, bool json, bool keep_going);
 /* Whether the positional arguments ask for the many-ranks table: several FILEs, or a directory
  * (which stands for the files in it, sorted by name). */
 bool cli_ranks_wanted(char **files, int nfiles);

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "memsnap/export.h"
@@ -20,8 +21,10 @@
 
 static const char export_usage[] =
     "usage: memsnap export FILE...|DIR --sqlite OUT.db [--rank N]\n"
+    "       memsnap export FILE...|DIR --csv OUTDIR [--rank N]\n"
     "       memsnap export FILE --pprof OUT.pb.gz [--at MOMENT] [--device N] [--categories R]\n"
-    "       memsnap export FILE --perfetto OUT.json [--allocations] [--categories R]\n"
+    "       memsnap export FILE --perfetto OUT.json [--allocations] [--range A:B]\n"
+    "                     [--categories R]\n"
     "\n"
     "Writes snapshots where other tools read them: a SQLite database (every FILE, one per\n"
     "rank, or every file of DIR, into one database with file_id and rank columns), a pprof\n"
@@ -32,7 +35,9 @@ static const char export_usage[] =
     "\n"
     "options:\n"
     "  --sqlite OUT.db      write a SQLite database (OUT must not be '-')\n"
-    "  --rank N             the rank of the one FILE (default: the snapshot's rank, else the\n"
+    "  --csv OUTDIR         write the tables as gzip'd CSV files into OUTDIR (made if missing):\n"
+    "                       snapshots, peaks, allocations, trace, stacks (docs/exports.md)\n"
+    "  --rank N             with --sqlite or --csv: the rank of the one FILE (default: the snapshot's rank, else the\n"
     "                       digits after 'rank' in the file name, else none)\n"
     "  --pprof OUT.pb.gz    write a pprof profile of one FILE ('-': standard output)\n"
     "  --at MOMENT          with --pprof: the moment of inuse_* (default: peak; see `memsnap top`)\n"
@@ -40,6 +45,8 @@ static const char export_usage[] =
     "  --perfetto OUT.json  write a Chrome trace event JSON file of one FILE ('-': stdout)\n"
     "  --allocations        with --perfetto: one slice per allocation, from alloc to free,\n"
     "                       named by its source, with its category\n"
+    "  --range A:B          with --perfetto: only trace entries A to B of each device (a whole\n"
+    "                       large trace is past what a JSON viewer can open)\n"
     "  --categories RULES   with --pprof or --perfetto: a rules file extending the default\n"
     "                       rules of sources and categories (docs/categories.md)\n"
     "  -h, --help           show this help\n";
@@ -153,6 +160,36 @@ static int export_sqlite(const char *out, char **files, int nfiles, const char *
   return cli_out_commit(&o);
 }
 
+/* --csv DIR: the SQLite export into a temporary database in DIR, its tables written out as
+ * gzip'd CSV, the database removed (issue #31). */
+static int export_csv(const char *dir, char **files, int nfiles, const char *rank_s) {
+  struct stat st;
+  if (mkdir(dir, 0777) != 0 && (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))) {
+    cli_error("cannot write CSV files into '%s': not a directory", dir);
+    return CLI_FAILURE;
+  }
+  size_t n = strlen(dir) + 64;
+  char *db = malloc(n);
+  if (!db) {
+    cli_error("out of memory");
+    return CLI_FAILURE;
+  }
+  snprintf(db, n, "%s/.memsnap-csv-%ld.db", dir, (long)getpid());
+  int rc = export_sqlite(db, files, nfiles, rank_s);
+  if (rc == CLI_OK) {
+    ms_errbuf_t eb = {{0}};
+    cli_progress_start("writing CSV files into '%s'", dir);
+    if (ms_export_sqlite_csv(db, dir, &eb) != MS_OK) {
+      cli_error("%s", eb.msg);
+      rc = CLI_FAILURE;
+    }
+    cli_progress_stop();
+  }
+  unlink(db);
+  free(db);
+  return rc;
+}
+
 /* Loads FILE, builds its index and resolves --device and --at; prints errors. */
 static int export_open(const char *file, const char *device_s, const char *at_s,
                        ms_snapshot_t **snap, ms_timeline_t **tl, size_t *dev, size_t *step) {
@@ -243,10 +280,11 @@ static int export_one(const char *file, const char *out, const char *device_s, c
 }
 
 int cmd_export(int argc, char **argv) {
-  const char *sqlite_s = NULL, *pprof_s = NULL, *perfetto_s = NULL, *rank_s = NULL,
-             *at_s = NULL, *device_s = NULL, *rules_s = NULL;
+  const char *range_s = NULL, *sqlite_s = NULL, *csv_s = NULL, *pprof_s = NULL,
+             *perfetto_s = NULL, *rank_s = NULL, *at_s = NULL, *device_s = NULL, *rules_s = NULL;
   int allocations = 0;
   const struct cli_opt opts[] = {{"sqlite", 0, NULL, &sqlite_s},
+                                 {"csv", 0, NULL, &csv_s},
                                  {"pprof", 0, NULL, &pprof_s},
                                  {"perfetto", 0, NULL, &perfetto_s},
                                  {"rank", 0, NULL, &rank_s},
@@ -254,6 +292,7 @@ int cmd_export(int argc, char **argv) {
                                  {"device", 0, NULL, &device_s},
                                  {"allocations", 0, &allocations, NULL},
                                  {"categories", 0, NULL, &rules_s},
+                                 {"range", 0, NULL, &range_s},
                                  {NULL, 0, NULL, NULL}};
   char **pos = calloc((size_t)argc + 1, sizeof *pos);
   if (!pos) {
@@ -267,46 +306,66 @@ int cmd_export(int argc, char **argv) {
     goto out;
   }
   if (rc != CLI_OK) goto out;
-  int nout = (sqlite_s != NULL) + (pprof_s != NULL) + (perfetto_s != NULL);
+  int nout = (sqlite_s != NULL) + (csv_s != NULL) + (pprof_s != NULL) + (perfetto_s != NULL);
   if (nout != 1) {
-    rc = cli_usage_error("export", "give exactly one of --sqlite, --pprof and --perfetto");
+    rc = cli_usage_error("export", "give exactly one of --sqlite, --csv, --pprof and --perfetto");
     goto out;
   }
   if (npos < 1) {
     rc = cli_usage_error("export", "missing FILE");
     goto out;
   }
-  const char *out = sqlite_s ? sqlite_s : pprof_s ? pprof_s : perfetto_s;
-  if (!sqlite_s && npos > 1) {
+  bool tables = sqlite_s || csv_s; /* many FILEs, a rank each */
+  const char *out = sqlite_s ? sqlite_s : csv_s ? csv_s : pprof_s ? pprof_s : perfetto_s;
+  if (!tables && npos > 1) {
     rc = cli_usage_error("export", "--%s takes one FILE, not %d", pprof_s ? "pprof" : "perfetto",
                          npos);
     goto out;
   }
-  if ((rank_s && !sqlite_s) || ((at_s || device_s) && !pprof_s) || (allocations && !perfetto_s)) {
-    rc = cli_usage_error("export", "--rank goes with --sqlite, --at and --device with --pprof, "
-                                   "--allocations with --perfetto");
+  if ((rank_s && !tables) || ((at_s || device_s) && !pprof_s) ||
+      ((allocations || range_s) && !perfetto_s)) {
+    rc = cli_usage_error("export", "--rank goes with --sqlite and --csv, --at and --device with "
+                                   "--pprof, --allocations and --range with --perfetto");
     goto out;
   }
-  if (rules_s && sqlite_s) {
+  if (rules_s && tables) {
     rc = cli_usage_error("export", "--categories goes with --pprof and --perfetto (the SQLite "
                                    "export uses the default rules)");
     goto out;
   }
-  if (sqlite_s && strcmp(sqlite_s, "-") == 0) {
-    rc = cli_usage_error("export", "--sqlite needs a file name, not '-'");
+  if (tables && strcmp(out, "-") == 0) {
+    rc = cli_usage_error("export", "--%s needs a file name, not '-'",
+                         sqlite_s ? "sqlite" : "csv");
     goto out;
   }
   if ((rc = export_check_output(out, pos, npos)) != CLI_OK) goto out;
-  if (sqlite_s) {
+  if (tables) {
     char **files = NULL; /* a directory stands for the files in it (one per rank) */
     int nfiles = 0;
     if ((rc = cli_expand_files(pos, npos, &files, &nfiles)) != CLI_OK) goto out;
     if ((rc = export_check_output(out, files, nfiles)) == CLI_OK)
-      rc = export_sqlite(sqlite_s, files, nfiles, rank_s);
+      rc = sqlite_s ? export_sqlite(sqlite_s, files, nfiles, rank_s)
+                    : export_csv(csv_s, files, nfiles, rank_s);
     cli_files_free(files, nfiles);
   }
   else {
-    export_arg_t xa = {{allocations != 0, NULL}, rules_s, NULL};
+    export_arg_t xa = {{allocations != 0, NULL, false, 0, 0}, rules_s, NULL};
+    if (range_s) {
+      const char *colon = strchr(range_s, ':');
+      char a[32] = "";
+      uint64_t first, last;
+      if (colon && (size_t)(colon - range_s) < sizeof a)
+        memcpy(a, range_s, (size_t)(colon - range_s));
+      if (!colon || !cli_parse_u64(a, &first) || !cli_parse_u64(colon + 1, &last) ||
+          first > last) {
+        rc = cli_usage_error("export", "option '--range' needs A:B with entry indices A <= B, "
+                                       "not '%s'", range_s);
+        goto out;
+      }
+      xa.po.has_range = true;
+      xa.po.first = (size_t)first;
+      xa.po.last = (size_t)last;
+    }
     if (pprof_s)
       rc = export_one(pos[0], pprof_s, device_s, at_s ? at_s : "peak", export_pprof_fn, &xa);
     else

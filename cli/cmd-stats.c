@@ -18,7 +18,7 @@
 static const char stats_usage[] =
     "usage: memsnap stats FILE [--summary | --json] [--at MOMENT] [--device N] [--range A:B]\n"
     "                          [--stream S] [--pool A,B]\n"
-    "       memsnap stats FILE FILE... | DIR [--json] [--jobs N]\n"
+    "       memsnap stats FILE FILE... | DIR [--json] [--jobs N] [--keep-going]\n"
     "\n"
     "Prints a map of the segments of FILE (one character per 20 MiB page) and the totals of\n"
     "reserved, allocated and free memory, exactly as PyTorch's `_memory_viz.py stats`.\n"
@@ -40,6 +40,7 @@ static const char stats_usage[] =
     "  --stream S        only segments of stream S (a raw handle, decimal or 0x...)\n"
     "  --pool A,B        only segments of private pool (A, B); 0,0 is the default pool\n"
     "  --jobs N          several FILEs: read N at a time (default: one per core)\n"
+    "  --keep-going      several FILEs: one that cannot be read is a warning, not a failure\n"
     "  -h, --help  show this help\n";
 
 static const char stats_legend[] =
@@ -450,11 +451,12 @@ static int stats_summary(FILE *out, const ms_snapshot_t *s) {
 }
 
 int cmd_stats(int argc, char **argv) {
-  int summary = 0, json = 0;
+  int summary = 0, json = 0, keep_going = 0;
   const char *at_s = NULL, *device_s = NULL, *range_s = NULL, *stream_s = NULL, *pool_s = NULL,
              *jobs_s = NULL;
   const struct cli_opt opts[] = {{"summary", 0, &summary, NULL}, {"json", 0, &json, NULL},
                                  {"at", 0, NULL, &at_s},         {"jobs", 0, NULL, &jobs_s},
+                                 {"keep-going", 0, &keep_going, NULL},
                                  {"device", 0, NULL, &device_s}, {"range", 0, NULL, &range_s},
                                  {"stream", 0, NULL, &stream_s}, {"pool", 0, NULL, &pool_s},
                                  {NULL, 0, NULL, NULL}};
@@ -464,9 +466,10 @@ int cmd_stats(int argc, char **argv) {
   int rc = cli_parse_options("stats", stats_usage, opts, argc, argv, pos, argc, &npos);
   if (rc == CLI_OK && cli_ranks_wanted(pos, npos)) { /* many ranks (cli/ranks.c) */
     if (summary || at_s || device_s || range_s || stream_s || pool_s)
-      rc = cli_usage_error("stats", "with several FILEs only --json and --jobs apply");
+      rc = cli_usage_error("stats",
+                           "with several FILEs only --json, --jobs and --keep-going apply");
     else
-      rc = cli_ranks("stats", pos, npos, json != 0, jobs_s);
+      rc = cli_ranks("stats", pos, npos, json != 0, jobs_s, keep_going != 0);
     free(pos);
     return rc;
   }
@@ -476,6 +479,8 @@ int cmd_stats(int argc, char **argv) {
   if (rc != CLI_OK) return rc;
   if (!file) return cli_usage_error("stats", "missing FILE");
   if (jobs_s) return cli_usage_error("stats", "option '--jobs' needs several FILEs");
+  if (keep_going)
+    return cli_usage_error("stats", "option '--keep-going' needs several FILEs");
   if (json && summary)
     return cli_usage_error("stats", "--summary has no JSON form; use one or the other");
   cli_tl_args_t ta;

@@ -18,7 +18,8 @@
 static const char timeline_usage[] =
     "usage: memsnap timeline FILE [--json [--segments] [--max-entries N]] [--steps] [--device N]\n"
     "                        [--range A:B|step=N] [--stream S] [--pool A,B] [--by category]\n"
-    "       memsnap timeline FILE FILE...|DIR [--json] [--jobs N]\n"
+    "       memsnap timeline FILE FILE...|DIR [--json] [--jobs N] [--keep-going]\n"
+    "       memsnap timeline --from-summaries DIR [--json] [--keep-going]\n"
     "\n"
     "Memory over time. By default prints, for each device: the number of trace entries, the\n"
     "first and last timestamps, the peak of allocated memory (bytes, entry, time and the\n"
@@ -47,6 +48,10 @@ static const char timeline_usage[] =
     "                     a time (default: one per core); prints one row per file: peaks,\n"
     "                     fragmentation, OOMs, the largest stack at the peak, the highest rank\n"
     "                     and the outliers (docs/exports.md)\n"
+    "  --from-summaries DIR  the same table from the `memsnap summary --json` lines in DIR's\n"
+    "                     *.json files (one per rank, made in parallel anywhere)\n"
+    "  --keep-going       with several FILEs: a file that cannot be read (a crashed rank's\n"
+    "                     empty dump) is reported, and the exit is still 0\n"
     "  -h, --help         show this help\n";
 
 
@@ -326,13 +331,15 @@ static int timeline_device(FILE *out, const ms_snapshot_t *snap, const char *nam
 }
 
 int cmd_timeline(int argc, char **argv) {
-  int json = 0, segments = 0, steps = 0;
+  int json = 0, segments = 0, steps = 0, keep_going = 0;
   const char *max_entries_s = NULL, *device_s = NULL, *range_s = NULL, *stream_s = NULL,
-             *pool_s = NULL, *jobs_s = NULL, *by_s = NULL, *rules_s = NULL;
+             *pool_s = NULL, *jobs_s = NULL, *by_s = NULL, *rules_s = NULL, *sums_s = NULL;
   const struct cli_opt opts[] = {{"json", 0, &json, NULL},
                                  {"by", 0, NULL, &by_s},
                                  {"categories", 0, NULL, &rules_s},
                                  {"jobs", 0, NULL, &jobs_s},
+                                 {"keep-going", 0, &keep_going, NULL},
+                                 {"from-summaries", 0, NULL, &sums_s},
                                  {"segments", 0, &segments, NULL},
                                  {"steps", 0, &steps, NULL},
                                  {"max-entries", 0, NULL, &max_entries_s},
@@ -345,12 +352,22 @@ int cmd_timeline(int argc, char **argv) {
   if (!pos) return CLI_FAILURE;
   int npos = 0;
   int rc = cli_parse_options("timeline", timeline_usage, opts, argc, argv, pos, argc, &npos);
+  if (rc == CLI_OK && sums_s) { /* the rows of `memsnap summary --json`, one file per rank */
+    if (npos || segments || steps || max_entries_s || device_s || range_s || stream_s ||
+        pool_s || by_s || rules_s || jobs_s)
+      rc = cli_usage_error("timeline", "with --from-summaries only --json and --keep-going apply");
+    else
+      rc = cli_ranks_from_summaries(sums_s, json != 0, keep_going != 0);
+    free(pos);
+    return rc;
+  }
   if (rc == CLI_OK && cli_ranks_wanted(pos, npos)) { /* many ranks (cli/ranks.c) */
     if (segments || steps || max_entries_s || device_s || range_s || stream_s || pool_s || by_s ||
         rules_s)
-      rc = cli_usage_error("timeline", "with several FILEs only --json and --jobs apply");
+      rc = cli_usage_error("timeline",
+                           "with several FILEs only --json, --jobs and --keep-going apply");
     else
-      rc = cli_ranks("timeline", pos, npos, json != 0, jobs_s);
+      rc = cli_ranks("timeline", pos, npos, json != 0, jobs_s, keep_going != 0);
     free(pos);
     return rc;
   }
@@ -360,6 +377,8 @@ int cmd_timeline(int argc, char **argv) {
   if (rc != CLI_OK) return rc;
   if (!file) return cli_usage_error("timeline", "missing FILE");
   if (jobs_s) return cli_usage_error("timeline", "option '--jobs' needs several FILEs");
+  if (keep_going)
+    return cli_usage_error("timeline", "option '--keep-going' needs several FILEs");
   cli_tl_args_t ta;
   if ((rc = cli_tl_args_parse("timeline", &ta, device_s, range_s, stream_s, pool_s, NULL)) !=
       CLI_OK)

@@ -17,7 +17,8 @@
 static const char top_usage[] =
     "usage: memsnap top FILE [--at MOMENT] [-n N] [--by KEY] [--categories RULES] [--json]\n"
     "                   [--device N] [--range A:B] [--stream S] [--pool A,B]\n"
-    "       memsnap top FILE FILE...|DIR [--json] [--jobs N]   (one row per rank, at its peak)\n"
+    "       memsnap top FILE FILE...|DIR [--json] [--jobs N] [--keep-going]\n"
+    "                                  (one row per rank, at its peak)\n"
     "\n"
     "Lists the biggest consumers of allocated memory at a moment: bytes, number of blocks,\n"
     "share of all allocated bytes, and the source line (or category, stack, frame, file,\n"
@@ -239,10 +240,11 @@ static const char top_no_frame_note[] =
     "frames,\nor none recorded)\n";
 
 int cmd_top(int argc, char **argv) {
-  int json = 0;
+  int json = 0, keep_going = 0;
   const char *at_s = NULL, *n_s = NULL, *by_s = NULL, *device_s = NULL, *range_s = NULL,
              *stream_s = NULL, *pool_s = NULL, *jobs_s = NULL, *rules_s = NULL;
   const struct cli_opt opts[] = {{"jobs", 0, NULL, &jobs_s},
+                                 {"keep-going", 0, &keep_going, NULL},
                                  {"categories", 0, NULL, &rules_s},
                                  {"at", 0, NULL, &at_s},         {"n", 'n', NULL, &n_s},
                                  {"by", 0, NULL, &by_s},         {"json", 0, &json, NULL},
@@ -255,9 +257,10 @@ int cmd_top(int argc, char **argv) {
   int rc = cli_parse_options("top", top_usage, opts, argc, argv, pos, argc, &npos);
   if (rc == CLI_OK && cli_ranks_wanted(pos, npos)) { /* many ranks (cli/ranks.c) */
     if (at_s || n_s || by_s || device_s || range_s || stream_s || pool_s || rules_s)
-      rc = cli_usage_error("top", "with several FILEs only --json and --jobs apply");
+      rc = cli_usage_error("top",
+                           "with several FILEs only --json, --jobs and --keep-going apply");
     else
-      rc = cli_ranks("top", pos, npos, json != 0, jobs_s);
+      rc = cli_ranks("top", pos, npos, json != 0, jobs_s, keep_going != 0);
     free(pos);
     return rc;
   }
@@ -267,6 +270,8 @@ int cmd_top(int argc, char **argv) {
   if (rc != CLI_OK) return rc;
   if (!file) return cli_usage_error("top", "missing FILE");
   if (jobs_s) return cli_usage_error("top", "option '--jobs' needs several FILEs");
+  if (keep_going)
+    return cli_usage_error("top", "option '--keep-going' needs several FILEs");
   uint64_t limit = 10;
   if (n_s && !cli_parse_u64(n_s, &limit))
     return cli_usage_error("top", "option '-n' needs a number, not '%s'", n_s);

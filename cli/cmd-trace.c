@@ -491,8 +491,14 @@ int cmd_trace(int argc, char **argv) {
                 "torch.cuda.memory._record_memory_history() before the code to trace (PyTorch), "
                 "or take it with `memsnap run` or a history recorder (memsnap)",
                 name);
+  /* --range A:B: the view's trace of dev begins at entry A (cli_at_snapshot moves its first_trace
+   * over the same entries), and --json numbers the entries as the whole trace does (issue #31) */
+  size_t first = 0;
+  if (view && dev < view->ndevices && dev < snap->ndevices &&
+      view->devices[dev].first_trace >= snap->devices[dev].first_trace)
+    first = view->devices[dev].first_trace - snap->devices[dev].first_trace;
   if (rc == CLI_OK && json)
-    rc = cli_trace_json(stdout, view ? view : snap, name, &ta.filter, dev);
+    rc = cli_trace_json(stdout, view ? view : snap, name, &ta.filter, dev, first);
   else if (rc == CLI_OK)
     rc = trace_run(stdout, view ? view : snap, &ta.filter, dev);
   ms_snapshot_free(view);

@@ -27,6 +27,7 @@ const struct cli_cmd cli_commands[] = {
     {"convert", cmd_convert, "a snapshot between memsnap's format and PyTorch's pickle"},
     {"timeline", cmd_timeline, "memory over time: peaks, OOMs, the final state"},
     {"top", cmd_top, "the biggest consumers at a moment (default: the peak)"},
+    {"summary", cmd_summary, "one rank's peaks, OOMs and top stack (--json: to merge)"},
     {"check", cmd_check, "a memory gate for CI: limits on peaks and counts"},
     {"explain", cmd_explain, "why memory ran out or peaked, and what setting avoids it"},
     {"export", cmd_export, "to SQLite (many ranks), pprof or Perfetto/Chrome trace JSON"},

@@ -9,6 +9,7 @@
  * file, computing its row and freeing the snapshot before taking the next file, so that at most
  * one snapshot per worker is in memory whatever the number of ranks.
  */
+#include <ctype.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdbool.h>
@@ -114,6 +115,7 @@ static void *ranks_worker(void *arg) {
     ms_snapshot_t *s = NULL;
     ms_errbuf_t eb = {{0}};
     if (ms_snapshot_load(job->files[i], &s, &eb) != MS_OK) {
+      r->has_rank = ms_export_rank_from_name(r->file, &r->rank); /* which rank crashed */
       snprintf(r->error, sizeof r->error, "%s", eb.msg[0] ? eb.msg : "cannot read it");
       continue;
     }
@@ -161,48 +163,63 @@ static void ranks_json_str(FILE *out, const char *s) {
   fputc('"', out);
 }
 
+static void ranks_row_json(FILE *out, const ranks_row_t *r, bool outlier);
+
 static void ranks_print_json(FILE *out, const ranks_row_t *rows, size_t n, uint64_t med,
                              size_t best) {
+  /* highest: the rank that peaked highest (null: none, or its file has no rank), and its file */
   fprintf(out, "{\"median_peak_allocated\": %" PRIu64 ", \"highest\": ", med);
+  if (best != SIZE_MAX && rows[best].has_rank)
+    fprintf(out, "%" PRId64, rows[best].rank);
+  else
+    fputs("null", out);
+  fputs(", \"highest_file\": ", out);
   if (best == SIZE_MAX)
     fputs("null", out);
   else
-    fprintf(out, "%zu", best);
+    ranks_json_str(out, rows[best].file);
   fputs(", \"files\": [", out);
   for (size_t i = 0; i < n; i++) {
-    const ranks_row_t *r = &rows[i];
-    fprintf(out, "%s\n{\"file\": ", i ? "," : "");
-    ranks_json_str(out, r->file);
-    fputs(", \"rank\": ", out);
-    if (r->has_rank)
-      fprintf(out, "%" PRId64, r->rank);
-    else
-      fputs("null", out);
-    if (!r->ok) {
-      fputs(", \"error\": ", out);
-      ranks_json_str(out, r->error);
-      fputc('}', out);
-      continue;
-    }
-    fprintf(out,
-            ", \"device\": %zu, \"entries\": %zu, \"peak_allocated\": %" PRIu64
-            ", \"entry\": %" PRId64 ", \"time_us\": ",
-            r->device, r->entries, r->peak, r->entry);
-    if (r->has_time)
-      fprintf(out, "%" PRId64, r->time_us);
-    else
-      fputs("null", out);
-    fprintf(out,
-            ", \"reserved_at_peak\": %" PRIu64 ", \"fragmentation\": %.6f, \"peak_reserved\": "
-            "%" PRIu64 ", \"peak_reserved_entry\": %" PRId64 ", \"ooms\": %" PRIu64
-            ", \"top_stack_bytes\": %" PRIu64 ", \"top_stack\": ",
-            r->reserved_at_peak,
-            r->reserved_at_peak ? 1.0 - (double)r->peak / (double)r->reserved_at_peak : 0.0,
-            r->peak_reserved, r->reserved_entry, r->ooms, r->top_bytes);
-    ranks_json_str(out, r->top_label);
-    fprintf(out, ", \"outlier\": %s}", r->outlier ? "true" : "false");
+    fputs(i ? ",\n" : "\n", out);
+    ranks_row_json(out, &rows[i], true);
   }
   fputs("]}\n", out);
+}
+
+/* One row as a JSON object: the rows of `--json`, and `memsnap summary --json` (without the
+ * outlier mark, which needs the other ranks). */
+static void ranks_row_json(FILE *out, const ranks_row_t *r, bool outlier) {
+  fputs("{\"file\": ", out);
+  ranks_json_str(out, r->file);
+  fputs(", \"rank\": ", out);
+  if (r->has_rank)
+    fprintf(out, "%" PRId64, r->rank);
+  else
+    fputs("null", out);
+  if (!r->ok) {
+    fputs(", \"error\": ", out);
+    ranks_json_str(out, r->error);
+    fputc('}', out);
+    return;
+  }
+  fprintf(out,
+          ", \"device\": %zu, \"entries\": %zu, \"peak_allocated\": %" PRIu64
+          ", \"entry\": %" PRId64 ", \"time_us\": ",
+          r->device, r->entries, r->peak, r->entry);
+  if (r->has_time)
+    fprintf(out, "%" PRId64, r->time_us);
+  else
+    fputs("null", out);
+  fprintf(out,
+          ", \"reserved_at_peak\": %" PRIu64 ", \"fragmentation\": %.6f, \"peak_reserved\": "
+          "%" PRIu64 ", \"peak_reserved_entry\": %" PRId64 ", \"ooms\": %" PRIu64
+          ", \"top_stack_bytes\": %" PRIu64 ", \"top_stack\": ",
+          r->reserved_at_peak,
+          r->reserved_at_peak ? 1.0 - (double)r->peak / (double)r->reserved_at_peak : 0.0,
+          r->peak_reserved, r->reserved_entry, r->ooms, r->top_bytes);
+  ranks_json_str(out, r->top_label);
+  if (outlier) fprintf(out, ", \"outlier\": %s", r->outlier ? "true" : "false");
+  fputc('}', out);
 }
 
 static void ranks_print_text(FILE *out, const ranks_row_t *rows, size_t n, uint64_t med,
@@ -261,8 +278,29 @@ bool cli_ranks_wanted(char **files, int nfiles) {
   return nfiles > 1 || (nfiles == 1 && ranks_is_dir(files[0]));
 }
 
+/* Names in natural order: runs of digits compare by value, so rank2 comes before rank10. */
 static int ranks_cmp_str(const void *a, const void *b) {
-  return strcmp(*(char *const *)a, *(char *const *)b);
+  const unsigned char *x = *(unsigned char *const *)a, *y = *(unsigned char *const *)b;
+  while (*x && *y) {
+    if (isdigit(*x) && isdigit(*y)) {
+      while (*x == '0' && isdigit(x[1])) x++;
+      while (*y == '0' && isdigit(y[1])) y++;
+      size_t nx = 0, ny = 0;
+      while (isdigit(x[nx])) nx++;
+      while (isdigit(y[ny])) ny++;
+      if (nx != ny) return nx < ny ? -1 : 1;
+      int c = memcmp(x, y, nx);
+      if (c) return c;
+      x += nx;
+      y += ny;
+    } else {
+      if (*x != *y) return *x < *y ? -1 : 1;
+      x++;
+      y++;
+    }
+  }
+  if (*x || *y) return *x ? 1 : -1;
+  return strcmp(*(char *const *)a, *(char *const *)b); /* rank01 and rank1: a fixed order */
 }
 
 typedef struct ranks_list_s {
@@ -291,9 +329,24 @@ static void ranks_list_free(ranks_list_t *l) {
   free(l->v);
 }
 
+/* Whether a name ends as a snapshot's does (.pickle, .pkl, .msgpack, .memsnap, maybe .gz). */
+static bool ranks_snapshot_name(const char *path) {
+  static const char *const ext[] = {".pickle", ".pkl", ".msgpack", ".memsnap"};
+  size_t n = strlen(path);
+  if (n > 3 && strcmp(path + n - 3, ".gz") == 0) n -= 3;
+  for (size_t i = 0; i < sizeof ext / sizeof *ext; i++) {
+    size_t k = strlen(ext[i]);
+    if (n > k && strncmp(path + n - k, ext[i], k) == 0) return true;
+  }
+  return false;
+}
+
 /* A file of a directory is taken when its first bytes are a snapshot's (a memsnap file, a
- * pickle, or gzip-compressed): a run's directory also holds logs and scripts. */
+ * pickle, or gzip-compressed): a run's directory also holds logs and scripts. One named as a
+ * snapshot is taken whatever it holds: a crashed rank leaves an empty or truncated rankN.pickle,
+ * which must be reported, not skipped (issue #31). */
 static bool ranks_looks_like_snapshot(const char *path) {
+  if (ranks_snapshot_name(path)) return true;
   unsigned char head[4096];
   FILE *f = fopen(path, "rb");
   if (!f) return true; /* named, so that the error says why it cannot be read */
@@ -367,17 +420,48 @@ void cli_files_free(char **files, int n) {
   free(files);
 }
 
-int cli_ranks(const char *cmd, char **args, int nargs, bool json, const char *jobs_s) {
+int cli_ranks(const char *cmd, char **args, int nargs, bool json, const char *jobs_s,
+              bool keep_going) {
   char **files = NULL;
   int n = 0;
   int rc = cli_expand_files(args, nargs, &files, &n);
   if (rc != CLI_OK) return rc;
-  rc = cli_ranks_files(cmd, files, n, json, jobs_s);
+  rc = cli_ranks_files(cmd, files, n, json, jobs_s, keep_going);
   cli_files_free(files, n);
   return rc;
 }
 
-int cli_ranks_files(const char *cmd, char **files, int nfiles, bool json, const char *jobs_s) {
+/* Reports the rows that failed (errors, or warnings with keep_going), marks the outliers and
+ * prints the table. @return CLI_OK, or CLI_FAILURE when a row failed without keep_going. */
+static int ranks_report(ranks_row_t *rows, size_t n, bool json, bool keep_going) {
+  int rc = CLI_OK;
+  for (size_t i = 0; i < n; i++) {
+    if (rows[i].ok) continue;
+    char quoted[600];
+    snprintf(quoted, sizeof quoted, "'%s'", rows[i].file);
+    char msg[1300];
+    if (strstr(rows[i].error, quoted))
+      snprintf(msg, sizeof msg, "%s", rows[i].error);
+    else
+      snprintf(msg, sizeof msg, "%s: %s", quoted, rows[i].error);
+    if (keep_going) {
+      cli_warning("skipped %s", msg);
+    } else {
+      cli_error("%s", msg);
+      rc = CLI_FAILURE;
+    }
+  }
+  size_t best;
+  uint64_t med = ranks_outliers(rows, n, &best);
+  if (json)
+    ranks_print_json(stdout, rows, n, med, best);
+  else
+    ranks_print_text(stdout, rows, n, med, best);
+  return rc;
+}
+
+int cli_ranks_files(const char *cmd, char **files, int nfiles, bool json, const char *jobs_s,
+                    bool keep_going) {
   uint64_t jobs = (uint64_t)sysconf(_SC_NPROCESSORS_ONLN);
   if (jobs_s && (!cli_parse_u64(jobs_s, &jobs) || jobs == 0 || jobs > 256))
     return cli_usage_error(cmd, "option '--jobs' needs a number from 1 to 256, not '%s'", jobs_s);
@@ -399,24 +483,172 @@ int cli_ranks_files(const char *cmd, char **files, int nfiles, bool json, const 
   if (started == 0) ranks_worker(&job);
   for (size_t i = 0; i < started; i++) pthread_join(th[i], NULL);
   cli_progress_stop();
-  int rc = CLI_OK;
-  for (size_t i = 0; i < job.n; i++) {
-    if (job.rows[i].ok) continue;
-    char quoted[600];
-    snprintf(quoted, sizeof quoted, "'%s'", job.rows[i].file);
-    if (strstr(job.rows[i].error, quoted))
-      cli_error("%s", job.rows[i].error);
-    else
-      cli_error("'%s': %s", job.rows[i].file, job.rows[i].error);
-    rc = CLI_FAILURE;
-  }
-  size_t best;
-  uint64_t med = ranks_outliers(job.rows, job.n, &best);
-  if (json)
-    ranks_print_json(stdout, job.rows, job.n, med, best);
-  else
-    ranks_print_text(stdout, job.rows, job.n, med, best);
+  int rc = ranks_report(job.rows, job.n, json, keep_going);
   free(job.rows);
   free(th);
   return rc;
+}
+
+/* ---- one rank at a time: memsnap summary FILE, timeline --from-summaries DIR (issue #31) ---- */
+
+int cli_summary(const char *file, bool json) {
+  char *files[1] = {(char *)file};
+  ranks_row_t row = {0};
+  ranks_job_t job = {files, &row, 1, 0, PTHREAD_MUTEX_INITIALIZER};
+  ranks_worker(&job);
+  if (!json) return ranks_report(&row, 1, false, false);
+  ranks_row_json(stdout, &row, false);
+  fputc('\n', stdout);
+  if (row.ok) return CLI_OK;
+  cli_error("'%s': %s", row.file, row.error);
+  return CLI_FAILURE;
+}
+
+/* The value after "key": in the flat JSON object text (keys never occur inside its strings,
+ * whose quotes are escaped), or NULL. */
+static const char *summary_value(const char *text, const char *key) {
+  char k[64];
+  snprintf(k, sizeof k, "\"%s\": ", key);
+  const char *p = strstr(text, k);
+  return p ? p + strlen(k) : NULL;
+}
+
+/* A string value as ranks_json_str wrote it (\" \\ and \u00XX escapes) into buf.
+ * @return false when it is not one. */
+static bool summary_str(const char *text, const char *key, char *buf, size_t cap) {
+  const char *p = summary_value(text, key);
+  if (!p || *p != '"') return false;
+  size_t n = 0;
+  for (p++; *p && *p != '"'; p++) {
+    char c = *p;
+    if (c == '\\') {
+      if (p[1] == 'u' && p[2] && p[3] && p[4] && p[5]) {
+        char hex[5] = {p[2], p[3], p[4], p[5], 0};
+        c = (char)strtol(hex, NULL, 16);
+        p += 5;
+      } else if (p[1]) {
+        c = *++p;
+      }
+    }
+    if (n + 1 < cap) buf[n++] = c;
+  }
+  buf[n] = 0;
+  return *p == '"';
+}
+
+/* A number value (null: false, *v untouched). */
+static bool summary_i64(const char *text, const char *key, int64_t *v) {
+  const char *p = summary_value(text, key);
+  if (!p || (*p != '-' && !isdigit((unsigned char)*p))) return false;
+  *v = strtoll(p, NULL, 10);
+  return true;
+}
+
+/* A row from one line of `memsnap summary --json`. @return false when it is not one. */
+static bool summary_parse(const char *text, ranks_row_t *r, char *file, size_t cap) {
+  if (!summary_str(text, "file", file, cap)) return false;
+  r->file = file;
+  r->has_rank = summary_i64(text, "rank", &r->rank);
+  if (summary_str(text, "error", r->error, sizeof r->error)) return true;
+  int64_t dev, entries, peak, res, pres, ooms, top;
+  if (!summary_i64(text, "device", &dev) || !summary_i64(text, "entries", &entries) ||
+      !summary_i64(text, "peak_allocated", &peak) || !summary_i64(text, "entry", &r->entry) ||
+      !summary_i64(text, "reserved_at_peak", &res) ||
+      !summary_i64(text, "peak_reserved", &pres) ||
+      !summary_i64(text, "peak_reserved_entry", &r->reserved_entry) ||
+      !summary_i64(text, "ooms", &ooms) || !summary_i64(text, "top_stack_bytes", &top) ||
+      !summary_str(text, "top_stack", r->top_label, sizeof r->top_label))
+    return false;
+  r->has_time = summary_i64(text, "time_us", &r->time_us);
+  r->device = (size_t)dev;
+  r->entries = (size_t)entries;
+  r->has_trace = r->entries > 0;
+  r->peak = (uint64_t)peak;
+  r->reserved_at_peak = (uint64_t)res;
+  r->peak_reserved = (uint64_t)pres;
+  r->ooms = (uint64_t)ooms;
+  r->top_bytes = (uint64_t)top;
+  r->ok = true;
+  return true;
+}
+
+/* The text of a summary file (at most 1 MiB; a summary is a line). @return it (free()) or NULL. */
+static char *summary_read(const char *path) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  char *text = malloc((1u << 20) + 1);
+  size_t n = text ? fread(text, 1, 1u << 20, f) : 0;
+  fclose(f);
+  if (text) text[n] = 0;
+  return text;
+}
+
+/* The rows of the *.json files of dir (natural order), one summary each. */
+int cli_ranks_from_summaries(const char *dir, bool json, bool keep_going) {
+  DIR *d = opendir(dir);
+  if (!d) {
+    cli_error("cannot open the directory '%s'", dir);
+    return CLI_FAILURE;
+  }
+  ranks_list_t l = {0};
+  struct dirent *de;
+  int rc = CLI_OK;
+  while (rc == CLI_OK && (de = readdir(d))) {
+    size_t len = strlen(de->d_name);
+    if (de->d_name[0] == '.' || len < 6 || strcmp(de->d_name + len - 5, ".json") != 0) continue;
+    size_t n = strlen(dir) + len + 2;
+    char *p = malloc(n);
+    if (p) snprintf(p, n, "%s/%s", dir, de->d_name);
+    if (!ranks_push(&l, p)) rc = CLI_FAILURE;
+  }
+  closedir(d);
+  if (rc == CLI_OK && l.n == 0) {
+    cli_error("'%s': no summary (*.json) in the directory", dir);
+    rc = CLI_FAILURE;
+  }
+  ranks_row_t *rows = rc == CLI_OK ? calloc(l.n, sizeof *rows) : NULL;
+  char(*names)[600] = rows ? calloc(l.n, sizeof *names) : NULL;
+  if (rc == CLI_OK && !names) {
+    cli_error("out of memory");
+    rc = CLI_FAILURE;
+  }
+  if (rc == CLI_OK) qsort(l.v, l.n, sizeof *l.v, ranks_cmp_str);
+  for (size_t i = 0; rc == CLI_OK && i < l.n; i++) {
+    char *text = summary_read(l.v[i]);
+    if (!text || !summary_parse(text, &rows[i], names[i], sizeof names[i])) {
+      rows[i].file = l.v[i];
+      snprintf(rows[i].error, sizeof rows[i].error, "not a summary of `memsnap summary --json`");
+    }
+    free(text);
+  }
+  if (rc == CLI_OK) rc = ranks_report(rows, l.n, json, keep_going);
+  free(names);
+  free(rows);
+  ranks_list_free(&l);
+  return rc;
+}
+
+static const char summary_usage[] =
+    "usage: memsnap summary FILE [--json]\n"
+    "\n"
+    "The row of one rank that `memsnap timeline FILE FILE...` prints: the device whose allocated\n"
+    "memory peaked highest, the peak and its entry, reserved memory, OOMs and the largest stack\n"
+    "at the peak. With --json, one JSON line: run it per rank in any job runner (GNU parallel,\n"
+    "a Slurm array, Spark), then merge with `memsnap timeline --from-summaries DIR`\n"
+    "(docs/exports.md).\n"
+    "\n"
+    "options:\n"
+    "  --json      one JSON line\n"
+    "  -h, --help  show this help\n";
+
+int cmd_summary(int argc, char **argv) {
+  int json = 0;
+  const struct cli_opt opts[] = {{"json", 0, &json, NULL}, {NULL, 0, NULL, NULL}};
+  char *pos[1] = {NULL};
+  int npos = 0;
+  int rc = cli_parse_options("summary", summary_usage, opts, argc, argv, pos, 1, &npos);
+  if (rc == CLI_HELP_SHOWN) return CLI_OK;
+  if (rc != CLI_OK) return rc;
+  if (npos < 1) return cli_usage_error("summary", "missing FILE");
+  return cli_summary(pos[0], json != 0);
 }

@@ -74,7 +74,7 @@ bool cli_trace_entry_kept(const ms_tl_filter_t *f, const ms_snap_trace_t *e) {
 }
 
 int cli_trace_json(FILE *out, const ms_snapshot_t *s, const char *file,
-                   const ms_tl_filter_t *filter, size_t only_dev) {
+                   const ms_tl_filter_t *filter, size_t only_dev, size_t first) {
   ms_sink_t sink;
   ms_sink_init_file(&sink, out);
   cli_json_t j = {&sink, 0};
@@ -94,7 +94,7 @@ int cli_trace_json(FILE *out, const ms_snapshot_t *s, const char *file,
       const ms_snap_trace_t *e = &s->trace[dev->first_trace + i];
       if (!cli_trace_entry_kept(filter, e)) continue;
       cli_json_lit(&j, k++ ? ",\n  " : "\n  ");
-      trace_json_entry(&j, s, i, e);
+      trace_json_entry(&j, s, (d == only_dev ? first : 0) + i, e);
     }
     cli_json_lit(&j, k ? "\n ]}" : "]}");
   }

@@ -57,6 +57,14 @@ MS_API MS_NODISCARD int ms_export_sqlite_finish(ms_export_sqlite_t *x, ms_errbuf
 /* Closes the database without committing and frees x. Accepts NULL. */
 MS_API void ms_export_sqlite_destroy(ms_export_sqlite_t *x);
 
+/* Writes the tables of the finished database at db_path into the existing directory dir as
+ * gzip'd CSV (RFC 4180, a header line, NULL as an empty field, text always quoted):
+ * snapshots.csv.gz, peaks.csv.gz, allocations.csv.gz, trace.csv.gz and stacks.csv.gz, with the
+ * columns of docs/exports.md (issue #31: what DuckDB, Spark, Polars and pandas read natively,
+ * offline). Files already there are replaced. @return MS_OK, MS_EIO (eb says why), MS_ENOMEM. */
+MS_API MS_NODISCARD int ms_export_sqlite_csv(const char *db_path, const char *dir,
+                                             ms_errbuf_t *eb);
+
 /* The rank a file's name gives: the digits after the last "rank" in its base name, with an
  * optional '_', '-' or '.' between ("rank3.pickle", "snapshot_rank_12.pickle", "RANK-7").
  * @return true and *rank when found. */
@@ -85,6 +93,10 @@ typedef struct ms_export_perfetto_opts_s {
   bool allocations; /* one async slice per allocation, alloc to free (default false) */
   const ms_attr_t *attr; /* the classifier that names the slices (source) and gives their
                             category; NULL: one with the default rules */
+  bool has_range;        /* a window (issue #31: a whole 1 GB trace is past V8's string limit):
+                            only the events of entries first..last of each device, the slices
+                            of the allocations alive in it clipped to it */
+  size_t first, last;
 } ms_export_perfetto_opts_t;
 
 /* Writes a Chrome Trace Event Format JSON object ({"traceEvents": [...], "displayTimeUnit":

@@ -9,9 +9,10 @@
  * instant events ("i", process scope) for OOMs, snapshots and every run of consecutive
  * segment_free/segment_unmap entries (an empty_cache or an OOM's release of cached segments);
  * with opts->allocations, an async slice ("b"/"e", category "allocation", id = the alloc's entry
- * index) from each alloc to its free_completed (or the trace's last time), named by its source
- * (memsnap/attribution.h: the user's own line, never the unwinder's frame), with size, address,
- * source and category as args.
+ * index × the number of devices + the device, so that no two devices share an id: a viewer pairs
+ * async events by category and id alone, across processes; issue #31) from each alloc to its
+ * free_completed (or the trace's last time), named by its source (memsnap/attribution.h: the
+ * user's own line, never the unwinder's frame), with size, address, source and category as args.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -51,15 +52,21 @@ static int64_t pf_time(const ms_snap_trace_t *e, size_t i, bool timed) {
   return timed ? e->time_us : (int64_t)i;
 }
 
-static void pf_counters(pf_writer_t *w, const ms_timeline_t *tl, size_t dev, bool timed) {
+/* The entries [lo, hi) of a device that the trace shows (opts' window, or all of them). */
+typedef struct pf_window_s {
+  size_t lo, hi;
+} pf_window_t;
+
+static void pf_counters(pf_writer_t *w, const ms_timeline_t *tl, size_t dev, bool timed,
+                        pf_window_t win) {
   static const ms_tl_metric metrics[3] = {MS_TL_ALLOCATED, MS_TL_RESERVED, MS_TL_ACTIVE};
-  size_t n = ms_timeline_nentries(tl, dev);
+  size_t n = win.hi;
   for (int m = 0; m < 3; m++) {
     const uint64_t *v = ms_timeline_series(tl, dev, metrics[m]);
     if (!v) continue;
     bool any = false;
     uint64_t last = 0;
-    for (size_t i = 0; i < n && !w->err; i++) {
+    for (size_t i = win.lo; i < n && !w->err; i++) {
       const ms_snap_trace_t *e = ms_timeline_entry(tl, dev, i);
       if (timed && !(e->present & MS_TRACE_HAS_TIME)) continue;
       int64_t ts = pf_time(e, i, timed);
@@ -84,9 +91,10 @@ static void pf_counters(pf_writer_t *w, const ms_timeline_t *tl, size_t dev, boo
   }
 }
 
-static void pf_instants(pf_writer_t *w, const ms_timeline_t *tl, size_t dev, bool timed) {
-  size_t n = ms_timeline_nentries(tl, dev);
-  for (size_t i = 0; i < n && !w->err; i++) {
+static void pf_instants(pf_writer_t *w, const ms_timeline_t *tl, size_t dev, bool timed,
+                        pf_window_t win) {
+  size_t n = win.hi;
+  for (size_t i = win.lo; i < n && !w->err; i++) {
     const ms_snap_trace_t *e = ms_timeline_entry(tl, dev, i);
     if (timed && !(e->present & MS_TRACE_HAS_TIME)) continue;
     int64_t ts = pf_time(e, i, timed);
@@ -191,26 +199,27 @@ static bool pf_map_put(pf_map_t *m, uint64_t addr, size_t entry) {
 }
 
 static void pf_slice(pf_writer_t *w, const ms_attr_t *attr, const ms_timeline_t *tl, size_t dev,
-                     size_t a, int64_t fe, int64_t end, bool timed) {
+                     size_t a, int64_t fe, int64_t begin, int64_t end) {
   const ms_snap_trace_t *e = ms_timeline_entry(tl, dev, a);
   char src[512];
   ms_attr_source(attr, e->stack, src, sizeof src);
   ms_category cat = ms__attr_classify(attr, dev, (int64_t)a, fe, e->stack, e->addr, false);
   ms__xbuf_t name = {0};
   ms__xbuf_json_str(&name, src);
+  uint64_t id = (uint64_t)a * ms_timeline_ndevices(tl) + dev;
   const char *nm = ms__xbuf_cstr(&name);
   pf_event_start(w);
   ms__xbuf_printf(&w->b,
                   "{\"name\": %s, \"cat\": \"allocation\", \"ph\": \"b\", "
-                  "\"id\": %zu, \"ts\": %" PRId64 ", \"pid\": %zu, \"tid\": 0, \"args\": "
+                  "\"id\": %" PRIu64 ", \"ts\": %" PRId64 ", \"pid\": %zu, \"tid\": 0, \"args\": "
                   "{\"entry\": %zu, \"size\": %" PRIu64 ", \"addr\": \"0x%" PRIx64
                   "\", \"stream\": %" PRIu64 ", \"category\": \"%s\", \"source\": %s}},\n",
-                  nm, a, pf_time(e, a, timed), dev + 1, a, e->size, e->addr, e->stream,
+                  nm, id, begin, dev + 1, a, e->size, e->addr, e->stream,
                   ms_category_name(cat), nm);
   ms__xbuf_printf(&w->b,
                   "{\"name\": %s, \"cat\": \"allocation\", \"ph\": \"e\", "
-                  "\"id\": %zu, \"ts\": %" PRId64 ", \"pid\": %zu, \"tid\": 0}",
-                  nm, a, end, dev + 1);
+                  "\"id\": %" PRIu64 ", \"ts\": %" PRId64 ", \"pid\": %zu, \"tid\": 0}",
+                  nm, id, end, dev + 1);
   if (name.oom) w->b.oom = true;
   ms__xbuf_release(&name);
   pf_flush(w, false);
@@ -221,13 +230,21 @@ static int pf_cmp_size(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
+/* A slice's begin: its alloc's time, or the window's first time for one allocated before it. */
+static int64_t pf_begin(const ms_timeline_t *tl, size_t dev, size_t a, bool timed, int64_t lo_ts) {
+  int64_t t = pf_time(ms_timeline_entry(tl, dev, a), a, timed);
+  return t < lo_ts ? lo_ts : t;
+}
+
 static void pf_allocations(pf_writer_t *w, const ms_attr_t *attr, const ms_timeline_t *tl,
-                           size_t dev, bool timed) {
-  size_t n = ms_timeline_nentries(tl, dev);
-  int64_t last_ts = 0;
-  for (size_t i = 0; i < n; i++) {
+                           size_t dev, bool timed, pf_window_t win) {
+  size_t n = win.hi;
+  int64_t last_ts = 0, lo_ts = INT64_MIN;
+  for (size_t i = win.lo; i < n; i++) {
     const ms_snap_trace_t *e = ms_timeline_entry(tl, dev, i);
-    if (!timed || (e->present & MS_TRACE_HAS_TIME)) last_ts = pf_time(e, i, timed);
+    if (timed && !(e->present & MS_TRACE_HAS_TIME)) continue;
+    last_ts = pf_time(e, i, timed);
+    if (lo_ts == INT64_MIN) lo_ts = last_ts;
   }
   pf_map_t m = {0};
   for (size_t i = 0; i < n && !w->err; i++) {
@@ -236,8 +253,10 @@ static void pf_allocations(pf_writer_t *w, const ms_attr_t *attr, const ms_timel
     if (e->action == MS_TRACE_ALLOC) {
       if (!pf_map_put(&m, e->addr, i)) w->err = MS_ENOMEM;
     } else if (e->action == MS_TRACE_FREE_COMPLETED) {
-      size_t a = pf_map_take(&m, e->addr);
-      if (a != SIZE_MAX) pf_slice(w, attr, tl, dev, a, (int64_t)i, pf_time(e, i, timed), timed);
+      size_t a = pf_map_take(&m, e->addr); /* one freed before the window is not shown */
+      if (a != SIZE_MAX && i >= win.lo)
+        pf_slice(w, attr, tl, dev, a, (int64_t)i, pf_begin(tl, dev, a, timed, lo_ts),
+                 pf_time(e, i, timed));
     }
   }
   /* still alive at the end: in the order of their allocs */
@@ -248,7 +267,7 @@ static void pf_allocations(pf_writer_t *w, const ms_attr_t *attr, const ms_timel
     if (m.slot[j].entry != SIZE_MAX) open[k++] = m.slot[j].entry;
   if (k > 1) qsort(open, k, sizeof *open, pf_cmp_size);
   for (size_t j = 0; j < k && !w->err; j++)
-    pf_slice(w, attr, tl, dev, open[j], -1, last_ts, timed);
+    pf_slice(w, attr, tl, dev, open[j], -1, pf_begin(tl, dev, open[j], timed, lo_ts), last_ts);
   free(open);
   free(m.slot);
 }
@@ -269,7 +288,12 @@ int ms_export_perfetto_write(const ms_timeline_t *tl, const ms_export_perfetto_o
   ms__xbuf_puts(&w.b, ", \"exporter\": \"memsnap\"}, \"traceEvents\": [");
   for (size_t dev = 0; dev < ms_timeline_ndevices(tl) && !w.err; dev++) {
     size_t n = ms_timeline_nentries(tl, dev);
-    if (n == 0) continue;
+    pf_window_t win = {0, n};
+    if (opts && opts->has_range) {
+      win.lo = opts->first < n ? opts->first : n;
+      win.hi = opts->last < n ? opts->last + 1 : n;
+    }
+    if (n == 0 || win.lo >= win.hi) continue;
     bool timed = false;
     for (size_t i = 0; i < n && !timed; i++)
       timed = (ms_timeline_entry(tl, dev, i)->present & MS_TRACE_HAS_TIME) != 0;
@@ -278,9 +302,9 @@ int ms_export_perfetto_write(const ms_timeline_t *tl, const ms_export_perfetto_o
                     "{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": %zu, \"args\": "
                     "{\"name\": \"device %zu\"}}",
                     dev + 1, dev);
-    pf_counters(&w, tl, dev, timed);
-    pf_instants(&w, tl, dev, timed);
-    if (opts && opts->allocations) pf_allocations(&w, attr, tl, dev, timed);
+    pf_counters(&w, tl, dev, timed, win);
+    pf_instants(&w, tl, dev, timed, win);
+    if (opts && opts->allocations) pf_allocations(&w, attr, tl, dev, timed, win);
   }
   ms__xbuf_puts(&w.b, "\n]}\n");
   pf_flush(&w, true);

@@ -293,7 +293,9 @@ static int pp_locations(ms__xbuf_t *b, ms__xbuf_t *tmp, pp_strings_t *strs,
     if (ni < 0 || fi < 0) return MS_ENOMEM;
     pb_int(tmp, 1, f + 1);           /* Function.id */
     pb_int(tmp, 2, (uint64_t)ni);    /* name */
-    pb_int(tmp, 3, (uint64_t)ni);    /* system_name */
+    /* no system_name: pprof "demangles" a function whose name equals its system_name, and its
+     * simplifier drops whatever lies between angle brackets, so that Python's <module> became
+     * <unknown> and merged with every other <...> (issue #31). The names are never mangled. */
     pb_int(tmp, 4, (uint64_t)fi);    /* filename */
     pb_sub(b, PB_PROFILE_FUNCTION, tmp);
   }

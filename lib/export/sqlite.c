@@ -52,7 +52,8 @@ static const char sqlite_schema[] =
     "CREATE TABLE snapshot (file_id INTEGER PRIMARY KEY, file TEXT NOT NULL, rank INTEGER,\n"
     "  producer TEXT NOT NULL, settings TEXT NOT NULL, devices INTEGER NOT NULL,\n"
     "  segments INTEGER NOT NULL, blocks INTEGER NOT NULL, trace_entries INTEGER NOT NULL,\n"
-    "  trace_dropped INTEGER NOT NULL, timeline_error TEXT);\n"
+    "  trace_dropped INTEGER NOT NULL, timeline_error TEXT, peak_allocated INTEGER,\n"
+    "  peak_device INTEGER, peak_entry INTEGER, peak_time_us INTEGER);\n"
     "CREATE TABLE locations (file_id INTEGER NOT NULL, id INTEGER NOT NULL, name TEXT NOT NULL,\n"
     "  filename TEXT NOT NULL, line INTEGER NOT NULL);\n"
     "CREATE TABLE stacks (file_id INTEGER NOT NULL, id INTEGER NOT NULL, depth INTEGER NOT NULL,\n"
@@ -128,7 +129,8 @@ enum {
 enum { STACK_COLS = 4, TRACE_COLS = 14 };
 
 static const char *const sqlite_inserts[ST_COUNT] = {
-    "INSERT INTO snapshot VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+    "INSERT INTO snapshot VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, "
+    "?15)",
     "INSERT INTO locations VALUES (?1, ?2, ?3, ?4, ?5)",
     "INSERT INTO stacks VALUES (?1, ?2, ?3, ?4)",
     "INSERT INTO segments VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
@@ -264,9 +266,34 @@ static void bind_utf8(sqlite3_stmt *st, int i, const char *s) {
   ms__xbuf_release(&t);
 }
 
+/* Binds the file's peak of allocated memory to 12..15 (peak_allocated, peak_device, peak_entry,
+ * peak_time_us): the highest over the devices with a trace, ties to the first device and entry,
+ * as the timeline rows give it; NULLs without a time index. Kept per file so that "which rank
+ * peaked" reads one row per file instead of sorting every timeline row (issue #31). */
+static void sqlite_bind_peak(sqlite3_stmt *st, const ms_timeline_t *tl) {
+  ms_tl_peak_t best = {0};
+  size_t best_dev = SIZE_MAX;
+  for (size_t d = 0; tl && d < ms_timeline_ndevices(tl); d++) {
+    ms_tl_peak_t p;
+    if (ms_timeline_nentries(tl, d) == 0 ||
+        ms_timeline_peak(tl, d, MS_TL_ALLOCATED, 0, SIZE_MAX, &p) != MS_OK)
+      continue;
+    if (best_dev == SIZE_MAX || p.bytes > best.bytes) {
+      best = p;
+      best_dev = d;
+    }
+  }
+  for (int i = 12; i <= 15; i++) sqlite3_bind_null(st, i);
+  if (best_dev == SIZE_MAX) return;
+  bind_u64(st, 12, best.bytes);
+  bind_u64(st, 13, best_dev);
+  sqlite3_bind_int64(st, 14, best.entry);
+  if (best.has_time) sqlite3_bind_int64(st, 15, best.time_us);
+}
+
 static int sqlite_add_snapshot_row(ms_export_sqlite_t *x, const ms_snapshot_t *snap,
-                                   const char *name, bool has_rank, int64_t rank,
-                                   const char *tl_error) {
+                                   const ms_timeline_t *tl, const char *name, bool has_rank,
+                                   int64_t rank, const char *tl_error) {
   sqlite3_stmt *st = x->st[ST_SNAPSHOT];
   uint64_t dropped = 0;
   for (size_t d = 0; d < snap->ndevices; d++) dropped += snap->devices[d].trace_dropped;
@@ -287,6 +314,7 @@ static int sqlite_add_snapshot_row(ms_export_sqlite_t *x, const ms_snapshot_t *s
     bind_utf8(st, 11, tl_error);
   else
     sqlite3_bind_null(st, 11);
+  sqlite_bind_peak(st, tl);
   return sqlite_step(st);
 }
 
@@ -587,7 +615,7 @@ int ms_export_sqlite_add(ms_export_sqlite_t *x, const ms_snapshot_t *snap,
       return err == MS_ENOMEM ? ms__errbuf_set(eb, MS_ENOMEM, "out of memory") : err;
     }
   }
-  int rc = sqlite_add_snapshot_row(x, snap, name, has_rank, rank, timeline_error);
+  int rc = sqlite_add_snapshot_row(x, snap, tl, name, has_rank, rank, timeline_error);
   if (rc == SQLITE_OK) rc = sqlite_add_stacks(x, snap);
   if (rc == SQLITE_OK) rc = sqlite_add_segments(x, snap, has_rank, rank, attr, bcat);
   if (rc == SQLITE_OK) rc = sqlite_add_trace(x, snap, tl, has_rank, rank);
@@ -640,4 +668,118 @@ bool ms_export_rank_from_name(const char *path, int64_t *rank) {
   }
   *rank = v;
   return true;
+}
+
+/* ---- CSV: the tables as gzip'd CSV files (issue #31) -------------------------------------- */
+
+/* The files of ms_export_sqlite_csv and the query each is read with (docs/exports.md gives the
+ * columns): the ones an engine that reads CSV (DuckDB, Spark, Polars, pandas) needs. */
+static const struct {
+  const char *file, *sql;
+} csv_tables[] = {
+    {"snapshots.csv.gz", "SELECT file_id, file, rank, producer, settings, devices, segments, "
+                         "blocks, trace_entries, trace_dropped, timeline_error FROM snapshot "
+                         "ORDER BY file_id"},
+    {"peaks.csv.gz", "SELECT file_id, rank, file, peak_allocated, peak_device, peak_entry, "
+                     "peak_time_us FROM snapshot ORDER BY file_id"},
+    {"allocations.csv.gz", "SELECT * FROM allocations ORDER BY rowid"},
+    {"trace.csv.gz", "SELECT file_id, rank, device, id, action, addr, size, stream, time_us, "
+                     "frames_id, allocated, reserved, active, requested FROM trace_rows "
+                     "ORDER BY rowid"},
+    {"stacks.csv.gz", "SELECT file_id, id, depth, frames FROM frames ORDER BY file_id, id"},
+};
+
+/* One CSV field (RFC 4180): NULL as nothing, a number as digits, text always quoted, with its
+ * quotes doubled, so that an empty text ("") and NULL differ. */
+static void csv_field(ms__xbuf_t *b, sqlite3_stmt *st, int c) {
+  switch (sqlite3_column_type(st, c)) {
+  case SQLITE_NULL:
+    return;
+  case SQLITE_INTEGER:
+    ms__xbuf_printf(b, "%lld", (long long)sqlite3_column_int64(st, c));
+    return;
+  case SQLITE_FLOAT:
+    ms__xbuf_printf(b, "%.17g", sqlite3_column_double(st, c));
+    return;
+  default: {
+    const char *t = (const char *)sqlite3_column_text(st, c);
+    ms__xbuf_puts(b, "\"");
+    for (const char *q; t && (q = strchr(t, '"')); t = q + 1) {
+      ms__xbuf_put(b, t, (size_t)(q - t) + 1);
+      ms__xbuf_puts(b, "\"");
+    }
+    if (t) ms__xbuf_puts(b, t);
+    ms__xbuf_puts(b, "\"");
+  }
+  }
+}
+
+/* Writes the rows of st, a header line first, through sink. @return MS_OK, MS_ENOMEM, MS_EIO
+ * (SQLite's error) or the sink's error. */
+static int csv_rows(sqlite3_stmt *st, ms_sink_t *sink, ms__xbuf_t *b) {
+  int n = sqlite3_column_count(st), err = MS_OK, rc;
+  for (int c = 0; c < n; c++) {
+    if (c) ms__xbuf_puts(b, ",");
+    ms__xbuf_puts(b, sqlite3_column_name(st, c));
+  }
+  ms__xbuf_puts(b, "\r\n");
+  while (err == MS_OK && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+    for (int c = 0; c < n; c++) {
+      if (c) ms__xbuf_puts(b, ",");
+      csv_field(b, st, c);
+    }
+    ms__xbuf_puts(b, "\r\n");
+    if (b->oom) return MS_ENOMEM;
+    if (b->len >= (1u << 20)) {
+      err = sink->write(sink->ctx, b->ptr, b->len);
+      b->len = 0;
+    }
+  }
+  if (err != MS_OK) return err;
+  if (rc != SQLITE_DONE) return MS_EIO;
+  if (b->oom) return MS_ENOMEM;
+  if (b->len) err = sink->write(sink->ctx, b->ptr, b->len);
+  b->len = 0;
+  return err;
+}
+
+int ms_export_sqlite_csv(const char *db_path, const char *dir, ms_errbuf_t *eb) {
+  sqlite3 *db = NULL;
+  if (sqlite3_open_v2(db_path, &db, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK) {
+    int err = ms__errbuf_set(eb, MS_EIO, "'%s': %s", db_path, db ? sqlite3_errmsg(db) : "");
+    sqlite3_close(db);
+    return err;
+  }
+  ms__xbuf_t b = {0};
+  int err = MS_OK;
+  for (size_t i = 0; i < sizeof csv_tables / sizeof *csv_tables && err == MS_OK; i++) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, csv_tables[i].file);
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(db, csv_tables[i].sql, -1, &st, NULL) != SQLITE_OK) {
+      err = ms__errbuf_set(eb, MS_EIO, "'%s': %s", db_path, sqlite3_errmsg(db));
+      break;
+    }
+    FILE *f = fopen(path, "wb");
+    ms_sink_t file, gz;
+    ms_gzip_sink_t *z = NULL;
+    if (!f) {
+      err = ms__errbuf_set(eb, MS_EIO, "cannot write '%s'", path);
+    } else {
+      ms_sink_init_file(&file, f);
+      err = ms_gzip_sink_create(&file, 6, &z, &gz);
+      if (err == MS_OK) err = csv_rows(st, &gz, &b);
+      if (err == MS_OK) err = ms_gzip_sink_finish(z);
+      ms_gzip_sink_destroy(z);
+      if (fclose(f) != 0 && err == MS_OK) err = MS_EIO;
+      if (err != MS_OK)
+        ms__errbuf_set(eb, err, "cannot write '%s': %s", path,
+                       err == MS_EIO && sqlite3_errcode(db) != SQLITE_OK ? sqlite3_errmsg(db)
+                                                                        : ms_strerror(err));
+    }
+    sqlite3_finalize(st);
+  }
+  ms__xbuf_release(&b);
+  sqlite3_close(db);
+  return err;
 }
