@@ -250,6 +250,12 @@
       ok("the last event shows the snapshot's blocks", h.state.blocks.size === live, h.state.blocks.size + " vs " + live);
     } else {
       ok("no trace: the map shows the snapshot", h.drawn && h.drawn.segments === D.segments.length);
+      /* issue #30 defect 4: the keys of the list do nothing (no TypeError) without a trace */
+      var keyErr = [];
+      window.addEventListener("error", function (e) { keyErr.push(e.message); });
+      ["ArrowDown", "ArrowUp", "End", "Home", "PageDown", "PageUp"].forEach(key);
+      ok("no trace: the history's keys raise nothing", keyErr.length === 0 && status() === "ready"
+         && h.drawn.segments === D.segments.length, keyErr.join(" "));
       if (n === 0) {
         api.show("timeline");
         ok("no trace: the timeline says why", document.querySelector(".info").textContent.indexOf("The snapshot has no trace") === 0);
@@ -353,6 +359,15 @@
     ok("pools: entry steps", Array.from(PT.entryStep).join() === "0,0,1,1,5,6,7,11,11,15,15", Array.from(PT.entryStep).join());
     var v = api.view;
     v.setWindow(0, PT.nT);
+    /* issue #30 defect 3: the envelope's outline is drawn on the overlay (above its stripes) along
+     * its top (4 MiB from step 4), and not inside it */
+    var oc = document.querySelectorAll(".plot canvas")[1], ox = oc.getContext("2d");
+    function outlined(t, b) {
+      var p = v.canvasToClient(t, b), d = ox.getImageData(Math.round(p[0]) - 1, Math.round(p[1]) - 2, 3, 5).data;
+      for (var k = 0; k < d.length; k += 4) if (d[k] === 0x77 && d[k + 1] === 0 && d[k + 2] === 0x88 && d[k + 3] > 200) return true;
+      return false;
+    }
+    ok("pools: the envelope's outline is drawn", outlined(10, 4 * M) && outlined(12, 4 * M) && !outlined(10, 3 * M));
     var xy = v.canvasToClient(10, 2.5 * M);
     var over = document.querySelectorAll(".plot canvas")[1], r = over.getBoundingClientRect();
     over.dispatchEvent(new MouseEvent("click", { clientX: r.left + xy[0], clientY: r.top + xy[1], bubbles: true }));
@@ -366,6 +381,17 @@
     var TL = api.timeline, n12 = 0;
     for (var s = 0; s < TL.n; s++) if (s !== TL.summ && api.elementPool(TL, s) === "1,2") n12++;
     ok("pools: B, C and G are in the pool on the memory timeline", n12 === 3, String(n12));
+    /* issue #30 defect 2: the pool on hover is PyTorch's (device, pool) of every band: A and D
+     * in the default pool (0, 0), B, C and the ghost block G in the private pool (1, 2) */
+    var wantPool = ["0, 0", "1, 2", "1, 2", "0, 0", "1, 2"], badPool = "";
+    [TL, PT].forEach(function (tl) {
+      for (var s = 0; s < tl.n; s++) {
+        var e = tl.elem[s], txt = api.elementText(tl, s);
+        if (e >= 0 && txt.indexOf(", pool_id (" + wantPool[e] + ")") < 0) badPool += " " + e + ": " + txt.split("\n")[0];
+        if (e <= -2 && txt.indexOf("Private pool (1, 2)") !== 0) badPool += " envelope";
+      }
+    });
+    ok("pools: the hover shows PyTorch's pool of every band", badPool === "", badPool);
     api.range(3, 5);
     var w = api.view.window(), st = api.entrySteps(TL);
     ok("pools: range 3..5 of the memory timeline", w[0] === st[3] && w[1] === st[6], w + " vs " + st[3] + "," + st[6]);

@@ -110,6 +110,7 @@
   }
 
   function hexAddr(i) { return D.trace.addr[i].toString(16); }
+  /* the trace's own pool column (segment events carry it; an alloc's is found by address) */
   function poolOf(i) { var k = D.trace.pool[i]; return k >= 0 ? D.pools[k] : null; }
   var STK = null; /* the stacks (data.js), decoded one at a time */
   function stackFrames(st) { return STK ? STK.frames(st) : new Uint32Array(0); }
@@ -137,7 +138,11 @@
     if (us < 0) return "Invalid Date";
     return new Date(us / 1000).toString();
   }
-  function poolText(p) { return p ? "pool_id (" + p[0] + ", " + p[1] + ")" : "pool_id unknown"; }
+  /* the pool as PyTorch's hover writes it, from the Pool filter's address lookup (elementPool) */
+  function poolText(p) {
+    if (typeof p === "string") p = p && p !== "unknown" ? p.split(",") : null;
+    return p ? "pool_id (" + p[0] + ", " + p[1] + ")" : "pool_id unknown";
+  }
 
   /* The global block index k -> [segment, block index inside it, address]. */
   var blockIndex = null;
@@ -272,7 +277,7 @@
       var act = tr.action[src], pre = tl.segmentsView ? "s'" : "b'";
       lines.push("Addr: " + pre + hexAddr(src) + "_" + tr.ver[src] + ", Size: " + fmtBoth(size)
         + " allocation, Total memory used after allocation: " + fmtBoth(after) + ", stream "
-        + streamName(tr.stream[src]) + ", " + poolText(poolOf(src)) + ", timestamp "
+        + streamName(tr.stream[src]) + ", " + poolText(elementPool(tl, s)) + ", timestamp "
         + fmtTime(tr.time[src]));
       if (act !== A.ALLOC && act !== A.SEG_ALLOC)
         lines.push("alloc not recorded, stack trace for free:");
@@ -288,7 +293,8 @@
         var b = snapBlock(k);
         var addr = b ? b[2].toString(16) : "?";
         lines.push("Addr: b'" + addr + "_" + (b ? versions().bver.get(b[2]) || 0 : 0) + ", Size: "
-          + fmtBoth(size) + " allocation, stream " + (b ? streamName(b[0].stream) : "?"));
+          + fmtBoth(size) + " allocation, stream " + (b ? streamName(b[0].stream) : "?") + ", "
+          + poolText(elementPool(tl, s)));
         lines.push("This block was allocated before the trace starts (it is alive in the "
           + "snapshot, its alloc is not in the trace).");
         lines.push(stackText(b ? b[0].blocks[b[1]][3] : -1));
@@ -445,6 +451,7 @@
 
   /* ---- the timeline view: canvas, level of detail, zoom and pan, hover ---------------------- */
 
+  var ENV_COLOR = "#708"; /* a private pool's envelope outline */
   function timelineView(root, tl, title) {
     var self = { name: title };
     if (tl.n === 0 || tl.elementsLength === 0) {
@@ -686,6 +693,7 @@
         });
         octx.setLineDash([]);
       }
+      envelopes();
       if (pinned >= 0) outline(pinned, "#000");
       if (hover >= 0 && hover !== pinned) outline(hover, "#333");
       if (selectedT >= 0) {
@@ -694,6 +702,23 @@
         octx.beginPath(); octx.moveTo(x, pad.t); octx.lineTo(x, H - pad.b); octx.stroke();
       }
       octx.restore();
+    }
+    /* each private pool's envelope (its reserved memory), outlined above its stripes and named */
+    function envelopes() {
+      if (!tl.envelopes || !tl.envelopes.length) return;
+      if (!tl.envSeries) {
+        tl.envSeries = [];
+        for (var k = 0; k < tl.n; k++) if (tl.elem[k] <= -2) tl.envSeries.push(k);
+      }
+      tl.envSeries.forEach(function (s) {
+        var e = tl.elem[s];
+        if (tl.tmax[s] < x0 || tl.tmin[s] > x1 || !shown(tl, s)) return;
+        outline(s, ENV_COLOR);
+        var env = tl.envelopes[-2 - e], i = Math.max(tl.first[s], lowerBound(tl.T, tl.first[s], tl.first[s + 1] - 1, x0));
+        octx.fillStyle = ENV_COLOR; octx.font = "11px sans-serif";
+        octx.fillText("private pool (" + env.pool[0] + ", " + env.pool[1] + ")",
+                      Math.max(pad.l, X(tl.T[i])) + 4, Yp(tl.O[i] + tl.S[i]) + 13);
+      });
     }
     function drawMini() {
       mctx.clearRect(0, 0, MW, MH);
@@ -1005,6 +1030,7 @@
       else list.scrollTop = i / Math.max(1, n - vis) * (list.scrollHeight - list.clientHeight);
     }
     function select(i) {
+      if (n === 0) return; /* no trace: no event to select (the keys do nothing) */
       sel = Math.max(0, Math.min(n - 1, i));
       st.moveTo(sel + 1);
       hash.event = sel; writeHash();
@@ -1472,6 +1498,7 @@
     rb.addEventListener("change", rangeInput);
     rclear.addEventListener("click", function () { setRange(null, null); });
     api.range = setRange;
+    api.elementText = elementText;
     var search = el("span", "", bar);
     var la = el("label", "", search, "address "), ia = el("input", "", la);
     var lt = el("label", "", search, " frame "), it = el("input", "", lt);
