@@ -74,6 +74,7 @@
       ok("no private pool: the pools view is the memory timeline", PT.n === (TL.summ >= 0 ? TL.n - 1 : TL.n) && PT.maxAt.length === TL.maxAt.length);
     if (window.EXPECT_POOLS) poolsCase(PT);
     categoriesCase(D, TL);
+    if (window.EXPECT_FRAMES) framesCase(D, TL);
     if (window.EXPECT_STACKS) {
       /* view_stacks.py: entry k has the stack [f<k+1>, f0]; 300 frames follow f0 */
       var bad = -1;
@@ -99,12 +100,17 @@
       var over = document.querySelectorAll(".plot canvas")[1], r = over.getBoundingClientRect();
       over.dispatchEvent(new MouseEvent("click", { clientX: r.left + xy[0], clientY: r.top + xy[1], bubbles: true }));
       var src = TL.sources[TL.elem[best]], st = src >= 0 ? D.trace.stack[src] : -2;
-      var want = st >= 0 && api.stackFrames(st).length ? frameText(D, api.stackFrames(st)[0]) : "";
+      /* its innermost frame that PyTorch's viewer shows (frames.js) */
+      var kept = st >= 0 ? Array.from(api.stackFrames(st)).filter(function (f) {
+        return window.memsnapFrames.keep(String(D.frames[f][0]), String(D.frames[f][2])); }) : [];
+      var want = kept.length ? frameText(D, kept[0]) : "";
       var info = v.info.textContent;
       ok("click shows the band's size", info.indexOf("(" + TL.size[best] + " bytes) allocation") >= 0,
          "band " + best + " t " + t + " off " + off + " size " + TL.size[best] + " xy " + xy + " info " + info.slice(0, 200));
       ok("click shows the band's stack", info.indexOf(want) >= 0, want);
       measure.clicked_text = info.slice(0, 300);
+      ok("no timestamp: not 'Invalid Date'", info.indexOf("Invalid Date") < 0, info.slice(0, 200));
+      axisLabels(v, "whole run");
       /* search by that band's address and by a frame's text: counts as counted from the data */
       var addr = src >= 0 ? api.hexAddr(src) : "";
       if (addr) {
@@ -118,7 +124,7 @@
         ok("search by address counts", res.addr === byAddr && byAddr >= 1, res.addr + " vs " + byAddr);
       }
       if (want) {
-        var needle = D.frames[api.stackFrames(st)[0]][2].slice(0, 12).toLowerCase(), byText = 0;
+        var needle = D.frames[kept[0]][2].slice(0, 12).toLowerCase(), byText = 0;
         for (s = 0; s < TL.n; s++) {
           if (s === TL.summ) continue;
           var q2 = TL.sources[TL.elem[s]], st2 = q2 >= 0 ? D.trace.stack[q2] : -1;
@@ -187,6 +193,9 @@
       var bigAll = v.stats.big;
       v.setWindow(Math.max(0, TL.peakT - 20), TL.peakT + 20);
       ok("zooming in splits small bands", v.stats.big >= Math.min(bigAll, 1), v.stats.big + " vs " + bigAll);
+      v.setWindow(TL.nT - 4, TL.nT);
+      axisLabels(v, "4 steps at the end");
+      v.setWindow(0, TL.nT);
     }
     /* what is alive at the peak, as CSV and JSON: one row per band alive there */
     api.select(TL.peakT);
@@ -340,6 +349,40 @@
     api.colorBy("allocation");
   }
 
+  /* issue #30 defect 7: every label of the timeline's axes inside the canvas (the last tick, the
+   * peak's label), and no tick twice */
+  function axisLabels(v, when) {
+    var W = document.querySelector(".plot canvas").width, L = v.labels || [], ticks = {}, twice = "";
+    L.forEach(function (l) { if (/^[0-9]+$/.test(l[0])) { if (ticks[l[0]]) twice += " " + l[0]; ticks[l[0]] = 1; } });
+    ok("axes (" + when + "): every label inside the canvas", L.length >= 2 && L.every(function (l) { return l[1] >= 0 && l[2] <= W; }),
+       JSON.stringify(L) + " W " + W);
+    ok("axes (" + when + "): each tick once", twice === "", twice);
+  }
+  /* issue #30 defects 6 and 7: view_frames.py's stacks (entries 0, 1, 2) */
+  function framesCase(D, TL) {
+    function bandOf(entry) {
+      for (var s = 0; s < TL.n; s++) if (s !== TL.summ && TL.sources[TL.elem[s]] === entry) return s;
+      return -1;
+    }
+    var t0 = api.elementText(TL, bandOf(0));
+    ok("frames: PyTorch's hidden frames are hidden", t0.indexOf("user.py:10:layer\ntrain.py:1:main") >= 0
+       && !/torch::unwind|CapturedTraceback|CUDACachingAllocator|RegisterCUDA|_PyEval/.test(t0) && t0.indexOf("5 frames") >= 0, t0);
+    api.allFrames(true);
+    var t1 = api.elementText(TL, bandOf(0));
+    ok("frames: all frames on the toggle", t1.indexOf("torch::unwind::unwind()") >= 0 && t1.indexOf("_PyEval_EvalFrameDefault") >= 0
+       && t1.indexOf("RegisterCUDA") >= 0 && document.location.hash.indexOf("frames=all") >= 0, t1);
+    api.allFrames(false);
+    var t2 = api.elementText(TL, bandOf(2));
+    ok("frames: a right-to-left override is shown escaped", t2.indexOf("x\\u2067y.py:7:evil\\u202egnp.exe") >= 0
+       && !/[\u202a-\u202e\u2066-\u2069]/.test(t2), t2);
+    api.select(TL.peakT);
+    api.show("flame");
+    var fl = api.view;
+    ok("frames: the flame graph draws the innermost frame of a deep stack", fl.depth >= 150 && fl.drawnDepth === fl.depth,
+       fl.depth + " vs " + fl.drawnDepth);
+    ok("frames: the flame graph hides PyTorch's hidden frames", fl.depth === 150, String(fl.depth));
+    api.show("timeline");
+  }
   function poolsCase(PT) {
     var M = 1048576, want = [
       ["envelope", -2, [0, 1, 4, 15], [0, 0, 0, 0], [M, M, 4 * M, 4 * M]],

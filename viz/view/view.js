@@ -114,9 +114,23 @@
   function poolOf(i) { var k = D.trace.pool[i]; return k >= 0 ? D.pools[k] : null; }
   var STK = null; /* the stacks (data.js), decoded one at a time */
   function stackFrames(st) { return STK ? STK.frames(st) : new Uint32Array(0); }
-  function frameText(fi) {
+  function frameRaw(fi) {
     var f = D.frames[fi];
     return f[0] + ":" + f[1] + ":" + f[2];
+  }
+  /* a frame as shown: its bidirectional controls and lone surrogates escaped (frames.js) */
+  function frameText(fi) { return window.memsnapFrames.safe(frameRaw(fi)); }
+  /* The frames of a stack that are shown: without those PyTorch's viewer leaves out (frames.js),
+   * unless the "all frames" box is ticked. */
+  var allFrames = false, keptFrame = null;
+  function shownFrames(st) {
+    var fr = stackFrames(st);
+    if (allFrames) return fr;
+    if (!keptFrame) {
+      keptFrame = new Uint8Array(D.frames.length);
+      D.frames.forEach(function (f, i) { keptFrame[i] = window.memsnapFrames.keep(String(f[0]), String(f[2])) ? 1 : 2; });
+    }
+    return fr.filter(function (f) { return keptFrame[f] === 1; });
   }
   /* Innermost first, consecutive duplicates collapsed as the viewer does. */
   function stackText(stack) {
@@ -124,7 +138,7 @@
     if (stack < 0 || stack >= D.nstacks || stackFrames(stack).length === 0)
       return "No frames recorded: the block was allocated before recording started, the "
         + "recording kept no stacks, or the entry fell out of the ring buffer.";
-    var fr = stackFrames(stack), out = [], i = 0;
+    var fr = shownFrames(stack), out = [], i = 0, hidden = stackFrames(stack).length - fr.length;
     while (i < fr.length) {
       var j = i + 1;
       while (j < fr.length && fr[j] === fr[i]) j++;
@@ -132,10 +146,12 @@
       if (j - i > 1) out.push("<repeats " + (j - i - 1) + " times>");
       i = j;
     }
+    if (hidden) out.push("(" + hidden + " frame" + (hidden > 1 ? "s" : "") + " of the unwinder, the interpreter, "
+      + "the dispatcher or the allocator hidden, as PyTorch's viewer hides them: tick \"all frames\")");
     return out.join("\n");
   }
   function fmtTime(us) {
-    if (us < 0) return "Invalid Date";
+    if (us < 0) return "not recorded";
     return new Date(us / 1000).toString();
   }
   /* the pool as PyTorch's hover writes it, from the Pool filter's address lookup (elementPool) */
@@ -277,8 +293,8 @@
       var act = tr.action[src], pre = tl.segmentsView ? "s'" : "b'";
       lines.push("Addr: " + pre + hexAddr(src) + "_" + tr.ver[src] + ", Size: " + fmtBoth(size)
         + " allocation, Total memory used after allocation: " + fmtBoth(after) + ", stream "
-        + streamName(tr.stream[src]) + ", " + poolText(elementPool(tl, s)) + ", timestamp "
-        + fmtTime(tr.time[src]));
+        + streamName(tr.stream[src]) + ", " + poolText(elementPool(tl, s))
+        + (tr.time[src] >= 0 ? ", timestamp " + fmtTime(tr.time[src]) : ", no timestamp recorded"));
       if (act !== A.ALLOC && act !== A.SEG_ALLOC)
         lines.push("alloc not recorded, stack trace for free:");
       lines.push(stackText(tr.stack[src]));
@@ -654,17 +670,26 @@
         var b = Y * i / 4, y = Yp(b);
         ctx.fillText(fmtSize(b), 4, y + 4);
       }
-      for (i = 0; i <= 5; i++) {
-        var t = x0 + (x1 - x0) * i / 5;
-        ctx.fillText(String(Math.round(t)), X(t) - 10, H - 5);
+      /* whole timesteps, each once, at a round spacing; every label inside the canvas */
+      var labels = self.labels = [];
+      function label(text, x, y) {
+        var w = ctx.measureText(text).width, lx = Math.max(0, Math.min(W - 1 - w, x));
+        ctx.fillText(text, lx, y);
+        labels.push([text, lx, lx + w]);
       }
-      /* the peak */
+      var step = Math.max(1, niceStep((x1 - x0) / 5));
+      for (var tk = Math.ceil(x0 / step) * step; tk <= x1 + 1e-9; tk += step) {
+        var txt = String(Math.round(tk));
+        label(txt, X(tk) - ctx.measureText(txt).width / 2, H - 5);
+      }
+      /* the peak: its label left of the line where it would pass the right edge */
       var px = X(tl.peakT);
       if (px >= pad.l && px <= W - pad.r) {
         ctx.strokeStyle = "#d00"; ctx.setLineDash([4, 3]);
         ctx.beginPath(); ctx.moveTo(px, pad.t); ctx.lineTo(px, H - pad.b); ctx.stroke();
         ctx.setLineDash([]);
-        ctx.fillStyle = "#d00"; ctx.fillText("peak " + fmtSize(tl.maxAt[tl.peakT]), px + 3, pad.t + 10);
+        var pt = "peak " + fmtSize(tl.maxAt[tl.peakT]), pw = ctx.measureText(pt).width;
+        ctx.fillStyle = "#d00"; label(pt, px + 3 + pw > W - 1 ? px - 3 - pw : px + 3, pad.t + 10);
       }
       /* each out-of-memory error, where its entry takes effect */
       oomSteps(tl).forEach(function (t) {
@@ -675,6 +700,11 @@
         ctx.setLineDash([]); ctx.lineWidth = 1;
         ctx.fillStyle = "#b00"; ctx.fillText("OOM", ox + 30 > W ? ox - 28 : ox + 3, pad.t + 22);
       });
+    }
+    /* 1, 2 or 5 times a power of ten, at least d */
+    function niceStep(d) {
+      var p = Math.pow(10, Math.floor(Math.log10(Math.max(d, 1e-9))));
+      return d <= p ? p : d <= 2 * p ? 2 * p : d <= 5 * p ? 5 * p : 10 * p;
     }
     function outline(s, style) {
       octx.beginPath();
@@ -799,7 +829,7 @@
         if (text) {
           var st = elementStack(tl, s);
           if (!stackMatch.has(st)) stackMatch.set(st, st >= 0 && st < D.nstacks && stackFrames(st).some(function (f) {
-            return frameText(f).toLowerCase().indexOf(text) >= 0; }));
+            return frameRaw(f).toLowerCase().indexOf(text) >= 0; }));
           if (stackMatch.get(st)) { v |= 2; nt++; }
         }
         m[s] = v;
@@ -1151,7 +1181,7 @@
     var alive = [];
     for (var s = 0; s < tl.n; s++) if (s !== tl.summ && tl.tmin[s] <= t && tl.tmax[s] > t) alive.push(s);
     alive.forEach(function (s) {
-      var st = elementStack(tl, s), fr = st >= 0 && st < D.nstacks ? stackFrames(st) : [], node = root0;
+      var st = elementStack(tl, s), fr = st >= 0 && st < D.nstacks ? shownFrames(st) : [], node = root0;
       node.value += tl.size[s];
       for (var i = fr.length - 1; i >= -1; i--) {
         var name = i >= 0 ? frameText(fr[i]) : "<no frames>";
@@ -1199,14 +1229,22 @@
     bcsv.addEventListener("click", function () { download(self.csv(), "text/csv", "csv"); });
     bjson.addEventListener("click", function () { download(self.json(), "application/json", "json"); });
     var focus = root0, boxes = [];
+    function depthOf(node) {
+      var d = 0;
+      node.kids.forEach(function (k) { d = Math.max(d, 1 + depthOf(k)); });
+      return d;
+    }
+    /* a deep stack makes the canvas taller than the plot, which scrolls (the root at the bottom) */
+    plot.style.overflowY = "auto";
     function draw() {
-      var r = plot.getBoundingClientRect(), W = Math.max(200, r.width | 0), H = Math.max(100, r.height | 0);
+      var r = plot.getBoundingClientRect(), W = Math.max(200, r.width | 0) - 16, rh = 16;
+      var depth = depthOf(focus), H = Math.max(Math.max(100, r.height | 0), (depth + 1) * rh);
       cv.width = W; cv.height = H; ctx.clearRect(0, 0, W, H); boxes = [];
-      var rh = 16;
+      self.depth = depth; self.drawnDepth = 0;
       function rec(node, x, w, depth) {
         if (w < 0.5) return;
         var y = H - (depth + 1) * rh;
-        if (y < -rh) return;
+        self.drawnDepth = Math.max(self.drawnDepth, depth);
         ctx.fillStyle = depth === 0 ? "#bbb" : "hsl(" + (20 + (node.name.length * 37) % 40) + ",80%," + (55 + (node.name.length * 7) % 15) + "%)";
         ctx.fillRect(x, y, w - 0.5, rh - 1);
         boxes.push([x, y, w, rh, node]);
@@ -1219,10 +1257,8 @@
         var cx = x;
         kids.forEach(function (k) { var kw = w * k.value / node.value; rec(k, cx, kw, depth + 1); cx += kw; });
       }
-      var d = 0;
-      for (var p = focus; p.parent; p = p.parent) d++;
       rec(focus, 0, W, 0);
-      void d;
+      plot.scrollTop = plot.scrollHeight;
     }
     cv.addEventListener("mousemove", function (ev) {
       for (var i = 0; i < boxes.length; i++) {
@@ -1433,7 +1469,7 @@
   function build() {
     app.textContent = "";
     var bar = el("div", "bar", app);
-    el("span", "title", bar, D.title || "snapshot");
+    el("span", "title", bar, window.memsnapFrames.safe(D.title || "snapshot"));
     var lv = el("label", "", bar, "View ");
     var sel = el("select", "", lv);
     VIEWS.forEach(function (v) { var o = el("option", "", sel, v[1]); o.value = v[0]; });
@@ -1480,6 +1516,19 @@
     psel.addEventListener("change", function () { setPool(psel.value); });
     api.pool = setPool;
     categoryControls(bar);
+    /* the frame filter: PyTorch's viewer hides the unwinder's and the interpreter's frames */
+    var lf = el("label", "", bar), fbox = el("input", "", lf);
+    el("span", "", lf, "all frames");
+    fbox.type = "checkbox";
+    lf.title = "Show the frames PyTorch's viewer hides (torch::unwind, gather, _PyEval_EvalFrameDefault, "
+      + "Register..., the caching allocator's)";
+    function setAllFrames(on) {
+      allFrames = !!on; fbox.checked = allFrames;
+      hash.frames = allFrames ? "all" : ""; writeHash();
+      if (current) showView(sel.value, bar, holder);
+    }
+    fbox.addEventListener("change", function () { setAllFrames(fbox.checked); });
+    api.allFrames = setAllFrames;
     /* the time-range selector: trace entries A..B (the timelines show only the steps of those) */
     var lr = el("label", "", bar, "Entries "), ra = el("input", "range", lr);
     el("span", "", lr, " to ");
@@ -1520,6 +1569,7 @@
     var first = hash.view || D.view || "timeline";
     if (!VIEWS.some(function (v) { return v[0] === first; })) first = "timeline";
     if (hash.t !== undefined) selectedT = +hash.t;
+    allFrames = hash.frames === "all"; fbox.checked = allFrames;
     if (hash.pool !== undefined && (hash.pool === "unknown" || pools[hash.pool])) {
       poolFilter = hash.pool; psel.value = hash.pool;
     }
