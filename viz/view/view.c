@@ -517,7 +517,7 @@ static int view_page(vw_t *w, view_ctx_t *c) {
              "<meta name=\"viewport\" content=\"width=device-width\">\n"
              "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; "
              "script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:; "
-             "connect-src 'none'\">\n<title>memsnap view: ");
+             "worker-src blob:; connect-src 'none'\">\n<title>memsnap view: ");
   vw_html(w, c->o->title ? c->o->title : "");
   vw_puts(w, "</title>\n<style>\n");
   vw_raw(w, ms__view_css, ms__view_css_len);

@@ -465,6 +465,61 @@
     return tl.O[lo];
   }
 
+  /* ---- search (search.js): an index of the stacks and of each timeline's bands -------------- */
+
+  var searcher = null, searchEngine = null, searchKeys = 0;
+  function searchQuery(addr, text) {
+    return { addr: (addr || "").toLowerCase().replace(/^0x/, "").replace(/^[bs]'/, ""),
+             text: (text || "").toLowerCase() };
+  }
+  function searchInit() {
+    var B = D.traceBin, sec = {};
+    ["ranks", "ranks_hi", "ranks_lo", "ranks_big", "succ_count", "succ", "n", "at"].forEach(function (k) {
+      sec["stacks." + k] = B["stacks." + k];
+    });
+    return { frames: D.frames.map(function (f, i) { return frameRaw(i).toLowerCase(); }), sections: sec,
+             nframes: D.frames.length };
+  }
+  /* each series' stack and address (-1: none), once per timeline */
+  function searchSeries(tl) {
+    if (!tl.search) {
+      var n = tl.n, stack = new Int32Array(n), addr = new Float64Array(n);
+      for (var s = 0; s < n; s++) {
+        var e = tl.elem[s];
+        stack[s] = s === tl.summ ? -1 : elementStack(tl, s);
+        addr[s] = s === tl.summ || e < 0 ? -1 : parseInt(elementAddr(tl, s) || "-1", 16);
+      }
+      tl.search = { key: "k" + (++searchKeys), stack: stack, addr: addr, sent: false };
+    }
+    return tl.search;
+  }
+  /* the same matching, run to its end on the main thread (the API's search; no worker) */
+  function searchSync(tl, addr, text) {
+    if (!D.traceBin) return { addr: 0, text: 0, match: null }; /* nothing to find before the trace is read */
+    if (!searchEngine) { searchEngine = window.memsnapSearch.engine(); searchEngine.init(searchInit(), window.memsnapData.stacks); }
+    var x = searchSeries(tl), q = searchQuery(addr, text), it, r;
+    searchEngine.series(x);
+    q.key = x.key; q.slice = Infinity;
+    it = searchEngine.query(q);
+    while (!(r = it.next()).done) { /* one slice */ }
+    r.value.match = q.addr || q.text ? r.value.match : null;
+    return r.value;
+  }
+  /* in the worker: null where none could be made (then searchSync) */
+  function searchAsync(tl, addr, text, onProgress) {
+    if (searcher === null) {
+      searcher = window.memsnapSearch.start(window.memsnapData.stacks) || false;
+      if (searcher) searcher.init.apply(null, (function (m) { return [m.frames, m.sections, m.nframes]; })(searchInit()));
+    }
+    if (!searcher) return null;
+    var x = searchSeries(tl), q = searchQuery(addr, text);
+    if (!x.sent) { searcher.series(x.key, x.stack, x.addr); x.sent = true; }
+    return searcher.query(x.key, q.addr, q.text, onProgress).then(function (r) {
+      if (r && !q.addr && !q.text) r.match = null;
+      return r;
+    });
+  }
+
   /* ---- the timeline view: canvas, level of detail, zoom and pan, hover ---------------------- */
 
   var ENV_COLOR = "#708"; /* a private pool's envelope outline */
@@ -817,26 +872,12 @@
         if (s !== tl.summ && tl.tmin[s] <= t && tl.tmax[s] > t) out.push(s);
       return out;
     };
+    /* the search's answer (search.js): 1 address, 2 frame, 3 both, per series */
+    self.setMatches = function (m) { matches = m; drawOverlay(); };
     self.search = function (addr, text) {
-      addr = (addr || "").toLowerCase().replace(/^0x/, "").replace(/^[bs]'/, "");
-      text = (text || "").toLowerCase();
-      var na = 0, nt = 0, m = [];
-      var stackMatch = new Map();
-      for (var s = 0; s < tl.n; s++) {
-        if (s === tl.summ) continue;
-        var v = 0;
-        if (addr && elementAddr(tl, s).indexOf(addr) === 0) { v |= 1; na++; }
-        if (text) {
-          var st = elementStack(tl, s);
-          if (!stackMatch.has(st)) stackMatch.set(st, st >= 0 && st < D.nstacks && stackFrames(st).some(function (f) {
-            return frameRaw(f).toLowerCase().indexOf(text) >= 0; }));
-          if (stackMatch.get(st)) { v |= 2; nt++; }
-        }
-        m[s] = v;
-      }
-      matches = addr || text ? m : null;
-      drawOverlay();
-      return { addr: na, text: nt };
+      var r = searchSync(tl, addr, text);
+      self.setMatches(r.match);
+      return r;
     };
     self.peak = function () {
       var w = Math.min(x1 - x0, tl.nT);
@@ -1553,15 +1594,40 @@
     var lt = el("label", "", search, " frame "), it = el("input", "", lt);
     ia.type = it.type = "text";
     var cnt = el("span", "count", search);
+    function counts(r, more) {
+      cnt.textContent = (ia.value ? r.addr + " by address" : "") + (ia.value && it.value ? ", " : "")
+        + (it.value ? r.text + " by frame" : "") + (more ? " so far (" + Math.round(100 * more) + "%)" : "");
+    }
     function doSearch() {
       if (!current || !current.search) return;
       var r = current.search(ia.value, it.value);
-      cnt.textContent = (ia.value ? r.addr + " by address" : "") + (ia.value && it.value ? ", " : "")
-        + (it.value ? r.text + " by frame" : "");
+      counts(r);
       api.lastSearch = r;
     }
-    ia.addEventListener("input", doSearch);
-    it.addEventListener("input", doSearch);
+    /* typing: the worker answers once typing pauses, the counts as they come (search.js) */
+    var pause = null;
+    function typed() {
+      clearTimeout(pause);
+      pause = setTimeout(function () {
+        var view = current, tl = view && view.tl;
+        if (!view || !view.search) return;
+        if (!D.trace || !tl) { doSearch(); return; }
+        cnt.textContent = "searching...";
+        var p = searchAsync(tl, ia.value, it.value, function (r) { counts(r, r.done); });
+        if (!p) { api.searchMode = "main thread"; doSearch(); return; }
+        api.searchMode = "worker";
+        api.searchSettled = p.then(function (r) {
+          if (!r || current !== view) return r; /* superseded, or another view */
+          view.setMatches(r.match);
+          counts(r);
+          api.lastSearch = r;
+          return r;
+        }, function () { searcher = false; doSearch(); return api.lastSearch; });
+      }, window.memsnapSearch.DEBOUNCE_MS);
+    }
+    ia.addEventListener("input", typed);
+    it.addEventListener("input", typed);
+    api.searchInputs = [ia, it];
     bar.search = search;
     var holder = el("div", "view", app);
     hash = readHash();
