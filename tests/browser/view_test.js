@@ -207,6 +207,26 @@
     ok("alive CSV rows", csv.length === aliveN + 2 && csv[0].indexOf("address,size,") === 0, csv.length + " vs " + aliveN);
     ok("alive JSON", js.allocations.length === aliveN && js.bytes === aliveB && js.timestep === TL.peakT);
     ok("alive bytes", fl.total === aliveB);
+    /* issue #30 item 11: the top consumers there, by each grouping, add up to what is alive;
+     * sortable; the CSV has every group */
+    var cons = fl.consumers;
+    ["source", "category", "stack"].forEach(function (by) {
+      var gs = cons.groups(by), b = 0, c = 0;
+      gs.forEach(function (g) { b += g[1]; c += g[2]; });
+      ok("consumers by " + by + " add up", b === aliveB && c === aliveN, b + " vs " + aliveB + ", " + c + " vs " + aliveN);
+      ok("consumers by " + by + ": biggest first", gs.every(function (g, i) { return i === 0 || gs[i - 1][1] >= g[1]; }));
+      ok("consumers by " + by + ": CSV", cons.csv(by).split("\n").length === gs.length + 2 && cons.csv(by).indexOf(by + ",bytes,count") === 0);
+    });
+    cons.sort(2);
+    var byCount = cons.groups("source");
+    ok("consumers: sorted by count on a click", byCount.every(function (g, i) { return i === 0 || byCount[i - 1][2] >= g[2]; })
+       && cons.rows() === Math.min(100, byCount.length));
+    cons.sort(1);
+    if (window.EXPECT_FRAMES) {
+      var gsrc = cons.groups("source"), top = gsrc[0], layer = gsrc.filter(function (g) { return g[0] === "user.py:10:layer"; })[0];
+      ok("consumers: the source line is the innermost Python frame shown", top[0] === "train.py:1:main" && top[1] === 1097 * 4096
+         && top[2] === 1097 && !!layer && layer[1] === 1048576 && layer[2] === 1, JSON.stringify(gsrc.slice(0, 4)));
+    }
     /* the Explain panel: the device's answer; at the selected moment, the page's own verdict */
     api.show("explain");
     var xa = D.explain, ev = api.view;
