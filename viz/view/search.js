@@ -26,14 +26,20 @@
     var frames = null, stOff = null, stIds = null, bands = {};
     function init(m, stacksOf) {
       frames = m.frames;
-      var off = [0], ids = [];
-      if (m.sections && m.nframes >= 0) {
-        stacksOf(m.sections, m.nframes).each(function (st, fr) {
-          for (var i = 0; i < fr.length; i++) ids.push(fr[i]);
-          off.push(ids.length);
-        });
-      }
-      stOff = Uint32Array.from(off); stIds = Uint32Array.from(ids);
+      /* typed arrays grown by doubling (a plain array of tens of millions of frame numbers
+       * takes seconds and hundreds of MB more); 16 bits a frame where the frames allow */
+      var S = m.sections && m.nframes >= 0 ? stacksOf(m.sections, m.nframes) : null;
+      var Ids = m.nframes < 65535 ? Uint16Array : Uint32Array, len = 0;
+      stOff = new Float64Array((S ? S.n : 0) + 1);
+      stIds = new Ids(1 << 20);
+      if (S) S.each(function (st, fr) {
+        if (len + fr.length > stIds.length) {
+          var grown = new Ids(Math.max(2 * stIds.length, len + fr.length));
+          grown.set(stIds); stIds = grown;
+        }
+        for (var i = 0; i < fr.length; i++) stIds[len++] = fr[i];
+        stOff[st + 1] = len;
+      });
     }
     function series(m) { bands[m.key] = { stack: m.stack, addr: m.addr }; }
     /* a generator of slices: yields the counts so far, returns the result */

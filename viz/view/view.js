@@ -486,8 +486,9 @@
       var n = tl.n, stack = new Int32Array(n), addr = new Float64Array(n);
       for (var s = 0; s < n; s++) {
         var e = tl.elem[s];
-        stack[s] = s === tl.summ ? -1 : elementStack(tl, s);
-        addr[s] = s === tl.summ || e < 0 ? -1 : parseInt(elementAddr(tl, s) || "-1", 16);
+        var src = e >= 0 ? tl.sources[e] : -1;
+        stack[s] = s === tl.summ ? -1 : src >= 0 ? D.trace.stack[src] : elementStack(tl, s);
+        addr[s] = s === tl.summ || e < 0 ? -1 : src >= 0 ? D.trace.addr[src] : parseInt(elementAddr(tl, s) || "-1", 16);
       }
       tl.search = { key: "k" + (++searchKeys), stack: stack, addr: addr, sent: false };
     }
@@ -505,13 +506,17 @@
     r.value.match = q.addr || q.text ? r.value.match : null;
     return r.value;
   }
-  /* in the worker: null where none could be made (then searchSync) */
-  function searchAsync(tl, addr, text, onProgress) {
-    if (searcher === null) {
+  /* the worker, its index built as soon as it starts (the first focus of a search box) */
+  function searchStart() {
+    if (searcher === null && D.traceBin) {
       searcher = window.memsnapSearch.start(window.memsnapData.stacks) || false;
       if (searcher) searcher.init.apply(null, (function (m) { return [m.frames, m.sections, m.nframes]; })(searchInit()));
     }
-    if (!searcher) return null;
+    return searcher;
+  }
+  /* in the worker: null where none could be made (then searchSync) */
+  function searchAsync(tl, addr, text, onProgress) {
+    if (!searchStart()) return null;
     var x = searchSeries(tl), q = searchQuery(addr, text);
     if (!x.sent) { searcher.series(x.key, x.stack, x.addr); x.sent = true; }
     return searcher.query(x.key, q.addr, q.text, onProgress).then(function (r) {
@@ -523,6 +528,7 @@
   /* ---- the timeline view: canvas, level of detail, zoom and pan, hover ---------------------- */
 
   var ENV_COLOR = "#708"; /* a private pool's envelope outline */
+  var MATCH_OUTLINES = 2000; /* the search's outlines drawn at most */
   function timelineView(root, tl, title) {
     var self = { name: title };
     if (tl.n === 0 || tl.elementsLength === 0) {
@@ -772,11 +778,17 @@
       octx.save();
       octx.beginPath(); octx.rect(pad.l, pad.t, W - pad.l - pad.r, H - pad.t - pad.b); octx.clip();
       if (matches) {
+        /* the largest matches in the window (MATCH_OUTLINES at most: an outline per band of
+         * hundreds of thousands would take seconds; the counts are of all) */
+        var ms = [], ky = (H - pad.t - pad.b) / Y;
+        eachIn(tl, x0, x1, function (s) { if (matches[s] && shown(tl, s)) ms.push(s); });
+        if (ms.length > MATCH_OUTLINES) ms = ms.sort(function (a, b) { return tl.size[b] - tl.size[a]; }).slice(0, MATCH_OUTLINES);
         octx.setLineDash([3, 2]);
-        matches.forEach(function (m, s) {
-          if (m && tl.tmax[s] >= x0 && tl.tmin[s] <= x1) outline(s, m === 1 ? "#d00" : m === 2 ? "#00d" : "#d0d");
+        ms.forEach(function (s) {
+          if (tl.size[s] * ky >= 0.5 || ms.length < 200) { var m = matches[s]; outline(s, m === 1 ? "#d00" : m === 2 ? "#00d" : "#d0d"); }
         });
         octx.setLineDash([]);
+        self.outlined = ms.length;
       }
       envelopes();
       if (pinned >= 0) outline(pinned, "#000");
@@ -1644,6 +1656,8 @@
     }
     ia.addEventListener("input", typed);
     it.addEventListener("input", typed);
+    ia.addEventListener("focus", searchStart);
+    it.addEventListener("focus", searchStart);
     api.searchInputs = [ia, it];
     bar.search = search;
     var holder = el("div", "view", app);
