@@ -74,6 +74,7 @@
       ok("no private pool: the pools view is the memory timeline", PT.n === (TL.summ >= 0 ? TL.n - 1 : TL.n) && PT.maxAt.length === TL.maxAt.length);
     if (window.EXPECT_POOLS) poolsCase(PT);
     categoriesCase(D, TL);
+    if (!window.EXPECT_OOM) ok("steps: none without annotations", api.stepMarks(TL).length === 0 || (D.steps || []).length > 0);
     if (window.EXPECT_FRAMES) framesCase(D, TL);
     if (window.EXPECT_STACKS) {
       /* view_stacks.py: entry k has the stack [f<k+1>, f0]; 300 frames follow f0 */
@@ -255,6 +256,14 @@
          && document.querySelectorAll(".explain .remedies tr").length === xa.remedies.length + 1);
       ok("oom: recommendation", (xa.recommendation || "").indexOf("set PYTORCH_CUDA_ALLOC_CONF=") === 0, xa.recommendation);
       ok("oom: marked on the timeline", api.oomSteps(TL).length === 1);
+      /* issue #30 item 13: ProfilerStep#4 (times 9..99: every entry) on the time axis, its peak */
+      var sm = api.stepMarks(TL), est = api.entrySteps(TL);
+      ok("steps: ProfilerStep#4 marked", sm.length === 1 && sm[0].step === 4 && sm[0].t0 === est[0] && sm[0].t1 === TL.nT
+         && sm[0].peak === TL.maxAt[TL.peakT], JSON.stringify(sm));
+      api.show("timeline");
+      api.view.setWindow(0, TL.nT);
+      ok("steps: labelled on the axis", (api.view.labels || []).some(function (l) { return l[0] === "step 4: peak " + (TL.maxAt[TL.peakT] / 1048576).toFixed(1) + "MiB"; }),
+         JSON.stringify(api.view.labels));
     }
     /* Allocator State History: arrow keys move the event; the map follows */
     api.show("history");

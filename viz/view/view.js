@@ -423,6 +423,30 @@
     }
     return tl.oomT;
   }
+  /* The steps (ProfilerStep#N ranges, view.c) on timeline tl: [{step, t0, t1, peak}] from the
+   * entries whose time is inside each (one pass, a binary search among the steps' starts). */
+  function stepMarks(tl) {
+    if (!D.trace || !D.steps || !D.steps.length) return [];
+    if (!tl.stepMarks) {
+      var S = D.steps, k = S.length, a = new Float64Array(k).fill(-1), b = new Float64Array(k), tm = D.trace.time;
+      for (var i = 0; i < tm.length; i++) {
+        var t = tm[i], lo = 0, hi = k - 1, j = -1;
+        if (!(t >= 0)) continue;
+        while (lo <= hi) { var mid = (lo + hi) >> 1; if (S[mid][1] <= t) { j = mid; lo = mid + 1; } else hi = mid - 1; }
+        if (j < 0 || (S[j][2] >= 0 && t > S[j][2])) continue;
+        if (a[j] < 0) a[j] = i;
+        b[j] = i;
+      }
+      var st = entrySteps(tl), out = [];
+      for (j = 0; j < k; j++) {
+        if (a[j] < 0) continue;
+        var t0 = Math.min(st[a[j]], tl.nT - 1), t1 = Math.max(t0 + 1, Math.min(tl.nT, st[b[j] + 1]));
+        out.push({ step: S[j][0], t0: t0, t1: t1, peak: maxIn(tl, t0, Math.min(tl.maxAt.length - 1, t1 - 1)) });
+      }
+      tl.stepMarks = out;
+    }
+    return tl.stepMarks;
+  }
   /* The Explain panel (explain.js): the device's answer, and the state at the moment chosen on a
    * timeline (after the entries whose timestep is at or before it). */
   function explainView(root) {
@@ -752,6 +776,18 @@
         var pt = "peak " + fmtSize(tl.maxAt[tl.peakT]), pw = ctx.measureText(pt).width;
         ctx.fillStyle = "#d00"; label(pt, px + 3 + pw > W - 1 ? px - 3 - pw : px + 3, pad.t + 10);
       }
+      /* each profiler step from where its first entry takes effect, with its peak where it fits */
+      stepMarks(tl).forEach(function (m) {
+        var sx = X(m.t0), ex = Math.min(X(m.t1), W - pad.r);
+        if (X(m.t1) < pad.l || sx > W - pad.r) return;
+        ctx.strokeStyle = "#888"; ctx.setLineDash([2, 3]);
+        if (sx >= pad.l) { ctx.beginPath(); ctx.moveTo(sx, pad.t); ctx.lineTo(sx, H - pad.b); ctx.stroke(); }
+        ctx.setLineDash([]);
+        var name = "step " + m.step, full = name + ": peak " + fmtSize(m.peak), x = Math.max(pad.l, sx) + 3;
+        ctx.fillStyle = "#555";
+        if (ex - x > ctx.measureText(full).width + 4) label(full, x, pad.t + 34);
+        else if (ex - x > ctx.measureText(name).width + 4) label(name, x, pad.t + 34);
+      });
       /* each out-of-memory error, where its entry takes effect */
       oomSteps(tl).forEach(function (t) {
         var ox = X(t);
@@ -1471,6 +1507,7 @@
     D.segments = pd.segments;
     D.ntrace = pd.ntrace;
     D.explain = pd.explain;
+    D.steps = pd.steps || [];
     streamIds = {};
     blockIndex = null;
     selectedT = -1;
@@ -1617,6 +1654,7 @@
     rb.addEventListener("change", rangeInput);
     rclear.addEventListener("click", function () { setRange(null, null); });
     api.range = setRange;
+    api.stepMarks = stepMarks;
     api.elementText = elementText;
     var search = el("span", "", bar);
     var la = el("label", "", search, "address "), ia = el("input", "", la);
