@@ -15,7 +15,10 @@
 #     in a name is shown escaped; every axis label lies inside the canvas, each tick once;
 #   - the Explain panel on every page; on a run that ran out of memory (view_oom.py) its verdict,
 #     capacity, remedies and phase as worked out by hand, and the OOM marked on the timeline;
-#   - a click on a band shows its size and stack; search counts match the data; the peak key;
+#   - a click on a band shows its size and stack; search counts match the data; typing in the
+#     frame box searches in a blob: worker (the CSP allows it) and gives the same counts; the
+#     pool on hover is PyTorch's for every band of view_pools.py, whose envelope is outlined;
+#     the profiler's steps of view_oom.py on the axis; the top consumers add up; the peak key;
 #   - what is alive at the peak as CSV and JSON matches the bands alive there;
 #   - arrow keys in the Allocator State History move the selected event and the map, and the
 #     last event is the snapshot's own state; a page without a trace says why;
