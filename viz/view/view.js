@@ -818,7 +818,11 @@
          * hundreds of thousands would take seconds; the counts are of all) */
         var ms = [], ky = (H - pad.t - pad.b) / Y;
         eachIn(tl, x0, x1, function (s) { if (matches[s] && shown(tl, s)) ms.push(s); });
-        if (ms.length > MATCH_OUTLINES) ms = ms.sort(function (a, b) { return tl.size[b] - tl.size[a]; }).slice(0, MATCH_OUTLINES);
+        if (ms.length > MATCH_OUTLINES) {
+          /* the size of the MATCH_OUTLINES-th largest (a typed array's numeric sort) */
+          var sz = Float64Array.from(ms, function (s) { return tl.size[s]; }).sort(), cut = sz[sz.length - MATCH_OUTLINES];
+          ms = ms.filter(function (s) { return tl.size[s] >= cut; }).slice(0, MATCH_OUTLINES);
+        }
         octx.setLineDash([3, 2]);
         ms.forEach(function (s) {
           if (tl.size[s] * ky >= 0.5 || ms.length < 200) { var m = matches[s]; outline(s, m === 1 ? "#d00" : m === 2 ? "#00d" : "#d0d"); }
