@@ -578,6 +578,7 @@
     var ctx = cv.getContext("2d"), octx = over.getContext("2d"), mctx = mcv.getContext("2d");
     var W = 0, H = 0, MW = 0, MH = 0, pad = { l: 70, r: 10, t: 10, b: 20 };
     var x0 = 0, x1 = tl.nT, hover = -1, pinned = -1, matches = null, lastFrameMs = 0;
+    var outlined = null; /* the matches outlined in this window (kept while only the hover moves) */
     var hs = readHash();
     var lim = stepRange(tl);
     x0 = lim[0]; x1 = lim[1];
@@ -707,6 +708,7 @@
 
     function draw() {
       var t0 = performance.now();
+      outlined = null;
       Y = ymax();
       ctx.clearRect(0, 0, W, H);
       ctx.save();
@@ -816,9 +818,9 @@
       if (matches) {
         /* the largest matches in the window (MATCH_OUTLINES at most: an outline per band of
          * hundreds of thousands would take seconds; the counts are of all) */
-        var ms = [], ky = (H - pad.t - pad.b) / Y;
-        eachIn(tl, x0, x1, function (s) { if (matches[s] && shown(tl, s)) ms.push(s); });
-        if (ms.length > MATCH_OUTLINES) {
+        var ms = outlined || [], ky = (H - pad.t - pad.b) / Y;
+        if (!outlined) eachIn(tl, x0, x1, function (s) { if (matches[s] && shown(tl, s)) ms.push(s); });
+        if (!outlined && ms.length > MATCH_OUTLINES) {
           /* the size of the MATCH_OUTLINES-th largest (a typed array's numeric sort) */
           var sz = Float64Array.from(ms, function (s) { return tl.size[s]; }).sort(), cut = sz[sz.length - MATCH_OUTLINES];
           ms = ms.filter(function (s) { return tl.size[s] >= cut; }).slice(0, MATCH_OUTLINES);
@@ -828,6 +830,7 @@
           if (tl.size[s] * ky >= 0.5 || ms.length < 200) { var m = matches[s]; outline(s, m === 1 ? "#d00" : m === 2 ? "#00d" : "#d0d"); }
         });
         octx.setLineDash([]);
+        outlined = ms;
         self.outlined = ms.length;
       }
       envelopes();
@@ -925,7 +928,7 @@
       return out;
     };
     /* the search's answer (search.js): 1 address, 2 frame, 3 both, per series */
-    self.setMatches = function (m) { matches = m; drawOverlay(); };
+    self.setMatches = function (m) { matches = m; outlined = null; drawOverlay(); };
     self.search = function (addr, text) {
       var r = searchSync(tl, addr, text);
       self.setMatches(r.match);
