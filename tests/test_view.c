@@ -465,7 +465,7 @@ static void check_self_contained(const char *page) {
   cr_assert_eq(count(page, "</script>"), 5);
   cr_assert(strstr(page, "Content-Security-Policy\" content=\"default-src 'none'; "
                          "script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:; "
-                         "connect-src 'none'\""));
+                         "worker-src blob:; connect-src 'none'\""));
   /* the page's own code (everything but the data elements) names no address and fetches nothing */
   const char *code_at = strstr(page, "</script>\n<script>\n");
   cr_assert(code_at);

@@ -10,9 +10,15 @@
 #   - "Allocated Memory (incl. Private Pools)" on a snapshot with a private pool (view_pools.py):
 #     envelope and stripes as worked out by hand; the pool and time-range selectors;
 #   - stacks whose encoding needs big ranks (view_stacks.py) are read back whole;
+#   - stacks (view_frames.py) without the frames PyTorch's viewer hides, unless "all frames" is
+#     ticked; the flame graph draws the innermost frame of a deep stack; a right-to-left override
+#     in a name is shown escaped; every axis label lies inside the canvas, each tick once;
 #   - the Explain panel on every page; on a run that ran out of memory (view_oom.py) its verdict,
 #     capacity, remedies and phase as worked out by hand, and the OOM marked on the timeline;
-#   - a click on a band shows its size and stack; search counts match the data; the peak key;
+#   - a click on a band shows its size and stack; search counts match the data; typing in the
+#     frame box searches in a blob: worker (the CSP allows it) and gives the same counts; the
+#     pool on hover is PyTorch's for every band of view_pools.py, whose envelope is outlined;
+#     the profiler's steps of view_oom.py on the axis; the top consumers add up; the peak key;
 #   - what is alive at the peak as CSV and JSON matches the bands alive there;
 #   - arrow keys in the Allocator State History move the selected event and the map, and the
 #     last event is the snapshot's own state; a page without a trace says why;
@@ -88,6 +94,9 @@ run pools "$work/pools.html" "$work/pools.pickle" "window.EXPECT_POOLS = true;"
 python3 "$here/view_oom.py" "$work/oom.pickle"
 "$memsnap" view "$work/oom.pickle" -o "$work/oom.html"
 run oom "$work/oom.html" "$work/oom.pickle" "window.EXPECT_OOM = true;"
+python3 "$here/view_frames.py" "$work/frames.pickle"
+"$memsnap" view "$work/frames.pickle" -o "$work/frames.html"
+run frames "$work/frames.html" "$work/frames.pickle" "window.EXPECT_FRAMES = true;"
 python3 "$here/view_stacks.py" "$work/stacks.pickle"
 "$memsnap" view "$work/stacks.pickle" -o "$work/stacks.html"
 run stacks "$work/stacks.html" "$work/stacks.pickle" "window.EXPECT_STACKS = true;"

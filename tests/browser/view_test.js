@@ -5,7 +5,7 @@
  * synthetic DOM events, and the page's data elements. */
 (function () {
   "use strict";
-  var errors = [], measure = {};
+  var errors = [], measure = {}, typedSearch = null;
   /* the page reads its data asynchronously: go on once it is ready (or failed) */
   window.memsnapView.whenReady.then(run, run);
   function run() {
@@ -74,6 +74,8 @@
       ok("no private pool: the pools view is the memory timeline", PT.n === (TL.summ >= 0 ? TL.n - 1 : TL.n) && PT.maxAt.length === TL.maxAt.length);
     if (window.EXPECT_POOLS) poolsCase(PT);
     categoriesCase(D, TL);
+    if (!window.EXPECT_OOM) ok("steps: none without annotations", api.stepMarks(TL).length === 0 || (D.steps || []).length > 0);
+    if (window.EXPECT_FRAMES) framesCase(D, TL);
     if (window.EXPECT_STACKS) {
       /* view_stacks.py: entry k has the stack [f<k+1>, f0]; 300 frames follow f0 */
       var bad = -1;
@@ -99,12 +101,17 @@
       var over = document.querySelectorAll(".plot canvas")[1], r = over.getBoundingClientRect();
       over.dispatchEvent(new MouseEvent("click", { clientX: r.left + xy[0], clientY: r.top + xy[1], bubbles: true }));
       var src = TL.sources[TL.elem[best]], st = src >= 0 ? D.trace.stack[src] : -2;
-      var want = st >= 0 && api.stackFrames(st).length ? frameText(D, api.stackFrames(st)[0]) : "";
+      /* its innermost frame that PyTorch's viewer shows (frames.js) */
+      var kept = st >= 0 ? Array.from(api.stackFrames(st)).filter(function (f) {
+        return window.memsnapFrames.keep(String(D.frames[f][0]), String(D.frames[f][2])); }) : [];
+      var want = kept.length ? frameText(D, kept[0]) : "";
       var info = v.info.textContent;
       ok("click shows the band's size", info.indexOf("(" + TL.size[best] + " bytes) allocation") >= 0,
          "band " + best + " t " + t + " off " + off + " size " + TL.size[best] + " xy " + xy + " info " + info.slice(0, 200));
       ok("click shows the band's stack", info.indexOf(want) >= 0, want);
       measure.clicked_text = info.slice(0, 300);
+      ok("no timestamp: not 'Invalid Date'", info.indexOf("Invalid Date") < 0, info.slice(0, 200));
+      axisLabels(v, "whole run");
       /* search by that band's address and by a frame's text: counts as counted from the data */
       var addr = src >= 0 ? api.hexAddr(src) : "";
       if (addr) {
@@ -118,7 +125,7 @@
         ok("search by address counts", res.addr === byAddr && byAddr >= 1, res.addr + " vs " + byAddr);
       }
       if (want) {
-        var needle = D.frames[api.stackFrames(st)[0]][2].slice(0, 12).toLowerCase(), byText = 0;
+        var needle = D.frames[kept[0]][2].slice(0, 12).toLowerCase(), byText = 0;
         for (s = 0; s < TL.n; s++) {
           if (s === TL.summ) continue;
           var q2 = TL.sources[TL.elem[s]], st2 = q2 >= 0 ? D.trace.stack[q2] : -1;
@@ -129,6 +136,7 @@
         }
         var res2 = api.search("", needle);
         ok("search by frame counts", res2.text === byText && byText >= 1, res2.text + " vs " + byText);
+        typedSearch = { needle: needle, count: byText };
         api.search("", "");
       }
       /* the stream selector: only that stream's bands are drawn */
@@ -187,6 +195,9 @@
       var bigAll = v.stats.big;
       v.setWindow(Math.max(0, TL.peakT - 20), TL.peakT + 20);
       ok("zooming in splits small bands", v.stats.big >= Math.min(bigAll, 1), v.stats.big + " vs " + bigAll);
+      v.setWindow(TL.nT - 4, TL.nT);
+      axisLabels(v, "4 steps at the end");
+      v.setWindow(0, TL.nT);
     }
     /* what is alive at the peak, as CSV and JSON: one row per band alive there */
     api.select(TL.peakT);
@@ -197,6 +208,26 @@
     ok("alive CSV rows", csv.length === aliveN + 2 && csv[0].indexOf("address,size,") === 0, csv.length + " vs " + aliveN);
     ok("alive JSON", js.allocations.length === aliveN && js.bytes === aliveB && js.timestep === TL.peakT);
     ok("alive bytes", fl.total === aliveB);
+    /* issue #30 item 11: the top consumers there, by each grouping, add up to what is alive;
+     * sortable; the CSV has every group */
+    var cons = fl.consumers;
+    ["source", "category", "stack"].forEach(function (by) {
+      var gs = cons.groups(by), b = 0, c = 0;
+      gs.forEach(function (g) { b += g[1]; c += g[2]; });
+      ok("consumers by " + by + " add up", b === aliveB && c === aliveN, b + " vs " + aliveB + ", " + c + " vs " + aliveN);
+      ok("consumers by " + by + ": biggest first", gs.every(function (g, i) { return i === 0 || gs[i - 1][1] >= g[1]; }));
+      ok("consumers by " + by + ": CSV", cons.csv(by).split("\n").length === gs.length + 2 && cons.csv(by).indexOf(by + ",bytes,count") === 0);
+    });
+    cons.sort(2);
+    var byCount = cons.groups("source");
+    ok("consumers: sorted by count on a click", byCount.every(function (g, i) { return i === 0 || byCount[i - 1][2] >= g[2]; })
+       && cons.rows() === Math.min(100, byCount.length));
+    cons.sort(1);
+    if (window.EXPECT_FRAMES) {
+      var gsrc = cons.groups("source"), top = gsrc[0], layer = gsrc.filter(function (g) { return g[0] === "user.py:10:layer"; })[0];
+      ok("consumers: the source line is the innermost Python frame shown", top[0] === "train.py:1:main" && top[1] === 1097 * 4096
+         && top[2] === 1097 && !!layer && layer[1] === 1048576 && layer[2] === 1, JSON.stringify(gsrc.slice(0, 4)));
+    }
     /* the Explain panel: the device's answer; at the selected moment, the page's own verdict */
     api.show("explain");
     var xa = D.explain, ev = api.view;
@@ -225,6 +256,14 @@
          && document.querySelectorAll(".explain .remedies tr").length === xa.remedies.length + 1);
       ok("oom: recommendation", (xa.recommendation || "").indexOf("set PYTORCH_CUDA_ALLOC_CONF=") === 0, xa.recommendation);
       ok("oom: marked on the timeline", api.oomSteps(TL).length === 1);
+      /* issue #30 item 13: ProfilerStep#4 (times 9..99: every entry) on the time axis, its peak */
+      var sm = api.stepMarks(TL), est = api.entrySteps(TL);
+      ok("steps: ProfilerStep#4 marked", sm.length === 1 && sm[0].step === 4 && sm[0].t0 === est[0] && sm[0].t1 === TL.nT
+         && sm[0].peak === TL.maxAt[TL.peakT], JSON.stringify(sm));
+      api.show("timeline");
+      api.view.setWindow(0, TL.nT);
+      ok("steps: labelled on the axis", (api.view.labels || []).some(function (l) { return l[0] === "step 4: peak " + (TL.maxAt[TL.peakT] / 1048576).toFixed(1) + "MiB"; }),
+         JSON.stringify(api.view.labels));
     }
     /* Allocator State History: arrow keys move the event; the map follows */
     api.show("history");
@@ -250,6 +289,12 @@
       ok("the last event shows the snapshot's blocks", h.state.blocks.size === live, h.state.blocks.size + " vs " + live);
     } else {
       ok("no trace: the map shows the snapshot", h.drawn && h.drawn.segments === D.segments.length);
+      /* issue #30 defect 4: the keys of the list do nothing (no TypeError) without a trace */
+      var keyErr = [];
+      window.addEventListener("error", function (e) { keyErr.push(e.message); });
+      ["ArrowDown", "ArrowUp", "End", "Home", "PageDown", "PageUp"].forEach(key);
+      ok("no trace: the history's keys raise nothing", keyErr.length === 0 && status() === "ready"
+         && h.drawn.segments === D.segments.length, keyErr.join(" "));
       if (n === 0) {
         api.show("timeline");
         ok("no trace: the timeline says why", document.querySelector(".info").textContent.indexOf("The snapshot has no trace") === 0);
@@ -334,6 +379,40 @@
     api.colorBy("allocation");
   }
 
+  /* issue #30 defect 7: every label of the timeline's axes inside the canvas (the last tick, the
+   * peak's label), and no tick twice */
+  function axisLabels(v, when) {
+    var W = document.querySelector(".plot canvas").width, L = v.labels || [], ticks = {}, twice = "";
+    L.forEach(function (l) { if (/^[0-9]+$/.test(l[0])) { if (ticks[l[0]]) twice += " " + l[0]; ticks[l[0]] = 1; } });
+    ok("axes (" + when + "): every label inside the canvas", L.length >= 2 && L.every(function (l) { return l[1] >= 0 && l[2] <= W; }),
+       JSON.stringify(L) + " W " + W);
+    ok("axes (" + when + "): each tick once", twice === "", twice);
+  }
+  /* issue #30 defects 6 and 7: view_frames.py's stacks (entries 0, 1, 2) */
+  function framesCase(D, TL) {
+    function bandOf(entry) {
+      for (var s = 0; s < TL.n; s++) if (s !== TL.summ && TL.sources[TL.elem[s]] === entry) return s;
+      return -1;
+    }
+    var t0 = api.elementText(TL, bandOf(0));
+    ok("frames: PyTorch's hidden frames are hidden", t0.indexOf("user.py:10:layer\ntrain.py:1:main") >= 0
+       && !/torch::unwind|CapturedTraceback|CUDACachingAllocator|RegisterCUDA|_PyEval/.test(t0) && t0.indexOf("5 frames") >= 0, t0);
+    api.allFrames(true);
+    var t1 = api.elementText(TL, bandOf(0));
+    ok("frames: all frames on the toggle", t1.indexOf("torch::unwind::unwind()") >= 0 && t1.indexOf("_PyEval_EvalFrameDefault") >= 0
+       && t1.indexOf("RegisterCUDA") >= 0 && document.location.hash.indexOf("frames=all") >= 0, t1);
+    api.allFrames(false);
+    var t2 = api.elementText(TL, bandOf(2));
+    ok("frames: a right-to-left override is shown escaped", t2.indexOf("x\\u2067y.py:7:evil\\u202egnp.exe") >= 0
+       && !/[\u202a-\u202e\u2066-\u2069]/.test(t2), t2);
+    api.select(TL.peakT);
+    api.show("flame");
+    var fl = api.view;
+    ok("frames: the flame graph draws the innermost frame of a deep stack", fl.depth >= 150 && fl.drawnDepth === fl.depth,
+       fl.depth + " vs " + fl.drawnDepth);
+    ok("frames: the flame graph hides PyTorch's hidden frames", fl.depth === 150, String(fl.depth));
+    api.show("timeline");
+  }
   function poolsCase(PT) {
     var M = 1048576, want = [
       ["envelope", -2, [0, 1, 4, 15], [0, 0, 0, 0], [M, M, 4 * M, 4 * M]],
@@ -353,6 +432,15 @@
     ok("pools: entry steps", Array.from(PT.entryStep).join() === "0,0,1,1,5,6,7,11,11,15,15", Array.from(PT.entryStep).join());
     var v = api.view;
     v.setWindow(0, PT.nT);
+    /* issue #30 defect 3: the envelope's outline is drawn on the overlay (above its stripes) along
+     * its top (4 MiB from step 4), and not inside it */
+    var oc = document.querySelectorAll(".plot canvas")[1], ox = oc.getContext("2d");
+    function outlined(t, b) {
+      var p = v.canvasToClient(t, b), d = ox.getImageData(Math.round(p[0]) - 1, Math.round(p[1]) - 2, 3, 5).data;
+      for (var k = 0; k < d.length; k += 4) if (d[k] === 0x77 && d[k + 1] === 0 && d[k + 2] === 0x88 && d[k + 3] > 200) return true;
+      return false;
+    }
+    ok("pools: the envelope's outline is drawn", outlined(10, 4 * M) && outlined(12, 4 * M) && !outlined(10, 3 * M));
     var xy = v.canvasToClient(10, 2.5 * M);
     var over = document.querySelectorAll(".plot canvas")[1], r = over.getBoundingClientRect();
     over.dispatchEvent(new MouseEvent("click", { clientX: r.left + xy[0], clientY: r.top + xy[1], bubbles: true }));
@@ -366,12 +454,54 @@
     var TL = api.timeline, n12 = 0;
     for (var s = 0; s < TL.n; s++) if (s !== TL.summ && api.elementPool(TL, s) === "1,2") n12++;
     ok("pools: B, C and G are in the pool on the memory timeline", n12 === 3, String(n12));
+    /* issue #30 defect 2: the pool on hover is PyTorch's (device, pool) of every band: A and D
+     * in the default pool (0, 0), B, C and the ghost block G in the private pool (1, 2) */
+    var wantPool = ["0, 0", "1, 2", "1, 2", "0, 0", "1, 2"], badPool = "";
+    [TL, PT].forEach(function (tl) {
+      for (var s = 0; s < tl.n; s++) {
+        var e = tl.elem[s], txt = api.elementText(tl, s);
+        if (e >= 0 && txt.indexOf(", pool_id (" + wantPool[e] + ")") < 0) badPool += " " + e + ": " + txt.split("\n")[0];
+        if (e <= -2 && txt.indexOf("Private pool (1, 2)") !== 0) badPool += " envelope";
+      }
+    });
+    ok("pools: the hover shows PyTorch's pool of every band", badPool === "", badPool);
     api.range(3, 5);
     var w = api.view.window(), st = api.entrySteps(TL);
     ok("pools: range 3..5 of the memory timeline", w[0] === st[3] && w[1] === st[6], w + " vs " + st[3] + "," + st[6]);
     api.range(null, null);
     api.show("pools");
   }
+  /* issue #30 defect 1: typing in the frame box searches in a worker (a blob: worker, which the
+   * page's CSP allows) once typing pauses; the last query's counts are the synchronous ones */
+  function typedCase() {
+    if (!typedSearch) return Promise.resolve();
+    api.show("timeline");
+    var box = api.searchInputs[1], t0 = performance.now();
+    for (var k = 1; k <= typedSearch.needle.length; k++) {
+      box.value = typedSearch.needle.slice(0, k);
+      box.dispatchEvent(new Event("input", { bubbles: true }));
+    }
+    /* the worker answers in real time, and headless Chromium's virtual time would run out while
+     * the page waits idle: keep a task queued (a message channel, not a timer) until it answers */
+    var settled = false, spin = new MessageChannel(), spins = 0;
+    return new Promise(function (resolve) {
+      var started = false;
+      spin.port1.onmessage = function () {
+        if (!started && api.searchSettled) { started = true; api.searchSettled.then(function (r) { settled = true; resolve(r); }, function (e) { settled = true; resolve(Promise.reject(e)); }); }
+        if (!settled && ++spins < 5e6) spin.port2.postMessage(0);
+        else if (!settled) resolve(null);
+      };
+      setTimeout(function () { spin.port2.postMessage(0); }, window.memsnapSearch.DEBOUNCE_MS + 10);
+    }).then(function (r) {
+      measure.typed_search_ms = Math.round(performance.now() - t0);
+      ok("typed search: in a worker", api.searchMode === "worker", api.searchMode);
+      ok("typed search: the counts of the last query", !!r && r.text === typedSearch.count
+         && document.querySelector(".count").textContent === r.text + " by frame", JSON.stringify(r && { text: r.text }) + " vs " + typedSearch.count);
+      box.value = ""; box.dispatchEvent(new Event("input", { bubbles: true }));
+    }, function (e) { errors.push("typed search: " + e); });
+  }
+  typedCase().then(finish, finish);
+  function finish() {
   var res = performance.getEntriesByType("resource");
   ok("the page loads nothing", res.length === 0, res.map(function (r) { return r.name; }).join(" "));
   ok("the page tries to load nothing", violations.length === 0, violations.join(" "));
@@ -379,5 +509,6 @@
   ok("no element from the data", document.querySelectorAll("img, svg, iframe, object").length === 0);
   document.body.setAttribute("data-measure", JSON.stringify(measure));
   document.body.setAttribute("data-test", errors.length ? "FAIL " + errors.join(" | ") : "PASS");
+  }
   }
 })();

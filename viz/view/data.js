@@ -3,7 +3,8 @@
  * window.memsnapData.load(meta, id) inflates a binary element (ms-bin, ms-trace: gzip, escaped, viz/view/bin.h) with
  * the browser's own DecompressionStream and returns one typed array per section, shuffled
  * sections transposed back and delta-coded ones summed back. window.memsnapData.stacks(sections, nframes) reads the stacks
- * (viz/view/stacks.h) one at a time, when one is asked for.
+ * (viz/view/stacks.h) one at a time, when one is asked for, or all in one pass (each); it is
+ * self-contained, as search.js runs its source in a worker.
  */
 (function () {
   "use strict";
@@ -141,6 +142,12 @@
         for (var i = c << 6; i < st; i++) walk(null);
         walk(out);
         return Uint32Array.from(out.reverse());
+      },
+      /* every stack in order, in one pass: f(st, frames outermost first) (the search's index) */
+      each: function (f) {
+        if (!succStart) index();
+        pos.r = pos.h = pos.l = pos.b = 0;
+        for (var st = 0; st < n; st++) { var out = []; walk(out); f(st, out); }
       }
     };
   }

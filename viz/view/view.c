@@ -333,6 +333,34 @@ static void view_tlv_json(vw_t *w, const char *key, const view_tlmeta_t *m) {
 }
 
 
+/* The steps of device dev (the ProfilerStep#N ranges of external_annotations, those recorded for
+ * another device index when it has none): "steps":[[N, start_us, end_us (-1: never ended)],...]
+ * in start order; the page puts them on the time axis. */
+static void view_steps(vw_t *w, const ms_snapshot_t *s, size_t dev) {
+  ms_tl_ranges_t rs;
+  vw_puts(w, ",\"steps\":[");
+  if (ms_tl_ranges_build(s, &rs) != MS_OK) {
+    vw_puts(w, "]");
+    return;
+  }
+  bool own = false, first = true;
+  for (size_t i = 0; i < rs.n; i++) own |= rs.ranges[i].step >= 0 && rs.ranges[i].device == (int64_t)dev;
+  for (size_t i = 0; i < rs.n; i++) {
+    const ms_tl_range_t *x = &rs.ranges[i];
+    if (x->step < 0 || (own && x->device != (int64_t)dev)) continue;
+    vw_puts(w, first ? "[" : ",[");
+    first = false;
+    vw_i64(w, x->step);
+    vw_raw(w, ",", 1);
+    vw_i64(w, x->start_us);
+    vw_raw(w, ",", 1);
+    vw_i64(w, x->has_end ? x->end_us : -1);
+    vw_raw(w, "]", 1);
+  }
+  ms_tl_ranges_release(&rs);
+  vw_puts(w, "]");
+}
+
 static void view_data(vw_t *w, const view_ctx_t *c, const vb_t *b) {
   const ms_snapshot_t *s = c->s;
   vw_puts(w, "{\"format\":2,\"title\":");
@@ -389,6 +417,7 @@ static void view_data(vw_t *w, const view_ctx_t *c, const vb_t *b) {
     view_tlv_json(w, "seg", &c->meta[2 * k + 1]);
     vw_puts(w, ",\n\"explain\":");
     ms__view_answer_json(w, s, dev, c->o->explain);
+    view_steps(w, s, dev);
     vw_puts(w, "}");
   }
   vw_puts(w, "]");
@@ -517,7 +546,7 @@ static int view_page(vw_t *w, view_ctx_t *c) {
              "<meta name=\"viewport\" content=\"width=device-width\">\n"
              "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; "
              "script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:; "
-             "connect-src 'none'\">\n<title>memsnap view: ");
+             "worker-src blob:; connect-src 'none'\">\n<title>memsnap view: ");
   vw_html(w, c->o->title ? c->o->title : "");
   vw_puts(w, "</title>\n<style>\n");
   vw_raw(w, ms__view_css, ms__view_css_len);

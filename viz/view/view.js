@@ -110,12 +110,27 @@
   }
 
   function hexAddr(i) { return D.trace.addr[i].toString(16); }
+  /* the trace's own pool column (segment events carry it; an alloc's is found by address) */
   function poolOf(i) { var k = D.trace.pool[i]; return k >= 0 ? D.pools[k] : null; }
   var STK = null; /* the stacks (data.js), decoded one at a time */
   function stackFrames(st) { return STK ? STK.frames(st) : new Uint32Array(0); }
-  function frameText(fi) {
+  function frameRaw(fi) {
     var f = D.frames[fi];
     return f[0] + ":" + f[1] + ":" + f[2];
+  }
+  /* a frame as shown: its bidirectional controls and lone surrogates escaped (frames.js) */
+  function frameText(fi) { return window.memsnapFrames.safe(frameRaw(fi)); }
+  /* The frames of a stack that are shown: without those PyTorch's viewer leaves out (frames.js),
+   * unless the "all frames" box is ticked. */
+  var allFrames = false, keptFrame = null;
+  function shownFrames(st) {
+    var fr = stackFrames(st);
+    if (allFrames) return fr;
+    if (!keptFrame) {
+      keptFrame = new Uint8Array(D.frames.length);
+      D.frames.forEach(function (f, i) { keptFrame[i] = window.memsnapFrames.keep(String(f[0]), String(f[2])) ? 1 : 2; });
+    }
+    return fr.filter(function (f) { return keptFrame[f] === 1; });
   }
   /* Innermost first, consecutive duplicates collapsed as the viewer does. */
   function stackText(stack) {
@@ -123,7 +138,7 @@
     if (stack < 0 || stack >= D.nstacks || stackFrames(stack).length === 0)
       return "No frames recorded: the block was allocated before recording started, the "
         + "recording kept no stacks, or the entry fell out of the ring buffer.";
-    var fr = stackFrames(stack), out = [], i = 0;
+    var fr = shownFrames(stack), out = [], i = 0, hidden = stackFrames(stack).length - fr.length;
     while (i < fr.length) {
       var j = i + 1;
       while (j < fr.length && fr[j] === fr[i]) j++;
@@ -131,13 +146,19 @@
       if (j - i > 1) out.push("<repeats " + (j - i - 1) + " times>");
       i = j;
     }
+    if (hidden) out.push("(" + hidden + " frame" + (hidden > 1 ? "s" : "") + " of the unwinder, the interpreter, "
+      + "the dispatcher or the allocator hidden, as PyTorch's viewer hides them: tick \"all frames\")");
     return out.join("\n");
   }
   function fmtTime(us) {
-    if (us < 0) return "Invalid Date";
+    if (us < 0) return "not recorded";
     return new Date(us / 1000).toString();
   }
-  function poolText(p) { return p ? "pool_id (" + p[0] + ", " + p[1] + ")" : "pool_id unknown"; }
+  /* the pool as PyTorch's hover writes it, from the Pool filter's address lookup (elementPool) */
+  function poolText(p) {
+    if (typeof p === "string") p = p && p !== "unknown" ? p.split(",") : null;
+    return p ? "pool_id (" + p[0] + ", " + p[1] + ")" : "pool_id unknown";
+  }
 
   /* The global block index k -> [segment, block index inside it, address]. */
   var blockIndex = null;
@@ -272,8 +293,8 @@
       var act = tr.action[src], pre = tl.segmentsView ? "s'" : "b'";
       lines.push("Addr: " + pre + hexAddr(src) + "_" + tr.ver[src] + ", Size: " + fmtBoth(size)
         + " allocation, Total memory used after allocation: " + fmtBoth(after) + ", stream "
-        + streamName(tr.stream[src]) + ", " + poolText(poolOf(src)) + ", timestamp "
-        + fmtTime(tr.time[src]));
+        + streamName(tr.stream[src]) + ", " + poolText(elementPool(tl, s))
+        + (tr.time[src] >= 0 ? ", timestamp " + fmtTime(tr.time[src]) : ", no timestamp recorded"));
       if (act !== A.ALLOC && act !== A.SEG_ALLOC)
         lines.push("alloc not recorded, stack trace for free:");
       lines.push(stackText(tr.stack[src]));
@@ -288,7 +309,8 @@
         var b = snapBlock(k);
         var addr = b ? b[2].toString(16) : "?";
         lines.push("Addr: b'" + addr + "_" + (b ? versions().bver.get(b[2]) || 0 : 0) + ", Size: "
-          + fmtBoth(size) + " allocation, stream " + (b ? streamName(b[0].stream) : "?"));
+          + fmtBoth(size) + " allocation, stream " + (b ? streamName(b[0].stream) : "?") + ", "
+          + poolText(elementPool(tl, s)));
         lines.push("This block was allocated before the trace starts (it is alive in the "
           + "snapshot, its alloc is not in the trace).");
         lines.push(stackText(b ? b[0].blocks[b[1]][3] : -1));
@@ -401,6 +423,30 @@
     }
     return tl.oomT;
   }
+  /* The steps (ProfilerStep#N ranges, view.c) on timeline tl: [{step, t0, t1, peak}] from the
+   * entries whose time is inside each (one pass, a binary search among the steps' starts). */
+  function stepMarks(tl) {
+    if (!D.trace || !D.steps || !D.steps.length) return [];
+    if (!tl.stepMarks) {
+      var S = D.steps, k = S.length, a = new Float64Array(k).fill(-1), b = new Float64Array(k), tm = D.trace.time;
+      for (var i = 0; i < tm.length; i++) {
+        var t = tm[i], lo = 0, hi = k - 1, j = -1;
+        if (!(t >= 0)) continue;
+        while (lo <= hi) { var mid = (lo + hi) >> 1; if (S[mid][1] <= t) { j = mid; lo = mid + 1; } else hi = mid - 1; }
+        if (j < 0 || (S[j][2] >= 0 && t > S[j][2])) continue;
+        if (a[j] < 0) a[j] = i;
+        b[j] = i;
+      }
+      var st = entrySteps(tl), out = [];
+      for (j = 0; j < k; j++) {
+        if (a[j] < 0) continue;
+        var t0 = Math.min(st[a[j]], tl.nT - 1), t1 = Math.max(t0 + 1, Math.min(tl.nT, st[b[j] + 1]));
+        out.push({ step: S[j][0], t0: t0, t1: t1, peak: maxIn(tl, t0, Math.min(tl.maxAt.length - 1, t1 - 1)) });
+      }
+      tl.stepMarks = out;
+    }
+    return tl.stepMarks;
+  }
   /* The Explain panel (explain.js): the device's answer, and the state at the moment chosen on a
    * timeline (after the entries whose timestep is at or before it). */
   function explainView(root) {
@@ -443,8 +489,70 @@
     return tl.O[lo];
   }
 
+  /* ---- search (search.js): an index of the stacks and of each timeline's bands -------------- */
+
+  var searcher = null, searchEngine = null, searchKeys = 0;
+  function searchQuery(addr, text) {
+    return { addr: (addr || "").toLowerCase().replace(/^0x/, "").replace(/^[bs]'/, ""),
+             text: (text || "").toLowerCase() };
+  }
+  function searchInit() {
+    var B = D.traceBin, sec = {};
+    ["ranks", "ranks_hi", "ranks_lo", "ranks_big", "succ_count", "succ", "n", "at"].forEach(function (k) {
+      sec["stacks." + k] = B["stacks." + k];
+    });
+    return { frames: D.frames.map(function (f, i) { return frameRaw(i).toLowerCase(); }), sections: sec,
+             nframes: D.frames.length };
+  }
+  /* each series' stack and address (-1: none), once per timeline */
+  function searchSeries(tl) {
+    if (!tl.search) {
+      var n = tl.n, stack = new Int32Array(n), addr = new Float64Array(n);
+      for (var s = 0; s < n; s++) {
+        var e = tl.elem[s];
+        var src = e >= 0 ? tl.sources[e] : -1;
+        stack[s] = s === tl.summ ? -1 : src >= 0 ? D.trace.stack[src] : elementStack(tl, s);
+        addr[s] = s === tl.summ || e < 0 ? -1 : src >= 0 ? D.trace.addr[src] : parseInt(elementAddr(tl, s) || "-1", 16);
+      }
+      tl.search = { key: "k" + (++searchKeys), stack: stack, addr: addr, sent: false };
+    }
+    return tl.search;
+  }
+  /* the same matching, run to its end on the main thread (the API's search; no worker) */
+  function searchSync(tl, addr, text) {
+    if (!D.traceBin) return { addr: 0, text: 0, match: null }; /* nothing to find before the trace is read */
+    if (!searchEngine) { searchEngine = window.memsnapSearch.engine(); searchEngine.init(searchInit(), window.memsnapData.stacks); }
+    var x = searchSeries(tl), q = searchQuery(addr, text), it, r;
+    searchEngine.series(x);
+    q.key = x.key; q.slice = Infinity;
+    it = searchEngine.query(q);
+    while (!(r = it.next()).done) { /* one slice */ }
+    r.value.match = q.addr || q.text ? r.value.match : null;
+    return r.value;
+  }
+  /* the worker, its index built as soon as it starts (the first focus of a search box) */
+  function searchStart() {
+    if (searcher === null && D.traceBin) {
+      searcher = window.memsnapSearch.start(window.memsnapData.stacks) || false;
+      if (searcher) searcher.init.apply(null, (function (m) { return [m.frames, m.sections, m.nframes]; })(searchInit()));
+    }
+    return searcher;
+  }
+  /* in the worker: null where none could be made (then searchSync) */
+  function searchAsync(tl, addr, text, onProgress) {
+    if (!searchStart()) return null;
+    var x = searchSeries(tl), q = searchQuery(addr, text);
+    if (!x.sent) { searcher.series(x.key, x.stack, x.addr); x.sent = true; }
+    return searcher.query(x.key, q.addr, q.text, onProgress).then(function (r) {
+      if (r && !q.addr && !q.text) r.match = null;
+      return r;
+    });
+  }
+
   /* ---- the timeline view: canvas, level of detail, zoom and pan, hover ---------------------- */
 
+  var ENV_COLOR = "#708"; /* a private pool's envelope outline */
+  var MATCH_OUTLINES = 2000; /* the search's outlines drawn at most */
   function timelineView(root, tl, title) {
     var self = { name: title };
     if (tl.n === 0 || tl.elementsLength === 0) {
@@ -470,6 +578,7 @@
     var ctx = cv.getContext("2d"), octx = over.getContext("2d"), mctx = mcv.getContext("2d");
     var W = 0, H = 0, MW = 0, MH = 0, pad = { l: 70, r: 10, t: 10, b: 20 };
     var x0 = 0, x1 = tl.nT, hover = -1, pinned = -1, matches = null, lastFrameMs = 0;
+    var outlined = null; /* the matches outlined in this window (kept while only the hover moves) */
     var hs = readHash();
     var lim = stepRange(tl);
     x0 = lim[0]; x1 = lim[1];
@@ -599,6 +708,7 @@
 
     function draw() {
       var t0 = performance.now();
+      outlined = null;
       Y = ymax();
       ctx.clearRect(0, 0, W, H);
       ctx.save();
@@ -647,18 +757,39 @@
         var b = Y * i / 4, y = Yp(b);
         ctx.fillText(fmtSize(b), 4, y + 4);
       }
-      for (i = 0; i <= 5; i++) {
-        var t = x0 + (x1 - x0) * i / 5;
-        ctx.fillText(String(Math.round(t)), X(t) - 10, H - 5);
+      /* whole timesteps, each once, at a round spacing; every label inside the canvas */
+      var labels = self.labels = [];
+      function label(text, x, y) {
+        var w = ctx.measureText(text).width, lx = Math.max(0, Math.min(W - 1 - w, x));
+        ctx.fillText(text, lx, y);
+        labels.push([text, lx, lx + w]);
       }
-      /* the peak */
+      var step = Math.max(1, niceStep((x1 - x0) / 5));
+      for (var tk = Math.ceil(x0 / step) * step; tk <= x1 + 1e-9; tk += step) {
+        var txt = String(Math.round(tk));
+        label(txt, X(tk) - ctx.measureText(txt).width / 2, H - 5);
+      }
+      /* the peak: its label left of the line where it would pass the right edge */
       var px = X(tl.peakT);
       if (px >= pad.l && px <= W - pad.r) {
         ctx.strokeStyle = "#d00"; ctx.setLineDash([4, 3]);
         ctx.beginPath(); ctx.moveTo(px, pad.t); ctx.lineTo(px, H - pad.b); ctx.stroke();
         ctx.setLineDash([]);
-        ctx.fillStyle = "#d00"; ctx.fillText("peak " + fmtSize(tl.maxAt[tl.peakT]), px + 3, pad.t + 10);
+        var pt = "peak " + fmtSize(tl.maxAt[tl.peakT]), pw = ctx.measureText(pt).width;
+        ctx.fillStyle = "#d00"; label(pt, px + 3 + pw > W - 1 ? px - 3 - pw : px + 3, pad.t + 10);
       }
+      /* each profiler step from where its first entry takes effect, with its peak where it fits */
+      stepMarks(tl).forEach(function (m) {
+        var sx = X(m.t0), ex = Math.min(X(m.t1), W - pad.r);
+        if (X(m.t1) < pad.l || sx > W - pad.r) return;
+        ctx.strokeStyle = "#888"; ctx.setLineDash([2, 3]);
+        if (sx >= pad.l) { ctx.beginPath(); ctx.moveTo(sx, pad.t); ctx.lineTo(sx, H - pad.b); ctx.stroke(); }
+        ctx.setLineDash([]);
+        var name = "step " + m.step, full = name + ": peak " + fmtSize(m.peak), x = Math.max(pad.l, sx) + 3;
+        ctx.fillStyle = "#555";
+        if (ex - x > ctx.measureText(full).width + 4) label(full, x, pad.t + 34);
+        else if (ex - x > ctx.measureText(name).width + 4) label(name, x, pad.t + 34);
+      });
       /* each out-of-memory error, where its entry takes effect */
       oomSteps(tl).forEach(function (t) {
         var ox = X(t);
@@ -668,6 +799,11 @@
         ctx.setLineDash([]); ctx.lineWidth = 1;
         ctx.fillStyle = "#b00"; ctx.fillText("OOM", ox + 30 > W ? ox - 28 : ox + 3, pad.t + 22);
       });
+    }
+    /* 1, 2 or 5 times a power of ten, at least d */
+    function niceStep(d) {
+      var p = Math.pow(10, Math.floor(Math.log10(Math.max(d, 1e-9))));
+      return d <= p ? p : d <= 2 * p ? 2 * p : d <= 5 * p ? 5 * p : 10 * p;
     }
     function outline(s, style) {
       octx.beginPath();
@@ -680,12 +816,24 @@
       octx.save();
       octx.beginPath(); octx.rect(pad.l, pad.t, W - pad.l - pad.r, H - pad.t - pad.b); octx.clip();
       if (matches) {
+        /* the largest matches in the window (MATCH_OUTLINES at most: an outline per band of
+         * hundreds of thousands would take seconds; the counts are of all) */
+        var ms = outlined || [], ky = (H - pad.t - pad.b) / Y;
+        if (!outlined) eachIn(tl, x0, x1, function (s) { if (matches[s] && shown(tl, s)) ms.push(s); });
+        if (!outlined && ms.length > MATCH_OUTLINES) {
+          /* the size of the MATCH_OUTLINES-th largest (a typed array's numeric sort) */
+          var sz = Float64Array.from(ms, function (s) { return tl.size[s]; }).sort(), cut = sz[sz.length - MATCH_OUTLINES];
+          ms = ms.filter(function (s) { return tl.size[s] >= cut; }).slice(0, MATCH_OUTLINES);
+        }
         octx.setLineDash([3, 2]);
-        matches.forEach(function (m, s) {
-          if (m && tl.tmax[s] >= x0 && tl.tmin[s] <= x1) outline(s, m === 1 ? "#d00" : m === 2 ? "#00d" : "#d0d");
+        ms.forEach(function (s) {
+          if (tl.size[s] * ky >= 0.5 || ms.length < 200) { var m = matches[s]; outline(s, m === 1 ? "#d00" : m === 2 ? "#00d" : "#d0d"); }
         });
         octx.setLineDash([]);
+        outlined = ms;
+        self.outlined = ms.length;
       }
+      envelopes();
       if (pinned >= 0) outline(pinned, "#000");
       if (hover >= 0 && hover !== pinned) outline(hover, "#333");
       if (selectedT >= 0) {
@@ -694,6 +842,23 @@
         octx.beginPath(); octx.moveTo(x, pad.t); octx.lineTo(x, H - pad.b); octx.stroke();
       }
       octx.restore();
+    }
+    /* each private pool's envelope (its reserved memory), outlined above its stripes and named */
+    function envelopes() {
+      if (!tl.envelopes || !tl.envelopes.length) return;
+      if (!tl.envSeries) {
+        tl.envSeries = [];
+        for (var k = 0; k < tl.n; k++) if (tl.elem[k] <= -2) tl.envSeries.push(k);
+      }
+      tl.envSeries.forEach(function (s) {
+        var e = tl.elem[s];
+        if (tl.tmax[s] < x0 || tl.tmin[s] > x1 || !shown(tl, s)) return;
+        outline(s, ENV_COLOR);
+        var env = tl.envelopes[-2 - e], i = Math.max(tl.first[s], lowerBound(tl.T, tl.first[s], tl.first[s + 1] - 1, x0));
+        octx.fillStyle = ENV_COLOR; octx.font = "11px sans-serif";
+        octx.fillText("private pool (" + env.pool[0] + ", " + env.pool[1] + ")",
+                      Math.max(pad.l, X(tl.T[i])) + 4, Yp(tl.O[i] + tl.S[i]) + 13);
+      });
     }
     function drawMini() {
       mctx.clearRect(0, 0, MW, MH);
@@ -762,26 +927,12 @@
         if (s !== tl.summ && tl.tmin[s] <= t && tl.tmax[s] > t) out.push(s);
       return out;
     };
+    /* the search's answer (search.js): 1 address, 2 frame, 3 both, per series */
+    self.setMatches = function (m) { matches = m; outlined = null; drawOverlay(); };
     self.search = function (addr, text) {
-      addr = (addr || "").toLowerCase().replace(/^0x/, "").replace(/^[bs]'/, "");
-      text = (text || "").toLowerCase();
-      var na = 0, nt = 0, m = [];
-      var stackMatch = new Map();
-      for (var s = 0; s < tl.n; s++) {
-        if (s === tl.summ) continue;
-        var v = 0;
-        if (addr && elementAddr(tl, s).indexOf(addr) === 0) { v |= 1; na++; }
-        if (text) {
-          var st = elementStack(tl, s);
-          if (!stackMatch.has(st)) stackMatch.set(st, st >= 0 && st < D.nstacks && stackFrames(st).some(function (f) {
-            return frameText(f).toLowerCase().indexOf(text) >= 0; }));
-          if (stackMatch.get(st)) { v |= 2; nt++; }
-        }
-        m[s] = v;
-      }
-      matches = addr || text ? m : null;
-      drawOverlay();
-      return { addr: na, text: nt };
+      var r = searchSync(tl, addr, text);
+      self.setMatches(r.match);
+      return r;
     };
     self.peak = function () {
       var w = Math.min(x1 - x0, tl.nT);
@@ -1005,6 +1156,7 @@
       else list.scrollTop = i / Math.max(1, n - vis) * (list.scrollHeight - list.clientHeight);
     }
     function select(i) {
+      if (n === 0) return; /* no trace: no event to select (the keys do nothing) */
       sel = Math.max(0, Math.min(n - 1, i));
       st.moveTo(sel + 1);
       hash.event = sel; writeHash();
@@ -1114,111 +1266,10 @@
   /* ---- the flame graph of what is alive at the selected moment ------------------------------ */
 
   function flameView(root, tl) {
-    var self = { name: "flame", destroy: function () {} };
-    var t = selectedT >= 0 ? selectedT : tl.peakT;
-    var head = el("div", "note", root, "What is alive at timestep " + t + (selectedT >= 0 ? "" : " (the peak; click the timeline to choose a moment)")
-      + ": " + fmtBoth(tl.maxAt[Math.min(t, tl.maxAt.length - 1)] || 0) + ". Root at the bottom, callers below callees; click a frame to zoom, click the root to reset.");
-    var plot = el("div", "plot", root), info = el("pre", "info", root);
-    var cv = el("canvas", "", plot), ctx = cv.getContext("2d");
-    /* the tree: root -> outermost frame ... innermost */
-    var root0 = { name: "all", value: 0, kids: new Map(), parent: null };
-    var alive = [];
-    for (var s = 0; s < tl.n; s++) if (s !== tl.summ && tl.tmin[s] <= t && tl.tmax[s] > t) alive.push(s);
-    alive.forEach(function (s) {
-      var st = elementStack(tl, s), fr = st >= 0 && st < D.nstacks ? stackFrames(st) : [], node = root0;
-      node.value += tl.size[s];
-      for (var i = fr.length - 1; i >= -1; i--) {
-        var name = i >= 0 ? frameText(fr[i]) : "<no frames>";
-        if (i < 0 && fr.length) break;
-        var k = node.kids.get(name);
-        if (!k) { k = { name: name, value: 0, kids: new Map(), parent: node }; node.kids.set(name, k); }
-        k.value += tl.size[s];
-        node = k;
-      }
-    });
-    self.alive = alive.length;
-    self.total = root0.value;
-    /* what is alive, for download: one row per allocation, biggest first */
-    function rows() {
-      return alive.slice().sort(function (a, b) { return tl.size[b] - tl.size[a]; }).map(function (s) {
-        var e = tl.elem[s], src = tl.sources[e], st = elementStack(tl, s), fr = [];
-        if (st >= 0 && st < D.nstacks) stackFrames(st).forEach(function (f) { fr.push(frameText(f)); });
-        return { addr: elementAddr(tl, s), size: tl.size[s],
-                 stream: src >= 0 ? streamName(D.trace.stream[src]) : null,
-                 trace_entry: src >= 0 ? src : null, time_us: src >= 0 && D.trace.time[src] >= 0 ? D.trace.time[src] : null,
-                 from_snapshot: src < 0, frames: fr };
-      });
-    }
-    function csvField(v) {
-      var t = v === null || v === undefined ? "" : String(v);
-      return /[",\n\r]/.test(t) ? '"' + t.replace(/"/g, '""') + '"' : t;
-    }
-    self.csv = function () {
-      var out = ["address,size,stream,trace_entry,time_us,from_snapshot,stack (innermost first)"];
-      rows().forEach(function (r) {
-        out.push([r.addr, r.size, r.stream, r.trace_entry, r.time_us, r.from_snapshot, r.frames.join(" <- ")].map(csvField).join(","));
-      });
-      return out.join("\n") + "\n";
-    };
-    self.json = function () {
-      return JSON.stringify({ device: D.device, timestep: t, bytes: root0.value, allocations: rows() }, null, 1);
-    };
-    function download(text, type, ext) {
-      var a = el("a", "", null);
-      a.href = URL.createObjectURL(new Blob([text], { type: type }));
-      a.download = "alive-at-" + t + "." + ext;
-      document.body.appendChild(a); a.click(); a.remove();
-    }
-    var bcsv = el("button", "", head, "Download CSV"), bjson = el("button", "", head, "Download JSON");
-    bcsv.addEventListener("click", function () { download(self.csv(), "text/csv", "csv"); });
-    bjson.addEventListener("click", function () { download(self.json(), "application/json", "json"); });
-    var focus = root0, boxes = [];
-    function draw() {
-      var r = plot.getBoundingClientRect(), W = Math.max(200, r.width | 0), H = Math.max(100, r.height | 0);
-      cv.width = W; cv.height = H; ctx.clearRect(0, 0, W, H); boxes = [];
-      var rh = 16;
-      function rec(node, x, w, depth) {
-        if (w < 0.5) return;
-        var y = H - (depth + 1) * rh;
-        if (y < -rh) return;
-        ctx.fillStyle = depth === 0 ? "#bbb" : "hsl(" + (20 + (node.name.length * 37) % 40) + ",80%," + (55 + (node.name.length * 7) % 15) + "%)";
-        ctx.fillRect(x, y, w - 0.5, rh - 1);
-        boxes.push([x, y, w, rh, node]);
-        if (w > 30) {
-          ctx.fillStyle = "#000"; ctx.font = "11px sans-serif";
-          ctx.save(); ctx.beginPath(); ctx.rect(x, y, w, rh); ctx.clip();
-          ctx.fillText(node.name, x + 2, y + 12); ctx.restore();
-        }
-        var kids = Array.from(node.kids.values()).sort(function (a, b) { return a.name < b.name ? -1 : a.name > b.name ? 1 : 0; });
-        var cx = x;
-        kids.forEach(function (k) { var kw = w * k.value / node.value; rec(k, cx, kw, depth + 1); cx += kw; });
-      }
-      var d = 0;
-      for (var p = focus; p.parent; p = p.parent) d++;
-      rec(focus, 0, W, 0);
-      void d;
-    }
-    cv.addEventListener("mousemove", function (ev) {
-      for (var i = 0; i < boxes.length; i++) {
-        var b = boxes[i];
-        if (ev.offsetX >= b[0] && ev.offsetX < b[0] + b[2] && ev.offsetY >= b[1] && ev.offsetY < b[1] + b[3]) {
-          info.textContent = b[4].name + "\n" + fmtBoth(b[4].value) + " ("
-            + (100 * b[4].value / Math.max(1, root0.value)).toFixed(2) + "% of what is alive)";
-          return;
-        }
-      }
-    });
-    cv.addEventListener("click", function (ev) {
-      for (var i = 0; i < boxes.length; i++) {
-        var b = boxes[i];
-        if (ev.offsetX >= b[0] && ev.offsetX < b[0] + b[2] && ev.offsetY >= b[1] && ev.offsetY < b[1] + b[3]) {
-          focus = b[4] === focus && focus.parent ? focus.parent : b[4]; draw(); return;
-        }
-      }
-    });
-    void head;
-    draw();
-    return self;
+    return window.memsnapFlame.view(root, tl, {
+      D: D, selectedT: selectedT, el: el, fmtSize: fmtSize, fmtBoth: fmtBoth, elementStack: elementStack,
+      shownFrames: shownFrames, stackFrames: stackFrames, frameText: frameText, elementAddr: elementAddr,
+      streamName: streamName, seriesCat: seriesCat });
   }
 
   /* ---- the page ----------------------------------------------------------------------------- */
@@ -1339,6 +1390,7 @@
     D.segments = pd.segments;
     D.ntrace = pd.ntrace;
     D.explain = pd.explain;
+    D.steps = pd.steps || [];
     streamIds = {};
     blockIndex = null;
     selectedT = -1;
@@ -1407,7 +1459,7 @@
   function build() {
     app.textContent = "";
     var bar = el("div", "bar", app);
-    el("span", "title", bar, D.title || "snapshot");
+    el("span", "title", bar, window.memsnapFrames.safe(D.title || "snapshot"));
     var lv = el("label", "", bar, "View ");
     var sel = el("select", "", lv);
     VIEWS.forEach(function (v) { var o = el("option", "", sel, v[1]); o.value = v[0]; });
@@ -1454,6 +1506,19 @@
     psel.addEventListener("change", function () { setPool(psel.value); });
     api.pool = setPool;
     categoryControls(bar);
+    /* the frame filter: PyTorch's viewer hides the unwinder's and the interpreter's frames */
+    var lf = el("label", "", bar), fbox = el("input", "", lf);
+    el("span", "", lf, "all frames");
+    fbox.type = "checkbox";
+    lf.title = "Show the frames PyTorch's viewer hides (torch::unwind, gather, _PyEval_EvalFrameDefault, "
+      + "Register..., the caching allocator's)";
+    function setAllFrames(on) {
+      allFrames = !!on; fbox.checked = allFrames;
+      hash.frames = allFrames ? "all" : ""; writeHash();
+      if (current) showView(sel.value, bar, holder);
+    }
+    fbox.addEventListener("change", function () { setAllFrames(fbox.checked); });
+    api.allFrames = setAllFrames;
     /* the time-range selector: trace entries A..B (the timelines show only the steps of those) */
     var lr = el("label", "", bar, "Entries "), ra = el("input", "range", lr);
     el("span", "", lr, " to ");
@@ -1472,20 +1537,49 @@
     rb.addEventListener("change", rangeInput);
     rclear.addEventListener("click", function () { setRange(null, null); });
     api.range = setRange;
+    api.stepMarks = stepMarks;
+    api.elementText = elementText;
     var search = el("span", "", bar);
     var la = el("label", "", search, "address "), ia = el("input", "", la);
     var lt = el("label", "", search, " frame "), it = el("input", "", lt);
     ia.type = it.type = "text";
     var cnt = el("span", "count", search);
+    function counts(r, more) {
+      cnt.textContent = (ia.value ? r.addr + " by address" : "") + (ia.value && it.value ? ", " : "")
+        + (it.value ? r.text + " by frame" : "") + (more ? " so far (" + Math.round(100 * more) + "%)" : "");
+    }
     function doSearch() {
       if (!current || !current.search) return;
       var r = current.search(ia.value, it.value);
-      cnt.textContent = (ia.value ? r.addr + " by address" : "") + (ia.value && it.value ? ", " : "")
-        + (it.value ? r.text + " by frame" : "");
+      counts(r);
       api.lastSearch = r;
     }
-    ia.addEventListener("input", doSearch);
-    it.addEventListener("input", doSearch);
+    /* typing: the worker answers once typing pauses, the counts as they come (search.js) */
+    var pause = null;
+    function typed() {
+      clearTimeout(pause);
+      pause = setTimeout(function () {
+        var view = current, tl = view && view.tl;
+        if (!view || !view.search) return;
+        if (!D.trace || !tl) { doSearch(); return; }
+        cnt.textContent = "searching...";
+        var p = searchAsync(tl, ia.value, it.value, function (r) { counts(r, r.done); });
+        if (!p) { api.searchMode = "main thread"; doSearch(); return; }
+        api.searchMode = "worker";
+        api.searchSettled = p.then(function (r) {
+          if (!r || current !== view) return r; /* superseded, or another view */
+          view.setMatches(r.match);
+          counts(r);
+          api.lastSearch = r;
+          return r;
+        }, function () { searcher = false; doSearch(); return api.lastSearch; });
+      }, window.memsnapSearch.DEBOUNCE_MS);
+    }
+    ia.addEventListener("input", typed);
+    it.addEventListener("input", typed);
+    ia.addEventListener("focus", searchStart);
+    it.addEventListener("focus", searchStart);
+    api.searchInputs = [ia, it];
     bar.search = search;
     var holder = el("div", "view", app);
     hash = readHash();
@@ -1493,6 +1587,7 @@
     var first = hash.view || D.view || "timeline";
     if (!VIEWS.some(function (v) { return v[0] === first; })) first = "timeline";
     if (hash.t !== undefined) selectedT = +hash.t;
+    allFrames = hash.frames === "all"; fbox.checked = allFrames;
     if (hash.pool !== undefined && (hash.pool === "unknown" || pools[hash.pool])) {
       poolFilter = hash.pool; psel.value = hash.pool;
     }
