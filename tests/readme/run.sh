@@ -10,7 +10,9 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/memsnap-readme-XXXXXX")
 trap 'rm -rf "$work"' EXIT
 awk '/^```c$/ && !done { on = 1; next } /^```$/ && on { on = 0; done = 1 } on' "$src/README.md" >"$work/app.c"
 test -s "$work/app.c" || { echo "FAIL: no \`\`\`c block in README.md"; exit 1; }
-${CC:-cc} -std=c11 -Wall -Wextra -Werror -I"$src/include" -I"$build/include" "$work/app.c" \
+# MS_README_CFLAGS: the sanitizer of a sanitizer build (tests/CMakeLists.txt), whose library needs it
+# shellcheck disable=SC2086
+${CC:-cc} -std=c11 -Wall -Wextra -Werror ${MS_README_CFLAGS:-} -I"$src/include" -I"$build/include" "$work/app.c" \
   -L"$build/lib" -lmemsnap_core -Wl,-rpath,"$build/lib" -o "$work/app"
 cd "$work"
 set +e
