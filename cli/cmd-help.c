@@ -13,7 +13,7 @@
 const struct cli_cmd *cli_command_table;
 
 const struct cli_cmd *cli_find_command(const char *name) {
-  for (const struct cli_cmd *c = cli_command_table; c->name; c++)
+  for (const struct cli_cmd *c = cli_command_table; c && c->name; c++)
     if (strcmp(c->name, name) == 0) return c;
   return NULL;
 }

@@ -49,6 +49,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
   (void)argv;
   /* the commands print to stdout: keep libFuzzer's log readable */
   if (!freopen("/dev/null", "w", stdout)) abort();
+  cli_command_table = cli_commands; /* as main() does before dispatching (cmd-help.c) */
   snprintf(fz_path, sizeof fz_path, "/tmp/memsnap-fuzz-consumers-%ld", (long)getpid());
   return 0;
 }
