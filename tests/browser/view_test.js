@@ -112,6 +112,7 @@
       measure.clicked_text = info.slice(0, 300);
       ok("no timestamp: not 'Invalid Date'", info.indexOf("Invalid Date") < 0, info.slice(0, 200));
       axisLabels(v, "whole run");
+      axesCase(D, TL, v, t, off + TL.size[best] / 2);
       /* search by that band's address and by a frame's text: counts as counted from the data */
       var addr = src >= 0 ? api.hexAddr(src) : "";
       if (addr) {
@@ -383,6 +384,46 @@
     api.colorBy("allocation");
   }
 
+  /* issue #30 defect 7: one unit on the x axis and in the range boxes (timesteps), said; the
+   * minimap under the plot's own columns; vertical zoom */
+  function axesCase(D, TL, v, t, b) {
+    v.setWindow(0, TL.nT);
+    ok("axes: the x axis says its unit", (v.labels || []).some(function (l) { return l[0] === "timestep"; }), JSON.stringify(v.labels));
+    var boxes = document.querySelectorAll("input.range");
+    ok("range: the boxes say they take timesteps", boxes.length === 2 && /^Steps/.test(boxes[0].parentNode.textContent),
+       boxes.length && boxes[0].parentNode.textContent);
+    if (D.trace && D.ntrace > 2 && TL.nT >= 8 && boxes.length === 2) {
+      var sa = Math.floor(TL.nT / 4), sb = Math.floor(TL.nT / 2);
+      boxes[0].value = String(sa); boxes[1].value = String(sb);
+      boxes[1].dispatchEvent(new Event("change"));
+      var w = v.window();
+      ok("range: the boxes take timesteps and show the window", w[0] >= sa && w[0] < w[1] && w[1] >= sb
+         && +boxes[0].value === w[0] && +boxes[1].value === w[1], w + " boxes " + boxes[0].value + "," + boxes[1].value + " typed " + sa + "," + sb);
+      api.range(null, null);
+    }
+    /* the minimap's window box starts under the plot's column of its first step */
+    var cv = document.querySelector(".plot canvas"), mcv = document.querySelector(".mini canvas");
+    ok("minimap: as wide as the plot", mcv.width === cv.width, mcv.width + " vs " + cv.width);
+    if (TL.nT >= 8) {
+      var a = TL.nT / 4, xa = Math.round(v.canvasToClient(a, 0)[0]);
+      v.setWindow(a, TL.nT / 2);
+      var row = mcv.getContext("2d").getImageData(0, 0, mcv.width, 1).data;
+      ok("minimap: aligned with the plot", row[4 * (xa + 2) + 3] > 0 && row[4 * (xa - 2) + 3] === 0,
+         "alpha at " + (xa - 2) + ": " + row[4 * (xa - 2) + 3] + ", at " + (xa + 2) + ": " + row[4 * (xa + 2) + 3]);
+      v.setWindow(0, TL.nT);
+    }
+    /* vertical zoom: twice as tall, the axis' top is its old middle; the key 0 undoes it */
+    if (!v.zoomY) { ok("vertical zoom", false, "none"); return; }
+    var y0 = v.yMax(), mid = v.labels[2][0], base = v.canvasToClient(t, 0)[1], p0 = v.canvasToClient(t, b)[1];
+    v.zoomY(2);
+    var p1 = v.canvasToClient(t, b)[1];
+    ok("vertical zoom: twice as tall", v.yMax() === y0 / 2 && v.labels[4][0] === mid && Math.abs((base - p1) - 2 * (base - p0)) < 1e-6,
+       v.yMax() + " vs " + y0 + ", " + v.labels[4][0] + " vs " + mid + ", " + (base - p1) + " vs " + (base - p0));
+    var px = p1 > 10 ? cv.getContext("2d").getImageData(Math.round(v.canvasToClient(t, b)[0]), Math.round(p1), 1, 1).data : [0, 0, 0, 255];
+    ok("vertical zoom: the band drawn where it now is", px[3] === 255, Array.from(px).join(","));
+    key("0");
+    ok("vertical zoom: 0 undoes it", v.yMax() === y0, v.yMax() + " vs " + y0);
+  }
   /* issue #30 defect 5: the Allocator State History lists one row per free (a free_requested
    * followed at once by its free_completed), as PyTorch's viewer does */
   function historyCase(D, h, n) {
