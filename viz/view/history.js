@@ -20,6 +20,7 @@
     this.step = this.n;
     this.segs = [];           /* {addr, size, stream, pool, stack} sorted by addr */
     this.blocks = new Map();  /* addr -> {addr, size, req, state, stack} (live blocks) */
+    this.kept = new Map();    /* entry -> the block it made or ended (block()) */
     var self = this;
     D.segments.forEach(function (s) {
       var addr = parseInt(s.addr, 16);
@@ -58,16 +59,25 @@
     return { a: tr.action[i], addr: tr.addr[i], size: tr.size[i],
              stream: tr.stream[i], stack: tr.stack[i], pool: poolOf(i) };
   };
+  /* The block an alloc made or a free_completed ended, as the state knew it (from the snapshot,
+   * with its real size) when the entry was undone or redone: kept by entry, so that moving back
+   * and forth never replaces a block's real size by the rounding of its request. */
+  AllocState.prototype.block = function (i, e, state) {
+    var b = this.kept.get(i);
+    if (!b) b = { addr: e.addr, size: Math.max(512, Math.ceil(e.size / 512) * 512), req: e.size, stack: e.stack };
+    b.state = state;
+    return b;
+  };
   /* step -> step - 1: undo entry step - 1 */
   AllocState.prototype.undo = function () {
-    var e = this.entry(--this.step), b;
+    var i = --this.step, e = this.entry(i), b;
     switch (e.a) {
-    case A.ALLOC: this.blocks.delete(e.addr); break;
-    case A.FREE_REQ: if ((b = this.blocks.get(e.addr))) b.state = 1; break;
-    case A.FREE_DONE:
-      this.blocks.set(e.addr, { addr: e.addr, size: Math.max(512, Math.ceil(e.size / 512) * 512),
-                                req: e.size, state: 2, stack: e.stack });
+    case A.ALLOC:
+      if ((b = this.blocks.get(e.addr))) this.kept.set(i, b);
+      this.blocks.delete(e.addr);
       break;
+    case A.FREE_REQ: if ((b = this.blocks.get(e.addr))) b.state = 1; break;
+    case A.FREE_DONE: this.blocks.set(e.addr, this.block(i, e, 2)); break;
     case A.SEG_ALLOC: case A.SEG_MAP: this.removeRange(e.addr, e.size); break;
     case A.SEG_FREE: case A.SEG_UNMAP:
       this.addSeg({ addr: e.addr, size: e.size, stream: e.stream, pool: e.pool || [0, 0], stack: e.stack });
@@ -76,14 +86,14 @@
   };
   /* step -> step + 1: redo entry step */
   AllocState.prototype.redo = function () {
-    var e = this.entry(this.step++), b;
+    var i = this.step++, e = this.entry(i), b;
     switch (e.a) {
-    case A.ALLOC:
-      this.blocks.set(e.addr, { addr: e.addr, size: Math.max(512, Math.ceil(e.size / 512) * 512),
-                                req: e.size, state: 1, stack: e.stack });
-      break;
+    case A.ALLOC: this.blocks.set(e.addr, this.block(i, e, 1)); break;
     case A.FREE_REQ: if ((b = this.blocks.get(e.addr))) b.state = 2; break;
-    case A.FREE_DONE: this.blocks.delete(e.addr); break;
+    case A.FREE_DONE:
+      if ((b = this.blocks.get(e.addr))) this.kept.set(i, b);
+      this.blocks.delete(e.addr);
+      break;
     case A.SEG_ALLOC: case A.SEG_MAP:
       this.addSeg({ addr: e.addr, size: e.size, stream: e.stream, pool: e.pool || [0, 0], stack: e.stack });
       break;
