@@ -266,11 +266,18 @@
       ok("steps: labelled on the axis", (api.view.labels || []).some(function (l) { return l[0] === "step 4: peak " + (TL.maxAt[TL.peakT] / 1048576).toFixed(1) + "MiB"; }),
          JSON.stringify(api.view.labels));
     }
+    keyboardCase(D, TL);
     /* Allocator State History: arrow keys move the event; the map follows */
     api.show("history");
     var h = api.view, n = D.trace.action.length;
     if (n > 1) {
       historyCase(D, h, n);
+      /* issue #30 defect 8: the list is a listbox reached and driven by the keyboard */
+      var lst = document.querySelector(".events");
+      lst.focus();
+      lst.dispatchEvent(new KeyboardEvent("keydown", { key: "Home", bubbles: true, cancelable: true }));
+      ok("a11y: the history list by keyboard", document.activeElement === lst && lst.tabIndex === 0 && lst.getAttribute("role") === "listbox"
+         && !!lst.getAttribute("aria-label") && h.selected === 0 && lst.getAttribute("aria-activedescendant") === "ms-history-row-0");
       var ia = -1;
       for (i = 1; i < n; i++) if (D.trace.action[i] === 0) { ia = i; break; }
       if (ia > 0 && h.selectEntry) {
@@ -423,6 +430,48 @@
     ok("vertical zoom: the band drawn where it now is", px[3] === 255, Array.from(px).join(","));
     key("0");
     ok("vertical zoom: 0 undoes it", v.yMax() === y0, v.yMax() + " vs " + y0);
+  }
+  /* issue #30 defect 8: the page by keyboard and screen reader: named controls, a focus order
+   * (the bar, the plot, the details), the plot named by what it shows, the details a live region;
+   * keys alone choose a band at a moment and show its details */
+  function keyboardCase(D, TL) {
+    api.show("timeline");
+    var v = api.view, bar = document.querySelector(".bar");
+    function press(node, k) { node.dispatchEvent(new KeyboardEvent("keydown", { key: k, bubbles: true, cancelable: true })); }
+    ok("a11y: the controls are a named group", bar.getAttribute("role") === "group" && !!bar.getAttribute("aria-label"));
+    var unnamed = [].filter.call(bar.querySelectorAll("select, input, button"), function (c) {
+      return !c.getAttribute("aria-label") && !c.closest("label") && !c.textContent.trim();
+    });
+    ok("a11y: every control has a name", unnamed.length === 0, unnamed.map(function (c) { return c.outerHTML; }).join(" "));
+    var region = document.querySelector("[role=region]");
+    ok("a11y: the view is a region named as the view", !!region && region.getAttribute("aria-label") === "Active Memory Timeline");
+    var plot = document.querySelector(".plot canvas[tabindex]"), info = document.querySelector(".info");
+    var order = [].filter.call(document.querySelectorAll("select, input, button, [tabindex]"), function (e) { return e.tabIndex >= 0; });
+    ok("a11y: Tab reaches the views, the plot, then the details", !!plot && order.indexOf(bar.querySelector("select")) === 0
+       && order.indexOf(plot) > 0 && order.indexOf(info) > order.indexOf(plot), order.map(function (e) { return e.tagName; }).join(","));
+    if (!plot) return;
+    ok("a11y: the plot is an image named by what it shows", plot.getAttribute("role") === "img"
+       && plot.getAttribute("aria-label").indexOf("peak " ) >= 0, plot.getAttribute("aria-label"));
+    ok("a11y: the details are read as they change", info.getAttribute("role") === "status" && info.getAttribute("aria-live") === "polite");
+    if (!(TL.elementsLength > 0 && TL.n > 1) || !v.picked) return;
+    plot.focus();
+    api.select(-1);
+    press(plot, "ArrowDown");
+    var s1 = v.picked(), T0 = TL.peakT, txt = info.textContent, m = /^Band 1 of (\d+) at timestep (\d+)/.exec(txt);
+    ok("a11y: Down picks the top band at the peak", document.activeElement === plot && s1 >= 0 && !!m && +m[2] === T0
+       && TL.tmin[s1] <= T0 && T0 < TL.tmax[s1] && txt.indexOf(api.elementText(TL, s1)) > 0, txt.slice(0, 200));
+    if (m && +m[1] > 1) {
+      press(plot, "ArrowDown");
+      var s2 = v.picked();
+      ok("a11y: Down again picks the band below", s2 !== s1 && s2 >= 0 && /^Band 2 of /.test(info.textContent)
+         && info.textContent.indexOf(api.elementText(TL, s2)) > 0, info.textContent.slice(0, 120));
+      press(plot, "ArrowUp");
+      ok("a11y: Up goes back", v.picked() === s1 && /^Band 1 of /.test(info.textContent));
+    }
+    press(plot, "]");
+    ok("a11y: ] moves the moment", T0 + 1 >= TL.nT || /^Timestep \d+ chosen/.test(info.textContent) && v.picked() === -1,
+       info.textContent.slice(0, 100));
+    api.select(-1);
   }
   /* issue #30 defect 5: the Allocator State History lists one row per free (a free_requested
    * followed at once by its free_completed), as PyTorch's viewer does */

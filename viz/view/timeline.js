@@ -40,6 +40,16 @@
     }
     var plot = el("div", "plot", root), mini = el("div", "mini", root), info = el("pre", "info", root);
     var cv = el("canvas", "", plot), over = el("canvas", "", plot), mcv = el("canvas", "", mini);
+    /* for the keyboard and screen readers: the plot takes the focus (its keys below) and is named
+     * by what it shows; the details are read as they change; the minimap repeats the plot */
+    cv.setAttribute("aria-hidden", "true");
+    mcv.setAttribute("aria-hidden", "true");
+    over.tabIndex = 0;
+    over.setAttribute("role", "img");
+    info.tabIndex = 0;
+    info.setAttribute("role", "status");
+    info.setAttribute("aria-live", "polite");
+    info.setAttribute("aria-label", "details of the chosen allocation");
     var ctx = cv.getContext("2d"), octx = over.getContext("2d"), mctx = mcv.getContext("2d");
     var W = 0, H = 0, MW = 0, MH = 0, pad = { l: 70, r: 10, t: 10, b: 20 };
     var x0 = 0, x1 = tl.nT, hover = -1, pinned = -1, matches = null, lastFrameMs = 0;
@@ -56,7 +66,8 @@
       + "Hover a band to see its allocation; click to keep it and to choose the "
       + "moment of the flame graph view. The x axis counts timesteps (one per allocation or free "
       + "that changes this timeline; the Steps boxes use the same unit). Keys: + / - zoom, arrows pan, "
-      + "* / / zoom vertically (or Shift with the wheel), "
+      + "* / / zoom vertically (or Shift with the wheel), Down / Up pick the next / previous band "
+      + "at the chosen moment, [ / ] move the moment, "
       + "p peak, 0 whole run.";
 
     /* the top of the y axis: 5% above the window's highest point, divided by the vertical zoom */
@@ -199,6 +210,10 @@
       axes();
       self.stats = { big: nbig, small: nsmall };
       drawOverlay();
+      over.setAttribute("aria-label", (tl.segmentsView ? "Cached segments" : "Allocations") + " over timesteps "
+        + Math.round(x0) + " to " + Math.round(x1) + " of " + tl.nT + "; peak " + fmtSize(tl.maxAt[tl.peakT])
+        + " at timestep " + tl.peakT + (V.selectedT >= 0 ? "; chosen moment: timestep " + V.selectedT : "")
+        + ". Down and Up pick a band at the chosen moment, [ and ] move it, + and - zoom, arrows pan.");
       lastFrameMs = performance.now() - t0;
       self.lastFrameMs = lastFrameMs;
       hash.x0 = Math.round(x0); hash.x1 = Math.round(x1); writeHash();
@@ -456,14 +471,55 @@
       if (b - a < 3) { var c = MT(a), w = x1 - x0; setWindow(c - w / 2, c + w / 2); }
       else setWindow(MT(a), MT(b));
     });
+    /* The bands alive at the chosen moment (the peak when none is chosen), top first: Down picks
+     * the next one below the one picked, Up the one above; its details are shown (and read). */
+    function pickBand(dir) {
+      var t = V.selectedT >= 0 ? Math.min(V.selectedT, tl.nT - 1) : tl.peakT, alive = [];
+      if (V.selectedT < 0) { V.selectedT = t; hash.t = t; writeHash(); }
+      eachIn(tl, t, t, function (s) {
+        var o = shown(tl, s) && tl.tmin[s] <= t && t < tl.tmax[s] ? offsetAt(tl, s, t) : NaN;
+        if (!isNaN(o)) alive.push([o, s]);
+      });
+      alive.sort(function (a, b) { return b[0] - a[0] || a[1] - b[1]; });
+      if (!alive.length) {
+        pinned = -1; drawOverlay();
+        info.textContent = "Timestep " + t + ": no band alive.";
+        return;
+      }
+      var k = -1;
+      alive.forEach(function (x, i) { if (x[1] === pinned) k = i; });
+      k = k < 0 ? (dir > 0 ? 0 : alive.length - 1) : Math.max(0, Math.min(alive.length - 1, k + dir));
+      pinned = alive[k][1];
+      if (t < x0 || t > x1) setWindow(t - (x1 - x0) / 2, t + (x1 - x0) / 2);
+      drawOverlay();
+      info.textContent = "Band " + (k + 1) + " of " + alive.length + " at timestep " + t + " (top first):\n"
+        + elementText(tl, pinned);
+    }
+    /* [ and ]: the chosen moment a step (a hundredth of the window at least) earlier or later */
+    function moveMoment(dir) {
+      var t = V.selectedT >= 0 ? V.selectedT : tl.peakT;
+      t = Math.max(0, Math.min(tl.nT - 1, t + dir * Math.max(1, Math.round((x1 - x0) / 100))));
+      V.selectedT = t; hash.t = t; writeHash();
+      pinned = -1;
+      if (t < x0 || t > x1) setWindow(t - (x1 - x0) / 2, t + (x1 - x0) / 2);
+      drawOverlay();
+      info.textContent = "Timestep " + t + " chosen: Down and Up pick a band alive then.";
+    }
+    self.pickBand = pickBand;
+    self.picked = function () { return pinned; };
     function key(ev) {
-      if (ev.target && ev.target.tagName === "INPUT") return;
+      var tag = ev.target && ev.target.tagName;
+      if (tag === "INPUT" || tag === "SELECT" || tag === "BUTTON") return;
       var w = x1 - x0, c = (x0 + x1) / 2;
       if (ev.key === "+" || ev.key === "=") zoomAt(c, 0.5);
       else if (ev.key === "-") zoomAt(c, 2);
       else if (ev.key === "ArrowLeft") setWindow(x0 - w / 4, x1 - w / 4);
       else if (ev.key === "ArrowRight") setWindow(x0 + w / 4, x1 + w / 4);
       else if (ev.key === "p") self.peak();
+      else if (ev.key === "ArrowDown") pickBand(1);
+      else if (ev.key === "ArrowUp") pickBand(-1);
+      else if (ev.key === "[") moveMoment(-1);
+      else if (ev.key === "]") moveMoment(1);
       else if (ev.key === "*") zoomY(2);
       else if (ev.key === "/") zoomY(0.5);
       else if (ev.key === "0") { yz = 1; self.applyRange(); }

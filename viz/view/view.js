@@ -94,6 +94,8 @@
     holder.textContent = "";
     hash.view = name; writeHash();
     var v = el("div", "view", holder);
+    v.setAttribute("role", "region");
+    VIEWS.forEach(function (x) { if (x[0] === name) v.setAttribute("aria-label", x[1]); });
     if (!D.trace && name !== "timeline" && name !== "segments" && name !== "settings" &&
         name !== "explain") {
       el("div", "note", v, "The trace is still being read: this view opens when it is.");
@@ -256,6 +258,8 @@
   function build() {
     app.textContent = "";
     var bar = el("div", "bar", app);
+    bar.setAttribute("role", "group");
+    bar.setAttribute("aria-label", "memsnap view: the view shown and its filters");
     el("span", "title", bar, window.memsnapFrames.safe(D.title || "snapshot"));
     var lv = el("label", "", bar, "View ");
     var sel = el("select", "", lv);
