@@ -219,7 +219,13 @@
       ok("consumers by " + by + ": biggest first", gs.every(function (g, i) { return i === 0 || gs[i - 1][1] >= g[1]; }));
       ok("consumers by " + by + ": CSV", cons.csv(by).split("\n").length === gs.length + 2 && cons.csv(by).indexOf(by + ",bytes,count") === 0);
     });
-    cons.sort(2);
+    /* the count column's head is a button (the keyboard's Enter or Space clicks it), which keeps
+     * the focus and says how the table is sorted (issue #30 defect 8) */
+    var heads = document.querySelectorAll("th button.sort");
+    if (heads.length === 3) { heads[2].focus(); heads[2].click(); }
+    var head2 = document.querySelectorAll("th button.sort")[2];
+    ok("consumers: the heads are buttons that keep the focus", heads.length === 3 && document.activeElement === head2
+       && head2.parentNode.getAttribute("aria-sort") === "descending", heads.length + " heads");
     var byCount = cons.groups("source");
     ok("consumers: sorted by count on a click", byCount.every(function (g, i) { return i === 0 || byCount[i - 1][2] >= g[2]; })
        && cons.rows() === Math.min(100, byCount.length));
