@@ -83,6 +83,17 @@ typedef struct th_run_s {
 th_run_t th_run(const char *dir, const char *in_path, const char *const *env,
                 const char *const *args);
 void th_run_free(th_run_t *r);
+/* A whole file with a NUL after it; @return malloc'd text (NULL on error), *len (may be NULL) =
+ * its size. */
+char *th_read_text(const char *path, size_t *len);
+
+/* The working directory of a suite of CLI tests: th_workdir_setup (the suite's .init) makes a
+ * fresh one and puts its path in th_workdir, th_workdir_teardown (.fini) removes it and its
+ * files. TH_RUN(ARGS...) runs memsnap ARGS there (th_run, standard input /dev/null). */
+extern char th_workdir[256];
+void th_workdir_setup(void);
+void th_workdir_teardown(void);
+#define TH_RUN(...) th_run(th_workdir, NULL, NULL, (const char *const[]){__VA_ARGS__, NULL})
 
 /* A growable byte buffer (the hand-made inputs of the reader tests); running out of memory
  * aborts. th_bytes_sink_write is an ms_sink_t writer into one (ctx: the th_bytes_t). */
@@ -99,6 +110,11 @@ void th_bytes_free(th_bytes_t *b);
 void th_pickle_op(th_bytes_t *b, int op);
 void th_pickle_str(th_bytes_t *b, const char *s);
 void th_pickle_int(th_bytes_t *b, int64_t x);
+
+/* Writes s to DIR/NAME (dir NULL: NAME as it is): a PyTorch pickle when NAME ends in ".pickle",
+ * else memsnap's format. @return 0, or -1 with why (naming the path). */
+int th_write_snapshot(const ms_snapshot_t *s, const char *dir, const char *name, char *why,
+                      size_t cap);
 
 /* th_synth(opts) written to path in memsnap's format. @return 0, or -1 with why. */
 int th_write_synth(const char *path, const th_synth_opts_t *opts, char *why, size_t cap);
