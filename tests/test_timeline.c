@@ -1046,9 +1046,9 @@ Test(timeline_cli, json_equals_pytorch) {
                seg ? "segment-timeline" : "timeline");
       char *exp = gunzip_file(epath);
       cr_assert_not_null(exp);
-      run_t r = seg ? RUN("timeline", fx(names[i]), "--json", "--segments", "--max-entries",
+      run_t r = seg ? RUN("timeline", fx(names[i]), "--viewer-data", "--segments", "--max-entries",
                           "15000")
-                    : RUN("timeline", fx(names[i]), "--json");
+                    : RUN("timeline", fx(names[i]), "--viewer-data");
       cr_assert_eq(r.status, 0, "%s", r.err);
       cr_assert_str_empty(r.err);
       const char *keys[] = {"device", "max_size", "elements_length", "max_at_time",
@@ -1067,8 +1067,8 @@ Test(timeline_cli, json_equals_pytorch) {
 
 Test(timeline_cli, json_range_and_device) {
   if (!have_fixtures()) cr_skip_test("SKIP: PyTorch fixtures not found in %s", th_fixture_dir());
-  run_t all = RUN("timeline", fx("a0kuma_adamw_small"), "--json");
-  run_t part = RUN("timeline", fx("a0kuma_adamw_small"), "--json", "--range", "0:9");
+  run_t all = RUN("timeline", fx("a0kuma_adamw_small"), "--viewer-data");
+  run_t part = RUN("timeline", fx("a0kuma_adamw_small"), "--viewer-data", "--range", "0:9");
   cr_assert_eq(all.status, 0);
   cr_assert_eq(part.status, 0, "%s", part.err);
   char *a = json_value(all.out, "max_at_time"), *b = json_value(part.out, "max_at_time");
@@ -1076,7 +1076,7 @@ Test(timeline_cli, json_range_and_device) {
   free(a);
   free(b);
   /* a device the viewer does not list */
-  run_t r = RUN("timeline", fx("maphsge_select_n_4dev"), "--json", "--device", "3");
+  run_t r = RUN("timeline", fx("maphsge_select_n_4dev"), "--viewer-data", "--device", "3");
   cr_assert_eq(r.status, 1);
   cr_assert(strstr(r.err, "device 3 has no trace and no segments"), "%s", r.err);
   cr_assert_str_empty(r.out);
@@ -1088,8 +1088,9 @@ Test(timeline_cli, json_range_and_device) {
 Test(timeline_cli, nothing_to_show) {
   /* a snapshot with neither a trace nor segments: the viewer cannot show it */
   const char *path = write_in_dir(build(NULL, 0, NULL, 0, NULL, 0), "empty.memsnap");
-  const char *forms[][3] = {{"--json", NULL, NULL}, {NULL, NULL, NULL}};
-  for (int i = 0; i < 2; i++) {
+  const char *forms[][3] = {{"--viewer-data", NULL, NULL}, {"--json", NULL, NULL},
+                            {NULL, NULL, NULL}};
+  for (int i = 0; i < 3; i++) {
     run_t r = forms[i][0] ? RUN("timeline", path, forms[i][0]) : RUN("timeline", path);
     cr_assert_eq(r.status, 1);
     cr_assert(strstr(r.err, "memsnap: error: '") &&
@@ -1108,7 +1109,9 @@ Test(timeline_cli, usage_errors) {
   } cases[] = {
       {{"timeline", NULL}, "missing FILE"},
       {{"timeline", p, "--max-entries", "x", NULL}, "option '--max-entries' needs a number"},
-      {{"timeline", p, "--segments", NULL}, "need '--json'"},
+      {{"timeline", p, "--segments", NULL}, "need '--viewer-data'"},
+      {{"timeline", p, "--viewer-data", "--json", NULL}, "exclude each other"},
+      {{"timeline", p, "--viewer-data", "--steps", NULL}, "does not apply to '--viewer-data'"},
       {{"timeline", p, "--range", "5:2", NULL}, "option '--range' needs A:B"},
       {{"timeline", p, "--device", "-1", NULL}, "option '--device' needs a device number"},
       {{"stats", p, "--at", "bogus", NULL}, "invalid moment 'bogus'"},
@@ -1303,13 +1306,13 @@ Test(timeline, filters_split_the_totals) {
 }
 
 /* A snapshot whose viewer data cannot be computed (a size of 2^62 bytes) gets a clear error and
- * exit status 1 from `timeline --json` and from `view`, and no output. */
+ * exit status 1 from `timeline --viewer-data` and from `view`, and no output. */
 Test(timeline_cli, viewer_data_past_int64_is_an_error) {
   const uint64_t E = (uint64_t)1 << 62;
   const uint64_t seg[1][2] = {{(uint64_t)1 << 40, 2 * MiB}};
   const tr_t tr[] = {{MS_TRACE_ALLOC, 0x1000, E}};
   const char *path = write_in_dir(build(seg, 1, NULL, 0, tr, 1), "huge.msgpack");
-  run_t r = RUN("timeline", path, "--json");
+  run_t r = RUN("timeline", path, "--viewer-data");
   cr_expect_eq(r.status, 1, "%s", r.err);
   cr_expect_str_eq(r.out, "");
   cr_expect(strstr(r.err, "huge.msgpack': device 0: cannot compute the timeline: more than 2^32 "

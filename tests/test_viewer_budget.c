@@ -7,7 +7,7 @@
  *  - summarized, it holds at most the budget, and is exactly PyTorch's data with the number of
  *    elements drawn on their own that fit (max_entries), the others in the summarized band;
  *  - the count made before the replay is the replay's, on the fixtures and on built traces;
- *  - `timeline --json` refuses naming --max-entries; `view` writes a page that says it summarized.
+ *  - `timeline --viewer-data` refuses naming --max-entries; `view` writes a page that says it summarized.
  */
 #include <criterion/criterion.h>
 #include <fcntl.h>
@@ -220,7 +220,7 @@ Test(viewer_budget, count_is_the_replays_on_the_fixtures) {
 TestSuite(viewer_budget_cli, .init = th_workdir_setup, .fini = th_workdir_teardown,
           .timeout = 300);
 
-Test(viewer_budget_cli, timeline_json_refuses_and_view_summarizes) {
+Test(viewer_budget_cli, timeline_viewer_data_refuses_and_view_summarizes) {
   ms_snapshot_t *s = stacked(2000, 2000);
   char path[400];
   snprintf(path, sizeof path, "%s/stacked.msgpack", th_workdir);
@@ -230,7 +230,7 @@ Test(viewer_budget_cli, timeline_json_refuses_and_view_summarizes) {
   ms_tlv_t v;
   cr_assert_eq(ms_tlv_compute_budget(s, 0, false, SIZE_MAX, 0, SIZE_MAX, NULL, &b, &v), MS_ELIMIT);
   ms_snapshot_free(s);
-  th_run_t r = TH_RUN("timeline", "stacked.msgpack", "--json");
+  th_run_t r = TH_RUN("timeline", "stacked.msgpack", "--viewer-data");
   cr_expect_eq(r.status, 1, "%s", r.err);
   cr_expect_str_eq(r.out, "");
   char want[300];
@@ -242,7 +242,7 @@ Test(viewer_budget_cli, timeline_json_refuses_and_view_summarizes) {
   th_run_free(&r);
   char fits[32];
   snprintf(fits, sizeof fits, "%zu", b.fits_entries);
-  r = TH_RUN("timeline", "stacked.msgpack", "--json", "--max-entries", fits);
+  r = TH_RUN("timeline", "stacked.msgpack", "--viewer-data", "--max-entries", fits);
   cr_expect_eq(r.status, 0, "%s", r.err);
   cr_expect(strstr(r.out, "\"elem\": \"summarized\""));
   th_run_free(&r);
