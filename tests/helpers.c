@@ -599,6 +599,19 @@ void th_workdir_teardown(void) {
 
 /* ---- bytes and hand-made pickles ---------------------------------------------------------- */
 
+int th_pickle_read_mem(const void *data, size_t len, unsigned flags, ms_snapshot_t **out,
+                       ms_errbuf_t *eb) {
+  ms_membuf_t mb;
+  ms_source_t src;
+  ms_source_init_mem(&src, &mb, data, len);
+  memset(eb, 0, sizeof *eb);
+  return ms_pickle_read_ex(&src, flags, out, eb);
+}
+
+bool th_have_python(void) {
+  return system("python3 -c 'import pickle, json' >/dev/null 2>&1") == 0;
+}
+
 void th_bytes_put(th_bytes_t *b, const void *p, size_t n) {
   if (b->n + n > b->cap) {
     size_t nc = b->cap ? b->cap : 4096;

@@ -14,6 +14,7 @@
 #ifndef MEMSNAP_TESTS_HELPERS_H
 #define MEMSNAP_TESTS_HELPERS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -105,6 +106,13 @@ void th_bytes_put(th_bytes_t *b, const void *p, size_t n);
 void th_bytes_put_le(th_bytes_t *b, uint64_t x, int n); /* n bytes, little-endian */
 int th_bytes_sink_write(void *ctx, const char *buf, size_t len);
 void th_bytes_free(th_bytes_t *b);
+/* Reads a PyTorch pickle from memory with ms_pickle_read_ex(flags), eb cleared first.
+ * @return its status. */
+int th_pickle_read_mem(const void *data, size_t len, unsigned flags, ms_snapshot_t **out,
+                       ms_errbuf_t *eb);
+/* Whether python3 runs here with its pickle and json modules (the suites that ask Python's own
+ * reader skip without it). */
+bool th_have_python(void);
 /* Pickle opcodes by hand: one opcode byte; a str (SHORT_BINUNICODE); an int (BININT1 for 0..255,
  * else LONG1 of 8 bytes). */
 void th_pickle_op(th_bytes_t *b, int op);
