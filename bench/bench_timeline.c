@@ -14,7 +14,8 @@
  *    viewer's data, which `--json` printed when the metric was named) on the largest shared
  *    fixture, whole process (median of 5; target <= 0.2).
  *  - timeline_report_json_largest_fixture_s: `memsnap timeline FILE --json` (the text's content:
- *    peaks and the stacks alive then, OOMs, final state) likewise.
+ *    peaks and the stacks alive then, OOMs, final state) likewise, and
+ *    timeline_text_largest_fixture_s, the text itself, its baseline (the same report).
  *    Without the fixtures it prints a SKIP line on stderr and neither metric.
  */
 #include <stdio.h>
@@ -179,7 +180,7 @@ static ms_snapshot_t *synth(size_t target) {
   return s;
 }
 
-/* Seconds of `memsnap timeline PATH FLAG > /dev/null`, or -1 when it failed. */
+/* Seconds of `memsnap timeline PATH [FLAG] > /dev/null`, or -1 when it failed. */
 static double run_json(const char *bin, const char *path, const char *flag) {
   fflush(stdout); /* the child must not write our buffered lines again */
   double t0 = now_s();
@@ -251,13 +252,15 @@ int main(void) {
   static const struct {
     const char *flag, *metric;
   } runs[] = {{"--viewer-data", "timeline_json_largest_fixture_s"},
-              {"--json", "timeline_report_json_largest_fixture_s"}};
+              {"--json", "timeline_report_json_largest_fixture_s"},
+              {NULL, "timeline_text_largest_fixture_s"}};
   for (size_t r = 0; r < sizeof runs / sizeof *runs; r++) {
     double js[5];
     for (int i = 0; i < 5; i++) {
       js[i] = run_json(bin, path, runs[r].flag);
       if (js[i] < 0) {
-        fprintf(stderr, "bench_timeline: memsnap timeline %s failed\n", runs[r].flag);
+        fprintf(stderr, "bench_timeline: memsnap timeline %s failed\n",
+                runs[r].flag ? runs[r].flag : "(text)");
         return 1;
       }
     }
