@@ -366,8 +366,9 @@ typedef struct cli_tl_report_s {
 int cli_tl_report(const ms_timeline_t *tl, size_t dev, size_t from, size_t to, bool has_range,
                   const ms_tl_filter_t *filter, bool steps, cli_tl_report_t *r);
 void cli_tl_report_release(cli_tl_report_t *r);
-/* One device's object of `timeline --json` (docs/timeline.md, "JSON"); a: --by category's
- * classifier (NULL: none), its "categories" added. @return CLI_OK or CLI_FAILURE (printed). */
+/* One device's object of `timeline --json` (docs/timeline.md, "`--json`: the text as JSON");
+ * a: --by category's classifier (NULL: none), its "categories" added.
+ * @return CLI_OK or CLI_FAILURE (printed). */
 int cli_tl_report_json(cli_json_t *j, const cli_tl_report_t *r, const ms_timeline_t *tl,
                        const ms_attr_t *a);
 
