@@ -26,7 +26,7 @@
       api.show(v);
       ok("view " + v + " renders", status() === "ready", document.body.getAttribute("data-error"));
     });
-    /* the page's decoder reads back exactly `memsnap timeline --json` (PyTorch's data, which the
+    /* the page's decoder reads back exactly `memsnap timeline --viewer-data` (PyTorch's data, which the
      * C tests compare with PyTorch's own output), injected by view.sh as EXPECTED_TL/SEG */
     [["tl", window.EXPECTED_TL, api.timeline], ["seg", window.EXPECTED_SEG, api.segmentTimeline]].forEach(function (x) {
       var raw = x[1], tl = x[2], pts = 0, same = true, bad = "";
