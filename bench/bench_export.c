@@ -11,6 +11,14 @@
  *                                    theirs (so most entries need no stack row of their own)
  *   export_pprof_1m_s, export_perfetto_1m_s   CPU seconds of --pprof (at the peak) and
  *                                    --perfetto --allocations on the code-paths snapshot
+ *   csv_rows_per_s                   rows of every table written per second (wall clock) by
+ *                                    ms_export_csv_add + finish (`export --csv`: gzip'd CSV at
+ *                                    level 1, the trace and stacks tables on threads of their
+ *                                    own) on the code-paths snapshot below (issue #31's target);
+ *                                    csv_mb_per_row_m its compressed MB per million rows;
+ *                                    csv_unique_stacks_rows_per_s the same on the snapshot whose
+ *                                    every entry has its own stack (a million stacks.csv.gz rows
+ *                                    of PyTorch's JSON frames: most of the bytes)
  *   export_sqlite_1gb_s              `memsnap export FILE --sqlite OUT` on the ~1 GB synthetic
  *                                    pickle (5,000,000 entries, every entry its own stack): CPU
  *                                    seconds of the command (reading and indexing included)
@@ -77,6 +85,33 @@ static void bench_other_formats(const ms_snapshot_t *s, const ms_timeline_t *tl)
           s->ntrace, tf, (double)bytes / 1e6);
 }
 
+/* The CSV writer's rows per second (wall clock: the trace table has a thread of its own), to
+ * sinks that only count the compressed bytes. */
+static void bench_csv(const ms_snapshot_t *s, const ms_timeline_t *tl, const char *metric) {
+  uint64_t bytes[MS_EXPORT_CSV_NFILES] = {0};
+  ms_sink_t sink[MS_EXPORT_CSV_NFILES], *sinks[MS_EXPORT_CSV_NFILES];
+  for (int k = 0; k < MS_EXPORT_CSV_NFILES; k++) {
+    sink[k] = (ms_sink_t){count_write, &bytes[k]};
+    sinks[k] = &sink[k];
+  }
+  ms_export_csv_t *x = NULL;
+  ms_errbuf_t eb = {{0}};
+  double t0 = cpu_s(), w0 = now_s();
+  if (ms_export_csv_create(sinks, 1, &x, &eb) != MS_OK) die("csv", eb.msg);
+  if (ms_export_csv_add(x, s, tl, "synthetic", true, 0, NULL, &eb) != MS_OK) die("csv", eb.msg);
+  uint64_t rows = 0, total = 0;
+  for (int k = 0; k < MS_EXPORT_CSV_NFILES; k++) rows += ms_export_csv_rows(x, k);
+  if (ms_export_csv_finish(x, &eb) != MS_OK) die("csv", eb.msg);
+  double dw = now_s() - w0, dt = cpu_s() - t0;
+  for (int k = 0; k < MS_EXPORT_CSV_NFILES; k++) total += bytes[k];
+  printf("%s_rows_per_s %.0f\n", metric, (double)rows / dw);
+  if (strcmp(metric, "csv") == 0)
+    printf("csv_mb_per_row_m %.1f\n", (double)total / 1e6 / ((double)rows / 1e6));
+  fflush(stdout);
+  fprintf(stderr, "  %s: %llu rows (%zu trace entries) in %.2f s wall, %.2f s CPU, %.1f MB "
+          "gzipped\n", metric, (unsigned long long)rows, s->ntrace, dw, dt, (double)total / 1e6);
+}
+
 /* The insert rate, in this process, on a synthetic snapshot built in memory. */
 static void bench_inserts(const char *tmpdir, size_t code_paths, const char *metric) {
   synth_opts_t o = {1, 1000000, 4, code_paths};
@@ -85,6 +120,7 @@ static void bench_inserts(const char *tmpdir, size_t code_paths, const char *met
   if (synth_workload(&o, &s, &eb) != MS_OK) die("synthetic snapshot", eb.msg);
   ms_timeline_t *tl = NULL;
   if (ms_timeline_create(s, NULL, &tl, &eb) != MS_OK) die("time index", eb.msg);
+  bench_csv(s, tl, code_paths ? "csv" : "csv_unique_stacks");
   char path[4200];
   snprintf(path, sizeof path, "%s/memsnap-bench-export-%d.db", tmpdir, (int)getpid());
   unlink(path);

@@ -83,16 +83,72 @@ static ms_timeline_t *export_index(const ms_snapshot_t *snap, const char *name, 
   return tl;
 }
 
-static int export_sqlite(const char *out, char **files, int nfiles, const char *rank_s) {
-  int64_t forced_rank = 0;
-  if (rank_s) {
-    uint64_t v;
-    if (!cli_parse_u64(rank_s, &v) || v > INT64_MAX)
-      return cli_usage_error("export", "option '--rank' needs a number, not '%s'", rank_s);
-    if (nfiles != 1)
-      return cli_usage_error("export", "option '--rank' needs exactly one FILE");
-    forced_rank = (int64_t)v;
+/* The rank of --rank N (*has set) or none; a usage error for a bad N or N with several FILEs. */
+static int export_forced_rank(const char *rank_s, int nfiles, int64_t *rank) {
+  *rank = 0;
+  if (!rank_s) return CLI_OK;
+  uint64_t v;
+  if (!cli_parse_u64(rank_s, &v) || v > INT64_MAX)
+    return cli_usage_error("export", "option '--rank' needs a number, not '%s'", rank_s);
+  if (nfiles != 1) return cli_usage_error("export", "option '--rank' needs exactly one FILE");
+  *rank = (int64_t)v;
+  return CLI_OK;
+}
+
+/* Adds one loaded file to a table export (SQLite or CSV). */
+typedef int export_add_fn(void *x, const ms_snapshot_t *snap, const ms_timeline_t *tl,
+                          const char *name, bool has_rank, int64_t rank, const char *tl_error,
+                          ms_errbuf_t *eb);
+
+static int export_add_sqlite(void *x, const ms_snapshot_t *snap, const ms_timeline_t *tl,
+                             const char *name, bool has_rank, int64_t rank, const char *tl_error,
+                             ms_errbuf_t *eb) {
+  return ms_export_sqlite_add(x, snap, tl, name, has_rank, rank, tl_error, eb);
+}
+
+static int export_add_csv(void *x, const ms_snapshot_t *snap, const ms_timeline_t *tl,
+                          const char *name, bool has_rank, int64_t rank, const char *tl_error,
+                          ms_errbuf_t *eb) {
+  return ms_export_csv_add(x, snap, tl, name, has_rank, rank, tl_error, eb);
+}
+
+/* Every FILE into x, one at a time (each freed before the next is read): its rank (--rank, the
+ * snapshot's, its name's), its time index (none: a warning and the reason in its row). */
+static int export_files(export_add_fn *add, void *x, const char *out, char **files, int nfiles,
+                        const char *rank_s, int64_t forced_rank) {
+  int rc = CLI_OK;
+  for (int i = 0; i < nfiles && rc == CLI_OK; i++) {
+    ms_snapshot_t *snap = NULL;
+    if ((rc = cli_load(files[i], &snap)) != CLI_OK) break;
+    const char *name = cli_display_name(files[i]);
+    int64_t rank = forced_rank;
+    bool has_rank = rank_s != NULL;
+    if (!has_rank && (snap->present & MS_SNAP_HAS_RANK)) {
+      has_rank = true;
+      rank = snap->rank;
+    }
+    if (!has_rank) has_rank = ms_export_rank_from_name(name, &rank);
+    char why[600] = "";
+    ms_errbuf_t eb = {{0}};
+    ms_timeline_t *tl = export_index(snap, name, why, sizeof why);
+    if (!tl) cli_warning("'%s': no timeline rows: %s", name, why);
+    cli_progress_start("writing '%s' into '%s'", name, out);
+    int err = add(x, snap, tl, name, has_rank, rank, tl ? NULL : why, &eb);
+    cli_progress_stop();
+    if (err != MS_OK) {
+      cli_error("%s", eb.msg);
+      rc = CLI_FAILURE;
+    }
+    ms_timeline_destroy(tl);
+    ms_snapshot_free(snap);
   }
+  return rc;
+}
+
+static int export_sqlite(const char *out, char **files, int nfiles, const char *rank_s) {
+  int64_t forced_rank;
+  int rc = export_forced_rank(rank_s, nfiles, &forced_rank);
+  if (rc != CLI_OK) return rc;
   /* the database is written under a temporary name and renamed: never over an input */
   for (int i = 0; i < nfiles; i++) cli_note_input(files[i]);
   if (cli_out_check_inputs(out) != CLI_OK) return CLI_FAILURE;
@@ -119,31 +175,7 @@ static int export_sqlite(const char *out, char **files, int nfiles, const char *
     cli_out_abort(&o);
     return CLI_FAILURE;
   }
-  int rc = CLI_OK;
-  for (int i = 0; i < nfiles && rc == CLI_OK; i++) {
-    ms_snapshot_t *snap = NULL;
-    if ((rc = cli_load(files[i], &snap)) != CLI_OK) break;
-    const char *name = cli_display_name(files[i]);
-    int64_t rank = forced_rank;
-    bool has_rank = rank_s != NULL;
-    if (!has_rank && (snap->present & MS_SNAP_HAS_RANK)) {
-      has_rank = true;
-      rank = snap->rank;
-    }
-    if (!has_rank) has_rank = ms_export_rank_from_name(name, &rank);
-    char why[600] = "";
-    ms_timeline_t *tl = export_index(snap, name, why, sizeof why);
-    if (!tl) cli_warning("'%s': no timeline rows: %s", name, why);
-    cli_progress_start("writing '%s' into '%s'", name, out);
-    int err = ms_export_sqlite_add(x, snap, tl, name, has_rank, rank, tl ? NULL : why, &eb);
-    cli_progress_stop();
-    if (err != MS_OK) {
-      cli_error("%s", eb.msg);
-      rc = CLI_FAILURE;
-    }
-    ms_timeline_destroy(tl);
-    ms_snapshot_free(snap);
-  }
+  rc = export_files(export_add_sqlite, x, out, files, nfiles, rank_s, forced_rank);
   if (rc != CLI_OK) {
     ms_export_sqlite_destroy(x);
     cli_out_abort(&o);
@@ -160,33 +192,63 @@ static int export_sqlite(const char *out, char **files, int nfiles, const char *
   return cli_out_commit(&o);
 }
 
-/* --csv DIR: the SQLite export into a temporary database in DIR, its tables written out as
- * gzip'd CSV, the database removed (issue #31). */
+/* --csv DIR: the tables as gzip'd CSV files in DIR, written straight from each snapshot (issue
+ * #31), each file through the CLI's output (a temporary file renamed when all succeeded). */
 static int export_csv(const char *dir, char **files, int nfiles, const char *rank_s) {
+  int64_t forced_rank;
+  int rc = export_forced_rank(rank_s, nfiles, &forced_rank);
+  if (rc != CLI_OK) return rc;
   struct stat st;
   if (mkdir(dir, 0777) != 0 && (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))) {
     cli_error("cannot write CSV files into '%s': not a directory", dir);
     return CLI_FAILURE;
   }
-  size_t n = strlen(dir) + 64;
-  char *db = malloc(n);
-  if (!db) {
-    cli_error("out of memory");
-    return CLI_FAILURE;
+  for (int i = 0; i < nfiles; i++) cli_note_input(files[i]);
+  cli_out_t o[MS_EXPORT_CSV_NFILES];
+  char *path[MS_EXPORT_CSV_NFILES] = {NULL};
+  ms_sink_t *sinks[MS_EXPORT_CSV_NFILES];
+  int nopen = 0;
+  for (; nopen < MS_EXPORT_CSV_NFILES && rc == CLI_OK; nopen++) {
+    const char *name = ms_export_csv_file_name(nopen);
+    size_t n = strlen(dir) + strlen(name) + 2;
+    if (!(path[nopen] = malloc(n))) {
+      cli_error("out of memory");
+      rc = CLI_FAILURE;
+      break;
+    }
+    snprintf(path[nopen], n, "%s/%s", dir, name);
+    if (cli_out_open(&o[nopen], path[nopen]) != CLI_OK) {
+      rc = CLI_FAILURE;
+      break;
+    }
+    sinks[nopen] = &o[nopen].sink;
   }
-  snprintf(db, n, "%s/.memsnap-csv-%ld.db", dir, (long)getpid());
-  int rc = export_sqlite(db, files, nfiles, rank_s);
+  ms_export_csv_t *x = NULL;
+  ms_errbuf_t eb = {{0}};
+  if (rc == CLI_OK && ms_export_csv_create(sinks, 1, &x, &eb) != MS_OK) {
+    cli_error("%s", eb.msg);
+    rc = CLI_FAILURE;
+  }
+  if (rc == CLI_OK) rc = export_files(export_add_csv, x, dir, files, nfiles, rank_s, forced_rank);
   if (rc == CLI_OK) {
-    ms_errbuf_t eb = {{0}};
-    cli_progress_start("writing CSV files into '%s'", dir);
-    if (ms_export_sqlite_csv(db, dir, &eb) != MS_OK) {
+    int err = ms_export_csv_finish(x, &eb);
+    x = NULL;
+    for (int i = 0; err != MS_OK && i < MS_EXPORT_CSV_NFILES; i++)
+      if (o[i].werr && rc == CLI_OK) /* the output's own error: "no space left on device" */
+        rc = cli_out_fail(&o[i], err, NULL);
+    if (err != MS_OK && rc == CLI_OK) {
       cli_error("%s", eb.msg);
       rc = CLI_FAILURE;
     }
-    cli_progress_stop();
   }
-  unlink(db);
-  free(db);
+  ms_export_csv_destroy(x);
+  for (int i = 0; i < nopen; i++) {
+    if (rc == CLI_OK)
+      rc = cli_out_commit(&o[i]);
+    else if (o[i].af.fp)
+      cli_out_abort(&o[i]);
+  }
+  for (int i = 0; i < MS_EXPORT_CSV_NFILES; i++) free(path[i]);
   return rc;
 }
 

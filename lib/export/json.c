@@ -202,3 +202,22 @@ const char *ms__export_producer(const ms_snapshot_t *snap) {
     return "pytorch";
   }
 }
+
+bool ms__export_file_peak(const ms_timeline_t *tl, ms_tl_peak_t *peak, size_t *dev) {
+  ms_tl_peak_t best = {0};
+  size_t best_dev = SIZE_MAX;
+  for (size_t d = 0; tl && d < ms_timeline_ndevices(tl); d++) {
+    ms_tl_peak_t p;
+    if (ms_timeline_nentries(tl, d) == 0 ||
+        ms_timeline_peak(tl, d, MS_TL_ALLOCATED, 0, SIZE_MAX, &p) != MS_OK)
+      continue;
+    if (best_dev == SIZE_MAX || p.bytes > best.bytes) {
+      best = p;
+      best_dev = d;
+    }
+  }
+  if (best_dev == SIZE_MAX) return false;
+  *peak = best;
+  *dev = best_dev;
+  return true;
+}

@@ -271,20 +271,10 @@ static void bind_utf8(sqlite3_stmt *st, int i, const char *s) {
  * as the timeline rows give it; NULLs without a time index. Kept per file so that "which rank
  * peaked" reads one row per file instead of sorting every timeline row (issue #31). */
 static void sqlite_bind_peak(sqlite3_stmt *st, const ms_timeline_t *tl) {
-  ms_tl_peak_t best = {0};
-  size_t best_dev = SIZE_MAX;
-  for (size_t d = 0; tl && d < ms_timeline_ndevices(tl); d++) {
-    ms_tl_peak_t p;
-    if (ms_timeline_nentries(tl, d) == 0 ||
-        ms_timeline_peak(tl, d, MS_TL_ALLOCATED, 0, SIZE_MAX, &p) != MS_OK)
-      continue;
-    if (best_dev == SIZE_MAX || p.bytes > best.bytes) {
-      best = p;
-      best_dev = d;
-    }
-  }
+  ms_tl_peak_t best;
+  size_t best_dev;
   for (int i = 12; i <= 15; i++) sqlite3_bind_null(st, i);
-  if (best_dev == SIZE_MAX) return;
+  if (!ms__export_file_peak(tl, &best, &best_dev)) return;
   bind_u64(st, 12, best.bytes);
   bind_u64(st, 13, best_dev);
   sqlite3_bind_int64(st, 14, best.entry);
