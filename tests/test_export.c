@@ -364,6 +364,64 @@ static char *doc_query_count(const char *title, size_t file_id) {
   return out;
 }
 
+/* The rows of sql (":t" bound to t) as "key=value,...". */
+static char *rows_at(sqlite3 *db, const char *sql, int64_t t) {
+  sqlite3_stmt *st = q(db, sql);
+  sqlite3_bind_int64(st, sqlite3_bind_parameter_index(st, ":t"), t);
+  size_t cap = 4096, n = 0;
+  char *out = calloc(1, cap);
+  int rc;
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    if (n + 256 > cap) out = realloc(out, cap *= 2);
+    n += (size_t)snprintf(out + n, cap - n, "%s=%lld,", (const char *)sqlite3_column_text(st, 0),
+                          (long long)sqlite3_column_int64(st, 1));
+  }
+  cr_assert_eq(rc, SQLITE_DONE, "%s: %s", sql, sqlite3_errmsg(db));
+  sqlite3_finalize(st);
+  return out;
+}
+
+/* docs/exports.md's "alive at time T" (life classes, issue #31) gives the rows of the plain
+ * query at times along file file_id's device 0, each entry's time and a microsecond either side,
+ * and reads the allocations_life index. */
+static void alive_at_time_check(sqlite3 *db, const ms_snapshot_t *s, size_t file_id) {
+  char *count = doc_query_count("alive at time T (microseconds), by category", file_id);
+  char *doc = strdup(count + strlen("SELECT count(*) FROM ("));
+  doc[strlen(doc) - 1] = 0;
+  free(count);
+  char plain[400];
+  snprintf(plain, sizeof plain,
+           "SELECT category, sum(size) FROM allocations WHERE file_id = %zu AND device = 0 AND "
+           "(alloc_time_us IS NULL OR alloc_time_us <= :t) AND (free_time_us IS NULL OR "
+           "free_time_us > :t) GROUP BY category",
+           file_id);
+  size_t n = s->ndevices ? s->devices[0].ntrace : 0, checked = 0;
+  for (size_t k = 0; k < 16 && n; k++) {
+    const ms_snap_trace_t *e = &s->trace[s->devices[0].first_trace + k * (n - 1) / 15];
+    if (!(e->present & MS_TRACE_HAS_TIME)) continue;
+    for (int64_t dt = -1; dt <= 1; dt++) {
+      char *a = rows_at(db, doc, e->time_us + dt), *b = rows_at(db, plain, e->time_us + dt);
+      cr_assert_str_eq(a, b, "file %zu, T = %lld", file_id, (long long)(e->time_us + dt));
+      checked += a[0] != 0;
+      free(a);
+      free(b);
+    }
+  }
+  cr_assert(checked > 0 || n == 0 || !(s->trace[s->devices[0].first_trace].present &
+                                       MS_TRACE_HAS_TIME), "file %zu: nothing alive", file_id);
+  size_t len = strlen(doc) + 32;
+  char *plan = malloc(len);
+  snprintf(plan, len, "EXPLAIN QUERY PLAN %s", doc);
+  sqlite3_stmt *st = q(db, plan);
+  bool indexed = false;
+  while (sqlite3_step(st) == SQLITE_ROW)
+    indexed |= strstr((const char *)sqlite3_column_text(st, 3), "allocations_life") != NULL;
+  sqlite3_finalize(st);
+  cr_assert(indexed, "the alive-at-time query reads allocations_life");
+  free(plan);
+  free(doc);
+}
+
 Test(export, sqlite_docs_queries) {
   if (!have_fixtures()) return;
   char *dir = th_tmpdir();
@@ -460,6 +518,7 @@ Test(export, sqlite_docs_queries) {
                                   "end", i);
     cr_assert_eq(q_int(db, alive), allocs_alive_at_end(s), "%s: %s", fixtures[i], alive);
     free(alive);
+    alive_at_time_check(db, s, i);
   }
   /* every query of docs/exports.md's example block runs on the database (:t a time of adamw) */
   char dpath[1200];

@@ -33,7 +33,7 @@ static const char *const csv_headers[MS_EXPORT_CSV_NFILES] = {
     "timeline_error\r\n",
     "file_id,rank,file,peak_allocated,peak_device,peak_entry,peak_time_us\r\n",
     "file_id,rank,device,id,alloc_entry,free_requested_entry,free_entry,alloc_time_us,"
-    "free_time_us,addr,size,requested_size,stream,frames_id,source,category\r\n",
+    "free_time_us,addr,size,requested_size,stream,frames_id,source,category,life_class\r\n",
     "file_id,rank,device,id,action,addr,size,stream,time_us,frames_id,allocated,reserved,active,"
     "requested\r\n",
     "file_id,id,depth,frames\r\n"};
@@ -458,6 +458,8 @@ static int csv_allocations(ms_export_csv_t *x, const ms_attr_t *attr, const ms_t
       memcpy(p, cat, cn);
       p += cn;
       *p++ = '"';
+      *p++ = ',';
+      p = csv_i64(p, ms__export_life_class(l->time_us, l->free_time_us));
       csv_end(o, csv_line_end(p));
       o->rows++;
     }

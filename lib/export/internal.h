@@ -48,4 +48,9 @@ const char *ms__export_producer(const ms_snapshot_t *snap);
  * every timeline row. @return false without a time index or a trace. */
 bool ms__export_file_peak(const ms_timeline_t *tl, ms_tl_peak_t *peak, size_t *dev);
 
+/* The length class of a lifetime from alloc_us to free_us (-1: unknown or none), the
+ * allocations' life_class column: k when it ended less than 2^k us after it began (0 for an end
+ * at or before its start), 63 when a time is unknown or it never ended. */
+int ms__export_life_class(int64_t alloc_us, int64_t free_us);
+
 #endif /* MEMSNAP_LIB_EXPORT_INTERNAL_H */

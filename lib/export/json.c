@@ -221,3 +221,12 @@ bool ms__export_file_peak(const ms_timeline_t *tl, ms_tl_peak_t *peak, size_t *d
   *dev = best_dev;
   return true;
 }
+
+int ms__export_life_class(int64_t alloc_us, int64_t free_us) {
+  if (alloc_us == -1 || free_us == -1) return 63;
+  if (free_us <= alloc_us) return 0;
+  uint64_t d = (uint64_t)free_us - (uint64_t)alloc_us;
+  int k = 0;
+  while (k < 63 && (d >> k) != 0) k++;
+  return k; /* d < 2^k; 63 for a length of 2^62 or more (span 2^63 - 1) */
+}
