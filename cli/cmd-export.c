@@ -24,7 +24,7 @@ static const char export_usage[] =
     "       memsnap export FILE...|DIR --csv OUTDIR [--rank N]\n"
     "       memsnap export FILE --pprof OUT.pb.gz [--at MOMENT] [--device N] [--categories R]\n"
     "       memsnap export FILE --perfetto OUT.json [--allocations] [--range A:B]\n"
-    "                     [--categories R]\n"
+    "                     [--downsample N] [--categories R]\n"
     "\n"
     "Writes snapshots where other tools read them: a SQLite database (every FILE, one per\n"
     "rank, or every file of DIR, into one database with file_id and rank columns), a pprof\n"
@@ -47,6 +47,8 @@ static const char export_usage[] =
     "                       named by its source, with its category\n"
     "  --range A:B          with --perfetto: only trace entries A to B of each device (a whole\n"
     "                       large trace is past what a JSON viewer can open)\n"
+    "  --downsample N       with --perfetto: the counters of each device in N runs of entries,\n"
+    "                       of each only its lowest and highest total (every peak stays)\n"
     "  --categories RULES   with --pprof or --perfetto: a rules file extending the default\n"
     "                       rules of sources and categories (docs/categories.md)\n"
     "  -h, --help           show this help\n";
@@ -343,7 +345,8 @@ static int export_one(const char *file, const char *out, const char *device_s, c
 
 int cmd_export(int argc, char **argv) {
   const char *range_s = NULL, *sqlite_s = NULL, *csv_s = NULL, *pprof_s = NULL,
-             *perfetto_s = NULL, *rank_s = NULL, *at_s = NULL, *device_s = NULL, *rules_s = NULL;
+             *perfetto_s = NULL, *rank_s = NULL, *at_s = NULL, *device_s = NULL, *rules_s = NULL,
+             *downsample_s = NULL;
   int allocations = 0;
   const struct cli_opt opts[] = {{"sqlite", 0, NULL, &sqlite_s},
                                  {"csv", 0, NULL, &csv_s},
@@ -355,6 +358,7 @@ int cmd_export(int argc, char **argv) {
                                  {"allocations", 0, &allocations, NULL},
                                  {"categories", 0, NULL, &rules_s},
                                  {"range", 0, NULL, &range_s},
+                                 {"downsample", 0, NULL, &downsample_s},
                                  {NULL, 0, NULL, NULL}};
   char **pos = calloc((size_t)argc + 1, sizeof *pos);
   if (!pos) {
@@ -385,9 +389,10 @@ int cmd_export(int argc, char **argv) {
     goto out;
   }
   if ((rank_s && !tables) || ((at_s || device_s) && !pprof_s) ||
-      ((allocations || range_s) && !perfetto_s)) {
+      ((allocations || range_s || downsample_s) && !perfetto_s)) {
     rc = cli_usage_error("export", "--rank goes with --sqlite and --csv, --at and --device with "
-                                   "--pprof, --allocations and --range with --perfetto");
+                                   "--pprof, --allocations, --range and --downsample with "
+                                   "--perfetto");
     goto out;
   }
   if (rules_s && tables) {
@@ -411,7 +416,16 @@ int cmd_export(int argc, char **argv) {
     cli_files_free(files, nfiles);
   }
   else {
-    export_arg_t xa = {{allocations != 0, NULL, false, 0, 0}, rules_s, NULL};
+    export_arg_t xa = {{allocations != 0, NULL, false, 0, 0, 0}, rules_s, NULL};
+    if (downsample_s) {
+      uint64_t nb;
+      if (!cli_parse_u64(downsample_s, &nb) || nb == 0 || nb > ((uint64_t)1 << 32)) {
+        rc = cli_usage_error("export", "option '--downsample' needs a number of runs from 1 to "
+                                       "4294967296, not '%s'", downsample_s);
+        goto out;
+      }
+      xa.po.counter_buckets = (size_t)nb;
+    }
     if (range_s) {
       const char *colon = strchr(range_s, ':');
       char a[32] = "";

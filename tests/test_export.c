@@ -1991,3 +1991,51 @@ Test(export, csv_bytes_equal_sqlite_csv) {
   th_rmdir(dir);
   free(dir);
 }
+
+/* --downsample N: each device's counters in N runs of entries, of each its lowest and highest
+ * total: at most 2N + 1 events per counter, with the whole series' highest and lowest values, and
+ * every value one the whole trace has (issue #31 item 8: a 1 GB trace's counters are millions of
+ * events). */
+Test(export_cli, perfetto_downsampled_counters) {
+  if (!have_fixtures() || !have_python()) return;
+  run_t r = RUN("export", fx("cranberrii_ftcourse"), "--perfetto", "d.json", "--downsample", "50");
+  cr_assert_eq(r.status, 0, "%s", r.err);
+  run_free(&r);
+  r = RUN("export", fx("cranberrii_ftcourse"), "--perfetto", "f.json");
+  cr_assert_eq(r.status, 0, "%s", r.err);
+  run_free(&r);
+  char cmd[1600];
+  snprintf(cmd, sizeof cmd,
+           "python3 -c 'import json,sys\n"
+           "def series(p):\n"
+           "  s={}\n"
+           "  for e in json.load(open(sys.argv[1]+p))[\"traceEvents\"]:\n"
+           "    if e[\"ph\"]==\"C\": s.setdefault((e[\"pid\"],e[\"name\"]),[]).append(e)\n"
+           "  return s\n"
+           "d=series(\"/d.json\"); f=series(\"/f.json\")\n"
+           "assert d.keys()==f.keys() and len(d)==3, (d.keys(),f.keys())\n"
+           "for k in f:\n"
+           "  dv=[e[\"args\"][\"bytes\"] for e in d[k]]; fv=[e[\"args\"][\"bytes\"] for e in f[k]]\n"
+           "  assert len(dv)<=101 and len(fv)>len(dv), (k,len(dv),len(fv))\n"
+           "  assert max(dv)==max(fv) and min(dv)==min(fv), k\n"
+           "  assert set(dv)<=set(fv), k\n"
+           "  ts=[e[\"ts\"] for e in d[k]]; assert ts==sorted(ts), k\n"
+           "print(sum(len(v) for v in d.values()), sum(len(v) for v in f.values()))' '%s'",
+           cli_dir);
+  FILE *p = popen(cmd, "r");
+  cr_assert(p);
+  char line[128] = "";
+  cr_assert(fgets(line, sizeof line, p));
+  cr_assert_eq(pclose(p), 0, "%s", line);
+  int nd = 0, nf = 0;
+  cr_assert_eq(sscanf(line, "%d %d", &nd, &nf), 2, "%s", line);
+  cr_assert_gt(nd, 3);
+  cr_assert_lt(nd, nf);
+  r = RUN("export", fx("cranberrii_ftcourse"), "--perfetto", "d.json", "--downsample", "0");
+  cr_assert_eq(r.status, 2);
+  cr_assert(strstr(r.err, "option '--downsample' needs a number of runs from 1"), "%s", r.err);
+  run_free(&r);
+  r = RUN("export", fx("cranberrii_ftcourse"), "--pprof", "d.pb.gz", "--downsample", "5");
+  cr_assert_eq(r.status, 2);
+  run_free(&r);
+}

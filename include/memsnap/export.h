@@ -140,6 +140,10 @@ typedef struct ms_export_perfetto_opts_s {
                             only the events of entries first..last of each device, the slices
                             of the allocations alive in it clipped to it */
   size_t first, last;
+  size_t counter_buckets; /* > 0: the counters of each device downsampled: the entries shown cut
+                             into this many runs, of each only its lowest and highest total, in
+                             their order (at most 2 x counter_buckets events per counter; every
+                             peak and trough stays); 0: every change (default) */
 } ms_export_perfetto_opts_t;
 
 /* Writes a Chrome Trace Event Format JSON object ({"traceEvents": [...], "displayTimeUnit":
