@@ -73,6 +73,13 @@ static inline char *csv_room(csv_file_t *o) {
 
 static inline void csv_end(csv_file_t *o, char *p) { o->len = (size_t)(p - o->buf); }
 
+/* One separator (',') between fields written by the text writers. */
+static inline void csv_comma(csv_file_t *o) {
+  char *p = csv_room(o);
+  *p++ = ',';
+  csv_end(o, p);
+}
+
 /* The decimal digits of v (as SQLite prints a 64-bit integer). */
 static inline char *csv_i64(char *p, int64_t v) {
   static const char d2[] = "00010203040506070809101112131415161718192021222324252627282930313233"
@@ -189,8 +196,7 @@ static void csv_file_row(ms_export_csv_t *x, const ms_snapshot_t *snap, const ms
   csv_end(o, p);
   const char *producer = ms__export_producer(snap);
   csv_text_n(o, producer, strlen(producer));
-  csv_end(o, csv_room(o) + 1);
-  o->buf[o->len - 1] = ',';
+  csv_comma(o);
   x->tmp.len = 0;
   ms__export_settings_json(&x->tmp, snap);
   if (x->tmp.oom) o->err = MS_ENOMEM;
@@ -311,10 +317,7 @@ static int csv_stacks(ms_export_csv_t *x, const ms_snapshot_t *snap) {
       uint32_t f = ms_snap_frame_index(snap, s->first + k);
       if (f >= snap->nframes) continue; /* the join finds no location */
       size_t start = f ? x->loc_end[f - 1] : 0, n = x->loc_end[f] - start;
-      if (!first) {
-        csv_end(o, csv_room(o) + 1);
-        o->buf[o->len - 1] = ',';
-      }
+      if (!first) csv_comma(o);
       first = false;
       if (n + 8 > CSV_BUF - o->len) csv_flush(o);
       if (n + 8 > CSV_BUF - o->len) return MS_ENOMEM; /* one location past 1 MiB */
