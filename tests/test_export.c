@@ -1934,14 +1934,22 @@ Test(export, csv_bytes_equal_sqlite_csv) {
   char *dir = th_tmpdir();
   static const char *const fxs[] = {"a0kuma_adamw_small", "maphsge_select_n_4dev",
                                     "yiyi_flexgen_oom_legacy"};
-  enum { NS = 6 };
+  enum { NS = 7 };
   ms_snapshot_t *snaps[NS];
   const char *names[NS] = {"rank0.pickle", "multi\"dev\".pickle", "legacy.pickle", hostile[3],
-                           not_utf8[2], "broken.pickle"};
+                           not_utf8[2], "long.pickle", "broken.pickle"};
   for (int i = 0; i < 3; i++) snaps[i] = load(fx(fxs[i]));
   snaps[3] = hostile_snapshot();
   snaps[4] = named_snapshot(not_utf8, NNOT, false);
-  snaps[5] = hostile_snapshot_ex(true);
+  /* a frame name of 3 MiB with quotes: longer than the writer's buffer */
+  size_t nlong = (size_t)3 << 20;
+  char *longname = malloc(nlong + 1);
+  for (size_t k = 0; k < nlong; k++) longname[k] = k % 61 == 0 ? '"' : (char)('a' + k % 26);
+  longname[nlong] = 0;
+  const char *const longnames[] = {longname, "short"};
+  snaps[5] = named_snapshot(longnames, 2, false);
+  free(longname);
+  snaps[6] = hostile_snapshot_ex(true);
   char db[1200], a[1200], b[1200];
   snprintf(db, sizeof db, "%s/c.db", dir);
   snprintf(a, sizeof a, "%s/a", dir);

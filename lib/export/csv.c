@@ -73,6 +73,18 @@ static inline char *csv_room(csv_file_t *o) {
 
 static inline void csv_end(csv_file_t *o, char *p) { o->len = (size_t)(p - o->buf); }
 
+/* n bytes as they are (already quoted), of any length. */
+static void csv_raw(csv_file_t *o, const char *p, size_t n) {
+  while (n) {
+    if (o->len == CSV_BUF) csv_flush(o);
+    size_t k = CSV_BUF - o->len < n ? CSV_BUF - o->len : n;
+    memcpy(o->buf + o->len, p, k);
+    o->len += k;
+    p += k;
+    n -= k;
+  }
+}
+
 /* One separator (',') between fields written by the text writers. */
 static inline void csv_comma(csv_file_t *o) {
   char *p = csv_room(o);
@@ -319,10 +331,7 @@ static int csv_stacks(ms_export_csv_t *x, const ms_snapshot_t *snap) {
       size_t start = f ? x->loc_end[f - 1] : 0, n = x->loc_end[f] - start;
       if (!first) csv_comma(o);
       first = false;
-      if (n + 8 > CSV_BUF - o->len) csv_flush(o);
-      if (n + 8 > CSV_BUF - o->len) return MS_ENOMEM; /* one location past 1 MiB */
-      memcpy(o->buf + o->len, x->locs.ptr + start, n);
-      o->len += n;
+      csv_raw(o, x->locs.ptr + start, n);
     }
     p = csv_room(o);
     *p++ = ']';
@@ -449,7 +458,8 @@ static int csv_allocations(ms_export_csv_t *x, const ms_attr_t *attr, const ms_t
       p = csv_opt(p, csv_stack(snap, l->stack), -1);
       csv_end(o, p);
       if (l->stack != last_stack || i == 0) { /* runs of one stack are common */
-        nsrc = ms_attr_source(attr, l->stack, src, sizeof src);
+        ms_attr_source(attr, l->stack, src, sizeof src);
+        nsrc = strlen(src); /* what SQLite binds (the return value is the whole length) */
         last_stack = l->stack;
       }
       csv_text_n(o, src, nsrc);
