@@ -1777,6 +1777,19 @@ Test(export_cli, csv_rows_equal_sqlite) {
   pclose(p);
   cr_assert_str_eq(got, "allocations.csv.gz peaks.csv.gz snapshots.csv.gz stacks.csv.gz "
                         "trace.csv.gz ");
+  /* complete or nothing: a file that cannot be read leaves no CSV file, nor a temporary one */
+  char bad[700];
+  snprintf(bad, sizeof bad, "%s/c_rank3.pickle", cli_dir);
+  cr_assert_eq(th_write_file(bad, "\x80\x02garbage", 9), 0);
+  r = RUN("export", "c_rank0.pickle", "c_rank3.pickle", "--csv", "csv2");
+  cr_assert_eq(r.status, 1, "%s", r.err);
+  cr_assert(strstr(r.err, "c_rank3.pickle"), "%s", r.err);
+  run_free(&r);
+  snprintf(cmd, sizeof cmd, "ls -A '%s/csv2' | wc -l", cli_dir);
+  p = popen(cmd, "r");
+  cr_assert(fgets(got, sizeof got, p));
+  pclose(p);
+  cr_assert_eq(atoi(got), 0, "files left in csv2");
 }
 
 /* `memsnap summary FILE --json` per rank, merged by `timeline --from-summaries DIR`: the same
