@@ -4,7 +4,8 @@
  * Reading a 1 GB PyTorch pickle takes seconds; a user runs many commands on one file. The first
  * load of a file stores the model it gave (ms_snapshot_t, exactly as the reader built it for the
  * load flags asked) in a flat, relocatable cache file; later loads of the same bytes with the same
- * flags read that file instead of the pickle.
+ * flags read that file instead of the pickle. The time index built over such a snapshot
+ * (memsnap/timeline.h) is stored beside it (ms_cache_timeline) and later mapped and read in place.
  *
  *  - Location: $XDG_CACHE_HOME/memsnap/, else $HOME/.cache/memsnap/ (ms_cache_dir).
  *  - Key: a fast 64-bit hash of the input's whole content (ms_cache_hash_file), its size, the load
