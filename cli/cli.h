@@ -14,6 +14,7 @@
 #include <stdio.h>
 
 #include "memsnap/attribution.h"
+#include "memsnap/cache.h"
 #include "memsnap/common.h"
 #include "memsnap/compare.h"
 #include "memsnap/serialize.h"
@@ -121,6 +122,9 @@ int cli_load(const char *path, ms_snapshot_t **out);
 /* cli_load() leaving out what flags (MS_LOAD_*, memsnap/serialize.h) say, e.g. MS_LOAD_NO_TRACE
  * for views of the state at the end, which need no trace. */
 int cli_load_ex(const char *path, unsigned flags, ms_snapshot_t **out);
+/* The snapshot cache's key of a snapshot cli_load_ex loaded through the cache, else NULL (for
+ * ms_cache_timeline: the time index through the cache). */
+const ms_cache_key_t *cli_cache_key(const ms_snapshot_t *snap);
 
 /* A progress line on stderr, drawn only when stderr is a terminal and the operation has taken
  * more than a second; stop erases it. Not nestable. */
