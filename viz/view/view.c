@@ -17,6 +17,7 @@
 #include "bin.h"
 #include "stacks.h"
 #include "answer.h"
+#include "memory.h"
 #include "writer.h"
 
 /* The page's script and style (viz/CMakeLists.txt lists the scripts; view.css), embedded at build time (embed.cmake). */
@@ -418,6 +419,8 @@ static void view_data(vw_t *w, const view_ctx_t *c, const vb_t *b) {
     view_tlv_json(w, "seg", &c->meta[2 * k + 1]);
     vw_puts(w, ",\n\"explain\":");
     ms__view_answer_json(w, s, dev, c->o->explain);
+    vw_puts(w, ",\n\"memory\":");
+    ms__view_memory_json(w, c->tl, dev);
     view_steps(w, s, dev);
     vw_puts(w, "}");
   }

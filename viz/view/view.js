@@ -27,7 +27,9 @@
                ["history", "Allocator State History"],
                ["settings", "Allocator Settings"],
                ["flame", "Alive at the selected moment (flame graph)"],
-               ["explain", "Explain: why it ran out or peaked"]];
+               ["explain", "Explain: why it ran out or peaked"],
+               ["memory", "Memory over time: reserved, allocated, fragmentation"],
+               ["diff", "Compare two moments: what appeared, went away, grew"]];
 
   var app = null;
   var current = null;    /* the view shown: {name, destroy()} */
@@ -42,12 +44,13 @@
 
   /* ---- the flame graph of what is alive at the selected moment ------------------------------ */
 
-  function flameView(root, tl) {
-    return window.memsnapFlame.view(root, tl, {
+  function momentCtx() {
+    return {
       D: D, selectedT: V.selectedT, el: el, fmtSize: fmtSize, fmtBoth: fmtBoth, elementStack: elementStack,
       shownFrames: shownFrames, stackFrames: stackFrames, frameText: frameText, elementAddr: elementAddr,
-      streamName: streamName, seriesCat: seriesCat });
+      streamName: streamName, seriesCat: seriesCat, hash: hash, writeHash: writeHash };
   }
+  function flameView(root, tl) { return window.memsnapFlame.view(root, tl, momentCtx()); }
 
   /* ---- the page ----------------------------------------------------------------------------- */
 
@@ -94,7 +97,7 @@
     hash.view = name; writeHash();
     var v = el("div", "view", holder);
     if (!D.trace && name !== "timeline" && name !== "segments" && name !== "settings" &&
-        name !== "explain") {
+        name !== "explain" && name !== "memory") {
       el("div", "note", v, "The trace is still being read: this view opens when it is.");
       current = { name: name, destroy: function () {} };
       api.view = current;
@@ -105,6 +108,9 @@
     else if (name === "settings") current = settingsView(v);
     else if (name === "flame") current = flameView(v, TL);
     else if (name === "explain") current = explainView(v);
+    else if (name === "diff") current = window.memsnapDiff.view(v, TL, momentCtx());
+    else if (name === "memory")
+      current = window.memsnapMemory.view(v, { el: el, fmtSize: fmtSize, fmtBoth: fmtBoth, memory: D.memory });
     else if (name === "pools") {
       var ptl = poolsTimeline();
       el("div", "note", v, ptl === TL
@@ -186,6 +192,7 @@
     D.segments = pd.segments;
     D.ntrace = pd.ntrace;
     D.explain = pd.explain;
+    D.memory = pd.memory;
     D.steps = pd.steps || [];
     resetDevice();
     V.selectedT = -1;
