@@ -21,7 +21,15 @@
 #     the profiler's steps of view_oom.py on the axis; the top consumers add up; the peak key;
 #   - what is alive at the peak as CSV and JSON matches the bands alive there;
 #   - arrow keys in the Allocator State History move the selected event and the map, and the
-#     last event is the snapshot's own state; a page without a trace says why;
+#     last event is the snapshot's own state; a free (free_requested then at once its
+#     free_completed) is one row; the free space, its largest block and the internal
+#     fragmentation are the snapshot's; a block's hover gives its requested and rounded sizes;
+#     the segment map zooms (canvas pixels) and takes keys; a page without a trace says why;
+#   - the x axis says its unit (timesteps), the range boxes take timesteps and show the window;
+#     the minimap is aligned with the plot (canvas pixels); vertical zoom;
+#   - by keyboard only: named controls and regions, the focus order, the plot named by what it
+#     shows, the details a live region, Down / Up pick the bands at the peak and show their
+#     details, ] moves the moment; the history list is a listbox driven by keys;
 #   - no name from the data runs or becomes an element; the page loads nothing and tries to load
 #     nothing (no resource timing entry, no Content-Security-Policy violation);
 #   - names that are not ASCII (view_hostile.py: "\u00fc", an emoji, invalid UTF-8) and a title

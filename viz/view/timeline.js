@@ -40,6 +40,16 @@
     }
     var plot = el("div", "plot", root), mini = el("div", "mini", root), info = el("pre", "info", root);
     var cv = el("canvas", "", plot), over = el("canvas", "", plot), mcv = el("canvas", "", mini);
+    /* for the keyboard and screen readers: the plot takes the focus (its keys below) and is named
+     * by what it shows; the details are read as they change; the minimap repeats the plot */
+    cv.setAttribute("aria-hidden", "true");
+    mcv.setAttribute("aria-hidden", "true");
+    over.tabIndex = 0;
+    over.setAttribute("role", "img");
+    info.tabIndex = 0;
+    info.setAttribute("role", "status");
+    info.setAttribute("aria-live", "polite");
+    info.setAttribute("aria-label", "details of the chosen allocation");
     var ctx = cv.getContext("2d"), octx = over.getContext("2d"), mctx = mcv.getContext("2d");
     var W = 0, H = 0, MW = 0, MH = 0, pad = { l: 70, r: 10, t: 10, b: 20 };
     var x0 = 0, x1 = tl.nT, hover = -1, pinned = -1, matches = null, lastFrameMs = 0;
@@ -54,11 +64,17 @@
       + "without recording history), so there is no memory over time: the bands are the blocks "
       + "alive in the snapshot. The Allocator State History view shows its segment map.\n" : "")
       + "Hover a band to see its allocation; click to keep it and to choose the "
-      + "moment of the flame graph view. Keys: + / - zoom, arrows pan, p peak, 0 whole run.";
+      + "moment of the flame graph view. The x axis counts timesteps (one per allocation or free "
+      + "that changes this timeline; the Steps boxes use the same unit). Keys: + / - zoom, arrows pan, "
+      + "* / / zoom vertically (or Shift with the wheel), Down / Up pick the next / previous band "
+      + "at the chosen moment, [ / ] move the moment, "
+      + "p peak, 0 whole run.";
 
+    /* the top of the y axis: 5% above the window's highest point, divided by the vertical zoom */
+    var yz = 1;
     function ymax() {
       var a = Math.max(0, Math.floor(x0)), b = Math.min(tl.maxAt.length - 1, Math.ceil(x1));
-      return Math.max(1, maxIn(tl, a, b)) * 1.05;
+      return Math.max(1, maxIn(tl, a, b)) * 1.05 / yz;
     }
     var Y = 1;
     function X(t) { return pad.l + (t - x0) / (x1 - x0) * (W - pad.l - pad.r); }
@@ -194,6 +210,10 @@
       axes();
       self.stats = { big: nbig, small: nsmall };
       drawOverlay();
+      over.setAttribute("aria-label", (tl.segmentsView ? "Cached segments" : "Allocations") + " over timesteps "
+        + Math.round(x0) + " to " + Math.round(x1) + " of " + tl.nT + "; peak " + fmtSize(tl.maxAt[tl.peakT])
+        + " at timestep " + tl.peakT + (V.selectedT >= 0 ? "; chosen moment: timestep " + V.selectedT : "")
+        + ". Down and Up pick a band at the chosen moment, [ and ] move it, + and - zoom, arrows pan.");
       lastFrameMs = performance.now() - t0;
       self.lastFrameMs = lastFrameMs;
       hash.x0 = Math.round(x0); hash.x1 = Math.round(x1); writeHash();
@@ -218,10 +238,6 @@
     function axes() {
       ctx.fillStyle = "#222"; ctx.strokeStyle = "#999"; ctx.font = "11px sans-serif";
       ctx.beginPath(); ctx.moveTo(pad.l, pad.t); ctx.lineTo(pad.l, H - pad.b); ctx.lineTo(W - pad.r, H - pad.b); ctx.stroke();
-      for (var i = 0; i <= 4; i++) {
-        var b = Y * i / 4, y = Yp(b);
-        ctx.fillText(fmtSize(b), 4, y + 4);
-      }
       /* whole timesteps, each once, at a round spacing; every label inside the canvas */
       var labels = self.labels = [];
       function label(text, x, y) {
@@ -229,6 +245,9 @@
         ctx.fillText(text, lx, y);
         labels.push([text, lx, lx + w]);
       }
+      for (var i = 0; i <= 4; i++) label(fmtSize(Y * i / 4), 4, Yp(Y * i / 4) + 4);
+      /* the x axis' unit, under the y axis' labels */
+      ctx.fillStyle = "#666"; label("timestep", 4, H - 5); ctx.fillStyle = "#222";
       var step = Math.max(1, niceStep((x1 - x0) / 5));
       for (var tk = Math.ceil(x0 / step) * step; tk <= x1 + 1e-9; tk += step) {
         var txt = String(Math.round(tk));
@@ -327,31 +346,36 @@
                       Math.max(pad.l, X(tl.T[i])) + 4, Yp(tl.O[i] + tl.S[i]) + 13);
       });
     }
+    /* The minimap: the whole run between the same margins as the plot, so that a timestep is
+     * above itself at the whole-run window (MX: its column; MT: back). */
+    function MX(t) { return pad.l + t / tl.nT * (MW - pad.l - pad.r); }
+    function MT(x) { return (x - pad.l) / (MW - pad.l - pad.r) * tl.nT; }
     function drawMini() {
       mctx.clearRect(0, 0, MW, MH);
-      var n = tl.maxAt.length, x;
+      var n = tl.maxAt.length, x, cw = MW - pad.l - pad.r;
       if (!miniCols) {
         /* the maximum per pixel column, once per size */
-        miniCols = new Float64Array(MW + 1);
-        for (x = 0; x < MW; x++) {
-          var a = Math.floor(x / MW * n), b = Math.min(n - 1, Math.max(a, Math.floor((x + 1) / MW * n) - 1));
+        miniCols = new Float64Array(cw + 1);
+        for (x = 0; x < cw; x++) {
+          var a = Math.floor(x / cw * n), b = Math.min(n - 1, Math.max(a, Math.floor((x + 1) / cw * n) - 1));
           miniCols[x] = a < n ? maxIn(tl, a, b) : 0;
-          if (miniCols[x] > miniCols[MW]) miniCols[MW] = miniCols[x];
+          if (miniCols[x] > miniCols[cw]) miniCols[cw] = miniCols[x];
         }
       }
-      var m = Math.max(1, miniCols[MW]);
+      var m = Math.max(1, miniCols[cw]);
       mctx.fillStyle = "#9ab";
-      mctx.beginPath(); mctx.moveTo(0, MH);
-      for (x = 0; x < MW; x++) mctx.lineTo(x, MH - miniCols[x] / m * (MH - 4));
-      mctx.lineTo(MW, MH); mctx.fill();
+      mctx.beginPath(); mctx.moveTo(pad.l, MH);
+      for (x = 0; x < cw; x++) mctx.lineTo(pad.l + x, MH - miniCols[x] / m * (MH - 4));
+      mctx.lineTo(pad.l + cw, MH); mctx.fill();
       var lim = stepRange(tl);
       mctx.fillStyle = "rgba(255,255,255,0.7)";
-      mctx.fillRect(0, 0, lim[0] / tl.nT * MW, MH);
-      mctx.fillRect(lim[1] / tl.nT * MW, 0, MW, MH);
+      mctx.fillRect(pad.l, 0, MX(lim[0]) - pad.l, MH);
+      mctx.fillRect(MX(lim[1]), 0, pad.l + cw - MX(lim[1]), MH);
       mctx.fillStyle = "rgba(0,0,0,0.15)";
-      var bx0 = x0 / tl.nT * MW, bx1 = x1 / tl.nT * MW;
+      var bx0 = MX(x0), bx1 = MX(x1);
       mctx.fillRect(bx0, 0, Math.max(2, bx1 - bx0), MH);
     }
+    self.miniX = MX;
 
     function hit(mx, my) {
       if (mx < pad.l || mx > W - pad.r || my < pad.t || my > H - pad.b) return -1;
@@ -383,6 +407,13 @@
       draw(); drawMini();
     }
     self.setWindow = setWindow;
+    /* vertical zoom: f times taller (1 at least: the whole height of the window fits) */
+    function zoomY(f) {
+      yz = Math.max(1, Math.min(1 << 20, yz * f));
+      draw();
+    }
+    self.zoomY = zoomY;
+    self.yMax = function () { return Y; };
     self.applyRange = function () { var lim = stepRange(tl); setWindow(lim[0], lim[1]); };
     self.window = function () { return [x0, x1]; };
     self.zoomAt = zoomAt;
@@ -430,7 +461,8 @@
     });
     over.addEventListener("wheel", function (ev) {
       ev.preventDefault();
-      zoomAt(T(ev.offsetX), ev.deltaY > 0 ? 1.25 : 0.8);
+      if (ev.shiftKey) zoomY(ev.deltaY > 0 ? 0.8 : 1.25);
+      else zoomAt(T(ev.offsetX), ev.deltaY > 0 ? 1.25 : 0.8);
     }, { passive: false });
     var brush = null;
     mcv.addEventListener("mousedown", function (ev) { brush = ev.offsetX; });
@@ -438,18 +470,61 @@
       if (brush === null) return;
       var a = Math.min(brush, ev.offsetX), b = Math.max(brush, ev.offsetX);
       brush = null;
-      if (b - a < 3) { var c = a / MW * tl.nT, w = x1 - x0; setWindow(c - w / 2, c + w / 2); }
-      else setWindow(a / MW * tl.nT, b / MW * tl.nT);
+      if (b - a < 3) { var c = MT(a), w = x1 - x0; setWindow(c - w / 2, c + w / 2); }
+      else setWindow(MT(a), MT(b));
     });
+    /* The bands alive at the chosen moment (the peak when none is chosen), top first: Down picks
+     * the next one below the one picked, Up the one above; its details are shown (and read). */
+    function pickBand(dir) {
+      var t = V.selectedT >= 0 ? Math.min(V.selectedT, tl.nT - 1) : tl.peakT, alive = [];
+      if (V.selectedT < 0) { V.selectedT = t; hash.t = t; writeHash(); }
+      eachIn(tl, t, t, function (s) {
+        var o = shown(tl, s) && tl.tmin[s] <= t && t < tl.tmax[s] ? offsetAt(tl, s, t) : NaN;
+        if (!isNaN(o)) alive.push([o, s]);
+      });
+      alive.sort(function (a, b) { return b[0] - a[0] || a[1] - b[1]; });
+      if (!alive.length) {
+        pinned = -1; drawOverlay();
+        info.textContent = "Timestep " + t + ": no band alive.";
+        return;
+      }
+      var k = -1;
+      alive.forEach(function (x, i) { if (x[1] === pinned) k = i; });
+      k = k < 0 ? (dir > 0 ? 0 : alive.length - 1) : Math.max(0, Math.min(alive.length - 1, k + dir));
+      pinned = alive[k][1];
+      if (t < x0 || t > x1) setWindow(t - (x1 - x0) / 2, t + (x1 - x0) / 2);
+      drawOverlay();
+      info.textContent = "Band " + (k + 1) + " of " + alive.length + " at timestep " + t + " (top first):\n"
+        + elementText(tl, pinned);
+    }
+    /* [ and ]: the chosen moment a step (a hundredth of the window at least) earlier or later */
+    function moveMoment(dir) {
+      var t = V.selectedT >= 0 ? V.selectedT : tl.peakT;
+      t = Math.max(0, Math.min(tl.nT - 1, t + dir * Math.max(1, Math.round((x1 - x0) / 100))));
+      V.selectedT = t; hash.t = t; writeHash();
+      pinned = -1;
+      if (t < x0 || t > x1) setWindow(t - (x1 - x0) / 2, t + (x1 - x0) / 2);
+      drawOverlay();
+      info.textContent = "Timestep " + t + " chosen: Down and Up pick a band alive then.";
+    }
+    self.pickBand = pickBand;
+    self.picked = function () { return pinned; };
     function key(ev) {
-      if (ev.target && ev.target.tagName === "INPUT") return;
+      var tag = ev.target && ev.target.tagName;
+      if (tag === "INPUT" || tag === "SELECT" || tag === "BUTTON") return;
       var w = x1 - x0, c = (x0 + x1) / 2;
       if (ev.key === "+" || ev.key === "=") zoomAt(c, 0.5);
       else if (ev.key === "-") zoomAt(c, 2);
       else if (ev.key === "ArrowLeft") setWindow(x0 - w / 4, x1 - w / 4);
       else if (ev.key === "ArrowRight") setWindow(x0 + w / 4, x1 + w / 4);
       else if (ev.key === "p") self.peak();
-      else if (ev.key === "0") self.applyRange();
+      else if (ev.key === "ArrowDown") pickBand(1);
+      else if (ev.key === "ArrowUp") pickBand(-1);
+      else if (ev.key === "[") moveMoment(-1);
+      else if (ev.key === "]") moveMoment(1);
+      else if (ev.key === "*") zoomY(2);
+      else if (ev.key === "/") zoomY(0.5);
+      else if (ev.key === "0") { yz = 1; self.applyRange(); }
       else return;
       ev.preventDefault();
     }

@@ -18,6 +18,7 @@
     elementStack = V.elementStack, elementAddr = V.elementAddr, elementPool = V.elementPool,
     seriesStreams = V.seriesStreams, seriesCat = V.seriesCat, entrySteps = V.entrySteps,
     oomSteps = V.oomSteps, stepMarks = V.stepMarks, resetAddrs = V.resetAddrs,
+    stepRange = V.stepRange, lowerBound = V.lowerBound,
     searchStart = V.searchStart, searchAsync = V.searchAsync, searchOff = V.searchOff,
     timelineView = V.timelineView, AllocState = V.AllocState, historyView = V.historyView;
 
@@ -96,6 +97,8 @@
     holder.textContent = "";
     hash.view = name; writeHash();
     var v = el("div", "view", holder);
+    v.setAttribute("role", "region");
+    VIEWS.forEach(function (x) { if (x[0] === name) v.setAttribute("aria-label", x[1]); });
     if (!D.trace && name !== "timeline" && name !== "segments" && name !== "settings" &&
         name !== "explain" && name !== "memory") {
       el("div", "note", v, "The trace is still being read: this view opens when it is.");
@@ -125,6 +128,7 @@
       current = timelineView(v, ptl, "pools");
     } else current = timelineView(v, TL, "timeline");
     bar.search.style.display = name === "timeline" || name === "segments" || name === "pools" ? "" : "none";
+    if (bar.rangeShown) bar.rangeShown();
     api.view = current;
   }
 
@@ -261,6 +265,8 @@
   function build() {
     app.textContent = "";
     var bar = el("div", "bar", app);
+    bar.setAttribute("role", "group");
+    bar.setAttribute("aria-label", "memsnap view: the view shown and its filters");
     el("span", "title", bar, window.memsnapFrames.safe(D.title || "snapshot"));
     var lv = el("label", "", bar, "View ");
     var sel = el("select", "", lv);
@@ -322,19 +328,41 @@
     }
     fbox.addEventListener("change", function () { setAllFrames(fbox.checked); });
     api.allFrames = setAllFrames;
-    /* the time-range selector: trace entries A..B (the timelines show only the steps of those) */
-    var lr = el("label", "", bar, "Entries "), ra = el("input", "range", lr);
-    el("span", "", lr, " to ");
-    var rb = el("input", "range", lr), rclear = el("button", "", lr, "all");
-    ra.type = rb.type = "number"; ra.min = rb.min = "0"; ra.max = rb.max = String(Math.max(0, D.ntrace - 1));
+    /* the time-range selector, in the timesteps of the timeline shown (the x axis' unit); kept as
+     * the trace entries A..B whose steps those are (V.range, the URL's from and to), so that it
+     * carries to the other timelines */
+    var lr = el("span", "", bar), lra = el("label", "", lr, "Steps "), ra = el("input", "range", lra);
+    var lrb = el("label", "", lr, " to "), rb = el("input", "range", lrb), rclear = el("button", "", lr, "all");
+    ra.type = rb.type = "number"; ra.min = rb.min = "0";
+    ra.setAttribute("aria-label", "the first timestep shown");
+    rb.setAttribute("aria-label", "the last timestep shown");
+    rclear.setAttribute("aria-label", "show every timestep");
+    /* the boxes: the steps the range gives on the timeline shown */
+    function rangeShown() {
+      var tl = current && current.tl;
+      lr.style.display = tl ? "" : "none";
+      if (!tl) return;
+      ra.max = rb.max = String(tl.nT);
+      var s = V.range && D.trace ? stepRange(tl) : null;
+      ra.value = s ? String(s[0]) : ""; rb.value = s ? String(s[1]) : "";
+    }
+    bar.rangeShown = rangeShown;
     function setRange(a, b) {
       V.range = a === null || isNaN(a) || isNaN(b) ? null : [Math.min(a, b), Math.max(a, b)];
-      ra.value = V.range ? String(V.range[0]) : ""; rb.value = V.range ? String(V.range[1]) : "";
       hash.from = V.range ? V.range[0] : ""; hash.to = V.range ? V.range[1] : ""; writeHash();
       if (current && current.applyRange) current.applyRange();
+      rangeShown();
     }
+    /* steps typed: the entries from the first whose step is at or after the first step to the
+     * last whose step ends at or before the last one */
     function rangeInput() {
-      if (ra.value !== "" && rb.value !== "") setRange(parseInt(ra.value, 10), parseInt(rb.value, 10));
+      var tl = current && current.tl;
+      if (ra.value === "" || rb.value === "" || !tl || !D.trace || !D.ntrace) return;
+      var sa = parseInt(ra.value, 10), sb = parseInt(rb.value, 10);
+      if (isNaN(sa) || isNaN(sb)) return;
+      var st = entrySteps(tl), n = st.length - 1, lo = Math.min(sa, sb), hi = Math.max(sa, sb, lo + 1);
+      var a = Math.min(n - 1, lowerBound(st, 0, n, lo)), e = lowerBound(st, 0, n + 1, hi);
+      setRange(a, Math.max(a, Math.min(n - 1, e - 1)));
     }
     ra.addEventListener("change", rangeInput);
     rb.addEventListener("change", rangeInput);
@@ -400,7 +428,7 @@
     V.range = null;
     if (hash.from !== undefined && hash.to !== undefined && D.trace && D.ntrace > 0) {
       var fa = parseInt(hash.from, 10), fb = parseInt(hash.to, 10);
-      if (fa >= 0 && fb >= 0) { V.range = [Math.min(fa, fb), Math.max(fa, fb)]; ra.value = String(V.range[0]); rb.value = String(V.range[1]); }
+      if (fa >= 0 && fb >= 0) { V.range = [Math.min(fa, fb), Math.max(fa, fb)]; }
     }
     sel.value = first;
     sel.addEventListener("change", function () { showView(sel.value, bar, holder); });
