@@ -8,10 +8,13 @@
 #     allocated and reserved minus allocated where the buckets put them;
 #   - diff (view_diff.py): "Compare two moments": what appeared, went away and stayed, by source
 #     line, its totals, its CSV and sorting;
+#   - files, file1, dir: a page of both files (named, and a directory's): the file selector, the
+#     two side by side with their figures, the second file shown from the URL;
 # and that no page loads anything.
 # usage: features.sh MEMSNAP_BINARY   Exit 77 (ctest: skipped) without chromium/python3.
 set -euo pipefail
 memsnap=${1:?usage: features.sh MEMSNAP_BINARY}
+memsnap=$(cd "$(dirname "$memsnap")" && pwd)/$(basename "$memsnap")
 here=$(cd "$(dirname "$0")" && pwd)
 chromium=${CHROMIUM:-}
 if [[ -z "$chromium" ]]; then
@@ -27,9 +30,10 @@ work=$(mktemp -d)
 fail=0
 trap '[[ $fail -eq 0 && -z "${KEEP:-}" ]] && rm -rf "$work"' EXIT
 
-# run NAME PAGE: inject the test with window.FEATURE = NAME, open the page, check the verdict
+# run NAME PAGE [FRAGMENT]: inject the test with window.FEATURE = NAME, open the page (at #FRAGMENT),
+# check the verdict
 run() {
-  local name=$1 page=$2 t="$work/$1.test.html" dom="$work/$1.dom"
+  local name=$1 page=$2 t="$work/$1.test.html" dom="$work/$1.dom" frag=${3:+#$3}
   LC_ALL=C awk -v js="$here/features_test.js" -v name="$name" '
     $0 == "</body>" && !done {
       print "<script>window.FEATURE = \"" name "\";"; while ((getline l < js) > 0) print l; print "</script>"
@@ -40,7 +44,7 @@ run() {
     --disable-background-networking --disable-component-update --disable-sync \
     --disable-dev-shm-usage --user-data-dir="$work/profile-$name" --window-size=1200,900 \
     --host-resolver-rules="MAP * ~NOTFOUND" --proxy-server="127.0.0.1:9" \
-    --virtual-time-budget=5000 --dump-dom "file://$t" >"$dom" 2>"$dom.err" || true
+    --virtual-time-budget=5000 --dump-dom "file://$t$frag" >"$dom" 2>"$dom.err" || true
   local verdict
   tr '\n' ' ' <"$dom" >"$dom.flat"
   verdict=$(grep -o '<body [^>]*>' "$dom.flat" | grep -o 'data-test="[^"]*"' | head -1 || true)
@@ -57,4 +61,14 @@ run memory "$work/memory.html"
 python3 "$here/view_diff.py" "$work/diff.pickle"
 "$memsnap" view "$work/diff.pickle" -o "$work/diff.html"
 run diff "$work/diff.html"
+# several files: named, and a directory's (by name: a-diff before b-memory; not the text file)
+"$memsnap" view "$work/memory.pickle" "$work/diff.pickle" -o "$work/files.html"
+run files "$work/files.html"
+run file1 "$work/files.html" "file=1&view=memory"
+mkdir "$work/ranks"
+cp "$work/diff.pickle" "$work/ranks/a-diff.pickle"
+cp "$work/memory.pickle" "$work/ranks/b-memory.pickle"
+echo "notes" >"$work/ranks/notes.txt"
+(cd "$work" && "$memsnap" view ranks/)
+run dir "$work/ranks.view.html"
 exit $fail

@@ -88,6 +88,40 @@
                          document.querySelectorAll(".consumers-head input")[1].value], ["0", "7"]);
   }
 
+  /* a page of view_memory.py's and view_diff.py's snapshots (names: the files' or the directory's) */
+  function filesCase(api, names) {
+    var sel = document.querySelector(".bar select[aria-label^='the file shown']");
+    ok("files: a file selector", !!sel);
+    if (!sel) return;
+    eq("files: its options", Array.from(sel.options).map(function (o) { return o.textContent; }),
+       names.map(function (n, k) { return (k + 1) + ": " + n; }));
+    eq("files: the first file shown", [sel.value, api.data.title], ["0", names[0]]);
+    api.show("files");
+    ok("files: renders", status() === "ready", document.body.getAttribute("data-error"));
+    var v = api.view, f = v.figures;
+    eq("files: two panes", [v.name, document.querySelectorAll(".files-pane canvas").length], ["files", 2]);
+    var mem = names.indexOf("memory.pickle") >= 0 ? names.indexOf("memory.pickle") : names.indexOf("b-memory.pickle");
+    var fm = f[mem], fd = f[1 - mem];
+    eq("files: the memory file's figures", [fm.peakReserved, fm.peakAllocated, fm.mostFrag], [28672, 14336, 22528]);
+    eq("files: the diff file's figures", [fd.peakReserved, fd.peakAllocated], [1048576, 851968]);
+    var rows = Array.from(document.querySelectorAll(".view > table.figures tr")).map(function (r) {
+      return Array.from(r.children).map(function (c) { return c.textContent; }).join("|");
+    });
+    eq("files: the table's heads", rows[0], "|left: " + names[0] + "|right: " + names[1]);
+    eq("files: trace entries", rows[4], "trace entries|" + (mem === 0 ? "10|7" : "7|10"));
+    v.set(1, 1);
+    eq("files: one file twice", document.querySelectorAll(".files-pane .note")[0].textContent,
+       "2: " + names[1] + ", device 0, " + (mem === 1 ? 10 : 7) + " trace entries");
+  }
+  /* the second file of files.html, from the URL (file=1&view=memory) */
+  function file1Case(api) {
+    eq("file1: the second file", [api.data.title, document.querySelector(".bar select[aria-label^='the file shown']").value],
+       ["diff.pickle", "1"]);
+    eq("file1: its timeline", Array.from(api.timeline.maxAt), [262144, 393216, 458752, 458752, 458752, 458752, 458752, 851968]);
+    ok("file1: the view from the URL", api.view && api.view.name === "memory", api.view && api.view.name);
+    eq("file1: its memory", api.view.figures && api.view.figures.peakAllocated, 851968);
+  }
+
   window.memsnapView.whenReady.then(run, run);
   function run() {
     var api = window.memsnapView;
@@ -95,6 +129,9 @@
       ok("ready", api && api.ready && status() === "ready", document.body.getAttribute("data-error"));
       if (window.FEATURE === "memory") memoryCase(api);
       else if (window.FEATURE === "diff") diffCase(api);
+      else if (window.FEATURE === "files") filesCase(api, ["memory.pickle", "diff.pickle"]);
+      else if (window.FEATURE === "dir") filesCase(api, ["a-diff.pickle", "b-memory.pickle"]);
+      else if (window.FEATURE === "file1") file1Case(api);
       else errors.push("no case " + window.FEATURE);
     } catch (e) {
       errors.push("exception: " + e + " " + (e.stack || ""));
