@@ -2,17 +2,19 @@
 # SPDX-License-Identifier: MIT
 """Frame search on a page written by `memsnap view`, in headless Chromium in real time.
 
-Prints what bench_view reports: "search_ms longest_task_ms index_ms matches worker_ms"
-(worker_ms: the last query in the worker).
+Prints what bench_view reports: "search_ms longest_task_ms index_ms matches worker_ms
+max_task_ms": the medians of three rounds, the matches and the worker's time of the last one, and
+the longest task of all rounds.
 
 Chromium is driven over the DevTools protocol on a pipe (--remote-debugging-pipe: JSON messages
 ended by a NUL byte on file descriptors 3 and 4), not with --dump-dom, whose virtual time stops
 while the page waits for its search worker. Once the page has drawn, the frame box is focused
 (the worker builds its index) and a first query waits for the index (index_ms: from the focus to
-that answer). Then WORD is typed a letter every 80 ms, as a person types, through the input
-events the page listens to; search_ms is the time from the last keystroke to the drawn answer
-(the page's searchSettled), longest_task_ms the longest main-thread task (PerformanceObserver
-"longtask") from the first keystroke to that answer, matches the bands it matched by frame.
+that answer). Then, three times, WORD is typed into the emptied box a letter every 80 ms, as a
+person types, through the input events the page listens to; search_ms is the time from the last
+keystroke to the drawn answer (the page's searchSettled), longest_task_ms the longest
+main-thread task (PerformanceObserver "longtask") from the first keystroke to that answer,
+matches the bands it matched by frame.
 Exits 77 without chromium.
 
 usage: view_search.py PAGE.html [WORD]
@@ -25,40 +27,49 @@ import sys
 import tempfile
 
 TYPE_JS = r"""
-(function (word) {
+(function (word, rounds) {
   var api = window.memsnapView;
+  function wait(ms) { return new Promise(function (ok) { setTimeout(ok, ms); }); }
+  function median(a) { a = a.slice().sort(function (x, y) { return x - y; }); return a[a.length >> 1]; }
   return api.whenReady.then(function () {
-    var box = api.searchInputs[1], t0 = performance.now();
+    var box = api.searchInputs[1], t0 = performance.now(), index = 0, times = [], tasks = [], r = null;
     box.focus();
     box.value = "\u0001no such frame\u0001";
     box.dispatchEvent(new Event("input"));
-    return new Promise(function (ok) { setTimeout(ok, 2 * window.memsnapSearch.DEBOUNCE_MS); })
-      .then(function () { return api.searchSettled; })
-      .then(function () {
-        var index = performance.now() - t0, longest = 0, last = 0, i = 0;
-        var obs = new PerformanceObserver(function (l) {
-          l.getEntries().forEach(function (e) { longest = Math.max(longest, e.duration); });
-        });
-        obs.observe({ entryTypes: ["longtask"] });
-        box.value = "";
-        return new Promise(function (ok) {
-          (function key() {
-            box.value = word.slice(0, ++i);
-            box.dispatchEvent(new Event("input"));
-            last = performance.now();
-            if (i < word.length) setTimeout(key, 80);
-            else setTimeout(ok, window.memsnapSearch.DEBOUNCE_MS + 1);
-          })();
-        }).then(function () { return api.searchSettled; }).then(function (r) {
-          var ms = performance.now() - last;
-          /* the drawing of the answer is a task of its own: let it run, then read the tasks */
-          return new Promise(function (ok) { setTimeout(ok, 50); }).then(function () {
-            obs.takeRecords().forEach(function (e) { longest = Math.max(longest, e.duration); });
-            obs.disconnect();
-            return [ms, longest, index, r ? r.text : -1, r && r.ms].join(" ");
-          });
+    /* one round: WORD typed a letter every 80 ms from an empty box */
+    function round() {
+      var longest = 0, last = 0, i = 0;
+      var obs = new PerformanceObserver(function (l) {
+        l.getEntries().forEach(function (e) { longest = Math.max(longest, e.duration); });
+      });
+      obs.observe({ entryTypes: ["longtask"] });
+      return new Promise(function (ok) {
+        (function key() {
+          box.value = word.slice(0, ++i);
+          box.dispatchEvent(new Event("input"));
+          last = performance.now();
+          if (i < word.length) setTimeout(key, 80);
+          else setTimeout(ok, window.memsnapSearch.DEBOUNCE_MS + 1);
+        })();
+      }).then(function () { return api.searchSettled; }).then(function (res) {
+        times.push(performance.now() - last);
+        r = res;
+        /* the drawing of the answer is a task of its own: let it run, then read the tasks */
+        return wait(50).then(function () {
+          obs.takeRecords().forEach(function (e) { longest = Math.max(longest, e.duration); });
+          obs.disconnect();
+          tasks.push(longest);
+          box.value = ""; box.dispatchEvent(new Event("input"));
+          return wait(2 * window.memsnapSearch.DEBOUNCE_MS + 200).then(function () { return api.searchSettled; });
         });
       });
+    }
+    var p = wait(2 * window.memsnapSearch.DEBOUNCE_MS).then(function () { return api.searchSettled; })
+      .then(function () { index = performance.now() - t0; box.value = ""; });
+    for (var k = 0; k < rounds; k++) p = p.then(round);
+    return p.then(function () {
+      return [median(times), median(tasks), index, r ? r.text : -1, r && r.ms, Math.max.apply(null, tasks)].join(" ");
+    });
   });
 })
 """
@@ -122,7 +133,7 @@ def main():
             if r["result"].get("value"):
                 break
             subprocess.run(["sleep", "0.1"])
-        r = p.send("Runtime.evaluate", {"expression": TYPE_JS + "(" + json.dumps(word) + ")",
+        r = p.send("Runtime.evaluate", {"expression": TYPE_JS + "(" + json.dumps(word) + ", 3)",
                                         "awaitPromise": True, "returnByValue": True, "timeout": 600000}, s)
         if "exceptionDetails" in r:
             sys.stderr.write("view_search: %s\n" % r["exceptionDetails"].get("text", "failed"))

@@ -13,8 +13,9 @@
  *
  * window.memsnapSearch.engine() is the matching code itself (also run synchronously by the page's
  * API, the tests' reference); window.memsnapSearch.start(stacksSource) returns the searcher
- * {init(frames, sections, nframes), series(key, stack, addr), query(key, addr, text, onProgress)
- * -> Promise of {addr, text, match (Uint8Array: 1 address, 2 frame, 3 both), key}}, or null
+ * {init(frames, sections, nframes), series(key, stack, addr, size), query(key, addr, text,
+ * onProgress) -> Promise of {addr, text, match (Uint8Array: 1 address, 2 frame, 3 both), key,
+ * ranked (the matched bands by size, largest first; null without sizes)}}, or null
  * where no worker can be made (the page then searches on the main thread).
  */
 (function () {
@@ -47,7 +48,20 @@
       });
       last = null;
     }
-    function series(m) { bands[m.key] = { stack: m.stack, addr: m.addr }; }
+    /* the bands by size, largest first (of equal sizes, in order): a counting sort over the
+     * distinct sizes, once per timeline */
+    function bySize(size) {
+      var n = size.length, at = new Map(), i;
+      for (i = 0; i < n; i++) at.set(size[i], (at.get(size[i]) || 0) + 1);
+      var sizes = Float64Array.from(at.keys()).sort(), pos = 0;
+      for (i = sizes.length - 1; i >= 0; i--) { var c = at.get(sizes[i]); at.set(sizes[i], pos); pos += c; }
+      var order = new Int32Array(n);
+      for (i = 0; i < n; i++) { var k = at.get(size[i]); order[k] = i; at.set(size[i], k + 1); }
+      return order;
+    }
+    function series(m) {
+      bands[m.key] = { stack: m.stack, addr: m.addr, order: m.size ? bySize(m.size) : null };
+    }
     /* A generator of slices: yields the counts so far, returns the result. A query that narrows
      * the one before it (its text contains the older text, its address starts with the older
      * address) tests again only the bands that the older one matched, as far as the older one
@@ -94,7 +108,15 @@
         }
       }
       cur.upto = n;
-      return { addr: na, text: nt, match: match, key: q.key };
+      /* the matched bands by size, largest first: the page outlines the largest in its window
+       * from their head */
+      var ranked = null;
+      if (b && b.order) {
+        ranked = new Int32Array(na + nt);
+        for (i = 0, m = 0; i < n; i++) if (match[b.order[i]]) ranked[m++] = b.order[i];
+        ranked = ranked.subarray(0, m);
+      }
+      return { addr: na, text: nt, match: match, key: q.key, ranked: ranked };
     }
     return { init: init, series: series, query: query };
   }
@@ -118,8 +140,9 @@
           if (r.done) {
             /* the worker keeps its answer (the next query may narrow it) and sends a copy */
             var out = { addr: r.value.addr, text: r.value.text, key: r.value.key, match: r.value.match.slice(),
-                        ms: performance.now() - t0 };
-            self.postMessage({ type: "done", id: m.id, r: out }, [out.match.buffer]);
+                        ranked: r.value.ranked ? r.value.ranked.slice() : null, ms: performance.now() - t0 };
+            self.postMessage({ type: "done", id: m.id, r: out },
+                             out.ranked ? [out.match.buffer, out.ranked.buffer] : [out.match.buffer]);
           } else { self.postMessage({ type: "progress", id: m.id, r: r.value }); next = step; tick.port2.postMessage(0); }
         })();
       }
@@ -151,7 +174,9 @@
       init: function (frames, sections, nframes) {
         w.postMessage({ type: "init", frames: frames, sections: sections, nframes: nframes });
       },
-      series: function (key, stack, addr) { w.postMessage({ type: "series", key: key, stack: stack, addr: addr }); },
+      series: function (key, stack, addr, size) {
+        w.postMessage({ type: "series", key: key, stack: stack, addr: addr, size: size || null });
+      },
       query: function (key, addr, text, onProgress) {
         if (failed) return Promise.reject(new Error("search worker failed"));
         var my = ++id;
@@ -163,6 +188,13 @@
       },
       terminate: function () { w.terminate(); }
     };
+  }
+
+  /* The first k of ranked (band numbers, largest first) that keep(i) accepts. */
+  function firstOf(ranked, keep, k) {
+    var out = [];
+    for (var j = 0; j < ranked.length && out.length < k; j++) if (keep(ranked[j])) out.push(ranked[j]);
+    return out;
   }
 
   /* The k largest of the items each(visit) visits that keep(i) accepts, by size[i], in the order
@@ -208,5 +240,5 @@
     return out;
   }
 
-  window.memsnapSearch = { engine: engine, start: start, largest: largest, DEBOUNCE_MS: DEBOUNCE_MS, SLICE_MS: SLICE_MS };
+  window.memsnapSearch = { engine: engine, start: start, largest: largest, firstOf: firstOf, DEBOUNCE_MS: DEBOUNCE_MS, SLICE_MS: SLICE_MS };
 })();

@@ -303,8 +303,12 @@
         /* the largest matches in the window (MATCH_OUTLINES at most: an outline per band of
          * hundreds of thousands would take seconds; the counts are of all) */
         var filter = V.streamFilter >= 0 || V.poolFilter !== "" || tl.cat && catFiltered();
-        var ms = outlined || window.memsnapSearch.largest(tl.n, function (f) { eachIn(tl, x0, x1, f); },
-          function (s) { return matches[s] && s !== tl.summ && (!filter || shown(tl, s)); }, tl.size, MATCH_OUTLINES);
+        var ms = outlined || (matches.ranked
+          ? window.memsnapSearch.firstOf(matches.ranked, function (s) {
+            return tl.tmax[s] >= x0 && tl.tmin[s] <= x1 && s !== tl.summ && (!filter || shown(tl, s));
+          }, MATCH_OUTLINES)
+          : window.memsnapSearch.largest(tl.n, function (f) { eachIn(tl, x0, x1, f); },
+            function (s) { return matches[s] && s !== tl.summ && (!filter || shown(tl, s)); }, tl.size, MATCH_OUTLINES));
         var ky = (H - pad.t - pad.b) / Y;
         /* one path and one stroke per colour (1 address, 2 frame, 3 both) */
         octx.setLineDash([3, 2]); octx.lineWidth = 2;
