@@ -209,6 +209,26 @@
     ok("alive CSV rows", csv.length === aliveN + 2 && csv[0].indexOf("address,size,") === 0, csv.length + " vs " + aliveN);
     ok("alive JSON", js.allocations.length === aliveN && js.bytes === aliveB && js.timestep === TL.peakT);
     ok("alive bytes", fl.total === aliveB);
+    /* issue #30 defect 8: the flame graph by keyboard: Up the biggest callee, Down back, Enter
+     * zooms; the details (a live region) say the frame's name and bytes */
+    var fcv = document.querySelector(".plot canvas"), finfo = document.querySelector(".info");
+    function fpress(k) { fcv.dispatchEvent(new KeyboardEvent("keydown", { key: k, bubbles: true, cancelable: true })); }
+    ok("flame: the graph and its details are reachable and named", fcv.tabIndex === 0 && fcv.getAttribute("role") === "img"
+       && /^Flame graph/.test(fcv.getAttribute("aria-label") || "") && finfo.getAttribute("aria-live") === "polite");
+    if (fl.tree && fl.tree.kids.size) {
+      var big = null;
+      fl.tree.kids.forEach(function (k) { if (!big || k.value > big.value || k.value === big.value && k.name < big.name) big = k; });
+      fcv.focus();
+      fpress("ArrowUp");
+      ok("flame: Up goes to the biggest callee and says it", fl.cursor() === big && finfo.textContent.indexOf(big.name + "\n") === 0
+         && finfo.textContent.indexOf("(" + big.value + " bytes)") > 0, finfo.textContent.slice(0, 120));
+      fpress("Enter");
+      ok("flame: Enter zooms to it", fl.zoomed() === big && document.activeElement === fcv);
+      fpress("Enter");
+      fpress("ArrowDown");
+      ok("flame: Enter again backs out, Down goes to the caller", fl.zoomed() === fl.tree && fl.cursor() === fl.tree
+         && finfo.textContent.indexOf("all\n") === 0, finfo.textContent.slice(0, 60));
+    }
     /* issue #30 item 11: the top consumers there, by each grouping, add up to what is alive;
      * sortable; the CSV has every group */
     var cons = fl.consumers;
@@ -219,7 +239,13 @@
       ok("consumers by " + by + ": biggest first", gs.every(function (g, i) { return i === 0 || gs[i - 1][1] >= g[1]; }));
       ok("consumers by " + by + ": CSV", cons.csv(by).split("\n").length === gs.length + 2 && cons.csv(by).indexOf(by + ",bytes,count") === 0);
     });
-    cons.sort(2);
+    /* the count column's head is a button (the keyboard's Enter or Space clicks it), which keeps
+     * the focus and says how the table is sorted (issue #30 defect 8) */
+    var heads = document.querySelectorAll("th button.sort");
+    if (heads.length === 3) { heads[2].focus(); heads[2].click(); }
+    var head2 = document.querySelectorAll("th button.sort")[2];
+    ok("consumers: the heads are buttons that keep the focus", heads.length === 3 && document.activeElement === head2
+       && head2.parentNode.getAttribute("aria-sort") === "descending", heads.length + " heads");
     var byCount = cons.groups("source");
     ok("consumers: sorted by count on a click", byCount.every(function (g, i) { return i === 0 || byCount[i - 1][2] >= g[2]; })
        && cons.rows() === Math.min(100, byCount.length));
