@@ -81,6 +81,11 @@
       ["optim.py:20:step", "same", 131072, 131072, 1, 1]]);
     v.sort(0);
     eq("diff: sorted by name, A to Z", v.rows().map(function (r) { return r[0]; }), ["model.py:10:forward", "optim.py:20:step"]);
+    /* the heads are buttons (the keyboard sorts too): bytes at A, largest first */
+    document.querySelectorAll(".consumers th button")[2].click();
+    eq("diff: sorted by bytes at A", v.rows().map(function (r) { return r[2]; }), [262144, 131072]);
+    eq("diff: the head says so", [document.querySelectorAll(".consumers th")[2].getAttribute("aria-sort"),
+                                  document.activeElement && document.activeElement.textContent], ["descending", "bytes at A \u25be"]);
     ok("diff: the moments in the URL", /da=1/.test(location.hash) && /db=3/.test(location.hash), location.hash);
     /* out of range: clamped to the last timestep */
     v.set(-5, 99);

@@ -82,12 +82,19 @@
       var tr = el("tr", "", tab);
       [by === "source" ? "source line" : by, "change", "bytes at A", "bytes at B", "difference",
        "count at A", "count at B"].forEach(function (h, i) {
-        var col = i <= 4 ? i : -1;
-        var th = el("th", "", tr, h + (col === sortCol && col >= 0 ? (sortDown ? " \u25be" : " \u25b4") : ""));
+        var col = i <= 4 ? i : -1, th = el("th", "", tr);
+        var text = h + (col === sortCol && col >= 0 ? (sortDown ? " \u25be" : " \u25b4") : "");
+        th.setAttribute("scope", "col");
         if (col >= 0) {
-          th.style.cursor = "pointer"; th.tabIndex = 0;
-          th.addEventListener("click", function () { self.sort(col); });
-        }
+          /* a button, so that the keyboard sorts too (as the top consumers' heads) */
+          var b = el("button", "sort", th, text);
+          th.setAttribute("aria-sort", col === sortCol ? (sortDown ? "descending" : "ascending") : "none");
+          b.addEventListener("click", function () {
+            self.sort(col);
+            var again = tab.querySelectorAll("th button")[col];
+            if (again) again.focus();
+          });
+        } else th.textContent = text;
       });
       r.slice(0, SHOWN).forEach(function (g) {
         var row = el("tr", "diff-" + g[1].replace(" ", "-"), tab), d = g[3] - g[2];
