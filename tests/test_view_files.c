@@ -157,7 +157,21 @@ Test(view_files, errors) {
   ms_viewer_opts_t o;
   ms_viewer_opts_init(&o);
   o.device = 5;
-  free(page_of_files(f, 2, &o, MS_EINVAL, "'rank0.pickle': device 5 has no trace and no segments"));
+  char *page = page_of_files(f, 2, &o, MS_EINVAL, "'rank0.pickle': device 5 has no trace and no segments");
+  cr_assert_str_eq(page, "", "nothing written");
+  free(page);
+  /* a file with no device to show, past the first: named, nothing written */
+  ms__snapbuild_t b;
+  ms__snapbuild_init(&b);
+  b.hdr.origin = MS_SNAP_ORIGIN_TORCH_DICT;
+  ms_snapshot_t *none = NULL;
+  ms_errbuf_t eb = {{0}};
+  cr_assert_eq(ms__snapbuild_finish(&b, &none, &eb), MS_OK, "%s", eb.msg);
+  ms_viewer_file_t g[] = {{a, "rank0.pickle"}, {none, "empty.pickle"}};
+  page = page_of_files(g, 2, NULL, MS_EINVAL, "'empty.pickle': no device has a trace or segments: nothing to show");
+  cr_assert_str_eq(page, "", "nothing written");
+  free(page);
+  ms_snapshot_free(none);
   ms_snapshot_free(a);
 }
 

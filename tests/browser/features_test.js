@@ -125,6 +125,9 @@
     eq("file1: its timeline", Array.from(api.timeline.maxAt), [262144, 393216, 458752, 458752, 458752, 458752, 458752, 851968]);
     ok("file1: the view from the URL", api.view && api.view.name === "memory", api.view && api.view.name);
     eq("file1: its memory", api.view.figures && api.view.figures.peakAllocated, 851968);
+    /* choosing a device keeps the file in the URL (a reload shows the same file) */
+    api.device(0);
+    ok("file1: the file stays in the URL", /(^#|&)file=1(&|$)/.test(location.hash), location.hash);
   }
 
   window.memsnapView.whenReady.then(run, run);

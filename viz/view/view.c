@@ -632,6 +632,22 @@ static int view_page(vw_t *w, view_ctx_t *c) {
   return rc;
 }
 
+/* Whether snap has a device to show and, for its first file (k == 0), the one opts asks for;
+ * before anything is written, so that a failed page is not begun. */
+static int view_check(const ms_snapshot_t *snap, const ms_viewer_opts_t *opts, size_t k,
+                      ms_errbuf_t *eb) {
+  size_t ndevs = ms_tl_viewer_devices(snap, NULL, 0, NULL);
+  if (ndevs == 0) return view_no_device(eb, SIZE_MAX);
+  if (opts->device == SIZE_MAX || k > 0) return MS_OK;
+  size_t *devs = malloc(ndevs * sizeof *devs);
+  if (!devs) return MS_ENOMEM;
+  ms_tl_viewer_devices(snap, devs, ndevs, NULL);
+  bool listed = false;
+  for (size_t i = 0; i < ndevs; i++) listed |= devs[i] == opts->device;
+  free(devs);
+  return listed ? MS_OK : view_no_device(eb, opts->device);
+}
+
 /* File k of files (NULL: the one file snap) into w: its devices, its indexes, its elements.
  * A device that opts asks for and file k > 0 does not list is left to that file's default. */
 static int view_one(vw_t *w, const ms_snapshot_t *snap, const ms_viewer_opts_t *opts,
@@ -682,15 +698,27 @@ int ms_viewer_write_html(const ms_snapshot_t *snap, const ms_viewer_opts_t *opts
     ms_viewer_opts_init(&def);
     opts = &def;
   }
+  int rc = view_check(snap, opts, 0, eb);
+  if (rc != MS_OK) return rc;
   vw_t *w = malloc(sizeof *w);
   if (!w) return MS_ENOMEM;
   vw_init(w, sink);
   view_head(w, opts->title);
-  int rc = view_one(w, snap, opts, NULL, 0, 0, eb);
+  rc = view_one(w, snap, opts, NULL, 0, 0, eb);
   if (rc == MS_OK) vw_puts(w, "</body>\n</html>\n");
   vw_flush(w);
   if (rc == MS_OK) rc = w->err;
   free(w);
+  return rc;
+}
+
+/* eb's message prefixed with the file's name; @return rc. */
+static int view_name_file(ms_errbuf_t *eb, const char *title, int rc) {
+  if (eb && title) {
+    char why[sizeof eb->msg];
+    snprintf(why, sizeof why, "%s", eb->msg[0] ? eb->msg : ms_strerror(rc));
+    snprintf(eb->msg, sizeof eb->msg, "'%.200s': %.300s", title, why);
+  }
   return rc;
 }
 
@@ -704,19 +732,18 @@ int ms_viewer_write_html_files(const ms_viewer_file_t *files, size_t nfiles,
   if (opts) o = *opts;
   else ms_viewer_opts_init(&o);
   const char *title = o.title;
+  int rc = MS_OK;
+  size_t k;
+  for (k = 0; k < nfiles && rc == MS_OK; k++) rc = view_check(files[k].snap, &o, k, eb);
+  if (rc != MS_OK) return view_name_file(eb, files[k - 1].title, rc);
   vw_t *w = malloc(sizeof *w);
   if (!w) return MS_ENOMEM;
   vw_init(w, sink);
   view_head(w, title ? title : files[0].title);
-  int rc = MS_OK;
-  for (size_t k = 0; rc == MS_OK && k < nfiles; k++) {
+  for (k = 0; k < nfiles && rc == MS_OK; k++) {
     o.title = files[k].title;
     rc = view_one(w, files[k].snap, &o, files, nfiles, k, eb);
-    if (rc != MS_OK && eb && files[k].title) {
-      char why[sizeof eb->msg];
-      snprintf(why, sizeof why, "%s", eb->msg[0] ? eb->msg : ms_strerror(rc));
-      snprintf(eb->msg, sizeof eb->msg, "'%.200s': %.300s", files[k].title, why);
-    }
+    if (rc != MS_OK) view_name_file(eb, files[k].title, rc);
   }
   if (rc == MS_OK) vw_puts(w, "</body>\n</html>\n");
   vw_flush(w);

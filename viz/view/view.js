@@ -292,7 +292,7 @@
       if (current && current.destroy) current.destroy();
       current = null;
       useDevice(+dsel.value);
-      setHash({ view: view, device: D.device });
+      setHash({ view: view, device: D.device, file: hash.file }); /* the file shown stays (files.js) */
       writeHash();
       build();
     });
