@@ -3,10 +3,14 @@
  * viewer (memsnap/view.h), and `trace_plot` / `segment_plot`, the same page opened on the view
  * _memory_viz.py's commands of those names open.
  */
+#include <dirent.h>
+#include <errno.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -14,8 +18,9 @@
 #include "memsnap/view.h"
 
 static const char view_usage[] =
-    "usage: memsnap view FILE [-o OUT.html] [--device N] [--view NAME] [--budget SIZE]\n"
-    "                         [--explain | --no-replay]\n"
+    "usage: memsnap view FILE... [-o OUT.html] [--device N] [--view NAME] [--budget SIZE]\n"
+    "                            [--explain | --no-replay]\n"
+    "       memsnap view DIR [...]\n"
     "\n"
     "Writes one self-contained HTML page (no network: open it by double-click) with the views\n"
     "of PyTorch's memory viewer: Active Memory Timeline, Allocated Memory (incl. Private\n"
@@ -24,15 +29,19 @@ static const char view_usage[] =
     "as memsnap explain says). Every allocation is drawn (no 15,000 cut) up to the page's\n"
     "budget (64 MiB of points, or 384 bytes per trace entry), past which the smallest are\n"
     "summarized and the page says so. See docs/view.md.\n"
-    "FILE is a memsnap snapshot or a PyTorch pickle ('-' reads standard input).\n"
+    "FILE is a memsnap snapshot or a PyTorch pickle ('-' reads standard input). Several\n"
+    "FILEs, or a directory DIR (its .pickle, .pkl, .msnap, .msgpack and .memsnap files, by\n"
+    "name), make one page with a file selector and two files side by side (ranks, runs).\n"
     "\n"
     "options:\n"
     "  -o, --output OUT   the page to write (default: FILE's name with .view.html for its\n"
-    "                     extension, in the current directory; '-' = standard output)\n"
+    "                     extension, in the current directory; DIR.view.html for a directory,\n"
+    "                     files.view.html for several files; '-' = standard output)\n"
     "  -d, --device N     the device shown first (default: the one with the longest trace;\n"
     "                     every device with a trace or segments is in the page)\n"
     "  --view NAME        the view opened first: timeline, pools, segments, history,\n"
-    "                     settings, flame, explain\n"
+    "                     settings, flame, explain, memory (memory over time), diff (two\n"
+    "                     moments compared), files (two files side by side)\n"
     "  --budget SIZE      the most each timeline's points may take (64M, 2G, ...; default\n"
     "                     64 MiB or 384 bytes per trace entry, whichever is more)\n"
     "  --explain          replay the remedies of the Explain panel for every device (default:\n"
@@ -258,6 +267,105 @@ static int view_run(const char *cmd, const char *path, const char *out_path, con
   return rc;
 }
 
+/* ---- several files ------------------------------------------------------------------------- */
+
+#define VIEW_MAX_FILES 64
+
+/* A snapshot file's name by its extension (a directory's files that `view DIR` takes). */
+static bool view_is_snapshot_name(const char *name) {
+  static const char *const ext[] = {".pickle", ".pkl", ".msnap", ".msgpack", ".memsnap"};
+  if (name[0] == '.') return false;
+  const char *dot = strrchr(name, '.');
+  for (size_t i = 0; dot && i < sizeof ext / sizeof *ext; i++)
+    if (strcmp(dot, ext[i]) == 0) return true;
+  return false;
+}
+
+static int view_name_cmp(const void *a, const void *b) {
+  return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* The snapshot files of directory dir, sorted by name, into paths (malloc'd; at most
+ * VIEW_MAX_FILES). @return their number, or -1 after printing the error. */
+static int view_list_dir(const char *dir, char **paths) {
+  DIR *d = opendir(dir);
+  if (!d) {
+    cli_error("cannot read directory '%s': %s", dir, strerror(errno));
+    return -1;
+  }
+  int n = 0;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) {
+    if (!view_is_snapshot_name(e->d_name)) continue;
+    if (n == VIEW_MAX_FILES) {
+      cli_error("directory '%s' has more than %d snapshot files; name the ones to show",
+                dir, VIEW_MAX_FILES);
+      n = -1;
+      break;
+    }
+    size_t len = strlen(dir) + strlen(e->d_name) + 2;
+    if (!(paths[n] = malloc(len))) {
+      cli_error("out of memory");
+      n = -1;
+      break;
+    }
+    snprintf(paths[n], len, "%s%s%s", dir, dir[strlen(dir) - 1] == '/' ? "" : "/", e->d_name);
+    n++;
+  }
+  closedir(d);
+  if (n < 0) return -1;
+  if (n == 0) {
+    cli_error("no snapshot file (.pickle, .pkl, .msnap, .msgpack, .memsnap) in directory '%s'", dir);
+    return -1;
+  }
+  qsort(paths, (size_t)n, sizeof *paths, view_name_cmp);
+  return n;
+}
+
+/* The page of several files (every one loaded first). */
+static int view_run_files(char *const *paths, int n, const char *out_path, const char *def,
+                          const ms_viewer_opts_t *vo) {
+  if (!out_path) {
+    out_path = def;
+    cli_out_note_default(out_path);
+  }
+  if (strcmp(out_path, "-") == 0 && isatty(STDOUT_FILENO))
+    return cli_usage_error("view", "refusing to write an HTML page to a terminal; redirect it "
+                                   "(-o - > out.html) or name a file (-o out.html)");
+  ms_viewer_file_t files[VIEW_MAX_FILES];
+  int rc = CLI_OK, loaded = 0;
+  for (int i = 0; i < n && rc == CLI_OK; i++) {
+    if (strcmp(paths[i], "-") == 0) {
+      rc = cli_usage_error("view", "standard input ('-') is one file alone, not one of several");
+      break;
+    }
+    ms_snapshot_t *snap = NULL;
+    if ((rc = cli_load(paths[i], &snap)) != CLI_OK) break;
+    files[loaded].snap = snap;
+    files[loaded++].title = cli_base_name(paths[i]);
+  }
+  cli_out_t o;
+  if (rc == CLI_OK && (rc = cli_out_open(&o, out_path)) == CLI_OK) {
+    ms_errbuf_t eb = {{0}};
+    cli_progress_count(cli_out_bytes_written, 0);
+    cli_progress_start("writing '%s'", out_path);
+    int err = ms_viewer_write_html_files(files, (size_t)n, vo, &o.sink, &eb);
+    cli_progress_stop();
+    if (err != MS_OK && o.werr) {
+      rc = cli_out_fail(&o, err, NULL);
+    } else if (err != MS_OK) {
+      cli_out_abort(&o);
+      if (eb.msg[0]) cli_error("%s", eb.msg);
+      else cli_error("cannot write '%s': %s", out_path, ms_strerror(err));
+      rc = CLI_FAILURE;
+    } else {
+      rc = cli_out_commit(&o);
+    }
+  }
+  for (int i = 0; i < loaded; i++) ms_snapshot_free((ms_snapshot_t *)files[i].snap);
+  return rc;
+}
+
 int cmd_view(int argc, char **argv) {
   const char *out = NULL, *device_s = NULL, *view = NULL, *budget_s = NULL;
   int explain = 0, no_replay = 0;
@@ -268,25 +376,51 @@ int cmd_view(int argc, char **argv) {
                                  {"explain", 0, &explain, NULL},
                                  {"no-replay", 0, &no_replay, NULL},
                                  {NULL, 0, NULL, NULL}};
-  char *pos[1];
+  char *pos[VIEW_MAX_FILES];
   int npos = 0;
-  int rc = cli_parse_options("view", view_usage, opts, argc, argv, pos, 1, &npos);
+  int rc = cli_parse_options("view", view_usage, opts, argc, argv, pos, VIEW_MAX_FILES, &npos);
   if (rc == CLI_HELP_SHOWN) return CLI_OK;
   if (rc != CLI_OK) return rc;
   if (npos < 1) return cli_usage_error("view", "missing FILE");
   if (view && strcmp(view, "timeline") && strcmp(view, "pools") && strcmp(view, "segments") &&
       strcmp(view, "history") && strcmp(view, "settings") && strcmp(view, "flame") &&
-      strcmp(view, "explain"))
+      strcmp(view, "explain") && strcmp(view, "memory") && strcmp(view, "diff") &&
+      strcmp(view, "files"))
     return cli_usage_error("view", "unknown view '%s' (timeline, pools, segments, history, "
-                                   "settings, flame, explain)", view);
+                                   "settings, flame, explain, memory, diff, files)", view);
   if (explain && no_replay)
     return cli_usage_error("view", "options '--explain' and '--no-replay' exclude each other");
   size_t budget = 0; /* the default (ms_tlv_default_budget) */
   ms_errbuf_t eb = {{0}};
   if (budget_s && ms_replay_parse_capacity(budget_s, &budget, &eb) != MS_OK)
     return cli_usage_error("view", "option '--budget' needs a size such as 64M or 2G: %s", eb.msg);
-  return view_run("view", pos[0], out, NULL, device_s, view, false, budget,
-                  explain ? 1 : no_replay ? 0 : -1);
+  struct stat st;
+  bool dir = npos == 1 && strcmp(pos[0], "-") != 0 && stat(pos[0], &st) == 0 && S_ISDIR(st.st_mode);
+  if (npos == 1 && !dir)
+    return view_run("view", pos[0], out, NULL, device_s, view, false, budget,
+                    explain ? 1 : no_replay ? 0 : -1);
+  ms_viewer_opts_t vo;
+  ms_viewer_opts_init(&vo);
+  vo.timeline_budget_bytes = budget;
+  vo.explain = explain ? 1 : no_replay ? 0 : -1;
+  vo.view = view;
+  if (device_s) {
+    uint64_t v;
+    if (!cli_parse_u64(device_s, &v) || v > 1u << 20)
+      return cli_usage_error("view", "option '--device' needs a device number, not '%s'", device_s);
+    vo.device = (size_t)v;
+  }
+  if (!dir) return view_run_files(pos, npos, out, "files.view.html", &vo);
+  char *paths[VIEW_MAX_FILES], def[4096];
+  int n = view_list_dir(pos[0], paths);
+  if (n < 0) return CLI_FAILURE;
+  char base[1024];
+  snprintf(base, sizeof base, "%s", pos[0]);
+  for (size_t l = strlen(base); l > 1 && base[l - 1] == '/'; l--) base[l - 1] = 0;
+  snprintf(def, sizeof def, "%s.view.html", cli_base_name(base));
+  rc = view_run_files(paths, n, out, def, &vo);
+  for (int i = 0; i < n; i++) free(paths[i]);
+  return rc;
 }
 
 int cmd_trace_plot(int argc, char **argv) {

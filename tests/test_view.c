@@ -954,7 +954,7 @@ Test(view_cli, commands_and_filter_freed) {
   cr_assert_eq(RUN("view", "s.msnap", "--view", "nope"), 2);
   err = slurp(".stderr");
   cr_assert(strstr(err, "unknown view 'nope' (timeline, pools, segments, history, settings, flame, "
-                        "explain)"),
+                        "explain, memory, diff, files)"),
             "%s", err);
   free(err);
   cr_assert_eq(RUN("view", "s.msnap", "--view", "pools", "-o", "p.html"), 0);

@@ -54,6 +54,21 @@ MS_API MS_NODISCARD int ms_viewer_write_html(const ms_snapshot_t *snap,
                                              const ms_viewer_opts_t *opts, ms_sink_t *sink,
                                              ms_errbuf_t *eb);
 
+/* One file of a page of several (ms_viewer_write_html_files). */
+typedef struct ms_viewer_file_s {
+  const ms_snapshot_t *snap;
+  const char *title; /* its name in the page's file selector (data: escaped) */
+} ms_viewer_file_t;
+
+/* Writes one page holding the nfiles snapshots (several ranks, several runs), with a file
+ * selector and a view of two of them side by side (docs/view.md, "Several files"); the first
+ * file is shown first. opts->title is the page's title (NULL: the first file's); opts->device
+ * is the device shown first of every file that lists it (the first file must). @return as
+ * ms_viewer_write_html (eb names the file); MS_EINVAL for no file. */
+MS_API MS_NODISCARD int ms_viewer_write_html_files(const ms_viewer_file_t *files, size_t nfiles,
+                                                   const ms_viewer_opts_t *opts,
+                                                   ms_sink_t *sink, ms_errbuf_t *eb);
+
 MS_EXTERN_C_END
 
 #endif /* MEMSNAP_VIEW_H */

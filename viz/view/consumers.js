@@ -9,6 +9,8 @@
  * downloadable as CSV. ctx = {el, fmtSize, items: [{size, source, category, stack (its text, innermost first)}], moment, total,
  * hasCategories}. Every name is shown through textContent. Returns {groups(by), csv(by), sort(col),
  * rows ()}: the groups as [name, bytes, count], biggest first unless sorted otherwise.
+ * window.memsnapConsumers.itemOf(tl, c) makes the items of a timeline's bands and group(items, by)
+ * groups them (diff.js compares two moments with them).
  */
 (function () {
   "use strict";
@@ -18,6 +20,37 @@
   function csvField(v) {
     var t = String(v);
     return /[",\n\r]/.test(t) ? '"' + t.replace(/"/g, '""') + '"' : t;
+  }
+
+  /* The groups of items by key b: Map of name -> [name, bytes, count]. */
+  function group(items, b) {
+    var m = new Map();
+    items.forEach(function (x) {
+      var k = x[b], g = m.get(k);
+      if (!g) { g = [k, 0, 0]; m.set(k, g); }
+      g[1] += x.size; g[2]++;
+    });
+    return m;
+  }
+
+  /* A function (s) -> item {size, source, category, stack} of band s of timeline tl: its source
+   * line (the innermost Python frame shown, else the innermost shown frame), its category and its
+   * stack's text; c = {D, elementStack, shownFrames, frameText, seriesCat}. Sources are found once
+   * per stack. */
+  function itemOf(tl, c) {
+    var D = c.D, sourceOf = new Map();
+    return function (s) {
+      var st = c.elementStack(tl, s), k = c.seriesCat(tl, s), src = sourceOf.get(st);
+      if (src === undefined) {
+        var fr = st >= 0 && st < D.nstacks ? Array.from(c.shownFrames(st)) : [];
+        var py = fr.filter(function (f) { return /\.py$/.test(String(D.frames[f][0])); })[0];
+        src = { source: fr.length ? c.frameText(py !== undefined ? py : fr[0]) : "<no frames>",
+                stack: fr.length ? fr.map(c.frameText).join(" <- ") : "<no frames>" };
+        sourceOf.set(st, src);
+      }
+      return { size: tl.size[s], source: src.source, stack: src.stack,
+               category: k >= 0 && D.categories ? D.categories[k] : "unknown" };
+    };
   }
 
   function table(root, ctx) {
@@ -34,13 +67,7 @@
     var note = el("span", "note", head);
     var tab = el("table", "figures", box);
     function groups(b) {
-      var m = new Map();
-      items.forEach(function (x) {
-        var k = x[b || by], g = m.get(k);
-        if (!g) { g = [k, 0, 0]; m.set(k, g); }
-        g[1] += x.size; g[2]++;
-      });
-      var out = Array.from(m.values());
+      var out = Array.from(group(items, b || by).values());
       out.sort(function (p, q) {
         var d = sortCol === 0 ? (p[0] < q[0] ? -1 : p[0] > q[0] ? 1 : 0) : p[sortCol] - q[sortCol];
         return (sortDown ? -d : d) || (p[0] < q[0] ? -1 : p[0] > q[0] ? 1 : 0);
@@ -100,5 +127,5 @@
     return api;
   }
 
-  window.memsnapConsumers = { table: table };
+  window.memsnapConsumers = { table: table, group: group, itemOf: itemOf, csvField: csvField };
 })();

@@ -84,19 +84,7 @@
     bcsv.addEventListener("click", function () { download(self.csv(), "text/csv", "csv"); });
     bjson.addEventListener("click", function () { download(self.json(), "application/json", "json"); });
     /* the top consumers there, by source line, category or stack (consumers.js) */
-    var sourceOf = new Map();
-    function consumer(s) {
-      var st = elementStack(tl, s), c = seriesCat(tl, s), src = sourceOf.get(st);
-      if (src === undefined) {
-        var fr = st >= 0 && st < D.nstacks ? Array.from(shownFrames(st)) : [];
-        var py = fr.filter(function (f) { return /\.py$/.test(String(D.frames[f][0])); })[0];
-        src = { source: fr.length ? frameText(py !== undefined ? py : fr[0]) : "<no frames>",
-                stack: fr.length ? fr.map(frameText).join(" <- ") : "<no frames>" };
-        sourceOf.set(st, src);
-      }
-      return { size: tl.size[s], source: src.source, stack: src.stack,
-               category: c >= 0 && D.categories ? D.categories[c] : "unknown" };
-    }
+    var consumer = window.memsnapConsumers.itemOf(tl, c);
     self.consumers = window.memsnapConsumers.table(root, {
       el: el, fmtSize: fmtSize, items: alive.map(consumer), moment: t, total: root0.value,
       hasCategories: !!(tl.cat && D.categories) });

@@ -34,7 +34,7 @@
         stack[s] = s === tl.summ ? -1 : src >= 0 ? D.trace.stack[src] : elementStack(tl, s);
         addr[s] = s === tl.summ || e < 0 ? -1 : src >= 0 ? D.trace.addr[src] : parseInt(elementAddr(tl, s) || "-1", 16);
       }
-      tl.search = { key: "k" + (++searchKeys), stack: stack, addr: addr, sent: false };
+      tl.search = { key: "k" + (++searchKeys), stack: stack, addr: addr, size: tl.size, sent: false };
     }
     return tl.search;
   }
@@ -62,9 +62,10 @@
   function searchAsync(tl, addr, text, onProgress) {
     if (!searchStart()) return null;
     var x = searchSeries(tl), q = searchQuery(addr, text);
-    if (!x.sent) { searcher.series(x.key, x.stack, x.addr); x.sent = true; }
+    if (!x.sent) { searcher.series(x.key, x.stack, x.addr, x.size); x.sent = true; }
     return searcher.query(x.key, q.addr, q.text, onProgress).then(function (r) {
       if (r && !q.addr && !q.text) r.match = null;
+      if (r && r.match && r.ranked) r.match.ranked = r.ranked; /* the outlines' order (timeline.js) */
       return r;
     });
   }

@@ -302,16 +302,22 @@
       if (matches) {
         /* the largest matches in the window (MATCH_OUTLINES at most: an outline per band of
          * hundreds of thousands would take seconds; the counts are of all) */
-        var ms = outlined || [], ky = (H - pad.t - pad.b) / Y;
-        if (!outlined) eachIn(tl, x0, x1, function (s) { if (matches[s] && shown(tl, s)) ms.push(s); });
-        if (!outlined && ms.length > MATCH_OUTLINES) {
-          /* the size of the MATCH_OUTLINES-th largest (a typed array's numeric sort) */
-          var sz = Float64Array.from(ms, function (s) { return tl.size[s]; }).sort(), cut = sz[sz.length - MATCH_OUTLINES];
-          ms = ms.filter(function (s) { return tl.size[s] >= cut; }).slice(0, MATCH_OUTLINES);
-        }
-        octx.setLineDash([3, 2]);
-        ms.forEach(function (s) {
-          if (tl.size[s] * ky >= 0.5 || ms.length < 200) { var m = matches[s]; outline(s, m === 1 ? "#d00" : m === 2 ? "#00d" : "#d0d"); }
+        var filter = V.streamFilter >= 0 || V.poolFilter !== "" || tl.cat && catFiltered();
+        var ms = outlined || (matches.ranked
+          ? window.memsnapSearch.firstOf(matches.ranked, function (s) {
+            return tl.tmax[s] >= x0 && tl.tmin[s] <= x1 && s !== tl.summ && (!filter || shown(tl, s));
+          }, MATCH_OUTLINES)
+          : window.memsnapSearch.largest(tl.n, function (f) { eachIn(tl, x0, x1, f); },
+            function (s) { return matches[s] && s !== tl.summ && (!filter || shown(tl, s)); }, tl.size, MATCH_OUTLINES));
+        var ky = (H - pad.t - pad.b) / Y;
+        /* one path and one stroke per colour (1 address, 2 frame, 3 both) */
+        octx.setLineDash([3, 2]); octx.lineWidth = 2;
+        [1, 2, 3].forEach(function (m) {
+          octx.beginPath();
+          ms.forEach(function (s) {
+            if (matches[s] === m && (tl.size[s] * ky >= 0.5 || ms.length < 200)) bandPath(s, Math.max(1, tl.size[s] * ky), octx);
+          });
+          octx.strokeStyle = m === 1 ? "#d00" : m === 2 ? "#00d" : "#d0d"; octx.stroke();
         });
         octx.setLineDash([]);
         outlined = ms;

@@ -17,6 +17,7 @@
 #include "bin.h"
 #include "stacks.h"
 #include "answer.h"
+#include "memory.h"
 #include "writer.h"
 
 /* The page's script and style (viz/CMakeLists.txt lists the scripts; view.css), embedded at build time (embed.cmake). */
@@ -306,6 +307,8 @@ typedef struct view_ctx_s {
   size_t npools;
   uint64_t bin_bytes, trace_bytes; /* uncompressed */
   char why[200];                   /* what failed, when the error needs saying */
+  const ms_viewer_file_t *files;   /* a page of several files (NULL: of one) */
+  size_t nfiles, file;             /* their number, and which this is */
 } view_ctx_t;
 
 static void view_tlv_json(vw_t *w, const char *key, const view_tlmeta_t *m) {
@@ -418,6 +421,8 @@ static void view_data(vw_t *w, const view_ctx_t *c, const vb_t *b) {
     view_tlv_json(w, "seg", &c->meta[2 * k + 1]);
     vw_puts(w, ",\n\"explain\":");
     ms__view_answer_json(w, s, dev, c->o->explain);
+    vw_puts(w, ",\n\"memory\":");
+    ms__view_memory_json(w, c->tl, dev);
     view_steps(w, s, dev);
     vw_puts(w, "}");
   }
@@ -541,19 +546,49 @@ static int view_bin(vw_t *w, view_ctx_t *c, vb_t *b, bool traces) {
   return rc != MS_OK ? rc : w->err;
 }
 
-static int view_page(vw_t *w, view_ctx_t *c) {
+/* The page's head, its style and the app's element (once per page). */
+static void view_head(vw_t *w, const char *title) {
   /* the charset must be declared within the first 1024 bytes */
   vw_puts(w, "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"windows-1252\">\n"
              "<meta name=\"viewport\" content=\"width=device-width\">\n"
              "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; "
              "script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:; "
              "worker-src blob:; connect-src 'none'\">\n<title>memsnap view: ");
-  vw_html(w, c->o->title ? c->o->title : "");
+  vw_html(w, title ? title : "");
   vw_puts(w, "</title>\n<style>\n");
   vw_raw(w, ms__view_css, ms__view_css_len);
   vw_puts(w, "</style>\n</head>\n<body>\n<div id=\"app\"><noscript>This page needs "
              "JavaScript.</noscript></div>\n");
-  vw_puts(w, "<script type=\"application/octet-stream\" id=\"ms-bin\">");
+}
+
+/* A data element's opening: id NAME, then "-K" for the file K > 0 of a page of several. */
+static void view_open(vw_t *w, const view_ctx_t *c, const char *type, const char *name) {
+  vw_puts(w, "<script type=\"");
+  vw_puts(w, type);
+  vw_puts(w, "\" id=\"");
+  vw_puts(w, name);
+  if (c->file > 0) {
+    vw_puts(w, "-");
+    vw_u64(w, c->file);
+  }
+  vw_puts(w, "\">");
+}
+
+/* The files of a page of several, their names in order ("ms-files", before the script). */
+static void view_files(vw_t *w, const view_ctx_t *c) {
+  vw_puts(w, "<script type=\"application/json\" id=\"ms-files\">[");
+  for (size_t i = 0; i < c->nfiles; i++) {
+    if (i) vw_puts(w, ",");
+    vw_str(w, c->files[i].title ? c->files[i].title : "");
+  }
+  vw_puts(w, "]</script>\n");
+}
+
+/* One file's data elements (ms-bin, ms-data, ms-trace, ms-trace-data; each "-K" past the first
+ * file of several); the first file's have the viewer's script between them, so that the page
+ * draws before it has parsed the traces. */
+static int view_page(vw_t *w, view_ctx_t *c) {
+  view_open(w, c, "application/octet-stream", "ms-bin");
   vb_t *b = malloc(sizeof *b), *sb = malloc(sizeof *sb);
   if (!b || !sb) {
     free(b);
@@ -566,21 +601,29 @@ static int view_page(vw_t *w, view_ctx_t *c) {
    * timeline, before it has parsed them */
   int rc = view_bin(w, c, b, false);
   if (rc == MS_OK) {
-    vw_puts(w, "</script>\n<script type=\"application/json\" id=\"ms-data\">");
+    vw_puts(w, "</script>\n");
+    view_open(w, c, "application/json", "ms-data");
     view_data(w, c, b);
-    vw_puts(w, "</script>\n<script>\n");
-    vw_raw(w, ms__view_js, ms__view_js_len);
-    vw_puts(w, "</script>\n<script type=\"application/octet-stream\" id=\"ms-trace\">");
+    vw_puts(w, "</script>\n");
+    if (c->file == 0 && c->files) view_files(w, c);
+    if (c->file == 0) {
+      vw_puts(w, "<script>\n");
+      vw_raw(w, ms__view_js, ms__view_js_len);
+      vw_puts(w, "</script>\n");
+    }
+    view_open(w, c, "application/octet-stream", "ms-trace");
     rc = view_bin(w, c, sb, true);
   }
   if (rc == MS_OK) {
-    vw_puts(w, "</script>\n<script type=\"application/json\" id=\"ms-trace-data\">{");
+    vw_puts(w, "</script>\n");
+    view_open(w, c, "application/json", "ms-trace-data");
+    vw_puts(w, "{");
     view_pools(w, c);
     vw_puts(w, ",\n\"trace_bin\":{\"encoding\":\"gzip+esc\",\"length\":");
     vw_u64(w, c->trace_bytes);
     vw_puts(w, ",\"sections\":");
     vb_table(sb, w);
-    vw_puts(w, "}}</script>\n</body>\n</html>\n");
+    vw_puts(w, "}}</script>\n");
   }
   vb_release(b);
   vb_release(sb);
@@ -589,13 +632,26 @@ static int view_page(vw_t *w, view_ctx_t *c) {
   return rc;
 }
 
-int ms_viewer_write_html(const ms_snapshot_t *snap, const ms_viewer_opts_t *opts,
-                         ms_sink_t *sink, ms_errbuf_t *eb) {
-  ms_viewer_opts_t def;
-  if (!opts) {
-    ms_viewer_opts_init(&def);
-    opts = &def;
-  }
+/* Whether snap has a device to show and, for its first file (k == 0), the one opts asks for;
+ * before anything is written, so that a failed page is not begun. */
+static int view_check(const ms_snapshot_t *snap, const ms_viewer_opts_t *opts, size_t k,
+                      ms_errbuf_t *eb) {
+  size_t ndevs = ms_tl_viewer_devices(snap, NULL, 0, NULL);
+  if (ndevs == 0) return view_no_device(eb, SIZE_MAX);
+  if (opts->device == SIZE_MAX || k > 0) return MS_OK;
+  size_t *devs = malloc(ndevs * sizeof *devs);
+  if (!devs) return MS_ENOMEM;
+  ms_tl_viewer_devices(snap, devs, ndevs, NULL);
+  bool listed = false;
+  for (size_t i = 0; i < ndevs; i++) listed |= devs[i] == opts->device;
+  free(devs);
+  return listed ? MS_OK : view_no_device(eb, opts->device);
+}
+
+/* File k of files (NULL: the one file snap) into w: its devices, its indexes, its elements.
+ * A device that opts asks for and file k > 0 does not list is left to that file's default. */
+static int view_one(vw_t *w, const ms_snapshot_t *snap, const ms_viewer_opts_t *opts,
+                    const ms_viewer_file_t *files, size_t nfiles, size_t k, ms_errbuf_t *eb) {
   size_t ndevs = ms_tl_viewer_devices(snap, NULL, 0, NULL), dev = 0;
   if (ndevs == 0)
     return view_no_device(eb, SIZE_MAX);
@@ -606,15 +662,14 @@ int ms_viewer_write_html(const ms_snapshot_t *snap, const ms_viewer_opts_t *opts
   if (opts->device != SIZE_MAX) {
     bool listed = false;
     for (size_t i = 0; i < ndevs; i++) listed |= devs[i] == opts->device;
-    if (!listed) {
+    if (!listed && k == 0) {
       free(devs);
       return view_no_device(eb, opts->device);
     }
-    dev = opts->device;
+    if (listed) dev = opts->device;
   }
   view_tlmeta_t *meta = calloc(2 * ndevs, sizeof *meta);
-  vw_t *w = malloc(sizeof *w);
-  if (!w || !meta) {
+  if (!meta) {
     rc = MS_ENOMEM;
   } else {
     /* categories need the time index; a trace it cannot index leaves every band `unknown` */
@@ -623,18 +678,76 @@ int ms_viewer_write_html(const ms_snapshot_t *snap, const ms_viewer_opts_t *opts
     if (ms_timeline_create(snap, NULL, &tl, NULL) == MS_OK &&
         ms_attr_create(snap, tl, NULL, &attr, NULL) != MS_OK)
       attr = NULL;
-    view_ctx_t c = {snap, attr, tl, opts, dev, devs, ndevs, meta, NULL, 0, 0, 0, ""};
-    vw_init(w, sink);
+    view_ctx_t c = {snap, attr, tl, opts, dev, devs, ndevs, meta, NULL, 0, 0, 0, "", files, nfiles, k};
     rc = view_page(w, &c);
-    vw_flush(w);
     if (rc == MS_OK) rc = w->err;
     if (rc != MS_OK && c.why[0] && eb) snprintf(eb->msg, sizeof eb->msg, "%s", c.why);
     free(c.pools);
     ms_attr_destroy(attr);
     ms_timeline_destroy(tl);
   }
-  free(w);
   free(meta);
   free(devs);
+  return rc;
+}
+
+int ms_viewer_write_html(const ms_snapshot_t *snap, const ms_viewer_opts_t *opts,
+                         ms_sink_t *sink, ms_errbuf_t *eb) {
+  ms_viewer_opts_t def;
+  if (!opts) {
+    ms_viewer_opts_init(&def);
+    opts = &def;
+  }
+  int rc = view_check(snap, opts, 0, eb);
+  if (rc != MS_OK) return rc;
+  vw_t *w = malloc(sizeof *w);
+  if (!w) return MS_ENOMEM;
+  vw_init(w, sink);
+  view_head(w, opts->title);
+  rc = view_one(w, snap, opts, NULL, 0, 0, eb);
+  if (rc == MS_OK) vw_puts(w, "</body>\n</html>\n");
+  vw_flush(w);
+  if (rc == MS_OK) rc = w->err;
+  free(w);
+  return rc;
+}
+
+/* eb's message prefixed with the file's name; @return rc. */
+static int view_name_file(ms_errbuf_t *eb, const char *title, int rc) {
+  if (eb && title) {
+    char why[sizeof eb->msg];
+    snprintf(why, sizeof why, "%s", eb->msg[0] ? eb->msg : ms_strerror(rc));
+    snprintf(eb->msg, sizeof eb->msg, "'%.200s': %.300s", title, why);
+  }
+  return rc;
+}
+
+int ms_viewer_write_html_files(const ms_viewer_file_t *files, size_t nfiles,
+                               const ms_viewer_opts_t *opts, ms_sink_t *sink, ms_errbuf_t *eb) {
+  if (!files || nfiles == 0) {
+    if (eb) snprintf(eb->msg, sizeof eb->msg, "no file to write a page of");
+    return MS_EINVAL;
+  }
+  ms_viewer_opts_t o;
+  if (opts) o = *opts;
+  else ms_viewer_opts_init(&o);
+  const char *title = o.title;
+  int rc = MS_OK;
+  size_t k;
+  for (k = 0; k < nfiles && rc == MS_OK; k++) rc = view_check(files[k].snap, &o, k, eb);
+  if (rc != MS_OK) return view_name_file(eb, files[k - 1].title, rc);
+  vw_t *w = malloc(sizeof *w);
+  if (!w) return MS_ENOMEM;
+  vw_init(w, sink);
+  view_head(w, title ? title : files[0].title);
+  for (k = 0; k < nfiles && rc == MS_OK; k++) {
+    o.title = files[k].title;
+    rc = view_one(w, files[k].snap, &o, files, nfiles, k, eb);
+    if (rc != MS_OK) view_name_file(eb, files[k].title, rc);
+  }
+  if (rc == MS_OK) vw_puts(w, "</body>\n</html>\n");
+  vw_flush(w);
+  if (rc == MS_OK) rc = w->err;
+  free(w);
   return rc;
 }

@@ -28,7 +28,9 @@
                ["history", "Allocator State History"],
                ["settings", "Allocator Settings"],
                ["flame", "Alive at the selected moment (flame graph)"],
-               ["explain", "Explain: why it ran out or peaked"]];
+               ["explain", "Explain: why it ran out or peaked"],
+               ["memory", "Memory over time: reserved, allocated, fragmentation"],
+               ["diff", "Compare two moments: what appeared, went away, grew"]];
 
   var app = null;
   var current = null;    /* the view shown: {name, destroy()} */
@@ -43,12 +45,13 @@
 
   /* ---- the flame graph of what is alive at the selected moment ------------------------------ */
 
-  function flameView(root, tl) {
-    return window.memsnapFlame.view(root, tl, {
+  function momentCtx() {
+    return {
       D: D, selectedT: V.selectedT, el: el, fmtSize: fmtSize, fmtBoth: fmtBoth, elementStack: elementStack,
       shownFrames: shownFrames, stackFrames: stackFrames, frameText: frameText, elementAddr: elementAddr,
-      streamName: streamName, seriesCat: seriesCat });
+      streamName: streamName, seriesCat: seriesCat, hash: hash, writeHash: writeHash };
   }
+  function flameView(root, tl) { return window.memsnapFlame.view(root, tl, momentCtx()); }
 
   /* ---- the page ----------------------------------------------------------------------------- */
 
@@ -97,7 +100,7 @@
     v.setAttribute("role", "region");
     VIEWS.forEach(function (x) { if (x[0] === name) v.setAttribute("aria-label", x[1]); });
     if (!D.trace && name !== "timeline" && name !== "segments" && name !== "settings" &&
-        name !== "explain") {
+        name !== "explain" && name !== "memory" && name !== "files") {
       el("div", "note", v, "The trace is still being read: this view opens when it is.");
       current = { name: name, destroy: function () {} };
       api.view = current;
@@ -108,6 +111,12 @@
     else if (name === "settings") current = settingsView(v);
     else if (name === "flame") current = flameView(v, TL);
     else if (name === "explain") current = explainView(v);
+    else if (name === "diff") current = window.memsnapDiff.view(v, TL, momentCtx());
+    else if (name === "files")
+      current = window.memsnapFiles.view(v, { el: el, fmtSize: fmtSize, fmtBoth: fmtBoth, parseJSON: parseJSON,
+                                              hash: hash, writeHash: writeHash });
+    else if (name === "memory")
+      current = window.memsnapMemory.view(v, { el: el, fmtSize: fmtSize, fmtBoth: fmtBoth, memory: D.memory });
     else if (name === "pools") {
       var ptl = poolsTimeline();
       el("div", "note", v, ptl === TL
@@ -134,12 +143,21 @@
   function main() {
     phase("script");
     app = document.getElementById("app");
-    var data = parseJSON("ms-data");
+    /* a page of several files (files.js): another file than the first has its data after the
+     * script, so it waits until the page is parsed */
+    var sfx = window.memsnapFiles.suffix(readHash());
+    if (window.memsnapFiles.list()) VIEWS.push(["files", "Several files side by side"]);
+    return new Promise(function (ok) {
+      if (sfx && document.readyState === "loading") document.addEventListener("DOMContentLoaded", ok);
+      else ok();
+    }).then(function () {
+    var data = parseJSON("ms-data" + sfx);
     Object.keys(data).forEach(function (k) { D[k] = data[k]; });
     phase("json");
     app.textContent = "Reading the data...";
     D.nstacks = 0;
-    return window.memsnapData.load(D.bin, "ms-bin", phase).then(function (B) {
+    return window.memsnapData.load(D.bin, "ms-bin" + sfx, phase);
+    }).then(function (B) {
       D.bin = B;
       api.stackFrames = stackFrames; api.hexAddr = hexAddr; api.entrySteps = entrySteps; api.oomSteps = oomSteps;
       api.elementPool = elementPool; api.streams = seriesStreams;
@@ -158,10 +176,10 @@
         else ok();
       });
     }).then(function () {
-      var td = parseJSON("ms-trace-data");
+      var sfx = window.memsnapFiles.suffix(readHash()), td = parseJSON("ms-trace-data" + sfx);
       D.pools = td.pools;
       phase("parsed");
-      return window.memsnapData.load(td.trace_bin, "ms-trace", function (name) { phase("trace " + name); });
+      return window.memsnapData.load(td.trace_bin, "ms-trace" + sfx, function (name) { phase("trace " + name); });
     }).then(function (TB) {
       D.traceBin = TB;
       D.nstacks = setStacks(window.memsnapData.stacks(TB, D.frames.length)).n;
@@ -190,6 +208,7 @@
     D.segments = pd.segments;
     D.ntrace = pd.ntrace;
     D.explain = pd.explain;
+    D.memory = pd.memory;
     D.steps = pd.steps || [];
     resetDevice();
     V.selectedT = -1;
@@ -261,6 +280,7 @@
     bar.setAttribute("role", "group");
     bar.setAttribute("aria-label", "memsnap view: the view shown and its filters");
     el("span", "title", bar, window.memsnapFrames.safe(D.title || "snapshot"));
+    window.memsnapFiles.selector(bar, el, readHash());
     var lv = el("label", "", bar, "View ");
     var sel = el("select", "", lv);
     VIEWS.forEach(function (v) { var o = el("option", "", sel, v[1]); o.value = v[0]; });
@@ -272,7 +292,7 @@
       if (current && current.destroy) current.destroy();
       current = null;
       useDevice(+dsel.value);
-      setHash({ view: view, device: D.device });
+      setHash({ view: view, device: D.device, file: hash.file }); /* the file shown stays (files.js) */
       writeHash();
       build();
     });
