@@ -177,18 +177,10 @@ static ms_snapshot_t *synth(size_t target) {
 }
 
 static double run_json(const char *bin, const char *path) {
-  fflush(stdout); /* the child must not write our buffered lines again */
-  double t0 = now_s();
-  pid_t pid = fork();
-  if (pid < 0) return -1;
-  if (pid == 0) {
-    if (!freopen("/dev/null", "w", stdout)) _exit(126);
-    execl(bin, bin, "timeline", path, "--json", (char *)NULL);
-    _exit(127);
-  }
-  int st = 0;
-  if (waitpid(pid, &st, 0) != pid || !WIFEXITED(st) || WEXITSTATUS(st) != 0) return -1;
-  return now_s() - t0;
+  bench_child_t r;
+  if (bench_try_run((const char *const[]){bin, "timeline", path, "--json", NULL}, &r) != 0)
+    return -1;
+  return r.wall;
 }
 
 int main(void) {

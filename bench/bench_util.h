@@ -59,34 +59,46 @@ typedef struct bench_child_s {
   long rss_kb;
 } bench_child_t;
 
-/* Waits for child pid (started at wall time w0); dies naming what unless it exits 0. */
-static inline bench_child_t bench_wait(pid_t pid, double w0, const char *what) {
+/* Waits for child pid (started at wall time w0) into *r; @return 0 when it exited 0, else -1. */
+static inline int bench_wait_status(pid_t pid, double w0, bench_child_t *r) {
   int st;
   struct rusage ru;
-  if (wait4(pid, &st, 0, &ru) < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
-    bench_die(what, "the child process failed");
-  bench_child_t r;
-  r.wall = now_s() - w0;
-  r.rss_kb = ru.ru_maxrss;
-  r.cpu = (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec * 1e-6 +
-          (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec * 1e-6;
+  if (wait4(pid, &st, 0, &ru) != pid) return -1;
+  r->wall = now_s() - w0;
+  r->rss_kb = ru.ru_maxrss;
+  r->cpu = (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec * 1e-6 +
+           (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec * 1e-6;
+  return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -1;
+}
+
+/* Waits for child pid (started at wall time w0); dies naming what unless it exits 0. */
+static inline bench_child_t bench_wait(pid_t pid, double w0, const char *what) {
+  bench_child_t r = {0, 0, 0};
+  if (bench_wait_status(pid, w0, &r) != 0) bench_die(what, "the child process failed");
   return r;
 }
 
 /* Runs argv (argv[0]: the program, looked up in PATH when it has no '/'; NULL-terminated) with
- * stdout to /dev/null; dies when it cannot run or exits non-zero. */
-static inline bench_child_t bench_run(const char *const *argv) {
-  fflush(stdout);
+ * stdout to /dev/null, its times and peak RSS into *r. @return 0 when it exited 0, else -1. */
+static inline int bench_try_run(const char *const *argv, bench_child_t *r) {
+  fflush(stdout); /* the child must not write what this process has buffered */
   double w0 = now_s();
   pid_t pid = fork();
-  if (pid < 0) bench_die("fork", strerror(errno));
+  if (pid < 0) return -1;
   if (pid == 0) {
     int fd = open("/dev/null", O_WRONLY);
     if (fd < 0 || dup2(fd, 1) < 0) _exit(127);
     execvp(argv[0], (char *const *)argv);
     _exit(127);
   }
-  return bench_wait(pid, w0, argv[1] ? argv[1] : argv[0]);
+  return bench_wait_status(pid, w0, r);
+}
+
+/* bench_try_run that dies when the command cannot run or exits non-zero. */
+static inline bench_child_t bench_run(const char *const *argv) {
+  bench_child_t r = {0, 0, 0};
+  if (bench_try_run(argv, &r) != 0) bench_die(argv[1] ? argv[1] : argv[0], "the command failed");
+  return r;
 }
 
 /* The memsnap command under test: $MEMSNAP_BIN (bench/run.sh sets it). */
