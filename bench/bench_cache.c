@@ -10,7 +10,9 @@
  *   pickle_1gb_top_s, pickle_1gb_memory_at_s   `memsnap top FILE`, `memsnap memory FILE --at
  *                                   peak -o /dev/null`, the cache off
  *   pickle_1gb_first_top_s          `memsnap top FILE` into an empty cache (reads and stores)
+ *   pickle_1gb_explain_s            `memsnap explain FILE --no-replay`, the cache off
  *   pickle_1gb_cached_stats_s, _cached_top_s, _cached_timeline_s, _cached_memory_at_s,
+ *   _cached_explain_s,
  *   pickle_1gb_cached_view_s        the same commands answered from the cache (second runs)
  *   cache_mb_per_gb                 the cache's size after them, per GB of pickle
  * Each line on stderr shows the wall-clock time and the floor beside.
@@ -88,6 +90,8 @@ int main(void) {
   bench("pickle_1gb_memory_at_s",
         (const char *const[]){"memory", path, "--at", "peak", "-o", "/dev/null", NULL}, REPS, NULL,
         fb);
+  bench("pickle_1gb_explain_s", (const char *const[]){"explain", path, "--no-replay", NULL}, REPS,
+        NULL, fb);
   unsetenv("MEMSNAP_CACHE");
   bench("pickle_1gb_first_top_s", (const char *const[]){"top", path, NULL}, 1, NULL, fb);
   bench("pickle_1gb_cached_top_s", (const char *const[]){"top", path, NULL}, REPS, NULL, fb);
@@ -96,6 +100,8 @@ int main(void) {
   bench("pickle_1gb_cached_memory_at_s",
         (const char *const[]){"memory", path, "--at", "peak", "-o", "/dev/null", NULL}, REPS, NULL,
         fb);
+  bench("pickle_1gb_cached_explain_s",
+        (const char *const[]){"explain", path, "--no-replay", NULL}, REPS, NULL, fb);
   bench("pickle_1gb_first_stats_s", (const char *const[]){"stats", path, NULL}, 1, NULL, fb);
   bench("pickle_1gb_cached_stats_s", (const char *const[]){"stats", path, NULL}, REPS, NULL, fb);
   char html[4300];

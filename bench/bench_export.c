@@ -11,22 +11,42 @@
  *                                    theirs (so most entries need no stack row of their own)
  *   export_pprof_1m_s, export_perfetto_1m_s   CPU seconds of --pprof (at the peak) and
  *                                    --perfetto --allocations on the code-paths snapshot
+ *   csv_rows_per_s                   rows of every table written per second (wall clock) by
+ *                                    ms_export_csv_add + finish (`export --csv`: gzip'd CSV at
+ *                                    level 1, the trace and stacks tables on threads of their
+ *                                    own) on the code-paths snapshot below (issue #31's target);
+ *                                    csv_mb_per_row_m its compressed MB per million rows;
+ *                                    csv_unique_stacks_rows_per_s the same on the snapshot whose
+ *                                    every entry has its own stack (a million stacks.csv.gz rows
+ *                                    of PyTorch's JSON frames: most of the bytes);
+ *                                    csv_via_sqlite_rows_per_s the same rows the way `export
+ *                                    --csv` went before (a temporary database, then
+ *                                    ms_export_sqlite_csv), on the code-paths snapshot
  *   export_sqlite_1gb_s              `memsnap export FILE --sqlite OUT` on the ~1 GB synthetic
  *                                    pickle (5,000,000 entries, every entry its own stack): CPU
  *                                    seconds of the command (reading and indexing included)
  *   export_sqlite_1gb_trace_rows_per_s   the file's trace entries / those CPU seconds
  *   export_sqlite_1gb_rss_ratio      the command's peak RSS / the file's size
  *   export_sqlite_1gb_db_mb          the database's size
+ *   sqlite_alive_at_1gb_ms           docs/exports.md's "alive at time T, by category" on that
+ *                                    database: the median milliseconds over 9 times T spread over
+ *                                    the trace (issue #31 target <= 100); sqlite_alive_at_1gb_
+ *                                    plain_ms the plain form (alloc_time_us <= T < free_time_us)
+ *                                    at the middle time, once, for comparison
  * One run each (a run of the command takes tens of seconds). The files live in $TMPDIR (or /tmp)
  * and are deleted; MS_BENCH_PICKLE_SCALE scales the pickle (a fraction), MS_BENCH_READ_KEEP
  * names a pickle to reuse (as bench_read). MS_BENCH_EXPORT_INPROC=1 runs only the two in-process
  * insert measurements (no other format, no pickle), for iterating on the SQLite writer.
  */
 #include <errno.h>
+#include <fcntl.h>
+#include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -69,6 +89,57 @@ static void bench_other_formats(const ms_snapshot_t *s, const ms_timeline_t *tl)
           s->ntrace, tf, (double)bytes / 1e6);
 }
 
+/* The CSV writer's rows per second (wall clock: the trace table has a thread of its own), to
+ * sinks that only count the compressed bytes. */
+static void bench_csv(const ms_snapshot_t *s, const ms_timeline_t *tl, const char *metric) {
+  uint64_t bytes[MS_EXPORT_CSV_NFILES] = {0};
+  ms_sink_t sink[MS_EXPORT_CSV_NFILES], *sinks[MS_EXPORT_CSV_NFILES];
+  for (int k = 0; k < MS_EXPORT_CSV_NFILES; k++) {
+    sink[k] = (ms_sink_t){count_write, &bytes[k]};
+    sinks[k] = &sink[k];
+  }
+  ms_export_csv_t *x = NULL;
+  ms_errbuf_t eb = {{0}};
+  double t0 = cpu_s(), w0 = now_s();
+  if (ms_export_csv_create(sinks, 1, &x, &eb) != MS_OK) bench_die("csv", eb.msg);
+  if (ms_export_csv_add(x, s, tl, "synthetic", true, 0, NULL, &eb) != MS_OK) bench_die("csv", eb.msg);
+  uint64_t rows = 0, total = 0;
+  for (int k = 0; k < MS_EXPORT_CSV_NFILES; k++) rows += ms_export_csv_rows(x, k);
+  if (ms_export_csv_finish(x, &eb) != MS_OK) bench_die("csv", eb.msg);
+  double dw = now_s() - w0, dt = cpu_s() - t0;
+  for (int k = 0; k < MS_EXPORT_CSV_NFILES; k++) total += bytes[k];
+  printf("%s_rows_per_s %.0f\n", metric, (double)rows / dw);
+  if (strcmp(metric, "csv") == 0)
+    printf("csv_mb_per_row_m %.1f\n", (double)total / 1e6 / ((double)rows / 1e6));
+  fflush(stdout);
+  fprintf(stderr, "  %s: %llu rows (%zu trace entries) in %.2f s wall, %.2f s CPU, %.1f MB "
+          "gzipped\n", metric, (unsigned long long)rows, s->ntrace, dw, dt, (double)total / 1e6);
+  if (strcmp(metric, "csv") != 0) return;
+  /* the baseline: the way `export --csv` went before, a temporary database dumped as CSV */
+  char dir[4200], db[4300];
+  const char *tmpdir = getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+  snprintf(dir, sizeof dir, "%s/memsnap-bench-csv-%d", tmpdir, (int)getpid());
+  snprintf(db, sizeof db, "%s/x.db", dir);
+  if (mkdir(dir, 0755) != 0) bench_die(dir, strerror(errno));
+  ms_export_sqlite_t *q = NULL;
+  w0 = now_s();
+  if (ms_export_sqlite_create(db, &q, &eb) != MS_OK) bench_die(db, eb.msg);
+  if (ms_export_sqlite_add(q, s, tl, "synthetic", true, 0, NULL, &eb) != MS_OK) bench_die(db, eb.msg);
+  if (ms_export_sqlite_finish(q, &eb) != MS_OK) bench_die(db, eb.msg);
+  if (ms_export_sqlite_csv(db, dir, &eb) != MS_OK) bench_die(dir, eb.msg);
+  double dv = now_s() - w0;
+  printf("csv_via_sqlite_rows_per_s %.0f\n", (double)rows / dv);
+  fflush(stdout);
+  fprintf(stderr, "  csv through a temporary SQLite database (the way before): %.2f s wall\n", dv);
+  for (int k = 0; k < MS_EXPORT_CSV_NFILES; k++) {
+    char p[4400];
+    snprintf(p, sizeof p, "%s/%s", dir, ms_export_csv_file_name(k));
+    unlink(p);
+  }
+  unlink(db);
+  rmdir(dir);
+}
+
 /* The insert rate, in this process, on a synthetic snapshot built in memory. */
 static void bench_inserts(const char *tmpdir, size_t code_paths, const char *metric) {
   synth_opts_t o = {1, 1000000, 4, code_paths};
@@ -77,6 +148,7 @@ static void bench_inserts(const char *tmpdir, size_t code_paths, const char *met
   if (synth_workload(&o, &s, &eb) != MS_OK) bench_die("synthetic snapshot", eb.msg);
   ms_timeline_t *tl = NULL;
   if (ms_timeline_create(s, NULL, &tl, &eb) != MS_OK) bench_die("time index", eb.msg);
+  bench_csv(s, tl, code_paths ? "csv" : "csv_unique_stacks");
   char path[4200];
   snprintf(path, sizeof path, "%s/memsnap-bench-export-%d.db", tmpdir, (int)getpid());
   unlink(path);
@@ -112,6 +184,66 @@ static void bench_inserts(const char *tmpdir, size_t code_paths, const char *met
   if (code_paths && !(inproc && *inproc && strcmp(inproc, "0") != 0)) bench_other_formats(s, tl);
   ms_timeline_destroy(tl);
   ms_snapshot_free(s);
+}
+
+/* docs/exports.md's query (the test suite checks the docs' copy against the plain form) */
+static const char alive_at_sql[] =
+    "SELECT a.category, sum(a.size) FROM life_classes c CROSS JOIN allocations a "
+    "WHERE a.file_id = 0 AND a.device = 0 AND a.life_class = c.class "
+    "AND coalesce(a.alloc_time_us, -1) > :t - c.span AND coalesce(a.alloc_time_us, -1) <= :t "
+    "AND coalesce(a.free_time_us, 1 << 62) > :t GROUP BY a.category";
+static const char alive_at_plain_sql[] =
+    "SELECT category, sum(size) FROM allocations WHERE file_id = 0 AND device = 0 "
+    "AND (alloc_time_us IS NULL OR alloc_time_us <= :t) "
+    "AND (free_time_us IS NULL OR free_time_us > :t) GROUP BY category";
+
+/* Milliseconds of one run of sql at t; *rows: its rows. */
+static double alive_query_ms(sqlite3 *db, const char *sql, int64_t t, int *rows) {
+  sqlite3_stmt *st = NULL;
+  if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK) bench_die("alive at", sqlite3_errmsg(db));
+  sqlite3_bind_int64(st, 1, t);
+  double w0 = now_s();
+  int rc;
+  *rows = 0;
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW) (*rows)++;
+  double ms = (now_s() - w0) * 1e3;
+  if (rc != SQLITE_DONE) bench_die("alive at", sqlite3_errmsg(db));
+  sqlite3_finalize(st);
+  return ms;
+}
+
+static int dbl_cmp(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* "alive at time T" on the 1 GB database (a fresh connection: a cold page cache of SQLite's own,
+ * the file in the system's). */
+static void bench_alive_at(const char *db_path) {
+  sqlite3 *db = NULL;
+  if (sqlite3_open_v2(db_path, &db, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK)
+    bench_die(db_path, db ? sqlite3_errmsg(db) : "cannot open");
+  sqlite3_stmt *st = NULL;
+  if (sqlite3_prepare_v2(db, "SELECT min(alloc_time_us), max(alloc_time_us), count(*) FROM "
+                         "allocations WHERE file_id = 0 AND device = 0", -1, &st, NULL) !=
+          SQLITE_OK ||
+      sqlite3_step(st) != SQLITE_ROW)
+    bench_die(db_path, sqlite3_errmsg(db));
+  int64_t lo = sqlite3_column_int64(st, 0), hi = sqlite3_column_int64(st, 1);
+  int64_t nalloc = sqlite3_column_int64(st, 2);
+  sqlite3_finalize(st);
+  double ms[9];
+  int rows = 0;
+  for (int k = 0; k < 9; k++)
+    ms[k] = alive_query_ms(db, alive_at_sql, lo + (hi - lo) * (k + 1) / 10, &rows);
+  qsort(ms, 9, sizeof *ms, dbl_cmp);
+  double plain = alive_query_ms(db, alive_at_plain_sql, lo + (hi - lo) / 2, &rows);
+  printf("sqlite_alive_at_1gb_ms %.2f\n", ms[4]);
+  printf("sqlite_alive_at_1gb_plain_ms %.1f\n", plain);
+  fflush(stdout);
+  fprintf(stderr, "  alive at T on %lld lifetimes: %.2f ms median, %.2f ms at most (9 times); "
+          "the plain query %.1f ms\n", (long long)nalloc, ms[4], ms[8], plain);
+  sqlite3_close(db);
 }
 
 int main(void) {
@@ -164,6 +296,7 @@ int main(void) {
           "database %.0f MB\n",
           file_bytes / 1e6, ntrace, cpu, wall, (double)ex.rss_kb / 1024.0,
           (double)dbst.st_size / 1e6);
+  bench_alive_at(db);
   unlink(db);
   if (!(keep && *keep)) unlink(path);
   return 0;

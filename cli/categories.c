@@ -185,8 +185,8 @@ int cli_memory_by_category(const ms_snapshot_t *snap, const char *name, const cl
 
 /* ---- timeline --by category ------------------------------------------------------------------ */
 
-int cli_timeline_categories(FILE *out, const ms_timeline_t *tl, const ms_attr_t *a, size_t dev,
-                            size_t from, size_t to, bool json) {
+int cli_timeline_categories(FILE *out, cli_json_t *j, const ms_timeline_t *tl,
+                            const ms_attr_t *a, size_t dev, size_t from, size_t to) {
   ms_tl_peak_t pk;
   if (ms_timeline_peak(tl, dev, MS_TL_ALLOCATED, from, to, &pk) != MS_OK) return CLI_OK;
   ms_attr_peaks_t ps;
@@ -198,18 +198,21 @@ int cli_timeline_categories(FILE *out, const ms_timeline_t *tl, const ms_attr_t 
   const size_t *peak_step = ps.peak_step;
   const uint64_t *mix = ps.at;
   char b1[CLI_BYTES_BUFSZ], b2[CLI_BYTES_BUFSZ];
-  if (json) {
-    fprintf(out, "{\"device\": %zu, \"peak\": {\"bytes\": %" PRIu64 ", \"entry\": %" PRId64
-                 "}, \"categories\": [",
-            dev, pk.bytes, pk.entry);
+  if (j) {
+    cli_json_lit(j, ",\n  \"categories\": [");
     for (int c = 0; c < MS_CAT_COUNT; c++) {
-      fprintf(out, "%s\n{\"category\": \"%s\", \"peak_bytes\": %" PRIu64 ", \"peak_entry\": ",
-              c ? "," : "", ms_category_name((ms_category)c), peak[c]);
-      if (peak[c]) fprintf(out, "%" PRId64, (int64_t)peak_step[c] - 1);
-      else fputs("null", out);
-      fprintf(out, ", \"at_peak_bytes\": %" PRIu64 "}", mix[c]);
+      cli_json_lit(j, c ? ",\n    {\"category\": " : "\n    {\"category\": ");
+      cli_json_str(j, ms_category_name((ms_category)c));
+      cli_json_lit(j, ", \"peak_bytes\": ");
+      cli_json_u64(j, peak[c]);
+      cli_json_lit(j, ", \"peak_entry\": ");
+      if (peak[c]) cli_json_i64(j, (int64_t)peak_step[c] - 1);
+      else cli_json_lit(j, "null");
+      cli_json_lit(j, ", \"at_peak_bytes\": ");
+      cli_json_u64(j, mix[c]);
+      cli_json_lit(j, "}");
     }
-    fputs("]}\n", out);
+    cli_json_lit(j, "]");
   } else {
     fprintf(out, "  by category (allocated bytes): at the peak of allocated (after entry %" PRId64
                  "), and each one's own peak:\n",

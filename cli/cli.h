@@ -14,6 +14,7 @@
 #include <stdio.h>
 
 #include "memsnap/attribution.h"
+#include "memsnap/cache.h"
 #include "memsnap/common.h"
 #include "memsnap/compare.h"
 #include "memsnap/serialize.h"
@@ -121,6 +122,9 @@ int cli_load(const char *path, ms_snapshot_t **out);
 /* cli_load() leaving out what flags (MS_LOAD_*, memsnap/serialize.h) say, e.g. MS_LOAD_NO_TRACE
  * for views of the state at the end, which need no trace. */
 int cli_load_ex(const char *path, unsigned flags, ms_snapshot_t **out);
+/* The snapshot cache's key of a snapshot cli_load_ex loaded through the cache, else NULL (for
+ * ms_cache_timeline: the time index through the cache). */
+const ms_cache_key_t *cli_cache_key(const ms_snapshot_t *snap);
 
 /* A progress line on stderr, drawn only when stderr is a terminal and the operation has taken
  * more than a second; stop erases it. Not nestable. */
@@ -318,6 +322,60 @@ void cli_top_label(const ms_snapshot_t *s, const cli_top_t *t, size_t i, char *b
  * filter keeps ("<no frame>" when none, "<no stack recorded>" for MS_SNAP_NO_STACK). */
 void cli_stack_label(const ms_snapshot_t *s, uint32_t stack, char *buf, size_t cap);
 
+/* ---- the content of `timeline`'s text and of its --json (cli/timeline-report.c) ---- */
+
+#define CLI_TL_TOP_STACKS 5
+/* A peak (of allocated or reserved bytes) and the stacks that held the most allocated bytes
+ * then, biggest first (cli_top_label's labels). */
+typedef struct cli_tl_peak_s {
+  bool has; /* false: the range has no step (nothing to show) */
+  ms_tl_peak_t p;
+  const ms_snap_trace_t *entry; /* the entry after which it is reached; NULL before entry 0 */
+  size_t nstacks;
+  struct cli_tl_stack_s {
+    uint64_t bytes, blocks;
+    char label[512];
+  } stacks[CLI_TL_TOP_STACKS];
+} cli_tl_peak_t;
+/* One ProfilerStep#N range on the device: entries [lo, hi), its peaks when it has entries. */
+typedef struct cli_tl_step_s {
+  int64_t step;
+  size_t lo, hi;
+  bool has_peaks, has_end;
+  ms_tl_peak_t allocated, reserved;
+} cli_tl_step_t;
+/* Everything `timeline FILE` says about one device (within --range). */
+typedef struct cli_tl_report_s {
+  size_t dev, nentries, from, to; /* steps [from, to] of the device's nentries */
+  bool has_range;
+  const ms_snap_trace_t *first, *last; /* the first and last entries with a time; NULL: none */
+  cli_tl_peak_t peaks[2];              /* allocated, reserved */
+  size_t noom_all;                     /* OOM entries of the whole trace */
+  size_t nooms;                        /* those within the range: */
+  ms_tl_oom_t *ooms;
+  size_t *oom_n; /* each one's N of --at oom:N */
+  bool steps_wanted;
+  char steps_error[sizeof(ms_errbuf_t)]; /* "" unless the steps could not be told apart */
+  cli_tl_step_t *steps;
+  size_t nsteps;
+  int64_t peak_step; /* the step holding the peak of allocated; -1 none */
+  bool has_whole_peak;
+  size_t unmatched_ends, unknown_stages;
+  uint64_t state[MS_TL_METRIC_COUNT]; /* at step `to` */
+  bool has_before;                    /* before the first entry shown: */
+  uint64_t before_allocated, before_reserved;
+} cli_tl_report_t;
+/* Computes the report of device dev over steps [from, to] (filter: --stream/--pool or NULL).
+ * Prints errors. @return CLI_OK or CLI_FAILURE (*r released). */
+int cli_tl_report(const ms_timeline_t *tl, size_t dev, size_t from, size_t to, bool has_range,
+                  const ms_tl_filter_t *filter, bool steps, cli_tl_report_t *r);
+void cli_tl_report_release(cli_tl_report_t *r);
+/* One device's object of `timeline --json` (docs/timeline.md, "`--json`: the text as JSON");
+ * a: --by category's classifier (NULL: none), its "categories" added.
+ * @return CLI_OK or CLI_FAILURE (printed). */
+int cli_tl_report_json(cli_json_t *j, const cli_tl_report_t *r, const ms_timeline_t *tl,
+                       const ms_attr_t *a);
+
 /* ---- categories and sources (cli/categories.c, issue #27) ---- */
 
 /* Builds the classifier of snap over tl with the rules file rules_path (NULL: the defaults);
@@ -332,10 +390,10 @@ int cli_memory_by_category(const ms_snapshot_t *snap, const char *name, const cl
                            const char *rules, const char *output, cli_render_mode mode,
                            const ms_flame_options_t *fo, bool json);
 /* `timeline --by category`: for device dev over steps [from, to], the bytes of each category at
- * the peak of allocated and each category's own peak (text, or one JSON object per device).
- * @return CLI_OK or CLI_FAILURE (printed). */
-int cli_timeline_categories(FILE *out, const ms_timeline_t *tl, const ms_attr_t *a, size_t dev,
-                            size_t from, size_t to, bool json);
+ * the peak of allocated and each category's own peak: text on out, or, when j is given, the
+ * JSON field `, "categories": [...]` (docs/cli.md). @return CLI_OK or CLI_FAILURE (printed). */
+int cli_timeline_categories(FILE *out, cli_json_t *j, const ms_timeline_t *tl,
+                            const ms_attr_t *a, size_t dev, size_t from, size_t to);
 /* "category", "source", "stack". @return true when s is one of them. */
 bool cli_attr_by_parse(const char *s, ms_attr_by *by);
 

@@ -270,7 +270,13 @@ int cmd_explain(int argc, char **argv) {
   ms_explain_t *x = NULL;
   ms_errbuf_t eb = {{0}};
   cli_progress_start("explaining '%s'", name);
+  /* the time index stored by an earlier run (memsnap/cache.h) when the snapshot came from the
+   * cache; on any failure explain builds it and reports what is wrong itself */
+  ms_timeline_t *tl = NULL;
+  const ms_cache_key_t *key = cli_cache_key(snap);
+  if (key && ms_cache_timeline(key, NULL, snap, NULL, &tl, NULL, NULL) == MS_OK) eo.timeline = tl;
   int err = ms_explain_run(snap, &eo, &x, &eb);
+  ms_timeline_destroy(tl);
   cli_progress_stop();
   if (err != MS_OK) {
     cli_error("'%s': %s", name, eb.msg[0] ? eb.msg : ms_strerror(err));

@@ -24,7 +24,7 @@ static const char export_usage[] =
     "       memsnap export FILE...|DIR --csv OUTDIR [--rank N]\n"
     "       memsnap export FILE --pprof OUT.pb.gz [--at MOMENT] [--device N] [--categories R]\n"
     "       memsnap export FILE --perfetto OUT.json [--allocations] [--range A:B]\n"
-    "                     [--categories R]\n"
+    "                     [--downsample N] [--categories R]\n"
     "\n"
     "Writes snapshots where other tools read them: a SQLite database (every FILE, one per\n"
     "rank, or every file of DIR, into one database with file_id and rank columns), a pprof\n"
@@ -47,6 +47,8 @@ static const char export_usage[] =
     "                       named by its source, with its category\n"
     "  --range A:B          with --perfetto: only trace entries A to B of each device (a whole\n"
     "                       large trace is past what a JSON viewer can open)\n"
+    "  --downsample N       with --perfetto: the counters of each device in N runs of entries,\n"
+    "                       of each only its lowest and highest total (every peak stays)\n"
     "  --categories RULES   with --pprof or --perfetto: a rules file extending the default\n"
     "                       rules of sources and categories (docs/categories.md)\n"
     "  -h, --help           show this help\n";
@@ -83,16 +85,72 @@ static ms_timeline_t *export_index(const ms_snapshot_t *snap, const char *name, 
   return tl;
 }
 
-static int export_sqlite(const char *out, char **files, int nfiles, const char *rank_s) {
-  int64_t forced_rank = 0;
-  if (rank_s) {
-    uint64_t v;
-    if (!cli_parse_u64(rank_s, &v) || v > INT64_MAX)
-      return cli_usage_error("export", "option '--rank' needs a number, not '%s'", rank_s);
-    if (nfiles != 1)
-      return cli_usage_error("export", "option '--rank' needs exactly one FILE");
-    forced_rank = (int64_t)v;
+/* The rank of --rank N (*has set) or none; a usage error for a bad N or N with several FILEs. */
+static int export_forced_rank(const char *rank_s, int nfiles, int64_t *rank) {
+  *rank = 0;
+  if (!rank_s) return CLI_OK;
+  uint64_t v;
+  if (!cli_parse_u64(rank_s, &v) || v > INT64_MAX)
+    return cli_usage_error("export", "option '--rank' needs a number, not '%s'", rank_s);
+  if (nfiles != 1) return cli_usage_error("export", "option '--rank' needs exactly one FILE");
+  *rank = (int64_t)v;
+  return CLI_OK;
+}
+
+/* Adds one loaded file to a table export (SQLite or CSV). */
+typedef int export_add_fn(void *x, const ms_snapshot_t *snap, const ms_timeline_t *tl,
+                          const char *name, bool has_rank, int64_t rank, const char *tl_error,
+                          ms_errbuf_t *eb);
+
+static int export_add_sqlite(void *x, const ms_snapshot_t *snap, const ms_timeline_t *tl,
+                             const char *name, bool has_rank, int64_t rank, const char *tl_error,
+                             ms_errbuf_t *eb) {
+  return ms_export_sqlite_add(x, snap, tl, name, has_rank, rank, tl_error, eb);
+}
+
+static int export_add_csv(void *x, const ms_snapshot_t *snap, const ms_timeline_t *tl,
+                          const char *name, bool has_rank, int64_t rank, const char *tl_error,
+                          ms_errbuf_t *eb) {
+  return ms_export_csv_add(x, snap, tl, name, has_rank, rank, tl_error, eb);
+}
+
+/* Every FILE into x, one at a time (each freed before the next is read): its rank (--rank, the
+ * snapshot's, its name's), its time index (none: a warning and the reason in its row). */
+static int export_files(export_add_fn *add, void *x, const char *out, char **files, int nfiles,
+                        const char *rank_s, int64_t forced_rank) {
+  int rc = CLI_OK;
+  for (int i = 0; i < nfiles && rc == CLI_OK; i++) {
+    ms_snapshot_t *snap = NULL;
+    if ((rc = cli_load(files[i], &snap)) != CLI_OK) break;
+    const char *name = cli_display_name(files[i]);
+    int64_t rank = forced_rank;
+    bool has_rank = rank_s != NULL;
+    if (!has_rank && (snap->present & MS_SNAP_HAS_RANK)) {
+      has_rank = true;
+      rank = snap->rank;
+    }
+    if (!has_rank) has_rank = ms_export_rank_from_name(name, &rank);
+    char why[600] = "";
+    ms_errbuf_t eb = {{0}};
+    ms_timeline_t *tl = export_index(snap, name, why, sizeof why);
+    if (!tl) cli_warning("'%s': no timeline rows: %s", name, why);
+    cli_progress_start("writing '%s' into '%s'", name, out);
+    int err = add(x, snap, tl, name, has_rank, rank, tl ? NULL : why, &eb);
+    cli_progress_stop();
+    if (err != MS_OK) {
+      cli_error("%s", eb.msg);
+      rc = CLI_FAILURE;
+    }
+    ms_timeline_destroy(tl);
+    ms_snapshot_free(snap);
   }
+  return rc;
+}
+
+static int export_sqlite(const char *out, char **files, int nfiles, const char *rank_s) {
+  int64_t forced_rank;
+  int rc = export_forced_rank(rank_s, nfiles, &forced_rank);
+  if (rc != CLI_OK) return rc;
   /* the database is written under a temporary name and renamed: never over an input */
   for (int i = 0; i < nfiles; i++) cli_note_input(files[i]);
   if (cli_out_check_inputs(out) != CLI_OK) return CLI_FAILURE;
@@ -119,31 +177,7 @@ static int export_sqlite(const char *out, char **files, int nfiles, const char *
     cli_out_abort(&o);
     return CLI_FAILURE;
   }
-  int rc = CLI_OK;
-  for (int i = 0; i < nfiles && rc == CLI_OK; i++) {
-    ms_snapshot_t *snap = NULL;
-    if ((rc = cli_load(files[i], &snap)) != CLI_OK) break;
-    const char *name = cli_display_name(files[i]);
-    int64_t rank = forced_rank;
-    bool has_rank = rank_s != NULL;
-    if (!has_rank && (snap->present & MS_SNAP_HAS_RANK)) {
-      has_rank = true;
-      rank = snap->rank;
-    }
-    if (!has_rank) has_rank = ms_export_rank_from_name(name, &rank);
-    char why[600] = "";
-    ms_timeline_t *tl = export_index(snap, name, why, sizeof why);
-    if (!tl) cli_warning("'%s': no timeline rows: %s", name, why);
-    cli_progress_start("writing '%s' into '%s'", name, out);
-    int err = ms_export_sqlite_add(x, snap, tl, name, has_rank, rank, tl ? NULL : why, &eb);
-    cli_progress_stop();
-    if (err != MS_OK) {
-      cli_error("%s", eb.msg);
-      rc = CLI_FAILURE;
-    }
-    ms_timeline_destroy(tl);
-    ms_snapshot_free(snap);
-  }
+  rc = export_files(export_add_sqlite, x, out, files, nfiles, rank_s, forced_rank);
   if (rc != CLI_OK) {
     ms_export_sqlite_destroy(x);
     cli_out_abort(&o);
@@ -160,33 +194,63 @@ static int export_sqlite(const char *out, char **files, int nfiles, const char *
   return cli_out_commit(&o);
 }
 
-/* --csv DIR: the SQLite export into a temporary database in DIR, its tables written out as
- * gzip'd CSV, the database removed (issue #31). */
+/* --csv DIR: the tables as gzip'd CSV files in DIR, written straight from each snapshot (issue
+ * #31), each file through the CLI's output (a temporary file renamed when all succeeded). */
 static int export_csv(const char *dir, char **files, int nfiles, const char *rank_s) {
+  int64_t forced_rank;
+  int rc = export_forced_rank(rank_s, nfiles, &forced_rank);
+  if (rc != CLI_OK) return rc;
   struct stat st;
   if (mkdir(dir, 0777) != 0 && (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))) {
     cli_error("cannot write CSV files into '%s': not a directory", dir);
     return CLI_FAILURE;
   }
-  size_t n = strlen(dir) + 64;
-  char *db = malloc(n);
-  if (!db) {
-    cli_error("out of memory");
-    return CLI_FAILURE;
+  for (int i = 0; i < nfiles; i++) cli_note_input(files[i]);
+  cli_out_t o[MS_EXPORT_CSV_NFILES];
+  char *path[MS_EXPORT_CSV_NFILES] = {NULL};
+  ms_sink_t *sinks[MS_EXPORT_CSV_NFILES];
+  int nopen = 0;
+  for (; nopen < MS_EXPORT_CSV_NFILES && rc == CLI_OK; nopen++) {
+    const char *name = ms_export_csv_file_name(nopen);
+    size_t n = strlen(dir) + strlen(name) + 2;
+    if (!(path[nopen] = malloc(n))) {
+      cli_error("out of memory");
+      rc = CLI_FAILURE;
+      break;
+    }
+    snprintf(path[nopen], n, "%s/%s", dir, name);
+    if (cli_out_open(&o[nopen], path[nopen]) != CLI_OK) {
+      rc = CLI_FAILURE;
+      break;
+    }
+    sinks[nopen] = &o[nopen].sink;
   }
-  snprintf(db, n, "%s/.memsnap-csv-%ld.db", dir, (long)getpid());
-  int rc = export_sqlite(db, files, nfiles, rank_s);
+  ms_export_csv_t *x = NULL;
+  ms_errbuf_t eb = {{0}};
+  if (rc == CLI_OK && ms_export_csv_create(sinks, 1, &x, &eb) != MS_OK) {
+    cli_error("%s", eb.msg);
+    rc = CLI_FAILURE;
+  }
+  if (rc == CLI_OK) rc = export_files(export_add_csv, x, dir, files, nfiles, rank_s, forced_rank);
   if (rc == CLI_OK) {
-    ms_errbuf_t eb = {{0}};
-    cli_progress_start("writing CSV files into '%s'", dir);
-    if (ms_export_sqlite_csv(db, dir, &eb) != MS_OK) {
+    int err = ms_export_csv_finish(x, &eb);
+    x = NULL;
+    for (int i = 0; err != MS_OK && i < MS_EXPORT_CSV_NFILES; i++)
+      if (o[i].werr && rc == CLI_OK) /* the output's own error: "no space left on device" */
+        rc = cli_out_fail(&o[i], err, NULL);
+    if (err != MS_OK && rc == CLI_OK) {
       cli_error("%s", eb.msg);
       rc = CLI_FAILURE;
     }
-    cli_progress_stop();
   }
-  unlink(db);
-  free(db);
+  ms_export_csv_destroy(x);
+  for (int i = 0; i < nopen; i++) {
+    if (rc == CLI_OK)
+      rc = cli_out_commit(&o[i]);
+    else if (o[i].af.fp)
+      cli_out_abort(&o[i]);
+  }
+  for (int i = 0; i < MS_EXPORT_CSV_NFILES; i++) free(path[i]);
   return rc;
 }
 
@@ -281,7 +345,8 @@ static int export_one(const char *file, const char *out, const char *device_s, c
 
 int cmd_export(int argc, char **argv) {
   const char *range_s = NULL, *sqlite_s = NULL, *csv_s = NULL, *pprof_s = NULL,
-             *perfetto_s = NULL, *rank_s = NULL, *at_s = NULL, *device_s = NULL, *rules_s = NULL;
+             *perfetto_s = NULL, *rank_s = NULL, *at_s = NULL, *device_s = NULL, *rules_s = NULL,
+             *downsample_s = NULL;
   int allocations = 0;
   const struct cli_opt opts[] = {{"sqlite", 0, NULL, &sqlite_s},
                                  {"csv", 0, NULL, &csv_s},
@@ -293,6 +358,7 @@ int cmd_export(int argc, char **argv) {
                                  {"allocations", 0, &allocations, NULL},
                                  {"categories", 0, NULL, &rules_s},
                                  {"range", 0, NULL, &range_s},
+                                 {"downsample", 0, NULL, &downsample_s},
                                  {NULL, 0, NULL, NULL}};
   char **pos = calloc((size_t)argc + 1, sizeof *pos);
   if (!pos) {
@@ -323,9 +389,10 @@ int cmd_export(int argc, char **argv) {
     goto out;
   }
   if ((rank_s && !tables) || ((at_s || device_s) && !pprof_s) ||
-      ((allocations || range_s) && !perfetto_s)) {
+      ((allocations || range_s || downsample_s) && !perfetto_s)) {
     rc = cli_usage_error("export", "--rank goes with --sqlite and --csv, --at and --device with "
-                                   "--pprof, --allocations and --range with --perfetto");
+                                   "--pprof, --allocations, --range and --downsample with "
+                                   "--perfetto");
     goto out;
   }
   if (rules_s && tables) {
@@ -349,7 +416,16 @@ int cmd_export(int argc, char **argv) {
     cli_files_free(files, nfiles);
   }
   else {
-    export_arg_t xa = {{allocations != 0, NULL, false, 0, 0}, rules_s, NULL};
+    export_arg_t xa = {{allocations != 0, NULL, false, 0, 0, 0}, rules_s, NULL};
+    if (downsample_s) {
+      uint64_t nb;
+      if (!cli_parse_u64(downsample_s, &nb) || nb == 0 || nb > ((uint64_t)1 << 32)) {
+        rc = cli_usage_error("export", "option '--downsample' needs a number of runs from 1 to "
+                                       "4294967296, not '%s'", downsample_s);
+        goto out;
+      }
+      xa.po.counter_buckets = (size_t)nb;
+    }
     if (range_s) {
       const char *colon = strchr(range_s, ':');
       char a[32] = "";

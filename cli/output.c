@@ -130,11 +130,14 @@ int cli_out_check_inputs(const char *path) {
 /* ---- the temporary file on a signal ------------------------------------------------------- */
 
 static const int cli_out_signals[] = {SIGINT, SIGTERM, SIGHUP};
-static char cli_tmp_path[4096];
-static volatile sig_atomic_t cli_tmp_set;
+/* The temporary files open at once (`export --csv` writes five): a slot each. */
+#define CLI_TMP_SLOTS 8
+static char cli_tmp_path[CLI_TMP_SLOTS][4096];
+static volatile sig_atomic_t cli_tmp_set[CLI_TMP_SLOTS];
 
 static void cli_out_on_signal(int sig) {
-  if (cli_tmp_set) unlink(cli_tmp_path);
+  for (int i = 0; i < CLI_TMP_SLOTS; i++)
+    if (cli_tmp_set[i]) unlink(cli_tmp_path[i]);
   signal(sig, SIG_DFL);
   raise(sig); /* delivered when the handler returns (the signal is blocked while it runs) */
 }
@@ -194,9 +197,11 @@ int cli_out_open(cli_out_t *o, const char *path) {
   sigset_t old;
   cli_out_block(&old);
   int err = ms_atomic_file_open(&o->af, path, &eb);
-  if (err == MS_OK && o->af.tmp_path && strlen(o->af.tmp_path) < sizeof cli_tmp_path) {
-    strcpy(cli_tmp_path, o->af.tmp_path);
-    cli_tmp_set = 1;
+  for (int i = 0; err == MS_OK && o->af.tmp_path && i < CLI_TMP_SLOTS; i++) {
+    if (cli_tmp_set[i] || strlen(o->af.tmp_path) >= sizeof cli_tmp_path[i]) continue;
+    strcpy(cli_tmp_path[i], o->af.tmp_path);
+    cli_tmp_set[i] = 1;
+    break;
   }
   cli_out_unblock(&old);
   if (err != MS_OK) {
@@ -209,11 +214,17 @@ int cli_out_open(cli_out_t *o, const char *path) {
   return CLI_OK;
 }
 
+/* Drops o's temporary file from the signal handler's list (signals blocked). */
+static void cli_out_forget(const cli_out_t *o) {
+  for (int i = 0; o->af.tmp_path && i < CLI_TMP_SLOTS; i++)
+    if (cli_tmp_set[i] && strcmp(cli_tmp_path[i], o->af.tmp_path) == 0) cli_tmp_set[i] = 0;
+}
+
 void cli_out_abort(cli_out_t *o) {
   sigset_t old;
   cli_out_block(&old);
+  cli_out_forget(o);
   ms_atomic_file_abort(&o->af);
-  cli_tmp_set = 0;
   cli_out_unblock(&old);
 }
 
@@ -249,8 +260,8 @@ int cli_out_commit(cli_out_t *o) {
   }
   sigset_t old;
   cli_out_block(&old);
+  cli_out_forget(o);
   int err = ms_atomic_file_commit(&o->af, &eb);
-  cli_tmp_set = 0;
   cli_out_unblock(&old);
   if (err != MS_OK) {
     const char *enospc = strerror(ENOSPC);

@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "cli.h"
+#include "memsnap/cache.h"
 #include "memsnap/error.h"
 #include "memsnap/timeline.h"
 #include "memsnap/views.h"
@@ -117,7 +118,8 @@ int cli_tl_open(const ms_snapshot_t *snap, const char *name, const cli_tl_args_t
   cfg.filter = ta->filter;
   ms_errbuf_t eb = {{0}};
   cli_progress_start("indexing the trace of '%s'", name);
-  int err = ms_timeline_create(snap, &cfg, out, &eb);
+  /* through the cache when the snapshot came from it: the index of an earlier run is mapped */
+  int err = ms_cache_timeline(cli_cache_key(snap), NULL, snap, &cfg, out, NULL, &eb);
   cli_progress_stop();
   if (err != MS_OK) {
     cli_error("'%s': %s", name, eb.msg[0] ? eb.msg : ms_strerror(err));

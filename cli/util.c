@@ -328,6 +328,38 @@ void cli_progress_stop(void) {
 
 /* ---- loading --------------------------------------------------------------------------------- */
 
+/* The cache keys of the snapshots loaded through the cache (cli_cache_key): a few slots, since a
+ * command holds at most a few snapshots at a time; a load replaces its pointer's slot, so a freed
+ * snapshot's key is never found for a later one at the same address. */
+#define CLI_KEYS 16
+static struct {
+  const ms_snapshot_t *snap;
+  const ms_snap_trace_t *trace; /* and what it held: another snapshot at a freed one's address */
+  size_t ntrace, nstacks;       /* does not pass for it */
+  ms_cache_key_t key;
+} cli_keys[CLI_KEYS];
+static size_t cli_keys_next;
+
+static void cli_key_note(const ms_snapshot_t *snap, const ms_cache_key_t *key) {
+  for (size_t i = 0; i < CLI_KEYS; i++)
+    if (cli_keys[i].snap == snap) cli_keys[i].snap = NULL;
+  if (!key || (!key->hash && !key->size)) return;
+  cli_keys[cli_keys_next].snap = snap;
+  cli_keys[cli_keys_next].trace = snap->trace;
+  cli_keys[cli_keys_next].ntrace = snap->ntrace;
+  cli_keys[cli_keys_next].nstacks = snap->nstacks;
+  cli_keys[cli_keys_next].key = *key;
+  cli_keys_next = (cli_keys_next + 1) % CLI_KEYS;
+}
+
+const ms_cache_key_t *cli_cache_key(const ms_snapshot_t *snap) {
+  for (size_t i = 0; snap && i < CLI_KEYS; i++)
+    if (cli_keys[i].snap == snap && cli_keys[i].trace == snap->trace &&
+        cli_keys[i].ntrace == snap->ntrace && cli_keys[i].nstacks == snap->nstacks)
+      return &cli_keys[i].key;
+  return NULL;
+}
+
 int cli_load(const char *path, ms_snapshot_t **out) {
   return cli_load_ex(path, 0, out);
 }
@@ -343,8 +375,9 @@ int cli_load_ex(const char *path, unsigned flags, ms_snapshot_t **out) {
   cli_progress_start("reading '%s'", name);
   /* through the snapshot cache (memsnap/cache.h) unless --no-cache or MEMSNAP_CACHE=0: the same
    * snapshot, errors and messages either way */
+  ms_cache_key_t key = {0, 0, 0};
   int err = !cli_no_cache && ms_cache_env_enabled()
-                ? ms_cache_load(path, flags, NULL, &snap, NULL, &eb)
+                ? ms_cache_load_keyed(path, flags, NULL, &snap, NULL, &key, &eb)
                 : ms_snapshot_load_ex(path, flags, &snap, &eb);
   cli_progress_stop();
   if (err != MS_OK) {
@@ -359,6 +392,7 @@ int cli_load_ex(const char *path, unsigned flags, ms_snapshot_t **out) {
       cli_error("'%s': %s", name, what);
     return CLI_FAILURE;
   }
+  cli_key_note(snap, &key);
   *out = snap;
   return CLI_OK;
 }

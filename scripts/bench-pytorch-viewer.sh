@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Side by side: PyTorch's viewer data computation (process_alloc_data, run under Node) and
-# `memsnap timeline FILE --json --max-entries N` on one PyTorch snapshot pickle (docs/timeline.md,
+# `memsnap timeline FILE --viewer-data --max-entries N` on one PyTorch snapshot pickle (docs/timeline.md,
 # "Speed"). PyTorch's code is not part of memsnap: pass the path of your own copy of
 # torch/utils/viz/process_alloc_data.js (from a PyTorch checkout).
 #
@@ -248,7 +248,7 @@ times, cpus, rss = [], [], 0
 for _ in range(runs):
     with open(out_json, 'w') as o:
         t = time.perf_counter()
-        p = subprocess.Popen([memsnap, 'timeline', pkl, '--json', '--max-entries', max_entries, '--device', dev], stdout=o)
+        p = subprocess.Popen([memsnap, 'timeline', pkl, '--viewer-data', '--max-entries', max_entries, '--device', dev], stdout=o)
         _, status, ru = os.wait4(p.pid, 0)
         times.append(time.perf_counter() - t)
     if os.waitstatus_to_exitcode(status) != 0:
@@ -278,7 +278,7 @@ print(f'file: {pkl} ({os.path.getsize(pkl):,} bytes), device {dev}, {js_res["raw
 print(f'PyTorch process_alloc_data (node {subprocess.run(["node", "--version"], capture_output=True, text=True).stdout.strip()}): '
       f'median {js_ms:.1f} ms of {runs} ({", ".join(f"{x:.1f}" for x in js_res["runs_ms"])}), CPU {js_cpu:.1f} ms; '
       f'JSON parse {js_res["parse_ms"]:.0f} ms, annotate {js_res["annotate_ms"]:.0f} ms; node peak RSS {js_res["max_rss_kb"] // 1024:,} MiB; python3 pickle->JSON {convert_s:.1f} s (not counted)')
-print(f'memsnap timeline --json: median {mem_ms:.1f} ms of {runs} ({", ".join(f"{x * 1000:.1f}" for x in times)}), '
+print(f'memsnap timeline --viewer-data: median {mem_ms:.1f} ms of {runs} ({", ".join(f"{x * 1000:.1f}" for x in times)}), '
       f'CPU {mem_cpu:.1f} ms, peak RSS {rss // 1024:,} MiB')
 print('outputs agree: ' + ('yes (max_size, elements_length, max_at_time length, every series\' elem and lengths)'
                            if not bad else 'NO: ' + '; '.join(bad)))

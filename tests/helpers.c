@@ -7,6 +7,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +17,7 @@
 #include <unistd.h>
 
 #include "common/internal.h"
+#include "memsnap/pickle.h"
 #include "model/snapbuild.h"
 
 /* ---- synthetic snapshot --------------------------------------------------------------------- */
@@ -524,7 +526,7 @@ const char *th_fixture_dir(void) {
 
 /* ---- running the program -------------------------------------------------------------------- */
 
-static char *th_read_text(const char *path, size_t *len) {
+char *th_read_text(const char *path, size_t *len) {
   size_t n = 0;
   char *p = th_read_file(path, &n);
   char *z = p ? realloc(p, n + 1) : NULL;
@@ -583,7 +585,32 @@ void th_run_free(th_run_t *r) {
   r->out = r->err = NULL;
 }
 
+char th_workdir[256];
+
+void th_workdir_setup(void) {
+  char *d = th_tmpdir();
+  snprintf(th_workdir, sizeof th_workdir, "%s", d ? d : "/nonexistent");
+  free(d);
+}
+
+void th_workdir_teardown(void) {
+  th_rmdir(th_workdir);
+}
+
 /* ---- bytes and hand-made pickles ---------------------------------------------------------- */
+
+int th_pickle_read_mem(const void *data, size_t len, unsigned flags, ms_snapshot_t **out,
+                       ms_errbuf_t *eb) {
+  ms_membuf_t mb;
+  ms_source_t src;
+  ms_source_init_mem(&src, &mb, data, len);
+  memset(eb, 0, sizeof *eb);
+  return ms_pickle_read_ex(&src, flags, out, eb);
+}
+
+bool th_have_python(void) {
+  return system("python3 -c 'import pickle, json' >/dev/null 2>&1") == 0;
+}
 
 void th_bytes_put(th_bytes_t *b, const void *p, size_t n) {
   if (b->n + n > b->cap) {
@@ -638,18 +665,29 @@ void th_pickle_int(th_bytes_t *b, int64_t x) {
   }
 }
 
+int th_write_snapshot(const ms_snapshot_t *s, const char *dir, const char *name, char *why,
+                      size_t cap) {
+  char path[4200];
+  if (dir) snprintf(path, sizeof path, "%s/%s", dir, name);
+  else snprintf(path, sizeof path, "%s", name);
+  size_t n = strlen(name);
+  bool pickle = n >= 7 && strcmp(name + n - 7, ".pickle") == 0;
+  ms_errbuf_t eb = {{0}};
+  int err = pickle ? ms_pickle_write_file(s, path, &eb) : ms_snapshot_write_file(s, path, NULL, &eb);
+  if (err != MS_OK) {
+    snprintf(why, cap, "%s: %s", path, eb.msg[0] ? eb.msg : ms_strerror(err));
+    return -1;
+  }
+  return 0;
+}
+
 int th_write_synth(const char *path, const th_synth_opts_t *opts, char *why, size_t cap) {
   ms_snapshot_t *s = th_synth(opts);
   if (!s) {
     snprintf(why, cap, "th_synth failed");
     return -1;
   }
-  ms_errbuf_t eb = {{0}};
-  int err = ms_snapshot_write_file(s, path, NULL, &eb);
+  int rc = th_write_snapshot(s, NULL, path, why, cap);
   ms_snapshot_free(s);
-  if (err != MS_OK) {
-    snprintf(why, cap, "%s", eb.msg[0] ? eb.msg : ms_strerror(err));
-    return -1;
-  }
-  return 0;
+  return rc;
 }

@@ -14,6 +14,7 @@
 #ifndef MEMSNAP_TESTS_HELPERS_H
 #define MEMSNAP_TESTS_HELPERS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -83,6 +84,17 @@ typedef struct th_run_s {
 th_run_t th_run(const char *dir, const char *in_path, const char *const *env,
                 const char *const *args);
 void th_run_free(th_run_t *r);
+/* A whole file with a NUL after it; @return malloc'd text (NULL on error), *len (may be NULL) =
+ * its size. */
+char *th_read_text(const char *path, size_t *len);
+
+/* The working directory of a suite of CLI tests: th_workdir_setup (the suite's .init) makes a
+ * fresh one and puts its path in th_workdir, th_workdir_teardown (.fini) removes it and its
+ * files. TH_RUN(ARGS...) runs memsnap ARGS there (th_run, standard input /dev/null). */
+extern char th_workdir[256];
+void th_workdir_setup(void);
+void th_workdir_teardown(void);
+#define TH_RUN(...) th_run(th_workdir, NULL, NULL, (const char *const[]){__VA_ARGS__, NULL})
 
 /* A growable byte buffer (the hand-made inputs of the reader tests); running out of memory
  * aborts. th_bytes_sink_write is an ms_sink_t writer into one (ctx: the th_bytes_t). */
@@ -94,11 +106,23 @@ void th_bytes_put(th_bytes_t *b, const void *p, size_t n);
 void th_bytes_put_le(th_bytes_t *b, uint64_t x, int n); /* n bytes, little-endian */
 int th_bytes_sink_write(void *ctx, const char *buf, size_t len);
 void th_bytes_free(th_bytes_t *b);
+/* Reads a PyTorch pickle from memory with ms_pickle_read_ex(flags), eb cleared first.
+ * @return its status. */
+int th_pickle_read_mem(const void *data, size_t len, unsigned flags, ms_snapshot_t **out,
+                       ms_errbuf_t *eb);
+/* Whether python3 runs here with its pickle and json modules (the suites that ask Python's own
+ * reader skip without it). */
+bool th_have_python(void);
 /* Pickle opcodes by hand: one opcode byte; a str (SHORT_BINUNICODE); an int (BININT1 for 0..255,
  * else LONG1 of 8 bytes). */
 void th_pickle_op(th_bytes_t *b, int op);
 void th_pickle_str(th_bytes_t *b, const char *s);
 void th_pickle_int(th_bytes_t *b, int64_t x);
+
+/* Writes s to DIR/NAME (dir NULL: NAME as it is): a PyTorch pickle when NAME ends in ".pickle",
+ * else memsnap's format. @return 0, or -1 with why (naming the path). */
+int th_write_snapshot(const ms_snapshot_t *s, const char *dir, const char *name, char *why,
+                      size_t cap);
 
 /* th_synth(opts) written to path in memsnap's format. @return 0, or -1 with why. */
 int th_write_synth(const char *path, const th_synth_opts_t *opts, char *why, size_t cap);

@@ -10,6 +10,10 @@
  *    checksums off never crashes the reader;
  *  - concurrent loads of one file into one empty cache all succeed and leave a valid entry;
  *  - the eviction bound holds after every store;
+ *  - the time index's file: every fixture's index (each load flag, the default configuration and a
+ *    filtered one) survives encode/decode, answering alike; another key, configuration or snapshot
+ *    is refused; stored, hit, and rebuilt when truncated at any offset or filled with garbage; each
+ *    byte flipped is refused with the checksums and never crashes the index's readers without;
  *  - the CLI: every command on every fixture answers byte for byte as with --no-cache, the second
  *    run is a hit (the entry is touched in place, not rewritten), MEMSNAP_CACHE=0 and --no-cache
  *    leave the cache alone, `memsnap cache --clear` empties it.
@@ -18,6 +22,7 @@
 #include <criterion/criterion.h>
 #include <dirent.h>
 #include <fcntl.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +35,7 @@
 #include "memsnap/cache.h"
 #include "memsnap/serialize.h"
 #include "memsnap/snapshot.h"
+#include "memsnap/timeline.h"
 
 static const char *const fixtures[] = {
     "a0kuma_adamw_small.pickle",           "cranberrii_ftcourse.pickle",
@@ -584,4 +590,233 @@ Test(cache, cli_disabled_and_clear) {
   cr_assert_eq(run(&out, &len, (const char *const[]){"stats", p, NULL},
                    "XDG_CACHE_HOME=/proc/nonexistent"), 0);
   free(out);
+}
+
+/* ---- the time index ------------------------------------------------------------------------ */
+
+/* Asserts that two indexes of one snapshot answer alike: devices, entries, every series, and the
+ * state (segments, blocks, totals) at several steps of each device. */
+static void tl_expect_same(const ms_timeline_t *a, const ms_timeline_t *b) {
+  cr_assert_eq(ms_timeline_ndevices(a), ms_timeline_ndevices(b));
+  for (size_t d = 0; d < ms_timeline_ndevices(a); d++) {
+    size_t n = ms_timeline_nentries(a, d);
+    cr_assert_eq(n, ms_timeline_nentries(b, d));
+    for (int m = 0; m < MS_TL_METRIC_COUNT; m++)
+      cr_assert(memcmp(ms_timeline_series(a, d, (ms_tl_metric)m),
+                       ms_timeline_series(b, d, (ms_tl_metric)m), (n + 1) * sizeof(uint64_t)) == 0,
+                "device %zu: series %d differs", d, m);
+    const size_t steps[] = {0, n / 3, n / 2, n - n / 5, n};
+    for (size_t k = 0; k < sizeof steps / sizeof *steps; k++) {
+      ms_tl_state_t sa, sb;
+      ms_timeline_state_init(&sa);
+      ms_timeline_state_init(&sb);
+      int ra = ms_timeline_state_at(a, d, steps[k], &sa);
+      cr_assert_eq(ra, ms_timeline_state_at(b, d, steps[k], &sb));
+      if (ra == MS_OK) {
+        cr_assert_eq(sa.nsegments, sb.nsegments);
+        cr_assert_eq(sa.nblocks, sb.nblocks);
+        for (size_t i = 0; i < sa.nsegments; i++)
+          cr_assert(sa.segments[i].address == sb.segments[i].address &&
+                    sa.segments[i].size == sb.segments[i].size &&
+                    sa.segments[i].stack == sb.segments[i].stack &&
+                    sa.segments[i].snap_segment == sb.segments[i].snap_segment);
+        for (size_t i = 0; i < sa.nblocks; i++)
+          cr_assert(memcmp(&sa.blocks[i], &sb.blocks[i], offsetof(ms_tl_block_t, state)) == 0 &&
+                        sa.blocks[i].state == sb.blocks[i].state &&
+                        sa.blocks[i].flags == sb.blocks[i].flags,
+                    "device %zu step %zu: block %zu differs", d, steps[k], i);
+        cr_assert(memcmp(sa.totals, sb.totals, sizeof sa.totals) == 0);
+      }
+      ms_timeline_state_release(&sa);
+      ms_timeline_state_release(&sb);
+    }
+  }
+}
+
+/* A fixture loaded (flags), its index; false when the fixture is absent or its index fails. */
+static bool fixture_index(const char *name, unsigned flags, const ms_timeline_config_t *cfg,
+                          ms_snapshot_t **s, ms_timeline_t **tl) {
+  char p[700];
+  if (!fixture(name, p, sizeof p)) return false;
+  cr_assert_eq(ms_snapshot_load_ex(p, flags, s, NULL), MS_OK, "%s", p);
+  if (ms_timeline_create(*s, cfg, tl, NULL) == MS_OK) return true;
+  ms_snapshot_free(*s);
+  return false;
+}
+
+Test(cache, index_roundtrip_every_fixture) {
+  if (!any_fixture()) return;
+  ms_timeline_config_t filt;
+  ms_timeline_config_init(&filt);
+  filt.checkpoint_every = 64;
+  filt.filter.has_pool = true; /* the default pool only */
+  for (size_t i = 0; i < NFIX; i++) {
+    for (size_t f = 0; f < sizeof flag_sets / sizeof *flag_sets; f++) {
+      for (int c = 0; c < 2; c++) {
+        const ms_timeline_config_t *cfg = c ? &filt : NULL;
+        ms_snapshot_t *s = NULL;
+        ms_timeline_t *tl = NULL, *back = NULL;
+        if (!fixture_index(fixtures[i], flag_sets[f], cfg, &s, &tl)) continue;
+        ms_cache_key_t key = {0x77, 1234, flag_sets[f]};
+        void *buf;
+        size_t len;
+        cr_assert_eq(ms_cache_index_encode(tl, &key, &buf, &len), MS_OK);
+        ms_errbuf_t eb = {{0}};
+        cr_assert_eq(ms_cache_index_decode(buf, len, &key, true, s, cfg, &back, &eb), MS_OK,
+                     "%s: %s", fixtures[i], eb.msg);
+        tl_expect_same(tl, back);
+        ms_timeline_destroy(back);
+        back = NULL;
+        /* another key, another configuration: misses */
+        ms_cache_key_t other = key;
+        other.flags ^= 1;
+        cr_assert_eq(ms_cache_index_decode(buf, len, &other, true, s, cfg, &back, NULL),
+                     MS_ENOTFOUND);
+        cr_assert_eq(ms_cache_index_decode(buf, len, &key, true, s, c ? NULL : &filt, &back, NULL),
+                     MS_ENOTFOUND);
+        cr_assert_null(back);
+        free(buf);
+        ms_timeline_destroy(tl);
+        ms_snapshot_free(s);
+      }
+    }
+  }
+}
+
+Test(cache, index_of_another_snapshot_refused) {
+  if (!any_fixture()) return;
+  ms_snapshot_t *a = NULL, *b = NULL;
+  ms_timeline_t *ta = NULL, *tb = NULL, *back = NULL;
+  cr_assert(fixture_index(fixtures[0], 0, NULL, &a, &ta));
+  cr_assert(fixture_index(fixtures[3], 0, NULL, &b, &tb));
+  ms_cache_key_t key = {1, 2, 0};
+  void *buf;
+  size_t len;
+  cr_assert_eq(ms_cache_index_encode(ta, &key, &buf, &len), MS_OK);
+  ms_errbuf_t eb = {{0}};
+  cr_assert_eq(ms_cache_index_decode(buf, len, &key, true, b, NULL, &back, &eb), MS_EFORMAT);
+  cr_assert(strstr(eb.msg, "cache index: ") == eb.msg, "%s", eb.msg);
+  cr_assert_null(back);
+  free(buf);
+  ms_timeline_destroy(ta);
+  ms_timeline_destroy(tb);
+  ms_snapshot_free(a);
+  ms_snapshot_free(b);
+}
+
+/* The index entry of dir (the one whose name has a configuration tag "-t"), into path. */
+static void index_entry(char *path, size_t cap) {
+  DIR *d = opendir(cache_dir());
+  cr_assert(d);
+  struct dirent *e;
+  int n = 0;
+  while ((e = readdir(d)) != NULL) {
+    if (e->d_name[0] == '.' || !strstr(e->d_name, "-t")) continue;
+    snprintf(path, cap, "%s/%s", cache_dir(), e->d_name);
+    n++;
+  }
+  closedir(d);
+  cr_assert_eq(n, 1, "%d index entries", n);
+}
+
+/* Loads path and its index through the cache; asserts both outcomes and that the index answers as
+ * one built from a plain load. */
+static void index_expect(const char *path, ms_cache_outcome want_snap, ms_cache_outcome want_tl) {
+  ms_snapshot_t *s = NULL;
+  ms_cache_outcome oc;
+  ms_cache_key_t key;
+  cr_assert_eq(ms_cache_load_keyed(path, MS_LOAD_NO_FREE_STACKS, NULL, &s, &oc, &key, NULL), MS_OK);
+  cr_assert_eq(oc, want_snap, "snapshot: outcome %d, not %d", oc, want_snap);
+  cr_assert(key.hash || key.size);
+  ms_timeline_t *tl = NULL, *plain = NULL;
+  cr_assert_eq(ms_cache_timeline(&key, NULL, s, NULL, &tl, &oc, NULL), MS_OK);
+  cr_assert_eq(oc, want_tl, "index: outcome %d, not %d", oc, want_tl);
+  cr_assert_eq(ms_timeline_create(s, NULL, &plain, NULL), MS_OK);
+  tl_expect_same(plain, tl);
+  ms_timeline_destroy(tl);
+  ms_timeline_destroy(plain);
+  ms_snapshot_free(s);
+}
+
+Test(cache, index_stored_hit_and_damaged) {
+  if (!any_fixture()) return;
+  char p[700], entry[1200];
+  cr_assert(fixture(fixtures[0], p, sizeof p));
+  index_expect(p, MS_CACHE_STORED, MS_CACHE_STORED);
+  index_expect(p, MS_CACHE_HIT, MS_CACHE_HIT);
+  index_entry(entry, sizeof entry);
+  size_t len;
+  char *e = th_read_file(entry, &len);
+  cr_assert(e);
+  /* no key: the index is built, nothing stored */
+  ms_snapshot_t *s = NULL;
+  cr_assert_eq(ms_snapshot_load_ex(p, MS_LOAD_NO_FREE_STACKS, &s, NULL), MS_OK);
+  ms_timeline_t *tl = NULL;
+  ms_cache_outcome oc;
+  cr_assert_eq(ms_cache_timeline(NULL, NULL, s, NULL, &tl, &oc, NULL), MS_OK);
+  cr_assert_eq(oc, MS_CACHE_BYPASSED);
+  ms_timeline_destroy(tl);
+  ms_snapshot_free(s);
+  /* truncated at every offset: refused by the reader; through the cache rebuilt, then hit */
+  ms_cache_key_t key;
+  cr_assert_eq(ms_cache_load_keyed(p, MS_LOAD_NO_FREE_STACKS, NULL, &s, NULL, &key, NULL), MS_OK);
+  for (size_t cut = 0; cut < len; cut++) {
+    cr_assert_neq(ms_cache_index_decode(e, cut, &key, true, s, NULL, &tl, NULL), MS_OK, "%zu", cut);
+    cr_assert_neq(ms_cache_index_decode(e, cut, &key, false, s, NULL, &tl, NULL), MS_OK, "%zu", cut);
+  }
+  ms_snapshot_free(s);
+  for (size_t cut = 0; cut < len; cut += len / 7 + 1) {
+    cr_assert_eq(th_write_file(entry, e, cut), 0);
+    index_expect(p, MS_CACHE_HIT, MS_CACHE_STORED);
+    index_expect(p, MS_CACHE_HIT, MS_CACHE_HIT);
+  }
+  /* random bytes after a valid header: rebuilt */
+  unsigned seed = 99;
+  for (size_t i = 96; i < len; i++) e[i] ^= (char)rand_r(&seed);
+  cr_assert_eq(th_write_file(entry, e, len), 0);
+  index_expect(p, MS_CACHE_HIT, MS_CACHE_STORED);
+  free(e);
+}
+
+Test(cache, index_every_byte_flipped) {
+  if (!any_fixture()) return;
+  ms_snapshot_t *s = NULL;
+  ms_timeline_t *tl = NULL;
+  ms_timeline_config_t cfg; /* a checkpoint every 4 entries: many to damage */
+  ms_timeline_config_init(&cfg);
+  cfg.checkpoint_every = 4;
+  cr_assert(fixture_index("a0kuma_adamw_small.pickle", 0, &cfg, &s, &tl));
+  cr_assert_gt(ms_timeline_nentries(tl, 0), 30);
+  ms_cache_key_t key = {5, 6, 0};
+  void *buf;
+  size_t len;
+  cr_assert_eq(ms_cache_index_encode(tl, &key, &buf, &len), MS_OK);
+  char *r = malloc(len);
+  cr_assert(r);
+  unsigned seed = 4321;
+  size_t accepted = 0;
+  for (size_t i = 0; i < len; i++) {
+    memcpy(r, buf, len);
+    r[i] ^= (char)(1 + rand_r(&seed) % 255);
+    ms_timeline_t *back = NULL;
+    cr_assert_neq(ms_cache_index_decode(r, len, &key, true, s, &cfg, &back, NULL), MS_OK, "%zu", i);
+    if (ms_cache_index_decode(r, len, &key, false, s, &cfg, &back, NULL) != MS_OK) continue;
+    /* accepted without the checksums: whatever it answers, its readers do not crash */
+    accepted++;
+    for (size_t d = 0; d < ms_timeline_ndevices(back); d++) {
+      size_t n = ms_timeline_nentries(back, d);
+      for (size_t st = 0; st <= n; st += n / 4 + 1) {
+        ms_snapshot_t *at = NULL;
+        if (ms_timeline_snapshot_at(back, d, st, NULL, &at) == MS_OK) ms_snapshot_free(at);
+      }
+      ms_tl_peak_t pk;
+      (void)!ms_timeline_peak(back, d, MS_TL_ALLOCATED, 0, n, &pk);
+    }
+    ms_timeline_destroy(back);
+  }
+  cr_log_info("%zu of %zu changed bytes accepted without the checksums", accepted, len);
+  free(r);
+  free(buf);
+  ms_timeline_destroy(tl);
+  ms_snapshot_free(s);
 }

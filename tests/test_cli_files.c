@@ -822,10 +822,39 @@ static char *json_records_as_folded(const char *doc) {
       first = 0;
       if (strncmp(p, ", ", 2) == 0) p += 2;
     }
+    if (strncmp(p, "], \"before\": ", 13) == 0) { /* a two-sided view: "stack before after" */
+      char *end;
+      unsigned long long b = strtoull(p + 13, &end, 10);
+      cr_assert(strncmp(end, ", \"after\": ", 11) == 0, "%.80s", end);
+      n += (size_t)snprintf(out + n, cap - n, " %llu %llu\n", b, strtoull(end + 11, NULL, 10));
+      continue;
+    }
     cr_assert(strncmp(p, "], \"bytes\": ", 12) == 0, "%.80s", p);
     p += 12;
     n += (size_t)snprintf(out + n, cap - n, " %llu\n", strtoull(p, NULL, 10));
   }
+  return out;
+}
+
+static int line_cmp(const void *a, const void *b) {
+  return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* text's lines sorted (text is changed and returned). */
+static char *sorted_lines(char *text) {
+  size_t n = 0, cap = 16;
+  char **lines = malloc(cap * sizeof *lines);
+  for (char *save = NULL, *l = strtok_r(text, "\n", &save); l; l = strtok_r(NULL, "\n", &save)) {
+    if (n == cap) lines = realloc(lines, (cap *= 2) * sizeof *lines);
+    lines[n++] = l;
+  }
+  qsort(lines, n, sizeof *lines, line_cmp);
+  size_t len = 0;
+  for (size_t i = 0; i < n; i++) len += strlen(lines[i]) + 1;
+  char *out = calloc(1, len + 1);
+  for (size_t i = 0; i < n; i++) strcat(strcat(out, lines[i]), "\n");
+  free(lines);
+  free(text);
   return out;
 }
 
@@ -885,12 +914,21 @@ Test(cli_files, json_views_hold_the_folded_records) {
             "%.200s", r.out);
   cr_expect(!strstr(r.out, "only_before = ["));
   run_free(&r);
+  /* compare --stacks: one record per distinct stack with its bytes on each side, the lines of
+   * the merged folded text (issue #31: not one record per block of each side) */
   r = RUN("compare", "a.msnap", "b.msnap", "--stacks", "--json");
   cr_expect_eq(r.status, 0);
-  cr_expect(strstr(r.out, "{\"side\": \"before\", \"frames\": [") &&
-                strstr(r.out, "{\"side\": \"after\", \"frames\": ["),
-            "%.200s", r.out);
+  cr_expect(strstr(r.out, "\"view\": \"stacks\"") && !strstr(r.out, "\"side\""), "%.200s", r.out);
+  char *got = sorted_lines(json_records_as_folded(r.out));
   run_free(&r);
+  r = RUN("compare", "a.msnap", "b.msnap", "--stacks", "--folded", "-o", "merged.folded");
+  cr_expect_eq(r.status, 0, "%s", r.err);
+  run_free(&r);
+  char *want = sorted_lines(read_all(path_in("merged.folded"), NULL));
+  cr_expect_str_eq(got, want, "compare --stacks --json differs from --folded");
+  cr_expect(strchr(want, '\n') && strchr(strchr(want, '\n') + 1, '\n'), "%s", want);
+  free(got);
+  free(want);
   /* a file name that JSON must escape: quote, backslash, a control byte, a byte not UTF-8 */
   cr_assert_eq(symlink("a.msnap", path_in("q\"b\\c\x01\xff.msnap")), 0);
   r = RUN("memory", "q\"b\\c\x01\xff.msnap", "--json");

@@ -364,6 +364,64 @@ static char *doc_query_count(const char *title, size_t file_id) {
   return out;
 }
 
+/* The rows of sql (":t" bound to t) as "key=value,...". */
+static char *rows_at(sqlite3 *db, const char *sql, int64_t t) {
+  sqlite3_stmt *st = q(db, sql);
+  sqlite3_bind_int64(st, sqlite3_bind_parameter_index(st, ":t"), t);
+  size_t cap = 4096, n = 0;
+  char *out = calloc(1, cap);
+  int rc;
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    if (n + 256 > cap) out = realloc(out, cap *= 2);
+    n += (size_t)snprintf(out + n, cap - n, "%s=%lld,", (const char *)sqlite3_column_text(st, 0),
+                          (long long)sqlite3_column_int64(st, 1));
+  }
+  cr_assert_eq(rc, SQLITE_DONE, "%s: %s", sql, sqlite3_errmsg(db));
+  sqlite3_finalize(st);
+  return out;
+}
+
+/* docs/exports.md's "alive at time T" (life classes, issue #31) gives the rows of the plain
+ * query at times along file file_id's device 0, each entry's time and a microsecond either side,
+ * and reads the allocations_life index. */
+static void alive_at_time_check(sqlite3 *db, const ms_snapshot_t *s, size_t file_id) {
+  char *count = doc_query_count("alive at time T (microseconds), by category", file_id);
+  char *doc = strdup(count + strlen("SELECT count(*) FROM ("));
+  doc[strlen(doc) - 1] = 0;
+  free(count);
+  char plain[400];
+  snprintf(plain, sizeof plain,
+           "SELECT category, sum(size) FROM allocations WHERE file_id = %zu AND device = 0 AND "
+           "(alloc_time_us IS NULL OR alloc_time_us <= :t) AND (free_time_us IS NULL OR "
+           "free_time_us > :t) GROUP BY category",
+           file_id);
+  size_t n = s->ndevices ? s->devices[0].ntrace : 0, checked = 0;
+  for (size_t k = 0; k < 16 && n; k++) {
+    const ms_snap_trace_t *e = &s->trace[s->devices[0].first_trace + k * (n - 1) / 15];
+    if (!(e->present & MS_TRACE_HAS_TIME)) continue;
+    for (int64_t dt = -1; dt <= 1; dt++) {
+      char *a = rows_at(db, doc, e->time_us + dt), *b = rows_at(db, plain, e->time_us + dt);
+      cr_assert_str_eq(a, b, "file %zu, T = %lld", file_id, (long long)(e->time_us + dt));
+      checked += a[0] != 0;
+      free(a);
+      free(b);
+    }
+  }
+  cr_assert(checked > 0 || n == 0 || !(s->trace[s->devices[0].first_trace].present &
+                                       MS_TRACE_HAS_TIME), "file %zu: nothing alive", file_id);
+  size_t len = strlen(doc) + 32;
+  char *plan = malloc(len);
+  snprintf(plan, len, "EXPLAIN QUERY PLAN %s", doc);
+  sqlite3_stmt *st = q(db, plan);
+  bool indexed = false;
+  while (sqlite3_step(st) == SQLITE_ROW)
+    indexed |= strstr((const char *)sqlite3_column_text(st, 3), "allocations_life") != NULL;
+  sqlite3_finalize(st);
+  cr_assert(indexed, "the alive-at-time query reads allocations_life");
+  free(plan);
+  free(doc);
+}
+
 Test(export, sqlite_docs_queries) {
   if (!have_fixtures()) return;
   char *dir = th_tmpdir();
@@ -460,6 +518,7 @@ Test(export, sqlite_docs_queries) {
                                   "end", i);
     cr_assert_eq(q_int(db, alive), allocs_alive_at_end(s), "%s: %s", fixtures[i], alive);
     free(alive);
+    alive_at_time_check(db, s, i);
   }
   /* every query of docs/exports.md's example block runs on the database (:t a time of adamw) */
   char dpath[1200];
@@ -973,6 +1032,7 @@ typedef struct profile_s {
   size_t ntypes, nsamples, nlocations, nfunctions;
   int64_t default_type;
   char **function_names; /* by function id (1-based, dense as we write them) */
+  size_t nsystem_names;  /* functions with a system_name (field 3) */
 } profile_t;
 
 static void profile_decode(const char *path, profile_t *pf) {
@@ -1022,6 +1082,7 @@ static void profile_decode(const char *path, profile_t *pf) {
       while (pb_next(&sub, &g, &s2, &w)) {
         if (g == 1) id = w;
         if (g == 2) name = w;
+        if (g == 3) pf->nsystem_names++;
       }
       cr_assert(id >= 1 && name < pf->nstrings);
       if (id > nfunc_cap) {
@@ -1164,10 +1225,22 @@ Test(export_cli, pprof_hostile_names_and_traces) {
  * everything between angle brackets: Python's <module> became <unknown>, merged with the others
  * (issue #31 item 5). */
 Test(export_cli, pprof_keeps_angle_bracket_names) {
-  if (!have_fixtures() || !have_go()) return;
+  if (!have_fixtures()) return;
   run_t r = RUN("export", fx("a0kuma_adamw_small"), "--pprof", "m.pb.gz");
   cr_assert_eq(r.status, 0, "%s", r.err);
   run_free(&r);
+  /* without Go: no function has a system_name for pprof to "demangle", and <module> is one */
+  char path[700];
+  snprintf(path, sizeof path, "%s/m.pb.gz", cli_dir);
+  profile_t pf;
+  profile_decode(path, &pf);
+  cr_assert_eq(pf.nsystem_names, 0);
+  size_t modules = 0;
+  for (size_t i = 0; i < pf.nfunctions; i++)
+    modules += pf.function_names[i] && strcmp(pf.function_names[i], "<module>") == 0;
+  cr_assert_geq(modules, 1);
+  profile_free(&pf);
+  if (!have_go()) return;
   char cmd[1400], line[4096];
   snprintf(cmd, sizeof cmd, "go tool pprof -top -cum -nodecount=1000 '%s/m.pb.gz' 2>/dev/null",
            cli_dir);
@@ -1697,12 +1770,26 @@ Test(export_cli, csv_rows_equal_sqlite) {
   cr_assert(fgets(got, sizeof got, p));
   cr_assert_eq(pclose(p), 0, "%s", got);
   cr_assert_str_eq(got, want);
-  /* no temporary database left behind */
-  snprintf(cmd, sizeof cmd, "ls -A '%s/csv' | grep -c '\\.db$'", cli_dir);
+  /* the five files and nothing else: no temporary file left behind */
+  snprintf(cmd, sizeof cmd, "ls -A '%s/csv' | tr '\\n' ' '", cli_dir);
   p = popen(cmd, "r");
   cr_assert(fgets(got, sizeof got, p));
   pclose(p);
-  cr_assert_eq(atoi(got), 0);
+  cr_assert_str_eq(got, "allocations.csv.gz peaks.csv.gz snapshots.csv.gz stacks.csv.gz "
+                        "trace.csv.gz ");
+  /* complete or nothing: a file that cannot be read leaves no CSV file, nor a temporary one */
+  char bad[700];
+  snprintf(bad, sizeof bad, "%s/c_rank3.pickle", cli_dir);
+  cr_assert_eq(th_write_file(bad, "\x80\x02garbage", 9), 0);
+  r = RUN("export", "c_rank0.pickle", "c_rank3.pickle", "--csv", "csv2");
+  cr_assert_eq(r.status, 1, "%s", r.err);
+  cr_assert(strstr(r.err, "c_rank3.pickle"), "%s", r.err);
+  run_free(&r);
+  snprintf(cmd, sizeof cmd, "ls -A '%s/csv2' | wc -l", cli_dir);
+  p = popen(cmd, "r");
+  cr_assert(fgets(got, sizeof got, p));
+  pclose(p);
+  cr_assert_eq(atoi(got), 0, "files left in csv2");
 }
 
 /* `memsnap summary FILE --json` per rank, merged by `timeline --from-summaries DIR`: the same
@@ -1843,4 +1930,147 @@ Test(export, json_strings_escaped_and_valid_utf8) {
     cr_assert_str_eq(ms__xbuf_cstr(&b), cases[i].out, "case %zu: %s", i, ms__xbuf_cstr(&b));
     ms__xbuf_release(&b);
   }
+}
+
+/* ---- CSV straight from the snapshots ---------------------------------------------------------- */
+
+static int csv_file_write(void *ctx, const char *buf, size_t len) {
+  return fwrite(buf, 1, len, ctx) == len ? MS_OK : MS_EIO;
+}
+
+/* ms_export_csv writes the bytes that ms_export_sqlite_csv reads back from a database of the same
+ * files (issue #31: the CSV export no longer goes through SQLite): three fixtures (one with four
+ * devices, one legacy), hostile and non-UTF-8 names, a file without a time index (its error in
+ * its row), a file without a rank, and byte for byte after gunzip. */
+Test(export, csv_bytes_equal_sqlite_csv) {
+  if (!have_fixtures()) return;
+  char *dir = th_tmpdir();
+  static const char *const fxs[] = {"a0kuma_adamw_small", "maphsge_select_n_4dev",
+                                    "yiyi_flexgen_oom_legacy"};
+  enum { NS = 7 };
+  ms_snapshot_t *snaps[NS];
+  const char *names[NS] = {"rank0.pickle", "multi\"dev\".pickle", "legacy.pickle", hostile[3],
+                           not_utf8[2], "long.pickle", "broken.pickle"};
+  for (int i = 0; i < 3; i++) snaps[i] = load(fx(fxs[i]));
+  snaps[3] = hostile_snapshot();
+  snaps[4] = named_snapshot(not_utf8, NNOT, false);
+  /* a frame name of 3 MiB with quotes: longer than the writer's buffer */
+  size_t nlong = (size_t)3 << 20;
+  char *longname = malloc(nlong + 1);
+  for (size_t k = 0; k < nlong; k++) longname[k] = k % 61 == 0 ? '"' : (char)('a' + k % 26);
+  longname[nlong] = 0;
+  const char *const longnames[] = {longname, "short"};
+  snaps[5] = named_snapshot(longnames, 2, false);
+  free(longname);
+  snaps[6] = hostile_snapshot_ex(true);
+  char db[1200], a[1200], b[1200];
+  snprintf(db, sizeof db, "%s/c.db", dir);
+  snprintf(a, sizeof a, "%s/a", dir);
+  snprintf(b, sizeof b, "%s/b", dir);
+  cr_assert_eq(mkdir(a, 0755), 0);
+  cr_assert_eq(mkdir(b, 0755), 0);
+  ms_export_sqlite_t *x = NULL;
+  ms_export_csv_t *c = NULL;
+  ms_errbuf_t eb = {{0}};
+  FILE *f[MS_EXPORT_CSV_NFILES];
+  ms_sink_t sink[MS_EXPORT_CSV_NFILES], *sinks[MS_EXPORT_CSV_NFILES];
+  for (int k = 0; k < MS_EXPORT_CSV_NFILES; k++) {
+    char p[1300];
+    snprintf(p, sizeof p, "%s/%s", b, ms_export_csv_file_name(k));
+    cr_assert(f[k] = fopen(p, "wb"), "%s", p);
+    sink[k] = (ms_sink_t){csv_file_write, f[k]};
+    sinks[k] = &sink[k];
+  }
+  cr_assert_eq(ms_export_csv_file_name(MS_EXPORT_CSV_NFILES), NULL);
+  cr_assert_eq(ms_export_csv_create(sinks, 0, &c, &eb), MS_EINVAL);
+  cr_assert_eq(ms_export_csv_create(sinks, 1, &c, &eb), MS_OK, "%s", eb.msg);
+  cr_assert_eq(ms_export_sqlite_create(db, &x, &eb), MS_OK, "%s", eb.msg);
+  uint64_t ntrace = 0;
+  for (int i = 0; i < NS; i++) {
+    ms_timeline_t *tl = NULL;
+    const char *why = NULL;
+    if (ms_timeline_create(snaps[i], NULL, &tl, &eb) != MS_OK) why = eb.msg;
+    cr_assert_eq(why != NULL, i == NS - 1, "%s: %s", names[i], eb.msg);
+    bool has_rank = i != 2;
+    ms_errbuf_t e2 = {{0}};
+    cr_assert_eq(ms_export_sqlite_add(x, snaps[i], tl, names[i], has_rank, i * 7, why, &e2), MS_OK,
+                 "%s", e2.msg);
+    cr_assert_eq(ms_export_csv_add(c, snaps[i], tl, names[i], has_rank, i * 7, why, &e2), MS_OK,
+                 "%s", e2.msg);
+    ntrace += snaps[i]->ntrace;
+    ms_timeline_destroy(tl);
+  }
+  cr_assert_eq(ms_export_csv_rows(c, MS_EXPORT_CSV_SNAPSHOTS), NS);
+  cr_assert_eq(ms_export_csv_rows(c, MS_EXPORT_CSV_TRACE), ntrace);
+  cr_assert_eq(ms_export_sqlite_finish(x, &eb), MS_OK, "%s", eb.msg);
+  cr_assert_eq(ms_export_csv_finish(c, &eb), MS_OK, "%s", eb.msg);
+  for (int k = 0; k < MS_EXPORT_CSV_NFILES; k++) cr_assert_eq(fclose(f[k]), 0);
+  cr_assert_eq(ms_export_sqlite_csv(db, a, &eb), MS_OK, "%s", eb.msg);
+  for (int k = 0; k < MS_EXPORT_CSV_NFILES; k++) {
+    char pa[1300], pb[1300];
+    snprintf(pa, sizeof pa, "%s/%s", a, ms_export_csv_file_name(k));
+    snprintf(pb, sizeof pb, "%s/%s", b, ms_export_csv_file_name(k));
+    size_t na, nb;
+    unsigned char *ta = gunzip(pa, &na), *tb = gunzip(pb, &nb);
+    size_t at = 0;
+    while (at < na && at < nb && ta[at] == tb[at]) at++;
+    size_t from = at > 20 ? at - 20 : 0;
+    cr_expect(na == nb && at == na, "%s: differs at byte %zu of %zu/%zu: '%.*s' vs '%.*s'",
+              ms_export_csv_file_name(k), at, na, nb, (int)(na - from < 60 ? na - from : 60),
+              (const char *)ta + from, (int)(nb - from < 60 ? nb - from : 60),
+              (const char *)tb + from);
+    free(ta);
+    free(tb);
+  }
+  for (int i = 0; i < NS; i++) ms_snapshot_free(snaps[i]);
+  th_rmdir(dir);
+  free(dir);
+}
+
+/* --downsample N: each device's counters in N runs of entries, of each its lowest and highest
+ * total: at most 2N + 1 events per counter, with the whole series' highest and lowest values, and
+ * every value one the whole trace has (issue #31 item 8: a 1 GB trace's counters are millions of
+ * events). */
+Test(export_cli, perfetto_downsampled_counters) {
+  if (!have_fixtures() || !have_python()) return;
+  run_t r = RUN("export", fx("cranberrii_ftcourse"), "--perfetto", "d.json", "--downsample", "50");
+  cr_assert_eq(r.status, 0, "%s", r.err);
+  run_free(&r);
+  r = RUN("export", fx("cranberrii_ftcourse"), "--perfetto", "f.json");
+  cr_assert_eq(r.status, 0, "%s", r.err);
+  run_free(&r);
+  char cmd[1600];
+  snprintf(cmd, sizeof cmd,
+           "python3 -c 'import json,sys\n"
+           "def series(p):\n"
+           "  s={}\n"
+           "  for e in json.load(open(sys.argv[1]+p))[\"traceEvents\"]:\n"
+           "    if e[\"ph\"]==\"C\": s.setdefault((e[\"pid\"],e[\"name\"]),[]).append(e)\n"
+           "  return s\n"
+           "d=series(\"/d.json\"); f=series(\"/f.json\")\n"
+           "assert d.keys()==f.keys() and len(d)==3, (d.keys(),f.keys())\n"
+           "for k in f:\n"
+           "  dv=[e[\"args\"][\"bytes\"] for e in d[k]]; fv=[e[\"args\"][\"bytes\"] for e in f[k]]\n"
+           "  assert len(dv)<=101 and len(fv)>len(dv), (k,len(dv),len(fv))\n"
+           "  assert max(dv)==max(fv) and min(dv)==min(fv), k\n"
+           "  assert set(dv)<=set(fv), k\n"
+           "  ts=[e[\"ts\"] for e in d[k]]; assert ts==sorted(ts), k\n"
+           "print(sum(len(v) for v in d.values()), sum(len(v) for v in f.values()))' '%s'",
+           cli_dir);
+  FILE *p = popen(cmd, "r");
+  cr_assert(p);
+  char line[128] = "";
+  cr_assert(fgets(line, sizeof line, p));
+  cr_assert_eq(pclose(p), 0, "%s", line);
+  int nd = 0, nf = 0;
+  cr_assert_eq(sscanf(line, "%d %d", &nd, &nf), 2, "%s", line);
+  cr_assert_gt(nd, 3);
+  cr_assert_lt(nd, nf);
+  r = RUN("export", fx("cranberrii_ftcourse"), "--perfetto", "d.json", "--downsample", "0");
+  cr_assert_eq(r.status, 2);
+  cr_assert(strstr(r.err, "option '--downsample' needs a number of runs from 1"), "%s", r.err);
+  run_free(&r);
+  r = RUN("export", fx("cranberrii_ftcourse"), "--pprof", "d.pb.gz", "--downsample", "5");
+  cr_assert_eq(r.status, 2);
+  run_free(&r);
 }

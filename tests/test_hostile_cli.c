@@ -32,63 +32,6 @@ typedef struct blk_s {
   ms_block_state state;
 } blk_t;
 
-typedef struct run_s {
-  int status;
-  char *out, *err;
-} run_t;
-
-static char dir[256];
-
-static char *slurp(const char *path) {
-  size_t len = 0;
-  char *b = th_read_file(path, &len);
-  cr_assert(b, "%s", path);
-  char *t = realloc(b, len + 1);
-  cr_assert(t);
-  t[len] = 0;
-  return t;
-}
-
-static run_t run_args(const char *const *args) {
-  char outp[300], errp[300];
-  snprintf(outp, sizeof outp, "%s/.stdout", dir);
-  snprintf(errp, sizeof errp, "%s/.stderr", dir);
-  const char *bin = getenv("MEMSNAP_BIN");
-  const char *argv[16];
-  int n = 0;
-  argv[n++] = bin && *bin ? bin : MS_TEST_BINARY_DIR "/bin/memsnap";
-  for (; args[n - 1] && n < 15; n++) argv[n] = args[n - 1];
-  argv[n] = NULL;
-  pid_t pid = fork();
-  cr_assert_neq(pid, -1);
-  if (pid == 0) {
-    int out = open(outp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    int err = open(errp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (out < 0 || err < 0 || chdir(dir) != 0) _exit(126);
-    dup2(out, 1);
-    dup2(err, 2);
-    execv(argv[0], (char *const *)argv);
-    _exit(127);
-  }
-  int st = 0;
-  cr_assert_eq(waitpid(pid, &st, 0), pid);
-  run_t r = {WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st), slurp(outp), slurp(errp)};
-  return r;
-}
-#define RUN(...) run_args((const char *const[]){__VA_ARGS__, NULL})
-
-static void run_free(run_t *r) {
-  free(r->out);
-  free(r->err);
-}
-
-static void setup(void) {
-  char *d = th_tmpdir();
-  snprintf(dir, sizeof dir, "%s", d);
-  free(d);
-}
-static void teardown(void) { th_rmdir(dir); }
-
 /* One segment at addr tiled by blks, and (when ntr) a one-device trace of allocs at the
  * allocated blocks, with times. */
 static ms_snapshot_t *build(uint64_t addr, const blk_t *blks, size_t n, const int64_t *times,
@@ -146,18 +89,18 @@ static ms_snapshot_t *build(uint64_t addr, const blk_t *blks, size_t n, const in
   return s;
 }
 
-/* Writes s (then freed) as NAME.msgpack and NAME.pickle in dir. */
+/* Writes s (then freed) as NAME.msgpack and NAME.pickle in th_workdir. */
 static void write_both(ms_snapshot_t *s, const char *name) {
   char p[400];
   ms_errbuf_t eb = {{0}};
-  snprintf(p, sizeof p, "%s/%s.msgpack", dir, name);
+  snprintf(p, sizeof p, "%s/%s.msgpack", th_workdir, name);
   cr_assert_eq(ms_snapshot_write_file(s, p, NULL, &eb), MS_OK, "%s", eb.msg);
-  snprintf(p, sizeof p, "%s/%s.pickle", dir, name);
+  snprintf(p, sizeof p, "%s/%s.pickle", th_workdir, name);
   cr_assert_eq(ms_pickle_write_file(s, p, &eb), MS_OK, "%s", eb.msg);
   ms_snapshot_free(s);
 }
 
-TestSuite(hostile_cli, .init = setup, .fini = teardown, .timeout = 120);
+TestSuite(hostile_cli, .init = th_workdir_setup, .fini = th_workdir_teardown, .timeout = 120);
 
 #define E63 ((uint64_t)1 << 63)
 
@@ -171,7 +114,7 @@ Test(hostile_cli, stats_sums_past_int64_exactly) {
   write_both(build(0x7f0000000000, blks, 4, NULL, 0), "sums");
   static const char *const files[] = {"sums.msgpack", "sums.pickle"};
   for (int f = 0; f < 2; f++) {
-    run_t r = RUN("stats", files[f], "--json");
+    th_run_t r = TH_RUN("stats", files[f], "--json");
     cr_expect_eq(r.status, 0, "%s: %s", files[f], r.err);
     /* 2^63 + 2^63 + 2^64 - 1 = 2^65 - 1; internal 3 x 512 - that */
     cr_expect(strstr(r.out, "\"allocated\": 36893488147419103231"), "%s: %s", files[f], r.out);
@@ -179,18 +122,18 @@ Test(hostile_cli, stats_sums_past_int64_exactly) {
               r.out);
     cr_expect(strstr(r.out, "\"total_allocated\": 36893488147419103231"), "%s", r.out);
     cr_expect(strstr(r.out, "\"total_reserved\": 3072,"), "%s", r.out);
-    run_free(&r);
-    r = RUN("stats", files[f]);
+    th_run_free(&r);
+    r = TH_RUN("stats", files[f]);
     cr_expect_eq(r.status, 0, "%s: %s", files[f], r.err);
     cr_expect(strstr(r.out, "total_allocated: 32.0EiB\n"), "%s: %s", files[f], r.out);
     /* 1.5 KiB external + (1.5 KiB - (2^65 - 1)) internal, as Python sums them */
     cr_expect(strstr(r.out, "total_free: -32.0EiB (100.0% internal)"), "%s: %s", files[f], r.out);
-    run_free(&r);
-    r = RUN("stats", files[f], "--summary");
+    th_run_free(&r);
+    r = TH_RUN("stats", files[f], "--summary");
     cr_expect_eq(r.status, 0, "%s: %s", files[f], r.err);
     cr_expect(strstr(r.out, "requested memory"), "%s", r.out);
     cr_expect(strstr(r.out, "32.0EiB"), "%s: %s", files[f], r.out);
-    run_free(&r);
+    th_run_free(&r);
   }
 }
 
@@ -198,18 +141,18 @@ Test(hostile_cli, stats_sums_past_int64_exactly) {
 Test(hostile_cli, stats_refuses_a_segment_too_large_to_draw) {
   const blk_t blks[] = {{UINT64_MAX, 0, MS_BLOCK_INACTIVE}};
   write_both(build(0, blks, 1, NULL, 0), "huge");
-  run_t r = RUN("stats", "huge.msgpack");
+  th_run_t r = TH_RUN("stats", "huge.msgpack");
   cr_expect_eq(r.status, 1, "%s", r.err);
   cr_expect(strstr(r.err, "memsnap: error: 'huge.msgpack': the segment at 0x0 is 16.0EiB "
                           "(18446744073709551615 bytes): stats draws a segment of 16.0TiB at "
                           "most"),
             "%s", r.err);
-  run_free(&r);
-  r = RUN("stats", "huge.pickle", "--json"); /* --json draws nothing: exact numbers */
+  th_run_free(&r);
+  r = TH_RUN("stats", "huge.pickle", "--json"); /* --json draws nothing: exact numbers */
   cr_expect_eq(r.status, 0, "%s", r.err);
   cr_expect(strstr(r.out, "\"total_size\": 18446744073709551615"), "%s", r.out);
   cr_expect(strstr(r.out, "\"total_free_external\": 18446744073709551615"), "%s", r.out);
-  run_free(&r);
+  th_run_free(&r);
 }
 
 /* stats with several files (cli/ranks.c) printed sizes of 2^63 bytes and more through int64_t:
@@ -217,11 +160,11 @@ Test(hostile_cli, stats_refuses_a_segment_too_large_to_draw) {
 Test(hostile_cli, stats_of_several_files_prints_huge_sizes_unsigned) {
   const blk_t blks[] = {{UINT64_MAX, 0, MS_BLOCK_INACTIVE}};
   write_both(build(0, blks, 1, NULL, 0), "huge");
-  run_t r = RUN("stats", "huge.msgpack", "huge.pickle");
+  th_run_t r = TH_RUN("stats", "huge.msgpack", "huge.pickle");
   cr_expect_eq(r.status, 0, "%s", r.err);
   cr_expect(strstr(r.out, "16.0EiB"), "%s", r.out);
   cr_expect_null(strstr(r.out, "-1.0B"), "%s", r.out);
-  run_free(&r);
+  th_run_free(&r);
 }
 
 /* An alloc at time -2^63: the peak's moment is printed as t=, not negated. */
@@ -232,7 +175,7 @@ Test(hostile_cli, times_of_int64_min_are_printed) {
   write_both(build(0x7f0000000000, blks, 2, times, 2), "times");
   static const char *const files[] = {"times.msgpack", "times.pickle"};
   for (int f = 0; f < 2; f++) {
-    run_t r = RUN("timeline", files[f]);
+    th_run_t r = TH_RUN("timeline", files[f]);
     cr_expect_eq(r.status, 0, "%s: %s", files[f], r.err);
     /* -2^63 us = -9223372036854.775808 s: floor -9223372036855 s and 224192 us (the negation
      * printed "294247-01-10 04:00:53.1775808") */
@@ -240,11 +183,11 @@ Test(hostile_cli, times_of_int64_min_are_printed) {
                             "(t=-9223372036854775808)\n"),
               "%s: %s", files[f], r.out);
     cr_expect(strstr(r.out, "duration: 18446744073709."), "%s: %s", files[f], r.out);
-    run_free(&r);
-    r = RUN("top", files[f], "--at", "0");
+    th_run_free(&r);
+    r = TH_RUN("top", files[f], "--at", "0");
     cr_expect_eq(r.status, 0, "%s: %s", files[f], r.err);
     cr_expect(strstr(r.out, "t=-9223372036854775808"), "%s: %s", files[f], r.out);
-    run_free(&r);
+    th_run_free(&r);
   }
 }
 
@@ -252,7 +195,7 @@ Test(hostile_cli, times_of_int64_min_are_printed) {
  * "cannot write 'P': cannot write 'P': No space left on device"). */
 Test(hostile_cli, run_on_a_full_disk_names_the_path_once) {
   char small[400], pattern[500], filler[500];
-  snprintf(small, sizeof small, "%s/small", dir);
+  snprintf(small, sizeof small, "%s/small", th_workdir);
   cr_assert_eq(mkdir(small, 0755), 0);
   if (mount("tmpfs", small, "tmpfs", 0, "size=64k") != 0) {
     printf("SKIP run_on_a_full_disk_names_the_path_once: cannot mount a small tmpfs (%s)\n",
@@ -272,7 +215,7 @@ Test(hostile_cli, run_on_a_full_disk_names_the_path_once) {
   snprintf(asan, sizeof asan, "%s%sverify_asan_link_order=0", old && *old ? old : "",
            old && *old ? ":" : "");
   setenv("ASAN_OPTIONS", asan, 1);
-  run_t r = RUN("run", "-o", pattern, "--", MS_TEST_BINARY_DIR "/tests/run/run_app", "basic");
+  th_run_t r = TH_RUN("run", "-o", pattern, "--", MS_TEST_BINARY_DIR "/tests/run/run_app", "basic");
   if (old) setenv("ASAN_OPTIONS", old, 1);
   else unsetenv("ASAN_OPTIONS");
   char path[600];
@@ -281,7 +224,7 @@ Test(hostile_cli, run_on_a_full_disk_names_the_path_once) {
   cr_expect(w, "no warning naming %s: %s", path, r.err);
   cr_expect(strstr(r.err, "No space left on device"), "%s", r.err);
   if (w) cr_expect_null(strstr(w + 1, path), "the path is said twice: %s", r.err);
-  run_free(&r);
+  th_run_free(&r);
   cr_expect_eq(umount(small), 0);
   rmdir(small);
 }

@@ -23,30 +23,11 @@
 
 /* ---- helpers ------------------------------------------------------------------------------- */
 
-static const char *fixtures_dir(void) {
-  const char *e = getenv("MEMSNAP_TORCH_FIXTURES");
-  return e && *e ? e : MS_TEST_FIXTURES_DEFAULT;
-}
-
-static char *slurp(const char *path, size_t *len) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *p = malloc((size_t)n + 1);
-  cr_assert(p);
-  cr_assert_eq(fread(p, 1, (size_t)n, f), (size_t)n);
-  fclose(f);
-  *len = (size_t)n;
-  return p;
-}
-
 /* Reads a fixture, or skips the test with a visible SKIP line when the fixtures are absent. */
 static char *fixture(const char *name, size_t *len) {
   char path[4096];
-  snprintf(path, sizeof path, "%s/%s.pickle", fixtures_dir(), name);
-  char *p = slurp(path, len);
+  snprintf(path, sizeof path, "%s/%s.pickle", th_fixture_dir(), name);
+  char *p = th_read_text(path, len);
   if (!p) {
     printf("SKIP: PyTorch fixture %s not found (set MEMSNAP_TORCH_FIXTURES)\n", path);
     fflush(stdout);
@@ -55,18 +36,10 @@ static char *fixture(const char *name, size_t *len) {
   return p;
 }
 
-static int read_mem(const void *data, size_t len, ms_snapshot_t **out, ms_errbuf_t *eb) {
-  ms_membuf_t mb;
-  ms_source_t src;
-  ms_source_init_mem(&src, &mb, data, len);
-  memset(eb, 0, sizeof *eb);
-  return ms_pickle_read(&src, out, eb);
-}
-
 static ms_snapshot_t *read_ok(const void *data, size_t len) {
   ms_snapshot_t *s = NULL;
   ms_errbuf_t eb;
-  int rc = read_mem(data, len, &s, &eb);
+  int rc = th_pickle_read_mem(data, len, 0, &s, &eb);
   cr_assert_eq(rc, MS_OK, "read failed: %s", eb.msg);
   return s;
 }
@@ -87,7 +60,7 @@ static pk_t write_mem(const ms_snapshot_t *s) {
 static void expect_err(const void *data, size_t len, int code, const char *msg) {
   ms_snapshot_t *s = (ms_snapshot_t *)0x1;
   ms_errbuf_t eb;
-  int rc = read_mem(data, len, &s, &eb);
+  int rc = th_pickle_read_mem(data, len, 0, &s, &eb);
   cr_assert_eq(rc, code, "expected %s, got %s (%s)", ms_err_name(code), ms_err_name(rc), eb.msg);
   cr_assert_eq(s, (ms_snapshot_t *)0x1, "out-parameter touched on failure");
   if (msg) cr_assert_str_eq(eb.msg, msg);
@@ -622,17 +595,13 @@ Test(pickle, roundtrip_pre2_list) {
 
 /* ---- Python: what it writes we read, what we write it loads ---------------------------------- */
 
-static bool have_python(void) {
-  return system("python3 -c 'import pickle' >/dev/null 2>&1") == 0;
-}
-
 static void tmp_path(char *out, size_t cap, const char *name) {
   snprintf(out, cap, "%s/ms_test_pickle_%d_%s", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp",
            (int)getpid(), name);
 }
 
 Test(pickle, python_loads_what_we_write) {
-  if (!have_python()) {
+  if (!th_have_python()) {
     printf("SKIP: python3 not available\n");
     cr_skip_test("python3 not available");
   }
@@ -670,7 +639,7 @@ Test(pickle, python_loads_what_we_write) {
 
 /* The same dict pickled by Python with protocols 1 to 5 reads to the same model. */
 Test(pickle, python_protocols) {
-  if (!have_python()) {
+  if (!th_have_python()) {
     printf("SKIP: python3 not available\n");
     cr_skip_test("python3 not available");
   }
@@ -706,12 +675,12 @@ Test(pickle, python_protocols) {
     char f[600];
     snprintf(f, sizeof f, "%s%d", path, p);
     size_t len;
-    char *data = slurp(f, &len);
+    char *data = th_read_text(f, &len);
     cr_assert(data);
     unlink(f);
     ms_snapshot_t *s = NULL;
     ms_errbuf_t eb;
-    int rc = read_mem(data, len, &s, &eb);
+    int rc = th_pickle_read_mem(data, len, 0, &s, &eb);
     if (p == 1) {
       /* protocol 1 has no PROTO opcode: not a PyTorch snapshot file */
       cr_assert_eq(rc, MS_EFORMAT);
@@ -759,7 +728,7 @@ Test(pickle, every_truncation, .timeout = 120) {
   for (size_t n = 0; n < len; n++) {
     ms_snapshot_t *s = (ms_snapshot_t *)0x1;
     ms_errbuf_t eb;
-    int rc = read_mem(data, n, &s, &eb);
+    int rc = th_pickle_read_mem(data, n, 0, &s, &eb);
     cr_assert_neq(rc, MS_OK, "prefix of %zu bytes was accepted", n);
     cr_assert_eq(s, (ms_snapshot_t *)0x1);
     cr_assert(rc == MS_ETRUNCATED || rc == MS_EFORMAT, "prefix %zu: %s", n, eb.msg);
@@ -831,7 +800,7 @@ Test(pickle, million_levels_of_nesting, .timeout = 60) {
   q[w++] = '.';
   ms_snapshot_t *s = NULL;
   ms_errbuf_t eb;
-  cr_assert_eq(read_mem(q, w, &s, &eb), MS_ELIMIT);
+  cr_assert_eq(th_pickle_read_mem(q, w, 0, &s, &eb), MS_ELIMIT);
   cr_assert(strstr(eb.msg, "pickle stack deeper than 262144 values"), "%s", eb.msg);
   free(p);
   free(q);
@@ -1099,7 +1068,7 @@ Test(pickle, wrong_type_at_every_key) {
     pk_t k = emit_snapshot(t[i].path, false);
     ms_snapshot_t *out = (ms_snapshot_t *)0x1;
     ms_errbuf_t eb;
-    int rc = read_mem(k.p, k.n, &out, &eb);
+    int rc = th_pickle_read_mem(k.p, k.n, 0, &out, &eb);
     cr_assert_eq(rc, MS_EFORMAT, "%s: %s", t[i].path, eb.msg);
     cr_assert_eq(out, (ms_snapshot_t *)0x1);
     char want[300];
@@ -1147,7 +1116,7 @@ Test(pickle, integers) {
     th_pickle_op(&q, 'a'), th_pickle_op(&q, 's'), th_pickle_op(&q, '.');
     ms_snapshot_t *o = NULL;
     ms_errbuf_t eb;
-    cr_assert_eq(read_mem(q.p, q.n, &o, &eb), MS_EFORMAT);
+    cr_assert_eq(th_pickle_read_mem(q.p, q.n, 0, &o, &eb), MS_EFORMAT);
     cr_assert(strstr(eb.msg, ": segments[0].address: int out of range: expected an int in [0, 2^64)"),
               "%s", eb.msg);
     free(q.p);
@@ -1161,7 +1130,7 @@ Test(pickle, integers) {
   th_pickle_op(&q, 'a'), th_pickle_op(&q, 's'), th_pickle_op(&q, '.');
   ms_snapshot_t *o = NULL;
   ms_errbuf_t eb;
-  cr_assert_eq(read_mem(q.p, q.n, &o, &eb), MS_EFORMAT);
+  cr_assert_eq(th_pickle_read_mem(q.p, q.n, 0, &o, &eb), MS_EFORMAT);
   cr_assert(strstr(eb.msg, ": segments[0].device: int out of range: expected a 64-bit signed int"),
             "%s", eb.msg);
   cr_assert(!strstr(eb.msg, "got int"), "%s", eb.msg);
@@ -1217,7 +1186,7 @@ Test(pickle, write_file_atomic) {
   ms_errbuf_t eb = {{0}};
   cr_assert_eq(ms_pickle_write_file(a, path, &eb), MS_OK, "%s", eb.msg);
   size_t len;
-  char *data = slurp(path, &len);
+  char *data = th_read_text(path, &len);
   cr_assert(data);
   ms_snapshot_t *b = read_ok(data, len);
   eq_model(a, b, false);
@@ -1282,16 +1251,16 @@ Test(pickle, convert_cli) {
   char *data = fixture("a0kuma_adamw_small", &len);
   free(data);
   char in[4096], z[600], pk[600], cmd[8192];
-  snprintf(in, sizeof in, "%s/a0kuma_adamw_small.pickle", fixtures_dir());
+  snprintf(in, sizeof in, "%s/a0kuma_adamw_small.pickle", th_fixture_dir());
   tmp_path(z, sizeof z, "conv.msnap.gz");
   tmp_path(pk, sizeof pk, "conv.pkl");
   snprintf(cmd, sizeof cmd, "'%s' convert '%s' '%s' && '%s' convert '%s' '%s'", bin, in, z, bin, z,
            pk);
   cr_assert_eq(system(cmd), 0, "%s", cmd);
-  char *orig = slurp(in, &len);
+  char *orig = th_read_text(in, &len);
   ms_snapshot_t *a = read_ok(orig, len);
   size_t plen;
-  char *back = slurp(pk, &plen);
+  char *back = th_read_text(pk, &plen);
   cr_assert(back);
   ms_snapshot_t *b = read_ok(back, plen);
   eq_model(a, b, true);
@@ -1313,7 +1282,7 @@ Test(pickle, convert_cli) {
   /* --to wins over the name; a hostile input fails with exit 1 and leaves no output */
   snprintf(cmd, sizeof cmd, "'%s' convert --to pickle '%s' '%s'", bin, z, bad);
   cr_assert_eq(system(cmd), 0);
-  back = slurp(bad, &plen);
+  back = th_read_text(bad, &plen);
   cr_assert(back && plen > 2 && (unsigned char)back[0] == 0x80 && back[1] == 4);
   free(back);
   unlink(bad);
@@ -1579,15 +1548,6 @@ Test(pickle, bigvec_reserve) {
 
 /* ---- reading without the trace (MS_LOAD_NO_TRACE) -------------------------------------------- */
 
-static int read_mem_flags(const void *data, size_t len, unsigned flags, ms_snapshot_t **out,
-                          ms_errbuf_t *eb) {
-  ms_membuf_t mb;
-  ms_source_t src;
-  ms_source_init_mem(&src, &mb, data, len);
-  memset(eb, 0, sizeof *eb);
-  return ms_pickle_read_ex(&src, flags, out, eb);
-}
-
 /* skip must equal full with the trace left out: same segments, blocks, stacks, history, devices
  * (with no entries), settings and annotations. */
 static void eq_without_trace(const ms_snapshot_t *full, const ms_snapshot_t *skip) {
@@ -1615,7 +1575,7 @@ Test(pickle, skip_trace_same_model_on_every_fixture) {
     char *data = fixture(fixture_table[i].name, &len);
     ms_snapshot_t *full = read_ok(data, len), *skip = NULL;
     ms_errbuf_t eb;
-    cr_assert_eq(read_mem_flags(data, len, MS_LOAD_NO_TRACE, &skip, &eb), MS_OK, "%s: %s",
+    cr_assert_eq(th_pickle_read_mem(data, len, MS_LOAD_NO_TRACE, &skip, &eb), MS_OK, "%s: %s",
                  fixture_table[i].name, eb.msg);
     eq_without_trace(full, skip);
     ms_snapshot_free(full);
@@ -1631,7 +1591,7 @@ Test(pickle, skip_trace_every_truncation, .timeout = 120) {
   for (size_t n = 0; n < len; n++) {
     ms_snapshot_t *s = (ms_snapshot_t *)0x1;
     ms_errbuf_t eb;
-    int rc = read_mem_flags(data, n, MS_LOAD_NO_TRACE, &s, &eb);
+    int rc = th_pickle_read_mem(data, n, MS_LOAD_NO_TRACE, &s, &eb);
     cr_assert_neq(rc, MS_OK, "prefix of %zu bytes was accepted", n);
     cr_assert_eq(s, (ms_snapshot_t *)0x1);
     cr_assert(rc == MS_ETRUNCATED || rc == MS_EFORMAT, "prefix %zu: %s", n, eb.msg);
@@ -1707,9 +1667,9 @@ Test(pickle, skip_trace_entries_are_not_examined) {
   pk_t k = trace_pickle(false, false, BIN("\x8c\x01x"), "", 0);
   ms_snapshot_t *s = NULL;
   ms_errbuf_t eb;
-  cr_assert_eq(read_mem_flags(k.p, k.n, 0, &s, &eb), MS_EFORMAT);
+  cr_assert_eq(th_pickle_read_mem(k.p, k.n, 0, &s, &eb), MS_EFORMAT);
   cr_assert(strstr(eb.msg, "device_traces[0][0].size: expected int, got str"), "%s", eb.msg);
-  cr_assert_eq(read_mem_flags(k.p, k.n, MS_LOAD_NO_TRACE, &s, &eb), MS_OK, "%s", eb.msg);
+  cr_assert_eq(th_pickle_read_mem(k.p, k.n, MS_LOAD_NO_TRACE, &s, &eb), MS_OK, "%s", eb.msg);
   cr_assert_eq(s->ndevices, 1);
   cr_assert_eq(s->devices[0].ntrace, 0);
   cr_assert_eq(s->nblocks, 1);
@@ -1733,7 +1693,7 @@ Test(pickle, skip_trace_entries_are_not_examined) {
     k = trace_pickle(false, false, BIN("K\x08"), bad[i].op, bad[i].len);
     for (unsigned flags = 0; flags <= MS_LOAD_NO_TRACE; flags += MS_LOAD_NO_TRACE) {
       s = (ms_snapshot_t *)0x1;
-      int rc = read_mem_flags(k.p, k.n, flags, &s, &eb);
+      int rc = th_pickle_read_mem(k.p, k.n, flags, &s, &eb);
       cr_assert_neq(rc, MS_OK, "case %zu flags %u accepted", i, flags);
       cr_assert_eq(s, (ms_snapshot_t *)0x1);
       if (flags) cr_assert_eq(rc, bad[i].code, "case %zu: %s", i, eb.msg);
@@ -1745,7 +1705,7 @@ Test(pickle, skip_trace_entries_are_not_examined) {
   k = trace_pickle(false, false, BIN("K\x08"), "", 0);
   for (size_t cut = 40; cut < k.n; cut += 7) {
     s = (ms_snapshot_t *)0x1;
-    int rc = read_mem_flags(k.p, cut, MS_LOAD_NO_TRACE, &s, &eb);
+    int rc = th_pickle_read_mem(k.p, cut, MS_LOAD_NO_TRACE, &s, &eb);
     cr_assert_eq(rc, MS_ETRUNCATED, "cut %zu: %s", cut, eb.msg);
   }
   free(k.p);
@@ -1759,7 +1719,7 @@ Test(pickle, skip_trace_shared_with_segments) {
   cr_assert_eq(full->ntrace, 1);
   cr_assert_eq(ms_snap_stack_depth(full, full->segments[0].stack), 1);
   ms_errbuf_t eb;
-  cr_assert_eq(read_mem_flags(k.p, k.n, MS_LOAD_NO_TRACE, &s, &eb), MS_EUNSUPPORTED);
+  cr_assert_eq(th_pickle_read_mem(k.p, k.n, MS_LOAD_NO_TRACE, &s, &eb), MS_EUNSUPPORTED);
   cr_assert_eq(s, (ms_snapshot_t *)0x1);
   cr_assert(strstr(eb.msg, "segments[0].frames: uses a value of device_traces, so the trace cannot "
                            "be skipped"),
@@ -1780,7 +1740,7 @@ Test(pickle, skip_trace_shared_with_segments) {
   /* segments first (PyTorch's order), sharing the other way: skipped fine */
   k = trace_pickle(false, false, BIN("K\x08"), "", 0);
   full = read_ok(k.p, k.n);
-  cr_assert_eq(read_mem_flags(k.p, k.n, MS_LOAD_NO_TRACE, &s, &eb), MS_OK, "%s", eb.msg);
+  cr_assert_eq(th_pickle_read_mem(k.p, k.n, MS_LOAD_NO_TRACE, &s, &eb), MS_OK, "%s", eb.msg);
   eq_without_trace(full, s);
   ms_snapshot_free(s);
   ms_snapshot_free(full);
@@ -1792,9 +1752,9 @@ Test(pickle, skip_trace_flags_and_writers) {
   char *data = fixture("a0kuma_adamw_small", &len);
   ms_snapshot_t *s = (ms_snapshot_t *)0x1;
   ms_errbuf_t eb;
-  cr_assert_eq(read_mem_flags(data, len, 0x80, &s, &eb), MS_EINVAL);
+  cr_assert_eq(th_pickle_read_mem(data, len, 0x80, &s, &eb), MS_EINVAL);
   cr_assert_str_eq(eb.msg, "unknown load flags 0x80");
-  cr_assert_eq(read_mem_flags(data, len, 0x8, &s, &eb), MS_EINVAL);
+  cr_assert_eq(th_pickle_read_mem(data, len, 0x8, &s, &eb), MS_EINVAL);
   cr_assert_str_eq(eb.msg, "unknown load flags 0x8");
   cr_assert_eq(s, (ms_snapshot_t *)0x1);
   /* a snapshot read without its trace, or without some of its stacks, is never written out as
@@ -1808,7 +1768,7 @@ Test(pickle, skip_trace_flags_and_writers) {
       {MS_LOAD_NO_FREE_STACKS, "the snapshot was loaded without its trace's stacks"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-    cr_assert_eq(read_mem_flags(data, len, cases[i].flags, &s, &eb), MS_OK, "%s", eb.msg);
+    cr_assert_eq(th_pickle_read_mem(data, len, cases[i].flags, &s, &eb), MS_OK, "%s", eb.msg);
     pk_t k = {0};
     ms_sink_t sink = {th_bytes_sink_write, &k};
     cr_assert_eq(ms_pickle_write(s, &sink, &eb), MS_EINVAL);
@@ -1827,7 +1787,7 @@ Test(pickle, skip_trace_flags_and_writers) {
 Test(pickle, trace_stacks_match_python) {
   /* trace entries' stacks are interned a few entries late (a queue that hides the intern table's
    * cache misses): every entry must still get its own frames, as Python's pickle sees them */
-  if (!have_python()) {
+  if (!th_have_python()) {
     printf("SKIP: python3 not available\n");
     cr_skip_test("python3 not available");
   }
@@ -1838,7 +1798,7 @@ Test(pickle, trace_stacks_match_python) {
     char *data = fixture(names[f], &len);
     char path[512], cmd[2048], fpath[1024];
     tmp_path(path, sizeof path, "stacks.txt");
-    snprintf(fpath, sizeof fpath, "%s/%s.pickle", fixtures_dir(), names[f]);
+    snprintf(fpath, sizeof fpath, "%s/%s.pickle", th_fixture_dir(), names[f]);
     snprintf(cmd, sizeof cmd,
              "python3 -c \"import pickle,sys\n"
              "d=pickle.load(open(sys.argv[1],'rb'))\n"
@@ -1850,7 +1810,7 @@ Test(pickle, trace_stacks_match_python) {
              fpath, path);
     cr_assert_eq(system(cmd), 0, "python3 failed on %s", names[f]);
     size_t tl;
-    char *text = slurp(path, &tl);
+    char *text = th_read_text(path, &tl);
     unlink(path);
     cr_assert(text);
     text[tl] = 0;
@@ -1934,7 +1894,7 @@ Test(pickle, no_trace_stacks_on_every_fixture) {
     char *data = fixture(fixture_table[i].name, &len);
     ms_snapshot_t *full = read_ok(data, len), *part = NULL;
     ms_errbuf_t eb;
-    cr_assert_eq(read_mem_flags(data, len, MS_LOAD_NO_TRACE_STACKS, &part, &eb), MS_OK, "%s: %s",
+    cr_assert_eq(th_pickle_read_mem(data, len, MS_LOAD_NO_TRACE_STACKS, &part, &eb), MS_OK, "%s: %s",
                  fixture_table[i].name, eb.msg);
     eq_without_trace_stacks(full, part, &dropped);
     /* a plain entry keeps its stack only when its frames list was a segment's or a block's
@@ -1954,8 +1914,8 @@ Test(pickle, no_trace_stacks_on_every_fixture) {
               dropped, plain);
     /* with MS_LOAD_NO_TRACE the flag changes nothing */
     ms_snapshot_t *a = NULL, *b = NULL;
-    cr_assert_eq(read_mem_flags(data, len, MS_LOAD_NO_TRACE, &a, &eb), MS_OK);
-    cr_assert_eq(read_mem_flags(data, len, MS_LOAD_NO_TRACE | MS_LOAD_NO_TRACE_STACKS, &b, &eb),
+    cr_assert_eq(th_pickle_read_mem(data, len, MS_LOAD_NO_TRACE, &a, &eb), MS_OK);
+    cr_assert_eq(th_pickle_read_mem(data, len, MS_LOAD_NO_TRACE | MS_LOAD_NO_TRACE_STACKS, &b, &eb),
                  MS_OK);
     eq_model(a, b, true);
     ms_snapshot_free(a);
@@ -2015,7 +1975,7 @@ Test(pickle, no_trace_stacks_keeps_what_trace_prints) {
     pk_t k = two_entries(kept[i], false, NULL);
     ms_snapshot_t *full = read_ok(k.p, k.n), *s = NULL;
     ms_errbuf_t eb;
-    cr_assert_eq(read_mem_flags(k.p, k.n, MS_LOAD_NO_TRACE_STACKS, &s, &eb), MS_OK, "%s: %s",
+    cr_assert_eq(th_pickle_read_mem(k.p, k.n, MS_LOAD_NO_TRACE_STACKS, &s, &eb), MS_OK, "%s: %s",
                  kept[i], eb.msg);
     cr_assert_eq(s->ntrace, 2);
     cr_assert_eq(s->trace[0].stack, MS_SNAP_NO_STACK);
@@ -2034,7 +1994,7 @@ Test(pickle, no_trace_stacks_keeps_what_trace_prints) {
   pk_t k = two_entries("free_requested", true, NULL);
   ms_snapshot_t *s = NULL;
   ms_errbuf_t eb;
-  cr_assert_eq(read_mem_flags(k.p, k.n, MS_LOAD_NO_TRACE_STACKS, &s, &eb), MS_OK, "%s", eb.msg);
+  cr_assert_eq(th_pickle_read_mem(k.p, k.n, MS_LOAD_NO_TRACE_STACKS, &s, &eb), MS_OK, "%s", eb.msg);
   cr_assert_eq(s->trace[0].stack, MS_SNAP_NO_STACK);
   cr_assert_eq(s->trace[1].stack, MS_SNAP_NO_STACK);
   ms_snapshot_free(s);
@@ -2046,7 +2006,7 @@ Test(pickle, no_trace_stacks_keeps_what_trace_prints) {
 static void refused_then_read_in_full(const pk_t *k, unsigned flags, const char *msg, size_t i) {
   ms_snapshot_t *full = read_ok(k->p, k->n), *s = (ms_snapshot_t *)0x1;
   ms_errbuf_t eb;
-  cr_assert_eq(read_mem_flags(k->p, k->n, flags, &s, &eb), MS_EUNSUPPORTED, "case %zu: %s", i,
+  cr_assert_eq(th_pickle_read_mem(k->p, k->n, flags, &s, &eb), MS_EUNSUPPORTED, "case %zu: %s", i,
                eb.msg);
   cr_assert_eq(s, (ms_snapshot_t *)0x1);
   cr_assert(strstr(eb.msg, msg), "case %zu: %s", i, eb.msg);
@@ -2157,7 +2117,7 @@ Test(pickle, no_free_stacks_pairs_as_the_index_does) {
   pk_t k = free_entries(e, sizeof e / sizeof e[0]);
   ms_snapshot_t *full = read_ok(k.p, k.n), *s = NULL;
   ms_errbuf_t eb;
-  cr_assert_eq(read_mem_flags(k.p, k.n, MS_LOAD_NO_FREE_STACKS, &s, &eb), MS_OK, "%s", eb.msg);
+  cr_assert_eq(th_pickle_read_mem(k.p, k.n, MS_LOAD_NO_FREE_STACKS, &s, &eb), MS_OK, "%s", eb.msg);
   cr_assert(s->present & MS_SNAP_TRACE_STACKS_SKIPPED);
   static const int want_line[] = {1, -1, -1, 3, 3, 4}; /* -1: no stack */
   for (size_t i = 0; i < 6; i++) {

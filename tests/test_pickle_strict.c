@@ -39,22 +39,12 @@
 
 typedef th_bytes_t buf_t; /* tests/helpers.h */
 
-static int read_mem(const void *data, size_t len, ms_snapshot_t **out, ms_errbuf_t *eb) {
-  ms_membuf_t mb;
-  ms_source_t src;
-  ms_source_init_mem(&src, &mb, data, len);
-  memset(eb, 0, sizeof *eb);
-  return ms_pickle_read(&src, out, eb);
-}
-
 static const char *tmpdir_path(void) {
   static char *dir;
   if (!dir) dir = th_tmpdir();
   cr_assert(dir);
   return dir;
 }
-
-static bool have_python(void) { return system("python3 -c 'import pickle' >/dev/null 2>&1") == 0; }
 
 static const char *memsnap_bin(void) {
   const char *b = getenv("MEMSNAP_BIN");
@@ -185,7 +175,7 @@ Test(pickle_strict, hand_built_pickles) {
     const case_t *c = &cases[i];
     ms_snapshot_t *s = (ms_snapshot_t *)0x1;
     ms_errbuf_t eb;
-    int rc = read_mem(c->bytes, c->len, &s, &eb);
+    int rc = th_pickle_read_mem(c->bytes, c->len, 0, &s, &eb);
     cr_assert_eq(rc, c->code, "case %zu: expected %s, got %s (%s)", i, ms_err_name(c->code),
                  ms_err_name(rc), eb.msg);
     if (c->code == MS_OK) {
@@ -200,7 +190,7 @@ Test(pickle_strict, hand_built_pickles) {
 /* Each case through both of Python's unpicklers: memsnap refuses only what one of them refuses,
  * and accepts only what both accept. */
 Test(pickle_strict, python_agrees) {
-  if (!have_python()) {
+  if (!th_have_python()) {
     printf("SKIP: python3 not available\n");
     cr_skip_test("python3 not available");
   }
@@ -258,7 +248,7 @@ Test(pickle_strict, fixtures_and_own_output_load) {
   ms_errbuf_t eb = {{0}};
   cr_assert_eq(ms_pickle_write(a, &sink, &eb), MS_OK, "%s", eb.msg);
   ms_snapshot_t *b = NULL;
-  cr_assert_eq(read_mem(m.data, m.len, &b, &eb), MS_OK, "%s", eb.msg);
+  cr_assert_eq(th_pickle_read_mem(m.data, m.len, 0, &b, &eb), MS_OK, "%s", eb.msg);
   ms_snapshot_free(b);
   ms_snapshot_free(a);
   th_memsink_free(&m);

@@ -936,75 +936,9 @@ Test(timeline, viewer_summarized_band) {
   ms_snapshot_free(s);
 }
 
-/* ---- the commands (fork/exec of the built binary) ------------------------------------------ */
+/* ---- the commands (the built binary, through tests/helpers.c's th_run) --------------------- */
 
-#include <fcntl.h>
-#include <sys/wait.h>
 #include <unistd.h>
-
-static char cli_dir[256];
-
-typedef struct run_s {
-  int status;
-  char *out, *err;
-} run_t;
-
-static const char *cli_bin(void) {
-  const char *b = getenv("MEMSNAP_BIN");
-  return b && *b ? b : MS_TEST_BINARY_DIR "/bin/memsnap";
-}
-
-/* A whole file as a NUL-terminated string. */
-static char *read_text(const char *path) {
-  size_t len = 0;
-  char *b = th_read_file(path, &len);
-  if (!b) return NULL;
-  char *t = realloc(b, len + 1);
-  if (!t) {
-    free(b);
-    return NULL;
-  }
-  t[len] = 0;
-  return t;
-}
-
-static run_t run_args(const char *const *args) {
-  char outp[300], errp[300];
-  snprintf(outp, sizeof outp, "%s/.stdout", cli_dir);
-  snprintf(errp, sizeof errp, "%s/.stderr", cli_dir);
-  const char *argv[32];
-  int n = 0;
-  argv[n++] = cli_bin();
-  for (; args[n - 1] && n < 31; n++) argv[n] = args[n - 1];
-  argv[n] = NULL;
-  pid_t pid = fork();
-  cr_assert_neq(pid, -1);
-  if (pid == 0) {
-    int out = open(outp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    int err = open(errp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    int in = open("/dev/null", O_RDONLY);
-    if (in < 0 || out < 0 || err < 0 || chdir(cli_dir) != 0) _exit(126);
-    dup2(in, 0);
-    dup2(out, 1);
-    dup2(err, 2);
-    execv(argv[0], (char *const *)argv);
-    _exit(127);
-  }
-  int st = 0;
-  cr_assert_eq(waitpid(pid, &st, 0), pid);
-  run_t r;
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-  r.out = read_text(outp);
-  r.err = read_text(errp);
-  cr_assert(r.out && r.err);
-  return r;
-}
-#define RUN(...) run_args((const char *const[]){__VA_ARGS__, NULL})
-
-static void run_free(run_t *r) {
-  free(r->out);
-  free(r->err);
-}
 
 static char fx_path[1024];
 static const char *fx(const char *name) {
@@ -1015,26 +949,18 @@ static bool have_fixtures(void) {
   return access(fx("a0kuma_adamw_small"), R_OK) == 0;
 }
 
-static void cli_setup(void) {
-  char *d = th_tmpdir();
-  snprintf(cli_dir, sizeof cli_dir, "%s", d);
-  free(d);
-}
-static void cli_teardown(void) {
-  th_rmdir(cli_dir);
-}
-
-/* Writes s (then freed) as cli_dir/name; returns the path (static storage, one at a time). */
+/* Writes s (then freed) in the suite's directory as name; returns the path (static storage, one
+ * at a time). */
 static const char *write_in_dir(ms_snapshot_t *s, const char *name) {
   static char path[400];
-  snprintf(path, sizeof path, "%s/%s", cli_dir, name);
-  ms_errbuf_t eb = {{0}};
-  cr_assert_eq(ms_snapshot_write_file(s, path, NULL, &eb), MS_OK, "%s", eb.msg);
+  snprintf(path, sizeof path, "%s/%s", th_workdir, name);
+  char why[512];
+  cr_assert_eq(th_write_snapshot(s, th_workdir, name, why, sizeof why), 0, "%s", why);
   ms_snapshot_free(s);
   return path;
 }
 
-TestSuite(timeline_cli, .init = cli_setup, .fini = cli_teardown, .timeout = 300);
+TestSuite(timeline_cli, .init = th_workdir_setup, .fini = th_workdir_teardown, .timeout = 300);
 
 Test(timeline_cli, json_equals_pytorch) {
   if (!have_fixtures()) cr_skip_test("SKIP: PyTorch fixtures not found in %s", th_fixture_dir());
@@ -1046,9 +972,9 @@ Test(timeline_cli, json_equals_pytorch) {
                seg ? "segment-timeline" : "timeline");
       char *exp = gunzip_file(epath);
       cr_assert_not_null(exp);
-      run_t r = seg ? RUN("timeline", fx(names[i]), "--json", "--segments", "--max-entries",
+      th_run_t r = seg ? TH_RUN("timeline", fx(names[i]), "--viewer-data", "--segments", "--max-entries",
                           "15000")
-                    : RUN("timeline", fx(names[i]), "--json");
+                    : TH_RUN("timeline", fx(names[i]), "--viewer-data");
       cr_assert_eq(r.status, 0, "%s", r.err);
       cr_assert_str_empty(r.err);
       const char *keys[] = {"device", "max_size", "elements_length", "max_at_time",
@@ -1060,15 +986,15 @@ Test(timeline_cli, json_equals_pytorch) {
         free(b);
       }
       free(exp);
-      run_free(&r);
+      th_run_free(&r);
     }
   }
 }
 
 Test(timeline_cli, json_range_and_device) {
   if (!have_fixtures()) cr_skip_test("SKIP: PyTorch fixtures not found in %s", th_fixture_dir());
-  run_t all = RUN("timeline", fx("a0kuma_adamw_small"), "--json");
-  run_t part = RUN("timeline", fx("a0kuma_adamw_small"), "--json", "--range", "0:9");
+  th_run_t all = TH_RUN("timeline", fx("a0kuma_adamw_small"), "--viewer-data");
+  th_run_t part = TH_RUN("timeline", fx("a0kuma_adamw_small"), "--viewer-data", "--range", "0:9");
   cr_assert_eq(all.status, 0);
   cr_assert_eq(part.status, 0, "%s", part.err);
   char *a = json_value(all.out, "max_at_time"), *b = json_value(part.out, "max_at_time");
@@ -1076,27 +1002,28 @@ Test(timeline_cli, json_range_and_device) {
   free(a);
   free(b);
   /* a device the viewer does not list */
-  run_t r = RUN("timeline", fx("maphsge_select_n_4dev"), "--json", "--device", "3");
+  th_run_t r = TH_RUN("timeline", fx("maphsge_select_n_4dev"), "--viewer-data", "--device", "3");
   cr_assert_eq(r.status, 1);
   cr_assert(strstr(r.err, "device 3 has no trace and no segments"), "%s", r.err);
   cr_assert_str_empty(r.out);
-  run_free(&r);
-  run_free(&all);
-  run_free(&part);
+  th_run_free(&r);
+  th_run_free(&all);
+  th_run_free(&part);
 }
 
 Test(timeline_cli, nothing_to_show) {
   /* a snapshot with neither a trace nor segments: the viewer cannot show it */
   const char *path = write_in_dir(build(NULL, 0, NULL, 0, NULL, 0), "empty.memsnap");
-  const char *forms[][3] = {{"--json", NULL, NULL}, {NULL, NULL, NULL}};
-  for (int i = 0; i < 2; i++) {
-    run_t r = forms[i][0] ? RUN("timeline", path, forms[i][0]) : RUN("timeline", path);
+  const char *forms[][3] = {{"--viewer-data", NULL, NULL}, {"--json", NULL, NULL},
+                            {NULL, NULL, NULL}};
+  for (int i = 0; i < 3; i++) {
+    th_run_t r = forms[i][0] ? TH_RUN("timeline", path, forms[i][0]) : TH_RUN("timeline", path);
     cr_assert_eq(r.status, 1);
     cr_assert(strstr(r.err, "memsnap: error: '") &&
                   strstr(r.err, "empty.memsnap': no device has a trace or segments"),
               "%s", r.err);
     cr_assert_str_empty(r.out);
-    run_free(&r);
+    th_run_free(&r);
   }
 }
 
@@ -1108,7 +1035,9 @@ Test(timeline_cli, usage_errors) {
   } cases[] = {
       {{"timeline", NULL}, "missing FILE"},
       {{"timeline", p, "--max-entries", "x", NULL}, "option '--max-entries' needs a number"},
-      {{"timeline", p, "--segments", NULL}, "need '--json'"},
+      {{"timeline", p, "--segments", NULL}, "need '--viewer-data'"},
+      {{"timeline", p, "--viewer-data", "--json", NULL}, "exclude each other"},
+      {{"timeline", p, "--viewer-data", "--steps", NULL}, "does not apply to '--viewer-data'"},
       {{"timeline", p, "--range", "5:2", NULL}, "option '--range' needs A:B"},
       {{"timeline", p, "--device", "-1", NULL}, "option '--device' needs a device number"},
       {{"stats", p, "--at", "bogus", NULL}, "invalid moment 'bogus'"},
@@ -1121,25 +1050,25 @@ Test(timeline_cli, usage_errors) {
   };
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
     if (!cases[i].msg) continue;
-    run_t r = run_args(cases[i].args);
+    th_run_t r = th_run(th_workdir, NULL, NULL, cases[i].args);
     cr_assert_eq(r.status, 2, "case %zu: status %d: %s", i, r.status, r.err);
     cr_assert(strstr(r.err, cases[i].msg), "case %zu: %s", i, r.err);
     cr_assert(strstr(r.err, "Run 'memsnap "), "case %zu: %s", i, r.err);
-    run_free(&r);
+    th_run_free(&r);
   }
-  run_t h = RUN("timeline", "--help");
+  th_run_t h = TH_RUN("timeline", "--help");
   cr_assert_eq(h.status, 0);
   cr_assert(strncmp(h.out, "usage: memsnap timeline FILE", 28) == 0);
-  run_free(&h);
-  h = RUN("top", "--help");
+  th_run_free(&h);
+  h = TH_RUN("top", "--help");
   cr_assert_eq(h.status, 0);
   cr_assert(strncmp(h.out, "usage: memsnap top FILE", 23) == 0);
-  run_free(&h);
+  th_run_free(&h);
 }
 
 Test(timeline_cli, text_peaks) {
   if (!have_fixtures()) cr_skip_test("SKIP: PyTorch fixtures not found in %s", th_fixture_dir());
-  run_t r = RUN("timeline", fx("a0kuma_adamw_small"));
+  th_run_t r = TH_RUN("timeline", fx("a0kuma_adamw_small"));
   cr_assert_eq(r.status, 0, "%s", r.err);
   cr_assert(strstr(r.out, "device 0: 35 trace entries\n"), "%s", r.out);
   cr_assert(strstr(r.out, "  peak allocated: 207.7MiB (217764352 bytes)\n"
@@ -1151,18 +1080,18 @@ Test(timeline_cli, text_peaks) {
             "%s", r.out);
   cr_assert(strstr(r.out, "    allocated  169.5MiB (177760256 bytes)\n"), "%s", r.out);
   cr_assert(strstr(r.out, "    reserved   222.0MiB (232783872 bytes)\n"), "%s", r.out);
-  run_free(&r);
+  th_run_free(&r);
   /* --range: the peak within the first 20 entries */
-  r = RUN("timeline", fx("a0kuma_adamw_small"), "--range", "0:19");
+  r = TH_RUN("timeline", fx("a0kuma_adamw_small"), "--range", "0:19");
   cr_assert_eq(r.status, 0, "%s", r.err);
   cr_assert(strstr(r.out, "showing entries 0 to 19"), "%s", r.out);
   cr_assert_null(strstr(r.out, "after entry 30"), "%s", r.out);
-  run_free(&r);
+  th_run_free(&r);
 }
 
 Test(timeline_cli, top_at_peak) {
   if (!have_fixtures()) cr_skip_test("SKIP: PyTorch fixtures not found in %s", th_fixture_dir());
-  run_t r = RUN("top", fx("a0kuma_adamw_small"), "--json", "-n", "2");
+  th_run_t r = TH_RUN("top", fx("a0kuma_adamw_small"), "--json", "-n", "2");
   cr_assert_eq(r.status, 0, "%s", r.err);
   cr_assert(strstr(r.out, "{\"device\": 0, \"moment\": \"peak\", \"entry\": 30, \"time_us\": "
                           "1777365830760652, \"by\": \"source\", \"total_bytes\": 217764352"),
@@ -1173,83 +1102,83 @@ Test(timeline_cli, top_at_peak) {
   for (char *p = g; (p = strstr(p, "\"bytes\":")); p++) n++;
   cr_assert_eq(n, 2, "-n 2 gives two groups");
   free(g);
-  run_free(&r);
+  th_run_free(&r);
   /* by size at the end: the sizes of the live blocks */
-  r = RUN("top", fx("a0kuma_adamw_small"), "--at", "end", "--by", "size", "-n", "0");
+  r = TH_RUN("top", fx("a0kuma_adamw_small"), "--at", "end", "--by", "size", "-n", "0");
   cr_assert_eq(r.status, 0, "%s", r.err);
   cr_assert(strstr(r.out, "allocated: 169.5MiB (177760256 bytes) in 13 blocks"), "%s", r.out);
-  run_free(&r);
-  r = RUN("top", fx("a0kuma_adamw_small"), "--at", "-1");
+  th_run_free(&r);
+  r = TH_RUN("top", fx("a0kuma_adamw_small"), "--at", "-1");
   cr_assert_eq(r.status, 0, "%s", r.err);
   cr_assert(strstr(r.out, "before entry 0") && strstr(r.out, "(no allocated block at that moment)"),
             "%s", r.out);
-  run_free(&r);
+  th_run_free(&r);
 }
 
 Test(timeline_cli, at_for_views) {
   if (!have_fixtures()) cr_skip_test("SKIP: PyTorch fixtures not found in %s", th_fixture_dir());
   const char *p = fx("a0kuma_adamw_small");
-  run_t r = RUN("stats", p, "--at", "-1");
+  th_run_t r = TH_RUN("stats", p, "--at", "-1");
   cr_assert_eq(r.status, 0, "%s", r.err);
   cr_assert(strstr(r.out, "segments: 0\ntotal_reserved: 0.0B\n"), "the trace starts empty: %s",
             r.out);
-  run_free(&r);
-  r = RUN("stats", p, "--at", "peak");
+  th_run_free(&r);
+  r = TH_RUN("stats", p, "--at", "peak");
   cr_assert_eq(r.status, 0, "%s", r.err);
   cr_assert(strstr(r.out, "segments: 7\ntotal_reserved: 222.0MiB\ntotal_allocated: 207.7MiB\n"),
             "%s", r.out);
-  run_free(&r);
-  r = RUN("stats", p, "--at", "end");
-  run_t plain = RUN("stats", p);
+  th_run_free(&r);
+  r = TH_RUN("stats", p, "--at", "end");
+  th_run_t plain = TH_RUN("stats", p);
   cr_assert_str_eq(r.out, plain.out, "the end is the snapshot itself");
-  run_free(&r);
-  run_free(&plain);
-  r = RUN("memory", p, "--at", "peak", "-o", "peak.svg");
+  th_run_free(&r);
+  th_run_free(&plain);
+  r = TH_RUN("memory", p, "--at", "peak", "-o", "peak.svg");
   cr_assert_eq(r.status, 0, "%s", r.err);
   char svg[400];
-  snprintf(svg, sizeof svg, "%s/peak.svg", cli_dir);
+  snprintf(svg, sizeof svg, "%s/peak.svg", th_workdir);
   cr_assert_eq(access(svg, R_OK), 0);
-  run_free(&r);
-  r = RUN("segments", p, "--at", "999", "-o", "bad.svg");
+  th_run_free(&r);
+  r = TH_RUN("segments", p, "--at", "999", "-o", "bad.svg");
   cr_assert_eq(r.status, 1);
   cr_assert(strstr(r.err, "--at 999: entry 999 is past the trace of device 0 (35 entries)"), "%s",
             r.err);
-  snprintf(svg, sizeof svg, "%s/bad.svg", cli_dir);
+  snprintf(svg, sizeof svg, "%s/bad.svg", th_workdir);
   cr_assert_neq(access(svg, F_OK), 0, "no output after a failure");
-  run_free(&r);
-  r = RUN("trace", p, "--at", "2");
+  th_run_free(&r);
+  r = TH_RUN("trace", p, "--at", "2");
   cr_assert_eq(r.status, 0, "%s", r.err);
   cr_assert(strstr(r.out, "Device 0 ----------------\n3 entries\n"), "%s", r.out);
-  run_free(&r);
-  r = RUN("compare", p, "--at", "-1", "--at", "end", "--segments");
+  th_run_free(&r);
+  r = TH_RUN("compare", p, "--at", "-1", "--at", "end", "--segments");
   cr_assert_eq(r.status, 0, "%s", r.err);
   cr_assert(strstr(r.out, "only_before = []\nonly_after = [1402"), "%s", r.out);
-  run_free(&r);
+  th_run_free(&r);
 }
 
 Test(timeline_cli, filters_matching_nothing) {
   if (!have_fixtures()) cr_skip_test("SKIP: PyTorch fixtures not found in %s", th_fixture_dir());
   const char *p = fx("a0kuma_adamw_small");
-  run_t r = RUN("stats", p, "--stream", "7");
+  th_run_t r = TH_RUN("stats", p, "--stream", "7");
   cr_assert_eq(r.status, 1);
   cr_assert(strstr(r.err, "a0kuma_adamw_small.pickle': no segment matches --stream 7"), "%s",
             r.err);
-  run_free(&r);
-  r = RUN("memory", p, "--at", "peak", "--pool", "1,2", "--folded");
+  th_run_free(&r);
+  r = TH_RUN("memory", p, "--at", "peak", "--pool", "1,2", "--folded");
   cr_assert_eq(r.status, 1);
   cr_assert(strstr(r.err, "no segment of device 0 matches --pool 1,2 at that moment"), "%s",
             r.err);
-  run_free(&r);
-  r = RUN("timeline", p, "--stream", "9");
+  th_run_free(&r);
+  r = TH_RUN("timeline", p, "--stream", "9");
   cr_assert_eq(r.status, 1);
   cr_assert(strstr(r.err, "no segment matches the filter"), "%s", r.err);
-  run_free(&r);
-  r = RUN("stats", p, "--stream", "0");
-  run_t plain = RUN("stats", p);
+  th_run_free(&r);
+  r = TH_RUN("stats", p, "--stream", "0");
+  th_run_t plain = TH_RUN("stats", p);
   cr_assert_eq(r.status, 0);
   cr_assert_str_eq(r.out, plain.out, "every segment is on stream 0");
-  run_free(&r);
-  run_free(&plain);
+  th_run_free(&r);
+  th_run_free(&plain);
 }
 
 Test(timeline, filters_split_the_totals) {
@@ -1303,27 +1232,27 @@ Test(timeline, filters_split_the_totals) {
 }
 
 /* A snapshot whose viewer data cannot be computed (a size of 2^62 bytes) gets a clear error and
- * exit status 1 from `timeline --json` and from `view`, and no output. */
+ * exit status 1 from `timeline --viewer-data` and from `view`, and no output. */
 Test(timeline_cli, viewer_data_past_int64_is_an_error) {
   const uint64_t E = (uint64_t)1 << 62;
   const uint64_t seg[1][2] = {{(uint64_t)1 << 40, 2 * MiB}};
   const tr_t tr[] = {{MS_TRACE_ALLOC, 0x1000, E}};
   const char *path = write_in_dir(build(seg, 1, NULL, 0, tr, 1), "huge.msgpack");
-  run_t r = RUN("timeline", path, "--json");
+  th_run_t r = TH_RUN("timeline", path, "--viewer-data");
   cr_expect_eq(r.status, 1, "%s", r.err);
   cr_expect_str_eq(r.out, "");
   cr_expect(strstr(r.err, "huge.msgpack': device 0: cannot compute the timeline: more than 2^32 "
                           "elements, or a size or the memory alive at once of 2^62 bytes (4 EiB) "
                           "or more, which no device has"),
             "%s", r.err);
-  run_free(&r);
-  r = RUN("view", path, "-o", "v.html");
+  th_run_free(&r);
+  r = TH_RUN("view", path, "-o", "v.html");
   cr_expect_eq(r.status, 1, "%s", r.err);
   cr_expect(strstr(r.err, "device 0: the memory timeline holds more than 2^32 elements, or a size "
                           "or the memory alive at once of 2^62 bytes (4 EiB) or more"),
             "%s", r.err);
   cr_expect_neq(access("v.html", F_OK), 0);
-  run_free(&r);
+  th_run_free(&r);
 }
 
 /* `trace`'s TOTAL MEM is exact as Python's int: sizes of a hostile trace summing past int64_t
@@ -1336,11 +1265,11 @@ Test(timeline_cli, trace_total_past_int64) {
                      {MS_TRACE_ALLOC, 0x2000, 9151314448198139911u},
                      {MS_TRACE_ALLOC, 0x3000, 18446744073709551615u}};
   const char *path = write_in_dir(build(seg, 1, NULL, 0, tr, 3), "sum.msgpack");
-  run_t r = RUN("trace", path);
+  th_run_t r = TH_RUN("trace", path);
   cr_expect_eq(r.status, 0, "%s", r.err);
   /* what Python's _format_size prints for each, and for their sum, 28210266597380423023 */
   cr_expect(strstr(r.out, "a = MEM[4096:543.8PiB]\n") && strstr(r.out, "b = MEM[8192:7.9EiB]\n") &&
                 strstr(r.out, "c = MEM[12288:16.0EiB]\n") && strstr(r.out, "TOTAL MEM: 24.5EiB"),
             "%s", r.out);
-  run_free(&r);
+  th_run_free(&r);
 }

@@ -247,7 +247,7 @@ static double f64_at(const unsigned char *p, size_t i) {
 }
 static int64_t i32_at(const unsigned char *p, size_t i) { return (int32_t)(uint32_t)le(p + 4 * i, 4); }
 
-/* max_at_time from the bands alone, as the page computes it (view.js, maxAtTime): a band counts
+/* max_at_time from the bands alone, as the page computes it (timeline-data.js, maxAtTime): a band counts
  * from its first point to its last one less a step, or to two steps after its last point when
  * the bands above it moved down as it ended (a band has a point there and, lower, one three steps
  * later). */
@@ -317,7 +317,7 @@ static void check_tlv(bin_t *b, const char *key, const ms_snapshot_t *s, size_t 
   cr_assert_eq(c, last->npoints);
   for (size_t i = 0; i < c; i++) cr_assert_eq(f64_at(S, i), (double)v.sizes[last->first_point + i]);
   /* max_at_time is not in the page (its values are exact as doubles here): the bands give it
-   * back, by the rule view.js's maxAtTime follows */
+   * back, by the rule timeline-data.js's maxAtTime follows */
   snprintf(n, sizeof n, "%s.max_at_time", prefix);
   cr_assert_null(strstr(b->json, n), "max_at_time is computed by the page");
   int64_t *mat = max_at_time_of(&v);

@@ -7,7 +7,7 @@
  *  - summarized, it holds at most the budget, and is exactly PyTorch's data with the number of
  *    elements drawn on their own that fit (max_entries), the others in the summarized band;
  *  - the count made before the replay is the replay's, on the fixtures and on built traces;
- *  - `timeline --json` refuses naming --max-entries; `view` writes a page that says it summarized.
+ *  - `timeline --viewer-data` refuses naming --max-entries; `view` writes a page that says it summarized.
  */
 #include <criterion/criterion.h>
 #include <fcntl.h>
@@ -217,71 +217,20 @@ Test(viewer_budget, count_is_the_replays_on_the_fixtures) {
 
 /* ---- the CLI ---------------------------------------------------------------------------------- */
 
-typedef struct run_s {
-  int status;
-  char *out, *err;
-} run_t;
+TestSuite(viewer_budget_cli, .init = th_workdir_setup, .fini = th_workdir_teardown,
+          .timeout = 300);
 
-static char dir[256];
-
-static char *slurp(const char *path) {
-  size_t len = 0;
-  char *b = th_read_file(path, &len);
-  cr_assert(b, "%s", path);
-  char *t = realloc(b, len + 1);
-  cr_assert(t);
-  t[len] = 0;
-  return t;
-}
-
-static run_t run_args(const char *const *args) {
-  char outp[300], errp[300];
-  snprintf(outp, sizeof outp, "%s/.stdout", dir);
-  snprintf(errp, sizeof errp, "%s/.stderr", dir);
-  const char *bin = getenv("MEMSNAP_BIN");
-  const char *argv[16];
-  int n = 0;
-  argv[n++] = bin && *bin ? bin : MS_TEST_BINARY_DIR "/bin/memsnap";
-  for (; args[n - 1] && n < 15; n++) argv[n] = args[n - 1];
-  argv[n] = NULL;
-  pid_t pid = fork();
-  cr_assert_neq(pid, -1);
-  if (pid == 0) {
-    int out = open(outp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    int err = open(errp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (out < 0 || err < 0 || chdir(dir) != 0) _exit(126);
-    dup2(out, 1);
-    dup2(err, 2);
-    execv(argv[0], (char *const *)argv);
-    _exit(127);
-  }
-  int st = 0;
-  cr_assert_eq(waitpid(pid, &st, 0), pid);
-  run_t r = {WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st), slurp(outp), slurp(errp)};
-  return r;
-}
-#define RUN(...) run_args((const char *const[]){__VA_ARGS__, NULL})
-
-static void setup(void) {
-  char *d = th_tmpdir();
-  snprintf(dir, sizeof dir, "%s", d);
-  free(d);
-}
-static void teardown(void) { th_rmdir(dir); }
-
-TestSuite(viewer_budget_cli, .init = setup, .fini = teardown, .timeout = 300);
-
-Test(viewer_budget_cli, timeline_json_refuses_and_view_summarizes) {
+Test(viewer_budget_cli, timeline_viewer_data_refuses_and_view_summarizes) {
   ms_snapshot_t *s = stacked(2000, 2000);
   char path[400];
-  snprintf(path, sizeof path, "%s/stacked.msgpack", dir);
+  snprintf(path, sizeof path, "%s/stacked.msgpack", th_workdir);
   ms_errbuf_t eb = {{0}};
   cr_assert_eq(ms_snapshot_write_file(s, path, NULL, &eb), MS_OK, "%s", eb.msg);
   ms_tlv_budget_t b = {0};
   ms_tlv_t v;
   cr_assert_eq(ms_tlv_compute_budget(s, 0, false, SIZE_MAX, 0, SIZE_MAX, NULL, &b, &v), MS_ELIMIT);
   ms_snapshot_free(s);
-  run_t r = RUN("timeline", "stacked.msgpack", "--json");
+  th_run_t r = TH_RUN("timeline", "stacked.msgpack", "--viewer-data");
   cr_expect_eq(r.status, 1, "%s", r.err);
   cr_expect_str_eq(r.out, "");
   char want[300];
@@ -290,40 +239,43 @@ Test(viewer_budget_cli, timeline_json_refuses_and_view_summarizes) {
            "64.0MiB (docs/timeline.md); --max-entries %zu or fewer fits",
            (double)b.exact_bytes / (1 << 20), b.fits_entries);
   cr_expect(strstr(r.err, want), "%s\nwanted: %s", r.err, want);
-  free(r.out), free(r.err);
+  th_run_free(&r);
   char fits[32];
   snprintf(fits, sizeof fits, "%zu", b.fits_entries);
-  r = RUN("timeline", "stacked.msgpack", "--json", "--max-entries", fits);
+  r = TH_RUN("timeline", "stacked.msgpack", "--viewer-data", "--max-entries", fits);
   cr_expect_eq(r.status, 0, "%s", r.err);
   cr_expect(strstr(r.out, "\"elem\": \"summarized\""));
-  free(r.out), free(r.err);
-  r = RUN("view", "stacked.msgpack", "-o", "v.html");
+  th_run_free(&r);
+  r = TH_RUN("view", "stacked.msgpack", "-o", "v.html");
   cr_expect_eq(r.status, 0, "%s", r.err);
-  free(r.out), free(r.err);
+  th_run_free(&r);
   char html[400], expect[200];
-  snprintf(html, sizeof html, "%s/v.html", dir);
-  char *page = slurp(html);
+  snprintf(html, sizeof html, "%s/v.html", th_workdir);
+  char *page = th_read_text(html, NULL);
+  cr_assert(page, "%s", html);
   snprintf(expect, sizeof expect, "\"budget\":{\"bytes\":%" PRIu64 ",\"exact_bytes\":%" PRIu64
            ",\"drawn\":%zu}", MS_TLV_BUDGET_BYTES, b.exact_bytes, b.fits_entries);
   cr_expect(strstr(page, expect), "the page's data does not say it summarized: %s", expect);
   free(page);
   /* --budget: a larger one draws everything, a smaller one fewer; 0 or junk is a usage error */
-  r = RUN("view", "stacked.msgpack", "-o", "big.html", "--budget", "1G");
+  r = TH_RUN("view", "stacked.msgpack", "-o", "big.html", "--budget", "1G");
   cr_expect_eq(r.status, 0, "%s", r.err);
-  free(r.out), free(r.err);
-  snprintf(html, sizeof html, "%s/big.html", dir);
-  page = slurp(html);
+  th_run_free(&r);
+  snprintf(html, sizeof html, "%s/big.html", th_workdir);
+  page = th_read_text(html, NULL);
+  cr_assert(page, "%s", html);
   cr_expect_null(strstr(page, "\"budget\":{"), "summarized within a 1 GiB budget");
   free(page);
-  r = RUN("view", "stacked.msgpack", "-o", "small.html", "--budget", "1M");
+  r = TH_RUN("view", "stacked.msgpack", "-o", "small.html", "--budget", "1M");
   cr_expect_eq(r.status, 0, "%s", r.err);
-  free(r.out), free(r.err);
-  snprintf(html, sizeof html, "%s/small.html", dir);
-  page = slurp(html);
+  th_run_free(&r);
+  snprintf(html, sizeof html, "%s/small.html", th_workdir);
+  page = th_read_text(html, NULL);
+  cr_assert(page, "%s", html);
   cr_expect(strstr(page, "\"budget\":{\"bytes\":1048576,"), "no 1 MiB budget in the page");
   free(page);
-  r = RUN("view", "stacked.msgpack", "--budget", "0");
+  r = TH_RUN("view", "stacked.msgpack", "--budget", "0");
   cr_expect_eq(r.status, 2, "%s", r.err);
   cr_expect(strstr(r.err, "option '--budget' needs a size such as 64M or 2G"), "%s", r.err);
-  free(r.out), free(r.err);
+  th_run_free(&r);
 }

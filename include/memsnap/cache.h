@@ -4,7 +4,8 @@
  * Reading a 1 GB PyTorch pickle takes seconds; a user runs many commands on one file. The first
  * load of a file stores the model it gave (ms_snapshot_t, exactly as the reader built it for the
  * load flags asked) in a flat, relocatable cache file; later loads of the same bytes with the same
- * flags read that file instead of the pickle.
+ * flags read that file instead of the pickle. The time index built over such a snapshot
+ * (memsnap/timeline.h) is stored beside it (ms_cache_timeline) and later mapped and read in place.
  *
  *  - Location: $XDG_CACHE_HOME/memsnap/, else $HOME/.cache/memsnap/ (ms_cache_dir).
  *  - Key: a fast 64-bit hash of the input's whole content (ms_cache_hash_file), its size, the load
@@ -34,11 +35,12 @@
 #include "memsnap/common.h"
 #include "memsnap/error.h"
 #include "memsnap/snapshot.h"
+#include "memsnap/timeline.h"
 
 MS_EXTERN_C_BEGIN
 
 /* The format's version: entries of another version are misses (and evicted in time). */
-#define MS_CACHE_VERSION 2u
+#define MS_CACHE_VERSION 3u
 
 /* What identifies an entry. */
 typedef struct ms_cache_key_s {
@@ -79,6 +81,23 @@ MS_API MS_NODISCARD int ms_cache_load(const char *path, unsigned flags,
                                       const ms_cache_options_t *opts, ms_snapshot_t **out,
                                       ms_cache_outcome *outcome, ms_errbuf_t *eb);
 
+/* ms_cache_load, and the key the snapshot is filed under into *key (for ms_cache_timeline): when
+ * the input is not cacheable, *key is all zero. key may be NULL. */
+MS_API MS_NODISCARD int ms_cache_load_keyed(const char *path, unsigned flags,
+                                            const ms_cache_options_t *opts, ms_snapshot_t **out,
+                                            ms_cache_outcome *outcome, ms_cache_key_t *key,
+                                            ms_errbuf_t *eb);
+
+/* The time index of snap (ms_timeline_create with cfg) through the cache: snap must be what
+ * ms_cache_load_keyed gave for key. A hit maps the index's entry (filed under key and cfg's
+ * checkpoint interval and filter) and reads it in place, without a pass over the trace; a miss
+ * builds the index as ms_timeline_create does (same result, same errors) and stores it. key NULL
+ * or all zero: ms_timeline_create alone. The index is the same either way. outcome may be NULL. */
+MS_API MS_NODISCARD int ms_cache_timeline(const ms_cache_key_t *key, const ms_cache_options_t *opts,
+                                          const ms_snapshot_t *snap,
+                                          const ms_timeline_config_t *cfg, ms_timeline_t **out,
+                                          ms_cache_outcome *outcome, ms_errbuf_t *eb);
+
 /* The entries in dir (NULL: ms_cache_dir()): their number and total bytes. */
 MS_API MS_NODISCARD int ms_cache_usage(const char *dir, size_t *nfiles, uint64_t *bytes);
 /* Removes every entry (and stale temporary file) of dir. *removed may be NULL. */
@@ -96,6 +115,19 @@ MS_API MS_NODISCARD int ms_cache_encode(const ms_snapshot_t *snap, const ms_cach
                                         void **buf, size_t *len);
 MS_API MS_NODISCARD int ms_cache_decode(const void *buf, size_t len, const ms_cache_key_t *key,
                                         bool check_sums, ms_snapshot_t **out, ms_errbuf_t *eb);
+
+/* The time index's file: encode writes tl (built over a snapshot filed under key) into a
+ * malloc'd buffer; decode checks one against key (NULL: any), the snapshot snap it must index and
+ * cfg (NULL: the defaults), and builds the index, which owns its memory. decode returns
+ * MS_FORMAT, MS_TRUNCATED, MS_VERSION or MS_NOTFOUND (another key or configuration) for a file it
+ * refuses, never crashes. */
+MS_API MS_NODISCARD int ms_cache_index_encode(const ms_timeline_t *tl, const ms_cache_key_t *key,
+                                              void **buf, size_t *len);
+MS_API MS_NODISCARD int ms_cache_index_decode(const void *buf, size_t len,
+                                              const ms_cache_key_t *key, bool check_sums,
+                                              const ms_snapshot_t *snap,
+                                              const ms_timeline_config_t *cfg,
+                                              ms_timeline_t **out, ms_errbuf_t *eb);
 
 MS_EXTERN_C_END
 

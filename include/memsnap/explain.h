@@ -63,6 +63,9 @@ typedef struct ms_explain_options_s {
   size_t ntop;           /* holders to list (default 10) */
   size_t series_points;  /* > 0: also the allocated and reserved bytes over the trace, as at
                             most this many buckets (their maxima), e.g. for a chart; default 0 */
+  const ms_timeline_t *timeline; /* NULL (default): the time index is built here; else an index
+                            of this snapshot with ms_timeline_config_init's configuration (one
+                            stored by the snapshot cache, memsnap/cache.h), used instead */
 } ms_explain_options_t;
 
 MS_API void ms_explain_options_init(ms_explain_options_t *o);

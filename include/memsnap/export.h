@@ -65,6 +65,49 @@ MS_API void ms_export_sqlite_destroy(ms_export_sqlite_t *x);
 MS_API MS_NODISCARD int ms_export_sqlite_csv(const char *db_path, const char *dir,
                                              ms_errbuf_t *eb);
 
+/* ---- gzip'd CSV ------------------------------------------------------------------------------ */
+
+/* The CSV files, in the order their sinks are given (ms_export_csv_file_name names each). */
+enum {
+  MS_EXPORT_CSV_SNAPSHOTS,   /* snapshots.csv.gz: one row per file */
+  MS_EXPORT_CSV_PEAKS,       /* peaks.csv.gz: one row per file */
+  MS_EXPORT_CSV_ALLOCATIONS, /* allocations.csv.gz: one row per block lifetime */
+  MS_EXPORT_CSV_TRACE,       /* trace.csv.gz: one row per trace entry */
+  MS_EXPORT_CSV_STACKS,      /* stacks.csv.gz: one row per distinct stack */
+  MS_EXPORT_CSV_NFILES
+};
+
+typedef struct ms_export_csv_s ms_export_csv_t;
+
+/* "snapshots.csv.gz", ... for MS_EXPORT_CSV_*; NULL for another number. */
+MS_API const char *ms_export_csv_file_name(int file);
+
+/* Starts the CSV export into sinks[MS_EXPORT_CSV_*] (each must outlive x), gzip-compressed at
+ * level (1-9; 1 is zlib's fastest), each with its header line. The rows, their order and their
+ * bytes are those ms_export_sqlite_csv writes from a database of the same files, written straight
+ * from the snapshots. @return MS_OK, MS_EINVAL (level), MS_ENOMEM. *out untouched on failure. */
+MS_API MS_NODISCARD int ms_export_csv_create(ms_sink_t *const sinks[MS_EXPORT_CSV_NFILES],
+                                             int level, ms_export_csv_t **out, ms_errbuf_t *eb);
+
+/* Adds one snapshot as the next file, as ms_export_sqlite_add does (the same arguments). The
+ * trace table is written on a thread of its own while this one writes the others; the sinks may
+ * thus be called from two threads, each sink from one. @return MS_OK, MS_ENOMEM, or a sink's
+ * error (eb names the file). */
+MS_API MS_NODISCARD int ms_export_csv_add(ms_export_csv_t *x, const ms_snapshot_t *snap,
+                                          const ms_timeline_t *tl, const char *name,
+                                          bool has_rank, int64_t rank,
+                                          const char *timeline_error, ms_errbuf_t *eb);
+
+/* Rows written so far to file MS_EXPORT_CSV_* (without the header line). */
+MS_API uint64_t ms_export_csv_rows(const ms_export_csv_t *x, int file);
+
+/* Writes what is pending and each file's gzip trailer, and frees x (in every case).
+ * @return MS_OK or a sink's error (eb names the file). */
+MS_API MS_NODISCARD int ms_export_csv_finish(ms_export_csv_t *x, ms_errbuf_t *eb);
+
+/* Frees x without finishing the files. Accepts NULL. */
+MS_API void ms_export_csv_destroy(ms_export_csv_t *x);
+
 /* The rank a file's name gives: the digits after the last "rank" in its base name, with an
  * optional '_', '-' or '.' between ("rank3.pickle", "snapshot_rank_12.pickle", "RANK-7").
  * @return true and *rank when found. */
@@ -97,6 +140,10 @@ typedef struct ms_export_perfetto_opts_s {
                             only the events of entries first..last of each device, the slices
                             of the allocations alive in it clipped to it */
   size_t first, last;
+  size_t counter_buckets; /* > 0: the counters of each device downsampled: the entries shown cut
+                             into this many runs, of each only its lowest and highest total, in
+                             their order (at most 2 x counter_buckets events per counter; every
+                             peak and trough stays); 0: every change (default) */
 } ms_export_perfetto_opts_t;
 
 /* Writes a Chrome Trace Event Format JSON object ({"traceEvents": [...], "displayTimeUnit":

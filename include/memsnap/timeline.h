@@ -304,7 +304,9 @@ MS_API const ms_tl_range_t *ms_tl_ranges_step(const ms_tl_ranges_t *r, int64_t d
 MS_API MS_NODISCARD int ms_timeline_step_range(const ms_timeline_t *tl, size_t dev, int64_t n,
                                                size_t *from, size_t *to, ms_errbuf_t *eb);
 
-/* ---- PyTorch viewer's timeline data (docs/timeline.md, "`memsnap timeline FILE`") ---------- */
+/* ---- PyTorch viewer's timeline data ---------------------------------------------------------- */
+/* What `memsnap timeline --viewer-data` prints (docs/timeline.md, "`--viewer-data`: PyTorch's
+ * viewer's data"). */
 
 /* The devices the viewer lists (a non-empty trace or at least one segment) and its default (the
  * longest trace, first on ties). @return the number listed (0: the viewer cannot show the

@@ -14,11 +14,13 @@
 #ifndef MEMSNAP_LIB_CACHE_INTERNAL_H
 #define MEMSNAP_LIB_CACHE_INTERNAL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
 #include "common/hash.h"
+#include "memsnap/error.h"
 
 enum {
   CS_SCALARS = 0,
@@ -90,5 +92,18 @@ struct ms_cache_key_s;
  * in 1 MiB of memory. *len = the file's length. @return MS_OK, MS_EIO or MS_ENOMEM. */
 int ms__cache_write_fd(int fd, const struct ms_snapshot_s *s, const struct ms_cache_key_s *key,
                        size_t *len);
+
+struct ms_timeline_s;
+struct ms_timeline_config_s;
+/* The time index's file (index.c) streamed to fd as ms__cache_write_fd streams a snapshot's. */
+int ms__cache_index_write_fd(int fd, const struct ms_timeline_s *tl,
+                             const struct ms_cache_key_s *key, size_t *len);
+/* ms_cache_index_decode; with release, the index's large arrays are read in place from buf (on a
+ * little-endian host), and release(release_arg) is called when the index is destroyed (or at
+ * once when nothing was kept). On failure release is not called. */
+int ms__cache_index_decode(const void *buf, size_t len, const struct ms_cache_key_s *key,
+                           bool check_sums, const struct ms_snapshot_s *snap,
+                           const struct ms_timeline_config_s *cfg, void (*release)(void *),
+                           void *release_arg, struct ms_timeline_s **out, ms_errbuf_t *eb);
 
 #endif /* MEMSNAP_LIB_CACHE_INTERNAL_H */

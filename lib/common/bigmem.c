@@ -72,6 +72,10 @@ typedef struct big_range_s {
 static pthread_mutex_t big_lock = PTHREAD_MUTEX_INITIALIZER;
 static big_range_t big_kept[BIG_KEEP_MAX];
 static size_t big_nkept;
+/* Bytes of the kept ranges, of the mappings in use, and the most ever in use: kept plus in use
+ * stays within that most (one snapshot's working set, however many are read one after another),
+ * kept ranges that no array took being given back before a new mapping is made. */
+static size_t big_kept_bytes, big_live, big_live_max;
 
 static size_t big_page(void) {
   long pg = sysconf(_SC_PAGESIZE);
@@ -105,6 +109,30 @@ static void big_trim_locked(void) {
   for (size_t i = 0; i < big_nkept; i++)
     munmap(big_kept[i].addr, big_kept[i].len);
   big_nkept = 0;
+  big_kept_bytes = 0;
+}
+
+/* Before `more` bytes of new mappings come into use: gives kept ranges back, the largest first,
+ * until kept and in use, with them, stay within the most ever in use (or what is in use then,
+ * if that is more). Without it each file of many read one after another left its pieces kept
+ * (kept ranges are never merged, so a larger array takes a fresh mapping beside them), and a
+ * process reading 12 files held several files' memory. Called with the lock held. */
+static void big_bound_locked(size_t more) {
+  size_t live = big_live + more, max = big_live_max > live ? big_live_max : live;
+  while (big_nkept && big_kept_bytes > max - live) {
+    size_t largest = 0;
+    for (size_t i = 1; i < big_nkept; i++)
+      if (big_kept[i].len > big_kept[largest].len) largest = i;
+    munmap(big_kept[largest].addr, big_kept[largest].len);
+    big_kept_bytes -= big_kept[largest].len;
+    big_kept[largest] = big_kept[--big_nkept];
+  }
+}
+
+/* `more` bytes of mappings came into use. Called with the lock held. */
+static void big_use_locked(size_t more) {
+  big_live += more;
+  if (big_live > big_live_max) big_live_max = big_live;
 }
 
 /* A mapping of len bytes: a kept range when one is large enough (the smallest such; its tail
@@ -126,6 +154,7 @@ static char *big_take(size_t len, size_t *dirty) {
   if (best != SIZE_MAX) {
     got = big_kept[best].addr;
     *dirty = len;
+    big_kept_bytes -= len;
     if (big_kept[best].len > len) {
       big_kept[best].addr += len;
       big_kept[best].len -= len;
@@ -135,6 +164,8 @@ static char *big_take(size_t len, size_t *dirty) {
   } else if (largest != SIZE_MAX) {
     big_range_t r = big_kept[largest];
     big_kept[largest] = big_kept[--big_nkept];
+    big_kept_bytes -= r.len;
+    big_bound_locked(len); /* r itself counts as in use from now on */
     void *m = mremap(r.addr, r.len, len, MREMAP_MAYMOVE);
     if (m != MAP_FAILED) {
       got = m;
@@ -144,10 +175,17 @@ static char *big_take(size_t len, size_t *dirty) {
       munmap(r.addr, r.len);
     }
   }
+  if (!got) big_bound_locked(len);
+  big_use_locked(len); /* a failed mmap below gives it back */
   pthread_mutex_unlock(&big_lock);
   if (got) return got;
   void *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (m == MAP_FAILED) return NULL;
+  if (m == MAP_FAILED) {
+    pthread_mutex_lock(&big_lock);
+    big_live -= len;
+    pthread_mutex_unlock(&big_lock);
+    return NULL;
+  }
   big_advise(m, len);
   return m;
 }
@@ -156,9 +194,11 @@ static char *big_take(size_t len, size_t *dirty) {
 static void big_give(char *addr, size_t len) {
   bool reuse = big_reusing(), kept = false;
   pthread_mutex_lock(&big_lock);
+  big_live -= len;
   if (reuse) {
     if (big_nkept < BIG_KEEP_MAX) {
       big_kept[big_nkept++] = (big_range_t){addr, len};
+      big_kept_bytes += len;
       kept = true;
     }
   } else {
@@ -196,8 +236,17 @@ void *ms__big_realloc(void *p, size_t bytes) {
       h->size = bytes;
       return p;
     }
+    pthread_mutex_lock(&big_lock);
+    big_bound_locked(len - h->map);
+    big_use_locked(len - h->map);
+    pthread_mutex_unlock(&big_lock);
     void *m = mremap(h, h->map, len, MREMAP_MAYMOVE);
-    if (m == MAP_FAILED) return NULL;
+    if (m == MAP_FAILED) {
+      pthread_mutex_lock(&big_lock);
+      big_live -= len - h->map;
+      pthread_mutex_unlock(&big_lock);
+      return NULL;
+    }
     big_advise(m, len);
     h = m;
     h->map = len;

@@ -520,8 +520,11 @@ int ms_explain_run(const ms_snapshot_t *snap, const ms_explain_options_t *opt, m
   ms_timeline_config_t cfg;
   ms_timeline_config_init(&cfg);
   ms_timeline_t *tl = NULL;
-  int rc = ms_timeline_create(snap, &cfg, &tl, eb);
-  if (rc == MS_OK) rc = ex_analyse(snap, tl, &o, x, eb);
+  int rc = MS_OK;
+  if (o.timeline && ms_timeline_snapshot(o.timeline) == snap) /* the caller's (a cached one) */
+    rc = ex_analyse(snap, o.timeline, &o, x, eb);
+  else if ((rc = ms_timeline_create(snap, &cfg, &tl, eb)) == MS_OK)
+    rc = ex_analyse(snap, tl, &o, x, eb);
   ms_timeline_destroy(tl);
   if (rc == MS_OK && o.remedies) rc = ms__explain_remedies(snap, &o, x);
   if (rc != MS_OK) {

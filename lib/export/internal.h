@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "memsnap/snapshot.h"
+#include "memsnap/timeline.h"
 
 /* A growable buffer; `oom` is sticky: after a failed growth every append is a no-op. */
 typedef struct ms__xbuf_s {
@@ -40,5 +41,16 @@ const char *ms__xbuf_cstr(ms__xbuf_t *b);
 void ms__export_settings_json(ms__xbuf_t *b, const ms_snapshot_t *snap);
 /* A short name of the snapshot's producer: "memsnap", "pytorch" or "pytorch (list, before 2.0)". */
 const char *ms__export_producer(const ms_snapshot_t *snap);
+
+/* The file's peak of allocated memory: the highest over the devices with a trace, ties to the
+ * first device and entry, as the timeline rows give it. Kept per file (the snapshot table's and
+ * peaks.csv.gz's peak columns) so that "which rank peaked" reads one row per file instead of
+ * every timeline row. @return false without a time index or a trace. */
+bool ms__export_file_peak(const ms_timeline_t *tl, ms_tl_peak_t *peak, size_t *dev);
+
+/* The length class of a lifetime from alloc_us to free_us (-1: unknown or none), the
+ * allocations' life_class column: k when it ended less than 2^k us after it began (0 for an end
+ * at or before its start), 63 when a time is unknown or it never ended. */
+int ms__export_life_class(int64_t alloc_us, int64_t free_us);
 
 #endif /* MEMSNAP_LIB_EXPORT_INTERNAL_H */

@@ -202,3 +202,31 @@ const char *ms__export_producer(const ms_snapshot_t *snap) {
     return "pytorch";
   }
 }
+
+bool ms__export_file_peak(const ms_timeline_t *tl, ms_tl_peak_t *peak, size_t *dev) {
+  ms_tl_peak_t best = {0};
+  size_t best_dev = SIZE_MAX;
+  for (size_t d = 0; tl && d < ms_timeline_ndevices(tl); d++) {
+    ms_tl_peak_t p;
+    if (ms_timeline_nentries(tl, d) == 0 ||
+        ms_timeline_peak(tl, d, MS_TL_ALLOCATED, 0, SIZE_MAX, &p) != MS_OK)
+      continue;
+    if (best_dev == SIZE_MAX || p.bytes > best.bytes) {
+      best = p;
+      best_dev = d;
+    }
+  }
+  if (best_dev == SIZE_MAX) return false;
+  *peak = best;
+  *dev = best_dev;
+  return true;
+}
+
+int ms__export_life_class(int64_t alloc_us, int64_t free_us) {
+  if (alloc_us == -1 || free_us == -1) return 63;
+  if (free_us <= alloc_us) return 0;
+  uint64_t d = (uint64_t)free_us - (uint64_t)alloc_us;
+  int k = 0;
+  while (k < 63 && (d >> k) != 0) k++;
+  return k; /* d < 2^k; 63 for a length of 2^62 or more (span 2^63 - 1) */
+}

@@ -13,6 +13,8 @@
  * async events by category and id alone, across processes; issue #31) from each alloc to its
  * free_completed (or the trace's last time), named by its source (memsnap/attribution.h: the
  * user's own line, never the unwinder's frame), with size, address, source and category as args.
+ * With opts->counter_buckets, the counters are downsampled: each run of entries gives only its
+ * lowest and highest totals (a 1 GB trace's counters are millions of events).
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -57,38 +59,64 @@ typedef struct pf_window_s {
   size_t lo, hi;
 } pf_window_t;
 
-static void pf_counters(pf_writer_t *w, const ms_timeline_t *tl, size_t dev, bool timed,
-                        pf_window_t win) {
-  static const ms_tl_metric metrics[3] = {MS_TL_ALLOCATED, MS_TL_RESERVED, MS_TL_ACTIVE};
-  size_t n = win.hi;
-  for (int m = 0; m < 3; m++) {
-    const uint64_t *v = ms_timeline_series(tl, dev, metrics[m]);
-    if (!v) continue;
-    bool any = false;
-    uint64_t last = 0;
-    for (size_t i = win.lo; i < n && !w->err; i++) {
-      const ms_snap_trace_t *e = ms_timeline_entry(tl, dev, i);
-      if (timed && !(e->present & MS_TRACE_HAS_TIME)) continue;
-      int64_t ts = pf_time(e, i, timed);
-      if (!any) { /* the state before the first entry shown, at its time */
-        pf_event_start(w);
-        ms__xbuf_printf(&w->b,
-                        "{\"name\": \"%s\", \"ph\": \"C\", \"ts\": %" PRId64 ", \"pid\": %zu, "
-                        "\"args\": {\"bytes\": %" PRIu64 "}}",
-                        ms_tl_metric_name(metrics[m]), ts, dev + 1, v[i]);
-        last = v[i];
-        any = true;
-      }
-      if (v[i + 1] == last) continue;
-      last = v[i + 1];
-      pf_event_start(w);
-      ms__xbuf_printf(&w->b,
-                      "{\"name\": \"%s\", \"ph\": \"C\", \"ts\": %" PRId64 ", \"pid\": %zu, "
-                      "\"args\": {\"bytes\": %" PRIu64 "}}",
-                      ms_tl_metric_name(metrics[m]), ts, dev + 1, last);
-      pf_flush(w, false);
+static void pf_counter(pf_writer_t *w, ms_tl_metric m, int64_t ts, size_t dev, uint64_t bytes) {
+  pf_event_start(w);
+  ms__xbuf_printf(&w->b,
+                  "{\"name\": \"%s\", \"ph\": \"C\", \"ts\": %" PRId64 ", \"pid\": %zu, "
+                  "\"args\": {\"bytes\": %" PRIu64 "}}",
+                  ms_tl_metric_name(m), ts, dev + 1, bytes);
+  pf_flush(w, false);
+}
+
+/* A counter's events: its value before the window's first entry, then every change; or, with
+ * buckets (> 0, fewer than the entries shown), the window cut into that many runs of entries and
+ * of each run only its lowest and its highest value, in their order (so that every peak and
+ * trough of the whole series stays, at its time, in at most 2 x buckets events). */
+static void pf_counter_series(pf_writer_t *w, const ms_timeline_t *tl, size_t dev, bool timed,
+                              pf_window_t win, ms_tl_metric m, size_t buckets) {
+  const uint64_t *v = ms_timeline_series(tl, dev, m);
+  if (!v) return;
+  size_t shown = 0, last_shown = 0;
+  for (size_t i = win.lo; i < win.hi; i++)
+    if (!timed || (ms_timeline_entry(tl, dev, i)->present & MS_TRACE_HAS_TIME)) {
+      shown++;
+      last_shown = i;
     }
+  size_t per = buckets && shown > buckets ? (shown + buckets - 1) / buckets : 1;
+  bool any = false;
+  uint64_t last = 0;
+  size_t in = 0, lo = SIZE_MAX, hi = SIZE_MAX; /* the run's entries, its lowest and highest */
+  for (size_t i = win.lo; i < win.hi && !w->err; i++) {
+    const ms_snap_trace_t *e = ms_timeline_entry(tl, dev, i);
+    if (timed && !(e->present & MS_TRACE_HAS_TIME)) continue;
+    if (!any) { /* the state before the first entry shown, at its time */
+      pf_counter(w, m, pf_time(e, i, timed), dev, v[i]);
+      last = v[i];
+      any = true;
+    }
+    if (per == 1) {
+      if (v[i + 1] != last) pf_counter(w, m, pf_time(e, i, timed), dev, last = v[i + 1]);
+      continue;
+    }
+    if (lo == SIZE_MAX || v[i + 1] < v[lo + 1]) lo = i;
+    if (hi == SIZE_MAX || v[i + 1] > v[hi + 1]) hi = i;
+    if (++in < per && i != last_shown) continue; /* the last entry shown ends the last run */
+    size_t first = lo < hi ? lo : hi, second = lo < hi ? hi : lo;
+    if (v[first + 1] != last)
+      pf_counter(w, m, pf_time(ms_timeline_entry(tl, dev, first), first, timed), dev,
+                 last = v[first + 1]);
+    if (v[second + 1] != last)
+      pf_counter(w, m, pf_time(ms_timeline_entry(tl, dev, second), second, timed), dev,
+                 last = v[second + 1]);
+    in = 0;
+    lo = hi = SIZE_MAX;
   }
+}
+
+static void pf_counters(pf_writer_t *w, const ms_timeline_t *tl, size_t dev, bool timed,
+                        pf_window_t win, size_t buckets) {
+  static const ms_tl_metric metrics[3] = {MS_TL_ALLOCATED, MS_TL_RESERVED, MS_TL_ACTIVE};
+  for (int m = 0; m < 3; m++) pf_counter_series(w, tl, dev, timed, win, metrics[m], buckets);
 }
 
 static void pf_instants(pf_writer_t *w, const ms_timeline_t *tl, size_t dev, bool timed,
@@ -302,7 +330,7 @@ int ms_export_perfetto_write(const ms_timeline_t *tl, const ms_export_perfetto_o
                     "{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": %zu, \"args\": "
                     "{\"name\": \"device %zu\"}}",
                     dev + 1, dev);
-    pf_counters(&w, tl, dev, timed, win);
+    pf_counters(&w, tl, dev, timed, win, opts ? opts->counter_buckets : 0);
     pf_instants(&w, tl, dev, timed, win);
     if (opts && opts->allocations) pf_allocations(&w, attr, tl, dev, timed, win);
   }

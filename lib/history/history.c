@@ -59,8 +59,9 @@ int64_t ms__now_us(void) {
 /* ---- time of trace entries --------------------------------------------------------------------
  * Like PyTorch (approximate TSC converted to unix time at snapshot time), an entry stores clock
  * ticks, cheaper to read than the wall clock (rdtsc on x86-64; the monotonic clock elsewhere),
- * and copies convert them with the rate measured between the first recorder's creation and the
- * copy: the error of a converted time is about that of reading the two clocks together. */
+ * and copies convert them with the rates measured between the first recorder's creation and the
+ * copies (below): the error of a converted time is about that of reading the two clocks
+ * together. */
 #if defined(__x86_64__) || defined(__i386__)
 static inline uint64_t hist_ticks(void) { return __builtin_ia32_rdtsc(); }
 #else
@@ -97,12 +98,53 @@ static pthread_once_t clock_once = PTHREAD_ONCE_INIT;
 static clock_pair_t clock_base;
 static void clock_init(void) { clock_base = clock_pair(); }
 
-/* Converts ticks read at or before `now` into unix microseconds. */
-static int64_t ticks_to_us(uint64_t ticks, clock_pair_t now) {
-  if (now.us <= clock_base.us || now.ticks <= clock_base.ticks) return now.us;
-  double per_us = (double)(now.ticks - clock_base.ticks) / (double)(now.us - clock_base.us);
-  double back = (double)(int64_t)(now.ticks - ticks) / per_us;
-  return now.us - (int64_t)(back + 0.5);
+/* The calibration points: the base, then the two clocks read at each copy, kept for good. The
+ * ticks between two points are converted with the rate between them, so that an entry has the
+ * same time in every copy that holds it. (Converting each copy with the rate from the base to
+ * its own reading gave an entry's time in two snapshots 1 us apart, now and then.) */
+static pthread_mutex_t clock_lock = PTHREAD_MUTEX_INITIALIZER;
+static clock_pair_t *clock_points;
+static size_t clock_npoints, clock_cap;
+
+/* Adds the reading now as the newest point (when both clocks moved on). Lock held. */
+static void clock_mark_locked(void) {
+  if (!clock_npoints) {
+    clock_points = malloc(16 * sizeof *clock_points);
+    if (!clock_points) return;
+    clock_cap = 16;
+    clock_points[clock_npoints++] = clock_base;
+  }
+  clock_pair_t now = clock_pair(), last = clock_points[clock_npoints - 1];
+  if (now.us <= last.us || now.ticks <= last.ticks) return;
+  if (clock_npoints == clock_cap) {
+    clock_pair_t *p = realloc(clock_points, 2 * clock_cap * sizeof *p);
+    if (!p) return; /* the newest entries are then placed from the last point's rate */
+    clock_points = p;
+    clock_cap *= 2;
+  }
+  clock_points[clock_npoints++] = now;
+}
+
+/* Unix microseconds of ticks: from the point at or after it, back with the rate of the segment
+ * it lies in (past the newest point: forward with the newest segment's rate). Lock held. */
+static int64_t ticks_to_us_locked(uint64_t ticks) {
+  if (clock_npoints < 2) return clock_npoints ? clock_points[0].us : ms__now_us();
+  size_t lo = 1, hi = clock_npoints - 1; /* the first point k >= 1 with ticks <= its ticks */
+  if (ticks > clock_points[hi].ticks) {
+    lo = hi;
+  } else {
+    while (lo < hi) {
+      size_t mid = lo + (hi - lo) / 2;
+      if (clock_points[mid].ticks >= ticks)
+        hi = mid;
+      else
+        lo = mid + 1;
+    }
+  }
+  clock_pair_t a = clock_points[lo - 1], b = clock_points[lo];
+  double per_us = (double)(b.ticks - a.ticks) / (double)(b.us - a.us);
+  double back = (double)(int64_t)(b.ticks - ticks) / per_us;
+  return b.us - (int64_t)(back + (back < 0 ? -0.5 : 0.5));
 }
 
 void ms_history_config_init(ms_history_config_t *cfg) {
@@ -229,8 +271,10 @@ int ms__recorder_copy_trace(ms__recorder_t *r, ms__trace_ent_t **out, size_t *n,
     size_t first = len - start;
     memcpy(copy, r->ring + start, first * sizeof *copy);
     memcpy(copy + first, r->ring, start * sizeof *copy);
-    clock_pair_t now = clock_pair();
-    for (size_t i = 0; i < len; i++) copy[i].time = ticks_to_us((uint64_t)copy[i].time, now);
+    pthread_mutex_lock(&clock_lock);
+    clock_mark_locked();
+    for (size_t i = 0; i < len; i++) copy[i].time = ticks_to_us_locked((uint64_t)copy[i].time);
+    pthread_mutex_unlock(&clock_lock);
   }
   *dropped = r->dropped;
   pthread_mutex_unlock(&r->lock);

@@ -380,20 +380,23 @@ void ms_timeline_destroy(ms_timeline_t *tl) {
   if (!tl) return;
   for (size_t i = 0; i < tl->ndev; i++) {
     tl_dev_t *d = &tl->dev[i];
-    ms__big_free(d->pair);
-    ms__big_free(d->bsize);
-    for (int m = 0; m < MS_TL_METRIC_COUNT; m++)
-      ms__big_free(d->series[m]);
+    if (!tl->release) {
+      ms__big_free(d->pair);
+      ms__big_free(d->bsize);
+      for (int m = 0; m < MS_TL_METRIC_COUNT; m++)
+        ms__big_free(d->series[m]);
+    }
     for (size_t k = 0; k < d->ckpts.len; k++)
       ms__tl_ckpt_free(&d->ckpts.ptr[k]);
     free(d->ckpts.ptr);
   }
   free(tl->dev);
+  if (tl->release) tl->release(tl->release_arg);
   free(tl);
 }
 
-int ms_timeline_create(const ms_snapshot_t *snap, const ms_timeline_config_t *cfg,
-                       ms_timeline_t **out, ms_errbuf_t *eb) {
+int ms__tl_alloc(const ms_snapshot_t *snap, const ms_timeline_config_t *cfg, ms_timeline_t **out,
+                 ms_errbuf_t *eb) {
   if (!snap || !out) return ms__errbuf_set(eb, MS_EINVAL, "no snapshot");
   size_t ndev = snap->ndevices;
   for (size_t i = 0; i < snap->nsegments; i++) {
@@ -427,7 +430,18 @@ int ms_timeline_create(const ms_snapshot_t *snap, const ms_timeline_config_t *cf
       d->trace = sd->ntrace ? snap->trace + sd->first_trace : NULL; /* not NULL + 0 */
       d->n = sd->ntrace;
     }
-    int rc = tl_build_dev(tl, i, eb);
+  }
+  *out = tl;
+  return MS_OK;
+}
+
+int ms_timeline_create(const ms_snapshot_t *snap, const ms_timeline_config_t *cfg,
+                       ms_timeline_t **out, ms_errbuf_t *eb) {
+  ms_timeline_t *tl = NULL;
+  int rc = ms__tl_alloc(snap, cfg, &tl, eb);
+  if (rc != MS_OK) return rc;
+  for (size_t i = 0; i < tl->ndev; i++) {
+    rc = tl_build_dev(tl, i, eb);
     if (rc != MS_OK) {
       ms_timeline_destroy(tl);
       return rc;

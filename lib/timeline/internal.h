@@ -75,7 +75,17 @@ struct ms_timeline_s {
   tl_dev_t *dev;
   uint32_t k;
   ms_tl_filter_t filter;
+  /* An index read from elsewhere (lib/cache): when release is set, every device's pair, bsize and
+   * series lie in storage that release(release_arg) gives back, and are not freed one by one. */
+  void (*release)(void *arg);
+  void *release_arg;
 };
+
+/* The index of ms_timeline_create with every device's trace in place (d->trace, d->n) and nothing
+ * built: for a reader of a stored index, which fills pair, bsize, series and ckpts (index.c).
+ * Fails as ms_timeline_create fails before building (devices out of range). */
+int ms__tl_alloc(const ms_snapshot_t *snap, const ms_timeline_config_t *cfg, ms_timeline_t **out,
+                 ms_errbuf_t *eb);
 
 /* The index's filter, or NULL when it keeps everything. */
 static inline const ms_tl_filter_t *tl_filter_of(const ms_timeline_t *tl) {

@@ -109,13 +109,13 @@ def run(args, ok_codes=(0,)):
     return p.stdout
 
 
-def run_json(args, ok_codes=(0,)):
-    """run() with --json appended; the parsed document."""
-    out = run(list(args) + ["--json"], ok_codes)
+def run_json(args, ok_codes=(0,), flag="--json"):
+    """run() with flag appended (--json, or `timeline`'s --viewer-data); the parsed document."""
+    out = run(list(args) + [flag], ok_codes)
     try:
         return json.loads(out)
     except ValueError as e:
-        raise Error(f"memsnap {args[0]} --json printed no JSON document ({e})") from None
+        raise Error(f"memsnap {args[0]} {flag} printed no JSON document ({e})") from None
 
 
 def _message(stderr, rc):

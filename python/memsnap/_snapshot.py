@@ -164,8 +164,8 @@ class Snapshot:
             raise Error(f"{self._name}: the snapshot was closed")
         return self._path
 
-    def _run(self, cmd, *args, ok_codes=(0,)):
-        return self._named(_native.run_json([cmd, self._file(), *args], ok_codes))
+    def _run(self, cmd, *args, ok_codes=(0,), flag="--json"):
+        return self._named(_native.run_json([cmd, self._file(), *args], ok_codes, flag))
 
     def _named(self, doc):
         """The answer with the file named as the input was: "<dict>" for the temporary file of a
@@ -200,9 +200,18 @@ class Snapshot:
 
     def timeline(self, segments=False, max_entries=None, device=None):
         """Memory over time: the data of PyTorch's viewer "Active Memory Timeline" (or with
-        segments=True "Active Cached Segment Timeline"), as `memsnap timeline --json`."""
+        segments=True "Active Cached Segment Timeline"), as `memsnap timeline --viewer-data`."""
         return self._run("timeline", *(["--segments"] if segments else []),
-                         *_opt("--max-entries", max_entries), *_opt("--device", device))
+                         *_opt("--max-entries", max_entries), *_opt("--device", device),
+                         flag="--viewer-data")
+
+    def timeline_report(self, steps=False, by_category=False, device=None):
+        """What `memsnap timeline` prints, per device: the peaks of allocated and reserved memory
+        (entry, time, the stacks alive then), the out-of-memory errors, with steps=True the peak
+        of each step, the final state (`memsnap timeline --json`; docs/timeline.md)."""
+        return self._run("timeline", *(["--steps"] if steps else []),
+                         *(["--by", "category"] if by_category else []),
+                         *_opt("--device", device))
 
     def explain(self, at=None, capacity=None, device=None):
         """Why memory ran out (or peaked) and which setting would have avoided it, proven by

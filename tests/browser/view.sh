@@ -4,8 +4,8 @@
 # fixture and of two hostile snapshots (markup in frame and file names and in the settings; one
 # without a trace), opens each in headless Chromium with every host unresolvable and an
 # unreachable proxy, and drives it with view_test.js (inserted before </body>, after the data of
-# `memsnap timeline --json`):
-#   - every view renders; the page's decoder reads back exactly the timeline --json data, and the
+# `memsnap timeline --viewer-data`):
+#   - every view renders; the page's decoder reads back exactly the timeline --viewer-data data, and the
 #     page's own replay (replay.js) draws the same bands;
 #   - "Allocated Memory (incl. Private Pools)" on a snapshot with a private pool (view_pools.py):
 #     envelope and stripes as worked out by hand; the pool and time-range selectors;
@@ -21,7 +21,15 @@
 #     the profiler's steps of view_oom.py on the axis; the top consumers add up; the peak key;
 #   - what is alive at the peak as CSV and JSON matches the bands alive there;
 #   - arrow keys in the Allocator State History move the selected event and the map, and the
-#     last event is the snapshot's own state; a page without a trace says why;
+#     last event is the snapshot's own state; a free (free_requested then at once its
+#     free_completed) is one row; the free space, its largest block and the internal
+#     fragmentation are the snapshot's; a block's hover gives its requested and rounded sizes;
+#     the segment map zooms (canvas pixels) and takes keys; a page without a trace says why;
+#   - the x axis says its unit (timesteps), the range boxes take timesteps and show the window;
+#     the minimap is aligned with the plot (canvas pixels); vertical zoom;
+#   - by keyboard only: named controls and regions, the focus order, the plot named by what it
+#     shows, the details a live region, Down / Up pick the bands at the peak and show their
+#     details, ] moves the moment; the history list is a listbox driven by keys;
 #   - no name from the data runs or becomes an element; the page loads nothing and tries to load
 #     nothing (no resource timing entry, no Content-Security-Policy violation);
 #   - names that are not ASCII (view_hostile.py: "\u00fc", an emoji, invalid UTF-8) and a title
@@ -49,12 +57,12 @@ work=$(mktemp -d)
 fail=0
 trap '[[ $fail -eq 0 && -z "${KEEP:-}" ]] && rm -rf "$work"' EXIT
 
-# run NAME PAGE SNAPSHOT [JS [HTML]]: inject the expected timeline data (`memsnap timeline --json`),
+# run NAME PAGE SNAPSHOT [JS [HTML]]: inject the expected timeline data (`memsnap timeline --viewer-data`),
 # the file HTML (raw bytes) and the test, open the page, check the verdict
 run() {
   local name=$1 page=$2 t="$work/$1.test.html" dom="$work/$1.dom"
-  { echo "window.EXPECTED_TL = $("$memsnap" timeline "$3" --json);"
-    echo "window.EXPECTED_SEG = $("$memsnap" timeline "$3" --json --segments);"; echo "${4:-}"; } >"$work/$1.expected.js"
+  { echo "window.EXPECTED_TL = $("$memsnap" timeline "$3" --viewer-data);"
+    echo "window.EXPECTED_SEG = $("$memsnap" timeline "$3" --viewer-data --segments);"; echo "${4:-}"; } >"$work/$1.expected.js"
   # (the page's binary data is raw bytes, so awk in the C locale; the lines pass unchanged)
   LC_ALL=C awk -v js="$here/view_test.js" -v ex="$work/$1.expected.js" -v html="${5:-/dev/null}" '
     $0 == "</body>" && !done {
@@ -102,7 +110,7 @@ python3 "$here/view_stacks.py" "$work/stacks.pickle"
 run stacks "$work/stacks.html" "$work/stacks.pickle" "window.EXPECT_STACKS = true;"
 # the viewer data's worst shape (view_stacked.py) past the page's budget: the page renders and
 # says what it summarized, also in the pools view, which shows that timeline rather than
-# replaying every allocation (issue #35 item 1; `timeline --json` refuses it, so no view_test.js)
+# replaying every allocation (issue #35 item 1; `timeline --viewer-data` refuses it, so no view_test.js)
 python3 "$here/view_stacked.py" "$work/stacked.pickle" 2000 2000
 "$memsnap" view "$work/stacked.pickle" -o "$work/stacked.html"
 for v in timeline pools; do

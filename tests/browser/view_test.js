@@ -26,7 +26,7 @@
       api.show(v);
       ok("view " + v + " renders", status() === "ready", document.body.getAttribute("data-error"));
     });
-    /* the page's decoder reads back exactly `memsnap timeline --json` (PyTorch's data, which the
+    /* the page's decoder reads back exactly `memsnap timeline --viewer-data` (PyTorch's data, which the
      * C tests compare with PyTorch's own output), injected by view.sh as EXPECTED_TL/SEG */
     [["tl", window.EXPECTED_TL, api.timeline], ["seg", window.EXPECTED_SEG, api.segmentTimeline]].forEach(function (x) {
       var raw = x[1], tl = x[2], pts = 0, same = true, bad = "";
@@ -112,6 +112,7 @@
       measure.clicked_text = info.slice(0, 300);
       ok("no timestamp: not 'Invalid Date'", info.indexOf("Invalid Date") < 0, info.slice(0, 200));
       axisLabels(v, "whole run");
+      axesCase(D, TL, v, t, off + TL.size[best] / 2);
       /* search by that band's address and by a frame's text: counts as counted from the data */
       var addr = src >= 0 ? api.hexAddr(src) : "";
       if (addr) {
@@ -208,6 +209,26 @@
     ok("alive CSV rows", csv.length === aliveN + 2 && csv[0].indexOf("address,size,") === 0, csv.length + " vs " + aliveN);
     ok("alive JSON", js.allocations.length === aliveN && js.bytes === aliveB && js.timestep === TL.peakT);
     ok("alive bytes", fl.total === aliveB);
+    /* issue #30 defect 8: the flame graph by keyboard: Up the biggest callee, Down back, Enter
+     * zooms; the details (a live region) say the frame's name and bytes */
+    var fcv = document.querySelector(".plot canvas"), finfo = document.querySelector(".info");
+    function fpress(k) { fcv.dispatchEvent(new KeyboardEvent("keydown", { key: k, bubbles: true, cancelable: true })); }
+    ok("flame: the graph and its details are reachable and named", fcv.tabIndex === 0 && fcv.getAttribute("role") === "img"
+       && /^Flame graph/.test(fcv.getAttribute("aria-label") || "") && finfo.getAttribute("aria-live") === "polite");
+    if (fl.tree && fl.tree.kids.size) {
+      var big = null;
+      fl.tree.kids.forEach(function (k) { if (!big || k.value > big.value || k.value === big.value && k.name < big.name) big = k; });
+      fcv.focus();
+      fpress("ArrowUp");
+      ok("flame: Up goes to the biggest callee and says it", fl.cursor() === big && finfo.textContent.indexOf(big.name + "\n") === 0
+         && finfo.textContent.indexOf("(" + big.value + " bytes)") > 0, finfo.textContent.slice(0, 120));
+      fpress("Enter");
+      ok("flame: Enter zooms to it", fl.zoomed() === big && document.activeElement === fcv);
+      fpress("Enter");
+      fpress("ArrowDown");
+      ok("flame: Enter again backs out, Down goes to the caller", fl.zoomed() === fl.tree && fl.cursor() === fl.tree
+         && finfo.textContent.indexOf("all\n") === 0, finfo.textContent.slice(0, 60));
+    }
     /* issue #30 item 11: the top consumers there, by each grouping, add up to what is alive;
      * sortable; the CSV has every group */
     var cons = fl.consumers;
@@ -218,7 +239,13 @@
       ok("consumers by " + by + ": biggest first", gs.every(function (g, i) { return i === 0 || gs[i - 1][1] >= g[1]; }));
       ok("consumers by " + by + ": CSV", cons.csv(by).split("\n").length === gs.length + 2 && cons.csv(by).indexOf(by + ",bytes,count") === 0);
     });
-    cons.sort(2);
+    /* the count column's head is a button (the keyboard's Enter or Space clicks it), which keeps
+     * the focus and says how the table is sorted (issue #30 defect 8) */
+    var heads = document.querySelectorAll("th button.sort");
+    if (heads.length === 3) { heads[2].focus(); heads[2].click(); }
+    var head2 = document.querySelectorAll("th button.sort")[2];
+    ok("consumers: the heads are buttons that keep the focus", heads.length === 3 && document.activeElement === head2
+       && head2.parentNode.getAttribute("aria-sort") === "descending", heads.length + " heads");
     var byCount = cons.groups("source");
     ok("consumers: sorted by count on a click", byCount.every(function (g, i) { return i === 0 || byCount[i - 1][2] >= g[2]; })
        && cons.rows() === Math.min(100, byCount.length));
@@ -265,28 +292,39 @@
       ok("steps: labelled on the axis", (api.view.labels || []).some(function (l) { return l[0] === "step 4: peak " + (TL.maxAt[TL.peakT] / 1048576).toFixed(1) + "MiB"; }),
          JSON.stringify(api.view.labels));
     }
+    keyboardCase(D, TL);
     /* Allocator State History: arrow keys move the event; the map follows */
     api.show("history");
     var h = api.view, n = D.trace.action.length;
     if (n > 1) {
+      historyCase(D, h, n);
+      /* issue #30 defect 8: the list is a listbox reached and driven by the keyboard */
+      var lst = document.querySelector(".events");
+      lst.focus();
+      lst.dispatchEvent(new KeyboardEvent("keydown", { key: "Home", bubbles: true, cancelable: true }));
+      ok("a11y: the history list by keyboard", document.activeElement === lst && lst.tabIndex === 0 && lst.getAttribute("role") === "listbox"
+         && !!lst.getAttribute("aria-label") && h.selected === 0 && lst.getAttribute("aria-activedescendant") === "ms-history-row-0");
       var ia = -1;
       for (i = 1; i < n; i++) if (D.trace.action[i] === 0) { ia = i; break; }
-      if (ia > 0) {
-        h.select(ia - 1);
+      if (ia > 0 && h.selectEntry) {
+        /* ia starts a row (an alloc is never folded into another row); ia - 1 is in the row before */
+        h.selectEntry(ia - 1);
         var before = h.state.blocks.size;
         key("ArrowDown");
-        ok("ArrowDown selects the next event", h.selected === ia, h.selected + " vs " + ia);
+        ok("ArrowDown selects the next event", h.selectedEntry === ia, h.selectedEntry + " vs " + ia);
         ok("the map gains the allocated block", h.state.blocks.size === before + 1, h.state.blocks.size + " vs " + before);
         key("ArrowUp");
-        ok("ArrowUp goes back", h.selected === ia - 1 && h.state.blocks.size === before);
+        ok("ArrowUp goes back", h.selectedEntry < ia && h.state.blocks.size === before);
         var sel = document.querySelector(".events .row.sel");
-        ok("the selected row is shown", !!sel && +sel.dataset.i === ia - 1);
+        ok("the selected row is shown", !!sel && +sel.dataset.i === h.selected && sel.getAttribute("aria-selected") === "true"
+           && document.querySelector(".events").getAttribute("aria-activedescendant") === sel.id);
       }
       /* the end of the trace is the snapshot's own state */
-      h.select(n - 1);
+      h.select(h.rows ? h.rows.length - 1 : n - 1);
       var live = 0;
       D.segments.forEach(function (g) { g.blocks.forEach(function (b) { if (b[1 + 1] === 1 || b[2] === 2) live++; }); });
       ok("the last event shows the snapshot's blocks", h.state.blocks.size === live, h.state.blocks.size + " vs " + live);
+      historyFigures(D, h);
     } else {
       ok("no trace: the map shows the snapshot", h.drawn && h.drawn.segments === D.segments.length);
       /* issue #30 defect 4: the keys of the list do nothing (no TypeError) without a trace */
@@ -379,6 +417,159 @@
     api.colorBy("allocation");
   }
 
+  /* issue #30 defect 7: one unit on the x axis and in the range boxes (timesteps), said; the
+   * minimap under the plot's own columns; vertical zoom */
+  function axesCase(D, TL, v, t, b) {
+    v.setWindow(0, TL.nT);
+    ok("axes: the x axis says its unit", (v.labels || []).some(function (l) { return l[0] === "timestep"; }), JSON.stringify(v.labels));
+    var boxes = document.querySelectorAll("input.range");
+    ok("range: the boxes say they take timesteps", boxes.length === 2 && /^Steps/.test(boxes[0].parentNode.textContent),
+       boxes.length && boxes[0].parentNode.textContent);
+    if (D.trace && D.ntrace > 2 && TL.nT >= 8 && boxes.length === 2) {
+      var sa = Math.floor(TL.nT / 4), sb = Math.floor(TL.nT / 2);
+      boxes[0].value = String(sa); boxes[1].value = String(sb);
+      boxes[1].dispatchEvent(new Event("change"));
+      var w = v.window();
+      ok("range: the boxes take timesteps and show the window", w[0] >= sa && w[0] < w[1] && w[1] >= sb
+         && +boxes[0].value === w[0] && +boxes[1].value === w[1], w + " boxes " + boxes[0].value + "," + boxes[1].value + " typed " + sa + "," + sb);
+      api.range(null, null);
+    }
+    /* the minimap's window box starts under the plot's column of its first step */
+    var cv = document.querySelector(".plot canvas"), mcv = document.querySelector(".mini canvas");
+    ok("minimap: as wide as the plot", mcv.width === cv.width, mcv.width + " vs " + cv.width);
+    if (TL.nT >= 8) {
+      var a = TL.nT / 4, xa = Math.round(v.canvasToClient(a, 0)[0]);
+      v.setWindow(a, TL.nT / 2);
+      var row = mcv.getContext("2d").getImageData(0, 0, mcv.width, 1).data;
+      ok("minimap: aligned with the plot", row[4 * (xa + 2) + 3] > 0 && row[4 * (xa - 2) + 3] === 0,
+         "alpha at " + (xa - 2) + ": " + row[4 * (xa - 2) + 3] + ", at " + (xa + 2) + ": " + row[4 * (xa + 2) + 3]);
+      v.setWindow(0, TL.nT);
+    }
+    /* vertical zoom: twice as tall, the axis' top is its old middle; the key 0 undoes it */
+    if (!v.zoomY) { ok("vertical zoom", false, "none"); return; }
+    var y0 = v.yMax(), mid = v.labels[2][0], base = v.canvasToClient(t, 0)[1], p0 = v.canvasToClient(t, b)[1];
+    v.zoomY(2);
+    var p1 = v.canvasToClient(t, b)[1];
+    ok("vertical zoom: twice as tall", v.yMax() === y0 / 2 && v.labels[4][0] === mid && Math.abs((base - p1) - 2 * (base - p0)) < 1e-6,
+       v.yMax() + " vs " + y0 + ", " + v.labels[4][0] + " vs " + mid + ", " + (base - p1) + " vs " + (base - p0));
+    var px = p1 > 10 ? cv.getContext("2d").getImageData(Math.round(v.canvasToClient(t, b)[0]), Math.round(p1), 1, 1).data : [0, 0, 0, 255];
+    ok("vertical zoom: the band drawn where it now is", px[3] === 255, Array.from(px).join(","));
+    key("0");
+    ok("vertical zoom: 0 undoes it", v.yMax() === y0, v.yMax() + " vs " + y0);
+  }
+  /* issue #30 defect 8: the page by keyboard and screen reader: named controls, a focus order
+   * (the bar, the plot, the details), the plot named by what it shows, the details a live region;
+   * keys alone choose a band at a moment and show its details */
+  function keyboardCase(D, TL) {
+    api.show("timeline");
+    var v = api.view, bar = document.querySelector(".bar");
+    function press(node, k) { node.dispatchEvent(new KeyboardEvent("keydown", { key: k, bubbles: true, cancelable: true })); }
+    ok("a11y: the controls are a named group", bar.getAttribute("role") === "group" && !!bar.getAttribute("aria-label"));
+    var unnamed = [].filter.call(bar.querySelectorAll("select, input, button"), function (c) {
+      return !c.getAttribute("aria-label") && !c.closest("label") && !c.textContent.trim();
+    });
+    ok("a11y: every control has a name", unnamed.length === 0, unnamed.map(function (c) { return c.outerHTML; }).join(" "));
+    var region = document.querySelector("[role=region]");
+    ok("a11y: the view is a region named as the view", !!region && region.getAttribute("aria-label") === "Active Memory Timeline");
+    var plot = document.querySelector(".plot canvas[tabindex]"), info = document.querySelector(".info");
+    var order = [].filter.call(document.querySelectorAll("select, input, button, [tabindex]"), function (e) { return e.tabIndex >= 0; });
+    ok("a11y: Tab reaches the views, the plot, then the details", !!plot && order.indexOf(bar.querySelector("select")) === 0
+       && order.indexOf(plot) > 0 && order.indexOf(info) > order.indexOf(plot), order.map(function (e) { return e.tagName; }).join(","));
+    if (!plot) return;
+    ok("a11y: the plot is an image named by what it shows", plot.getAttribute("role") === "img"
+       && plot.getAttribute("aria-label").indexOf("peak " ) >= 0, plot.getAttribute("aria-label"));
+    ok("a11y: the details are read as they change", info.getAttribute("role") === "status" && info.getAttribute("aria-live") === "polite");
+    if (!(TL.elementsLength > 0 && TL.n > 1) || !v.picked) return;
+    plot.focus();
+    api.select(-1);
+    press(plot, "ArrowDown");
+    var s1 = v.picked(), T0 = TL.peakT, txt = info.textContent, m = /^Band 1 of (\d+) at timestep (\d+)/.exec(txt);
+    ok("a11y: Down picks the top band at the peak", document.activeElement === plot && s1 >= 0 && !!m && +m[2] === T0
+       && TL.tmin[s1] <= T0 && T0 < TL.tmax[s1] && txt.indexOf(api.elementText(TL, s1)) > 0, txt.slice(0, 200));
+    if (m && +m[1] > 1) {
+      press(plot, "ArrowDown");
+      var s2 = v.picked();
+      ok("a11y: Down again picks the band below", s2 !== s1 && s2 >= 0 && /^Band 2 of /.test(info.textContent)
+         && info.textContent.indexOf(api.elementText(TL, s2)) > 0, info.textContent.slice(0, 120));
+      press(plot, "ArrowUp");
+      ok("a11y: Up goes back", v.picked() === s1 && /^Band 1 of /.test(info.textContent));
+    }
+    press(plot, "]");
+    ok("a11y: ] moves the moment", T0 + 1 >= TL.nT || /^Timestep \d+ chosen/.test(info.textContent) && v.picked() === -1,
+       info.textContent.slice(0, 100));
+    api.select(-1);
+  }
+  /* issue #30 defect 5: the Allocator State History lists one row per free (a free_requested
+   * followed at once by its free_completed), as PyTorch's viewer does */
+  function historyCase(D, h, n) {
+    var pairs = 0, firstPair = -1, i;
+    for (i = 0; i + 1 < n; i++)
+      if (D.trace.action[i] === 1 && D.trace.action[i + 1] === 2 && D.trace.addr[i] === D.trace.addr[i + 1]) {
+        if (firstPair < 0) firstPair = i;
+        pairs++; i++;
+      }
+    ok("history: one row per free", !!h.rows && h.rows.length === n - pairs, (h.rows ? h.rows.length : "no rows") + " vs " + (n - pairs));
+    if (firstPair >= 0 && h.selectEntry) {
+      h.selectEntry(firstPair + 1);
+      var row = document.querySelector(".events .row.sel");
+      ok("history: a free is one row, its state after the free_completed", h.selectedEntry === firstPair && !!row
+         && /^free /.test(row.textContent) && h.state.step === firstPair + 2, row && row.textContent);
+    }
+  }
+  /* issue #30 defect 5: the figures of the snapshot's own state (free space, its largest block,
+   * internal fragmentation), a block's hover (requested and rounded sizes), the map zoomed */
+  function historyFigures(D, h) {
+    var res = 0, al = 0, req = 0, busy = 0, largest = 0, pick = null;
+    D.segments.forEach(function (g) {
+      var run = 0, addr = parseInt(g.addr, 16);
+      res += g.size;
+      g.blocks.forEach(function (b) {
+        if (b[2] === 1 || b[2] === 2) {
+          busy += b[0];
+          if (b[2] === 1) { al += b[0]; req += b[1]; if (!pick || (b[0] > b[1]) > (pick.size > pick.req) || (b[0] > b[1]) === (pick.size > pick.req) && b[0] > pick.size)
+            pick = { addr: addr, size: b[0], req: b[1] }; /* the largest, rounded if one is */
+          }
+          run = 0;
+        } else { run += b[0]; if (run > largest) largest = run; }
+        addr += b[0];
+      });
+    });
+    var txt = h.info.textContent;
+    var m = /free in the segments: [^(]*\((\d+) bytes\), largest free block [^(]*\((\d+) bytes\)/.exec(txt);
+    ok("history: free space and its largest block", !!m && +m[1] === res - busy && +m[2] === largest,
+       (m ? m[1] + "," + m[2] : txt.slice(0, 200)) + " vs " + (res - busy) + "," + largest);
+    m = /internal fragmentation: [^(]*\((\d+) bytes\)/.exec(txt);
+    ok("history: internal fragmentation", !!m && +m[1] === al - req, (m ? m[1] : txt.slice(0, 200)) + " vs " + (al - req));
+    if (!pick || !h.rectOf) { ok("history: the map's API", !!h.rectOf); return; }
+    var r = h.rectOf(pick.addr);
+    h.hover(r[0] + r[2] / 2, r[1] + r[3] / 2);
+    txt = h.info.textContent;
+    ok("history: a block's hover says its requested and rounded sizes", txt.indexOf("b'" + pick.addr.toString(16) + ": block of ") === 0
+       && txt.indexOf("(" + pick.size + " bytes), requested ") > 0 && txt.indexOf("(" + pick.req + " bytes)") > 0,
+       JSON.stringify(pick) + " at " + JSON.stringify(r) + ": " + txt.slice(0, 200));
+    /* zoomed 8 times about the block: 8 times as wide, and drawn in its colour where it now is */
+    h.zoomMap(8, r[0] + r[2] / 2, r[1] + r[3] / 2);
+    var r2 = h.rectOf(pick.addr), cv = document.querySelector(".segmap canvas");
+    ok("history: the map zooms", h.mapZoom.z === 8 && Math.abs(r2[2] - 8 * r[2]) < 1e-6 && Math.abs(r2[3] - 8 * r[3]) < 1e-6,
+       JSON.stringify([r, r2]));
+    var cx = Math.round(r2[0] + r2[2] / 2), cy = Math.round(r2[1] + r2[3] / 2);
+    var px = cx >= 0 && cx < cv.width && cy >= 0 && cy < cv.height ? cv.getContext("2d").getImageData(cx, cy, 1, 1).data : [0, 0, 0, 0];
+    ok("history: the zoomed block drawn under its new place", px[3] === 255 && !(px[0] === 255 && px[1] === 255 && px[2] === 255)
+       && !(px[0] === 0 && px[1] === 0 && px[2] === 0), Array.from(px) + " at " + cx + "," + cy);
+    /* keyboard: the map takes + - 0 and arrows while focused; the list keeps its selection */
+    var at = h.selected;
+    cv.focus();
+    cv.dispatchEvent(new KeyboardEvent("keydown", { key: "0", bubbles: true, cancelable: true }));
+    cv.dispatchEvent(new KeyboardEvent("keydown", { key: "+", bubbles: true, cancelable: true }));
+    cv.dispatchEvent(new KeyboardEvent("keydown", { key: "ArrowDown", bubbles: true, cancelable: true }));
+    ok("history: the map's keys", h.mapZoom.z === 2 && h.mapZoom.py > 0 && h.selected === at, JSON.stringify(h.mapZoom));
+    if (window.EXPECT_OOM || window.EXPECT_POOLS) {
+      /* few segments: a row of the map is taller than the old 30-pixel strip */
+      cv.dispatchEvent(new KeyboardEvent("keydown", { key: "0", bubbles: true, cancelable: true }));
+      var g0 = h.state.segs[0], rs = g0 && h.rectOf(g0.addr, true);
+      ok("history: the map's rows fill its height", !!rs && rs[3] > 30, JSON.stringify(rs));
+    }
+  }
   /* issue #30 defect 7: every label of the timeline's axes inside the canvas (the last tick, the
    * peak's label), and no tick twice */
   function axisLabels(v, when) {

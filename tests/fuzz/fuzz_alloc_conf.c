@@ -127,10 +127,9 @@ static void conf_drive(const ms_alloc_config_t *c) {
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  char str[MS_ALLOC_CONF_MAX + 64];
-  if (size >= sizeof str) size = sizeof str - 1;
-  memcpy(str, data, size);
-  str[size] = 0;
+  char *str = fz_cstr(fz_in(data, size), MS_ALLOC_CONF_MAX + 63);
+  if (!str) return 0;
+  if (size > MS_ALLOC_CONF_MAX + 63) size = MS_ALLOC_CONF_MAX + 63;
 
   ms_alloc_config_t def, base, c1, c2;
   ms_alloc_config_init(&def);
@@ -170,5 +169,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     unsetenv(MS_ALLOC_CONF_ENV);
   }
+  free(str);
   return 0;
 }

@@ -148,10 +148,8 @@ static void fuzz_limit(const char *s) {
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  char *s = malloc(size + 1);
+  char *s = fz_cstr(fz_in(data, size), 0);
   if (!s) return 0;
-  memcpy(s, data, size);
-  s[size] = 0;
   fuzz_capacity(s);
   fuzz_sweep(s);
   fuzz_limit(s);

@@ -10,7 +10,7 @@
  *    configuration, and the smallest capacity for short traces;
  *  - the text and JSON commands themselves, through the CLI's own code (the objects of cli/ linked
  * in, with standard output sent to /dev/null): `stats`, `stats --summary`, `stats --json`, `trace`,
- *    `trace --json`, `top`, `explain --no-replay --json`, `timeline --steps`;
+ *    `trace --json`, `top`, `explain --no-replay --json`, `timeline --steps` (text and `--json`);
  *  - the answers: explain (without and, for short traces, with its remedies' replays), the
  *    capacity and the OOMs of every device, the annotation ranges.
  * Each answers MS_OK or a described error (the CLI: exit status 0 or 1, never 2 for a file it
@@ -247,7 +247,8 @@ static void cli(const uint8_t *data, size_t size) {
                                         {"stats", "--json", NULL}, {"trace", NULL},
                                         {"trace", "--json", NULL}, {"top", NULL},
                                         {"explain", "--no-replay", "--json", NULL},
-                                        {"timeline", "--steps", NULL}};
+                                        {"timeline", "--steps", NULL},
+                                        {"timeline", "--steps", "--json", NULL}};
   for (size_t c = 0; c < sizeof cmds / sizeof *cmds; c++) {
     char *argv[6];
     int argc = 0;
@@ -267,8 +268,8 @@ static void cli(const uint8_t *data, size_t size) {
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size == 0) return 0;
-  FILE *fp = fmemopen((void *)data, size, "rb");
-  FZ_CHECK(fp != NULL, "fmemopen");
+  FILE *fp = fz_fopen(fz_in(data, size));
+  FZ_CHECK(fp != NULL, "cannot open a memory stream");
   ms_snapshot_t *s = NULL;
   ms_errbuf_t eb = {{0}};
   int rc = ms__snapshot_load_fp(fp, "input", true, 0, &s, &eb);

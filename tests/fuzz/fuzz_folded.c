@@ -107,10 +107,11 @@ static void folded_failing_sink(ms_flame_t *fl, size_t limit) {
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  if (size < 2) return 0;
-  uint8_t f = data[0], g = data[1];
-  const char *text = (const char *)data + 2;
-  size_t len = size - 2;
+  fz_in_t in = fz_in(data, size);
+  uint8_t f, g;
+  if (!fz_take(&in, &f) || !fz_take(&in, &g)) return 0;
+  const char *text = (const char *)in.p;
+  size_t len = in.n;
   ms_flame_options_t o;
   ms_flame_options_init(&o);
   o.inverted = f & 1;

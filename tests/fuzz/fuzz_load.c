@@ -32,15 +32,9 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static FILE *open_mem(const uint8_t *data, size_t size) {
-  /* fmemopen refuses (or misreads) an empty buffer on some libcs: /dev/null is empty too */
-  if (size == 0) return fopen("/dev/null", "rb");
-  return fmemopen((void *)data, size, "rb");
-}
-
 static int load(const uint8_t *data, size_t size, const char *name, bool rewindable, unsigned flags,
                 ms_snapshot_t **out, ms_errbuf_t *eb) {
-  FILE *fp = open_mem(data, size);
+  FILE *fp = fz_fopen(fz_in(data, size));
   FZ_CHECK(fp != NULL, "cannot open a memory stream");
   eb->msg[0] = 0;
   *out = NULL;
@@ -81,11 +75,13 @@ static void via_path(const uint8_t *data, size_t size, unsigned flags, int rc,
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  if (size < 1) return 0;
-  unsigned flags = (data[0] & 1) ? MS_LOAD_NO_TRACE : 0;
-  bool through_path = (data[0] >> 1) % 64 == 0;
-  data++;
-  size--;
+  fz_in_t inp = fz_in(data, size);
+  uint8_t opt;
+  if (!fz_take(&inp, &opt)) return 0;
+  unsigned flags = (opt & 1) ? MS_LOAD_NO_TRACE : 0;
+  bool through_path = (opt >> 1) % 64 == 0;
+  data = inp.p;
+  size = inp.n;
   ms_snapshot_t *f = NULL, *in = NULL, *full = NULL;
   ms_errbuf_t ef, ei, eu;
   int rf = load(data, size, "file", true, flags, &f, &ef);

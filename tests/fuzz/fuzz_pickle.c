@@ -17,30 +17,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fuzz_util.h"
 #include "memsnap/pickle.h"
 #include "memsnap/timeline.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-typedef struct fz_buf_s {
-  char *p;
-  size_t n, cap;
-} fz_buf_t;
-
-static int fz_write(void *ctx, const char *buf, size_t len) {
-  fz_buf_t *b = ctx;
-  if (b->n + len > b->cap) {
-    size_t nc = b->cap ? b->cap * 2 : 4096;
-    while (nc < b->n + len) nc *= 2;
-    char *np = realloc(b->p, nc);
-    if (!np) return MS_ENOMEM;
-    b->p = np;
-    b->cap = nc;
-  }
-  memcpy(b->p + b->n, buf, len);
-  b->n += len;
-  return MS_OK;
-}
 
 static void fz_timeline(const ms_snapshot_t *s) {
   ms_timeline_t *tl = NULL;
@@ -82,12 +63,10 @@ static bool fz_free(uint8_t a) {
 /* The read without some entries' stacks (flags), against the full read s (rc). */
 static void fz_no_stacks(const uint8_t *data, size_t size, unsigned flags, int rc,
                          const ms_snapshot_t *s) {
-  ms_membuf_t mb;
-  ms_source_t src;
-  ms_source_init_mem(&src, &mb, data, size);
+  fz_source_t fs;
   ms_snapshot_t *k = NULL;
   ms_errbuf_t eb = {{0}};
-  int rk = ms_pickle_read_ex(&src, flags, &k, &eb);
+  int rk = ms_pickle_read_ex(fz_source(&fs, fz_in(data, size), 0), flags, &k, &eb);
   if (rk != MS_OK && eb.msg[0] == 0) abort();
   if (rk != MS_OK) {
     if (rc == MS_OK && rk != MS_EUNSUPPORTED) abort();
@@ -113,16 +92,13 @@ static void fz_no_stacks(const uint8_t *data, size_t size, unsigned flags, int r
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  ms_membuf_t mb;
-  ms_source_t src;
-  ms_source_init_mem(&src, &mb, data, size);
+  fz_source_t fs;
   ms_snapshot_t *s = NULL;
   ms_errbuf_t eb = {{0}};
-  int rc = ms_pickle_read(&src, &s, &eb);
-  ms_source_init_mem(&src, &mb, data, size);
+  int rc = ms_pickle_read(fz_source(&fs, fz_in(data, size), 0), &s, &eb);
   ms_snapshot_t *k = NULL;
   ms_errbuf_t ekb = {{0}};
-  int rk = ms_pickle_read_ex(&src, MS_LOAD_NO_TRACE, &k, &ekb);
+  int rk = ms_pickle_read_ex(fz_source(&fs, fz_in(data, size), 0), MS_LOAD_NO_TRACE, &k, &ekb);
   if (rk != MS_OK && ekb.msg[0] == 0) abort();
   if (rk == MS_OK) {
     if (k->ntrace != 0 || !(k->present & MS_SNAP_TRACE_SKIPPED)) abort();
@@ -141,11 +117,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   }
   fz_timeline(s);
   fz_buf_t out = {0};
-  ms_sink_t sink = {fz_write, &out};
+  ms_sink_t sink = {fz_buf_write, &out};
   if (ms_pickle_write(s, &sink, &eb) != MS_OK) abort();
-  ms_source_init_mem(&src, &mb, out.p, out.n);
   ms_snapshot_t *t = NULL;
-  if (ms_pickle_read(&src, &t, &eb) != MS_OK) abort();
+  if (ms_pickle_read(fz_source(&fs, fz_in((const uint8_t *)out.p, out.n), 0), &t, &eb) != MS_OK)
+    abort();
   if (t->nsegments != s->nsegments || t->nblocks != s->nblocks || t->ntrace != s->ntrace ||
       t->nhistory != s->nhistory)
     abort();

@@ -30,8 +30,10 @@ needs_fixtures = pytest.mark.skipif(not PICKLES, reason="SKIP: no PyTorch fixtur
 
 
 def cli(*args):
-    """(document or None, error message or None) of `memsnap ARGS --json`."""
-    p = subprocess.run([BIN, *args, "--json"], capture_output=True)
+    """(document or None, error message or None) of `memsnap ARGS --json` (`timeline`'s viewer
+    data: ARGS ending in --viewer-data)."""
+    flag = [] if args[-1] == "--viewer-data" else ["--json"]
+    p = subprocess.run([BIN, *args, *flag], capture_output=True)
     if p.returncode == 0 or (args[0] == "replay" and p.returncode == 1 and p.stdout.strip()):
         return json.loads(p.stdout), None
     lines = [ln.split("memsnap: error: ", 1)[1] for ln in p.stderr.decode().splitlines()
@@ -59,8 +61,12 @@ METHODS = [
     ("top", lambda s: s.top(), ["top", "--at", "peak", "-n", "20"]),
     ("top_by_file", lambda s: s.top(by="file", n=5), ["top", "--at", "peak", "--by", "file", "-n", "5"]),
     ("top_by_size_end", lambda s: s.top(at="end", by="size", n=0), ["top", "--at", "end", "--by", "size", "-n", "0"]),
-    ("timeline", lambda s: s.timeline(), ["timeline"]),
-    ("timeline_segments", lambda s: s.timeline(segments=True), ["timeline", "--segments"]),
+    ("timeline", lambda s: s.timeline(), ["timeline", "--viewer-data"]),
+    ("timeline_segments", lambda s: s.timeline(segments=True),
+     ["timeline", "--segments", "--viewer-data"]),
+    ("timeline_report", lambda s: s.timeline_report(), ["timeline"]),
+    ("timeline_report_steps", lambda s: s.timeline_report(steps=True, by_category=True),
+     ["timeline", "--steps", "--by", "category"]),
     ("explain", lambda s: s.explain(), ["explain"]),
     ("replay_check", lambda s: s.replay(), ["replay", "--check"]),
     ("replay_config", lambda s: s.replay(config="expandable_segments:True", capacity="unlimited"),
@@ -123,7 +129,7 @@ def test_exports_equal_cli(fixture, tmp_path):
 
 
 # the answers that read the whole snapshot in different ways (state, trace, time index, replays)
-DICT_METHODS = ("stats", "top", "timeline", "explain", "replay_check")
+DICT_METHODS = ("stats", "top", "timeline", "timeline_report", "explain", "replay_check")
 
 
 @needs_fixtures

@@ -11,6 +11,8 @@
  *   record   eight threads record allocations and frees in the interposer's recorder
  *            (lib/interpose/record.c, linked in with tests/run/record_stubs.c) while the main
  *            thread builds snapshots of it
+ *   csv      the CSV export (lib/export/csv.c), whose trace table is written on a second thread
+ *            while the first writes the others, over a snapshot with a recorded history
  * Exits 0 when every check held; ThreadSanitizer makes it exit 66 on a report.
  */
 #include <pthread.h>
@@ -22,8 +24,10 @@
 #include "interpose/run_internal.h"
 #include "memsnap/allocator.h"
 #include "memsnap/backend.h"
+#include "memsnap/export.h"
 #include "memsnap/history.h"
 #include "memsnap/snapshot.h"
+#include "memsnap/timeline.h"
 
 #define CHECK(cond)                                                                                \
   do {                                                                                             \
@@ -122,10 +126,60 @@ static void tt_record(void) {
   ms__run_stop(); /* no exit snapshot */
 }
 
+static int tt_count(void *ctx, const char *buf, size_t len) {
+  (void)buf;
+  *(size_t *)ctx += len;
+  return 0;
+}
+
+static void tt_csv(void) {
+  ms_backend_t *be = NULL;
+  ms_sim_config_t c = {.ndevices = 1, .capacity = (size_t)1 << 30};
+  CHECK(ms_backend_sim_create(&c, &be) == MS_OK);
+  ms_allocator_config_t ac = {.backend = be, .device = 0, .alloc = NULL};
+  ms_errbuf_t eb = {0};
+  ms_allocator_t *a = NULL;
+  CHECK(ms_allocator_create(&ac, &a, &eb) == MS_OK);
+  ms_history_config_t hc;
+  ms_history_config_init(&hc);
+  hc.enabled = MS_HISTORY_ALL;
+  CHECK(ms_allocator_record_history(a, &hc, &eb) == MS_OK);
+  ms_devptr_t live[16] = {0};
+  for (int i = 0; i < 2000; i++) {
+    int k = i % 16;
+    if (live[k]) CHECK(ms_allocator_free(a, live[k]) == MS_OK);
+    CHECK(ms_allocator_malloc(a, 512 * (size_t)(1 + i % 64), 0, &live[k]) == MS_OK);
+  }
+  ms_snapshot_t *s = NULL;
+  CHECK(ms_allocator_snapshot(&a, 1, &s, &eb) == MS_OK);
+  ms_timeline_t *tl = NULL;
+  CHECK(ms_timeline_create(s, NULL, &tl, &eb) == MS_OK);
+  size_t bytes[MS_EXPORT_CSV_NFILES] = {0};
+  ms_sink_t sink[MS_EXPORT_CSV_NFILES], *sinks[MS_EXPORT_CSV_NFILES];
+  for (int k = 0; k < MS_EXPORT_CSV_NFILES; k++) {
+    sink[k] = (ms_sink_t){tt_count, &bytes[k]};
+    sinks[k] = &sink[k];
+  }
+  ms_export_csv_t *x = NULL;
+  CHECK(ms_export_csv_create(sinks, 1, &x, &eb) == MS_OK);
+  for (int i = 0; i < 3; i++)
+    CHECK(ms_export_csv_add(x, s, tl, "tsan", true, i, NULL, &eb) == MS_OK);
+  CHECK(ms_export_csv_rows(x, MS_EXPORT_CSV_TRACE) == 3 * s->ntrace);
+  CHECK(ms_export_csv_finish(x, &eb) == MS_OK);
+  for (int k = 0; k < MS_EXPORT_CSV_NFILES; k++) CHECK(bytes[k] > 0);
+  ms_timeline_destroy(tl);
+  ms_snapshot_free(s);
+  for (int k = 0; k < 16; k++)
+    if (live[k]) CHECK(ms_allocator_free(a, live[k]) == MS_OK);
+  ms_allocator_destroy(a);
+  ms_backend_destroy(be);
+}
+
 int main(int argc, char **argv) {
   const char *what = argc > 1 ? argv[1] : "all";
   if (!strcmp(what, "history") || !strcmp(what, "all")) tt_history();
   if (!strcmp(what, "record") || !strcmp(what, "all")) tt_record();
+  if (!strcmp(what, "csv") || !strcmp(what, "all")) tt_csv();
   printf("tsan_threads: %s: ok\n", what);
   return 0;
 }

@@ -5,8 +5,8 @@
  * window.memsnapConsumers.table(root, ctx) draws, under the flame graph, what is alive at the
  * moment grouped by source line (the innermost Python frame the stack shows, else its innermost
  * shown frame), by category (when the page has them) or by stack, with bytes, share and count per
- * group: sortable by a click on a column's head, all groups downloadable as CSV. ctx = {el,
- * fmtSize, items: [{size, source, category, stack (its text, innermost first)}], moment, total,
+ * group: sortable by a click on a column's head (a button: the keyboard sorts too), all groups
+ * downloadable as CSV. ctx = {el, fmtSize, items: [{size, source, category, stack (its text, innermost first)}], moment, total,
  * hasCategories}. Every name is shown through textContent. Returns {groups(by), csv(by), sort(col),
  * rows ()}: the groups as [name, bytes, count], biggest first unless sorted otherwise.
  */
@@ -52,11 +52,18 @@
       tab.textContent = "";
       var tr = el("tr", "", tab);
       [by === "source" ? "source line" : by, "bytes", "count", "share"].forEach(function (h, i) {
-        var th = el("th", "", tr, h + (i === sortCol ? (sortDown ? " \u25be" : " \u25b4") : ""));
+        var text = h + (i === sortCol ? (sortDown ? " \u25be" : " \u25b4") : ""), th = el("th", "", tr);
+        th.setAttribute("scope", "col");
         if (i < 3) {
-          th.style.cursor = "pointer";
-          th.addEventListener("click", function () { api.sort(i); });
-        }
+          /* a button, so that the keyboard sorts too (Enter, Space); the focus stays on it */
+          var b = el("button", "sort", th, text);
+          th.setAttribute("aria-sort", i === sortCol ? (sortDown ? "descending" : "ascending") : "none");
+          b.addEventListener("click", function () {
+            api.sort(i);
+            var again = tab.querySelectorAll("th button")[i];
+            if (again) again.focus();
+          });
+        } else th.textContent = text;
       });
       gs.slice(0, SHOWN).forEach(function (g) {
         var r = el("tr", "", tab);

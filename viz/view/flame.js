@@ -6,7 +6,8 @@
  * window.memsnapFlame.view(root, tl, c) draws it for timeline tl at c.selectedT (the peak when
  * it is -1); c carries the page's data D and its helpers (el, fmtSize, fmtBoth, elementStack,
  * shownFrames, stackFrames, frameText, elementAddr, streamName, seriesCat). Returns {name,
- * destroy, alive, total, csv(), json(), consumers (consumers.js), depth, drawnDepth}.
+ * destroy, alive, total, csv(), json(), consumers (consumers.js), depth, drawnDepth, tree (the
+ * frames: {name, value, kids, parent}), cursor() (the keyboard's frame), zoomed()}.
  */
 (function () {
   "use strict";
@@ -21,6 +22,15 @@
       + ": " + fmtBoth(tl.maxAt[Math.min(t, tl.maxAt.length - 1)] || 0) + ". Root at the bottom, callers below callees; click a frame to zoom, click the root to reset.");
     var plot = el("div", "plot", root), info = el("pre", "info", root);
     var cv = el("canvas", "", plot), ctx = cv.getContext("2d");
+    /* by keyboard (below): the canvas takes the focus, the details are read as they change */
+    cv.tabIndex = 0;
+    cv.setAttribute("role", "img");
+    cv.setAttribute("aria-label", "Flame graph of what is alive at timestep " + t + ". Up goes to the biggest "
+      + "callee, Down to the caller, Left and Right to the neighbours, Enter zooms to the frame (on the "
+      + "frame zoomed to: back out).");
+    info.tabIndex = 0;
+    info.setAttribute("role", "status");
+    info.setAttribute("aria-live", "polite");
     /* the tree: root -> outermost frame ... innermost */
     var root0 = { name: "all", value: 0, kids: new Map(), parent: null };
     var alive = [];
@@ -90,7 +100,13 @@
     self.consumers = window.memsnapConsumers.table(root, {
       el: el, fmtSize: fmtSize, items: alive.map(consumer), moment: t, total: root0.value,
       hasCategories: !!(tl.cat && D.categories) });
-    var focus = root0, boxes = [];
+    var focus = root0, boxes = [], cursor = null;
+    function byName(a, b) { return a.name < b.name ? -1 : a.name > b.name ? 1 : 0; }
+    function kidsOf(node) { return Array.from(node.kids.values()).sort(byName); }
+    function say(node) {
+      info.textContent = node.name + "\n" + fmtBoth(node.value) + " ("
+        + (100 * node.value / Math.max(1, root0.value)).toFixed(2) + "% of what is alive)";
+    }
     function depthOf(node) {
       var d = 0;
       node.kids.forEach(function (k) { d = Math.max(d, 1 + depthOf(k)); });
@@ -115,19 +131,52 @@
           ctx.save(); ctx.beginPath(); ctx.rect(x, y, w, rh); ctx.clip();
           ctx.fillText(node.name, x + 2, y + 12); ctx.restore();
         }
-        var kids = Array.from(node.kids.values()).sort(function (a, b) { return a.name < b.name ? -1 : a.name > b.name ? 1 : 0; });
-        var cx = x;
+        var kids = kidsOf(node), cx = x;
         kids.forEach(function (k) { var kw = w * k.value / node.value; rec(k, cx, kw, depth + 1); cx += kw; });
       }
       rec(focus, 0, W, 0);
       plot.scrollTop = plot.scrollHeight;
+      /* the keyboard's frame: outlined, and scrolled to */
+      boxes.forEach(function (b) {
+        if (b[4] !== cursor) return;
+        ctx.strokeStyle = "#000"; ctx.lineWidth = 2;
+        ctx.strokeRect(b[0] + 1, b[1] + 1, Math.max(1, b[2] - 2.5), b[3] - 3);
+        if (b[1] < plot.scrollTop || b[1] + b[3] > plot.scrollTop + plot.clientHeight)
+          plot.scrollTop = Math.max(0, b[1] - plot.clientHeight / 2);
+      });
     }
+    /* the keys while the graph has the focus: Up the biggest callee, Down the caller (not below
+     * the frame zoomed to), Left / Right the neighbours (in drawing order), Enter zooms */
+    cv.addEventListener("keydown", function (ev) {
+      var c = cursor || focus, k, i;
+      if (ev.key === "ArrowUp") {
+        k = kidsOf(c);
+        if (k.length) c = k.reduce(function (a, b) { return b.value > a.value ? b : a; });
+      } else if (ev.key === "ArrowDown") {
+        if (c !== focus && c.parent) c = c.parent;
+      } else if (ev.key === "ArrowLeft" || ev.key === "ArrowRight") {
+        if (c !== focus && c.parent) {
+          k = kidsOf(c.parent); i = k.indexOf(c) + (ev.key === "ArrowLeft" ? -1 : 1);
+          if (i >= 0 && i < k.length) c = k[i];
+        }
+      } else if (ev.key === "Enter") {
+        focus = c === focus && focus.parent ? focus.parent : c;
+        c = focus;
+      } else return;
+      ev.preventDefault();
+      ev.stopPropagation();
+      cursor = c;
+      draw();
+      say(c);
+    });
+    self.cursor = function () { return cursor; };
+    self.zoomed = function () { return focus; };
+    self.tree = root0;
     cv.addEventListener("mousemove", function (ev) {
       for (var i = 0; i < boxes.length; i++) {
         var b = boxes[i];
         if (ev.offsetX >= b[0] && ev.offsetX < b[0] + b[2] && ev.offsetY >= b[1] && ev.offsetY < b[1] + b[3]) {
-          info.textContent = b[4].name + "\n" + fmtBoth(b[4].value) + " ("
-            + (100 * b[4].value / Math.max(1, root0.value)).toFixed(2) + "% of what is alive)";
+          say(b[4]);
           return;
         }
       }
@@ -136,7 +185,7 @@
       for (var i = 0; i < boxes.length; i++) {
         var b = boxes[i];
         if (ev.offsetX >= b[0] && ev.offsetX < b[0] + b[2] && ev.offsetY >= b[1] && ev.offsetY < b[1] + b[3]) {
-          focus = b[4] === focus && focus.parent ? focus.parent : b[4]; draw(); return;
+          focus = b[4] === focus && focus.parent ? focus.parent : b[4]; cursor = null; draw(); return;
         }
       }
     });

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT
  * memsnap viewer: the HTML page (memsnap/view.h). The page is the style, a skeleton, the binary
- * data (gzip, escaped: bin.h), the JSON data and the script; view.js draws everything from the
- * data. The page is declared windows-1252, whose decoder gives every byte a character of its own,
- * so the binary elements hold raw bytes; everything else in it is ASCII (writer.h).
+ * data (gzip, escaped: bin.h), the JSON data and the script (the viewer's scripts, listed in
+ * viz/CMakeLists.txt) that draws everything from the data. The page is declared windows-1252,
+ * whose decoder gives every byte a character of its own, so the binary elements hold raw bytes;
+ * everything else in it is ASCII (writer.h).
  */
 #include <stdbool.h>
 #include <stdint.h>
@@ -18,7 +19,7 @@
 #include "answer.h"
 #include "writer.h"
 
-/* The page's script and style (view.js, view.css), embedded at build time (embed.cmake). */
+/* The page's script and style (viz/CMakeLists.txt lists the scripts; view.css), embedded at build time (embed.cmake). */
 extern const char ms__view_js[];
 extern const size_t ms__view_js_len;
 extern const char ms__view_css[];
@@ -133,7 +134,7 @@ static void view_bin_tlv(vb_t *b, const char *prefix, const ms_tlv_t *v) {
   for (size_t i = 0; i < nsumm; i++) vb_f64(b, (double)v->sizes[summ_first + i]);
   vb_end(b);
   /* max_at_time is the sum of the sizes of the bands alive at each step: the page computes it
-   * from the bands (view.js, maxAtTime), exactly while every total is at most 2^52 */
+   * from the bands (timeline-data.js, maxAtTime), exactly while every total is at most 2^52 */
   bool band = false; /* the page sums max_at_time from the bands, the summarized one aside */
   for (size_t i = 0; i < nsumm && !band; i++) band = v->sizes[summ_first + i] != 0;
   if (band || !view_exact(v->max_at_time, v->ntimesteps)) {

@@ -1,0 +1,539 @@
+/* SPDX-License-Identifier: MIT
+ * memsnap cache: the time index's file (memsnap/cache.h, ms_cache_index_*). What `top`,
+ * `timeline`, `memory --at` and the classifier need after reading a snapshot is its time index
+ * (memsnap/timeline.h): per device, the alloc/free pairs, the chosen block sizes, the four series
+ * and the checkpoints. Building it is a pass over the whole trace; this file stores it so that a
+ * later run maps it instead.
+ *
+ * The file, all integers little-endian, every field 8-byte aligned:
+ *   header (IX_HEADER_BYTES): magic "memsnapI", u32 version, u32 load flags, u64 content hash,
+ *     u64 input size, u64 file length, u64 body checksum, u32 checkpoint interval, u32 filter
+ *     bits (1: stream, 2: pool), u64 stream, i64 pool[2], u64 devices, u64 header checksum;
+ *   per device: u64 entries (n), u64 checkpoints; the pairs (n x u32, padded to 8 bytes); the
+ *     block sizes (n x u64); the series, one metric after the other ((n + 1) x u64 each); each
+ *     checkpoint: u64 step, u64 segments, u64 blocks, 4 x u64 totals, the segments (IX_SEGMENT
+ *     bytes each), their block counts (u32 each, padded to 8 bytes), the blocks (IX_BLOCK each).
+ * The checksums are those of the snapshot's file (lib/cache/internal.h).
+ *
+ * A file is refused (never trusted) unless, besides magic, version, key, configuration, length and
+ * checksums: its devices and their entry counts are the snapshot's; every pair is none or an entry
+ * of the device; each device's checkpoints have increasing steps, the last at the end of the trace;
+ * each checkpoint's segments are sorted and disjoint, its block counts add up to its blocks, each
+ * block lies inside its segment after the previous one, every index in a segment or block (entries,
+ * stacks, the snapshot's segments and blocks) is in range, every state and flag is one the index
+ * makes, and the totals are the series' at that step. Wrong numbers in the pairs, sizes or series of
+ * a forged file give wrong answers, never a crash: the index's readers check what they index with.
+ */
+#include <errno.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cache/internal.h"
+#include "common/internal.h"
+#include "memsnap/cache.h"
+#include "timeline/internal.h"
+
+#define IX_MAGIC "memsnapI"
+#define IX_HEADER_BYTES 96u
+#define IX_SEGMENT 56u
+#define IX_BLOCK 72u
+#define IX_BLOCK_FLAGS (MS_TL_BLOCK_FROM_SNAPSHOT | MS_TL_BLOCK_SIZE_INFERRED | \
+                        MS_TL_BLOCK_ALLOC_UNRECORDED)
+
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+#define IX_LE_HOST 1
+#else
+#define IX_LE_HOST 0
+#endif
+
+static void ix_le64(unsigned char *p, uint64_t v) {
+  for (int i = 0; i < 8; i++) p[i] = (unsigned char)(v >> (8 * i));
+}
+static void ix_le32(unsigned char *p, uint32_t v) {
+  for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i));
+}
+static uint64_t ix_rd64(const unsigned char *p) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; i--) v = v << 8 | p[i];
+  return v;
+}
+static uint32_t ix_rd32(const unsigned char *p) {
+  return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+/* ---- writing -------------------------------------------------------------------------------- */
+
+/* Streams the body through one chunk of CACHE_SUM_CHUNK bytes (the checksum's unit) to a file or
+ * a growing buffer, as the snapshot's writer does. */
+typedef struct ixw_s {
+  unsigned char *chunk;
+  size_t fill;
+  uint64_t pos, sum;
+  int fd;
+  unsigned char *mem;
+  size_t mem_len, mem_cap;
+  bool failed;
+} ixw_t;
+
+static void ixw_out(ixw_t *w, const unsigned char *p, size_t n) {
+  if (w->failed || n == 0) return;
+  if (w->fd >= 0) {
+    while (n) {
+      ssize_t k = write(w->fd, p, n);
+      if (k < 0 && errno == EINTR) continue;
+      if (k <= 0) {
+        w->failed = true;
+        return;
+      }
+      p += k;
+      n -= (size_t)k;
+    }
+    return;
+  }
+  if (w->mem_len + n > w->mem_cap) {
+    size_t cap = w->mem_cap ? w->mem_cap : (size_t)1 << 16;
+    while (cap < w->mem_len + n) cap *= 2;
+    unsigned char *q = realloc(w->mem, cap);
+    if (!q) {
+      w->failed = true;
+      return;
+    }
+    w->mem = q;
+    w->mem_cap = cap;
+  }
+  memcpy(w->mem + w->mem_len, p, n);
+  w->mem_len += n;
+}
+
+static void ixw_flush(ixw_t *w) {
+  if (w->fill == 0) return;
+  w->sum = ms_hash_step(w->sum, cache_sum(w->chunk, w->fill, 0));
+  ixw_out(w, w->chunk, w->fill);
+  w->fill = 0;
+}
+
+static void ixw_put(ixw_t *w, const void *data, size_t n) {
+  const unsigned char *p = data;
+  while (n && !w->failed) {
+    size_t k = CACHE_SUM_CHUNK - w->fill < n ? CACHE_SUM_CHUNK - w->fill : n;
+    memcpy(w->chunk + w->fill, p, k);
+    w->fill += k;
+    w->pos += k;
+    p += k;
+    n -= k;
+    if (w->fill == CACHE_SUM_CHUNK) ixw_flush(w);
+  }
+}
+
+static void ixw_u64(ixw_t *w, uint64_t v) {
+  unsigned char b[8];
+  ix_le64(b, v);
+  ixw_put(w, b, 8);
+}
+
+static void ixw_pad8(ixw_t *w) {
+  static const unsigned char zero[8];
+  if (w->pos % 8) ixw_put(w, zero, 8 - (size_t)(w->pos % 8));
+}
+
+/* An array of u32 or u64 values, little-endian (one copy on a little-endian host). */
+static void ixw_array(ixw_t *w, const void *a, size_t n, size_t width) {
+  if (IX_LE_HOST) {
+    ixw_put(w, a, n * width);
+    return;
+  }
+  for (size_t i = 0; i < n; i++) {
+    unsigned char b[8];
+    if (width == 4)
+      ix_le32(b, ((const uint32_t *)a)[i]);
+    else
+      ix_le64(b, ((const uint64_t *)a)[i]);
+    ixw_put(w, b, width);
+  }
+}
+
+static void ixw_segment(ixw_t *w, const ms_tl_segment_t *s) {
+  unsigned char b[IX_SEGMENT] = {0};
+  ix_le64(b, s->address);
+  ix_le64(b + 8, s->size);
+  ix_le64(b + 16, s->stream);
+  ix_le64(b + 24, (uint64_t)s->pool_id[0]);
+  ix_le64(b + 32, (uint64_t)s->pool_id[1]);
+  ix_le32(b + 40, s->is_expandable ? 1u : 0u);
+  ix_le32(b + 44, s->stack);
+  ix_le32(b + 48, s->snap_segment);
+  ixw_put(w, b, sizeof b);
+}
+
+static void ixw_block(ixw_t *w, const ms_tl_block_t *k) {
+  unsigned char b[IX_BLOCK];
+  ix_le64(b, k->address);
+  ix_le64(b + 8, k->size);
+  ix_le64(b + 16, k->requested_size);
+  ix_le64(b + 24, k->stream);
+  ix_le64(b + 32, (uint64_t)k->alloc_entry);
+  ix_le64(b + 40, (uint64_t)k->free_entry);
+  ix_le64(b + 48, (uint64_t)k->time_us);
+  ix_le32(b + 56, k->stack);
+  ix_le32(b + 60, k->snap_block);
+  ix_le32(b + 64, (uint32_t)k->state);
+  ix_le32(b + 68, k->flags);
+  ixw_put(w, b, sizeof b);
+}
+
+static void ixw_device(ixw_t *w, const tl_dev_t *d) {
+  size_t n = d->n;
+  ixw_u64(w, n);
+  ixw_u64(w, d->ckpts.len);
+  ixw_array(w, d->pair, n, 4);
+  ixw_pad8(w);
+  ixw_array(w, d->bsize, n, 8);
+  for (int m = 0; m < MS_TL_METRIC_COUNT; m++) ixw_array(w, d->series[m], n + 1, 8);
+  for (size_t c = 0; c < d->ckpts.len; c++) {
+    const tl_ckpt_t *ck = &d->ckpts.ptr[c];
+    ixw_u64(w, ck->step);
+    ixw_u64(w, ck->nsegs);
+    ixw_u64(w, ck->nblocks);
+    for (int m = 0; m < MS_TL_METRIC_COUNT; m++) ixw_u64(w, ck->totals[m]);
+    for (size_t i = 0; i < ck->nsegs; i++) ixw_segment(w, &ck->segs[i]);
+    ixw_array(w, ck->seg_nblk, ck->nsegs, 4);
+    ixw_pad8(w);
+    for (size_t i = 0; i < ck->nblocks; i++) ixw_block(w, &ck->blocks[i]);
+  }
+}
+
+static unsigned ix_filter_bits(const ms_tl_filter_t *f) {
+  return (f->has_stream ? 1u : 0u) | (f->has_pool ? 2u : 0u);
+}
+
+/* The header for a body of body_len bytes with checksum sum. */
+static void ix_header(unsigned char *h, const ms_timeline_t *tl, const ms_cache_key_t *key,
+                      uint64_t file_len, uint64_t sum) {
+  memset(h, 0, IX_HEADER_BYTES);
+  memcpy(h, IX_MAGIC, 8);
+  ix_le32(h + 8, MS_CACHE_VERSION);
+  ix_le32(h + 12, key->flags);
+  ix_le64(h + 16, key->hash);
+  ix_le64(h + 24, key->size);
+  ix_le64(h + 32, file_len);
+  ix_le64(h + 40, sum);
+  ix_le32(h + 48, tl->k);
+  ix_le32(h + 52, ix_filter_bits(&tl->filter));
+  ix_le64(h + 56, tl->filter.has_stream ? tl->filter.stream : 0);
+  ix_le64(h + 64, tl->filter.has_pool ? (uint64_t)tl->filter.pool_id[0] : 0);
+  ix_le64(h + 72, tl->filter.has_pool ? (uint64_t)tl->filter.pool_id[1] : 0);
+  ix_le64(h + 80, tl->ndev);
+  ix_le64(h + 88, cache_checksum(h, 88));
+}
+
+/* The index's file to fd (a new, empty file; the header is written last) or, fd < 0, to memory. */
+static int ix_write(const ms_timeline_t *tl, const ms_cache_key_t *key, int fd, void **buf,
+                    size_t *len) {
+  ixw_t w = {.fd = fd, .pos = IX_HEADER_BYTES, .sum = 0x6d656d736e617073ULL};
+  w.chunk = malloc(CACHE_SUM_CHUNK);
+  if (!w.chunk) return MS_ENOMEM;
+  unsigned char h[IX_HEADER_BYTES] = {0};
+  if (fd >= 0) {
+    if (lseek(fd, IX_HEADER_BYTES, SEEK_SET) != (off_t)IX_HEADER_BYTES) w.failed = true;
+  } else {
+    ixw_out(&w, h, sizeof h); /* room for it */
+  }
+  for (size_t i = 0; i < tl->ndev; i++) ixw_device(&w, &tl->dev[i]);
+  ixw_flush(&w);
+  uint64_t body = w.pos - IX_HEADER_BYTES;
+  w.sum = ms_hash_step(w.sum, body);
+  ix_header(h, tl, key, w.pos, w.sum);
+  free(w.chunk);
+  if (fd >= 0) {
+    if (!w.failed && pwrite(fd, h, sizeof h, 0) != (ssize_t)sizeof h) w.failed = true;
+    if (w.failed) return MS_EIO;
+    *len = (size_t)w.pos;
+    return MS_OK;
+  }
+  if (w.failed) {
+    free(w.mem);
+    return MS_ENOMEM;
+  }
+  memcpy(w.mem, h, sizeof h);
+  *buf = w.mem;
+  *len = w.mem_len;
+  return MS_OK;
+}
+
+int ms__cache_index_write_fd(int fd, const ms_timeline_t *tl, const ms_cache_key_t *key,
+                             size_t *len) {
+  return ix_write(tl, key, fd, NULL, len);
+}
+
+int ms_cache_index_encode(const ms_timeline_t *tl, const ms_cache_key_t *key, void **buf,
+                          size_t *len) {
+  if (!tl || !key || !buf || !len) return MS_EINVAL;
+  return ix_write(tl, key, -1, buf, len);
+}
+
+/* ---- reading -------------------------------------------------------------------------------- */
+
+typedef struct ixr_s {
+  const unsigned char *p;
+  size_t len, off;
+  ms_errbuf_t *eb;
+} ixr_t;
+
+static int ix_bad(ixr_t *r, const char *what) {
+  return ms__errbuf_set(r->eb, MS_EFORMAT, "cache index: %s (offset %zu)", what, r->off);
+}
+
+/* The next n x width bytes (8-aligned start), or NULL when they do not fit. */
+static const unsigned char *ixr_take(ixr_t *r, uint64_t count, size_t width) {
+  if (r->off % 8) r->off += 8 - r->off % 8;
+  if (r->off > r->len || count > (r->len - r->off) / width) return NULL;
+  const unsigned char *q = r->p + r->off;
+  r->off += (size_t)count * width;
+  return q;
+}
+
+static bool ixr_u64(ixr_t *r, uint64_t *v) {
+  const unsigned char *q = ixr_take(r, 1, 8);
+  if (!q) return false;
+  *v = ix_rd64(q);
+  return true;
+}
+
+/* A u32 or u64 array at q: borrowed (little-endian host, borrow) or copied into a new array. */
+static void *ix_array(const unsigned char *q, size_t n, size_t width, bool borrow) {
+  if (borrow && IX_LE_HOST) return (void *)(uintptr_t)q;
+  void *a = ms__big_malloc((n ? n : 1) * width);
+  if (!a) return NULL;
+  if (IX_LE_HOST) {
+    if (n) memcpy(a, q, n * width);
+  } else {
+    for (size_t i = 0; i < n; i++) {
+      if (width == 4)
+        ((uint32_t *)a)[i] = ix_rd32(q + 4 * i);
+      else
+        ((uint64_t *)a)[i] = ix_rd64(q + 8 * i);
+    }
+  }
+  return a;
+}
+
+static bool ix_stack_ok(const ms_snapshot_t *s, uint32_t st) {
+  return st == MS_SNAP_NO_STACK || st < s->nstacks;
+}
+
+static int ix_segment(ixr_t *r, const unsigned char *q, const ms_snapshot_t *s,
+                      ms_tl_segment_t *g) {
+  memset(g, 0, sizeof *g);
+  g->address = ix_rd64(q);
+  g->size = ix_rd64(q + 8);
+  g->stream = ix_rd64(q + 16);
+  g->pool_id[0] = (int64_t)ix_rd64(q + 24);
+  g->pool_id[1] = (int64_t)ix_rd64(q + 32);
+  uint32_t ex = ix_rd32(q + 40);
+  g->is_expandable = ex == 1;
+  g->stack = ix_rd32(q + 44);
+  g->snap_segment = ix_rd32(q + 48);
+  if (ex > 1 || ix_rd32(q + 52) != 0) return ix_bad(r, "a segment's flag is not 0 or 1");
+  if (g->address + g->size < g->address) return ix_bad(r, "a segment wraps around");
+  if (!ix_stack_ok(s, g->stack)) return ix_bad(r, "a segment's stack is out of range");
+  if (g->snap_segment != UINT32_MAX && g->snap_segment >= s->nsegments)
+    return ix_bad(r, "a segment names no segment of the snapshot");
+  return MS_OK;
+}
+
+static int ix_block(ixr_t *r, const unsigned char *q, const ms_snapshot_t *s, size_t n,
+                    ms_tl_block_t *b) {
+  memset(b, 0, sizeof *b);
+  b->address = ix_rd64(q);
+  b->size = ix_rd64(q + 8);
+  b->requested_size = ix_rd64(q + 16);
+  b->stream = ix_rd64(q + 24);
+  b->alloc_entry = (int64_t)ix_rd64(q + 32);
+  b->free_entry = (int64_t)ix_rd64(q + 40);
+  b->time_us = (int64_t)ix_rd64(q + 48);
+  b->stack = ix_rd32(q + 56);
+  b->snap_block = ix_rd32(q + 60);
+  uint32_t state = ix_rd32(q + 64);
+  b->flags = ix_rd32(q + 68);
+  if (state != MS_BLOCK_ACTIVE_ALLOCATED && state != MS_BLOCK_ACTIVE_PENDING_FREE)
+    return ix_bad(r, "a block's state is not a live one");
+  b->state = (ms_block_state)state;
+  if (b->flags & ~(uint32_t)IX_BLOCK_FLAGS) return ix_bad(r, "a block has unknown flags");
+  if (b->alloc_entry < -1 || b->alloc_entry >= (int64_t)n || b->free_entry < -1 ||
+      b->free_entry >= (int64_t)n)
+    return ix_bad(r, "a block's trace entry is out of range");
+  if (!ix_stack_ok(s, b->stack)) return ix_bad(r, "a block's stack is out of range");
+  if (b->snap_block != UINT32_MAX && b->snap_block >= s->nblocks)
+    return ix_bad(r, "a block names no block of the snapshot");
+  if (b->address + b->size < b->address) return ix_bad(r, "a block wraps around");
+  return MS_OK;
+}
+
+/* One checkpoint of a device of n entries, into ck (its arrays malloc'd). */
+static int ix_ckpt(ixr_t *r, const ms_snapshot_t *s, const tl_dev_t *d, tl_ckpt_t *ck) {
+  uint64_t step, nsegs, nblocks;
+  if (!ixr_u64(r, &step) || !ixr_u64(r, &nsegs) || !ixr_u64(r, &nblocks))
+    return ix_bad(r, "a checkpoint is cut short");
+  if (step > d->n) return ix_bad(r, "a checkpoint lies past the trace");
+  ck->step = (size_t)step;
+  for (int m = 0; m < MS_TL_METRIC_COUNT; m++) {
+    if (!ixr_u64(r, &ck->totals[m])) return ix_bad(r, "a checkpoint is cut short");
+    if (ck->totals[m] != d->series[m][step])
+      return ix_bad(r, "a checkpoint's totals are not the series'");
+  }
+  const unsigned char *qs = ixr_take(r, nsegs, IX_SEGMENT);
+  const unsigned char *qn = qs ? ixr_take(r, nsegs, 4) : NULL;
+  const unsigned char *qb = qn ? ixr_take(r, nblocks, IX_BLOCK) : NULL;
+  if (!qb) return ix_bad(r, "a checkpoint is cut short");
+  ck->nsegs = (size_t)nsegs;
+  ck->nblocks = (size_t)nblocks;
+  ck->segs = malloc((nsegs ? nsegs : 1) * sizeof *ck->segs);
+  ck->seg_nblk = malloc((nsegs ? nsegs : 1) * sizeof *ck->seg_nblk);
+  ck->blocks = malloc((nblocks ? nblocks : 1) * sizeof *ck->blocks);
+  if (!ck->segs || !ck->seg_nblk || !ck->blocks) return MS_ENOMEM;
+  uint64_t k = 0;
+  for (size_t i = 0; i < nsegs; i++) {
+    ms_tl_segment_t *g = &ck->segs[i];
+    int rc = ix_segment(r, qs + IX_SEGMENT * i, s, g);
+    if (rc != MS_OK) return rc;
+    if (i > 0 && ck->segs[i - 1].address + ck->segs[i - 1].size > g->address)
+      return ix_bad(r, "a checkpoint's segments overlap or are out of order");
+    uint32_t nb = ix_rd32(qn + 4 * i);
+    ck->seg_nblk[i] = nb;
+    if (nb > nblocks - k) return ix_bad(r, "a checkpoint's block counts exceed its blocks");
+    uint64_t end = g->address;
+    for (uint32_t j = 0; j < nb; j++, k++) {
+      ms_tl_block_t *b = &ck->blocks[k];
+      rc = ix_block(r, qb + IX_BLOCK * k, s, d->n, b);
+      if (rc != MS_OK) return rc;
+      if (b->address < end || b->address + b->size > g->address + g->size)
+        return ix_bad(r, "a checkpoint's block lies outside its segment or overlaps another");
+      end = b->address + b->size;
+    }
+  }
+  if (k != nblocks) return ix_bad(r, "a checkpoint's block counts do not add up to its blocks");
+  return MS_OK;
+}
+
+static int ix_device(ixr_t *r, const ms_snapshot_t *s, tl_dev_t *d, bool borrow) {
+  uint64_t n, nck;
+  if (!ixr_u64(r, &n) || !ixr_u64(r, &nck)) return ix_bad(r, "a device is cut short");
+  if (n != d->n) return ix_bad(r, "a device's entries are not the snapshot's");
+  if (nck == 0 || nck > n + 1) return ix_bad(r, "a device's checkpoint count is out of range");
+  const unsigned char *qp = ixr_take(r, n, 4);
+  const unsigned char *qs = qp ? ixr_take(r, n, 8) : NULL;
+  const unsigned char *qm[MS_TL_METRIC_COUNT];
+  for (int m = 0; m < MS_TL_METRIC_COUNT; m++)
+    qm[m] = qs && (m == 0 || qm[m - 1]) ? ixr_take(r, n + 1, 8) : NULL;
+  if (!qm[MS_TL_METRIC_COUNT - 1]) return ix_bad(r, "a device's arrays are cut short");
+  for (size_t i = 0; i < n; i++) {
+    uint32_t v = ix_rd32(qp + 4 * i);
+    if (v != TL_NONE && v >= n) return ix_bad(r, "a pair names no entry of its device");
+  }
+  d->pair = ix_array(qp, (size_t)n, 4, borrow);
+  d->bsize = ix_array(qs, (size_t)n, 8, borrow);
+  bool ok = d->pair && d->bsize;
+  for (int m = 0; m < MS_TL_METRIC_COUNT; m++)
+    ok = ok && (d->series[m] = ix_array(qm[m], (size_t)n + 1, 8, borrow)) != NULL;
+  if (!ok) return MS_ENOMEM;
+  if (MS_VEC_RESERVE(&d->ckpts, (size_t)nck)) return MS_ENOMEM;
+  for (uint64_t c = 0; c < nck; c++) {
+    tl_ckpt_t *ck = &d->ckpts.ptr[d->ckpts.len++];
+    memset(ck, 0, sizeof *ck);
+    int rc = ix_ckpt(r, s, d, ck);
+    if (rc != MS_OK) return rc;
+    if (c > 0 && ck->step <= d->ckpts.ptr[c - 1].step)
+      return ix_bad(r, "a device's checkpoints are out of order");
+  }
+  if (d->ckpts.ptr[d->ckpts.len - 1].step != n)
+    return ix_bad(r, "a device's last checkpoint is not at the end of its trace");
+  return MS_OK;
+}
+
+/* Checks the header against key and cfg; the body's bounds in *r. */
+static int ix_header_check(ixr_t *r, const ms_cache_key_t *key, const ms_timeline_t *tl,
+                           bool check_sums, uint64_t *ndev) {
+  const unsigned char *h = r->p;
+  if (r->len < IX_HEADER_BYTES || memcmp(h, IX_MAGIC, 8) != 0) {
+    if (r->len >= 8 && memcmp(h, IX_MAGIC, 8) == 0)
+      return ms__errbuf_set(r->eb, MS_ETRUNCATED, "cache index: truncated header");
+    return ms__errbuf_set(r->eb, MS_EFORMAT, "not a memsnap cache index");
+  }
+  if (ix_rd32(h + 8) != MS_CACHE_VERSION)
+    return ms__errbuf_set(r->eb, MS_EVERSION, "cache index: version %u, not %u", ix_rd32(h + 8),
+                          MS_CACHE_VERSION);
+  if (ix_rd64(h + 32) != r->len)
+    return ms__errbuf_set(r->eb, ix_rd64(h + 32) > r->len ? MS_ETRUNCATED : MS_EFORMAT,
+                          "cache index: %zu bytes, the header says %llu", r->len,
+                          (unsigned long long)ix_rd64(h + 32));
+  if (check_sums && ix_rd64(h + 88) != cache_checksum(h, 88))
+    return ms__errbuf_set(r->eb, MS_EFORMAT, "cache index: header checksum mismatch");
+  if (key && (ix_rd32(h + 12) != key->flags || ix_rd64(h + 16) != key->hash ||
+              ix_rd64(h + 24) != key->size))
+    return ms__errbuf_set(r->eb, MS_ENOTFOUND, "cache index: another key");
+  const ms_tl_filter_t *f = &tl->filter;
+  if (ix_rd32(h + 48) != tl->k || ix_rd32(h + 52) != ix_filter_bits(f) ||
+      ix_rd64(h + 56) != (f->has_stream ? f->stream : 0) ||
+      ix_rd64(h + 64) != (f->has_pool ? (uint64_t)f->pool_id[0] : 0) ||
+      ix_rd64(h + 72) != (f->has_pool ? (uint64_t)f->pool_id[1] : 0))
+    return ms__errbuf_set(r->eb, MS_ENOTFOUND, "cache index: another configuration");
+  if (check_sums) {
+    uint64_t sum = 0x6d656d736e617073ULL;
+    const unsigned char *body = h + IX_HEADER_BYTES;
+    size_t blen = r->len - IX_HEADER_BYTES;
+    for (size_t off = 0; off < blen; off += CACHE_SUM_CHUNK) {
+      size_t k = blen - off < CACHE_SUM_CHUNK ? blen - off : CACHE_SUM_CHUNK;
+      sum = ms_hash_step(sum, cache_sum(body + off, k, 0));
+    }
+    if (ms_hash_step(sum, (uint64_t)blen) != ix_rd64(h + 40))
+      return ms__errbuf_set(r->eb, MS_EFORMAT, "cache index: body checksum mismatch");
+  }
+  *ndev = ix_rd64(h + 80);
+  r->off = IX_HEADER_BYTES;
+  return MS_OK;
+}
+
+int ms__cache_index_decode(const void *buf, size_t len, const ms_cache_key_t *key,
+                           bool check_sums, const ms_snapshot_t *snap,
+                           const ms_timeline_config_t *cfg, void (*release)(void *),
+                           void *release_arg, ms_timeline_t **out, ms_errbuf_t *eb) {
+  if (!buf || !snap || !out) return ms__errbuf_set(eb, MS_EINVAL, "cache index: no input");
+  bool borrow = release && IX_LE_HOST; /* elsewhere the arrays are converted into copies */
+  ms_timeline_t *tl = NULL;
+  int rc = ms__tl_alloc(snap, cfg, &tl, eb);
+  if (rc != MS_OK) return rc;
+  ixr_t r = {buf, len, 0, eb};
+  uint64_t ndev = 0;
+  rc = ix_header_check(&r, key, tl, check_sums, &ndev);
+  if (rc == MS_OK && ndev != tl->ndev) rc = ix_bad(&r, "its devices are not the snapshot's");
+  for (size_t i = 0; rc == MS_OK && i < tl->ndev; i++) rc = ix_device(&r, snap, &tl->dev[i], borrow);
+  if (rc == MS_OK && r.off != len) rc = ix_bad(&r, "bytes after the last device");
+  if (rc != MS_OK) {
+    if (rc == MS_ENOMEM) ms__errbuf_set(eb, rc, "out of memory");
+    if (borrow) { /* nothing borrowed is freed */
+      for (size_t i = 0; i < tl->ndev; i++) {
+        tl->dev[i].pair = NULL;
+        tl->dev[i].bsize = NULL;
+        memset(tl->dev[i].series, 0, sizeof tl->dev[i].series);
+      }
+    }
+    ms_timeline_destroy(tl);
+    return rc;
+  }
+  if (borrow) {
+    tl->release = release;
+    tl->release_arg = release_arg;
+  } else if (release) {
+    release(release_arg); /* nothing of it is used */
+  }
+  *out = tl;
+  return MS_OK;
+}
+
+int ms_cache_index_decode(const void *buf, size_t len, const ms_cache_key_t *key,
+                          bool check_sums, const ms_snapshot_t *snap,
+                          const ms_timeline_config_t *cfg, ms_timeline_t **out, ms_errbuf_t *eb) {
+  return ms__cache_index_decode(buf, len, key, check_sums, snap, cfg, NULL, NULL, out, eb);
+}
