@@ -21,14 +21,10 @@
  * folder (XDG_CACHE_HOME), never the user's.
  */
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "memsnap/cache.h"
@@ -38,75 +34,19 @@
 
 enum { REPS = 3 };
 
-static void die(const char *what, const char *msg) {
-  fprintf(stderr, "memsnap: error: bench_cache: %s: %s\n", what, msg);
-  exit(1);
-}
-
-/* Runs bin with args (argv[0] included), stdout to /dev/null; its CPU seconds, *wall, *rss_kb. */
-static double run_child(const char *bin, const char *const *args, double *wall, long *rss_kb) {
-  fflush(stdout);
-  double w0 = now_s();
-  pid_t pid = fork();
-  if (pid < 0) die("fork", strerror(errno));
-  if (pid == 0) {
-    int fd = open("/dev/null", O_WRONLY);
-    if (fd < 0 || dup2(fd, 1) < 0) _exit(127);
-    execvp(bin, (char *const *)args);
-    _exit(127);
-  }
-  int st;
-  struct rusage ru;
-  if (wait4(pid, &st, 0, &ru) < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
-    die(args[0], "the command failed");
-  *wall = now_s() - w0;
-  *rss_kb = ru.ru_maxrss;
-  return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec * 1e-6 +
-         (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec * 1e-6;
-}
-
 static double floor_s;
 
 /* Median CPU seconds of `memsnap args` (reps runs); prints metric, and with rss_metric the peak
  * RSS over the file's size. */
 static double bench(const char *metric, const char *const *args, int reps, const char *rss_metric,
                     double file_bytes) {
-  const char *bin = getenv("MEMSNAP_BIN");
-  if (!bin || !*bin) die("MEMSNAP_BIN", "not set (run through bench/run.sh)");
-  const char *argv[16] = {bin};
-  for (int i = 0; args[i] && i < 14; i++) argv[i + 1] = args[i];
-  double c[REPS], w[REPS];
-  long rss = 0;
-  for (int i = 0; i < reps; i++) {
-    long r;
-    c[i] = run_child(bin, argv, &w[i], &r);
-    if (r > rss) rss = r;
-  }
-  double cm = median(c, reps), wm = median(w, reps);
-  printf("%s %.3f\n", metric, cm);
-  if (rss_metric) printf("%s %.3f\n", rss_metric, (double)rss * 1024.0 / file_bytes);
+  bench_child_t m = bench_run_memsnap_median(args, reps);
+  printf("%s %.3f\n", metric, m.cpu);
+  if (rss_metric) printf("%s %.3f\n", rss_metric, (double)m.rss_kb * 1024.0 / file_bytes);
   fflush(stdout);
   fprintf(stderr, "  %-30s %.2f s CPU, %.2f s wall, peak RSS %.0f MB (floor: %.2f s CPU)\n",
-          metric, cm, wm, (double)rss / 1024.0, floor_s);
-  return cm;
-}
-
-static void generate(const char *path, size_t entries) {
-  fflush(stdout);
-  pid_t pid = fork();
-  if (pid < 0) die("fork", strerror(errno));
-  if (pid == 0) {
-    synth_opts_t o = {1, entries, 4, 0};
-    ms_snapshot_t *s = NULL;
-    ms_errbuf_t eb = {{0}};
-    if (synth_workload(&o, &s, &eb) != MS_OK) die("synthetic snapshot", eb.msg);
-    if (synth_write_pickle(s, path, &eb) != MS_OK) die(path, eb.msg);
-    ms_snapshot_free(s);
-    _exit(0);
-  }
-  int st;
-  if (waitpid(pid, &st, 0) < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
-    die("generating the synthetic snapshot", "child failed");
+          metric, m.cpu, m.wall, (double)m.rss_kb / 1024.0, floor_s);
+  return m.cpu;
 }
 
 int main(void) {
@@ -118,22 +58,25 @@ int main(void) {
   else
     snprintf(path, sizeof path, "%s/memsnap-bench-cache-%d.pickle", tmpdir, (int)getpid());
   snprintf(cache, sizeof cache, "%s/memsnap-bench-cache-%d.d", tmpdir, (int)getpid());
-  if (mkdir(cache, 0700) != 0) die(cache, strerror(errno));
+  if (mkdir(cache, 0700) != 0) bench_die(cache, strerror(errno));
   setenv("XDG_CACHE_HOME", cache, 1);
   unsetenv("MEMSNAP_CACHE_MAX");
   struct stat st;
   if (!(keep && *keep && stat(path, &st) == 0)) {
     double w0 = now_s();
-    generate(path, 5000000);
+    synth_opts_t o = {1, 5000000, 4, 0};
+    synth_generate_pickle(&o, path);
     fprintf(stderr, "  generated %s in %.1f s\n", path, now_s() - w0);
   }
-  if (stat(path, &st) != 0) die(path, strerror(errno));
+  if (stat(path, &st) != 0) bench_die(path, strerror(errno));
   double fb = (double)st.st_size;
   {
     double c[REPS], w[REPS];
-    long r;
-    for (int i = 0; i < REPS; i++)
-      c[i] = run_child("cat", (const char *const[]){"cat", path, NULL}, &w[i], &r);
+    for (int i = 0; i < REPS; i++) {
+      bench_child_t r = bench_run((const char *const[]){"cat", path, NULL});
+      c[i] = r.cpu;
+      w[i] = r.wall;
+    }
     floor_s = median(c, REPS);
     printf("pickle_1gb_floor_s %.3f\n", floor_s);
     fprintf(stderr, "  pickle_1gb_floor_s             %.2f s CPU, %.2f s wall (%.0f MB)\n",
@@ -172,11 +115,11 @@ int main(void) {
   snprintf(dir, sizeof dir, "%s/memsnap", cache);
   size_t n = 0;
   uint64_t bytes = 0;
-  if (ms_cache_usage(dir, &n, &bytes) != MS_OK) die(dir, "cannot read the cache");
+  if (ms_cache_usage(dir, &n, &bytes) != MS_OK) bench_die(dir, "cannot read the cache");
   printf("cache_mb_per_gb %.1f\n", (double)bytes / 1e6 / (fb / 1e9));
   fprintf(stderr, "  cache: %zu entries, %.0f MB for a %.0f MB file\n", n, (double)bytes / 1e6,
           fb / 1e6);
-  if (ms_cache_clear(dir, NULL) != MS_OK) die(dir, "cannot clear the cache");
+  if (ms_cache_clear(dir, NULL) != MS_OK) bench_die(dir, "cannot clear the cache");
   rmdir(dir);
   rmdir(cache);
   if (!(keep && *keep)) unlink(path);

@@ -15,14 +15,11 @@
  * path) keeps it there and reuses it, as bench_read does.
  */
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "bench_util.h"
@@ -30,56 +27,6 @@
 #include "synth.h"
 
 enum { REPS = 5 };
-
-static void die(const char *what, const char *msg) {
-  fprintf(stderr, "memsnap: error: bench_categories: %s: %s\n", what, msg);
-  exit(1);
-}
-
-/* Runs memsnap with args, stdout to /dev/null; @return its CPU seconds (user + system). */
-static double run_cli(const char *const *args) {
-  const char *bin = getenv("MEMSNAP_BIN");
-  if (!bin || !*bin) die("MEMSNAP_BIN", "not set (run through bench/run.sh)");
-  fflush(stdout);
-  pid_t pid = fork();
-  if (pid < 0) die("fork", strerror(errno));
-  if (pid == 0) {
-    int fd = open("/dev/null", O_WRONLY);
-    if (fd < 0 || dup2(fd, 1) < 0) _exit(127);
-    char *argv[8];
-    int n = 0;
-    argv[n++] = (char *)bin;
-    for (; args[n - 1] && n < 7; n++) argv[n] = (char *)args[n - 1];
-    argv[n] = NULL;
-    execv(bin, argv);
-    _exit(127);
-  }
-  int st;
-  struct rusage ru;
-  if (wait4(pid, &st, 0, &ru) < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
-    die(args[0], "the command failed");
-  return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec * 1e-6 +
-         (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec * 1e-6;
-}
-
-/* Writes the synthetic file in a child process (its memory goes with it). */
-static void generate(const char *path, size_t entries) {
-  fflush(stdout);
-  pid_t pid = fork();
-  if (pid < 0) die("fork", strerror(errno));
-  if (pid == 0) {
-    synth_opts_t o = {1, entries, 4, 0};
-    ms_snapshot_t *s = NULL;
-    ms_errbuf_t eb = {{0}};
-    if (synth_workload(&o, &s, &eb) != MS_OK) die("synthetic snapshot", eb.msg);
-    if (synth_write_pickle(s, path, &eb) != MS_OK) die(path, eb.msg);
-    ms_snapshot_free(s);
-    _exit(0);
-  }
-  int st;
-  if (waitpid(pid, &st, 0) < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
-    die("generating the synthetic snapshot", "child failed");
-}
 
 int main(void) {
   const char *tmpdir = getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
@@ -106,16 +53,17 @@ int main(void) {
       }
     }
     double w0 = now_s();
-    generate(path, (size_t)(5e6 * scale) < 1000 ? 1000 : (size_t)(5e6 * scale));
+    synth_opts_t o = {1, (size_t)(5e6 * scale) < 1000 ? 1000 : (size_t)(5e6 * scale), 4, 0};
+    synth_generate_pickle(&o, path);
     fprintf(stderr, "  generated %s in %.1f s\n", path, now_s() - w0);
   }
-  if (stat(path, &st) != 0) die(path, strerror(errno));
+  if (stat(path, &st) != 0) bench_die(path, strerror(errno));
   const char *plain[] = {"timeline", path, NULL};
   const char *bycat[] = {"timeline", path, "--by", "category", NULL};
   double a[REPS], b[REPS];
   for (int i = 0; i < REPS; i++) { /* alternately, so that a slow spell hits both */
-    a[i] = run_cli(plain);
-    b[i] = run_cli(bycat);
+    a[i] = bench_run_memsnap(plain).cpu;
+    b[i] = bench_run_memsnap(bycat).cpu;
     fprintf(stderr, "  run %d: timeline %.2f s CPU, timeline --by category %.2f s CPU\n", i + 1,
             a[i], b[i]);
   }

@@ -3,30 +3,35 @@
  * entries of a consistent, training-shaped trace: bench/synth.h) and a copy of it shifted by one
  * step: BEFORE is the same run cut 1,000 entries earlier (about one step of the workload: 150 to
  * 400 allocations, their frees and the backward pass's), AFTER the whole run. Each command runs 3
- * times as a child process; the median CPU time (user + system) is reported. Prints on stdout:
+ * times as a child process; the median CPU time (user + system, every thread) is reported, and
+ * the wall time beside it (the machine may be shared: CPU times are what to compare). Every
+ * command reads the pickles (MEMSNAP_CACHE=0, as pickle_1gb_timeline_s of bench_read does), then
+ * the same commands run again from the snapshot cache (a user's second command on the files).
+ * Prints on stdout:
  *   compare_1gb_s            `memsnap compare BEFORE AFTER` (the report: both files read and
  *                            indexed, peaks, the states at the peaks, categories and sources)
  *   compare_1gb_wall_s       its wall-clock seconds
+ *   compare_1gb_rss_mb       its peak RSS in MB
  *   compare_1gb_timeline_s   the baseline, `memsnap timeline AFTER` (pickle_1gb_timeline_s's
  *                            command on this run's file)
+ *   compare_1gb_timeline_rss_mb  its peak RSS in MB
  *   compare_1gb_ratio        compare_1gb_s / compare_1gb_timeline_s (target: <= 2)
  *   compare_1gb_moments_s    `memsnap compare AFTER --at N --at end`: the same step apart, as two
  *                            moments of one file (one read, one index and classifier)
  *   compare_1gb_moments_ratio  compare_1gb_moments_s / compare_1gb_timeline_s
+ *   compare_1gb_warm_s, compare_1gb_warm_timeline_s, compare_1gb_warm_ratio   the same two
+ *                            commands with the snapshot cache on and filled (docs/performance.md)
  *   compare_1gb_mb           AFTER's size in MB
  * Environment: MS_BENCH_PICKLE_SCALE (a fraction of the 5,000,000 entries), MS_BENCH_COMPARE_KEEP
  * (a path prefix: the files are written there, kept, and reused when they exist).
  */
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
+#include "memsnap/cache.h"
 #include "memsnap/pickle.h"
 #include "memsnap/serialize.h"
 #include "memsnap/timeline.h"
@@ -35,70 +40,56 @@
 
 enum { REPS = 3 };
 
-static void die(const char *what, const char *msg) {
-  fprintf(stderr, "memsnap: error: bench_compare: %s: %s\n", what, msg);
-  exit(1);
+typedef struct gen_s {
+  const char *before, *after;
+  size_t entries;
+} gen_t;
+
+/* The whole run (after) and the run one step earlier (before), written as pickles. */
+static void generate_child(void *ctx) {
+  const gen_t *g = ctx;
+  synth_opts_t o = {1, g->entries, 4, 0};
+  ms_snapshot_t *s = NULL, *at = NULL;
+  ms_timeline_t *tl = NULL;
+  ms_errbuf_t eb = {{0}};
+  if (synth_workload(&o, &s, &eb) != MS_OK) bench_die("synthetic snapshot", eb.msg);
+  if (synth_write_pickle(s, g->after, &eb) != MS_OK) bench_die(g->after, eb.msg);
+  if (ms_timeline_create(s, NULL, &tl, &eb) != MS_OK) bench_die("time index", eb.msg);
+  size_t n = ms_timeline_nentries(tl, 0), cut = n > 2000 ? n - 1000 : n / 2;
+  if (ms_timeline_snapshot_at(tl, 0, cut, NULL, &at) != MS_OK) bench_die("state", "out of memory");
+  at->devices[0].ntrace = (uint32_t)cut; /* the trace is the source's, cut there */
+  for (size_t d = 1; d < at->ndevices; d++) at->devices[d].ntrace = 0;
+  if (synth_write_pickle(at, g->before, &eb) != MS_OK) bench_die(g->before, eb.msg);
 }
 
-/* Runs memsnap with args, stdout to /dev/null; CPU seconds of the child, *wall its wall time. */
-static double run_cli(const char *const *args, double *wall) {
-  const char *bin = getenv("MEMSNAP_BIN");
-  if (!bin || !*bin) die("MEMSNAP_BIN", "not set (run through bench/run.sh)");
-  fflush(stdout);
-  double w0 = now_s();
-  pid_t pid = fork();
-  if (pid < 0) die("fork", strerror(errno));
-  if (pid == 0) {
-    int fd = open("/dev/null", O_WRONLY);
-    if (fd < 0 || dup2(fd, 1) < 0) _exit(127);
-    char *argv[12];
-    int n = 0;
-    argv[n++] = (char *)bin;
-    for (; args[n - 1] && n < 11; n++) argv[n] = (char *)args[n - 1];
-    argv[n] = NULL;
-    execv(bin, argv);
-    _exit(127);
+static double mb(long kb) {
+  return (double)kb * 1024.0 / 1e6;
+}
+
+/* timeline, compare and compare at two moments of one file, with the cache as the environment
+ * says; prints their metrics with prefix ("compare_1gb" or "compare_1gb_warm"). */
+static void measure(const char *prefix, const char *before, const char *after, const char *at,
+                    bool all) {
+  bench_child_t tl = bench_run_memsnap_median((const char *const[]){"timeline", after, NULL}, REPS);
+  bench_child_t cmp =
+      bench_run_memsnap_median((const char *const[]){"compare", before, after, NULL}, REPS);
+  printf("%s_timeline_s %.3f\n", prefix, tl.cpu);
+  printf("%s_s %.3f\n", prefix, cmp.cpu);
+  printf("%s_ratio %.3f\n", prefix, tl.cpu > 0 ? cmp.cpu / tl.cpu : 0.0);
+  if (all) {
+    bench_child_t mom = bench_run_memsnap_median(
+        (const char *const[]){"compare", after, "--at", at, "--at", "end", NULL}, REPS);
+    printf("%s_wall_s %.3f\n", prefix, cmp.wall);
+    printf("%s_rss_mb %.1f\n", prefix, mb(cmp.rss_kb));
+    printf("%s_timeline_rss_mb %.1f\n", prefix, mb(tl.rss_kb));
+    printf("%s_moments_s %.3f\n", prefix, mom.cpu);
+    printf("%s_moments_ratio %.3f\n", prefix, tl.cpu > 0 ? mom.cpu / tl.cpu : 0.0);
+    fprintf(stderr, "  two moments of one file %.2f s CPU (%.2f wall)\n", mom.cpu, mom.wall);
   }
-  int st;
-  struct rusage ru;
-  if (wait4(pid, &st, 0, &ru) < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
-    die(args[0], "the command failed");
-  *wall = now_s() - w0;
-  return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec * 1e-6 +
-         (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec * 1e-6;
-}
-
-static double bench_cli(const char *const *args, double *wall_median) {
-  double c[REPS], w[REPS];
-  for (int i = 0; i < REPS; i++) c[i] = run_cli(args, &w[i]);
-  *wall_median = median(w, REPS);
-  return median(c, REPS);
-}
-
-/* The whole run (after) and the run one step earlier (before), written as pickles (in a child:
- * its memory goes with it). */
-static void generate(const char *before, const char *after, size_t entries) {
   fflush(stdout);
-  pid_t pid = fork();
-  if (pid < 0) die("fork", strerror(errno));
-  if (pid == 0) {
-    synth_opts_t o = {1, entries, 4, 0};
-    ms_snapshot_t *s = NULL, *at = NULL;
-    ms_timeline_t *tl = NULL;
-    ms_errbuf_t eb = {{0}};
-    if (synth_workload(&o, &s, &eb) != MS_OK) die("synthetic snapshot", eb.msg);
-    if (synth_write_pickle(s, after, &eb) != MS_OK) die(after, eb.msg);
-    if (ms_timeline_create(s, NULL, &tl, &eb) != MS_OK) die("time index", eb.msg);
-    size_t n = ms_timeline_nentries(tl, 0), cut = n > 2000 ? n - 1000 : n / 2;
-    if (ms_timeline_snapshot_at(tl, 0, cut, NULL, &at) != MS_OK) die("state", "out of memory");
-    at->devices[0].ntrace = (uint32_t)cut; /* the trace is the source's, cut there */
-    for (size_t d = 1; d < at->ndevices; d++) at->devices[d].ntrace = 0;
-    if (synth_write_pickle(at, before, &eb) != MS_OK) die(before, eb.msg);
-    _exit(0);
-  }
-  int st;
-  if (waitpid(pid, &st, 0) < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
-    die("generating the synthetic snapshots", "child failed");
+  fprintf(stderr, "  %s: timeline %.2f s CPU (%.2f wall, %.0f MB); compare %.2f s CPU (%.2f wall, "
+          "%.0f MB)\n", prefix, tl.cpu, tl.wall, mb(tl.rss_kb), cmp.cpu, cmp.wall,
+          mb(cmp.rss_kb));
 }
 
 int main(void) {
@@ -120,32 +111,34 @@ int main(void) {
   if (!(keep && *keep && stat(before, &st) == 0 && stat(after, &st) == 0)) {
     double w0 = now_s();
     size_t entries = (size_t)(5e6 * scale) < 4000 ? 4000 : (size_t)(5e6 * scale);
-    generate(before, after, entries);
+    gen_t g = {before, after, entries};
+    bench_in_child(generate_child, &g, "generating the synthetic snapshots");
     fprintf(stderr, "  generated %s and %s in %.1f s\n", before, after, now_s() - w0);
   }
-  if (stat(after, &st) != 0) die(after, strerror(errno));
-  double wt, wc, wm;
-  double tl = bench_cli((const char *const[]){"timeline", after, NULL}, &wt);
-  double cmp = bench_cli((const char *const[]){"compare", before, after, NULL}, &wc);
+  if (stat(after, &st) != 0) bench_die(after, strerror(errno));
   /* BEFORE is AFTER's state after its first n - 1000 entries: entry n - 1001 */
   ms_snapshot_t *b = NULL;
   ms_errbuf_t eb = {{0}};
-  if (ms_snapshot_load(before, &b, &eb) != MS_OK) die(before, eb.msg);
+  if (ms_snapshot_load(before, &b, &eb) != MS_OK) bench_die(before, eb.msg);
   char at[32];
   snprintf(at, sizeof at, "%ld", (long)b->devices[0].ntrace - 1);
   ms_snapshot_free(b);
-  double mom = bench_cli((const char *const[]){"compare", after, "--at", at, "--at", "end", NULL},
-                         &wm);
   printf("compare_1gb_mb %.1f\n", (double)st.st_size / 1e6);
-  printf("compare_1gb_timeline_s %.3f\n", tl);
-  printf("compare_1gb_s %.3f\n", cmp);
-  printf("compare_1gb_wall_s %.3f\n", wc);
-  printf("compare_1gb_ratio %.3f\n", tl > 0 ? cmp / tl : 0.0);
-  printf("compare_1gb_moments_s %.3f\n", mom);
-  printf("compare_1gb_moments_ratio %.3f\n", tl > 0 ? mom / tl : 0.0);
-  fprintf(stderr, "  %.0f MB: timeline %.2f s CPU (%.2f wall); compare %.2f s CPU (%.2f wall); "
-          "two moments of one file %.2f s CPU (%.2f wall)\n",
-          (double)st.st_size / 1e6, tl, wt, cmp, wc, mom, wm);
+  setenv("MEMSNAP_CACHE", "0", 1); /* every command reads the pickles */
+  measure("compare_1gb", before, after, at, true);
+  /* the cache on (a cache of its own beside the files, filled by one run of compare first) */
+  char cache[4200];
+  snprintf(cache, sizeof cache, "%s.cache", after);
+  if (mkdir(cache, 0700) != 0 && errno != EEXIST) bench_die(cache, strerror(errno));
+  setenv("XDG_CACHE_HOME", cache, 1);
+  unsetenv("MEMSNAP_CACHE");
+  bench_run_memsnap((const char *const[]){"compare", before, after, NULL});
+  measure("compare_1gb_warm", before, after, at, false);
+  char sub[4300];
+  snprintf(sub, sizeof sub, "%s/memsnap", cache);
+  if (ms_cache_clear(sub, NULL) != MS_OK) bench_die(sub, "cannot clear the cache");
+  rmdir(sub);
+  rmdir(cache);
   if (!(keep && *keep)) {
     unlink(before);
     unlink(after);

@@ -55,11 +55,6 @@
 #include "synth.h"
 #include "bench_util.h"
 
-static void die(const char *what, const char *msg) {
-  fprintf(stderr, "memsnap: error: bench_export: %s: %s\n", what, msg);
-  exit(1);
-}
-
 static int count_write(void *ctx, const char *buf, size_t len) {
   (void)buf;
   *(uint64_t *)ctx += len;
@@ -76,9 +71,9 @@ static void bench_other_formats(const ms_snapshot_t *s, const ms_timeline_t *tl)
   size_t dev = 0;
   for (size_t d = 0; d < ms_timeline_ndevices(tl); d++)
     if (ms_timeline_nentries(tl, d) > ms_timeline_nentries(tl, dev)) dev = d;
-  if (ms_timeline_peak(tl, dev, MS_TL_ALLOCATED, 0, SIZE_MAX, &pk) != MS_OK) die("peak", "none");
+  if (ms_timeline_peak(tl, dev, MS_TL_ALLOCATED, 0, SIZE_MAX, &pk) != MS_OK) bench_die("peak", "none");
   double t0 = cpu_s();
-  if (ms_export_pprof_write(tl, dev, pk.step, &sink, &eb) != MS_OK) die("pprof", eb.msg);
+  if (ms_export_pprof_write(tl, dev, pk.step, &sink, &eb) != MS_OK) bench_die("pprof", eb.msg);
   double tp = cpu_s() - t0;
   printf("export_pprof_1m_s %.3f\n", tp);
   fprintf(stderr, "  pprof of %zu entries: %.2f s CPU, %.1f MB gzipped\n", s->ntrace, tp,
@@ -86,7 +81,7 @@ static void bench_other_formats(const ms_snapshot_t *s, const ms_timeline_t *tl)
   bytes = 0;
   ms_export_perfetto_opts_t po = {true, NULL};
   t0 = cpu_s();
-  if (ms_export_perfetto_write(tl, &po, &sink, &eb) != MS_OK) die("perfetto", eb.msg);
+  if (ms_export_perfetto_write(tl, &po, &sink, &eb) != MS_OK) bench_die("perfetto", eb.msg);
   double tf = cpu_s() - t0;
   printf("export_perfetto_1m_s %.3f\n", tf);
   fflush(stdout);
@@ -106,11 +101,11 @@ static void bench_csv(const ms_snapshot_t *s, const ms_timeline_t *tl, const cha
   ms_export_csv_t *x = NULL;
   ms_errbuf_t eb = {{0}};
   double t0 = cpu_s(), w0 = now_s();
-  if (ms_export_csv_create(sinks, 1, &x, &eb) != MS_OK) die("csv", eb.msg);
-  if (ms_export_csv_add(x, s, tl, "synthetic", true, 0, NULL, &eb) != MS_OK) die("csv", eb.msg);
+  if (ms_export_csv_create(sinks, 1, &x, &eb) != MS_OK) bench_die("csv", eb.msg);
+  if (ms_export_csv_add(x, s, tl, "synthetic", true, 0, NULL, &eb) != MS_OK) bench_die("csv", eb.msg);
   uint64_t rows = 0, total = 0;
   for (int k = 0; k < MS_EXPORT_CSV_NFILES; k++) rows += ms_export_csv_rows(x, k);
-  if (ms_export_csv_finish(x, &eb) != MS_OK) die("csv", eb.msg);
+  if (ms_export_csv_finish(x, &eb) != MS_OK) bench_die("csv", eb.msg);
   double dw = now_s() - w0, dt = cpu_s() - t0;
   for (int k = 0; k < MS_EXPORT_CSV_NFILES; k++) total += bytes[k];
   printf("%s_rows_per_s %.0f\n", metric, (double)rows / dw);
@@ -125,13 +120,13 @@ static void bench_csv(const ms_snapshot_t *s, const ms_timeline_t *tl, const cha
   const char *tmpdir = getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
   snprintf(dir, sizeof dir, "%s/memsnap-bench-csv-%d", tmpdir, (int)getpid());
   snprintf(db, sizeof db, "%s/x.db", dir);
-  if (mkdir(dir, 0755) != 0) die(dir, strerror(errno));
+  if (mkdir(dir, 0755) != 0) bench_die(dir, strerror(errno));
   ms_export_sqlite_t *q = NULL;
   w0 = now_s();
-  if (ms_export_sqlite_create(db, &q, &eb) != MS_OK) die(db, eb.msg);
-  if (ms_export_sqlite_add(q, s, tl, "synthetic", true, 0, NULL, &eb) != MS_OK) die(db, eb.msg);
-  if (ms_export_sqlite_finish(q, &eb) != MS_OK) die(db, eb.msg);
-  if (ms_export_sqlite_csv(db, dir, &eb) != MS_OK) die(dir, eb.msg);
+  if (ms_export_sqlite_create(db, &q, &eb) != MS_OK) bench_die(db, eb.msg);
+  if (ms_export_sqlite_add(q, s, tl, "synthetic", true, 0, NULL, &eb) != MS_OK) bench_die(db, eb.msg);
+  if (ms_export_sqlite_finish(q, &eb) != MS_OK) bench_die(db, eb.msg);
+  if (ms_export_sqlite_csv(db, dir, &eb) != MS_OK) bench_die(dir, eb.msg);
   double dv = now_s() - w0;
   printf("csv_via_sqlite_rows_per_s %.0f\n", (double)rows / dv);
   fflush(stdout);
@@ -150,20 +145,20 @@ static void bench_inserts(const char *tmpdir, size_t code_paths, const char *met
   synth_opts_t o = {1, 1000000, 4, code_paths};
   ms_snapshot_t *s = NULL;
   ms_errbuf_t eb = {{0}};
-  if (synth_workload(&o, &s, &eb) != MS_OK) die("synthetic snapshot", eb.msg);
+  if (synth_workload(&o, &s, &eb) != MS_OK) bench_die("synthetic snapshot", eb.msg);
   ms_timeline_t *tl = NULL;
-  if (ms_timeline_create(s, NULL, &tl, &eb) != MS_OK) die("time index", eb.msg);
+  if (ms_timeline_create(s, NULL, &tl, &eb) != MS_OK) bench_die("time index", eb.msg);
   bench_csv(s, tl, code_paths ? "csv" : "csv_unique_stacks");
   char path[4200];
   snprintf(path, sizeof path, "%s/memsnap-bench-export-%d.db", tmpdir, (int)getpid());
   unlink(path);
   ms_export_sqlite_t *x = NULL;
   double t0 = cpu_s(), w0 = now_s();
-  if (ms_export_sqlite_create(path, &x, &eb) != MS_OK) die(path, eb.msg);
+  if (ms_export_sqlite_create(path, &x, &eb) != MS_OK) bench_die(path, eb.msg);
   if (ms_export_sqlite_add(x, s, tl, "synthetic", true, 0, NULL, &eb) != MS_OK)
-    die(path, eb.msg);
+    bench_die(path, eb.msg);
   double t_add = cpu_s() - t0;
-  if (ms_export_sqlite_finish(x, &eb) != MS_OK) die(path, eb.msg);
+  if (ms_export_sqlite_finish(x, &eb) != MS_OK) bench_die(path, eb.msg);
   double dt = cpu_s() - t0, dw = now_s() - w0;
   size_t timeline_rows = 0;
   for (size_t d = 0; d < ms_timeline_ndevices(tl); d++) {
@@ -205,14 +200,14 @@ static const char alive_at_plain_sql[] =
 /* Milliseconds of one run of sql at t; *rows: its rows. */
 static double alive_query_ms(sqlite3 *db, const char *sql, int64_t t, int *rows) {
   sqlite3_stmt *st = NULL;
-  if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK) die("alive at", sqlite3_errmsg(db));
+  if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK) bench_die("alive at", sqlite3_errmsg(db));
   sqlite3_bind_int64(st, 1, t);
   double w0 = now_s();
   int rc;
   *rows = 0;
   while ((rc = sqlite3_step(st)) == SQLITE_ROW) (*rows)++;
   double ms = (now_s() - w0) * 1e3;
-  if (rc != SQLITE_DONE) die("alive at", sqlite3_errmsg(db));
+  if (rc != SQLITE_DONE) bench_die("alive at", sqlite3_errmsg(db));
   sqlite3_finalize(st);
   return ms;
 }
@@ -227,13 +222,13 @@ static int dbl_cmp(const void *a, const void *b) {
 static void bench_alive_at(const char *db_path) {
   sqlite3 *db = NULL;
   if (sqlite3_open_v2(db_path, &db, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK)
-    die(db_path, db ? sqlite3_errmsg(db) : "cannot open");
+    bench_die(db_path, db ? sqlite3_errmsg(db) : "cannot open");
   sqlite3_stmt *st = NULL;
   if (sqlite3_prepare_v2(db, "SELECT min(alloc_time_us), max(alloc_time_us), count(*) FROM "
                          "allocations WHERE file_id = 0 AND device = 0", -1, &st, NULL) !=
           SQLITE_OK ||
       sqlite3_step(st) != SQLITE_ROW)
-    die(db_path, sqlite3_errmsg(db));
+    bench_die(db_path, sqlite3_errmsg(db));
   int64_t lo = sqlite3_column_int64(st, 0), hi = sqlite3_column_int64(st, 1);
   int64_t nalloc = sqlite3_column_int64(st, 2);
   sqlite3_finalize(st);
@@ -251,29 +246,10 @@ static void bench_alive_at(const char *db_path) {
   sqlite3_close(db);
 }
 
-/* Writes the synthetic pickle in a child process (its memory goes with it). */
-static void generate(const char *path, size_t entries) {
-  fflush(stdout);
-  pid_t pid = fork();
-  if (pid < 0) die("fork", strerror(errno));
-  if (pid == 0) {
-    synth_opts_t o = {1, entries, 4, 0};
-    ms_snapshot_t *s = NULL;
-    ms_errbuf_t eb = {{0}};
-    if (synth_workload(&o, &s, &eb) != MS_OK) die("synthetic snapshot", eb.msg);
-    if (synth_write_pickle(s, path, &eb) != MS_OK) die(path, eb.msg);
-    ms_snapshot_free(s);
-    _exit(0);
-  }
-  int st;
-  if (waitpid(pid, &st, 0) < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
-    die("generating the synthetic snapshot", "child failed");
-}
-
 int main(void) {
   const char *tmpdir = getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
   const char *bin = getenv("MEMSNAP_BIN");
-  if (!bin || !*bin) die("MEMSNAP_BIN", "not set (run through bench/run.sh)");
+  if (!bin || !*bin) bench_die("MEMSNAP_BIN", "not set (run through bench/run.sh)");
   bench_inserts(tmpdir, 0, "export_sqlite");
   bench_inserts(tmpdir, 2000, "export_sqlite_paths");
   const char *inproc = getenv("MS_BENCH_EXPORT_INPROC");
@@ -294,43 +270,31 @@ int main(void) {
   size_t entries = (size_t)(5e6 * scale) < 1000 ? 1000 : (size_t)(5e6 * scale);
   if (!(keep && *keep && stat(path, &st) == 0)) {
     double w0 = now_s();
-    generate(path, entries);
+    synth_opts_t o = {1, entries, 4, 0};
+    synth_generate_pickle(&o, path);
     fprintf(stderr, "  generated %s in %.1f s\n", path, now_s() - w0);
   }
-  if (stat(path, &st) != 0) die(path, strerror(errno));
+  if (stat(path, &st) != 0) bench_die(path, strerror(errno));
   double file_bytes = (double)st.st_size;
   /* the trace's length, from the file itself (a reused file may have another) */
   ms_snapshot_t *s = NULL;
   ms_errbuf_t eb = {{0}};
-  if (ms_snapshot_load(path, &s, &eb) != MS_OK) die(path, eb.msg);
+  if (ms_snapshot_load(path, &s, &eb) != MS_OK) bench_die(path, eb.msg);
   size_t ntrace = s->ntrace;
   ms_snapshot_free(s);
 
-  fflush(stdout);
-  double w0 = now_s();
-  pid_t pid = fork();
-  if (pid < 0) die("fork", strerror(errno));
-  if (pid == 0) {
-    execl(bin, bin, "export", path, "--sqlite", db, (char *)NULL);
-    _exit(127);
-  }
-  int wst;
-  struct rusage ru;
-  if (wait4(pid, &wst, 0, &ru) < 0 || !WIFEXITED(wst) || WEXITSTATUS(wst) != 0)
-    die("memsnap export", "the command failed");
-  double wall = now_s() - w0;
-  double cpu = (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec * 1e-6 +
-               (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec * 1e-6;
+  bench_child_t ex = bench_run((const char *const[]){bin, "export", path, "--sqlite", db, NULL});
+  double wall = ex.wall, cpu = ex.cpu;
   struct stat dbst;
-  if (stat(db, &dbst) != 0) die(db, strerror(errno));
+  if (stat(db, &dbst) != 0) bench_die(db, strerror(errno));
   printf("export_sqlite_1gb_s %.3f\n", cpu);
   printf("export_sqlite_1gb_trace_rows_per_s %.0f\n", (double)ntrace / cpu);
-  printf("export_sqlite_1gb_rss_ratio %.3f\n", (double)ru.ru_maxrss * 1024.0 / file_bytes);
+  printf("export_sqlite_1gb_rss_ratio %.3f\n", (double)ex.rss_kb * 1024.0 / file_bytes);
   printf("export_sqlite_1gb_db_mb %.1f\n", (double)dbst.st_size / 1e6);
   fprintf(stderr,
           "  export of %.0f MB (%zu entries): %.2f s CPU, %.2f s wall, peak RSS %.0f MB, "
           "database %.0f MB\n",
-          file_bytes / 1e6, ntrace, cpu, wall, (double)ru.ru_maxrss / 1024.0,
+          file_bytes / 1e6, ntrace, cpu, wall, (double)ex.rss_kb / 1024.0,
           (double)dbst.st_size / 1e6);
   bench_alive_at(db);
   unlink(db);

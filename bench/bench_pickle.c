@@ -26,23 +26,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "memsnap/pickle.h"
 #include "synth.h"
 #include "bench_util.h"
-
-/* CPU time of this (single-threaded) process, user + system: page faults count, waiting for a CPU
- * on a shared machine does not. */
-static void die(const char *what, const char *msg) {
-  fprintf(stderr, "memsnap: error: bench_pickle: %s: %s\n", what, msg);
-  exit(1);
-}
 
 /* ---- the largest fixture ---------------------------------------------------------------------- */
 
@@ -60,7 +51,7 @@ static void bench_fixture(void) {
   size_t len = (size_t)ftell(f);
   fseek(f, 0, SEEK_SET);
   char *data = malloc(len);
-  if (!data || fread(data, 1, len, f) != len) die(path, "cannot read");
+  if (!data || fread(data, 1, len, f) != len) bench_die(path, "cannot read");
   fclose(f);
   enum { REPS = 15 };
   double t[REPS];
@@ -71,7 +62,7 @@ static void bench_fixture(void) {
     ms_snapshot_t *s = NULL;
     ms_errbuf_t eb = {{0}};
     double t0 = cpu_s();
-    if (ms_pickle_read(&src, &s, &eb) != MS_OK) die(path, eb.msg);
+    if (ms_pickle_read(&src, &s, &eb) != MS_OK) bench_die(path, eb.msg);
     t[i] = cpu_s() - t0;
     ms_snapshot_free(s);
   }
@@ -101,68 +92,65 @@ static int file_write(void *ctx, const char *buf, size_t len) {
   return fwrite(buf, 1, len, ctx) == len ? MS_OK : MS_EIO;
 }
 
+typedef struct gen_s {
+  const char *path;
+  double scale;
+} gen_t;
+
 /* In a child process: builds the snapshot, writes it; prints the write rate. */
-static void generate(const char *path, double scale) {
+static void generate_child(void *ctx) {
+  const char *path = ((const gen_t *)ctx)->path;
+  double scale = ((const gen_t *)ctx)->scale;
+  size_t ntrace = (size_t)(1000000 * scale);
+  if (ntrace < 1000) ntrace = 1000;
+  ms_snapshot_t *s = NULL;
+  ms_errbuf_t eb0 = {{0}};
+  if (synth_wide(ntrace, 1000, &s, &eb0) != MS_OK) bench_die("synthetic snapshot", eb0.msg);
+  FILE *f = fopen(path, "wb");
+  if (!f) bench_die(path, strerror(errno));
+  ms_sink_t sink = {file_write, f};
+  ms_errbuf_t eb = {{0}};
+  double t0 = now_s();
+  if (ms_pickle_write(s, &sink, &eb) != MS_OK) bench_die(path, eb.msg);
+  if (fflush(f) != 0) bench_die(path, strerror(errno));
+  double dt = now_s() - t0;
+  long size = ftell(f);
+  fclose(f);
+  printf("pickle_write_mb_s %.1f\n", (double)size / 1e6 / dt);
   fflush(stdout);
-  pid_t pid = fork();
-  if (pid < 0) die("fork", strerror(errno));
-  if (pid == 0) {
-    size_t ntrace = (size_t)(1000000 * scale);
-    if (ntrace < 1000) ntrace = 1000;
-    ms_snapshot_t *s = NULL;
-    ms_errbuf_t eb0 = {{0}};
-    if (synth_wide(ntrace, 1000, &s, &eb0) != MS_OK) die("synthetic snapshot", eb0.msg);
-    FILE *f = fopen(path, "wb");
-    if (!f) die(path, strerror(errno));
-    ms_sink_t sink = {file_write, f};
-    ms_errbuf_t eb = {{0}};
-    double t0 = now_s();
-    if (ms_pickle_write(s, &sink, &eb) != MS_OK) die(path, eb.msg);
-    if (fflush(f) != 0) die(path, strerror(errno));
-    double dt = now_s() - t0;
-    long size = ftell(f);
-    fclose(f);
-    printf("pickle_write_mb_s %.1f\n", (double)size / 1e6 / dt);
-    fflush(stdout);
-    ms_snapshot_free(s);
-    _exit(0);
-  }
-  int st;
-  if (waitpid(pid, &st, 0) < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
-    die("generating the synthetic snapshot", "child failed");
+  ms_snapshot_free(s);
+}
+
+static void generate(const char *path, double scale) {
+  gen_t g = {path, scale};
+  bench_in_child(generate_child, &g, "generating the synthetic snapshot");
 }
 
 static double read_file(const char *path, double *wall) {
   FILE *f = fopen(path, "rb");
-  if (!f) die(path, strerror(errno));
+  if (!f) bench_die(path, strerror(errno));
   ms_source_t src;
   ms_source_init_file(&src, f);
   ms_snapshot_t *s = NULL;
   ms_errbuf_t eb = {{0}};
   double w0 = now_s(), t0 = cpu_s();
-  if (ms_pickle_read(&src, &s, &eb) != MS_OK) die(path, eb.msg);
+  if (ms_pickle_read(&src, &s, &eb) != MS_OK) bench_die(path, eb.msg);
   double dt = cpu_s() - t0;
   if (wall) *wall = now_s() - w0;
-  if (s->ntrace < 1000) die(path, "too few trace entries read back");
+  if (s->ntrace < 1000) bench_die(path, "too few trace entries read back");
   ms_snapshot_free(s);
   fclose(f);
   return dt;
 }
 
+static void read_child(void *path) {
+  read_file(path, NULL);
+}
+
 /* Peak RSS (bytes) of a child that only reads the file. */
 static double read_peak_rss(const char *path) {
-  fflush(stdout);
-  pid_t pid = fork();
-  if (pid < 0) die("fork", strerror(errno));
-  if (pid == 0) {
-    read_file(path, NULL);
-    _exit(0);
-  }
-  int st;
-  struct rusage ru;
-  if (wait4(pid, &st, 0, &ru) < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
-    die("reading the synthetic snapshot", "child failed");
-  return (double)ru.ru_maxrss * 1024.0;
+  return (double)bench_in_child(read_child, (void *)path, "reading the synthetic snapshot").rss_kb *
+         1024.0;
 }
 
 int main(void) {
@@ -193,7 +181,7 @@ int main(void) {
     snprintf(path, sizeof path, "%s/memsnap-bench-pickle-%d.pickle", tmpdir, (int)getpid());
   generate(path, scale);
   struct stat st;
-  if (stat(path, &st) != 0) die(path, strerror(errno));
+  if (stat(path, &st) != 0) bench_die(path, strerror(errno));
   double size = (double)st.st_size;
   printf("pickle_synthetic_mb %.1f\n", size / 1e6);
   double rss = read_peak_rss(path);

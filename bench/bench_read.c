@@ -28,15 +28,11 @@
  * MS_BENCH_READ_KEEP (a path: the file is written there, kept, and reused when it exists).
  */
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
-#include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "memsnap/pickle.h"
@@ -46,71 +42,28 @@
 
 enum { REPS = 3 };
 
-static void die(const char *what, const char *msg) {
-  fprintf(stderr, "memsnap: error: bench_read: %s: %s\n", what, msg);
-  exit(1);
-}
-
-/* Runs memsnap with args, stdout to /dev/null; returns its CPU seconds, *wall its wall time and
- * *rss_kb its peak resident set. */
-static double run_cli(const char *const *args, double *wall, long *rss_kb) {
-  const char *bin = getenv("MEMSNAP_BIN");
-  if (!bin || !*bin) die("MEMSNAP_BIN", "not set (run through bench/run.sh)");
-  fflush(stdout);
-  double w0 = now_s();
-  pid_t pid = fork();
-  if (pid < 0) die("fork", strerror(errno));
-  if (pid == 0) {
-    int fd = open("/dev/null", O_WRONLY);
-    if (fd < 0 || dup2(fd, 1) < 0) _exit(127);
-    char *argv[12];
-    int n = 0;
-    argv[n++] = (char *)bin;
-    for (; args[n - 1] && n < 11; n++)
-      argv[n] = (char *)args[n - 1];
-    argv[n] = NULL;
-    execv(bin, argv);
-    _exit(127);
-  }
-  int st;
-  struct rusage ru;
-  if (wait4(pid, &st, 0, &ru) < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
-    die(args[0], "the command failed");
-  *wall = now_s() - w0;
-  *rss_kb = ru.ru_maxrss;
-  return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec * 1e-6 +
-         (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec * 1e-6;
-}
-
 /* Prints metric (median CPU seconds of args); with rss_metric, also the peak RSS of the command
  * divided by the file's size (file_bytes). */
 static void bench_cli(const char *metric, const char *const *args, double baseline,
                       const char *rss_metric, double file_bytes) {
-  double c[REPS], w[REPS];
-  long rss = 0;
-  for (int i = 0; i < REPS; i++) {
-    long r;
-    c[i] = run_cli(args, &w[i], &r);
-    if (r > rss) rss = r;
-  }
-  double cm = median(c, REPS), wm = median(w, REPS);
-  printf("%s %.3f\n", metric, cm);
-  if (rss_metric) printf("%s %.3f\n", rss_metric, (double)rss * 1024.0 / file_bytes);
+  bench_child_t m = bench_run_memsnap_median(args, REPS);
+  printf("%s %.3f\n", metric, m.cpu);
+  if (rss_metric) printf("%s %.3f\n", rss_metric, (double)m.rss_kb * 1024.0 / file_bytes);
   fflush(stdout);
   fprintf(stderr, "  %-28s %.2f s CPU, %.2f s wall, peak RSS %.0f MB (full read: %.2f s CPU)\n",
-          metric, cm, wm, (double)rss / 1024.0, baseline);
+          metric, m.cpu, m.wall, (double)m.rss_kb / 1024.0, baseline);
 }
 
 /* In-process read; CPU seconds. */
 static double read_once(const char *path, unsigned flags) {
   FILE *f = fopen(path, "rb");
-  if (!f) die(path, strerror(errno));
+  if (!f) bench_die(path, strerror(errno));
   ms_source_t src;
   ms_source_init_file(&src, f);
   ms_snapshot_t *s = NULL;
   ms_errbuf_t eb = {{0}};
   double t0 = cpu_s();
-  if (ms_pickle_read_ex(&src, flags, &s, &eb) != MS_OK) die(path, eb.msg);
+  if (ms_pickle_read_ex(&src, flags, &s, &eb) != MS_OK) bench_die(path, eb.msg);
   double dt = cpu_s() - t0;
   ms_snapshot_free(s);
   fclose(f);
@@ -122,25 +75,6 @@ static double read_median(const char *path, unsigned flags) {
   for (int i = 0; i < REPS; i++)
     t[i] = read_once(path, flags);
   return median(t, REPS);
-}
-
-/* Writes the synthetic file in a child process (its memory goes with it). */
-static void generate(const char *path, size_t entries, size_t code_paths) {
-  fflush(stdout);
-  pid_t pid = fork();
-  if (pid < 0) die("fork", strerror(errno));
-  if (pid == 0) {
-    synth_opts_t o = {1, entries, 4, code_paths};
-    ms_snapshot_t *s = NULL;
-    ms_errbuf_t eb = {{0}};
-    if (synth_workload(&o, &s, &eb) != MS_OK) die("synthetic snapshot", eb.msg);
-    if (synth_write_pickle(s, path, &eb) != MS_OK) die(path, eb.msg);
-    ms_snapshot_free(s);
-    _exit(0);
-  }
-  int st;
-  if (waitpid(pid, &st, 0) < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
-    die("generating the synthetic snapshot", "child failed");
 }
 
 int main(void) {
@@ -173,10 +107,11 @@ int main(void) {
       }
     }
     double w0 = now_s();
-    generate(path, (size_t)(5e6 * scale) < 1000 ? 1000 : (size_t)(5e6 * scale), 0);
+    synth_opts_t o = {1, (size_t)(5e6 * scale) < 1000 ? 1000 : (size_t)(5e6 * scale), 4, 0};
+    synth_generate_pickle(&o, path);
     fprintf(stderr, "  generated %s in %.1f s\n", path, now_s() - w0);
   }
-  if (stat(path, &st) != 0) die(path, strerror(errno));
+  if (stat(path, &st) != 0) bench_die(path, strerror(errno));
   printf("pickle_1gb_mb %.1f\n", (double)st.st_size / 1e6);
   double full = read_median(path, 0);
   printf("pickle_1gb_full_read_s %.3f\n", full);
@@ -208,10 +143,11 @@ int main(void) {
   snprintf(path2, sizeof path2, "%s.paths.pickle", path);
   if (!(keep && *keep && stat(path2, &st) == 0)) {
     double w0 = now_s();
-    generate(path2, (size_t)(5e6 * scale) < 1000 ? 1000 : (size_t)(5e6 * scale), 2000);
+    synth_opts_t o = {1, (size_t)(5e6 * scale) < 1000 ? 1000 : (size_t)(5e6 * scale), 4, 2000};
+    synth_generate_pickle(&o, path2);
     fprintf(stderr, "  generated %s in %.1f s\n", path2, now_s() - w0);
   }
-  if (stat(path2, &st) != 0) die(path2, strerror(errno));
+  if (stat(path2, &st) != 0) bench_die(path2, strerror(errno));
   printf("pickle_1gb_paths_mb %.1f\n", (double)st.st_size / 1e6);
   bench_cli("pickle_1gb_paths_timeline_s", (const char *const[]){"timeline", path2, NULL}, full,
             "pickle_1gb_paths_timeline_rss_ratio", (double)st.st_size);

@@ -182,18 +182,9 @@ static ms_snapshot_t *synth(size_t target) {
 
 /* Seconds of `memsnap timeline PATH [FLAG] > /dev/null`, or -1 when it failed. */
 static double run_json(const char *bin, const char *path, const char *flag) {
-  fflush(stdout); /* the child must not write our buffered lines again */
-  double t0 = now_s();
-  pid_t pid = fork();
-  if (pid < 0) return -1;
-  if (pid == 0) {
-    if (!freopen("/dev/null", "w", stdout)) _exit(126);
-    execl(bin, bin, "timeline", path, flag, (char *)NULL);
-    _exit(127);
-  }
-  int st = 0;
-  if (waitpid(pid, &st, 0) != pid || !WIFEXITED(st) || WEXITSTATUS(st) != 0) return -1;
-  return now_s() - t0;
+  bench_child_t r; /* flag NULL: the arguments end at path */
+  if (bench_try_run((const char *const[]){bin, "timeline", path, flag, NULL}, &r) != 0) return -1;
+  return r.wall;
 }
 
 int main(void) {

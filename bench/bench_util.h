@@ -1,12 +1,20 @@
 /* SPDX-License-Identifier: MIT
- * Timing helpers shared by the benchmarks: wall and process-CPU clocks, and the median of a few
- * runs (they sort their argument).
+ * Helpers shared by the benchmarks: wall and process-CPU clocks, the median of a few runs (they
+ * sort their argument), a command run as a child process (its CPU seconds, wall seconds and peak
+ * RSS), and work done in a child process (a synthetic file written: its memory goes with it).
  */
 #ifndef MEMSNAP_BENCH_UTIL_H
 #define MEMSNAP_BENCH_UTIL_H
 
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 /* Monotonic wall-clock seconds. */
 static inline double now_s(void) {
@@ -31,6 +39,111 @@ static inline int cmp_double(const void *a, const void *b) {
 static inline double median(double *v, int n) {
   qsort(v, (size_t)n, sizeof *v, cmp_double);
   return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* Prints "memsnap: error: PROGRAM: WHAT: MSG" on stderr and exits 1. */
+static inline void bench_die(const char *what, const char *msg) {
+#ifdef _GNU_SOURCE
+  const char *prog = program_invocation_short_name;
+#else
+  const char *prog = "bench";
+#endif
+  fprintf(stderr, "memsnap: error: %s: %s: %s\n", prog, what, msg);
+  exit(1);
+}
+
+/* One run of a child process: CPU seconds (user + system, every thread), wall seconds, peak
+ * resident set in KiB. */
+typedef struct bench_child_s {
+  double cpu, wall;
+  long rss_kb;
+} bench_child_t;
+
+/* Waits for child pid (started at wall time w0) into *r; @return 0 when it exited 0, else -1. */
+static inline int bench_wait_status(pid_t pid, double w0, bench_child_t *r) {
+  int st;
+  struct rusage ru;
+  if (wait4(pid, &st, 0, &ru) != pid) return -1;
+  r->wall = now_s() - w0;
+  r->rss_kb = ru.ru_maxrss;
+  r->cpu = (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec * 1e-6 +
+           (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec * 1e-6;
+  return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -1;
+}
+
+/* Waits for child pid (started at wall time w0); dies naming what unless it exits 0. */
+static inline bench_child_t bench_wait(pid_t pid, double w0, const char *what) {
+  bench_child_t r = {0, 0, 0};
+  if (bench_wait_status(pid, w0, &r) != 0) bench_die(what, "the child process failed");
+  return r;
+}
+
+/* Runs argv (argv[0]: the program, looked up in PATH when it has no '/'; NULL-terminated) with
+ * stdout to /dev/null, its times and peak RSS into *r. @return 0 when it exited 0, else -1. */
+static inline int bench_try_run(const char *const *argv, bench_child_t *r) {
+  fflush(stdout); /* the child must not write what this process has buffered */
+  double w0 = now_s();
+  pid_t pid = fork();
+  if (pid < 0) return -1;
+  if (pid == 0) {
+    int fd = open("/dev/null", O_WRONLY);
+    if (fd < 0 || dup2(fd, 1) < 0) _exit(127);
+    execvp(argv[0], (char *const *)argv);
+    _exit(127);
+  }
+  return bench_wait_status(pid, w0, r);
+}
+
+/* bench_try_run that dies when the command cannot run or exits non-zero. */
+static inline bench_child_t bench_run(const char *const *argv) {
+  bench_child_t r = {0, 0, 0};
+  if (bench_try_run(argv, &r) != 0) bench_die(argv[1] ? argv[1] : argv[0], "the command failed");
+  return r;
+}
+
+/* The memsnap command under test: $MEMSNAP_BIN (bench/run.sh sets it). */
+static inline const char *bench_memsnap(void) {
+  const char *bin = getenv("MEMSNAP_BIN");
+  if (!bin || !*bin) bench_die("MEMSNAP_BIN", "not set (run through bench/run.sh)");
+  return bin;
+}
+
+/* `memsnap ARGS...` (args NULL-terminated, at most 14) as a child process. */
+static inline bench_child_t bench_run_memsnap(const char *const *args) {
+  const char *argv[16] = {bench_memsnap()};
+  for (int i = 0; args[i] && i < 14; i++) argv[i + 1] = args[i];
+  return bench_run(argv);
+}
+
+/* reps (at most 16) runs of `memsnap ARGS...`: the median CPU and wall seconds, the largest peak
+ * RSS. */
+static inline bench_child_t bench_run_memsnap_median(const char *const *args, int reps) {
+  double c[16], w[16];
+  long rss = 0;
+  if (reps > 16) reps = 16;
+  for (int i = 0; i < reps; i++) {
+    bench_child_t r = bench_run_memsnap(args);
+    c[i] = r.cpu;
+    w[i] = r.wall;
+    if (r.rss_kb > rss) rss = r.rss_kb;
+  }
+  bench_child_t m = {median(c, reps), median(w, reps), rss};
+  return m;
+}
+
+/* Runs fn(ctx) in a child process, whose memory goes with it (fn dies with bench_die on failure;
+ * what it prints on stdout is the benchmark's); dies naming what when the child fails. */
+static inline bench_child_t bench_in_child(void (*fn)(void *ctx), void *ctx, const char *what) {
+  fflush(stdout);
+  double w0 = now_s();
+  pid_t pid = fork();
+  if (pid < 0) bench_die("fork", strerror(errno));
+  if (pid == 0) {
+    fn(ctx);
+    fflush(stdout);
+    _exit(0);
+  }
+  return bench_wait(pid, w0, what);
 }
 
 #endif /* MEMSNAP_BENCH_UTIL_H */

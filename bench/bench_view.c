@@ -45,20 +45,10 @@
 
 /* Runs memsnap view IN -o OUT; @return wall seconds (-1 on failure), *rss_mb its peak RSS. */
 static double run_view(const char *bin, const char *in, const char *out, double *rss_mb) {
-  double t0 = now_s();
-  pid_t pid = fork();
-  if (pid < 0) return -1;
-  if (pid == 0) {
-    int null = open("/dev/null", O_WRONLY);
-    if (null >= 0) dup2(null, 1);
-    execl(bin, bin, "view", in, "-o", out, (char *)NULL);
-    _exit(127);
-  }
-  int st = 0;
-  struct rusage ru;
-  if (wait4(pid, &st, 0, &ru) != pid || !WIFEXITED(st) || WEXITSTATUS(st) != 0) return -1;
-  *rss_mb = (double)ru.ru_maxrss / 1024.0;
-  return now_s() - t0;
+  bench_child_t r;
+  if (bench_try_run((const char *const[]){bin, "view", in, "-o", out, NULL}, &r) != 0) return -1;
+  *rss_mb = (double)r.rss_kb / 1024.0;
+  return r.wall;
 }
 
 static int cmp(const void *a, const void *b) {

@@ -15,6 +15,7 @@
 #include "memsnap/history.h"
 #include "memsnap/pickle.h"
 #include "model/snapbuild.h"
+#include "bench_util.h"
 
 static int fail(ms_errbuf_t *eb, int rc, const char *fmt, ...) {
   if (eb) {
@@ -709,4 +710,23 @@ int synth_write_pickle(const ms_snapshot_t *snap, const char *path, ms_errbuf_t 
   if (fclose(fp) != 0 && rc == MS_OK) rc = fail(eb, MS_EIO, "cannot write '%s'", path);
   if (rc != MS_OK) remove(path);
   return rc;
+}
+
+typedef struct synth_job_s {
+  const synth_opts_t *opts;
+  const char *path;
+} synth_job_t;
+
+static void synth_generate_child(void *ctx) {
+  const synth_job_t *job = ctx;
+  ms_snapshot_t *s = NULL;
+  ms_errbuf_t eb = {{0}};
+  if (synth_workload(job->opts, &s, &eb) != MS_OK) bench_die("synthetic snapshot", eb.msg);
+  if (synth_write_pickle(s, job->path, &eb) != MS_OK) bench_die(job->path, eb.msg);
+  ms_snapshot_free(s);
+}
+
+void synth_generate_pickle(const synth_opts_t *opts, const char *path) {
+  synth_job_t job = {opts, path};
+  bench_in_child(synth_generate_child, &job, "generating the synthetic snapshot");
 }

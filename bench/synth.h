@@ -61,4 +61,8 @@ int synth_stacked(size_t nlong, size_t nrounds, uint64_t seed, ms_snapshot_t **o
  * files). @return MS_OK or an error with a message in eb. */
 int synth_write_pickle(const ms_snapshot_t *snap, const char *path, ms_errbuf_t *eb);
 
+/* Writes synth_workload(opts)'s snapshot to path as a pickle, in a child process (its memory goes
+ * with it); exits with a message when that fails. */
+void synth_generate_pickle(const synth_opts_t *opts, const char *path);
+
 #endif /* MEMSNAP_BENCH_SYNTH_H */

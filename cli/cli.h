@@ -427,10 +427,12 @@ void cli_files_free(char **files, int n);
 /* ---- compare's report and its many-ranks form (cli/compare-report.c, cli/compare-ranks.c,
  * issue #28) ---- */
 
-/* `compare`'s default: the comparison of snaps (BEFORE, AFTER; at[]: the moments' texts, NULL =
- * the peak) as text or JSON on stdout. @return CLI_OK or CLI_FAILURE (printed). */
-int cli_compare_report(const char *names[2], const ms_snapshot_t *snaps[2], const char *at[2],
-                       const ms_compare_options_t *o, bool json);
+/* `compare`'s default: the comparison of the files at paths[] (BEFORE, AFTER; the same path twice:
+ * one file at two moments, read once; at[]: the moments' texts, NULL = the peak) as text or JSON
+ * on stdout. Two files are read one after the other, BEFORE reduced to its figures and freed
+ * before AFTER is read. @return CLI_OK, CLI_FAILURE or a load's code (printed). */
+int cli_compare_report(const char *paths[2], const char *at[2], const ms_compare_options_t *o,
+                       bool json);
 /* Warnings about sides that differ in kind: devices, a side without a trace, device sizes. */
 void cli_compare_warnings(const char *names[2], const ms_compare_t *c);
 /* `compare DIR_A DIR_B`: the files of both directories paired by name, one row per rank, and the

@@ -203,19 +203,8 @@ static int compare_report_main(char **pos, int npos, const char *at[2], int nat,
     return cli_compare_ranks(pos[0], pos[1], &co, json, jobs_s);
   }
   if (jobs_s) return cli_usage_error("compare", "--jobs applies to two directories");
-  bool one_file = npos == 1;
-  ms_snapshot_t *snaps[2] = {NULL, NULL};
-  if ((rc = cli_load_ex(pos[0], MS_LOAD_NO_FREE_STACKS, &snaps[0])) != CLI_OK) return rc;
-  if (!one_file && (rc = cli_load_ex(pos[1], MS_LOAD_NO_FREE_STACKS, &snaps[1])) != CLI_OK) {
-    ms_snapshot_free(snaps[0]);
-    return rc;
-  }
-  const char *names[2] = {cli_display_name(pos[0]), cli_display_name(pos[one_file ? 0 : 1])};
-  const ms_snapshot_t *cs[2] = {snaps[0], one_file ? snaps[0] : snaps[1]};
-  rc = cli_compare_report(names, cs, ats, &co, json);
-  ms_snapshot_free(snaps[0]);
-  ms_snapshot_free(snaps[1]);
-  return rc;
+  const char *paths[2] = {pos[0], pos[npos == 1 ? 0 : 1]};
+  return cli_compare_report(paths, ats, &co, json);
 }
 
 /* BEFORE and AFTER, or FILE with two moments. @return CLI_OK or CLI_USAGE (printed). */

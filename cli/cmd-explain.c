@@ -42,16 +42,6 @@ static const char explain_usage[] =
 
 #define SZ(v, b) cli_format_ubytes((v), (b))
 
-static const char *explain_moment_name(ms_explain_moment m) {
-  switch (m) {
-  case MS_EXPLAIN_AT_OOM: return "oom";
-  case MS_EXPLAIN_AT_PEAK: return "peak";
-  case MS_EXPLAIN_AT_END: return "end";
-  case MS_EXPLAIN_AT_GIVEN: return "at";
-  }
-  return "?";
-}
-
 static void explain_capacity_text(const ms_explain_t *x, char *buf, size_t cap) {
   char a[CLI_BYTES_BUFSZ], b[CLI_BYTES_BUFSZ], c[CLI_BYTES_BUFSZ];
   switch (x->capacity_source) {
@@ -195,166 +185,20 @@ static void explain_text(const ms_snapshot_t *snap, const char *name, const ms_e
 
 /* ---- JSON ------------------------------------------------------------------------------------- */
 
-static void jkey(cli_json_t *j, const char *k) {
-  cli_json_lit(j, ", \"");
-  cli_json_lit(j, k);
-  cli_json_lit(j, "\": ");
-}
+/* The answer's members are the library's (ms_explain_write_json), written through the command's
+ * JSON writer; top_by_stack's keys are the stacks' labels as `top` prints them. */
+typedef struct explain_jctx_s {
+  cli_json_t *j;
+  const ms_snapshot_t *snap;
+} explain_jctx_t;
 
-static void jbool(cli_json_t *j, int v) {
-  cli_json_lit(j, v > 0 ? "true" : v == 0 ? "false" : "null");
-}
+static void explain_jlit(void *ctx, const char *s) { cli_json_lit(((explain_jctx_t *)ctx)->j, s); }
+static void explain_jstr(void *ctx, const char *s) { cli_json_str(((explain_jctx_t *)ctx)->j, s); }
+static void explain_ju64(void *ctx, uint64_t v) { cli_json_u64(((explain_jctx_t *)ctx)->j, v); }
+static void explain_ji64(void *ctx, int64_t v) { cli_json_i64(((explain_jctx_t *)ctx)->j, v); }
 
-static void explain_json_remedies(cli_json_t *j, const ms_explain_t *x) {
-  jkey(j, "remedies");
-  cli_json_lit(j, "[");
-  for (size_t i = 0; i < x->nremedies; i++) {
-    const ms_explain_remedy_t *r = &x->remedies[i];
-    cli_json_lit(j, i ? ",\n  {\"config\": " : "\n  {\"config\": ");
-    cli_json_str(j, r->config);
-    jkey(j, "replayed");
-    jbool(j, r->replayed);
-    jkey(j, "avoids_oom");
-    jbool(j, r->replayed ? r->avoids_oom : -1);
-    jkey(j, "peak_reserved");
-    if (r->replayed) cli_json_u64(j, r->peak_reserved);
-    else cli_json_lit(j, "null");
-    jkey(j, "min_capacity");
-    if (r->min_capacity) cli_json_u64(j, r->min_capacity);
-    else cli_json_lit(j, "null");
-    jkey(j, "ooms");
-    if (r->replayed) cli_json_u64(j, r->ooms);
-    else cli_json_lit(j, "null");
-    if (r->note[0]) {
-      jkey(j, "note");
-      cli_json_str(j, r->note);
-    }
-    cli_json_lit(j, "}");
-  }
-  cli_json_lit(j, "]");
-}
-
-static void explain_json_rows(cli_json_t *j, const char *name, const ms_explain_row_t *r,
-                              size_t n) {
-  jkey(j, name);
-  cli_json_lit(j, "[");
-  for (size_t i = 0; i < n; i++) {
-    cli_json_lit(j, i ? ", {\"key\": " : "{\"key\": ");
-    cli_json_str(j, r[i].key);
-    jkey(j, "bytes");
-    cli_json_u64(j, r[i].bytes);
-    jkey(j, "blocks");
-    cli_json_u64(j, r[i].blocks);
-    cli_json_lit(j, "}");
-  }
-  cli_json_lit(j, "]");
-}
-
-static void explain_json_body(cli_json_t *j, const ms_snapshot_t *snap, const ms_explain_t *x) {
-  char buf[256];
-  jkey(j, "device");
-  cli_json_u64(j, x->device);
-  jkey(j, "moment");
-  cli_json_str(j, explain_moment_name(x->moment));
-  jkey(j, "entry");
-  if (x->entry >= 0) cli_json_i64(j, x->entry);
-  else cli_json_lit(j, "null");
-  jkey(j, "time_us");
-  if (x->has_time) cli_json_i64(j, x->time_us);
-  else cli_json_lit(j, "null");
-  jkey(j, "step");
-  if (x->step_number >= 0) cli_json_i64(j, x->step_number);
-  else cli_json_lit(j, "null");
-  jkey(j, "phase");
-  if (x->phase) cli_json_str(j, x->phase);
-  else cli_json_lit(j, "null");
-  jkey(j, "request_bytes");
-  if (x->has_request) cli_json_u64(j, x->request_bytes);
-  else cli_json_lit(j, "null");
-  if (x->has_request) {
-    jkey(j, "request_stream");
-    cli_json_u64(j, x->request_stream);
-    jkey(j, "request_pool");
-    cli_json_lit(j, "[");
-    cli_json_i64(j, x->request_pool[0]);
-    cli_json_lit(j, ", ");
-    cli_json_i64(j, x->request_pool[1]);
-    cli_json_lit(j, "]");
-  }
-  jkey(j, "capacity_bytes");
-  if (x->capacity) cli_json_u64(j, x->capacity);
-  else cli_json_lit(j, "null");
-  jkey(j, "capacity_source");
-  cli_json_str(j, ms_capacity_source_name(x->capacity_source));
-  jkey(j, "device_free_bytes");
-  if (x->has_device_free) cli_json_u64(j, x->device_free);
-  else cli_json_lit(j, "null");
-  const struct {
-    const char *k;
-    uint64_t v;
-  } figs[] = {{"reserved_bytes", x->reserved_bytes},
-              {"allocated_bytes", x->allocated_bytes},
-              {"requested_bytes", x->requested_bytes},
-              {"cached_free_bytes", x->cached_free_bytes},
-              {"largest_free_block_bytes", x->largest_free_block_bytes},
-              {"inactive_split_bytes", x->inactive_split_bytes},
-              {"releasable_bytes", x->releasable_bytes},
-              {"private_pool_bytes", x->private_pool_bytes}};
-  for (size_t i = 0; i < sizeof figs / sizeof figs[0]; i++) {
-    jkey(j, figs[i].k);
-    cli_json_u64(j, figs[i].v);
-  }
-  jkey(j, "outside_allocator_bytes");
-  if (x->has_outside) cli_json_u64(j, x->outside_allocator_bytes);
-  else cli_json_lit(j, "null");
-  jkey(j, "pools");
-  cli_json_lit(j, "[");
-  for (size_t i = 0; i < x->npools; i++) {
-    const ms_explain_pool_t *p = &x->pools[i];
-    cli_json_lit(j, i ? ", {\"pool_id\": [" : "{\"pool_id\": [");
-    cli_json_i64(j, p->pool_id[0]);
-    cli_json_lit(j, ", ");
-    cli_json_i64(j, p->pool_id[1]);
-    cli_json_lit(j, "], \"stream\": ");
-    cli_json_u64(j, p->stream);
-    cli_json_lit(j, p->large ? ", \"size_class\": \"large\"" : ", \"size_class\": \"small\"");
-    jkey(j, "segments");
-    cli_json_u64(j, p->segments);
-    jkey(j, "reserved_bytes");
-    cli_json_u64(j, p->reserved);
-    jkey(j, "free_bytes");
-    cli_json_u64(j, p->free);
-    jkey(j, "largest_free_block_bytes");
-    cli_json_u64(j, p->largest_free);
-    cli_json_lit(j, "}");
-  }
-  cli_json_lit(j, "]");
-  jkey(j, "verdict");
-  cli_json_str(j, ms_explain_verdict_name(x->verdict));
-  jkey(j, "verdict_text");
-  cli_json_str(j, x->verdict_text);
-  explain_json_rows(j, "top", x->by_source, x->nby_source);
-  explain_json_rows(j, "top_by_category", x->by_category, x->nby_category);
-  jkey(j, "top_by_stack");
-  cli_json_lit(j, "[");
-  for (size_t i = 0; i < x->ntop; i++) {
-    cli_stack_label(snap, x->top[i].stack, buf, sizeof buf);
-    cli_json_lit(j, i ? ", {\"key\": " : "{\"key\": ");
-    cli_json_str(j, buf);
-    jkey(j, "bytes");
-    cli_json_u64(j, x->top[i].bytes);
-    jkey(j, "blocks");
-    cli_json_u64(j, x->top[i].blocks);
-    cli_json_lit(j, "}");
-  }
-  cli_json_lit(j, "]");
-  explain_json_remedies(j, x);
-  jkey(j, "recommendation");
-  if (x->recommendation[0]) cli_json_str(j, x->recommendation);
-  else cli_json_lit(j, "null");
-  jkey(j, "hint");
-  if (x->hint[0]) cli_json_str(j, x->hint);
-  else cli_json_lit(j, "null");
+static void explain_jstack(void *ctx, uint32_t stack, char *buf, size_t cap) {
+  cli_stack_label(((explain_jctx_t *)ctx)->snap, stack, buf, cap);
 }
 
 static int explain_json(const ms_snapshot_t *snap, const char *name, const ms_explain_t *x) {
@@ -364,7 +208,11 @@ static int explain_json(const ms_snapshot_t *snap, const char *name, const ms_ex
   cli_json_t j = {&o.sink, 0};
   cli_json_lit(&j, "{\"command\": \"explain\", \"file\": ");
   cli_json_str(&j, name);
-  explain_json_body(&j, snap, x);
+  cli_json_lit(&j, ", ");
+  explain_jctx_t c = {&j, snap};
+  const ms_json_writer_t w = {&c, explain_jlit, explain_jstr, explain_ju64, explain_ji64,
+                              explain_jstack};
+  ms_explain_write_json(x, &w, 0);
   cli_json_lit(&j, "}\n");
   if (j.err != MS_OK) return cli_out_fail(&o, j.err, NULL);
   return cli_out_commit(&o);

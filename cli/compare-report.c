@@ -317,19 +317,43 @@ static int report_json(const char *names[2], const char *at[2], const ms_compare
   return cli_out_commit(&o);
 }
 
-int cli_compare_report(const char *names[2], const ms_snapshot_t *snaps[2], const char *at[2],
-                       const ms_compare_options_t *o, bool json) {
-  ms_compare_t *c = NULL;
-  ms_errbuf_t eb = {{0}};
-  cli_progress_start("comparing '%s' and '%s'", names[0], names[1]);
-  int err = ms_compare_run(snaps[0], snaps[1], o, &c, &eb);
-  cli_progress_stop();
-  if (err != MS_OK) {
-    cli_error("comparing '%s' with '%s': %s", names[0], names[1], eb.msg[0] ? eb.msg : ms_strerror(err));
+/* The comparison of the files at paths[], one snapshot held at a time (one read for one file). */
+static int report_run(const char *paths[2], const char *names[2], const ms_compare_options_t *o,
+                      ms_compare_t **c, ms_errbuf_t *eb) {
+  bool one_file = paths[0] == paths[1];
+  ms_compare_build_t *b = NULL;
+  if (!one_file && ms_compare_begin(o, &b) != MS_OK) {
+    cli_error("out of memory");
     return CLI_FAILURE;
   }
+  int rc = CLI_OK, err = MS_OK;
+  for (int k = 0; k < (one_file ? 1 : 2) && rc == CLI_OK && err == MS_OK; k++) {
+    ms_snapshot_t *snap = NULL;
+    if ((rc = cli_load_ex(paths[k], MS_LOAD_NO_FREE_STACKS, &snap)) != CLI_OK) break;
+    cli_progress_start("comparing '%s' and '%s'", names[0], names[1]);
+    err = one_file ? ms_compare_run(snap, snap, o, c, eb) : ms_compare_add(b, snap, eb);
+    cli_progress_stop();
+    ms_snapshot_free(snap);
+  }
+  if (!one_file) {
+    if (rc == CLI_OK && err == MS_OK) err = ms_compare_finish(b, c);
+    else ms_compare_build_free(b);
+  }
+  if (rc == CLI_OK && err != MS_OK) {
+    cli_error("comparing '%s' with '%s': %s", names[0], names[1], eb->msg[0] ? eb->msg : ms_strerror(err));
+    rc = CLI_FAILURE;
+  }
+  return rc;
+}
+
+int cli_compare_report(const char *paths[2], const char *at[2], const ms_compare_options_t *o,
+                       bool json) {
+  const char *names[2] = {cli_display_name(paths[0]), cli_display_name(paths[1])};
+  ms_compare_t *c = NULL;
+  ms_errbuf_t eb = {{0}};
+  int rc = report_run(paths, names, o, &c, &eb);
+  if (rc != CLI_OK) return rc;
   cli_compare_warnings(names, c);
-  int rc = CLI_OK;
   if (json) rc = report_json(names, at, c);
   else report_text(names, at, c);
   ms_compare_free(c);

@@ -743,6 +743,90 @@ Test(explain, cli_json_fields_text_and_replay_warning, .timeout = 120) {
   free(dir);
 }
 
+/* A JSON writer into a buffer, escaping as the command does for plain text. */
+typedef struct jbuf_s {
+  char *p;
+  size_t len, cap;
+} jbuf_t;
+
+static void jb_lit(void *ctx, const char *s) {
+  jbuf_t *b = ctx;
+  size_t n = strlen(s);
+  cr_assert_lt(b->len + n, b->cap);
+  memcpy(b->p + b->len, s, n + 1);
+  b->len += n;
+}
+
+static void jb_str(void *ctx, const char *s) {
+  char t[2048];
+  size_t k = 0;
+  t[k++] = '"';
+  for (; *s && k + 8 < sizeof t; s++) {
+    if (*s == '"' || *s == '\\') t[k++] = '\\';
+    t[k++] = *s;
+  }
+  t[k++] = '"';
+  t[k] = 0;
+  jb_lit(ctx, t);
+}
+
+static void jb_u64(void *ctx, uint64_t v) {
+  char t[32];
+  snprintf(t, sizeof t, "%" PRIu64, v);
+  jb_lit(ctx, t);
+}
+
+static void jb_i64(void *ctx, int64_t v) {
+  char t[32];
+  snprintf(t, sizeof t, "%" PRId64, v);
+  jb_lit(ctx, t);
+}
+
+/* One emitter for `explain --json` and the viewer's panel: the command's object is the file's
+ * members and ms_explain_write_json's, and the viewer's flag only adds its own at the end. */
+Test(explain, one_json_emitter_for_the_command_and_the_viewer, .timeout = 60) {
+  expect_t e;
+  ms_snapshot_t *s = case_fragmented(&e);
+  char *dir = th_tmpdir();
+  ms_snapshot_t *back = reread(s, true, dir, "frag");
+  static char out[1 << 17], lib[1 << 17], view[1 << 17];
+  char args[1024];
+  snprintf(args, sizeof args, "explain %s/frag.pickle --json --no-replay", dir);
+  cr_assert_eq(run_cli(args, out, sizeof out), 0, "%s", out);
+  ms_explain_options_t o;
+  ms_explain_options_init(&o);
+  o.remedies = false;
+  ms_explain_t *x = NULL;
+  ms_errbuf_t eb = {{0}};
+  cr_assert_eq(ms_explain_run(back, &o, &x, &eb), MS_OK, "%s", eb.msg);
+  jbuf_t b = {lib, 0, sizeof lib};
+  snprintf(args, sizeof args, "{\"command\": \"explain\", \"file\": \"%s/frag.pickle\", ", dir);
+  jb_lit(&b, args);
+  const ms_json_writer_t w = {&b, jb_lit, jb_str, jb_u64, jb_i64, NULL};
+  ms_explain_write_json(x, &w, 0);
+  jb_lit(&b, "}\n");
+  /* the command's output less its top_by_stack (labels are the command's) */
+  char *ts = strstr(out, ", \"top_by_stack\": "), *re = strstr(out, ", \"remedies\": ");
+  cr_assert(ts && re && ts < re, "%s", out);
+  memmove(ts, re, strlen(re) + 1);
+  cr_expect_str_eq(lib, out);
+  cr_expect(strstr(lib, "\"moment\": \"oom\", \"entry\": "), "%s", lib);
+  /* the viewer's: the same members, then its own */
+  jbuf_t v = {view, 0, sizeof view};
+  const ms_json_writer_t wv = {&v, jb_lit, jb_str, jb_u64, jb_i64, NULL};
+  ms_explain_write_json(x, &wv, MS_EXPLAIN_JSON_VIEWER);
+  size_t common = b.len - strlen("}\n") - strlen(args);
+  cr_assert(strncmp(view, lib + strlen(args), common) == 0, "%s", view);
+  snprintf(args, sizeof args, ", \"capacity_oom_entry\": %zu, \"replayed\": false, "
+           "\"replay_note\": \"\", \"series\": [", x->capacity_oom.entry);
+  cr_expect(strncmp(view + common, args, strlen(args)) == 0, "%s", view + common);
+  ms_explain_free(x);
+  ms_snapshot_free(back);
+  ms_snapshot_free(s);
+  th_rmdir(dir);
+  free(dir);
+}
+
 Test(explain, cli_steps_and_hostile_annotation_names, .timeout = 60) {
   ms_snapshot_t *s = stepped_snapshot();
   char *dir = th_tmpdir();

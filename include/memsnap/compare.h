@@ -116,6 +116,27 @@ MS_API MS_NODISCARD int ms_compare_run(const ms_snapshot_t *before, const ms_sna
 /* Frees a comparison. Accepts NULL. */
 MS_API void ms_compare_free(ms_compare_t *c);
 
+/* A comparison built one side at a time, so that a caller need hold only one snapshot at a time:
+ * ms_compare_add reduces a side to its figures, rows, settings (and for AFTER, leak suspects),
+ * after which its snapshot may be freed before the next is read. Two snapshots compared this way
+ * give the same result as ms_compare_run on both (which shares one index when given the same
+ * snapshot twice), at about half the peak memory. */
+typedef struct ms_compare_build_s ms_compare_build_t;
+
+/* Starts a comparison with options *o (NULL = defaults, copied). @return MS_OK with *out (end it
+ * with ms_compare_finish or ms_compare_build_free), MS_EINVAL, MS_ENOMEM. */
+MS_API MS_NODISCARD int ms_compare_begin(const ms_compare_options_t *o, ms_compare_build_t **out);
+/* Adds the next side: BEFORE first, then AFTER. The snapshot is not used after the call returns.
+ * @return MS_OK; MS_EINVAL (both sides added already, or a device or moment the side lacks: eb
+ * names the side), MS_EFORMAT, MS_ENOMEM. After a failure only ms_compare_build_free applies. */
+MS_API MS_NODISCARD int ms_compare_add(ms_compare_build_t *b, const ms_snapshot_t *snap,
+                                       ms_errbuf_t *eb);
+/* Completes the comparison of both sides into *out (free with ms_compare_free) and frees b, also
+ * on failure. @return MS_OK, MS_EINVAL (a side is missing), MS_ENOMEM. */
+MS_API MS_NODISCARD int ms_compare_finish(ms_compare_build_t *b, ms_compare_t **out);
+/* Frees an unfinished comparison. Accepts NULL. */
+MS_API void ms_compare_build_free(ms_compare_build_t *b);
+
 /* ---- the gate -------------------------------------------------------------------------------- */
 
 /* The named figures: the replay's (ms_replay_usage_t), then one per category (peak_<name>). */

@@ -175,6 +175,34 @@ MS_API MS_NODISCARD int ms_explain_run(const ms_snapshot_t *snap, const ms_expla
 /* Frees an answer. Accepts NULL. */
 MS_API void ms_explain_free(ms_explain_t *x);
 
+/* ---- the answer as JSON ---------------------------------------------------------------------- */
+
+/* A JSON writer, the caller's own: each output quotes strings as it needs (a terminal's JSON, a
+ * string inside an HTML page). */
+typedef struct ms_json_writer_s {
+  void *ctx;
+  void (*lit)(void *ctx, const char *text); /* JSON text, written as it is */
+  void (*str)(void *ctx, const char *s);    /* a string value: quoted and escaped */
+  void (*u64)(void *ctx, uint64_t v);
+  void (*i64)(void *ctx, int64_t v);
+  /* the label of one of the snapshot's stacks into buf (top_by_stack's keys); NULL: the member
+   * top_by_stack is left out */
+  void (*stack_label)(void *ctx, uint32_t stack, char *buf, size_t cap);
+} ms_json_writer_t;
+
+/* ms_explain_write_json's flags. */
+enum {
+  /* also the viewer's members: capacity_oom_entry, replayed, replay_note and series */
+  MS_EXPLAIN_JSON_VIEWER = 1u << 0
+};
+
+/* Writes answer x as the members of a JSON object, `"device": N, "moment": ...` through `"hint":
+ * ...`, separated by ", " (the caller writes the braces and any members of its own before them).
+ * Absent values are null; docs/explain.md names every member. One writer for `memsnap explain
+ * --json` and the viewer's Explain panel, so that the two read the same fields. */
+MS_API void ms_explain_write_json(const ms_explain_t *x, const ms_json_writer_t *w,
+                                  unsigned flags);
+
 MS_EXTERN_C_END
 
 #endif /* MEMSNAP_EXPLAIN_H */

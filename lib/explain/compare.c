@@ -275,26 +275,37 @@ static void cmp_value_text(const ms_snapshot_t *s, const ms_snap_kv_t *kv, char 
   if (n < cap) snprintf(buf + n, cap - n, "}");
 }
 
-static const ms_snap_kv_t *cmp_setting(const ms_snapshot_t *s, const char *key) {
-  for (size_t i = 0; i < s->nsettings_top && i < s->nsettings; i++)
-    if (s->settings[i].key && strcmp(s->settings[i].key, key) == 0) return &s->settings[i];
+/* Side k's top-level settings as key and value text, into b's list k (the texts owned by keep). */
+static int cmp_settings_text(cmp_settings_t *list, cmp_strings_t *keep, const ms_snapshot_t *s) {
+  size_t n = s->nsettings_top < s->nsettings ? s->nsettings_top : s->nsettings;
+  for (size_t i = 0; i < n; i++) {
+    const ms_snap_kv_t *kv = &s->settings[i];
+    if (!kv->key) continue;
+    char v[512] = "";
+    cmp_value_text(s, kv, v, sizeof v, 0);
+    cmp_setting_text_t t = {ms__cmp_strdup(keep, kv->key), ms__cmp_strdup(keep, v)};
+    if (!t.key || !t.text || MS_VEC_PUSH(&list->v, t) != 0) return MS_ENOMEM;
+  }
+  return MS_OK;
+}
+
+static const cmp_setting_text_t *cmp_setting(const cmp_settings_t *list, const char *key) {
+  for (size_t i = 0; i < list->v.len; i++)
+    if (strcmp(list->v.ptr[i].key, key) == 0) return &list->v.ptr[i];
   return NULL;
 }
 
-static int cmp_settings(ms_compare_t *c, cmp_strings_t *strs, const ms_snapshot_t *b,
-                        const ms_snapshot_t *a) {
-  size_t nb = b->nsettings_top < b->nsettings ? b->nsettings_top : b->nsettings;
-  size_t na = a->nsettings_top < a->nsettings ? a->nsettings_top : a->nsettings;
+/* The settings that differ: BEFORE's in its order, then those only AFTER records. */
+static int cmp_settings(ms_compare_t *c, cmp_strings_t *strs, const cmp_settings_t *b,
+                        const cmp_settings_t *a) {
+  size_t nb = b->v.len, na = a->v.len;
   c->settings = calloc(nb + na + 1, sizeof *c->settings);
   if (!c->settings) return MS_ENOMEM;
   for (size_t i = 0; i < nb + na; i++) {
-    const ms_snapshot_t *s = i < nb ? b : a;
-    const ms_snap_kv_t *kv = &s->settings[i < nb ? i : i - nb];
-    if (!kv->key || (i >= nb && cmp_setting(b, kv->key))) continue; /* seen from BEFORE */
-    const ms_snap_kv_t *kb = i < nb ? kv : NULL, *ka = cmp_setting(a, kv->key);
-    char vb[512] = "", va[512] = "";
-    if (kb) cmp_value_text(b, kb, vb, sizeof vb, 0);
-    if (ka) cmp_value_text(a, ka, va, sizeof va, 0);
+    const cmp_setting_text_t *kv = i < nb ? &b->v.ptr[i] : &a->v.ptr[i - nb];
+    if (i >= nb && cmp_setting(b, kv->key)) continue; /* seen from BEFORE */
+    const cmp_setting_text_t *kb = i < nb ? kv : NULL, *ka = cmp_setting(a, kv->key);
+    const char *vb = kb ? kb->text : "", *va = ka ? ka->text : "";
     if (kb && ka && strcmp(vb, va) == 0) {
       c->nsettings_same++;
       continue;
@@ -326,29 +337,106 @@ static int cmp_leaks_at(ms_compare_t *c, cmp_strings_t *strs, const cmp_side_t *
   return r;
 }
 
-/* The sides, one after the other, each reduced to its figures and rows before the next is built
- * (its large arrays freed, their pages reused: MS_REUSE_MEMORY); the same snapshot twice shares
- * one index and classifier. Leak suspects from AFTER while it is open. */
-static int cmp_sides(ms_compare_t *c, cmp_strings_t *strs, const ms_snapshot_t *before,
-                     const ms_snapshot_t *after, const ms_compare_options_t *o,
-                     ms_attr_rows_t rows[2][2], cmp_strings_t *keep, ms_errbuf_t *eb) {
-  static const char *const names[2] = {"BEFORE", "AFTER"};
+/* A comparison being built (memsnap/compare.h): the sides added so far, each reduced to its
+ * figures, rows and settings. */
+struct ms_compare_build_s {
+  ms_compare_options_t o;
+  ms_compare_t *c;           /* the result: each side's figures, AFTER's leak suspects */
+  ms_attr_rows_t rows[2][2]; /* per side: by category, by source */
+  cmp_settings_t set[2];     /* per side: its top-level settings as text */
+  cmp_strings_t keep;        /* the rows' source keys and the settings' texts */
+  int nsides;
+};
+
+int ms_compare_begin(const ms_compare_options_t *opt, ms_compare_build_t **out) {
+  MS_RETURN_IF(!out, MS_EINVAL);
+  ms_compare_build_t *b = calloc(1, sizeof *b);
+  ms_compare_t *c = calloc(1, sizeof *c);
+  cmp_strings_t *strs = calloc(1, sizeof *strs);
+  if (!b || !c || !strs) {
+    free(b);
+    free(c);
+    free(strs);
+    return MS_ENOMEM;
+  }
+  if (opt) b->o = *opt;
+  else ms_compare_options_init(&b->o);
+  c->impl_ = strs;
+  b->c = c;
+  *out = b;
+  return MS_OK;
+}
+
+void ms_compare_build_free(ms_compare_build_t *b) {
+  if (!b) return;
+  for (int s = 0; s < 2; s++) {
+    for (int k = 0; k < 2; k++)
+      ms_attr_rows_free(&b->rows[s][k]);
+    MS_VEC_FREE(&b->set[s].v);
+  }
+  for (size_t i = 0; i < b->keep.v.len; i++)
+    free(b->keep.v.ptr[i]);
+  MS_VEC_FREE(&b->keep.v);
+  ms_compare_free(b->c);
+  free(b);
+}
+
+/* Reduces the open side k to what the result needs: its figures, rows and settings, and for AFTER
+ * the leak suspects. */
+static int cmp_reduce(ms_compare_build_t *b, int k, const cmp_side_t *side) {
+  int r = cmp_side_rows(side, b->rows[k], &b->keep);
+  b->c->side[k] = side->fig;
+  if (r == MS_OK) r = cmp_settings_text(&b->set[k], &b->keep, side->snap);
+  if (r == MS_OK && k == 1 && b->o.leaks && side->fig.has_trace)
+    r = cmp_leaks_at(b->c, b->c->impl_, side, &b->o);
+  return r;
+}
+
+static const char *const cmp_names[2] = {"BEFORE", "AFTER"};
+
+static const ms_tl_moment_t *cmp_moment(const ms_compare_build_t *b, int k) {
+  return b->o.has_moment[k] ? &b->o.moment[k] : NULL;
+}
+
+int ms_compare_add(ms_compare_build_t *b, const ms_snapshot_t *snap, ms_errbuf_t *eb) {
+  if (eb) eb->msg[0] = 0;
+  MS_RETURN_IF(!b || !snap || b->nsides >= 2, MS_EINVAL);
+  int k = b->nsides;
+  cmp_side_t side;
+  int r = ms__cmp_side_open(snap, b->o.device, cmp_moment(b, k), cmp_names[k], NULL, &side, eb);
+  if (r == MS_OK) r = cmp_reduce(b, k, &side);
+  ms__cmp_side_close(&side);
+  if (r == MS_OK) b->nsides++;
+  return r;
+}
+
+/* Both sides from one snapshot at two moments: one index and classifier serve both. */
+static int cmp_add_shared(ms_compare_build_t *b, const ms_snapshot_t *snap, ms_errbuf_t *eb) {
+  MS_RETURN_IF(b->nsides != 0, MS_EINVAL);
   cmp_side_t side[2];
   memset(side, 0, sizeof side);
-  bool same = before == after;
-  int r = ms__cmp_side_open(before, o->device, o->has_moment[0] ? &o->moment[0] : NULL, names[0],
-                            NULL, &side[0], eb);
-  if (r == MS_OK) r = cmp_side_rows(&side[0], rows[0], keep);
-  c->side[0] = side[0].fig;
-  if (!same) ms__cmp_side_close(&side[0]);
+  int r = ms__cmp_side_open(snap, b->o.device, cmp_moment(b, 0), cmp_names[0], NULL, &side[0], eb);
+  if (r == MS_OK) r = cmp_reduce(b, 0, &side[0]);
   if (r == MS_OK)
-    r = ms__cmp_side_open(after, o->device, o->has_moment[1] ? &o->moment[1] : NULL, names[1],
-                          same ? &side[0] : NULL, &side[1], eb);
-  if (r == MS_OK) r = cmp_side_rows(&side[1], rows[1], keep);
-  c->side[1] = side[1].fig;
-  if (r == MS_OK && o->leaks && side[1].fig.has_trace) r = cmp_leaks_at(c, strs, &side[1], o);
+    r = ms__cmp_side_open(snap, b->o.device, cmp_moment(b, 1), cmp_names[1], &side[0], &side[1],
+                          eb);
+  if (r == MS_OK) r = cmp_reduce(b, 1, &side[1]);
   ms__cmp_side_close(&side[1]);
   ms__cmp_side_close(&side[0]);
+  if (r == MS_OK) b->nsides = 2;
+  return r;
+}
+
+int ms_compare_finish(ms_compare_build_t *b, ms_compare_t **out) {
+  if (!b) return MS_EINVAL;
+  int r = out && b->nsides == 2 ? MS_OK : MS_EINVAL;
+  if (r == MS_OK) r = cmp_attribution(b->c, b->c->impl_, b->rows, b->o.nrows);
+  if (r == MS_OK) r = cmp_settings(b->c, b->c->impl_, &b->set[0], &b->set[1]);
+  if (r == MS_OK) {
+    *out = b->c;
+    b->c = NULL;
+  }
+  ms_compare_build_free(b);
   return r;
 }
 
@@ -356,33 +444,18 @@ int ms_compare_run(const ms_snapshot_t *before, const ms_snapshot_t *after,
                    const ms_compare_options_t *opt, ms_compare_t **out, ms_errbuf_t *eb) {
   if (eb) eb->msg[0] = 0;
   MS_RETURN_IF(!before || !after || !out, MS_EINVAL);
-  ms_compare_options_t o;
-  if (opt) o = *opt;
-  else ms_compare_options_init(&o);
-  ms_compare_t *c = calloc(1, sizeof *c);
-  cmp_strings_t *strs = calloc(1, sizeof *strs);
-  if (!c || !strs) {
-    free(c);
-    free(strs);
-    return MS_ENOMEM;
+  ms_compare_build_t *b = NULL;
+  MS_FORWARD_IF_ERROR(ms_compare_begin(opt, &b));
+  int r = MS_OK;
+  if (before == after) {
+    r = cmp_add_shared(b, before, eb);
+  } else {
+    r = ms_compare_add(b, before, eb);
+    if (r == MS_OK) r = ms_compare_add(b, after, eb);
   }
-  c->impl_ = strs;
-  ms_attr_rows_t rows[2][2];
-  memset(rows, 0, sizeof rows);
-  cmp_strings_t keep = {{0}};
-  int r = cmp_sides(c, strs, before, after, &o, rows, &keep, eb);
-  if (r == MS_OK) r = cmp_attribution(c, strs, rows, o.nrows);
-  if (r == MS_OK) r = cmp_settings(c, strs, before, after);
-  for (int s = 0; s < 2; s++)
-    for (int k = 0; k < 2; k++)
-      ms_attr_rows_free(&rows[s][k]);
-  for (size_t i = 0; i < keep.v.len; i++)
-    free(keep.v.ptr[i]);
-  MS_VEC_FREE(&keep.v);
   if (r != MS_OK) {
-    ms_compare_free(c);
+    ms_compare_build_free(b);
     return r;
   }
-  *out = c;
-  return MS_OK;
+  return ms_compare_finish(b, out);
 }

@@ -19,6 +19,14 @@ typedef struct cmp_strings_s {
 const char *ms__cmp_strdup(cmp_strings_t *s, const char *text);
 void ms__cmp_strings_free(cmp_strings_t *s);
 
+/* A side's top-level allocator setting: its key and its value as text ("True", "{1: 4}"). */
+typedef struct cmp_setting_text_s {
+  const char *key, *text;
+} cmp_setting_text_t;
+typedef struct cmp_settings_s {
+  MS_VEC(cmp_setting_text_t) v;
+} cmp_settings_t;
+
 /* One side of a comparison, open: its index, the state at its moment, its classifier. */
 typedef struct cmp_side_s {
   const ms_snapshot_t *snap;

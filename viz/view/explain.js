@@ -66,8 +66,8 @@
     }
     var what = { oom: "Out of memory", peak: "The peak of allocated memory", end: "The end state",
                  at: "The moment asked for" }[x.moment] || x.moment;
-    el("h3", "", box, what + (x.entry >= 0 ? ", after trace entry " + x.entry : "")
-       + (x.step >= 0 ? ", step " + x.step : "") + (x.phase ? ", phase \u201c" + x.phase + "\u201d" : ""));
+    el("h3", "", box, what + (x.entry !== null ? ", after trace entry " + x.entry : "")
+       + (x.step !== null ? ", step " + x.step : "") + (x.phase ? ", phase \u201c" + x.phase + "\u201d" : ""));
     var vd = el("div", "verdict", box, "Verdict: " + x.verdict_text);
     vd.style.color = VERDICT_COLOR[x.verdict] || "#222";
     vd.dataset.verdict = x.verdict;
@@ -112,7 +112,7 @@
       var tr = ctx.trace, nooms = 0;
       if (tr) for (var e = 0; e < tr.action.length; e++)
         if (tr.action[e] === ctx.A.OOM) { mark(e + 1, "#d00", "OOM", [4, 3]); nooms++; }
-      if (x.entry >= 0 && x.moment !== "oom") mark(x.entry + 1, "#222", x.moment, [1, 2]);
+      if (x.entry !== null && x.moment !== "oom") mark(x.entry + 1, "#222", x.moment, [1, 2]);
       if (ctx.selected >= 0) mark(ctx.selected, "#080", "selected", [1, 2]);
       legend.textContent = "Allocated (blue) and reserved (orange) bytes over the trace entries"
         + (x.capacity_bytes ? "; the capacity " + fmtSize(x.capacity_bytes) + " (dotted red)" : "")
@@ -145,7 +145,7 @@
     if (x.remedies.length) {
       table(x.remedies.map(function (r) {
         return [r.config || "(the recorded settings)",
-                !r.replayed ? r.note : r.avoids_oom === null ? "?" : r.avoids_oom ? "avoids the OOM" : "OOM",
+                !r.replayed ? r.note || "" : r.avoids_oom === null ? "?" : r.avoids_oom ? "avoids the OOM" : "OOM",
                 r.peak_reserved === null ? "" : fmtSize(r.peak_reserved)];
       }), ["configuration", "at the capacity", "peak reserved"]).className = "figures remedies";
     } else {
@@ -158,7 +158,7 @@
 
     el("h4", "", box, "Biggest holders by source line (allocated bytes, blocks)");
     table(x.top.map(function (h) { return [fmtSize(h.bytes), String(h.blocks), h.key]; }));
-    var cats = (x.by_category || []).filter(function (c) { return c.bytes > 0; });
+    var cats = (x.top_by_category || []).filter(function (c) { return c.bytes > 0; });
     if (cats.length)
       el("div", "note", box, "By category: " + cats.map(function (c) { return c.key + " " + fmtSize(c.bytes); }).join(", "));
 
