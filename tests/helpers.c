@@ -424,9 +424,9 @@ int th_snapshot_diff(const ms_snapshot_t *a, const ms_snapshot_t *b, char *why, 
 static int memsink_write(void *ctx, const char *buf, size_t len) {
   th_memsink_t *m = ctx;
   if (m->fail_after && m->len + len > m->fail_after) return MS_EIO;
-  if (len > m->cap - m->len) {
+  if (len >= m->cap - m->len) { /* one byte kept for the NUL after the text */
     size_t ncap = m->cap ? m->cap : 4096;
-    while (ncap - m->len < len) ncap *= 2;
+    while (ncap - m->len <= len) ncap *= 2;
     char *p = realloc(m->data, ncap);
     if (!p) return MS_ENOMEM;
     m->data = p;
@@ -434,6 +434,7 @@ static int memsink_write(void *ctx, const char *buf, size_t len) {
   }
   memcpy(m->data + m->len, buf, len);
   m->len += len;
+  m->data[m->len] = 0;
   return MS_OK;
 }
 

@@ -52,7 +52,8 @@ typedef struct th_memsink_s {
   size_t fail_after; /* a write that would pass this many bytes fails with MS_EIO (0 = never) */
 } th_memsink_t;
 
-/* Initialises a memory sink writing into m (data NULL, grows as needed). */
+/* Initialises a memory sink writing into m (data NULL until the first write, grows as needed,
+ * and always followed by a NUL, so that text written into it is a C string). */
 void th_memsink_init(ms_sink_t *sink, th_memsink_t *m);
 void th_memsink_free(th_memsink_t *m);
 

@@ -8,47 +8,28 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "helpers.h"
 #include "memsnap/views.h"
 #include "model/snapbuild.h"
 
 /* ---- helpers ----------------------------------------------------------------------------------
  */
 
-typedef struct membuf_s {
-  char *p;
-  size_t len, cap;
-} membuf_t;
-
-static int mem_write(void *ctx, const char *buf, size_t len) {
-  membuf_t *m = ctx;
-  if (m->len + len + 1 > m->cap) {
-    size_t nc = (m->len + len + 1) * 2;
-    char *p = realloc(m->p, nc);
-    if (!p) return MS_ENOMEM;
-    m->p = p;
-    m->cap = nc;
-  }
-  memcpy(m->p + m->len, buf, len);
-  m->len += len;
-  m->p[m->len] = 0;
-  return 0;
-}
-
 /* Runs a view into folded text; the caller frees the result. */
 static char *folded(const ms_snapshot_t *s, ms_view_kind kind) {
-  membuf_t m = {0};
-  ms_sink_t sink = {mem_write, &m};
+  th_memsink_t m;
+  ms_sink_t sink;
+  th_memsink_init(&sink, &m);
   cr_assert_eq(ms_view_emit(s, kind, ms_view_folded_emit, &sink), MS_OK);
-  if (!m.p) m.p = calloc(1, 1);
-  return m.p;
+  return m.data ? m.data : calloc(1, 1);
 }
 
 static char *folded_compare(const ms_snapshot_t *a, const ms_snapshot_t *b) {
-  membuf_t m = {0};
-  ms_sink_t sink = {mem_write, &m};
+  th_memsink_t m;
+  ms_sink_t sink;
+  th_memsink_init(&sink, &m);
   cr_assert_eq(ms_view_compare_emit(a, b, ms_view_folded_emit, &sink), MS_OK);
-  if (!m.p) m.p = calloc(1, 1);
-  return m.p;
+  return m.data ? m.data : calloc(1, 1);
 }
 
 static uint32_t frame(ms__snapbuild_t *b, const char *name, const char *file, int64_t line) {

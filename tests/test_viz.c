@@ -15,35 +15,15 @@
 #include <string.h>
 
 #include "flamegraph/internal.h"
+#include "helpers.h"
 #include "memsnap/viz.h"
 
 /* ---- helpers ---- */
 
-typedef struct membuf {
-  char *data;
-  size_t len, cap;
-  int fail_after; /* >0: fail the write that would pass this many bytes */
-} membuf_t;
-
-static int mem_write(void *ctx, const char *buf, size_t len) {
-  membuf_t *m = ctx;
-  if (m->fail_after > 0 && m->len + len > (size_t)m->fail_after) return MS_EIO;
-  if (m->len + len + 1 > m->cap) {
-    size_t cap = m->cap ? m->cap : 4096;
-    while (cap < m->len + len + 1) cap *= 2;
-    m->data = realloc(m->data, cap);
-    cr_assert(m->data);
-    m->cap = cap;
-  }
-  memcpy(m->data + m->len, buf, len);
-  m->len += len;
-  m->data[m->len] = 0;
-  return MS_OK;
-}
-
 static char *render(ms_flame_t *fl, size_t *len) {
-  membuf_t m = {0};
-  ms_sink_t sink = {mem_write, &m};
+  th_memsink_t m;
+  ms_sink_t sink;
+  th_memsink_init(&sink, &m);
   ms_errbuf_t eb = {{0}};
   int err = ms_flame_write_svg(fl, &sink, &eb);
   cr_assert_eq(err, MS_OK, "write_svg: %s (%s)", ms_strerror(err), eb.msg);
@@ -52,8 +32,9 @@ static char *render(ms_flame_t *fl, size_t *len) {
 }
 
 static char *folded_out(ms_flame_t *fl) {
-  membuf_t m = {0};
-  ms_sink_t sink = {mem_write, &m};
+  th_memsink_t m;
+  ms_sink_t sink;
+  th_memsink_init(&sink, &m);
   cr_assert_eq(ms_flame_write_folded(fl, &sink, NULL), MS_OK);
   return m.data ? m.data : strdup("");
 }
@@ -964,8 +945,10 @@ Test(viz, api_contracts) {
   cr_assert_eq(ms_flame_total(fl), (uint64_t)1 << 62, "nothing added on failure");
   cr_assert_eq(ms_flame_add_diff(fl, st, 1, 1, 2), MS_ESTATE);
   /* A failing sink fails the write with its own error. */
-  membuf_t m = {.fail_after = 3000};
-  ms_sink_t sink = {mem_write, &m};
+  th_memsink_t m;
+  ms_sink_t sink;
+  th_memsink_init(&sink, &m);
+  m.fail_after = 3000;
   ms_errbuf_t eb = {{0}};
   cr_assert_eq(ms_flame_write_svg(fl, &sink, &eb), MS_EIO);
   cr_assert(eb.msg[0]);
