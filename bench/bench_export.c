@@ -14,8 +14,12 @@
  *   csv_rows_per_s                   rows of every table written per second (wall clock) by
  *                                    ms_export_csv_add + finish (`export --csv`: gzip'd CSV at
  *                                    level 1, the trace and stacks tables on threads of their
- *                                    own) on the code-paths snapshot below (issue #31's target);
+ *                                    own, the files deflated by a pool of one thread per CPU) on
+ *                                    the code-paths snapshot below (issue #31's target);
  *                                    csv_mb_per_row_m its compressed MB per million rows;
+ *                                    csv_1job_rows_per_s the same with one compressing job
+ *                                    (ms_export_csv_jobs: each file deflated by the thread that
+ *                                    writes it, the writer before the pool), just before;
  *                                    csv_unique_stacks_rows_per_s the same on the snapshot whose
  *                                    every entry has its own stack (a million stacks.csv.gz rows
  *                                    of PyTorch's JSON frames: most of the bytes);
@@ -94,9 +98,10 @@ static void bench_other_formats(const ms_snapshot_t *s, const ms_timeline_t *tl)
           s->ntrace, tf, (double)bytes / 1e6);
 }
 
-/* The CSV writer's rows per second (wall clock: the trace table has a thread of its own), to
- * sinks that only count the compressed bytes. */
-static void bench_csv(const ms_snapshot_t *s, const ms_timeline_t *tl, const char *metric) {
+/* One CSV export with `jobs` compressing threads (0: the default), to sinks that only count the
+ * compressed bytes: its rows, wall and CPU seconds, and compressed bytes. */
+static void csv_once(const ms_snapshot_t *s, const ms_timeline_t *tl, int jobs, uint64_t *rows,
+                     double *dw, double *dt, uint64_t *total) {
   uint64_t bytes[MS_EXPORT_CSV_NFILES] = {0};
   ms_sink_t sink[MS_EXPORT_CSV_NFILES], *sinks[MS_EXPORT_CSV_NFILES];
   for (int k = 0; k < MS_EXPORT_CSV_NFILES; k++) {
@@ -107,27 +112,49 @@ static void bench_csv(const ms_snapshot_t *s, const ms_timeline_t *tl, const cha
   ms_errbuf_t eb = {{0}};
   double t0 = cpu_s(), w0 = now_s();
   if (ms_export_csv_create(sinks, 1, &x, &eb) != MS_OK) die("csv", eb.msg);
+  if (jobs && ms_export_csv_jobs(x, jobs, &eb) != MS_OK) die("csv", eb.msg);
   if (ms_export_csv_add(x, s, tl, "synthetic", true, 0, NULL, &eb) != MS_OK) die("csv", eb.msg);
-  uint64_t rows = 0, total = 0;
-  for (int k = 0; k < MS_EXPORT_CSV_NFILES; k++) rows += ms_export_csv_rows(x, k);
+  *rows = *total = 0;
+  for (int k = 0; k < MS_EXPORT_CSV_NFILES; k++) *rows += ms_export_csv_rows(x, k);
   if (ms_export_csv_finish(x, &eb) != MS_OK) die("csv", eb.msg);
-  double dw = now_s() - w0, dt = cpu_s() - t0;
-  for (int k = 0; k < MS_EXPORT_CSV_NFILES; k++) total += bytes[k];
+  *dw = now_s() - w0;
+  *dt = cpu_s() - t0;
+  for (int k = 0; k < MS_EXPORT_CSV_NFILES; k++) *total += bytes[k];
+}
+
+/* The CSV writer's rows per second (wall clock: the trace and stacks tables have threads of their
+ * own, and the files are compressed by a pool of one thread per CPU), and on the code-paths
+ * snapshot the same with one job (each file compressed by the thread that writes it: the writer
+ * as it was before the pool) as the baseline of the same run, and the way through SQLite. */
+static void bench_csv(const ms_snapshot_t *s, const ms_timeline_t *tl, const char *metric) {
+  uint64_t rows, total;
+  double dw, dt, load[3] = {0, 0, 0};
+  if (getloadavg(load, 3) < 1) load[0] = -1;
+  bool code_paths = strcmp(metric, "csv") == 0;
+  if (code_paths) {
+    csv_once(s, tl, 1, &rows, &dw, &dt, &total);
+    printf("csv_1job_rows_per_s %.0f\n", (double)rows / dw);
+    fprintf(stderr, "  csv, one job: %llu rows in %.2f s wall, %.2f s CPU, %.1f MB gzipped "
+            "(load %.2f)\n", (unsigned long long)rows, dw, dt, (double)total / 1e6, load[0]);
+  }
+  csv_once(s, tl, 0, &rows, &dw, &dt, &total);
   printf("%s_rows_per_s %.0f\n", metric, (double)rows / dw);
-  if (strcmp(metric, "csv") == 0)
-    printf("csv_mb_per_row_m %.1f\n", (double)total / 1e6 / ((double)rows / 1e6));
+  if (code_paths) printf("csv_mb_per_row_m %.1f\n", (double)total / 1e6 / ((double)rows / 1e6));
   fflush(stdout);
+  if (getloadavg(load, 3) < 1) load[0] = -1;
   fprintf(stderr, "  %s: %llu rows (%zu trace entries) in %.2f s wall, %.2f s CPU, %.1f MB "
-          "gzipped\n", metric, (unsigned long long)rows, s->ntrace, dw, dt, (double)total / 1e6);
-  if (strcmp(metric, "csv") != 0) return;
-  /* the baseline: the way `export --csv` went before, a temporary database dumped as CSV */
+          "gzipped, %ld CPUs (load %.2f)\n", metric, (unsigned long long)rows, s->ntrace, dw, dt,
+          (double)total / 1e6, sysconf(_SC_NPROCESSORS_ONLN), load[0]);
+  if (!code_paths) return;
+  /* the way `export --csv` went before the writer of its own: a temporary database as CSV */
   char dir[4200], db[4300];
   const char *tmpdir = getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
   snprintf(dir, sizeof dir, "%s/memsnap-bench-csv-%d", tmpdir, (int)getpid());
   snprintf(db, sizeof db, "%s/x.db", dir);
   if (mkdir(dir, 0755) != 0) die(dir, strerror(errno));
   ms_export_sqlite_t *q = NULL;
-  w0 = now_s();
+  ms_errbuf_t eb = {{0}};
+  double w0 = now_s();
   if (ms_export_sqlite_create(db, &q, &eb) != MS_OK) die(db, eb.msg);
   if (ms_export_sqlite_add(q, s, tl, "synthetic", true, 0, NULL, &eb) != MS_OK) die(db, eb.msg);
   if (ms_export_sqlite_finish(q, &eb) != MS_OK) die(db, eb.msg);
