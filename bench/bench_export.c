@@ -40,7 +40,9 @@
  * One run each (a run of the command takes tens of seconds). The files live in $TMPDIR (or /tmp)
  * and are deleted; MS_BENCH_PICKLE_SCALE scales the pickle (a fraction), MS_BENCH_READ_KEEP
  * names a pickle to reuse (as bench_read). MS_BENCH_EXPORT_INPROC=1 runs only the two in-process
- * insert measurements (no other format, no pickle), for iterating on the SQLite writer.
+ * insert measurements (no other format, no pickle), for iterating on the SQLite writer;
+ * MS_BENCH_EXPORT_CSV=1 only the CSV measurements on the code-paths snapshot (csv_1job_rows_per_s,
+ * csv_rows_per_s, csv_mb_per_row_m, csv_via_sqlite_rows_per_s), for iterating on the CSV writer.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -181,6 +183,12 @@ static void bench_inserts(const char *tmpdir, size_t code_paths, const char *met
   ms_timeline_t *tl = NULL;
   if (ms_timeline_create(s, NULL, &tl, &eb) != MS_OK) die("time index", eb.msg);
   bench_csv(s, tl, code_paths ? "csv" : "csv_unique_stacks");
+  const char *csv_only = getenv("MS_BENCH_EXPORT_CSV");
+  if (csv_only && *csv_only && strcmp(csv_only, "0") != 0) {
+    ms_timeline_destroy(tl);
+    ms_snapshot_free(s);
+    return;
+  }
   char path[4200];
   snprintf(path, sizeof path, "%s/memsnap-bench-export-%d.db", tmpdir, (int)getpid());
   unlink(path);
@@ -301,8 +309,11 @@ int main(void) {
   const char *tmpdir = getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
   const char *bin = getenv("MEMSNAP_BIN");
   if (!bin || !*bin) die("MEMSNAP_BIN", "not set (run through bench/run.sh)");
-  bench_inserts(tmpdir, 0, "export_sqlite");
+  const char *csv_only = getenv("MS_BENCH_EXPORT_CSV");
+  bool csv = csv_only && *csv_only && strcmp(csv_only, "0") != 0;
+  if (!csv) bench_inserts(tmpdir, 0, "export_sqlite");
   bench_inserts(tmpdir, 2000, "export_sqlite_paths");
+  if (csv) return 0;
   const char *inproc = getenv("MS_BENCH_EXPORT_INPROC");
   if (inproc && *inproc && strcmp(inproc, "0") != 0) return 0;
 

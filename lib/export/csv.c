@@ -8,7 +8,8 @@
  *
  * Speed: fields are formatted into a 1 MiB buffer by hand (no printf), the stacks' frames are
  * turned into JSON once per location rather than once per stack, and the trace and stacks
- * tables, the largest, are written on threads of their own while this thread writes the others:
+ * tables, the largest, are written on threads of their own (started before the time index is
+ * attributed, which only the allocations table needs) while this thread writes the others:
  * each table has its own buffer and compressor, and all only read the snapshot and its index.
  * With more than one job (the default where there is more than one CPU), each file is one gzip
  * member compressed pigz-style by a pool of workers that all files share (pgzip.h): a full 1 MiB
@@ -579,19 +580,21 @@ int ms_export_csv_add(ms_export_csv_t *x, const ms_snapshot_t *snap, const ms_ti
                       const char *name, bool has_rank, int64_t rank, const char *timeline_error,
                       ms_errbuf_t *eb) {
   if (csv_start(x) != MS_OK) return ms__errbuf_set(eb, MS_ENOMEM, "out of memory");
-  ms_attr_t *attr = NULL; /* sources and categories need the time index */
-  if (tl) {
-    int err = ms_attr_create(snap, tl, NULL, &attr, eb);
-    if (err != MS_OK) return err == MS_ENOMEM ? ms__errbuf_set(eb, MS_ENOMEM, "out of memory") : err;
-  }
+  /* the trace and stacks tables need no time index: their threads start first */
   csv_trace_job_t job = {&x->f[MS_EXPORT_CSV_TRACE], snap, tl, x->nfiles, rank, has_rank};
   csv_stacks_job_t sj = {x, snap, MS_OK};
   pthread_t th, sth;
   bool threaded = pthread_create(&th, NULL, csv_trace, &job) == 0;
   bool sthreaded = pthread_create(&sth, NULL, csv_stacks_run, &sj) == 0;
-  csv_file_row(x, snap, tl, name, has_rank, rank, timeline_error);
-  int err = MS_OK;
-  if (tl) err = csv_allocations(x, attr, tl, has_rank, rank);
+  ms_attr_t *attr = NULL; /* sources and categories need the time index */
+  int err = tl ? ms_attr_create(snap, tl, NULL, &attr, eb) : MS_OK;
+  bool attr_failed = err != MS_OK;
+  if (err == MS_OK) {
+    csv_file_row(x, snap, tl, name, has_rank, rank, timeline_error);
+    if (tl) err = csv_allocations(x, attr, tl, has_rank, rank);
+  } else { /* this file's trace rows are written, not its others: the files are unusable */
+    x->f[MS_EXPORT_CSV_ALLOCATIONS].err = err;
+  }
   if (sthreaded)
     pthread_join(sth, NULL);
   else
@@ -602,6 +605,7 @@ int ms_export_csv_add(ms_export_csv_t *x, const ms_snapshot_t *snap, const ms_ti
     csv_trace(&job);
   if (err == MS_OK) err = sj.err;
   ms_attr_destroy(attr);
+  if (attr_failed) return err == MS_ENOMEM ? ms__errbuf_set(eb, MS_ENOMEM, "out of memory") : err;
   int which = 0;
   if (err == MS_OK) err = csv_error(x, &which);
   if (err == MS_ENOMEM || x->tmp.oom) return ms__errbuf_set(eb, MS_ENOMEM, "out of memory");
