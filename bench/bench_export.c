@@ -19,7 +19,8 @@
  *                                    csv_mb_per_row_m its compressed MB per million rows;
  *                                    csv_1job_rows_per_s the same with one compressing job
  *                                    (ms_export_csv_jobs: each file deflated by the thread that
- *                                    writes it, the writer before the pool), just before;
+ *                                    writes it, the writer before the pool), just before (and
+ *                                    csv_unique_stacks_1job_rows_per_s for the snapshot below);
  *                                    csv_unique_stacks_rows_per_s the same on the snapshot whose
  *                                    every entry has its own stack (a million stacks.csv.gz rows
  *                                    of PyTorch's JSON frames: most of the bytes);
@@ -41,8 +42,7 @@
  * and are deleted; MS_BENCH_PICKLE_SCALE scales the pickle (a fraction), MS_BENCH_READ_KEEP
  * names a pickle to reuse (as bench_read). MS_BENCH_EXPORT_INPROC=1 runs only the two in-process
  * insert measurements (no other format, no pickle), for iterating on the SQLite writer;
- * MS_BENCH_EXPORT_CSV=1 only the CSV measurements on the code-paths snapshot (csv_1job_rows_per_s,
- * csv_rows_per_s, csv_mb_per_row_m, csv_via_sqlite_rows_per_s), for iterating on the CSV writer.
+ * MS_BENCH_EXPORT_CSV=1 only the CSV measurements (csv_*), for iterating on the CSV writer.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -125,20 +125,18 @@ static void csv_once(const ms_snapshot_t *s, const ms_timeline_t *tl, int jobs, 
 }
 
 /* The CSV writer's rows per second (wall clock: the trace and stacks tables have threads of their
- * own, and the files are compressed by a pool of one thread per CPU), and on the code-paths
- * snapshot the same with one job (each file compressed by the thread that writes it: the writer
- * as it was before the pool) as the baseline of the same run, and the way through SQLite. */
+ * own, and the files are compressed by a pool of one thread per CPU), just after the same with
+ * one job (each file compressed by the thread that writes it: the writer as it was before the
+ * pool) as the baseline of the same run; on the code-paths snapshot also the way through SQLite. */
 static void bench_csv(const ms_snapshot_t *s, const ms_timeline_t *tl, const char *metric) {
   uint64_t rows, total;
   double dw, dt, load[3] = {0, 0, 0};
   if (getloadavg(load, 3) < 1) load[0] = -1;
   bool code_paths = strcmp(metric, "csv") == 0;
-  if (code_paths) {
-    csv_once(s, tl, 1, &rows, &dw, &dt, &total);
-    printf("csv_1job_rows_per_s %.0f\n", (double)rows / dw);
-    fprintf(stderr, "  csv, one job: %llu rows in %.2f s wall, %.2f s CPU, %.1f MB gzipped "
-            "(load %.2f)\n", (unsigned long long)rows, dw, dt, (double)total / 1e6, load[0]);
-  }
+  csv_once(s, tl, 1, &rows, &dw, &dt, &total);
+  printf("%s_1job_rows_per_s %.0f\n", metric, (double)rows / dw);
+  fprintf(stderr, "  %s, one job: %llu rows in %.2f s wall, %.2f s CPU, %.1f MB gzipped "
+          "(load %.2f)\n", metric, (unsigned long long)rows, dw, dt, (double)total / 1e6, load[0]);
   csv_once(s, tl, 0, &rows, &dw, &dt, &total);
   printf("%s_rows_per_s %.0f\n", metric, (double)rows / dw);
   if (code_paths) printf("csv_mb_per_row_m %.1f\n", (double)total / 1e6 / ((double)rows / 1e6));
@@ -311,7 +309,7 @@ int main(void) {
   if (!bin || !*bin) die("MEMSNAP_BIN", "not set (run through bench/run.sh)");
   const char *csv_only = getenv("MS_BENCH_EXPORT_CSV");
   bool csv = csv_only && *csv_only && strcmp(csv_only, "0") != 0;
-  if (!csv) bench_inserts(tmpdir, 0, "export_sqlite");
+  bench_inserts(tmpdir, 0, "export_sqlite");
   bench_inserts(tmpdir, 2000, "export_sqlite_paths");
   if (csv) return 0;
   const char *inproc = getenv("MS_BENCH_EXPORT_INPROC");
