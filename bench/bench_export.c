@@ -14,8 +14,13 @@
  *   csv_rows_per_s                   rows of every table written per second (wall clock) by
  *                                    ms_export_csv_add + finish (`export --csv`: gzip'd CSV at
  *                                    level 1, the trace and stacks tables on threads of their
- *                                    own) on the code-paths snapshot below (issue #31's target);
+ *                                    own, the files deflated by a pool of one thread per CPU) on
+ *                                    the code-paths snapshot below (issue #31's target);
  *                                    csv_mb_per_row_m its compressed MB per million rows;
+ *                                    csv_1job_rows_per_s the same with one compressing job
+ *                                    (ms_export_csv_jobs: each file deflated by the thread that
+ *                                    writes it, the writer before the pool), just before (and
+ *                                    csv_unique_stacks_1job_rows_per_s for the snapshot below);
  *                                    csv_unique_stacks_rows_per_s the same on the snapshot whose
  *                                    every entry has its own stack (a million stacks.csv.gz rows
  *                                    of PyTorch's JSON frames: most of the bytes);
@@ -36,7 +41,8 @@
  * One run each (a run of the command takes tens of seconds). The files live in $TMPDIR (or /tmp)
  * and are deleted; MS_BENCH_PICKLE_SCALE scales the pickle (a fraction), MS_BENCH_READ_KEEP
  * names a pickle to reuse (as bench_read). MS_BENCH_EXPORT_INPROC=1 runs only the two in-process
- * insert measurements (no other format, no pickle), for iterating on the SQLite writer.
+ * insert measurements (no other format, no pickle), for iterating on the SQLite writer;
+ * MS_BENCH_EXPORT_CSV=1 only the CSV measurements (csv_*), for iterating on the CSV writer.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -89,9 +95,10 @@ static void bench_other_formats(const ms_snapshot_t *s, const ms_timeline_t *tl)
           s->ntrace, tf, (double)bytes / 1e6);
 }
 
-/* The CSV writer's rows per second (wall clock: the trace table has a thread of its own), to
- * sinks that only count the compressed bytes. */
-static void bench_csv(const ms_snapshot_t *s, const ms_timeline_t *tl, const char *metric) {
+/* One CSV export with `jobs` compressing threads (0: the default), to sinks that only count the
+ * compressed bytes: its rows, wall and CPU seconds, and compressed bytes. */
+static void csv_once(const ms_snapshot_t *s, const ms_timeline_t *tl, int jobs, uint64_t *rows,
+                     double *dw, double *dt, uint64_t *total) {
   uint64_t bytes[MS_EXPORT_CSV_NFILES] = {0};
   ms_sink_t sink[MS_EXPORT_CSV_NFILES], *sinks[MS_EXPORT_CSV_NFILES];
   for (int k = 0; k < MS_EXPORT_CSV_NFILES; k++) {
@@ -102,27 +109,47 @@ static void bench_csv(const ms_snapshot_t *s, const ms_timeline_t *tl, const cha
   ms_errbuf_t eb = {{0}};
   double t0 = cpu_s(), w0 = now_s();
   if (ms_export_csv_create(sinks, 1, &x, &eb) != MS_OK) bench_die("csv", eb.msg);
+  if (jobs && ms_export_csv_jobs(x, jobs, &eb) != MS_OK) bench_die("csv", eb.msg);
   if (ms_export_csv_add(x, s, tl, "synthetic", true, 0, NULL, &eb) != MS_OK) bench_die("csv", eb.msg);
-  uint64_t rows = 0, total = 0;
-  for (int k = 0; k < MS_EXPORT_CSV_NFILES; k++) rows += ms_export_csv_rows(x, k);
+  *rows = *total = 0;
+  for (int k = 0; k < MS_EXPORT_CSV_NFILES; k++) *rows += ms_export_csv_rows(x, k);
   if (ms_export_csv_finish(x, &eb) != MS_OK) bench_die("csv", eb.msg);
-  double dw = now_s() - w0, dt = cpu_s() - t0;
-  for (int k = 0; k < MS_EXPORT_CSV_NFILES; k++) total += bytes[k];
+  *dw = now_s() - w0;
+  *dt = cpu_s() - t0;
+  for (int k = 0; k < MS_EXPORT_CSV_NFILES; k++) *total += bytes[k];
+}
+
+/* The CSV writer's rows per second (wall clock: the trace and stacks tables have threads of their
+ * own, and the files are compressed by a pool of one thread per CPU), just after the same with
+ * one job (each file compressed by the thread that writes it: the writer as it was before the
+ * pool) as the baseline of the same run; on the code-paths snapshot also the way through SQLite. */
+static void bench_csv(const ms_snapshot_t *s, const ms_timeline_t *tl, const char *metric) {
+  uint64_t rows, total;
+  double dw, dt, load[3] = {0, 0, 0};
+  if (getloadavg(load, 3) < 1) load[0] = -1;
+  bool code_paths = strcmp(metric, "csv") == 0;
+  csv_once(s, tl, 1, &rows, &dw, &dt, &total);
+  printf("%s_1job_rows_per_s %.0f\n", metric, (double)rows / dw);
+  fprintf(stderr, "  %s, one job: %llu rows in %.2f s wall, %.2f s CPU, %.1f MB gzipped "
+          "(load %.2f)\n", metric, (unsigned long long)rows, dw, dt, (double)total / 1e6, load[0]);
+  csv_once(s, tl, 0, &rows, &dw, &dt, &total);
   printf("%s_rows_per_s %.0f\n", metric, (double)rows / dw);
-  if (strcmp(metric, "csv") == 0)
-    printf("csv_mb_per_row_m %.1f\n", (double)total / 1e6 / ((double)rows / 1e6));
+  if (code_paths) printf("csv_mb_per_row_m %.1f\n", (double)total / 1e6 / ((double)rows / 1e6));
   fflush(stdout);
+  if (getloadavg(load, 3) < 1) load[0] = -1;
   fprintf(stderr, "  %s: %llu rows (%zu trace entries) in %.2f s wall, %.2f s CPU, %.1f MB "
-          "gzipped\n", metric, (unsigned long long)rows, s->ntrace, dw, dt, (double)total / 1e6);
-  if (strcmp(metric, "csv") != 0) return;
-  /* the baseline: the way `export --csv` went before, a temporary database dumped as CSV */
+          "gzipped, %ld CPUs (load %.2f)\n", metric, (unsigned long long)rows, s->ntrace, dw, dt,
+          (double)total / 1e6, sysconf(_SC_NPROCESSORS_ONLN), load[0]);
+  if (!code_paths) return;
+  /* the way `export --csv` went before the writer of its own: a temporary database as CSV */
   char dir[4200], db[4300];
   const char *tmpdir = getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
   snprintf(dir, sizeof dir, "%s/memsnap-bench-csv-%d", tmpdir, (int)getpid());
   snprintf(db, sizeof db, "%s/x.db", dir);
   if (mkdir(dir, 0755) != 0) bench_die(dir, strerror(errno));
   ms_export_sqlite_t *q = NULL;
-  w0 = now_s();
+  ms_errbuf_t eb = {{0}};
+  double w0 = now_s();
   if (ms_export_sqlite_create(db, &q, &eb) != MS_OK) bench_die(db, eb.msg);
   if (ms_export_sqlite_add(q, s, tl, "synthetic", true, 0, NULL, &eb) != MS_OK) bench_die(db, eb.msg);
   if (ms_export_sqlite_finish(q, &eb) != MS_OK) bench_die(db, eb.msg);
@@ -149,6 +176,12 @@ static void bench_inserts(const char *tmpdir, size_t code_paths, const char *met
   ms_timeline_t *tl = NULL;
   if (ms_timeline_create(s, NULL, &tl, &eb) != MS_OK) bench_die("time index", eb.msg);
   bench_csv(s, tl, code_paths ? "csv" : "csv_unique_stacks");
+  const char *csv_only = getenv("MS_BENCH_EXPORT_CSV");
+  if (csv_only && *csv_only && strcmp(csv_only, "0") != 0) {
+    ms_timeline_destroy(tl);
+    ms_snapshot_free(s);
+    return;
+  }
   char path[4200];
   snprintf(path, sizeof path, "%s/memsnap-bench-export-%d.db", tmpdir, (int)getpid());
   unlink(path);
@@ -250,8 +283,11 @@ int main(void) {
   const char *tmpdir = getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
   const char *bin = getenv("MEMSNAP_BIN");
   if (!bin || !*bin) bench_die("MEMSNAP_BIN", "not set (run through bench/run.sh)");
+  const char *csv_only = getenv("MS_BENCH_EXPORT_CSV");
+  bool csv = csv_only && *csv_only && strcmp(csv_only, "0") != 0;
   bench_inserts(tmpdir, 0, "export_sqlite");
   bench_inserts(tmpdir, 2000, "export_sqlite_paths");
+  if (csv) return 0;
   const char *inproc = getenv("MS_BENCH_EXPORT_INPROC");
   if (inproc && *inproc && strcmp(inproc, "0") != 0) return 0;
 

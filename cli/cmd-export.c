@@ -21,7 +21,7 @@
 
 static const char export_usage[] =
     "usage: memsnap export FILE...|DIR --sqlite OUT.db [--rank N]\n"
-    "       memsnap export FILE...|DIR --csv OUTDIR [--rank N]\n"
+    "       memsnap export FILE...|DIR --csv OUTDIR [--rank N] [--jobs N]\n"
     "       memsnap export FILE --pprof OUT.pb.gz [--at MOMENT] [--device N] [--categories R]\n"
     "       memsnap export FILE --perfetto OUT.json [--allocations] [--range A:B]\n"
     "                     [--downsample N] [--categories R]\n"
@@ -37,6 +37,8 @@ static const char export_usage[] =
     "  --sqlite OUT.db      write a SQLite database (OUT must not be '-')\n"
     "  --csv OUTDIR         write the tables as gzip'd CSV files into OUTDIR (made if missing):\n"
     "                       snapshots, peaks, allocations, trace, stacks (docs/exports.md)\n"
+    "  --jobs N             with --csv: N threads compress the files (default: one per CPU, at\n"
+    "                       most 32); each file is one standard gzip member either way\n"
     "  --rank N             with --sqlite or --csv: the rank of the one FILE (default: the snapshot's rank, else the\n"
     "                       digits after 'rank' in the file name, else none)\n"
     "  --pprof OUT.pb.gz    write a pprof profile of one FILE ('-': standard output)\n"
@@ -196,10 +198,15 @@ static int export_sqlite(const char *out, char **files, int nfiles, const char *
 
 /* --csv DIR: the tables as gzip'd CSV files in DIR, written straight from each snapshot (issue
  * #31), each file through the CLI's output (a temporary file renamed when all succeeded). */
-static int export_csv(const char *dir, char **files, int nfiles, const char *rank_s) {
+static int export_csv(const char *dir, char **files, int nfiles, const char *rank_s,
+                      const char *jobs_s) {
   int64_t forced_rank;
   int rc = export_forced_rank(rank_s, nfiles, &forced_rank);
   if (rc != CLI_OK) return rc;
+  uint64_t jobs = 0;
+  if (jobs_s && (!cli_parse_u64(jobs_s, &jobs) || jobs == 0 || jobs > 256))
+    return cli_usage_error("export", "option '--jobs' needs a number from 1 to 256, not '%s'",
+                           jobs_s);
   struct stat st;
   if (mkdir(dir, 0777) != 0 && (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))) {
     cli_error("cannot write CSV files into '%s': not a directory", dir);
@@ -227,7 +234,8 @@ static int export_csv(const char *dir, char **files, int nfiles, const char *ran
   }
   ms_export_csv_t *x = NULL;
   ms_errbuf_t eb = {{0}};
-  if (rc == CLI_OK && ms_export_csv_create(sinks, 1, &x, &eb) != MS_OK) {
+  if (rc == CLI_OK && (ms_export_csv_create(sinks, 1, &x, &eb) != MS_OK ||
+                       (jobs && ms_export_csv_jobs(x, (int)jobs, &eb) != MS_OK))) {
     cli_error("%s", eb.msg);
     rc = CLI_FAILURE;
   }
@@ -346,7 +354,7 @@ static int export_one(const char *file, const char *out, const char *device_s, c
 int cmd_export(int argc, char **argv) {
   const char *range_s = NULL, *sqlite_s = NULL, *csv_s = NULL, *pprof_s = NULL,
              *perfetto_s = NULL, *rank_s = NULL, *at_s = NULL, *device_s = NULL, *rules_s = NULL,
-             *downsample_s = NULL;
+             *downsample_s = NULL, *jobs_s = NULL;
   int allocations = 0;
   const struct cli_opt opts[] = {{"sqlite", 0, NULL, &sqlite_s},
                                  {"csv", 0, NULL, &csv_s},
@@ -359,6 +367,7 @@ int cmd_export(int argc, char **argv) {
                                  {"categories", 0, NULL, &rules_s},
                                  {"range", 0, NULL, &range_s},
                                  {"downsample", 0, NULL, &downsample_s},
+                                 {"jobs", 0, NULL, &jobs_s},
                                  {NULL, 0, NULL, NULL}};
   char **pos = calloc((size_t)argc + 1, sizeof *pos);
   if (!pos) {
@@ -388,6 +397,10 @@ int cmd_export(int argc, char **argv) {
                          npos);
     goto out;
   }
+  if (jobs_s && !csv_s) {
+    rc = cli_usage_error("export", "--jobs goes with --csv");
+    goto out;
+  }
   if ((rank_s && !tables) || ((at_s || device_s) && !pprof_s) ||
       ((allocations || range_s || downsample_s) && !perfetto_s)) {
     rc = cli_usage_error("export", "--rank goes with --sqlite and --csv, --at and --device with "
@@ -412,7 +425,7 @@ int cmd_export(int argc, char **argv) {
     if ((rc = cli_expand_files(pos, npos, &files, &nfiles)) != CLI_OK) goto out;
     if ((rc = export_check_output(out, files, nfiles)) == CLI_OK)
       rc = sqlite_s ? export_sqlite(sqlite_s, files, nfiles, rank_s)
-                    : export_csv(csv_s, files, nfiles, rank_s);
+                    : export_csv(csv_s, files, nfiles, rank_s, jobs_s);
     cli_files_free(files, nfiles);
   }
   else {

@@ -53,7 +53,7 @@ PUBLIC = {
 # Third-party headers (glob) -> the files (glob, relative to ROOT) allowed to include them.
 THIRD_PARTY = {
     "msgpack.h": ["lib/snapshot/msgpack*"],
-    "zlib.h": ["lib/snapshot/zio.c", "lib/export/pprof.c"],
+    "zlib.h": ["lib/snapshot/zio.c", "lib/export/pprof.c", "lib/export/pgzip.c"],
     "cuda*.h": ["lib/backend/cuda.c", "lib/backend/cudart.[ch]", "lib/interpose/*.c"],
     "execinfo.h": ["lib/history/backtrace.c"],
     "elfutils/*": ["lib/history/symbolize.c"],

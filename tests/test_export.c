@@ -1777,6 +1777,39 @@ Test(export_cli, csv_rows_equal_sqlite) {
   pclose(p);
   cr_assert_str_eq(got, "allocations.csv.gz peaks.csv.gz snapshots.csv.gz stacks.csv.gz "
                         "trace.csv.gz ");
+  /* --jobs: the same text with one compressing thread and with four, and each file one gzip
+   * member (Python's zlib: the stream ends and nothing follows it) */
+  r = RUN("export", "c_rank0.pickle", "c_rank1.pickle", "c_rank2.pickle", "--csv", "csv1",
+          "--jobs", "1");
+  cr_assert_eq(r.status, 0, "%s", r.err);
+  run_free(&r);
+  r = RUN("export", "c_rank0.pickle", "c_rank1.pickle", "c_rank2.pickle", "--csv", "csv4",
+          "--jobs", "4");
+  cr_assert_eq(r.status, 0, "%s", r.err);
+  run_free(&r);
+  snprintf(cmd, sizeof cmd,
+           "cd '%s' && python3 -c 'import gzip,zlib\n"
+           "for t in (\"snapshots\",\"peaks\",\"allocations\",\"trace\",\"stacks\"):\n"
+           "  one=gzip.open(\"csv1/\"+t+\".csv.gz\").read()\n"
+           "  for j in (\"csv\",\"csv4\"):\n"
+           "    d=zlib.decompressobj(31)\n"
+           "    text=d.decompress(open(j+\"/\"+t+\".csv.gz\",\"rb\").read())\n"
+           "    assert d.eof and d.unused_data==b\"\" and text==one, (j,t)\n"
+           "print(\"same\")'",
+           cli_dir);
+  p = popen(cmd, "r");
+  cr_assert(fgets(got, sizeof got, p));
+  cr_assert_eq(pclose(p), 0, "%s", got);
+  cr_assert_str_eq(got, "same\n");
+  r = RUN("export", "c_rank0.pickle", "--csv", "csv5", "--jobs", "0");
+  cr_assert_eq(r.status, 2);
+  cr_assert(strstr(r.err, "memsnap: error: option '--jobs' needs a number from 1 to 256, not "
+                          "'0'\n"), "%s", r.err);
+  run_free(&r);
+  r = RUN("export", "c_rank0.pickle", "--sqlite", "c5.db", "--jobs", "2");
+  cr_assert_eq(r.status, 2);
+  cr_assert(strstr(r.err, "memsnap: error: --jobs goes with --csv\n"), "%s", r.err);
+  run_free(&r);
   /* complete or nothing: a file that cannot be read leaves no CSV file, nor a temporary one */
   char bad[700];
   snprintf(bad, sizeof bad, "%s/c_rank3.pickle", cli_dir);
@@ -1908,6 +1941,7 @@ Test(export_cli, sqlite_inconsistent_trace_keeps_the_rest) {
 /* ---- the JSON strings of the exports --------------------------------------------------------- */
 
 #include "export/internal.h"
+#include "export/pgzip.h"
 
 Test(export, json_strings_escaped_and_valid_utf8) {
   static const struct {
@@ -1936,6 +1970,130 @@ Test(export, json_strings_escaped_and_valid_utf8) {
 
 static int csv_file_write(void *ctx, const char *buf, size_t len) {
   return fwrite(buf, 1, len, ctx) == len ? MS_OK : MS_EIO;
+}
+
+/* gz[0..ngz) is one standard gzip member and nothing after it: its text is want[0..n), and its
+ * trailer holds the text's CRC-32 and its length mod 2^32. */
+static void expect_one_gzip_member(const unsigned char *gz, size_t ngz, const unsigned char *want,
+                                   size_t n, const char *what) {
+  cr_assert_geq(ngz, 18, "%s: %zu bytes", what);
+  cr_assert(gz[0] == 0x1f && gz[1] == 0x8b && gz[2] == 8 && gz[3] == 0, "%s: header", what);
+  z_stream zs;
+  memset(&zs, 0, sizeof zs);
+  cr_assert_eq(inflateInit2(&zs, 16 + MAX_WBITS), Z_OK);
+  unsigned char *out = malloc(n + 1);
+  zs.next_in = (Bytef *)(uintptr_t)gz;
+  zs.avail_in = (uInt)ngz;
+  zs.next_out = out;
+  zs.avail_out = (uInt)(n + 1);
+  int rc = inflate(&zs, Z_FINISH);
+  cr_assert_eq(rc, Z_STREAM_END, "%s: inflate %d (%s)", what, rc, zs.msg ? zs.msg : "");
+  cr_assert_eq(zs.avail_in, 0, "%s: %u bytes after the first member", what, zs.avail_in);
+  cr_assert_eq(zs.total_out, n, "%s: %lu bytes, not %zu", what, zs.total_out, n);
+  cr_assert(n == 0 || memcmp(out, want, n) == 0, "%s: the text differs", what);
+  inflateEnd(&zs);
+  free(out);
+  uint32_t crc = (uint32_t)crc32(0L, want, (uInt)n), len = (uint32_t)n;
+  const unsigned char *t = gz + ngz - 8;
+  for (int i = 0; i < 4; i++) {
+    cr_assert_eq(t[i], (unsigned char)(crc >> (8 * i)), "%s: CRC byte %d", what, i);
+    cr_assert_eq(t[4 + i], (unsigned char)(len >> (8 * i)), "%s: length byte %d", what, i);
+  }
+}
+
+static unsigned char *slurp(const char *path, size_t *n) {
+  FILE *f = fopen(path, "rb");
+  cr_assert(f, "%s", path);
+  size_t cap = 1 << 16;
+  unsigned char *b = malloc(cap);
+  *n = 0;
+  for (size_t r; (r = fread(b + *n, 1, cap - *n, f)) > 0;)
+    if ((*n += r) == cap) b = realloc(b, cap *= 2);
+  fclose(f);
+  return b;
+}
+
+typedef struct membuf_s {
+  unsigned char *p;
+  size_t n, cap;
+  int fail_after; /* a write error after this many writes (-1: never) */
+} membuf_t;
+
+static int membuf_write(void *ctx, const char *buf, size_t len) {
+  membuf_t *m = ctx;
+  if (m->fail_after == 0) return MS_EIO;
+  if (m->fail_after > 0) m->fail_after--;
+  while (m->n + len > m->cap) m->p = realloc(m->p, m->cap = m->cap ? 2 * m->cap : 4096);
+  memcpy(m->p + m->n, buf, len);
+  m->n += len;
+  return MS_OK;
+}
+
+/* The parallel gzip writer (lib/export/pgzip.c): 6 MiB of CSV-like text handed over in chunks that
+ * end at odd places (1 byte, 7, one short of deflate's window, the window, one past, a whole
+ * buffer, nothing) on three workers: one gzip member whose text and trailer are right; the same
+ * with no text at all; a sink's error comes back from the write or the finish. */
+Test(export, pgzip_one_member_any_chunks) {
+  enum { CAP = 1 << 20 };
+  size_t n = (size_t)6 << 20;
+  unsigned char *text = malloc(n);
+  uint64_t r = 88172645463325252u;
+  for (size_t i = 0, row = 0; i < n; row++) {
+    char line[64];
+    r ^= r << 13, r ^= r >> 7, r ^= r << 17;
+    int k = snprintf(line, sizeof line, "0,3,%zu,\"alloc\",%" PRIu64 ",512,0,%zu\r\n", row,
+                     r % 1000000007u, row * 17);
+    for (int j = 0; j < k && i < n; j++) text[i++] = (unsigned char)line[j];
+  }
+  static const size_t sizes[] = {1, 7, 32767, 32768, 32769, CAP, 0, 100003, 3, 65537, 999999};
+  ms__pgz_pool_t *pool = NULL;
+  cr_assert_eq(ms__pgz_pool_create(0, 1, &pool), MS_EINVAL);
+  cr_assert_eq(ms__pgz_pool_create(3, 0, &pool), MS_EINVAL);
+  cr_assert_eq(ms__pgz_pool_create(3, 1, &pool), MS_OK);
+  for (int pass = 0; pass < 2; pass++) {
+    size_t len = pass ? 0 : n; /* the second: no text */
+    membuf_t m = {NULL, 0, 0, -1};
+    ms_sink_t sink = {membuf_write, &m};
+    ms__pgz_t *z = NULL;
+    cr_assert_eq(ms__pgz_create(pool, &sink, CAP, &z), MS_OK);
+    char *buf = ms__pgz_buffer(z);
+    size_t chunks = 0;
+    for (size_t at = 0, i = 0; at < len; i++) {
+      size_t k = sizes[i % (sizeof sizes / sizeof *sizes)];
+      if (k > len - at) k = len - at;
+      memcpy(buf, text + at, k);
+      cr_assert_eq(ms__pgz_write(z, &buf, k), MS_OK);
+      at += k;
+      chunks += k > 0;
+    }
+    cr_assert_eq(ms__pgz_finish(z), MS_OK);
+    free(buf);
+    ms__pgz_destroy(z);
+    cr_assert_eq(chunks, pass ? 0 : 30);
+    expect_one_gzip_member(m.p, m.n, text, len, pass ? "no text" : "6 MiB");
+    cr_assert_lt(m.n, pass ? 64 : n / 3, "%zu bytes", m.n);
+    free(m.p);
+  }
+  for (int fail_after = 0; fail_after < 3; fail_after += 2) {
+    membuf_t m = {NULL, 0, 0, fail_after};
+    ms_sink_t sink = {membuf_write, &m};
+    ms__pgz_t *z = NULL;
+    cr_assert_eq(ms__pgz_create(pool, &sink, CAP, &z), MS_OK);
+    char *buf = ms__pgz_buffer(z);
+    int err = MS_OK;
+    for (size_t at = 0; at < n && err == MS_OK; at += CAP) {
+      memcpy(buf, text + at, CAP);
+      err = ms__pgz_write(z, &buf, CAP);
+    }
+    if (err == MS_OK) err = ms__pgz_finish(z);
+    cr_assert_eq(err, MS_EIO);
+    cr_assert_eq(ms__pgz_finish(z), MS_EIO); /* sticky */
+    free(buf);
+    ms__pgz_destroy(z);
+    free(m.p);
+  }
+  ms__pgz_pool_destroy(pool);
+  free(text);
 }
 
 /* ms_export_csv writes the bytes that ms_export_sqlite_csv reads back from a database of the same
@@ -1984,6 +2142,9 @@ Test(export, csv_bytes_equal_sqlite_csv) {
   cr_assert_eq(ms_export_csv_file_name(MS_EXPORT_CSV_NFILES), NULL);
   cr_assert_eq(ms_export_csv_create(sinks, 0, &c, &eb), MS_EINVAL);
   cr_assert_eq(ms_export_csv_create(sinks, 1, &c, &eb), MS_OK, "%s", eb.msg);
+  cr_assert_eq(ms_export_csv_jobs(c, 0, &eb), MS_EINVAL);
+  cr_assert_str_eq(eb.msg, "0 compressing jobs is not 1 to 256");
+  cr_assert_eq(ms_export_csv_jobs(c, 3, &eb), MS_OK, "%s", eb.msg);
   cr_assert_eq(ms_export_sqlite_create(db, &x, &eb), MS_OK, "%s", eb.msg);
   uint64_t ntrace = 0;
   for (int i = 0; i < NS; i++) {
@@ -1997,6 +2158,8 @@ Test(export, csv_bytes_equal_sqlite_csv) {
                  "%s", e2.msg);
     cr_assert_eq(ms_export_csv_add(c, snaps[i], tl, names[i], has_rank, i * 7, why, &e2), MS_OK,
                  "%s", e2.msg);
+    cr_assert_eq(ms_export_csv_jobs(c, 2, &e2), MS_EINVAL);
+    cr_assert_str_eq(e2.msg, "the jobs are set before the first file is added");
     ntrace += snaps[i]->ntrace;
     ms_timeline_destroy(tl);
   }
@@ -2019,6 +2182,11 @@ Test(export, csv_bytes_equal_sqlite_csv) {
               ms_export_csv_file_name(k), at, na, nb, (int)(na - from < 60 ? na - from : 60),
               (const char *)ta + from, (int)(nb - from < 60 ? nb - from : 60),
               (const char *)tb + from);
+    /* compressed on three threads, still one gzip member with its trailer */
+    size_t ngz;
+    unsigned char *gz = slurp(pb, &ngz);
+    expect_one_gzip_member(gz, ngz, tb, nb, ms_export_csv_file_name(k));
+    free(gz);
     free(ta);
     free(tb);
   }

@@ -89,9 +89,15 @@ MS_API const char *ms_export_csv_file_name(int file);
 MS_API MS_NODISCARD int ms_export_csv_create(ms_sink_t *const sinks[MS_EXPORT_CSV_NFILES],
                                              int level, ms_export_csv_t **out, ms_errbuf_t *eb);
 
+/* How many threads compress the files (1 to 256; by default as many as there are online CPUs, at
+ * most 32), set before the first ms_export_csv_add. With more than one, each file is still one
+ * standard gzip member (pigz-style: 1 MiB chunks deflated in parallel, in order, with one CRC);
+ * with 1, each file is compressed by the thread that writes it. @return MS_OK or MS_EINVAL. */
+MS_API MS_NODISCARD int ms_export_csv_jobs(ms_export_csv_t *x, int jobs, ms_errbuf_t *eb);
+
 /* Adds one snapshot as the next file, as ms_export_sqlite_add does (the same arguments). The
- * trace table is written on a thread of its own while this one writes the others; the sinks may
- * thus be called from two threads, each sink from one. @return MS_OK, MS_ENOMEM, or a sink's
+ * trace and stacks tables are written on threads of their own while this one writes the others;
+ * the sinks may thus be called from three threads, each sink from one. @return MS_OK, MS_ENOMEM, or a sink's
  * error (eb names the file). */
 MS_API MS_NODISCARD int ms_export_csv_add(ms_export_csv_t *x, const ms_snapshot_t *snap,
                                           const ms_timeline_t *tl, const char *name,

@@ -8,22 +8,31 @@
  *
  * Speed: fields are formatted into a 1 MiB buffer by hand (no printf), the stacks' frames are
  * turned into JSON once per location rather than once per stack, and the trace and stacks
- * tables, the largest, are written on threads of their own while this thread writes the others:
+ * tables, the largest, are written on threads of their own (started before the time index is
+ * attributed, which only the allocations table needs) while this thread writes the others:
  * each table has its own buffer and compressor, and all only read the snapshot and its index.
+ * With more than one job (the default where there is more than one CPU), each file is one gzip
+ * member compressed pigz-style by a pool of workers that all files share (pgzip.h): a full 1 MiB
+ * buffer is handed to the pool and the writer goes on in a fresh one, so deflate, which is most
+ * of the cost, no longer holds up the trace table's thread. With one job each file has its own
+ * zlib stream, compressed by the thread that writes it.
  */
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "attribution/internal.h"
 #include "common/internal.h"
 #include "export/internal.h"
+#include "export/pgzip.h"
 #include "memsnap/export.h"
 
 #define CSV_BUF (1u << 20)  /* bytes of rows handed to the compressor at once */
 #define CSV_ROOM 1024       /* the most a row's numbers and fixed texts take */
+#define CSV_MAX_JOBS 32     /* the most compressing threads by default */
 
 static const char *const csv_names[MS_EXPORT_CSV_NFILES] = {
     "snapshots.csv.gz", "peaks.csv.gz", "allocations.csv.gz", "trace.csv.gz", "stacks.csv.gz"};
@@ -44,8 +53,9 @@ const char *ms_export_csv_file_name(int i) {
 
 /* One output file: its row buffer and its compressor. err is sticky. */
 typedef struct csv_file_s {
-  ms_gzip_sink_t *z;
+  ms_gzip_sink_t *z; /* one job: a zlib stream */
   ms_sink_t gz;
+  ms__pgz_t *pz;     /* several: a stream of the pool */
   char *buf;
   size_t len;
   int err;
@@ -54,6 +64,10 @@ typedef struct csv_file_s {
 
 struct ms_export_csv_s {
   csv_file_t f[MS_EXPORT_CSV_NFILES];
+  ms_sink_t *sinks[MS_EXPORT_CSV_NFILES];
+  int level, jobs;
+  bool started;         /* the compressors made (at the first add or finish) */
+  ms__pgz_pool_t *pool; /* jobs > 1 */
   int64_t nfiles;
   ms__xbuf_t tmp;  /* a text made valid UTF-8 */
   ms__xbuf_t locs; /* the locations' JSON (the stacks' thread) */
@@ -61,7 +75,8 @@ struct ms_export_csv_s {
 };
 
 static void csv_flush(csv_file_t *o) {
-  if (o->err == MS_OK && o->len) o->err = o->gz.write(o->gz.ctx, o->buf, o->len);
+  if (o->err == MS_OK && o->len)
+    o->err = o->pz ? ms__pgz_write(o->pz, &o->buf, o->len) : o->gz.write(o->gz.ctx, o->buf, o->len);
   o->len = 0;
 }
 
@@ -487,8 +502,10 @@ void ms_export_csv_destroy(ms_export_csv_t *x) {
   if (!x) return;
   for (int i = 0; i < MS_EXPORT_CSV_NFILES; i++) {
     ms_gzip_sink_destroy(x->f[i].z);
+    ms__pgz_destroy(x->f[i].pz);
     free(x->f[i].buf);
   }
+  ms__pgz_pool_destroy(x->pool);
   ms__xbuf_release(&x->tmp);
   ms__xbuf_release(&x->locs);
   free(x->loc_end);
@@ -501,19 +518,46 @@ int ms_export_csv_create(ms_sink_t *const sinks[MS_EXPORT_CSV_NFILES], int level
     return ms__errbuf_set(eb, MS_EINVAL, "gzip level %d is not 1 to 9", level);
   ms_export_csv_t *x = calloc(1, sizeof *x);
   if (!x) return ms__errbuf_set(eb, MS_ENOMEM, "out of memory");
+  x->level = level;
+  long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+  x->jobs = ncpu < 1 ? 1 : ncpu > CSV_MAX_JOBS ? CSV_MAX_JOBS : (int)ncpu;
   for (int i = 0; i < MS_EXPORT_CSV_NFILES; i++) {
     csv_file_t *o = &x->f[i];
-    int err = (o->buf = malloc(CSV_BUF)) ? MS_OK : MS_ENOMEM;
-    if (err == MS_OK) err = ms_gzip_sink_create(sinks[i], level, &o->z, &o->gz);
-    if (err != MS_OK) {
+    x->sinks[i] = sinks[i];
+    if (!(o->buf = malloc(CSV_BUF))) {
       ms_export_csv_destroy(x);
-      return ms__errbuf_set(eb, err, "%s", err == MS_ENOMEM ? "out of memory" : ms_strerror(err));
+      return ms__errbuf_set(eb, MS_ENOMEM, "out of memory");
     }
     o->len = strlen(csv_headers[i]);
     memcpy(o->buf, csv_headers[i], o->len);
   }
   *out = x;
   return MS_OK;
+}
+
+int ms_export_csv_jobs(ms_export_csv_t *x, int jobs, ms_errbuf_t *eb) {
+  if (jobs < 1 || jobs > 256)
+    return ms__errbuf_set(eb, MS_EINVAL, "%d compressing jobs is not 1 to 256", jobs);
+  if (x->started)
+    return ms__errbuf_set(eb, MS_EINVAL, "the jobs are set before the first file is added");
+  x->jobs = jobs;
+  return MS_OK;
+}
+
+/* Makes each file's compressor: a zlib stream (one job) or a stream of the pool. */
+static int csv_start(ms_export_csv_t *x) {
+  if (x->started) return MS_OK;
+  x->started = true;
+  int err = x->jobs > 1 ? ms__pgz_pool_create(x->jobs, x->level, &x->pool) : MS_OK;
+  for (int i = 0; i < MS_EXPORT_CSV_NFILES && err == MS_OK; i++) {
+    csv_file_t *o = &x->f[i];
+    if (x->pool)
+      err = ms__pgz_create(x->pool, x->sinks[i], CSV_BUF, &o->pz);
+    else
+      err = ms_gzip_sink_create(x->sinks[i], x->level, &o->z, &o->gz);
+  }
+  for (int i = 0; i < MS_EXPORT_CSV_NFILES && err != MS_OK; i++) x->f[i].err = err;
+  return err;
 }
 
 /* The first error of the files (the sink's own, or MS_ENOMEM). */
@@ -535,19 +579,22 @@ static int csv_fail(const ms_export_csv_t *x, int err, int which, ms_errbuf_t *e
 int ms_export_csv_add(ms_export_csv_t *x, const ms_snapshot_t *snap, const ms_timeline_t *tl,
                       const char *name, bool has_rank, int64_t rank, const char *timeline_error,
                       ms_errbuf_t *eb) {
-  ms_attr_t *attr = NULL; /* sources and categories need the time index */
-  if (tl) {
-    int err = ms_attr_create(snap, tl, NULL, &attr, eb);
-    if (err != MS_OK) return err == MS_ENOMEM ? ms__errbuf_set(eb, MS_ENOMEM, "out of memory") : err;
-  }
+  if (csv_start(x) != MS_OK) return ms__errbuf_set(eb, MS_ENOMEM, "out of memory");
+  /* the trace and stacks tables need no time index: their threads start first */
   csv_trace_job_t job = {&x->f[MS_EXPORT_CSV_TRACE], snap, tl, x->nfiles, rank, has_rank};
   csv_stacks_job_t sj = {x, snap, MS_OK};
   pthread_t th, sth;
   bool threaded = pthread_create(&th, NULL, csv_trace, &job) == 0;
   bool sthreaded = pthread_create(&sth, NULL, csv_stacks_run, &sj) == 0;
-  csv_file_row(x, snap, tl, name, has_rank, rank, timeline_error);
-  int err = MS_OK;
-  if (tl) err = csv_allocations(x, attr, tl, has_rank, rank);
+  ms_attr_t *attr = NULL; /* sources and categories need the time index */
+  int err = tl ? ms_attr_create(snap, tl, NULL, &attr, eb) : MS_OK;
+  bool attr_failed = err != MS_OK;
+  if (err == MS_OK) {
+    csv_file_row(x, snap, tl, name, has_rank, rank, timeline_error);
+    if (tl) err = csv_allocations(x, attr, tl, has_rank, rank);
+  } else { /* this file's trace rows are written, not its others: the files are unusable */
+    x->f[MS_EXPORT_CSV_ALLOCATIONS].err = err;
+  }
   if (sthreaded)
     pthread_join(sth, NULL);
   else
@@ -558,6 +605,7 @@ int ms_export_csv_add(ms_export_csv_t *x, const ms_snapshot_t *snap, const ms_ti
     csv_trace(&job);
   if (err == MS_OK) err = sj.err;
   ms_attr_destroy(attr);
+  if (attr_failed) return err == MS_ENOMEM ? ms__errbuf_set(eb, MS_ENOMEM, "out of memory") : err;
   int which = 0;
   if (err == MS_OK) err = csv_error(x, &which);
   if (err == MS_ENOMEM || x->tmp.oom) return ms__errbuf_set(eb, MS_ENOMEM, "out of memory");
@@ -567,10 +615,15 @@ int ms_export_csv_add(ms_export_csv_t *x, const ms_snapshot_t *snap, const ms_ti
 }
 
 int ms_export_csv_finish(ms_export_csv_t *x, ms_errbuf_t *eb) {
-  int err = MS_OK, which = 0;
+  int err = csv_start(x), which = 0;
+  if (err != MS_OK) {
+    ms_export_csv_destroy(x);
+    return ms__errbuf_set(eb, MS_ENOMEM, "out of memory");
+  }
   for (int i = 0; i < MS_EXPORT_CSV_NFILES && err == MS_OK; i++) {
-    csv_flush(&x->f[i]);
-    if (x->f[i].err == MS_OK) x->f[i].err = ms_gzip_sink_finish(x->f[i].z);
+    csv_file_t *o = &x->f[i];
+    csv_flush(o);
+    if (o->err == MS_OK) o->err = o->pz ? ms__pgz_finish(o->pz) : ms_gzip_sink_finish(o->z);
     err = csv_error(x, &which);
   }
   if (err != MS_OK) csv_fail(x, err, which, eb);

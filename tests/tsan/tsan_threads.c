@@ -12,7 +12,10 @@
  *            (lib/interpose/record.c, linked in with tests/run/record_stubs.c) while the main
  *            thread builds snapshots of it
  *   csv      the CSV export (lib/export/csv.c), whose trace table is written on a second thread
- *            while the first writes the others, over a snapshot with a recorded history
+ *            while the first writes the others, over a snapshot with a recorded history, its
+ *            files compressed by a pool of three threads; then that pool's writer
+ *            (lib/export/pgzip.c) alone: two streams, each written by a thread of its own, in
+ *            hundreds of small chunks on one pool
  * Exits 0 when every check held; ThreadSanitizer makes it exit 66 on a report.
  */
 #include <pthread.h>
@@ -21,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "export/pgzip.h"
 #include "interpose/run_internal.h"
 #include "memsnap/allocator.h"
 #include "memsnap/backend.h"
@@ -132,6 +136,42 @@ static int tt_count(void *ctx, const char *buf, size_t len) {
   return 0;
 }
 
+typedef struct tt_pgz_s {
+  ms__pgz_t *z;
+  int err;
+} tt_pgz_t;
+
+/* 300 chunks of 5,000 bytes of text into one stream. */
+static void *tt_pgz_writer(void *arg) {
+  tt_pgz_t *t = arg;
+  char *buf = ms__pgz_buffer(t->z);
+  for (int i = 0; i < 300 && buf && t->err == MS_OK; i++) {
+    for (int k = 0; k < 5000; k++) buf[k] = (char)('a' + (i * 7 + k % 13) % 26);
+    t->err = ms__pgz_write(t->z, &buf, 5000);
+  }
+  if (t->err == MS_OK) t->err = ms__pgz_finish(t->z);
+  free(buf);
+  return NULL;
+}
+
+static void tt_pgz(void) {
+  ms__pgz_pool_t *pool = NULL;
+  CHECK(ms__pgz_pool_create(3, 1, &pool) == MS_OK);
+  size_t bytes[2] = {0, 0};
+  ms_sink_t sink[2] = {{tt_count, &bytes[0]}, {tt_count, &bytes[1]}};
+  tt_pgz_t t[2] = {{NULL, MS_OK}, {NULL, MS_OK}};
+  pthread_t th[2];
+  for (int i = 0; i < 2; i++) CHECK(ms__pgz_create(pool, &sink[i], 5000, &t[i].z) == MS_OK);
+  for (int i = 0; i < 2; i++) CHECK(pthread_create(&th[i], NULL, tt_pgz_writer, &t[i]) == 0);
+  for (int i = 0; i < 2; i++) {
+    CHECK(pthread_join(th[i], NULL) == 0);
+    CHECK(t[i].err == MS_OK);
+    CHECK(bytes[i] > 18);
+    ms__pgz_destroy(t[i].z);
+  }
+  ms__pgz_pool_destroy(pool);
+}
+
 static void tt_csv(void) {
   ms_backend_t *be = NULL;
   ms_sim_config_t c = {.ndevices = 1, .capacity = (size_t)1 << 30};
@@ -162,6 +202,7 @@ static void tt_csv(void) {
   }
   ms_export_csv_t *x = NULL;
   CHECK(ms_export_csv_create(sinks, 1, &x, &eb) == MS_OK);
+  CHECK(ms_export_csv_jobs(x, 3, &eb) == MS_OK);
   for (int i = 0; i < 3; i++)
     CHECK(ms_export_csv_add(x, s, tl, "tsan", true, i, NULL, &eb) == MS_OK);
   CHECK(ms_export_csv_rows(x, MS_EXPORT_CSV_TRACE) == 3 * s->ntrace);
@@ -179,7 +220,10 @@ int main(int argc, char **argv) {
   const char *what = argc > 1 ? argv[1] : "all";
   if (!strcmp(what, "history") || !strcmp(what, "all")) tt_history();
   if (!strcmp(what, "record") || !strcmp(what, "all")) tt_record();
-  if (!strcmp(what, "csv") || !strcmp(what, "all")) tt_csv();
+  if (!strcmp(what, "csv") || !strcmp(what, "all")) {
+    tt_csv();
+    tt_pgz();
+  }
   printf("tsan_threads: %s: ok\n", what);
   return 0;
 }
