@@ -63,7 +63,7 @@ static int vs_put(vs_map_t *m, uint64_t k, uint32_t val) {
 
 #define VS_SMALL 8 /* a context's first successors are kept in a short list, not the map */
 
-typedef struct vs_ctx_s {
+struct vs_plan_s {
   vs_map_t map;     /* the pairs of contexts with more than VS_SMALL successors */
   uint32_t *small;  /* per context: its first VS_SMALL successors */
   uint32_t *small_p; /* and their pairs */
@@ -72,8 +72,10 @@ typedef struct vs_ctx_s {
   uint32_t *last_p; /* its pair */
   uint64_t *pairs;  /* per pair, numbered in order of first use: context << 32 | successor */
   uint32_t *uses;   /* per pair: its uses (first pass), then its rank in its context */
+  uint32_t *succ;   /* the successors, context by context, in rank order (stacks.succ) */
   size_t npairs, cap_pairs;
-} vs_ctx_t;
+};
+typedef vs_plan_t vs_ctx_t;
 
 static int vs_new_pair(vs_ctx_t *c, uint64_t k, uint32_t *p) {
   if (c->npairs == c->cap_pairs) {
@@ -190,8 +192,12 @@ static int vs_walk(vs_ctx_t *c, const ms_snapshot_t *s, vb_t *w, vs_wide_t *x) {
       uint32_t f = k ? ms_snap_frame_index(s, st->first + k - 1) : end;
       if (k && f >= root) return MS_EINVAL; /* the reader never gives one: no frame to name */
       if (!w) {
-        int rc = vs_pair(c, ctx, f, &p);
-        if (rc != MS_OK) return rc;
+        if (c->last[ctx] == f) { /* vs_pair's own first test, without the call: most steps */
+          p = c->last_p[ctx];
+        } else {
+          int rc = vs_pair(c, ctx, f, &p);
+          if (rc != MS_OK) return rc;
+        }
         c->uses[p] += c->uses[p] < UINT32_MAX;
       } else if (c->nsucc[ctx] > 1) { /* the second pass finds only the pairs it writes */
         int rc = vs_pair(c, ctx, f, &p);
@@ -209,17 +215,15 @@ static int vs_cmp_u64(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
-/* stacks.succ_count and stacks.succ; each pair's uses become its rank in its context (most used
- * first, then in order of first use). */
-static int vs_successors(vb_t *b, const ms_snapshot_t *s, vs_ctx_t *c, bool small) {
+/* The order of stacks.succ (c->succ, context by context); each pair's uses become its rank in
+ * its context (most used first, then in order of first use). */
+static int vs_rank(const ms_snapshot_t *s, vs_ctx_t *c) {
   size_t nctx = s->nframes + 1;
-  vb_begin(b, "stacks.succ_count", "u32");
-  for (size_t i = 0; i < nctx; i++) vb_u32(b, c->nsucc[i]);
-  vb_end(b);
   /* counting sort of the pairs by context, then each context's by uses */
   size_t *at = malloc((nctx + 1) * sizeof *at);
   uint64_t *key = malloc((c->npairs ? c->npairs : 1) * sizeof *key);
-  if (!at || !key) {
+  c->succ = malloc((c->npairs ? c->npairs : 1) * sizeof *c->succ);
+  if (!at || !key || !c->succ) {
     free(at);
     free(key);
     return MS_ENOMEM;
@@ -230,20 +234,31 @@ static int vs_successors(vb_t *b, const ms_snapshot_t *s, vs_ctx_t *c, bool smal
     key[at[c->pairs[p] >> 32]++] = (uint64_t)(UINT32_MAX - c->uses[p]) << 32 | p;
   for (size_t i = nctx; i-- > 0;) at[i + 1] = at[i]; /* at[i] is now where context i ends */
   at[0] = 0;
-  vb_begin(b, "stacks.succ", small ? "u16" : "u32");
   for (size_t i = 0; i < nctx; i++) {
     qsort(key + at[i], at[i + 1] - at[i], sizeof *key, vs_cmp_u64);
     for (size_t j = at[i]; j < at[i + 1]; j++) {
-      uint32_t p = (uint32_t)key[j], f = (uint32_t)c->pairs[p];
+      uint32_t p = (uint32_t)key[j];
+      c->succ[j] = (uint32_t)c->pairs[p];
       c->uses[p] = (uint32_t)(j - at[i]);
-      if (small) vb_u16(b, (uint16_t)f);
-      else vb_u32(b, f);
     }
   }
-  vb_end(b);
   free(at);
   free(key);
   return MS_OK;
+}
+
+/* stacks.succ_count and stacks.succ (vs_rank's order). */
+static void vs_successors(vb_t *b, const ms_snapshot_t *s, const vs_ctx_t *c, bool small) {
+  size_t nctx = s->nframes + 1;
+  vb_begin(b, "stacks.succ_count", "u32");
+  for (size_t i = 0; i < nctx; i++) vb_u32(b, c->nsucc[i]);
+  vb_end(b);
+  vb_begin(b, "stacks.succ", small ? "u16" : "u32");
+  for (size_t j = 0; j < c->npairs; j++) {
+    if (small) vb_u16(b, (uint16_t)c->succ[j]);
+    else vb_u32(b, c->succ[j]);
+  }
+  vb_end(b);
 }
 
 /* The rank sections: bytes of few values, in patterns that repeat where a program's stacks do
@@ -257,12 +272,11 @@ static void vs_section_u8(vb_t *b, const char *name, const vs_buf_t *x) {
 
 static int vs_sections(vb_t *b, const ms_snapshot_t *s, vs_ctx_t *c) {
   bool small = s->nframes < 65536;
-  int rc = vs_walk(c, s, NULL, NULL);
-  if (rc != MS_OK) return rc;
   vb_begin(b, "stacks.n", "u32");
   vb_u32(b, (uint32_t)s->nstacks);
   vb_end(b);
-  rc = vs_successors(b, s, c, small);
+  vs_successors(b, s, c, small);
+  int rc = MS_OK;
   vs_wide_t x;
   memset(&x, 0, sizeof x);
   x.nck = (s->nstacks + VS_EVERY - 1) / VS_EVERY;
@@ -294,30 +308,55 @@ static int vs_sections(vb_t *b, const ms_snapshot_t *s, vs_ctx_t *c) {
   return rc;
 }
 
-int vs_write_stacks(vb_t *b, const ms_snapshot_t *s) {
+void vs_plan_free(vs_plan_t *c) {
+  if (!c) return;
+  free(c->map.slot);
+  free(c->nsucc);
+  free(c->last);
+  free(c->last_p);
+  free(c->small);
+  free(c->small_p);
+  free(c->pairs);
+  free(c->uses);
+  free(c->succ);
+  free(c);
+}
+
+int vs_plan(const ms_snapshot_t *s, vs_plan_t **out) {
+  *out = NULL;
   if (s->nframes >= UINT32_MAX - 1 || s->nstacks > UINT32_MAX) return MS_ELIMIT;
   size_t nctx = s->nframes + 1;
-  vs_ctx_t c;
-  memset(&c, 0, sizeof c);
-  c.nsucc = calloc(nctx, sizeof *c.nsucc);
-  c.last = malloc(nctx * sizeof *c.last);
-  c.last_p = malloc(nctx * sizeof *c.last_p);
-  c.small = malloc(nctx * VS_SMALL * sizeof *c.small);
-  c.small_p = malloc(nctx * VS_SMALL * sizeof *c.small_p);
-  int rc = c.nsucc && c.last && c.last_p && c.small && c.small_p && vs_grow(&c.map) == MS_OK
+  vs_ctx_t *c = calloc(1, sizeof *c);
+  if (!c) return MS_ENOMEM;
+  c->nsucc = calloc(nctx, sizeof *c->nsucc);
+  c->last = malloc(nctx * sizeof *c->last);
+  c->last_p = malloc(nctx * sizeof *c->last_p);
+  c->small = malloc(nctx * VS_SMALL * sizeof *c->small);
+  c->small_p = malloc(nctx * VS_SMALL * sizeof *c->small_p);
+  int rc = c->nsucc && c->last && c->last_p && c->small && c->small_p && vs_grow(&c->map) == MS_OK
                ? MS_OK
                : MS_ENOMEM;
   if (rc == MS_OK) {
-    memset(c.last, 0xff, nctx * sizeof *c.last); /* no successor is UINT32_MAX */
-    rc = vs_sections(b, s, &c);
+    memset(c->last, 0xff, nctx * sizeof *c->last); /* no successor is UINT32_MAX */
+    rc = vs_walk(c, s, NULL, NULL);
   }
-  free(c.map.slot);
-  free(c.nsucc);
-  free(c.last);
-  free(c.last_p);
-  free(c.small);
-  free(c.small_p);
-  free(c.pairs);
-  free(c.uses);
+  if (rc == MS_OK) rc = vs_rank(s, c);
+  if (rc != MS_OK) {
+    vs_plan_free(c);
+    return rc;
+  }
+  *out = c;
+  return MS_OK;
+}
+
+int vs_write_plan(vb_t *b, const ms_snapshot_t *s, vs_plan_t *p) {
+  return vs_sections(b, s, p);
+}
+
+int vs_write_stacks(vb_t *b, const ms_snapshot_t *s) {
+  vs_plan_t *p = NULL;
+  int rc = vs_plan(s, &p);
+  if (rc == MS_OK) rc = vs_write_plan(b, s, p);
+  vs_plan_free(p);
   return rc;
 }

@@ -5,6 +5,7 @@
  * whose decoder gives every byte a character of its own, so the binary elements hold raw bytes;
  * everything else in it is ASCII (writer.h).
  */
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -516,15 +517,37 @@ static int view_bin_devices(view_ctx_t *c, vb_t *b) {
   return rc;
 }
 
-/* What goes into the second: per device its trace, then the stacks. */
+/* The stacks' first pass (stacks.h, vs_plan), on a thread of its own. */
+typedef struct view_plan_job_s {
+  const ms_snapshot_t *s;
+  vs_plan_t *plan;
+  int rc;
+} view_plan_job_t;
+
+static void *view_plan_run(void *arg) {
+  view_plan_job_t *j = arg;
+  j->rc = vs_plan(j->s, &j->plan);
+  return NULL;
+}
+
+/* What goes into the second: per device its trace, then the stacks (their first pass on another
+ * thread meanwhile). */
 static int view_bin_traces(view_ctx_t *c, vb_t *b) {
+  view_plan_job_t pj = {c->s, NULL, MS_OK};
+  pthread_t th;
+  bool threaded = pthread_create(&th, NULL, view_plan_run, &pj) == 0;
   int rc = MS_OK;
   for (size_t k = 0; k < c->ndevs && rc == MS_OK; k++) {
     char prefix[48];
     snprintf(prefix, sizeof prefix, "d%zu.trace", c->devs[k]);
     rc = view_bin_trace(b, prefix, c->s, c->devs[k], &c->pools, &c->npools);
   }
-  return rc == MS_OK ? vs_write_stacks(b, c->s) : rc;
+  if (threaded) pthread_join(th, NULL);
+  else if (rc == MS_OK) view_plan_run(&pj);
+  if (rc == MS_OK) rc = pj.rc;
+  if (rc == MS_OK) rc = vs_write_plan(b, c->s, pj.plan);
+  vs_plan_free(pj.plan);
+  return rc;
 }
 
 /* A binary element: sections, gzipped, escaped (bin.h): the devices' timelines, or (traces) their
@@ -544,6 +567,54 @@ static int view_bin(vw_t *w, view_ctx_t *c, vb_t *b, bool traces) {
   if (rc == MS_OK) rc = ms_gzip_sink_finish(z);
   ms_gzip_sink_destroy(z);
   return rc != MS_OK ? rc : w->err;
+}
+
+/* A growing buffer as a sink: the trace element, written by a thread of its own while the
+ * timelines are computed, then copied into the page in its place. */
+typedef struct view_mem_s {
+  char *p;
+  size_t len, cap;
+} view_mem_t;
+
+static int view_mem_write(void *ctx, const char *buf, size_t len) {
+  view_mem_t *m = ctx;
+  if (len > m->cap - m->len) {
+    size_t cap = m->cap ? m->cap : 1 << 20;
+    while (len > cap - m->len) {
+      if (cap > SIZE_MAX / 2) return MS_ENOMEM;
+      cap *= 2;
+    }
+    char *q = realloc(m->p, cap);
+    if (!q) return MS_ENOMEM;
+    m->p = q;
+    m->cap = cap;
+  }
+  memcpy(m->p + m->len, buf, len);
+  m->len += len;
+  return MS_OK;
+}
+
+/* The trace element's job: its sections (sb) and its escaped bytes (mem). It reads the snapshot,
+ * the devices, and writes c->pools, c->npools and c->trace_bytes only, which nothing else
+ * touches until it is joined. */
+typedef struct view_trace_job_s {
+  view_ctx_t *c;
+  vb_t *sb;
+  vw_t *w;
+  view_mem_t mem;
+  ms_sink_t sink;
+  int rc;
+  pthread_t th;
+  bool threaded, done; /* running in th; run (or given up) */
+} view_trace_job_t;
+
+static void *view_trace_run(void *arg) {
+  view_trace_job_t *j = arg;
+  j->rc = view_bin(j->w, j->c, j->sb, true);
+  vw_flush(j->w);
+  j->done = true;
+  if (j->rc == MS_OK) j->rc = j->w->err;
+  return NULL;
 }
 
 /* The page's head, its style and the app's element (once per page). */
@@ -584,18 +655,21 @@ static void view_files(vw_t *w, const view_ctx_t *c) {
   vw_puts(w, "]</script>\n");
 }
 
+/* Waits for the trace element's job (or, without a thread, runs it when run_here); once. */
+static void view_trace_wait(view_trace_job_t *j, bool run_here) {
+  if (j->threaded) pthread_join(j->th, NULL);
+  else if (run_here && !j->done) view_trace_run(j);
+  j->threaded = false;
+  j->done = true;
+}
+
 /* One file's data elements (ms-bin, ms-data, ms-trace, ms-trace-data; each "-K" past the first
  * file of several); the first file's have the viewer's script between them, so that the page
- * draws before it has parsed the traces. */
-static int view_page(vw_t *w, view_ctx_t *c) {
+ * draws before it has parsed the traces. The trace element (job) is being written meanwhile. */
+static int view_page(vw_t *w, view_ctx_t *c, view_trace_job_t *job) {
   view_open(w, c, "application/octet-stream", "ms-bin");
-  vb_t *b = malloc(sizeof *b), *sb = malloc(sizeof *sb);
-  if (!b || !sb) {
-    free(b);
-    free(sb);
-    return MS_ENOMEM;
-  }
-  vb_init(sb, NULL, NULL);
+  vb_t *b = malloc(sizeof *b);
+  if (!b) return MS_ENOMEM;
   /* the traces and the stacks come last, after the script, with their table (and the pools the
    * traces name) in a JSON element of their own: the browser runs the script, which draws the
    * timeline, before it has parsed them */
@@ -612,9 +686,11 @@ static int view_page(vw_t *w, view_ctx_t *c) {
       vw_puts(w, "</script>\n");
     }
     view_open(w, c, "application/octet-stream", "ms-trace");
-    rc = view_bin(w, c, sb, true);
+    view_trace_wait(job, true);
+    rc = job->rc;
   }
   if (rc == MS_OK) {
+    vw_raw(w, job->mem.p, job->mem.len);
     vw_puts(w, "</script>\n");
     view_open(w, c, "application/json", "ms-trace-data");
     vw_puts(w, "{");
@@ -622,13 +698,11 @@ static int view_page(vw_t *w, view_ctx_t *c) {
     vw_puts(w, ",\n\"trace_bin\":{\"encoding\":\"gzip+esc\",\"length\":");
     vw_u64(w, c->trace_bytes);
     vw_puts(w, ",\"sections\":");
-    vb_table(sb, w);
+    vb_table(job->sb, w);
     vw_puts(w, "}}</script>\n");
   }
   vb_release(b);
-  vb_release(sb);
   free(b);
-  free(sb);
   return rc;
 }
 
@@ -675,13 +749,36 @@ static int view_one(vw_t *w, const ms_snapshot_t *snap, const ms_viewer_opts_t *
     /* categories need the time index; a trace it cannot index leaves every band `unknown` */
     ms_timeline_t *tl = NULL;
     ms_attr_t *attr = NULL;
-    if (ms_timeline_create(snap, NULL, &tl, NULL) == MS_OK &&
-        ms_attr_create(snap, tl, NULL, &attr, NULL) != MS_OK)
-      attr = NULL;
-    view_ctx_t c = {snap, attr, tl, opts, dev, devs, ndevs, meta, NULL, 0, 0, 0, "", files, nfiles, k};
-    rc = view_page(w, &c);
-    if (rc == MS_OK) rc = w->err;
-    if (rc != MS_OK && c.why[0] && eb) snprintf(eb->msg, sizeof eb->msg, "%s", c.why);
+    view_ctx_t c = {snap, NULL, NULL, opts, dev, devs, ndevs, meta, NULL, 0, 0, 0, "", files, nfiles, k};
+    /* the trace element needs neither the time index nor the timelines: a thread writes it
+     * meanwhile (or, without one, view_page after them) */
+    view_trace_job_t job;
+    memset(&job, 0, sizeof job);
+    job.c = &c;
+    job.sb = malloc(sizeof *job.sb);
+    job.w = malloc(sizeof *job.w);
+    job.sink.write = view_mem_write;
+    job.sink.ctx = &job.mem;
+    if (!job.sb || !job.w) {
+      rc = MS_ENOMEM;
+    } else {
+      vb_init(job.sb, NULL, NULL);
+      vw_init(job.w, &job.sink);
+      job.threaded = pthread_create(&job.th, NULL, view_trace_run, &job) == 0;
+      if (ms_timeline_create(snap, NULL, &tl, NULL) == MS_OK &&
+          ms_attr_create(snap, tl, NULL, &attr, NULL) != MS_OK)
+        attr = NULL;
+      c.attr = attr;
+      c.tl = tl;
+      rc = view_page(w, &c, &job);
+      view_trace_wait(&job, false);
+      if (rc == MS_OK) rc = w->err;
+      if (rc != MS_OK && c.why[0] && eb) snprintf(eb->msg, sizeof eb->msg, "%s", c.why);
+    }
+    if (job.sb) vb_release(job.sb);
+    free(job.sb);
+    free(job.w);
+    free(job.mem.p);
     free(c.pools);
     ms_attr_destroy(attr);
     ms_timeline_destroy(tl);
