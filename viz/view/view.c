@@ -288,6 +288,86 @@ static void view_frames(vw_t *w, const ms_snapshot_t *s) {
   vw_puts(w, "]");
 }
 
+/* A growing buffer as a sink: what a thread of its own writes (the trace element, the Explain
+ * panels' answers) while the timelines are computed, copied into the page in its place. */
+typedef struct view_mem_s {
+  char *p;
+  size_t len, cap;
+} view_mem_t;
+
+static int view_mem_write(void *ctx, const char *buf, size_t len) {
+  view_mem_t *m = ctx;
+  if (len > m->cap - m->len) {
+    size_t cap = m->cap ? m->cap : 1 << 20;
+    while (len > cap - m->len) {
+      if (cap > SIZE_MAX / 2) return MS_ENOMEM;
+      cap *= 2;
+    }
+    char *q = realloc(m->p, cap);
+    if (!q) return MS_ENOMEM;
+    m->p = q;
+    m->cap = cap;
+  }
+  memcpy(m->p + m->len, buf, len);
+  m->len += len;
+  return MS_OK;
+}
+
+/* The Explain panels' answers (answer.h; the explain costs a pass of its own over the trace):
+ * written, device after device, by a thread of its own into mem, device k's ending at end[k]. */
+typedef struct view_answers_s {
+  const ms_snapshot_t *s;
+  const size_t *devs;
+  size_t ndevs;
+  int replay;
+  vw_t *w;
+  view_mem_t mem;
+  ms_sink_t sink;
+  size_t *end;
+  pthread_t th;
+  bool threaded, done;
+} view_answers_t;
+
+static void *view_answers_run(void *arg) {
+  view_answers_t *j = arg;
+  for (size_t k = 0; k < j->ndevs && j->w->err == MS_OK; k++) {
+    ms__view_answer_json(j->w, j->s, j->devs[k], j->replay);
+    vw_flush(j->w);
+    j->end[k] = j->mem.len;
+  }
+  j->done = true;
+  return NULL;
+}
+
+/* Starts the answers' thread (without one, or without memory, view_answer writes them itself). */
+static void view_answers_start(view_answers_t *j, const ms_snapshot_t *s, const size_t *devs,
+                               size_t ndevs, int replay) {
+  memset(j, 0, sizeof *j);
+  j->s = s;
+  j->devs = devs;
+  j->ndevs = ndevs;
+  j->replay = replay;
+  j->w = malloc(sizeof *j->w);
+  j->end = malloc(ndevs * sizeof *j->end);
+  j->sink.write = view_mem_write;
+  j->sink.ctx = &j->mem;
+  if (!j->w || !j->end) return;
+  vw_init(j->w, &j->sink);
+  j->threaded = pthread_create(&j->th, NULL, view_answers_run, j) == 0;
+}
+
+static void view_answers_wait(view_answers_t *j) {
+  if (j->threaded) pthread_join(j->th, NULL);
+  j->threaded = false;
+}
+
+static void view_answers_release(view_answers_t *j) {
+  view_answers_wait(j);
+  free(j->w);
+  free(j->end);
+  free(j->mem.p);
+}
+
 /* What the JSON says of one timeline (its arrays are in the binary data). */
 typedef struct view_tlmeta_s {
   int64_t max_size;
@@ -310,6 +390,7 @@ typedef struct view_ctx_s {
   char why[200];                   /* what failed, when the error needs saying */
   const ms_viewer_file_t *files;   /* a page of several files (NULL: of one) */
   size_t nfiles, file;             /* their number, and which this is */
+  view_answers_t *answers;         /* the Explain panels' answers, being written */
 } view_ctx_t;
 
 static void view_tlv_json(vw_t *w, const char *key, const view_tlmeta_t *m) {
@@ -364,6 +445,16 @@ static void view_steps(vw_t *w, const ms_snapshot_t *s, size_t dev) {
   }
   ms_tl_ranges_release(&rs);
   vw_puts(w, "]");
+}
+
+/* Listed device k's answer: the thread's, or (without it, or when it failed) written here. */
+static void view_answer(vw_t *w, const view_ctx_t *c, size_t k) {
+  view_answers_t *j = c->answers;
+  view_answers_wait(j);
+  if (j->done && j->w->err == MS_OK)
+    vw_raw(w, j->mem.p + (k ? j->end[k - 1] : 0), j->end[k] - (k ? j->end[k - 1] : 0));
+  else
+    ms__view_answer_json(w, c->s, c->devs[k], c->o->explain);
 }
 
 static void view_data(vw_t *w, const view_ctx_t *c, const vb_t *b) {
@@ -421,7 +512,7 @@ static void view_data(vw_t *w, const view_ctx_t *c, const vb_t *b) {
     view_tlv_json(w, "tl", &c->meta[2 * k]);
     view_tlv_json(w, "seg", &c->meta[2 * k + 1]);
     vw_puts(w, ",\n\"explain\":");
-    ms__view_answer_json(w, s, dev, c->o->explain);
+    view_answer(w, c, k);
     vw_puts(w, ",\n\"memory\":");
     ms__view_memory_json(w, c->tl, dev);
     view_steps(w, s, dev);
@@ -567,31 +658,6 @@ static int view_bin(vw_t *w, view_ctx_t *c, vb_t *b, bool traces) {
   if (rc == MS_OK) rc = ms_gzip_sink_finish(z);
   ms_gzip_sink_destroy(z);
   return rc != MS_OK ? rc : w->err;
-}
-
-/* A growing buffer as a sink: the trace element, written by a thread of its own while the
- * timelines are computed, then copied into the page in its place. */
-typedef struct view_mem_s {
-  char *p;
-  size_t len, cap;
-} view_mem_t;
-
-static int view_mem_write(void *ctx, const char *buf, size_t len) {
-  view_mem_t *m = ctx;
-  if (len > m->cap - m->len) {
-    size_t cap = m->cap ? m->cap : 1 << 20;
-    while (len > cap - m->len) {
-      if (cap > SIZE_MAX / 2) return MS_ENOMEM;
-      cap *= 2;
-    }
-    char *q = realloc(m->p, cap);
-    if (!q) return MS_ENOMEM;
-    m->p = q;
-    m->cap = cap;
-  }
-  memcpy(m->p + m->len, buf, len);
-  m->len += len;
-  return MS_OK;
 }
 
 /* The trace element's job: its sections (sb) and its escaped bytes (mem). It reads the snapshot,
@@ -749,7 +815,9 @@ static int view_one(vw_t *w, const ms_snapshot_t *snap, const ms_viewer_opts_t *
     /* categories need the time index; a trace it cannot index leaves every band `unknown` */
     ms_timeline_t *tl = NULL;
     ms_attr_t *attr = NULL;
-    view_ctx_t c = {snap, NULL, NULL, opts, dev, devs, ndevs, meta, NULL, 0, 0, 0, "", files, nfiles, k};
+    view_answers_t answers;
+    view_answers_start(&answers, snap, devs, ndevs, opts->explain);
+    view_ctx_t c = {snap, NULL, NULL, opts, dev, devs, ndevs, meta, NULL, 0, 0, 0, "", files, nfiles, k, &answers};
     /* the trace element needs neither the time index nor the timelines: a thread writes it
      * meanwhile (or, without one, view_page after them) */
     view_trace_job_t job;
@@ -779,6 +847,7 @@ static int view_one(vw_t *w, const ms_snapshot_t *snap, const ms_viewer_opts_t *
     free(job.sb);
     free(job.w);
     free(job.mem.p);
+    view_answers_release(&answers);
     free(c.pools);
     ms_attr_destroy(attr);
     ms_timeline_destroy(tl);
