@@ -73,6 +73,7 @@ struct vs_plan_s {
   uint64_t *pairs;  /* per pair, numbered in order of first use: context << 32 | successor */
   uint32_t *uses;   /* per pair: its uses (first pass), then its rank in its context */
   uint32_t *succ;   /* the successors, context by context, in rank order (stacks.succ) */
+  struct vs_wide_s *x; /* the second pass's ranks (all of the rank sections) */
   size_t npairs, cap_pairs;
 };
 typedef vs_plan_t vs_ctx_t;
@@ -152,18 +153,18 @@ static int vs_buf_put(vs_buf_t *b, const void *v, size_t len) {
  * and where every VS_EVERY-th stack starts in each rank section. */
 #define VS_EVERY 64
 typedef struct vs_wide_s {
-  vs_buf_t hi, lo, big;
+  vs_buf_t ranks, hi, lo, big;
   uint64_t nranks;
   uint64_t *at; /* [4][nck] */
   size_t nck;
 } vs_wide_t;
 
-/* Writes rank r of a step from a context with n successors (stacks.h). */
-static int vs_put_rank(vb_t *w, vs_wide_t *x, uint32_t r, uint32_t n) {
+/* Keeps rank r of a step from a context with n successors (stacks.h). */
+static int vs_put_rank(vs_wide_t *x, uint32_t r, uint32_t n) {
   if (n <= 256) {
-    vb_u8(w, (uint8_t)r);
+    unsigned char r8 = (unsigned char)r;
     x->nranks++;
-    return MS_OK;
+    return vs_buf_put(&x->ranks, &r8, 1);
   }
   unsigned char hi = r < 255 * 256 ? (unsigned char)(r >> 8) : 255, low = (unsigned char)r;
   if (vs_buf_put(&x->hi, &hi, 1)) return MS_ENOMEM;
@@ -173,15 +174,14 @@ static int vs_put_rank(vb_t *w, vs_wide_t *x, uint32_t r, uint32_t n) {
   return vs_buf_put(&x->big, le, 4);
 }
 
-/* One pass over the stacks: the first (w NULL) finds and counts the pairs, the second writes the
- * ranks of the steps from contexts with more than one successor (stacks.ranks, the others into
- * x). */
-static int vs_walk(vs_ctx_t *c, const ms_snapshot_t *s, vb_t *w, vs_wide_t *x) {
+/* One pass over the stacks: the first (x NULL) finds and counts the pairs, the second keeps the
+ * ranks of the steps from contexts with more than one successor in x. */
+static int vs_walk(vs_ctx_t *c, const ms_snapshot_t *s, vs_wide_t *x) {
   uint32_t root = (uint32_t)s->nframes, end = root;
   for (size_t i = 0; i < s->nstacks; i++) {
     const ms_snap_stack_t *st = &s->stacks[i];
     uint32_t ctx = root, p;
-    if (w && i % VS_EVERY == 0) {
+    if (x && i % VS_EVERY == 0) {
       size_t ck = i / VS_EVERY;
       x->at[ck] = x->nranks;
       x->at[x->nck + ck] = x->hi.n;
@@ -191,7 +191,7 @@ static int vs_walk(vs_ctx_t *c, const ms_snapshot_t *s, vb_t *w, vs_wide_t *x) {
     for (uint32_t k = st->nframes + 1; k-- > 0;) {
       uint32_t f = k ? ms_snap_frame_index(s, st->first + k - 1) : end;
       if (k && f >= root) return MS_EINVAL; /* the reader never gives one: no frame to name */
-      if (!w) {
+      if (!x) {
         if (c->last[ctx] == f) { /* vs_pair's own first test, without the call: most steps */
           p = c->last_p[ctx];
         } else {
@@ -202,7 +202,7 @@ static int vs_walk(vs_ctx_t *c, const ms_snapshot_t *s, vb_t *w, vs_wide_t *x) {
       } else if (c->nsucc[ctx] > 1) { /* the second pass finds only the pairs it writes */
         int rc = vs_pair(c, ctx, f, &p);
         if (rc != MS_OK) return rc;
-        if (vs_put_rank(w, x, c->uses[p], c->nsucc[ctx])) return MS_ENOMEM;
+        if (vs_put_rank(x, c->uses[p], c->nsucc[ctx])) return MS_ENOMEM;
       }
       ctx = f;
     }
@@ -272,40 +272,35 @@ static void vs_section_u8(vb_t *b, const char *name, const vs_buf_t *x) {
 
 static int vs_sections(vb_t *b, const ms_snapshot_t *s, vs_ctx_t *c) {
   bool small = s->nframes < 65536;
+  const vs_wide_t *x = c->x;
   vb_begin(b, "stacks.n", "u32");
   vb_u32(b, (uint32_t)s->nstacks);
   vb_end(b);
   vs_successors(b, s, c, small);
-  int rc = MS_OK;
-  vs_wide_t x;
-  memset(&x, 0, sizeof x);
-  x.nck = (s->nstacks + VS_EVERY - 1) / VS_EVERY;
-  x.at = malloc((4 * x.nck + 1) * sizeof *x.at);
-  if (!x.at) rc = MS_ENOMEM;
-  if (rc == MS_OK) {
-    vb_begin_with(b, "stacks.ranks", "u8", VB_PICK);
-    rc = vs_walk(c, s, b, &x);
-    vb_end(b);
+  vs_section_u8(b, "stacks.ranks", &x->ranks);
+  vs_section_u8(b, "stacks.ranks_hi", &x->hi);
+  vs_section_u8(b, "stacks.ranks_lo", &x->lo);
+  vb_begin(b, "stacks.ranks_big", "u32");
+  for (size_t i = 0; i + 4 <= x->big.n; i += 4) {
+    const unsigned char *q = x->big.p + i;
+    vb_u32(b, (uint32_t)q[0] | (uint32_t)q[1] << 8 | (uint32_t)q[2] << 16 | (uint32_t)q[3] << 24);
   }
-  if (rc == MS_OK) {
-    vs_section_u8(b, "stacks.ranks_hi", &x.hi);
-    vs_section_u8(b, "stacks.ranks_lo", &x.lo);
-    vb_begin(b, "stacks.ranks_big", "u32");
-    for (size_t i = 0; i + 4 <= x.big.n; i += 4) {
-      const unsigned char *q = x.big.p + i;
-      vb_u32(b, (uint32_t)q[0] | (uint32_t)q[1] << 8 | (uint32_t)q[2] << 16 | (uint32_t)q[3] << 24);
-    }
-    vb_end(b);
-    /* exact as doubles: no section holds 2^53 values */
-    vb_begin_with(b, "stacks.at", "f64", VB_DELTA | VB_SHUFFLE | VB_PICK);
-    for (size_t i = 0; i < 4 * x.nck; i++) vb_f64(b, (double)x.at[i]);
-    vb_end(b);
-  }
-  free(x.at);
-  free(x.hi.p);
-  free(x.lo.p);
-  free(x.big.p);
-  return rc;
+  vb_end(b);
+  /* exact as doubles: no section holds 2^53 values */
+  vb_begin_with(b, "stacks.at", "f64", VB_DELTA | VB_SHUFFLE | VB_PICK);
+  for (size_t i = 0; i < 4 * x->nck; i++) vb_f64(b, (double)x->at[i]);
+  vb_end(b);
+  return MS_OK;
+}
+
+/* The second pass, into c->x. */
+static int vs_second(const ms_snapshot_t *s, vs_ctx_t *c) {
+  vs_wide_t *x = c->x = calloc(1, sizeof *x);
+  if (!x) return MS_ENOMEM;
+  x->nck = (s->nstacks + VS_EVERY - 1) / VS_EVERY;
+  x->at = malloc((4 * x->nck + 1) * sizeof *x->at);
+  if (!x->at) return MS_ENOMEM;
+  return vs_walk(c, s, x);
 }
 
 void vs_plan_free(vs_plan_t *c) {
@@ -319,6 +314,14 @@ void vs_plan_free(vs_plan_t *c) {
   free(c->pairs);
   free(c->uses);
   free(c->succ);
+  if (c->x) {
+    free(c->x->at);
+    free(c->x->ranks.p);
+    free(c->x->hi.p);
+    free(c->x->lo.p);
+    free(c->x->big.p);
+    free(c->x);
+  }
   free(c);
 }
 
@@ -338,9 +341,10 @@ int vs_plan(const ms_snapshot_t *s, vs_plan_t **out) {
                : MS_ENOMEM;
   if (rc == MS_OK) {
     memset(c->last, 0xff, nctx * sizeof *c->last); /* no successor is UINT32_MAX */
-    rc = vs_walk(c, s, NULL, NULL);
+    rc = vs_walk(c, s, NULL);
   }
   if (rc == MS_OK) rc = vs_rank(s, c);
+  if (rc == MS_OK) rc = vs_second(s, c);
   if (rc != MS_OK) {
     vs_plan_free(c);
     return rc;
