@@ -66,7 +66,19 @@
     }
   }
 
-  /* the element ID's sections; its text is dropped once read (it is the page's largest part) */
+  /* A buffer's memory given back now, not at the next garbage collection, which may be long in
+   * coming once the page stops allocating (the tab's heap counts the garbage until then): its
+   * buffer detached (transferred to an empty one). Where transfer is missing, it waits for the
+   * collector. */
+  function release(a) {
+    var b = a && a.buffer;
+    if (b && typeof b.transfer === "function" && !b.detached) {
+      try { b.transfer(0); } catch (e) { /* not detachable: left to the collector */ }
+    }
+  }
+
+  /* the element ID's sections; its text is dropped once read (it is the page's largest part),
+   * its escaped bytes once inflated, and every inflated chunk once copied */
   function load(meta, id, phase) {
     if (meta.encoding !== "gzip+esc") return Promise.reject(new Error("unknown data encoding " + meta.encoding));
     var node = document.getElementById(id), text = node.textContent;
@@ -84,10 +96,12 @@
         if (at + r.value.length > out.length) throw new Error("the page's data is damaged (too long)");
         out.set(r.value, at);
         at += r.value.length;
+        release(r.value);
         return pump();
       });
     }
     return pump().then(function () {
+      release(bytes);
       bytes = null;
       if (phase) phase("inflated");
       if (at !== meta.length) throw new Error("the page's data is damaged (" + at + " of " + meta.length + " bytes)");

@@ -63,7 +63,7 @@ static int vs_put(vs_map_t *m, uint64_t k, uint32_t val) {
 
 #define VS_SMALL 8 /* a context's first successors are kept in a short list, not the map */
 
-typedef struct vs_ctx_s {
+struct vs_plan_s {
   vs_map_t map;     /* the pairs of contexts with more than VS_SMALL successors */
   uint32_t *small;  /* per context: its first VS_SMALL successors */
   uint32_t *small_p; /* and their pairs */
@@ -72,8 +72,11 @@ typedef struct vs_ctx_s {
   uint32_t *last_p; /* its pair */
   uint64_t *pairs;  /* per pair, numbered in order of first use: context << 32 | successor */
   uint32_t *uses;   /* per pair: its uses (first pass), then its rank in its context */
+  uint32_t *succ;   /* the successors, context by context, in rank order (stacks.succ) */
+  struct vs_wide_s *x; /* the second pass's ranks (all of the rank sections) */
   size_t npairs, cap_pairs;
-} vs_ctx_t;
+};
+typedef vs_plan_t vs_ctx_t;
 
 static int vs_new_pair(vs_ctx_t *c, uint64_t k, uint32_t *p) {
   if (c->npairs == c->cap_pairs) {
@@ -150,18 +153,18 @@ static int vs_buf_put(vs_buf_t *b, const void *v, size_t len) {
  * and where every VS_EVERY-th stack starts in each rank section. */
 #define VS_EVERY 64
 typedef struct vs_wide_s {
-  vs_buf_t hi, lo, big;
+  vs_buf_t ranks, hi, lo, big;
   uint64_t nranks;
   uint64_t *at; /* [4][nck] */
   size_t nck;
 } vs_wide_t;
 
-/* Writes rank r of a step from a context with n successors (stacks.h). */
-static int vs_put_rank(vb_t *w, vs_wide_t *x, uint32_t r, uint32_t n) {
+/* Keeps rank r of a step from a context with n successors (stacks.h). */
+static int vs_put_rank(vs_wide_t *x, uint32_t r, uint32_t n) {
   if (n <= 256) {
-    vb_u8(w, (uint8_t)r);
+    unsigned char r8 = (unsigned char)r;
     x->nranks++;
-    return MS_OK;
+    return vs_buf_put(&x->ranks, &r8, 1);
   }
   unsigned char hi = r < 255 * 256 ? (unsigned char)(r >> 8) : 255, low = (unsigned char)r;
   if (vs_buf_put(&x->hi, &hi, 1)) return MS_ENOMEM;
@@ -171,15 +174,14 @@ static int vs_put_rank(vb_t *w, vs_wide_t *x, uint32_t r, uint32_t n) {
   return vs_buf_put(&x->big, le, 4);
 }
 
-/* One pass over the stacks: the first (w NULL) finds and counts the pairs, the second writes the
- * ranks of the steps from contexts with more than one successor (stacks.ranks, the others into
- * x). */
-static int vs_walk(vs_ctx_t *c, const ms_snapshot_t *s, vb_t *w, vs_wide_t *x) {
+/* One pass over the stacks: the first (x NULL) finds and counts the pairs, the second keeps the
+ * ranks of the steps from contexts with more than one successor in x. */
+static int vs_walk(vs_ctx_t *c, const ms_snapshot_t *s, vs_wide_t *x) {
   uint32_t root = (uint32_t)s->nframes, end = root;
   for (size_t i = 0; i < s->nstacks; i++) {
     const ms_snap_stack_t *st = &s->stacks[i];
     uint32_t ctx = root, p;
-    if (w && i % VS_EVERY == 0) {
+    if (x && i % VS_EVERY == 0) {
       size_t ck = i / VS_EVERY;
       x->at[ck] = x->nranks;
       x->at[x->nck + ck] = x->hi.n;
@@ -189,14 +191,18 @@ static int vs_walk(vs_ctx_t *c, const ms_snapshot_t *s, vb_t *w, vs_wide_t *x) {
     for (uint32_t k = st->nframes + 1; k-- > 0;) {
       uint32_t f = k ? ms_snap_frame_index(s, st->first + k - 1) : end;
       if (k && f >= root) return MS_EINVAL; /* the reader never gives one: no frame to name */
-      if (!w) {
-        int rc = vs_pair(c, ctx, f, &p);
-        if (rc != MS_OK) return rc;
+      if (!x) {
+        if (c->last[ctx] == f) { /* vs_pair's own first test, without the call: most steps */
+          p = c->last_p[ctx];
+        } else {
+          int rc = vs_pair(c, ctx, f, &p);
+          if (rc != MS_OK) return rc;
+        }
         c->uses[p] += c->uses[p] < UINT32_MAX;
       } else if (c->nsucc[ctx] > 1) { /* the second pass finds only the pairs it writes */
         int rc = vs_pair(c, ctx, f, &p);
         if (rc != MS_OK) return rc;
-        if (vs_put_rank(w, x, c->uses[p], c->nsucc[ctx])) return MS_ENOMEM;
+        if (vs_put_rank(x, c->uses[p], c->nsucc[ctx])) return MS_ENOMEM;
       }
       ctx = f;
     }
@@ -209,17 +215,15 @@ static int vs_cmp_u64(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
-/* stacks.succ_count and stacks.succ; each pair's uses become its rank in its context (most used
- * first, then in order of first use). */
-static int vs_successors(vb_t *b, const ms_snapshot_t *s, vs_ctx_t *c, bool small) {
+/* The order of stacks.succ (c->succ, context by context); each pair's uses become its rank in
+ * its context (most used first, then in order of first use). */
+static int vs_rank(const ms_snapshot_t *s, vs_ctx_t *c) {
   size_t nctx = s->nframes + 1;
-  vb_begin(b, "stacks.succ_count", "u32");
-  for (size_t i = 0; i < nctx; i++) vb_u32(b, c->nsucc[i]);
-  vb_end(b);
   /* counting sort of the pairs by context, then each context's by uses */
   size_t *at = malloc((nctx + 1) * sizeof *at);
   uint64_t *key = malloc((c->npairs ? c->npairs : 1) * sizeof *key);
-  if (!at || !key) {
+  c->succ = malloc((c->npairs ? c->npairs : 1) * sizeof *c->succ);
+  if (!at || !key || !c->succ) {
     free(at);
     free(key);
     return MS_ENOMEM;
@@ -230,20 +234,31 @@ static int vs_successors(vb_t *b, const ms_snapshot_t *s, vs_ctx_t *c, bool smal
     key[at[c->pairs[p] >> 32]++] = (uint64_t)(UINT32_MAX - c->uses[p]) << 32 | p;
   for (size_t i = nctx; i-- > 0;) at[i + 1] = at[i]; /* at[i] is now where context i ends */
   at[0] = 0;
-  vb_begin(b, "stacks.succ", small ? "u16" : "u32");
   for (size_t i = 0; i < nctx; i++) {
     qsort(key + at[i], at[i + 1] - at[i], sizeof *key, vs_cmp_u64);
     for (size_t j = at[i]; j < at[i + 1]; j++) {
-      uint32_t p = (uint32_t)key[j], f = (uint32_t)c->pairs[p];
+      uint32_t p = (uint32_t)key[j];
+      c->succ[j] = (uint32_t)c->pairs[p];
       c->uses[p] = (uint32_t)(j - at[i]);
-      if (small) vb_u16(b, (uint16_t)f);
-      else vb_u32(b, f);
     }
   }
-  vb_end(b);
   free(at);
   free(key);
   return MS_OK;
+}
+
+/* stacks.succ_count and stacks.succ (vs_rank's order). */
+static void vs_successors(vb_t *b, const ms_snapshot_t *s, const vs_ctx_t *c, bool small) {
+  size_t nctx = s->nframes + 1;
+  vb_begin(b, "stacks.succ_count", "u32");
+  for (size_t i = 0; i < nctx; i++) vb_u32(b, c->nsucc[i]);
+  vb_end(b);
+  vb_begin(b, "stacks.succ", small ? "u16" : "u32");
+  for (size_t j = 0; j < c->npairs; j++) {
+    if (small) vb_u16(b, (uint16_t)c->succ[j]);
+    else vb_u32(b, c->succ[j]);
+  }
+  vb_end(b);
 }
 
 /* The rank sections: bytes of few values, in patterns that repeat where a program's stacks do
@@ -257,67 +272,95 @@ static void vs_section_u8(vb_t *b, const char *name, const vs_buf_t *x) {
 
 static int vs_sections(vb_t *b, const ms_snapshot_t *s, vs_ctx_t *c) {
   bool small = s->nframes < 65536;
-  int rc = vs_walk(c, s, NULL, NULL);
-  if (rc != MS_OK) return rc;
+  const vs_wide_t *x = c->x;
   vb_begin(b, "stacks.n", "u32");
   vb_u32(b, (uint32_t)s->nstacks);
   vb_end(b);
-  rc = vs_successors(b, s, c, small);
-  vs_wide_t x;
-  memset(&x, 0, sizeof x);
-  x.nck = (s->nstacks + VS_EVERY - 1) / VS_EVERY;
-  x.at = malloc((4 * x.nck + 1) * sizeof *x.at);
-  if (!x.at) rc = MS_ENOMEM;
-  if (rc == MS_OK) {
-    vb_begin_with(b, "stacks.ranks", "u8", VB_PICK);
-    rc = vs_walk(c, s, b, &x);
-    vb_end(b);
+  vs_successors(b, s, c, small);
+  vs_section_u8(b, "stacks.ranks", &x->ranks);
+  vs_section_u8(b, "stacks.ranks_hi", &x->hi);
+  vs_section_u8(b, "stacks.ranks_lo", &x->lo);
+  vb_begin(b, "stacks.ranks_big", "u32");
+  for (size_t i = 0; i + 4 <= x->big.n; i += 4) {
+    const unsigned char *q = x->big.p + i;
+    vb_u32(b, (uint32_t)q[0] | (uint32_t)q[1] << 8 | (uint32_t)q[2] << 16 | (uint32_t)q[3] << 24);
   }
-  if (rc == MS_OK) {
-    vs_section_u8(b, "stacks.ranks_hi", &x.hi);
-    vs_section_u8(b, "stacks.ranks_lo", &x.lo);
-    vb_begin(b, "stacks.ranks_big", "u32");
-    for (size_t i = 0; i + 4 <= x.big.n; i += 4) {
-      const unsigned char *q = x.big.p + i;
-      vb_u32(b, (uint32_t)q[0] | (uint32_t)q[1] << 8 | (uint32_t)q[2] << 16 | (uint32_t)q[3] << 24);
-    }
-    vb_end(b);
-    /* exact as doubles: no section holds 2^53 values */
-    vb_begin_with(b, "stacks.at", "f64", VB_DELTA | VB_SHUFFLE | VB_PICK);
-    for (size_t i = 0; i < 4 * x.nck; i++) vb_f64(b, (double)x.at[i]);
-    vb_end(b);
-  }
-  free(x.at);
-  free(x.hi.p);
-  free(x.lo.p);
-  free(x.big.p);
-  return rc;
+  vb_end(b);
+  /* exact as doubles: no section holds 2^53 values */
+  vb_begin_with(b, "stacks.at", "f64", VB_DELTA | VB_SHUFFLE | VB_PICK);
+  for (size_t i = 0; i < 4 * x->nck; i++) vb_f64(b, (double)x->at[i]);
+  vb_end(b);
+  return MS_OK;
 }
 
-int vs_write_stacks(vb_t *b, const ms_snapshot_t *s) {
+/* The second pass, into c->x. */
+static int vs_second(const ms_snapshot_t *s, vs_ctx_t *c) {
+  vs_wide_t *x = c->x = calloc(1, sizeof *x);
+  if (!x) return MS_ENOMEM;
+  x->nck = (s->nstacks + VS_EVERY - 1) / VS_EVERY;
+  x->at = malloc((4 * x->nck + 1) * sizeof *x->at);
+  if (!x->at) return MS_ENOMEM;
+  return vs_walk(c, s, x);
+}
+
+void vs_plan_free(vs_plan_t *c) {
+  if (!c) return;
+  free(c->map.slot);
+  free(c->nsucc);
+  free(c->last);
+  free(c->last_p);
+  free(c->small);
+  free(c->small_p);
+  free(c->pairs);
+  free(c->uses);
+  free(c->succ);
+  if (c->x) {
+    free(c->x->at);
+    free(c->x->ranks.p);
+    free(c->x->hi.p);
+    free(c->x->lo.p);
+    free(c->x->big.p);
+    free(c->x);
+  }
+  free(c);
+}
+
+int vs_plan(const ms_snapshot_t *s, vs_plan_t **out) {
+  *out = NULL;
   if (s->nframes >= UINT32_MAX - 1 || s->nstacks > UINT32_MAX) return MS_ELIMIT;
   size_t nctx = s->nframes + 1;
-  vs_ctx_t c;
-  memset(&c, 0, sizeof c);
-  c.nsucc = calloc(nctx, sizeof *c.nsucc);
-  c.last = malloc(nctx * sizeof *c.last);
-  c.last_p = malloc(nctx * sizeof *c.last_p);
-  c.small = malloc(nctx * VS_SMALL * sizeof *c.small);
-  c.small_p = malloc(nctx * VS_SMALL * sizeof *c.small_p);
-  int rc = c.nsucc && c.last && c.last_p && c.small && c.small_p && vs_grow(&c.map) == MS_OK
+  vs_ctx_t *c = calloc(1, sizeof *c);
+  if (!c) return MS_ENOMEM;
+  c->nsucc = calloc(nctx, sizeof *c->nsucc);
+  c->last = malloc(nctx * sizeof *c->last);
+  c->last_p = malloc(nctx * sizeof *c->last_p);
+  c->small = malloc(nctx * VS_SMALL * sizeof *c->small);
+  c->small_p = malloc(nctx * VS_SMALL * sizeof *c->small_p);
+  int rc = c->nsucc && c->last && c->last_p && c->small && c->small_p && vs_grow(&c->map) == MS_OK
                ? MS_OK
                : MS_ENOMEM;
   if (rc == MS_OK) {
-    memset(c.last, 0xff, nctx * sizeof *c.last); /* no successor is UINT32_MAX */
-    rc = vs_sections(b, s, &c);
+    memset(c->last, 0xff, nctx * sizeof *c->last); /* no successor is UINT32_MAX */
+    rc = vs_walk(c, s, NULL);
   }
-  free(c.map.slot);
-  free(c.nsucc);
-  free(c.last);
-  free(c.last_p);
-  free(c.small);
-  free(c.small_p);
-  free(c.pairs);
-  free(c.uses);
+  if (rc == MS_OK) rc = vs_rank(s, c);
+  if (rc == MS_OK) rc = vs_second(s, c);
+  if (rc != MS_OK) {
+    vs_plan_free(c);
+    return rc;
+  }
+  *out = c;
+  return MS_OK;
+}
+
+int vs_write_plan(vb_t *b, const ms_snapshot_t *s, vs_plan_t *p) {
+  return vs_sections(b, s, p);
+}
+
+int vs_write_stacks(vb_t *b, const ms_snapshot_t *s) {
+  vs_plan_t *p = NULL;
+  int rc = vs_plan(s, &p);
+  if (rc == MS_OK) rc = vs_write_plan(b, s, p);
+  vs_plan_free(p);
   return rc;
 }

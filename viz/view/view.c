@@ -5,6 +5,7 @@
  * whose decoder gives every byte a character of its own, so the binary elements hold raw bytes;
  * everything else in it is ASCII (writer.h).
  */
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -287,6 +288,86 @@ static void view_frames(vw_t *w, const ms_snapshot_t *s) {
   vw_puts(w, "]");
 }
 
+/* A growing buffer as a sink: what a thread of its own writes (the trace element, the Explain
+ * panels' answers) while the timelines are computed, copied into the page in its place. */
+typedef struct view_mem_s {
+  char *p;
+  size_t len, cap;
+} view_mem_t;
+
+static int view_mem_write(void *ctx, const char *buf, size_t len) {
+  view_mem_t *m = ctx;
+  if (len > m->cap - m->len) {
+    size_t cap = m->cap ? m->cap : 1 << 20;
+    while (len > cap - m->len) {
+      if (cap > SIZE_MAX / 2) return MS_ENOMEM;
+      cap *= 2;
+    }
+    char *q = realloc(m->p, cap);
+    if (!q) return MS_ENOMEM;
+    m->p = q;
+    m->cap = cap;
+  }
+  memcpy(m->p + m->len, buf, len);
+  m->len += len;
+  return MS_OK;
+}
+
+/* The Explain panels' answers (answer.h; the explain costs a pass of its own over the trace):
+ * written, device after device, by a thread of its own into mem, device k's ending at end[k]. */
+typedef struct view_answers_s {
+  const ms_snapshot_t *s;
+  const size_t *devs;
+  size_t ndevs;
+  int replay;
+  vw_t *w;
+  view_mem_t mem;
+  ms_sink_t sink;
+  size_t *end;
+  pthread_t th;
+  bool threaded, done;
+} view_answers_t;
+
+static void *view_answers_run(void *arg) {
+  view_answers_t *j = arg;
+  for (size_t k = 0; k < j->ndevs && j->w->err == MS_OK; k++) {
+    ms__view_answer_json(j->w, j->s, j->devs[k], j->replay);
+    vw_flush(j->w);
+    j->end[k] = j->mem.len;
+  }
+  j->done = true;
+  return NULL;
+}
+
+/* Starts the answers' thread (without one, or without memory, view_answer writes them itself). */
+static void view_answers_start(view_answers_t *j, const ms_snapshot_t *s, const size_t *devs,
+                               size_t ndevs, int replay) {
+  memset(j, 0, sizeof *j);
+  j->s = s;
+  j->devs = devs;
+  j->ndevs = ndevs;
+  j->replay = replay;
+  j->w = malloc(sizeof *j->w);
+  j->end = malloc(ndevs * sizeof *j->end);
+  j->sink.write = view_mem_write;
+  j->sink.ctx = &j->mem;
+  if (!j->w || !j->end) return;
+  vw_init(j->w, &j->sink);
+  j->threaded = pthread_create(&j->th, NULL, view_answers_run, j) == 0;
+}
+
+static void view_answers_wait(view_answers_t *j) {
+  if (j->threaded) pthread_join(j->th, NULL);
+  j->threaded = false;
+}
+
+static void view_answers_release(view_answers_t *j) {
+  view_answers_wait(j);
+  free(j->w);
+  free(j->end);
+  free(j->mem.p);
+}
+
 /* What the JSON says of one timeline (its arrays are in the binary data). */
 typedef struct view_tlmeta_s {
   int64_t max_size;
@@ -309,6 +390,7 @@ typedef struct view_ctx_s {
   char why[200];                   /* what failed, when the error needs saying */
   const ms_viewer_file_t *files;   /* a page of several files (NULL: of one) */
   size_t nfiles, file;             /* their number, and which this is */
+  view_answers_t *answers;         /* the Explain panels' answers, being written */
 } view_ctx_t;
 
 static void view_tlv_json(vw_t *w, const char *key, const view_tlmeta_t *m) {
@@ -363,6 +445,16 @@ static void view_steps(vw_t *w, const ms_snapshot_t *s, size_t dev) {
   }
   ms_tl_ranges_release(&rs);
   vw_puts(w, "]");
+}
+
+/* Listed device k's answer: the thread's, or (without it, or when it failed) written here. */
+static void view_answer(vw_t *w, const view_ctx_t *c, size_t k) {
+  view_answers_t *j = c->answers;
+  view_answers_wait(j);
+  if (j->done && j->w->err == MS_OK)
+    vw_raw(w, j->mem.p + (k ? j->end[k - 1] : 0), j->end[k] - (k ? j->end[k - 1] : 0));
+  else
+    ms__view_answer_json(w, c->s, c->devs[k], c->o->explain);
 }
 
 static void view_data(vw_t *w, const view_ctx_t *c, const vb_t *b) {
@@ -420,7 +512,7 @@ static void view_data(vw_t *w, const view_ctx_t *c, const vb_t *b) {
     view_tlv_json(w, "tl", &c->meta[2 * k]);
     view_tlv_json(w, "seg", &c->meta[2 * k + 1]);
     vw_puts(w, ",\n\"explain\":");
-    ms__view_answer_json(w, s, dev, c->o->explain);
+    view_answer(w, c, k);
     vw_puts(w, ",\n\"memory\":");
     ms__view_memory_json(w, c->tl, dev);
     view_steps(w, s, dev);
@@ -516,15 +608,37 @@ static int view_bin_devices(view_ctx_t *c, vb_t *b) {
   return rc;
 }
 
-/* What goes into the second: per device its trace, then the stacks. */
+/* The stacks' first pass (stacks.h, vs_plan), on a thread of its own. */
+typedef struct view_plan_job_s {
+  const ms_snapshot_t *s;
+  vs_plan_t *plan;
+  int rc;
+} view_plan_job_t;
+
+static void *view_plan_run(void *arg) {
+  view_plan_job_t *j = arg;
+  j->rc = vs_plan(j->s, &j->plan);
+  return NULL;
+}
+
+/* What goes into the second: per device its trace, then the stacks (their first pass on another
+ * thread meanwhile). */
 static int view_bin_traces(view_ctx_t *c, vb_t *b) {
+  view_plan_job_t pj = {c->s, NULL, MS_OK};
+  pthread_t th;
+  bool threaded = pthread_create(&th, NULL, view_plan_run, &pj) == 0;
   int rc = MS_OK;
   for (size_t k = 0; k < c->ndevs && rc == MS_OK; k++) {
     char prefix[48];
     snprintf(prefix, sizeof prefix, "d%zu.trace", c->devs[k]);
     rc = view_bin_trace(b, prefix, c->s, c->devs[k], &c->pools, &c->npools);
   }
-  return rc == MS_OK ? vs_write_stacks(b, c->s) : rc;
+  if (threaded) pthread_join(th, NULL);
+  else if (rc == MS_OK) view_plan_run(&pj);
+  if (rc == MS_OK) rc = pj.rc;
+  if (rc == MS_OK) rc = vs_write_plan(b, c->s, pj.plan);
+  vs_plan_free(pj.plan);
+  return rc;
 }
 
 /* A binary element: sections, gzipped, escaped (bin.h): the devices' timelines, or (traces) their
@@ -544,6 +658,29 @@ static int view_bin(vw_t *w, view_ctx_t *c, vb_t *b, bool traces) {
   if (rc == MS_OK) rc = ms_gzip_sink_finish(z);
   ms_gzip_sink_destroy(z);
   return rc != MS_OK ? rc : w->err;
+}
+
+/* The trace element's job: its sections (sb) and its escaped bytes (mem). It reads the snapshot,
+ * the devices, and writes c->pools, c->npools and c->trace_bytes only, which nothing else
+ * touches until it is joined. */
+typedef struct view_trace_job_s {
+  view_ctx_t *c;
+  vb_t *sb;
+  vw_t *w;
+  view_mem_t mem;
+  ms_sink_t sink;
+  int rc;
+  pthread_t th;
+  bool threaded, done; /* running in th; run (or given up) */
+} view_trace_job_t;
+
+static void *view_trace_run(void *arg) {
+  view_trace_job_t *j = arg;
+  j->rc = view_bin(j->w, j->c, j->sb, true);
+  vw_flush(j->w);
+  j->done = true;
+  if (j->rc == MS_OK) j->rc = j->w->err;
+  return NULL;
 }
 
 /* The page's head, its style and the app's element (once per page). */
@@ -584,18 +721,21 @@ static void view_files(vw_t *w, const view_ctx_t *c) {
   vw_puts(w, "]</script>\n");
 }
 
+/* Waits for the trace element's job (or, without a thread, runs it when run_here); once. */
+static void view_trace_wait(view_trace_job_t *j, bool run_here) {
+  if (j->threaded) pthread_join(j->th, NULL);
+  else if (run_here && !j->done) view_trace_run(j);
+  j->threaded = false;
+  j->done = true;
+}
+
 /* One file's data elements (ms-bin, ms-data, ms-trace, ms-trace-data; each "-K" past the first
  * file of several); the first file's have the viewer's script between them, so that the page
- * draws before it has parsed the traces. */
-static int view_page(vw_t *w, view_ctx_t *c) {
+ * draws before it has parsed the traces. The trace element (job) is being written meanwhile. */
+static int view_page(vw_t *w, view_ctx_t *c, view_trace_job_t *job) {
   view_open(w, c, "application/octet-stream", "ms-bin");
-  vb_t *b = malloc(sizeof *b), *sb = malloc(sizeof *sb);
-  if (!b || !sb) {
-    free(b);
-    free(sb);
-    return MS_ENOMEM;
-  }
-  vb_init(sb, NULL, NULL);
+  vb_t *b = malloc(sizeof *b);
+  if (!b) return MS_ENOMEM;
   /* the traces and the stacks come last, after the script, with their table (and the pools the
    * traces name) in a JSON element of their own: the browser runs the script, which draws the
    * timeline, before it has parsed them */
@@ -612,9 +752,11 @@ static int view_page(vw_t *w, view_ctx_t *c) {
       vw_puts(w, "</script>\n");
     }
     view_open(w, c, "application/octet-stream", "ms-trace");
-    rc = view_bin(w, c, sb, true);
+    view_trace_wait(job, true);
+    rc = job->rc;
   }
   if (rc == MS_OK) {
+    vw_raw(w, job->mem.p, job->mem.len);
     vw_puts(w, "</script>\n");
     view_open(w, c, "application/json", "ms-trace-data");
     vw_puts(w, "{");
@@ -622,13 +764,11 @@ static int view_page(vw_t *w, view_ctx_t *c) {
     vw_puts(w, ",\n\"trace_bin\":{\"encoding\":\"gzip+esc\",\"length\":");
     vw_u64(w, c->trace_bytes);
     vw_puts(w, ",\"sections\":");
-    vb_table(sb, w);
+    vb_table(job->sb, w);
     vw_puts(w, "}}</script>\n");
   }
   vb_release(b);
-  vb_release(sb);
   free(b);
-  free(sb);
   return rc;
 }
 
@@ -675,13 +815,39 @@ static int view_one(vw_t *w, const ms_snapshot_t *snap, const ms_viewer_opts_t *
     /* categories need the time index; a trace it cannot index leaves every band `unknown` */
     ms_timeline_t *tl = NULL;
     ms_attr_t *attr = NULL;
-    if (ms_timeline_create(snap, NULL, &tl, NULL) == MS_OK &&
-        ms_attr_create(snap, tl, NULL, &attr, NULL) != MS_OK)
-      attr = NULL;
-    view_ctx_t c = {snap, attr, tl, opts, dev, devs, ndevs, meta, NULL, 0, 0, 0, "", files, nfiles, k};
-    rc = view_page(w, &c);
-    if (rc == MS_OK) rc = w->err;
-    if (rc != MS_OK && c.why[0] && eb) snprintf(eb->msg, sizeof eb->msg, "%s", c.why);
+    view_answers_t answers;
+    view_answers_start(&answers, snap, devs, ndevs, opts->explain);
+    view_ctx_t c = {snap, NULL, NULL, opts, dev, devs, ndevs, meta, NULL, 0, 0, 0, "", files, nfiles, k, &answers};
+    /* the trace element needs neither the time index nor the timelines: a thread writes it
+     * meanwhile (or, without one, view_page after them) */
+    view_trace_job_t job;
+    memset(&job, 0, sizeof job);
+    job.c = &c;
+    job.sb = malloc(sizeof *job.sb);
+    job.w = malloc(sizeof *job.w);
+    job.sink.write = view_mem_write;
+    job.sink.ctx = &job.mem;
+    if (!job.sb || !job.w) {
+      rc = MS_ENOMEM;
+    } else {
+      vb_init(job.sb, NULL, NULL);
+      vw_init(job.w, &job.sink);
+      job.threaded = pthread_create(&job.th, NULL, view_trace_run, &job) == 0;
+      if (ms_timeline_create(snap, NULL, &tl, NULL) == MS_OK &&
+          ms_attr_create(snap, tl, NULL, &attr, NULL) != MS_OK)
+        attr = NULL;
+      c.attr = attr;
+      c.tl = tl;
+      rc = view_page(w, &c, &job);
+      view_trace_wait(&job, false);
+      if (rc == MS_OK) rc = w->err;
+      if (rc != MS_OK && c.why[0] && eb) snprintf(eb->msg, sizeof eb->msg, "%s", c.why);
+    }
+    if (job.sb) vb_release(job.sb);
+    free(job.sb);
+    free(job.w);
+    free(job.mem.p);
+    view_answers_release(&answers);
     free(c.pools);
     ms_attr_destroy(attr);
     ms_timeline_destroy(tl);
