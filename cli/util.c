@@ -360,6 +360,8 @@ const ms_cache_key_t *cli_cache_key(const ms_snapshot_t *snap) {
   return NULL;
 }
 
+bool cli_cache_enabled(void) { return !cli_no_cache && ms_cache_env_enabled(); }
+
 int cli_load(const char *path, ms_snapshot_t **out) {
   return cli_load_ex(path, 0, out);
 }

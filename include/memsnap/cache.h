@@ -34,6 +34,7 @@
 
 #include "memsnap/common.h"
 #include "memsnap/error.h"
+#include "memsnap/serialize.h"
 #include "memsnap/snapshot.h"
 #include "memsnap/timeline.h"
 
@@ -128,6 +129,30 @@ MS_API MS_NODISCARD int ms_cache_index_decode(const void *buf, size_t len,
                                               const ms_snapshot_t *snap,
                                               const ms_timeline_config_t *cfg,
                                               ms_timeline_t **out, ms_errbuf_t *eb);
+
+/* Blobs: bytes derived from a snapshot (the page `memsnap view` wrote for it), filed under the
+ * snapshot's key and a tag that names everything else they were derived with (options, the
+ * program's version). The entries are bounded, evicted and checked like the others.
+ *
+ * ms_cache_blob_get writes the stored bytes to sink: MS_OK; MS_NOTFOUND when there is no entry
+ * (or a refused one, which is removed) and nothing was written; else the sink's error. */
+MS_API MS_NODISCARD int ms_cache_blob_get(const ms_cache_key_t *key, uint64_t tag,
+                                          const ms_cache_options_t *opts, ms_sink_t *sink);
+/* Stores data[0..len) for key and tag (atomically; nothing when len is over the bound).
+ * @return MS_OK, MS_EINVAL (key all zero), MS_ELIMIT or MS_EIO. */
+MS_API MS_NODISCARD int ms_cache_blob_put(const ms_cache_key_t *key, uint64_t tag,
+                                          const ms_cache_options_t *opts, const void *data,
+                                          size_t len);
+/* The blob's file: encode into a malloc'd buffer; decode checks one against key and tag (key
+ * NULL: any key and tag) and points *data into buf. decode returns MS_FORMAT, MS_TRUNCATED,
+ * MS_VERSION or MS_NOTFOUND (another key or tag) for a file it refuses, never crashes. */
+MS_API MS_NODISCARD int ms_cache_blob_encode(const ms_cache_key_t *key, uint64_t tag,
+                                             const void *data, size_t len, void **buf,
+                                             size_t *buflen);
+MS_API MS_NODISCARD int ms_cache_blob_decode(const void *buf, size_t len,
+                                             const ms_cache_key_t *key, uint64_t tag,
+                                             bool check_sums, const void **data,
+                                             size_t *data_len, ms_errbuf_t *eb);
 
 MS_EXTERN_C_END
 

@@ -106,4 +106,9 @@ int ms__cache_index_decode(const void *buf, size_t len, const struct ms_cache_ke
                            const struct ms_timeline_config_s *cfg, void (*release)(void *),
                            void *release_arg, struct ms_timeline_s **out, ms_errbuf_t *eb);
 
+/* A blob's file (blob.c): its header, then its bytes. */
+#define MS_CACHE_BLOB_HEADER 64u
+void ms__cache_blob_header(unsigned char h[MS_CACHE_BLOB_HEADER], const struct ms_cache_key_s *key,
+                           uint64_t tag, const void *data, size_t len);
+
 #endif /* MEMSNAP_LIB_CACHE_INTERNAL_H */
