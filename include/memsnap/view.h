@@ -27,7 +27,6 @@
 #include "memsnap/error.h"
 #include "memsnap/serialize.h"
 #include "memsnap/snapshot.h"
-#include "memsnap/timeline.h"
 
 MS_EXTERN_C_BEGIN
 
@@ -44,17 +43,13 @@ typedef struct ms_viewer_opts_s {
                                      default, MS_TLV_BUDGET_BYTES): past it the smallest
                                      allocations are drawn in the summarized band, and the page
                                      says so */
-  const ms_timeline_t *timeline; /* the time index of the snapshot written, with the default
-                                    configuration (e.g. memsnap/cache.h's ms_cache_timeline);
-                                    NULL: built */
 } ms_viewer_opts_t;
 
 /* Fills the defaults. */
 MS_API void ms_viewer_opts_init(ms_viewer_opts_t *o);
 
-/* A tag of everything but the snapshot that the page depends on: the options (the timeline
- * aside, which changes nothing in the page), this program's version and the page's script and
- * style. Two writes of one snapshot with options of one tag give the same bytes (so a page can be
+/* A tag of everything but the snapshot that the page depends on: the options, this program's
+ * version and the page's script and style. Two writes of one snapshot with options of one tag give the same bytes (so a page can be
  * cached under the snapshot's key and this tag: memsnap/cache.h's blobs). */
 MS_API uint64_t ms_viewer_page_tag(const ms_viewer_opts_t *o);
 

@@ -648,11 +648,11 @@ int ms_viewer_write_html(const ms_snapshot_t *snap, const ms_viewer_opts_t *opts
   } else {
     /* categories need the time index; a trace it cannot index leaves every band `unknown` */
     ms_timeline_t *tl = NULL;
-    const ms_timeline_t *index = opts->timeline;
     ms_attr_t *attr = NULL;
-    if (!index && ms_timeline_create(snap, NULL, &tl, NULL) == MS_OK) index = tl;
-    if (index && ms_attr_create(snap, index, NULL, &attr, NULL) != MS_OK) attr = NULL;
-    view_ctx_t c = {snap, attr, index, opts, dev, devs, ndevs, meta, NULL, 0, 0, 0, ""};
+    if (ms_timeline_create(snap, NULL, &tl, NULL) == MS_OK &&
+        ms_attr_create(snap, tl, NULL, &attr, NULL) != MS_OK)
+      attr = NULL;
+    view_ctx_t c = {snap, attr, tl, opts, dev, devs, ndevs, meta, NULL, 0, 0, 0, ""};
     vw_init(w, sink);
     rc = view_page(w, &c);
     vw_flush(w);
