@@ -306,8 +306,10 @@ static int view_run(const char *cmd, const char *path, const char *out_path, con
     if (err != MS_ENOTFOUND) return cli_out_fail(&o, err, NULL);
     cli_out_abort(&o);
   }
+  /* the page is what a later view needs: view's own snapshot (every stack, 640 MB for the 937 MB
+   * synthetic pickle) is read from the cache when another command stored it, not stored */
   ms_snapshot_t *snap = NULL;
-  rc = cli_load(path, &snap);
+  rc = cli_load_unstored(path, &snap);
   if (rc != CLI_OK) return rc;
   ms_snapshot_t filtered;
   ms_snap_trace_t *ftrace = NULL;

@@ -18,8 +18,8 @@
  *    any byte flipped refused; another key or tag is a miss;
  *  - the CLI: every command on every fixture answers byte for byte as with --no-cache, the second
  *    run is a hit (the entry is touched in place, not rewritten), MEMSNAP_CACHE=0 and --no-cache
- *    leave the cache alone, `memsnap cache --clear` empties it; a second `view` writes the stored
- *    page without the snapshot's entry, and a damaged page is rebuilt.
+ *    leave the cache alone, `memsnap cache --clear` empties it; `view` stores its page (not its
+ *    snapshot), a second `view` writes the stored page, and a damaged page is rebuilt.
  * Every test uses its own cache directory under a fresh temporary folder (never the user's).
  */
 #include <criterion/criterion.h>
@@ -190,6 +190,27 @@ Test(cache, hit_on_second_load) {
   cr_assert_eq(ms_cache_usage(NULL, &n, &bytes), MS_OK);
   cr_assert_eq(n, 0);
   cr_assert_eq(bytes, 0);
+}
+
+/* read_only: an entry is used, a miss is read and not stored, the key given either way. */
+Test(cache, read_only_stores_nothing) {
+  if (!any_fixture()) return;
+  char p[700];
+  cr_assert(fixture(fixtures[0], p, sizeof p));
+  const ms_cache_options_t ro = {NULL, 0, true};
+  size_t n;
+  uint64_t bytes;
+  load_expect(p, 0, &ro, MS_CACHE_MISSED);
+  cr_assert_eq(ms_cache_usage(NULL, &n, &bytes), MS_OK);
+  cr_assert_eq(n, 0);
+  ms_snapshot_t *s = NULL;
+  ms_cache_key_t key, want = {0, 0, 0};
+  cr_assert_eq(ms_cache_hash_file(p, &want.hash, &want.size), MS_OK);
+  cr_assert_eq(ms_cache_load_keyed(p, 0, &ro, &s, NULL, &key, NULL), MS_OK);
+  cr_assert(key.hash == want.hash && key.size == want.size && key.flags == 0);
+  ms_snapshot_free(s);
+  load_expect(p, 0, NULL, MS_CACHE_STORED);
+  load_expect(p, 0, &ro, MS_CACHE_HIT);
 }
 
 /* A memsnap file written to dir/name from a synthetic snapshot; its bytes in *buf. */
@@ -380,7 +401,7 @@ Test(cache, eviction_bound) {
   uint64_t one;
   cr_assert_eq(ms_cache_usage(NULL, &cnt, &one), MS_OK);
   cr_assert_eq(cnt, 1);
-  ms_cache_options_t o = {NULL, one * 3 + one / 2};
+  ms_cache_options_t o = {NULL, one * 3 + one / 2, false};
   for (int i = 1; i < 12; i++) {
     snprintf(p, sizeof p, "%s/f%d.msnap", tmp, i);
     write_synth_seed(p, 100 + (uint64_t)i, &b, &n);
@@ -394,7 +415,7 @@ Test(cache, eviction_bound) {
     load_expect(p, flag_sets[i % 4], &o, MS_CACHE_HIT); /* the newest stays */
   }
   /* one entry larger than the bound is never stored */
-  ms_cache_options_t tiny = {NULL, 16};
+  ms_cache_options_t tiny = {NULL, 16, false};
   ms_cache_outcome oc;
   ms_snapshot_t *s = NULL;
   cr_assert_eq(ms_cache_clear(NULL, NULL), MS_OK);
@@ -454,7 +475,7 @@ Test(cache, lru_keeps_the_recently_used) {
   size_t cnt;
   uint64_t two;
   cr_assert_eq(ms_cache_usage(NULL, &cnt, &two), MS_OK);
-  ms_cache_options_t o = {NULL, two + two / 4}; /* room for two entries, not three */
+  ms_cache_options_t o = {NULL, two + two / 4, false}; /* room for two entries, not three */
   load_expect(c, 0, &o, MS_CACHE_STORED);
   cr_assert_eq(access(eb, F_OK), -1, "the least recently used entry stayed");
   cr_assert_eq(access(ea, F_OK), 0, "the recently used entry went");
@@ -885,7 +906,7 @@ static void entry_with(const char *part, char *path, size_t cap) {
 
 Test(cache, view_page_stored_served_and_rebuilt) {
   if (!any_fixture()) return;
-  char p[700], page[1200], snap[1200];
+  char p[700], page[1200];
   cr_assert(fixture(fixtures[3], p, sizeof p));
   const char *args[] = {"view", p, "-o", "out.file", "-q", NULL};
   const char *plain_args[] = {"view", p, "-o", "out.file", "-q", "--no-cache", NULL};
@@ -896,15 +917,27 @@ Test(cache, view_page_stored_served_and_rebuilt) {
   cr_assert(lo == lp && memcmp(out, plain, lp) == 0);
   free(out);
   entry_with("-p", page, sizeof page);
-  /* the page alone answers: the snapshot's entries gone, nothing is stored again */
+  /* view stores its page, not its snapshot */
   char part[32];
   snprintf(part, sizeof part, "-v%u.msc", MS_CACHE_VERSION);
-  entry_with(part, snap, sizeof snap);
-  cr_assert_eq(unlink(snap), 0);
+  DIR *dd = opendir(cache_dir());
+  struct dirent *de;
+  while ((de = readdir(dd)) != NULL) cr_assert_null(strstr(de->d_name, part), "%s", de->d_name);
+  closedir(dd);
+  /* the stored page is what a second view writes: another page filed under its key and tag
+   * comes out as it is */
+  ms_cache_key_t key = {0, 0, 0};
+  cr_assert_eq(ms_cache_hash_file(p, &key.hash, &key.size), MS_OK);
+  unsigned long long tag = strtoull(strstr(page, "-p") + 2, NULL, 16);
+  const char forged[] = "a page of the cache";
+  cr_assert_eq(ms_cache_blob_put(&key, tag, NULL, forged, sizeof forged - 1), MS_OK);
+  cr_assert_eq(run(&out, &lo, args, NULL), 0);
+  cr_assert(lo == sizeof forged - 1 && memcmp(out, forged, lo) == 0, "%.*s", (int)lo, out);
+  free(out);
+  cr_assert_eq(unlink(page), 0);
   cr_assert_eq(run(&out, &lo, args, NULL), 0);
   cr_assert(lo == lp && memcmp(out, plain, lp) == 0);
   free(out);
-  cr_assert_neq(access(snap, F_OK), 0, "the snapshot was read for a stored page");
   /* a damaged page: written anew, the same bytes, and stored again */
   size_t len;
   char *e = th_read_file(page, &len);
@@ -929,10 +962,9 @@ Test(cache, view_page_stored_served_and_rebuilt) {
   size_t cnt;
   uint64_t bytes;
   cr_assert_eq(ms_cache_usage(NULL, &cnt, &bytes), MS_OK);
-  DIR *d = opendir(cache_dir());
-  struct dirent *de;
+  dd = opendir(cache_dir());
   int pages = 0;
-  while ((de = readdir(d)) != NULL) pages += strstr(de->d_name, "-p") != NULL;
-  closedir(d);
+  while ((de = readdir(dd)) != NULL) pages += strstr(de->d_name, "-p") != NULL;
+  closedir(dd);
   cr_assert_eq(pages, 2);
 }

@@ -53,6 +53,7 @@ typedef struct ms_cache_key_s {
 typedef struct ms_cache_options_s {
   const char *dir;    /* NULL: ms_cache_dir() */
   uint64_t max_bytes; /* 0: MEMSNAP_CACHE_MAX, else 4 GiB */
+  bool read_only;     /* ms_cache_load_keyed: an entry is used, a miss is not stored */
 } ms_cache_options_t;
 
 /* How a load went (for tests, `memsnap cache`, benchmarks). */
@@ -83,7 +84,9 @@ MS_API MS_NODISCARD int ms_cache_load(const char *path, unsigned flags,
                                       ms_cache_outcome *outcome, ms_errbuf_t *eb);
 
 /* ms_cache_load, and the key the snapshot is filed under into *key (for ms_cache_timeline): when
- * the input is not cacheable, *key is all zero. key may be NULL. */
+ * the input is not cacheable, *key is all zero. key may be NULL. With opts->read_only a miss is
+ * read from the input and not stored (MS_CACHE_MISSED); *key is still given when the input did
+ * not change while it was read. */
 MS_API MS_NODISCARD int ms_cache_load_keyed(const char *path, unsigned flags,
                                             const ms_cache_options_t *opts, ms_snapshot_t **out,
                                             ms_cache_outcome *outcome, ms_cache_key_t *key,

@@ -434,7 +434,9 @@ int ms_cache_load_keyed(const char *path, unsigned flags, const ms_cache_options
     oc = MS_CACHE_MISSED;
     struct stat after;
     /* the file changed while it was hashed or read: what was read may not be what was hashed */
-    if (stat(path, &after) == 0 && same_file(&before, &after) && make_dir(dir) == MS_OK) {
+    bool same = stat(path, &after) == 0 && same_file(&before, &after);
+    if (same && opts && opts->read_only && key_out) *key_out = key;
+    if (same && !(opts && opts->read_only) && make_dir(dir) == MS_OK) {
       if (entry_write(dir, epath, (entry_body_t){*out, NULL, NULL, 0, 0}, &key, max) == MS_OK) {
         oc = MS_CACHE_STORED;
         if (key_out) *key_out = key;
