@@ -6,7 +6,8 @@
  *   header (CACHE_HEADER_BYTES): magic "memsnapC", u32 version, u32 load flags, u64 content hash,
  *     u64 input size, u64 file length, u64 body checksum, then CACHE_NSECTIONS x (u64 offset,
  *     u64 count), then u64 header checksum (of every byte before it);
- *   sections, each a run of fixed-width records at its offset (see format.c for each record);
+ *   sections, each a run of fixed-width records at its offset (see format.c for each record),
+ *   but the trace's, whose count is its length in bytes (varint records: format.c's w_trace);
  *   strings are u32 offsets into the STRINGS section (one NUL-terminated string each; the section
  *   ends with a NUL), CACHE_NO_STR for a NULL string.
  * The checksums are cache_sum over 1 MiB chunks folded in order.
