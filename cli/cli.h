@@ -118,6 +118,11 @@ const char *cli_display_name(const char *path);
 /* Loads a snapshot of any format ("-" = stdin) into *out. On failure prints
  * "memsnap: error: ..." naming the file and what is wrong, and returns CLI_FAILURE (*out
  * untouched). Shows a progress line on a terminal when loading takes more than a second. */
+/* Whether the snapshot cache is in use: neither --no-cache nor MEMSNAP_CACHE=0. */
+bool cli_cache_enabled(void);
+/* cli_load() that uses a cached snapshot but does not store one on a miss (`view`, which stores
+ * its page instead). */
+int cli_load_unstored(const char *path, ms_snapshot_t **out);
 int cli_load(const char *path, ms_snapshot_t **out);
 /* cli_load() leaving out what flags (MS_LOAD_*, memsnap/serialize.h) say, e.g. MS_LOAD_NO_TRACE
  * for views of the state at the end, which need no trace. */

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "memsnap/cache.h"
 #include "memsnap/replay.h"
 #include "memsnap/view.h"
 
@@ -202,6 +203,76 @@ static const char *view_default_name(const char *path, char *buf, size_t cap) {
   return buf;
 }
 
+/* ---- the page through the cache ------------------------------------------------------------ */
+
+/* A sink that hands everything on to out and keeps a copy (up to max bytes) for the cache. */
+typedef struct view_tee_s {
+  ms_sink_t *out;
+  char *buf;
+  size_t len, cap, max;
+  bool over; /* past max, or out of memory: nothing is kept */
+} view_tee_t;
+
+static int view_tee_write(void *ctx, const char *p, size_t n) {
+  view_tee_t *t = ctx;
+  if (!t->over && (n > t->max || t->len > t->max - n)) t->over = true;
+  if (!t->over && t->len + n > t->cap) {
+    size_t cap = t->cap ? t->cap : (size_t)1 << 20;
+    while (cap < t->len + n) cap = cap > SIZE_MAX / 2 ? t->len + n : cap * 2;
+    char *b = realloc(t->buf, cap);
+    if (!b) t->over = true;
+    else {
+      t->buf = b;
+      t->cap = cap;
+    }
+  }
+  if (!t->over) {
+    memcpy(t->buf + t->len, p, n);
+    t->len += n;
+  } else if (t->buf) {
+    free(t->buf);
+    t->buf = NULL;
+  }
+  return t->out->write(t->out->ctx, p, n);
+}
+
+/* The key a page of path is filed under (the content's, load flags 0, as cli_load files the
+ * snapshot) and its tag; false when it is not cacheable. */
+static bool view_page_key(const char *path, const ms_viewer_opts_t *vo, bool filter_freed,
+                          ms_cache_key_t *key, uint64_t *tag) {
+  struct stat st;
+  if (!cli_cache_enabled() || strcmp(path, "-") == 0 || stat(path, &st) != 0 ||
+      !S_ISREG(st.st_mode) || ms_cache_hash_file(path, &key->hash, &key->size) != MS_OK)
+    return false;
+  key->flags = 0;
+  *tag = ms_viewer_page_tag(vo) ^ (filter_freed ? 0x66696c7465726564ULL : 0);
+  return true;
+}
+
+/* Writes the page of use to o, keeping a copy in tee. The page builds its time index in memory:
+ * storing it (261 MB for the 937 MB synthetic pickle, an index of view's own snapshot, which no
+ * other command loads) would serve only the first `view` with other options, the page itself
+ * being stored. */
+static int view_write(const char *name, const char *out_path, const ms_snapshot_t *use,
+                      const ms_viewer_opts_t *vo, cli_out_t *o, view_tee_t *tee) {
+  ms_sink_t sink = {view_tee_write, tee};
+  tee->out = &o->sink;
+  ms_errbuf_t eb = {{0}};
+  cli_progress_count(cli_out_bytes_written, 0);
+  cli_progress_start("writing '%s'", out_path);
+  int err = ms_viewer_write_html(use, vo, &sink, &eb);
+  cli_progress_stop();
+  if (err != MS_OK && o->werr) /* the output's own error: "no space left on device" */
+    return cli_out_fail(o, err, NULL);
+  if (err != MS_OK) {
+    cli_out_abort(o);
+    if (eb.msg[0]) cli_error("'%s': %s", name, eb.msg);
+    else cli_error("cannot write '%s': %s", out_path, ms_strerror(err));
+    return CLI_FAILURE;
+  }
+  return cli_out_commit(o);
+}
+
 /* out_path NULL: the default, def (NULL: view_default_name). */
 static int view_run(const char *cmd, const char *path, const char *out_path, const char *def,
                     const char *device_s, const char *view, bool filter_freed, uint64_t budget,
@@ -225,12 +296,29 @@ static int view_run(const char *cmd, const char *path, const char *out_path, con
     vo.device = (size_t)v;
   }
   vo.view = view;
-  ms_snapshot_t *snap = NULL;
-  int rc = cli_load(path, &snap);
-  if (rc != CLI_OK) return rc;
   const char *name = cli_display_name(path);
   const char *slash = strrchr(name, '/');
   vo.title = slash ? slash + 1 : name;
+  /* a page written before for the same content and options is written again from the cache,
+   * without reading the snapshot */
+  ms_cache_key_t key;
+  uint64_t tag = 0;
+  bool cached = view_page_key(path, &vo, filter_freed, &key, &tag);
+  cli_out_t o;
+  int rc;
+  if (cached) {
+    cli_note_input(path);
+    if ((rc = cli_out_open(&o, out_path)) != CLI_OK) return rc;
+    int err = ms_cache_blob_get(&key, tag, NULL, &o.sink);
+    if (err == MS_OK) return cli_out_commit(&o);
+    if (err != MS_ENOTFOUND) return cli_out_fail(&o, err, NULL);
+    cli_out_abort(&o);
+  }
+  /* the page is what a later view needs: view's own snapshot (every stack, 640 MB for the 937 MB
+   * synthetic pickle) is read from the cache when another command stored it, not stored */
+  ms_snapshot_t *snap = NULL;
+  rc = cli_load_unstored(path, &snap);
+  if (rc != CLI_OK) return rc;
   ms_snapshot_t filtered;
   ms_snap_trace_t *ftrace = NULL;
   ms_snap_device_t *fdevs = NULL;
@@ -243,24 +331,12 @@ static int view_run(const char *cmd, const char *path, const char *out_path, con
     }
     use = &filtered;
   }
-  cli_out_t o;
+  view_tee_t tee = {NULL, NULL, 0, 0, cached ? (size_t)ms_cache_max_bytes() : 0, !cached};
   if ((rc = cli_out_open(&o, out_path)) == CLI_OK) {
-    ms_errbuf_t eb = {{0}};
-    cli_progress_count(cli_out_bytes_written, 0);
-    cli_progress_start("writing '%s'", out_path);
-    int err = ms_viewer_write_html(use, &vo, &o.sink, &eb);
-    cli_progress_stop();
-    if (err != MS_OK && o.werr) { /* the output's own error: "no space left on device" */
-      rc = cli_out_fail(&o, err, NULL);
-    } else if (err != MS_OK) {
-      cli_out_abort(&o);
-      if (eb.msg[0]) cli_error("'%s': %s", name, eb.msg);
-      else cli_error("cannot write '%s': %s", out_path, ms_strerror(err));
-      rc = CLI_FAILURE;
-    } else {
-      rc = cli_out_commit(&o);
-    }
+    rc = view_write(name, out_path, use, &vo, &o, &tee);
+    if (rc == CLI_OK && !tee.over) (void)!ms_cache_blob_put(&key, tag, NULL, tee.buf, tee.len);
   }
+  free(tee.buf);
   free(ftrace);
   free(fdevs);
   ms_snapshot_free(snap);

@@ -360,11 +360,26 @@ const ms_cache_key_t *cli_cache_key(const ms_snapshot_t *snap) {
   return NULL;
 }
 
+bool cli_cache_enabled(void) { return !cli_no_cache && ms_cache_env_enabled(); }
+
 int cli_load(const char *path, ms_snapshot_t **out) {
   return cli_load_ex(path, 0, out);
 }
 
+static int cli_load_opts(const char *path, unsigned flags, const ms_cache_options_t *co,
+                         ms_snapshot_t **out);
+
 int cli_load_ex(const char *path, unsigned flags, ms_snapshot_t **out) {
+  return cli_load_opts(path, flags, NULL, out);
+}
+
+int cli_load_unstored(const char *path, ms_snapshot_t **out) {
+  const ms_cache_options_t co = {NULL, 0, true};
+  return cli_load_opts(path, 0, &co, out);
+}
+
+static int cli_load_opts(const char *path, unsigned flags, const ms_cache_options_t *co,
+                         ms_snapshot_t **out) {
   ms_errbuf_t eb = {{0}};
   ms_snapshot_t *snap = NULL;
   const char *name = cli_display_name(path);
@@ -377,7 +392,7 @@ int cli_load_ex(const char *path, unsigned flags, ms_snapshot_t **out) {
    * snapshot, errors and messages either way */
   ms_cache_key_t key = {0, 0, 0};
   int err = !cli_no_cache && ms_cache_env_enabled()
-                ? ms_cache_load_keyed(path, flags, NULL, &snap, NULL, &key, &eb)
+                ? ms_cache_load_keyed(path, flags, co, &snap, NULL, &key, &eb)
                 : ms_snapshot_load_ex(path, flags, &snap, &eb);
   cli_progress_stop();
   if (err != MS_OK) {

@@ -14,9 +14,12 @@
  *    filtered one) survives encode/decode, answering alike; another key, configuration or snapshot
  *    is refused; stored, hit, and rebuilt when truncated at any offset or filled with garbage; each
  *    byte flipped is refused with the checksums and never crashes the index's readers without;
+ *  - blobs (the pages of `memsnap view`): encode/decode exactly; truncated at every offset or with
+ *    any byte flipped refused; another key or tag is a miss;
  *  - the CLI: every command on every fixture answers byte for byte as with --no-cache, the second
  *    run is a hit (the entry is touched in place, not rewritten), MEMSNAP_CACHE=0 and --no-cache
- *    leave the cache alone, `memsnap cache --clear` empties it.
+ *    leave the cache alone, `memsnap cache --clear` empties it; `view` stores its page (not its
+ *    snapshot), a second `view` writes the stored page, and a damaged page is rebuilt.
  * Every test uses its own cache directory under a fresh temporary folder (never the user's).
  */
 #include <criterion/criterion.h>
@@ -187,6 +190,27 @@ Test(cache, hit_on_second_load) {
   cr_assert_eq(ms_cache_usage(NULL, &n, &bytes), MS_OK);
   cr_assert_eq(n, 0);
   cr_assert_eq(bytes, 0);
+}
+
+/* read_only: an entry is used, a miss is read and not stored, the key given either way. */
+Test(cache, read_only_stores_nothing) {
+  if (!any_fixture()) return;
+  char p[700];
+  cr_assert(fixture(fixtures[0], p, sizeof p));
+  const ms_cache_options_t ro = {NULL, 0, true};
+  size_t n;
+  uint64_t bytes;
+  load_expect(p, 0, &ro, MS_CACHE_MISSED);
+  cr_assert_eq(ms_cache_usage(NULL, &n, &bytes), MS_OK);
+  cr_assert_eq(n, 0);
+  ms_snapshot_t *s = NULL;
+  ms_cache_key_t key, want = {0, 0, 0};
+  cr_assert_eq(ms_cache_hash_file(p, &want.hash, &want.size), MS_OK);
+  cr_assert_eq(ms_cache_load_keyed(p, 0, &ro, &s, NULL, &key, NULL), MS_OK);
+  cr_assert(key.hash == want.hash && key.size == want.size && key.flags == 0);
+  ms_snapshot_free(s);
+  load_expect(p, 0, NULL, MS_CACHE_STORED);
+  load_expect(p, 0, &ro, MS_CACHE_HIT);
 }
 
 /* A memsnap file written to dir/name from a synthetic snapshot; its bytes in *buf. */
@@ -377,7 +401,7 @@ Test(cache, eviction_bound) {
   uint64_t one;
   cr_assert_eq(ms_cache_usage(NULL, &cnt, &one), MS_OK);
   cr_assert_eq(cnt, 1);
-  ms_cache_options_t o = {NULL, one * 3 + one / 2};
+  ms_cache_options_t o = {NULL, one * 3 + one / 2, false};
   for (int i = 1; i < 12; i++) {
     snprintf(p, sizeof p, "%s/f%d.msnap", tmp, i);
     write_synth_seed(p, 100 + (uint64_t)i, &b, &n);
@@ -391,7 +415,7 @@ Test(cache, eviction_bound) {
     load_expect(p, flag_sets[i % 4], &o, MS_CACHE_HIT); /* the newest stays */
   }
   /* one entry larger than the bound is never stored */
-  ms_cache_options_t tiny = {NULL, 16};
+  ms_cache_options_t tiny = {NULL, 16, false};
   ms_cache_outcome oc;
   ms_snapshot_t *s = NULL;
   cr_assert_eq(ms_cache_clear(NULL, NULL), MS_OK);
@@ -451,7 +475,7 @@ Test(cache, lru_keeps_the_recently_used) {
   size_t cnt;
   uint64_t two;
   cr_assert_eq(ms_cache_usage(NULL, &cnt, &two), MS_OK);
-  ms_cache_options_t o = {NULL, two + two / 4}; /* room for two entries, not three */
+  ms_cache_options_t o = {NULL, two + two / 4, false}; /* room for two entries, not three */
   load_expect(c, 0, &o, MS_CACHE_STORED);
   cr_assert_eq(access(eb, F_OK), -1, "the least recently used entry stayed");
   cr_assert_eq(access(ea, F_OK), 0, "the recently used entry went");
@@ -502,6 +526,9 @@ static const char *const commands[][12] = {
     {"convert", "FILE", "out.file"},
     {"replay", "FILE", "--check"},
     {"trace_plot", "FILE", "-o", "out.file"},
+    {"trace_plot", "FILE", "-f", "-s", "-o", "out.file"},
+    {"segment_plot", "FILE", "-o", "out.file"},
+    {"view", "FILE", "--view", "flame", "--no-replay", "--budget", "1M", "-o", "out.file"},
 };
 #define NCMD (sizeof commands / sizeof *commands)
 
@@ -819,4 +846,125 @@ Test(cache, index_every_byte_flipped) {
   free(buf);
   ms_timeline_destroy(tl);
   ms_snapshot_free(s);
+}
+
+/* ---- blobs: the pages of `memsnap view` ----------------------------------------------------- */
+
+Test(cache, blob_format) {
+  const char body[] = "<html>a page</html>";
+  ms_cache_key_t key = {7, 8, 0}, other = {7, 9, 0};
+  void *buf;
+  size_t len;
+  cr_assert_eq(ms_cache_blob_encode(&key, 42, body, sizeof body, &buf, &len), MS_OK);
+  const void *d;
+  size_t n;
+  cr_assert_eq(ms_cache_blob_decode(buf, len, &key, 42, true, &d, &n, NULL), MS_OK);
+  cr_assert(n == sizeof body && memcmp(d, body, n) == 0);
+  cr_assert_eq(ms_cache_blob_decode(buf, len, NULL, 0, true, &d, &n, NULL), MS_OK);
+  cr_assert_eq(ms_cache_blob_decode(buf, len, &key, 43, true, &d, &n, NULL), MS_ENOTFOUND);
+  cr_assert_eq(ms_cache_blob_decode(buf, len, &other, 42, true, &d, &n, NULL), MS_ENOTFOUND);
+  for (size_t cut = 0; cut < len; cut++) {
+    cr_assert_neq(ms_cache_blob_decode(buf, cut, &key, 42, false, &d, &n, NULL), MS_OK, "%zu",
+                  cut);
+    cr_assert_null(d);
+  }
+  char *r = malloc(len);
+  cr_assert(r);
+  for (size_t i = 0; i < len; i++) {
+    memcpy(r, buf, len);
+    r[i] ^= 0x20;
+    cr_assert_neq(ms_cache_blob_decode(r, len, &key, 42, true, &d, &n, NULL), MS_OK, "%zu", i);
+  }
+  free(r);
+  free(buf);
+  /* through the directory: stored, written to a sink, another tag a miss */
+  cr_assert_eq(ms_cache_blob_put(&key, 42, NULL, body, sizeof body), MS_OK);
+  th_memsink_t mb;
+  ms_sink_t sink;
+  th_memsink_init(&sink, &mb);
+  cr_assert_eq(ms_cache_blob_get(&key, 42, NULL, &sink), MS_OK);
+  cr_assert(mb.len == sizeof body && memcmp(mb.data, body, mb.len) == 0);
+  cr_assert_eq(ms_cache_blob_get(&key, 41, NULL, &sink), MS_ENOTFOUND);
+  cr_assert_eq(ms_cache_blob_put(&(ms_cache_key_t){0, 0, 0}, 42, NULL, body, 1), MS_EINVAL);
+  th_memsink_free(&mb);
+}
+
+/* The entry of dir whose name holds part, into path (exactly one). */
+static void entry_with(const char *part, char *path, size_t cap) {
+  DIR *d = opendir(cache_dir());
+  cr_assert(d);
+  struct dirent *e;
+  int n = 0;
+  while ((e = readdir(d)) != NULL) {
+    if (e->d_name[0] == '.' || !strstr(e->d_name, part)) continue;
+    snprintf(path, cap, "%s/%s", cache_dir(), e->d_name);
+    n++;
+  }
+  closedir(d);
+  cr_assert_eq(n, 1, "%d entries with '%s'", n, part);
+}
+
+Test(cache, view_page_stored_served_and_rebuilt) {
+  if (!any_fixture()) return;
+  char p[700], page[1200];
+  cr_assert(fixture(fixtures[3], p, sizeof p));
+  const char *args[] = {"view", p, "-o", "out.file", "-q", NULL};
+  const char *plain_args[] = {"view", p, "-o", "out.file", "-q", "--no-cache", NULL};
+  char *plain, *out;
+  size_t lp, lo;
+  cr_assert_eq(run(&plain, &lp, plain_args, NULL), 0);
+  cr_assert_eq(run(&out, &lo, args, NULL), 0);
+  cr_assert(lo == lp && memcmp(out, plain, lp) == 0);
+  free(out);
+  entry_with("-p", page, sizeof page);
+  /* view stores its page, not its snapshot */
+  char part[32];
+  snprintf(part, sizeof part, "-v%u.msc", MS_CACHE_VERSION);
+  DIR *dd = opendir(cache_dir());
+  struct dirent *de;
+  while ((de = readdir(dd)) != NULL) cr_assert_null(strstr(de->d_name, part), "%s", de->d_name);
+  closedir(dd);
+  /* the stored page is what a second view writes: another page filed under its key and tag
+   * comes out as it is */
+  ms_cache_key_t key = {0, 0, 0};
+  cr_assert_eq(ms_cache_hash_file(p, &key.hash, &key.size), MS_OK);
+  unsigned long long tag = strtoull(strstr(page, "-p") + 2, NULL, 16);
+  const char forged[] = "a page of the cache";
+  cr_assert_eq(ms_cache_blob_put(&key, tag, NULL, forged, sizeof forged - 1), MS_OK);
+  cr_assert_eq(run(&out, &lo, args, NULL), 0);
+  cr_assert(lo == sizeof forged - 1 && memcmp(out, forged, lo) == 0, "%.*s", (int)lo, out);
+  free(out);
+  cr_assert_eq(unlink(page), 0);
+  cr_assert_eq(run(&out, &lo, args, NULL), 0);
+  cr_assert(lo == lp && memcmp(out, plain, lp) == 0);
+  free(out);
+  /* a damaged page: written anew, the same bytes, and stored again */
+  size_t len;
+  char *e = th_read_file(page, &len);
+  cr_assert(e);
+  for (size_t cut = 0; cut <= len; cut += len / 5 + 1) {
+    if (cut < len) e[cut] ^= 1;
+    cr_assert_eq(th_write_file(page, e, cut < len ? len : len - 1), 0);
+    cr_assert_eq(run(&out, &lo, args, NULL), 0);
+    cr_assert(lo == lp && memcmp(out, plain, lp) == 0, "damaged at %zu", cut);
+    free(out);
+    if (cut < len) e[cut] ^= 1;
+    char *again = th_read_file(page, &lo);
+    cr_assert(again && lo == len && memcmp(again, e, len) == 0, "not rebuilt after %zu", cut);
+    free(again);
+  }
+  free(e);
+  free(plain);
+  /* other options: another page */
+  const char *dev[] = {"view", p, "-o", "out.file", "-q", "--view", "segments", NULL};
+  cr_assert_eq(run(&out, &lo, dev, NULL), 0);
+  free(out);
+  size_t cnt;
+  uint64_t bytes;
+  cr_assert_eq(ms_cache_usage(NULL, &cnt, &bytes), MS_OK);
+  dd = opendir(cache_dir());
+  int pages = 0;
+  while ((de = readdir(dd)) != NULL) pages += strstr(de->d_name, "-p") != NULL;
+  closedir(dd);
+  cr_assert_eq(pages, 2);
 }

@@ -6,6 +6,8 @@
  * load flags asked) in a flat, relocatable cache file; later loads of the same bytes with the same
  * flags read that file instead of the pickle. The time index built over such a snapshot
  * (memsnap/timeline.h) is stored beside it (ms_cache_timeline) and later mapped and read in place.
+ * Bytes derived from a snapshot (the page `memsnap view` wrote) are stored as blobs beside them
+ * (ms_cache_blob_put / ms_cache_blob_get).
  *
  *  - Location: $XDG_CACHE_HOME/memsnap/, else $HOME/.cache/memsnap/ (ms_cache_dir).
  *  - Key: a fast 64-bit hash of the input's whole content (ms_cache_hash_file), its size, the load
@@ -34,13 +36,14 @@
 
 #include "memsnap/common.h"
 #include "memsnap/error.h"
+#include "memsnap/serialize.h"
 #include "memsnap/snapshot.h"
 #include "memsnap/timeline.h"
 
 MS_EXTERN_C_BEGIN
 
 /* The format's version: entries of another version are misses (and evicted in time). */
-#define MS_CACHE_VERSION 3u
+#define MS_CACHE_VERSION 4u
 
 /* What identifies an entry. */
 typedef struct ms_cache_key_s {
@@ -52,6 +55,7 @@ typedef struct ms_cache_key_s {
 typedef struct ms_cache_options_s {
   const char *dir;    /* NULL: ms_cache_dir() */
   uint64_t max_bytes; /* 0: MEMSNAP_CACHE_MAX, else 4 GiB */
+  bool read_only;     /* ms_cache_load_keyed: an entry is used, a miss is not stored */
 } ms_cache_options_t;
 
 /* How a load went (for tests, `memsnap cache`, benchmarks). */
@@ -82,7 +86,9 @@ MS_API MS_NODISCARD int ms_cache_load(const char *path, unsigned flags,
                                       ms_cache_outcome *outcome, ms_errbuf_t *eb);
 
 /* ms_cache_load, and the key the snapshot is filed under into *key (for ms_cache_timeline): when
- * the input is not cacheable, *key is all zero. key may be NULL. */
+ * the input is not cacheable, *key is all zero. key may be NULL. With opts->read_only a miss is
+ * read from the input and not stored (MS_CACHE_MISSED); *key is still given when the input did
+ * not change while it was read. */
 MS_API MS_NODISCARD int ms_cache_load_keyed(const char *path, unsigned flags,
                                             const ms_cache_options_t *opts, ms_snapshot_t **out,
                                             ms_cache_outcome *outcome, ms_cache_key_t *key,
@@ -128,6 +134,30 @@ MS_API MS_NODISCARD int ms_cache_index_decode(const void *buf, size_t len,
                                               const ms_snapshot_t *snap,
                                               const ms_timeline_config_t *cfg,
                                               ms_timeline_t **out, ms_errbuf_t *eb);
+
+/* Blobs: bytes derived from a snapshot (the page `memsnap view` wrote for it), filed under the
+ * snapshot's key and a tag that names everything else they were derived with (options, the
+ * program's version). The entries are bounded, evicted and checked like the others.
+ *
+ * ms_cache_blob_get writes the stored bytes to sink: MS_OK; MS_NOTFOUND when there is no entry
+ * (or a refused one, which is removed) and nothing was written; else the sink's error. */
+MS_API MS_NODISCARD int ms_cache_blob_get(const ms_cache_key_t *key, uint64_t tag,
+                                          const ms_cache_options_t *opts, ms_sink_t *sink);
+/* Stores data[0..len) for key and tag (atomically; nothing when len is over the bound).
+ * @return MS_OK, MS_EINVAL (key all zero), MS_ELIMIT or MS_EIO. */
+MS_API MS_NODISCARD int ms_cache_blob_put(const ms_cache_key_t *key, uint64_t tag,
+                                          const ms_cache_options_t *opts, const void *data,
+                                          size_t len);
+/* The blob's file: encode into a malloc'd buffer; decode checks one against key and tag (key
+ * NULL: any key and tag) and points *data into buf. decode returns MS_FORMAT, MS_TRUNCATED,
+ * MS_VERSION or MS_NOTFOUND (another key or tag) for a file it refuses, never crashes. */
+MS_API MS_NODISCARD int ms_cache_blob_encode(const ms_cache_key_t *key, uint64_t tag,
+                                             const void *data, size_t len, void **buf,
+                                             size_t *buflen);
+MS_API MS_NODISCARD int ms_cache_blob_decode(const void *buf, size_t len,
+                                             const ms_cache_key_t *key, uint64_t tag,
+                                             bool check_sums, const void **data,
+                                             size_t *data_len, ms_errbuf_t *eb);
 
 MS_EXTERN_C_END
 

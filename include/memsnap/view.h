@@ -48,6 +48,11 @@ typedef struct ms_viewer_opts_s {
 /* Fills the defaults. */
 MS_API void ms_viewer_opts_init(ms_viewer_opts_t *o);
 
+/* A tag of everything but the snapshot that the page depends on: the options, this program's
+ * version and the page's script and style. Two writes of one snapshot with options of one tag give the same bytes (so a page can be
+ * cached under the snapshot's key and this tag: memsnap/cache.h's blobs). */
+MS_API uint64_t ms_viewer_page_tag(const ms_viewer_opts_t *o);
+
 /* Writes the page for snap. @return MS_OK; MS_EINVAL when the device is not one the viewer lists
  * (eb says so; a snapshot with no device listed is MS_EINVAL too); MS_ENOMEM; the sink's error. */
 MS_API MS_NODISCARD int ms_viewer_write_html(const ms_snapshot_t *snap,

@@ -2,7 +2,8 @@
  * memsnap cache: the flat file format (lib/cache/internal.h): a snapshot to a cache file and back,
  * and the checks that make a damaged or hostile file a refusal instead of a crash.
  *
- * Every record is fixed-width and little-endian; the reader never trusts a count, an offset or an
+ * Every record is fixed-width and little-endian but the trace's (varints, decoded once per load:
+ * see w_trace); the reader never trusts a count, an offset or an
  * index: a section must lie inside the file, a string offset inside the string table (which ends
  * with a NUL, so every string ends inside it), an enum inside its range, an index inside its table,
  * and the built model passes ms__snapshot_check plus the layout the readers give (each device's
@@ -363,22 +364,46 @@ static bool w_model(wbuf_t *w, const ms_snapshot_t *s) {
   return !w->failed;
 }
 
+/* LEB128 of v into p; its length. */
+static size_t put_var(unsigned char *p, uint64_t v) {
+  size_t n = 0;
+  for (; v >= 0x80; v >>= 7) p[n++] = (unsigned char)(v | 0x80);
+  p[n++] = (unsigned char)v;
+  return n;
+}
+
+static uint64_t zigzag(uint64_t delta) { /* a difference taken modulo 2^64, as a signed one */
+  return delta << 1 ^ (uint64_t)-(int64_t)(delta >> 63);
+}
+
+/* The trace: its number of entries (u64), then each entry as the action (u8) and varints of its
+ * present bits, its address (zigzag of the difference from the previous entry's), size, stream,
+ * time (zigzag difference), extra (+1; 0: none) and stack (zigzag difference). An entry takes 8
+ * bytes or more; a typical one 12 to 20, against 44 at full width. */
 static bool w_trace(wbuf_t *w, const ms_snapshot_t *s) {
   unsigned char r[R_EXTRA + R_TRACE];
-  w_section(w, CS_TRACE, s->ntrace);
-  memset(r, 0, sizeof r);
+  w_section(w, CS_TRACE, 0);
+  put_u64(r, (uint64_t)s->ntrace);
+  w_put(w, r, 8);
+  uint64_t pa = 0, pt = 0, ps = 0;
   for (size_t i = 0; i < s->ntrace; i++) {
     const ms_snap_trace_t *t = &s->trace[i];
-    put_u64(r, t->addr);
-    put_u64(r + 8, t->size);
-    put_u64(r + 16, t->stream);
-    put_u64(r + 24, (uint64_t)t->time_us);
-    put_u32(r + 32, w_extra(w, t->extra));
-    put_u32(r + 36, t->stack);
-    put_u16(r + 40, t->present);
-    put_u8(r + 42, t->action);
-    w_put(w, r, R_TRACE);
+    uint32_t x = w_extra(w, t->extra);
+    size_t n = 0;
+    r[n++] = (unsigned char)t->action;
+    n += put_var(r + n, t->present);
+    n += put_var(r + n, zigzag(t->addr - pa));
+    n += put_var(r + n, t->size);
+    n += put_var(r + n, t->stream);
+    n += put_var(r + n, zigzag((uint64_t)t->time_us - pt));
+    n += put_var(r + n, x == CACHE_NO_STR ? 0 : (uint64_t)x + 1);
+    n += put_var(r + n, zigzag((uint64_t)t->stack - ps));
+    w_put(w, r, n);
+    pa = t->addr;
+    pt = (uint64_t)t->time_us;
+    ps = t->stack;
   }
+  w->sect[CS_TRACE][1] = w->pos - w->sect[CS_TRACE][0]; /* in bytes */
   w_section(w, CS_EXTRAS, w->nextras);
   memset(r, 0, sizeof r);
   for (size_t i = 0; i < w->nextras && !w->failed; i++) {
@@ -612,7 +637,7 @@ static int rd_header(rd_t *r, const ms_cache_key_t *key, bool check_sums) {
     return ms__errbuf_set(r->eb, MS_EFORMAT, "cache file: body checksum mismatch");
   static const size_t rec[CACHE_NSECTIONS] = {
       [CS_SCALARS] = R_SCALARS, [CS_SEGMENTS] = R_SEGMENT,  [CS_BLOCKS] = R_BLOCK,
-      [CS_HISTORY] = R_HISTORY, [CS_DEVICES] = R_DEVICE,    [CS_TRACE] = R_TRACE,
+      [CS_HISTORY] = R_HISTORY, [CS_DEVICES] = R_DEVICE,    [CS_TRACE] = 1,     
       [CS_EXTRAS] = R_EXTRA,    [CS_FRAMES] = R_FRAME,      [CS_STACKS] = R_STACK,
       [CS_STACK_FRAMES] = 2,    [CS_SETTINGS] = R_KV,       [CS_STATS] = R_KV,
       [CS_ANNOTATIONS] = R_ANNOTATION, [CS_STRINGS] = 1,
@@ -631,7 +656,8 @@ static int rd_header(rd_t *r, const ms_cache_key_t *key, bool check_sums) {
   for (int i = 0; i < CACHE_NSECTIONS; i++) {
     size_t w = i == CS_STACK_FRAMES ? r->sf_width : rec[i];
     if (r->off[i] < CACHE_HEADER_BYTES || r->off[i] > r->len ||
-        r->count[i] > (r->len - r->off[i]) / w || r->count[i] > UINT32_MAX - 1)
+        r->count[i] > (r->len - r->off[i]) / w ||
+        (i != CS_TRACE && r->count[i] > UINT32_MAX - 1))
       return ms__errbuf_set(r->eb, MS_EFORMAT, "cache file: a section lies outside the file");
   }
   if (r->count[CS_STRINGS] < 1 || r->p[r->off[CS_STRINGS] + r->count[CS_STRINGS] - 1] != 0)
@@ -724,6 +750,23 @@ static const char *rd_segments(rd_t *r) {
   return NULL;
 }
 
+/* A LEB128 varint at *p (before end) into *v; false when it runs past end or past 10 bytes. */
+static bool get_var(const unsigned char **p, const unsigned char *end, uint64_t *v) {
+  uint64_t x = 0;
+  for (unsigned sh = 0; sh < 70; sh += 7) {
+    if (*p >= end) return false;
+    unsigned char c = *(*p)++;
+    x |= sh < 64 ? (uint64_t)(c & 0x7f) << sh : 0;
+    if (!(c & 0x80)) {
+      *v = x;
+      return true;
+    }
+  }
+  return false;
+}
+
+static uint64_t unzigzag(uint64_t z) { return z >> 1 ^ (uint64_t)-(int64_t)(z & 1); }
+
 static const char *rd_trace(rd_t *r) {
   ms_snapshot_t *t = &r->t;
   if (r->count[CS_DEVICES] > 65536) return "too many devices";
@@ -744,24 +787,39 @@ static const char *rd_trace(rd_t *r) {
     if (d->ntrace && d->first_trace < next) return "device traces overlap";
     if (d->ntrace) next = (uint64_t)d->first_trace + d->ntrace;
   }
-  t->trace = rd_alloc(r, CS_TRACE, sizeof *t->trace, &t->ntrace);
+  if (r->count[CS_TRACE] < 8) return "trace without its number of entries";
+  const unsigned char *p = rd_rec(r, CS_TRACE, 0, 1), *end = p + r->count[CS_TRACE];
+  uint64_t n = get_u64(p);
+  p += 8;
+  if (n > (uint64_t)(end - p) / 8 || n > UINT32_MAX - 1) return "trace entries out of range";
+  t->ntrace = (size_t)n;
+  t->trace = n ? malloc((size_t)n * sizeof *t->trace) : NULL;
+  if (n && !t->trace) r->nomem = true;
   if (r->nomem) return NULL;
-  const unsigned char *p = rd_rec(r, CS_TRACE, 0, R_TRACE);
   bool bad_entry = false;
-  for (size_t i = 0; i < t->ntrace; i++, p += R_TRACE) {
+  uint64_t pa = 0, pt = 0, ps = 0;
+  for (size_t i = 0; i < t->ntrace; i++) {
     ms_snap_trace_t *e = &t->trace[i];
-    uint32_t x = get_u32(p + 32);
-    uint8_t act = p[42];
-    e->addr = get_u64(p);
-    e->size = get_u64(p + 8);
-    e->stream = get_u64(p + 16);
-    e->time_us = (int64_t)get_u64(p + 24);
-    e->stack = get_u32(p + 36);
-    e->present = get_u16(p + 40);
+    uint64_t v[7];
+    if (p >= end) return "trace entry cut short";
+    uint8_t act = *p++;
+    for (int k = 0; k < 7; k++)
+      if (!get_var(&p, end, &v[k])) return "trace entry cut short";
+    pa += unzigzag(v[1]);
+    pt += unzigzag(v[4]);
+    ps += unzigzag(v[6]);
+    e->addr = pa;
+    e->size = v[2];
+    e->stream = v[3];
+    e->time_us = (int64_t)pt;
+    e->stack = (uint32_t)ps;
+    e->present = (uint16_t)v[0];
     e->action = act;
-    bad_entry |= act >= MS_TRACE_ACTION_COUNT || (x != CACHE_NO_STR && x >= r->nextras);
-    e->extra = x == CACHE_NO_STR || x >= r->nextras ? NULL : &r->extras[x];
+    bad_entry |= act >= MS_TRACE_ACTION_COUNT || v[0] > UINT16_MAX || ps > UINT32_MAX ||
+                 v[5] > r->nextras;
+    e->extra = v[5] == 0 || v[5] > r->nextras ? NULL : &r->extras[v[5] - 1];
   }
+  if (p != end) return "trace section longer than its entries";
   return bad_entry ? "trace entry out of range" : NULL;
 }
 

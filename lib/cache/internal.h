@@ -6,7 +6,8 @@
  *   header (CACHE_HEADER_BYTES): magic "memsnapC", u32 version, u32 load flags, u64 content hash,
  *     u64 input size, u64 file length, u64 body checksum, then CACHE_NSECTIONS x (u64 offset,
  *     u64 count), then u64 header checksum (of every byte before it);
- *   sections, each a run of fixed-width records at its offset (see format.c for each record);
+ *   sections, each a run of fixed-width records at its offset (see format.c for each record),
+ *   but the trace's, whose count is its length in bytes (varint records: format.c's w_trace);
  *   strings are u32 offsets into the STRINGS section (one NUL-terminated string each; the section
  *   ends with a NUL), CACHE_NO_STR for a NULL string.
  * The checksums are cache_sum over 1 MiB chunks folded in order.
@@ -105,5 +106,10 @@ int ms__cache_index_decode(const void *buf, size_t len, const struct ms_cache_ke
                            bool check_sums, const struct ms_snapshot_s *snap,
                            const struct ms_timeline_config_s *cfg, void (*release)(void *),
                            void *release_arg, struct ms_timeline_s **out, ms_errbuf_t *eb);
+
+/* A blob's file (blob.c): its header, then its bytes. */
+#define MS_CACHE_BLOB_HEADER 64u
+void ms__cache_blob_header(unsigned char h[MS_CACHE_BLOB_HEADER], const struct ms_cache_key_s *key,
+                           uint64_t tag, const void *data, size_t len);
 
 #endif /* MEMSNAP_LIB_CACHE_INTERNAL_H */

@@ -224,11 +224,36 @@ static int entry_read(const char *path, const ms_cache_key_t *key, ms_snapshot_t
   return rc == MS_OK ? MS_OK : MS_ENOTFOUND;
 }
 
-/* What an entry's file holds: a snapshot, or a time index. */
+/* What an entry's file holds: a snapshot, a time index, or a blob (data, len, tag). */
 typedef struct entry_body_s {
   const ms_snapshot_t *snap;
   const ms_timeline_t *tl;
+  const void *data;
+  size_t len;
+  uint64_t tag;
 } entry_body_t;
+
+static int write_all(int fd, const void *p, size_t n) {
+  const char *c = p;
+  while (n) {
+    ssize_t k = write(fd, c, n > ((size_t)1 << 30) ? (size_t)1 << 30 : n);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) return MS_EIO;
+    c += k;
+    n -= (size_t)k;
+  }
+  return MS_OK;
+}
+
+/* A blob's file streamed to fd. */
+static int blob_write_fd(int fd, entry_body_t body, const ms_cache_key_t *key, size_t *len) {
+  unsigned char h[MS_CACHE_BLOB_HEADER];
+  ms__cache_blob_header(h, key, body.tag, body.data, body.len);
+  int rc = write_all(fd, h, sizeof h);
+  if (rc == MS_OK) rc = write_all(fd, body.data, body.len);
+  *len = sizeof h + body.len;
+  return rc;
+}
 
 /* Writes an entry: streamed to a temporary file of dir, renamed over path when complete and within
  * max bytes. */
@@ -243,8 +268,9 @@ static int entry_write(const char *dir, const char *path, entry_body_t body,
   int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (fd < 0) return MS_EIO;
   size_t len = 0;
-  int rc = body.tl ? ms__cache_index_write_fd(fd, body.tl, key, &len)
-                   : ms__cache_write_fd(fd, body.snap, key, &len);
+  int rc = body.tl     ? ms__cache_index_write_fd(fd, body.tl, key, &len)
+           : body.snap ? ms__cache_write_fd(fd, body.snap, key, &len)
+                       : blob_write_fd(fd, body, key, &len);
   if (close(fd) != 0 && rc == MS_OK) rc = MS_EIO;
   if (rc == MS_OK && len > max) rc = MS_ELIMIT;
   if (rc == MS_OK && rename(tmp, path) != 0) rc = MS_EIO;
@@ -408,8 +434,10 @@ int ms_cache_load_keyed(const char *path, unsigned flags, const ms_cache_options
     oc = MS_CACHE_MISSED;
     struct stat after;
     /* the file changed while it was hashed or read: what was read may not be what was hashed */
-    if (stat(path, &after) == 0 && same_file(&before, &after) && make_dir(dir) == MS_OK) {
-      if (entry_write(dir, epath, (entry_body_t){*out, NULL}, &key, max) == MS_OK) {
+    bool same = stat(path, &after) == 0 && same_file(&before, &after);
+    if (same && opts && opts->read_only && key_out) *key_out = key;
+    if (same && !(opts && opts->read_only) && make_dir(dir) == MS_OK) {
+      if (entry_write(dir, epath, (entry_body_t){*out, NULL, NULL, 0, 0}, &key, max) == MS_OK) {
         oc = MS_CACHE_STORED;
         if (key_out) *key_out = key;
         if (ms_cache_evict(dir, max) != MS_OK) oc = MS_CACHE_STORED; /* evicted next time */
@@ -501,11 +529,71 @@ int ms_cache_timeline(const ms_cache_key_t *key, const ms_cache_options_t *opts,
   if (rc == MS_OK && cacheable) {
     oc = MS_CACHE_MISSED;
     if (make_dir(dir) == MS_OK &&
-        entry_write(dir, ipath, (entry_body_t){NULL, *out}, key, max) == MS_OK) {
+        entry_write(dir, ipath, (entry_body_t){NULL, *out, NULL, 0, 0}, key, max) == MS_OK) {
       oc = MS_CACHE_STORED;
       (void)!ms_cache_evict(dir, max); /* on failure: evicted next time */
     }
   }
   if (outcome) *outcome = oc;
+  return rc;
+}
+
+/* ---- blobs ---------------------------------------------------------------------------------- */
+
+static int blob_path(const char *dir, const ms_cache_key_t *key, uint64_t tag, char *buf,
+                     size_t cap) {
+  int n = snprintf(buf, cap, "%s/%016" PRIx64 "-%" PRIx64 "-f%x-v%u-p%016" PRIx64 ENTRY_SUFFIX,
+                   dir, key->hash, key->size, key->flags, MS_CACHE_VERSION, tag);
+  return n < 0 || (size_t)n >= cap ? MS_ELIMIT : MS_OK;
+}
+
+int ms_cache_blob_get(const ms_cache_key_t *key, uint64_t tag, const ms_cache_options_t *opts,
+                      ms_sink_t *sink) {
+  char dbuf[4096], path[4400];
+  const char *dir = opts ? opts->dir : NULL;
+  if (!key || (!key->hash && !key->size) || !sink ||
+      resolve_dir(dir, dbuf, sizeof dbuf, &dir) != MS_OK ||
+      blob_path(dir, key, tag, path, sizeof path) != MS_OK)
+    return MS_ENOTFOUND;
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return MS_ENOTFOUND;
+  struct stat st;
+  int rc = MS_EFORMAT, wrc = MS_OK;
+  if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0 &&
+      (uint64_t)st.st_size <= SIZE_MAX) {
+    size_t len = (size_t)st.st_size;
+    void *m = mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (m != MAP_FAILED) {
+      madvise(m, len, MADV_SEQUENTIAL);
+      const void *data = NULL;
+      size_t n = 0;
+      rc = ms_cache_blob_decode(m, len, key, tag, true, &data, &n, NULL);
+      if (rc == MS_OK) wrc = sink->write(sink->ctx, (const char *)data, n);
+      munmap(m, len);
+    } else {
+      rc = MS_EIO;
+    }
+  }
+  close(fd);
+  if (rc == MS_OK) {
+    utimensat(AT_FDCWD, path, NULL, 0); /* most recently used now */
+    return wrc;
+  }
+  if (rc != MS_ENOMEM && rc != MS_EIO) unlink(path); /* refused: rebuilt by this run */
+  return MS_ENOTFOUND;
+}
+
+int ms_cache_blob_put(const ms_cache_key_t *key, uint64_t tag, const ms_cache_options_t *opts,
+                      const void *data, size_t len) {
+  char dbuf[4096], path[4400];
+  const char *dir = opts ? opts->dir : NULL;
+  uint64_t max = opts && opts->max_bytes ? opts->max_bytes : ms_cache_max_bytes();
+  if (!key || (!key->hash && !key->size) || (!data && len)) return MS_EINVAL;
+  int rc = resolve_dir(dir, dbuf, sizeof dbuf, &dir);
+  if (rc == MS_OK) rc = blob_path(dir, key, tag, path, sizeof path);
+  if (rc == MS_OK && make_dir(dir) != MS_OK) rc = MS_EIO;
+  if (rc == MS_OK)
+    rc = entry_write(dir, path, (entry_body_t){NULL, NULL, data, len, tag}, key, max);
+  if (rc == MS_OK) (void)!ms_cache_evict(dir, max); /* on failure: evicted next time */
   return rc;
 }

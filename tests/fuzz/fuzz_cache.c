@@ -13,7 +13,9 @@
  *    with them it accepts no more, and an index it accepts answers the index's queries (states,
  *    peaks, the state as a snapshot) without a crash. An index the snapshot's own timeline builds
  *    encodes to a file that decodes, checksums on, and encodes to the same bytes.
- * Seeds: entries of the fuzz_load corpus's snapshots, and two fixtures' entries with their index
+ *  - the input as a blob's file (ms_cache_blob_decode, the pages of `memsnap view`): accepted only
+ *    whole and pointing into the input; with the checksums no more; re-encoded it decodes the same.
+ * Seeds: entries of the fuzz_load corpus's snapshots, a page's blob, and two fixtures' entries with their index
  * entries appended.
  *
  * Built and run by scripts/fuzz.sh (make fuzz); seeds in tests/fuzz/corpus/fuzz_cache/.
@@ -77,8 +79,36 @@ static void fz_index(const ms_snapshot_t *s, const uint8_t *tail, size_t tail_le
   ms_timeline_destroy(back);
 }
 
+/* The input as a blob's file (a page of `memsnap view`): accepted only whole, its bytes inside the
+ * input; with the checksums it accepts no more; re-encoded under its key it decodes the same. */
+static void fz_blob(const uint8_t *data, size_t size) {
+  const void *d = NULL, *d2 = NULL;
+  size_t n = 0, n2 = 0;
+  int rc = ms_cache_blob_decode(data, size, NULL, 0, false, &d, &n, NULL);
+  int rc_sums = ms_cache_blob_decode(data, size, NULL, 0, true, &d2, &n2, NULL);
+  FZ_CHECK(rc_sums != MS_OK || rc == MS_OK, "blob accepted with checksums, refused without");
+  if (rc != MS_OK) {
+    FZ_CHECK(d == NULL && n == 0, "blob: out-parameters set on failure");
+    return;
+  }
+  FZ_CHECK((const uint8_t *)d >= data && n <= size && (const uint8_t *)d + n == data + size,
+           "blob: its bytes are not the input's tail");
+  FZ_CHECK(ms_cache_blob_decode(data, size - 1, NULL, 0, false, &d2, &n2, NULL) != MS_OK,
+           "blob: an accepted file less its last byte was accepted too");
+  ms_cache_key_t key = {9, 10, 0};
+  void *a = NULL;
+  size_t la = 0;
+  if (ms_cache_blob_encode(&key, 11, d, n, &a, &la) == MS_OK) {
+    FZ_CHECK(ms_cache_blob_decode(a, la, &key, 11, true, &d2, &n2, NULL) == MS_OK && n2 == n &&
+                 memcmp(d2, d, n) == 0,
+             "blob: encode then decode differs");
+    free(a);
+  }
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   ms_snapshot_t *s = NULL, *t = NULL;
+  fz_blob(data, size);
   ms_errbuf_t eb = {{0}};
   /* the snapshot's file, then (optionally) an index file */
   const uint8_t *tail = NULL;

@@ -33,6 +33,35 @@ void ms_viewer_opts_init(ms_viewer_opts_t *o) {
   o->explain = -1;
 }
 
+/* FNV-1a over n bytes, then a terminator (so that "ab","c" and "a","bc" differ). */
+static uint64_t view_fnv(uint64_t h, const void *p, size_t n) {
+  const unsigned char *c = p;
+  for (size_t i = 0; i < n; i++) h = (h ^ c[i]) * 0x100000001b3ULL;
+  return (h ^ 0xff) * 0x100000001b3ULL;
+}
+
+static uint64_t view_fnv_u64(uint64_t h, uint64_t v) { return view_fnv(h, &v, sizeof v); }
+
+static uint64_t view_fnv_str(uint64_t h, const char *s) {
+  return s ? view_fnv(view_fnv_u64(h, 1), s, strlen(s)) : view_fnv_u64(h, 0);
+}
+
+uint64_t ms_viewer_page_tag(const ms_viewer_opts_t *o) {
+  ms_viewer_opts_t def;
+  if (!o) {
+    ms_viewer_opts_init(&def);
+    o = &def;
+  }
+  uint64_t h = view_fnv_str(0xcbf29ce484222325ULL, ms_version_string());
+  h = view_fnv(h, ms__view_js, ms__view_js_len);
+  h = view_fnv(h, ms__view_css, ms__view_css_len);
+  h = view_fnv_u64(h, (uint64_t)o->device);
+  h = view_fnv_str(h, o->view);
+  h = view_fnv_str(h, o->title);
+  h = view_fnv_u64(h, (uint64_t)(int64_t)o->explain);
+  return view_fnv_u64(h, o->timeline_budget_bytes);
+}
+
 static int view_no_device(ms_errbuf_t *eb, size_t dev) {
   if (!eb) return MS_EINVAL;
   if (dev == SIZE_MAX)
