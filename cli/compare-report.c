@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "memsnap/cache.h"
 #include "memsnap/stats.h"
 
 #define SZ(v, b) cli_format_ubytes((v), (b))
@@ -331,8 +332,14 @@ static int report_run(const char *paths[2], const char *names[2], const ms_compa
     ms_snapshot_t *snap = NULL;
     if ((rc = cli_load_ex(paths[k], MS_LOAD_NO_FREE_STACKS, &snap)) != CLI_OK) break;
     cli_progress_start("comparing '%s' and '%s'", names[0], names[1]);
-    err = one_file ? ms_compare_run(snap, snap, o, c, eb) : ms_compare_add(b, snap, eb);
+    /* the index through the snapshot cache, as timeline's (none: compare builds it, and reports
+     * its errors) */
+    ms_timeline_t *tl = NULL;
+    const ms_cache_key_t *key = one_file ? NULL : cli_cache_key(snap);
+    if (key && ms_cache_timeline(key, NULL, snap, NULL, &tl, NULL, NULL) != MS_OK) tl = NULL;
+    err = one_file ? ms_compare_run(snap, snap, o, c, eb) : ms_compare_add_indexed(b, snap, tl, eb);
     cli_progress_stop();
+    ms_timeline_destroy(tl);
     ms_snapshot_free(snap);
   }
   if (!one_file) {

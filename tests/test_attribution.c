@@ -162,9 +162,25 @@ static void add_annotation(ms__snapbuild_t *b, const char *stage, int64_t t) {
   cr_assert_eq(MS_VEC_PUSH(&b->annotations, a), 0);
 }
 
+/* Stacks that only frees have (build_step_ex(true)): S2's free through silu's line but another
+ * op and an outer frame of its own; T1's free from a line no allocation has. */
+static const fr_t st_free_s2[] = {OP("sigmoid"), PY_TAIL, FWD(32, "silu"),
+                                  {"main", "/home/u/train.py", 40}};
+static const fr_t st_free_t1[] = {OP("mm"), PY_TAIL, FWD(34, "forward")};
+
+static uint32_t build_frames(ms__snapbuild_t *b, const fr_t *f, size_t n) {
+  uint32_t fr[64], st;
+  for (size_t i = 0; i < n; i++)
+    cr_assert_eq(ms__snapbuild_frame(b, f[i].name, strlen(f[i].name), f[i].file,
+                                     strlen(f[i].file), f[i].line, &fr[i]), MS_OK);
+  cr_assert_eq(ms__snapbuild_stack(b, fr, n, &st), MS_OK);
+  return st;
+}
+
 /* The snapshot of one training step: P3 (64 KiB, no frames) alive before recording began, then
- * step_events; addresses bump through one 8 MiB segment that exists before recording. */
-static ms_snapshot_t *build_step(void) {
+ * step_events; addresses bump through one 8 MiB segment that exists before recording. With
+ * free_stacks, the free_completed entries of S2 and T1 have stacks of their own. */
+static ms_snapshot_t *build_step_ex(bool free_stacks) {
   ms__snapbuild_t b;
   ms__snapbuild_init(&b);
   b.hdr.origin = MS_SNAP_ORIGIN_TORCH_DICT;
@@ -172,6 +188,12 @@ static ms_snapshot_t *build_step(void) {
   uint32_t stacks[S_NSTACKS], empty;
   for (int i = 0; i < S_NSTACKS; i++) stacks[i] = build_stack(&b, i);
   cr_assert_eq(ms__snapbuild_stack(&b, NULL, 0, &empty), MS_OK);
+  uint32_t free_stack[NBLK];
+  for (int k = 0; k < NBLK; k++) free_stack[k] = MS_SNAP_NO_STACK;
+  if (free_stacks) {
+    free_stack[S2] = build_frames(&b, st_free_s2, sizeof st_free_s2 / sizeof *st_free_s2);
+    free_stack[T1] = build_frames(&b, st_free_t1, sizeof st_free_t1 / sizeof *st_free_t1);
+  }
   uint64_t addr[NBLK], size[NBLK];
   uint32_t bstack[NBLK];
   bool live[NBLK] = {0};
@@ -194,7 +216,7 @@ static ms_snapshot_t *build_step(void) {
       add_trace(&b, MS_TRACE_ALLOC, addr[e->id], e->size, stacks[e->stack], t++);
     } else {
       add_trace(&b, MS_TRACE_FREE_REQUESTED, addr[e->id], size[e->id], MS_SNAP_NO_STACK, t++);
-      add_trace(&b, MS_TRACE_FREE_COMPLETED, addr[e->id], size[e->id], MS_SNAP_NO_STACK, t++);
+      add_trace(&b, MS_TRACE_FREE_COMPLETED, addr[e->id], size[e->id], free_stack[e->id], t++);
       live[e->id] = false;
     }
   }
@@ -235,6 +257,8 @@ static ms_snapshot_t *build_step(void) {
   cr_assert_eq(ms__snapbuild_finish(&b, &s, &eb), MS_OK, "%s", eb.msg);
   return s;
 }
+
+static ms_snapshot_t *build_step(void) { return build_step_ex(false); }
 
 /* ---- checks -------------------------------------------------------------------------------- */
 
@@ -405,6 +429,28 @@ static ms_snapshot_t *through(ms_snapshot_t *s, bool pickle) {
   th_rmdir(dir);
   free(dir);
   return r;
+}
+
+/* A stack that only frees have is no allocation's: it does not decide whether a line shows its op
+ * (model.py:32 has two, sigmoid and mul, from S1's and S2's allocations; model.py:34 none), and
+ * its source is found when asked. The categories and sources of the step are unchanged. */
+Test(attribution, source_of_a_free_stack) {
+  check_step(build_step_ex(true));
+  cls_t c = cls_open(build_step_ex(true), NULL);
+  const ms_snapshot_t *s = c.snap;
+  const char *want[] = {"model.py:34 forward", "model.py:32 silu \xe2\x86\x92 at::sigmoid"};
+  size_t k = 0;
+  for (size_t i = 0; i < s->ntrace; i++) {
+    if (s->trace[i].action != MS_TRACE_FREE_COMPLETED || s->trace[i].stack == MS_SNAP_NO_STACK)
+      continue;
+    cr_assert_lt(k, 2);
+    char buf[128];
+    ms_attr_source(c.a, s->trace[i].stack, buf, sizeof buf);
+    cr_assert_str_eq(buf, want[k], "free %zu: '%s'", k, buf);
+    k++;
+  }
+  cr_assert_eq(k, 2);
+  cls_close(&c);
 }
 
 Test(attribution, built_step_as_pytorch_pickle) { check_step(through(build_step(), true)); }

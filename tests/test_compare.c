@@ -389,6 +389,43 @@ Test(compare, one_side_at_a_time_equals_both_at_once) {
   ms_snapshot_free(four);
 }
 
+/* A side given its time index (as the command gets it from the snapshot cache) gives the same
+ * comparison; the index stays the caller's; another snapshot's index is refused. */
+Test(compare, a_given_index_gives_the_same) {
+  ms_snapshot_t *two = build_run(2, 1 * MIB), *four = build_run(4, 1 * MIB);
+  ms_compare_t *whole = NULL, *given = NULL;
+  ms_errbuf_t eb = {{0}};
+  cr_assert_eq(ms_compare_run(two, four, NULL, &whole, &eb), MS_OK, "%s", eb.msg);
+  ms_timeline_t *tl2 = NULL, *tl4 = NULL;
+  cr_assert_eq(ms_timeline_create(two, NULL, &tl2, &eb), MS_OK, "%s", eb.msg);
+  cr_assert_eq(ms_timeline_create(four, NULL, &tl4, &eb), MS_OK, "%s", eb.msg);
+  ms_compare_build_t *b = NULL;
+  cr_assert_eq(ms_compare_begin(NULL, &b), MS_OK);
+  cr_assert_eq(ms_compare_add_indexed(b, two, tl4, &eb), MS_EINVAL);
+  cr_expect_str_eq(eb.msg, "BEFORE: the time index is another snapshot's");
+  cr_assert_eq(ms_compare_add_indexed(b, two, tl2, &eb), MS_OK, "%s", eb.msg);
+  cr_assert_eq(ms_compare_add_indexed(b, four, tl4, &eb), MS_OK, "%s", eb.msg);
+  cr_assert_eq(ms_compare_finish(b, &given), MS_OK);
+  cr_expect_eq(ms_timeline_nentries(tl4, 0), given->side[1].nentries, "the index is still alive");
+  for (int k = 0; k < 2; k++)
+    cr_expect(memcmp(&whole->side[k], &given->side[k], sizeof whole->side[k]) == 0, "side %d", k);
+  cr_assert_eq(given->nsource_all, whole->nsource_all);
+  for (size_t i = 0; i < whole->nsource; i++) {
+    cr_expect_str_eq(given->by_source[i].key, whole->by_source[i].key);
+    cr_expect_eq(given->by_source[i].change, whole->by_source[i].change);
+  }
+  for (int k = 0; k < MS_CAT_COUNT; k++)
+    cr_expect_eq(given->by_category[k].change, whole->by_category[k].change, "%d", k);
+  cr_assert_eq(given->nleaks, 1);
+  cr_expect_eq(given->leaks[0].per_step, whole->leaks[0].per_step);
+  ms_compare_free(whole);
+  ms_compare_free(given);
+  ms_timeline_destroy(tl2);
+  ms_timeline_destroy(tl4);
+  ms_snapshot_free(two);
+  ms_snapshot_free(four);
+}
+
 /* ---- the gate -------------------------------------------------------------------------------- */
 
 Test(gate, limits_absolute_and_relative_with_units) {

@@ -131,6 +131,12 @@ MS_API MS_NODISCARD int ms_compare_begin(const ms_compare_options_t *o, ms_compa
  * names the side), MS_EFORMAT, MS_ENOMEM. After a failure only ms_compare_build_free applies. */
 MS_API MS_NODISCARD int ms_compare_add(ms_compare_build_t *b, const ms_snapshot_t *snap,
                                        ms_errbuf_t *eb);
+/* ms_compare_add with the side's time index given: tl (NULL: built here) is snap's, made with the
+ * default configuration (ms_timeline_create(snap, NULL, ...), or ms_cache_timeline's); it is only
+ * read, and stays the caller's. The result is the same. @return as ms_compare_add; MS_EINVAL when
+ * tl is another snapshot's. */
+MS_API MS_NODISCARD int ms_compare_add_indexed(ms_compare_build_t *b, const ms_snapshot_t *snap,
+                                               const ms_timeline_t *tl, ms_errbuf_t *eb);
 /* Completes the comparison of both sides into *out (free with ms_compare_free) and frees b, also
  * on failure. @return MS_OK, MS_EINVAL (a side is missing), MS_ENOMEM. */
 MS_API MS_NODISCARD int ms_compare_finish(ms_compare_build_t *b, ms_compare_t **out);

@@ -22,6 +22,7 @@ void ms_attr_destroy(ms_attr_t *a) {
   free(a->set_phase);
   free(a->ssrc);
   free(a->sop);
+  free(a->smulti);
   pthread_mutex_destroy(&a->src_mu);
   for (size_t d = 0; d < a->ndev; d++) {
     free(a->dev[d].spans);

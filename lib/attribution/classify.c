@@ -132,14 +132,17 @@ static void attr_stack_set(const ms_attr_t *a, uint32_t st, uint64_t *set) {
   if (s->stack_frames16 && a->pw <= 2) { /* the common case, a tight loop (5 M stacks) */
     const uint16_t *fi = &s->stack_frames16[k->first];
     const uint64_t *fp = a->fpat;
+    uint64_t s0 = 0, s1 = 0; /* in registers: set may alias fp for the compiler */
     if (a->pw == 1) {
-      for (uint32_t j = 0; j < k->nframes; j++) set[0] |= fp[fi[j]];
+      for (uint32_t j = 0; j < k->nframes; j++) s0 |= fp[fi[j]];
     } else {
       for (uint32_t j = 0; j < k->nframes; j++) {
-        set[0] |= fp[2 * (size_t)fi[j]];
-        set[1] |= fp[2 * (size_t)fi[j] + 1];
+        s0 |= fp[2 * (size_t)fi[j]];
+        s1 |= fp[2 * (size_t)fi[j] + 1];
       }
     }
+    set[0] = s0;
+    if (a->pw == 2) set[1] = s1;
     return;
   }
   for (uint32_t j = 0; j < k->nframes; j++) {
@@ -415,6 +418,29 @@ ms_category ms__attr_classify(const ms_attr_t *a, size_t dev, int64_t alloc_entr
                           ignore_matches);
 }
 
+/* Memo of attr_dev_ecat: within one span, an alloc entry's category (matches= ignored) depends
+ * only on its stack's pattern set (or none), whether its stack is empty, and whether it is freed
+ * within the span, after it or never; one walk of the rules per such key and span. The slots are
+ * stamped with the span (+ 1) that filled them, so moving to the next span clears nothing. */
+#define ATTR_MEMO_MAX_SETS 65536 /* more distinct sets: no memo */
+
+typedef struct attr_memo_s {
+  uint32_t *stamp;
+  uint8_t *cat;
+  size_t nsets;
+} attr_memo_t;
+
+/* The memo's slot of the alloc entry tr (in span k, freed: ATTR_FREED_*), or SIZE_MAX: none. */
+static size_t attr_memo_slot(const ms_attr_t *a, const attr_memo_t *m, const ms_snap_trace_t *tr,
+                             int freed) {
+  if (!m->stamp) return SIZE_MAX;
+  uint32_t st = tr->stack;
+  bool has = st < a->snap->nstacks;
+  size_t set = has && a->sset[st] < m->nsets ? a->sset[st] : m->nsets;
+  bool nostack = !has || a->snap->stacks[st].nframes == 0;
+  return (set * 2 + nostack) * 4 + (size_t)freed;
+}
+
 /* The category of every alloc entry of device dev, in one pass (spans followed in order). */
 static int attr_dev_ecat(ms_attr_t *a, size_t dev) {
   attr_dev_t *ad = &a->dev[dev];
@@ -422,9 +448,23 @@ static int attr_dev_ecat(ms_attr_t *a, size_t dev) {
   if (ad->n == 0) return MS_OK;
   ad->ecat = malloc(ad->n);
   if (!ad->ecat) return MS_ENOMEM;
-  size_t k = 0;
+  attr_memo_t m = {NULL, NULL, a->nsets};
+  if (a->nsets <= ATTR_MEMO_MAX_SETS && ad->nspans < UINT32_MAX) {
+    size_t slots = (a->nsets + 1) * 8;
+    m.stamp = calloc(slots, sizeof *m.stamp);
+    m.cat = malloc(slots);
+    if (!m.stamp || !m.cat) {
+      free(m.stamp); /* classify without the memo */
+      free(m.cat);
+      m.stamp = NULL;
+    }
+  }
+  size_t k = 0, end = ad->nspans > 1 ? ad->spans[1].first : ad->n;
   for (size_t i = 0; i < ad->n; i++) {
-    while (k + 1 < ad->nspans && ad->spans[k + 1].first <= i) k++;
+    while (k + 1 < ad->nspans && ad->spans[k + 1].first <= i) {
+      k++;
+      end = k + 1 < ad->nspans ? ad->spans[k + 1].first : ad->n;
+    }
     if (td->trace[i].action != MS_TRACE_ALLOC) {
       ad->ecat[i] = 0xff;
       continue;
@@ -437,10 +477,22 @@ static int attr_dev_ecat(ms_attr_t *a, size_t dev) {
       continue;
     }
     uint32_t fe = td->pair[i];
+    int freed = fe == TL_NONE ? ATTR_FREED_NEVER : fe < end ? ATTR_FREED_WITHIN : ATTR_FREED_AFTER;
+    size_t slot = attr_memo_slot(a, &m, &td->trace[i], freed);
+    if (slot != SIZE_MAX && m.stamp[slot] == (uint32_t)k + 1) {
+      ad->ecat[i] = m.cat[slot];
+      continue;
+    }
     ad->ecat[i] = (uint8_t)attr_classify_in(a, dev, k, (int64_t)i,
                                             fe == TL_NONE ? -1 : (int64_t)fe, td->trace[i].stack,
                                             td->trace[i].addr, true);
+    if (slot != SIZE_MAX) {
+      m.stamp[slot] = (uint32_t)k + 1;
+      m.cat[slot] = ad->ecat[i];
+    }
   }
+  free(m.stamp);
+  free(m.cat);
   return MS_OK;
 }
 

@@ -126,8 +126,11 @@ struct ms_attr_s {
    * src_state 0 = not yet, 1 = done, else the error. */
   pthread_mutex_t src_mu;
   int src_state;
-  uint32_t *ssrc;         /* per stack: the source frame (ATTR_NONE: none) */
+  uint32_t *ssrc;         /* per stack: the source frame (ATTR_NONE: none; for a stack no
+                             allocation has, found when asked) */
   uint32_t *sop;          /* per stack: the op frame shown beside it (ATTR_NONE: none) */
+  uint8_t *smulti;        /* per frame: allocations with it as their source go through several
+                             ops (their op is shown) */
   attr_dev_t *dev;
   size_t ndev;
 };

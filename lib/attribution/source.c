@@ -12,6 +12,7 @@
 
 #define ATTR_SRC_NOSTACK (ATTR_NONE - 1)   /* "<no stack recorded>" */
 #define ATTR_SRC_UNRECORDED (ATTR_NONE - 2) /* "<allocated before recording>" */
+#define ATTR_SRC_LATER (ATTR_NONE - 3)      /* ssrc of a stack no allocation has: found when asked */
 
 /* ---- which frame is the source ------------------------------------------------------------- */
 
@@ -64,35 +65,28 @@ int ms__attr_sources(ms_attr_t *a) {
     return MS_ENOMEM;
   }
   /* only allocations' stacks decide whether a line has several operators (frees' stacks may or
-   * may not have been read) */
-  uint8_t *used = calloc(ns, 1);
-  if (!used) {
-    free(first_op);
-    free(multi);
-    return MS_ENOMEM;
-  }
-  for (size_t i = 0; i < s->ntrace; i++)
-    if (s->trace[i].action == MS_TRACE_ALLOC && s->trace[i].stack < s->nstacks)
-      used[s->trace[i].stack] = 1;
-  for (size_t i = 0; i < s->nblocks; i++)
-    if (s->blocks[i].stack < s->nstacks) used[s->blocks[i].stack] = 1;
-  for (size_t i = 0; i < s->nhistory; i++)
-    if (s->history[i].stack < s->nstacks) used[s->history[i].stack] = 1;
+   * may not have been read): those of the trace's allocs, the blocks and the history, which
+   * ms__attr_stacks gave a pattern set (sset), so the trace is not walked again here */
   for (size_t f = 0; f < s->nframes; f++) first_op[f] = ATTR_NONE - 2; /* unseen */
   for (size_t st = 0; st < s->nstacks; st++) {
+    if (a->sset[st] == ATTR_NONE) { /* a free's stack: its source only if asked (attr_src_of) */
+      a->ssrc[st] = ATTR_SRC_LATER;
+      a->sop[st] = ATTR_NONE;
+      continue;
+    }
     attr_stack_source(a, (uint32_t)st, &a->ssrc[st], &a->sop[st]);
     uint32_t f = a->ssrc[st];
-    if (f == ATTR_NONE || !used[st]) continue;
+    if (f == ATTR_NONE) continue;
     if (first_op[f] == ATTR_NONE - 2)
       first_op[f] = a->sop[st];
     else if (first_op[f] != a->sop[st])
       multi[f] = 1;
   }
   for (size_t st = 0; st < s->nstacks; st++)
-    if (a->ssrc[st] == ATTR_NONE || !multi[a->ssrc[st]]) a->sop[st] = ATTR_NONE;
-  free(used);
+    if (a->ssrc[st] == ATTR_NONE || (a->ssrc[st] != ATTR_SRC_LATER && !multi[a->ssrc[st]]))
+      a->sop[st] = ATTR_NONE;
   free(first_op);
-  free(multi);
+  a->smulti = multi;
   return MS_OK;
 }
 
@@ -217,6 +211,9 @@ static void attr_src_of(const ms_attr_t *a, uint32_t stack, uint32_t *src, uint3
   } else if (stack >= a->snap->nstacks) {
     *src = ATTR_SRC_NOSTACK;
     *op = ATTR_NONE;
+  } else if (a->ssrc[stack] == ATTR_SRC_LATER) {
+    attr_stack_source(a, stack, src, op);
+    if (*src == ATTR_NONE || !a->smulti[*src]) *op = ATTR_NONE;
   } else {
     *src = a->ssrc[stack];
     *op = a->sop[stack];

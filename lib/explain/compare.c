@@ -86,7 +86,7 @@ int ms__cmp_device(const ms_snapshot_t *snap, int want, const char *side, size_t
 void ms__cmp_side_close(cmp_side_t *s) {
   if (!s->borrowed) {
     ms_attr_destroy(s->attr);
-    ms_timeline_destroy(s->tl);
+    if (!s->given_tl) ms_timeline_destroy(s->tl);
   }
   ms_timeline_state_release(&s->st);
   memset(s, 0, sizeof *s);
@@ -104,8 +104,8 @@ static void cmp_prefix(ms_errbuf_t *eb, const char *name) {
 
 /* Opens a side: the index, the device, the moment's state and the classifier. */
 int ms__cmp_side_open(const ms_snapshot_t *snap, int device, const ms_tl_moment_t *m,
-                      const char *name, const cmp_side_t *share, cmp_side_t *s,
-                      ms_errbuf_t *eb) {
+                      const char *name, const cmp_side_t *share, const ms_timeline_t *tl,
+                      cmp_side_t *s, ms_errbuf_t *eb) {
   memset(s, 0, sizeof *s);
   ms_timeline_state_init(&s->st);
   s->snap = snap;
@@ -124,6 +124,9 @@ int ms__cmp_side_open(const ms_snapshot_t *snap, int device, const ms_tl_moment_
     s->tl = share->tl;
     s->attr = share->attr;
     s->borrowed = true;
+  } else if (tl) { /* the caller's index: only read (the functions below take it non-const) */
+    s->tl = (ms_timeline_t *)(uintptr_t)tl;
+    s->given_tl = true;
   } else {
     ms_timeline_config_t cfg;
     ms_timeline_config_init(&cfg);
@@ -398,16 +401,25 @@ static const ms_tl_moment_t *cmp_moment(const ms_compare_build_t *b, int k) {
   return b->o.has_moment[k] ? &b->o.moment[k] : NULL;
 }
 
-int ms_compare_add(ms_compare_build_t *b, const ms_snapshot_t *snap, ms_errbuf_t *eb) {
+int ms_compare_add_indexed(ms_compare_build_t *b, const ms_snapshot_t *snap,
+                           const ms_timeline_t *tl, ms_errbuf_t *eb) {
   if (eb) eb->msg[0] = 0;
   MS_RETURN_IF(!b || !snap || b->nsides >= 2, MS_EINVAL);
+  if (tl && ms_timeline_snapshot(tl) != snap)
+    return ms__errbuf_set(eb, MS_EINVAL, "%s: the time index is another snapshot's",
+                          cmp_names[b->nsides]);
   int k = b->nsides;
   cmp_side_t side;
-  int r = ms__cmp_side_open(snap, b->o.device, cmp_moment(b, k), cmp_names[k], NULL, &side, eb);
+  int r = ms__cmp_side_open(snap, b->o.device, cmp_moment(b, k), cmp_names[k], NULL, tl, &side,
+                            eb);
   if (r == MS_OK) r = cmp_reduce(b, k, &side);
   ms__cmp_side_close(&side);
   if (r == MS_OK) b->nsides++;
   return r;
+}
+
+int ms_compare_add(ms_compare_build_t *b, const ms_snapshot_t *snap, ms_errbuf_t *eb) {
+  return ms_compare_add_indexed(b, snap, NULL, eb);
 }
 
 /* Both sides from one snapshot at two moments: one index and classifier serve both. */
@@ -415,11 +427,12 @@ static int cmp_add_shared(ms_compare_build_t *b, const ms_snapshot_t *snap, ms_e
   MS_RETURN_IF(b->nsides != 0, MS_EINVAL);
   cmp_side_t side[2];
   memset(side, 0, sizeof side);
-  int r = ms__cmp_side_open(snap, b->o.device, cmp_moment(b, 0), cmp_names[0], NULL, &side[0], eb);
+  int r = ms__cmp_side_open(snap, b->o.device, cmp_moment(b, 0), cmp_names[0], NULL, NULL,
+                            &side[0], eb);
   if (r == MS_OK) r = cmp_reduce(b, 0, &side[0]);
   if (r == MS_OK)
-    r = ms__cmp_side_open(snap, b->o.device, cmp_moment(b, 1), cmp_names[1], &side[0], &side[1],
-                          eb);
+    r = ms__cmp_side_open(snap, b->o.device, cmp_moment(b, 1), cmp_names[1], &side[0], NULL,
+                          &side[1], eb);
   if (r == MS_OK) r = cmp_reduce(b, 1, &side[1]);
   ms__cmp_side_close(&side[1]);
   ms__cmp_side_close(&side[0]);

@@ -34,6 +34,7 @@ typedef struct cmp_side_s {
   ms_tl_state_t st;
   ms_attr_t *attr;
   bool borrowed; /* tl and attr belong to another side (the same snapshot) */
+  bool given_tl; /* tl is the caller's (ms_compare_add_indexed) */
   ms_compare_side_t fig;
 } cmp_side_t;
 
@@ -44,10 +45,11 @@ bool ms__cmp_has_trace(const ms_snapshot_t *snap, size_t dev);
 int ms__cmp_device(const ms_snapshot_t *snap, int want, const char *side, size_t *dev,
                    ms_errbuf_t *eb);
 /* Opens a side at moment m (NULL: the peak of allocated, or the end without a trace); share (may
- * be NULL) is an open side of the same snapshot whose index and classifier it borrows. */
+ * be NULL) is an open side of the same snapshot whose index and classifier it borrows; tl (may be
+ * NULL) is snap's index (default configuration) to read instead of building one. */
 int ms__cmp_side_open(const ms_snapshot_t *snap, int device, const ms_tl_moment_t *m,
-                      const char *name, const cmp_side_t *share, cmp_side_t *s,
-                      ms_errbuf_t *eb);
+                      const char *name, const cmp_side_t *share, const ms_timeline_t *tl,
+                      cmp_side_t *s, ms_errbuf_t *eb);
 void ms__cmp_side_close(cmp_side_t *s);
 
 /* The leak suspects of side s (AFTER) into c->leaks, c->steps. @return MS_OK or MS_ENOMEM. */
