@@ -10,6 +10,10 @@ mkdir -p "$out"
 raw="$out/raw.txt"
 : > "$raw"
 shopt -s nullglob
+# Figures are of first runs: the snapshot cache off (a benchmark that measures warm runs, such as
+# bench_cache and bench_compare, turns it on for those and says so), and nothing from the user's
+# own cache.
+export MEMSNAP_CACHE=0
 for b in "$build"/bin/bench_*; do
   [[ -x "$b" ]] || continue
   echo "== $(basename "$b")" >&2
