@@ -230,7 +230,7 @@ static void pgz_submit(ms__pgz_t *z, char *in, size_t len, bool last) {
   } else {
     size_t keep = z->ntail + len > PGZ_DICT ? PGZ_DICT - len : z->ntail;
     memmove(z->tail, z->tail + z->ntail - keep, keep);
-    memcpy(z->tail + keep, in, len);
+    if (len) memcpy(z->tail + keep, in, len); /* the last chunk may be empty (in is NULL) */
     z->ntail = keep + len;
   }
   z->inflight++;
