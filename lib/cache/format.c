@@ -37,18 +37,9 @@ enum {
 
 /* ---- writing -------------------------------------------------------------------------------- */
 
-/* The writer streams the body through one chunk of CACHE_SUM_CHUNK bytes: each full chunk is
- * added to the body's checksum and handed on, to a growing buffer (ms_cache_encode) or to a file
- * (ms__cache_write_fd), so that writing a cache file of hundreds of MB takes 1 MiB of memory. */
+/* The snapshot's writer: the body's stream (cache_out_t) and what it interns. */
 typedef struct wbuf_s {
-  unsigned char *chunk; /* CACHE_SUM_CHUNK bytes */
-  size_t fill;          /* bytes in chunk */
-  uint64_t pos;         /* file offset of chunk[fill] */
-  uint64_t sum;         /* the body's checksum so far (cache_checksum's fold) */
-  int fd;               /* >= 0: the file; else mem */
-  unsigned char *mem;
-  size_t mem_len, mem_cap;
-  bool failed;
+  cache_out_t o;
   uint64_t sect[CACHE_NSECTIONS][2];
   /* strings: the STRINGS section being built, interned by content */
   char *str;
@@ -63,8 +54,7 @@ typedef struct wbuf_s {
   size_t ext_tab_cap;
 } wbuf_t;
 
-/* Hands n bytes on to the file or the memory buffer. */
-static void w_out(wbuf_t *w, const unsigned char *p, size_t n) {
+void ms__cache_out_raw(cache_out_t *w, const unsigned char *p, size_t n) {
   if (w->failed || n == 0) return;
   if (w->fd >= 0) {
     while (n) {
@@ -94,14 +84,14 @@ static void w_out(wbuf_t *w, const unsigned char *p, size_t n) {
   w->mem_len += n;
 }
 
-static void w_flush(wbuf_t *w) {
+void ms__cache_out_flush(cache_out_t *w) {
   if (w->fill == 0) return;
   w->sum = ms_hash_step(w->sum, cache_sum(w->chunk, w->fill, 0));
-  w_out(w, w->chunk, w->fill);
+  ms__cache_out_raw(w, w->chunk, w->fill);
   w->fill = 0;
 }
 
-static void w_put(wbuf_t *w, const void *data, size_t n) {
+void ms__cache_out_put(cache_out_t *w, const void *data, size_t n) {
   const unsigned char *p = data;
   while (n && !w->failed) {
     size_t k = CACHE_SUM_CHUNK - w->fill < n ? CACHE_SUM_CHUNK - w->fill : n;
@@ -110,8 +100,20 @@ static void w_put(wbuf_t *w, const void *data, size_t n) {
     w->pos += k;
     p += k;
     n -= k;
-    if (w->fill == CACHE_SUM_CHUNK) w_flush(w);
+    if (w->fill == CACHE_SUM_CHUNK) ms__cache_out_flush(w);
   }
+}
+
+static void w_out(wbuf_t *w, const unsigned char *p, size_t n) {
+  ms__cache_out_raw(&w->o, p, n);
+}
+
+static void w_flush(wbuf_t *w) {
+  ms__cache_out_flush(&w->o);
+}
+
+static void w_put(wbuf_t *w, const void *data, size_t n) {
+  ms__cache_out_put(&w->o, data, n);
 }
 
 /* Little-endian fields; on a little-endian host one unaligned load or store each. */
@@ -164,7 +166,7 @@ static inline uint64_t get_u64(const unsigned char *p) {
 /* The offset of s in the string table (added when new); CACHE_NO_STR and failed on NULL. */
 static uint32_t w_str(wbuf_t *w, const char *s) {
   if (!s) {
-    w->failed = true;
+    w->o.failed = true;
     return CACHE_NO_STR;
   }
   size_t n = strlen(s);
@@ -172,7 +174,7 @@ static uint32_t w_str(wbuf_t *w, const char *s) {
     size_t cap = w->str_tab_cap ? w->str_tab_cap * 2 : 1024;
     uint64_t *t = calloc(cap, sizeof *t);
     if (!t) {
-      w->failed = true;
+      w->o.failed = true;
       return CACHE_NO_STR;
     }
     for (size_t i = 0; i < w->str_tab_cap; i++) {
@@ -196,7 +198,7 @@ static uint32_t w_str(wbuf_t *w, const char *s) {
     if (strcmp(w->str + off, s) == 0) return off;
   }
   if (w->str_len + n + 1 >= CACHE_NO_STR) {
-    w->failed = true;
+    w->o.failed = true;
     return CACHE_NO_STR;
   }
   if (w->str_len + n + 1 > w->str_cap) {
@@ -204,7 +206,7 @@ static uint32_t w_str(wbuf_t *w, const char *s) {
     while (cap < w->str_len + n + 1) cap *= 2;
     char *p = realloc(w->str, cap);
     if (!p) {
-      w->failed = true;
+      w->o.failed = true;
       return CACHE_NO_STR;
     }
     w->str = p;
@@ -230,7 +232,7 @@ static uint32_t w_extra(wbuf_t *w, const ms_snap_trace_extra_t *x) {
       free(t);
       free(ix);
       if (l) w->extras = l;
-      w->failed = true;
+      w->o.failed = true;
       return CACHE_NO_STR;
     }
     w->extras = l;
@@ -252,7 +254,7 @@ static uint32_t w_extra(wbuf_t *w, const ms_snap_trace_extra_t *x) {
   for (; w->ext_tab[j]; j = (j + 1) & (w->ext_tab_cap - 1))
     if (w->ext_tab[j] == key) return w->ext_idx[j];
   if (w->nextras >= UINT32_MAX - 1) {
-    w->failed = true;
+    w->o.failed = true;
     return CACHE_NO_STR;
   }
   w->ext_tab[j] = key;
@@ -277,13 +279,13 @@ static void w_kv(wbuf_t *w, unsigned char *r, const ms_snap_kv_t *kv) {
 /* Starts section sec of count records (8-byte aligned). */
 static void w_section(wbuf_t *w, int sec, size_t count) {
   static const unsigned char zero[8] = {0};
-  w_put(w, zero, (size_t)((8 - w->pos % 8) % 8));
-  w->sect[sec][0] = w->pos;
+  w_put(w, zero, (size_t)((8 - w->o.pos % 8) % 8));
+  w->sect[sec][0] = w->o.pos;
   w->sect[sec][1] = count;
 }
 
 static void w_release(wbuf_t *w) {
-  free(w->chunk);
+  free(w->o.chunk);
   free(w->str);
   free(w->str_tab);
   free(w->extras);
@@ -361,7 +363,7 @@ static bool w_model(wbuf_t *w, const ms_snapshot_t *s) {
     put_u32(r + 32, d->present);
     w_put(w, r, R_DEVICE);
   }
-  return !w->failed;
+  return !w->o.failed;
 }
 
 /* LEB128 of v into p; its length. */
@@ -403,10 +405,10 @@ static bool w_trace(wbuf_t *w, const ms_snapshot_t *s) {
     pt = (uint64_t)t->time_us;
     ps = t->stack;
   }
-  w->sect[CS_TRACE][1] = w->pos - w->sect[CS_TRACE][0]; /* in bytes */
+  w->sect[CS_TRACE][1] = w->o.pos - w->sect[CS_TRACE][0]; /* in bytes */
   w_section(w, CS_EXTRAS, w->nextras);
   memset(r, 0, sizeof r);
-  for (size_t i = 0; i < w->nextras && !w->failed; i++) {
+  for (size_t i = 0; i < w->nextras && !w->o.failed; i++) {
     const ms_snap_trace_extra_t *x = w->extras[i];
     put_u32(r, x->action_name ? w_str(w, x->action_name) : CACHE_NO_STR);
     put_u32(r + 4, w_str(w, x->compile_context));
@@ -416,7 +418,7 @@ static bool w_trace(wbuf_t *w, const ms_snapshot_t *s) {
     put_u64(r + 24, (uint64_t)x->pool_id[1]);
     w_put(w, r, R_EXTRA);
   }
-  return !w->failed;
+  return !w->o.failed;
 }
 
 static bool w_stacks(wbuf_t *w, const ms_snapshot_t *s) {
@@ -444,7 +446,7 @@ static bool w_stacks(wbuf_t *w, const ms_snapshot_t *s) {
       w_put(w, r, 4);
     }
   }
-  return !w->failed;
+  return !w->o.failed;
 }
 
 static bool w_rest(wbuf_t *w, const ms_snapshot_t *s) {
@@ -467,37 +469,37 @@ static bool w_rest(wbuf_t *w, const ms_snapshot_t *s) {
     put_u64(r + 16, (uint64_t)s->annotations[i].time_us);
     w_put(w, r, R_ANNOTATION);
   }
-  if (w->failed) return false;
+  if (w->o.failed) return false;
   /* the table ends with a NUL even when empty, so every string offset finds its end in it */
   w_section(w, CS_STRINGS, w->str_len + 1);
   w_put(w, w->str, w->str_len);
   w_put(w, "", 1);
   w_flush(w);
-  return !w->failed;
+  return !w->o.failed;
 }
 
 /* Streams snap's cache file for key: to fd from its current offset (the header is then written at
- * offset 0 by pwrite; fd must be a new, empty file), or to memory (fd < 0: w->mem). *len = the
+ * offset 0 by pwrite; fd must be a new, empty file), or to memory (fd < 0: w->o.mem). *len = the
  * file's length. */
 static int w_encode(wbuf_t *w, int fd, const ms_snapshot_t *s, const ms_cache_key_t *key,
                     size_t *len) {
   memset(w, 0, sizeof *w);
-  w->fd = fd;
-  w->sum = 0x6d656d736e617073ULL;
-  w->chunk = malloc(CACHE_SUM_CHUNK);
+  w->o.fd = fd;
+  w->o.sum = 0x6d656d736e617073ULL;
+  w->o.chunk = malloc(CACHE_SUM_CHUNK);
   unsigned char h[CACHE_HEADER_BYTES] = {0};
-  if (!w->chunk) return MS_ENOMEM;
+  if (!w->o.chunk) return MS_ENOMEM;
   w_out(w, h, sizeof h); /* a placeholder, written again at the end */
-  w->pos = CACHE_HEADER_BYTES;
+  w->o.pos = CACHE_HEADER_BYTES;
   if (!(w_model(w, s) && w_trace(w, s) && w_stacks(w, s) && w_rest(w, s)))
-    return w->fd >= 0 && w->failed ? MS_EIO : MS_ENOMEM;
+    return w->o.fd >= 0 && w->o.failed ? MS_EIO : MS_ENOMEM;
   memcpy(h, CACHE_MAGIC, 8);
   put_u32(h + 8, MS_CACHE_VERSION);
   put_u32(h + 12, key->flags);
   put_u64(h + 16, key->hash);
   put_u64(h + 24, key->size);
-  put_u64(h + 32, w->pos);
-  put_u64(h + 40, ms_hash_step(w->sum, w->pos - CACHE_HEADER_BYTES));
+  put_u64(h + 32, w->o.pos);
+  put_u64(h + 40, ms_hash_step(w->o.sum, w->o.pos - CACHE_HEADER_BYTES));
   for (int i = 0; i < CACHE_NSECTIONS; i++) {
     put_u64(h + CACHE_FIXED_BYTES + 16 * i, w->sect[i][0]);
     put_u64(h + CACHE_FIXED_BYTES + 16 * i + 8, w->sect[i][1]);
@@ -506,9 +508,9 @@ static int w_encode(wbuf_t *w, int fd, const ms_snapshot_t *s, const ms_cache_ke
   if (fd >= 0) {
     if (pwrite(fd, h, sizeof h, 0) != (ssize_t)sizeof h) return MS_EIO;
   } else {
-    memcpy(w->mem, h, sizeof h);
+    memcpy(w->o.mem, h, sizeof h);
   }
-  *len = (size_t)w->pos;
+  *len = (size_t)w->o.pos;
   return MS_OK;
 }
 
@@ -526,11 +528,11 @@ int ms_cache_encode(const ms_snapshot_t *s, const ms_cache_key_t *key, void **bu
   int rc = w_encode(&w, -1, s, key, len);
   w_release(&w);
   if (rc != MS_OK) {
-    free(w.mem);
+    free(w.o.mem);
     *len = 0;
     return rc;
   }
-  *buf = w.mem;
+  *buf = w.o.mem;
   return MS_OK;
 }
 

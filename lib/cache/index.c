@@ -65,83 +65,24 @@ static uint32_t ix_rd32(const unsigned char *p) {
 
 /* ---- writing -------------------------------------------------------------------------------- */
 
-/* Streams the body through one chunk of CACHE_SUM_CHUNK bytes (the checksum's unit) to a file or
- * a growing buffer, as the snapshot's writer does. */
-typedef struct ixw_s {
-  unsigned char *chunk;
-  size_t fill;
-  uint64_t pos, sum;
-  int fd;
-  unsigned char *mem;
-  size_t mem_len, mem_cap;
-  bool failed;
-} ixw_t;
-
-static void ixw_out(ixw_t *w, const unsigned char *p, size_t n) {
-  if (w->failed || n == 0) return;
-  if (w->fd >= 0) {
-    while (n) {
-      ssize_t k = write(w->fd, p, n);
-      if (k < 0 && errno == EINTR) continue;
-      if (k <= 0) {
-        w->failed = true;
-        return;
-      }
-      p += k;
-      n -= (size_t)k;
-    }
-    return;
-  }
-  if (w->mem_len + n > w->mem_cap) {
-    size_t cap = w->mem_cap ? w->mem_cap : (size_t)1 << 16;
-    while (cap < w->mem_len + n) cap *= 2;
-    unsigned char *q = realloc(w->mem, cap);
-    if (!q) {
-      w->failed = true;
-      return;
-    }
-    w->mem = q;
-    w->mem_cap = cap;
-  }
-  memcpy(w->mem + w->mem_len, p, n);
-  w->mem_len += n;
-}
-
-static void ixw_flush(ixw_t *w) {
-  if (w->fill == 0) return;
-  w->sum = ms_hash_step(w->sum, cache_sum(w->chunk, w->fill, 0));
-  ixw_out(w, w->chunk, w->fill);
-  w->fill = 0;
-}
-
-static void ixw_put(ixw_t *w, const void *data, size_t n) {
-  const unsigned char *p = data;
-  while (n && !w->failed) {
-    size_t k = CACHE_SUM_CHUNK - w->fill < n ? CACHE_SUM_CHUNK - w->fill : n;
-    memcpy(w->chunk + w->fill, p, k);
-    w->fill += k;
-    w->pos += k;
-    p += k;
-    n -= k;
-    if (w->fill == CACHE_SUM_CHUNK) ixw_flush(w);
-  }
-}
+/* The index's body goes through the writer the snapshot's file uses (cache_out_t, format.c). */
+typedef cache_out_t ixw_t;
 
 static void ixw_u64(ixw_t *w, uint64_t v) {
   unsigned char b[8];
   ix_le64(b, v);
-  ixw_put(w, b, 8);
+  ms__cache_out_put(w, b, 8);
 }
 
 static void ixw_pad8(ixw_t *w) {
   static const unsigned char zero[8];
-  if (w->pos % 8) ixw_put(w, zero, 8 - (size_t)(w->pos % 8));
+  if (w->pos % 8) ms__cache_out_put(w, zero, 8 - (size_t)(w->pos % 8));
 }
 
 /* An array of u32 or u64 values, little-endian (one copy on a little-endian host). */
 static void ixw_array(ixw_t *w, const void *a, size_t n, size_t width) {
   if (IX_LE_HOST) {
-    ixw_put(w, a, n * width);
+    ms__cache_out_put(w, a, n * width);
     return;
   }
   for (size_t i = 0; i < n; i++) {
@@ -150,7 +91,7 @@ static void ixw_array(ixw_t *w, const void *a, size_t n, size_t width) {
       ix_le32(b, ((const uint32_t *)a)[i]);
     else
       ix_le64(b, ((const uint64_t *)a)[i]);
-    ixw_put(w, b, width);
+    ms__cache_out_put(w, b, width);
   }
 }
 
@@ -164,7 +105,7 @@ static void ixw_segment(ixw_t *w, const ms_tl_segment_t *s) {
   ix_le32(b + 40, s->is_expandable ? 1u : 0u);
   ix_le32(b + 44, s->stack);
   ix_le32(b + 48, s->snap_segment);
-  ixw_put(w, b, sizeof b);
+  ms__cache_out_put(w, b, sizeof b);
 }
 
 static void ixw_block(ixw_t *w, const ms_tl_block_t *k) {
@@ -180,7 +121,7 @@ static void ixw_block(ixw_t *w, const ms_tl_block_t *k) {
   ix_le32(b + 60, k->snap_block);
   ix_le32(b + 64, (uint32_t)k->state);
   ix_le32(b + 68, k->flags);
-  ixw_put(w, b, sizeof b);
+  ms__cache_out_put(w, b, sizeof b);
 }
 
 static void ixw_device(ixw_t *w, const tl_dev_t *d) {
@@ -238,10 +179,10 @@ static int ix_write(const ms_timeline_t *tl, const ms_cache_key_t *key, int fd, 
   if (fd >= 0) {
     if (lseek(fd, IX_HEADER_BYTES, SEEK_SET) != (off_t)IX_HEADER_BYTES) w.failed = true;
   } else {
-    ixw_out(&w, h, sizeof h); /* room for it */
+    ms__cache_out_raw(&w, h, sizeof h); /* room for it */
   }
   for (size_t i = 0; i < tl->ndev; i++) ixw_device(&w, &tl->dev[i]);
-  ixw_flush(&w);
+  ms__cache_out_flush(&w);
   uint64_t body = w.pos - IX_HEADER_BYTES;
   w.sum = ms_hash_step(w.sum, body);
   ix_header(h, tl, key, w.pos, w.sum);

@@ -87,6 +87,27 @@ static inline uint64_t cache_checksum(const void *data, size_t len) {
   return ms_hash_step(h, (uint64_t)len);
 }
 
+/* The writer of a cache file's body (format.c), shared by the snapshot's and the index's files:
+ * it streams the body through one chunk of CACHE_SUM_CHUNK bytes; each full chunk is added to
+ * the body's checksum and handed on, to a growing buffer (fd < 0) or to the file fd, so that
+ * writing a file of hundreds of MB takes 1 MiB of memory. */
+typedef struct cache_out_s {
+  unsigned char *chunk; /* CACHE_SUM_CHUNK bytes */
+  size_t fill;          /* bytes in chunk */
+  uint64_t pos;         /* file offset of chunk[fill] */
+  uint64_t sum;         /* the body's checksum so far (cache_checksum's fold) */
+  int fd;               /* >= 0: the file; else mem */
+  unsigned char *mem;
+  size_t mem_len, mem_cap;
+  bool failed; /* a write or an allocation failed: later writes do nothing */
+} cache_out_t;
+/* Hands n bytes on to the file or the memory buffer, past the checksum. */
+void ms__cache_out_raw(cache_out_t *w, const unsigned char *p, size_t n);
+/* Adds the chunk's bytes to the checksum and hands them on. */
+void ms__cache_out_flush(cache_out_t *w);
+/* Appends n bytes to the body. */
+void ms__cache_out_put(cache_out_t *w, const void *data, size_t n);
+
 struct ms_snapshot_s;
 struct ms_cache_key_s;
 /* ms_cache_encode streamed to fd (a new, empty file; the header is written last, at offset 0),
