@@ -39,6 +39,17 @@ struct ms_source_s;
 struct ms_snapshot_s;
 int ms__pickle_read(struct ms_source_s *src, unsigned flags, struct ms_snapshot_s **out,
                     ms_errbuf_t *eb, bool *cannot_skip);
+/* ms__pickle_read() of the regular file open as fd, `size` bytes from its start, read through
+ * windows mapped from the page cache instead of copies of them (the bytes are not copied; the
+ * process's resident memory holds one window of the file at a time). A file that shrinks while
+ * it is read fails with MS_EIO where the next window is mapped; one cut inside a window that is
+ * being read ends the process with SIGBUS, as any program that maps its input. fd stays open,
+ * the caller's. */
+int ms__pickle_read_fd(int fd, uint64_t size, unsigned flags, struct ms_snapshot_s **out,
+                       ms_errbuf_t *eb, bool *cannot_skip);
+/* The mapped windows' size in bytes (8 MiB; at least 256 KiB is used): tests make it small so
+ * that fixtures cross windows. */
+extern size_t ms__pickle_map_window;
 /* "load.c": ms_snapshot_load_ex() on an open stream, named `name` in messages. rewindable false
  * reads it as standard input is read (one pass, never a seek); true may seek back to re-read a
  * pickle whose trace could not be skipped. fp stays open, the caller's. Also the entry point of

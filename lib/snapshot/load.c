@@ -449,6 +449,17 @@ int ms__snapshot_load_fp(FILE *fp, const char *name, bool rewindable, unsigned f
     break;
   case MS_FORMAT_PICKLE: {
     bool again = false;
+    struct stat st;
+    if (!is_stdin && fstat(fileno(fp), &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0) {
+      /* a regular file is read in place, through mapped windows of the page cache */
+      int fd = fileno(fp);
+      rc = ms__pickle_read_fd(fd, (uint64_t)st.st_size, flags, &snap, &inner, &again);
+      if (again) {
+        inner.msg[0] = 0;
+        rc = ms__pickle_read_fd(fd, (uint64_t)st.st_size, 0, &snap, &inner, NULL);
+      }
+      break;
+    }
     rc = ms__pickle_read(&src, flags, &snap, &inner, &again);
     /* The trace could not be skipped: read a regular file again, in full. */
     if (again && !is_stdin && fseek(fp, (long)n, SEEK_SET) == 0) {

@@ -262,6 +262,10 @@ typedef struct rd_drop_set_s {
 typedef struct rd_s {
   /* input */
   ms_source_t *src;
+  int map_fd;          /* >= 0: the input is this file, read through mapped windows (buf is one) */
+  uint64_t map_size;   /* its size when the read began */
+  void *map;           /* the current window's mapping (NULL before the first) */
+  size_t map_len;      /* its length */
   char *buf;
   size_t pos, len, cap;
   uint64_t base; /* file offset of buf[0] */
@@ -278,6 +282,7 @@ typedef struct rd_s {
   MS_VEC(rd_val_t) st;
   MS_VEC(uint32_t) marks;
   MS_VEC(rd_val_t) memo;
+  bool memo_holes;     /* a PUT beyond the memo's end left unset entries below it */
   MS_VEC(rd_obj_t) objs;
   MS_VEC(rd_pframe_t) pframes;
   uint32_t pframe_free;

@@ -30,6 +30,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "snapshot/pickle_internal.h"
 
@@ -53,8 +56,54 @@ static inline void rd_set_lim(rd_t *r) {
     r->lim = (size_t)(r->frame_end - r->base);
 }
 
+/* A mapped input's window: ms__pickle_read_fd maps the file this much at a time, so that the
+ * process holds one window of it, not the whole file, and every read stays inside one (rd_need
+ * asks for at most RD_BUF_CAP / 2 bytes). */
+size_t ms__pickle_map_window = (size_t)8 << 20;
+#define RD_MAP_WINDOW_MIN ((size_t)2 * RD_BUF_CAP) /* a window holds any read rd_need makes */
+
+/* rd_read_more of a mapped input: the next window begins at the page of the current position
+ * (the unread bytes stay where they are in the file, so nothing is moved or copied). */
+static int rd_map_more(rd_t *r) {
+  uint64_t at = r->base + r->pos;
+  if (at >= r->map_size) {
+    r->eof = true;
+    rd_set_lim(r);
+    return MS_OK;
+  }
+  long pg = sysconf(_SC_PAGESIZE);
+  uint64_t off = at - at % (uint64_t)(pg > 0 ? pg : 4096);
+  uint64_t rest = r->map_size - off;
+  size_t win = ms__pickle_map_window > RD_MAP_WINDOW_MIN ? ms__pickle_map_window : RD_MAP_WINDOW_MIN;
+  size_t wl = rest < win ? (size_t)rest : win;
+  struct stat st;
+  if (fstat(r->map_fd, &st) != 0 || (uint64_t)st.st_size < off + wl) {
+    r->eof = true;
+    return ms__pickle_err(r, MS_EIO,
+                          "read error: the file shrank while it was read (it had %" PRIu64
+                          " bytes when the read began)",
+                          r->map_size);
+  }
+  void *m = mmap(NULL, wl, PROT_READ, MAP_PRIVATE | MAP_POPULATE, r->map_fd, (off_t)off);
+  if (m == MAP_FAILED) {
+    r->eof = true;
+    return ms__pickle_err(r, MS_EIO, "read error: cannot map the file: %s", strerror(errno));
+  }
+  if (r->map) munmap(r->map, r->map_len);
+  r->map = m;
+  r->map_len = wl;
+  r->buf = (char *)m + (at - off);
+  r->base = at;
+  r->pos = 0;
+  r->len = r->cap = wl - (size_t)(at - off);
+  r->eof = off + wl >= r->map_size;
+  rd_set_lim(r);
+  return MS_OK;
+}
+
 static int rd_read_more(rd_t *r) {
   if (r->eof) return MS_ETRUNCATED;
+  if (r->map_fd >= 0) return rd_map_more(r);
   if (r->pos > 0) {
     memmove(r->buf, r->buf + r->pos, r->len - r->pos);
     r->base += r->pos;
@@ -219,6 +268,7 @@ static int rd_memo_put(rd_t *r, uint64_t idx) {
                           idx, r->memo.len);
   if (idx >= r->memo.len) {
     size_t add = (size_t)idx + 1 - r->memo.len;
+    if (add > 1) r->memo_holes = true;
     if (MS_BIGVEC_RESERVE(&r->memo, add)) return ms__pickle_err(r, MS_ENOMEM, "out of memory");
     memset(r->memo.ptr + r->memo.len, 0, add * sizeof *r->memo.ptr);
     r->memo.len += add;
@@ -608,6 +658,89 @@ static int rd_op_long_binget(rd_t *r) {
   return rd_memo_get(r, rd_le(p, 4), "LONG_BINGET");
 }
 
+/* A little-endian uint32 (compilers make this one load). */
+static inline uint32_t rd_le32(const unsigned char *p) {
+  return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+/* A run of BINGET ('h') and LONG_BINGET ('j'), the opcode at buf[pos - 1] being the first:
+ * PyTorch's files are mostly such runs (a frames list's frame dicts, every dict's keys), so
+ * they are decoded here in one loop, with the stack and memo in locals, instead of once per turn
+ * of rd_run's dispatch. A get that is not plain (an index never stored, a full stack) and one
+ * whose argument reaches the buffer's or a frame's end take the opcode's own path. */
+/* rd_op_get_run's shortcut for a skipped list (MS_LOAD_NO_TRACE: a frames list of the trace):
+ * a run of gets that APPENDS ends, into a V_SKIP list below the topmost mark, stores nothing,
+ * so the run is only checked (each index stored, which a memo without holes says by its length)
+ * and dropped with the APPENDS, as rd_op_appends would drop it. @return true when it did so;
+ * false leaves r untouched for the general path. */
+static bool rd_skip_list_run(rd_t *r, int op) {
+  if (r->memo_holes || r->marks.len == 0) return false;
+  size_t from = rd_mark_pos(r);
+  if (from == 0) return false;
+  const rd_val_t *t = &r->st.ptr[from - 1];
+  if (t->t != V_SKIP || t->kind != O_LIST) return false;
+  if (r->marks.len > 1 && from - 1 < r->marks.ptr[r->marks.len - 2]) return false;
+  size_t pos = r->pos, lim = r->lim, nmemo = r->memo.len, room = RD_MAX_STACK - r->st.len;
+  const unsigned char *buf = (const unsigned char *)r->buf;
+  for (;;) {
+    if (room-- == 0) return false; /* the general path says the stack is too deep */
+    if (op == 'j') {
+      if (4 > lim - pos || rd_le32(buf + pos) >= nmemo) return false;
+      pos += 4;
+    } else {
+      if (pos >= lim || buf[pos] >= nmemo) return false;
+      pos += 1;
+    }
+    if (pos >= lim) return false;
+    op = buf[pos++];
+    if (op == 'e') break;
+    if (op != 'j' && op != 'h') return false;
+  }
+  r->pos = pos;
+  r->marks.len--;
+  r->st.len = from;
+  return true;
+}
+
+static int rd_op_get_run(rd_t *r, int op) {
+  if (r->skip_trace && rd_skip_list_run(r, op)) return MS_OK;
+  size_t pos = r->pos, lim = r->lim;
+  const unsigned char *buf = (const unsigned char *)r->buf;
+  const rd_val_t *memo = r->memo.ptr;
+  size_t nmemo = r->memo.len;
+  rd_val_t *st = r->st.ptr;
+  size_t len = r->st.len, room = r->st.cap < RD_MAX_STACK ? r->st.cap : RD_MAX_STACK;
+  for (;;) {
+    size_t n = op == 'j' ? 4 : 1;
+    if (ms_unlikely(n > lim - pos)) {
+      r->st.len = len;
+      r->pos = pos;
+      r->op_off = r->base + pos - 1;
+      return op == 'j' ? rd_op_long_binget(r) : rd_op_binget(r);
+    }
+    uint32_t idx = op == 'j' ? rd_le32(buf + pos) : buf[pos];
+    pos += n;
+    if (ms_likely(idx < nmemo && memo[idx].t != V_UNSET && len < room)) {
+      st[len++] = memo[idx];
+    } else {
+      r->st.len = len;
+      r->pos = pos;
+      r->op_off = r->base + pos - n - 1;
+      MS_FORWARD_IF_ERROR(rd_memo_get(r, idx, op == 'j' ? "LONG_BINGET" : "BINGET"));
+      st = r->st.ptr;
+      len = r->st.len;
+      room = r->st.cap < RD_MAX_STACK ? r->st.cap : RD_MAX_STACK;
+    }
+    if (pos >= lim) break;
+    op = buf[pos];
+    if (op != 'j' && op != 'h') break;
+    pos++;
+  }
+  r->st.len = len;
+  r->pos = pos;
+  return MS_OK;
+}
+
 /* PUT 'p', GET 'g' (protocol 0): the index as text */
 static int rd_op_memo_text(rd_t *r, int op) {
   char line[32], *end;
@@ -730,8 +863,8 @@ static int rd_run(rd_t *r) {
     case 0x94: rc = rd_memo_put(r, r->memo.len); break; /* MEMOIZE */
     case 'q': rc = rd_op_binput(r); break;           /* BINPUT */
     case 'r': rc = rd_op_long_binput(r); break;      /* LONG_BINPUT */
-    case 'h': rc = rd_op_binget(r); break;           /* BINGET */
-    case 'j': rc = rd_op_long_binget(r); break;      /* LONG_BINGET */
+    case 'h':                                        /* BINGET */
+    case 'j': rc = rd_op_get_run(r, op); break;      /* LONG_BINGET */
     case 'p':                                        /* PUT */
     case 'g': rc = rd_op_memo_text(r, op); break;    /* GET */
     /* STRING, UNICODE, the opcodes that run code, unknown ones */
@@ -743,22 +876,11 @@ static int rd_run(rd_t *r) {
 
 /* ---- the entry point ------------------------------------------------------------------------- */
 
-int ms__pickle_read(ms_source_t *src, unsigned flags, ms_snapshot_t **out, ms_errbuf_t *eb,
-                    bool *cannot_skip) {
-  if (cannot_skip) *cannot_skip = false;
-  if (!src || !src->read || !out) return ms__errbuf_set(eb, MS_EINVAL, "invalid argument");
-  if (flags & ~(unsigned)MS_LOAD_FLAGS_ALL)
-    return ms__errbuf_set(eb, MS_EINVAL, "unknown load flags 0x%x", flags);
-  rd_t *r = calloc(1, sizeof *r);
-  if (!r) return ms__errbuf_set(eb, MS_ENOMEM, "out of memory");
-  r->buf = malloc(RD_BUF_MIN);
-  r->cap = RD_BUF_MIN;
+/* Reads from r (its input set up by the caller: a source and a first buffer, or a mapped file)
+ * and releases r. */
+static int rd_read(rd_t *r, unsigned flags, ms_snapshot_t **out, ms_errbuf_t *eb,
+                   bool *cannot_skip) {
   int rc = MS_OK;
-  if (!r->buf) {
-    free(r);
-    return ms__errbuf_set(eb, MS_ENOMEM, "out of memory");
-  }
-  r->src = src;
   r->eb = eb;
   r->root = RD_NO_OBJ;
   r->root_segments = RD_NO_OBJ;
@@ -783,7 +905,11 @@ int ms__pickle_read(ms_source_t *src, unsigned flags, ms_snapshot_t **out, ms_er
   if (rc == MS_OK) rc = ms__pickle_finish(r, &snap);
   if (cannot_skip) *cannot_skip = r->cannot_skip;
   ms__snapbuild_release(&r->b);
-  free(r->buf);
+  if (r->map_fd >= 0) {
+    if (r->map) munmap(r->map, r->map_len);
+  } else {
+    free(r->buf);
+  }
   MS_VEC_FREE(&r->scratch);
   MS_VEC_FREE(&r->st);
   MS_VEC_FREE(&r->marks);
@@ -796,6 +922,39 @@ int ms__pickle_read(ms_source_t *src, unsigned flags, ms_snapshot_t **out, ms_er
   free(r);
   if (rc == MS_OK) *out = snap;
   return rc;
+}
+
+int ms__pickle_read(ms_source_t *src, unsigned flags, ms_snapshot_t **out, ms_errbuf_t *eb,
+                    bool *cannot_skip) {
+  if (cannot_skip) *cannot_skip = false;
+  if (!src || !src->read || !out) return ms__errbuf_set(eb, MS_EINVAL, "invalid argument");
+  if (flags & ~(unsigned)MS_LOAD_FLAGS_ALL)
+    return ms__errbuf_set(eb, MS_EINVAL, "unknown load flags 0x%x", flags);
+  rd_t *r = calloc(1, sizeof *r);
+  if (!r) return ms__errbuf_set(eb, MS_ENOMEM, "out of memory");
+  r->buf = malloc(RD_BUF_MIN);
+  r->cap = RD_BUF_MIN;
+  if (!r->buf) {
+    free(r);
+    return ms__errbuf_set(eb, MS_ENOMEM, "out of memory");
+  }
+  r->src = src;
+  r->map_fd = -1;
+  return rd_read(r, flags, out, eb, cannot_skip);
+}
+
+int ms__pickle_read_fd(int fd, uint64_t size, unsigned flags, ms_snapshot_t **out,
+                       ms_errbuf_t *eb, bool *cannot_skip) {
+  if (cannot_skip) *cannot_skip = false;
+  if (fd < 0 || !out) return ms__errbuf_set(eb, MS_EINVAL, "invalid argument");
+  if (flags & ~(unsigned)MS_LOAD_FLAGS_ALL)
+    return ms__errbuf_set(eb, MS_EINVAL, "unknown load flags 0x%x", flags);
+  rd_t *r = calloc(1, sizeof *r);
+  if (!r) return ms__errbuf_set(eb, MS_ENOMEM, "out of memory");
+  r->map_fd = fd;
+  r->map_size = size;
+  r->buf = NULL; /* the first window is mapped by the first rd_need */
+  return rd_read(r, flags, out, eb, cannot_skip);
 }
 
 int ms_pickle_read(ms_source_t *src, ms_snapshot_t **out, ms_errbuf_t *eb) {

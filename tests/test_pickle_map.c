@@ -1,0 +1,212 @@
+/* SPDX-License-Identifier: MIT
+ * The pickle reader over a mapped file (ms__pickle_read_fd, what ms_snapshot_load uses for a
+ * regular file) against the same reader over a copy in memory (a source that hands the bytes
+ * over): the same snapshot, bit for bit, for every fixture and load option, with windows small
+ * enough that every fixture crosses several; and the same error, word for word, for prefixes of
+ * a file cut anywhere, around window boundaries above all. Also the reader's shortcut for the
+ * skipped trace's frames lists (MS_LOAD_NO_TRACE) on hand-made pickles: it drops what the
+ * general path drops and fails where it fails.
+ */
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "helpers.h"
+#include "memsnap/pickle.h"
+#include "memsnap/serialize.h"
+#include "memsnap/snapshot.h"
+#include "common/internal.h"
+
+static const unsigned load_flags[] = {0, MS_LOAD_NO_TRACE, MS_LOAD_NO_FREE_STACKS,
+                                      MS_LOAD_NO_TRACE_STACKS};
+
+/* The snapshot as memsnap's own format: equal bytes, equal snapshots. */
+static th_memsink_t encode(const ms_snapshot_t *s) {
+  th_memsink_t m;
+  ms_sink_t sink;
+  th_memsink_init(&sink, &m);
+  ms_errbuf_t eb = {{0}};
+  /* the writer refuses a snapshot read without (the stacks of) its trace, for its users' sake;
+   * a copy that does not say so is written as it stands */
+  ms_snapshot_t shown = *s;
+  shown.present &= ~(uint32_t)(MS_SNAP_TRACE_SKIPPED | MS_SNAP_TRACE_STACKS_SKIPPED);
+  cr_assert_eq(ms_snapshot_write(&shown, NULL, &sink, &eb), MS_OK, "%s", eb.msg);
+  return m;
+}
+
+/* The fixtures' paths (*.pickle), or skips the test when there are none. */
+static size_t fixtures(char paths[][4096], size_t cap) {
+  DIR *d = opendir(th_fixture_dir());
+  size_t n = 0;
+  if (d) {
+    struct dirent *e;
+    while ((e = readdir(d)) && n < cap) {
+      size_t l = strlen(e->d_name);
+      if (l > 7 && strcmp(e->d_name + l - 7, ".pickle") == 0)
+        snprintf(paths[n++], 4096, "%s/%s", th_fixture_dir(), e->d_name);
+    }
+    closedir(d);
+  }
+  if (n == 0) {
+    printf("SKIP: no PyTorch fixtures in %s (set MEMSNAP_TORCH_FIXTURES)\n", th_fixture_dir());
+    fflush(stdout);
+    cr_skip_test("no fixtures");
+  }
+  return n;
+}
+
+/* Loads path (mapped) and its bytes (in memory) with flags; both succeed with equal snapshots,
+ * or fail with the same code and message (the load's names the file first). */
+static void same_both_ways(const char *path, const char *data, size_t len, unsigned flags) {
+  ms_snapshot_t *a = NULL, *b = NULL;
+  ms_errbuf_t ea = {{0}}, ebm = {{0}};
+  int ra = ms_snapshot_load_ex(path, flags, &a, &ea);
+  int rb = th_pickle_read_mem(data, len, flags, &b, &ebm);
+  if (rb == MS_EUNSUPPORTED && flags) { /* the load reads such a file again in full */
+    rb = th_pickle_read_mem(data, len, 0, &b, &ebm);
+  }
+  cr_assert_eq(ra, rb, "%s (%zu bytes, flags %u): mapped %d '%s', in memory %d '%s'", path, len,
+               flags, ra, ea.msg, rb, ebm.msg);
+  if (ra != MS_OK) {
+    char want[sizeof ea.msg + 64];
+    snprintf(want, sizeof want, "'%s': %s", path, ebm.msg);
+    cr_assert_str_eq(ea.msg, want, "%s, %zu bytes, flags %u", path, len, flags);
+    return;
+  }
+  th_memsink_t ma = encode(a), mb = encode(b);
+  cr_assert_eq(ma.len, mb.len, "%s flags %u: %zu vs %zu bytes", path, flags, ma.len, mb.len);
+  cr_assert(memcmp(ma.data, mb.data, ma.len) == 0, "%s flags %u: snapshots differ", path, flags);
+  th_memsink_free(&ma);
+  th_memsink_free(&mb);
+  ms_snapshot_free(a);
+  ms_snapshot_free(b);
+}
+
+Test(pickle_map, fixtures_same_as_in_memory, .timeout = 300) {
+  static char paths[32][4096];
+  size_t n = fixtures(paths, 32);
+  size_t windows[] = {0, 1, (size_t)300 << 10}; /* 0: the default; 1: the smallest (256 KiB) */
+  size_t saved = ms__pickle_map_window;
+  for (size_t w = 0; w < sizeof windows / sizeof *windows; w++) {
+    ms__pickle_map_window = windows[w] ? windows[w] : saved;
+    for (size_t i = 0; i < n; i++) {
+      size_t len = 0;
+      char *data = th_read_file(paths[i], &len);
+      cr_assert(data, "%s", paths[i]);
+      for (size_t f = 0; f < sizeof load_flags / sizeof *load_flags; f++)
+        same_both_ways(paths[i], data, len, load_flags[f]);
+      free(data);
+    }
+  }
+  ms__pickle_map_window = saved;
+}
+
+/* Prefixes of the largest fixture cut around every window boundary (and at a stride between),
+ * with the smallest windows: the same error as the reader over the same bytes in memory. */
+Test(pickle_map, cut_files_same_error, .timeout = 300) {
+  static char paths[32][4096];
+  size_t n = fixtures(paths, 32), best = 0, best_len = 0;
+  for (size_t i = 0; i < n; i++) {
+    size_t len = 0;
+    char *d = th_read_file(paths[i], &len);
+    if (d && len > best_len) {
+      best = i;
+      best_len = len;
+    }
+    free(d);
+  }
+  size_t len = 0;
+  char *data = th_read_file(paths[best], &len);
+  cr_assert(data);
+  char *dir = th_tmpdir();
+  char cut[4096];
+  snprintf(cut, sizeof cut, "%s/cut.pickle", dir);
+  size_t saved = ms__pickle_map_window;
+  ms__pickle_map_window = 1; /* 256 KiB windows */
+  const size_t win = (size_t)256 << 10, page = 4096;
+  for (size_t at = 1; at < len; at += len / 40 + 1) {
+    /* each window's end, a page before and after it, and a stride through the file */
+    size_t wend = (at / win + 1) * win;
+    size_t cuts[] = {at, wend - 1, wend, wend + 1, wend - page, wend + page + 3};
+    for (size_t c = 0; c < sizeof cuts / sizeof *cuts; c++) {
+      if (cuts[c] < 64 || cuts[c] >= len) continue; /* shorter: not told to be a pickle */
+      cr_assert_eq(th_write_file(cut, data, cuts[c]), 0);
+      for (size_t f = 0; f < 2; f++) same_both_ways(cut, data, cuts[c], load_flags[f]);
+    }
+  }
+  ms__pickle_map_window = saved;
+  th_rmdir(dir);
+  free(dir);
+  free(data);
+}
+
+/* ---- the skipped frames lists' shortcut ------------------------------------------------------ */
+
+/* A protocol 4 snapshot: {"segments": [], "device_traces": [[entry]]} whose one entry is
+ * {"action": "alloc", "frames": [FRAMES]} (FRAMES: the bytes of the frames list, after its
+ * EMPTY_LIST), memoizing the strings; the frame dict sits in the memo at index 6. */
+static size_t build(char *out, const char *frames, size_t flen) {
+  static const char head[] =
+      "\x80\x04}\x94(\x8c\x08segments\x94]\x94\x8c\x0d" "device_traces\x94]\x94]\x94}\x94(\x8c\x06"
+      "action\x94\x8c\x05" "alloc\x94\x8c\x06" "frames\x94]\x94";
+  size_t n = sizeof head - 1;
+  memcpy(out, head, n);
+  memcpy(out + n, frames, flen);
+  n += flen;
+  static const char tail[] = "u" "a" "a" "u.";
+  memcpy(out + n, tail, sizeof tail - 1);
+  return n + sizeof tail - 1;
+}
+
+/* Reads a hand-made pickle with MS_LOAD_NO_TRACE from a file (mapped) and from memory: the
+ * same answer; @return its code, and the message in msg. */
+static int skip_read(const char *bytes, size_t len, char *msg, size_t cap) {
+  char *dir = th_tmpdir();
+  char path[4096];
+  snprintf(path, sizeof path, "%s/h.pickle", dir);
+  cr_assert_eq(th_write_file(path, bytes, len), 0);
+  same_both_ways(path, bytes, len, MS_LOAD_NO_TRACE);
+  ms_snapshot_t *s = NULL;
+  ms_errbuf_t eb = {{0}};
+  int rc = th_pickle_read_mem(bytes, len, MS_LOAD_NO_TRACE, &s, &eb);
+  snprintf(msg, cap, "%s", eb.msg);
+  ms_snapshot_free(s);
+  th_rmdir(dir);
+  free(dir);
+  return rc;
+}
+
+#define BIN(s) (s), sizeof(s) - 1
+
+Test(pickle_map, skipped_frames_lists) {
+  static const struct {
+    const char *frames;
+    size_t len;
+    int rc;
+    const char *msg; /* NULL: read */
+  } t[] = {
+      /* gets of stored entries, BINGET and LONG_BINGET mixed, then APPENDS: dropped */
+      {BIN("(h\x02j\x03\x00\x00\x00h\x04" "e"), MS_OK, NULL},
+      /* an entry never stored */
+      {BIN("(h\x02h\x63" "e"), MS_EFORMAT,
+       "offset 72: BINGET 99: memo entry 99 was never stored"},
+      {BIN("(h\x02j\x00\x01\x00\x00" "e"), MS_EFORMAT,
+       "offset 72: LONG_BINGET 256: memo entry 256 was never stored"},
+      /* the run ends with another opcode: the general path goes on */
+      {BIN("(h\x02h\x03" "0e"), MS_OK, NULL},
+      /* APPENDS without its MARK's values, and one whole APPEND */
+      {BIN("h\x02" "a"), MS_OK, NULL},
+      /* a get at the end of the input */
+      {BIN("(h"), MS_ETRUNCATED, NULL},
+  };
+  for (size_t i = 0; i < sizeof t / sizeof *t; i++) {
+    char buf[512], msg[512];
+    size_t n = build(buf, t[i].frames, t[i].len);
+    if (t[i].rc == MS_ETRUNCATED) n -= 5; /* cut right after the frames' bytes */
+    int rc = skip_read(buf, n, msg, sizeof msg);
+    cr_assert_eq(rc, t[i].rc, "case %zu: %d '%s'", i, rc, msg);
+    if (t[i].msg) cr_assert_str_eq(msg, t[i].msg, "case %zu", i);
+  }
+}
