@@ -7,7 +7,8 @@
  *  - an entry truncated at any offset or with a byte flipped is rebuilt (the same answer, and the
  *    same entry again), never trusted; an entry whose description is another question's is a
  *    miss; other options, another --categories text (same size, same name) are other answers;
- *  - standard input, --no-cache and MEMSNAP_CACHE=0 store no answer; a failed top stores none.
+ *  - standard input, --no-cache and MEMSNAP_CACHE=0 store no answer; a failed top stores none;
+ *  - another file written under the same name is another answer (the key is the content).
  * Every test uses its own cache directory under a fresh temporary folder (never the user's).
  */
 #include <criterion/criterion.h>
@@ -145,8 +146,13 @@ Test(cache_top, stored_then_served_for_each_question) {
       int sp = run_plain(&plain, &lp, argv);
       int before = answers(NULL, 0);
       int s1 = run(&first, &l1, argv);
-      int stored = answers(NULL, 0);
+      char entry[1200];
+      struct stat e1, e2;
+      int stored = answers(entry, sizeof entry);
+      cr_assert(stored == 0 || stat(entry, &e1) == 0);
       int s2 = run(&second, &l2, argv);
+      cr_assert(stored == 0 || (stat(entry, &e2) == 0 && e1.st_ino == e2.st_ino),
+                "%s %zu: the second run rewrote the answer", fx[f], i);
       cr_assert(sp == s1 && s1 == s2, "%s %zu: status %d %d %d", fx[f], i, sp, s1, s2);
       assert_same(fx[f], plain, lp, first, l1);
       assert_same(fx[f], plain, lp, second, l2);
@@ -235,8 +241,8 @@ Test(cache_top, rules_text_is_part_of_the_question) {
   snprintf(rules, sizeof rules, "%s/my.rules", tmp);
   const char *args[] = {"top", p, "--by", "category", "--categories", rules, NULL};
   /* two texts of the same size under the same name, stored a second apart at most */
-  const char *texts[] = {"defaults none\ngradient\n", "defaults none\nactivation\n"};
-  cr_assert_eq(strlen(texts[0]) + 2, strlen(texts[1]));
+  const char *texts[] = {"defaults none\nparameter\n", "defaults none\ntemporary\n"};
+  cr_assert_eq(strlen(texts[0]), strlen(texts[1]));
   char *first = NULL;
   size_t lfirst = 0;
   for (int k = 0; k < 2; k++) {
@@ -287,4 +293,28 @@ Test(cache_top, nothing_stored_from_stdin_or_with_the_cache_off) {
   cr_assert_eq(ms_cache_usage(NULL, &n, &bytes), MS_OK);
   cr_assert_eq(n, 0, "%zu entries", n);
   free(plain);
+}
+
+Test(cache_top, another_file_under_the_same_name_gets_its_own_answer) {
+  char a[700], b[700], x[700];
+  if (!fixture("a0kuma_adamw_small.pickle", a, sizeof a) ||
+      !fixture("jogregoire_diffusion_tiny.pickle", b, sizeof b))
+    return;
+  snprintf(x, sizeof x, "%s/x.pickle", tmp);
+  const char *args[] = {"top", x, "--by", "source", NULL};
+  const char *src[] = {a, b, a};
+  for (int k = 0; k < 3; k++) {
+    size_t len, lp, lo;
+    char *bytes = th_read_file(src[k], &len);
+    cr_assert(bytes);
+    cr_assert_eq(th_write_file(x, bytes, len), 0);
+    free(bytes);
+    char *plain, *out;
+    cr_assert_eq(run_plain(&plain, &lp, args), 0);
+    cr_assert_eq(run(&out, &lo, args), 0);
+    assert_same(src[k], plain, lp, out, lo);
+    cr_assert_eq(answers(NULL, 0), k < 2 ? k + 1 : 2, "the answers of %d files", k + 1);
+    free(plain);
+    free(out);
+  }
 }
