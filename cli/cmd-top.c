@@ -3,14 +3,19 @@
  * #27): the biggest consumers of allocated memory at a moment (default: the peak of allocated
  * bytes), grouped by source (the user's own line, default), category, allocation stack, innermost
  * (kept) frame, its file, or block size. Source, category and stack come from the classifier
- * (memsnap/attribution.h); frame, file and size from the state as a snapshot.
+ * (memsnap/attribution.h); frame, file and size from the state as a snapshot. An answer is stored
+ * in the snapshot cache, and a second top of the same bytes with the same options prints it
+ * (docs/performance.md).
  */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli.h"
+#include "memsnap/attribution.h"
+#include "memsnap/cache.h"
 #include "memsnap/timeline.h"
 #include "memsnap/views.h"
 
@@ -196,8 +201,9 @@ static void top_attr_print(FILE *out, const ms_snapshot_t *snap, const ms_attr_t
 }
 
 /* top --by category|source|stack: the classifier's rows at the moment. */
-static int top_attr(const ms_snapshot_t *snap, const char *name, const cli_tl_args_t *ta,
-                    ms_attr_by by, const char *rules, uint64_t limit, bool json) {
+static int top_attr(FILE *out, const ms_snapshot_t *snap, const char *name,
+                    const cli_tl_args_t *ta, ms_attr_by by, const char *rules, uint64_t limit,
+                    bool json) {
   static const char *const bys[] = {"category", "source", "stack"};
   size_t dev, from, to, step = 0;
   int rc = cli_tl_device(snap, name, ta, &dev);
@@ -224,9 +230,9 @@ static int top_attr(const ms_snapshot_t *snap, const char *name, const cli_tl_ar
   }
   if (rc == CLI_OK) {
     size_t shown = limit == 0 || limit > rows.nrows ? rows.nrows : (size_t)limit;
-    top_head(stdout, snap, dev, step, ta->at_text, json, bys[by], rows.total_bytes,
+    top_head(out, snap, dev, step, ta->at_text, json, bys[by], rows.total_bytes,
              rows.total_blocks);
-    top_attr_print(stdout, snap, a, &rows, by, shown, json);
+    top_attr_print(out, snap, a, &rows, by, shown, json);
   }
   ms_attr_rows_free(&rows);
   ms_attr_destroy(a);
@@ -238,6 +244,200 @@ static int top_attr(const ms_snapshot_t *snap, const char *name, const cli_tl_ar
 static const char top_no_frame_note[] =
     "\n<no frame>: a stack without a frame that PyTorch's filter keeps (only allocator or C++ "
     "frames,\nor none recorded)\n";
+
+/* The rows of cli_top_compute (--by stack, frame, file, size) at the state `at`. */
+static void top_plain_print(FILE *out, const ms_snapshot_t *at, const cli_top_t *top,
+                            cli_top_by by, size_t shown, bool json) {
+  static const char *const bys[] = {"stack", "frame", "file", "size"};
+  char b[CLI_BYTES_BUFSZ];
+  if (json) {
+    for (size_t i = 0; i < shown; i++) {
+      char label[1024];
+      cli_top_label(at, top, i, label, sizeof label);
+      fprintf(out, "%s\n{\"key\": ", i ? "," : "");
+      top_json_str(out, label);
+      fprintf(out, ", \"bytes\": %" PRIu64 ", \"blocks\": %" PRIu64 ", \"count\": %" PRIu64
+                   ", \"share\": %.6f, ",
+              top->items[i].bytes, top->items[i].count, top->items[i].count,
+              top->total ? (double)top->items[i].bytes / (double)top->total : 0.0);
+      fputs("\"label\": ", out);
+      top_json_str(out, label);
+      if (by == CLI_TOP_STACK) {
+        fputs(", \"frames\": [", out);
+        top_frames(out, at, (uint32_t)top->items[i].key, true, "");
+        fputc(']', out);
+      }
+      fputc('}', out);
+    }
+    fputs("]}\n", out);
+    return;
+  }
+  fprintf(out, "%12s %7s %8s  %s\n", "bytes", "share", "blocks", bys[by]);
+  bool no_frame = false;
+  for (size_t i = 0; i < shown; i++) {
+    char label[1024];
+    cli_top_label(at, top, i, label, sizeof label);
+    no_frame |= strncmp(label, "<no frame>", 10) == 0;
+    fprintf(out, "%12s %6.1f%% %8" PRIu64 "  %s\n",
+            cli_format_bytes((int64_t)top->items[i].bytes, b),
+            top->total ? 100.0 * (double)top->items[i].bytes / (double)top->total : 0.0,
+            top->items[i].count, label);
+    if (by == CLI_TOP_STACK && top->items[i].key != MS_SNAP_NO_STACK)
+      top_text_stack(out, at, (uint32_t)top->items[i].key, 31, true);
+  }
+  if (top->nitems == 0) fprintf(out, "(no allocated block at that moment)\n");
+  if (no_frame) fputs(top_no_frame_note, out);
+}
+
+/* top --by stack|frame|file|size: the state at the moment as a snapshot, grouped. */
+static int top_plain(FILE *out, const ms_snapshot_t *snap, const char *name,
+                     const cli_tl_args_t *ta, cli_top_by by, uint64_t limit, bool json) {
+  static const char *const bys[] = {"stack", "frame", "file", "size"};
+  ms_snapshot_t *at = NULL;
+  size_t dev = 0, step = 0;
+  int rc = cli_at_snapshot(snap, name, ta, false, &at, &dev, &step);
+  cli_top_t top;
+  memset(&top, 0, sizeof top);
+  if (rc == CLI_OK && cli_top_compute(at, by, &top) != MS_OK) {
+    cli_error("out of memory");
+    rc = CLI_FAILURE;
+  }
+  if (rc == CLI_OK) {
+    size_t shown = limit == 0 || limit > top.nitems ? top.nitems : (size_t)limit;
+    top_head(out, snap, dev, step, ta->at_text, json, bys[by], top.total, top.count);
+    top_plain_print(out, at, &top, by, shown, json);
+  }
+  cli_top_release(&top);
+  ms_snapshot_free(at);
+  return rc;
+}
+
+/* One top's question, as the options gave it. */
+typedef struct top_req_s {
+  const char *file, *rules;
+  cli_tl_args_t ta;
+  uint64_t limit;
+  bool classify, json;
+  ms_attr_by aby;
+  cli_top_by by;
+} top_req_t;
+
+/* Reads the snapshot and writes the answer to out; *loaded = the cache key the snapshot was
+ * filed under (all zero when it was not loaded through the cache). */
+static int top_answer(const top_req_t *q, FILE *out, ms_cache_key_t *loaded) {
+  memset(loaded, 0, sizeof *loaded);
+  ms_snapshot_t *snap = NULL;
+  /* the trace is read through the time index, which never uses free_requested's stacks */
+  int rc = cli_load_ex(q->file, MS_LOAD_NO_FREE_STACKS, &snap);
+  if (rc != CLI_OK) return rc;
+  const char *name = cli_display_name(q->file);
+  if (q->classify)
+    rc = top_attr(out, snap, name, &q->ta, q->aby, q->rules, q->limit, q->json);
+  else
+    rc = top_plain(out, snap, name, &q->ta, q->by, q->limit, q->json);
+  const ms_cache_key_t *k = cli_cache_key(snap);
+  if (k) *loaded = *k;
+  ms_snapshot_free(snap);
+  return rc;
+}
+
+/* ---- the answer through the cache ---------------------------------------------------------- */
+
+/* A second `top` of the same bytes with the same options prints the answer the first one stored,
+ * without reading the snapshot, its time index or classifying a stack: a blob entry of the
+ * snapshot cache (memsnap/cache.h), filed under the file's key (with top's load flags) and a tag
+ * of everything else the answer depends on (the options as given, the --categories file's
+ * content, the default rules, memsnap's version). The entry's body is that description, a NUL,
+ * then the answer: a description that differs (another question whose tag collides) is a miss. */
+typedef struct top_cache_s {
+  bool on;
+  ms_cache_key_t key;
+  uint64_t tag;
+  char *desc; /* the description (malloc'd) */
+  size_t desc_len;
+  const char *rules;    /* the --categories file, or NULL */
+  struct stat rules_st; /* it, as hashed */
+  bool served;          /* the stored answer was written to stdout */
+} top_cache_t;
+
+static uint64_t top_fnv(uint64_t h, const void *p, size_t n) {
+  const unsigned char *b = p;
+  for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ULL;
+  return h;
+}
+
+static void top_desc_opt(FILE *d, const char *name, const char *v) {
+  if (v) fprintf(d, "%s %zu:%s\n", name, strlen(v), v);
+  else fprintf(d, "%s -\n", name);
+}
+
+static bool top_same_stat(const struct stat *a, const struct stat *b) {
+  return a->st_dev == b->st_dev && a->st_ino == b->st_ino && a->st_size == b->st_size &&
+         a->st_mtim.tv_sec == b->st_mtim.tv_sec && a->st_mtim.tv_nsec == b->st_mtim.tv_nsec &&
+         a->st_ctim.tv_sec == b->st_ctim.tv_sec && a->st_ctim.tv_nsec == b->st_ctim.tv_nsec;
+}
+
+/* The key and tag of the answer to q (opts: the option values as given, in top's order: --at,
+ * -n, --by, --device, --range, --stream, --pool, --categories); c->on false when the answer is
+ * not cacheable (standard input, not a regular file, the cache off, a rules file that is not a
+ * regular file). */
+static void top_cache_open(top_cache_t *c, const top_req_t *q, const char *const opts[8]) {
+  static const char *const names[8] = {"at", "n", "by", "device", "range", "stream", "pool",
+                                       "categories"};
+  memset(c, 0, sizeof *c);
+  c->rules = q->rules;
+  struct stat st;
+  uint64_t rh = 0, rsize = 0;
+  if (!cli_cache_enabled() || strcmp(q->file, "-") == 0 || stat(q->file, &st) != 0 ||
+      !S_ISREG(st.st_mode))
+    return;
+  if (q->rules && (stat(q->rules, &c->rules_st) != 0 || !S_ISREG(c->rules_st.st_mode) ||
+                   ms_cache_hash_file(q->rules, &rh, &rsize) != MS_OK))
+    return;
+  FILE *d = open_memstream(&c->desc, &c->desc_len);
+  if (!d) return;
+  const char *def = ms_attr_default_rules();
+  fprintf(d, "memsnap top %d cache %u defaults %016" PRIx64 "\n", ms_version(), MS_CACHE_VERSION,
+          top_fnv(0xcbf29ce484222325ULL, def, strlen(def)));
+  for (int i = 0; i < 8; i++) top_desc_opt(d, names[i], opts[i]);
+  fprintf(d, "json %d\nrules %016" PRIx64 "-%" PRIu64 "\n", q->json ? 1 : 0, rh, rsize);
+  if (fclose(d) != 0 || !c->desc ||
+      ms_cache_hash_file(q->file, &c->key.hash, &c->key.size) != MS_OK) {
+    free(c->desc);
+    c->desc = NULL;
+    return;
+  }
+  c->key.flags = MS_LOAD_NO_FREE_STACKS;
+  c->tag = top_fnv(0xcbf29ce484222325ULL, c->desc, c->desc_len);
+  c->on = true;
+}
+
+/* The blob's bytes: its description must be ours; then the answer goes to stdout. */
+static int top_cache_write(void *ctx, const char *p, size_t n) {
+  top_cache_t *c = ctx;
+  size_t dl = c->desc_len + 1;
+  if (n < dl || memcmp(p, c->desc, dl) != 0) return MS_ENOTFOUND;
+  c->served = true;
+  return fwrite(p + dl, 1, n - dl, stdout) == n - dl ? MS_OK : MS_EIO;
+}
+
+/* Stores answer[0..len) when the snapshot it came from was the one hashed (loaded: its key) and
+ * the rules file did not change meanwhile. */
+static void top_cache_store(const top_cache_t *c, const ms_cache_key_t *loaded,
+                            const char *answer, size_t len) {
+  struct stat st;
+  if (loaded->hash != c->key.hash || loaded->size != c->key.size ||
+      loaded->flags != c->key.flags)
+    return;
+  if (c->rules && (stat(c->rules, &st) != 0 || !top_same_stat(&st, &c->rules_st))) return;
+  size_t dl = c->desc_len + 1;
+  char *body = len <= SIZE_MAX - dl ? malloc(dl + len) : NULL;
+  if (!body) return;
+  memcpy(body, c->desc, dl);
+  memcpy(body + dl, answer, len);
+  (void)!ms_cache_blob_put(&c->key, c->tag, NULL, body, dl + len);
+  free(body);
+}
 
 int cmd_top(int argc, char **argv) {
   int json = 0, keep_going = 0;
@@ -264,93 +464,56 @@ int cmd_top(int argc, char **argv) {
     free(pos);
     return rc;
   }
-  char *file = npos > 0 ? pos[0] : NULL;
+  top_req_t q;
+  memset(&q, 0, sizeof q);
+  q.file = npos > 0 ? pos[0] : NULL;
   free(pos);
   if (rc == CLI_HELP_SHOWN) return CLI_OK;
   if (rc != CLI_OK) return rc;
-  if (!file) return cli_usage_error("top", "missing FILE");
+  if (!q.file) return cli_usage_error("top", "missing FILE");
   if (jobs_s) return cli_usage_error("top", "option '--jobs' needs several FILEs");
   if (keep_going)
     return cli_usage_error("top", "option '--keep-going' needs several FILEs");
-  uint64_t limit = 10;
-  if (n_s && !cli_parse_u64(n_s, &limit))
+  q.limit = 10;
+  if (n_s && !cli_parse_u64(n_s, &q.limit))
     return cli_usage_error("top", "option '-n' needs a number, not '%s'", n_s);
-  cli_top_by by = CLI_TOP_STACK;
-  ms_attr_by aby = MS_ATTR_BY_SOURCE;
-  bool classify = !by_s || cli_attr_by_parse(by_s, &aby);
-  if (!classify && !top_parse_by(by_s, &by))
+  q.by = CLI_TOP_STACK;
+  q.aby = MS_ATTR_BY_SOURCE;
+  q.classify = !by_s || cli_attr_by_parse(by_s, &q.aby);
+  if (!q.classify && !top_parse_by(by_s, &q.by))
     return cli_usage_error("top", "option '--by' needs source, category, stack, frame, file or "
                            "size, not '%s'", by_s);
-  if (rules_s && !classify)
+  if (rules_s && !q.classify)
     return cli_usage_error("top", "option '--categories' needs --by source, category or stack");
-  cli_tl_args_t ta;
-  if ((rc = cli_tl_args_parse("top", &ta, device_s, range_s, stream_s, pool_s,
+  if ((rc = cli_tl_args_parse("top", &q.ta, device_s, range_s, stream_s, pool_s,
                               at_s ? at_s : "peak")) != CLI_OK)
     return rc;
-  ms_snapshot_t *snap = NULL;
-  /* the trace is read through the time index, which never uses free_requested's stacks */
-  if ((rc = cli_load_ex(file, MS_LOAD_NO_FREE_STACKS, &snap)) != CLI_OK) return rc;
-  const char *name = cli_display_name(file);
-  if (classify) {
-    rc = top_attr(snap, name, &ta, aby, rules_s, limit, json != 0);
-    ms_snapshot_free(snap);
-    return rc;
-  }
-  ms_snapshot_t *at = NULL;
-  size_t dev = 0, step = 0;
-  rc = cli_at_snapshot(snap, name, &ta, false, &at, &dev, &step);
-  cli_top_t top;
-  memset(&top, 0, sizeof top);
-  if (rc == CLI_OK && cli_top_compute(at, by, &top) != MS_OK) {
-    cli_error("out of memory");
-    rc = CLI_FAILURE;
-  }
-  if (rc == CLI_OK) {
-    static const char *const bys[] = {"stack", "frame", "file", "size"};
-    size_t shown = limit == 0 || limit > top.nitems ? top.nitems : (size_t)limit;
-    FILE *out = stdout;
-    char b[CLI_BYTES_BUFSZ];
-    top_head(out, snap, dev, step, ta.at_text, json != 0, bys[by], top.total, top.count);
-    if (json) {
-      for (size_t i = 0; i < shown; i++) {
-        char label[1024];
-        cli_top_label(at, &top, i, label, sizeof label);
-        fprintf(out, "%s\n{\"key\": ", i ? "," : "");
-        top_json_str(out, label);
-        fprintf(out, ", \"bytes\": %" PRIu64 ", \"blocks\": %" PRIu64 ", \"count\": %" PRIu64
-                     ", \"share\": %.6f, ",
-                top.items[i].bytes, top.items[i].count, top.items[i].count,
-                top.total ? (double)top.items[i].bytes / (double)top.total : 0.0);
-        fputs("\"label\": ", out);
-        top_json_str(out, label);
-        if (by == CLI_TOP_STACK) {
-          fputs(", \"frames\": [", out);
-          top_frames(out, at, (uint32_t)top.items[i].key, true, "");
-          fputc(']', out);
-        }
-        fputc('}', out);
-      }
-      fputs("]}\n", out);
-    } else {
-      fprintf(out, "%12s %7s %8s  %s\n", "bytes", "share", "blocks", bys[by]);
-      bool no_frame = false;
-      for (size_t i = 0; i < shown; i++) {
-        char label[1024];
-        cli_top_label(at, &top, i, label, sizeof label);
-        no_frame |= strncmp(label, "<no frame>", 10) == 0;
-        fprintf(out, "%12s %6.1f%% %8" PRIu64 "  %s\n",
-                cli_format_bytes((int64_t)top.items[i].bytes, b),
-                top.total ? 100.0 * (double)top.items[i].bytes / (double)top.total : 0.0,
-                top.items[i].count, label);
-        if (by == CLI_TOP_STACK && top.items[i].key != MS_SNAP_NO_STACK)
-          top_text_stack(out, at, (uint32_t)top.items[i].key, 31, true);
-      }
-      if (top.nitems == 0) fprintf(out, "(no allocated block at that moment)\n");
-      if (no_frame) fputs(top_no_frame_note, out);
+  q.rules = rules_s;
+  q.json = json != 0;
+  top_cache_t c;
+  top_cache_open(&c, &q,
+                 (const char *const[8]){at_s, n_s, by_s, device_s, range_s, stream_s, pool_s,
+                                        rules_s});
+  if (c.on) {
+    ms_sink_t sink = {top_cache_write, &c};
+    int err = ms_cache_blob_get(&c.key, c.tag, NULL, &sink);
+    if (err == MS_OK || c.served) { /* a failed write to stdout is main's to report */
+      free(c.desc);
+      return CLI_OK;
     }
   }
-  cli_top_release(&top);
-  ms_snapshot_free(at);
-  ms_snapshot_free(snap);
+  /* the answer is kept to be stored as it is written */
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *out = c.on ? open_memstream(&buf, &len) : NULL;
+  ms_cache_key_t loaded;
+  rc = top_answer(&q, out ? out : stdout, &loaded);
+  if (out) {
+    bool whole = fclose(out) == 0;
+    if (buf) fwrite(buf, 1, len, stdout);
+    if (whole && buf && rc == CLI_OK) top_cache_store(&c, &loaded, buf, len);
+  }
+  free(buf);
+  free(c.desc);
   return rc;
 }

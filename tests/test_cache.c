@@ -519,6 +519,7 @@ static const char *const commands[][12] = {
     {"timeline", "FILE", "--json"},
     {"top", "FILE"},
     {"top", "FILE", "--at", "end", "--by", "frame"},
+    {"top", "FILE", "--by", "category", "--json"},
     {"explain", "FILE", "--no-replay"},
     {"view", "FILE", "-o", "out.file"},
     {"export", "FILE", "--perfetto", "out.file"},

@@ -6,8 +6,8 @@
  * load flags asked) in a flat, relocatable cache file; later loads of the same bytes with the same
  * flags read that file instead of the pickle. The time index built over such a snapshot
  * (memsnap/timeline.h) is stored beside it (ms_cache_timeline) and later mapped and read in place.
- * Bytes derived from a snapshot (the page `memsnap view` wrote) are stored as blobs beside them
- * (ms_cache_blob_put / ms_cache_blob_get).
+ * Bytes derived from a snapshot (the page `memsnap view` wrote, the answer `memsnap top` printed)
+ * are stored as blobs beside them (ms_cache_blob_put / ms_cache_blob_get).
  *
  *  - Location: $XDG_CACHE_HOME/memsnap/, else $HOME/.cache/memsnap/ (ms_cache_dir).
  *  - Key: a fast 64-bit hash of the input's whole content (ms_cache_hash_file), its size, the load
