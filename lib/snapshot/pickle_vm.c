@@ -682,17 +682,18 @@ static bool rd_skip_list_run(rd_t *r, int op) {
   if (r->marks.len > 1 && from - 1 < r->marks.ptr[r->marks.len - 2]) return false;
   size_t pos = r->pos, lim = r->lim, nmemo = r->memo.len, room = RD_MAX_STACK - r->st.len;
   const unsigned char *buf = (const unsigned char *)r->buf;
-  for (;;) {
-    if (room-- == 0) return false; /* the general path says the stack is too deep */
+  /* each get with the opcode after it must lie below lim (the buffer's or the frame's end) */
+  for (;; room--) {
+    if (room == 0) return false; /* the general path says the stack is too deep */
     if (op == 'j') {
-      if (4 > lim - pos || rd_le32(buf + pos) >= nmemo) return false;
-      pos += 4;
+      if (lim - pos < 5 || rd_le32(buf + pos) >= nmemo) return false;
+      op = buf[pos + 4];
+      pos += 5;
     } else {
-      if (pos >= lim || buf[pos] >= nmemo) return false;
-      pos += 1;
+      if (lim - pos < 2 || buf[pos] >= nmemo) return false;
+      op = buf[pos + 1];
+      pos += 2;
     }
-    if (pos >= lim) return false;
-    op = buf[pos++];
     if (op == 'e') break;
     if (op != 'j' && op != 'h') return false;
   }
