@@ -488,8 +488,8 @@ int cmd_stats(int argc, char **argv) {
     return rc;
   ms_snapshot_t *snap = NULL, *view = NULL;
   /* the state at the end needs no trace; a moment, a range or a filter does */
-  if ((rc = cli_load_ex(file, cli_tl_args_need_trace(&ta) ? MS_LOAD_NO_FREE_STACKS : MS_LOAD_NO_TRACE,
-                        &snap)) !=
+  if ((rc = cli_load_range(file, cli_tl_args_need_trace(&ta) ? MS_LOAD_NO_FREE_STACKS : MS_LOAD_NO_TRACE,
+                        &ta, &snap)) !=
       CLI_OK)
     return rc;
   rc = cli_at_snapshot(snap, cli_display_name(file), &ta, true, &view, NULL, NULL);

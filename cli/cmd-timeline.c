@@ -455,8 +455,10 @@ int cmd_timeline(int argc, char **argv) {
   if ((rc = timeline_check(&t, &viewer)) != CLI_OK) return rc;
 
   ms_snapshot_t *snap = NULL;
-  /* the trace is read through the time index, which never uses free_requested's stacks */
-  if ((rc = cli_load_ex(file, MS_LOAD_NO_FREE_STACKS, &snap)) != CLI_OK) return rc;
+  /* the trace is read through the time index, which never uses free_requested's stacks; for
+   * --range's window unless categories are asked for (they need every allocation's stack) */
+  if ((rc = cli_load_range(file, MS_LOAD_NO_FREE_STACKS, t.by_s ? NULL : &ta, &snap)) != CLI_OK)
+    return rc;
   const char *name = cli_display_name(file);
   if (viewer)
     rc = timeline_viewer_data(snap, name, &ta, t.segments != 0, max_entries);

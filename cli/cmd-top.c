@@ -288,8 +288,10 @@ int cmd_top(int argc, char **argv) {
                               at_s ? at_s : "peak")) != CLI_OK)
     return rc;
   ms_snapshot_t *snap = NULL;
-  /* the trace is read through the time index, which never uses free_requested's stacks */
-  if ((rc = cli_load_ex(file, MS_LOAD_NO_FREE_STACKS, &snap)) != CLI_OK) return rc;
+  /* the trace is read through the time index, which never uses free_requested's stacks; for
+   * --range's window unless categories are shown (they need every allocation's stack) */
+  if ((rc = cli_load_range(file, MS_LOAD_NO_FREE_STACKS, classify ? NULL : &ta, &snap)) != CLI_OK)
+    return rc;
   const char *name = cli_display_name(file);
   if (classify) {
     rc = top_attr(snap, name, &ta, aby, rules_s, limit, json != 0);

@@ -475,7 +475,7 @@ int cmd_trace(int argc, char **argv) {
   ms_snapshot_t *snap = NULL, *view = NULL;
   /* The text names the entries it prints; only the others (segment_map, snapshot...) print their
    * frames, so the stacks of the rest are not built (--json prints every entry's frames). */
-  if ((rc = cli_load_ex(pos[0], json ? 0 : MS_LOAD_NO_TRACE_STACKS, &snap)) != CLI_OK) return rc;
+  if ((rc = cli_load_range(pos[0], json ? 0 : MS_LOAD_NO_TRACE_STACKS, &ta, &snap)) != CLI_OK) return rc;
   const char *name = cli_display_name(pos[0]);
   size_t dev = SIZE_MAX;
   if (ta.has_at || ta.has_range) {
