@@ -40,6 +40,7 @@ static const char top_usage[] =
     "  --json        print the result as JSON\n"
     "  --device N    device N (default: the device with the longest trace)\n"
     "  --range A:B   resolve peaks within trace entries A to B\n"
+    "                (or t=T0:T1 by time_us, step=N[:M] by ProfilerStep#N)\n"
     "  --stream S    only segments of stream S; --pool A,B: only segments of pool (A, B)\n"
     "  -h, --help    show this help\n";
 
