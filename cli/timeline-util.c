@@ -177,27 +177,36 @@ static bool cli_range_step_end(const char *path, int64_t m, int64_t *end) {
   return ok;
 }
 
-int cli_load_range(const char *path, unsigned flags, const cli_tl_args_t *ta,
-                   ms_snapshot_t **out) {
+/* The window --range asks a read of path for; MS_LOAD_WINDOW_NONE for a full read. */
+static ms_load_window_t cli_range_window(const char *path, unsigned flags,
+                                         const cli_tl_args_t *ta) {
+  ms_load_window_t none = {MS_LOAD_WINDOW_NONE, 0, 0};
   const char *env = getenv("MEMSNAP_WINDOW");
   bool off = env && (strcmp(env, "0") == 0 || strcasecmp(env, "off") == 0 ||
                      strcasecmp(env, "no") == 0 || strcasecmp(env, "false") == 0);
-  ms_load_window_t w = {MS_LOAD_WINDOW_NONE, 0, 0};
+  if (!ta || !ta->has_range || off || strcmp(path, "-") == 0 || (flags & MS_LOAD_NO_TRACE))
+    return none;
   /* a moment by entry, time, step or OOM may lie past the window: the whole trace then */
-  bool at_inside = !ta || !ta->has_at || ta->at.kind == MS_TL_MOMENT_PEAK ||
-                   ta->at.kind == MS_TL_MOMENT_PEAK_RESERVED || ta->at.kind == MS_TL_MOMENT_END;
-  if (!ta || !ta->has_range || !at_inside || off || strcmp(path, "-") == 0 ||
-      (flags & MS_LOAD_NO_TRACE)) {
-  } else if (ta->range_is_time) {
-    if (ta->range_t1 != INT64_MAX) w = (ms_load_window_t){MS_LOAD_WINDOW_TIMES, 0, ta->range_t1};
-  } else if (ta->range_is_step) {
+  if (ta->has_at && ta->at.kind != MS_TL_MOMENT_PEAK &&
+      ta->at.kind != MS_TL_MOMENT_PEAK_RESERVED && ta->at.kind != MS_TL_MOMENT_END)
+    return none;
+  if (ta->range_is_time)
+    return ta->range_t1 == INT64_MAX ? none
+                                     : (ms_load_window_t){MS_LOAD_WINDOW_TIMES, 0, ta->range_t1};
+  if (ta->range_is_step) {
     int64_t end;
-    if (cli_range_pickle_file(path) && cli_range_step_end(path, ta->range_step_last, &end) &&
-        end != INT64_MAX)
-      w = (ms_load_window_t){MS_LOAD_WINDOW_TIMES, 0, end};
-  } else if (ta->last != UINT64_MAX) {
-    w = (ms_load_window_t){MS_LOAD_WINDOW_ENTRIES, ta->last, 0};
+    if (!cli_range_pickle_file(path) || !cli_range_step_end(path, ta->range_step_last, &end) ||
+        end == INT64_MAX)
+      return none;
+    return (ms_load_window_t){MS_LOAD_WINDOW_TIMES, 0, end};
   }
+  return ta->last == UINT64_MAX ? none
+                                : (ms_load_window_t){MS_LOAD_WINDOW_ENTRIES, ta->last, 0};
+}
+
+int cli_load_range(const char *path, unsigned flags, const cli_tl_args_t *ta,
+                   ms_snapshot_t **out) {
+  ms_load_window_t w = cli_range_window(path, flags, ta);
   return w.kind == MS_LOAD_WINDOW_NONE ? cli_load_ex(path, flags, out)
                                        : cli_load_window(path, flags, &w, out);
 }
