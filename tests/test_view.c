@@ -690,6 +690,51 @@ Test(view, stacks_ranks_of_every_width) {
   ms_snapshot_free(s);
 }
 
+/* More contexts with many successors than the rows of viz/view/stacks.c's lookup hold (32 MiB of
+ * them: 932 rows of 9,001 frames): the first contexts look their successors up in rows, the
+ * later ones in the hash map, and every stack comes back whole, each list most used first. */
+Test(view, stacks_past_the_rows_budget) {
+  ms__snapbuild_t b;
+  ms__snapbuild_init(&b);
+  b.hdr.origin = MS_SNAP_ORIGIN_TORCH_DICT;
+  b.hdr.present = MS_SNAP_HAS_DEVICE_TRACES;
+  enum { NF = 9000, NCTX = 1000, NSUCC = 12 };
+  static uint32_t fr[NF], st[NCTX * (NSUCC + 1)];
+  for (int i = 0; i < NF; i++) {
+    char name[16];
+    snprintf(name, sizeof name, "g%d", i);
+    cr_assert_eq(ms__snapbuild_frame(&b, name, strlen(name), "b.py", 4, i, &fr[i]), MS_OK);
+  }
+  size_t ns = 0;
+  /* context k (frame k) then NSUCC successors, the last of them twice (once in a stack of three
+   * frames): it is ranked first */
+  for (int k = 0; k < NCTX; k++)
+    for (int j = 0; j <= NSUCC; j++) {
+      uint32_t f[3] = {fr[NF - 1], fr[NCTX + (k * 7 + (j < NSUCC ? j : NSUCC - 1) * 13) % (NF - NCTX - 1)],
+                       fr[k]};
+      cr_assert_eq(ms__snapbuild_stack(&b, j < NSUCC ? f + 1 : f, j < NSUCC ? 2 : 3, &st[ns++]),
+                   MS_OK);
+    }
+  ms_snapshot_t *s = allocs_of(&b, st, ns);
+  char *page = page_of(s, NULL);
+  bin_t bb = bin_of(page), sb = trace_of(page);
+  check_trace(&sb, s, 0);
+  size_t c;
+  const unsigned char *ns_ = section(&sb, "stacks.succ_count", "u32", &c);
+  cr_assert_eq(c, NF + 1);
+  const unsigned char *su = section(&sb, "stacks.succ", "u16", &c);
+  for (int k = 0, at = 0; k < NCTX; k++) {
+    cr_assert_eq(le(ns_ + 4 * k, 4), NSUCC, "context %d", k);
+    cr_assert_eq(le(su + 2 * at, 2), fr[NCTX + (k * 7 + (NSUCC - 1) * 13) % (NF - NCTX - 1)],
+                 "context %d: the successor used twice first", k);
+    at += NSUCC;
+  }
+  bin_free(&bb);
+  bin_free(&sb);
+  free(page);
+  ms_snapshot_free(s);
+}
+
 /* A total above 2^52, which the page could not sum exactly in doubles: max_at_time is in it. */
 Test(view, max_at_time_too_large_to_compute) {
   const uint64_t big = (uint64_t)1 << 53;

@@ -346,6 +346,7 @@ static int view_mem_write(void *ctx, const char *buf, size_t len) {
  * written, device after device, by a thread of its own into mem, device k's ending at end[k]. */
 typedef struct view_answers_s {
   const ms_snapshot_t *s;
+  const ms_timeline_t *tl; /* the page's time index (NULL: each answer builds one) */
   const size_t *devs;
   size_t ndevs;
   int replay;
@@ -360,7 +361,7 @@ typedef struct view_answers_s {
 static void *view_answers_run(void *arg) {
   view_answers_t *j = arg;
   for (size_t k = 0; k < j->ndevs && j->w->err == MS_OK; k++) {
-    ms__view_answer_json(j->w, j->s, j->devs[k], j->replay);
+    ms__view_answer_json(j->w, j->s, j->tl, j->devs[k], j->replay);
     vw_flush(j->w);
     j->end[k] = j->mem.len;
   }
@@ -369,10 +370,12 @@ static void *view_answers_run(void *arg) {
 }
 
 /* Starts the answers' thread (without one, or without memory, view_answer writes them itself). */
-static void view_answers_start(view_answers_t *j, const ms_snapshot_t *s, const size_t *devs,
-                               size_t ndevs, int replay) {
+static void view_answers_start(view_answers_t *j, const ms_snapshot_t *s,
+                               const ms_timeline_t *tl, const size_t *devs, size_t ndevs,
+                               int replay) {
   memset(j, 0, sizeof *j);
   j->s = s;
+  j->tl = tl;
   j->devs = devs;
   j->ndevs = ndevs;
   j->replay = replay;
@@ -483,7 +486,7 @@ static void view_answer(vw_t *w, const view_ctx_t *c, size_t k) {
   if (j->done && j->w->err == MS_OK)
     vw_raw(w, j->mem.p + (k ? j->end[k - 1] : 0), j->end[k] - (k ? j->end[k - 1] : 0));
   else
-    ms__view_answer_json(w, c->s, c->devs[k], c->o->explain);
+    ms__view_answer_json(w, c->s, c->tl, c->devs[k], c->o->explain);
 }
 
 static void view_data(vw_t *w, const view_ctx_t *c, const vb_t *b) {
@@ -845,7 +848,7 @@ static int view_one(vw_t *w, const ms_snapshot_t *snap, const ms_viewer_opts_t *
     ms_timeline_t *tl = NULL;
     ms_attr_t *attr = NULL;
     view_answers_t answers;
-    view_answers_start(&answers, snap, devs, ndevs, opts->explain);
+    memset(&answers, 0, sizeof answers);
     view_ctx_t c = {snap, NULL, NULL, opts, dev, devs, ndevs, meta, NULL, 0, 0, 0, "", files, nfiles, k, &answers};
     /* the trace element needs neither the time index nor the timelines: a thread writes it
      * meanwhile (or, without one, view_page after them) */
@@ -862,9 +865,10 @@ static int view_one(vw_t *w, const ms_snapshot_t *snap, const ms_viewer_opts_t *
       vb_init(job.sb, NULL, NULL);
       vw_init(job.w, &job.sink);
       job.threaded = pthread_create(&job.th, NULL, view_trace_run, &job) == 0;
-      if (ms_timeline_create(snap, NULL, &tl, NULL) == MS_OK &&
-          ms_attr_create(snap, tl, NULL, &attr, NULL) != MS_OK)
-        attr = NULL;
+      /* the answers (their own thread) read the same index, built once */
+      if (ms_timeline_create(snap, NULL, &tl, NULL) != MS_OK) tl = NULL;
+      view_answers_start(&answers, snap, tl, devs, ndevs, opts->explain);
+      if (tl && ms_attr_create(snap, tl, NULL, &attr, NULL) != MS_OK) attr = NULL;
       c.attr = attr;
       c.tl = tl;
       rc = view_page(w, &c, &job);
