@@ -6,6 +6,7 @@
 
 #include <stddef.h>
 
+#include "memsnap/attribution.h"
 #include "memsnap/snapshot.h"
 #include "memsnap/timeline.h"
 #include "writer.h"
@@ -15,8 +16,9 @@
  * replayed, replay_note and "series" ([step, allocated, reserved] buckets); {"error": "..."} when
  * there is none. replay: 1 replays the remedies (without the smallest
  * capacities), 0 does not, -1 only on a device that had an OOM. tl: the time index of s (with
- * the default configuration), or NULL: the answer builds its own. */
-void ms__view_answer_json(vw_t *w, const ms_snapshot_t *s, const ms_timeline_t *tl, size_t dev,
-                          int replay);
+ * the default configuration), or NULL: the answer builds its own; attr: a classifier of s over tl
+ * with the default rules, or NULL (ms_explain_options_t.attr). */
+void ms__view_answer_json(vw_t *w, const ms_snapshot_t *s, const ms_timeline_t *tl,
+                          const ms_attr_t *attr, size_t dev, int replay);
 
 #endif

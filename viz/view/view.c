@@ -347,6 +347,7 @@ static int view_mem_write(void *ctx, const char *buf, size_t len) {
 typedef struct view_answers_s {
   const ms_snapshot_t *s;
   const ms_timeline_t *tl; /* the page's time index (NULL: each answer builds one) */
+  const ms_attr_t *attr;   /* and its classifier (NULL: each answer classifies its own) */
   const size_t *devs;
   size_t ndevs;
   int replay;
@@ -361,7 +362,7 @@ typedef struct view_answers_s {
 static void *view_answers_run(void *arg) {
   view_answers_t *j = arg;
   for (size_t k = 0; k < j->ndevs && j->w->err == MS_OK; k++) {
-    ms__view_answer_json(j->w, j->s, j->tl, j->devs[k], j->replay);
+    ms__view_answer_json(j->w, j->s, j->tl, j->attr, j->devs[k], j->replay);
     vw_flush(j->w);
     j->end[k] = j->mem.len;
   }
@@ -371,11 +372,12 @@ static void *view_answers_run(void *arg) {
 
 /* Starts the answers' thread (without one, or without memory, view_answer writes them itself). */
 static void view_answers_start(view_answers_t *j, const ms_snapshot_t *s,
-                               const ms_timeline_t *tl, const size_t *devs, size_t ndevs,
-                               int replay) {
+                               const ms_timeline_t *tl, const ms_attr_t *attr, const size_t *devs,
+                               size_t ndevs, int replay) {
   memset(j, 0, sizeof *j);
   j->s = s;
   j->tl = tl;
+  j->attr = attr;
   j->devs = devs;
   j->ndevs = ndevs;
   j->replay = replay;
@@ -486,7 +488,7 @@ static void view_answer(vw_t *w, const view_ctx_t *c, size_t k) {
   if (j->done && j->w->err == MS_OK)
     vw_raw(w, j->mem.p + (k ? j->end[k - 1] : 0), j->end[k] - (k ? j->end[k - 1] : 0));
   else
-    ms__view_answer_json(w, c->s, c->tl, c->devs[k], c->o->explain);
+    ms__view_answer_json(w, c->s, c->tl, c->attr, c->devs[k], c->o->explain);
 }
 
 static void view_data(vw_t *w, const view_ctx_t *c, const vb_t *b) {
@@ -865,10 +867,10 @@ static int view_one(vw_t *w, const ms_snapshot_t *snap, const ms_viewer_opts_t *
       vb_init(job.sb, NULL, NULL);
       vw_init(job.w, &job.sink);
       job.threaded = pthread_create(&job.th, NULL, view_trace_run, &job) == 0;
-      /* the answers (their own thread) read the same index, built once */
+      /* the answers (their own thread) read the same index and classifier, built once */
       if (ms_timeline_create(snap, NULL, &tl, NULL) != MS_OK) tl = NULL;
-      view_answers_start(&answers, snap, tl, devs, ndevs, opts->explain);
       if (tl && ms_attr_create(snap, tl, NULL, &attr, NULL) != MS_OK) attr = NULL;
+      view_answers_start(&answers, snap, tl, attr, devs, ndevs, opts->explain);
       c.attr = attr;
       c.tl = tl;
       rc = view_page(w, &c, &job);
