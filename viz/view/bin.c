@@ -92,12 +92,33 @@ void vb_begin_delta(vb_t *b, const char *name, const char *type) {
   vb_begin_with(b, name, type, VB_DELTA);
 }
 
-/* The shuffled block written, plane by plane. */
+/* The shuffled block written, plane by plane: plane k holds byte k (little-endian) of every
+ * value. blk holds the values as the host stores them (uint16_t, uint32_t or uint64_t). */
 static void bin_block(vb_t *b) {
   size_t w = b->width, n = b->nblk;
-  for (size_t k = 0; k < w; k++)
-    for (size_t i = 0; i < n; i++) b->planes[k * n + i] = b->blk[i * w + k];
-  bin_put(b, b->planes, w * n);
+  unsigned char *pl = b->planes;
+  const unsigned char *q = b->blk;
+  if (w == 8) {
+    for (size_t i = 0; i < n; i++) {
+      uint64_t u;
+      memcpy(&u, q + 8 * i, 8);
+      for (size_t k = 0; k < 8; k++) pl[k * n + i] = (unsigned char)(u >> (8 * k));
+    }
+  } else if (w == 4) {
+    for (size_t i = 0; i < n; i++) {
+      uint32_t u;
+      memcpy(&u, q + 4 * i, 4);
+      for (size_t k = 0; k < 4; k++) pl[k * n + i] = (unsigned char)(u >> (8 * k));
+    }
+  } else {
+    for (size_t i = 0; i < n; i++) {
+      uint16_t u;
+      memcpy(&u, q + 2 * i, 2);
+      pl[i] = (unsigned char)u;
+      pl[n + i] = (unsigned char)(u >> 8);
+    }
+  }
+  bin_put(b, pl, w * n);
   b->nblk = 0;
 }
 
@@ -111,16 +132,26 @@ void vb_end(vb_t *b) {
   b->width = 0;
 }
 
-/* Little-endian whatever the host; into the block of a shuffled section. */
-static void bin_le(vb_t *b, uint64_t v, size_t n) {
-  unsigned char p[8];
-  for (size_t i = 0; i < n; i++) p[i] = (unsigned char)(v >> (8 * i));
-  if (!b->width) {
-    bin_put(b, p, n);
+/* Little-endian whatever the host; into the block of a shuffled section (as the host stores
+ * a value of n bytes: bin_block reads it so). */
+static inline void bin_le(vb_t *b, uint64_t v, size_t n) {
+  if (b->width) {
+    unsigned char *q = b->blk + b->nblk * n;
+    if (n == 8) {
+      memcpy(q, &v, 8);
+    } else if (n == 4) {
+      uint32_t u = (uint32_t)v;
+      memcpy(q, &u, 4);
+    } else {
+      uint16_t u = (uint16_t)v;
+      memcpy(q, &u, 2);
+    }
+    if (++b->nblk == VB_BLOCK) bin_block(b);
     return;
   }
-  memcpy(b->blk + b->nblk * n, p, n);
-  if (++b->nblk == VB_BLOCK) bin_block(b);
+  unsigned char p[8];
+  for (size_t i = 0; i < n; i++) p[i] = (unsigned char)(v >> (8 * i));
+  bin_put(b, p, n);
 }
 
 static uint32_t bin_delta_u(vb_t *b, uint32_t v) {

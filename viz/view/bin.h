@@ -51,7 +51,8 @@ typedef struct vb_s {
   size_t len;
   unsigned char buf[1 << 16];
   size_t width, nblk; /* the open shuffled section: its value width, the values in blk */
-  unsigned char blk[VB_BLOCK * 8], planes[VB_BLOCK * 8];
+  unsigned char blk[VB_BLOCK * 8]; /* the values of the block, as the host stores them */
+  unsigned char planes[VB_BLOCK * 8];
 } vb_t;
 
 /* gz: the gzip sink that sink is (or NULL: VB_PICK does nothing). */
