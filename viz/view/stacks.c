@@ -9,6 +9,7 @@
  */
 #include "stacks.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -211,18 +212,30 @@ static inline int vs_buf_byte(vs_buf_t *b, unsigned char v) {
   return MS_OK;
 }
 
-/* The sections written after stacks.ranks, kept in memory until it is written: the wide ranks,
- * and where every VS_EVERY-th stack starts in each rank section. */
+/* The rank sections, kept in memory until they are written, in parts: the second pass walks the
+ * stacks part by part, each part on whichever thread takes it (vs_plan_work), into buffers of its
+ * own; the sections are the parts' buffers one after the other. */
 #define VS_EVERY 64
-typedef struct vs_wide_s {
+#define VS_PARTS 64 /* about: parts are whole multiples of VS_EVERY stacks */
+typedef struct vs_part_s {
   vs_buf_t ranks, hi, lo, big;
   uint64_t nranks;
-  uint64_t *at; /* [4][nck] */
+} vs_part_t;
+
+typedef struct vs_wide_s {
+  vs_part_t *part;
+  size_t nparts, per_part; /* per_part stacks each (the last fewer) */
+  pthread_mutex_t mu;      /* next and rc */
+  size_t next;             /* the next part to walk */
+  int rc;                  /* the first error of a part's walk */
+  /* where every VS_EVERY-th stack starts in each rank section ([4][nck]): from its part's start
+   * until vs_sections adds the parts before */
+  uint64_t *at;
   size_t nck;
 } vs_wide_t;
 
 /* Keeps rank r of a step from a context with n successors (stacks.h). */
-static int vs_put_rank(vs_wide_t *x, uint32_t r, uint32_t n) {
+static int vs_put_rank(vs_part_t *x, uint32_t r, uint32_t n) {
   if (n <= 256) {
     x->nranks++;
     return vs_buf_byte(&x->ranks, (unsigned char)r);
@@ -235,20 +248,21 @@ static int vs_put_rank(vs_wide_t *x, uint32_t r, uint32_t n) {
   return vs_buf_put(&x->big, le, 4);
 }
 
-/* One pass over the stacks: the first (x NULL) finds and counts the pairs, the second keeps the
- * ranks of the steps from contexts with more than one successor in x. */
-static int vs_walk(vs_ctx_t *c, const ms_snapshot_t *s, vs_wide_t *x) {
+/* A pass over stacks [i0, i1): the first (x NULL) finds and counts the pairs, the second keeps
+ * the ranks of the steps from contexts with more than one successor in part x of w. */
+static int vs_walk(vs_ctx_t *c, const ms_snapshot_t *s, vs_wide_t *w, vs_part_t *x, size_t i0,
+                   size_t i1) {
   uint32_t root = (uint32_t)s->nframes, end = root;
   size_t nctx = (size_t)root + 1;
-  for (size_t i = 0; i < s->nstacks; i++) {
+  for (size_t i = i0; i < i1; i++) {
     const ms_snap_stack_t *st = &s->stacks[i];
     uint32_t ctx = root, p;
     if (x && i % VS_EVERY == 0) {
       size_t ck = i / VS_EVERY;
-      x->at[ck] = x->nranks;
-      x->at[x->nck + ck] = x->hi.n;
-      x->at[2 * x->nck + ck] = x->lo.n;
-      x->at[3 * x->nck + ck] = x->big.n / 4;
+      w->at[ck] = x->nranks;
+      w->at[w->nck + ck] = x->hi.n;
+      w->at[2 * w->nck + ck] = x->lo.n;
+      w->at[3 * w->nck + ck] = x->big.n / 4;
     }
     for (uint32_t k = st->nframes + 1; k-- > 0;) {
       uint32_t f = k ? ms_snap_frame_index(s, st->first + k - 1) : end;
@@ -326,44 +340,92 @@ static void vs_successors(vb_t *b, const ms_snapshot_t *s, const vs_ctx_t *c, bo
 
 /* The rank sections: bytes of few values, in patterns that repeat where a program's stacks do
  * (real traces: deflate's default search) or not (the synthetic benchmark: its runs strategy,
- * which leaves them to the Huffman codes); bin.h picks by the first 64 KiB. */
-static void vs_section_u8(vb_t *b, const char *name, const vs_buf_t *x) {
+ * which leaves them to the Huffman codes); bin.h picks by the first 64 KiB. A section is the parts'
+ * buffers (the one at offset off of each part) one after the other. */
+static void vs_section_parts(vb_t *b, const char *name, const vs_wide_t *w, size_t off) {
   vb_begin_with(b, name, "u8", VB_PICK);
-  vb_bytes(b, x->p, x->n);
+  for (size_t k = 0; k < w->nparts; k++) {
+    const vs_buf_t *x = (const vs_buf_t *)(const void *)((const char *)&w->part[k] + off);
+    vb_bytes(b, x->p, x->n);
+  }
   vb_end(b);
 }
 
 static int vs_sections(vb_t *b, const ms_snapshot_t *s, vs_ctx_t *c) {
   bool small = s->nframes < 65536;
-  const vs_wide_t *x = c->x;
+  vs_wide_t *w = c->x;
   vb_begin(b, "stacks.n", "u32");
   vb_u32(b, (uint32_t)s->nstacks);
   vb_end(b);
   vs_successors(b, s, c, small);
-  vs_section_u8(b, "stacks.ranks", &x->ranks);
-  vs_section_u8(b, "stacks.ranks_hi", &x->hi);
-  vs_section_u8(b, "stacks.ranks_lo", &x->lo);
+  vs_section_parts(b, "stacks.ranks", w, offsetof(vs_part_t, ranks));
+  vs_section_parts(b, "stacks.ranks_hi", w, offsetof(vs_part_t, hi));
+  vs_section_parts(b, "stacks.ranks_lo", w, offsetof(vs_part_t, lo));
   vb_begin(b, "stacks.ranks_big", "u32");
-  for (size_t i = 0; i + 4 <= x->big.n; i += 4) {
-    const unsigned char *q = x->big.p + i;
-    vb_u32(b, (uint32_t)q[0] | (uint32_t)q[1] << 8 | (uint32_t)q[2] << 16 | (uint32_t)q[3] << 24);
+  for (size_t k = 0; k < w->nparts; k++) {
+    const vs_buf_t *x = &w->part[k].big;
+    for (size_t i = 0; i + 4 <= x->n; i += 4) {
+      const unsigned char *q = x->p + i;
+      vb_u32(b, (uint32_t)q[0] | (uint32_t)q[1] << 8 | (uint32_t)q[2] << 16 |
+                    (uint32_t)q[3] << 24);
+    }
   }
   vb_end(b);
+  /* each part's checkpoints from the start of the sections: after the parts before it */
+  uint64_t base[4] = {0, 0, 0, 0};
+  for (size_t k = 0; k < w->nparts; k++) {
+    const vs_part_t *x = &w->part[k];
+    size_t ck0 = k * (w->per_part / VS_EVERY), ck1 = ck0 + w->per_part / VS_EVERY;
+    for (size_t ck = ck0; ck < ck1 && ck < w->nck; ck++)
+      for (int q = 0; q < 4; q++) w->at[q * w->nck + ck] += base[q];
+    base[0] += x->nranks;
+    base[1] += x->hi.n;
+    base[2] += x->lo.n;
+    base[3] += x->big.n / 4;
+  }
   /* exact as doubles: no section holds 2^53 values */
   vb_begin_with(b, "stacks.at", "f64", VB_DELTA | VB_SHUFFLE | VB_PICK);
-  for (size_t i = 0; i < 4 * x->nck; i++) vb_f64(b, (double)x->at[i]);
+  for (size_t i = 0; i < 4 * w->nck; i++) vb_f64(b, (double)w->at[i]);
   vb_end(b);
   return MS_OK;
 }
 
-/* The second pass, into c->x. */
+/* The second pass's parts, into c->x (walked by vs_plan_work). */
 static int vs_second(const ms_snapshot_t *s, vs_ctx_t *c) {
-  vs_wide_t *x = c->x = calloc(1, sizeof *x);
-  if (!x) return MS_ENOMEM;
-  x->nck = (s->nstacks + VS_EVERY - 1) / VS_EVERY;
-  x->at = malloc((4 * x->nck + 1) * sizeof *x->at);
-  if (!x->at) return MS_ENOMEM;
-  return vs_walk(c, s, x);
+  vs_wide_t *w = c->x = calloc(1, sizeof *w);
+  if (!w) return MS_ENOMEM;
+  if (pthread_mutex_init(&w->mu, NULL) != 0) {
+    free(w);
+    c->x = NULL;
+    return MS_ENOMEM;
+  }
+  w->nck = (s->nstacks + VS_EVERY - 1) / VS_EVERY;
+  size_t per = (w->nck + VS_PARTS - 1) / VS_PARTS; /* checkpoints per part */
+  w->per_part = (per ? per : 1) * VS_EVERY;
+  w->nparts = (s->nstacks + w->per_part - 1) / w->per_part;
+  w->at = malloc((4 * w->nck + 1) * sizeof *w->at);
+  w->part = calloc(w->nparts ? w->nparts : 1, sizeof *w->part);
+  return w->at && w->part ? MS_OK : MS_ENOMEM;
+}
+
+int vs_plan_work(vs_plan_t *c, const ms_snapshot_t *s) {
+  vs_wide_t *w = c->x;
+  for (;;) {
+    pthread_mutex_lock(&w->mu);
+    size_t k = w->next;
+    bool go = w->rc == MS_OK && k < w->nparts;
+    if (go) w->next++;
+    pthread_mutex_unlock(&w->mu);
+    if (!go) return MS_OK;
+    size_t i0 = k * w->per_part, i1 = i0 + w->per_part < s->nstacks ? i0 + w->per_part : s->nstacks;
+    int rc = vs_walk(c, s, w, &w->part[k], i0, i1);
+    if (rc != MS_OK) {
+      pthread_mutex_lock(&w->mu);
+      if (w->rc == MS_OK) w->rc = rc;
+      pthread_mutex_unlock(&w->mu);
+      return MS_OK;
+    }
+  }
 }
 
 void vs_plan_free(vs_plan_t *c) {
@@ -382,12 +444,17 @@ void vs_plan_free(vs_plan_t *c) {
   free(c->uses);
   free(c->succ);
   if (c->x) {
-    free(c->x->at);
-    free(c->x->ranks.p);
-    free(c->x->hi.p);
-    free(c->x->lo.p);
-    free(c->x->big.p);
-    free(c->x);
+    vs_wide_t *w = c->x;
+    for (size_t k = 0; w->part && k < w->nparts; k++) {
+      free(w->part[k].ranks.p);
+      free(w->part[k].hi.p);
+      free(w->part[k].lo.p);
+      free(w->part[k].big.p);
+    }
+    free(w->part);
+    free(w->at);
+    pthread_mutex_destroy(&w->mu);
+    free(w);
   }
   free(c);
 }
@@ -410,7 +477,7 @@ int vs_plan(const ms_snapshot_t *s, vs_plan_t **out) {
                : MS_ENOMEM;
   if (rc == MS_OK) {
     memset(c->last, 0xff, nctx * sizeof *c->last); /* no successor is UINT32_MAX */
-    rc = vs_walk(c, s, NULL);
+    rc = vs_walk(c, s, NULL, NULL, 0, s->nstacks);
   }
   if (rc == MS_OK) rc = vs_rank(s, c);
   if (rc == MS_OK) rc = vs_second(s, c);
@@ -423,7 +490,9 @@ int vs_plan(const ms_snapshot_t *s, vs_plan_t **out) {
 }
 
 int vs_write_plan(vb_t *b, const ms_snapshot_t *s, vs_plan_t *p) {
-  return vs_sections(b, s, p);
+  int rc = vs_plan_work(p, s); /* the parts no other thread took */
+  if (rc == MS_OK) rc = p->x->rc;
+  return rc == MS_OK ? vs_sections(b, s, p) : rc;
 }
 
 int vs_write_stacks(vb_t *b, const ms_snapshot_t *s) {

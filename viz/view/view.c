@@ -642,23 +642,35 @@ static int view_bin_devices(view_ctx_t *c, vb_t *b) {
   return rc;
 }
 
-/* The stacks' first pass (stacks.h, vs_plan), on a thread of its own. */
+/* The stacks' work (stacks.h): the first pass and the ranking, then parts of the second pass, on
+ * a thread of its own; the trace element's thread takes the second pass's parts too once it has
+ * written the traces. */
 typedef struct view_plan_job_s {
   const ms_snapshot_t *s;
   vs_plan_t *plan;
   int rc;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  bool ready; /* plan and rc are set */
 } view_plan_job_t;
 
 static void *view_plan_run(void *arg) {
   view_plan_job_t *j = arg;
-  j->rc = vs_plan(j->s, &j->plan);
+  int rc = vs_plan(j->s, &j->plan);
+  pthread_mutex_lock(&j->mu);
+  j->rc = rc;
+  j->ready = true;
+  pthread_cond_broadcast(&j->cv);
+  pthread_mutex_unlock(&j->mu);
+  if (rc == MS_OK) (void)vs_plan_work(j->plan, j->s);
   return NULL;
 }
 
-/* What goes into the second: per device its trace, then the stacks (their first pass on another
- * thread meanwhile). */
+/* What goes into the second: per device its trace, then the stacks (their work on another thread
+ * meanwhile, and then on both). */
 static int view_bin_traces(view_ctx_t *c, vb_t *b) {
-  view_plan_job_t pj = {c->s, NULL, MS_OK};
+  view_plan_job_t pj = {c->s, NULL, MS_OK, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER,
+                        false};
   pthread_t th;
   bool threaded = pthread_create(&th, NULL, view_plan_run, &pj) == 0;
   int rc = MS_OK;
@@ -667,8 +679,17 @@ static int view_bin_traces(view_ctx_t *c, vb_t *b) {
     snprintf(prefix, sizeof prefix, "d%zu.trace", c->devs[k]);
     rc = view_bin_trace(b, prefix, c->s, c->devs[k], &c->pools, &c->npools);
   }
-  if (threaded) pthread_join(th, NULL);
-  else if (rc == MS_OK) view_plan_run(&pj);
+  if (threaded) {
+    pthread_mutex_lock(&pj.mu);
+    while (!pj.ready) pthread_cond_wait(&pj.cv, &pj.mu);
+    pthread_mutex_unlock(&pj.mu);
+    if (rc == MS_OK && pj.rc == MS_OK) (void)vs_plan_work(pj.plan, c->s);
+    pthread_join(th, NULL);
+  } else if (rc == MS_OK) {
+    view_plan_run(&pj);
+  }
+  pthread_cond_destroy(&pj.cv);
+  pthread_mutex_destroy(&pj.mu);
   if (rc == MS_OK) rc = pj.rc;
   if (rc == MS_OK) rc = vs_write_plan(b, c->s, pj.plan);
   vs_plan_free(pj.plan);
