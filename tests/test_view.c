@@ -10,6 +10,7 @@
  */
 #include <criterion/criterion.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <inttypes.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -24,6 +25,7 @@
 #include "memsnap/view.h"
 #include "model/snapbuild.h"
 #include "view/bin.h"
+#include "view/spool.h"
 
 #include <zlib.h>
 
@@ -830,6 +832,75 @@ static void escape_every_byte(bool narrow) {
   free(w);
   free(r);
   free(b2);
+}
+
+/* The spool (viz/view/spool.h): a writer thread's bytes come out of vsp_drain whole and in
+ * order, in pieces as they come; a failing output stops the drain with its error. */
+typedef struct spool_writer_s {
+  vsp_t *s;
+  size_t n;
+  int rc; /* the first failed write's */
+} spool_writer_t;
+
+static unsigned char spool_byte(size_t i) { return (unsigned char)(i * 131 + (i >> 9)); }
+
+static void *spool_write(void *arg) {
+  spool_writer_t *w = arg;
+  ms_sink_t sink;
+  vsp_sink(w->s, &sink);
+  unsigned char buf[70000];
+  for (size_t at = 0, step = 1; at < w->n; at += step, step = (step * 7 + 7919) % 69999 + 1) {
+    size_t piece = w->n - at < step ? w->n - at : step;
+    for (size_t i = 0; i < piece; i++) buf[i] = spool_byte(at + i);
+    int rc = sink.write(sink.ctx, (const char *)buf, piece);
+    if (rc != MS_OK && w->rc == MS_OK) w->rc = rc;
+  }
+  vsp_close(w->s);
+  return NULL;
+}
+
+typedef struct spool_out_s {
+  th_memsink_t m;
+  ms_sink_t sink;
+  size_t writes, fail_at; /* the write that fails (0: none) */
+} spool_out_t;
+
+static int spool_out_write(void *ctx, const char *buf, size_t len) {
+  spool_out_t *o = ctx;
+  if (++o->writes == o->fail_at) return MS_EIO;
+  return o->sink.write(o->sink.ctx, buf, len);
+}
+
+Test(view, spool_drains_a_writer_thread_in_order) {
+  for (int fail = 0; fail < 2; fail++) {
+    vsp_t s;
+    cr_assert_eq(vsp_init(&s), MS_OK);
+    spool_writer_t w = {&s, 5000000, MS_OK};
+    spool_out_t o = {.fail_at = fail ? 2 : 0};
+    th_memsink_init(&o.sink, &o.m);
+    ms_sink_t out = {spool_out_write, &o};
+    pthread_t th;
+    cr_assert_eq(pthread_create(&th, NULL, spool_write, &w), 0);
+    int rc = vsp_drain(&s, &out);
+    pthread_join(th, NULL);
+    cr_expect_eq(w.rc, MS_OK, "the writer's writes are kept");
+    if (fail) {
+      cr_expect_eq(rc, MS_EIO);
+      cr_expect_eq(o.writes, 2, "the drain stops at the failed write");
+    } else {
+      cr_expect_eq(rc, MS_OK);
+      cr_assert_eq(o.m.len, w.n);
+      size_t bad = 0;
+      for (size_t i = 0; i < w.n; i++) bad += (unsigned char)o.m.data[i] != spool_byte(i);
+      cr_expect_eq(bad, 0, "every byte in its place");
+      cr_expect_gt(o.writes, 1, "in pieces (%zu)", o.writes);
+      /* drained after the close: nothing more, nothing written */
+      cr_expect_eq(vsp_drain(&s, &out), MS_OK);
+      cr_expect_eq(o.m.len, w.n);
+    }
+    th_memsink_free(&o.m);
+    vsp_release(&s);
+  }
 }
 
 Test(view, escape_every_byte_narrow) { escape_every_byte(true); }

@@ -19,6 +19,7 @@
 #include "stacks.h"
 #include "answer.h"
 #include "memory.h"
+#include "spool.h"
 #include "writer.h"
 
 /* The page's script and style (viz/CMakeLists.txt lists the scripts; view.css), embedded at build time (embed.cmake). */
@@ -315,31 +316,6 @@ static void view_frames(vw_t *w, const ms_snapshot_t *s) {
     vw_puts(w, "]");
   }
   vw_puts(w, "]");
-}
-
-/* A growing buffer as a sink: what a thread of its own writes (the trace element, the Explain
- * panels' answers) while the timelines are computed, copied into the page in its place. */
-typedef struct view_mem_s {
-  char *p;
-  size_t len, cap;
-} view_mem_t;
-
-static int view_mem_write(void *ctx, const char *buf, size_t len) {
-  view_mem_t *m = ctx;
-  if (len > m->cap - m->len) {
-    size_t cap = m->cap ? m->cap : 1 << 20;
-    while (len > cap - m->len) {
-      if (cap > SIZE_MAX / 2) return MS_ENOMEM;
-      cap *= 2;
-    }
-    char *q = realloc(m->p, cap);
-    if (!q) return MS_ENOMEM;
-    m->p = q;
-    m->cap = cap;
-  }
-  memcpy(m->p + m->len, buf, len);
-  m->len += len;
-  return MS_OK;
 }
 
 /* The Explain panels' answers (answer.h; the explain costs a pass of its own over the trace):
@@ -715,14 +691,15 @@ static int view_bin(vw_t *w, view_ctx_t *c, vb_t *b, bool traces) {
   return rc != MS_OK ? rc : w->err;
 }
 
-/* The trace element's job: its sections (sb) and its escaped bytes (mem). It reads the snapshot,
- * the devices, and writes c->pools, c->npools and c->trace_bytes only, which nothing else
- * touches until it is joined. */
+/* The trace element's job: its sections (sb) and its escaped bytes (spool, which the page's
+ * thread drains into the page once it has reached the element). It reads the snapshot, the
+ * devices, and writes c->pools, c->npools and c->trace_bytes only, which nothing else touches
+ * until it is joined. */
 typedef struct view_trace_job_s {
   view_ctx_t *c;
   vb_t *sb;
   vw_t *w;
-  view_mem_t mem;
+  vsp_t spool;
   ms_sink_t sink;
   int rc;
   pthread_t th;
@@ -733,6 +710,7 @@ static void *view_trace_run(void *arg) {
   view_trace_job_t *j = arg;
   j->rc = view_bin(j->w, j->c, j->sb, true);
   vw_flush(j->w);
+  vsp_close(&j->spool);
   j->done = true;
   if (j->rc == MS_OK) j->rc = j->w->err;
   return NULL;
@@ -807,11 +785,15 @@ static int view_page(vw_t *w, view_ctx_t *c, view_trace_job_t *job) {
       vw_puts(w, "</script>\n");
     }
     view_open(w, c, "application/octet-stream", "ms-trace");
+    vw_flush(w);
+    rc = w->err;
+    /* the element's bytes as the job writes them, then (it has closed) the rest */
+    if (rc == MS_OK && job->threaded) rc = vsp_drain(&job->spool, w->sink);
     view_trace_wait(job, true);
-    rc = job->rc;
+    if (rc == MS_OK) rc = job->rc;
+    if (rc == MS_OK) rc = vsp_drain(&job->spool, w->sink);
   }
   if (rc == MS_OK) {
-    vw_raw(w, job->mem.p, job->mem.len);
     vw_puts(w, "</script>\n");
     view_open(w, c, "application/json", "ms-trace-data");
     vw_puts(w, "{");
@@ -880,9 +862,9 @@ static int view_one(vw_t *w, const ms_snapshot_t *snap, const ms_viewer_opts_t *
     job.c = &c;
     job.sb = malloc(sizeof *job.sb);
     job.w = malloc(sizeof *job.w);
-    job.sink.write = view_mem_write;
-    job.sink.ctx = &job.mem;
-    if (!job.sb || !job.w) {
+    bool spool = vsp_init(&job.spool) == MS_OK;
+    vsp_sink(&job.spool, &job.sink);
+    if (!job.sb || !job.w || !spool) {
       rc = MS_ENOMEM;
     } else {
       vb_init(job.sb, NULL, NULL);
@@ -902,7 +884,7 @@ static int view_one(vw_t *w, const ms_snapshot_t *snap, const ms_viewer_opts_t *
     if (job.sb) vb_release(job.sb);
     free(job.sb);
     free(job.w);
-    free(job.mem.p);
+    if (spool) vsp_release(&job.spool);
     view_answers_release(&answers);
     free(c.pools);
     ms_attr_destroy(attr);
