@@ -673,13 +673,15 @@ static int view_bin_traces(view_ctx_t *c, vb_t *b) {
 }
 
 /* A binary element: sections, gzipped, escaped (bin.h): the devices' timelines, or (traces) their
- * traces and the stacks, which the page reads after its first paint. */
+ * traces and the stacks, which the page reads after its first paint, not escaped yet (the page's
+ * thread escapes them as it drains them: view_page). */
 static int view_bin(vw_t *w, view_ctx_t *c, vb_t *b, bool traces) {
-  ms_sink_t esc, gz;
+  ms_sink_t esc, gz, out = {NULL, NULL};
   ms_gzip_sink_t *z = NULL;
-  vb_esc_t e = {w, !traces};
+  vb_esc_t e = {w, true};
   vb_escape_sink(&e, &esc);
-  int rc = ms_gzip_sink_create(&esc, c->s->ntrace > 1000000 ? 1 : 6, &z, &gz);
+  if (traces) vw_as_sink(w, &out);
+  int rc = ms_gzip_sink_create(traces ? &out : &esc, c->s->ntrace > 1000000 ? 1 : 6, &z, &gz);
   if (rc != MS_OK) return rc;
   vb_init(b, &gz, z);
   rc = traces ? view_bin_traces(c, b) : view_bin_devices(c, b);
@@ -787,11 +789,15 @@ static int view_page(vw_t *w, view_ctx_t *c, view_trace_job_t *job) {
     view_open(w, c, "application/octet-stream", "ms-trace");
     vw_flush(w);
     rc = w->err;
-    /* the element's bytes as the job writes them, then (it has closed) the rest */
-    if (rc == MS_OK && job->threaded) rc = vsp_drain(&job->spool, w->sink);
+    /* the element's bytes as the job writes them, escaped (not narrow: bin.h) on their way,
+     * then (it has closed) the rest */
+    vb_esc_t e = {w, false};
+    ms_sink_t esc;
+    vb_escape_sink(&e, &esc);
+    if (rc == MS_OK && job->threaded) rc = vsp_drain(&job->spool, &esc);
     view_trace_wait(job, true);
     if (rc == MS_OK) rc = job->rc;
-    if (rc == MS_OK) rc = vsp_drain(&job->spool, w->sink);
+    if (rc == MS_OK) rc = vsp_drain(&job->spool, &esc);
   }
   if (rc == MS_OK) {
     vw_puts(w, "</script>\n");
