@@ -12,11 +12,14 @@
  * free() would give it.
  *
  * Every array starts BIG_HDR bytes into its block, after a header that says how it was made
- * (a mapping and its length, or malloc) and how many bytes were asked for. Growth of a mapping is
- * mremap (the pages move, nothing is copied). A kept mapping is handed out whole or split: the
- * head is the new array, the tail stays kept; kept mappings are never merged, so that every kept
- * range lies within one of the kernel's mappings and mremap may move it. Thread-safe: the kept
- * list has a lock. Off Linux (no mremap) every array is malloc's.
+ * (a mapping and its length, or malloc) and how many bytes were asked for. A kept range is handed
+ * out whole or split: the head is the new array, the tail stays kept; a range given back is
+ * joined with the kept ranges it touches. A mapping grows into kept pages first: into the kept
+ * range right after it (in place), else by a copy into a kept range that fits; only when none
+ * does, by mremap (the pages move, nothing is copied, the new ones are fresh). A range joined
+ * from pieces may span two of the kernel's mappings, which mremap refuses: then a new mapping
+ * and a copy. Thread-safe: the kept list has a lock. Off Linux (no mremap) every array is
+ * malloc's.
  */
 #include <pthread.h>
 #include <stdint.h>
@@ -42,6 +45,7 @@
 #define BIG_MIN ((size_t)1 << 20)  /* smaller arrays are malloc's */
 #define BIG_HUGE ((size_t)4 << 20) /* fresh mappings this large get huge-page advice */
 #define BIG_KEEP_MAX 64            /* kept ranges; a free beyond them is given back */
+#define BIG_ENDS_MAX 256           /* arrays in use whose ends are known (beyond: not known) */
 
 typedef struct big_hdr_s {
   size_t map;  /* length of the mapping the array begins; 0: malloc'd */
@@ -76,6 +80,10 @@ static size_t big_nkept;
  * stays within that most (one snapshot's working set, however many are read one after another),
  * kept ranges that no array took being given back before a new mapping is made. */
 static size_t big_kept_bytes, big_live, big_live_max;
+/* Where the mappings in use end: a kept range that starts at one is that array's room to grow in
+ * place, and is cut from its tail. */
+static char *big_ends[BIG_ENDS_MAX];
+static size_t big_nends;
 
 static size_t big_page(void) {
   long pg = sysconf(_SC_PAGESIZE);
@@ -115,8 +123,8 @@ static void big_trim_locked(void) {
 /* Before `more` bytes of new mappings come into use: gives kept ranges back, the largest first,
  * until kept and in use, with them, stay within the most ever in use (or what is in use then,
  * if that is more). Without it each file of many read one after another left its pieces kept
- * (kept ranges are never merged, so a larger array takes a fresh mapping beside them), and a
- * process reading 12 files held several files' memory. Called with the lock held. */
+ * while the next file's arrays took new mappings beside them, and a process reading 12 files
+ * held several files' memory. Called with the lock held. */
 static void big_bound_locked(size_t more) {
   size_t live = big_live + more, max = big_live_max > live ? big_live_max : live;
   while (big_nkept && big_kept_bytes > max - live) {
@@ -135,6 +143,50 @@ static void big_use_locked(size_t more) {
   if (big_live > big_live_max) big_live_max = big_live;
 }
 
+/* A mapping in use that ended at `was` ends at `now` (NULL: none). Called with the lock held. */
+static void big_end_locked(const char *was, char *now) {
+  for (size_t i = 0; was && i < big_nends; i++)
+    if (big_ends[i] == was) {
+      if (now) big_ends[i] = now;
+      else big_ends[i] = big_ends[--big_nends];
+      return;
+    }
+  if (now && big_nends < BIG_ENDS_MAX) big_ends[big_nends++] = now;
+}
+
+static void big_end(const char *was, char *now) {
+  pthread_mutex_lock(&big_lock);
+  big_end_locked(was, now);
+  pthread_mutex_unlock(&big_lock);
+}
+
+/* Takes len bytes of kept range i into use: its head (the tail stays kept), or, for an array
+ * that may grow (grower), its tail when the range is the room of the array that ends where it
+ * starts (another vector that grows by doubling). Called with the lock held. */
+static char *big_cut_locked(size_t i, size_t len, bool grower) {
+  big_range_t *r = &big_kept[i];
+  bool room = false;
+  for (size_t k = 0; grower && k < big_nends && !room; k++)
+    room = big_ends[k] == r->addr;
+  char *got = room ? r->addr + r->len - len : r->addr;
+  big_kept_bytes -= len;
+  if (r->len == len) big_kept[i] = big_kept[--big_nkept];
+  else if (room) r->len -= len;
+  else r->addr += len, r->len -= len;
+  big_use_locked(len);
+  return got;
+}
+
+/* The smallest kept range of at least len bytes; SIZE_MAX when none is. Called with the lock
+ * held. */
+static size_t big_fit_locked(size_t len) {
+  size_t best = SIZE_MAX;
+  for (size_t i = 0; i < big_nkept; i++)
+    if (big_kept[i].len >= len && (best == SIZE_MAX || big_kept[i].len < big_kept[best].len))
+      best = i;
+  return best;
+}
+
 /* A mapping of len bytes: a kept range when one is large enough (the smallest such; its tail
  * stays kept), else the largest kept range grown by mremap, else a fresh mapping. *dirty: how
  * many bytes from its start may hold old data (the rest reads as zeros). NULL when out of memory.
@@ -145,27 +197,21 @@ static char *big_take(size_t len, size_t *dirty) {
   bool reuse = big_reusing(); /* read before the lock: a first read may warn through the hook */
   pthread_mutex_lock(&big_lock);
   if (!reuse) big_trim_locked();
-  size_t best = SIZE_MAX, largest = SIZE_MAX;
-  for (size_t i = 0; i < big_nkept; i++) {
-    if (big_kept[i].len >= len && (best == SIZE_MAX || big_kept[i].len < big_kept[best].len))
-      best = i;
+  size_t best = big_fit_locked(len), largest = SIZE_MAX;
+  for (size_t i = 0; i < big_nkept; i++)
     if (largest == SIZE_MAX || big_kept[i].len > big_kept[largest].len) largest = i;
-  }
   if (best != SIZE_MAX) {
-    got = big_kept[best].addr;
+    got = big_cut_locked(best, len, false);
+    pthread_mutex_unlock(&big_lock);
     *dirty = len;
-    big_kept_bytes -= len;
-    if (big_kept[best].len > len) {
-      big_kept[best].addr += len;
-      big_kept[best].len -= len;
-    } else {
-      big_kept[best] = big_kept[--big_nkept];
-    }
-  } else if (largest != SIZE_MAX) {
+    return got;
+  }
+  if (largest != SIZE_MAX) {
     big_range_t r = big_kept[largest];
     big_kept[largest] = big_kept[--big_nkept];
     big_kept_bytes -= r.len;
     big_bound_locked(len); /* r itself counts as in use from now on */
+    /* fails (EFAULT) when r spans two of the kernel's mappings: r is given back */
     void *m = mremap(r.addr, r.len, len, MREMAP_MAYMOVE);
     if (m != MAP_FAILED) {
       got = m;
@@ -190,20 +236,37 @@ static char *big_take(size_t len, size_t *dirty) {
   return m;
 }
 
+/* Keeps the range [addr, addr + len), joined with the kept ranges it touches, so that the pieces
+ * a range was cut into are one range again once all are back (the next file's arrays grow to
+ * the sizes the previous one's reached). @return false when the list is full: the caller gives
+ * the range (and what it joined) back. Called with the lock held. */
+static bool big_keep_locked(char **addr, size_t *len) {
+  for (size_t i = 0; i < big_nkept;) {
+    big_range_t r = big_kept[i];
+    if (r.addr + r.len == *addr) {
+      *addr = r.addr;
+    } else if (*addr + *len != r.addr) {
+      i++;
+      continue;
+    }
+    *len += r.len;
+    big_kept_bytes -= r.len;
+    big_kept[i] = big_kept[--big_nkept]; /* index i is looked at again */
+  }
+  if (big_nkept == BIG_KEEP_MAX) return false;
+  big_kept[big_nkept++] = (big_range_t){*addr, *len};
+  big_kept_bytes += *len;
+  return true;
+}
+
 /* Keeps the range [addr, addr + len) for the next array, or gives it back. */
 static void big_give(char *addr, size_t len) {
   bool reuse = big_reusing(), kept = false;
   pthread_mutex_lock(&big_lock);
   big_live -= len;
-  if (reuse) {
-    if (big_nkept < BIG_KEEP_MAX) {
-      big_kept[big_nkept++] = (big_range_t){addr, len};
-      big_kept_bytes += len;
-      kept = true;
-    }
-  } else {
-    big_trim_locked();
-  }
+  big_end_locked(addr + len, NULL);
+  if (reuse) kept = big_keep_locked(&addr, &len);
+  else big_trim_locked();
   pthread_mutex_unlock(&big_lock);
   if (!kept) munmap(addr, len);
 }
@@ -218,6 +281,7 @@ static void *big_alloc(size_t bytes, bool zero) {
   if (!len) return NULL;
   char *m = big_take(len, &dirty);
   if (!m) return NULL;
+  big_end(NULL, m + len);
   big_hdr_t *h = (big_hdr_t *)(void *)m;
   h->map = len;
   h->size = bytes;
@@ -226,32 +290,87 @@ static void *big_alloc(size_t bytes, bool zero) {
   return p;
 }
 
+/* Grows the mapping of h to len bytes from kept ranges, whose pages are resident: into the kept
+ * range that follows it, in place; else by a copy of its bytes into a kept range that fits (one
+ * with room to double again after it, when there is one), its own mapping kept in turn. @return
+ * the array's header, or NULL when no kept range serves. */
+static big_hdr_t *big_grow_kept(big_hdr_t *h, size_t len) {
+  char *end = (char *)h + h->map;
+  size_t more = len - h->map, fit = SIZE_MAX;
+  pthread_mutex_lock(&big_lock);
+  for (size_t i = 0; i < big_nkept; i++)
+    if (big_kept[i].addr == end && big_kept[i].len >= more) {
+      big_kept[i].addr += more; /* its head, whatever the rule of big_cut_locked */
+      big_kept[i].len -= more;
+      big_kept_bytes -= more;
+      if (!big_kept[i].len) big_kept[i] = big_kept[--big_nkept];
+      big_use_locked(more);
+      big_end_locked(end, (char *)h + len);
+      pthread_mutex_unlock(&big_lock);
+      big_advise(h, len);
+      h->map = len;
+      return h;
+    }
+  for (size_t room = 4; room && fit == SIZE_MAX; room /= 2)
+    if (len <= SIZE_MAX / room) fit = big_fit_locked(room * len);
+  char *m = fit == SIZE_MAX ? NULL : big_cut_locked(fit, len, true);
+  if (m) big_end_locked(NULL, m + len);
+  pthread_mutex_unlock(&big_lock);
+  if (!m) return NULL;
+  memcpy(m, h, BIG_HDR + h->size);
+  big_give((char *)h, h->map);
+  h = (big_hdr_t *)(void *)m;
+  h->map = len;
+  return h;
+}
+
+/* Grows the mapping of h to len bytes with new pages: by mremap, or (when h spans two of the
+ * kernel's mappings, kept ranges joined) a new mapping and a copy. @return NULL when out of
+ * memory (h unchanged). */
+static big_hdr_t *big_grow_new(big_hdr_t *h, size_t len) {
+  pthread_mutex_lock(&big_lock);
+  big_bound_locked(len - h->map);
+  big_use_locked(len - h->map);
+  pthread_mutex_unlock(&big_lock);
+  char *was = (char *)h + h->map; /* h may be moved: its header is read before */
+  void *m = mremap(h, h->map, len, MREMAP_MAYMOVE);
+  if (m != MAP_FAILED) {
+    big_end(was, (char *)m + len);
+    big_advise(m, len);
+    h = m;
+    h->map = len;
+    return h;
+  }
+  pthread_mutex_lock(&big_lock);
+  big_live -= len - h->map;
+  pthread_mutex_unlock(&big_lock);
+  size_t dirty;
+  char *n = big_take(len, &dirty);
+  if (!n) return NULL;
+  big_end(NULL, n + len);
+  memcpy(n, h, BIG_HDR + h->size);
+  big_give((char *)h, h->map);
+  h = (big_hdr_t *)(void *)n;
+  h->map = len;
+  return h;
+}
+
 void *ms__big_realloc(void *p, size_t bytes) {
   if (!p) return big_alloc(bytes, false);
   big_hdr_t *h = big_hdr(p);
   if (h->map) {
     size_t len = big_map_len(bytes);
     if (!len) return NULL;
-    if (len <= h->map) {
-      h->size = bytes;
-      return p;
+    if (len > h->map) {
+      /* kept pages first: new ones would each be zeroed by the kernel when first touched while
+       * kept ones stay idle (a second file's vectors, grown by doubling, took every page new) */
+      big_hdr_t *g = big_reusing() ? big_grow_kept(h, len) : NULL;
+      if (!g) g = big_grow_new(h, len);
+      if (!g) return NULL;
+      h = g;
     }
-    pthread_mutex_lock(&big_lock);
-    big_bound_locked(len - h->map);
-    big_use_locked(len - h->map);
-    pthread_mutex_unlock(&big_lock);
-    void *m = mremap(h, h->map, len, MREMAP_MAYMOVE);
-    if (m == MAP_FAILED) {
-      pthread_mutex_lock(&big_lock);
-      big_live -= len - h->map;
-      pthread_mutex_unlock(&big_lock);
-      return NULL;
-    }
-    big_advise(m, len);
-    h = m;
-    h->map = len;
     h->size = bytes;
-    return (char *)m + BIG_HDR;
+    return (char *)h + BIG_HDR;
   }
   if (bytes + BIG_HDR < BIG_MIN) {
     big_hdr_t *n = realloc(h, bytes + BIG_HDR);
