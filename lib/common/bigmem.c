@@ -14,13 +14,16 @@
  * Every array starts BIG_HDR bytes into its block, after a header that says how it was made
  * (a mapping and its length, or malloc) and how many bytes were asked for. A kept range is handed
  * out whole or split: the head is the new array, the tail stays kept; a range given back is
- * joined with the kept ranges it touches. A mapping grows into kept pages first: into the kept
- * range right after it (in place), else by a copy into a kept range that fits; only when none
- * does, by mremap (the pages move, nothing is copied, the new ones are fresh). A range joined
- * from pieces may span two of the kernel's mappings, which mremap refuses: then a new mapping
- * and a copy. Thread-safe: the kept list has a lock. Off Linux (no mremap) every array is
- * malloc's.
+ * joined with the kept ranges it touches, so that the pieces of one mapping become one range
+ * again. A mapping grows into the kept range right after it when there is one (in place);
+ * else by mremap (its pages move, nothing is copied), the new part then filled with kept pages
+ * moved there (mremap again), so that a second file read after a first (compare's two sides)
+ * takes the first one's pages rather than fresh ones. A range joined from pieces, or filled in,
+ * may span several of the kernel's mappings, which mremap cannot grow: such a mapping moves to a
+ * new one part by part. Thread-safe: the kept list has a lock. Off Linux (no mremap) every array
+ * is malloc's.
  */
+#include <errno.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -45,7 +48,6 @@
 #define BIG_MIN ((size_t)1 << 20)  /* smaller arrays are malloc's */
 #define BIG_HUGE ((size_t)4 << 20) /* fresh mappings this large get huge-page advice */
 #define BIG_KEEP_MAX 64            /* kept ranges; a free beyond them is given back */
-#define BIG_ENDS_MAX 256           /* arrays in use whose ends are known (beyond: not known) */
 
 typedef struct big_hdr_s {
   size_t map;  /* length of the mapping the array begins; 0: malloc'd */
@@ -80,10 +82,6 @@ static size_t big_nkept;
  * stays within that most (one snapshot's working set, however many are read one after another),
  * kept ranges that no array took being given back before a new mapping is made. */
 static size_t big_kept_bytes, big_live, big_live_max;
-/* Where the mappings in use end: a kept range that starts at one is that array's room to grow in
- * place, and is cut from its tail. */
-static char *big_ends[BIG_ENDS_MAX];
-static size_t big_nends;
 
 static size_t big_page(void) {
   long pg = sysconf(_SC_PAGESIZE);
@@ -143,36 +141,17 @@ static void big_use_locked(size_t more) {
   if (big_live > big_live_max) big_live_max = big_live;
 }
 
-/* A mapping in use that ended at `was` ends at `now` (NULL: none). Called with the lock held. */
-static void big_end_locked(const char *was, char *now) {
-  for (size_t i = 0; was && i < big_nends; i++)
-    if (big_ends[i] == was) {
-      if (now) big_ends[i] = now;
-      else big_ends[i] = big_ends[--big_nends];
-      return;
-    }
-  if (now && big_nends < BIG_ENDS_MAX) big_ends[big_nends++] = now;
-}
-
-static void big_end(const char *was, char *now) {
-  pthread_mutex_lock(&big_lock);
-  big_end_locked(was, now);
-  pthread_mutex_unlock(&big_lock);
-}
-
-/* Takes len bytes of kept range i into use: its head (the tail stays kept), or, for an array
- * that may grow (grower), its tail when the range is the room of the array that ends where it
- * starts (another vector that grows by doubling). Called with the lock held. */
-static char *big_cut_locked(size_t i, size_t len, bool grower) {
-  big_range_t *r = &big_kept[i];
-  bool room = false;
-  for (size_t k = 0; grower && k < big_nends && !room; k++)
-    room = big_ends[k] == r->addr;
-  char *got = room ? r->addr + r->len - len : r->addr;
+/* Takes len bytes from the head of kept range i (its tail stays kept) into use. Called with the
+ * lock held. */
+static char *big_cut_locked(size_t i, size_t len) {
+  char *got = big_kept[i].addr;
   big_kept_bytes -= len;
-  if (r->len == len) big_kept[i] = big_kept[--big_nkept];
-  else if (room) r->len -= len;
-  else r->addr += len, r->len -= len;
+  if (big_kept[i].len > len) {
+    big_kept[i].addr += len;
+    big_kept[i].len -= len;
+  } else {
+    big_kept[i] = big_kept[--big_nkept];
+  }
   big_use_locked(len);
   return got;
 }
@@ -187,10 +166,42 @@ static size_t big_fit_locked(size_t len) {
   return best;
 }
 
+/* Moves the pages of [src, src + n) to dst, replacing what is mapped there (both page-aligned):
+ * one mremap for a part within one of the kernel's mappings, halves of a part that spans two.
+ * @return the bytes moved from src's start (the rest stays where it was). */
+static size_t big_move(char *src, char *dst, size_t n, size_t pg) {
+  if (mremap(src, n, n, MREMAP_MAYMOVE | MREMAP_FIXED, dst) != MAP_FAILED) return n;
+  if (errno != EFAULT || n < 2 * pg) return 0;
+  size_t half = (n / 2) & ~(pg - 1), done = big_move(src, dst, half, pg);
+  return done < half ? done : half + big_move(src + half, dst + half, n - half, pg);
+}
+
+/* Fills [dst, dst + n), new pages of a mapping just grown, with the pages of kept ranges (their
+ * heads, the largest range first), which are resident: no page there is zeroed by the kernel
+ * then. @return the bytes filled from dst's start. Called with the lock held. */
+static size_t big_fill_locked(char *dst, size_t n) {
+  size_t pg = big_page(), filled = 0;
+  while (filled < n && big_nkept) {
+    size_t i = 0;
+    for (size_t k = 1; k < big_nkept; k++)
+      if (big_kept[k].len > big_kept[i].len) i = k;
+    big_range_t *r = &big_kept[i];
+    size_t want = r->len < n - filled ? r->len : n - filled;
+    size_t got = big_move(r->addr, dst + filled, want, pg);
+    big_kept_bytes -= got;
+    r->addr += got;
+    r->len -= got;
+    if (!r->len) big_kept[i] = big_kept[--big_nkept];
+    filled += got;
+    if (got < want) break; /* a part that would not move */
+  }
+  return filled;
+}
+
 /* A mapping of len bytes: a kept range when one is large enough (the smallest such; its tail
- * stays kept), else the largest kept range grown by mremap, else a fresh mapping. *dirty: how
- * many bytes from its start may hold old data (the rest reads as zeros). NULL when out of memory.
- */
+ * stays kept), else the largest kept range grown by mremap and filled with the other kept
+ * ranges' pages, else a fresh mapping. *dirty: how many bytes from its start may hold old data
+ * (the rest reads as zeros). NULL when out of memory. */
 static char *big_take(size_t len, size_t *dirty) {
   *dirty = 0;
   char *got = NULL;
@@ -201,7 +212,7 @@ static char *big_take(size_t len, size_t *dirty) {
   for (size_t i = 0; i < big_nkept; i++)
     if (largest == SIZE_MAX || big_kept[i].len > big_kept[largest].len) largest = i;
   if (best != SIZE_MAX) {
-    got = big_cut_locked(best, len, false);
+    got = big_cut_locked(best, len);
     pthread_mutex_unlock(&big_lock);
     *dirty = len;
     return got;
@@ -210,12 +221,11 @@ static char *big_take(size_t len, size_t *dirty) {
     big_range_t r = big_kept[largest];
     big_kept[largest] = big_kept[--big_nkept];
     big_kept_bytes -= r.len;
-    big_bound_locked(len); /* r itself counts as in use from now on */
     /* fails (EFAULT) when r spans two of the kernel's mappings: r is given back */
     void *m = mremap(r.addr, r.len, len, MREMAP_MAYMOVE);
     if (m != MAP_FAILED) {
       got = m;
-      *dirty = r.len;
+      *dirty = r.len + big_fill_locked(got + r.len, len - r.len);
       big_advise(m, len);
     } else {
       munmap(r.addr, r.len);
@@ -223,6 +233,7 @@ static char *big_take(size_t len, size_t *dirty) {
   }
   if (!got) big_bound_locked(len);
   big_use_locked(len); /* a failed mmap below gives it back */
+  if (got) big_bound_locked(0);
   pthread_mutex_unlock(&big_lock);
   if (got) return got;
   void *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -259,16 +270,34 @@ static bool big_keep_locked(char **addr, size_t *len) {
   return true;
 }
 
-/* Keeps the range [addr, addr + len) for the next array, or gives it back. */
+/* The bytes of [addr, addr + len) up to the end of its last resident page: past it, pages were
+ * never touched (a vector's room it did not fill), and kept they would hand the next array
+ * fresh pages as if they were resident. len when it cannot be known. */
+static size_t big_resident(char *addr, size_t len) {
+  size_t pg = big_page(), end = len / pg;
+  unsigned char v[1024];
+  while (end) {
+    size_t k = end < sizeof v ? end : sizeof v;
+    if (mincore(addr + (end - k) * pg, k * pg, v) != 0) return len;
+    for (size_t i = k; i-- > 0;)
+      if (v[i] & 1) return (end - k + i + 1) * pg;
+    end -= k;
+  }
+  return 0;
+}
+
+/* Keeps the range [addr, addr + len) for the next array (its resident part: the rest is given
+ * back), or gives it back. */
 static void big_give(char *addr, size_t len) {
   bool reuse = big_reusing(), kept = false;
+  size_t keep = reuse ? big_resident(addr, len) : 0;
+  if (keep < len) munmap(addr + keep, len - keep);
   pthread_mutex_lock(&big_lock);
   big_live -= len;
-  big_end_locked(addr + len, NULL);
-  if (reuse) kept = big_keep_locked(&addr, &len);
-  else big_trim_locked();
+  if (keep) kept = big_keep_locked(&addr, &keep);
+  if (!reuse) big_trim_locked();
   pthread_mutex_unlock(&big_lock);
-  if (!kept) munmap(addr, len);
+  if (keep && !kept) munmap(addr, keep);
 }
 
 static void *big_alloc(size_t bytes, bool zero) {
@@ -281,7 +310,6 @@ static void *big_alloc(size_t bytes, bool zero) {
   if (!len) return NULL;
   char *m = big_take(len, &dirty);
   if (!m) return NULL;
-  big_end(NULL, m + len);
   big_hdr_t *h = (big_hdr_t *)(void *)m;
   h->map = len;
   h->size = bytes;
@@ -290,67 +318,53 @@ static void *big_alloc(size_t bytes, bool zero) {
   return p;
 }
 
-/* Grows the mapping of h to len bytes from kept ranges, whose pages are resident: into the kept
- * range that follows it, in place; else by a copy of its bytes into a kept range that fits (one
- * with room to double again after it, when there is one), its own mapping kept in turn. @return
- * the array's header, or NULL when no kept range serves. */
-static big_hdr_t *big_grow_kept(big_hdr_t *h, size_t len) {
+/* Grows the mapping of h to len bytes into the kept range that follows it, in place. @return
+ * whether one did. */
+static bool big_grow_in_place(big_hdr_t *h, size_t len) {
   char *end = (char *)h + h->map;
-  size_t more = len - h->map, fit = SIZE_MAX;
+  size_t more = len - h->map;
+  bool grown = false;
   pthread_mutex_lock(&big_lock);
-  for (size_t i = 0; i < big_nkept; i++)
+  for (size_t i = 0; i < big_nkept && !grown; i++)
     if (big_kept[i].addr == end && big_kept[i].len >= more) {
-      big_kept[i].addr += more; /* its head, whatever the rule of big_cut_locked */
-      big_kept[i].len -= more;
-      big_kept_bytes -= more;
-      if (!big_kept[i].len) big_kept[i] = big_kept[--big_nkept];
-      big_use_locked(more);
-      big_end_locked(end, (char *)h + len);
-      pthread_mutex_unlock(&big_lock);
-      big_advise(h, len);
-      h->map = len;
-      return h;
+      big_cut_locked(i, more);
+      grown = true;
     }
-  for (size_t room = 4; room && fit == SIZE_MAX; room /= 2)
-    if (len <= SIZE_MAX / room) fit = big_fit_locked(room * len);
-  char *m = fit == SIZE_MAX ? NULL : big_cut_locked(fit, len, true);
-  if (m) big_end_locked(NULL, m + len);
   pthread_mutex_unlock(&big_lock);
-  if (!m) return NULL;
-  memcpy(m, h, BIG_HDR + h->size);
-  big_give((char *)h, h->map);
-  h = (big_hdr_t *)(void *)m;
-  h->map = len;
-  return h;
+  if (grown) {
+    big_advise(h, len);
+    h->map = len;
+  }
+  return grown;
 }
 
-/* Grows the mapping of h to len bytes with new pages: by mremap, or (when h spans two of the
- * kernel's mappings, kept ranges joined) a new mapping and a copy. @return NULL when out of
- * memory (h unchanged). */
-static big_hdr_t *big_grow_new(big_hdr_t *h, size_t len) {
+/* Grows the mapping of h to len bytes elsewhere, its new part filled with kept pages as far as
+ * they go: by mremap, or, when h spans two of the kernel's mappings (kept ranges joined or
+ * filled in), into a new mapping by moving its pages there part by part. @return its header;
+ * NULL when out of memory (h unchanged). */
+static big_hdr_t *big_grow_moved(big_hdr_t *h, size_t len) {
+  size_t old = h->map;
   pthread_mutex_lock(&big_lock);
-  big_bound_locked(len - h->map);
-  big_use_locked(len - h->map);
-  pthread_mutex_unlock(&big_lock);
-  char *was = (char *)h + h->map; /* h may be moved: its header is read before */
-  void *m = mremap(h, h->map, len, MREMAP_MAYMOVE);
-  if (m != MAP_FAILED) {
-    big_end(was, (char *)m + len);
-    big_advise(m, len);
-    h = m;
-    h->map = len;
-    return h;
+  big_use_locked(len - old);
+  char *m = mremap(h, old, len, MREMAP_MAYMOVE);
+  if (m == MAP_FAILED) {
+    m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) {
+      big_live -= len - old;
+      pthread_mutex_unlock(&big_lock);
+      return NULL;
+    }
+    size_t moved = big_move((char *)h, m, old, big_page());
+    if (moved < old) { /* (a part that would not move is copied) */
+      memcpy(m + moved, (char *)h + moved, old - moved);
+      munmap((char *)h + moved, old - moved);
+    }
   }
-  pthread_mutex_lock(&big_lock);
-  big_live -= len - h->map;
+  big_fill_locked(m + old, len - old);
+  big_bound_locked(0);
   pthread_mutex_unlock(&big_lock);
-  size_t dirty;
-  char *n = big_take(len, &dirty);
-  if (!n) return NULL;
-  big_end(NULL, n + len);
-  memcpy(n, h, BIG_HDR + h->size);
-  big_give((char *)h, h->map);
-  h = (big_hdr_t *)(void *)n;
+  big_advise(m, len);
+  h = (big_hdr_t *)(void *)m;
   h->map = len;
   return h;
 }
@@ -361,11 +375,8 @@ void *ms__big_realloc(void *p, size_t bytes) {
   if (h->map) {
     size_t len = big_map_len(bytes);
     if (!len) return NULL;
-    if (len > h->map) {
-      /* kept pages first: new ones would each be zeroed by the kernel when first touched while
-       * kept ones stay idle (a second file's vectors, grown by doubling, took every page new) */
-      big_hdr_t *g = big_reusing() ? big_grow_kept(h, len) : NULL;
-      if (!g) g = big_grow_new(h, len);
+    if (len > h->map && !big_grow_in_place(h, len)) {
+      big_hdr_t *g = big_grow_moved(h, len);
       if (!g) return NULL;
       h = g;
     }
