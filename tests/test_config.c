@@ -966,6 +966,103 @@ Test(bigmem, realloc_keeps_contents_across_kinds_and_sizes) {
   }
 }
 
+#ifdef MADV_NOHUGEPAGE
+/* Only the resident part of a mapping is kept: past its last touched page, its pages go back
+ * (kept, they would be fresh pages for the next array, counted as if they were not). */
+Test(bigmem, reuse_on_keeps_only_the_pages_an_array_touched) {
+  ms_option_set(MS_OPTION_REUSE_MEMORY, 1);
+  unsigned char *a = ms__big_malloc(16 * BM_MIB);
+  cr_assert_not_null(a);
+  cr_assert_eq(madvise(a - 64, 16 * BM_MIB, MADV_NOHUGEPAGE), 0); /* 4 KiB pages: exact */
+  memset(a, 1, 4 * BM_MIB + 64);
+  ms__big_free(a);
+  size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+  cr_assert(bm_mapped(a, 4 * BM_MIB + 64), "the touched part, kept");
+  cr_assert(!bm_mapped(a + 4 * BM_MIB + pg, pg), "past it, given back");
+}
+#endif
+
+/* Pieces of one kept range, given back, are one range again: an array of the whole size takes
+ * it at the same address. */
+Test(bigmem, reuse_on_joins_the_pieces_of_a_kept_range) {
+  ms_option_set(MS_OPTION_REUSE_MEMORY, 1);
+  unsigned char *a = ms__big_malloc(8 * BM_MIB);
+  cr_assert_not_null(a);
+  memset(a, 1, 8 * BM_MIB);
+  ms__big_free(a);
+  unsigned char *p[4];
+  for (int i = 0; i < 4; i++) {
+    p[i] = ms__big_malloc(2 * BM_MIB - 64); /* mappings of 2 MiB exactly, header included */
+    cr_assert_eq(p[i], a + (size_t)i * 2 * BM_MIB, "piece %d from the kept range, in order", i);
+  }
+  int order[4] = {2, 0, 3, 1};
+  for (int i = 0; i < 4; i++) ms__big_free(p[order[i]]);
+  unsigned char *b = ms__big_malloc(8 * BM_MIB);
+  cr_assert_eq(b, a, "the joined range");
+  cr_assert(bm_all(b, 2 * BM_MIB - 64, 1), "its pages, not new ones (up to the next header)");
+  ms__big_free(b);
+}
+
+/* A vector grows into the kept range that follows it, in place, without new pages; when none
+ * follows, it moves (mremap) and its new part takes the pages of a kept range, not new ones. */
+Test(bigmem, reuse_on_grows_into_kept_pages) {
+  ms_option_set(MS_OPTION_REUSE_MEMORY, 1);
+  unsigned char *a = ms__big_malloc(16 * BM_MIB);
+  cr_assert_not_null(a);
+  memset(a, 7, 16 * BM_MIB);
+  ms__big_free(a);
+  size_t pg = (size_t)sysconf(_SC_PAGESIZE); /* a mapping: the array, its header, a page's end */
+  unsigned char *v = ms__big_malloc(2 * BM_MIB);
+  cr_assert_eq(v, a, "the kept range's head");
+  memset(v, 3, 2 * BM_MIB);
+  unsigned char *w = ms__big_realloc(v, 8 * BM_MIB);
+  cr_assert_eq(w, v, "in place");
+  cr_assert(bm_all(w, 2 * BM_MIB, 3), "its bytes");
+  cr_assert(bm_all(w + 2 * BM_MIB, 6 * BM_MIB, 7), "the kept pages that followed it");
+  unsigned char *x = ms__big_malloc(4 * BM_MIB); /* the next piece: w can no longer grow there */
+  cr_assert_eq(x, a + 8 * BM_MIB + pg, "right after w");
+  unsigned char *k = ms__big_malloc(32 * BM_MIB); /* the largest kept range once freed */
+  cr_assert_not_null(k);
+  memset(k, 9, 32 * BM_MIB);
+  ms__big_free(k);
+  memset(w, 5, 8 * BM_MIB);
+  unsigned char *y = ms__big_realloc(w, 12 * BM_MIB);
+  cr_assert_not_null(y);
+  cr_assert(bm_all(y, 8 * BM_MIB, 5), "its bytes, moved");
+  /* its mapping's new part begins at y - 64 + 8 MiB + a page: k's mapping (header, then 9s) */
+  cr_assert(bm_all(y + 8 * BM_MIB + pg, 4 * BM_MIB - pg, 9), "the kept range's pages");
+  cr_assert(!bm_mapped(k + BM_MIB, 1), "moved away from where k was kept");
+  ms__big_free(x);
+  ms__big_free(y);
+}
+
+#ifdef MADV_NOHUGEPAGE
+/* A kept range joined from pieces of two of the kernel's mappings (here: one piece advised apart,
+ * so that the kernel splits the mapping), which mremap cannot grow: the array moves into a new
+ * mapping, its bytes copied. */
+Test(bigmem, reuse_on_grows_an_array_that_spans_two_mappings) {
+  ms_option_set(MS_OPTION_REUSE_MEMORY, 1);
+  unsigned char *a = ms__big_malloc(8 * BM_MIB - 64);
+  cr_assert_not_null(a);
+  memset(a, 1, 8 * BM_MIB - 64);
+  ms__big_free(a);
+  unsigned char *head = ms__big_malloc(2 * BM_MIB - 64);
+  cr_assert_eq(head, a);
+  cr_assert_eq(madvise(head - 64, 2 * BM_MIB, MADV_NOHUGEPAGE), 0);
+  ms__big_free(head);
+  uint32_t *v = ms__big_malloc(8 * BM_MIB - 64); /* the joined range: two mappings */
+  cr_assert_eq((void *)v, (void *)a);
+  size_t n = (8 * BM_MIB - 64) / sizeof *v;
+  for (size_t i = 0; i < n; i++) v[i] = (uint32_t)i * 2654435761u;
+  uint32_t *w = ms__big_realloc(v, 64 * BM_MIB);
+  cr_assert_not_null(w);
+  for (size_t i = 0; i < n; i++)
+    cr_assert_eq(w[i], (uint32_t)i * 2654435761u, "at %zu", i);
+  memset(w + n, 0, 64 * BM_MIB - n * sizeof *v);
+  ms__big_free(w);
+}
+#endif
+
 static void *bm_thread(void *arg) {
   unsigned seed = (unsigned)(uintptr_t)arg;
   for (int it = 0; it < 200; it++) {

@@ -90,3 +90,54 @@ Test(snapbuild, names_round_trip) {
   cr_assert_eq(ms_block_state_parse("active_pending_free"), MS_BLOCK_ACTIVE_PENDING_FREE);
   cr_assert_eq(ms_block_state_parse("active_awaiting_free"), MS_BLOCK_STATE_OTHER);
 }
+
+/* ---- the big tables' pages (common/internal.h, "bigmem.c") ---------------------------------- */
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "common/internal.h"
+#include "memsnap/options.h"
+
+/* Whether the page of p is mapped (mincore fails with ENOMEM on a hole). */
+static bool sb_mapped(const void *p) {
+  size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+  unsigned char v;
+  return mincore((void *)((uintptr_t)p & ~(uintptr_t)(pg - 1)), 1, &v) == 0;
+}
+
+/* A snapshot of n trace entries, made by the builder. */
+static ms_snapshot_t *sb_trace_snapshot(size_t n) {
+  ms__snapbuild_t b;
+  ms__snapbuild_init(&b);
+  for (size_t i = 0; i < n; i++) {
+    ms_snap_trace_t t = {0};
+    t.action = MS_TRACE_ALLOC;
+    t.addr = 0x1000 * (i + 1);
+    t.size = 512;
+    t.stack = MS_SNAP_NO_STACK;
+    cr_assert_eq(ms__snapbuild_add_trace(&b, &t), MS_OK);
+  }
+  ms_snapshot_t *s = NULL;
+  cr_assert_eq(ms__snapbuild_finish(&b, &s, NULL), MS_OK);
+  cr_assert_eq(s->ntrace, n);
+  return s;
+}
+
+/* The trace of a snapshot made by the builder is a big array: freed with the snapshot, its pages
+ * are kept for the next file's tables when the process reuses memory, and given back otherwise. */
+Test(snapbuild, the_trace_pages_are_kept_for_the_next_file) {
+  ms_option_set(MS_OPTION_REUSE_MEMORY, 1);
+  enum { N = 16 << 13 }; /* a vector's capacity exactly (from 16, doubled): every page written */
+  ms_snapshot_t *s = sb_trace_snapshot(N);
+  const ms_snap_trace_t *t = s->trace;
+  cr_assert_eq(t[N - 1].addr, 0x1000 * (uint64_t)N);
+  ms_snapshot_free(s);
+  cr_assert(sb_mapped(t), "kept");
+  ms_snapshot_t *s2 = sb_trace_snapshot(N);
+  cr_assert_eq(s2->trace, t, "the next snapshot's trace takes the same pages");
+  cr_assert_eq(s2->trace[5].addr, 0x6000);
+  ms_option_set(MS_OPTION_REUSE_MEMORY, 0);
+  ms_snapshot_free(s2);
+  cr_assert(!sb_mapped(t), "given back");
+}

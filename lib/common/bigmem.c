@@ -12,12 +12,18 @@
  * free() would give it.
  *
  * Every array starts BIG_HDR bytes into its block, after a header that says how it was made
- * (a mapping and its length, or malloc) and how many bytes were asked for. Growth of a mapping is
- * mremap (the pages move, nothing is copied). A kept mapping is handed out whole or split: the
- * head is the new array, the tail stays kept; kept mappings are never merged, so that every kept
- * range lies within one of the kernel's mappings and mremap may move it. Thread-safe: the kept
- * list has a lock. Off Linux (no mremap) every array is malloc's.
+ * (a mapping and its length, or malloc) and how many bytes were asked for. A kept range is handed
+ * out whole or split: the head is the new array, the tail stays kept; a range given back is
+ * joined with the kept ranges it touches, so that the pieces of one mapping become one range
+ * again. A mapping grows into the kept range right after it when there is one (in place);
+ * else by mremap (its pages move, nothing is copied), the new part then filled with kept pages
+ * moved there (mremap again), so that a second file read after a first (compare's two sides)
+ * takes the first one's pages rather than fresh ones. A range joined from pieces, or filled in,
+ * may span several of the kernel's mappings, which mremap cannot grow: such a mapping moves to a
+ * new one part by part. Thread-safe: the kept list has a lock. Off Linux (no mremap) every array
+ * is malloc's.
  */
+#include <errno.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -115,8 +121,8 @@ static void big_trim_locked(void) {
 /* Before `more` bytes of new mappings come into use: gives kept ranges back, the largest first,
  * until kept and in use, with them, stay within the most ever in use (or what is in use then,
  * if that is more). Without it each file of many read one after another left its pieces kept
- * (kept ranges are never merged, so a larger array takes a fresh mapping beside them), and a
- * process reading 12 files held several files' memory. Called with the lock held. */
+ * while the next file's arrays took new mappings beside them, and a process reading 12 files
+ * held several files' memory. Called with the lock held. */
 static void big_bound_locked(size_t more) {
   size_t live = big_live + more, max = big_live_max > live ? big_live_max : live;
   while (big_nkept && big_kept_bytes > max - live) {
@@ -135,41 +141,91 @@ static void big_use_locked(size_t more) {
   if (big_live > big_live_max) big_live_max = big_live;
 }
 
+/* Takes len bytes from the head of kept range i (its tail stays kept) into use. Called with the
+ * lock held. */
+static char *big_cut_locked(size_t i, size_t len) {
+  char *got = big_kept[i].addr;
+  big_kept_bytes -= len;
+  if (big_kept[i].len > len) {
+    big_kept[i].addr += len;
+    big_kept[i].len -= len;
+  } else {
+    big_kept[i] = big_kept[--big_nkept];
+  }
+  big_use_locked(len);
+  return got;
+}
+
+/* The smallest kept range of at least len bytes; SIZE_MAX when none is. Called with the lock
+ * held. */
+static size_t big_fit_locked(size_t len) {
+  size_t best = SIZE_MAX;
+  for (size_t i = 0; i < big_nkept; i++)
+    if (big_kept[i].len >= len && (best == SIZE_MAX || big_kept[i].len < big_kept[best].len))
+      best = i;
+  return best;
+}
+
+/* Moves the pages of [src, src + n) to dst, replacing what is mapped there (both page-aligned):
+ * one mremap for a part within one of the kernel's mappings, halves of a part that spans two.
+ * @return the bytes moved from src's start (the rest stays where it was). */
+static size_t big_move(char *src, char *dst, size_t n, size_t pg) {
+  if (mremap(src, n, n, MREMAP_MAYMOVE | MREMAP_FIXED, dst) != MAP_FAILED) return n;
+  if (errno != EFAULT || n < 2 * pg) return 0;
+  size_t half = (n / 2) & ~(pg - 1), done = big_move(src, dst, half, pg);
+  return done < half ? done : half + big_move(src + half, dst + half, n - half, pg);
+}
+
+/* Fills [dst, dst + n), new pages of a mapping just grown, with the pages of kept ranges (their
+ * heads, the largest range first), which are resident: no page there is zeroed by the kernel
+ * then. @return the bytes filled from dst's start. Called with the lock held. */
+static size_t big_fill_locked(char *dst, size_t n) {
+  size_t pg = big_page(), filled = 0;
+  while (filled < n && big_nkept) {
+    size_t i = 0;
+    for (size_t k = 1; k < big_nkept; k++)
+      if (big_kept[k].len > big_kept[i].len) i = k;
+    big_range_t *r = &big_kept[i];
+    size_t want = r->len < n - filled ? r->len : n - filled;
+    size_t got = big_move(r->addr, dst + filled, want, pg);
+    big_kept_bytes -= got;
+    r->addr += got;
+    r->len -= got;
+    if (!r->len) big_kept[i] = big_kept[--big_nkept];
+    filled += got;
+    if (got < want) break; /* a part that would not move */
+  }
+  return filled;
+}
+
 /* A mapping of len bytes: a kept range when one is large enough (the smallest such; its tail
- * stays kept), else the largest kept range grown by mremap, else a fresh mapping. *dirty: how
- * many bytes from its start may hold old data (the rest reads as zeros). NULL when out of memory.
- */
+ * stays kept), else the largest kept range grown by mremap and filled with the other kept
+ * ranges' pages, else a fresh mapping. *dirty: how many bytes from its start may hold old data
+ * (the rest reads as zeros). NULL when out of memory. */
 static char *big_take(size_t len, size_t *dirty) {
   *dirty = 0;
   char *got = NULL;
   bool reuse = big_reusing(); /* read before the lock: a first read may warn through the hook */
   pthread_mutex_lock(&big_lock);
   if (!reuse) big_trim_locked();
-  size_t best = SIZE_MAX, largest = SIZE_MAX;
-  for (size_t i = 0; i < big_nkept; i++) {
-    if (big_kept[i].len >= len && (best == SIZE_MAX || big_kept[i].len < big_kept[best].len))
-      best = i;
+  size_t best = big_fit_locked(len), largest = SIZE_MAX;
+  for (size_t i = 0; i < big_nkept; i++)
     if (largest == SIZE_MAX || big_kept[i].len > big_kept[largest].len) largest = i;
-  }
   if (best != SIZE_MAX) {
-    got = big_kept[best].addr;
+    got = big_cut_locked(best, len);
+    pthread_mutex_unlock(&big_lock);
     *dirty = len;
-    big_kept_bytes -= len;
-    if (big_kept[best].len > len) {
-      big_kept[best].addr += len;
-      big_kept[best].len -= len;
-    } else {
-      big_kept[best] = big_kept[--big_nkept];
-    }
-  } else if (largest != SIZE_MAX) {
+    return got;
+  }
+  if (largest != SIZE_MAX) {
     big_range_t r = big_kept[largest];
     big_kept[largest] = big_kept[--big_nkept];
     big_kept_bytes -= r.len;
-    big_bound_locked(len); /* r itself counts as in use from now on */
+    /* fails (EFAULT) when r spans two of the kernel's mappings: r is given back */
     void *m = mremap(r.addr, r.len, len, MREMAP_MAYMOVE);
     if (m != MAP_FAILED) {
       got = m;
-      *dirty = r.len;
+      *dirty = r.len + big_fill_locked(got + r.len, len - r.len);
       big_advise(m, len);
     } else {
       munmap(r.addr, r.len);
@@ -177,6 +233,7 @@ static char *big_take(size_t len, size_t *dirty) {
   }
   if (!got) big_bound_locked(len);
   big_use_locked(len); /* a failed mmap below gives it back */
+  if (got) big_bound_locked(0);
   pthread_mutex_unlock(&big_lock);
   if (got) return got;
   void *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -190,22 +247,57 @@ static char *big_take(size_t len, size_t *dirty) {
   return m;
 }
 
-/* Keeps the range [addr, addr + len) for the next array, or gives it back. */
+/* Keeps the range [addr, addr + len), joined with the kept ranges it touches, so that the pieces
+ * a range was cut into are one range again once all are back (the next file's arrays grow to
+ * the sizes the previous one's reached). @return false when the list is full: the caller gives
+ * the range (and what it joined) back. Called with the lock held. */
+static bool big_keep_locked(char **addr, size_t *len) {
+  for (size_t i = 0; i < big_nkept;) {
+    big_range_t r = big_kept[i];
+    if (r.addr + r.len == *addr) {
+      *addr = r.addr;
+    } else if (*addr + *len != r.addr) {
+      i++;
+      continue;
+    }
+    *len += r.len;
+    big_kept_bytes -= r.len;
+    big_kept[i] = big_kept[--big_nkept]; /* index i is looked at again */
+  }
+  if (big_nkept == BIG_KEEP_MAX) return false;
+  big_kept[big_nkept++] = (big_range_t){*addr, *len};
+  big_kept_bytes += *len;
+  return true;
+}
+
+/* The bytes of [addr, addr + len) up to the end of its last resident page: past it, pages were
+ * never touched (a vector's room it did not fill), and kept they would hand the next array
+ * fresh pages as if they were resident. len when it cannot be known. */
+static size_t big_resident(char *addr, size_t len) {
+  size_t pg = big_page(), end = len / pg;
+  unsigned char v[1024];
+  while (end) {
+    size_t k = end < sizeof v ? end : sizeof v;
+    if (mincore(addr + (end - k) * pg, k * pg, v) != 0) return len;
+    for (size_t i = k; i-- > 0;)
+      if (v[i] & 1) return (end - k + i + 1) * pg;
+    end -= k;
+  }
+  return 0;
+}
+
+/* Keeps the range [addr, addr + len) for the next array (its resident part: the rest is given
+ * back), or gives it back. */
 static void big_give(char *addr, size_t len) {
   bool reuse = big_reusing(), kept = false;
+  size_t keep = reuse ? big_resident(addr, len) : 0;
+  if (keep < len) munmap(addr + keep, len - keep);
   pthread_mutex_lock(&big_lock);
   big_live -= len;
-  if (reuse) {
-    if (big_nkept < BIG_KEEP_MAX) {
-      big_kept[big_nkept++] = (big_range_t){addr, len};
-      big_kept_bytes += len;
-      kept = true;
-    }
-  } else {
-    big_trim_locked();
-  }
+  if (keep) kept = big_keep_locked(&addr, &keep);
+  if (!reuse) big_trim_locked();
   pthread_mutex_unlock(&big_lock);
-  if (!kept) munmap(addr, len);
+  if (keep && !kept) munmap(addr, keep);
 }
 
 static void *big_alloc(size_t bytes, bool zero) {
@@ -226,32 +318,70 @@ static void *big_alloc(size_t bytes, bool zero) {
   return p;
 }
 
+/* Grows the mapping of h to len bytes into the kept range that follows it, in place. @return
+ * whether one did. */
+static bool big_grow_in_place(big_hdr_t *h, size_t len) {
+  char *end = (char *)h + h->map;
+  size_t more = len - h->map;
+  bool grown = false;
+  pthread_mutex_lock(&big_lock);
+  for (size_t i = 0; i < big_nkept && !grown; i++)
+    if (big_kept[i].addr == end && big_kept[i].len >= more) {
+      big_cut_locked(i, more);
+      grown = true;
+    }
+  pthread_mutex_unlock(&big_lock);
+  if (grown) {
+    big_advise(h, len);
+    h->map = len;
+  }
+  return grown;
+}
+
+/* Grows the mapping of h to len bytes elsewhere, its new part filled with kept pages as far as
+ * they go: by mremap, or, when h spans two of the kernel's mappings (kept ranges joined or
+ * filled in), into a new mapping by moving its pages there part by part. @return its header;
+ * NULL when out of memory (h unchanged). */
+static big_hdr_t *big_grow_moved(big_hdr_t *h, size_t len) {
+  size_t old = h->map;
+  pthread_mutex_lock(&big_lock);
+  big_use_locked(len - old);
+  char *m = mremap(h, old, len, MREMAP_MAYMOVE);
+  if (m == MAP_FAILED) {
+    m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) {
+      big_live -= len - old;
+      pthread_mutex_unlock(&big_lock);
+      return NULL;
+    }
+    size_t moved = big_move((char *)h, m, old, big_page());
+    if (moved < old) { /* (a part that would not move is copied) */
+      memcpy(m + moved, (char *)h + moved, old - moved);
+      munmap((char *)h + moved, old - moved);
+    }
+  }
+  big_fill_locked(m + old, len - old);
+  big_bound_locked(0);
+  pthread_mutex_unlock(&big_lock);
+  big_advise(m, len);
+  h = (big_hdr_t *)(void *)m;
+  h->map = len;
+  return h;
+}
+
 void *ms__big_realloc(void *p, size_t bytes) {
   if (!p) return big_alloc(bytes, false);
   big_hdr_t *h = big_hdr(p);
   if (h->map) {
     size_t len = big_map_len(bytes);
     if (!len) return NULL;
-    if (len <= h->map) {
-      h->size = bytes;
-      return p;
+    if (len > h->map && !big_grow_in_place(h, len)) {
+      big_hdr_t *g = big_grow_moved(h, len);
+      if (!g) return NULL;
+      h = g;
     }
-    pthread_mutex_lock(&big_lock);
-    big_bound_locked(len - h->map);
-    big_use_locked(len - h->map);
-    pthread_mutex_unlock(&big_lock);
-    void *m = mremap(h, h->map, len, MREMAP_MAYMOVE);
-    if (m == MAP_FAILED) {
-      pthread_mutex_lock(&big_lock);
-      big_live -= len - h->map;
-      pthread_mutex_unlock(&big_lock);
-      return NULL;
-    }
-    big_advise(m, len);
-    h = m;
-    h->map = len;
     h->size = bytes;
-    return (char *)m + BIG_HDR;
+    return (char *)h + BIG_HDR;
   }
   if (bytes + BIG_HDR < BIG_MIN) {
     big_hdr_t *n = realloc(h, bytes + BIG_HDR);

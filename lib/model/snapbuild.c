@@ -143,6 +143,14 @@ int ms__bigvec_reserve(void **ptr, size_t *cap, size_t len, size_t extra, size_t
   return ms__big_vec_reserve(ptr, cap, len, extra, elem);
 }
 
+/* The largest tables (the trace, the stacks and their frame indices: 390 MB of a 1 GB pickle's
+ * model) are ms__big_* arrays, and so are those of the snapshot that takes them (snap_impl_t's
+ * big_tables): freed, their pages are kept for the next large arrays of the process (a second
+ * file read after the first, as `compare` reads its two) instead of going back to the kernel and
+ * being zeroed again when touched (common/internal.h, "bigmem.c"). */
+#define BIGMEM_RESERVE(v, extra)                                                                   \
+  ms__big_vec_reserve((void **)&(v)->ptr, &(v)->cap, (v)->len, (extra), sizeof(*(v)->ptr))
+
 /* ---- intern tables -------------------------------------------------------------------------- */
 
 /* Intern tables are open-addressing arrays of 64-bit entries: the high 32 bits hold the key's
@@ -199,12 +207,12 @@ void ms__snapbuild_release(ms__snapbuild_t *b) {
   MS_VEC_FREE(&b->blocks);
   MS_VEC_FREE(&b->history);
   MS_VEC_FREE(&b->devices);
-  MS_VEC_FREE(&b->trace);
+  ms__big_free(b->trace.ptr);
   MS_VEC_FREE(&b->frames);
-  MS_VEC_FREE(&b->stacks);
+  ms__big_free(b->stacks.ptr);
   MS_VEC_FREE(&b->stack_frames);
-  MS_VEC_FREE(&b->sf16);
-  MS_VEC_FREE(&b->sf32);
+  ms__big_free(b->sf16.ptr);
+  ms__big_free(b->sf32.ptr);
   MS_VEC_FREE(&b->extras);
   ms__big_free(b->extra_tab);
   MS_VEC_FREE(&b->settings);
@@ -322,13 +330,12 @@ static int stack_find(ms__snapbuild_t *b, const uint32_t *frames, size_t n, uint
 /* From 2-byte to 4-byte frame indices, once: a frame index of 65,536 or more has come. */
 static int stack_widen(ms__snapbuild_t *b, size_t extra) {
   MS_VEC(uint32_t) w = {0};
-  if (b->nsf > SIZE_MAX - extra || big_reserve((void **)&w.ptr, &w.cap, 0, b->nsf + extra,
-                                               sizeof *w.ptr))
-    return MS_ENOMEM;
+  if (b->nsf > SIZE_MAX - extra || BIGMEM_RESERVE(&w, b->nsf + extra)) return MS_ENOMEM;
   for (size_t i = 0; i < b->nsf; i++)
     w.ptr[i] = b->sf16.ptr[i];
   w.len = b->nsf;
-  MS_VEC_FREE(&b->sf16);
+  ms__big_free(b->sf16.ptr);
+  b->sf16.ptr = NULL, b->sf16.len = 0, b->sf16.cap = 0;
   b->sf32.ptr = w.ptr, b->sf32.len = w.len, b->sf32.cap = w.cap;
   b->sf_wide = true;
   return MS_OK;
@@ -341,13 +348,13 @@ static int stack_add(ms__snapbuild_t *b, const uint32_t *fr, size_t n, uint32_t 
   for (size_t i = 0; i < n; i++)
     max = fr[i] > max ? fr[i] : max;
   if (!b->sf_wide && max > UINT16_MAX) MS_FORWARD_IF_ERROR(stack_widen(b, n));
-  if (BIG_RESERVE(&b->stacks, 1)) return MS_ENOMEM;
+  if (BIGMEM_RESERVE(&b->stacks, 1)) return MS_ENOMEM;
   if (b->sf_wide) {
-    if (BIG_RESERVE(&b->sf32, n)) return MS_ENOMEM;
+    if (BIGMEM_RESERVE(&b->sf32, n)) return MS_ENOMEM;
     if (n) memcpy(b->sf32.ptr + b->sf32.len, fr, n * sizeof *fr);
     b->sf32.len += n;
   } else {
-    if (BIG_RESERVE(&b->sf16, n)) return MS_ENOMEM;
+    if (BIGMEM_RESERVE(&b->sf16, n)) return MS_ENOMEM;
     for (size_t i = 0; i < n; i++) /* (no pointer into sf16 before it has storage) */
       b->sf16.ptr[b->sf16.len + i] = (uint16_t)fr[i];
     b->sf16.len += n;
@@ -474,22 +481,22 @@ int ms__snapbuild_trace_extra(ms__snapbuild_t *b, ms_snap_trace_t *t,
   return MS_OK;
 }
 
-#define BUILD_ADD(fn, vec, T)                                                                      \
+#define BUILD_ADD(fn, vec, T, RESERVE)                                                             \
   int fn(ms__snapbuild_t *b, const T *x) {                                                         \
     if (b->vec.len >= UINT32_MAX - 1) return MS_ELIMIT;                                            \
-    if (BIG_RESERVE(&b->vec, 1)) return MS_ENOMEM;                                                 \
+    if (RESERVE(&b->vec, 1)) return MS_ENOMEM;                                                     \
     b->vec.ptr[b->vec.len++] = *x;                                                                 \
     return MS_OK;                                                                                  \
   }
 
-BUILD_ADD(ms__snapbuild_add_segment, segments, ms_snap_segment_t)
-BUILD_ADD(ms__snapbuild_add_block, blocks, ms_snap_block_t)
-BUILD_ADD(ms__snapbuild_add_history, history, ms_snap_history_t)
-BUILD_ADD(ms__snapbuild_add_device, devices, ms_snap_device_t)
-BUILD_ADD(ms__snapbuild_add_trace, trace, ms_snap_trace_t)
-BUILD_ADD(ms__snapbuild_add_stat, stats, ms_snap_kv_t)
-BUILD_ADD(ms__snapbuild_add_annotation, annotations, ms_snap_annotation_t)
-BUILD_ADD(ms__snapbuild_add_setting, settings, ms_snap_kv_t)
+BUILD_ADD(ms__snapbuild_add_segment, segments, ms_snap_segment_t, BIG_RESERVE)
+BUILD_ADD(ms__snapbuild_add_block, blocks, ms_snap_block_t, BIG_RESERVE)
+BUILD_ADD(ms__snapbuild_add_history, history, ms_snap_history_t, BIG_RESERVE)
+BUILD_ADD(ms__snapbuild_add_device, devices, ms_snap_device_t, BIG_RESERVE)
+BUILD_ADD(ms__snapbuild_add_trace, trace, ms_snap_trace_t, BIGMEM_RESERVE)
+BUILD_ADD(ms__snapbuild_add_stat, stats, ms_snap_kv_t, BIG_RESERVE)
+BUILD_ADD(ms__snapbuild_add_annotation, annotations, ms_snap_annotation_t, BIG_RESERVE)
+BUILD_ADD(ms__snapbuild_add_setting, settings, ms_snap_kv_t, BIG_RESERVE)
 
 int ms__snapbuild_add_setting_child(ms__snapbuild_t *b, const ms_snap_kv_t *kv, uint32_t *index) {
   if (b->settings_children.len >= UINT32_MAX / 2) return MS_ELIMIT;
@@ -563,6 +570,7 @@ int ms__snapshot_check(const ms_snapshot_t *s, ms_errbuf_t *eb) {
 typedef struct snap_impl_s {
   ms__arena_chunk_t *chunks;
   int borrowing; /* every table but segments and blocks belongs to another snapshot */
+  int big_tables; /* trace, stacks, stack_frames(16) are ms__big_* arrays (the builder's) */
   void *strings; /* ms__snapshot_adopt: the one malloc'd block its strings live in */
 } snap_impl_t;
 
@@ -586,6 +594,7 @@ int ms__snapshot_new_borrowing(const ms_snapshot_t *src, ms_snapshot_t **out) {
   if (src->ndevices) memcpy(s->devices, src->devices, src->ndevices * sizeof *s->devices);
   impl->chunks = NULL;
   impl->borrowing = 1;
+  impl->big_tables = 0;
   impl->strings = NULL;
   s->impl_ = impl;
   *out = s;
@@ -607,6 +616,7 @@ int ms__snapshot_adopt(const ms_snapshot_t *tables, void *strings, ms_snapshot_t
   if (!s->hostname) s->hostname = "";
   impl->chunks = NULL;
   impl->borrowing = 0;
+  impl->big_tables = 0;
   impl->strings = strings;
   s->impl_ = impl;
   *out = s;
@@ -653,6 +663,7 @@ int ms__snapbuild_finish(ms__snapbuild_t *b, ms_snapshot_t **out, ms_errbuf_t *e
   }
   impl->chunks = b->chunks;
   impl->borrowing = 0;
+  impl->big_tables = 1;
   impl->strings = NULL;
   s->impl_ = impl;
   /* Ownership moved: forget the pointers without freeing them. */
@@ -669,6 +680,7 @@ int ms__snapbuild_finish(ms__snapbuild_t *b, ms_snapshot_t **out, ms_errbuf_t *e
 void ms_snapshot_free(ms_snapshot_t *snap) {
   if (!snap) return;
   snap_impl_t *impl = snap->impl_;
+  bool big = impl && impl->big_tables;
   free(snap->segments);
   free(snap->blocks);
   if (impl && impl->borrowing) {
@@ -684,11 +696,18 @@ void ms_snapshot_free(ms_snapshot_t *snap) {
   }
   free(snap->history);
   free(snap->devices);
-  free(snap->trace);
   free(snap->frames);
-  free(snap->stacks);
-  free(snap->stack_frames);
-  free(snap->stack_frames16);
+  if (big) {
+    ms__big_free(snap->trace);
+    ms__big_free(snap->stacks);
+    ms__big_free(snap->stack_frames);
+    ms__big_free(snap->stack_frames16);
+  } else {
+    free(snap->trace);
+    free(snap->stacks);
+    free(snap->stack_frames);
+    free(snap->stack_frames16);
+  }
   free(snap->settings);
   free(snap->stats);
   free(snap->annotations);
