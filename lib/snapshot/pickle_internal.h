@@ -73,6 +73,9 @@ enum rd_vtype {
               its items are parsed and dropped, and it has no entry in objs */
 };
 
+/* rd_t.memo_tag of a V_SKIP value (its kind in the low bits), which needs no rd_val_t */
+#define RD_TAG_SKIP 0x80u
+
 /* rd_val_t.flags */
 enum {
   VF_UNHASHABLE = 1u << 0, /* a bytearray, or a tuple that holds a dict, list, set or such a
@@ -281,7 +284,10 @@ typedef struct rd_s {
   /* VM */
   MS_VEC(rd_val_t) st;
   MS_VEC(uint32_t) marks;
-  MS_VEC(rd_val_t) memo;
+  MS_VEC(rd_val_t) memo; /* the memo's values: memo.ptr[i] is written only where memo_tag[i]
+                            says so (RD_TAG_*); its pages for skipped values stay untouched */
+  MS_VEC(uint8_t) memo_tag; /* one byte an entry: 0 unset, RD_TAG_SKIP | kind for a V_SKIP value,
+                               else the value's type (V_*), its value in memo.ptr */
   bool memo_holes;     /* a PUT beyond the memo's end left unset entries below it */
   MS_VEC(rd_obj_t) objs;
   MS_VEC(rd_pframe_t) pframes;
