@@ -127,6 +127,10 @@ int cli_load(const char *path, ms_snapshot_t **out);
 /* cli_load() leaving out what flags (MS_LOAD_*, memsnap/serialize.h) say, e.g. MS_LOAD_NO_TRACE
  * for views of the state at the end, which need no trace. */
 int cli_load_ex(const char *path, unsigned flags, ms_snapshot_t **out);
+/* cli_load_ex() through ms_snapshot_load_window() (window NULL: none), never through the snapshot
+ * cache (a windowed snapshot is not a full one). */
+int cli_load_window(const char *path, unsigned flags, const ms_load_window_t *window,
+                    ms_snapshot_t **out);
 /* The snapshot cache's key of a snapshot cli_load_ex loaded through the cache, else NULL (for
  * ms_cache_timeline: the time index through the cache). */
 const ms_cache_key_t *cli_cache_key(const ms_snapshot_t *snap);
@@ -271,8 +275,11 @@ typedef struct cli_tl_args_s {
   size_t device;
   bool has_range;
   uint64_t first, last; /* trace entries, inclusive; last = UINT64_MAX when open */
-  bool range_is_step;   /* --range step=N: the entries of ProfilerStep#N (cli_tl_steps) */
-  int64_t range_step;
+  bool range_is_step;   /* --range step=N[:M]: the entries of ProfilerStep#N (to #M) */
+  int64_t range_step, range_step_last;
+  bool range_is_time;   /* --range t=T0:T1: the entries whose time_us lies in [T0, T1] */
+  int64_t range_t0, range_t1;
+  const char *range_text;
   ms_tl_filter_t filter;
   bool has_at;
   ms_tl_moment_t at;
@@ -285,6 +292,14 @@ int cli_tl_args_parse(const char *cmd, cli_tl_args_t *ta, const char *device_s,
 /* Whether the options need the trace read (a moment, a range or a device); without them a view
  * shows the end state, which the segments alone give (MS_LOAD_NO_TRACE). */
 bool cli_tl_args_need_trace(const cli_tl_args_t *ta);
+/* cli_load_ex() for a command that looks only at --range's window of the trace: a PyTorch
+ * pickle is read for the window (ms_snapshot_load_window; a step= window finds the step's end
+ * time in a first read without the trace), not through the snapshot cache; without a range, with
+ * an open end, on standard input, with ta NULL (a command that classifies: categories need
+ * every allocation's stack) or with MEMSNAP_WINDOW=0, cli_load_ex(). The answers are the same
+ * either way. @return CLI_OK/CLI_FAILURE (printed). */
+int cli_load_range(const char *path, unsigned flags, const cli_tl_args_t *ta,
+                   ms_snapshot_t **out);
 /* Builds the time index (with the args' filter); prints the error. @return CLI_OK/CLI_FAILURE. */
 int cli_tl_open(const ms_snapshot_t *snap, const char *name, const cli_tl_args_t *ta,
                 ms_timeline_t **out);

@@ -24,6 +24,7 @@ static const char memory_usage[] =
     "                    or a time in microseconds: t=1700000000123456 or 1700000000123456us\n"
     "  -d, --device N    only device N (with --at: default the device with the longest trace)\n"
     "  --range A:B       with --at: peaks within trace entries A to B; alone: the state after B\n"
+    "                    (or t=T0:T1 by time_us, step=N[:M] by ProfilerStep#N)\n"
     "  --stream S        only segments of stream S (a raw handle, decimal or 0x...)\n"
     "  --pool A,B        only segments of private pool (A, B); 0,0 is the default pool\n"
     "  --by category     a first level by category (parameter, gradient, optimizer_state,\n"

@@ -37,6 +37,7 @@ static const char stats_usage[] =
     "                    or a time in microseconds: t=1700000000123456 or 1700000000123456us\n"
     "  -d, --device N    only device N (with --at: default the device with the longest trace)\n"
     "  --range A:B       with --at: peaks within trace entries A to B; alone: the state after B\n"
+    "                    (or t=T0:T1 by time_us, step=N[:M] by ProfilerStep#N)\n"
     "  --stream S        only segments of stream S (a raw handle, decimal or 0x...)\n"
     "  --pool A,B        only segments of private pool (A, B); 0,0 is the default pool\n"
     "  --jobs N          several FILEs: read N at a time (default: one per core)\n"
@@ -488,8 +489,8 @@ int cmd_stats(int argc, char **argv) {
     return rc;
   ms_snapshot_t *snap = NULL, *view = NULL;
   /* the state at the end needs no trace; a moment, a range or a filter does */
-  if ((rc = cli_load_ex(file, cli_tl_args_need_trace(&ta) ? MS_LOAD_NO_FREE_STACKS : MS_LOAD_NO_TRACE,
-                        &snap)) !=
+  if ((rc = cli_load_range(file, cli_tl_args_need_trace(&ta) ? MS_LOAD_NO_FREE_STACKS : MS_LOAD_NO_TRACE,
+                        &ta, &snap)) !=
       CLI_OK)
     return rc;
   rc = cli_at_snapshot(snap, cli_display_name(file), &ta, true, &view, NULL, NULL);

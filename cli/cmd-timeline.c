@@ -19,10 +19,10 @@
 #include "memsnap/timeline.h"
 
 static const char timeline_usage[] =
-    "usage: memsnap timeline FILE [--json] [--steps] [--device N] [--range A:B|step=N]\n"
+    "usage: memsnap timeline FILE [--json] [--steps] [--device N] [--range RANGE]\n"
     "                        [--stream S] [--pool A,B] [--by category]\n"
     "       memsnap timeline FILE --viewer-data [--segments] [--max-entries N] [--device N]\n"
-    "                        [--range A:B|step=N]\n"
+    "                        [--range RANGE]\n"
     "       memsnap timeline FILE FILE...|DIR [--json] [--jobs N] [--keep-going]\n"
     "       memsnap timeline --from-summaries DIR [--json] [--keep-going]\n"
     "\n"
@@ -46,7 +46,9 @@ static const char timeline_usage[] =
     "                     the peak\n"
     "  -d, --device N     only device N\n"
     "  --range A:B        only trace entries A to B (inclusive; either may be omitted);\n"
-    "                     step=N: the entries of step N (ProfilerStep#N)\n"
+    "                     t=T0:T1: the entries whose time_us lies in [T0, T1];\n"
+    "                     step=N[:M]: the entries of step N (to M) (ProfilerStep#N);\n"
+    "                     a pickle is then read for the range only (docs/cli.md)\n"
     "  --stream S         count only segments of stream S (raw handle, decimal or 0x..)\n"
     "  --pool A,B         count only segments of private pool (A, B); 0,0 = default\n"
     "  --by category      also the allocated bytes of each category at the peak, and each\n"
@@ -455,8 +457,10 @@ int cmd_timeline(int argc, char **argv) {
   if ((rc = timeline_check(&t, &viewer)) != CLI_OK) return rc;
 
   ms_snapshot_t *snap = NULL;
-  /* the trace is read through the time index, which never uses free_requested's stacks */
-  if ((rc = cli_load_ex(file, MS_LOAD_NO_FREE_STACKS, &snap)) != CLI_OK) return rc;
+  /* the trace is read through the time index, which never uses free_requested's stacks; for
+   * --range's window unless categories are asked for (they need every allocation's stack) */
+  if ((rc = cli_load_range(file, MS_LOAD_NO_FREE_STACKS, t.by_s ? NULL : &ta, &snap)) != CLI_OK)
+    return rc;
   const char *name = cli_display_name(file);
   if (viewer)
     rc = timeline_viewer_data(snap, name, &ta, t.segments != 0, max_entries);

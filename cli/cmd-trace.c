@@ -34,6 +34,7 @@ static const char trace_usage[] =
     "                    or a time in microseconds: t=1700000000123456 or 1700000000123456us\n"
     "  -d, --device N    only device N (with --at: default the device with the longest trace)\n"
     "  --range A:B       with --at: peaks within trace entries A to B; alone: the state after B\n"
+    "                    (or t=T0:T1 by time_us, step=N[:M] by ProfilerStep#N)\n"
     "  --stream S        only entries of stream S  (a raw handle, decimal or 0x...)\n"
     "  --pool A,B        only entries of private pool (A, B); 0,0 is the default pool\n"
     "  -h, --help  show this help\n";
@@ -475,7 +476,7 @@ int cmd_trace(int argc, char **argv) {
   ms_snapshot_t *snap = NULL, *view = NULL;
   /* The text names the entries it prints; only the others (segment_map, snapshot...) print their
    * frames, so the stacks of the rest are not built (--json prints every entry's frames). */
-  if ((rc = cli_load_ex(pos[0], json ? 0 : MS_LOAD_NO_TRACE_STACKS, &snap)) != CLI_OK) return rc;
+  if ((rc = cli_load_range(pos[0], json ? 0 : MS_LOAD_NO_TRACE_STACKS, &ta, &snap)) != CLI_OK) return rc;
   const char *name = cli_display_name(pos[0]);
   size_t dev = SIZE_MAX;
   if (ta.has_at || ta.has_range) {

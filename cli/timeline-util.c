@@ -10,6 +10,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "cli.h"
@@ -38,6 +40,65 @@ static bool cli_parse_i64(const char *s, int64_t *out) {
   return true;
 }
 
+/* "A:B" into *lo, *hi with parse; an empty side keeps its default. @return false when
+ * malformed. */
+static bool cli_pair_parse(const char *s, bool (*parse)(const char *, void *), void *lo,
+                           void *hi) {
+  const char *colon = strchr(s, ':');
+  char a[32], b[32];
+  if (!colon) return false;
+  size_t la = (size_t)(colon - s), lb = strlen(colon + 1);
+  if (la >= sizeof a || lb >= sizeof b) return false;
+  memcpy(a, s, la);
+  a[la] = 0;
+  memcpy(b, colon + 1, lb + 1);
+  return (!la || parse(a, lo)) && (!lb || parse(b, hi));
+}
+
+static bool cli_parse_u64_v(const char *s, void *out) {
+  return cli_parse_u64(s, out);
+}
+static bool cli_parse_i64_v(const char *s, void *out) {
+  return cli_parse_i64(s, out);
+}
+static bool cli_parse_step_v(const char *s, void *out) {
+  return s[0] != '-' && s[0] != '+' && cli_parse_i64(s, out) && *(int64_t *)out >= 0;
+}
+
+/* --range A:B, t=T0:T1, step=N or step=N:M. */
+static int cli_range_parse(const char *cmd, cli_tl_args_t *ta, const char *range_s) {
+  if (strncmp(range_s, "step=", 5) == 0) {
+    const char *v = range_s + 5;
+    ta->range_is_step = true;
+    ta->range_step = -1;
+    ta->range_step_last = -1;
+    bool ok = strchr(v, ':') ? cli_pair_parse(v, cli_parse_step_v, &ta->range_step,
+                                              &ta->range_step_last)
+                             : cli_parse_step_v(v, &ta->range_step);
+    if (!strchr(v, ':')) ta->range_step_last = ta->range_step;
+    if (!ok || ta->range_step < 0 || ta->range_step_last < ta->range_step)
+      return cli_usage_error(cmd, "option '--range' needs A:B, t=T0:T1 or step=N[:M] (N <= M), "
+                                  "not '%s'", range_s);
+    return CLI_OK;
+  }
+  if (strncmp(range_s, "t=", 2) == 0) {
+    ta->range_is_time = true;
+    ta->range_t0 = INT64_MIN;
+    ta->range_t1 = INT64_MAX;
+    if (!cli_pair_parse(range_s + 2, cli_parse_i64_v, &ta->range_t0, &ta->range_t1) ||
+        ta->range_t0 > ta->range_t1)
+      return cli_usage_error(cmd, "option '--range' needs t=T0:T1 with times T0 <= T1 (time_us), "
+                                  "not '%s'", range_s);
+    return CLI_OK;
+  }
+  if (!strchr(range_s, ':'))
+    return cli_usage_error(cmd, "option '--range' needs A:B, not '%s'", range_s);
+  if (!cli_pair_parse(range_s, cli_parse_u64_v, &ta->first, &ta->last) || ta->first > ta->last)
+    return cli_usage_error(cmd, "option '--range' needs A:B with entry indices A <= B, not '%s'",
+                           range_s);
+  return CLI_OK;
+}
+
 int cli_tl_args_parse(const char *cmd, cli_tl_args_t *ta, const char *device_s,
                       const char *range_s, const char *stream_s, const char *pool_s,
                       const char *at_s) {
@@ -50,28 +111,11 @@ int cli_tl_args_parse(const char *cmd, cli_tl_args_t *ta, const char *device_s,
     ta->has_device = true;
     ta->device = (size_t)v;
   }
-  if (range_s && strncmp(range_s, "step=", 5) == 0) {
-    int64_t n;
-    if (!cli_parse_i64(range_s + 5, &n) || n < 0 || range_s[5] == '-' || range_s[5] == '+')
-      return cli_usage_error(cmd, "option '--range' needs A:B or step=N, not '%s'", range_s);
-    ta->has_range = ta->range_is_step = true;
-    ta->range_step = n;
-  } else if (range_s) {
-    const char *colon = strchr(range_s, ':');
-    if (!colon) return cli_usage_error(cmd, "option '--range' needs A:B, not '%s'", range_s);
-    char a[32], b[32];
-    size_t la = (size_t)(colon - range_s), lb = strlen(colon + 1);
-    if (la >= sizeof a || lb >= sizeof b)
-      return cli_usage_error(cmd, "option '--range' needs A:B, not '%s'", range_s);
-    memcpy(a, range_s, la);
-    a[la] = 0;
-    memcpy(b, colon + 1, lb + 1);
-    if ((la && !cli_parse_u64(a, &ta->first)) || (lb && !cli_parse_u64(b, &ta->last)) ||
-        ta->first > ta->last)
-      return cli_usage_error(cmd,
-                             "option '--range' needs A:B with entry indices A <= B, not '%s'",
-                             range_s);
+  if (range_s) {
+    int rc = cli_range_parse(cmd, ta, range_s);
+    if (rc != CLI_OK) return rc;
     ta->has_range = true;
+    ta->range_text = range_s;
   }
   if (stream_s) {
     if (!cli_parse_u64(stream_s, &ta->filter.stream))
@@ -99,6 +143,72 @@ int cli_tl_args_parse(const char *cmd, cli_tl_args_t *ta, const char *device_s,
     ta->at_text = at_s;
   }
   return CLI_OK;
+}
+
+/* Whether path names a regular file whose first bytes are not memsnap's format (whose files are
+ * read in full whatever the window), so that a first read for a step's times is worth it. */
+static bool cli_range_pickle_file(const char *path) {
+  FILE *fp = fopen(path, "rb");
+  if (!fp) return false;
+  char head[4096];
+  size_t n = fread(head, 1, sizeof head, fp);
+  struct stat st;
+  bool reg = fstat(fileno(fp), &st) == 0 && S_ISREG(st.st_mode);
+  fclose(fp);
+  ms_format f = ms_format_detect(head, n);
+  return reg && n > 0 && f != MS_FORMAT_MEMSNAP && f != MS_FORMAT_MEMSNAP_Z;
+}
+
+/* The end time of step=N:M's window: the latest end of a ProfilerStep#M range of any device (the
+ * command picks one of them), from a read without the trace; INT64_MIN when the file has none
+ * (the command then says so, after a read that keeps no stack past the first timed entry).
+ * @return false when that read fails (the full load then reports the error). */
+static bool cli_range_step_end(const char *path, int64_t m, int64_t *end) {
+  ms_snapshot_t *pre = NULL;
+  ms_errbuf_t eb = {{0}};
+  if (ms_snapshot_load_ex(path, MS_LOAD_NO_TRACE, &pre, &eb) != MS_OK) return false;
+  ms_tl_ranges_t rs;
+  bool ok = ms_tl_ranges_build(pre, &rs) == MS_OK;
+  *end = INT64_MIN;
+  for (size_t i = 0; ok && i < rs.n; i++)
+    if (rs.ranges[i].step == m && rs.ranges[i].end_us > *end) *end = rs.ranges[i].end_us;
+  if (ok) ms_tl_ranges_release(&rs);
+  ms_snapshot_free(pre);
+  return ok;
+}
+
+/* The window --range asks a read of path for; MS_LOAD_WINDOW_NONE for a full read. */
+static ms_load_window_t cli_range_window(const char *path, unsigned flags,
+                                         const cli_tl_args_t *ta) {
+  ms_load_window_t none = {MS_LOAD_WINDOW_NONE, 0, 0};
+  const char *env = getenv("MEMSNAP_WINDOW");
+  bool off = env && (strcmp(env, "0") == 0 || strcasecmp(env, "off") == 0 ||
+                     strcasecmp(env, "no") == 0 || strcasecmp(env, "false") == 0);
+  if (!ta || !ta->has_range || off || strcmp(path, "-") == 0 || (flags & MS_LOAD_NO_TRACE))
+    return none;
+  /* a moment by entry, time, step or OOM may lie past the window: the whole trace then */
+  if (ta->has_at && ta->at.kind != MS_TL_MOMENT_PEAK &&
+      ta->at.kind != MS_TL_MOMENT_PEAK_RESERVED && ta->at.kind != MS_TL_MOMENT_END)
+    return none;
+  if (ta->range_is_time)
+    return ta->range_t1 == INT64_MAX ? none
+                                     : (ms_load_window_t){MS_LOAD_WINDOW_TIMES, 0, ta->range_t1};
+  if (ta->range_is_step) {
+    int64_t end;
+    if (!cli_range_pickle_file(path) || !cli_range_step_end(path, ta->range_step_last, &end) ||
+        end == INT64_MAX)
+      return none;
+    return (ms_load_window_t){MS_LOAD_WINDOW_TIMES, 0, end};
+  }
+  return ta->last == UINT64_MAX ? none
+                                : (ms_load_window_t){MS_LOAD_WINDOW_ENTRIES, ta->last, 0};
+}
+
+int cli_load_range(const char *path, unsigned flags, const cli_tl_args_t *ta,
+                   ms_snapshot_t **out) {
+  ms_load_window_t w = cli_range_window(path, flags, ta);
+  return w.kind == MS_LOAD_WINDOW_NONE ? cli_load_ex(path, flags, out)
+                                       : cli_load_window(path, flags, &w, out);
 }
 
 static void cli_filter_text(const cli_tl_args_t *ta, char *buf, size_t cap) {
@@ -157,10 +267,14 @@ int cli_tl_steps(const ms_timeline_t *tl, const char *name, const cli_tl_args_t 
   *from = 0;
   *to = n;
   if (!ta->has_range) return CLI_OK;
-  if (ta->range_is_step) {
+  if (ta->range_is_step || ta->range_is_time) {
     ms_errbuf_t eb = {{0}};
-    if (ms_timeline_step_range(tl, dev, ta->range_step, from, to, &eb) != MS_OK) {
-      cli_error("'%s': --range step=%" PRId64 ": %s", name, ta->range_step, eb.msg);
+    int rc = ta->range_is_step ? ms_timeline_steps_range(tl, dev, ta->range_step,
+                                                         ta->range_step_last, from, to, &eb)
+                               : ms_timeline_time_range(tl, dev, ta->range_t0, ta->range_t1,
+                                                        from, to, &eb);
+    if (rc != MS_OK) {
+      cli_error("'%s': --range %s: %s", name, ta->range_text, eb.msg[0] ? eb.msg : ms_strerror(rc));
       return CLI_FAILURE;
     }
     return CLI_OK;

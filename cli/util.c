@@ -367,19 +367,24 @@ int cli_load(const char *path, ms_snapshot_t **out) {
 }
 
 static int cli_load_opts(const char *path, unsigned flags, const ms_cache_options_t *co,
-                         ms_snapshot_t **out);
+                         const ms_load_window_t *window, ms_snapshot_t **out);
+
+int cli_load_window(const char *path, unsigned flags, const ms_load_window_t *window,
+                    ms_snapshot_t **out) {
+  return cli_load_opts(path, flags, NULL, window, out);
+}
 
 int cli_load_ex(const char *path, unsigned flags, ms_snapshot_t **out) {
-  return cli_load_opts(path, flags, NULL, out);
+  return cli_load_opts(path, flags, NULL, NULL, out);
 }
 
 int cli_load_unstored(const char *path, ms_snapshot_t **out) {
   const ms_cache_options_t co = {NULL, 0, true};
-  return cli_load_opts(path, 0, &co, out);
+  return cli_load_opts(path, 0, &co, NULL, out);
 }
 
 static int cli_load_opts(const char *path, unsigned flags, const ms_cache_options_t *co,
-                         ms_snapshot_t **out) {
+                         const ms_load_window_t *window, ms_snapshot_t **out) {
   ms_errbuf_t eb = {{0}};
   ms_snapshot_t *snap = NULL;
   const char *name = cli_display_name(path);
@@ -389,9 +394,10 @@ static int cli_load_opts(const char *path, unsigned flags, const ms_cache_option
   cli_progress_count(cli_bytes_read, sized ? (uint64_t)st.st_size : 0);
   cli_progress_start("reading '%s'", name);
   /* through the snapshot cache (memsnap/cache.h) unless --no-cache or MEMSNAP_CACHE=0: the same
-   * snapshot, errors and messages either way */
+   * snapshot, errors and messages either way; a window's snapshot is never cached */
   ms_cache_key_t key = {0, 0, 0};
-  int err = !cli_no_cache && ms_cache_env_enabled()
+  int err = window ? ms_snapshot_load_window(path, flags, window, &snap, &eb)
+            : !cli_no_cache && ms_cache_env_enabled()
                 ? ms_cache_load_keyed(path, flags, co, &snap, NULL, &key, &eb)
                 : ms_snapshot_load_ex(path, flags, &snap, &eb);
   cli_progress_stop();

@@ -60,8 +60,8 @@ int cli_view_main(const char *cmd, const char *usage, ms_view_kind kind, int arg
   ms_snapshot_t *snap = NULL, *view = NULL;
   /* the views at the end need no trace; a moment, a range or a filter does, read through the time
    * index (which never uses free_requested's stacks) */
-  if ((rc = cli_load_ex(pos[0], cli_tl_args_need_trace(&ta) || by_s ? MS_LOAD_NO_FREE_STACKS : MS_LOAD_NO_TRACE,
-                        &snap)) !=
+  if ((rc = cli_load_range(pos[0], cli_tl_args_need_trace(&ta) || by_s ? MS_LOAD_NO_FREE_STACKS : MS_LOAD_NO_TRACE,
+                        by_s ? NULL : &ta, &snap)) !=
       CLI_OK)
     return rc;
   if (!by_s && (rc = cli_at_snapshot(snap, cli_display_name(pos[0]), &ta, true, &view, NULL, NULL)) !=

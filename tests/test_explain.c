@@ -827,6 +827,42 @@ Test(explain, one_json_emitter_for_the_command_and_the_viewer, .timeout = 60) {
   free(dir);
 }
 
+/* The caller's time index and classifier (o.timeline, o.attr: what the viewer built for its own
+ * columns) give the same answer as those explain builds, holders by source and category
+ * included. */
+Test(explain, a_given_index_and_classifier_give_the_same_answer, .timeout = 60) {
+  expect_t e;
+  ms_snapshot_t *s = case_fragmented(&e);
+  static char own[1 << 17], given[1 << 17];
+  ms_explain_options_t o;
+  ms_explain_options_init(&o);
+  o.remedies = false;
+  o.series_points = 100;
+  ms_explain_t *x = explain(s, &o);
+  cr_assert_gt(x->nby_source, 0);
+  jbuf_t b = {own, 0, sizeof own};
+  const ms_json_writer_t w = {&b, jb_lit, jb_str, jb_u64, jb_i64, NULL};
+  ms_explain_write_json(x, &w, MS_EXPLAIN_JSON_VIEWER);
+  ms_explain_free(x);
+  ms_timeline_t *tl = NULL;
+  ms_attr_t *a = NULL;
+  ms_errbuf_t eb = {{0}};
+  cr_assert_eq(ms_timeline_create(s, NULL, &tl, &eb), MS_OK, "%s", eb.msg);
+  cr_assert_eq(ms_attr_create(s, tl, NULL, &a, &eb), MS_OK, "%s", eb.msg);
+  o.timeline = tl;
+  o.attr = a;
+  x = explain(s, &o);
+  jbuf_t g = {given, 0, sizeof given};
+  const ms_json_writer_t wg = {&g, jb_lit, jb_str, jb_u64, jb_i64, NULL};
+  ms_explain_write_json(x, &wg, MS_EXPLAIN_JSON_VIEWER);
+  cr_expect_str_eq(given, own);
+  cr_expect(strstr(own, "\"top\": [{") != NULL, "%s", own);
+  ms_explain_free(x);
+  ms_attr_destroy(a);
+  ms_timeline_destroy(tl);
+  ms_snapshot_free(s);
+}
+
 Test(explain, cli_steps_and_hostile_annotation_names, .timeout = 60) {
   ms_snapshot_t *s = stepped_snapshot();
   char *dir = th_tmpdir();

@@ -10,6 +10,7 @@
  */
 #include <criterion/criterion.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <inttypes.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -24,6 +25,7 @@
 #include "memsnap/view.h"
 #include "model/snapbuild.h"
 #include "view/bin.h"
+#include "view/spool.h"
 
 #include <zlib.h>
 
@@ -690,6 +692,51 @@ Test(view, stacks_ranks_of_every_width) {
   ms_snapshot_free(s);
 }
 
+/* More contexts with many successors than the rows of viz/view/stacks.c's lookup hold (32 MiB of
+ * them: 932 rows of 9,001 frames): the first contexts look their successors up in rows, the
+ * later ones in the hash map, and every stack comes back whole, each list most used first. */
+Test(view, stacks_past_the_rows_budget) {
+  ms__snapbuild_t b;
+  ms__snapbuild_init(&b);
+  b.hdr.origin = MS_SNAP_ORIGIN_TORCH_DICT;
+  b.hdr.present = MS_SNAP_HAS_DEVICE_TRACES;
+  enum { NF = 9000, NCTX = 1000, NSUCC = 12 };
+  static uint32_t fr[NF], st[NCTX * (NSUCC + 1)];
+  for (int i = 0; i < NF; i++) {
+    char name[16];
+    snprintf(name, sizeof name, "g%d", i);
+    cr_assert_eq(ms__snapbuild_frame(&b, name, strlen(name), "b.py", 4, i, &fr[i]), MS_OK);
+  }
+  size_t ns = 0;
+  /* context k (frame k) then NSUCC successors, the last of them twice (once in a stack of three
+   * frames): it is ranked first */
+  for (int k = 0; k < NCTX; k++)
+    for (int j = 0; j <= NSUCC; j++) {
+      uint32_t f[3] = {fr[NF - 1], fr[NCTX + (k * 7 + (j < NSUCC ? j : NSUCC - 1) * 13) % (NF - NCTX - 1)],
+                       fr[k]};
+      cr_assert_eq(ms__snapbuild_stack(&b, j < NSUCC ? f + 1 : f, j < NSUCC ? 2 : 3, &st[ns++]),
+                   MS_OK);
+    }
+  ms_snapshot_t *s = allocs_of(&b, st, ns);
+  char *page = page_of(s, NULL);
+  bin_t bb = bin_of(page), sb = trace_of(page);
+  check_trace(&sb, s, 0);
+  size_t c;
+  const unsigned char *ns_ = section(&sb, "stacks.succ_count", "u32", &c);
+  cr_assert_eq(c, NF + 1);
+  const unsigned char *su = section(&sb, "stacks.succ", "u16", &c);
+  for (int k = 0, at = 0; k < NCTX; k++) {
+    cr_assert_eq(le(ns_ + 4 * k, 4), NSUCC, "context %d", k);
+    cr_assert_eq(le(su + 2 * at, 2), fr[NCTX + (k * 7 + (NSUCC - 1) * 13) % (NF - NCTX - 1)],
+                 "context %d: the successor used twice first", k);
+    at += NSUCC;
+  }
+  bin_free(&bb);
+  bin_free(&sb);
+  free(page);
+  ms_snapshot_free(s);
+}
+
 /* A total above 2^52, which the page could not sum exactly in doubles: max_at_time is in it. */
 Test(view, max_at_time_too_large_to_compute) {
   const uint64_t big = (uint64_t)1 << 53;
@@ -785,6 +832,75 @@ static void escape_every_byte(bool narrow) {
   free(w);
   free(r);
   free(b2);
+}
+
+/* The spool (viz/view/spool.h): a writer thread's bytes come out of vsp_drain whole and in
+ * order, in pieces as they come; a failing output stops the drain with its error. */
+typedef struct spool_writer_s {
+  vsp_t *s;
+  size_t n;
+  int rc; /* the first failed write's */
+} spool_writer_t;
+
+static unsigned char spool_byte(size_t i) { return (unsigned char)(i * 131 + (i >> 9)); }
+
+static void *spool_write(void *arg) {
+  spool_writer_t *w = arg;
+  ms_sink_t sink;
+  vsp_sink(w->s, &sink);
+  unsigned char buf[70000];
+  for (size_t at = 0, step = 1; at < w->n; at += step, step = (step * 7 + 7919) % 69999 + 1) {
+    size_t piece = w->n - at < step ? w->n - at : step;
+    for (size_t i = 0; i < piece; i++) buf[i] = spool_byte(at + i);
+    int rc = sink.write(sink.ctx, (const char *)buf, piece);
+    if (rc != MS_OK && w->rc == MS_OK) w->rc = rc;
+  }
+  vsp_close(w->s);
+  return NULL;
+}
+
+typedef struct spool_out_s {
+  th_memsink_t m;
+  ms_sink_t sink;
+  size_t writes, fail_at; /* the write that fails (0: none) */
+} spool_out_t;
+
+static int spool_out_write(void *ctx, const char *buf, size_t len) {
+  spool_out_t *o = ctx;
+  if (++o->writes == o->fail_at) return MS_EIO;
+  return o->sink.write(o->sink.ctx, buf, len);
+}
+
+Test(view, spool_drains_a_writer_thread_in_order) {
+  for (int fail = 0; fail < 2; fail++) {
+    vsp_t s;
+    cr_assert_eq(vsp_init(&s), MS_OK);
+    spool_writer_t w = {&s, 5000000, MS_OK};
+    spool_out_t o = {.fail_at = fail ? 2 : 0};
+    th_memsink_init(&o.sink, &o.m);
+    ms_sink_t out = {spool_out_write, &o};
+    pthread_t th;
+    cr_assert_eq(pthread_create(&th, NULL, spool_write, &w), 0);
+    int rc = vsp_drain(&s, &out);
+    pthread_join(th, NULL);
+    cr_expect_eq(w.rc, MS_OK, "the writer's writes are kept");
+    if (fail) {
+      cr_expect_eq(rc, MS_EIO);
+      cr_expect_eq(o.writes, 2, "the drain stops at the failed write");
+    } else {
+      cr_expect_eq(rc, MS_OK);
+      cr_assert_eq(o.m.len, w.n);
+      size_t bad = 0;
+      for (size_t i = 0; i < w.n; i++) bad += (unsigned char)o.m.data[i] != spool_byte(i);
+      cr_expect_eq(bad, 0, "every byte in its place");
+      cr_expect_gt(o.writes, 1, "in pieces (%zu)", o.writes);
+      /* drained after the close: nothing more, nothing written */
+      cr_expect_eq(vsp_drain(&s, &out), MS_OK);
+      cr_expect_eq(o.m.len, w.n);
+    }
+    th_memsink_free(&o.m);
+    vsp_release(&s);
+  }
 }
 
 Test(view, escape_every_byte_narrow) { escape_every_byte(true); }

@@ -27,6 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "memsnap/attribution.h"
 #include "memsnap/common.h"
 #include "memsnap/error.h"
 #include "memsnap/snapshot.h"
@@ -66,6 +67,10 @@ typedef struct ms_explain_options_s {
   const ms_timeline_t *timeline; /* NULL (default): the time index is built here; else an index
                             of this snapshot with ms_timeline_config_init's configuration (one
                             stored by the snapshot cache, memsnap/cache.h), used instead */
+  const ms_attr_t *attr; /* NULL (default): the sources and categories of the holders are
+                            classified here; else a classifier of this snapshot over the index
+                            used, with the default rules (ms_attr_create(snap, tl, NULL, ...)),
+                            used instead (the viewer's, which it built for its own columns) */
 } ms_explain_options_t;
 
 MS_API void ms_explain_options_init(ms_explain_options_t *o);

@@ -124,6 +124,46 @@ enum {
 MS_API MS_NODISCARD int ms_snapshot_load_ex(const char *path, unsigned flags, ms_snapshot_t **out,
                                             ms_errbuf_t *eb);
 
+/* A window of the trace for ms_snapshot_load_window(): where in each device's trace the entries
+ * a caller will look at end. Every entry is still read (the time index reaches the state at the
+ * window's start by undoing the trace from the end state, and infers block sizes from the
+ * neighbours a block had over its whole life, so it needs every entry before the window too);
+ * what the window saves is the stacks of the entries after it, which nothing about the window
+ * needs. */
+typedef enum ms_load_window_kind {
+  MS_LOAD_WINDOW_NONE = 0,  /* no window: a plain ms_snapshot_load_ex() */
+  MS_LOAD_WINDOW_ENTRIES,   /* the window ends at entry `last_entry` of each device's trace */
+  MS_LOAD_WINDOW_TIMES,     /* it ends before the first entry (of each device's trace) whose
+                               time_us is past `last_time_us` */
+} ms_load_window_kind;
+typedef struct ms_load_window_s {
+  ms_load_window_kind kind;
+  uint64_t last_entry;  /* MS_LOAD_WINDOW_ENTRIES: index in its device's trace, inclusive */
+  int64_t last_time_us; /* MS_LOAD_WINDOW_TIMES: inclusive */
+} ms_load_window_t;
+
+/* ms_snapshot_load_ex() for callers that look only at a window of the trace: the state and the
+ * entries in the window, the state before it, the time index over the whole trace. Of the
+ * entries after the window, those whose stack the time index never gives a block keep none: an
+ * alloc, and a free_requested or free_completed of an alloc in the trace (as
+ * MS_LOAD_NO_FREE_STACKS); a free_completed whose alloc is not in the trace, segment events and
+ * the other actions keep theirs. So everything a caller derives from the window and the states
+ * at its entries (the time index's series, peaks, blocks and their stacks at any step up to the
+ * window's end) is what a full read gives, in less memory and time for a window early in a long
+ * trace. The snapshot has MS_SNAP_TRACE_STACKS_SKIPPED in `present` (writers refuse it).
+ * With MS_LOAD_WINDOW_TIMES the entries must be in time order from the window's end on: when an
+ * entry with a time at or before the window's end follows one past it, the file is read again
+ * in full (as a pickle that MS_LOAD_NO_FREE_STACKS cannot read so), which is the same snapshot
+ * a full read gives (standard input cannot be read again: the load fails with MS_EUNSUPPORTED, as
+ * with MS_LOAD_NO_FREE_STACKS). PyTorch pickles honour the window; memsnap files are read in
+ * full. window NULL or MS_LOAD_WINDOW_NONE, or flags
+ * with MS_LOAD_NO_TRACE: ms_snapshot_load_ex(). The window applies to the calling thread's load
+ * only; loads on other threads are unaffected.
+ * @return as ms_snapshot_load_ex(); MS_EINVAL for an unknown window kind. */
+MS_API MS_NODISCARD int ms_snapshot_load_window(const char *path, unsigned flags,
+                                                const ms_load_window_t *window,
+                                                ms_snapshot_t **out, ms_errbuf_t *eb);
+
 /* ---- atomic files ----------------------------------------------------------------------------
  * "Complete or not at all": a file is written under a temporary name in the destination's
  * directory (".NAME.tmp-XXXXXX", created exclusively with the mode fopen would give), then

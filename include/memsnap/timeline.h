@@ -303,6 +303,20 @@ MS_API const ms_tl_range_t *ms_tl_ranges_step(const ms_tl_ranges_t *r, int64_t d
  * step, the trace has no times). */
 MS_API MS_NODISCARD int ms_timeline_step_range(const ms_timeline_t *tl, size_t dev, int64_t n,
                                                size_t *from, size_t *to, ms_errbuf_t *eb);
+/* The trace entries of device dev from the start of step n to the end of step m (n <= m): the
+ * entries whose times lie from the one's start to the other's end, as ms_timeline_time_range.
+ * @return as ms_timeline_step_range (the message names the step that is missing). */
+MS_API MS_NODISCARD int ms_timeline_steps_range(const ms_timeline_t *tl, size_t dev, int64_t n,
+                                                int64_t m, size_t *from, size_t *to,
+                                                ms_errbuf_t *eb);
+/* The trace entries of device dev whose time_us lies in [t0, t1] (times need not be sorted): the
+ * steps [*from, *to] from the state before the first of them to the state after the last; when
+ * none does, the empty range [*from, *from] after the last entry before t0 (entries without a
+ * time are passed over). @return MS_OK, or MS_EINVAL with eb filled (no device dev, the trace has
+ * no times). */
+MS_API MS_NODISCARD int ms_timeline_time_range(const ms_timeline_t *tl, size_t dev, int64_t t0,
+                                               int64_t t1, size_t *from, size_t *to,
+                                               ms_errbuf_t *eb);
 
 /* ---- PyTorch viewer's timeline data ---------------------------------------------------------- */
 /* What `memsnap timeline --viewer-data` prints (docs/timeline.md, "`--viewer-data`: PyTorch's

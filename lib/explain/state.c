@@ -413,15 +413,16 @@ static int ex_attr_rows(const ms_attr_t *a, const ms_tl_state_t *st, ms_attr_by 
 
 /* The holders by source line and by category (docs/categories.md). */
 static int ex_attributed(const ms_snapshot_t *snap, const ms_timeline_t *tl,
-                         const ms_tl_state_t *st, size_t ntop, ms_explain_t *x,
-                         ms_errbuf_t *eb) {
-  ms_attr_t *a = NULL;
-  MS_FORWARD_IF_ERROR(ms_attr_create(snap, tl, NULL, &a, eb));
+                         const ms_tl_state_t *st, const ms_attr_t *given, size_t ntop,
+                         ms_explain_t *x, ms_errbuf_t *eb) {
+  ms_attr_t *own = NULL;
+  if (!given) MS_FORWARD_IF_ERROR(ms_attr_create(snap, tl, NULL, &own, eb));
+  const ms_attr_t *a = given ? given : own;
   int rc = ex_attr_rows(a, st, MS_ATTR_BY_SOURCE, ntop, &x->by_source, &x->nby_source);
   if (rc == MS_OK)
     rc = ex_attr_rows(a, st, MS_ATTR_BY_CATEGORY, MS_CAT_COUNT, &x->by_category,
                       &x->nby_category);
-  ms_attr_destroy(a);
+  ms_attr_destroy(own);
   return rc;
 }
 
@@ -484,7 +485,7 @@ static int ex_analyse(const ms_snapshot_t *snap, const ms_timeline_t *tl,
   int rc = ms_timeline_state_at(tl, x->device, x->step, &st);
   if (rc == MS_OK) rc = ex_figures(snap, &st, x);
   if (rc == MS_OK) rc = ex_holders(&st, o->ntop, x);
-  if (rc == MS_OK) rc = ex_attributed(snap, tl, &st, o->ntop, x, eb);
+  if (rc == MS_OK) rc = ex_attributed(snap, tl, &st, o->attr, o->ntop, x, eb);
   ms_timeline_state_release(&st);
   MS_FORWARD_IF_ERROR(rc);
   ex_capacity(snap, o, x);

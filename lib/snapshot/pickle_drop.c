@@ -14,9 +14,18 @@
  * second one fails the check), or else when it is stored into its device's list. The entries
  * must complete in trace order, in the list they were made for. Where any of this does not hold
  * the read fails with MS_EUNSUPPORTED and the loader reads the file again in full.
+ *
+ * A load for a window of the trace (ms_snapshot_load_window, snapshot/load_window.h) runs with
+ * these rules and adds its own: an entry after the window's end (its index in its device's list,
+ * or an earlier entry of the list past the window's end time) drops the stack of an alloc too,
+ * and of any free of an alloc in the trace; only the window's rules drop stacks before its end
+ * unless the caller asked for MS_LOAD_NO_FREE_STACKS. An entry's index is its record's distance
+ * from its list's first record, known from the entries accounted before it (trace order). A time
+ * at or before the window's end after one past it fails the read as above.
  */
 #include <stdlib.h>
 
+#include "snapshot/load_window.h"
 #include "snapshot/pickle_internal.h"
 
 /* Slot of (list, addr): the empty slot where it would go when absent. */
@@ -69,10 +78,44 @@ static void dp_del(rd_drop_set_t *s, uint32_t list, uint64_t addr) {
   }
 }
 
+/* Whether trace entry t of device list `list`, not yet accounted, lies after window lw's end. */
+static bool dp_after_window(const rd_t *r, const ms__load_window_t *lw, const ms_snap_trace_t *t,
+                            uint32_t list) {
+  bool same = lw->have_list && lw->list == list;
+  if (lw->w.kind == MS_LOAD_WINDOW_TIMES) return same && lw->late;
+  const rd_drop_set_t *s = &r->drop_set;
+  uint32_t rec = (uint32_t)(t - r->b.trace.ptr);
+  uint32_t first = same ? lw->first_rec : s->accounted ? s->last_rec + 1 : 0;
+  return rec >= first && rec - first > lw->w.last_entry;
+}
+
 bool ms__pickle_drop_free(const rd_t *r, const ms_snap_trace_t *t, uint32_t list) {
   if (!r->drop_free) return false;
-  if (t->action != MS_TRACE_FREE_REQUESTED && t->action != MS_TRACE_FREE_COMPLETED) return false;
+  const ms__load_window_t *lw = ms__load_window_current();
+  bool is_free = t->action == MS_TRACE_FREE_REQUESTED || t->action == MS_TRACE_FREE_COMPLETED;
+  if (!is_free && (!lw || t->action != MS_TRACE_ALLOC)) return false;
+  if (lw && !lw->free_stacks && !dp_after_window(r, lw, t, list)) return false;
+  if (lw && !is_free) return dp_after_window(r, lw, t, list);
   return dp_has(&r->drop_set, list, t->addr);
+}
+
+/* The window's bookkeeping of entry t of `list`, accounted now (after the checks that use the
+ * state before it). */
+static int dp_window_account(ms__load_window_t *lw, const ms_snap_trace_t *t, uint32_t rec,
+                             uint32_t list) {
+  if (!lw->have_list || lw->list != list) {
+    lw->have_list = true;
+    lw->list = list;
+    lw->first_rec = rec;
+    lw->late = false;
+  }
+  if (lw->w.kind != MS_LOAD_WINDOW_TIMES || !(t->present & MS_TRACE_HAS_TIME)) return MS_OK;
+  if (t->time_us > lw->w.last_time_us) {
+    lw->late = true;
+  } else if (lw->late) {
+    return MS_EUNSUPPORTED; /* not in time order past the window: its end is not known yet */
+  }
+  return MS_OK;
 }
 
 int ms__pickle_drop_account(rd_t *r, uint32_t rec, uint32_t list, bool dropped) {
@@ -83,6 +126,8 @@ int ms__pickle_drop_account(rd_t *r, uint32_t rec, uint32_t list, bool dropped) 
   s->last_rec = rec;
   const ms_snap_trace_t *t = &r->b.trace.ptr[rec];
   if (dropped && !ms__pickle_drop_free(r, t, list)) return MS_EUNSUPPORTED;
+  ms__load_window_t *lw = ms__load_window_current();
+  if (lw && dp_window_account(lw, t, rec, list) != MS_OK) return MS_EUNSUPPORTED;
   if (t->action == MS_TRACE_ALLOC) return dp_put(&r->drop_set, list, t->addr);
   if (t->action == MS_TRACE_FREE_COMPLETED) dp_del(&r->drop_set, list, t->addr);
   return MS_OK;

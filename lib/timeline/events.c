@@ -231,22 +231,40 @@ static int tl_time_range(const ms_timeline_t *tl, size_t dev, int64_t lo, int64_
   return MS_OK;
 }
 
-int ms_timeline_step_range(const ms_timeline_t *tl, size_t dev, int64_t n, size_t *from,
-                           size_t *to, ms_errbuf_t *eb) {
+int ms_timeline_time_range(const ms_timeline_t *tl, size_t dev, int64_t t0, int64_t t1,
+                           size_t *from, size_t *to, ms_errbuf_t *eb) {
   if (dev >= tl->ndev) return ms__errbuf_set(eb, MS_EINVAL, "no device %zu", dev);
-  ms_tl_ranges_t rs;
-  if (ms_tl_ranges_build(tl->snap, &rs) != MS_OK) return MS_ENOMEM;
-  const ms_tl_range_t *x = ms_tl_ranges_step(&rs, (int64_t)dev, n);
-  if (!x) x = ms_tl_ranges_step(&rs, -1, n); /* annotations recorded for another device index */
-  int rc;
-  if (!x)
-    rc = ms__errbuf_set(eb, MS_EINVAL,
+  return tl_time_range(tl, dev, t0, t1, from, to, eb);
+}
+
+static int tl_no_step(ms_errbuf_t *eb, int64_t n) {
+  return ms__errbuf_set(eb, MS_EINVAL,
                         "no step %" PRId64 ": the snapshot has no ProfilerStep#%" PRId64
                         " annotation (record_function ranges are recorded while the profiler "
                         "runs)",
                         n, n);
+}
+
+int ms_timeline_steps_range(const ms_timeline_t *tl, size_t dev, int64_t n, int64_t m,
+                            size_t *from, size_t *to, ms_errbuf_t *eb) {
+  if (dev >= tl->ndev) return ms__errbuf_set(eb, MS_EINVAL, "no device %zu", dev);
+  if (n > m) return ms__errbuf_set(eb, MS_EINVAL, "steps %" PRId64 " to %" PRId64 ": out of order", n, m);
+  ms_tl_ranges_t rs;
+  if (ms_tl_ranges_build(tl->snap, &rs) != MS_OK) return MS_ENOMEM;
+  const ms_tl_range_t *x = ms_tl_ranges_step(&rs, (int64_t)dev, n);
+  if (!x) x = ms_tl_ranges_step(&rs, -1, n); /* annotations recorded for another device index */
+  const ms_tl_range_t *y = n == m ? x : ms_tl_ranges_step(&rs, (int64_t)dev, m);
+  if (!y) y = ms_tl_ranges_step(&rs, -1, m);
+  int rc;
+  if (!x || !y)
+    rc = tl_no_step(eb, x ? m : n);
   else
-    rc = tl_time_range(tl, dev, x->start_us, x->end_us, from, to, eb);
+    rc = tl_time_range(tl, dev, x->start_us, y->end_us, from, to, eb);
   ms_tl_ranges_release(&rs);
   return rc;
+}
+
+int ms_timeline_step_range(const ms_timeline_t *tl, size_t dev, int64_t n, size_t *from,
+                           size_t *to, ms_errbuf_t *eb) {
+  return ms_timeline_steps_range(tl, dev, n, n, from, to, eb);
 }

@@ -167,6 +167,48 @@ static int tlv_sort_cmp(const void *a, const void *b) {
   return x->idx < y->idx ? -1 : x->idx > y->idx;             /* stable */
 }
 
+/* a sorted as tlv_sort_cmp says (largest first, ties in the order they are in: a holds them by
+ * index), by a stable LSD radix sort over the bytes in which the sizes differ: at 1.7 M elements
+ * qsort's calls of the comparison cost ten times as much. Without memory for a second array,
+ * qsort. */
+static void tlv_sort(tlv_sort_t *a, size_t n) {
+  tlv_sort_t *tmp = n > 1 ? malloc(n * sizeof *tmp) : NULL;
+  if (!tmp) {
+    if (n > 1) qsort(a, n, sizeof *a, tlv_sort_cmp);
+    return;
+  }
+  /* ascending keys are descending sizes */
+#define TLV_KEY(x) (~((uint64_t)(x).size ^ ((uint64_t)1 << 63)))
+  size_t(*count)[256] = calloc(8, sizeof *count); /* per byte of the key, its values' counts */
+  if (!count) {
+    free(tmp);
+    qsort(a, n, sizeof *a, tlv_sort_cmp);
+    return;
+  }
+  for (size_t i = 0; i < n; i++) {
+    uint64_t k = TLV_KEY(a[i]);
+    for (int d = 0; d < 8; d++) count[d][(k >> (8 * d)) & 255]++;
+  }
+  tlv_sort_t *src = a, *dst = tmp;
+  for (int d = 0; d < 8; d++) {
+    size_t *c = count[d], at = 0;
+    if (c[(TLV_KEY(a[0]) >> (8 * d)) & 255] == n) continue; /* one value: the order stays */
+    for (int v = 0; v < 256; v++) {
+      size_t m = c[v];
+      c[v] = at;
+      at += m;
+    }
+    for (size_t i = 0; i < n; i++) dst[c[(TLV_KEY(src[i]) >> (8 * d)) & 255]++] = src[i];
+    tlv_sort_t *t = src;
+    src = dst;
+    dst = t;
+  }
+#undef TLV_KEY
+  if (src != a) memcpy(a, src, n * sizeof *a);
+  free(count);
+  free(tmp);
+}
+
 typedef struct tlv_run_s {
   MS_VEC(int64_t) mat;     /* max_at_time */
   MS_VEC(int64_t) s_t;     /* summarized band */
@@ -357,7 +399,7 @@ static int tlv_prepare(tlv_ctx_t *c) {
     c->order[i] = (tlv_sort_t){c->el.ptr[i].size, (uint32_t)i};
     c->pos[i] = -1;
   }
-  qsort(c->order, ne, sizeof *c->order, tlv_sort_cmp);
+  tlv_sort(c->order, ne);
   if (MS_VEC_PUSH(&c->r.s_off, 0)) return MS_ENOMEM; /* the band's offsets start with [total] */
   return MS_OK;
 }

@@ -13,6 +13,8 @@
  *  - with MS_LOAD_NO_TRACE the file is accepted whenever it is without flags (and maybe more: the
  *    entries of a skipped trace are not type-checked), with the same segments and blocks;
  *    standard input may refuse (MS_EUNSUPPORTED) what needs a second pass;
+ *  - one input in 16 is also read for a window of its trace (ms_snapshot_load_window, through a
+ *    real file), which must accept whatever the full read accepts, with the same tables;
  *  - one input in 8 also goes through a real file and ms_snapshot_load_ex(path), which reads a
  *    pickle through mapped windows instead of a buffer: it must agree with the stream, to the
  *    words of its message.
@@ -79,6 +81,27 @@ static void via_path(const uint8_t *data, size_t size, unsigned flags, int rc,
   ms_snapshot_free(p);
 }
 
+/* Through a real file and ms_snapshot_load_window (a window from the option byte): whatever a
+ * full read accepts is accepted (a window the reader cannot honour reads the file again in
+ * full), with the same tables. */
+static void via_window(const uint8_t *data, size_t size, uint8_t opt, int rc,
+                       const ms_snapshot_t *s) {
+  char path[] = "/tmp/memsnap-fuzz-window-XXXXXX";
+  int fd = mkstemp(path);
+  if (fd < 0) return;
+  FZ_CHECK(size == 0 || write(fd, data, size) == (ssize_t)size, "write");
+  close(fd);
+  ms_load_window_t w = {(opt & 0x20) ? MS_LOAD_WINDOW_TIMES : MS_LOAD_WINDOW_ENTRIES,
+                        (uint64_t)(opt >> 6), (int64_t)(opt >> 6) - 1};
+  ms_snapshot_t *p = NULL;
+  ms_errbuf_t eb = {{0}};
+  int rp = ms_snapshot_load_window(path, (opt & 0x10) ? MS_LOAD_NO_FREE_STACKS : 0, &w, &p, &eb);
+  unlink(path);
+  if (rc == MS_OK) FZ_CHECK(rp == MS_OK, "windowed read refused what a full read took: %s", eb.msg);
+  if (rp == MS_OK && rc == MS_OK) FZ_CHECK(same_sizes(p, s), "windowed and full: other sizes");
+  ms_snapshot_free(p);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   fz_in_t inp = fz_in(data, size);
   uint8_t opt;
@@ -116,6 +139,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     ms_snapshot_free(full);
   }
   if (through_path) via_path(data, size, flags, rf, f, ef.msg);
+  if (flags == 0 && (opt >> 1) % 8 == 1) via_window(data, size, opt, rf, f);
   ms_snapshot_free(f);
   ms_snapshot_free(in);
   return 0;

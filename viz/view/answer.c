@@ -17,13 +17,16 @@ static void answer_str(void *w, const char *s) { vw_str(w, s); }
 static void answer_u64(void *w, uint64_t v) { vw_u64(w, v); }
 static void answer_i64(void *w, int64_t v) { vw_i64(w, v); }
 
-void ms__view_answer_json(vw_t *w, const ms_snapshot_t *s, size_t dev, int replay) {
+void ms__view_answer_json(vw_t *w, const ms_snapshot_t *s, const ms_timeline_t *tl,
+                          const ms_attr_t *attr, size_t dev, int replay) {
   ms_explain_options_t o;
   ms_explain_options_init(&o);
   o.device = (int)dev;
   o.min_capacity = false;
   o.remedies = replay > 0 || (replay < 0 && ms_snapshot_oom_count(s, dev) > 0);
   o.series_points = 1000;
+  o.timeline = tl;
+  o.attr = tl ? attr : NULL;
   ms_explain_t *x = NULL;
   ms_errbuf_t eb = {{0}};
   int rc = ms_explain_run(s, &o, &x, &eb);

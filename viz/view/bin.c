@@ -3,6 +3,7 @@
  */
 #include "bin.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -91,12 +92,33 @@ void vb_begin_delta(vb_t *b, const char *name, const char *type) {
   vb_begin_with(b, name, type, VB_DELTA);
 }
 
-/* The shuffled block written, plane by plane. */
+/* The shuffled block written, plane by plane: plane k holds byte k (little-endian) of every
+ * value. blk holds the values as the host stores them (uint16_t, uint32_t or uint64_t). */
 static void bin_block(vb_t *b) {
   size_t w = b->width, n = b->nblk;
-  for (size_t k = 0; k < w; k++)
-    for (size_t i = 0; i < n; i++) b->planes[k * n + i] = b->blk[i * w + k];
-  bin_put(b, b->planes, w * n);
+  unsigned char *pl = b->planes;
+  const unsigned char *q = b->blk;
+  if (w == 8) {
+    for (size_t i = 0; i < n; i++) {
+      uint64_t u;
+      memcpy(&u, q + 8 * i, 8);
+      for (size_t k = 0; k < 8; k++) pl[k * n + i] = (unsigned char)(u >> (8 * k));
+    }
+  } else if (w == 4) {
+    for (size_t i = 0; i < n; i++) {
+      uint32_t u;
+      memcpy(&u, q + 4 * i, 4);
+      for (size_t k = 0; k < 4; k++) pl[k * n + i] = (unsigned char)(u >> (8 * k));
+    }
+  } else {
+    for (size_t i = 0; i < n; i++) {
+      uint16_t u;
+      memcpy(&u, q + 2 * i, 2);
+      pl[i] = (unsigned char)u;
+      pl[n + i] = (unsigned char)(u >> 8);
+    }
+  }
+  bin_put(b, pl, w * n);
   b->nblk = 0;
 }
 
@@ -110,16 +132,26 @@ void vb_end(vb_t *b) {
   b->width = 0;
 }
 
-/* Little-endian whatever the host; into the block of a shuffled section. */
-static void bin_le(vb_t *b, uint64_t v, size_t n) {
-  unsigned char p[8];
-  for (size_t i = 0; i < n; i++) p[i] = (unsigned char)(v >> (8 * i));
-  if (!b->width) {
-    bin_put(b, p, n);
+/* Little-endian whatever the host; into the block of a shuffled section (as the host stores
+ * a value of n bytes: bin_block reads it so). */
+static inline void bin_le(vb_t *b, uint64_t v, size_t n) {
+  if (b->width) {
+    unsigned char *q = b->blk + b->nblk * n;
+    if (n == 8) {
+      memcpy(q, &v, 8);
+    } else if (n == 4) {
+      uint32_t u = (uint32_t)v;
+      memcpy(q, &u, 4);
+    } else {
+      uint16_t u = (uint16_t)v;
+      memcpy(q, &u, 2);
+    }
+    if (++b->nblk == VB_BLOCK) bin_block(b);
     return;
   }
-  memcpy(b->blk + b->nblk * n, p, n);
-  if (++b->nblk == VB_BLOCK) bin_block(b);
+  unsigned char p[8];
+  for (size_t i = 0; i < n; i++) p[i] = (unsigned char)(v >> (8 * i));
+  bin_put(b, p, n);
 }
 
 static uint32_t bin_delta_u(vb_t *b, uint32_t v) {
@@ -132,6 +164,20 @@ void vb_i32(vb_t *b, int32_t v) { bin_le(b, bin_delta_u(b, (uint32_t)v), 4); }
 void vb_u32(vb_t *b, uint32_t v) { bin_le(b, bin_delta_u(b, v), 4); }
 void vb_u16(vb_t *b, uint16_t v) { bin_le(b, v, 2); }
 void vb_u8(vb_t *b, uint8_t v) { bin_put(b, &v, 1); }
+void vb_bytes(vb_t *b, const void *p, size_t n) {
+  const unsigned char *c = p;
+  while (n > 0) {
+    size_t room = sizeof b->buf - b->len;
+    if (room == 0) {
+      vb_flush(b);
+      room = sizeof b->buf;
+    }
+    size_t k = n < room ? n : room;
+    bin_put(b, c, k);
+    c += k;
+    n -= k;
+  }
+}
 void vb_f64(vb_t *b, double v) {
   if (b->delta) {
     double d = v - b->prev_f;
@@ -173,31 +219,44 @@ static bool bin_special(unsigned char c, bool narrow) {
   return c == 0 || c == '\r' || c == '<' || c == VB_ESC;
 }
 
+/* bin_special as two tables (wide, narrow), filled once. */
+static unsigned char bin_tab[2][256];
+static pthread_once_t bin_tab_once = PTHREAD_ONCE_INIT;
+static void bin_tab_fill(void) {
+  for (int c = 0; c < 256; c++) {
+    bin_tab[0][c] = bin_special((unsigned char)c, false);
+    bin_tab[1][c] = bin_special((unsigned char)c, true);
+  }
+}
+
+/* Without a branch per byte (the escaped ones are unpredictable in compressed data): every byte
+ * writes its escape's second byte after it, which the next byte overwrites unless it was
+ * escaped. */
 size_t vb_escape(const void *in, size_t n, unsigned char *out, bool narrow) {
-  const unsigned char *p = in;
+  pthread_once(&bin_tab_once, bin_tab_fill);
+  const unsigned char *p = in, *tab = bin_tab[narrow];
   size_t k = 0;
   for (size_t i = 0; i < n; i++) {
-    unsigned char c = p[i];
-    if (bin_special(c, narrow)) {
-      out[k++] = VB_ESC;
-      out[k++] = (unsigned char)(c + 64);
-    } else {
-      out[k++] = c;
-    }
+    unsigned char c = p[i], m = tab[c];
+    out[k] = (unsigned char)(c ^ ((c ^ VB_ESC) & (0u - m)));
+    out[k + 1] = (unsigned char)(c + 64);
+    k += 1u + m;
   }
   return k;
 }
 
+/* Escapes straight into the writer's buffer (room for twice what it takes). */
 static int esc_write(void *ctx, const char *buf, size_t len) {
   vb_esc_t *e = ctx;
-  unsigned char out[8192];
-  while (len > 0) {
-    size_t n = len < sizeof out / 2 ? len : sizeof out / 2;
-    vw_raw(e->w, (const char *)out, vb_escape(buf, n, out, e->narrow));
+  vw_t *w = e->w;
+  while (len > 0 && w->err == MS_OK) {
+    if (sizeof w->buf - w->len < 2 * (len < 4096 ? len : 4096)) vw_flush(w);
+    size_t room = (sizeof w->buf - w->len) / 2, n = len < room ? len : room;
+    w->len += vb_escape(buf, n, (unsigned char *)w->buf + w->len, e->narrow);
     buf += n;
     len -= n;
   }
-  return e->w->err;
+  return w->err;
 }
 
 void vb_escape_sink(vb_esc_t *e, ms_sink_t *sink) {

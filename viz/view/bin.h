@@ -51,7 +51,8 @@ typedef struct vb_s {
   size_t len;
   unsigned char buf[1 << 16];
   size_t width, nblk; /* the open shuffled section: its value width, the values in blk */
-  unsigned char blk[VB_BLOCK * 8], planes[VB_BLOCK * 8];
+  unsigned char blk[VB_BLOCK * 8]; /* the values of the block, as the host stores them */
+  unsigned char planes[VB_BLOCK * 8];
 } vb_t;
 
 /* gz: the gzip sink that sink is (or NULL: VB_PICK does nothing). */
@@ -70,6 +71,8 @@ void vb_u32(vb_t *b, uint32_t v);
 void vb_u16(vb_t *b, uint16_t v);
 void vb_u8(vb_t *b, uint8_t v);
 void vb_f64(vb_t *b, double v);
+/* n bytes of a u8 section at once. */
+void vb_bytes(vb_t *b, const void *p, size_t n);
 /* Writes what is buffered to the sink. */
 void vb_flush(vb_t *b);
 /* The table as JSON: [{"name":..,"type":..,"offset":..,"count":..}, ...]. */
@@ -86,7 +89,8 @@ void vb_table(const vb_t *b, vw_t *w);
  * text as one byte per character: half the memory, parsed faster. The timelines, read before the
  * first paint, are narrow; the traces and stacks, read after it, are not. */
 #define VB_ESC 0x3d /* '=' */
-/* Escapes n bytes of in into out (room for 2 n bytes); returns the length written. */
+/* Escapes n bytes of in into out (room for 2 n bytes, all of which it may write); returns the
+ * length written. */
 size_t vb_escape(const void *in, size_t n, unsigned char *out, bool narrow);
 /* A sink that writes what it gets into e->w, escaped (narrow or not). */
 typedef struct vb_esc_s {

@@ -37,13 +37,17 @@
  * write errors are in b->err). */
 int vs_write_stacks(vb_t *b, const ms_snapshot_t *s);
 
-/* vs_write_stacks in two halves, so that the first (all of the work: every stack's steps
- * counted and ranked, the ranks kept in memory) can run on a thread of its own while other
- * sections are written: vs_plan reads the snapshot only (@return MS_OK, MS_ENOMEM, MS_EINVAL or
- * MS_ELIMIT; *out NULL on failure); vs_write_plan then writes what vs_write_stacks writes.
- * vs_plan_free accepts NULL. */
+/* vs_write_stacks in parts, so that the work (every stack's steps counted and ranked, the
+ * ranks kept in memory) can run on threads of their own while other sections are written:
+ * vs_plan reads the snapshot only: the first pass and the ranking (@return MS_OK, MS_ENOMEM,
+ * MS_EINVAL or MS_ELIMIT; *out NULL on failure); then any number of threads at once may call vs_plan_work,
+ * which walks parts of the second pass (stacks in parts of about 1/64 of them) until none is
+ * left (@return MS_OK: its errors are vs_write_plan's); once they have returned, vs_write_plan
+ * walks what is left and writes what vs_write_stacks writes (@return MS_OK, MS_ENOMEM or
+ * MS_EINVAL). vs_plan_free accepts NULL. */
 typedef struct vs_plan_s vs_plan_t;
 int vs_plan(const ms_snapshot_t *s, vs_plan_t **out);
+int vs_plan_work(vs_plan_t *p, const ms_snapshot_t *s);
 int vs_write_plan(vb_t *b, const ms_snapshot_t *s, vs_plan_t *p);
 void vs_plan_free(vs_plan_t *p);
 

@@ -19,6 +19,7 @@
 #include "stacks.h"
 #include "answer.h"
 #include "memory.h"
+#include "spool.h"
 #include "writer.h"
 
 /* The page's script and style (viz/CMakeLists.txt lists the scripts; view.css), embedded at build time (embed.cmake). */
@@ -317,35 +318,12 @@ static void view_frames(vw_t *w, const ms_snapshot_t *s) {
   vw_puts(w, "]");
 }
 
-/* A growing buffer as a sink: what a thread of its own writes (the trace element, the Explain
- * panels' answers) while the timelines are computed, copied into the page in its place. */
-typedef struct view_mem_s {
-  char *p;
-  size_t len, cap;
-} view_mem_t;
-
-static int view_mem_write(void *ctx, const char *buf, size_t len) {
-  view_mem_t *m = ctx;
-  if (len > m->cap - m->len) {
-    size_t cap = m->cap ? m->cap : 1 << 20;
-    while (len > cap - m->len) {
-      if (cap > SIZE_MAX / 2) return MS_ENOMEM;
-      cap *= 2;
-    }
-    char *q = realloc(m->p, cap);
-    if (!q) return MS_ENOMEM;
-    m->p = q;
-    m->cap = cap;
-  }
-  memcpy(m->p + m->len, buf, len);
-  m->len += len;
-  return MS_OK;
-}
-
 /* The Explain panels' answers (answer.h; the explain costs a pass of its own over the trace):
  * written, device after device, by a thread of its own into mem, device k's ending at end[k]. */
 typedef struct view_answers_s {
   const ms_snapshot_t *s;
+  const ms_timeline_t *tl; /* the page's time index (NULL: each answer builds one) */
+  const ms_attr_t *attr;   /* and its classifier (NULL: each answer classifies its own) */
   const size_t *devs;
   size_t ndevs;
   int replay;
@@ -360,7 +338,7 @@ typedef struct view_answers_s {
 static void *view_answers_run(void *arg) {
   view_answers_t *j = arg;
   for (size_t k = 0; k < j->ndevs && j->w->err == MS_OK; k++) {
-    ms__view_answer_json(j->w, j->s, j->devs[k], j->replay);
+    ms__view_answer_json(j->w, j->s, j->tl, j->attr, j->devs[k], j->replay);
     vw_flush(j->w);
     j->end[k] = j->mem.len;
   }
@@ -369,10 +347,13 @@ static void *view_answers_run(void *arg) {
 }
 
 /* Starts the answers' thread (without one, or without memory, view_answer writes them itself). */
-static void view_answers_start(view_answers_t *j, const ms_snapshot_t *s, const size_t *devs,
+static void view_answers_start(view_answers_t *j, const ms_snapshot_t *s,
+                               const ms_timeline_t *tl, const ms_attr_t *attr, const size_t *devs,
                                size_t ndevs, int replay) {
   memset(j, 0, sizeof *j);
   j->s = s;
+  j->tl = tl;
+  j->attr = attr;
   j->devs = devs;
   j->ndevs = ndevs;
   j->replay = replay;
@@ -483,7 +464,7 @@ static void view_answer(vw_t *w, const view_ctx_t *c, size_t k) {
   if (j->done && j->w->err == MS_OK)
     vw_raw(w, j->mem.p + (k ? j->end[k - 1] : 0), j->end[k] - (k ? j->end[k - 1] : 0));
   else
-    ms__view_answer_json(w, c->s, c->devs[k], c->o->explain);
+    ms__view_answer_json(w, c->s, c->tl, c->attr, c->devs[k], c->o->explain);
 }
 
 static void view_data(vw_t *w, const view_ctx_t *c, const vb_t *b) {
@@ -637,23 +618,35 @@ static int view_bin_devices(view_ctx_t *c, vb_t *b) {
   return rc;
 }
 
-/* The stacks' first pass (stacks.h, vs_plan), on a thread of its own. */
+/* The stacks' work (stacks.h): the first pass and the ranking, then parts of the second pass, on
+ * a thread of its own; the trace element's thread takes the second pass's parts too once it has
+ * written the traces. */
 typedef struct view_plan_job_s {
   const ms_snapshot_t *s;
   vs_plan_t *plan;
   int rc;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  bool ready; /* plan and rc are set */
 } view_plan_job_t;
 
 static void *view_plan_run(void *arg) {
   view_plan_job_t *j = arg;
-  j->rc = vs_plan(j->s, &j->plan);
+  int rc = vs_plan(j->s, &j->plan);
+  pthread_mutex_lock(&j->mu);
+  j->rc = rc;
+  j->ready = true;
+  pthread_cond_broadcast(&j->cv);
+  pthread_mutex_unlock(&j->mu);
+  if (rc == MS_OK) (void)vs_plan_work(j->plan, j->s);
   return NULL;
 }
 
-/* What goes into the second: per device its trace, then the stacks (their first pass on another
- * thread meanwhile). */
+/* What goes into the second: per device its trace, then the stacks (their work on another thread
+ * meanwhile, and then on both). */
 static int view_bin_traces(view_ctx_t *c, vb_t *b) {
-  view_plan_job_t pj = {c->s, NULL, MS_OK};
+  view_plan_job_t pj = {c->s, NULL, MS_OK, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER,
+                        false};
   pthread_t th;
   bool threaded = pthread_create(&th, NULL, view_plan_run, &pj) == 0;
   int rc = MS_OK;
@@ -662,8 +655,17 @@ static int view_bin_traces(view_ctx_t *c, vb_t *b) {
     snprintf(prefix, sizeof prefix, "d%zu.trace", c->devs[k]);
     rc = view_bin_trace(b, prefix, c->s, c->devs[k], &c->pools, &c->npools);
   }
-  if (threaded) pthread_join(th, NULL);
-  else if (rc == MS_OK) view_plan_run(&pj);
+  if (threaded) {
+    pthread_mutex_lock(&pj.mu);
+    while (!pj.ready) pthread_cond_wait(&pj.cv, &pj.mu);
+    pthread_mutex_unlock(&pj.mu);
+    if (rc == MS_OK && pj.rc == MS_OK) (void)vs_plan_work(pj.plan, c->s);
+    pthread_join(th, NULL);
+  } else if (rc == MS_OK) {
+    view_plan_run(&pj);
+  }
+  pthread_cond_destroy(&pj.cv);
+  pthread_mutex_destroy(&pj.mu);
   if (rc == MS_OK) rc = pj.rc;
   if (rc == MS_OK) rc = vs_write_plan(b, c->s, pj.plan);
   vs_plan_free(pj.plan);
@@ -671,13 +673,15 @@ static int view_bin_traces(view_ctx_t *c, vb_t *b) {
 }
 
 /* A binary element: sections, gzipped, escaped (bin.h): the devices' timelines, or (traces) their
- * traces and the stacks, which the page reads after its first paint. */
+ * traces and the stacks, which the page reads after its first paint, not escaped yet (the page's
+ * thread escapes them as it drains them: view_page). */
 static int view_bin(vw_t *w, view_ctx_t *c, vb_t *b, bool traces) {
-  ms_sink_t esc, gz;
+  ms_sink_t esc, gz, out = {NULL, NULL};
   ms_gzip_sink_t *z = NULL;
-  vb_esc_t e = {w, !traces};
+  vb_esc_t e = {w, true};
   vb_escape_sink(&e, &esc);
-  int rc = ms_gzip_sink_create(&esc, c->s->ntrace > 1000000 ? 1 : 6, &z, &gz);
+  if (traces) vw_as_sink(w, &out);
+  int rc = ms_gzip_sink_create(traces ? &out : &esc, c->s->ntrace > 1000000 ? 1 : 6, &z, &gz);
   if (rc != MS_OK) return rc;
   vb_init(b, &gz, z);
   rc = traces ? view_bin_traces(c, b) : view_bin_devices(c, b);
@@ -689,14 +693,15 @@ static int view_bin(vw_t *w, view_ctx_t *c, vb_t *b, bool traces) {
   return rc != MS_OK ? rc : w->err;
 }
 
-/* The trace element's job: its sections (sb) and its escaped bytes (mem). It reads the snapshot,
- * the devices, and writes c->pools, c->npools and c->trace_bytes only, which nothing else
- * touches until it is joined. */
+/* The trace element's job: its sections (sb) and its escaped bytes (spool, which the page's
+ * thread drains into the page once it has reached the element). It reads the snapshot, the
+ * devices, and writes c->pools, c->npools and c->trace_bytes only, which nothing else touches
+ * until it is joined. */
 typedef struct view_trace_job_s {
   view_ctx_t *c;
   vb_t *sb;
   vw_t *w;
-  view_mem_t mem;
+  vsp_t spool;
   ms_sink_t sink;
   int rc;
   pthread_t th;
@@ -707,6 +712,7 @@ static void *view_trace_run(void *arg) {
   view_trace_job_t *j = arg;
   j->rc = view_bin(j->w, j->c, j->sb, true);
   vw_flush(j->w);
+  vsp_close(&j->spool);
   j->done = true;
   if (j->rc == MS_OK) j->rc = j->w->err;
   return NULL;
@@ -781,11 +787,19 @@ static int view_page(vw_t *w, view_ctx_t *c, view_trace_job_t *job) {
       vw_puts(w, "</script>\n");
     }
     view_open(w, c, "application/octet-stream", "ms-trace");
+    vw_flush(w);
+    rc = w->err;
+    /* the element's bytes as the job writes them, escaped (not narrow: bin.h) on their way,
+     * then (it has closed) the rest */
+    vb_esc_t e = {w, false};
+    ms_sink_t esc;
+    vb_escape_sink(&e, &esc);
+    if (rc == MS_OK && job->threaded) rc = vsp_drain(&job->spool, &esc);
     view_trace_wait(job, true);
-    rc = job->rc;
+    if (rc == MS_OK) rc = job->rc;
+    if (rc == MS_OK) rc = vsp_drain(&job->spool, &esc);
   }
   if (rc == MS_OK) {
-    vw_raw(w, job->mem.p, job->mem.len);
     vw_puts(w, "</script>\n");
     view_open(w, c, "application/json", "ms-trace-data");
     vw_puts(w, "{");
@@ -845,7 +859,7 @@ static int view_one(vw_t *w, const ms_snapshot_t *snap, const ms_viewer_opts_t *
     ms_timeline_t *tl = NULL;
     ms_attr_t *attr = NULL;
     view_answers_t answers;
-    view_answers_start(&answers, snap, devs, ndevs, opts->explain);
+    memset(&answers, 0, sizeof answers);
     view_ctx_t c = {snap, NULL, NULL, opts, dev, devs, ndevs, meta, NULL, 0, 0, 0, "", files, nfiles, k, &answers};
     /* the trace element needs neither the time index nor the timelines: a thread writes it
      * meanwhile (or, without one, view_page after them) */
@@ -854,17 +868,18 @@ static int view_one(vw_t *w, const ms_snapshot_t *snap, const ms_viewer_opts_t *
     job.c = &c;
     job.sb = malloc(sizeof *job.sb);
     job.w = malloc(sizeof *job.w);
-    job.sink.write = view_mem_write;
-    job.sink.ctx = &job.mem;
-    if (!job.sb || !job.w) {
+    bool spool = vsp_init(&job.spool) == MS_OK;
+    vsp_sink(&job.spool, &job.sink);
+    if (!job.sb || !job.w || !spool) {
       rc = MS_ENOMEM;
     } else {
       vb_init(job.sb, NULL, NULL);
       vw_init(job.w, &job.sink);
       job.threaded = pthread_create(&job.th, NULL, view_trace_run, &job) == 0;
-      if (ms_timeline_create(snap, NULL, &tl, NULL) == MS_OK &&
-          ms_attr_create(snap, tl, NULL, &attr, NULL) != MS_OK)
-        attr = NULL;
+      /* the answers (their own thread) read the same index and classifier, built once */
+      if (ms_timeline_create(snap, NULL, &tl, NULL) != MS_OK) tl = NULL;
+      if (tl && ms_attr_create(snap, tl, NULL, &attr, NULL) != MS_OK) attr = NULL;
+      view_answers_start(&answers, snap, tl, attr, devs, ndevs, opts->explain);
       c.attr = attr;
       c.tl = tl;
       rc = view_page(w, &c, &job);
@@ -875,7 +890,7 @@ static int view_one(vw_t *w, const ms_snapshot_t *snap, const ms_viewer_opts_t *
     if (job.sb) vb_release(job.sb);
     free(job.sb);
     free(job.w);
-    free(job.mem.p);
+    if (spool) vsp_release(&job.spool);
     view_answers_release(&answers);
     free(c.pools);
     ms_attr_destroy(attr);

@@ -34,6 +34,17 @@ void vw_raw(vw_t *w, const char *s, size_t n) {
   }
 }
 
+static int writer_sink_write(void *ctx, const char *buf, size_t len) {
+  vw_t *w = ctx;
+  vw_raw(w, buf, len);
+  return w->err;
+}
+
+void vw_as_sink(vw_t *w, ms_sink_t *sink) {
+  sink->write = writer_sink_write;
+  sink->ctx = w;
+}
+
 void vw_puts(vw_t *w, const char *s) { vw_raw(w, s, strlen(s)); }
 
 void vw_i64(vw_t *w, int64_t v) {

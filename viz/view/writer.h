@@ -21,6 +21,8 @@ typedef struct vw_s {
 void vw_init(vw_t *w, ms_sink_t *sink);
 void vw_flush(vw_t *w);
 void vw_raw(vw_t *w, const char *s, size_t n);
+/* A sink that writes what it gets into w (vw_raw; @return w's error). */
+void vw_as_sink(vw_t *w, ms_sink_t *sink);
 void vw_puts(vw_t *w, const char *s);
 void vw_i64(vw_t *w, int64_t v);
 void vw_u64(vw_t *w, uint64_t v);
