@@ -333,6 +333,11 @@ static inline int rd_take(rd_t *r, uint64_t n, const char **p, const char *what)
   return ms__pickle_take_slow(r, n, p, what);
 }
 
+/* A little-endian uint32 (compilers make this one load). */
+static inline uint32_t rd_le32(const unsigned char *p) {
+  return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
 /* Skips n bytes (a value whose content is not kept) without buffering them. */
 int ms__pickle_skip(rd_t *r, uint64_t n, const char *what);
 
@@ -354,6 +359,13 @@ static inline int rd_pop_mark(rd_t *r, const char *op, size_t *pos) {
   *pos = r->marks.ptr[--r->marks.len];
   return MS_OK;
 }
+
+/* A run of memo gets (op, whose opcode byte is at buf[pos - 1], the first) that an APPENDS ends,
+ * into the frames list below the topmost mark while it is being filled: the interned frames'
+ * indices go straight to the list's place at the builder's stack tail, as APPENDS would put them
+ * there after the gets pushed their values. @return true when it did so (r past the APPENDS);
+ * false leaves r untouched for the general path (pickle_schema.c). */
+bool ms__pickle_frames_run(rd_t *r, int op);
 
 /* ---- pickle_objects.c ------------------------------------------------------------------------ */
 

@@ -675,11 +675,6 @@ static int rd_op_long_binget(rd_t *r) {
   return rd_memo_get(r, rd_le(p, 4), "LONG_BINGET");
 }
 
-/* A little-endian uint32 (compilers make this one load). */
-static inline uint32_t rd_le32(const unsigned char *p) {
-  return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
 /* A run of BINGET ('h') and LONG_BINGET ('j'), the opcode at buf[pos - 1] being the first:
  * PyTorch's files are mostly such runs (a frames list's frame dicts, every dict's keys), so
  * they are decoded here in one loop, with the stack and memo in locals, instead of once per turn
@@ -721,7 +716,7 @@ static bool rd_skip_list_run(rd_t *r, int op) {
 }
 
 static int rd_op_get_run(rd_t *r, int op) {
-  if (r->skip_trace && rd_skip_list_run(r, op)) return MS_OK;
+  if (r->skip_trace ? rd_skip_list_run(r, op) : ms__pickle_frames_run(r, op)) return MS_OK;
   size_t pos = r->pos, lim = r->lim;
   const unsigned char *buf = (const unsigned char *)r->buf;
   const rd_val_t *memo = r->memo.ptr;
