@@ -5,7 +5,8 @@
  * enough that every fixture crosses several; and the same error, word for word, for prefixes of
  * a file cut anywhere, around window boundaries above all. Also the reader's shortcut for the
  * skipped trace's frames lists (MS_LOAD_NO_TRACE) on hand-made pickles: it drops what the
- * general path drops and fails where it fails.
+ * general path drops and fails where it fails. And a file that shrank while it was read fails
+ * with a plain message where its next window would be mapped.
  */
 #include <criterion/criterion.h>
 #include <dirent.h>
@@ -209,4 +210,40 @@ Test(pickle_map, skipped_frames_lists) {
     cr_assert_eq(rc, t[i].rc, "case %zu: %d '%s'", i, rc, msg);
     if (t[i].msg) cr_assert_str_eq(msg, t[i].msg, "case %zu", i);
   }
+}
+
+/* A file that is shorter than it was when the read began (another process cut it): the window
+ * that would reach past its end is not mapped, and the read fails with a plain message (the
+ * read's start is given a size larger than the file's, as if the file had since shrunk). */
+Test(pickle_map, file_shrank) {
+  static char paths[32][4096];
+  size_t n = fixtures(paths, 32), best = 0, best_len = 0;
+  for (size_t i = 0; i < n; i++) {
+    size_t len = 0;
+    char *d = th_read_file(paths[i], &len);
+    if (d && len > best_len) {
+      best = i;
+      best_len = len;
+    }
+    free(d);
+  }
+  FILE *fp = fopen(paths[best], "rb");
+  cr_assert(fp);
+  size_t saved = ms__pickle_map_window;
+  ms__pickle_map_window = 1; /* 256 KiB windows: the first one fits, a later one does not */
+  uint64_t claimed = (uint64_t)best_len + ((uint64_t)1 << 20);
+  ms_snapshot_t *s = NULL;
+  ms_errbuf_t eb = {{0}};
+  int rc = ms__pickle_read_fd(fileno(fp), claimed, 0, &s, &eb, NULL);
+  ms__pickle_map_window = saved;
+  fclose(fp);
+  cr_assert_eq(rc, MS_EIO, "%d '%s'", rc, eb.msg);
+  cr_assert_null(s);
+  char want[200];
+  snprintf(want, sizeof want,
+           ": read error: the file shrank while it was read (it had %llu bytes when the read "
+           "began)",
+           (unsigned long long)claimed);
+  cr_assert(strncmp(eb.msg, "offset ", 7) == 0 && strstr(eb.msg, want) != NULL, "'%s'",
+            eb.msg);
 }

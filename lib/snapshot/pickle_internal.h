@@ -73,6 +73,9 @@ enum rd_vtype {
               its items are parsed and dropped, and it has no entry in objs */
 };
 
+/* rd_t.memo_tag of a V_SKIP value (its kind in the low bits), which needs no rd_val_t */
+#define RD_TAG_SKIP 0x80u
+
 /* rd_val_t.flags */
 enum {
   VF_UNHASHABLE = 1u << 0, /* a bytearray, or a tuple that holds a dict, list, set or such a
@@ -281,7 +284,10 @@ typedef struct rd_s {
   /* VM */
   MS_VEC(rd_val_t) st;
   MS_VEC(uint32_t) marks;
-  MS_VEC(rd_val_t) memo;
+  MS_VEC(rd_val_t) memo; /* the memo's values: memo.ptr[i] is written only where memo_tag[i]
+                            says so (RD_TAG_*); its pages for skipped values stay untouched */
+  MS_VEC(uint8_t) memo_tag; /* one byte an entry: 0 unset, RD_TAG_SKIP | kind for a V_SKIP value,
+                               else the value's type (V_*), its value in memo.ptr */
   bool memo_holes;     /* a PUT beyond the memo's end left unset entries below it */
   MS_VEC(rd_obj_t) objs;
   MS_VEC(rd_pframe_t) pframes;
@@ -327,6 +333,11 @@ static inline int rd_take(rd_t *r, uint64_t n, const char **p, const char *what)
   return ms__pickle_take_slow(r, n, p, what);
 }
 
+/* A little-endian uint32 (compilers make this one load). */
+static inline uint32_t rd_le32(const unsigned char *p) {
+  return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
 /* Skips n bytes (a value whose content is not kept) without buffering them. */
 int ms__pickle_skip(rd_t *r, uint64_t n, const char *what);
 
@@ -348,6 +359,13 @@ static inline int rd_pop_mark(rd_t *r, const char *op, size_t *pos) {
   *pos = r->marks.ptr[--r->marks.len];
   return MS_OK;
 }
+
+/* A run of memo gets (op, whose opcode byte is at buf[pos - 1], the first) that an APPENDS ends,
+ * into the frames list below the topmost mark while it is being filled: the interned frames'
+ * indices go straight to the list's place at the builder's stack tail, as APPENDS would put them
+ * there after the gets pushed their values. @return true when it did so (r past the APPENDS);
+ * false leaves r untouched for the general path (pickle_schema.c). */
+bool ms__pickle_frames_run(rd_t *r, int op);
 
 /* ---- pickle_objects.c ------------------------------------------------------------------------ */
 

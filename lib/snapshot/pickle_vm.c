@@ -269,19 +269,36 @@ static int rd_memo_put(rd_t *r, uint64_t idx) {
   if (idx >= r->memo.len) {
     size_t add = (size_t)idx + 1 - r->memo.len;
     if (add > 1) r->memo_holes = true;
-    if (MS_BIGVEC_RESERVE(&r->memo, add)) return ms__pickle_err(r, MS_ENOMEM, "out of memory");
-    memset(r->memo.ptr + r->memo.len, 0, add * sizeof *r->memo.ptr);
+    /* the values' array only reserves (its pages are touched where a value is stored); the
+     * tags, one byte an entry, are cleared */
+    if (MS_BIGVEC_RESERVE(&r->memo, add) || MS_BIGVEC_RESERVE(&r->memo_tag, add))
+      return ms__pickle_err(r, MS_ENOMEM, "out of memory");
+    memset(r->memo_tag.ptr + r->memo_tag.len, 0, add);
     r->memo.len += add;
+    r->memo_tag.len += add;
   }
-  r->memo.ptr[idx] = r->st.ptr[r->st.len - 1];
+  const rd_val_t *v = &r->st.ptr[r->st.len - 1];
+  if (v->t == V_SKIP) {
+    r->memo_tag.ptr[idx] = (uint8_t)(RD_TAG_SKIP | v->kind);
+  } else {
+    r->memo_tag.ptr[idx] = v->t;
+    r->memo.ptr[idx] = *v;
+  }
   return MS_OK;
 }
 
+/* Memo entry idx (set: the caller checked its tag). */
+static inline rd_val_t rd_memo_value(const rd_t *r, uint64_t idx) {
+  uint8_t tag = r->memo_tag.ptr[idx];
+  if (tag & RD_TAG_SKIP) return (rd_val_t){V_SKIP, K_UNKNOWN, (uint8_t)(tag & 0x7f), 0, 0, {0}};
+  return r->memo.ptr[idx];
+}
+
 static int rd_memo_get(rd_t *r, uint64_t idx, const char *op) {
-  if (idx >= r->memo.len || r->memo.ptr[idx].t == V_UNSET)
+  if (idx >= r->memo.len || r->memo_tag.ptr[idx] == V_UNSET)
     return ms__pickle_err(r, MS_EFORMAT, "%s %" PRIu64 ": memo entry %" PRIu64 " was never stored",
                           op, idx, idx);
-  return rd_push(r, r->memo.ptr[idx]);
+  return rd_push(r, rd_memo_value(r, idx));
 }
 
 /* The container (of the given kind) that st[at-1] holds, into which op stores the values above
@@ -658,11 +675,6 @@ static int rd_op_long_binget(rd_t *r) {
   return rd_memo_get(r, rd_le(p, 4), "LONG_BINGET");
 }
 
-/* A little-endian uint32 (compilers make this one load). */
-static inline uint32_t rd_le32(const unsigned char *p) {
-  return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
 /* A run of BINGET ('h') and LONG_BINGET ('j'), the opcode at buf[pos - 1] being the first:
  * PyTorch's files are mostly such runs (a frames list's frame dicts, every dict's keys), so
  * they are decoded here in one loop, with the stack and memo in locals, instead of once per turn
@@ -704,10 +716,11 @@ static bool rd_skip_list_run(rd_t *r, int op) {
 }
 
 static int rd_op_get_run(rd_t *r, int op) {
-  if (r->skip_trace && rd_skip_list_run(r, op)) return MS_OK;
+  if (r->skip_trace ? rd_skip_list_run(r, op) : ms__pickle_frames_run(r, op)) return MS_OK;
   size_t pos = r->pos, lim = r->lim;
   const unsigned char *buf = (const unsigned char *)r->buf;
   const rd_val_t *memo = r->memo.ptr;
+  const uint8_t *tag = r->memo_tag.ptr;
   size_t nmemo = r->memo.len;
   rd_val_t *st = r->st.ptr;
   size_t len = r->st.len, room = r->st.cap < RD_MAX_STACK ? r->st.cap : RD_MAX_STACK;
@@ -721,7 +734,7 @@ static int rd_op_get_run(rd_t *r, int op) {
     }
     uint32_t idx = op == 'j' ? rd_le32(buf + pos) : buf[pos];
     pos += n;
-    if (ms_likely(idx < nmemo && memo[idx].t != V_UNSET && len < room)) {
+    if (ms_likely(idx < nmemo && tag[idx] != V_UNSET && !(tag[idx] & RD_TAG_SKIP) && len < room)) {
       st[len++] = memo[idx];
     } else {
       r->st.len = len;
@@ -915,6 +928,7 @@ static int rd_read(rd_t *r, unsigned flags, ms_snapshot_t **out, ms_errbuf_t *eb
   MS_VEC_FREE(&r->st);
   MS_VEC_FREE(&r->marks);
   ms__big_free(r->memo.ptr); /* MS_BIGVEC_RESERVE's */
+  ms__big_free(r->memo_tag.ptr);
   ms__big_free(r->objs.ptr);
   MS_VEC_FREE(&r->pframes);
   MS_VEC_FREE(&r->pairs);
