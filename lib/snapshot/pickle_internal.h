@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT
  * memsnap core: internals of the streaming reader of PyTorch snapshot pickles (memsnap/pickle.h,
- * issue #4), shared by its four files:
+ * issue #4), shared by its files:
  *
  *   pickle_vm.c       the pickle VM: input buffer, opcode decoding and the run loop, the value
  *                     stack, marks and memo; the entry point ms__pickle_read()
@@ -11,6 +11,8 @@
  *                     dicts of a record role, items stored into typed fields (segments, blocks,
  *                     history, device_traces, frames, settings, annotations), frames lists
  *                     interned as stacks, and the checks after STOP
+ *   pickle_frames.c   the hot paths that write a frames list's frame indices straight to the
+ *                     builder's stack tail (a run of memo gets, or APPENDS of interned frames)
  *   pickle_drop.c     which trace entries' stacks a read may leave out (MS_LOAD_NO_FREE_STACKS:
  *                     frees paired with their alloc as the time index pairs them)
  *
@@ -360,11 +362,27 @@ static inline int rd_pop_mark(rd_t *r, const char *op, size_t *pos) {
   return MS_OK;
 }
 
+/* Room for have + extra indices of the list being filled, at the builder's stack tail after the
+ * queued lists' indices. */
+static inline int rd_tail(rd_t *r, size_t have, size_t extra, uint32_t **tail) {
+  int rc = ms__snapbuild_stack_room(&r->b, r->pend_frames + have, extra, tail);
+  if (rc != MS_OK) return rc;
+  *tail += r->pend_frames;
+  return MS_OK;
+}
+
+/* ---- pickle_frames.c ------------------------------------------------------------------------- */
+
+/* APPENDS into a frames list being filled: the leading run of st[from..len) that are interned
+ * frame dicts goes to the list's place at the stack tail. @return where the general path goes
+ * on (from itself when the list is not one to take this way). */
+size_t ms__pickle_appends_frames_fast(rd_t *r, uint32_t lid, size_t from);
+
 /* A run of memo gets (op, whose opcode byte is at buf[pos - 1], the first) that an APPENDS ends,
  * into the frames list below the topmost mark while it is being filled: the interned frames'
  * indices go straight to the list's place at the builder's stack tail, as APPENDS would put them
  * there after the gets pushed their values. @return true when it did so (r past the APPENDS);
- * false leaves r untouched for the general path (pickle_schema.c). */
+ * false leaves r untouched for the general path. */
 bool ms__pickle_frames_run(rd_t *r, int op);
 
 /* ---- pickle_objects.c ------------------------------------------------------------------------ */

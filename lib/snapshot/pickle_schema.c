@@ -110,13 +110,6 @@ static int rd_intern_frame(rd_t *r, uint32_t id, uint32_t *frame) {
   return MS_OK;
 }
 
-/* Room for have + extra indices of the list being filled, after the queued lists' indices. */
-static int rd_tail(rd_t *r, size_t have, size_t extra, uint32_t **tail) {
-  int rc = ms__snapbuild_stack_room(&r->b, r->pend_frames + have, extra, tail);
-  if (rc != MS_OK) return rc;
-  *tail += r->pend_frames;
-  return MS_OK;
-}
 
 /* Interns the queued lists' stacks, in order, into their lists and trace records. */
 static int rd_flush(rd_t *r) {
@@ -444,106 +437,6 @@ static int rd_list_append(rd_t *r, uint32_t lid, const rd_val_t *v) {
   return MS_OK;
 }
 
-/* The hot path of real snapshots: a batch of frame dicts (memo gets, already interned) appended
- * to a frames list that is being filled. Handles the leading run of such items; returns where
- * the general path must continue. */
-static size_t rd_appends_frames_fast(rd_t *r, uint32_t lid, size_t from) {
-  rd_obj_t *l = &r->objs.ptr[lid];
-  if (l->role != R_FRAMES || (l->flags & (OF_USED | OF_SEALED))) return from;
-  if (r->fbuf_owner != lid && (r->fbuf_owner != RD_NO_OBJ || l->count != 0)) return from;
-  size_t n = r->st.len - from;
-  if (n == 0 || (uint64_t)l->count + n > UINT32_MAX) return from;
-  size_t have = r->fbuf_owner == lid ? r->fbuf_len : 0;
-  uint32_t *tail = NULL;
-  if (rd_tail(r, have, n, &tail) != MS_OK) return from;
-  if (r->fbuf_owner != lid) {
-    r->fbuf_owner = lid;
-    r->fbuf_len = 0;
-  }
-  const rd_val_t *v = r->st.ptr + from, *end = r->st.ptr + r->st.len;
-  uint32_t *dst = tail + r->fbuf_len;
-  for (; v < end; v++) {
-    if (v->t != V_OBJ) break;
-    rd_obj_t *o = &r->objs.ptr[v->v.obj];
-    if (o->role != R_FRAME || !(o->flags & OF_INTERNED)) break;
-    o->flags |= OF_USED;
-    *dst++ = o->ref;
-  }
-  size_t done = (size_t)(v - (r->st.ptr + from));
-  r->fbuf_len += done;
-  l->count += (uint32_t)done;
-  return from + done;
-}
-
-bool ms__pickle_frames_run(rd_t *r, int op) {
-  if (r->marks.len == 0) return false;
-  size_t from = rd_mark_pos(r);
-  if (from == 0 || r->st.len != from) return false; /* the run is the whole batch */
-  if (r->marks.len > 1 && from - 1 < r->marks.ptr[r->marks.len - 2]) return false;
-  const rd_val_t *t = &r->st.ptr[from - 1];
-  if (t->t != V_OBJ) return false;
-  uint32_t lid = t->v.obj;
-  rd_obj_t *l = &r->objs.ptr[lid];
-  if (l->kind != O_LIST || l->role != R_FRAMES || (l->flags & (OF_USED | OF_SEALED))) return false;
-  if (r->fbuf_owner != lid && (r->fbuf_owner != RD_NO_OBJ || l->count != 0)) return false;
-  /* first the run is checked and counted: every get an interned frame dict, an APPENDS after */
-  const unsigned char *buf = (const unsigned char *)r->buf;
-  const uint8_t *tag = r->memo_tag.ptr;
-  const rd_val_t *memo = r->memo.ptr;
-  size_t pos = r->pos, lim = r->lim, nmemo = r->memo.len, n = 0;
-  for (int o = op;; n++) {
-    uint32_t idx;
-    if (o == 'j') {
-      if (lim - pos < 5) return false;
-      idx = rd_le32(buf + pos);
-      o = buf[pos + 4];
-      pos += 5;
-    } else {
-      if (lim - pos < 2) return false;
-      idx = buf[pos];
-      o = buf[pos + 1];
-      pos += 2;
-    }
-    if (idx >= nmemo || tag[idx] != V_OBJ) return false;
-    const rd_obj_t *f = &r->objs.ptr[memo[idx].v.obj];
-    if (f->role != R_FRAME || !(f->flags & OF_INTERNED)) return false;
-    if (o == 'e') {
-      n++;
-      break;
-    }
-    if (o != 'j' && o != 'h') return false;
-  }
-  /* the general path fails on a stack this deep, or a list this long */
-  if (n > RD_MAX_STACK - r->st.len || (uint64_t)l->count + n > UINT32_MAX) return false;
-  size_t have = r->fbuf_owner == lid ? r->fbuf_len : 0;
-  uint32_t *tail = NULL;
-  if (rd_tail(r, have, n, &tail) != MS_OK) return false;
-  if (r->fbuf_owner != lid) {
-    r->fbuf_owner = lid;
-    r->fbuf_len = 0;
-  }
-  uint32_t *dst = tail + r->fbuf_len;
-  size_t p = r->pos;
-  for (size_t i = 0; i < n; i++) {
-    uint32_t idx;
-    if (buf[p - 1] == 'j') {
-      idx = rd_le32(buf + p);
-      p += 5;
-    } else {
-      idx = buf[p];
-      p += 2;
-    }
-    rd_obj_t *f = &r->objs.ptr[memo[idx].v.obj];
-    f->flags |= OF_USED;
-    *dst++ = f->ref;
-  }
-  r->fbuf_len += n;
-  r->objs.ptr[lid].count += (uint32_t)n;
-  r->pos = pos;
-  r->marks.len--;
-  return true;
-}
-
 /* APPENDS / APPEND / LIST: items st[from..len) into list lid. */
 int ms__pickle_appends(rd_t *r, uint32_t lid, size_t from) {
   size_t start = from;
@@ -551,7 +444,7 @@ int ms__pickle_appends(rd_t *r, uint32_t lid, size_t from) {
     r->st.len = from;
     return MS_OK;
   }
-  from = rd_appends_frames_fast(r, lid, from);
+  from = ms__pickle_appends_frames_fast(r, lid, from);
   for (size_t i = from; i < r->st.len; i++) {
     rd_val_t v = r->st.ptr[i];
     MS_FORWARD_IF_ERROR(rd_list_append(r, lid, &v));
