@@ -849,6 +849,53 @@ Test(cache, index_every_byte_flipped) {
   ms_snapshot_free(s);
 }
 
+/* The entries' stream (lib/cache/index.c): a code word of an unknown kind, a pair that names no
+ * entry, and a pair said to be named by an earlier entry that named none are refused, each with
+ * its message and the offset of the entry. */
+Test(cache, index_entry_codes_refused) {
+  if (!any_fixture()) return;
+  ms_snapshot_t *s = NULL;
+  ms_timeline_t *tl = NULL;
+  cr_assert(fixture_index("a0kuma_adamw_small.pickle", 0, NULL, &s, &tl));
+  size_t n = ms_timeline_nentries(tl, 0);
+  cr_assert(n > 30 && n < 8192);
+  ms_cache_key_t key = {5, 6, 0};
+  void *buf;
+  size_t len;
+  cr_assert_eq(ms_cache_index_encode(tl, &key, &buf, &len), MS_OK);
+  enum { FIRST = 96 + 16 + 32 }; /* the header, device 0's counts and first values */
+  unsigned char bad_at[] = {2, 0, (unsigned char)(2 * n | 0x80), (unsigned char)(2 * n >> 7)};
+  const struct {
+    const unsigned char *bytes;
+    size_t len;
+    const char *msg;
+  } cases[] = {
+      {(const unsigned char *)"\x00\x80", 2,
+       "cache index: an entry has an unknown code (offset 144)"},
+      {(const unsigned char *)"\x03\x00", 2,
+       "cache index: an entry has an unknown code (offset 144)"},
+      {(const unsigned char *)"\x01\x00", 2,
+       "cache index: an entry's pair was named by no earlier entry (offset 144)"},
+      {bad_at, sizeof bad_at, "cache index: a pair names no entry of its device (offset 144)"},
+  };
+  unsigned char *r = malloc(len);
+  cr_assert(r);
+  for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+    memcpy(r, buf, len);
+    memcpy(r + FIRST, cases[c].bytes, cases[c].len);
+    ms_timeline_t *back = NULL;
+    ms_errbuf_t eb = {{0}};
+    cr_assert_eq(ms_cache_index_decode(r, len, &key, false, s, NULL, &back, &eb), MS_EFORMAT,
+                 "case %zu", c);
+    cr_assert_str_eq(eb.msg, cases[c].msg);
+    cr_assert_null(back);
+  }
+  free(r);
+  free(buf);
+  ms_timeline_destroy(tl);
+  ms_snapshot_free(s);
+}
+
 /* ---- blobs: the pages of `memsnap view` ----------------------------------------------------- */
 
 Test(cache, blob_format) {

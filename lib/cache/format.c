@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "cache/internal.h"
+#include "cache/varint.h"
 #include "common/internal.h"
 #include "memsnap/cache.h"
 #include "model/snapbuild.h"
@@ -366,18 +367,6 @@ static bool w_model(wbuf_t *w, const ms_snapshot_t *s) {
   return !w->o.failed;
 }
 
-/* LEB128 of v into p; its length. */
-static size_t put_var(unsigned char *p, uint64_t v) {
-  size_t n = 0;
-  for (; v >= 0x80; v >>= 7) p[n++] = (unsigned char)(v | 0x80);
-  p[n++] = (unsigned char)v;
-  return n;
-}
-
-static uint64_t zigzag(uint64_t delta) { /* a difference taken modulo 2^64, as a signed one */
-  return delta << 1 ^ (uint64_t)-(int64_t)(delta >> 63);
-}
-
 /* The trace: its number of entries (u64), then each entry as the action (u8) and varints of its
  * present bits, its address (zigzag of the difference from the previous entry's), size, stream,
  * time (zigzag difference), extra (+1; 0: none) and stack (zigzag difference). An entry takes 8
@@ -393,13 +382,13 @@ static bool w_trace(wbuf_t *w, const ms_snapshot_t *s) {
     uint32_t x = w_extra(w, t->extra);
     size_t n = 0;
     r[n++] = (unsigned char)t->action;
-    n += put_var(r + n, t->present);
-    n += put_var(r + n, zigzag(t->addr - pa));
-    n += put_var(r + n, t->size);
-    n += put_var(r + n, t->stream);
-    n += put_var(r + n, zigzag((uint64_t)t->time_us - pt));
-    n += put_var(r + n, x == CACHE_NO_STR ? 0 : (uint64_t)x + 1);
-    n += put_var(r + n, zigzag((uint64_t)t->stack - ps));
+    n += cache_put_var(r + n, t->present);
+    n += cache_put_var(r + n, cache_zigzag(t->addr - pa));
+    n += cache_put_var(r + n, t->size);
+    n += cache_put_var(r + n, t->stream);
+    n += cache_put_var(r + n, cache_zigzag((uint64_t)t->time_us - pt));
+    n += cache_put_var(r + n, x == CACHE_NO_STR ? 0 : (uint64_t)x + 1);
+    n += cache_put_var(r + n, cache_zigzag((uint64_t)t->stack - ps));
     w_put(w, r, n);
     pa = t->addr;
     pt = (uint64_t)t->time_us;
@@ -752,23 +741,6 @@ static const char *rd_segments(rd_t *r) {
   return NULL;
 }
 
-/* A LEB128 varint at *p (before end) into *v; false when it runs past end or past 10 bytes. */
-static bool get_var(const unsigned char **p, const unsigned char *end, uint64_t *v) {
-  uint64_t x = 0;
-  for (unsigned sh = 0; sh < 70; sh += 7) {
-    if (*p >= end) return false;
-    unsigned char c = *(*p)++;
-    x |= sh < 64 ? (uint64_t)(c & 0x7f) << sh : 0;
-    if (!(c & 0x80)) {
-      *v = x;
-      return true;
-    }
-  }
-  return false;
-}
-
-static uint64_t unzigzag(uint64_t z) { return z >> 1 ^ (uint64_t)-(int64_t)(z & 1); }
-
 static const char *rd_trace(rd_t *r) {
   ms_snapshot_t *t = &r->t;
   if (r->count[CS_DEVICES] > 65536) return "too many devices";
@@ -806,10 +778,10 @@ static const char *rd_trace(rd_t *r) {
     if (p >= end) return "trace entry cut short";
     uint8_t act = *p++;
     for (int k = 0; k < 7; k++)
-      if (!get_var(&p, end, &v[k])) return "trace entry cut short";
-    pa += unzigzag(v[1]);
-    pt += unzigzag(v[4]);
-    ps += unzigzag(v[6]);
+      if (!cache_get_var(&p, end, &v[k])) return "trace entry cut short";
+    pa += cache_unzigzag(v[1]);
+    pt += cache_unzigzag(v[4]);
+    ps += cache_unzigzag(v[6]);
     e->addr = pa;
     e->size = v[2];
     e->stream = v[3];

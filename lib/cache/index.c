@@ -3,21 +3,29 @@
  * `timeline`, `memory --at` and the classifier need after reading a snapshot is its time index
  * (memsnap/timeline.h): per device, the alloc/free pairs, the chosen block sizes, the four series
  * and the checkpoints. Building it is a pass over the whole trace; this file stores it so that a
- * later run maps it instead.
+ * later run decodes it instead.
  *
- * The file, all integers little-endian, every field 8-byte aligned:
+ * The file, all integers little-endian, every fixed-width field 8-byte aligned:
  *   header (IX_HEADER_BYTES): magic "memsnapI", u32 version, u32 load flags, u64 content hash,
  *     u64 input size, u64 file length, u64 body checksum, u32 checkpoint interval, u32 filter
  *     bits (1: stream, 2: pool), u64 stream, i64 pool[2], u64 devices, u64 header checksum;
- *   per device: u64 entries (n), u64 checkpoints; the pairs (n x u32, padded to 8 bytes); the
- *     block sizes (n x u64); the series, one metric after the other ((n + 1) x u64 each); each
- *     checkpoint: u64 step, u64 segments, u64 blocks, 4 x u64 totals, the segments (IX_SEGMENT
- *     bytes each), their block counts (u32 each, padded to 8 bytes), the blocks (IX_BLOCK each).
+ *   per device: u64 entries (n), u64 checkpoints, 4 x u64 the series' first values; the entries'
+ *     stream (below, padded to 8 bytes); each checkpoint: u64 step, u64 segments, u64 blocks,
+ *     4 x u64 totals, the segments (IX_SEGMENT bytes each), their block counts (u32 each, padded
+ *     to 8 bytes), the blocks (IX_BLOCK each).
+ *   The entries' stream holds for each entry a u16 code word, then the varints it calls for
+ *     (lib/cache/varint.h). Its pair: none, the entry that named this one as its pair (an alloc's
+ *     free names its alloc so), or a varint of the zigzag difference from this entry. Its block
+ *     size: the guess (its earlier pair's, the rounded request of an alloc or a free, else 0), or
+ *     the guess plus a varint of the zigzag difference. Each series' change from this entry's step
+ *     to the next: a code, 0 or plus or minus the entry's block size, its size or its rounded size,
+ *     or 7 and a varint of the zigzag change. An entry takes 2 bytes, an alloc and a free paired
+ *     far apart 4 to 5 (the arrays at full width took 44).
  * The checksums are those of the snapshot's file (lib/cache/internal.h).
  *
  * A file is refused (never trusted) unless, besides magic, version, key, configuration, length and
  * checksums: its devices and their entry counts are the snapshot's; every pair is none or an entry
- * of the device; each device's checkpoints have increasing steps, the last at the end of the trace;
+ * of the device, and every entry's stream is whole, with known codes and a pair named before; each device's checkpoints have increasing steps, the last at the end of the trace;
  * each checkpoint's segments are sorted and disjoint, its block counts add up to its blocks, each
  * block lies inside its segment after the previous one, every index in a segment or block (entries,
  * stacks, the snapshot's segments and blocks) is in range, every state and flag is one the index
@@ -31,6 +39,7 @@
 #include <unistd.h>
 
 #include "cache/internal.h"
+#include "cache/varint.h"
 #include "common/internal.h"
 #include "memsnap/cache.h"
 #include "timeline/internal.h"
@@ -124,14 +133,89 @@ static void ixw_block(ixw_t *w, const ms_tl_block_t *k) {
   ms__cache_out_put(w, b, sizeof b);
 }
 
-static void ixw_device(ixw_t *w, const tl_dev_t *d) {
+/* ---- the entries' stream (both ways) -------------------------------------------------------- */
+
+/* Each entry's code word (u16): its pair (bits 0-1), whether its block size differs from the guess
+ * (bit 2), and for each metric m the code of its series' change (bits 3 + 3m .. 5 + 3m). */
+enum { IXC_PAIR_NONE = 0, IXC_PAIR_PARTNER = 1, IXC_PAIR_AT = 2 };
+#define IXC_BSIZE_AT 4u
+#define IXC_METRIC_SHIFT 3
+#define IXC_ESCAPE 7u
+#define IXC_UNUSED 0x8000u
+
+/* The guess of entry i's block size: its partner's (a free after its alloc), the rounded request
+ * of an alloc or a free, else 0 (what the index gives the other actions). */
+static uint64_t ix_bsize_guess(const tl_dev_t *d, size_t i, uint32_t pair) {
+  const ms_snap_trace_t *e = &d->trace[i];
+  if (pair != TL_NONE && pair < i) return d->bsize[pair];
+  if (e->action == MS_TRACE_ALLOC || e->action == MS_TRACE_FREE_COMPLETED) return tl_round(e->size);
+  return 0;
+}
+
+/* A series' change at an entry, from its code: nothing, plus or minus the entry's block size (b),
+ * its size (s) or its rounded size (r); IXC_ESCAPE: none of them (the change follows). */
+static uint64_t ix_metric_delta(unsigned code, uint64_t b, uint64_t s, uint64_t r) {
+  switch (code) {
+  case 1: return b;
+  case 2: return 0 - b;
+  case 3: return s;
+  case 4: return 0 - s;
+  case 5: return r;
+  case 6: return 0 - r;
+  default: return 0;
+  }
+}
+
+static unsigned ix_metric_code(uint64_t delta, uint64_t b, uint64_t s, uint64_t r) {
+  for (unsigned c = 0; c < IXC_ESCAPE; c++)
+    if (ix_metric_delta(c, b, s, r) == delta) return c;
+  return IXC_ESCAPE;
+}
+
+/* Entry i's record into rec (room for 2 + 6 varints); its length. prov: the pair that the reader
+ * holds for each later entry (written ahead by an earlier entry that names it). */
+static size_t ixw_entry(const tl_dev_t *d, size_t i, uint32_t *prov, unsigned char *rec) {
+  unsigned word = 0;
+  size_t k = 2;
+  uint32_t pr = d->pair[i];
+  if (pr == TL_NONE) {
+    word = IXC_PAIR_NONE;
+  } else if (prov[i] == pr) {
+    word = IXC_PAIR_PARTNER;
+  } else {
+    word = IXC_PAIR_AT;
+    k += cache_put_var(rec + k, cache_zigzag((uint64_t)pr - i));
+    if (pr > i && pr < d->n) prov[pr] = (uint32_t)i;
+  }
+  uint64_t diff = d->bsize[i] - ix_bsize_guess(d, i, pr);
+  if (diff) {
+    word |= IXC_BSIZE_AT;
+    k += cache_put_var(rec + k, cache_zigzag(diff));
+  }
+  uint64_t b = d->bsize[i], s = d->trace[i].size, r = tl_round(s);
+  for (int m = 0; m < MS_TL_METRIC_COUNT; m++) {
+    uint64_t delta = d->series[m][i + 1] - d->series[m][i];
+    unsigned c = ix_metric_code(delta, b, s, r);
+    if (c == IXC_ESCAPE) k += cache_put_var(rec + k, cache_zigzag(delta));
+    word |= c << (IXC_METRIC_SHIFT + 3 * m);
+  }
+  rec[0] = (unsigned char)word;
+  rec[1] = (unsigned char)(word >> 8);
+  return k;
+}
+
+static bool ixw_device(ixw_t *w, const tl_dev_t *d) {
   size_t n = d->n;
   ixw_u64(w, n);
   ixw_u64(w, d->ckpts.len);
-  ixw_array(w, d->pair, n, 4);
+  for (int m = 0; m < MS_TL_METRIC_COUNT; m++) ixw_u64(w, d->series[m][0]);
+  uint32_t *prov = ms__big_malloc((n ? n : 1) * sizeof *prov);
+  if (!prov) return false;
+  memset(prov, 0xff, (n ? n : 1) * sizeof *prov);
+  unsigned char rec[2 + (1 + 1 + MS_TL_METRIC_COUNT) * CACHE_VAR_MAX];
+  for (size_t i = 0; i < n; i++) ms__cache_out_put(w, rec, ixw_entry(d, i, prov, rec));
+  ms__big_free(prov);
   ixw_pad8(w);
-  ixw_array(w, d->bsize, n, 8);
-  for (int m = 0; m < MS_TL_METRIC_COUNT; m++) ixw_array(w, d->series[m], n + 1, 8);
   for (size_t c = 0; c < d->ckpts.len; c++) {
     const tl_ckpt_t *ck = &d->ckpts.ptr[c];
     ixw_u64(w, ck->step);
@@ -143,6 +227,7 @@ static void ixw_device(ixw_t *w, const tl_dev_t *d) {
     ixw_pad8(w);
     for (size_t i = 0; i < ck->nblocks; i++) ixw_block(w, &ck->blocks[i]);
   }
+  return true;
 }
 
 static unsigned ix_filter_bits(const ms_tl_filter_t *f) {
@@ -181,12 +266,17 @@ static int ix_write(const ms_timeline_t *tl, const ms_cache_key_t *key, int fd, 
   } else {
     ms__cache_out_raw(&w, h, sizeof h); /* room for it */
   }
-  for (size_t i = 0; i < tl->ndev; i++) ixw_device(&w, &tl->dev[i]);
+  bool nomem = false;
+  for (size_t i = 0; i < tl->ndev && !nomem; i++) nomem = !ixw_device(&w, &tl->dev[i]);
   ms__cache_out_flush(&w);
   uint64_t body = w.pos - IX_HEADER_BYTES;
   w.sum = ms_hash_step(w.sum, body);
   ix_header(h, tl, key, w.pos, w.sum);
   free(w.chunk);
+  if (nomem) {
+    free(w.mem);
+    return MS_ENOMEM;
+  }
   if (fd >= 0) {
     if (!w.failed && pwrite(fd, h, sizeof h, 0) != (ssize_t)sizeof h) w.failed = true;
     if (w.failed) return MS_EIO;
@@ -240,24 +330,6 @@ static bool ixr_u64(ixr_t *r, uint64_t *v) {
   if (!q) return false;
   *v = ix_rd64(q);
   return true;
-}
-
-/* A u32 or u64 array at q: borrowed (little-endian host, borrow) or copied into a new array. */
-static void *ix_array(const unsigned char *q, size_t n, size_t width, bool borrow) {
-  if (borrow && IX_LE_HOST) return (void *)(uintptr_t)q;
-  void *a = ms__big_malloc((n ? n : 1) * width);
-  if (!a) return NULL;
-  if (IX_LE_HOST) {
-    if (n) memcpy(a, q, n * width);
-  } else {
-    for (size_t i = 0; i < n; i++) {
-      if (width == 4)
-        ((uint32_t *)a)[i] = ix_rd32(q + 4 * i);
-      else
-        ((uint64_t *)a)[i] = ix_rd64(q + 8 * i);
-    }
-  }
-  return a;
 }
 
 static bool ix_stack_ok(const ms_snapshot_t *s, uint32_t st) {
@@ -358,32 +430,83 @@ static int ix_ckpt(ixr_t *r, const ms_snapshot_t *s, const tl_dev_t *d, tl_ckpt_
   return MS_OK;
 }
 
-static int ix_device(ixr_t *r, const ms_snapshot_t *s, tl_dev_t *d, bool borrow) {
-  uint64_t n, nck;
+/* The entries' stream of a device of n entries at r->off into d's pair, bsize and series (n + 1
+ * values each, the first given); r->off moved past it. */
+static int ixr_entries(ixr_t *r, tl_dev_t *d, size_t n, const uint64_t first[]) {
+  const unsigned char *p = r->p + r->off, *end = r->p + r->len;
+  uint32_t *pair = d->pair;
+  uint64_t *bsize = d->bsize, *series[MS_TL_METRIC_COUNT];
+  for (int m = 0; m < MS_TL_METRIC_COUNT; m++) {
+    series[m] = d->series[m];
+    series[m][0] = first[m];
+  }
+  if (n) memset(pair, 0xff, n * sizeof *pair); /* TL_NONE, until an earlier entry names one */
+  for (size_t i = 0; i < n; i++) {
+    r->off = (size_t)(p - r->p);
+    if (end - p < 2) return ix_bad(r, "an entry is cut short");
+    unsigned word = (unsigned)p[0] | (unsigned)p[1] << 8;
+    p += 2;
+    uint64_t v;
+    if (word & IXC_UNUSED) return ix_bad(r, "an entry has an unknown code");
+    switch (word & 3u) {
+    case IXC_PAIR_NONE:
+      pair[i] = TL_NONE;
+      break;
+    case IXC_PAIR_PARTNER:
+      if (pair[i] == TL_NONE) return ix_bad(r, "an entry's pair was named by no earlier entry");
+      break;
+    case IXC_PAIR_AT:
+      if (!cache_get_var(&p, end, &v)) return ix_bad(r, "an entry is cut short");
+      v = (uint64_t)i + cache_unzigzag(v);
+      if (v >= n) return ix_bad(r, "a pair names no entry of its device");
+      pair[i] = (uint32_t)v;
+      if (v > i) pair[v] = (uint32_t)i;
+      break;
+    default:
+      return ix_bad(r, "an entry has an unknown code");
+    }
+    bsize[i] = ix_bsize_guess(d, i, pair[i]);
+    if (word & IXC_BSIZE_AT) {
+      if (!cache_get_var(&p, end, &v)) return ix_bad(r, "an entry is cut short");
+      bsize[i] += cache_unzigzag(v);
+    }
+    uint64_t b = bsize[i], sz = d->trace[i].size, rs = tl_round(sz);
+    for (int m = 0; m < MS_TL_METRIC_COUNT; m++) {
+      unsigned c = word >> (IXC_METRIC_SHIFT + 3 * m) & 7u;
+      uint64_t delta = ix_metric_delta(c, b, sz, rs);
+      if (c == IXC_ESCAPE) {
+        if (!cache_get_var(&p, end, &v)) return ix_bad(r, "an entry is cut short");
+        delta = cache_unzigzag(v);
+      }
+      series[m][i + 1] = series[m][i] + delta;
+    }
+  }
+  r->off = (size_t)(p - r->p);
+  return MS_OK;
+}
+
+static int ix_device(ixr_t *r, const ms_snapshot_t *s, tl_dev_t *d) {
+  uint64_t n, nck, first[MS_TL_METRIC_COUNT];
   if (!ixr_u64(r, &n) || !ixr_u64(r, &nck)) return ix_bad(r, "a device is cut short");
   if (n != d->n) return ix_bad(r, "a device's entries are not the snapshot's");
   if (nck == 0 || nck > n + 1) return ix_bad(r, "a device's checkpoint count is out of range");
-  const unsigned char *qp = ixr_take(r, n, 4);
-  const unsigned char *qs = qp ? ixr_take(r, n, 8) : NULL;
-  const unsigned char *qm[MS_TL_METRIC_COUNT];
   for (int m = 0; m < MS_TL_METRIC_COUNT; m++)
-    qm[m] = qs && (m == 0 || qm[m - 1]) ? ixr_take(r, n + 1, 8) : NULL;
-  if (!qm[MS_TL_METRIC_COUNT - 1]) return ix_bad(r, "a device's arrays are cut short");
-  for (size_t i = 0; i < n; i++) {
-    uint32_t v = ix_rd32(qp + 4 * i);
-    if (v != TL_NONE && v >= n) return ix_bad(r, "a pair names no entry of its device");
-  }
-  d->pair = ix_array(qp, (size_t)n, 4, borrow);
-  d->bsize = ix_array(qs, (size_t)n, 8, borrow);
+    if (!ixr_u64(r, &first[m])) return ix_bad(r, "a device is cut short");
+  /* an entry takes 2 bytes or more: a count past the rest of the file is refused before sizing */
+  if (n > (r->len - r->off) / 2) return ix_bad(r, "a device's entries are cut short");
+  d->pair = ms__big_malloc((n ? n : 1) * sizeof *d->pair);
+  d->bsize = ms__big_malloc((n ? n : 1) * sizeof *d->bsize);
   bool ok = d->pair && d->bsize;
   for (int m = 0; m < MS_TL_METRIC_COUNT; m++)
-    ok = ok && (d->series[m] = ix_array(qm[m], (size_t)n + 1, 8, borrow)) != NULL;
+    ok = ok && (d->series[m] = ms__big_malloc((n + 1) * sizeof(uint64_t))) != NULL;
   if (!ok) return MS_ENOMEM;
+  int rc = ixr_entries(r, d, (size_t)n, first);
+  if (rc != MS_OK) return rc;
   if (MS_VEC_RESERVE(&d->ckpts, (size_t)nck)) return MS_ENOMEM;
   for (uint64_t c = 0; c < nck; c++) {
     tl_ckpt_t *ck = &d->ckpts.ptr[d->ckpts.len++];
     memset(ck, 0, sizeof *ck);
-    int rc = ix_ckpt(r, s, d, ck);
+    rc = ix_ckpt(r, s, d, ck);
     if (rc != MS_OK) return rc;
     if (c > 0 && ck->step <= d->ckpts.ptr[c - 1].step)
       return ix_bad(r, "a device's checkpoints are out of order");
@@ -441,7 +564,6 @@ int ms__cache_index_decode(const void *buf, size_t len, const ms_cache_key_t *ke
                            const ms_timeline_config_t *cfg, void (*release)(void *),
                            void *release_arg, ms_timeline_t **out, ms_errbuf_t *eb) {
   if (!buf || !snap || !out) return ms__errbuf_set(eb, MS_EINVAL, "cache index: no input");
-  bool borrow = release && IX_LE_HOST; /* elsewhere the arrays are converted into copies */
   ms_timeline_t *tl = NULL;
   int rc = ms__tl_alloc(snap, cfg, &tl, eb);
   if (rc != MS_OK) return rc;
@@ -449,26 +571,14 @@ int ms__cache_index_decode(const void *buf, size_t len, const ms_cache_key_t *ke
   uint64_t ndev = 0;
   rc = ix_header_check(&r, key, tl, check_sums, &ndev);
   if (rc == MS_OK && ndev != tl->ndev) rc = ix_bad(&r, "its devices are not the snapshot's");
-  for (size_t i = 0; rc == MS_OK && i < tl->ndev; i++) rc = ix_device(&r, snap, &tl->dev[i], borrow);
+  for (size_t i = 0; rc == MS_OK && i < tl->ndev; i++) rc = ix_device(&r, snap, &tl->dev[i]);
   if (rc == MS_OK && r.off != len) rc = ix_bad(&r, "bytes after the last device");
   if (rc != MS_OK) {
     if (rc == MS_ENOMEM) ms__errbuf_set(eb, rc, "out of memory");
-    if (borrow) { /* nothing borrowed is freed */
-      for (size_t i = 0; i < tl->ndev; i++) {
-        tl->dev[i].pair = NULL;
-        tl->dev[i].bsize = NULL;
-        memset(tl->dev[i].series, 0, sizeof tl->dev[i].series);
-      }
-    }
     ms_timeline_destroy(tl);
     return rc;
   }
-  if (borrow) {
-    tl->release = release;
-    tl->release_arg = release_arg;
-  } else if (release) {
-    release(release_arg); /* nothing of it is used */
-  }
+  if (release) release(release_arg); /* everything was decoded into the index's own arrays */
   *out = tl;
   return MS_OK;
 }

@@ -120,9 +120,9 @@ struct ms_timeline_config_s;
 /* The time index's file (index.c) streamed to fd as ms__cache_write_fd streams a snapshot's. */
 int ms__cache_index_write_fd(int fd, const struct ms_timeline_s *tl,
                              const struct ms_cache_key_s *key, size_t *len);
-/* ms_cache_index_decode; with release, the index's large arrays are read in place from buf (on a
- * little-endian host), and release(release_arg) is called when the index is destroyed (or at
- * once when nothing was kept). On failure release is not called. */
+/* ms_cache_index_decode; with release, release(release_arg) is called once buf is no longer
+ * needed (at once on success: the index decodes into arrays of its own). On failure release is
+ * not called. */
 int ms__cache_index_decode(const void *buf, size_t len, const struct ms_cache_key_s *key,
                            bool check_sums, const struct ms_snapshot_s *snap,
                            const struct ms_timeline_config_s *cfg, void (*release)(void *),
