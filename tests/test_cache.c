@@ -34,6 +34,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cache/internal.h"
 #include "helpers.h"
 #include "memsnap/cache.h"
 #include "memsnap/serialize.h"
@@ -618,6 +619,105 @@ Test(cache, cli_disabled_and_clear) {
   cr_assert_eq(run(&out, &len, (const char *const[]){"stats", p, NULL},
                    "XDG_CACHE_HOME=/proc/nonexistent"), 0);
   free(out);
+}
+
+/* ---- the stacks' coding (lib/cache/stackcode.c) ------------------------------------------- */
+
+/* The stack frames section of idx[0..n) over nframes frames, through the writer. */
+static unsigned char *sf_encode(const uint16_t *idx, size_t n, size_t nframes, size_t *len) {
+  ms_snapshot_t s;
+  memset(&s, 0, sizeof s);
+  s.stack_frames16 = (uint16_t *)idx;
+  s.nstack_frames = n;
+  s.nframes = nframes;
+  cache_out_t o = {.fd = -1};
+  o.chunk = malloc(CACHE_SUM_CHUNK);
+  cr_assert(o.chunk);
+  bool nomem = false;
+  cr_assert(ms__cache_w_stack_frames(&o, &s, &nomem));
+  ms__cache_out_flush(&o);
+  free(o.chunk);
+  *len = o.mem_len;
+  return o.mem;
+}
+
+/* Decodes a stack frames section at width 2; the refusal (NULL: accepted) and the indices. */
+static const char *sf_decode(const unsigned char *p, size_t len, size_t nframes,
+                             ms_snapshot_t *t) {
+  memset(t, 0, sizeof *t);
+  bool nomem = false;
+  const char *why = ms__cache_r_stack_frames(p, len, 2, nframes, t, &nomem);
+  cr_assert(!nomem);
+  return why;
+}
+
+Test(cache, stack_frames_coded_exactly) {
+  /* three stacks sharing their transitions: 0 1 2, 0 1 3, 0 1 2 3; and no index at all */
+  static const uint16_t idx[] = {0, 1, 2, 0, 1, 3, 0, 1, 2, 3};
+  size_t len;
+  for (size_t n = 0; n <= 10; n += 10) {
+    unsigned char *b = sf_encode(idx, n, 4, &len);
+    ms_snapshot_t t;
+    cr_assert_null(sf_decode(b, len, 4, &t));
+    cr_assert_eq(t.nstack_frames, n);
+    cr_assert(n == 0 || memcmp(t.stack_frames16, idx, sizeof idx) == 0);
+    free(t.stack_frames16);
+    free(b);
+  }
+  /* the exact bytes: N 10; the lists of frames 0..3 and of the start (values: index + 1, 0 the
+   * end mark; most frequent first, then by value); the lengths of the four lanes (indices 0-1,
+   * 2-4, 5-6, 7-9 and the end mark, each starting at the start); their ranks (none in a list of
+   * one value) */
+  unsigned char *b = sf_encode(idx, 10, 4, &len);
+  static const unsigned char want[] = {10, 1, 2, 1, 3, 2, 1, 4, 2, 0, 1, 4, 1, 2,
+                                       3,  4, 1, 2, 2, 3, 0, 2, 0, 3, 1, 1, 1, 0};
+  cr_assert_eq(len, sizeof want);
+  cr_assert(memcmp(b, want, len) == 0);
+  free(b);
+}
+
+Test(cache, stack_frames_hostile) {
+  static const struct {
+    unsigned char bytes[16];
+    size_t len;
+    const char *why;
+  } cases[] = {
+      /* 3 indices claimed by a section of 1 byte per 64 */
+      {{0x80, 0x80, 0x01}, 3, "stack frames out of range"},
+      /* a list cut short */
+      {{1, 1}, 2, "stack frames cut short"},
+      /* a value past 2^16 at width 2 (frame 65536) */
+      {{1, 0, 1, 0x81, 0x80, 0x04}, 6, "stack frame index out of range"},
+      /* one index, frame 0: the start's list has it, but frame 0 has no successors */
+      {{1, 0, 1, 1, 0, 0, 0, 0}, 8, "a stack frame follows one that has no successors"},
+      /* the start's list has two values; a rank of 5 */
+      {{1, 0, 2, 1, 0, 0, 0, 0, 2, 5, 0}, 11, "stack frame rank out of range"},
+      /* the end mark where an index should be */
+      {{1, 1, 0, 1, 0, 0, 0, 0, 0}, 9, "stack frames end where they should not"},
+      /* a lane longer than its indices */
+      {{1, 1, 0, 1, 1, 0, 0, 0, 1, 7}, 10, "a lane of stack frames is longer than its frames"},
+      /* bytes after the lanes that are not padding */
+      {{1, 1, 0, 1, 1, 0, 0, 0, 0, 9}, 10, "stack frames section longer than its frames"},
+  };
+  for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+    ms_snapshot_t t;
+    const char *why = sf_decode(cases[c].bytes, cases[c].len, 1, &t);
+    cr_assert_str_eq(why ? why : "(accepted)", cases[c].why, "case %zu", c);
+    free(t.stack_frames16);
+  }
+  /* stacks: a count past the section, a start past 2^32, trailing bytes */
+  static const unsigned char st1[] = {3, 0, 1}, st2[] = {1, 0x80, 0x80, 0x80, 0x80, 0x20, 1},
+                             st3[] = {1, 0, 1, 0};
+  ms_snapshot_t t;
+  memset(&t, 0, sizeof t);
+  bool nomem = false;
+  cr_assert_str_eq(ms__cache_r_stacks(st1, sizeof st1, &t, &nomem), "stacks out of range");
+  cr_assert_str_eq(ms__cache_r_stacks(st2, sizeof st2, &t, &nomem), "stack out of range");
+  free(t.stacks);
+  memset(&t, 0, sizeof t);
+  cr_assert_str_eq(ms__cache_r_stacks(st3, sizeof st3, &t, &nomem),
+                   "stacks section longer than its stacks");
+  free(t.stacks);
 }
 
 /* ---- the time index ------------------------------------------------------------------------ */

@@ -31,7 +31,6 @@ enum {
   R_TRACE = 44,
   R_EXTRA = 32,
   R_FRAME = 16,
-  R_STACK = 8,
   R_KV = 40,
   R_ANNOTATION = 24,
 };
@@ -410,7 +409,9 @@ static bool w_trace(wbuf_t *w, const ms_snapshot_t *s) {
   return !w->o.failed;
 }
 
-static bool w_stacks(wbuf_t *w, const ms_snapshot_t *s) {
+/* The frames at full width; the stacks and their frame indices coded (lib/cache/stackcode.c), each
+ * of those two sections counted in bytes. */
+static bool w_stacks(wbuf_t *w, const ms_snapshot_t *s, bool *nomem) {
   unsigned char r[R_FRAME];
   w_section(w, CS_FRAMES, s->nframes);
   for (size_t i = 0; i < s->nframes; i++) {
@@ -419,22 +420,12 @@ static bool w_stacks(wbuf_t *w, const ms_snapshot_t *s) {
     put_u64(r + 8, (uint64_t)s->frames[i].line);
     w_put(w, r, R_FRAME);
   }
-  w_section(w, CS_STACKS, s->nstacks);
-  for (size_t i = 0; i < s->nstacks; i++) {
-    put_u32(r, s->stacks[i].first);
-    put_u32(r + 4, s->stacks[i].nframes);
-    w_put(w, r, R_STACK);
-  }
-  w_section(w, CS_STACK_FRAMES, s->nstack_frames);
-  for (size_t i = 0; i < s->nstack_frames; i++) {
-    if (s->stack_frames16) {
-      put_u16(r, s->stack_frames16[i]);
-      w_put(w, r, 2);
-    } else {
-      put_u32(r, s->stack_frames[i]);
-      w_put(w, r, 4);
-    }
-  }
+  w_section(w, CS_STACKS, 0);
+  if (!ms__cache_w_stacks(&w->o, s)) return false;
+  w->sect[CS_STACKS][1] = w->o.pos - w->sect[CS_STACKS][0];
+  w_section(w, CS_STACK_FRAMES, 0);
+  if (!ms__cache_w_stack_frames(&w->o, s, nomem)) return false;
+  w->sect[CS_STACK_FRAMES][1] = w->o.pos - w->sect[CS_STACK_FRAMES][0];
   return !w->o.failed;
 }
 
@@ -480,8 +471,9 @@ static int w_encode(wbuf_t *w, int fd, const ms_snapshot_t *s, const ms_cache_ke
   if (!w->o.chunk) return MS_ENOMEM;
   w_out(w, h, sizeof h); /* a placeholder, written again at the end */
   w->o.pos = CACHE_HEADER_BYTES;
-  if (!(w_model(w, s) && w_trace(w, s) && w_stacks(w, s) && w_rest(w, s)))
-    return w->o.fd >= 0 && w->o.failed ? MS_EIO : MS_ENOMEM;
+  bool nomem = false;
+  if (!(w_model(w, s) && w_trace(w, s) && w_stacks(w, s, &nomem) && w_rest(w, s)))
+    return w->o.fd >= 0 && w->o.failed && !nomem ? MS_EIO : MS_ENOMEM;
   memcpy(h, CACHE_MAGIC, 8);
   put_u32(h + 8, MS_CACHE_VERSION);
   put_u32(h + 12, key->flags);
@@ -629,8 +621,8 @@ static int rd_header(rd_t *r, const ms_cache_key_t *key, bool check_sums) {
   static const size_t rec[CACHE_NSECTIONS] = {
       [CS_SCALARS] = R_SCALARS, [CS_SEGMENTS] = R_SEGMENT,  [CS_BLOCKS] = R_BLOCK,
       [CS_HISTORY] = R_HISTORY, [CS_DEVICES] = R_DEVICE,    [CS_TRACE] = 1,     
-      [CS_EXTRAS] = R_EXTRA,    [CS_FRAMES] = R_FRAME,      [CS_STACKS] = R_STACK,
-      [CS_STACK_FRAMES] = 2,    [CS_SETTINGS] = R_KV,       [CS_STATS] = R_KV,
+      [CS_EXTRAS] = R_EXTRA,    [CS_FRAMES] = R_FRAME,      [CS_STACKS] = 1,
+      [CS_STACK_FRAMES] = 1,    [CS_SETTINGS] = R_KV,       [CS_STATS] = R_KV,
       [CS_ANNOTATIONS] = R_ANNOTATION, [CS_STRINGS] = 1,
   };
   for (int i = 0; i < CACHE_NSECTIONS; i++) {
@@ -645,10 +637,10 @@ static int rd_header(rd_t *r, const ms_cache_key_t *key, bool check_sums) {
   if (r->sf_width != 2 && r->sf_width != 4)
     return ms__errbuf_set(r->eb, MS_EFORMAT, "cache file: stack frames of an unknown width");
   for (int i = 0; i < CACHE_NSECTIONS; i++) {
-    size_t w = i == CS_STACK_FRAMES ? r->sf_width : rec[i];
+    size_t w = rec[i];
+    bool bytes = i == CS_TRACE || i == CS_STACKS || i == CS_STACK_FRAMES;
     if (r->off[i] < CACHE_HEADER_BYTES || r->off[i] > r->len ||
-        r->count[i] > (r->len - r->off[i]) / w ||
-        (i != CS_TRACE && r->count[i] > UINT32_MAX - 1))
+        r->count[i] > (r->len - r->off[i]) / w || (!bytes && r->count[i] > UINT32_MAX - 1))
       return ms__errbuf_set(r->eb, MS_EFORMAT, "cache file: a section lies outside the file");
   }
   if (r->count[CS_STRINGS] < 1 || r->p[r->off[CS_STRINGS] + r->count[CS_STRINGS] - 1] != 0)
@@ -807,23 +799,13 @@ static const char *rd_stacks(rd_t *r) {
       return "frame out of range";
     t->frames[i].line = (int64_t)get_u64(p + 8);
   }
-  t->stacks = rd_alloc(r, CS_STACKS, sizeof *t->stacks, &t->nstacks);
-  for (size_t i = 0; !r->nomem && i < t->nstacks; i++) {
-    const unsigned char *p = rd_rec(r, CS_STACKS, i, R_STACK);
-    t->stacks[i].first = get_u32(p);
-    t->stacks[i].nframes = get_u32(p + 4);
-  }
-  const unsigned char *p = rd_rec(r, CS_STACK_FRAMES, 0, r->sf_width);
-  if (r->sf_width == 2) {
-    t->stack_frames16 = rd_alloc(r, CS_STACK_FRAMES, 2, &t->nstack_frames);
-    for (size_t i = 0; !r->nomem && i < t->nstack_frames; i++)
-      t->stack_frames16[i] = get_u16(p + 2 * i);
-  } else {
-    t->stack_frames = rd_alloc(r, CS_STACK_FRAMES, 4, &t->nstack_frames);
-    for (size_t i = 0; !r->nomem && i < t->nstack_frames; i++)
-      t->stack_frames[i] = get_u32(p + 4 * i);
-  }
-  return NULL;
+  if (r->nomem) return NULL;
+  const char *why = ms__cache_r_stacks(rd_rec(r, CS_STACKS, 0, 1), (size_t)r->count[CS_STACKS],
+                                       t, &r->nomem);
+  if (why || r->nomem) return why;
+  return ms__cache_r_stack_frames(rd_rec(r, CS_STACK_FRAMES, 0, 1),
+                                  (size_t)r->count[CS_STACK_FRAMES], r->sf_width, t->nframes, t,
+                                  &r->nomem);
 }
 
 static const char *rd_rest(rd_t *r) {
