@@ -366,32 +366,48 @@ static bool w_model(wbuf_t *w, const ms_snapshot_t *s) {
   return !w->o.failed;
 }
 
-/* The trace: its number of entries (u64), then each entry as the action (u8) and varints of its
- * present bits, its address (zigzag of the difference from the previous entry's), size, stream,
- * time (zigzag difference), extra (+1; 0: none) and stack (zigzag difference). An entry takes 8
- * bytes or more; a typical one 12 to 20, against 44 at full width. */
+/* The trace's fields in the order of an entry's varints. Four of them often repeat: a bit of the
+ * entry's first byte (trace_same_bit) says when one is the previous entry's, and it is left out. */
+enum { TF_PRESENT, TF_ADDR, TF_SIZE, TF_STREAM, TF_TIME, TF_EXTRA, TF_STACK, TF_COUNT };
+#define TRACE_ACTION_BITS 0x0fu
+static unsigned trace_same_bit(int f) {
+  return f == TF_PRESENT ? 0x10u : f == TF_STREAM ? 0x20u : f == TF_EXTRA ? 0x40u
+                                                  : f == TF_SIZE ? 0x80u : 0u;
+}
+
+/* The trace: its number of entries (u64), then each entry as a byte (the action in its low 4
+ * bits; bits 4-7: its present bits, stream, extra and size are the previous entry's) and the
+ * varints of its present bits, its address (zigzag of the difference from the previous entry's),
+ * size, stream, time (zigzag difference), extra (+1; 0: none) and stack (zigzag difference), less
+ * those the byte says repeat. An entry takes 4 bytes or more; 8.7 on the synthetic file of
+ * docs/performance.md (a free's size is its alloc's, or its request's just before), against 44 at
+ * full width. */
 static bool w_trace(wbuf_t *w, const ms_snapshot_t *s) {
   unsigned char r[R_EXTRA + R_TRACE];
   w_section(w, CS_TRACE, 0);
   put_u64(r, (uint64_t)s->ntrace);
   w_put(w, r, 8);
-  uint64_t pa = 0, pt = 0, ps = 0;
+  uint64_t prev[TF_COUNT] = {0};
   for (size_t i = 0; i < s->ntrace; i++) {
     const ms_snap_trace_t *t = &s->trace[i];
     uint32_t x = w_extra(w, t->extra);
+    uint64_t v[TF_COUNT] = {t->present,       t->addr,
+                            t->size,          t->stream,
+                            (uint64_t)t->time_us, x == CACHE_NO_STR ? 0 : (uint64_t)x + 1,
+                            t->stack};
+    if (t->action > TRACE_ACTION_BITS) w->o.failed = true;
+    unsigned char flags = (unsigned char)(t->action & TRACE_ACTION_BITS);
+    for (int f = 0; f < TF_COUNT; f++)
+      if (v[f] == prev[f]) flags |= (unsigned char)trace_same_bit(f);
     size_t n = 0;
-    r[n++] = (unsigned char)t->action;
-    n += cache_put_var(r + n, t->present);
-    n += cache_put_var(r + n, cache_zigzag(t->addr - pa));
-    n += cache_put_var(r + n, t->size);
-    n += cache_put_var(r + n, t->stream);
-    n += cache_put_var(r + n, cache_zigzag((uint64_t)t->time_us - pt));
-    n += cache_put_var(r + n, x == CACHE_NO_STR ? 0 : (uint64_t)x + 1);
-    n += cache_put_var(r + n, cache_zigzag((uint64_t)t->stack - ps));
+    r[n++] = flags;
+    for (int f = 0; f < TF_COUNT; f++) {
+      if (flags & trace_same_bit(f)) continue;
+      bool diff = f == TF_ADDR || f == TF_TIME || f == TF_STACK;
+      n += cache_put_var(r + n, diff ? cache_zigzag(v[f] - prev[f]) : v[f]);
+    }
     w_put(w, r, n);
-    pa = t->addr;
-    pt = (uint64_t)t->time_us;
-    ps = t->stack;
+    memcpy(prev, v, sizeof prev);
   }
   w->sect[CS_TRACE][1] = w->o.pos - w->sect[CS_TRACE][0]; /* in bytes */
   w_section(w, CS_EXTRAS, w->nextras);
@@ -757,33 +773,35 @@ static const char *rd_trace(rd_t *r) {
   const unsigned char *p = rd_rec(r, CS_TRACE, 0, 1), *end = p + r->count[CS_TRACE];
   uint64_t n = get_u64(p);
   p += 8;
-  if (n > (uint64_t)(end - p) / 8 || n > UINT32_MAX - 1) return "trace entries out of range";
+  if (n > (uint64_t)(end - p) / 4 || n > UINT32_MAX - 1) return "trace entries out of range";
   t->ntrace = (size_t)n;
   t->trace = n ? malloc((size_t)n * sizeof *t->trace) : NULL;
   if (n && !t->trace) r->nomem = true;
   if (r->nomem) return NULL;
   bool bad_entry = false;
-  uint64_t pa = 0, pt = 0, ps = 0;
+  uint64_t v[TF_COUNT] = {0};
   for (size_t i = 0; i < t->ntrace; i++) {
     ms_snap_trace_t *e = &t->trace[i];
-    uint64_t v[7];
     if (p >= end) return "trace entry cut short";
-    uint8_t act = *p++;
-    for (int k = 0; k < 7; k++)
-      if (!cache_get_var(&p, end, &v[k])) return "trace entry cut short";
-    pa += cache_unzigzag(v[1]);
-    pt += cache_unzigzag(v[4]);
-    ps += cache_unzigzag(v[6]);
-    e->addr = pa;
-    e->size = v[2];
-    e->stream = v[3];
-    e->time_us = (int64_t)pt;
-    e->stack = (uint32_t)ps;
-    e->present = (uint16_t)v[0];
-    e->action = act;
-    bad_entry |= act >= MS_TRACE_ACTION_COUNT || v[0] > UINT16_MAX || ps > UINT32_MAX ||
-                 v[5] > r->nextras;
-    e->extra = v[5] == 0 || v[5] > r->nextras ? NULL : &r->extras[v[5] - 1];
+    unsigned flags = *p++;
+    for (int f = 0; f < TF_COUNT; f++) {
+      if (flags & trace_same_bit(f)) continue;
+      uint64_t x;
+      if (!cache_get_var(&p, end, &x)) return "trace entry cut short";
+      bool diff = f == TF_ADDR || f == TF_TIME || f == TF_STACK;
+      v[f] = diff ? v[f] + cache_unzigzag(x) : x;
+    }
+    unsigned act = flags & TRACE_ACTION_BITS;
+    e->addr = v[TF_ADDR];
+    e->size = v[TF_SIZE];
+    e->stream = v[TF_STREAM];
+    e->time_us = (int64_t)v[TF_TIME];
+    e->stack = (uint32_t)v[TF_STACK];
+    e->present = (uint16_t)v[TF_PRESENT];
+    e->action = (uint8_t)act;
+    bad_entry |= act >= MS_TRACE_ACTION_COUNT || v[TF_PRESENT] > UINT16_MAX ||
+                 v[TF_STACK] > UINT32_MAX || v[TF_EXTRA] > r->nextras;
+    e->extra = v[TF_EXTRA] == 0 || v[TF_EXTRA] > r->nextras ? NULL : &r->extras[v[TF_EXTRA] - 1];
   }
   if (p != end) return "trace section longer than its entries";
   return bad_entry ? "trace entry out of range" : NULL;
