@@ -996,6 +996,43 @@ Test(cache, index_entry_codes_refused) {
   ms_snapshot_free(s);
 }
 
+/* A checkpoint's segments (lib/cache/index.c): with no trace, device 0's only checkpoint follows
+ * its counts at once, its segments' records at offset 200; an unknown flag and a snapshot segment
+ * past the snapshot's are refused, each with its message. */
+Test(cache, index_segment_codes_refused) {
+  if (!any_fixture()) return;
+  ms_snapshot_t *s = NULL;
+  ms_timeline_t *tl = NULL;
+  cr_assert(fixture_index("a0kuma_adamw_small.pickle", MS_LOAD_NO_TRACE, NULL, &s, &tl));
+  cr_assert_eq(ms_timeline_nentries(tl, 0), 0);
+  ms_cache_key_t key = {5, 6, MS_LOAD_NO_TRACE};
+  void *buf;
+  size_t len;
+  cr_assert_eq(ms_cache_index_encode(tl, &key, &buf, &len), MS_OK);
+  const struct {
+    unsigned char bytes[3];
+    const char *msg;
+  } cases[] = {
+      {{0x80, 0, 0}, "cache index: a segment has unknown flags (offset 200)"},
+      {{0, 0xfe, 0x7f}, "cache index: a segment names no segment of the snapshot (offset 200)"},
+  };
+  unsigned char *r = malloc(len);
+  cr_assert(r && len > 203);
+  for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+    memcpy(r, buf, len);
+    memcpy(r + 200, cases[c].bytes, 3);
+    ms_timeline_t *back = NULL;
+    ms_errbuf_t eb = {{0}};
+    cr_assert_eq(ms_cache_index_decode(r, len, &key, false, s, NULL, &back, &eb), MS_EFORMAT);
+    cr_assert_str_eq(eb.msg, cases[c].msg);
+    cr_assert_null(back);
+  }
+  free(r);
+  free(buf);
+  ms_timeline_destroy(tl);
+  ms_snapshot_free(s);
+}
+
 /* ---- blobs: the pages of `memsnap view` ----------------------------------------------------- */
 
 Test(cache, blob_format) {
