@@ -33,7 +33,7 @@
 
 #define CACHE_SF_RATIO 64u /* the most frame indices a byte of the section may stand for */
 #define SC_EMPTY UINT64_MAX
-#define SC_LANES 4u /* independent runs of indices, read side by side */
+#define SC_LANES 4u /* independent runs of indices, read side by side (sc_r_walk has 4) */
 
 /* ---- writing -------------------------------------------------------------------------------- */
 
@@ -352,9 +352,19 @@ static const char *sc_r_walk(const unsigned char **pp, const unsigned char *end,
   size_t common = l[0].stop - l[0].i;
   for (unsigned j = 1; j < SC_LANES; j++)
     if (l[j].stop - l[j].i < common) common = l[j].stop - l[j].i;
-  for (size_t k = 0; k < common && !why; k++)
-    for (unsigned j = 0; j < SC_LANES && !why; j++)
-      why = sc_step_index(&l[j], ctx, vals, nframes, out16, out32);
+  /* side by side, each lane's state in registers (a copy, written back after) */
+  sc_lane_t a = l[0], b = l[1], c = l[2], e = l[3];
+  for (size_t k = 0; k < common && !why; k++) {
+    const char *wa = sc_step_index(&a, ctx, vals, nframes, out16, out32);
+    const char *wb = sc_step_index(&b, ctx, vals, nframes, out16, out32);
+    const char *wc = sc_step_index(&c, ctx, vals, nframes, out16, out32);
+    const char *we = sc_step_index(&e, ctx, vals, nframes, out16, out32);
+    why = wa ? wa : wb ? wb : wc ? wc : we;
+  }
+  l[0] = a;
+  l[1] = b;
+  l[2] = c;
+  l[3] = e;
   for (unsigned j = 0; j < SC_LANES && !why; j++)
     while (l[j].i < l[j].stop && !why) why = sc_step_index(&l[j], ctx, vals, nframes, out16, out32);
   uint32_t v = 0;
