@@ -34,6 +34,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cache/internal.h"
 #include "helpers.h"
 #include "memsnap/cache.h"
 #include "memsnap/serialize.h"
@@ -620,6 +621,105 @@ Test(cache, cli_disabled_and_clear) {
   free(out);
 }
 
+/* ---- the stacks' coding (lib/cache/stackcode.c) ------------------------------------------- */
+
+/* The stack frames section of idx[0..n) over nframes frames, through the writer. */
+static unsigned char *sf_encode(const uint16_t *idx, size_t n, size_t nframes, size_t *len) {
+  ms_snapshot_t s;
+  memset(&s, 0, sizeof s);
+  s.stack_frames16 = (uint16_t *)idx;
+  s.nstack_frames = n;
+  s.nframes = nframes;
+  cache_out_t o = {.fd = -1};
+  o.chunk = malloc(CACHE_SUM_CHUNK);
+  cr_assert(o.chunk);
+  bool nomem = false;
+  cr_assert(ms__cache_w_stack_frames(&o, &s, &nomem));
+  ms__cache_out_flush(&o);
+  free(o.chunk);
+  *len = o.mem_len;
+  return o.mem;
+}
+
+/* Decodes a stack frames section at width 2; the refusal (NULL: accepted) and the indices. */
+static const char *sf_decode(const unsigned char *p, size_t len, size_t nframes,
+                             ms_snapshot_t *t) {
+  memset(t, 0, sizeof *t);
+  bool nomem = false;
+  const char *why = ms__cache_r_stack_frames(p, len, 2, nframes, t, &nomem);
+  cr_assert(!nomem);
+  return why;
+}
+
+Test(cache, stack_frames_coded_exactly) {
+  /* three stacks sharing their transitions: 0 1 2, 0 1 3, 0 1 2 3; and no index at all */
+  static const uint16_t idx[] = {0, 1, 2, 0, 1, 3, 0, 1, 2, 3};
+  size_t len;
+  for (size_t n = 0; n <= 10; n += 10) {
+    unsigned char *b = sf_encode(idx, n, 4, &len);
+    ms_snapshot_t t;
+    cr_assert_null(sf_decode(b, len, 4, &t));
+    cr_assert_eq(t.nstack_frames, n);
+    cr_assert(n == 0 || memcmp(t.stack_frames16, idx, sizeof idx) == 0);
+    free(t.stack_frames16);
+    free(b);
+  }
+  /* the exact bytes: N 10; the lists of frames 0..3 and of the start (values: index + 1, 0 the
+   * end mark; most frequent first, then by value); the lengths of the four lanes (indices 0-1,
+   * 2-4, 5-6, 7-9 and the end mark, each starting at the start); their ranks (none in a list of
+   * one value) */
+  unsigned char *b = sf_encode(idx, 10, 4, &len);
+  static const unsigned char want[] = {10, 1, 2, 1, 3, 2, 1, 4, 2, 0, 1, 4, 1, 2,
+                                       3,  4, 1, 2, 2, 3, 0, 2, 0, 3, 1, 1, 1, 0};
+  cr_assert_eq(len, sizeof want);
+  cr_assert(memcmp(b, want, len) == 0);
+  free(b);
+}
+
+Test(cache, stack_frames_hostile) {
+  static const struct {
+    unsigned char bytes[16];
+    size_t len;
+    const char *why;
+  } cases[] = {
+      /* 3 indices claimed by a section of 1 byte per 64 */
+      {{0x80, 0x80, 0x01}, 3, "stack frames out of range"},
+      /* a list cut short */
+      {{1, 1}, 2, "stack frames cut short"},
+      /* a value past 2^16 at width 2 (frame 65536) */
+      {{1, 0, 1, 0x81, 0x80, 0x04}, 6, "stack frame index out of range"},
+      /* one index, frame 0: the start's list has it, but frame 0 has no successors */
+      {{1, 0, 1, 1, 0, 0, 0, 0}, 8, "a stack frame follows one that has no successors"},
+      /* the start's list has two values; a rank of 5 */
+      {{1, 0, 2, 1, 0, 0, 0, 0, 2, 5, 0}, 11, "stack frame rank out of range"},
+      /* the end mark where an index should be */
+      {{1, 1, 0, 1, 0, 0, 0, 0, 0}, 9, "stack frames end where they should not"},
+      /* a lane longer than its indices */
+      {{1, 1, 0, 1, 1, 0, 0, 0, 1, 7}, 10, "a lane of stack frames is longer than its frames"},
+      /* bytes after the lanes that are not padding */
+      {{1, 1, 0, 1, 1, 0, 0, 0, 0, 9}, 10, "stack frames section longer than its frames"},
+  };
+  for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+    ms_snapshot_t t;
+    const char *why = sf_decode(cases[c].bytes, cases[c].len, 1, &t);
+    cr_assert_str_eq(why ? why : "(accepted)", cases[c].why, "case %zu", c);
+    free(t.stack_frames16);
+  }
+  /* stacks: a count past the section, a start past 2^32, trailing bytes */
+  static const unsigned char st1[] = {3, 0, 1}, st2[] = {1, 0x80, 0x80, 0x80, 0x80, 0x20, 1},
+                             st3[] = {1, 0, 1, 0};
+  ms_snapshot_t t;
+  memset(&t, 0, sizeof t);
+  bool nomem = false;
+  cr_assert_str_eq(ms__cache_r_stacks(st1, sizeof st1, &t, &nomem), "stacks out of range");
+  cr_assert_str_eq(ms__cache_r_stacks(st2, sizeof st2, &t, &nomem), "stack out of range");
+  free(t.stacks);
+  memset(&t, 0, sizeof t);
+  cr_assert_str_eq(ms__cache_r_stacks(st3, sizeof st3, &t, &nomem),
+                   "stacks section longer than its stacks");
+  free(t.stacks);
+}
+
 /* ---- the time index ------------------------------------------------------------------------ */
 
 /* Asserts that two indexes of one snapshot answer alike: devices, entries, every series, and the
@@ -843,6 +943,90 @@ Test(cache, index_every_byte_flipped) {
     ms_timeline_destroy(back);
   }
   cr_log_info("%zu of %zu changed bytes accepted without the checksums", accepted, len);
+  free(r);
+  free(buf);
+  ms_timeline_destroy(tl);
+  ms_snapshot_free(s);
+}
+
+/* The entries' stream (lib/cache/index.c): a code word of an unknown kind, a pair that names no
+ * entry, and a pair said to be named by an earlier entry that named none are refused, each with
+ * its message and the offset of the entry. */
+Test(cache, index_entry_codes_refused) {
+  if (!any_fixture()) return;
+  ms_snapshot_t *s = NULL;
+  ms_timeline_t *tl = NULL;
+  cr_assert(fixture_index("a0kuma_adamw_small.pickle", 0, NULL, &s, &tl));
+  size_t n = ms_timeline_nentries(tl, 0);
+  cr_assert(n > 30 && n < 8192);
+  ms_cache_key_t key = {5, 6, 0};
+  void *buf;
+  size_t len;
+  cr_assert_eq(ms_cache_index_encode(tl, &key, &buf, &len), MS_OK);
+  enum { FIRST = 96 + 16 + 32 }; /* the header, device 0's counts and first values */
+  unsigned char bad_at[] = {2, 0, (unsigned char)(2 * n | 0x80), (unsigned char)(2 * n >> 7)};
+  const struct {
+    const unsigned char *bytes;
+    size_t len;
+    const char *msg;
+  } cases[] = {
+      {(const unsigned char *)"\x00\x80", 2,
+       "cache index: an entry has an unknown code (offset 144)"},
+      {(const unsigned char *)"\x03\x00", 2,
+       "cache index: an entry has an unknown code (offset 144)"},
+      {(const unsigned char *)"\x01\x00", 2,
+       "cache index: an entry's pair was named by no earlier entry (offset 144)"},
+      {bad_at, sizeof bad_at, "cache index: a pair names no entry of its device (offset 144)"},
+  };
+  unsigned char *r = malloc(len);
+  cr_assert(r);
+  for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+    memcpy(r, buf, len);
+    memcpy(r + FIRST, cases[c].bytes, cases[c].len);
+    ms_timeline_t *back = NULL;
+    ms_errbuf_t eb = {{0}};
+    cr_assert_eq(ms_cache_index_decode(r, len, &key, false, s, NULL, &back, &eb), MS_EFORMAT,
+                 "case %zu", c);
+    cr_assert_str_eq(eb.msg, cases[c].msg);
+    cr_assert_null(back);
+  }
+  free(r);
+  free(buf);
+  ms_timeline_destroy(tl);
+  ms_snapshot_free(s);
+}
+
+/* A checkpoint's segments (lib/cache/index.c): with no trace, device 0's only checkpoint follows
+ * its counts at once, its segments' records at offset 200; an unknown flag and a snapshot segment
+ * past the snapshot's are refused, each with its message. */
+Test(cache, index_segment_codes_refused) {
+  if (!any_fixture()) return;
+  ms_snapshot_t *s = NULL;
+  ms_timeline_t *tl = NULL;
+  cr_assert(fixture_index("a0kuma_adamw_small.pickle", MS_LOAD_NO_TRACE, NULL, &s, &tl));
+  cr_assert_eq(ms_timeline_nentries(tl, 0), 0);
+  ms_cache_key_t key = {5, 6, MS_LOAD_NO_TRACE};
+  void *buf;
+  size_t len;
+  cr_assert_eq(ms_cache_index_encode(tl, &key, &buf, &len), MS_OK);
+  const struct {
+    unsigned char bytes[3];
+    const char *msg;
+  } cases[] = {
+      {{0x80, 0, 0}, "cache index: a segment has unknown flags (offset 200)"},
+      {{0, 0xfe, 0x7f}, "cache index: a segment names no segment of the snapshot (offset 200)"},
+  };
+  unsigned char *r = malloc(len);
+  cr_assert(r && len > 203);
+  for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+    memcpy(r, buf, len);
+    memcpy(r + 200, cases[c].bytes, 3);
+    ms_timeline_t *back = NULL;
+    ms_errbuf_t eb = {{0}};
+    cr_assert_eq(ms_cache_index_decode(r, len, &key, false, s, NULL, &back, &eb), MS_EFORMAT);
+    cr_assert_str_eq(eb.msg, cases[c].msg);
+    cr_assert_null(back);
+  }
   free(r);
   free(buf);
   ms_timeline_destroy(tl);

@@ -5,7 +5,7 @@
  * load of a file stores the model it gave (ms_snapshot_t, exactly as the reader built it for the
  * load flags asked) in a flat, relocatable cache file; later loads of the same bytes with the same
  * flags read that file instead of the pickle. The time index built over such a snapshot
- * (memsnap/timeline.h) is stored beside it (ms_cache_timeline) and later mapped and read in place.
+ * (memsnap/timeline.h) is stored beside it (ms_cache_timeline) and later decoded from it.
  * Bytes derived from a snapshot (the page `memsnap view` wrote, the answer `memsnap top` printed)
  * are stored as blobs beside them (ms_cache_blob_put / ms_cache_blob_get).
  *
@@ -43,7 +43,7 @@
 MS_EXTERN_C_BEGIN
 
 /* The format's version: entries of another version are misses (and evicted in time). */
-#define MS_CACHE_VERSION 4u
+#define MS_CACHE_VERSION 5u
 
 /* What identifies an entry. */
 typedef struct ms_cache_key_s {
@@ -96,7 +96,7 @@ MS_API MS_NODISCARD int ms_cache_load_keyed(const char *path, unsigned flags,
 
 /* The time index of snap (ms_timeline_create with cfg) through the cache: snap must be what
  * ms_cache_load_keyed gave for key. A hit maps the index's entry (filed under key and cfg's
- * checkpoint interval and filter) and reads it in place, without a pass over the trace; a miss
+ * checkpoint interval and filter) and decodes it, without a pass over the trace; a miss
  * builds the index as ms_timeline_create does (same result, same errors) and stores it. key NULL
  * or all zero: ms_timeline_create alone. The index is the same either way. outcome may be NULL. */
 MS_API MS_NODISCARD int ms_cache_timeline(const ms_cache_key_t *key, const ms_cache_options_t *opts,

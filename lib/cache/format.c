@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "cache/internal.h"
+#include "cache/varint.h"
 #include "common/internal.h"
 #include "memsnap/cache.h"
 #include "model/snapbuild.h"
@@ -30,7 +31,6 @@ enum {
   R_TRACE = 44,
   R_EXTRA = 32,
   R_FRAME = 16,
-  R_STACK = 8,
   R_KV = 40,
   R_ANNOTATION = 24,
 };
@@ -366,44 +366,48 @@ static bool w_model(wbuf_t *w, const ms_snapshot_t *s) {
   return !w->o.failed;
 }
 
-/* LEB128 of v into p; its length. */
-static size_t put_var(unsigned char *p, uint64_t v) {
-  size_t n = 0;
-  for (; v >= 0x80; v >>= 7) p[n++] = (unsigned char)(v | 0x80);
-  p[n++] = (unsigned char)v;
-  return n;
+/* The trace's fields in the order of an entry's varints. Four of them often repeat: a bit of the
+ * entry's first byte (trace_same_bit) says when one is the previous entry's, and it is left out. */
+enum { TF_PRESENT, TF_ADDR, TF_SIZE, TF_STREAM, TF_TIME, TF_EXTRA, TF_STACK, TF_COUNT };
+#define TRACE_ACTION_BITS 0x0fu
+static unsigned trace_same_bit(int f) {
+  return f == TF_PRESENT ? 0x10u : f == TF_STREAM ? 0x20u : f == TF_EXTRA ? 0x40u
+                                                  : f == TF_SIZE ? 0x80u : 0u;
 }
 
-static uint64_t zigzag(uint64_t delta) { /* a difference taken modulo 2^64, as a signed one */
-  return delta << 1 ^ (uint64_t)-(int64_t)(delta >> 63);
-}
-
-/* The trace: its number of entries (u64), then each entry as the action (u8) and varints of its
- * present bits, its address (zigzag of the difference from the previous entry's), size, stream,
- * time (zigzag difference), extra (+1; 0: none) and stack (zigzag difference). An entry takes 8
- * bytes or more; a typical one 12 to 20, against 44 at full width. */
+/* The trace: its number of entries (u64), then each entry as a byte (the action in its low 4
+ * bits; bits 4-7: its present bits, stream, extra and size are the previous entry's) and the
+ * varints of its present bits, its address (zigzag of the difference from the previous entry's),
+ * size, stream, time (zigzag difference), extra (+1; 0: none) and stack (zigzag difference), less
+ * those the byte says repeat. An entry takes 4 bytes or more; 8.7 on the synthetic file of
+ * docs/performance.md (a free's size is its alloc's, or its request's just before), against 44 at
+ * full width. */
 static bool w_trace(wbuf_t *w, const ms_snapshot_t *s) {
   unsigned char r[R_EXTRA + R_TRACE];
   w_section(w, CS_TRACE, 0);
   put_u64(r, (uint64_t)s->ntrace);
   w_put(w, r, 8);
-  uint64_t pa = 0, pt = 0, ps = 0;
+  uint64_t prev[TF_COUNT] = {0};
   for (size_t i = 0; i < s->ntrace; i++) {
     const ms_snap_trace_t *t = &s->trace[i];
     uint32_t x = w_extra(w, t->extra);
+    uint64_t v[TF_COUNT] = {t->present,       t->addr,
+                            t->size,          t->stream,
+                            (uint64_t)t->time_us, x == CACHE_NO_STR ? 0 : (uint64_t)x + 1,
+                            t->stack};
+    if (t->action > TRACE_ACTION_BITS) w->o.failed = true;
+    unsigned char flags = (unsigned char)(t->action & TRACE_ACTION_BITS);
+    for (int f = 0; f < TF_COUNT; f++)
+      if (v[f] == prev[f]) flags |= (unsigned char)trace_same_bit(f);
     size_t n = 0;
-    r[n++] = (unsigned char)t->action;
-    n += put_var(r + n, t->present);
-    n += put_var(r + n, zigzag(t->addr - pa));
-    n += put_var(r + n, t->size);
-    n += put_var(r + n, t->stream);
-    n += put_var(r + n, zigzag((uint64_t)t->time_us - pt));
-    n += put_var(r + n, x == CACHE_NO_STR ? 0 : (uint64_t)x + 1);
-    n += put_var(r + n, zigzag((uint64_t)t->stack - ps));
+    r[n++] = flags;
+    for (int f = 0; f < TF_COUNT; f++) {
+      if (flags & trace_same_bit(f)) continue;
+      bool diff = f == TF_ADDR || f == TF_TIME || f == TF_STACK;
+      n += cache_put_var(r + n, diff ? cache_zigzag(v[f] - prev[f]) : v[f]);
+    }
     w_put(w, r, n);
-    pa = t->addr;
-    pt = (uint64_t)t->time_us;
-    ps = t->stack;
+    memcpy(prev, v, sizeof prev);
   }
   w->sect[CS_TRACE][1] = w->o.pos - w->sect[CS_TRACE][0]; /* in bytes */
   w_section(w, CS_EXTRAS, w->nextras);
@@ -421,7 +425,9 @@ static bool w_trace(wbuf_t *w, const ms_snapshot_t *s) {
   return !w->o.failed;
 }
 
-static bool w_stacks(wbuf_t *w, const ms_snapshot_t *s) {
+/* The frames at full width; the stacks and their frame indices coded (lib/cache/stackcode.c), each
+ * of those two sections counted in bytes. */
+static bool w_stacks(wbuf_t *w, const ms_snapshot_t *s, bool *nomem) {
   unsigned char r[R_FRAME];
   w_section(w, CS_FRAMES, s->nframes);
   for (size_t i = 0; i < s->nframes; i++) {
@@ -430,22 +436,12 @@ static bool w_stacks(wbuf_t *w, const ms_snapshot_t *s) {
     put_u64(r + 8, (uint64_t)s->frames[i].line);
     w_put(w, r, R_FRAME);
   }
-  w_section(w, CS_STACKS, s->nstacks);
-  for (size_t i = 0; i < s->nstacks; i++) {
-    put_u32(r, s->stacks[i].first);
-    put_u32(r + 4, s->stacks[i].nframes);
-    w_put(w, r, R_STACK);
-  }
-  w_section(w, CS_STACK_FRAMES, s->nstack_frames);
-  for (size_t i = 0; i < s->nstack_frames; i++) {
-    if (s->stack_frames16) {
-      put_u16(r, s->stack_frames16[i]);
-      w_put(w, r, 2);
-    } else {
-      put_u32(r, s->stack_frames[i]);
-      w_put(w, r, 4);
-    }
-  }
+  w_section(w, CS_STACKS, 0);
+  if (!ms__cache_w_stacks(&w->o, s)) return false;
+  w->sect[CS_STACKS][1] = w->o.pos - w->sect[CS_STACKS][0];
+  w_section(w, CS_STACK_FRAMES, 0);
+  if (!ms__cache_w_stack_frames(&w->o, s, nomem)) return false;
+  w->sect[CS_STACK_FRAMES][1] = w->o.pos - w->sect[CS_STACK_FRAMES][0];
   return !w->o.failed;
 }
 
@@ -491,8 +487,9 @@ static int w_encode(wbuf_t *w, int fd, const ms_snapshot_t *s, const ms_cache_ke
   if (!w->o.chunk) return MS_ENOMEM;
   w_out(w, h, sizeof h); /* a placeholder, written again at the end */
   w->o.pos = CACHE_HEADER_BYTES;
-  if (!(w_model(w, s) && w_trace(w, s) && w_stacks(w, s) && w_rest(w, s)))
-    return w->o.fd >= 0 && w->o.failed ? MS_EIO : MS_ENOMEM;
+  bool nomem = false;
+  if (!(w_model(w, s) && w_trace(w, s) && w_stacks(w, s, &nomem) && w_rest(w, s)))
+    return w->o.fd >= 0 && w->o.failed && !nomem ? MS_EIO : MS_ENOMEM;
   memcpy(h, CACHE_MAGIC, 8);
   put_u32(h + 8, MS_CACHE_VERSION);
   put_u32(h + 12, key->flags);
@@ -640,8 +637,8 @@ static int rd_header(rd_t *r, const ms_cache_key_t *key, bool check_sums) {
   static const size_t rec[CACHE_NSECTIONS] = {
       [CS_SCALARS] = R_SCALARS, [CS_SEGMENTS] = R_SEGMENT,  [CS_BLOCKS] = R_BLOCK,
       [CS_HISTORY] = R_HISTORY, [CS_DEVICES] = R_DEVICE,    [CS_TRACE] = 1,     
-      [CS_EXTRAS] = R_EXTRA,    [CS_FRAMES] = R_FRAME,      [CS_STACKS] = R_STACK,
-      [CS_STACK_FRAMES] = 2,    [CS_SETTINGS] = R_KV,       [CS_STATS] = R_KV,
+      [CS_EXTRAS] = R_EXTRA,    [CS_FRAMES] = R_FRAME,      [CS_STACKS] = 1,
+      [CS_STACK_FRAMES] = 1,    [CS_SETTINGS] = R_KV,       [CS_STATS] = R_KV,
       [CS_ANNOTATIONS] = R_ANNOTATION, [CS_STRINGS] = 1,
   };
   for (int i = 0; i < CACHE_NSECTIONS; i++) {
@@ -656,10 +653,10 @@ static int rd_header(rd_t *r, const ms_cache_key_t *key, bool check_sums) {
   if (r->sf_width != 2 && r->sf_width != 4)
     return ms__errbuf_set(r->eb, MS_EFORMAT, "cache file: stack frames of an unknown width");
   for (int i = 0; i < CACHE_NSECTIONS; i++) {
-    size_t w = i == CS_STACK_FRAMES ? r->sf_width : rec[i];
+    size_t w = rec[i];
+    bool bytes = i == CS_TRACE || i == CS_STACKS || i == CS_STACK_FRAMES;
     if (r->off[i] < CACHE_HEADER_BYTES || r->off[i] > r->len ||
-        r->count[i] > (r->len - r->off[i]) / w ||
-        (i != CS_TRACE && r->count[i] > UINT32_MAX - 1))
+        r->count[i] > (r->len - r->off[i]) / w || (!bytes && r->count[i] > UINT32_MAX - 1))
       return ms__errbuf_set(r->eb, MS_EFORMAT, "cache file: a section lies outside the file");
   }
   if (r->count[CS_STRINGS] < 1 || r->p[r->off[CS_STRINGS] + r->count[CS_STRINGS] - 1] != 0)
@@ -752,23 +749,6 @@ static const char *rd_segments(rd_t *r) {
   return NULL;
 }
 
-/* A LEB128 varint at *p (before end) into *v; false when it runs past end or past 10 bytes. */
-static bool get_var(const unsigned char **p, const unsigned char *end, uint64_t *v) {
-  uint64_t x = 0;
-  for (unsigned sh = 0; sh < 70; sh += 7) {
-    if (*p >= end) return false;
-    unsigned char c = *(*p)++;
-    x |= sh < 64 ? (uint64_t)(c & 0x7f) << sh : 0;
-    if (!(c & 0x80)) {
-      *v = x;
-      return true;
-    }
-  }
-  return false;
-}
-
-static uint64_t unzigzag(uint64_t z) { return z >> 1 ^ (uint64_t)-(int64_t)(z & 1); }
-
 static const char *rd_trace(rd_t *r) {
   ms_snapshot_t *t = &r->t;
   if (r->count[CS_DEVICES] > 65536) return "too many devices";
@@ -793,33 +773,35 @@ static const char *rd_trace(rd_t *r) {
   const unsigned char *p = rd_rec(r, CS_TRACE, 0, 1), *end = p + r->count[CS_TRACE];
   uint64_t n = get_u64(p);
   p += 8;
-  if (n > (uint64_t)(end - p) / 8 || n > UINT32_MAX - 1) return "trace entries out of range";
+  if (n > (uint64_t)(end - p) / 4 || n > UINT32_MAX - 1) return "trace entries out of range";
   t->ntrace = (size_t)n;
   t->trace = n ? malloc((size_t)n * sizeof *t->trace) : NULL;
   if (n && !t->trace) r->nomem = true;
   if (r->nomem) return NULL;
   bool bad_entry = false;
-  uint64_t pa = 0, pt = 0, ps = 0;
+  uint64_t v[TF_COUNT] = {0};
   for (size_t i = 0; i < t->ntrace; i++) {
     ms_snap_trace_t *e = &t->trace[i];
-    uint64_t v[7];
     if (p >= end) return "trace entry cut short";
-    uint8_t act = *p++;
-    for (int k = 0; k < 7; k++)
-      if (!get_var(&p, end, &v[k])) return "trace entry cut short";
-    pa += unzigzag(v[1]);
-    pt += unzigzag(v[4]);
-    ps += unzigzag(v[6]);
-    e->addr = pa;
-    e->size = v[2];
-    e->stream = v[3];
-    e->time_us = (int64_t)pt;
-    e->stack = (uint32_t)ps;
-    e->present = (uint16_t)v[0];
-    e->action = act;
-    bad_entry |= act >= MS_TRACE_ACTION_COUNT || v[0] > UINT16_MAX || ps > UINT32_MAX ||
-                 v[5] > r->nextras;
-    e->extra = v[5] == 0 || v[5] > r->nextras ? NULL : &r->extras[v[5] - 1];
+    unsigned flags = *p++;
+    for (int f = 0; f < TF_COUNT; f++) {
+      if (flags & trace_same_bit(f)) continue;
+      uint64_t x;
+      if (!cache_get_var(&p, end, &x)) return "trace entry cut short";
+      bool diff = f == TF_ADDR || f == TF_TIME || f == TF_STACK;
+      v[f] = diff ? v[f] + cache_unzigzag(x) : x;
+    }
+    unsigned act = flags & TRACE_ACTION_BITS;
+    e->addr = v[TF_ADDR];
+    e->size = v[TF_SIZE];
+    e->stream = v[TF_STREAM];
+    e->time_us = (int64_t)v[TF_TIME];
+    e->stack = (uint32_t)v[TF_STACK];
+    e->present = (uint16_t)v[TF_PRESENT];
+    e->action = (uint8_t)act;
+    bad_entry |= act >= MS_TRACE_ACTION_COUNT || v[TF_PRESENT] > UINT16_MAX ||
+                 v[TF_STACK] > UINT32_MAX || v[TF_EXTRA] > r->nextras;
+    e->extra = v[TF_EXTRA] == 0 || v[TF_EXTRA] > r->nextras ? NULL : &r->extras[v[TF_EXTRA] - 1];
   }
   if (p != end) return "trace section longer than its entries";
   return bad_entry ? "trace entry out of range" : NULL;
@@ -835,23 +817,13 @@ static const char *rd_stacks(rd_t *r) {
       return "frame out of range";
     t->frames[i].line = (int64_t)get_u64(p + 8);
   }
-  t->stacks = rd_alloc(r, CS_STACKS, sizeof *t->stacks, &t->nstacks);
-  for (size_t i = 0; !r->nomem && i < t->nstacks; i++) {
-    const unsigned char *p = rd_rec(r, CS_STACKS, i, R_STACK);
-    t->stacks[i].first = get_u32(p);
-    t->stacks[i].nframes = get_u32(p + 4);
-  }
-  const unsigned char *p = rd_rec(r, CS_STACK_FRAMES, 0, r->sf_width);
-  if (r->sf_width == 2) {
-    t->stack_frames16 = rd_alloc(r, CS_STACK_FRAMES, 2, &t->nstack_frames);
-    for (size_t i = 0; !r->nomem && i < t->nstack_frames; i++)
-      t->stack_frames16[i] = get_u16(p + 2 * i);
-  } else {
-    t->stack_frames = rd_alloc(r, CS_STACK_FRAMES, 4, &t->nstack_frames);
-    for (size_t i = 0; !r->nomem && i < t->nstack_frames; i++)
-      t->stack_frames[i] = get_u32(p + 4 * i);
-  }
-  return NULL;
+  if (r->nomem) return NULL;
+  const char *why = ms__cache_r_stacks(rd_rec(r, CS_STACKS, 0, 1), (size_t)r->count[CS_STACKS],
+                                       t, &r->nomem);
+  if (why || r->nomem) return why;
+  return ms__cache_r_stack_frames(rd_rec(r, CS_STACK_FRAMES, 0, 1),
+                                  (size_t)r->count[CS_STACK_FRAMES], r->sf_width, t->nframes, t,
+                                  &r->nomem);
 }
 
 static const char *rd_rest(rd_t *r) {

@@ -3,22 +3,32 @@
  * `timeline`, `memory --at` and the classifier need after reading a snapshot is its time index
  * (memsnap/timeline.h): per device, the alloc/free pairs, the chosen block sizes, the four series
  * and the checkpoints. Building it is a pass over the whole trace; this file stores it so that a
- * later run maps it instead.
+ * later run decodes it instead.
  *
- * The file, all integers little-endian, every field 8-byte aligned:
+ * The file, all integers little-endian, every u64 8-byte aligned:
  *   header (IX_HEADER_BYTES): magic "memsnapI", u32 version, u32 load flags, u64 content hash,
  *     u64 input size, u64 file length, u64 body checksum, u32 checkpoint interval, u32 filter
  *     bits (1: stream, 2: pool), u64 stream, i64 pool[2], u64 devices, u64 header checksum;
- *   per device: u64 entries (n), u64 checkpoints; the pairs (n x u32, padded to 8 bytes); the
- *     block sizes (n x u64); the series, one metric after the other ((n + 1) x u64 each); each
- *     checkpoint: u64 step, u64 segments, u64 blocks, 4 x u64 totals, the segments (IX_SEGMENT
- *     bytes each), their block counts (u32 each, padded to 8 bytes), the blocks (IX_BLOCK each).
+ *   per device: u64 entries (n), u64 checkpoints, 4 x u64 the series' first values; the entries'
+ *     stream (below, padded to 8 bytes); each checkpoint: u64 step, u64 segments, u64 blocks,
+ *     4 x u64 totals, then the records of its segments and of its blocks (varints, each described
+ *     where it is written: ixw_segment, ixw_block), padded to 8 bytes.
+ *   The entries' stream holds for each entry a u16 code word, then the varints it calls for
+ *     (lib/cache/varint.h). Its pair: none, the entry that named this one as its pair (an alloc's
+ *     free names its alloc so), or a varint of the zigzag difference from this entry. Its block
+ *     size: the guess (its earlier pair's, the rounded request of an alloc or a free, else 0), or
+ *     the guess plus a varint of the zigzag difference. Each series' change from this entry's step
+ *     to the next: a code, 0 or plus or minus the entry's block size, its size or its rounded size,
+ *     or 7 and a varint of the zigzag change. An entry takes 2 bytes, an alloc and a free paired
+ *     far apart 4 to 5 (the arrays at full width took 44). On the 937 MB synthetic pickle the
+ *     file is 20 MB: 14.5 for the entries, the rest for 941 checkpoints (261 MB at full width).
  * The checksums are those of the snapshot's file (lib/cache/internal.h).
  *
  * A file is refused (never trusted) unless, besides magic, version, key, configuration, length and
  * checksums: its devices and their entry counts are the snapshot's; every pair is none or an entry
- * of the device; each device's checkpoints have increasing steps, the last at the end of the trace;
- * each checkpoint's segments are sorted and disjoint, its block counts add up to its blocks, each
+ * of the device, and every entry's stream is whole, with known codes and a pair named before;
+ * each device's checkpoints have increasing steps, the last at the end of the trace; every
+ * record of a checkpoint is whole, with known flags; each checkpoint's segments are sorted and disjoint, its block counts add up to its blocks, each
  * block lies inside its segment after the previous one, every index in a segment or block (entries,
  * stacks, the snapshot's segments and blocks) is in range, every state and flag is one the index
  * makes, and the totals are the series' at that step. Wrong numbers in the pairs, sizes or series of
@@ -31,22 +41,16 @@
 #include <unistd.h>
 
 #include "cache/internal.h"
+#include "cache/varint.h"
 #include "common/internal.h"
 #include "memsnap/cache.h"
 #include "timeline/internal.h"
 
 #define IX_MAGIC "memsnapI"
 #define IX_HEADER_BYTES 96u
-#define IX_SEGMENT 56u
-#define IX_BLOCK 72u
 #define IX_BLOCK_FLAGS (MS_TL_BLOCK_FROM_SNAPSHOT | MS_TL_BLOCK_SIZE_INFERRED | \
                         MS_TL_BLOCK_ALLOC_UNRECORDED)
 
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-#define IX_LE_HOST 1
-#else
-#define IX_LE_HOST 0
-#endif
 
 static void ix_le64(unsigned char *p, uint64_t v) {
   for (int i = 0; i < 8; i++) p[i] = (unsigned char)(v >> (8 * i));
@@ -79,70 +83,223 @@ static void ixw_pad8(ixw_t *w) {
   if (w->pos % 8) ms__cache_out_put(w, zero, 8 - (size_t)(w->pos % 8));
 }
 
-/* An array of u32 or u64 values, little-endian (one copy on a little-endian host). */
-static void ixw_array(ixw_t *w, const void *a, size_t n, size_t width) {
-  if (IX_LE_HOST) {
-    ms__cache_out_put(w, a, n * width);
-    return;
+/* ---- a checkpoint's segments (both ways) ---------------------------------------------------- */
+
+/* Each segment of a checkpoint: a byte saying which of its fields (IXS_*) differ from the guess,
+ * a varint of the zigzag change of its snapshot segment + 1 (0: none) from the previous
+ * segment's, less one, a varint of its number of blocks, then of each differing field the zigzag
+ * difference from the guess: its snapshot segment's fields, or for a segment of the trace the
+ * previous segment's, starting where that one ends. */
+enum { IXS_ADDRESS, IXS_SIZE, IXS_STREAM, IXS_POOL0, IXS_POOL1, IXS_EXPANDABLE, IXS_STACK,
+       IXS_COUNT };
+#define IXS_MIN_BYTES 3u
+
+static void ix_seg_fields(const ms_tl_segment_t *g, uint64_t v[IXS_COUNT]) {
+  v[IXS_ADDRESS] = g->address;
+  v[IXS_SIZE] = g->size;
+  v[IXS_STREAM] = g->stream;
+  v[IXS_POOL0] = (uint64_t)g->pool_id[0];
+  v[IXS_POOL1] = (uint64_t)g->pool_id[1];
+  v[IXS_EXPANDABLE] = g->is_expandable;
+  v[IXS_STACK] = g->stack;
+}
+
+/* The guess of a segment: snapshot segment sn - 1 (sn in range), else after prev (NULL: none). */
+static void ix_seg_guess(const ms_snapshot_t *s, uint64_t sn, const ms_tl_segment_t *prev,
+                         uint64_t g[IXS_COUNT]) {
+  memset(g, 0, IXS_COUNT * sizeof *g);
+  if (sn) {
+    const ms_snap_segment_t *k = &s->segments[sn - 1];
+    g[IXS_ADDRESS] = k->address;
+    g[IXS_SIZE] = k->total_size;
+    g[IXS_STREAM] = k->stream;
+    g[IXS_POOL0] = (uint64_t)k->pool_id[0];
+    g[IXS_POOL1] = (uint64_t)k->pool_id[1];
+    g[IXS_EXPANDABLE] = k->is_expandable;
+    g[IXS_STACK] = k->stack;
+  } else if (prev) {
+    ix_seg_fields(prev, g);
+    g[IXS_ADDRESS] = prev->address + prev->size;
   }
-  for (size_t i = 0; i < n; i++) {
-    unsigned char b[8];
-    if (width == 4)
-      ix_le32(b, ((const uint32_t *)a)[i]);
-    else
-      ix_le64(b, ((const uint64_t *)a)[i]);
-    ms__cache_out_put(w, b, width);
+}
+
+/* Segment i of checkpoint ck (of snapshot s) into w; false when it names no snapshot segment. */
+static bool ixw_segment(ixw_t *w, const ms_snapshot_t *s, const tl_ckpt_t *ck, size_t i) {
+  const ms_tl_segment_t *g = &ck->segs[i];
+  uint64_t sn = (uint32_t)(g->snap_segment + 1u);
+  uint64_t prev_sn = i ? (uint32_t)(ck->segs[i - 1].snap_segment + 1u) : 0;
+  if (sn > s->nsegments) return false;
+  unsigned char rec[1 + (2 + IXS_COUNT) * CACHE_VAR_MAX];
+  uint64_t guess[IXS_COUNT], v[IXS_COUNT];
+  ix_seg_guess(s, sn, i ? &ck->segs[i - 1] : NULL, guess);
+  ix_seg_fields(g, v);
+  size_t k = 1;
+  rec[0] = 0;
+  k += cache_put_var(rec + k, cache_zigzag(sn - prev_sn - 1));
+  k += cache_put_var(rec + k, ck->seg_nblk[i]);
+  for (int f = 0; f < IXS_COUNT; f++) {
+    if (v[f] == guess[f]) continue;
+    rec[0] |= (unsigned char)(1u << f);
+    k += cache_put_var(rec + k, cache_zigzag(v[f] - guess[f]));
+  }
+  ms__cache_out_put(w, rec, k);
+  return true;
+}
+
+/* ---- a checkpoint's blocks (both ways) ------------------------------------------------------ */
+
+/* Each block of a checkpoint: a byte of its state (bit 0: pending free) and flags (bits 1-3), a
+ * byte saying which of its fields (IXB_*) differ from the guess, varints of the zigzag distances
+ * of its alloc and free entries from the checkpoint's step, then of each differing field the
+ * zigzag difference from the guess: the block its entries make (address, request, stream,
+ * stack, the alloc's time; the size chosen for its free, else its alloc; no snapshot block). */
+enum { IXB_ADDRESS, IXB_SIZE, IXB_REQUESTED, IXB_STREAM, IXB_TIME, IXB_STACK, IXB_SNAP, IXB_COUNT };
+#define IXB_MIN_BYTES 4u
+
+static void ix_block_guess(const tl_dev_t *d, int64_t ai, int64_t fi, uint64_t g[IXB_COUNT]) {
+  memset(g, 0, IXB_COUNT * sizeof *g);
+  const ms_snap_trace_t *src = ai >= 0 ? &d->trace[ai] : fi >= 0 ? &d->trace[fi] : NULL;
+  if (src) {
+    g[IXB_ADDRESS] = src->addr;
+    g[IXB_REQUESTED] = src->size;
+    g[IXB_STREAM] = src->stream;
+    g[IXB_STACK] = src->stack;
+  }
+  if (ai >= 0) g[IXB_TIME] = (uint64_t)d->trace[ai].time_us;
+  g[IXB_SIZE] = fi >= 0 ? d->bsize[fi] : ai >= 0 ? d->bsize[ai] : 0;
+  g[IXB_SNAP] = UINT32_MAX;
+}
+
+static void ix_block_fields(const ms_tl_block_t *b, uint64_t v[IXB_COUNT]) {
+  v[IXB_ADDRESS] = b->address;
+  v[IXB_SIZE] = b->size;
+  v[IXB_REQUESTED] = b->requested_size;
+  v[IXB_STREAM] = b->stream;
+  v[IXB_TIME] = (uint64_t)b->time_us;
+  v[IXB_STACK] = b->stack;
+  v[IXB_SNAP] = b->snap_block;
+}
+
+/* Block b of the checkpoint at step into w; false when its state or flags cannot be written. */
+static bool ixw_block(ixw_t *w, const tl_dev_t *d, size_t step, const ms_tl_block_t *b) {
+  if ((b->state != MS_BLOCK_ACTIVE_ALLOCATED && b->state != MS_BLOCK_ACTIVE_PENDING_FREE) ||
+      (b->flags & ~(uint32_t)IX_BLOCK_FLAGS) || b->alloc_entry < -1 ||
+      b->alloc_entry >= (int64_t)d->n || b->free_entry < -1 || b->free_entry >= (int64_t)d->n)
+    return false;
+  unsigned char rec[2 + (2 + IXB_COUNT) * CACHE_VAR_MAX];
+  uint64_t g[IXB_COUNT], v[IXB_COUNT];
+  ix_block_guess(d, b->alloc_entry, b->free_entry, g);
+  ix_block_fields(b, v);
+  rec[0] = (unsigned char)((b->state == MS_BLOCK_ACTIVE_PENDING_FREE ? 1u : 0u) | b->flags << 1);
+  rec[1] = 0;
+  size_t k = 2;
+  k += cache_put_var(rec + k, cache_zigzag((uint64_t)b->alloc_entry - step));
+  k += cache_put_var(rec + k, cache_zigzag((uint64_t)b->free_entry - step));
+  for (int f = 0; f < IXB_COUNT; f++) {
+    if (v[f] == g[f]) continue;
+    rec[1] |= (unsigned char)(1u << f);
+    k += cache_put_var(rec + k, cache_zigzag(v[f] - g[f]));
+  }
+  ms__cache_out_put(w, rec, k);
+  return true;
+}
+
+/* ---- the entries' stream (both ways) -------------------------------------------------------- */
+
+/* Each entry's code word (u16): its pair (bits 0-1), whether its block size differs from the guess
+ * (bit 2), and for each metric m the code of its series' change (bits 3 + 3m .. 5 + 3m). */
+enum { IXC_PAIR_NONE = 0, IXC_PAIR_PARTNER = 1, IXC_PAIR_AT = 2 };
+#define IXC_BSIZE_AT 4u
+#define IXC_METRIC_SHIFT 3
+#define IXC_ESCAPE 7u
+#define IXC_UNUSED 0x8000u
+
+/* The guess of entry i's block size: its partner's (a free after its alloc), the rounded request
+ * of an alloc or a free, else 0 (what the index gives the other actions). */
+static uint64_t ix_bsize_guess(const tl_dev_t *d, size_t i, uint32_t pair) {
+  const ms_snap_trace_t *e = &d->trace[i];
+  if (pair != TL_NONE && pair < i) return d->bsize[pair];
+  if (e->action == MS_TRACE_ALLOC || e->action == MS_TRACE_FREE_COMPLETED) return tl_round(e->size);
+  return 0;
+}
+
+/* A series' change at an entry, from its code: nothing, plus or minus the entry's block size (b),
+ * its size (s) or its rounded size (r); IXC_ESCAPE: none of them (the change follows). */
+static uint64_t ix_metric_delta(unsigned code, uint64_t b, uint64_t s, uint64_t r) {
+  switch (code) {
+  case 1: return b;
+  case 2: return 0 - b;
+  case 3: return s;
+  case 4: return 0 - s;
+  case 5: return r;
+  case 6: return 0 - r;
+  default: return 0;
   }
 }
 
-static void ixw_segment(ixw_t *w, const ms_tl_segment_t *s) {
-  unsigned char b[IX_SEGMENT] = {0};
-  ix_le64(b, s->address);
-  ix_le64(b + 8, s->size);
-  ix_le64(b + 16, s->stream);
-  ix_le64(b + 24, (uint64_t)s->pool_id[0]);
-  ix_le64(b + 32, (uint64_t)s->pool_id[1]);
-  ix_le32(b + 40, s->is_expandable ? 1u : 0u);
-  ix_le32(b + 44, s->stack);
-  ix_le32(b + 48, s->snap_segment);
-  ms__cache_out_put(w, b, sizeof b);
+static unsigned ix_metric_code(uint64_t delta, uint64_t b, uint64_t s, uint64_t r) {
+  for (unsigned c = 0; c < IXC_ESCAPE; c++)
+    if (ix_metric_delta(c, b, s, r) == delta) return c;
+  return IXC_ESCAPE;
 }
 
-static void ixw_block(ixw_t *w, const ms_tl_block_t *k) {
-  unsigned char b[IX_BLOCK];
-  ix_le64(b, k->address);
-  ix_le64(b + 8, k->size);
-  ix_le64(b + 16, k->requested_size);
-  ix_le64(b + 24, k->stream);
-  ix_le64(b + 32, (uint64_t)k->alloc_entry);
-  ix_le64(b + 40, (uint64_t)k->free_entry);
-  ix_le64(b + 48, (uint64_t)k->time_us);
-  ix_le32(b + 56, k->stack);
-  ix_le32(b + 60, k->snap_block);
-  ix_le32(b + 64, (uint32_t)k->state);
-  ix_le32(b + 68, k->flags);
-  ms__cache_out_put(w, b, sizeof b);
+/* Entry i's record into rec (room for 2 + 6 varints); its length. prov: the pair that the reader
+ * holds for each later entry (written ahead by an earlier entry that names it). */
+static size_t ixw_entry(const tl_dev_t *d, size_t i, uint32_t *prov, unsigned char *rec) {
+  unsigned word = 0;
+  size_t k = 2;
+  uint32_t pr = d->pair[i];
+  if (pr == TL_NONE) {
+    word = IXC_PAIR_NONE;
+  } else if (prov[i] == pr) {
+    word = IXC_PAIR_PARTNER;
+  } else {
+    word = IXC_PAIR_AT;
+    k += cache_put_var(rec + k, cache_zigzag((uint64_t)pr - i));
+    if (pr > i && pr < d->n) prov[pr] = (uint32_t)i;
+  }
+  uint64_t diff = d->bsize[i] - ix_bsize_guess(d, i, pr);
+  if (diff) {
+    word |= IXC_BSIZE_AT;
+    k += cache_put_var(rec + k, cache_zigzag(diff));
+  }
+  uint64_t b = d->bsize[i], s = d->trace[i].size, r = tl_round(s);
+  for (int m = 0; m < MS_TL_METRIC_COUNT; m++) {
+    uint64_t delta = d->series[m][i + 1] - d->series[m][i];
+    unsigned c = ix_metric_code(delta, b, s, r);
+    if (c == IXC_ESCAPE) k += cache_put_var(rec + k, cache_zigzag(delta));
+    word |= c << (IXC_METRIC_SHIFT + 3 * m);
+  }
+  rec[0] = (unsigned char)word;
+  rec[1] = (unsigned char)(word >> 8);
+  return k;
 }
 
-static void ixw_device(ixw_t *w, const tl_dev_t *d) {
+static bool ixw_device(ixw_t *w, const ms_snapshot_t *snap, const tl_dev_t *d) {
   size_t n = d->n;
   ixw_u64(w, n);
   ixw_u64(w, d->ckpts.len);
-  ixw_array(w, d->pair, n, 4);
+  for (int m = 0; m < MS_TL_METRIC_COUNT; m++) ixw_u64(w, d->series[m][0]);
+  uint32_t *prov = ms__big_malloc((n ? n : 1) * sizeof *prov);
+  if (!prov) return false;
+  memset(prov, 0xff, (n ? n : 1) * sizeof *prov);
+  unsigned char rec[2 + (1 + 1 + MS_TL_METRIC_COUNT) * CACHE_VAR_MAX];
+  for (size_t i = 0; i < n; i++) ms__cache_out_put(w, rec, ixw_entry(d, i, prov, rec));
+  ms__big_free(prov);
   ixw_pad8(w);
-  ixw_array(w, d->bsize, n, 8);
-  for (int m = 0; m < MS_TL_METRIC_COUNT; m++) ixw_array(w, d->series[m], n + 1, 8);
   for (size_t c = 0; c < d->ckpts.len; c++) {
     const tl_ckpt_t *ck = &d->ckpts.ptr[c];
     ixw_u64(w, ck->step);
     ixw_u64(w, ck->nsegs);
     ixw_u64(w, ck->nblocks);
     for (int m = 0; m < MS_TL_METRIC_COUNT; m++) ixw_u64(w, ck->totals[m]);
-    for (size_t i = 0; i < ck->nsegs; i++) ixw_segment(w, &ck->segs[i]);
-    ixw_array(w, ck->seg_nblk, ck->nsegs, 4);
+    for (size_t i = 0; i < ck->nsegs; i++)
+      if (!ixw_segment(w, snap, ck, i)) w->failed = true;
+    for (size_t i = 0; i < ck->nblocks; i++)
+      if (!ixw_block(w, d, ck->step, &ck->blocks[i])) w->failed = true;
     ixw_pad8(w);
-    for (size_t i = 0; i < ck->nblocks; i++) ixw_block(w, &ck->blocks[i]);
   }
+  return true;
 }
 
 static unsigned ix_filter_bits(const ms_tl_filter_t *f) {
@@ -181,12 +338,17 @@ static int ix_write(const ms_timeline_t *tl, const ms_cache_key_t *key, int fd, 
   } else {
     ms__cache_out_raw(&w, h, sizeof h); /* room for it */
   }
-  for (size_t i = 0; i < tl->ndev; i++) ixw_device(&w, &tl->dev[i]);
+  bool nomem = false;
+  for (size_t i = 0; i < tl->ndev && !nomem; i++) nomem = !ixw_device(&w, tl->snap, &tl->dev[i]);
   ms__cache_out_flush(&w);
   uint64_t body = w.pos - IX_HEADER_BYTES;
   w.sum = ms_hash_step(w.sum, body);
   ix_header(h, tl, key, w.pos, w.sum);
   free(w.chunk);
+  if (nomem) {
+    free(w.mem);
+    return MS_ENOMEM;
+  }
   if (fd >= 0) {
     if (!w.failed && pwrite(fd, h, sizeof h, 0) != (ssize_t)sizeof h) w.failed = true;
     if (w.failed) return MS_EIO;
@@ -242,69 +404,90 @@ static bool ixr_u64(ixr_t *r, uint64_t *v) {
   return true;
 }
 
-/* A u32 or u64 array at q: borrowed (little-endian host, borrow) or copied into a new array. */
-static void *ix_array(const unsigned char *q, size_t n, size_t width, bool borrow) {
-  if (borrow && IX_LE_HOST) return (void *)(uintptr_t)q;
-  void *a = ms__big_malloc((n ? n : 1) * width);
-  if (!a) return NULL;
-  if (IX_LE_HOST) {
-    if (n) memcpy(a, q, n * width);
-  } else {
-    for (size_t i = 0; i < n; i++) {
-      if (width == 4)
-        ((uint32_t *)a)[i] = ix_rd32(q + 4 * i);
-      else
-        ((uint64_t *)a)[i] = ix_rd64(q + 8 * i);
-    }
-  }
-  return a;
-}
-
 static bool ix_stack_ok(const ms_snapshot_t *s, uint32_t st) {
   return st == MS_SNAP_NO_STACK || st < s->nstacks;
 }
 
-static int ix_segment(ixr_t *r, const unsigned char *q, const ms_snapshot_t *s,
-                      ms_tl_segment_t *g) {
+/* The segment at *pp (before end) of checkpoint ck into ck->segs[i] and its block count into
+ * ck->seg_nblk[i]; *pp moved past it. */
+static int ixr_segment(ixr_t *r, const unsigned char **pp, const unsigned char *end,
+                       const ms_snapshot_t *s, tl_ckpt_t *ck, size_t i) {
+  ms_tl_segment_t *g = &ck->segs[i];
   memset(g, 0, sizeof *g);
-  g->address = ix_rd64(q);
-  g->size = ix_rd64(q + 8);
-  g->stream = ix_rd64(q + 16);
-  g->pool_id[0] = (int64_t)ix_rd64(q + 24);
-  g->pool_id[1] = (int64_t)ix_rd64(q + 32);
-  uint32_t ex = ix_rd32(q + 40);
-  g->is_expandable = ex == 1;
-  g->stack = ix_rd32(q + 44);
-  g->snap_segment = ix_rd32(q + 48);
-  if (ex > 1 || ix_rd32(q + 52) != 0) return ix_bad(r, "a segment's flag is not 0 or 1");
+  const unsigned char *p = *pp;
+  r->off = (size_t)(p - r->p);
+  uint64_t dsn, nb, v[IXS_COUNT];
+  if (p >= end) return ix_bad(r, "a segment is cut short");
+  unsigned mask = *p++;
+  if (mask >> IXS_COUNT) return ix_bad(r, "a segment has unknown flags");
+  if (!cache_get_var(&p, end, &dsn) || !cache_get_var(&p, end, &nb))
+    return ix_bad(r, "a segment is cut short");
+  uint64_t prev_sn = i ? (uint32_t)(ck->segs[i - 1].snap_segment + 1u) : 0;
+  uint64_t sn = prev_sn + 1 + cache_unzigzag(dsn);
+  if (sn > s->nsegments) return ix_bad(r, "a segment names no segment of the snapshot");
+  if (nb > UINT32_MAX) return ix_bad(r, "a checkpoint's block counts exceed its blocks");
+  ix_seg_guess(s, sn, i ? &ck->segs[i - 1] : NULL, v);
+  for (int f = 0; f < IXS_COUNT; f++) {
+    uint64_t x;
+    if (!(mask >> f & 1)) continue;
+    if (!cache_get_var(&p, end, &x)) return ix_bad(r, "a segment is cut short");
+    v[f] += cache_unzigzag(x);
+  }
+  *pp = p;
+  if (v[IXS_EXPANDABLE] > 1) return ix_bad(r, "a segment's flag is not 0 or 1");
+  if (v[IXS_STACK] > UINT32_MAX) return ix_bad(r, "a segment's stack is out of range");
+  g->address = v[IXS_ADDRESS];
+  g->size = v[IXS_SIZE];
+  g->stream = v[IXS_STREAM];
+  g->pool_id[0] = (int64_t)v[IXS_POOL0];
+  g->pool_id[1] = (int64_t)v[IXS_POOL1];
+  g->is_expandable = v[IXS_EXPANDABLE] == 1;
+  g->stack = (uint32_t)v[IXS_STACK];
+  g->snap_segment = (uint32_t)(sn - 1); /* 0 - 1: UINT32_MAX, none */
+  ck->seg_nblk[i] = (uint32_t)nb;
   if (g->address + g->size < g->address) return ix_bad(r, "a segment wraps around");
   if (!ix_stack_ok(s, g->stack)) return ix_bad(r, "a segment's stack is out of range");
-  if (g->snap_segment != UINT32_MAX && g->snap_segment >= s->nsegments)
-    return ix_bad(r, "a segment names no segment of the snapshot");
   return MS_OK;
 }
 
-static int ix_block(ixr_t *r, const unsigned char *q, const ms_snapshot_t *s, size_t n,
-                    ms_tl_block_t *b) {
+/* The block at *pp (before end) of the checkpoint at step of device d into b; *pp moved past it. */
+static int ixr_block(ixr_t *r, const unsigned char **pp, const unsigned char *end,
+                     const ms_snapshot_t *s, const tl_dev_t *d, size_t step, ms_tl_block_t *b) {
   memset(b, 0, sizeof *b);
-  b->address = ix_rd64(q);
-  b->size = ix_rd64(q + 8);
-  b->requested_size = ix_rd64(q + 16);
-  b->stream = ix_rd64(q + 24);
-  b->alloc_entry = (int64_t)ix_rd64(q + 32);
-  b->free_entry = (int64_t)ix_rd64(q + 40);
-  b->time_us = (int64_t)ix_rd64(q + 48);
-  b->stack = ix_rd32(q + 56);
-  b->snap_block = ix_rd32(q + 60);
-  uint32_t state = ix_rd32(q + 64);
-  b->flags = ix_rd32(q + 68);
-  if (state != MS_BLOCK_ACTIVE_ALLOCATED && state != MS_BLOCK_ACTIVE_PENDING_FREE)
-    return ix_bad(r, "a block's state is not a live one");
-  b->state = (ms_block_state)state;
-  if (b->flags & ~(uint32_t)IX_BLOCK_FLAGS) return ix_bad(r, "a block has unknown flags");
-  if (b->alloc_entry < -1 || b->alloc_entry >= (int64_t)n || b->free_entry < -1 ||
-      b->free_entry >= (int64_t)n)
+  const unsigned char *p = *pp;
+  r->off = (size_t)(p - r->p);
+  uint64_t ai, fi;
+  if (end - p < 2) return ix_bad(r, "a block is cut short");
+  unsigned head = p[0], mask = p[1];
+  p += 2;
+  if (head >> 4 || mask >> IXB_COUNT) return ix_bad(r, "a block has unknown flags");
+  if (!cache_get_var(&p, end, &ai) || !cache_get_var(&p, end, &fi))
+    return ix_bad(r, "a block is cut short");
+  b->alloc_entry = (int64_t)(step + cache_unzigzag(ai));
+  b->free_entry = (int64_t)(step + cache_unzigzag(fi));
+  if (b->alloc_entry < -1 || b->alloc_entry >= (int64_t)d->n || b->free_entry < -1 ||
+      b->free_entry >= (int64_t)d->n)
     return ix_bad(r, "a block's trace entry is out of range");
+  uint64_t v[IXB_COUNT];
+  ix_block_guess(d, b->alloc_entry, b->free_entry, v);
+  for (int f = 0; f < IXB_COUNT; f++) {
+    uint64_t x;
+    if (!(mask >> f & 1)) continue;
+    if (!cache_get_var(&p, end, &x)) return ix_bad(r, "a block is cut short");
+    v[f] += cache_unzigzag(x);
+  }
+  *pp = p;
+  if (v[IXB_STACK] > UINT32_MAX || v[IXB_SNAP] > UINT32_MAX)
+    return ix_bad(r, "a block's stack is out of range");
+  b->address = v[IXB_ADDRESS];
+  b->size = v[IXB_SIZE];
+  b->requested_size = v[IXB_REQUESTED];
+  b->stream = v[IXB_STREAM];
+  b->time_us = (int64_t)v[IXB_TIME];
+  b->stack = (uint32_t)v[IXB_STACK];
+  b->snap_block = (uint32_t)v[IXB_SNAP];
+  b->state = head & 1 ? MS_BLOCK_ACTIVE_PENDING_FREE : MS_BLOCK_ACTIVE_ALLOCATED;
+  b->flags = head >> 1;
   if (!ix_stack_ok(s, b->stack)) return ix_bad(r, "a block's stack is out of range");
   if (b->snap_block != UINT32_MAX && b->snap_block >= s->nblocks)
     return ix_bad(r, "a block names no block of the snapshot");
@@ -324,30 +507,33 @@ static int ix_ckpt(ixr_t *r, const ms_snapshot_t *s, const tl_dev_t *d, tl_ckpt_
     if (ck->totals[m] != d->series[m][step])
       return ix_bad(r, "a checkpoint's totals are not the series'");
   }
-  const unsigned char *qs = ixr_take(r, nsegs, IX_SEGMENT);
-  const unsigned char *qn = qs ? ixr_take(r, nsegs, 4) : NULL;
-  const unsigned char *qb = qn ? ixr_take(r, nblocks, IX_BLOCK) : NULL;
-  if (!qb) return ix_bad(r, "a checkpoint is cut short");
+  /* the segments' and the blocks' records, IXS_MIN_BYTES and IXB_MIN_BYTES or more each */
+  const unsigned char *q = ixr_take(r, 0, 1);
+  if (!q || nsegs > (r->len - r->off) / IXS_MIN_BYTES ||
+      nblocks > (r->len - r->off) / IXB_MIN_BYTES)
+    return ix_bad(r, "a checkpoint is cut short");
+  const unsigned char *file_end = r->p + r->len;
   ck->nsegs = (size_t)nsegs;
   ck->nblocks = (size_t)nblocks;
   ck->segs = malloc((nsegs ? nsegs : 1) * sizeof *ck->segs);
   ck->seg_nblk = malloc((nsegs ? nsegs : 1) * sizeof *ck->seg_nblk);
   ck->blocks = malloc((nblocks ? nblocks : 1) * sizeof *ck->blocks);
   if (!ck->segs || !ck->seg_nblk || !ck->blocks) return MS_ENOMEM;
+  for (size_t i = 0; i < nsegs; i++) {
+    int rc = ixr_segment(r, &q, file_end, s, ck, i);
+    if (rc != MS_OK) return rc;
+    if (i > 0 && ck->segs[i - 1].address + ck->segs[i - 1].size > ck->segs[i].address)
+      return ix_bad(r, "a checkpoint's segments overlap or are out of order");
+  }
   uint64_t k = 0;
   for (size_t i = 0; i < nsegs; i++) {
-    ms_tl_segment_t *g = &ck->segs[i];
-    int rc = ix_segment(r, qs + IX_SEGMENT * i, s, g);
-    if (rc != MS_OK) return rc;
-    if (i > 0 && ck->segs[i - 1].address + ck->segs[i - 1].size > g->address)
-      return ix_bad(r, "a checkpoint's segments overlap or are out of order");
-    uint32_t nb = ix_rd32(qn + 4 * i);
-    ck->seg_nblk[i] = nb;
+    const ms_tl_segment_t *g = &ck->segs[i];
+    uint32_t nb = ck->seg_nblk[i];
     if (nb > nblocks - k) return ix_bad(r, "a checkpoint's block counts exceed its blocks");
     uint64_t end = g->address;
     for (uint32_t j = 0; j < nb; j++, k++) {
       ms_tl_block_t *b = &ck->blocks[k];
-      rc = ix_block(r, qb + IX_BLOCK * k, s, d->n, b);
+      int rc = ixr_block(r, &q, file_end, s, d, ck->step, b);
       if (rc != MS_OK) return rc;
       if (b->address < end || b->address + b->size > g->address + g->size)
         return ix_bad(r, "a checkpoint's block lies outside its segment or overlaps another");
@@ -355,41 +541,119 @@ static int ix_ckpt(ixr_t *r, const ms_snapshot_t *s, const tl_dev_t *d, tl_ckpt_
     }
   }
   if (k != nblocks) return ix_bad(r, "a checkpoint's block counts do not add up to its blocks");
+  r->off = (size_t)(q - r->p);
+  if (!ixr_take(r, 0, 1)) return ix_bad(r, "a checkpoint is cut short"); /* its padding */
   return MS_OK;
 }
 
-static int ix_device(ixr_t *r, const ms_snapshot_t *s, tl_dev_t *d, bool borrow) {
-  uint64_t n, nck;
+/* The entries' stream of a device of n entries at r->off into d's pair, bsize and series (n + 1
+ * values each, the first given); r->off moved past it. */
+static int ixr_entries(ixr_t *r, tl_dev_t *d, size_t n, const uint64_t first[]) {
+  const unsigned char *p = r->p + r->off, *end = r->p + r->len;
+  uint32_t *pair = d->pair;
+  uint64_t *bsize = d->bsize, *series[MS_TL_METRIC_COUNT];
+  for (int m = 0; m < MS_TL_METRIC_COUNT; m++) {
+    series[m] = d->series[m];
+    series[m][0] = first[m];
+  }
+  if (n) memset(pair, 0xff, n * sizeof *pair); /* TL_NONE, until an earlier entry names one */
+  for (size_t i = 0; i < n; i++) {
+    r->off = (size_t)(p - r->p);
+    if (end - p < 2) return ix_bad(r, "an entry is cut short");
+    unsigned word = (unsigned)p[0] | (unsigned)p[1] << 8;
+    p += 2;
+    uint64_t v;
+    if (word & IXC_UNUSED) return ix_bad(r, "an entry has an unknown code");
+    switch (word & 3u) {
+    case IXC_PAIR_NONE:
+      pair[i] = TL_NONE;
+      break;
+    case IXC_PAIR_PARTNER:
+      if (pair[i] == TL_NONE) return ix_bad(r, "an entry's pair was named by no earlier entry");
+      break;
+    case IXC_PAIR_AT:
+      if (!cache_get_var(&p, end, &v)) return ix_bad(r, "an entry is cut short");
+      v = (uint64_t)i + cache_unzigzag(v);
+      if (v >= n) return ix_bad(r, "a pair names no entry of its device");
+      pair[i] = (uint32_t)v;
+      if (v > i) pair[v] = (uint32_t)i;
+      break;
+    default:
+      return ix_bad(r, "an entry has an unknown code");
+    }
+    bsize[i] = ix_bsize_guess(d, i, pair[i]);
+    if (word & IXC_BSIZE_AT) {
+      if (!cache_get_var(&p, end, &v)) return ix_bad(r, "an entry is cut short");
+      bsize[i] += cache_unzigzag(v);
+    }
+    uint64_t b = bsize[i], sz = d->trace[i].size, rs = tl_round(sz);
+    for (int m = 0; m < MS_TL_METRIC_COUNT; m++) {
+      unsigned c = word >> (IXC_METRIC_SHIFT + 3 * m) & 7u;
+      uint64_t delta = ix_metric_delta(c, b, sz, rs);
+      if (c == IXC_ESCAPE) {
+        if (!cache_get_var(&p, end, &v)) return ix_bad(r, "an entry is cut short");
+        delta = cache_unzigzag(v);
+      }
+      series[m][i + 1] = series[m][i] + delta;
+    }
+  }
+  r->off = (size_t)(p - r->p);
+  return MS_OK;
+}
+
+static int ix_device(ixr_t *r, const ms_snapshot_t *s, tl_dev_t *d, char **arena) {
+  uint64_t n, nck, first[MS_TL_METRIC_COUNT];
   if (!ixr_u64(r, &n) || !ixr_u64(r, &nck)) return ix_bad(r, "a device is cut short");
   if (n != d->n) return ix_bad(r, "a device's entries are not the snapshot's");
   if (nck == 0 || nck > n + 1) return ix_bad(r, "a device's checkpoint count is out of range");
-  const unsigned char *qp = ixr_take(r, n, 4);
-  const unsigned char *qs = qp ? ixr_take(r, n, 8) : NULL;
-  const unsigned char *qm[MS_TL_METRIC_COUNT];
   for (int m = 0; m < MS_TL_METRIC_COUNT; m++)
-    qm[m] = qs && (m == 0 || qm[m - 1]) ? ixr_take(r, n + 1, 8) : NULL;
-  if (!qm[MS_TL_METRIC_COUNT - 1]) return ix_bad(r, "a device's arrays are cut short");
-  for (size_t i = 0; i < n; i++) {
-    uint32_t v = ix_rd32(qp + 4 * i);
-    if (v != TL_NONE && v >= n) return ix_bad(r, "a pair names no entry of its device");
+    if (!ixr_u64(r, &first[m])) return ix_bad(r, "a device is cut short");
+  /* an entry takes 2 bytes or more: a count past the rest of the file is refused before sizing */
+  if (n > (r->len - r->off) / 2) return ix_bad(r, "a device's entries are cut short");
+  /* the arrays, from the block the index was given (ix_arena) */
+  d->pair = (uint32_t *)(void *)*arena;
+  *arena += (n * sizeof *d->pair + 7) / 8 * 8;
+  d->bsize = (uint64_t *)(void *)*arena;
+  *arena += n * sizeof *d->bsize;
+  for (int m = 0; m < MS_TL_METRIC_COUNT; m++) {
+    d->series[m] = (uint64_t *)(void *)*arena;
+    *arena += (n + 1) * sizeof(uint64_t);
   }
-  d->pair = ix_array(qp, (size_t)n, 4, borrow);
-  d->bsize = ix_array(qs, (size_t)n, 8, borrow);
-  bool ok = d->pair && d->bsize;
-  for (int m = 0; m < MS_TL_METRIC_COUNT; m++)
-    ok = ok && (d->series[m] = ix_array(qm[m], (size_t)n + 1, 8, borrow)) != NULL;
-  if (!ok) return MS_ENOMEM;
+  int rc = ixr_entries(r, d, (size_t)n, first);
+  if (rc != MS_OK) return rc;
   if (MS_VEC_RESERVE(&d->ckpts, (size_t)nck)) return MS_ENOMEM;
   for (uint64_t c = 0; c < nck; c++) {
     tl_ckpt_t *ck = &d->ckpts.ptr[d->ckpts.len++];
     memset(ck, 0, sizeof *ck);
-    int rc = ix_ckpt(r, s, d, ck);
+    rc = ix_ckpt(r, s, d, ck);
     if (rc != MS_OK) return rc;
     if (c > 0 && ck->step <= d->ckpts.ptr[c - 1].step)
       return ix_bad(r, "a device's checkpoints are out of order");
   }
   if (d->ckpts.ptr[d->ckpts.len - 1].step != n)
     return ix_bad(r, "a device's last checkpoint is not at the end of its trace");
+  return MS_OK;
+}
+
+static void ix_arena_free(void *arena) { free(arena); }
+
+/* One block for every device's pair, bsize and series (n + 1 values each), handed to tl as the
+ * storage its release gives back: a malloc'd block, whose fresh pages cost the system less than
+ * ms__big_malloc's huge-page mappings (measured: a warm timeline spent a third of its time
+ * clearing those). Refused when the file is too short for the entries (2 bytes or more each). */
+static int ix_arena(ixr_t *r, ms_timeline_t *tl, char **arena) {
+  size_t bytes = 0, entries = 0;
+  for (size_t i = 0; i < tl->ndev; i++) {
+    size_t n = tl->dev[i].n;
+    entries += n;
+    bytes += (n * sizeof(uint32_t) + 7) / 8 * 8 + n * sizeof(uint64_t) +
+             MS_TL_METRIC_COUNT * (n + 1) * sizeof(uint64_t);
+  }
+  if (entries > r->len / 2) return ix_bad(r, "its entries are cut short");
+  *arena = malloc(bytes ? bytes : 1);
+  if (!*arena) return MS_ENOMEM;
+  tl->release = ix_arena_free;
+  tl->release_arg = *arena;
   return MS_OK;
 }
 
@@ -441,34 +705,23 @@ int ms__cache_index_decode(const void *buf, size_t len, const ms_cache_key_t *ke
                            const ms_timeline_config_t *cfg, void (*release)(void *),
                            void *release_arg, ms_timeline_t **out, ms_errbuf_t *eb) {
   if (!buf || !snap || !out) return ms__errbuf_set(eb, MS_EINVAL, "cache index: no input");
-  bool borrow = release && IX_LE_HOST; /* elsewhere the arrays are converted into copies */
   ms_timeline_t *tl = NULL;
   int rc = ms__tl_alloc(snap, cfg, &tl, eb);
   if (rc != MS_OK) return rc;
   ixr_t r = {buf, len, 0, eb};
   uint64_t ndev = 0;
   rc = ix_header_check(&r, key, tl, check_sums, &ndev);
+  char *arena = NULL;
+  if (rc == MS_OK) rc = ix_arena(&r, tl, &arena);
   if (rc == MS_OK && ndev != tl->ndev) rc = ix_bad(&r, "its devices are not the snapshot's");
-  for (size_t i = 0; rc == MS_OK && i < tl->ndev; i++) rc = ix_device(&r, snap, &tl->dev[i], borrow);
+  for (size_t i = 0; rc == MS_OK && i < tl->ndev; i++) rc = ix_device(&r, snap, &tl->dev[i], &arena);
   if (rc == MS_OK && r.off != len) rc = ix_bad(&r, "bytes after the last device");
   if (rc != MS_OK) {
     if (rc == MS_ENOMEM) ms__errbuf_set(eb, rc, "out of memory");
-    if (borrow) { /* nothing borrowed is freed */
-      for (size_t i = 0; i < tl->ndev; i++) {
-        tl->dev[i].pair = NULL;
-        tl->dev[i].bsize = NULL;
-        memset(tl->dev[i].series, 0, sizeof tl->dev[i].series);
-      }
-    }
     ms_timeline_destroy(tl);
     return rc;
   }
-  if (borrow) {
-    tl->release = release;
-    tl->release_arg = release_arg;
-  } else if (release) {
-    release(release_arg); /* nothing of it is used */
-  }
+  if (release) release(release_arg); /* everything was decoded into the index's own arrays */
   *out = tl;
   return MS_OK;
 }

@@ -7,7 +7,8 @@
  *     u64 input size, u64 file length, u64 body checksum, then CACHE_NSECTIONS x (u64 offset,
  *     u64 count), then u64 header checksum (of every byte before it);
  *   sections, each a run of fixed-width records at its offset (see format.c for each record),
- *   but the trace's, whose count is its length in bytes (varint records: format.c's w_trace);
+ *   but the trace's, the stacks' and their frame indices', whose counts are their lengths in
+ *   bytes (varints: format.c's w_trace, stackcode.c);
  *   strings are u32 offsets into the STRINGS section (one NUL-terminated string each; the section
  *   ends with a NUL), CACHE_NO_STR for a NULL string.
  * The checksums are cache_sum over 1 MiB chunks folded in order.
@@ -120,13 +121,25 @@ struct ms_timeline_config_s;
 /* The time index's file (index.c) streamed to fd as ms__cache_write_fd streams a snapshot's. */
 int ms__cache_index_write_fd(int fd, const struct ms_timeline_s *tl,
                              const struct ms_cache_key_s *key, size_t *len);
-/* ms_cache_index_decode; with release, the index's large arrays are read in place from buf (on a
- * little-endian host), and release(release_arg) is called when the index is destroyed (or at
- * once when nothing was kept). On failure release is not called. */
+/* ms_cache_index_decode; with release, release(release_arg) is called once buf is no longer
+ * needed (at once on success: the index decodes into arrays of its own). On failure release is
+ * not called. */
 int ms__cache_index_decode(const void *buf, size_t len, const struct ms_cache_key_s *key,
                            bool check_sums, const struct ms_snapshot_s *snap,
                            const struct ms_timeline_config_s *cfg, void (*release)(void *),
                            void *release_arg, struct ms_timeline_s **out, ms_errbuf_t *eb);
+
+/* stackcode.c: the sections CS_STACKS and CS_STACK_FRAMES of a snapshot's file (see that file).
+ * The writers append to o (false on a failed write, or with *nomem when out of memory); the
+ * readers fill t's stacks (nstacks, stacks) or frame indices (nstack_frames and stack_frames16 for
+ * width 2, else stack_frames, of frames below nframes or not) from the section's len bytes, and
+ * return NULL or what they refused (*nomem set when out of memory). */
+bool ms__cache_w_stacks(cache_out_t *o, const struct ms_snapshot_s *s);
+bool ms__cache_w_stack_frames(cache_out_t *o, const struct ms_snapshot_s *s, bool *nomem);
+const char *ms__cache_r_stacks(const unsigned char *p, size_t len, struct ms_snapshot_s *t,
+                               bool *nomem);
+const char *ms__cache_r_stack_frames(const unsigned char *p, size_t len, unsigned width,
+                                     size_t nframes, struct ms_snapshot_s *t, bool *nomem);
 
 /* A blob's file (blob.c): its header, then its bytes. */
 #define MS_CACHE_BLOB_HEADER 64u

@@ -1,0 +1,410 @@
+/* SPDX-License-Identifier: MIT
+ * memsnap cache: the stacks and their frame indices in a snapshot's cache file (format.c's
+ * sections CS_STACKS and CS_STACK_FRAMES, each counted in bytes; varints of lib/cache/varint.h).
+ *
+ * The stacks: their number, then for each its start as the zigzag difference from the end of the
+ * previous stack (0 when the stacks follow one another, as the readers lay them out) and its
+ * number of frames: 2 bytes a stack, against 8 at full width.
+ *
+ * The frame indices (the model's largest table: every stack's frames, innermost first, one stack
+ * after the other) are coded by what precedes them. Stacks repeat their transitions: the frame
+ * after an allocator frame, an interpreter frame or a module's frame is one of a few, and often
+ * always the same. So the section holds, for each frame (and for the start), the list of the
+ * values ever seen right after it, most frequent first, then for each index its rank in the list
+ * of the one before: nothing when the list has one value, else a varint. The last index is
+ * followed by an end mark (value 0 in the lists; index k is value k + 1), so that no run of
+ * indices that cost nothing can loop. The indices are cut into SC_LANES lanes of equal length,
+ * each starting at the start: the reader follows them side by side, since each rank's list
+ * depends on the index before, a chain of loads that one lane alone would wait on.
+ * Layout: varint count N; for each context (frame 0 .. nframes - 1, then the start and any index
+ * past the frames) a varint list length and the values; each lane's length in bytes; the lanes'
+ * ranks, the end mark's at the end of the last; then zero bytes, as many as make the section at
+ * least N / CACHE_SF_RATIO bytes: the reader allocates N indices only when the file is that
+ * large, whatever N it says. On the 937 MB synthetic pickle (every entry a stack of its own,
+ * 25-53 frames): 58 MB for 65.9 M indices, against 132 MB at 2 bytes each.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cache/internal.h"
+#include "cache/varint.h"
+#include "common/hash.h"
+#include "memsnap/snapshot.h"
+
+#define CACHE_SF_RATIO 64u /* the most frame indices a byte of the section may stand for */
+#define SC_EMPTY UINT64_MAX
+#define SC_LANES 4u /* independent runs of indices, read side by side (sc_r_walk has 4) */
+
+/* ---- writing -------------------------------------------------------------------------------- */
+
+static void sc_put_var(cache_out_t *o, uint64_t v) {
+  unsigned char b[CACHE_VAR_MAX];
+  ms__cache_out_put(o, b, cache_put_var(b, v));
+}
+
+bool ms__cache_w_stacks(cache_out_t *o, const ms_snapshot_t *s) {
+  sc_put_var(o, s->nstacks);
+  uint64_t end = 0;
+  for (size_t i = 0; i < s->nstacks; i++) {
+    unsigned char b[2 * CACHE_VAR_MAX];
+    size_t n = cache_put_var(b, cache_zigzag((uint64_t)s->stacks[i].first - end));
+    n += cache_put_var(b + n, s->stacks[i].nframes);
+    ms__cache_out_put(o, b, n);
+    end = (uint64_t)s->stacks[i].first + s->stacks[i].nframes;
+  }
+  return !o->failed;
+}
+
+/* The transitions (context, value) seen, counted, then ranked: open addressing on the key
+ * context << 33 | value (value 0 the end mark, else the index + 1). */
+typedef struct sc_map_s {
+  uint64_t *key;
+  uint32_t *val; /* count while counting, then rank */
+  size_t cap, len;
+} sc_map_t;
+
+static size_t sc_slot(const sc_map_t *m, uint64_t key) {
+  size_t j = (size_t)(ms_hash_u64(key) & (m->cap - 1));
+  while (m->key[j] != SC_EMPTY && m->key[j] != key) j = (j + 1) & (m->cap - 1);
+  return j;
+}
+
+static bool sc_grow(sc_map_t *m) {
+  size_t cap = m->cap ? m->cap * 2 : 4096;
+  sc_map_t n = {malloc(cap * sizeof *n.key), malloc(cap * sizeof *n.val), cap, m->len};
+  if (!n.key || !n.val) {
+    free(n.key);
+    free(n.val);
+    return false;
+  }
+  memset(n.key, 0xff, cap * sizeof *n.key);
+  for (size_t i = 0; i < m->cap; i++) {
+    if (m->key[i] == SC_EMPTY) continue;
+    size_t j = sc_slot(&n, m->key[i]);
+    n.key[j] = m->key[i];
+    n.val[j] = m->val[i];
+  }
+  free(m->key);
+  free(m->val);
+  *m = n;
+  return true;
+}
+
+static bool sc_count(sc_map_t *m, uint64_t key) {
+  if ((m->len + 1) * 2 > m->cap && !sc_grow(m)) return false;
+  size_t j = sc_slot(m, key);
+  if (m->key[j] == SC_EMPTY) {
+    m->key[j] = key;
+    m->val[j] = 0;
+    m->len++;
+  }
+  if (m->val[j] < UINT32_MAX) m->val[j]++;
+  return true;
+}
+
+typedef struct sc_edge_s {
+  uint64_t key;
+  uint32_t count;
+} sc_edge_t;
+
+static int sc_edge_cmp(const void *a, const void *b) {
+  const sc_edge_t *x = a, *y = b;
+  uint64_t cx = x->key >> 33, cy = y->key >> 33;
+  if (cx != cy) return cx < cy ? -1 : 1;
+  if (x->count != y->count) return x->count > y->count ? -1 : 1;
+  return x->key < y->key ? -1 : x->key > y->key;
+}
+
+/* The context an index (or the start, SIZE_MAX) gives the next one. */
+static uint64_t sc_ctx(uint64_t prev, size_t nframes) {
+  return prev < nframes ? prev : nframes;
+}
+
+/* The first index of lane j of n indices. */
+static size_t sc_lane_start(size_t n, unsigned j) {
+  return (size_t)((uint64_t)n * j / SC_LANES);
+}
+
+/* The value at step i of s's indices (0: the end mark), and the context it is read in. */
+static uint64_t sc_value(const ms_snapshot_t *s, size_t i) {
+  return i < s->nstack_frames ? (uint64_t)ms_snap_frame_index(s, i) + 1 : 0;
+}
+
+/* Counts the transitions of s's frame indices into m, lane by lane, the end mark included. */
+static bool sc_count_all(sc_map_t *m, const ms_snapshot_t *s) {
+  size_t n = s->nstack_frames;
+  for (unsigned j = 0; j < SC_LANES; j++) {
+    size_t a = sc_lane_start(n, j), b = j + 1 < SC_LANES ? sc_lane_start(n, j + 1) : n + 1;
+    uint64_t prev = UINT64_MAX;
+    for (size_t i = a; i < b; i++) {
+      uint64_t v = sc_value(s, i);
+      if (!sc_count(m, sc_ctx(prev, s->nframes) << 33 | v)) return false;
+      prev = v - 1;
+    }
+  }
+  return true;
+}
+
+/* The ranks of lane j: written to o, or (o NULL) their length in bytes. len: each context's
+ * number of values; m: each transition's rank. */
+static uint64_t sc_lane_ranks(cache_out_t *o, const ms_snapshot_t *s, const sc_map_t *m,
+                              const uint32_t *len, unsigned j) {
+  size_t n = s->nstack_frames;
+  size_t a = sc_lane_start(n, j), b = j + 1 < SC_LANES ? sc_lane_start(n, j + 1) : n + 1;
+  uint64_t prev = UINT64_MAX, bytes = 0;
+  unsigned char buf[CACHE_VAR_MAX];
+  for (size_t i = a; i < b; i++) {
+    uint64_t c = sc_ctx(prev, s->nframes), v = sc_value(s, i);
+    if (len[c] > 1) {
+      size_t k = cache_put_var(buf, m->val[sc_slot(m, c << 33 | v)]);
+      if (o) ms__cache_out_put(o, buf, k);
+      bytes += k;
+    }
+    prev = v - 1;
+  }
+  return bytes;
+}
+
+/* Writes the lists of every context (sorted edges in e), and sets each edge's rank in m. */
+static void sc_put_lists(cache_out_t *o, sc_map_t *m, const sc_edge_t *e, size_t ne,
+                         size_t nframes) {
+  size_t k = 0;
+  for (uint64_t c = 0; c <= nframes; c++) {
+    size_t a = k;
+    while (k < ne && e[k].key >> 33 == c) k++;
+    sc_put_var(o, k - a);
+    for (size_t j = a; j < k; j++) {
+      sc_put_var(o, e[j].key & (((uint64_t)1 << 33) - 1));
+      m->val[sc_slot(m, e[j].key)] = (uint32_t)(j - a);
+    }
+  }
+}
+
+bool ms__cache_w_stack_frames(cache_out_t *o, const ms_snapshot_t *s, bool *nomem) {
+  uint64_t start = o->pos;
+  sc_map_t m = {0};
+  sc_edge_t *e = NULL;
+  if (s->nframes >= ((size_t)1 << 30) || !sc_count_all(&m, s) ||
+      !(e = malloc((m.len ? m.len : 1) * sizeof *e))) {
+    free(m.key);
+    free(m.val);
+    *nomem = true;
+    return false;
+  }
+  size_t ne = 0;
+  for (size_t i = 0; i < m.cap; i++)
+    if (m.key[i] != SC_EMPTY) e[ne++] = (sc_edge_t){m.key[i], m.val[i]};
+  qsort(e, ne, sizeof *e, sc_edge_cmp);
+  sc_put_var(o, s->nstack_frames);
+  sc_put_lists(o, &m, e, ne, s->nframes);
+  /* the number of values in each context's list, for the ranks */
+  uint32_t *len = calloc(s->nframes + 1, sizeof *len);
+  if (!len) *nomem = true;
+  for (size_t j = 0; len && j < ne; j++) len[e[j].key >> 33]++;
+  for (unsigned j = 0; len && j < SC_LANES; j++) sc_put_var(o, sc_lane_ranks(NULL, s, &m, len, j));
+  for (unsigned j = 0; len && j < SC_LANES && !o->failed; j++) sc_lane_ranks(o, s, &m, len, j);
+  static const unsigned char zero[64];
+  uint64_t need = (uint64_t)s->nstack_frames / CACHE_SF_RATIO;
+  while (len && !o->failed && o->pos - start < need) {
+    uint64_t k = need - (o->pos - start);
+    ms__cache_out_put(o, zero, k < sizeof zero ? (size_t)k : sizeof zero);
+  }
+  free(len);
+  free(e);
+  free(m.key);
+  free(m.val);
+  return !*nomem && !o->failed;
+}
+
+/* ---- reading -------------------------------------------------------------------------------- */
+
+const char *ms__cache_r_stacks(const unsigned char *p, size_t len, ms_snapshot_t *t, bool *nomem) {
+  const unsigned char *end = p + len;
+  uint64_t n;
+  if (!cache_get_var(&p, end, &n)) return "stacks cut short";
+  if (n > (uint64_t)(end - p) / 2 || n > UINT32_MAX - 1) return "stacks out of range";
+  t->nstacks = (size_t)n;
+  t->stacks = n ? malloc((size_t)n * sizeof *t->stacks) : NULL;
+  if (n && !t->stacks) {
+    *nomem = true;
+    return NULL;
+  }
+  uint64_t at = 0;
+  for (size_t i = 0; i < t->nstacks; i++) {
+    uint64_t d, k;
+    if (!cache_get_var(&p, end, &d) || !cache_get_var(&p, end, &k)) return "stacks cut short";
+    at += cache_unzigzag(d);
+    if (at > UINT32_MAX || k > UINT32_MAX) return "stack out of range";
+    t->stacks[i].first = (uint32_t)at;
+    t->stacks[i].nframes = (uint32_t)k;
+    at += k;
+  }
+  return p == end ? NULL : "stacks section longer than its stacks";
+}
+
+/* A context of the reader: its list's place in the values and its length. */
+#define SC_END UINT32_MAX
+typedef struct sc_ctx_s {
+  uint32_t off, len;
+} sc_ctx_t;
+
+/* The lists of the nctx contexts at *p into ctx and vals (malloc'd, the caller's): each value is
+ * a frame index (at most vmax) or SC_END. */
+static const char *sc_r_lists(const unsigned char **p, const unsigned char *end, size_t nctx,
+                              uint64_t vmax, sc_ctx_t **ctx_out, uint32_t **vals_out,
+                              bool *nomem) {
+  sc_ctx_t *ctx = malloc(nctx * sizeof *ctx);
+  /* every value takes a byte: no more of them than the section has bytes */
+  size_t cap = (size_t)(end - *p) + 1;
+  uint32_t *vals = malloc(cap * sizeof *vals);
+  *ctx_out = ctx;
+  *vals_out = vals;
+  if (!ctx || !vals || cap > UINT32_MAX) {
+    *nomem = true;
+    return NULL;
+  }
+  size_t nv = 0;
+  for (size_t c = 0; c < nctx; c++) {
+    uint64_t k, v;
+    if (!cache_get_var(p, end, &k)) return "stack frames cut short";
+    if (k > (uint64_t)(end - *p)) return "stack frames cut short";
+    ctx[c].off = (uint32_t)nv;
+    ctx[c].len = (uint32_t)k;
+    for (uint64_t j = 0; j < k; j++) {
+      if (!cache_get_var(p, end, &v)) return "stack frames cut short";
+      if (v > vmax) return "stack frame index out of range";
+      vals[nv++] = v == 0 ? SC_END : (uint32_t)(v - 1);
+    }
+  }
+  return NULL;
+}
+
+/* The rank at *pp for a context of len values (none when len is 1), *pp moved past it; false
+ * when cut short. The common ranks (one or two bytes) are read without a branch on the data,
+ * which the walk's unpredictable mix of lists of one and of many values would mispredict. */
+static inline bool sc_rank(const unsigned char **pp, const unsigned char *end, uint32_t len,
+                           uint64_t *rank) {
+  const unsigned char *p = *pp;
+  uint32_t multi = len > 1;
+  if (end - p >= 2) {
+    uint32_t b0 = p[0], b1 = p[1], two = b0 >> 7;
+    if (!(two & b1 >> 7)) { /* a varint of one or two bytes, or none at all */
+      uint32_t r = (b0 & 0x7f) | (b1 << 7 & (0u - two));
+      *rank = multi ? r : 0;
+      *pp = p + (multi ? 1 + two : 0);
+      return true;
+    }
+  }
+  *rank = 0;
+  return !multi || cache_get_var(pp, end, rank);
+}
+
+/* A lane being read: its ranks (p .. end), its context, its next index and where it stops. */
+typedef struct sc_lane_s {
+  const unsigned char *p, *end;
+  const sc_ctx_t *x;
+  size_t i, stop;
+} sc_lane_t;
+
+/* The value of lane l's next step (the rank read in its context); NULL or what is wrong. */
+static inline const char *sc_step(sc_lane_t *l, const uint32_t *vals, uint32_t *v) {
+  uint64_t rank;
+  if (!sc_rank(&l->p, l->end, l->x->len, &rank)) return "stack frames cut short";
+  if (rank >= l->x->len)
+    return l->x->len ? "stack frame rank out of range"
+                     : "a stack frame follows one that has no successors";
+  *v = vals[l->x->off + rank];
+  return NULL;
+}
+
+/* Lane l's next index into out16 or out32; NULL or what is wrong. */
+static inline const char *sc_step_index(sc_lane_t *l, const sc_ctx_t *ctx, const uint32_t *vals,
+                                        uint32_t nframes, uint16_t *out16, uint32_t *out32) {
+  uint32_t v;
+  const char *why = sc_step(l, vals, &v);
+  if (why) return why;
+  if (v == SC_END) return "stack frames end where they should not";
+  if (out16)
+    out16[l->i] = (uint16_t)v;
+  else
+    out32[l->i] = v;
+  l->i++;
+  l->x = &ctx[v < nframes ? v : nframes];
+  return NULL;
+}
+
+/* Reads the lanes (their ranks one after the other from *pp, of the lengths lane_bytes) for n
+ * indices and the end mark, into out16 or out32: side by side while every lane has indices left,
+ * so that their chains of loads overlap. */
+static const char *sc_r_walk(const unsigned char **pp, const unsigned char *end,
+                             const uint64_t lane_bytes[], const sc_ctx_t *ctx,
+                             const uint32_t *vals, uint32_t nframes, size_t n, uint16_t *out16,
+                             uint32_t *out32) {
+  sc_lane_t l[SC_LANES];
+  const unsigned char *p = *pp;
+  for (unsigned j = 0; j < SC_LANES; j++) {
+    if (lane_bytes[j] > (uint64_t)(end - p)) return "stack frames cut short";
+    l[j] = (sc_lane_t){p, p + lane_bytes[j], &ctx[nframes], sc_lane_start(n, j),
+                       j + 1 < SC_LANES ? sc_lane_start(n, j + 1) : n};
+    p += lane_bytes[j];
+  }
+  const char *why = NULL;
+  size_t common = l[0].stop - l[0].i;
+  for (unsigned j = 1; j < SC_LANES; j++)
+    if (l[j].stop - l[j].i < common) common = l[j].stop - l[j].i;
+  /* side by side, each lane's state in registers (a copy, written back after) */
+  sc_lane_t a = l[0], b = l[1], c = l[2], e = l[3];
+  for (size_t k = 0; k < common && !why; k++) {
+    const char *wa = sc_step_index(&a, ctx, vals, nframes, out16, out32);
+    const char *wb = sc_step_index(&b, ctx, vals, nframes, out16, out32);
+    const char *wc = sc_step_index(&c, ctx, vals, nframes, out16, out32);
+    const char *we = sc_step_index(&e, ctx, vals, nframes, out16, out32);
+    why = wa ? wa : wb ? wb : wc ? wc : we;
+  }
+  l[0] = a;
+  l[1] = b;
+  l[2] = c;
+  l[3] = e;
+  for (unsigned j = 0; j < SC_LANES && !why; j++)
+    while (l[j].i < l[j].stop && !why) why = sc_step_index(&l[j], ctx, vals, nframes, out16, out32);
+  uint32_t v = 0;
+  if (!why) why = sc_step(&l[SC_LANES - 1], vals, &v);
+  if (!why && v != SC_END) why = "stack frames end where they should not";
+  for (unsigned j = 0; j < SC_LANES && !why; j++)
+    if (l[j].p != l[j].end) why = "a lane of stack frames is longer than its frames";
+  if (!why) *pp = p;
+  return why;
+}
+
+const char *ms__cache_r_stack_frames(const unsigned char *p, size_t len, unsigned width,
+                                     size_t nframes, ms_snapshot_t *t, bool *nomem) {
+  const unsigned char *end = p + len;
+  uint64_t n;
+  if (!cache_get_var(&p, end, &n)) return "stack frames cut short";
+  if (n > (uint64_t)len * CACHE_SF_RATIO || n > UINT32_MAX - 1 || nframes > UINT32_MAX - 2)
+    return "stack frames out of range";
+  sc_ctx_t *ctx = NULL;
+  uint32_t *vals = NULL;
+  /* a frame index is below 2^16 at width 2; SC_END is never one */
+  const char *why = sc_r_lists(&p, end, nframes + 1, width == 2 ? UINT16_MAX + 1u : UINT32_MAX,
+                               &ctx, &vals, nomem);
+  if (!why && !*nomem) {
+    t->nstack_frames = (size_t)n;
+    if (n && width == 2)
+      t->stack_frames16 = malloc((size_t)n * 2);
+    else if (n)
+      t->stack_frames = malloc((size_t)n * 4);
+    if (n && !t->stack_frames16 && !t->stack_frames) *nomem = true;
+  }
+  uint64_t lanes[SC_LANES];
+  for (unsigned j = 0; j < SC_LANES && !why && !*nomem; j++)
+    if (!cache_get_var(&p, end, &lanes[j])) why = "stack frames cut short";
+  if (!why && !*nomem)
+    why = sc_r_walk(&p, end, lanes, ctx, vals, (uint32_t)nframes, (size_t)n, t->stack_frames16,
+                    t->stack_frames);
+  while (!why && !*nomem && p < end)
+    if (*p++ != 0) why = "stack frames section longer than its frames";
+  free(ctx);
+  free(vals);
+  return why;
+}
