@@ -326,7 +326,7 @@ static int pp_samples(ms__xbuf_t *b, ms__xbuf_t *tmp, pp_strings_t *strs, const 
   size_t n = 0;
   for (size_t i = 0; i < m->cap; i++)
     if (m->t[i].key) m->t[n++] = m->t[i];
-  qsort(m->t, n, sizeof *m->t, pp_sample_cmp);
+  if (n) qsort(m->t, n, sizeof *m->t, pp_sample_cmp); /* m->t is NULL when there is none */
   int64_t kcat = pp_str(strs, "category"), ksrc = pp_str(strs, "source");
   if (kcat < 0 || ksrc < 0) return MS_ENOMEM;
   ms__xbuf_t packed = {0}, lab = {0};
