@@ -1091,3 +1091,43 @@ Test(bigmem, threads_never_share_an_array) {
     cr_assert_null(r, "thread %d: failure %p", i, r);
   }
 }
+
+/* A child of fork while another thread allocates and frees large arrays, the lock perhaps held at
+ * the fork: the child's own arrays never wait on it (a hung child is ended by its alarm). */
+#include <signal.h>
+#include <stdatomic.h>
+#include <sys/wait.h>
+
+static atomic_bool bm_stop;
+
+static void *bm_churn(void *arg) {
+  (void)arg;
+  while (!atomic_load(&bm_stop)) {
+    void *p = ms__big_malloc(2 * BM_MIB);
+    ms__big_free(p);
+  }
+  return NULL;
+}
+
+Test(bigmem, a_child_of_fork_never_waits_on_the_parents_lock, .timeout = 120) {
+  ms_option_set(MS_OPTION_REUSE_MEMORY, 1);
+  atomic_store(&bm_stop, false);
+  pthread_t t;
+  cr_assert_eq(pthread_create(&t, NULL, bm_churn, NULL), 0);
+  for (int i = 0; i < 300; i++) {
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+      alarm(10);
+      void *p = ms__big_malloc(2 * BM_MIB);
+      ms__big_free(p);
+      _exit(p ? 0 : 1);
+    }
+    int st = 0;
+    cr_assert_eq(waitpid(pid, &st, 0), pid);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child %d: status 0x%x (hung: signal %d)", i,
+              st, WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+  }
+  atomic_store(&bm_stop, true);
+  pthread_join(t, NULL);
+}

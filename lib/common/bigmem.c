@@ -83,6 +83,28 @@ static size_t big_nkept;
  * kept ranges that no array took being given back before a new mapping is made. */
 static size_t big_kept_bytes, big_live, big_live_max;
 
+/* In a child of fork, the lock may have been held by a thread that the child does not have (a
+ * program under `memsnap run` whose snapshot thread freed an array while another thread forked):
+ * the child starts with the lock free and no kept ranges (their pages stay mapped in the child,
+ * unused; the counts are the parent's, which only bound what is kept). Registered at the first
+ * lock, before which no thread can hold it. */
+static pthread_once_t big_fork_once = PTHREAD_ONCE_INIT;
+
+static void big_fork_child(void) {
+  pthread_mutex_init(&big_lock, NULL);
+  big_nkept = 0;
+  big_kept_bytes = 0;
+}
+
+static void big_fork_register(void) {
+  (void)pthread_atfork(NULL, NULL, big_fork_child);
+}
+
+static void big_lock_take(void) {
+  pthread_once(&big_fork_once, big_fork_register);
+  pthread_mutex_lock(&big_lock);
+}
+
 static size_t big_page(void) {
   long pg = sysconf(_SC_PAGESIZE);
   return pg > 0 && (pg & (pg - 1)) == 0 ? (size_t)pg : 4096;
@@ -206,7 +228,7 @@ static char *big_take(size_t len, size_t *dirty) {
   *dirty = 0;
   char *got = NULL;
   bool reuse = big_reusing(); /* read before the lock: a first read may warn through the hook */
-  pthread_mutex_lock(&big_lock);
+  big_lock_take();
   if (!reuse) big_trim_locked();
   size_t best = big_fit_locked(len), largest = SIZE_MAX;
   for (size_t i = 0; i < big_nkept; i++)
@@ -238,7 +260,7 @@ static char *big_take(size_t len, size_t *dirty) {
   if (got) return got;
   void *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (m == MAP_FAILED) {
-    pthread_mutex_lock(&big_lock);
+    big_lock_take();
     big_live -= len;
     pthread_mutex_unlock(&big_lock);
     return NULL;
@@ -292,7 +314,7 @@ static void big_give(char *addr, size_t len) {
   bool reuse = big_reusing(), kept = false;
   size_t keep = reuse ? big_resident(addr, len) : 0;
   if (keep < len) munmap(addr + keep, len - keep);
-  pthread_mutex_lock(&big_lock);
+  big_lock_take();
   big_live -= len;
   if (keep) kept = big_keep_locked(&addr, &keep);
   if (!reuse) big_trim_locked();
@@ -324,7 +346,7 @@ static bool big_grow_in_place(big_hdr_t *h, size_t len) {
   char *end = (char *)h + h->map;
   size_t more = len - h->map;
   bool grown = false;
-  pthread_mutex_lock(&big_lock);
+  big_lock_take();
   for (size_t i = 0; i < big_nkept && !grown; i++)
     if (big_kept[i].addr == end && big_kept[i].len >= more) {
       big_cut_locked(i, more);
@@ -344,7 +366,7 @@ static bool big_grow_in_place(big_hdr_t *h, size_t len) {
  * NULL when out of memory (h unchanged). */
 static big_hdr_t *big_grow_moved(big_hdr_t *h, size_t len) {
   size_t old = h->map;
-  pthread_mutex_lock(&big_lock);
+  big_lock_take();
   big_use_locked(len - old);
   char *m = mremap(h, old, len, MREMAP_MAYMOVE);
   if (m == MAP_FAILED) {
