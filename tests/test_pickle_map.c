@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "helpers.h"
 #include "memsnap/pickle.h"
@@ -104,22 +105,27 @@ Test(pickle_map, fixtures_same_as_in_memory, .timeout = 300) {
   ms__pickle_map_window = saved;
 }
 
+/* The largest fixture's path (by its size on disk) and size; skips the test without fixtures. */
+static const char *largest_fixture(size_t *size) {
+  static char paths[32][4096];
+  size_t n = fixtures(paths, 32), best = 0;
+  *size = 0;
+  for (size_t i = 0; i < n; i++) {
+    struct stat st;
+    if (stat(paths[i], &st) == 0 && (size_t)st.st_size > *size) {
+      best = i;
+      *size = (size_t)st.st_size;
+    }
+  }
+  return paths[best];
+}
+
 /* Prefixes of the largest fixture cut around every window boundary (and at a stride between),
  * with the smallest windows: the same error as the reader over the same bytes in memory. */
 Test(pickle_map, cut_files_same_error, .timeout = 300) {
-  static char paths[32][4096];
-  size_t n = fixtures(paths, 32), best = 0, best_len = 0;
-  for (size_t i = 0; i < n; i++) {
-    size_t len = 0;
-    char *d = th_read_file(paths[i], &len);
-    if (d && len > best_len) {
-      best = i;
-      best_len = len;
-    }
-    free(d);
-  }
-  size_t len = 0;
-  char *data = th_read_file(paths[best], &len);
+  size_t size = 0, len = 0;
+  const char *path = largest_fixture(&size);
+  char *data = th_read_file(path, &len);
   cr_assert(data);
   char *dir = th_tmpdir();
   char cut[4096];
@@ -216,18 +222,9 @@ Test(pickle_map, skipped_frames_lists) {
  * that would reach past its end is not mapped, and the read fails with a plain message (the
  * read's start is given a size larger than the file's, as if the file had since shrunk). */
 Test(pickle_map, file_shrank) {
-  static char paths[32][4096];
-  size_t n = fixtures(paths, 32), best = 0, best_len = 0;
-  for (size_t i = 0; i < n; i++) {
-    size_t len = 0;
-    char *d = th_read_file(paths[i], &len);
-    if (d && len > best_len) {
-      best = i;
-      best_len = len;
-    }
-    free(d);
-  }
-  FILE *fp = fopen(paths[best], "rb");
+  size_t best_len = 0;
+  const char *path = largest_fixture(&best_len);
+  FILE *fp = fopen(path, "rb");
   cr_assert(fp);
   size_t saved = ms__pickle_map_window;
   ms__pickle_map_window = 1; /* 256 KiB windows: the first one fits, a later one does not */
