@@ -74,7 +74,11 @@ MS_API MS_NODISCARD int ms_cache_dir(char *buf, size_t cap);
 MS_API bool ms_cache_env_enabled(void);
 
 /* The content hash of a file (several threads over 64 MiB chunks; the value does not depend on
- * their number). @return MS_OK or MS_IO. */
+ * their number). When the cache is enabled (ms_cache_env_enabled), a hash memo in ms_cache_dir()
+ * gives it without reading the file when the file's device, inode, size, modification and
+ * change times are those it had when it was hashed, and a hash computed is remembered there
+ * when the file's times are settled and its file system sets the change time on every write
+ * (docs/performance.md, "the hash memo"). @return MS_OK or MS_IO. */
 MS_API MS_NODISCARD int ms_cache_hash_file(const char *path, uint64_t *hash, uint64_t *size);
 
 /* ms_snapshot_load_ex through the cache: a hit maps the entry and builds the snapshot from it
@@ -106,7 +110,8 @@ MS_API MS_NODISCARD int ms_cache_timeline(const ms_cache_key_t *key, const ms_ca
 
 /* The entries in dir (NULL: ms_cache_dir()): their number and total bytes. */
 MS_API MS_NODISCARD int ms_cache_usage(const char *dir, size_t *nfiles, uint64_t *bytes);
-/* Removes every entry (and stale temporary file) of dir. *removed may be NULL. */
+/* Removes every entry (and hash memo, and stale temporary file) of dir; *removed (may be NULL):
+ * the entries and temporary files removed. */
 MS_API MS_NODISCARD int ms_cache_clear(const char *dir, size_t *removed);
 /* Evicts the least recently used entries of dir until their total is at most max_bytes. */
 MS_API MS_NODISCARD int ms_cache_evict(const char *dir, uint64_t max_bytes);

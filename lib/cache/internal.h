@@ -146,4 +146,34 @@ const char *ms__cache_r_stack_frames(const unsigned char *p, size_t len, unsigne
 void ms__cache_blob_header(unsigned char h[MS_CACHE_BLOB_HEADER], const struct ms_cache_key_s *key,
                            uint64_t tag, const void *data, size_t len);
 
+/* statmemo.c: a file's content hash remembered by its identity (see that file). A memo is
+ * MS_CACHE_MEMO_LEN bytes, in the cache directory under MS_CACHE_MEMO_PREFIX, the device and
+ * the inode in hex. */
+#define MS_CACHE_MEMO_LEN 96u
+#define MS_CACHE_MEMO_PREFIX ".hash-"
+struct stat;
+typedef struct ms__cache_memo_s {
+  uint64_t dev, ino, size;
+  int64_t mtime_s, mtime_ns, ctime_s, ctime_ns;
+  uint64_t hash;
+} ms__cache_memo_t;
+/* The memo of st's file with hash. */
+void ms__cache_memo_of(const struct stat *st, uint64_t hash, ms__cache_memo_t *m);
+/* Same device, inode, size and times (not the hash). */
+bool ms__cache_memo_same(const ms__cache_memo_t *a, const ms__cache_memo_t *b);
+void ms__cache_memo_encode(const ms__cache_memo_t *m, unsigned char out[MS_CACHE_MEMO_LEN]);
+/* MS_OK, or MS_ETRUNCATED / MS_EFORMAT / MS_EVERSION for bytes it refuses. */
+int ms__cache_memo_decode(const void *buf, size_t len, ms__cache_memo_t *m);
+/* dir/MS_CACHE_MEMO_PREFIX<dev>-<ino> of st's file into buf. */
+int ms__cache_memo_path(const char *dir, const struct stat *st, char *buf, size_t cap);
+/* Whether fd's file system updates a file's change time on every write (memos are used there
+ * only). */
+bool ms__cache_memo_trusted_fs(int fd);
+/* Whether st's modification and change times lie far enough before started_s (the wall clock's
+ * seconds when the hashing started) for its hash to be remembered. */
+bool ms__cache_memo_settled(const struct stat *st, int64_t started_s);
+/* The hash the memo at path gives for st's file: MS_OK with *hash, or MS_ENOTFOUND (no memo, a
+ * memo of other times; a memo it refuses is removed). */
+int ms__cache_memo_read(const char *path, const struct stat *st, uint64_t *hash);
+
 #endif /* MEMSNAP_LIB_CACHE_INTERNAL_H */

@@ -148,17 +148,66 @@ static int hash_fd(int fd, uint64_t size, uint64_t *hash) {
   return rc;
 }
 
-int ms_cache_hash_file(const char *path, uint64_t *hash, uint64_t *size) {
+static int resolve_dir(const char *dir, char *buf, size_t cap, const char **out);
+static int make_dir(const char *dir);
+static bool same_file(const struct stat *a, const struct stat *b);
+
+/* Writes the memo of st's file (hash) at mpath in dir, atomically; failures are silent (the
+ * content is hashed again next time). */
+static void memo_write(const char *dir, const char *mpath, const struct stat *st, uint64_t hash) {
+  unsigned char buf[MS_CACHE_MEMO_LEN];
+  ms__cache_memo_t m;
+  ms__cache_memo_of(st, hash, &m);
+  ms__cache_memo_encode(&m, buf);
+  char tmp[4200];
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  int n = snprintf(tmp, sizeof tmp, "%s/" TEMP_PREFIX "%ld-%lx", dir, (long)getpid(),
+                   (unsigned long)ts.tv_nsec ^ (unsigned long)(uintptr_t)&ts);
+  if (n < 0 || (size_t)n >= sizeof tmp || make_dir(dir) != MS_OK) return;
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) return;
+  bool ok = write(fd, buf, sizeof buf) == (ssize_t)sizeof buf;
+  if (close(fd) != 0) ok = false;
+  if (!ok || rename(tmp, mpath) != 0) unlink(tmp);
+}
+
+/* The content hash of path's file. With dir (the cache directory), a memo there gives it when
+ * the file is the one hashed then (statmemo.c), and a hash computed is remembered when it may
+ * be (and write). */
+static int hash_file_in(const char *dir, bool write, const char *path, uint64_t *hash,
+                        uint64_t *size) {
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return MS_EIO;
   struct stat st;
   int rc = MS_EIO;
   if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
     *size = (uint64_t)st.st_size;
+    char mpath[4400];
+    bool memo = dir && ms__cache_memo_trusted_fs(fd) &&
+                ms__cache_memo_path(dir, &st, mpath, sizeof mpath) == MS_OK;
+    if (memo && ms__cache_memo_read(mpath, &st, hash) == MS_OK) {
+      close(fd);
+      utimensat(AT_FDCWD, mpath, NULL, 0); /* most recently used now */
+      return MS_OK;
+    }
+    struct timespec t0;
+    clock_gettime(CLOCK_REALTIME, &t0);
     rc = hash_fd(fd, *size, hash);
+    struct stat after;
+    if (rc == MS_OK && memo && write && fstat(fd, &after) == 0 && same_file(&st, &after) &&
+        ms__cache_memo_settled(&st, (int64_t)t0.tv_sec))
+      memo_write(dir, mpath, &st, *hash);
   }
   close(fd);
   return rc;
+}
+
+int ms_cache_hash_file(const char *path, uint64_t *hash, uint64_t *size) {
+  char dbuf[4096];
+  const char *dir = NULL;
+  if (!ms_cache_env_enabled() || resolve_dir(NULL, dbuf, sizeof dbuf, &dir) != MS_OK) dir = NULL;
+  return hash_file_in(dir, true, path, hash, size);
 }
 
 /* ---- entries -------------------------------------------------------------------------------- */
@@ -176,6 +225,10 @@ static bool is_entry(const char *name) {
 
 static bool is_temp(const char *name) {
   return strncmp(name, TEMP_PREFIX, strlen(TEMP_PREFIX)) == 0;
+}
+
+static bool is_memo(const char *name) {
+  return strncmp(name, MS_CACHE_MEMO_PREFIX, strlen(MS_CACHE_MEMO_PREFIX)) == 0;
 }
 
 /* mkdir -p of dir (mode 0700: snapshots name the user's code). */
@@ -286,7 +339,8 @@ typedef struct dirent_info_s {
   struct timespec mtime;
 } dirent_info_t;
 
-/* The entries of dir (and, with temps, the temporary files older than an hour). */
+/* The entries of dir (and, with temps, the hash memos and the temporary files older than an
+ * hour). */
 static int list_dir(const char *dir, bool temps, dirent_info_t **out, size_t *n) {
   *out = NULL;
   *n = 0;
@@ -297,12 +351,12 @@ static int list_dir(const char *dir, bool temps, dirent_info_t **out, size_t *n)
   int rc = MS_OK;
   time_t now = time(NULL);
   while ((e = readdir(d)) != NULL) {
-    bool entry = is_entry(e->d_name);
-    if (!entry && !(temps && is_temp(e->d_name))) continue;
+    bool entry = is_entry(e->d_name), memo = is_memo(e->d_name);
+    if (!entry && !(temps && (memo || is_temp(e->d_name)))) continue;
     struct stat st;
     if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode))
       continue;
-    if (!entry && now - st.st_mtime < 3600) continue; /* another run may be writing it */
+    if (!entry && !memo && now - st.st_mtime < 3600) continue; /* another run may write it */
     if (*n == cap) {
       size_t nc = cap ? cap * 2 : 32;
       dirent_info_t *p = realloc(*out, nc * sizeof *p);
@@ -363,7 +417,7 @@ int ms_cache_clear(const char *dir, size_t *removed) {
   if ((rc = list_dir(dir, true, &l, &n)) != MS_OK) return rc;
   for (size_t i = 0; i < n; i++) {
     snprintf(path, sizeof path, "%s/%s", dir, l[i].name);
-    if (unlink(path) == 0) k++;
+    if (unlink(path) == 0 && !is_memo(l[i].name)) k++; /* memos are not entries */
   }
   list_free(l, n);
   if (removed) *removed = k;
@@ -421,7 +475,8 @@ int ms_cache_load_keyed(const char *path, unsigned flags, const ms_cache_options
   bool cacheable = strcmp(path, "-") != 0 && (flags & ~(unsigned)MS_LOAD_FLAGS_ALL) == 0 &&
                    stat(path, &before) == 0 && S_ISREG(before.st_mode) &&
                    resolve_dir(dir, dbuf, sizeof dbuf, &dir) == MS_OK &&
-                   ms_cache_hash_file(path, &key.hash, &key.size) == MS_OK &&
+                   hash_file_in(dir, !(opts && opts->read_only), path, &key.hash,
+                                &key.size) == MS_OK &&
                    key.size == (uint64_t)before.st_size &&
                    entry_path(dir, &key, epath, sizeof epath) == MS_OK;
   if (cacheable && entry_read(epath, &key, out) == MS_OK) {
