@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cache/internal.h"
 #include "fuzz_util.h"
 #include "memsnap/cache.h"
 #include "memsnap/snapshot.h"
@@ -81,6 +82,15 @@ static void fz_index(const ms_snapshot_t *s, const uint8_t *tail, size_t tail_le
 
 /* The input as a blob's file (a page of `memsnap view`): accepted only whole, its bytes inside the
  * input; with the checksums it accepts no more; re-encoded under its key it decodes the same. */
+/* A hash memo's file (statmemo.c): refused, or accepted and written back byte for byte. */
+static void fz_memo(const uint8_t *data, size_t size) {
+  ms__cache_memo_t m;
+  if (ms__cache_memo_decode(data, size, &m) != MS_OK) return;
+  unsigned char b[MS_CACHE_MEMO_LEN];
+  ms__cache_memo_encode(&m, b);
+  FZ_CHECK(size == sizeof b && memcmp(b, data, size) == 0, "memo: encode(decode(x)) != x");
+}
+
 static void fz_blob(const uint8_t *data, size_t size) {
   const void *d = NULL, *d2 = NULL;
   size_t n = 0, n2 = 0;
@@ -108,6 +118,7 @@ static void fz_blob(const uint8_t *data, size_t size) {
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   ms_snapshot_t *s = NULL, *t = NULL;
+  fz_memo(data, size);
   fz_blob(data, size);
   ms_errbuf_t eb = {{0}};
   /* the snapshot's file, then (optionally) an index file */
