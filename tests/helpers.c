@@ -459,6 +459,35 @@ char *th_tmpdir(void) {
   return strdup(path);
 }
 
+char *th_cache_tmp;
+
+void th_cache_setup(void) {
+  th_cache_tmp = th_tmpdir();
+  char d[4200];
+  if (!th_cache_tmp || snprintf(d, sizeof d, "%s/xdg", th_cache_tmp) >= (int)sizeof d ||
+      mkdir(d, 0700) != 0) {
+    fprintf(stderr, "cannot make the cache test's folder\n");
+    abort();
+  }
+  setenv("XDG_CACHE_HOME", d, 1);
+  unsetenv("MEMSNAP_CACHE");
+  unsetenv("MEMSNAP_CACHE_MAX");
+}
+
+void th_cache_teardown(void) {
+  char cmd[4200];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", th_cache_tmp);
+  if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", th_cache_tmp);
+  free(th_cache_tmp);
+  th_cache_tmp = NULL;
+}
+
+const char *th_cache_dir(void) {
+  static char d[4200];
+  snprintf(d, sizeof d, "%s/xdg/memsnap", th_cache_tmp);
+  return d;
+}
+
 void th_rmdir(const char *dir) {
   DIR *d = opendir(dir);
   if (!d) return;

@@ -64,6 +64,15 @@ void th_rmdir(const char *dir);
 /* Number of entries in dir, excluding . and .. */
 int th_dir_count(const char *dir);
 
+/* Suites of the snapshot cache (.init and .fini): th_cache_setup makes a fresh temporary
+ * directory, th_cache_tmp, whose xdg/ is XDG_CACHE_HOME (MEMSNAP_CACHE and MEMSNAP_CACHE_MAX
+ * unset), so that th_cache_dir() is the cache's folder; th_cache_teardown removes it all. A setup
+ * that fails aborts the test. */
+extern char *th_cache_tmp;
+void th_cache_setup(void);
+void th_cache_teardown(void);
+const char *th_cache_dir(void);
+
 /* Reads a whole file; @return malloc'd bytes (NULL on error), *len = size. */
 char *th_read_file(const char *path, size_t *len);
 /* Writes bytes to a file; @return 0 on success. */

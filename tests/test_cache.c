@@ -51,35 +51,6 @@ static const char *const fixtures[] = {
 static const unsigned flag_sets[] = {0, MS_LOAD_NO_TRACE, MS_LOAD_NO_TRACE_STACKS,
                                      MS_LOAD_NO_FREE_STACKS};
 
-static char *tmp;
-
-static void setup(void) {
-  tmp = th_tmpdir();
-  cr_assert(tmp);
-  char d[600];
-  snprintf(d, sizeof d, "%s/xdg", tmp);
-  cr_assert_eq(mkdir(d, 0700), 0);
-  setenv("XDG_CACHE_HOME", d, 1);
-  unsetenv("MEMSNAP_CACHE");
-  unsetenv("MEMSNAP_CACHE_MAX");
-}
-
-static void rm_tree(const char *d) {
-  char cmd[800];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", d);
-  cr_assert_eq(system(cmd), 0);
-}
-
-static void teardown(void) {
-  rm_tree(tmp);
-  free(tmp);
-}
-
-static const char *cache_dir(void) {
-  static char d[700];
-  snprintf(d, sizeof d, "%s/xdg/memsnap", tmp);
-  return d;
-}
 
 static bool fixture(const char *name, char *path, size_t cap) {
   snprintf(path, cap, "%s/%s", th_fixture_dir(), name);
@@ -96,13 +67,13 @@ static bool any_fixture(void) {
 
 /* The one entry of the cache directory (asserted to be one), into path. */
 static void only_entry(char *path, size_t cap) {
-  DIR *d = opendir(cache_dir());
+  DIR *d = opendir(th_cache_dir());
   cr_assert(d);
   struct dirent *e;
   int n = 0;
   while ((e = readdir(d)) != NULL) {
     if (e->d_name[0] == '.') continue;
-    snprintf(path, cap, "%s/%s", cache_dir(), e->d_name);
+    snprintf(path, cap, "%s/%s", th_cache_dir(), e->d_name);
     n++;
   }
   closedir(d);
@@ -128,7 +99,7 @@ static void roundtrip(const ms_snapshot_t *s, unsigned flags) {
   free(buf);
 }
 
-TestSuite(cache, .init = setup, .fini = teardown, .timeout = 600);
+TestSuite(cache, .init = th_cache_setup, .fini = th_cache_teardown, .timeout = 600);
 
 Test(cache, synthetic_roundtrip) {
   ms_snapshot_t *s = th_synth(NULL);
@@ -232,7 +203,7 @@ static void write_synth(const char *path, char **buf, size_t *len) {
 
 Test(cache, stdin_never_cached) {
   char p[700];
-  snprintf(p, sizeof p, "%s/a.msnap", tmp);
+  snprintf(p, sizeof p, "%s/a.msnap", th_cache_tmp);
   char *bytes;
   size_t len;
   write_synth(p, &bytes, &len);
@@ -257,7 +228,7 @@ Test(cache, stdin_never_cached) {
 
 Test(cache, changed_file_same_size_and_mtime) {
   char p[700];
-  snprintf(p, sizeof p, "%s/a.msnap", tmp);
+  snprintf(p, sizeof p, "%s/a.msnap", th_cache_tmp);
   char *bytes;
   size_t len;
   write_synth(p, &bytes, &len);
@@ -285,7 +256,7 @@ Test(cache, changed_file_same_size_and_mtime) {
 
 /* A valid entry for the tiny fixture or the synthetic file; its source in src. */
 static char *make_entry(char *src, size_t cap, char *entry, size_t ecap, size_t *len) {
-  snprintf(src, cap, "%s/a.msnap", tmp);
+  snprintf(src, cap, "%s/a.msnap", th_cache_tmp);
   char *b;
   size_t n;
   write_synth(src, &b, &n);
@@ -352,7 +323,7 @@ Test(cache, random_bytes_and_flips) {
 
 Test(cache, concurrent_loads) {
   char p[700];
-  snprintf(p, sizeof p, "%s/a.msnap", tmp);
+  snprintf(p, sizeof p, "%s/a.msnap", th_cache_tmp);
   char *b;
   size_t n;
   write_synth(p, &b, &n);
@@ -392,7 +363,7 @@ Test(cache, concurrent_loads) {
 Test(cache, eviction_bound) {
   /* entries of 12 distinct files; the bound holds about three */
   char p[700];
-  snprintf(p, sizeof p, "%s/f0.msnap", tmp);
+  snprintf(p, sizeof p, "%s/f0.msnap", th_cache_tmp);
   char *b;
   size_t n;
   write_synth_seed(p, 100, &b, &n);
@@ -404,7 +375,7 @@ Test(cache, eviction_bound) {
   cr_assert_eq(cnt, 1);
   ms_cache_options_t o = {NULL, one * 3 + one / 2, false};
   for (int i = 1; i < 12; i++) {
-    snprintf(p, sizeof p, "%s/f%d.msnap", tmp, i);
+    snprintf(p, sizeof p, "%s/f%d.msnap", th_cache_tmp, i);
     write_synth_seed(p, 100 + (uint64_t)i, &b, &n);
     free(b);
     load_expect(p, flag_sets[i % 4], &o, MS_CACHE_STORED);
@@ -429,14 +400,14 @@ Test(cache, eviction_bound) {
 
 /* The entry of the cache directory that is not `except` (NULL: the only one). */
 static void entry_other_than(const char *except, char *path, size_t cap) {
-  DIR *d = opendir(cache_dir());
+  DIR *d = opendir(th_cache_dir());
   cr_assert(d);
   struct dirent *e;
   int n = 0;
   while ((e = readdir(d)) != NULL) {
     char q[1200];
     if (e->d_name[0] == '.') continue;
-    snprintf(q, sizeof q, "%s/%s", cache_dir(), e->d_name);
+    snprintf(q, sizeof q, "%s/%s", th_cache_dir(), e->d_name);
     if (except && strcmp(q, except) == 0) continue;
     snprintf(path, cap, "%s", q);
     n++;
@@ -457,9 +428,9 @@ Test(cache, lru_keeps_the_recently_used) {
   char a[700], b[700], c[700], ea[1200], eb[1200];
   char *buf;
   size_t n;
-  snprintf(a, sizeof a, "%s/a.msnap", tmp);
-  snprintf(b, sizeof b, "%s/b.msnap", tmp);
-  snprintf(c, sizeof c, "%s/c.msnap", tmp);
+  snprintf(a, sizeof a, "%s/a.msnap", th_cache_tmp);
+  snprintf(b, sizeof b, "%s/b.msnap", th_cache_tmp);
+  snprintf(c, sizeof c, "%s/c.msnap", th_cache_tmp);
   write_synth_seed(a, 1, &buf, &n);
   free(buf);
   write_synth_seed(b, 2, &buf, &n);
@@ -491,18 +462,18 @@ static const char *bin(void) {
   return b && *b ? b : MS_TEST_BINARY_DIR "/bin/memsnap";
 }
 
-/* Runs memsnap in tmp with args (NULL-terminated), stdout and stderr into one buffer, plus the
- * bytes of tmp/out.* (an output file) when the command wrote one. @return the exit status. */
+/* Runs memsnap in th_cache_tmp with args (NULL-terminated), stdout and stderr into one buffer, plus the
+ * bytes of th_cache_tmp/out.* (an output file) when the command wrote one. @return the exit status. */
 static int run(char **out, size_t *len, const char *const *args, const char *env) {
   char cmd[4096];
-  size_t k = (size_t)snprintf(cmd, sizeof cmd, "cd '%s' && rm -f out.file && %s '%s'", tmp,
+  size_t k = (size_t)snprintf(cmd, sizeof cmd, "cd '%s' && rm -f out.file && %s '%s'", th_cache_tmp,
                               env ? env : "", bin());
   for (; *args; args++) k += (size_t)snprintf(cmd + k, sizeof cmd - k, " '%s'", *args);
   snprintf(cmd + k, sizeof cmd - k, " >'%s/.out' 2>&1; s=$?; [ -f out.file ] && cat out.file "
-           ">>'%s/.out'; exit $s", tmp, tmp);
+           ">>'%s/.out'; exit $s", th_cache_tmp, th_cache_tmp);
   int st = system(cmd);
   char p[700];
-  snprintf(p, sizeof p, "%s/.out", tmp);
+  snprintf(p, sizeof p, "%s/.out", th_cache_tmp);
   *out = th_read_file(p, len);
   cr_assert(*out);
   return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
@@ -543,7 +514,7 @@ static void args_for(size_t c, const char *file, const char **argv, bool no_cach
 }
 
 static ino_t entries_ino(void) { /* the sum of the entries' inode numbers: changes on a rewrite */
-  DIR *d = opendir(cache_dir());
+  DIR *d = opendir(th_cache_dir());
   if (!d) return 0;
   struct dirent *e;
   ino_t s = 0;
@@ -591,7 +562,7 @@ Test(cache, cli_identical_for_every_command_and_fixture) {
 
 Test(cache, cli_disabled_and_clear) {
   char p[700];
-  snprintf(p, sizeof p, "%s/a.msnap", tmp);
+  snprintf(p, sizeof p, "%s/a.msnap", th_cache_tmp);
   char *b;
   size_t n;
   write_synth(p, &b, &n);
@@ -608,7 +579,7 @@ Test(cache, cli_disabled_and_clear) {
   cr_assert_eq(ms_cache_usage(NULL, &cnt, &bytes), MS_OK);
   cr_assert_eq(cnt, 1);
   cr_assert_eq(run(&out, &len, (const char *const[]){"cache", NULL}, NULL), 0);
-  cr_assert(strstr(out, cache_dir()) && strstr(out, "entries:   1"), "%s", out);
+  cr_assert(strstr(out, th_cache_dir()) && strstr(out, "entries:   1"), "%s", out);
   free(out);
   cr_assert_eq(run(&out, &len, (const char *const[]){"cache", "--clear", NULL}, NULL), 0);
   cr_assert(strstr(out, "removed 1 cache entry"), "%s", out);
@@ -834,13 +805,13 @@ Test(cache, index_of_another_snapshot_refused) {
 
 /* The index entry of dir (the one whose name has a configuration tag "-t"), into path. */
 static void index_entry(char *path, size_t cap) {
-  DIR *d = opendir(cache_dir());
+  DIR *d = opendir(th_cache_dir());
   cr_assert(d);
   struct dirent *e;
   int n = 0;
   while ((e = readdir(d)) != NULL) {
     if (e->d_name[0] == '.' || !strstr(e->d_name, "-t")) continue;
-    snprintf(path, cap, "%s/%s", cache_dir(), e->d_name);
+    snprintf(path, cap, "%s/%s", th_cache_dir(), e->d_name);
     n++;
   }
   closedir(d);
@@ -1076,13 +1047,13 @@ Test(cache, blob_format) {
 
 /* The entry of dir whose name holds part, into path (exactly one). */
 static void entry_with(const char *part, char *path, size_t cap) {
-  DIR *d = opendir(cache_dir());
+  DIR *d = opendir(th_cache_dir());
   cr_assert(d);
   struct dirent *e;
   int n = 0;
   while ((e = readdir(d)) != NULL) {
     if (e->d_name[0] == '.' || !strstr(e->d_name, part)) continue;
-    snprintf(path, cap, "%s/%s", cache_dir(), e->d_name);
+    snprintf(path, cap, "%s/%s", th_cache_dir(), e->d_name);
     n++;
   }
   closedir(d);
@@ -1105,7 +1076,7 @@ Test(cache, view_page_stored_served_and_rebuilt) {
   /* view stores its page, not its snapshot */
   char part[32];
   snprintf(part, sizeof part, "-v%u.msc", MS_CACHE_VERSION);
-  DIR *dd = opendir(cache_dir());
+  DIR *dd = opendir(th_cache_dir());
   struct dirent *de;
   while ((de = readdir(dd)) != NULL) cr_assert_null(strstr(de->d_name, part), "%s", de->d_name);
   closedir(dd);
@@ -1148,7 +1119,7 @@ Test(cache, view_page_stored_served_and_rebuilt) {
   size_t cnt;
   uint64_t bytes;
   cr_assert_eq(ms_cache_usage(NULL, &cnt, &bytes), MS_OK);
-  dd = opendir(cache_dir());
+  dd = opendir(th_cache_dir());
   int pages = 0;
   while ((de = readdir(dd)) != NULL) pages += strstr(de->d_name, "-p") != NULL;
   closedir(dd);

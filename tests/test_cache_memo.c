@@ -18,37 +18,11 @@
 #include "helpers.h"
 #include "memsnap/cache.h"
 
-static char *tmp;
+TestSuite(cache_memo, .init = th_cache_setup, .fini = th_cache_teardown, .timeout = 120);
 
-static void setup(void) {
-  tmp = th_tmpdir();
-  cr_assert(tmp);
-  char d[600];
-  snprintf(d, sizeof d, "%s/xdg", tmp);
-  cr_assert_eq(mkdir(d, 0700), 0);
-  setenv("XDG_CACHE_HOME", d, 1);
-  unsetenv("MEMSNAP_CACHE");
-  unsetenv("MEMSNAP_CACHE_MAX");
-}
-
-static void teardown(void) {
-  char cmd[800];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
-  cr_assert_eq(system(cmd), 0);
-  free(tmp);
-}
-
-TestSuite(cache_memo, .init = setup, .fini = teardown, .timeout = 120);
-
-static const char *cache_dir(void) {
-  static char d[700];
-  snprintf(d, sizeof d, "%s/xdg/memsnap", tmp);
-  return d;
-}
-
-/* A file of n bytes filled from seed, at tmp/name; its path in path. */
+/* A file of n bytes filled from seed, at th_cache_tmp/name; its path in path. */
 static void make_file(const char *name, size_t n, unsigned seed, char *path, size_t cap) {
-  snprintf(path, cap, "%s/%s", tmp, name);
+  snprintf(path, cap, "%s/%s", th_cache_tmp, name);
   char *b = malloc(n);
   cr_assert(b);
   for (size_t i = 0; i < n; i++) b[i] = (char)(seed * 2654435761u + i * 40503u);
@@ -68,7 +42,7 @@ static uint64_t true_hash(const char *path) {
 static void memo_path(const char *path, char *out, size_t cap) {
   struct stat st;
   cr_assert_eq(stat(path, &st), 0);
-  cr_assert_eq(ms__cache_memo_path(cache_dir(), &st, out, cap), MS_OK);
+  cr_assert_eq(ms__cache_memo_path(th_cache_dir(), &st, out, cap), MS_OK);
 }
 
 static bool trusted(const char *path) {
@@ -97,7 +71,7 @@ static void forge(const char *path, uint64_t hash) {
   ms__cache_memo_encode(&m, b);
   char mp[1200];
   memo_path(path, mp, sizeof mp);
-  cr_assert_eq(mkdir(cache_dir(), 0700) == 0 || errno == EEXIST, 1);
+  cr_assert_eq(mkdir(th_cache_dir(), 0700) == 0 || errno == EEXIST, 1);
   cr_assert_eq(th_write_file(mp, b, sizeof b), 0);
 }
 
@@ -108,6 +82,17 @@ static uint64_t hash_of(const char *path) {
   cr_assert_eq(stat(path, &st), 0);
   cr_assert_eq(size, (uint64_t)st.st_size);
   return h;
+}
+
+/* A settled file (make_file, then settle) and its hash (remembered by that first hash); false,
+ * the test skipped, on a file system whose change times are not trusted. */
+static bool settled_file(const char *name, size_t n, unsigned seed, char *path, size_t cap,
+                         uint64_t *h) {
+  make_file(name, n, seed, path, cap);
+  if (!trusted(path)) return false;
+  settle(path);
+  *h = hash_of(path);
+  return true;
 }
 
 Test(cache_memo, remembered_once_settled_and_used_without_reading) {
@@ -145,10 +130,8 @@ Test(cache_memo, remembered_once_settled_and_used_without_reading) {
 
 Test(cache_memo, a_file_rewritten_with_its_size_and_mtime_is_hashed_again) {
   char p[700], q[700];
-  make_file("a.bin", 200000, 1, p, sizeof p);
-  if (!trusted(p)) return;
-  settle(p);
-  uint64_t h = hash_of(p);
+  uint64_t h = 0;
+  if (!settled_file("a.bin", 200000, 1, p, sizeof p, &h)) return;
   forge(p, h ^ 1); /* what a stale memo would answer */
   struct stat before;
   cr_assert_eq(stat(p, &before), 0);
@@ -176,10 +159,8 @@ Test(cache_memo, a_file_rewritten_with_its_size_and_mtime_is_hashed_again) {
 
 Test(cache_memo, another_file_in_its_place_is_hashed_again) {
   char p[700], q[700];
-  make_file("a.bin", 100000, 1, p, sizeof p);
-  if (!trusted(p)) return;
-  settle(p);
-  uint64_t h = hash_of(p);
+  uint64_t h = 0;
+  if (!settled_file("a.bin", 100000, 1, p, sizeof p, &h)) return;
   forge(p, h ^ 1);
   make_file("b.bin", 100000, 3, q, sizeof q);
   cr_assert_eq(rename(q, p), 0); /* another inode under the same name */
@@ -189,10 +170,8 @@ Test(cache_memo, another_file_in_its_place_is_hashed_again) {
 
 Test(cache_memo, a_memo_it_refuses_is_never_trusted_and_is_written_anew) {
   char p[700], mp[1200];
-  make_file("a.bin", 50000, 4, p, sizeof p);
-  if (!trusted(p)) return;
-  settle(p);
-  uint64_t h = hash_of(p);
+  uint64_t h = 0;
+  if (!settled_file("a.bin", 50000, 4, p, sizeof p, &h)) return;
   memo_path(p, mp, sizeof mp);
   size_t len = 0;
   unsigned char *good = (unsigned char *)th_read_file(mp, &len);
@@ -278,10 +257,8 @@ Test(cache_memo, decode_table) {
 
 Test(cache_memo, cleared_with_the_cache_and_not_counted_as_entries) {
   char p[700], mp[1200];
-  make_file("a.bin", 10000, 5, p, sizeof p);
-  if (!trusted(p)) return;
-  settle(p);
-  (void)hash_of(p);
+  uint64_t h = 0;
+  if (!settled_file("a.bin", 10000, 5, p, sizeof p, &h)) return;
   memo_path(p, mp, sizeof mp);
   cr_assert_eq(access(mp, F_OK), 0);
   size_t n = 9;
@@ -294,7 +271,7 @@ Test(cache_memo, cleared_with_the_cache_and_not_counted_as_entries) {
   cr_assert_eq(removed, 0); /* entries removed: a memo is none */
   cr_assert_neq(access(mp, F_OK), 0);
   /* a bound of nothing evicts it too */
-  (void)hash_of(p);
+  cr_assert_eq(hash_of(p), h);
   cr_assert_eq(access(mp, F_OK), 0);
   cr_assert_eq(ms_cache_evict(NULL, 0), MS_OK);
   cr_assert_neq(access(mp, F_OK), 0);
@@ -310,7 +287,7 @@ Test(cache_memo, warm_cli_answers_from_the_memo) {
   /* a copy of its own, settled, then `stats` twice: the second from the entry the first stored,
    * its key from the memo; the answer the same as without the cache */
   char q[700], cmd[4400];
-  snprintf(q, sizeof q, "%s/s.pickle", tmp);
+  snprintf(q, sizeof q, "%s/s.pickle", th_cache_tmp);
   size_t len;
   char *b = th_read_file(p, &len);
   cr_assert(b);
@@ -321,7 +298,7 @@ Test(cache_memo, warm_cli_answers_from_the_memo) {
   const char *bin = getenv("MEMSNAP_BIN");
   char outs[3][800];
   for (int i = 0; i < 3; i++) {
-    snprintf(outs[i], sizeof outs[i], "%s/out%d", tmp, i);
+    snprintf(outs[i], sizeof outs[i], "%s/out%d", th_cache_tmp, i);
     snprintf(cmd, sizeof cmd, "%s '%s' stats '%s' > '%s' 2>&1", i == 0 ? "MEMSNAP_CACHE=0" : "",
              bin && *bin ? bin : MS_TEST_BINARY_DIR "/bin/memsnap", q, outs[i]);
     cr_assert_eq(system(cmd), 0);

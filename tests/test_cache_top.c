@@ -24,33 +24,7 @@
 #include "memsnap/cache.h"
 #include "memsnap/serialize.h"
 
-static char *tmp;
-
-static void setup(void) {
-  tmp = th_tmpdir();
-  cr_assert(tmp);
-  char d[600];
-  snprintf(d, sizeof d, "%s/xdg", tmp);
-  cr_assert_eq(mkdir(d, 0700), 0);
-  setenv("XDG_CACHE_HOME", d, 1);
-  unsetenv("MEMSNAP_CACHE");
-  unsetenv("MEMSNAP_CACHE_MAX");
-}
-
-static void teardown(void) {
-  char cmd[800];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
-  cr_assert_eq(system(cmd), 0);
-  free(tmp);
-}
-
-TestSuite(cache_top, .init = setup, .fini = teardown, .timeout = 600);
-
-static const char *cache_dir(void) {
-  static char d[700];
-  snprintf(d, sizeof d, "%s/xdg/memsnap", tmp);
-  return d;
-}
+TestSuite(cache_top, .init = th_cache_setup, .fini = th_cache_teardown, .timeout = 600);
 
 static bool fixture(const char *name, char *path, size_t cap) {
   snprintf(path, cap, "%s/%s", th_fixture_dir(), name);
@@ -65,18 +39,18 @@ static const char *bin(void) {
   return b && *b ? b : MS_TEST_BINARY_DIR "/bin/memsnap";
 }
 
-/* Runs memsnap in tmp with args (NULL-terminated), stdout and stderr into one buffer (stdin from
+/* Runs memsnap in th_cache_tmp with args (NULL-terminated), stdout and stderr into one buffer (stdin from
  * stdin_path when given). @return the exit status. */
 static int run_in(char **out, size_t *len, const char *const *args, const char *env,
                   const char *stdin_path) {
   char cmd[8192];
-  size_t k = (size_t)snprintf(cmd, sizeof cmd, "cd '%s' && %s '%s'", tmp, env ? env : "", bin());
+  size_t k = (size_t)snprintf(cmd, sizeof cmd, "cd '%s' && %s '%s'", th_cache_tmp, env ? env : "", bin());
   for (; *args; args++) k += (size_t)snprintf(cmd + k, sizeof cmd - k, " '%s'", *args);
   if (stdin_path) k += (size_t)snprintf(cmd + k, sizeof cmd - k, " <'%s'", stdin_path);
-  snprintf(cmd + k, sizeof cmd - k, " >'%s/.out' 2>&1", tmp);
+  snprintf(cmd + k, sizeof cmd - k, " >'%s/.out' 2>&1", th_cache_tmp);
   int st = system(cmd);
   char p[700];
-  snprintf(p, sizeof p, "%s/.out", tmp);
+  snprintf(p, sizeof p, "%s/.out", th_cache_tmp);
   *out = th_read_file(p, len);
   cr_assert(*out);
   return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
@@ -91,13 +65,13 @@ static int run(char **out, size_t *len, const char *const *args) {
 static int answers(char *path, size_t cap) {
   char part[32];
   snprintf(part, sizeof part, "-f%x-v%u-p", MS_LOAD_NO_FREE_STACKS, MS_CACHE_VERSION);
-  DIR *d = opendir(cache_dir());
+  DIR *d = opendir(th_cache_dir());
   if (!d) return 0;
   struct dirent *e;
   int n = 0;
   while ((e = readdir(d)) != NULL) {
     if (e->d_name[0] == '.' || !strstr(e->d_name, part)) continue;
-    if (path) snprintf(path, cap, "%s/%s", cache_dir(), e->d_name);
+    if (path) snprintf(path, cap, "%s/%s", th_cache_dir(), e->d_name);
     n++;
   }
   closedir(d);
@@ -239,7 +213,7 @@ Test(cache_top, served_from_the_entry_alone_and_rebuilt_when_damaged) {
 Test(cache_top, rules_text_is_part_of_the_question) {
   char p[700], rules[700];
   if (!fixture("a0kuma_adamw_small.pickle", p, sizeof p)) return;
-  snprintf(rules, sizeof rules, "%s/my.rules", tmp);
+  snprintf(rules, sizeof rules, "%s/my.rules", th_cache_tmp);
   const char *args[] = {"top", p, "--by", "category", "--categories", rules, NULL};
   /* two texts of the same size under the same name, stored a second apart at most */
   const char *texts[] = {"defaults none\nparameter\n", "defaults none\ntemporary\n"};
@@ -301,7 +275,7 @@ Test(cache_top, another_file_under_the_same_name_gets_its_own_answer) {
   if (!fixture("a0kuma_adamw_small.pickle", a, sizeof a) ||
       !fixture("jogregoire_diffusion_tiny.pickle", b, sizeof b))
     return;
-  snprintf(x, sizeof x, "%s/x.pickle", tmp);
+  snprintf(x, sizeof x, "%s/x.pickle", th_cache_tmp);
   const char *args[] = {"top", x, "--by", "source", NULL};
   const char *src[] = {a, b, a};
   for (int k = 0; k < 3; k++) {
