@@ -1080,6 +1080,51 @@ Test(pickle, wrong_type_at_every_key) {
   }
 }
 
+/* LONG1 of 1 to 8 bytes: the same value when the reader's buffer holds 8 bytes from the integer
+ * (its one-load path) and when a frame ends right after it (the byte loops). */
+Test(pickle, long1_every_width_and_sign) {
+  static const unsigned char pats[][8] = {
+      {0, 0, 0, 0, 0, 0, 0, 0},          {0x7f, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f},
+      {0x80, 0, 0, 0, 0, 0, 0, 0x80},    {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff},
+      {0x12, 0x34, 0x56, 0x78, 0x9a, 0xbc, 0xde, 0xf0}, {0xfe, 0x01, 0xfe, 0x01, 0xfe, 0x01, 0xfe, 0x81},
+  };
+  for (size_t n = 1; n <= 8; n++)
+    for (size_t k = 0; k < sizeof pats / sizeof *pats; k++)
+      for (int framed = 0; framed < 2; framed++) {
+        /* the value Python gives: int.from_bytes(b, 'little', signed=True) */
+        uint64_t u = 0;
+        for (size_t i = n; i-- > 0;) u = u << 8 | pats[k][i];
+        if (n < 8 && (pats[k][n - 1] & 0x80)) u |= ~(uint64_t)0 << (8 * n);
+        int64_t want;
+        memcpy(&want, &u, sizeof want);
+        /* {'segments': [{'device': LONG1, 'blocks': []}]}, with the frame's end right after the
+         * integer when framed */
+        pk_t head = {0}, tail = {0}, k2 = {0};
+        th_pickle_op(&head, '}'), th_pickle_op(&head, '('), th_pickle_str(&head, "segments");
+        th_pickle_op(&head, ']'), th_pickle_op(&head, '}'), th_pickle_op(&head, '(');
+        th_pickle_str(&head, "device");
+        th_pickle_op(&head, 0x8a), th_pickle_op(&head, (int)n);
+        th_bytes_put(&head, pats[k], n);
+        th_pickle_str(&tail, "blocks"), th_pickle_op(&tail, ']');
+        th_pickle_op(&tail, 'u'), th_pickle_op(&tail, 'a'), th_pickle_op(&tail, 'u');
+        th_pickle_op(&tail, '.');
+        th_pickle_op(&k2, 0x80), th_pickle_op(&k2, 4);
+        if (framed) {
+          th_pickle_op(&k2, 0x95), th_bytes_put_le(&k2, head.n, 8);
+          th_bytes_put(&k2, head.p, head.n);
+          th_pickle_op(&k2, 0x95), th_bytes_put_le(&k2, tail.n, 8);
+        } else {
+          th_bytes_put(&k2, head.p, head.n);
+        }
+        th_bytes_put(&k2, tail.p, tail.n);
+        ms_snapshot_t *s = read_ok(k2.p, k2.n);
+        cr_assert_eq(s->segments[0].device, want, "width %zu pattern %zu framed %d: %" PRId64
+                     " not %" PRId64, n, k, framed, s->segments[0].device, want);
+        ms_snapshot_free(s);
+        free(head.p), free(tail.p), free(k2.p);
+      }
+}
+
 Test(pickle, integers) {
   /* {'segments': [{'address': 2**64-1, 'stream': -1, 'device': -2**63, 'blocks': []}]} and
    * an unknown key holding a 100-byte integer */

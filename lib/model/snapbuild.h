@@ -141,7 +141,9 @@ int ms__snapbuild_add_setting_child(ms__snapbuild_t *b, const ms_snap_kv_t *kv, 
  * pages, which makes first-touch page faults rarer. */
 int ms__bigvec_reserve(void **ptr, size_t *cap, size_t len, size_t extra, size_t elem);
 #define MS_BIGVEC_RESERVE(v, extra)                                                                \
-  ms__bigvec_reserve((void **)&(v)->ptr, &(v)->cap, (v)->len, (extra), sizeof(*(v)->ptr))
+  ((size_t)(extra) <= (v)->cap - (v)->len                                                          \
+       ? 0                                                                                         \
+       : ms__bigvec_reserve((void **)&(v)->ptr, &(v)->cap, (v)->len, (extra), sizeof(*(v)->ptr)))
 
 /* Checks the structural invariants of the model (indices in range, segments' blocks in range,
  * stacks' frames in range). @return MS_OK or MS_EFORMAT with a description in eb. */

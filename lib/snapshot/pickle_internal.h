@@ -394,6 +394,31 @@ void ms__pickle_path(const rd_t *r, uint32_t o, char *out, size_t cap);
 /* "path.key" of a field of object o, the key made safe to print. */
 void ms__pickle_field_path(const rd_t *r, uint32_t o, const rd_val_t *k, char *out, size_t cap);
 
+/* rd_place's answer, found without it, when it can only be "skipped": the container is made in
+ * a batch (below the topmost mark) of a skipped container, or, when the trace is skipped, of a
+ * device's list of entries (a trace entry); and nothing on the stack makes it a one-at-a-time
+ * item of another container (the top value is no list that is an object, and no key sits above
+ * a dict that is an object). The frames lists and entries of a skipped trace take this way. */
+static inline bool rd_born_skipped(const rd_t *r, uint8_t kind) {
+  if (r->marks.len == 0) return false;
+  size_t n = r->st.len, m = rd_mark_pos(r);
+  if (m == 0) return false;
+  const rd_val_t *pv = &r->st.ptr[m - 1];
+  if (pv->t == V_SKIP) {
+    if (pv->kind == O_DICT && !((n - m) & 1)) return false; /* no key above: rd_place decides */
+  } else if (!(r->skip_trace && kind == O_DICT && pv->t == V_OBJ &&
+               r->objs.ptr[pv->v.obj].role == R_TRACES)) {
+    return false;
+  }
+  if (pv->t == V_SKIP && pv->kind == O_SET) return false;
+  if (n > m) {
+    const rd_val_t *top = &r->st.ptr[n - 1];
+    if (top->t == V_OBJ) return false;
+    if (top->t != V_SKIP && n >= 2 && m <= n - 2 && r->st.ptr[n - 2].t == V_OBJ) return false;
+  }
+  return true;
+}
+
 /* A new container: a V_OBJ with its role, or a V_SKIP when it belongs to the skipped trace. */
 int ms__pickle_create(rd_t *r, uint8_t kind, rd_val_t *out);
 /* A tuple of st[from..len), which replaces them: V_PAIR for two ints, V_TUPLE otherwise. */
@@ -403,6 +428,11 @@ int ms__pickle_build_from_mark(rd_t *r, uint8_t kind, const char *op);
 /* A string (or bytes) opcode's value of n bytes, taken from the input and pushed; op is the
  * opcode (text strings are checked as Python 3 decodes them: UTF-8 or ASCII). */
 int ms__pickle_str(rd_t *r, uint64_t n, int op);
+/* What Python cannot hash: a dict, list or set (an object or skipped), a bytearray, a tuple
+ * holding one. */
+static inline bool rd_unhashable(const rd_val_t *v) {
+  return v->t == V_OBJ || v->t == V_SKIP || (v->flags & VF_UNHASHABLE);
+}
 /* Refuses what Python cannot hash (dicts, lists, sets, bytearrays, tuples holding them) among
  * st[from], st[from+step], ... up to the top: op's dict keys (step 2) or set items (step 1). */
 int ms__pickle_check_hashable(rd_t *r, size_t from, size_t step, const char *op, const char *as);

@@ -179,31 +179,6 @@ static void rd_place(const rd_t *r, uint8_t kind, rd_cand_t *out, bool *root) {
     *out = r->objs.ptr[a.parent].count % 1000 == 0 ? a : bt;
 }
 
-/* rd_place's answer, found without it, when it can only be "skipped": the container is made in
- * a batch (below the topmost mark) of a skipped container, or, when the trace is skipped, of a
- * device's list of entries (a trace entry); and nothing on the stack makes it a one-at-a-time
- * item of another container (the top value is no list that is an object, and no key sits above
- * a dict that is an object). The frames lists and entries of a skipped trace take this way. */
-static bool rd_born_skipped(const rd_t *r, uint8_t kind) {
-  if (r->marks.len == 0) return false;
-  size_t n = r->st.len, m = rd_mark_pos(r);
-  if (m == 0) return false;
-  const rd_val_t *pv = &r->st.ptr[m - 1];
-  if (pv->t == V_SKIP) {
-    if (pv->kind == O_DICT && !((n - m) & 1)) return false; /* no key above: rd_place decides */
-  } else if (!(r->skip_trace && kind == O_DICT && pv->t == V_OBJ &&
-               r->objs.ptr[pv->v.obj].role == R_TRACES)) {
-    return false;
-  }
-  if (pv->t == V_SKIP && pv->kind == O_SET) return false;
-  if (n > m) {
-    const rd_val_t *top = &r->st.ptr[n - 1];
-    if (top->t == V_OBJ) return false;
-    if (top->t != V_SKIP && n >= 2 && m <= n - 2 && r->st.ptr[n - 2].t == V_OBJ) return false;
-  }
-  return true;
-}
-
 /* A new container: a V_OBJ with its role, or a V_SKIP when it belongs to the skipped trace. */
 int ms__pickle_create(rd_t *r, uint8_t kind, rd_val_t *out) {
   if (rd_born_skipped(r, kind)) {
@@ -239,10 +214,6 @@ int ms__pickle_create(rd_t *r, uint8_t kind, rd_val_t *out) {
 }
 
 /* ---- tuples and protocol 0/1 containers ------------------------------------------------------ */
-
-static inline bool rd_unhashable(const rd_val_t *v) {
-  return v->t == V_OBJ || v->t == V_SKIP || (v->flags & VF_UNHASHABLE);
-}
 
 int ms__pickle_check_hashable(rd_t *r, size_t from, size_t step, const char *op, const char *as) {
   for (size_t i = from; i < r->st.len; i += step) {

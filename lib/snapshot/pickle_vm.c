@@ -273,7 +273,8 @@ static int rd_memo_put(rd_t *r, uint64_t idx) {
      * tags, one byte an entry, are cleared */
     if (MS_BIGVEC_RESERVE(&r->memo, add) || MS_BIGVEC_RESERVE(&r->memo_tag, add))
       return ms__pickle_err(r, MS_ENOMEM, "out of memory");
-    memset(r->memo_tag.ptr + r->memo_tag.len, 0, add);
+    if (add == 1) r->memo_tag.ptr[r->memo_tag.len] = 0; /* MEMOIZE: one at the end */
+    else memset(r->memo_tag.ptr + r->memo_tag.len, 0, add);
     r->memo.len += add;
     r->memo_tag.len += add;
   }
@@ -495,6 +496,26 @@ static int rd_op_long(rd_t *r, int op) {
       return ms__pickle_err(r, MS_ELIMIT,
                             "integer of %" PRIu64 " bytes is beyond the reader's limit", n);
   }
+  /* LONG1 of 1 to 8 bytes (PyTorch's addresses and times) with 8 bytes in the buffer: one load,
+   * masked and sign-extended, instead of two byte loops (the same value as rd_decode_long's) */
+  if (op == 0x8a && n - 1 < 8 && r->lim - r->pos >= 8) {
+    const unsigned char *q = (const unsigned char *)r->buf + r->pos;
+    r->pos += (size_t)n;
+    uint64_t u = (uint64_t)rd_le32(q) | (uint64_t)rd_le32(q + 4) << 32;
+    unsigned bits = 8u * (unsigned)n;
+    if (bits < 64) u &= ((uint64_t)1 << bits) - 1;
+    rd_val_t v = {V_INT, K_UNKNOWN, 0, 0, 0, {0}};
+    if (q[n - 1] & 0x80) { /* negative: extended to 64 bits */
+      if (bits < 64) u |= ~(uint64_t)0 << bits;
+      memcpy(&v.v.i, &u, sizeof u);
+    } else if (u <= (uint64_t)INT64_MAX) {
+      v.v.i = (int64_t)u;
+    } else {
+      v.t = V_UINT;
+      v.v.u = u;
+    }
+    return rd_push(r, v);
+  }
   MS_FORWARD_IF_ERROR(rd_take(r, n, &p, "an integer"));
   return rd_push(r, rd_decode_long(p, (size_t)n));
 }
@@ -581,8 +602,11 @@ static int rd_op_str8(rd_t *r, int op) {
 
 /* EMPTY_DICT '}', EMPTY_LIST ']', EMPTY_SET (0x8f) */
 static int rd_op_empty(rd_t *r, int op) {
+  uint8_t kind = op == '}' ? O_DICT : op == ']' ? O_LIST : O_SET;
+  /* a skipped trace's entries and frames lists (ms__pickle_create's first answer), pushed here */
+  if (rd_born_skipped(r, kind)) return rd_push(r, (rd_val_t){V_SKIP, K_UNKNOWN, kind, 0, 0, {0}});
   rd_val_t v;
-  MS_FORWARD_IF_ERROR(ms__pickle_create(r, op == '}' ? O_DICT : op == ']' ? O_LIST : O_SET, &v));
+  MS_FORWARD_IF_ERROR(ms__pickle_create(r, kind, &v));
   return rd_push(r, v);
 }
 
@@ -620,7 +644,15 @@ static int rd_op_setitems(rd_t *r) {
   MS_FORWARD_IF_ERROR(rd_pop_mark(r, "SETITEMS", &from));
   uint32_t id = RD_NO_OBJ;
   MS_FORWARD_IF_ERROR(rd_target(r, from, O_DICT, "SETITEMS", &id));
-  return ms__pickle_setitems(r, id, from, "SETITEMS");
+  if (id == RD_NO_OBJ && !((r->st.len - from) & 1)) { /* a skipped dict: its keys checked, dropped */
+    size_t i = from;
+    while (i < r->st.len && !rd_unhashable(&r->st.ptr[i])) i += 2;
+    if (i >= r->st.len) {
+      r->st.len = from;
+      return MS_OK;
+    }
+  }
+  return ms__pickle_setitems(r, id, from, "SETITEMS"); /* what it refuses, and why */
 }
 
 static int rd_op_append(rd_t *r) {
@@ -692,23 +724,28 @@ static bool rd_skip_list_run(rd_t *r, int op) {
   const rd_val_t *t = &r->st.ptr[from - 1];
   if (t->t != V_SKIP || t->kind != O_LIST) return false;
   if (r->marks.len > 1 && from - 1 < r->marks.ptr[r->marks.len - 2]) return false;
-  size_t pos = r->pos, lim = r->lim, nmemo = r->memo.len, room = RD_MAX_STACK - r->st.len;
+  size_t pos = r->pos, lim = r->lim, nmemo = r->memo.len, room = RD_MAX_STACK - r->st.len, n = 0;
   const unsigned char *buf = (const unsigned char *)r->buf;
-  /* each get with the opcode after it must lie below lim (the buffer's or the frame's end) */
-  for (;; room--) {
-    if (room == 0) return false; /* the general path says the stack is too deep */
+  /* each get with the opcode after it must lie below lim (the buffer's or the frame's end): with
+   * five bytes left either form does; nearer the end the general path takes the run */
+  if (lim - pos < 5) return false;
+  size_t last = lim - 5;
+  bool any_byte = nmemo > 0xff; /* a BINGET's index is below nmemo whatever it is */
+  for (;;) {
+    n++;
     if (op == 'j') {
-      if (lim - pos < 5 || rd_le32(buf + pos) >= nmemo) return false;
+      if (rd_le32(buf + pos) >= nmemo) return false;
       op = buf[pos + 4];
       pos += 5;
     } else {
-      if (lim - pos < 2 || buf[pos] >= nmemo) return false;
+      if (!any_byte && buf[pos] >= nmemo) return false;
       op = buf[pos + 1];
       pos += 2;
     }
     if (op == 'e') break;
-    if (op != 'j' && op != 'h') return false;
+    if ((op | 2) != 'j' || pos > last) return false; /* 'h' | 2 == 'j': the run goes on */
   }
+  if (n > room) return false; /* the general path says the stack is too deep */
   r->pos = pos;
   r->marks.len--;
   r->st.len = from;
