@@ -244,3 +244,141 @@ Test(pickle_map, file_shrank) {
   cr_assert(strncmp(eb.msg, "offset ", 7) == 0 && strstr(eb.msg, want) != NULL, "'%s'",
             eb.msg);
 }
+
+/* ---- the skipped trace's entries read in one loop (pickle_skim.c) ----------------------------- */
+
+/* Reads bytes with MS_LOAD_NO_TRACE with the entry loop and without it: the same code and
+ * message, or equal snapshots. @return the code. */
+static int same_with_and_without_skim(const char *bytes, size_t len, const char *what) {
+  ms_snapshot_t *a = NULL, *b = NULL;
+  ms_errbuf_t ea = {{0}}, eb = {{0}};
+  bool saved = ms__pickle_skim;
+  ms__pickle_skim = true;
+  int ra = th_pickle_read_mem(bytes, len, MS_LOAD_NO_TRACE, &a, &ea);
+  ms__pickle_skim = false;
+  int rb = th_pickle_read_mem(bytes, len, MS_LOAD_NO_TRACE, &b, &eb);
+  ms__pickle_skim = saved;
+  cr_assert_eq(ra, rb, "%s: with the loop %d '%s', without %d '%s'", what, ra, ea.msg, rb, eb.msg);
+  if (ra != MS_OK) {
+    cr_assert_str_eq(ea.msg, eb.msg, "%s", what);
+    return ra;
+  }
+  /* the snapshots as memsnap's format: equal bytes, or the same refusal (a flipped byte may
+   * make a snapshot the writer refuses) */
+  th_memsink_t m[2];
+  ms_errbuf_t we[2] = {{{0}}, {{0}}};
+  int wr[2];
+  const ms_snapshot_t *s[2] = {a, b};
+  for (int i = 0; i < 2; i++) {
+    ms_sink_t sink;
+    th_memsink_init(&sink, &m[i]);
+    ms_snapshot_t shown = *s[i];
+    shown.present &= ~(uint32_t)(MS_SNAP_TRACE_SKIPPED | MS_SNAP_TRACE_STACKS_SKIPPED);
+    wr[i] = ms_snapshot_write(&shown, NULL, &sink, &we[i]);
+  }
+  cr_assert_eq(wr[0], wr[1], "%s: written %d '%s' and %d '%s'", what, wr[0], we[0].msg, wr[1],
+               we[1].msg);
+  if (wr[0] == MS_OK)
+    cr_assert(m[0].len == m[1].len && memcmp(m[0].data, m[1].data, m[0].len) == 0,
+              "%s: snapshots differ", what);
+  else
+    cr_assert_str_eq(we[0].msg, we[1].msg, "%s", what);
+  th_memsink_free(&m[0]);
+  th_memsink_free(&m[1]);
+  ms_snapshot_free(a);
+  ms_snapshot_free(b);
+  return ra;
+}
+
+Test(pickle_map, skim_fixtures_cut_and_flipped, .timeout = 300) {
+  static char paths[32][4096];
+  size_t n = fixtures(paths, 32);
+  for (size_t i = 0; i < n; i++) {
+    size_t len = 0;
+    char *data = th_read_file(paths[i], &len);
+    cr_assert(data, "%s", paths[i]);
+    cr_assert_eq(same_with_and_without_skim(data, len, paths[i]), MS_OK, "%s", paths[i]);
+    if (len <= 64 << 10) { /* the small ones: cut everywhere, and bytes flipped */
+      char what[4200];
+      for (size_t at = 0; at < len; at++) {
+        snprintf(what, sizeof what, "%s cut at %zu", paths[i], at);
+        (void)same_with_and_without_skim(data, at, what);
+      }
+      for (size_t at = 0; at < len; at += 3) {
+        for (unsigned bit = 0; bit < 8; bit += 7) {
+          data[at] ^= (char)(1u << bit);
+          snprintf(what, sizeof what, "%s byte %zu bit %u", paths[i], at, bit);
+          (void)same_with_and_without_skim(data, len, what);
+          data[at] ^= (char)(1u << bit);
+        }
+      }
+    }
+    free(data);
+  }
+}
+
+/* A snapshot whose one trace entry is {BODY} (the bytes between its MARK and SETITEMS), after a
+ * first entry that memoizes: 7 "action", 8 "alloc", 9 "frames", 10 a frames list (skipped),
+ * 11 a frame dict (its items dropped), 12 a tuple (1, [])... see below. */
+static size_t build_entry(char *out, const char *body, size_t blen) {
+  static const char head[] =
+      "\x80\x04}\x94(\x8c\x08segments\x94]\x94\x8c\x0d" "device_traces\x94]\x94]\x94(}\x94(\x8c\x06"
+      "action\x94\x8c\x05" "alloc\x94\x8c\x06" "frames\x94]\x94(}\x94(\x8c\x04name\x94\x8c\x01"
+      "f\x94" "ue" "u}\x94(";
+  size_t n = sizeof head - 1;
+  memcpy(out, head, n);
+  memcpy(out + n, body, blen);
+  n += blen;
+  static const char tail[] = "u" "e" "a" "u.";
+  memcpy(out + n, tail, sizeof tail - 1);
+  return n + sizeof tail - 1;
+}
+
+Test(pickle_map, skim_entries_as_the_general_path) {
+  /* memo: 0 root, 1 "segments", 2 [], 3 "device_traces", 4 [], 5 [] (device 0), 6 first entry,
+   * 7 "action", 8 "alloc", 9 "frames", 10 frames list, 11 frame dict, 12 "name", 13 "f",
+   * 14 the second entry */
+  static const struct {
+    const char *body;
+    size_t len;
+    int rc; /* MS_OK: read; else the code both paths give */
+  } t[] = {
+      /* PyTorch's shape: keys by get, scalars, a memoized string, a frames list of gets */
+      {BIN("h\x07h\x08h\x09]\x94(h\x0bh\x0bj\x0b\x00\x00\x00" "e"), MS_OK},
+      {BIN("h\x07" "K\x05h\x08M\x05\x06h\x09J\x01\x02\x03\x04h\x0c" "G\x3f\xf0\x00\x00\x00\x00\x00\x00"),
+       MS_OK},
+      {BIN("h\x07N\x8c\x01xN\x8c\x02yy\x94h\x0d\x88\x8c\x01z"), MS_OK},
+      {BIN("h\x07\x8a\x00h\x08\x8a\x03\x01\x02\x83h\x09\x8a\x09\xff\xff\xff\xff\xff\xff\xff\xff\x01"),
+       MS_OK},
+      /* an empty frames list, and one with an empty batch */
+      {BIN("h\x09]\x94"), MS_OK},
+      {BIN("h\x09](e"), MS_OK},
+      /* BINPUT of the next index, and of another */
+      {BIN("h\x07\x8c\x01xq\x0fh\x08h\x0f"), MS_OK},
+      {BIN("h\x07\x8c\x01xq\x05"), MS_OK},
+      /* a get of what this entry memoized */
+      {BIN("h\x07\x8c\x01x\x94h\x08h\x0f"), MS_OK},
+      /* keys Python cannot hash: a skipped list, a dict object */
+      {BIN("h\x0ah\x07"), MS_EFORMAT},
+      {BIN("h\x0bh\x07"), MS_EFORMAT},
+      /* a list as a key, an odd number of items, a get never stored, a string not UTF-8 */
+      {BIN("](eh\x07"), MS_EFORMAT},
+      {BIN("h\x07h\x08h\x09"), MS_EFORMAT},
+      {BIN("h\x07h\x63"), MS_EFORMAT},
+      {BIN("h\x07\x8c\x02\xc3\x28"), MS_EFORMAT},
+      /* another string form, and a frame dict as a value */
+      {BIN("h\x07X\x01\x00\x00\x00x"), MS_OK},
+      {BIN("h\x07h\x0b"), MS_OK},
+  };
+  for (size_t i = 0; i < sizeof t / sizeof *t; i++) {
+    char buf[1024], what[64];
+    size_t n = build_entry(buf, t[i].body, t[i].len);
+    snprintf(what, sizeof what, "case %zu", i);
+    int rc = same_with_and_without_skim(buf, n, what);
+    cr_assert_eq(rc, t[i].rc, "case %zu: %d", i, rc);
+    for (size_t at = 1; at < n; at++) { /* and cut anywhere */
+      snprintf(what, sizeof what, "case %zu cut at %zu", i, at);
+      (void)same_with_and_without_skim(buf, at, what);
+    }
+  }
+}

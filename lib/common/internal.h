@@ -50,6 +50,9 @@ int ms__pickle_read_fd(int fd, uint64_t size, unsigned flags, struct ms_snapshot
 /* The mapped windows' size in bytes (8 MiB; at least 256 KiB is used): tests make it small so
  * that fixtures cross windows. */
 extern size_t ms__pickle_map_window;
+/* false: a skipped trace's entries go through the general loop only, not the one that reads an
+ * entry whole (pickle_skim.c): tests compare the two. */
+extern bool ms__pickle_skim;
 /* "load.c": ms_snapshot_load_ex() on an open stream, named `name` in messages. rewindable false
  * reads it as standard input is read (one pass, never a seek); true may seek back to re-read a
  * pickle whose trace could not be skipped. fp stays open, the caller's. Also the entry point of

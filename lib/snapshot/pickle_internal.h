@@ -340,6 +340,36 @@ static inline uint32_t rd_le32(const unsigned char *p) {
   return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
+/* A run of memo gets ended by APPENDS into a list whose items are dropped (a skipped trace's
+ * frames list): BINGET 'h' and LONG_BINGET 'j', the run's first opcode op read and its argument
+ * at buf[pos]. The run is only checked: every index below nmemo (a memo without holes holds
+ * them all). true: *n gets, *end the position after the APPENDS; false: anything else, or a get
+ * that does not lie with the opcode after it at least five bytes before lim (the buffer's or the
+ * frame's end), left to the general path. */
+static inline bool rd_check_get_run(const unsigned char *buf, size_t pos, size_t lim,
+                                    size_t nmemo, int op, size_t *n, size_t *end) {
+  if (lim - pos < 5) return false;
+  size_t last = lim - 5, k = 0;
+  bool any_byte = nmemo > 0xff; /* a BINGET's index is below nmemo whatever it is */
+  for (;;) {
+    k++;
+    if (op == 'j') {
+      if (rd_le32(buf + pos) >= nmemo) return false;
+      op = buf[pos + 4];
+      pos += 5;
+    } else {
+      if (!any_byte && buf[pos] >= nmemo) return false;
+      op = buf[pos + 1];
+      pos += 2;
+    }
+    if (op == 'e') break;
+    if ((op | 2) != 'j' || pos > last) return false; /* 'h' | 2 == 'j': the run goes on */
+  }
+  *n = k;
+  *end = pos;
+  return true;
+}
+
 /* Skips n bytes (a value whose content is not kept) without buffering them. */
 int ms__pickle_skip(rd_t *r, uint64_t n, const char *what);
 
@@ -428,6 +458,24 @@ int ms__pickle_build_from_mark(rd_t *r, uint8_t kind, const char *op);
 /* A string (or bytes) opcode's value of n bytes, taken from the input and pushed; op is the
  * opcode (text strings are checked as Python 3 decodes them: UTF-8 or ASCII). */
 int ms__pickle_str(rd_t *r, uint64_t n, int op);
+/* The value of the string p[0..n) (stored in the builder's arena), as ms__pickle_str pushes it. */
+int ms__pickle_str_value(rd_t *r, const char *p, uint64_t n, rd_val_t *out);
+/* The length of the longest prefix of p[0..n) that Python decodes: UTF-8 with surrogates
+ * allowed ("surrogatepass", as pickle does for its unicode opcodes), or ASCII. */
+size_t ms__pickle_text_valid(const unsigned char *p, size_t n, bool ascii);
+
+/* ---- pickle_skim.c --------------------------------------------------------------------------- */
+
+/* A run of memo gets (the first, op, just read) that APPENDS ends, into a skipped list below the
+ * topmost mark: checked and dropped as rd_op_appends would drop it. false leaves r untouched. */
+bool ms__pickle_skip_list_run(rd_t *r, int op);
+
+/* The skipped trace entry whose EMPTY_DICT was just read (r->skip_trace, born skipped), read in
+ * one loop when it is made of what that loop knows: *done with its effect applied (the dict on
+ * the stack, its strings stored, its memo entries written), else r untouched for the general
+ * path. An error is a string the general path would fail to store too. */
+int ms__pickle_skim_entry(rd_t *r, bool *done);
+/* ms__pickle_skim (common/internal.h) false: never. */
 /* What Python cannot hash: a dict, list or set (an object or skipped), a bytearray, a tuple
  * holding one. */
 static inline bool rd_unhashable(const rd_val_t *v) {

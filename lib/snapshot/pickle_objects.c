@@ -270,19 +270,25 @@ int ms__pickle_build_from_mark(rd_t *r, uint8_t kind, const char *op) {
 
 /* ---- strings --------------------------------------------------------------------------------- */
 
-static int rd_push_str(rd_t *r, const char *p, uint64_t n) {
+int ms__pickle_str_value(rd_t *r, const char *p, uint64_t n, rd_val_t *out) {
   if (n > RD_MAX_STR)
     return ms__pickle_err(r, MS_ELIMIT, "string of %" PRIu64 " bytes is too long", n);
   rd_val_t v = {V_STR, K_UNKNOWN, 0, 0, (uint32_t)n, {0}};
   int rc = ms__snapbuild_str(&r->b, p, (size_t)n, &v.v.s);
   if (rc != MS_OK) return ms__pickle_err(r, rc, "cannot store a string: %s", ms_strerror(rc));
   v.key = rd_key_lookup(p, (size_t)n);
+  *out = v;
+  return MS_OK;
+}
+
+static int rd_push_str(rd_t *r, const char *p, uint64_t n) {
+  rd_val_t v;
+  MS_FORWARD_IF_ERROR(ms__pickle_str_value(r, p, n, &v));
   return rd_push(r, v);
 }
 
-/* The length of the longest prefix of p[0..n) that Python decodes: UTF-8 with surrogates
- * allowed ("surrogatepass", as pickle does for its unicode opcodes), or ASCII. */
-static size_t rd_text_valid(const unsigned char *p, size_t n, bool ascii) {
+/* pickle_internal.h */
+size_t ms__pickle_text_valid(const unsigned char *p, size_t n, bool ascii) {
   size_t i = 0;
   while (i < n) {
     if (i + 8 <= n) { /* eight ASCII bytes at a time: most strings of a snapshot */
@@ -344,7 +350,7 @@ int ms__pickle_str(rd_t *r, uint64_t n, int op) {
   }
   MS_FORWARD_IF_ERROR(rd_take(r, n, &p, "a string"));
   bool ascii = op == 'U' || op == 'T'; /* Python 2 str: Python 3 decodes them as ASCII */
-  size_t ok = rd_text_valid((const unsigned char *)p, (size_t)n, ascii);
+  size_t ok = ms__pickle_text_valid((const unsigned char *)p, (size_t)n, ascii);
   if (ms_unlikely(ok < n)) {
     /* the string's bytes follow the opcode and its 1, 4 or 8 length bytes */
     size_t head = op == 0x8c || op == 'U' ? 2 : op == 0x8d ? 9 : 5;

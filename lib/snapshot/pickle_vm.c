@@ -604,7 +604,14 @@ static int rd_op_str8(rd_t *r, int op) {
 static int rd_op_empty(rd_t *r, int op) {
   uint8_t kind = op == '}' ? O_DICT : op == ']' ? O_LIST : O_SET;
   /* a skipped trace's entries and frames lists (ms__pickle_create's first answer), pushed here */
-  if (rd_born_skipped(r, kind)) return rd_push(r, (rd_val_t){V_SKIP, K_UNKNOWN, kind, 0, 0, {0}});
+  if (rd_born_skipped(r, kind)) {
+    if (kind == O_DICT && r->skip_trace) { /* a trace entry: read whole when it can be */
+      bool done = false;
+      MS_FORWARD_IF_ERROR(ms__pickle_skim_entry(r, &done));
+      if (done) return MS_OK;
+    }
+    return rd_push(r, (rd_val_t){V_SKIP, K_UNKNOWN, kind, 0, 0, {0}});
+  }
   rd_val_t v;
   MS_FORWARD_IF_ERROR(ms__pickle_create(r, kind, &v));
   return rd_push(r, v);
@@ -712,48 +719,8 @@ static int rd_op_long_binget(rd_t *r) {
  * they are decoded here in one loop, with the stack and memo in locals, instead of once per turn
  * of rd_run's dispatch. A get that is not plain (an index never stored, a full stack) and one
  * whose argument reaches the buffer's or a frame's end take the opcode's own path. */
-/* rd_op_get_run's shortcut for a skipped list (MS_LOAD_NO_TRACE: a frames list of the trace):
- * a run of gets that APPENDS ends, into a V_SKIP list below the topmost mark, stores nothing,
- * so the run is only checked (each index stored, which a memo without holes says by its length)
- * and dropped with the APPENDS, as rd_op_appends would drop it. @return true when it did so;
- * false leaves r untouched for the general path. */
-static bool rd_skip_list_run(rd_t *r, int op) {
-  if (r->memo_holes || r->marks.len == 0) return false;
-  size_t from = rd_mark_pos(r);
-  if (from == 0) return false;
-  const rd_val_t *t = &r->st.ptr[from - 1];
-  if (t->t != V_SKIP || t->kind != O_LIST) return false;
-  if (r->marks.len > 1 && from - 1 < r->marks.ptr[r->marks.len - 2]) return false;
-  size_t pos = r->pos, lim = r->lim, nmemo = r->memo.len, room = RD_MAX_STACK - r->st.len, n = 0;
-  const unsigned char *buf = (const unsigned char *)r->buf;
-  /* each get with the opcode after it must lie below lim (the buffer's or the frame's end): with
-   * five bytes left either form does; nearer the end the general path takes the run */
-  if (lim - pos < 5) return false;
-  size_t last = lim - 5;
-  bool any_byte = nmemo > 0xff; /* a BINGET's index is below nmemo whatever it is */
-  for (;;) {
-    n++;
-    if (op == 'j') {
-      if (rd_le32(buf + pos) >= nmemo) return false;
-      op = buf[pos + 4];
-      pos += 5;
-    } else {
-      if (!any_byte && buf[pos] >= nmemo) return false;
-      op = buf[pos + 1];
-      pos += 2;
-    }
-    if (op == 'e') break;
-    if ((op | 2) != 'j' || pos > last) return false; /* 'h' | 2 == 'j': the run goes on */
-  }
-  if (n > room) return false; /* the general path says the stack is too deep */
-  r->pos = pos;
-  r->marks.len--;
-  r->st.len = from;
-  return true;
-}
-
 static int rd_op_get_run(rd_t *r, int op) {
-  if (r->skip_trace ? rd_skip_list_run(r, op) : ms__pickle_frames_run(r, op)) return MS_OK;
+  if (r->skip_trace ? ms__pickle_skip_list_run(r, op) : ms__pickle_frames_run(r, op)) return MS_OK;
   size_t pos = r->pos, lim = r->lim;
   const unsigned char *buf = (const unsigned char *)r->buf;
   const rd_val_t *memo = r->memo.ptr;

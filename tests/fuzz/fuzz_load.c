@@ -13,6 +13,8 @@
  *  - with MS_LOAD_NO_TRACE the file is accepted whenever it is without flags (and maybe more: the
  *    entries of a skipped trace are not type-checked), with the same segments and blocks;
  *    standard input may refuse (MS_EUNSUPPORTED) what needs a second pass;
+ *  - with MS_LOAD_NO_TRACE, the skipped entries read whole (pickle_skim.c) or by the general
+ *    loop give the same answer, to the words of its message;
  *  - one input in 16 is also read for a window of its trace (ms_snapshot_load_window, through a
  *    real file), which must accept whatever the full read accepts, with the same tables;
  *  - one input in 8 also goes through a real file and ms_snapshot_load_ex(path), which reads a
@@ -132,6 +134,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       FZ_CHECK(f->nsegments == full->nsegments && f->nblocks == full->nblocks &&
                    f->ndevices == full->ndevices,
                "without the trace: other segments or blocks");
+    /* the skipped trace's entries read whole (pickle_skim.c) or by the general loop: the same
+     * answer, to the words of its message */
+    ms_snapshot_t *g = NULL;
+    ms_errbuf_t eg;
+    ms__pickle_skim = false;
+    int rg = load(data, size, "file", true, flags, &g, &eg);
+    ms__pickle_skim = true;
+    FZ_CHECK(rg == rf, "entries read whole %d, by the general loop %d (%s)", rf, rg, eg.msg);
+    if (rg == MS_OK) FZ_CHECK(same_sizes(f, g), "entries read whole: other sizes");
+    else FZ_CHECK(strcmp(ef.msg, eg.msg) == 0, "entries read whole: '%s' / '%s'", ef.msg, eg.msg);
+    ms_snapshot_free(g);
     if (ri == MS_OK)
       FZ_CHECK(rf == MS_OK && same_sizes(in, f), "stdin without the trace differs");
     else if (rf == MS_OK)
