@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "attribution/internal.h"
+#include "timeline/internal.h"
 #include "helpers.h"
 #include "memsnap/attribution.h"
 #include "memsnap/pickle.h"
@@ -453,6 +454,8 @@ Test(attribution, source_of_a_free_stack) {
   cls_close(&c);
 }
 
+static void check_lazy(const ms_snapshot_t *s, const char *name);
+
 Test(attribution, built_step_as_pytorch_pickle) { check_step(through(build_step(), true)); }
 Test(attribution, built_step_as_memsnap_msgpack) { check_step(through(build_step(), false)); }
 
@@ -482,6 +485,7 @@ Test(attribution, a_category_the_snapshot_carries_wins) {
       check_step(back); /* the rules decide, as without the field */
       continue;
     }
+    check_lazy(back, "categories carried"); /* found alone, the carried category wins too */
     cls_t c = cls_open(back, NULL);
     size_t n = ms_timeline_nentries(c.tl, 0);
     for (size_t i = 0; i < n; i++)
@@ -678,6 +682,166 @@ Test(attribution, every_fixture) {
     cls_close(&c);
   }
   cr_assert_geq(adamw, 2, "a0kuma and wedsonlin train with AdamW");
+}
+
+/* ---- each alloc entry's category: found alone, or from the whole cache ---------------------- */
+
+static void rows_eq(const ms_attr_rows_t *x, const ms_attr_rows_t *y, const char *name, size_t step) {
+  cr_assert_eq(x->nrows, y->nrows, "%s: step %zu: rows", name, step);
+  cr_assert_eq(x->total_bytes, y->total_bytes, "%s: step %zu", name, step);
+  cr_assert_eq(x->total_blocks, y->total_blocks, "%s: step %zu", name, step);
+  for (size_t k = 0; k < x->nrows; k++) {
+    cr_assert_str_eq(x->rows[k].key, y->rows[k].key, "%s: step %zu row %zu", name, step, k);
+    cr_assert_eq(x->rows[k].bytes, y->rows[k].bytes, "%s: step %zu row %zu", name, step, k);
+    cr_assert_eq(x->rows[k].blocks, y->rows[k].blocks, "%s: step %zu row %zu", name, step, k);
+    cr_assert_eq(x->rows[k].category, y->rows[k].category, "%s: step %zu row %zu", name, step, k);
+    cr_assert_eq(x->rows[k].stack, y->rows[k].stack, "%s: step %zu row %zu", name, step, k);
+  }
+}
+
+/* The classifier builds the cache of every alloc entry's category (attr_dev_t.ecat) when a walk
+ * of the trace asks, after ATTR_DIRECT_MAX blocks asked one by one, or at creation where blocks
+ * older than the trace read the gradient sizes; until then a block's category is found from its
+ * alloc entry alone (what `compare` asks: the blocks alive at two moments). The answers found
+ * alone are the cache's: every alloc entry, every block alive at five steps, the rows by
+ * category, source and stack there, the category series; and the cache is built exactly when
+ * said. */
+static void check_lazy(const ms_snapshot_t *s, const char *name) {
+  ms_errbuf_t eb = {{0}};
+  ms_timeline_t *tl = NULL;
+  ms_attr_t *lazy = NULL, *eager = NULL, *counted = NULL;
+  cr_assert_eq(ms_timeline_create(s, NULL, &tl, &eb), MS_OK, "%s: %s", name, eb.msg);
+  cr_assert_eq(ms_attr_create(s, tl, NULL, &lazy, &eb), MS_OK, "%s: %s", name, eb.msg);
+  cr_assert_eq(ms_attr_create(s, tl, NULL, &eager, &eb), MS_OK, "%s: %s", name, eb.msg);
+  cr_assert_eq(ms_attr_create(s, tl, NULL, &counted, &eb), MS_OK, "%s: %s", name, eb.msg);
+  size_t ndev = ms_timeline_ndevices(tl);
+  for (size_t d = 0; d < ndev; d++) {
+    cr_assert_eq(atomic_load(&lazy->dev[d].ecat_ready), lazy->dev[d].has_old ? 1 : 0,
+                 "%s: device %zu: the cache at creation", name, d);
+    cr_assert(ms__attr_ecat_ready(eager, d), "%s: device %zu", name, d);
+    cr_assert_eq(atomic_load(&eager->dev[d].ecat_ready), 1);
+  }
+  static const ms_attr_by by[3] = {MS_ATTR_BY_CATEGORY, MS_ATTR_BY_SOURCE, MS_ATTR_BY_STACK};
+  for (size_t d = 0; d < ndev; d++) {
+    size_t n = ms_timeline_nentries(tl, d);
+    ms_tl_peak_t pk;
+    cr_assert_eq(ms_timeline_peak(tl, d, MS_TL_ALLOCATED, 0, n, &pk), MS_OK);
+    size_t steps[5] = {0, n / 3, 2 * n / 3, pk.step, n};
+    for (int k = 0; k < 5; k++) {
+      ms_tl_state_t st;
+      ms_timeline_state_init(&st);
+      cr_assert_eq(ms_timeline_state_at(tl, d, steps[k], &st), MS_OK);
+      for (size_t b = 0; b < st.nblocks; b++)
+        cr_assert_eq(ms_attr_block_category(lazy, d, &st.blocks[b]),
+                     ms_attr_block_category(eager, d, &st.blocks[b]), "%s: device %zu step %zu "
+                     "block %zu", name, d, steps[k], b);
+      for (int w = 0; w < 3; w++) {
+        ms_attr_rows_t x, y;
+        cr_assert_eq(ms_attr_aggregate_state(lazy, &st, NULL, by[w], &x), MS_OK);
+        cr_assert_eq(ms_attr_aggregate_state(eager, &st, NULL, by[w], &y), MS_OK);
+        rows_eq(&x, &y, name, steps[k]);
+        ms_attr_rows_free(&x);
+        ms_attr_rows_free(&y);
+      }
+      ms_timeline_state_release(&st);
+    }
+    /* no walk asked and too few blocks asked one by one: still no cache */
+    if (!lazy->dev[d].has_old && atomic_load(&lazy->ndirect) <= ATTR_DIRECT_MAX)
+      cr_assert_eq(atomic_load(&lazy->dev[d].ecat_ready), 0, "%s: device %zu", name, d);
+    for (size_t i = 0; i < n; i++)
+      if (ms_timeline_entry(tl, d, i)->action == MS_TRACE_ALLOC)
+        cr_assert_eq(ms__attr_entry_alone(lazy, d, i), ms_attr_entry_category(eager, d, i),
+                     "%s: device %zu entry %zu", name, d, i);
+  }
+  /* blocks asked one by one (each alloc entry's, freed where the index pairs it): the first
+   * ATTR_DIRECT_MAX found alone, then the cache is built; the same answers throughout */
+  size_t asked = 0;
+  for (size_t d = 0; d < ndev; d++) {
+    const tl_dev_t *td = &tl->dev[d];
+    for (size_t i = 0; i < td->n; i++) {
+      if (td->trace[i].action != MS_TRACE_ALLOC) continue;
+      int64_t fe = td->pair[i] == TL_NONE ? -1 : (int64_t)td->pair[i];
+      cr_assert_eq(ms__attr_classify(counted, d, (int64_t)i, fe, td->trace[i].stack,
+                                     td->trace[i].addr, false),
+                   ms_attr_entry_category(eager, d, i), "%s: device %zu entry %zu", name, d, i);
+      asked++;
+      if (!counted->dev[d].has_old)
+        cr_assert_eq(atomic_load(&counted->dev[d].ecat_ready), asked > ATTR_DIRECT_MAX ? 1 : 0,
+                     "%s: device %zu after %zu asked", name, d, asked);
+    }
+  }
+  /* a walk of the trace builds the cache: the series is the eager classifier's */
+  for (size_t d = 0; d < ndev; d++) {
+    uint64_t *x = NULL, *y = NULL;
+    cr_assert_eq(ms_attr_category_series(lazy, d, &x), MS_OK);
+    cr_assert_eq(ms_attr_category_series(eager, d, &y), MS_OK);
+    size_t n = ms_timeline_nentries(tl, d);
+    cr_assert_eq(memcmp(x, y, (n + 1) * MS_CAT_COUNT * sizeof *x), 0, "%s: device %zu", name, d);
+    cr_assert_eq(atomic_load(&lazy->dev[d].ecat_ready), 1, "%s: device %zu", name, d);
+    free(x);
+    free(y);
+  }
+  ms_attr_destroy(counted);
+  ms_attr_destroy(eager);
+  ms_attr_destroy(lazy);
+  ms_timeline_destroy(tl);
+}
+
+/* Every fixture, and BEFORE of a pair made from it as bench_compare makes its pair (the state of
+ * device 0 1,000 entries before the end, the trace cut there). */
+Test(attribution, entries_alone_equal_the_cache) {
+  char path[1024];
+  snprintf(path, sizeof path, "%s/%s.pickle", th_fixture_dir(), fixtures[0]);
+  if (access(path, R_OK) != 0) {
+    printf("SKIP: PyTorch fixtures not found in %s\n", th_fixture_dir());
+    cr_skip_test("SKIP: PyTorch fixtures not found in %s", th_fixture_dir());
+  }
+  int old = 0, over = 0;
+  for (size_t f = 0; f < sizeof fixtures / sizeof *fixtures; f++) {
+    snprintf(path, sizeof path, "%s/%s.pickle", th_fixture_dir(), fixtures[f]);
+    ms_snapshot_t *s = NULL;
+    ms_errbuf_t eb = {{0}};
+    cr_assert_eq(ms_snapshot_load_ex(path, MS_LOAD_NO_FREE_STACKS, &s, &eb), MS_OK, "%s", eb.msg);
+    check_lazy(s, fixtures[f]);
+    ms_timeline_t *tl = NULL;
+    cr_assert_eq(ms_timeline_create(s, NULL, &tl, &eb), MS_OK, "%s", eb.msg);
+    ms_attr_t *a = NULL;
+    cr_assert_eq(ms_attr_create(s, tl, NULL, &a, &eb), MS_OK, "%s", eb.msg);
+    size_t nalloc = 0;
+    for (size_t d = 0; d < a->ndev; d++) {
+      old += a->dev[d].has_old;
+      for (size_t i = 0; i < a->dev[d].n; i++)
+        nalloc += ms_timeline_entry(tl, d, i)->action == MS_TRACE_ALLOC;
+    }
+    over += nalloc > ATTR_DIRECT_MAX;
+    ms_attr_destroy(a);
+    size_t n = ms_timeline_nentries(tl, 0);
+    if (n > 0) {
+      size_t cut = n > 2000 ? n - 1000 : n / 2;
+      ms_snapshot_t *at = NULL;
+      cr_assert_eq(ms_timeline_snapshot_at(tl, 0, cut, NULL, &at), MS_OK);
+      at->devices[0].ntrace = (uint32_t)cut; /* the trace is the source's, cut there */
+      for (size_t d = 1; d < at->ndevices; d++) at->devices[d].ntrace = 0;
+      char name[300];
+      snprintf(name, sizeof name, "%s, cut at %zu", fixtures[f], cut);
+      check_lazy(at, name);
+      ms_snapshot_free(at);
+    }
+    ms_timeline_destroy(tl);
+    ms_snapshot_free(s);
+  }
+  /* the paths above were all taken */
+  cr_assert_gt(old, 0, "a fixture with blocks older than its trace");
+  cr_assert_gt(over, 0, "a fixture with more alloc entries than ATTR_DIRECT_MAX");
+}
+
+Test(attribution, entries_alone_equal_the_cache_built_step) {
+  ms_snapshot_t *s = build_step();
+  check_lazy(s, "built step");
+  ms_snapshot_free(s);
+  s = build_step_ex(true);
+  check_lazy(s, "built step, free stacks");
+  ms_snapshot_free(s);
 }
 
 /* ---- the command line ---------------------------------------------------------------------- */

@@ -24,6 +24,7 @@ void ms_attr_destroy(ms_attr_t *a) {
   free(a->sop);
   free(a->smulti);
   pthread_mutex_destroy(&a->src_mu);
+  pthread_mutex_destroy(&a->ecat_mu);
   for (size_t d = 0; d < a->ndev; d++) {
     free(a->dev[d].spans);
     free(a->dev[d].grad_addr);
@@ -50,6 +51,8 @@ int ms_attr_create(const ms_snapshot_t *snap, const ms_timeline_t *tl,
   a->snap = snap;
   a->tl = tl;
   pthread_mutex_init(&a->src_mu, NULL);
+  pthread_mutex_init(&a->ecat_mu, NULL);
+  atomic_init(&a->ndirect, 0);
   int rc = MS_OK;
   if (cfg->rules)
     rc = ms__attr_rules_parse(&a->rules, cfg->rules, cfg->rules_len, cfg->rules_name, eb);
@@ -163,6 +166,7 @@ typedef void attr_step_fn(void *arg, size_t s, const uint64_t cur[MS_CAT_COUNT])
 
 static int attr_walk(const ms_attr_t *a, size_t dev, attr_step_fn *step, void *arg) {
   const tl_dev_t *td = &a->tl->dev[dev];
+  (void)ms__attr_ecat_ready(a, dev); /* every entry is asked (else each is found alone) */
   ms_tl_state_t st;
   ms_timeline_state_init(&st);
   attr_map_t m = {NULL, 0, 0};
@@ -239,6 +243,7 @@ int ms_attr_category_peaks(const ms_attr_t *a, size_t dev, size_t from, size_t t
 int ms__attr_lifetimes(const ms_attr_t *a, size_t dev, attr_life_t **out, size_t *nout) {
   if (dev >= a->ndev) return MS_EINVAL;
   const tl_dev_t *td = &a->tl->dev[dev];
+  (void)ms__attr_ecat_ready(a, dev); /* every entry is asked (else each is found alone) */
   MS_VEC(attr_life_t) v = {0};
   attr_map_t m = {NULL, 0, 0}; /* address -> index of its open lifetime (in .size) */
   ms_tl_state_t st;

@@ -286,8 +286,6 @@ static int attr_dev_spans(ms_attr_t *a, size_t dev) {
   return rc;
 }
 
-static int attr_dev_ecat(ms_attr_t *a, size_t dev);
-
 /* The blocks alive at the end of device dev (their sizes are the snapshot's). */
 static int attr_dev_end(ms_attr_t *a, size_t dev) {
   attr_dev_t *ad = &a->dev[dev];
@@ -301,6 +299,7 @@ static int attr_dev_end(ms_attr_t *a, size_t dev) {
   for (size_t k = 0; k < n && rc == MS_OK; k++) {
     ad->end_addr[k] = st.blocks[k].address;
     ad->end_size[k] = st.blocks[k].size;
+    if (st.blocks[k].alloc_entry < 0 && st.blocks[k].free_entry < 0) ad->has_old = true;
   }
   ad->nend = rc == MS_OK ? n : 0;
   ms_timeline_state_release(&st);
@@ -312,9 +311,9 @@ int ms__attr_spans(ms_attr_t *a) {
   a->dev = calloc(a->ndev ? a->ndev : 1, sizeof *a->dev);
   if (!a->dev) return MS_ENOMEM;
   for (size_t d = 0; d < a->ndev; d++) {
+    atomic_init(&a->dev[d].ecat_ready, 0);
     MS_FORWARD_IF_ERROR(attr_dev_spans(a, d));
     MS_FORWARD_IF_ERROR(attr_dev_end(a, d));
-    MS_FORWARD_IF_ERROR(attr_dev_ecat(a, d));
   }
   return MS_OK;
 }
@@ -404,16 +403,42 @@ static ms_category attr_classify_in(const ms_attr_t *a, size_t dev, size_t span,
   return MS_CAT_UNKNOWN;
 }
 
+ms_category ms__attr_entry_alone(const ms_attr_t *a, size_t dev, size_t i) {
+  const tl_dev_t *td = &a->tl->dev[dev];
+  const char *given = ms_snap_trace_category(&td->trace[i]);
+  ms_category gc = given[0] ? ms_category_parse(given) : MS_CAT_COUNT;
+  if (gc < MS_CAT_COUNT) return gc;
+  uint32_t fe = td->pair[i];
+  return attr_classify_in(a, dev, SIZE_MAX, (int64_t)i, fe == TL_NONE ? -1 : (int64_t)fe,
+                          td->trace[i].stack, td->trace[i].addr, true);
+}
+
+/* The category of alloc entry i of device dev: from the cache when it is built; else alone, and
+ * the cache is built first when `whole` (a walk over the trace asks) or after ATTR_DIRECT_MAX
+ * answers found alone (many blocks asked one by one). */
+static ms_category attr_entry_cat(const ms_attr_t *a, size_t dev, size_t i, bool whole) {
+  const attr_dev_t *ad = &a->dev[dev];
+  if (atomic_load_explicit(&ad->ecat_ready, memory_order_acquire) == 1)
+    return (ms_category)ad->ecat[i];
+  atomic_size_t *nd = (atomic_size_t *)(uintptr_t)&a->ndirect; /* a counter, not the answers */
+  if ((whole || atomic_fetch_add_explicit(nd, 1, memory_order_relaxed) >= ATTR_DIRECT_MAX) &&
+      ms__attr_ecat_ready(a, dev))
+    return (ms_category)ad->ecat[i];
+  return ms__attr_entry_alone(a, dev, i);
+}
+
 ms_category ms__attr_classify(const ms_attr_t *a, size_t dev, int64_t alloc_entry,
                               int64_t free_entry, uint32_t stack, uint64_t address,
                               bool ignore_matches) {
-  /* an alloc entry's category is in the cache (matches= holds only for blocks older than the
-   * trace, so it is the same with ignore_matches) */
-  if (alloc_entry >= 0 && dev < a->ndev && a->dev[dev].ecat && (size_t)alloc_entry < a->dev[dev].n &&
-      a->dev[dev].ecat[alloc_entry] < MS_CAT_COUNT &&
-      free_entry == (a->tl->dev[dev].pair[alloc_entry] == TL_NONE
-                         ? -1 : (int64_t)a->tl->dev[dev].pair[alloc_entry]))
-    return (ms_category)a->dev[dev].ecat[alloc_entry];
+  /* an alloc entry freed where the index pairs it: its entry's category (matches= holds only for
+   * blocks older than the trace, so it is the same with ignore_matches) */
+  if (alloc_entry >= 0 && dev < a->ndev && (size_t)alloc_entry < a->dev[dev].n) {
+    const tl_dev_t *td = &a->tl->dev[dev];
+    size_t i = (size_t)alloc_entry;
+    if (td->trace[i].action == MS_TRACE_ALLOC &&
+        free_entry == (td->pair[i] == TL_NONE ? -1 : (int64_t)td->pair[i]))
+      return attr_entry_cat(a, dev, i, false);
+  }
   return attr_classify_in(a, dev, SIZE_MAX, alloc_entry, free_entry, stack, address,
                           ignore_matches);
 }
@@ -496,6 +521,22 @@ static int attr_dev_ecat(ms_attr_t *a, size_t dev) {
   return MS_OK;
 }
 
+bool ms__attr_ecat_ready(const ms_attr_t *ca, size_t dev) {
+  ms_attr_t *a = (ms_attr_t *)(uintptr_t)ca; /* a cache filled once: the classifier stays
+                                                immutable to its users */
+  attr_dev_t *ad = &a->dev[dev];
+  int st = atomic_load_explicit(&ad->ecat_ready, memory_order_acquire);
+  if (st) return st == 1;
+  pthread_mutex_lock(&a->ecat_mu);
+  st = atomic_load_explicit(&ad->ecat_ready, memory_order_relaxed);
+  if (!st) {
+    st = attr_dev_ecat(a, dev) == MS_OK ? 1 : 2; /* 2: no memory, answers found alone */
+    atomic_store_explicit(&ad->ecat_ready, st, memory_order_release);
+  }
+  pthread_mutex_unlock(&a->ecat_mu);
+  return st == 1;
+}
+
 /* The stack that a block's category reads: its alloc entry's, the snapshot's block's when it
  * was alive at the end, none when only its free was recorded. */
 uint32_t ms__attr_block_stack(const ms_attr_t *a, size_t dev, const ms_tl_block_t *b) {
@@ -507,9 +548,9 @@ uint32_t ms__attr_block_stack(const ms_attr_t *a, size_t dev, const ms_tl_block_
 }
 
 ms_category ms__attr_entry_category(const ms_attr_t *a, size_t dev, size_t i) {
-  if (dev >= a->ndev || i >= a->dev[dev].n || !a->dev[dev].ecat) return MS_CAT_UNKNOWN;
-  uint8_t c = a->dev[dev].ecat[i];
-  return c < MS_CAT_COUNT ? (ms_category)c : MS_CAT_UNKNOWN;
+  if (dev >= a->ndev || i >= a->dev[dev].n || a->tl->dev[dev].trace[i].action != MS_TRACE_ALLOC)
+    return MS_CAT_UNKNOWN;
+  return attr_entry_cat(a, dev, i, true);
 }
 
 ms_category ms_attr_entry_category(const ms_attr_t *a, size_t dev, size_t entry) {
@@ -550,6 +591,7 @@ static int attr_dev_grad(ms_attr_t *a, size_t dev) {
   attr_dev_t *ad = &a->dev[dev];
   const tl_dev_t *td = &a->tl->dev[dev];
   MS_VEC(attr_gs_t) gs = {0};
+  if (!ms__attr_ecat_ready(a, dev)) return MS_ENOMEM;
   ms_tl_state_t st;
   ms_timeline_state_init(&st);
   int rc = ms_timeline_state_at(a->tl, dev, ad->n, &st);
@@ -613,6 +655,7 @@ int ms__attr_gradient_sizes(ms_attr_t *a) {
   for (size_t r = 0; r < a->rules.nrules; r++)
     used |= a->rules.rules[r].kind == ATTR_R_CATEGORY && a->rules.rules[r].matches_gradient;
   if (!used) return MS_OK;
-  for (size_t d = 0; d < a->ndev; d++) MS_FORWARD_IF_ERROR(attr_dev_grad(a, d));
+  for (size_t d = 0; d < a->ndev; d++) /* only blocks older than the trace read the sizes */
+    if (a->dev[d].has_old) MS_FORWARD_IF_ERROR(attr_dev_grad(a, d));
   return MS_OK;
 }

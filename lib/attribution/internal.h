@@ -8,6 +8,7 @@
 #define MEMSNAP_LIB_ATTRIBUTION_INTERNAL_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -97,9 +98,13 @@ typedef struct attr_dev_s {
   uint64_t *grad_addr; /* sorted addresses of the blocks that matches=gradient selects */
   size_t ngrad_addr;
   uint64_t *end_addr, *end_size; /* the blocks alive at the end, by address, and their sizes */
-  uint8_t *ecat;       /* per entry: the category of what an alloc entry allocated (0xff: not
-                          an alloc) */
   size_t nend;
+  bool has_old;        /* a block alive at the end was allocated before recording and never freed
+                          (only such blocks read matches=gradient) */
+  /* per entry: the category of what an alloc entry allocated (0xff: not an alloc); a cache built
+   * on first whole-trace use (ms__attr_ecat_ready), ecat_ready set (release) once it is whole */
+  uint8_t *ecat;
+  atomic_int ecat_ready;
 } attr_dev_t;
 
 enum {
@@ -133,7 +138,15 @@ struct ms_attr_s {
                              ops (their op is shown) */
   attr_dev_t *dev;
   size_t ndev;
+  /* The entries' categories (attr_dev_t.ecat) are built on first whole-trace use, under ecat_mu;
+   * until then a block's category is found from its alloc entry alone (ms__attr_classify), and
+   * after ATTR_DIRECT_MAX such answers the whole cache is built. */
+  pthread_mutex_t ecat_mu;
+  atomic_size_t ndirect;
 };
+
+/* Answers found without the entries' cache before the cache is built (classify.c). */
+#define ATTR_DIRECT_MAX 4096
 
 /* The phase of stack st by the phase rules (pre: st < nstacks). */
 static inline uint8_t attr_stack_phase(const ms_attr_t *a, uint32_t st) {
@@ -150,8 +163,15 @@ ms_category ms__attr_classify(const ms_attr_t *a, size_t dev, int64_t alloc_entr
                               bool ignore_matches);
 int ms__attr_gradient_sizes(ms_attr_t *a);
 /* The category of the block that alloc entry i of device dev allocated (its free: the index's
- * pair; pre: entry i is an alloc). */
+ * pair; pre: entry i is an alloc). Builds device dev's cache of every entry's category first. */
 ms_category ms__attr_entry_category(const ms_attr_t *a, size_t dev, size_t i);
+/* The same found alone, without the cache: what the cache holds for it (a category the snapshot
+ * carries wins over the rules). */
+ms_category ms__attr_entry_alone(const ms_attr_t *a, size_t dev, size_t i);
+/* Builds device dev's cache of every alloc entry's category once, whichever thread asks first
+ * (a cache: where it cannot be built, for want of memory, each answer is found alone, the same).
+ * @return whether the cache is whole. */
+bool ms__attr_ecat_ready(const ms_attr_t *a, size_t dev);
 /* The size of the block that alloc entry i of device dev allocated: the index's (inferred) size,
  * or the snapshot's when the block is alive at the end. */
 uint64_t ms__attr_entry_size(const ms_attr_t *a, size_t dev, size_t i);

@@ -16,6 +16,10 @@
  *            files compressed by a pool of three threads; then that pool's writer
  *            (lib/export/pgzip.c) alone: two streams, each written by a thread of its own, in
  *            hundreds of small chunks on one pool
+ *   attr     four threads ask one classifier (lib/attribution) the category of every alloc
+ *            entry's block and of the blocks alive at steps, so that its cache of the entries'
+ *            categories is built (after ATTR_DIRECT_MAX answers found alone) while the others
+ *            read: every answer is an eager classifier's
  * Exits 0 when every check held; ThreadSanitizer makes it exit 66 on a report.
  */
 #include <pthread.h>
@@ -24,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "attribution/internal.h"
 #include "export/pgzip.h"
 #include "interpose/run_internal.h"
 #include "memsnap/allocator.h"
@@ -32,6 +37,7 @@
 #include "memsnap/history.h"
 #include "memsnap/snapshot.h"
 #include "memsnap/timeline.h"
+#include "timeline/internal.h"
 
 #define CHECK(cond)                                                                                \
   do {                                                                                             \
@@ -216,6 +222,90 @@ static void tt_csv(void) {
   ms_backend_destroy(be);
 }
 
+/* A snapshot of the simulated allocator: 2000 allocations, with a trace. */
+static ms_snapshot_t *tt_sim_snapshot(void) {
+  ms_backend_t *be = NULL;
+  ms_sim_config_t c = {.ndevices = 1, .capacity = (size_t)1 << 30};
+  CHECK(ms_backend_sim_create(&c, &be) == MS_OK);
+  ms_allocator_config_t ac = {.backend = be, .device = 0, .alloc = NULL};
+  ms_errbuf_t eb = {0};
+  ms_allocator_t *a = NULL;
+  CHECK(ms_allocator_create(&ac, &a, &eb) == MS_OK);
+  ms_history_config_t hc;
+  ms_history_config_init(&hc);
+  hc.enabled = MS_HISTORY_ALL;
+  CHECK(ms_allocator_record_history(a, &hc, &eb) == MS_OK);
+  ms_devptr_t live[16] = {0};
+  for (int i = 0; i < 2000; i++) {
+    int k = i % 16;
+    if (live[k]) CHECK(ms_allocator_free(a, live[k]) == MS_OK);
+    CHECK(ms_allocator_malloc(a, 512 * (size_t)(1 + i % 64), 0, &live[k]) == MS_OK);
+  }
+  ms_snapshot_t *s = NULL;
+  CHECK(ms_allocator_snapshot(&a, 1, &s, &eb) == MS_OK);
+  for (int k = 0; k < 16; k++)
+    if (live[k]) CHECK(ms_allocator_free(a, live[k]) == MS_OK);
+  ms_allocator_destroy(a);
+  ms_backend_destroy(be);
+  return s;
+}
+
+typedef struct tt_attr_s {
+  const ms_timeline_t *tl;
+  const ms_attr_t *lazy, *eager;
+  int bad;
+} tt_attr_t;
+
+static void *tt_attr_worker(void *arg) {
+  tt_attr_t *t = arg;
+  const tl_dev_t *td = &t->tl->dev[0];
+  for (size_t i = 0; i < td->n; i++) {
+    if (td->trace[i].action != MS_TRACE_ALLOC) continue;
+    int64_t fe = td->pair[i] == TL_NONE ? -1 : (int64_t)td->pair[i];
+    if (ms__attr_classify(t->lazy, 0, (int64_t)i, fe, td->trace[i].stack, td->trace[i].addr,
+                          false) != ms_attr_entry_category(t->eager, 0, i))
+      t->bad++;
+  }
+  for (size_t step = 0; step <= td->n; step += td->n / 7 + 1) {
+    ms_tl_state_t st;
+    ms_timeline_state_init(&st);
+    if (ms_timeline_state_at(t->tl, 0, step, &st) != MS_OK) t->bad++;
+    for (size_t b = 0; b < st.nblocks; b++)
+      if (ms_attr_block_category(t->lazy, 0, &st.blocks[b]) !=
+          ms_attr_block_category(t->eager, 0, &st.blocks[b]))
+        t->bad++;
+    ms_timeline_state_release(&st);
+  }
+  return NULL;
+}
+
+static void tt_attr(void) {
+  ms_snapshot_t *s = tt_sim_snapshot();
+  ms_errbuf_t eb = {0};
+  ms_timeline_t *tl = NULL;
+  CHECK(ms_timeline_create(s, NULL, &tl, &eb) == MS_OK);
+  ms_attr_t *lazy = NULL, *eager = NULL;
+  CHECK(ms_attr_create(s, tl, NULL, &lazy, &eb) == MS_OK);
+  CHECK(ms_attr_create(s, tl, NULL, &eager, &eb) == MS_OK);
+  CHECK(ms__attr_ecat_ready(eager, 0));
+  CHECK(atomic_load(&lazy->dev[0].ecat_ready) == 0);
+  tt_attr_t t[4];
+  pthread_t th[4];
+  for (int i = 0; i < 4; i++) {
+    t[i] = (tt_attr_t){tl, lazy, eager, 0};
+    CHECK(pthread_create(&th[i], NULL, tt_attr_worker, &t[i]) == 0);
+  }
+  for (int i = 0; i < 4; i++) {
+    CHECK(pthread_join(th[i], NULL) == 0);
+    CHECK(t[i].bad == 0);
+  }
+  CHECK(atomic_load(&lazy->dev[0].ecat_ready) == 1); /* 4 x 2000 asked: the cache was built */
+  ms_attr_destroy(eager);
+  ms_attr_destroy(lazy);
+  ms_timeline_destroy(tl);
+  ms_snapshot_free(s);
+}
+
 int main(int argc, char **argv) {
   const char *what = argc > 1 ? argv[1] : "all";
   if (!strcmp(what, "history") || !strcmp(what, "all")) tt_history();
@@ -224,6 +314,7 @@ int main(int argc, char **argv) {
     tt_csv();
     tt_pgz();
   }
+  if (!strcmp(what, "attr") || !strcmp(what, "all")) tt_attr();
   printf("tsan_threads: %s: ok\n", what);
   return 0;
 }
