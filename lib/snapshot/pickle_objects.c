@@ -234,7 +234,7 @@ int ms__pickle_create(rd_t *r, uint8_t kind, rd_val_t *out) {
     }
   }
   MS_FORWARD_IF_ERROR(ms__pickle_birth(r, id));
-  *out = (rd_val_t){V_OBJ, K_UNKNOWN, 0, 0, 0, {.obj = id}};
+  *out = rd_obj_val(id);
   return MS_OK;
 }
 
