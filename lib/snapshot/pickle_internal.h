@@ -232,12 +232,16 @@ typedef struct rd_obj_s {
   uint8_t flags;   /* OF_* */
   uint8_t key;     /* key it sits under in a dict parent (for paths) */
   uint32_t parent; /* the container it was created for, RD_NO_OBJ for the root */
-  uint32_t idx;    /* its index in a list parent (for paths) */
+  union {
+    uint32_t idx; /* its index in a list parent (for paths) */
+    uint32_t aux; /* R_SETMAP, whose parent is a dict: nesting depth */
+  };
   uint32_t ref;    /* record index in the builder; first record of a list; frame/stack index;
                       pending-frame slot; first child of a settings map */
   uint32_t count;  /* items stored so far */
-  uint32_t aux;    /* R_SETMAP: nesting depth */
 } rd_obj_t;
+/* 20 bytes: a 1 GB trace has 10 M of them (its entries and their frames lists) */
+_Static_assert(sizeof(rd_obj_t) == 20, "rd_obj_t stays small");
 
 /* A trace entry's frames list whose stack is interned later (ms__pickle_flush), so that the
  * intern table's slot, prefetched now, is in cache by then. Its frame indices stay at the end of
