@@ -278,7 +278,7 @@ static void tl_final_sizes(tl_dev_t *d, size_t n, uint64_t *room, uint32_t *freq
     room[i] = delta;
     bool to_alloc = freq[i] != TL_NONE;
     if (to_alloc) room[freq[i]] += delta; /* a free_requested: the allocated growth ends there */
-    if (d->pair[i] != TL_NONE) {         /* the alloc: both start after it */
+    if (d->pair[i] != TL_NONE) {          /* the alloc: both start after it */
       room[d->pair[i]] += delta;
       freq[d->pair[i]] = to_alloc;
     } else {
@@ -296,9 +296,14 @@ static void tl_final_sizes(tl_dev_t *d, size_t n, uint64_t *room, uint32_t *freq
           b += room[j];
           if (freq[j]) a += room[j];
           break;
-        case MS_TRACE_FREE_REQUESTED: a -= room[j]; break;
-        case MS_TRACE_FREE_COMPLETED: b -= room[j]; break;
-        default: break;
+        case MS_TRACE_FREE_REQUESTED:
+          a -= room[j];
+          break;
+        case MS_TRACE_FREE_COMPLETED:
+          b -= room[j];
+          break;
+        default:
+          break;
         }
       }
       d->series[MS_TL_ALLOCATED][st] += a;
