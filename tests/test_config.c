@@ -872,6 +872,32 @@ Test(bigmem, reuse_on_grows_a_smaller_kept_range_and_zeroes_it_for_calloc) {
   ms__big_free(b);
 }
 
+/* A freed array written only in places (the pickle reader's memo of values, whose containers
+ * are kept apart) is kept as its written pieces: runs of 2 MiB or more never touched are given
+ * back, so that the next arrays take resident pages rather than fresh ones among the kept. */
+Test(bigmem, reuse_on_gives_back_the_long_runs_a_freed_array_never_touched) {
+  ms_option_set(MS_OPTION_REUSE_MEMORY, 1);
+  unsigned char *a = ms__big_malloc(64 * BM_MIB);
+  cr_assert_not_null(a);
+  memset(a, 3, BM_MIB);
+  memset(a + 2 * BM_MIB, 3, BM_MIB);
+  memset(a + 32 * BM_MIB, 3, BM_MIB);
+  memset(a + 63 * BM_MIB, 3, BM_MIB);
+  ms__big_free(a);
+  cr_assert(bm_mapped(a, 3 * BM_MIB), "the first piece, its short gap with it, kept");
+  cr_assert(bm_mapped(a + 32 * BM_MIB, BM_MIB), "a piece between two gaps kept");
+  cr_assert(bm_mapped(a + 63 * BM_MIB, BM_MIB), "the last piece kept");
+  /* (huge pages may make up to 2 MiB around a written piece resident) */
+  cr_assert(!bm_mapped(a + 8 * BM_MIB, 16 * BM_MIB), "a long run never touched given back");
+  cr_assert(!bm_mapped(a + 40 * BM_MIB, 16 * BM_MIB), "a long run never touched given back");
+  /* the pieces serve the next arrays as kept ranges do */
+  unsigned char *b = ms__big_calloc(24, BM_MIB);
+  cr_assert_not_null(b);
+  cr_assert(bm_all(b, 24 * BM_MIB, 0));
+  memset(b, 4, 24 * BM_MIB);
+  ms__big_free(b);
+}
+
 Test(bigmem, reuse_off_gives_pages_back_at_once_and_turning_it_off_trims) {
   ms_option_set(MS_OPTION_REUSE_MEMORY, 0);
   unsigned char *a = ms__big_malloc(8 * BM_MIB);

@@ -308,18 +308,48 @@ static size_t big_resident(char *addr, size_t len) {
   return 0;
 }
 
-/* Keeps the range [addr, addr + len) for the next array (its resident part: the rest is given
- * back), or gives it back. */
+/* Keeps the range [addr, addr + len) for the next array (its resident parts: the rest is given
+ * back), or gives it back. A range with long runs of pages never touched inside it (an array
+ * written only here and there: the pickle reader's memo of values beside that of containers) is
+ * kept as its resident pieces, the runs of BIG_GAP bytes or more given back: kept whole, the
+ * next arrays would take its fresh pages while the resident ones of other ranges stayed idle. */
+#define BIG_GAP ((size_t)2 << 20)
 static void big_give(char *addr, size_t len) {
-  bool reuse = big_reusing(), kept = false;
+  bool reuse = big_reusing();
   size_t keep = reuse ? big_resident(addr, len) : 0;
   if (keep < len) munmap(addr + keep, len - keep);
+  /* the resident pieces of [addr, addr + keep), found page by page; the last one runs from
+   * where the scan stopped (at keep, or at a failed mincore, or with no room for more pieces) */
+  big_range_t piece[BIG_KEEP_MAX];
+  size_t npiece = 0, pg = big_page(), npages = keep / pg, start = 0, gap = 0, i = 0;
+  unsigned char v[1024];
+  while (keep > BIG_GAP && i < npages && npiece < BIG_KEEP_MAX - 1) {
+    size_t k = npages - i < sizeof v ? npages - i : sizeof v;
+    if (mincore(addr + i * pg, k * pg, v) != 0) break;
+    for (size_t j = 0; j < k && npiece < BIG_KEEP_MAX - 1; j++, i++) {
+      if (!(v[j] & 1)) {
+        gap++;
+        continue;
+      }
+      if (gap * pg >= BIG_GAP) { /* give the gap back; a piece before it ends there */
+        if (i - gap > start)
+          piece[npiece++] = (big_range_t){addr + start * pg, (i - gap - start) * pg};
+        munmap(addr + (i - gap) * pg, gap * pg);
+        start = i;
+      }
+      gap = 0;
+    }
+  }
+  if (keep > start * pg) piece[npiece++] = (big_range_t){addr + start * pg, keep - start * pg};
   big_lock_take();
   big_live -= len;
-  if (keep) kept = big_keep_locked(&addr, &keep);
+  bool kept[BIG_KEEP_MAX];
+  for (size_t k = 0; k < npiece; k++)
+    kept[k] = big_keep_locked(&piece[k].addr, &piece[k].len);
   if (!reuse) big_trim_locked();
   pthread_mutex_unlock(&big_lock);
-  if (keep && !kept) munmap(addr, keep);
+  for (size_t k = 0; k < npiece; k++)
+    if (!kept[k]) munmap(piece[k].addr, piece[k].len);
 }
 
 static void *big_alloc(size_t bytes, bool zero) {

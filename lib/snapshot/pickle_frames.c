@@ -58,7 +58,7 @@ bool ms__pickle_frames_run(rd_t *r, int op) {
   /* first the run is checked and counted: every get an interned frame dict, an APPENDS after */
   const unsigned char *buf = (const unsigned char *)r->buf;
   const uint8_t *tag = r->memo_tag.ptr;
-  const rd_val_t *memo = r->memo.ptr;
+  const uint32_t *memo_obj = r->memo_obj.ptr;
   size_t pos = r->pos, lim = r->lim, nmemo = r->memo.len, n = 0;
   for (int o = op;; n++) {
     uint32_t idx;
@@ -74,7 +74,7 @@ bool ms__pickle_frames_run(rd_t *r, int op) {
       pos += 2;
     }
     if (idx >= nmemo || tag[idx] != V_OBJ) return false;
-    const rd_obj_t *f = &r->objs.ptr[memo[idx].v.obj];
+    const rd_obj_t *f = &r->objs.ptr[memo_obj[idx]];
     if (f->role != R_FRAME || !(f->flags & OF_INTERNED)) return false;
     if (o == 'e') {
       n++;
@@ -102,7 +102,7 @@ bool ms__pickle_frames_run(rd_t *r, int op) {
       idx = buf[p];
       p += 2;
     }
-    rd_obj_t *f = &r->objs.ptr[memo[idx].v.obj];
+    rd_obj_t *f = &r->objs.ptr[memo_obj[idx]];
     f->flags |= OF_USED;
     *dst++ = f->ref;
   }

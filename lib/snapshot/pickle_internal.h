@@ -123,6 +123,12 @@ enum rd_key {
   K_COUNT
 };
 
+/* The value of a container (V_OBJ) whose object is obj: every such value is this one, so that
+ * the memo keeps only obj (rd_t.memo_obj). */
+static inline rd_val_t rd_obj_val(uint32_t obj) {
+  return (rd_val_t){V_OBJ, K_UNKNOWN, 0, 0, 0, {.obj = obj}};
+}
+
 /* Each key's text ("?" for K_UNKNOWN) and length: tables here, not in one file, so that the key
  * lookup of every string opcode is compiled against constants as before the split. */
 static const char *const rd_key_names[K_COUNT] = {
@@ -226,12 +232,16 @@ typedef struct rd_obj_s {
   uint8_t flags;   /* OF_* */
   uint8_t key;     /* key it sits under in a dict parent (for paths) */
   uint32_t parent; /* the container it was created for, RD_NO_OBJ for the root */
-  uint32_t idx;    /* its index in a list parent (for paths) */
+  union {
+    uint32_t idx; /* its index in a list parent (for paths) */
+    uint32_t aux; /* R_SETMAP, whose parent is a dict: nesting depth */
+  };
   uint32_t ref;    /* record index in the builder; first record of a list; frame/stack index;
                       pending-frame slot; first child of a settings map */
   uint32_t count;  /* items stored so far */
-  uint32_t aux;    /* R_SETMAP: nesting depth */
 } rd_obj_t;
+/* 20 bytes: a 1 GB trace has 10 M of them (its entries and their frames lists) */
+_Static_assert(sizeof(rd_obj_t) == 20, "rd_obj_t stays small");
 
 /* A trace entry's frames list whose stack is interned later (ms__pickle_flush), so that the
  * intern table's slot, prefetched now, is in cache by then. Its frame indices stay at the end of
@@ -287,9 +297,14 @@ typedef struct rd_s {
   MS_VEC(rd_val_t) st;
   MS_VEC(uint32_t) marks;
   MS_VEC(rd_val_t) memo; /* the memo's values: memo.ptr[i] is written only where memo_tag[i]
-                            says so (RD_TAG_*); its pages for skipped values stay untouched */
+                            says so (RD_TAG_*); its pages for skipped values and containers stay
+                            untouched */
+  MS_VEC(uint32_t) memo_obj; /* the memo's containers: memo_obj.ptr[i] is the object of entry i
+                                when memo_tag[i] is V_OBJ (a memo of a long trace is mostly its
+                                frames lists or entries: 4 bytes each instead of 16) */
   MS_VEC(uint8_t) memo_tag; /* one byte an entry: 0 unset, RD_TAG_SKIP | kind for a V_SKIP value,
-                               else the value's type (V_*), its value in memo.ptr */
+                               V_OBJ for a container (its object in memo_obj.ptr), else the value's
+                               type (V_*), its value in memo.ptr */
   bool memo_holes;     /* a PUT beyond the memo's end left unset entries below it */
   MS_VEC(rd_obj_t) objs;
   MS_VEC(rd_pframe_t) pframes;

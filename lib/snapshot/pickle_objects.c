@@ -94,7 +94,7 @@ void ms__pickle_field_path(const rd_t *r, uint32_t o, const rd_val_t *k, char *o
 
 static int rd_new_obj(rd_t *r, uint8_t kind, uint32_t *id) {
   if (r->objs.len >= UINT32_MAX - 1) return ms__pickle_err(r, MS_ELIMIT, "too many containers");
-  rd_obj_t o = {kind, R_NONE, 0, K_UNKNOWN, RD_NO_OBJ, 0, 0, 0, 0};
+  rd_obj_t o = {kind, R_NONE, 0, K_UNKNOWN, RD_NO_OBJ, {0}, 0, 0};
   if (MS_BIGVEC_RESERVE(&r->objs, 1)) return ms__pickle_err(r, MS_ENOMEM, "out of memory");
   r->objs.ptr[r->objs.len++] = o;
   *id = (uint32_t)r->objs.len - 1;
@@ -209,7 +209,7 @@ int ms__pickle_create(rd_t *r, uint8_t kind, rd_val_t *out) {
     }
   }
   MS_FORWARD_IF_ERROR(ms__pickle_birth(r, id));
-  *out = (rd_val_t){V_OBJ, K_UNKNOWN, 0, 0, 0, {.obj = id}};
+  *out = rd_obj_val(id);
   return MS_OK;
 }
 

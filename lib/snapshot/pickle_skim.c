@@ -202,8 +202,8 @@ int ms__pickle_skim_entry(rd_t *r, bool *done) {
 apply:
   /* the dict, and the most values the general path would have held above it */
   if (deepest + 1 > RD_MAX_STACK - r->st.len) return MS_OK;
-  if (MS_BIGVEC_RESERVE(&r->memo, k.nput) || MS_BIGVEC_RESERVE(&r->memo_tag, k.nput) ||
-      MS_VEC_RESERVE(&r->st, 1))
+  if (MS_BIGVEC_RESERVE(&r->memo, k.nput) || MS_BIGVEC_RESERVE(&r->memo_obj, k.nput) ||
+      MS_BIGVEC_RESERVE(&r->memo_tag, k.nput) || MS_VEC_RESERVE(&r->st, 1))
     return MS_OK; /* out of memory: the general path says so */
   for (size_t i = 0; i < k.nev; i++) {
     const skim_event_t *e = &k.ev[i];
@@ -222,6 +222,7 @@ apply:
       r->memo.ptr[idx] = v;
     }
     r->memo.len++;
+    r->memo_obj.len++;
     r->memo_tag.len++;
   }
   r->st.ptr[r->st.len++] = (rd_val_t){V_SKIP, K_UNKNOWN, O_DICT, 0, 0, {0}};

@@ -271,16 +271,23 @@ static int rd_memo_put(rd_t *r, uint64_t idx) {
     if (add > 1) r->memo_holes = true;
     /* the values' array only reserves (its pages are touched where a value is stored); the
      * tags, one byte an entry, are cleared */
-    if (MS_BIGVEC_RESERVE(&r->memo, add) || MS_BIGVEC_RESERVE(&r->memo_tag, add))
+    if ((add > r->memo.cap - r->memo.len || add > r->memo_obj.cap - r->memo_obj.len ||
+         add > r->memo_tag.cap - r->memo_tag.len) && /* the call only when one grows */
+        (MS_BIGVEC_RESERVE(&r->memo, add) || MS_BIGVEC_RESERVE(&r->memo_obj, add) ||
+         MS_BIGVEC_RESERVE(&r->memo_tag, add)))
       return ms__pickle_err(r, MS_ENOMEM, "out of memory");
     if (add == 1) r->memo_tag.ptr[r->memo_tag.len] = 0; /* MEMOIZE: one at the end */
     else memset(r->memo_tag.ptr + r->memo_tag.len, 0, add);
     r->memo.len += add;
+    r->memo_obj.len += add;
     r->memo_tag.len += add;
   }
   const rd_val_t *v = &r->st.ptr[r->st.len - 1];
   if (v->t == V_SKIP) {
     r->memo_tag.ptr[idx] = (uint8_t)(RD_TAG_SKIP | v->kind);
+  } else if (v->t == V_OBJ) {
+    r->memo_tag.ptr[idx] = V_OBJ;
+    r->memo_obj.ptr[idx] = v->v.obj;
   } else {
     r->memo_tag.ptr[idx] = v->t;
     r->memo.ptr[idx] = *v;
@@ -292,6 +299,7 @@ static int rd_memo_put(rd_t *r, uint64_t idx) {
 static inline rd_val_t rd_memo_value(const rd_t *r, uint64_t idx) {
   uint8_t tag = r->memo_tag.ptr[idx];
   if (tag & RD_TAG_SKIP) return (rd_val_t){V_SKIP, K_UNKNOWN, (uint8_t)(tag & 0x7f), 0, 0, {0}};
+  if (tag == V_OBJ) return rd_obj_val(r->memo_obj.ptr[idx]);
   return r->memo.ptr[idx];
 }
 
@@ -724,6 +732,7 @@ static int rd_op_get_run(rd_t *r, int op) {
   size_t pos = r->pos, lim = r->lim;
   const unsigned char *buf = (const unsigned char *)r->buf;
   const rd_val_t *memo = r->memo.ptr;
+  const uint32_t *memo_obj = r->memo_obj.ptr;
   const uint8_t *tag = r->memo_tag.ptr;
   size_t nmemo = r->memo.len;
   rd_val_t *st = r->st.ptr;
@@ -739,7 +748,7 @@ static int rd_op_get_run(rd_t *r, int op) {
     uint32_t idx = op == 'j' ? rd_le32(buf + pos) : buf[pos];
     pos += n;
     if (ms_likely(idx < nmemo && tag[idx] != V_UNSET && !(tag[idx] & RD_TAG_SKIP) && len < room)) {
-      st[len++] = memo[idx];
+      st[len++] = tag[idx] == V_OBJ ? rd_obj_val(memo_obj[idx]) : memo[idx];
     } else {
       r->st.len = len;
       r->pos = pos;
@@ -932,6 +941,7 @@ static int rd_read(rd_t *r, unsigned flags, ms_snapshot_t **out, ms_errbuf_t *eb
   MS_VEC_FREE(&r->st);
   MS_VEC_FREE(&r->marks);
   ms__big_free(r->memo.ptr); /* MS_BIGVEC_RESERVE's */
+  ms__big_free(r->memo_obj.ptr);
   ms__big_free(r->memo_tag.ptr);
   ms__big_free(r->objs.ptr);
   MS_VEC_FREE(&r->pframes);

@@ -244,10 +244,83 @@ static size_t tl_ckpt_every(const ms_timeline_t *tl, const tl_ws_t *w) {
   return every > tl->k ? every : tl->k;
 }
 
-/* Adds delta to series v over steps [a, b] through a difference array. */
-static void tl_diff_add(int64_t *diff, size_t a, size_t b, int64_t delta) {
-  diff[a] += delta;
-  diff[b + 1] -= delta;
+/* The final sizes: a large request takes its whole room when the remainder was too small to
+ * split off. The blocks that grow add their growth to the totals over their life: allocated
+ * from the step after their alloc (born; 0 without one) to their free_requested, active to
+ * their free_completed. No array of differences is made for that: the growth is noted at the
+ * entries where it starts and ends, whose slots of room (read only at free_completed entries,
+ * each at its own step of this pass, which comes first) and freq (which holds, at an alloc,
+ * whether the growth reaches the allocated series) are free, then summed in one sweep. The
+ * checkpoints then get the final sizes and totals. */
+static void tl_final_sizes(tl_dev_t *d, size_t n, uint64_t *room, uint32_t *freq,
+                           const uint8_t *counted) {
+  bool grew = false;
+  uint64_t grow_alloc0 = 0, grow_active0 = 0; /* growth of blocks born before the trace */
+  for (size_t i = 0; i < n; i++)
+    if (d->trace[i].action != MS_TRACE_FREE_COMPLETED) {
+      room[i] = 0;
+      freq[i] = 0;
+    }
+  for (size_t i = 0; i < n; i++) {
+    const ms_snap_trace_t *e = &d->trace[i];
+    if (e->action != MS_TRACE_FREE_COMPLETED) continue;
+    const ms_snap_trace_t *src = d->pair[i] != TL_NONE ? &d->trace[d->pair[i]] : e;
+    uint64_t space = room[i] - e->addr, r = tl_round(src->size);
+    room[i] = 0; /* from here: the growth that ends with entry i */
+    uint64_t size =
+        r >= space || (src->size > TL_SMALL_SIZE && space - r <= TL_SMALL_SIZE) ? space : r;
+    if (size == d->bsize[i]) continue;
+    grew = true;
+    uint64_t delta = size - d->bsize[i];
+    d->bsize[i] = size;
+    if (d->pair[i] != TL_NONE) d->bsize[d->pair[i]] = size;
+    if (!counted[i]) continue; /* outside the filter: not in the totals */
+    room[i] = delta;
+    bool to_alloc = freq[i] != TL_NONE;
+    if (to_alloc) room[freq[i]] += delta; /* a free_requested: the allocated growth ends there */
+    if (d->pair[i] != TL_NONE) {          /* the alloc: both start after it */
+      room[d->pair[i]] += delta;
+      freq[d->pair[i]] = to_alloc;
+    } else {
+      grow_active0 += delta;
+      if (to_alloc) grow_alloc0 += delta;
+    }
+  }
+  if (grew) {
+    uint64_t a = grow_alloc0, b = grow_active0;
+    for (size_t st = 0; st <= n; st++) {
+      if (st > 0) {
+        size_t j = st - 1;
+        switch (d->trace[j].action) {
+        case MS_TRACE_ALLOC:
+          b += room[j];
+          if (freq[j]) a += room[j];
+          break;
+        case MS_TRACE_FREE_REQUESTED:
+          a -= room[j];
+          break;
+        case MS_TRACE_FREE_COMPLETED:
+          b -= room[j];
+          break;
+        default:
+          break;
+        }
+      }
+      d->series[MS_TL_ALLOCATED][st] += a;
+      d->series[MS_TL_ACTIVE][st] += b;
+    }
+    /* the checkpoints hold the blocks at their first sizes: give them the final ones */
+    for (size_t k = 0; k < d->ckpts.len; k++) {
+      tl_ckpt_t *ckp = &d->ckpts.ptr[k];
+      for (size_t j = 0; j < ckp->nblocks; j++) {
+        ms_tl_block_t *bl = &ckp->blocks[j];
+        if ((bl->flags & MS_TL_BLOCK_SIZE_INFERRED) && bl->free_entry >= 0)
+          bl->size = d->bsize[bl->free_entry];
+      }
+      for (int m = 0; m < MS_TL_METRIC_COUNT; m++)
+        ckp->totals[m] = d->series[m][ckp->step];
+    }
+  }
 }
 
 static int tl_build_dev(ms_timeline_t *tl, size_t dev, ms_errbuf_t *eb) {
@@ -309,54 +382,7 @@ static int tl_build_dev(ms_timeline_t *tl, size_t dev, ms_errbuf_t *eb) {
     }
   }
   ms__tl_ws_release(&w);
-  /* The final sizes: a large request takes its whole room when the remainder was too small to
-   * split off. The blocks that grow add their growth to the totals over their life. */
-  int64_t *grow_alloc = NULL, *grow_active = NULL;
-  if (rc == MS_OK) {
-    grow_alloc = ms__big_calloc(n + 2, sizeof *grow_alloc);
-    grow_active = ms__big_calloc(n + 2, sizeof *grow_active);
-    if (!grow_alloc || !grow_active) rc = MS_ENOMEM;
-  }
-  bool grew = false;
-  for (size_t i = 0; rc == MS_OK && i < n; i++) {
-    const ms_snap_trace_t *e = &d->trace[i];
-    if (e->action != MS_TRACE_FREE_COMPLETED) continue;
-    const ms_snap_trace_t *src = d->pair[i] != TL_NONE ? &d->trace[d->pair[i]] : e;
-    uint64_t space = room[i] - e->addr, r = tl_round(src->size);
-    uint64_t size =
-        r >= space || (src->size > TL_SMALL_SIZE && space - r <= TL_SMALL_SIZE) ? space : r;
-    if (size == d->bsize[i]) continue;
-    grew = true;
-    int64_t delta = (int64_t)(size - d->bsize[i]);
-    size_t born = d->pair[i] != TL_NONE ? (size_t)d->pair[i] + 1 : 0;
-    d->bsize[i] = size;
-    if (d->pair[i] != TL_NONE) d->bsize[d->pair[i]] = size;
-    if (!counted[i]) continue; /* outside the filter: not in the totals */
-    tl_diff_add(grow_active, born, i, delta);
-    if (freq[i] != TL_NONE) tl_diff_add(grow_alloc, born, freq[i], delta);
-  }
-  if (rc == MS_OK && grew) {
-    int64_t a = 0, b = 0;
-    for (size_t st = 0; st <= n; st++) {
-      a += grow_alloc[st];
-      b += grow_active[st];
-      d->series[MS_TL_ALLOCATED][st] += (uint64_t)a;
-      d->series[MS_TL_ACTIVE][st] += (uint64_t)b;
-    }
-    /* the checkpoints hold the blocks at their first sizes: give them the final ones */
-    for (size_t k = 0; k < d->ckpts.len; k++) {
-      tl_ckpt_t *ckp = &d->ckpts.ptr[k];
-      for (size_t j = 0; j < ckp->nblocks; j++) {
-        ms_tl_block_t *bl = &ckp->blocks[j];
-        if ((bl->flags & MS_TL_BLOCK_SIZE_INFERRED) && bl->free_entry >= 0)
-          bl->size = d->bsize[bl->free_entry];
-      }
-      for (int m = 0; m < MS_TL_METRIC_COUNT; m++)
-        ckp->totals[m] = d->series[m][ckp->step];
-    }
-  }
-  ms__big_free(grow_alloc);
-  ms__big_free(grow_active);
+  if (rc == MS_OK) tl_final_sizes(d, n, room, freq, counted);
   ms__big_free(room);
   ms__big_free(freq);
   ms__big_free(counted);
