@@ -445,6 +445,16 @@ int ms__pickle_appends(rd_t *r, uint32_t lid, size_t from) {
     return MS_OK;
   }
   from = ms__pickle_appends_frames_fast(r, lid, from);
+  rd_obj_t *l = &r->objs.ptr[lid];
+  if (l->role == R_TRACES && !(l->flags & (OF_USED | OF_SEALED))) {
+    /* a batch of a skipped trace's entries: counted, as rd_list_append counts each one */
+    size_t i = from;
+    while (i < r->st.len && r->st.ptr[i].t == V_SKIP && r->st.ptr[i].kind == O_DICT) i++;
+    if ((uint64_t)l->count + (i - from) <= UINT32_MAX) {
+      l->count += (uint32_t)(i - from);
+      from = i;
+    }
+  }
   for (size_t i = from; i < r->st.len; i++) {
     rd_val_t v = r->st.ptr[i];
     MS_FORWARD_IF_ERROR(rd_list_append(r, lid, &v));

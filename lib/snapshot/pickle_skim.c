@@ -143,7 +143,7 @@ int ms__pickle_skim_entry(rd_t *r, bool *done) {
   if (!skim_put(&k, &put) || (put && !skim_event(&k, SKIM_PUT_DICT, 0, 0))) return MS_OK;
   if (k.lim - k.pos < 1 || k.buf[k.pos] != '(') return MS_OK; /* an empty dict */
   k.pos++;
-  size_t items = 0, deepest = 0; /* values above the mark; the most the stack holds there */
+  size_t items = 0, deepest = 0; /* values above the mark; the most there while a list is read */
   for (;;) {
     if (k.lim - k.pos < 1) return MS_OK;
     unsigned op = k.buf[k.pos++];
@@ -195,12 +195,12 @@ int ms__pickle_skim_entry(rd_t *r, bool *done) {
       }
     }
     if (k.pos > k.lim) return MS_OK;            /* a scalar's bytes reach past lim */
-    size_t depth = items + (extra ? extra : 1); /* values above the mark with this one */
-    if (depth > deepest) deepest = depth;
+    if (items + extra > deepest) deepest = items + extra; /* a list's items above it */
     items++;
   }
 apply:
   /* the dict, and the most values the general path would have held above it */
+  if (items > deepest) deepest = items;
   if (deepest + 1 > RD_MAX_STACK - r->st.len) return MS_OK;
   if (MS_BIGVEC_RESERVE(&r->memo, k.nput) || MS_BIGVEC_RESERVE(&r->memo_obj, k.nput) ||
       MS_BIGVEC_RESERVE(&r->memo_tag, k.nput) || MS_VEC_RESERVE(&r->st, 1))
