@@ -271,10 +271,8 @@ static int rd_memo_put(rd_t *r, uint64_t idx) {
     if (add > 1) r->memo_holes = true;
     /* the values' array only reserves (its pages are touched where a value is stored); the
      * tags, one byte an entry, are cleared */
-    if ((add > r->memo.cap - r->memo.len || add > r->memo_obj.cap - r->memo_obj.len ||
-         add > r->memo_tag.cap - r->memo_tag.len) && /* the call only when one grows */
-        (MS_BIGVEC_RESERVE(&r->memo, add) || MS_BIGVEC_RESERVE(&r->memo_obj, add) ||
-         MS_BIGVEC_RESERVE(&r->memo_tag, add)))
+    if (MS_BIGVEC_RESERVE(&r->memo, add) || MS_BIGVEC_RESERVE(&r->memo_obj, add) ||
+        MS_BIGVEC_RESERVE(&r->memo_tag, add)) /* each calls only when it must grow */
       return ms__pickle_err(r, MS_ENOMEM, "out of memory");
     if (add == 1) r->memo_tag.ptr[r->memo_tag.len] = 0; /* MEMOIZE: one at the end */
     else memset(r->memo_tag.ptr + r->memo_tag.len, 0, add);

@@ -178,50 +178,6 @@ static void tt_pgz(void) {
   ms__pgz_pool_destroy(pool);
 }
 
-static void tt_csv(void) {
-  ms_backend_t *be = NULL;
-  ms_sim_config_t c = {.ndevices = 1, .capacity = (size_t)1 << 30};
-  CHECK(ms_backend_sim_create(&c, &be) == MS_OK);
-  ms_allocator_config_t ac = {.backend = be, .device = 0, .alloc = NULL};
-  ms_errbuf_t eb = {0};
-  ms_allocator_t *a = NULL;
-  CHECK(ms_allocator_create(&ac, &a, &eb) == MS_OK);
-  ms_history_config_t hc;
-  ms_history_config_init(&hc);
-  hc.enabled = MS_HISTORY_ALL;
-  CHECK(ms_allocator_record_history(a, &hc, &eb) == MS_OK);
-  ms_devptr_t live[16] = {0};
-  for (int i = 0; i < 2000; i++) {
-    int k = i % 16;
-    if (live[k]) CHECK(ms_allocator_free(a, live[k]) == MS_OK);
-    CHECK(ms_allocator_malloc(a, 512 * (size_t)(1 + i % 64), 0, &live[k]) == MS_OK);
-  }
-  ms_snapshot_t *s = NULL;
-  CHECK(ms_allocator_snapshot(&a, 1, &s, &eb) == MS_OK);
-  ms_timeline_t *tl = NULL;
-  CHECK(ms_timeline_create(s, NULL, &tl, &eb) == MS_OK);
-  size_t bytes[MS_EXPORT_CSV_NFILES] = {0};
-  ms_sink_t sink[MS_EXPORT_CSV_NFILES], *sinks[MS_EXPORT_CSV_NFILES];
-  for (int k = 0; k < MS_EXPORT_CSV_NFILES; k++) {
-    sink[k] = (ms_sink_t){tt_count, &bytes[k]};
-    sinks[k] = &sink[k];
-  }
-  ms_export_csv_t *x = NULL;
-  CHECK(ms_export_csv_create(sinks, 1, &x, &eb) == MS_OK);
-  CHECK(ms_export_csv_jobs(x, 3, &eb) == MS_OK);
-  for (int i = 0; i < 3; i++)
-    CHECK(ms_export_csv_add(x, s, tl, "tsan", true, i, NULL, &eb) == MS_OK);
-  CHECK(ms_export_csv_rows(x, MS_EXPORT_CSV_TRACE) == 3 * s->ntrace);
-  CHECK(ms_export_csv_finish(x, &eb) == MS_OK);
-  for (int k = 0; k < MS_EXPORT_CSV_NFILES; k++) CHECK(bytes[k] > 0);
-  ms_timeline_destroy(tl);
-  ms_snapshot_free(s);
-  for (int k = 0; k < 16; k++)
-    if (live[k]) CHECK(ms_allocator_free(a, live[k]) == MS_OK);
-  ms_allocator_destroy(a);
-  ms_backend_destroy(be);
-}
-
 /* A snapshot of the simulated allocator: 2000 allocations, with a trace. */
 static ms_snapshot_t *tt_sim_snapshot(void) {
   ms_backend_t *be = NULL;
@@ -248,6 +204,29 @@ static ms_snapshot_t *tt_sim_snapshot(void) {
   ms_allocator_destroy(a);
   ms_backend_destroy(be);
   return s;
+}
+
+static void tt_csv(void) {
+  ms_snapshot_t *s = tt_sim_snapshot();
+  ms_errbuf_t eb = {0};
+  ms_timeline_t *tl = NULL;
+  CHECK(ms_timeline_create(s, NULL, &tl, &eb) == MS_OK);
+  size_t bytes[MS_EXPORT_CSV_NFILES] = {0};
+  ms_sink_t sink[MS_EXPORT_CSV_NFILES], *sinks[MS_EXPORT_CSV_NFILES];
+  for (int k = 0; k < MS_EXPORT_CSV_NFILES; k++) {
+    sink[k] = (ms_sink_t){tt_count, &bytes[k]};
+    sinks[k] = &sink[k];
+  }
+  ms_export_csv_t *x = NULL;
+  CHECK(ms_export_csv_create(sinks, 1, &x, &eb) == MS_OK);
+  CHECK(ms_export_csv_jobs(x, 3, &eb) == MS_OK);
+  for (int i = 0; i < 3; i++)
+    CHECK(ms_export_csv_add(x, s, tl, "tsan", true, i, NULL, &eb) == MS_OK);
+  CHECK(ms_export_csv_rows(x, MS_EXPORT_CSV_TRACE) == 3 * s->ntrace);
+  CHECK(ms_export_csv_finish(x, &eb) == MS_OK);
+  for (int k = 0; k < MS_EXPORT_CSV_NFILES; k++) CHECK(bytes[k] > 0);
+  ms_timeline_destroy(tl);
+  ms_snapshot_free(s);
 }
 
 typedef struct tt_attr_s {
