@@ -261,6 +261,16 @@ Test(run_hostile, a_forked_child_without_cuda_writes_nothing) {
 
 /* Items 5 and 11: a child that uses CUDA gets its own --every snapshots, under its own pid. */
 Test(run_hostile, a_forked_child_using_cuda_gets_its_own_periodic_snapshots) {
+#if defined(__SANITIZE_ADDRESS__)
+  /* GCC 12's AddressSanitizer does not lock its allocator around fork(): about one run in twelve,
+   * the child's first malloc waits forever on a size-class lock the parent held when it forked
+   * (both of the child's threads in SizeClassAllocator64::GetFromAllocator, seen with gdb). The
+   * plain build (make test) runs this test; the sanitizer build cannot run it reliably. */
+  printf("SKIP: a forked child's malloc under GCC 12's AddressSanitizer may wait forever on the "
+         "parent's allocator lock; the plain build runs this test\n");
+  fflush(stdout);
+  cr_skip_test("AddressSanitizer's allocator is not fork-safe here");
+#endif
   rh_no_leak_check = true; /* see rh_no_leak_check */
   rh_result_t r;
   rh_run(&r, NULL, (const char *[]){"--quiet", "--every", "0.05", NULL},
