@@ -55,12 +55,26 @@ bool ms__pickle_frames_run(rd_t *r, int op) {
   rd_obj_t *l = &r->objs.ptr[lid];
   if (l->kind != O_LIST || l->role != R_FRAMES || (l->flags & (OF_USED | OF_SEALED))) return false;
   if (r->fbuf_owner != lid && (r->fbuf_owner != RD_NO_OBJ || l->count != 0)) return false;
-  /* first the run is checked and counted: every get an interned frame dict, an APPENDS after */
+  /* One pass: each get is checked (an interned frame dict, an APPENDS after the run) and its
+   * frame's index written to the list's place at the stack tail, in room reserved as the run
+   * grows. Nothing is committed before the APPENDS: on a failure the indices written stay
+   * scratch past the list's length, and the only other write, OF_USED on interned frame dicts,
+   * changes nothing (an interned frame is already closed to changes and may be stored again). */
   const unsigned char *buf = (const unsigned char *)r->buf;
   const uint8_t *tag = r->memo_tag.ptr;
   const uint32_t *memo_obj = r->memo_obj.ptr;
-  size_t pos = r->pos, lim = r->lim, nmemo = r->memo.len, n = 0;
-  for (int o = op;; n++) {
+  rd_obj_t *objs = r->objs.ptr;
+  size_t have = r->fbuf_owner == lid ? r->fbuf_len : 0;
+  size_t pos = r->pos, lim = r->lim, nmemo = r->memo.len, n = 0, room = 0;
+  uint32_t *dst = NULL;
+  for (int o = op;;) {
+    if (n == room) {
+      uint32_t *tail = NULL;
+      size_t more = room ? room : 64;
+      if (rd_tail(r, have, room + more, &tail) != MS_OK) return false;
+      room += more;
+      dst = tail + have;
+    }
     uint32_t idx;
     if (o == 'j') {
       if (lim - pos < 5) return false;
@@ -74,37 +88,18 @@ bool ms__pickle_frames_run(rd_t *r, int op) {
       pos += 2;
     }
     if (idx >= nmemo || tag[idx] != V_OBJ) return false;
-    const rd_obj_t *f = &r->objs.ptr[memo_obj[idx]];
+    rd_obj_t *f = &objs[memo_obj[idx]];
     if (f->role != R_FRAME || !(f->flags & OF_INTERNED)) return false;
-    if (o == 'e') {
-      n++;
-      break;
-    }
+    f->flags |= OF_USED;
+    dst[n++] = f->ref;
+    if (o == 'e') break;
     if (o != 'j' && o != 'h') return false;
   }
   /* the general path fails on a stack this deep, or a list this long */
   if (n > RD_MAX_STACK - r->st.len || (uint64_t)l->count + n > UINT32_MAX) return false;
-  size_t have = r->fbuf_owner == lid ? r->fbuf_len : 0;
-  uint32_t *tail = NULL;
-  if (rd_tail(r, have, n, &tail) != MS_OK) return false;
   if (r->fbuf_owner != lid) {
     r->fbuf_owner = lid;
     r->fbuf_len = 0;
-  }
-  uint32_t *dst = tail + r->fbuf_len;
-  size_t p = r->pos;
-  for (size_t i = 0; i < n; i++) {
-    uint32_t idx;
-    if (buf[p - 1] == 'j') {
-      idx = rd_le32(buf + p);
-      p += 5;
-    } else {
-      idx = buf[p];
-      p += 2;
-    }
-    rd_obj_t *f = &r->objs.ptr[memo_obj[idx]];
-    f->flags |= OF_USED;
-    *dst++ = f->ref;
   }
   r->fbuf_len += n;
   r->objs.ptr[lid].count += (uint32_t)n;
