@@ -274,6 +274,8 @@ typedef struct rd_drop_set_s {
   uint32_t last_rec; /* the trace record accounted last */
 } rd_drop_set_t;
 
+#define RD_ACT_CACHE 4
+
 typedef struct rd_s {
   /* input */
   ms_source_t *src;
@@ -325,6 +327,11 @@ typedef struct rd_s {
                              whose entries' frames lists are dropped */
   bool drop_free;         /* MS_LOAD_NO_FREE_STACKS: frees of an alloc in the trace drop theirs */
   rd_drop_set_t drop_set; /* the allocs open so far (pickle_drop.c) */
+  /* the last action strings parsed and their actions: an entry's action is a memo get of one
+   * of a few stored strings, whose text never changes (pickle_schema.c, rd_action) */
+  const char *act_str[RD_ACT_CACHE];
+  uint8_t act_val[RD_ACT_CACHE];
+  uint8_t act_next;
   /* output */
   ms__snapbuild_t b;
   ms_errbuf_t *eb;

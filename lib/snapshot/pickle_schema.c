@@ -647,6 +647,17 @@ static int rd_trace_extra(rd_t *r, ms_snap_trace_t *t, const ms_snap_trace_extra
                                               ms_strerror(rc));
 }
 
+/* The action named by s (ms_trace_action_parse), remembered by the string's address. */
+static uint8_t rd_action(rd_t *r, const char *s) {
+  for (int i = 0; i < RD_ACT_CACHE; i++)
+    if (r->act_str[i] == s && s) return r->act_val[i];
+  uint8_t a = (uint8_t)ms_trace_action_parse(s);
+  r->act_str[r->act_next] = s;
+  r->act_val[r->act_next] = a;
+  r->act_next = (uint8_t)((r->act_next + 1) % RD_ACT_CACHE);
+  return a;
+}
+
 /* An entry of device_traces. */
 static int rd_set_trace(rd_t *r, const rd_ctx_t *c, uint8_t key, const rd_val_t *v) {
   ms__snapbuild_t *b = &r->b;
@@ -658,11 +669,13 @@ static int rd_set_trace(rd_t *r, const rd_ctx_t *c, uint8_t key, const rd_val_t 
     x = ms__trace_extra_of(t);
     MS_FORWARD_IF_ERROR(rd_want_str(r, c, v, &x.action_name));
     uint8_t was = t->action;
-    t->action = (uint8_t)ms_trace_action_parse(x.action_name);
+    t->action = rd_action(r, x.action_name);
     /* named again after its frames were left out, now as an action that keeps them */
     if ((t->present & MS_TRACE_HAS_FRAMES) && t->stack == MS_SNAP_NO_STACK && rd_drops(r, was) &&
         !rd_drops(r, t->action))
       return rd_cannot_drop(r, c);
+    /* a known action's name is its canonical one, which the builder does not keep */
+    if (t->action != MS_TRACE_OTHER) x.action_name = NULL;
     return rd_trace_extra(r, t, &x);
   }
   case K_ADDR:
