@@ -91,7 +91,7 @@ static bool dp_after_window(const rd_t *r, const ms__load_window_t *lw, const ms
 
 bool ms__pickle_drop_free(const rd_t *r, const ms_snap_trace_t *t, uint32_t list) {
   if (!r->drop_free) return false;
-  const ms__load_window_t *lw = ms__load_window_current();
+  const ms__load_window_t *lw = r->window;
   bool is_free = t->action == MS_TRACE_FREE_REQUESTED || t->action == MS_TRACE_FREE_COMPLETED;
   if (!is_free && (!lw || t->action != MS_TRACE_ALLOC)) return false;
   if (lw && !lw->free_stacks && !dp_after_window(r, lw, t, list)) return false;
@@ -126,7 +126,7 @@ int ms__pickle_drop_account(rd_t *r, uint32_t rec, uint32_t list, bool dropped) 
   s->last_rec = rec;
   const ms_snap_trace_t *t = &r->b.trace.ptr[rec];
   if (dropped && !ms__pickle_drop_free(r, t, list)) return MS_EUNSUPPORTED;
-  ms__load_window_t *lw = ms__load_window_current();
+  ms__load_window_t *lw = r->window;
   if (lw && dp_window_account(lw, t, rec, list) != MS_OK) return MS_EUNSUPPORTED;
   if (t->action == MS_TRACE_ALLOC) return dp_put(&r->drop_set, list, t->addr);
   if (t->action == MS_TRACE_FREE_COMPLETED) dp_del(&r->drop_set, list, t->addr);

@@ -327,6 +327,7 @@ typedef struct rd_s {
                              whose entries' frames lists are dropped */
   bool drop_free;         /* MS_LOAD_NO_FREE_STACKS: frees of an alloc in the trace drop theirs */
   rd_drop_set_t drop_set; /* the allocs open so far (pickle_drop.c) */
+  struct ms__load_window_s *window; /* ms__load_window_current() when the read began */
   /* the last action strings parsed and their actions: an entry's action is a memo get of one
    * of a few stored strings, whose text never changes (pickle_schema.c, rd_action) */
   const char *act_str[RD_ACT_CACHE];

@@ -34,6 +34,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "snapshot/load_window.h"
 #include "snapshot/pickle_internal.h"
 
 /* ---- errors ---------------------------------------------------------------------------------- */
@@ -917,6 +918,7 @@ static int rd_read(rd_t *r, unsigned flags, ms_snapshot_t **out, ms_errbuf_t *eb
                        1u << MS_TRACE_FREE_COMPLETED | 1u << MS_TRACE_SEGMENT_ALLOC |
                        1u << MS_TRACE_SEGMENT_FREE | 1u << MS_TRACE_OOM;
   r->drop_free = !r->skip_trace && (flags & MS_LOAD_NO_FREE_STACKS) != 0;
+  r->window = ms__load_window_current(); /* set around the whole read (load_window.c) */
   r->frame_end = RD_NO_FRAME;
   ms__snapbuild_init(&r->b);
   /* The first opcode must be PROTO (protocols 2 to 5); say so plainly for other files. */
