@@ -422,18 +422,37 @@ static int cli_top_bytes_cmp(const void *a, const void *b) {
   return cli_top_key_cmp(a, b);
 }
 
+/* A frame's class under PyTorch's filter: CLI_FR_DROPPED, CLI_FR_KEPT, or CLI_FR_PY (kept, and a
+ * file ending in .py). memo (one byte a frame, zeroed; may be NULL) remembers it: a label looks
+ * at the same frames for every row it is compared with. */
+enum { CLI_FR_DROPPED = 1, CLI_FR_KEPT, CLI_FR_PY };
+static uint8_t cli_frame_class(const ms_snapshot_t *s, uint32_t f, uint8_t *memo) {
+  if (memo && memo[f]) return memo[f];
+  uint8_t c = CLI_FR_DROPPED;
+  if (ms_view_frame_kept(s->frames[f].name, s->frames[f].filename)) {
+    size_t len = strlen(s->frames[f].filename);
+    c = len >= 3 && strcmp(s->frames[f].filename + len - 3, ".py") == 0 ? CLI_FR_PY : CLI_FR_KEPT;
+  }
+  if (memo) memo[f] = c;
+  return c;
+}
+
+/* A zeroed memo for cli_frame_class; NULL (no memo) when out of memory. */
+static uint8_t *cli_frame_memo(const ms_snapshot_t *s) {
+  return calloc(s->nframes ? s->nframes : 1, 1);
+}
+
 /* The frame that names a stack: its innermost Python frame (a file ending in .py), else the
  * innermost frame PyTorch's filter keeps; UINT32_MAX when none. */
-static uint32_t cli_top_frame(const ms_snapshot_t *s, uint32_t stack) {
+static uint32_t cli_top_frame(const ms_snapshot_t *s, uint32_t stack, uint8_t *memo) {
   if (stack == MS_SNAP_NO_STACK || stack >= s->nstacks) return UINT32_MAX;
   const ms_snap_stack_t *st = &s->stacks[stack];
   uint32_t kept = UINT32_MAX;
   for (uint32_t i = 0; i < st->nframes; i++) {
     uint32_t f = ms_snap_frame_index(s, st->first + i);
-    if (!ms_view_frame_kept(s->frames[f].name, s->frames[f].filename)) continue;
-    size_t len = strlen(s->frames[f].filename);
-    if (len >= 3 && strcmp(s->frames[f].filename + len - 3, ".py") == 0) return f;
-    if (kept == UINT32_MAX) kept = f;
+    uint8_t c = cli_frame_class(s, f, memo);
+    if (c == CLI_FR_PY) return f;
+    if (c == CLI_FR_KEPT && kept == UINT32_MAX) kept = f;
   }
   return kept;
 }
@@ -445,6 +464,7 @@ int cli_top_compute(const ms_snapshot_t *s, cli_top_by by, cli_top_t *out) {
     if (s->blocks[i].state == MS_BLOCK_ACTIVE_ALLOCATED) n++;
   cli_top_item_t *it = malloc((n ? n : 1) * sizeof *it);
   if (!it) return MS_ENOMEM;
+  uint8_t *memo = by == CLI_TOP_FRAME || by == CLI_TOP_FILE ? cli_frame_memo(s) : NULL;
   size_t k = 0;
   for (size_t si = 0; si < s->nsegments; si++) {
     const ms_snap_segment_t *g = &s->segments[si];
@@ -460,10 +480,10 @@ int cli_top_compute(const ms_snapshot_t *s, cli_top_by by, cli_top_t *out) {
         x.key = stack;
         break;
       case CLI_TOP_FRAME:
-        x.key = cli_top_frame(s, stack);
+        x.key = cli_top_frame(s, stack, memo);
         break;
       case CLI_TOP_FILE: {
-        uint32_t f = cli_top_frame(s, stack);
+        uint32_t f = cli_top_frame(s, stack, memo);
         x.key = f == UINT32_MAX ? 1 : 0;
         x.skey = f == UINT32_MAX ? "" : s->frames[f].filename;
         break;
@@ -477,6 +497,7 @@ int cli_top_compute(const ms_snapshot_t *s, cli_top_by by, cli_top_t *out) {
       it[k++] = x;
     }
   }
+  free(memo);
   cli_top_mode = by;
   qsort(it, k, sizeof *it, cli_top_key_cmp);
   size_t m = 0;
@@ -513,7 +534,7 @@ void cli_top_release(cli_top_t *t) {
 
 /* The label of an item: a frame, a file, a size, or (by stack) its innermost kept frame. */
 void cli_stack_label(const ms_snapshot_t *s, uint32_t stack, char *buf, size_t cap) {
-  uint32_t f = stack == MS_SNAP_NO_STACK ? UINT32_MAX : cli_top_frame(s, stack);
+  uint32_t f = stack == MS_SNAP_NO_STACK ? UINT32_MAX : cli_top_frame(s, stack, NULL);
   if (stack == MS_SNAP_NO_STACK)
     snprintf(buf, cap, "<no stack recorded>");
   else if (f == UINT32_MAX)
@@ -523,11 +544,12 @@ void cli_stack_label(const ms_snapshot_t *s, uint32_t stack, char *buf, size_t c
 }
 
 /* The k-th frame of a stack that PyTorch's filter keeps, innermost first; UINT32_MAX past them. */
-static uint32_t cli_kept_frame(const ms_snapshot_t *s, uint32_t stack, uint32_t k) {
+static uint32_t cli_kept_frame(const ms_snapshot_t *s, uint32_t stack, uint32_t k,
+                               uint8_t *memo) {
   const ms_snap_stack_t *st = &s->stacks[stack];
   for (uint32_t i = 0; i < st->nframes; i++) {
     uint32_t f = ms_snap_frame_index(s, st->first + i);
-    if (ms_view_frame_kept(s->frames[f].name, s->frames[f].filename) && k-- == 0) return f;
+    if (cli_frame_class(s, f, memo) != CLI_FR_DROPPED && k-- == 0) return f;
   }
   return UINT32_MAX;
 }
@@ -543,16 +565,18 @@ static void cli_top_distinguish(const ms_snapshot_t *s, const cli_top_t *t, size
                                 size_t cap) {
   uint32_t a = (uint32_t)t->items[i].key;
   if (a == MS_SNAP_NO_STACK || a >= s->nstacks) return;
-  uint32_t fa = cli_top_frame(s, a);
+  uint8_t *memo = cli_frame_memo(s);
+  uint32_t fa = cli_top_frame(s, a, memo);
   uint32_t depth[CLI_TOP_VIA];
   size_t nd = 0;
   size_t n = t->nitems < CLI_TOP_TWINS ? t->nitems : CLI_TOP_TWINS;
   for (size_t j = 0; j < n; j++) {
     uint32_t b = (uint32_t)t->items[j].key;
-    if (j == i || b == MS_SNAP_NO_STACK || b >= s->nstacks || cli_top_frame(s, b) != fa) continue;
+    if (j == i || b == MS_SNAP_NO_STACK || b >= s->nstacks || cli_top_frame(s, b, memo) != fa)
+      continue;
     uint32_t k = 0;
-    while (k < 4096 && cli_kept_frame(s, a, k) == cli_kept_frame(s, b, k) &&
-           cli_kept_frame(s, a, k) != UINT32_MAX)
+    while (k < 4096 && cli_kept_frame(s, a, k, memo) == cli_kept_frame(s, b, k, memo) &&
+           cli_kept_frame(s, a, k, memo) != UINT32_MAX)
       k++;
     size_t at = 0; /* depths kept sorted and distinct, the shallowest CLI_TOP_VIA */
     while (at < nd && depth[at] < k) at++;
@@ -564,7 +588,7 @@ static void cli_top_distinguish(const ms_snapshot_t *s, const cli_top_t *t, size
   }
   size_t len = strlen(buf);
   for (size_t d = 0; d < nd && len + 8 < cap; d++) {
-    uint32_t f = cli_kept_frame(s, a, depth[d]);
+    uint32_t f = cli_kept_frame(s, a, depth[d], memo);
     char fr[512];
     if (f == UINT32_MAX)
       snprintf(fr, sizeof fr, "no deeper frame");
@@ -573,6 +597,7 @@ static void cli_top_distinguish(const ms_snapshot_t *s, const cli_top_t *t, size
     snprintf(buf + len, cap - len, "%s%s%s", d ? ", " : " (via ", fr, d + 1 == nd ? ")" : "");
     len = strlen(buf);
   }
+  free(memo);
 }
 
 void cli_top_label(const ms_snapshot_t *s, const cli_top_t *t, size_t i, char *buf, size_t cap) {
