@@ -3,8 +3,8 @@
  * features, per-stack features, each device's phase spans, the gradient sizes that name the
  * parameters allocated before recording, a block's category, and the category series.
  *
- * Cost: every frame is matched once against every pattern; every stack is read once (its frames'
- * pattern sets ORed); spans are one pass over each trace. Classifying a block is a binary search
+ * Cost: every distinct function and file string is matched once against every pattern (a frame's
+ * set is its function's and its file's); every stack is read once (its frames' pattern sets ORed); spans are one pass over each trace. Classifying a block is a binary search
  * over its device's spans and a walk of the category rules (a few dozen).
  */
 #include <stdlib.h>
@@ -16,17 +16,67 @@
 
 /* ---- frames and stacks --------------------------------------------------------------------- */
 
-static bool attr_frame_matches(const attr_pattern_t *p, const ms_snap_frame_t *f) {
-  switch (p->kind) {
-  case ATTR_P_FUNC:
-    return ms__attr_glob(p->glob, f->name, false);
-  case ATTR_P_FILE:
-    return ms__attr_glob(p->glob, f->filename, true);
-  case ATTR_P_FRAME:
-    return ms__attr_glob(p->glob, f->name, false) && ms__attr_glob(p->glob2, f->filename, true);
-  default:
-    return false;
+/* Which patterns a frame's function (name side: func= and the function of frame=) or its file
+ * (file side: file= and the file of frame=) matches, remembered by the string's address: a
+ * function or a file is one stored string shared by all of its frames (its other lines), so each
+ * is matched against the patterns once. */
+typedef struct attr_strbits_s {
+  const char **key; /* NULL: an empty slot */
+  uint64_t *bits;   /* pw words a slot */
+  size_t cap, len;
+} attr_strbits_t;
+
+static void attr_strbits_match(const ms_attr_t *a, const char *str, bool file, uint64_t *bits) {
+  memset(bits, 0, a->pw * sizeof *bits);
+  for (size_t p = 0; p < a->rules.npat; p++) {
+    const attr_pattern_t *pt = &a->rules.pat[p];
+    bool hit = false;
+    if (!file && (pt->kind == ATTR_P_FUNC || pt->kind == ATTR_P_FRAME))
+      hit = ms__attr_glob(pt->glob, str, false);
+    else if (file && pt->kind == ATTR_P_FILE)
+      hit = ms__attr_glob(pt->glob, str, true);
+    else if (file && pt->kind == ATTR_P_FRAME)
+      hit = ms__attr_glob(pt->glob2, str, true);
+    if (hit) bits[p / 64] |= 1ull << (p % 64);
   }
+}
+
+static size_t attr_strbits_slot(const attr_strbits_t *m, const char *str) {
+  size_t i = (size_t)(ms_hash_mum((uint64_t)(uintptr_t)str, 0x9e3779b97f4a7c15ull) >> 7) &
+             (m->cap - 1);
+  while (m->key[i] && m->key[i] != str) i = (i + 1) & (m->cap - 1);
+  return i;
+}
+
+/* The bits of str (computed when first asked); NULL when out of memory. */
+static const uint64_t *attr_strbits_get(const ms_attr_t *a, attr_strbits_t *m, const char *str,
+                                        bool file) {
+  if ((m->len + 1) * 2 > m->cap) {
+    attr_strbits_t g = {NULL, NULL, m->cap ? m->cap * 2 : 256, m->len};
+    g.key = calloc(g.cap, sizeof *g.key);
+    g.bits = malloc(g.cap * a->pw * sizeof *g.bits);
+    if (!g.key || !g.bits) {
+      free(g.key);
+      free(g.bits);
+      return NULL;
+    }
+    for (size_t i = 0; i < m->cap; i++) {
+      if (!m->key[i]) continue;
+      size_t j = attr_strbits_slot(&g, m->key[i]);
+      g.key[j] = m->key[i];
+      memcpy(&g.bits[j * a->pw], &m->bits[i * a->pw], a->pw * sizeof *g.bits);
+    }
+    free(m->key);
+    free(m->bits);
+    *m = g;
+  }
+  size_t i = attr_strbits_slot(m, str);
+  if (!m->key[i]) {
+    m->key[i] = str;
+    m->len++;
+    attr_strbits_match(a, str, file, &m->bits[i * a->pw]);
+  }
+  return &m->bits[i * a->pw];
 }
 
 static bool attr_set_holds(const attr_rule_t *ru, const uint64_t *set, size_t pw) {
@@ -48,11 +98,22 @@ int ms__attr_frames(ms_attr_t *a) {
   a->fflags = calloc(nf, 1);
   a->fpat = calloc(nf * a->pw, sizeof *a->fpat);
   if (!a->fflags || !a->fpat) return MS_ENOMEM;
-  for (size_t i = 0; i < s->nframes; i++) {
+  uint64_t frame_pat[ATTR_PW] = {0}; /* frame= patterns: both sides must match */
+  for (size_t p = 0; p < a->rules.npat; p++)
+    if (a->rules.pat[p].kind == ATTR_P_FRAME) frame_pat[p / 64] |= 1ull << (p % 64);
+  attr_strbits_t names = {0}, files = {0};
+  int rc = MS_OK;
+  for (size_t i = 0; i < s->nframes && rc == MS_OK; i++) {
     const ms_snap_frame_t *f = &s->frames[i];
     uint64_t *set = &a->fpat[i * a->pw];
-    for (size_t p = 0; p < a->rules.npat; p++)
-      if (attr_frame_matches(&a->rules.pat[p], f)) set[p / 64] |= 1ull << (p % 64);
+    const uint64_t *nb = attr_strbits_get(a, &names, f->name, false);
+    const uint64_t *fb = nb ? attr_strbits_get(a, &files, f->filename, true) : NULL;
+    if (!nb || !fb) {
+      rc = MS_ENOMEM;
+      break;
+    }
+    for (size_t w = 0; w < a->pw; w++)
+      set[w] = ((nb[w] | fb[w]) & ~frame_pat[w]) | (nb[w] & fb[w] & frame_pat[w]);
     uint8_t fl = 0;
     if (attr_ends_with(f->filename, ".py")) fl |= ATTR_F_PYTHON;
     if (strncmp(f->name, "at::_ops::", 10) == 0 && strstr(f->name, "::call(")) fl |= ATTR_F_OP;
@@ -65,7 +126,11 @@ int ms__attr_frames(ms_attr_t *a) {
     }
     a->fflags[i] = fl;
   }
-  return MS_OK;
+  free(names.key);
+  free(names.bits);
+  free(files.key);
+  free(files.bits);
+  return rc;
 }
 
 /* The index of pattern set `set` among the distinct ones (added with its rule bits and phase when
