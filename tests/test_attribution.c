@@ -1157,3 +1157,61 @@ Test(attribution_cli, pprof_labels_and_perfetto_names) {
   th_rmdir(dir);
   free(dir);
 }
+
+/* A snapshot without a trace whose live blocks' stacks are one frame each, of the given
+ * (function, file) pairs: frames share their function's and their file's stored strings. */
+static ms_snapshot_t *build_frames_only(const fr_t *f, const uint64_t *size, size_t n) {
+  ms__snapbuild_t b;
+  ms__snapbuild_init(&b);
+  b.hdr.origin = MS_SNAP_ORIGIN_TORCH_DICT;
+  ms_snap_segment_t g;
+  memset(&g, 0, sizeof g);
+  g.address = SEG_BASE;
+  g.stack = MS_SNAP_NO_STACK;
+  g.is_large = true;
+  g.first_block = 0;
+  uint64_t at = SEG_BASE;
+  for (size_t i = 0; i < n; i++) {
+    add_block(&b, at, size[i], true, build_frames(&b, &f[i], 1));
+    at += size[i];
+    g.allocated_size += size[i];
+  }
+  g.total_size = at - SEG_BASE;
+  g.active_size = g.requested_size = g.allocated_size;
+  g.nblocks = (uint32_t)n;
+  g.present = MS_SEG_HAS_FRAMES | MS_SEG_HAS_POOL_ID | MS_SEG_HAS_EXPANDABLE;
+  cr_assert_eq(ms__snapbuild_add_segment(&b, &g), MS_OK);
+  ms_snap_device_t d;
+  memset(&d, 0, sizeof d);
+  cr_assert_eq(ms__snapbuild_add_device(&b, &d), MS_OK);
+  ms_snapshot_t *s = NULL;
+  ms_errbuf_t eb = {{0}};
+  cr_assert_eq(ms__snapbuild_finish(&b, &s, &eb), MS_OK, "%s", eb.msg);
+  return s;
+}
+
+Test(attribution, shared_function_and_file_strings) {
+  /* patterns are matched once per function and per file string: a frame= rule still needs
+   * both of one frame's own sides, whichever frames met the strings first */
+  static const fr_t f[] = {
+      {"forward", "/x/model.py", 10}, /* frame=forward@*model.py */
+      {"forward", "/x/other.py", 11}, /* same function, another file: file=*other.py */
+      {"helper", "/x/model.py", 12},  /* same file, another function: func=helper */
+      {"forward", "/x/model.py", 13}, /* the first frame's strings, another line */
+      {"helper2", "/x/lib.py", 14},   /* nothing */
+      {"helper", "/x/other.py", 15},  /* func=helper comes before file=*other.py */
+  };
+  static const uint64_t size[] = {512, 1024, 2048, 4096, 8192, 16384};
+  const char *rules = "defaults none\n"
+                      "activation frame=forward@*model.py\n"
+                      "parameter func=helper\n"
+                      "input file=*other.py\n";
+  cls_t c = cls_open(build_frames_only(f, size, 6), rules);
+  uint64_t got[MS_CAT_COUNT];
+  bytes_at(&c, 0, 0, got);
+  cr_assert_eq(got[MS_CAT_ACTIVATION], 512 + 4096);
+  cr_assert_eq(got[MS_CAT_PARAMETER], 2048 + 16384);
+  cr_assert_eq(got[MS_CAT_INPUT], 1024);
+  cr_assert_eq(got[MS_CAT_UNKNOWN], 8192);
+  cls_close(&c);
+}
