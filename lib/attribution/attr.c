@@ -16,12 +16,12 @@ void ms_attr_destroy(ms_attr_t *a) {
   ms__attr_rules_free(&a->rules);
   free(a->fflags);
   free(a->fpat);
-  free(a->sset);
+  ms__big_free(a->sset);
   free(a->set_pat);
   free(a->set_rules);
   free(a->set_phase);
-  free(a->ssrc);
-  free(a->sop);
+  ms__big_free(a->ssrc);
+  ms__big_free(a->sop);
   free(a->smulti);
   pthread_mutex_destroy(&a->src_mu);
   pthread_mutex_destroy(&a->ecat_mu);
@@ -30,7 +30,7 @@ void ms_attr_destroy(ms_attr_t *a) {
     free(a->dev[d].grad_addr);
     free(a->dev[d].end_addr);
     free(a->dev[d].end_size);
-    free(a->dev[d].ecat);
+    ms__big_free(a->dev[d].ecat);
   }
   free(a->dev);
   free(a);

@@ -221,7 +221,7 @@ int ms__attr_stacks(ms_attr_t *a) {
   a->rw = (a->rules.nrules + 63) / 64;
   if (a->rw == 0) a->rw = 1;
   size_t ns = s->nstacks ? s->nstacks : 1;
-  a->sset = malloc(ns * sizeof *a->sset);
+  a->sset = ms__big_malloc(ns * sizeof *a->sset); /* per stack: reuses a read's pages */
   if (!a->sset) return MS_ENOMEM;
   memset(a->sset, 0xff, ns * sizeof *a->sset);
   /* only allocations' stacks are ever classified (frees' are not read): mark them */
@@ -311,10 +311,10 @@ static int attr_dev_spans(ms_attr_t *a, size_t dev) {
   ad->n = n;
   if (n == 0) return MS_OK;
   const ms_snap_trace_t *tr = ms_timeline_entry(a->tl, dev, 0);
-  uint8_t *ph = malloc(n), *forced = calloc(n, 1);
+  uint8_t *ph = ms__big_malloc(n), *forced = ms__big_calloc(n, 1); /* a trace's length */
   if (!ph || !forced) {
-    free(ph);
-    free(forced);
+    ms__big_free(ph);
+    ms__big_free(forced);
     return MS_ENOMEM;
   }
   for (size_t i = 0; i < n; i++) {
@@ -325,7 +325,7 @@ static int attr_dev_spans(ms_attr_t *a, size_t dev) {
       ph[i] = attr_stack_phase(a, tr[i].stack);
   }
   attr_annotations(a, dev, tr, n, ph, forced);
-  free(forced);
+  ms__big_free(forced);
   attr_spanvec_t sp = {0};
   uint8_t cur = ATTR_PH_UNSET;
   size_t pending = SIZE_MAX; /* the first phaseless allocation since the last classified entry */
@@ -345,7 +345,7 @@ static int attr_dev_spans(ms_attr_t *a, size_t dev) {
   }
   if (rc == MS_OK && (pending != SIZE_MAX || sp.len == 0))
     rc = attr_span_push(&sp, pending == SIZE_MAX ? 0 : pending, ATTR_PH_NONE);
-  free(ph);
+  ms__big_free(ph);
   ad->spans = sp.ptr;
   ad->nspans = sp.len;
   return rc;
@@ -536,7 +536,7 @@ static int attr_dev_ecat(ms_attr_t *a, size_t dev) {
   attr_dev_t *ad = &a->dev[dev];
   const tl_dev_t *td = &a->tl->dev[dev];
   if (ad->n == 0) return MS_OK;
-  ad->ecat = malloc(ad->n);
+  ad->ecat = ms__big_malloc(ad->n ? ad->n : 1);
   if (!ad->ecat) return MS_ENOMEM;
   attr_memo_t m = {NULL, NULL, a->nsets};
   if (a->nsets <= ATTR_MEMO_MAX_SETS && ad->nspans < UINT32_MAX) {

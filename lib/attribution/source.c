@@ -55,8 +55,8 @@ static void attr_stack_source(const ms_attr_t *a, uint32_t st, uint32_t *src, ui
 int ms__attr_sources(ms_attr_t *a) {
   const ms_snapshot_t *s = a->snap;
   size_t ns = s->nstacks ? s->nstacks : 1, nf = s->nframes ? s->nframes : 1;
-  a->ssrc = malloc(ns * sizeof *a->ssrc);
-  a->sop = malloc(ns * sizeof *a->sop);
+  a->ssrc = ms__big_malloc(ns * sizeof *a->ssrc); /* per stack: reuse a read's pages */
+  a->sop = ms__big_malloc(ns * sizeof *a->sop);
   uint32_t *first_op = malloc(nf * sizeof *first_op);
   uint8_t *multi = calloc(nf, 1);
   if (!a->ssrc || !a->sop || !first_op || !multi) {

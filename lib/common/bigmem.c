@@ -489,10 +489,22 @@ void *ms__big_calloc(size_t n, size_t elem) {
   return big_alloc(n * elem, true);
 }
 
+/* A vector of this many bytes or more grows by an eighth, not by doubling: growing a mapping
+ * moves its pages (mremap) and copies nothing, and the room a doubling adds is filled with kept
+ * pages (big_fill_locked) that the vector may never use. A second file read in one process
+ * (compare's AFTER) then took up to half of its largest tables' pages fresh from the kernel while
+ * the first file's pages stayed kept. */
+#define BIG_VEC_SLOW ((size_t)64 << 20)
+
 int ms__big_vec_reserve(void **ptr, size_t *cap, size_t len, size_t extra, size_t elem) {
   if (extra <= *cap - len) return 0;
   size_t ncap = ms__vec_grown_cap(*cap, len, extra, elem);
   if (!ncap) return -1;
+  if (*cap >= BIG_VEC_SLOW / elem) { /* len + extra is known not to overflow here */
+    size_t need = len + extra, step = *cap + *cap / 8;
+    ncap = need > step ? need : step;
+    if (ncap > SIZE_MAX / elem) return -1;
+  }
   void *p = ms__big_realloc(*ptr, ncap * elem);
   if (!p) return -1;
   *ptr = p;
