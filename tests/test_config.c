@@ -1157,3 +1157,53 @@ Test(bigmem, a_child_of_fork_never_waits_on_the_parents_lock, .timeout = 120) {
   atomic_store(&bm_stop, true);
   pthread_join(t, NULL);
 }
+
+/* A vector past 64 MiB grows by an eighth (growing moves its pages and copies nothing), so that
+ * the room it does not use is small: a second file's vectors fill their new room with the
+ * first's kept pages. */
+Test(bigmem, a_large_vector_grows_by_an_eighth) {
+  ms_option_set(MS_OPTION_REUSE_MEMORY, 1);
+  unsigned char *v = NULL;
+  size_t cap = 0;
+  cr_assert_eq(ms__big_vec_reserve((void **)&v, &cap, 0, 40 * BM_MIB, 1), 0);
+  cr_assert_eq(cap, 64 * BM_MIB, "doubling from 16 below 64 MiB: %zu", cap);
+  cr_assert_eq(ms__big_vec_reserve((void **)&v, &cap, 64 * BM_MIB, 1, 1), 0);
+  cr_assert_eq(cap, 72 * BM_MIB, "an eighth more: %zu", cap);
+  cr_assert_eq(ms__big_vec_reserve((void **)&v, &cap, 72 * BM_MIB, 20 * BM_MIB, 1), 0);
+  cr_assert_eq(cap, 92 * BM_MIB, "what is needed when that is more: %zu", cap);
+  v[0] = 1;
+  v[92 * BM_MIB - 1] = 2;
+  ms__big_free(v);
+}
+
+/* A sparse array (the pickle reader's memo of values) grows into untouched pages: the kept
+ * resident ones stay kept for the arrays that write every page. */
+Test(bigmem, reuse_on_a_sparse_array_leaves_the_kept_pages_kept) {
+  ms_option_set(MS_OPTION_REUSE_MEMORY, 1);
+  /* the most ever in use, 96 MiB, leaves room for the kept range beside the sparse array
+   * (kept and in use together stay within it: reuse_on_holds_one_working_set...) */
+  unsigned char *a = ms__big_malloc(32 * BM_MIB), *other = ms__big_malloc(64 * BM_MIB);
+  cr_assert_not_null(a);
+  cr_assert_not_null(other);
+  memset(a, 5, 32 * BM_MIB);
+  ms__big_free(a);
+  ms__big_free(other); /* never touched: given back */
+  cr_assert(bm_mapped(a, 32 * BM_MIB), "kept");
+  unsigned char *v = NULL;
+  size_t cap = 0;
+  cr_assert_eq(ms__big_vec_reserve((void **)&v, &cap, 0, 1, 1), 0);
+  ms__big_sparse(v);
+  for (size_t len = 1; len < 24 * BM_MIB; len += BM_MIB) { /* (len: the bytes in use) */
+    cr_assert_eq(ms__big_vec_reserve((void **)&v, &cap, len, BM_MIB, 1), 0);
+    v[len + BM_MIB - 1] = 7; /* one byte a MiB */
+  }
+  cr_assert(v + cap <= a || v >= a + 32 * BM_MIB, "the sparse array is not in the kept range");
+  cr_assert(bm_mapped(a, 32 * BM_MIB), "the kept range is still kept, whole");
+  for (size_t len = 1; len < 24 * BM_MIB; len += BM_MIB) cr_assert_eq(v[len + BM_MIB - 1], 7);
+  cr_assert_eq(v[BM_MIB + 4096], 0, "an untouched page reads zeros");
+  unsigned char *b = ms__big_malloc(32 * BM_MIB); /* a dense array takes the kept pages */
+  cr_assert_eq(b, a);
+  cr_assert(bm_all(b, 32 * BM_MIB, 5));
+  ms__big_free(b);
+  ms__big_free(v);
+}

@@ -52,6 +52,7 @@
 typedef struct big_hdr_s {
   size_t map;  /* length of the mapping the array begins; 0: malloc'd */
   size_t size; /* bytes asked for */
+  bool sparse; /* written here and there (ms__big_sparse): grows into untouched pages */
 } big_hdr_t;
 _Static_assert(sizeof(big_hdr_t) <= BIG_HDR, "the header fits before the array");
 
@@ -65,6 +66,7 @@ static void *big_from_malloc(size_t bytes) {
   if (!h) return NULL;
   h->map = 0;
   h->size = bytes;
+  h->sparse = false;
   return (char *)h + BIG_HDR;
 }
 
@@ -222,16 +224,17 @@ static size_t big_fill_locked(char *dst, size_t n) {
 
 /* A mapping of len bytes: a kept range when one is large enough (the smallest such; its tail
  * stays kept), else the largest kept range grown by mremap and filled with the other kept
- * ranges' pages, else a fresh mapping. *dirty: how many bytes from its start may hold old data
- * (the rest reads as zeros). NULL when out of memory. */
-static char *big_take(size_t len, size_t *dirty) {
+ * ranges' pages, else a fresh mapping (always, for a sparse array: kept pages would be resident
+ * where it writes nothing). *dirty: how many bytes from its start may hold old data (the rest
+ * reads as zeros). NULL when out of memory. */
+static char *big_take(size_t len, size_t *dirty, bool sparse) {
   *dirty = 0;
   char *got = NULL;
   bool reuse = big_reusing(); /* read before the lock: a first read may warn through the hook */
   big_lock_take();
   if (!reuse) big_trim_locked();
-  size_t best = big_fit_locked(len), largest = SIZE_MAX;
-  for (size_t i = 0; i < big_nkept; i++)
+  size_t best = sparse ? SIZE_MAX : big_fit_locked(len), largest = SIZE_MAX;
+  for (size_t i = 0; i < big_nkept && !sparse; i++)
     if (largest == SIZE_MAX || big_kept[i].len > big_kept[largest].len) largest = i;
   if (best != SIZE_MAX) {
     got = big_cut_locked(best, len);
@@ -352,19 +355,21 @@ static void big_give(char *addr, size_t len) {
     if (!kept[k]) munmap(piece[k].addr, piece[k].len);
 }
 
-static void *big_alloc(size_t bytes, bool zero) {
+static void *big_alloc(size_t bytes, bool zero, bool sparse) {
   if (bytes + BIG_HDR < BIG_MIN || bytes > SIZE_MAX - BIG_HDR) {
     void *p = big_from_malloc(bytes);
     if (p && zero) memset(p, 0, bytes);
+    if (p) big_hdr(p)->sparse = sparse;
     return p;
   }
   size_t len = big_map_len(bytes), dirty;
   if (!len) return NULL;
-  char *m = big_take(len, &dirty);
+  char *m = big_take(len, &dirty, sparse);
   if (!m) return NULL;
   big_hdr_t *h = (big_hdr_t *)(void *)m;
   h->map = len;
   h->size = bytes;
+  h->sparse = sparse;
   char *p = m + BIG_HDR;
   if (zero && dirty > BIG_HDR) memset(p, 0, dirty - BIG_HDR < bytes ? dirty - BIG_HDR : bytes);
   return p;
@@ -396,6 +401,7 @@ static bool big_grow_in_place(big_hdr_t *h, size_t len) {
  * NULL when out of memory (h unchanged). */
 static big_hdr_t *big_grow_moved(big_hdr_t *h, size_t len) {
   size_t old = h->map;
+  bool sparse = h->sparse; /* h moves with the pages */
   big_lock_take();
   big_use_locked(len - old);
   char *m = mremap(h, old, len, MREMAP_MAYMOVE);
@@ -412,7 +418,7 @@ static big_hdr_t *big_grow_moved(big_hdr_t *h, size_t len) {
       munmap((char *)h + moved, old - moved);
     }
   }
-  big_fill_locked(m + old, len - old);
+  if (!sparse) big_fill_locked(m + old, len - old);
   big_bound_locked(0);
   pthread_mutex_unlock(&big_lock);
   big_advise(m, len);
@@ -422,12 +428,12 @@ static big_hdr_t *big_grow_moved(big_hdr_t *h, size_t len) {
 }
 
 void *ms__big_realloc(void *p, size_t bytes) {
-  if (!p) return big_alloc(bytes, false);
+  if (!p) return big_alloc(bytes, false, false);
   big_hdr_t *h = big_hdr(p);
   if (h->map) {
     size_t len = big_map_len(bytes);
     if (!len) return NULL;
-    if (len > h->map && !big_grow_in_place(h, len)) {
+    if (len > h->map && (h->sparse || !big_grow_in_place(h, len))) {
       big_hdr_t *g = big_grow_moved(h, len);
       if (!g) return NULL;
       h = g;
@@ -441,7 +447,7 @@ void *ms__big_realloc(void *p, size_t bytes) {
     n->size = bytes;
     return (char *)n + BIG_HDR;
   }
-  void *q = big_alloc(bytes, false);
+  void *q = big_alloc(bytes, false, h->sparse);
   if (!q) return NULL;
   memcpy(q, p, h->size < bytes ? h->size : bytes);
   free(h);
@@ -459,14 +465,15 @@ void ms__big_free(void *p) {
 
 #else /* no mremap: malloc's arrays behind the same header */
 
-static void *big_alloc(size_t bytes, bool zero) {
+static void *big_alloc(size_t bytes, bool zero, bool sparse) {
+  (void)sparse; /* malloc's pages: nothing to choose */
   void *p = big_from_malloc(bytes);
   if (p && zero) memset(p, 0, bytes);
   return p;
 }
 
 void *ms__big_realloc(void *p, size_t bytes) {
-  if (!p) return big_alloc(bytes, false);
+  if (!p) return big_alloc(bytes, false, false);
   if (bytes > SIZE_MAX - BIG_HDR) return NULL;
   big_hdr_t *n = realloc(big_hdr(p), bytes + BIG_HDR);
   if (!n) return NULL;
@@ -481,12 +488,16 @@ void ms__big_free(void *p) {
 #endif
 
 void *ms__big_malloc(size_t bytes) {
-  return big_alloc(bytes, false);
+  return big_alloc(bytes, false, false);
 }
 
 void *ms__big_calloc(size_t n, size_t elem) {
   if (elem && n > SIZE_MAX / elem) return NULL;
-  return big_alloc(n * elem, true);
+  return big_alloc(n * elem, true, false);
+}
+
+void ms__big_sparse(void *p) {
+  if (p) big_hdr(p)->sparse = true;
 }
 
 /* A vector of this many bytes or more grows by an eighth, not by doubling: growing a mapping

@@ -69,6 +69,10 @@ void *ms__big_calloc(size_t n, size_t elem);
 void *ms__big_realloc(void *p, size_t bytes);
 void ms__big_free(void *p);
 int ms__big_vec_reserve(void **ptr, size_t *cap, size_t len, size_t extra, size_t elem);
+/* Marks p (from these functions) as an array written only here and there (the pickle reader's
+ * memo of values): it grows into untouched pages, never the kept resident ones, so that its
+ * pages stay untouched where nothing is written, whatever a previous read left kept. */
+void ms__big_sparse(void *p);
 
 /* "output.c" */
 void ms__message(const char *prefix, const char *fmt, ...) MS_PRINTF(2, 3);

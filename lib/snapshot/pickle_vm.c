@@ -921,6 +921,9 @@ static int rd_read(rd_t *r, unsigned flags, ms_snapshot_t **out, ms_errbuf_t *eb
   r->window = ms__load_window_current(); /* set around the whole read (load_window.c) */
   r->frame_end = RD_NO_FRAME;
   ms__snapbuild_init(&r->b);
+  /* the memo's values are written only for what is not a container: most of its pages stay
+   * untouched, and it must not take a previous read's resident pages (common/internal.h) */
+  if (MS_BIGVEC_RESERVE(&r->memo, 1) == 0) ms__big_sparse(r->memo.ptr);
   /* The first opcode must be PROTO (protocols 2 to 5); say so plainly for other files. */
   rc = rd_need(r, 2, "the pickle header");
   if (rc == MS_OK && ((uint8_t)r->buf[0] != 0x80 || (uint8_t)r->buf[1] < 2))
