@@ -347,6 +347,7 @@ typedef struct rd_s {
                                 (rising); tlists_broken: one came out of order, and no more are
                                 listed */
   bool tlists_broken;
+  size_t revived; /* frames lists made again from the memo (ms__pickle_revive) */
   MS_VEC(rd_pframe_t) pframes;
   uint32_t pframe_free;
   MS_VEC(int64_t) pairs;

@@ -35,7 +35,7 @@
 #define RD_KIND_FREE 0xffu
 
 bool ms__pickle_recycle = true;
-size_t ms__pickle_last_objs;
+size_t ms__pickle_last_objs, ms__pickle_last_revived;
 
 int ms__pickle_new_obj(rd_t *r, uint8_t kind, uint32_t *id) {
   rd_obj_t o = {kind, R_NONE, 0, K_UNKNOWN, RD_NO_OBJ, {0}, 0, 0};
@@ -216,5 +216,6 @@ int ms__pickle_revive(rd_t *r, uint32_t idx) {
   f->count = r->tf_count.ptr[rec];
   r->memo_tag.ptr[idx] = V_OBJ;
   r->memo_obj.ptr[idx] = fl;
+  r->revived++;
   return MS_OK;
 }
