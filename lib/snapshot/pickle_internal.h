@@ -561,14 +561,15 @@ int ms__pickle_finish(rd_t *r, ms_snapshot_t **out);
 
 /* A container's object, new or recycled from those freed. */
 int ms__pickle_new_obj(rd_t *r, uint8_t kind, uint32_t *id);
-/* Object id was made a child of object parent (ms__pickle_create): what may free them later. */
-void ms__pickle_child_born(rd_t *r, uint32_t parent, uint32_t id);
+/* A container was made a child of object parent (ms__pickle_create): the parent's path may be
+ * needed as long as the child can be named. */
+void ms__pickle_child_born(rd_t *r, uint32_t parent);
 /* Object id was put into the memo at idx (rd_memo_put). */
 void ms__pickle_memoized(rd_t *r, uint32_t id, uint32_t idx);
-/* Trace entries st[from..to) (past the stack's length now) were stored into device list lid:
+/* Trace entries st[from..to) (past the stack's length now) were stored into a device list:
  * those that nothing can name again are freed, with their frames lists (a memoized one stays
  * in the memo as RD_TAG_TFRAMES). */
-int ms__pickle_retire_entries(rd_t *r, uint32_t lid, size_t from, size_t to);
+int ms__pickle_retire_entries(rd_t *r, size_t from, size_t to);
 /* Device list lid gets its first trace record. */
 int ms__pickle_trace_list(rd_t *r, uint32_t lid);
 /* Memo entry idx, an RD_TAG_TFRAMES, made objects again (the memo holds the list again). */

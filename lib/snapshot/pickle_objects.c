@@ -198,7 +198,7 @@ int ms__pickle_create(rd_t *r, uint8_t kind, rd_val_t *out) {
       const rd_obj_t *p = &r->objs.ptr[c.parent];
       o->aux = p->role == R_SETMAP ? p->aux + 1 : 1;
     }
-    if (c.parent != RD_NO_OBJ) ms__pickle_child_born(r, c.parent, id);
+    if (c.parent != RD_NO_OBJ) ms__pickle_child_born(r, c.parent);
   }
   MS_FORWARD_IF_ERROR(ms__pickle_birth(r, id));
   *out = rd_obj_val(id);

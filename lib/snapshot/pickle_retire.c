@@ -58,8 +58,7 @@ static void rt_free(rd_t *r, uint32_t id) {
   r->free_obj = id;
 }
 
-void ms__pickle_child_born(rd_t *r, uint32_t parent, uint32_t id) {
-  (void)id;
+void ms__pickle_child_born(rd_t *r, uint32_t parent) {
   rd_obj_t *p = &r->objs.ptr[parent];
   if (p->role == R_TRACE)
     p->flags |= (p->flags & OF_ONE) ? OF_KEEP : OF_ONE;
@@ -181,8 +180,7 @@ static int rt_retire(rd_t *r, uint32_t e) {
   return MS_OK;
 }
 
-int ms__pickle_retire_entries(rd_t *r, uint32_t lid, size_t from, size_t to) {
-  (void)lid;
+int ms__pickle_retire_entries(rd_t *r, size_t from, size_t to) {
   if (!ms__pickle_recycle) return MS_OK;
   for (size_t i = from; i < to; i++) {
     const rd_val_t *v = &r->st.ptr[i]; /* past st.len: nothing was pushed since */

@@ -463,7 +463,7 @@ int ms__pickle_appends(rd_t *r, uint32_t lid, size_t from) {
   }
   size_t end = r->st.len;
   r->st.len = start;
-  if (r->objs.ptr[lid].role == R_TRACES) return ms__pickle_retire_entries(r, lid, start, end);
+  if (r->objs.ptr[lid].role == R_TRACES) return ms__pickle_retire_entries(r, start, end);
   return MS_OK;
 }
 
