@@ -261,7 +261,8 @@ typedef struct rd_obj_s {
   uint32_t ref;    /* record index in the builder; first record of a list; frame/stack index;
                       pending-frame slot; first child of a settings map; next free object */
   uint32_t count;  /* items stored so far; a trace entry dict (which counts none): its frames
-                      list + 1 once that list, its child, is stored as its "frames" (rd_items) */
+                      list + 1 once that list (its child, or one made again from the memo) is
+                      stored as its "frames" (rd_items) */
 } rd_obj_t;
 /* 20 bytes: a 1 GB trace has 10 M of them (its entries and their frames lists), of which a read
  * keeps only those that can still be named (pickle_retire.c) */
@@ -564,6 +565,8 @@ int ms__pickle_new_obj(rd_t *r, uint8_t kind, uint32_t *id);
 /* A container was made a child of object parent (ms__pickle_create): the parent's path may be
  * needed as long as the child can be named. */
 void ms__pickle_child_born(rd_t *r, uint32_t parent);
+/* Frames list fl was stored as trace entry e's "frames". */
+void ms__pickle_frames_stored(rd_t *r, uint32_t e, uint32_t fl);
 /* Object id was put into the memo at idx (rd_memo_put). */
 void ms__pickle_memoized(rd_t *r, uint32_t id, uint32_t idx);
 /* Trace entries st[from..to) (past the stack's length now) were stored into a device list:

@@ -35,6 +35,9 @@
 #define RD_RETIRE_SCAN 64
 /* rd_obj_t.kind of a freed object (debugging) */
 #define RD_KIND_FREE 0xffu
+/* rd_obj_t.key of an entry made again with its frames list (ms__pickle_revive): no key of the
+ * schema (it sits in a list, so its key is in no path) */
+#define RD_KEY_REVIVED K_COUNT
 
 bool ms__pickle_recycle = true;
 size_t ms__pickle_last_objs, ms__pickle_last_revived;
@@ -66,6 +69,18 @@ void ms__pickle_child_born(rd_t *r, uint32_t parent) {
     p->flags |= (p->flags & OF_ONE) ? OF_KEEP : OF_ONE;
   else if (p->role == R_FRAMES)
     p->flags |= OF_KEEP; /* a frame dict met first in this list: its path goes through it */
+}
+
+/* Whether list fl was made again from the memo (its entry, behind it for paths only, too). */
+static bool rt_revived(const rd_t *r, uint32_t fl) {
+  uint32_t p = r->objs.ptr[fl].parent;
+  return p != RD_NO_OBJ && r->objs.ptr[p].key == RD_KEY_REVIVED;
+}
+
+void ms__pickle_frames_stored(rd_t *r, uint32_t e, uint32_t fl) {
+  rd_obj_t *o = &r->objs.ptr[e];
+  /* its own list, or one made again that it alone holds: freed with it */
+  if (r->objs.ptr[fl].parent == e || (!(o->flags & OF_ONE) && rt_revived(r, fl))) o->count = fl + 1;
 }
 
 void ms__pickle_memoized(rd_t *r, uint32_t id, uint32_t idx) {
@@ -121,7 +136,8 @@ static bool rt_on_stack(const rd_t *r, uint32_t a, uint32_t b) {
 static uint8_t rt_tag(const rd_t *r, uint32_t e, uint32_t fl) {
   const rd_obj_t *o = &r->objs.ptr[e], *f = &r->objs.ptr[fl];
   uint32_t rec = o->ref;
-  if (rec >= r->b.trace.len || o->kind != O_DICT || o->key != K_UNKNOWN) return 0;
+  if (rec >= r->b.trace.len || o->kind != O_DICT) return 0;
+  if (o->key != K_UNKNOWN && o->key != RD_KEY_REVIVED) return 0;
   uint32_t lid = rt_list_of(r, rec);
   if (lid == RD_NO_OBJ || lid != o->parent || rec - r->objs.ptr[lid].ref != o->idx) return 0;
   const uint8_t eflags = OF_USED | OF_ONE, fflags = OF_USED | OF_SEALED | OF_ONE;
@@ -153,17 +169,20 @@ static int rt_keep_in_memo(rd_t *r, uint32_t e, uint32_t fl, bool *kept) {
 }
 
 /* Entry e, just stored into its device list and off the stack: freed, with its frames list, when
- * nothing can name them again. */
+ * nothing can name them again. That list is its own child, or a list made again from the memo
+ * (whose entry made again, its parent, goes with it). */
 static int rt_retire(rd_t *r, uint32_t e) {
   const rd_obj_t *o = &r->objs.ptr[e];
   if (o->role != R_TRACE || (o->flags & OF_KEEP)) return MS_OK;
-  uint32_t fl = RD_NO_OBJ;
-  if (o->flags & OF_ONE) {
-    if (o->count == 0) return MS_OK; /* its child is not its frames list */
-    fl = o->count - 1;
+  if ((o->flags & OF_ONE) && o->count == 0) return MS_OK; /* its child is not its frames list */
+  uint32_t fl = o->count ? o->count - 1 : RD_NO_OBJ, owner = e;
+  if (fl != RD_NO_OBJ) {
     const rd_obj_t *f = &r->objs.ptr[fl];
-    if (f->parent != e || f->role != R_FRAMES || (f->flags & OF_KEEP) || fl == r->fbuf_owner)
-      return MS_OK;
+    if (f->parent != e) { /* a list made again (ms__pickle_frames_stored) */
+      if ((o->flags & OF_ONE) || !rt_revived(r, fl)) return MS_OK;
+      owner = f->parent;
+    }
+    if (f->role != R_FRAMES || (f->flags & OF_KEEP) || fl == r->fbuf_owner) return MS_OK;
     if (f->flags & OF_PENDING) MS_FORWARD_IF_ERROR(ms__pickle_flush(r));
   }
   if (r->st.len > RD_RETIRE_SCAN || rt_on_stack(r, e, fl)) return MS_OK;
@@ -173,10 +192,11 @@ static int rt_retire(rd_t *r, uint32_t e) {
         (f->flags & OF_ONE) && r->memo_tag.ptr[f->memo] == V_OBJ && r->memo_obj.ptr[f->memo] == fl;
     if (named) {
       bool kept = false;
-      MS_FORWARD_IF_ERROR(rt_keep_in_memo(r, e, fl, &kept));
+      MS_FORWARD_IF_ERROR(rt_keep_in_memo(r, owner, fl, &kept));
       if (!kept) return MS_OK;
     }
     rt_free(r, fl);
+    if (owner != e) rt_free(r, owner); /* named by nothing but its list */
   }
   rt_free(r, e);
   return MS_OK;
@@ -201,6 +221,7 @@ int ms__pickle_revive(rd_t *r, uint32_t idx) {
   MS_FORWARD_IF_ERROR(ms__pickle_new_obj(r, O_LIST, &fl));
   rd_obj_t *o = &r->objs.ptr[e], *f = &r->objs.ptr[fl];
   o->role = R_TRACE;
+  o->key = RD_KEY_REVIVED;
   o->flags = (uint8_t)(OF_USED | OF_ONE | (tag & RD_TF_ENTRY_ACCOUNTED ? OF_ACCOUNTED : 0) |
                        (tag & RD_TF_ENTRY_DROPPED ? OF_DROPPED : 0));
   o->parent = lid;

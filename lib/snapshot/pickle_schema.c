@@ -651,12 +651,6 @@ static int rd_trace_extra(rd_t *r, ms_snap_trace_t *t, const ms_snap_trace_extra
                                               ms_strerror(rc));
 }
 
-/* Frames list fl is stored as trace entry e's "frames": when it was made for e, e holds it, so
- * that e frees it with itself (pickle_retire.c). */
-static void rd_frames_child(rd_t *r, uint32_t e, uint32_t fl) {
-  if (r->objs.ptr[fl].parent == e) r->objs.ptr[e].count = fl + 1;
-}
-
 /* An entry of device_traces. */
 static int rd_set_trace(rd_t *r, const rd_ctx_t *c, uint8_t key, const rd_val_t *v) {
   ms__snapbuild_t *b = &r->b;
@@ -713,7 +707,7 @@ static int rd_set_trace(rd_t *r, const rd_ctx_t *c, uint8_t key, const rd_val_t 
     if (v->t == V_OBJ && v->v.obj == r->fbuf_owner && r->fbuf_len > 0) {
       /* the list just filled, the usual case: its stack is interned a little later */
       MS_FORWARD_IF_ERROR(rd_want_obj(r, c, v, R_FRAMES, &id));
-      rd_frames_child(r, c->obj, id);
+      ms__pickle_frames_stored(r, c->obj, id);
       t->present |= MS_TRACE_HAS_FRAMES;
       if (!drop) return rd_defer_frames(r, id, r->objs.ptr[c->obj].ref);
       /* MS_LOAD_NO_*_STACKS: its frame indices, last at the builder's tail, are dropped */
@@ -725,7 +719,7 @@ static int rd_set_trace(rd_t *r, const rd_ctx_t *c, uint8_t key, const rd_val_t 
       return MS_OK;
     }
     MS_FORWARD_IF_ERROR(rd_frames_stack_ex(r, c, v, drop, &st));
-    rd_frames_child(r, c->obj, v->v.obj); /* a V_OBJ: rd_frames_stack_ex took it */
+    ms__pickle_frames_stored(r, c->obj, v->v.obj); /* a V_OBJ: rd_frames_stack_ex took it */
     if (drop && st == MS_SNAP_NO_STACK) r->objs.ptr[c->obj].flags |= OF_DROPPED;
     t = &b->trace.ptr[r->objs.ptr[c->obj].ref];
     t->stack = st;
