@@ -577,6 +577,8 @@ int ms__pickle_retire_entries(rd_t *r, size_t from, size_t to);
 int ms__pickle_trace_list(rd_t *r, uint32_t lid);
 /* Memo entry idx, an RD_TAG_TFRAMES, made objects again (the memo holds the list again). */
 int ms__pickle_revive(rd_t *r, uint32_t idx);
+/* At the end of a read: the counts for tests (common/internal.h), the tables freed. */
+void ms__pickle_retire_release(rd_t *r);
 
 /* ---- pickle_drop.c --------------------------------------------------------------------------- */
 

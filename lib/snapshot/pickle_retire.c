@@ -240,3 +240,10 @@ int ms__pickle_revive(rd_t *r, uint32_t idx) {
   r->revived++;
   return MS_OK;
 }
+
+void ms__pickle_retire_release(rd_t *r) {
+  ms__pickle_last_objs = r->objs.len;
+  ms__pickle_last_revived = r->revived;
+  ms__big_free(r->tf_count.ptr);
+  MS_VEC_FREE(&r->tlists);
+}

@@ -946,10 +946,7 @@ static int rd_read(rd_t *r, unsigned flags, ms_snapshot_t **out, ms_errbuf_t *eb
   ms__big_free(r->memo_obj.ptr);
   ms__big_free(r->memo_tag.ptr);
   ms__big_free(r->objs.ptr);
-  ms__pickle_last_objs = r->objs.len;
-  ms__pickle_last_revived = r->revived;
-  ms__big_free(r->tf_count.ptr);
-  MS_VEC_FREE(&r->tlists);
+  ms__pickle_retire_release(r);
   MS_VEC_FREE(&r->pframes);
   MS_VEC_FREE(&r->pairs);
   MS_VEC_FREE(&r->tmp);
