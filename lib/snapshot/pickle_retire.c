@@ -20,9 +20,11 @@
  * to the memo tag (RD_TF_*). It is kept so only when all of that gives back exactly the two
  * objects as they were; else both stay. A get makes them again (ms__pickle_revive), and the memo
  * holds the new list from then on, as it held the old one: every field, and so every message a
- * file can make from them, is what it was. The two objects made again stay to the end of the
- * read: a file that names many lists again long after their entries (the frees of old blocks, in
- * a file that does not memoize its entries) keeps two objects for each of those lists, as before.
+ * file can make from them, is what it was. The entry that then stores the list as its frames
+ * holds it (count) as if it were its own, and when that entry is freed the list goes back into
+ * its memo entry and both objects made again are freed with it (the entry made again is marked by
+ * RD_KEY_REVIVED): a file that names its lists again long after their entries (the frees of old
+ * blocks, a stack met again, in a file that does not memoize its entries) keeps no more objects.
  *
  * What is never freed: an object on the stack (a scan of at most RD_RETIRE_SCAN values, else
  * nothing is freed), memoized twice or a memoized dict (OF_KEEP), the parent of a container
