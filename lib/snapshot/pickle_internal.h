@@ -15,6 +15,9 @@
  *                     builder's stack tail (a run of memo gets, or APPENDS of interned frames)
  *   pickle_drop.c     which trace entries' stacks a read may leave out (MS_LOAD_NO_FREE_STACKS:
  *                     frees paired with their alloc as the time index pairs them)
+ *   pickle_retire.c   the objects of trace entries and frames lists that nothing can name again,
+ *                     freed for the next containers (a memoized frames list kept in its memo
+ *                     entry, made again by a get)
  *
  * Vocabulary. The VM never builds a generic object tree. A value (rd_val_t) is a scalar, a string
  * in the builder's arena, or an object (rd_obj_t: a dict, list or set) with a role (R_*): the
@@ -30,7 +33,7 @@
  * tables) are static inline here.
  *
  * Names: rd_ is the reader's private vocabulary (types, static and inline helpers); functions
- * called from another of the four files are ms__pickle_*.
+ * called from another of the reader's files are ms__pickle_*.
  */
 #ifndef MEMSNAP_LIB_SNAPSHOT_PICKLE_INTERNAL_H
 #define MEMSNAP_LIB_SNAPSHOT_PICKLE_INTERNAL_H
@@ -77,6 +80,18 @@ enum rd_vtype {
 
 /* rd_t.memo_tag of a V_SKIP value (its kind in the low bits), which needs no rd_val_t */
 #define RD_TAG_SKIP 0x80u
+/* rd_t.memo_tag of a trace entry's frames list whose objects were freed (pickle_retire.c): its
+ * memo_obj is the entry's trace record, the low bits say which flags they had (RD_TF_*); a get
+ * makes the objects again (ms__pickle_revive) */
+#define RD_TAG_TFRAMES 0x40u
+enum {
+  RD_TF_LIST_DROPPED = 1u << 0,  /* the list had OF_DROPPED */
+  RD_TF_ENTRY_ACCOUNTED = 1u << 1, /* the entry had OF_ACCOUNTED */
+  RD_TF_ENTRY_DROPPED = 1u << 2, /* the entry had OF_DROPPED */
+};
+static inline bool rd_tag_tframes(uint8_t tag) {
+  return (tag & ~7u) == RD_TAG_TFRAMES;
+}
 
 /* rd_val_t.flags */
 enum {
@@ -224,6 +239,12 @@ enum {
   OF_DROPPED = 1u << 4,  /* frames list whose stack was left out (MS_LOAD_NO_*_STACKS), or a
                             trace entry with such a list */
   OF_ACCOUNTED = 1u << 5, /* trace entry accounted for by pickle_drop.c */
+  /* For pickle_retire.c, which frees what can no longer be named (issue #33): */
+  OF_ONE = 1u << 6,  /* a list whose parent is a dict: memoized at one index, held in idx; a
+                        trace entry dict: the parent of one container (its frames list, held in
+                        count once it is stored there) */
+  OF_KEEP = 1u << 7, /* never freed: memoized twice, or a dict memoized, or the parent of more
+                        than the one container OF_ONE stands for */
 };
 
 typedef struct rd_obj_s {
@@ -235,13 +256,23 @@ typedef struct rd_obj_s {
   union {
     uint32_t idx; /* its index in a list parent (for paths) */
     uint32_t aux; /* R_SETMAP, whose parent is a dict: nesting depth */
+    uint32_t memo; /* a list with OF_ONE (its parent a dict, so no index): its memo index */
   };
   uint32_t ref;    /* record index in the builder; first record of a list; frame/stack index;
-                      pending-frame slot; first child of a settings map */
-  uint32_t count;  /* items stored so far */
+                      pending-frame slot; first child of a settings map; next free object */
+  uint32_t count;  /* items stored so far; a trace entry dict (which counts none): its frames
+                      list + 1 once that list (its child, or one made again from the memo) is
+                      stored as its "frames" (rd_items) */
 } rd_obj_t;
-/* 20 bytes: a 1 GB trace has 10 M of them (its entries and their frames lists) */
+/* 20 bytes: a 1 GB trace has 10 M of them (its entries and their frames lists), of which a read
+ * keeps only those that can still be named (pickle_retire.c) */
 _Static_assert(sizeof(rd_obj_t) == 20, "rd_obj_t stays small");
+
+/* The items an object holds, as rd_place weighs them (a trace entry's count holds its frames
+ * list instead: a dict of a trace entry counts no items). */
+static inline uint32_t rd_items(const rd_obj_t *o) {
+  return o->role == R_TRACE ? 0 : o->count;
+}
 
 /* A trace entry's frames list whose stack is interned later (ms__pickle_flush), so that the
  * intern table's slot, prefetched now, is in cache by then. Its frame indices stay at the end of
@@ -302,13 +333,24 @@ typedef struct rd_s {
                             says so (RD_TAG_*); its pages for skipped values and containers stay
                             untouched */
   MS_VEC(uint32_t) memo_obj; /* the memo's containers: memo_obj.ptr[i] is the object of entry i
-                                when memo_tag[i] is V_OBJ (a memo of a long trace is mostly its
-                                frames lists or entries: 4 bytes each instead of 16) */
+                                when memo_tag[i] is V_OBJ, the trace record of a freed frames
+                                list's entry when it is RD_TAG_TFRAMES (a memo of a long trace is
+                                mostly its frames lists or entries: 4 bytes each instead of 16) */
   MS_VEC(uint8_t) memo_tag; /* one byte an entry: 0 unset, RD_TAG_SKIP | kind for a V_SKIP value,
-                               V_OBJ for a container (its object in memo_obj.ptr), else the value's
-                               type (V_*), its value in memo.ptr */
+                               V_OBJ for a container (its object in memo_obj.ptr), RD_TAG_TFRAMES |
+                               RD_TF_* for a freed frames list (its entry's record in memo_obj.ptr),
+                               else the value's type (V_*), its value in memo.ptr */
   bool memo_holes;     /* a PUT beyond the memo's end left unset entries below it */
-  MS_VEC(rd_obj_t) objs;
+  MS_VEC(rd_obj_t) objs; /* grows only when free_obj is empty: its length is the most objects
+                            alive at once */
+  uint32_t free_obj;     /* the first freed object (RD_NO_OBJ: none), linked through ref */
+  MS_VEC(uint32_t) tf_count; /* by trace record: the items of its freed frames list (written
+                                only for those) */
+  MS_VEC(uint32_t) tlists;   /* the device lists of trace entries, by their first record
+                                (rising); tlists_broken: one came out of order, and no more are
+                                listed */
+  bool tlists_broken;
+  size_t revived; /* frames lists made again from the memo (ms__pickle_revive) */
   MS_VEC(rd_pframe_t) pframes;
   uint32_t pframe_free;
   MS_VEC(int64_t) pairs;
@@ -518,9 +560,33 @@ int ms__pickle_setitems(rd_t *r, uint32_t did, size_t from, const char *op);
 /* APPENDS / APPEND / LIST: items st[from..len) into list lid (RD_NO_OBJ: a skipped list), then
  * dropped from the stack. */
 int ms__pickle_appends(rd_t *r, uint32_t lid, size_t from);
+/* Interns the queued frames lists' stacks (rd_pend_t), in order. */
+int ms__pickle_flush(rd_t *r);
 /* After STOP: checks that the records tile their arrays, fills what older eras lack, and hands
  * the builder's snapshot to *out. */
 int ms__pickle_finish(rd_t *r, ms_snapshot_t **out);
+
+/* ---- pickle_retire.c ------------------------------------------------------------------------ */
+
+/* A container's object, new or recycled from those freed. */
+int ms__pickle_new_obj(rd_t *r, uint8_t kind, uint32_t *id);
+/* A container was made a child of object parent (ms__pickle_create): the parent's path may be
+ * needed as long as the child can be named. */
+void ms__pickle_child_born(rd_t *r, uint32_t parent);
+/* Frames list fl was stored as trace entry e's "frames". */
+void ms__pickle_frames_stored(rd_t *r, uint32_t e, uint32_t fl);
+/* Object id was put into the memo at idx (rd_memo_put). */
+void ms__pickle_memoized(rd_t *r, uint32_t id, uint32_t idx);
+/* Trace entries st[from..to) (past the stack's length now) were stored into a device list:
+ * those that nothing can name again are freed, with their frames lists (a memoized one stays
+ * in the memo as RD_TAG_TFRAMES). */
+int ms__pickle_retire_entries(rd_t *r, size_t from, size_t to);
+/* Device list lid gets its first trace record. */
+int ms__pickle_trace_list(rd_t *r, uint32_t lid);
+/* Memo entry idx, an RD_TAG_TFRAMES, made objects again (the memo holds the list again). */
+int ms__pickle_revive(rd_t *r, uint32_t idx);
+/* At the end of a read: the counts for tests (common/internal.h), the tables freed. */
+void ms__pickle_retire_release(rd_t *r);
 
 /* ---- pickle_drop.c --------------------------------------------------------------------------- */
 

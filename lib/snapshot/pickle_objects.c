@@ -92,15 +92,6 @@ void ms__pickle_field_path(const rd_t *r, uint32_t o, const rd_val_t *k, char *o
 
 /* ---- containers ------------------------------------------------------------------------------ */
 
-static int rd_new_obj(rd_t *r, uint8_t kind, uint32_t *id) {
-  if (r->objs.len >= UINT32_MAX - 1) return ms__pickle_err(r, MS_ELIMIT, "too many containers");
-  rd_obj_t o = {kind, R_NONE, 0, K_UNKNOWN, RD_NO_OBJ, {0}, 0, 0};
-  if (MS_BIGVEC_RESERVE(&r->objs, 1)) return ms__pickle_err(r, MS_ENOMEM, "out of memory");
-  r->objs.ptr[r->objs.len++] = o;
-  *id = (uint32_t)r->objs.len - 1;
-  return MS_OK;
-}
-
 typedef struct rd_cand_s {
   uint32_t parent;
   uint8_t key;
@@ -176,7 +167,7 @@ static void rd_place(const rd_t *r, uint8_t kind, rd_cand_t *out, bool *root) {
   else if (a.skip || bt.skip)
     *out = a.skip ? a : bt;
   else /* a single item follows a full batch of 1000, or the container is fresh */
-    *out = r->objs.ptr[a.parent].count % 1000 == 0 ? a : bt;
+    *out = rd_items(&r->objs.ptr[a.parent]) % 1000 == 0 ? a : bt;
 }
 
 /* A new container: a V_OBJ with its role, or a V_SKIP when it belongs to the skipped trace. */
@@ -193,7 +184,7 @@ int ms__pickle_create(rd_t *r, uint8_t kind, rd_val_t *out) {
     return MS_OK;
   }
   uint32_t id = RD_NO_OBJ;
-  MS_FORWARD_IF_ERROR(rd_new_obj(r, kind, &id));
+  MS_FORWARD_IF_ERROR(ms__pickle_new_obj(r, kind, &id));
   rd_obj_t *o = &r->objs.ptr[id];
   if (root) {
     r->root = id;
@@ -207,6 +198,7 @@ int ms__pickle_create(rd_t *r, uint8_t kind, rd_val_t *out) {
       const rd_obj_t *p = &r->objs.ptr[c.parent];
       o->aux = p->role == R_SETMAP ? p->aux + 1 : 1;
     }
+    if (c.parent != RD_NO_OBJ) ms__pickle_child_born(r, c.parent);
   }
   MS_FORWARD_IF_ERROR(ms__pickle_birth(r, id));
   *out = rd_obj_val(id);

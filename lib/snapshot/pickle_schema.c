@@ -112,7 +112,7 @@ static int rd_intern_frame(rd_t *r, uint32_t id, uint32_t *frame) {
 
 
 /* Interns the queued lists' stacks, in order, into their lists and trace records. */
-static int rd_flush(rd_t *r) {
+int ms__pickle_flush(rd_t *r) {
   ms__snapbuild_t *b = &r->b;
   size_t rest = r->pend_frames + r->fbuf_len; /* indices at the tail, from the current one on */
   for (uint32_t i = 0; i < r->npend; i++) {
@@ -137,7 +137,7 @@ static int rd_flush(rd_t *r) {
 
 /* Queues the frames list being filled (id, the list of trace record rec) for interning. */
 static int rd_defer_frames(rd_t *r, uint32_t id, uint32_t rec) {
-  if (r->npend == RD_PENDING) MS_FORWARD_IF_ERROR(rd_flush(r));
+  if (r->npend == RD_PENDING) MS_FORWARD_IF_ERROR(ms__pickle_flush(r));
   uint32_t *tail = NULL;
   int rc = rd_tail(r, r->fbuf_len, 0, &tail);
   if (rc != MS_OK) return ms__pickle_err(r, rc, "cannot store a stack: %s", ms_strerror(rc));
@@ -153,7 +153,8 @@ static int rd_defer_frames(rd_t *r, uint32_t id, uint32_t rec) {
 
 /* Turns a frames list into its interned stack (once). */
 static int rd_seal_frames(rd_t *r, uint32_t id) {
-  if (r->npend) MS_FORWARD_IF_ERROR(rd_flush(r)); /* the tail holds only the current list now */
+  /* the tail holds only the current list after this */
+  if (r->npend) MS_FORWARD_IF_ERROR(ms__pickle_flush(r));
   rd_obj_t *o = &r->objs.ptr[id];
   if (o->flags & OF_SEALED) return MS_OK;
   uint32_t st = 0;
@@ -406,6 +407,7 @@ static int rd_list_append(rd_t *r, uint32_t lid, const rd_val_t *v) {
   case R_TRACES:
   case R_ANNOTS:
     MS_FORWARD_IF_ERROR(rd_list_record(r, l, lid, r->objs.ptr[id].ref, 0));
+    if (l->role == R_TRACES && l->count == 0) MS_FORWARD_IF_ERROR(ms__pickle_trace_list(r, lid));
     if (l->role == R_TRACES && r->drop_free) {
       rd_obj_t *o = &r->objs.ptr[id];
       int rc = MS_OK;
@@ -459,7 +461,9 @@ int ms__pickle_appends(rd_t *r, uint32_t lid, size_t from) {
     rd_val_t v = r->st.ptr[i];
     MS_FORWARD_IF_ERROR(rd_list_append(r, lid, &v));
   }
+  size_t end = r->st.len;
   r->st.len = start;
+  if (r->objs.ptr[lid].role == R_TRACES) return ms__pickle_retire_entries(r, start, end);
   return MS_OK;
 }
 
@@ -716,6 +720,7 @@ static int rd_set_trace(rd_t *r, const rd_ctx_t *c, uint8_t key, const rd_val_t 
     if (v->t == V_OBJ && v->v.obj == r->fbuf_owner && r->fbuf_len > 0) {
       /* the list just filled, the usual case: its stack is interned a little later */
       MS_FORWARD_IF_ERROR(rd_want_obj(r, c, v, R_FRAMES, &id));
+      ms__pickle_frames_stored(r, c->obj, id);
       t->present |= MS_TRACE_HAS_FRAMES;
       if (!drop) return rd_defer_frames(r, id, r->objs.ptr[c->obj].ref);
       /* MS_LOAD_NO_*_STACKS: its frame indices, last at the builder's tail, are dropped */
@@ -727,6 +732,7 @@ static int rd_set_trace(rd_t *r, const rd_ctx_t *c, uint8_t key, const rd_val_t 
       return MS_OK;
     }
     MS_FORWARD_IF_ERROR(rd_frames_stack_ex(r, c, v, drop, &st));
+    ms__pickle_frames_stored(r, c->obj, v->v.obj); /* a V_OBJ: rd_frames_stack_ex took it */
     if (drop && st == MS_SNAP_NO_STACK) r->objs.ptr[c->obj].flags |= OF_DROPPED;
     t = &b->trace.ptr[r->objs.ptr[c->obj].ref];
     t->stack = st;
@@ -847,7 +853,7 @@ int ms__pickle_setitems(rd_t *r, uint32_t did, size_t from, const char *op) {
 
 /* After STOP: checks that the records tile their arrays, fills what older eras lack. */
 int ms__pickle_finish(rd_t *r, ms_snapshot_t **out) {
-  MS_FORWARD_IF_ERROR(rd_flush(r));
+  MS_FORWARD_IF_ERROR(ms__pickle_flush(r));
   ms__snapbuild_t *b = &r->b;
   const rd_obj_t *root = &r->objs.ptr[r->root];
   const rd_obj_t *segs;

@@ -287,6 +287,7 @@ static int rd_memo_put(rd_t *r, uint64_t idx) {
   } else if (v->t == V_OBJ) {
     r->memo_tag.ptr[idx] = V_OBJ;
     r->memo_obj.ptr[idx] = v->v.obj;
+    ms__pickle_memoized(r, v->v.obj, (uint32_t)idx);
   } else {
     r->memo_tag.ptr[idx] = v->t;
     r->memo.ptr[idx] = *v;
@@ -306,6 +307,8 @@ static int rd_memo_get(rd_t *r, uint64_t idx, const char *op) {
   if (idx >= r->memo.len || r->memo_tag.ptr[idx] == V_UNSET)
     return ms__pickle_err(r, MS_EFORMAT, "%s %" PRIu64 ": memo entry %" PRIu64 " was never stored",
                           op, idx, idx);
+  if (rd_tag_tframes(r->memo_tag.ptr[idx])) /* a frames list whose objects were freed */
+    MS_FORWARD_IF_ERROR(ms__pickle_revive(r, (uint32_t)idx));
   return rd_push(r, rd_memo_value(r, idx));
 }
 
@@ -746,7 +749,7 @@ static int rd_op_get_run(rd_t *r, int op) {
     }
     uint32_t idx = op == 'j' ? rd_le32(buf + pos) : buf[pos];
     pos += n;
-    if (ms_likely(idx < nmemo && tag[idx] != V_UNSET && !(tag[idx] & RD_TAG_SKIP) && len < room)) {
+    if (ms_likely(idx < nmemo && tag[idx] != V_UNSET && tag[idx] < RD_TAG_TFRAMES && len < room)) {
       st[len++] = tag[idx] == V_OBJ ? rd_obj_val(memo_obj[idx]) : memo[idx];
     } else {
       r->st.len = len;
@@ -912,6 +915,7 @@ static int rd_read(rd_t *r, unsigned flags, ms_snapshot_t **out, ms_errbuf_t *eb
   r->root_segments = RD_NO_OBJ;
   r->fbuf_owner = RD_NO_OBJ;
   r->pframe_free = RD_NO_OBJ;
+  r->free_obj = RD_NO_OBJ;
   r->skip_trace = (flags & MS_LOAD_NO_TRACE) != 0;
   if (!r->skip_trace && (flags & MS_LOAD_NO_TRACE_STACKS))
     r->drop_actions |= 1u << MS_TRACE_ALLOC | 1u << MS_TRACE_FREE_REQUESTED |
@@ -947,6 +951,7 @@ static int rd_read(rd_t *r, unsigned flags, ms_snapshot_t **out, ms_errbuf_t *eb
   ms__big_free(r->memo_obj.ptr);
   ms__big_free(r->memo_tag.ptr);
   ms__big_free(r->objs.ptr);
+  ms__pickle_retire_release(r);
   MS_VEC_FREE(&r->pframes);
   MS_VEC_FREE(&r->pairs);
   MS_VEC_FREE(&r->tmp);

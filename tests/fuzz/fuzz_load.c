@@ -19,7 +19,11 @@
  *    real file), which must accept whatever the full read accepts, with the same tables;
  *  - one input in 8 also goes through a real file and ms_snapshot_load_ex(path), which reads a
  *    pickle through mapped windows instead of a buffer: it must agree with the stream, to the
- *    words of its message.
+ *    words of its message;
+ *  - one input in 8 is also read (in full, or without the frees' or the trace's stacks) with the
+ *    reader's objects all kept to the end (ms__pickle_recycle false) and with those that cannot
+ *    be named again freed (pickle_retire.c): the same answer, to the words of its message, and
+ *    the same trace.
  *
  * Built and run by scripts/fuzz.sh (make fuzz); seeds in tests/fuzz/corpus/fuzz_load/.
  * fuzz-flags: -max_len=16384
@@ -104,6 +108,33 @@ static void via_window(const uint8_t *data, size_t size, uint8_t opt, int rc,
   ms_snapshot_free(p);
 }
 
+/* With the reader's objects freed and kept (pickle_retire.c): the same answer, the same trace. */
+static void kept_and_freed(const uint8_t *data, size_t size, uint8_t opt) {
+  unsigned flags = (opt & 0x10)   ? MS_LOAD_NO_FREE_STACKS
+                   : (opt & 0x20) ? MS_LOAD_NO_TRACE_STACKS
+                                  : 0;
+  ms_snapshot_t *a = NULL, *b = NULL;
+  ms_errbuf_t ea, eb;
+  int ra = load(data, size, "file", true, flags, &a, &ea);
+  ms__pickle_recycle = false;
+  int rb = load(data, size, "file", true, flags, &b, &eb);
+  ms__pickle_recycle = true;
+  FZ_CHECK(ra == rb, "objects freed %d, kept %d (%s / %s)", ra, rb, ea.msg, eb.msg);
+  if (ra != MS_OK) {
+    FZ_CHECK(strcmp(ea.msg, eb.msg) == 0, "objects freed and kept: '%s' / '%s'", ea.msg, eb.msg);
+  } else {
+    FZ_CHECK(same_sizes(a, b) && a->nstacks == b->nstacks, "objects freed and kept: other sizes");
+    for (size_t i = 0; i < a->ntrace; i++) {
+      const ms_snap_trace_t *x = &a->trace[i], *y = &b->trace[i];
+      FZ_CHECK(x->stack == y->stack && x->action == y->action && x->addr == y->addr &&
+                   x->size == y->size && x->present == y->present,
+               "objects freed and kept: trace entry %zu differs", i);
+    }
+  }
+  ms_snapshot_free(a);
+  ms_snapshot_free(b);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   fz_in_t inp = fz_in(data, size);
   uint8_t opt;
@@ -142,8 +173,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     int rg = load(data, size, "file", true, flags, &g, &eg);
     ms__pickle_skim = true;
     FZ_CHECK(rg == rf, "entries read whole %d, by the general loop %d (%s)", rf, rg, eg.msg);
-    if (rg == MS_OK) FZ_CHECK(same_sizes(f, g), "entries read whole: other sizes");
-    else FZ_CHECK(strcmp(ef.msg, eg.msg) == 0, "entries read whole: '%s' / '%s'", ef.msg, eg.msg);
+    if (rg == MS_OK)
+      FZ_CHECK(same_sizes(f, g), "entries read whole: other sizes");
+    else
+      FZ_CHECK(strcmp(ef.msg, eg.msg) == 0, "entries read whole: '%s' / '%s'", ef.msg, eg.msg);
     ms_snapshot_free(g);
     if (ri == MS_OK)
       FZ_CHECK(rf == MS_OK && same_sizes(in, f), "stdin without the trace differs");
@@ -153,6 +186,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   }
   if (through_path) via_path(data, size, flags, rf, f, ef.msg);
   if (flags == 0 && (opt >> 1) % 8 == 1) via_window(data, size, opt, rf, f);
+  if (flags == 0 && (opt >> 1) % 8 == 2) kept_and_freed(data, size, opt);
   ms_snapshot_free(f);
   ms_snapshot_free(in);
   return 0;

@@ -1,0 +1,251 @@
+/* SPDX-License-Identifier: MIT
+ * memsnap core: the pickle reader's objects that can no longer be named, freed (issue #33; the
+ * reader's files and vocabulary: pickle_internal.h).
+ *
+ * A long trace is most of a file: one dict per entry and one frames list in each, two objects
+ * (rd_obj_t) per entry, 200 MB of a 1 GB pickle's read when every object stayed to the end. Once
+ * an entry is stored into its device's list, a file names it again only through the memo or
+ * through a copy of it left on the stack, and its frames list only through those or through the
+ * entry (the list's path in messages goes through its parent). So when a device list takes its
+ * entries (APPENDS), each entry that is not memoized, not on the stack and the parent of nothing
+ * but its own frames list is freed, and so is that list when it has no child and sits at most
+ * in one memo entry: an object freed goes to a free list, and the next container takes it, so
+ * that the objects stay as many as are alive at once.
+ *
+ * A memoized frames list (memsnap's writer memoizes every frames list, not the entries) can be
+ * named again by a memo get, which must find it as it was, and its entry behind it for messages'
+ * paths. Its memo entry keeps what that takes in 4 bytes: the entry's trace record, from which
+ * the entry's list (the device list holding that record), its index there and the list's stack
+ * (the record's) follow; the list's length goes to tf_count, by record, and the flags that vary
+ * to the memo tag (RD_TF_*). It is kept so only when all of that gives back exactly the two
+ * objects as they were; else both stay. A get makes them again (ms__pickle_revive), and the memo
+ * holds the new list from then on, as it held the old one: every field, and so every message a
+ * file can make from them, is what it was. The entry that then stores the list as its frames
+ * holds it (count) as if it were its own, and when that entry is freed the list goes back into
+ * its memo entry and both objects made again are freed with it (the entry made again is marked by
+ * RD_KEY_REVIVED): a file that names its lists again long after their entries (the frees of old
+ * blocks, a stack met again, in a file that does not memoize its entries) keeps no more objects.
+ *
+ * What is never freed: an object on the stack (a scan of at most RD_RETIRE_SCAN values, else
+ * nothing is freed), memoized twice or a memoized dict (OF_KEEP), the parent of a container
+ * that is not its entry's one frames list (frame dicts met first in a list keep it), and a list
+ * being filled or queued for interning (the queue is interned first).
+ */
+#include "snapshot/pickle_internal.h"
+
+/* The most values on the stack that a retirement scans for copies of what it frees. */
+#define RD_RETIRE_SCAN 64
+/* rd_obj_t.kind of a freed object (debugging) */
+#define RD_KIND_FREE 0xffu
+/* rd_obj_t.key of an entry made again with its frames list (ms__pickle_revive): no key of the
+ * schema (it sits in a list, so its key is in no path) */
+#define RD_KEY_REVIVED K_COUNT
+
+bool ms__pickle_recycle = true;
+size_t ms__pickle_last_objs, ms__pickle_last_revived;
+
+int ms__pickle_new_obj(rd_t *r, uint8_t kind, uint32_t *id) {
+  rd_obj_t o = {kind, R_NONE, 0, K_UNKNOWN, RD_NO_OBJ, {0}, 0, 0};
+  uint32_t at = r->free_obj;
+  if (at != RD_NO_OBJ) {
+    r->free_obj = r->objs.ptr[at].ref;
+  } else {
+    if (r->objs.len >= UINT32_MAX - 1) return ms__pickle_err(r, MS_ELIMIT, "too many containers");
+    if (MS_BIGVEC_RESERVE(&r->objs, 1)) return ms__pickle_err(r, MS_ENOMEM, "out of memory");
+    at = (uint32_t)r->objs.len++;
+  }
+  r->objs.ptr[at] = o;
+  *id = at;
+  return MS_OK;
+}
+
+static void rt_free(rd_t *r, uint32_t id) {
+  rd_obj_t *o = &r->objs.ptr[id];
+  *o = (rd_obj_t){RD_KIND_FREE, R_NONE, 0, K_UNKNOWN, RD_NO_OBJ, {0}, r->free_obj, 0};
+  r->free_obj = id;
+}
+
+void ms__pickle_child_born(rd_t *r, uint32_t parent) {
+  rd_obj_t *p = &r->objs.ptr[parent];
+  if (p->role == R_TRACE)
+    p->flags |= (p->flags & OF_ONE) ? OF_KEEP : OF_ONE;
+  else if (p->role == R_FRAMES)
+    p->flags |= OF_KEEP; /* a frame dict met first in this list: its path goes through it */
+}
+
+/* Whether list fl was made again from the memo (its entry, behind it for paths only, too). */
+static bool rt_revived(const rd_t *r, uint32_t fl) {
+  uint32_t p = r->objs.ptr[fl].parent;
+  return p != RD_NO_OBJ && r->objs.ptr[p].key == RD_KEY_REVIVED;
+}
+
+void ms__pickle_frames_stored(rd_t *r, uint32_t e, uint32_t fl) {
+  rd_obj_t *o = &r->objs.ptr[e];
+  /* its own list, or one made again that it alone holds: freed with it */
+  if (r->objs.ptr[fl].parent == e || (!(o->flags & OF_ONE) && rt_revived(r, fl))) o->count = fl + 1;
+}
+
+void ms__pickle_memoized(rd_t *r, uint32_t id, uint32_t idx) {
+  rd_obj_t *o = &r->objs.ptr[id];
+  bool dict_parent = o->parent != RD_NO_OBJ && r->objs.ptr[o->parent].kind == O_DICT;
+  if (o->kind == O_LIST && dict_parent && !(o->flags & (OF_ONE | OF_KEEP))) {
+    o->flags |= OF_ONE;
+    o->memo = idx; /* a list under a dict has no index for paths */
+  } else {
+    o->flags |= OF_KEEP;
+  }
+}
+
+/* ---- device lists by their records --------------------------------------------------------- */
+
+int ms__pickle_trace_list(rd_t *r, uint32_t lid) {
+  if (r->tlists_broken) return MS_OK;
+  uint32_t ref = r->objs.ptr[lid].ref;
+  if (r->tlists.len && r->objs.ptr[r->tlists.ptr[r->tlists.len - 1]].ref >= ref) {
+    r->tlists_broken = true; /* lists found by record must be in record order */
+    return MS_OK;
+  }
+  if (MS_VEC_PUSH(&r->tlists, lid)) return ms__pickle_err(r, MS_ENOMEM, "out of memory");
+  return MS_OK;
+}
+
+/* The device list whose records begin last at or before rec (RD_NO_OBJ: none): the one that
+ * holds rec, when one does, since a record is stored in one list. */
+static uint32_t rt_list_of(const rd_t *r, uint32_t rec) {
+  size_t lo = 0, hi = r->tlists.len;
+  while (lo < hi) { /* the first list beginning after rec */
+    size_t mid = lo + (hi - lo) / 2;
+    if (r->objs.ptr[r->tlists.ptr[mid]].ref <= rec)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return lo ? r->tlists.ptr[lo - 1] : RD_NO_OBJ;
+}
+
+/* ---- freeing an entry ----------------------------------------------------------------------- */
+
+static bool rt_on_stack(const rd_t *r, uint32_t a, uint32_t b) {
+  for (size_t i = 0; i < r->st.len; i++) {
+    const rd_val_t *v = &r->st.ptr[i];
+    if (v->t == V_OBJ && (v->v.obj == a || v->v.obj == b)) return true;
+  }
+  return false;
+}
+
+/* The memo tag that keeps frames list fl of entry e, or 0 when the objects would not come back
+ * exactly as they are. */
+static uint8_t rt_tag(const rd_t *r, uint32_t e, uint32_t fl) {
+  const rd_obj_t *o = &r->objs.ptr[e], *f = &r->objs.ptr[fl];
+  uint32_t rec = o->ref;
+  if (rec >= r->b.trace.len || o->kind != O_DICT) return 0;
+  if (o->key != K_UNKNOWN && o->key != RD_KEY_REVIVED) return 0;
+  uint32_t lid = rt_list_of(r, rec);
+  if (lid == RD_NO_OBJ || lid != o->parent || rec - r->objs.ptr[lid].ref != o->idx) return 0;
+  const uint8_t eflags = OF_USED | OF_ONE, fflags = OF_USED | OF_SEALED | OF_ONE;
+  if ((o->flags & ~(OF_ACCOUNTED | OF_DROPPED)) != eflags) return 0;
+  if (f->kind != O_LIST || f->key != K_FRAMES || (f->flags & ~OF_DROPPED) != fflags) return 0;
+  if (f->ref != r->b.trace.ptr[rec].stack) return 0;
+  return (uint8_t)(RD_TAG_TFRAMES | (f->flags & OF_DROPPED ? RD_TF_LIST_DROPPED : 0) |
+                   (o->flags & OF_ACCOUNTED ? RD_TF_ENTRY_ACCOUNTED : 0) |
+                   (o->flags & OF_DROPPED ? RD_TF_ENTRY_DROPPED : 0));
+}
+
+/* Frames list fl of entry e, memoized at f->memo: kept in its memo entry when it can be (true). */
+static int rt_keep_in_memo(rd_t *r, uint32_t e, uint32_t fl, bool *kept) {
+  *kept = false;
+  uint8_t tag = rt_tag(r, e, fl);
+  if (!tag) return MS_OK;
+  uint32_t rec = r->objs.ptr[e].ref;
+  if (rec >= r->tf_count.len) {
+    if (MS_BIGVEC_RESERVE(&r->tf_count, rec + 1 - r->tf_count.len))
+      return ms__pickle_err(r, MS_ENOMEM, "out of memory");
+    r->tf_count.len = (size_t)rec + 1; /* entries between are never read */
+  }
+  const rd_obj_t *f = &r->objs.ptr[fl];
+  r->tf_count.ptr[rec] = f->count;
+  r->memo_tag.ptr[f->memo] = tag;
+  r->memo_obj.ptr[f->memo] = rec;
+  *kept = true;
+  return MS_OK;
+}
+
+/* Entry e, just stored into its device list and off the stack: freed, with its frames list, when
+ * nothing can name them again. That list is its own child, or a list made again from the memo
+ * (whose entry made again, its parent, goes with it). */
+static int rt_retire(rd_t *r, uint32_t e) {
+  const rd_obj_t *o = &r->objs.ptr[e];
+  if (o->role != R_TRACE || (o->flags & OF_KEEP)) return MS_OK;
+  if ((o->flags & OF_ONE) && o->count == 0) return MS_OK; /* its child is not its frames list */
+  uint32_t fl = o->count ? o->count - 1 : RD_NO_OBJ, owner = e;
+  if (fl != RD_NO_OBJ) {
+    const rd_obj_t *f = &r->objs.ptr[fl];
+    if (f->parent != e) { /* a list made again (ms__pickle_frames_stored) */
+      if ((o->flags & OF_ONE) || !rt_revived(r, fl)) return MS_OK;
+      owner = f->parent;
+    }
+    if (f->role != R_FRAMES || (f->flags & OF_KEEP) || fl == r->fbuf_owner) return MS_OK;
+    if (f->flags & OF_PENDING) MS_FORWARD_IF_ERROR(ms__pickle_flush(r));
+  }
+  if (r->st.len > RD_RETIRE_SCAN || rt_on_stack(r, e, fl)) return MS_OK;
+  if (fl != RD_NO_OBJ) {
+    const rd_obj_t *f = &r->objs.ptr[fl];
+    bool named =
+        (f->flags & OF_ONE) && r->memo_tag.ptr[f->memo] == V_OBJ && r->memo_obj.ptr[f->memo] == fl;
+    if (named) {
+      bool kept = false;
+      MS_FORWARD_IF_ERROR(rt_keep_in_memo(r, owner, fl, &kept));
+      if (!kept) return MS_OK;
+    }
+    rt_free(r, fl);
+    if (owner != e) rt_free(r, owner); /* named by nothing but its list */
+  }
+  rt_free(r, e);
+  return MS_OK;
+}
+
+int ms__pickle_retire_entries(rd_t *r, size_t from, size_t to) {
+  if (!ms__pickle_recycle) return MS_OK;
+  for (size_t i = from; i < to; i++) {
+    const rd_val_t *v = &r->st.ptr[i]; /* past st.len: nothing was pushed since */
+    if (v->t == V_OBJ) MS_FORWARD_IF_ERROR(rt_retire(r, v->v.obj));
+  }
+  return MS_OK;
+}
+
+/* ---- a freed frames list named again -------------------------------------------------------- */
+
+int ms__pickle_revive(rd_t *r, uint32_t idx) {
+  uint8_t tag = r->memo_tag.ptr[idx];
+  uint32_t rec = r->memo_obj.ptr[idx], e = RD_NO_OBJ, fl = RD_NO_OBJ;
+  uint32_t lid = rt_list_of(r, rec);
+  MS_FORWARD_IF_ERROR(ms__pickle_new_obj(r, O_DICT, &e));
+  MS_FORWARD_IF_ERROR(ms__pickle_new_obj(r, O_LIST, &fl));
+  rd_obj_t *o = &r->objs.ptr[e], *f = &r->objs.ptr[fl];
+  o->role = R_TRACE;
+  o->key = RD_KEY_REVIVED;
+  o->flags = (uint8_t)(OF_USED | OF_ONE | (tag & RD_TF_ENTRY_ACCOUNTED ? OF_ACCOUNTED : 0) |
+                       (tag & RD_TF_ENTRY_DROPPED ? OF_DROPPED : 0));
+  o->parent = lid;
+  o->idx = rec - r->objs.ptr[lid].ref;
+  o->ref = rec;
+  o->count = fl + 1;
+  f->role = R_FRAMES;
+  f->flags = (uint8_t)(OF_USED | OF_SEALED | OF_ONE | (tag & RD_TF_LIST_DROPPED ? OF_DROPPED : 0));
+  f->key = K_FRAMES;
+  f->parent = e;
+  f->memo = idx;
+  f->ref = r->b.trace.ptr[rec].stack;
+  f->count = r->tf_count.ptr[rec];
+  r->memo_tag.ptr[idx] = V_OBJ;
+  r->memo_obj.ptr[idx] = fl;
+  r->revived++;
+  return MS_OK;
+}
+
+void ms__pickle_retire_release(rd_t *r) {
+  ms__pickle_last_objs = r->objs.len;
+  ms__pickle_last_revived = r->revived;
+  ms__big_free(r->tf_count.ptr);
+  MS_VEC_FREE(&r->tlists);
+}

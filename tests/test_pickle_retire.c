@@ -1,0 +1,398 @@
+/* SPDX-License-Identifier: MIT
+ * Tests of the pickle reader's freeing of the objects that nothing can name again
+ * (lib/snapshot/pickle_retire.c, issue #33): every file reads to the same model, or fails with
+ * the same message, with the objects freed (ms__pickle_recycle, the default) and kept; a long
+ * trace holds a bounded number of objects; a frames list named again after its entry was freed
+ * comes back as it was, and so do the paths of messages about it.
+ */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/internal.h"
+#include "helpers.h"
+#include "memsnap/pickle.h"
+#include "model/snapbuild.h"
+
+typedef th_bytes_t pk_t;
+
+/* ---- reading both ways ----------------------------------------------------------------------- */
+
+typedef struct both_s {
+  int rc;
+  char msg[512];
+  ms_snapshot_t *s;
+  size_t objs, revived;
+} both_t;
+
+static both_t read_one(const pk_t *k, unsigned flags, bool recycle) {
+  both_t b = {0};
+  ms_errbuf_t eb;
+  bool saved = ms__pickle_recycle;
+  ms__pickle_recycle = recycle;
+  b.rc = th_pickle_read_mem(k->p, k->n, flags, &b.s, &eb);
+  ms__pickle_recycle = saved;
+  snprintf(b.msg, sizeof b.msg, "%s", b.rc == MS_OK ? "" : eb.msg);
+  b.objs = ms__pickle_last_objs;
+  b.revived = ms__pickle_last_revived;
+  return b;
+}
+
+/* The same trace (records, stacks and their frames) in a and b. */
+static void eq_trace(const ms_snapshot_t *a, const ms_snapshot_t *b) {
+  cr_assert_eq(a->ntrace, b->ntrace);
+  cr_assert_eq(a->nstacks, b->nstacks);
+  cr_assert_eq(a->nframes, b->nframes);
+  for (size_t i = 0; i < a->ntrace; i++) {
+    const ms_snap_trace_t *x = &a->trace[i], *y = &b->trace[i];
+    cr_assert_eq(x->action, y->action, "entry %zu", i);
+    cr_assert_eq(x->addr, y->addr, "entry %zu", i);
+    cr_assert_eq(x->size, y->size, "entry %zu", i);
+    cr_assert_eq(x->present, y->present, "entry %zu", i);
+    cr_assert_eq(x->stack, y->stack, "entry %zu", i);
+  }
+  for (size_t i = 0; i < a->nstacks; i++) {
+    size_t n = ms_snap_stack_depth(a, (uint32_t)i);
+    cr_assert_eq(n, ms_snap_stack_depth(b, (uint32_t)i));
+    for (size_t j = 0; j < n; j++)
+      cr_assert_eq(ms_snap_stack_frame(a, (uint32_t)i, j)->line,
+                   ms_snap_stack_frame(b, (uint32_t)i, j)->line);
+  }
+}
+
+/* Reads k with flags both ways: the same answer. @return the answer with the objects freed (its
+ * snapshot the caller's). */
+static both_t read_both(const pk_t *k, unsigned flags) {
+  both_t on = read_one(k, flags, true), off = read_one(k, flags, false);
+  cr_assert_eq(on.rc, off.rc, "freed: %s (%s); kept: %s (%s)", ms_err_name(on.rc), on.msg,
+               ms_err_name(off.rc), off.msg);
+  cr_assert_str_eq(on.msg, off.msg);
+  cr_assert_eq(off.revived, 0);
+  if (on.rc == MS_OK) eq_trace(on.s, off.s);
+  ms_snapshot_free(off.s);
+  return on;
+}
+
+static const unsigned every_flags[] = {0, MS_LOAD_NO_TRACE_STACKS, MS_LOAD_NO_FREE_STACKS};
+
+/* ---- files written op by op ------------------------------------------------------------------ */
+
+/* A file with one device list whose entries come one batch each (MARK entry APPENDS), so that
+ * each entry is freed before the next one is read. Memo entry 0 is the one frame dict, met in
+ * the first entry's frames list. */
+typedef struct tf_s {
+  pk_t k;
+  uint32_t memo; /* the memo's length */
+} tf_t;
+
+static void tf_begin(tf_t *t) {
+  memset(t, 0, sizeof *t);
+  th_bytes_sink_write(&t->k, "\x80\x04}(", 4);
+  th_pickle_str(&t->k, "segments");
+  th_bytes_sink_write(&t->k, "]", 1);
+  th_pickle_str(&t->k, "device_traces");
+  th_bytes_sink_write(&t->k, "](]", 3); /* device_traces, MARK, the device's list */
+}
+
+static void tf_get(tf_t *t, uint32_t idx) {
+  th_bytes_sink_write(&t->k, "j", 1);
+  th_bytes_put_le(&t->k, idx, 4);
+}
+
+/* The fields of an entry before its frames, in its dict's SETITEMS. */
+static void tf_fields(tf_t *t, const char *action, int64_t addr) {
+  th_pickle_str(&t->k, "action");
+  th_pickle_str(&t->k, action);
+  th_pickle_str(&t->k, "addr");
+  th_pickle_int(&t->k, addr);
+  th_pickle_str(&t->k, "size");
+  th_pickle_int(&t->k, 512);
+  th_pickle_str(&t->k, "frames");
+}
+
+/* A new frames list of n frames, memoized when put: @return its memo index. The file's first
+ * frame makes the frame dict (memo entry 0); every other frame is a get of it. */
+static uint32_t tf_list(tf_t *t, int n, bool put) {
+  th_bytes_sink_write(&t->k, "]", 1);
+  uint32_t at = UINT32_MAX;
+  if (put) {
+    th_bytes_sink_write(&t->k, "\x94", 1);
+    at = t->memo++;
+  }
+  th_bytes_sink_write(&t->k, "(", 1);
+  for (int i = 0; i < n; i++) {
+    if (t->memo > 0) {
+      tf_get(t, 0);
+      continue;
+    }
+    th_bytes_sink_write(&t->k, "}\x94(", 3);
+    t->memo++;
+    th_pickle_str(&t->k, "name");
+    th_pickle_str(&t->k, "f");
+    th_pickle_str(&t->k, "filename");
+    th_pickle_str(&t->k, "a.py");
+    th_pickle_str(&t->k, "line");
+    th_pickle_int(&t->k, 7);
+    th_bytes_sink_write(&t->k, "u", 1);
+  }
+  th_bytes_sink_write(&t->k, "e", 1);
+  return at;
+}
+
+/* One entry in its own batch; frames: a new list of `n` frames (memoized when put), or, when
+ * get >= 0, memo entry get. @return the new list's memo index. */
+static uint32_t tf_entry(tf_t *t, const char *action, int64_t addr, int n, bool put, int64_t get) {
+  th_bytes_sink_write(&t->k, "(}(", 3);
+  tf_fields(t, action, addr);
+  uint32_t at = UINT32_MAX;
+  if (get >= 0)
+    tf_get(t, (uint32_t)get);
+  else
+    at = tf_list(t, n, put);
+  th_bytes_sink_write(&t->k, "ue", 2); /* the entry, the batch */
+  return at;
+}
+
+static void tf_end(tf_t *t) {
+  th_bytes_sink_write(&t->k, "eu.", 3); /* device_traces, root */
+}
+
+/* The shape of the start of every file here: entry 0 makes the frame dict (memo 0) in a list
+ * that is not memoized. */
+static void tf_start(tf_t *t) {
+  tf_begin(t);
+  tf_entry(t, "alloc", 4096, 1, false, -1);
+  cr_assert_eq(t->memo, 1u);
+}
+
+/* ---- tests ----------------------------------------------------------------------------------- */
+
+Test(pickle_retire, shared_frames_list_named_after_its_entry_was_freed) {
+  /* PyTorch's shape without memoized entries: an alloc's list, memo-got again by its
+   * free_requested and free_completed, each read after the entry before it was freed */
+  tf_t t;
+  tf_start(&t);
+  uint32_t fl = tf_entry(&t, "alloc", 8192, 2, true, -1);
+  tf_entry(&t, "free_requested", 8192, 0, false, fl);
+  tf_entry(&t, "free_completed", 8192, 0, false, fl);
+  tf_entry(&t, "alloc", 12288, 3, true, -1); /* one that nothing names again */
+  tf_end(&t);
+  for (size_t f = 0; f < sizeof every_flags / sizeof every_flags[0]; f++) {
+    both_t b = read_both(&t.k, every_flags[f]);
+    cr_assert_eq(b.rc, MS_OK, "%s", b.msg);
+    cr_assert_eq(b.s->ntrace, 5);
+    /* made again for each get: the entry that took it freed it again */
+    cr_assert_eq(b.revived, 2, "flags %u", every_flags[f]);
+    if (every_flags[f] == 0) {
+      cr_assert_eq(b.s->trace[2].stack, b.s->trace[1].stack);
+      cr_assert_eq(b.s->trace[3].stack, b.s->trace[1].stack);
+      cr_assert_eq(ms_snap_stack_depth(b.s, b.s->trace[1].stack), 2);
+      cr_assert_eq(ms_snap_stack_depth(b.s, b.s->trace[4].stack), 3);
+    }
+    ms_snapshot_free(b.s);
+  }
+  free(t.k.p);
+}
+
+Test(pickle_retire, memoized_entry_dict_fetched_again) {
+  /* a memoized entry is never freed: fetched again and stored twice, it is refused by its path */
+  tf_t t;
+  tf_start(&t);
+  th_bytes_sink_write(&t.k, "(}\x94(", 4);
+  uint32_t e = t.memo++;
+  tf_fields(&t, "alloc", 8192);
+  tf_list(&t, 1, true);
+  th_bytes_sink_write(&t.k, "ue", 2);
+  tf_entry(&t, "alloc", 12288, 1, true, -1);
+  th_bytes_sink_write(&t.k, "(", 1);
+  tf_get(&t, e);
+  th_bytes_sink_write(&t.k, "e", 1);
+  tf_end(&t);
+  for (size_t f = 0; f < sizeof every_flags / sizeof every_flags[0]; f++) {
+    both_t b = read_both(&t.k, every_flags[f]);
+    cr_assert_eq(b.rc, MS_EFORMAT);
+    cr_assert(strstr(b.msg, ": device_traces[0][1]: the same dict is stored twice (shared through "
+                            "the memo)"),
+              "%s", b.msg);
+  }
+  /* fetched again into a place of its own (an unknown key of the root): the file reads */
+  tf_t u;
+  tf_start(&u);
+  th_bytes_sink_write(&u.k, "(}\x94(", 4);
+  e = u.memo++;
+  tf_fields(&u, "alloc", 8192);
+  tf_list(&u, 1, true);
+  th_bytes_sink_write(&u.k, "ue", 2);
+  th_bytes_sink_write(&u.k, "e", 1); /* device_traces */
+  th_pickle_str(&u.k, "again");
+  tf_get(&u, e);
+  th_bytes_sink_write(&u.k, "u.", 2);
+  both_t b = read_both(&u.k, 0);
+  cr_assert_eq(b.rc, MS_OK, "%s", b.msg);
+  cr_assert_eq(b.s->ntrace, 2);
+  ms_snapshot_free(b.s);
+  free(t.k.p);
+  free(u.k.p);
+}
+
+Test(pickle_retire, errors_in_recycled_and_revived_containers) {
+  /* an entry that takes a freed entry's object: its path is its own */
+  tf_t t;
+  tf_start(&t);
+  for (int i = 0; i < 4; i++)
+    tf_entry(&t, "alloc", 8192 * (i + 2), 1, true, -1);
+  th_bytes_sink_write(&t.k, "(}(", 3);
+  th_pickle_str(&t.k, "size");
+  th_pickle_str(&t.k, "big");
+  th_bytes_sink_write(&t.k, "ue", 2);
+  tf_end(&t);
+  both_t b = read_both(&t.k, 0);
+  cr_assert_eq(b.rc, MS_EFORMAT);
+  cr_assert(strstr(b.msg, ": device_traces[0][5].size: expected int, got str"), "%s", b.msg);
+  free(t.k.p);
+
+  /* a freed list named again and modified: the path of the list, through its freed entry */
+  for (int shape = 0; shape < 3; shape++) {
+    tf_t u;
+    tf_start(&u);
+    tf_entry(&u, "alloc", 8192, 1, false, -1);
+    uint32_t fl = tf_entry(&u, "alloc", 12288, 2, true, -1);
+    tf_entry(&u, "free_requested", 12288, 0, false, fl);
+    if (shape == 0) { /* APPENDS into it */
+      tf_get(&u, fl);
+      th_bytes_sink_write(&u.k, "(", 1);
+      tf_get(&u, 0);
+      th_bytes_sink_write(&u.k, "e", 1);
+    } else if (shape == 1) { /* a dict made as its next item, with a bad frame field */
+      tf_get(&u, fl);
+      th_bytes_sink_write(&u.k, "}(", 2);
+      th_pickle_str(&u.k, "name");
+      th_pickle_int(&u.k, 1);
+      th_bytes_sink_write(&u.k, "u", 1);
+    } else { /* stored as a block's frames after the trace: a place of another role */
+      th_bytes_sink_write(&u.k, "(", 1);
+      th_bytes_sink_write(&u.k, "}(", 2);
+      th_pickle_str(&u.k, "frames");
+      tf_get(&u, fl);
+      th_pickle_str(&u.k, "action");
+      th_pickle_int(&u.k, 3);
+      th_bytes_sink_write(&u.k, "ue", 2);
+    }
+    tf_end(&u);
+    static const char *const want[] = {
+        ": device_traces[0][2].frames: modified after it was used (shared through the memo)",
+        ": device_traces[0][2].frames[2].name: expected str, got int",
+        ": device_traces[0][4].action: expected str, got int",
+    };
+    for (size_t f = 0; f < sizeof every_flags / sizeof every_flags[0]; f++) {
+      both_t c = read_both(&u.k, every_flags[f]);
+      /* a list left out (MS_LOAD_NO_TRACE_STACKS) cannot be a kept entry's frames */
+      bool left_out = shape == 2 && every_flags[f] == MS_LOAD_NO_TRACE_STACKS;
+      cr_assert_eq(c.rc, left_out ? MS_EUNSUPPORTED : MS_EFORMAT, "shape %d: %s", shape, c.msg);
+      cr_assert(strstr(c.msg, left_out ? ": device_traces[0][4].frames: needs a stack that was "
+                                         "left out, so the trace's stacks cannot be skipped"
+                                       : want[shape]),
+                "shape %d: %s", shape, c.msg);
+      cr_assert_eq(c.revived, 2, "shape %d", shape); /* for entry 3, then for the error */
+    }
+    free(u.k.p);
+  }
+}
+
+/* A memsnap snapshot of n trace entries on one device, each alloc's stack its own (two frames of
+ * 300); with share, the allocs come first and then their frees, each with its alloc's stack as
+ * PyTorch records a block's frees (the writer memo-gets the alloc's list, long after its entry). */
+static ms_snapshot_t *long_trace(size_t n, bool share) {
+  ms__snapbuild_t b;
+  ms__snapbuild_init(&b);
+  b.hdr.origin = MS_SNAP_ORIGIN_MEMSNAP;
+  uint32_t fr[300];
+  for (int i = 0; i < 300; i++)
+    cr_assert_eq(ms__snapbuild_frame(&b, "f", 1, "m.py", 4, i, &fr[i]), MS_OK);
+  uint32_t *st = calloc(n, sizeof *st);
+  cr_assert_not_null(st);
+  for (size_t i = 0; i < n; i++) {
+    bool is_free = share && i >= n / 2;
+    size_t block = is_free ? i - n / 2 : i;
+    ms_snap_trace_t t = {0};
+    const char *an = is_free ? "free_completed" : "alloc";
+    t.action = (uint8_t)ms_trace_action_parse(an);
+    ms_snap_trace_extra_t x = ms__trace_extra_of(&t);
+    x.action_name = an;
+    t.addr = 0x10000 + block * 512;
+    t.size = 512;
+    if (!is_free) {
+      uint32_t two[2] = {fr[i % 300], fr[(i / 300) % 300]};
+      cr_assert_eq(ms__snapbuild_stack(&b, two, 2, &st[i]), MS_OK);
+    }
+    t.stack = st[block];
+    cr_assert_eq(ms__snapbuild_trace_extra(&b, &t, &x), MS_OK);
+    cr_assert_eq(ms__snapbuild_add_trace(&b, &t), MS_OK);
+  }
+  free(st);
+  ms_snap_device_t dev = {0};
+  dev.ntrace = (uint32_t)n;
+  cr_assert_eq(ms__snapbuild_add_device(&b, &dev), MS_OK);
+  ms_snapshot_t *s = NULL;
+  ms_errbuf_t eb = {{0}};
+  cr_assert_eq(ms__snapbuild_finish(&b, &s, &eb), MS_OK, "%s", eb.msg);
+  return s;
+}
+
+Test(pickle_retire, objects_stay_bounded_on_a_long_trace, .timeout = 120) {
+  for (int share = 0; share < 2; share++) {
+    const size_t n = 20000;
+    ms_snapshot_t *s = long_trace(n, share);
+    pk_t k = {0};
+    ms_sink_t sink = {th_bytes_sink_write, &k};
+    ms_errbuf_t eb = {{0}};
+    cr_assert_eq(ms_pickle_write(s, &sink, &eb), MS_OK, "%s", eb.msg);
+    for (size_t f = 0; f < sizeof every_flags / sizeof every_flags[0]; f++) {
+      both_t off = read_one(&k, every_flags[f], false);
+      cr_assert_eq(off.rc, MS_OK, "%s", off.msg);
+      cr_assert_geq(off.objs, 3 * n / 2, "share %d flags %u: %zu objects", share, every_flags[f],
+                    off.objs);
+      ms_snapshot_free(off.s);
+      both_t on = read_both(&k, every_flags[f]);
+      cr_assert_eq(on.rc, MS_OK, "%s", on.msg);
+      cr_assert_eq(on.s->ntrace, n);
+      /* a batch of the writer's (1000 entries, each with its list and, for a list made again,
+       * the entry behind it), the frame dicts with the lists and entries they were first met in:
+       * a list made again is freed with the entry that takes it */
+      size_t bound = 3 * 1000 + 3 * 300 + 64;
+      cr_assert_leq(on.objs, bound, "share %d flags %u: %zu objects, %zu lists revived", share,
+                    every_flags[f], on.objs, on.revived);
+      if (share)
+        cr_assert_gt(on.revived, n / 4, "%zu", on.revived);
+      else
+        cr_assert_eq(on.revived, 0);
+      ms_snapshot_free(on.s);
+    }
+    free(k.p);
+    ms_snapshot_free(s);
+  }
+}
+
+Test(pickle_retire, fixtures_read_the_same_both_ways, .timeout = 300) {
+  static const char *const names[] = {"a0kuma_adamw_small", "jogregoire_diffusion_tiny",
+                                      "maphsge_select_n_4dev", "yiyi_flexgen_oom_legacy"};
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s.pickle", th_fixture_dir(), names[i]);
+    size_t len = 0;
+    char *p = th_read_text(path, &len);
+    if (!p) {
+      printf("SKIP: PyTorch fixture %s not found (set MEMSNAP_TORCH_FIXTURES)\n", path);
+      fflush(stdout);
+      cr_skip_test("fixture %s not found", path);
+    }
+    pk_t k = {p, len, len};
+    for (size_t f = 0; f < sizeof every_flags / sizeof every_flags[0]; f++) {
+      both_t b = read_both(&k, every_flags[f]);
+      cr_assert_eq(b.rc, MS_OK, "%s: %s", names[i], b.msg);
+      ms_snapshot_free(b.s);
+    }
+    free(p);
+  }
+}
