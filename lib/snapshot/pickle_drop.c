@@ -133,6 +133,15 @@ int ms__pickle_drop_account(rd_t *r, uint32_t rec, uint32_t list, bool dropped) 
   return MS_OK;
 }
 
+void ms__pickle_drop_init(rd_t *r, unsigned flags) {
+  if (!r->skip_trace && (flags & MS_LOAD_NO_TRACE_STACKS))
+    r->drop_actions |= 1u << MS_TRACE_ALLOC | 1u << MS_TRACE_FREE_REQUESTED |
+                       1u << MS_TRACE_FREE_COMPLETED | 1u << MS_TRACE_SEGMENT_ALLOC |
+                       1u << MS_TRACE_SEGMENT_FREE | 1u << MS_TRACE_OOM;
+  r->drop_free = !r->skip_trace && (flags & MS_LOAD_NO_FREE_STACKS) != 0;
+  r->window = ms__load_window_current();
+}
+
 void ms__pickle_drop_release(rd_t *r) {
   free(r->drop_set.slot);
   r->drop_set = (rd_drop_set_t){0};

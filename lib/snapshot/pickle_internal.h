@@ -598,5 +598,8 @@ bool ms__pickle_drop_free(const rd_t *r, const ms_snap_trace_t *t, uint32_t list
  * its address. @return MS_OK; MS_EUNSUPPORTED when the decision no longer holds; MS_ENOMEM. */
 int ms__pickle_drop_account(rd_t *r, uint32_t rec, uint32_t list, bool dropped);
 void ms__pickle_drop_release(rd_t *r);
+/* Sets the stack-dropping rules of a read with these load flags (after r->skip_trace), and the
+ * load window it runs in (ms__load_window_current, set around the whole read). */
+void ms__pickle_drop_init(rd_t *r, unsigned flags);
 
 #endif /* MEMSNAP_LIB_SNAPSHOT_PICKLE_INTERNAL_H */

@@ -34,7 +34,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "snapshot/load_window.h"
 #include "snapshot/pickle_internal.h"
 
 /* ---- errors ---------------------------------------------------------------------------------- */
@@ -917,12 +916,7 @@ static int rd_read(rd_t *r, unsigned flags, ms_snapshot_t **out, ms_errbuf_t *eb
   r->pframe_free = RD_NO_OBJ;
   r->free_obj = RD_NO_OBJ;
   r->skip_trace = (flags & MS_LOAD_NO_TRACE) != 0;
-  if (!r->skip_trace && (flags & MS_LOAD_NO_TRACE_STACKS))
-    r->drop_actions |= 1u << MS_TRACE_ALLOC | 1u << MS_TRACE_FREE_REQUESTED |
-                       1u << MS_TRACE_FREE_COMPLETED | 1u << MS_TRACE_SEGMENT_ALLOC |
-                       1u << MS_TRACE_SEGMENT_FREE | 1u << MS_TRACE_OOM;
-  r->drop_free = !r->skip_trace && (flags & MS_LOAD_NO_FREE_STACKS) != 0;
-  r->window = ms__load_window_current(); /* set around the whole read (load_window.c) */
+  ms__pickle_drop_init(r, flags);
   r->frame_end = RD_NO_FRAME;
   ms__snapbuild_init(&r->b);
   /* the memo's values are written only for what is not a container: most of its pages stay
