@@ -275,6 +275,7 @@ static size_t ixw_entry(const tl_dev_t *d, size_t i, uint32_t *prov, unsigned ch
   return k;
 }
 
+/* pre: d's four series are made (ix_write). */
 static bool ixw_device(ixw_t *w, const ms_snapshot_t *snap, const tl_dev_t *d) {
   size_t n = d->n;
   ixw_u64(w, n);
@@ -339,7 +340,10 @@ static int ix_write(const ms_timeline_t *tl, const ms_cache_key_t *key, int fd, 
     ms__cache_out_raw(&w, h, sizeof h); /* room for it */
   }
   bool nomem = false;
-  for (size_t i = 0; i < tl->ndev && !nomem; i++) nomem = !ixw_device(&w, tl->snap, &tl->dev[i]);
+  /* the file holds every series: a built index makes them now (ms_timeline_series) */
+  for (size_t i = 0; i < tl->ndev && !nomem; i++)
+    nomem = ms__tl_series_make(tl, i, (1u << MS_TL_METRIC_COUNT) - 1) != MS_OK ||
+            !ixw_device(&w, tl->snap, &tl->dev[i]);
   ms__cache_out_flush(&w);
   uint64_t body = w.pos - IX_HEADER_BYTES;
   w.sum = ms_hash_step(w.sum, body);

@@ -10,6 +10,7 @@
 #define MEMSNAP_LIB_TIMELINE_INTERNAL_H
 
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -65,8 +66,17 @@ typedef struct tl_dev_s {
   uint32_t *pair;  /* alloc -> its free_completed; free_completed -> its alloc;
                       segment_alloc -> its segment_free (TL_NONE: none) */
   uint64_t *bsize; /* alloc / free_completed: the size of the block (chosen when building) */
-  uint64_t *series[MS_TL_METRIC_COUNT]; /* n + 1 values */
-  MS_VEC(tl_ckpt_t) ckpts;              /* increasing step; the last is step n */
+  /* n + 1 values each, or NULL: a built index makes a series only when ms_timeline_series asks
+   * for it (issue #33: the four were 153 MB of a 5 M-entry index, and most commands need a peak
+   * or a value at a step); a stored index (lib/cache) has all four. Read and set under
+   * ms_timeline_s.lock (tl_series_get); never changed once set. */
+  uint64_t *series[MS_TL_METRIC_COUNT];
+  MS_VEC(tl_ckpt_t) ckpts; /* increasing step; the last is step n */
+  /* The peaks over every step (first step reaching the highest value), found when building;
+   * has_peaks false for a stored index, whose series answer instead. */
+  bool has_peaks;
+  uint64_t peak_bytes[MS_TL_METRIC_COUNT];
+  size_t peak_step[MS_TL_METRIC_COUNT];
 } tl_dev_t;
 
 struct ms_timeline_s {
@@ -79,6 +89,9 @@ struct ms_timeline_s {
    * series lie in storage that release(release_arg) gives back, and are not freed one by one. */
   void (*release)(void *arg);
   void *release_arg;
+  /* Guards the devices' series: ms_timeline_series makes one on first use, and several threads
+   * may query one index (memsnap view explains in a thread on the page's index). */
+  pthread_mutex_t lock;
 };
 
 /* The index of ms_timeline_create with every device's trace in place (d->trace, d->n) and nothing
@@ -135,6 +148,49 @@ static inline bool tl_filter_keeps_snap(const ms_tl_filter_t *f, const ms_snap_s
     return false;
   return true;
 }
+
+/* ---- peaks and walks (totals.c) ---------------------------------------------------------- */
+
+/* The highest value of each metric over the steps seen so far and the step where it is first
+ * reached: fed steps in any order, ties go to the lower step. */
+typedef struct tl_peaks_s {
+  uint64_t bytes[MS_TL_METRIC_COUNT];
+  size_t step[MS_TL_METRIC_COUNT];
+  bool any;
+} tl_peaks_t;
+
+static inline void tl_peaks_note(tl_peaks_t *p, size_t step, const uint64_t *totals) {
+  for (int m = 0; m < MS_TL_METRIC_COUNT; m++)
+    if (!p->any || totals[m] > p->bytes[m] || (totals[m] == p->bytes[m] && step < p->step[m])) {
+      p->bytes[m] = totals[m];
+      p->step[m] = step;
+    }
+  p->any = true;
+}
+
+/* Called for each step of a walk with the totals at that step. */
+typedef void tl_visit_fn(void *arg, size_t step, const uint64_t totals[MS_TL_METRIC_COUNT]);
+
+/* A tl_visit_fn noting the peaks into the tl_peaks_t arg. */
+static inline void tl_peaks_visit(void *arg, size_t step, const uint64_t totals[MS_TL_METRIC_COUNT]) {
+  tl_peaks_note(arg, step, totals);
+}
+
+/* Visits steps to, to - 1, ..., from of device dev (pre: dev < ndev, from <= to <= n), newest
+ * first, with the totals at each: restores the checkpoint at or after `to` and undoes entries
+ * with the sizes the build chose, so the totals are the final ones. Stores nothing per step; costs
+ * one undo per step plus at most one checkpoint interval. Thread-safe (reads the index only).
+ * @return MS_OK, MS_ENOMEM. */
+/* Brings w to the given step of device dev: restores the nearest checkpoint at or after it and
+ * undoes (index.c). @return MS_OK, MS_EINVAL (step past the trace), MS_ENOMEM. */
+int ms__tl_reach(const ms_timeline_t *tl, size_t dev, size_t step, tl_ws_t *w);
+
+int ms__tl_walk(const ms_timeline_t *tl, size_t dev, size_t from, size_t to, tl_visit_fn *fn,
+                void *arg);
+
+/* Makes the series of the metrics in mask (bit 1 << m) of device dev that are not made yet, in
+ * one walk; thread-safe (under tl->lock). @return MS_OK, MS_EINVAL (unknown device), MS_ENOMEM. */
+int ms__tl_series_make(const ms_timeline_t *tl, size_t dev, unsigned mask);
 
 /* ---- undo and redo (state.c) --------------------------------------------------------------- */
 
