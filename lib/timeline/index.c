@@ -373,7 +373,7 @@ static int tl_build_dev(ms_timeline_t *tl, size_t dev, ms_errbuf_t *eb) {
   memset(&pk, 0, sizeof pk);
   if (rc == MS_OK) {
     tl_peaks_note(&pk, n, w.totals);
-    rc = ms__tl_ckpt_take(&w, n, &ck);
+    rc = ms__tl_ckpt_take(&w, n, &ck, d);
     if (rc == MS_OK && MS_VEC_PUSH(&d->ckpts, ck)) {
       ms__tl_ckpt_free(&ck);
       rc = MS_ENOMEM;
@@ -392,7 +392,7 @@ static int tl_build_dev(ms_timeline_t *tl, size_t dev, ms_errbuf_t *eb) {
     tl_peaks_note(&pk, i, w.totals);
     size_t every = tl_ckpt_every(tl, &w);
     if (last - i >= every && i > 0) {
-      rc = ms__tl_ckpt_take(&w, i, &ck);
+      rc = ms__tl_ckpt_take(&w, i, &ck, d);
       if (rc == MS_OK && MS_VEC_PUSH(&d->ckpts, ck)) {
         ms__tl_ckpt_free(&ck);
         rc = MS_ENOMEM;
@@ -436,6 +436,9 @@ void ms_timeline_destroy(ms_timeline_t *tl) {
     for (size_t k = 0; k < d->ckpts.len; k++)
       ms__tl_ckpt_free(&d->ckpts.ptr[k]);
     free(d->ckpts.ptr);
+    for (size_t k = 0; k < d->ck_chunks.len; k++)
+      ms__big_free(d->ck_chunks.ptr[k]);
+    free(d->ck_chunks.ptr);
   }
   free(tl->dev);
   if (tl->release) tl->release(tl->release_arg);

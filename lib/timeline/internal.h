@@ -58,6 +58,7 @@ typedef struct tl_ckpt_s {
   ms_tl_block_t *blocks;
   size_t nblocks;
   uint64_t totals[MS_TL_METRIC_COUNT];
+  bool pooled; /* segs, seg_nblk and blocks lie in the device's ck_chunks: not freed alone */
 } tl_ckpt_t;
 
 typedef struct tl_dev_s {
@@ -72,6 +73,11 @@ typedef struct tl_dev_s {
    * ms_timeline_s.lock (tl_series_get); never changed once set. */
   uint64_t *series[MS_TL_METRIC_COUNT];
   MS_VEC(tl_ckpt_t) ckpts; /* increasing step; the last is step n */
+  /* The built checkpoints' arrays, carved from a few large arrays (ms__big_*) rather than
+   * malloc'd one by one: with MS_REUSE_MEMORY those take the pages the read freed, where ~1,000
+   * mallocs of 40 KB were 39 MB of fresh heap pages on the 937 MB pickle (issue #33). */
+  MS_VEC(void *) ck_chunks;
+  size_t ck_used, ck_cap; /* bytes used of the last chunk, and its size */
   /* The peaks over every step (first step reaching the highest value), found when building;
    * has_peaks false for a stored index, whose series answer instead. */
   bool has_peaks;
@@ -209,7 +215,9 @@ typedef struct tl_ctx_s {
 int ms__tl_blk_insert(tl_blockvec_t *v, size_t at, const ms_tl_block_t *b);
 void ms__tl_ckpt_free(tl_ckpt_t *c);
 int ms__tl_ckpt_restore(const tl_ckpt_t *c, tl_ws_t *w);
-int ms__tl_ckpt_take(const tl_ws_t *w, size_t step, tl_ckpt_t *c);
+/* A checkpoint of w at step into c: its arrays carved from pool's chunks, or malloc'd when pool
+ * is NULL. */
+int ms__tl_ckpt_take(const tl_ws_t *w, size_t step, tl_ckpt_t *c, tl_dev_t *pool);
 int ms__tl_redo(tl_ctx_t *c, tl_ws_t *w, size_t i);
 int ms__tl_undo(tl_ctx_t *c, tl_ws_t *w, size_t i);
 void ms__tl_ws_release(tl_ws_t *w);
