@@ -430,9 +430,9 @@ void ms_timeline_destroy(ms_timeline_t *tl) {
     if (!tl->release) {
       ms__big_free(d->pair);
       ms__big_free(d->bsize);
-      for (int m = 0; m < MS_TL_METRIC_COUNT; m++)
-        ms__big_free(d->series[m]);
     }
+    for (int m = 0; m < MS_TL_METRIC_COUNT; m++) /* made on demand (totals.c), by any index */
+      ms__big_free(d->series[m]);
     for (size_t k = 0; k < d->ckpts.len; k++)
       ms__tl_ckpt_free(&d->ckpts.ptr[k]);
     free(d->ckpts.ptr);

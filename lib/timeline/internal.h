@@ -67,10 +67,10 @@ typedef struct tl_dev_s {
   uint32_t *pair;  /* alloc -> its free_completed; free_completed -> its alloc;
                       segment_alloc -> its segment_free (TL_NONE: none) */
   uint64_t *bsize; /* alloc / free_completed: the size of the block (chosen when building) */
-  /* n + 1 values each, or NULL: a built index makes a series only when ms_timeline_series asks
-   * for it (issue #33: the four were 153 MB of a 5 M-entry index, and most commands need a peak
-   * or a value at a step); a stored index (lib/cache) has all four. Read and set under
-   * ms_timeline_s.lock (tl_series_get); never changed once set. */
+  /* n + 1 values each, or NULL: an index makes a series only when ms_timeline_series asks for it
+   * (issue #33: the four were 153 MB of a 5 M-entry index, and most commands need a peak or a
+   * value at a step). Read and set under ms_timeline_s.lock (tl_series_get); never changed once
+   * set; freed by ms_timeline_destroy. */
   uint64_t *series[MS_TL_METRIC_COUNT];
   MS_VEC(tl_ckpt_t) ckpts; /* increasing step; the last is step n */
   /* The built checkpoints' arrays, carved from a few large arrays (ms__big_*) rather than
@@ -78,8 +78,8 @@ typedef struct tl_dev_s {
    * mallocs of 40 KB were 39 MB of fresh heap pages on the 937 MB pickle (issue #33). */
   MS_VEC(void *) ck_chunks;
   size_t ck_used, ck_cap; /* bytes used of the last chunk, and its size */
-  /* The peaks over every step (first step reaching the highest value), found when building;
-   * has_peaks false for a stored index, whose series answer instead. */
+  /* The peaks over every step (first step reaching the highest value), found when building or
+   * when reading a stored index (lib/cache). */
   bool has_peaks;
   uint64_t peak_bytes[MS_TL_METRIC_COUNT];
   size_t peak_step[MS_TL_METRIC_COUNT];
@@ -91,8 +91,8 @@ struct ms_timeline_s {
   tl_dev_t *dev;
   uint32_t k;
   ms_tl_filter_t filter;
-  /* An index read from elsewhere (lib/cache): when release is set, every device's pair, bsize and
-   * series lie in storage that release(release_arg) gives back, and are not freed one by one. */
+  /* An index read from elsewhere (lib/cache): when release is set, every device's pair and bsize
+   * lie in storage that release(release_arg) gives back, and are not freed one by one. */
   void (*release)(void *arg);
   void *release_arg;
   /* Guards the devices' series: ms_timeline_series makes one on first use, and several threads
