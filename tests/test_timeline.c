@@ -1312,8 +1312,8 @@ static void tt_check_range(const ms_timeline_t *tl, const ms_timeline_t *ref, si
     cr_assert_eq(ms_timeline_peak(tl, d, (ms_tl_metric)m, from, to, &p), MS_OK);
     cr_assert_eq(ms_timeline_peak(ref, d, (ms_tl_metric)m, from, to, &q), MS_OK);
     cr_assert(p.bytes == bytes && p.step == step && all[m].bytes == bytes && all[m].step == step,
-              "%s: dev %zu %s [%zu, %zu]: peak %" PRIu64 "@%zu (all: %" PRIu64 "@%zu), series %" PRIu64
-              "@%zu",
+              "%s: dev %zu %s [%zu, %zu]: peak %" PRIu64 "@%zu (all: %" PRIu64
+              "@%zu), series %" PRIu64 "@%zu",
               what, d, ms_tl_metric_name((ms_tl_metric)m), from, to, p.bytes, p.step, all[m].bytes,
               all[m].step, bytes, step);
     cr_assert(memcmp(&p, &q, sizeof p) == 0 && memcmp(&p, &all[m], sizeof p) == 0);

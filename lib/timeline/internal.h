@@ -178,7 +178,8 @@ static inline void tl_peaks_note(tl_peaks_t *p, size_t step, const uint64_t *tot
 typedef void tl_visit_fn(void *arg, size_t step, const uint64_t totals[MS_TL_METRIC_COUNT]);
 
 /* A tl_visit_fn noting the peaks into the tl_peaks_t arg. */
-static inline void tl_peaks_visit(void *arg, size_t step, const uint64_t totals[MS_TL_METRIC_COUNT]) {
+static inline void tl_peaks_visit(void *arg, size_t step,
+                                  const uint64_t totals[MS_TL_METRIC_COUNT]) {
   tl_peaks_note(arg, step, totals);
 }
 
