@@ -1320,6 +1320,31 @@ static void tt_check_range(const ms_timeline_t *tl, const ms_timeline_t *ref, si
   }
 }
 
+/* ms_timeline_walk's visits: each step once, newest first, with the reference's totals. */
+typedef struct tt_walk_s {
+  const ms_timeline_t *ref;
+  size_t dev, next, visits;
+  bool bad;
+} tt_walk_t;
+
+static void tt_walk_visit(void *arg, size_t step, const uint64_t totals[MS_TL_METRIC_COUNT]) {
+  tt_walk_t *k = arg;
+  if (step != k->next) k->bad = true;
+  for (int m = 0; m < MS_TL_METRIC_COUNT; m++)
+    if (totals[m] != ms_timeline_series(k->ref, k->dev, (ms_tl_metric)m)[step]) k->bad = true;
+  k->next = step - 1;
+  k->visits++;
+}
+
+static void tt_check_walk(const ms_timeline_t *tl, const ms_timeline_t *ref, size_t d, size_t from,
+                          size_t to) {
+  size_t n = ms_timeline_nentries(tl, d), top = to > n ? n : to;
+  tt_walk_t k = {ref, d, top, 0, false};
+  cr_assert_eq(ms_timeline_walk(tl, d, from, to, tt_walk_visit, &k), MS_OK);
+  cr_assert(!k.bad && k.visits == top - from + 1, "dev %zu: walk [%zu, %zu]: %zu visits", d, from,
+            to, k.visits);
+}
+
 static void tt_check_index(const ms_snapshot_t *s, const ms_timeline_config_t *cfg,
                            const char *what) {
   ms_timeline_t *tl = NULL, *ref = NULL;
@@ -1338,7 +1363,9 @@ static void tt_check_index(const ms_snapshot_t *s, const ms_timeline_config_t *c
       size_t len = (size_t)(tt_rand(&x) % 8);
       if (k % 3 == 0) b = a + len > n ? n : a + len;
       tt_check_range(tl, ref, d, a < b ? a : b, a < b ? b : a, what);
+      if (k % 8 == 0) tt_check_walk(tl, ref, d, a < b ? a : b, a < b ? b : a);
     }
+    tt_check_walk(tl, ref, d, 0, SIZE_MAX);
     size_t every = n > 4000 ? n / 2000 : 1;
     for (size_t st = 0; st <= n; st += st + every > n && st < n ? n - st : every) {
       uint64_t t[MS_TL_METRIC_COUNT];
@@ -1546,6 +1573,12 @@ Test(timeline_totals, hostile_queries) {
   cr_assert_eq(ms_timeline_totals_at(tl, nd, 0, t), MS_EINVAL);
   cr_assert_eq(ms_timeline_totals_at(tl, 0, 0, NULL), MS_EINVAL);
   for (int m = 0; m < MS_TL_METRIC_COUNT; m++) cr_assert_eq(t[m], 7, "untouched on failure");
+  tt_walk_t k = {tl, 0, 0, 0, false};
+  cr_assert_eq(ms_timeline_walk(tl, nd, 0, 1, tt_walk_visit, &k), MS_EINVAL);
+  cr_assert_eq(ms_timeline_walk(tl, 0, 1, 0, tt_walk_visit, &k), MS_EINVAL);
+  cr_assert_eq(ms_timeline_walk(tl, 0, 2, SIZE_MAX, tt_walk_visit, &k), MS_EINVAL);
+  cr_assert_eq(ms_timeline_walk(tl, 0, 0, 1, NULL, &k), MS_EINVAL);
+  cr_assert_eq(k.visits, 0);
   cr_assert_null(ms_timeline_series(tl, nd, MS_TL_ALLOCATED));
   cr_assert_null(ms_timeline_series(tl, 0, MS_TL_METRIC_COUNT));
   cr_assert_eq(ms_timeline_totals_at(tl, 0, 1, t), MS_OK);

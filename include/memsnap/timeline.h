@@ -124,6 +124,17 @@ MS_API const uint64_t *ms_timeline_series(const ms_timeline_t *tl, size_t dev, m
 MS_API MS_NODISCARD int ms_timeline_totals_at(const ms_timeline_t *tl, size_t dev, size_t step,
                                               uint64_t totals[MS_TL_METRIC_COUNT]);
 
+/* Called by ms_timeline_walk for each step visited, with the four totals at that step. */
+typedef void ms_tl_visit_fn(void *arg, size_t step, const uint64_t totals[MS_TL_METRIC_COUNT]);
+
+/* Visits steps to, to - 1, ..., from of device dev (to clamped to nentries), newest first,
+ * calling fn(arg, step, totals) at each: one pass undoing the entries from the checkpoint at or
+ * after `to`, storing nothing per step. For what needs every step of a range without keeping a
+ * series (maxima over buckets of steps, a sum). fn must not call back into the walk.
+ * @return MS_OK, MS_EINVAL (unknown device, from > to after clamping, fn NULL), MS_ENOMEM. */
+MS_API MS_NODISCARD int ms_timeline_walk(const ms_timeline_t *tl, size_t dev, size_t from,
+                                         size_t to, ms_tl_visit_fn *fn, void *arg);
+
 typedef struct ms_tl_peak_s {
   uint64_t bytes;  /* the highest value */
   size_t step;     /* the first step where it is reached */

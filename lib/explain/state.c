@@ -11,7 +11,7 @@
 #include "explain/internal.h"
 #include "memsnap/attribution.h"
 #include "memsnap/stats.h"
-#include "timeline/internal.h"
+#include "memsnap/timeline.h"
 
 const char *ms_explain_verdict_name(ms_explain_verdict v) {
   switch (v) {
@@ -472,7 +472,7 @@ static void ex_bucket_visit(void *arg, size_t step, const uint64_t totals[MS_TL_
 }
 
 /* The allocated and reserved maxima over at most `points` buckets of the device's steps: one walk
- * over the trace (timeline/internal.h), without making the two series (issue #33). */
+ * over the trace, without making the two series (issue #33). */
 static int ex_series(const ms_timeline_t *tl, size_t points, ms_explain_t *x) {
   if (x->device >= ms_timeline_ndevices(tl)) return MS_OK;
   size_t steps = ms_timeline_nentries(tl, x->device) + 1;
@@ -485,7 +485,7 @@ static int ex_series(const ms_timeline_t *tl, size_t points, ms_explain_t *x) {
   for (size_t b = 0; b < nb; b++)
     x->series_step[b] = (size_t)((unsigned __int128)b * steps / nb);
   ex_buckets_t k = {x, nb - 1};
-  int rc = ms__tl_walk(tl, x->device, 0, steps - 1, ex_bucket_visit, &k);
+  int rc = ms_timeline_walk(tl, x->device, 0, steps - 1, ex_bucket_visit, &k);
   if (rc != MS_OK) return rc;
   x->nseries = nb;
   return MS_OK;

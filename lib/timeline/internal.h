@@ -174,8 +174,8 @@ static inline void tl_peaks_note(tl_peaks_t *p, size_t step, const uint64_t *tot
   p->any = true;
 }
 
-/* Called for each step of a walk with the totals at that step. */
-typedef void tl_visit_fn(void *arg, size_t step, const uint64_t totals[MS_TL_METRIC_COUNT]);
+/* Called for each step of a walk with the totals at that step (memsnap/timeline.h). */
+typedef ms_tl_visit_fn tl_visit_fn;
 
 /* A tl_visit_fn noting the peaks into the tl_peaks_t arg. */
 static inline void tl_peaks_visit(void *arg, size_t step,

@@ -38,6 +38,14 @@ int ms__tl_walk(const ms_timeline_t *tl, size_t dev, size_t from, size_t to, tl_
   return rc == MS_ENOMEM ? MS_ENOMEM : rc == MS_OK ? MS_OK : MS_EFORMAT;
 }
 
+int ms_timeline_walk(const ms_timeline_t *tl, size_t dev, size_t from, size_t to,
+                     ms_tl_visit_fn *fn, void *arg) {
+  if (dev >= tl->ndev || !fn) return MS_EINVAL;
+  if (to > tl->dev[dev].n) to = tl->dev[dev].n;
+  if (from > to) return MS_EINVAL;
+  return ms__tl_walk(tl, dev, from, to, fn, arg);
+}
+
 /* ---- series -------------------------------------------------------------------------------- */
 
 /* Device dev's series of m, or NULL when none is made. */
