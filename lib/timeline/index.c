@@ -1,15 +1,15 @@
 /* SPDX-License-Identifier: MIT
- * memsnap core: the time index (memsnap/timeline.h, issue #12 §1): building it, and the queries
- * (series, peaks, the state at a step). The working state and undo/redo are state.c; moments and
- * the state as a snapshot are moments.c (timeline/internal.h).
+ * memsnap core: the time index (memsnap/timeline.h, issue #12 §1): building it, and the state
+ * at a step. The working state and undo/redo are state.c; the totals, peaks and series are
+ * totals.c; moments and the state as a snapshot are moments.c (timeline/internal.h).
  *
  * Per device: a forward pre-pass pairs each alloc with its free_completed (and each
  * segment_alloc with its segment_free) by address; the build pass then starts from the end state
- * (the snapshot's segments and live blocks) and undoes the trace newest first, recording the
- * totals at every step, the block size chosen for every block born in the trace (so that later
- * queries undo identically), and a checkpoint (a flat copy of the state) every
- * max(K, 2 x live blocks) entries. A query restores the nearest later checkpoint and undoes down
- * to the step asked for.
+ * (the snapshot's segments and live blocks) and undoes the trace newest first, noting the peaks
+ * of the totals (no total per step is kept: issue #33), the block size chosen for every block
+ * born in the trace (so that later queries undo identically), and a checkpoint (a flat copy of
+ * the state) every max(K, 2 x live blocks) entries. A query restores the nearest later
+ * checkpoint and undoes down to the step asked for.
  *
  * The working state is an address-sorted array of segments, each with its own address-sorted
  * array of live blocks: every operation is a binary search plus a short memmove within one

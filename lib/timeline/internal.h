@@ -2,9 +2,10 @@
  * memsnap core: the time index's state and the functions its files share (memsnap/timeline.h).
  * state.c: the working state (an address-sorted array of segments, each with its address-sorted
  * live blocks), its checkpoints, and undoing or redoing one trace entry; index.c: pairing allocs
- * with frees, building the index (one pass undoing the trace from the end state), the totals and
- * peaks, the state at any step; moments.c: the state as a snapshot, naming moments, and selecting
- * segments of the end state.
+ * with frees, building the index (one pass undoing the trace from the end state), the state at
+ * any step; totals.c: walks from a checkpoint, the totals at a step, peaks, series made on
+ * demand; moments.c: the state as a snapshot, naming moments, and selecting segments of the end
+ * state.
  */
 #ifndef MEMSNAP_LIB_TIMELINE_INTERNAL_H
 #define MEMSNAP_LIB_TIMELINE_INTERNAL_H
@@ -101,7 +102,7 @@ struct ms_timeline_s {
 };
 
 /* The index of ms_timeline_create with every device's trace in place (d->trace, d->n) and nothing
- * built: for a reader of a stored index, which fills pair, bsize, series and ckpts (index.c).
+ * built: for a reader of a stored index, which fills pair, bsize, ckpts and the peaks (index.c).
  * Fails as ms_timeline_create fails before building (devices out of range). */
 int ms__tl_alloc(const ms_snapshot_t *snap, const ms_timeline_config_t *cfg, ms_timeline_t **out,
                  ms_errbuf_t *eb);
