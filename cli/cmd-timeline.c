@@ -243,7 +243,6 @@ static int timeline_device(FILE *out, cli_json_t *j, const ms_snapshot_t *snap,
                            const ms_attr_t *a, size_t dev, bool steps, bool *any_segment,
                            bool *first) {
   size_t n = ms_timeline_nentries(tl, dev);
-  const uint64_t *res = ms_timeline_series(tl, dev, MS_TL_RESERVED);
   bool has_seg = false;
   for (size_t i = 0; i < snap->nsegments && !has_seg; i++)
     has_seg = snap->segments[i].device == (int64_t)dev;
@@ -251,7 +250,9 @@ static int timeline_device(FILE *out, cli_json_t *j, const ms_snapshot_t *snap,
   size_t from, to;
   int rc = cli_tl_steps(tl, name, ta, dev, &from, &to);
   if (rc != CLI_OK) return rc;
-  for (size_t s = from; s <= to && !*any_segment; s++) *any_segment = res[s] > 0;
+  ms_tl_peak_t res; /* reserved above 0 at some step shown */
+  if (!*any_segment && ms_timeline_peak(tl, dev, MS_TL_RESERVED, from, to, &res) == MS_OK)
+    *any_segment = res.bytes > 0;
   const ms_tl_filter_t *f = ta->filter.has_stream || ta->filter.has_pool ? &ta->filter : NULL;
   cli_tl_report_t r;
   if ((rc = cli_tl_report(tl, dev, from, to, ta->has_range, f, steps, &r)) != CLI_OK) return rc;

@@ -80,7 +80,9 @@ static void ranks_compute(ranks_job_t *job, ranks_row_t *r, const ms_snapshot_t 
   r->entry = best.entry;
   r->time_us = best.time_us;
   r->has_time = best.has_time;
-  r->reserved_at_peak = ms_timeline_series(tl, r->device, MS_TL_RESERVED)[best.step];
+  uint64_t tot[MS_TL_METRIC_COUNT];
+  if (ms_timeline_totals_at(tl, r->device, best.step, tot) == MS_OK)
+    r->reserved_at_peak = tot[MS_TL_RESERVED];
   ms_tl_peak_t pr;
   if (ms_timeline_peak(tl, r->device, MS_TL_RESERVED, 0, SIZE_MAX, &pr) == MS_OK) {
     r->peak_reserved = pr.bytes;

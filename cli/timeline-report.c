@@ -96,10 +96,12 @@ static int report_steps(const ms_timeline_t *tl, size_t dev, size_t from, size_t
     r->nsteps++;
     st->step = x->step;
     st->has_end = x->has_end;
-    st->has_peaks =
-        st->hi > st->lo &&
-        ms_timeline_peak(tl, dev, MS_TL_ALLOCATED, st->lo + 1, st->hi, &st->allocated) == MS_OK &&
-        ms_timeline_peak(tl, dev, MS_TL_RESERVED, st->lo + 1, st->hi, &st->reserved) == MS_OK;
+    ms_tl_peak_t pk[MS_TL_METRIC_COUNT]; /* both in one pass over the step's entries */
+    st->has_peaks = st->hi > st->lo && ms_timeline_peaks(tl, dev, st->lo + 1, st->hi, pk) == MS_OK;
+    if (st->has_peaks) {
+      st->allocated = pk[MS_TL_ALLOCATED];
+      st->reserved = pk[MS_TL_RESERVED];
+    }
     if (r->has_whole_peak && whole.step > st->lo && whole.step <= st->hi && r->peak_step < 0)
       r->peak_step = x->step;
   }
@@ -127,11 +129,17 @@ int cli_tl_report(const ms_timeline_t *tl, size_t dev, size_t from, size_t to, b
   if (rc == CLI_OK) rc = report_ooms(tl, dev, from, to, r);
   r->steps_wanted = steps;
   if (rc == CLI_OK && steps) rc = report_steps(tl, dev, from, to, r);
-  for (int m = 0; m < MS_TL_METRIC_COUNT; m++)
-    r->state[m] = ms_timeline_series(tl, dev, (ms_tl_metric)m)[to];
+  uint64_t before[MS_TL_METRIC_COUNT];
+  if (rc == CLI_OK && (ms_timeline_totals_at(tl, dev, to, r->state) != MS_OK ||
+                       ms_timeline_totals_at(tl, dev, from, before) != MS_OK)) {
+    cli_error("out of memory");
+    rc = CLI_FAILURE;
+  }
   r->has_before = from > 0 || !has_range;
-  r->before_allocated = ms_timeline_series(tl, dev, MS_TL_ALLOCATED)[from];
-  r->before_reserved = ms_timeline_series(tl, dev, MS_TL_RESERVED)[from];
+  if (rc == CLI_OK) {
+    r->before_allocated = before[MS_TL_ALLOCATED];
+    r->before_reserved = before[MS_TL_RESERVED];
+  }
   if (rc != CLI_OK) cli_tl_report_release(r);
   return rc;
 }

@@ -40,6 +40,7 @@
 #include "memsnap/serialize.h"
 #include "memsnap/snapshot.h"
 #include "memsnap/timeline.h"
+#include "timeline/internal.h"
 
 static const char *const fixtures[] = {
     "a0kuma_adamw_small.pickle",           "cranberrii_ftcourse.pickle",
@@ -732,6 +733,29 @@ static void tl_expect_same(const ms_timeline_t *a, const ms_timeline_t *b) {
   }
 }
 
+/* A read index keeps no series (issue #33): before any is made, its peaks over the whole trace
+ * and over parts of it, and its totals at steps, are the built index's (b); none of these makes
+ * a series. */
+static void tl_expect_same_queries(const ms_timeline_t *a, const ms_timeline_t *b) {
+  for (size_t d = 0; d < ms_timeline_ndevices(a); d++) {
+    size_t n = ms_timeline_nentries(a, d);
+    const size_t range[][2] = {{0, n}, {0, n / 2}, {n / 3, n - n / 5}, {n / 2, n / 2}, {n, n}};
+    for (size_t k = 0; k < sizeof range / sizeof *range; k++) {
+      ms_tl_peak_t pa[MS_TL_METRIC_COUNT], pb[MS_TL_METRIC_COUNT];
+      cr_assert_eq(ms_timeline_peaks(a, d, range[k][0], range[k][1], pa), MS_OK);
+      cr_assert_eq(ms_timeline_peaks(b, d, range[k][0], range[k][1], pb), MS_OK);
+      cr_assert(memcmp(pa, pb, sizeof pa) == 0, "device %zu: peaks over [%zu, %zu] differ", d,
+                range[k][0], range[k][1]);
+      uint64_t ta[MS_TL_METRIC_COUNT], tb[MS_TL_METRIC_COUNT];
+      cr_assert_eq(ms_timeline_totals_at(a, d, range[k][0], ta), MS_OK);
+      cr_assert_eq(ms_timeline_totals_at(b, d, range[k][0], tb), MS_OK);
+      cr_assert(memcmp(ta, tb, sizeof ta) == 0, "device %zu: totals at %zu differ", d,
+                range[k][0]);
+    }
+    for (int m = 0; m < MS_TL_METRIC_COUNT; m++) cr_assert_null(a->dev[d].series[m]);
+  }
+}
+
 /* A fixture loaded (flags), its index; false when the fixture is absent or its index fails. */
 static bool fixture_index(const char *name, unsigned flags, const ms_timeline_config_t *cfg,
                           ms_snapshot_t **s, ms_timeline_t **tl) {
@@ -763,6 +787,7 @@ Test(cache, index_roundtrip_every_fixture) {
         ms_errbuf_t eb = {{0}};
         cr_assert_eq(ms_cache_index_decode(buf, len, &key, true, s, cfg, &back, &eb), MS_OK,
                      "%s: %s", fixtures[i], eb.msg);
+        tl_expect_same_queries(back, tl);
         tl_expect_same(tl, back);
         ms_timeline_destroy(back);
         back = NULL;
@@ -915,6 +940,50 @@ Test(cache, index_every_byte_flipped) {
   }
   cr_log_info("%zu of %zu changed bytes accepted without the checksums", accepted, len);
   free(r);
+  free(buf);
+  ms_timeline_destroy(tl);
+  ms_snapshot_free(s);
+}
+
+/* A checkpoint whose totals are not those the entries' stream sums to is refused: the reader
+ * keeps no series, and checks each checkpoint against the stream read again. */
+Test(cache, index_checkpoint_totals_refused) {
+  if (!any_fixture()) return;
+  ms_snapshot_t *s = NULL;
+  ms_timeline_t *tl = NULL;
+  ms_timeline_config_t cfg;
+  ms_timeline_config_init(&cfg);
+  cfg.checkpoint_every = 4;
+  cr_assert(fixture_index("a0kuma_adamw_small.pickle", 0, &cfg, &s, &tl));
+  ms_cache_key_t key = {5, 6, 0};
+  void *buf;
+  size_t len;
+  cr_assert_eq(ms_cache_index_encode(tl, &key, &buf, &len), MS_OK);
+  const tl_dev_t *d = &tl->dev[0];
+  cr_assert_geq(d->ckpts.len, 1);
+  for (size_t c = 0; c < d->ckpts.len; c += c + 1 < d->ckpts.len - 1 ? d->ckpts.len - 1 - c : 1) {
+    const tl_ckpt_t *ck = &d->ckpts.ptr[c]; /* the first and the last */
+    uint64_t head[7] = {ck->step, ck->nsegs, ck->nblocks};
+    memcpy(head + 3, ck->totals, sizeof ck->totals);
+    unsigned char want[56];
+    for (int k = 0; k < 56; k++) want[k] = (unsigned char)(head[k / 8] >> (8 * (k % 8)));
+    size_t at = SIZE_MAX;
+    for (size_t o = 96; o + sizeof want <= len && at == SIZE_MAX; o += 8)
+      if (memcmp((char *)buf + o, want, sizeof want) == 0) at = o;
+    cr_assert_neq(at, SIZE_MAX, "checkpoint %zu found in the file", c);
+    for (int m = 0; m < MS_TL_METRIC_COUNT; m++) {
+      char *r = malloc(len);
+      cr_assert(r);
+      memcpy(r, buf, len);
+      r[at + 24 + 8 * m] ^= 0x40;
+      ms_timeline_t *back = NULL;
+      ms_errbuf_t eb = {{0}};
+      cr_assert_eq(ms_cache_index_decode(r, len, &key, false, s, &cfg, &back, &eb), MS_EFORMAT);
+      cr_assert(strstr(eb.msg, "a checkpoint's totals are not the series'"), "%s", eb.msg);
+      cr_assert_null(back);
+      free(r);
+    }
+  }
   free(buf);
   ms_timeline_destroy(tl);
   ms_snapshot_free(s);

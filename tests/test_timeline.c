@@ -1273,3 +1273,318 @@ Test(timeline_cli, trace_total_past_int64) {
             "%s", r.out);
   th_run_free(&r);
 }
+
+/* ---- totals, peaks and series without stored series (issue #33) ---------------------------- */
+
+/* A built index keeps no series: the peaks over any range, the totals at any step and the series
+ * made on demand must equal the series the old index kept, which check_forward ties to a forward
+ * walk of the states. Here a second index of the same snapshot makes its series first (ref), and
+ * the first one (tl) answers by walking, and must still hold no series afterwards. */
+#include <pthread.h>
+
+#include "timeline/internal.h"
+
+static uint64_t tt_rand(uint64_t *x) {
+  *x = *x * 6364136223846793005ull + 1442695040888963407ull;
+  return *x >> 33;
+}
+
+/* The peak of v over [from, to] as the old index found it: the first step of the highest value. */
+static void tt_scan_peak(const uint64_t *v, size_t from, size_t to, uint64_t *bytes, size_t *step) {
+  size_t best = from;
+  for (size_t s = from + 1; s <= to; s++)
+    if (v[s] > v[best]) best = s;
+  *bytes = v[best];
+  *step = best;
+}
+
+static void tt_check_range(const ms_timeline_t *tl, const ms_timeline_t *ref, size_t d, size_t from,
+                           size_t to, const char *what) {
+  ms_tl_peak_t all[MS_TL_METRIC_COUNT];
+  cr_assert_eq(ms_timeline_peaks(tl, d, from, to, all), MS_OK);
+  for (int m = 0; m < MS_TL_METRIC_COUNT; m++) {
+    const uint64_t *v = ms_timeline_series(ref, d, (ms_tl_metric)m);
+    uint64_t bytes;
+    size_t step;
+    size_t n = ms_timeline_nentries(tl, d);
+    tt_scan_peak(v, from, to > n ? n : to, &bytes, &step); /* the query clamps to */
+    ms_tl_peak_t p, q;
+    cr_assert_eq(ms_timeline_peak(tl, d, (ms_tl_metric)m, from, to, &p), MS_OK);
+    cr_assert_eq(ms_timeline_peak(ref, d, (ms_tl_metric)m, from, to, &q), MS_OK);
+    cr_assert(p.bytes == bytes && p.step == step && all[m].bytes == bytes && all[m].step == step,
+              "%s: dev %zu %s [%zu, %zu]: peak %" PRIu64 "@%zu (all: %" PRIu64
+              "@%zu), series %" PRIu64 "@%zu",
+              what, d, ms_tl_metric_name((ms_tl_metric)m), from, to, p.bytes, p.step, all[m].bytes,
+              all[m].step, bytes, step);
+    cr_assert(memcmp(&p, &q, sizeof p) == 0 && memcmp(&p, &all[m], sizeof p) == 0);
+  }
+}
+
+/* ms_timeline_walk's visits: each step once, newest first, with the reference's totals. */
+typedef struct tt_walk_s {
+  const ms_timeline_t *ref;
+  size_t dev, next, visits;
+  bool bad;
+} tt_walk_t;
+
+static void tt_walk_visit(void *arg, size_t step, const uint64_t totals[MS_TL_METRIC_COUNT]) {
+  tt_walk_t *k = arg;
+  if (step != k->next) k->bad = true;
+  for (int m = 0; m < MS_TL_METRIC_COUNT; m++)
+    if (totals[m] != ms_timeline_series(k->ref, k->dev, (ms_tl_metric)m)[step]) k->bad = true;
+  k->next = step - 1;
+  k->visits++;
+}
+
+static void tt_check_walk(const ms_timeline_t *tl, const ms_timeline_t *ref, size_t d, size_t from,
+                          size_t to) {
+  size_t n = ms_timeline_nentries(tl, d), top = to > n ? n : to;
+  tt_walk_t k = {ref, d, top, 0, false};
+  cr_assert_eq(ms_timeline_walk(tl, d, from, to, tt_walk_visit, &k), MS_OK);
+  cr_assert(!k.bad && k.visits == top - from + 1, "dev %zu: walk [%zu, %zu]: %zu visits", d, from,
+            to, k.visits);
+}
+
+static void tt_check_index(const ms_snapshot_t *s, const ms_timeline_config_t *cfg,
+                           const char *what) {
+  ms_timeline_t *tl = NULL, *ref = NULL;
+  ms_errbuf_t eb = {{0}};
+  cr_assert_eq(ms_timeline_create(s, cfg, &tl, &eb), MS_OK, "%s: %s", what, eb.msg);
+  cr_assert_eq(ms_timeline_create(s, cfg, &ref, &eb), MS_OK, "%s: %s", what, eb.msg);
+  uint64_t x = 12345;
+  for (size_t d = 0; d < ms_timeline_ndevices(tl); d++) {
+    size_t n = ms_timeline_nentries(tl, d);
+    tt_check_range(tl, ref, d, 0, n, what);
+    tt_check_range(tl, ref, d, 0, SIZE_MAX, what); /* clamped */
+    tt_check_range(tl, ref, d, n, n, what);
+    tt_check_range(tl, ref, d, 0, 0, what);
+    for (int k = 0; k < 40; k++) { /* short ranges, long ones, ranges across checkpoints */
+      size_t a = (size_t)(tt_rand(&x) % (n + 1)), b = (size_t)(tt_rand(&x) % (n + 1));
+      size_t len = (size_t)(tt_rand(&x) % 8);
+      if (k % 3 == 0) b = a + len > n ? n : a + len;
+      tt_check_range(tl, ref, d, a < b ? a : b, a < b ? b : a, what);
+      if (k % 8 == 0) tt_check_walk(tl, ref, d, a < b ? a : b, a < b ? b : a);
+    }
+    tt_check_walk(tl, ref, d, 0, SIZE_MAX);
+    size_t every = n > 4000 ? n / 2000 : 1;
+    for (size_t st = 0; st <= n; st += st + every > n && st < n ? n - st : every) {
+      uint64_t t[MS_TL_METRIC_COUNT];
+      cr_assert_eq(ms_timeline_totals_at(tl, d, st, t), MS_OK);
+      for (int m = 0; m < MS_TL_METRIC_COUNT; m++)
+        cr_assert_eq(t[m], ms_timeline_series(ref, d, (ms_tl_metric)m)[st],
+                     "%s: dev %zu step %zu %s", what, d, st, ms_tl_metric_name((ms_tl_metric)m));
+      cr_assert_eq(ms_timeline_totals_at(ref, d, st, t), MS_OK);
+      for (int m = 0; m < MS_TL_METRIC_COUNT; m++)
+        cr_assert_eq(t[m], ms_timeline_series(ref, d, (ms_tl_metric)m)[st]);
+    }
+    for (int m = 0; m < MS_TL_METRIC_COUNT; m++) /* none of that made a series */
+      cr_assert_null(tl->dev[d].series[m], "%s: dev %zu made the %s series", what, d,
+                     ms_tl_metric_name((ms_tl_metric)m));
+  }
+  /* made on demand, they are the reference's */
+  for (size_t d = 0; d < ms_timeline_ndevices(tl); d++)
+    for (int m = 0; m < MS_TL_METRIC_COUNT; m++) {
+      const uint64_t *a = ms_timeline_series(tl, d, (ms_tl_metric)m);
+      cr_assert_not_null(a);
+      cr_assert_eq(a, ms_timeline_series(tl, d, (ms_tl_metric)m), "made once, then kept");
+      cr_assert_arr_eq(a, ms_timeline_series(ref, d, (ms_tl_metric)m),
+                       (ms_timeline_nentries(tl, d) + 1) * sizeof *a);
+    }
+  ms_timeline_destroy(tl);
+  ms_timeline_destroy(ref);
+}
+
+TestSuite(timeline_totals, .timeout = 300);
+
+Test(timeline_totals, fixtures) {
+  size_t done = 0;
+  for (size_t i = 0; i < NFIX; i++) {
+    ms_snapshot_t *s = load_fixture(fixtures[i]);
+    if (!s) continue;
+    ms_timeline_config_t cfg;
+    ms_timeline_config_init(&cfg);
+    tt_check_index(s, NULL, fixtures[i]);
+    cfg.checkpoint_every = 16; /* many checkpoints: ranges start and end between them */
+    tt_check_index(s, &cfg, fixtures[i]);
+    /* a filter: the default pool, and the stream of the first segment */
+    cfg.filter.has_pool = true;
+    tt_check_index(s, &cfg, fixtures[i]);
+    if (s->nsegments) {
+      cfg.filter.has_pool = false;
+      cfg.filter.has_stream = true;
+      cfg.filter.stream = s->segments[0].stream;
+      tt_check_index(s, &cfg, fixtures[i]);
+    }
+    ms_snapshot_free(s);
+    done++;
+  }
+  if (!done) cr_skip_test("SKIP: PyTorch fixtures not found in %s", th_fixture_dir());
+}
+
+Test(timeline_totals, recorded_traces) {
+  static const char *const confs[] = {NULL, "expandable_segments:True", "max_split_size_mb:20"};
+  for (size_t c = 0; c < sizeof confs / sizeof *confs; c++) {
+    ms_snapshot_t *s = record_run(confs[c], c == 1 ? 700 : 0, c + 7, 3000, false);
+    ms_timeline_config_t cfg;
+    ms_timeline_config_init(&cfg);
+    cfg.checkpoint_every = 64;
+    tt_check_index(s, &cfg, confs[c] ? confs[c] : "default");
+    cfg.filter.has_stream = true;
+    cfg.filter.stream = 5;
+    tt_check_index(s, &cfg, "stream 5");
+    ms_snapshot_free(s);
+  }
+}
+
+/* Blocks that grow once the build has seen their whole life: a 3.5 MiB request in a 4 MiB
+ * segment takes the whole segment (the rest, 0.5 MiB, is too small to split off), so the totals
+ * of the build pass are not the final ones, and the index's peaks come from a second walk. */
+Test(timeline_totals, block_growth) {
+  ms_snapshot_t *s = build(SEG({0x1000000, 4 * MiB}, {0x2000000, 2 * MiB}), 2,
+                           SEG({0x2000000, 1024}), 1,
+                           TR({MS_TRACE_SEGMENT_ALLOC, 0x1000000, 4 * MiB},
+                              {MS_TRACE_ALLOC, 0x1000000, 3 * MiB + MiB / 2},
+                              {MS_TRACE_ALLOC, 0x2000000, 1000},
+                              {MS_TRACE_FREE_REQUESTED, 0x1000000, 3 * MiB + MiB / 2},
+                              {MS_TRACE_FREE_COMPLETED, 0x1000000, 3 * MiB + MiB / 2},
+                              {MS_TRACE_ALLOC, 0x1000000, 2 * MiB + 1},
+                              {MS_TRACE_FREE_REQUESTED, 0x1000000, 2 * MiB + 1},
+                              {MS_TRACE_FREE_COMPLETED, 0x1000000, 2 * MiB + 1}),
+                           8);
+  ms_timeline_t *tl = NULL;
+  ms_errbuf_t eb = {{0}};
+  cr_assert_eq(ms_timeline_create(s, NULL, &tl, &eb), MS_OK, "%s", eb.msg);
+  ms_tl_peak_t p;
+  cr_assert_eq(ms_timeline_peak(tl, 0, MS_TL_ALLOCATED, 0, SIZE_MAX, &p), MS_OK);
+  cr_assert_eq(p.bytes, 4 * MiB + 1024, "the grown block counts whole: %" PRIu64, p.bytes);
+  cr_assert_eq(p.step, 3);
+  cr_assert_eq(ms_timeline_peak(tl, 0, MS_TL_ACTIVE, 4, 8, &p), MS_OK);
+  cr_assert_eq(p.bytes, 4 * MiB + 1024);
+  cr_assert_eq(p.step, 4, "pending free until step 5");
+  cr_assert_eq(ms_timeline_peak(tl, 0, MS_TL_REQUESTED, 0, 8, &p), MS_OK);
+  cr_assert_eq(p.bytes, 3 * MiB + MiB / 2 + 1024);
+  uint64_t t[MS_TL_METRIC_COUNT];
+  cr_assert_eq(ms_timeline_totals_at(tl, 0, 3, t), MS_OK);
+  cr_assert_eq(t[MS_TL_ALLOCATED], 4 * MiB + 1024);
+  cr_assert_eq(t[MS_TL_RESERVED], 6 * MiB);
+  ms_timeline_destroy(tl);
+  ms_timeline_config_t cfg;
+  ms_timeline_config_init(&cfg);
+  cfg.checkpoint_every = 1; /* a checkpoint at every step: their totals carry the growth */
+  tt_check_index(s, &cfg, "growth");
+  tt_check_index(s, NULL, "growth");
+  ms_snapshot_free(s);
+}
+
+Test(timeline_totals, empty_trace_and_devices) {
+  ms_snapshot_t *s = build(SEG({0x100000, 2 * MiB}), 1, SEG({0x100000, 1024}), 1, NULL, 0);
+  tt_check_index(s, NULL, "empty trace");
+  ms_timeline_t *tl = NULL;
+  ms_errbuf_t eb = {{0}};
+  cr_assert_eq(ms_timeline_create(s, NULL, &tl, &eb), MS_OK, "%s", eb.msg);
+  uint64_t t[MS_TL_METRIC_COUNT];
+  cr_assert_eq(ms_timeline_totals_at(tl, 0, 0, t), MS_OK);
+  cr_assert_eq(t[MS_TL_RESERVED], 2 * MiB);
+  cr_assert_eq(t[MS_TL_ALLOCATED], 1024);
+  ms_timeline_destroy(tl);
+  ms_snapshot_free(s);
+}
+
+typedef struct tt_thread_s {
+  const ms_timeline_t *tl;
+  const uint64_t *got[8][MS_TL_METRIC_COUNT];
+  int peak_rc; /* the first failure of a peak query (checked by the main thread) */
+  size_t ndev;
+  pthread_barrier_t *go;
+} tt_thread_t;
+
+static void *tt_thread(void *arg) {
+  tt_thread_t *t = arg;
+  pthread_barrier_wait(t->go);
+  for (size_t d = 0; d < t->ndev; d++)
+    for (int m = MS_TL_METRIC_COUNT; m-- > 0;) {
+      ms_tl_peak_t p;
+      int rc = ms_timeline_peak(t->tl, d, (ms_tl_metric)m, 0, 5, &p);
+      if (rc != MS_OK && t->peak_rc == MS_OK) t->peak_rc = rc;
+      t->got[d][m] = ms_timeline_series(t->tl, d, (ms_tl_metric)m);
+    }
+  return NULL;
+}
+
+/* Several threads ask one index for its series at once: each is made once, all get the same
+ * array, equal to a series made alone. */
+Test(timeline_totals, series_from_threads) {
+  ms_snapshot_t *s = load_fixture("maphsge_select_n_4dev");
+  if (!s) s = record_run(NULL, 0, 3, 3000, false);
+  ms_timeline_t *tl = NULL, *ref = NULL;
+  ms_errbuf_t eb = {{0}};
+  cr_assert_eq(ms_timeline_create(s, NULL, &tl, &eb), MS_OK, "%s", eb.msg);
+  cr_assert_eq(ms_timeline_create(s, NULL, &ref, &eb), MS_OK, "%s", eb.msg);
+  enum { NT = 6 };
+  pthread_t th[NT];
+  tt_thread_t arg[NT];
+  pthread_barrier_t go;
+  pthread_barrier_init(&go, NULL, NT);
+  size_t ndev = ms_timeline_ndevices(tl) < 8 ? ms_timeline_ndevices(tl) : 8;
+  for (int i = 0; i < NT; i++) {
+    memset(&arg[i], 0, sizeof arg[i]);
+    arg[i].tl = tl;
+    arg[i].ndev = ndev;
+    arg[i].go = &go;
+    cr_assert_eq(pthread_create(&th[i], NULL, tt_thread, &arg[i]), 0);
+  }
+  for (int i = 0; i < NT; i++) pthread_join(th[i], NULL);
+  pthread_barrier_destroy(&go);
+  for (int i = 0; i < NT; i++) cr_assert_eq(arg[i].peak_rc, MS_OK);
+  for (size_t d = 0; d < ndev; d++)
+    for (int m = 0; m < MS_TL_METRIC_COUNT; m++) {
+      const uint64_t *r = ms_timeline_series(ref, d, (ms_tl_metric)m);
+      cr_assert_not_null(arg[0].got[d][m]);
+      for (int i = 1; i < NT; i++) cr_assert_eq(arg[i].got[d][m], arg[0].got[d][m]);
+      cr_assert_arr_eq(arg[0].got[d][m], r, (ms_timeline_nentries(tl, d) + 1) * sizeof *r);
+    }
+  ms_timeline_destroy(tl);
+  ms_timeline_destroy(ref);
+  ms_snapshot_free(s);
+}
+
+Test(timeline_totals, hostile_queries) {
+  ms_snapshot_t *s = build(SEG({0x100000, 2 * MiB}), 1, SEG({0x100000, 1024}), 1,
+                           TR({MS_TRACE_ALLOC, 0x100000, 1000}), 1);
+  ms_timeline_t *tl = NULL;
+  ms_errbuf_t eb = {{0}};
+  cr_assert_eq(ms_timeline_create(s, NULL, &tl, &eb), MS_OK, "%s", eb.msg);
+  size_t nd = ms_timeline_ndevices(tl);
+  ms_tl_peak_t p, keep[MS_TL_METRIC_COUNT];
+  memset(keep, 0x5a, sizeof keep);
+  uint64_t t[MS_TL_METRIC_COUNT] = {7, 7, 7, 7};
+  cr_assert_eq(ms_timeline_peak(tl, nd, MS_TL_ALLOCATED, 0, 1, &p), MS_EINVAL);
+  cr_assert_eq(ms_timeline_peak(tl, SIZE_MAX, MS_TL_ALLOCATED, 0, 1, &p), MS_EINVAL);
+  cr_assert_eq(ms_timeline_peak(tl, 0, MS_TL_METRIC_COUNT, 0, 1, &p), MS_EINVAL);
+  cr_assert_eq(ms_timeline_peak(tl, 0, (ms_tl_metric)-1, 0, 1, &p), MS_EINVAL);
+  cr_assert_eq(ms_timeline_peak(tl, 0, MS_TL_ALLOCATED, 1, 0, &p), MS_EINVAL);
+  cr_assert_eq(ms_timeline_peak(tl, 0, MS_TL_ALLOCATED, 5, SIZE_MAX, &p), MS_EINVAL, "from > n");
+  cr_assert_eq(ms_timeline_peaks(tl, 0, 1, 0, keep), MS_EINVAL);
+  cr_assert_eq(ms_timeline_peaks(tl, nd, 0, 1, keep), MS_EINVAL);
+  cr_assert_eq(ms_timeline_peaks(tl, 0, 0, 1, NULL), MS_EINVAL);
+  for (int m = 0; m < MS_TL_METRIC_COUNT; m++)
+    cr_assert_eq(keep[m].bytes, 0x5a5a5a5a5a5a5a5aull, "untouched on failure");
+  cr_assert_eq(ms_timeline_totals_at(tl, 0, 2, t), MS_EINVAL);
+  cr_assert_eq(ms_timeline_totals_at(tl, nd, 0, t), MS_EINVAL);
+  cr_assert_eq(ms_timeline_totals_at(tl, 0, 0, NULL), MS_EINVAL);
+  for (int m = 0; m < MS_TL_METRIC_COUNT; m++) cr_assert_eq(t[m], 7, "untouched on failure");
+  tt_walk_t k = {tl, 0, 0, 0, false};
+  cr_assert_eq(ms_timeline_walk(tl, nd, 0, 1, tt_walk_visit, &k), MS_EINVAL);
+  cr_assert_eq(ms_timeline_walk(tl, 0, 1, 0, tt_walk_visit, &k), MS_EINVAL);
+  cr_assert_eq(ms_timeline_walk(tl, 0, 2, SIZE_MAX, tt_walk_visit, &k), MS_EINVAL);
+  cr_assert_eq(ms_timeline_walk(tl, 0, 0, 1, NULL, &k), MS_EINVAL);
+  cr_assert_eq(k.visits, 0);
+  cr_assert_null(ms_timeline_series(tl, nd, MS_TL_ALLOCATED));
+  cr_assert_null(ms_timeline_series(tl, 0, MS_TL_METRIC_COUNT));
+  cr_assert_eq(ms_timeline_totals_at(tl, 0, 1, t), MS_OK);
+  cr_assert_eq(t[MS_TL_ALLOCATED], 1024);
+  cr_assert_eq(ms_timeline_totals_at(tl, 0, 0, t), MS_OK);
+  cr_assert_eq(t[MS_TL_ALLOCATED], 0);
+  ms_timeline_destroy(tl);
+  ms_snapshot_free(s);
+}

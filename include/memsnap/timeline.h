@@ -33,9 +33,14 @@
  *
  * Cost: building is two passes over each trace and O(1) per entry (hash map); a checkpoint of
  * the state is kept every max(K, 2 x live blocks) entries, so reaching any step undoes at most
- * that many entries from the nearest later checkpoint.
- * Thread-safety: an index is immutable after ms_timeline_create; any number of threads may query
- * it. The source snapshot must outlive the index and every snapshot it materialises.
+ * that many entries from the nearest later checkpoint. The index keeps no total per step (issue
+ * #33): it keeps the peaks over the whole trace and the totals at its checkpoints; the totals at
+ * another step, a peak over part of the trace, and a series (made on first use, then kept) are
+ * found by undoing entries from a checkpoint, one undo per step covered.
+ * Thread-safety: any number of threads may query one index at once. The index is immutable after
+ * ms_timeline_create except for the series, which ms_timeline_series makes on first use under a
+ * lock of the index; every query that reads a series takes that lock. The source snapshot must
+ * outlive the index and every snapshot it materialises.
  */
 #ifndef MEMSNAP_TIMELINE_H
 #define MEMSNAP_TIMELINE_H
@@ -105,8 +110,30 @@ typedef enum ms_tl_metric {
 MS_API const char *ms_tl_metric_name(ms_tl_metric m);
 
 /* @return the metric's value at every step of device dev: an array of nentries + 1 values owned
- * by the index (value[s] = the total at step s), or NULL for an unknown device or metric. */
+ * by the index (value[s] = the total at step s), or NULL for an unknown device or metric, or out
+ * of memory. The first call for a device and metric makes the array (one pass over the trace
+ * from its checkpoints, 8 bytes per step) and the index keeps it until ms_timeline_destroy;
+ * later calls return the same array. Thread-safe: concurrent first calls make it once. For one
+ * value or a peak, ms_timeline_totals_at and ms_timeline_peak cost far less. */
 MS_API const uint64_t *ms_timeline_series(const ms_timeline_t *tl, size_t dev, ms_tl_metric m);
+
+/* The four totals of device dev at step s (totals[m] = ms_timeline_series(tl, dev, m)[s]),
+ * without making a series: from the checkpoint at that step, or by undoing entries from the next
+ * one (at most one checkpoint interval). totals is untouched on failure.
+ * @return MS_OK, MS_EINVAL (unknown device, s > nentries, totals NULL), MS_ENOMEM. */
+MS_API MS_NODISCARD int ms_timeline_totals_at(const ms_timeline_t *tl, size_t dev, size_t step,
+                                              uint64_t totals[MS_TL_METRIC_COUNT]);
+
+/* Called by ms_timeline_walk for each step visited, with the four totals at that step. */
+typedef void ms_tl_visit_fn(void *arg, size_t step, const uint64_t totals[MS_TL_METRIC_COUNT]);
+
+/* Visits steps to, to - 1, ..., from of device dev (to clamped to nentries), newest first,
+ * calling fn(arg, step, totals) at each: one pass undoing the entries from the checkpoint at or
+ * after `to`, storing nothing per step. For what needs every step of a range without keeping a
+ * series (maxima over buckets of steps, a sum). fn must not call back into the walk.
+ * @return MS_OK, MS_EINVAL (unknown device, from > to after clamping, fn NULL), MS_ENOMEM. */
+MS_API MS_NODISCARD int ms_timeline_walk(const ms_timeline_t *tl, size_t dev, size_t from,
+                                         size_t to, ms_tl_visit_fn *fn, void *arg);
 
 typedef struct ms_tl_peak_s {
   uint64_t bytes;  /* the highest value */
@@ -116,10 +143,18 @@ typedef struct ms_tl_peak_s {
   bool has_time;   /* time_us is known */
 } ms_tl_peak_t;
 
-/* The peak of metric m over steps [from, to] of device dev (to clamped to nentries).
- * @return MS_OK, or MS_EINVAL for an unknown device/metric or from > to. */
+/* The peak of metric m over steps [from, to] of device dev (to clamped to nentries). The whole
+ * range [0, nentries] (or any range once the series is made) is answered at once; a part of it
+ * undoes the entries from the checkpoint at or after `to` down to `from`, storing nothing.
+ * @return MS_OK, MS_EINVAL for an unknown device/metric or from > to, MS_ENOMEM. */
 MS_API MS_NODISCARD int ms_timeline_peak(const ms_timeline_t *tl, size_t dev, ms_tl_metric m,
                                          size_t from, size_t to, ms_tl_peak_t *out);
+
+/* The peaks of the four metrics over steps [from, to] (out[m] as ms_timeline_peak gives it for
+ * m), in one pass where a pass is needed. out is untouched on failure.
+ * @return MS_OK, MS_EINVAL (unknown device, from > to after clamping, out NULL), MS_ENOMEM. */
+MS_API MS_NODISCARD int ms_timeline_peaks(const ms_timeline_t *tl, size_t dev, size_t from,
+                                          size_t to, ms_tl_peak_t out[MS_TL_METRIC_COUNT]);
 
 /* ---- the state at a step ------------------------------------------------------------------- */
 

@@ -244,8 +244,10 @@ static unsigned ix_metric_code(uint64_t delta, uint64_t b, uint64_t s, uint64_t 
 }
 
 /* Entry i's record into rec (room for 2 + 6 varints); its length. prov: the pair that the reader
- * holds for each later entry (written ahead by an earlier entry that names it). */
-static size_t ixw_entry(const tl_dev_t *d, size_t i, uint32_t *prov, unsigned char *rec) {
+ * holds for each later entry (written ahead by an earlier entry that names it); t: the four
+ * totals at step i, then at step i + 1. */
+static size_t ixw_entry(const tl_dev_t *d, size_t i, uint32_t *prov, const uint64_t *t,
+                        unsigned char *rec) {
   unsigned word = 0;
   size_t k = 2;
   uint32_t pr = d->pair[i];
@@ -265,7 +267,7 @@ static size_t ixw_entry(const tl_dev_t *d, size_t i, uint32_t *prov, unsigned ch
   }
   uint64_t b = d->bsize[i], s = d->trace[i].size, r = tl_round(s);
   for (int m = 0; m < MS_TL_METRIC_COUNT; m++) {
-    uint64_t delta = d->series[m][i + 1] - d->series[m][i];
+    uint64_t delta = t[MS_TL_METRIC_COUNT + m] - t[m];
     unsigned c = ix_metric_code(delta, b, s, r);
     if (c == IXC_ESCAPE) k += cache_put_var(rec + k, cache_zigzag(delta));
     word |= c << (IXC_METRIC_SHIFT + 3 * m);
@@ -275,17 +277,56 @@ static size_t ixw_entry(const tl_dev_t *d, size_t i, uint32_t *prov, unsigned ch
   return k;
 }
 
-static bool ixw_device(ixw_t *w, const ms_snapshot_t *snap, const tl_dev_t *d) {
-  size_t n = d->n;
-  ixw_u64(w, n);
-  ixw_u64(w, d->ckpts.len);
-  for (int m = 0; m < MS_TL_METRIC_COUNT; m++) ixw_u64(w, d->series[m][0]);
+/* The totals of steps [lo, hi] into win (4 values a step): one walk down from the checkpoint
+ * at hi (timeline/internal.h). */
+typedef struct ixw_win_s {
+  uint64_t *t;
+  size_t lo;
+} ixw_win_t;
+
+static void ixw_win_visit(void *arg, size_t step, const uint64_t totals[MS_TL_METRIC_COUNT]) {
+  ixw_win_t *win = arg;
+  memcpy(win->t + (step - win->lo) * MS_TL_METRIC_COUNT, totals,
+         MS_TL_METRIC_COUNT * sizeof *totals);
+}
+
+/* The entries' stream of device dev. The index keeps no series (issue #33): each interval
+ * between checkpoints is walked once into a window of its totals, then its entries written, so
+ * the writer holds one interval's totals at a time, not the 32 bytes a step of the series. */
+static bool ixw_entries(ixw_t *w, const ms_timeline_t *tl, size_t dev) {
+  const tl_dev_t *d = &tl->dev[dev];
+  size_t n = d->n, span = 0, lo = 0;
+  for (size_t c = 0; c < d->ckpts.len; c++) {
+    size_t gap = d->ckpts.ptr[c].step - (c ? d->ckpts.ptr[c - 1].step : 0);
+    if (gap > span) span = gap;
+  }
   uint32_t *prov = ms__big_malloc((n ? n : 1) * sizeof *prov);
-  if (!prov) return false;
-  memset(prov, 0xff, (n ? n : 1) * sizeof *prov);
+  ixw_win_t win = {ms__big_malloc((span + 1) * MS_TL_METRIC_COUNT * sizeof(uint64_t)), 0};
+  bool ok = prov && win.t;
+  if (ok) memset(prov, 0xff, (n ? n : 1) * sizeof *prov);
   unsigned char rec[2 + (1 + 1 + MS_TL_METRIC_COUNT) * CACHE_VAR_MAX];
-  for (size_t i = 0; i < n; i++) ms__cache_out_put(w, rec, ixw_entry(d, i, prov, rec));
+  for (size_t c = 0; ok && c < d->ckpts.len; c++) {
+    size_t hi = d->ckpts.ptr[c].step;
+    win.lo = lo;
+    ok = ms__tl_walk(tl, dev, lo, hi, ixw_win_visit, &win) == MS_OK;
+    if (ok && c == 0) /* the series' first values come first (lo is 0) */
+      for (int m = 0; m < MS_TL_METRIC_COUNT; m++) ixw_u64(w, win.t[m]);
+    for (size_t i = lo; ok && i < hi; i++)
+      ms__cache_out_put(w, rec,
+                        ixw_entry(d, i, prov, win.t + (i - lo) * MS_TL_METRIC_COUNT, rec));
+    lo = hi;
+  }
+  ms__big_free(win.t);
   ms__big_free(prov);
+  return ok;
+}
+
+static bool ixw_device(ixw_t *w, const ms_timeline_t *tl, size_t dev) {
+  const ms_snapshot_t *snap = tl->snap;
+  const tl_dev_t *d = &tl->dev[dev];
+  ixw_u64(w, d->n);
+  ixw_u64(w, d->ckpts.len);
+  if (!ixw_entries(w, tl, dev)) return false;
   ixw_pad8(w);
   for (size_t c = 0; c < d->ckpts.len; c++) {
     const tl_ckpt_t *ck = &d->ckpts.ptr[c];
@@ -339,7 +380,7 @@ static int ix_write(const ms_timeline_t *tl, const ms_cache_key_t *key, int fd, 
     ms__cache_out_raw(&w, h, sizeof h); /* room for it */
   }
   bool nomem = false;
-  for (size_t i = 0; i < tl->ndev && !nomem; i++) nomem = !ixw_device(&w, tl->snap, &tl->dev[i]);
+  for (size_t i = 0; i < tl->ndev && !nomem; i++) nomem = !ixw_device(&w, tl, i);
   ms__cache_out_flush(&w);
   uint64_t body = w.pos - IX_HEADER_BYTES;
   w.sum = ms_hash_step(w.sum, body);
@@ -502,11 +543,8 @@ static int ix_ckpt(ixr_t *r, const ms_snapshot_t *s, const tl_dev_t *d, tl_ckpt_
     return ix_bad(r, "a checkpoint is cut short");
   if (step > d->n) return ix_bad(r, "a checkpoint lies past the trace");
   ck->step = (size_t)step;
-  for (int m = 0; m < MS_TL_METRIC_COUNT; m++) {
+  for (int m = 0; m < MS_TL_METRIC_COUNT; m++) /* checked against the series by the caller */
     if (!ixr_u64(r, &ck->totals[m])) return ix_bad(r, "a checkpoint is cut short");
-    if (ck->totals[m] != d->series[m][step])
-      return ix_bad(r, "a checkpoint's totals are not the series'");
-  }
   /* the segments' and the blocks' records, IXS_MIN_BYTES and IXB_MIN_BYTES or more each */
   const unsigned char *q = ixr_take(r, 0, 1);
   if (!q || nsegs > (r->len - r->off) / IXS_MIN_BYTES ||
@@ -546,16 +584,17 @@ static int ix_ckpt(ixr_t *r, const ms_snapshot_t *s, const tl_dev_t *d, tl_ckpt_
   return MS_OK;
 }
 
-/* The entries' stream of a device of n entries at r->off into d's pair, bsize and series (n + 1
- * values each, the first given); r->off moved past it. */
+/* The entries' stream of a device of n entries at r->off into d's pair and bsize, and the peaks
+ * of its series (the first values given) into d: the index keeps no series (issue #33), so the
+ * series' changes are summed as they are read; r->off moved past it. */
 static int ixr_entries(ixr_t *r, tl_dev_t *d, size_t n, const uint64_t first[]) {
   const unsigned char *p = r->p + r->off, *end = r->p + r->len;
   uint32_t *pair = d->pair;
-  uint64_t *bsize = d->bsize, *series[MS_TL_METRIC_COUNT];
-  for (int m = 0; m < MS_TL_METRIC_COUNT; m++) {
-    series[m] = d->series[m];
-    series[m][0] = first[m];
-  }
+  uint64_t *bsize = d->bsize, cur[MS_TL_METRIC_COUNT];
+  memcpy(cur, first, sizeof cur);
+  tl_peaks_t pk;
+  memset(&pk, 0, sizeof pk);
+  tl_peaks_note(&pk, 0, cur);
   if (n) memset(pair, 0xff, n * sizeof *pair); /* TL_NONE, until an earlier entry names one */
   for (size_t i = 0; i < n; i++) {
     r->off = (size_t)(p - r->p);
@@ -594,11 +633,49 @@ static int ixr_entries(ixr_t *r, tl_dev_t *d, size_t n, const uint64_t first[]) 
         if (!cache_get_var(&p, end, &v)) return ix_bad(r, "an entry is cut short");
         delta = cache_unzigzag(v);
       }
-      series[m][i + 1] = series[m][i] + delta;
+      cur[m] += delta;
     }
+    tl_peaks_note(&pk, i + 1, cur);
   }
   r->off = (size_t)(p - r->p);
+  memcpy(d->peak_bytes, pk.bytes, sizeof d->peak_bytes);
+  memcpy(d->peak_step, pk.step, sizeof d->peak_step);
+  d->has_peaks = true;
   return MS_OK;
+}
+
+/* Checks each checkpoint's totals against the series read again from the entries' stream at
+ * off (read whole by ixr_entries, so only the series' changes are decoded here: the pairs' and
+ * sizes' varints are skipped): what ix_ckpt checked against the stored series when the index
+ * kept them. */
+static int ixr_check_totals(ixr_t *r, const tl_dev_t *d, size_t off, const uint64_t first[]) {
+  const unsigned char *p = r->p + off, *end = r->p + r->len;
+  uint64_t cur[MS_TL_METRIC_COUNT], v;
+  memcpy(cur, first, sizeof cur);
+  size_t k = 0;
+  for (size_t step = 0;; step++) {
+    for (; k < d->ckpts.len && d->ckpts.ptr[k].step == step; k++)
+      if (memcmp(d->ckpts.ptr[k].totals, cur, sizeof cur) != 0)
+        return ix_bad(r, "a checkpoint's totals are not the series'");
+    if (step == d->n || k == d->ckpts.len) return MS_OK;
+    if (end - p < 2) return ix_bad(r, "an entry is cut short");
+    unsigned word = (unsigned)p[0] | (unsigned)p[1] << 8;
+    p += 2;
+    if ((word & 3u) == IXC_PAIR_AT && !cache_get_var(&p, end, &v))
+      return ix_bad(r, "an entry is cut short");
+    if ((word & IXC_BSIZE_AT) && !cache_get_var(&p, end, &v))
+      return ix_bad(r, "an entry is cut short");
+    uint64_t b = d->bsize[step], sz = d->trace[step].size, rs = tl_round(sz);
+    for (int m = 0; m < MS_TL_METRIC_COUNT; m++) {
+      unsigned c = word >> (IXC_METRIC_SHIFT + 3 * m) & 7u;
+      uint64_t delta = ix_metric_delta(c, b, sz, rs);
+      if (c == IXC_ESCAPE) {
+        if (!cache_get_var(&p, end, &v)) return ix_bad(r, "an entry is cut short");
+        delta = cache_unzigzag(v);
+      }
+      cur[m] += delta;
+    }
+  }
 }
 
 static int ix_device(ixr_t *r, const ms_snapshot_t *s, tl_dev_t *d, char **arena) {
@@ -615,10 +692,7 @@ static int ix_device(ixr_t *r, const ms_snapshot_t *s, tl_dev_t *d, char **arena
   *arena += (n * sizeof *d->pair + 7) / 8 * 8;
   d->bsize = (uint64_t *)(void *)*arena;
   *arena += n * sizeof *d->bsize;
-  for (int m = 0; m < MS_TL_METRIC_COUNT; m++) {
-    d->series[m] = (uint64_t *)(void *)*arena;
-    *arena += (n + 1) * sizeof(uint64_t);
-  }
+  size_t stream = r->off;
   int rc = ixr_entries(r, d, (size_t)n, first);
   if (rc != MS_OK) return rc;
   if (MS_VEC_RESERVE(&d->ckpts, (size_t)nck)) return MS_ENOMEM;
@@ -632,12 +706,15 @@ static int ix_device(ixr_t *r, const ms_snapshot_t *s, tl_dev_t *d, char **arena
   }
   if (d->ckpts.ptr[d->ckpts.len - 1].step != n)
     return ix_bad(r, "a device's last checkpoint is not at the end of its trace");
-  return MS_OK;
+  size_t after = r->off;
+  rc = ixr_check_totals(r, d, stream, first);
+  r->off = after;
+  return rc;
 }
 
 static void ix_arena_free(void *arena) { free(arena); }
 
-/* One block for every device's pair, bsize and series (n + 1 values each), handed to tl as the
+/* One block for every device's pair and bsize (no series: issue #33), handed to tl as the
  * storage its release gives back: a malloc'd block, whose fresh pages cost the system less than
  * ms__big_malloc's huge-page mappings (measured: a warm timeline spent a third of its time
  * clearing those). Refused when the file is too short for the entries (2 bytes or more each). */
@@ -646,8 +723,7 @@ static int ix_arena(ixr_t *r, ms_timeline_t *tl, char **arena) {
   for (size_t i = 0; i < tl->ndev; i++) {
     size_t n = tl->dev[i].n;
     entries += n;
-    bytes += (n * sizeof(uint32_t) + 7) / 8 * 8 + n * sizeof(uint64_t) +
-             MS_TL_METRIC_COUNT * (n + 1) * sizeof(uint64_t);
+    bytes += (n * sizeof(uint32_t) + 7) / 8 * 8 + n * sizeof(uint64_t);
   }
   if (entries > r->len / 2) return ix_bad(r, "its entries are cut short");
   *arena = malloc(bytes ? bytes : 1);

@@ -176,14 +176,14 @@ static void gate_recorded(const ms_snapshot_t *snap, const ms_timeline_t *tl, ms
     if (ms_timeline_peak(tl, d, peaks[k].m, 0, n, &p) == MS_OK)
       gate_set(f, peaks[k].f, p.bytes, (int64_t)p.step);
   }
-  const uint64_t *res = ms_timeline_series(tl, d, MS_TL_RESERVED);
-  const uint64_t *alc = ms_timeline_series(tl, d, MS_TL_ALLOCATED);
-  if (res && alc && f->known[MS_FIG_PEAK_RESERVED]) {
-    size_t s = (size_t)f->step[MS_FIG_PEAK_RESERVED];
-    gate_set(f, MS_FIG_UNALLOCATED_AT_PEAK_RESERVED, res[s] - (alc[s] < res[s] ? alc[s] : res[s]),
-             (int64_t)s);
-    gate_set(f, MS_FIG_FINAL_RESERVED, res[n], (int64_t)n);
-    gate_set(f, MS_FIG_FINAL_ALLOCATED, alc[n], (int64_t)n);
+  uint64_t at[MS_TL_METRIC_COUNT], end[MS_TL_METRIC_COUNT];
+  size_t s = f->known[MS_FIG_PEAK_RESERVED] ? (size_t)f->step[MS_FIG_PEAK_RESERVED] : 0;
+  if (f->known[MS_FIG_PEAK_RESERVED] && ms_timeline_totals_at(tl, d, s, at) == MS_OK &&
+      ms_timeline_totals_at(tl, d, n, end) == MS_OK) {
+    uint64_t res = at[MS_TL_RESERVED], alc = at[MS_TL_ALLOCATED];
+    gate_set(f, MS_FIG_UNALLOCATED_AT_PEAK_RESERVED, res - (alc < res ? alc : res), (int64_t)s);
+    gate_set(f, MS_FIG_FINAL_RESERVED, end[MS_TL_RESERVED], (int64_t)n);
+    gate_set(f, MS_FIG_FINAL_ALLOCATED, end[MS_TL_ALLOCATED], (int64_t)n);
   }
   uint64_t mallocs = 0, frees = 0, ooms = 0;
   for (size_t i = 0; i < n; i++) {

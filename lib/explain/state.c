@@ -11,6 +11,7 @@
 #include "explain/internal.h"
 #include "memsnap/attribution.h"
 #include "memsnap/stats.h"
+#include "memsnap/timeline.h"
 
 const char *ms_explain_verdict_name(ms_explain_verdict v) {
   switch (v) {
@@ -453,26 +454,39 @@ static void ex_hint(ms_explain_t *x) {
            "an OOM observer: docs/explain.md)");
 }
 
-/* The allocated and reserved maxima over at most `points` buckets of the device's steps. */
+/* ex_series's walk, newest step first: b is the bucket of the step visited last. */
+typedef struct ex_buckets_s {
+  ms_explain_t *x;
+  size_t b;
+} ex_buckets_t;
+
+static void ex_bucket_visit(void *arg, size_t step, const uint64_t totals[MS_TL_METRIC_COUNT]) {
+  ex_buckets_t *k = arg;
+  ms_explain_t *x = k->x;
+  while (k->b > 0 && x->series_step[k->b] > step)
+    k->b--;
+  if (totals[MS_TL_ALLOCATED] > x->series_allocated[k->b])
+    x->series_allocated[k->b] = totals[MS_TL_ALLOCATED];
+  if (totals[MS_TL_RESERVED] > x->series_reserved[k->b])
+    x->series_reserved[k->b] = totals[MS_TL_RESERVED];
+}
+
+/* The allocated and reserved maxima over at most `points` buckets of the device's steps: one walk
+ * over the trace, without making the two series (issue #33). */
 static int ex_series(const ms_timeline_t *tl, size_t points, ms_explain_t *x) {
+  if (x->device >= ms_timeline_ndevices(tl)) return MS_OK;
   size_t steps = ms_timeline_nentries(tl, x->device) + 1;
   size_t nb = points < steps ? points : steps;
-  const uint64_t *al = ms_timeline_series(tl, x->device, MS_TL_ALLOCATED);
-  const uint64_t *re = ms_timeline_series(tl, x->device, MS_TL_RESERVED);
-  if (!al || !re || nb == 0) return MS_OK;
+  if (nb == 0) return MS_OK;
   x->series_step = calloc(nb, sizeof *x->series_step);
   x->series_allocated = calloc(nb, sizeof *x->series_allocated);
   x->series_reserved = calloc(nb, sizeof *x->series_reserved);
   if (!x->series_step || !x->series_allocated || !x->series_reserved) return MS_ENOMEM;
-  for (size_t b = 0; b < nb; b++) {
-    size_t lo = (size_t)((unsigned __int128)b * steps / nb);
-    size_t hi = (size_t)((unsigned __int128)(b + 1) * steps / nb);
-    x->series_step[b] = lo;
-    for (size_t s = lo; s < hi; s++) {
-      if (al[s] > x->series_allocated[b]) x->series_allocated[b] = al[s];
-      if (re[s] > x->series_reserved[b]) x->series_reserved[b] = re[s];
-    }
-  }
+  for (size_t b = 0; b < nb; b++)
+    x->series_step[b] = (size_t)((unsigned __int128)b * steps / nb);
+  ex_buckets_t k = {x, nb - 1};
+  int rc = ms_timeline_walk(tl, x->device, 0, steps - 1, ex_bucket_visit, &k);
+  if (rc != MS_OK) return rc;
   x->nseries = nb;
   return MS_OK;
 }

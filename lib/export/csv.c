@@ -29,6 +29,7 @@
 #include "export/internal.h"
 #include "export/pgzip.h"
 #include "memsnap/export.h"
+#include "timeline/internal.h"
 
 #define CSV_BUF (1u << 20)  /* bytes of rows handed to the compressor at once */
 #define CSV_ROOM 1024       /* the most a row's numbers and fixed texts take */
@@ -393,6 +394,8 @@ static void *csv_trace(void *arg) {
     const uint64_t *v[4] = {NULL, NULL, NULL, NULL};
     bool totals = j->tl && d < ms_timeline_ndevices(j->tl) &&
                   ms_timeline_nentries(j->tl, d) == dv->ntrace;
+    /* the four in one pass over the trace (the index keeps no series until asked) */
+    if (totals) (void)ms__tl_series_make(j->tl, d, (1u << MS_TL_METRIC_COUNT) - 1);
     for (int k = 0; k < 4 && totals; k++)
       if (!(v[k] = ms_timeline_series(j->tl, d, m[k]))) totals = false;
     uint32_t n = dv->first_trace >= snap->ntrace ? 0 : dv->ntrace;

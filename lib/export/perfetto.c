@@ -25,6 +25,7 @@
 #include "common/internal.h"
 #include "export/internal.h"
 #include "memsnap/export.h"
+#include "timeline/internal.h"
 
 typedef struct pf_writer_s {
   ms__xbuf_t b;
@@ -116,6 +117,9 @@ static void pf_counter_series(pf_writer_t *w, const ms_timeline_t *tl, size_t de
 static void pf_counters(pf_writer_t *w, const ms_timeline_t *tl, size_t dev, bool timed,
                         pf_window_t win, size_t buckets) {
   static const ms_tl_metric metrics[3] = {MS_TL_ALLOCATED, MS_TL_RESERVED, MS_TL_ACTIVE};
+  /* the three in one pass over the trace (the index keeps no series until asked) */
+  (void)ms__tl_series_make(tl, dev,
+                           1u << MS_TL_ALLOCATED | 1u << MS_TL_RESERVED | 1u << MS_TL_ACTIVE);
   for (int m = 0; m < 3; m++) pf_counter_series(w, tl, dev, timed, win, metrics[m], buckets);
 }
 

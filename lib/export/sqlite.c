@@ -34,6 +34,7 @@
 #include "common/internal.h"
 #include "export/internal.h"
 #include "memsnap/export.h"
+#include "timeline/internal.h"
 
 /* The frames of a stack as PyTorch's JSON list [{"filename", "line", "name"}, ...], innermost
  * first, rebuilt from stacks and locations; NULL when the row has no stack. */
@@ -448,6 +449,9 @@ static int sqlite_add_segments(ms_export_sqlite_t *x, const ms_snapshot_t *snap,
 static void sqlite_series(const ms_timeline_t *tl, size_t d, const uint64_t *v[4]) {
   static const ms_tl_metric m[4] = {MS_TL_ALLOCATED, MS_TL_RESERVED, MS_TL_ACTIVE,
                                     MS_TL_REQUESTED};
+  /* the four in one pass over the trace (the index keeps no series until asked) */
+  if (tl && d < ms_timeline_ndevices(tl))
+    (void)ms__tl_series_make(tl, d, (1u << MS_TL_METRIC_COUNT) - 1);
   for (int k = 0; k < 4; k++)
     v[k] = tl && d < ms_timeline_ndevices(tl) ? ms_timeline_series(tl, d, m[k]) : NULL;
   if (!v[0] || !v[1] || !v[2] || !v[3]) v[0] = NULL;

@@ -1,15 +1,15 @@
 /* SPDX-License-Identifier: MIT
- * memsnap core: the time index (memsnap/timeline.h, issue #12 §1): building it, and the queries
- * (series, peaks, the state at a step). The working state and undo/redo are state.c; moments and
- * the state as a snapshot are moments.c (timeline/internal.h).
+ * memsnap core: the time index (memsnap/timeline.h, issue #12 §1): building it, and the state
+ * at a step. The working state and undo/redo are state.c; the totals, peaks and series are
+ * totals.c; moments and the state as a snapshot are moments.c (timeline/internal.h).
  *
  * Per device: a forward pre-pass pairs each alloc with its free_completed (and each
  * segment_alloc with its segment_free) by address; the build pass then starts from the end state
- * (the snapshot's segments and live blocks) and undoes the trace newest first, recording the
- * totals at every step, the block size chosen for every block born in the trace (so that later
- * queries undo identically), and a checkpoint (a flat copy of the state) every
- * max(K, 2 x live blocks) entries. A query restores the nearest later checkpoint and undoes down
- * to the step asked for.
+ * (the snapshot's segments and live blocks) and undoes the trace newest first, noting the peaks
+ * of the totals (no total per step is kept: issue #33), the block size chosen for every block
+ * born in the trace (so that later queries undo identically), and a checkpoint (a flat copy of
+ * the state) every max(K, 2 x live blocks) entries. A query restores the nearest later
+ * checkpoint and undoes down to the step asked for.
  *
  * The working state is an address-sorted array of segments, each with its own address-sorted
  * array of live blocks: every operation is a binary search plus a short memmove within one
@@ -244,16 +244,34 @@ static size_t tl_ckpt_every(const ms_timeline_t *tl, const tl_ws_t *w) {
   return every > tl->k ? every : tl->k;
 }
 
+/* The steps [lo, hi] between two checkpoints (both ends included), with the highest allocated and
+ * active totals of the build pass there (base) and the highest growth that tl_final_sizes adds
+ * there (grow): base + grow bounds the final totals of those steps from above, so that only the
+ * intervals that may hold a peak are walked again (tl_whole_peaks). */
+typedef struct tl_ival_s {
+  size_t lo, hi;
+  uint64_t base[2], grow[2]; /* [0]: allocated, [1]: active */
+} tl_ival_t;
+typedef MS_VEC(tl_ival_t) tl_ivals_t;
+
+static void tl_ival_note(uint64_t m[2], const uint64_t *totals) {
+  if (totals[MS_TL_ALLOCATED] > m[0]) m[0] = totals[MS_TL_ALLOCATED];
+  if (totals[MS_TL_ACTIVE] > m[1]) m[1] = totals[MS_TL_ACTIVE];
+}
+
 /* The final sizes: a large request takes its whole room when the remainder was too small to
  * split off. The blocks that grow add their growth to the totals over their life: allocated
  * from the step after their alloc (born; 0 without one) to their free_requested, active to
  * their free_completed. No array of differences is made for that: the growth is noted at the
  * entries where it starts and ends, whose slots of room (read only at free_completed entries,
  * each at its own step of this pass, which comes first) and freq (which holds, at an alloc,
- * whether the growth reaches the allocated series) are free, then summed in one sweep. The
- * checkpoints then get the final sizes and totals. */
-static void tl_final_sizes(tl_dev_t *d, size_t n, uint64_t *room, uint32_t *freq,
-                           const uint8_t *counted) {
+ * whether the growth reaches the allocated series) are free, then summed in one sweep that gives
+ * the checkpoints (newest first here) their final sizes and totals, and each interval (iv, newest
+ * first) the most growth over its steps.
+ * @return whether any block grew: the build pass's allocated and active totals are then not the
+ * final ones between the checkpoints. */
+static bool tl_final_sizes(tl_dev_t *d, size_t n, uint64_t *room, uint32_t *freq,
+                           const uint8_t *counted, tl_ivals_t *iv) {
   bool grew = false;
   uint64_t grow_alloc0 = 0, grow_active0 = 0; /* growth of blocks born before the trace */
   for (size_t i = 0; i < n; i++)
@@ -286,41 +304,93 @@ static void tl_final_sizes(tl_dev_t *d, size_t n, uint64_t *room, uint32_t *freq
       if (to_alloc) grow_alloc0 += delta;
     }
   }
-  if (grew) {
-    uint64_t a = grow_alloc0, b = grow_active0;
-    for (size_t st = 0; st <= n; st++) {
-      if (st > 0) {
-        size_t j = st - 1;
-        switch (d->trace[j].action) {
-        case MS_TRACE_ALLOC:
-          b += room[j];
-          if (freq[j]) a += room[j];
-          break;
-        case MS_TRACE_FREE_REQUESTED:
-          a -= room[j];
-          break;
-        case MS_TRACE_FREE_COMPLETED:
-          b -= room[j];
-          break;
-        default:
-          break;
-        }
+  if (!grew) return false;
+  /* the checkpoints hold the blocks at their first sizes and totals: give them the final ones */
+  uint64_t a = grow_alloc0, b = grow_active0;
+  size_t k = d->ckpts.len; /* newest first: the next checkpoint up is k - 1 */
+  size_t v = iv->len;      /* newest first: the interval of st is v - 1 */
+  for (size_t st = 0; st <= n; st++) {
+    if (st > 0) {
+      size_t j = st - 1;
+      switch (d->trace[j].action) {
+      case MS_TRACE_ALLOC:
+        b += room[j];
+        if (freq[j]) a += room[j];
+        break;
+      case MS_TRACE_FREE_REQUESTED:
+        a -= room[j];
+        break;
+      case MS_TRACE_FREE_COMPLETED:
+        b -= room[j];
+        break;
+      default:
+        break;
       }
-      d->series[MS_TL_ALLOCATED][st] += a;
-      d->series[MS_TL_ACTIVE][st] += b;
     }
-    /* the checkpoints hold the blocks at their first sizes: give them the final ones */
-    for (size_t k = 0; k < d->ckpts.len; k++) {
-      tl_ckpt_t *ckp = &d->ckpts.ptr[k];
-      for (size_t j = 0; j < ckp->nblocks; j++) {
-        ms_tl_block_t *bl = &ckp->blocks[j];
-        if ((bl->flags & MS_TL_BLOCK_SIZE_INFERRED) && bl->free_entry >= 0)
-          bl->size = d->bsize[bl->free_entry];
-      }
-      for (int m = 0; m < MS_TL_METRIC_COUNT; m++)
-        ckp->totals[m] = d->series[m][ckp->step];
+    uint64_t g[MS_TL_METRIC_COUNT] = {0};
+    g[MS_TL_ALLOCATED] = a;
+    g[MS_TL_ACTIVE] = b;
+    for (size_t j = v; j > 0 && iv->ptr[j - 1].lo <= st; j--) { /* st may end one, start the next */
+      if (iv->ptr[j - 1].hi < st) continue;
+      tl_ival_note(iv->ptr[j - 1].grow, g);
     }
+    while (v > 0 && iv->ptr[v - 1].hi <= st)
+      v--;
+    if (k == 0 || d->ckpts.ptr[k - 1].step != st) continue;
+    tl_ckpt_t *ckp = &d->ckpts.ptr[--k];
+    for (size_t j = 0; j < ckp->nblocks; j++) {
+      ms_tl_block_t *bl = &ckp->blocks[j];
+      if ((bl->flags & MS_TL_BLOCK_SIZE_INFERRED) && bl->free_entry >= 0)
+        bl->size = d->bsize[bl->free_entry];
+    }
+    ckp->totals[MS_TL_ALLOCATED] += a;
+    ckp->totals[MS_TL_ACTIVE] += b;
   }
+  return true;
+}
+
+static int tl_ival_cmp(const void *x, const void *y) {
+  const tl_ival_t *p = x, *q = y;
+  uint64_t u = p->base[0] + p->grow[0], v = q->base[0] + q->grow[0];
+  return u > v ? -1 : u < v;
+}
+
+/* Whether interval v may hold a step whose final total of metric m (0: allocated, 1: active)
+ * beats pk's peak: higher, or as high and earlier. */
+static bool tl_ival_may(const tl_ival_t *v, int k, const tl_peaks_t *pk, int m) {
+  uint64_t ub = v->base[k] + v->grow[k];
+  if (ub < v->base[k]) return true; /* no bound */
+  return !pk->any || ub > pk->bytes[m] || (ub == pk->bytes[m] && v->lo < pk->step[m]);
+}
+
+/* The peaks over every step into d. The build pass saw every step's totals (pk); when blocks
+ * grew afterwards, allocated and active differ from them between the checkpoints, and walks with
+ * the final sizes (no series is kept: issue #33) find their peaks: only over the intervals whose
+ * bound (iv) may beat the best found, the highest bound first. On the 937 MB pickle, whose
+ * blocks grow, that is a few intervals instead of a walk over 5 M entries. */
+static int tl_whole_peaks(const ms_timeline_t *tl, size_t dev, bool grew, tl_ivals_t *iv,
+                          tl_peaks_t *pk) {
+  tl_dev_t *d = &tl->dev[dev];
+  if (grew) {
+    if (iv->len > 1) qsort(iv->ptr, iv->len, sizeof *iv->ptr, tl_ival_cmp);
+    tl_peaks_t fin;
+    memset(&fin, 0, sizeof fin);
+    for (size_t j = 0; j < iv->len; j++) {
+      const tl_ival_t *v = &iv->ptr[j];
+      if (!tl_ival_may(v, 0, &fin, MS_TL_ALLOCATED) && !tl_ival_may(v, 1, &fin, MS_TL_ACTIVE))
+        continue;
+      int rc = ms__tl_walk(tl, dev, v->lo, v->hi, tl_peaks_visit, &fin);
+      if (rc != MS_OK) return rc;
+    }
+    pk->bytes[MS_TL_ALLOCATED] = fin.bytes[MS_TL_ALLOCATED];
+    pk->step[MS_TL_ALLOCATED] = fin.step[MS_TL_ALLOCATED];
+    pk->bytes[MS_TL_ACTIVE] = fin.bytes[MS_TL_ACTIVE];
+    pk->step[MS_TL_ACTIVE] = fin.step[MS_TL_ACTIVE];
+  }
+  memcpy(d->peak_bytes, pk->bytes, sizeof d->peak_bytes);
+  memcpy(d->peak_step, pk->step, sizeof d->peak_step);
+  d->has_peaks = true;
+  return MS_OK;
 }
 
 static int tl_build_dev(ms_timeline_t *tl, size_t dev, ms_errbuf_t *eb) {
@@ -345,16 +415,18 @@ static int tl_build_dev(ms_timeline_t *tl, size_t dev, ms_errbuf_t *eb) {
     room = ms__big_malloc((n + 2) * sizeof *room);
     freq = ms__big_malloc((n ? n : 1) * sizeof *freq);
     counted = ms__big_malloc(n ? n : 1);
-    bool ok = room && freq && counted;
-    for (int m = 0; m < MS_TL_METRIC_COUNT; m++)
-      ok = ok && (d->series[m] = ms__big_malloc((n + 1) * sizeof(uint64_t))) != NULL;
-    if (!ok) rc = MS_ENOMEM;
+    if (!room || !freq || !counted) rc = MS_ENOMEM;
   }
   tl_ckpt_t ck;
+  tl_peaks_t pk;
+  memset(&pk, 0, sizeof pk);
+  tl_ivals_t iv = {0};
+  tl_ival_t cur = {0};
   if (rc == MS_OK) {
-    for (int m = 0; m < MS_TL_METRIC_COUNT; m++)
-      d->series[m][n] = w.totals[m];
-    rc = ms__tl_ckpt_take(&w, n, &ck);
+    tl_peaks_note(&pk, n, w.totals);
+    cur.lo = cur.hi = n;
+    tl_ival_note(cur.base, w.totals);
+    rc = ms__tl_ckpt_take(&w, n, &ck, d);
     if (rc == MS_OK && MS_VEC_PUSH(&d->ckpts, ck)) {
       ms__tl_ckpt_free(&ck);
       rc = MS_ENOMEM;
@@ -362,39 +434,49 @@ static int tl_build_dev(ms_timeline_t *tl, size_t dev, ms_errbuf_t *eb) {
   }
   /* One pass from the end: every block freed in the trace at its smallest size (its rounded
    * request, which the real block cannot be smaller than, so a consistent trace never overlaps),
-   * noting the smallest room it had after it over its life; totals at every step; checkpoints.
-   * This pass reports the inconsistencies. */
+   * noting the smallest room it had after it over its life; the peaks of the totals (no series:
+   * ms_timeline_series makes one when asked); checkpoints. This pass reports the
+   * inconsistencies. */
   tl_ctx_t c = {tl, d, dev, true, room, freq, counted, eb};
   size_t last = n;
   for (size_t i = n; rc == MS_OK && i-- > 0;) {
     rc = ms__tl_undo(&c, &w, i);
     if (rc != MS_OK) break;
-    for (int m = 0; m < MS_TL_METRIC_COUNT; m++)
-      d->series[m][i] = w.totals[m];
+    tl_peaks_note(&pk, i, w.totals);
+    tl_ival_note(cur.base, w.totals);
+    cur.lo = i;
     size_t every = tl_ckpt_every(tl, &w);
     if (last - i >= every && i > 0) {
-      rc = ms__tl_ckpt_take(&w, i, &ck);
+      rc = ms__tl_ckpt_take(&w, i, &ck, d);
       if (rc == MS_OK && MS_VEC_PUSH(&d->ckpts, ck)) {
         ms__tl_ckpt_free(&ck);
         rc = MS_ENOMEM;
       }
+      if (rc == MS_OK && MS_VEC_PUSH(&iv, cur)) rc = MS_ENOMEM;
+      memset(&cur, 0, sizeof cur); /* the next interval starts at this checkpoint */
+      cur.lo = cur.hi = i;
+      tl_ival_note(cur.base, w.totals);
       last = i;
     }
   }
+  if (rc == MS_OK && MS_VEC_PUSH(&iv, cur)) rc = MS_ENOMEM;
   ms__tl_ws_release(&w);
-  if (rc == MS_OK) tl_final_sizes(d, n, room, freq, counted);
+  bool grew = rc == MS_OK && tl_final_sizes(d, n, room, freq, counted, &iv);
   ms__big_free(room);
   ms__big_free(freq);
   ms__big_free(counted);
-  if (rc == MS_ENOMEM) return ms__errbuf_set(eb, MS_ENOMEM, "out of memory indexing the trace");
-  if (rc != MS_OK) return rc;
-  /* checkpoints were taken newest first: put them in increasing step order */
-  for (size_t a = 0, b = d->ckpts.len ? d->ckpts.len - 1 : 0; a < b; a++, b--) {
-    tl_ckpt_t t = d->ckpts.ptr[a];
-    d->ckpts.ptr[a] = d->ckpts.ptr[b];
-    d->ckpts.ptr[b] = t;
+  if (rc == MS_OK) {
+    /* checkpoints were taken newest first: put them in increasing step order */
+    for (size_t a = 0, b = d->ckpts.len ? d->ckpts.len - 1 : 0; a < b; a++, b--) {
+      tl_ckpt_t t = d->ckpts.ptr[a];
+      d->ckpts.ptr[a] = d->ckpts.ptr[b];
+      d->ckpts.ptr[b] = t;
+    }
+    rc = tl_whole_peaks(tl, dev, grew, &iv, &pk);
   }
-  return MS_OK;
+  free(iv.ptr);
+  if (rc == MS_ENOMEM) return ms__errbuf_set(eb, MS_ENOMEM, "out of memory indexing the trace");
+  return rc;
 }
 
 void ms_timeline_config_init(ms_timeline_config_t *cfg) {
@@ -409,15 +491,19 @@ void ms_timeline_destroy(ms_timeline_t *tl) {
     if (!tl->release) {
       ms__big_free(d->pair);
       ms__big_free(d->bsize);
-      for (int m = 0; m < MS_TL_METRIC_COUNT; m++)
-        ms__big_free(d->series[m]);
     }
+    for (int m = 0; m < MS_TL_METRIC_COUNT; m++) /* made on demand (totals.c), by any index */
+      ms__big_free(d->series[m]);
     for (size_t k = 0; k < d->ckpts.len; k++)
       ms__tl_ckpt_free(&d->ckpts.ptr[k]);
     free(d->ckpts.ptr);
+    for (size_t k = 0; k < d->ck_chunks.len; k++)
+      ms__big_free(d->ck_chunks.ptr[k]);
+    free(d->ck_chunks.ptr);
   }
   free(tl->dev);
   if (tl->release) tl->release(tl->release_arg);
+  pthread_mutex_destroy(&tl->lock);
   free(tl);
 }
 
@@ -436,12 +522,17 @@ int ms__tl_alloc(const ms_snapshot_t *snap, const ms_timeline_config_t *cfg, ms_
     return ms__errbuf_set(eb, MS_ELIMIT, "%zu devices: more than %d", ndev, TL_MAX_DEVICES);
   ms_timeline_t *tl = calloc(1, sizeof *tl);
   if (!tl) return ms__errbuf_set(eb, MS_ENOMEM, "out of memory");
+  if (pthread_mutex_init(&tl->lock, NULL) != 0) {
+    free(tl);
+    return ms__errbuf_set(eb, MS_ENOMEM, "out of memory");
+  }
   tl->snap = snap;
   tl->k = cfg && cfg->checkpoint_every ? cfg->checkpoint_every : 1024;
   if (cfg) tl->filter = cfg->filter;
   tl->ndev = ndev;
   tl->dev = calloc(ndev ? ndev : 1, sizeof *tl->dev);
   if (!tl->dev) {
+    pthread_mutex_destroy(&tl->lock);
     free(tl);
     return ms__errbuf_set(eb, MS_ENOMEM, "out of memory");
   }
@@ -507,36 +598,7 @@ const char *ms_tl_metric_name(ms_tl_metric m) {
   }
 }
 
-const uint64_t *ms_timeline_series(const ms_timeline_t *tl, size_t dev, ms_tl_metric m) {
-  if (dev >= tl->ndev || (unsigned)m >= MS_TL_METRIC_COUNT) return NULL;
-  return tl->dev[dev].series[m];
-}
-
-int ms_timeline_peak(const ms_timeline_t *tl, size_t dev, ms_tl_metric m, size_t from, size_t to,
-                     ms_tl_peak_t *out) {
-  if (dev >= tl->ndev || (unsigned)m >= MS_TL_METRIC_COUNT) return MS_EINVAL;
-  const tl_dev_t *d = &tl->dev[dev];
-  if (to > d->n) to = d->n;
-  if (from > to) return MS_EINVAL;
-  const uint64_t *v = d->series[m];
-  size_t best = from;
-  for (size_t s = from + 1; s <= to; s++)
-    if (v[s] > v[best]) best = s;
-  ms_tl_peak_t p;
-  memset(&p, 0, sizeof p);
-  p.bytes = v[best];
-  p.step = best;
-  p.entry = (int64_t)best - 1;
-  if (best > 0 && (d->trace[best - 1].present & MS_TRACE_HAS_TIME)) {
-    p.has_time = true;
-    p.time_us = d->trace[best - 1].time_us;
-  }
-  *out = p;
-  return MS_OK;
-}
-
-/* Brings w to the given step: restores the nearest checkpoint at or after it and undoes. */
-static int tl_reach(const ms_timeline_t *tl, size_t dev, size_t step, tl_ws_t *w) {
+int ms__tl_reach(const ms_timeline_t *tl, size_t dev, size_t step, tl_ws_t *w) {
   tl_dev_t *d = &tl->dev[dev];
   size_t lo = 0, hi = d->ckpts.len;
   while (lo < hi) {
@@ -624,7 +686,7 @@ int ms_timeline_state_at(const ms_timeline_t *tl, size_t dev, size_t step, ms_tl
   tl_ws_t w;
   memset(&w, 0, sizeof w);
   w.filter = tl_filter_of(tl);
-  int rc = tl_reach(tl, dev, step, &w);
+  int rc = ms__tl_reach(tl, dev, step, &w);
   if (rc == MS_OK) rc = tl_state_from_ws(&w, dev, step, st);
   ms__tl_ws_release(&w);
   return rc;

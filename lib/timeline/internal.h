@@ -2,14 +2,16 @@
  * memsnap core: the time index's state and the functions its files share (memsnap/timeline.h).
  * state.c: the working state (an address-sorted array of segments, each with its address-sorted
  * live blocks), its checkpoints, and undoing or redoing one trace entry; index.c: pairing allocs
- * with frees, building the index (one pass undoing the trace from the end state), the totals and
- * peaks, the state at any step; moments.c: the state as a snapshot, naming moments, and selecting
- * segments of the end state.
+ * with frees, building the index (one pass undoing the trace from the end state), the state at
+ * any step; totals.c: walks from a checkpoint, the totals at a step, peaks, series made on
+ * demand; moments.c: the state as a snapshot, naming moments, and selecting segments of the end
+ * state.
  */
 #ifndef MEMSNAP_LIB_TIMELINE_INTERNAL_H
 #define MEMSNAP_LIB_TIMELINE_INTERNAL_H
 
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,6 +59,7 @@ typedef struct tl_ckpt_s {
   ms_tl_block_t *blocks;
   size_t nblocks;
   uint64_t totals[MS_TL_METRIC_COUNT];
+  bool pooled; /* segs, seg_nblk and blocks lie in the device's ck_chunks: not freed alone */
 } tl_ckpt_t;
 
 typedef struct tl_dev_s {
@@ -65,8 +68,22 @@ typedef struct tl_dev_s {
   uint32_t *pair;  /* alloc -> its free_completed; free_completed -> its alloc;
                       segment_alloc -> its segment_free (TL_NONE: none) */
   uint64_t *bsize; /* alloc / free_completed: the size of the block (chosen when building) */
-  uint64_t *series[MS_TL_METRIC_COUNT]; /* n + 1 values */
-  MS_VEC(tl_ckpt_t) ckpts;              /* increasing step; the last is step n */
+  /* n + 1 values each, or NULL: an index makes a series only when ms_timeline_series asks for it
+   * (issue #33: the four were 153 MB of a 5 M-entry index, and most commands need a peak or a
+   * value at a step). Read and set under ms_timeline_s.lock (tl_series_get); never changed once
+   * set; freed by ms_timeline_destroy. */
+  uint64_t *series[MS_TL_METRIC_COUNT];
+  MS_VEC(tl_ckpt_t) ckpts; /* increasing step; the last is step n */
+  /* The built checkpoints' arrays, carved from a few large arrays (ms__big_*) rather than
+   * malloc'd one by one: with MS_REUSE_MEMORY those take the pages the read freed, where ~1,000
+   * mallocs of 40 KB were 39 MB of fresh heap pages on the 937 MB pickle (issue #33). */
+  MS_VEC(void *) ck_chunks;
+  size_t ck_used, ck_cap; /* bytes used of the last chunk, and its size */
+  /* The peaks over every step (first step reaching the highest value), found when building or
+   * when reading a stored index (lib/cache). */
+  bool has_peaks;
+  uint64_t peak_bytes[MS_TL_METRIC_COUNT];
+  size_t peak_step[MS_TL_METRIC_COUNT];
 } tl_dev_t;
 
 struct ms_timeline_s {
@@ -75,14 +92,17 @@ struct ms_timeline_s {
   tl_dev_t *dev;
   uint32_t k;
   ms_tl_filter_t filter;
-  /* An index read from elsewhere (lib/cache): when release is set, every device's pair, bsize and
-   * series lie in storage that release(release_arg) gives back, and are not freed one by one. */
+  /* An index read from elsewhere (lib/cache): when release is set, every device's pair and bsize
+   * lie in storage that release(release_arg) gives back, and are not freed one by one. */
   void (*release)(void *arg);
   void *release_arg;
+  /* Guards the devices' series: ms_timeline_series makes one on first use, and several threads
+   * may query one index (memsnap view explains in a thread on the page's index). */
+  pthread_mutex_t lock;
 };
 
 /* The index of ms_timeline_create with every device's trace in place (d->trace, d->n) and nothing
- * built: for a reader of a stored index, which fills pair, bsize, series and ckpts (index.c).
+ * built: for a reader of a stored index, which fills pair, bsize, ckpts and the peaks (index.c).
  * Fails as ms_timeline_create fails before building (devices out of range). */
 int ms__tl_alloc(const ms_snapshot_t *snap, const ms_timeline_config_t *cfg, ms_timeline_t **out,
                  ms_errbuf_t *eb);
@@ -136,6 +156,50 @@ static inline bool tl_filter_keeps_snap(const ms_tl_filter_t *f, const ms_snap_s
   return true;
 }
 
+/* ---- peaks and walks (totals.c) ---------------------------------------------------------- */
+
+/* The highest value of each metric over the steps seen so far and the step where it is first
+ * reached: fed steps in any order, ties go to the lower step. */
+typedef struct tl_peaks_s {
+  uint64_t bytes[MS_TL_METRIC_COUNT];
+  size_t step[MS_TL_METRIC_COUNT];
+  bool any;
+} tl_peaks_t;
+
+static inline void tl_peaks_note(tl_peaks_t *p, size_t step, const uint64_t *totals) {
+  for (int m = 0; m < MS_TL_METRIC_COUNT; m++)
+    if (!p->any || totals[m] > p->bytes[m] || (totals[m] == p->bytes[m] && step < p->step[m])) {
+      p->bytes[m] = totals[m];
+      p->step[m] = step;
+    }
+  p->any = true;
+}
+
+/* Called for each step of a walk with the totals at that step (memsnap/timeline.h). */
+typedef ms_tl_visit_fn tl_visit_fn;
+
+/* A tl_visit_fn noting the peaks into the tl_peaks_t arg. */
+static inline void tl_peaks_visit(void *arg, size_t step,
+                                  const uint64_t totals[MS_TL_METRIC_COUNT]) {
+  tl_peaks_note(arg, step, totals);
+}
+
+/* Visits steps to, to - 1, ..., from of device dev (pre: dev < ndev, from <= to <= n), newest
+ * first, with the totals at each: restores the checkpoint at or after `to` and undoes entries
+ * with the sizes the build chose, so the totals are the final ones. Stores nothing per step; costs
+ * one undo per step plus at most one checkpoint interval. Thread-safe (reads the index only).
+ * @return MS_OK, MS_ENOMEM. */
+/* Brings w to the given step of device dev: restores the nearest checkpoint at or after it and
+ * undoes (index.c). @return MS_OK, MS_EINVAL (step past the trace), MS_ENOMEM. */
+int ms__tl_reach(const ms_timeline_t *tl, size_t dev, size_t step, tl_ws_t *w);
+
+int ms__tl_walk(const ms_timeline_t *tl, size_t dev, size_t from, size_t to, tl_visit_fn *fn,
+                void *arg);
+
+/* Makes the series of the metrics in mask (bit 1 << m) of device dev that are not made yet, in
+ * one walk; thread-safe (under tl->lock). @return MS_OK, MS_EINVAL (unknown device), MS_ENOMEM. */
+int ms__tl_series_make(const ms_timeline_t *tl, size_t dev, unsigned mask);
+
 /* ---- undo and redo (state.c) --------------------------------------------------------------- */
 
 typedef struct tl_ctx_s {
@@ -153,7 +217,9 @@ typedef struct tl_ctx_s {
 int ms__tl_blk_insert(tl_blockvec_t *v, size_t at, const ms_tl_block_t *b);
 void ms__tl_ckpt_free(tl_ckpt_t *c);
 int ms__tl_ckpt_restore(const tl_ckpt_t *c, tl_ws_t *w);
-int ms__tl_ckpt_take(const tl_ws_t *w, size_t step, tl_ckpt_t *c);
+/* A checkpoint of w at step into c: its arrays carved from pool's chunks, or malloc'd when pool
+ * is NULL. */
+int ms__tl_ckpt_take(const tl_ws_t *w, size_t step, tl_ckpt_t *c, tl_dev_t *pool);
 int ms__tl_redo(tl_ctx_t *c, tl_ws_t *w, size_t i);
 int ms__tl_undo(tl_ctx_t *c, tl_ws_t *w, size_t i);
 void ms__tl_ws_release(tl_ws_t *w);

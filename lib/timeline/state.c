@@ -94,19 +94,57 @@ static void tl_seg_remove(tl_ws_t *w, size_t at) {
 /* ---- checkpoints --------------------------------------------------------------------------- */
 
 void ms__tl_ckpt_free(tl_ckpt_t *c) {
+  if (c->pooled) return;
   free(c->segs);
   free(c->seg_nblk);
   free(c->blocks);
 }
 
-int ms__tl_ckpt_take(const tl_ws_t *w, size_t step, tl_ckpt_t *c) {
+#define TL_CK_CHUNK_MIN ((size_t)64 << 10)
+#define TL_CK_CHUNK_MAX ((size_t)4 << 20)
+
+/* bytes (a multiple of 8) from the device's last chunk, or a new one: each twice the last, from
+ * 64 KiB (a small index stays small) to 4 MiB, or as large as asked. NULL: out of memory. */
+static void *tl_ck_carve(tl_dev_t *d, size_t bytes) {
+  if (d->ck_cap - d->ck_used < bytes) {
+    size_t cap = d->ck_cap ? 2 * d->ck_cap : TL_CK_CHUNK_MIN;
+    if (cap > TL_CK_CHUNK_MAX) cap = TL_CK_CHUNK_MAX;
+    if (cap < bytes) cap = bytes;
+    if (MS_VEC_RESERVE(&d->ck_chunks, 1)) return NULL;
+    void *p = ms__big_malloc(cap);
+    if (!p) return NULL;
+    d->ck_chunks.ptr[d->ck_chunks.len++] = p;
+    d->ck_cap = cap;
+    d->ck_used = 0;
+  }
+  void *p = (char *)d->ck_chunks.ptr[d->ck_chunks.len - 1] + d->ck_used;
+  d->ck_used += bytes;
+  return p;
+}
+
+static size_t tl_ck_round8(size_t n) {
+  return (n + 7) & ~(size_t)7;
+}
+
+int ms__tl_ckpt_take(const tl_ws_t *w, size_t step, tl_ckpt_t *c, tl_dev_t *pool) {
   memset(c, 0, sizeof *c);
   c->step = step;
   c->nsegs = w->segs.len;
   c->nblocks = w->nlive;
-  c->segs = malloc((c->nsegs ? c->nsegs : 1) * sizeof *c->segs);
-  c->seg_nblk = malloc((c->nsegs ? c->nsegs : 1) * sizeof *c->seg_nblk);
-  c->blocks = malloc((c->nblocks ? c->nblocks : 1) * sizeof *c->blocks);
+  size_t ns = c->nsegs ? c->nsegs : 1, nb = c->nblocks ? c->nblocks : 1;
+  if (pool) {
+    size_t a = tl_ck_round8(ns * sizeof *c->segs), b = tl_ck_round8(ns * sizeof *c->seg_nblk);
+    char *p = tl_ck_carve(pool, a + b + tl_ck_round8(nb * sizeof *c->blocks));
+    if (!p) return MS_ENOMEM;
+    c->pooled = true;
+    c->segs = (ms_tl_segment_t *)(void *)p;
+    c->seg_nblk = (uint32_t *)(void *)(p + a);
+    c->blocks = (ms_tl_block_t *)(void *)(p + a + b);
+  } else {
+    c->segs = malloc(ns * sizeof *c->segs);
+    c->seg_nblk = malloc(ns * sizeof *c->seg_nblk);
+    c->blocks = malloc(nb * sizeof *c->blocks);
+  }
   if (!c->segs || !c->seg_nblk || !c->blocks) {
     ms__tl_ckpt_free(c);
     return MS_ENOMEM;

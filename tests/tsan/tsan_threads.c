@@ -20,6 +20,9 @@
  *            entry's block and of the blocks alive at steps, so that its cache of the entries'
  *            categories is built (after ATTR_DIRECT_MAX answers found alone) while the others
  *            read: every answer is an eager classifier's
+ *   series   four threads ask one time index for its series (made on first use under the
+ *            index's lock, issue #33), peaks over ranges (walks) and totals at steps at once:
+ *            every series is one array, equal to that of an index that made it alone
  * Exits 0 when every check held; ThreadSanitizer makes it exit 66 on a report.
  */
 #include <pthread.h>
@@ -285,6 +288,53 @@ static void tt_attr(void) {
   ms_snapshot_free(s);
 }
 
+typedef struct tt_series_s {
+  const ms_timeline_t *tl;
+  const uint64_t *got[MS_TL_METRIC_COUNT];
+  int bad;
+} tt_series_t;
+
+static void *tt_series_worker(void *arg) {
+  tt_series_t *t = arg;
+  size_t n = ms_timeline_nentries(t->tl, 0);
+  for (int m = MS_TL_METRIC_COUNT; m-- > 0;) {
+    ms_tl_peak_t p;
+    uint64_t tot[MS_TL_METRIC_COUNT];
+    if (ms_timeline_peak(t->tl, 0, (ms_tl_metric)m, n / 3, n / 2, &p) != MS_OK) t->bad++;
+    if (ms_timeline_totals_at(t->tl, 0, n / 5, tot) != MS_OK) t->bad++;
+    t->got[m] = ms_timeline_series(t->tl, 0, (ms_tl_metric)m);
+    if (!t->got[m] || t->got[m][n / 5] != tot[m]) t->bad++;
+  }
+  return NULL;
+}
+
+static void tt_series(void) {
+  ms_snapshot_t *s = tt_sim_snapshot();
+  ms_errbuf_t eb = {0};
+  ms_timeline_t *tl = NULL, *ref = NULL;
+  CHECK(ms_timeline_create(s, NULL, &tl, &eb) == MS_OK);
+  CHECK(ms_timeline_create(s, NULL, &ref, &eb) == MS_OK);
+  tt_series_t t[4];
+  pthread_t th[4];
+  for (int i = 0; i < 4; i++) {
+    t[i] = (tt_series_t){tl, {NULL}, 0};
+    CHECK(pthread_create(&th[i], NULL, tt_series_worker, &t[i]) == 0);
+  }
+  size_t n = ms_timeline_nentries(tl, 0);
+  for (int i = 0; i < 4; i++) {
+    CHECK(pthread_join(th[i], NULL) == 0);
+    CHECK(t[i].bad == 0);
+    for (int m = 0; m < MS_TL_METRIC_COUNT; m++) {
+      CHECK(t[i].got[m] == t[0].got[m]);
+      CHECK(memcmp(t[i].got[m], ms_timeline_series(ref, 0, (ms_tl_metric)m),
+                   (n + 1) * sizeof(uint64_t)) == 0);
+    }
+  }
+  ms_timeline_destroy(ref);
+  ms_timeline_destroy(tl);
+  ms_snapshot_free(s);
+}
+
 int main(int argc, char **argv) {
   const char *what = argc > 1 ? argv[1] : "all";
   if (!strcmp(what, "history") || !strcmp(what, "all")) tt_history();
@@ -294,6 +344,7 @@ int main(int argc, char **argv) {
     tt_pgz();
   }
   if (!strcmp(what, "attr") || !strcmp(what, "all")) tt_attr();
+  if (!strcmp(what, "series") || !strcmp(what, "all")) tt_series();
   printf("tsan_threads: %s: ok\n", what);
   return 0;
 }

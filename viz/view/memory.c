@@ -13,30 +13,6 @@
 #include "memsnap/snapshot.h"
 #include "memory.h"
 
-/* The bytes mapped in expandable segments at every step (nsteps values): the snapshot's
- * expandable segments at the end, each `segment_map` undone backwards (and `segment_unmap`
- * redone). NULL on allocation failure. */
-static int64_t *memory_mapped(const ms_timeline_t *tl, size_t dev, size_t nsteps) {
-  int64_t *m = malloc(nsteps * sizeof *m);
-  if (!m) return NULL;
-  const ms_snapshot_t *s = ms_timeline_snapshot(tl);
-  int64_t end = 0;
-  for (size_t i = 0; i < s->nsegments; i++)
-    if (s->segments[i].device >= 0 && (uint64_t)s->segments[i].device == dev &&
-        s->segments[i].is_expandable)
-      end += (int64_t)s->segments[i].total_size;
-  m[nsteps - 1] = end;
-  for (size_t i = nsteps - 1; i-- > 0;) {
-    const ms_snap_trace_t *e = ms_timeline_entry(tl, dev, i);
-    int64_t d = e->action == MS_TRACE_SEGMENT_MAP ? (int64_t)e->size
-              : e->action == MS_TRACE_SEGMENT_UNMAP ? -(int64_t)e->size : 0;
-    m[i] = m[i + 1] - d;
-  }
-  for (size_t i = 0; i < nsteps; i++)
-    if (m[i] < 0) m[i] = 0; /* a trace that maps more than the end state holds */
-  return m;
-}
-
 typedef struct mem_pools_s {
   int64_t (*id)[2];
   uint64_t *largest; /* npools rows of nsamples */
@@ -102,54 +78,76 @@ static void put_u64s(vw_t *w, const char *key, const uint64_t *v, size_t n) {
   put_array(w, v, n);
 }
 
-/* The buckets' maxima (allocated, reserved, mapped, frag: 4 rows of nb) of the steps. */
-static void bucket_max(const uint64_t *alloc, const uint64_t *res, const int64_t *mapped,
-                       size_t nsteps, size_t nb, uint64_t *first, uint64_t *out) {
-  for (size_t i = 0; i < nb; i++) {
-    size_t a = i * nsteps / nb, z = (i + 1) * nsteps / nb;
-    uint64_t ma = 0, mr = 0, mm = 0, mf = 0;
-    for (size_t s = a; s < z; s++) {
-      if (alloc[s] > ma) ma = alloc[s];
-      if (res[s] > mr) mr = res[s];
-      if ((uint64_t)mapped[s] > mm) mm = (uint64_t)mapped[s];
-      uint64_t f = res[s] > alloc[s] ? res[s] - alloc[s] : 0;
-      if (f > mf) mf = f;
-    }
-    first[i] = a;
-    out[i] = ma;
-    out[nb + i] = mr;
-    out[2 * nb + i] = mm;
-    out[3 * nb + i] = mf;
+/* The buckets' maxima (allocated, reserved, mapped, frag: 4 rows of nb) of the steps, found by
+ * one walk of the time index, newest step first (ms_timeline_walk: no series is made). The bytes
+ * mapped in expandable segments: the snapshot's expandable segments at the end, each
+ * `segment_map` undone backwards (and `segment_unmap` redone), 0 where a trace maps more than the
+ * end state holds. */
+typedef struct mem_walk_s {
+  const ms_timeline_t *tl;
+  size_t dev, nb, b; /* b: the bucket of the step visited last */
+  const uint64_t *first;
+  uint64_t *out;
+  int64_t mapped; /* at the step visited last */
+} mem_walk_t;
+
+static void mem_visit(void *arg, size_t s, const uint64_t totals[MS_TL_METRIC_COUNT]) {
+  mem_walk_t *k = arg;
+  if (s < ms_timeline_nentries(k->tl, k->dev)) { /* step s + 1 -> s: undo entry s */
+    const ms_snap_trace_t *e = ms_timeline_entry(k->tl, k->dev, s);
+    k->mapped -= e->action == MS_TRACE_SEGMENT_MAP     ? (int64_t)e->size
+                 : e->action == MS_TRACE_SEGMENT_UNMAP ? -(int64_t)e->size
+                                                       : 0;
   }
+  while (k->b > 0 && k->first[k->b] > s)
+    k->b--;
+  uint64_t *o = k->out, al = totals[MS_TL_ALLOCATED], re = totals[MS_TL_RESERVED];
+  uint64_t mm = k->mapped < 0 ? 0 : (uint64_t)k->mapped, f = re > al ? re - al : 0;
+  size_t nb = k->nb, i = k->b;
+  if (al > o[i]) o[i] = al;
+  if (re > o[nb + i]) o[nb + i] = re;
+  if (mm > o[2 * nb + i]) o[2 * nb + i] = mm;
+  if (f > o[3 * nb + i]) o[3 * nb + i] = f;
+}
+
+static int bucket_max(const ms_timeline_t *tl, size_t dev, size_t nsteps, size_t nb,
+                      uint64_t *first, uint64_t *out) {
+  for (size_t i = 0; i < nb; i++)
+    first[i] = i * nsteps / nb;
+  memset(out, 0, 4 * nb * sizeof *out);
+  const ms_snapshot_t *s = ms_timeline_snapshot(tl);
+  mem_walk_t k = {tl, dev, nb, nb - 1, first, out, 0};
+  for (size_t i = 0; i < s->nsegments; i++)
+    if (s->segments[i].device >= 0 && (uint64_t)s->segments[i].device == dev &&
+        s->segments[i].is_expandable)
+      k.mapped += (int64_t)s->segments[i].total_size;
+  return ms_timeline_walk(tl, dev, 0, nsteps - 1, mem_visit, &k);
 }
 
 void ms__view_memory_json(vw_t *w, const ms_timeline_t *tl, size_t dev) {
-  const uint64_t *alloc = tl ? ms_timeline_series(tl, dev, MS_TL_ALLOCATED) : NULL;
-  const uint64_t *res = tl ? ms_timeline_series(tl, dev, MS_TL_RESERVED) : NULL;
-  if (!alloc || !res) {
+  if (!tl || dev >= ms_timeline_ndevices(tl)) {
     vw_puts(w, "null");
     return;
   }
   size_t nsteps = ms_timeline_nentries(tl, dev) + 1;
   size_t nb = nsteps < MS_VIEW_MEMORY_BUCKETS ? nsteps : MS_VIEW_MEMORY_BUCKETS;
   size_t ns = nsteps < MS_VIEW_MEMORY_FREE_SAMPLES ? nsteps : MS_VIEW_MEMORY_FREE_SAMPLES;
-  int64_t *mapped = memory_mapped(tl, dev, nsteps);
   uint64_t *first = malloc(nb * sizeof *first), *rows = malloc(4 * nb * sizeof *rows);
   uint64_t *fstep = malloc(ns * sizeof *fstep);
   mem_pools_t p = {NULL, NULL, 0, 0, ns};
   ms_tl_state_t st;
   ms_timeline_state_init(&st);
-  int rc = mapped && first && rows && fstep ? MS_OK : MS_ENOMEM;
+  int rc = first && rows && fstep ? MS_OK : MS_ENOMEM;
   for (size_t k = 0; rc == MS_OK && k < ns; k++) {
     fstep[k] = ns > 1 ? k * (nsteps - 1) / (ns - 1) : 0;
     rc = ms_timeline_state_at(tl, dev, fstep[k], &st);
     if (rc == MS_OK) rc = largest_free(&st, &p, k);
   }
   ms_timeline_state_release(&st);
+  if (rc == MS_OK) rc = bucket_max(tl, dev, nsteps, nb, first, rows);
   if (rc != MS_OK) {
     vw_puts(w, "null");
   } else {
-    bucket_max(alloc, res, mapped, nsteps, nb, first, rows);
     vw_puts(w, "{\"steps\":");
     vw_u64(w, nsteps);
     put_u64s(w, "step", first, nb);
@@ -175,7 +173,6 @@ void ms__view_memory_json(vw_t *w, const ms_timeline_t *tl, size_t dev) {
   }
   free(p.id);
   free(p.largest);
-  free(mapped);
   free(first);
   free(rows);
   free(fstep);
