@@ -292,7 +292,7 @@ static bool tl_final_sizes(tl_dev_t *d, size_t n, uint64_t *room, uint32_t *freq
     uint64_t delta = size - d->bsize[i];
     d->bsize[i] = size;
     if (d->pair[i] != TL_NONE) d->bsize[d->pair[i]] = size;
-    if (!counted[i]) continue; /* outside the filter: not in the totals */
+    if (counted && !counted[i]) continue; /* outside the filter: not in the totals */
     room[i] = delta;
     bool to_alloc = freq[i] != TL_NONE;
     if (to_alloc) room[freq[i]] += delta; /* a free_requested: the allocated growth ends there */
@@ -414,8 +414,10 @@ static int tl_build_dev(ms_timeline_t *tl, size_t dev, ms_errbuf_t *eb) {
   if (rc == MS_OK) {
     room = ms__big_malloc((n + 2) * sizeof *room);
     freq = ms__big_malloc((n ? n : 1) * sizeof *freq);
-    counted = ms__big_malloc(n ? n : 1);
-    if (!room || !freq || !counted) rc = MS_ENOMEM;
+    /* without a filter every segment counts: no array says so (5 MB of a 5 M-entry trace, at
+     * the command's peak) */
+    if (w.filter) counted = ms__big_malloc(n ? n : 1);
+    if (!room || !freq || (w.filter && !counted)) rc = MS_ENOMEM;
   }
   tl_ckpt_t ck;
   tl_peaks_t pk;

@@ -210,7 +210,8 @@ typedef struct tl_ctx_s {
   uint64_t *room;   /* building: per free_completed entry, the smallest end of the free room
                        after its block over the block's life; NULL otherwise */
   uint32_t *freq;   /* building: per free_completed entry, its block's free_requested entry */
-  uint8_t *counted; /* building: per free_completed entry, its segment passes the filter */
+  uint8_t *counted; /* building: per free_completed entry, its segment passes the filter (NULL
+                       without a filter: every one does) */
   ms_errbuf_t *eb;
 } tl_ctx_t;
 

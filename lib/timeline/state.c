@@ -395,7 +395,7 @@ int ms__tl_undo(tl_ctx_t *c, tl_ws_t *w, size_t i) {
       d->bsize[i] = r < gap_end - e->addr ? r : gap_end - e->addr;
       c->room[i] = gap_end;
       c->freq[i] = TL_NONE;
-      c->counted[i] = tl_counts(w, &s->seg);
+      if (c->counted) c->counted[i] = tl_counts(w, &s->seg);
       if (k > 0) tl_room_limit(c, &s->blk.ptr[k - 1], e->addr);
     }
     if (d->bsize[i] > gap_end - e->addr) return tl_bad(c, i, "its block does not fit");
