@@ -25,7 +25,11 @@
  *    be named again freed (pickle_retire.c): the same answer, to the words of its message, and
  *    the same trace.
  *
- * Built and run by scripts/fuzz.sh (make fuzz); seeds in tests/fuzz/corpus/fuzz_load/.
+ * Built and run by scripts/fuzz.sh (make fuzz); seeds in tests/fuzz/corpus/fuzz_load/. The
+ * retire-shared-list*.seed inputs are made by hand (a flags byte, then the small pickle of
+ * tests/test_pickle_retire.c whose memoized frames list is named again after its entry was
+ * freed), not third-party data; the PyTorch fixtures are added by the script from
+ * ../shared/fixtures/torch.
  * fuzz-flags: -max_len=16384
  */
 #include <stdint.h>
