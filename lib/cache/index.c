@@ -237,6 +237,23 @@ static uint64_t ix_metric_delta(unsigned code, uint64_t b, uint64_t s, uint64_t 
   }
 }
 
+/* Adds an entry's changes of the four totals (coded in word, escaped ones read from *p) to cur:
+ * b its block's size, sz its size. @return false when an escaped change is cut short. */
+static bool ixr_add_deltas(const unsigned char **p, const unsigned char *end, unsigned word,
+                           uint64_t b, uint64_t sz, uint64_t cur[MS_TL_METRIC_COUNT]) {
+  uint64_t rs = tl_round(sz), v;
+  for (int m = 0; m < MS_TL_METRIC_COUNT; m++) {
+    unsigned c = word >> (IXC_METRIC_SHIFT + 3 * m) & 7u;
+    uint64_t delta = ix_metric_delta(c, b, sz, rs);
+    if (c == IXC_ESCAPE) {
+      if (!cache_get_var(p, end, &v)) return false;
+      delta = cache_unzigzag(v);
+    }
+    cur[m] += delta;
+  }
+  return true;
+}
+
 static unsigned ix_metric_code(uint64_t delta, uint64_t b, uint64_t s, uint64_t r) {
   for (unsigned c = 0; c < IXC_ESCAPE; c++)
     if (ix_metric_delta(c, b, s, r) == delta) return c;
@@ -625,16 +642,8 @@ static int ixr_entries(ixr_t *r, tl_dev_t *d, size_t n, const uint64_t first[]) 
       if (!cache_get_var(&p, end, &v)) return ix_bad(r, "an entry is cut short");
       bsize[i] += cache_unzigzag(v);
     }
-    uint64_t b = bsize[i], sz = d->trace[i].size, rs = tl_round(sz);
-    for (int m = 0; m < MS_TL_METRIC_COUNT; m++) {
-      unsigned c = word >> (IXC_METRIC_SHIFT + 3 * m) & 7u;
-      uint64_t delta = ix_metric_delta(c, b, sz, rs);
-      if (c == IXC_ESCAPE) {
-        if (!cache_get_var(&p, end, &v)) return ix_bad(r, "an entry is cut short");
-        delta = cache_unzigzag(v);
-      }
-      cur[m] += delta;
-    }
+    if (!ixr_add_deltas(&p, end, word, bsize[i], d->trace[i].size, cur))
+      return ix_bad(r, "an entry is cut short");
     tl_peaks_note(&pk, i + 1, cur);
   }
   r->off = (size_t)(p - r->p);
@@ -665,16 +674,8 @@ static int ixr_check_totals(ixr_t *r, const tl_dev_t *d, size_t off, const uint6
       return ix_bad(r, "an entry is cut short");
     if ((word & IXC_BSIZE_AT) && !cache_get_var(&p, end, &v))
       return ix_bad(r, "an entry is cut short");
-    uint64_t b = d->bsize[step], sz = d->trace[step].size, rs = tl_round(sz);
-    for (int m = 0; m < MS_TL_METRIC_COUNT; m++) {
-      unsigned c = word >> (IXC_METRIC_SHIFT + 3 * m) & 7u;
-      uint64_t delta = ix_metric_delta(c, b, sz, rs);
-      if (c == IXC_ESCAPE) {
-        if (!cache_get_var(&p, end, &v)) return ix_bad(r, "an entry is cut short");
-        delta = cache_unzigzag(v);
-      }
-      cur[m] += delta;
-    }
+    if (!ixr_add_deltas(&p, end, word, d->bsize[step], d->trace[step].size, cur))
+      return ix_bad(r, "an entry is cut short");
   }
 }
 

@@ -602,14 +602,7 @@ const char *ms_tl_metric_name(ms_tl_metric m) {
 
 int ms__tl_reach(const ms_timeline_t *tl, size_t dev, size_t step, tl_ws_t *w) {
   tl_dev_t *d = &tl->dev[dev];
-  size_t lo = 0, hi = d->ckpts.len;
-  while (lo < hi) {
-    size_t mid = lo + (hi - lo) / 2;
-    if (d->ckpts.ptr[mid].step < step)
-      lo = mid + 1;
-    else
-      hi = mid;
-  }
+  size_t lo = tl_ckpt_at_or_after(d, step);
   if (lo >= d->ckpts.len) return MS_EINVAL;
   const tl_ckpt_t *c = &d->ckpts.ptr[lo];
   int rc = ms__tl_ckpt_restore(c, w);

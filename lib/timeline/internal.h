@@ -86,6 +86,19 @@ typedef struct tl_dev_s {
   size_t peak_step[MS_TL_METRIC_COUNT];
 } tl_dev_t;
 
+/* The first of d's checkpoints at or after step (d->ckpts.len when none is). */
+static inline size_t tl_ckpt_at_or_after(const tl_dev_t *d, size_t step) {
+  size_t lo = 0, hi = d->ckpts.len;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (d->ckpts.ptr[mid].step < step)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return lo;
+}
+
 struct ms_timeline_s {
   const ms_snapshot_t *snap;
   size_t ndev;

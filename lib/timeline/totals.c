@@ -113,14 +113,7 @@ int ms_timeline_totals_at(const ms_timeline_t *tl, size_t dev, size_t step,
     all = all && v;
   }
   if (!all) {
-    size_t lo = 0, hi = d->ckpts.len; /* a checkpoint holds the totals at its step */
-    while (lo < hi) {
-      size_t mid = lo + (hi - lo) / 2;
-      if (d->ckpts.ptr[mid].step < step)
-        lo = mid + 1;
-      else
-        hi = mid;
-    }
+    size_t lo = tl_ckpt_at_or_after(d, step); /* a checkpoint holds the totals at its step */
     if (lo < d->ckpts.len && d->ckpts.ptr[lo].step == step) {
       memcpy(t, d->ckpts.ptr[lo].totals, sizeof t);
     } else {
