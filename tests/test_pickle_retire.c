@@ -396,3 +396,137 @@ Test(pickle_retire, fixtures_read_the_same_both_ways, .timeout = 300) {
     free(p);
   }
 }
+
+/* ---- the frame cache of a run of gets (pickle_frames.c) -------------------------------------- */
+
+/* A frame dict of `line`, memoized (MEMOIZE) or put at memo index `at` (LONG_BINPUT). */
+static void tf_frame(tf_t *t, int64_t line, int64_t at) {
+  th_bytes_sink_write(&t->k, "}", 1);
+  if (at < 0) {
+    th_bytes_sink_write(&t->k, "\x94", 1);
+    t->memo++;
+  } else {
+    th_bytes_sink_write(&t->k, "r", 1);
+    th_bytes_put_le(&t->k, (uint64_t)at, 4);
+  }
+  th_bytes_sink_write(&t->k, "(", 1);
+  th_pickle_str(&t->k, "name");
+  th_pickle_str(&t->k, "f");
+  th_pickle_str(&t->k, "filename");
+  th_pickle_str(&t->k, "a.py");
+  th_pickle_str(&t->k, "line");
+  th_pickle_int(&t->k, line);
+  th_bytes_sink_write(&t->k, "u", 1);
+}
+
+/* An entry (in its own batch) whose frames list is a run of gets of the memo indices idx. */
+static void tf_run_entry(tf_t *t, int64_t addr, const uint32_t *idx, size_t n) {
+  th_bytes_sink_write(&t->k, "(}(", 3);
+  tf_fields(t, "alloc", addr);
+  th_bytes_sink_write(&t->k, "](", 2);
+  for (size_t i = 0; i < n; i++) tf_get(t, idx[i]);
+  th_bytes_sink_write(&t->k, "eue", 3);
+}
+
+/* The lines of entry i's frames, in order, are want[0..n). */
+static void tf_expect_lines(const ms_snapshot_t *s, size_t i, const int64_t *want, size_t n) {
+  uint32_t st = s->trace[i].stack;
+  cr_assert_eq(ms_snap_stack_depth(s, st), n, "entry %zu", i);
+  for (size_t j = 0; j < n; j++)
+    cr_assert_eq(ms_snap_stack_frame(s, st, j)->line, want[j], "entry %zu frame %zu", i, j);
+}
+
+Test(pickle_frames, a_frame_replaced_in_the_memo_is_not_named_by_the_cache) {
+  /* memo 0: the frame of line 7, named by a run of gets (the cache takes it), then replaced by
+   * a frame of line 9 put at the same index: a later run names the new one */
+  tf_t t;
+  tf_start(&t);
+  static const uint32_t zeros[3] = {0, 0, 0};
+  tf_run_entry(&t, 8192, zeros, 3);
+  th_bytes_sink_write(&t.k, "(}(", 3);
+  tf_fields(&t, "alloc", 12288);
+  th_bytes_sink_write(&t.k, "](", 2);
+  tf_frame(&t, 9, 0);
+  th_bytes_sink_write(&t.k, "eue", 3);
+  tf_run_entry(&t, 16384, zeros, 2);
+  tf_end(&t);
+  for (size_t f = 0; f < sizeof every_flags / sizeof every_flags[0]; f++) {
+    both_t b = read_both(&t.k, every_flags[f]);
+    cr_assert_eq(b.rc, MS_OK, "%s", b.msg);
+    cr_assert_eq(b.s->ntrace, 4);
+    if (every_flags[f] == 0) {
+      tf_expect_lines(b.s, 1, (const int64_t[]){7, 7, 7}, 3);
+      tf_expect_lines(b.s, 2, (const int64_t[]){9}, 1);
+      tf_expect_lines(b.s, 3, (const int64_t[]){9, 9}, 2);
+    }
+    ms_snapshot_free(b.s);
+  }
+  free(t.k.p);
+
+  /* replaced by a string: the run fails as a list of gets read one by one fails */
+  for (int shape = 0; shape < 2; shape++) {
+    tf_t u;
+    tf_start(&u);
+    tf_run_entry(&u, 8192, zeros, 3);
+    th_bytes_sink_write(&u.k, "(}(", 3);
+    th_pickle_str(&u.k, "action");
+    th_pickle_str(&u.k, "alloc");
+    th_bytes_sink_write(&u.k, "q\x00", 2); /* BINPUT 0: the string */
+    th_bytes_sink_write(&u.k, "ue", 2);
+    if (shape == 0) {
+      tf_run_entry(&u, 16384, zeros, 2);
+    } else { /* the same frames, appended one get at a time (APPEND) */
+      th_bytes_sink_write(&u.k, "(}(", 3);
+      tf_fields(&u, "alloc", 16384);
+      th_bytes_sink_write(&u.k, "]", 1);
+      for (int i = 0; i < 2; i++) {
+        tf_get(&u, 0);
+        th_bytes_sink_write(&u.k, "a", 1);
+      }
+      th_bytes_sink_write(&u.k, "ue", 2);
+    }
+    tf_end(&u);
+    both_t c = read_both(&u.k, 0);
+    cr_assert_eq(c.rc, MS_EFORMAT, "shape %d: %s", shape, c.msg);
+    cr_assert(strstr(c.msg, ": device_traces[0][3].frames[0]: expected dict, got str"),
+              "shape %d: %s", shape, c.msg);
+    free(u.k.p);
+  }
+}
+
+Test(pickle_frames, frames_whose_memo_indices_share_a_cache_slot) {
+  /* memo 0: the frame of line 7; 8,191 integers memoized in an entry's unknown key; memo 8,192
+   * (0 + the cache's 8,192 slots): the frame of line 9. Runs that alternate them. */
+  tf_t t;
+  tf_start(&t);
+  th_bytes_sink_write(&t.k, "(}(", 3);
+  tf_fields(&t, "alloc", 8192);
+  th_bytes_sink_write(&t.k, "](", 2);
+  tf_get(&t, 0);
+  th_bytes_sink_write(&t.k, "e", 1);
+  th_pickle_str(&t.k, "padding");
+  th_bytes_sink_write(&t.k, "](", 2);
+  for (int i = 0; i < 8191; i++) {
+    th_bytes_sink_write(&t.k, "K\x01\x94", 3);
+    t.memo++;
+  }
+  th_bytes_sink_write(&t.k, "eue", 3);
+  cr_assert_eq(t.memo, 8192u);
+  th_bytes_sink_write(&t.k, "(}(", 3);
+  tf_fields(&t, "alloc", 12288);
+  th_bytes_sink_write(&t.k, "](", 2);
+  tf_frame(&t, 9, -1);
+  th_bytes_sink_write(&t.k, "eue", 3);
+  tf_run_entry(&t, 16384, (const uint32_t[]){0, 8192, 0, 8192, 8192, 0}, 6);
+  tf_run_entry(&t, 20480, (const uint32_t[]){8192, 0}, 2);
+  tf_end(&t);
+  both_t b = read_both(&t.k, 0);
+  cr_assert_eq(b.rc, MS_OK, "%s", b.msg);
+  cr_assert_eq(b.s->ntrace, 5);
+  tf_expect_lines(b.s, 1, (const int64_t[]){7}, 1);
+  tf_expect_lines(b.s, 2, (const int64_t[]){9}, 1);
+  tf_expect_lines(b.s, 3, (const int64_t[]){7, 9, 7, 9, 9, 7}, 6);
+  tf_expect_lines(b.s, 4, (const int64_t[]){9, 7}, 2);
+  ms_snapshot_free(b.s);
+  free(t.k.p);
+}

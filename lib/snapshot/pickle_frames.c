@@ -11,6 +11,8 @@
  * pickle_schema.c, so that what a file means and how it fails do not depend on which path read
  * it.
  */
+#include <stdlib.h>
+
 #include "snapshot/pickle_internal.h"
 
 /* The hot path of real snapshots: a batch of frame dicts (memo gets, already interned) appended
@@ -58,14 +60,25 @@ bool ms__pickle_frames_run(rd_t *r, int op) {
   /* One pass: each get is checked (an interned frame dict, an APPENDS after the run) and its
    * frame's index written to the list's place at the stack tail, in room reserved as the run
    * grows. Nothing is committed before the APPENDS: on a failure the indices written stay
-   * scratch past the list's length, and the only other write, OF_USED on interned frame dicts,
-   * changes nothing (an interned frame is already closed to changes and may be stored again). */
+   * scratch past the list's length, and the only other writes, OF_USED on interned frame dicts
+   * and the frame cache, change nothing (an interned frame is already closed to changes and may
+   * be stored again; the cache holds what the memo says). A get whose memo index the cache
+   * holds costs one load instead of three dependent ones (the tag, the object, its fields). */
+  rd_fslot_t *fc = r->fcache;
+  if (!fc) {
+    if (!(fc = malloc(RD_FCACHE_SLOTS * sizeof *fc))) return false;
+    memset(fc, 0xff, RD_FCACHE_SLOTS * sizeof *fc); /* every slot empty */
+    r->fcache = fc;
+  }
   const unsigned char *buf = (const unsigned char *)r->buf;
   const uint8_t *tag = r->memo_tag.ptr;
   const uint32_t *memo_obj = r->memo_obj.ptr;
   rd_obj_t *objs = r->objs.ptr;
   size_t have = r->fbuf_owner == lid ? r->fbuf_len : 0;
-  size_t pos = r->pos, lim = r->lim, nmemo = r->memo.len, n = 0, room = 0;
+  size_t pos = r->pos, nmemo = r->memo.len, n = 0, room = 0;
+  size_t last = r->lim - 5; /* a get read at pos <= last is whole, and so is the opcode after it;
+                             * one nearer the end is the general path's (rd_read: lim >= pos) */
+  if (r->lim - pos < 5) return false;
   uint32_t *dst = NULL;
   for (int o = op;;) {
     if (n == room) {
@@ -76,24 +89,30 @@ bool ms__pickle_frames_run(rd_t *r, int op) {
       dst = tail + have;
     }
     uint32_t idx;
-    if (o == 'j') {
-      if (lim - pos < 5) return false;
+    if (o == 'j' && pos <= last) {
       idx = rd_le32(buf + pos);
       o = buf[pos + 4];
       pos += 5;
-    } else {
-      if (lim - pos < 2) return false;
+    } else if (o == 'h' && pos <= last) {
       idx = buf[pos];
       o = buf[pos + 1];
       pos += 2;
+    } else if (o == 'e') {
+      break;
+    } else {
+      return false;
     }
-    if (idx >= nmemo || tag[idx] != V_OBJ) return false;
-    rd_obj_t *f = &objs[memo_obj[idx]];
-    if (f->role != R_FRAME || !(f->flags & OF_INTERNED)) return false;
-    f->flags |= OF_USED;
-    dst[n++] = f->ref;
-    if (o == 'e') break;
-    if (o != 'j' && o != 'h') return false;
+    rd_fslot_t *slot = &fc[idx & (RD_FCACHE_SLOTS - 1)];
+    uint32_t ref = slot->ref;
+    if (ms_unlikely(slot->idx != idx)) {
+      if (idx >= nmemo || tag[idx] != V_OBJ) return false;
+      rd_obj_t *f = &objs[memo_obj[idx]];
+      if (f->role != R_FRAME || !(f->flags & OF_INTERNED)) return false;
+      f->flags |= OF_USED;
+      ref = f->ref;
+      *slot = (rd_fslot_t){idx, ref};
+    }
+    dst[n++] = ref;
   }
   /* the general path fails on a stack this deep, or a list this long */
   if (n > RD_MAX_STACK - r->st.len || (uint64_t)l->count + n > UINT32_MAX) return false;

@@ -285,6 +285,16 @@ typedef struct rd_pend_s {
   uint64_t hash;  /* ms__snapbuild_stack_hash of them */
 } rd_pend_t;
 
+/* The frame cache of ms__pickle_frames_run (pickle_frames.c): by memo index (direct-mapped on its
+ * low bits), the frame of a memo entry found to be an interned frame dict. Such an entry names
+ * that frame until a PUT stores another value at its index (rd_memo_put drops the slot then):
+ * an interned frame dict is closed to changes and, memoized, is never freed. */
+#define RD_FCACHE_SLOTS 8192u /* 64 KiB: a real trace's call sites, and most of the synthetic's */
+typedef struct rd_fslot_s {
+  uint32_t idx; /* memo index; UINT32_MAX: empty (no memo index reaches it) */
+  uint32_t ref; /* its frame in the builder */
+} rd_fslot_t;
+
 /* A frame dict being filled, before it is interned. */
 typedef struct rd_pframe_s {
   const char *name, *file;
@@ -375,10 +385,17 @@ typedef struct rd_s {
   const char *act_str[RD_ACT_CACHE];
   uint8_t act_val[RD_ACT_CACHE];
   uint8_t act_next;
+  rd_fslot_t *fcache; /* NULL until the first run of frame gets (RD_FCACHE_SLOTS) */
   /* output */
   ms__snapbuild_t b;
   ms_errbuf_t *eb;
 } rd_t;
+
+/* The frame cache forgets memo entry idx (rd_memo_put stores another value there). */
+static inline void rd_fcache_drop(rd_t *r, uint64_t idx) {
+  rd_fslot_t *slot = r->fcache ? &r->fcache[idx & (RD_FCACHE_SLOTS - 1)] : NULL;
+  if (slot && slot->idx == idx) slot->idx = UINT32_MAX;
+}
 
 /* ---- pickle_vm.c ----------------------------------------------------------------------------- */
 

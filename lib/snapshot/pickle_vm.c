@@ -266,6 +266,7 @@ static int rd_memo_put(rd_t *r, uint64_t idx) {
                           " is far beyond the %zu entries stored (sparse memos are "
                           "not supported)",
                           idx, r->memo.len);
+  if (idx < r->memo.len) rd_fcache_drop(r, idx); /* another value replaces the one there */
   if (idx >= r->memo.len) {
     size_t add = (size_t)idx + 1 - r->memo.len;
     if (add > 1) r->memo_holes = true;
@@ -950,6 +951,7 @@ static int rd_read(rd_t *r, unsigned flags, ms_snapshot_t **out, ms_errbuf_t *eb
   MS_VEC_FREE(&r->pairs);
   MS_VEC_FREE(&r->tmp);
   ms__pickle_drop_release(r);
+  free(r->fcache);
   free(r);
   if (rc == MS_OK) *out = snap;
   return rc;
