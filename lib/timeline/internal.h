@@ -37,6 +37,7 @@ typedef struct tl_ws_s {
   uint64_t totals[MS_TL_METRIC_COUNT]; /* of the segments the filter keeps */
   size_t nlive;
   const ms_tl_filter_t *filter; /* NULL: every segment counts */
+  size_t seg_hint; /* the segment the last lookup found (any value is safe: it is checked) */
 } tl_ws_t;
 
 static inline bool tl_filter_keeps(const ms_tl_filter_t *f, const ms_tl_segment_t *s) {

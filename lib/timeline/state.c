@@ -53,12 +53,23 @@ static size_t tl_seg_floor(const tl_ws_t *w, uint64_t addr) {
   return lo == 0 ? SIZE_MAX : lo - 1;
 }
 
-/* The segment holding addr, or SIZE_MAX. */
-static size_t tl_seg_find(const tl_ws_t *w, uint64_t addr) {
+/* The segment holding addr, or SIZE_MAX. Consecutive entries mostly fall in the segment the one
+ * before fell in: that one is tried first, and taken when it holds addr and is the last segment
+ * at or below addr (as the search would find it, even beside a segment of size 0). */
+static size_t tl_seg_find(tl_ws_t *w, uint64_t addr) {
+  size_t h = w->seg_hint;
+  if (h < w->segs.len) {
+    const ms_tl_segment_t *s = &w->segs.ptr[h].seg;
+    if (addr - s->address < s->size &&
+        (h + 1 == w->segs.len || w->segs.ptr[h + 1].seg.address > addr))
+      return h;
+  }
   size_t i = tl_seg_floor(w, addr);
   if (i == SIZE_MAX) return SIZE_MAX;
   const ms_tl_segment_t *s = &w->segs.ptr[i].seg;
-  return addr - s->address < s->size ? i : SIZE_MAX;
+  if (addr - s->address >= s->size) return SIZE_MAX;
+  w->seg_hint = i;
+  return i;
 }
 
 int ms__tl_blk_insert(tl_blockvec_t *v, size_t at, const ms_tl_block_t *b) {
