@@ -26,10 +26,12 @@
 #define ms_likely(x) __builtin_expect(!!(x), 1)
 #define ms_unlikely(x) __builtin_expect(!!(x), 0)
 #define MS_NOINLINE __attribute__((noinline))
+#define MS_ALWAYS_INLINE static inline __attribute__((always_inline))
 #else
 #define ms_likely(x) (x)
 #define ms_unlikely(x) (x)
 #define MS_NOINLINE
+#define MS_ALWAYS_INLINE static inline
 #endif
 
 /* "pickle_vm.c": ms_pickle_read_ex() that also says (*cannot_skip, may be NULL) whether it

@@ -46,7 +46,6 @@
 #include "memsnap/history.h"
 
 #define MS_EXPORT __attribute__((visibility("default")))
-#define MS_ALWAYS_INLINE static inline __attribute__((always_inline))
 
 /* ---- the CUDA runtime's ABI (no CUDA header is needed to build the interposer) ------------- */
 typedef int cudaError_t; /* enum cudaError: int-sized */

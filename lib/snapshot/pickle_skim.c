@@ -71,7 +71,7 @@ static bool skim_event(skim_t *k, uint8_t kind, size_t at, size_t len) {
 /* An optional memo put of the value just read (MEMOIZE, or BINPUT / LONG_BINPUT of the next
  * index): true with *put when there is one that this loop takes, true without one, false for a
  * put it leaves to the general path (another index). */
-static bool skim_put(skim_t *k, bool *put) {
+MS_ALWAYS_INLINE bool skim_put(skim_t *k, bool *put) {
   *put = false;
   if (k->lim - k->pos < 5)
     return k->lim - k->pos >= 1 && k->buf[k->pos] != 0x94 && k->buf[k->pos] != 'q' &&
@@ -97,7 +97,7 @@ static bool skim_put(skim_t *k, bool *put) {
 
 /* A memo get at k->pos (its opcode op already read): the index, or false when the memo does
  * not hold it (or the argument reaches lim). */
-static bool skim_get(skim_t *k, unsigned op, uint32_t *idx) {
+MS_ALWAYS_INLINE bool skim_get(skim_t *k, unsigned op, uint32_t *idx) {
   if (op == 'j') {
     if (k->lim - k->pos < 4) return false;
     *idx = rd_le32(k->buf + k->pos);
