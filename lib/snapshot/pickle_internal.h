@@ -432,20 +432,36 @@ static inline bool rd_check_get_run(const unsigned char *buf, size_t pos, size_t
                                     size_t nmemo, int op, size_t *n, size_t *end) {
   if (lim - pos < 5) return false;
   size_t last = lim - 5, k = 0;
-  bool any_byte = nmemo > 0xff; /* a BINGET's index is below nmemo whatever it is */
-  for (;;) {
-    k++;
-    if (op == 'j') {
-      if (rd_le32(buf + pos) >= nmemo) return false;
-      op = buf[pos + 4];
-      pos += 5;
-    } else {
-      if (!any_byte && buf[pos] >= nmemo) return false;
-      op = buf[pos + 1];
-      pos += 2;
+  if (nmemo <= 0xff) { /* a BINGET's index may be too large: checked too */
+    for (;;) {
+      k++;
+      if (op == 'j') {
+        if (rd_le32(buf + pos) >= nmemo) return false;
+        op = buf[pos + 4];
+        pos += 5;
+      } else {
+        if (buf[pos] >= nmemo) return false;
+        op = buf[pos + 1];
+        pos += 2;
+      }
+      if (op == 'e') break;
+      if ((op | 2) != 'j' || pos > last) return false; /* 'h' | 2 == 'j': the run goes on */
     }
-    if (op == 'e') break;
-    if ((op | 2) != 'j' || pos > last) return false; /* 'h' | 2 == 'j': the run goes on */
+  } else { /* every BINGET's index is below nmemo; one test of the opcode a get */
+    for (;; k++) {
+      if (op == 'j' && pos <= last) {
+        if (rd_le32(buf + pos) >= nmemo) return false;
+        op = buf[pos + 4];
+        pos += 5;
+      } else if (op == 'h' && pos <= last) {
+        op = buf[pos + 1];
+        pos += 2;
+      } else if (op == 'e') {
+        break;
+      } else {
+        return false;
+      }
+    }
   }
   *n = k;
   *end = pos;
