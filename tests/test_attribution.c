@@ -1215,3 +1215,90 @@ Test(attribution, shared_function_and_file_strings) {
   cr_assert_eq(got[MS_CAT_UNKNOWN], 8192);
   cls_close(&c);
 }
+
+/* ---- sources found in the stacks' walk (compare's classifier, ms__attr_create_ex) ------------ */
+
+/* The classifier that finds sources while it reads the stacks is the one that finds them on first
+ * use: the same pattern sets, sources, op frames, multi-op lines and source texts, for every
+ * stack (rules: NULL or a text of the user's). @return the stacks shown with their op. */
+static size_t check_sourced_rules(const ms_snapshot_t *s, const char *name, const char *rules) {
+  ms_errbuf_t eb = {{0}};
+  ms_timeline_t *tl = NULL;
+  cr_assert_eq(ms_timeline_create(s, NULL, &tl, &eb), MS_OK, "%s: %s", name, eb.msg);
+  ms_attr_config_t cfg;
+  ms_attr_config_init(&cfg);
+  if (rules) {
+    cfg.rules = rules;
+    cfg.rules_len = strlen(rules);
+  }
+  ms_attr_t *lazy = NULL, *eager = NULL;
+  cr_assert_eq(ms_attr_create(s, tl, &cfg, &lazy, &eb), MS_OK, "%s: %s", name, eb.msg);
+  cr_assert_eq(ms__attr_create_ex(s, tl, &cfg, true, &eager, &eb), MS_OK, "%s: %s", name, eb.msg);
+  cr_assert_eq(lazy->src_state, 0, "%s: sources on first use", name);
+  cr_assert_eq(eager->src_state, 1, "%s: sources with the stacks", name);
+  cr_assert_eq(ms__attr_sources_ready(lazy), MS_OK);
+  cr_assert_eq(lazy->pw, eager->pw);
+  cr_assert_eq(lazy->nsets, eager->nsets, "%s", name);
+  cr_assert_eq(memcmp(lazy->set_pat, eager->set_pat, lazy->nsets * lazy->pw * sizeof(uint64_t)), 0);
+  cr_assert_eq(memcmp(lazy->set_phase, eager->set_phase, lazy->nsets), 0);
+  size_t shown = 0;
+  for (size_t st = 0; st < s->nstacks; st++) {
+    cr_assert_eq(lazy->sset[st], eager->sset[st], "%s: stack %zu", name, st);
+    cr_assert_eq(lazy->ssrc[st], eager->ssrc[st], "%s: stack %zu", name, st);
+    cr_assert_eq(lazy->sop[st], eager->sop[st], "%s: stack %zu", name, st);
+    shown += eager->sop[st] != ATTR_NONE;
+    char x[1024], y[1024];
+    ms_attr_source(lazy, (uint32_t)st, x, sizeof x);
+    ms_attr_source(eager, (uint32_t)st, y, sizeof y);
+    cr_assert_str_eq(x, y, "%s: stack %zu", name, st);
+  }
+  if (s->nframes) cr_assert_eq(memcmp(lazy->smulti, eager->smulti, s->nframes), 0, "%s", name);
+  uint32_t special[2] = {MS_SNAP_NO_STACK, ATTR_STACK_UNRECORDED};
+  for (int k = 0; k < 2; k++) {
+    char x[256], y[256];
+    ms_attr_source(lazy, special[k], x, sizeof x);
+    ms_attr_source(eager, special[k], y, sizeof y);
+    cr_assert_str_eq(x, y);
+  }
+  ms_attr_destroy(eager);
+  ms_attr_destroy(lazy);
+  ms_timeline_destroy(tl);
+  return shown;
+}
+
+/* With the default rules (pattern sets of 1 or 2 words), and with 140 more patterns (3 words: the
+ * walk's general path). */
+static size_t check_sourced(const ms_snapshot_t *s, const char *name) {
+  static char many[140 * 40];
+  size_t n = 0;
+  for (int i = 0; i < 140; i++)
+    n += (size_t)snprintf(many + n, sizeof many - n, "temporary func=zz_never_%d_*\n", i);
+  size_t shown = check_sourced_rules(s, name, NULL);
+  cr_assert_eq(check_sourced_rules(s, name, many), shown, "%s", name);
+  return shown;
+}
+
+Test(attribution, sources_with_the_stacks_equal_sources_on_first_use) {
+  ms_snapshot_t *s = build_step_ex(true);
+  cr_assert_gt(check_sourced(s, "built step"), 0, "a source shown with its op");
+  ms_snapshot_free(s);
+  char path[1024];
+  snprintf(path, sizeof path, "%s/%s.pickle", th_fixture_dir(), fixtures[0]);
+  if (access(path, R_OK) != 0) {
+    printf("SKIP: PyTorch fixtures not found in %s\n", th_fixture_dir());
+    cr_skip_test("SKIP: PyTorch fixtures not found in %s", th_fixture_dir());
+  }
+  size_t shown = 0;
+  for (size_t f = 0; f < sizeof fixtures / sizeof *fixtures; f++) {
+    snprintf(path, sizeof path, "%s/%s.pickle", th_fixture_dir(), fixtures[f]);
+    ms_errbuf_t eb = {{0}};
+    for (int full = 0; full < 2; full++) { /* frees' stacks left out, and read */
+      s = NULL;
+      cr_assert_eq(ms_snapshot_load_ex(path, full ? 0 : MS_LOAD_NO_FREE_STACKS, &s, &eb), MS_OK,
+                   "%s", eb.msg);
+      shown += check_sourced(s, fixtures[f]);
+      ms_snapshot_free(s);
+    }
+  }
+  cr_assert_gt(shown, 0, "a fixture's source shown with its op");
+}
