@@ -1302,3 +1302,62 @@ Test(attribution, sources_with_the_stacks_equal_sources_on_first_use) {
   }
   cr_assert_gt(shown, 0, "a fixture's source shown with its op");
 }
+
+/* ---- annotation ranges and the phase spans --------------------------------------------------- */
+
+/* The spans of device 0 of s, classified with rules (NULL: the defaults) into out (n spans). */
+static size_t spans_of(ms_snapshot_t *s, const char *rules, attr_span_t *out, size_t cap) {
+  ms_errbuf_t eb = {{0}};
+  ms_timeline_t *tl = NULL;
+  cr_assert_eq(ms_timeline_create(s, NULL, &tl, &eb), MS_OK, "%s", eb.msg);
+  ms_attr_config_t cfg;
+  ms_attr_config_init(&cfg);
+  if (rules) {
+    cfg.rules = rules;
+    cfg.rules_len = strlen(rules);
+  }
+  ms_attr_t *a = NULL;
+  cr_assert_eq(ms_attr_create(s, tl, &cfg, &a, &eb), MS_OK, "%s", eb.msg);
+  size_t n = a->dev[0].nspans;
+  cr_assert_leq(n, cap);
+  memcpy(out, a->dev[0].spans, n * sizeof *out);
+  ms_attr_destroy(a);
+  ms_timeline_destroy(tl);
+  return n;
+}
+
+static bool spans_eq(const attr_span_t *x, size_t nx, const attr_span_t *y, size_t ny) {
+  if (nx != ny) return false;
+  for (size_t i = 0; i < nx; i++)
+    if (x[i].first != y[i].first || x[i].phase != y[i].phase) return false;
+  return true;
+}
+
+/* An annotation range forces the phase of its entries only where a phase rule names it and it is
+ * on the device: on another device, or not named, the spans are those of no annotations at all. */
+Test(attribution, annotation_ranges_force_phases_on_their_device_only) {
+  ms_snapshot_t *s = build_step();
+  cr_assert_gt(s->nannotations, 0);
+  static const char *const rules[] = {
+      NULL, "defaults none\nphase init func=*_apply*\nphase forward annotation=Optimizer.step#*\n"};
+  for (int r = 0; r < 2; r++) {
+    attr_span_t with[64], other[64], none[64];
+    size_t nw = spans_of(s, rules[r], with, 64);
+    for (size_t k = 0; k < s->nannotations; k++) s->annotations[k].device = 7;
+    size_t no = spans_of(s, rules[r], other, 64);
+    size_t nann = s->nannotations;
+    s->nannotations = 0;
+    size_t nn = spans_of(s, rules[r], none, 64);
+    s->nannotations = nann;
+    for (size_t k = 0; k < s->nannotations; k++) s->annotations[k].device = 0;
+    cr_assert(spans_eq(other, no, none, nn), "rules %d: another device's range forces nothing", r);
+    if (r == 1) /* the range's entries are forward, which no stack says here */
+      cr_assert_not(spans_eq(with, nw, none, nn), "rules %d: the device's range forces", r);
+  }
+  attr_span_t x[64], y[64];
+  size_t nx = spans_of(s, "defaults none\nphase init func=*_apply*\n", x, 64);
+  size_t ny = spans_of(s, "defaults none\nphase init func=*_apply*\nphase forward annotation=zz*\n",
+                       y, 64);
+  cr_assert(spans_eq(x, nx, y, ny), "a range no rule names forces nothing");
+  ms_snapshot_free(s);
+}

@@ -374,6 +374,24 @@ static void attr_annotations(const ms_attr_t *a, size_t dev, const ms_snap_trace
   }
 }
 
+/* Whether device dev has an annotation range whose start a phase rule's annotation= names: else
+ * attr_annotations forces nothing, and its pass over the trace is not made. */
+static bool attr_annotations_any(const ms_attr_t *a, size_t dev) {
+  const ms_snapshot_t *s = a->snap;
+  for (size_t r = 0; r < a->rules.nrules; r++) {
+    const attr_rule_t *ru = &a->rules.rules[r];
+    if (ru->kind != ATTR_R_PHASE || ru->annotation == ATTR_NONE) continue;
+    const char *glob = a->rules.pat[ru->annotation].glob;
+    for (size_t k = 0; k < s->nannotations; k++) {
+      const ms_snap_annotation_t *st = &s->annotations[k];
+      if (st->device == (int64_t)dev && strcmp(st->stage, "START") == 0 &&
+          ms__attr_glob(glob, st->name, false))
+        return true;
+    }
+  }
+  return false;
+}
+
 typedef MS_VEC(attr_span_t) attr_spanvec_t;
 
 static int attr_span_push(attr_spanvec_t *sp, size_t first, uint8_t phase) {
@@ -392,8 +410,9 @@ static int attr_dev_spans(ms_attr_t *a, size_t dev) {
   ad->n = n;
   if (n == 0) return MS_OK;
   const ms_snap_trace_t *tr = ms_timeline_entry(a->tl, dev, 0);
-  uint8_t *ph = ms__big_malloc(n), *forced = ms__big_calloc(n, 1); /* a trace's length */
-  if (!ph || !forced) {
+  bool ann = attr_annotations_any(a, dev);
+  uint8_t *ph = ms__big_malloc(n), *forced = ann ? ms__big_calloc(n, 1) : NULL; /* a trace's length */
+  if (!ph || (ann && !forced)) {
     ms__big_free(ph);
     ms__big_free(forced);
     return MS_ENOMEM;
@@ -405,7 +424,7 @@ static int attr_dev_spans(ms_attr_t *a, size_t dev) {
     if (tr[i].stack < a->snap->nstacks && attr_stack_phase(a, tr[i].stack) != ATTR_PH_UNSET)
       ph[i] = attr_stack_phase(a, tr[i].stack);
   }
-  attr_annotations(a, dev, tr, n, ph, forced);
+  if (ann) attr_annotations(a, dev, tr, n, ph, forced);
   ms__big_free(forced);
   attr_spanvec_t sp = {0};
   uint8_t cur = ATTR_PH_UNSET;
