@@ -1215,3 +1215,149 @@ Test(attribution, shared_function_and_file_strings) {
   cr_assert_eq(got[MS_CAT_UNKNOWN], 8192);
   cls_close(&c);
 }
+
+/* ---- sources found in the stacks' walk (compare's classifier, ms__attr_create_ex) ------------ */
+
+/* The classifier that finds sources while it reads the stacks is the one that finds them on first
+ * use: the same pattern sets, sources, op frames, multi-op lines and source texts, for every
+ * stack (rules: NULL or a text of the user's). @return the stacks shown with their op. */
+static size_t check_sourced_rules(const ms_snapshot_t *s, const char *name, const char *rules) {
+  ms_errbuf_t eb = {{0}};
+  ms_timeline_t *tl = NULL;
+  cr_assert_eq(ms_timeline_create(s, NULL, &tl, &eb), MS_OK, "%s: %s", name, eb.msg);
+  ms_attr_config_t cfg;
+  ms_attr_config_init(&cfg);
+  if (rules) {
+    cfg.rules = rules;
+    cfg.rules_len = strlen(rules);
+  }
+  ms_attr_t *lazy = NULL, *eager = NULL;
+  cr_assert_eq(ms_attr_create(s, tl, &cfg, &lazy, &eb), MS_OK, "%s: %s", name, eb.msg);
+  cr_assert_eq(ms__attr_create_ex(s, tl, &cfg, true, &eager, &eb), MS_OK, "%s: %s", name, eb.msg);
+  cr_assert_eq(lazy->src_state, 0, "%s: sources on first use", name);
+  cr_assert_eq(eager->src_state, 1, "%s: sources with the stacks", name);
+  cr_assert_eq(ms__attr_sources_ready(lazy), MS_OK);
+  cr_assert_eq(lazy->pw, eager->pw);
+  cr_assert_eq(lazy->nsets, eager->nsets, "%s", name);
+  cr_assert_eq(memcmp(lazy->set_pat, eager->set_pat, lazy->nsets * lazy->pw * sizeof(uint64_t)), 0);
+  cr_assert_eq(memcmp(lazy->set_phase, eager->set_phase, lazy->nsets), 0);
+  size_t shown = 0;
+  for (size_t st = 0; st < s->nstacks; st++) {
+    cr_assert_eq(lazy->sset[st], eager->sset[st], "%s: stack %zu", name, st);
+    cr_assert_eq(lazy->ssrc[st], eager->ssrc[st], "%s: stack %zu", name, st);
+    cr_assert_eq(lazy->sop[st], eager->sop[st], "%s: stack %zu", name, st);
+    shown += eager->sop[st] != ATTR_NONE;
+    char x[1024], y[1024];
+    ms_attr_source(lazy, (uint32_t)st, x, sizeof x);
+    ms_attr_source(eager, (uint32_t)st, y, sizeof y);
+    cr_assert_str_eq(x, y, "%s: stack %zu", name, st);
+  }
+  if (s->nframes) cr_assert_eq(memcmp(lazy->smulti, eager->smulti, s->nframes), 0, "%s", name);
+  uint32_t special[2] = {MS_SNAP_NO_STACK, ATTR_STACK_UNRECORDED};
+  for (int k = 0; k < 2; k++) {
+    char x[256], y[256];
+    ms_attr_source(lazy, special[k], x, sizeof x);
+    ms_attr_source(eager, special[k], y, sizeof y);
+    cr_assert_str_eq(x, y);
+  }
+  ms_attr_destroy(eager);
+  ms_attr_destroy(lazy);
+  ms_timeline_destroy(tl);
+  return shown;
+}
+
+/* With the default rules (pattern sets of 1 or 2 words), and with 140 more patterns (3 words: the
+ * walk's general path). */
+static size_t check_sourced(const ms_snapshot_t *s, const char *name) {
+  static char many[140 * 40];
+  size_t n = 0;
+  for (int i = 0; i < 140; i++)
+    n += (size_t)snprintf(many + n, sizeof many - n, "temporary func=zz_never_%d_*\n", i);
+  size_t shown = check_sourced_rules(s, name, NULL);
+  cr_assert_eq(check_sourced_rules(s, name, many), shown, "%s", name);
+  return shown;
+}
+
+Test(attribution, sources_with_the_stacks_equal_sources_on_first_use) {
+  ms_snapshot_t *s = build_step_ex(true);
+  cr_assert_gt(check_sourced(s, "built step"), 0, "a source shown with its op");
+  ms_snapshot_free(s);
+  char path[1024];
+  snprintf(path, sizeof path, "%s/%s.pickle", th_fixture_dir(), fixtures[0]);
+  if (access(path, R_OK) != 0) {
+    printf("SKIP: PyTorch fixtures not found in %s\n", th_fixture_dir());
+    cr_skip_test("SKIP: PyTorch fixtures not found in %s", th_fixture_dir());
+  }
+  size_t shown = 0;
+  for (size_t f = 0; f < sizeof fixtures / sizeof *fixtures; f++) {
+    snprintf(path, sizeof path, "%s/%s.pickle", th_fixture_dir(), fixtures[f]);
+    ms_errbuf_t eb = {{0}};
+    for (int full = 0; full < 2; full++) { /* frees' stacks left out, and read */
+      s = NULL;
+      cr_assert_eq(ms_snapshot_load_ex(path, full ? 0 : MS_LOAD_NO_FREE_STACKS, &s, &eb), MS_OK,
+                   "%s", eb.msg);
+      shown += check_sourced(s, fixtures[f]);
+      ms_snapshot_free(s);
+    }
+  }
+  cr_assert_gt(shown, 0, "a fixture's source shown with its op");
+}
+
+/* ---- annotation ranges and the phase spans --------------------------------------------------- */
+
+/* The spans of device 0 of s, classified with rules (NULL: the defaults) into out (n spans). */
+static size_t spans_of(ms_snapshot_t *s, const char *rules, attr_span_t *out, size_t cap) {
+  ms_errbuf_t eb = {{0}};
+  ms_timeline_t *tl = NULL;
+  cr_assert_eq(ms_timeline_create(s, NULL, &tl, &eb), MS_OK, "%s", eb.msg);
+  ms_attr_config_t cfg;
+  ms_attr_config_init(&cfg);
+  if (rules) {
+    cfg.rules = rules;
+    cfg.rules_len = strlen(rules);
+  }
+  ms_attr_t *a = NULL;
+  cr_assert_eq(ms_attr_create(s, tl, &cfg, &a, &eb), MS_OK, "%s", eb.msg);
+  size_t n = a->dev[0].nspans;
+  cr_assert_leq(n, cap);
+  memcpy(out, a->dev[0].spans, n * sizeof *out);
+  ms_attr_destroy(a);
+  ms_timeline_destroy(tl);
+  return n;
+}
+
+static bool spans_eq(const attr_span_t *x, size_t nx, const attr_span_t *y, size_t ny) {
+  if (nx != ny) return false;
+  for (size_t i = 0; i < nx; i++)
+    if (x[i].first != y[i].first || x[i].phase != y[i].phase) return false;
+  return true;
+}
+
+/* An annotation range forces the phase of its entries only where a phase rule names it and it is
+ * on the device: on another device, or not named, the spans are those of no annotations at all. */
+Test(attribution, annotation_ranges_force_phases_on_their_device_only) {
+  ms_snapshot_t *s = build_step();
+  cr_assert_gt(s->nannotations, 0);
+  static const char *const rules[] = {
+      NULL, "defaults none\nphase init func=*_apply*\nphase forward annotation=Optimizer.step#*\n"};
+  for (int r = 0; r < 2; r++) {
+    attr_span_t with[64], other[64], none[64];
+    size_t nw = spans_of(s, rules[r], with, 64);
+    for (size_t k = 0; k < s->nannotations; k++) s->annotations[k].device = 7;
+    size_t no = spans_of(s, rules[r], other, 64);
+    size_t nann = s->nannotations;
+    s->nannotations = 0;
+    size_t nn = spans_of(s, rules[r], none, 64);
+    s->nannotations = nann;
+    for (size_t k = 0; k < s->nannotations; k++) s->annotations[k].device = 0;
+    cr_assert(spans_eq(other, no, none, nn), "rules %d: another device's range forces nothing", r);
+    if (r == 1) /* the range's entries are forward, which no stack says here */
+      cr_assert_not(spans_eq(with, nw, none, nn), "rules %d: the device's range forces", r);
+  }
+  attr_span_t x[64], y[64];
+  size_t nx = spans_of(s, "defaults none\nphase init func=*_apply*\n", x, 64);
+  size_t ny = spans_of(s, "defaults none\nphase init func=*_apply*\nphase forward annotation=zz*\n",
+                       y, 64);
+  cr_assert(spans_eq(x, nx, y, ny), "a range no rule names forces nothing");
+  ms_snapshot_free(s);
+}

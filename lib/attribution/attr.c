@@ -38,6 +38,12 @@ void ms_attr_destroy(ms_attr_t *a) {
 
 int ms_attr_create(const ms_snapshot_t *snap, const ms_timeline_t *tl,
                    const ms_attr_config_t *cfg, ms_attr_t **out, ms_errbuf_t *eb) {
+  return ms__attr_create_ex(snap, tl, cfg, false, out, eb);
+}
+
+int ms__attr_create_ex(const ms_snapshot_t *snap, const ms_timeline_t *tl,
+                       const ms_attr_config_t *cfg, bool sources, ms_attr_t **out,
+                       ms_errbuf_t *eb) {
   if (!snap || !tl || !out || ms_timeline_snapshot(tl) != snap) {
     return ms__errbuf_set(eb, MS_EINVAL, "the classifier needs a snapshot and its time index");
   }
@@ -61,7 +67,7 @@ int ms_attr_create(const ms_snapshot_t *snap, const ms_timeline_t *tl,
     rc = ms__attr_rules_parse(&a->rules, d, strlen(d), "default rules", eb);
   }
   if (rc == MS_OK) rc = ms__attr_frames(a);
-  if (rc == MS_OK) rc = ms__attr_stacks(a);
+  if (rc == MS_OK) rc = ms__attr_stacks(a, sources);
   if (rc == MS_OK) rc = ms__attr_spans(a);
   if (rc == MS_OK) rc = ms__attr_gradient_sizes(a);
   if (rc != MS_OK) {

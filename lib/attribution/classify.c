@@ -133,22 +133,33 @@ int ms__attr_frames(ms_attr_t *a) {
   return rc;
 }
 
+/* A pattern set's hash: every word mixed in, so that sets differing in any bit (the high
+ * patterns' words too) spread over the lookup table's slots. */
+static uint64_t attr_set_hash(const uint64_t *set, size_t pw) {
+  uint64_t h = 0x9e3779b97f4a7c15ull;
+  for (size_t w = 0; w < pw; w++) h = ms_hash_step(h, set[w]);
+  return h;
+}
+
+static bool attr_set_eq(const uint64_t *x, const uint64_t *y, size_t pw) {
+  for (size_t w = 0; w < pw; w++)
+    if (x[w] != y[w]) return false;
+  return true;
+}
+
 /* The index of pattern set `set` among the distinct ones (added with its rule bits and phase when
  * new): stacks share few sets (every forward stack matches the same patterns), so the rules are
  * evaluated once per set and a stack holds only its set's index. */
 static int attr_set_index(ms_attr_t *a, const uint64_t *set, uint32_t **tab, size_t *cap,
                           uint32_t *out) {
-  uint64_t h = 0x9e3779b97f4a7c15ull;
-  for (size_t w = 0; w < a->pw; w++) h = (h ^ set[w]) * 0xff51afd7ed558ccdull;
+  uint64_t h = attr_set_hash(set, a->pw);
   if ((a->nsets + 1) * 2 > *cap) { /* grow the lookup table */
     size_t ncap = *cap ? *cap * 2 : 256;
     uint32_t *nt = malloc(ncap * sizeof *nt);
     if (!nt) return MS_ENOMEM;
     memset(nt, 0xff, ncap * sizeof *nt);
     for (size_t i = 0; i < a->nsets; i++) {
-      uint64_t g = 0x9e3779b97f4a7c15ull;
-      for (size_t w = 0; w < a->pw; w++) g = (g ^ a->set_pat[i * a->pw + w]) * 0xff51afd7ed558ccdull;
-      size_t j = (size_t)(g >> 17) & (ncap - 1);
+      size_t j = (size_t)attr_set_hash(&a->set_pat[i * a->pw], a->pw) & (ncap - 1);
       while (nt[j] != ATTR_NONE) j = (j + 1) & (ncap - 1);
       nt[j] = (uint32_t)i;
     }
@@ -156,9 +167,9 @@ static int attr_set_index(ms_attr_t *a, const uint64_t *set, uint32_t **tab, siz
     *tab = nt;
     *cap = ncap;
   }
-  size_t j = (size_t)(h >> 17) & (*cap - 1);
+  size_t j = (size_t)h & (*cap - 1);
   for (; (*tab)[j] != ATTR_NONE; j = (j + 1) & (*cap - 1))
-    if (memcmp(&a->set_pat[(size_t)(*tab)[j] * a->pw], set, a->pw * sizeof *set) == 0) {
+    if (attr_set_eq(&a->set_pat[(size_t)(*tab)[j] * a->pw], set, a->pw)) {
       *out = (*tab)[j];
       return MS_OK;
     }
@@ -216,7 +227,54 @@ static void attr_stack_set(const ms_attr_t *a, uint32_t st, uint64_t *set) {
   }
 }
 
-int ms__attr_stacks(ms_attr_t *a) {
+/* attr_stack_set, and the stack's source frame and op frame in the same walk (source.c's
+ * attr_stack_source: the frames up to its first Python frame). */
+static void attr_stack_set_source(const ms_attr_t *a, uint32_t st, uint64_t *set, uint32_t *src,
+                                  uint32_t *op) {
+  const ms_snapshot_t *s = a->snap;
+  const ms_snap_stack_t *k = &s->stacks[st];
+  attr_srcwalk_t w;
+  attr_srcwalk_init(&w);
+  uint32_t j = 0;
+  bool found = false;
+  if (s->stack_frames16 && a->pw <= 2) { /* as attr_stack_set's tight loop */
+    const uint16_t *fi = &s->stack_frames16[k->first];
+    const uint64_t *fp = a->fpat;
+    const uint8_t *fl = a->fflags;
+    uint64_t s0 = 0, s1 = 0;
+    if (a->pw == 1) {
+      for (; j < k->nframes && !found; j++) {
+        s0 |= fp[fi[j]];
+        found = attr_srcwalk_frame(&w, fl[fi[j]], fi[j]);
+      }
+      for (; j < k->nframes; j++) s0 |= fp[fi[j]];
+    } else {
+      for (; j < k->nframes && !found; j++) {
+        s0 |= fp[2 * (size_t)fi[j]];
+        s1 |= fp[2 * (size_t)fi[j] + 1];
+        found = attr_srcwalk_frame(&w, fl[fi[j]], fi[j]);
+      }
+      for (; j < k->nframes; j++) {
+        s0 |= fp[2 * (size_t)fi[j]];
+        s1 |= fp[2 * (size_t)fi[j] + 1];
+      }
+    }
+    memset(set, 0, ATTR_PW * sizeof *set);
+    set[0] = s0;
+    if (a->pw == 2) set[1] = s1;
+  } else {
+    memset(set, 0, ATTR_PW * sizeof *set);
+    for (; j < k->nframes; j++) {
+      uint32_t f = ms_snap_frame_index(s, k->first + j);
+      const uint64_t *fs = &a->fpat[(size_t)f * a->pw];
+      for (size_t x = 0; x < a->pw; x++) set[x] |= fs[x];
+      if (!found) found = attr_srcwalk_frame(&w, a->fflags[f], f);
+    }
+  }
+  attr_srcwalk_end(&w, src, op);
+}
+
+int ms__attr_stacks(ms_attr_t *a, bool sources) {
   const ms_snapshot_t *s = a->snap;
   a->rw = (a->rules.nrules + 63) / 64;
   if (a->rw == 0) a->rw = 1;
@@ -233,16 +291,39 @@ int ms__attr_stacks(ms_attr_t *a) {
     if (s->blocks[i].stack < s->nstacks) a->sset[s->blocks[i].stack] = mark;
   for (size_t i = 0; i < s->nhistory; i++)
     if (s->history[i].stack < s->nstacks) a->sset[s->history[i].stack] = mark;
-  uint64_t set[ATTR_PW];
-  uint32_t *tab = NULL;
+  uint32_t *first_op = NULL;
+  uint8_t *multi = NULL;
+  if (sources) MS_FORWARD_IF_ERROR(ms__attr_sources_alloc(a, &first_op, &multi));
+  uint64_t set[ATTR_PW], last[ATTR_PW];
+  uint32_t *tab = NULL, last_index = ATTR_NONE;
   size_t cap = 0;
   int rc = MS_OK;
   for (size_t st = 0; st < s->nstacks && rc == MS_OK; st++) {
-    if (a->sset[st] != mark) continue;
-    attr_stack_set(a, (uint32_t)st, set);
+    if (a->sset[st] != mark) {
+      if (sources) ms__attr_stack_later(a, (uint32_t)st);
+      continue;
+    }
+    if (sources)
+      attr_stack_set_source(a, (uint32_t)st, set, &a->ssrc[st], &a->sop[st]);
+    else
+      attr_stack_set(a, (uint32_t)st, set);
+    /* stacks in a row mostly share their set (one op's): no lookup then */
+    if (last_index != ATTR_NONE && attr_set_eq(set, last, a->pw)) {
+      a->sset[st] = last_index;
+      continue;
+    }
     rc = attr_set_index(a, set, &tab, &cap, &a->sset[st]);
+    last_index = a->sset[st];
+    memcpy(last, set, sizeof last);
   }
   free(tab);
+  if (sources && rc == MS_OK) {
+    ms__attr_sources_link(a, first_op, multi);
+    a->src_state = 1;
+  } else {
+    free(multi);
+  }
+  free(first_op);
   return rc;
 }
 
@@ -293,6 +374,24 @@ static void attr_annotations(const ms_attr_t *a, size_t dev, const ms_snap_trace
   }
 }
 
+/* Whether device dev has an annotation range whose start a phase rule's annotation= names: else
+ * attr_annotations forces nothing, and its pass over the trace is not made. */
+static bool attr_annotations_any(const ms_attr_t *a, size_t dev) {
+  const ms_snapshot_t *s = a->snap;
+  for (size_t r = 0; r < a->rules.nrules; r++) {
+    const attr_rule_t *ru = &a->rules.rules[r];
+    if (ru->kind != ATTR_R_PHASE || ru->annotation == ATTR_NONE) continue;
+    const char *glob = a->rules.pat[ru->annotation].glob;
+    for (size_t k = 0; k < s->nannotations; k++) {
+      const ms_snap_annotation_t *st = &s->annotations[k];
+      if (st->device == (int64_t)dev && strcmp(st->stage, "START") == 0 &&
+          ms__attr_glob(glob, st->name, false))
+        return true;
+    }
+  }
+  return false;
+}
+
 typedef MS_VEC(attr_span_t) attr_spanvec_t;
 
 static int attr_span_push(attr_spanvec_t *sp, size_t first, uint8_t phase) {
@@ -311,8 +410,9 @@ static int attr_dev_spans(ms_attr_t *a, size_t dev) {
   ad->n = n;
   if (n == 0) return MS_OK;
   const ms_snap_trace_t *tr = ms_timeline_entry(a->tl, dev, 0);
-  uint8_t *ph = ms__big_malloc(n), *forced = ms__big_calloc(n, 1); /* a trace's length */
-  if (!ph || !forced) {
+  bool ann = attr_annotations_any(a, dev);
+  uint8_t *ph = ms__big_malloc(n), *forced = ann ? ms__big_calloc(n, 1) : NULL; /* a trace's length */
+  if (!ph || (ann && !forced)) {
     ms__big_free(ph);
     ms__big_free(forced);
     return MS_ENOMEM;
@@ -324,7 +424,7 @@ static int attr_dev_spans(ms_attr_t *a, size_t dev) {
     if (tr[i].stack < a->snap->nstacks && attr_stack_phase(a, tr[i].stack) != ATTR_PH_UNSET)
       ph[i] = attr_stack_phase(a, tr[i].stack);
   }
-  attr_annotations(a, dev, tr, n, ph, forced);
+  if (ann) attr_annotations(a, dev, tr, n, ph, forced);
   ms__big_free(forced);
   attr_spanvec_t sp = {0};
   uint8_t cur = ATTR_PH_UNSET;

@@ -153,9 +153,64 @@ static inline uint8_t attr_stack_phase(const ms_attr_t *a, uint32_t st) {
   return a->sset[st] < a->nsets ? a->set_phase[a->sset[st]] : ATTR_PH_UNSET;
 }
 
+/* The walk of a stack's frames, innermost first, that finds its source frame (the first Python
+ * frame the skip list keeps, else the first frame a prefer line names, else the first other kept
+ * frame) and the op frame (at::_ops::OP::call) last passed before it. */
+typedef struct attr_srcwalk_s {
+  uint32_t py, pyop, prefer, prefop, cpp, cppop, lastop;
+} attr_srcwalk_t;
+
+static inline void attr_srcwalk_init(attr_srcwalk_t *w) {
+  w->py = w->pyop = w->prefer = w->prefop = w->cpp = w->cppop = w->lastop = ATTR_NONE;
+}
+
+/* Reads frame f (flags fl: ATTR_F_*). @return true once the source is found: frames further out
+ * cannot change it. */
+static inline bool attr_srcwalk_frame(attr_srcwalk_t *w, uint8_t fl, uint32_t f) {
+  if (fl & ATTR_F_OP) w->lastop = f;
+  if (fl & ATTR_F_SKIP) return false;
+  if (fl & ATTR_F_PYTHON) {
+    w->py = f;
+    w->pyop = w->lastop;
+    return true;
+  }
+  if ((fl & ATTR_F_PREFER) && w->prefer == ATTR_NONE) {
+    w->prefer = f;
+    w->prefop = w->lastop;
+  } else if (w->cpp == ATTR_NONE) {
+    w->cpp = f;
+    w->cppop = w->lastop;
+  }
+  return false;
+}
+
+/* The source frame and op frame the walk found (ATTR_NONE: none). */
+static inline void attr_srcwalk_end(const attr_srcwalk_t *w, uint32_t *src, uint32_t *op) {
+  if (w->py != ATTR_NONE) {
+    *src = w->py;
+    *op = w->pyop;
+  } else if (w->prefer != ATTR_NONE) {
+    *src = w->prefer;
+    *op = w->prefop;
+  } else {
+    *src = w->cpp;
+    *op = w->cppop;
+  }
+}
+
+/* ms_attr_create() that, with sources set, also finds every allocation stack's source in the
+ * same walk of its frames that finds its pattern set (ms__attr_stacks), rather than in a second
+ * walk on first use (ms__attr_sources): for callers that ask for sources anyway (compare's
+ * report). The classifier answers the same either way. */
+int ms__attr_create_ex(const ms_snapshot_t *snap, const ms_timeline_t *tl,
+                       const ms_attr_config_t *cfg, bool sources, ms_attr_t **out,
+                       ms_errbuf_t *eb);
+
 /* classify.c */
 int ms__attr_frames(ms_attr_t *a);
-int ms__attr_stacks(ms_attr_t *a);
+/* Every allocation stack's pattern set (sset) and, with sources, its source (ssrc, sop, smulti:
+ * as ms__attr_sources gives them; src_state set). */
+int ms__attr_stacks(ms_attr_t *a, bool sources);
 int ms__attr_spans(ms_attr_t *a);
 /* The category of a block by its lifetime; stack = its allocation stack (NO_STACK: none). */
 ms_category ms__attr_classify(const ms_attr_t *a, size_t dev, int64_t alloc_entry,
@@ -195,6 +250,13 @@ int ms__attr_lifetimes(const ms_attr_t *a, size_t dev, attr_life_t **out, size_t
 
 /* source.c */
 int ms__attr_sources(ms_attr_t *a);
+/* The parts of ms__attr_sources: allocates ssrc and sop, and the work arrays first_op and multi
+ * (per frame; first_op is freed by the caller, multi becomes smulti); marks stack st as one whose
+ * source is found when asked; and, once every allocation stack has its source and op frame (the
+ * others marked), decides which sources show their op and keeps multi as smulti. */
+int ms__attr_sources_alloc(ms_attr_t *a, uint32_t **first_op, uint8_t **multi);
+void ms__attr_stack_later(ms_attr_t *a, uint32_t st);
+void ms__attr_sources_link(ms_attr_t *a, uint32_t *first_op, uint8_t *multi);
 /* Computes the sources once, whichever thread asks first. @return MS_OK or MS_ENOMEM. */
 int ms__attr_sources_ready(const ms_attr_t *a);
 /* Writes the source of stack into buf (cap >= 1); @return its length (truncated to cap - 1). */

@@ -20,63 +20,24 @@
 static void attr_stack_source(const ms_attr_t *a, uint32_t st, uint32_t *src, uint32_t *op) {
   const ms_snapshot_t *s = a->snap;
   const ms_snap_stack_t *k = &s->stacks[st];
-  uint32_t py = ATTR_NONE, pyop = ATTR_NONE, prefer = ATTR_NONE, prefop = ATTR_NONE;
-  uint32_t cpp = ATTR_NONE, cppop = ATTR_NONE, lastop = ATTR_NONE;
-  for (uint32_t j = 0; j < k->nframes && py == ATTR_NONE; j++) {
+  attr_srcwalk_t w;
+  attr_srcwalk_init(&w);
+  for (uint32_t j = 0; j < k->nframes; j++) {
     uint32_t f = ms_snap_frame_index(s, k->first + j);
-    uint8_t fl = a->fflags[f];
-    if (fl & ATTR_F_OP) lastop = f;
-    if (fl & ATTR_F_SKIP) continue;
-    if (fl & ATTR_F_PYTHON) {
-      py = f;
-      pyop = lastop;
-    } else if ((fl & ATTR_F_PREFER) && prefer == ATTR_NONE) {
-      prefer = f;
-      prefop = lastop;
-    } else if (cpp == ATTR_NONE) {
-      cpp = f;
-      cppop = lastop;
-    }
+    if (attr_srcwalk_frame(&w, a->fflags[f], f)) break;
   }
-  if (py != ATTR_NONE) {
-    *src = py;
-    *op = pyop;
-  } else if (prefer != ATTR_NONE) {
-    *src = prefer;
-    *op = prefop;
-  } else {
-    *src = cpp;
-    *op = cppop;
-  }
+  attr_srcwalk_end(&w, src, op);
 }
 
-/* Per stack its source frame, and the op frame where another stack with that source frame
- * allocates through another op. */
-int ms__attr_sources(ms_attr_t *a) {
+void ms__attr_sources_link(ms_attr_t *a, uint32_t *first_op, uint8_t *multi) {
   const ms_snapshot_t *s = a->snap;
-  size_t ns = s->nstacks ? s->nstacks : 1, nf = s->nframes ? s->nframes : 1;
-  a->ssrc = ms__big_malloc(ns * sizeof *a->ssrc); /* per stack: reuse a read's pages */
-  a->sop = ms__big_malloc(ns * sizeof *a->sop);
-  uint32_t *first_op = malloc(nf * sizeof *first_op);
-  uint8_t *multi = calloc(nf, 1);
-  if (!a->ssrc || !a->sop || !first_op || !multi) {
-    free(first_op);
-    free(multi);
-    return MS_ENOMEM;
-  }
   /* only allocations' stacks decide whether a line has several operators (frees' stacks may or
    * may not have been read): those of the trace's allocs, the blocks and the history, which
-   * ms__attr_stacks gave a pattern set (sset), so the trace is not walked again here */
+   * ms__attr_stacks gave a pattern set (sset) and a source here */
   for (size_t f = 0; f < s->nframes; f++) first_op[f] = ATTR_NONE - 2; /* unseen */
   for (size_t st = 0; st < s->nstacks; st++) {
-    if (a->sset[st] == ATTR_NONE) { /* a free's stack: its source only if asked (attr_src_of) */
-      a->ssrc[st] = ATTR_SRC_LATER;
-      a->sop[st] = ATTR_NONE;
-      continue;
-    }
-    attr_stack_source(a, (uint32_t)st, &a->ssrc[st], &a->sop[st]);
     uint32_t f = a->ssrc[st];
-    if (f == ATTR_NONE) continue;
+    if (f == ATTR_SRC_LATER || f == ATTR_NONE) continue;
     if (first_op[f] == ATTR_NONE - 2)
       first_op[f] = a->sop[st];
     else if (first_op[f] != a->sop[st])
@@ -85,8 +46,44 @@ int ms__attr_sources(ms_attr_t *a) {
   for (size_t st = 0; st < s->nstacks; st++)
     if (a->ssrc[st] == ATTR_NONE || (a->ssrc[st] != ATTR_SRC_LATER && !multi[a->ssrc[st]]))
       a->sop[st] = ATTR_NONE;
-  free(first_op);
   a->smulti = multi;
+}
+
+int ms__attr_sources_alloc(ms_attr_t *a, uint32_t **first_op, uint8_t **multi) {
+  const ms_snapshot_t *s = a->snap;
+  size_t ns = s->nstacks ? s->nstacks : 1, nf = s->nframes ? s->nframes : 1;
+  a->ssrc = ms__big_malloc(ns * sizeof *a->ssrc); /* per stack: reuse a read's pages */
+  a->sop = ms__big_malloc(ns * sizeof *a->sop);
+  *first_op = malloc(nf * sizeof **first_op);
+  *multi = calloc(nf, 1);
+  if (!a->ssrc || !a->sop || !*first_op || !*multi) {
+    free(*first_op);
+    free(*multi);
+    return MS_ENOMEM;
+  }
+  return MS_OK;
+}
+
+void ms__attr_stack_later(ms_attr_t *a, uint32_t st) {
+  a->ssrc[st] = ATTR_SRC_LATER;
+  a->sop[st] = ATTR_NONE;
+}
+
+/* Per stack its source frame, and the op frame where another stack with that source frame
+ * allocates through another op. */
+int ms__attr_sources(ms_attr_t *a) {
+  const ms_snapshot_t *s = a->snap;
+  uint32_t *first_op;
+  uint8_t *multi;
+  MS_FORWARD_IF_ERROR(ms__attr_sources_alloc(a, &first_op, &multi));
+  for (size_t st = 0; st < s->nstacks; st++) {
+    if (a->sset[st] == ATTR_NONE) /* a free's stack: its source only if asked (attr_src_of) */
+      ms__attr_stack_later(a, (uint32_t)st);
+    else
+      attr_stack_source(a, (uint32_t)st, &a->ssrc[st], &a->sop[st]);
+  }
+  ms__attr_sources_link(a, first_op, multi);
+  free(first_op);
   return MS_OK;
 }
 

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "attribution/internal.h"
 #include "explain/compare_internal.h"
 
 void ms_compare_options_init(ms_compare_options_t *o) {
@@ -154,7 +155,8 @@ int ms__cmp_side_open(const ms_snapshot_t *snap, int device, const ms_tl_moment_
   f->requested = s->st.totals[MS_TL_REQUESTED];
   f->segments = s->st.nsegments;
   f->blocks = s->st.nblocks;
-  return share ? MS_OK : ms_attr_create(snap, s->tl, NULL, &s->attr, eb);
+  /* the report asks every block's source: found in the walk that classifies the stacks */
+  return share ? MS_OK : ms__attr_create_ex(snap, s->tl, NULL, true, &s->attr, eb);
 }
 
 /* ---- the change by source and by category ---------------------------------------------------- */
