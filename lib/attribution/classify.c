@@ -329,6 +329,15 @@ int ms__attr_stacks(ms_attr_t *a, bool sources) {
 
 /* ---- phase spans --------------------------------------------------------------------------- */
 
+/* Whether annotation st is the start of a range on device dev that rule ru, a phase rule with an
+ * annotation= pattern, names. */
+static bool attr_rule_starts(const ms_attr_t *a, const attr_rule_t *ru, size_t dev,
+                             const ms_snap_annotation_t *st) {
+  return ru->kind == ATTR_R_PHASE && ru->annotation != ATTR_NONE && st->device == (int64_t)dev &&
+         strcmp(st->stage, "START") == 0 &&
+         ms__attr_glob(a->rules.pat[ru->annotation].glob, st->name, false);
+}
+
 /* Forces the phase of the entries of device dev inside the annotation ranges that phase rules
  * name (entries with times; times must not decrease, else annotations are not used). */
 static void attr_annotations(const ms_attr_t *a, size_t dev, const ms_snap_trace_t *tr, size_t n,
@@ -340,13 +349,9 @@ static void attr_annotations(const ms_attr_t *a, size_t dev, const ms_snap_trace
       return;
   for (size_t r = 0; r < a->rules.nrules; r++) {
     const attr_rule_t *ru = &a->rules.rules[r];
-    if (ru->kind != ATTR_R_PHASE || ru->annotation == ATTR_NONE) continue;
-    const char *glob = a->rules.pat[ru->annotation].glob;
     for (size_t k = 0; k < s->nannotations; k++) {
       const ms_snap_annotation_t *st = &s->annotations[k];
-      if (st->device != (int64_t)dev || strcmp(st->stage, "START") != 0 ||
-          !ms__attr_glob(glob, st->name, false))
-        continue;
+      if (!attr_rule_starts(a, ru, dev, st)) continue;
       int64_t end = INT64_MAX;
       for (size_t m = k + 1; m < s->nannotations; m++) {
         const ms_snap_annotation_t *e = &s->annotations[m];
@@ -377,18 +382,9 @@ static void attr_annotations(const ms_attr_t *a, size_t dev, const ms_snap_trace
 /* Whether device dev has an annotation range whose start a phase rule's annotation= names: else
  * attr_annotations forces nothing, and its pass over the trace is not made. */
 static bool attr_annotations_any(const ms_attr_t *a, size_t dev) {
-  const ms_snapshot_t *s = a->snap;
-  for (size_t r = 0; r < a->rules.nrules; r++) {
-    const attr_rule_t *ru = &a->rules.rules[r];
-    if (ru->kind != ATTR_R_PHASE || ru->annotation == ATTR_NONE) continue;
-    const char *glob = a->rules.pat[ru->annotation].glob;
-    for (size_t k = 0; k < s->nannotations; k++) {
-      const ms_snap_annotation_t *st = &s->annotations[k];
-      if (st->device == (int64_t)dev && strcmp(st->stage, "START") == 0 &&
-          ms__attr_glob(glob, st->name, false))
-        return true;
-    }
-  }
+  for (size_t r = 0; r < a->rules.nrules; r++)
+    for (size_t k = 0; k < a->snap->nannotations; k++)
+      if (attr_rule_starts(a, &a->rules.rules[r], dev, &a->snap->annotations[k])) return true;
   return false;
 }
 
