@@ -200,48 +200,23 @@ static int attr_set_index(ms_attr_t *a, const uint64_t *set, uint32_t **tab, siz
   return MS_OK;
 }
 
-/* The pattern set of stack st (the union of its frames'). */
-static void attr_stack_set(const ms_attr_t *a, uint32_t st, uint64_t *set) {
-  const ms_snapshot_t *s = a->snap;
-  memset(set, 0, ATTR_PW * sizeof *set);
-  const ms_snap_stack_t *k = &s->stacks[st];
-  if (s->stack_frames16 && a->pw <= 2) { /* the common case, a tight loop (5 M stacks) */
-    const uint16_t *fi = &s->stack_frames16[k->first];
-    const uint64_t *fp = a->fpat;
-    uint64_t s0 = 0, s1 = 0; /* in registers: set may alias fp for the compiler */
-    if (a->pw == 1) {
-      for (uint32_t j = 0; j < k->nframes; j++) s0 |= fp[fi[j]];
-    } else {
-      for (uint32_t j = 0; j < k->nframes; j++) {
-        s0 |= fp[2 * (size_t)fi[j]];
-        s1 |= fp[2 * (size_t)fi[j] + 1];
-      }
-    }
-    set[0] = s0;
-    if (a->pw == 2) set[1] = s1;
-    return;
-  }
-  for (uint32_t j = 0; j < k->nframes; j++) {
-    const uint64_t *fs = &a->fpat[(size_t)ms_snap_frame_index(s, k->first + j) * a->pw];
-    for (size_t w = 0; w < a->pw; w++) set[w] |= fs[w];
-  }
-}
-
-/* attr_stack_set, and the stack's source frame and op frame in the same walk (source.c's
- * attr_stack_source: the frames up to its first Python frame). */
-static void attr_stack_set_source(const ms_attr_t *a, uint32_t st, uint64_t *set, uint32_t *src,
-                                  uint32_t *op) {
+/* The pattern set of stack st (the union of its frames'); with src, also its source frame and op
+ * frame (*src, *op), found in the same walk (source.c's attr_stack_source: the frames up to its
+ * first Python frame). */
+static void attr_stack_set(const ms_attr_t *a, uint32_t st, uint64_t *set, uint32_t *src,
+                           uint32_t *op) {
   const ms_snapshot_t *s = a->snap;
   const ms_snap_stack_t *k = &s->stacks[st];
   attr_srcwalk_t w;
   attr_srcwalk_init(&w);
   uint32_t j = 0;
-  bool found = false;
-  if (s->stack_frames16 && a->pw <= 2) { /* as attr_stack_set's tight loop */
+  bool found = src == NULL; /* no source asked: nothing to find */
+  memset(set, 0, ATTR_PW * sizeof *set);
+  if (s->stack_frames16 && a->pw <= 2) { /* the common case, a tight loop (5 M stacks) */
     const uint16_t *fi = &s->stack_frames16[k->first];
     const uint64_t *fp = a->fpat;
     const uint8_t *fl = a->fflags;
-    uint64_t s0 = 0, s1 = 0;
+    uint64_t s0 = 0, s1 = 0; /* in registers: set may alias fp for the compiler */
     if (a->pw == 1) {
       for (; j < k->nframes && !found; j++) {
         s0 |= fp[fi[j]];
@@ -259,11 +234,9 @@ static void attr_stack_set_source(const ms_attr_t *a, uint32_t st, uint64_t *set
         s1 |= fp[2 * (size_t)fi[j] + 1];
       }
     }
-    memset(set, 0, ATTR_PW * sizeof *set);
     set[0] = s0;
     if (a->pw == 2) set[1] = s1;
   } else {
-    memset(set, 0, ATTR_PW * sizeof *set);
     for (; j < k->nframes; j++) {
       uint32_t f = ms_snap_frame_index(s, k->first + j);
       const uint64_t *fs = &a->fpat[(size_t)f * a->pw];
@@ -271,7 +244,7 @@ static void attr_stack_set_source(const ms_attr_t *a, uint32_t st, uint64_t *set
       if (!found) found = attr_srcwalk_frame(&w, a->fflags[f], f);
     }
   }
-  attr_srcwalk_end(&w, src, op);
+  if (src) attr_srcwalk_end(&w, src, op);
 }
 
 int ms__attr_stacks(ms_attr_t *a, bool sources) {
@@ -303,10 +276,8 @@ int ms__attr_stacks(ms_attr_t *a, bool sources) {
       if (sources) ms__attr_stack_later(a, (uint32_t)st);
       continue;
     }
-    if (sources)
-      attr_stack_set_source(a, (uint32_t)st, set, &a->ssrc[st], &a->sop[st]);
-    else
-      attr_stack_set(a, (uint32_t)st, set);
+    attr_stack_set(a, (uint32_t)st, set, sources ? &a->ssrc[st] : NULL,
+                   sources ? &a->sop[st] : NULL);
     /* stacks in a row mostly share their set (one op's): no lookup then */
     if (last_index != ATTR_NONE && attr_set_eq(set, last, a->pw)) {
       a->sset[st] = last_index;
