@@ -46,24 +46,15 @@ size_t ms__pickle_appends_frames_fast(rd_t *r, uint32_t lid, size_t from) {
   return from + done;
 }
 
-bool ms__pickle_frames_run(rd_t *r, int op) {
-  if (r->marks.len == 0) return false;
-  size_t from = rd_mark_pos(r);
-  if (from == 0 || r->st.len != from) return false; /* the run is the whole batch */
-  if (r->marks.len > 1 && from - 1 < r->marks.ptr[r->marks.len - 2]) return false;
-  const rd_val_t *t = &r->st.ptr[from - 1];
-  if (t->t != V_OBJ) return false;
-  uint32_t lid = t->v.obj;
-  rd_obj_t *l = &r->objs.ptr[lid];
-  if (l->kind != O_LIST || l->role != R_FRAMES || (l->flags & (OF_USED | OF_SEALED))) return false;
-  if (r->fbuf_owner != lid && (r->fbuf_owner != RD_NO_OBJ || l->count != 0)) return false;
+bool ms__pickle_frame_gets(rd_t *r, size_t pos, int op, size_t have, size_t *nout,
+                           size_t *end) {
   /* One pass: each get is checked (an interned frame dict, an APPENDS after the run) and its
    * frame's index written to the list's place at the stack tail, in room reserved as the run
-   * grows. Nothing is committed before the APPENDS: on a failure the indices written stay
-   * scratch past the list's length, and the only other writes, OF_USED on interned frame dicts
-   * and the frame cache, change nothing (an interned frame is already closed to changes and may
-   * be stored again; the cache holds what the memo says). A get whose memo index the cache
-   * holds costs one load instead of three dependent ones (the tag, the object, its fields). */
+   * grows. Nothing is committed: on a failure the indices written stay scratch past the list's
+   * length, and the only other writes, OF_USED on interned frame dicts and the frame cache,
+   * change nothing (an interned frame is already closed to changes and may be stored again; the
+   * cache holds what the memo says). A get whose memo index the cache holds costs one load
+   * instead of three dependent ones (the tag, the object, its fields). */
   rd_fslot_t *fc = r->fcache;
   if (!fc) {
     if (!(fc = malloc(RD_FCACHE_SLOTS * sizeof *fc))) return false;
@@ -74,11 +65,10 @@ bool ms__pickle_frames_run(rd_t *r, int op) {
   const uint8_t *tag = r->memo_tag.ptr;
   const uint32_t *memo_obj = r->memo_obj.ptr;
   rd_obj_t *objs = r->objs.ptr;
-  size_t have = r->fbuf_owner == lid ? r->fbuf_len : 0;
-  size_t pos = r->pos, nmemo = r->memo.len, n = 0, room = 0;
+  size_t nmemo = r->memo.len, n = 0, room = 0;
+  if (r->lim - pos < 5) return false;
   size_t last = r->lim - 5; /* a get read at pos <= last is whole, and so is the opcode after it;
                              * one nearer the end is the general path's (rd_read: lim >= pos) */
-  if (r->lim - pos < 5) return false;
   uint32_t *dst = NULL;
   for (int o = op;;) {
     if (n == room) {
@@ -114,6 +104,24 @@ bool ms__pickle_frames_run(rd_t *r, int op) {
     }
     dst[n++] = ref;
   }
+  *nout = n;
+  *end = pos;
+  return true;
+}
+
+bool ms__pickle_frames_run(rd_t *r, int op) {
+  if (r->marks.len == 0) return false;
+  size_t from = rd_mark_pos(r);
+  if (from == 0 || r->st.len != from) return false; /* the run is the whole batch */
+  if (r->marks.len > 1 && from - 1 < r->marks.ptr[r->marks.len - 2]) return false;
+  const rd_val_t *t = &r->st.ptr[from - 1];
+  if (t->t != V_OBJ) return false;
+  uint32_t lid = t->v.obj;
+  rd_obj_t *l = &r->objs.ptr[lid];
+  if (l->kind != O_LIST || l->role != R_FRAMES || (l->flags & (OF_USED | OF_SEALED))) return false;
+  if (r->fbuf_owner != lid && (r->fbuf_owner != RD_NO_OBJ || l->count != 0)) return false;
+  size_t have = r->fbuf_owner == lid ? r->fbuf_len : 0, n = 0, pos = 0;
+  if (!ms__pickle_frame_gets(r, r->pos, op, have, &n, &pos)) return false;
   /* the general path fails on a stack this deep, or a list this long */
   if (n > RD_MAX_STACK - r->st.len || (uint64_t)l->count + n > UINT32_MAX) return false;
   if (r->fbuf_owner != lid) {

@@ -361,6 +361,7 @@ typedef struct rd_s {
                                 listed */
   bool tlists_broken;
   size_t revived; /* frames lists made again from the memo (ms__pickle_revive) */
+  size_t whole;   /* trace entries read whole (pickle_entry.c) */
   MS_VEC(rd_pframe_t) pframes;
   uint32_t pframe_free;
   MS_VEC(int64_t) pairs;
@@ -513,6 +514,19 @@ size_t ms__pickle_appends_frames_fast(rd_t *r, uint32_t lid, size_t from);
  * false leaves r untouched for the general path. */
 bool ms__pickle_frames_run(rd_t *r, int op);
 
+/* The run of memo gets at buf[pos] (op, its first opcode, already read) that an APPENDS ends,
+ * each an interned frame dict: their frames written to the builder's stack tail from index `have`
+ * of the list being filled on (rd_tail). true: *n frames, *end the position after the APPENDS;
+ * false for anything else (nothing is committed either way: the indices lie past the list's
+ * length until the caller counts them). */
+bool ms__pickle_frame_gets(rd_t *r, size_t pos, int op, size_t have, size_t *n, size_t *end);
+
+/* ---- pickle_entry.c -------------------------------------------------------------------------- */
+
+/* The trace entry dict did, just created and pushed (EMPTY_DICT): read whole, up to its SETITEMS,
+ * when it is made of what this path knows; else r is left to the general path. */
+int ms__pickle_entry(rd_t *r, uint32_t did);
+
 /* ---- pickle_objects.c ------------------------------------------------------------------------ */
 
 /* Python's name of v's type, for messages. */
@@ -585,6 +599,21 @@ int ms__pickle_check_hashable(rd_t *r, size_t from, size_t step, const char *op,
 
 /* ---- pickle_schema.c ------------------------------------------------------------------------- */
 
+/* Whether entries of action a are left without a stack (MS_LOAD_NO_TRACE_STACKS,
+ * MS_LOAD_NO_FREE_STACKS: r->drop_actions). */
+static inline bool rd_drops(const rd_t *r, uint8_t a) {
+  return a < 16 && ((r->drop_actions >> a) & 1u);
+}
+/* The action named by s (ms_trace_action_parse), remembered by the string's address. */
+uint8_t ms__pickle_action(rd_t *r, const char *s);
+/* Sets trace entry t's extra fields (ms__snapbuild_trace_extra), its failure the read's. */
+int ms__pickle_trace_extra(rd_t *r, ms_snap_trace_t *t, const ms_snap_trace_extra_t *x);
+/* Queues frames list id, just filled, of trace record rec for interning (ms__pickle_flush). */
+int ms__pickle_defer_frames(rd_t *r, uint32_t id, uint32_t rec);
+/* Trace entry did, complete (its SETITEMS): accounted for by pickle_drop.c when a read leaves
+ * out the stacks of frees (MS_LOAD_NO_FREE_STACKS). */
+int ms__pickle_entry_done(rd_t *r, uint32_t did);
+
 /* Creates the builder record that a new container of a record role (id) stands for. */
 int ms__pickle_birth(rd_t *r, uint32_t id);
 /* SETITEMS / SETITEM / DICT (op): items st[from..len) as key, value pairs into dict did
@@ -634,5 +663,38 @@ void ms__pickle_drop_release(rd_t *r);
 /* Sets the stack-dropping rules of a read with these load flags (after r->skip_trace), and the
  * load window it runs in (ms__load_window_current, set around the whole read). */
 void ms__pickle_drop_init(rd_t *r, unsigned flags);
+
+/* ---- the memo (pickle_vm.c's, here for pickle_entry.c too) ---------------------------------- */
+
+/* Stores v (the value on the stack's top for a PUT) at memo index idx, at most RD_MEMO_SLACK
+ * past the memo's end (the caller checked): the entries skipped below it are holes. */
+static inline int rd_memo_store(rd_t *r, uint64_t idx, const rd_val_t *v) {
+  if (idx < r->memo.len) rd_fcache_drop(r, idx); /* another value replaces the one there */
+  if (idx >= r->memo.len) {
+    size_t add = (size_t)idx + 1 - r->memo.len;
+    if (add > 1) r->memo_holes = true;
+    /* the values' array only reserves (its pages are touched where a value is stored); the
+     * tags, one byte an entry, are cleared */
+    if (MS_BIGVEC_RESERVE(&r->memo, add) || MS_BIGVEC_RESERVE(&r->memo_obj, add) ||
+        MS_BIGVEC_RESERVE(&r->memo_tag, add)) /* each calls only when it must grow */
+      return ms__pickle_err(r, MS_ENOMEM, "out of memory");
+    if (add == 1) r->memo_tag.ptr[r->memo_tag.len] = 0; /* MEMOIZE: one at the end */
+    else memset(r->memo_tag.ptr + r->memo_tag.len, 0, add);
+    r->memo.len += add;
+    r->memo_obj.len += add;
+    r->memo_tag.len += add;
+  }
+  if (v->t == V_SKIP) {
+    r->memo_tag.ptr[idx] = (uint8_t)(RD_TAG_SKIP | v->kind);
+  } else if (v->t == V_OBJ) {
+    r->memo_tag.ptr[idx] = V_OBJ;
+    r->memo_obj.ptr[idx] = v->v.obj;
+    ms__pickle_memoized(r, v->v.obj, (uint32_t)idx);
+  } else {
+    r->memo_tag.ptr[idx] = v->t;
+    r->memo.ptr[idx] = *v;
+  }
+  return MS_OK;
+}
 
 #endif /* MEMSNAP_LIB_SNAPSHOT_PICKLE_INTERNAL_H */

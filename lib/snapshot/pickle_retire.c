@@ -42,7 +42,7 @@
 #define RD_KEY_REVIVED K_COUNT
 
 bool ms__pickle_recycle = true;
-size_t ms__pickle_last_objs, ms__pickle_last_revived;
+size_t ms__pickle_last_objs, ms__pickle_last_revived, ms__pickle_last_whole;
 
 int ms__pickle_new_obj(rd_t *r, uint8_t kind, uint32_t *id) {
   rd_obj_t o = {kind, R_NONE, 0, K_UNKNOWN, RD_NO_OBJ, {0}, 0, 0};
@@ -246,6 +246,7 @@ int ms__pickle_revive(rd_t *r, uint32_t idx) {
 void ms__pickle_retire_release(rd_t *r) {
   ms__pickle_last_objs = r->objs.len;
   ms__pickle_last_revived = r->revived;
+  ms__pickle_last_whole = r->whole;
   ms__big_free(r->tf_count.ptr);
   MS_VEC_FREE(&r->tlists);
 }

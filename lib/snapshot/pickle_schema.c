@@ -135,8 +135,8 @@ int ms__pickle_flush(rd_t *r) {
   return MS_OK;
 }
 
-/* Queues the frames list being filled (id, the list of trace record rec) for interning. */
-static int rd_defer_frames(rd_t *r, uint32_t id, uint32_t rec) {
+/* pickle_internal.h */
+int ms__pickle_defer_frames(rd_t *r, uint32_t id, uint32_t rec) {
   if (r->npend == RD_PENDING) MS_FORWARD_IF_ERROR(ms__pickle_flush(r));
   uint32_t *tail = NULL;
   int rc = rd_tail(r, r->fbuf_len, 0, &tail);
@@ -320,12 +320,6 @@ static int rd_cannot_drop(rd_t *r, const rd_ctx_t *c) {
                         "%s: needs a stack that was left out, so the trace's stacks cannot be "
                         "skipped",
                         p);
-}
-
-/* Whether entries of action a are left without a stack (MS_LOAD_NO_TRACE_STACKS,
- * MS_LOAD_NO_FREE_STACKS: r->drop_actions). */
-static bool rd_drops(const rd_t *r, uint8_t a) {
-  return a < 16 && ((r->drop_actions >> a) & 1u);
 }
 
 /* The interned stack of a frames list; with `may_drop`, MS_SNAP_NO_STACK for a list whose stack
@@ -644,15 +638,15 @@ static int rd_set_frame(rd_t *r, const rd_ctx_t *c, uint8_t key, const rd_val_t 
   }
 }
 
-/* A trace entry's extra fields changed (ms__snapbuild_trace_extra). */
-static int rd_trace_extra(rd_t *r, ms_snap_trace_t *t, const ms_snap_trace_extra_t *x) {
+/* pickle_internal.h */
+int ms__pickle_trace_extra(rd_t *r, ms_snap_trace_t *t, const ms_snap_trace_extra_t *x) {
   int rc = ms__snapbuild_trace_extra(&r->b, t, x);
   return rc == MS_OK ? MS_OK : ms__pickle_err(r, rc, "cannot store a trace entry: %s",
                                               ms_strerror(rc));
 }
 
-/* The action named by s (ms_trace_action_parse), remembered by the string's address. */
-static uint8_t rd_action(rd_t *r, const char *s) {
+/* pickle_internal.h */
+uint8_t ms__pickle_action(rd_t *r, const char *s) {
   for (int i = 0; i < RD_ACT_CACHE; i++)
     if (r->act_str[i] == s && s) return r->act_val[i];
   uint8_t a = (uint8_t)ms_trace_action_parse(s);
@@ -673,14 +667,14 @@ static int rd_set_trace(rd_t *r, const rd_ctx_t *c, uint8_t key, const rd_val_t 
     x = ms__trace_extra_of(t);
     MS_FORWARD_IF_ERROR(rd_want_str(r, c, v, &x.action_name));
     uint8_t was = t->action;
-    t->action = rd_action(r, x.action_name);
+    t->action = ms__pickle_action(r, x.action_name);
     /* named again after its frames were left out, now as an action that keeps them */
     if ((t->present & MS_TRACE_HAS_FRAMES) && t->stack == MS_SNAP_NO_STACK && rd_drops(r, was) &&
         !rd_drops(r, t->action))
       return rd_cannot_drop(r, c);
     /* a known action's name is its canonical one, which the builder does not keep */
     if (t->action != MS_TRACE_OTHER) x.action_name = NULL;
-    return rd_trace_extra(r, t, &x);
+    return ms__pickle_trace_extra(r, t, &x);
   }
   case K_ADDR:
   case K_DEVICE_FREE:
@@ -697,22 +691,22 @@ static int rd_set_trace(rd_t *r, const rd_ctx_t *c, uint8_t key, const rd_val_t 
     t->present |= MS_TRACE_HAS_COMPILE_CONTEXT;
     x = ms__trace_extra_of(t);
     MS_FORWARD_IF_ERROR(rd_want_str(r, c, v, &x.compile_context));
-    return rd_trace_extra(r, t, &x);
+    return ms__pickle_trace_extra(r, t, &x);
   case K_USER_METADATA:
     t->present |= MS_TRACE_HAS_USER_METADATA;
     x = ms__trace_extra_of(t);
     MS_FORWARD_IF_ERROR(rd_want_str(r, c, v, &x.user_metadata));
-    return rd_trace_extra(r, t, &x);
+    return ms__pickle_trace_extra(r, t, &x);
   case K_CATEGORY:
     t->present |= MS_TRACE_HAS_CATEGORY;
     x = ms__trace_extra_of(t);
     MS_FORWARD_IF_ERROR(rd_want_str(r, c, v, &x.category));
-    return rd_trace_extra(r, t, &x);
+    return ms__pickle_trace_extra(r, t, &x);
   case K_POOL_ID:
     t->present |= MS_TRACE_HAS_POOL_ID;
     x = ms__trace_extra_of(t);
     MS_FORWARD_IF_ERROR(rd_want_pair(r, c, v, x.pool_id));
-    return rd_trace_extra(r, t, &x);
+    return ms__pickle_trace_extra(r, t, &x);
   case K_FRAMES: {
     uint32_t st = 0;
     bool drop =
@@ -722,7 +716,7 @@ static int rd_set_trace(rd_t *r, const rd_ctx_t *c, uint8_t key, const rd_val_t 
       MS_FORWARD_IF_ERROR(rd_want_obj(r, c, v, R_FRAMES, &id));
       ms__pickle_frames_stored(r, c->obj, id);
       t->present |= MS_TRACE_HAS_FRAMES;
-      if (!drop) return rd_defer_frames(r, id, r->objs.ptr[c->obj].ref);
+      if (!drop) return ms__pickle_defer_frames(r, id, r->objs.ptr[c->obj].ref);
       /* MS_LOAD_NO_*_STACKS: its frame indices, last at the builder's tail, are dropped */
       r->fbuf_owner = RD_NO_OBJ;
       r->fbuf_len = 0;
@@ -835,8 +829,13 @@ int ms__pickle_setitems(rd_t *r, uint32_t did, size_t from, const char *op) {
     MS_FORWARD_IF_ERROR(rd_dict_set(r, did, &k, &v));
   }
   r->st.len = from;
-  d = &r->objs.ptr[did];
-  if (r->drop_free && d->role == R_TRACE && !(d->flags & OF_USED)) {
+  return r->objs.ptr[did].role == R_TRACE ? ms__pickle_entry_done(r, did) : MS_OK;
+}
+
+/* pickle_internal.h */
+int ms__pickle_entry_done(rd_t *r, uint32_t did) {
+  rd_obj_t *d = &r->objs.ptr[did];
+  if (r->drop_free && !(d->flags & OF_USED)) {
     /* MS_LOAD_NO_FREE_STACKS: the entry is complete (one SETITEMS in Python's files) */
     d->flags |= OF_ACCOUNTED;
     int rc = ms__pickle_drop_account(r, d->ref, d->parent, (d->flags & OF_DROPPED) != 0);

@@ -266,33 +266,7 @@ static int rd_memo_put(rd_t *r, uint64_t idx) {
                           " is far beyond the %zu entries stored (sparse memos are "
                           "not supported)",
                           idx, r->memo.len);
-  if (idx < r->memo.len) rd_fcache_drop(r, idx); /* another value replaces the one there */
-  if (idx >= r->memo.len) {
-    size_t add = (size_t)idx + 1 - r->memo.len;
-    if (add > 1) r->memo_holes = true;
-    /* the values' array only reserves (its pages are touched where a value is stored); the
-     * tags, one byte an entry, are cleared */
-    if (MS_BIGVEC_RESERVE(&r->memo, add) || MS_BIGVEC_RESERVE(&r->memo_obj, add) ||
-        MS_BIGVEC_RESERVE(&r->memo_tag, add)) /* each calls only when it must grow */
-      return ms__pickle_err(r, MS_ENOMEM, "out of memory");
-    if (add == 1) r->memo_tag.ptr[r->memo_tag.len] = 0; /* MEMOIZE: one at the end */
-    else memset(r->memo_tag.ptr + r->memo_tag.len, 0, add);
-    r->memo.len += add;
-    r->memo_obj.len += add;
-    r->memo_tag.len += add;
-  }
-  const rd_val_t *v = &r->st.ptr[r->st.len - 1];
-  if (v->t == V_SKIP) {
-    r->memo_tag.ptr[idx] = (uint8_t)(RD_TAG_SKIP | v->kind);
-  } else if (v->t == V_OBJ) {
-    r->memo_tag.ptr[idx] = V_OBJ;
-    r->memo_obj.ptr[idx] = v->v.obj;
-    ms__pickle_memoized(r, v->v.obj, (uint32_t)idx);
-  } else {
-    r->memo_tag.ptr[idx] = v->t;
-    r->memo.ptr[idx] = *v;
-  }
-  return MS_OK;
+  return rd_memo_store(r, idx, &r->st.ptr[r->st.len - 1]);
 }
 
 /* Memo entry idx (set: the caller checked its tag). */
@@ -624,7 +598,9 @@ static int rd_op_empty(rd_t *r, int op) {
   }
   rd_val_t v;
   MS_FORWARD_IF_ERROR(ms__pickle_create(r, kind, &v));
-  return rd_push(r, v);
+  MS_FORWARD_IF_ERROR(rd_push(r, v));
+  bool entry = v.t == V_OBJ && r->objs.ptr[v.v.obj].role == R_TRACE; /* read whole if it can be */
+  return entry && ms__pickle_fast ? ms__pickle_entry(r, v.v.obj) : MS_OK;
 }
 
 /* TUPLE1 (0x85), TUPLE2 (0x86), TUPLE3 (0x87) */

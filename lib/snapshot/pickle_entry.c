@@ -1,0 +1,386 @@
+/* SPDX-License-Identifier: MIT
+ * memsnap core: a trace entry read in one loop when the trace is kept (the reader's files and
+ * vocabulary: pickle_internal.h).
+ *
+ * Most of a long trace's bytes are its entries: PyTorch writes each as EMPTY_DICT, MEMOIZE (in
+ * Python's files; not in every writer's), MARK, a dozen keys and values (memo gets of the key
+ * strings and of the action, integers) and a frames list (EMPTY_LIST, MEMOIZE, MARK, one memo
+ * get per frame, APPENDS), then SETITEMS. Through the general loop each of those opcodes is a
+ * turn of the dispatch and a value pushed and popped, and SETITEMS converts every field through
+ * the schema's generic checks. Here, once the general path has created the dict (so its role
+ * and record are exactly the general path's), the rest of the entry is scanned to its SETITEMS
+ * into a copy of its record, without touching the reader's state. When every opcode in it is one
+ * this loop knows, every value has the type its field wants and every limit the general path
+ * checks holds, its effect is applied in the general path's order:
+ *
+ *   1. what its opcodes do: the dict's and the frames list's memo puts, the list made (its
+ *      object, its frame indices at the builder's stack tail, as ms__pickle_frames_run leaves
+ *      them);
+ *   2. what SETITEMS does: the fields, the frames list queued for interning (or its stack left
+ *      out, MS_LOAD_NO_*_STACKS, decided on the fields set before it), the extra fields set
+ *      once, the entry accounted for (pickle_drop.c).
+ *
+ * Anything else (a string met for the first time, another opcode, a frame's or the buffer's end,
+ * an index the memo does not hold, a frame not interned yet, a value of the wrong type, a pool
+ * id, the frames or an action after the frames met twice, a memo with holes) leaves r as it
+ * was, and the general path reads the entry and says what is wrong with it, so that what a file
+ * means and how it fails do not depend on which path read it.
+ */
+#include "snapshot/pickle_internal.h"
+
+bool ms__pickle_fast = true;
+
+typedef struct en_scan_s {
+  const unsigned char *buf;
+  size_t pos, lim;
+  const uint8_t *tag; /* the memo's */
+  const rd_val_t *memo;
+  size_t nmemo;
+} en_scan_t;
+
+/* An optional memo put at k->pos of the memo's next index (MEMOIZE, BINPUT, LONG_BINPUT): false
+ * for one this loop leaves to the general path (another index). */
+MS_ALWAYS_INLINE bool en_put(en_scan_t *k, size_t want, bool *put) {
+  *put = false;
+  if (k->lim - k->pos < 5) return true; /* near lim: what follows fails the scan */
+  unsigned op = k->buf[k->pos];
+  if (op == 0x94) {
+    k->pos += 1;
+  } else if (op == 'q') {
+    if (k->buf[k->pos + 1] != want) return false;
+    k->pos += 2;
+  } else if (op == 'r') {
+    if (rd_le32(k->buf + k->pos + 1) != want) return false;
+    k->pos += 5;
+  } else {
+    return true;
+  }
+  if (want >= UINT32_MAX - 1) return false;
+  *put = true;
+  return true;
+}
+
+/* A memo get at k->pos (BINGET, LONG_BINGET) of a value that is no container: its tag. 0: none
+ * this loop takes (another opcode, an index not stored, the argument reaching lim). */
+MS_ALWAYS_INLINE uint8_t en_get(en_scan_t *k, uint32_t *idx) {
+  size_t left = k->lim - k->pos;
+  if (left < 2) return 0;
+  unsigned op = k->buf[k->pos];
+  if (op == 'j' && left >= 5) {
+    *idx = rd_le32(k->buf + k->pos + 1);
+    k->pos += 5;
+  } else if (op == 'h') {
+    *idx = k->buf[k->pos + 1];
+    k->pos += 2;
+  } else {
+    return 0;
+  }
+  if (*idx >= k->nmemo) return 0;
+  uint8_t t = k->tag[*idx];
+  return t == V_OBJ || t >= RD_TAG_TFRAMES ? 0 : t; /* V_UNSET is 0 */
+}
+
+/* A value that is no container at k->pos: an integer opcode, NONE, a bool, or a memo get. */
+MS_ALWAYS_INLINE bool en_scalar(en_scan_t *k, rd_val_t *v) {
+  const unsigned char *b = k->buf;
+  size_t left = k->lim - k->pos; /* each opcode's bytes must lie below lim */
+  if (left < 1) return false;
+  unsigned op = b[k->pos];
+  const unsigned char *q = b + k->pos + 1;
+  *v = (rd_val_t){V_INT, K_UNKNOWN, 0, 0, 0, {0}};
+  switch (op) {
+  case 'h':
+  case 'j': {
+    uint32_t idx;
+    uint8_t t = en_get(k, &idx);
+    if (!t) return false;
+    *v = k->memo[idx];
+    return true;
+  }
+  case 'K': /* BININT1, BININT2, BININT */
+    if (left < 2) return false;
+    v->v.i = q[0];
+    k->pos += 2;
+    return true;
+  case 'M':
+    if (left < 3) return false;
+    v->v.i = q[0] | q[1] << 8;
+    k->pos += 3;
+    return true;
+  case 'J':
+    if (left < 5) return false;
+    v->v.i = (int64_t)(int32_t)rd_le32(q);
+    k->pos += 5;
+    return true;
+  case 0x8a: { /* LONG1 of 1 to 8 bytes: addresses and times, as rd_op_long decodes them */
+    if (left < 10) return false; /* its eight-byte load (near lim: the general path) */
+    size_t n = q[0];
+    if (n - 1 >= 8) return false;
+    uint64_t u = (uint64_t)rd_le32(q + 1) | (uint64_t)rd_le32(q + 5) << 32;
+    unsigned bits = 8u * (unsigned)n;
+    if (bits < 64) u &= ((uint64_t)1 << bits) - 1;
+    if (q[n] & 0x80) {
+      if (bits < 64) u |= ~(uint64_t)0 << bits;
+      memcpy(&v->v.i, &u, sizeof u);
+    } else if (u <= (uint64_t)INT64_MAX) {
+      v->v.i = (int64_t)u;
+    } else {
+      v->t = V_UINT;
+      v->v.u = u;
+    }
+    k->pos += 2 + n;
+    return true;
+  }
+  case 'N': v->t = V_NONE; k->pos += 1; return true;
+  case 0x88:
+  case 0x89:
+    v->t = V_BOOL;
+    v->v.i = op == 0x88;
+    k->pos += 1;
+    return true;
+  default: return false;
+  }
+}
+
+/* A string met for the first time (SHORT_BINUNICODE), or the frames list: made when the scan is
+ * applied, in the file's order. */
+typedef struct en_event_s {
+  uint32_t at;   /* EN_STR: the string's offset in buf */
+  uint8_t len;   /* EN_STR: its length */
+  uint8_t kind;  /* EN_STR, EN_LIST */
+  uint8_t field; /* EN_STR: the key it is stored under (K_*) */
+  bool put;      /* a memo put follows it */
+} en_event_t;
+
+enum { EN_STR = 1, EN_LIST };
+#define EN_MAX_EVENTS 8
+
+/* What the scan found beyond the record's fields. */
+typedef struct en_found_s {
+  bool dict_put;           /* a memo put of the dict */
+  size_t nput;             /* memo puts, the dict's included */
+  en_event_t ev[EN_MAX_EVENTS];
+  size_t nev;
+  bool frames;             /* a frames list: */
+  uint32_t nframes;        /* its frames (at the builder's stack tail) */
+  ms_snap_trace_t at_frames; /* the record as SETITEMS has it when it comes to the frames */
+  ms_snap_trace_extra_t x;   /* the extra fields, set once */
+  bool extra;                /* an extra field was named */
+  unsigned named;            /* the extra fields named (1 << K_*) */
+} en_found_t;
+
+/* A string value at k->pos met for the first time, stored under key, and its optional put: an
+ * event. false: not this loop's. */
+static bool en_new_str(en_scan_t *k, en_found_t *f, uint8_t key) {
+  if (f->nev == EN_MAX_EVENTS || k->lim - k->pos < 2 || k->buf[k->pos] != 0x8c) return false;
+  size_t n = k->buf[k->pos + 1], at = k->pos + 2;
+  if (k->lim - at < n || at > UINT32_MAX ||
+      ms__pickle_text_valid(k->buf + at, n, false) < n)
+    return false;
+  en_event_t *e = &f->ev[f->nev++];
+  *e = (en_event_t){(uint32_t)at, (uint8_t)n, EN_STR, key, false};
+  k->pos = at + n;
+  if (!en_put(k, k->nmemo + f->nput, &e->put)) return false;
+  f->nput += e->put;
+  return true;
+}
+
+/* The entry's pairs up to SETITEMS into t (a copy of its record) and f. false: not this loop's. */
+static bool en_scan(rd_t *r, en_scan_t *k, ms_snap_trace_t *t, en_found_t *f) {
+  size_t items = 0, deepest = 0; /* values above the dict; the most while the general path reads */
+  for (;;) {
+    if (k->lim - k->pos < 1) return false;
+    if (k->buf[k->pos] == 'u') break; /* SETITEMS */
+    uint32_t idx;
+    if (en_get(k, &idx) != V_STR) return false; /* a key: a string met before */
+    uint8_t key = k->memo[idx].key;
+    rd_val_t v;
+    items += 2;
+    switch (key) {
+    case K_ACTION:
+    case K_COMPILE_CONTEXT:
+    case K_USER_METADATA:
+    case K_CATEGORY: {
+      /* named twice: the general path (the later one wins there, whichever way it came) */
+      if (f->named & (1u << key)) return false;
+      f->named |= 1u << key;
+      f->extra = true;
+      const char *s = NULL;
+      if (en_get(k, &idx) == V_STR) {
+        s = k->memo[idx].v.s;
+      } else if (key == K_ACTION || !en_new_str(k, f, key)) {
+        return false; /* (an action's first name: its action is parsed from the stored text) */
+      }
+      if (key == K_ACTION) {
+        if (f->frames) return false; /* its frames may have been left out for another action */
+        f->x.action_name = s;
+        t->action = ms__pickle_action(r, s);
+        if (t->action != MS_TRACE_OTHER) f->x.action_name = NULL;
+      } else if (key == K_COMPILE_CONTEXT) {
+        t->present |= MS_TRACE_HAS_COMPILE_CONTEXT;
+        f->x.compile_context = s;
+      } else if (key == K_USER_METADATA) {
+        t->present |= MS_TRACE_HAS_USER_METADATA;
+        f->x.user_metadata = s;
+      } else {
+        t->present |= MS_TRACE_HAS_CATEGORY;
+        f->x.category = s;
+      }
+      break;
+    }
+    case K_ADDR:
+    case K_DEVICE_FREE:
+    case K_SIZE:
+    case K_STREAM:
+    case K_TIME_US: {
+      if (!en_scalar(k, &v)) return false;
+      bool neg = v.t == V_INT && v.v.i < 0;
+      if (v.t != V_INT && (v.t != V_UINT || key == K_TIME_US)) return false;
+      if (neg && key != K_STREAM && key != K_TIME_US) return false;
+      if (key == K_SIZE) {
+        t->size = v.v.u; /* an int >= 0 or a V_UINT: the same bits */
+      } else if (key == K_STREAM) {
+        t->present |= MS_TRACE_HAS_STREAM;
+        t->stream = v.v.u;
+      } else if (key == K_TIME_US) {
+        t->present |= MS_TRACE_HAS_TIME;
+        t->time_us = v.v.i;
+      } else {
+        t->present &= (uint16_t)~MS_TRACE_NO_ADDR;
+        t->addr = v.v.u;
+      }
+      break;
+    }
+    case K_FRAMES: { /* EMPTY_LIST, [put], MARK, gets, APPENDS */
+      if (f->frames || f->nev == EN_MAX_EVENTS || k->lim - k->pos < 1 || k->buf[k->pos] != ']')
+        return false;
+      k->pos++;
+      en_event_t *e = &f->ev[f->nev++];
+      *e = (en_event_t){0, 0, EN_LIST, K_FRAMES, false};
+      if (!en_put(k, k->nmemo + f->nput, &e->put)) return false;
+      f->nput += e->put;
+      if (k->lim - k->pos < 2 || k->buf[k->pos] != '(') return false;
+      int op = k->buf[k->pos + 1];
+      size_t n = 0, end = 0;
+      if ((op != 'h' && op != 'j') || !ms__pickle_frame_gets(r, k->pos + 2, op, 0, &n, &end))
+        return false;
+      k->pos = end;
+      f->frames = true;
+      f->nframes = (uint32_t)n;
+      f->at_frames = *t;
+      if (items + n > deepest) deepest = items + n; /* the key, the list, its gets */
+      break;
+    }
+    case K_POOL_ID: return false; /* a tuple */
+    default: /* ignored, as rd_set_trace ignores it */
+      if (!en_scalar(k, &v) && !en_new_str(k, f, key)) return false;
+      break;
+    }
+    if (k->pos > k->lim) return false; /* a value's bytes reach past lim */
+  }
+  if (items > deepest) deepest = items;
+  /* the general path fails on a stack this deep, or with this many marks */
+  return deepest < RD_MAX_STACK - r->st.len && r->marks.len + 2 <= RD_MAX_STACK;
+}
+
+/* Step 1: the opcodes' effects, in the file's order: the dict's put; the strings stored, the
+ * frames list made (as ms__pickle_create makes it under its key), their puts; the list's gets
+ * counted. */
+static int en_apply_ops(rd_t *r, uint32_t did, en_found_t *f, size_t dict_put_at, uint32_t *lid) {
+  if (f->dict_put) {
+    r->op_off = r->base + dict_put_at;
+    rd_val_t dv = rd_obj_val(did);
+    MS_FORWARD_IF_ERROR(rd_memo_store(r, r->memo.len, &dv));
+  }
+  for (size_t i = 0; i < f->nev; i++) {
+    const en_event_t *e = &f->ev[i];
+    rd_val_t v;
+    if (e->kind == EN_STR) {
+      r->op_off = r->base + e->at - 2;
+      MS_FORWARD_IF_ERROR(ms__pickle_str_value(r, (const char *)r->buf + e->at, e->len, &v));
+      if (e->field == K_COMPILE_CONTEXT) f->x.compile_context = v.v.s;
+      else if (e->field == K_USER_METADATA) f->x.user_metadata = v.v.s;
+      else if (e->field == K_CATEGORY) f->x.category = v.v.s;
+      r->op_off = r->base + e->at + e->len;
+    } else {
+      MS_FORWARD_IF_ERROR(ms__pickle_new_obj(r, O_LIST, lid));
+      rd_obj_t *l = &r->objs.ptr[*lid];
+      l->parent = did;
+      l->key = K_FRAMES;
+      l->idx = 0;
+      l->role = R_FRAMES;
+      ms__pickle_child_born(r, did);
+      v = rd_obj_val(*lid);
+    }
+    if (e->put) MS_FORWARD_IF_ERROR(rd_memo_store(r, r->memo.len, &v));
+  }
+  if (f->frames) { /* its gets, as ms__pickle_frames_run leaves them */
+    r->fbuf_owner = *lid;
+    r->fbuf_len = f->nframes;
+    r->objs.ptr[*lid].count = f->nframes;
+  }
+  return MS_OK;
+}
+
+/* Step 2: SETITEMS (rd_set_trace's effects for what the scan let through). */
+static int en_apply_fields(rd_t *r, uint32_t did, uint32_t lid, const ms_snap_trace_t *fields,
+                           en_found_t *f) {
+  uint32_t rec = r->objs.ptr[did].ref;
+  ms_snap_trace_t *t = &r->b.trace.ptr[rec];
+  const ms_snap_trace_extra_t *born = t->extra;
+  if (f->frames) { /* the list just filled: its stack interned a little later */
+    *t = f->at_frames;
+    bool drop = rd_drops(r, t->action) || ms__pickle_drop_free(r, t, r->objs.ptr[did].parent);
+    r->objs.ptr[lid].flags |= OF_USED;
+    ms__pickle_frames_stored(r, did, lid);
+    if (!drop) {
+      MS_FORWARD_IF_ERROR(ms__pickle_defer_frames(r, lid, rec));
+    } else { /* MS_LOAD_NO_*_STACKS: its frame indices, last at the tail, are dropped */
+      r->fbuf_owner = RD_NO_OBJ;
+      r->fbuf_len = 0;
+      r->objs.ptr[lid].flags |= OF_SEALED | OF_DROPPED;
+      r->objs.ptr[lid].ref = MS_SNAP_NO_STACK;
+      r->objs.ptr[did].flags |= OF_DROPPED;
+    }
+    t = &r->b.trace.ptr[rec];
+  }
+  uint32_t stack = t->stack;
+  *t = *fields;
+  t->stack = stack;
+  t->extra = born;
+  if (f->frames) t->present |= MS_TRACE_HAS_FRAMES;
+  if (f->extra) MS_FORWARD_IF_ERROR(ms__pickle_trace_extra(r, t, &f->x));
+  return ms__pickle_entry_done(r, did);
+}
+
+int ms__pickle_entry(rd_t *r, uint32_t did) {
+  if (r->memo_holes || r->fbuf_owner != RD_NO_OBJ) return MS_OK;
+  en_scan_t k = {(const unsigned char *)r->buf, r->pos, r->lim, r->memo_tag.ptr, r->memo.ptr,
+                 r->memo.len};
+  const ms_snap_trace_t *born = &r->b.trace.ptr[r->objs.ptr[did].ref];
+  ms_snap_trace_t t = *born;
+  en_found_t f;
+  f.frames = f.extra = false;
+  f.nframes = 0;
+  f.nev = 0;
+  f.named = 0;
+  f.x = ms__trace_extra_of(born);
+  size_t dict_put_at = k.pos;
+  if (!en_put(&k, k.nmemo, &f.dict_put)) return MS_OK;
+  f.nput = f.dict_put;
+  if (k.lim - k.pos < 1 || k.buf[k.pos] != '(') return MS_OK; /* an empty dict */
+  k.pos++;
+  if (!en_scan(r, &k, &t, &f)) return MS_OK;
+  size_t puts = f.nput;
+  if (puts && (MS_BIGVEC_RESERVE(&r->memo, puts) || MS_BIGVEC_RESERVE(&r->memo_obj, puts) ||
+               MS_BIGVEC_RESERVE(&r->memo_tag, puts)))
+    return MS_OK; /* out of memory: the general path says so */
+  uint32_t lid = RD_NO_OBJ;
+  size_t setitems_at = k.pos;
+  MS_FORWARD_IF_ERROR(en_apply_ops(r, did, &f, dict_put_at, &lid));
+  r->op_off = r->base + setitems_at;
+  MS_FORWARD_IF_ERROR(en_apply_fields(r, did, lid, &t, &f));
+  r->pos = setitems_at + 1;
+  r->whole++;
+  return MS_OK;
+}

@@ -1,0 +1,293 @@
+/* SPDX-License-Identifier: MIT
+ * The reader's loop that takes a kept trace's entry whole (lib/snapshot/pickle_entry.c) against
+ * the general path (ms__pickle_fast off): the same snapshot, bit for bit, or the same error, word
+ * for word, for every fixture and load option, for windows of the trace, for the small fixtures
+ * cut anywhere or with bytes flipped, and for a table of hand-made entries that the loop takes
+ * or leaves (keys in any order, values of the wrong type or range, a key met twice, puts of
+ * another index, frames not interned yet, what a read leaving out stacks decides).
+ */
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "helpers.h"
+#include "memsnap/pickle.h"
+#include "memsnap/serialize.h"
+#include "memsnap/snapshot.h"
+#include "common/internal.h"
+
+static const unsigned load_flags[] = {0, MS_LOAD_NO_FREE_STACKS, MS_LOAD_NO_TRACE_STACKS,
+                                      MS_LOAD_NO_TRACE_STACKS | MS_LOAD_NO_FREE_STACKS};
+
+static size_t fixtures(char paths[][4096], size_t cap) {
+  DIR *d = opendir(th_fixture_dir());
+  size_t n = 0;
+  if (d) {
+    struct dirent *e;
+    while ((e = readdir(d)) && n < cap) {
+      size_t l = strlen(e->d_name);
+      if (l > 7 && strcmp(e->d_name + l - 7, ".pickle") == 0)
+        snprintf(paths[n++], 4096, "%s/%s", th_fixture_dir(), e->d_name);
+    }
+    closedir(d);
+  }
+  if (n == 0) {
+    printf("SKIP: no PyTorch fixtures in %s (set MEMSNAP_TORCH_FIXTURES)\n", th_fixture_dir());
+    fflush(stdout);
+    cr_skip_test("no fixtures");
+  }
+  return n;
+}
+
+/* Both snapshots as memsnap's format: equal bytes, or the same refusal. */
+static void same_snapshots(const ms_snapshot_t *a, const ms_snapshot_t *b, const char *what) {
+  th_memsink_t m[2];
+  ms_errbuf_t we[2] = {{{0}}, {{0}}};
+  int wr[2];
+  const ms_snapshot_t *s[2] = {a, b};
+  for (int i = 0; i < 2; i++) {
+    ms_sink_t sink;
+    th_memsink_init(&sink, &m[i]);
+    ms_snapshot_t shown = *s[i];
+    shown.present &= ~(uint32_t)(MS_SNAP_TRACE_SKIPPED | MS_SNAP_TRACE_STACKS_SKIPPED);
+    wr[i] = ms_snapshot_write(&shown, NULL, &sink, &we[i]);
+  }
+  cr_assert_eq(wr[0], wr[1], "%s: written %d '%s' and %d '%s'", what, wr[0], we[0].msg, wr[1],
+               we[1].msg);
+  if (wr[0] == MS_OK)
+    cr_assert(m[0].len == m[1].len && memcmp(m[0].data, m[1].data, m[0].len) == 0,
+              "%s: snapshots differ", what);
+  else
+    cr_assert_str_eq(we[0].msg, we[1].msg, "%s", what);
+  th_memsink_free(&m[0]);
+  th_memsink_free(&m[1]);
+}
+
+/* Reads bytes with flags with the entry loop and without it: the same code and message, or
+ * equal snapshots. *whole: the entries the loop took. @return the code. */
+static int same_with_and_without(const char *bytes, size_t len, unsigned flags, const char *what,
+                                  size_t *whole) {
+  ms_snapshot_t *a = NULL, *b = NULL;
+  ms_errbuf_t ea = {{0}}, eb = {{0}};
+  bool saved = ms__pickle_fast;
+  ms__pickle_fast = true;
+  int ra = th_pickle_read_mem(bytes, len, flags, &a, &ea);
+  size_t took = ms__pickle_last_whole;
+  ms__pickle_fast = false;
+  int rb = th_pickle_read_mem(bytes, len, flags, &b, &eb);
+  ms__pickle_fast = saved;
+  if (whole) *whole = took;
+  cr_assert_eq(ra, rb, "%s (flags %u): with the loop %d '%s', without %d '%s'", what, flags, ra,
+               ea.msg, rb, eb.msg);
+  if (ra != MS_OK) {
+    cr_assert_str_eq(ea.msg, eb.msg, "%s (flags %u)", what, flags);
+    return ra;
+  }
+  same_snapshots(a, b, what);
+  ms_snapshot_free(a);
+  ms_snapshot_free(b);
+  return ra;
+}
+
+Test(pickle_entry, fixtures_every_load_option, .timeout = 300) {
+  static char paths[32][4096];
+  size_t n = fixtures(paths, 32);
+  for (size_t i = 0; i < n; i++) {
+    size_t len = 0, whole = 0;
+    char *data = th_read_file(paths[i], &len);
+    cr_assert(data, "%s", paths[i]);
+    for (size_t f = 0; f < sizeof load_flags / sizeof *load_flags; f++) {
+      int rc = same_with_and_without(data, len, load_flags[f], paths[i], &whole);
+      /* a read that leaves out stacks may need the file again in full: the same answer */
+      cr_assert(rc == MS_OK || (load_flags[f] && rc == MS_EUNSUPPORTED), "%s: %d", paths[i], rc);
+    }
+    free(data);
+  }
+}
+
+Test(pickle_entry, fixtures_cut_and_flipped, .timeout = 600) {
+  static char paths[32][4096];
+  size_t n = fixtures(paths, 32);
+  for (size_t i = 0; i < n; i++) {
+    size_t len = 0;
+    char *data = th_read_file(paths[i], &len);
+    cr_assert(data, "%s", paths[i]);
+    if (len <= 64 << 10) { /* the small ones: cut everywhere, and bytes flipped */
+      char what[4200];
+      for (size_t at = 0; at < len; at++) {
+        snprintf(what, sizeof what, "%s cut at %zu", paths[i], at);
+        (void)same_with_and_without(data, at, MS_LOAD_NO_FREE_STACKS, what, NULL);
+      }
+      for (size_t at = 0; at < len; at += 3) {
+        for (unsigned bit = 0; bit < 8; bit += 7) {
+          data[at] ^= (char)(1u << bit);
+          snprintf(what, sizeof what, "%s byte %zu bit %u", paths[i], at, bit);
+          (void)same_with_and_without(data, len, (at / 3) % 2 ? 0 : MS_LOAD_NO_FREE_STACKS, what,
+                                      NULL);
+          data[at] ^= (char)(1u << bit);
+        }
+      }
+    }
+    free(data);
+  }
+}
+
+/* Windows of the trace (ms_snapshot_load_window), which leave out the stacks of the entries
+ * after them: the same snapshot either way. */
+Test(pickle_entry, fixtures_windows, .timeout = 300) {
+  static char paths[32][4096];
+  size_t n = fixtures(paths, 32);
+  for (size_t i = 0; i < n; i++) {
+    ms_snapshot_t *full = NULL;
+    ms_errbuf_t e0 = {{0}};
+    cr_assert_eq(ms_snapshot_load(paths[i], &full, &e0), MS_OK, "%s: %s", paths[i], e0.msg);
+    size_t ntrace = full->ntrace;
+    int64_t t_mid = ntrace ? full->trace[ntrace / 2].time_us : 0;
+    ms_snapshot_free(full);
+    const ms_load_window_t w[] = {{MS_LOAD_WINDOW_ENTRIES, 0, 0},
+                                  {MS_LOAD_WINDOW_ENTRIES, ntrace / 3, 0},
+                                  {MS_LOAD_WINDOW_TIMES, 0, t_mid}};
+    for (size_t k = 0; k < sizeof w / sizeof *w; k++) {
+      ms_snapshot_t *a = NULL, *b = NULL;
+      ms_errbuf_t ea = {{0}}, eb = {{0}};
+      bool saved = ms__pickle_fast;
+      ms__pickle_fast = true;
+      int ra = ms_snapshot_load_window(paths[i], MS_LOAD_NO_FREE_STACKS, &w[k], &a, &ea);
+      ms__pickle_fast = false;
+      int rb = ms_snapshot_load_window(paths[i], MS_LOAD_NO_FREE_STACKS, &w[k], &b, &eb);
+      ms__pickle_fast = saved;
+      cr_assert_eq(ra, rb, "%s window %zu: %d '%s' / %d '%s'", paths[i], k, ra, ea.msg, rb, eb.msg);
+      if (ra == MS_OK) same_snapshots(a, b, paths[i]);
+      else cr_assert_str_eq(ea.msg, eb.msg);
+      ms_snapshot_free(a);
+      ms_snapshot_free(b);
+    }
+  }
+}
+
+/* A snapshot of two trace entries (device 0), Python's shape: the first names every string the
+ * second may get from the memo, the second is {BODY} (the bytes between its dict's MEMOIZE and
+ * MARK... SETITEMS are BODY's). Memo:
+ *   0 root, 1 "segments", 2 [], 3 "device_traces", 4 [], 5 [] (device 0), 6 first entry,
+ *   7 "action", 8 "alloc", 9 "addr", 10 "size", 11 "stream", 12 "time_us", 13 "frames",
+ *   14 the first entry's frames list, 15 frame dict, 16 "name", 17 "f", 18 "other_key" (a key
+ *   the trace ignores, given each of the next strings in turn), 19 "free_completed",
+ *   20 "compile_context", 21 "N/A", 22 "pool_id", 23 "device_free", 24 "category",
+ *   25 "user_metadata", 26 "x"; the second entry's dict is 27 when memoized. */
+static size_t build_pair(char *out, const char *body, size_t blen) {
+  static const char head[] =
+      "\x80\x04}\x94(\x8c\x08segments\x94]\x94\x8c\x0d" "device_traces\x94]\x94]\x94(}\x94("
+      "\x8c\x06" "action\x94\x8c\x05" "alloc\x94"
+      "\x8c\x04" "addr\x94\x8a\x02\x00\x10"
+      "\x8c\x04" "size\x94K\x10"
+      "\x8c\x06" "stream\x94K\x00"
+      "\x8c\x07" "time_us\x94K\x05"
+      "\x8c\x06" "frames\x94]\x94(}\x94(\x8c\x04name\x94\x8c\x01" "f\x94" "ue"
+      "\x8c\x09" "other_key\x94\x8c\x0e" "free_completed\x94"
+      "h\x12\x8c\x0f" "compile_context\x94" "h\x12\x8c\x03N/A\x94"
+      "h\x12\x8c\x07" "pool_id\x94" "h\x12\x8c\x0b" "device_free\x94"
+      "h\x12\x8c\x08" "category\x94" "h\x12\x8c\x0d" "user_metadata\x94"
+      "h\x12\x8c\x01x\x94"
+      "u}";
+  size_t n = sizeof head - 1;
+  memcpy(out, head, n);
+  memcpy(out + n, body, blen);
+  n += blen;
+  static const char tail[] = "e" "a" "u.";
+  memcpy(out + n, tail, sizeof tail - 1);
+  return n + sizeof tail - 1;
+}
+
+#define BIN(s) s, sizeof(s) - 1
+/* the second entry's frames list: two gets of the frame dict, memoized */
+#define FR "h\x0d]\x94(h\x0fj\x0f\x00\x00\x00" "e"
+/* a free_completed of 0x1000 (16 bytes), the frames last, as PyTorch writes it */
+#define FREE "h\x07h\x13h\x09\x8a\x02\x00\x10h\x0aK\x10h\x0bK\x00h\x0cK\x06"
+
+Test(pickle_entry, entries_as_the_general_path) {
+  static const struct {
+    const char *body;
+    size_t len;
+    int rc;     /* MS_OK: read; else the code both paths give (flags 0) */
+    bool whole; /* the loop takes it (flags 0) */
+  } t[] = {
+      /* PyTorch's shape, memoized (Python) or not (other writers) */
+      {BIN("\x94(" FREE FR "u"), MS_OK, true},
+      {BIN("(" FREE FR "u"), MS_OK, true},
+      /* the frames before the address (what a read leaving out stacks decides on then), an
+       * action after the frames (left to the general path), keys twice */
+      {BIN("\x94(h\x07h\x13" FR "h\x09\x8a\x02\x00\x10h\x0aK\x10h\x0bK\x00h\x0cK\x06u"), MS_OK,
+       true},
+      {BIN("\x94(" FR FREE "u"), MS_OK, false},
+      {BIN("\x94(h\x0d]\x94(h\x0f" "eh\x07h\x08u"), MS_OK, false},
+      {BIN("\x94(" FREE FREE FR "u"), MS_OK, false},
+      {BIN("\x94(" FREE "h\x09\x8a\x02\x00\x20h\x0aK\x20" FR "u"), MS_OK, true},
+      {BIN("\x94(" FREE FR FR "u"), MS_OK, false},
+      /* BINPUT and LONG_BINPUT of the next index; of another */
+      {BIN("q\x1b(" FREE FR "u"), MS_OK, true},
+      {BIN("r\x1b\x00\x00\x00(" FREE FR "u"), MS_OK, true},
+      {BIN("q\x05(" FREE FR "u"), MS_OK, false},
+      /* extra fields: a compile context, a category, user metadata, an unknown action */
+      {BIN("\x94(" FREE "h\x14h\x15h\x18h\x1ah\x19h\x1a" FR "u"), MS_OK, true},
+      {BIN("\x94(h\x07h\x1a" FR "u"), MS_OK, true},
+      /* no frames; an empty frames list; an empty dict */
+      {BIN("\x94(" FREE "u"), MS_OK, true},
+      {BIN("\x94(" FREE "h\x0d]\x94u"), MS_OK, false},
+      {BIN("\x94"), MS_OK, false},
+      /* unknown keys with any scalar; device_free for an address */
+      {BIN("\x94(h\x12N" "h\x12\x88h\x12\x89h\x12h\x1ah\x12J\xff\xff\xff\xff" FREE "u"), MS_OK, true},
+      {BIN("\x94(h\x07h\x08h\x17\x8a\x01\x05" FR "u"), MS_OK, true},
+      /* integers of every width, a stream's negative handle, an address of 2^63 and over */
+      {BIN("\x94(" FREE "h\x0bJ\xff\xff\xff\xff" "h\x09\x8a\x09\x00\x00\x00\x00\x00\x00\x00\x80\x00" FR "u"),
+       MS_OK, false},
+      {BIN("\x94(" FREE "h\x09\x8a\x08\x00\x00\x00\x00\x00\x00\x00\x80" FR "u"), MS_EFORMAT, false},
+      {BIN("\x94(" FREE "h\x0aM\xff\xff" "h\x0c\x8a\x08\xff\xff\xff\xff\xff\xff\xff\x7f" FR "u"),
+       MS_OK, true},
+      {BIN("\x94(" FREE "h\x0a\x8a\x00" FR "u"), MS_OK, false},
+      /* wrong types and ranges: the general path's messages */
+      {BIN("\x94(" FREE "h\x0ah\x1a" FR "u"), MS_EFORMAT, false},
+      {BIN("\x94(" FREE "h\x0aJ\xff\xff\xff\xff" FR "u"), MS_EFORMAT, false},
+      {BIN("\x94(" FREE "h\x0cN" FR "u"), MS_EFORMAT, false},
+      {BIN("\x94(h\x07K\x01" FR "u"), MS_EFORMAT, false},
+      {BIN("\x94(h\x07h\x08h\x16N" FR "u"), MS_EFORMAT, false},
+      /* strings met for the first time: values of the extra fields (PyTorch's "N/A" of every
+       * entry) and of keys the trace ignores, memoized or not, before and after the frames */
+      {BIN("\x94(" FREE "h\x14\x8c\x03N/A\x94" FR "h\x19\x8c\x00\x94h\x18\x8c\x01" "cu"), MS_OK,
+       true},
+      {BIN("\x94(" FREE "h\x12\x8c\x02xyh\x14\x8c\x01q\x94" FR "u"), MS_OK, true},
+      /* ... named twice; a key's and an action's first string; BINUNICODE: the general path */
+      {BIN("\x94(" FREE "h\x14\x8c\x01q\x94h\x14h\x15" FR "u"), MS_OK, false},
+      {BIN("\x94(\x8c\x01k\x94K\x01" FREE FR "u"), MS_OK, false},
+      {BIN("\x94(h\x07\x8c\x05" "alloc\x94" FR "u"), MS_OK, false},
+      {BIN("\x94(" FREE "h\x14X\x01\x00\x00\x00q" FR "u"), MS_OK, false},
+      /* a string that is not UTF-8; a put of another index after a string */
+      {BIN("\x94(" FREE "h\x14\x8c\x02\xc3\x28" FR "u"), MS_EFORMAT, false},
+      {BIN("\x94(" FREE "h\x14\x8c\x01qq\x03" FR "u"), MS_OK, false},
+      /* a frame dict met for the first time in its list; a get of a string as a frame */
+      {BIN("\x94(" FREE "h\x0d]\x94(h\x0f}\x94(h\x10h\x11ue" "u"), MS_OK, false},
+      {BIN("\x94(" FREE "h\x0d]\x94(h\x0fh\x11" "eu"), MS_EFORMAT, false},
+      /* an odd number of items, a get never stored, a container as a value */
+      {BIN("\x94(" FREE "h\x0du"), MS_EFORMAT, false},
+      {BIN("\x94(" FREE "h\x63" FR "u"), MS_EFORMAT, false},
+      {BIN("\x94(" FREE "h\x12h\x0e" FR "u"), MS_OK, false},
+      /* a key that is no string */
+      {BIN("\x94(K\x01K\x02" FREE FR "u"), MS_OK, false},
+  };
+  for (size_t i = 0; i < sizeof t / sizeof *t; i++) {
+    char buf[2048], what[64];
+    size_t n = build_pair(buf, t[i].body, t[i].len), whole = 0;
+    snprintf(what, sizeof what, "case %zu", i);
+    int rc = same_with_and_without(buf, n, 0, what, &whole);
+    cr_assert_eq(rc, t[i].rc, "case %zu: %d", i, rc);
+    cr_assert_eq(whole, t[i].whole ? 1u : 0u, "case %zu: %zu entries taken whole", i, whole);
+    for (size_t f = 1; f < sizeof load_flags / sizeof *load_flags; f++)
+      (void)same_with_and_without(buf, n, load_flags[f], what, NULL);
+    for (size_t at = 1; at < n; at++) { /* and cut anywhere */
+      snprintf(what, sizeof what, "case %zu cut at %zu", i, at);
+      (void)same_with_and_without(buf, at, MS_LOAD_NO_FREE_STACKS, what, NULL);
+    }
+  }
+}
