@@ -171,7 +171,7 @@ typedef struct en_found_s {
 
 /* A string value at k->pos met for the first time, stored under key, and its optional put: an
  * event. false: not this loop's. */
-static bool en_new_str(en_scan_t *k, en_found_t *f, uint8_t key) {
+MS_ALWAYS_INLINE bool en_new_str(en_scan_t *k, en_found_t *f, uint8_t key) {
   if (f->nev == EN_MAX_EVENTS || k->lim - k->pos < 2 || k->buf[k->pos] != 0x8c) return false;
   size_t n = k->buf[k->pos + 1], at = k->pos + 2;
   if (k->lim - at < n || at > UINT32_MAX ||

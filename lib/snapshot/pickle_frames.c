@@ -65,25 +65,25 @@ bool ms__pickle_frame_gets(rd_t *r, size_t pos, int op, size_t have, size_t *nou
   const uint8_t *tag = r->memo_tag.ptr;
   const uint32_t *memo_obj = r->memo_obj.ptr;
   rd_obj_t *objs = r->objs.ptr;
-  size_t nmemo = r->memo.len, n = 0, room = 0;
+  size_t nmemo = r->memo.len, n = 0;
   if (r->lim - pos < 5) return false;
-  size_t last = r->lim - 5; /* a get read at pos <= last is whole, and so is the opcode after it;
-                             * one nearer the end is the general path's (rd_read: lim >= pos) */
+  /* room for 64 Ki gets at most (a longer run is the general path's), reserved once: a get is
+   * two bytes at least, so a get read at pos <= last is within it, whole, and so is the opcode
+   * after it (one nearer lim is the general path's: rd_read has lim >= pos) */
+  size_t room = (size_t)1 << 16, last = r->lim - 5;
+  if (last > pos + 2 * room - 2) last = pos + 2 * room - 2;
   uint32_t *dst = NULL;
+  if (rd_tail(r, have, room, &dst) != MS_OK) return false;
+  dst += have;
   for (int o = op;;) {
-    if (n == room) {
-      uint32_t *tail = NULL;
-      size_t more = room ? room : 64;
-      if (rd_tail(r, have, room + more, &tail) != MS_OK) return false;
-      room += more;
-      dst = tail + have;
-    }
     uint32_t idx;
-    if (o == 'j' && pos <= last) {
+    if (o == 'j') {
+      if (ms_unlikely(pos > last)) return false;
       idx = rd_le32(buf + pos);
       o = buf[pos + 4];
       pos += 5;
-    } else if (o == 'h' && pos <= last) {
+    } else if (o == 'h') {
+      if (ms_unlikely(pos > last)) return false;
       idx = buf[pos];
       o = buf[pos + 1];
       pos += 2;
