@@ -177,7 +177,7 @@ Test(pickle_entry, fixtures_windows, .timeout = 300) {
  *   the trace ignores, given each of the next strings in turn), 19 "free_completed",
  *   20 "compile_context", 21 "N/A", 22 "pool_id", 23 "device_free", 24 "category",
  *   25 "user_metadata", 26 "x"; the second entry's dict is 27 when memoized. */
-static size_t build_pair(char *out, const char *body, size_t blen) {
+static size_t build_pair_ex(char *out, const char *body, size_t blen, bool split) {
   static const char head[] =
       "\x80\x04}\x94(\x8c\x08segments\x94]\x94\x8c\x0d" "device_traces\x94]\x94]\x94(}\x94("
       "\x8c\x06" "action\x94\x8c\x05" "alloc\x94"
@@ -191,14 +191,24 @@ static size_t build_pair(char *out, const char *body, size_t blen) {
       "h\x12\x8c\x07" "pool_id\x94" "h\x12\x8c\x0b" "device_free\x94"
       "h\x12\x8c\x08" "category\x94" "h\x12\x8c\x0d" "user_metadata\x94"
       "h\x12\x8c\x01x\x94"
-      "u}";
+      "u";
   size_t n = sizeof head - 1;
   memcpy(out, head, n);
+  /* split: a middle entry whose frames list (memo 27) is made of gets only, then the second
+   * entry in a batch of its own, so that the middle one is stored (its objects freed, its list
+   * kept in the memo) before the second is read */
+  static const char middle[] = "}(h\x07h\x08h\x09\x8a\x02\x00\x20h\x0d]\x94(h\x0f" "eu" "e(";
+  if (split) memcpy(out + n, middle, sizeof middle - 1), n += sizeof middle - 1;
+  out[n++] = '}';
   memcpy(out + n, body, blen);
   n += blen;
   static const char tail[] = "e" "a" "u.";
   memcpy(out + n, tail, sizeof tail - 1);
   return n + sizeof tail - 1;
+}
+
+static size_t build_pair(char *out, const char *body, size_t blen) {
+  return build_pair_ex(out, body, blen, false);
 }
 
 #define BIN(s) s, sizeof(s) - 1
@@ -275,6 +285,12 @@ Test(pickle_entry, entries_as_the_general_path) {
       {BIN("\x94(" FREE "h\x12h\x0e" FR "u"), MS_OK, false},
       /* a key that is no string */
       {BIN("\x94(K\x01K\x02" FREE FR "u"), MS_OK, false},
+      /* the frames as a get of the first entry's list (a free naming its alloc's), which the
+       * split cases below free first; a get of a string or of a frame dict instead */
+      {BIN("\x94(" FREE "h\x0dj\x0e\x00\x00\x00u"), MS_OK, true},
+      {BIN("\x94(" FREE "h\x0dh\x0eu"), MS_OK, true},
+      {BIN("\x94(" FREE "h\x0dh\x11u"), MS_EFORMAT, false},
+      {BIN("\x94(" FREE "h\x0dh\x0fu"), MS_EFORMAT, false},
   };
   for (size_t i = 0; i < sizeof t / sizeof *t; i++) {
     char buf[2048], what[64];
@@ -289,5 +305,25 @@ Test(pickle_entry, entries_as_the_general_path) {
       snprintf(what, sizeof what, "case %zu cut at %zu", i, at);
       (void)same_with_and_without(buf, at, MS_LOAD_NO_FREE_STACKS, what, NULL);
     }
+    /* and after the first entry was stored in a batch of its own */
+    n = build_pair_ex(buf, t[i].body, t[i].len, true);
+    snprintf(what, sizeof what, "case %zu split", i);
+    for (size_t f = 0; f < sizeof load_flags / sizeof *load_flags; f++)
+      (void)same_with_and_without(buf, n, load_flags[f], what, NULL);
+  }
+}
+
+/* An entry naming the frames list of one whose objects were freed (as a free names its alloc's):
+ * the list made again from the memo, by the entry loop as by the general path. */
+Test(pickle_entry, frames_got_after_their_entry_was_freed) {
+  char buf[2048];
+  size_t n = build_pair_ex(buf, BIN("\x94(" FREE "h\x0dh\x1bu"), true), whole = 0;
+  for (size_t f = 0; f < sizeof load_flags / sizeof *load_flags; f++) {
+    int rc = same_with_and_without(buf, n, load_flags[f], "split", &whole);
+    if (load_flags[f] & MS_LOAD_NO_TRACE_STACKS) continue; /* whatever both ways say */
+    cr_assert_eq(rc, MS_OK, "flags %u: %d", load_flags[f], rc);
+    cr_assert_eq(whole, 2u, "flags %u: %zu", load_flags[f], whole); /* the middle one too */
+    cr_assert_eq(ms__pickle_last_revived, 1u, "flags %u: %zu", load_flags[f],
+                 ms__pickle_last_revived);
   }
 }

@@ -147,12 +147,13 @@ MS_ALWAYS_INLINE bool en_scalar(en_scan_t *k, rd_val_t *v) {
 typedef struct en_event_s {
   uint32_t at;   /* EN_STR: the string's offset in buf */
   uint8_t len;   /* EN_STR: its length */
-  uint8_t kind;  /* EN_STR, EN_LIST */
+  uint8_t kind;  /* EN_STR, EN_LIST, EN_GET (at: the memo index of a frames list got) */
   uint8_t field; /* EN_STR: the key it is stored under (K_*) */
   bool put;      /* a memo put follows it */
+  uint32_t off;  /* EN_GET: its opcode's offset in buf (for messages) */
 } en_event_t;
 
-enum { EN_STR = 1, EN_LIST };
+enum { EN_STR = 1, EN_LIST, EN_GET };
 #define EN_MAX_EVENTS 8
 
 /* What the scan found beyond the record's fields. */
@@ -162,7 +163,9 @@ typedef struct en_found_s {
   en_event_t ev[EN_MAX_EVENTS];
   size_t nev;
   bool frames;             /* a frames list: */
-  uint32_t nframes;        /* its frames (at the builder's stack tail) */
+  uint32_t nframes;        /* made here: its frames (at the builder's stack tail) */
+  bool got, drop;          /* got from the memo: its stack left out (MS_LOAD_NO_*_STACKS) */
+  uint32_t list;           /* the entry's device list (its dict's parent) */
   ms_snap_trace_t at_frames; /* the record as SETITEMS has it when it comes to the frames */
   ms_snap_trace_extra_t x;   /* the extra fields, set once */
   bool extra;                /* an extra field was named */
@@ -178,10 +181,49 @@ MS_ALWAYS_INLINE bool en_new_str(en_scan_t *k, en_found_t *f, uint8_t key) {
       ms__pickle_text_valid(k->buf + at, n, false) < n)
     return false;
   en_event_t *e = &f->ev[f->nev++];
-  *e = (en_event_t){(uint32_t)at, (uint8_t)n, EN_STR, key, false};
+  *e = (en_event_t){(uint32_t)at, (uint8_t)n, EN_STR, key, false, 0};
   k->pos = at + n;
   if (!en_put(k, k->nmemo + f->nput, &e->put)) return false;
   f->nput += e->put;
+  return true;
+}
+
+/* The frames as a memo get of a list made before (PyTorch's free names its alloc's list): one
+ * sealed or queued for interning, or one freed and kept in the memo (pickle_retire.c), made again
+ * when applied. Its stack must not have been left out unless this entry's is too (else the
+ * general path's message). */
+static bool en_frames_get(rd_t *r, en_scan_t *k, const ms_snap_trace_t *t, en_found_t *f) {
+  size_t left = k->lim - k->pos, at = k->pos;
+  unsigned op = k->buf[k->pos];
+  uint32_t idx;
+  if (at > UINT32_MAX) return false;
+  if (op == 'j' && left >= 5) {
+    idx = rd_le32(k->buf + k->pos + 1);
+    k->pos += 5;
+  } else if (op == 'h' && left >= 2) {
+    idx = k->buf[k->pos + 1];
+    k->pos += 2;
+  } else {
+    return false;
+  }
+  if (idx >= k->nmemo) return false;
+  uint8_t tag = k->tag[idx];
+  bool dropped;
+  if (tag == V_OBJ) {
+    const rd_obj_t *l = &r->objs.ptr[r->memo_obj.ptr[idx]];
+    if (l->kind != O_LIST || l->role != R_FRAMES || !(l->flags & (OF_SEALED | OF_PENDING)))
+      return false;
+    dropped = (l->flags & OF_DROPPED) != 0;
+  } else if (rd_tag_tframes(tag)) {
+    dropped = (tag & RD_TF_LIST_DROPPED) != 0;
+  } else {
+    return false;
+  }
+  f->drop = rd_drops(r, t->action) || ms__pickle_drop_free(r, t, f->list);
+  if (dropped && !f->drop) return false;
+  f->ev[f->nev++] = (en_event_t){idx, 0, EN_GET, K_FRAMES, false, (uint32_t)at};
+  f->frames = f->got = true;
+  f->at_frames = *t;
   return true;
 }
 
@@ -251,12 +293,15 @@ static bool en_scan(rd_t *r, en_scan_t *k, ms_snap_trace_t *t, en_found_t *f) {
       }
       break;
     }
-    case K_FRAMES: { /* EMPTY_LIST, [put], MARK, gets, APPENDS */
-      if (f->frames || f->nev == EN_MAX_EVENTS || k->lim - k->pos < 1 || k->buf[k->pos] != ']')
-        return false;
+    case K_FRAMES: { /* EMPTY_LIST, [put], MARK, gets, APPENDS; or a memo get of a list */
+      if (f->frames || f->nev == EN_MAX_EVENTS || k->lim - k->pos < 1) return false;
+      if (k->buf[k->pos] != ']') {
+        if (!en_frames_get(r, k, t, f)) return false;
+        break;
+      }
       k->pos++;
       en_event_t *e = &f->ev[f->nev++];
-      *e = (en_event_t){0, 0, EN_LIST, K_FRAMES, false};
+      *e = (en_event_t){0, 0, EN_LIST, K_FRAMES, false, 0};
       if (!en_put(k, k->nmemo + f->nput, &e->put)) return false;
       f->nput += e->put;
       if (k->lim - k->pos < 2 || k->buf[k->pos] != '(') return false;
@@ -302,6 +347,11 @@ static int en_apply_ops(rd_t *r, uint32_t did, en_found_t *f, size_t dict_put_at
       else if (e->field == K_USER_METADATA) f->x.user_metadata = v.v.s;
       else if (e->field == K_CATEGORY) f->x.category = v.v.s;
       r->op_off = r->base + e->at + e->len;
+    } else if (e->kind == EN_GET) { /* its memo get: a freed list made again */
+      r->op_off = r->base + e->off;
+      if (rd_tag_tframes(r->memo_tag.ptr[e->at])) MS_FORWARD_IF_ERROR(ms__pickle_revive(r, e->at));
+      *lid = r->memo_obj.ptr[e->at];
+      continue;
     } else {
       MS_FORWARD_IF_ERROR(ms__pickle_new_obj(r, O_LIST, lid));
       rd_obj_t *l = &r->objs.ptr[*lid];
@@ -314,7 +364,7 @@ static int en_apply_ops(rd_t *r, uint32_t did, en_found_t *f, size_t dict_put_at
     }
     if (e->put) MS_FORWARD_IF_ERROR(rd_memo_store(r, r->memo.len, &v));
   }
-  if (f->frames) { /* its gets, as ms__pickle_frames_run leaves them */
+  if (f->frames && !f->got) { /* its gets, as ms__pickle_frames_run leaves them */
     r->fbuf_owner = *lid;
     r->fbuf_len = f->nframes;
     r->objs.ptr[*lid].count = f->nframes;
@@ -328,7 +378,19 @@ static int en_apply_fields(rd_t *r, uint32_t did, uint32_t lid, const ms_snap_tr
   uint32_t rec = r->objs.ptr[did].ref;
   ms_snap_trace_t *t = &r->b.trace.ptr[rec];
   const ms_snap_trace_extra_t *born = t->extra;
-  if (f->frames) { /* the list just filled: its stack interned a little later */
+  if (f->got) { /* a list made before: its stack (rd_frames_stack_ex) */
+    rd_obj_t *l = &r->objs.ptr[lid];
+    l->flags |= OF_USED;
+    uint32_t st = MS_SNAP_NO_STACK;
+    if (!(l->flags & OF_DROPPED)) {
+      if (r->npend) MS_FORWARD_IF_ERROR(ms__pickle_flush(r));
+      st = r->objs.ptr[lid].ref;
+    }
+    ms__pickle_frames_stored(r, did, lid);
+    if (f->drop && st == MS_SNAP_NO_STACK) r->objs.ptr[did].flags |= OF_DROPPED;
+    t = &r->b.trace.ptr[rec];
+    t->stack = st;
+  } else if (f->frames) { /* the list just filled: its stack interned a little later */
     *t = f->at_frames;
     bool drop = rd_drops(r, t->action) || ms__pickle_drop_free(r, t, r->objs.ptr[did].parent);
     r->objs.ptr[lid].flags |= OF_USED;
@@ -360,7 +422,8 @@ int ms__pickle_entry(rd_t *r, uint32_t did) {
   const ms_snap_trace_t *born = &r->b.trace.ptr[r->objs.ptr[did].ref];
   ms_snap_trace_t t = *born;
   en_found_t f;
-  f.frames = f.extra = false;
+  f.frames = f.extra = f.got = f.drop = false;
+  f.list = r->objs.ptr[did].parent;
   f.nframes = 0;
   f.nev = 0;
   f.named = 0;
