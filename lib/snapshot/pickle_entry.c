@@ -156,6 +156,13 @@ typedef struct en_event_s {
 enum { EN_STR = 1, EN_LIST, EN_GET };
 #define EN_MAX_EVENTS 8
 
+/* The extra fields ms__pickle_birth gives a trace record: an action named "" until its
+ * "action" comes. */
+static ms_snap_trace_extra_t en_born_extra(void) {
+  ms_snap_trace_extra_t x = {"", "", "", {0, 0}, ""};
+  return x;
+}
+
 /* What the scan found beyond the record's fields. */
 typedef struct en_found_s {
   bool dict_put;           /* a memo put of the dict */
@@ -415,19 +422,24 @@ static int en_apply_fields(rd_t *r, uint32_t did, uint32_t lid, const ms_snap_tr
   return ms__pickle_entry_done(r, did);
 }
 
-int ms__pickle_entry(rd_t *r, uint32_t did) {
+/* The entry dict did, just created and pushed, read whole when it can be (*taken). born_extra:
+ * its record's extra fields are still those of a record just born (ms__pickle_birth's, not set
+ * yet: the caller sets them when the entry is not taken). */
+static int en_entry(rd_t *r, uint32_t did, bool born_extra, bool *taken) {
+  *taken = false;
   if (r->memo_holes || r->fbuf_owner != RD_NO_OBJ) return MS_OK;
   en_scan_t k = {(const unsigned char *)r->buf, r->pos, r->lim, r->memo_tag.ptr, r->memo.ptr,
                  r->memo.len};
   const ms_snap_trace_t *born = &r->b.trace.ptr[r->objs.ptr[did].ref];
   ms_snap_trace_t t = *born;
   en_found_t f;
-  f.frames = f.extra = f.got = f.drop = false;
+  f.frames = f.got = f.drop = false;
+  f.extra = born_extra;
   f.list = r->objs.ptr[did].parent;
   f.nframes = 0;
   f.nev = 0;
   f.named = 0;
-  f.x = ms__trace_extra_of(born);
+  f.x = born_extra ? en_born_extra() : ms__trace_extra_of(born);
   size_t dict_put_at = k.pos;
   if (!en_put(&k, k.nmemo, &f.dict_put)) return MS_OK;
   f.nput = f.dict_put;
@@ -438,6 +450,7 @@ int ms__pickle_entry(rd_t *r, uint32_t did) {
   if (puts && (MS_BIGVEC_RESERVE(&r->memo, puts) || MS_BIGVEC_RESERVE(&r->memo_obj, puts) ||
                MS_BIGVEC_RESERVE(&r->memo_tag, puts)))
     return MS_OK; /* out of memory: the general path says so */
+  *taken = true;
   uint32_t lid = RD_NO_OBJ;
   size_t setitems_at = k.pos;
   MS_FORWARD_IF_ERROR(en_apply_ops(r, did, &f, dict_put_at, &lid));
@@ -445,5 +458,56 @@ int ms__pickle_entry(rd_t *r, uint32_t did) {
   MS_FORWARD_IF_ERROR(en_apply_fields(r, did, lid, &t, &f));
   r->pos = setitems_at + 1;
   r->whole++;
+  return MS_OK;
+}
+
+int ms__pickle_entry(rd_t *r, uint32_t did) {
+  bool taken;
+  return en_entry(r, did, false, &taken);
+}
+
+int ms__pickle_entry_dict(rd_t *r, bool *done) {
+  *done = false;
+  if (!ms__pickle_fast || r->skip_trace || r->marks.len == 0) return MS_OK;
+  /* rd_place's answer for this shape, found without it: in a batch of a device's list of
+   * entries (the value below the topmost mark), nothing above the mark but entries (dicts), so
+   * nothing makes the new dict a one-at-a-time item of another container */
+  size_t n = r->st.len, m = rd_mark_pos(r);
+  if (m == 0 || r->st.ptr[m - 1].t != V_OBJ) return MS_OK;
+  uint32_t lid = r->st.ptr[m - 1].v.obj;
+  const rd_obj_t *l = &r->objs.ptr[lid];
+  if (l->kind != O_LIST || l->role != R_TRACES) return MS_OK;
+  if (n > m) {
+    const rd_val_t *top = &r->st.ptr[n - 1];
+    if (top->t != V_OBJ || r->objs.ptr[top->v.obj].kind != O_DICT) return MS_OK;
+  }
+  uint32_t idx = l->count + (uint32_t)(n - m), did = RD_NO_OBJ;
+  MS_FORWARD_IF_ERROR(ms__pickle_new_obj(r, O_DICT, &did));
+  rd_obj_t *o = &r->objs.ptr[did];
+  o->parent = lid;
+  o->key = K_UNKNOWN;
+  o->idx = idx;
+  o->role = R_TRACE;
+  ms__pickle_child_born(r, lid);
+  /* ms__pickle_birth's record, its extra fields set once with the entry's own (or below) */
+  ms_snap_trace_t t = {0};
+  t.action = MS_TRACE_OTHER;
+  t.stack = MS_SNAP_NO_STACK;
+  t.present = MS_TRACE_NO_ADDR;
+  r->objs.ptr[did].ref = (uint32_t)r->b.trace.len;
+  int rc = ms__snapbuild_add_trace(&r->b, &t);
+  if (rc == MS_ENOMEM) return ms__pickle_err(r, rc, "out of memory");
+  if (rc != MS_OK) return ms__pickle_err(r, rc, "too many records");
+  MS_FORWARD_IF_ERROR(rd_push(r, rd_obj_val(did)));
+  *done = true;
+  bool taken;
+  uint64_t op_off = r->op_off;
+  MS_FORWARD_IF_ERROR(en_entry(r, did, true, &taken));
+  if (taken) return MS_OK;
+  r->op_off = op_off;
+  ms_snap_trace_extra_t x = en_born_extra();
+  rc = ms__snapbuild_trace_extra(&r->b, &r->b.trace.ptr[r->objs.ptr[did].ref], &x);
+  if (rc == MS_ENOMEM) return ms__pickle_err(r, rc, "out of memory");
+  if (rc != MS_OK) return ms__pickle_err(r, rc, "too many records");
   return MS_OK;
 }

@@ -526,6 +526,9 @@ bool ms__pickle_frame_gets(rd_t *r, size_t pos, int op, size_t have, size_t *n, 
 /* The trace entry dict did, just created and pushed (EMPTY_DICT): read whole, up to its SETITEMS,
  * when it is made of what this path knows; else r is left to the general path. */
 int ms__pickle_entry(rd_t *r, uint32_t did);
+/* EMPTY_DICT (just read) of an entry in a batch of a device's list: the dict created as
+ * ms__pickle_create creates it (*done), and read whole when it can be; else r untouched. */
+int ms__pickle_entry_dict(rd_t *r, bool *done);
 
 /* ---- pickle_objects.c ------------------------------------------------------------------------ */
 

@@ -596,6 +596,9 @@ static int rd_op_empty(rd_t *r, int op) {
     }
     return rd_push(r, (rd_val_t){V_SKIP, K_UNKNOWN, kind, 0, 0, {0}});
   }
+  bool done = false;
+  if (kind == O_DICT) MS_FORWARD_IF_ERROR(ms__pickle_entry_dict(r, &done)); /* a trace entry */
+  if (done) return MS_OK;
   rd_val_t v;
   MS_FORWARD_IF_ERROR(ms__pickle_create(r, kind, &v));
   MS_FORWARD_IF_ERROR(rd_push(r, v));
