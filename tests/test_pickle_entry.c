@@ -285,6 +285,9 @@ Test(pickle_entry, entries_as_the_general_path) {
       {BIN("\x94(" FREE "h\x12h\x0e" FR "u"), MS_OK, false},
       /* a key that is no string */
       {BIN("\x94(K\x01K\x02" FREE FR "u"), MS_OK, false},
+      /* the batch that stores the entries: the entry twice (through the memo), an int */
+      {BIN("\x94(" FREE FR "uh\x1b"), MS_EFORMAT, true},
+      {BIN("\x94(" FREE FR "uK\x01"), MS_EFORMAT, true},
       /* the frames as a get of the first entry's list (a free naming its alloc's), which the
        * split cases below free first; a get of a string or of a frame dict instead */
       {BIN("\x94(" FREE "h\x0dj\x0e\x00\x00\x00u"), MS_OK, true},

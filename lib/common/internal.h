@@ -56,7 +56,8 @@ extern size_t ms__pickle_map_window;
  * entry whole (pickle_skim.c): tests compare the two. */
 extern bool ms__pickle_skim;
 /* false: a kept trace's entries go through the general loop only, not the one that reads an
- * entry whole (pickle_entry.c): tests compare the two. */
+ * entry whole (pickle_entry.c), and a batch of them is stored one by one (ms__pickle_appends):
+ * tests compare the two. */
 extern bool ms__pickle_fast;
 /* false: the pickle reader keeps every container's object to the end of the read, as it did
  * before it freed those that cannot be named again (pickle_retire.c): tests compare the two. */

@@ -450,6 +450,19 @@ int ms__pickle_appends(rd_t *r, uint32_t lid, size_t from) {
       l->count += (uint32_t)(i - from);
       from = i;
     }
+    /* a batch of kept entries, each the record after the list's last one and accounted for
+     * already (pickle_drop.c), as rd_list_append stores each one; anything else is its */
+    for (; ms__pickle_fast && from < r->st.len && l->count && l->count < UINT32_MAX; from++) {
+      const rd_val_t *v = &r->st.ptr[from];
+      if (v->t != V_OBJ) break;
+      rd_obj_t *o = &r->objs.ptr[v->v.obj];
+      if (o->kind != O_DICT || o->role != R_TRACE || (o->flags & OF_USED) ||
+          o->ref != l->ref + l->count)
+        break;
+      if (r->drop_free && (!(o->flags & OF_ACCOUNTED) || o->parent != lid)) break;
+      o->flags |= OF_USED;
+      l->count++;
+    }
   }
   for (size_t i = from; i < r->st.len; i++) {
     rd_val_t v = r->st.ptr[i];
