@@ -406,8 +406,13 @@ int ms__snapbuild_stack_tail(ms__snapbuild_t *b, size_t n, uint32_t *out) {
 }
 
 int ms__snapbuild_stack_tail_hashed(ms__snapbuild_t *b, size_t n, uint64_t h, uint32_t *out) {
-  if (n > b->stack_frames.cap) return MS_EINVAL;
-  const uint32_t *fr = b->stack_frames.ptr;
+  return ms__snapbuild_stack_tail_at(b, 0, n, h, out);
+}
+
+int ms__snapbuild_stack_tail_at(ms__snapbuild_t *b, size_t at, size_t n, uint64_t h,
+                                uint32_t *out) {
+  if (at > b->stack_frames.cap || n > b->stack_frames.cap - at) return MS_EINVAL;
+  const uint32_t *fr = b->stack_frames.ptr + at;
   uint32_t tag;
   size_t slot;
   bool found;

@@ -117,6 +117,10 @@ int ms__snapbuild_stack_tail(ms__snapbuild_t *b, size_t n, uint32_t *out);
 uint64_t ms__snapbuild_stack_hash(const uint32_t *frames, size_t n);
 void ms__snapbuild_stack_prefetch(const ms__snapbuild_t *b, uint64_t hash);
 int ms__snapbuild_stack_tail_hashed(ms__snapbuild_t *b, size_t n, uint64_t hash, uint32_t *out);
+/* stack_tail_hashed of the n indices from index `at` of the tail on (several stacks queued one
+ * after another in the tail, interned without moving them). */
+int ms__snapbuild_stack_tail_at(ms__snapbuild_t *b, size_t at, size_t n, uint64_t hash,
+                                uint32_t *out);
 
 /* Appends a record (copied). Index of the new record = the vector's len before the call. */
 int ms__snapbuild_add_segment(ms__snapbuild_t *b, const ms_snap_segment_t *seg);

@@ -111,25 +111,24 @@ static int rd_intern_frame(rd_t *r, uint32_t id, uint32_t *frame) {
 }
 
 
-/* Interns the queued lists' stacks, in order, into their lists and trace records. */
+/* Interns the queued lists' stacks, in order, into their lists and trace records; the indices of
+ * the list being filled, after theirs at the tail, then move to its start. */
 int ms__pickle_flush(rd_t *r) {
   ms__snapbuild_t *b = &r->b;
-  size_t rest = r->pend_frames + r->fbuf_len; /* indices at the tail, from the current one on */
+  size_t at = 0;
   for (uint32_t i = 0; i < r->npend; i++) {
     const rd_pend_t *p = &r->pend[i];
-    size_t len0 = b->stack_frames.len;
     uint32_t st = 0;
-    int rc = ms__snapbuild_stack_tail_hashed(b, p->n, p->hash, &st);
+    int rc = ms__snapbuild_stack_tail_at(b, at, p->n, p->hash, &st);
     if (rc != MS_OK) return ms__pickle_err(r, rc, "cannot store a stack: %s", ms_strerror(rc));
-    rest -= p->n;
-    if (b->stack_frames.len == len0 && rest) /* a known stack: drop its indices */
-      memmove(b->stack_frames.ptr + len0, b->stack_frames.ptr + len0 + p->n,
-              rest * sizeof *b->stack_frames.ptr);
+    at += p->n;
     rd_obj_t *o = &r->objs.ptr[p->list];
     o->ref = st;
     o->flags = (uint8_t)((o->flags & ~OF_PENDING) | OF_SEALED);
     b->trace.ptr[p->rec].stack = st;
   }
+  uint32_t *tail = b->stack_frames.ptr;
+  if (at && r->fbuf_len) memmove(tail, tail + at, r->fbuf_len * sizeof *tail);
   r->npend = 0;
   r->pend_frames = 0;
   return MS_OK;
