@@ -13,6 +13,8 @@
  *                     interned as stacks, and the checks after STOP
  *   pickle_frames.c   the hot paths that write a frames list's frame indices straight to the
  *                     builder's stack tail (a run of memo gets, or APPENDS of interned frames)
+ *   pickle_entry.c    a kept trace's entry read whole in one loop (scanned, then applied in the
+ *                     general path's order), its dict created without rd_place
  *   pickle_drop.c     which trace entries' stacks a read may leave out (MS_LOAD_NO_FREE_STACKS:
  *                     frees paired with their alloc as the time index pairs them)
  *   pickle_retire.c   the objects of trace entries and frames lists that nothing can name again,

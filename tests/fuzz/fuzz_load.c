@@ -23,7 +23,11 @@
  *  - one input in 8 is also read (in full, or without the frees' or the trace's stacks) with the
  *    reader's objects all kept to the end (ms__pickle_recycle false) and with those that cannot
  *    be named again freed (pickle_retire.c): the same answer, to the words of its message, and
- *    the same trace.
+ *    the same trace;
+ *  - one input in 4 is also read (in full, or without the frees' or the trace's stacks) with a
+ *    kept trace's entries read whole (pickle_entry.c) and by the general loop
+ *    (ms__pickle_fast false): the same answer, to the words of its message, and the same trace,
+ *    field by field.
  *
  * Built and run by scripts/fuzz.sh (make fuzz); seeds in tests/fuzz/corpus/fuzz_load/. The
  * retire-shared-list*.seed inputs are made by hand (a flags byte, then the small pickle of
@@ -139,6 +143,42 @@ static void kept_and_freed(const uint8_t *data, size_t size, uint8_t opt) {
   ms_snapshot_free(b);
 }
 
+/* With a kept trace's entries read whole (pickle_entry.c) and by the general loop: the same
+ * answer, to the words of its message, and the same trace, field by field. */
+static void whole_and_general(const uint8_t *data, size_t size, uint8_t opt) {
+  unsigned flags = (opt & 0x10)   ? MS_LOAD_NO_FREE_STACKS
+                   : (opt & 0x20) ? MS_LOAD_NO_TRACE_STACKS
+                                  : 0;
+  ms_snapshot_t *a = NULL, *b = NULL;
+  ms_errbuf_t ea, eb;
+  int ra = load(data, size, "file", true, flags, &a, &ea);
+  ms__pickle_fast = false;
+  int rb = load(data, size, "file", true, flags, &b, &eb);
+  ms__pickle_fast = true;
+  FZ_CHECK(ra == rb, "entries read whole %d, by the general loop %d (%s / %s)", ra, rb, ea.msg,
+           eb.msg);
+  if (ra != MS_OK) {
+    FZ_CHECK(strcmp(ea.msg, eb.msg) == 0, "entries read whole: '%s' / '%s'", ea.msg, eb.msg);
+  } else {
+    FZ_CHECK(same_sizes(a, b) && a->nstacks == b->nstacks && a->nframes == b->nframes,
+             "entries read whole: other sizes");
+    for (size_t i = 0; i < a->ntrace; i++) {
+      const ms_snap_trace_t *x = &a->trace[i], *y = &b->trace[i];
+      FZ_CHECK(x->stack == y->stack && x->action == y->action && x->addr == y->addr &&
+                   x->size == y->size && x->stream == y->stream && x->time_us == y->time_us &&
+                   x->present == y->present &&
+                   strcmp(ms_snap_trace_action_name(x), ms_snap_trace_action_name(y)) == 0 &&
+                   strcmp(ms_snap_trace_compile_context(x), ms_snap_trace_compile_context(y)) ==
+                       0 &&
+                   strcmp(ms_snap_trace_user_metadata(x), ms_snap_trace_user_metadata(y)) == 0 &&
+                   strcmp(ms_snap_trace_category(x), ms_snap_trace_category(y)) == 0,
+               "entries read whole: trace entry %zu differs", i);
+    }
+  }
+  ms_snapshot_free(a);
+  ms_snapshot_free(b);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   fz_in_t inp = fz_in(data, size);
   uint8_t opt;
@@ -191,6 +231,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (through_path) via_path(data, size, flags, rf, f, ef.msg);
   if (flags == 0 && (opt >> 1) % 8 == 1) via_window(data, size, opt, rf, f);
   if (flags == 0 && (opt >> 1) % 8 == 2) kept_and_freed(data, size, opt);
+  if (flags == 0 && (opt >> 1) % 4 == 3) whole_and_general(data, size, opt);
   ms_snapshot_free(f);
   ms_snapshot_free(in);
   return 0;
