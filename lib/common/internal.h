@@ -27,11 +27,16 @@
 #define ms_unlikely(x) __builtin_expect(!!(x), 0)
 #define MS_NOINLINE __attribute__((noinline))
 #define MS_ALWAYS_INLINE static inline __attribute__((always_inline))
+/* A hot loop's function starts on a 64-byte boundary, so that its loops' place in the
+ * instruction fetch does not move with the size of unrelated code before it (the skipped
+ * trace's entry loop ran 15 % slower, with the same instructions, after code elsewhere grew) */
+#define MS_HOT_ALIGN __attribute__((aligned(64)))
 #else
 #define ms_likely(x) (x)
 #define ms_unlikely(x) (x)
 #define MS_NOINLINE
 #define MS_ALWAYS_INLINE static inline
+#define MS_HOT_ALIGN
 #endif
 
 /* "pickle_vm.c": ms_pickle_read_ex() that also says (*cannot_skip, may be NULL) whether it

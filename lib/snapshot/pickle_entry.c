@@ -425,7 +425,7 @@ static int en_apply_fields(rd_t *r, uint32_t did, uint32_t lid, const ms_snap_tr
 /* The entry dict did, just created and pushed, read whole when it can be (*taken). born_extra:
  * its record's extra fields are still those of a record just born (ms__pickle_birth's, not set
  * yet: the caller sets them when the entry is not taken). */
-static int en_entry(rd_t *r, uint32_t did, bool born_extra, bool *taken) {
+MS_HOT_ALIGN static int en_entry(rd_t *r, uint32_t did, bool born_extra, bool *taken) {
   *taken = false;
   if (r->memo_holes || r->fbuf_owner != RD_NO_OBJ) return MS_OK;
   en_scan_t k = {(const unsigned char *)r->buf, r->pos, r->lim, r->memo_tag.ptr, r->memo.ptr,

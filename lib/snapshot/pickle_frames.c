@@ -46,7 +46,7 @@ size_t ms__pickle_appends_frames_fast(rd_t *r, uint32_t lid, size_t from) {
   return from + done;
 }
 
-bool ms__pickle_frame_gets(rd_t *r, size_t pos, int op, size_t have, size_t *nout,
+MS_HOT_ALIGN bool ms__pickle_frame_gets(rd_t *r, size_t pos, int op, size_t have, size_t *nout,
                            size_t *end) {
   /* One pass: each get is checked (an interned frame dict, an APPENDS after the run) and its
    * frame's index written to the list's place at the stack tail, in room reserved as the run

@@ -128,7 +128,7 @@ static bool skim_list(skim_t *k, size_t *items) {
 
 bool ms__pickle_skim = true;
 
-int ms__pickle_skim_entry(rd_t *r, bool *done) {
+MS_HOT_ALIGN int ms__pickle_skim_entry(rd_t *r, bool *done) {
   *done = false;
   if (!ms__pickle_skim || r->memo_holes || r->marks.len + 2 > RD_MAX_STACK) return MS_OK;
   skim_t k; /* its events are written before they are read */
