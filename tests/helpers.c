@@ -554,6 +554,45 @@ const char *th_fixture_dir(void) {
 #endif
 }
 
+void th_cut_and_flip(char *data, size_t len, const char *name,
+                     void (*fn)(void *ctx, const char *bytes, size_t n, const char *what,
+                                size_t k),
+                     void *ctx) {
+  char what[4200];
+  size_t k = 0;
+  for (size_t at = 0; at < len; at++) {
+    snprintf(what, sizeof what, "%s cut at %zu", name, at);
+    fn(ctx, data, at, what, k++);
+  }
+  for (size_t at = 0; at < len; at += 3) {
+    for (unsigned bit = 0; bit < 8; bit += 7) {
+      data[at] ^= (char)(1u << bit);
+      snprintf(what, sizeof what, "%s byte %zu bit %u", name, at, bit);
+      fn(ctx, data, len, what, k++);
+      data[at] ^= (char)(1u << bit);
+    }
+  }
+}
+
+size_t th_fixture_pickles(char paths[][4096], size_t cap) {
+  DIR *d = opendir(th_fixture_dir());
+  size_t n = 0;
+  if (d) {
+    struct dirent *e;
+    while ((e = readdir(d)) && n < cap) {
+      size_t l = strlen(e->d_name);
+      if (l > 7 && strcmp(e->d_name + l - 7, ".pickle") == 0)
+        snprintf(paths[n++], 4096, "%s/%s", th_fixture_dir(), e->d_name);
+    }
+    closedir(d);
+  }
+  if (n == 0) {
+    printf("SKIP: no PyTorch fixtures in %s (set MEMSNAP_TORCH_FIXTURES)\n", th_fixture_dir());
+    fflush(stdout);
+  }
+  return n;
+}
+
 /* ---- running the program -------------------------------------------------------------------- */
 
 char *th_read_text(const char *path, size_t *len) {

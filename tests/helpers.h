@@ -80,6 +80,16 @@ int th_write_file(const char *path, const void *data, size_t len);
 
 /* The fixture directory (MEMSNAP_TORCH_FIXTURES or the compile-time default). */
 const char *th_fixture_dir(void);
+/* The paths of its PyTorch pickles (*.pickle), at most cap, in the directory's order. None: a
+ * "SKIP: ..." line on stdout, and 0 (the caller skips its test). */
+size_t th_fixture_pickles(char paths[][4096], size_t cap);
+/* Calls fn(ctx, bytes, n, what, k) for data (len bytes, restored after) cut at every offset, then
+ * with bit 0, then bit 7, flipped in every third byte; what names the case ("NAME cut at N",
+ * "NAME byte N bit B"), k counts the calls. For the readers' hostile-input tests. */
+void th_cut_and_flip(char *data, size_t len, const char *name,
+                     void (*fn)(void *ctx, const char *bytes, size_t n, const char *what,
+                                size_t k),
+                     void *ctx);
 
 /* The memsnap program ($MEMSNAP_BIN, else the build tree's) run with args (NULL-terminated,
  * without argv[0]) in dir, stdin from in_path (NULL: /dev/null), with env's NAME=VALUE strings

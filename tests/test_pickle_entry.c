@@ -23,47 +23,15 @@ static const unsigned load_flags[] = {0, MS_LOAD_NO_FREE_STACKS, MS_LOAD_NO_TRAC
                                       MS_LOAD_NO_TRACE_STACKS | MS_LOAD_NO_FREE_STACKS};
 
 static size_t fixtures(char paths[][4096], size_t cap) {
-  DIR *d = opendir(th_fixture_dir());
-  size_t n = 0;
-  if (d) {
-    struct dirent *e;
-    while ((e = readdir(d)) && n < cap) {
-      size_t l = strlen(e->d_name);
-      if (l > 7 && strcmp(e->d_name + l - 7, ".pickle") == 0)
-        snprintf(paths[n++], 4096, "%s/%s", th_fixture_dir(), e->d_name);
-    }
-    closedir(d);
-  }
-  if (n == 0) {
-    printf("SKIP: no PyTorch fixtures in %s (set MEMSNAP_TORCH_FIXTURES)\n", th_fixture_dir());
-    fflush(stdout);
-    cr_skip_test("no fixtures");
-  }
+  size_t n = th_fixture_pickles(paths, cap);
+  if (n == 0) cr_skip_test("no fixtures");
   return n;
 }
 
-/* Both snapshots as memsnap's format: equal bytes, or the same refusal. */
+/* Both snapshots equal in every table and field (th_snapshot_diff). */
 static void same_snapshots(const ms_snapshot_t *a, const ms_snapshot_t *b, const char *what) {
-  th_memsink_t m[2];
-  ms_errbuf_t we[2] = {{{0}}, {{0}}};
-  int wr[2];
-  const ms_snapshot_t *s[2] = {a, b};
-  for (int i = 0; i < 2; i++) {
-    ms_sink_t sink;
-    th_memsink_init(&sink, &m[i]);
-    ms_snapshot_t shown = *s[i];
-    shown.present &= ~(uint32_t)(MS_SNAP_TRACE_SKIPPED | MS_SNAP_TRACE_STACKS_SKIPPED);
-    wr[i] = ms_snapshot_write(&shown, NULL, &sink, &we[i]);
-  }
-  cr_assert_eq(wr[0], wr[1], "%s: written %d '%s' and %d '%s'", what, wr[0], we[0].msg, wr[1],
-               we[1].msg);
-  if (wr[0] == MS_OK)
-    cr_assert(m[0].len == m[1].len && memcmp(m[0].data, m[1].data, m[0].len) == 0,
-              "%s: snapshots differ", what);
-  else
-    cr_assert_str_eq(we[0].msg, we[1].msg, "%s", what);
-  th_memsink_free(&m[0]);
-  th_memsink_free(&m[1]);
+  char why[512];
+  cr_assert(th_snapshot_diff(a, b, why, sizeof why) == 0, "%s: snapshots differ: %s", what, why);
 }
 
 /* Reads bytes with flags with the entry loop and without it: the same code and message, or
@@ -108,6 +76,12 @@ Test(pickle_entry, fixtures_every_load_option, .timeout = 300) {
   }
 }
 
+/* th_cut_and_flip's case: read both ways, with or without the frees' stacks in turn. */
+static void cut_or_flipped(void *ctx, const char *bytes, size_t n, const char *what, size_t k) {
+  (void)ctx;
+  (void)same_with_and_without(bytes, n, k % 2 ? 0 : MS_LOAD_NO_FREE_STACKS, what, NULL);
+}
+
 Test(pickle_entry, fixtures_cut_and_flipped, .timeout = 600) {
   static char paths[32][4096];
   size_t n = fixtures(paths, 32);
@@ -115,22 +89,8 @@ Test(pickle_entry, fixtures_cut_and_flipped, .timeout = 600) {
     size_t len = 0;
     char *data = th_read_file(paths[i], &len);
     cr_assert(data, "%s", paths[i]);
-    if (len <= 64 << 10) { /* the small ones: cut everywhere, and bytes flipped */
-      char what[4200];
-      for (size_t at = 0; at < len; at++) {
-        snprintf(what, sizeof what, "%s cut at %zu", paths[i], at);
-        (void)same_with_and_without(data, at, MS_LOAD_NO_FREE_STACKS, what, NULL);
-      }
-      for (size_t at = 0; at < len; at += 3) {
-        for (unsigned bit = 0; bit < 8; bit += 7) {
-          data[at] ^= (char)(1u << bit);
-          snprintf(what, sizeof what, "%s byte %zu bit %u", paths[i], at, bit);
-          (void)same_with_and_without(data, len, (at / 3) % 2 ? 0 : MS_LOAD_NO_FREE_STACKS, what,
-                                      NULL);
-          data[at] ^= (char)(1u << bit);
-        }
-      }
-    }
+    /* the small ones: cut everywhere, and bytes flipped */
+    if (len <= 64 << 10) th_cut_and_flip(data, len, paths[i], cut_or_flipped, NULL);
     free(data);
   }
 }

@@ -38,26 +38,9 @@ typedef struct en_scan_s {
   size_t nmemo;
 } en_scan_t;
 
-/* An optional memo put at k->pos of the memo's next index (MEMOIZE, BINPUT, LONG_BINPUT): false
- * for one this loop leaves to the general path (another index). */
+/* An optional memo put at k->pos of the memo's next index, want (rd_scan_put). */
 MS_ALWAYS_INLINE bool en_put(en_scan_t *k, size_t want, bool *put) {
-  *put = false;
-  if (k->lim - k->pos < 5) return true; /* near lim: what follows fails the scan */
-  unsigned op = k->buf[k->pos];
-  if (op == 0x94) {
-    k->pos += 1;
-  } else if (op == 'q') {
-    if (k->buf[k->pos + 1] != want) return false;
-    k->pos += 2;
-  } else if (op == 'r') {
-    if (rd_le32(k->buf + k->pos + 1) != want) return false;
-    k->pos += 5;
-  } else {
-    return true;
-  }
-  if (want >= UINT32_MAX - 1) return false;
-  *put = true;
-  return true;
+  return rd_scan_put(k->buf, &k->pos, k->lim, want, put);
 }
 
 /* A memo get at k->pos (BINGET, LONG_BINGET) of a value that is no container: its tag. 0: none

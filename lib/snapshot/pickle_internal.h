@@ -425,6 +425,33 @@ static inline uint32_t rd_le32(const unsigned char *p) {
   return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
+/* An optional memo put at buf[*pos] of the memo's index `want` (MEMOIZE, or BINPUT / LONG_BINPUT
+ * of that index), for the loops that scan ahead of the general path (pickle_skim.c,
+ * pickle_entry.c): true with *put and *pos past it when there is one they take, true without
+ * one, false for one they leave to the general path (another index, or one near lim). */
+static inline bool rd_scan_put(const unsigned char *buf, size_t *pos, size_t lim, uint64_t want,
+                               bool *put) {
+  size_t p = *pos;
+  *put = false;
+  if (lim - p < 5) return lim - p >= 1 && buf[p] != 0x94 && buf[p] != 'q' && buf[p] != 'r';
+  unsigned op = buf[p];
+  if (op == 0x94) {
+    p += 1;
+  } else if (op == 'q') {
+    if (buf[p + 1] != want) return false;
+    p += 2;
+  } else if (op == 'r') {
+    if (rd_le32(buf + p + 1) != want) return false;
+    p += 5;
+  } else {
+    return true;
+  }
+  if (want >= UINT32_MAX - 1) return false;
+  *pos = p;
+  *put = true;
+  return true;
+}
+
 /* A run of memo gets ended by APPENDS into a list whose items are dropped (a skipped trace's
  * frames list): BINGET 'h' and LONG_BINGET 'j', the run's first opcode op read and its argument
  * at buf[pos]. The run is only checked: every index below nmemo (a memo without holes holds

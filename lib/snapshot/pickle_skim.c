@@ -68,31 +68,11 @@ static bool skim_event(skim_t *k, uint8_t kind, size_t at, size_t len) {
   return true;
 }
 
-/* An optional memo put of the value just read (MEMOIZE, or BINPUT / LONG_BINPUT of the next
- * index): true with *put when there is one that this loop takes, true without one, false for a
- * put it leaves to the general path (another index). */
+/* An optional memo put of the value just read, of the next index (rd_scan_put). */
 MS_ALWAYS_INLINE bool skim_put(skim_t *k, bool *put) {
-  *put = false;
-  if (k->lim - k->pos < 5)
-    return k->lim - k->pos >= 1 && k->buf[k->pos] != 0x94 && k->buf[k->pos] != 'q' &&
-           k->buf[k->pos] != 'r';
-  unsigned op = k->buf[k->pos];
-  uint64_t want = k->nmemo + k->nput;
-  if (op == 0x94) {
-    k->pos += 1;
-  } else if (op == 'q') {
-    if (k->buf[k->pos + 1] != want) return false;
-    k->pos += 2;
-  } else if (op == 'r') {
-    if (rd_le32(k->buf + k->pos + 1) != want) return false;
-    k->pos += 5;
-  } else {
-    return true;
-  }
-  if (want >= UINT32_MAX - 1) return false;
-  k->nput++;
-  *put = true;
-  return true;
+  bool ok = rd_scan_put(k->buf, &k->pos, k->lim, k->nmemo + k->nput, put);
+  k->nput += *put;
+  return ok;
 }
 
 /* A memo get at k->pos (its opcode op already read): the index, or false when the memo does

@@ -116,52 +116,26 @@ static void via_window(const uint8_t *data, size_t size, uint8_t opt, int rc,
   ms_snapshot_free(p);
 }
 
-/* With the reader's objects freed and kept (pickle_retire.c): the same answer, the same trace. */
-static void kept_and_freed(const uint8_t *data, size_t size, uint8_t opt) {
+/* Read with a switch of the reader on and off: with the objects that cannot be named again freed
+ * (pickle_retire.c) or all kept (ms__pickle_recycle), with a kept trace's entries read whole
+ * (pickle_entry.c) or by the general loop (ms__pickle_fast): the same answer, to the words of
+ * its message, and the same trace, field by field. */
+static void both_ways(const uint8_t *data, size_t size, uint8_t opt, bool *on, const char *what) {
   unsigned flags = (opt & 0x10)   ? MS_LOAD_NO_FREE_STACKS
                    : (opt & 0x20) ? MS_LOAD_NO_TRACE_STACKS
                                   : 0;
   ms_snapshot_t *a = NULL, *b = NULL;
   ms_errbuf_t ea, eb;
   int ra = load(data, size, "file", true, flags, &a, &ea);
-  ms__pickle_recycle = false;
+  *on = false;
   int rb = load(data, size, "file", true, flags, &b, &eb);
-  ms__pickle_recycle = true;
-  FZ_CHECK(ra == rb, "objects freed %d, kept %d (%s / %s)", ra, rb, ea.msg, eb.msg);
+  *on = true;
+  FZ_CHECK(ra == rb, "%s: on %d, off %d (%s / %s)", what, ra, rb, ea.msg, eb.msg);
   if (ra != MS_OK) {
-    FZ_CHECK(strcmp(ea.msg, eb.msg) == 0, "objects freed and kept: '%s' / '%s'", ea.msg, eb.msg);
-  } else {
-    FZ_CHECK(same_sizes(a, b) && a->nstacks == b->nstacks, "objects freed and kept: other sizes");
-    for (size_t i = 0; i < a->ntrace; i++) {
-      const ms_snap_trace_t *x = &a->trace[i], *y = &b->trace[i];
-      FZ_CHECK(x->stack == y->stack && x->action == y->action && x->addr == y->addr &&
-                   x->size == y->size && x->present == y->present,
-               "objects freed and kept: trace entry %zu differs", i);
-    }
-  }
-  ms_snapshot_free(a);
-  ms_snapshot_free(b);
-}
-
-/* With a kept trace's entries read whole (pickle_entry.c) and by the general loop: the same
- * answer, to the words of its message, and the same trace, field by field. */
-static void whole_and_general(const uint8_t *data, size_t size, uint8_t opt) {
-  unsigned flags = (opt & 0x10)   ? MS_LOAD_NO_FREE_STACKS
-                   : (opt & 0x20) ? MS_LOAD_NO_TRACE_STACKS
-                                  : 0;
-  ms_snapshot_t *a = NULL, *b = NULL;
-  ms_errbuf_t ea, eb;
-  int ra = load(data, size, "file", true, flags, &a, &ea);
-  ms__pickle_fast = false;
-  int rb = load(data, size, "file", true, flags, &b, &eb);
-  ms__pickle_fast = true;
-  FZ_CHECK(ra == rb, "entries read whole %d, by the general loop %d (%s / %s)", ra, rb, ea.msg,
-           eb.msg);
-  if (ra != MS_OK) {
-    FZ_CHECK(strcmp(ea.msg, eb.msg) == 0, "entries read whole: '%s' / '%s'", ea.msg, eb.msg);
+    FZ_CHECK(strcmp(ea.msg, eb.msg) == 0, "%s: '%s' / '%s'", what, ea.msg, eb.msg);
   } else {
     FZ_CHECK(same_sizes(a, b) && a->nstacks == b->nstacks && a->nframes == b->nframes,
-             "entries read whole: other sizes");
+             "%s: other sizes", what);
     for (size_t i = 0; i < a->ntrace; i++) {
       const ms_snap_trace_t *x = &a->trace[i], *y = &b->trace[i];
       FZ_CHECK(x->stack == y->stack && x->action == y->action && x->addr == y->addr &&
@@ -172,7 +146,7 @@ static void whole_and_general(const uint8_t *data, size_t size, uint8_t opt) {
                        0 &&
                    strcmp(ms_snap_trace_user_metadata(x), ms_snap_trace_user_metadata(y)) == 0 &&
                    strcmp(ms_snap_trace_category(x), ms_snap_trace_category(y)) == 0,
-               "entries read whole: trace entry %zu differs", i);
+               "%s: trace entry %zu differs", what, i);
     }
   }
   ms_snapshot_free(a);
@@ -230,8 +204,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   }
   if (through_path) via_path(data, size, flags, rf, f, ef.msg);
   if (flags == 0 && (opt >> 1) % 8 == 1) via_window(data, size, opt, rf, f);
-  if (flags == 0 && (opt >> 1) % 8 == 2) kept_and_freed(data, size, opt);
-  if (flags == 0 && (opt >> 1) % 4 == 3) whole_and_general(data, size, opt);
+  if (flags == 0 && (opt >> 1) % 8 == 2) both_ways(data, size, opt, &ms__pickle_recycle, "freed");
+  if (flags == 0 && (opt >> 1) % 4 == 3) both_ways(data, size, opt, &ms__pickle_fast, "whole");
   ms_snapshot_free(f);
   ms_snapshot_free(in);
   return 0;
