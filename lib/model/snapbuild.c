@@ -149,7 +149,9 @@ int ms__bigvec_reserve(void **ptr, size_t *cap, size_t len, size_t extra, size_t
  * file read after the first, as `compare` reads its two) instead of going back to the kernel and
  * being zeroed again when touched (common/internal.h, "bigmem.c"). */
 #define BIGMEM_RESERVE(v, extra)                                                                   \
-  ms__big_vec_reserve((void **)&(v)->ptr, &(v)->cap, (v)->len, (extra), sizeof(*(v)->ptr))
+  ((size_t)(extra) <= (v)->cap - (v)->len                                                          \
+       ? 0                                                                                         \
+       : ms__big_vec_reserve((void **)&(v)->ptr, &(v)->cap, (v)->len, (extra), sizeof(*(v)->ptr)))
 
 /* ---- intern tables -------------------------------------------------------------------------- */
 
