@@ -155,7 +155,7 @@ typedef struct en_found_s {
   bool frames;             /* a frames list: */
   uint32_t nframes;        /* made here: its frames (at the builder's stack tail) */
   bool got, drop;          /* got from the memo: its stack left out (MS_LOAD_NO_*_STACKS) */
-  uint32_t list;           /* the entry's device list (its dict's parent) */
+  uint32_t list, rec;      /* the entry's device list (its dict's parent), its record */
   ms_snap_trace_t at_frames; /* the record as SETITEMS has it when it comes to the frames */
   ms_snap_trace_extra_t x;   /* the extra fields, set once */
   bool extra;                /* an extra field was named */
@@ -209,7 +209,12 @@ static bool en_frames_get(rd_t *r, en_scan_t *k, const ms_snap_trace_t *t, en_fo
   } else {
     return false;
   }
-  f->drop = rd_drops(r, t->action) || ms__pickle_drop_free(r, t, f->list);
+  /* decided on the record as SETITEMS has it then: in its place, since a window of the trace
+   * finds an entry's index from its record's address (pickle_drop.c), and put back after */
+  ms_snap_trace_t *rt = &r->b.trace.ptr[f->rec], born = *rt;
+  *rt = *t;
+  f->drop = rd_drops(r, t->action) || ms__pickle_drop_free(r, rt, f->list);
+  *rt = born;
   if (dropped && !f->drop) return false;
   f->ev[f->nev++] = (en_event_t){idx, 0, EN_GET, K_FRAMES, false, (uint32_t)at};
   f->frames = f->got = true;
@@ -419,6 +424,7 @@ MS_HOT_ALIGN static int en_entry(rd_t *r, uint32_t did, bool born_extra, bool *t
   f.frames = f.got = f.drop = false;
   f.extra = born_extra;
   f.list = r->objs.ptr[did].parent;
+  f.rec = r->objs.ptr[did].ref;
   f.nframes = 0;
   f.nev = 0;
   f.named = 0;
