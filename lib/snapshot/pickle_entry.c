@@ -162,6 +162,9 @@ typedef struct en_found_s {
   unsigned named;            /* the extra fields named (1 << K_*) */
 } en_found_t;
 
+_Static_assert(K_ACTION < 32 && K_COMPILE_CONTEXT < 32 && K_USER_METADATA < 32 && K_CATEGORY < 32,
+               "en_found_t.named holds the extra fields' keys as bits");
+
 /* A string value at k->pos met for the first time, stored under key, and its optional put: an
  * event. false: not this loop's. */
 MS_ALWAYS_INLINE bool en_new_str(en_scan_t *k, en_found_t *f, uint8_t key) {
