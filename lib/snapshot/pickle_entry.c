@@ -43,22 +43,31 @@ MS_ALWAYS_INLINE bool en_put(en_scan_t *k, size_t want, bool *put) {
   return rd_scan_put(k->buf, &k->pos, k->lim, want, put);
 }
 
-/* A memo get at k->pos (BINGET, LONG_BINGET) of a value that is no container: its tag. 0: none
- * this loop takes (another opcode, an index not stored, the argument reaching lim). */
-MS_ALWAYS_INLINE uint8_t en_get(en_scan_t *k, uint32_t *idx) {
+/* A memo get at k->pos (BINGET, LONG_BINGET) of an index the memo holds: the index.
+ * EN_NO_GET: another opcode, an index not stored, or the argument reaching lim (the memo never
+ * reaches UINT32_MAX entries: rd_memo_put refuses them). */
+#define EN_NO_GET UINT32_MAX
+MS_ALWAYS_INLINE uint32_t en_get_idx(en_scan_t *k) {
   size_t left = k->lim - k->pos;
-  if (left < 2) return 0;
+  if (left < 2) return EN_NO_GET;
   unsigned op = k->buf[k->pos];
+  uint32_t idx;
   if (op == 'j' && left >= 5) {
-    *idx = rd_le32(k->buf + k->pos + 1);
+    idx = rd_le32(k->buf + k->pos + 1);
     k->pos += 5;
   } else if (op == 'h') {
-    *idx = k->buf[k->pos + 1];
+    idx = k->buf[k->pos + 1];
     k->pos += 2;
   } else {
-    return 0;
+    return EN_NO_GET;
   }
-  if (*idx >= k->nmemo) return 0;
+  return idx < k->nmemo ? idx : EN_NO_GET;
+}
+
+/* en_get_idx of a value that is no container: its tag (0: none this loop takes). */
+MS_ALWAYS_INLINE uint8_t en_get(en_scan_t *k, uint32_t *idx) {
+  *idx = en_get_idx(k);
+  if (*idx == EN_NO_GET) return 0;
   uint8_t t = k->tag[*idx];
   return t == V_OBJ || t >= RD_TAG_TFRAMES ? 0 : t; /* V_UNSET is 0 */
 }
@@ -95,22 +104,11 @@ MS_ALWAYS_INLINE bool en_scalar(en_scan_t *k, rd_val_t *v) {
     v->v.i = (int64_t)(int32_t)rd_le32(q);
     k->pos += 5;
     return true;
-  case 0x8a: { /* LONG1 of 1 to 8 bytes: addresses and times, as rd_op_long decodes them */
+  case 0x8a: { /* LONG1 of 1 to 8 bytes: addresses and times */
     if (left < 10) return false; /* its eight-byte load (near lim: the general path) */
     size_t n = q[0];
     if (n - 1 >= 8) return false;
-    uint64_t u = (uint64_t)rd_le32(q + 1) | (uint64_t)rd_le32(q + 5) << 32;
-    unsigned bits = 8u * (unsigned)n;
-    if (bits < 64) u &= ((uint64_t)1 << bits) - 1;
-    if (q[n] & 0x80) {
-      if (bits < 64) u |= ~(uint64_t)0 << bits;
-      memcpy(&v->v.i, &u, sizeof u);
-    } else if (u <= (uint64_t)INT64_MAX) {
-      v->v.i = (int64_t)u;
-    } else {
-      v->t = V_UINT;
-      v->v.u = u;
-    }
+    *v = rd_long1(q + 1, n);
     k->pos += 2 + n;
     return true;
   }
@@ -156,7 +154,7 @@ typedef struct en_found_s {
   uint32_t nframes;        /* made here: its frames (at the builder's stack tail) */
   bool got, drop;          /* got from the memo: its stack left out (MS_LOAD_NO_*_STACKS) */
   uint32_t list, rec;      /* the entry's device list (its dict's parent), its record */
-  ms_snap_trace_t at_frames; /* the record as SETITEMS has it when it comes to the frames */
+  ms_snap_trace_t at_frames; /* made here: the record as SETITEMS has it at the frames */
   ms_snap_trace_extra_t x;   /* the extra fields, set once */
   bool extra;                /* an extra field was named */
   unsigned named;            /* the extra fields named (1 << K_*) */
@@ -185,21 +183,11 @@ MS_ALWAYS_INLINE bool en_new_str(en_scan_t *k, en_found_t *f, uint8_t key) {
  * sealed or queued for interning, or one freed and kept in the memo (pickle_retire.c), made again
  * when applied. Its stack must not have been left out unless this entry's is too (else the
  * general path's message). */
-static bool en_frames_get(rd_t *r, en_scan_t *k, const ms_snap_trace_t *t, en_found_t *f) {
-  size_t left = k->lim - k->pos, at = k->pos;
-  unsigned op = k->buf[k->pos];
-  uint32_t idx;
-  if (at > UINT32_MAX) return false;
-  if (op == 'j' && left >= 5) {
-    idx = rd_le32(k->buf + k->pos + 1);
-    k->pos += 5;
-  } else if (op == 'h' && left >= 2) {
-    idx = k->buf[k->pos + 1];
-    k->pos += 2;
-  } else {
-    return false;
-  }
-  if (idx >= k->nmemo) return false;
+MS_NOINLINE static bool en_frames_get(rd_t *r, en_scan_t *k, const ms_snap_trace_t *t,
+                                      en_found_t *f) {
+  size_t at = k->pos;
+  uint32_t idx = at > UINT32_MAX ? EN_NO_GET : en_get_idx(k);
+  if (idx == EN_NO_GET) return false;
   uint8_t tag = k->tag[idx];
   bool dropped;
   if (tag == V_OBJ) {
@@ -221,7 +209,6 @@ static bool en_frames_get(rd_t *r, en_scan_t *k, const ms_snap_trace_t *t, en_fo
   if (dropped && !f->drop) return false;
   f->ev[f->nev++] = (en_event_t){idx, 0, EN_GET, K_FRAMES, false, (uint32_t)at};
   f->frames = f->got = true;
-  f->at_frames = *t;
   return true;
 }
 

@@ -480,25 +480,11 @@ static int rd_op_long(rd_t *r, int op) {
       return ms__pickle_err(r, MS_ELIMIT,
                             "integer of %" PRIu64 " bytes is beyond the reader's limit", n);
   }
-  /* LONG1 of 1 to 8 bytes (PyTorch's addresses and times) with 8 bytes in the buffer: one load,
-   * masked and sign-extended, instead of two byte loops (the same value as rd_decode_long's) */
+  /* LONG1 of 1 to 8 bytes (PyTorch's addresses and times) with 8 bytes in the buffer */
   if (op == 0x8a && n - 1 < 8 && r->lim - r->pos >= 8) {
     const unsigned char *q = (const unsigned char *)r->buf + r->pos;
     r->pos += (size_t)n;
-    uint64_t u = (uint64_t)rd_le32(q) | (uint64_t)rd_le32(q + 4) << 32;
-    unsigned bits = 8u * (unsigned)n;
-    if (bits < 64) u &= ((uint64_t)1 << bits) - 1;
-    rd_val_t v = {V_INT, K_UNKNOWN, 0, 0, 0, {0}};
-    if (q[n - 1] & 0x80) { /* negative: extended to 64 bits */
-      if (bits < 64) u |= ~(uint64_t)0 << bits;
-      memcpy(&v.v.i, &u, sizeof u);
-    } else if (u <= (uint64_t)INT64_MAX) {
-      v.v.i = (int64_t)u;
-    } else {
-      v.t = V_UINT;
-      v.v.u = u;
-    }
-    return rd_push(r, v);
+    return rd_push(r, rd_long1(q, (size_t)n));
   }
   MS_FORWARD_IF_ERROR(rd_take(r, n, &p, "an integer"));
   return rd_push(r, rd_decode_long(p, (size_t)n));
