@@ -125,7 +125,17 @@ static uint32_t rt_list_of(const rd_t *r, uint32_t rec) {
 
 /* ---- freeing an entry ----------------------------------------------------------------------- */
 
-static bool rt_on_stack(const rd_t *r, uint32_t a, uint32_t b) {
+/* A filter of the objects on the stack, made once per batch of entries (the stack does not change
+ * while they are retired): bit (id & 63) of each; an object whose bit is clear is not there. */
+static uint64_t rt_stack_bits(const rd_t *r) {
+  uint64_t bits = 0;
+  for (size_t i = 0; i < r->st.len; i++)
+    if (r->st.ptr[i].t == V_OBJ) bits |= 1ull << (r->st.ptr[i].v.obj & 63);
+  return bits;
+}
+
+static bool rt_on_stack(const rd_t *r, uint64_t bits, uint32_t a, uint32_t b) {
+  if (!(bits >> (a & 63) & 1) && !(bits >> (b & 63) & 1)) return false;
   for (size_t i = 0; i < r->st.len; i++) {
     const rd_val_t *v = &r->st.ptr[i];
     if (v->t == V_OBJ && (v->v.obj == a || v->v.obj == b)) return true;
@@ -173,7 +183,7 @@ static int rt_keep_in_memo(rd_t *r, uint32_t e, uint32_t fl, bool *kept) {
 /* Entry e, just stored into its device list and off the stack: freed, with its frames list, when
  * nothing can name them again. That list is its own child, or a list made again from the memo
  * (whose entry made again, its parent, goes with it). */
-static int rt_retire(rd_t *r, uint32_t e) {
+static int rt_retire(rd_t *r, uint64_t stack_bits, uint32_t e) {
   const rd_obj_t *o = &r->objs.ptr[e];
   if (o->role != R_TRACE || (o->flags & OF_KEEP)) return MS_OK;
   if ((o->flags & OF_ONE) && o->count == 0) return MS_OK; /* its child is not its frames list */
@@ -187,7 +197,7 @@ static int rt_retire(rd_t *r, uint32_t e) {
     if (f->role != R_FRAMES || (f->flags & OF_KEEP) || fl == r->fbuf_owner) return MS_OK;
     if (f->flags & OF_PENDING) MS_FORWARD_IF_ERROR(ms__pickle_flush(r));
   }
-  if (r->st.len > RD_RETIRE_SCAN || rt_on_stack(r, e, fl)) return MS_OK;
+  if (r->st.len > RD_RETIRE_SCAN || rt_on_stack(r, stack_bits, e, fl)) return MS_OK;
   if (fl != RD_NO_OBJ) {
     const rd_obj_t *f = &r->objs.ptr[fl];
     bool named =
@@ -206,9 +216,10 @@ static int rt_retire(rd_t *r, uint32_t e) {
 
 int ms__pickle_retire_entries(rd_t *r, size_t from, size_t to) {
   if (!ms__pickle_recycle) return MS_OK;
+  uint64_t bits = r->st.len > RD_RETIRE_SCAN ? 0 : rt_stack_bits(r);
   for (size_t i = from; i < to; i++) {
     const rd_val_t *v = &r->st.ptr[i]; /* past st.len: nothing was pushed since */
-    if (v->t == V_OBJ) MS_FORWARD_IF_ERROR(rt_retire(r, v->v.obj));
+    if (v->t == V_OBJ) MS_FORWARD_IF_ERROR(rt_retire(r, bits, v->v.obj));
   }
   return MS_OK;
 }
