@@ -1221,7 +1221,8 @@ Test(attribution, shared_function_and_file_strings) {
 /* The classifier that finds sources while it reads the stacks is the one that finds them on first
  * use: the same pattern sets, sources, op frames, multi-op lines and source texts, for every
  * stack (rules: NULL or a text of the user's). @return the stacks shown with their op. */
-static size_t check_sourced_rules(const ms_snapshot_t *s, const char *name, const char *rules) {
+static size_t check_sourced_rules(const ms_snapshot_t *s, const char *name, const char *rules,
+                                  size_t want_pw) {
   ms_errbuf_t eb = {{0}};
   ms_timeline_t *tl = NULL;
   cr_assert_eq(ms_timeline_create(s, NULL, &tl, &eb), MS_OK, "%s: %s", name, eb.msg);
@@ -1238,12 +1239,23 @@ static size_t check_sourced_rules(const ms_snapshot_t *s, const char *name, cons
   cr_assert_eq(eager->src_state, 1, "%s: sources with the stacks", name);
   cr_assert_eq(ms__attr_sources_ready(lazy), MS_OK);
   cr_assert_eq(lazy->pw, eager->pw);
+  cr_assert_eq(eager->pw, want_pw, "%s: words of a pattern set", name);
   cr_assert_eq(lazy->nsets, eager->nsets, "%s", name);
   cr_assert_eq(memcmp(lazy->set_pat, eager->set_pat, lazy->nsets * lazy->pw * sizeof(uint64_t)), 0);
   cr_assert_eq(memcmp(lazy->set_phase, eager->set_phase, lazy->nsets), 0);
   size_t shown = 0;
   for (size_t st = 0; st < s->nstacks; st++) {
     cr_assert_eq(lazy->sset[st], eager->sset[st], "%s: stack %zu", name, st);
+    if (eager->sset[st] < eager->nsets) { /* its set: the union of its frames' sets, word by word */
+      uint64_t want[ATTR_PW] = {0};
+      for (uint32_t j = 0; j < s->stacks[st].nframes; j++) {
+        uint32_t f = ms_snap_frame_index(s, s->stacks[st].first + j);
+        for (size_t w = 0; w < eager->pw; w++) want[w] |= eager->fpat[(size_t)f * eager->pw + w];
+      }
+      cr_assert_eq(memcmp(want, &eager->set_pat[(size_t)eager->sset[st] * eager->pw],
+                          eager->pw * sizeof *want),
+                   0, "%s: stack %zu's pattern set", name, st);
+    }
     cr_assert_eq(lazy->ssrc[st], eager->ssrc[st], "%s: stack %zu", name, st);
     cr_assert_eq(lazy->sop[st], eager->sop[st], "%s: stack %zu", name, st);
     shown += eager->sop[st] != ATTR_NONE;
@@ -1266,15 +1278,19 @@ static size_t check_sourced_rules(const ms_snapshot_t *s, const char *name, cons
   return shown;
 }
 
-/* With the default rules (pattern sets of 1 or 2 words), and with 140 more patterns (3 words: the
- * walk's general path). */
+/* With the default rules (pattern sets of 2 words), with 140 more patterns (3 words: the walk's
+ * general path), and with a few rules of one's own (1 word). */
 static size_t check_sourced(const ms_snapshot_t *s, const char *name) {
   static char many[140 * 40];
   size_t n = 0;
   for (int i = 0; i < 140; i++)
     n += (size_t)snprintf(many + n, sizeof many - n, "temporary func=zz_never_%d_*\n", i);
-  size_t shown = check_sourced_rules(s, name, NULL);
-  cr_assert_eq(check_sourced_rules(s, name, many), shown, "%s", name);
+  size_t shown = check_sourced_rules(s, name, NULL, 2);
+  cr_assert_eq(check_sourced_rules(s, name, many, 4), shown, "%s", name);
+  check_sourced_rules(s, name,
+                      "defaults none\nactivation func=*forward*\nparameter file=*.py\n"
+                      "input func=*malloc*\ntemporary file=*c10*\n",
+                      1);
   return shown;
 }
 

@@ -200,44 +200,79 @@ static int attr_set_index(ms_attr_t *a, const uint64_t *set, uint32_t **tab, siz
   return MS_OK;
 }
 
+/* The union of the pattern sets of frames fi[0..n) (one word per set, a->pw == 1), four frames at a
+ * time in independent registers. */
+static uint64_t attr_or1(const uint64_t *fp, const uint16_t *fi, size_t n) {
+  uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+  size_t j = 0;
+  for (; j + 4 <= n; j += 4) {
+    s0 |= fp[fi[j]];
+    s1 |= fp[fi[j + 1]];
+    s2 |= fp[fi[j + 2]];
+    s3 |= fp[fi[j + 3]];
+  }
+  for (; j < n; j++) s0 |= fp[fi[j]];
+  return s0 | s1 | s2 | s3;
+}
+
+#if defined(__GNUC__) || defined(__clang__)
+/* Both words of a two-word set in one 16-byte register (the sets lie pairwise in fpat). */
+typedef uint64_t attr_v2_t __attribute__((vector_size(16)));
+
+static inline attr_v2_t attr_v2_at(const uint64_t *fp, uint16_t f) {
+  attr_v2_t v;
+  memcpy(&v, &fp[2 * (size_t)f], sizeof v);
+  return v;
+}
+
+/* attr_or1 for two-word sets (a->pw == 2): set[0..2). */
+static void attr_or2(const uint64_t *fp, const uint16_t *fi, size_t n, uint64_t *set) {
+  attr_v2_t a = {0, 0}, b = {0, 0};
+  size_t j = 0;
+  for (; j + 2 <= n; j += 2) {
+    a |= attr_v2_at(fp, fi[j]);
+    b |= attr_v2_at(fp, fi[j + 1]);
+  }
+  if (j < n) a |= attr_v2_at(fp, fi[j]);
+  a |= b;
+  set[0] = a[0];
+  set[1] = a[1];
+}
+#else
+static void attr_or2(const uint64_t *fp, const uint16_t *fi, size_t n, uint64_t *set) {
+  uint64_t s0 = 0, s1 = 0;
+  for (size_t j = 0; j < n; j++) {
+    s0 |= fp[2 * (size_t)fi[j]];
+    s1 |= fp[2 * (size_t)fi[j] + 1];
+  }
+  set[0] = s0;
+  set[1] = s1;
+}
+#endif
+
 /* The pattern set of stack st (the union of its frames'); with src, also its source frame and op
- * frame (*src, *op), found in the same walk (source.c's attr_stack_source: the frames up to its
- * first Python frame). */
+ * frame (*src, *op: source.c's attr_stack_source, the frames up to its first Python frame). */
 static void attr_stack_set(const ms_attr_t *a, uint32_t st, uint64_t *set, uint32_t *src,
                            uint32_t *op) {
   const ms_snapshot_t *s = a->snap;
   const ms_snap_stack_t *k = &s->stacks[st];
   attr_srcwalk_t w;
   attr_srcwalk_init(&w);
-  uint32_t j = 0;
-  bool found = src == NULL; /* no source asked: nothing to find */
   memset(set, 0, ATTR_PW * sizeof *set);
-  if (s->stack_frames16 && a->pw <= 2) { /* the common case, a tight loop (5 M stacks) */
+  if (s->stack_frames16 && a->pw <= 2) { /* the common case, tight loops (5 M stacks) */
     const uint16_t *fi = &s->stack_frames16[k->first];
-    const uint64_t *fp = a->fpat;
-    const uint8_t *fl = a->fflags;
-    uint64_t s0 = 0, s1 = 0; /* in registers: set may alias fp for the compiler */
-    if (a->pw == 1) {
-      for (; j < k->nframes && !found; j++) {
-        s0 |= fp[fi[j]];
-        found = attr_srcwalk_frame(&w, fl[fi[j]], fi[j]);
-      }
-      for (; j < k->nframes; j++) s0 |= fp[fi[j]];
-    } else {
-      for (; j < k->nframes && !found; j++) {
-        s0 |= fp[2 * (size_t)fi[j]];
-        s1 |= fp[2 * (size_t)fi[j] + 1];
-        found = attr_srcwalk_frame(&w, fl[fi[j]], fi[j]);
-      }
-      for (; j < k->nframes; j++) {
-        s0 |= fp[2 * (size_t)fi[j]];
-        s1 |= fp[2 * (size_t)fi[j] + 1];
-      }
+    if (src) { /* the source: the walk stops at the first Python frame */
+      const uint8_t *fl = a->fflags;
+      for (uint32_t j = 0; j < k->nframes; j++)
+        if (attr_srcwalk_frame(&w, fl[fi[j]], fi[j])) break;
     }
-    set[0] = s0;
-    if (a->pw == 2) set[1] = s1;
+    if (a->pw == 1)
+      set[0] = attr_or1(a->fpat, fi, k->nframes);
+    else
+      attr_or2(a->fpat, fi, k->nframes, set);
   } else {
-    for (; j < k->nframes; j++) {
+    bool found = src == NULL; /* no source asked: nothing to find */
+    for (uint32_t j = 0; j < k->nframes; j++) {
       uint32_t f = ms_snap_frame_index(s, k->first + j);
       const uint64_t *fs = &a->fpat[(size_t)f * a->pw];
       for (size_t x = 0; x < a->pw; x++) set[x] |= fs[x];
