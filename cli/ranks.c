@@ -445,7 +445,7 @@ static int ranks_report(ranks_row_t *rows, size_t n, bool json, bool keep_going)
     if (strstr(rows[i].error, quoted))
       snprintf(msg, sizeof msg, "%s", rows[i].error);
     else
-      snprintf(msg, sizeof msg, "%s: %s", quoted, rows[i].error);
+      snprintf(msg, sizeof msg, "%s: %.*s", quoted, (int)sizeof rows[i].error, rows[i].error);
     if (keep_going) {
       cli_warning("skipped %s", msg);
     } else {
