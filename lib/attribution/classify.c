@@ -4,8 +4,10 @@
  * parameters allocated before recording, a block's category, and the category series.
  *
  * Cost: every distinct function and file string is matched once against every pattern (a frame's
- * set is its function's and its file's); every stack is read once (its frames' pattern sets ORed); spans are one pass over each trace. Classifying a block is a binary search
- * over its device's spans and a walk of the category rules (a few dozen).
+ * set is its function's and its file's); every allocation's stack is read once (its frames'
+ * pattern sets ORed, several frames at a time; its source from its frames up to the first Python
+ * one); spans are one pass over each trace. Classifying a block is a binary search over its
+ * device's spans and a walk of the category rules (a few dozen).
  */
 #include <stdlib.h>
 #include <string.h>

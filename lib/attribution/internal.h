@@ -198,10 +198,10 @@ static inline void attr_srcwalk_end(const attr_srcwalk_t *w, uint32_t *src, uint
   }
 }
 
-/* ms_attr_create() that, with sources set, also finds every allocation stack's source in the
- * same walk of its frames that finds its pattern set (ms__attr_stacks), rather than in a second
- * walk on first use (ms__attr_sources): for callers that ask for sources anyway (compare's
- * report). The classifier answers the same either way. */
+/* ms_attr_create() that, with sources set, also finds every allocation stack's source while
+ * ms__attr_stacks reads the stack for its pattern set (its frames up to the first Python one,
+ * still in cache), rather than in a second walk on first use (ms__attr_sources): for callers that
+ * ask for sources anyway (compare's report). The classifier answers the same either way. */
 int ms__attr_create_ex(const ms_snapshot_t *snap, const ms_timeline_t *tl,
                        const ms_attr_config_t *cfg, bool sources, ms_attr_t **out,
                        ms_errbuf_t *eb);
