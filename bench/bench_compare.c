@@ -2,9 +2,10 @@
  * Benchmark of `memsnap compare` (issue #28) on the ~1 GB synthetic pickle of bench_read (5,000,000
  * entries of a consistent, training-shaped trace: bench/synth.h) and a copy of it shifted by one
  * step: BEFORE is the same run cut 1,000 entries earlier (about one step of the workload: 150 to
- * 400 allocations, their frees and the backward pass's), AFTER the whole run. Each command runs 3
- * times as a child process; the median CPU time (user + system, every thread) is reported, and
- * the wall time beside it (the machine may be shared: CPU times are what to compare). Every
+ * 400 allocations, their frees and the backward pass's), AFTER the whole run. Each command runs 5
+ * times as a child process, `timeline` and `compare` alternating (a slow spell of a shared
+ * machine then weighs on both); the median CPU time (user + system, every thread) is reported,
+ * and the wall time beside it (the machine may be shared: CPU times are what to compare). Every
  * command reads the pickles (MEMSNAP_CACHE=0, as pickle_1gb_timeline_s of bench_read does), then
  * the same commands run again from the snapshot cache (a user's second command on the files).
  * Prints on stdout:
@@ -16,6 +17,8 @@
  *                            command on this run's file)
  *   compare_1gb_timeline_rss_mb  its peak RSS in MB
  *   compare_1gb_ratio        compare_1gb_s / compare_1gb_timeline_s (target: <= 2)
+ *   compare_1gb_pair_ratio   the median of the five ratios compare / timeline of the runs side
+ *                            by side (the same target, less at the mercy of a slow spell)
  *   compare_1gb_moments_s    `memsnap compare AFTER --at N --at end`: the same step apart, as two
  *                            moments of one file (one read, one index and classifier)
  *   compare_1gb_moments_ratio  compare_1gb_moments_s / compare_1gb_timeline_s
@@ -38,7 +41,7 @@
 #include "synth.h"
 #include "bench_util.h"
 
-enum { REPS = 3 };
+enum { REPS = 5 };
 
 typedef struct gen_s {
   const char *before, *after;
@@ -70,12 +73,15 @@ static double mb(long kb) {
  * says; prints their metrics with prefix ("compare_1gb" or "compare_1gb_warm"). */
 static void measure(const char *prefix, const char *before, const char *after, const char *at,
                     bool all) {
-  bench_child_t tl = bench_run_memsnap_median((const char *const[]){"timeline", after, NULL}, REPS);
-  bench_child_t cmp =
-      bench_run_memsnap_median((const char *const[]){"compare", before, after, NULL}, REPS);
+  bench_child_t tl, cmp;
+  double pairs;
+  bench_run_memsnap_pairs((const char *const[]){"timeline", after, NULL},
+                          (const char *const[]){"compare", before, after, NULL}, REPS, &tl, &cmp,
+                          &pairs);
   printf("%s_timeline_s %.3f\n", prefix, tl.cpu);
   printf("%s_s %.3f\n", prefix, cmp.cpu);
   printf("%s_ratio %.3f\n", prefix, tl.cpu > 0 ? cmp.cpu / tl.cpu : 0.0);
+  printf("%s_pair_ratio %.3f\n", prefix, pairs);
   if (all) {
     bench_child_t mom = bench_run_memsnap_median(
         (const char *const[]){"compare", after, "--at", at, "--at", "end", NULL}, REPS);

@@ -131,6 +131,27 @@ static inline bench_child_t bench_run_memsnap_median(const char *const *args, in
   return m;
 }
 
+/* reps (at most 16) runs each of `memsnap A...` and `memsnap B...`, alternating (A, B, A, B, ...):
+ * their medians into *ma and *mb (as bench_run_memsnap_median gives them), and the median of the
+ * reps ratios B / A of the runs side by side into *ratio. For a ratio of two commands on a shared
+ * machine: a slow spell then weighs on both, not on one command's runs only. */
+static inline void bench_run_memsnap_pairs(const char *const *a, const char *const *b, int reps,
+                                           bench_child_t *ma, bench_child_t *mb, double *ratio) {
+  double ca[16], wa[16], cb[16], wb[16], q[16];
+  long ra = 0, rb = 0;
+  if (reps > 16) reps = 16;
+  for (int i = 0; i < reps; i++) {
+    bench_child_t x = bench_run_memsnap(a), y = bench_run_memsnap(b);
+    ca[i] = x.cpu, wa[i] = x.wall, cb[i] = y.cpu, wb[i] = y.wall;
+    q[i] = x.cpu > 0 ? y.cpu / x.cpu : 0.0;
+    if (x.rss_kb > ra) ra = x.rss_kb;
+    if (y.rss_kb > rb) rb = y.rss_kb;
+  }
+  *ma = (bench_child_t){median(ca, reps), median(wa, reps), ra};
+  *mb = (bench_child_t){median(cb, reps), median(wb, reps), rb};
+  *ratio = median(q, reps);
+}
+
 /* Runs fn(ctx) in a child process, whose memory goes with it (fn dies with bench_die on failure;
  * what it prints on stdout is the benchmark's); dies naming what when the child fails. */
 static inline bench_child_t bench_in_child(void (*fn)(void *ctx), void *ctx, const char *what) {
