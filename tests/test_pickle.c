@@ -1577,6 +1577,42 @@ Test(pickle, builder_trace_extras_shared) {
   ms_snapshot_free(s);
 }
 
+/* The builder answers a call with the same fields as the last one's from that call's answer: a
+ * given action name still depends on the entry's action (its own name is not stored). */
+Test(pickle, builder_trace_extras_same_fields_another_action) {
+  ms__snapbuild_t b;
+  ms__snapbuild_init(&b);
+  static const uint8_t act[] = {MS_TRACE_ALLOC, MS_TRACE_ALLOC, MS_TRACE_FREE_REQUESTED,
+                                MS_TRACE_FREE_REQUESTED, MS_TRACE_ALLOC, MS_TRACE_OTHER};
+  ms_snap_trace_extra_t x = {"alloc", "", "", {0, 0}, ""}; /* one set of fields for every call */
+  for (size_t i = 0; i < sizeof act; i++) {
+    ms_snap_trace_t t = {0};
+    t.action = act[i];
+    t.stack = MS_SNAP_NO_STACK;
+    cr_assert_eq(ms__snapbuild_trace_extra(&b, &t, &x), MS_OK);
+    cr_assert_eq(ms__snapbuild_add_trace(&b, &t), MS_OK);
+  }
+  ms_snap_trace_extra_t none = {NULL, NULL, NULL, {0, 0}, NULL}; /* absent: the defaults */
+  ms_snap_trace_t t = {0};
+  t.action = MS_TRACE_OTHER;
+  t.stack = MS_SNAP_NO_STACK;
+  for (int k = 0; k < 2; k++) {
+    cr_assert_eq(ms__snapbuild_trace_extra(&b, &t, &none), MS_OK);
+    cr_assert_null(t.extra);
+  }
+  cr_assert_eq(ms__snapbuild_add_trace(&b, &t), MS_OK);
+  ms_snapshot_t *s = NULL;
+  cr_assert_eq(ms__snapbuild_finish(&b, &s, NULL), MS_OK);
+  for (size_t i = 0; i < sizeof act; i++) {
+    const ms_snap_trace_t *e = &s->trace[i];
+    cr_assert_str_eq(ms_snap_trace_action_name(e), "alloc", "entry %zu", i);
+    cr_assert_eq(e->extra == NULL, act[i] == MS_TRACE_ALLOC, "entry %zu", i);
+  }
+  cr_assert_str_eq(ms_snap_trace_action_name(&s->trace[sizeof act]),
+                   ms_trace_action_name(MS_TRACE_OTHER));
+  ms_snapshot_free(s);
+}
+
 Test(pickle, bigvec_reserve) {
   /* the builder's growth for big tables: contents kept across growth past the huge-page size */
   MS_VEC(uint64_t) v = {0};

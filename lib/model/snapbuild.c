@@ -434,8 +434,10 @@ static bool extra_equal(const ms_snap_trace_extra_t *a, const ms_snap_trace_extr
          a->pool_id[1] == b->pool_id[1] && a->category == b->category;
 }
 
-int ms__snapbuild_trace_extra(ms__snapbuild_t *b, ms_snap_trace_t *t,
-                              const ms_snap_trace_extra_t *xin) {
+/* ms__snapbuild_trace_extra's answer, found or made (out of line: its callers' common case is
+ * the last call's answer, which needs none of this) */
+MS_NOINLINE static int trace_extra_find(ms__snapbuild_t *b, ms_snap_trace_t *t,
+                                        const ms_snap_trace_extra_t *xin) {
   ms_snap_trace_extra_t x = *xin;
   if (!x.compile_context) x.compile_context = "";
   if (!x.user_metadata) x.user_metadata = "";
@@ -486,6 +488,23 @@ int ms__snapbuild_trace_extra(ms__snapbuild_t *b, ms_snap_trace_t *t,
   t->extra = b->extra_last[b->extra_next] = c;
   b->extra_next ^= 1;
   return MS_OK;
+}
+
+int ms__snapbuild_trace_extra(ms__snapbuild_t *b, ms_snap_trace_t *t,
+                              const ms_snap_trace_extra_t *xin) {
+  /* a reader gives one entry's fields after another's, mostly the same strings: the answer
+   * depends on the fields as given, and on the action only when an action name is given */
+  if (b->extra_in_valid && extra_equal(&b->extra_in, xin) &&
+      (!xin->action_name || b->extra_in_action == t->action)) {
+    t->extra = b->extra_out;
+    return MS_OK;
+  }
+  int rc = trace_extra_find(b, t, xin);
+  b->extra_in_valid = rc == MS_OK;
+  b->extra_in = *xin;
+  b->extra_in_action = t->action;
+  b->extra_out = t->extra;
+  return rc;
 }
 
 #define BUILD_ADD(fn, vec, T, RESERVE)                                                             \

@@ -70,6 +70,11 @@ typedef struct ms__snapbuild_s {
   size_t extra_tab_cap;
   const ms_snap_trace_extra_t *extra_last[2]; /* the last two found or made */
   int extra_next;                             /* the slot of extra_last replaced next */
+  /* The last call's fields as given, its entry's action, and its answer (t->extra) */
+  ms_snap_trace_extra_t extra_in;
+  uint8_t extra_in_action;
+  bool extra_in_valid;
+  const ms_snap_trace_extra_t *extra_out;
 } ms__snapbuild_t;
 
 /* A trace entry's extra fields at their defaults: the action's own name, no compile context or
