@@ -28,6 +28,7 @@
 
 #include "cache/internal.h"
 #include "cache/varint.h"
+#include "common/internal.h"
 #include "common/hash.h"
 #include "memsnap/snapshot.h"
 
@@ -55,60 +56,105 @@ bool ms__cache_w_stacks(cache_out_t *o, const ms_snapshot_t *s) {
   return !o->failed;
 }
 
-/* The transitions (context, value) seen, counted, then ranked: open addressing on the key
- * context << 33 | value (value 0 the end mark, else the index + 1). */
+/* The transitions (context, value) seen, each an edge: its key context << 33 | value (value 0
+ * the end mark, else the index + 1), its count in each lane, then its rank in its context's
+ * list. The map finds an edge by its key (open addressing, the edge's number in each slot); a
+ * context's last edge is kept beside it (hot), since a context is mostly followed by the value
+ * that followed it last, so that most steps cost one compare instead of a hash probe. */
+typedef struct sc_edge_s {
+  uint64_t key;
+  uint64_t count[SC_LANES];
+  uint32_t rank;
+} sc_edge_t;
+
 typedef struct sc_map_s {
   uint64_t *key;
-  uint32_t *val; /* count while counting, then rank */
-  size_t cap, len;
+  uint32_t *edge; /* the edge of each used slot */
+  size_t cap;
+  sc_edge_t *e; /* the edges, in the order first seen */
+  size_t ne, ecap;
+  uint64_t *hot_key; /* per context: its last edge's key (SC_EMPTY: none yet) and number */
+  uint32_t *hot_edge;
 } sc_map_t;
 
-static size_t sc_slot(const sc_map_t *m, uint64_t key) {
-  size_t j = (size_t)(ms_hash_u64(key) & (m->cap - 1));
-  while (m->key[j] != SC_EMPTY && m->key[j] != key) j = (j + 1) & (m->cap - 1);
+static void sc_map_free(sc_map_t *m) {
+  free(m->key);
+  free(m->edge);
+  free(m->e);
+  free(m->hot_key);
+  free(m->hot_edge);
+}
+
+MS_ALWAYS_INLINE size_t sc_slot(const uint64_t *keys, size_t cap, uint64_t key) {
+  /* Fibonacci hashing: the key's context and value both reach the top bits a slot takes */
+  size_t j = (size_t)((key * 0x9E3779B97F4A7C15ull) >> 40) & (cap - 1);
+  while (keys[j] != SC_EMPTY && keys[j] != key) j = (j + 1) & (cap - 1);
   return j;
 }
 
 static bool sc_grow(sc_map_t *m) {
   size_t cap = m->cap ? m->cap * 2 : 4096;
-  sc_map_t n = {malloc(cap * sizeof *n.key), malloc(cap * sizeof *n.val), cap, m->len};
-  if (!n.key || !n.val) {
-    free(n.key);
-    free(n.val);
+  uint64_t *key = malloc(cap * sizeof *key);
+  uint32_t *edge = malloc(cap * sizeof *edge);
+  if (!key || !edge) {
+    free(key);
+    free(edge);
     return false;
   }
-  memset(n.key, 0xff, cap * sizeof *n.key);
+  memset(key, 0xff, cap * sizeof *key);
   for (size_t i = 0; i < m->cap; i++) {
     if (m->key[i] == SC_EMPTY) continue;
-    size_t j = sc_slot(&n, m->key[i]);
-    n.key[j] = m->key[i];
-    n.val[j] = m->val[i];
+    size_t j = sc_slot(key, cap, m->key[i]);
+    key[j] = m->key[i];
+    edge[j] = m->edge[i];
   }
   free(m->key);
-  free(m->val);
-  *m = n;
+  free(m->edge);
+  m->key = key;
+  m->edge = edge;
+  m->cap = cap;
   return true;
 }
 
-static bool sc_count(sc_map_t *m, uint64_t key) {
-  if ((m->len + 1) * 2 > m->cap && !sc_grow(m)) return false;
-  size_t j = sc_slot(m, key);
-  if (m->key[j] == SC_EMPTY) {
-    m->key[j] = key;
-    m->val[j] = 0;
-    m->len++;
+/* sc_edge() for a key not in the map: a new edge. */
+static MS_NOINLINE uint32_t sc_edge_new(sc_map_t *m, uint64_t c, uint64_t key) {
+  if ((m->ne + 1) * 2 > m->cap && !sc_grow(m)) return UINT32_MAX;
+  if (m->ne == m->ecap) {
+    size_t ncap = m->ecap ? 2 * m->ecap : 1024;
+    sc_edge_t *ne = realloc(m->e, ncap * sizeof *ne);
+    if (!ne) return UINT32_MAX;
+    m->e = ne;
+    m->ecap = ncap;
   }
-  if (m->val[j] < UINT32_MAX) m->val[j]++;
-  return true;
+  size_t j = sc_slot(m->key, m->cap, key);
+  m->e[m->ne] = (sc_edge_t){key, {0}, 0};
+  m->key[j] = key;
+  m->edge[j] = (uint32_t)m->ne++;
+  m->hot_key[c] = key;
+  m->hot_edge[c] = m->edge[j];
+  return m->edge[j];
 }
 
-typedef struct sc_edge_s {
-  uint64_t key;
-  uint32_t count;
-} sc_edge_t;
+/* The edge of key (context c), made when new; UINT32_MAX when out of memory. */
+MS_ALWAYS_INLINE uint32_t sc_edge(sc_map_t *m, uint64_t c, uint64_t key) {
+  if (m->hot_key[c] == key) return m->hot_edge[c];
+  if (!m->cap) return sc_edge_new(m, c, key);
+  size_t j = sc_slot(m->key, m->cap, key);
+  if (m->key[j] != key) return sc_edge_new(m, c, key);
+  m->hot_key[c] = key;
+  m->hot_edge[c] = m->edge[j];
+  return m->edge[j];
+}
 
-static int sc_edge_cmp(const void *a, const void *b) {
-  const sc_edge_t *x = a, *y = b;
+/* An edge as the lists order them: by context, most frequent first, then by value. */
+typedef struct sc_order_s {
+  uint64_t key, count; /* count: the lanes' sum, at most UINT32_MAX (as the format's first
+                          writer counted) */
+  uint32_t edge;
+} sc_order_t;
+
+static int sc_order_cmp(const void *a, const void *b) {
+  const sc_order_t *x = a, *y = b;
   uint64_t cx = x->key >> 33, cy = y->key >> 33;
   if (cx != cy) return cx < cy ? -1 : 1;
   if (x->count != y->count) return x->count > y->count ? -1 : 1;
@@ -125,6 +171,12 @@ static size_t sc_lane_start(size_t n, unsigned j) {
   return (size_t)((uint64_t)n * j / SC_LANES);
 }
 
+/* Lane j's steps: [*a, *b) (the last lane's ends with the end mark). */
+static void sc_lane(size_t n, unsigned j, size_t *a, size_t *b) {
+  *a = sc_lane_start(n, j);
+  *b = j + 1 < SC_LANES ? sc_lane_start(n, j + 1) : n + 1;
+}
+
 /* The value at step i of s's indices (0: the end mark), and the context it is read in. */
 static uint64_t sc_value(const ms_snapshot_t *s, size_t i) {
   return i < s->nstack_frames ? (uint64_t)ms_snap_frame_index(s, i) + 1 : 0;
@@ -132,50 +184,54 @@ static uint64_t sc_value(const ms_snapshot_t *s, size_t i) {
 
 /* Counts the transitions of s's frame indices into m, lane by lane, the end mark included. */
 static bool sc_count_all(sc_map_t *m, const ms_snapshot_t *s) {
-  size_t n = s->nstack_frames;
   for (unsigned j = 0; j < SC_LANES; j++) {
-    size_t a = sc_lane_start(n, j), b = j + 1 < SC_LANES ? sc_lane_start(n, j + 1) : n + 1;
+    size_t a, b;
+    sc_lane(s->nstack_frames, j, &a, &b);
     uint64_t prev = UINT64_MAX;
     for (size_t i = a; i < b; i++) {
-      uint64_t v = sc_value(s, i);
-      if (!sc_count(m, sc_ctx(prev, s->nframes) << 33 | v)) return false;
+      uint64_t v = sc_value(s, i), c = sc_ctx(prev, s->nframes);
+      uint32_t e = sc_edge(m, c, c << 33 | v);
+      if (e == UINT32_MAX) return false;
+      m->e[e].count[j]++;
       prev = v - 1;
     }
   }
   return true;
 }
 
-/* The ranks of lane j: written to o, or (o NULL) their length in bytes. len: each context's
- * number of values; m: each transition's rank. */
-static uint64_t sc_lane_ranks(cache_out_t *o, const ms_snapshot_t *s, const sc_map_t *m,
-                              const uint32_t *len, unsigned j) {
-  size_t n = s->nstack_frames;
-  size_t a = sc_lane_start(n, j), b = j + 1 < SC_LANES ? sc_lane_start(n, j + 1) : n + 1;
-  uint64_t prev = UINT64_MAX, bytes = 0;
-  unsigned char buf[CACHE_VAR_MAX];
+/* Writes lane j's ranks to o (len: each context's number of values; the edges ranked), through
+ * a buffer: one put a few thousand ranks. */
+static void sc_lane_ranks(cache_out_t *o, const ms_snapshot_t *s, sc_map_t *m,
+                          const uint32_t *len, unsigned j) {
+  size_t a, b;
+  sc_lane(s->nstack_frames, j, &a, &b);
+  uint64_t prev = UINT64_MAX;
+  unsigned char buf[4096];
+  size_t fill = 0;
   for (size_t i = a; i < b; i++) {
     uint64_t c = sc_ctx(prev, s->nframes), v = sc_value(s, i);
-    if (len[c] > 1) {
-      size_t k = cache_put_var(buf, m->val[sc_slot(m, c << 33 | v)]);
-      if (o) ms__cache_out_put(o, buf, k);
-      bytes += k;
-    }
     prev = v - 1;
+    if (len[c] <= 1) continue;
+    uint32_t e = sc_edge(m, c, c << 33 | v); /* counted: found, never made */
+    fill += cache_put_var(buf + fill, m->e[e].rank);
+    if (fill > sizeof buf - CACHE_VAR_MAX) {
+      ms__cache_out_put(o, buf, fill);
+      fill = 0;
+    }
   }
-  return bytes;
+  ms__cache_out_put(o, buf, fill);
 }
 
-/* Writes the lists of every context (sorted edges in e), and sets each edge's rank in m. */
-static void sc_put_lists(cache_out_t *o, sc_map_t *m, const sc_edge_t *e, size_t ne,
-                         size_t nframes) {
-  size_t k = 0;
+/* Writes the lists of every context (the edges in the order ord), and sets each edge's rank. */
+static void sc_put_lists(cache_out_t *o, sc_map_t *m, const sc_order_t *ord, size_t nframes) {
+  size_t k = 0, ne = m->ne;
   for (uint64_t c = 0; c <= nframes; c++) {
     size_t a = k;
-    while (k < ne && e[k].key >> 33 == c) k++;
+    while (k < ne && ord[k].key >> 33 == c) k++;
     sc_put_var(o, k - a);
     for (size_t j = a; j < k; j++) {
-      sc_put_var(o, e[j].key & (((uint64_t)1 << 33) - 1));
-      m->val[sc_slot(m, e[j].key)] = (uint32_t)(j - a);
+      sc_put_var(o, ord[j].key & (((uint64_t)1 << 33) - 1));
+      m->e[ord[j].edge].rank = (uint32_t)(j - a);
     }
   }
 }
@@ -183,37 +239,52 @@ static void sc_put_lists(cache_out_t *o, sc_map_t *m, const sc_edge_t *e, size_t
 bool ms__cache_w_stack_frames(cache_out_t *o, const ms_snapshot_t *s, bool *nomem) {
   uint64_t start = o->pos;
   sc_map_t m = {0};
-  sc_edge_t *e = NULL;
-  if (s->nframes >= ((size_t)1 << 30) || !sc_count_all(&m, s) ||
-      !(e = malloc((m.len ? m.len : 1) * sizeof *e))) {
-    free(m.key);
-    free(m.val);
+  sc_order_t *ord = NULL;
+  uint32_t *len = NULL;
+  size_t nctx = s->nframes + 1;
+  if (s->nframes >= ((size_t)1 << 30) || !(m.hot_key = malloc(nctx * sizeof *m.hot_key)) ||
+      !(m.hot_edge = malloc(nctx * sizeof *m.hot_edge))) {
+    sc_map_free(&m);
     *nomem = true;
     return false;
   }
-  size_t ne = 0;
-  for (size_t i = 0; i < m.cap; i++)
-    if (m.key[i] != SC_EMPTY) e[ne++] = (sc_edge_t){m.key[i], m.val[i]};
-  qsort(e, ne, sizeof *e, sc_edge_cmp);
+  memset(m.hot_key, 0xff, nctx * sizeof *m.hot_key);
+  if (!sc_count_all(&m, s) || !(ord = malloc((m.ne ? m.ne : 1) * sizeof *ord)) ||
+      !(len = calloc(nctx, sizeof *len))) {
+    free(ord);
+    sc_map_free(&m);
+    *nomem = true;
+    return false;
+  }
+  for (size_t i = 0; i < m.ne; i++) {
+    uint64_t n = 0;
+    for (unsigned j = 0; j < SC_LANES; j++) n += m.e[i].count[j];
+    ord[i] = (sc_order_t){m.e[i].key, n < UINT32_MAX ? n : UINT32_MAX, (uint32_t)i};
+  }
+  qsort(ord, m.ne, sizeof *ord, sc_order_cmp);
   sc_put_var(o, s->nstack_frames);
-  sc_put_lists(o, &m, e, ne, s->nframes);
-  /* the number of values in each context's list, for the ranks */
-  uint32_t *len = calloc(s->nframes + 1, sizeof *len);
-  if (!len) *nomem = true;
-  for (size_t j = 0; len && j < ne; j++) len[e[j].key >> 33]++;
-  for (unsigned j = 0; len && j < SC_LANES; j++) sc_put_var(o, sc_lane_ranks(NULL, s, &m, len, j));
-  for (unsigned j = 0; len && j < SC_LANES && !o->failed; j++) sc_lane_ranks(o, s, &m, len, j);
+  sc_put_lists(o, &m, ord, s->nframes);
+  /* the number of values in each context's list; each lane's length in bytes from the counts
+   * (a rank is written where its context has more than one value) */
+  for (size_t i = 0; i < m.ne; i++) len[m.e[i].key >> 33]++;
+  for (unsigned j = 0; j < SC_LANES; j++) {
+    uint64_t bytes = 0;
+    unsigned char tmp[CACHE_VAR_MAX];
+    for (size_t i = 0; i < m.ne; i++)
+      if (len[m.e[i].key >> 33] > 1) bytes += m.e[i].count[j] * cache_put_var(tmp, m.e[i].rank);
+    sc_put_var(o, bytes);
+  }
+  for (unsigned j = 0; j < SC_LANES && !o->failed; j++) sc_lane_ranks(o, s, &m, len, j);
   static const unsigned char zero[64];
   uint64_t need = (uint64_t)s->nstack_frames / CACHE_SF_RATIO;
-  while (len && !o->failed && o->pos - start < need) {
+  while (!o->failed && o->pos - start < need) {
     uint64_t k = need - (o->pos - start);
     ms__cache_out_put(o, zero, k < sizeof zero ? (size_t)k : sizeof zero);
   }
   free(len);
-  free(e);
-  free(m.key);
-  free(m.val);
-  return !*nomem && !o->failed;
+  free(ord);
+  sc_map_free(&m);
+  return !o->failed;
 }
 
 /* ---- reading -------------------------------------------------------------------------------- */
