@@ -648,6 +648,52 @@ Test(cache, stack_frames_coded_exactly) {
   free(b);
 }
 
+/* Indices as stacks make them: 2,000 stacks of 20 to 60 frames over 3,000 frames, each the
+ * innermost frames of one of 40 paths then frames of their own (contexts with one value, with a
+ * few and with hundreds), from a fixed seed. */
+static uint16_t *sf_stacks(size_t *n) {
+  uint64_t x = 0x9e3779b97f4a7c15ull;
+  size_t cap = 2000 * 60, k = 0;
+  uint16_t *idx = malloc(cap * sizeof *idx);
+  cr_assert(idx);
+  for (int st = 0; st < 2000; st++) {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    unsigned path = (unsigned)(x >> 33) % 40, depth = 20 + (unsigned)(x >> 45) % 41;
+    for (unsigned f = 0; f < depth; f++) {
+      x = x * 6364136223846793005ull + 1442695040888963407ull;
+      idx[k++] = (uint16_t)(f < 12 ? path * 12 + f : 480 + (unsigned)(x >> 35) % 2520);
+    }
+  }
+  *n = k;
+  return idx;
+}
+
+Test(cache, stack_frames_threads) {
+  /* the section's bytes do not depend on how many threads wrote its lanes, and read back */
+  size_t n;
+  uint16_t *idx = sf_stacks(&n);
+  cr_assert_gt(n, 4096); /* the size at which the writer uses threads by itself */
+  unsigned char *b[3];
+  size_t len[3];
+  static const unsigned threads[] = {1, 4, 0};
+  for (int k = 0; k < 3; k++) {
+    ms__cache_sc_threads = threads[k];
+    b[k] = sf_encode(idx, n, 3000, &len[k]);
+  }
+  ms__cache_sc_threads = 0;
+  for (int k = 1; k < 3; k++) {
+    cr_assert_eq(len[k], len[0], "threads %u", threads[k]);
+    cr_assert(memcmp(b[k], b[0], len[0]) == 0, "threads %u", threads[k]);
+  }
+  ms_snapshot_t t;
+  cr_assert_null(sf_decode(b[0], len[0], 3000, &t));
+  cr_assert_eq(t.nstack_frames, n);
+  cr_assert(memcmp(t.stack_frames16, idx, n * sizeof *idx) == 0);
+  free(t.stack_frames16);
+  for (int k = 0; k < 3; k++) free(b[k]);
+  free(idx);
+}
+
 Test(cache, stack_frames_hostile) {
   static const struct {
     unsigned char bytes[16];

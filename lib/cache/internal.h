@@ -140,6 +140,10 @@ const char *ms__cache_r_stacks(const unsigned char *p, size_t len, struct ms_sna
                                bool *nomem);
 const char *ms__cache_r_stack_frames(const unsigned char *p, size_t len, unsigned width,
                                      size_t nframes, struct ms_snapshot_s *t, bool *nomem);
+/* The threads ms__cache_w_stack_frames uses at most (its four lanes side by side). 0, the
+ * default: one a lane, no more than the CPUs online, and one for a section of fewer than 4,096
+ * indices; else that many (at most four) whatever the size: tests compare 1 and 4. */
+extern unsigned ms__cache_sc_threads;
 
 /* A blob's file (blob.c): its header, then its bytes. */
 #define MS_CACHE_BLOB_HEADER 64u

@@ -23,8 +23,10 @@
  * large, whatever N it says. On the 937 MB synthetic pickle (every entry a stack of its own,
  * 25-53 frames): 58 MB for 65.9 M indices, against 132 MB at 2 bytes each.
  */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cache/internal.h"
 #include "cache/varint.h"
@@ -182,44 +184,107 @@ static uint64_t sc_value(const ms_snapshot_t *s, size_t i) {
   return i < s->nstack_frames ? (uint64_t)ms_snap_frame_index(s, i) + 1 : 0;
 }
 
-/* Counts the transitions of s's frame indices into m, lane by lane, the end mark included. */
-static bool sc_count_all(sc_map_t *m, const ms_snapshot_t *s) {
-  for (unsigned j = 0; j < SC_LANES; j++) {
-    size_t a, b;
-    sc_lane(s->nstack_frames, j, &a, &b);
-    uint64_t prev = UINT64_MAX;
-    for (size_t i = a; i < b; i++) {
-      uint64_t v = sc_value(s, i), c = sc_ctx(prev, s->nframes);
-      uint32_t e = sc_edge(m, c, c << 33 | v);
-      if (e == UINT32_MAX) return false;
-      m->e[e].count[j]++;
-      prev = v - 1;
-    }
+/* The lanes are counted, then written, side by side on up to SC_LANES threads when there are at
+ * least SC_THREAD_MIN indices (fewer: on the calling thread, the same work in the same order).
+ * Each lane counts into a map of its own (merged after), and writes its ranks into a buffer of
+ * the length its counts give; the buffers then go out in order, so the section's bytes do not
+ * depend on the number of threads. */
+#define SC_THREAD_MIN ((size_t)4096)
+
+unsigned ms__cache_sc_threads = 0;
+
+typedef struct sc_job_s {
+  const ms_snapshot_t *s;
+  sc_map_t lane[SC_LANES]; /* counting: lane j's map; writing: its hot arrays only */
+  const sc_map_t *all;     /* writing: the merged map, ranked (read only) */
+  const uint32_t *len;     /* writing: each context's number of values */
+  unsigned char *buf[SC_LANES];
+  uint64_t bytes[SC_LANES];
+  bool ok[SC_LANES];
+  bool writing;
+  unsigned next; /* the next lane to take */
+  pthread_mutex_t lock;
+} sc_job_t;
+
+/* Counts lane j's transitions into m (count[j] of its edges), the end mark included. */
+static bool sc_count_lane(sc_map_t *m, const ms_snapshot_t *s, unsigned j) {
+  size_t a, b;
+  sc_lane(s->nstack_frames, j, &a, &b);
+  uint64_t prev = UINT64_MAX;
+  for (size_t i = a; i < b; i++) {
+    uint64_t v = sc_value(s, i), c = sc_ctx(prev, s->nframes);
+    uint32_t e = sc_edge(m, c, c << 33 | v);
+    if (e == UINT32_MAX) return false;
+    m->e[e].count[j]++;
+    prev = v - 1;
   }
   return true;
 }
 
-/* Writes lane j's ranks to o (len: each context's number of values; the edges ranked), through
- * a buffer: one put a few thousand ranks. */
-static void sc_lane_ranks(cache_out_t *o, const ms_snapshot_t *s, sc_map_t *m,
-                          const uint32_t *len, unsigned j) {
-  size_t a, b;
+/* The edge of key (context c) in the ranked map all, through lane's hot arrays; UINT32_MAX when
+ * it is not there (never: every transition was counted). */
+MS_ALWAYS_INLINE uint32_t sc_find(const sc_map_t *all, sc_map_t *lane, uint64_t c, uint64_t key) {
+  if (lane->hot_key[c] == key) return lane->hot_edge[c];
+  size_t j = sc_slot(all->key, all->cap, key);
+  if (all->key[j] != key) return UINT32_MAX;
+  lane->hot_key[c] = key;
+  lane->hot_edge[c] = all->edge[j];
+  return all->edge[j];
+}
+
+/* Writes lane j's ranks into its buffer (job->bytes[j] bytes, as the counts said, and room for a
+ * varint more); false when they do not fill it exactly. */
+static bool sc_write_lane(sc_job_t *job, unsigned j) {
+  const ms_snapshot_t *s = job->s;
+  const sc_map_t *all = job->all;
+  sc_map_t *lane = &job->lane[j];
+  size_t a, b, nctx = s->nframes + 1;
   sc_lane(s->nstack_frames, j, &a, &b);
+  memset(lane->hot_key, 0xff, nctx * sizeof *lane->hot_key); /* they named the lane's edges */
+  unsigned char *p = job->buf[j], *end = p + job->bytes[j];
   uint64_t prev = UINT64_MAX;
-  unsigned char buf[4096];
-  size_t fill = 0;
   for (size_t i = a; i < b; i++) {
     uint64_t c = sc_ctx(prev, s->nframes), v = sc_value(s, i);
     prev = v - 1;
-    if (len[c] <= 1) continue;
-    uint32_t e = sc_edge(m, c, c << 33 | v); /* counted: found, never made */
-    fill += cache_put_var(buf + fill, m->e[e].rank);
-    if (fill > sizeof buf - CACHE_VAR_MAX) {
-      ms__cache_out_put(o, buf, fill);
-      fill = 0;
-    }
+    if (job->len[c] <= 1) continue;
+    uint32_t e = sc_find(all, lane, c, c << 33 | v);
+    if (e == UINT32_MAX || p > end) return false; /* the buffer has a varint's room past end */
+    p += cache_put_var(p, all->e[e].rank);
   }
-  ms__cache_out_put(o, buf, fill);
+  return p == end;
+}
+
+static void *sc_worker(void *arg) {
+  sc_job_t *job = arg;
+  for (;;) {
+    pthread_mutex_lock(&job->lock);
+    unsigned j = job->next++;
+    pthread_mutex_unlock(&job->lock);
+    if (j >= SC_LANES) break;
+    job->ok[j] = job->writing ? sc_write_lane(job, j) : sc_count_lane(&job->lane[j], job->s, j);
+  }
+  return NULL;
+}
+
+/* Runs the job's phase over every lane; @return whether each lane succeeded. */
+static bool sc_run(sc_job_t *job) {
+  job->next = 0;
+  size_t nt = 1;
+  if (ms__cache_sc_threads) {
+    nt = ms__cache_sc_threads < SC_LANES ? ms__cache_sc_threads : SC_LANES;
+  } else if (job->s->nstack_frames >= SC_THREAD_MIN) {
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    nt = ncpu < 1 ? 1 : ncpu > (long)SC_LANES ? SC_LANES : (size_t)ncpu;
+  }
+  pthread_t th[SC_LANES];
+  size_t started = 0;
+  for (size_t i = 1; i < nt; i++)
+    if (pthread_create(&th[started], NULL, sc_worker, job) == 0) started++;
+  sc_worker(job);
+  for (size_t i = 0; i < started; i++) pthread_join(th[i], NULL);
+  bool ok = true;
+  for (unsigned j = 0; j < SC_LANES; j++) ok = ok && job->ok[j];
+  return ok;
 }
 
 /* Writes the lists of every context (the edges in the order ord), and sets each edge's rank. */
@@ -236,55 +301,90 @@ static void sc_put_lists(cache_out_t *o, sc_map_t *m, const sc_order_t *ord, siz
   }
 }
 
-bool ms__cache_w_stack_frames(cache_out_t *o, const ms_snapshot_t *s, bool *nomem) {
-  uint64_t start = o->pos;
-  sc_map_t m = {0};
-  sc_order_t *ord = NULL;
-  uint32_t *len = NULL;
-  size_t nctx = s->nframes + 1;
-  if (s->nframes >= ((size_t)1 << 30) || !(m.hot_key = malloc(nctx * sizeof *m.hot_key)) ||
-      !(m.hot_edge = malloc(nctx * sizeof *m.hot_edge))) {
-    sc_map_free(&m);
-    *nomem = true;
+/* A map with its hot arrays for nctx contexts (none used yet); false when out of memory. */
+static bool sc_map_init(sc_map_t *m, size_t nctx) {
+  *m = (sc_map_t){0};
+  if (!(m->hot_key = malloc(nctx * sizeof *m->hot_key)) ||
+      !(m->hot_edge = malloc(nctx * sizeof *m->hot_edge)))
     return false;
-  }
-  memset(m.hot_key, 0xff, nctx * sizeof *m.hot_key);
-  if (!sc_count_all(&m, s) || !(ord = malloc((m.ne ? m.ne : 1) * sizeof *ord)) ||
-      !(len = calloc(nctx, sizeof *len))) {
-    free(ord);
-    sc_map_free(&m);
-    *nomem = true;
-    return false;
-  }
-  for (size_t i = 0; i < m.ne; i++) {
-    uint64_t n = 0;
-    for (unsigned j = 0; j < SC_LANES; j++) n += m.e[i].count[j];
-    ord[i] = (sc_order_t){m.e[i].key, n < UINT32_MAX ? n : UINT32_MAX, (uint32_t)i};
-  }
-  qsort(ord, m.ne, sizeof *ord, sc_order_cmp);
-  sc_put_var(o, s->nstack_frames);
-  sc_put_lists(o, &m, ord, s->nframes);
-  /* the number of values in each context's list; each lane's length in bytes from the counts
-   * (a rank is written where its context has more than one value) */
-  for (size_t i = 0; i < m.ne; i++) len[m.e[i].key >> 33]++;
+  memset(m->hot_key, 0xff, nctx * sizeof *m->hot_key);
+  return true;
+}
+
+/* The ranks section after the lists: the lanes' lengths, then the lanes (job's buffers). */
+static bool sc_put_lanes(cache_out_t *o, sc_job_t *job, sc_map_t *all) {
   for (unsigned j = 0; j < SC_LANES; j++) {
     uint64_t bytes = 0;
     unsigned char tmp[CACHE_VAR_MAX];
-    for (size_t i = 0; i < m.ne; i++)
-      if (len[m.e[i].key >> 33] > 1) bytes += m.e[i].count[j] * cache_put_var(tmp, m.e[i].rank);
+    for (size_t i = 0; i < all->ne; i++)
+      if (job->len[all->e[i].key >> 33] > 1)
+        bytes += all->e[i].count[j] * cache_put_var(tmp, all->e[i].rank);
+    job->bytes[j] = bytes;
+    if (bytes > SIZE_MAX - CACHE_VAR_MAX ||
+        !(job->buf[j] = malloc((size_t)bytes + CACHE_VAR_MAX)))
+      return false;
     sc_put_var(o, bytes);
   }
-  for (unsigned j = 0; j < SC_LANES && !o->failed; j++) sc_lane_ranks(o, s, &m, len, j);
+  job->all = all;
+  job->writing = true;
+  if (!sc_run(job)) return false;
+  for (unsigned j = 0; j < SC_LANES; j++) ms__cache_out_put(o, job->buf[j], (size_t)job->bytes[j]);
+  return true;
+}
+
+bool ms__cache_w_stack_frames(cache_out_t *o, const ms_snapshot_t *s, bool *nomem) {
+  uint64_t start = o->pos;
+  sc_job_t job = {.s = s};
+  sc_map_t all = {0};
+  sc_order_t *ord = NULL;
+  uint32_t *len = NULL;
+  size_t nctx = s->nframes + 1;
+  bool ok = s->nframes < ((size_t)1 << 30) && sc_map_init(&all, nctx);
+  for (unsigned j = 0; ok && j < SC_LANES; j++) ok = sc_map_init(&job.lane[j], nctx);
+  pthread_mutex_init(&job.lock, NULL);
+  ok = ok && sc_run(&job);
+  /* the lanes' edges merged into one map */
+  for (unsigned j = 0; ok && j < SC_LANES; j++) {
+    const sc_map_t *l = &job.lane[j];
+    for (size_t i = 0; ok && i < l->ne; i++) {
+      uint32_t e = sc_edge(&all, l->e[i].key >> 33, l->e[i].key);
+      if (e == UINT32_MAX) ok = false;
+      else all.e[e].count[j] += l->e[i].count[j];
+    }
+  }
+  if (ok && (!(ord = malloc((all.ne ? all.ne : 1) * sizeof *ord)) ||
+             !(len = calloc(nctx, sizeof *len))))
+    ok = false;
+  if (ok) {
+    for (size_t i = 0; i < all.ne; i++) {
+      uint64_t n = 0;
+      for (unsigned j = 0; j < SC_LANES; j++) n += all.e[i].count[j];
+      ord[i] = (sc_order_t){all.e[i].key, n < UINT32_MAX ? n : UINT32_MAX, (uint32_t)i};
+    }
+    qsort(ord, all.ne, sizeof *ord, sc_order_cmp);
+    sc_put_var(o, s->nstack_frames);
+    sc_put_lists(o, &all, ord, s->nframes);
+    /* each context's number of values: a rank is written where it has more than one */
+    for (size_t i = 0; i < all.ne; i++) len[all.e[i].key >> 33]++;
+    job.len = len;
+    ok = sc_put_lanes(o, &job, &all);
+  }
   static const unsigned char zero[64];
   uint64_t need = (uint64_t)s->nstack_frames / CACHE_SF_RATIO;
-  while (!o->failed && o->pos - start < need) {
+  while (ok && !o->failed && o->pos - start < need) {
     uint64_t k = need - (o->pos - start);
     ms__cache_out_put(o, zero, k < sizeof zero ? (size_t)k : sizeof zero);
   }
+  pthread_mutex_destroy(&job.lock);
+  for (unsigned j = 0; j < SC_LANES; j++) {
+    sc_map_free(&job.lane[j]);
+    free(job.buf[j]);
+  }
   free(len);
   free(ord);
-  sc_map_free(&m);
-  return !o->failed;
+  sc_map_free(&all);
+  if (!ok) *nomem = true; /* out of memory (a lane's rank missing from the merged map cannot be) */
+  return ok && !o->failed;
 }
 
 /* ---- reading -------------------------------------------------------------------------------- */

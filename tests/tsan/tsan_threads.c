@@ -23,6 +23,8 @@
  *   series   four threads ask one time index for its series (made on first use under the
  *            index's lock, issue #33), peaks over ranges (walks) and totals at steps at once:
  *            every series is one array, equal to that of an index that made it alone
+ *   stackcode  the cache's stack frames writer (lib/cache/stackcode.c) on four threads, its lanes
+ *            counted and written side by side: the bytes one thread writes
  * Exits 0 when every check held; ThreadSanitizer makes it exit 66 on a report.
  */
 #include <pthread.h>
@@ -32,6 +34,7 @@
 #include <string.h>
 
 #include "attribution/internal.h"
+#include "cache/internal.h"
 #include "export/pgzip.h"
 #include "interpose/run_internal.h"
 #include "memsnap/allocator.h"
@@ -335,6 +338,42 @@ static void tt_series(void) {
   ms_snapshot_free(s);
 }
 
+/* The stack frames' writer of the cache (lib/cache/stackcode.c) on four threads: its lanes count
+ * into maps of their own, then write into buffers of their own from one shared map. */
+static void tt_stackcode(void) {
+  enum { N = 200000 };
+  uint16_t *idx = malloc(N * sizeof *idx);
+  CHECK(idx);
+  uint64_t x = 1;
+  for (size_t i = 0; i < N; i++) {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    idx[i] = (uint16_t)(i % 7 ? (x >> 40) % 500 : i % 50);
+  }
+  ms_snapshot_t s;
+  memset(&s, 0, sizeof s);
+  s.stack_frames16 = idx;
+  s.nstack_frames = N;
+  s.nframes = 500;
+  unsigned char *b[2];
+  size_t len[2];
+  for (int k = 0; k < 2; k++) {
+    ms__cache_sc_threads = k ? 4 : 1;
+    cache_out_t o = {.fd = -1};
+    CHECK((o.chunk = malloc(CACHE_SUM_CHUNK)) != NULL);
+    bool nomem = false;
+    CHECK(ms__cache_w_stack_frames(&o, &s, &nomem));
+    ms__cache_out_flush(&o);
+    free(o.chunk);
+    b[k] = o.mem;
+    len[k] = o.mem_len;
+  }
+  ms__cache_sc_threads = 0;
+  CHECK(len[0] == len[1] && memcmp(b[0], b[1], len[0]) == 0);
+  free(b[0]);
+  free(b[1]);
+  free(idx);
+}
+
 int main(int argc, char **argv) {
   const char *what = argc > 1 ? argv[1] : "all";
   if (!strcmp(what, "history") || !strcmp(what, "all")) tt_history();
@@ -345,6 +384,7 @@ int main(int argc, char **argv) {
   }
   if (!strcmp(what, "attr") || !strcmp(what, "all")) tt_attr();
   if (!strcmp(what, "series") || !strcmp(what, "all")) tt_series();
+  if (!strcmp(what, "stackcode") || !strcmp(what, "all")) tt_stackcode();
   printf("tsan_threads: %s: ok\n", what);
   return 0;
 }
