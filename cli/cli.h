@@ -12,6 +12,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <sys/stat.h>
 
 #include "memsnap/attribution.h"
 #include "memsnap/cache.h"
@@ -134,6 +135,37 @@ int cli_load_window(const char *path, unsigned flags, const ms_load_window_t *wi
 /* The snapshot cache's key of a snapshot cli_load_ex loaded through the cache, else NULL (for
  * ms_cache_timeline: the time index through the cache). */
 const ms_cache_key_t *cli_cache_key(const ms_snapshot_t *snap);
+
+/* A command's answer through the snapshot cache (cli/answers.c): a second run of the same
+ * question on the same bytes prints what the first stored. Use: cli_answer_open(); when
+ * cli_answer_serve() says true, the answer was printed and the command is done; else write the
+ * answer to cli_answer_stream() (it goes to stdout as it is written; stdout itself when the
+ * cache is off) and end with cli_answer_close(), which stores it when rc is CLI_OK, it is at
+ * most 16 MiB, and loaded (the key the snapshot was read under, NULL: none) is the file's. */
+typedef struct cli_answer_s {
+  bool on;              /* the question is cacheable */
+  bool served;          /* the stored answer was written to stdout */
+  ms_cache_key_t key;   /* the file's content, with the command's load flags */
+  uint64_t tag;         /* of desc */
+  char *desc;           /* the question, described (malloc'd) */
+  size_t desc_len;
+  const char *rules;    /* the --categories file, or NULL */
+  struct stat rules_st; /* it, as hashed */
+  FILE *out;            /* the answer being written: to stdout, and a copy into buf */
+  char *buf;
+  size_t len, cap;
+  bool dropped;         /* the copy was given up (too large, out of memory): nothing stored */
+} cli_answer_t;
+/* cmd: the command's name; flags: the load flags it reads the file with; names[i], vals[i]: each
+ * option the answer depends on as given (NULL: not given); json: --json; rules: the --categories
+ * file (its content is part of the question). Not cacheable: standard input, not a regular
+ * file, the cache off, a rules file that is not a regular file. */
+void cli_answer_open(cli_answer_t *c, const char *cmd, const char *file, unsigned flags,
+                     size_t nopts, const char *const *names, const char *const *vals, bool json,
+                     const char *rules);
+bool cli_answer_serve(cli_answer_t *c);
+FILE *cli_answer_stream(cli_answer_t *c);
+void cli_answer_close(cli_answer_t *c, int rc, const ms_cache_key_t *loaded);
 
 /* A progress line on stderr, drawn only when stderr is a terminal and the operation has taken
  * more than a second; stop erases it. Not nestable. */

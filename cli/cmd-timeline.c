@@ -8,7 +8,9 @@
  * document. `--viewer-data` prints exactly the data PyTorch's web viewer computes for its
  * "Active Memory Timeline" (`--segments`: "Active Cached Segment Timeline"), see
  * memsnap/timeline.h; `--json` printed that before, and still does in this release when given
- * `--segments` or `--max-entries` or MEMSNAP_TIMELINE_JSON=viewer, with a warning.
+ * `--segments` or `--max-entries` or MEMSNAP_TIMELINE_JSON=viewer, with a warning. The report's
+ * answer is stored in the snapshot cache, and a second run of the same question on the same bytes
+ * prints it (cli/answers.c, docs/performance.md).
  */
 #include <inttypes.h>
 #include <stdbool.h>
@@ -292,11 +294,17 @@ static int timeline_buf_write(void *ctx, const char *s, size_t len) {
   return MS_OK;
 }
 
-/* Writes the finished document to standard output. @return CLI_OK or CLI_FAILURE (printed). */
-static int timeline_buf_flush(const timeline_buf_t *b, int err) {
+/* Writes the finished document to out: standard output through cli_out_t, or the stream of a
+ * stored answer (which writes through to standard output). @return CLI_OK or CLI_FAILURE
+ * (printed). */
+static int timeline_buf_flush(FILE *out, const timeline_buf_t *b, int err) {
   if (err != MS_OK) {
     cli_error("out of memory");
     return CLI_FAILURE;
+  }
+  if (out != stdout) {
+    (void)!fwrite(b->p, 1, b->n, out); /* a failed write to stdout is main's to report */
+    return CLI_OK;
   }
   cli_out_t o;
   int rc = cli_out_open(&o, "-");
@@ -305,9 +313,10 @@ static int timeline_buf_flush(const timeline_buf_t *b, int err) {
   return cli_out_commit(&o);
 }
 
-/* The text, or with json its content as one JSON document (docs/timeline.md). */
-static int timeline_report(const ms_snapshot_t *snap, const char *name, const cli_tl_args_t *ta,
-                           bool by_category, const char *rules, bool json, bool steps) {
+/* The text, or with json its content as one JSON document (docs/timeline.md), on out. */
+static int timeline_report(FILE *out, const ms_snapshot_t *snap, const char *name,
+                           const cli_tl_args_t *ta, bool by_category, const char *rules, bool json,
+                           bool steps) {
   ms_timeline_t *tl = NULL;
   int rc;
   size_t only = SIZE_MAX;
@@ -332,7 +341,7 @@ static int timeline_report(const ms_snapshot_t *snap, const char *name, const cl
   }
   for (size_t dev = 0; dev < ms_timeline_ndevices(tl) && rc == CLI_OK; dev++) {
     if (only != SIZE_MAX && dev != only) continue;
-    rc = timeline_device(stdout, j.sink ? &j : NULL, snap, name, ta, tl, a, dev, steps,
+    rc = timeline_device(out, j.sink ? &j : NULL, snap, name, ta, tl, a, dev, steps,
                          &any_segment, &first);
   }
   ms_attr_destroy(a);
@@ -343,7 +352,7 @@ static int timeline_report(const ms_snapshot_t *snap, const char *name, const cl
   ms_timeline_destroy(tl);
   if (json && rc == CLI_OK) {
     cli_json_lit(&j, "\n]}\n");
-    rc = timeline_buf_flush(&buf, j.err);
+    rc = timeline_buf_flush(out, &buf, j.err);
   }
   free(buf.p);
   return rc;
@@ -457,17 +466,32 @@ int cmd_timeline(int argc, char **argv) {
   bool viewer = false;
   if ((rc = timeline_check(&t, &viewer)) != CLI_OK) return rc;
 
+  /* the report's answer through the cache (cli/answers.c): the options as given, and the name
+   * the JSON prints; the viewer's data is not stored (large, and `view` stores its page) */
+  static const char *const names[8] = {"file", "by", "categories", "device", "range", "stream",
+                                       "pool", "steps"};
+  const char *const vals[8] = {cli_display_name(file), t.by_s, t.rules_s, device_s, range_s,
+                               t.stream_s, t.pool_s, t.steps ? "1" : NULL};
+  cli_answer_t c = {0};
+  if (!viewer) {
+    cli_answer_open(&c, "timeline", file, MS_LOAD_NO_FREE_STACKS, 8, names, vals, t.json != 0,
+                    t.rules_s);
+    if (cli_answer_serve(&c)) return CLI_OK;
+  }
   ms_snapshot_t *snap = NULL;
   /* the trace is read through the time index, which never uses free_requested's stacks; for
    * --range's window unless categories are asked for (they need every allocation's stack) */
-  if ((rc = cli_load_range(file, MS_LOAD_NO_FREE_STACKS, t.by_s ? NULL : &ta, &snap)) != CLI_OK)
+  if ((rc = cli_load_range(file, MS_LOAD_NO_FREE_STACKS, t.by_s ? NULL : &ta, &snap)) != CLI_OK) {
+    cli_answer_close(&c, rc, NULL);
     return rc;
+  }
   const char *name = cli_display_name(file);
   if (viewer)
     rc = timeline_viewer_data(snap, name, &ta, t.segments != 0, max_entries);
   else
-    rc = timeline_report(snap, name, &ta, t.by_s != NULL, t.rules_s, t.json != 0,
-                         t.steps != 0);
+    rc = timeline_report(cli_answer_stream(&c), snap, name, &ta, t.by_s != NULL, t.rules_s,
+                         t.json != 0, t.steps != 0);
+  cli_answer_close(&c, rc, cli_cache_key(snap));
   ms_snapshot_free(snap);
   return rc;
 }

@@ -342,104 +342,6 @@ static int top_answer(const top_req_t *q, FILE *out, ms_cache_key_t *loaded) {
   return rc;
 }
 
-/* ---- the answer through the cache ---------------------------------------------------------- */
-
-/* A second `top` of the same bytes with the same options prints the answer the first one stored,
- * without reading the snapshot, its time index or classifying a stack: a blob entry of the
- * snapshot cache (memsnap/cache.h), filed under the file's key (with top's load flags) and a tag
- * of everything else the answer depends on (the options as given, the --categories file's
- * content, the default rules, memsnap's version). The entry's body is that description, a NUL,
- * then the answer: a description that differs (another question whose tag collides) is a miss. */
-typedef struct top_cache_s {
-  bool on;
-  ms_cache_key_t key;
-  uint64_t tag;
-  char *desc; /* the description (malloc'd) */
-  size_t desc_len;
-  const char *rules;    /* the --categories file, or NULL */
-  struct stat rules_st; /* it, as hashed */
-  bool served;          /* the stored answer was written to stdout */
-} top_cache_t;
-
-static uint64_t top_fnv(uint64_t h, const void *p, size_t n) {
-  const unsigned char *b = p;
-  for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ULL;
-  return h;
-}
-
-static void top_desc_opt(FILE *d, const char *name, const char *v) {
-  if (v) fprintf(d, "%s %zu:%s\n", name, strlen(v), v);
-  else fprintf(d, "%s -\n", name);
-}
-
-static bool top_same_stat(const struct stat *a, const struct stat *b) {
-  return a->st_dev == b->st_dev && a->st_ino == b->st_ino && a->st_size == b->st_size &&
-         a->st_mtim.tv_sec == b->st_mtim.tv_sec && a->st_mtim.tv_nsec == b->st_mtim.tv_nsec &&
-         a->st_ctim.tv_sec == b->st_ctim.tv_sec && a->st_ctim.tv_nsec == b->st_ctim.tv_nsec;
-}
-
-/* The key and tag of the answer to q (opts: the option values as given, in top's order: --at,
- * -n, --by, --device, --range, --stream, --pool, --categories); c->on false when the answer is
- * not cacheable (standard input, not a regular file, the cache off, a rules file that is not a
- * regular file). */
-static void top_cache_open(top_cache_t *c, const top_req_t *q, const char *const opts[8]) {
-  static const char *const names[8] = {"at", "n", "by", "device", "range", "stream", "pool",
-                                       "categories"};
-  memset(c, 0, sizeof *c);
-  c->rules = q->rules;
-  struct stat st;
-  uint64_t rh = 0, rsize = 0;
-  if (!cli_cache_enabled() || strcmp(q->file, "-") == 0 || stat(q->file, &st) != 0 ||
-      !S_ISREG(st.st_mode))
-    return;
-  if (q->rules && (stat(q->rules, &c->rules_st) != 0 || !S_ISREG(c->rules_st.st_mode) ||
-                   ms_cache_hash_file(q->rules, &rh, &rsize) != MS_OK))
-    return;
-  FILE *d = open_memstream(&c->desc, &c->desc_len);
-  if (!d) return;
-  const char *def = ms_attr_default_rules();
-  fprintf(d, "memsnap top %d cache %u defaults %016" PRIx64 "\n", ms_version(), MS_CACHE_VERSION,
-          top_fnv(0xcbf29ce484222325ULL, def, strlen(def)));
-  for (int i = 0; i < 8; i++) top_desc_opt(d, names[i], opts[i]);
-  fprintf(d, "json %d\nrules %016" PRIx64 "-%" PRIu64 "\n", q->json ? 1 : 0, rh, rsize);
-  if (fclose(d) != 0 || !c->desc ||
-      ms_cache_hash_file(q->file, &c->key.hash, &c->key.size) != MS_OK) {
-    free(c->desc);
-    c->desc = NULL;
-    return;
-  }
-  c->key.flags = MS_LOAD_NO_FREE_STACKS;
-  c->tag = top_fnv(0xcbf29ce484222325ULL, c->desc, c->desc_len);
-  c->on = true;
-}
-
-/* The blob's bytes: its description must be ours; then the answer goes to stdout. */
-static int top_cache_write(void *ctx, const char *p, size_t n) {
-  top_cache_t *c = ctx;
-  size_t dl = c->desc_len + 1;
-  if (n < dl || memcmp(p, c->desc, dl) != 0) return MS_ENOTFOUND;
-  c->served = true;
-  return fwrite(p + dl, 1, n - dl, stdout) == n - dl ? MS_OK : MS_EIO;
-}
-
-/* Stores answer[0..len) when the snapshot it came from was the one hashed (loaded: its key) and
- * the rules file did not change meanwhile. */
-static void top_cache_store(const top_cache_t *c, const ms_cache_key_t *loaded,
-                            const char *answer, size_t len) {
-  struct stat st;
-  if (loaded->hash != c->key.hash || loaded->size != c->key.size ||
-      loaded->flags != c->key.flags)
-    return;
-  if (c->rules && (stat(c->rules, &st) != 0 || !top_same_stat(&st, &c->rules_st))) return;
-  size_t dl = c->desc_len + 1;
-  char *body = len <= SIZE_MAX - dl ? malloc(dl + len) : NULL;
-  if (!body) return;
-  memcpy(body, c->desc, dl);
-  memcpy(body + dl, answer, len);
-  (void)!ms_cache_blob_put(&c->key, c->tag, NULL, body, dl + len);
-  free(body);
-}
-
 int cmd_top(int argc, char **argv) {
   int json = 0, keep_going = 0;
   const char *at_s = NULL, *n_s = NULL, *by_s = NULL, *device_s = NULL, *range_s = NULL,
@@ -491,30 +393,15 @@ int cmd_top(int argc, char **argv) {
     return rc;
   q.rules = rules_s;
   q.json = json != 0;
-  top_cache_t c;
-  top_cache_open(&c, &q,
-                 (const char *const[8]){at_s, n_s, by_s, device_s, range_s, stream_s, pool_s,
-                                        rules_s});
-  if (c.on) {
-    ms_sink_t sink = {top_cache_write, &c};
-    int err = ms_cache_blob_get(&c.key, c.tag, NULL, &sink);
-    if (err == MS_OK || c.served) { /* a failed write to stdout is main's to report */
-      free(c.desc);
-      return CLI_OK;
-    }
-  }
-  /* the answer is kept to be stored as it is written */
-  char *buf = NULL;
-  size_t len = 0;
-  FILE *out = c.on ? open_memstream(&buf, &len) : NULL;
+  /* the answer through the cache (cli/answers.c): the options as given, in this order */
+  static const char *const names[8] = {"at", "n", "by", "device", "range", "stream", "pool",
+                                       "categories"};
+  const char *const vals[8] = {at_s, n_s, by_s, device_s, range_s, stream_s, pool_s, rules_s};
+  cli_answer_t c;
+  cli_answer_open(&c, "top", q.file, MS_LOAD_NO_FREE_STACKS, 8, names, vals, q.json, q.rules);
+  if (cli_answer_serve(&c)) return CLI_OK;
   ms_cache_key_t loaded;
-  rc = top_answer(&q, out ? out : stdout, &loaded);
-  if (out) {
-    bool whole = fclose(out) == 0;
-    if (buf) fwrite(buf, 1, len, stdout);
-    if (whole && buf && rc == CLI_OK) top_cache_store(&c, &loaded, buf, len);
-  }
-  free(buf);
-  free(c.desc);
+  rc = top_answer(&q, cli_answer_stream(&c), &loaded);
+  cli_answer_close(&c, rc, &loaded);
   return rc;
 }

@@ -1,14 +1,17 @@
 /* SPDX-License-Identifier: MIT
- * Tests of `memsnap top`'s answers in the snapshot cache (cli/cmd-top.c, docs/performance.md):
- *  - the first top of a file stores its answer (a blob entry beside the snapshot's entry and its
- *    time index), a second top with the same options prints exactly what --no-cache prints, from
+ * Tests of the answers of `memsnap top` and `memsnap timeline` in the snapshot cache
+ * (cli/answers.c, docs/performance.md):
+ *  - the first top or timeline of a file stores its answer (a blob entry beside the snapshot's
+ *    entry and its time index; not timeline's --range, which reads a window, nor its viewer
+ *    data), a second one with the same options prints exactly what --no-cache prints, from
  *    that entry and nothing else (a forged answer filed under the same key, tag and description
  *    comes out as it is), touching it in place;
  *  - an entry truncated at any offset or with a byte flipped is rebuilt (the same answer, and the
  *    same entry again), never trusted; an entry whose description is another question's is a
  *    miss; other options, another --categories text (same size, same name) are other answers;
  *  - standard input, --no-cache and MEMSNAP_CACHE=0 store no answer; a failed top stores none;
- *  - another file written under the same name is another answer (the key is the content).
+ *  - another file written under the same name is another answer (the key is the content), and
+ *    the same bytes under another name another timeline answer (its JSON names the file).
  * Every test uses its own cache directory under a fresh temporary folder (never the user's).
  */
 #include <criterion/criterion.h>
@@ -105,6 +108,15 @@ Test(cache_top, stored_then_served_for_each_question) {
       {"top", "FILE", "--at", "end", "--by", "frame", "-n", "0"},
       {"top", "FILE", "--by", "size", "--json", "--at", "peak-reserved"},
       {"top", "FILE", "--device", "1", "--by", "file"},
+      {"timeline", "FILE"},
+      {"timeline", "FILE", "--json"},
+      {"timeline", "FILE", "--steps", "--json"},
+      {"timeline", "FILE", "--by", "category"},
+      {"timeline", "FILE", "--device", "1", "--json"},
+      /* not stored: --range reads a window of the trace, never through the cache; the viewer's
+       * data is not an answer that is kept */
+      {"timeline", "FILE", "--range", "0:10"},
+      {"timeline", "FILE", "--viewer-data"},
   };
   for (size_t f = 0; f < sizeof fx / sizeof *fx; f++) {
     char p[700];
@@ -130,8 +142,9 @@ Test(cache_top, stored_then_served_for_each_question) {
       cr_assert(sp == s1 && s1 == s2, "%s %zu: status %d %d %d", fx[f], i, sp, s1, s2);
       assert_same(fx[f], plain, lp, first, l1);
       assert_same(fx[f], plain, lp, second, l2);
-      /* an answer stored per question, but a failed top (no device 1 on a one-device file) */
-      cr_assert_eq(stored, before + (sp == 0), "%s %zu: %d answers after %d", fx[f], i, stored,
+      /* an answer stored per question, but a failed one (no device 1 on a one-device file) */
+      bool kept = sp == 0 && strcmp(argv[n - 1], "0:10") != 0 && strcmp(argv[n - 1], "--viewer-data") != 0;
+      cr_assert_eq(stored, before + kept, "%s %zu: %d answers after %d", fx[f], i, stored,
                    before);
       cr_assert_eq(answers(NULL, 0), stored);
       free(plain);
@@ -289,6 +302,27 @@ Test(cache_top, another_file_under_the_same_name_gets_its_own_answer) {
     cr_assert_eq(run(&out, &lo, args), 0);
     assert_same(src[k], plain, lp, out, lo);
     cr_assert_eq(answers(NULL, 0), k < 2 ? k + 1 : 2, "the answers of %d files", k + 1);
+    free(plain);
+    free(out);
+  }
+  /* timeline's JSON names the file: the same bytes under another name are another answer */
+  char y[700];
+  snprintf(y, sizeof y, "%s/y.pickle", th_cache_tmp);
+  size_t len;
+  char *bytes = th_read_file(x, &len);
+  cr_assert(bytes);
+  cr_assert_eq(th_write_file(y, bytes, len), 0);
+  free(bytes);
+  const char *names[] = {x, y, x};
+  for (int k = 0; k < 3; k++) {
+    const char *targs[] = {"timeline", names[k], "--json", NULL};
+    char *plain, *out;
+    size_t lp, lo;
+    cr_assert_eq(run_plain(&plain, &lp, targs), 0);
+    cr_assert(strstr(plain, names[k]), "%s", plain);
+    cr_assert_eq(run(&out, &lo, targs), 0);
+    assert_same(names[k], plain, lp, out, lo);
+    cr_assert_eq(answers(NULL, 0), k < 2 ? 3 + k : 4, "the answers after %s", names[k]);
     free(plain);
     free(out);
   }

@@ -1,0 +1,150 @@
+/* SPDX-License-Identifier: MIT
+ * memsnap CLI: a command's answer through the snapshot cache (cli.h, "stored answers";
+ * docs/performance.md). A second `top` or `timeline` of the same bytes with the same question
+ * prints the answer the first one stored, without reading the snapshot, its time index or
+ * classifying a stack: a blob entry of the snapshot cache (memsnap/cache.h), filed under the
+ * file's key (with the command's load flags) and a tag of everything else the answer depends on
+ * (the command, the options as given, the --categories file's content, the default rules,
+ * memsnap's version). The entry's body is that description, a NUL, then the answer: a
+ * description that differs (another question whose tag collides) is a miss.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "cli.h"
+#include "memsnap/attribution.h"
+#include "memsnap/cache.h"
+
+/* Answers past this size are printed, not stored (a --steps series of millions of entries). */
+#define ANSWER_MAX ((size_t)16 << 20)
+
+static uint64_t answer_fnv(uint64_t h, const void *p, size_t n) {
+  const unsigned char *b = p;
+  for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ULL;
+  return h;
+}
+
+static void answer_desc_opt(FILE *d, const char *name, const char *v) {
+  if (v) fprintf(d, "%s %zu:%s\n", name, strlen(v), v);
+  else fprintf(d, "%s -\n", name);
+}
+
+static bool answer_same_stat(const struct stat *a, const struct stat *b) {
+  return a->st_dev == b->st_dev && a->st_ino == b->st_ino && a->st_size == b->st_size &&
+         a->st_mtim.tv_sec == b->st_mtim.tv_sec && a->st_mtim.tv_nsec == b->st_mtim.tv_nsec &&
+         a->st_ctim.tv_sec == b->st_ctim.tv_sec && a->st_ctim.tv_nsec == b->st_ctim.tv_nsec;
+}
+
+void cli_answer_open(cli_answer_t *c, const char *cmd, const char *file, unsigned flags,
+                     size_t nopts, const char *const *names, const char *const *vals, bool json,
+                     const char *rules) {
+  memset(c, 0, sizeof *c);
+  c->rules = rules;
+  struct stat st;
+  uint64_t rh = 0, rsize = 0;
+  if (!cli_cache_enabled() || strcmp(file, "-") == 0 || stat(file, &st) != 0 ||
+      !S_ISREG(st.st_mode))
+    return;
+  if (rules && (stat(rules, &c->rules_st) != 0 || !S_ISREG(c->rules_st.st_mode) ||
+                ms_cache_hash_file(rules, &rh, &rsize) != MS_OK))
+    return;
+  FILE *d = open_memstream(&c->desc, &c->desc_len);
+  if (!d) return;
+  const char *def = ms_attr_default_rules();
+  fprintf(d, "memsnap %s %d cache %u defaults %016" PRIx64 "\n", cmd, ms_version(),
+          MS_CACHE_VERSION, answer_fnv(0xcbf29ce484222325ULL, def, strlen(def)));
+  for (size_t i = 0; i < nopts; i++) answer_desc_opt(d, names[i], vals[i]);
+  fprintf(d, "json %d\nrules %016" PRIx64 "-%" PRIu64 "\n", json ? 1 : 0, rh, rsize);
+  if (fclose(d) != 0 || !c->desc || ms_cache_hash_file(file, &c->key.hash, &c->key.size) != MS_OK) {
+    free(c->desc);
+    c->desc = NULL;
+    return;
+  }
+  c->key.flags = flags;
+  c->tag = answer_fnv(0xcbf29ce484222325ULL, c->desc, c->desc_len);
+  c->on = true;
+}
+
+/* The blob's bytes: its description must be ours; then the answer goes to stdout. */
+static int answer_write(void *ctx, const char *p, size_t n) {
+  cli_answer_t *c = ctx;
+  size_t dl = c->desc_len + 1;
+  if (n < dl || memcmp(p, c->desc, dl) != 0) return MS_ENOTFOUND;
+  c->served = true;
+  return fwrite(p + dl, 1, n - dl, stdout) == n - dl ? MS_OK : MS_EIO;
+}
+
+bool cli_answer_serve(cli_answer_t *c) {
+  if (!c->on) return false;
+  ms_sink_t sink = {answer_write, c};
+  int err = ms_cache_blob_get(&c->key, c->tag, NULL, &sink);
+  if (err == MS_OK || c->served) { /* a failed write to stdout is main's to report */
+    free(c->desc);
+    c->desc = NULL;
+    return true;
+  }
+  return false;
+}
+
+/* The answer's stream writes through to stdout at once (unbuffered: what the command prints and
+ * its messages on stderr keep their order) and keeps a copy, up to ANSWER_MAX bytes. */
+static ssize_t answer_tee(void *ctx, const char *p, size_t n) {
+  cli_answer_t *c = ctx;
+  if (!c->dropped && n > ANSWER_MAX - c->len) c->dropped = true; /* too large to store */
+  if (!c->dropped && n > c->cap - c->len) {
+    size_t cap = c->cap ? c->cap : 4096;
+    while (cap - c->len < n) cap *= 2;
+    char *b = realloc(c->buf, cap);
+    if (b) {
+      c->buf = b;
+      c->cap = cap;
+    } else {
+      c->dropped = true;
+    }
+  }
+  if (!c->dropped) {
+    memcpy(c->buf + c->len, p, n);
+    c->len += n;
+  }
+  /* a failed write to stdout is main's to report, as when the command writes there itself */
+  (void)!fwrite(p, 1, n, stdout);
+  return (ssize_t)n;
+}
+
+FILE *cli_answer_stream(cli_answer_t *c) {
+  if (c->on && !c->out) {
+    c->out = fopencookie(c, "w", (cookie_io_functions_t){NULL, answer_tee, NULL, NULL});
+    if (c->out) setvbuf(c->out, NULL, _IONBF, 0);
+  }
+  return c->out ? c->out : stdout;
+}
+
+/* Stores the answer when the snapshot it came from was the one hashed (loaded: its key) and the
+ * rules file did not change meanwhile. */
+static void answer_store(const cli_answer_t *c, const ms_cache_key_t *loaded) {
+  struct stat st;
+  if (loaded->hash != c->key.hash || loaded->size != c->key.size ||
+      loaded->flags != c->key.flags)
+    return;
+  if (c->rules && (stat(c->rules, &st) != 0 || !answer_same_stat(&st, &c->rules_st))) return;
+  size_t dl = c->desc_len + 1;
+  char *body = malloc(dl + c->len);
+  if (!body) return;
+  memcpy(body, c->desc, dl);
+  if (c->len) memcpy(body + dl, c->buf, c->len);
+  (void)!ms_cache_blob_put(&c->key, c->tag, NULL, body, dl + c->len);
+  free(body);
+}
+
+void cli_answer_close(cli_answer_t *c, int rc, const ms_cache_key_t *loaded) {
+  if (c->out) {
+    bool whole = fclose(c->out) == 0 && !c->dropped;
+    if (whole && rc == CLI_OK && loaded) answer_store(c, loaded);
+  }
+  free(c->buf);
+  free(c->desc);
+  memset(c, 0, sizeof *c);
+}
