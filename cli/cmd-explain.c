@@ -2,7 +2,8 @@
  * memsnap CLI: `memsnap explain FILE [--device N] [--at MOMENT] [--capacity SIZE] [--json]`
  * (issue #26, docs/explain.md): why memory ran out or peaked, and which setting would have
  * avoided it, with the replays as proof. The analysis is the library's (memsnap/explain.h); this
- * file prints it as text or JSON.
+ * file prints it as text or JSON. The answer is stored in the snapshot cache, and a second run
+ * of the same question on the same bytes prints it (cli/answers.c, docs/performance.md).
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -68,11 +69,11 @@ static void explain_pool_name(const ms_explain_pool_t *p, char *buf, size_t cap)
 
 /* ---- text ------------------------------------------------------------------------------------- */
 
-static void explain_text_state(const ms_snapshot_t *snap, const ms_explain_t *x) {
+static void explain_text_state(FILE *out, const ms_snapshot_t *snap, const ms_explain_t *x) {
   char a[CLI_BYTES_BUFSZ], b[CLI_BYTES_BUFSZ], buf[512];
   (void)snap;
   if (x->has_request) {
-    printf("request:   %s (%" PRIu64 " bytes; %s rounded) on stream %" PRIu64 ", %s pool%s; "
+    fprintf(out, "request:   %s (%" PRIu64 " bytes; %s rounded) on stream %" PRIu64 ", %s pool%s; "
            "a new segment for it: %s\n",
            SZ(x->request_bytes, a), x->request_bytes, SZ(x->request_rounded, b), x->request_stream,
            x->request_large ? "large" : "small",
@@ -80,63 +81,64 @@ static void explain_text_state(const ms_snapshot_t *snap, const ms_explain_t *x)
            SZ(x->request_segment, buf));
   }
   explain_capacity_text(x, buf, sizeof buf);
-  printf("capacity:  %s\n", buf);
-  printf("state:\n");
-  printf("  %-36s %12s\n", "reserved", SZ(x->reserved_bytes, a));
-  printf("  %-36s %12s\n", "allocated", SZ(x->allocated_bytes, a));
-  printf("  %-36s %12s\n", "requested", SZ(x->requested_bytes, a));
-  if (x->has_device_free) printf("  %-36s %12s\n", "free on the device", SZ(x->device_free, a));
-  printf("  %-36s %12s\n", "free in the cache", SZ(x->cached_free_bytes, a));
+  fprintf(out, "capacity:  %s\n", buf);
+  fprintf(out, "state:\n");
+  fprintf(out, "  %-36s %12s\n", "reserved", SZ(x->reserved_bytes, a));
+  fprintf(out, "  %-36s %12s\n", "allocated", SZ(x->allocated_bytes, a));
+  fprintf(out, "  %-36s %12s\n", "requested", SZ(x->requested_bytes, a));
+  if (x->has_device_free) fprintf(out, "  %-36s %12s\n", "free on the device", SZ(x->device_free, a));
+  fprintf(out, "  %-36s %12s\n", "free in the cache", SZ(x->cached_free_bytes, a));
   for (size_t i = 0; i < x->npools; i++) {
     const ms_explain_pool_t *p = &x->pools[i];
     explain_pool_name(p, buf, sizeof buf);
-    printf("    %s: %zu segment%s, %s reserved, %s free, largest free block %s\n", buf,
+    fprintf(out, "    %s: %zu segment%s, %s reserved, %s free, largest free block %s\n", buf,
            p->segments, p->segments == 1 ? "" : "s", SZ(p->reserved, a), SZ(p->free, b),
            SZ(p->largest_free, buf + 256));
   }
   if (x->has_request)
-    printf("  %-36s %12s  (the request: %s)\n", "largest free block, request's pool",
+    fprintf(out, "  %-36s %12s  (the request: %s)\n", "largest free block, request's pool",
            SZ(x->largest_free_block_bytes, a), SZ(x->request_rounded, b));
   else
-    printf("  %-36s %12s\n", "largest free block", SZ(x->largest_free_block_bytes, a));
-  printf("  %-36s %12s\n", "inactive split", SZ(x->inactive_split_bytes, a));
-  printf("  %-36s %12s\n", "whole free segments (releasable)", SZ(x->releasable_bytes, a));
-  printf("  %-36s %12s\n", "private pools (CUDA graphs, MemPool)", SZ(x->private_pool_bytes, a));
+    fprintf(out, "  %-36s %12s\n", "largest free block", SZ(x->largest_free_block_bytes, a));
+  fprintf(out, "  %-36s %12s\n", "inactive split", SZ(x->inactive_split_bytes, a));
+  fprintf(out, "  %-36s %12s\n", "whole free segments (releasable)", SZ(x->releasable_bytes, a));
+  fprintf(out, "  %-36s %12s\n", "private pools (CUDA graphs, MemPool)", SZ(x->private_pool_bytes, a));
   if (x->has_outside)
-    printf("  %-36s %12s\n", "outside the allocator", SZ(x->outside_allocator_bytes, a));
+    fprintf(out, "  %-36s %12s\n", "outside the allocator", SZ(x->outside_allocator_bytes, a));
   else if (x->moment == MS_EXPLAIN_AT_OOM)
-    printf("  %-36s %12s\n", "outside the allocator", "unknown");
+    fprintf(out, "  %-36s %12s\n", "outside the allocator", "unknown");
 }
 
-static void explain_text_remedies(const ms_explain_t *x) {
+static void explain_text_remedies(FILE *out, const ms_explain_t *x) {
   char a[CLI_BYTES_BUFSZ], b[CLI_BYTES_BUFSZ], buf[256];
   if (x->nremedies == 0) return;
   explain_capacity_text(x, buf, sizeof buf);
-  printf("remedies, replayed at %s:\n", x->capacity ? buf : "an unlimited device (size unknown)");
+  fprintf(out, "remedies, replayed at %s:\n", x->capacity ? buf : "an unlimited device (size unknown)");
   if (!x->replayable) {
-    printf("  none: %s\n", x->replay_note);
+    fprintf(out, "  none: %s\n", x->replay_note);
     return;
   }
-  printf("  %-58s %-10s %13s %13s\n", "configuration", "avoids OOM", "peak reserved",
+  fprintf(out, "  %-58s %-10s %13s %13s\n", "configuration", "avoids OOM", "peak reserved",
          "min capacity");
   for (size_t i = 0; i < x->nremedies; i++) {
     const ms_explain_remedy_t *r = &x->remedies[i];
     const char *name = r->config[0] ? r->config : "(the recorded settings)";
     if (!r->replayed) {
-      printf("  %-58s %s\n", name, r->note);
+      fprintf(out, "  %-58s %s\n", name, r->note);
       continue;
     }
-    printf("  %-58s %-10s %13s %13s\n", name,
+    fprintf(out, "  %-58s %-10s %13s %13s\n", name,
            r->avoids_oom == 1 ? "yes" : r->avoids_oom == 0 ? "no" : "?",
            SZ(r->peak_reserved, a), r->min_capacity ? SZ(r->min_capacity, b) : "-");
   }
 }
 
-static void explain_text(const ms_snapshot_t *snap, const char *name, const ms_explain_t *x) {
+static void explain_text(FILE *out, const ms_snapshot_t *snap, const char *name,
+                         const ms_explain_t *x) {
   char a[CLI_BYTES_BUFSZ];
-  printf("memsnap explain: '%s', device %zu\n", name, x->device);
+  fprintf(out, "memsnap explain: '%s', device %zu\n", name, x->device);
   if (x->moment == MS_EXPLAIN_AT_END) {
-    printf("moment:    the end state (the snapshot's segments)\n");
+    fprintf(out, "moment:    the end state (the snapshot's segments)\n");
   } else {
     const char *what = x->moment == MS_EXPLAIN_AT_OOM    ? "out of memory"
                        : x->moment == MS_EXPLAIN_AT_PEAK ? "the peak of allocated memory"
@@ -145,42 +147,42 @@ static void explain_text(const ms_snapshot_t *snap, const char *name, const ms_e
       const ms_snap_trace_t *e = &snap->trace[snap->devices[x->device].first_trace + x->entry];
       char t[96];
       cli_format_time(e, t, sizeof t);
-      printf("moment:    %s, after entry %" PRId64 " (%s)%s%s\n", what, x->entry,
+      fprintf(out, "moment:    %s, after entry %" PRId64 " (%s)%s%s\n", what, x->entry,
              ms_snap_trace_action_name(e), t[0] ? ", " : "", t);
     } else {
-      printf("moment:    %s, before the first entry\n", what);
+      fprintf(out, "moment:    %s, before the first entry\n", what);
     }
   }
   if (x->step_number >= 0 || x->phase) {
-    printf("step:      ");
-    if (x->step_number >= 0) printf("step %" PRId64, x->step_number);
+    fprintf(out, "step:      ");
+    if (x->step_number >= 0) fprintf(out, "step %" PRId64, x->step_number);
     if (x->phase) {
-      printf("%sphase \"", x->step_number >= 0 ? ", " : "");
-      cli_fputs_escaped(x->phase, stdout);
-      printf("\"");
+      fprintf(out, "%sphase \"", x->step_number >= 0 ? ", " : "");
+      cli_fputs_escaped(x->phase, out);
+      fprintf(out, "\"");
     }
-    printf("\n");
+    fprintf(out, "\n");
   }
-  explain_text_state(snap, x);
-  printf("verdict:   %s\n", x->verdict_text);
-  printf("top holders by source line (allocated bytes, blocks, source):\n");
+  explain_text_state(out, snap, x);
+  fprintf(out, "verdict:   %s\n", x->verdict_text);
+  fprintf(out, "top holders by source line (allocated bytes, blocks, source):\n");
   for (size_t i = 0; i < x->nby_source; i++) {
-    printf("  %10s %6" PRIu64 "  ", SZ(x->by_source[i].bytes, a), x->by_source[i].blocks);
-    cli_fputs_escaped(x->by_source[i].key, stdout);
-    putchar('\n');
+    fprintf(out, "  %10s %6" PRIu64 "  ", SZ(x->by_source[i].bytes, a), x->by_source[i].blocks);
+    cli_fputs_escaped(x->by_source[i].key, out);
+    fputc('\n', out);
   }
-  if (x->nby_source == 0) printf("  (no allocated block)\n");
+  if (x->nby_source == 0) fprintf(out, "  (no allocated block)\n");
   bool any = false;
   for (size_t i = 0; i < x->nby_category; i++) {
     if (!x->by_category[i].bytes) continue;
-    printf(any ? ", %s %s" : "by category: %s %s", x->by_category[i].key,
+    fprintf(out, any ? ", %s %s" : "by category: %s %s", x->by_category[i].key,
            SZ(x->by_category[i].bytes, a));
     any = true;
   }
-  if (any) printf(" (docs/categories.md)\n");
-  explain_text_remedies(x);
-  if (x->recommendation[0]) printf("recommendation: %s\n", x->recommendation);
-  if (x->hint[0]) printf("hint: %s\n", x->hint);
+  if (any) fprintf(out, " (docs/categories.md)\n");
+  explain_text_remedies(out, x);
+  if (x->recommendation[0]) fprintf(out, "recommendation: %s\n", x->recommendation);
+  if (x->hint[0]) fprintf(out, "hint: %s\n", x->hint);
 }
 
 /* ---- JSON ------------------------------------------------------------------------------------- */
@@ -201,11 +203,21 @@ static void explain_jstack(void *ctx, uint32_t stack, char *buf, size_t cap) {
   cli_stack_label(((explain_jctx_t *)ctx)->snap, stack, buf, cap);
 }
 
-static int explain_json(const ms_snapshot_t *snap, const char *name, const ms_explain_t *x) {
+static int explain_file_write(void *ctx, const char *p, size_t n) {
+  return fwrite(p, 1, n, (FILE *)ctx) == n ? MS_OK : MS_EIO;
+}
+
+/* The JSON document on out: standard output through cli_out_t, or the stream of a stored answer
+ * (which writes through to standard output; a failed write there is main's to report). */
+static int explain_json(FILE *out, const ms_snapshot_t *snap, const char *name,
+                        const ms_explain_t *x) {
   cli_out_t o;
-  int rc = cli_out_open(&o, "-");
-  if (rc != CLI_OK) return rc;
-  cli_json_t j = {&o.sink, 0};
+  ms_sink_t file_sink = {explain_file_write, out};
+  if (out == stdout) {
+    int rc = cli_out_open(&o, "-");
+    if (rc != CLI_OK) return rc;
+  }
+  cli_json_t j = {out == stdout ? &o.sink : &file_sink, 0};
   cli_json_lit(&j, "{\"command\": \"explain\", \"file\": ");
   cli_json_str(&j, name);
   cli_json_lit(&j, ", ");
@@ -214,6 +226,7 @@ static int explain_json(const ms_snapshot_t *snap, const char *name, const ms_ex
                               explain_jstack};
   ms_explain_write_json(x, &w, 0);
   cli_json_lit(&j, "}\n");
+  if (out != stdout) return CLI_OK;
   if (j.err != MS_OK) return cli_out_fail(&o, j.err, NULL);
   return cli_out_commit(&o);
 }
@@ -264,8 +277,21 @@ int cmd_explain(int argc, char **argv) {
                              n_s);
     eo.ntop = (size_t)v;
   }
+  /* the answer through the cache (cli/answers.c): the options as given, and the file's name,
+   * which the answer prints */
+  static const char *const names[7] = {"file", "device", "at", "capacity", "n", "no-replay",
+                                       "no-min-capacity"};
+  const char *const vals[7] = {cli_display_name(pos[0]), device_s, at_s, capacity_s, n_s,
+                               no_replay ? "1" : NULL, no_min ? "1" : NULL};
+  cli_answer_t ans;
+  cli_answer_open(&ans, "explain", pos[0], MS_LOAD_NO_FREE_STACKS, 7, names, vals, json != 0,
+                  NULL);
+  if (cli_answer_serve(&ans)) return CLI_OK;
   ms_snapshot_t *snap = NULL;
-  if ((rc = cli_load_ex(pos[0], MS_LOAD_NO_FREE_STACKS, &snap)) != CLI_OK) return rc;
+  if ((rc = cli_load_ex(pos[0], MS_LOAD_NO_FREE_STACKS, &snap)) != CLI_OK) {
+    cli_answer_close(&ans, rc, NULL);
+    return rc;
+  }
   const char *name = cli_display_name(pos[0]);
   ms_explain_t *x = NULL;
   ms_errbuf_t eb = {{0}};
@@ -280,11 +306,14 @@ int cmd_explain(int argc, char **argv) {
   cli_progress_stop();
   if (err != MS_OK) {
     cli_error("'%s': %s", name, eb.msg[0] ? eb.msg : ms_strerror(err));
+    cli_answer_close(&ans, CLI_FAILURE, NULL);
     ms_snapshot_free(snap);
     return CLI_FAILURE;
   }
-  if (json) rc = explain_json(snap, name, x);
-  else explain_text(snap, name, x);
+  FILE *out = cli_answer_stream(&ans);
+  if (json) rc = explain_json(out, snap, name, x);
+  else explain_text(out, snap, name, x);
+  cli_answer_close(&ans, rc, cli_cache_key(snap));
   ms_explain_free(x);
   ms_snapshot_free(snap);
   return rc;

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT
- * Tests of the answers of `memsnap top` and `memsnap timeline` in the snapshot cache
+ * Tests of the answers of `memsnap top`, `timeline` and `explain` in the snapshot cache
  * (cli/answers.c, docs/performance.md):
- *  - the first top or timeline of a file stores its answer (a blob entry beside the snapshot's
+ *  - the first top, timeline or explain of a file stores its answer (a blob entry beside the snapshot's
  *    entry and its time index; not timeline's --range, which reads a window, nor its viewer
  *    data), a second one with the same options prints exactly what --no-cache prints, from
  *    that entry and nothing else (a forged answer filed under the same key, tag and description
@@ -113,6 +113,10 @@ Test(cache_top, stored_then_served_for_each_question) {
       {"timeline", "FILE", "--steps", "--json"},
       {"timeline", "FILE", "--by", "category"},
       {"timeline", "FILE", "--device", "1", "--json"},
+      {"explain", "FILE"},
+      {"explain", "FILE", "--json", "--no-replay"},
+      {"explain", "FILE", "--at", "end", "-n", "3", "--no-min-capacity"},
+      {"explain", "FILE", "--device", "1", "--capacity", "1GiB"},
       /* not stored: --range reads a window of the trace, never through the cache; the viewer's
        * data is not an answer that is kept */
       {"timeline", "FILE", "--range", "0:10"},
