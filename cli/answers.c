@@ -6,7 +6,9 @@
  * file's key (with the command's load flags) and a tag of everything else the answer depends on
  * (the command, the options as given, the --categories file's content, the default rules,
  * memsnap's version). The entry's body is that description, a NUL, then the answer: a
- * description that differs (another question whose tag collides) is a miss.
+ * description that differs (another question whose tag collides) is a miss. An answer written
+ * to a file (memory's and segments' -o) is served into that file through cli_out_t, and kept as
+ * cli_out_t writes it (cli_out_keep).
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -91,8 +93,8 @@ bool cli_answer_serve(cli_answer_t *c) {
 
 /* The answer's stream writes through to stdout at once (unbuffered: what the command prints and
  * its messages on stderr keep their order) and keeps a copy, up to ANSWER_MAX bytes. */
-static ssize_t answer_tee(void *ctx, const char *p, size_t n) {
-  cli_answer_t *c = ctx;
+/* Appends p[0..n) to c's copy (given up past ANSWER_MAX, or out of memory). */
+static void answer_keep(cli_answer_t *c, const char *p, size_t n) {
   if (!c->dropped && n > ANSWER_MAX - c->len) c->dropped = true; /* too large to store */
   if (!c->dropped && n > c->cap - c->len) {
     size_t cap = c->cap ? c->cap : 4096;
@@ -105,10 +107,16 @@ static ssize_t answer_tee(void *ctx, const char *p, size_t n) {
       c->dropped = true;
     }
   }
-  if (!c->dropped) {
+  if (!c->dropped && n) {
     memcpy(c->buf + c->len, p, n);
     c->len += n;
   }
+  c->kept = true;
+}
+
+static ssize_t answer_tee(void *ctx, const char *p, size_t n) {
+  cli_answer_t *c = ctx;
+  answer_keep(c, p, n);
   /* a failed write to stdout is main's to report, as when the command writes there itself */
   (void)!fwrite(p, 1, n, stdout);
   return (ssize_t)n;
@@ -139,7 +147,48 @@ static void answer_store(const cli_answer_t *c, const ms_cache_key_t *loaded) {
   free(body);
 }
 
+/* ---- an answer written to a file (-o) --------------------------------------------------------- */
+
+/* The blob's bytes: its description must be ours; then the answer goes to the output. */
+static int answer_file_write(void *ctx, const char *p, size_t n) {
+  void **a = ctx;
+  cli_answer_t *c = a[0];
+  cli_out_t *o = a[1];
+  size_t dl = c->desc_len + 1;
+  if (n < dl || memcmp(p, c->desc, dl) != 0) return MS_ENOTFOUND;
+  c->served = true;
+  return o->sink.write(o->sink.ctx, p + dl, n - dl);
+}
+
+int cli_answer_serve_file(cli_answer_t *c, const char *file, const char *out_path) {
+  if (!c->on) return CLI_USAGE;
+  cli_note_input(file);
+  cli_out_t o;
+  int rc = cli_out_open(&o, out_path);
+  if (rc != CLI_OK) return rc;
+  void *a[2] = {c, &o};
+  ms_sink_t sink = {answer_file_write, a};
+  int err = ms_cache_blob_get(&c->key, c->tag, NULL, &sink);
+  if (err == MS_OK) return cli_out_commit(&o);
+  if (c->served) return cli_out_fail(&o, err, NULL); /* the output's own error */
+  cli_out_abort(&o);
+  return CLI_USAGE;
+}
+
+static int answer_keep_write(void *ctx, const char *p, size_t n) {
+  answer_keep(ctx, p, n);
+  return MS_OK;
+}
+
+void cli_answer_capture(cli_answer_t *c) {
+  if (c->on) cli_out_keep = (ms_sink_t){answer_keep_write, c};
+}
+
 void cli_answer_close(cli_answer_t *c, int rc, const ms_cache_key_t *loaded) {
+  if (cli_out_keep.ctx == c) {
+    cli_out_keep = (ms_sink_t){NULL, NULL};
+    if (c->kept && !c->dropped && rc == CLI_OK && loaded) answer_store(c, loaded);
+  }
   if (c->out) {
     bool whole = fclose(c->out) == 0 && !c->dropped;
     if (whole && rc == CLI_OK && loaded) answer_store(c, loaded);

@@ -155,6 +155,7 @@ typedef struct cli_answer_s {
   char *buf;
   size_t len, cap;
   bool dropped;         /* the copy was given up (too large, out of memory): nothing stored */
+  bool kept;            /* something was written to the copy */
 } cli_answer_t;
 /* cmd: the command's name; flags: the load flags it reads the file with; names[i], vals[i]: each
  * option the answer depends on as given (NULL: not given); json: --json; rules: the --categories
@@ -166,6 +167,13 @@ void cli_answer_open(cli_answer_t *c, const char *cmd, const char *file, unsigne
 bool cli_answer_serve(cli_answer_t *c);
 FILE *cli_answer_stream(cli_answer_t *c);
 void cli_answer_close(cli_answer_t *c, int rc, const ms_cache_key_t *loaded);
+/* For an answer the command writes to a file through cli_out_t (-o): cli_answer_serve_file
+ * writes the stored answer to out_path (file: the input, which the output must not be):
+ * CLI_OK or CLI_FAILURE (printed) when it did; CLI_USAGE when there is none, and the command
+ * goes on. cli_answer_capture() then has every cli_out_t give a copy of what it writes to the
+ * answer (cli_out_keep) until cli_answer_close(), which stores it as for an answer on stdout. */
+int cli_answer_serve_file(cli_answer_t *c, const char *file, const char *out_path);
+void cli_answer_capture(cli_answer_t *c);
 
 /* A progress line on stderr, drawn only when stderr is a terminal and the operation has taken
  * more than a second; stop erases it. Not nestable. */
@@ -201,6 +209,10 @@ typedef struct cli_out_s {
   ms_sink_t sink;
   int werr; /* errno of the first failed write through sink, 0 if none */
 } cli_out_t;
+/* While its write is set, a copy of every byte written through a cli_out_t goes there (its
+ * result ignored): cli/answers.c keeps a command's output to store it. Not for outputs written
+ * from several threads. */
+extern ms_sink_t cli_out_keep;
 /* Bytes written through every cli_out_t so far: a write's progress (cli_progress_count). */
 uint64_t cli_out_bytes_written(void);
 int cli_out_open(cli_out_t *o, const char *path);   /* @return CLI_OK or CLI_FAILURE */

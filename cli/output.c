@@ -178,9 +178,12 @@ uint64_t cli_out_bytes_written(void) {
   return (uint64_t)atomic_load(&cli_out_written);
 }
 
+ms_sink_t cli_out_keep;
+
 static int cli_out_write(void *ctx, const char *buf, size_t len) {
   cli_out_t *o = ctx;
   atomic_fetch_add(&cli_out_written, (uint_least64_t)len);
+  if (cli_out_keep.write) (void)cli_out_keep.write(cli_out_keep.ctx, buf, len);
   if (len && fwrite(buf, 1, len, o->af.fp) != len) {
     if (!o->werr) o->werr = errno ? errno : EIO;
     return MS_EIO;

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT
  * memsnap CLI: the body of `memory` and `segments` (cli_view_main). It sits above the helpers it
  * uses (options, loading, outputs, JSON, moments, cli/render.c, cli/categories.c), none of which
- * calls it.
+ * calls it. Its output is stored in the snapshot cache, and a second run of the same question on
+ * the same bytes writes it again from there (cli/answers.c, docs/performance.md).
  */
 #include <stdbool.h>
 #include <stdio.h>
@@ -57,15 +58,32 @@ int cli_view_main(const char *cmd, const char *usage, ms_view_kind kind, int arg
   cli_tl_args_t ta;
   if ((rc = cli_tl_args_parse(cmd, &ta, device_s, range_s, stream_s, pool_s, at_s)) != CLI_OK)
     return rc;
-  ms_snapshot_t *snap = NULL, *view = NULL;
   /* the views at the end need no trace; a moment, a range or a filter does, read through the time
    * index (which never uses free_requested's stacks) */
-  if ((rc = cli_load_range(pos[0], cli_tl_args_need_trace(&ta) || by_s ? MS_LOAD_NO_FREE_STACKS : MS_LOAD_NO_TRACE,
-                        by_s ? NULL : &ta, &snap)) !=
-      CLI_OK)
+  unsigned flags = cli_tl_args_need_trace(&ta) || by_s ? MS_LOAD_NO_FREE_STACKS : MS_LOAD_NO_TRACE;
+  /* the output through the cache (cli/answers.c): the options as given, and the file's name,
+   * which the title and the JSON print */
+  static const char *const names[12] = {"file",  "by",    "categories", "folded",
+                                        "at",    "device", "range",     "stream",
+                                        "pool",  "title", "width",      "minwidth"};
+  const char *const vals[12] = {cli_display_name(pos[0]), by_s,     rules_s,
+                                folded ? "1" : NULL,      at_s,     device_s,
+                                range_s,                  stream_s, pool_s,
+                                vo.title,                 vo.width, vo.minwidth};
+  cli_answer_t ans;
+  cli_answer_open(&ans, cmd, pos[0], flags, 12, names, vals, json != 0, rules_s);
+  if ((rc = cli_answer_serve_file(&ans, pos[0], output)) != CLI_USAGE) {
+    cli_answer_close(&ans, CLI_FAILURE, NULL);
     return rc;
+  }
+  ms_snapshot_t *snap = NULL, *view = NULL;
+  if ((rc = cli_load_range(pos[0], flags, by_s ? NULL : &ta, &snap)) != CLI_OK) {
+    cli_answer_close(&ans, rc, NULL);
+    return rc;
+  }
   if (!by_s && (rc = cli_at_snapshot(snap, cli_display_name(pos[0]), &ta, true, &view, NULL, NULL)) !=
       CLI_OK) {
+    cli_answer_close(&ans, rc, NULL);
     ms_snapshot_free(snap);
     return rc;
   }
@@ -85,6 +103,7 @@ int cli_view_main(const char *cmd, const char *usage, ms_view_kind kind, int arg
     snprintf(title, sizeof title, "%s \u2014 %s", cmd, cli_base_name(cli_display_name(pos[0])));
   if (!vo.title) fo.title = title;
   cli_view_arg_t a = {view ? view : snap, kind};
+  cli_answer_capture(&ans);
   if (by_s)
     rc = cli_memory_by_category(snap, cli_display_name(pos[0]), &ta, rules_s, output,
                                 folded ? CLI_RENDER_FOLDED : CLI_RENDER_SVG, &fo, json != 0);
@@ -93,6 +112,7 @@ int cli_view_main(const char *cmd, const char *usage, ms_view_kind kind, int arg
                          cli_view_one, &a);
   else
     rc = cli_render(output, folded ? CLI_RENDER_FOLDED : CLI_RENDER_SVG, &fo, cli_view_one, &a);
+  cli_answer_close(&ans, rc, cli_cache_key(snap));
   ms_snapshot_free(view);
   ms_snapshot_free(snap);
   return rc;

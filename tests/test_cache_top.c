@@ -10,6 +10,7 @@
  *    same entry again), never trusted; an entry whose description is another question's is a
  *    miss; other options, another --categories text (same size, same name) are other answers;
  *  - standard input, --no-cache and MEMSNAP_CACHE=0 store no answer; a failed top stores none;
+ *  - memory's and segments' outputs (-o) are stored and written again the same way;
  *  - another file written under the same name is another answer (the key is the content), and
  *    the same bytes under another name another timeline answer (its JSON names the file).
  * Every test uses its own cache directory under a fresh temporary folder (never the user's).
@@ -329,5 +330,65 @@ Test(cache_top, another_file_under_the_same_name_gets_its_own_answer) {
     cr_assert_eq(answers(NULL, 0), k < 2 ? 3 + k : 4, "the answers after %s", names[k]);
     free(plain);
     free(out);
+  }
+}
+
+/* The answers of every load flags (f0, view's pages, left out). */
+static int file_answers(void) {
+  char part[32];
+  snprintf(part, sizeof part, "-v%u-p", MS_CACHE_VERSION);
+  DIR *d = opendir(th_cache_dir());
+  if (!d) return 0;
+  struct dirent *e;
+  int n = 0;
+  while ((e = readdir(d)) != NULL)
+    if (e->d_name[0] != '.' && strstr(e->d_name, part) && !strstr(e->d_name, "-f0-")) n++;
+  closedir(d);
+  return n;
+}
+
+Test(cache_top, memory_and_segments_outputs_stored_and_written_again) {
+  char p[700];
+  if (!fixture("maphsge_select_n_4dev.pickle", p, sizeof p)) return;
+  static const char *const qs[][10] = {
+      {"memory", "FILE", "--at", "peak"},
+      {"memory", "FILE"},
+      {"memory", "FILE", "--at", "end", "--json"},
+      {"memory", "FILE", "--by", "category", "--folded"},
+      {"segments", "FILE", "--at", "peak-reserved", "--device", "0", "--title", "t <&>"},
+      {"segments", "FILE", "--folded", "--width", "900"},
+      /* not stored: a window of the trace, never through the cache */
+      {"memory", "FILE", "--at", "peak", "--range", "0:5"},
+  };
+  for (size_t i = 0; i < sizeof qs / sizeof *qs; i++) {
+    char outs[3][800];
+    for (int k = 0; k < 3; k++) snprintf(outs[k], sizeof outs[k], "%s/out%d", th_cache_tmp, k);
+    int before = file_answers(), st[3];
+    for (int k = 0; k < 3; k++) {
+      const char *argv[16];
+      size_t n = 0;
+      for (; qs[i][n]; n++) argv[n] = strcmp(qs[i][n], "FILE") == 0 ? p : qs[i][n];
+      argv[n++] = "-o";
+      argv[n++] = outs[k];
+      if (k == 0) argv[n++] = "--no-cache";
+      argv[n] = NULL;
+      char *msg;
+      size_t lm;
+      st[k] = run(&msg, &lm, argv);
+      cr_assert(strstr(msg, "wrote"), "%zu/%d: %.*s", i, k, (int)lm, msg);
+      free(msg);
+      if (k == 1) /* stored by the first cached run, unless it read a window */
+        cr_assert_eq(file_answers(), before + (i + 1 < sizeof qs / sizeof *qs), "question %zu", i);
+    }
+    cr_assert(st[0] == 0 && st[1] == 0 && st[2] == 0, "question %zu", i);
+    size_t l0, l1, l2;
+    char *o0 = th_read_file(outs[0], &l0), *o1 = th_read_file(outs[1], &l1),
+         *o2 = th_read_file(outs[2], &l2);
+    cr_assert(o0 && o1 && o2 && l0 > 0);
+    assert_same("first", o0, l0, o1, l1);
+    assert_same("second", o0, l0, o2, l2);
+    free(o0);
+    free(o1);
+    free(o2);
   }
 }
