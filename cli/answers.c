@@ -1,14 +1,14 @@
 /* SPDX-License-Identifier: MIT
  * memsnap CLI: a command's answer through the snapshot cache (cli.h, "stored answers";
- * docs/performance.md). A second `top` or `timeline` of the same bytes with the same question
- * prints the answer the first one stored, without reading the snapshot, its time index or
- * classifying a stack: a blob entry of the snapshot cache (memsnap/cache.h), filed under the
- * file's key (with the command's load flags) and a tag of everything else the answer depends on
- * (the command, the options as given, the --categories file's content, the default rules,
- * memsnap's version). The entry's body is that description, a NUL, then the answer: a
- * description that differs (another question whose tag collides) is a miss. An answer written
- * to a file (memory's and segments' -o) is served into that file through cli_out_t, and kept as
- * cli_out_t writes it (cli_out_keep).
+ * docs/performance.md). A second `top`, `timeline`, `explain`, `memory` or `segments` of the same
+ * bytes with the same question prints (or writes) the answer the first one stored, without
+ * reading the snapshot, its time index or classifying a stack: a blob entry of the snapshot
+ * cache (memsnap/cache.h), filed under the file's key (with the command's load flags) and a tag
+ * of everything else the answer depends on (the command, the options as given, the
+ * --categories file's content, the default rules, memsnap's version). The entry's body is that
+ * description, a NUL, then the answer: a description that differs (another question whose tag
+ * collides) is a miss. An answer written to a file (memory's and segments' -o) is served into
+ * that file through cli_out_t, and kept as cli_out_t writes it (cli_out_keep).
  */
 #include <inttypes.h>
 #include <stdio.h>
