@@ -91,8 +91,6 @@ bool cli_answer_serve(cli_answer_t *c) {
   return false;
 }
 
-/* The answer's stream writes through to stdout at once (unbuffered: what the command prints and
- * its messages on stderr keep their order) and keeps a copy, up to ANSWER_MAX bytes. */
 /* Appends p[0..n) to c's copy (given up past ANSWER_MAX, or out of memory). */
 static void answer_keep(cli_answer_t *c, const char *p, size_t n) {
   if (!c->dropped && n > ANSWER_MAX - c->len) c->dropped = true; /* too large to store */
@@ -114,6 +112,8 @@ static void answer_keep(cli_answer_t *c, const char *p, size_t n) {
   c->kept = true;
 }
 
+/* The answer's stream writes through to stdout at once (unbuffered: what the command prints and
+ * its messages on stderr keep their order) and keeps a copy, up to ANSWER_MAX bytes. */
 static ssize_t answer_tee(void *ctx, const char *p, size_t n) {
   cli_answer_t *c = ctx;
   answer_keep(c, p, n);

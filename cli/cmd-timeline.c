@@ -467,13 +467,14 @@ int cmd_timeline(int argc, char **argv) {
   if ((rc = timeline_check(&t, &viewer)) != CLI_OK) return rc;
 
   /* the report's answer through the cache (cli/answers.c): the options as given, and the name
-   * the JSON prints; the viewer's data is not stored (large, and `view` stores its page) */
+   * the JSON prints; not for the viewer's data (large, and `view` stores its page), nor for a
+   * --range that reads a window (never through the cache) */
   static const char *const names[8] = {"file", "by", "categories", "device", "range", "stream",
                                        "pool", "steps"};
   const char *const vals[8] = {cli_display_name(file), t.by_s, t.rules_s, device_s, range_s,
                                t.stream_s, t.pool_s, t.steps ? "1" : NULL};
   cli_answer_t c = {0};
-  if (!viewer) {
+  if (!viewer && !(range_s && !t.by_s)) {
     cli_answer_open(&c, "timeline", file, MS_LOAD_NO_FREE_STACKS, 8, names, vals, t.json != 0,
                     t.rules_s);
     if (cli_answer_serve(&c)) return CLI_OK;

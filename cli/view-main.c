@@ -70,8 +70,9 @@ int cli_view_main(const char *cmd, const char *usage, ms_view_kind kind, int arg
                                 folded ? "1" : NULL,      at_s,     device_s,
                                 range_s,                  stream_s, pool_s,
                                 vo.title,                 vo.width, vo.minwidth};
-  cli_answer_t ans;
-  cli_answer_open(&ans, cmd, pos[0], flags, 12, names, vals, json != 0, rules_s);
+  cli_answer_t ans = {0};
+  if (!(range_s && !by_s)) /* a --range reads a window, never through the cache */
+    cli_answer_open(&ans, cmd, pos[0], flags, 12, names, vals, json != 0, rules_s);
   if ((rc = cli_answer_serve_file(&ans, pos[0], output)) != CLI_USAGE) {
     cli_answer_close(&ans, CLI_FAILURE, NULL);
     return rc;

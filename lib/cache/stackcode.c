@@ -297,24 +297,19 @@ static void sc_put_lists(cache_out_t *o, const sc_edge_t *e, size_t ne, size_t n
 /* The ranks after the lists: the lanes' lengths (from the counts: a rank is written where its
  * context has more than one value), then the lanes, coded into job's buffers. */
 static bool sc_put_lanes(cache_out_t *o, sc_job_t *job, const sc_edge_t *e, size_t ne) {
-  size_t many = 0; /* the edges whose rank is written */
+  if (!sc_tab_init(&job->rank, ne)) return false;
   for (size_t i = 0; i < ne; i++) {
-    bool multi = (i && e[i].key >> 33 == e[i - 1].key >> 33) ||
-                 (i + 1 < ne && e[i].key >> 33 == e[i + 1].key >> 33);
-    if (!multi) continue;
-    many++;
-    unsigned char tmp[CACHE_VAR_MAX];
-    uint64_t k = cache_put_var(tmp, e[i].rank);
-    for (unsigned j = 0; j < SC_LANES; j++) job->bytes[j] += e[i].count[j] * k;
-  }
-  if (!sc_tab_init(&job->rank, many)) return false;
-  for (size_t i = 0; i < ne; i++) {
+    /* a rank is written where its context's list has more than one value (the edges are in
+     * their lists' order: a context's values are neighbours) */
     bool multi = (i && e[i].key >> 33 == e[i - 1].key >> 33) ||
                  (i + 1 < ne && e[i].key >> 33 == e[i + 1].key >> 33);
     if (!multi) continue;
     sc_slot_t *x = sc_put(&job->rank, e[i].key); /* room for all: never grows */
     if (!x) return false;
     x->val = e[i].rank;
+    unsigned char tmp[CACHE_VAR_MAX];
+    uint64_t k = cache_put_var(tmp, e[i].rank);
+    for (unsigned j = 0; j < SC_LANES; j++) job->bytes[j] += e[i].count[j] * k;
   }
   for (unsigned j = 0; j < SC_LANES; j++) {
     if (job->bytes[j] > SIZE_MAX - CACHE_VAR_MAX ||
