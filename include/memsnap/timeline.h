@@ -204,14 +204,18 @@ typedef struct ms_tl_state_s {
 MS_API void ms_timeline_state_init(ms_tl_state_t *st);
 MS_API void ms_timeline_state_release(ms_tl_state_t *st);
 
-/* Fills *st with the state of device dev at step s. @return MS_OK, MS_EINVAL (unknown device or
- * s > nentries), MS_ENOMEM. */
+/* Fills *st with the state of device dev at step s. For a snapshot loaded with
+ * MS_LOAD_DEFER_STACKS (memsnap/serialize.h), reads the stacks its blocks need from the file
+ * first (so such an index must not be used from two threads at once). @return MS_OK, MS_EINVAL
+ * (unknown device or s > nentries), MS_ENOMEM; deferred stacks: MS_EIO (the file changed since
+ * it was read, or cannot be read), MS_EFORMAT (its bytes are not the frames read before). */
 MS_API MS_NODISCARD int ms_timeline_state_at(const ms_timeline_t *tl, size_t dev, size_t step,
                                              ms_tl_state_t *st);
 
 /* Applies the next entry (st->step) to *st, forwards, so that st becomes the state at step + 1
  * (pre: st was filled by ms_timeline_state_at or this function, and st->step < nentries).
- * Used to check the index (tests) and to walk a range. @return MS_OK, MS_EINVAL, MS_ENOMEM. */
+ * Used to check the index (tests) and to walk a range. @return MS_OK, MS_EINVAL, MS_ENOMEM, and
+ * as ms_timeline_state_at for deferred stacks. */
 MS_API MS_NODISCARD int ms_timeline_state_advance(const ms_timeline_t *tl, ms_tl_state_t *st);
 
 /* The state of device dev at step s as a snapshot, so that every view of a snapshot (stats,

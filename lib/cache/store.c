@@ -470,6 +470,9 @@ int ms_cache_load_keyed(const char *path, unsigned flags, const ms_cache_options
   char dbuf[4096], epath[4400];
   const char *dir = opts ? opts->dir : NULL;
   uint64_t max = opts && opts->max_bytes ? opts->max_bytes : ms_cache_max_bytes();
+  /* a snapshot whose stacks are read later is never stored: a miss reads the one that is */
+  unsigned want = flags;
+  flags &= ~(unsigned)MS_LOAD_DEFER_STACKS;
   ms_cache_key_t key = {0, 0, flags};
   struct stat before;
   bool cacheable = strcmp(path, "-") != 0 && (flags & ~(unsigned)MS_LOAD_FLAGS_ALL) == 0 &&
@@ -484,7 +487,7 @@ int ms_cache_load_keyed(const char *path, unsigned flags, const ms_cache_options
     if (key_out) *key_out = key;
     return MS_OK;
   }
-  int rc = ms_snapshot_load_ex(path, flags, out, eb);
+  int rc = ms_snapshot_load_ex(path, cacheable ? flags : want, out, eb);
   if (rc == MS_OK && cacheable) {
     oc = MS_CACHE_MISSED;
     struct stat after;

@@ -598,7 +598,25 @@ typedef struct snap_impl_s {
   int borrowing; /* every table but segments and blocks belongs to another snapshot */
   int big_tables; /* trace, stacks, stack_frames(16) are ms__big_* arrays (the builder's) */
   void *strings; /* ms__snapshot_adopt: the one malloc'd block its strings live in */
+  void *ext;      /* ms__snapshot_set_ext: what a reader keeps with the snapshot */
+  void (*ext_free)(ms_snapshot_t *, void *);
 } snap_impl_t;
+
+void ms__snapshot_set_ext(ms_snapshot_t *snap, void *ext, void (*ext_free)(ms_snapshot_t *, void *)) {
+  snap_impl_t *impl = snap->impl_;
+  impl->ext = ext;
+  impl->ext_free = ext_free;
+}
+
+void *ms__snapshot_ext(const ms_snapshot_t *snap) {
+  const snap_impl_t *impl = snap ? snap->impl_ : NULL;
+  return impl ? impl->ext : NULL;
+}
+
+bool ms__snapshot_big_tables(const ms_snapshot_t *snap) {
+  const snap_impl_t *impl = snap->impl_;
+  return impl && impl->big_tables;
+}
 
 int ms__snapshot_new_borrowing(const ms_snapshot_t *src, ms_snapshot_t **out) {
   ms_snapshot_t *s = malloc(sizeof *s);
@@ -622,6 +640,8 @@ int ms__snapshot_new_borrowing(const ms_snapshot_t *src, ms_snapshot_t **out) {
   impl->borrowing = 1;
   impl->big_tables = 0;
   impl->strings = NULL;
+  impl->ext = NULL;
+  impl->ext_free = NULL;
   s->impl_ = impl;
   *out = s;
   return MS_OK;
@@ -644,6 +664,8 @@ int ms__snapshot_adopt(const ms_snapshot_t *tables, void *strings, ms_snapshot_t
   impl->borrowing = 0;
   impl->big_tables = 0;
   impl->strings = strings;
+  impl->ext = NULL;
+  impl->ext_free = NULL;
   s->impl_ = impl;
   *out = s;
   return MS_OK;
@@ -691,6 +713,8 @@ int ms__snapbuild_finish(ms__snapbuild_t *b, ms_snapshot_t **out, ms_errbuf_t *e
   impl->borrowing = 0;
   impl->big_tables = 1;
   impl->strings = NULL;
+  impl->ext = NULL;
+  impl->ext_free = NULL;
   s->impl_ = impl;
   /* Ownership moved: forget the pointers without freeing them. */
   b->segments.ptr = NULL, b->blocks.ptr = NULL, b->history.ptr = NULL, b->devices.ptr = NULL;
@@ -706,6 +730,8 @@ int ms__snapbuild_finish(ms__snapbuild_t *b, ms_snapshot_t **out, ms_errbuf_t *e
 void ms_snapshot_free(ms_snapshot_t *snap) {
   if (!snap) return;
   snap_impl_t *impl = snap->impl_;
+  /* first: it may own the stack tables it grew (and puts back those it replaced) */
+  if (impl && impl->ext_free) impl->ext_free(snap, impl->ext);
   bool big = impl && impl->big_tables;
   free(snap->segments);
   free(snap->blocks);

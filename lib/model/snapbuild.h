@@ -173,6 +173,15 @@ int ms__snapbuild_finish(ms__snapbuild_t *b, ms_snapshot_t **out, ms_errbuf_t *e
  * @return MS_OK or MS_ENOMEM. */
 int ms__snapshot_new_borrowing(const ms_snapshot_t *src, ms_snapshot_t **out);
 
+/* What a reader keeps with a snapshot it made (lib/snapshot/deferred.c: the file and the places
+ * of stacks read later), and how ms_snapshot_free() releases it: ext_free runs first, and may put
+ * back into snap the stack tables it replaced (freed as the snapshot's own). A borrowing snapshot
+ * has none. */
+void ms__snapshot_set_ext(ms_snapshot_t *snap, void *ext, void (*ext_free)(ms_snapshot_t *, void *));
+void *ms__snapshot_ext(const ms_snapshot_t *snap);
+/* Whether the snapshot's trace, stacks and stack frames are ms__big_* arrays (else malloc's). */
+bool ms__snapshot_big_tables(const ms_snapshot_t *snap);
+
 /* A new snapshot made of tables built elsewhere (the cache reader, lib/cache/): it takes every
  * array of *tables (each malloc'd, or NULL when empty, as ms_snapshot_free frees them) and
  * `strings`, one malloc'd block (or NULL) that the tables' strings point into, freed with it.

@@ -24,6 +24,9 @@
  * at or before the window's end after one past it fails the read as above.
  */
 #include <stdlib.h>
+#include <string.h>
+
+#include "snapshot/deferred.h"
 
 #include "snapshot/load_window.h"
 #include "snapshot/pickle_internal.h"
@@ -138,11 +141,50 @@ void ms__pickle_drop_init(rd_t *r, unsigned flags) {
     r->drop_actions |= 1u << MS_TRACE_ALLOC | 1u << MS_TRACE_FREE_REQUESTED |
                        1u << MS_TRACE_FREE_COMPLETED | 1u << MS_TRACE_SEGMENT_ALLOC |
                        1u << MS_TRACE_SEGMENT_FREE | 1u << MS_TRACE_OOM;
-  r->drop_free = !r->skip_trace && (flags & MS_LOAD_NO_FREE_STACKS) != 0;
+  r->drop_free =
+      !r->skip_trace && (flags & (MS_LOAD_NO_FREE_STACKS | MS_LOAD_DEFER_STACKS)) != 0;
   r->window = ms__load_window_current();
+  /* a stack is read again from the file: only from one the read maps, and not for a window */
+  r->defer = !r->skip_trace && (flags & MS_LOAD_DEFER_STACKS) && !(flags & MS_LOAD_NO_TRACE_STACKS) &&
+             r->map_fd >= 0 && !r->window;
 }
 
 void ms__pickle_drop_release(rd_t *r) {
   free(r->drop_set.slot);
   r->drop_set = (rd_drop_set_t){0};
+  ms__defer_locs_free(&r->dloc);
+}
+
+/* ---- stacks left for later (MS_LOAD_DEFER_STACKS) -------------------------------------------- */
+
+bool ms__pickle_defer_note(rd_t *r, uint32_t rec, uint64_t off) {
+  return ms__defer_locs_note(&r->dloc, rec, off);
+}
+
+int ms__pickle_defer_finish(rd_t *r, ms_snapshot_t *snap) {
+  if (!r->defer || r->dloc.n == 0) return MS_OK;
+  if (r->defer_broken) {
+    r->cannot_skip = true;
+    return ms__pickle_err(r, MS_EUNSUPPORTED,
+                          "a frame's memo entry is stored again, so the trace's stacks cannot be "
+                          "read later");
+  }
+  /* the frame each memo index holds (frame dicts are never freed: pickle_retire.c) */
+  MS_VEC(uint32_t) memo = {0}, frame = {0};
+  int rc = MS_OK;
+  const uint8_t *tag = r->memo_tag.ptr;
+  for (size_t i = 0; i < r->memo.len && rc == MS_OK; i++) {
+    if (tag[i] != V_OBJ) continue;
+    const rd_obj_t *o = &r->objs.ptr[r->memo_obj.ptr[i]];
+    if (o->role != R_FRAME || !(o->flags & OF_INTERNED)) continue;
+    if (MS_VEC_PUSH(&memo, (uint32_t)i) || MS_VEC_PUSH(&frame, o->ref)) rc = MS_ENOMEM;
+  }
+  if (rc == MS_OK) {
+    rc = ms__deferred_attach(snap, r->map_fd, &r->dloc, memo.ptr, frame.ptr, memo.len, r->eb);
+  } else {
+    rc = ms__pickle_err(r, MS_ENOMEM, "out of memory");
+  }
+  MS_VEC_FREE(&memo);
+  MS_VEC_FREE(&frame);
+  return rc;
 }

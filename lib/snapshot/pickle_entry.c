@@ -152,6 +152,7 @@ typedef struct en_found_s {
   size_t nev;
   bool frames;             /* a frames list: */
   uint32_t nframes;        /* made here: its frames (at the builder's stack tail) */
+  uint64_t frames_off;     /* made here: the file offset of its first get */
   bool got, drop;          /* got from the memo: its stack left out (MS_LOAD_NO_*_STACKS) */
   uint32_t list, rec;      /* the entry's device list (its dict's parent), its record */
   ms_snap_trace_t at_frames; /* made here: the record as SETITEMS has it at the frames */
@@ -294,6 +295,7 @@ static bool en_scan(rd_t *r, en_scan_t *k, ms_snap_trace_t *t, en_found_t *f) {
       size_t n = 0, end = 0;
       if ((op != 'h' && op != 'j') || !ms__pickle_frame_gets(r, k->pos + 2, op, 0, &n, &end))
         return false;
+      f->frames_off = r->base + k->pos + 1;
       k->pos = end;
       f->frames = true;
       f->nframes = (uint32_t)n;
@@ -378,16 +380,21 @@ static int en_apply_fields(rd_t *r, uint32_t did, uint32_t lid, const ms_snap_tr
   } else if (f->frames) { /* the list just filled: its stack interned a little later */
     *t = f->at_frames;
     bool drop = rd_drops(r, t->action) || ms__pickle_drop_free(r, t, r->objs.ptr[did].parent);
+    /* MS_LOAD_DEFER_STACKS: an alloc's stack is read later from the file (the list is left out
+     * as a dropped one is, so that a place that needs its stack now reads the file again in
+     * full; the entry's own stack is not left out) */
+    bool later = !drop && r->defer && t->action == MS_TRACE_ALLOC &&
+                 ms__pickle_defer_note(r, rec, f->frames_off);
     r->objs.ptr[lid].flags |= OF_USED;
     ms__pickle_frames_stored(r, did, lid);
-    if (!drop) {
+    if (!drop && !later) {
       MS_FORWARD_IF_ERROR(ms__pickle_defer_frames(r, lid, rec));
     } else { /* MS_LOAD_NO_*_STACKS: its frame indices, last at the tail, are dropped */
       r->fbuf_owner = RD_NO_OBJ;
       r->fbuf_len = 0;
       r->objs.ptr[lid].flags |= OF_SEALED | OF_DROPPED;
       r->objs.ptr[lid].ref = MS_SNAP_NO_STACK;
-      r->objs.ptr[did].flags |= OF_DROPPED;
+      if (!later) r->objs.ptr[did].flags |= OF_DROPPED;
     }
     t = &r->b.trace.ptr[rec];
   }

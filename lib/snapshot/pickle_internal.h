@@ -48,6 +48,7 @@
 #include "common/internal.h"
 #include "memsnap/pickle.h"
 #include "model/snapbuild.h"
+#include "snapshot/deferred.h"
 
 #define RD_BUF_CAP (1u << 17)      /* input buffer (128 KiB), once more than RD_BUF_MIN came */
 #define RD_BUF_MIN (1u << 13)      /* the first 8 KiB: small inputs stay cheap */
@@ -382,6 +383,12 @@ typedef struct rd_s {
                              whose entries' frames lists are dropped */
   bool drop_free;         /* MS_LOAD_NO_FREE_STACKS: frees of an alloc in the trace drop theirs */
   rd_drop_set_t drop_set; /* the allocs open so far (pickle_drop.c) */
+  /* MS_LOAD_DEFER_STACKS on a mapped file (pickle_drop.c, snapshot/deferred.h): the stacks of
+   * alloc entries whose frames lists the entry loop read whole are left for later; dloc holds
+   * where their lists' first gets are */
+  bool defer;
+  bool defer_broken; /* a memo entry that held a frame dict was stored again */
+  ms__defer_locs_t dloc;
   struct ms__load_window_s *window; /* ms__load_window_current() when the read began */
   /* the last action strings parsed and their actions: an entry's action is a memo get of one
    * of a few stored strings, whose text never changes (pickle_schema.c, rd_action) */
@@ -715,13 +722,25 @@ void ms__pickle_drop_release(rd_t *r);
 /* Sets the stack-dropping rules of a read with these load flags (after r->skip_trace), and the
  * load window it runs in (ms__load_window_current, set around the whole read). */
 void ms__pickle_drop_init(rd_t *r, unsigned flags);
+/* MS_LOAD_DEFER_STACKS: trace record rec's stack is left for later, its frames list's first get
+ * at file offset off. false: it cannot be (out of memory), and is interned now. */
+bool ms__pickle_defer_note(rd_t *r, uint32_t rec, uint64_t off);
+/* At the end of a read that made snap: gives it the stacks left for later (snapshot/deferred.h).
+ * MS_EUNSUPPORTED (r->cannot_skip) when a frame's memo entry was stored again. */
+int ms__pickle_defer_finish(rd_t *r, ms_snapshot_t *snap);
 
 /* ---- the memo (pickle_vm.c's, here for pickle_entry.c too) ---------------------------------- */
 
 /* Stores v (the value on the stack's top for a PUT) at memo index idx, at most RD_MEMO_SLACK
  * past the memo's end (the caller checked): the entries skipped below it are holes. */
 static inline int rd_memo_store(rd_t *r, uint64_t idx, const rd_val_t *v) {
-  if (idx < r->memo.len) rd_fcache_drop(r, idx); /* another value replaces the one there */
+  if (idx < r->memo.len) { /* another value replaces the one there */
+    rd_fcache_drop(r, idx);
+    /* a deferred stack names its frames by memo index: each must keep its frame */
+    if (r->defer && r->memo_tag.ptr[idx] == V_OBJ &&
+        r->objs.ptr[r->memo_obj.ptr[idx]].role == R_FRAME)
+      r->defer_broken = true;
+  }
   if (idx >= r->memo.len) {
     size_t add = (size_t)idx + 1 - r->memo.len;
     if (add > 1) r->memo_holes = true;

@@ -897,6 +897,10 @@ static int rd_read(rd_t *r, unsigned flags, ms_snapshot_t **out, ms_errbuf_t *eb
   if (rc == MS_OK) rc = rd_run(r);
   ms_snapshot_t *snap = NULL;
   if (rc == MS_OK) rc = ms__pickle_finish(r, &snap);
+  if (rc == MS_OK && (rc = ms__pickle_defer_finish(r, snap)) != MS_OK) {
+    ms_snapshot_free(snap);
+    snap = NULL;
+  }
   if (cannot_skip) *cannot_skip = r->cannot_skip;
   ms__snapbuild_release(&r->b);
   if (r->map_fd >= 0) {

@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "snapshot/deferred.h"
 #include "timeline/internal.h"
 
 /* ---- building ------------------------------------------------------------------------------ */
@@ -676,6 +677,31 @@ static int tl_ws_from_state(const ms_timeline_t *tl, const ms_tl_state_t *st, tl
   return MS_OK;
 }
 
+/* A snapshot read with MS_LOAD_DEFER_STACKS: the index's blocks were made before their alloc's
+ * stack was read; st's blocks read theirs now (snapshot/deferred.h) and take them. */
+static int tl_state_restack(const ms_timeline_t *tl, ms_tl_state_t *st) {
+  if (!ms__snapshot_defers(tl->snap) || st->nblocks == 0) return MS_OK;
+  const tl_dev_t *d = &tl->dev[st->device];
+  size_t base = (size_t)(d->trace - tl->snap->trace), n = 0;
+  size_t *want = malloc(st->nblocks * sizeof *want);
+  if (!want) return MS_ENOMEM;
+  for (size_t i = 0; i < st->nblocks; i++) {
+    const ms_tl_block_t *b = &st->blocks[i];
+    if (b->alloc_entry >= 0 && b->stack == MS_SNAP_NO_STACK && (size_t)b->alloc_entry < d->n)
+      want[n++] = base + (size_t)b->alloc_entry;
+  }
+  ms_errbuf_t eb;
+  int rc = ms__snapshot_fill_stacks(tl->snap, want, n, &eb);
+  free(want);
+  if (rc != MS_OK) return rc;
+  for (size_t i = 0; i < st->nblocks; i++) {
+    ms_tl_block_t *b = &st->blocks[i];
+    if (b->alloc_entry >= 0 && b->stack == MS_SNAP_NO_STACK && (size_t)b->alloc_entry < d->n)
+      b->stack = d->trace[b->alloc_entry].stack;
+  }
+  return MS_OK;
+}
+
 int ms_timeline_state_at(const ms_timeline_t *tl, size_t dev, size_t step, ms_tl_state_t *st) {
   if (dev >= tl->ndev || step > tl->dev[dev].n) return MS_EINVAL;
   tl_ws_t w;
@@ -683,6 +709,7 @@ int ms_timeline_state_at(const ms_timeline_t *tl, size_t dev, size_t step, ms_tl
   w.filter = tl_filter_of(tl);
   int rc = ms__tl_reach(tl, dev, step, &w);
   if (rc == MS_OK) rc = tl_state_from_ws(&w, dev, step, st);
+  if (rc == MS_OK) rc = tl_state_restack(tl, st);
   ms__tl_ws_release(&w);
   return rc;
 }
@@ -695,6 +722,7 @@ int ms_timeline_state_advance(const ms_timeline_t *tl, ms_tl_state_t *st) {
   tl_ctx_t c = {tl, &tl->dev[st->device], st->device, false, NULL, NULL, NULL, NULL};
   if (rc == MS_OK) rc = ms__tl_redo(&c, &w, st->step);
   if (rc == MS_OK) rc = tl_state_from_ws(&w, st->device, st->step + 1, st);
+  if (rc == MS_OK) rc = tl_state_restack(tl, st);
   ms__tl_ws_release(&w);
   return rc;
 }

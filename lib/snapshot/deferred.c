@@ -1,0 +1,432 @@
+/* SPDX-License-Identifier: MIT
+ * memsnap core: trace stacks read when they are asked for (snapshot/deferred.h, issue #33).
+ *
+ * What the time index prints of a trace needs the stacks of the blocks alive at a few moments, a
+ * few thousand of a 5 M-entry trace's allocations; interning every one of them at the read is a
+ * third of a cold `memsnap timeline` of a 1 GB pickle, in time and in memory. A deferred read
+ * records, per alloc entry, the file offset of its frames list's run of memo gets (a get is
+ * BINGET 'h' + 1 byte or LONG_BINGET 'j' + 4 bytes; the run ends at APPENDS 'e'), and the frame
+ * that each memo index held. A fill reads a run again (pread), maps its memo indices to frames
+ * and interns the stack beside the snapshot's stacks: a stack met before keeps its id.
+ *
+ * The file is the one read: the snapshot holds a descriptor of it (a file renamed or replaced
+ * since is still the one read) and its size, modification and change times; a fill refuses when
+ * those moved (MS_EIO; the change time only while the file still has a name), and a run that no longer parses as the gets of known frames is
+ * MS_EFORMAT, never a stack made up.
+ *
+ * The stack tables grow by copies: a snapshot that borrows the tables (ms_timeline_snapshot_at's)
+ * may still point at the old ones, so those are kept until the snapshot is freed.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/hash.h"
+#include "common/internal.h"
+#include "model/snapbuild.h"
+#include "snapshot/deferred.h"
+
+/* the longest run a deferred read records: ms__pickle_frame_gets reads at most 64 Ki gets */
+#define DF_MAX_GETS ((size_t)1 << 16)
+#define DF_EMPTY UINT32_MAX
+
+typedef struct df_old_s {
+  void *p;
+  bool big; /* an ms__big_* array (the builder's), else malloc's */
+} df_old_t;
+
+typedef struct deferred_s {
+  int fd;
+  dev_t dev;
+  ino_t ino;
+  off_t size;
+  struct timespec mtime, ctime;
+  ms__defer_locs_t loc; /* the records still to read */
+  uint32_t *memo, *frame; /* memo index -> frame index, by memo index */
+  size_t nf;
+  /* the stack table, as it grows: the arrays in the snapshot now and their capacity */
+  ms_snap_stack_t *orig_stacks; /* what the read made, given back at the end */
+  void *orig_sf;
+  bool orig_big, grown_stacks, grown_sf;
+  size_t cap_stacks, cap_sf;
+  df_old_t *old; /* arrays replaced by a growth, kept for borrowers */
+  size_t nold, cap_old;
+  uint32_t *tab; /* open addressing: stack ids by their frames' hash */
+  size_t tabcap, tablen;
+  unsigned char *buf;
+  size_t bufcap;
+} deferred_t;
+
+static void df_free(ms_snapshot_t *snap, void *ext) {
+  deferred_t *d = ext;
+  if (!d) return;
+  /* the snapshot frees its tables as the read made them: put the originals back */
+  if (d->grown_stacks) {
+    free(snap->stacks);
+    snap->stacks = d->orig_stacks;
+  }
+  if (d->grown_sf) {
+    if (snap->stack_frames16) {
+      free(snap->stack_frames16);
+      snap->stack_frames16 = d->orig_sf;
+    } else {
+      free(snap->stack_frames);
+      snap->stack_frames = d->orig_sf;
+    }
+  }
+  for (size_t i = 0; i < d->nold; i++)
+    free(d->old[i].p); /* only copies are kept here: the originals went back above */
+  free(d->old);
+  if (d->fd >= 0) close(d->fd);
+  ms__defer_locs_free(&d->loc);
+  free(d->memo);
+  free(d->frame);
+  free(d->tab);
+  free(d->buf);
+  free(d);
+}
+
+bool ms__defer_locs_note(ms__defer_locs_t *l, size_t rec, uint64_t off) {
+  if (rec >= l->cap) {
+    size_t cap = l->cap ? 2 * l->cap : 16 * MS__DEFER_BLOCK;
+    while (cap <= rec) cap *= 2;
+    uint32_t *o = realloc(l->off, cap * sizeof *o);
+    if (!o) return false;
+    memset(o + l->cap, 0, (cap - l->cap) * sizeof *o);
+    l->off = o;
+    uint64_t *b = realloc(l->base, cap / MS__DEFER_BLOCK * sizeof *b);
+    if (!b) return false; /* l->off is larger than cap says: harmless */
+    memset(b + l->cap / MS__DEFER_BLOCK, 0xff, (cap - l->cap) / MS__DEFER_BLOCK * sizeof *b);
+    l->base = b;
+    l->cap = cap;
+  }
+  uint64_t *base = &l->base[rec / MS__DEFER_BLOCK];
+  if (*base == UINT64_MAX) *base = off;
+  if (off < *base || off - *base >= UINT32_MAX) return false;
+  if (!l->off[rec]) l->n++;
+  l->off[rec] = (uint32_t)(off - *base) + 1;
+  return true;
+}
+
+void ms__defer_locs_free(ms__defer_locs_t *l) {
+  free(l->off);
+  free(l->base);
+  memset(l, 0, sizeof *l);
+}
+
+/* Record rec's offset + 1, 0 when it is not left for later. */
+static uint64_t df_loc(const ms__defer_locs_t *l, size_t rec) {
+  if (rec >= l->cap || !l->off[rec]) return 0;
+  return l->base[rec / MS__DEFER_BLOCK] + l->off[rec];
+}
+
+int ms__deferred_attach(ms_snapshot_t *snap, int fd, ms__defer_locs_t *locs, const uint32_t *memo,
+                        const uint32_t *frame, size_t nf, ms_errbuf_t *eb) {
+  deferred_t *d = calloc(1, sizeof *d);
+  struct stat st;
+  if (d) d->fd = -1;
+  if (!d || (nf && (!(d->memo = malloc(nf * sizeof *memo)) ||
+                    !(d->frame = malloc(nf * sizeof *frame))))) {
+    df_free(snap, d);
+    ms__defer_locs_free(locs);
+    return ms__errbuf_set(eb, MS_ENOMEM, "out of memory");
+  }
+  d->fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+  if (d->fd < 0 || fstat(d->fd, &st) != 0) {
+    int e = errno;
+    df_free(snap, d);
+    ms__defer_locs_free(locs);
+    return ms__errbuf_set(eb, MS_EIO, "cannot keep the file open: %s", strerror(e));
+  }
+  if (nf) {
+    memcpy(d->memo, memo, nf * sizeof *memo);
+    memcpy(d->frame, frame, nf * sizeof *frame);
+  }
+  d->nf = nf;
+  d->dev = st.st_dev;
+  d->ino = st.st_ino;
+  d->size = st.st_size;
+  d->mtime = st.st_mtim;
+  d->ctime = st.st_ctim;
+  d->loc = *locs;
+  memset(locs, 0, sizeof *locs);
+  if (d->loc.cap > snap->ntrace) d->loc.cap = snap->ntrace; /* records past the trace: none */
+  d->orig_stacks = snap->stacks;
+  d->orig_sf = snap->stack_frames16 ? (void *)snap->stack_frames16 : (void *)snap->stack_frames;
+  d->orig_big = ms__snapshot_big_tables(snap);
+  d->cap_stacks = snap->nstacks;
+  d->cap_sf = snap->nstack_frames;
+  ms__snapshot_set_ext(snap, d, df_free);
+  return MS_OK;
+}
+
+static deferred_t *df_of(const ms_snapshot_t *snap) {
+  void *ext = ms__snapshot_ext(snap);
+  /* the only ext a snapshot has is this module's */
+  return ext;
+}
+
+bool ms__snapshot_defers(const ms_snapshot_t *snap) {
+  return snap && df_of(snap) != NULL;
+}
+
+bool ms__snapshot_has_deferred(const ms_snapshot_t *snap) {
+  const deferred_t *d = snap ? df_of(snap) : NULL;
+  return d && d->loc.n > 0;
+}
+
+/* ---- the stack table ------------------------------------------------------------------------ */
+
+static uint64_t df_hash_frames(const ms_snapshot_t *s, size_t first, uint32_t n) {
+  uint64_t h = ms_hash_u64(n);
+  for (uint32_t k = 0; k < n; k++)
+    h = ms_hash_step(h, ms_snap_frame_index(s, first + k));
+  return h;
+}
+
+static uint64_t df_hash_run(const uint32_t *fr, uint32_t n) {
+  uint64_t h = ms_hash_u64(n);
+  for (uint32_t k = 0; k < n; k++)
+    h = ms_hash_step(h, fr[k]);
+  return h;
+}
+
+static size_t df_slot_of(const deferred_t *d, uint64_t h) {
+  return (size_t)(h >> 17) & (d->tabcap - 1);
+}
+
+static int df_tab_grow(deferred_t *d, const ms_snapshot_t *s) {
+  size_t cap = 1024;
+  while (cap < 2 * (s->nstacks + 1)) cap *= 2;
+  uint32_t *t = malloc(cap * sizeof *t);
+  if (!t) return MS_ENOMEM;
+  memset(t, 0xff, cap * sizeof *t);
+  free(d->tab);
+  d->tab = t;
+  d->tabcap = cap;
+  d->tablen = 0;
+  for (size_t i = 0; i < s->nstacks; i++) {
+    const ms_snap_stack_t *st = &s->stacks[i];
+    size_t j = df_slot_of(d, df_hash_frames(s, st->first, st->nframes));
+    while (t[j] != DF_EMPTY) j = (j + 1) & (cap - 1);
+    t[j] = (uint32_t)i;
+    d->tablen++;
+  }
+  return MS_OK;
+}
+
+static bool df_same(const ms_snapshot_t *s, const ms_snap_stack_t *st, const uint32_t *fr,
+                    uint32_t n) {
+  if (st->nframes != n) return false;
+  for (uint32_t k = 0; k < n; k++)
+    if (ms_snap_frame_index(s, st->first + k) != fr[k]) return false;
+  return true;
+}
+
+static int df_keep_old(deferred_t *d, void *p) {
+  if (d->nold == d->cap_old) {
+    size_t cap = d->cap_old ? 2 * d->cap_old : 8;
+    df_old_t *o = realloc(d->old, cap * sizeof *o);
+    if (!o) return MS_ENOMEM;
+    d->old = o;
+    d->cap_old = cap;
+  }
+  d->old[d->nold++] = (df_old_t){p, false};
+  return MS_OK;
+}
+
+/* Room for one more stack of n frames in the snapshot's tables (copies when they are full). */
+static int df_room(deferred_t *d, ms_snapshot_t *s, uint32_t n) {
+  if (s->nstacks + 1 > d->cap_stacks) {
+    size_t cap = 2 * d->cap_stacks + 64;
+    ms_snap_stack_t *a = malloc(cap * sizeof *a);
+    if (!a) return MS_ENOMEM;
+    if (s->nstacks) memcpy(a, s->stacks, s->nstacks * sizeof *a);
+    if (d->grown_stacks && df_keep_old(d, s->stacks) != MS_OK) {
+      free(a);
+      return MS_ENOMEM;
+    }
+    s->stacks = a;
+    d->grown_stacks = true;
+    d->cap_stacks = cap;
+  }
+  if (s->nstack_frames + n > d->cap_sf) {
+    size_t cap = 2 * d->cap_sf + n + 256;
+    bool narrow = s->stack_frames16 != NULL || (!s->stack_frames && s->nframes <= UINT16_MAX);
+    size_t w = narrow ? sizeof(uint16_t) : sizeof(uint32_t);
+    void *cur = narrow ? (void *)s->stack_frames16 : (void *)s->stack_frames;
+    void *a = malloc(cap * w);
+    if (!a) return MS_ENOMEM;
+    if (s->nstack_frames) memcpy(a, cur, s->nstack_frames * w);
+    if (d->grown_sf && df_keep_old(d, cur) != MS_OK) {
+      free(a);
+      return MS_ENOMEM;
+    }
+    if (!d->grown_sf) d->orig_sf = cur;
+    if (narrow)
+      s->stack_frames16 = a;
+    else
+      s->stack_frames = a;
+    d->grown_sf = true;
+    d->cap_sf = cap;
+  }
+  return MS_OK;
+}
+
+/* The id of the stack of frames fr[0..n), added when the snapshot has none like it. */
+static int df_intern(deferred_t *d, ms_snapshot_t *s, const uint32_t *fr, uint32_t n,
+                     uint32_t *id) {
+  if (!d->tab || 2 * (d->tablen + 1) > d->tabcap) MS_FORWARD_IF_ERROR(df_tab_grow(d, s));
+  size_t j = df_slot_of(d, df_hash_run(fr, n));
+  for (; d->tab[j] != DF_EMPTY; j = (j + 1) & (d->tabcap - 1))
+    if (df_same(s, &s->stacks[d->tab[j]], fr, n)) {
+      *id = d->tab[j];
+      return MS_OK;
+    }
+  if (s->nstacks >= UINT32_MAX - 1 || s->nstack_frames > UINT32_MAX - n) return MS_ELIMIT;
+  MS_FORWARD_IF_ERROR(df_room(d, s, n));
+  size_t first = s->nstack_frames;
+  for (uint32_t k = 0; k < n; k++) {
+    if (s->stack_frames16)
+      s->stack_frames16[first + k] = (uint16_t)fr[k];
+    else
+      s->stack_frames[first + k] = fr[k];
+  }
+  s->nstack_frames += n;
+  ms_snap_stack_t *st = &s->stacks[s->nstacks];
+  memset(st, 0, sizeof *st);
+  st->first = (uint32_t)first;
+  st->nframes = n;
+  d->tab[j] = (uint32_t)s->nstacks;
+  d->tablen++;
+  *id = (uint32_t)s->nstacks++;
+  return MS_OK;
+}
+
+/* ---- reading a run again -------------------------------------------------------------------- */
+
+static bool df_frame_of(const deferred_t *d, uint32_t idx, uint32_t *frame) {
+  size_t lo = 0, hi = d->nf;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (d->memo[mid] < idx)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  if (lo == d->nf || d->memo[lo] != idx) return false;
+  *frame = d->frame[lo];
+  return true;
+}
+
+/* The bytes at off, at least want of them (fewer at the file's end): *got. */
+static int df_pread(deferred_t *d, uint64_t off, size_t want, size_t *got) {
+  if (want > d->bufcap) {
+    unsigned char *b = realloc(d->buf, want);
+    if (!b) return MS_ENOMEM;
+    d->buf = b;
+    d->bufcap = want;
+  }
+  size_t have = 0;
+  while (have < want) {
+    ssize_t k = pread(d->fd, d->buf + have, want - have, (off_t)(off + have));
+    if (k < 0 && errno == EINTR) continue;
+    if (k < 0) return MS_EIO;
+    if (k == 0) break;
+    have += (size_t)k;
+  }
+  *got = have;
+  return MS_OK;
+}
+
+/* The frames of the run at off into fr (room for DF_MAX_GETS): *n. */
+static int df_run(deferred_t *d, uint64_t off, uint32_t *fr, uint32_t *n, ms_errbuf_t *eb,
+                  size_t rec) {
+  size_t want = 1024, got = 0;
+  for (;;) {
+    MS_FORWARD_IF_ERROR(df_pread(d, off, want, &got));
+    size_t p = 0, k = 0;
+    while (p < got && k <= DF_MAX_GETS) {
+      unsigned op = d->buf[p];
+      uint32_t idx;
+      if (op == 'e') {
+        if (k == 0) break;
+        *n = (uint32_t)k;
+        return MS_OK;
+      }
+      if (op == 'h' && got - p >= 2) {
+        idx = d->buf[p + 1];
+        p += 2;
+      } else if (op == 'j' && got - p >= 5) {
+        idx = (uint32_t)d->buf[p + 1] | (uint32_t)d->buf[p + 2] << 8 |
+              (uint32_t)d->buf[p + 3] << 16 | (uint32_t)d->buf[p + 4] << 24;
+        p += 5;
+      } else if ((op == 'h' || op == 'j') && got == want) {
+        break; /* cut by the read: read more */
+      } else {
+        k = DF_MAX_GETS + 1;
+        break;
+      }
+      if (k == DF_MAX_GETS || !df_frame_of(d, idx, &fr[k])) {
+        k = DF_MAX_GETS + 1;
+        break;
+      }
+      k++;
+    }
+    if (k <= DF_MAX_GETS && got == want && want < 5 * DF_MAX_GETS + 1) {
+      want = want * 4 < 5 * DF_MAX_GETS + 1 ? want * 4 : 5 * DF_MAX_GETS + 1;
+      continue;
+    }
+    return ms__errbuf_set(eb, MS_EFORMAT,
+                          "the frames of trace entry %zu (at offset %" PRIu64
+                          ") are no longer those read: the file changed",
+                          rec, off);
+  }
+}
+
+int ms__snapshot_fill_stacks(const ms_snapshot_t *csnap, const size_t *trace_idx, size_t n,
+                             ms_errbuf_t *eb) {
+  deferred_t *d = df_of(csnap);
+  if (!d || d->loc.n == 0 || n == 0) return MS_OK;
+  ms_snapshot_t *snap = (ms_snapshot_t *)(uintptr_t)csnap; /* the part its load left for later */
+  bool any = false;
+  for (size_t i = 0; i < n && !any; i++)
+    any = df_loc(&d->loc, trace_idx[i]) != 0;
+  if (!any) return MS_OK;
+  struct stat st;
+  if (fstat(d->fd, &st) != 0 || st.st_dev != d->dev || st.st_ino != d->ino ||
+      st.st_size != d->size || st.st_mtim.tv_sec != d->mtime.tv_sec ||
+      st.st_mtim.tv_nsec != d->mtime.tv_nsec ||
+      /* a change time that moved: its times set back after a write; not for a file removed or
+       * renamed over since (that moves it too), which nobody can open to write any more */
+      (st.st_nlink > 0 &&
+       (st.st_ctim.tv_sec != d->ctime.tv_sec || st.st_ctim.tv_nsec != d->ctime.tv_nsec)))
+    return ms__errbuf_set(eb, MS_EIO,
+                          "the file changed since it was read: the stacks of its trace cannot "
+                          "be read (run the command again)");
+  uint32_t *fr = malloc(DF_MAX_GETS * sizeof *fr);
+  if (!fr) return ms__errbuf_set(eb, MS_ENOMEM, "out of memory");
+  int rc = MS_OK;
+  for (size_t i = 0; i < n && rc == MS_OK; i++) {
+    size_t t = trace_idx[i];
+    uint64_t at = df_loc(&d->loc, t);
+    if (!at) continue;
+    uint32_t nf = 0, id = 0;
+    rc = df_run(d, at - 1, fr, &nf, eb, t);
+    if (rc == MS_EIO || rc == MS_ENOMEM)
+      ms__errbuf_set(eb, rc, rc == MS_EIO ? "cannot read the file again: %s" : "out of memory",
+                     strerror(errno));
+    if (rc == MS_OK) rc = df_intern(d, snap, fr, nf, &id);
+    if (rc == MS_ENOMEM || rc == MS_ELIMIT) ms__errbuf_set(eb, rc, "out of memory");
+    if (rc != MS_OK) break;
+    snap->trace[t].stack = id;
+    d->loc.off[t] = 0;
+    d->loc.n--;
+  }
+  free(fr);
+  return rc;
+}

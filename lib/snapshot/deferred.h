@@ -1,0 +1,57 @@
+/* SPDX-License-Identifier: MIT
+ * memsnap core: trace stacks read when they are asked for (MS_LOAD_DEFER_STACKS,
+ * memsnap/serialize.h; lib/snapshot/deferred.c). Internal to lib/.
+ *
+ * A read of a PyTorch pickle with MS_LOAD_DEFER_STACKS leaves the stacks of alloc entries out
+ * when it read their frames lists whole on its fast path (a MARK, one memo get per frame dict
+ * already interned, an APPENDS), and records where the list's gets are in the file. The snapshot
+ * keeps the file open (its identity checked at each fill), those places, and which frame each
+ * memo index named. A fill reads the gets again and interns their stacks into the snapshot's
+ * stack table, beside the stacks it has (the same stack, the same id).
+ */
+#ifndef MEMSNAP_LIB_SNAPSHOT_DEFERRED_H
+#define MEMSNAP_LIB_SNAPSHOT_DEFERRED_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "memsnap/error.h"
+#include "memsnap/snapshot.h"
+
+/* Where the frames lists of the records left for later are: per record a 4-byte offset from the
+ * first place noted in its block of MS__DEFER_BLOCK records (a block's records lie within a few
+ * MB of one another: one that does not fit is not left for later). */
+#define MS__DEFER_BLOCK 4096
+typedef struct ms__defer_locs_s {
+  uint32_t *off;  /* per record: its offset - base[rec / MS__DEFER_BLOCK] + 1; 0 for none */
+  uint64_t *base; /* per block: UINT64_MAX until a record of it is noted */
+  size_t cap;     /* records `off` holds, a multiple of MS__DEFER_BLOCK */
+  size_t n;       /* records noted and not read yet */
+} ms__defer_locs_t;
+
+/* Notes that record rec's frames list's first get is at file offset off. false: out of memory,
+ * or too far from its block's first: the record's stack is read now. */
+bool ms__defer_locs_note(ms__defer_locs_t *l, size_t rec, uint64_t off);
+void ms__defer_locs_free(ms__defer_locs_t *l);
+
+/* Gives snap what a deferred read found: fd (duplicated here; the caller keeps its own), the
+ * places (taken, *locs zeroed), and the frame of each memo index that held an interned frame
+ * dict (nf pairs, memo ascending). On failure snap is unchanged and the places are freed. */
+int ms__deferred_attach(ms_snapshot_t *snap, int fd, ms__defer_locs_t *locs, const uint32_t *memo,
+                        const uint32_t *frame, size_t nf, ms_errbuf_t *eb);
+
+/* Whether snap was read with stacks left for later (some may be read by now). */
+bool ms__snapshot_defers(const ms_snapshot_t *snap);
+/* Whether snap has trace stacks still to read. */
+bool ms__snapshot_has_deferred(const ms_snapshot_t *snap);
+
+/* Reads the stacks of the trace records trace_idx[0..n) that are still to read (others are
+ * skipped) and sets their `stack`. The snapshot is const to its readers: this fills in what its
+ * load left for later, and must not run beside another use of the same snapshot. MS_EIO when the
+ * file changed since it was read (or cannot be read), MS_EFORMAT when its bytes are no longer the
+ * frames list read before, MS_ENOMEM. */
+int ms__snapshot_fill_stacks(const ms_snapshot_t *snap, const size_t *trace_idx, size_t n,
+                             ms_errbuf_t *eb);
+
+#endif /* MEMSNAP_LIB_SNAPSHOT_DEFERRED_H */
