@@ -342,6 +342,9 @@ bool cli_tl_args_need_trace(const cli_tl_args_t *ta);
  * an open end, on standard input, with ta NULL (a command that classifies: categories need
  * every allocation's stack) or with MEMSNAP_WINDOW=0, cli_load_ex(). The answers are the same
  * either way. @return CLI_OK/CLI_FAILURE (printed). */
+/* The message for a failed ms_timeline_state_at / ms_timeline_snapshot_at (rc): out of memory,
+ * or the stacks of a trace read with MS_LOAD_DEFER_STACKS that could not be read. */
+void cli_state_error(int rc);
 int cli_load_range(const char *path, unsigned flags, const cli_tl_args_t *ta,
                    ms_snapshot_t **out);
 /* Builds the time index (with the args' filter); prints the error. @return CLI_OK/CLI_FAILURE. */

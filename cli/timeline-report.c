@@ -21,13 +21,7 @@ static int report_peak(const ms_timeline_t *tl, size_t dev, ms_tl_metric m, size
   ms_snapshot_t *at = NULL;
   int rc = ms_timeline_snapshot_at(tl, dev, pk->p.step, filter, &at);
   if (rc != MS_OK) {
-    /* a trace whose stacks are read when asked for (MS_LOAD_DEFER_STACKS) reads them here */
-    if (rc == MS_ENOMEM)
-      cli_error("out of memory");
-    else
-      cli_error("cannot read the stacks of the blocks alive at the peak: %s (the file changed "
-                "since it was read, or cannot be read; run the command again)",
-                ms_strerror(rc));
+    cli_state_error(rc);
     return CLI_FAILURE;
   }
   cli_top_t top;

@@ -323,6 +323,15 @@ bool cli_tl_args_need_trace(const cli_tl_args_t *ta) {
   return ta->has_at || ta->has_range || ta->has_device;
 }
 
+void cli_state_error(int rc) {
+  if (rc == MS_ENOMEM)
+    cli_error("out of memory");
+  else /* a trace whose stacks are read when asked for (MS_LOAD_DEFER_STACKS) reads them here */
+    cli_error("cannot read the stacks of the blocks alive then: %s (the file changed since it was "
+              "read, or cannot be read; run the command again)",
+              ms_strerror(rc));
+}
+
 int cli_at_snapshot(const ms_snapshot_t *snap, const char *name, const cli_tl_args_t *ta,
                     bool keep_all_devices, ms_snapshot_t **out, size_t *out_dev,
                     size_t *out_step) {
@@ -369,8 +378,9 @@ int cli_at_snapshot(const ms_snapshot_t *snap, const char *name, const cli_tl_ar
     }
   }
   if (rc == CLI_OK) {
-    if (ms_timeline_snapshot_at(tl, dev, step, filtered ? &ta->filter : NULL, out) != MS_OK) {
-      cli_error("out of memory");
+    int r = ms_timeline_snapshot_at(tl, dev, step, filtered ? &ta->filter : NULL, out);
+    if (r != MS_OK) {
+      cli_state_error(r);
       rc = CLI_FAILURE;
     } else if ((*out)->nsegments == 0 && filtered) {
       char f[128];

@@ -61,6 +61,9 @@ int cli_view_main(const char *cmd, const char *usage, ms_view_kind kind, int arg
   /* the views at the end need no trace; a moment, a range or a filter does, read through the time
    * index (which never uses free_requested's stacks) */
   unsigned flags = cli_tl_args_need_trace(&ta) || by_s ? MS_LOAD_NO_FREE_STACKS : MS_LOAD_NO_TRACE;
+  /* a moment's blocks take their stacks from the file when the view asks (categories need every
+   * allocation's) */
+  unsigned load_flags = flags | (flags == MS_LOAD_NO_FREE_STACKS && !by_s ? MS_LOAD_DEFER_STACKS : 0);
   /* the output through the cache (cli/answers.c): the options as given, and the file's name,
    * which the title and the JSON print */
   static const char *const names[12] = {"file",  "by",    "categories", "folded",
@@ -78,7 +81,7 @@ int cli_view_main(const char *cmd, const char *usage, ms_view_kind kind, int arg
     return rc;
   }
   ms_snapshot_t *snap = NULL, *view = NULL;
-  if ((rc = cli_load_range(pos[0], flags, by_s ? NULL : &ta, &snap)) != CLI_OK) {
+  if ((rc = cli_load_range(pos[0], load_flags, by_s ? NULL : &ta, &snap)) != CLI_OK) {
     cli_answer_close(&ans, rc, NULL);
     return rc;
   }

@@ -313,3 +313,45 @@ Test(deferred, never_from_stdin_a_window_or_the_cache) {
   th_rmdir(dir);
   free(dir);
 }
+
+/* ---- the commands that read so -------------------------------------------------------------- */
+
+TestSuite(deferred_cli, .init = th_cache_setup, .fini = th_cache_teardown, .timeout = 600);
+
+/* Each command without the cache (its stacks read when asked for) prints what it prints through
+ * the cache's first run (which reads every stack, to store them), for every fixture. */
+Test(deferred_cli, the_same_answers_as_a_full_read) {
+  static char paths[32][4096];
+  size_t n = th_fixture_pickles(paths, 32);
+  if (n == 0) cr_skip_test("no fixtures");
+  static const char *const cmds[][6] = {
+      {"timeline", NULL},
+      {"timeline", "--json", NULL},
+      {"timeline", "--steps", NULL},
+      {"top", "--by", "stack", "--at", "peak", NULL},
+      {"top", "--by", "frame", "--at", "peak-reserved", "--json"},
+      {"top", "--by", "file", "--at", "end", NULL},
+      {"memory", "--at", "peak", "--folded", NULL},
+      {"memory", "--at", "peak", "--json", "-o", "-"},
+      {"segments", "--at", "peak", "--folded", NULL},
+  };
+  const char *const off[] = {"MEMSNAP_CACHE=0", NULL};
+  for (size_t f = 0; f < n; f++) {
+    for (size_t c = 0; c < sizeof cmds / sizeof *cmds; c++) {
+      const char *args[10];
+      size_t k = 0;
+      args[k++] = cmds[c][0];
+      args[k++] = paths[f];
+      for (size_t j = 1; j < 6 && cmds[c][j]; j++) args[k++] = cmds[c][j];
+      args[k] = NULL;
+      th_run_t a = th_run(th_cache_tmp, NULL, off, args);
+      th_run_t b = th_run(th_cache_tmp, NULL, NULL, args); /* the cache's first run */
+      cr_assert_eq(a.status, b.status, "%s %s", paths[f], cmds[c][0]);
+      cr_assert_str_eq(a.out, b.out, "%s: %s (option %zu)", paths[f], cmds[c][0], c);
+      cr_assert_str_eq(a.err, b.err, "%s: %s (option %zu)", paths[f], cmds[c][0], c);
+      th_run_free(&a);
+      th_run_free(&b);
+    }
+  }
+  cr_assert_gt(th_dir_count(th_cache_dir()), 0, "the cache was used");
+}
