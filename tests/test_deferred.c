@@ -355,3 +355,60 @@ Test(deferred_cli, the_same_answers_as_a_full_read) {
   }
   cr_assert_gt(th_dir_count(th_cache_dir()), 0, "the cache was used");
 }
+
+/* A run whose bytes changed under the same identity (the file removed, so its change time no
+ * longer counts, then written through a descriptor opened before, its modification time put
+ * back): every byte of the run and the APPENDS after it, each replaced by hostile values, and
+ * the file cut at each of them. The fill reads some stack or says the frames are not those read
+ * (MS_EFORMAT), or that the file changed (MS_EIO), and never crashes or reads out of bounds. */
+Test(deferred, a_run_changed_under_the_same_identity) {
+  char *dir = th_tmpdir(), path[4200];
+  snprintf(path, sizeof path, "%s/two.pickle", dir);
+  char buf[1024];
+  size_t n = two_allocs(buf, "", 0);
+  /* the second entry's run: its gets of memo 15, then APPENDS */
+  static const char run[] = "h\x0fj\x0f\x00\x00\x00" "e";
+  size_t at = 0;
+  for (size_t i = n - sizeof run + 1; i-- > 0;)
+    if (memcmp(buf + i, run, sizeof run - 1) == 0) {
+      at = i;
+      break;
+    }
+  cr_assert_gt(at, 0);
+  static const unsigned char hostile[] = {0x00, 'X', 'h', 'j', 'e', 0xff, 0x0e};
+  size_t outcomes[3] = {0, 0, 0}; /* read, MS_EFORMAT, MS_EIO */
+  for (size_t k = 0; k < sizeof run; k++) {
+    for (size_t v = 0; v <= sizeof hostile; v++) { /* the last: the file cut at k */
+      cr_assert_eq(th_write_file(path, buf, n), 0);
+      int fd = open(path, O_RDWR);
+      cr_assert(fd >= 0);
+      struct stat st;
+      cr_assert_eq(fstat(fd, &st), 0);
+      ms_snapshot_t *b = load(path, LATER);
+      cr_assert(ms__snapshot_has_deferred(b));
+      cr_assert_eq(unlink(path), 0);
+      if (v < sizeof hostile)
+        cr_assert_eq(pwrite(fd, &hostile[v], 1, (off_t)(at + k)), 1);
+      else
+        cr_assert_eq(ftruncate(fd, (off_t)(at + k)), 0);
+      struct timespec ts[2] = {st.st_atim, st.st_mtim};
+      cr_assert_eq(futimens(fd, ts), 0);
+      size_t one = 1;
+      ms_errbuf_t eb = {{0}};
+      int rc = ms__snapshot_fill_stacks(b, &one, 1, &eb);
+      cr_assert(rc == MS_OK || rc == MS_EFORMAT || rc == MS_EIO, "byte %zu value %zu: %d", k, v,
+                rc);
+      if (v == sizeof hostile) cr_assert_eq(rc, MS_EIO, "cut at %zu: %s", k, eb.msg);
+      if (rc == MS_EFORMAT)
+        cr_assert(strstr(eb.msg, "are no longer those read: the file changed"), "%s", eb.msg);
+      if (rc == MS_OK) cr_assert_lt(b->trace[1].stack, b->nstacks);
+      outcomes[rc == MS_OK ? 0 : rc == MS_EFORMAT ? 1 : 2]++;
+      close(fd);
+      ms_snapshot_free(b);
+    }
+  }
+  cr_assert(outcomes[0] > 0 && outcomes[1] > 0 && outcomes[2] > 0, "%zu %zu %zu", outcomes[0],
+            outcomes[1], outcomes[2]);
+  th_rmdir(dir);
+  free(dir);
+}
