@@ -63,7 +63,8 @@ int cli_view_main(const char *cmd, const char *usage, ms_view_kind kind, int arg
   unsigned flags = cli_tl_args_need_trace(&ta) || by_s ? MS_LOAD_NO_FREE_STACKS : MS_LOAD_NO_TRACE;
   /* a moment's blocks take their stacks from the file when the view asks (categories need every
    * allocation's) */
-  unsigned load_flags = flags | (flags == MS_LOAD_NO_FREE_STACKS && !by_s ? MS_LOAD_DEFER_STACKS : 0);
+  unsigned load_flags =
+      flags | (flags == MS_LOAD_NO_FREE_STACKS && !by_s ? MS_LOAD_DEFER_STACKS : 0);
   /* the output through the cache (cli/answers.c): the options as given, and the file's name,
    * which the title and the JSON print */
   static const char *const names[12] = {"file",  "by",    "categories", "folded",

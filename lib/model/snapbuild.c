@@ -602,7 +602,8 @@ typedef struct snap_impl_s {
   void (*ext_free)(ms_snapshot_t *, void *);
 } snap_impl_t;
 
-void ms__snapshot_set_ext(ms_snapshot_t *snap, void *ext, void (*ext_free)(ms_snapshot_t *, void *)) {
+void ms__snapshot_set_ext(ms_snapshot_t *snap, void *ext,
+                          void (*ext_free)(ms_snapshot_t *, void *)) {
   snap_impl_t *impl = snap->impl_;
   impl->ext = ext;
   impl->ext_free = ext_free;

@@ -177,7 +177,8 @@ int ms__snapshot_new_borrowing(const ms_snapshot_t *src, ms_snapshot_t **out);
  * of stacks read later), and how ms_snapshot_free() releases it: ext_free runs first, and may put
  * back into snap the stack tables it replaced (freed as the snapshot's own). A borrowing snapshot
  * has none. */
-void ms__snapshot_set_ext(ms_snapshot_t *snap, void *ext, void (*ext_free)(ms_snapshot_t *, void *));
+void ms__snapshot_set_ext(ms_snapshot_t *snap, void *ext,
+                          void (*ext_free)(ms_snapshot_t *, void *));
 void *ms__snapshot_ext(const ms_snapshot_t *snap);
 /* Whether the snapshot's trace, stacks and stack frames are ms__big_* arrays (else malloc's). */
 bool ms__snapshot_big_tables(const ms_snapshot_t *snap);

@@ -11,8 +11,8 @@
  *
  * The file is the one read: the snapshot holds a descriptor of it (a file renamed or replaced
  * since is still the one read) and its size, modification and change times; a fill refuses when
- * those moved (MS_EIO; the change time only while the file still has a name), and a run that no longer parses as the gets of known frames is
- * MS_EFORMAT, never a stack made up.
+ * those moved (MS_EIO; the change time only while the file still has a name), and a run that no
+ * longer parses as the gets of known frames is MS_EFORMAT, never a stack made up.
  *
  * The stack tables grow by copies: a snapshot that borrows the tables (ms_timeline_snapshot_at's)
  * may still point at the old ones, so those are kept until the snapshot is freed.

@@ -24,9 +24,6 @@
  * at or before the window's end after one past it fails the read as above.
  */
 #include <stdlib.h>
-#include <string.h>
-
-#include "snapshot/deferred.h"
 
 #include "snapshot/load_window.h"
 #include "snapshot/pickle_internal.h"
@@ -145,8 +142,8 @@ void ms__pickle_drop_init(rd_t *r, unsigned flags) {
       !r->skip_trace && (flags & (MS_LOAD_NO_FREE_STACKS | MS_LOAD_DEFER_STACKS)) != 0;
   r->window = ms__load_window_current();
   /* a stack is read again from the file: only from one the read maps, and not for a window */
-  r->defer = !r->skip_trace && (flags & MS_LOAD_DEFER_STACKS) && !(flags & MS_LOAD_NO_TRACE_STACKS) &&
-             r->map_fd >= 0 && !r->window;
+  r->defer = !r->skip_trace && (flags & MS_LOAD_DEFER_STACKS) &&
+             !(flags & MS_LOAD_NO_TRACE_STACKS) && r->map_fd >= 0 && !r->window;
 }
 
 void ms__pickle_drop_release(rd_t *r) {
