@@ -166,6 +166,27 @@ static size_t two_allocs(char *out, const char *extra, size_t elen) {
   return n + sizeof tail - 1;
 }
 
+/* two_allocs with the second entry's list made of ngets gets of the frame (LONG_BINGET, 5 bytes
+ * each) in one run; out holds 5 * ngets + 512 bytes. */
+static size_t two_allocs_long(char *out, size_t ngets) {
+  char base[1024];
+  size_t n = two_allocs(base, "", 0);
+  static const char run[] = "h\x0fj\x0f\x00\x00\x00" "e";
+  size_t at = 0;
+  for (size_t i = n - sizeof run + 1; i-- > 0;)
+    if (memcmp(base + i, run, sizeof run - 1) == 0) {
+      at = i;
+      break;
+    }
+  cr_assert_gt(at, 0);
+  memcpy(out, base, at);
+  size_t w = at;
+  for (size_t k = 0; k < ngets; k++) memcpy(out + w, "j\x0f\x00\x00\x00", 5), w += 5;
+  size_t rest = n - (at + sizeof run - 2); /* from its APPENDS on */
+  memcpy(out + w, base + at + sizeof run - 2, rest);
+  return w + rest;
+}
+
 static void write_two(const char *path, const char *extra, size_t elen) {
   char buf[1024];
   size_t n = two_allocs(buf, extra, elen);
@@ -409,6 +430,31 @@ Test(deferred, a_run_changed_under_the_same_identity) {
   }
   cr_assert(outcomes[0] > 0 && outcomes[1] > 0 && outcomes[2] > 0, "%zu %zu %zu", outcomes[0],
             outcomes[1], outcomes[2]);
+  th_rmdir(dir);
+  free(dir);
+}
+
+/* Runs longer than one read for a run: read again whole, up to the longest run the entry loop
+ * takes (26,000 five-byte gets); a longer one is read by the general path, its stack at once. */
+Test(deferred, long_runs) {
+  char *dir = th_tmpdir(), path[4200];
+  snprintf(path, sizeof path, "%s/long.pickle", dir);
+  static const size_t lens[] = {1, 409, 410, 4000, 26000, 65536};
+  char *buf = malloc(5 * 65536 + 512);
+  for (size_t i = 0; i < sizeof lens / sizeof *lens; i++) {
+    size_t n = two_allocs_long(buf, lens[i]);
+    cr_assert_eq(th_write_file(path, buf, n), 0);
+    ms_snapshot_t *a = load(path, EAGER), *b = load(path, LATER);
+    cr_assert_eq(ms__snapshot_has_deferred(b), lens[i] < 65536, "%zu gets", lens[i]);
+    size_t one = 1;
+    ms_errbuf_t eb = {{0}};
+    cr_assert_eq(ms__snapshot_fill_stacks(b, &one, 1, &eb), MS_OK, "%zu gets: %s", lens[i], eb.msg);
+    cr_assert_eq(b->stacks[b->trace[1].stack].nframes, lens[i]);
+    same_entries(a, b, path);
+    ms_snapshot_free(a);
+    ms_snapshot_free(b);
+  }
+  free(buf);
   th_rmdir(dir);
   free(dir);
 }

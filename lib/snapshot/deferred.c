@@ -33,11 +33,26 @@
 /* the longest run a deferred read records: ms__pickle_frame_gets reads at most 64 Ki gets */
 #define DF_MAX_GETS ((size_t)1 << 16)
 #define DF_EMPTY UINT32_MAX
+/* a read of the file: more than the longest run (5-byte gets) and its APPENDS */
+#define DF_CHUNK ((size_t)512 << 10)
+_Static_assert(DF_CHUNK > 5 * DF_MAX_GETS + 1, "a chunk holds the longest run");
+/* a read for one run (most are a hundred bytes or so), and the gap between two runs asked that
+ * one read still spans */
+#define DF_RUN_BYTES ((size_t)2048)
+#define DF_GAP ((uint64_t)16384)
 
 typedef struct df_old_s {
   void *p;
   bool big; /* an ms__big_* array (the builder's), else malloc's */
 } df_old_t;
+
+/* the frame a memo index names, as a run's gets ask them: a direct-mapped cache before the
+ * sorted pairs' binary search */
+#define DF_CACHE_SLOTS 4096
+typedef struct df_slot_s {
+  uint32_t idx; /* UINT32_MAX: empty (no memo index is: the memo stays below it) */
+  uint32_t frame;
+} df_slot_t;
 
 typedef struct deferred_s {
   int fd;
@@ -48,6 +63,7 @@ typedef struct deferred_s {
   ms__defer_locs_t loc; /* the records still to read */
   uint32_t *memo, *frame; /* memo index -> frame index, by memo index */
   size_t nf;
+  df_slot_t cache[DF_CACHE_SLOTS];
   /* the stack table, as it grows: the arrays in the snapshot now and their capacity */
   ms_snap_stack_t *orig_stacks; /* what the read made, given back at the end */
   void *orig_sf;
@@ -57,8 +73,9 @@ typedef struct deferred_s {
   size_t nold, cap_old;
   uint32_t *tab; /* open addressing: stack ids by their frames' hash */
   size_t tabcap, tablen;
-  unsigned char *buf;
-  size_t bufcap;
+  unsigned char *buf; /* DF_CHUNK bytes of the file from buf_off, buf_len of them read */
+  size_t bufcap, buf_len;
+  uint64_t buf_off;
 } deferred_t;
 
 static void df_free(ms_snapshot_t *snap, void *ext) {
@@ -128,7 +145,10 @@ int ms__deferred_attach(ms_snapshot_t *snap, int fd, ms__defer_locs_t *locs, con
                         const uint32_t *frame, size_t nf, ms_errbuf_t *eb) {
   deferred_t *d = calloc(1, sizeof *d);
   struct stat st;
-  if (d) d->fd = -1;
+  if (d) {
+    d->fd = -1;
+    memset(d->cache, 0xff, sizeof d->cache);
+  }
   if (!d || (nf && (!(d->memo = malloc(nf * sizeof *memo)) ||
                     !(d->frame = malloc(nf * sizeof *frame))))) {
     df_free(snap, d);
@@ -309,7 +329,12 @@ static int df_intern(deferred_t *d, ms_snapshot_t *s, const uint32_t *fr, uint32
 
 /* ---- reading a run again -------------------------------------------------------------------- */
 
-static bool df_frame_of(const deferred_t *d, uint32_t idx, uint32_t *frame) {
+static bool df_frame_of(deferred_t *d, uint32_t idx, uint32_t *frame) {
+  df_slot_t *slot = &d->cache[idx & (DF_CACHE_SLOTS - 1)];
+  if (slot->idx == idx) {
+    *frame = slot->frame;
+    return true;
+  }
   size_t lo = 0, hi = d->nf;
   while (lo < hi) {
     size_t mid = lo + (hi - lo) / 2;
@@ -320,67 +345,79 @@ static bool df_frame_of(const deferred_t *d, uint32_t idx, uint32_t *frame) {
   }
   if (lo == d->nf || d->memo[lo] != idx) return false;
   *frame = d->frame[lo];
+  *slot = (df_slot_t){idx, *frame};
   return true;
 }
 
-/* The bytes at off, at least want of them (fewer at the file's end): *got. */
-static int df_pread(deferred_t *d, uint64_t off, size_t want, size_t *got) {
-  if (want > d->bufcap) {
-    unsigned char *b = realloc(d->buf, want);
-    if (!b) return MS_ENOMEM;
-    d->buf = b;
-    d->bufcap = want;
-  }
+/* The file's bytes from off into the buffer, len of them (at most DF_CHUNK; fewer at its end). */
+static int df_fill_buf(deferred_t *d, uint64_t off, size_t len) {
+  if (!d->buf && !(d->buf = malloc(DF_CHUNK))) return MS_ENOMEM;
+  d->bufcap = DF_CHUNK;
   size_t have = 0;
-  while (have < want) {
-    ssize_t k = pread(d->fd, d->buf + have, want - have, (off_t)(off + have));
+  while (have < len) {
+    ssize_t k = pread(d->fd, d->buf + have, len - have, (off_t)(off + have));
     if (k < 0 && errno == EINTR) continue;
     if (k < 0) return MS_EIO;
     if (k == 0) break;
     have += (size_t)k;
   }
-  *got = have;
+  d->buf_off = off;
+  d->buf_len = have;
   return MS_OK;
 }
 
-/* The frames of the run at off into fr (room for DF_MAX_GETS): *n. */
-static int df_run(deferred_t *d, uint64_t off, uint32_t *fr, uint32_t *n, ms_errbuf_t *eb,
-                  size_t rec) {
-  size_t want = 1024, got = 0;
+enum { DF_RUN_OK, DF_RUN_CUT, DF_RUN_BAD };
+
+/* The frames of the run at p (avail bytes) into fr (room for DF_MAX_GETS): *n. DF_RUN_CUT: the
+ * bytes end inside it. */
+static int df_parse(deferred_t *d, const unsigned char *p, size_t avail, uint32_t *fr,
+                    uint32_t *n) {
+  size_t at = 0, k = 0;
   for (;;) {
-    MS_FORWARD_IF_ERROR(df_pread(d, off, want, &got));
-    size_t p = 0, k = 0;
-    while (p < got && k <= DF_MAX_GETS) {
-      unsigned op = d->buf[p];
-      uint32_t idx;
-      if (op == 'e') {
-        if (k == 0) break;
-        *n = (uint32_t)k;
-        return MS_OK;
-      }
-      if (op == 'h' && got - p >= 2) {
-        idx = d->buf[p + 1];
-        p += 2;
-      } else if (op == 'j' && got - p >= 5) {
-        idx = (uint32_t)d->buf[p + 1] | (uint32_t)d->buf[p + 2] << 8 |
-              (uint32_t)d->buf[p + 3] << 16 | (uint32_t)d->buf[p + 4] << 24;
-        p += 5;
-      } else if ((op == 'h' || op == 'j') && got == want) {
-        break; /* cut by the read: read more */
-      } else {
-        k = DF_MAX_GETS + 1;
-        break;
-      }
-      if (k == DF_MAX_GETS || !df_frame_of(d, idx, &fr[k])) {
-        k = DF_MAX_GETS + 1;
-        break;
-      }
-      k++;
+    if (at == avail) return DF_RUN_CUT;
+    unsigned op = p[at];
+    uint32_t idx;
+    if (op == 'e') {
+      if (k == 0) return DF_RUN_BAD; /* an empty run is never left for later */
+      *n = (uint32_t)k;
+      return DF_RUN_OK;
     }
-    if (k <= DF_MAX_GETS && got == want && want < 5 * DF_MAX_GETS + 1) {
-      want = want * 4 < 5 * DF_MAX_GETS + 1 ? want * 4 : 5 * DF_MAX_GETS + 1;
-      continue;
+    if (op == 'h') {
+      if (avail - at < 2) return DF_RUN_CUT;
+      idx = p[at + 1];
+      at += 2;
+    } else if (op == 'j') {
+      if (avail - at < 5) return DF_RUN_CUT;
+      idx = (uint32_t)p[at + 1] | (uint32_t)p[at + 2] << 8 | (uint32_t)p[at + 3] << 16 |
+            (uint32_t)p[at + 4] << 24;
+      at += 5;
+    } else {
+      return DF_RUN_BAD;
     }
+    if (k == DF_MAX_GETS || !df_frame_of(d, idx, &fr[k])) return DF_RUN_BAD;
+    k++;
+  }
+}
+
+/* The run at off, read through the buffer: a read from off of `ahead` bytes (the runs asked next
+ * lie within them), read again from off as a whole chunk (which holds the longest run) when the
+ * buffer ends inside the run. */
+static int df_run(deferred_t *d, uint64_t off, size_t ahead, uint32_t *fr, uint32_t *n,
+                  ms_errbuf_t *eb, size_t rec) {
+  for (int pass = 0;; pass++) {
+    bool in = d->buf && off >= d->buf_off && off - d->buf_off < d->buf_len;
+    if (!in || pass > 0) {
+      int rc = df_fill_buf(d, off, pass > 0 ? DF_CHUNK : ahead);
+      if (rc == MS_ENOMEM) return ms__errbuf_set(eb, rc, "out of memory");
+      if (rc != MS_OK)
+        return ms__errbuf_set(eb, rc, "cannot read the file again: %s", strerror(errno));
+    }
+    size_t skip = (size_t)(off - d->buf_off);
+    int r = skip < d->buf_len ? df_parse(d, d->buf + skip, d->buf_len - skip, fr, n)
+                              : DF_RUN_BAD;
+    if (r == DF_RUN_OK) return MS_OK;
+    /* cut by the buffer's end: once more from off, a whole chunk, unless it was one */
+    if (r == DF_RUN_CUT && pass == 0 && (skip > 0 || d->buf_len < DF_CHUNK)) continue;
     return ms__errbuf_set(eb, MS_EFORMAT,
                           "the frames of trace entry %zu (at offset %" PRIu64
                           ") are no longer those read: the file changed",
@@ -388,15 +425,24 @@ static int df_run(deferred_t *d, uint64_t off, uint32_t *fr, uint32_t *n, ms_err
   }
 }
 
+typedef struct df_want_s {
+  uint64_t off; /* + 1, as the places hold it */
+  size_t rec;
+} df_want_t;
+
+static int df_want_cmp(const void *a, const void *b) {
+  const df_want_t *x = a, *y = b;
+  return x->off < y->off ? -1 : x->off > y->off;
+}
+
 int ms__snapshot_fill_stacks(const ms_snapshot_t *csnap, const size_t *trace_idx, size_t n,
                              ms_errbuf_t *eb) {
   deferred_t *d = df_of(csnap);
   if (!d || d->loc.n == 0 || n == 0) return MS_OK;
   ms_snapshot_t *snap = (ms_snapshot_t *)(uintptr_t)csnap; /* the part its load left for later */
-  bool any = false;
-  for (size_t i = 0; i < n && !any; i++)
-    any = df_loc(&d->loc, trace_idx[i]) != 0;
-  if (!any) return MS_OK;
+  size_t nw = 0;
+  for (size_t i = 0; i < n; i++) nw += df_loc(&d->loc, trace_idx[i]) != 0;
+  if (nw == 0) return MS_OK;
   struct stat st;
   if (fstat(d->fd, &st) != 0 || st.st_dev != d->dev || st.st_ino != d->ino ||
       st.st_size != d->size || st.st_mtim.tv_sec != d->mtime.tv_sec ||
@@ -408,18 +454,35 @@ int ms__snapshot_fill_stacks(const ms_snapshot_t *csnap, const size_t *trace_idx
     return ms__errbuf_set(eb, MS_EIO,
                           "the file changed since it was read: the stacks of its trace cannot "
                           "be read (run the command again)");
+  /* in the file's order, so that neighbouring runs come from one read */
+  df_want_t *w = malloc(nw * sizeof *w);
   uint32_t *fr = malloc(DF_MAX_GETS * sizeof *fr);
-  if (!fr) return ms__errbuf_set(eb, MS_ENOMEM, "out of memory");
+  if (!w || !fr) {
+    free(w);
+    free(fr);
+    return ms__errbuf_set(eb, MS_ENOMEM, "out of memory");
+  }
+  nw = 0;
+  for (size_t i = 0; i < n; i++) {
+    uint64_t at = df_loc(&d->loc, trace_idx[i]);
+    if (at) w[nw++] = (df_want_t){at, trace_idx[i]};
+  }
+  qsort(w, nw, sizeof *w, df_want_cmp);
+  d->buf_len = 0; /* the file may have been read past since the last fill: nothing is kept */
   int rc = MS_OK;
-  for (size_t i = 0; i < n && rc == MS_OK; i++) {
-    size_t t = trace_idx[i];
-    uint64_t at = df_loc(&d->loc, t);
-    if (!at) continue;
+  size_t j = 0; /* the last run of the cluster that w[i] begins or is in */
+  for (size_t i = 0; i < nw && rc == MS_OK; i++) {
+    size_t t = w[i].rec;
+    if (!df_loc(&d->loc, t)) continue; /* asked twice */
     uint32_t nf = 0, id = 0;
-    rc = df_run(d, at - 1, fr, &nf, eb, t);
-    if (rc == MS_EIO || rc == MS_ENOMEM)
-      ms__errbuf_set(eb, rc, rc == MS_EIO ? "cannot read the file again: %s" : "out of memory",
-                     strerror(errno));
+    /* a read reaches the runs asked next while each is near the one before (copying a gap
+     * costs less than another read), else it takes DF_RUN_BYTES */
+    if (j < i) j = i;
+    while (j + 1 < nw && w[j + 1].off - w[j].off <= DF_GAP &&
+           w[j + 1].off - w[i].off <= DF_CHUNK - DF_RUN_BYTES)
+      j++;
+    size_t ahead = (size_t)(w[j].off - w[i].off) + DF_RUN_BYTES;
+    rc = df_run(d, w[i].off - 1, ahead, fr, &nf, eb, t);
     if (rc == MS_OK) rc = df_intern(d, snap, fr, nf, &id);
     if (rc == MS_ENOMEM || rc == MS_ELIMIT) ms__errbuf_set(eb, rc, "out of memory");
     if (rc != MS_OK) break;
@@ -427,6 +490,7 @@ int ms__snapshot_fill_stacks(const ms_snapshot_t *csnap, const size_t *trace_idx
     d->loc.off[t] = 0;
     d->loc.n--;
   }
+  free(w);
   free(fr);
   return rc;
 }
