@@ -614,10 +614,6 @@ void *ms__snapshot_ext(const ms_snapshot_t *snap) {
   return impl ? impl->ext : NULL;
 }
 
-bool ms__snapshot_big_tables(const ms_snapshot_t *snap) {
-  const snap_impl_t *impl = snap->impl_;
-  return impl && impl->big_tables;
-}
 
 int ms__snapshot_new_borrowing(const ms_snapshot_t *src, ms_snapshot_t **out) {
   ms_snapshot_t *s = malloc(sizeof *s);

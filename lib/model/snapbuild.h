@@ -180,8 +180,6 @@ int ms__snapshot_new_borrowing(const ms_snapshot_t *src, ms_snapshot_t **out);
 void ms__snapshot_set_ext(ms_snapshot_t *snap, void *ext,
                           void (*ext_free)(ms_snapshot_t *, void *));
 void *ms__snapshot_ext(const ms_snapshot_t *snap);
-/* Whether the snapshot's trace, stacks and stack frames are ms__big_* arrays (else malloc's). */
-bool ms__snapshot_big_tables(const ms_snapshot_t *snap);
 
 /* A new snapshot made of tables built elsewhere (the cache reader, lib/cache/): it takes every
  * array of *tables (each malloc'd, or NULL when empty, as ms_snapshot_free frees them) and

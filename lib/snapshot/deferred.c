@@ -41,11 +41,6 @@ _Static_assert(DF_CHUNK > 5 * DF_MAX_GETS + 1, "a chunk holds the longest run");
 #define DF_RUN_BYTES ((size_t)2048)
 #define DF_GAP ((uint64_t)16384)
 
-typedef struct df_old_s {
-  void *p;
-  bool big; /* an ms__big_* array (the builder's), else malloc's */
-} df_old_t;
-
 /* the frame a memo index names, as a run's gets ask them: a direct-mapped cache before the
  * sorted pairs' binary search */
 #define DF_CACHE_SLOTS 4096
@@ -67,9 +62,9 @@ typedef struct deferred_s {
   /* the stack table, as it grows: the arrays in the snapshot now and their capacity */
   ms_snap_stack_t *orig_stacks; /* what the read made, given back at the end */
   void *orig_sf;
-  bool orig_big, grown_stacks, grown_sf;
+  bool grown_stacks, grown_sf;
   size_t cap_stacks, cap_sf;
-  df_old_t *old; /* arrays replaced by a growth, kept for borrowers */
+  void **old; /* copies replaced by a growth (malloc's), kept for borrowers */
   size_t nold, cap_old;
   uint32_t *tab; /* open addressing: stack ids by their frames' hash */
   size_t tabcap, tablen;
@@ -96,7 +91,7 @@ static void df_free(ms_snapshot_t *snap, void *ext) {
     }
   }
   for (size_t i = 0; i < d->nold; i++)
-    free(d->old[i].p); /* only copies are kept here: the originals went back above */
+    free(d->old[i]); /* only copies are kept here: the originals went back above */
   free(d->old);
   if (d->fd >= 0) close(d->fd);
   ms__defer_locs_free(&d->loc);
@@ -177,7 +172,6 @@ int ms__deferred_attach(ms_snapshot_t *snap, int fd, ms__defer_locs_t *locs, con
   if (d->loc.cap > snap->ntrace) d->loc.cap = snap->ntrace; /* records past the trace: none */
   d->orig_stacks = snap->stacks;
   d->orig_sf = snap->stack_frames16 ? (void *)snap->stack_frames16 : (void *)snap->stack_frames;
-  d->orig_big = ms__snapshot_big_tables(snap);
   d->cap_stacks = snap->nstacks;
   d->cap_sf = snap->nstack_frames;
   ms__snapshot_set_ext(snap, d, df_free);
@@ -250,12 +244,12 @@ static bool df_same(const ms_snapshot_t *s, const ms_snap_stack_t *st, const uin
 static int df_keep_old(deferred_t *d, void *p) {
   if (d->nold == d->cap_old) {
     size_t cap = d->cap_old ? 2 * d->cap_old : 8;
-    df_old_t *o = realloc(d->old, cap * sizeof *o);
+    void **o = realloc(d->old, cap * sizeof *o);
     if (!o) return MS_ENOMEM;
     d->old = o;
     d->cap_old = cap;
   }
-  d->old[d->nold++] = (df_old_t){p, false};
+  d->old[d->nold++] = p;
   return MS_OK;
 }
 
