@@ -166,24 +166,25 @@ static size_t two_allocs(char *out, const char *extra, size_t elen) {
   return n + sizeof tail - 1;
 }
 
+/* the second entry's run in two_allocs' bytes (its gets of memo 15, then APPENDS): its offset */
+static const char second_run[] = "h\x0fj\x0f\x00\x00\x00" "e";
+static size_t second_run_at(const char *buf, size_t n) {
+  for (size_t i = n - sizeof second_run + 1; i-- > 0;)
+    if (memcmp(buf + i, second_run, sizeof second_run - 1) == 0) return i;
+  cr_assert_fail("no run");
+  return 0;
+}
+
 /* two_allocs with the second entry's list made of ngets gets of the frame (LONG_BINGET, 5 bytes
  * each) in one run; out holds 5 * ngets + 512 bytes. */
 static size_t two_allocs_long(char *out, size_t ngets) {
   char base[1024];
-  size_t n = two_allocs(base, "", 0);
-  static const char run[] = "h\x0fj\x0f\x00\x00\x00" "e";
-  size_t at = 0;
-  for (size_t i = n - sizeof run + 1; i-- > 0;)
-    if (memcmp(base + i, run, sizeof run - 1) == 0) {
-      at = i;
-      break;
-    }
-  cr_assert_gt(at, 0);
+  size_t n = two_allocs(base, "", 0), at = second_run_at(base, n);
   memcpy(out, base, at);
   size_t w = at;
   for (size_t k = 0; k < ngets; k++) memcpy(out + w, "j\x0f\x00\x00\x00", 5), w += 5;
-  size_t rest = n - (at + sizeof run - 2); /* from its APPENDS on */
-  memcpy(out + w, base + at + sizeof run - 2, rest);
+  size_t rest = n - (at + sizeof second_run - 2); /* from its APPENDS on */
+  memcpy(out + w, base + at + sizeof second_run - 2, rest);
   return w + rest;
 }
 
@@ -386,19 +387,10 @@ Test(deferred, a_run_changed_under_the_same_identity) {
   char *dir = th_tmpdir(), path[4200];
   snprintf(path, sizeof path, "%s/two.pickle", dir);
   char buf[1024];
-  size_t n = two_allocs(buf, "", 0);
-  /* the second entry's run: its gets of memo 15, then APPENDS */
-  static const char run[] = "h\x0fj\x0f\x00\x00\x00" "e";
-  size_t at = 0;
-  for (size_t i = n - sizeof run + 1; i-- > 0;)
-    if (memcmp(buf + i, run, sizeof run - 1) == 0) {
-      at = i;
-      break;
-    }
-  cr_assert_gt(at, 0);
+  size_t n = two_allocs(buf, "", 0), at = second_run_at(buf, n);
   static const unsigned char hostile[] = {0x00, 'X', 'h', 'j', 'e', 0xff, 0x0e};
   size_t outcomes[3] = {0, 0, 0}; /* read, MS_EFORMAT, MS_EIO */
-  for (size_t k = 0; k < sizeof run; k++) {
+  for (size_t k = 0; k < sizeof second_run; k++) {
     for (size_t v = 0; v <= sizeof hostile; v++) { /* the last: the file cut at k */
       cr_assert_eq(th_write_file(path, buf, n), 0);
       int fd = open(path, O_RDWR);
