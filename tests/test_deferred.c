@@ -5,7 +5,8 @@
  * order of the moments; every entry's stack read later equals the eager one, filled in any order
  * and in pieces. Hand-made files: the read falls back to an eager one when a frame's memo entry
  * is stored again; a file changed after the read is refused with a clear error, a file renamed
- * over is still the one read; standard input, windows and the snapshot cache never defer.
+ * over is still the one read; standard input and the snapshot cache never defer; a window of the
+ * trace (--range) leaves the stacks before its end for later, and has none after it.
  */
 #include <criterion/criterion.h>
 #include <fcntl.h>
@@ -298,18 +299,13 @@ Test(deferred, a_changed_file_is_refused) {
   free(dir);
 }
 
-Test(deferred, never_from_stdin_a_window_or_the_cache) {
+Test(deferred, never_from_stdin_or_the_cache) {
   char *dir = th_tmpdir(), path[4200], cache[4200];
   snprintf(path, sizeof path, "%s/two.pickle", dir);
   snprintf(cache, sizeof cache, "%s/cache", dir);
   write_two(path, "", 0);
-  /* a window reads its stacks with it */
-  ms_load_window_t w = {MS_LOAD_WINDOW_ENTRIES, 1, 0};
   ms_snapshot_t *s = NULL;
   ms_errbuf_t eb = {{0}};
-  cr_assert_eq(ms_snapshot_load_window(path, LATER, &w, &s, &eb), MS_OK, "%s", eb.msg);
-  cr_assert(!ms__snapshot_defers(s));
-  ms_snapshot_free(s);
   /* the cache stores (and gives) the snapshot read in full, and a second load is a hit */
   ms_cache_options_t co = {cache, 0, false};
   ms_cache_outcome oc;
@@ -449,4 +445,45 @@ Test(deferred, long_runs) {
   free(buf);
   th_rmdir(dir);
   free(dir);
+}
+
+/* A window (ms_snapshot_load_window) defers the allocs before its end: the states up to its end
+ * equal an eager window's, for every fixture and windows of entries and of times. */
+Test(deferred, windows) {
+  static char paths[32][4096];
+  size_t n = th_fixture_pickles(paths, 32);
+  if (n == 0) cr_skip_test("no fixtures");
+  size_t deferred = 0;
+  for (size_t f = 0; f < n; f++) {
+    ms_snapshot_t *full = load(paths[f], 0);
+    size_t nt = full->ntrace;
+    int64_t t_mid = nt ? full->trace[nt / 2].time_us : 0;
+    ms_snapshot_free(full);
+    const ms_load_window_t w[] = {{MS_LOAD_WINDOW_ENTRIES, nt / 3, 0},
+                                  {MS_LOAD_WINDOW_TIMES, 0, t_mid}};
+    for (size_t k = 0; k < sizeof w / sizeof *w; k++) {
+      ms_snapshot_t *a = NULL, *b = NULL;
+      ms_errbuf_t ea = {{0}}, eb = {{0}};
+      int ra = ms_snapshot_load_window(paths[f], EAGER, &w[k], &a, &ea);
+      int rb = ms_snapshot_load_window(paths[f], LATER, &w[k], &b, &eb);
+      cr_assert_eq(ra, rb, "%s window %zu: '%s' / '%s'", paths[f], k, ea.msg, eb.msg);
+      if (ra != MS_OK) continue;
+      deferred += ms__snapshot_has_deferred(b);
+      ms_timeline_t *ta = index_of(a), *tb = index_of(b);
+      for (size_t d = 0; d < ms_timeline_ndevices(ta); d++) {
+        size_t ne = ms_timeline_nentries(ta, d);
+        size_t end = k == 0 ? (nt / 3 + 1 < ne ? nt / 3 + 1 : ne) : ne / 2;
+        ms_tl_peak_t p;
+        cr_assert_eq(ms_timeline_peak(ta, d, MS_TL_ALLOCATED, 0, end, &p), MS_OK);
+        const size_t steps[] = {end, p.step, end / 2, 0};
+        for (size_t i = 0; i < sizeof steps / sizeof *steps; i++)
+          same_state(ta, tb, d, steps[i], paths[f]);
+      }
+      ms_timeline_destroy(ta);
+      ms_timeline_destroy(tb);
+      ms_snapshot_free(a);
+      ms_snapshot_free(b);
+    }
+  }
+  cr_assert(deferred > 0, "no window left a stack for later");
 }

@@ -22,10 +22,9 @@ int ms_snapshot_load_window(const char *path, unsigned flags, const ms_load_wind
     return ms__errbuf_set(eb, MS_EINVAL, "unknown load window kind %d", (int)window->kind);
   if (flags & ~(unsigned)MS_LOAD_FLAGS_ALL)
     return ms__errbuf_set(eb, MS_EINVAL, "unknown load flags 0x%x", flags);
-  flags &= ~(unsigned)MS_LOAD_DEFER_STACKS; /* a window's stacks are read with it */
   ms__load_window_t lw = {0};
   lw.w = *window;
-  lw.free_stacks = (flags & MS_LOAD_NO_FREE_STACKS) != 0;
+  lw.free_stacks = (flags & (MS_LOAD_NO_FREE_STACKS | MS_LOAD_DEFER_STACKS)) != 0;
   ms__load_window_t *saved = load_window_now;
   load_window_now = &lw;
   int rc = ms_snapshot_load_ex(path, flags | MS_LOAD_NO_FREE_STACKS, out, eb);

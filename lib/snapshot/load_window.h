@@ -17,7 +17,7 @@
 
 typedef struct ms__load_window_s {
   ms_load_window_t w;
-  bool free_stacks;   /* the caller asked for MS_LOAD_NO_FREE_STACKS itself */
+  bool free_stacks;   /* the caller asked for MS_LOAD_NO_FREE_STACKS (or _DEFER_STACKS) itself */
   /* the reader's progress through the device lists (entries are accounted in trace order) */
   bool have_list;
   uint32_t list;      /* the device list whose entries were accounted last */

@@ -141,9 +141,10 @@ void ms__pickle_drop_init(rd_t *r, unsigned flags) {
   r->drop_free =
       !r->skip_trace && (flags & (MS_LOAD_NO_FREE_STACKS | MS_LOAD_DEFER_STACKS)) != 0;
   r->window = ms__load_window_current();
-  /* a stack is read again from the file: only from one the read maps, and not for a window */
+  /* a stack is read again from the file: only from one the read maps (in a window, the allocs
+   * before its end: those after it have none) */
   r->defer = !r->skip_trace && (flags & MS_LOAD_DEFER_STACKS) &&
-             !(flags & MS_LOAD_NO_TRACE_STACKS) && r->map_fd >= 0 && !r->window;
+             !(flags & MS_LOAD_NO_TRACE_STACKS) && r->map_fd >= 0;
 }
 
 void ms__pickle_drop_release(rd_t *r) {
