@@ -136,8 +136,8 @@ static uint64_t df_loc(const ms__defer_locs_t *l, size_t rec) {
   return l->base[rec / MS__DEFER_BLOCK] + l->off[rec];
 }
 
-int ms__deferred_attach(ms_snapshot_t *snap, int fd, ms__defer_locs_t *locs, const uint32_t *memo,
-                        const uint32_t *frame, size_t nf, ms_errbuf_t *eb) {
+int ms__deferred_attach(ms_snapshot_t *snap, int fd, uint64_t size, ms__defer_locs_t *locs,
+                        const uint32_t *memo, const uint32_t *frame, size_t nf, ms_errbuf_t *eb) {
   deferred_t *d = calloc(1, sizeof *d);
   struct stat st;
   if (d) {
@@ -156,6 +156,14 @@ int ms__deferred_attach(ms_snapshot_t *snap, int fd, ms__defer_locs_t *locs, con
     df_free(snap, d);
     ms__defer_locs_free(locs);
     return ms__errbuf_set(eb, MS_EIO, "cannot keep the file open: %s", strerror(e));
+  }
+  if ((uint64_t)st.st_size != size) {
+    df_free(snap, d);
+    ms__defer_locs_free(locs);
+    return ms__errbuf_set(eb, MS_EIO,
+                          "read error: the file changed while it was read (it had %" PRIu64
+                          " bytes when the read began)",
+                          size);
   }
   if (nf) {
     memcpy(d->memo, memo, nf * sizeof *memo);

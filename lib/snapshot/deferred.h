@@ -35,11 +35,12 @@ typedef struct ms__defer_locs_s {
 bool ms__defer_locs_note(ms__defer_locs_t *l, size_t rec, uint64_t off);
 void ms__defer_locs_free(ms__defer_locs_t *l);
 
-/* Gives snap what a deferred read found: fd (duplicated here; the caller keeps its own), the
- * places (taken, *locs zeroed), and the frame of each memo index that held an interned frame
- * dict (nf pairs, memo ascending). On failure snap is unchanged and the places are freed. */
-int ms__deferred_attach(ms_snapshot_t *snap, int fd, ms__defer_locs_t *locs, const uint32_t *memo,
-                        const uint32_t *frame, size_t nf, ms_errbuf_t *eb);
+/* Gives snap what a deferred read found: fd (duplicated here; the caller keeps its own) of a file
+ * that had `size` bytes when the read began (MS_EIO when it has no longer), the places (taken,
+ * *locs zeroed), and the frame of each memo index that held an interned frame dict (nf pairs,
+ * memo ascending). On failure snap is unchanged and the places are freed. */
+int ms__deferred_attach(ms_snapshot_t *snap, int fd, uint64_t size, ms__defer_locs_t *locs,
+                        const uint32_t *memo, const uint32_t *frame, size_t nf, ms_errbuf_t *eb);
 
 /* Whether snap was read with stacks left for later (some may be read by now). */
 bool ms__snapshot_defers(const ms_snapshot_t *snap);

@@ -178,7 +178,8 @@ int ms__pickle_defer_finish(rd_t *r, ms_snapshot_t *snap) {
     if (MS_VEC_PUSH(&memo, (uint32_t)i) || MS_VEC_PUSH(&frame, o->ref)) rc = MS_ENOMEM;
   }
   if (rc == MS_OK) {
-    rc = ms__deferred_attach(snap, r->map_fd, &r->dloc, memo.ptr, frame.ptr, memo.len, r->eb);
+    rc = ms__deferred_attach(snap, r->map_fd, r->map_size, &r->dloc, memo.ptr, frame.ptr, memo.len,
+                             r->eb);
   } else {
     rc = ms__pickle_err(r, MS_ENOMEM, "out of memory");
   }
