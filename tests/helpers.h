@@ -128,6 +128,21 @@ int th_bytes_sink_write(void *ctx, const char *buf, size_t len);
 void th_bytes_free(th_bytes_t *b);
 /* Reads a PyTorch pickle from memory with ms_pickle_read_ex(flags), eb cleared first.
  * @return its status. */
+/* The bytes of a hand-made PyTorch pickle up to its first trace entry's last key (Python's
+ * shape): the root dict, an empty "segments", "device_traces" with device 0's list, and an alloc
+ * of 0x1000 (16 bytes, stream 0, time 5) whose frames list meets its one frame dict {"name": "f"}.
+ * Memo: 0 root, 1 "segments", 2 [], 3 "device_traces", 4 [], 5 [] (device 0), 6 the entry,
+ * 7 "action", 8 "alloc", 9 "addr", 10 "size", 11 "stream", 12 "time_us", 13 "frames", 14 its
+ * list, 15 the frame dict, 16 "name", 17 "f". The entry's dict is still open (its MARK). */
+#define TH_PICKLE_FIRST_ALLOC                                                                     \
+  "\x80\x04}\x94(\x8c\x08segments\x94]\x94\x8c\x0d" "device_traces\x94]\x94]\x94(}\x94(" \
+  "\x8c\x06" "action\x94\x8c\x05" "alloc\x94" \
+  "\x8c\x04" "addr\x94\x8a\x02\x00\x10" \
+  "\x8c\x04" "size\x94K\x10" \
+  "\x8c\x06" "stream\x94K\x00" \
+  "\x8c\x07" "time_us\x94K\x05" \
+  "\x8c\x06" "frames\x94]\x94(}\x94(\x8c\x04name\x94\x8c\x01" "f\x94" "ue"
+
 int th_pickle_read_mem(const void *data, size_t len, unsigned flags, ms_snapshot_t **out,
                        ms_errbuf_t *eb);
 /* Whether python3 runs here with its pickle and json modules (the suites that ask Python's own

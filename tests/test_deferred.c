@@ -147,13 +147,7 @@ Test(deferred, fixtures_states_and_entries, .timeout = 600) {
  * 17 "f", 18 "other_key"; the second entry is 19, its list 20. */
 static size_t two_allocs(char *out, const char *extra, size_t elen) {
   static const char head[] =
-      "\x80\x04}\x94(\x8c\x08segments\x94]\x94\x8c\x0d" "device_traces\x94]\x94]\x94(}\x94("
-      "\x8c\x06" "action\x94\x8c\x05" "alloc\x94"
-      "\x8c\x04" "addr\x94\x8a\x02\x00\x10"
-      "\x8c\x04" "size\x94K\x10"
-      "\x8c\x06" "stream\x94K\x00"
-      "\x8c\x07" "time_us\x94K\x05"
-      "\x8c\x06" "frames\x94]\x94(}\x94(\x8c\x04name\x94\x8c\x01" "f\x94" "ue"
+      TH_PICKLE_FIRST_ALLOC
       "\x8c\x09" "other_key\x94K\x00"
       "u"
       "}\x94(h\x07h\x08h\x09\x8a\x02\x00\x20h\x0aK\x20h\x0bK\x00h\x0cK\x06"

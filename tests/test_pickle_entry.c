@@ -139,13 +139,7 @@ Test(pickle_entry, fixtures_windows, .timeout = 300) {
  *   25 "user_metadata", 26 "x"; the second entry's dict is 27 when memoized. */
 static size_t build_pair_ex(char *out, const char *body, size_t blen, bool split) {
   static const char head[] =
-      "\x80\x04}\x94(\x8c\x08segments\x94]\x94\x8c\x0d" "device_traces\x94]\x94]\x94(}\x94("
-      "\x8c\x06" "action\x94\x8c\x05" "alloc\x94"
-      "\x8c\x04" "addr\x94\x8a\x02\x00\x10"
-      "\x8c\x04" "size\x94K\x10"
-      "\x8c\x06" "stream\x94K\x00"
-      "\x8c\x07" "time_us\x94K\x05"
-      "\x8c\x06" "frames\x94]\x94(}\x94(\x8c\x04name\x94\x8c\x01" "f\x94" "ue"
+      TH_PICKLE_FIRST_ALLOC
       "\x8c\x09" "other_key\x94\x8c\x0e" "free_completed\x94"
       "h\x12\x8c\x0f" "compile_context\x94" "h\x12\x8c\x03N/A\x94"
       "h\x12\x8c\x07" "pool_id\x94" "h\x12\x8c\x0b" "device_free\x94"
