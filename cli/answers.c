@@ -9,6 +9,13 @@
  * description, a NUL, then the answer: a description that differs (another question whose tag
  * collides) is a miss. An answer written to a file (memory's and segments' -o) is served into
  * that file through cli_out_t, and kept as cli_out_t writes it (cli_out_keep).
+ *
+ * The messages printed while the answer is computed (cli_msg_keep: a load's warnings, the
+ * command's own) are part of it: after the description's NUL, the body holds the length of a
+ * message section in decimal and a newline, the section (per line printed, "OFFSET LEN\n" and
+ * the line's LEN bytes, OFFSET being how many bytes of the answer were written before it), then
+ * the answer. A served answer prints each line to stderr at its offset, so that stdout and
+ * stderr come out in the order they first did. A body not of that form is a miss.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -22,6 +29,8 @@
 
 /* Answers past this size are printed, not stored (a --steps series of millions of entries). */
 #define ANSWER_MAX ((size_t)16 << 20)
+/* The messages kept with an answer, at most (past them the answer is not stored). */
+#define ANSWER_MSGS_MAX ((size_t)1 << 20)
 
 static uint64_t answer_fnv(uint64_t h, const void *p, size_t n) {
   const unsigned char *b = p;
@@ -40,6 +49,35 @@ static bool answer_same_stat(const struct stat *a, const struct stat *b) {
          a->st_ctim.tv_sec == b->st_ctim.tv_sec && a->st_ctim.tv_nsec == b->st_ctim.tv_nsec;
 }
 
+/* A message line printed while c is kept (cli_msg_keep): its record, at the answer's length so
+ * far; NULL (a line that could not be copied), or past ANSWER_MSGS_MAX: nothing is stored. */
+static int answer_msg(void *ctx, const char *p, size_t n) {
+  cli_answer_t *c = ctx;
+  char head[48];
+  int hl = p ? snprintf(head, sizeof head, "%zu %zu\n", c->len, n) : -1;
+  if (hl < 0 || n > ANSWER_MSGS_MAX || c->msgs_len + (size_t)hl + n > ANSWER_MSGS_MAX) {
+    c->dropped = true;
+    return MS_OK;
+  }
+  size_t need = c->msgs_len + (size_t)hl + n;
+  if (need > c->msgs_cap) {
+    size_t cap = c->msgs_cap ? c->msgs_cap : 256;
+    while (cap < need)
+      cap *= 2;
+    char *m = realloc(c->msgs, cap);
+    if (!m) {
+      c->dropped = true;
+      return MS_OK;
+    }
+    c->msgs = m;
+    c->msgs_cap = cap;
+  }
+  memcpy(c->msgs + c->msgs_len, head, (size_t)hl);
+  memcpy(c->msgs + c->msgs_len + (size_t)hl, p, n);
+  c->msgs_len = need;
+  return MS_OK;
+}
+
 void cli_answer_open(cli_answer_t *c, const char *cmd, const char *file, unsigned flags,
                      size_t nopts, const char *const *names, const char *const *vals, bool json,
                      const char *rules) {
@@ -56,7 +94,8 @@ void cli_answer_open(cli_answer_t *c, const char *cmd, const char *file, unsigne
   FILE *d = open_memstream(&c->desc, &c->desc_len);
   if (!d) return;
   const char *def = ms_attr_default_rules();
-  fprintf(d, "memsnap %s %d cache %u defaults %016" PRIx64 "\n", cmd, ms_version(),
+  /* "answer 2": the body holds the messages (answers of before were the answer alone) */
+  fprintf(d, "memsnap %s %d cache %u answer 2 defaults %016" PRIx64 "\n", cmd, ms_version(),
           MS_CACHE_VERSION, answer_fnv(0xcbf29ce484222325ULL, def, strlen(def)));
   for (size_t i = 0; i < nopts; i++) answer_desc_opt(d, names[i], vals[i]);
   fprintf(d, "json %d\nrules %016" PRIx64 "-%" PRIu64 "\n", json ? 1 : 0, rh, rsize);
@@ -68,15 +107,89 @@ void cli_answer_open(cli_answer_t *c, const char *cmd, const char *file, unsigne
   c->key.flags = flags;
   c->tag = answer_fnv(0xcbf29ce484222325ULL, c->desc, c->desc_len);
   c->on = true;
+  cli_msg_keep = (ms_sink_t){answer_msg, c};
+}
+
+/* Stops keeping c's messages. */
+static void answer_msgs_stop(cli_answer_t *c) {
+  if (cli_msg_keep.ctx == c) cli_msg_keep = (ms_sink_t){NULL, NULL};
+}
+
+/* ---- a stored body: its description, its messages, its answer ----------------------------------
+ */
+
+typedef struct answer_parts_s {
+  const char *msgs, *ans;
+  size_t msgs_len, ans_len;
+} answer_parts_t;
+
+/* A decimal of 1 to 15 digits at p[*i] followed by `end`; *i moves past `end`. */
+static bool answer_num(const char *p, size_t n, size_t *i, char end, size_t *v) {
+  size_t k = *i, x = 0;
+  while (k < n && k - *i < 15 && p[k] >= '0' && p[k] <= '9')
+    x = x * 10 + (size_t)(p[k++] - '0');
+  if (k == *i || k >= n || p[k] != end) return false;
+  *v = x;
+  *i = k + 1;
+  return true;
+}
+
+/* Splits a stored body (p[0..n)) whose description is c's: MS_OK, else MS_ENOTFOUND (another
+ * question's, or not of the form answer_store writes: every record is checked before anything
+ * is printed). */
+static int answer_split(const cli_answer_t *c, const char *p, size_t n, answer_parts_t *a) {
+  size_t dl = c->desc_len + 1, i = 0, ml = 0;
+  if (n < dl || memcmp(p, c->desc, dl) != 0) return MS_ENOTFOUND;
+  p += dl;
+  n -= dl;
+  if (!answer_num(p, n, &i, '\n', &ml) || ml > n - i) return MS_ENOTFOUND;
+  a->msgs = p + i;
+  a->msgs_len = ml;
+  a->ans = a->msgs + ml;
+  a->ans_len = n - i - ml;
+  size_t at = 0, prev = 0;
+  while (at < ml) {
+    size_t off = 0, len = 0;
+    if (!answer_num(a->msgs, ml, &at, ' ', &off) || !answer_num(a->msgs, ml, &at, '\n', &len) ||
+        off < prev || off > a->ans_len || len > ml - at)
+      return MS_ENOTFOUND;
+    at += len;
+    prev = off;
+  }
+  return MS_OK;
+}
+
+/* Writes a's answer through put (stdout, or an output file) and its messages to stderr, each at
+ * its offset. @return MS_OK or put's error. */
+static int answer_replay(const answer_parts_t *a, int (*put)(void *, const char *, size_t),
+                         void *ctx) {
+  size_t at = 0, done = 0;
+  while (at < a->msgs_len) {
+    size_t off = 0, len = 0;
+    (void)answer_num(a->msgs, a->msgs_len, &at, ' ', &off); /* checked by answer_split */
+    (void)answer_num(a->msgs, a->msgs_len, &at, '\n', &len);
+    int rc = put(ctx, a->ans + done, off - done);
+    if (rc != MS_OK) return rc;
+    fflush(stdout);
+    (void)!fwrite(a->msgs + at, 1, len, stderr);
+    at += len;
+    done = off;
+  }
+  return put(ctx, a->ans + done, a->ans_len - done);
+}
+
+static int answer_put_stdout(void *ctx, const char *p, size_t n) {
+  (void)ctx;
+  return fwrite(p, 1, n, stdout) == n ? MS_OK : MS_EIO;
 }
 
 /* The blob's bytes: its description must be ours; then the answer goes to stdout. */
 static int answer_write(void *ctx, const char *p, size_t n) {
   cli_answer_t *c = ctx;
-  size_t dl = c->desc_len + 1;
-  if (n < dl || memcmp(p, c->desc, dl) != 0) return MS_ENOTFOUND;
+  answer_parts_t a;
+  if (answer_split(c, p, n, &a) != MS_OK) return MS_ENOTFOUND;
   c->served = true;
-  return fwrite(p + dl, 1, n - dl, stdout) == n - dl ? MS_OK : MS_EIO;
+  return answer_replay(&a, answer_put_stdout, NULL);
 }
 
 bool cli_answer_serve(cli_answer_t *c) {
@@ -84,6 +197,7 @@ bool cli_answer_serve(cli_answer_t *c) {
   ms_sink_t sink = {answer_write, c};
   int err = ms_cache_blob_get(&c->key, c->tag, NULL, &sink);
   if (err == MS_OK || c->served) { /* a failed write to stdout is main's to report */
+    answer_msgs_stop(c);
     free(c->desc);
     c->desc = NULL;
     return true;
@@ -138,26 +252,34 @@ static void answer_store(const cli_answer_t *c, const ms_cache_key_t *loaded) {
       loaded->flags != c->key.flags)
     return;
   if (c->rules && (stat(c->rules, &st) != 0 || !answer_same_stat(&st, &c->rules_st))) return;
-  size_t dl = c->desc_len + 1;
-  char *body = malloc(dl + c->len);
+  char ml[24];
+  size_t dl = c->desc_len + 1, hl = (size_t)snprintf(ml, sizeof ml, "%zu\n", c->msgs_len);
+  size_t n = dl + hl + c->msgs_len + c->len;
+  char *body = malloc(n);
   if (!body) return;
   memcpy(body, c->desc, dl);
-  if (c->len) memcpy(body + dl, c->buf, c->len);
-  (void)!ms_cache_blob_put(&c->key, c->tag, NULL, body, dl + c->len);
+  memcpy(body + dl, ml, hl);
+  if (c->msgs_len) memcpy(body + dl + hl, c->msgs, c->msgs_len);
+  if (c->len) memcpy(body + dl + hl + c->msgs_len, c->buf, c->len);
+  (void)!ms_cache_blob_put(&c->key, c->tag, NULL, body, n);
   free(body);
 }
 
 /* ---- an answer written to a file (-o) --------------------------------------------------------- */
 
+static int answer_put_out(void *ctx, const char *p, size_t n) {
+  cli_out_t *o = ctx;
+  return n ? o->sink.write(o->sink.ctx, p, n) : MS_OK;
+}
+
 /* The blob's bytes: its description must be ours; then the answer goes to the output. */
 static int answer_file_write(void *ctx, const char *p, size_t n) {
-  void **a = ctx;
-  cli_answer_t *c = a[0];
-  cli_out_t *o = a[1];
-  size_t dl = c->desc_len + 1;
-  if (n < dl || memcmp(p, c->desc, dl) != 0) return MS_ENOTFOUND;
+  void **x = ctx;
+  cli_answer_t *c = x[0];
+  answer_parts_t a;
+  if (answer_split(c, p, n, &a) != MS_OK) return MS_ENOTFOUND;
   c->served = true;
-  return o->sink.write(o->sink.ctx, p + dl, n - dl);
+  return answer_replay(&a, answer_put_out, x[1]);
 }
 
 int cli_answer_serve_file(cli_answer_t *c, const char *file, const char *out_path) {
@@ -169,6 +291,7 @@ int cli_answer_serve_file(cli_answer_t *c, const char *file, const char *out_pat
   void *a[2] = {c, &o};
   ms_sink_t sink = {answer_file_write, a};
   int err = ms_cache_blob_get(&c->key, c->tag, NULL, &sink);
+  if (err == MS_OK || c->served) answer_msgs_stop(c);
   if (err == MS_OK) return cli_out_commit(&o);
   if (c->served) return cli_out_fail(&o, err, NULL); /* the output's own error */
   cli_out_abort(&o);
@@ -185,6 +308,7 @@ void cli_answer_capture(cli_answer_t *c) {
 }
 
 void cli_answer_close(cli_answer_t *c, int rc, const ms_cache_key_t *loaded) {
+  answer_msgs_stop(c);
   if (cli_out_keep.ctx == c) {
     cli_out_keep = (ms_sink_t){NULL, NULL};
     if (c->kept && !c->dropped && rc == CLI_OK && loaded) answer_store(c, loaded);
@@ -195,5 +319,6 @@ void cli_answer_close(cli_answer_t *c, int rc, const ms_cache_key_t *loaded) {
   }
   free(c->buf);
   free(c->desc);
+  free(c->msgs);
   memset(c, 0, sizeof *c);
 }

@@ -75,6 +75,10 @@ void cli_main_usage(FILE *fp);
 void cli_lib_message(const char *msg, void *arg);
 void cli_error(const char *fmt, ...) MS_PRINTF(1, 2);
 void cli_warning(const char *fmt, ...) MS_PRINTF(1, 2);
+/* While its write is set, every message line (those above, and the library's) is also written
+ * there as it went to stderr; a write of (NULL, 0) says that a line could not be copied. Set by
+ * cli/answers.c while it keeps an answer, so that the stored answer gives its messages again. */
+extern ms_sink_t cli_msg_keep;
 /* Writes s with control bytes, DEL, C1 controls and invalid UTF-8 as \xNN (cli/escape.c): the
  * messages quote inputs, which must not drive the terminal. */
 void cli_fputs_escaped(const char *s, FILE *fp);
@@ -141,7 +145,11 @@ const ms_cache_key_t *cli_cache_key(const ms_snapshot_t *snap);
  * cli_answer_serve() says true, the answer was printed and the command is done; else write the
  * answer to cli_answer_stream() (it goes to stdout as it is written; stdout itself when the
  * cache is off) and end with cli_answer_close(), which stores it when rc is CLI_OK, it is at
- * most 16 MiB, and loaded (the key the snapshot was read under, NULL: none) is the file's. */
+ * most 16 MiB, and loaded (the key the snapshot was read under, NULL: none) is the file's. The
+ * messages printed from cli_answer_open() to cli_answer_close() (warnings: the command's, the
+ * library's) are stored with it and printed again where they came, between the same bytes of
+ * the answer. Every path after a cli_answer_open() that was not served ends in
+ * cli_answer_close(). */
 typedef struct cli_answer_s {
   bool on;              /* the question is cacheable */
   bool served;          /* the stored answer was written to stdout */
@@ -154,8 +162,12 @@ typedef struct cli_answer_s {
   FILE *out;            /* the answer being written: to stdout, and a copy into buf */
   char *buf;
   size_t len, cap;
-  bool dropped;         /* the copy was given up (too large, out of memory): nothing stored */
+  bool dropped;         /* the copy was given up (too large, out of memory, a message lost):
+                           nothing stored */
   bool kept;            /* something was written to the copy */
+  char *msgs;           /* the messages printed meanwhile (cli_msg_keep): records "OFFSET LEN\n"
+                           and the LEN bytes of the line, OFFSET the answer's bytes before it */
+  size_t msgs_len, msgs_cap;
 } cli_answer_t;
 /* cmd: the command's name; flags: the load flags it reads the file with; names[i], vals[i]: each
  * option the answer depends on as given (NULL: not given); json: --json; rules: the --categories
@@ -497,9 +509,11 @@ void cli_files_free(char **files, int n);
 /* `compare`'s default: the comparison of the files at paths[] (BEFORE, AFTER; the same path twice:
  * one file at two moments, read once; at[]: the moments' texts, NULL = the peak) as text or JSON
  * on stdout. Two files are read one after the other, BEFORE reduced to its figures and freed
- * before AFTER is read. @return CLI_OK, CLI_FAILURE or a load's code (printed). */
+ * before AFTER is read. The answer goes through the cache as the other commands' (cli_answer_t):
+ * qv[] are the options as given (--at, the second --at, --device, -n; NULL: not given). @return
+ * CLI_OK, CLI_FAILURE or a load's code (printed). */
 int cli_compare_report(const char *paths[2], const char *at[2], const ms_compare_options_t *o,
-                       bool json);
+                       bool json, const char *const qv[4]);
 /* Warnings about sides that differ in kind: devices, a side without a trace, device sizes. */
 void cli_compare_warnings(const char *names[2], const ms_compare_t *c);
 /* `compare DIR_A DIR_B`: the files of both directories paired by name, one row per rank, and the

@@ -204,7 +204,8 @@ static int compare_report_main(char **pos, int npos, const char *at[2], int nat,
   }
   if (jobs_s) return cli_usage_error("compare", "--jobs applies to two directories");
   const char *paths[2] = {pos[0], pos[npos == 1 ? 0 : 1]};
-  return cli_compare_report(paths, ats, &co, json);
+  const char *const qv[4] = {at[0], at[1], device_s, n_s};
+  return cli_compare_report(paths, ats, &co, json, qv);
 }
 
 /* BEFORE and AFTER, or FILE with two moments. @return CLI_OK or CLI_USAGE (printed). */

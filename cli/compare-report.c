@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli.h"
 #include "memsnap/cache.h"
@@ -44,16 +45,17 @@ static void report_moment(const ms_compare_side_t *s, const char *at, char *buf,
   else snprintf(buf, cap, "%s: after entry %zu of %zu", what, s->step - 1, s->nentries);
 }
 
-static void report_bytes_row(const char *name, uint64_t b, uint64_t a) {
+static void report_bytes_row(FILE *out, const char *name, uint64_t b, uint64_t a) {
   char x[CLI_BYTES_BUFSZ], y[CLI_BYTES_BUFSZ], z[CLI_BYTES_BUFSZ];
-  printf("  %-22s %12s %12s %12s\n", name, SZ(b, x), SZ(a, y), report_signed(report_change(b, a), z));
+  fprintf(out, "  %-22s %12s %12s %12s\n", name, SZ(b, x), SZ(a, y),
+          report_signed(report_change(b, a), z));
 }
 
-static void report_count_row(const char *name, uint64_t b, uint64_t a) {
+static void report_count_row(FILE *out, const char *name, uint64_t b, uint64_t a) {
   char z[32];
   int64_t d = report_change(b, a);
   snprintf(z, sizeof z, d > 0 ? "+%" PRId64 : "%" PRId64, d);
-  printf("  %-22s %12" PRIu64 " %12" PRIu64 " %12s\n", name, b, a, z);
+  fprintf(out, "  %-22s %12" PRIu64 " %12" PRIu64 " %12s\n", name, b, a, z);
 }
 
 /* Warnings about sides that do not compare like with like. */
@@ -73,97 +75,107 @@ void cli_compare_warnings(const char *names[2], const ms_compare_t *c) {
   }
 }
 
-static void report_text_rows(const ms_compare_t *c) {
+static void report_text_rows(FILE *out, const ms_compare_t *c) {
   char x[CLI_BYTES_BUFSZ], y[CLI_BYTES_BUFSZ], z[CLI_BYTES_BUFSZ];
-  printf("\nallocated bytes at the moments, by category:\n");
-  printf("  %-22s %12s %12s %12s\n", "category", "before", "after", "change");
+  fprintf(out, "\nallocated bytes at the moments, by category:\n");
+  fprintf(out, "  %-22s %12s %12s %12s\n", "category", "before", "after", "change");
   for (int k = 0; k < MS_CAT_COUNT; k++) {
     const ms_compare_row_t *r = &c->by_category[k];
     if (!r->before && !r->after) continue;
-    printf("  %-22s %12s %12s %12s\n", r->key, SZ(r->before, x), SZ(r->after, y),
-           report_signed(r->change, z));
+    fprintf(out, "  %-22s %12s %12s %12s\n", r->key, SZ(r->before, x), SZ(r->after, y),
+            report_signed(r->change, z));
   }
-  printf("\nby source line, largest change first");
+  fprintf(out, "\nby source line, largest change first");
   if (c->nsource < c->nsource_all)
-    printf(" (%zu of %zu sources that changed; -n N shows more)", c->nsource, c->nsource_all);
-  printf(":\n");
-  if (!c->nsource) printf("  no source changed\n");
-  else printf("  %12s %12s %12s  %-16s %s\n", "change", "before", "after", "category", "source");
+    fprintf(out, " (%zu of %zu sources that changed; -n N shows more)", c->nsource, c->nsource_all);
+  fprintf(out, ":\n");
+  if (!c->nsource)
+    fprintf(out, "  no source changed\n");
+  else
+    fprintf(out, "  %12s %12s %12s  %-16s %s\n", "change", "before", "after", "category", "source");
   for (size_t i = 0; i < c->nsource; i++) {
     const ms_compare_row_t *r = &c->by_source[i];
-    printf("  %12s %12s %12s  %-16s ", report_signed(r->change, z), SZ(r->before, x),
-           SZ(r->after, y), ms_category_name(r->category));
-    cli_fputs_escaped(r->key, stdout);
-    putchar('\n');
+    fprintf(out, "  %12s %12s %12s  %-16s ", report_signed(r->change, z), SZ(r->before, x),
+            SZ(r->after, y), ms_category_name(r->category));
+    cli_fputs_escaped(r->key, out);
+    fputc('\n', out);
   }
 }
 
-static void report_text_tail(const ms_compare_t *c) {
+static void report_text_tail(FILE *out, const ms_compare_t *c) {
   char x[CLI_BYTES_BUFSZ], y[CLI_BYTES_BUFSZ];
-  printf("\nallocator settings: ");
+  fprintf(out, "\nallocator settings: ");
   if (!c->nsettings) {
-    printf("the same (%zu recorded by both)\n", c->nsettings_same);
+    fprintf(out, "the same (%zu recorded by both)\n", c->nsettings_same);
   } else {
-    printf("%zu differ%s (%zu the same)\n", c->nsettings, c->nsettings == 1 ? "s" : "",
-           c->nsettings_same);
+    fprintf(out, "%zu differ%s (%zu the same)\n", c->nsettings, c->nsettings == 1 ? "s" : "",
+            c->nsettings_same);
     for (size_t i = 0; i < c->nsettings; i++) {
       const ms_compare_setting_t *s = &c->settings[i];
-      printf("  ");
-      cli_fputs_escaped(s->key, stdout);
-      printf(": ");
-      cli_fputs_escaped(s->before[0] ? s->before : "(not recorded)", stdout);
-      printf(" \u2192 ");
-      cli_fputs_escaped(s->after[0] ? s->after : "(not recorded)", stdout);
-      putchar('\n');
+      fprintf(out, "  ");
+      cli_fputs_escaped(s->key, out);
+      fprintf(out, ": ");
+      cli_fputs_escaped(s->before[0] ? s->before : "(not recorded)", out);
+      fprintf(out, " \u2192 ");
+      cli_fputs_escaped(s->after[0] ? s->after : "(not recorded)", out);
+      fputc('\n', out);
     }
   }
-  printf("\nleak suspects: ");
+  fprintf(out, "\nleak suspects: ");
   if (!c->side[1].has_trace) {
-    printf("none looked for (AFTER has no trace)\n");
+    fprintf(out, "none looked for (AFTER has no trace)\n");
   } else if (c->steps < 2) {
-    printf("none looked for (AFTER's trace has %zu ProfilerStep#N range%s ended %s; two are "
-           "needed)\n", c->steps, c->steps == 1 ? "" : "s",
-           c->leaks_step == c->side[1].nentries ? "by its end" : "by its moment");
+    fprintf(out,
+            "none looked for (AFTER's trace has %zu ProfilerStep#N range%s ended %s; two are "
+            "needed)\n",
+            c->steps, c->steps == 1 ? "" : "s",
+            c->leaks_step == c->side[1].nentries ? "by its end" : "by its moment");
   } else if (!c->nleaks) {
-    printf("none (over %zu steps, no source's allocations stay alive by about the same amount "
-           "every step)\n", c->steps);
+    fprintf(out,
+            "none (over %zu steps, no source's allocations stay alive by about the same amount "
+            "every step)\n",
+            c->steps);
   } else {
-    printf("%zu (over %zu steps: allocations made in each step and still alive at AFTER's "
-           "%s)\n", c->nleaks, c->steps, c->leaks_step == c->side[1].nentries ? "end" : "moment");
+    fprintf(out,
+            "%zu (over %zu steps: allocations made in each step and still alive at AFTER's "
+            "%s)\n",
+            c->nleaks, c->steps, c->leaks_step == c->side[1].nentries ? "end" : "moment");
     for (size_t i = 0; i < c->nleaks; i++) {
       const ms_compare_leak_t *l = &c->leaks[i];
-      printf("  %s per step (%" PRIu64 " block%s) in steps %" PRId64 "..%" PRId64 " (%zu steps, "
-             "%s alive), %s: ", SZ(l->per_step, x), l->blocks_per_step,
-             l->blocks_per_step == 1 ? "" : "s", l->first_step, l->last_step, l->nsteps,
-             SZ(l->total, y), ms_category_name(l->category));
-      cli_fputs_escaped(l->source, stdout);
-      putchar('\n');
+      fprintf(out,
+              "  %s per step (%" PRIu64 " block%s) in steps %" PRId64 "..%" PRId64 " (%zu steps, "
+              "%s alive), %s: ",
+              SZ(l->per_step, x), l->blocks_per_step, l->blocks_per_step == 1 ? "" : "s",
+              l->first_step, l->last_step, l->nsteps, SZ(l->total, y),
+              ms_category_name(l->category));
+      cli_fputs_escaped(l->source, out);
+      fputc('\n', out);
     }
   }
 }
 
-static void report_text(const char *names[2], const char *at[2], const ms_compare_t *c) {
+static void report_text(FILE *out, const char *names[2], const char *at[2], const ms_compare_t *c) {
   char m[2][160];
   for (int s = 0; s < 2; s++)
     report_moment(&c->side[s], at[s], m[s], sizeof m[s]);
-  printf("memsnap compare:\n  before: ");
-  cli_fputs_escaped(names[0], stdout);
-  printf(", device %zu, %s\n  after:  ", c->side[0].device, m[0]);
-  cli_fputs_escaped(names[1], stdout);
-  printf(", device %zu, %s\n\n", c->side[1].device, m[1]);
+  fprintf(out, "memsnap compare:\n  before: ");
+  cli_fputs_escaped(names[0], out);
+  fprintf(out, ", device %zu, %s\n  after:  ", c->side[0].device, m[0]);
+  cli_fputs_escaped(names[1], out);
+  fprintf(out, ", device %zu, %s\n\n", c->side[1].device, m[1]);
   const ms_compare_side_t *b = &c->side[0], *a = &c->side[1];
-  printf("  %-22s %12s %12s %12s\n", "totals", "before", "after", "change");
-  report_bytes_row("peak allocated", b->peak_allocated, a->peak_allocated);
-  report_bytes_row("peak reserved", b->peak_reserved, a->peak_reserved);
-  report_bytes_row("peak requested", b->peak_requested, a->peak_requested);
-  printf("  at the moments:\n");
-  report_bytes_row("allocated", b->allocated, a->allocated);
-  report_bytes_row("reserved", b->reserved, a->reserved);
-  report_bytes_row("requested", b->requested, a->requested);
-  report_count_row("segments", b->segments, a->segments);
-  report_count_row("blocks (live)", b->blocks, a->blocks);
-  report_text_rows(c);
-  report_text_tail(c);
+  fprintf(out, "  %-22s %12s %12s %12s\n", "totals", "before", "after", "change");
+  report_bytes_row(out, "peak allocated", b->peak_allocated, a->peak_allocated);
+  report_bytes_row(out, "peak reserved", b->peak_reserved, a->peak_reserved);
+  report_bytes_row(out, "peak requested", b->peak_requested, a->peak_requested);
+  fprintf(out, "  at the moments:\n");
+  report_bytes_row(out, "allocated", b->allocated, a->allocated);
+  report_bytes_row(out, "reserved", b->reserved, a->reserved);
+  report_bytes_row(out, "requested", b->requested, a->requested);
+  report_count_row(out, "segments", b->segments, a->segments);
+  report_count_row(out, "blocks (live)", b->blocks, a->blocks);
+  report_text_rows(out, c);
+  report_text_tail(out, c);
 }
 
 /* ---- JSON ------------------------------------------------------------------------------------ */
@@ -318,9 +330,10 @@ static int report_json(const char *names[2], const char *at[2], const ms_compare
   return cli_out_commit(&o);
 }
 
-/* The comparison of the files at paths[], one snapshot held at a time (one read for one file). */
+/* The comparison of the files at paths[], one snapshot held at a time (one read for one file);
+ * loaded[k]: the cache key side k was read under (all zero: none). */
 static int report_run(const char *paths[2], const char *names[2], const ms_compare_options_t *o,
-                      ms_compare_t **c, ms_errbuf_t *eb) {
+                      ms_compare_t **c, ms_cache_key_t loaded[2], ms_errbuf_t *eb) {
   bool one_file = paths[0] == paths[1];
   ms_compare_build_t *b = NULL;
   if (!one_file && ms_compare_begin(o, &b) != MS_OK) {
@@ -335,6 +348,7 @@ static int report_run(const char *paths[2], const char *names[2], const ms_compa
     /* the index through the snapshot cache, as timeline's (none: compare builds it, and reports
      * its errors) */
     ms_timeline_t *tl = NULL;
+    if (cli_cache_key(snap)) loaded[k] = loaded[one_file ? 1 : k] = *cli_cache_key(snap);
     const ms_cache_key_t *key = one_file ? NULL : cli_cache_key(snap);
     if (key && ms_cache_timeline(key, NULL, snap, NULL, &tl, NULL, NULL) != MS_OK) tl = NULL;
     err = one_file ? ms_compare_run(snap, snap, o, c, eb) : ms_compare_add_indexed(b, snap, tl, eb);
@@ -353,16 +367,55 @@ static int report_run(const char *paths[2], const char *names[2], const ms_compa
   return rc;
 }
 
+/* The answer of this question through the cache (cli/answers.c), filed under AFTER's key: the
+ * description holds BEFORE's content (its hash and size; the same file's for two moments), both
+ * names (the report prints them) and the options as given. Not for BEFORE on standard input (AFTER
+ * there: cli_answer_open says no). *before is BEFORE's key as hashed, for cli_answer_close. */
+static void report_answer_open(cli_answer_t *ans, const char *paths[2], const char *names[2],
+                               const char *const qv[4], bool json, ms_cache_key_t *before) {
+  memset(ans, 0, sizeof *ans);
+  memset(before, 0, sizeof *before);
+  if (!cli_cache_enabled() || strcmp(paths[0], "-") == 0) return;
+  struct stat st;
+  if (stat(paths[0], &st) != 0 || !S_ISREG(st.st_mode) ||
+      ms_cache_hash_file(paths[0], &before->hash, &before->size) != MS_OK)
+    return;
+  before->flags = MS_LOAD_NO_FREE_STACKS;
+  char content[48];
+  snprintf(content, sizeof content, "%016" PRIx64 "-%" PRIu64, before->hash, before->size);
+  static const char *const qn[7] = {"before",   "before-content", "after", "at",
+                                    "at-after", "device",         "n"};
+  const char *const vals[7] = {names[0], content, names[1], qv[0], qv[1], qv[2], qv[3]};
+  cli_answer_open(ans, "compare", paths[1], MS_LOAD_NO_FREE_STACKS, 7, qn, vals, json, NULL);
+}
+
 int cli_compare_report(const char *paths[2], const char *at[2], const ms_compare_options_t *o,
-                       bool json) {
+                       bool json, const char *const qv[4]) {
   const char *names[2] = {cli_display_name(paths[0]), cli_display_name(paths[1])};
+  cli_answer_t ans;
+  ms_cache_key_t hashed;
+  report_answer_open(&ans, paths, names, qv, json, &hashed);
+  if (cli_answer_serve(&ans)) return CLI_OK;
   ms_compare_t *c = NULL;
   ms_errbuf_t eb = {{0}};
-  int rc = report_run(paths, names, o, &c, &eb);
-  if (rc != CLI_OK) return rc;
+  ms_cache_key_t loaded[2];
+  memset(loaded, 0, sizeof loaded);
+  int rc = report_run(paths, names, o, &c, loaded, &eb);
+  if (rc != CLI_OK) {
+    cli_answer_close(&ans, rc, NULL);
+    return rc;
+  }
   cli_compare_warnings(names, c);
-  if (json) rc = report_json(names, at, c);
-  else report_text(names, at, c);
+  if (json) {
+    cli_answer_capture(&ans);
+    rc = report_json(names, at, c);
+  } else {
+    report_text(cli_answer_stream(&ans), names, at, c);
+  }
   ms_compare_free(c);
+  /* stored when both files were read as they were hashed (neither changed meanwhile) */
+  bool same = (loaded[0].hash || loaded[0].size) && loaded[0].hash == hashed.hash &&
+              loaded[0].size == hashed.size && loaded[0].flags == hashed.flags;
+  cli_answer_close(&ans, rc, same ? &loaded[1] : NULL);
   return rc;
 }

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT
  * Tests of the answers of `memsnap top`, `timeline` and `explain` in the snapshot cache
  * (cli/answers.c, docs/performance.md):
- *  - the first top, timeline or explain of a file stores its answer (a blob entry beside the snapshot's
- *    entry and its time index; not timeline's --range, which reads a window, nor its viewer
+ *  - the first top, timeline or explain of a file stores its answer (a blob entry beside the
+ * snapshot's entry and its time index; not timeline's --range, which reads a window, nor its viewer
  *    data), a second one with the same options prints exactly what --no-cache prints, from
  *    that entry and nothing else (a forged answer filed under the same key, tag and description
  *    comes out as it is), touching it in place;
@@ -12,7 +12,10 @@
  *  - standard input, --no-cache and MEMSNAP_CACHE=0 store no answer; a failed top stores none;
  *  - memory's and segments' outputs (-o) are stored and written again the same way;
  *  - another file written under the same name is another answer (the key is the content), and
- *    the same bytes under another name another timeline answer (its JSON names the file).
+ *    the same bytes under another name another timeline answer (its JSON names the file);
+ *  - compare's report is stored under AFTER's key with BEFORE's content in its question, and
+ *    given again with its warnings (stderr) where they were printed;
+ *  - a stored body whose message section is not of the form written is a miss.
  * Every test uses its own cache directory under a fresh temporary folder (never the user's).
  */
 #include <criterion/criterion.h>
@@ -190,18 +193,45 @@ Test(cache_top, served_from_the_entry_alone_and_rebuilt_when_damaged) {
   size_t dlen;
   char *desc = entry_desc(entry, &dlen);
   /* the stored answer is what a second top prints: another one filed under its key, tag and
-   * description comes out as it is */
-  const char forged[] = "an answer of the cache\n";
-  char *body = malloc(dlen + 1 + sizeof forged);
-  memcpy(body, desc, dlen + 1);
-  memcpy(body + dlen + 1, forged, sizeof forged - 1);
-  cr_assert_eq(ms_cache_blob_put(&key, tag, NULL, body, dlen + sizeof forged), MS_OK);
-  cr_assert_eq(run(&out, &lo, args), 0);
-  assert_same("forged", forged, sizeof forged - 1, out, lo);
-  free(out);
+   * description comes out as it is, its messages (stderr, here with stdout) where they stand */
+  static const struct {
+    const char *stored, *printed; /* after the description's NUL; NULL: a miss */
+  } forged[] = {
+      {"0\nan answer of the cache\n", "an answer of the cache\n"},
+      {"0\n", ""},
+      {"10\n0 6\nfirst\nabc", "first\nabc"},
+      {"21\n0 3\nw1\n2 3\nw2\n3 3\nw3\nabcd", "w1\nabw2\ncw3\nd"},
+      {"6\n4 2\nw\nabcd", "abcdw\n"},
+      /* not of the form stored: a miss, answered and stored anew */
+      {"an answer of the cache\n", NULL},
+      {"", NULL},
+      {"5\nabc", NULL},                   /* the section runs past the body */
+      {"6\n5 2\nw\nabcd", NULL},          /* a message past the answer's end */
+      {"12\n2 2\nw\n1 2\nv\nabcd", NULL}, /* offsets out of order */
+      {"6\n0 9\nw\nabcd", NULL},          /* a line longer than the section */
+      {"6\n0 2 w\nabcd", NULL},
+      {"1234567890123456\nab", NULL},
+  };
+  for (size_t k = 0; k < sizeof forged / sizeof *forged; k++) {
+    size_t fl = strlen(forged[k].stored);
+    char *body = malloc(dlen + 1 + fl);
+    memcpy(body, desc, dlen + 1);
+    memcpy(body + dlen + 1, forged[k].stored, fl);
+    cr_assert_eq(ms_cache_blob_put(&key, tag, NULL, body, dlen + 1 + fl), MS_OK);
+    cr_assert_eq(run(&out, &lo, args), 0);
+    if (forged[k].printed)
+      assert_same("forged", forged[k].printed, strlen(forged[k].printed), out, lo);
+    else
+      assert_same("not of the stored form", plain, lp, out, lo);
+    free(out);
+    free(body);
+  }
   /* the same tag with another question's description: a miss, answered and stored anew */
+  char *body = malloc(dlen + 3);
+  memcpy(body, desc, dlen + 1);
+  memcpy(body + dlen + 1, "0\n", 2);
   body[0] ^= 1;
-  cr_assert_eq(ms_cache_blob_put(&key, tag, NULL, body, dlen + sizeof forged), MS_OK);
+  cr_assert_eq(ms_cache_blob_put(&key, tag, NULL, body, dlen + 3), MS_OK);
   cr_assert_eq(run(&out, &lo, args), 0);
   assert_same("another description", plain, lp, out, lo);
   free(out);
@@ -331,6 +361,72 @@ Test(cache_top, another_file_under_the_same_name_gets_its_own_answer) {
     free(plain);
     free(out);
   }
+}
+
+/* compare's report is an answer too, filed under AFTER's key with BEFORE's content in its
+ * description: served the same, warnings included (a side without a trace); another BEFORE (the
+ * same name, other bytes) is another answer; BEFORE on standard input stores none. */
+Test(cache_top, compare_reports_are_answers) {
+  char a[700], b[700], c[700], x[700];
+  if (!fixture("a0kuma_adamw_small.pickle", a, sizeof a) ||
+      !fixture("jogregoire_diffusion_tiny.pickle", b, sizeof b) ||
+      !fixture("maphsge_select_n_4dev.pickle", c, sizeof c))
+    return;
+  snprintf(x, sizeof x, "%s/x.pickle", th_cache_tmp);
+  static const char *const qs[][10] = {
+      {"compare", "A", "C"},
+      {"compare", "A", "C", "--json"},
+      {"compare", "A", "B"}, /* B has no trace: a warning on stderr, given again */
+      {"compare", "A", "--at", "10", "--at", "end"},
+      {"compare", "C", "A", "--device", "0", "-n", "2"},
+      {"compare", "C", "A", "--device", "0", "-n", "2", "--json"},
+      {"compare", "X", "A"},
+  };
+  const char *srcs[] = {b, c}; /* X's bytes, one after the other */
+  int stored = 0;
+  for (int round = 0; round < 2; round++) {
+    size_t len;
+    char *bytes = th_read_file(srcs[round], &len);
+    cr_assert(bytes);
+    cr_assert_eq(th_write_file(x, bytes, len), 0);
+    free(bytes);
+    for (size_t i = 0; i < sizeof qs / sizeof *qs; i++) {
+      if (round == 1 && strcmp(qs[i][1], "X") != 0) continue;
+      const char *argv[12];
+      size_t n = 0;
+      for (; qs[i][n]; n++)
+        argv[n] = strcmp(qs[i][n], "A") == 0   ? a
+                  : strcmp(qs[i][n], "B") == 0 ? b
+                  : strcmp(qs[i][n], "C") == 0 ? c
+                  : strcmp(qs[i][n], "X") == 0 ? x
+                                               : qs[i][n];
+      argv[n] = NULL;
+      char *plain, *first, *second;
+      size_t lp, l1, l2;
+      cr_assert_eq(run_plain(&plain, &lp, argv), 0, "%zu: %.*s", i, (int)lp, plain);
+      cr_assert_eq(run(&first, &l1, argv), 0);
+      cr_assert_eq(answers(NULL, 0), ++stored, "%d %zu: %d answers", round, i, answers(NULL, 0));
+      cr_assert_eq(run(&second, &l2, argv), 0);
+      cr_assert_eq(answers(NULL, 0), stored);
+      assert_same("first", plain, lp, first, l1);
+      assert_same("second", plain, lp, second, l2);
+      if (i == 2) cr_assert(strstr(second, "memsnap: warning: "), "%s", second);
+      free(plain);
+      free(first);
+      free(second);
+    }
+  }
+  /* BEFORE from standard input: the same report, nothing stored */
+  char *plain, *out;
+  size_t lp, lo;
+  cr_assert_eq(
+      run_in(&plain, &lp, (const char *const[]){"compare", "-", c, "--no-cache", NULL}, NULL, a),
+      0);
+  cr_assert_eq(run_in(&out, &lo, (const char *const[]){"compare", "-", c, NULL}, NULL, a), 0);
+  assert_same("stdin", plain, lp, out, lo);
+  cr_assert_eq(answers(NULL, 0), stored);
+  free(plain);
+  free(out);
 }
 
 /* The answers of every load flags (f0, view's pages, left out). */
