@@ -115,8 +115,7 @@ static void answer_msgs_stop(cli_answer_t *c) {
   if (cli_msg_keep.ctx == c) cli_msg_keep = (ms_sink_t){NULL, NULL};
 }
 
-/* ---- a stored body: its description, its messages, its answer ----------------------------------
- */
+/* ---- a stored body: its description, its messages, its answer ------------------------------ */
 
 typedef struct answer_parts_s {
   const char *msgs, *ans;

@@ -27,13 +27,20 @@
  *  - one input in 4 is also read (in full, or without the frees' or the trace's stacks) with a
  *    kept trace's entries read whole (pickle_entry.c) and by the general loop
  *    (ms__pickle_fast false): the same answer, to the words of its message, and the same trace,
- *    field by field.
+ *    field by field;
+ *  - one input in 8 also goes through a real file read without the frees' stacks, at once and
+ *    with the allocations' stacks left for later (MS_LOAD_DEFER_STACKS, snapshot/deferred.h): the
+ *    same answer, to the words of its message, and the same trace but for those stacks; then
+ *    every entry's stack is read from the file (ms__snapshot_fill_stacks: MS_OK, the file being
+ *    unchanged) and each allocation's stack is the one read at once, frame by frame.
  *
  * Built and run by scripts/fuzz.sh (make fuzz); seeds in tests/fuzz/corpus/fuzz_load/. The
  * retire-shared-list*.seed inputs are made by hand (a flags byte, then the small pickle of
  * tests/test_pickle_retire.c whose memoized frames list is named again after its entry was
- * freed), not third-party data; the PyTorch fixtures are added by the script from
- * ../shared/fixtures/torch.
+ * freed), and so is deferred-two-allocs.seed (the flags byte 8, which sends it through the
+ * deferred read, then tests/test_deferred.c's two allocs: the second's frames list is a run of
+ * gets of a frame met before, its stack left for later), not third-party data; the PyTorch
+ * fixtures are added by the script from ../shared/fixtures/torch.
  * fuzz-flags: -max_len=16384
  */
 #include <stdint.h>
@@ -44,6 +51,7 @@
 
 #include "common/internal.h"
 #include "fuzz_util.h"
+#include "snapshot/deferred.h"
 #include "memsnap/serialize.h"
 #include "memsnap/snapshot.h"
 
@@ -114,6 +122,68 @@ static void via_window(const uint8_t *data, size_t size, uint8_t opt, int rc,
   if (rc == MS_OK) FZ_CHECK(rp == MS_OK, "windowed read refused what a full read took: %s", eb.msg);
   if (rp == MS_OK && rc == MS_OK) FZ_CHECK(same_sizes(p, s), "windowed and full: other sizes");
   ms_snapshot_free(p);
+}
+
+/* Whether stack sa of a and sb of b hold the same frames (or are both absent). */
+static bool same_stack(const ms_snapshot_t *a, uint32_t sa, const ms_snapshot_t *b, uint32_t sb) {
+  bool na = sa >= a->nstacks, nb = sb >= b->nstacks;
+  if (na || nb) return na && nb;
+  const ms_snap_stack_t *x = &a->stacks[sa], *y = &b->stacks[sb];
+  if (x->nframes != y->nframes) return false;
+  for (uint32_t k = 0; k < x->nframes; k++) {
+    const ms_snap_frame_t *f = &a->frames[ms_snap_frame_index(a, x->first + k)];
+    const ms_snap_frame_t *g = &b->frames[ms_snap_frame_index(b, y->first + k)];
+    if (strcmp(f->name, g->name) != 0 || strcmp(f->filename, g->filename) != 0 ||
+        f->line != g->line)
+      return false;
+  }
+  return true;
+}
+
+/* Through a real file without the frees' stacks, the allocations' read at once and left for
+ * later: the same answer; every stack read later is the one read at once. */
+static void via_deferred(const uint8_t *data, size_t size) {
+  char path[] = "/tmp/memsnap-fuzz-defer-XXXXXX";
+  int fd = mkstemp(path);
+  if (fd < 0) return;
+  FZ_CHECK(size == 0 || write(fd, data, size) == (ssize_t)size, "write");
+  close(fd);
+  ms_snapshot_t *a = NULL, *b = NULL;
+  ms_errbuf_t ea = {{0}}, eb = {{0}};
+  int ra = ms_snapshot_load_ex(path, MS_LOAD_NO_FREE_STACKS, &a, &ea);
+  int rb = ms_snapshot_load_ex(path, MS_LOAD_NO_FREE_STACKS | MS_LOAD_DEFER_STACKS, &b, &eb);
+  FZ_CHECK(ra == rb, "deferred: at once %d, later %d (%s / %s)", ra, rb, ea.msg, eb.msg);
+  if (ra != MS_OK) {
+    FZ_CHECK(strcmp(ea.msg, eb.msg) == 0, "deferred: '%s' / '%s'", ea.msg, eb.msg);
+  } else {
+    FZ_CHECK(same_sizes(a, b), "deferred: other sizes");
+    size_t *idx = malloc((b->ntrace ? b->ntrace : 1) * sizeof *idx);
+    FZ_CHECK(idx != NULL, "out of memory");
+    for (size_t i = 0; i < b->ntrace; i++) {
+      const ms_snap_trace_t *x = &a->trace[i], *y = &b->trace[i];
+      FZ_CHECK(x->action == y->action && x->addr == y->addr && x->size == y->size &&
+                   x->stream == y->stream && x->time_us == y->time_us && x->present == y->present,
+               "deferred: trace entry %zu differs", i);
+      idx[i] = b->ntrace - 1 - i; /* backwards: the fill sorts what it is asked */
+    }
+    ms_errbuf_t ef = {{0}};
+    int rf = ms__snapshot_fill_stacks(b, idx, b->ntrace, &ef);
+    FZ_CHECK(rf == MS_OK, "deferred: the fill of an unchanged file: %d (%s)", rf, ef.msg);
+    FZ_CHECK(!ms__snapshot_has_deferred(b), "deferred: stacks left after the fill");
+    /* a read that could not leave a stack for later read the file again in full (the frees'
+     * stacks too): the allocations' stacks are the same either way */
+    for (size_t i = 0; i < b->ntrace; i++) {
+      uint32_t x = a->trace[i].stack, y = b->trace[i].stack;
+      if (a->trace[i].action == MS_TRACE_ALLOC || (x < a->nstacks && y < b->nstacks))
+        FZ_CHECK(same_stack(a, x, b, y), "deferred: entry %zu's stack differs", i);
+      else
+        FZ_CHECK(x >= a->nstacks, "deferred: entry %zu lost its stack", i);
+    }
+    free(idx);
+  }
+  unlink(path);
+  ms_snapshot_free(a);
+  ms_snapshot_free(b);
 }
 
 /* Read with a switch of the reader on and off: with the objects that cannot be named again freed
@@ -206,6 +276,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (flags == 0 && (opt >> 1) % 8 == 1) via_window(data, size, opt, rf, f);
   if (flags == 0 && (opt >> 1) % 8 == 2) both_ways(data, size, opt, &ms__pickle_recycle, "freed");
   if (flags == 0 && (opt >> 1) % 4 == 3) both_ways(data, size, opt, &ms__pickle_fast, "whole");
+  if (flags == 0 && (opt >> 1) % 8 == 4) via_deferred(data, size);
   ms_snapshot_free(f);
   ms_snapshot_free(in);
   return 0;
