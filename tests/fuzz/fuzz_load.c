@@ -28,7 +28,7 @@
  *    kept trace's entries read whole (pickle_entry.c) and by the general loop
  *    (ms__pickle_fast false): the same answer, to the words of its message, and the same trace,
  *    field by field;
- *  - one input in 8 also goes through a real file read without the frees' stacks, at once and
+ *  - one input in 16 also goes through a real file read without the frees' stacks, at once and
  *    with the allocations' stacks left for later (MS_LOAD_DEFER_STACKS, snapshot/deferred.h): the
  *    same answer, to the words of its message, and the same trace but for those stacks; then
  *    every entry's stack is read from the file (ms__snapshot_fill_stacks: MS_OK, the file being
