@@ -49,32 +49,36 @@ static bool answer_same_stat(const struct stat *a, const struct stat *b) {
          a->st_ctim.tv_sec == b->st_ctim.tv_sec && a->st_ctim.tv_nsec == b->st_ctim.tv_nsec;
 }
 
+/* Appends p[0..n) to the copy *buf (*len bytes of *cap), growing it by doubling from `first`
+ * bytes, unless it would pass `max`. @return false (nothing appended) past max or out of memory:
+ * the caller gives the copy up. */
+static bool answer_append(char **buf, size_t *len, size_t *cap, size_t first, size_t max,
+                          const char *p, size_t n) {
+  if (*len > max || n > max - *len) return false;
+  if (n > *cap - *len) {
+    size_t c = *cap ? *cap : first;
+    while (c - *len < n) c *= 2;
+    char *b = realloc(*buf, c);
+    if (!b) return false;
+    *buf = b;
+    *cap = c;
+  }
+  if (n) memcpy(*buf + *len, p, n);
+  *len += n;
+  return true;
+}
+
 /* A message line printed while c is kept (cli_msg_keep): its record, at the answer's length so
  * far; NULL (a line that could not be copied), or past ANSWER_MSGS_MAX: nothing is stored. */
 static int answer_msg(void *ctx, const char *p, size_t n) {
   cli_answer_t *c = ctx;
   char head[48];
   int hl = p ? snprintf(head, sizeof head, "%zu %zu\n", c->len, n) : -1;
-  if (hl < 0 || n > ANSWER_MSGS_MAX || c->msgs_len + (size_t)hl + n > ANSWER_MSGS_MAX) {
+  if (hl < 0 || n > ANSWER_MSGS_MAX - (size_t)hl ||
+      !answer_append(&c->msgs, &c->msgs_len, &c->msgs_cap, 256, ANSWER_MSGS_MAX - n, head,
+                     (size_t)hl) ||
+      !answer_append(&c->msgs, &c->msgs_len, &c->msgs_cap, 256, ANSWER_MSGS_MAX, p, n))
     c->dropped = true;
-    return MS_OK;
-  }
-  size_t need = c->msgs_len + (size_t)hl + n;
-  if (need > c->msgs_cap) {
-    size_t cap = c->msgs_cap ? c->msgs_cap : 256;
-    while (cap < need)
-      cap *= 2;
-    char *m = realloc(c->msgs, cap);
-    if (!m) {
-      c->dropped = true;
-      return MS_OK;
-    }
-    c->msgs = m;
-    c->msgs_cap = cap;
-  }
-  memcpy(c->msgs + c->msgs_len, head, (size_t)hl);
-  memcpy(c->msgs + c->msgs_len + (size_t)hl, p, n);
-  c->msgs_len = need;
   return MS_OK;
 }
 
@@ -206,22 +210,9 @@ bool cli_answer_serve(cli_answer_t *c) {
 
 /* Appends p[0..n) to c's copy (given up past ANSWER_MAX, or out of memory). */
 static void answer_keep(cli_answer_t *c, const char *p, size_t n) {
-  if (!c->dropped && n > ANSWER_MAX - c->len) c->dropped = true; /* too large to store */
-  if (!c->dropped && n > c->cap - c->len) {
-    size_t cap = c->cap ? c->cap : 4096;
-    while (cap - c->len < n) cap *= 2;
-    char *b = realloc(c->buf, cap);
-    if (b) {
-      c->buf = b;
-      c->cap = cap;
-    } else {
-      c->dropped = true;
-    }
-  }
-  if (!c->dropped && n) {
-    memcpy(c->buf + c->len, p, n);
-    c->len += n;
-  }
+  /* too large to store (a --steps listing), or out of memory: given up */
+  if (!c->dropped && !answer_append(&c->buf, &c->len, &c->cap, 4096, ANSWER_MAX, p, n))
+    c->dropped = true;
   c->kept = true;
 }
 

@@ -375,7 +375,8 @@ static void report_answer_open(cli_answer_t *ans, const char *paths[2], const ch
                                const char *const qv[4], bool json, ms_cache_key_t *before) {
   memset(ans, 0, sizeof *ans);
   memset(before, 0, sizeof *before);
-  if (!cli_cache_enabled() || strcmp(paths[0], "-") == 0) return;
+  /* neither side on standard input (never cached): else BEFORE's hash is taken for nothing */
+  if (!cli_cache_enabled() || strcmp(paths[0], "-") == 0 || strcmp(paths[1], "-") == 0) return;
   struct stat st;
   if (stat(paths[0], &st) != 0 || !S_ISREG(st.st_mode) ||
       ms_cache_hash_file(paths[0], &before->hash, &before->size) != MS_OK)
