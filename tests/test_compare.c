@@ -6,6 +6,7 @@
  * history.
  */
 #include <criterion/criterion.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -389,6 +390,92 @@ Test(compare, one_side_at_a_time_equals_both_at_once) {
   ms_snapshot_free(four);
 }
 
+/* The sides added by two threads at once (ms_compare_add_side, as `compare` reads two files), or
+ * AFTER before BEFORE, give ms_compare_run's comparison; a side added twice or a third side is
+ * refused, and a failed side leaves the comparison unfinishable. */
+typedef struct side_job_s {
+  ms_compare_build_t *b;
+  int k;
+  const ms_snapshot_t *s;
+  int rc;
+  ms_errbuf_t eb;
+} side_job_t;
+
+static void *side_job_main(void *arg) {
+  side_job_t *j = arg;
+  j->rc = ms_compare_add_side(j->b, j->k, j->s, NULL, &j->eb);
+  return NULL;
+}
+
+static void expect_same_comparison(const ms_compare_t *x, const ms_compare_t *y) {
+  for (int k = 0; k < 2; k++)
+    cr_expect(memcmp(&x->side[k], &y->side[k], sizeof x->side[k]) == 0, "side %d", k);
+  cr_assert_eq(x->nsource_all, y->nsource_all);
+  cr_assert_eq(x->nsource, y->nsource);
+  for (size_t i = 0; i < x->nsource; i++) {
+    cr_expect_str_eq(x->by_source[i].key, y->by_source[i].key);
+    cr_expect_eq(x->by_source[i].change, y->by_source[i].change);
+    cr_expect_eq(x->by_source[i].blocks_after, y->by_source[i].blocks_after);
+  }
+  for (int k = 0; k < MS_CAT_COUNT; k++)
+    cr_expect_eq(x->by_category[k].change, y->by_category[k].change, "%d", k);
+  cr_expect_eq(x->nsettings, y->nsettings);
+  cr_assert_eq(x->nleaks, y->nleaks);
+  for (size_t i = 0; i < x->nleaks; i++)
+    cr_expect_eq(x->leaks[i].per_step, y->leaks[i].per_step);
+  cr_expect_eq(x->steps, y->steps);
+}
+
+Test(compare, two_threads_add_the_sides_at_once) {
+  ms_snapshot_t *two = build_run(2, 1 * MIB), *four = build_run(4, 1 * MIB);
+  ms_compare_t *whole = NULL, *c = NULL;
+  ms_errbuf_t eb = {{0}};
+  cr_assert_eq(ms_compare_run(two, four, NULL, &whole, &eb), MS_OK, "%s", eb.msg);
+  for (int round = 0; round < 8; round++) {
+    ms_compare_build_t *b = NULL;
+    cr_assert_eq(ms_compare_begin(NULL, &b), MS_OK);
+    side_job_t j[2] = {{b, 1, four, -1, {{0}}}, {b, 0, two, -1, {{0}}}};
+    pthread_t th[2];
+    for (int t = 0; t < 2; t++)
+      cr_assert_eq(pthread_create(&th[t], NULL, side_job_main, &j[t]), 0);
+    for (int t = 0; t < 2; t++) {
+      pthread_join(th[t], NULL);
+      cr_assert_eq(j[t].rc, MS_OK, "%s", j[t].eb.msg);
+    }
+    cr_assert_eq(ms_compare_finish(b, &c), MS_OK);
+    expect_same_comparison(whole, c);
+    cr_expect_eq(c->nleaks, 1);
+    ms_compare_free(c);
+  }
+  /* AFTER first, then BEFORE through ms_compare_add: the first side not added */
+  ms_compare_build_t *b = NULL;
+  cr_assert_eq(ms_compare_begin(NULL, &b), MS_OK);
+  cr_assert_eq(ms_compare_add_side(b, 1, four, NULL, &eb), MS_OK, "%s", eb.msg);
+  cr_expect_eq(ms_compare_add_side(b, 1, four, NULL, &eb), MS_EINVAL, "AFTER twice");
+  cr_expect_eq(ms_compare_add_side(b, 2, four, NULL, &eb), MS_EINVAL, "a side 2");
+  cr_expect_eq(ms_compare_add_side(b, -1, four, NULL, &eb), MS_EINVAL, "a side -1");
+  cr_assert_eq(ms_compare_add(b, two, &eb), MS_OK, "%s", eb.msg);
+  cr_expect_eq(ms_compare_add(b, two, &eb), MS_EINVAL, "a third side");
+  cr_assert_eq(ms_compare_finish(b, &c), MS_OK);
+  expect_same_comparison(whole, c);
+  ms_compare_free(c);
+  /* a failed side does not stop the other (being added on another thread); finish refuses */
+  ms_compare_options_t o;
+  ms_compare_options_init(&o);
+  o.device = 3;
+  cr_assert_eq(ms_compare_begin(&o, &b), MS_OK);
+  cr_expect_eq(ms_compare_add_side(b, 1, four, NULL, &eb), MS_EINVAL);
+  cr_expect(strstr(eb.msg, "AFTER has no device 3"), "%s", eb.msg);
+  cr_expect_eq(ms_compare_add_side(b, 0, two, NULL, &eb), MS_EINVAL);
+  cr_expect(strstr(eb.msg, "BEFORE has no device 3"), "%s", eb.msg);
+  c = NULL;
+  cr_expect_eq(ms_compare_finish(b, &c), MS_EINVAL);
+  cr_expect_null(c);
+  ms_compare_free(whole);
+  ms_snapshot_free(two);
+  ms_snapshot_free(four);
+}
+
 /* A side given its time index (as the command gets it from the snapshot cache) gives the same
  * comparison; the index stays the caller's; another snapshot's index is refused. */
 Test(compare, a_given_index_gives_the_same) {
@@ -728,6 +815,68 @@ Test(compare, directories_pair_ranks_and_name_the_one_that_stands_out) {
   cr_expect(strstr(out, "\"stands_out\": true"), "%s", out);
   ms_snapshot_free(same);
   ms_snapshot_free(more);
+  th_rmdir(dir);
+  free(dir);
+}
+
+/* Two files read at once (--jobs 2, each on a thread) or one after the other (--jobs 1) print
+ * the same, byte for byte, with the same exit code: reports, warnings, and errors, where BEFORE's
+ * error alone is printed when both fail (read in turn, AFTER is not read then). */
+Test(compare, two_files_at_once_or_in_turn_print_the_same) {
+  char *dir = th_tmpdir();
+  ms_snapshot_t *run = build_run(2, 0), *four = build_run(4, 1 * MIB), *bare = build_no_trace(),
+                *dev1 = build_run_on(1, 2, 0);
+  save(run, dir, "run.msnap");
+  ms_snapshot_free(reload(four, dir, "four.pickle", true));
+  save(bare, dir, "bare.msnap");
+  save(dev1, dir, "dev1.msnap");
+  char path[600];
+  snprintf(path, sizeof path, "%s/bad.pickle", dir);
+  FILE *f = fopen(path, "w");
+  cr_assert(f);
+  fputs("\x80\x02not a pickle at all", f);
+  fclose(f);
+  static const struct {
+    const char *before, *after, *opts, *expect;
+    int rc;
+  } cases[] = {
+      {"run.msnap", "four.pickle", "", "leak suspects", 0},
+      {"run.msnap", "four.pickle", "--json", "\"leaks\"", 0},
+      {"bare.msnap", "run.msnap", "", "has no allocation trace on device 0", 0},
+      {"run.msnap", "dev1.msnap", "", "warning: comparing device 0 of ", 0},
+      {"run.msnap", "dev1.msnap", "--device 1", "BEFORE has no device 1", 1},
+      {"four.pickle", "bare.msnap", "--at peak", "AFTER has no allocation trace", 1},
+      {"bad.pickle", "run.msnap", "", "bad.pickle", 1},
+      {"run.msnap", "bad.pickle", "", "bad.pickle", 1},
+      {"bad.pickle", "missing.msnap", "", "bad.pickle", 1},
+      {"missing.msnap", "bad.pickle", "", "missing.msnap", 1},
+  };
+  char cmd[2048], out[3][65536];
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    static const char *const jobs[3] = {"--jobs 1", "--jobs 2", ""};
+    for (int j = 0; j < 3; j++) {
+      snprintf(cmd, sizeof cmd, "compare --no-cache %s/%s %s/%s %s %s", dir, cases[i].before, dir,
+               cases[i].after, cases[i].opts, jobs[j]);
+      cr_expect_eq(run_cmd(cmd, out[j], sizeof out[j]), cases[i].rc, "%s: %s", cmd, out[j]);
+      cr_expect(strstr(out[j], cases[i].expect), "%s: %s", cmd, out[j]);
+      if (j) cr_expect_str_eq(out[j], out[0], "%s", cmd);
+    }
+  }
+  /* both fail: only BEFORE's error */
+  snprintf(cmd, sizeof cmd, "compare --no-cache %s/bad.pickle %s/missing.msnap --jobs 2", dir, dir);
+  run_cmd(cmd, out[0], sizeof out[0]);
+  cr_expect(!strstr(out[0], "missing.msnap"), "%s", out[0]);
+  /* --jobs: a number, and not for one file at two moments */
+  snprintf(cmd, sizeof cmd, "compare %s/run.msnap %s/four.pickle --jobs 0", dir, dir);
+  cr_expect_eq(run_cmd(cmd, out[0], sizeof out[0]), 2, "%s", out[0]);
+  cr_expect(strstr(out[0], "option '--jobs' needs a number from 1 to 1024, not '0'"), "%s", out[0]);
+  snprintf(cmd, sizeof cmd, "compare %s/run.msnap --at 3 --at end --jobs 2", dir);
+  cr_expect_eq(run_cmd(cmd, out[0], sizeof out[0]), 2, "%s", out[0]);
+  cr_expect(strstr(out[0], "--jobs applies to two files or directories"), "%s", out[0]);
+  ms_snapshot_free(run);
+  ms_snapshot_free(four);
+  ms_snapshot_free(bare);
+  ms_snapshot_free(dev1);
   th_rmdir(dir);
   free(dir);
 }

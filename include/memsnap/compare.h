@@ -126,9 +126,10 @@ typedef struct ms_compare_build_s ms_compare_build_t;
 /* Starts a comparison with options *o (NULL = defaults, copied). @return MS_OK with *out (end it
  * with ms_compare_finish or ms_compare_build_free), MS_EINVAL, MS_ENOMEM. */
 MS_API MS_NODISCARD int ms_compare_begin(const ms_compare_options_t *o, ms_compare_build_t **out);
-/* Adds the next side: BEFORE first, then AFTER. The snapshot is not used after the call returns.
- * @return MS_OK; MS_EINVAL (both sides added already, or a device or moment the side lacks: eb
- * names the side), MS_EFORMAT, MS_ENOMEM. After a failure only ms_compare_build_free applies. */
+/* Adds the next side: BEFORE first, then AFTER (the first side neither added nor being added).
+ * The snapshot is not used after the call returns. @return MS_OK; MS_EINVAL (both sides added
+ * already, or a device or moment the side lacks: eb names the side), MS_EFORMAT, MS_ENOMEM. After a
+ * failure only ms_compare_build_free applies. */
 MS_API MS_NODISCARD int ms_compare_add(ms_compare_build_t *b, const ms_snapshot_t *snap,
                                        ms_errbuf_t *eb);
 /* ms_compare_add with the side's time index given: tl (NULL: built here) is snap's, made with the
@@ -137,6 +138,15 @@ MS_API MS_NODISCARD int ms_compare_add(ms_compare_build_t *b, const ms_snapshot_
  * tl is another snapshot's. */
 MS_API MS_NODISCARD int ms_compare_add_indexed(ms_compare_build_t *b, const ms_snapshot_t *snap,
                                                const ms_timeline_t *tl, ms_errbuf_t *eb);
+/* Adds side k (0: BEFORE, 1: AFTER) with its time index tl as ms_compare_add_indexed does, in
+ * either order: two threads may add the two sides of one comparison at once (each side's
+ * figures, index and classifier are its own; only the short reductions take turns), so that a
+ * caller reads both files in parallel. A side that fails leaves the other's addition undisturbed
+ * (its own result and message); the comparison can then only be freed. @return as
+ * ms_compare_add_indexed; MS_EINVAL when k is neither 0 nor 1, or side k is added already or
+ * being added. */
+MS_API MS_NODISCARD int ms_compare_add_side(ms_compare_build_t *b, int k, const ms_snapshot_t *snap,
+                                            const ms_timeline_t *tl, ms_errbuf_t *eb);
 /* Completes the comparison of both sides into *out (free with ms_compare_free) and frees b, also
  * on failure. @return MS_OK, MS_EINVAL (a side is missing), MS_ENOMEM. */
 MS_API MS_NODISCARD int ms_compare_finish(ms_compare_build_t *b, ms_compare_t **out);

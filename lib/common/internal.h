@@ -67,12 +67,13 @@ extern bool ms__pickle_fast;
 /* false: the pickle reader keeps every container's object to the end of the read, as it did
  * before it freed those that cannot be named again (pickle_retire.c): tests compare the two. */
 extern bool ms__pickle_recycle;
-/* The most container objects the last pickle read held at once, and how many frames lists it
- * made again from the memo after freeing them (tests check that a long trace does not keep one
- * object per entry, and that the lists they name again come back). */
-extern size_t ms__pickle_last_objs, ms__pickle_last_revived;
-/* How many trace entries the last pickle read took whole (pickle_entry.c). */
-extern size_t ms__pickle_last_whole;
+/* The most container objects the last pickle read of this thread held at once, and how many
+ * frames lists it made again from the memo after freeing them (tests check that a long trace does
+ * not keep one object per entry, and that the lists they name again come back). Per thread: two
+ * threads may read at once (compare's two files). */
+extern _Thread_local size_t ms__pickle_last_objs, ms__pickle_last_revived;
+/* How many trace entries the last pickle read of this thread took whole (pickle_entry.c). */
+extern _Thread_local size_t ms__pickle_last_whole;
 /* "load.c": ms_snapshot_load_ex() on an open stream, named `name` in messages. rewindable false
  * reads it as standard input is read (one pass, never a seek); true may seek back to re-read a
  * pickle whose trace could not be skipped. fp stays open, the caller's. Also the entry point of

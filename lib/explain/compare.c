@@ -4,6 +4,7 @@
  * the leak suspects of the AFTER side. The gate's figures and limits are gate.c's.
  */
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -343,14 +344,16 @@ static int cmp_leaks_at(ms_compare_t *c, cmp_strings_t *strs, const cmp_side_t *
 }
 
 /* A comparison being built (memsnap/compare.h): the sides added so far, each reduced to its
- * figures, rows and settings. */
+ * figures, rows and settings. Two threads may add the two sides at once (ms_compare_add_side):
+ * each opens its side alone, and the reductions, which share the strings, take turns under lock. */
 struct ms_compare_build_s {
   ms_compare_options_t o;
   ms_compare_t *c;           /* the result: each side's figures, AFTER's leak suspects */
   ms_attr_rows_t rows[2][2]; /* per side: by category, by source */
   cmp_settings_t set[2];     /* per side: its top-level settings as text */
   cmp_strings_t keep;        /* the rows' source keys and the settings' texts */
-  int nsides;
+  pthread_mutex_t lock;      /* the fields below, and the reductions */
+  unsigned added, busy;      /* bit k: side k added; being added */
 };
 
 int ms_compare_begin(const ms_compare_options_t *opt, ms_compare_build_t **out) {
@@ -366,6 +369,12 @@ int ms_compare_begin(const ms_compare_options_t *opt, ms_compare_build_t **out) 
   }
   if (opt) b->o = *opt;
   else ms_compare_options_init(&b->o);
+  if (pthread_mutex_init(&b->lock, NULL) != 0) {
+    free(b);
+    free(c);
+    free(strs);
+    return MS_ENOMEM;
+  }
   c->impl_ = strs;
   b->c = c;
   *out = b;
@@ -383,6 +392,7 @@ void ms_compare_build_free(ms_compare_build_t *b) {
     free(b->keep.v.ptr[i]);
   MS_VEC_FREE(&b->keep.v);
   ms_compare_free(b->c);
+  pthread_mutex_destroy(&b->lock);
   free(b);
 }
 
@@ -403,21 +413,39 @@ static const ms_tl_moment_t *cmp_moment(const ms_compare_build_t *b, int k) {
   return b->o.has_moment[k] ? &b->o.moment[k] : NULL;
 }
 
+int ms_compare_add_side(ms_compare_build_t *b, int k, const ms_snapshot_t *snap,
+                        const ms_timeline_t *tl, ms_errbuf_t *eb) {
+  if (eb) eb->msg[0] = 0;
+  MS_RETURN_IF(!b || !snap || (k != 0 && k != 1), MS_EINVAL);
+  if (tl && ms_timeline_snapshot(tl) != snap) /* refused before anything changes */
+    return ms__errbuf_set(eb, MS_EINVAL, "%s: the time index is another snapshot's", cmp_names[k]);
+  pthread_mutex_lock(&b->lock);
+  unsigned bit = 1u << k;
+  bool free_side = !((b->added | b->busy) & bit);
+  if (free_side) b->busy |= bit;
+  pthread_mutex_unlock(&b->lock);
+  MS_RETURN_IF(!free_side, MS_EINVAL);
+  cmp_side_t side;
+  memset(&side, 0, sizeof side);
+  int r = ms__cmp_side_open(snap, b->o.device, cmp_moment(b, k), cmp_names[k], NULL, tl, &side,
+                            eb);
+  pthread_mutex_lock(&b->lock);
+  if (r == MS_OK) r = cmp_reduce(b, k, &side);
+  b->busy &= ~bit;
+  if (r == MS_OK) b->added |= bit;
+  pthread_mutex_unlock(&b->lock);
+  ms__cmp_side_close(&side);
+  return r;
+}
+
 int ms_compare_add_indexed(ms_compare_build_t *b, const ms_snapshot_t *snap,
                            const ms_timeline_t *tl, ms_errbuf_t *eb) {
   if (eb) eb->msg[0] = 0;
-  MS_RETURN_IF(!b || !snap || b->nsides >= 2, MS_EINVAL);
-  if (tl && ms_timeline_snapshot(tl) != snap)
-    return ms__errbuf_set(eb, MS_EINVAL, "%s: the time index is another snapshot's",
-                          cmp_names[b->nsides]);
-  int k = b->nsides;
-  cmp_side_t side;
-  int r = ms__cmp_side_open(snap, b->o.device, cmp_moment(b, k), cmp_names[k], NULL, tl, &side,
-                            eb);
-  if (r == MS_OK) r = cmp_reduce(b, k, &side);
-  ms__cmp_side_close(&side);
-  if (r == MS_OK) b->nsides++;
-  return r;
+  MS_RETURN_IF(!b || !snap, MS_EINVAL);
+  pthread_mutex_lock(&b->lock);
+  int k = (b->added | b->busy) & 1u ? 1 : 0;
+  pthread_mutex_unlock(&b->lock);
+  return ms_compare_add_side(b, k, snap, tl, eb);
 }
 
 int ms_compare_add(ms_compare_build_t *b, const ms_snapshot_t *snap, ms_errbuf_t *eb) {
@@ -426,7 +454,7 @@ int ms_compare_add(ms_compare_build_t *b, const ms_snapshot_t *snap, ms_errbuf_t
 
 /* Both sides from one snapshot at two moments: one index and classifier serve both. */
 static int cmp_add_shared(ms_compare_build_t *b, const ms_snapshot_t *snap, ms_errbuf_t *eb) {
-  MS_RETURN_IF(b->nsides != 0, MS_EINVAL);
+  MS_RETURN_IF(b->added != 0, MS_EINVAL);
   cmp_side_t side[2];
   memset(side, 0, sizeof side);
   int r = ms__cmp_side_open(snap, b->o.device, cmp_moment(b, 0), cmp_names[0], NULL, NULL,
@@ -438,13 +466,13 @@ static int cmp_add_shared(ms_compare_build_t *b, const ms_snapshot_t *snap, ms_e
   if (r == MS_OK) r = cmp_reduce(b, 1, &side[1]);
   ms__cmp_side_close(&side[1]);
   ms__cmp_side_close(&side[0]);
-  if (r == MS_OK) b->nsides = 2;
+  if (r == MS_OK) b->added = 3;
   return r;
 }
 
 int ms_compare_finish(ms_compare_build_t *b, ms_compare_t **out) {
   if (!b) return MS_EINVAL;
-  int r = out && b->nsides == 2 ? MS_OK : MS_EINVAL;
+  int r = out && b->added == 3 ? MS_OK : MS_EINVAL;
   if (r == MS_OK) r = cmp_attribution(b->c, b->c->impl_, b->rows, b->o.nrows);
   if (r == MS_OK) r = cmp_settings(b->c, b->c->impl_, &b->set[0], &b->set[1]);
   if (r == MS_OK) {

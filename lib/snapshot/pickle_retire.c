@@ -42,7 +42,7 @@
 #define RD_KEY_REVIVED K_COUNT
 
 bool ms__pickle_recycle = true;
-size_t ms__pickle_last_objs, ms__pickle_last_revived, ms__pickle_last_whole;
+_Thread_local size_t ms__pickle_last_objs, ms__pickle_last_revived, ms__pickle_last_whole;
 
 int ms__pickle_new_obj(rd_t *r, uint8_t kind, uint32_t *id) {
   rd_obj_t o = {kind, R_NONE, 0, K_UNKNOWN, RD_NO_OBJ, {0}, 0, 0};

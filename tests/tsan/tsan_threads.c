@@ -25,6 +25,9 @@
  *            every series is one array, equal to that of an index that made it alone
  *   stackcode  the cache's stack frames writer (lib/cache/stackcode.c) on four threads, its lanes
  *            counted and written side by side: the bytes one thread writes
+ *   compare  two threads each read a snapshot file (a pickle, a memsnap file) and add it as one
+ *            side of one comparison (ms_compare_add_side, as `memsnap compare` reads its two
+ *            files): the comparison of both read in turn
  * Exits 0 when every check held; ThreadSanitizer makes it exit 66 on a report.
  */
 #include <pthread.h>
@@ -39,8 +42,11 @@
 #include "interpose/run_internal.h"
 #include "memsnap/allocator.h"
 #include "memsnap/backend.h"
+#include "memsnap/compare.h"
 #include "memsnap/export.h"
 #include "memsnap/history.h"
+#include "memsnap/pickle.h"
+#include "memsnap/serialize.h"
 #include "memsnap/snapshot.h"
 #include "memsnap/timeline.h"
 #include "timeline/internal.h"
@@ -374,6 +380,59 @@ static void tt_stackcode(void) {
   free(idx);
 }
 
+typedef struct tt_side_s {
+  ms_compare_build_t *b;
+  int k;
+  const char *path;
+  int rc;
+} tt_side_t;
+
+static void *tt_side_worker(void *arg) {
+  tt_side_t *t = arg;
+  ms_snapshot_t *s = NULL;
+  ms_errbuf_t eb = {0};
+  t->rc = ms_snapshot_load_ex(t->path, MS_LOAD_NO_FREE_STACKS, &s, &eb);
+  if (t->rc == MS_OK) t->rc = ms_compare_add_side(t->b, t->k, s, NULL, &eb);
+  ms_snapshot_free(s);
+  return NULL;
+}
+
+static void tt_compare(void) {
+  ms_snapshot_t *s = tt_sim_snapshot();
+  char dir[] = "/tmp/tsan-compare-XXXXXX";
+  CHECK(mkdtemp(dir));
+  char path[2][64];
+  snprintf(path[0], sizeof path[0], "%s/before.pickle", dir);
+  snprintf(path[1], sizeof path[1], "%s/after.msnap", dir);
+  ms_errbuf_t eb = {0};
+  CHECK(ms_pickle_write_file(s, path[0], &eb) == MS_OK);
+  CHECK(ms_snapshot_write_file(s, path[1], NULL, &eb) == MS_OK);
+  ms_compare_t *alone = NULL, *both = NULL;
+  CHECK(ms_compare_run(s, s, NULL, &alone, &eb) == MS_OK);
+  ms_compare_build_t *b = NULL;
+  CHECK(ms_compare_begin(NULL, &b) == MS_OK);
+  tt_side_t t[2];
+  pthread_t th[2];
+  for (int k = 0; k < 2; k++) {
+    t[k] = (tt_side_t){b, 1 - k, path[1 - k], -1};
+    CHECK(pthread_create(&th[k], NULL, tt_side_worker, &t[k]) == 0);
+  }
+  for (int k = 0; k < 2; k++) {
+    CHECK(pthread_join(th[k], NULL) == 0);
+    CHECK(t[k].rc == MS_OK);
+  }
+  CHECK(ms_compare_finish(b, &both) == MS_OK);
+  for (int k = 0; k < 2; k++)
+    CHECK(both->side[k].peak_allocated == alone->side[k].peak_allocated);
+  CHECK(both->nsource == alone->nsource && both->nleaks == alone->nleaks);
+  ms_compare_free(alone);
+  ms_compare_free(both);
+  for (int k = 0; k < 2; k++)
+    remove(path[k]);
+  remove(dir);
+  ms_snapshot_free(s);
+}
+
 int main(int argc, char **argv) {
   const char *what = argc > 1 ? argv[1] : "all";
   if (!strcmp(what, "history") || !strcmp(what, "all")) tt_history();
@@ -385,6 +444,7 @@ int main(int argc, char **argv) {
   if (!strcmp(what, "attr") || !strcmp(what, "all")) tt_attr();
   if (!strcmp(what, "series") || !strcmp(what, "all")) tt_series();
   if (!strcmp(what, "stackcode") || !strcmp(what, "all")) tt_stackcode();
+  if (!strcmp(what, "compare") || !strcmp(what, "all")) tt_compare();
   printf("tsan_threads: %s: ok\n", what);
   return 0;
 }
