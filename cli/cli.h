@@ -79,6 +79,19 @@ void cli_warning(const char *fmt, ...) MS_PRINTF(1, 2);
  * there as it went to stderr; a write of (NULL, 0) says that a line could not be copied. Set by
  * cli/answers.c while it keeps an answer, so that the stored answer gives its messages again. */
 extern ms_sink_t cli_msg_keep;
+/* Message lines held back: between cli_msg_hold and cli_msg_hold_end, the calling thread's lines
+ * go to h instead of stderr (a worker reading one of several files); cli_msg_release then writes
+ * them as if printed at that moment (print true; to stderr and cli_msg_keep), or drops them, and
+ * frees h. Lines that cannot be held (out of memory) are printed at once. */
+typedef struct cli_msg_held_s {
+  FILE *f;
+  char *buf;
+  size_t len;
+  bool lost; /* lines that could not be held were lost */
+} cli_msg_held_t;
+void cli_msg_hold(cli_msg_held_t *h);
+void cli_msg_hold_end(cli_msg_held_t *h);
+void cli_msg_release(cli_msg_held_t *h, bool print);
 /* Writes s with control bytes, DEL, C1 controls and invalid UTF-8 as \xNN (cli/escape.c): the
  * messages quote inputs, which must not drive the terminal. */
 void cli_fputs_escaped(const char *s, FILE *fp);
@@ -132,6 +145,10 @@ int cli_load(const char *path, ms_snapshot_t **out);
 /* cli_load() leaving out what flags (MS_LOAD_*, memsnap/serialize.h) say, e.g. MS_LOAD_NO_TRACE
  * for views of the state at the end, which need no trace. */
 int cli_load_ex(const char *path, unsigned flags, ms_snapshot_t **out);
+/* cli_load_ex()'s read alone, for a worker thread: no progress line, no note of the input (the
+ * caller's cli_note_input) or of the key, which *key receives instead (all zero: not read
+ * through the cache). Errors are printed. */
+int cli_load_keyed(const char *path, unsigned flags, ms_snapshot_t **out, ms_cache_key_t *key);
 /* cli_load_ex() through ms_snapshot_load_window() (window NULL: none), never through the snapshot
  * cache (a windowed snapshot is not a full one). */
 int cli_load_window(const char *path, unsigned flags, const ms_load_window_t *window,
@@ -508,17 +525,20 @@ void cli_files_free(char **files, int n);
 
 /* `compare`'s default: the comparison of the files at paths[] (BEFORE, AFTER; the same path twice:
  * one file at two moments, read once; at[]: the moments' texts, NULL = the peak) as text or JSON
- * on stdout. Two files are read one after the other, BEFORE reduced to its figures and freed
- * before AFTER is read. The answer goes through the cache as the other commands' (cli_answer_t):
- * qv[] are the options as given (--at, the second --at, --device, -n; NULL: not given). @return
- * CLI_OK, CLI_FAILURE or a load's code (printed). */
+ * on stdout. Two files are read at once, each on a thread, when jobs is 2 or more, or when jobs
+ * is 0 and the machine has the cores and memory for both; else one after the other, BEFORE
+ * reduced to its figures and freed before AFTER is read. The output is the same either way. The
+ * answer goes through the cache as the other commands' (cli_answer_t): qv[] are the options as
+ * given (--at, the second --at, --device, -n; NULL: not given). @return CLI_OK, CLI_FAILURE or a
+ * load's code (printed). */
 int cli_compare_report(const char *paths[2], const char *at[2], const ms_compare_options_t *o,
-                       bool json, const char *const qv[4]);
+                       bool json, const char *const qv[4], unsigned jobs);
 /* Warnings about sides that differ in kind: devices, a side without a trace, device sizes. */
 void cli_compare_warnings(const char *names[2], const ms_compare_t *c);
 /* `compare DIR_A DIR_B`: the files of both directories paired by name, one row per rank, and the
- * ranks whose change stands out. @return CLI_OK, CLI_FAILURE or CLI_USAGE. */
+ * ranks whose change stands out; jobs pairs at a time (0: one per core). @return CLI_OK,
+ * CLI_FAILURE or CLI_USAGE. */
 int cli_compare_ranks(const char *dir_a, const char *dir_b, const ms_compare_options_t *o,
-                      bool json, const char *jobs_s);
+                      bool json, unsigned jobs);
 
 #endif /* MEMSNAP_CLI_H */

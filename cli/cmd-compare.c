@@ -50,7 +50,10 @@ static const char compare_usage[] =
     "  -n N              list the N sources that changed most (default 20)\n"
     "  --json            the report as JSON (with --segments/--stacks: the segment lists and the\n"
     "                    records of each side)\n"
-    "  --jobs N          directories: read N files at a time (default: one per core)\n"
+    "  --jobs N          read N files at a time: two files at once with 2 or more, one after\n"
+    "                    the other with 1 (half the memory); N at a time of two directories\n"
+    "                    (default: two files at once when there are two cores and memory for\n"
+    "                    both; one file per core of directories)\n"
     "  --segments        the segment diff of _memory_viz.py instead of the report\n"
     "  --stacks          a differential flame graph of all stacks instead of the report\n"
     "  -o, --output OUT  the graph's file ('-' = standard output; default: output.svg, and\n"
@@ -58,7 +61,8 @@ static const char compare_usage[] =
     "  --folded          write folded stacks instead of an SVG (with --stacks: merged\n"
     "                    `STACK BEFORE AFTER` lines, as difffolded.pl writes them)\n"
     "  --range A:B       graphs with --at: peaks within trace entries A to B\n"
-    "  --stream S        graphs: only segments of stream S; --pool A,B: only segments of pool (A, B)\n"
+    "  --stream S        graphs: only segments of stream S; --pool A,B: only segments of pool (A, "
+    "B)\n"
     "  --title TEXT      the SVG's title (default: the files, e.g.\n"
     "                    'compare \u2014 a.pickle \u2192 b.pickle')\n"
     "  --width PX        the SVG's width (default 1200)\n"
@@ -198,14 +202,24 @@ static int compare_report_main(char **pos, int npos, const char *at[2], int nat,
       return cli_usage_error("compare", "option '--at': %s", eb.msg);
     co.has_moment[s] = true;
   }
+  unsigned jobs = 0; /* 0: as the machine allows */
+  if (jobs_s) {
+    uint64_t v;
+    if (!cli_parse_u64(jobs_s, &v) || v == 0 || v > 1024)
+      return cli_usage_error("compare", "option '--jobs' needs a number from 1 to 1024, not '%s'",
+                             jobs_s);
+    jobs = (unsigned)v;
+  }
   if (npos == 2 && compare_is_dir(pos[0]) && compare_is_dir(pos[1])) {
     if (nat) return cli_usage_error("compare", "--at does not apply to directories");
-    return cli_compare_ranks(pos[0], pos[1], &co, json, jobs_s);
+    return cli_compare_ranks(pos[0], pos[1], &co, json, jobs);
   }
-  if (jobs_s) return cli_usage_error("compare", "--jobs applies to two directories");
-  const char *paths[2] = {pos[0], pos[npos == 1 ? 0 : 1]};
+  bool one_file = npos == 1;
+  if (jobs_s && one_file)
+    return cli_usage_error("compare", "--jobs applies to two files or directories");
+  const char *paths[2] = {pos[0], pos[one_file ? 0 : 1]};
   const char *const qv[4] = {at[0], at[1], device_s, n_s};
-  return cli_compare_report(paths, ats, &co, json, qv);
+  return cli_compare_report(paths, ats, &co, json, qv, jobs);
 }
 
 /* BEFORE and AFTER, or FILE with two moments. @return CLI_OK or CLI_USAGE (printed). */

@@ -207,15 +207,8 @@ static size_t cr_pair(char **fa, int na, char **fb, int nb, cr_row_t *rows) {
 }
 
 int cli_compare_ranks(const char *dir_a, const char *dir_b, const ms_compare_options_t *o,
-                      bool json, const char *jobs_s) {
-  unsigned nthreads = 0;
-  if (jobs_s) {
-    uint64_t v;
-    if (!cli_parse_u64(jobs_s, &v) || v == 0 || v > 1024)
-      return cli_usage_error("compare", "option '--jobs' needs a number from 1 to 1024, not '%s'",
-                             jobs_s);
-    nthreads = (unsigned)v;
-  }
+                      bool json, unsigned jobs) {
+  unsigned nthreads = jobs;
   char *args[2] = {(char *)dir_a, (char *)dir_b};
   char **files[2] = {NULL, NULL};
   int nf[2] = {0, 0};

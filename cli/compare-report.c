@@ -5,10 +5,12 @@
  * (memsnap/compare.h).
  */
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "memsnap/cache.h"
@@ -330,38 +332,151 @@ static int report_json(const char *names[2], const char *at[2], const ms_compare
   return cli_out_commit(&o);
 }
 
-/* The comparison of the files at paths[], one snapshot held at a time (one read for one file);
- * loaded[k]: the cache key side k was read under (all zero: none). */
-static int report_run(const char *paths[2], const char *names[2], const ms_compare_options_t *o,
-                      ms_compare_t **c, ms_cache_key_t loaded[2], ms_errbuf_t *eb) {
-  bool one_file = paths[0] == paths[1];
-  ms_compare_build_t *b = NULL;
-  if (!one_file && ms_compare_begin(o, &b) != MS_OK) {
-    cli_error("out of memory");
-    return CLI_FAILURE;
-  }
-  int rc = CLI_OK, err = MS_OK;
-  for (int k = 0; k < (one_file ? 1 : 2) && rc == CLI_OK && err == MS_OK; k++) {
-    ms_snapshot_t *snap = NULL;
-    if ((rc = cli_load_ex(paths[k], MS_LOAD_NO_FREE_STACKS, &snap)) != CLI_OK) break;
-    cli_progress_start("comparing '%s' and '%s'", names[0], names[1]);
+/* One side of a comparison of two files: read, indexed (through the snapshot cache, as
+ * timeline's) and reduced into the comparison, on a thread of its own when both files are read at
+ * once. Its messages are held, to be printed in the files' order once the progress line is gone. */
+typedef struct report_side_s {
+  const char *path;
+  int k;
+  ms_compare_build_t *b;
+  cli_msg_held_t held;
+  int rc, err;        /* the read's CLI_*, the reduction's MS_* */
+  ms_cache_key_t key; /* the key the read was made under (all zero: none) */
+  ms_errbuf_t eb;
+} report_side_t;
+
+static void *report_side_main(void *arg) {
+  report_side_t *s = arg;
+  cli_msg_hold(&s->held);
+  ms_snapshot_t *snap = NULL;
+  s->err = MS_OK;
+  s->rc = cli_load_keyed(s->path, MS_LOAD_NO_FREE_STACKS, &snap, &s->key);
+  if (s->rc == CLI_OK) {
     /* the index through the snapshot cache, as timeline's (none: compare builds it, and reports
      * its errors) */
     ms_timeline_t *tl = NULL;
-    if (cli_cache_key(snap)) loaded[k] = loaded[one_file ? 1 : k] = *cli_cache_key(snap);
-    const ms_cache_key_t *key = one_file ? NULL : cli_cache_key(snap);
-    if (key && ms_cache_timeline(key, NULL, snap, NULL, &tl, NULL, NULL) != MS_OK) tl = NULL;
-    err = one_file ? ms_compare_run(snap, snap, o, c, eb) : ms_compare_add_indexed(b, snap, tl, eb);
-    cli_progress_stop();
+    if ((s->key.hash || s->key.size) &&
+        ms_cache_timeline(&s->key, NULL, snap, NULL, &tl, NULL, NULL) != MS_OK)
+      tl = NULL;
+    s->err = ms_compare_add_side(s->b, s->k, snap, tl, &s->eb);
     ms_timeline_destroy(tl);
     ms_snapshot_free(snap);
   }
-  if (!one_file) {
-    if (rc == CLI_OK && err == MS_OK) err = ms_compare_finish(b, c);
-    else ms_compare_build_free(b);
+  cli_msg_hold_end(&s->held);
+  return NULL;
+}
+
+/* The file's size in bytes as a read may need them: 8 x for a gzip or zlib stream, whose content
+ * is larger than the file; 0 when it is not a regular file. */
+static uint64_t report_read_bytes(const char *path) {
+  struct stat st;
+  if (strcmp(path, "-") == 0 || stat(path, &st) != 0 || !S_ISREG(st.st_mode)) return 0;
+  unsigned char m[2] = {0, 0};
+  FILE *f = fopen(path, "rb");
+  size_t n = f ? fread(m, 1, 2, f) : 0;
+  if (f) fclose(f);
+  bool packed =
+      n == 2 && ((m[0] == 0x1f && m[1] == 0x8b) || (m[0] == 0x78 && (m[0] * 256 + m[1]) % 31 == 0));
+  return (uint64_t)st.st_size * (packed ? 8 : 1);
+}
+
+/* The memory the system can still give (MemAvailable), in bytes; 0 when unknown. */
+static uint64_t report_mem_available(void) {
+  FILE *f = fopen("/proc/meminfo", "r");
+  if (!f) return 0;
+  char line[160];
+  unsigned long long kb = 0;
+  while (fgets(line, sizeof line, f))
+    if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) break;
+  fclose(f);
+  return (uint64_t)kb * 1024;
+}
+
+/* Whether to read the two files at once: --jobs 1 says no, 2 or more yes; by default, when the
+ * machine has two cores or more and memory for both reads: the files' bytes (a gzip one's counted
+ * 8 x) within a quarter of what the system can still give (a read takes about half a pickle's
+ * bytes), neither file being standard input. */
+static bool report_at_once(const char *paths[2], unsigned jobs) {
+  if (jobs) return jobs > 1;
+  long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+  uint64_t need[2] = {report_read_bytes(paths[0]), report_read_bytes(paths[1])};
+  if (ncpu < 2 || !need[0] || !need[1]) return false;
+  uint64_t avail = report_mem_available();
+  return need[0] <= avail / 4 && need[1] <= avail / 4 - need[0];
+}
+
+/* The comparison of the two files at paths[], both read at once (report_at_once) or one after the
+ * other, one snapshot held at a time; loaded[k]: the cache key side k was read under (all zero:
+ * none). The output is the same either way: the sides' messages in the files' order after the
+ * progress line, and AFTER's dropped when BEFORE fails (one after the other, AFTER is then not
+ * read). */
+static int report_run_two(const char *paths[2], const char *names[2], const ms_compare_options_t *o,
+                          unsigned jobs, ms_compare_t **c, ms_cache_key_t loaded[2]) {
+  ms_compare_build_t *b = NULL;
+  if (ms_compare_begin(o, &b) != MS_OK) {
+    cli_error("out of memory");
+    return CLI_FAILURE;
   }
+  report_side_t side[2];
+  memset(side, 0, sizeof side);
+  uint64_t total = 0;
+  for (int k = 0; k < 2; k++) {
+    side[k].path = paths[k];
+    side[k].k = k;
+    side[k].b = b;
+    cli_note_input(paths[k]);
+    struct stat st;
+    if (strcmp(paths[k], "-") != 0 && stat(paths[k], &st) == 0 && S_ISREG(st.st_mode))
+      total += (uint64_t)st.st_size;
+  }
+  cli_progress_count(cli_bytes_read, total);
+  cli_progress_start("comparing '%s' and '%s'", names[0], names[1]);
+  pthread_t th;
+  bool threaded =
+      report_at_once(paths, jobs) && pthread_create(&th, NULL, report_side_main, &side[1]) == 0;
+  report_side_main(&side[0]);
+  bool before_ok = side[0].rc == CLI_OK && side[0].err == MS_OK;
+  if (threaded) pthread_join(th, NULL);
+  else if (before_ok) report_side_main(&side[1]);
+  cli_progress_stop();
+  cli_msg_release(&side[0].held, true);
+  cli_msg_release(&side[1].held, before_ok);
+  int rc = CLI_OK, err = MS_OK;
+  const ms_errbuf_t *why = NULL;
+  for (int k = 0; k < 2 && rc == CLI_OK && err == MS_OK; k++) {
+    rc = side[k].rc;
+    err = rc == CLI_OK ? side[k].err : MS_OK;
+    why = &side[k].eb;
+    loaded[k] = side[k].key;
+  }
+  if (rc == CLI_OK && err == MS_OK)
+    err = ms_compare_finish(b, c);
+  else
+    ms_compare_build_free(b);
   if (rc == CLI_OK && err != MS_OK) {
-    cli_error("comparing '%s' with '%s': %s", names[0], names[1], eb->msg[0] ? eb->msg : ms_strerror(err));
+    cli_error("comparing '%s' with '%s': %s", names[0], names[1],
+              why && why->msg[0] ? why->msg : ms_strerror(err));
+    rc = CLI_FAILURE;
+  }
+  return rc;
+}
+
+/* The comparison of two moments of the file at path: one read, one index and classifier for
+ * both; loaded[]: the key it was read under. */
+static int report_run_one(const char *path, const char *names[2], const ms_compare_options_t *o,
+                          ms_compare_t **c, ms_cache_key_t loaded[2]) {
+  ms_snapshot_t *snap = NULL;
+  int rc = cli_load_ex(path, MS_LOAD_NO_FREE_STACKS, &snap);
+  if (rc != CLI_OK) return rc;
+  if (cli_cache_key(snap)) loaded[0] = loaded[1] = *cli_cache_key(snap);
+  cli_progress_start("comparing '%s' and '%s'", names[0], names[1]);
+  ms_errbuf_t eb = {{0}};
+  int err = ms_compare_run(snap, snap, o, c, &eb);
+  cli_progress_stop();
+  ms_snapshot_free(snap);
+  if (err != MS_OK) {
+    cli_error("comparing '%s' with '%s': %s", names[0], names[1],
+              eb.msg[0] ? eb.msg : ms_strerror(err));
     rc = CLI_FAILURE;
   }
   return rc;
@@ -391,17 +506,17 @@ static void report_answer_open(cli_answer_t *ans, const char *paths[2], const ch
 }
 
 int cli_compare_report(const char *paths[2], const char *at[2], const ms_compare_options_t *o,
-                       bool json, const char *const qv[4]) {
+                       bool json, const char *const qv[4], unsigned jobs) {
   const char *names[2] = {cli_display_name(paths[0]), cli_display_name(paths[1])};
   cli_answer_t ans;
   ms_cache_key_t hashed;
   report_answer_open(&ans, paths, names, qv, json, &hashed);
   if (cli_answer_serve(&ans)) return CLI_OK;
   ms_compare_t *c = NULL;
-  ms_errbuf_t eb = {{0}};
   ms_cache_key_t loaded[2];
   memset(loaded, 0, sizeof loaded);
-  int rc = report_run(paths, names, o, &c, loaded, &eb);
+  int rc = paths[0] == paths[1] ? report_run_one(paths[0], names, o, &c, loaded)
+                                : report_run_two(paths, names, o, jobs, &c, loaded);
   if (rc != CLI_OK) {
     cli_answer_close(&ans, rc, NULL);
     return rc;

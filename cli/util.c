@@ -383,37 +383,58 @@ int cli_load_unstored(const char *path, ms_snapshot_t **out) {
   return cli_load_opts(path, 0, &co, NULL, out);
 }
 
-static int cli_load_opts(const char *path, unsigned flags, const ms_cache_options_t *co,
-                         const ms_load_window_t *window, ms_snapshot_t **out) {
+/* The read itself: no progress line, no note of the input or of the key. On failure, the error
+ * to print is in why (printed by the caller, once a progress line is gone). */
+static int cli_load_core(const char *path, unsigned flags, const ms_cache_options_t *co,
+                         const ms_load_window_t *window, ms_snapshot_t **out, ms_cache_key_t *key,
+                         char *why, size_t cap) {
   ms_errbuf_t eb = {{0}};
   ms_snapshot_t *snap = NULL;
-  const char *name = cli_display_name(path);
-  cli_note_input(path);
-  struct stat st;
-  bool sized = strcmp(path, "-") != 0 && stat(path, &st) == 0 && S_ISREG(st.st_mode);
-  cli_progress_count(cli_bytes_read, sized ? (uint64_t)st.st_size : 0);
-  cli_progress_start("reading '%s'", name);
   /* through the snapshot cache (memsnap/cache.h) unless --no-cache or MEMSNAP_CACHE=0: the same
    * snapshot, errors and messages either way; a window's snapshot is never cached */
-  ms_cache_key_t key = {0, 0, 0};
+  memset(key, 0, sizeof *key);
   int err = window ? ms_snapshot_load_window(path, flags, window, &snap, &eb)
             : !cli_no_cache && ms_cache_env_enabled()
-                ? ms_cache_load_keyed(path, flags, co, &snap, NULL, &key, &eb)
+                ? ms_cache_load_keyed(path, flags, co, &snap, NULL, key, &eb)
                 : ms_snapshot_load_ex(path, flags, &snap, &eb);
-  cli_progress_stop();
   if (err != MS_OK) {
     const char *what = eb.msg[0] ? eb.msg : ms_strerror(err);
+    const char *name = cli_display_name(path);
     /* The loader's messages name the file ("cannot open 'x': ...", "'x': ..."); name it where
      * one does not. */
     char quoted[600];
     snprintf(quoted, sizeof quoted, "'%s'", name);
     if (strstr(what, quoted))
-      cli_error("%s", what);
+      snprintf(why, cap, "%s", what);
     else
-      cli_error("'%s': %s", name, what);
+      snprintf(why, cap, "'%s': %s", name, what);
     return CLI_FAILURE;
   }
-  cli_key_note(snap, &key);
   *out = snap;
   return CLI_OK;
+}
+
+int cli_load_keyed(const char *path, unsigned flags, ms_snapshot_t **out, ms_cache_key_t *key) {
+  char why[1200];
+  int rc = cli_load_core(path, flags, NULL, NULL, out, key, why, sizeof why);
+  if (rc != CLI_OK) cli_error("%s", why);
+  return rc;
+}
+
+static int cli_load_opts(const char *path, unsigned flags, const ms_cache_options_t *co,
+                         const ms_load_window_t *window, ms_snapshot_t **out) {
+  cli_note_input(path);
+  struct stat st;
+  bool sized = strcmp(path, "-") != 0 && stat(path, &st) == 0 && S_ISREG(st.st_mode);
+  cli_progress_count(cli_bytes_read, sized ? (uint64_t)st.st_size : 0);
+  cli_progress_start("reading '%s'", cli_display_name(path));
+  ms_cache_key_t key;
+  char why[1200];
+  int rc = cli_load_core(path, flags, co, window, out, &key, why, sizeof why);
+  cli_progress_stop();
+  if (rc == CLI_OK)
+    cli_key_note(*out, &key);
+  else
+    cli_error("%s", why);
+  return rc;
 }
