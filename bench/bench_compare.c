@@ -10,8 +10,15 @@
  * the same commands run again from the snapshot cache (a user's second command on the files).
  * Prints on stdout:
  *   compare_1gb_s            `memsnap compare BEFORE AFTER` (the report: both files read and
- *                            indexed, peaks, the states at the peaks, categories and sources)
+ *                            indexed, peaks, the states at the peaks, categories and sources;
+ *                            the two files read at once, each on a thread, where the machine
+ *                            has two cores and the memory)
  *   compare_1gb_wall_s       its wall-clock seconds
+ *   compare_1gb_wall_ratio   compare_1gb_wall_s / the timeline's wall-clock seconds: what a user
+ *                            waits for compare against timeline (CPU time counts both threads)
+ *   compare_1gb_in_turn_s    `compare --jobs 1`: one file after the other (half the memory), CPU
+ *   compare_1gb_in_turn_ratio  compare_1gb_in_turn_s / compare_1gb_timeline_s
+ *   compare_1gb_in_turn_wall_s  its wall-clock seconds
  *   compare_1gb_rss_mb       its peak RSS in MB
  *   compare_1gb_timeline_s   the baseline, `memsnap timeline AFTER` (pickle_1gb_timeline_s's
  *                            command on this run's file)
@@ -91,6 +98,14 @@ static void measure(const char *prefix, const char *before, const char *after, c
     bench_child_t mom = bench_run_memsnap_median(
         (const char *const[]){"compare", after, "--at", at, "--at", "end", NULL}, REPS);
     printf("%s_wall_s %.3f\n", prefix, cmp.wall);
+    printf("%s_wall_ratio %.3f\n", prefix, tl.wall > 0 ? cmp.wall / tl.wall : 0.0);
+    bench_child_t turn = bench_run_memsnap_median(
+        (const char *const[]){"compare", before, after, "--jobs", "1", NULL}, REPS);
+    printf("%s_in_turn_s %.3f\n", prefix, turn.cpu);
+    printf("%s_in_turn_ratio %.3f\n", prefix, tl.cpu > 0 ? turn.cpu / tl.cpu : 0.0);
+    printf("%s_in_turn_wall_s %.3f\n", prefix, turn.wall);
+    fprintf(stderr, "  one file after the other (--jobs 1) %.2f s CPU (%.2f wall, %.0f MB)\n",
+            turn.cpu, turn.wall, mb(turn.rss_kb));
     printf("%s_rss_mb %.1f\n", prefix, mb(cmp.rss_kb));
     printf("%s_timeline_rss_mb %.1f\n", prefix, mb(tl.rss_kb));
     printf("%s_moments_s %.3f\n", prefix, mom.cpu);
