@@ -215,6 +215,9 @@ typedef uint64_t cli_progress_count_fn(void);
  * when total is 0 (unknown). */
 void cli_progress_count(cli_progress_count_fn *count, uint64_t total);
 /* Bytes this process has read (/proc/self/io rchar; 0 where unknown): a read's progress. */
+/* The number after "KEY:" in a file of lines "KEY: NUMBER ..." (/proc/self/io, /proc/meminfo);
+ * 0 when the file or the key is missing. */
+uint64_t cli_proc_value(const char *path, const char *key);
 uint64_t cli_bytes_read(void);
 
 /* ---- output files (cli/output.c) ---- */

@@ -380,18 +380,6 @@ static uint64_t report_read_bytes(const char *path) {
   return (uint64_t)st.st_size * (packed ? 8 : 1);
 }
 
-/* The memory the system can still give (MemAvailable), in bytes; 0 when unknown. */
-static uint64_t report_mem_available(void) {
-  FILE *f = fopen("/proc/meminfo", "r");
-  if (!f) return 0;
-  char line[160];
-  unsigned long long kb = 0;
-  while (fgets(line, sizeof line, f))
-    if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) break;
-  fclose(f);
-  return (uint64_t)kb * 1024;
-}
-
 /* Whether to read the two files at once: --jobs 1 says no, 2 or more yes; by default, when the
  * machine has two cores or more and memory for both reads: the files' bytes (a gzip one's counted
  * 8 x) within a quarter of what the system can still give (a read takes about half a pickle's
@@ -401,7 +389,7 @@ static bool report_at_once(const char *paths[2], unsigned jobs) {
   long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
   uint64_t need[2] = {report_read_bytes(paths[0]), report_read_bytes(paths[1])};
   if (ncpu < 2 || !need[0] || !need[1]) return false;
-  uint64_t avail = report_mem_available();
+  uint64_t avail = cli_proc_value("/proc/meminfo", "MemAvailable") * 1024; /* kB */
   return need[0] <= avail / 4 && need[1] <= avail / 4 - need[0];
 }
 

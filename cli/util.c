@@ -226,15 +226,21 @@ void cli_progress_count(cli_progress_count_fn *count, uint64_t total) {
   cli_progress.next_total = total;
 }
 
-uint64_t cli_bytes_read(void) {
-  FILE *f = fopen("/proc/self/io", "r");
+uint64_t cli_proc_value(const char *path, const char *key) {
+  FILE *f = fopen(path, "r");
   if (!f) return 0;
-  char line[128];
+  char line[256];
+  size_t n = strlen(key);
   unsigned long long v = 0;
   while (fgets(line, sizeof line, f))
-    if (sscanf(line, "rchar: %llu", &v) == 1) break;
+    if (strncmp(line, key, n) == 0 && line[n] == ':' && sscanf(line + n + 1, "%llu", &v) == 1)
+      break;
   fclose(f);
   return v;
+}
+
+uint64_t cli_bytes_read(void) {
+  return cli_proc_value("/proc/self/io", "rchar");
 }
 
 /* "45% (412.3MiB of 912.0MiB), " or "123.4MiB, ": what is done, when a count was given. */
