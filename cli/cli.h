@@ -149,6 +149,18 @@ int cli_load_ex(const char *path, unsigned flags, ms_snapshot_t **out);
  * caller's cli_note_input) or of the key, which *key receives instead (all zero: not read
  * through the cache). Errors are printed. */
 int cli_load_keyed(const char *path, unsigned flags, ms_snapshot_t **out, ms_cache_key_t *key);
+/* The work on two files (compare's BEFORE and AFTER, check's SNAP and baseline): fn(ctx, 0) on
+ * the calling thread and fn(ctx, 1) on a thread of its own when both are read at once, else one
+ * after the other, side 1 only when side 0 succeeded (fn returns true). At once: with jobs 2 or
+ * more; with jobs 0 (not given), when the machine has two cores or more and memory for both
+ * reads: the files' bytes (a gzip one's counted 8 x) within a quarter of what the system can
+ * still give (a read takes about half a pickle's bytes), neither being standard input. Under one
+ * progress line `what`, counting both files' bytes; each side's messages are held and printed
+ * after both, in the sides' order, side 1's only when side 0 succeeded: the same output either
+ * way. fn reads with cli_load_keyed (no progress line of its own). @return both succeeded. */
+typedef bool cli_side_fn(void *ctx, int k);
+bool cli_two_sides(const char *paths[2], unsigned jobs, const char *what, cli_side_fn *fn,
+                   void *ctx);
 /* cli_load_ex() through ms_snapshot_load_window() (window NULL: none), never through the snapshot
  * cache (a windowed snapshot is not a full one). */
 int cli_load_window(const char *path, unsigned flags, const ms_load_window_t *window,

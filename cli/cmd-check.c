@@ -15,7 +15,7 @@
 
 static const char check_usage[] =
     "usage: memsnap check SNAP --limit FIGURE<=VALUE [--limit ...] [--baseline B] [--device N]\n"
-    "                     [--replay [--config STR] [--capacity SIZE]] [--json]\n"
+    "                     [--replay [--config STR] [--capacity SIZE]] [--json] [--jobs N]\n"
     "\n"
     "A memory gate for CI: checks limits on SNAP's figures. Exit status 0 when every limit\n"
     "holds; 1 when one is broken (one line each: the figure, its value, the limit and the three\n"
@@ -40,6 +40,9 @@ static const char check_usage[] =
     "  --capacity SIZE  with --replay: the device's size (default: recorded, else inferred\n"
     "                   from an OOM, else unlimited)\n"
     "  --json           the result as JSON\n"
+    "  --jobs N         with --baseline: 2 reads SNAP and B at once, each on a thread, 1 one\n"
+    "                   after the other (default: at once when there are two cores and memory\n"
+    "                   for both)\n"
     "  -h, --help       show this help\n";
 
 #define CHECK_MAX_LIMITS 64
@@ -195,16 +198,40 @@ static int check_json(const char *name, const check_result_t *res, size_t n, siz
   return cli_out_commit(&o);
 }
 
-/* The figures of one file, errors printed. */
-static int check_figures(const ms_snapshot_t *s, const char *name, const ms_gate_options_t *go,
-                         ms_gate_figures_t *f) {
+/* One file, SNAP (side 0) or the baseline (side 1): read, and its figures computed. */
+typedef struct check_side_s {
+  const char *path, *name;
+  const ms_gate_options_t *go;
+  ms_snapshot_t *snap;
+  ms_gate_figures_t f;
+} check_side_t;
+
+/* Side k of ctx (cli_side_fn): errors printed. */
+static bool check_side_run(void *ctx, int k) {
+  check_side_t *s = (check_side_t *)ctx + k;
+  ms_cache_key_t key;
+  if (cli_load_keyed(s->path, MS_LOAD_NO_FREE_STACKS, &s->snap, &key) != CLI_OK) return false;
   ms_errbuf_t eb = {{0}};
-  cli_progress_start("computing the figures of '%s'", name);
-  int err = ms_gate_figures(s, go, f, &eb);
-  cli_progress_stop();
-  if (err == MS_OK) return CLI_OK;
-  cli_error("'%s': %s", name, eb.msg[0] ? eb.msg : ms_strerror(err));
-  return CLI_FAILURE;
+  int err = ms_gate_figures(s->snap, s->go, &s->f, &eb);
+  if (err == MS_OK) return true;
+  cli_error("'%s': %s", s->name, eb.msg[0] ? eb.msg : ms_strerror(err));
+  return false;
+}
+
+/* SNAP's figures, and the baseline's when there is one (both read at once or in turn, jobs as
+ * --jobs says: cli_two_sides). @return CLI_OK, or CLI_FAILURE (printed). */
+static int check_read(check_side_t side[2], bool baseline, unsigned jobs) {
+  char what[1200];
+  if (!baseline) {
+    cli_note_input(side[0].path);
+    cli_progress_start("checking '%s'", side[0].name);
+    bool ok = check_side_run(side, 0);
+    cli_progress_stop();
+    return ok ? CLI_OK : CLI_FAILURE;
+  }
+  snprintf(what, sizeof what, "checking '%s' against '%s'", side[0].name, side[1].name);
+  const char *paths[2] = {side[0].path, side[1].path};
+  return cli_two_sides(paths, jobs, what, check_side_run, side) ? CLI_OK : CLI_FAILURE;
 }
 
 /* Evaluates the limits: CLI_OK (all hold), CLI_FAILURE (one broken or unknown). */
@@ -270,13 +297,12 @@ static int check_parse(const char **lim, int nlim, const char *baseline, const c
 int cmd_check(int argc, char **argv) {
   int json = 0, replay = 0;
   const char *baseline = NULL, *device_s = NULL, *config = NULL, *capacity_s = NULL;
-  const struct cli_opt opts[] = {{"json", 0, &json, NULL},
-                                 {"replay", 0, &replay, NULL},
-                                 {"baseline", 0, NULL, &baseline},
-                                 {"device", 0, NULL, &device_s},
-                                 {"config", 0, NULL, &config},
-                                 {"capacity", 0, NULL, &capacity_s},
-                                 {NULL, 0, NULL, NULL}};
+  const char *jobs_s = NULL;
+  const struct cli_opt opts[] = {
+      {"json", 0, &json, NULL},           {"jobs", 0, NULL, &jobs_s},
+      {"replay", 0, &replay, NULL},       {"baseline", 0, NULL, &baseline},
+      {"device", 0, NULL, &device_s},     {"config", 0, NULL, &config},
+      {"capacity", 0, NULL, &capacity_s}, {NULL, 0, NULL, NULL}};
   const char *lim[CHECK_MAX_LIMITS];
   int nlim = check_take_limits(&argc, argv, lim);
   if (nlim < 0)
@@ -294,19 +320,28 @@ int cmd_check(int argc, char **argv) {
   if (rc != CLI_OK) return rc;
   if (baseline && strcmp(baseline, "-") == 0 && strcmp(pos[0], "-") == 0)
     return cli_usage_error("check", "only one of SNAP and --baseline can be '-'");
-  ms_snapshot_t *snap = NULL, *base = NULL;
-  ms_gate_figures_t f, bf;
-  memset(&bf, 0, sizeof bf);
+  unsigned jobs = 0; /* 0: as the machine allows */
+  if (jobs_s) {
+    uint64_t v;
+    if (!baseline) return cli_usage_error("check", "--jobs applies to --baseline");
+    if (!cli_parse_u64(jobs_s, &v) || v == 0 || v > 1024)
+      return cli_usage_error("check", "option '--jobs' needs a number from 1 to 1024, not '%s'",
+                             jobs_s);
+    jobs = (unsigned)v;
+  }
   const char *name = cli_display_name(pos[0]), *bname = baseline ? cli_display_name(baseline) : "";
-  rc = cli_load_ex(pos[0], MS_LOAD_NO_FREE_STACKS, &snap);
-  if (rc == CLI_OK && baseline) rc = cli_load_ex(baseline, MS_LOAD_NO_FREE_STACKS, &base);
-  if (rc == CLI_OK) rc = check_figures(snap, name, &go, &f);
-  if (rc == CLI_OK && base) rc = check_figures(base, bname, &go, &bf);
-  if (rc == CLI_OK && base && bf.device != f.device)
+  check_side_t side[2];
+  memset(side, 0, sizeof side);
+  side[0] = (check_side_t){.path = pos[0], .name = name, .go = &go};
+  side[1] = (check_side_t){.path = baseline, .name = bname, .go = &go};
+  rc = check_read(side, baseline != NULL, jobs);
+  const ms_gate_figures_t *f = &side[0].f, *bf = &side[1].f;
+  if (rc == CLI_OK && baseline && bf->device != f->device)
     cli_warning("checking device %zu of '%s' against device %zu of '%s' (--device N picks one)",
-                f.device, name, bf.device, bname);
-  if (rc == CLI_OK) rc = check_eval(snap, name, &f, base, bname, &bf, res, (size_t)nlim, json);
-  ms_snapshot_free(base);
-  ms_snapshot_free(snap);
+                f->device, name, bf->device, bname);
+  if (rc == CLI_OK)
+    rc = check_eval(side[0].snap, name, f, side[1].snap, bname, bf, res, (size_t)nlim, json);
+  ms_snapshot_free(side[1].snap);
+  ms_snapshot_free(side[0].snap);
   return rc;
 }

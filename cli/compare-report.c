@@ -5,12 +5,10 @@
  * (memsnap/compare.h).
  */
 #include <inttypes.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include "cli.h"
 #include "memsnap/cache.h"
@@ -333,21 +331,18 @@ static int report_json(const char *names[2], const char *at[2], const ms_compare
 }
 
 /* One side of a comparison of two files: read, indexed (through the snapshot cache, as
- * timeline's) and reduced into the comparison, on a thread of its own when both files are read at
- * once. Its messages are held, to be printed in the files' order once the progress line is gone. */
+ * timeline's) and reduced into the comparison (cli_two_sides: on a thread of its own when both
+ * files are read at once). */
 typedef struct report_side_s {
   const char *path;
-  int k;
   ms_compare_build_t *b;
-  cli_msg_held_t held;
   int rc, err;        /* the read's CLI_*, the reduction's MS_* */
   ms_cache_key_t key; /* the key the read was made under (all zero: none) */
   ms_errbuf_t eb;
 } report_side_t;
 
-static void *report_side_main(void *arg) {
-  report_side_t *s = arg;
-  cli_msg_hold(&s->held);
+static bool report_side_run(void *ctx, int k) {
+  report_side_t *s = (report_side_t *)ctx + k;
   ms_snapshot_t *snap = NULL;
   s->err = MS_OK;
   s->rc = cli_load_keyed(s->path, MS_LOAD_NO_FREE_STACKS, &snap, &s->key);
@@ -358,46 +353,16 @@ static void *report_side_main(void *arg) {
     if ((s->key.hash || s->key.size) &&
         ms_cache_timeline(&s->key, NULL, snap, NULL, &tl, NULL, NULL) != MS_OK)
       tl = NULL;
-    s->err = ms_compare_add_side(s->b, s->k, snap, tl, &s->eb);
+    s->err = ms_compare_add_side(s->b, k, snap, tl, &s->eb);
     ms_timeline_destroy(tl);
     ms_snapshot_free(snap);
   }
-  cli_msg_hold_end(&s->held);
-  return NULL;
+  return s->rc == CLI_OK && s->err == MS_OK;
 }
 
-/* The file's size in bytes as a read may need them: 8 x for a gzip or zlib stream, whose content
- * is larger than the file; 0 when it is not a regular file. */
-static uint64_t report_read_bytes(const char *path) {
-  struct stat st;
-  if (strcmp(path, "-") == 0 || stat(path, &st) != 0 || !S_ISREG(st.st_mode)) return 0;
-  unsigned char m[2] = {0, 0};
-  FILE *f = fopen(path, "rb");
-  size_t n = f ? fread(m, 1, 2, f) : 0;
-  if (f) fclose(f);
-  bool packed =
-      n == 2 && ((m[0] == 0x1f && m[1] == 0x8b) || (m[0] == 0x78 && (m[0] * 256 + m[1]) % 31 == 0));
-  return (uint64_t)st.st_size * (packed ? 8 : 1);
-}
-
-/* Whether to read the two files at once: --jobs 1 says no, 2 or more yes; by default, when the
- * machine has two cores or more and memory for both reads: the files' bytes (a gzip one's counted
- * 8 x) within a quarter of what the system can still give (a read takes about half a pickle's
- * bytes), neither file being standard input. */
-static bool report_at_once(const char *paths[2], unsigned jobs) {
-  if (jobs) return jobs > 1;
-  long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-  uint64_t need[2] = {report_read_bytes(paths[0]), report_read_bytes(paths[1])};
-  if (ncpu < 2 || !need[0] || !need[1]) return false;
-  uint64_t avail = cli_proc_value("/proc/meminfo", "MemAvailable") * 1024; /* kB */
-  return need[0] <= avail / 4 && need[1] <= avail / 4 - need[0];
-}
-
-/* The comparison of the two files at paths[], both read at once (report_at_once) or one after the
- * other, one snapshot held at a time; loaded[k]: the cache key side k was read under (all zero:
- * none). The output is the same either way: the sides' messages in the files' order after the
- * progress line, and AFTER's dropped when BEFORE fails (one after the other, AFTER is then not
- * read). */
+/* The comparison of the two files at paths[], both read at once or one after the other, one
+ * snapshot held at a time (cli_two_sides); loaded[k]: the cache key side k was read under (all
+ * zero: none). */
 static int report_run_two(const char *paths[2], const char *names[2], const ms_compare_options_t *o,
                           unsigned jobs, ms_compare_t **c, ms_cache_key_t loaded[2]) {
   ms_compare_build_t *b = NULL;
@@ -407,28 +372,13 @@ static int report_run_two(const char *paths[2], const char *names[2], const ms_c
   }
   report_side_t side[2];
   memset(side, 0, sizeof side);
-  uint64_t total = 0;
   for (int k = 0; k < 2; k++) {
     side[k].path = paths[k];
-    side[k].k = k;
     side[k].b = b;
-    cli_note_input(paths[k]);
-    struct stat st;
-    if (strcmp(paths[k], "-") != 0 && stat(paths[k], &st) == 0 && S_ISREG(st.st_mode))
-      total += (uint64_t)st.st_size;
   }
-  cli_progress_count(cli_bytes_read, total);
-  cli_progress_start("comparing '%s' and '%s'", names[0], names[1]);
-  pthread_t th;
-  bool threaded =
-      report_at_once(paths, jobs) && pthread_create(&th, NULL, report_side_main, &side[1]) == 0;
-  report_side_main(&side[0]);
-  bool before_ok = side[0].rc == CLI_OK && side[0].err == MS_OK;
-  if (threaded) pthread_join(th, NULL);
-  else if (before_ok) report_side_main(&side[1]);
-  cli_progress_stop();
-  cli_msg_release(&side[0].held, true);
-  cli_msg_release(&side[1].held, before_ok);
+  char what[1200];
+  snprintf(what, sizeof what, "comparing '%s' and '%s'", names[0], names[1]);
+  cli_two_sides(paths, jobs, what, report_side_run, side);
   int rc = CLI_OK, err = MS_OK;
   const ms_errbuf_t *why = NULL;
   for (int k = 0; k < 2 && rc == CLI_OK && err == MS_OK; k++) {

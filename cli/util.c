@@ -427,6 +427,78 @@ int cli_load_keyed(const char *path, unsigned flags, ms_snapshot_t **out, ms_cac
   return rc;
 }
 
+/* ---- two files at once ------------------------------------------------------------------- */
+
+/* The file's size in bytes as a read may need them: 8 x for a gzip or zlib stream, whose content
+ * is larger than the file; 0 when it is not a regular file. */
+static uint64_t cli_read_bytes(const char *path) {
+  struct stat st;
+  if (strcmp(path, "-") == 0 || stat(path, &st) != 0 || !S_ISREG(st.st_mode)) return 0;
+  unsigned char m[2] = {0, 0};
+  FILE *f = fopen(path, "rb");
+  size_t n = f ? fread(m, 1, 2, f) : 0;
+  if (f) fclose(f);
+  bool packed =
+      n == 2 && ((m[0] == 0x1f && m[1] == 0x8b) || (m[0] == 0x78 && (m[0] * 256 + m[1]) % 31 == 0));
+  return (uint64_t)st.st_size * (packed ? 8 : 1);
+}
+
+/* Whether two files are read at once (cli_two_sides). */
+static bool cli_two_at_once(const char *paths[2], unsigned jobs) {
+  if (jobs) return jobs > 1;
+  long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+  uint64_t need[2] = {cli_read_bytes(paths[0]), cli_read_bytes(paths[1])};
+  if (ncpu < 2 || !need[0] || !need[1]) return false;
+  uint64_t avail = cli_proc_value("/proc/meminfo", "MemAvailable") * 1024; /* kB */
+  return need[0] <= avail / 4 && need[1] <= avail / 4 - need[0];
+}
+
+typedef struct cli_side_s {
+  cli_side_fn *fn;
+  void *ctx;
+  int k;
+  bool ok;
+  cli_msg_held_t held;
+} cli_side_t;
+
+static void *cli_side_main(void *arg) {
+  cli_side_t *s = arg;
+  cli_msg_hold(&s->held);
+  s->ok = s->fn(s->ctx, s->k);
+  cli_msg_hold_end(&s->held);
+  return NULL;
+}
+
+bool cli_two_sides(const char *paths[2], unsigned jobs, const char *what, cli_side_fn *fn,
+                   void *ctx) {
+  cli_side_t side[2];
+  memset(side, 0, sizeof side);
+  uint64_t total = 0;
+  for (int k = 0; k < 2; k++) {
+    side[k].fn = fn;
+    side[k].ctx = ctx;
+    side[k].k = k;
+    cli_note_input(paths[k]);
+    struct stat st;
+    if (strcmp(paths[k], "-") != 0 && stat(paths[k], &st) == 0 && S_ISREG(st.st_mode))
+      total += (uint64_t)st.st_size;
+  }
+  cli_progress_count(cli_bytes_read, total);
+  cli_progress_start("%s", what);
+  pthread_t th;
+  bool threaded =
+      cli_two_at_once(paths, jobs) && pthread_create(&th, NULL, cli_side_main, &side[1]) == 0;
+  cli_side_main(&side[0]);
+  if (threaded)
+    pthread_join(th, NULL);
+  else if (side[0].ok)
+    cli_side_main(&side[1]);
+  cli_progress_stop();
+  cli_msg_release(&side[0].held, true);
+  cli_msg_release(&side[1].held, side[0].ok);
+  return side[0].ok && side[1].ok;
+}
+
 static int cli_load_opts(const char *path, unsigned flags, const ms_cache_options_t *co,
                          const ms_load_window_t *window, ms_snapshot_t **out) {
   cli_note_input(path);

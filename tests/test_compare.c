@@ -799,6 +799,14 @@ Test(compare, directories_pair_ranks_and_name_the_one_that_stands_out) {
   free(dir);
 }
 
+/* dir/bad.pickle: a pickle's protocol header, then bytes no snapshot has. */
+static void save_bad_pickle(const char *dir) {
+  char path[600];
+  snprintf(path, sizeof path, "%s/bad.pickle", dir);
+  static const char bad[] = "\x80\x02not a pickle at all";
+  cr_assert_eq(th_write_file(path, bad, sizeof bad - 1), 0);
+}
+
 /* Two files read at once (--jobs 2, each on a thread) or one after the other (--jobs 1) print
  * the same, byte for byte, with the same exit code: reports, warnings, and errors, where BEFORE's
  * error alone is printed when both fail (read in turn, AFTER is not read then). */
@@ -810,10 +818,7 @@ Test(compare, two_files_at_once_or_in_turn_print_the_same) {
   ms_snapshot_free(reload(four, dir, "four.pickle", true));
   save(bare, dir, "bare.msnap");
   save(dev1, dir, "dev1.msnap");
-  char path[600];
-  snprintf(path, sizeof path, "%s/bad.pickle", dir);
-  static const char bad[] = "\x80\x02not a pickle at all";
-  cr_assert_eq(th_write_file(path, bad, sizeof bad - 1), 0);
+  save_bad_pickle(dir);
   static const struct {
     const char *before, *after, *opts, *expect;
     int rc;
@@ -855,6 +860,51 @@ Test(compare, two_files_at_once_or_in_turn_print_the_same) {
   ms_snapshot_free(four);
   ms_snapshot_free(bare);
   ms_snapshot_free(dev1);
+  th_rmdir(dir);
+  free(dir);
+}
+
+/* check reads SNAP and its baseline at once (--jobs 2) or in turn (--jobs 1) with the same output
+ * and exit status: limits that hold and that break (with their sources), --replay, and a failure
+ * on either side (SNAP's error alone when both fail). --jobs needs --baseline. */
+Test(gate, check_reads_snap_and_baseline_at_once_or_in_turn_the_same) {
+  char *dir = th_tmpdir();
+  ms_snapshot_t *two = build_run(2, 1 * MIB), *four = build_run(4, 1 * MIB),
+                *bare = build_no_trace();
+  ms_snapshot_free(reload(two, dir, "two.pickle", true));
+  save(four, dir, "four.msnap");
+  save(bare, dir, "bare.msnap");
+  save_bad_pickle(dir);
+  static const struct {
+    const char *snap, *base, *limits, *expect;
+    int rc;
+  } cases[] = {
+      {"four.msnap", "two.pickle", "--limit 'peak_allocated<=+10%'", "0 of 1 limit broken", 0},
+      {"four.msnap", "two.pickle", "--limit 'peak_allocated<=+1MiB' --json", "\"holds\": false", 1},
+      {"four.msnap", "two.pickle", "--limit 'peak_reserved<=-50%' --replay",
+       "(replayed from a fresh allocator): 1 of 1 limit broken", 1},
+      {"four.msnap", "bare.msnap", "--limit 'peak_allocated<=+5%'", "is not known", 1},
+      {"bad.pickle", "two.pickle", "--limit 'ooms<=+0'", "bad.pickle", 1},
+      {"four.msnap", "bad.pickle", "--limit 'ooms<=+0'", "bad.pickle", 1},
+      {"missing.msnap", "bad.pickle", "--limit 'ooms<=+0'", "missing.msnap", 1},
+  };
+  char cmd[2048], out[2][65536];
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    for (int j = 0; j < 2; j++) {
+      snprintf(cmd, sizeof cmd, "check --no-cache %s/%s --baseline %s/%s %s --jobs %d", dir,
+               cases[i].snap, dir, cases[i].base, cases[i].limits, 1 + j);
+      cr_expect_eq(run_cmd(cmd, out[j], sizeof out[j]), cases[i].rc, "%s: %s", cmd, out[j]);
+      cr_expect(strstr(out[j], cases[i].expect), "%s: %s", cmd, out[j]);
+    }
+    cr_expect_str_eq(out[1], out[0], "%s", cmd);
+  }
+  cr_expect(!strstr(out[1], "bad.pickle"), "only SNAP's error: %s", out[1]);
+  snprintf(cmd, sizeof cmd, "check %s/four.msnap --limit 'ooms<=0' --jobs 2", dir);
+  cr_expect_eq(run_cmd(cmd, out[0], sizeof out[0]), 2, "%s", out[0]);
+  cr_expect(strstr(out[0], "--jobs applies to --baseline"), "%s", out[0]);
+  ms_snapshot_free(two);
+  ms_snapshot_free(four);
+  ms_snapshot_free(bare);
   th_rmdir(dir);
   free(dir);
 }
