@@ -168,6 +168,9 @@ int cli_load_window(const char *path, unsigned flags, const ms_load_window_t *wi
 /* The snapshot cache's key of a snapshot cli_load_ex loaded through the cache, else NULL (for
  * ms_cache_timeline: the time index through the cache). */
 const ms_cache_key_t *cli_cache_key(const ms_snapshot_t *snap);
+/* Notes key (all zero: none) as snap's, for cli_cache_key: what cli_load_ex does after a read,
+ * for a snapshot read by cli_load_keyed. */
+void cli_cache_key_note(const ms_snapshot_t *snap, const ms_cache_key_t *key);
 
 /* A command's answer through the snapshot cache (cli/answers.c): a second run of the same
  * question on the same bytes prints what the first stored. Use: cli_answer_open(); when

@@ -23,8 +23,8 @@ static const char compare_usage[] =
     "usage: memsnap compare BEFORE AFTER [--at MOMENT [--at MOMENT]] [--device N] [-n N] [--json]\n"
     "       memsnap compare FILE --at MOMENT --at MOMENT [--device N] [-n N] [--json]\n"
     "       memsnap compare DIR_A DIR_B [--json] [--jobs N]\n"
-    "       memsnap compare BEFORE AFTER --segments [-o OUT] [--folded | --json]\n"
-    "       memsnap compare BEFORE AFTER --stacks [-o OUT] [--folded | --json]\n"
+    "       memsnap compare BEFORE AFTER --segments [-o OUT] [--folded | --json] [--jobs N]\n"
+    "       memsnap compare BEFORE AFTER --stacks [-o OUT] [--folded | --json] [--jobs N]\n"
     "\n"
     "Explains what changed between two snapshots, or two moments of one: peak allocated, reserved\n"
     "and requested memory before, after and their change; at the moments, allocated, reserved,\n"
@@ -173,6 +173,40 @@ static int compare_side(const ms_snapshot_t *snap, const char *name, const cli_t
   return cli_at_snapshot(snap, name, &ta, true, view, NULL, NULL);
 }
 
+/* The graphs' two files, read at once or one after the other (cli_two_sides). */
+typedef struct compare_read_s {
+  const char *path;
+  unsigned flags;
+  ms_snapshot_t *snap;
+  ms_cache_key_t key;
+} compare_read_t;
+
+static bool compare_read_side(void *ctx, int k) {
+  compare_read_t *r = (compare_read_t *)ctx + k;
+  return cli_load_keyed(r->path, r->flags, &r->snap, &r->key) == CLI_OK;
+}
+
+/* @return CLI_OK with both snapshots (their cache keys noted, for the time index), or
+ * CLI_FAILURE (printed; neither kept). */
+static int compare_read_two(char *pos[2], unsigned flags, unsigned jobs, ms_snapshot_t **before,
+                            ms_snapshot_t **after) {
+  compare_read_t r[2] = {{pos[0], flags, NULL, {0, 0, 0}}, {pos[1], flags, NULL, {0, 0, 0}}};
+  char what[1200];
+  snprintf(what, sizeof what, "reading '%s' and '%s'", cli_display_name(pos[0]),
+           cli_display_name(pos[1]));
+  const char *paths[2] = {pos[0], pos[1]};
+  if (!cli_two_sides(paths, jobs, what, compare_read_side, r)) {
+    ms_snapshot_free(r[0].snap);
+    ms_snapshot_free(r[1].snap);
+    return CLI_FAILURE;
+  }
+  for (int k = 0; k < 2; k++)
+    cli_cache_key_note(r[k].snap, &r[k].key);
+  *before = r[0].snap;
+  *after = r[1].snap;
+  return CLI_OK;
+}
+
 static bool compare_is_dir(const char *path) {
   struct stat st;
   return strcmp(path, "-") != 0 && stat(path, &st) == 0 && S_ISDIR(st.st_mode);
@@ -180,7 +214,7 @@ static bool compare_is_dir(const char *path) {
 
 /* The report (the default): two files, or one file at two moments, or two directories. */
 static int compare_report_main(char **pos, int npos, const char *at[2], int nat, bool json,
-                               const char *device_s, const char *n_s, const char *jobs_s) {
+                               const char *device_s, const char *n_s, unsigned jobs) {
   ms_compare_options_t co;
   ms_compare_options_init(&co);
   cli_tl_args_t ta;
@@ -202,21 +236,11 @@ static int compare_report_main(char **pos, int npos, const char *at[2], int nat,
       return cli_usage_error("compare", "option '--at': %s", eb.msg);
     co.has_moment[s] = true;
   }
-  unsigned jobs = 0; /* 0: as the machine allows */
-  if (jobs_s) {
-    uint64_t v;
-    if (!cli_parse_u64(jobs_s, &v) || v == 0 || v > 1024)
-      return cli_usage_error("compare", "option '--jobs' needs a number from 1 to 1024, not '%s'",
-                             jobs_s);
-    jobs = (unsigned)v;
-  }
   if (npos == 2 && compare_is_dir(pos[0]) && compare_is_dir(pos[1])) {
     if (nat) return cli_usage_error("compare", "--at does not apply to directories");
     return cli_compare_ranks(pos[0], pos[1], &co, json, jobs);
   }
   bool one_file = npos == 1;
-  if (jobs_s && one_file)
-    return cli_usage_error("compare", "--jobs applies to two files or directories");
   const char *paths[2] = {pos[0], pos[one_file ? 0 : 1]};
   const char *const qv[4] = {at[0], at[1], device_s, n_s};
   return cli_compare_report(paths, ats, &co, json, qv, jobs);
@@ -258,17 +282,26 @@ int cmd_compare(int argc, char **argv) {
   if (rc != CLI_OK) return rc;
   bool one_file = npos == 1 && nat == 2;
   if ((rc = compare_check_files(pos, npos, nat)) != CLI_OK) return rc;
+  unsigned jobs = 0; /* 0: as the machine allows */
+  if (jobs_s) {
+    uint64_t v;
+    if (!cli_parse_u64(jobs_s, &v) || v == 0 || v > 1024)
+      return cli_usage_error("compare", "option '--jobs' needs a number from 1 to 1024, not '%s'",
+                             jobs_s);
+    if (one_file) return cli_usage_error("compare", "--jobs applies to two files or directories");
+    jobs = (unsigned)v;
+  }
   if (segments && stacks) return cli_usage_error("compare", "--segments and --stacks exclude each other");
   bool graph = output || folded || vo.title || vo.width || vo.minwidth;
   if (!stacks && !segments && !graph) {
     if (range_s || stream_s || pool_s)
       return cli_usage_error("compare", "--range, --stream and --pool apply to --segments, --stacks");
-    return compare_report_main(pos, npos, at, nat, json, device_s, n_s, jobs_s);
+    return compare_report_main(pos, npos, at, nat, json, device_s, n_s, jobs);
   }
-  if (n_s || jobs_s || (folded && json))
+  if (n_s || (folded && json))
     return cli_usage_error("compare", folded && json ? "--folded and --json exclude each other"
-                           : n_s ? "-n applies to the report, not to --segments or --stacks"
-                                 : "--jobs applies to the report, not to --segments or --stacks");
+                                                     : "-n applies to the report, not to "
+                                                       "--segments or --stacks");
   if ((rc = cli_output_default("compare", &output, !folded && !json)) != CLI_OK) return rc;
   ms_flame_options_t fo;
   ms_flame_options_init(&fo);
@@ -281,11 +314,10 @@ int cmd_compare(int argc, char **argv) {
   /* the states at the end need no trace; moments, a range or a device read it through the time
    * index (which never uses the stacks of frees paired with their alloc) */
   unsigned lf = nat > 0 || cli_tl_args_need_trace(&ta) ? MS_LOAD_NO_FREE_STACKS : MS_LOAD_NO_TRACE;
-  if ((rc = cli_load_ex(pos[0], lf, &before)) != CLI_OK) return rc;
   if (one_file) {
+    if ((rc = cli_load_ex(pos[0], lf, &before)) != CLI_OK) return rc;
     pos[1] = pos[0];
-  } else if ((rc = cli_load_ex(pos[1], lf, &after)) != CLI_OK) {
-    ms_snapshot_free(before);
+  } else if ((rc = compare_read_two(pos, lf, jobs, &before, &after)) != CLI_OK) {
     return rc;
   }
   const ms_snapshot_t *after_src = one_file ? before : after;

@@ -346,7 +346,7 @@ static struct {
 } cli_keys[CLI_KEYS];
 static size_t cli_keys_next;
 
-static void cli_key_note(const ms_snapshot_t *snap, const ms_cache_key_t *key) {
+void cli_cache_key_note(const ms_snapshot_t *snap, const ms_cache_key_t *key) {
   for (size_t i = 0; i < CLI_KEYS; i++)
     if (cli_keys[i].snap == snap) cli_keys[i].snap = NULL;
   if (!key || (!key->hash && !key->size)) return;
@@ -511,7 +511,7 @@ static int cli_load_opts(const char *path, unsigned flags, const ms_cache_option
   int rc = cli_load_core(path, flags, co, window, out, &key, why, sizeof why);
   cli_progress_stop();
   if (rc == CLI_OK)
-    cli_key_note(*out, &key);
+    cli_cache_key_note(*out, &key);
   else
     cli_error("%s", why);
   return rc;

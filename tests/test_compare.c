@@ -808,8 +808,9 @@ static void save_bad_pickle(const char *dir) {
 }
 
 /* Two files read at once (--jobs 2, each on a thread) or one after the other (--jobs 1) print
- * the same, byte for byte, with the same exit code: reports, warnings, and errors, where BEFORE's
- * error alone is printed when both fail (read in turn, AFTER is not read then). */
+ * the same, byte for byte, with the same exit code: reports, the graphs' outputs, warnings, and
+ * errors, where BEFORE's error alone is printed when both fail (read in turn, AFTER is not read
+ * then). */
 Test(compare, two_files_at_once_or_in_turn_print_the_same) {
   char *dir = th_tmpdir();
   ms_snapshot_t *run = build_run(2, 0), *four = build_run(4, 1 * MIB), *bare = build_no_trace(),
@@ -833,6 +834,9 @@ Test(compare, two_files_at_once_or_in_turn_print_the_same) {
       {"run.msnap", "bad.pickle", "", "bad.pickle", 1},
       {"bad.pickle", "missing.msnap", "", "bad.pickle", 1},
       {"missing.msnap", "bad.pickle", "", "missing.msnap", 1},
+      {"run.msnap", "four.pickle", "--segments --json", "\"only_after\"", 0},
+      {"run.msnap", "four.pickle", "--stacks --folded --at peak", "train.py", 0},
+      {"run.msnap", "bad.pickle", "--stacks --folded", "bad.pickle", 1},
   };
   char cmd[2048], out[3][65536];
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {

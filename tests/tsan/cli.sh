@@ -42,6 +42,8 @@ run compare 1 --no-cache "$work/bad.pickle" "$work/missing.pickle"
 run compare 1 --no-cache "$a" "$b" --device 5
 run compare 0 "$a" "$b" -n 3   # through the cache: both read and stored at once, then one answer
 run compare 0 "$a" "$b" -n 4   # snapshots and indexes from the cache
+run compare 0 --no-cache "$a" "$b" --stacks --folded --at peak
+run compare 0 "$a" "$b" --segments --json
 run check 1 --no-cache "$b" --baseline "$a" --limit 'peak_reserved<=+0%' --replay
 run check 0 --no-cache "$b" --baseline "$a" --limit 'ooms<=+0'
 run check 1 --no-cache "$work/bad.pickle" --baseline "$a" --limit 'ooms<=+0'
