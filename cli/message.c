@@ -4,7 +4,7 @@
  * escaped (cli_fputs_escaped): the lowest layer of cli/, which every other file may call. While
  * cli_msg_keep is set (cli/answers.c: a command's answer being kept), every line also goes there,
  * as written, so that a stored answer gives its messages again. A thread may hold its lines back
- * (cli_msg_hold: compare reading two files at once), to be written later in the files' order.
+ * (cli_msg_hold: compare and check reading two files at once), to be written later in order.
  */
 #include <pthread.h>
 #include <stdarg.h>
