@@ -359,6 +359,8 @@ int cli_view_main(const char *cmd, const char *usage, ms_view_kind kind, int arg
 
 /* A decimal or 0x-hexadecimal unsigned number. @return true on success. */
 bool cli_parse_u64(const char *s, uint64_t *out);
+/* --jobs N's value, 1 to max, into *out. @return CLI_OK or CLI_USAGE (printed). */
+int cli_parse_jobs(const char *cmd, const char *s, unsigned max, unsigned *out);
 
 /* --device N, --range A:B, --stream S, --pool A,B and --at MOMENT, parsed. */
 typedef struct cli_tl_args_s {

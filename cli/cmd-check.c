@@ -222,11 +222,15 @@ static bool check_side_run(void *ctx, int k) {
  * --jobs says: cli_two_sides). @return CLI_OK, or CLI_FAILURE (printed). */
 static int check_read(check_side_t side[2], bool baseline, unsigned jobs) {
   char what[1200];
-  if (!baseline) {
+  if (!baseline) { /* its messages printed once the progress line is gone */
     cli_note_input(side[0].path);
+    cli_msg_held_t held;
+    cli_msg_hold(&held);
     cli_progress_start("checking '%s'", side[0].name);
     bool ok = check_side_run(side, 0);
     cli_progress_stop();
+    cli_msg_hold_end(&held);
+    cli_msg_release(&held, true);
     return ok ? CLI_OK : CLI_FAILURE;
   }
   snprintf(what, sizeof what, "checking '%s' against '%s'", side[0].name, side[1].name);
@@ -321,14 +325,8 @@ int cmd_check(int argc, char **argv) {
   if (baseline && strcmp(baseline, "-") == 0 && strcmp(pos[0], "-") == 0)
     return cli_usage_error("check", "only one of SNAP and --baseline can be '-'");
   unsigned jobs = 0; /* 0: as the machine allows */
-  if (jobs_s) {
-    uint64_t v;
-    if (!baseline) return cli_usage_error("check", "--jobs applies to --baseline");
-    if (!cli_parse_u64(jobs_s, &v) || v == 0 || v > 1024)
-      return cli_usage_error("check", "option '--jobs' needs a number from 1 to 1024, not '%s'",
-                             jobs_s);
-    jobs = (unsigned)v;
-  }
+  if (jobs_s && !baseline) return cli_usage_error("check", "--jobs applies to --baseline");
+  if (jobs_s && (rc = cli_parse_jobs("check", jobs_s, 1024, &jobs)) != CLI_OK) return rc;
   const char *name = cli_display_name(pos[0]), *bname = baseline ? cli_display_name(baseline) : "";
   check_side_t side[2];
   memset(side, 0, sizeof side);

@@ -246,9 +246,16 @@ static int compare_report_main(char **pos, int npos, const char *at[2], int nat,
   return cli_compare_report(paths, ats, &co, json, qv, jobs);
 }
 
-/* BEFORE and AFTER, or FILE with two moments. @return CLI_OK or CLI_USAGE (printed). */
-static int compare_check_files(char **pos, int npos, int nat) {
+/* BEFORE and AFTER, or FILE with two moments; --jobs's value into *jobs (0: not given). @return
+ * CLI_OK or CLI_USAGE (printed). */
+static int compare_check_files(char **pos, int npos, int nat, const char *jobs_s,
+                               unsigned *jobs) {
   bool one_file = npos == 1 && nat == 2;
+  int rc;
+  *jobs = 0; /* 0: as the machine allows */
+  if (jobs_s && (rc = cli_parse_jobs("compare", jobs_s, 1024, jobs)) != CLI_OK) return rc;
+  if (jobs_s && one_file)
+    return cli_usage_error("compare", "--jobs applies to two files or directories");
   if (npos < 2 && !one_file) {
     if (npos == 1)
       return cli_usage_error("compare", nat ? "missing AFTER (or two --at moments of one FILE)"
@@ -281,16 +288,8 @@ int cmd_compare(int argc, char **argv) {
   if (rc == CLI_HELP_SHOWN) return CLI_OK;
   if (rc != CLI_OK) return rc;
   bool one_file = npos == 1 && nat == 2;
-  if ((rc = compare_check_files(pos, npos, nat)) != CLI_OK) return rc;
-  unsigned jobs = 0; /* 0: as the machine allows */
-  if (jobs_s) {
-    uint64_t v;
-    if (!cli_parse_u64(jobs_s, &v) || v == 0 || v > 1024)
-      return cli_usage_error("compare", "option '--jobs' needs a number from 1 to 1024, not '%s'",
-                             jobs_s);
-    if (one_file) return cli_usage_error("compare", "--jobs applies to two files or directories");
-    jobs = (unsigned)v;
-  }
+  unsigned jobs;
+  if ((rc = compare_check_files(pos, npos, nat, jobs_s, &jobs)) != CLI_OK) return rc;
   if (segments && stacks) return cli_usage_error("compare", "--segments and --stacks exclude each other");
   bool graph = output || folded || vo.title || vo.width || vo.minwidth;
   if (!stacks && !segments && !graph) {

@@ -203,10 +203,8 @@ static int export_csv(const char *dir, char **files, int nfiles, const char *ran
   int64_t forced_rank;
   int rc = export_forced_rank(rank_s, nfiles, &forced_rank);
   if (rc != CLI_OK) return rc;
-  uint64_t jobs = 0;
-  if (jobs_s && (!cli_parse_u64(jobs_s, &jobs) || jobs == 0 || jobs > 256))
-    return cli_usage_error("export", "option '--jobs' needs a number from 1 to 256, not '%s'",
-                           jobs_s);
+  unsigned jobs = 0;
+  if (jobs_s && (rc = cli_parse_jobs("export", jobs_s, 256, &jobs)) != CLI_OK) return rc;
   struct stat st;
   if (mkdir(dir, 0777) != 0 && (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))) {
     cli_error("cannot write CSV files into '%s': not a directory", dir);

@@ -464,11 +464,11 @@ static int ranks_report(ranks_row_t *rows, size_t n, bool json, bool keep_going)
 
 int cli_ranks_files(const char *cmd, char **files, int nfiles, bool json, const char *jobs_s,
                     bool keep_going) {
-  uint64_t jobs = (uint64_t)sysconf(_SC_NPROCESSORS_ONLN);
-  if (jobs_s && (!cli_parse_u64(jobs_s, &jobs) || jobs == 0 || jobs > 256))
-    return cli_usage_error(cmd, "option '--jobs' needs a number from 1 to 256, not '%s'", jobs_s);
-  if (jobs < 1) jobs = 1;
-  if (jobs > (uint64_t)nfiles) jobs = (uint64_t)nfiles;
+  long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+  unsigned jobs = ncpu > 0 ? (unsigned)ncpu : 1;
+  int prc = jobs_s ? cli_parse_jobs(cmd, jobs_s, 256, &jobs) : CLI_OK;
+  if (prc != CLI_OK) return prc;
+  if (jobs > (unsigned)nfiles) jobs = (unsigned)nfiles;
   ranks_job_t job = {files, calloc((size_t)nfiles, sizeof(ranks_row_t)), (size_t)nfiles, 0,
                      PTHREAD_MUTEX_INITIALIZER};
   pthread_t *th = calloc(jobs, sizeof *th);

@@ -30,6 +30,14 @@ bool cli_parse_u64(const char *s, uint64_t *out) {
   return true;
 }
 
+int cli_parse_jobs(const char *cmd, const char *s, unsigned max, unsigned *out) {
+  uint64_t v;
+  if (!cli_parse_u64(s, &v) || v == 0 || v > max)
+    return cli_usage_error(cmd, "option '--jobs' needs a number from 1 to %u, not '%s'", max, s);
+  *out = (unsigned)v;
+  return CLI_OK;
+}
+
 static bool cli_parse_i64(const char *s, int64_t *out) {
   if (!s || !*s || *s == ' ') return false;
   char *end;
