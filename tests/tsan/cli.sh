@@ -3,12 +3,19 @@
 # tsan_cli: `memsnap compare` and `memsnap check --baseline` reading their two files at once
 # (--jobs 2: each on a thread, its messages held and printed in the files' order), with the
 # snapshot cache on and off, on PyTorch pickles that compare cleanly, with warnings and with
-# errors on either side, and check's replays on two threads; and the same output with --jobs 1. Built with TSan (make test TSAN=1), a data race makes memsnap exit 66 and
-# print a report, which fails the test; in other builds it checks the output alone.
-# Usage: cli.sh MEMSNAP FIXTURES_DIR
+# errors on either side, and check's replays on two threads; and the same output with --jobs 1.
+# Built with TSan (make test TSAN=1), a data race makes memsnap exit 66 and print a report, which
+# fails the test; in other builds it checks the output alone.
+# Usage: cli.sh MEMSNAP FIXTURES_DIR ($MEMSNAP_TORCH_FIXTURES first; without the fixtures it
+# exits 77, a skip)
 set -euo pipefail
 memsnap=$1
-fx=$2
+fx=${MEMSNAP_TORCH_FIXTURES:-${2:-}}
+if [[ -z "$fx" || ! -f "$fx/a0kuma_adamw_small.pickle" || ! -f "$fx/cranberrii_ftcourse.pickle" ||
+      ! -f "$fx/jogregoire_diffusion_tiny.pickle" ]]; then
+  echo "SKIP: PyTorch fixtures not found (MEMSNAP_TORCH_FIXTURES, or ../shared/fixtures/torch)"
+  exit 77
+fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 printf '\x80\x02not a pickle' > "$work/bad.pickle"
