@@ -807,6 +807,23 @@ static void save_bad_pickle(const char *dir) {
   cr_assert_eq(th_write_file(path, bad, sizeof bad - 1), 0);
 }
 
+/* Runs `cmd --jobs 1`, `cmd --jobs 2` (and cmd alone when with_default): each exits rc and prints
+ * expect, and all print the same bytes. out receives the --jobs 2 run's output. */
+static void expect_jobs_alike(const char *cmd, bool with_default, int rc, const char *expect,
+                              char *out, size_t cap) {
+  static const char *const jobs[3] = {" --jobs 2", " --jobs 1", ""};
+  char line[2100], *first = malloc(cap);
+  cr_assert(first);
+  for (int j = 0; j < (with_default ? 3 : 2); j++) {
+    char *o = j ? first : out;
+    snprintf(line, sizeof line, "%s%s", cmd, jobs[j]);
+    cr_expect_eq(run_cmd(line, o, cap), rc, "%s: %s", line, o);
+    cr_expect(strstr(o, expect), "%s: %s", line, o);
+    if (j) cr_expect_str_eq(o, out, "%s", line);
+  }
+  free(first);
+}
+
 /* Two files read at once (--jobs 2, each on a thread) or one after the other (--jobs 1) print
  * the same, byte for byte, with the same exit code: reports, the graphs' outputs, warnings, and
  * errors, where BEFORE's error alone is printed when both fail (read in turn, AFTER is not read
@@ -838,28 +855,21 @@ Test(compare, two_files_at_once_or_in_turn_print_the_same) {
       {"run.msnap", "four.pickle", "--stacks --folded --at peak", "train.py", 0},
       {"run.msnap", "bad.pickle", "--stacks --folded", "bad.pickle", 1},
   };
-  char cmd[2048], out[3][65536];
+  char cmd[2048], out[65536];
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-    static const char *const jobs[3] = {"--jobs 1", "--jobs 2", ""};
-    for (int j = 0; j < 3; j++) {
-      snprintf(cmd, sizeof cmd, "compare --no-cache %s/%s %s/%s %s %s", dir, cases[i].before, dir,
-               cases[i].after, cases[i].opts, jobs[j]);
-      cr_expect_eq(run_cmd(cmd, out[j], sizeof out[j]), cases[i].rc, "%s: %s", cmd, out[j]);
-      cr_expect(strstr(out[j], cases[i].expect), "%s: %s", cmd, out[j]);
-      if (j) cr_expect_str_eq(out[j], out[0], "%s", cmd);
-    }
+    snprintf(cmd, sizeof cmd, "compare --no-cache %s/%s %s/%s %s", dir, cases[i].before, dir,
+             cases[i].after, cases[i].opts);
+    expect_jobs_alike(cmd, true, cases[i].rc, cases[i].expect, out, sizeof out);
+    if (strcmp(cases[i].after, "missing.msnap") == 0) /* both fail: only BEFORE's error */
+      cr_expect(!strstr(out, "missing.msnap"), "%s", out);
   }
-  /* both fail: only BEFORE's error */
-  snprintf(cmd, sizeof cmd, "compare --no-cache %s/bad.pickle %s/missing.msnap --jobs 2", dir, dir);
-  run_cmd(cmd, out[0], sizeof out[0]);
-  cr_expect(!strstr(out[0], "missing.msnap"), "%s", out[0]);
   /* --jobs: a number, and not for one file at two moments */
   snprintf(cmd, sizeof cmd, "compare %s/run.msnap %s/four.pickle --jobs 0", dir, dir);
-  cr_expect_eq(run_cmd(cmd, out[0], sizeof out[0]), 2, "%s", out[0]);
-  cr_expect(strstr(out[0], "option '--jobs' needs a number from 1 to 1024, not '0'"), "%s", out[0]);
+  cr_expect_eq(run_cmd(cmd, out, sizeof out), 2, "%s", out);
+  cr_expect(strstr(out, "option '--jobs' needs a number from 1 to 1024, not '0'"), "%s", out);
   snprintf(cmd, sizeof cmd, "compare %s/run.msnap --at 3 --at end --jobs 2", dir);
-  cr_expect_eq(run_cmd(cmd, out[0], sizeof out[0]), 2, "%s", out[0]);
-  cr_expect(strstr(out[0], "--jobs applies to two files or directories"), "%s", out[0]);
+  cr_expect_eq(run_cmd(cmd, out, sizeof out), 2, "%s", out);
+  cr_expect(strstr(out, "--jobs applies to two files or directories"), "%s", out);
   ms_snapshot_free(run);
   ms_snapshot_free(four);
   ms_snapshot_free(bare);
@@ -892,20 +902,16 @@ Test(gate, check_reads_snap_and_baseline_at_once_or_in_turn_the_same) {
       {"four.msnap", "bad.pickle", "--limit 'ooms<=+0'", "bad.pickle", 1},
       {"missing.msnap", "bad.pickle", "--limit 'ooms<=+0'", "missing.msnap", 1},
   };
-  char cmd[2048], out[2][65536];
+  char cmd[2048], out[65536];
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-    for (int j = 0; j < 2; j++) {
-      snprintf(cmd, sizeof cmd, "check --no-cache %s/%s --baseline %s/%s %s --jobs %d", dir,
-               cases[i].snap, dir, cases[i].base, cases[i].limits, 1 + j);
-      cr_expect_eq(run_cmd(cmd, out[j], sizeof out[j]), cases[i].rc, "%s: %s", cmd, out[j]);
-      cr_expect(strstr(out[j], cases[i].expect), "%s: %s", cmd, out[j]);
-    }
-    cr_expect_str_eq(out[1], out[0], "%s", cmd);
+    snprintf(cmd, sizeof cmd, "check --no-cache %s/%s --baseline %s/%s %s", dir, cases[i].snap, dir,
+             cases[i].base, cases[i].limits);
+    expect_jobs_alike(cmd, false, cases[i].rc, cases[i].expect, out, sizeof out);
   }
-  cr_expect(!strstr(out[1], "bad.pickle"), "only SNAP's error: %s", out[1]);
+  cr_expect(!strstr(out, "bad.pickle"), "only SNAP's error: %s", out);
   snprintf(cmd, sizeof cmd, "check %s/four.msnap --limit 'ooms<=0' --jobs 2", dir);
-  cr_expect_eq(run_cmd(cmd, out[0], sizeof out[0]), 2, "%s", out[0]);
-  cr_expect(strstr(out[0], "--jobs applies to --baseline"), "%s", out[0]);
+  cr_expect_eq(run_cmd(cmd, out, sizeof out), 2, "%s", out);
+  cr_expect(strstr(out, "--jobs applies to --baseline"), "%s", out);
   ms_snapshot_free(two);
   ms_snapshot_free(four);
   ms_snapshot_free(bare);
