@@ -481,3 +481,45 @@ Test(deferred, windows) {
   }
   cr_assert(deferred > 0, "no window left a stack for later");
 }
+
+/* ---- the places of the records left for later ----------------------------------------------- */
+
+/* Record rec's offset as ms__defer_locs_note kept it (+ 1), 0 when it was not noted. */
+static uint64_t noted_at(const ms__defer_locs_t *l, size_t rec) {
+  if (rec >= l->cap || !l->off[rec]) return 0;
+  return l->base[rec / MS__DEFER_BLOCK] + l->off[rec];
+}
+
+/* Records noted in their order, across growths of the arrays, with gaps of whole blocks and a
+ * record noted again: each keeps its place, the others read as not noted, and only the blocks up
+ * to the last record noted are set (the room past them stays untouched). */
+Test(deferred, places_kept_across_growths) {
+  static const size_t recs[] = {0,     1,     4095,   4096,   9000,   65535,
+                                65536, 65537, 300000, 300001, 1000000};
+  const size_t n = sizeof recs / sizeof recs[0];
+  ms__defer_locs_t l;
+  memset(&l, 0, sizeof l);
+  for (size_t i = 0; i < n; i++) {
+    cr_assert(ms__defer_locs_note(&l, recs[i], 1000 + 100 * (uint64_t)recs[i]), "record %zu",
+              recs[i]);
+    cr_assert_eq(l.cap % MS__DEFER_BLOCK, 0);
+    cr_assert_eq(l.cap, (recs[i] / MS__DEFER_BLOCK + 1) * MS__DEFER_BLOCK, "record %zu", recs[i]);
+    cr_assert_geq(l.room, l.cap);
+  }
+  cr_assert_eq(l.n, n);
+  cr_assert(ms__defer_locs_note(&l, 9000, 1000 + 100 * 9000), "noted again");
+  cr_assert_eq(l.n, n, "a record noted again is counted once");
+  for (size_t i = 0; i < n; i++)
+    cr_assert_eq(noted_at(&l, recs[i]), 1001 + 100 * (uint64_t)recs[i], "record %zu", recs[i]);
+  static const size_t none[] = {2, 4094, 8191, 65534, 100000, 299999, 1000001, 5000000};
+  for (size_t i = 0; i < sizeof none / sizeof none[0]; i++)
+    cr_assert_eq(noted_at(&l, none[i]), 0, "record %zu was never noted", none[i]);
+  /* a record too far from its block's first (4 GiB on) is refused: its stack is read now */
+  cr_assert(!ms__defer_locs_note(&l, 1000002, 1000 + 100 * 1000000 + ((uint64_t)1 << 32)));
+  cr_assert(!ms__defer_locs_note(&l, 1000003, 999), "before its block's first");
+  cr_assert_eq(noted_at(&l, 1000002), 0);
+  cr_assert_eq(l.n, n);
+  ms__defer_locs_free(&l);
+  cr_assert_null(l.off);
+  cr_assert_eq(l.cap + l.room + l.n, 0);
+}

@@ -102,18 +102,29 @@ static void df_free(ms_snapshot_t *snap, void *ext) {
   free(d);
 }
 
+/* Room for records up to rec in l: grown by doubling (the records come in their order), so that
+ * a trace's places are never copied (ms__big_realloc moves pages) and the room past the last
+ * record noted is never touched. */
+static bool df_locs_room(ms__defer_locs_t *l, size_t rec) {
+  size_t room = l->room ? 2 * l->room : 16 * MS__DEFER_BLOCK;
+  while (room <= rec) room *= 2;
+  uint32_t *o = ms__big_realloc(l->off, room * sizeof *o);
+  if (!o) return false;
+  l->off = o;
+  uint64_t *b = realloc(l->base, room / MS__DEFER_BLOCK * sizeof *b);
+  if (!b) return false; /* l->off has more room than l->room says: harmless */
+  l->base = b;
+  l->room = room;
+  return true;
+}
+
 bool ms__defer_locs_note(ms__defer_locs_t *l, size_t rec, uint64_t off) {
-  if (rec >= l->cap) {
-    size_t cap = l->cap ? 2 * l->cap : 16 * MS__DEFER_BLOCK;
-    while (cap <= rec) cap *= 2;
-    uint32_t *o = realloc(l->off, cap * sizeof *o);
-    if (!o) return false;
-    memset(o + l->cap, 0, (cap - l->cap) * sizeof *o);
-    l->off = o;
-    uint64_t *b = realloc(l->base, cap / MS__DEFER_BLOCK * sizeof *b);
-    if (!b) return false; /* l->off is larger than cap says: harmless */
-    memset(b + l->cap / MS__DEFER_BLOCK, 0xff, (cap - l->cap) / MS__DEFER_BLOCK * sizeof *b);
-    l->base = b;
+  if (rec >= l->cap) { /* the blocks up to rec's: none of their records noted yet */
+    if (rec >= l->room && !df_locs_room(l, rec)) return false;
+    size_t cap = (rec / MS__DEFER_BLOCK + 1) * MS__DEFER_BLOCK;
+    memset(l->off + l->cap, 0, (cap - l->cap) * sizeof *l->off);
+    memset(l->base + l->cap / MS__DEFER_BLOCK, 0xff,
+           (cap - l->cap) / MS__DEFER_BLOCK * sizeof *l->base);
     l->cap = cap;
   }
   uint64_t *base = &l->base[rec / MS__DEFER_BLOCK];
@@ -125,7 +136,7 @@ bool ms__defer_locs_note(ms__defer_locs_t *l, size_t rec, uint64_t off) {
 }
 
 void ms__defer_locs_free(ms__defer_locs_t *l) {
-  free(l->off);
+  ms__big_free(l->off);
   free(l->base);
   memset(l, 0, sizeof *l);
 }

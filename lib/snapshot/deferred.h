@@ -24,9 +24,12 @@
  * MB of one another: one that does not fit is not left for later). */
 #define MS__DEFER_BLOCK 4096
 typedef struct ms__defer_locs_s {
-  uint32_t *off;  /* per record: its offset - base[rec / MS__DEFER_BLOCK] + 1; 0 for none */
+  uint32_t *off;  /* per record: its offset - base[rec / MS__DEFER_BLOCK] + 1; 0 for none (an
+                     ms__big_* array: its pages reused, untouched past cap) */
   uint64_t *base; /* per block: UINT64_MAX until a record of it is noted */
-  size_t cap;     /* records `off` holds, a multiple of MS__DEFER_BLOCK */
+  size_t cap;     /* records `off` holds and says are noted or not, a multiple of MS__DEFER_BLOCK
+                     (set block by block as records are noted: the rest is not written) */
+  size_t room;    /* records `off` and `base` have room for */
   size_t n;       /* records noted and not read yet */
 } ms__defer_locs_t;
 
