@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT
  * Helpers shared by the benchmarks: wall and process-CPU clocks, the median of a few runs (they
  * sort their argument), a command run as a child process (its CPU seconds, wall seconds and peak
- * RSS), and work done in a child process (a synthetic file written: its memory goes with it).
+ * RSS), and work done in a child process (a synthetic file written: its memory goes with it; fresh
+ * memory faulted in, the floor of a command that holds that much).
  */
 #ifndef MEMSNAP_BENCH_UTIL_H
 #define MEMSNAP_BENCH_UTIL_H
@@ -11,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -165,6 +167,25 @@ static inline bench_child_t bench_in_child(void (*fn)(void *ctx), void *ctx, con
     _exit(0);
   }
   return bench_wait(pid, w0, what);
+}
+
+static inline void bench_touch_fn(void *ctx) {
+  size_t bytes = *(const size_t *)ctx;
+  volatile char *m = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (m == MAP_FAILED) bench_die("mmap", strerror(errno));
+#ifdef MADV_HUGEPAGE
+  (void)madvise((void *)m, bytes, MADV_HUGEPAGE);
+#endif
+  for (size_t i = 0; i < bytes; i += 4096)
+    m[i] = 1;
+}
+
+/* A child process that does nothing but fault in `bytes` of fresh anonymous memory, one write a
+ * page, with the huge-page advice memsnap's large arrays have (lib/common/bigmem.c): the share of
+ * a command holding that much that goes to the kernel, and in a virtual machine to the host,
+ * giving it zeroed pages. */
+static inline bench_child_t bench_touch(size_t bytes) {
+  return bench_in_child(bench_touch_fn, &bytes, "touching fresh memory");
 }
 
 #endif /* MEMSNAP_BENCH_UTIL_H */
