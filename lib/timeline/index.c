@@ -266,20 +266,15 @@ static void tl_ival_note(uint64_t m[2], const uint64_t *totals) {
  * their free_completed. No array of differences is made for that: the growth is noted at the
  * entries where it starts and ends, whose slots of room (read only at free_completed entries,
  * each at its own step of this pass, which comes first) and freq (which holds, at an alloc,
- * whether the growth reaches the allocated series) are free, then summed in one sweep that gives
- * the checkpoints (newest first here) their final sizes and totals, and each interval (iv, newest
- * first) the most growth over its steps.
+ * whether the growth reaches the allocated series) are free (the build pass left them zero),
+ * then summed in one sweep that gives the checkpoints (newest first here) their final sizes and
+ * totals, and each interval (iv, newest first) the most growth over its steps.
  * @return whether any block grew: the build pass's allocated and active totals are then not the
  * final ones between the checkpoints. */
 static bool tl_final_sizes(tl_dev_t *d, size_t n, uint64_t *room, uint32_t *freq,
                            const uint8_t *counted, tl_ivals_t *iv) {
   bool grew = false;
   uint64_t grow_alloc0 = 0, grow_active0 = 0; /* growth of blocks born before the trace */
-  for (size_t i = 0; i < n; i++)
-    if (d->trace[i].action != MS_TRACE_FREE_COMPLETED) {
-      room[i] = 0;
-      freq[i] = 0;
-    }
   for (size_t i = 0; i < n; i++) {
     const ms_snap_trace_t *e = &d->trace[i];
     if (e->action != MS_TRACE_FREE_COMPLETED) continue;
@@ -311,7 +306,7 @@ static bool tl_final_sizes(tl_dev_t *d, size_t n, uint64_t *room, uint32_t *freq
   size_t k = d->ckpts.len; /* newest first: the next checkpoint up is k - 1 */
   size_t v = iv->len;      /* newest first: the interval of st is v - 1 */
   for (size_t st = 0; st <= n; st++) {
-    if (st > 0) {
+    if (st > 0 && room[st - 1]) { /* (most slots hold no growth: their records are not read) */
       size_t j = st - 1;
       switch (d->trace[j].action) {
       case MS_TRACE_ALLOC:
@@ -445,6 +440,9 @@ static int tl_build_dev(ms_timeline_t *tl, size_t dev, ms_errbuf_t *eb) {
   for (size_t i = n; rc == MS_OK && i-- > 0;) {
     rc = ms__tl_undo(&c, &w, i);
     if (rc != MS_OK) break;
+    /* tl_final_sizes reads room and freq as zeros but at free_completed entries, whose slots this
+     * pass sets: the others are cleared here, while the entry's record is at hand */
+    if (d->trace[i].action != MS_TRACE_FREE_COMPLETED) room[i] = freq[i] = 0;
     tl_peaks_note(&pk, i, w.totals);
     tl_ival_note(cur.base, w.totals);
     cur.lo = i;
