@@ -10,6 +10,11 @@
  *    (ms_timeline_snapshot_at, what `--at` does), after the index is built (median of 200;
  *    target <= 20).
  *  - timeline_index_bytes_per_entry: the index's resident growth per trace entry (RSS delta).
+ *  - timeline_ooms_all_ms: milliseconds for every `oom` entry with the reserved bytes at each
+ *    (ms_snapshot_ooms, what `memsnap timeline` lists) on the same kind of trace, 1 M entries with
+ *    an `oom` entry after every 100th (a run that retried after each OOM: about 10,000 of them;
+ *    median of 3), and its baseline timeline_oom_at_ms, one of them alone (ms_snapshot_oom_at,
+ *    the middle one: what the listing cost for each of them before ms_snapshot_ooms).
  *  - timeline_json_largest_fixture_s: `memsnap timeline FILE --viewer-data > /dev/null` (PyTorch's
  *    viewer's data, which `--json` printed when the metric was named) on the largest shared
  *    fixture, whole process (median of 5; target <= 0.2).
@@ -70,8 +75,10 @@ static int add_entry(ms__snapbuild_t *b, ms_trace_action a, uint64_t addr, uint6
   return ms__snapbuild_add_trace(b, &e);
 }
 
-/* The synthetic snapshot: a consistent trace of about `target` entries and its end state. */
-static ms_snapshot_t *synth(size_t target) {
+/* The synthetic snapshot: a consistent trace of about `target` entries and its end state; with
+ * oom_every > 0, an `oom` entry after every oom_every-th entry (an event: the state is the same).
+ */
+static ms_snapshot_t *synth(size_t target, size_t oom_every) {
   ms__snapbuild_t b;
   ms__snapbuild_init(&b);
   b.hdr.origin = MS_SNAP_ORIGIN_TORCH_DICT;
@@ -88,6 +95,11 @@ static ms_snapshot_t *synth(size_t target) {
   }
   size_t live = 0;
   while (n < target) {
+    if (oom_every && n % oom_every == oom_every - 1) {
+      if (add_entry(&b, MS_TRACE_OOM, next() % SEG_SIZE, 1 + next() % SEG_SIZE, t++)) return NULL;
+      n++;
+      continue;
+    }
     uint64_t r = next();
     size_t slot = (size_t)(r % NSLOTS);
     int seg = (int)(slot / SLOTS_PER_SEG);
@@ -187,8 +199,40 @@ static double run_json(const char *bin, const char *path, const char *flag) {
   return r.wall;
 }
 
+/* timeline_ooms_all_ms and its baseline timeline_oom_at_ms. */
+static int bench_ooms(void) {
+  ms_snapshot_t *s = synth(1000000, 100);
+  if (!s) {
+    fprintf(stderr, "bench_timeline: cannot generate the trace with oom entries\n");
+    return 1;
+  }
+  size_t noom = ms_snapshot_oom_count(s, 0);
+  double all[3], one[3];
+  for (int i = 0; i < 3; i++) {
+    ms_tl_ooms_t o;
+    double t0 = now_s();
+    if (ms_snapshot_ooms(s, 0, &o) != MS_OK || o.n != noom) return 1;
+    all[i] = (now_s() - t0) * 1e3;
+    ms_tl_ooms_release(&o);
+    ms_tl_oom_t x;
+    t0 = now_s();
+    if (ms_snapshot_oom_at(s, 0, noom / 2, &x) != MS_OK) return 1;
+    one[i] = (now_s() - t0) * 1e3;
+  }
+  qsort(all, 3, sizeof *all, cmp_double);
+  qsort(one, 3, sizeof *one, cmp_double);
+  printf("timeline_ooms_all_ms %.3f\n", all[1]);
+  printf("timeline_oom_at_ms %.3f\n", one[1]);
+  fprintf(stderr,
+          "bench_timeline: %zu oom entries in %u: all at once %.2f ms; one alone %.2f ms (all "
+          "one at a time: about %.1f s)\n",
+          noom, s->devices[0].ntrace, all[1], one[1], one[1] * (double)noom / 1e3);
+  ms_snapshot_free(s);
+  return 0;
+}
+
 int main(void) {
-  ms_snapshot_t *s = synth(4500000);
+  ms_snapshot_t *s = synth(4500000, 0);
   if (!s) {
     fprintf(stderr, "bench_timeline: cannot generate the trace\n");
     return 1;
@@ -229,6 +273,7 @@ int main(void) {
   fprintf(stderr, "bench_timeline: --at: median %.3f ms, max %.3f ms\n", at[AT / 2], at[AT - 1]);
   ms_timeline_destroy(tl);
   ms_snapshot_free(s);
+  if (bench_ooms() != 0) return 1;
 
   const char *dir = getenv("MEMSNAP_TORCH_FIXTURES");
   if (!dir || !*dir) dir = MS_BENCH_FIXTURES_DEFAULT;

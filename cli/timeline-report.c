@@ -44,23 +44,28 @@ static int report_peak(const ms_timeline_t *tl, size_t dev, ms_tl_metric m, size
 /* The `oom` entries of the device within [from, to). */
 static int report_ooms(const ms_timeline_t *tl, size_t dev, size_t from, size_t to,
                        cli_tl_report_t *r) {
-  const ms_snapshot_t *snap = ms_timeline_snapshot(tl);
-  size_t n = ms_snapshot_oom_count(snap, dev);
+  ms_tl_ooms_t all;
+  if (ms_snapshot_ooms(ms_timeline_snapshot(tl), dev, &all) != MS_OK) {
+    cli_error("out of memory");
+    return CLI_FAILURE;
+  }
+  size_t n = all.n;
   r->noom_all = n;
   if (n == 0) return CLI_OK;
   r->ooms = calloc(n, sizeof *r->ooms);
   r->oom_n = calloc(n, sizeof *r->oom_n);
   if (!r->ooms || !r->oom_n) {
+    ms_tl_ooms_release(&all);
     cli_error("out of memory");
     return CLI_FAILURE;
   }
   for (size_t k = 0; k < n; k++) {
-    ms_tl_oom_t o;
-    if (ms_snapshot_oom_at(snap, dev, k, &o) != MS_OK) break;
-    if (o.entry < from || o.entry >= to) continue;
+    const ms_tl_oom_t *o = &all.ooms[k];
+    if (o->entry < from || o->entry >= to) continue;
     r->oom_n[r->nooms] = k + 1;
-    r->ooms[r->nooms++] = o;
+    r->ooms[r->nooms++] = *o;
   }
+  ms_tl_ooms_release(&all);
   return CLI_OK;
 }
 

@@ -724,6 +724,144 @@ Test(timeline, expandable_map_unmap_and_state_before) {
   ms_snapshot_free(s);
 }
 
+/* ---- oom entries without an index ------------------------------------------------------------ */
+
+/* ms_snapshot_ooms' entries equal ms_snapshot_oom_at's, k by k, field by field. */
+static void expect_ooms_as_one_at_a_time(const ms_snapshot_t *s, size_t dev,
+                                         const ms_tl_ooms_t *all) {
+  cr_assert_eq(all->n, ms_snapshot_oom_count(s, dev));
+  for (size_t k = 0; k < all->n; k++) {
+    ms_tl_oom_t o;
+    memset(&o, 0xa5, sizeof o);
+    cr_assert_eq(ms_snapshot_oom_at(s, dev, k, &o), MS_OK);
+    const ms_tl_oom_t *a = &all->ooms[k];
+    cr_assert(a->entry == o.entry && a->request == o.request && a->stream == o.stream &&
+                  a->pool_id[0] == o.pool_id[0] && a->pool_id[1] == o.pool_id[1] &&
+                  a->has_device_free == o.has_device_free && a->device_free == o.device_free &&
+                  a->has_reserved == o.has_reserved && a->reserved == o.reserved,
+              "oom %zu", k);
+  }
+  ms_tl_oom_t o;
+  cr_assert_eq(ms_snapshot_oom_at(s, dev, all->n, &o), MS_EINVAL, "no oom %zu", all->n);
+}
+
+/* The reserved bytes at each oom entry: the end state's segments (22 MiB here) with the segment
+ * entries after the entry undone; unknown before a point where the trace frees more than it
+ * holds. The capacity comes from the first entry whose device_free and reserved add up to more
+ * than 0. */
+Test(timeline, ooms_with_the_reserved_bytes_at_each) {
+  static const struct {
+    const char *name;
+    tr_t tr[10];
+    size_t ntr;
+    size_t n;
+    size_t entry[4];
+    int64_t reserved_mib[4]; /* -1: unknown */
+    uint64_t capacity_mib;   /* 0: unknown */
+  } cases[] = {
+      {"segments allocated and freed between them",
+       {{MS_TRACE_OOM, 0, 100},
+        {MS_TRACE_SEGMENT_ALLOC, 0x100000, 2 * MiB},
+        {MS_TRACE_OOM, 1 * MiB, 200},
+        {MS_TRACE_SEGMENT_ALLOC, 0x2000000, 4 * MiB},
+        {MS_TRACE_OOM, 3 * MiB, 300},
+        {MS_TRACE_SEGMENT_FREE, 0x2000000, 4 * MiB},
+        {MS_TRACE_SEGMENT_ALLOC, 0x800000, 20 * MiB},
+        {MS_TRACE_OOM, 5 * MiB, 400}},
+       8,
+       4,
+       {0, 2, 4, 7},
+       {0, 2, 6, 22},
+       3},
+      {"mapped and unmapped ranges count as segments",
+       {{MS_TRACE_SEGMENT_MAP, 0x100000, 2 * MiB},
+        {MS_TRACE_OOM, 8 * MiB, 100},
+        {MS_TRACE_SEGMENT_UNMAP, 0x4000000, 6 * MiB},
+        {MS_TRACE_OOM, 2 * MiB, 100}},
+       4,
+       2,
+       {1, 3},
+       {28, 22},
+       36},
+      {"a trace that frees more than it held: unknown before that point",
+       {{MS_TRACE_OOM, 1 * MiB, 100},
+        {MS_TRACE_SEGMENT_ALLOC, 0x4000000, 64 * MiB},
+        {MS_TRACE_OOM, 1 * MiB, 100},
+        {MS_TRACE_SEGMENT_ALLOC, 0x100000, 2 * MiB},
+        {MS_TRACE_OOM, 1 * MiB, 100}},
+       5,
+       3,
+       {0, 2, 4},
+       {-1, 20, 22},
+       21},
+      {"no oom entry", {{MS_TRACE_SEGMENT_ALLOC, 0x100000, 2 * MiB}}, 1, 0, {0}, {0}, 0},
+  };
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    ms_snapshot_t *s = build(SEG({0x100000, 2 * MiB}, {0x800000, 20 * MiB}), 2, NULL, 0,
+                             cases[c].tr, cases[c].ntr);
+    ms_tl_ooms_t all;
+    cr_assert_eq(ms_snapshot_ooms(s, 0, &all), MS_OK, "%s", cases[c].name);
+    cr_assert_eq(all.n, cases[c].n, "%s", cases[c].name);
+    for (size_t k = 0; k < all.n; k++) {
+      const ms_tl_oom_t *o = &all.ooms[k];
+      cr_assert_eq(o->entry, cases[c].entry[k], "%s: oom %zu", cases[c].name, k);
+      cr_assert_eq(o->request, cases[c].tr[o->entry].size, "%s: oom %zu", cases[c].name, k);
+      cr_assert(o->has_device_free, "%s: oom %zu", cases[c].name, k);
+      cr_assert_eq(o->device_free, cases[c].tr[o->entry].addr, "%s: oom %zu", cases[c].name, k);
+      cr_assert_eq(o->has_reserved, cases[c].reserved_mib[k] >= 0, "%s: oom %zu", cases[c].name, k);
+      if (o->has_reserved)
+        cr_assert_eq(o->reserved, (uint64_t)cases[c].reserved_mib[k] * MiB, "%s: oom %zu",
+                     cases[c].name, k);
+    }
+    expect_ooms_as_one_at_a_time(s, 0, &all);
+    uint64_t cap = 1;
+    ms_tl_oom_t first;
+    ms_capacity_source src = ms_snapshot_capacity(s, 0, &cap, &first);
+    cr_assert_eq(src, cases[c].capacity_mib ? MS_CAPACITY_INFERRED : MS_CAPACITY_UNKNOWN, "%s",
+                 cases[c].name);
+    cr_assert_eq(cap, cases[c].capacity_mib * MiB, "%s", cases[c].name);
+    ms_tl_ooms_release(&all);
+    cr_assert_null(all.ooms);
+    cr_assert_eq(all.n, 0);
+    ms_snapshot_free(s);
+  }
+}
+
+/* Many oom entries among many segment entries: all of them, as one at a time gives them; a device
+ * the snapshot does not list has none; no snapshot is an error. */
+Test(timeline, many_ooms_as_one_at_a_time) {
+  enum { N = 3000 };
+  tr_t *tr = calloc(N, sizeof *tr);
+  cr_assert(tr);
+  uint64_t seed = 42;
+  for (size_t i = 0; i < N; i++) {
+    seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+    unsigned r = (unsigned)(seed >> 33) % 8;
+    uint64_t addr = 0x10000000 + (uint64_t)(i % 64) * 0x1000000;
+    if (r < 3)
+      tr[i] = (tr_t){MS_TRACE_OOM, (seed >> 20) % (64 * MiB), 1 + (seed >> 40) % MiB};
+    else if (r < 5)
+      tr[i] = (tr_t){MS_TRACE_SEGMENT_ALLOC, addr, 2 * MiB};
+    else if (r < 7)
+      tr[i] = (tr_t){MS_TRACE_SEGMENT_FREE, addr, 2 * MiB};
+    else
+      tr[i] = (tr_t){MS_TRACE_ALLOC, addr, 512};
+  }
+  ms_snapshot_t *s = build(SEG({0x100000, 2 * MiB}, {0x800000, 20 * MiB}), 2, NULL, 0, tr, N);
+  ms_tl_ooms_t all;
+  cr_assert_eq(ms_snapshot_ooms(s, 0, &all), MS_OK);
+  cr_assert_gt(all.n, N / 4);
+  expect_ooms_as_one_at_a_time(s, 0, &all);
+  ms_tl_ooms_release(&all);
+  cr_assert_eq(ms_snapshot_ooms(s, 7, &all), MS_OK, "a device not listed");
+  cr_assert_eq(all.n, 0);
+  cr_assert_null(all.ooms);
+  cr_assert_eq(ms_snapshot_ooms(NULL, 0, &all), MS_EINVAL);
+  cr_assert_eq(ms_snapshot_ooms(s, 0, NULL), MS_EINVAL);
+  ms_snapshot_free(s);
+  free(tr);
+}
+
 Test(timeline, hostile_random_traces) {
   /* random traces over a few segments: the index either accepts them (and then every property
    * holds) or reports an inconsistency with its entry number; it never crashes */

@@ -287,6 +287,19 @@ MS_API size_t ms_snapshot_oom_count(const ms_snapshot_t *snap, size_t dev);
 MS_API MS_NODISCARD int ms_snapshot_oom_at(const ms_snapshot_t *snap, size_t dev, size_t k,
                                            ms_tl_oom_t *out);
 
+/* Every `oom` entry of a device's trace, in trace order: ooms[k] is ms_snapshot_oom_at's k-th. */
+typedef struct ms_tl_ooms_s {
+  ms_tl_oom_t *ooms;
+  size_t n;
+} ms_tl_ooms_t;
+
+/* Every `oom` entry of device dev in *out (release with ms_tl_ooms_release), in two passes over
+ * its trace however many there are (ms_snapshot_oom_at costs a pass each); none for a device
+ * the snapshot does not list. @return MS_OK, MS_EINVAL (no snapshot or no out: *out empty, when
+ * given) or MS_ENOMEM. */
+MS_API MS_NODISCARD int ms_snapshot_ooms(const ms_snapshot_t *snap, size_t dev, ms_tl_ooms_t *out);
+MS_API void ms_tl_ooms_release(ms_tl_ooms_t *o);
+
 typedef enum ms_capacity_source {
   MS_CAPACITY_UNKNOWN = 0, /* "unknown": no size recorded, no OOM entry that tells it */
   MS_CAPACITY_RECORDED,    /* "recorded": the snapshot records the device's size (memsnap's) */

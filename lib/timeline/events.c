@@ -22,52 +22,94 @@ size_t ms_snapshot_oom_count(const ms_snapshot_t *snap, size_t dev) {
   return n;
 }
 
-/* Reserved bytes of device dev after trace entry `at`: the end state's segments with the segment
- * entries after it undone. false when the trace does not add up (more freed than held). */
-static bool tl_reserved_after(const ms_snapshot_t *snap, size_t dev, size_t at, uint64_t *out) {
+/* Visits the `oom` entries of device dev from its last to its first (k counts down from the number
+ * of them), each with the reserved bytes at it: the end state's segments with the segment entries
+ * after it undone, in one pass from the end for all of them. Reserved is unknown for an entry
+ * before a point where the trace frees more than it holds. visit returns false to stop. */
+typedef bool (*tl_oom_visit_fn)(void *ctx, size_t k, const ms_tl_oom_t *o);
+
+static void tl_ooms_back(const ms_snapshot_t *snap, size_t dev, size_t noom, tl_oom_visit_fn visit,
+                         void *ctx) {
   const ms_snap_device_t *d = &snap->devices[dev];
   /* In 128 bits: hostile sizes must not wrap into a plausible figure. */
   unsigned __int128 r = 0;
   for (size_t i = 0; i < snap->nsegments; i++)
     if (snap->segments[i].device == (int64_t)dev) r += snap->segments[i].total_size;
-  for (size_t i = d->ntrace; i-- > at + 1;) {
+  bool bad = false; /* the entries undone so far free more than was held */
+  size_t k = noom;
+  for (size_t i = d->ntrace; i-- > 0 && k > 0;) {
     const ms_snap_trace_t *e = &snap->trace[d->first_trace + i];
     switch (e->action) {
+    case MS_TRACE_OOM: {
+      ms_tl_oom_t o;
+      memset(&o, 0, sizeof o);
+      o.entry = i;
+      o.request = e->size;
+      o.stream = e->stream;
+      o.pool_id[0] = ms_snap_trace_pool(e, 0);
+      o.pool_id[1] = ms_snap_trace_pool(e, 1);
+      o.has_device_free = !(e->present & MS_TRACE_NO_ADDR);
+      o.device_free = o.has_device_free ? e->addr : 0;
+      o.has_reserved = !bad && r <= UINT64_MAX;
+      o.reserved = o.has_reserved ? (uint64_t)r : 0;
+      if (!visit(ctx, --k, &o)) return;
+      break;
+    }
     case MS_TRACE_SEGMENT_ALLOC:
     case MS_TRACE_SEGMENT_MAP:
-      if (r < e->size) return false;
-      r -= e->size;
+      if (r < e->size) bad = true;
+      if (!bad) r -= e->size;
       break;
     case MS_TRACE_SEGMENT_FREE:
     case MS_TRACE_SEGMENT_UNMAP: r += e->size; break;
     default: break;
     }
   }
-  if (r > UINT64_MAX) return false;
-  *out = (uint64_t)r;
-  return true;
+}
+
+typedef struct tl_oom_find_s {
+  size_t k;
+  ms_tl_oom_t *out;
+} tl_oom_find_t;
+
+static bool tl_oom_find(void *ctx, size_t k, const ms_tl_oom_t *o) {
+  tl_oom_find_t *f = ctx;
+  if (k != f->k) return true;
+  *f->out = *o;
+  return false;
 }
 
 int ms_snapshot_oom_at(const ms_snapshot_t *snap, size_t dev, size_t k, ms_tl_oom_t *out) {
   if (!snap || !out || dev >= snap->ndevices) return MS_EINVAL;
-  const ms_snap_device_t *d = &snap->devices[dev];
-  for (size_t i = 0; i < d->ntrace; i++) {
-    const ms_snap_trace_t *e = &snap->trace[d->first_trace + i];
-    if (e->action != MS_TRACE_OOM || k-- > 0) continue;
-    ms_tl_oom_t o;
-    memset(&o, 0, sizeof o);
-    o.entry = i;
-    o.request = e->size;
-    o.stream = e->stream;
-    o.pool_id[0] = ms_snap_trace_pool(e, 0);
-    o.pool_id[1] = ms_snap_trace_pool(e, 1);
-    o.has_device_free = !(e->present & MS_TRACE_NO_ADDR);
-    o.device_free = o.has_device_free ? e->addr : 0;
-    o.has_reserved = tl_reserved_after(snap, dev, i, &o.reserved);
-    *out = o;
-    return MS_OK;
-  }
-  return MS_EINVAL;
+  size_t n = ms_snapshot_oom_count(snap, dev);
+  if (k >= n) return MS_EINVAL;
+  tl_oom_find_t f = {k, out};
+  tl_ooms_back(snap, dev, n, tl_oom_find, &f);
+  return MS_OK;
+}
+
+static bool tl_oom_store(void *ctx, size_t k, const ms_tl_oom_t *o) {
+  ((ms_tl_oom_t *)ctx)[k] = *o;
+  return true;
+}
+
+int ms_snapshot_ooms(const ms_snapshot_t *snap, size_t dev, ms_tl_ooms_t *out) {
+  if (!out) return MS_EINVAL;
+  memset(out, 0, sizeof *out);
+  if (!snap) return MS_EINVAL;
+  size_t n = ms_snapshot_oom_count(snap, dev); /* 0 for a device the snapshot does not list */
+  if (n == 0) return MS_OK;
+  out->ooms = malloc(n * sizeof *out->ooms);
+  if (!out->ooms) return MS_ENOMEM;
+  out->n = n;
+  tl_ooms_back(snap, dev, n, tl_oom_store, out->ooms);
+  return MS_OK;
+}
+
+void ms_tl_ooms_release(ms_tl_ooms_t *o) {
+  if (!o) return;
+  free(o->ooms);
+  memset(o, 0, sizeof *o);
 }
 
 const char *ms_capacity_source_name(ms_capacity_source s) {
@@ -80,6 +122,25 @@ const char *ms_capacity_source_name(ms_capacity_source s) {
   return "?";
 }
 
+/* The first `oom` entry that tells the device's capacity: device_free and the reserved bytes
+ * known, their sum neither 0 nor past 64 bits (the visits go from the last entry to the first:
+ * the last one found is the first in the trace). */
+typedef struct tl_oom_first_s {
+  bool found;
+  ms_tl_oom_t o;
+} tl_oom_first_t;
+
+static bool tl_oom_first(void *ctx, size_t k, const ms_tl_oom_t *o) {
+  (void)k;
+  tl_oom_first_t *f = ctx;
+  if (!o->has_device_free || !o->has_reserved || o->device_free > UINT64_MAX - o->reserved)
+    return true;
+  if (o->reserved + o->device_free == 0) return true;
+  f->found = true;
+  f->o = *o;
+  return true;
+}
+
 ms_capacity_source ms_snapshot_capacity(const ms_snapshot_t *snap, size_t dev, uint64_t *bytes,
                                         ms_tl_oom_t *oom) {
   *bytes = 0;
@@ -89,18 +150,12 @@ ms_capacity_source ms_snapshot_capacity(const ms_snapshot_t *snap, size_t dev, u
     *bytes = d->capacity;
     return MS_CAPACITY_RECORDED;
   }
-  size_t n = ms_snapshot_oom_count(snap, dev);
-  for (size_t k = 0; k < n; k++) {
-    ms_tl_oom_t o;
-    if (ms_snapshot_oom_at(snap, dev, k, &o) != MS_OK) break;
-    if (!o.has_device_free || !o.has_reserved || o.device_free > UINT64_MAX - o.reserved)
-      continue;
-    if (o.reserved + o.device_free == 0) continue;
-    *bytes = o.reserved + o.device_free;
-    if (oom) *oom = o;
-    return MS_CAPACITY_INFERRED;
-  }
-  return MS_CAPACITY_UNKNOWN;
+  tl_oom_first_t f = {false, {0}};
+  tl_ooms_back(snap, dev, ms_snapshot_oom_count(snap, dev), tl_oom_first, &f);
+  if (!f.found) return MS_CAPACITY_UNKNOWN;
+  *bytes = f.o.reserved + f.o.device_free;
+  if (oom) *oom = f.o;
+  return MS_CAPACITY_INFERRED;
 }
 
 /* ---- annotations ------------------------------------------------------------------------------ */
