@@ -862,6 +862,102 @@ Test(timeline, many_ooms_as_one_at_a_time) {
   free(tr);
 }
 
+/* ---- entries by time --------------------------------------------------------------------------
+ */
+
+/* A one-device snapshot of ntr `oom` entries (events: no segment needed) at times t[i], or without
+ * a time where t[i] < 0. */
+static ms_snapshot_t *timed(const int64_t *t, size_t ntr) {
+  ms__snapbuild_t b;
+  ms__snapbuild_init(&b);
+  b.hdr.origin = MS_SNAP_ORIGIN_TORCH_DICT;
+  b.hdr.present = MS_SNAP_HAS_DEVICE_TRACES;
+  for (size_t i = 0; i < ntr; i++) {
+    ms_snap_trace_t e;
+    memset(&e, 0, sizeof e);
+    e.action = MS_TRACE_OOM;
+    e.size = 512;
+    e.stack = MS_SNAP_NO_STACK;
+    if (t[i] >= 0) {
+      e.present = MS_TRACE_HAS_TIME;
+      e.time_us = t[i];
+    }
+    cr_assert_eq(ms__snapbuild_add_trace(&b, &e), MS_OK);
+  }
+  ms_snap_device_t d;
+  memset(&d, 0, sizeof d);
+  d.ntrace = (uint32_t)ntr;
+  cr_assert_eq(ms__snapbuild_add_device(&b, &d), MS_OK);
+  ms_snapshot_t *s = NULL;
+  ms_errbuf_t eb = {{0}};
+  cr_assert_eq(ms__snapbuild_finish(&b, &s, &eb), MS_OK, "%s", eb.msg);
+  return s;
+}
+
+/* The entries with t0 <= time <= t1 as a pass over the trace finds them (the first and one past
+ * the last; none inside: where they would be, after the last entry before t0). */
+static bool time_range_by_scan(const int64_t *t, size_t n, int64_t t0, int64_t t1, size_t *from,
+                               size_t *to) {
+  size_t first = SIZE_MAX, last = 0, at = 0;
+  bool any = false;
+  for (size_t i = 0; i < n; i++) {
+    if (t[i] < 0) continue;
+    any = true;
+    if (t[i] < t0) at = i + 1;
+    if (t[i] < t0 || t[i] > t1) continue;
+    if (first == SIZE_MAX) first = i;
+    last = i;
+  }
+  *from = first == SIZE_MAX ? at : first;
+  *to = first == SIZE_MAX ? at : last + 1;
+  return any;
+}
+
+/* ms_timeline_time_range gives what a pass over the trace gives, for traces whose times never
+ * decrease (found by binary search), with repeated times, with an entry without a time, out of
+ * order, and for windows before, after, between and across entries, empty and reversed. */
+Test(timeline, entries_by_time_as_a_pass_finds_them) {
+  static const struct {
+    const char *name;
+    int64_t t[8];
+    size_t n;
+  } traces[] = {
+      {"increasing", {10, 20, 30, 40, 50}, 5},
+      {"repeated times", {10, 20, 20, 20, 30, 30, 40}, 7},
+      {"one entry", {25}, 1},
+      {"an entry without a time", {10, 20, -1, 30, 40}, 5},
+      {"out of order", {10, 30, 20, 40, 35, 50}, 6},
+      {"no times", {-1, -1}, 2},
+  };
+  static const int64_t wins[][2] = {{0, 5},   {0, 10},  {10, 10}, {15, 25}, {20, 20},
+                                    {20, 30}, {21, 29}, {35, 35}, {40, 60}, {51, 90},
+                                    {30, 20}, {0, 100}, {25, 25}, {-5, 0}};
+  for (size_t k = 0; k < sizeof traces / sizeof traces[0]; k++) {
+    ms_snapshot_t *s = timed(traces[k].t, traces[k].n);
+    ms_timeline_t *tl = NULL;
+    ms_errbuf_t eb = {{0}};
+    cr_assert_eq(ms_timeline_create(s, NULL, &tl, &eb), MS_OK, "%s: %s", traces[k].name, eb.msg);
+    for (int rep = 0; rep < 2; rep++) /* the first call learns the order, the second uses it */
+      for (size_t w = 0; w < sizeof wins / sizeof wins[0]; w++) {
+        size_t ef = 0, et = 0, f = 99, t = 99;
+        bool any = time_range_by_scan(traces[k].t, traces[k].n, wins[w][0], wins[w][1], &ef, &et);
+        int rc = ms_timeline_time_range(tl, 0, wins[w][0], wins[w][1], &f, &t, &eb);
+        if (!any) {
+          cr_assert_eq(rc, MS_EINVAL, "%s", traces[k].name);
+          cr_assert_str_eq(eb.msg, "the trace of device 0 has no times");
+          continue;
+        }
+        cr_assert_eq(rc, MS_OK, "%s [%" PRId64 ", %" PRId64 "]", traces[k].name, wins[w][0],
+                     wins[w][1]);
+        cr_assert(f == ef && t == et,
+                  "%s [%" PRId64 ", %" PRId64 "]: entries %zu to %zu, a pass finds %zu to %zu",
+                  traces[k].name, wins[w][0], wins[w][1], f, t, ef, et);
+      }
+    ms_timeline_destroy(tl);
+    ms_snapshot_free(s);
+  }
+}
+
 Test(timeline, hostile_random_traces) {
   /* random traces over a few segments: the index either accepts them (and then every property
    * holds) or reports an inconsistency with its entry number; it never crashes */

@@ -258,10 +258,49 @@ const ms_tl_range_t *ms_tl_ranges_step(const ms_tl_ranges_t *r, int64_t dev, int
   return NULL;
 }
 
-/* The step range of annotation x on device dev's trace: entries with start <= time <= end. */
+/* Whether every entry of d has a time and the times never decrease: found on first use, kept. */
+static bool tl_times_sorted(const ms_timeline_t *tl, size_t dev) {
+  ms_timeline_t *mut = (ms_timeline_t *)tl; /* the lock, and a cache of what the trace says */
+  tl_dev_t *d = &mut->dev[dev];
+  pthread_mutex_lock(&mut->lock);
+  if (d->time_order == 0) {
+    bool sorted = true;
+    for (size_t i = 0; i < d->n && sorted; i++)
+      sorted = (d->trace[i].present & MS_TRACE_HAS_TIME) &&
+               (i == 0 || d->trace[i].time_us >= d->trace[i - 1].time_us);
+    d->time_order = sorted ? 1 : 2;
+  }
+  bool sorted = d->time_order == 1;
+  pthread_mutex_unlock(&mut->lock);
+  return sorted;
+}
+
+/* The first entry of d (sorted by time) whose time is >= t (upper: > t). */
+static size_t tl_time_bound(const tl_dev_t *d, int64_t t, bool upper) {
+  size_t lo = 0, hi = d->n;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    int64_t v = d->trace[mid].time_us;
+    if (upper ? v <= t : v < t)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return lo;
+}
+
+/* The step range of device dev's entries with lo <= time <= hi: by binary search when every entry
+ * has a time and they never decrease (a step's entries are asked for once per step), else by a
+ * pass over the trace, which skips the entries without a time. */
 static int tl_time_range(const ms_timeline_t *tl, size_t dev, int64_t lo, int64_t hi,
                          size_t *from, size_t *to, ms_errbuf_t *eb) {
   const tl_dev_t *d = &tl->dev[dev];
+  if (d->n > 0 && tl_times_sorted(tl, dev)) {
+    size_t first = tl_time_bound(d, lo, false), end = hi < lo ? first : tl_time_bound(d, hi, true);
+    *from = first;
+    *to = end > first ? end : first; /* none inside: the (empty) range where it would be */
+    return MS_OK;
+  }
   size_t first = SIZE_MAX, last = 0;
   bool any = false;
   for (size_t i = 0; i < d->n; i++) {
@@ -300,23 +339,29 @@ static int tl_no_step(ms_errbuf_t *eb, int64_t n) {
                         n, n);
 }
 
+/* The annotations' ranges of tl's snapshot, built on first use and kept (they never change);
+ * NULL when out of memory. */
+static const ms_tl_ranges_t *tl_ranges_get(const ms_timeline_t *tl) {
+  ms_timeline_t *mut = (ms_timeline_t *)tl; /* the lock, and a cache of what the snapshot says */
+  pthread_mutex_lock(&mut->lock);
+  if (!mut->have_ranges) mut->have_ranges = ms_tl_ranges_build(tl->snap, &mut->ranges) == MS_OK;
+  const ms_tl_ranges_t *rs = mut->have_ranges ? &mut->ranges : NULL;
+  pthread_mutex_unlock(&mut->lock);
+  return rs;
+}
+
 int ms_timeline_steps_range(const ms_timeline_t *tl, size_t dev, int64_t n, int64_t m,
                             size_t *from, size_t *to, ms_errbuf_t *eb) {
   if (dev >= tl->ndev) return ms__errbuf_set(eb, MS_EINVAL, "no device %zu", dev);
   if (n > m) return ms__errbuf_set(eb, MS_EINVAL, "steps %" PRId64 " to %" PRId64 ": out of order", n, m);
-  ms_tl_ranges_t rs;
-  if (ms_tl_ranges_build(tl->snap, &rs) != MS_OK) return MS_ENOMEM;
-  const ms_tl_range_t *x = ms_tl_ranges_step(&rs, (int64_t)dev, n);
-  if (!x) x = ms_tl_ranges_step(&rs, -1, n); /* annotations recorded for another device index */
-  const ms_tl_range_t *y = n == m ? x : ms_tl_ranges_step(&rs, (int64_t)dev, m);
-  if (!y) y = ms_tl_ranges_step(&rs, -1, m);
-  int rc;
-  if (!x || !y)
-    rc = tl_no_step(eb, x ? m : n);
-  else
-    rc = tl_time_range(tl, dev, x->start_us, y->end_us, from, to, eb);
-  ms_tl_ranges_release(&rs);
-  return rc;
+  const ms_tl_ranges_t *rs = tl_ranges_get(tl);
+  if (!rs) return ms__errbuf_set(eb, MS_ENOMEM, "out of memory");
+  const ms_tl_range_t *x = ms_tl_ranges_step(rs, (int64_t)dev, n);
+  if (!x) x = ms_tl_ranges_step(rs, -1, n); /* annotations recorded for another device index */
+  const ms_tl_range_t *y = n == m ? x : ms_tl_ranges_step(rs, (int64_t)dev, m);
+  if (!y) y = ms_tl_ranges_step(rs, -1, m);
+  if (!x || !y) return tl_no_step(eb, x ? m : n);
+  return tl_time_range(tl, dev, x->start_us, y->end_us, from, to, eb);
 }
 
 int ms_timeline_step_range(const ms_timeline_t *tl, size_t dev, int64_t n, size_t *from,

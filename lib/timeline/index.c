@@ -504,6 +504,7 @@ void ms_timeline_destroy(ms_timeline_t *tl) {
   }
   free(tl->dev);
   if (tl->release) tl->release(tl->release_arg);
+  ms_tl_ranges_release(&tl->ranges);
   pthread_mutex_destroy(&tl->lock);
   free(tl);
 }

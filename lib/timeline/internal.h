@@ -85,6 +85,9 @@ typedef struct tl_dev_s {
   bool has_peaks;
   uint64_t peak_bytes[MS_TL_METRIC_COUNT];
   size_t peak_step[MS_TL_METRIC_COUNT];
+  /* Whether every entry has a time and the times never decrease (entries by time are then found
+   * by binary search): 0 not known yet, 1 yes, 2 no. Set under ms_timeline_s.lock (events.c). */
+  int time_order;
 } tl_dev_t;
 
 /* The first of d's checkpoints at or after step (d->ckpts.len when none is). */
@@ -111,8 +114,12 @@ struct ms_timeline_s {
   void (*release)(void *arg);
   void *release_arg;
   /* Guards the devices' series: ms_timeline_series makes one on first use, and several threads
-   * may query one index (memsnap view explains in a thread on the page's index). */
+   * may query one index (memsnap view explains in a thread on the page's index). Also guards
+   * what events.c makes on first use: the annotations' ranges (a step's entries are asked for
+   * once per step) and each device's time order. */
   pthread_mutex_t lock;
+  bool have_ranges;
+  ms_tl_ranges_t ranges;
 };
 
 /* The index of ms_timeline_create with every device's trace in place (d->trace, d->n) and nothing
