@@ -862,37 +862,7 @@ Test(timeline, many_ooms_as_one_at_a_time) {
   free(tr);
 }
 
-/* ---- entries by time --------------------------------------------------------------------------
- */
-
-/* A one-device snapshot of ntr `oom` entries (events: no segment needed) at times t[i], or without
- * a time where t[i] < 0. */
-static ms_snapshot_t *timed(const int64_t *t, size_t ntr) {
-  ms__snapbuild_t b;
-  ms__snapbuild_init(&b);
-  b.hdr.origin = MS_SNAP_ORIGIN_TORCH_DICT;
-  b.hdr.present = MS_SNAP_HAS_DEVICE_TRACES;
-  for (size_t i = 0; i < ntr; i++) {
-    ms_snap_trace_t e;
-    memset(&e, 0, sizeof e);
-    e.action = MS_TRACE_OOM;
-    e.size = 512;
-    e.stack = MS_SNAP_NO_STACK;
-    if (t[i] >= 0) {
-      e.present = MS_TRACE_HAS_TIME;
-      e.time_us = t[i];
-    }
-    cr_assert_eq(ms__snapbuild_add_trace(&b, &e), MS_OK);
-  }
-  ms_snap_device_t d;
-  memset(&d, 0, sizeof d);
-  d.ntrace = (uint32_t)ntr;
-  cr_assert_eq(ms__snapbuild_add_device(&b, &d), MS_OK);
-  ms_snapshot_t *s = NULL;
-  ms_errbuf_t eb = {{0}};
-  cr_assert_eq(ms__snapbuild_finish(&b, &s, &eb), MS_OK, "%s", eb.msg);
-  return s;
-}
+/* ---- entries by time ------------------------------------------------------------------------ */
 
 /* The entries with t0 <= time <= t1 as a pass over the trace finds them (the first and one past
  * the last; none inside: where they would be, after the last entry before t0). */
@@ -914,8 +884,8 @@ static bool time_range_by_scan(const int64_t *t, size_t n, int64_t t0, int64_t t
 }
 
 /* ms_timeline_time_range gives what a pass over the trace gives, for traces whose times never
- * decrease (found by binary search), with repeated times, with an entry without a time, out of
- * order, and for windows before, after, between and across entries, empty and reversed. */
+ * decrease (found by binary search), with repeated times, with an entry without a time (-1), out
+ * of order, and for windows before, after, between and across entries, empty and reversed. */
 Test(timeline, entries_by_time_as_a_pass_finds_them) {
   static const struct {
     const char *name;
@@ -933,7 +903,14 @@ Test(timeline, entries_by_time_as_a_pass_finds_them) {
                                     {20, 30}, {21, 29}, {35, 35}, {40, 60}, {51, 90},
                                     {30, 20}, {0, 100}, {25, 25}, {-5, 0}};
   for (size_t k = 0; k < sizeof traces / sizeof traces[0]; k++) {
-    ms_snapshot_t *s = timed(traces[k].t, traces[k].n);
+    tr_t tr[8]; /* `oom` entries: events, no segment needed */
+    for (size_t i = 0; i < traces[k].n; i++) tr[i] = (tr_t){MS_TRACE_OOM, 0, 512};
+    ms_snapshot_t *s = build(NULL, 0, NULL, 0, tr, traces[k].n);
+    for (size_t i = 0; i < traces[k].n; i++) { /* their times (-1: none) */
+      ms_snap_trace_t *e = (ms_snap_trace_t *)&s->trace[i];
+      if (traces[k].t[i] >= 0) e->present |= MS_TRACE_HAS_TIME;
+      e->time_us = traces[k].t[i] >= 0 ? traces[k].t[i] : 0;
+    }
     ms_timeline_t *tl = NULL;
     ms_errbuf_t eb = {{0}};
     cr_assert_eq(ms_timeline_create(s, NULL, &tl, &eb), MS_OK, "%s: %s", traces[k].name, eb.msg);
