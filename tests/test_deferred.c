@@ -6,7 +6,9 @@
  * and in pieces. Hand-made files: the read falls back to an eager one when a frame's memo entry
  * is stored again; a file changed after the read is refused with a clear error, a file renamed
  * over is still the one read; standard input and the snapshot cache never defer; a window of the
- * trace (--range) leaves the stacks before its end for later, and has none after it.
+ * trace (--range) leaves the stacks before its end for later, and has none after it. The places
+ * of the records left for later keep across the array's growths, and no record is taken for one
+ * that was never noted.
  */
 #include <criterion/criterion.h>
 #include <fcntl.h>

@@ -4,7 +4,9 @@
  * several configurations (the state at the last step is the snapshot's; one entry forwards from
  * step N is step N + 1; a trace recorded from the start begins empty), inconsistent traces give
  * the documented error with the entry number, hostile inputs do not crash, and the viewer's data
- * equals PyTorch's own output (expected/NAME.timeline.0.json.gz) on every fixture.
+ * equals PyTorch's own output (expected/NAME.timeline.0.json.gz) on every fixture. Without an
+ * index: every `oom` entry with the reserved bytes at it (all at once as one at a time), and the
+ * entries of a time span (by binary search on ordered times, as a pass finds them).
  */
 #include <criterion/criterion.h>
 #include <inttypes.h>
