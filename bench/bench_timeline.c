@@ -15,6 +15,12 @@
  *    an `oom` entry after every 100th (a run that retried after each OOM: about 10,000 of them;
  *    median of 3), and its baseline timeline_oom_at_ms, one of them alone (ms_snapshot_oom_at,
  *    the middle one: what the listing cost for each of them before ms_snapshot_ooms).
+ *  - timeline_steps_all_ms: milliseconds for every step's entries (ms_tl_ranges_build, then for
+ *    each ProfilerStep#N range ms_tl_ranges_step and ms_timeline_step_range: what `timeline
+ *    --steps` and compare's leak suspects ask) on a 1 M-entry trace with 1,000 steps of 1,000
+ *    annotated ops each (2 M markers; median of 3), and its baseline timeline_ranges_build_ms,
+ *    the pairing of the markers alone (before the step index, each step was a scan of the 1 M
+ *    ranges).
  *  - timeline_json_largest_fixture_s: `memsnap timeline FILE --viewer-data > /dev/null` (PyTorch's
  *    viewer's data, which `--json` printed when the metric was named) on the largest shared
  *    fixture, whole process (median of 5; target <= 0.2).
@@ -75,10 +81,37 @@ static int add_entry(ms__snapbuild_t *b, ms_trace_action a, uint64_t addr, uint6
   return ms__snapbuild_add_trace(b, &e);
 }
 
+/* nsteps ProfilerStep#N ranges over the times [t0, t1), each holding OPS_PER_STEP operator ranges
+ * one after the other (what record_function leaves when every op is annotated). */
+enum { OPS_PER_STEP = 1000 };
+static int add_steps(ms__snapbuild_t *b, size_t nsteps, int64_t t0, int64_t t1) {
+  static const char *ops[] = {"aten::mm", "aten::add", "aten::relu", "aten::empty"};
+  int64_t span = (t1 - t0) / (int64_t)nsteps, op = span / (OPS_PER_STEP + 1);
+  for (size_t k = 0; k < nsteps; k++) {
+    char name[64];
+    int len = snprintf(name, sizeof name, "ProfilerStep#%zu", k);
+    ms_snap_annotation_t a = {NULL, "START", 0, t0 + (int64_t)k * span};
+    if (ms__snapbuild_str(b, name, (size_t)len, &a.name) || ms__snapbuild_add_annotation(b, &a))
+      return 1;
+    for (size_t j = 0; j < OPS_PER_STEP; j++) {
+      ms_snap_annotation_t o = {ops[j % 4], "START", 0, a.time_us + 1 + (int64_t)j * op};
+      if (ms__snapbuild_add_annotation(b, &o)) return 1;
+      o.stage = "END";
+      o.time_us += op - 1;
+      if (ms__snapbuild_add_annotation(b, &o)) return 1;
+    }
+    a.stage = "END";
+    a.time_us += span - 1;
+    if (ms__snapbuild_add_annotation(b, &a)) return 1;
+  }
+  return 0;
+}
+
 /* The synthetic snapshot: a consistent trace of about `target` entries and its end state; with
- * oom_every > 0, an `oom` entry after every oom_every-th entry (an event: the state is the same).
+ * oom_every > 0, an `oom` entry after every oom_every-th entry (an event: the state is the same);
+ * with nsteps > 0, that many steps annotated over the trace (add_steps).
  */
-static ms_snapshot_t *synth(size_t target, size_t oom_every) {
+static ms_snapshot_t *synth(size_t target, size_t oom_every, size_t nsteps) {
   ms__snapbuild_t b;
   ms__snapbuild_init(&b);
   b.hdr.origin = MS_SNAP_ORIGIN_TORCH_DICT;
@@ -87,16 +120,18 @@ static ms_snapshot_t *synth(size_t target, size_t oom_every) {
   int *live_in_seg = calloc(NSEG, sizeof *live_in_seg);
   bool *mapped = calloc(NSEG, sizeof *mapped);
   if (!req || !live_in_seg || !mapped) return NULL;
-  int64_t t = 1700000000000000;
+  int64_t t = 1700000000000000, dt = nsteps ? 1000 : 1; /* µs an entry */
   size_t n = 0;
   for (int s = 0; s < NSEG; s++, n++) {
     mapped[s] = true;
-    if (add_entry(&b, MS_TRACE_SEGMENT_ALLOC, BASE + s * SEG_SIZE, SEG_SIZE, t++)) return NULL;
+    if (add_entry(&b, MS_TRACE_SEGMENT_ALLOC, BASE + s * SEG_SIZE, SEG_SIZE, (t += dt) - dt))
+      return NULL;
   }
   size_t live = 0;
   while (n < target) {
     if (oom_every && n % oom_every == oom_every - 1) {
-      if (add_entry(&b, MS_TRACE_OOM, next() % SEG_SIZE, 1 + next() % SEG_SIZE, t++)) return NULL;
+      if (add_entry(&b, MS_TRACE_OOM, next() % SEG_SIZE, 1 + next() % SEG_SIZE, (t += dt) - dt))
+        return NULL;
       n++;
       continue;
     }
@@ -106,7 +141,8 @@ static ms_snapshot_t *synth(size_t target, size_t oom_every) {
     uint64_t addr = BASE + slot * SLOT;
     if (!mapped[seg]) {
       mapped[seg] = true;
-      if (add_entry(&b, MS_TRACE_SEGMENT_ALLOC, BASE + seg * SEG_SIZE, SEG_SIZE, t++)) return NULL;
+      if (add_entry(&b, MS_TRACE_SEGMENT_ALLOC, BASE + seg * SEG_SIZE, SEG_SIZE, (t += dt) - dt))
+        return NULL;
       n++;
     }
     bool want_alloc = live < 3000 ? (r >> 60) < 12 : (r >> 60) < 4;
@@ -114,23 +150,24 @@ static ms_snapshot_t *synth(size_t target, size_t oom_every) {
       req[slot] = 1 + (next() % SLOT);
       live++;
       live_in_seg[seg]++;
-      if (add_entry(&b, MS_TRACE_ALLOC, addr, req[slot], t++)) return NULL;
+      if (add_entry(&b, MS_TRACE_ALLOC, addr, req[slot], (t += dt) - dt)) return NULL;
       n++;
     } else if (req[slot]) {
-      if (add_entry(&b, MS_TRACE_FREE_REQUESTED, addr, req[slot], t++) ||
-          add_entry(&b, MS_TRACE_FREE_COMPLETED, addr, req[slot], t++))
+      if (add_entry(&b, MS_TRACE_FREE_REQUESTED, addr, req[slot], (t += dt) - dt) ||
+          add_entry(&b, MS_TRACE_FREE_COMPLETED, addr, req[slot], (t += dt) - dt))
         return NULL;
       n += 2;
       req[slot] = 0;
       live--;
       if (--live_in_seg[seg] == 0 && (r & 0xffff) < 40) { /* an empty segment released */
         mapped[seg] = false;
-        if (add_entry(&b, MS_TRACE_SEGMENT_FREE, BASE + seg * SEG_SIZE, SEG_SIZE, t++))
+        if (add_entry(&b, MS_TRACE_SEGMENT_FREE, BASE + seg * SEG_SIZE, SEG_SIZE, (t += dt) - dt))
           return NULL;
         n++;
       }
     }
   }
+  if (nsteps && add_steps(&b, nsteps, 1700000000000000, t)) return NULL;
   ms_snap_device_t d;
   memset(&d, 0, sizeof d);
   d.ntrace = (uint32_t)n;
@@ -201,7 +238,7 @@ static double run_json(const char *bin, const char *path, const char *flag) {
 
 /* timeline_ooms_all_ms and its baseline timeline_oom_at_ms. */
 static int bench_ooms(void) {
-  ms_snapshot_t *s = synth(1000000, 100);
+  ms_snapshot_t *s = synth(1000000, 100, 0);
   if (!s) {
     fprintf(stderr, "bench_timeline: cannot generate the trace with oom entries\n");
     return 1;
@@ -231,8 +268,49 @@ static int bench_ooms(void) {
   return 0;
 }
 
+/* timeline_steps_all_ms and its baseline timeline_ranges_build_ms. */
+static int bench_steps(void) {
+  enum { NSTEPS = 1000 };
+  ms_snapshot_t *s = synth(1000000, 0, NSTEPS);
+  ms_timeline_t *tl = NULL;
+  ms_errbuf_t eb = {{0}};
+  if (!s || ms_timeline_create(s, NULL, &tl, &eb) != MS_OK) {
+    fprintf(stderr, "bench_timeline: the annotated trace: %s\n", eb.msg);
+    return 1;
+  }
+  double all[3], build[3];
+  for (int i = 0; i < 3; i++) {
+    ms_tl_ranges_t rs;
+    double t0 = now_s();
+    if (ms_tl_ranges_build(s, &rs) != MS_OK || rs.n != NSTEPS * (OPS_PER_STEP + 1)) return 1;
+    build[i] = (now_s() - t0) * 1e3;
+    size_t steps = 0; /* what `timeline --steps` asks: each step's range and its entries */
+    for (size_t k = 0; k < rs.n; k++) {
+      const ms_tl_range_t *x = &rs.ranges[k];
+      size_t lo, hi;
+      if (x->step < 0 || ms_tl_ranges_step(&rs, 0, x->step) != x) continue;
+      if (ms_timeline_step_range(tl, 0, x->step, &lo, &hi, &eb) != MS_OK) return 1;
+      steps++;
+    }
+    all[i] = (now_s() - t0) * 1e3;
+    ms_tl_ranges_release(&rs);
+    if (steps != NSTEPS) return 1;
+  }
+  qsort(all, 3, sizeof *all, cmp_double);
+  qsort(build, 3, sizeof *build, cmp_double);
+  printf("timeline_steps_all_ms %.3f\n", all[1]);
+  printf("timeline_ranges_build_ms %.3f\n", build[1]);
+  fprintf(stderr,
+          "bench_timeline: %d steps of %d annotated ops each (%zu markers): every step's "
+          "entries %.2f ms, of which pairing the markers %.2f ms\n",
+          NSTEPS, OPS_PER_STEP, s->nannotations, all[1], build[1]);
+  ms_timeline_destroy(tl);
+  ms_snapshot_free(s);
+  return 0;
+}
+
 int main(void) {
-  ms_snapshot_t *s = synth(4500000, 0);
+  ms_snapshot_t *s = synth(4500000, 0, 0);
   if (!s) {
     fprintf(stderr, "bench_timeline: cannot generate the trace\n");
     return 1;
@@ -273,7 +351,7 @@ int main(void) {
   fprintf(stderr, "bench_timeline: --at: median %.3f ms, max %.3f ms\n", at[AT / 2], at[AT - 1]);
   ms_timeline_destroy(tl);
   ms_snapshot_free(s);
-  if (bench_ooms() != 0) return 1;
+  if (bench_ooms() != 0 || bench_steps() != 0) return 1;
 
   const char *dir = getenv("MEMSNAP_TORCH_FIXTURES");
   if (!dir || !*dir) dir = MS_BENCH_FIXTURES_DEFAULT;

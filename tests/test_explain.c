@@ -602,6 +602,115 @@ Test(explain, annotations_pair_into_steps_and_phases) {
   ms_snapshot_free(s);
 }
 
+/* The pairing as a scan back over the ranges opened so far (what ms_tl_ranges_build did before
+ * its open ranges were kept by name and device): the reference for the random markers below. */
+typedef struct ref_range_s {
+  ms_tl_range_t r;
+  size_t pos; /* the START's position among the markers sorted by time */
+} ref_range_t;
+
+static int ref_mark_cmp(const void *x, const void *y) {
+  const ms_snap_annotation_t *const *a = x, *const *b = y;
+  if ((*a)->time_us != (*b)->time_us) return (*a)->time_us < (*b)->time_us ? -1 : 1;
+  return *a < *b ? -1 : *a > *b; /* the snapshot's order: the annotations are one array */
+}
+
+static int ref_range_cmp(const void *x, const void *y) {
+  const ref_range_t *a = x, *b = y;
+  if (a->r.start_us != b->r.start_us) return a->r.start_us < b->r.start_us ? -1 : 1;
+  if (a->r.end_us != b->r.end_us) return a->r.end_us > b->r.end_us ? -1 : 1;
+  return a->pos < b->pos ? -1 : a->pos > b->pos;
+}
+
+static size_t ref_pair(const ms_snapshot_t *s, ref_range_t *r, size_t *unmatched, size_t *unknown) {
+  const ms_snap_annotation_t **m = malloc(s->nannotations * sizeof *m);
+  cr_assert(m);
+  for (size_t i = 0; i < s->nannotations; i++)
+    m[i] = &s->annotations[i];
+  qsort(m, s->nannotations, sizeof *m, ref_mark_cmp);
+  size_t nr = 0;
+  *unmatched = *unknown = 0;
+  for (size_t i = 0; i < s->nannotations; i++) {
+    if (strcmp(m[i]->stage, "START") == 0) {
+      int64_t step = -1;
+      if (strncmp(m[i]->name, "ProfilerStep#", 13) == 0) step = atoi(m[i]->name + 13);
+      r[nr++] = (ref_range_t){{m[i]->name, m[i]->device, m[i]->time_us, INT64_MAX, false, step}, i};
+    } else if (strcmp(m[i]->stage, "END") == 0) {
+      size_t j = nr;
+      while (j-- > 0)
+        if (!r[j].r.has_end && r[j].r.device == m[i]->device &&
+            strcmp(r[j].r.name, m[i]->name) == 0)
+          break;
+      if (j == SIZE_MAX) {
+        ++*unmatched;
+        continue;
+      }
+      r[j].r.end_us = m[i]->time_us;
+      r[j].r.has_end = true;
+    } else {
+      ++*unknown;
+    }
+  }
+  free(m);
+  qsort(r, nr, sizeof *r, ref_range_cmp);
+  return nr;
+}
+
+/* Random markers (names and devices repeating, times tied and out of order, ranges nested,
+ * crossed, never ended and ended twice): the ranges, their order and the counts are the
+ * reference's, and ms_tl_ranges_step's search answers as a scan of the ranges does. */
+Test(explain, annotations_pair_as_a_scan_back_does) {
+  static const char *names[] = {"ProfilerStep#0", "ProfilerStep#1", "ProfilerStep#2",
+                                "ProfilerStep#3", "## forward ##",  "aten::mm",
+                                "<b>&amp;"};
+  static const char *stages[] = {"START", "START", "END", "END", "MIDDLE"};
+  uint64_t seed = 12345;
+  for (int c = 0; c < 60; c++) {
+    ms__snapbuild_t b;
+    ms__snapbuild_init(&b);
+    size_t n = 1 + (size_t)(c * 37 % 400);
+    for (size_t i = 0; i < n; i++) {
+      seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+      uint32_t x = (uint32_t)(seed >> 33);
+      ms_snap_annotation_t a = {names[x % 7], stages[(x >> 3) % 5], (int64_t)((x >> 6) % 3) - 1,
+                                c % 3 == 0 ? (int64_t)i : (int64_t)((x >> 9) % (n / 4 + 1))};
+      cr_assert_eq(ms__snapbuild_add_annotation(&b, &a), MS_OK);
+    }
+    ms_snapshot_t *s = NULL;
+    ms_errbuf_t eb = {{0}};
+    cr_assert_eq(ms__snapbuild_finish(&b, &s, &eb), MS_OK, "%s", eb.msg);
+    ref_range_t *ref = malloc(n * sizeof *ref);
+    cr_assert(ref);
+    size_t unmatched, unknown, nref = ref_pair(s, ref, &unmatched, &unknown);
+    ms_tl_ranges_t rs;
+    cr_assert_eq(ms_tl_ranges_build(s, &rs), MS_OK);
+    cr_assert_eq(rs.n, nref, "case %d", c);
+    cr_expect_eq(rs.unmatched_ends, unmatched, "case %d", c);
+    cr_expect_eq(rs.unknown_stages, unknown, "case %d", c);
+    for (size_t i = 0; i < nref; i++) {
+      const ms_tl_range_t *x = &rs.ranges[i], *y = &ref[i].r;
+      cr_assert(x->name == y->name && x->device == y->device && x->start_us == y->start_us &&
+                    x->end_us == y->end_us && x->has_end == y->has_end && x->step == y->step,
+                "case %d, range %zu", c, i);
+    }
+    ms_tl_ranges_t scan = rs; /* a table its caller filled: no index, a scan */
+    scan.by_step = NULL;
+    for (int64_t dev = -1; dev <= 2; dev++)
+      for (int64_t k = -1; k <= 5; k++) {
+        const ms_tl_range_t *want = NULL;
+        for (size_t i = 0; i < nref && !want; i++)
+          if (k >= 0 && rs.ranges[i].step == k && (dev < 0 || rs.ranges[i].device == dev))
+            want = &rs.ranges[i];
+        cr_expect_eq(ms_tl_ranges_step(&rs, dev, k), want,
+                     "case %d, dev %" PRId64 ", step %" PRId64, c, dev, k);
+        cr_expect_eq(ms_tl_ranges_step(&scan, dev, k), want);
+      }
+    ms_tl_ranges_release(&rs);
+    free(ref);
+    ms_snapshot_free(s);
+  }
+}
+
 Test(explain, moment_texts_parse) {
   static const struct {
     const char *text;

@@ -335,11 +335,15 @@ typedef struct ms_tl_ranges_s {
   size_t n;
   size_t unmatched_ends; /* END markers without a START before them (ignored) */
   size_t unknown_stages; /* markers whose stage is neither START nor END (ignored) */
+  size_t *by_step;       /* the positions in ranges of the step ranges (step >= 0), by step number,
+                            then position: ms_tl_ranges_step's search (NULL: it scans the ranges) */
+  size_t nsteps;         /* their number */
 } ms_tl_ranges_t;
 
 /* Pairs the snapshot's external_annotations into ranges: markers sorted by time (stable), each END
- * closing the latest open START of the same name and device. Fills *out (release with
- * ms_tl_ranges_release). @return MS_OK or MS_ENOMEM. */
+ * closing the latest open START of the same name and device (in time linear in the markers,
+ * after the sort, however they nest). Fills *out (release with ms_tl_ranges_release). @return
+ * MS_OK or MS_ENOMEM. */
 MS_API MS_NODISCARD int ms_tl_ranges_build(const ms_snapshot_t *snap, ms_tl_ranges_t *out);
 MS_API void ms_tl_ranges_release(ms_tl_ranges_t *r);
 /* The innermost range of device dev (or of every device when dev < 0) that holds time t, whose
@@ -347,7 +351,8 @@ MS_API void ms_tl_ranges_release(ms_tl_ranges_t *r);
 MS_API const ms_tl_range_t *ms_tl_ranges_at(const ms_tl_ranges_t *r, int64_t dev, int64_t t,
                                             bool want_step);
 /* The range of step n ("ProfilerStep#n") of device dev (or any device when dev < 0), NULL if
- * none (the first such range when a step number repeats). */
+ * none, and for n < 0 (the first such range when a step number repeats): a binary search of
+ * by_step. */
 MS_API const ms_tl_range_t *ms_tl_ranges_step(const ms_tl_ranges_t *r, int64_t dev, int64_t n);
 
 /* The trace entries of device dev inside step n: the steps [*from, *to] (the state before its

@@ -337,48 +337,38 @@ int ms__attr_stacks(ms_attr_t *a, bool sources) {
 
 /* ---- phase spans --------------------------------------------------------------------------- */
 
-/* Whether annotation st is the start of a range on device dev that rule ru, a phase rule with an
- * annotation= pattern, names. */
-static bool attr_rule_starts(const ms_attr_t *a, const attr_rule_t *ru, size_t dev,
-                             const ms_snap_annotation_t *st) {
-  return ru->kind == ATTR_R_PHASE && ru->annotation != ATTR_NONE && st->device == (int64_t)dev &&
-         strcmp(st->stage, "START") == 0 &&
-         ms__attr_glob(a->rules.pat[ru->annotation].glob, st->name, false);
+/* Whether rule ru, a phase rule with an annotation= pattern, names range x of device dev, a range
+ * that ended. */
+static bool attr_rule_names(const ms_attr_t *a, const attr_rule_t *ru, size_t dev,
+                            const ms_tl_range_t *x) {
+  return ru->kind == ATTR_R_PHASE && ru->annotation != ATTR_NONE && x->device == (int64_t)dev &&
+         x->has_end && x->end_us != INT64_MAX &&
+         ms__attr_glob(a->rules.pat[ru->annotation].glob, x->name, false);
 }
 
 /* Forces the phase of the entries of device dev inside the annotation ranges that phase rules
- * name (entries with times; times must not decrease, else annotations are not used). */
-static void attr_annotations(const ms_attr_t *a, size_t dev, const ms_snap_trace_t *tr, size_t n,
-                             uint8_t *ph, uint8_t *forced) {
-  const ms_snapshot_t *s = a->snap;
+ * name (entries with times; times must not decrease, else annotations are not used): the ranges
+ * the index paired (ms_tl_ranges_build), the first rule that names a range winning. */
+static void attr_annotations(const ms_attr_t *a, size_t dev, const ms_tl_ranges_t *rs,
+                             const ms_snap_trace_t *tr, size_t n, uint8_t *ph, uint8_t *forced) {
   for (size_t i = 1; i < n; i++)
     if ((tr[i].present & MS_TRACE_HAS_TIME) && (tr[i - 1].present & MS_TRACE_HAS_TIME) &&
         tr[i].time_us < tr[i - 1].time_us)
       return;
   for (size_t r = 0; r < a->rules.nrules; r++) {
     const attr_rule_t *ru = &a->rules.rules[r];
-    for (size_t k = 0; k < s->nannotations; k++) {
-      const ms_snap_annotation_t *st = &s->annotations[k];
-      if (!attr_rule_starts(a, ru, dev, st)) continue;
-      int64_t end = INT64_MAX;
-      for (size_t m = k + 1; m < s->nannotations; m++) {
-        const ms_snap_annotation_t *e = &s->annotations[m];
-        if (e->device == st->device && strcmp(e->stage, "END") == 0 &&
-            strcmp(e->name, st->name) == 0 && e->time_us >= st->time_us) {
-          end = e->time_us;
-          break;
-        }
-      }
-      if (end == INT64_MAX) continue;
+    for (size_t k = 0; k < rs->n; k++) {
+      const ms_tl_range_t *x = &rs->ranges[k];
+      if (!attr_rule_names(a, ru, dev, x)) continue;
       size_t lo = 0, hi = n; /* first entry with a time >= start */
       while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
-        if ((tr[mid].present & MS_TRACE_HAS_TIME) && tr[mid].time_us >= st->time_us)
+        if ((tr[mid].present & MS_TRACE_HAS_TIME) && tr[mid].time_us >= x->start_us)
           hi = mid;
         else
           lo = mid + 1;
       }
-      for (size_t i = lo; i < n && tr[i].time_us <= end; i++) {
+      for (size_t i = lo; i < n && tr[i].time_us <= x->end_us; i++) {
         if (!(tr[i].present & MS_TRACE_HAS_TIME) || forced[i]) continue;
         ph[i] = ru->target;
         forced[i] = 1;
@@ -387,12 +377,12 @@ static void attr_annotations(const ms_attr_t *a, size_t dev, const ms_snap_trace
   }
 }
 
-/* Whether device dev has an annotation range whose start a phase rule's annotation= names: else
+/* Whether device dev has an annotation range that a phase rule's annotation= names: else
  * attr_annotations forces nothing, and its pass over the trace is not made. */
-static bool attr_annotations_any(const ms_attr_t *a, size_t dev) {
+static bool attr_annotations_any(const ms_attr_t *a, size_t dev, const ms_tl_ranges_t *rs) {
   for (size_t r = 0; r < a->rules.nrules; r++)
-    for (size_t k = 0; k < a->snap->nannotations; k++)
-      if (attr_rule_starts(a, &a->rules.rules[r], dev, &a->snap->annotations[k])) return true;
+    for (size_t k = 0; k < rs->n; k++)
+      if (attr_rule_names(a, &a->rules.rules[r], dev, &rs->ranges[k])) return true;
   return false;
 }
 
@@ -414,7 +404,9 @@ static int attr_dev_spans(ms_attr_t *a, size_t dev) {
   ad->n = n;
   if (n == 0) return MS_OK;
   const ms_snap_trace_t *tr = ms_timeline_entry(a->tl, dev, 0);
-  bool ann = attr_annotations_any(a, dev);
+  const ms_tl_ranges_t *rs = a->snap->nannotations ? ms__tl_ranges(a->tl) : NULL;
+  if (a->snap->nannotations && !rs) return MS_ENOMEM;
+  bool ann = rs && attr_annotations_any(a, dev, rs);
   uint8_t *ph = ms__big_malloc(n), *forced = ann ? ms__big_calloc(n, 1) : NULL; /* a trace's length */
   if (!ph || (ann && !forced)) {
     ms__big_free(ph);
@@ -428,7 +420,7 @@ static int attr_dev_spans(ms_attr_t *a, size_t dev) {
     if (tr[i].stack < a->snap->nstacks && attr_stack_phase(a, tr[i].stack) != ATTR_PH_UNSET)
       ph[i] = attr_stack_phase(a, tr[i].stack);
   }
-  if (ann) attr_annotations(a, dev, tr, n, ph, forced);
+  if (ann) attr_annotations(a, dev, rs, tr, n, ph, forced);
   ms__big_free(forced);
   attr_spanvec_t sp = {0};
   uint8_t cur = ATTR_PH_UNSET;

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/hash.h"
 #include "timeline/internal.h"
 
 /* ---- OOMs and capacity ----------------------------------------------------------------------- */
@@ -171,11 +172,36 @@ static int tl_mark_cmp(const void *x, const void *y) {
   return a->order < b->order ? -1 : a->order > b->order;
 }
 
-static int tl_range_cmp(const void *x, const void *y) {
-  const ms_tl_range_t *a = x, *b = y;
-  if (a->start_us != b->start_us) return a->start_us < b->start_us ? -1 : 1;
-  if (a->end_us != b->end_us) return a->end_us > b->end_us ? -1 : 1; /* outer first */
-  return 0;
+/* A range being paired, with the position of its START among the sorted markers (a stable sort
+ * of the ranges) and the range of the same name and device that was open when it opened. */
+typedef struct tl_open_s {
+  ms_tl_range_t r;
+  size_t pos;
+  size_t below; /* TL_OPEN_NONE: none */
+} tl_open_t;
+
+#define TL_OPEN_NONE SIZE_MAX
+
+static int tl_open_cmp(const void *x, const void *y) {
+  const tl_open_t *a = x, *b = y;
+  if (a->r.start_us != b->r.start_us) return a->r.start_us < b->r.start_us ? -1 : 1;
+  if (a->r.end_us != b->r.end_us) return a->r.end_us > b->r.end_us ? -1 : 1; /* outer first */
+  return a->pos < b->pos ? -1 : a->pos > b->pos;
+}
+
+/* The ranges open, by name and device: per key, a slot holding one range of that key (rep, for
+ * the comparison) and the latest one still open (top; the others below it, through below). */
+typedef struct tl_keyslot_s {
+  size_t rep, top; /* rep TL_OPEN_NONE: an empty slot */
+} tl_keyslot_t;
+
+static size_t tl_key_slot(const tl_keyslot_t *t, size_t cap, const tl_open_t *r, const char *name,
+                          int64_t device) {
+  size_t i = (size_t)ms_hash_bytes(name, strlen(name), (uint64_t)device) & (cap - 1);
+  while (t[i].rep != TL_OPEN_NONE &&
+         (r[t[i].rep].r.device != device || strcmp(r[t[i].rep].r.name, name) != 0))
+    i = (i + 1) & (cap - 1);
+  return i;
 }
 
 /* N of "ProfilerStep#N" (decimal, at most 18 digits), else -1. */
@@ -190,50 +216,151 @@ static int64_t tl_step_number(const char *name) {
   return nd > 0 && *p == 0 ? v : -1;
 }
 
+/* The key table with room for twice its keys (r: the ranges that the keys name); false when out
+ * of memory. */
+static bool tl_keys_grow(tl_keyslot_t **t, size_t *cap, size_t nkeys, const tl_open_t *r) {
+  if ((nkeys + 1) * 2 <= *cap) return true;
+  size_t ncap = *cap ? *cap * 2 : 64;
+  tl_keyslot_t *g = malloc(ncap * sizeof *g);
+  if (!g) return false;
+  for (size_t i = 0; i < ncap; i++)
+    g[i].rep = TL_OPEN_NONE;
+  for (size_t i = 0; i < *cap; i++) {
+    if ((*t)[i].rep == TL_OPEN_NONE) continue;
+    const ms_tl_range_t *x = &r[(*t)[i].rep].r;
+    g[tl_key_slot(g, ncap, r, x->name, x->device)] = (*t)[i];
+  }
+  free(*t);
+  *t = g;
+  *cap = ncap;
+  return true;
+}
+
+/* Pairs the sorted markers m[0..n) into r (its count into *nr): each END closes the top of its
+ * key's stack of open ranges, so that pairing is linear in the markers however they nest. */
+static int tl_pair(const tl_mark_t *m, size_t n, tl_open_t *r, size_t *nr, ms_tl_ranges_t *out) {
+  tl_keyslot_t *t = NULL;
+  size_t cap = 0, nkeys = 0, k = 0;
+  if (!tl_keys_grow(&t, &cap, 0, r)) return MS_ENOMEM;
+  for (size_t i = 0; i < n; i++) {
+    const ms_snap_annotation_t *a = m[i].a;
+    bool start = strcmp(a->stage, "START") == 0;
+    if (!start && strcmp(a->stage, "END") != 0) {
+      out->unknown_stages++;
+      continue;
+    }
+    size_t s = tl_key_slot(t, cap, r, a->name, a->device);
+    if (start && t[s].rep == TL_OPEN_NONE) { /* a new key */
+      if (!tl_keys_grow(&t, &cap, nkeys, r)) {
+        free(t);
+        return MS_ENOMEM;
+      }
+      s = tl_key_slot(t, cap, r, a->name, a->device);
+      t[s] = (tl_keyslot_t){k, TL_OPEN_NONE};
+      nkeys++;
+    }
+    if (start) {
+      r[k] = (tl_open_t){
+          {a->name, a->device, a->time_us, INT64_MAX, false, tl_step_number(a->name)}, i, t[s].top};
+      t[s].top = k++;
+    } else if (t[s].rep == TL_OPEN_NONE || t[s].top == TL_OPEN_NONE) {
+      out->unmatched_ends++;
+    } else {
+      tl_open_t *x = &r[t[s].top];
+      x->r.end_us = a->time_us;
+      x->r.has_end = true;
+      t[s].top = x->below;
+    }
+  }
+  free(t);
+  *nr = k;
+  return MS_OK;
+}
+
+/* Sorts n elements unless they are in order already (the markers of a trace mostly are). */
+static void tl_sort(void *base, size_t n, size_t size, int (*cmp)(const void *, const void *)) {
+  const char *p = base;
+  for (size_t i = 1; i < n; i++)
+    if (cmp(p + (i - 1) * size, p + i * size) > 0) {
+      qsort(base, n, size, cmp);
+      return;
+    }
+}
+
+typedef struct tl_stepkey_s {
+  int64_t step;
+  size_t pos;
+} tl_stepkey_t;
+
+static int tl_step_cmp(const void *x, const void *y) {
+  const tl_stepkey_t *a = x, *b = y;
+  if (a->step != b->step) return a->step < b->step ? -1 : 1;
+  return a->pos < b->pos ? -1 : a->pos > b->pos;
+}
+
+/* out->by_step from out->ranges, which hold nsteps step ranges. */
+static int tl_steps_index(ms_tl_ranges_t *out, size_t nsteps) {
+  tl_stepkey_t *k = malloc(nsteps * sizeof *k);
+  out->by_step = malloc(nsteps * sizeof *out->by_step);
+  if (!k || !out->by_step) {
+    free(k);
+    return MS_ENOMEM;
+  }
+  size_t j = 0;
+  for (size_t i = 0; i < out->n; i++)
+    if (out->ranges[i].step >= 0) k[j++] = (tl_stepkey_t){out->ranges[i].step, i};
+  qsort(k, nsteps, sizeof *k, tl_step_cmp);
+  for (j = 0; j < nsteps; j++)
+    out->by_step[j] = k[j].pos;
+  out->nsteps = nsteps;
+  free(k);
+  return MS_OK;
+}
+
 int ms_tl_ranges_build(const ms_snapshot_t *snap, ms_tl_ranges_t *out) {
   memset(out, 0, sizeof *out);
   size_t n = snap ? snap->nannotations : 0;
   if (n == 0) return MS_OK;
   tl_mark_t *m = malloc(n * sizeof *m);
-  ms_tl_range_t *r = malloc(n * sizeof *r);
-  if (!m || !r) {
+  tl_open_t *o = malloc(n * sizeof *o);
+  if (!m || !o) {
     free(m);
-    free(r);
+    free(o);
     return MS_ENOMEM;
   }
   for (size_t i = 0; i < n; i++) m[i] = (tl_mark_t){&snap->annotations[i], i};
-  qsort(m, n, sizeof *m, tl_mark_cmp);
+  tl_sort(m, n, sizeof *m, tl_mark_cmp);
   size_t nr = 0;
-  for (size_t i = 0; i < n; i++) {
-    const ms_snap_annotation_t *a = m[i].a;
-    if (strcmp(a->stage, "START") == 0) {
-      r[nr++] = (ms_tl_range_t){a->name, a->device, a->time_us, INT64_MAX, false,
-                                tl_step_number(a->name)};
-    } else if (strcmp(a->stage, "END") == 0) {
-      /* the latest open START of the same name and device (ranges of one name nest) */
-      size_t j = nr;
-      while (j-- > 0)
-        if (!r[j].has_end && r[j].device == a->device && strcmp(r[j].name, a->name) == 0) break;
-      if (j == SIZE_MAX) {
-        out->unmatched_ends++;
-        continue;
-      }
-      r[j].end_us = a->time_us;
-      r[j].has_end = true;
-    } else {
-      out->unknown_stages++;
-    }
-  }
+  int rc = tl_pair(m, n, o, &nr, out);
   free(m);
-  qsort(r, nr, sizeof *r, tl_range_cmp);
-  out->ranges = r;
+  if (rc != MS_OK) {
+    free(o);
+    memset(out, 0, sizeof *out);
+    return rc;
+  }
+  tl_sort(o, nr, sizeof *o, tl_open_cmp);
+  /* the ranges take the front of o's block (a range is smaller than its tl_open_t) */
+  _Static_assert(sizeof(ms_tl_range_t) <= sizeof(tl_open_t), "ranges fit in place");
+  size_t nsteps = 0;
+  for (size_t i = 0; i < nr; i++) {
+    ms_tl_range_t x = o[i].r;
+    nsteps += x.step >= 0;
+    memcpy((char *)o + i * sizeof x, &x, sizeof x);
+  }
+  ms_tl_range_t *r = realloc(o, (nr ? nr : 1) * sizeof *r);
+  out->ranges = r ? r : (ms_tl_range_t *)(void *)o;
   out->n = nr;
+  if (nsteps > 0 && tl_steps_index(out, nsteps) != MS_OK) {
+    ms_tl_ranges_release(out);
+    return MS_ENOMEM;
+  }
   return MS_OK;
 }
 
 void ms_tl_ranges_release(ms_tl_ranges_t *r) {
   if (!r) return;
   free(r->ranges);
+  free(r->by_step);
   memset(r, 0, sizeof *r);
 }
 
@@ -251,9 +378,25 @@ const ms_tl_range_t *ms_tl_ranges_at(const ms_tl_ranges_t *r, int64_t dev, int64
 }
 
 const ms_tl_range_t *ms_tl_ranges_step(const ms_tl_ranges_t *r, int64_t dev, int64_t n) {
-  for (size_t i = 0; i < r->n; i++) {
-    const ms_tl_range_t *x = &r->ranges[i];
-    if (x->step == n && (dev < 0 || x->device == dev)) return x;
+  if (n < 0) return NULL; /* no step: the phase ranges have step -1 */
+  if (!r->by_step) {      /* a table filled by its caller: a scan */
+    for (size_t i = 0; i < r->n; i++) {
+      const ms_tl_range_t *x = &r->ranges[i];
+      if (x->step == n && (dev < 0 || x->device == dev)) return x;
+    }
+    return NULL;
+  }
+  size_t lo = 0, hi = r->nsteps; /* the first of step n, then those after it in ranges' order */
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (r->ranges[r->by_step[mid]].step < n)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  for (; lo < r->nsteps && r->ranges[r->by_step[lo]].step == n; lo++) {
+    const ms_tl_range_t *x = &r->ranges[r->by_step[lo]];
+    if (dev < 0 || x->device == dev) return x;
   }
   return NULL;
 }
@@ -339,9 +482,7 @@ static int tl_no_step(ms_errbuf_t *eb, int64_t n) {
                         n, n);
 }
 
-/* The annotations' ranges of tl's snapshot, built on first use and kept (they never change);
- * NULL when out of memory. */
-static const ms_tl_ranges_t *tl_ranges_get(const ms_timeline_t *tl) {
+const ms_tl_ranges_t *ms__tl_ranges(const ms_timeline_t *tl) {
   ms_timeline_t *mut = (ms_timeline_t *)tl; /* the lock, and a cache of what the snapshot says */
   pthread_mutex_lock(&mut->lock);
   if (!mut->have_ranges) mut->have_ranges = ms_tl_ranges_build(tl->snap, &mut->ranges) == MS_OK;
@@ -354,7 +495,7 @@ int ms_timeline_steps_range(const ms_timeline_t *tl, size_t dev, int64_t n, int6
                             size_t *from, size_t *to, ms_errbuf_t *eb) {
   if (dev >= tl->ndev) return ms__errbuf_set(eb, MS_EINVAL, "no device %zu", dev);
   if (n > m) return ms__errbuf_set(eb, MS_EINVAL, "steps %" PRId64 " to %" PRId64 ": out of order", n, m);
-  const ms_tl_ranges_t *rs = tl_ranges_get(tl);
+  const ms_tl_ranges_t *rs = ms__tl_ranges(tl);
   if (!rs) return ms__errbuf_set(eb, MS_ENOMEM, "out of memory");
   const ms_tl_range_t *x = ms_tl_ranges_step(rs, (int64_t)dev, n);
   if (!x) x = ms_tl_ranges_step(rs, -1, n); /* annotations recorded for another device index */

@@ -205,17 +205,21 @@ static inline void tl_peaks_visit(void *arg, size_t step,
   tl_peaks_note(arg, step, totals);
 }
 
+/* Brings w to the given step of device dev: restores the nearest checkpoint at or after it and
+ * undoes (index.c). @return MS_OK, MS_EINVAL (step past the trace), MS_ENOMEM. */
+int ms__tl_reach(const ms_timeline_t *tl, size_t dev, size_t step, tl_ws_t *w);
+
 /* Visits steps to, to - 1, ..., from of device dev (pre: dev < ndev, from <= to <= n), newest
  * first, with the totals at each: restores the checkpoint at or after `to` and undoes entries
  * with the sizes the build chose, so the totals are the final ones. Stores nothing per step; costs
  * one undo per step plus at most one checkpoint interval. Thread-safe (reads the index only).
  * @return MS_OK, MS_ENOMEM. */
-/* Brings w to the given step of device dev: restores the nearest checkpoint at or after it and
- * undoes (index.c). @return MS_OK, MS_EINVAL (step past the trace), MS_ENOMEM. */
-int ms__tl_reach(const ms_timeline_t *tl, size_t dev, size_t step, tl_ws_t *w);
-
 int ms__tl_walk(const ms_timeline_t *tl, size_t dev, size_t from, size_t to, tl_visit_fn *fn,
                 void *arg);
+
+/* The annotations' ranges of tl's snapshot (ms_tl_ranges_build), built on first use and kept
+ * with the index (events.c); thread-safe. NULL when out of memory. */
+const ms_tl_ranges_t *ms__tl_ranges(const ms_timeline_t *tl);
 
 /* Makes the series of the metrics in mask (bit 1 << m) of device dev that are not made yet, in
  * one walk; thread-safe (under tl->lock). @return MS_OK, MS_EINVAL (unknown device), MS_ENOMEM. */
