@@ -386,6 +386,73 @@ Test(timeline, recorded_expandable_wrapped) {
 }
 Test(timeline, recorded_late_start) { check_recorded(NULL, 0, false, true); }
 
+/* ms_timeline_states_at: the states of one pass are ms_timeline_state_at's, step by step. */
+typedef struct states_check_s {
+  const ms_timeline_t *tl;
+  size_t dev, calls, stop_at; /* stop_at: the call that fails (SIZE_MAX: none) */
+  const size_t *steps;
+  size_t last_k;
+} states_check_t;
+
+static int states_check_visit(void *arg, size_t k, const ms_tl_state_t *st) {
+  states_check_t *c = arg;
+  cr_assert(c->calls == 0 ? true : k < c->last_k, "newest first");
+  c->last_k = k;
+  if (c->calls++ == c->stop_at) return MS_ENOMEM;
+  ms_tl_state_t one;
+  ms_timeline_state_init(&one);
+  cr_assert_eq(ms_timeline_state_at(c->tl, c->dev, c->steps[k], &one), MS_OK);
+  char why[256];
+  cr_assert_eq(state_diff(st, &one, why, sizeof why), 0, "step %zu: %s", c->steps[k], why);
+  cr_assert_eq(st->step, c->steps[k]);
+  ms_timeline_state_release(&one);
+  return MS_OK;
+}
+
+Test(timeline, states_in_one_pass_as_one_at_a_time) {
+  static const char *confs[] = {NULL, "expandable_segments:True"};
+  for (int ci = 0; ci < 2; ci++) {
+    ms_snapshot_t *s = record_run(confs[ci], 0, 7 + (uint64_t)ci, 3000, false);
+    ms_timeline_config_t cfg;
+    ms_timeline_config_init(&cfg);
+    cfg.checkpoint_every = 64;
+    ms_timeline_t *tl = NULL;
+    ms_errbuf_t eb = {{0}};
+    cr_assert_eq(ms_timeline_create(s, &cfg, &tl, &eb), MS_OK, "%s", eb.msg);
+    size_t n = ms_timeline_nentries(tl, 0), steps[40];
+    uint64_t x = 99;
+    for (size_t k = 0; k < 40; k++) {
+      x = x * 6364136223846793005ull + 1442695040888963407ull;
+      steps[k] = k == 0 ? 0 : k == 39 ? n : (size_t)(x >> 33) % (n + 1);
+    }
+    steps[20] = steps[21];          /* a step asked twice */
+    for (size_t i = 1; i < 40; i++) /* sorted */
+      for (size_t j = i; j > 0 && steps[j - 1] > steps[j]; j--) {
+        size_t t = steps[j];
+        steps[j] = steps[j - 1];
+        steps[j - 1] = t;
+      }
+    states_check_t c = {tl, 0, 0, SIZE_MAX, steps, 0};
+    cr_assert_eq(ms_timeline_states_at(tl, 0, steps, 40, states_check_visit, &c), MS_OK);
+    cr_expect_eq(c.calls, 40);
+    states_check_t stop = {tl, 0, 0, 5, steps, 0}; /* the visitor's code ends the pass */
+    cr_expect_eq(ms_timeline_states_at(tl, 0, steps, 40, states_check_visit, &stop), MS_ENOMEM);
+    cr_expect_eq(stop.calls, 6);
+    states_check_t none = {tl, 0, 0, SIZE_MAX, steps, 0};
+    cr_expect_eq(ms_timeline_states_at(tl, 0, steps, 0, states_check_visit, &none), MS_OK);
+    cr_expect_eq(none.calls, 0);
+    size_t bad[2] = {5, 4}, past[1] = {n + 1};
+    cr_expect_eq(ms_timeline_states_at(tl, 0, bad, 2, states_check_visit, &none), MS_EINVAL);
+    cr_expect_eq(ms_timeline_states_at(tl, 0, past, 1, states_check_visit, &none), MS_EINVAL);
+    cr_expect_eq(ms_timeline_states_at(tl, 1, steps, 1, states_check_visit, &none), MS_EINVAL);
+    cr_expect_eq(ms_timeline_states_at(tl, 0, steps, 1, NULL, &none), MS_EINVAL);
+    cr_expect_eq(ms_timeline_states_at(tl, 0, NULL, 1, states_check_visit, &none), MS_EINVAL);
+    cr_expect_eq(none.calls, 0);
+    ms_timeline_destroy(tl);
+    ms_snapshot_free(s);
+  }
+}
+
 /* ---- inconsistent and hostile traces ------------------------------------------------------- */
 
 typedef struct tr_s {

@@ -212,6 +212,19 @@ MS_API void ms_timeline_state_release(ms_tl_state_t *st);
 MS_API MS_NODISCARD int ms_timeline_state_at(const ms_timeline_t *tl, size_t dev, size_t step,
                                              ms_tl_state_t *st);
 
+/* Called by ms_timeline_states_at with the state at steps[k]; returns MS_OK to go on, else the
+ * code that ms_timeline_states_at returns. st is valid only during the call. */
+typedef int ms_tl_state_visit_fn(void *arg, size_t k, const ms_tl_state_t *st);
+
+/* The states of device dev at steps[0] <= steps[1] <= ... <= steps[n - 1], newest first, in one
+ * pass undoing the entries from the checkpoint at or after the last: for many moments of one
+ * trace, where n calls of ms_timeline_state_at would each start at a checkpoint. Deferred stacks
+ * as ms_timeline_state_at. @return MS_OK, MS_EINVAL (unknown device, fn NULL, a step past the
+ * trace or steps out of order), MS_ENOMEM, fn's code, and as ms_timeline_state_at. */
+MS_API MS_NODISCARD int ms_timeline_states_at(const ms_timeline_t *tl, size_t dev,
+                                              const size_t *steps, size_t n,
+                                              ms_tl_state_visit_fn *fn, void *arg);
+
 /* Applies the next entry (st->step) to *st, forwards, so that st becomes the state at step + 1
  * (pre: st was filled by ms_timeline_state_at or this function, and st->step < nentries).
  * Used to check the index (tests) and to walk a range. @return MS_OK, MS_EINVAL, MS_ENOMEM, and

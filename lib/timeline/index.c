@@ -719,6 +719,32 @@ int ms_timeline_state_at(const ms_timeline_t *tl, size_t dev, size_t step, ms_tl
   return rc;
 }
 
+int ms_timeline_states_at(const ms_timeline_t *tl, size_t dev, const size_t *steps, size_t n,
+                          ms_tl_state_visit_fn *fn, void *arg) {
+  if (dev >= tl->ndev || !fn || (n > 0 && !steps)) return MS_EINVAL;
+  for (size_t k = 0; k < n; k++)
+    if (steps[k] > tl->dev[dev].n || (k > 0 && steps[k] < steps[k - 1])) return MS_EINVAL;
+  if (n == 0) return MS_OK;
+  tl_ws_t w;
+  memset(&w, 0, sizeof w);
+  w.filter = tl_filter_of(tl);
+  ms_tl_state_t st;
+  ms_timeline_state_init(&st);
+  size_t at = steps[n - 1];
+  int rc = ms__tl_reach(tl, dev, at, &w);
+  tl_ctx_t cx = {tl, &tl->dev[dev], dev, false, NULL, NULL, NULL, NULL};
+  for (size_t k = n; rc == MS_OK && k-- > 0;) {
+    while (rc == MS_OK && at > steps[k])
+      rc = ms__tl_undo(&cx, &w, --at);
+    if (rc == MS_OK) rc = tl_state_from_ws(&w, dev, at, &st);
+    if (rc == MS_OK) rc = tl_state_restack(tl, &st);
+    if (rc == MS_OK) rc = fn(arg, k, &st);
+  }
+  ms_timeline_state_release(&st);
+  ms__tl_ws_release(&w);
+  return rc;
+}
+
 /* Redoes entry i (forwards): the inverse of tl_undo, with the sizes chosen when building. */
 int ms_timeline_state_advance(const ms_timeline_t *tl, ms_tl_state_t *st) {
   if (st->device >= tl->ndev || st->step >= tl->dev[st->device].n) return MS_EINVAL;

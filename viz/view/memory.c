@@ -16,38 +16,73 @@
 typedef struct mem_pools_s {
   int64_t (*id)[2];
   uint64_t *largest; /* npools rows of nsamples */
+  size_t (*first)[2]; /* per pool: the first sample that has it, and its first segment there */
   size_t n, cap, nsamples;
 } mem_pools_t;
 
-/* The row of pool (a, b), added (zeroed) at its first sight; NULL on allocation failure. */
-static uint64_t *pool_row(mem_pools_t *p, const int64_t id[2]) {
-  for (size_t i = 0; i < p->n; i++)
-    if (p->id[i][0] == id[0] && p->id[i][1] == id[1]) return p->largest + i * p->nsamples;
-  if (p->n == p->cap) {
-    size_t cap = p->cap ? 2 * p->cap : 4;
-    int64_t(*ids)[2] = realloc(p->id, cap * sizeof *ids);
-    if (!ids) return NULL;
-    p->id = ids;
-    uint64_t *rows = realloc(p->largest, cap * p->nsamples * sizeof *rows);
-    if (!rows) return NULL;
-    p->largest = rows;
-    p->cap = cap;
+/* The row of pool (a, b), added (zeroed) at its first sight, seen in sample k at segment g (the
+ * samples come newest first: the earliest sight is kept); NULL on allocation failure. */
+static uint64_t *pool_row(mem_pools_t *p, const int64_t id[2], size_t k, size_t g) {
+  size_t i = 0;
+  while (i < p->n && (p->id[i][0] != id[0] || p->id[i][1] != id[1]))
+    i++;
+  if (i == p->n) {
+    if (p->n == p->cap) {
+      size_t cap = p->cap ? 2 * p->cap : 4;
+      int64_t(*ids)[2] = realloc(p->id, cap * sizeof *ids);
+      if (!ids) return NULL;
+      p->id = ids;
+      size_t(*first)[2] = realloc(p->first, cap * sizeof *first);
+      if (!first) return NULL;
+      p->first = first;
+      uint64_t *rows = realloc(p->largest, cap * p->nsamples * sizeof *rows);
+      if (!rows) return NULL;
+      p->largest = rows;
+      p->cap = cap;
+    }
+    p->id[i][0] = id[0];
+    p->id[i][1] = id[1];
+    p->first[i][0] = SIZE_MAX;
+    memset(p->largest + i * p->nsamples, 0, p->nsamples * sizeof *p->largest);
+    p->n++;
   }
-  p->id[p->n][0] = id[0];
-  p->id[p->n][1] = id[1];
-  uint64_t *row = p->largest + p->n * p->nsamples;
-  memset(row, 0, p->nsamples * sizeof *row);
-  p->n++;
-  return row;
+  if (k < p->first[i][0] || (k == p->first[i][0] && g < p->first[i][1])) {
+    p->first[i][0] = k;
+    p->first[i][1] = g;
+  }
+  return p->largest + i * p->nsamples;
+}
+
+/* The pools in the order of their first sight in the samples taken oldest first. */
+static void pools_order(mem_pools_t *p) {
+  for (size_t i = 1; i < p->n; i++) { /* insertion sort: a few pools */
+    for (size_t j = i; j > 0; j--) {
+      size_t *a = p->first[j - 1], *b = p->first[j];
+      if (a[0] < b[0] || (a[0] == b[0] && a[1] <= b[1])) break;
+      size_t f[2] = {a[0], a[1]};
+      int64_t id[2] = {p->id[j - 1][0], p->id[j - 1][1]};
+      memcpy(a, b, sizeof f);
+      memcpy(b, f, sizeof f);
+      memcpy(p->id[j - 1], p->id[j], sizeof id);
+      memcpy(p->id[j], id, sizeof id);
+      uint64_t *r = p->largest + (j - 1) * p->nsamples, *q = r + p->nsamples;
+      for (size_t s = 0; s < p->nsamples; s++) {
+        uint64_t t = r[s];
+        r[s] = q[s];
+        q[s] = t;
+      }
+    }
+  }
 }
 
 /* Sample k's largest free range of each pool in state st (segments and blocks sorted by
  * address). @return MS_OK or MS_ENOMEM. */
-static int largest_free(const ms_tl_state_t *st, mem_pools_t *p, size_t k) {
+static int largest_free(void *arg, size_t k, const ms_tl_state_t *st) {
+  mem_pools_t *p = arg;
   size_t b = 0;
   for (size_t i = 0; i < st->nsegments; i++) {
     const ms_tl_segment_t *g = &st->segments[i];
-    uint64_t *row = pool_row(p, g->pool_id);
+    uint64_t *row = pool_row(p, g->pool_id, k, i);
     if (!row) return MS_ENOMEM;
     uint64_t at = g->address, end = g->address + g->size, best = 0;
     while (b < st->nblocks && st->blocks[b].address < g->address) b++;
@@ -133,17 +168,15 @@ void ms__view_memory_json(vw_t *w, const ms_timeline_t *tl, size_t dev) {
   size_t nb = nsteps < MS_VIEW_MEMORY_BUCKETS ? nsteps : MS_VIEW_MEMORY_BUCKETS;
   size_t ns = nsteps < MS_VIEW_MEMORY_FREE_SAMPLES ? nsteps : MS_VIEW_MEMORY_FREE_SAMPLES;
   uint64_t *first = malloc(nb * sizeof *first), *rows = malloc(4 * nb * sizeof *rows);
-  uint64_t *fstep = malloc(ns * sizeof *fstep);
-  mem_pools_t p = {NULL, NULL, 0, 0, ns};
-  ms_tl_state_t st;
-  ms_timeline_state_init(&st);
+  size_t *fstep = malloc(ns * sizeof *fstep);
+  mem_pools_t p = {NULL, NULL, NULL, 0, 0, ns};
   int rc = first && rows && fstep ? MS_OK : MS_ENOMEM;
-  for (size_t k = 0; rc == MS_OK && k < ns; k++) {
+  for (size_t k = 0; rc == MS_OK && k < ns; k++)
     fstep[k] = ns > 1 ? k * (nsteps - 1) / (ns - 1) : 0;
-    rc = ms_timeline_state_at(tl, dev, fstep[k], &st);
-    if (rc == MS_OK) rc = largest_free(&st, &p, k);
-  }
-  ms_timeline_state_release(&st);
+  /* the samples in one pass, newest first (each one a checkpoint's walk: minutes on a trace of
+   * many live blocks) */
+  if (rc == MS_OK) rc = ms_timeline_states_at(tl, dev, fstep, ns, largest_free, &p);
+  if (rc == MS_OK) pools_order(&p);
   if (rc == MS_OK) rc = bucket_max(tl, dev, nsteps, nb, first, rows);
   if (rc != MS_OK) {
     vw_puts(w, "null");
@@ -155,7 +188,12 @@ void ms__view_memory_json(vw_t *w, const ms_timeline_t *tl, size_t dev) {
     put_u64s(w, "reserved", rows + nb, nb);
     put_u64s(w, "mapped", rows + 2 * nb, nb);
     put_u64s(w, "frag", rows + 3 * nb, nb);
-    put_u64s(w, "free_step", fstep, ns);
+    vw_puts(w, ",\"free_step\":[");
+    for (size_t i = 0; i < ns; i++) {
+      if (i) vw_puts(w, ",");
+      vw_u64(w, fstep[i]);
+    }
+    vw_puts(w, "]");
     vw_puts(w, ",\"free_pools\":[");
     for (size_t i = 0; i < p.n; i++) {
       vw_puts(w, i ? ",[" : "[");
@@ -172,6 +210,7 @@ void ms__view_memory_json(vw_t *w, const ms_timeline_t *tl, size_t dev) {
     vw_puts(w, "]}");
   }
   free(p.id);
+  free(p.first);
   free(p.largest);
   free(first);
   free(rows);
