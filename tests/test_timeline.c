@@ -6,7 +6,9 @@
  * the documented error with the entry number, hostile inputs do not crash, and the viewer's data
  * equals PyTorch's own output (expected/NAME.timeline.0.json.gz) on every fixture. Without an
  * index: every `oom` entry with the reserved bytes at it (all at once as one at a time), and the
- * entries of a time span (by binary search on ordered times, as a pass finds them).
+ * entries of a time span (by binary search on ordered times, as a pass finds them). The states at
+ * many steps in one pass equal those one at a time, and a segment's blocks in chunks behave as
+ * one sorted array under random inserts, removals, splits, joins and reloads.
  */
 #include <criterion/criterion.h>
 #include <inttypes.h>
@@ -1867,4 +1869,92 @@ Test(timeline_totals, hostile_queries) {
   cr_assert_eq(t[MS_TL_ALLOCATED], 0);
   ms_timeline_destroy(tl);
   ms_snapshot_free(s);
+}
+
+/* ---- a segment's blocks in chunks (timeline/blocks.c) -------------------------------------- */
+
+static void blks_check(const tl_blks_t *v, const uint64_t *ref, size_t n) {
+  cr_assert_eq(v->len, n);
+  size_t k = 0;
+  for (size_t i = 0; i < v->nch; i++) {
+    const tl_bchunk_t *c = v->ch[i];
+    cr_assert(c->n > 0 && c->n <= c->cap && c->cap <= TL_BLK_CHUNK, "chunk %zu: %u of %u", i, c->n,
+              c->cap);
+    for (uint32_t j = 0; j < c->n; j++, k++) {
+      cr_assert(k < n && c->b[j].address == ref[k], "block %zu", k);
+      cr_assert_eq(c->b[j].requested_size, ref[k] * 3, "a block moves whole");
+    }
+  }
+  cr_assert_eq(k, n);
+}
+
+/* The first place of ref[0..n) at or above a. */
+static size_t blks_ref_lower(const uint64_t *ref, size_t n, uint64_t a) {
+  size_t k = 0;
+  while (k < n && ref[k] < a)
+    k++;
+  return k;
+}
+
+Test(timeline, blocks_in_chunks_as_in_one_sorted_array) {
+  enum { MAXN = 3000 };
+  uint64_t *ref = malloc(MAXN * sizeof *ref), x = 5;
+  ms_tl_block_t *flat = malloc(MAXN * sizeof *flat);
+  cr_assert(ref && flat);
+  size_t n = 0, most_chunks = 0;
+  tl_blks_t v;
+  memset(&v, 0, sizeof v);
+  for (int op = 0; op < 30000; op++) {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    uint64_t r = x >> 20, a = 16 * (r % 4096);
+    size_t at = blks_ref_lower(ref, n, a);
+    bool grow = op < 12000 ? r % 5 != 0 : op < 20000 ? r % 2 == 0 : r % 5 == 0;
+    if ((r >> 12) % 97 == 0) { /* split at a, check both halves, join them again */
+      tl_blks_t tail;
+      memset(&tail, 0, sizeof tail);
+      cr_assert_eq(ms__tl_blk_split(&v, tl_blk_lower(&v, a), &tail), MS_OK);
+      blks_check(&v, ref, at);
+      blks_check(&tail, ref + at, n - at);
+      cr_assert_eq(ms__tl_blk_append(&v, &tail), MS_OK);
+      ms__tl_blk_free(&tail);
+    } else if ((r >> 12) % 89 == 0) { /* copied out and loaded into another */
+      cr_assert_eq(ms__tl_blk_copy(&v, flat), n);
+      tl_blks_t w;
+      memset(&w, 0, sizeof w);
+      cr_assert_eq(ms__tl_blk_load(&w, flat, n), MS_OK);
+      ms__tl_blk_free(&v);
+      v = w;
+    } else if (grow && n < MAXN && (at == n || ref[at] != a)) {
+      ms_tl_block_t b;
+      memset(&b, 0, sizeof b);
+      b.address = a;
+      b.size = 16;
+      b.requested_size = a * 3;
+      cr_assert_eq(ms__tl_blk_insert(&v, tl_blk_lower(&v, a), &b), MS_OK);
+      memmove(ref + at + 1, ref + at, (n - at) * sizeof *ref);
+      ref[at] = a;
+      n++;
+    } else if (!grow && n > 0) {
+      at = at < n ? at : n - 1;
+      tl_bpos_t p = tl_blk_lower(&v, ref[at]);
+      cr_assert_eq(tl_blk_at(&v, p)->address, ref[at]);
+      ms__tl_blk_remove(&v, p);
+      memmove(ref + at, ref + at + 1, (n - at - 1) * sizeof *ref);
+      n--;
+    }
+    /* the place of a: the block there and the one before, as in the sorted array */
+    tl_bpos_t p = tl_blk_lower(&v, a);
+    size_t k = blks_ref_lower(ref, n, a);
+    const ms_tl_block_t *at_p = tl_blk_at(&v, p), *before = tl_blk_before(&v, p);
+    cr_assert(k < n ? at_p && at_p->address == ref[k] : at_p == NULL, "op %d", op);
+    cr_assert(k > 0 ? before && before->address == ref[k - 1] : before == NULL, "op %d", op);
+    if (op % 101 == 0) blks_check(&v, ref, n);
+    if (v.nch > most_chunks) most_chunks = v.nch;
+  }
+  blks_check(&v, ref, n);
+  cr_expect_gt(most_chunks, 10, "full chunks split (%zu chunks at most)", most_chunks);
+  ms__tl_blk_free(&v);
+  cr_assert_eq(v.nch, 0);
+  free(ref);
+  free(flat);
 }

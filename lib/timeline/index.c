@@ -212,9 +212,9 @@ static int tl_end_state(const ms_timeline_t *tl, size_t dev, const tl_map_t *ope
       b.snap_block = (uint32_t)bi;
       b.state = sb->state;
       b.flags = MS_TL_BLOCK_FROM_SNAPSHOT;
-      size_t at = tl_blk_lower(&ws->blk, addr);
-      if ((at < ws->blk.len && ws->blk.ptr[at].address < addr + b.size) ||
-          (at > 0 && ws->blk.ptr[at - 1].address + ws->blk.ptr[at - 1].size > addr))
+      tl_bpos_t at = tl_blk_lower(&ws->blk, addr);
+      const ms_tl_block_t *next = tl_blk_at(&ws->blk, at), *below = tl_blk_before(&ws->blk, at);
+      if ((next && next->address < addr + b.size) || (below && below->address + below->size > addr))
         return ms__errbuf_set(eb, MS_EFORMAT, "device %zu: blocks overlap at 0x%" PRIx64, dev,
                               addr);
       if (ms__tl_blk_insert(&ws->blk, at, &b)) return MS_ENOMEM;
@@ -639,9 +639,7 @@ static int tl_state_from_ws(const tl_ws_t *w, size_t dev, size_t step, ms_tl_sta
   size_t k = 0;
   for (size_t i = 0; i < w->segs.len; i++) {
     st->segments[i] = w->segs.ptr[i].seg;
-    if (w->segs.ptr[i].blk.len)
-      memcpy(st->blocks + k, w->segs.ptr[i].blk.ptr, w->segs.ptr[i].blk.len * sizeof *st->blocks);
-    k += w->segs.ptr[i].blk.len;
+    k += ms__tl_blk_copy(&w->segs.ptr[i].blk, st->blocks + k);
   }
   st->nsegments = w->segs.len;
   st->nblocks = k;
@@ -665,11 +663,7 @@ static int tl_ws_from_state(const ms_timeline_t *tl, const ms_tl_state_t *st, tl
     size_t k0 = k;
     while (k < st->nblocks && st->blocks[k].address < end)
       k++;
-    if (k > k0) {
-      if (MS_VEC_RESERVE(&s->blk, k - k0)) return MS_ENOMEM;
-      memcpy(s->blk.ptr, st->blocks + k0, (k - k0) * sizeof *st->blocks);
-      s->blk.len = k - k0;
-    }
+    if (ms__tl_blk_load(&s->blk, st->blocks + k0, k - k0)) return MS_ENOMEM;
   }
   memcpy(w->totals, st->totals, sizeof w->totals);
   w->nlive = k;

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT
  * memsnap core: the time index's state and the functions its files share (memsnap/timeline.h).
  * state.c: the working state (an address-sorted array of segments, each with its address-sorted
- * live blocks), its checkpoints, and undoing or redoing one trace entry; index.c: pairing allocs
+ * live blocks, in chunks: blocks.c), its checkpoints, and undoing or redoing one trace entry;
+ * index.c: pairing allocs
  * with frees, building the index (one pass undoing the trace from the end state), the state at
  * any step; totals.c: walks from a checkpoint, the totals at a step, peaks, series made on
  * demand; moments.c: the state as a snapshot, naming moments, and selecting segments of the end
@@ -25,11 +26,29 @@
 #define TL_SMALL_SIZE (1ull << 20) /* kSmallSize: requests up to 1 MiB use the small pool */
 #define TL_MAX_DEVICES 4096
 
-typedef MS_VEC(ms_tl_block_t) tl_blockvec_t;
+/* A segment's live blocks, sorted by address (blocks.c): chunks of at most TL_BLK_CHUNK blocks,
+ * none empty, in address order, so that adding or removing a block moves at most one chunk's
+ * blocks and the chunks' pointers, however many blocks the segment holds (an expandable segment
+ * may hold tens of thousands). A place in it is a chunk and an offset; the end is (nch, 0). */
+#define TL_BLK_CHUNK 256
+typedef struct tl_bchunk_s {
+  uint32_t n, cap;
+  ms_tl_block_t b[];
+} tl_bchunk_t;
+
+typedef struct tl_blks_s {
+  tl_bchunk_t **ch;
+  size_t nch, cap; /* chunks, room for chunk pointers */
+  size_t len;      /* blocks */
+} tl_blks_t;
+
+typedef struct tl_bpos_s {
+  size_t c, o;
+} tl_bpos_t;
 
 typedef struct tl_wseg_s {
   ms_tl_segment_t seg;
-  tl_blockvec_t blk; /* live blocks, sorted by address */
+  tl_blks_t blk; /* live blocks, sorted by address */
 } tl_wseg_t;
 
 typedef struct tl_ws_s {
@@ -157,18 +176,57 @@ static inline uint32_t tl_snap_stack(const ms_snapshot_t *s, const ms_snap_block
   return MS_SNAP_NO_STACK;
 }
 
-/* First block of v whose address is >= addr. */
-static inline size_t tl_blk_lower(const tl_blockvec_t *v, uint64_t addr) {
-  size_t lo = 0, hi = v->len;
-  while (lo < hi) {
+/* The place of the first block of v whose address is >= addr (the end when none). */
+static inline tl_bpos_t tl_blk_lower(const tl_blks_t *v, uint64_t addr) {
+  size_t lo = 0, hi = v->nch;
+  if (hi == 1) hi = 0; /* one chunk (most segments): its end is the end */
+  while (lo < hi) {    /* the first chunk whose last block is at or above addr */
     size_t mid = lo + (hi - lo) / 2;
-    if (v->ptr[mid].address < addr)
+    const tl_bchunk_t *c = v->ch[mid];
+    if (c->b[c->n - 1].address < addr)
       lo = mid + 1;
     else
       hi = mid;
   }
-  return lo;
+  tl_bpos_t p = {lo, 0};
+  if (lo == v->nch) return p;
+  const tl_bchunk_t *c = v->ch[lo];
+  size_t a = 0, b = c->n;
+  while (a < b) {
+    size_t mid = a + (b - a) / 2;
+    if (c->b[mid].address < addr)
+      a = mid + 1;
+    else
+      b = mid;
+  }
+  p.o = a;
+  if (a == c->n) p = (tl_bpos_t){v->nch, 0}; /* past the only chunk's last block */
+  return p;
 }
+
+/* The block at p, NULL at the end. */
+static inline ms_tl_block_t *tl_blk_at(const tl_blks_t *v, tl_bpos_t p) {
+  return p.c < v->nch ? &v->ch[p.c]->b[p.o] : NULL;
+}
+
+/* The block before p, NULL at the start. */
+static inline ms_tl_block_t *tl_blk_before(const tl_blks_t *v, tl_bpos_t p) {
+  if (p.o > 0) return &v->ch[p.c]->b[p.o - 1];
+  if (p.c == 0) return NULL;
+  tl_bchunk_t *c = v->ch[p.c - 1];
+  return &c->b[c->n - 1];
+}
+
+/* blocks.c: b inserted at p (its place by address); the block at p removed; v's blocks copied
+ * into dst in order (@return their number); n sorted blocks loaded into an empty v; the blocks
+ * from p on moved to an empty tail; src's blocks (all above v's) moved to v's end; v emptied. */
+int ms__tl_blk_insert(tl_blks_t *v, tl_bpos_t p, const ms_tl_block_t *b);
+void ms__tl_blk_remove(tl_blks_t *v, tl_bpos_t p);
+size_t ms__tl_blk_copy(const tl_blks_t *v, ms_tl_block_t *dst);
+int ms__tl_blk_load(tl_blks_t *v, const ms_tl_block_t *src, size_t n);
+int ms__tl_blk_split(tl_blks_t *v, tl_bpos_t p, tl_blks_t *tail);
+int ms__tl_blk_append(tl_blks_t *v, tl_blks_t *src);
+void ms__tl_blk_free(tl_blks_t *v);
 
 static inline bool tl_filter_keeps_snap(const ms_tl_filter_t *f, const ms_snap_segment_t *g) {
   if (f->has_stream && g->stream != f->stream) return false;
@@ -240,7 +298,6 @@ typedef struct tl_ctx_s {
   ms_errbuf_t *eb;
 } tl_ctx_t;
 
-int ms__tl_blk_insert(tl_blockvec_t *v, size_t at, const ms_tl_block_t *b);
 void ms__tl_ckpt_free(tl_ckpt_t *c);
 int ms__tl_ckpt_restore(const tl_ckpt_t *c, tl_ws_t *w);
 /* A checkpoint of w at step into c: its arrays carved from pool's chunks, or malloc'd when pool

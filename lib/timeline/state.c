@@ -14,7 +14,7 @@
 
 void ms__tl_ws_release(tl_ws_t *w) {
   for (size_t i = 0; i < w->segs.len; i++)
-    free(w->segs.ptr[i].blk.ptr);
+    ms__tl_blk_free(&w->segs.ptr[i].blk);
   free(w->segs.ptr);
   const ms_tl_filter_t *f = w->filter;
   memset(w, 0, sizeof *w);
@@ -72,19 +72,6 @@ static size_t tl_seg_find(tl_ws_t *w, uint64_t addr) {
   return i;
 }
 
-int ms__tl_blk_insert(tl_blockvec_t *v, size_t at, const ms_tl_block_t *b) {
-  if (MS_VEC_RESERVE(v, 1)) return MS_ENOMEM;
-  memmove(v->ptr + at + 1, v->ptr + at, (v->len - at) * sizeof *v->ptr);
-  v->ptr[at] = *b;
-  v->len++;
-  return MS_OK;
-}
-
-static void tl_blk_remove(tl_blockvec_t *v, size_t at) {
-  memmove(v->ptr + at, v->ptr + at + 1, (v->len - at - 1) * sizeof *v->ptr);
-  v->len--;
-}
-
 static int tl_seg_insert(tl_ws_t *w, size_t at, const ms_tl_segment_t *s) {
   if (MS_VEC_RESERVE(&w->segs, 1)) return MS_ENOMEM;
   memmove(w->segs.ptr + at + 1, w->segs.ptr + at, (w->segs.len - at) * sizeof *w->segs.ptr);
@@ -97,7 +84,7 @@ static int tl_seg_insert(tl_ws_t *w, size_t at, const ms_tl_segment_t *s) {
 
 static void tl_seg_remove(tl_ws_t *w, size_t at) {
   if (tl_counts(w, &w->segs.ptr[at].seg)) w->totals[MS_TL_RESERVED] -= w->segs.ptr[at].seg.size;
-  free(w->segs.ptr[at].blk.ptr);
+  ms__tl_blk_free(&w->segs.ptr[at].blk);
   memmove(w->segs.ptr + at, w->segs.ptr + at + 1, (w->segs.len - at - 1) * sizeof *w->segs.ptr);
   w->segs.len--;
 }
@@ -165,8 +152,7 @@ int ms__tl_ckpt_take(const tl_ws_t *w, size_t step, tl_ckpt_t *c, tl_dev_t *pool
     const tl_wseg_t *s = &w->segs.ptr[i];
     c->segs[i] = s->seg;
     c->seg_nblk[i] = (uint32_t)s->blk.len;
-    if (s->blk.len) memcpy(c->blocks + k, s->blk.ptr, s->blk.len * sizeof *c->blocks);
-    k += s->blk.len;
+    k += ms__tl_blk_copy(&s->blk, c->blocks + k);
   }
   memcpy(c->totals, w->totals, sizeof c->totals);
   return MS_OK;
@@ -180,11 +166,7 @@ int ms__tl_ckpt_restore(const tl_ckpt_t *c, tl_ws_t *w) {
     tl_wseg_t *s = &w->segs.ptr[w->segs.len++];
     memset(s, 0, sizeof *s);
     s->seg = c->segs[i];
-    if (c->seg_nblk[i]) {
-      if (MS_VEC_RESERVE(&s->blk, c->seg_nblk[i])) return MS_ENOMEM;
-      memcpy(s->blk.ptr, c->blocks + k, c->seg_nblk[i] * sizeof *c->blocks);
-      s->blk.len = c->seg_nblk[i];
-    }
+    if (ms__tl_blk_load(&s->blk, c->blocks + k, c->seg_nblk[i])) return MS_ENOMEM;
     k += c->seg_nblk[i];
   }
   memcpy(w->totals, c->totals, sizeof w->totals);
@@ -226,12 +208,12 @@ static int tl_range_remove(tl_ctx_t *c, tl_ws_t *w, size_t i, uint64_t addr, uin
     return tl_bad(c, i, "the range lies in a segment that is not expandable");
   uint64_t end = addr + size, send = s->seg.address + s->seg.size;
   if (size == 0 || end < addr || end > send) return tl_bad(c, i, "the range runs past its segment");
-  size_t b0 = tl_blk_lower(&s->blk, addr);
-  if (b0 > 0 && s->blk.ptr[b0 - 1].address + s->blk.ptr[b0 - 1].size > addr)
+  tl_bpos_t b0 = tl_blk_lower(&s->blk, addr);
+  const ms_tl_block_t *below = tl_blk_before(&s->blk, b0), *at = tl_blk_at(&s->blk, b0);
+  if (below && below->address + below->size > addr)
     return tl_bad(c, i, "a live block overlaps the range");
-  if (b0 < s->blk.len && s->blk.ptr[b0].address < end)
-    return tl_bad(c, i, "a live block lies in the range");
-  if (b0 > 0) tl_room_limit(c, &s->blk.ptr[b0 - 1], addr);
+  if (at && at->address < end) return tl_bad(c, i, "a live block lies in the range");
+  if (below) tl_room_limit(c, below, addr);
   if (addr == s->seg.address && end == send) {
     tl_seg_remove(w, si);
     return MS_OK;
@@ -258,16 +240,7 @@ static int tl_range_remove(tl_ctx_t *c, tl_ws_t *w, size_t i, uint64_t addr, uin
     w->totals[MS_TL_RESERVED] += counted * right.size;
     return MS_ENOMEM;
   }
-  s = &w->segs.ptr[si];
-  tl_wseg_t *r = &w->segs.ptr[si + 1];
-  size_t nr = s->blk.len - b0;
-  if (nr) {
-    if (MS_VEC_RESERVE(&r->blk, nr)) return MS_ENOMEM;
-    memcpy(r->blk.ptr, s->blk.ptr + b0, nr * sizeof *r->blk.ptr);
-    r->blk.len = nr;
-    s->blk.len = b0;
-  }
-  return MS_OK;
+  return ms__tl_blk_split(&w->segs.ptr[si].blk, b0, &w->segs.ptr[si + 1].blk);
 }
 
 static bool tl_mergeable(const ms_timeline_t *tl, const ms_tl_segment_t *a,
@@ -295,11 +268,7 @@ static int tl_range_add(tl_ctx_t *c, tl_ws_t *w, size_t i, const ms_tl_segment_t
                tl_mergeable(c->tl, &w->segs.ptr[at].seg, ns);
   if (left && right) {
     tl_wseg_t *l = &w->segs.ptr[fl], *r = &w->segs.ptr[at];
-    if (r->blk.len) {
-      if (MS_VEC_RESERVE(&l->blk, r->blk.len)) return MS_ENOMEM;
-      memcpy(l->blk.ptr + l->blk.len, r->blk.ptr, r->blk.len * sizeof *r->blk.ptr);
-      l->blk.len += r->blk.len;
-    }
+    if (ms__tl_blk_append(&l->blk, &r->blk)) return MS_ENOMEM;
     uint64_t counted = tl_counts(w, &l->seg) ? 1 : 0;
     l->seg.size += ns->size + r->seg.size;
     w->totals[MS_TL_RESERVED] += counted * (ns->size + r->seg.size);
@@ -365,40 +334,42 @@ int ms__tl_undo(tl_ctx_t *c, tl_ws_t *w, size_t i) {
   case MS_TRACE_ALLOC: {
     size_t si = tl_seg_find(w, e->addr);
     if (si == SIZE_MAX) return tl_bad(c, i, "no segment holds its block later");
-    tl_blockvec_t *v = &w->segs.ptr[si].blk;
-    size_t k = tl_blk_lower(v, e->addr);
-    if (k >= v->len || v->ptr[k].address != e->addr)
+    tl_blks_t *v = &w->segs.ptr[si].blk;
+    tl_bpos_t k = tl_blk_lower(v, e->addr);
+    ms_tl_block_t *b = tl_blk_at(v, k);
+    if (!b || b->address != e->addr)
       return tl_bad(c, i, "its block is not live later (freed without a free in the trace?)");
-    if (v->ptr[k].state != MS_BLOCK_ACTIVE_ALLOCATED)
+    if (b->state != MS_BLOCK_ACTIVE_ALLOCATED)
       return tl_bad(c, i, "its block is pending free later without a free_requested");
-    if (c->building) d->bsize[i] = v->ptr[k].size;
-    ms__tl_totals_block(w, &w->segs.ptr[si].seg, &v->ptr[k], -1);
-    tl_blk_remove(v, k);
+    if (c->building) d->bsize[i] = b->size;
+    ms__tl_totals_block(w, &w->segs.ptr[si].seg, b, -1);
+    ms__tl_blk_remove(v, k);
     return MS_OK;
   }
   case MS_TRACE_FREE_REQUESTED: {
     size_t si = tl_seg_find(w, e->addr);
-    tl_blockvec_t *v = si == SIZE_MAX ? NULL : &w->segs.ptr[si].blk;
-    size_t k = v ? tl_blk_lower(v, e->addr) : 0;
-    if (!v || k >= v->len || v->ptr[k].address != e->addr)
-      return tl_bad(c, i, "its block is not live later");
-    if (v->ptr[k].state != MS_BLOCK_ACTIVE_PENDING_FREE)
+    ms_tl_block_t *b = si == SIZE_MAX ? NULL
+                                      : tl_blk_at(&w->segs.ptr[si].blk,
+                                                  tl_blk_lower(&w->segs.ptr[si].blk, e->addr));
+    if (!b || b->address != e->addr) return tl_bad(c, i, "its block is not live later");
+    if (b->state != MS_BLOCK_ACTIVE_PENDING_FREE)
       return tl_bad(c, i, "its block is still allocated later (no pending free)");
-    v->ptr[k].state = MS_BLOCK_ACTIVE_ALLOCATED;
-    if (tl_counts(w, &w->segs.ptr[si].seg)) w->totals[MS_TL_ALLOCATED] += v->ptr[k].size;
-    if (c->freq && v->ptr[k].free_entry >= 0) c->freq[v->ptr[k].free_entry] = (uint32_t)i;
+    b->state = MS_BLOCK_ACTIVE_ALLOCATED;
+    if (tl_counts(w, &w->segs.ptr[si].seg)) w->totals[MS_TL_ALLOCATED] += b->size;
+    if (c->freq && b->free_entry >= 0) c->freq[b->free_entry] = (uint32_t)i;
     return MS_OK;
   }
   case MS_TRACE_FREE_COMPLETED: {
     size_t si = tl_seg_find(w, e->addr);
     if (si == SIZE_MAX) return tl_bad(c, i, "no segment holds it");
     tl_wseg_t *s = &w->segs.ptr[si];
-    size_t k = tl_blk_lower(&s->blk, e->addr);
-    if (k < s->blk.len && s->blk.ptr[k].address == e->addr)
+    tl_bpos_t k = tl_blk_lower(&s->blk, e->addr);
+    const ms_tl_block_t *next = tl_blk_at(&s->blk, k), *below = tl_blk_before(&s->blk, k);
+    if (next && next->address == e->addr)
       return tl_bad(c, i, "a block is live at that address later (double free?)");
-    if (k > 0 && s->blk.ptr[k - 1].address + s->blk.ptr[k - 1].size > e->addr)
+    if (below && below->address + below->size > e->addr)
       return tl_bad(c, i, "the address lies inside a live block");
-    uint64_t gap_end = k < s->blk.len ? s->blk.ptr[k].address : s->seg.address + s->seg.size;
+    uint64_t gap_end = next ? next->address : s->seg.address + s->seg.size;
     uint32_t ai = d->pair[i];
     if (c->room) { /* building: the smallest size it can have (fixed up later); note its room */
       const ms_snap_trace_t *src = ai != TL_NONE ? &d->trace[ai] : e;
@@ -407,7 +378,7 @@ int ms__tl_undo(tl_ctx_t *c, tl_ws_t *w, size_t i) {
       c->room[i] = gap_end;
       c->freq[i] = TL_NONE;
       if (c->counted) c->counted[i] = tl_counts(w, &s->seg);
-      if (k > 0) tl_room_limit(c, &s->blk.ptr[k - 1], e->addr);
+      if (below) tl_room_limit(c, below, e->addr);
     }
     if (d->bsize[i] > gap_end - e->addr) return tl_bad(c, i, "its block does not fit");
     ms_tl_block_t b = tl_entry_block(d, ai, i, d->bsize[i], MS_BLOCK_ACTIVE_PENDING_FREE);
@@ -472,7 +443,7 @@ int ms__tl_redo(tl_ctx_t *c, tl_ws_t *w, size_t i) {
     } else {
       b = tl_entry_block(d, i, d->pair[i], d->bsize[i], MS_BLOCK_ACTIVE_ALLOCATED);
     }
-    tl_blockvec_t *v = &w->segs.ptr[si].blk;
+    tl_blks_t *v = &w->segs.ptr[si].blk;
     int rc = ms__tl_blk_insert(v, tl_blk_lower(v, e->addr), &b);
     if (rc == MS_OK) ms__tl_totals_block(w, &w->segs.ptr[si].seg, &b, +1);
     return rc;
@@ -480,18 +451,19 @@ int ms__tl_redo(tl_ctx_t *c, tl_ws_t *w, size_t i) {
   case MS_TRACE_FREE_REQUESTED:
   case MS_TRACE_FREE_COMPLETED: {
     size_t si = tl_seg_find(w, e->addr);
-    tl_blockvec_t *v = si == SIZE_MAX ? NULL : &w->segs.ptr[si].blk;
-    size_t k = v ? tl_blk_lower(v, e->addr) : 0;
-    if (!v || k >= v->len || v->ptr[k].address != e->addr) return MS_EINVAL;
+    tl_blks_t *v = si == SIZE_MAX ? NULL : &w->segs.ptr[si].blk;
+    tl_bpos_t k = v ? tl_blk_lower(v, e->addr) : (tl_bpos_t){0, 0};
+    ms_tl_block_t *b = v ? tl_blk_at(v, k) : NULL;
+    if (!b || b->address != e->addr) return MS_EINVAL;
     if (e->action == MS_TRACE_FREE_REQUESTED) {
-      if (v->ptr[k].state == MS_BLOCK_ACTIVE_ALLOCATED) {
-        v->ptr[k].state = MS_BLOCK_ACTIVE_PENDING_FREE;
-        if (tl_counts(w, &w->segs.ptr[si].seg)) w->totals[MS_TL_ALLOCATED] -= v->ptr[k].size;
+      if (b->state == MS_BLOCK_ACTIVE_ALLOCATED) {
+        b->state = MS_BLOCK_ACTIVE_PENDING_FREE;
+        if (tl_counts(w, &w->segs.ptr[si].seg)) w->totals[MS_TL_ALLOCATED] -= b->size;
       }
       return MS_OK;
     }
-    ms__tl_totals_block(w, &w->segs.ptr[si].seg, &v->ptr[k], -1);
-    tl_blk_remove(v, k);
+    ms__tl_totals_block(w, &w->segs.ptr[si].seg, b, -1);
+    ms__tl_blk_remove(v, k);
     return MS_OK;
   }
   case MS_TRACE_SEGMENT_ALLOC: {
