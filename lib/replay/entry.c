@@ -120,12 +120,13 @@ int ms_replay_run(const ms_snapshot_t *snap, const ms_replay_options_t *opt,
     r = rp_prepare(snap, d, &tr, res);
     if (r == MS_OK && res->verdict != MS_REPLAY_UNREPLAYABLE) {
       if (!o.whatif) {
-        r = ms__rp_run_device(&tr, false, &tr.cfg, o.capacity, res, &res->recorded);
+        r = ms__rp_run_device(&tr, false, &tr.cfg, o.capacity, false, res, &res->recorded);
       } else {
         ms_alloc_config_t cfg;
         r = rp_whatif_config(&tr, o.config, &cfg, eb);
         ms_replay_device_t scratch = *res;
-        if (r == MS_OK) r = ms__rp_run_device(&tr, false, &tr.cfg, 0, &scratch, &res->recorded);
+        if (r == MS_OK)
+          r = ms__rp_run_device(&tr, false, &tr.cfg, 0, false, &scratch, &res->recorded);
         if (r == MS_OK) {
           res->verdict = scratch.verdict;
           memcpy(res->reason, scratch.reason, sizeof res->reason);
@@ -134,7 +135,7 @@ int ms_replay_run(const ms_snapshot_t *snap, const ms_replay_options_t *opt,
           memcpy(res->actual, scratch.actual, sizeof res->actual);
           rp_whatif_capacity(snap, d, &o, tr.device_total, res);
           tr.fresh_start = o.fresh_start;
-          r = ms__rp_run_device(&tr, true, &cfg, (size_t)res->capacity, res, &res->replayed);
+          r = ms__rp_run_device(&tr, true, &cfg, (size_t)res->capacity, false, res, &res->replayed);
           res->allocs = scratch.allocs; /* the trace's, even when the what-if stopped early */
         }
       }
@@ -174,11 +175,12 @@ int ms_replay_min_capacity(const ms_snapshot_t *snap, int device, const char *co
   }
   if (r == MS_OK) r = rp_whatif_config(&tr, config, &cfg, eb);
   ms_replay_usage_t use;
-  if (r == MS_OK) r = ms__rp_run_device(&tr, false, &tr.cfg, 0, &res, &use); /* classifies bursts */
+  if (r == MS_OK)
+    r = ms__rp_run_device(&tr, false, &tr.cfg, 0, false, &res, &use); /* classifies bursts */
   /* hi: a capacity without OOM, lo: one with an OOM (0 always OOMs when anything is allocated). */
   size_t lo = 0, hi = 0;
   if (r == MS_OK) {
-    r = ms__rp_run_device(&tr, true, &cfg, 0, &res, &use);
+    r = ms__rp_run_device(&tr, true, &cfg, 0, false, &res, &use);
     hi = ((size_t)use.peak_reserved + RP_PAGE - 1) & ~(size_t)(RP_PAGE - 1);
     if (hi < RP_PAGE) hi = RP_PAGE;
     /* Below the start state's reserved memory nothing fits; nor below the peak of allocated
@@ -190,7 +192,7 @@ int ms_replay_min_capacity(const ms_snapshot_t *snap, int device, const char *co
     if (lo >= hi) lo = hi - RP_PAGE;
   }
   while (r == MS_OK) {
-    r = ms__rp_run_device(&tr, true, &cfg, hi, &res, &use);
+    r = ms__rp_run_device(&tr, true, &cfg, hi, true, &res, &use);
     if (r != MS_OK || rp_fits(&use)) break;
     lo = hi;
     if (hi >= RP_MIN_CAP_BOUND) {
@@ -203,7 +205,7 @@ int ms_replay_min_capacity(const ms_snapshot_t *snap, int device, const char *co
   while (r == MS_OK && hi - lo > RP_PAGE) {
     size_t mid = lo + ((hi - lo) / 2 & ~(size_t)(RP_PAGE - 1));
     if (mid == lo) mid = lo + RP_PAGE;
-    r = ms__rp_run_device(&tr, true, &cfg, mid, &res, &use);
+    r = ms__rp_run_device(&tr, true, &cfg, mid, true, &res, &use);
     if (r != MS_OK) break;
     if (rp_fits(&use)) hi = mid;
     else lo = mid;
@@ -212,7 +214,7 @@ int ms_replay_min_capacity(const ms_snapshot_t *snap, int device, const char *co
    * does not promise; 2 MiB less must not fit (stepping down while it does, a bounded number of
    * times). */
   for (int step = 0; r == MS_OK && hi > RP_PAGE; step++) {
-    r = ms__rp_run_device(&tr, true, &cfg, hi - RP_PAGE, &res, &use);
+    r = ms__rp_run_device(&tr, true, &cfg, hi - RP_PAGE, true, &res, &use);
     if (r != MS_OK || !rp_fits(&use)) break;
     if (step == 64) {
       r = ms__errbuf_set(eb, MS_ENOTFOUND, "device %d: no smallest capacity: the replay fits on "

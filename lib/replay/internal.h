@@ -241,8 +241,10 @@ void ms__rp_trace_release(rp_trace_t *tr);
 
 /* Replays tr: check mode (whatif false: the recorded settings, every decision compared, bursts
  * and free_completed entries classified for later what-if runs) or what-if under cfg; capacity 0
- * is unlimited. Fills res (verdict, mismatch) and use (the figures). */
+ * is unlimited. fit_only (what-if): the run only answers whether it fits, and its first OOM ends
+ * it (use then holds the figures up to there, with ooms >= 1). Fills res (verdict, mismatch) and
+ * use (the figures). */
 int ms__rp_run_device(rp_trace_t *tr, bool whatif, const ms_alloc_config_t *cfg, size_t capacity,
-                      ms_replay_device_t *res, ms_replay_usage_t *use);
+                      bool fit_only, ms_replay_device_t *res, ms_replay_usage_t *use);
 
 #endif /* MEMSNAP_LIB_REPLAY_INTERNAL_H */

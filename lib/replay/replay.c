@@ -65,6 +65,7 @@ typedef struct rp_run_s {
   ms_replay_device_t *res;
   ms_replay_usage_t *use;
   bool stop;
+  bool fit_only; /* what-if: only whether the run fits, so the first OOM ends it */
 } rp_run_t;
 
 static void rp_hook_trace(void *ctx, const ms__trace_rec_t *rec) {
@@ -211,6 +212,7 @@ static void rp_note_oom(rp_run_t *run, size_t i, uint64_t size) {
   ms_allocator_last_oom_message(run->a, u->oom_message, sizeof u->oom_message);
   if (!run->capacity && !run->tr->device_total)
     rp_unlimited_message(u->oom_message, sizeof u->oom_message);
+  if (run->whatif && run->fit_only) run->stop = true;
 }
 
 /* Sets the recorded device up for the operation ending at entry `last` (check mode). */
@@ -830,13 +832,14 @@ static void rp_final_usage(rp_run_t *run, const ms_stats_t *st0) {
 }
 
 /* Replays one device (internal.h). */
-int ms__rp_run_device(rp_trace_t *tr, bool whatif, const ms_alloc_config_t *cfg,
-                         size_t capacity, ms_replay_device_t *res, ms_replay_usage_t *use) {
+int ms__rp_run_device(rp_trace_t *tr, bool whatif, const ms_alloc_config_t *cfg, size_t capacity,
+                      bool fit_only, ms_replay_device_t *res, ms_replay_usage_t *use) {
   rp_run_t run;
   memset(&run, 0, sizeof run);
   run.tr = tr;
   run.whatif = whatif;
   run.capacity = capacity;
+  run.fit_only = fit_only;
   run.res = res;
   run.use = use;
   memset(use, 0, sizeof *use);
@@ -937,5 +940,3 @@ int ms__rp_run_device(rp_trace_t *tr, bool whatif, const ms_alloc_config_t *cfg,
   rp_map_free(&run.pending);
   return r;
 }
-
-
