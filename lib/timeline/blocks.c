@@ -158,6 +158,7 @@ int ms__tl_blk_split(tl_blks_t *v, tl_bpos_t p, tl_blks_t *tail) {
 }
 
 int ms__tl_blk_append(tl_blks_t *v, tl_blks_t *src) {
+  if (src->nch == 0) return MS_OK;
   if (tl_chunks_reserve(v, src->nch)) return MS_ENOMEM;
   memcpy(v->ch + v->nch, src->ch, src->nch * sizeof *v->ch);
   v->nch += src->nch;
