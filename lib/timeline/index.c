@@ -639,7 +639,7 @@ static int tl_state_from_ws(const tl_ws_t *w, size_t dev, size_t step, ms_tl_sta
   size_t k = 0;
   for (size_t i = 0; i < w->segs.len; i++) {
     st->segments[i] = w->segs.ptr[i].seg;
-    k += ms__tl_blk_copy(&w->segs.ptr[i].blk, st->blocks + k);
+    if (w->segs.ptr[i].blk.len) k += ms__tl_blk_copy(&w->segs.ptr[i].blk, st->blocks + k);
   }
   st->nsegments = w->segs.len;
   st->nblocks = k;
@@ -663,7 +663,7 @@ static int tl_ws_from_state(const ms_timeline_t *tl, const ms_tl_state_t *st, tl
     size_t k0 = k;
     while (k < st->nblocks && st->blocks[k].address < end)
       k++;
-    if (ms__tl_blk_load(&s->blk, st->blocks + k0, k - k0)) return MS_ENOMEM;
+    if (k > k0 && ms__tl_blk_load(&s->blk, st->blocks + k0, k - k0)) return MS_ENOMEM;
   }
   memcpy(w->totals, st->totals, sizeof w->totals);
   w->nlive = k;

@@ -152,7 +152,7 @@ int ms__tl_ckpt_take(const tl_ws_t *w, size_t step, tl_ckpt_t *c, tl_dev_t *pool
     const tl_wseg_t *s = &w->segs.ptr[i];
     c->segs[i] = s->seg;
     c->seg_nblk[i] = (uint32_t)s->blk.len;
-    k += ms__tl_blk_copy(&s->blk, c->blocks + k);
+    if (s->blk.len) k += ms__tl_blk_copy(&s->blk, c->blocks + k);
   }
   memcpy(c->totals, w->totals, sizeof c->totals);
   return MS_OK;
@@ -166,7 +166,7 @@ int ms__tl_ckpt_restore(const tl_ckpt_t *c, tl_ws_t *w) {
     tl_wseg_t *s = &w->segs.ptr[w->segs.len++];
     memset(s, 0, sizeof *s);
     s->seg = c->segs[i];
-    if (ms__tl_blk_load(&s->blk, c->blocks + k, c->seg_nblk[i])) return MS_ENOMEM;
+    if (c->seg_nblk[i] && ms__tl_blk_load(&s->blk, c->blocks + k, c->seg_nblk[i])) return MS_ENOMEM;
     k += c->seg_nblk[i];
   }
   memcpy(w->totals, c->totals, sizeof w->totals);
