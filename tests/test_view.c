@@ -839,7 +839,8 @@ static void escape_every_byte(bool narrow) {
 typedef struct spool_writer_s {
   vsp_t *s;
   size_t n;
-  int rc; /* the first failed write's */
+  int rc;             /* the first failed write's */
+  const size_t *seen; /* the output's writes so far: halfway, the writer waits for the first */
 } spool_writer_t;
 
 static unsigned char spool_byte(size_t i) { return (unsigned char)(i * 131 + (i >> 9)); }
@@ -849,7 +850,13 @@ static void *spool_write(void *arg) {
   ms_sink_t sink;
   vsp_sink(w->s, &sink);
   unsigned char buf[70000];
+  bool waited = false;
   for (size_t at = 0, step = 1; at < w->n; at += step, step = (step * 7 + 7919) % 69999 + 1) {
+    if (!waited && at >= w->n / 2) { /* the drain has written a piece before the rest comes */
+      for (int t = 0; t < 5000 && __atomic_load_n(w->seen, __ATOMIC_ACQUIRE) == 0; t++)
+        usleep(1000);
+      waited = true;
+    }
     size_t piece = w->n - at < step ? w->n - at : step;
     for (size_t i = 0; i < piece; i++) buf[i] = spool_byte(at + i);
     int rc = sink.write(sink.ctx, (const char *)buf, piece);
@@ -867,7 +874,7 @@ typedef struct spool_out_s {
 
 static int spool_out_write(void *ctx, const char *buf, size_t len) {
   spool_out_t *o = ctx;
-  if (++o->writes == o->fail_at) return MS_EIO;
+  if (__atomic_add_fetch(&o->writes, 1, __ATOMIC_ACQ_REL) == o->fail_at) return MS_EIO;
   return o->sink.write(o->sink.ctx, buf, len);
 }
 
@@ -875,10 +882,11 @@ Test(view, spool_drains_a_writer_thread_in_order) {
   for (int fail = 0; fail < 2; fail++) {
     vsp_t s;
     cr_assert_eq(vsp_init(&s), MS_OK);
-    spool_writer_t w = {&s, 5000000, MS_OK};
     /* the first write fails: how the 5 MB are cut into the drain's writes depends on how the
-     * two threads are scheduled (one write when the writer runs first to its end) */
+     * two threads are scheduled, but the writer waits halfway for the drain's first write (else,
+     * run first to its end, it could leave one write) */
     spool_out_t o = {.fail_at = fail ? 1 : 0};
+    spool_writer_t w = {&s, 5000000, MS_OK, &o.writes};
     th_memsink_init(&o.sink, &o.m);
     ms_sink_t out = {spool_out_write, &o};
     pthread_t th;
