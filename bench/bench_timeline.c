@@ -21,6 +21,10 @@
  *    annotated ops each (2 M markers; median of 3), and its baseline timeline_ranges_build_ms,
  *    the pairing of the markers alone (before the step index, each step was a scan of the 1 M
  *    ranges).
+ *  - timeline_index_4dev_ms: milliseconds for ms_timeline_create on a snapshot of 4 devices of
+ *    1.2 M entries each (the same kind of trace, drawn per device; median of 3): the devices are
+ *    indexed on threads of their own, one per CPU at most; its baseline
+ *    timeline_index_4dev_1thread_ms, the same index built on one thread.
  *  - timeline_json_largest_fixture_s: `memsnap timeline FILE --viewer-data > /dev/null` (PyTorch's
  *    viewer's data, which `--json` printed when the metric was named) on the largest shared
  *    fixture, whole process (median of 5; target <= 0.2).
@@ -42,6 +46,7 @@
 #include "memsnap/serialize.h"
 #include "memsnap/timeline.h"
 #include "model/snapbuild.h"
+#include "timeline/internal.h"
 #include "bench_util.h"
 
 #define NSEG 64
@@ -111,27 +116,24 @@ static int add_steps(ms__snapbuild_t *b, size_t nsteps, int64_t t0, int64_t t1) 
  * oom_every > 0, an `oom` entry after every oom_every-th entry (an event: the state is the same);
  * with nsteps > 0, that many steps annotated over the trace (add_steps).
  */
-static ms_snapshot_t *synth(size_t target, size_t oom_every, size_t nsteps) {
-  ms__snapbuild_t b;
-  ms__snapbuild_init(&b);
-  b.hdr.origin = MS_SNAP_ORIGIN_TORCH_DICT;
-  b.hdr.present = MS_SNAP_HAS_DEVICE_TRACES;
+static int synth_dev(ms__snapbuild_t *bp, size_t target, size_t oom_every, size_t nsteps,
+                     int64_t dev) {
   uint64_t *req = calloc(NSLOTS, sizeof *req); /* 0 = free slot */
   int *live_in_seg = calloc(NSEG, sizeof *live_in_seg);
   bool *mapped = calloc(NSEG, sizeof *mapped);
-  if (!req || !live_in_seg || !mapped) return NULL;
+  if (!req || !live_in_seg || !mapped) return -1;
   int64_t t = 1700000000000000, dt = nsteps ? 1000 : 1; /* µs an entry */
   size_t n = 0;
   for (int s = 0; s < NSEG; s++, n++) {
     mapped[s] = true;
-    if (add_entry(&b, MS_TRACE_SEGMENT_ALLOC, BASE + s * SEG_SIZE, SEG_SIZE, (t += dt) - dt))
-      return NULL;
+    if (add_entry(bp, MS_TRACE_SEGMENT_ALLOC, BASE + s * SEG_SIZE, SEG_SIZE, (t += dt) - dt))
+      return -1;
   }
   size_t live = 0;
   while (n < target) {
     if (oom_every && n % oom_every == oom_every - 1) {
-      if (add_entry(&b, MS_TRACE_OOM, next() % SEG_SIZE, 1 + next() % SEG_SIZE, (t += dt) - dt))
-        return NULL;
+      if (add_entry(bp, MS_TRACE_OOM, next() % SEG_SIZE, 1 + next() % SEG_SIZE, (t += dt) - dt))
+        return -1;
       n++;
       continue;
     }
@@ -141,8 +143,8 @@ static ms_snapshot_t *synth(size_t target, size_t oom_every, size_t nsteps) {
     uint64_t addr = BASE + slot * SLOT;
     if (!mapped[seg]) {
       mapped[seg] = true;
-      if (add_entry(&b, MS_TRACE_SEGMENT_ALLOC, BASE + seg * SEG_SIZE, SEG_SIZE, (t += dt) - dt))
-        return NULL;
+      if (add_entry(bp, MS_TRACE_SEGMENT_ALLOC, BASE + seg * SEG_SIZE, SEG_SIZE, (t += dt) - dt))
+        return -1;
       n++;
     }
     bool want_alloc = live < 3000 ? (r >> 60) < 12 : (r >> 60) < 4;
@@ -150,28 +152,29 @@ static ms_snapshot_t *synth(size_t target, size_t oom_every, size_t nsteps) {
       req[slot] = 1 + (next() % SLOT);
       live++;
       live_in_seg[seg]++;
-      if (add_entry(&b, MS_TRACE_ALLOC, addr, req[slot], (t += dt) - dt)) return NULL;
+      if (add_entry(bp, MS_TRACE_ALLOC, addr, req[slot], (t += dt) - dt)) return -1;
       n++;
     } else if (req[slot]) {
-      if (add_entry(&b, MS_TRACE_FREE_REQUESTED, addr, req[slot], (t += dt) - dt) ||
-          add_entry(&b, MS_TRACE_FREE_COMPLETED, addr, req[slot], (t += dt) - dt))
-        return NULL;
+      if (add_entry(bp, MS_TRACE_FREE_REQUESTED, addr, req[slot], (t += dt) - dt) ||
+          add_entry(bp, MS_TRACE_FREE_COMPLETED, addr, req[slot], (t += dt) - dt))
+        return -1;
       n += 2;
       req[slot] = 0;
       live--;
       if (--live_in_seg[seg] == 0 && (r & 0xffff) < 40) { /* an empty segment released */
         mapped[seg] = false;
-        if (add_entry(&b, MS_TRACE_SEGMENT_FREE, BASE + seg * SEG_SIZE, SEG_SIZE, (t += dt) - dt))
-          return NULL;
+        if (add_entry(bp, MS_TRACE_SEGMENT_FREE, BASE + seg * SEG_SIZE, SEG_SIZE, (t += dt) - dt))
+          return -1;
         n++;
       }
     }
   }
-  if (nsteps && add_steps(&b, nsteps, 1700000000000000, t)) return NULL;
+  if (nsteps && add_steps(bp, nsteps, 1700000000000000, t)) return -1;
   ms_snap_device_t d;
   memset(&d, 0, sizeof d);
   d.ntrace = (uint32_t)n;
-  if (ms__snapbuild_add_device(&b, &d)) return NULL;
+  d.first_trace = (uint32_t)(bp->trace.len - n); /* after the devices before */
+  if (ms__snapbuild_add_device(bp, &d)) return -1;
   for (int s = 0; s < NSEG; s++) {
     if (!mapped[s]) continue;
     ms_snap_segment_t g;
@@ -179,8 +182,9 @@ static ms_snapshot_t *synth(size_t target, size_t oom_every, size_t nsteps) {
     g.address = BASE + s * SEG_SIZE;
     g.total_size = SEG_SIZE;
     g.is_large = true;
+    g.device = dev;
     g.stack = MS_SNAP_NO_STACK;
-    g.first_block = (uint32_t)b.blocks.len;
+    g.first_block = (uint32_t)bp->blocks.len;
     uint64_t at = g.address;
     for (size_t k = 0; k < SLOTS_PER_SEG; k++) {
       size_t slot = s * SLOTS_PER_SEG + k;
@@ -194,14 +198,14 @@ static ms_snapshot_t *synth(size_t target, size_t oom_every, size_t nsteps) {
         bl.address = at;
         bl.size = addr - at;
         bl.state_name = "inactive";
-        if (ms__snapbuild_add_block(&b, &bl)) return NULL;
+        if (ms__snapbuild_add_block(bp, &bl)) return -1;
       }
       bl.address = addr;
       bl.size = size;
       bl.requested_size = req[slot];
       bl.state = MS_BLOCK_ACTIVE_ALLOCATED;
       bl.state_name = "active_allocated";
-      if (ms__snapbuild_add_block(&b, &bl)) return NULL;
+      if (ms__snapbuild_add_block(bp, &bl)) return -1;
       at = addr + size;
     }
     if (at < g.address + g.total_size) {
@@ -212,14 +216,25 @@ static ms_snapshot_t *synth(size_t target, size_t oom_every, size_t nsteps) {
       bl.size = g.address + g.total_size - at;
       bl.state_name = "inactive";
       bl.present = MS_BLOCK_HAS_ADDRESS;
-      if (ms__snapbuild_add_block(&b, &bl)) return NULL;
+      if (ms__snapbuild_add_block(bp, &bl)) return -1;
     }
-    g.nblocks = (uint32_t)(b.blocks.len - g.first_block);
-    if (ms__snapbuild_add_segment(&b, &g)) return NULL;
+    g.nblocks = (uint32_t)(bp->blocks.len - g.first_block);
+    if (ms__snapbuild_add_segment(bp, &g)) return -1;
   }
   free(req);
   free(live_in_seg);
   free(mapped);
+  return 0;
+}
+
+/* synth's trace on each of ndev devices (their own draws of the same shape). */
+static ms_snapshot_t *synth_devices(size_t target, size_t oom_every, size_t nsteps, size_t ndev) {
+  ms__snapbuild_t b;
+  ms__snapbuild_init(&b);
+  b.hdr.origin = MS_SNAP_ORIGIN_TORCH_DICT;
+  b.hdr.present = MS_SNAP_HAS_DEVICE_TRACES;
+  for (size_t d = 0; d < ndev; d++)
+    if (synth_dev(&b, target, oom_every, nsteps, (int64_t)d)) return NULL;
   ms_snapshot_t *s = NULL;
   ms_errbuf_t eb = {{0}};
   if (ms__snapbuild_finish(&b, &s, &eb) != MS_OK) {
@@ -238,7 +253,7 @@ static double run_json(const char *bin, const char *path, const char *flag) {
 
 /* timeline_ooms_all_ms and its baseline timeline_oom_at_ms. */
 static int bench_ooms(void) {
-  ms_snapshot_t *s = synth(1000000, 100, 0);
+  ms_snapshot_t *s = synth_devices(1000000, 100, 0, 1);
   if (!s) {
     fprintf(stderr, "bench_timeline: cannot generate the trace with oom entries\n");
     return 1;
@@ -271,7 +286,7 @@ static int bench_ooms(void) {
 /* timeline_steps_all_ms and its baseline timeline_ranges_build_ms. */
 static int bench_steps(void) {
   enum { NSTEPS = 1000 };
-  ms_snapshot_t *s = synth(1000000, 0, NSTEPS);
+  ms_snapshot_t *s = synth_devices(1000000, 0, NSTEPS, 1);
   ms_timeline_t *tl = NULL;
   ms_errbuf_t eb = {{0}};
   if (!s || ms_timeline_create(s, NULL, &tl, &eb) != MS_OK) {
@@ -309,8 +324,41 @@ static int bench_steps(void) {
   return 0;
 }
 
+/* timeline_index_4dev_ms and its baseline timeline_index_4dev_1thread_ms. */
+static int bench_devices(void) {
+  enum { NDEV = 4 };
+  ms_snapshot_t *s = synth_devices(1200000, 0, 0, NDEV);
+  if (!s) return 1;
+  double ms[2][3];
+  for (int i = 0; i < 3; i++)
+    for (int k = 0; k < 2; k++) { /* k = 0: one thread; 1: ms_timeline_create's threads */
+      ms_timeline_t *tl = NULL;
+      ms_errbuf_t eb = {{0}};
+      double t0 = now_s();
+      int rc = ms__tl_alloc(s, NULL, &tl, &eb);
+      if (rc == MS_OK) rc = ms__tl_build(tl, k ? 0 : 1, &eb);
+      ms[k][i] = (now_s() - t0) * 1e3;
+      ms_timeline_destroy(tl);
+      if (rc != MS_OK) {
+        fprintf(stderr, "bench_timeline: %s\n", eb.msg);
+        return 1;
+      }
+    }
+  qsort(ms[0], 3, sizeof ms[0][0], cmp_double);
+  qsort(ms[1], 3, sizeof ms[1][0], cmp_double);
+  printf("timeline_index_4dev_ms %.1f\n", ms[1][1]);
+  printf("timeline_index_4dev_1thread_ms %.1f\n", ms[0][1]);
+  long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+  fprintf(stderr,
+          "bench_timeline: %d devices of %zu entries: index on %ld CPUs %.1f ms, on one thread "
+          "%.1f ms\n",
+          NDEV, s->ntrace / NDEV, ncpu, ms[1][1], ms[0][1]);
+  ms_snapshot_free(s);
+  return 0;
+}
+
 int main(void) {
-  ms_snapshot_t *s = synth(4500000, 0, 0);
+  ms_snapshot_t *s = synth_devices(4500000, 0, 0, 1);
   if (!s) {
     fprintf(stderr, "bench_timeline: cannot generate the trace\n");
     return 1;
@@ -351,7 +399,7 @@ int main(void) {
   fprintf(stderr, "bench_timeline: --at: median %.3f ms, max %.3f ms\n", at[AT / 2], at[AT - 1]);
   ms_timeline_destroy(tl);
   ms_snapshot_free(s);
-  if (bench_ooms() != 0 || bench_steps() != 0) return 1;
+  if (bench_ooms() != 0 || bench_steps() != 0 || bench_devices() != 0) return 1;
 
   const char *dir = getenv("MEMSNAP_TORCH_FIXTURES");
   if (!dir || !*dir) dir = MS_BENCH_FIXTURES_DEFAULT;

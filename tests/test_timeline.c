@@ -1958,3 +1958,136 @@ Test(timeline, blocks_in_chunks_as_in_one_sorted_array) {
   free(ref);
   free(flat);
 }
+
+/* ---- the devices built on threads ------------------------------------------------------------ */
+
+/* A snapshot of ndev devices, each its own allocator's recorded run of nops random operations
+ * (record_run's mix, without empty_cache: every device's trace stays long). */
+static ms_snapshot_t *record_devices(size_t ndev, const int *nops) {
+  ms_sim_config_t sc = {.ndevices = (int)ndev, .capacity = (size_t)8 << 30};
+  ms_backend_t *be = NULL;
+  cr_assert_eq(ms_backend_sim_create(&sc, &be), MS_OK);
+  ms_alloc_config_t ac;
+  ms_alloc_config_init(&ac);
+  ms_errbuf_t eb = {{0}};
+  ms_allocator_t *a[4] = {NULL};
+  ms_history_config_t hc;
+  ms_history_config_init(&hc);
+  hc.context = MS_CONTEXT_NONE;
+  hc.max_entries = (size_t)1 << 20;
+  ms_devptr_t live[4][256] = {{0}};
+  for (size_t d = 0; d < ndev; d++) {
+    ms_allocator_config_t cfg = {.backend = be, .device = (int)d, .alloc = &ac};
+    cr_assert_eq(ms_allocator_create(&cfg, &a[d], &eb), MS_OK, "%s", eb.msg);
+    cr_assert_eq(ms_allocator_record_history(a[d], &hc, &eb), MS_OK, "%s", eb.msg);
+    uint64_t x = 77 + d;
+    for (int op = 0; op < nops[d]; op++) {
+      x = x * 6364136223846793005ull + 1442695040888963407ull;
+      unsigned r = (unsigned)(x >> 33);
+      int slot = (int)(r % 256);
+      if (live[d][slot]) {
+        cr_assert_eq(ms_allocator_free(a[d], live[d][slot]), MS_OK);
+        live[d][slot] = 0;
+      } else {
+        size_t size = r % 3 == 0 ? 1 + (x >> 40) % (1 << 20) : 512 * (1 + (x >> 50) % 8);
+        cr_assert_eq(ms_allocator_malloc(a[d], size, 0, &live[d][slot]), MS_OK);
+      }
+    }
+  }
+  ms_snapshot_t *s = NULL;
+  cr_assert_eq(ms_allocator_snapshot(a, ndev, &s, &eb), MS_OK, "%s", eb.msg);
+  for (size_t d = 0; d < ndev; d++) {
+    for (int i = 0; i < 256; i++)
+      if (live[d][i]) cr_assert_eq(ms_allocator_free(a[d], live[d][i]), MS_OK);
+    ms_allocator_destroy(a[d]);
+  }
+  ms_backend_destroy(be);
+  return s;
+}
+
+static ms_timeline_t *build_with_threads(const ms_snapshot_t *s, size_t threads, int *rc,
+                                         ms_errbuf_t *eb) {
+  ms_timeline_t *tl = NULL;
+  cr_assert_eq(ms__tl_alloc(s, NULL, &tl, eb), MS_OK);
+  *rc = ms__tl_build(tl, threads, eb);
+  return tl;
+}
+
+Test(timeline, devices_on_threads_as_on_one) {
+  /* three devices past TL_PAR_MIN entries and a small one: built on 1, 2 and 4 threads, every
+   * device's pairing, block sizes, checkpoints, peaks and states at 40 steps are the same */
+  const int nops[4] = {60000, 45000, 3000, 52000};
+  ms_snapshot_t *s = record_devices(4, nops);
+  cr_assert_eq(s->ndevices, 4);
+  size_t big = 0;
+  for (size_t d = 0; d < 4; d++)
+    big += s->devices[d].ntrace >= TL_PAR_MIN;
+  cr_assert_eq(big, 3, "three devices are large enough for threads of their own");
+  ms_errbuf_t eb = {{0}};
+  int rc;
+  ms_timeline_t *one = build_with_threads(s, 1, &rc, &eb);
+  cr_assert_eq(rc, MS_OK, "%s", eb.msg);
+  for (size_t threads = 2; threads <= 4; threads += 2) {
+    ms_timeline_t *tl = build_with_threads(s, threads, &rc, &eb);
+    cr_assert_eq(rc, MS_OK, "%s", eb.msg);
+    for (size_t d = 0; d < 4; d++) {
+      const tl_dev_t *x = &one->dev[d], *y = &tl->dev[d];
+      size_t n = x->n;
+      cr_assert_eq(y->n, n);
+      cr_assert(memcmp(x->pair, y->pair, n * sizeof *x->pair) == 0, "dev %zu pairs", d);
+      cr_assert(memcmp(x->bsize, y->bsize, n * sizeof *x->bsize) == 0, "dev %zu sizes", d);
+      cr_assert_eq(x->ckpts.len, y->ckpts.len, "dev %zu checkpoints", d);
+      for (int m = 0; m < MS_TL_METRIC_COUNT; m++) {
+        ms_tl_peak_t p, q;
+        cr_assert_eq(ms_timeline_peak(one, d, (ms_tl_metric)m, 0, n, &p), MS_OK);
+        cr_assert_eq(ms_timeline_peak(tl, d, (ms_tl_metric)m, 0, n, &q), MS_OK);
+        cr_assert(p.bytes == q.bytes && p.step == q.step, "dev %zu %s", d,
+                  ms_tl_metric_name((ms_tl_metric)m));
+      }
+      ms_tl_state_t a, b;
+      ms_timeline_state_init(&a);
+      ms_timeline_state_init(&b);
+      for (size_t k = 0; k <= 40; k++) {
+        size_t step = n * k / 40;
+        cr_assert_eq(ms_timeline_state_at(one, d, step, &a), MS_OK);
+        cr_assert_eq(ms_timeline_state_at(tl, d, step, &b), MS_OK);
+        char why[256];
+        cr_assert(!state_diff(&a, &b, why, sizeof why), "%zu threads, dev %zu step %zu: %s",
+                  threads, d, step, why);
+      }
+      ms_timeline_state_release(&a);
+      ms_timeline_state_release(&b);
+    }
+    ms_timeline_destroy(tl);
+  }
+  ms_timeline_destroy(one);
+
+  /* devices 3 and 1 broken (an allocation where no segment is): on any number of threads the
+   * error names device 1, as one thread building the devices in order reports it */
+  static const size_t broken[2] = {3, 1};
+  for (size_t i = 0; i < 2; i++) {
+    size_t d = broken[i];
+    ms_snap_trace_t *tr = s->trace + s->devices[d].first_trace;
+    size_t k = s->devices[d].ntrace / 2;
+    while (k < s->devices[d].ntrace && tr[k].action != MS_TRACE_ALLOC)
+      k++;
+    cr_assert_lt(k, s->devices[d].ntrace);
+    tr[k].addr = 0x10;
+  }
+  char first[sizeof eb.msg];
+  for (size_t threads = 1; threads <= 4; threads++) {
+    memset(&eb, 0, sizeof eb);
+    ms_timeline_t *tl = build_with_threads(s, threads, &rc, &eb);
+    cr_assert_eq(rc, MS_EFORMAT, "%zu threads", threads);
+    cr_assert(strstr(eb.msg, ": device 1, trace entry ") != NULL, "%zu threads: %s", threads,
+              eb.msg);
+    if (threads == 1) memcpy(first, eb.msg, sizeof first);
+    cr_assert_str_eq(eb.msg, first, "%zu threads", threads);
+    ms_timeline_destroy(tl);
+  }
+  ms_timeline_t *tl = NULL;
+  cr_assert_eq(ms_timeline_create(s, NULL, &tl, &eb), MS_EFORMAT);
+  cr_assert_str_eq(eb.msg, first);
+  cr_assert_null(tl);
+  ms_snapshot_free(s);
+}

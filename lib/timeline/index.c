@@ -17,9 +17,12 @@
  * inference and the consistency checks.
  */
 #include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "snapshot/deferred.h"
 #include "timeline/internal.h"
@@ -554,17 +557,106 @@ int ms__tl_alloc(const ms_snapshot_t *snap, const ms_timeline_config_t *cfg, ms_
   return MS_OK;
 }
 
+/* ---- the devices on threads ------------------------------------------------------------------ */
+
+/* A device's index is built from its own trace into its own tl_dev_t: the devices share nothing
+ * but the snapshot (read only) and the ms__big_* pool (locked), so a snapshot of several large
+ * devices (one process driving many GPUs) builds them on threads, the largest first. */
+typedef struct tl_build_job_s {
+  ms_timeline_t *tl;
+  const size_t *order; /* the devices, largest first */
+  size_t norder;
+  atomic_size_t next; /* the next place in order to take */
+  int *rc;            /* per device */
+  ms_errbuf_t *eb;    /* per device */
+} tl_build_job_t;
+
+static void *tl_build_worker(void *arg) {
+  tl_build_job_t *j = arg;
+  for (size_t k; (k = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < j->norder;)
+    j->rc[j->order[k]] = tl_build_dev(j->tl, j->order[k], &j->eb[j->order[k]]);
+  return NULL;
+}
+
+typedef struct tl_dev_size_s {
+  size_t n, dev;
+} tl_dev_size_t;
+
+static int tl_size_desc(const void *x, const void *y) {
+  const tl_dev_size_t *a = x, *b = y;
+  if (a->n != b->n) return a->n > b->n ? -1 : 1;
+  return a->dev < b->dev ? -1 : a->dev > b->dev;
+}
+
+/* How many threads build tl: one per device of TL_PAR_MIN entries or more, at most threads (0:
+ * the online CPUs); 1 when fewer than two devices are that large. */
+static size_t tl_build_threads(const ms_timeline_t *tl, size_t threads) {
+  if (threads == 0) {
+    long c = sysconf(_SC_NPROCESSORS_ONLN);
+    threads = c > 0 ? (size_t)c : 1;
+  }
+  size_t big = 0;
+  for (size_t i = 0; i < tl->ndev; i++)
+    if (tl->dev[i].n >= TL_PAR_MIN) big++;
+  if (big < 2) return 1;
+  return big < threads ? big : threads;
+}
+
+int ms__tl_build(ms_timeline_t *tl, size_t threads, ms_errbuf_t *eb) {
+  size_t nt = tl_build_threads(tl, threads), ndev = tl->ndev;
+  tl_build_job_t j = {tl, NULL, ndev, 0, NULL, NULL};
+  size_t *order = nt > 1 ? malloc(ndev * sizeof *order) : NULL;
+  pthread_t *th = nt > 1 ? malloc((nt - 1) * sizeof *th) : NULL;
+  j.rc = nt > 1 ? malloc(ndev * sizeof *j.rc) : NULL;
+  j.eb = nt > 1 ? calloc(ndev, sizeof *j.eb) : NULL;
+  if (!order || !th || !j.rc || !j.eb) { /* one thread, or too little memory for more */
+    free(order);
+    free(th);
+    free(j.rc);
+    free(j.eb);
+    for (size_t i = 0; i < ndev; i++)
+      MS_FORWARD_IF_ERROR(tl_build_dev(tl, i, eb));
+    return MS_OK;
+  }
+  tl_dev_size_t *by = malloc(ndev * sizeof *by);
+  for (size_t i = 0; i < ndev; i++) {
+    order[i] = i;
+    if (by) by[i] = (tl_dev_size_t){tl->dev[i].n, i};
+  }
+  if (by) { /* else in device order */
+    qsort(by, ndev, sizeof *by, tl_size_desc);
+    for (size_t i = 0; i < ndev; i++)
+      order[i] = by[i].dev;
+    free(by);
+  }
+  j.order = order;
+  atomic_init(&j.next, 0);
+  size_t started = 0;
+  while (started < nt - 1 && pthread_create(&th[started], NULL, tl_build_worker, &j) == 0)
+    started++;
+  tl_build_worker(&j); /* this thread too; with no thread started it builds every device */
+  for (size_t k = 0; k < started; k++)
+    pthread_join(th[k], NULL);
+  /* the first device that failed, as one thread building them in order would report it */
+  int rc = MS_OK;
+  for (size_t i = 0; i < ndev && rc == MS_OK; i++)
+    if ((rc = j.rc[i]) != MS_OK && eb) *eb = j.eb[i];
+  free(order);
+  free(th);
+  free(j.rc);
+  free(j.eb);
+  return rc;
+}
+
 int ms_timeline_create(const ms_snapshot_t *snap, const ms_timeline_config_t *cfg,
                        ms_timeline_t **out, ms_errbuf_t *eb) {
   ms_timeline_t *tl = NULL;
   int rc = ms__tl_alloc(snap, cfg, &tl, eb);
   if (rc != MS_OK) return rc;
-  for (size_t i = 0; i < tl->ndev; i++) {
-    rc = tl_build_dev(tl, i, eb);
-    if (rc != MS_OK) {
-      ms_timeline_destroy(tl);
-      return rc;
-    }
+  rc = ms__tl_build(tl, 0, eb);
+  if (rc != MS_OK) {
+    ms_timeline_destroy(tl);
+    return rc;
   }
   *out = tl;
   return MS_OK;

@@ -28,6 +28,8 @@
  *   compare  two threads each read a snapshot file (a pickle, a memsnap file) and add it as one
  *            side of one comparison (ms_compare_add_side, as `memsnap compare` reads its two
  *            files): the comparison of both read in turn
+ *   devices  a time index of three large devices built on three threads (lib/timeline/index.c,
+ *            ms__tl_build): the peaks of one thread's build
  * Exits 0 when every check held; ThreadSanitizer makes it exit 66 on a report.
  */
 #include <pthread.h>
@@ -433,6 +435,54 @@ static void tt_compare(void) {
   ms_snapshot_free(s);
 }
 
+/* Three devices past TL_PAR_MIN entries, their indexes built on three threads (index.c,
+ * ms__tl_build), then every device's peaks asked against one thread's build. */
+static void tt_devices(void) {
+  ms_backend_t *be = NULL;
+  ms_sim_config_t c = {.ndevices = 3, .capacity = (size_t)1 << 30};
+  CHECK(ms_backend_sim_create(&c, &be) == MS_OK);
+  ms_errbuf_t eb = {0};
+  ms_allocator_t *a[3] = {NULL};
+  ms_history_config_t hc;
+  ms_history_config_init(&hc);
+  hc.enabled = MS_HISTORY_ALL;
+  hc.max_entries = (size_t)1 << 20;
+  for (int d = 0; d < 3; d++) {
+    ms_allocator_config_t ac = {.backend = be, .device = d, .alloc = NULL};
+    CHECK(ms_allocator_create(&ac, &a[d], &eb) == MS_OK);
+    CHECK(ms_allocator_record_history(a[d], &hc, &eb) == MS_OK);
+    ms_devptr_t live[16] = {0};
+    for (int i = 0; i < (int)TL_PAR_MIN / 2 + 1000 * d; i++) {
+      int k = i % 16;
+      if (live[k]) CHECK(ms_allocator_free(a[d], live[k]) == MS_OK);
+      CHECK(ms_allocator_malloc(a[d], 512 * (size_t)(1 + (i * 7 + d) % 64), 0, &live[k]) == MS_OK);
+    }
+  }
+  ms_snapshot_t *s = NULL;
+  CHECK(ms_allocator_snapshot(a, 3, &s, &eb) == MS_OK);
+  for (int d = 0; d < 3; d++) {
+    CHECK(s->devices[d].ntrace >= TL_PAR_MIN);
+    ms_allocator_destroy(a[d]);
+  }
+  ms_backend_destroy(be);
+  ms_timeline_t *tl[2] = {NULL, NULL};
+  for (int t = 0; t < 2; t++) {
+    CHECK(ms__tl_alloc(s, NULL, &tl[t], &eb) == MS_OK);
+    CHECK(ms__tl_build(tl[t], t ? 3 : 1, &eb) == MS_OK);
+  }
+  for (size_t d = 0; d < 3; d++)
+    for (int m = 0; m < MS_TL_METRIC_COUNT; m++) {
+      ms_tl_peak_t p, q;
+      size_t n = ms_timeline_nentries(tl[0], d);
+      CHECK(ms_timeline_peak(tl[0], d, (ms_tl_metric)m, 0, n, &p) == MS_OK);
+      CHECK(ms_timeline_peak(tl[1], d, (ms_tl_metric)m, 0, n, &q) == MS_OK);
+      CHECK(p.bytes == q.bytes && p.step == q.step);
+    }
+  ms_timeline_destroy(tl[0]);
+  ms_timeline_destroy(tl[1]);
+  ms_snapshot_free(s);
+}
+
 int main(int argc, char **argv) {
   const char *what = argc > 1 ? argv[1] : "all";
   if (!strcmp(what, "history") || !strcmp(what, "all")) tt_history();
@@ -445,6 +495,7 @@ int main(int argc, char **argv) {
   if (!strcmp(what, "series") || !strcmp(what, "all")) tt_series();
   if (!strcmp(what, "stackcode") || !strcmp(what, "all")) tt_stackcode();
   if (!strcmp(what, "compare") || !strcmp(what, "all")) tt_compare();
+  if (!strcmp(what, "devices") || !strcmp(what, "all")) tt_devices();
   printf("tsan_threads: %s: ok\n", what);
   return 0;
 }
