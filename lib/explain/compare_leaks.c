@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "explain/compare_internal.h"
+#include "timeline/internal.h"
 
 typedef struct lk_step_s {
   int64_t number;
@@ -58,21 +59,20 @@ static int lk_leak_cmp(const void *a, const void *b) {
 
 /* The ended steps of device dev whose entries all lie before the moment, sorted by entry. */
 static int lk_steps(const cmp_side_t *s, lk_steps_t *out) {
-  ms_tl_ranges_t rg;
-  MS_FORWARD_IF_ERROR(ms_tl_ranges_build(s->snap, &rg));
+  const ms_tl_ranges_t *rg = ms__tl_ranges(s->tl); /* the index's, which the classifier read */
+  if (!rg) return MS_ENOMEM;
   int r = MS_OK;
-  for (size_t i = 0; i < rg.n && r == MS_OK; i++) {
-    const ms_tl_range_t *x = &rg.ranges[i];
+  for (size_t i = 0; i < rg->n && r == MS_OK; i++) {
+    const ms_tl_range_t *x = &rg->ranges[i];
     if (x->step < 0 || !x->has_end) continue;
     if (x->device >= 0 && (size_t)x->device != s->fig.device) continue;
-    if (ms_tl_ranges_step(&rg, (int64_t)s->fig.device, x->step) != x) continue; /* a repeat */
+    if (ms_tl_ranges_step(rg, (int64_t)s->fig.device, x->step) != x) continue; /* a repeat */
     size_t from = 0, to = 0;
     ms_errbuf_t eb;
     if (ms_timeline_step_range(s->tl, s->fig.device, x->step, &from, &to, &eb) != MS_OK) continue;
     if (to > s->fig.step || to <= from) continue; /* not over by the moment, or empty */
     if (MS_VEC_PUSH(out, ((lk_step_t){x->step, from, to})) != 0) r = MS_ENOMEM;
   }
-  ms_tl_ranges_release(&rg);
   if (r == MS_OK && out->len) qsort(out->ptr, out->len, sizeof *out->ptr, lk_step_cmp);
   return r;
 }

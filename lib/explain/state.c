@@ -12,6 +12,7 @@
 #include "memsnap/attribution.h"
 #include "memsnap/stats.h"
 #include "memsnap/timeline.h"
+#include "timeline/internal.h"
 
 const char *ms_explain_verdict_name(ms_explain_verdict v) {
   switch (v) {
@@ -427,19 +428,18 @@ static int ex_attributed(const ms_snapshot_t *snap, const ms_timeline_t *tl,
   return rc;
 }
 
-static int ex_step_phase(const ms_snapshot_t *snap, ms_explain_t *x) {
+static int ex_step_phase(const ms_timeline_t *tl, ms_explain_t *x) {
   x->step_number = -1;
   if (!x->has_time) return MS_OK;
-  ms_tl_ranges_t rs;
-  MS_FORWARD_IF_ERROR(ms_tl_ranges_build(snap, &rs));
+  const ms_tl_ranges_t *rs = ms__tl_ranges(tl); /* the index's, which the classifier read */
+  if (!rs) return MS_ENOMEM;
   int64_t dev = (int64_t)x->device;
-  const ms_tl_range_t *s = ms_tl_ranges_at(&rs, dev, x->time_us, true);
-  if (!s) s = ms_tl_ranges_at(&rs, -1, x->time_us, true);
-  const ms_tl_range_t *p = ms_tl_ranges_at(&rs, dev, x->time_us, false);
-  if (!p) p = ms_tl_ranges_at(&rs, -1, x->time_us, false);
+  const ms_tl_range_t *s = ms_tl_ranges_at(rs, dev, x->time_us, true);
+  if (!s) s = ms_tl_ranges_at(rs, -1, x->time_us, true);
+  const ms_tl_range_t *p = ms_tl_ranges_at(rs, dev, x->time_us, false);
+  if (!p) p = ms_tl_ranges_at(rs, -1, x->time_us, false);
   if (s) x->step_number = s->step;
-  if (p) x->phase = p->name; /* the snapshot's string: it outlives rs */
-  ms_tl_ranges_release(&rs);
+  if (p) x->phase = p->name; /* the snapshot's string */
   return MS_OK;
 }
 
@@ -505,7 +505,7 @@ static int ex_analyse(const ms_snapshot_t *snap, const ms_timeline_t *tl,
   ex_capacity(snap, o, x);
   if (x->moment == MS_EXPLAIN_AT_OOM) ex_verdict_request(x);
   else ex_verdict_state(x);
-  MS_FORWARD_IF_ERROR(ex_step_phase(snap, x));
+  MS_FORWARD_IF_ERROR(ex_step_phase(tl, x));
   if (o->series_points && x->has_trace) MS_FORWARD_IF_ERROR(ex_series(tl, o->series_points, x));
   ex_hint(x);
   return MS_OK;
