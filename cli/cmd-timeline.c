@@ -148,10 +148,27 @@ static void text_peak(FILE *out, const ms_timeline_t *tl, size_t dev, ms_tl_metr
   if (pk->nstacks == 0) fprintf(out, "      (no allocated block)\n");
 }
 
+/* More `oom` entries than this in the range: the text shows the first and the last
+ * TEXT_OOMS_EACH_END of them, and says how many it left out (--json lists every one). */
+#define TEXT_OOMS_MAX 10
+#define TEXT_OOMS_EACH_END 5
+
 /* One line per `oom` entry of the device (within the range): the request, and what the device
- * said then. */
+ * said then; of a run that failed and retried thousands of times, the first and the last. */
 static void text_ooms(FILE *out, const ms_timeline_t *tl, const cli_tl_report_t *r) {
+  bool cut = r->nooms > TEXT_OOMS_MAX;
+  if (cut)
+    fprintf(out,
+            "  out of memory %zu times (the first %d and the last %d below; --json lists "
+            "every one)\n",
+            r->nooms, TEXT_OOMS_EACH_END, TEXT_OOMS_EACH_END);
   for (size_t k = 0; k < r->nooms; k++) {
+    if (cut && k == TEXT_OOMS_EACH_END) {
+      size_t last = r->nooms - TEXT_OOMS_EACH_END;
+      fprintf(out, "  ... %zu more (--at oom:%zu to oom:%zu)\n", last - k, r->oom_n[k],
+              r->oom_n[last - 1]);
+      k = last;
+    }
     const ms_tl_oom_t *o = &r->ooms[k];
     char when[200], a[CLI_BYTES_BUFSZ], b[CLI_BYTES_BUFSZ];
     cli_moment_text(tl, r->dev, o->entry + 1, when, sizeof when);

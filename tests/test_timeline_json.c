@@ -298,6 +298,17 @@ static bool agree_events(agree_t *g, const char *l) {
     snprintf(frag, sizeof frag, "\"stream\": %llu, \"device_free\": ", st);
     want(g, frag);
     if (strstr(l, "no device_free")) want(g, "null");
+  } else if (sscanf(l,
+                    "  out of memory %llu times (the first 5 and the last 5 below; --json lists "
+                    "every one%1[)]",
+                    &k, s) == 2) {
+    cr_expect_gt(k, 10, "'%s': the text leaves out OOMs only past 10", l);
+  } else if (sscanf(l, "  ... %llu more (--at oom:%llu to oom:%llu)", &u, &lo, &hi) == 3) {
+    cr_expect_eq(u, hi - lo + 1, "'%s'", l);
+    snprintf(frag, sizeof frag, "{\"oom\": %llu, ", lo); /* the JSON holds those left out */
+    want(g, frag);
+    snprintf(frag, sizeof frag, "{\"oom\": %llu, ", hi);
+    if (hi != lo) want(g, frag);
   } else if (strstr(l, " free on the device, ") && strstr(l, " reserved by the allocator then")) {
     cr_expect(strncmp(g->at, "null", 4) != 0, "'%s': the JSON has no device_free", l);
   } else if (!strcmp(l, "    the entry does not say how much the device had free (no "
@@ -336,7 +347,8 @@ static bool agree_events(agree_t *g, const char *l) {
   } else if (!strncmp(l, "  steps: none (no ProfilerStep#N annotation", 43)) {
     want(g, "\"steps\": {\"steps\": [], \"peak_step\": null, ");
   } else if (sscanf(l, "    (%llu END annotation", &u) == 1 && strstr(l, " without a START, ") &&
-             sscanf(strstr(l, " without a START, "), " without a START, %llu of another", &o) == 1) {
+             sscanf(strstr(l, " without a START, "), " without a START, %llu of another", &o) ==
+                 1) {
     snprintf(frag, sizeof frag, "\"unmatched_ends\": %llu, \"other_stages\": %llu", u, o);
     want(g, frag);
   } else if (!strncmp(l, "  steps: ", 9)) {
@@ -417,6 +429,103 @@ Test(timeline_json, agrees_with_the_text_built) {
   expect_agree("s.msgpack", ARGS("--steps", "--range", "2:5"));
   expect_agree("s.msgpack", ARGS("--range", "step=1", "--steps"));
   expect_agree("s.msgpack", ARGS("--range", "9:12")); /* an error: the same on both */
+}
+
+/* One segment of 20 MiB, then n OOMs of 1 to n MiB, each after an allocation of 1 MiB freed
+ * again (two entries apart). */
+static void write_oomy(const char *name, int n) {
+  ms__snapbuild_t b;
+  ms__snapbuild_init(&b);
+  b.hdr.origin = MS_SNAP_ORIGIN_TORCH_DICT;
+  b.hdr.present = MS_SNAP_HAS_DEVICE_TRACES;
+  add_trace(&b, MS_TRACE_SEGMENT_ALLOC, A, 20 * MiB, MS_SNAP_NO_STACK, 100);
+  for (int i = 1; i <= n; i++) {
+    add_trace(&b, MS_TRACE_ALLOC, A, MiB, MS_SNAP_NO_STACK, 100 + 4 * i);
+    add_trace(&b, MS_TRACE_OOM, MiB, (uint64_t)i * MiB, MS_SNAP_NO_STACK, 101 + 4 * i);
+    add_trace(&b, MS_TRACE_FREE_REQUESTED, A, MiB, MS_SNAP_NO_STACK, 102 + 4 * i);
+    add_trace(&b, MS_TRACE_FREE_COMPLETED, A, MiB, MS_SNAP_NO_STACK, 103 + 4 * i);
+  }
+  ms_snap_segment_t g;
+  memset(&g, 0, sizeof g);
+  g.address = A;
+  g.total_size = 20 * MiB;
+  g.is_large = true;
+  g.stack = MS_SNAP_NO_STACK;
+  g.first_block = (uint32_t)b.blocks.len;
+  add_block(&b, A, 20 * MiB, false, MS_SNAP_NO_STACK);
+  g.nblocks = 1;
+  cr_assert_eq(ms__snapbuild_add_segment(&b, &g), MS_OK);
+  ms_snap_device_t d;
+  memset(&d, 0, sizeof d);
+  d.ntrace = (uint32_t)(1 + 4 * n);
+  cr_assert_eq(ms__snapbuild_add_device(&b, &d), MS_OK);
+  ms_snapshot_t *s = NULL;
+  ms_errbuf_t eb = {{0}};
+  cr_assert_eq(ms__snapbuild_finish(&b, &s, &eb), MS_OK, "%s", eb.msg);
+  char why[512];
+  cr_assert_eq(th_write_snapshot(s, th_workdir, name, why, sizeof why), 0, "%s", why);
+  ms_snapshot_free(s);
+}
+
+/* The `oom:N` numbers of the text's OOM lines, in order, and its two summary lines (or ""). */
+static size_t text_ooms(const char *out, unsigned *n, size_t cap, char *head, char *more) {
+  size_t k = 0;
+  head[0] = more[0] = 0;
+  for (const char *l = out; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
+    unsigned v;
+    if (sscanf(l, "  out of memory (--at oom:%u)", &v) == 1 && k < cap) n[k++] = v;
+    if (!strncmp(l, "  out of memory ", 16) && strstr(l, " times ")) sscanf(l, "%199[^\n]", head);
+    if (!strncmp(l, "  ... ", 6)) sscanf(l, "%199[^\n]", more);
+  }
+  return k;
+}
+
+Test(timeline_json, many_ooms_the_first_and_the_last) {
+  /* up to 10 OOMs the text shows each; past 10 the first and the last 5, and how many it left
+   * out, which --json lists */
+  static const struct {
+    int n;
+    const char *range;
+    size_t shown;         /* OOM lines */
+    unsigned first, last; /* the first and the last oom:N shown */
+    const char *head, *more;
+  } cases[] = {
+      {10, NULL, 10, 1, 10, "", ""},
+      {11, NULL, 10, 1, 11,
+       "  out of memory 11 times (the first 5 and the last 5 below; --json lists every one)",
+       "  ... 1 more (--at oom:6 to oom:6)"},
+      {14, NULL, 10, 1, 14,
+       "  out of memory 14 times (the first 5 and the last 5 below; --json lists every one)",
+       "  ... 4 more (--at oom:6 to oom:9)"},
+      {14, "9:57", 10, 3, 14, /* oom:3 (entry 10) to oom:14 (entry 54) */
+       "  out of memory 12 times (the first 5 and the last 5 below; --json lists every one)",
+       "  ... 2 more (--at oom:8 to oom:9)"},
+      {14, "9:45", 9, 3, 11, "", ""}, /* oom:3 to oom:11 (entry 42) */
+  };
+  for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+    char name[32];
+    snprintf(name, sizeof name, "o%d.msgpack", cases[c].n);
+    write_oomy(name, cases[c].n);
+    const char *argv[] = {"timeline", name, cases[c].range ? "--range" : NULL, cases[c].range,
+                          NULL};
+    th_run_t r = th_run(th_workdir, NULL, NULL, argv);
+    cr_assert_eq(r.status, 0, "case %zu: %s", c, r.err);
+    unsigned n[32];
+    char head[200], more[200];
+    size_t k = text_ooms(r.out, n, 32, head, more);
+    cr_assert_eq(k, cases[c].shown, "case %zu: %zu OOM lines\n%s", c, k, r.out);
+    cr_expect_str_eq(head, cases[c].head, "case %zu", c);
+    cr_expect_str_eq(more, cases[c].more, "case %zu", c);
+    for (size_t i = 0; i < k; i++) /* in order: the first ones, then the last ones */
+      cr_expect_eq(n[i], i < 5 || !head[0] ? cases[c].first + i : cases[c].last - (k - 1 - i),
+                   "case %zu, line %zu", c, i);
+    cr_expect_eq(n[k - 1], cases[c].last, "case %zu", c);
+    th_run_free(&r);
+    if (cases[c].range)
+      expect_agree(name, ARGS("--range", cases[c].range));
+    else
+      expect_agree(name, ARGS());
+  }
 }
 
 Test(timeline_json, agrees_with_the_text_fixtures) {
