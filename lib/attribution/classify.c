@@ -348,18 +348,26 @@ static bool attr_rule_names(const ms_attr_t *a, const attr_rule_t *ru, size_t de
 
 /* Forces the phase of the entries of device dev inside the annotation ranges that phase rules
  * name (entries with times; times must not decrease, else annotations are not used): the ranges
- * the index paired (ms_tl_ranges_build), the first rule that names a range winning. */
-static void attr_annotations(const ms_attr_t *a, size_t dev, const ms_tl_ranges_t *rs,
-                             const ms_snap_trace_t *tr, size_t n, uint8_t *ph, uint8_t *forced) {
-  for (size_t i = 1; i < n; i++)
-    if ((tr[i].present & MS_TRACE_HAS_TIME) && (tr[i - 1].present & MS_TRACE_HAS_TIME) &&
-        tr[i].time_us < tr[i - 1].time_us)
-      return;
+ * the index paired (ms_tl_ranges_build), the first rule that names a range winning. Each rule
+ * is matched against each range once; the table of forced entries (a trace's length) is made,
+ * and the order of the times checked, at the first range that a rule names, so that a device
+ * with none costs no pass over its trace. */
+static int attr_annotations(const ms_attr_t *a, size_t dev, const ms_tl_ranges_t *rs,
+                            const ms_snap_trace_t *tr, size_t n, uint8_t *ph) {
+  uint8_t *forced = NULL;
   for (size_t r = 0; r < a->rules.nrules; r++) {
     const attr_rule_t *ru = &a->rules.rules[r];
+    if (ru->kind != ATTR_R_PHASE || ru->annotation == ATTR_NONE) continue;
     for (size_t k = 0; k < rs->n; k++) {
       const ms_tl_range_t *x = &rs->ranges[k];
       if (!attr_rule_names(a, ru, dev, x)) continue;
+      if (!forced) {
+        for (size_t i = 1; i < n; i++)
+          if ((tr[i].present & MS_TRACE_HAS_TIME) && (tr[i - 1].present & MS_TRACE_HAS_TIME) &&
+              tr[i].time_us < tr[i - 1].time_us)
+            return MS_OK;
+        if (!(forced = ms__big_calloc(n, 1))) return MS_ENOMEM;
+      }
       size_t lo = 0, hi = n; /* first entry with a time >= start */
       while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
@@ -375,15 +383,8 @@ static void attr_annotations(const ms_attr_t *a, size_t dev, const ms_tl_ranges_
       }
     }
   }
-}
-
-/* Whether device dev has an annotation range that a phase rule's annotation= names: else
- * attr_annotations forces nothing, and its pass over the trace is not made. */
-static bool attr_annotations_any(const ms_attr_t *a, size_t dev, const ms_tl_ranges_t *rs) {
-  for (size_t r = 0; r < a->rules.nrules; r++)
-    for (size_t k = 0; k < rs->n; k++)
-      if (attr_rule_names(a, &a->rules.rules[r], dev, &rs->ranges[k])) return true;
-  return false;
+  ms__big_free(forced);
+  return MS_OK;
 }
 
 typedef MS_VEC(attr_span_t) attr_spanvec_t;
@@ -406,13 +407,8 @@ static int attr_dev_spans(ms_attr_t *a, size_t dev) {
   const ms_snap_trace_t *tr = ms_timeline_entry(a->tl, dev, 0);
   const ms_tl_ranges_t *rs = a->snap->nannotations ? ms__tl_ranges(a->tl) : NULL;
   if (a->snap->nannotations && !rs) return MS_ENOMEM;
-  bool ann = rs && attr_annotations_any(a, dev, rs);
-  uint8_t *ph = ms__big_malloc(n), *forced = ann ? ms__big_calloc(n, 1) : NULL; /* a trace's length */
-  if (!ph || (ann && !forced)) {
-    ms__big_free(ph);
-    ms__big_free(forced);
-    return MS_ENOMEM;
-  }
+  uint8_t *ph = ms__big_malloc(n); /* a trace's length */
+  if (!ph) return MS_ENOMEM;
   for (size_t i = 0; i < n; i++) {
     ph[i] = ATTR_PH_UNSET;
     if (tr[i].action != MS_TRACE_ALLOC) continue;
@@ -420,12 +416,10 @@ static int attr_dev_spans(ms_attr_t *a, size_t dev) {
     if (tr[i].stack < a->snap->nstacks && attr_stack_phase(a, tr[i].stack) != ATTR_PH_UNSET)
       ph[i] = attr_stack_phase(a, tr[i].stack);
   }
-  if (ann) attr_annotations(a, dev, rs, tr, n, ph, forced);
-  ms__big_free(forced);
+  int rc = rs ? attr_annotations(a, dev, rs, tr, n, ph) : MS_OK;
   attr_spanvec_t sp = {0};
   uint8_t cur = ATTR_PH_UNSET;
   size_t pending = SIZE_MAX; /* the first phaseless allocation since the last classified entry */
-  int rc = MS_OK;
   for (size_t i = 0; i < n && rc == MS_OK; i++) {
     if (ph[i] == ATTR_PH_UNSET) continue;
     if (ph[i] == ATTR_PH_NONE) {
