@@ -336,7 +336,7 @@ static int bench_devices(void) {
       ms_errbuf_t eb = {{0}};
       double t0 = now_s();
       int rc = ms__tl_alloc(s, NULL, &tl, &eb);
-      if (rc == MS_OK) rc = ms__tl_build(tl, k ? 0 : 1, &eb);
+      if (rc == MS_OK) rc = ms__tl_build(tl, k ? 0 : 1, 0, &eb);
       ms[k][i] = (now_s() - t0) * 1e3;
       ms_timeline_destroy(tl);
       if (rc != MS_OK) {

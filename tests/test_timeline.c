@@ -2005,17 +2005,18 @@ static ms_snapshot_t *record_devices(size_t ndev, const int *nops) {
   return s;
 }
 
-static ms_timeline_t *build_with_threads(const ms_snapshot_t *s, size_t threads, int *rc,
-                                         ms_errbuf_t *eb) {
+static ms_timeline_t *build_with_threads(const ms_snapshot_t *s, size_t threads, size_t budget,
+                                         int *rc, ms_errbuf_t *eb) {
   ms_timeline_t *tl = NULL;
   cr_assert_eq(ms__tl_alloc(s, NULL, &tl, eb), MS_OK);
-  *rc = ms__tl_build(tl, threads, eb);
+  *rc = ms__tl_build(tl, threads, budget, eb);
   return tl;
 }
 
 Test(timeline, devices_on_threads_as_on_one) {
-  /* three devices past TL_PAR_MIN entries and a small one: built on 1, 2 and 4 threads, every
-   * device's pairing, block sizes, checkpoints, peaks and states at 40 steps are the same */
+  /* three devices past TL_PAR_MIN entries and a small one: built on 1, 2 and 4 threads, and on 4
+   * threads with a memory budget of one build at a time (the others wait), every device's
+   * pairing, block sizes, checkpoints, peaks and states at 40 steps are the same */
   const int nops[4] = {60000, 45000, 3000, 52000};
   ms_snapshot_t *s = record_devices(4, nops);
   cr_assert_eq(s->ndevices, 4);
@@ -2025,10 +2026,12 @@ Test(timeline, devices_on_threads_as_on_one) {
   cr_assert_eq(big, 3, "three devices are large enough for threads of their own");
   ms_errbuf_t eb = {{0}};
   int rc;
-  ms_timeline_t *one = build_with_threads(s, 1, &rc, &eb);
+  ms_timeline_t *one = build_with_threads(s, 1, 0, &rc, &eb);
   cr_assert_eq(rc, MS_OK, "%s", eb.msg);
-  for (size_t threads = 2; threads <= 4; threads += 2) {
-    ms_timeline_t *tl = build_with_threads(s, threads, &rc, &eb);
+  static const size_t runs[3][2] = {{2, 0}, {4, 0}, {4, 1}}; /* threads, budget */
+  for (size_t run = 0; run < 3; run++) {
+    size_t threads = runs[run][0];
+    ms_timeline_t *tl = build_with_threads(s, threads, runs[run][1], &rc, &eb);
     cr_assert_eq(rc, MS_OK, "%s", eb.msg);
     for (size_t d = 0; d < 4; d++) {
       const tl_dev_t *x = &one->dev[d], *y = &tl->dev[d];
@@ -2077,7 +2080,7 @@ Test(timeline, devices_on_threads_as_on_one) {
   char first[sizeof eb.msg];
   for (size_t threads = 1; threads <= 4; threads++) {
     memset(&eb, 0, sizeof eb);
-    ms_timeline_t *tl = build_with_threads(s, threads, &rc, &eb);
+    ms_timeline_t *tl = build_with_threads(s, threads, threads == 3 ? 1 : 0, &rc, &eb);
     cr_assert_eq(rc, MS_EFORMAT, "%zu threads", threads);
     cr_assert(strstr(eb.msg, ": device 1, trace entry ") != NULL, "%zu threads: %s", threads,
               eb.msg);

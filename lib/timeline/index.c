@@ -18,7 +18,6 @@
  */
 #include <inttypes.h>
 #include <pthread.h>
-#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -561,20 +560,47 @@ int ms__tl_alloc(const ms_snapshot_t *snap, const ms_timeline_config_t *cfg, ms_
 
 /* A device's index is built from its own trace into its own tl_dev_t: the devices share nothing
  * but the snapshot (read only) and the ms__big_* pool (locked), so a snapshot of several large
- * devices (one process driving many GPUs) builds them on threads, the largest first. */
+ * devices (one process driving many GPUs) builds them on threads, the largest first. A build's
+ * temporaries (tl_build_dev's room, freq and counted: 13 bytes an entry) are freed when it ends;
+ * built one after another, the largest device's are the most held at once. On threads, a device
+ * starts only while the temporaries of the builds under way, with its own, stay within a quarter
+ * of the memory available when the build began (or it is the only build under way), so that a
+ * snapshot near the machine's limit is not pushed past it by building its devices at once. */
 typedef struct tl_build_job_s {
   ms_timeline_t *tl;
   const size_t *order; /* the devices, largest first */
   size_t norder;
-  atomic_size_t next; /* the next place in order to take */
-  int *rc;            /* per device */
-  ms_errbuf_t *eb;    /* per device */
+  size_t next;     /* the next place in order to take */
+  size_t inflight; /* temporaries' bytes of the builds under way */
+  size_t budget;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int *rc;         /* per device */
+  ms_errbuf_t *eb; /* per device */
 } tl_build_job_t;
+
+static size_t tl_build_temp(const tl_dev_t *d) {
+  return d->n > SIZE_MAX / 16 ? SIZE_MAX / 2 : d->n * 13 + 4096;
+}
 
 static void *tl_build_worker(void *arg) {
   tl_build_job_t *j = arg;
-  for (size_t k; (k = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < j->norder;)
-    j->rc[j->order[k]] = tl_build_dev(j->tl, j->order[k], &j->eb[j->order[k]]);
+  pthread_mutex_lock(&j->mu);
+  while (j->next < j->norder) {
+    size_t dev = j->order[j->next], need = tl_build_temp(&j->tl->dev[dev]);
+    if (j->inflight > 0 && need > j->budget - (j->inflight < j->budget ? j->inflight : j->budget)) {
+      pthread_cond_wait(&j->cv, &j->mu); /* a build under way ends first */
+      continue;
+    }
+    j->next++;
+    j->inflight += need;
+    pthread_mutex_unlock(&j->mu);
+    j->rc[dev] = tl_build_dev(j->tl, dev, &j->eb[dev]);
+    pthread_mutex_lock(&j->mu);
+    j->inflight -= need;
+    pthread_cond_broadcast(&j->cv);
+  }
+  pthread_mutex_unlock(&j->mu);
   return NULL;
 }
 
@@ -602,14 +628,23 @@ static size_t tl_build_threads(const ms_timeline_t *tl, size_t threads) {
   return big < threads ? big : threads;
 }
 
-int ms__tl_build(ms_timeline_t *tl, size_t threads, ms_errbuf_t *eb) {
+int ms__tl_build(ms_timeline_t *tl, size_t threads, size_t budget, ms_errbuf_t *eb) {
   size_t nt = tl_build_threads(tl, threads), ndev = tl->ndev;
-  tl_build_job_t j = {tl, NULL, ndev, 0, NULL, NULL};
+  tl_build_job_t j = {.tl = tl, .norder = ndev};
   size_t *order = nt > 1 ? malloc(ndev * sizeof *order) : NULL;
   pthread_t *th = nt > 1 ? malloc((nt - 1) * sizeof *th) : NULL;
   j.rc = nt > 1 ? malloc(ndev * sizeof *j.rc) : NULL;
   j.eb = nt > 1 ? calloc(ndev, sizeof *j.eb) : NULL;
-  if (!order || !th || !j.rc || !j.eb) { /* one thread, or too little memory for more */
+  bool sync = nt > 1 && pthread_mutex_init(&j.mu, NULL) == 0;
+  if (sync && pthread_cond_init(&j.cv, NULL) != 0) {
+    pthread_mutex_destroy(&j.mu);
+    sync = false;
+  }
+  if (!order || !th || !j.rc || !j.eb || !sync) { /* one thread, or too little memory for more */
+    if (sync) {
+      pthread_cond_destroy(&j.cv);
+      pthread_mutex_destroy(&j.mu);
+    }
     free(order);
     free(th);
     free(j.rc);
@@ -618,6 +653,13 @@ int ms__tl_build(ms_timeline_t *tl, size_t threads, ms_errbuf_t *eb) {
       MS_FORWARD_IF_ERROR(tl_build_dev(tl, i, eb));
     return MS_OK;
   }
+  if (budget == 0) { /* a quarter of the memory available now */
+    long pages = sysconf(_SC_AVPHYS_PAGES), pg = sysconf(_SC_PAGESIZE);
+    budget = pages > 0 && pg > 0 && (size_t)pages < SIZE_MAX / (size_t)pg
+                 ? (size_t)pages * (size_t)pg / 4
+                 : SIZE_MAX;
+  }
+  j.budget = budget;
   tl_dev_size_t *by = malloc(ndev * sizeof *by);
   for (size_t i = 0; i < ndev; i++) {
     order[i] = i;
@@ -630,13 +672,14 @@ int ms__tl_build(ms_timeline_t *tl, size_t threads, ms_errbuf_t *eb) {
     free(by);
   }
   j.order = order;
-  atomic_init(&j.next, 0);
   size_t started = 0;
   while (started < nt - 1 && pthread_create(&th[started], NULL, tl_build_worker, &j) == 0)
     started++;
   tl_build_worker(&j); /* this thread too; with no thread started it builds every device */
   for (size_t k = 0; k < started; k++)
     pthread_join(th[k], NULL);
+  pthread_cond_destroy(&j.cv);
+  pthread_mutex_destroy(&j.mu);
   /* the first device that failed, as one thread building them in order would report it */
   int rc = MS_OK;
   for (size_t i = 0; i < ndev && rc == MS_OK; i++)
@@ -653,7 +696,7 @@ int ms_timeline_create(const ms_snapshot_t *snap, const ms_timeline_config_t *cf
   ms_timeline_t *tl = NULL;
   int rc = ms__tl_alloc(snap, cfg, &tl, eb);
   if (rc != MS_OK) return rc;
-  rc = ms__tl_build(tl, 0, eb);
+  rc = ms__tl_build(tl, 0, 0, eb);
   if (rc != MS_OK) {
     ms_timeline_destroy(tl);
     return rc;

@@ -143,10 +143,12 @@ struct ms_timeline_s {
 
 /* Builds the index of every device of tl (made by ms__tl_alloc): devices of TL_PAR_MIN entries or
  * more on threads of their own when two or more are that large, at most threads of them (0: one
- * per online CPU; 1: all on the calling thread). The result, and the error reported (the first
- * failing device's), do not depend on the number of threads. */
+ * per online CPU; 1: all on the calling thread), while the temporaries of the builds under way
+ * stay within budget bytes (0: a quarter of the memory available; a build alone may exceed it).
+ * The result, and the error reported (the first failing device's), do not depend on the number
+ * of threads or the budget. */
 #define TL_PAR_MIN ((size_t)1 << 16)
-int ms__tl_build(ms_timeline_t *tl, size_t threads, ms_errbuf_t *eb);
+int ms__tl_build(ms_timeline_t *tl, size_t threads, size_t budget, ms_errbuf_t *eb);
 /* The index of ms_timeline_create with every device's trace in place (d->trace, d->n) and nothing
  * built: for a reader of a stored index, which fills pair, bsize, ckpts and the peaks (index.c).
  * Fails as ms_timeline_create fails before building (devices out of range). */

@@ -29,7 +29,8 @@
  *            side of one comparison (ms_compare_add_side, as `memsnap compare` reads its two
  *            files): the comparison of both read in turn
  *   devices  a time index of three large devices built on three threads (lib/timeline/index.c,
- *            ms__tl_build): the peaks of one thread's build
+ *            ms__tl_build), and again with a memory budget of one build at a time: the peaks of
+ *            one thread's build
  * Exits 0 when every check held; ThreadSanitizer makes it exit 66 on a report.
  */
 #include <pthread.h>
@@ -465,21 +466,24 @@ static void tt_devices(void) {
     ms_allocator_destroy(a[d]);
   }
   ms_backend_destroy(be);
-  ms_timeline_t *tl[2] = {NULL, NULL};
-  for (int t = 0; t < 2; t++) {
+  /* one thread; three; three with a budget of one build at a time (the others wait) */
+  static const size_t runs[3][2] = {{1, 0}, {3, 0}, {3, 1}};
+  ms_timeline_t *tl[3] = {NULL, NULL, NULL};
+  for (int t = 0; t < 3; t++) {
     CHECK(ms__tl_alloc(s, NULL, &tl[t], &eb) == MS_OK);
-    CHECK(ms__tl_build(tl[t], t ? 3 : 1, &eb) == MS_OK);
+    CHECK(ms__tl_build(tl[t], runs[t][0], runs[t][1], &eb) == MS_OK);
   }
-  for (size_t d = 0; d < 3; d++)
-    for (int m = 0; m < MS_TL_METRIC_COUNT; m++) {
-      ms_tl_peak_t p, q;
-      size_t n = ms_timeline_nentries(tl[0], d);
-      CHECK(ms_timeline_peak(tl[0], d, (ms_tl_metric)m, 0, n, &p) == MS_OK);
-      CHECK(ms_timeline_peak(tl[1], d, (ms_tl_metric)m, 0, n, &q) == MS_OK);
-      CHECK(p.bytes == q.bytes && p.step == q.step);
-    }
-  ms_timeline_destroy(tl[0]);
-  ms_timeline_destroy(tl[1]);
+  for (int t = 1; t < 3; t++)
+    for (size_t d = 0; d < 3; d++)
+      for (int m = 0; m < MS_TL_METRIC_COUNT; m++) {
+        ms_tl_peak_t p, q;
+        size_t n = ms_timeline_nentries(tl[0], d);
+        CHECK(ms_timeline_peak(tl[0], d, (ms_tl_metric)m, 0, n, &p) == MS_OK);
+        CHECK(ms_timeline_peak(tl[t], d, (ms_tl_metric)m, 0, n, &q) == MS_OK);
+        CHECK(p.bytes == q.bytes && p.step == q.step);
+      }
+  for (int t = 0; t < 3; t++)
+    ms_timeline_destroy(tl[t]);
   ms_snapshot_free(s);
 }
 
