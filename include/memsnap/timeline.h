@@ -79,7 +79,7 @@ MS_API void ms_timeline_config_init(ms_timeline_config_t *cfg);
 
 /* Builds the index of every device of snap. cfg may be NULL (defaults). Two or more devices of
  * 65,536 entries or more are built on threads of their own (one per online CPU at most, and as
- * many at once as a quarter of the available memory holds the builds' temporaries of), which end
+ * many at once as a quarter of the free memory holds the builds' temporaries of), which end
  * before it returns; the index and the error reported are those of one thread.
  * @return MS_OK; MS_EFORMAT for an inconsistent trace or snapshot (eb names device and entry);
  * MS_ENOMEM; MS_ELIMIT for an absurd device number. *out untouched on failure. */

@@ -564,7 +564,7 @@ int ms__tl_alloc(const ms_snapshot_t *snap, const ms_timeline_config_t *cfg, ms_
  * temporaries (tl_build_dev's room, freq and counted: 13 bytes an entry) are freed when it ends;
  * built one after another, the largest device's are the most held at once. On threads, a device
  * starts only while the temporaries of the builds under way, with its own, stay within a quarter
- * of the memory available when the build began (or it is the only build under way), so that a
+ * of the memory free when the build began (or it is the only build under way), so that a
  * snapshot near the machine's limit is not pushed past it by building its devices at once. */
 typedef struct tl_build_job_s {
   ms_timeline_t *tl;
@@ -653,7 +653,7 @@ int ms__tl_build(ms_timeline_t *tl, size_t threads, size_t budget, ms_errbuf_t *
       MS_FORWARD_IF_ERROR(tl_build_dev(tl, i, eb));
     return MS_OK;
   }
-  if (budget == 0) { /* a quarter of the memory available now */
+  if (budget == 0) { /* a quarter of the memory free now (the page cache not counted) */
     long pages = sysconf(_SC_AVPHYS_PAGES), pg = sysconf(_SC_PAGESIZE);
     budget = pages > 0 && pg > 0 && (size_t)pages < SIZE_MAX / (size_t)pg
                  ? (size_t)pages * (size_t)pg / 4

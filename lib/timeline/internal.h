@@ -144,7 +144,7 @@ struct ms_timeline_s {
 /* Builds the index of every device of tl (made by ms__tl_alloc): devices of TL_PAR_MIN entries or
  * more on threads of their own when two or more are that large, at most threads of them (0: one
  * per online CPU; 1: all on the calling thread), while the temporaries of the builds under way
- * stay within budget bytes (0: a quarter of the memory available; a build alone may exceed it).
+ * stay within budget bytes (0: a quarter of the free memory; a build alone may exceed it).
  * The result, and the error reported (the first failing device's), do not depend on the number
  * of threads or the budget. */
 #define TL_PAR_MIN ((size_t)1 << 16)
