@@ -159,9 +159,10 @@ MS_API MS_NODISCARD int ms_replay_run(const ms_snapshot_t *snap, const ms_replay
 /* Frees a report. Accepts NULL. */
 MS_API void ms_replay_report_free(ms_replay_report_t *r);
 
-/* Finds by bisection the smallest device capacity (a multiple of 2 MiB) on which the what-if
- * replay of device's trace under config (as ms_replay_options_t.config) has no OOM: on *out
- * bytes the replay has no OOM, on *out - 2 MiB it has one. The search is bounded by 1 TiB.
+/* Finds the smallest device capacity (a multiple of 2 MiB) on which the what-if replay of
+ * device's trace under config (as ms_replay_options_t.config) has no OOM, by a bisection that
+ * tries 2 MiB under a fitting run's peak first (docs/replay.md, `--min-capacity`): on *out bytes
+ * the replay has no OOM, on *out - 2 MiB it has one. The search is bounded by 1 TiB.
  * @return MS_OK; MS_ENOTFOUND when the trace is unreplayable or still OOMs at the bound;
  * MS_ECONFIG, MS_EINVAL, MS_ENOMEM. */
 MS_API MS_NODISCARD int ms_replay_min_capacity(const ms_snapshot_t *snap, int device,

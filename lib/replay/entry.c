@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT
  * memsnap core: the public entry points of `memsnap replay` (include/memsnap/replay.h): the
- * report of every device (check, or check then what-if) and the --min-capacity bisection, over
- * replay.c's replay of one device (ms__rp_run_device).
+ * report of every device (check, or check then what-if) and the --min-capacity search, over
+ * replay.c's replay of one device (ms__rp_run_device); and one device prepared once for many
+ * what-if runs (replay/prepared.h), which the public entry points use too.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -9,6 +10,7 @@
 #include <string.h>
 
 #include "replay/internal.h"
+#include "replay/prepared.h"
 
 const char *ms_replay_verdict_name(ms_replay_verdict v) {
   switch (v) {
@@ -92,6 +94,35 @@ static void rp_whatif_capacity(const ms_snapshot_t *snap, size_t d, const ms_rep
   }
 }
 
+/* The check replay that a what-if needs first (it classifies the trace's bursts and
+ * free_completed entries for the what-if runs, which only read them): res takes its verdict and
+ * mismatch, res->recorded its figures, *allocs its allocation count. */
+static int rp_check_first(rp_trace_t *tr, ms_replay_device_t *res, uint64_t *allocs) {
+  ms_replay_device_t scratch = *res;
+  int r = ms__rp_run_device(tr, false, &tr->cfg, 0, false, &scratch, &res->recorded);
+  if (r != MS_OK) return r;
+  res->verdict = scratch.verdict;
+  memcpy(res->reason, scratch.reason, sizeof res->reason);
+  res->mismatch_entry = scratch.mismatch_entry;
+  memcpy(res->expected, scratch.expected, sizeof res->expected);
+  memcpy(res->actual, scratch.actual, sizeof res->actual);
+  *allocs = scratch.allocs;
+  return MS_OK;
+}
+
+/* The what-if of o (its config parsed into cfg) on device d, after rp_check_first filled res:
+ * the capacity chosen, then the run. The trace is only read (tr->fresh_start as o says). */
+static int rp_whatif_after_check(const ms_snapshot_t *snap, size_t d, const rp_trace_t *tr,
+                                 const ms_replay_options_t *o, const ms_alloc_config_t *cfg,
+                                 uint64_t allocs, ms_replay_device_t *res) {
+  rp_whatif_capacity(snap, d, o, tr->device_total, res);
+  rp_trace_t t = *tr; /* the arrays shared, read only by a what-if */
+  t.fresh_start = o->fresh_start;
+  int r = ms__rp_run_device(&t, true, cfg, (size_t)res->capacity, false, res, &res->replayed);
+  res->allocs = allocs; /* the trace's, even when the what-if stopped early */
+  return r;
+}
+
 int ms_replay_run(const ms_snapshot_t *snap, const ms_replay_options_t *opt,
                   ms_replay_report_t **out, ms_errbuf_t *eb) {
   if (eb) eb->msg[0] = 0;
@@ -123,21 +154,10 @@ int ms_replay_run(const ms_snapshot_t *snap, const ms_replay_options_t *opt,
         r = ms__rp_run_device(&tr, false, &tr.cfg, o.capacity, false, res, &res->recorded);
       } else {
         ms_alloc_config_t cfg;
+        uint64_t allocs = 0;
         r = rp_whatif_config(&tr, o.config, &cfg, eb);
-        ms_replay_device_t scratch = *res;
-        if (r == MS_OK)
-          r = ms__rp_run_device(&tr, false, &tr.cfg, 0, false, &scratch, &res->recorded);
-        if (r == MS_OK) {
-          res->verdict = scratch.verdict;
-          memcpy(res->reason, scratch.reason, sizeof res->reason);
-          res->mismatch_entry = scratch.mismatch_entry;
-          memcpy(res->expected, scratch.expected, sizeof res->expected);
-          memcpy(res->actual, scratch.actual, sizeof res->actual);
-          rp_whatif_capacity(snap, d, &o, tr.device_total, res);
-          tr.fresh_start = o.fresh_start;
-          r = ms__rp_run_device(&tr, true, &cfg, (size_t)res->capacity, false, res, &res->replayed);
-          res->allocs = scratch.allocs; /* the trace's, even when the what-if stopped early */
-        }
+        if (r == MS_OK) r = rp_check_first(&tr, res, &allocs);
+        if (r == MS_OK) r = rp_whatif_after_check(snap, d, &tr, &o, &cfg, allocs, res);
       }
     }
     ms__rp_trace_release(&tr);
@@ -161,70 +181,175 @@ static bool rp_fits(const ms_replay_usage_t *u) {
   return u->ooms == 0 && u->start_short == 0;
 }
 
-int ms_replay_min_capacity(const ms_snapshot_t *snap, int device, const char *config,
-                           size_t *out, ms_errbuf_t *eb) {
-  if (eb) eb->msg[0] = 0;
-  MS_RETURN_IF(!snap || !out || device < 0 || (size_t)device >= snap->ndevices, MS_EINVAL);
-  ms_replay_device_t res;
-  memset(&res, 0, sizeof res);
-  rp_trace_t tr;
-  int r = rp_prepare(snap, (size_t)device, &tr, &res);
+static size_t rp_page_up(uint64_t v) {
+  return (size_t)((v + RP_PAGE - 1) & ~(RP_PAGE - 1));
+}
+
+/* Hints the search may take (below) before it only bisects. */
+#define RP_MIN_CAP_HINTS 6
+
+/* The smallest capacity of the what-if of cfg on tr, after its check replay (res: the prepared
+ * device's result, copied for each run). The search keeps hi, a capacity that fits, and lo, one
+ * that does not or cannot, and ends when they are one page apart.
+ * - lo starts at the floor: a run without an OOM serves every request of the unlimited run, its
+ *   allocations included, so it reserves at least the most those hold at once (an oom entry's
+ *   request among them) and at least the start state's reserved memory.
+ * - hi starts at the unlimited run's peak reserved, or twice that until a run fits.
+ * - A run that fits on C with a lower peak P says where the answer likely is: 2 MiB below P is
+ *   tried next, and P after an OOM there. On the 1 GB synthetic OOM trace that leaves 5 runs of
+ *   the 19 a plain bisection took. The hints are bounded (a trace whose peaks fall 2 MiB at a time
+ *   takes at most RP_MIN_CAP_HINTS of them), the bisection does the rest.
+ * Each probe's answer, from a hint or a bisection, is a fact about that capacity, so the answer
+ * is the same as a bisection's wherever a larger device never does worse. Where the OOM path
+ * breaks that, the answer is verified: it fits, and 2 MiB less does not (stepping down while it
+ * does, a bounded number of times). */
+static int rp_min_capacity_on(const rp_trace_t *tr, const ms_replay_device_t *checked,
+                              const char *config, size_t *out, ms_errbuf_t *eb) {
   ms_alloc_config_t cfg;
-  if (r == MS_OK && res.verdict == MS_REPLAY_UNREPLAYABLE) {
-    r = ms__errbuf_set(eb, MS_ENOTFOUND, "device %d: not replayable: %s", device, res.reason);
-  }
-  if (r == MS_OK) r = rp_whatif_config(&tr, config, &cfg, eb);
+  int r = rp_whatif_config(tr, config, &cfg, eb);
+  MS_FORWARD_IF_ERROR(r);
+  rp_trace_t t = *tr; /* read only by what-if runs */
+  t.fresh_start = false;
+  ms_replay_device_t res = *checked;
   ms_replay_usage_t use;
-  if (r == MS_OK)
-    r = ms__rp_run_device(&tr, false, &tr.cfg, 0, false, &res, &use); /* classifies bursts */
+  uint64_t held = 0;
   /* hi: a capacity without OOM, lo: one with an OOM (0 always OOMs when anything is allocated). */
   size_t lo = 0, hi = 0;
+  bool lo_run = false; /* lo was run (not only the floor) */
+  r = ms__rp_run_device_ex(&t, true, &cfg, 0, false, &res, &use, &held);
   if (r == MS_OK) {
-    r = ms__rp_run_device(&tr, true, &cfg, 0, false, &res, &use);
-    hi = ((size_t)use.peak_reserved + RP_PAGE - 1) & ~(size_t)(RP_PAGE - 1);
+    hi = rp_page_up(use.peak_reserved);
     if (hi < RP_PAGE) hi = RP_PAGE;
-    /* Below the start state's reserved memory nothing fits; nor below the peak of allocated
-     * bytes: a run without an OOM makes every allocation of the unlimited run, whose allocated
-     * bytes do not depend on the capacity, and reserved memory holds them. */
-    size_t floor_bytes = (size_t)(use.start_reserved > use.peak_allocated ? use.start_reserved
-                                                                          : use.peak_allocated);
+    size_t floor_bytes = (size_t)(use.start_reserved > held ? use.start_reserved : held);
     if (floor_bytes > RP_PAGE) lo = (floor_bytes - 1) & ~(size_t)(RP_PAGE - 1);
     if (lo >= hi) lo = hi - RP_PAGE;
   }
+  size_t hint = 0, hint_after_oom = 0;
+  int hints = 0;
   while (r == MS_OK) {
-    r = ms__rp_run_device(&tr, true, &cfg, hi, true, &res, &use);
-    if (r != MS_OK || rp_fits(&use)) break;
+    res = *checked;
+    r = ms__rp_run_device(&t, true, &cfg, hi, true, &res, &use);
+    if (r != MS_OK) break;
+    if (rp_fits(&use)) {
+      hint_after_oom = rp_page_up(use.peak_reserved);
+      hint = hint_after_oom - RP_PAGE;
+      break;
+    }
     lo = hi;
+    lo_run = true;
     if (hi >= RP_MIN_CAP_BOUND) {
       r = ms__errbuf_set(eb, MS_ENOTFOUND, "device %d: the replay runs out of memory even with "
-                         "%zu bytes", device, hi);
+                         "%zu bytes", tr->device, hi);
       break;
     }
     hi *= 2;
   }
   while (r == MS_OK && hi - lo > RP_PAGE) {
-    size_t mid = lo + ((hi - lo) / 2 & ~(size_t)(RP_PAGE - 1));
-    if (mid == lo) mid = lo + RP_PAGE;
-    r = ms__rp_run_device(&tr, true, &cfg, mid, true, &res, &use);
+    size_t mid;
+    bool from_hint = hint > lo && hint < hi && hints < RP_MIN_CAP_HINTS;
+    if (from_hint) {
+      mid = hint;
+      hints++;
+    } else {
+      mid = lo + ((hi - lo) / 2 & ~(size_t)(RP_PAGE - 1));
+      if (mid == lo) mid = lo + RP_PAGE;
+    }
+    size_t next = from_hint ? hint_after_oom : 0;
+    hint = hint_after_oom = 0;
+    res = *checked;
+    r = ms__rp_run_device(&t, true, &cfg, mid, true, &res, &use);
     if (r != MS_OK) break;
-    if (rp_fits(&use)) hi = mid;
-    else lo = mid;
+    if (rp_fits(&use)) {
+      hi = mid;
+      size_t peak = rp_page_up(use.peak_reserved);
+      if (peak <= hi && peak > RP_PAGE) { /* 2 MiB under its peak next, then the peak */
+        hint = peak - RP_PAGE;
+        hint_after_oom = peak;
+      }
+    } else {
+      lo = mid;
+      lo_run = true;
+      hint = next; /* the peak whose 2 MiB less did not fit */
+    }
   }
-  /* Verified: the bisection assumes that a larger device never does worse, which the OOM path
-   * does not promise; 2 MiB less must not fit (stepping down while it does, a bounded number of
-   * times). */
-  for (int step = 0; r == MS_OK && hi > RP_PAGE; step++) {
-    r = ms__rp_run_device(&tr, true, &cfg, hi - RP_PAGE, true, &res, &use);
+  /* Verified: 2 MiB less must not fit (known when lo is that and was run; else stepping down
+   * while it does, a bounded number of times). */
+  for (int step = 0; r == MS_OK && hi > RP_PAGE && !(lo_run && lo == hi - RP_PAGE); step++) {
+    res = *checked;
+    r = ms__rp_run_device(&t, true, &cfg, hi - RP_PAGE, true, &res, &use);
     if (r != MS_OK || !rp_fits(&use)) break;
     if (step == 64) {
       r = ms__errbuf_set(eb, MS_ENOTFOUND, "device %d: no smallest capacity: the replay fits on "
-                         "%zu bytes and on 64 smaller sizes below its bisection's answer", device,
-                         hi - RP_PAGE);
+                         "%zu bytes and on 64 smaller sizes below its bisection's answer",
+                         tr->device, hi - RP_PAGE);
       break;
     }
     hi -= RP_PAGE;
   }
-  ms__rp_trace_release(&tr);
   if (r == MS_OK) *out = hi;
   return r;
+}
+
+int ms_replay_min_capacity(const ms_snapshot_t *snap, int device, const char *config,
+                           size_t *out, ms_errbuf_t *eb) {
+  if (eb) eb->msg[0] = 0;
+  MS_RETURN_IF(!snap || !out || device < 0 || (size_t)device >= snap->ndevices, MS_EINVAL);
+  ms__rp_prepared_t *p = NULL;
+  int r = ms__rp_prepared_create(snap, device, &p, eb);
+  if (r == MS_OK) r = ms__rp_prepared_min_capacity(p, config, out, eb);
+  ms__rp_prepared_free(p);
+  return r;
+}
+
+/* ---- one device prepared for many what-if runs (replay/prepared.h) -------------------------- */
+
+struct ms__rp_prepared_s {
+  const ms_snapshot_t *snap;
+  rp_trace_t tr;
+  ms_replay_device_t res; /* the preparation's and the check replay's result */
+  uint64_t allocs;        /* the check replay's allocation count */
+  bool replayable;        /* as the preparation found (a check that fails still allows what-ifs) */
+};
+
+int ms__rp_prepared_create(const ms_snapshot_t *snap, int device, ms__rp_prepared_t **out,
+                           ms_errbuf_t *eb) {
+  MS_RETURN_IF(!snap || !out || device < 0 || (size_t)device >= snap->ndevices, MS_EINVAL);
+  ms__rp_prepared_t *p = calloc(1, sizeof *p);
+  if (!p) return MS_ENOMEM;
+  p->snap = snap;
+  int r = rp_prepare(snap, (size_t)device, &p->tr, &p->res);
+  p->replayable = r == MS_OK && p->res.verdict != MS_REPLAY_UNREPLAYABLE;
+  if (p->replayable) r = rp_check_first(&p->tr, &p->res, &p->allocs);
+  if (r != MS_OK) {
+    if (r == MS_ENOMEM) ms__errbuf_set(eb, r, "out of memory");
+    ms__rp_prepared_free(p);
+    return r;
+  }
+  *out = p;
+  return MS_OK;
+}
+
+const ms_replay_device_t *ms__rp_prepared_result(const ms__rp_prepared_t *p) { return &p->res; }
+
+int ms__rp_prepared_whatif(const ms__rp_prepared_t *p, const ms_replay_options_t *o,
+                           ms_replay_device_t *res, ms_errbuf_t *eb) {
+  *res = p->res;
+  if (!p->replayable) return MS_OK;
+  ms_alloc_config_t cfg;
+  MS_FORWARD_IF_ERROR(rp_whatif_config(&p->tr, o->config, &cfg, eb));
+  return rp_whatif_after_check(p->snap, (size_t)p->tr.device, &p->tr, o, &cfg, p->allocs, res);
+}
+
+int ms__rp_prepared_min_capacity(const ms__rp_prepared_t *p, const char *config, size_t *out,
+                                 ms_errbuf_t *eb) {
+  if (!p->replayable)
+    return ms__errbuf_set(eb, MS_ENOTFOUND, "device %d: not replayable: %s", p->tr.device,
+                          p->res.reason);
+  return rp_min_capacity_on(&p->tr, &p->res, config, out, eb);
+}
+
+void ms__rp_prepared_free(ms__rp_prepared_t *p) {
+  if (!p) return;
+  ms__rp_trace_release(&p->tr);
+  free(p);
 }

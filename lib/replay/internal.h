@@ -2,7 +2,8 @@
  * memsnap core: what the files of `memsnap replay` share (include/memsnap/replay.h). device.c: the
  * recorded device, check mode's backend; start_state.c: the recorded run's settings, whether a
  * device's trace can be replayed, and the allocator state when the trace began; replay.c: the
- * replay of one device; entry.c: the public entry points.
+ * replay of one device; entry.c: the public entry points, and one device prepared for many
+ * what-if runs (prepared.h).
  */
 #ifndef MEMSNAP_LIB_REPLAY_INTERNAL_H
 #define MEMSNAP_LIB_REPLAY_INTERNAL_H
@@ -246,5 +247,12 @@ void ms__rp_trace_release(rp_trace_t *tr);
  * use (the figures). */
 int ms__rp_run_device(rp_trace_t *tr, bool whatif, const ms_alloc_config_t *cfg, size_t capacity,
                       bool fit_only, ms_replay_device_t *res, ms_replay_usage_t *use);
+/* The same; *held (when not NULL): the most allocated at any moment of the run, counting the
+ * request of an oom entry that a what-if served (and released at once), which peak_allocated
+ * leaves out. A run without an OOM serves every request the unlimited run serves, so the unlimited
+ * run's figure bounds the capacity of any run that fits from below. */
+int ms__rp_run_device_ex(rp_trace_t *tr, bool whatif, const ms_alloc_config_t *cfg,
+                         size_t capacity, bool fit_only, ms_replay_device_t *res,
+                         ms_replay_usage_t *use, uint64_t *held);
 
 #endif /* MEMSNAP_LIB_REPLAY_INTERNAL_H */

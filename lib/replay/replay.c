@@ -66,6 +66,7 @@ typedef struct rp_run_s {
   ms_replay_usage_t *use;
   bool stop;
   bool fit_only; /* what-if: only whether the run fits, so the first OOM ends it */
+  uint64_t held; /* what-if: the most allocated right after an oom entry's request was served */
 } rp_run_t;
 
 static void rp_hook_trace(void *ctx, const ms__trace_rec_t *rec) {
@@ -396,7 +397,11 @@ static void rp_op_malloc(rp_run_t *run, size_t i, bool oom_entry) {
       run->stop = true;
     } else if (oom_entry) {
       /* The recorded run failed here; under this configuration it did not. The program did not
-       * get the memory in the recorded run, so it is released at once. */
+       * get the memory in the recorded run, so it is released at once (held while it was: a
+       * device without this OOM holds at least that much then). */
+      size_t res_now, alc_now, req_now;
+      ms__allocator_replay_usage(run->a, &res_now, &alc_now, &req_now);
+      if (alc_now > run->held) run->held = alc_now;
       (void)ms_allocator_free(run->a, ptr);
     } else if (ptr && rp_map_put(&run->live, e->addr, ptr) != MS_OK) {
       run->stop = true;
@@ -834,6 +839,12 @@ static void rp_final_usage(rp_run_t *run, const ms_stats_t *st0) {
 /* Replays one device (internal.h). */
 int ms__rp_run_device(rp_trace_t *tr, bool whatif, const ms_alloc_config_t *cfg, size_t capacity,
                       bool fit_only, ms_replay_device_t *res, ms_replay_usage_t *use) {
+  return ms__rp_run_device_ex(tr, whatif, cfg, capacity, fit_only, res, use, NULL);
+}
+
+int ms__rp_run_device_ex(rp_trace_t *tr, bool whatif, const ms_alloc_config_t *cfg,
+                         size_t capacity, bool fit_only, ms_replay_device_t *res,
+                         ms_replay_usage_t *use, uint64_t *held) {
   rp_run_t run;
   memset(&run, 0, sizeof run);
   run.tr = tr;
@@ -929,6 +940,7 @@ int ms__rp_run_device(rp_trace_t *tr, bool whatif, const ms_alloc_config_t *cfg,
   if (r == MS_OK && run.stop && whatif && res->verdict == MS_REPLAY_UNREPLAYABLE) r = MS_OK;
   if (!whatif) ms__allocator_set_hooks(run.a, NULL);
   rp_final_usage(&run, &st0);
+  if (held) *held = run.held > use->peak_allocated ? run.held : use->peak_allocated;
   use->valid = r == MS_OK && (whatif || res->verdict == MS_REPLAY_PASS);
   ms_allocator_destroy(run.a);
   ms_backend_destroy(run.backend);
