@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "explain/internal.h"
+#include "replay/prepared.h"
 
 #define EX_MAX_REMEDIES 12
 
@@ -44,6 +45,9 @@ typedef struct ex_job_s {
   const ms_snapshot_t *snap;
   const ms_explain_options_t *o;
   const ms_explain_t *x;
+  const ms__rp_prepared_t *prep; /* the device prepared once for every remedy; NULL: prep_rc */
+  int prep_rc;
+  ms_errbuf_t prep_eb;
   ms_explain_remedy_t *r;
   size_t n;
   atomic_size_t next;
@@ -60,9 +64,13 @@ static void ex_replay_one(ex_job_t *j, ms_explain_remedy_t *r) {
   ro.device = (int)x->device;
   ro.capacity = (size_t)x->capacity;
   ro.recorded_capacity = ro.inferred_capacity = false; /* x->capacity says it, 0 = unlimited */
-  ms_replay_report_t *rep = NULL;
+  ms_replay_device_t dev;
   ms_errbuf_t eb = {{0}};
-  int rc = ms_replay_run(j->snap, &ro, &rep, &eb);
+  int rc = j->prep_rc;
+  if (j->prep)
+    rc = ms__rp_prepared_whatif(j->prep, &ro, &dev, &eb);
+  else
+    eb = j->prep_eb;
   if (rc != MS_OK) {
     snprintf(r->note, sizeof r->note, "not replayed: %.280s", eb.msg[0] ? eb.msg : ms_strerror(rc));
     if (rc == MS_ENOMEM) {
@@ -72,22 +80,19 @@ static void ex_replay_one(ex_job_t *j, ms_explain_remedy_t *r) {
     }
     return;
   }
-  const ms_replay_device_t *d = rep->ndevices ? &rep->devices[0] : NULL;
-  if (!d || d->verdict == MS_REPLAY_UNREPLAYABLE || !d->replayed.valid) {
-    snprintf(r->note, sizeof r->note, "not replayable: %.280s", d ? d->reason : "no trace");
-    ms_replay_report_free(rep);
+  if (dev.verdict == MS_REPLAY_UNREPLAYABLE || !dev.replayed.valid) {
+    snprintf(r->note, sizeof r->note, "not replayable: %.280s", dev.reason);
     return;
   }
-  const ms_replay_usage_t *u = &d->replayed;
+  const ms_replay_usage_t *u = &dev.replayed;
   r->replayed = true;
   r->peak_reserved = u->peak_reserved;
   r->ooms = u->ooms + (u->start_short > 0);
   r->first_oom_entry = u->first_oom_index;
   r->avoids_oom = x->capacity ? (r->ooms == 0) : -1;
-  ms_replay_report_free(rep);
   if (!j->o->min_capacity) return;
   size_t cap = 0;
-  rc = ms_replay_min_capacity(j->snap, (int)x->device, r->config, &cap, &eb);
+  rc = ms__rp_prepared_min_capacity(j->prep, r->config, &cap, &eb);
   if (rc == MS_OK) r->min_capacity = cap;
   else snprintf(r->note, sizeof r->note, "no smallest capacity: %.280s",
                 eb.msg[0] ? eb.msg : ms_strerror(rc));
@@ -233,6 +238,10 @@ int ms__explain_remedies(const ms_snapshot_t *snap, const ms_explain_options_t *
     x->remedies[i].avoids_oom = -1;
   }
   ex_job_t j = {.snap = snap, .o = o, .x = x, .r = x->remedies, .n = 1, .err = MS_OK};
+  /* prepared once: the start state and the check replay serve every remedy's runs */
+  ms__rp_prepared_t *prep = NULL;
+  j.prep_rc = ms__rp_prepared_create(snap, (int)x->device, &prep, &j.prep_eb);
+  j.prep = prep;
   atomic_init(&j.next, 0);
   pthread_mutex_init(&j.lock, NULL);
   ex_replay_one(&j, &x->remedies[0]); /* the recorded settings: is the trace replayable? */
@@ -252,6 +261,7 @@ int ms__explain_remedies(const ms_snapshot_t *snap, const ms_explain_options_t *
     x->nremedies = 1;
   }
   pthread_mutex_destroy(&j.lock);
+  ms__rp_prepared_free(prep);
   if (j.err != MS_OK) return j.err;
   ex_sort(x);
   ex_recommend(x);

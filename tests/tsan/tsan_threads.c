@@ -31,6 +31,9 @@
  *   devices  a time index of three large devices built on three threads (lib/timeline/index.c,
  *            ms__tl_build), and again with a memory budget of one build at a time: the peaks of
  *            one thread's build
+ *   replay   four threads run what-ifs and smallest-capacity searches under six settings on one
+ *            device prepared once (lib/replay/prepared.h, as explain's remedies do): each
+ *            answer is the one the public calls give alone
  * Exits 0 when every check held; ThreadSanitizer makes it exit 66 on a report.
  */
 #include <pthread.h>
@@ -49,9 +52,11 @@
 #include "memsnap/export.h"
 #include "memsnap/history.h"
 #include "memsnap/pickle.h"
+#include "memsnap/replay.h"
 #include "memsnap/serialize.h"
 #include "memsnap/snapshot.h"
 #include "memsnap/timeline.h"
+#include "replay/prepared.h"
 #include "timeline/internal.h"
 
 #define CHECK(cond)                                                                                \
@@ -487,6 +492,88 @@ static void tt_devices(void) {
   ms_snapshot_free(s);
 }
 
+typedef struct tt_rp_s {
+  const ms__rp_prepared_t *p;
+  atomic_size_t next;
+  ms_replay_usage_t use[6];
+  size_t cap[6];
+  int rc[6];
+} tt_rp_t;
+
+static const char *const tt_rp_configs[6] = {
+    "", "expandable_segments:True", "max_split_size_mb:20", "garbage_collection_threshold:0.6",
+    "roundup_power2_divisions:4", "expandable_segments:True,garbage_collection_threshold:0.6"};
+
+static void *tt_rp_worker(void *arg) {
+  tt_rp_t *j = arg;
+  for (size_t k; (k = atomic_fetch_add(&j->next, 1)) < 6;) {
+    ms_replay_options_t o;
+    ms_replay_options_init(&o);
+    o.whatif = true;
+    o.config = tt_rp_configs[k];
+    o.capacity = 200u << 20;
+    o.recorded_capacity = o.inferred_capacity = false;
+    ms_replay_device_t d;
+    ms_errbuf_t eb;
+    j->rc[k] = ms__rp_prepared_whatif(j->p, &o, &d, &eb);
+    j->use[k] = d.replayed;
+    if (j->rc[k] == MS_OK) j->rc[k] = ms__rp_prepared_min_capacity(j->p, o.config, &j->cap[k], &eb);
+  }
+  return NULL;
+}
+
+static void tt_replay(void) {
+  ms_backend_t *be = NULL;
+  ms_sim_config_t c = {.capacity = (size_t)1 << 34};
+  CHECK(ms_backend_sim_create(&c, &be) == MS_OK);
+  ms_errbuf_t eb = {0};
+  ms_allocator_t *a = NULL;
+  ms_allocator_config_t ac = {.backend = be, .alloc = NULL};
+  CHECK(ms_allocator_create(&ac, &a, &eb) == MS_OK);
+  ms_history_config_t hc;
+  ms_history_config_init(&hc);
+  hc.enabled = MS_HISTORY_ALL;
+  CHECK(ms_allocator_record_history(a, &hc, &eb) == MS_OK);
+  for (int step = 0; step < 12; step++) { /* a cache that fragments: the OOM path below 2x */
+    ms_devptr_t big[4], keep;
+    for (int i = 0; i < 4; i++)
+      CHECK(ms_allocator_malloc(a, (size_t)(20 + step) << 20, 0, &big[i]) == MS_OK);
+    CHECK(ms_allocator_malloc(a, (size_t)3 << 20, 0, &keep) == MS_OK);
+    for (int i = 0; i < 4; i++) CHECK(ms_allocator_free(a, big[i]) == MS_OK);
+  }
+  ms_snapshot_t *s = NULL;
+  CHECK(ms_allocator_snapshot(&a, 1, &s, &eb) == MS_OK);
+  ms_allocator_destroy(a);
+  ms_backend_destroy(be);
+  ms__rp_prepared_t *p = NULL;
+  CHECK(ms__rp_prepared_create(s, 0, &p, &eb) == MS_OK);
+  tt_rp_t j = {.p = p};
+  atomic_init(&j.next, 0);
+  pthread_t th[4];
+  for (int t = 0; t < 4; t++) CHECK(pthread_create(&th[t], NULL, tt_rp_worker, &j) == 0);
+  for (int t = 0; t < 4; t++) pthread_join(th[t], NULL);
+  for (size_t k = 0; k < 6; k++) {
+    CHECK(j.rc[k] == MS_OK);
+    ms_replay_options_t o;
+    ms_replay_options_init(&o);
+    o.whatif = true;
+    o.config = tt_rp_configs[k];
+    o.capacity = 200u << 20;
+    o.recorded_capacity = o.inferred_capacity = false;
+    ms_replay_report_t *rep = NULL;
+    CHECK(ms_replay_run(s, &o, &rep, &eb) == MS_OK);
+    const ms_replay_usage_t *u = &rep->devices[0].replayed;
+    CHECK(u->peak_reserved == j.use[k].peak_reserved && u->ooms == j.use[k].ooms &&
+          u->device_mallocs == j.use[k].device_mallocs);
+    ms_replay_report_free(rep);
+    size_t cap = 0;
+    CHECK(ms_replay_min_capacity(s, 0, tt_rp_configs[k], &cap, &eb) == MS_OK);
+    CHECK(cap == j.cap[k]);
+  }
+  ms__rp_prepared_free(p);
+  ms_snapshot_free(s);
+}
+
 int main(int argc, char **argv) {
   const char *what = argc > 1 ? argv[1] : "all";
   if (!strcmp(what, "history") || !strcmp(what, "all")) tt_history();
@@ -500,6 +587,7 @@ int main(int argc, char **argv) {
   if (!strcmp(what, "stackcode") || !strcmp(what, "all")) tt_stackcode();
   if (!strcmp(what, "compare") || !strcmp(what, "all")) tt_compare();
   if (!strcmp(what, "devices") || !strcmp(what, "all")) tt_devices();
+  if (!strcmp(what, "replay") || !strcmp(what, "all")) tt_replay();
   printf("tsan_threads: %s: ok\n", what);
   return 0;
 }
