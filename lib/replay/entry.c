@@ -196,9 +196,9 @@ static size_t rp_page_up(uint64_t v) {
  *   request among them) and at least the start state's reserved memory.
  * - hi starts at the unlimited run's peak reserved, or twice that until a run fits.
  * - A run that fits on C with a lower peak P says where the answer likely is: 2 MiB below P is
- *   tried next, and P after an OOM there. On the 1 GB synthetic OOM trace that leaves 5 runs of
- *   the 19 a plain bisection took. The hints are bounded (a trace whose peaks fall 2 MiB at a time
- *   takes at most RP_MIN_CAP_HINTS of them), the bisection does the rest.
+ *   tried next, and P after an OOM there. On the 1 GB synthetic OOM trace the search takes 5
+ *   runs where a plain bisection took 18. The hints are bounded (a trace whose peaks fall 2 MiB
+ *   at a time takes at most RP_MIN_CAP_HINTS of them); the bisection does the rest.
  * Each probe's answer, from a hint or a bisection, is a fact about that capacity, so the answer
  * is the same as a bisection's wherever a larger device never does worse. Where the OOM path
  * breaks that, the answer is verified: it fits, and 2 MiB less does not (stepping down while it
@@ -231,8 +231,11 @@ static int rp_min_capacity_on(const rp_trace_t *tr, const ms_replay_device_t *ch
     r = ms__rp_run_device(&t, true, &cfg, hi, true, &res, &use);
     if (r != MS_OK) break;
     if (rp_fits(&use)) {
-      hint_after_oom = rp_page_up(use.peak_reserved);
-      hint = hint_after_oom - RP_PAGE;
+      size_t peak = rp_page_up(use.peak_reserved);
+      if (peak > RP_PAGE) { /* 2 MiB under its peak next, then the peak */
+        hint = peak - RP_PAGE;
+        hint_after_oom = peak;
+      }
       break;
     }
     lo = hi;
