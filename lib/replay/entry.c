@@ -185,8 +185,31 @@ static size_t rp_page_up(uint64_t v) {
   return (size_t)((v + RP_PAGE - 1) & ~(RP_PAGE - 1));
 }
 
-/* Hints the search may take (below) before it only bisects. */
-#define RP_MIN_CAP_HINTS 6
+/* The next run a hint names (rp_min_capacity_on): none, 2 MiB under a fitting run's peak, or that
+ * peak after an OOM there. */
+typedef struct rp_hint_s {
+  size_t at;    /* 0: none */
+  size_t peak;  /* the peak `at` is 2 MiB under (0: `at` is the peak itself, or a step) */
+  bool on;      /* hints are still worth a run */
+  bool stepped; /* the one step 2 MiB under a run that filled its capacity was taken */
+} rp_hint_t;
+
+/* A run on C fitted with peak reserved `peak`: the next hint. A peak under C names a candidate
+ * (2 MiB under it, then it); a run that filled C names none, but one step 2 MiB under C is worth
+ * it once (the first fitting run is the unlimited run again, whose peak a smaller device often
+ * does not need). */
+static void rp_hint_after_fit(rp_hint_t *h, size_t c, uint64_t peak_reserved) {
+  size_t peak = rp_page_up(peak_reserved);
+  h->at = h->peak = 0;
+  if (!h->on || peak <= RP_PAGE || c <= RP_PAGE) return;
+  if (peak < c) {
+    h->at = peak - RP_PAGE;
+    h->peak = peak;
+  } else if (!h->stepped) {
+    h->stepped = true;
+    h->at = c - RP_PAGE;
+  }
+}
 
 /* The smallest capacity of the what-if of cfg on tr, after its check replay (res: the prepared
  * device's result, copied for each run). The search keeps hi, a capacity that fits, and lo, one
@@ -195,14 +218,15 @@ static size_t rp_page_up(uint64_t v) {
  *   allocations included, so it reserves at least the most those hold at once (an oom entry's
  *   request among them) and at least the start state's reserved memory.
  * - hi starts at the unlimited run's peak reserved, or twice that until a run fits.
- * - A run that fits on C with a lower peak P says where the answer likely is: 2 MiB below P is
- *   tried next, and P after an OOM there. On the 1 GB synthetic OOM trace the search takes 5
- *   runs where a plain bisection took 18. The hints are bounded (a trace whose peaks fall 2 MiB
- *   at a time takes at most RP_MIN_CAP_HINTS of them); the bisection does the rest.
- * Each probe's answer, from a hint or a bisection, is a fact about that capacity, so the answer
- * is the same as a bisection's wherever a larger device never does worse. Where the OOM path
- * breaks that, the answer is verified: it fits, and 2 MiB less does not (stepping down while it
- * does, a bounded number of times). */
+ * - A run that fits on C with a lower peak P says where the answer likely is: 2 MiB under P is
+ *   run next, and P after an OOM there, which ends the search when P fits. A run 2 MiB under P
+ *   that fits too says that this trace takes what it is given (a smaller device, a smaller peak):
+ *   no more hints then, the bisection does the rest. So hints cost at most three runs more than a
+ *   bisection; on the 1 GB synthetic OOM trace the search takes 5 runs where a bisection took 18.
+ * Each run's answer, from a hint or a bisection, is a fact about that capacity, so the answer is
+ * the same as a bisection's wherever a larger device never does worse. Where the OOM path breaks
+ * that, the answer is verified: it fits, and 2 MiB less does not (stepping down while it does, a
+ * bounded number of times). */
 static int rp_min_capacity_on(const rp_trace_t *tr, const ms_replay_device_t *checked,
                               const char *config, size_t *out, ms_errbuf_t *eb) {
   ms_alloc_config_t cfg;
@@ -224,18 +248,13 @@ static int rp_min_capacity_on(const rp_trace_t *tr, const ms_replay_device_t *ch
     if (floor_bytes > RP_PAGE) lo = (floor_bytes - 1) & ~(size_t)(RP_PAGE - 1);
     if (lo >= hi) lo = hi - RP_PAGE;
   }
-  size_t hint = 0, hint_after_oom = 0;
-  int hints = 0;
+  rp_hint_t h = {0, 0, true, false};
   while (r == MS_OK) {
     res = *checked;
     r = ms__rp_run_device(&t, true, &cfg, hi, true, &res, &use);
     if (r != MS_OK) break;
     if (rp_fits(&use)) {
-      size_t peak = rp_page_up(use.peak_reserved);
-      if (peak > RP_PAGE) { /* 2 MiB under its peak next, then the peak */
-        hint = peak - RP_PAGE;
-        hint_after_oom = peak;
-      }
+      rp_hint_after_fit(&h, hi, use.peak_reserved);
       break;
     }
     lo = hi;
@@ -248,31 +267,30 @@ static int rp_min_capacity_on(const rp_trace_t *tr, const ms_replay_device_t *ch
     hi *= 2;
   }
   while (r == MS_OK && hi - lo > RP_PAGE) {
-    size_t mid;
-    bool from_hint = hint > lo && hint < hi && hints < RP_MIN_CAP_HINTS;
+    size_t mid, under = 0; /* under: the peak a hint runs 2 MiB under */
+    bool from_hint = h.on && h.at > lo && h.at < hi;
     if (from_hint) {
-      mid = hint;
-      hints++;
+      mid = h.at;
+      under = h.peak;
     } else {
       mid = lo + ((hi - lo) / 2 & ~(size_t)(RP_PAGE - 1));
       if (mid == lo) mid = lo + RP_PAGE;
     }
-    size_t next = from_hint ? hint_after_oom : 0;
-    hint = hint_after_oom = 0;
+    h.at = h.peak = 0;
     res = *checked;
     r = ms__rp_run_device(&t, true, &cfg, mid, true, &res, &use);
     if (r != MS_OK) break;
     if (rp_fits(&use)) {
       hi = mid;
-      size_t peak = rp_page_up(use.peak_reserved);
-      if (peak <= hi && peak > RP_PAGE) { /* 2 MiB under its peak next, then the peak */
-        hint = peak - RP_PAGE;
-        hint_after_oom = peak;
-      }
+      if (under) h.on = false; /* 2 MiB under a peak fits: the trace takes what it is given */
+      rp_hint_after_fit(&h, mid, use.peak_reserved);
     } else {
       lo = mid;
       lo_run = true;
-      hint = next; /* the peak whose 2 MiB less did not fit */
+      if (under)
+        h.at = under; /* then the peak itself */
+      else if (from_hint)
+        h.on = false; /* a step or a peak that does not fit: no more hints */
     }
   }
   /* Verified: 2 MiB less must not fit (known when lo is that and was run; else stepping down
