@@ -37,7 +37,7 @@ static const char explain_usage[] =
     "                     snapshot records, else reserved + device_free at the first OOM\n"
     "  --json             print the answer as JSON (docs/explain.md names every field)\n"
     "  --no-replay        skip the remedies' replays (the state and verdict only)\n"
-    "  --no-min-capacity  replay each remedy at the capacity only, without the bisection\n"
+    "  --no-min-capacity  replay each remedy at the capacity only, without the search\n"
     "  -n N               list the N biggest holders (default 10)\n"
     "  -h, --help         show this help\n";
 

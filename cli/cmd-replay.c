@@ -42,7 +42,7 @@ static const char replay_usage[] =
     "  --capacity SIZE    device capacity (e.g. 24GiB, 8000M, 123456789, or unlimited); what-if\n"
     "                     default: the device's size the snapshot records (memsnap's do), else\n"
     "                     the one its first OOM implies (reserved + device_free), else unlimited\n"
-    "  --min-capacity     also find the smallest capacity without an OOM (bisection)\n"
+    "  --min-capacity     also find the smallest capacity without an OOM (a search)\n"
     "  -d, --device N     replay only device N\n"
     "  --json             print a JSON document instead of text\n"
     "  -h, --help         show this help\n";
@@ -470,6 +470,71 @@ static bool replay_nothing(const ms_snapshot_t *snap, const char *path) {
   return true;
 }
 
+static void replay_prepared_free(ms_replay_prepared_t **prep, size_t n) {
+  for (size_t d = 0; prep && d < n; d++)
+    ms_replay_prepared_free(prep[d]);
+  free(prep);
+}
+
+/* Every device of snap (or only `device`, when >= 0) prepared for its what-ifs, into *out
+ * (indexed by device). @return CLI_OK, or CLI_FAILURE (said; *out NULL). */
+static int replay_prepare(const ms_snapshot_t *snap, int device, const char *path,
+                          ms_replay_prepared_t ***out) {
+  *out = NULL;
+  ms_replay_prepared_t **prep = calloc(snap->ndevices ? snap->ndevices : 1, sizeof *prep);
+  if (!prep) {
+    cli_error("out of memory");
+    return CLI_FAILURE;
+  }
+  for (size_t d = 0; d < snap->ndevices; d++) {
+    if (device >= 0 && (size_t)device != d) continue;
+    ms_errbuf_t eb;
+    int r = ms_replay_prepare(snap, (int)d, &prep[d], &eb);
+    if (r != MS_OK) {
+      cli_error("'%s': replay failed: %s", cli_display_name(path),
+                eb.msg[0] ? eb.msg : ms_strerror(r));
+      replay_prepared_free(prep, snap->ndevices);
+      return CLI_FAILURE;
+    }
+  }
+  *out = prep;
+  return CLI_OK;
+}
+
+/* Each row's replay under o (its config the row's), and with min_cap each replayable device's
+ * smallest capacity (its own search, on the device prepared in prep). @return CLI_OK, or
+ * CLI_FAILURE (said). */
+static int replay_run_rows(const ms_snapshot_t *snap, ms_replay_options_t *o, replay_row_t *rows,
+                           int nrows, bool min_cap, ms_replay_prepared_t *const *prep,
+                           const char *path) {
+  for (int j = 0; j < nrows; j++) {
+    ms_errbuf_t eb;
+    o->config = rows[j].config;
+    int r = ms_replay_run(snap, o, &rows[j].rep, &eb);
+    if (r != MS_OK) {
+      cli_progress_stop();
+      cli_error("'%s': replay failed: %s", cli_display_name(path),
+                eb.msg[0] ? eb.msg : ms_strerror(r));
+      return CLI_FAILURE;
+    }
+    rows[j].min_capacity = calloc(rows[j].rep->ndevices + 1, sizeof *rows[j].min_capacity);
+    if (!rows[j].min_capacity) {
+      cli_error("out of memory");
+      return CLI_FAILURE;
+    }
+    for (size_t k = 0; min_cap && k < rows[j].rep->ndevices; k++) {
+      const ms_replay_device_t *d = &rows[j].rep->devices[k];
+      if (d->verdict == MS_REPLAY_UNREPLAYABLE) continue;
+      const ms_replay_prepared_t *p = prep ? prep[d->device] : NULL;
+      r = p ? ms_replay_prepared_min_capacity(p, rows[j].config, &rows[j].min_capacity[k], &eb)
+            : ms_replay_min_capacity(snap, d->device, rows[j].config, &rows[j].min_capacity[k],
+                                     &eb);
+      if (r != MS_OK) rows[j].min_capacity[k] = 0;
+    }
+  }
+  return CLI_OK;
+}
+
 int cmd_replay(int argc, char **argv) {
   int check = 0, json = 0, min_cap = 0;
   const char *config = NULL, *sweep = NULL, *capacity_s = NULL, *device_s = NULL;
@@ -547,32 +612,16 @@ int cmd_replay(int argc, char **argv) {
                        nrows == 1 ? "" : "s");
   else
     cli_progress_start("replaying '%s'", cli_display_name(pos[0]));
-  for (int j = 0; j < nrows && status == CLI_OK; j++) {
-    ms_errbuf_t eb;
-    o.config = rows[j].config;
-    int r = ms_replay_run(snap, &o, &rows[j].rep, &eb);
-    if (r != MS_OK) {
-      cli_progress_stop();
-      cli_error("'%s': replay failed: %s", cli_display_name(pos[0]), eb.msg[0] ? eb.msg : ms_strerror(r));
-      status = CLI_FAILURE;
-      break;
-    }
-    /* Each replayable device gets its own bisection. */
-    rows[j].min_capacity = calloc(rows[j].rep->ndevices + 1, sizeof *rows[j].min_capacity);
-    if (!rows[j].min_capacity) {
-      cli_error("out of memory");
-      status = CLI_FAILURE;
-      break;
-    }
-    for (size_t k = 0; min_cap && k < rows[j].rep->ndevices; k++) {
-      const ms_replay_device_t *d = &rows[j].rep->devices[k];
-      if (d->verdict == MS_REPLAY_UNREPLAYABLE) continue;
-      if (ms_replay_min_capacity(snap, d->device, rows[j].config, &rows[j].min_capacity[k], &eb) !=
-          MS_OK)
-        rows[j].min_capacity[k] = 0;
-    }
+  /* several what-ifs of a device (a sweep, or a what-if and its search): prepared once */
+  ms_replay_prepared_t **prep = NULL;
+  if (!check && (nrows > 1 || min_cap)) {
+    status = replay_prepare(snap, device, pos[0], &prep);
+    o.prepared = (const ms_replay_prepared_t *const *)prep;
+    o.nprepared = prep ? snap->ndevices : 0;
   }
+  if (status == CLI_OK) status = replay_run_rows(snap, &o, rows, nrows, min_cap, prep, pos[0]);
   cli_progress_stop();
+  replay_prepared_free(prep, snap->ndevices);
   if (status == CLI_OK)
     status = replay_report(snap, cli_display_name(pos[0]), rows, nrows, check, json,
                            sweep != NULL, capacity, capacity_s != NULL, min_cap);

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT
- * One device prepared for many what-if replays (lib/replay/prepared.h), and the smallest capacity
+ * One device prepared for many what-if replays (ms_replay_prepare), and the smallest capacity
  * it is searched for (ms_replay_min_capacity):
  *  - a what-if on the prepared device is ms_replay_run()'s, figure for figure, for every setting
  *    and capacity tried, and several threads may run them on it at once;
@@ -18,7 +18,6 @@
 #include "memsnap/history.h"
 #include "memsnap/replay.h"
 #include "memsnap/snapshot.h"
-#include "replay/prepared.h"
 
 #define MiB ((size_t)1 << 20)
 #define PAGE (2 * MiB)
@@ -156,11 +155,11 @@ static void expect_usage_eq(const ms_replay_usage_t *a, const ms_replay_usage_t 
 
 /* The prepared device's what-if against ms_replay_run's, on the capacities given. */
 static void expect_whatifs_agree(const ms_snapshot_t *s, const char *name) {
-  ms__rp_prepared_t *p = NULL;
+  ms_replay_prepared_t *p = NULL;
   ms_errbuf_t eb = {{0}};
-  cr_assert_eq(ms__rp_prepared_create(s, 0, &p, &eb), MS_OK, "%s", eb.msg);
-  cr_assert_eq(ms__rp_prepared_result(p)->verdict, MS_REPLAY_PASS, "%s: %s", name,
-               ms__rp_prepared_result(p)->reason);
+  cr_assert_eq(ms_replay_prepare(s, 0, &p, &eb), MS_OK, "%s", eb.msg);
+  cr_assert_eq(ms_replay_prepared_result(p)->verdict, MS_REPLAY_PASS, "%s: %s", name,
+               ms_replay_prepared_result(p)->reason);
   for (size_t c = 0; c < NCONFIGS; c++) {
     size_t caps[3] = {0, 200 * MiB, 400 * MiB};
     for (int k = 0; k < 3; k++) {
@@ -174,7 +173,7 @@ static void expect_whatifs_agree(const ms_snapshot_t *s, const char *name) {
       o.capacity = caps[k];
       o.recorded_capacity = o.inferred_capacity = false;
       ms_replay_device_t got;
-      cr_assert_eq(ms__rp_prepared_whatif(p, &o, &got, &eb), MS_OK, "%s: %s", what, eb.msg);
+      cr_assert_eq(ms_replay_prepared_whatif(p, &o, &got, &eb), MS_OK, "%s: %s", what, eb.msg);
       cr_expect_eq(got.verdict, want.verdict, "%s", what);
       cr_expect_eq(got.allocs, want.allocs, "%s: allocs", what);
       cr_expect_eq(got.capacity, want.capacity, "%s: capacity", what);
@@ -184,7 +183,7 @@ static void expect_whatifs_agree(const ms_snapshot_t *s, const char *name) {
       expect_usage_eq(&got.replayed, &want.replayed, what);
     }
   }
-  ms__rp_prepared_free(p);
+  ms_replay_prepared_free(p);
 }
 
 Test(replay_prepared, whatif_is_replay_runs, .timeout = 120) {
@@ -206,10 +205,10 @@ static bool expect_min_capacity(const ms_snapshot_t *s, const char *conf, const 
   ms_errbuf_t eb = {{0}};
   cr_assert_eq(ms_replay_min_capacity(s, 0, conf, &cap, &eb), MS_OK, "%s '%s': %s", name, conf,
                eb.msg);
-  ms__rp_prepared_t *p = NULL;
-  cr_assert_eq(ms__rp_prepared_create(s, 0, &p, &eb), MS_OK, "%s", eb.msg);
-  cr_assert_eq(ms__rp_prepared_min_capacity(p, conf, &cap2, &eb), MS_OK, "%s", eb.msg);
-  ms__rp_prepared_free(p);
+  ms_replay_prepared_t *p = NULL;
+  cr_assert_eq(ms_replay_prepare(s, 0, &p, &eb), MS_OK, "%s", eb.msg);
+  cr_assert_eq(ms_replay_prepared_min_capacity(p, conf, &cap2, &eb), MS_OK, "%s", eb.msg);
+  ms_replay_prepared_free(p);
   cr_expect_eq(cap2, cap, "%s '%s': prepared %zu, alone %zu", name, conf, cap2, cap);
   cr_assert_eq(cap % PAGE, 0, "%s '%s': %zu", name, conf, cap);
   cr_expect(fits(s, conf, cap), "%s '%s': no fit at its answer %zu", name, conf, cap);
@@ -270,7 +269,7 @@ Test(replay_prepared, min_capacity_counts_the_oom_request, .timeout = 120) {
 /* Several threads replay on one prepared device at once: each what-if and search gives what it
  * gives alone. */
 typedef struct thr_s {
-  const ms__rp_prepared_t *p;
+  const ms_replay_prepared_t *p;
   size_t k;
   ms_replay_device_t d;
   size_t cap;
@@ -285,16 +284,16 @@ static void *thr_run(void *arg) {
   o.config = configs[t->k % NCONFIGS];
   o.capacity = 300 * MiB;
   ms_errbuf_t eb;
-  t->rc = ms__rp_prepared_whatif(t->p, &o, &t->d, &eb);
-  if (t->rc == MS_OK) t->rc = ms__rp_prepared_min_capacity(t->p, o.config, &t->cap, &eb);
+  t->rc = ms_replay_prepared_whatif(t->p, &o, &t->d, &eb);
+  if (t->rc == MS_OK) t->rc = ms_replay_prepared_min_capacity(t->p, o.config, &t->cap, &eb);
   return NULL;
 }
 
 Test(replay_prepared, threads_share_one_device, .timeout = 120) {
   ms_snapshot_t *s = fragmenting();
-  ms__rp_prepared_t *p = NULL;
+  ms_replay_prepared_t *p = NULL;
   ms_errbuf_t eb = {{0}};
-  cr_assert_eq(ms__rp_prepared_create(s, 0, &p, &eb), MS_OK, "%s", eb.msg);
+  cr_assert_eq(ms_replay_prepare(s, 0, &p, &eb), MS_OK, "%s", eb.msg);
   enum { N = 8 };
   thr_t t[N], alone[N];
   pthread_t th[N];
@@ -315,7 +314,7 @@ Test(replay_prepared, threads_share_one_device, .timeout = 120) {
     cr_expect_eq(t[k].cap, alone[k].cap, "%s", what);
     expect_usage_eq(&t[k].d.replayed, &alone[k].d.replayed, what);
   }
-  ms__rp_prepared_free(p);
+  ms_replay_prepared_free(p);
   ms_snapshot_free(s);
 }
 
@@ -334,9 +333,9 @@ Test(replay_prepared, unreplayable_says_why, .timeout = 30) {
   cr_assert_eq(ms_allocator_snapshot(&al, 1, &s, &eb), MS_OK, "%s", eb.msg);
   ms_allocator_destroy(al);
   ms_backend_destroy(be);
-  ms__rp_prepared_t *p = NULL;
-  cr_assert_eq(ms__rp_prepared_create(s, 0, &p, &eb), MS_OK, "%s", eb.msg);
-  const ms_replay_device_t *d = ms__rp_prepared_result(p);
+  ms_replay_prepared_t *p = NULL;
+  cr_assert_eq(ms_replay_prepare(s, 0, &p, &eb), MS_OK, "%s", eb.msg);
+  const ms_replay_device_t *d = ms_replay_prepared_result(p);
   cr_expect_eq(d->verdict, MS_REPLAY_UNREPLAYABLE);
   ms_replay_report_t *rep = NULL;
   ms_replay_options_t o;
@@ -346,10 +345,83 @@ Test(replay_prepared, unreplayable_says_why, .timeout = 30) {
   cr_expect_str_eq(d->reason, rep->devices[0].reason);
   ms_replay_report_free(rep);
   size_t cap = 7;
-  cr_expect_eq(ms__rp_prepared_min_capacity(p, "", &cap, &eb), MS_ENOTFOUND);
+  cr_expect_eq(ms_replay_prepared_min_capacity(p, "", &cap, &eb), MS_ENOTFOUND);
   cr_expect(strstr(eb.msg, "not replayable") != NULL, "%s", eb.msg);
   cr_expect_eq(cap, 7);
-  cr_expect_eq(ms__rp_prepared_create(s, 1, &p, &eb), MS_EINVAL);
-  ms__rp_prepared_free(p);
+  cr_expect_eq(ms_replay_prepare(s, 1, &p, &eb), MS_EINVAL);
+  ms_replay_prepared_free(p);
   ms_snapshot_free(s);
+}
+
+/* ms_replay_run() with the devices prepared gives the report it gives without; a preparation of
+ * another snapshot, or of another device, is refused. */
+Test(replay_prepared, run_with_preparations, .timeout = 60) {
+  ms_snapshot_t *s = fragmenting(), *other = ends_on_oom();
+  ms_replay_prepared_t *p = NULL, *q = NULL;
+  ms_errbuf_t eb = {{0}};
+  cr_assert_eq(ms_replay_prepare(s, 0, &p, &eb), MS_OK, "%s", eb.msg);
+  cr_assert_eq(ms_replay_prepare(other, 0, &q, &eb), MS_OK, "%s", eb.msg);
+  for (size_t c = 0; c < NCONFIGS; c++) {
+    ms_replay_options_t o;
+    ms_replay_options_init(&o);
+    o.whatif = true;
+    o.config = configs[c];
+    o.capacity = 250 * MiB;
+    ms_replay_report_t *with = NULL, *without = NULL;
+    cr_assert_eq(ms_replay_run(s, &o, &without, &eb), MS_OK, "%s", eb.msg);
+    const ms_replay_prepared_t *preps[1] = {p};
+    o.prepared = preps;
+    o.nprepared = 1;
+    cr_assert_eq(ms_replay_run(s, &o, &with, &eb), MS_OK, "%s", eb.msg);
+    cr_assert_eq(with->ndevices, without->ndevices);
+    expect_usage_eq(&with->devices[0].replayed, &without->devices[0].replayed, configs[c]);
+    expect_usage_eq(&with->devices[0].recorded, &without->devices[0].recorded, configs[c]);
+    cr_expect_eq(with->devices[0].verdict, without->devices[0].verdict);
+    cr_expect_eq(with->devices[0].capacity, without->devices[0].capacity);
+    ms_replay_report_free(with);
+    ms_replay_report_free(without);
+  }
+  ms_replay_options_t o;
+  ms_replay_options_init(&o);
+  o.whatif = true;
+  const ms_replay_prepared_t *wrong[1] = {q};
+  o.prepared = wrong;
+  o.nprepared = 1;
+  ms_replay_report_t *rep = (ms_replay_report_t *)0x1;
+  cr_expect_eq(ms_replay_run(s, &o, &rep, &eb), MS_EINVAL);
+  cr_expect_str_eq(eb.msg, "the preparation given for device 0 is another snapshot's");
+  cr_expect_eq(rep, (ms_replay_report_t *)0x1, "out-parameter touched on failure");
+  const ms_replay_prepared_t *shifted[2] = {NULL, p};
+  o.prepared = shifted;
+  o.nprepared = 2;
+  cr_expect_eq(ms_replay_run(s, &o, &rep, &eb), MS_EINVAL);
+  cr_expect_str_eq(eb.msg, "the preparation given for device 1 is another device's");
+  /* a check ignores them */
+  o.whatif = false;
+  o.prepared = wrong;
+  o.nprepared = 1;
+  cr_assert_eq(ms_replay_run(s, &o, &rep, &eb), MS_OK, "%s", eb.msg);
+  cr_expect_eq(rep->devices[0].verdict, MS_REPLAY_PASS);
+  ms_replay_report_free(rep);
+  /* absent arguments */
+  ms_replay_device_t d;
+  size_t cap = 0;
+  cr_expect_eq(ms_replay_prepare(NULL, 0, &p, &eb), MS_EINVAL);
+  cr_expect_eq(ms_replay_prepared_whatif(NULL, &o, &d, &eb), MS_EINVAL);
+  cr_expect_eq(ms_replay_prepared_whatif(p, NULL, &d, &eb), MS_EINVAL);
+  cr_expect_eq(ms_replay_prepared_min_capacity(NULL, "", &cap, &eb), MS_EINVAL);
+  cr_expect_eq(ms_replay_prepared_min_capacity(p, "", NULL, &eb), MS_EINVAL);
+  cr_expect_null(ms_replay_prepared_result(NULL));
+  /* a bad setting is the what-if's error, the preparation unchanged */
+  o.whatif = true;
+  o.config = "max_split_size_mb:1";
+  cr_expect_eq(ms_replay_prepared_whatif(p, &o, &d, &eb), MS_ECONFIG);
+  cr_expect(strstr(eb.msg, "max_split_size_mb") != NULL, "%s", eb.msg);
+  cr_expect_eq(ms_replay_prepared_min_capacity(p, "max_split_size_mb:1", &cap, &eb), MS_ECONFIG);
+  cr_expect_eq(cap, 0);
+  ms_replay_prepared_free(p);
+  ms_replay_prepared_free(q);
+  ms_replay_prepared_free(NULL);
+  ms_snapshot_free(s);
+  ms_snapshot_free(other);
 }

@@ -142,6 +142,12 @@ typedef struct ms_replay_options_s {
    * trace (`memsnap check --replay`, docs/compare.md). A start state that does not fit the
    * capacity sets replayed.start_short and replays nothing. Default false. */
   bool fresh_start;
+  /* What-if: devices prepared once (ms_replay_prepare), indexed by device, `nprepared` of them:
+   * a device with a preparation (of this snapshot) skips its own, and its check replay. A caller
+   * that replays one trace under several settings prepares it once. NULL (the default): every
+   * device is prepared here. Check ignores it. */
+  const struct ms_replay_prepared_s *const *prepared;
+  size_t nprepared;
 } ms_replay_options_t;
 
 /* Fills *o with the defaults: check, no config, capacity 0 (what-if: the recorded size where
@@ -158,6 +164,40 @@ MS_API MS_NODISCARD int ms_replay_run(const ms_snapshot_t *snap, const ms_replay
 
 /* Frees a report. Accepts NULL. */
 MS_API void ms_replay_report_free(ms_replay_report_t *r);
+
+/* ---- one device prepared for many what-if replays -----------------------------------------------
+ * A what-if starts by preparing its device: the start state rebuilt from the snapshot and the
+ * check replay run, which classifies the trace's bursts for the what-if runs; ms_replay_run() and
+ * ms_replay_min_capacity() do both at every call. A preparation does them once; it is only read
+ * afterwards, so what-ifs and searches on it may run on several threads at once (explain's
+ * remedies do). */
+typedef struct ms_replay_prepared_s ms_replay_prepared_t;
+
+/* Prepares device `device` of snap (which must outlive the preparation). A trace that cannot be
+ * replayed is prepared too: its result says why (verdict MS_REPLAY_UNREPLAYABLE and reason), and
+ * the calls below answer as ms_replay_run() and ms_replay_min_capacity() do then.
+ * @return MS_OK; MS_EINVAL (no such device); MS_ENOMEM. *out is untouched on failure. */
+MS_API MS_NODISCARD int ms_replay_prepare(const ms_snapshot_t *snap, int device,
+                                          ms_replay_prepared_t **out, ms_errbuf_t *eb);
+
+/* The preparation's result: the device, its start state, the check replay's verdict and the
+ * recorded run's figures (`recorded`), as ms_replay_run() reports them before a what-if. */
+MS_API const ms_replay_device_t *ms_replay_prepared_result(const ms_replay_prepared_t *p);
+
+/* The what-if of *o (its config, capacity, recorded_capacity, inferred_capacity and fresh_start)
+ * on the prepared device, into *out as ms_replay_run() fills that device of its report.
+ * @return MS_OK; MS_ECONFIG for a bad o->config; MS_ENOMEM. */
+MS_API MS_NODISCARD int ms_replay_prepared_whatif(const ms_replay_prepared_t *p,
+                                                  const ms_replay_options_t *o,
+                                                  ms_replay_device_t *out, ms_errbuf_t *eb);
+
+/* ms_replay_min_capacity() of config on the prepared device. */
+MS_API MS_NODISCARD int ms_replay_prepared_min_capacity(const ms_replay_prepared_t *p,
+                                                        const char *config, size_t *out,
+                                                        ms_errbuf_t *eb);
+
+/* Frees a preparation. Accepts NULL. */
+MS_API void ms_replay_prepared_free(ms_replay_prepared_t *p);
 
 /* Finds the smallest device capacity (a multiple of 2 MiB) on which the what-if replay of
  * device's trace under config (as ms_replay_options_t.config) has no OOM, by a bisection that

@@ -13,7 +13,6 @@
 #include <unistd.h>
 
 #include "explain/internal.h"
-#include "replay/prepared.h"
 
 #define EX_MAX_REMEDIES 12
 
@@ -45,7 +44,7 @@ typedef struct ex_job_s {
   const ms_snapshot_t *snap;
   const ms_explain_options_t *o;
   const ms_explain_t *x;
-  const ms__rp_prepared_t *prep; /* the device prepared once for every remedy; NULL: prep_rc */
+  const ms_replay_prepared_t *prep; /* the device prepared once for every remedy; NULL: prep_rc */
   int prep_rc;
   ms_errbuf_t prep_eb;
   ms_explain_remedy_t *r;
@@ -68,7 +67,7 @@ static void ex_replay_one(ex_job_t *j, ms_explain_remedy_t *r) {
   ms_errbuf_t eb = {{0}};
   int rc = j->prep_rc;
   if (j->prep)
-    rc = ms__rp_prepared_whatif(j->prep, &ro, &dev, &eb);
+    rc = ms_replay_prepared_whatif(j->prep, &ro, &dev, &eb);
   else
     eb = j->prep_eb;
   if (rc != MS_OK) {
@@ -92,7 +91,7 @@ static void ex_replay_one(ex_job_t *j, ms_explain_remedy_t *r) {
   r->avoids_oom = x->capacity ? (r->ooms == 0) : -1;
   if (!j->o->min_capacity) return;
   size_t cap = 0;
-  rc = ms__rp_prepared_min_capacity(j->prep, r->config, &cap, &eb);
+  rc = ms_replay_prepared_min_capacity(j->prep, r->config, &cap, &eb);
   if (rc == MS_OK) r->min_capacity = cap;
   else snprintf(r->note, sizeof r->note, "no smallest capacity: %.280s",
                 eb.msg[0] ? eb.msg : ms_strerror(rc));
@@ -239,8 +238,8 @@ int ms__explain_remedies(const ms_snapshot_t *snap, const ms_explain_options_t *
   }
   ex_job_t j = {.snap = snap, .o = o, .x = x, .r = x->remedies, .n = 1, .err = MS_OK};
   /* prepared once: the start state and the check replay serve every remedy's runs */
-  ms__rp_prepared_t *prep = NULL;
-  j.prep_rc = ms__rp_prepared_create(snap, (int)x->device, &prep, &j.prep_eb);
+  ms_replay_prepared_t *prep = NULL;
+  j.prep_rc = ms_replay_prepare(snap, (int)x->device, &prep, &j.prep_eb);
   j.prep = prep;
   atomic_init(&j.next, 0);
   pthread_mutex_init(&j.lock, NULL);
@@ -261,7 +260,7 @@ int ms__explain_remedies(const ms_snapshot_t *snap, const ms_explain_options_t *
     x->nremedies = 1;
   }
   pthread_mutex_destroy(&j.lock);
-  ms__rp_prepared_free(prep);
+  ms_replay_prepared_free(prep);
   if (j.err != MS_OK) return j.err;
   ex_sort(x);
   ex_recommend(x);

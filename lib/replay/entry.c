@@ -2,7 +2,7 @@
  * memsnap core: the public entry points of `memsnap replay` (include/memsnap/replay.h): the
  * report of every device (check, or check then what-if) and the --min-capacity search, over
  * replay.c's replay of one device (ms__rp_run_device); and one device prepared once for many
- * what-if runs (replay/prepared.h), which the public entry points use too.
+ * what-if runs (ms_replay_prepare), which the other entry points use too.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -10,7 +10,6 @@
 #include <string.h>
 
 #include "replay/internal.h"
-#include "replay/prepared.h"
 
 const char *ms_replay_verdict_name(ms_replay_verdict v) {
   switch (v) {
@@ -123,6 +122,15 @@ static int rp_whatif_after_check(const ms_snapshot_t *snap, size_t d, const rp_t
   return r;
 }
 
+/* One device prepared once for many what-if runs (ms_replay_prepare). */
+struct ms_replay_prepared_s {
+  const ms_snapshot_t *snap;
+  rp_trace_t tr;
+  ms_replay_device_t res; /* the preparation's and the check replay's result */
+  uint64_t allocs;        /* the check replay's allocation count */
+  bool replayable;        /* as the preparation found (a check that fails still allows what-ifs) */
+};
+
 int ms_replay_run(const ms_snapshot_t *snap, const ms_replay_options_t *opt,
                   ms_replay_report_t **out, ms_errbuf_t *eb) {
   if (eb) eb->msg[0] = 0;
@@ -144,9 +152,19 @@ int ms_replay_run(const ms_snapshot_t *snap, const ms_replay_options_t *opt,
     return MS_ENOMEM;
   }
   int r = MS_OK;
+  for (size_t d = 0; o.whatif && d < o.nprepared && o.prepared; d++) {
+    const ms_replay_prepared_t *p = o.prepared[d];
+    if (p && (p->snap != snap || (size_t)p->tr.device != d))
+      r = ms__errbuf_set(eb, MS_EINVAL, "the preparation given for device %zu is %s", d,
+                         p->snap != snap ? "another snapshot's" : "another device's");
+  }
   for (size_t d = 0; d < nd && r == MS_OK; d++) {
     if (o.device >= 0 && (size_t)o.device != d) continue;
     ms_replay_device_t *res = &rep->devices[rep->ndevices++];
+    if (o.whatif && o.prepared && d < o.nprepared && o.prepared[d]) {
+      r = ms_replay_prepared_whatif(o.prepared[d], &o, res, eb);
+      continue;
+    }
     rp_trace_t tr;
     r = rp_prepare(snap, d, &tr, res);
     if (r == MS_OK && res->verdict != MS_REPLAY_UNREPLAYABLE) {
@@ -315,27 +333,20 @@ int ms_replay_min_capacity(const ms_snapshot_t *snap, int device, const char *co
                            size_t *out, ms_errbuf_t *eb) {
   if (eb) eb->msg[0] = 0;
   MS_RETURN_IF(!snap || !out || device < 0 || (size_t)device >= snap->ndevices, MS_EINVAL);
-  ms__rp_prepared_t *p = NULL;
-  int r = ms__rp_prepared_create(snap, device, &p, eb);
-  if (r == MS_OK) r = ms__rp_prepared_min_capacity(p, config, out, eb);
-  ms__rp_prepared_free(p);
+  ms_replay_prepared_t *p = NULL;
+  int r = ms_replay_prepare(snap, device, &p, eb);
+  if (r == MS_OK) r = ms_replay_prepared_min_capacity(p, config, out, eb);
+  ms_replay_prepared_free(p);
   return r;
 }
 
-/* ---- one device prepared for many what-if runs (replay/prepared.h) -------------------------- */
+/* ---- one device prepared for many what-if runs ---------------------------------------------- */
 
-struct ms__rp_prepared_s {
-  const ms_snapshot_t *snap;
-  rp_trace_t tr;
-  ms_replay_device_t res; /* the preparation's and the check replay's result */
-  uint64_t allocs;        /* the check replay's allocation count */
-  bool replayable;        /* as the preparation found (a check that fails still allows what-ifs) */
-};
-
-int ms__rp_prepared_create(const ms_snapshot_t *snap, int device, ms__rp_prepared_t **out,
-                           ms_errbuf_t *eb) {
+int ms_replay_prepare(const ms_snapshot_t *snap, int device, ms_replay_prepared_t **out,
+                      ms_errbuf_t *eb) {
+  if (eb) eb->msg[0] = 0;
   MS_RETURN_IF(!snap || !out || device < 0 || (size_t)device >= snap->ndevices, MS_EINVAL);
-  ms__rp_prepared_t *p = calloc(1, sizeof *p);
+  ms_replay_prepared_t *p = calloc(1, sizeof *p);
   if (!p) return MS_ENOMEM;
   p->snap = snap;
   int r = rp_prepare(snap, (size_t)device, &p->tr, &p->res);
@@ -343,33 +354,43 @@ int ms__rp_prepared_create(const ms_snapshot_t *snap, int device, ms__rp_prepare
   if (p->replayable) r = rp_check_first(&p->tr, &p->res, &p->allocs);
   if (r != MS_OK) {
     if (r == MS_ENOMEM) ms__errbuf_set(eb, r, "out of memory");
-    ms__rp_prepared_free(p);
+    ms_replay_prepared_free(p);
     return r;
   }
   *out = p;
   return MS_OK;
 }
 
-const ms_replay_device_t *ms__rp_prepared_result(const ms__rp_prepared_t *p) { return &p->res; }
-
-int ms__rp_prepared_whatif(const ms__rp_prepared_t *p, const ms_replay_options_t *o,
-                           ms_replay_device_t *res, ms_errbuf_t *eb) {
-  *res = p->res;
-  if (!p->replayable) return MS_OK;
-  ms_alloc_config_t cfg;
-  MS_FORWARD_IF_ERROR(rp_whatif_config(&p->tr, o->config, &cfg, eb));
-  return rp_whatif_after_check(p->snap, (size_t)p->tr.device, &p->tr, o, &cfg, p->allocs, res);
+const ms_replay_device_t *ms_replay_prepared_result(const ms_replay_prepared_t *p) {
+  return p ? &p->res : NULL;
 }
 
-int ms__rp_prepared_min_capacity(const ms__rp_prepared_t *p, const char *config, size_t *out,
-                                 ms_errbuf_t *eb) {
+int ms_replay_prepared_whatif(const ms_replay_prepared_t *p, const ms_replay_options_t *o,
+                              ms_replay_device_t *out, ms_errbuf_t *eb) {
+  if (eb) eb->msg[0] = 0;
+  MS_RETURN_IF(!p || !o || !out, MS_EINVAL);
+  ms_replay_device_t res = p->res;
+  if (p->replayable) {
+    ms_alloc_config_t cfg;
+    MS_FORWARD_IF_ERROR(rp_whatif_config(&p->tr, o->config, &cfg, eb));
+    MS_FORWARD_IF_ERROR(
+        rp_whatif_after_check(p->snap, (size_t)p->tr.device, &p->tr, o, &cfg, p->allocs, &res));
+  }
+  *out = res;
+  return MS_OK;
+}
+
+int ms_replay_prepared_min_capacity(const ms_replay_prepared_t *p, const char *config, size_t *out,
+                                    ms_errbuf_t *eb) {
+  if (eb) eb->msg[0] = 0;
+  MS_RETURN_IF(!p || !out, MS_EINVAL);
   if (!p->replayable)
     return ms__errbuf_set(eb, MS_ENOTFOUND, "device %d: not replayable: %s", p->tr.device,
                           p->res.reason);
   return rp_min_capacity_on(&p->tr, &p->res, config, out, eb);
 }
 
-void ms__rp_prepared_free(ms__rp_prepared_t *p) {
+void ms_replay_prepared_free(ms_replay_prepared_t *p) {
   if (!p) return;
   ms__rp_trace_release(&p->tr);
   free(p);

@@ -2,8 +2,8 @@
  * memsnap core: what the files of `memsnap replay` share (include/memsnap/replay.h). device.c: the
  * recorded device, check mode's backend; start_state.c: the recorded run's settings, whether a
  * device's trace can be replayed, and the allocator state when the trace began; replay.c: the
- * replay of one device; entry.c: the public entry points, and one device prepared for many
- * what-if runs (prepared.h).
+ * replay of one device; entry.c: the public entry points, one device prepared for many what-if
+ * runs among them.
  */
 #ifndef MEMSNAP_LIB_REPLAY_INTERNAL_H
 #define MEMSNAP_LIB_REPLAY_INTERNAL_H

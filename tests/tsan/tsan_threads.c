@@ -32,7 +32,7 @@
  *            ms__tl_build), and again with a memory budget of one build at a time: the peaks of
  *            one thread's build
  *   replay   four threads run what-ifs and smallest-capacity searches under six settings on one
- *            device prepared once (lib/replay/prepared.h, as explain's remedies do): each
+ *            device prepared once (ms_replay_prepare, as explain's remedies do): each
  *            answer is the one the public calls give alone
  * Exits 0 when every check held; ThreadSanitizer makes it exit 66 on a report.
  */
@@ -56,7 +56,6 @@
 #include "memsnap/serialize.h"
 #include "memsnap/snapshot.h"
 #include "memsnap/timeline.h"
-#include "replay/prepared.h"
 #include "timeline/internal.h"
 
 #define CHECK(cond)                                                                                \
@@ -493,7 +492,7 @@ static void tt_devices(void) {
 }
 
 typedef struct tt_rp_s {
-  const ms__rp_prepared_t *p;
+  const ms_replay_prepared_t *p;
   atomic_size_t next;
   ms_replay_usage_t use[6];
   size_t cap[6];
@@ -515,9 +514,10 @@ static void *tt_rp_worker(void *arg) {
     o.recorded_capacity = o.inferred_capacity = false;
     ms_replay_device_t d;
     ms_errbuf_t eb;
-    j->rc[k] = ms__rp_prepared_whatif(j->p, &o, &d, &eb);
+    j->rc[k] = ms_replay_prepared_whatif(j->p, &o, &d, &eb);
     j->use[k] = d.replayed;
-    if (j->rc[k] == MS_OK) j->rc[k] = ms__rp_prepared_min_capacity(j->p, o.config, &j->cap[k], &eb);
+    if (j->rc[k] == MS_OK)
+      j->rc[k] = ms_replay_prepared_min_capacity(j->p, o.config, &j->cap[k], &eb);
   }
   return NULL;
 }
@@ -545,8 +545,8 @@ static void tt_replay(void) {
   CHECK(ms_allocator_snapshot(&a, 1, &s, &eb) == MS_OK);
   ms_allocator_destroy(a);
   ms_backend_destroy(be);
-  ms__rp_prepared_t *p = NULL;
-  CHECK(ms__rp_prepared_create(s, 0, &p, &eb) == MS_OK);
+  ms_replay_prepared_t *p = NULL;
+  CHECK(ms_replay_prepare(s, 0, &p, &eb) == MS_OK);
   tt_rp_t j = {.p = p};
   atomic_init(&j.next, 0);
   pthread_t th[4];
@@ -570,7 +570,7 @@ static void tt_replay(void) {
     CHECK(ms_replay_min_capacity(s, 0, tt_rp_configs[k], &cap, &eb) == MS_OK);
     CHECK(cap == j.cap[k]);
   }
-  ms__rp_prepared_free(p);
+  ms_replay_prepared_free(p);
   ms_snapshot_free(s);
 }
 
