@@ -760,3 +760,38 @@ int th_write_synth(const char *path, const th_synth_opts_t *opts, char *why, siz
   ms_snapshot_free(s);
   return rc;
 }
+
+/* ---- recordings on the simulated device ---------------------------------------------------- */
+
+int th_rec_open(th_rec_t *r, size_t capacity, int context, size_t max_entries) {
+  memset(r, 0, sizeof *r);
+  ms_sim_config_t sc = {.capacity = capacity};
+  int rc = ms_backend_sim_create(&sc, &r->be);
+  if (rc != MS_OK) return rc;
+  ms_alloc_config_t c;
+  ms_alloc_config_init(&c);
+  ms_allocator_config_t ac = {.backend = r->be, .alloc = &c};
+  ms_errbuf_t eb;
+  rc = ms_allocator_create(&ac, &r->al, &eb);
+  ms_history_config_t hc;
+  ms_history_config_init(&hc);
+  hc.context = (ms_history_context)context;
+  if (max_entries) hc.max_entries = max_entries;
+  if (rc == MS_OK) rc = ms_allocator_record_history(r->al, &hc, &eb);
+  if (rc != MS_OK) {
+    ms_allocator_destroy(r->al);
+    ms_backend_destroy(r->be);
+    memset(r, 0, sizeof *r);
+  }
+  return rc;
+}
+
+ms_snapshot_t *th_rec_close(th_rec_t *r) {
+  ms_snapshot_t *s = NULL;
+  ms_errbuf_t eb;
+  if (ms_allocator_snapshot(&r->al, 1, &s, &eb) != MS_OK) s = NULL;
+  ms_allocator_destroy(r->al);
+  ms_backend_destroy(r->be);
+  memset(r, 0, sizeof *r);
+  return s;
+}

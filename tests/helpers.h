@@ -8,6 +8,7 @@
  *    content); it describes the first difference.
  *  - th_memsink_t: a growable in-memory ms_sink_t.
  *  - th_tmpdir(): a fresh temporary directory.
+ *  - th_rec_open() / th_rec_close(): a trace recorded by the allocator on the simulated device.
  *
  * Usage in a Criterion test: TH_ASSERT_SNAP_EQ(a, b);
  */
@@ -18,6 +19,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "memsnap/allocator.h"
+#include "memsnap/backend.h"
+#include "memsnap/history.h"
 #include "memsnap/serialize.h"
 #include "memsnap/snapshot.h"
 
@@ -161,5 +165,18 @@ int th_write_snapshot(const ms_snapshot_t *s, const char *dir, const char *name,
 
 /* th_synth(opts) written to path in memsnap's format. @return 0, or -1 with why. */
 int th_write_synth(const char *path, const th_synth_opts_t *opts, char *why, size_t cap);
+
+/* A recording on the simulated device: an allocator with its history on. */
+typedef struct th_rec_s {
+  ms_backend_t *be;
+  ms_allocator_t *al;
+} th_rec_t;
+/* Opens one on a device of `capacity` bytes, the allocator's default settings, the history's
+ * context (MS_CONTEXT_*: stacks with MS_CONTEXT_ALL) and max_entries (0: the default).
+ * @return 0 (MS_OK), or the negative MS_* code of the step that failed (nothing left open). */
+int th_rec_open(th_rec_t *r, size_t capacity, int context, size_t max_entries);
+/* The recording's snapshot, the allocator and its backend destroyed (even on failure); NULL when
+ * the snapshot could not be made. */
+ms_snapshot_t *th_rec_close(th_rec_t *r);
 
 #endif /* MEMSNAP_TESTS_HELPERS_H */

@@ -13,6 +13,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "helpers.h"
 #include "memsnap/allocator.h"
 #include "memsnap/backend.h"
 #include "memsnap/history.h"
@@ -22,33 +23,15 @@
 #define MiB ((size_t)1 << 20)
 #define PAGE (2 * MiB)
 
-typedef struct rec_s {
-  ms_backend_t *be;
-  ms_allocator_t *al;
-} rec_t;
+typedef th_rec_t rec_t;
 
 static void rec_open(rec_t *r, size_t capacity) {
-  memset(r, 0, sizeof *r);
-  ms_sim_config_t sc = {.capacity = capacity};
-  cr_assert_eq(ms_backend_sim_create(&sc, &r->be), MS_OK);
-  ms_alloc_config_t c;
-  ms_alloc_config_init(&c);
-  ms_allocator_config_t ac = {.backend = r->be, .alloc = &c};
-  ms_errbuf_t eb;
-  cr_assert_eq(ms_allocator_create(&ac, &r->al, &eb), MS_OK, "%s", eb.msg);
-  ms_history_config_t hc;
-  ms_history_config_init(&hc);
-  hc.context = MS_CONTEXT_NONE;
-  hc.max_entries = 1000000;
-  cr_assert_eq(ms_allocator_record_history(r->al, &hc, &eb), MS_OK, "%s", eb.msg);
+  cr_assert_eq(th_rec_open(r, capacity, MS_CONTEXT_NONE, 1000000), MS_OK);
 }
 
 static ms_snapshot_t *rec_close(rec_t *r) {
-  ms_snapshot_t *s = NULL;
-  ms_errbuf_t eb;
-  cr_assert_eq(ms_allocator_snapshot(&r->al, 1, &s, &eb), MS_OK, "%s", eb.msg);
-  ms_allocator_destroy(r->al);
-  ms_backend_destroy(r->be);
+  ms_snapshot_t *s = th_rec_close(r);
+  cr_assert(s != NULL);
   return s;
 }
 

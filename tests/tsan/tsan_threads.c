@@ -503,15 +503,21 @@ static const char *const tt_rp_configs[6] = {
     "", "expandable_segments:True", "max_split_size_mb:20", "garbage_collection_threshold:0.6",
     "roundup_power2_divisions:4", "expandable_segments:True,garbage_collection_threshold:0.6"};
 
+/* The what-if of setting k on a 200 MiB device. */
+static ms_replay_options_t tt_rp_options(size_t k) {
+  ms_replay_options_t o;
+  ms_replay_options_init(&o);
+  o.whatif = true;
+  o.config = tt_rp_configs[k];
+  o.capacity = 200u << 20;
+  o.recorded_capacity = o.inferred_capacity = false;
+  return o;
+}
+
 static void *tt_rp_worker(void *arg) {
   tt_rp_t *j = arg;
   for (size_t k; (k = atomic_fetch_add(&j->next, 1)) < 6;) {
-    ms_replay_options_t o;
-    ms_replay_options_init(&o);
-    o.whatif = true;
-    o.config = tt_rp_configs[k];
-    o.capacity = 200u << 20;
-    o.recorded_capacity = o.inferred_capacity = false;
+    ms_replay_options_t o = tt_rp_options(k);
     ms_replay_device_t d;
     ms_errbuf_t eb;
     j->rc[k] = ms_replay_prepared_whatif(j->p, &o, &d, &eb);
@@ -554,12 +560,7 @@ static void tt_replay(void) {
   for (int t = 0; t < 4; t++) pthread_join(th[t], NULL);
   for (size_t k = 0; k < 6; k++) {
     CHECK(j.rc[k] == MS_OK);
-    ms_replay_options_t o;
-    ms_replay_options_init(&o);
-    o.whatif = true;
-    o.config = tt_rp_configs[k];
-    o.capacity = 200u << 20;
-    o.recorded_capacity = o.inferred_capacity = false;
+    ms_replay_options_t o = tt_rp_options(k);
     ms_replay_report_t *rep = NULL;
     CHECK(ms_replay_run(s, &o, &rep, &eb) == MS_OK);
     const ms_replay_usage_t *u = &rep->devices[0].replayed;
