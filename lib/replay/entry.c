@@ -214,8 +214,9 @@ typedef struct rp_hint_s {
 
 /* A run on C fitted with peak reserved `peak`: the next hint. A peak under C names a candidate
  * (2 MiB under it, then it); a run that filled C names none, but one step 2 MiB under C is worth
- * it once (the first fitting run is the unlimited run again, whose peak a smaller device often
- * does not need). */
+ * it once (a run that could take C took it; a smaller device often does without). The search
+ * takes that step first, under the unlimited run's peak; here it is left for a capacity the
+ * search had to double. */
 static void rp_hint_after_fit(rp_hint_t *h, size_t c, uint64_t peak_reserved) {
   size_t peak = rp_page_up(peak_reserved);
   h->at = h->peak = 0;
