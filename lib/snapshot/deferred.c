@@ -41,11 +41,11 @@ _Static_assert(DF_CHUNK > 5 * DF_MAX_GETS + 1, "a chunk holds the longest run");
 #define DF_RUN_BYTES ((size_t)2048)
 #define DF_GAP ((uint64_t)16384)
 
-/* the frame a memo index names, as a run's gets ask them: a direct-mapped cache before the
- * sorted pairs' binary search */
-#define DF_CACHE_SLOTS 4096
+/* the frame a memo index names, as a run's gets ask them: open addressing (Fibonacci hashing of
+ * the index, at most half full), built once from the sorted pairs */
+#define DF_EMPTY_IDX UINT32_MAX /* no memo index is: the memo stays below it */
 typedef struct df_slot_s {
-  uint32_t idx; /* UINT32_MAX: empty (no memo index is: the memo stays below it) */
+  uint32_t idx;
   uint32_t frame;
 } df_slot_t;
 
@@ -58,7 +58,8 @@ typedef struct deferred_s {
   ms__defer_locs_t loc; /* the records still to read */
   uint32_t *memo, *frame; /* memo index -> frame index, by memo index */
   size_t nf;
-  df_slot_t cache[DF_CACHE_SLOTS];
+  df_slot_t *htab; /* 1 << (32 - hshift) slots */
+  unsigned hshift;
   /* the stack table, as it grows: the arrays in the snapshot now and their capacity */
   ms_snap_stack_t *orig_stacks; /* what the read made, given back at the end */
   void *orig_sf;
@@ -97,6 +98,7 @@ static void df_free(ms_snapshot_t *snap, void *ext) {
   ms__defer_locs_free(&d->loc);
   free(d->memo);
   free(d->frame);
+  free(d->htab);
   free(d->tab);
   free(d->buf);
   free(d);
@@ -147,13 +149,35 @@ static uint64_t df_loc(const ms__defer_locs_t *l, size_t rec) {
   return l->base[rec / MS__DEFER_BLOCK] + l->off[rec];
 }
 
+static size_t df_hslot(uint32_t idx, unsigned shift) {
+  return (size_t)((uint32_t)(idx * 0x9E3779B1u) >> shift);
+}
+
+/* The memo index -> frame table from the pairs d->memo, d->frame. */
+static int df_htab_build(deferred_t *d) {
+  unsigned bits = 4;
+  while (bits < 31 && ((size_t)1 << bits) < 2 * d->nf) bits++;
+  size_t n = (size_t)1 << bits;
+  if (!(d->htab = malloc(n * sizeof *d->htab))) return MS_ENOMEM;
+  memset(d->htab, 0xff, n * sizeof *d->htab);
+  d->hshift = 32 - bits;
+  for (size_t i = 0; i < d->nf; i++) {
+    size_t j = df_hslot(d->memo[i], d->hshift);
+    while (d->htab[j].idx != DF_EMPTY_IDX) j = (j + 1) & (n - 1);
+    d->htab[j] = (df_slot_t){d->memo[i], d->frame[i]};
+  }
+  free(d->memo); /* the table says it all */
+  free(d->frame);
+  d->memo = d->frame = NULL;
+  return MS_OK;
+}
+
 int ms__deferred_attach(ms_snapshot_t *snap, int fd, uint64_t size, ms__defer_locs_t *locs,
                         const uint32_t *memo, const uint32_t *frame, size_t nf, ms_errbuf_t *eb) {
   deferred_t *d = calloc(1, sizeof *d);
   struct stat st;
   if (d) {
     d->fd = -1;
-    memset(d->cache, 0xff, sizeof d->cache);
   }
   if (!d || (nf && (!(d->memo = malloc(nf * sizeof *memo)) ||
                     !(d->frame = malloc(nf * sizeof *frame))))) {
@@ -181,6 +205,11 @@ int ms__deferred_attach(ms_snapshot_t *snap, int fd, uint64_t size, ms__defer_lo
     memcpy(d->frame, frame, nf * sizeof *frame);
   }
   d->nf = nf;
+  if (df_htab_build(d) != MS_OK) {
+    df_free(snap, d);
+    ms__defer_locs_free(locs);
+    return ms__errbuf_set(eb, MS_ENOMEM, "out of memory");
+  }
   d->dev = st.st_dev;
   d->ino = st.st_ino;
   d->size = st.st_size;
@@ -342,24 +371,16 @@ static int df_intern(deferred_t *d, ms_snapshot_t *s, const uint32_t *fr, uint32
 
 /* ---- reading a run again -------------------------------------------------------------------- */
 
-static bool df_frame_of(deferred_t *d, uint32_t idx, uint32_t *frame) {
-  df_slot_t *slot = &d->cache[idx & (DF_CACHE_SLOTS - 1)];
-  if (slot->idx == idx) {
-    *frame = slot->frame;
-    return true;
+static bool df_frame_of(const deferred_t *d, uint32_t idx, uint32_t *frame) {
+  size_t mask = ((size_t)1 << (32 - d->hshift)) - 1;
+  for (size_t j = df_hslot(idx, d->hshift);; j = (j + 1) & mask) {
+    const df_slot_t *s = &d->htab[j];
+    if (s->idx == idx) {
+      *frame = s->frame;
+      return true;
+    }
+    if (s->idx == DF_EMPTY_IDX) return false;
   }
-  size_t lo = 0, hi = d->nf;
-  while (lo < hi) {
-    size_t mid = lo + (hi - lo) / 2;
-    if (d->memo[mid] < idx)
-      lo = mid + 1;
-    else
-      hi = mid;
-  }
-  if (lo == d->nf || d->memo[lo] != idx) return false;
-  *frame = d->frame[lo];
-  *slot = (df_slot_t){idx, *frame};
-  return true;
 }
 
 /* The file's bytes from off into the buffer, len of them (at most DF_CHUNK; fewer at its end). */
@@ -448,14 +469,8 @@ static int df_want_cmp(const void *a, const void *b) {
   return x->off < y->off ? -1 : x->off > y->off;
 }
 
-int ms__snapshot_fill_stacks(const ms_snapshot_t *csnap, const size_t *trace_idx, size_t n,
-                             ms_errbuf_t *eb) {
-  deferred_t *d = df_of(csnap);
-  if (!d || d->loc.n == 0 || n == 0) return MS_OK;
-  ms_snapshot_t *snap = (ms_snapshot_t *)(uintptr_t)csnap; /* the part its load left for later */
-  size_t nw = 0;
-  for (size_t i = 0; i < n; i++) nw += df_loc(&d->loc, trace_idx[i]) != 0;
-  if (nw == 0) return MS_OK;
+/* MS_OK when the file is still the one read, else MS_EIO (eb says so). */
+static int df_same_file(const deferred_t *d, ms_errbuf_t *eb) {
   struct stat st;
   if (fstat(d->fd, &st) != 0 || st.st_dev != d->dev || st.st_ino != d->ino ||
       st.st_size != d->size || st.st_mtim.tv_sec != d->mtime.tv_sec ||
@@ -467,6 +482,18 @@ int ms__snapshot_fill_stacks(const ms_snapshot_t *csnap, const size_t *trace_idx
     return ms__errbuf_set(eb, MS_EIO,
                           "the file changed since it was read: the stacks of its trace cannot "
                           "be read (run the command again)");
+  return MS_OK;
+}
+
+int ms__snapshot_fill_stacks(const ms_snapshot_t *csnap, const size_t *trace_idx, size_t n,
+                             ms_errbuf_t *eb) {
+  deferred_t *d = df_of(csnap);
+  if (!d || d->loc.n == 0 || n == 0) return MS_OK;
+  ms_snapshot_t *snap = (ms_snapshot_t *)(uintptr_t)csnap; /* the part its load left for later */
+  size_t nw = 0;
+  for (size_t i = 0; i < n; i++) nw += df_loc(&d->loc, trace_idx[i]) != 0;
+  if (nw == 0) return MS_OK;
+  MS_FORWARD_IF_ERROR(df_same_file(d, eb));
   /* in the file's order, so that neighbouring runs come from one read */
   df_want_t *w = malloc(nw * sizeof *w);
   uint32_t *fr = malloc(DF_MAX_GETS * sizeof *fr);
@@ -504,6 +531,28 @@ int ms__snapshot_fill_stacks(const ms_snapshot_t *csnap, const size_t *trace_idx
     d->loc.n--;
   }
   free(w);
+  free(fr);
+  return rc;
+}
+
+int ms__snapshot_scan_deferred(const ms_snapshot_t *snap, ms__deferred_visit_fn *fn, void *ctx,
+                               ms_errbuf_t *eb) {
+  deferred_t *d = df_of(snap);
+  if (!d || d->loc.n == 0) return MS_OK;
+  MS_FORWARD_IF_ERROR(df_same_file(d, eb));
+  uint32_t *fr = malloc(DF_MAX_GETS * sizeof *fr);
+  if (!fr) return ms__errbuf_set(eb, MS_ENOMEM, "out of memory");
+  d->buf_len = 0; /* the file may have been read past since the last fill: nothing is kept */
+  int rc = MS_OK;
+  /* in the records' order, which is the file's: each read a whole chunk, the runs in it parsed
+   * from the buffer */
+  for (size_t t = 0; t < d->loc.cap && rc == MS_OK; t++) {
+    uint64_t at = df_loc(&d->loc, t);
+    if (!at) continue;
+    uint32_t nf = 0;
+    rc = df_run(d, at - 1, DF_CHUNK, fr, &nf, eb, t);
+    if (rc == MS_OK) rc = fn(ctx, t, fr, nf);
+  }
   free(fr);
   return rc;
 }

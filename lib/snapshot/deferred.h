@@ -58,4 +58,15 @@ bool ms__snapshot_has_deferred(const ms_snapshot_t *snap);
 int ms__snapshot_fill_stacks(const ms_snapshot_t *snap, const size_t *trace_idx, size_t n,
                              ms_errbuf_t *eb);
 
+/* What ms__snapshot_scan_deferred shows of trace record rec: the frame indices of its stack,
+ * frames[0..n) (n >= 1), as a fill would intern them. A result other than MS_OK stops the scan
+ * and is its result. */
+typedef int ms__deferred_visit_fn(void *ctx, size_t rec, const uint32_t *frames, uint32_t n);
+
+/* Shows fn every trace record whose stack is still to read, in the records' order, reading the
+ * file again without interning anything (a classifier that needs each allocation's frames, not
+ * its stack). Nothing is filled. Same errors as ms__snapshot_fill_stacks, and fn's. */
+int ms__snapshot_scan_deferred(const ms_snapshot_t *snap, ms__deferred_visit_fn *fn, void *ctx,
+                               ms_errbuf_t *eb);
+
 #endif /* MEMSNAP_LIB_SNAPSHOT_DEFERRED_H */
