@@ -795,3 +795,77 @@ ms_snapshot_t *th_rec_close(th_rec_t *r) {
   memset(r, 0, sizeof *r);
   return s;
 }
+
+/* ---- two classifiers' answers ---------------------------------------------------------------- */
+
+static bool th_rows_same(const ms_attr_t *a, const ms_attr_t *b, size_t dev, size_t step, char *why,
+                         size_t cap) {
+  for (int by = MS_ATTR_BY_CATEGORY; by <= MS_ATTR_BY_STACK; by++) {
+    ms_attr_rows_t x = {0}, y = {0};
+    bool same = ms_attr_aggregate(a, dev, step, NULL, (ms_attr_by)by, &x) == MS_OK &&
+                ms_attr_aggregate(b, dev, step, NULL, (ms_attr_by)by, &y) == MS_OK;
+    if (!same) snprintf(why, cap, "device %zu step %zu by %d: no rows", dev, step, by);
+    if (same && (x.nrows != y.nrows || x.total_bytes != y.total_bytes)) {
+      snprintf(why, cap,
+               "device %zu step %zu by %d: %zu rows of %" PRIu64 " bytes, %zu of %" PRIu64, dev,
+               step, by, x.nrows, x.total_bytes, y.nrows, y.total_bytes);
+      same = false;
+    }
+    for (size_t r = 0; same && r < x.nrows; r++) {
+      const ms_attr_row_t *p = &x.rows[r], *q = &y.rows[r];
+      if (strcmp(p->key, q->key) != 0 || p->bytes != q->bytes || p->blocks != q->blocks ||
+          p->category != q->category) {
+        snprintf(why, cap, "device %zu step %zu by %d row %zu: '%s' %" PRIu64 " / '%s' %" PRIu64,
+                 dev, step, by, r, p->key, p->bytes, q->key, q->bytes);
+        same = false;
+      }
+    }
+    ms_attr_rows_free(&x);
+    ms_attr_rows_free(&y);
+    if (!same) return false;
+  }
+  return true;
+}
+
+bool th_attr_same(const ms_timeline_t *ta, const ms_attr_t *a, const ms_timeline_t *tb,
+                  const ms_attr_t *b, char *why, size_t cap) {
+  size_t nd = ms_timeline_ndevices(ta);
+  if (nd != ms_timeline_ndevices(tb)) {
+    snprintf(why, cap, "%zu devices / %zu", nd, ms_timeline_ndevices(tb));
+    return false;
+  }
+  for (size_t d = 0; d < nd; d++) {
+    size_t n = ms_timeline_nentries(ta, d);
+    if (n != ms_timeline_nentries(tb, d)) {
+      snprintf(why, cap, "device %zu: %zu entries / %zu", d, n, ms_timeline_nentries(tb, d));
+      return false;
+    }
+    for (size_t i = 0; i < n; i++) {
+      if (ms_timeline_entry(ta, d, i)->action != MS_TRACE_ALLOC) continue;
+      ms_category x = ms_attr_entry_category(a, d, i), y = ms_attr_entry_category(b, d, i);
+      if (x != y) {
+        snprintf(why, cap, "device %zu entry %zu: %s / %s", d, i, ms_category_name(x),
+                 ms_category_name(y));
+        return false;
+      }
+    }
+    uint64_t *sa = NULL, *sb = NULL;
+    bool same = ms_attr_category_series(a, d, &sa) == MS_OK &&
+                ms_attr_category_series(b, d, &sb) == MS_OK &&
+                memcmp(sa, sb, (n + 1) * MS_CAT_COUNT * sizeof *sa) == 0;
+    free(sa);
+    free(sb);
+    if (!same) {
+      snprintf(why, cap, "device %zu: the category series differ", d);
+      return false;
+    }
+    ms_tl_peak_t p = {0};
+    if (n && ms_timeline_peak(ta, d, MS_TL_ALLOCATED, 0, n, &p) != MS_OK) {
+      snprintf(why, cap, "device %zu: no peak", d);
+      return false;
+    }
+    if (!th_rows_same(a, b, d, p.step, why, cap) || !th_rows_same(a, b, d, n, why, cap))
+      return false;
+  }
+  return true;
+}

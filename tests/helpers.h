@@ -9,6 +9,7 @@
  *  - th_memsink_t: a growable in-memory ms_sink_t.
  *  - th_tmpdir(): a fresh temporary directory.
  *  - th_rec_open() / th_rec_close(): a trace recorded by the allocator on the simulated device.
+ *  - th_attr_same(): two classifiers' answers compared, the first difference described.
  *
  * Usage in a Criterion test: TH_ASSERT_SNAP_EQ(a, b);
  */
@@ -20,10 +21,12 @@
 #include <stdint.h>
 
 #include "memsnap/allocator.h"
+#include "memsnap/attribution.h"
 #include "memsnap/backend.h"
 #include "memsnap/history.h"
 #include "memsnap/serialize.h"
 #include "memsnap/snapshot.h"
+#include "memsnap/timeline.h"
 
 typedef struct th_synth_opts_s {
   size_t nsegments;          /* segments (default 4 when everything is 0) */
@@ -178,5 +181,12 @@ int th_rec_open(th_rec_t *r, size_t capacity, int context, size_t max_entries);
 /* The recording's snapshot, the allocator and its backend destroyed (even on failure); NULL when
  * the snapshot could not be made. */
 ms_snapshot_t *th_rec_close(th_rec_t *r);
+
+/* Whether two classifiers answer alike (on two reads of one file): every alloc entry's category,
+ * the category series, and the rows by category, source and stack at the peak of allocated
+ * memory and at the end of every device. @return true when they do; else false, and why (cap
+ * bytes) names the first difference. */
+bool th_attr_same(const ms_timeline_t *ta, const ms_attr_t *a, const ms_timeline_t *tb,
+                  const ms_attr_t *b, char *why, size_t cap);
 
 #endif /* MEMSNAP_TESTS_HELPERS_H */

@@ -14,13 +14,14 @@
 #include <unistd.h>
 
 #include "attribution/internal.h"
-#include "timeline/internal.h"
 #include "helpers.h"
 #include "memsnap/attribution.h"
 #include "memsnap/pickle.h"
 #include "memsnap/serialize.h"
 #include "memsnap/timeline.h"
 #include "model/snapbuild.h"
+#include "snapshot/deferred.h"
+#include "timeline/internal.h"
 
 /* ---- a training step, built ---------------------------------------------------------------- */
 
@@ -430,6 +431,46 @@ static ms_snapshot_t *through(ms_snapshot_t *s, bool pickle) {
   th_rmdir(dir);
   free(dir);
   return r;
+}
+
+/* The step as a pickle read with its stacks left for later (MS_LOAD_DEFER_STACKS): the classifier
+ * reads those allocations' frames from the file again, without interning their stacks, and gives
+ * the step's exact figures, model.py:32's two operators and MmBackward0's included, as a full
+ * read does. The pickle is Python's, written as PyTorch writes one: a list of frames per entry,
+ * each frame dict memoized (memsnap's writer shares a stack's list between its entries, and a
+ * list met again is never left for later). */
+Test(attribution, step_read_with_stacks_left_for_later) {
+  if (!th_have_python()) cr_skip_test("no python3");
+  char *dir = th_tmpdir(), ours[512], path[512], cmd[2048];
+  snprintf(ours, sizeof ours, "%s/ours.pickle", dir);
+  snprintf(path, sizeof path, "%s/step.pickle", dir);
+  ms_snapshot_t *s = build_step_ex(true);
+  ms_errbuf_t eb = {{0}};
+  cr_assert_eq(ms_pickle_write_file(s, ours, &eb), MS_OK, "%s", eb.msg);
+  ms_snapshot_free(s);
+  snprintf(cmd, sizeof cmd,
+           "python3 -c 'import pickle, sys\n"
+           "d = pickle.load(open(sys.argv[1], \"rb\"))\n"
+           "for t in d[\"device_traces\"]:\n"
+           "    for e in t:\n"
+           "        if \"frames\" in e: e[\"frames\"] = list(e[\"frames\"])\n"
+           "pickle.dump(d, open(sys.argv[2], \"wb\"), protocol=4)' '%s' '%s'",
+           ours, path);
+  cr_assert_eq(system(cmd), 0, "%s", cmd);
+  const unsigned later = MS_LOAD_NO_FREE_STACKS | MS_LOAD_DEFER_STACKS;
+  ms_snapshot_t *e = NULL, *d = NULL;
+  cr_assert_eq(ms_snapshot_load_ex(path, MS_LOAD_NO_FREE_STACKS, &e, &eb), MS_OK, "%s", eb.msg);
+  cr_assert_eq(ms_snapshot_load_ex(path, later, &d, &eb), MS_OK, "%s", eb.msg);
+  cr_assert(ms__snapshot_has_deferred(d), "the pickle leaves stacks for later");
+  cls_t x = cls_open(e, NULL), y = cls_open(d, NULL);
+  char why[512] = "";
+  cr_assert(th_attr_same(x.tl, x.a, y.tl, y.a, why, sizeof why), "%s", why);
+  cls_close(&x);
+  cls_close(&y);
+  cr_assert_eq(ms_snapshot_load_ex(path, later, &d, &eb), MS_OK, "%s", eb.msg);
+  check_step(d);
+  th_rmdir(dir);
+  free(dir);
 }
 
 /* A stack that only frees have is no allocation's: it does not decide whether a line shows its op

@@ -333,7 +333,8 @@ Test(deferred, never_from_stdin_or_the_cache) {
 TestSuite(deferred_cli, .init = th_cache_setup, .fini = th_cache_teardown, .timeout = 600);
 
 /* Each command without the cache (its stacks read when asked for) prints what it prints through
- * the cache's first run (which reads every stack, to store them), for every fixture. */
+ * the cache's first run (which reads every stack, to store them), for every fixture: those that
+ * show moments, and those that classify every allocation (categories, sources, compare). */
 Test(deferred_cli, the_same_answers_as_a_full_read) {
   static char paths[32][4096];
   size_t n = th_fixture_pickles(paths, 32);
@@ -348,6 +349,12 @@ Test(deferred_cli, the_same_answers_as_a_full_read) {
       {"memory", "--at", "peak", "--folded", NULL},
       {"memory", "--at", "peak", "--json", "-o", "-"},
       {"segments", "--at", "peak", "--folded", NULL},
+      /* the categories: every allocation's frames read from the file again */
+      {"top", "--by", "category", "--at", "peak", NULL},
+      {"top", "--by", "source", "--json", NULL},
+      {"timeline", "--by", "category", "--json", NULL},
+      {"compare", "@", "--json", NULL},
+      {"compare", "--at", "1", "--at", "end", NULL},
   };
   const char *const off[] = {"MEMSNAP_CACHE=0", NULL};
   for (size_t f = 0; f < n; f++) {
@@ -356,7 +363,8 @@ Test(deferred_cli, the_same_answers_as_a_full_read) {
       size_t k = 0;
       args[k++] = cmds[c][0];
       args[k++] = paths[f];
-      for (size_t j = 1; j < 6 && cmds[c][j]; j++) args[k++] = cmds[c][j];
+      for (size_t j = 1; j < 6 && cmds[c][j]; j++) /* "@": the file again */
+        args[k++] = strcmp(cmds[c][j], "@") == 0 ? paths[f] : cmds[c][j];
       args[k] = NULL;
       th_run_t a = th_run(th_cache_tmp, NULL, off, args);
       th_run_t b = th_run(th_cache_tmp, NULL, NULL, args); /* the cache's first run */

@@ -23,6 +23,9 @@ void ms_attr_destroy(ms_attr_t *a) {
   ms__big_free(a->ssrc);
   ms__big_free(a->sop);
   free(a->smulti);
+  ms__big_free(a->eset);
+  free(a->dfirst);
+  free(a->dmulti);
   pthread_mutex_destroy(&a->src_mu);
   pthread_mutex_destroy(&a->ecat_mu);
   for (size_t d = 0; d < a->ndev; d++) {
@@ -67,7 +70,7 @@ int ms__attr_create_ex(const ms_snapshot_t *snap, const ms_timeline_t *tl,
     rc = ms__attr_rules_parse(&a->rules, d, strlen(d), "default rules", eb);
   }
   if (rc == MS_OK) rc = ms__attr_frames(a);
-  if (rc == MS_OK) rc = ms__attr_stacks(a, sources);
+  if (rc == MS_OK) rc = ms__attr_stacks(a, sources, eb);
   if (rc == MS_OK) rc = ms__attr_spans(a);
   if (rc == MS_OK) rc = ms__attr_gradient_sizes(a);
   if (rc != MS_OK) {

@@ -14,6 +14,7 @@
 
 #include "attribution/internal.h"
 #include "common/hash.h"
+#include "snapshot/deferred.h"
 #include "timeline/internal.h"
 
 /* ---- frames and stacks --------------------------------------------------------------------- */
@@ -149,6 +150,22 @@ static bool attr_set_eq(const uint64_t *x, const uint64_t *y, size_t pw) {
   return true;
 }
 
+/* The rules whose frame conditions pattern set `set` meets (bits: a->rw words), and the phase
+ * the phase rules give it (ATTR_PH_UNSET: none), returned. */
+static uint8_t attr_set_eval(const ms_attr_t *a, const uint64_t *set, uint64_t *bits) {
+  memset(bits, 0, a->rw * sizeof *bits);
+  uint8_t ph = ATTR_PH_UNSET;
+  for (size_t r = 0; r < a->rules.nrules; r++) {
+    const attr_rule_t *ru = &a->rules.rules[r];
+    if (ru->kind != ATTR_R_CATEGORY && ru->kind != ATTR_R_PHASE) continue;
+    if (ru->annotation != ATTR_NONE) continue;
+    if (ru->has_frames && !attr_set_holds(ru, set, a->pw)) continue;
+    bits[r / 64] |= 1ull << (r % 64);
+    if (ru->kind == ATTR_R_PHASE && ph == ATTR_PH_UNSET) ph = ru->target;
+  }
+  return ph;
+}
+
 /* The index of pattern set `set` among the distinct ones (added with its rule bits and phase when
  * new): stacks share few sets (every forward stack matches the same patterns), so the rules are
  * evaluated once per set and a stack holds only its set's index. */
@@ -184,18 +201,7 @@ static int attr_set_index(ms_attr_t *a, const uint64_t *set, uint32_t **tab, siz
   if (!nph) return MS_ENOMEM;
   a->set_phase = nph;
   memcpy(&np[n * a->pw], set, a->pw * sizeof *set);
-  uint64_t *bits = &nr[n * a->rw];
-  memset(bits, 0, a->rw * sizeof *bits);
-  uint8_t ph = ATTR_PH_UNSET;
-  for (size_t r = 0; r < a->rules.nrules; r++) {
-    const attr_rule_t *ru = &a->rules.rules[r];
-    if (ru->kind != ATTR_R_CATEGORY && ru->kind != ATTR_R_PHASE) continue;
-    if (ru->annotation != ATTR_NONE) continue;
-    if (ru->has_frames && !attr_set_holds(ru, set, a->pw)) continue;
-    bits[r / 64] |= 1ull << (r % 64);
-    if (ru->kind == ATTR_R_PHASE && ph == ATTR_PH_UNSET) ph = ru->target;
-  }
-  nph[n] = ph;
+  nph[n] = attr_set_eval(a, set, &nr[n * a->rw]);
   (*tab)[j] = (uint32_t)n;
   a->nsets = n + 1;
   *out = (uint32_t)n;
@@ -284,10 +290,117 @@ static void attr_stack_set(const ms_attr_t *a, uint32_t st, uint64_t *set, uint3
   if (src) attr_srcwalk_end(&w, src, op);
 }
 
-int ms__attr_stacks(ms_attr_t *a, bool sources) {
+/* The pattern set of the frames fr[0..n) (frame indices), and with src, their source and op
+ * frame: attr_stack_set for a stack not interned. */
+static void attr_frames_set(const ms_attr_t *a, const uint32_t *fr, size_t n, uint64_t *set,
+                            uint32_t *src, uint32_t *op) {
+  memset(set, 0, ATTR_PW * sizeof *set);
+  const uint64_t *fp = a->fpat;
+  if (a->pw == 1) { /* the common case: four frames at a time in independent registers */
+    uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    size_t j = 0;
+    for (; j + 4 <= n; j += 4) {
+      s0 |= fp[fr[j]];
+      s1 |= fp[fr[j + 1]];
+      s2 |= fp[fr[j + 2]];
+      s3 |= fp[fr[j + 3]];
+    }
+    for (; j < n; j++)
+      s0 |= fp[fr[j]];
+    set[0] = s0 | s1 | s2 | s3;
+  } else if (a->pw == 2) { /* the default rules' */
+    uint64_t s0 = 0, s1 = 0, t0 = 0, t1 = 0;
+    size_t j = 0;
+    for (; j + 2 <= n; j += 2) {
+      s0 |= fp[2 * (size_t)fr[j]];
+      s1 |= fp[2 * (size_t)fr[j] + 1];
+      t0 |= fp[2 * (size_t)fr[j + 1]];
+      t1 |= fp[2 * (size_t)fr[j + 1] + 1];
+    }
+    if (j < n) {
+      s0 |= fp[2 * (size_t)fr[j]];
+      s1 |= fp[2 * (size_t)fr[j] + 1];
+    }
+    set[0] = s0 | t0;
+    set[1] = s1 | t1;
+  } else {
+    for (size_t j = 0; j < n; j++) {
+      const uint64_t *fs = &fp[(size_t)fr[j] * a->pw];
+      for (size_t x = 0; x < a->pw; x++)
+        set[x] |= fs[x];
+    }
+  }
+  if (!src) return;
+  attr_srcwalk_t w;
+  attr_srcwalk_init(&w);
+  for (size_t j = 0; j < n; j++)
+    if (attr_srcwalk_frame(&w, a->fflags[fr[j]], fr[j])) break;
+  attr_srcwalk_end(&w, src, op);
+}
+
+/* The scan of the records whose stacks a read left for later (ms__snapshot_scan_deferred): each
+ * record's pattern set into eset, its source and op into dfirst and dmulti. */
+typedef struct attr_scan_s {
+  ms_attr_t *a;
+  ms_errbuf_t *eb;
+  uint32_t **tab;
+  size_t *cap;
+  uint64_t last[ATTR_PW];
+  uint32_t last_index;
+} attr_scan_t;
+
+static int attr_scan_record(void *ctx, size_t rec, const uint32_t *fr, uint32_t n) {
+  attr_scan_t *c = ctx;
+  ms_attr_t *a = c->a;
+  const ms_snapshot_t *s = a->snap;
+  if (rec >= s->ntrace) return MS_OK; /* only alloc entries' stacks are left for later */
+  uint32_t top = 0;
+  for (uint32_t j = 0; j < n; j++)
+    top = fr[j] > top ? fr[j] : top;
+  if (top >= s->nframes) /* never: the read interned every one */
+    return ms__errbuf_set(c->eb, MS_EFORMAT, "trace entry %zu: a frame the snapshot lacks", rec);
+  uint64_t set[ATTR_PW];
+  uint32_t src, op;
+  attr_frames_set(a, fr, n, set, &src, &op);
+  if (src != ATTR_NONE) {
+    if (a->dfirst[src] == ATTR_OP_UNSEEN)
+      a->dfirst[src] = op;
+    else if (a->dfirst[src] != op)
+      a->dmulti[src] = 1;
+  }
+  if (c->last_index != ATTR_NONE && attr_set_eq(set, c->last, a->pw)) {
+    a->eset[rec] = c->last_index;
+    return MS_OK;
+  }
+  MS_FORWARD_IF_ERROR(attr_set_index(a, set, c->tab, c->cap, &a->eset[rec]));
+  c->last_index = a->eset[rec];
+  memcpy(c->last, set, sizeof c->last);
+  return MS_OK;
+}
+
+/* The records of a snapshot read with stacks left for later: their sets, from their frames read
+ * from the file again (no stack interned: 5 M of them would cost the read a third more). */
+static int attr_stacks_deferred(ms_attr_t *a, uint32_t **tab, size_t *cap, ms_errbuf_t *eb) {
+  const ms_snapshot_t *s = a->snap;
+  size_t nt = s->ntrace ? s->ntrace : 1, nf = s->nframes ? s->nframes : 1;
+  a->eset = ms__big_malloc(nt * sizeof *a->eset);
+  a->dfirst = malloc(nf * sizeof *a->dfirst);
+  a->dmulti = calloc(nf, 1);
+  if (!a->eset || !a->dfirst || !a->dmulti) return ms__errbuf_set(eb, MS_ENOMEM, "out of memory");
+  memset(a->eset, 0xff, nt * sizeof *a->eset);
+  for (size_t f = 0; f < nf; f++)
+    a->dfirst[f] = ATTR_OP_UNSEEN;
+  attr_scan_t c = {a, eb, tab, cap, {0}, ATTR_NONE};
+  int rc = ms__snapshot_scan_deferred(s, attr_scan_record, &c, eb);
+  if (rc == MS_ENOMEM) ms__errbuf_set(eb, rc, "out of memory");
+  return rc;
+}
+
+int ms__attr_stacks(ms_attr_t *a, bool sources, ms_errbuf_t *eb) {
   const ms_snapshot_t *s = a->snap;
   a->rw = (a->rules.nrules + 63) / 64;
   if (a->rw == 0) a->rw = 1;
+  a->nst = s->nstacks;
   size_t ns = s->nstacks ? s->nstacks : 1;
   a->sset = ms__big_malloc(ns * sizeof *a->sset); /* per stack: reuses a read's pages */
   if (!a->sset) return MS_ENOMEM;
@@ -324,6 +437,7 @@ int ms__attr_stacks(ms_attr_t *a, bool sources) {
     last_index = a->sset[st];
     memcpy(last, set, sizeof last);
   }
+  if (rc == MS_OK && ms__snapshot_has_deferred(s)) rc = attr_stacks_deferred(a, &tab, &cap, eb);
   free(tab);
   if (sources && rc == MS_OK) {
     ms__attr_sources_link(a, first_op, multi);
@@ -333,6 +447,66 @@ int ms__attr_stacks(ms_attr_t *a, bool sources) {
   }
   free(first_op);
   return rc;
+}
+
+/* ---- what the rules read of an allocation's stack ---------------------------------------- */
+
+/* An allocation's stack as the category rules read it. */
+typedef struct attr_key_s {
+  const uint64_t *bits; /* the rules whose frame conditions hold (rw words; NULL: none) */
+  uint32_t set;         /* its pattern set's index; a->nsets: none, or a set not in the table */
+  uint8_t phase;        /* by the phase rules (ATTR_PH_UNSET: none) */
+  bool nostack;         /* no stack recorded, or an empty one */
+  uint64_t own[ATTR_MAX_RULES / 64]; /* bits for a set not in the table */
+} attr_key_t;
+
+static void attr_key_of_set(const ms_attr_t *a, uint32_t set, bool nostack, attr_key_t *k) {
+  k->nostack = nostack;
+  if (set < a->nsets) {
+    k->set = set;
+    k->bits = &a->set_rules[(size_t)set * a->rw];
+    k->phase = a->set_phase[set];
+  } else {
+    k->set = (uint32_t)a->nsets;
+    k->bits = NULL;
+    k->phase = ATTR_PH_UNSET;
+  }
+}
+
+/* Stack `stack` (MS_SNAP_NO_STACK, ATTR_STACK_UNRECORDED: none). */
+static void attr_stack_key(const ms_attr_t *a, uint32_t stack, attr_key_t *k) {
+  const ms_snapshot_t *s = a->snap;
+  if (stack >= s->nstacks) {
+    attr_key_of_set(a, ATTR_NONE, true, k);
+    return;
+  }
+  bool nostack = s->stacks[stack].nframes == 0;
+  if (stack < a->nst) {
+    attr_key_of_set(a, a->sset[stack], nostack, k);
+    return;
+  }
+  /* a stack read from the file since the classifier was made: its set found now */
+  uint64_t set[ATTR_PW];
+  attr_stack_set(a, stack, set, NULL, NULL);
+  k->nostack = nostack;
+  k->set = (uint32_t)a->nsets;
+  k->phase = attr_set_eval(a, set, k->own);
+  k->bits = k->own;
+}
+
+/* The stack of entry i of device dev: the set its frames had when they were read from the file
+ * (eset), else its record's stack. */
+static void attr_entry_key(const ms_attr_t *a, size_t dev, size_t i, attr_key_t *k) {
+  const ms_snap_trace_t *t = &a->tl->dev[dev].trace[i];
+  if (a->eset) {
+    uintptr_t base = (uintptr_t)a->snap->trace, at = (uintptr_t)t;
+    size_t rec = (size_t)((at - base) / sizeof *t);
+    if (at >= base && rec < a->snap->ntrace && a->eset[rec] != ATTR_NONE) {
+      attr_key_of_set(a, a->eset[rec], false, k);
+      return;
+    }
+  }
+  attr_stack_key(a, t->stack, k);
 }
 
 /* ---- phase spans --------------------------------------------------------------------------- */
@@ -412,9 +586,9 @@ static int attr_dev_spans(ms_attr_t *a, size_t dev) {
   for (size_t i = 0; i < n; i++) {
     ph[i] = ATTR_PH_UNSET;
     if (tr[i].action != MS_TRACE_ALLOC) continue;
-    ph[i] = ATTR_PH_NONE;
-    if (tr[i].stack < a->snap->nstacks && attr_stack_phase(a, tr[i].stack) != ATTR_PH_UNSET)
-      ph[i] = attr_stack_phase(a, tr[i].stack);
+    attr_key_t k;
+    attr_entry_key(a, dev, i, &k);
+    ph[i] = k.phase != ATTR_PH_UNSET ? k.phase : ATTR_PH_NONE;
   }
   int rc = rs ? attr_annotations(a, dev, rs, tr, n, ph) : MS_OK;
   attr_spanvec_t sp = {0};
@@ -514,10 +688,9 @@ static bool attr_grad_addr(const attr_dev_t *ad, uint64_t addr) {
 
 /* ms__attr_classify with the span of the alloc entry known (SIZE_MAX: look it up). */
 static ms_category attr_classify_in(const ms_attr_t *a, size_t dev, size_t span,
-                                    int64_t alloc_entry, int64_t free_entry, uint32_t stack,
+                                    int64_t alloc_entry, int64_t free_entry, const attr_key_t *key,
                                     uint64_t address, bool ignore_matches) {
   const attr_dev_t *ad = dev < a->ndev ? &a->dev[dev] : NULL;
-  if (stack >= a->snap->nstacks) stack = MS_SNAP_NO_STACK; /* also ATTR_STACK_UNRECORDED */
   bool recorded = alloc_entry >= 0 && ad && (size_t)alloc_entry < ad->n && ad->nspans > 0;
   uint8_t phase = ATTR_PH_NONE, prev = ATTR_PH_UNSET, next = ATTR_PH_UNSET;
   int freed;
@@ -530,13 +703,11 @@ static ms_category attr_classify_in(const ms_attr_t *a, size_t dev, size_t span,
     freed = free_entry < 0 ? ATTR_FREED_NEVER
             : (size_t)free_entry < end ? ATTR_FREED_WITHIN : ATTR_FREED_AFTER;
   } else {
-    if (stack != MS_SNAP_NO_STACK && attr_stack_phase(a, stack) != ATTR_PH_UNSET)
-      phase = attr_stack_phase(a, stack);
+    if (key->phase != ATTR_PH_UNSET) phase = key->phase;
     freed = free_entry < 0 ? ATTR_FREED_NEVER : ATTR_FREED_AFTER;
   }
-  bool nostack = stack == MS_SNAP_NO_STACK || a->snap->stacks[stack].nframes == 0;
-  const uint64_t *bits = stack != MS_SNAP_NO_STACK && a->sset[stack] < a->nsets
-                             ? &a->set_rules[(size_t)a->sset[stack] * a->rw] : NULL;
+  bool nostack = key->nostack;
+  const uint64_t *bits = key->bits;
   for (size_t r = 0; r < a->rules.nrules; r++) {
     const attr_rule_t *ru = &a->rules.rules[r];
     if (ru->kind != ATTR_R_CATEGORY) continue;
@@ -564,8 +735,10 @@ ms_category ms__attr_entry_alone(const ms_attr_t *a, size_t dev, size_t i) {
   ms_category gc = given[0] ? ms_category_parse(given) : MS_CAT_COUNT;
   if (gc < MS_CAT_COUNT) return gc;
   uint32_t fe = td->pair[i];
-  return attr_classify_in(a, dev, SIZE_MAX, (int64_t)i, fe == TL_NONE ? -1 : (int64_t)fe,
-                          td->trace[i].stack, td->trace[i].addr, true);
+  attr_key_t k;
+  attr_entry_key(a, dev, i, &k);
+  return attr_classify_in(a, dev, SIZE_MAX, (int64_t)i, fe == TL_NONE ? -1 : (int64_t)fe, &k,
+                          td->trace[i].addr, true);
 }
 
 /* The category of alloc entry i of device dev: from the cache when it is built; else alone, and
@@ -594,8 +767,15 @@ ms_category ms__attr_classify(const ms_attr_t *a, size_t dev, int64_t alloc_entr
         free_entry == (td->pair[i] == TL_NONE ? -1 : (int64_t)td->pair[i]))
       return attr_entry_cat(a, dev, i, false);
   }
-  return attr_classify_in(a, dev, SIZE_MAX, alloc_entry, free_entry, stack, address,
-                          ignore_matches);
+  /* an alloc entry's stack is its record's (stack says the same, unless the record's was read
+   * from the file after the classifier was made) */
+  attr_key_t k;
+  if (alloc_entry >= 0 && dev < a->ndev && (size_t)alloc_entry < a->dev[dev].n &&
+      a->tl->dev[dev].trace[alloc_entry].action == MS_TRACE_ALLOC)
+    attr_entry_key(a, dev, (size_t)alloc_entry, &k);
+  else
+    attr_stack_key(a, stack, &k);
+  return attr_classify_in(a, dev, SIZE_MAX, alloc_entry, free_entry, &k, address, ignore_matches);
 }
 
 /* Memo of attr_dev_ecat: within one span, an alloc entry's category (matches= ignored) depends
@@ -610,15 +790,12 @@ typedef struct attr_memo_s {
   size_t nsets;
 } attr_memo_t;
 
-/* The memo's slot of the alloc entry tr (in span k, freed: ATTR_FREED_*), or SIZE_MAX: none. */
-static size_t attr_memo_slot(const ms_attr_t *a, const attr_memo_t *m, const ms_snap_trace_t *tr,
-                             int freed) {
+/* The memo's slot of an alloc entry whose stack is key (freed: ATTR_FREED_*), or SIZE_MAX:
+ * none. */
+static size_t attr_memo_slot(const attr_memo_t *m, const attr_key_t *key, int freed) {
   if (!m->stamp) return SIZE_MAX;
-  uint32_t st = tr->stack;
-  bool has = st < a->snap->nstacks;
-  size_t set = has && a->sset[st] < m->nsets ? a->sset[st] : m->nsets;
-  bool nostack = !has || a->snap->stacks[st].nframes == 0;
-  return (set * 2 + nostack) * 4 + (size_t)freed;
+  size_t set = key->set < m->nsets ? key->set : m->nsets;
+  return (set * 2 + key->nostack) * 4 + (size_t)freed;
 }
 
 /* The category of every alloc entry of device dev, in one pass (spans followed in order). */
@@ -658,14 +835,15 @@ static int attr_dev_ecat(ms_attr_t *a, size_t dev) {
     }
     uint32_t fe = td->pair[i];
     int freed = fe == TL_NONE ? ATTR_FREED_NEVER : fe < end ? ATTR_FREED_WITHIN : ATTR_FREED_AFTER;
-    size_t slot = attr_memo_slot(a, &m, &td->trace[i], freed);
+    attr_key_t key;
+    attr_entry_key(a, dev, i, &key);
+    size_t slot = key.bits == key.own ? SIZE_MAX : attr_memo_slot(&m, &key, freed);
     if (slot != SIZE_MAX && m.stamp[slot] == (uint32_t)k + 1) {
       ad->ecat[i] = m.cat[slot];
       continue;
     }
-    ad->ecat[i] = (uint8_t)attr_classify_in(a, dev, k, (int64_t)i,
-                                            fe == TL_NONE ? -1 : (int64_t)fe, td->trace[i].stack,
-                                            td->trace[i].addr, true);
+    ad->ecat[i] = (uint8_t)attr_classify_in(a, dev, k, (int64_t)i, fe == TL_NONE ? -1 : (int64_t)fe,
+                                            &key, td->trace[i].addr, true);
     if (slot != SIZE_MAX) {
       m.stamp[slot] = (uint32_t)k + 1;
       m.cat[slot] = ad->ecat[i];

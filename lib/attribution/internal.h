@@ -136,6 +136,16 @@ struct ms_attr_s {
   uint32_t *sop;          /* per stack: the op frame shown beside it (ATTR_NONE: none) */
   uint8_t *smulti;        /* per frame: allocations with it as their source go through several
                              ops (their op is shown) */
+  size_t nst;             /* the snapshot's stacks when the classifier was made: sset, ssrc and
+                             sop hold those (a stack read from the file later is read when
+                             asked) */
+  /* A snapshot read with stacks left for later (snapshot/deferred.h): per trace record whose stack
+   * was still to read, the pattern set of its frames, read from the file again without interning
+   * the stack (ATTR_NONE: the record's `stack` says); NULL when no record was. dfirst and dmulti
+   * (per frame): what those records add to ms__attr_sources_link's first_op and multi. */
+  uint32_t *eset;
+  uint32_t *dfirst;
+  uint8_t *dmulti;
   attr_dev_t *dev;
   size_t ndev;
   /* The entries' categories (attr_dev_t.ecat) are built on first whole-trace use, under ecat_mu;
@@ -145,13 +155,11 @@ struct ms_attr_s {
   atomic_size_t ndirect;
 };
 
+/* The unseen mark of ms__attr_sources_link's first_op (and of dfirst). */
+#define ATTR_OP_UNSEEN (ATTR_NONE - 2)
+
 /* Answers found without the entries' cache before the cache is built (classify.c). */
 #define ATTR_DIRECT_MAX 4096
-
-/* The phase of stack st by the phase rules (pre: st < nstacks). */
-static inline uint8_t attr_stack_phase(const ms_attr_t *a, uint32_t st) {
-  return a->sset[st] < a->nsets ? a->set_phase[a->sset[st]] : ATTR_PH_UNSET;
-}
 
 /* The walk of a stack's frames, innermost first, that finds its source frame (the first Python
  * frame the skip list keeps, else the first frame a prefer line names, else the first other kept
@@ -209,8 +217,10 @@ int ms__attr_create_ex(const ms_snapshot_t *snap, const ms_timeline_t *tl,
 /* classify.c */
 int ms__attr_frames(ms_attr_t *a);
 /* Every allocation stack's pattern set (sset) and, with sources, its source (ssrc, sop, smulti:
- * as ms__attr_sources gives them; src_state set). */
-int ms__attr_stacks(ms_attr_t *a, bool sources);
+ * as ms__attr_sources gives them; src_state set). A snapshot read with stacks left for later has
+ * those records read from its file again (eset, dfirst, dmulti): MS_EIO or MS_EFORMAT (eb says
+ * why) when the file changed since. */
+int ms__attr_stacks(ms_attr_t *a, bool sources, ms_errbuf_t *eb);
 int ms__attr_spans(ms_attr_t *a);
 /* The category of a block by its lifetime; stack = its allocation stack (NO_STACK: none). */
 ms_category ms__attr_classify(const ms_attr_t *a, size_t dev, int64_t alloc_entry,

@@ -34,16 +34,18 @@ void ms__attr_sources_link(ms_attr_t *a, uint32_t *first_op, uint8_t *multi) {
   /* only allocations' stacks decide whether a line has several operators (frees' stacks may or
    * may not have been read): those of the trace's allocs, the blocks and the history, which
    * ms__attr_stacks gave a pattern set (sset) and a source here */
-  for (size_t f = 0; f < s->nframes; f++) first_op[f] = ATTR_NONE - 2; /* unseen */
-  for (size_t st = 0; st < s->nstacks; st++) {
+  for (size_t f = 0; f < s->nframes; f++) /* the records whose stacks were left for later too */
+    first_op[f] = a->dfirst ? a->dfirst[f] : ATTR_OP_UNSEEN;
+  if (a->dmulti) memcpy(multi, a->dmulti, s->nframes);
+  for (size_t st = 0; st < a->nst; st++) {
     uint32_t f = a->ssrc[st];
     if (f == ATTR_SRC_LATER || f == ATTR_NONE) continue;
-    if (first_op[f] == ATTR_NONE - 2)
+    if (first_op[f] == ATTR_OP_UNSEEN)
       first_op[f] = a->sop[st];
     else if (first_op[f] != a->sop[st])
       multi[f] = 1;
   }
-  for (size_t st = 0; st < s->nstacks; st++)
+  for (size_t st = 0; st < a->nst; st++)
     if (a->ssrc[st] == ATTR_NONE || (a->ssrc[st] != ATTR_SRC_LATER && !multi[a->ssrc[st]]))
       a->sop[st] = ATTR_NONE;
   a->smulti = multi;
@@ -51,7 +53,7 @@ void ms__attr_sources_link(ms_attr_t *a, uint32_t *first_op, uint8_t *multi) {
 
 int ms__attr_sources_alloc(ms_attr_t *a, uint32_t **first_op, uint8_t **multi) {
   const ms_snapshot_t *s = a->snap;
-  size_t ns = s->nstacks ? s->nstacks : 1, nf = s->nframes ? s->nframes : 1;
+  size_t ns = a->nst ? a->nst : 1, nf = s->nframes ? s->nframes : 1;
   a->ssrc = ms__big_malloc(ns * sizeof *a->ssrc); /* per stack: reuse a read's pages */
   a->sop = ms__big_malloc(ns * sizeof *a->sop);
   *first_op = malloc(nf * sizeof **first_op);
@@ -72,11 +74,10 @@ void ms__attr_stack_later(ms_attr_t *a, uint32_t st) {
 /* Per stack its source frame, and the op frame where another stack with that source frame
  * allocates through another op. */
 int ms__attr_sources(ms_attr_t *a) {
-  const ms_snapshot_t *s = a->snap;
   uint32_t *first_op;
   uint8_t *multi;
   MS_FORWARD_IF_ERROR(ms__attr_sources_alloc(a, &first_op, &multi));
-  for (size_t st = 0; st < s->nstacks; st++) {
+  for (size_t st = 0; st < a->nst; st++) {
     if (a->sset[st] == ATTR_NONE) /* a free's stack: its source only if asked (attr_src_of) */
       ms__attr_stack_later(a, (uint32_t)st);
     else
@@ -208,7 +209,7 @@ static void attr_src_of(const ms_attr_t *a, uint32_t stack, uint32_t *src, uint3
   } else if (stack >= a->snap->nstacks) {
     *src = ATTR_SRC_NOSTACK;
     *op = ATTR_NONE;
-  } else if (a->ssrc[stack] == ATTR_SRC_LATER) {
+  } else if (stack >= a->nst || a->ssrc[stack] == ATTR_SRC_LATER) { /* also one read later */
     attr_stack_source(a, stack, src, op);
     if (*src == ATTR_NONE || !a->smulti[*src]) *op = ATTR_NONE;
   } else {

@@ -156,14 +156,16 @@ static size_t df_hslot(uint32_t idx, unsigned shift) {
 /* The memo index -> frame table from the pairs d->memo, d->frame. */
 static int df_htab_build(deferred_t *d) {
   unsigned bits = 4;
-  while (bits < 31 && ((size_t)1 << bits) < 2 * d->nf) bits++;
+  while (bits < 31 && ((size_t)1 << bits) < 2 * d->nf)
+    bits++;
   size_t n = (size_t)1 << bits;
   if (!(d->htab = malloc(n * sizeof *d->htab))) return MS_ENOMEM;
   memset(d->htab, 0xff, n * sizeof *d->htab);
   d->hshift = 32 - bits;
   for (size_t i = 0; i < d->nf; i++) {
     size_t j = df_hslot(d->memo[i], d->hshift);
-    while (d->htab[j].idx != DF_EMPTY_IDX) j = (j + 1) & (n - 1);
+    while (d->htab[j].idx != DF_EMPTY_IDX)
+      j = (j + 1) & (n - 1);
     d->htab[j] = (df_slot_t){d->memo[i], d->frame[i]};
   }
   free(d->memo); /* the table says it all */
@@ -491,7 +493,8 @@ int ms__snapshot_fill_stacks(const ms_snapshot_t *csnap, const size_t *trace_idx
   if (!d || d->loc.n == 0 || n == 0) return MS_OK;
   ms_snapshot_t *snap = (ms_snapshot_t *)(uintptr_t)csnap; /* the part its load left for later */
   size_t nw = 0;
-  for (size_t i = 0; i < n; i++) nw += df_loc(&d->loc, trace_idx[i]) != 0;
+  for (size_t i = 0; i < n; i++)
+    nw += df_loc(&d->loc, trace_idx[i]) != 0;
   if (nw == 0) return MS_OK;
   MS_FORWARD_IF_ERROR(df_same_file(d, eb));
   /* in the file's order, so that neighbouring runs come from one read */

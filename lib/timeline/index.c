@@ -806,33 +806,41 @@ static int tl_ws_from_state(const ms_timeline_t *tl, const ms_tl_state_t *st, tl
 }
 
 /* A snapshot read with MS_LOAD_DEFER_STACKS: the index's blocks were made before their alloc's
- * stack was read; st's blocks read theirs now (snapshot/deferred.h) and take them. A state
- * advanced from one already done has at most its new block to look at: nothing is allocated or
- * read for the others. */
-static bool tl_needs_stack(const tl_dev_t *d, const ms_tl_block_t *b) {
-  return b->alloc_entry >= 0 && b->stack == MS_SNAP_NO_STACK && (size_t)b->alloc_entry < d->n;
+ * stack was read; st's blocks read theirs now (snapshot/deferred.h) and take them. A block alive
+ * at the end has the snapshot's stack already, and its alloc entry reads its own too (what reads
+ * a block's stack through its alloc entry, the classifier's sources, finds it). A state advanced
+ * from one already done has at most its new block to look at: nothing is allocated or read for
+ * the others. */
+static bool tl_entry_unread(const tl_dev_t *d, const ms_tl_block_t *b) {
+  return b->alloc_entry >= 0 && (size_t)b->alloc_entry < d->n &&
+         (b->stack == MS_SNAP_NO_STACK ||
+          (d->trace[b->alloc_entry].stack == MS_SNAP_NO_STACK &&
+           (d->trace[b->alloc_entry].present & MS_TRACE_HAS_FRAMES)));
 }
 
 static int tl_state_restack(const ms_timeline_t *tl, ms_tl_state_t *st) {
   if (!ms__snapshot_defers(tl->snap)) return MS_OK;
   const tl_dev_t *d = &tl->dev[st->device];
   size_t n = 0;
-  for (size_t i = 0; i < st->nblocks; i++) n += tl_needs_stack(d, &st->blocks[i]);
+  for (size_t i = 0; i < st->nblocks; i++)
+    n += tl_entry_unread(d, &st->blocks[i]);
   if (n == 0) return MS_OK;
   if (ms__snapshot_has_deferred(tl->snap)) {
     size_t base = (size_t)(d->trace - tl->snap->trace), k = 0;
     size_t *want = malloc(n * sizeof *want);
     if (!want) return MS_ENOMEM;
     for (size_t i = 0; i < st->nblocks; i++)
-      if (tl_needs_stack(d, &st->blocks[i])) want[k++] = base + (size_t)st->blocks[i].alloc_entry;
+      if (tl_entry_unread(d, &st->blocks[i])) want[k++] = base + (size_t)st->blocks[i].alloc_entry;
     ms_errbuf_t eb;
     int rc = ms__snapshot_fill_stacks(tl->snap, want, n, &eb);
     free(want);
     if (rc != MS_OK) return rc;
   }
-  for (size_t i = 0; i < st->nblocks; i++)
-    if (tl_needs_stack(d, &st->blocks[i]))
-      st->blocks[i].stack = d->trace[st->blocks[i].alloc_entry].stack;
+  for (size_t i = 0; i < st->nblocks; i++) {
+    ms_tl_block_t *b = &st->blocks[i];
+    if (b->alloc_entry >= 0 && b->stack == MS_SNAP_NO_STACK && (size_t)b->alloc_entry < d->n)
+      b->stack = d->trace[b->alloc_entry].stack;
+  }
   return MS_OK;
 }
 
