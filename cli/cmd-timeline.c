@@ -498,10 +498,11 @@ int cmd_timeline(int argc, char **argv) {
   }
   ms_snapshot_t *snap = NULL;
   /* the trace is read through the time index, which never uses free_requested's stacks; for
-   * --range's window unless categories are asked for (they need every allocation's stack). The
+   * --range's window unless categories are asked for (their phases need the whole trace). The
    * report needs the stacks of the blocks alive at its peaks only: the others are never read
-   * (MS_LOAD_DEFER_STACKS; the viewer's data and categories need them all) */
-  unsigned flags = MS_LOAD_NO_FREE_STACKS | (viewer || t.by_s ? 0 : MS_LOAD_DEFER_STACKS);
+   * (MS_LOAD_DEFER_STACKS; the categories read every allocation's frames from the file without
+   * keeping its stack; the viewer's data needs them all) */
+  unsigned flags = MS_LOAD_NO_FREE_STACKS | (viewer ? 0 : MS_LOAD_DEFER_STACKS);
   if ((rc = cli_load_range(file, flags, t.by_s ? NULL : &ta, &snap)) != CLI_OK) {
     cli_answer_close(&c, rc, NULL);
     return rc;

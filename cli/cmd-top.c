@@ -327,9 +327,10 @@ static int top_answer(const top_req_t *q, FILE *out, ms_cache_key_t *loaded) {
   memset(loaded, 0, sizeof *loaded);
   ms_snapshot_t *snap = NULL;
   /* the trace is read through the time index, which never uses free_requested's stacks; for
-   * --range's window unless categories are shown (they need every allocation's stack); without
-   * them, a moment's blocks take their stacks from the file when they are grouped */
-  unsigned flags = MS_LOAD_NO_FREE_STACKS | (q->classify ? 0 : MS_LOAD_DEFER_STACKS);
+   * --range's window unless categories are shown (their phases need the whole trace). A
+   * moment's blocks take their stacks from the file when they are grouped, and the categories
+   * read every allocation's frames from it without keeping its stack */
+  unsigned flags = MS_LOAD_NO_FREE_STACKS | MS_LOAD_DEFER_STACKS;
   int rc = cli_load_range(q->file, flags, q->classify ? NULL : &q->ta, &snap);
   if (rc != CLI_OK) return rc;
   const char *name = cli_display_name(q->file);

@@ -333,6 +333,11 @@ static int report_json(const char *names[2], const char *at[2], const ms_compare
 /* One side of a comparison of two files: read, indexed (through the snapshot cache, as
  * timeline's) and reduced into the comparison (cli_two_sides: on a thread of its own when both
  * files are read at once). */
+/* How compare reads a file: the time index never reads free_requested's stacks; the blocks of
+ * the moments compared take theirs from the file, and the classifier reads every allocation's
+ * frames from it without keeping its stack (MS_LOAD_DEFER_STACKS). */
+#define CLI_COMPARE_LOAD (MS_LOAD_NO_FREE_STACKS | MS_LOAD_DEFER_STACKS)
+
 typedef struct report_side_s {
   const char *path;
   ms_compare_build_t *b;
@@ -345,7 +350,7 @@ static bool report_side_run(void *ctx, int k) {
   report_side_t *s = (report_side_t *)ctx + k;
   ms_snapshot_t *snap = NULL;
   s->err = MS_OK;
-  s->rc = cli_load_keyed(s->path, MS_LOAD_NO_FREE_STACKS, &snap, &s->key);
+  s->rc = cli_load_keyed(s->path, CLI_COMPARE_LOAD, &snap, &s->key);
   if (s->rc == CLI_OK) {
     /* the index through the snapshot cache, as timeline's (none: compare builds it, and reports
      * its errors) */
@@ -404,7 +409,7 @@ static int report_run_two(const char *paths[2], const char *names[2], const ms_c
 static int report_run_one(const char *path, const char *names[2], const ms_compare_options_t *o,
                           ms_compare_t **c, ms_cache_key_t loaded[2]) {
   ms_snapshot_t *snap = NULL;
-  int rc = cli_load_ex(path, MS_LOAD_NO_FREE_STACKS, &snap);
+  int rc = cli_load_ex(path, CLI_COMPARE_LOAD, &snap);
   if (rc != CLI_OK) return rc;
   if (cli_cache_key(snap)) loaded[0] = loaded[1] = *cli_cache_key(snap);
   cli_progress_start("comparing '%s' and '%s'", names[0], names[1]);
