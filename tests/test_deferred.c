@@ -8,7 +8,8 @@
  * over is still the one read; standard input and the snapshot cache never defer; a window of the
  * trace (--range) leaves the stacks before its end for later, and has none after it. The places
  * of the records left for later keep across the array's growths, and no record is taken for one
- * that was never noted.
+ * that was never noted. The classifier's scan of the records left for later (without interning)
+ * sees each run's frames, and fails as a fill fails on a run changed under the same identity.
  */
 #include <criterion/criterion.h>
 #include <fcntl.h>
@@ -378,11 +379,29 @@ Test(deferred_cli, the_same_answers_as_a_full_read) {
   cr_assert_gt(th_dir_count(th_cache_dir()), 0, "the cache was used");
 }
 
+/* What a scan (ms__snapshot_scan_deferred) was shown: its frames, each one of the snapshot's. */
+typedef struct scan_seen_s {
+  const ms_snapshot_t *s;
+  size_t records, frames;
+} scan_seen_t;
+
+static int count_frames(void *ctx, size_t rec, const uint32_t *fr, uint32_t n) {
+  scan_seen_t *c = ctx;
+  cr_assert_lt(rec, c->s->ntrace);
+  cr_assert_gt(n, 0);
+  for (uint32_t k = 0; k < n; k++)
+    cr_assert_lt(fr[k], c->s->nframes);
+  c->records++;
+  c->frames += n;
+  return MS_OK;
+}
+
 /* A run whose bytes changed under the same identity (the file removed, so its change time no
  * longer counts, then written through a descriptor opened before, its modification time put
  * back): every byte of the run and the APPENDS after it, each replaced by hostile values, and
  * the file cut at each of them. The fill reads some stack or says the frames are not those read
- * (MS_EFORMAT), or that the file changed (MS_EIO), and never crashes or reads out of bounds. */
+ * (MS_EFORMAT), or that the file changed (MS_EIO), and never crashes or reads out of bounds; the
+ * classifier's scan of the same run (ms__snapshot_scan_deferred) answers as the fill does. */
 Test(deferred, a_run_changed_under_the_same_identity) {
   char *dir = th_tmpdir(), path[4200];
   snprintf(path, sizeof path, "%s/two.pickle", dir);
@@ -407,10 +426,20 @@ Test(deferred, a_run_changed_under_the_same_identity) {
       struct timespec ts[2] = {st.st_atim, st.st_mtim};
       cr_assert_eq(futimens(fd, ts), 0);
       size_t one = 1;
+      scan_seen_t seen = {b, 0, 0};
       ms_errbuf_t eb = {{0}};
+      /* the classifier's scan first (it reads the run without interning it), then a fill */
+      int sc = ms__snapshot_scan_deferred(b, count_frames, &seen, &eb);
+      cr_assert(sc == MS_OK || sc == MS_EFORMAT || sc == MS_EIO, "scan: byte %zu value %zu: %d", k,
+                v, sc);
+      if (sc == MS_EFORMAT)
+        cr_assert(strstr(eb.msg, "are no longer those read: the file changed"), "%s", eb.msg);
+      cr_assert(ms__snapshot_has_deferred(b), "a scan reads nothing into the snapshot");
+      eb.msg[0] = 0;
       int rc = ms__snapshot_fill_stacks(b, &one, 1, &eb);
       cr_assert(rc == MS_OK || rc == MS_EFORMAT || rc == MS_EIO, "byte %zu value %zu: %d", k, v,
                 rc);
+      cr_assert_eq(sc, rc, "the scan and the fill agree: byte %zu value %zu", k, v);
       if (v == sizeof hostile) cr_assert_eq(rc, MS_EIO, "cut at %zu: %s", k, eb.msg);
       if (rc == MS_EFORMAT)
         cr_assert(strstr(eb.msg, "are no longer those read: the file changed"), "%s", eb.msg);
@@ -440,6 +469,10 @@ Test(deferred, long_runs) {
     cr_assert_eq(ms__snapshot_has_deferred(b), lens[i] < 65536, "%zu gets", lens[i]);
     size_t one = 1;
     ms_errbuf_t eb = {{0}};
+    scan_seen_t seen = {b, 0, 0};
+    cr_assert_eq(ms__snapshot_scan_deferred(b, count_frames, &seen, &eb), MS_OK, "%s", eb.msg);
+    cr_assert_eq(seen.records, lens[i] < 65536 ? 1 : 0, "%zu gets", lens[i]);
+    cr_assert_eq(seen.frames, lens[i] < 65536 ? lens[i] : 0, "%zu gets", lens[i]);
     cr_assert_eq(ms__snapshot_fill_stacks(b, &one, 1, &eb), MS_OK, "%zu gets: %s", lens[i], eb.msg);
     cr_assert_eq(b->stacks[b->trace[1].stack].nframes, lens[i]);
     same_entries(a, b, path);
