@@ -211,10 +211,10 @@ static bool check_side_run(void *ctx, int k) {
   check_side_t *s = (check_side_t *)ctx + k;
   ms_cache_key_t key;
   /* the categories read every allocation's frames from the file, the sources of an excess the
-   * stacks of the blocks that show it (MS_LOAD_DEFER_STACKS) */
-  if (cli_load_keyed(s->path, MS_LOAD_NO_FREE_STACKS | MS_LOAD_DEFER_STACKS, &s->snap, &key) !=
-      CLI_OK)
-    return false;
+   * stacks of the blocks that show it (MS_LOAD_DEFER_STACKS); a replay reads the allocations'
+   * stacks (what released a burst of segments) */
+  unsigned flags = MS_LOAD_NO_FREE_STACKS | (s->go->replay ? 0 : MS_LOAD_DEFER_STACKS);
+  if (cli_load_keyed(s->path, flags, &s->snap, &key) != CLI_OK) return false;
   ms_errbuf_t eb = {{0}};
   int err = ms_gate_figures(s->snap, s->go, &s->f, &eb);
   if (err == MS_OK) return true;

@@ -288,9 +288,10 @@ int cmd_explain(int argc, char **argv) {
                   NULL);
   if (cli_answer_serve(&ans)) return CLI_OK;
   ms_snapshot_t *snap = NULL;
-  /* the stacks of the blocks it names are read from the file when it names them, and the
-   * categories read every allocation's frames from it (MS_LOAD_DEFER_STACKS) */
-  if ((rc = cli_load_ex(pos[0], MS_LOAD_NO_FREE_STACKS | MS_LOAD_DEFER_STACKS, &snap)) != CLI_OK) {
+  /* every stack read with the trace: the remedies' replays compare the allocations' stacks (what
+   * released a burst of segments), and the holders of equal bytes are in the order of their
+   * stacks' ids */
+  if ((rc = cli_load_ex(pos[0], MS_LOAD_NO_FREE_STACKS, &snap)) != CLI_OK) {
     cli_answer_close(&ans, rc, NULL);
     return rc;
   }

@@ -356,6 +356,7 @@ Test(deferred_cli, the_same_answers_as_a_full_read) {
       {"timeline", "--by", "category", "--json", NULL},
       {"compare", "@", "--json", NULL},
       {"compare", "--at", "1", "--at", "end", NULL},
+      {"check", "--limit", "peak_allocated<=1KiB", "--limit", "peak_activation<=1KiB"},
   };
   const char *const off[] = {"MEMSNAP_CACHE=0", NULL};
   for (size_t f = 0; f < n; f++) {
