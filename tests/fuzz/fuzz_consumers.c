@@ -12,7 +12,9 @@
  * in, with standard output sent to /dev/null): `stats`, `stats --summary`, `stats --json`, `trace`,
  *    `trace --json`, `top`, `explain --no-replay --json`, `timeline --steps` (text and `--json`);
  *  - the answers: explain (without and, for short traces, with its remedies' replays), the
- *    capacity and the OOMs of every device, the annotation ranges.
+ *    capacity and the OOMs of every device, the annotation ranges;
+ *  - the file read with its trace stacks left for later: the classifier, which reads every
+ *    allocation's frames from the file again, and its rows at the end.
  * Each answers MS_OK or a described error (the CLI: exit status 0 or 1, never 2 for a file it
  * could read), never a crash, a leak or a hang. Work is bounded by the input (-max_len) and by the
  * replay's limits here.
@@ -31,6 +33,7 @@
 #include "../../cli/cli.h"
 #include "common/internal.h"
 #include "fuzz_util.h"
+#include "memsnap/attribution.h"
 #include "memsnap/explain.h"
 #include "memsnap/export.h"
 #include "memsnap/replay.h"
@@ -233,6 +236,35 @@ static void answers(const ms_snapshot_t *s) {
   }
 }
 
+/* ---- the stacks left for later ------------------------------------------------------------- */
+
+/* The file at fz_path read with its trace stacks left for later (a pickle read in place), then
+ * what reads them: the classifier (which reads every allocation's frames from the file again),
+ * its rows by source at the end (which read the stacks of the blocks alive then), and a state. */
+static void deferred(void) {
+  ms_snapshot_t *s = NULL;
+  ms_errbuf_t eb = {{0}};
+  if (ms_snapshot_load_ex(fz_path, MS_LOAD_NO_FREE_STACKS | MS_LOAD_DEFER_STACKS, &s, &eb) != MS_OK)
+    return;
+  ms_timeline_t *tl = NULL;
+  ms_attr_t *a = NULL;
+  if (ms_timeline_create(s, NULL, &tl, &eb) == MS_OK) {
+    int rc = ms_attr_create(s, tl, NULL, &a, &eb);
+    FZ_CHECK(rc == MS_OK || rc == MS_EFORMAT || rc == MS_EIO || rc == MS_ENOMEM,
+             "classifier of a deferred read: %d %s", rc, eb.msg);
+    for (size_t d = 0; a && d < ms_timeline_ndevices(tl); d++) {
+      ms_attr_rows_t r = {0};
+      rc = ms_attr_aggregate(a, d, ms_timeline_nentries(tl, d), NULL, MS_ATTR_BY_SOURCE, &r);
+      FZ_CHECK(rc == MS_OK || rc == MS_EIO || rc == MS_EFORMAT || rc == MS_ENOMEM,
+               "rows of a deferred read: %d", rc);
+      ms_attr_rows_free(&r);
+    }
+  }
+  ms_attr_destroy(a);
+  ms_timeline_destroy(tl);
+  ms_snapshot_free(s);
+}
+
 /* ---- the CLI's commands --------------------------------------------------------------------- */
 
 static void cli(const uint8_t *data, size_t size) {
@@ -243,9 +275,13 @@ static void cli(const uint8_t *data, size_t size) {
     unlink(fz_path);
     return;
   }
-  static const char *const cmds[][4] = {{"stats", NULL},           {"stats", "--summary", NULL},
-                                        {"stats", "--json", NULL}, {"trace", NULL},
-                                        {"trace", "--json", NULL}, {"top", NULL},
+  deferred();
+  static const char *const cmds[][4] = {{"stats", NULL},
+                                        {"stats", "--summary", NULL},
+                                        {"stats", "--json", NULL},
+                                        {"trace", NULL},
+                                        {"trace", "--json", NULL},
+                                        {"top", NULL},
                                         {"explain", "--no-replay", "--json", NULL},
                                         {"timeline", "--steps", NULL},
                                         {"timeline", "--steps", "--json", NULL}};
