@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT
  * The classifier on a snapshot whose trace stacks were left for later (MS_LOAD_DEFER_STACKS,
- * lib/attribution/classify.c's attr_stacks_deferred): it reads those allocations' frames from the
+ * lib/attribution/stacks.c's attr_stacks_deferred): it reads those allocations' frames from the
  * file again without interning their stacks, and answers as on a snapshot read in full. For every
  * fixture and three rule sets (the defaults: two words of patterns; one word; four words, so that
  * each of the pattern-set loops runs), what th_attr_same compares: every alloc entry's category,

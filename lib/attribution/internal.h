@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT
  * memsnap core: the classifier's internals (memsnap/attribution.h). rules.c: the rules text (the
- * defaults and the parser) and glob matching; classify.c: per-frame and per-stack features, the
- * phase spans of each device, a block's category, the category series; source.c: the source of
- * a stack and the rows of ms_attr_aggregate.
+ * defaults and the parser) and glob matching; stacks.c: per-frame and per-stack features;
+ * classify.c: the phase spans of each device, a block's category, the category series; source.c:
+ * the source of a stack and the rows of ms_attr_aggregate.
  */
 #ifndef MEMSNAP_LIB_ATTRIBUTION_INTERNAL_H
 #define MEMSNAP_LIB_ATTRIBUTION_INTERNAL_H
@@ -214,13 +214,22 @@ int ms__attr_create_ex(const ms_snapshot_t *snap, const ms_timeline_t *tl,
                        const ms_attr_config_t *cfg, bool sources, ms_attr_t **out,
                        ms_errbuf_t *eb);
 
-/* classify.c */
+/* stacks.c */
 int ms__attr_frames(ms_attr_t *a);
 /* Every allocation stack's pattern set (sset) and, with sources, its source (ssrc, sop, smulti:
  * as ms__attr_sources gives them; src_state set). A snapshot read with stacks left for later has
  * those records read from its file again (eset, dfirst, dmulti): MS_EIO or MS_EFORMAT (eb says
  * why) when the file changed since. */
 int ms__attr_stacks(ms_attr_t *a, bool sources, ms_errbuf_t *eb);
+/* The rules whose frame conditions pattern set `set` meets (bits: a->rw words); @return the phase
+ * the phase rules give it (ATTR_PH_UNSET: none). */
+uint8_t ms__attr_set_eval(const ms_attr_t *a, const uint64_t *set, uint64_t *bits);
+/* The pattern set of stack st (the union of its frames'); with src, also its source and op frame
+ * (*src, *op: the frames up to its first Python frame). */
+void ms__attr_stack_set(const ms_attr_t *a, uint32_t st, uint64_t *set, uint32_t *src,
+                        uint32_t *op);
+
+/* classify.c */
 int ms__attr_spans(ms_attr_t *a);
 /* The category of a block by its lifetime; stack = its allocation stack (NO_STACK: none). */
 ms_category ms__attr_classify(const ms_attr_t *a, size_t dev, int64_t alloc_entry,
