@@ -56,8 +56,6 @@ typedef struct deferred_s {
   off_t size;
   struct timespec mtime, ctime;
   ms__defer_locs_t loc; /* the records still to read */
-  uint32_t *memo, *frame; /* memo index -> frame index, by memo index */
-  size_t nf;
   df_slot_t *htab; /* 1 << (32 - hshift) slots */
   unsigned hshift;
   /* the stack table, as it grows: the arrays in the snapshot now and their capacity */
@@ -96,8 +94,6 @@ static void df_free(ms_snapshot_t *snap, void *ext) {
   free(d->old);
   if (d->fd >= 0) close(d->fd);
   ms__defer_locs_free(&d->loc);
-  free(d->memo);
-  free(d->frame);
   free(d->htab);
   free(d->tab);
   free(d->buf);
@@ -153,24 +149,21 @@ static size_t df_hslot(uint32_t idx, unsigned shift) {
   return (size_t)((uint32_t)(idx * 0x9E3779B1u) >> shift);
 }
 
-/* The memo index -> frame table from the pairs d->memo, d->frame. */
-static int df_htab_build(deferred_t *d) {
+/* The memo index -> frame table from the nf pairs memo[i], frame[i]. */
+static int df_htab_build(deferred_t *d, const uint32_t *memo, const uint32_t *frame, size_t nf) {
   unsigned bits = 4;
-  while (bits < 31 && ((size_t)1 << bits) < 2 * d->nf)
+  while (bits < 31 && ((size_t)1 << bits) < 2 * nf)
     bits++;
   size_t n = (size_t)1 << bits;
   if (!(d->htab = malloc(n * sizeof *d->htab))) return MS_ENOMEM;
   memset(d->htab, 0xff, n * sizeof *d->htab);
   d->hshift = 32 - bits;
-  for (size_t i = 0; i < d->nf; i++) {
-    size_t j = df_hslot(d->memo[i], d->hshift);
+  for (size_t i = 0; i < nf; i++) {
+    size_t j = df_hslot(memo[i], d->hshift);
     while (d->htab[j].idx != DF_EMPTY_IDX)
       j = (j + 1) & (n - 1);
-    d->htab[j] = (df_slot_t){d->memo[i], d->frame[i]};
+    d->htab[j] = (df_slot_t){memo[i], frame[i]};
   }
-  free(d->memo); /* the table says it all */
-  free(d->frame);
-  d->memo = d->frame = NULL;
   return MS_OK;
 }
 
@@ -181,8 +174,7 @@ int ms__deferred_attach(ms_snapshot_t *snap, int fd, uint64_t size, ms__defer_lo
   if (d) {
     d->fd = -1;
   }
-  if (!d || (nf && (!(d->memo = malloc(nf * sizeof *memo)) ||
-                    !(d->frame = malloc(nf * sizeof *frame))))) {
+  if (!d || df_htab_build(d, memo, frame, nf) != MS_OK) {
     df_free(snap, d);
     ms__defer_locs_free(locs);
     return ms__errbuf_set(eb, MS_ENOMEM, "out of memory");
@@ -201,16 +193,6 @@ int ms__deferred_attach(ms_snapshot_t *snap, int fd, uint64_t size, ms__defer_lo
                           "read error: the file changed while it was read (it had %" PRIu64
                           " bytes when the read began)",
                           size);
-  }
-  if (nf) {
-    memcpy(d->memo, memo, nf * sizeof *memo);
-    memcpy(d->frame, frame, nf * sizeof *frame);
-  }
-  d->nf = nf;
-  if (df_htab_build(d) != MS_OK) {
-    df_free(snap, d);
-    ms__defer_locs_free(locs);
-    return ms__errbuf_set(eb, MS_ENOMEM, "out of memory");
   }
   d->dev = st.st_dev;
   d->ino = st.st_ino;
