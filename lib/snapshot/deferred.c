@@ -27,6 +27,7 @@
 
 #include "common/hash.h"
 #include "common/internal.h"
+#include "memsnap/serialize.h"
 #include "model/snapbuild.h"
 #include "snapshot/deferred.h"
 
@@ -70,6 +71,8 @@ typedef struct deferred_s {
   unsigned char *buf; /* DF_CHUNK bytes of the file from buf_off, buf_len of them read */
   size_t bufcap, buf_len;
   uint64_t buf_off;
+  void *kept; /* what a watch of the read found (ms__snapshot_defer_keep), freed with kept_free */
+  void (*kept_free)(void *);
 } deferred_t;
 
 static void df_free(ms_snapshot_t *snap, void *ext) {
@@ -93,6 +96,7 @@ static void df_free(ms_snapshot_t *snap, void *ext) {
     free(d->old[i]); /* only copies are kept here: the originals went back above */
   free(d->old);
   if (d->fd >= 0) close(d->fd);
+  if (d->kept_free) d->kept_free(d->kept);
   ms__defer_locs_free(&d->loc);
   free(d->htab);
   free(d->tab);
@@ -218,6 +222,42 @@ static deferred_t *df_of(const ms_snapshot_t *snap) {
 
 bool ms__snapshot_defers(const ms_snapshot_t *snap) {
   return snap && df_of(snap) != NULL;
+}
+
+bool ms__snapshot_defer_keep(ms_snapshot_t *snap, void *p, void (*free_fn)(void *)) {
+  deferred_t *d = snap ? df_of(snap) : NULL;
+  if (!d) return false;
+  if (d->kept_free) d->kept_free(d->kept);
+  d->kept = p;
+  d->kept_free = free_fn;
+  return true;
+}
+
+void *ms__snapshot_defer_kept(const ms_snapshot_t *snap) {
+  const deferred_t *d = snap ? df_of(snap) : NULL;
+  return d ? d->kept : NULL;
+}
+
+/* The calling thread's watch (ms__snapshot_load_watched): the readers' signatures stay as they
+ * are, as with a load's window (load_window.c). */
+static __thread ms__defer_watch_fn *watch_fn;
+static __thread void *watch_ctx;
+
+ms__defer_watch_fn *ms__defer_watch_current(void **ctx) {
+  *ctx = watch_ctx;
+  return watch_fn;
+}
+
+int ms__snapshot_load_watched(const char *path, unsigned flags, ms__defer_watch_fn *fn, void *ctx,
+                              ms_snapshot_t **out, ms_errbuf_t *eb) {
+  ms__defer_watch_fn *saved_fn = watch_fn;
+  void *saved_ctx = watch_ctx;
+  watch_fn = fn;
+  watch_ctx = ctx;
+  int rc = ms_snapshot_load_ex(path, flags, out, eb);
+  watch_fn = saved_fn;
+  watch_ctx = saved_ctx;
+  return rc;
 }
 
 bool ms__snapshot_has_deferred(const ms_snapshot_t *snap) {

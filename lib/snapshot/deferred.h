@@ -69,4 +69,31 @@ typedef int ms__deferred_visit_fn(void *ctx, size_t rec, const uint32_t *frames,
 int ms__snapshot_scan_deferred(const ms_snapshot_t *snap, ms__deferred_visit_fn *fn, void *ctx,
                                ms_errbuf_t *eb);
 
+/* ---- watching a deferred read ---------------------------------------------------------------
+ * A classifier needs the frames of every allocation; a read that leaves their stacks for later
+ * has them in hand once, as it reads each record. A watch is shown them then, so that the file
+ * need not be read again (ms__snapshot_scan_deferred) for that. */
+
+/* Record rec is left for later; its frames are frames[0..n) (n >= 1), indices into ftab[0..nftab),
+ * the frames read so far (the snapshot's frame indices; ftab is valid during the call only). */
+typedef void ms__defer_watch_fn(void *ctx, size_t rec, const uint32_t *frames, uint32_t n,
+                                const ms_snap_frame_t *ftab, size_t nftab);
+
+/* ms_snapshot_load_ex(path, flags, out, eb) with fn shown every record the read leaves for later
+ * (flags must hold MS_LOAD_DEFER_STACKS for there to be any), as it reads them, on the calling
+ * thread. A read that fails and is made again without leaving stacks for later (a trace that
+ * cannot be read so) shows nothing more: what fn saw then is of no snapshot, and the snapshot
+ * returned has no record left for later (ms__snapshot_defers is false). */
+int ms__snapshot_load_watched(const char *path, unsigned flags, ms__defer_watch_fn *fn, void *ctx,
+                              ms_snapshot_t **out, ms_errbuf_t *eb);
+/* The watch of the calling thread's read (NULL: none), and its context (pickle_drop.c). */
+ms__defer_watch_fn *ms__defer_watch_current(void **ctx);
+
+/* Gives a snapshot read with stacks left for later p, what a watch of its read found, freed with
+ * free_fn when the snapshot is (a companion kept before is freed now). false when snap was not
+ * read so (p is then not taken). */
+bool ms__snapshot_defer_keep(ms_snapshot_t *snap, void *p, void (*free_fn)(void *));
+/* The companion ms__snapshot_defer_keep gave snap (NULL: none). */
+void *ms__snapshot_defer_kept(const ms_snapshot_t *snap);
+
 #endif /* MEMSNAP_LIB_SNAPSHOT_DEFERRED_H */

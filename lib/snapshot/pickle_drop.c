@@ -145,6 +145,7 @@ void ms__pickle_drop_init(rd_t *r, unsigned flags) {
    * before its end: those after it have none) */
   r->defer = !r->skip_trace && (flags & MS_LOAD_DEFER_STACKS) &&
              !(flags & MS_LOAD_NO_TRACE_STACKS) && r->map_fd >= 0;
+  r->watch = r->defer ? ms__defer_watch_current(&r->watch_ctx) : NULL;
 }
 
 void ms__pickle_drop_release(rd_t *r) {

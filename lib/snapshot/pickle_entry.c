@@ -385,6 +385,12 @@ static int en_apply_fields(rd_t *r, uint32_t did, uint32_t lid, const ms_snap_tr
      * full; the entry's own stack is not left out) */
     bool later = !drop && r->defer && t->action == MS_TRACE_ALLOC &&
                  ms__pickle_defer_note(r, rec, f->frames_off);
+    if (later && r->watch) { /* its frames, at the tail, shown before they are dropped */
+      uint32_t *tail = NULL;
+      int rc = rd_tail(r, r->fbuf_len, 0, &tail);
+      if (rc != MS_OK) return ms__pickle_err(r, rc, "cannot store a stack: %s", ms_strerror(rc));
+      r->watch(r->watch_ctx, rec, tail, (uint32_t)r->fbuf_len, r->b.frames.ptr, r->b.frames.len);
+    }
     r->objs.ptr[lid].flags |= OF_USED;
     ms__pickle_frames_stored(r, did, lid);
     if (!drop && !later) {

@@ -389,6 +389,8 @@ typedef struct rd_s {
   bool defer;
   bool defer_broken; /* a memo entry that held a frame dict was stored again */
   ms__defer_locs_t dloc;
+  ms__defer_watch_fn *watch; /* shown each record left for later (NULL: none) */
+  void *watch_ctx;
   struct ms__load_window_s *window; /* ms__load_window_current() when the read began */
   /* the last action strings parsed and their actions: an entry's action is a memo get of one
    * of a few stored strings, whose text never changes (pickle_schema.c, rd_action) */
