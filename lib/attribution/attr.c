@@ -62,13 +62,8 @@ int ms__attr_create_ex(const ms_snapshot_t *snap, const ms_timeline_t *tl,
   pthread_mutex_init(&a->src_mu, NULL);
   pthread_mutex_init(&a->ecat_mu, NULL);
   atomic_init(&a->ndirect, 0);
-  int rc = MS_OK;
-  if (cfg->rules)
-    rc = ms__attr_rules_parse(&a->rules, cfg->rules, cfg->rules_len, cfg->rules_name, eb);
-  if (rc == MS_OK && (!cfg->rules || (!cfg->replace && !a->rules.no_defaults))) {
-    const char *d = ms_attr_default_rules();
-    rc = ms__attr_rules_parse(&a->rules, d, strlen(d), "default rules", eb);
-  }
+  int rc = ms__attr_rules_load(&a->rules, cfg, eb);
+  if (rc == MS_OK) a->seed = ms__attr_seed_match(snap, cfg);
   if (rc == MS_OK) rc = ms__attr_frames(a);
   if (rc == MS_OK) rc = ms__attr_stacks(a, sources, eb);
   if (rc == MS_OK) rc = ms__attr_spans(a);
@@ -80,6 +75,16 @@ int ms__attr_create_ex(const ms_snapshot_t *snap, const ms_timeline_t *tl,
   }
   *out = a;
   return MS_OK;
+}
+
+int ms__attr_rules_load(attr_rules_t *r, const ms_attr_config_t *cfg, ms_errbuf_t *eb) {
+  int rc = MS_OK;
+  if (cfg->rules) rc = ms__attr_rules_parse(r, cfg->rules, cfg->rules_len, cfg->rules_name, eb);
+  if (rc == MS_OK && (!cfg->rules || (!cfg->replace && !r->no_defaults))) {
+    const char *d = ms_attr_default_rules();
+    rc = ms__attr_rules_parse(r, d, strlen(d), "default rules", eb);
+  }
+  return rc;
 }
 
 /* ---- the category series ------------------------------------------------------------------- */

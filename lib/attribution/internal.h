@@ -76,6 +76,17 @@ typedef struct attr_rules_s {
   bool no_defaults; /* a `defaults none` line was read */
 } attr_rules_t;
 
+/* The words of a pattern set that rules r need (at least one). */
+static inline size_t attr_pattern_words(const attr_rules_t *r) {
+  return r->npat ? (r->npat + 63) / 64 : 1;
+}
+
+static inline bool attr_set_eq(const uint64_t *x, const uint64_t *y, size_t pw) {
+  for (size_t w = 0; w < pw; w++)
+    if (x[w] != y[w]) return false;
+  return true;
+}
+
 /* Parses text (len bytes) into r, appending to what r holds. name is used in messages.
  * @return MS_OK, MS_EINVAL or MS_ELIMIT (eb: "NAME:LINE: what"), MS_ENOMEM. */
 int ms__attr_rules_parse(attr_rules_t *r, const char *text, size_t len, const char *name,
@@ -114,6 +125,9 @@ enum {
   ATTR_F_OP = 1u << 3,     /* at::_ops::OP::call */
 };
 
+/* What a read found of the records whose stacks it left for later, for one rules text (seed.c). */
+typedef struct attr_seed_s attr_seed_t;
+
 struct ms_attr_s {
   const ms_snapshot_t *snap;
   const ms_timeline_t *tl;
@@ -146,6 +160,8 @@ struct ms_attr_s {
   uint32_t *eset;
   uint32_t *dfirst;
   uint8_t *dmulti;
+  attr_seed_t *seed; /* what the read found of those records for these rules (seed.c), while the
+                        classifier is made; NULL: they are read from the file again */
   attr_dev_t *dev;
   size_t ndev;
   /* The entries' categories (attr_dev_t.ecat) are built on first whole-trace use, under ecat_mu;
@@ -214,8 +230,42 @@ int ms__attr_create_ex(const ms_snapshot_t *snap, const ms_timeline_t *tl,
                        const ms_attr_config_t *cfg, bool sources, ms_attr_t **out,
                        ms_errbuf_t *eb);
 
+/* The rules of cfg: its text, then the default rules unless it replaces them (attr.c). */
+int ms__attr_rules_load(attr_rules_t *r, const ms_attr_config_t *cfg, ms_errbuf_t *eb);
+
+/* seed.c: the seed snap's read kept for the rules of cfg (NULL: none, or one for other rules, or
+ * one a classifier took already). */
+attr_seed_t *ms__attr_seed_match(const ms_snapshot_t *snap, const ms_attr_config_t *cfg);
+/* Gives a (its sets so far made by its snapshot's stacks) what seed z found: eset, dfirst,
+ * dmulti, its sets added in the order the records met them (*tab, *cap: a's lookup table, as
+ * ms__attr_set_index's). Once: z is taken. MS_ENOMEM. */
+int ms__attr_seed_take(ms_attr_t *a, attr_seed_t *z, uint32_t **tab, size_t *cap);
+
 /* stacks.c */
+
+/* Which patterns a function (name side: func= and the function of frame=) or a file (file side:
+ * file= and the file of frame=) matches, remembered by the string's address: a function or a file
+ * is one stored string shared by all of its frames, so each is matched once. */
+typedef struct attr_strbits_s {
+  const char **key; /* NULL: an empty slot */
+  uint64_t *bits;   /* pw words a slot */
+  size_t cap, len;
+} attr_strbits_t;
+void ms__attr_strbits_free(attr_strbits_t *m);
+/* Frame f's pattern set (set: a->pw words) and flags (ATTR_F_*) under a's rules; names and files
+ * remember what each string matched. false: out of memory. */
+bool ms__attr_frame_features(const ms_attr_t *a, const ms_snap_frame_t *f, attr_strbits_t *names,
+                             attr_strbits_t *files, uint64_t *set, uint8_t *flags);
+/* Every frame's features of a's snapshot (fpat, fflags). */
 int ms__attr_frames(ms_attr_t *a);
+/* The pattern set of frames fr[0..n) (indices into a->fpat and a->fflags), and with src, their
+ * source and op frame (as ms__attr_stack_set's for a stack of those frames). */
+void ms__attr_frames_set(const ms_attr_t *a, const uint32_t *fr, size_t n, uint64_t *set,
+                         uint32_t *src, uint32_t *op);
+/* The index of pattern set `set` among a's distinct sets, added (with its rules and phase) when
+ * new; *tab (*cap slots, grown here) is the lookup table. MS_ENOMEM. */
+int ms__attr_set_index(ms_attr_t *a, const uint64_t *set, uint32_t **tab, size_t *cap,
+                       uint32_t *out);
 /* Every allocation stack's pattern set (sset) and, with sources, its source (ssrc, sop, smulti:
  * as ms__attr_sources gives them; src_state set). A snapshot read with stacks left for later has
  * those records read from its file again (eset, dfirst, dmulti): MS_EIO or MS_EFORMAT (eb says

@@ -18,16 +18,7 @@
 
 /* ---- frames and stacks --------------------------------------------------------------------- */
 
-/* Which patterns a frame's function (name side: func= and the function of frame=) or its file
- * (file side: file= and the file of frame=) matches, remembered by the string's address: a
- * function or a file is one stored string shared by all of its frames (its other lines), so each
- * is matched against the patterns once. */
-typedef struct attr_strbits_s {
-  const char **key; /* NULL: an empty slot */
-  uint64_t *bits;   /* pw words a slot */
-  size_t cap, len;
-} attr_strbits_t;
-
+/* The patterns str matches: a function (file false) or a file (attr_strbits_t). */
 static void attr_strbits_match(const ms_attr_t *a, const char *str, bool file, uint64_t *bits) {
   memset(bits, 0, a->pw * sizeof *bits);
   for (size_t p = 0; p < a->rules.npat; p++) {
@@ -93,46 +84,51 @@ static bool attr_ends_with(const char *s, const char *suffix) {
   return a >= b && memcmp(s + a - b, suffix, b) == 0;
 }
 
+void ms__attr_strbits_free(attr_strbits_t *m) {
+  free(m->key);
+  free(m->bits);
+  *m = (attr_strbits_t){0};
+}
+
+bool ms__attr_frame_features(const ms_attr_t *a, const ms_snap_frame_t *f, attr_strbits_t *names,
+                             attr_strbits_t *files, uint64_t *set, uint8_t *flags) {
+  const uint64_t *nb = attr_strbits_get(a, names, f->name, false);
+  const uint64_t *fb = nb ? attr_strbits_get(a, files, f->filename, true) : NULL;
+  if (!nb || !fb) return false;
+  uint64_t frame_pat[ATTR_PW] = {0}; /* frame= patterns: both sides must match */
+  for (size_t p = 0; p < a->rules.npat; p++)
+    if (a->rules.pat[p].kind == ATTR_P_FRAME) frame_pat[p / 64] |= 1ull << (p % 64);
+  for (size_t w = 0; w < a->pw; w++)
+    set[w] = ((nb[w] | fb[w]) & ~frame_pat[w]) | (nb[w] & fb[w] & frame_pat[w]);
+  uint8_t fl = 0;
+  if (attr_ends_with(f->filename, ".py")) fl |= ATTR_F_PYTHON;
+  if (strncmp(f->name, "at::_ops::", 10) == 0 && strstr(f->name, "::call(")) fl |= ATTR_F_OP;
+  for (size_t r = 0; r < a->rules.nrules; r++) {
+    const attr_rule_t *ru = &a->rules.rules[r];
+    if (ru->kind == ATTR_R_SKIP && !(fl & ATTR_F_SKIP) && attr_set_holds(ru, set, a->pw))
+      fl |= ATTR_F_SKIP;
+    if (ru->kind == ATTR_R_PREFER && !(fl & ATTR_F_PREFER) && attr_set_holds(ru, set, a->pw))
+      fl |= ATTR_F_PREFER;
+  }
+  *flags = fl;
+  return true;
+}
+
 int ms__attr_frames(ms_attr_t *a) {
   const ms_snapshot_t *s = a->snap;
-  a->pw = (a->rules.npat + 63) / 64;
-  if (a->pw == 0) a->pw = 1;
+  a->pw = attr_pattern_words(&a->rules);
   size_t nf = s->nframes ? s->nframes : 1;
   a->fflags = calloc(nf, 1);
   a->fpat = calloc(nf * a->pw, sizeof *a->fpat);
   if (!a->fflags || !a->fpat) return MS_ENOMEM;
-  uint64_t frame_pat[ATTR_PW] = {0}; /* frame= patterns: both sides must match */
-  for (size_t p = 0; p < a->rules.npat; p++)
-    if (a->rules.pat[p].kind == ATTR_P_FRAME) frame_pat[p / 64] |= 1ull << (p % 64);
   attr_strbits_t names = {0}, files = {0};
   int rc = MS_OK;
-  for (size_t i = 0; i < s->nframes && rc == MS_OK; i++) {
-    const ms_snap_frame_t *f = &s->frames[i];
-    uint64_t *set = &a->fpat[i * a->pw];
-    const uint64_t *nb = attr_strbits_get(a, &names, f->name, false);
-    const uint64_t *fb = nb ? attr_strbits_get(a, &files, f->filename, true) : NULL;
-    if (!nb || !fb) {
+  for (size_t i = 0; i < s->nframes && rc == MS_OK; i++)
+    if (!ms__attr_frame_features(a, &s->frames[i], &names, &files, &a->fpat[i * a->pw],
+                                 &a->fflags[i]))
       rc = MS_ENOMEM;
-      break;
-    }
-    for (size_t w = 0; w < a->pw; w++)
-      set[w] = ((nb[w] | fb[w]) & ~frame_pat[w]) | (nb[w] & fb[w] & frame_pat[w]);
-    uint8_t fl = 0;
-    if (attr_ends_with(f->filename, ".py")) fl |= ATTR_F_PYTHON;
-    if (strncmp(f->name, "at::_ops::", 10) == 0 && strstr(f->name, "::call(")) fl |= ATTR_F_OP;
-    for (size_t r = 0; r < a->rules.nrules; r++) {
-      const attr_rule_t *ru = &a->rules.rules[r];
-      if (ru->kind == ATTR_R_SKIP && !(fl & ATTR_F_SKIP) && attr_set_holds(ru, set, a->pw))
-        fl |= ATTR_F_SKIP;
-      if (ru->kind == ATTR_R_PREFER && !(fl & ATTR_F_PREFER) && attr_set_holds(ru, set, a->pw))
-        fl |= ATTR_F_PREFER;
-    }
-    a->fflags[i] = fl;
-  }
-  free(names.key);
-  free(names.bits);
-  free(files.key);
-  free(files.bits);
+  ms__attr_strbits_free(&names);
+  ms__attr_strbits_free(&files);
   return rc;
 }
 
@@ -143,12 +139,6 @@ static uint64_t attr_set_hash(const uint64_t *set, size_t pw) {
   for (size_t w = 0; w < pw; w++)
     h = ms_hash_step(h, set[w]);
   return h;
-}
-
-static bool attr_set_eq(const uint64_t *x, const uint64_t *y, size_t pw) {
-  for (size_t w = 0; w < pw; w++)
-    if (x[w] != y[w]) return false;
-  return true;
 }
 
 /* The rules whose frame conditions pattern set `set` meets (bits: a->rw words), and the phase
@@ -170,8 +160,8 @@ uint8_t ms__attr_set_eval(const ms_attr_t *a, const uint64_t *set, uint64_t *bit
 /* The index of pattern set `set` among the distinct ones (added with its rule bits and phase when
  * new): stacks share few sets (every forward stack matches the same patterns), so the rules are
  * evaluated once per set and a stack holds only its set's index. */
-static int attr_set_index(ms_attr_t *a, const uint64_t *set, uint32_t **tab, size_t *cap,
-                          uint32_t *out) {
+int ms__attr_set_index(ms_attr_t *a, const uint64_t *set, uint32_t **tab, size_t *cap,
+                       uint32_t *out) {
   uint64_t h = attr_set_hash(set, a->pw);
   if ((a->nsets + 1) * 2 > *cap) { /* grow the lookup table */
     size_t ncap = *cap ? *cap * 2 : 256;
@@ -296,8 +286,8 @@ void ms__attr_stack_set(const ms_attr_t *a, uint32_t st, uint64_t *set, uint32_t
 
 /* The pattern set of the frames fr[0..n) (frame indices), and with src, their source and op
  * frame: attr_stack_set for a stack not interned. */
-static void attr_frames_set(const ms_attr_t *a, const uint32_t *fr, size_t n, uint64_t *set,
-                            uint32_t *src, uint32_t *op) {
+void ms__attr_frames_set(const ms_attr_t *a, const uint32_t *fr, size_t n, uint64_t *set,
+                         uint32_t *src, uint32_t *op) {
   memset(set, 0, ATTR_PW * sizeof *set);
   const uint64_t *fp = a->fpat;
   if (a->pw == 1) { /* the common case: four frames at a time in independent registers */
@@ -365,7 +355,7 @@ static int attr_scan_record(void *ctx, size_t rec, const uint32_t *fr, uint32_t 
     return ms__errbuf_set(c->eb, MS_EFORMAT, "trace entry %zu: a frame the snapshot lacks", rec);
   uint64_t set[ATTR_PW];
   uint32_t src, op;
-  attr_frames_set(a, fr, n, set, &src, &op);
+  ms__attr_frames_set(a, fr, n, set, &src, &op);
   if (src != ATTR_NONE) {
     if (a->dfirst[src] == ATTR_OP_UNSEEN)
       a->dfirst[src] = op;
@@ -376,7 +366,7 @@ static int attr_scan_record(void *ctx, size_t rec, const uint32_t *fr, uint32_t 
     a->eset[rec] = c->last_index;
     return MS_OK;
   }
-  MS_FORWARD_IF_ERROR(attr_set_index(a, set, c->tab, c->cap, &a->eset[rec]));
+  MS_FORWARD_IF_ERROR(ms__attr_set_index(a, set, c->tab, c->cap, &a->eset[rec]));
   c->last_index = a->eset[rec];
   memcpy(c->last, set, sizeof c->last);
   return MS_OK;
@@ -437,11 +427,16 @@ int ms__attr_stacks(ms_attr_t *a, bool sources, ms_errbuf_t *eb) {
       a->sset[st] = last_index;
       continue;
     }
-    rc = attr_set_index(a, set, &tab, &cap, &a->sset[st]);
+    rc = ms__attr_set_index(a, set, &tab, &cap, &a->sset[st]);
     last_index = a->sset[st];
     memcpy(last, set, sizeof last);
   }
-  if (rc == MS_OK && ms__snapshot_has_deferred(s)) rc = attr_stacks_deferred(a, &tab, &cap, eb);
+  /* the records whose stacks the read left for later: what it found of them as it read them, else
+   * their frames read from the file again */
+  if (rc == MS_OK && ms__snapshot_has_deferred(s))
+    rc = a->seed ? ms__attr_seed_take(a, a->seed, &tab, &cap)
+                 : attr_stacks_deferred(a, &tab, &cap, eb);
+  a->seed = NULL;
   free(tab);
   if (sources && rc == MS_OK) {
     ms__attr_sources_link(a, first_op, multi);
