@@ -161,6 +161,16 @@ int cli_load_keyed(const char *path, unsigned flags, ms_snapshot_t **out, ms_cac
 typedef bool cli_side_fn(void *ctx, int k);
 bool cli_two_sides(const char *paths[2], unsigned jobs, const char *what, cli_side_fn *fn,
                    void *ctx);
+/* From now on, a read that leaves the allocations' stacks for later (MS_LOAD_DEFER_STACKS) and
+ * does not go through the snapshot cache also classifies them as it reads them, for a classifier
+ * of the rules file rules_path (NULL: the defaults; ms_attr_load), so that the classifier the
+ * command makes then does not read the file again. For commands that classify every allocation
+ * (top, timeline --by category, compare, check). A rules file that cannot be read is read as
+ * usual by cli_attr_open, which says what is wrong. */
+void cli_classify_on_read(const char *rules_path);
+/* The text of the rules file path (*len bytes, at most one over the library's limit), quietly:
+ * NULL when it cannot be read. free() it. */
+char *cli_rules_text(const char *path, size_t *len);
 /* cli_load_ex() through ms_snapshot_load_window() (window NULL: none), never through the snapshot
  * cache (a windowed snapshot is not a full one). */
 int cli_load_window(const char *path, unsigned flags, const ms_load_window_t *window,

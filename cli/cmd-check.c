@@ -336,6 +336,7 @@ int cmd_check(int argc, char **argv) {
   memset(side, 0, sizeof side);
   side[0] = (check_side_t){.path = pos[0], .name = name, .go = &go};
   side[1] = (check_side_t){.path = baseline, .name = bname, .go = &go};
+  cli_classify_on_read(NULL); /* the category figures' classifier has the default rules */
   rc = check_read(side, baseline != NULL, jobs);
   const ms_gate_figures_t *f = &side[0].f, *bf = &side[1].f;
   if (rc == CLI_OK && baseline && bf->device != f->device)

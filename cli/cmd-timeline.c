@@ -503,6 +503,7 @@ int cmd_timeline(int argc, char **argv) {
    * (MS_LOAD_DEFER_STACKS; the categories read every allocation's frames from the file without
    * keeping its stack; the viewer's data needs them all) */
   unsigned flags = MS_LOAD_NO_FREE_STACKS | (viewer ? 0 : MS_LOAD_DEFER_STACKS);
+  if (t.by_s) cli_classify_on_read(t.rules_s);
   if ((rc = cli_load_range(file, flags, t.by_s ? NULL : &ta, &snap)) != CLI_OK) {
     cli_answer_close(&c, rc, NULL);
     return rc;

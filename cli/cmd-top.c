@@ -331,6 +331,7 @@ static int top_answer(const top_req_t *q, FILE *out, ms_cache_key_t *loaded) {
    * moment's blocks take their stacks from the file when they are grouped, and the categories
    * read every allocation's frames from it without keeping its stack */
   unsigned flags = MS_LOAD_NO_FREE_STACKS | MS_LOAD_DEFER_STACKS;
+  if (q->classify) cli_classify_on_read(q->rules);
   int rc = cli_load_range(q->file, flags, q->classify ? NULL : &q->ta, &snap);
   if (rc != CLI_OK) return rc;
   const char *name = cli_display_name(q->file);

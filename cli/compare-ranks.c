@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "memsnap/attribution.h"
 
 typedef struct cr_row_s {
   const char *name;      /* the file name both directories hold */
@@ -42,8 +43,9 @@ static void cr_compute(cr_job_t *job, cr_row_t *r) {
   ms_snapshot_t *s[2] = {NULL, NULL};
   ms_errbuf_t eb = {{0}};
   for (int k = 0; k < 2; k++)
-    if (ms_snapshot_load_ex(r->path[k], MS_LOAD_NO_FREE_STACKS | MS_LOAD_DEFER_STACKS, &s[k],
-                            &eb) != MS_OK) {
+    /* classified as read: the comparison's classifier has the default rules */
+    if (ms_attr_load(r->path[k], MS_LOAD_NO_FREE_STACKS | MS_LOAD_DEFER_STACKS, NULL, &s[k], &eb) !=
+        MS_OK) {
       snprintf(r->error, sizeof r->error, "'%s': %s", r->path[k], eb.msg[0] ? eb.msg : "cannot read it");
       ms_snapshot_free(s[0]);
       return;

@@ -458,6 +458,7 @@ int cli_compare_report(const char *paths[2], const char *at[2], const ms_compare
   ms_compare_t *c = NULL;
   ms_cache_key_t loaded[2];
   memset(loaded, 0, sizeof loaded);
+  cli_classify_on_read(NULL); /* the report's classifier has the default rules */
   int rc = paths[0] == paths[1] ? report_run_one(paths[0], names, o, &c, loaded)
                                 : report_run_two(paths, names, o, jobs, &c, loaded);
   if (rc != CLI_OK) {

@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "memsnap/attribution.h"
 #include "memsnap/cache.h"
 #include "memsnap/error.h"
 #include "memsnap/serialize.h"
@@ -389,6 +390,50 @@ int cli_load_unstored(const char *path, ms_snapshot_t **out) {
   return cli_load_opts(path, 0, &co, NULL, out);
 }
 
+char *cli_rules_text(const char *path, size_t *len) {
+  FILE *fp = fopen(path, "rb");
+  char *buf = fp ? malloc((1u << 20) + 2) : NULL;
+  size_t n = buf ? fread(buf, 1, (1u << 20) + 1, fp) : 0;
+  if (fp && (ferror(fp) || !buf)) {
+    free(buf);
+    buf = NULL;
+  }
+  if (fp) fclose(fp);
+  if (!buf) return NULL;
+  buf[n] = 0;
+  *len = n;
+  return buf;
+}
+
+/* cli_classify_on_read's: whether reads classify, and with which rules file (NULL: defaults). */
+static bool cli_classify;
+static const char *cli_classify_rules;
+
+void cli_classify_on_read(const char *rules_path) {
+  cli_classify = true;
+  cli_classify_rules = rules_path;
+}
+
+/* ms_snapshot_load_ex(), classifying as it reads when cli_classify_on_read asked for it. */
+static int cli_load_plain(const char *path, unsigned flags, ms_snapshot_t **out, ms_errbuf_t *eb) {
+  if (!cli_classify || !(flags & MS_LOAD_DEFER_STACKS))
+    return ms_snapshot_load_ex(path, flags, out, eb);
+  ms_attr_config_t cfg;
+  ms_attr_config_init(&cfg);
+  char *text = NULL;
+  if (cli_classify_rules) {
+    size_t len = 0;
+    if (!(text = cli_rules_text(cli_classify_rules, &len)))
+      return ms_snapshot_load_ex(path, flags, out, eb);
+    cfg.rules = text;
+    cfg.rules_len = len;
+    cfg.rules_name = cli_classify_rules;
+  }
+  int err = ms_attr_load(path, flags, &cfg, out, eb);
+  free(text);
+  return err;
+}
+
 /* The read itself: no progress line, no note of the input or of the key. On failure, the error
  * to print is in why (printed by the caller, once a progress line is gone). */
 static int cli_load_core(const char *path, unsigned flags, const ms_cache_options_t *co,
@@ -402,7 +447,7 @@ static int cli_load_core(const char *path, unsigned flags, const ms_cache_option
   int err = window ? ms_snapshot_load_window(path, flags, window, &snap, &eb)
             : !cli_no_cache && ms_cache_env_enabled()
                 ? ms_cache_load_keyed(path, flags, co, &snap, NULL, key, &eb)
-                : ms_snapshot_load_ex(path, flags, &snap, &eb);
+                : cli_load_plain(path, flags, &snap, &eb);
   if (err != MS_OK) {
     const char *what = eb.msg[0] ? eb.msg : ms_strerror(err);
     const char *name = cli_display_name(path);
