@@ -1,12 +1,15 @@
 /* SPDX-License-Identifier: MIT
  * The classifier on a snapshot whose trace stacks were left for later (MS_LOAD_DEFER_STACKS,
  * lib/attribution/stacks.c's attr_stacks_deferred): it reads those allocations' frames from the
- * file again without interning their stacks, and answers as on a snapshot read in full. For every
- * fixture and three rule sets (the defaults: two words of patterns; one word; four words, so that
- * each of the pattern-set loops runs), what th_attr_same compares: every alloc entry's category,
+ * file again without interning their stacks, and answers as on a snapshot read in full. Read by
+ * ms_attr_load (lib/attribution/seed.c), the read itself keeps what the classifier of the same
+ * rules needs of those frames, and the file is not read again. For every fixture and three rule
+ * sets (the defaults: two words of patterns; one word; four words, so that each of the
+ * pattern-set loops runs), both ways, what th_attr_same compares: every alloc entry's category,
  * the category series, the rows by category, source and stack at the peak and at the end. A file
- * changed after the read is refused with the loader's message; the stacks left for later stay
- * left. (test_attribution.c: a step whose source lines go through several operators.)
+ * changed after the read is refused with the loader's message (by a classifier that reads it: one
+ * of other rules, or a second one); the stacks left for later stay left. (test_attribution.c: a
+ * step whose source lines go through several operators.)
  */
 #include <criterion/criterion.h>
 #include <fcntl.h>
@@ -31,15 +34,32 @@ typedef struct side_s {
   ms_attr_t *a;
 } side_t;
 
-static int side_open(const char *path, unsigned flags, const ms_attr_config_t *cfg, side_t *x,
-                     ms_errbuf_t *eb) {
+/* How side_open reads: ms_snapshot_load_ex, or ms_attr_load (classified as read) with the
+ * classifier's rules, and then with some stacks left for later read before the classifier is
+ * made (the blocks alive at the end of device 0's trace, as a report's state reads them). */
+typedef enum { PLAIN, WATCHED, WATCHED_FILLED } how_t;
+
+static int side_open_how(const char *path, unsigned flags, const ms_attr_config_t *cfg, how_t how,
+                         side_t *x, ms_errbuf_t *eb) {
   memset(x, 0, sizeof *x);
-  int rc = ms_snapshot_load_ex(path, flags, &x->s, eb);
+  int rc = how == PLAIN ? ms_snapshot_load_ex(path, flags, &x->s, eb)
+                        : ms_attr_load(path, flags, cfg, &x->s, eb);
   cr_assert_eq(rc, MS_OK, "%s: %s", path, eb->msg);
   ms_timeline_config_t tc;
   ms_timeline_config_init(&tc);
   cr_assert_eq(ms_timeline_create(x->s, &tc, &x->tl, eb), MS_OK, "%s: %s", path, eb->msg);
+  if (how == WATCHED_FILLED && ms_timeline_ndevices(x->tl) > 0) {
+    ms_snapshot_t *at = NULL;
+    cr_assert_eq(ms_timeline_snapshot_at(x->tl, 0, ms_timeline_nentries(x->tl, 0), NULL, &at),
+                 MS_OK);
+    ms_snapshot_free(at);
+  }
   return ms_attr_create(x->s, x->tl, cfg, &x->a, eb);
+}
+
+static int side_open(const char *path, unsigned flags, const ms_attr_config_t *cfg, side_t *x,
+                     ms_errbuf_t *eb) {
+  return side_open_how(path, flags, cfg, PLAIN, x, eb);
 }
 
 static void side_close(side_t *x) {
@@ -79,27 +99,34 @@ Test(attr_deferred, the_same_answers_as_a_full_read, .timeout = 600) {
   cfg[1].replace = true;
   cfg[2].rules = many;
   cfg[2].rules_len = strlen(many);
-  size_t deferred = 0, kept = 0;
+  size_t deferred = 0, kept = 0, seeded = 0;
   for (size_t f = 0; f < n; f++) {
     for (int k = 0; k < 3; k++) {
-      side_t x, y;
+      side_t x;
       ms_errbuf_t eb = {{0}};
       cr_assert_eq(side_open(paths[f], EAGER, &cfg[k], &x, &eb), MS_OK, "%s", eb.msg);
-      /* the deferred read's index is made first: the classifier is what reads every frame */
-      int rc = side_open(paths[f], LATER, &cfg[k], &y, &eb);
-      cr_assert_eq(rc, MS_OK, "%s rules %d: %s", paths[f], k, eb.msg);
-      deferred += ms__snapshot_defers(y.s);
-      kept += ms__snapshot_has_deferred(y.s); /* the stacks the classifier read stay unread */
-      char why[512] = "";
-      cr_assert(th_attr_same(x.tl, x.a, y.tl, y.a, why, sizeof why), "%s rules %d: %s", paths[f], k,
-                why);
+      for (how_t how = PLAIN; how <= WATCHED_FILLED; how++) {
+        side_t y;
+        /* the deferred read's index is made first: the classifier is what reads every frame (or
+         * takes what the read found of them) */
+        int rc = side_open_how(paths[f], LATER, &cfg[k], how, &y, &eb);
+        cr_assert_eq(rc, MS_OK, "%s rules %d way %d: %s", paths[f], k, how, eb.msg);
+        deferred += ms__snapshot_defers(y.s);
+        kept += ms__snapshot_has_deferred(y.s); /* the stacks the classifier read stay unread */
+        seeded += how != PLAIN && ms__snapshot_defer_kept(y.s) != NULL;
+        cr_assert(how != PLAIN || ms__snapshot_defer_kept(y.s) == NULL);
+        char why[512] = "";
+        cr_assert(th_attr_same(x.tl, x.a, y.tl, y.a, why, sizeof why), "%s rules %d way %d: %s",
+                  paths[f], k, how, why);
+        side_close(&y);
+      }
       side_close(&x);
-      side_close(&y);
     }
   }
   free(many);
   cr_assert_gt(deferred, 0, "no fixture left a stack for later");
   cr_assert_gt(kept, 0, "the classifier read every stack left for later");
+  cr_assert_gt(seeded, 0, "no read kept what it found of the stacks it left for later");
 }
 
 /* The first fixture whose read leaves stacks for later, copied to path; false: none. */
@@ -142,6 +169,87 @@ Test(attr_deferred, a_changed_file_is_refused) {
                            "read (run the command again)");
   ms_timeline_destroy(tl);
   ms_snapshot_free(s);
+  th_rmdir(dir);
+  free(dir);
+}
+
+/* Read by ms_attr_load, the first classifier of the same rules does not read the file again:
+ * made after the file changed, it answers as on a full read. Another one (the read's findings
+ * are taken), or one of other rules, reads the file and is refused. */
+Test(attr_deferred, a_classifier_of_the_rules_read_with_needs_no_second_read) {
+  char *dir = th_tmpdir(), path[4200];
+  snprintf(path, sizeof path, "%s/copy.pickle", dir);
+  if (!copy_a_deferring_fixture(path)) cr_skip_test("no fixture leaves stacks for later");
+  side_t x;
+  ms_errbuf_t eb = {{0}};
+  cr_assert_eq(side_open(path, EAGER, NULL, &x, &eb), MS_OK, "%s", eb.msg);
+  static const char other[] = "defaults none\nactivation phase=forward\n";
+  ms_attr_config_t cfg[2];
+  ms_attr_config_init(&cfg[0]);
+  ms_attr_config_init(&cfg[1]);
+  cfg[1].rules = other;
+  cfg[1].rules_len = strlen(other);
+  for (int first = 0; first < 2; first++) { /* the rules read with first, then the others */
+    ms_snapshot_t *s = NULL;
+    cr_assert_eq(ms_attr_load(path, LATER, &cfg[first], &s, &eb), MS_OK, "%s", eb.msg);
+    cr_assert_not_null(ms__snapshot_defer_kept(s));
+    ms_timeline_t *tl = NULL;
+    cr_assert_eq(ms_timeline_create(s, NULL, &tl, &eb), MS_OK, "%s", eb.msg);
+    struct timespec ts[2] = {{0, UTIME_OMIT}, {1000000000 + first, 0}};
+    cr_assert_eq(utimensat(AT_FDCWD, path, ts, 0), 0);
+    ms_attr_t *a = NULL, *b = NULL;
+    cr_assert_eq(ms_attr_create(s, tl, &cfg[!first], &b, &eb), MS_EIO);
+    cr_assert_null(b);
+    cr_assert_eq(ms_attr_create(s, tl, &cfg[first], &a, &eb), MS_OK, "%s", eb.msg);
+    if (first == 0) { /* every entry's category, and the series (rows would read stacks) */
+      for (size_t d = 0; d < ms_timeline_ndevices(tl); d++) {
+        size_t n = ms_timeline_nentries(tl, d);
+        for (size_t i = 0; i < n; i++)
+          if (ms_timeline_entry(tl, d, i)->action == MS_TRACE_ALLOC)
+            cr_assert_eq(ms_attr_entry_category(a, d, i), ms_attr_entry_category(x.a, d, i));
+        uint64_t *u = NULL, *v = NULL;
+        cr_assert_eq(ms_attr_category_series(a, d, &u), MS_OK);
+        cr_assert_eq(ms_attr_category_series(x.a, d, &v), MS_OK);
+        cr_assert_eq(memcmp(u, v, (n + 1) * MS_CAT_COUNT * sizeof *u), 0);
+        free(u);
+        free(v);
+      }
+    }
+    cr_assert_eq(ms_attr_create(s, tl, &cfg[first], &b, &eb), MS_EIO);
+    cr_assert_str_eq(eb.msg, "the file changed since it was read: the stacks of its trace cannot "
+                             "be read (run the command again)");
+    ms_attr_destroy(a);
+    ms_timeline_destroy(tl);
+    ms_snapshot_free(s);
+  }
+  /* nothing to keep: a read that leaves no stack for later, rules that do not parse */
+  ms_snapshot_t *s = NULL;
+  cr_assert_eq(ms_attr_load(path, EAGER, NULL, &s, &eb), MS_OK, "%s", eb.msg);
+  cr_assert_null(ms__snapshot_defer_kept(s));
+  ms_snapshot_free(s);
+  ms_attr_config_t bad;
+  ms_attr_config_init(&bad);
+  bad.rules = "no such rule\n";
+  bad.rules_len = strlen(bad.rules);
+  cr_assert_eq(ms_attr_load(path, LATER, &bad, &s, &eb), MS_OK, "%s", eb.msg);
+  cr_assert_null(ms__snapshot_defer_kept(s));
+  ms_timeline_t *tl = NULL;
+  ms_attr_t *a = NULL;
+  cr_assert_eq(ms_timeline_create(s, NULL, &tl, &eb), MS_OK, "%s", eb.msg);
+  cr_assert_eq(ms_attr_create(s, tl, &bad, &a, &eb), MS_EINVAL);
+  cr_assert_str_eq(eb.msg, "rules:1: unknown category or kind of line (categories: parameter, "
+                           "optimizer_state, input, temporary, activation, gradient, "
+                           "autograd_detail, unknown; or skip, prefer, phase): 'no'");
+  ms_timeline_destroy(tl);
+  ms_snapshot_free(s);
+  /* a file that is not there: the loader's error */
+  char gone[4300];
+  snprintf(gone, sizeof gone, "%s/none.pickle", dir);
+  cr_assert_eq(ms_attr_load(gone, LATER, NULL, &s, &eb), MS_ENOTFOUND);
+  char want[4400];
+  snprintf(want, sizeof want, "cannot open '%s': No such file or directory", gone);
+  cr_assert_str_eq(eb.msg, want);
+  side_close(&x);
   th_rmdir(dir);
   free(dir);
 }
@@ -190,21 +298,23 @@ Test(attr_deferred, an_operator_known_only_from_a_stack_left_for_later) {
   side_t x, y;
   ms_errbuf_t eb = {{0}};
   cr_assert_eq(side_open(path, EAGER, NULL, &x, &eb), MS_OK, "%s", eb.msg);
-  cr_assert_eq(side_open(path, LATER, NULL, &y, &eb), MS_OK, "%s", eb.msg);
-  cr_assert(ms__snapshot_defers(y.s), "the trace's stacks were left for later");
-  char why[512] = "";
-  cr_assert(th_attr_same(x.tl, x.a, y.tl, y.a, why, sizeof why), "%s", why);
-  /* at the peak the three blocks are alive: one row per operator */
-  ms_attr_rows_t r = {0};
-  cr_assert_eq(ms_attr_aggregate(y.a, 0, 3, NULL, MS_ATTR_BY_SOURCE, &r), MS_OK);
-  cr_assert_eq(r.nrows, 2);
-  cr_assert_str_eq(r.rows[0].key, "train.py:5 <module> \xe2\x86\x92 at::mm");
-  cr_assert_eq(r.rows[0].bytes, 2 << 20);
-  cr_assert_str_eq(r.rows[1].key, "train.py:5 <module> \xe2\x86\x92 at::add_Tensor");
-  cr_assert_eq(r.rows[1].bytes, 1 << 20);
-  ms_attr_rows_free(&r);
+  for (how_t how = PLAIN; how <= WATCHED; how++) {
+    cr_assert_eq(side_open_how(path, LATER, NULL, how, &y, &eb), MS_OK, "%s", eb.msg);
+    cr_assert(ms__snapshot_defers(y.s), "the trace's stacks were left for later");
+    char why[512] = "";
+    cr_assert(th_attr_same(x.tl, x.a, y.tl, y.a, why, sizeof why), "%s", why);
+    /* at the peak the three blocks are alive: one row per operator */
+    ms_attr_rows_t r = {0};
+    cr_assert_eq(ms_attr_aggregate(y.a, 0, 3, NULL, MS_ATTR_BY_SOURCE, &r), MS_OK);
+    cr_assert_eq(r.nrows, 2);
+    cr_assert_str_eq(r.rows[0].key, "train.py:5 <module> \xe2\x86\x92 at::mm");
+    cr_assert_eq(r.rows[0].bytes, 2 << 20);
+    cr_assert_str_eq(r.rows[1].key, "train.py:5 <module> \xe2\x86\x92 at::add_Tensor");
+    cr_assert_eq(r.rows[1].bytes, 1 << 20);
+    ms_attr_rows_free(&r);
+    side_close(&y);
+  }
   side_close(&x);
-  side_close(&y);
   th_rmdir(dir);
   free(dir);
 }

@@ -240,29 +240,52 @@ static void answers(const ms_snapshot_t *s) {
 
 /* The file at fz_path read with its trace stacks left for later (a pickle read in place), then
  * what reads them: the classifier (which reads every allocation's frames from the file again),
- * its rows by source at the end (which read the stacks of the blocks alive then), and a state. */
-static void deferred(void) {
-  ms_snapshot_t *s = NULL;
+ * its rows by source at the end (which read the stacks of the blocks alive then), and a state.
+ * Read a second time by ms_attr_load, which keeps what the classifier needs of those frames as it
+ * reads them: its classifier must give every allocation the category the first one gives. */
+typedef struct fz_side_s {
+  ms_snapshot_t *s;
+  ms_timeline_t *tl;
+  ms_attr_t *a;
+} fz_side_t;
+
+static void deferred_side(bool watched, fz_side_t *x) {
   ms_errbuf_t eb = {{0}};
-  if (ms_snapshot_load_ex(fz_path, MS_LOAD_NO_FREE_STACKS | MS_LOAD_DEFER_STACKS, &s, &eb) != MS_OK)
-    return;
-  ms_timeline_t *tl = NULL;
-  ms_attr_t *a = NULL;
-  if (ms_timeline_create(s, NULL, &tl, &eb) == MS_OK) {
-    int rc = ms_attr_create(s, tl, NULL, &a, &eb);
-    FZ_CHECK(rc == MS_OK || rc == MS_EFORMAT || rc == MS_EIO || rc == MS_ENOMEM,
-             "classifier of a deferred read: %d %s", rc, eb.msg);
-    for (size_t d = 0; a && d < ms_timeline_ndevices(tl); d++) {
-      ms_attr_rows_t r = {0};
-      rc = ms_attr_aggregate(a, d, ms_timeline_nentries(tl, d), NULL, MS_ATTR_BY_SOURCE, &r);
-      FZ_CHECK(rc == MS_OK || rc == MS_EIO || rc == MS_EFORMAT || rc == MS_ENOMEM,
-               "rows of a deferred read: %d", rc);
-      ms_attr_rows_free(&r);
-    }
+  unsigned flags = MS_LOAD_NO_FREE_STACKS | MS_LOAD_DEFER_STACKS;
+  int rc = watched ? ms_attr_load(fz_path, flags, NULL, &x->s, &eb)
+                   : ms_snapshot_load_ex(fz_path, flags, &x->s, &eb);
+  if (rc != MS_OK) return;
+  if (ms_timeline_create(x->s, NULL, &x->tl, &eb) != MS_OK) return;
+  rc = ms_attr_create(x->s, x->tl, NULL, &x->a, &eb);
+  FZ_CHECK(rc == MS_OK || rc == MS_EFORMAT || rc == MS_EIO || rc == MS_ENOMEM,
+           "classifier of a deferred read: %d %s", rc, eb.msg);
+}
+
+static void deferred_close(fz_side_t *x) {
+  ms_attr_destroy(x->a);
+  ms_timeline_destroy(x->tl);
+  ms_snapshot_free(x->s);
+}
+
+static void deferred(void) {
+  fz_side_t x = {0}, y = {0};
+  deferred_side(false, &x);
+  deferred_side(true, &y);
+  FZ_CHECK((x.a != NULL) == (y.a != NULL), "a classifier of one deferred read only");
+  for (size_t d = 0; x.a && y.a && d < ms_timeline_ndevices(x.tl); d++)
+    for (size_t i = 0; i < ms_timeline_nentries(x.tl, d); i++)
+      if (ms_timeline_entry(x.tl, d, i)->action == MS_TRACE_ALLOC)
+        FZ_CHECK(ms_attr_entry_category(x.a, d, i) == ms_attr_entry_category(y.a, d, i),
+                 "device %zu entry %zu: another category when classified as read", d, i);
+  for (size_t d = 0; x.a && d < ms_timeline_ndevices(x.tl); d++) {
+    ms_attr_rows_t r = {0};
+    int rc = ms_attr_aggregate(x.a, d, ms_timeline_nentries(x.tl, d), NULL, MS_ATTR_BY_SOURCE, &r);
+    FZ_CHECK(rc == MS_OK || rc == MS_EIO || rc == MS_EFORMAT || rc == MS_ENOMEM,
+             "rows of a deferred read: %d", rc);
+    ms_attr_rows_free(&r);
   }
-  ms_attr_destroy(a);
-  ms_timeline_destroy(tl);
-  ms_snapshot_free(s);
+  deferred_close(&x);
+  deferred_close(&y);
 }
 
 /* ---- the CLI's commands --------------------------------------------------------------------- */
