@@ -92,7 +92,8 @@ MS_API void ms_attr_destroy(ms_attr_t *a);
  * and replace flag then does not read their frames from the file again (0.25 s of a 1 GB pickle).
  * The classifier is the same either way; another one, or one of other rules, reads the file
  * again. Rules that do not parse are not an error here (ms_attr_create says what is wrong with
- * them): the read is then ms_snapshot_load_ex's. @return as ms_snapshot_load_ex(). */
+ * them): the read is then ms_snapshot_load_ex's. As on any snapshot whose stacks are left for
+ * later, classifiers of *out are made one at a time. @return as ms_snapshot_load_ex(). */
 MS_API MS_NODISCARD int ms_attr_load(const char *path, unsigned flags, const ms_attr_config_t *cfg,
                                      ms_snapshot_t **out, ms_errbuf_t *eb);
 
