@@ -113,12 +113,10 @@ static void seed_record(void *ctx, size_t rec, const uint32_t *fr, uint32_t n,
   attr_seed_t *z = ctx;
   if (z->broken) return;
   ms_attr_t *a = &z->a;
-  uint32_t top = 0;
-  for (uint32_t j = 0; j < n; j++)
-    top = fr[j] > top ? fr[j] : top;
-  /* records come in their order, each once, with frames the read has */
-  if (top >= nftab || rec < z->nrec || rec >= SIZE_MAX / 2 ||
-      (top >= z->nfeat && !seed_features(z, ftab, nftab)) ||
+  /* records come in their order, each once, with frames the read has (fr[j] < nftab): the
+   * frames read since the last record get their features first */
+  if (rec < z->nrec || rec >= SIZE_MAX / 2 ||
+      (nftab > z->nfeat && !seed_features(z, ftab, nftab)) ||
       (rec >= z->room && !seed_room(z, rec))) {
     z->broken = true;
     return;
