@@ -318,3 +318,72 @@ Test(attr_deferred, an_operator_known_only_from_a_stack_left_for_later) {
   th_rmdir(dir);
   free(dir);
 }
+
+/* The read keeps a byte per record for its pattern set: a trace whose allocations meet 255 sets
+ * or more drops what the read found, and the classifier reads the file again, with the same
+ * answers. 300 allocations, each through a function of its own (f_0 .. f_299) called from the
+ * same line, under rules that name n of them: n + 1 sets. Written by Python as PyTorch writes:
+ * the frames are met first in the block alive at the end, so that the trace's frames lists are
+ * runs of memo gets (two a list: one is an APPEND), left for later. */
+static const char many_sets_py[] =
+    "import pickle, sys\n"
+    "N, base, mb = 300, 0x7f0000000000, 1 << 20\n"
+    "fr = [{'name': 'f_%d' % i, 'filename': '/home/u/m.py', 'line': i} for i in range(N)]\n"
+    "top = {'name': '<module>', 'filename': '/home/u/train.py', 'line': 1}\n"
+    "def blk(a, s, st, frames): return {'address': a, 'size': s, 'requested_size': s,\n"
+    "    'state': st, 'frames': frames}\n"
+    "seg = {'device': 0, 'address': base, 'total_size': (N + 1) * mb, 'allocated_size': mb,\n"
+    "    'active_size': mb, 'requested_size': mb, 'stream': 0, 'segment_type': 'large',\n"
+    "    'segment_pool_id': (0, 0), 'is_expandable': False, 'frames': [],\n"
+    "    'blocks': [blk(base, N * mb, 'inactive', []),\n"
+    "               blk(base + N * mb, mb, 'active_allocated', fr + [top])]}\n"
+    "tr = [{'action': 'alloc', 'addr': base + i * mb, 'size': mb, 'stream': 0, 'time_us': i,\n"
+    "       'frames': [fr[i], top]} for i in range(N)]\n"
+    "for i in range(N):\n"
+    "    tr.append({'action': 'free_requested', 'addr': base + i * mb, 'size': mb, 'stream': 0,\n"
+    "               'time_us': N + 2 * i})\n"
+    "    tr.append({'action': 'free_completed', 'addr': base + i * mb, 'size': mb, 'stream': 0,\n"
+    "               'time_us': N + 2 * i + 1, 'frames': []})\n"
+    "pickle.dump({'segments': [seg], 'device_traces': [tr]}, open(sys.argv[1], 'wb'), "
+    "protocol=4)\n";
+
+Test(attr_deferred, too_many_sets_for_the_read_to_keep) {
+  if (!th_have_python()) cr_skip_test("no python3");
+  char *dir = th_tmpdir(), script[4200], path[4200], cmd[9000];
+  snprintf(script, sizeof script, "%s/many_sets.py", dir);
+  snprintf(path, sizeof path, "%s/many_sets.pickle", dir);
+  cr_assert_eq(th_write_file(script, many_sets_py, strlen(many_sets_py)), 0);
+  snprintf(cmd, sizeof cmd, "python3 '%s' '%s'", script, path);
+  cr_assert_eq(system(cmd), 0, "%s", cmd);
+  static const size_t named[2] = {200, 256}; /* 201 sets: kept; 257: dropped */
+  for (int k = 0; k < 2; k++) {
+    char *rules = malloc(named[k] * 40 + 32);
+    size_t len = (size_t)sprintf(rules, "defaults none\n");
+    for (size_t i = 0; i < named[k]; i++)
+      len += (size_t)sprintf(rules + len, "activation func=f_%zu\n", i);
+    ms_attr_config_t cfg;
+    ms_attr_config_init(&cfg);
+    cfg.rules = rules;
+    cfg.rules_len = len;
+    side_t x, y;
+    ms_errbuf_t eb = {{0}};
+    cr_assert_eq(side_open(path, EAGER, &cfg, &x, &eb), MS_OK, "%s", eb.msg);
+    memset(&y, 0, sizeof y);
+    cr_assert_eq(ms_attr_load(path, LATER, &cfg, &y.s, &eb), MS_OK, "%s", eb.msg);
+    cr_assert(ms__snapshot_has_deferred(y.s), "the allocations' stacks were left for later");
+    cr_assert_eq(ms__snapshot_defer_kept(y.s) != NULL, k == 0, "%zu rules", named[k]);
+    cr_assert_eq(ms_timeline_create(y.s, NULL, &y.tl, &eb), MS_OK, "%s", eb.msg);
+    cr_assert_eq(ms_attr_create(y.s, y.tl, &cfg, &y.a, &eb), MS_OK, "%s", eb.msg);
+    char why[512] = "";
+    cr_assert(th_attr_same(x.tl, x.a, y.tl, y.a, why, sizeof why), "%zu rules: %s", named[k], why);
+    /* each named function's allocation is an activation, the others unknown */
+    for (size_t i = 0; i < 300; i++)
+      cr_assert_eq(ms_attr_entry_category(y.a, 0, i),
+                   i < named[k] ? MS_CAT_ACTIVATION : MS_CAT_UNKNOWN, "entry %zu", i);
+    side_close(&x);
+    side_close(&y);
+    free(rules);
+  }
+  th_rmdir(dir);
+  free(dir);
+}

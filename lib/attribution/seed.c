@@ -25,6 +25,8 @@
 #include "common/internal.h"
 #include "snapshot/deferred.h"
 
+#define SEED_NONE UINT8_MAX /* eset: a record not left for later */
+
 struct attr_seed_s {
   ms_attr_t a;        /* the rules; fpat and fflags of frames [0, nfeat); the sets the records
                          met, in that order (set_pat, set_rules, set_phase, nsets) */
@@ -32,8 +34,10 @@ struct attr_seed_s {
   attr_strbits_t names, files;
   uint32_t *tab; /* the sets' lookup table (ms__attr_set_index) */
   size_t tabcap;
-  uint32_t *eset; /* per record: its set (ATTR_NONE: not left for later); an ms__big_*
-                     array with room for `room`, [0, nrec) written */
+  uint8_t *eset; /* per record: its set (SEED_NONE: not left for later); an ms__big_* array
+                    with room for `room`, [0, nrec) written. A byte a record while the read's
+                    peak memory is near (the classifier's are 4 bytes, made once it is past):
+                    the sets of a trace are a few dozen, and a 255th drops the seed */
   size_t nrec, room;
   uint32_t *dfirst; /* per frame [0, nfeat): as ms_attr_t's */
   uint8_t *dmulti;
@@ -100,7 +104,7 @@ static bool seed_room(attr_seed_t *z, size_t rec) {
   size_t room = z->room ? z->room * 2 : (size_t)1 << 16;
   while (room <= rec)
     room *= 2;
-  uint32_t *e = ms__big_realloc(z->eset, room * sizeof *e);
+  uint8_t *e = ms__big_realloc(z->eset, room * sizeof *e);
   if (!e) return false;
   z->eset = e;
   z->room = room;
@@ -122,7 +126,7 @@ static void seed_record(void *ctx, size_t rec, const uint32_t *fr, uint32_t n,
     return;
   }
   for (size_t i = z->nrec; i < rec; i++)
-    z->eset[i] = ATTR_NONE;
+    z->eset[i] = SEED_NONE;
   z->nrec = rec + 1;
   uint64_t set[ATTR_PW];
   uint32_t src, op;
@@ -134,14 +138,16 @@ static void seed_record(void *ctx, size_t rec, const uint32_t *fr, uint32_t n,
       z->dmulti[src] = 1;
   }
   if (z->last_id != ATTR_NONE && attr_set_eq(set, z->last, a->pw)) {
-    z->eset[rec] = z->last_id;
+    z->eset[rec] = (uint8_t)z->last_id;
     return;
   }
-  if (ms__attr_set_index(a, set, &z->tab, &z->tabcap, &z->eset[rec]) != MS_OK) {
+  uint32_t id;
+  if (ms__attr_set_index(a, set, &z->tab, &z->tabcap, &id) != MS_OK || id >= SEED_NONE) {
     z->broken = true;
     return;
   }
-  z->last_id = z->eset[rec];
+  z->eset[rec] = (uint8_t)id;
+  z->last_id = id;
   memcpy(z->last, set, sizeof z->last);
 }
 
@@ -214,36 +220,30 @@ int ms__attr_seed_take(ms_attr_t *a, attr_seed_t *z, uint32_t **tab, size_t *cap
     }
   }
   size_t nt = s->ntrace ? s->ntrace : 1, nf = s->nframes ? s->nframes : 1;
-  if (z->room < nt) {
-    uint32_t *e = ms__big_realloc(z->eset, nt * sizeof *e);
-    if (!e) {
-      free(remap);
-      return MS_ENOMEM;
-    }
-    z->eset = e;
-    z->room = nt;
-  }
-  uint32_t *df = realloc(z->dfirst, nf * sizeof *df);
+  uint32_t *eset = ms__big_malloc(nt * sizeof *eset);
+  uint32_t *df = eset ? realloc(z->dfirst, nf * sizeof *df) : NULL;
   if (df) z->dfirst = df;
   uint8_t *dm = df ? realloc(z->dmulti, nf) : NULL;
   if (!dm) {
+    ms__big_free(eset);
     free(remap);
     return MS_ENOMEM;
   }
   z->dmulti = dm;
   size_t seen = z->nrec < s->ntrace ? z->nrec : s->ntrace; /* records past the trace: none */
   for (size_t i = 0; i < seen; i++)
-    if (z->eset[i] != ATTR_NONE) z->eset[i] = remap[z->eset[i]];
+    eset[i] = z->eset[i] == SEED_NONE ? ATTR_NONE : remap[z->eset[i]];
   for (size_t i = seen; i < nt; i++)
-    z->eset[i] = ATTR_NONE;
+    eset[i] = ATTR_NONE;
   for (size_t f = z->nfeat; f < nf; f++) {
     z->dfirst[f] = ATTR_OP_UNSEEN;
     z->dmulti[f] = 0;
   }
   free(remap);
-  a->eset = z->eset;
+  a->eset = eset;
   a->dfirst = z->dfirst;
   a->dmulti = z->dmulti;
+  ms__big_free(z->eset);
   z->eset = NULL;
   z->dfirst = NULL;
   z->dmulti = NULL;
