@@ -254,6 +254,18 @@ Test(attr_deferred, a_classifier_of_the_rules_read_with_needs_no_second_read) {
   free(dir);
 }
 
+/* Runs the Python script text (which writes the pickle its argument names) as dir/NAME.py; path
+ * receives the pickle's path, dir/NAME.pickle. */
+static void python_pickle(const char *dir, const char *name, const char *text, char *path,
+                          size_t cap) {
+  char script[4200], cmd[9000];
+  snprintf(script, sizeof script, "%s/%s.py", dir, name);
+  snprintf(path, cap, "%s/%s.pickle", dir, name);
+  cr_assert_eq(th_write_file(script, text, strlen(text)), 0);
+  snprintf(cmd, sizeof cmd, "python3 '%s' '%s'", script, path);
+  cr_assert_eq(system(cmd), 0, "%s", cmd);
+}
+
 /* A source line whose allocations go through two operators, the second only in a stack left for
  * later, after one left for later with the first: the classifier learns it from the file (the
  * line's rows name their operators), as a full read does. Written by Python's pickle as PyTorch's
@@ -289,12 +301,8 @@ static const char two_ops_py[] =
 
 Test(attr_deferred, an_operator_known_only_from_a_stack_left_for_later) {
   if (!th_have_python()) cr_skip_test("no python3");
-  char *dir = th_tmpdir(), script[4200], path[4200], cmd[9000];
-  snprintf(script, sizeof script, "%s/two_ops.py", dir);
-  snprintf(path, sizeof path, "%s/two_ops.pickle", dir);
-  cr_assert_eq(th_write_file(script, two_ops_py, strlen(two_ops_py)), 0);
-  snprintf(cmd, sizeof cmd, "python3 '%s' '%s'", script, path);
-  cr_assert_eq(system(cmd), 0, "%s", cmd);
+  char *dir = th_tmpdir(), path[4200];
+  python_pickle(dir, "two_ops", two_ops_py, path, sizeof path);
   side_t x, y;
   ms_errbuf_t eb = {{0}};
   cr_assert_eq(side_open(path, EAGER, NULL, &x, &eb), MS_OK, "%s", eb.msg);
@@ -349,12 +357,8 @@ static const char many_sets_py[] =
 
 Test(attr_deferred, too_many_sets_for_the_read_to_keep) {
   if (!th_have_python()) cr_skip_test("no python3");
-  char *dir = th_tmpdir(), script[4200], path[4200], cmd[9000];
-  snprintf(script, sizeof script, "%s/many_sets.py", dir);
-  snprintf(path, sizeof path, "%s/many_sets.pickle", dir);
-  cr_assert_eq(th_write_file(script, many_sets_py, strlen(many_sets_py)), 0);
-  snprintf(cmd, sizeof cmd, "python3 '%s' '%s'", script, path);
-  cr_assert_eq(system(cmd), 0, "%s", cmd);
+  char *dir = th_tmpdir(), path[4200];
+  python_pickle(dir, "many_sets", many_sets_py, path, sizeof path);
   static const size_t named[2] = {200, 256}; /* 201 sets: kept; 257: dropped */
   for (int k = 0; k < 2; k++) {
     char *rules = malloc(named[k] * 40 + 32);

@@ -128,6 +128,16 @@ enum {
 /* What a read found of the records whose stacks it left for later, for one rules text (seed.c). */
 typedef struct attr_seed_s attr_seed_t;
 
+/* The distinct pattern sets as they are found (stacks.c): ms__attr_set_index's lookup table, and
+ * the last set asked with its index (allocations in a row mostly share theirs: no lookup then).
+ * Zero it, with last_id ATTR_NONE; free tab. */
+typedef struct attr_setq_s {
+  uint32_t *tab;
+  size_t cap;
+  uint64_t last[ATTR_PW];
+  uint32_t last_id;
+} attr_setq_t;
+
 struct ms_attr_s {
   const ms_snapshot_t *snap;
   const ms_timeline_t *tl;
@@ -237,9 +247,9 @@ int ms__attr_rules_load(attr_rules_t *r, const ms_attr_config_t *cfg, ms_errbuf_
  * one a classifier took already). */
 attr_seed_t *ms__attr_seed_match(const ms_snapshot_t *snap, const ms_attr_config_t *cfg);
 /* Gives a (its sets so far made by its snapshot's stacks) what seed z found: eset, dfirst,
- * dmulti, its sets added in the order the records met them (*tab, *cap: a's lookup table, as
- * ms__attr_set_index's). Once: z is taken. MS_ENOMEM. */
-int ms__attr_seed_take(ms_attr_t *a, attr_seed_t *z, uint32_t **tab, size_t *cap);
+ * dmulti, its sets added in the order the records met them (through q, a's). Once: z is taken.
+ * MS_ENOMEM. */
+int ms__attr_seed_take(ms_attr_t *a, attr_seed_t *z, attr_setq_t *q);
 
 /* stacks.c */
 
@@ -266,6 +276,17 @@ void ms__attr_frames_set(const ms_attr_t *a, const uint32_t *fr, size_t n, uint6
  * new; *tab (*cap slots, grown here) is the lookup table. MS_ENOMEM. */
 int ms__attr_set_index(ms_attr_t *a, const uint64_t *set, uint32_t **tab, size_t *cap,
                        uint32_t *out);
+/* ms__attr_set_index through q. */
+int ms__attr_setq_index(ms_attr_t *a, attr_setq_t *q, const uint64_t *set, uint32_t *out);
+/* What an allocation whose source frame is src (ATTR_NONE: none) and op frame op adds to
+ * first_op and multi (ms__attr_sources_link's, and the records' dfirst and dmulti). */
+static inline void attr_note_op(uint32_t *first_op, uint8_t *multi, uint32_t src, uint32_t op) {
+  if (src == ATTR_NONE) return;
+  if (first_op[src] == ATTR_OP_UNSEEN)
+    first_op[src] = op;
+  else if (first_op[src] != op)
+    multi[src] = 1;
+}
 /* Every allocation stack's pattern set (sset) and, with sources, its source (ssrc, sop, smulti:
  * as ms__attr_sources gives them; src_state set). A snapshot read with stacks left for later has
  * those records read from its file again (eset, dfirst, dmulti): MS_EIO or MS_EFORMAT (eb says

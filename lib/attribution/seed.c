@@ -32,8 +32,7 @@ struct attr_seed_s {
                          met, in that order (set_pat, set_rules, set_phase, nsets) */
   size_t nfeat, capf; /* frames with features; room for them */
   attr_strbits_t names, files;
-  uint32_t *tab; /* the sets' lookup table (ms__attr_set_index) */
-  size_t tabcap;
+  attr_setq_t q; /* the sets' lookup */
   uint8_t *eset; /* per record: its set (SEED_NONE: not left for later); an ms__big_* array
                     with room for `room`, [0, nrec) written. A byte a record while the read's
                     peak memory is near (the classifier's are 4 bytes, made once it is past):
@@ -41,8 +40,6 @@ struct attr_seed_s {
   size_t nrec, room;
   uint32_t *dfirst; /* per frame [0, nfeat): as ms_attr_t's */
   uint8_t *dmulti;
-  uint64_t last[ATTR_PW]; /* the set of the last record, and its index */
-  uint32_t last_id;
   bool broken; /* something failed: nothing here is used */
   bool taken;  /* a classifier took it */
   /* the configuration, to know the classifier it serves */
@@ -62,7 +59,7 @@ static void seed_free(void *p) {
   free(z->a.set_phase);
   ms__attr_strbits_free(&z->names);
   ms__attr_strbits_free(&z->files);
-  free(z->tab);
+  free(z->q.tab);
   ms__big_free(z->eset);
   free(z->dfirst);
   free(z->dmulti);
@@ -131,24 +128,13 @@ static void seed_record(void *ctx, size_t rec, const uint32_t *fr, uint32_t n,
   uint64_t set[ATTR_PW];
   uint32_t src, op;
   ms__attr_frames_set(a, fr, n, set, &src, &op);
-  if (src != ATTR_NONE) {
-    if (z->dfirst[src] == ATTR_OP_UNSEEN)
-      z->dfirst[src] = op;
-    else if (z->dfirst[src] != op)
-      z->dmulti[src] = 1;
-  }
-  if (z->last_id != ATTR_NONE && attr_set_eq(set, z->last, a->pw)) {
-    z->eset[rec] = (uint8_t)z->last_id;
-    return;
-  }
+  attr_note_op(z->dfirst, z->dmulti, src, op);
   uint32_t id;
-  if (ms__attr_set_index(a, set, &z->tab, &z->tabcap, &id) != MS_OK || id >= SEED_NONE) {
+  if (ms__attr_setq_index(a, &z->q, set, &id) != MS_OK || id >= SEED_NONE) {
     z->broken = true;
     return;
   }
   z->eset[rec] = (uint8_t)id;
-  z->last_id = id;
-  memcpy(z->last, set, sizeof z->last);
 }
 
 /* A seed for the rules of cfg; NULL when they do not parse (ms_attr_create will say why) or out
@@ -163,7 +149,7 @@ static attr_seed_t *seed_new(const ms_attr_config_t *cfg) {
   }
   z->a.pw = attr_pattern_words(&z->a.rules);
   z->a.rw = z->a.rules.nrules ? (z->a.rules.nrules + 63) / 64 : 1;
-  z->last_id = ATTR_NONE;
+  z->q.last_id = ATTR_NONE;
   z->has_rules = cfg->rules != NULL;
   z->replace = cfg->replace;
   if (cfg->rules) {
@@ -207,13 +193,13 @@ attr_seed_t *ms__attr_seed_match(const ms_snapshot_t *snap, const ms_attr_config
   return z;
 }
 
-int ms__attr_seed_take(ms_attr_t *a, attr_seed_t *z, uint32_t **tab, size_t *cap) {
+int ms__attr_seed_take(ms_attr_t *a, attr_seed_t *z, attr_setq_t *q) {
   const ms_snapshot_t *s = a->snap;
   /* the seed's sets, added to a's in the order the records met them */
   uint32_t *remap = malloc((z->a.nsets ? z->a.nsets : 1) * sizeof *remap);
   if (!remap) return MS_ENOMEM;
   for (size_t i = 0; i < z->a.nsets; i++) {
-    int rc = ms__attr_set_index(a, &z->a.set_pat[i * a->pw], tab, cap, &remap[i]);
+    int rc = ms__attr_setq_index(a, q, &z->a.set_pat[i * a->pw], &remap[i]);
     if (rc != MS_OK) {
       free(remap);
       return rc;

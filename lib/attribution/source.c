@@ -39,11 +39,7 @@ void ms__attr_sources_link(ms_attr_t *a, uint32_t *first_op, uint8_t *multi) {
   if (a->dmulti) memcpy(multi, a->dmulti, s->nframes);
   for (size_t st = 0; st < a->nst; st++) {
     uint32_t f = a->ssrc[st];
-    if (f == ATTR_SRC_LATER || f == ATTR_NONE) continue;
-    if (first_op[f] == ATTR_OP_UNSEEN)
-      first_op[f] = a->sop[st];
-    else if (first_op[f] != a->sop[st])
-      multi[f] = 1;
+    if (f != ATTR_SRC_LATER) attr_note_op(first_op, multi, f, a->sop[st]);
   }
   for (size_t st = 0; st < a->nst; st++)
     if (a->ssrc[st] == ATTR_NONE || (a->ssrc[st] != ATTR_SRC_LATER && !multi[a->ssrc[st]]))

@@ -337,11 +337,19 @@ void ms__attr_frames_set(const ms_attr_t *a, const uint32_t *fr, size_t n, uint6
 typedef struct attr_scan_s {
   ms_attr_t *a;
   ms_errbuf_t *eb;
-  uint32_t **tab;
-  size_t *cap;
-  uint64_t last[ATTR_PW];
-  uint32_t last_index;
+  attr_setq_t *q;
 } attr_scan_t;
+
+int ms__attr_setq_index(ms_attr_t *a, attr_setq_t *q, const uint64_t *set, uint32_t *out) {
+  if (q->last_id != ATTR_NONE && attr_set_eq(set, q->last, a->pw)) {
+    *out = q->last_id;
+    return MS_OK;
+  }
+  MS_FORWARD_IF_ERROR(ms__attr_set_index(a, set, &q->tab, &q->cap, out));
+  q->last_id = *out;
+  memcpy(q->last, set, a->pw * sizeof *set);
+  return MS_OK;
+}
 
 static int attr_scan_record(void *ctx, size_t rec, const uint32_t *fr, uint32_t n) {
   attr_scan_t *c = ctx;
@@ -356,25 +364,13 @@ static int attr_scan_record(void *ctx, size_t rec, const uint32_t *fr, uint32_t 
   uint64_t set[ATTR_PW];
   uint32_t src, op;
   ms__attr_frames_set(a, fr, n, set, &src, &op);
-  if (src != ATTR_NONE) {
-    if (a->dfirst[src] == ATTR_OP_UNSEEN)
-      a->dfirst[src] = op;
-    else if (a->dfirst[src] != op)
-      a->dmulti[src] = 1;
-  }
-  if (c->last_index != ATTR_NONE && attr_set_eq(set, c->last, a->pw)) {
-    a->eset[rec] = c->last_index;
-    return MS_OK;
-  }
-  MS_FORWARD_IF_ERROR(ms__attr_set_index(a, set, c->tab, c->cap, &a->eset[rec]));
-  c->last_index = a->eset[rec];
-  memcpy(c->last, set, sizeof c->last);
-  return MS_OK;
+  attr_note_op(a->dfirst, a->dmulti, src, op);
+  return ms__attr_setq_index(a, c->q, set, &a->eset[rec]);
 }
 
 /* The records of a snapshot read with stacks left for later: their sets, from their frames read
  * from the file again (no stack interned: 5 M of them would cost the read a third more). */
-static int attr_stacks_deferred(ms_attr_t *a, uint32_t **tab, size_t *cap, ms_errbuf_t *eb) {
+static int attr_stacks_deferred(ms_attr_t *a, attr_setq_t *q, ms_errbuf_t *eb) {
   const ms_snapshot_t *s = a->snap;
   size_t nt = s->ntrace ? s->ntrace : 1, nf = s->nframes ? s->nframes : 1;
   a->eset = ms__big_malloc(nt * sizeof *a->eset);
@@ -384,7 +380,7 @@ static int attr_stacks_deferred(ms_attr_t *a, uint32_t **tab, size_t *cap, ms_er
   memset(a->eset, 0xff, nt * sizeof *a->eset);
   for (size_t f = 0; f < nf; f++)
     a->dfirst[f] = ATTR_OP_UNSEEN;
-  attr_scan_t c = {a, eb, tab, cap, {0}, ATTR_NONE};
+  attr_scan_t c = {a, eb, q};
   int rc = ms__snapshot_scan_deferred(s, attr_scan_record, &c, eb);
   if (rc == MS_ENOMEM) ms__errbuf_set(eb, rc, "out of memory");
   return rc;
@@ -411,9 +407,8 @@ int ms__attr_stacks(ms_attr_t *a, bool sources, ms_errbuf_t *eb) {
   uint32_t *first_op = NULL;
   uint8_t *multi = NULL;
   if (sources) MS_FORWARD_IF_ERROR(ms__attr_sources_alloc(a, &first_op, &multi));
-  uint64_t set[ATTR_PW], last[ATTR_PW];
-  uint32_t *tab = NULL, last_index = ATTR_NONE;
-  size_t cap = 0;
+  uint64_t set[ATTR_PW];
+  attr_setq_t q = {NULL, 0, {0}, ATTR_NONE};
   int rc = MS_OK;
   for (size_t st = 0; st < s->nstacks && rc == MS_OK; st++) {
     if (a->sset[st] != mark) {
@@ -422,22 +417,14 @@ int ms__attr_stacks(ms_attr_t *a, bool sources, ms_errbuf_t *eb) {
     }
     ms__attr_stack_set(a, (uint32_t)st, set, sources ? &a->ssrc[st] : NULL,
                        sources ? &a->sop[st] : NULL);
-    /* stacks in a row mostly share their set (one op's): no lookup then */
-    if (last_index != ATTR_NONE && attr_set_eq(set, last, a->pw)) {
-      a->sset[st] = last_index;
-      continue;
-    }
-    rc = ms__attr_set_index(a, set, &tab, &cap, &a->sset[st]);
-    last_index = a->sset[st];
-    memcpy(last, set, sizeof last);
+    rc = ms__attr_setq_index(a, &q, set, &a->sset[st]); /* stacks in a row: one op's set */
   }
   /* the records whose stacks the read left for later: what it found of them as it read them, else
    * their frames read from the file again */
   if (rc == MS_OK && ms__snapshot_has_deferred(s))
-    rc = a->seed ? ms__attr_seed_take(a, a->seed, &tab, &cap)
-                 : attr_stacks_deferred(a, &tab, &cap, eb);
+    rc = a->seed ? ms__attr_seed_take(a, a->seed, &q) : attr_stacks_deferred(a, &q, eb);
   a->seed = NULL;
-  free(tab);
+  free(q.tab);
   if (sources && rc == MS_OK) {
     ms__attr_sources_link(a, first_op, multi);
     a->src_state = 1;
