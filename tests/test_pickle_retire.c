@@ -397,6 +397,225 @@ Test(pickle_retire, fixtures_read_the_same_both_ways, .timeout = 300) {
   }
 }
 
+/* ---- entries that the memo names (Python's files) -------------------------------------------- */
+
+/* An entry whose dict is memoized (MEMOIZE: Python's pickler puts every container), in the
+ * batch open: frames a new list of n frames (memoized), or, when get >= 0, memo entry get.
+ * *dict: its dict's memo index. @return its new list's memo index (UINT32_MAX: got). */
+static uint32_t tf_pentry(tf_t *t, const char *action, int64_t addr, int n, int64_t get,
+                          uint32_t *dict) {
+  th_bytes_sink_write(&t->k, "}\x94(", 3);
+  uint32_t d = t->memo++;
+  if (dict) *dict = d;
+  tf_fields(t, action, addr);
+  uint32_t at = UINT32_MAX;
+  if (get >= 0)
+    tf_get(t, (uint32_t)get);
+  else
+    at = tf_list(t, n, true);
+  th_bytes_sink_write(&t->k, "u", 1);
+  return at;
+}
+
+/* A batch of the device list's entries (MARK ... APPENDS): its entries are freed at its end. */
+static void tf_batch(tf_t *t) {
+  th_bytes_sink_write(&t->k, "(", 1);
+}
+
+static void tf_batch_end(tf_t *t) {
+  th_bytes_sink_write(&t->k, "e", 1);
+}
+
+Test(pickle_retire, python_entries_go_into_the_memo_with_their_lists) {
+  /* PyTorch's shape in Python's files: an alloc with its list; a free_requested with its own,
+   * which the free_completed after it takes (in its batch, or in the next one); a free long after
+   * the alloc that takes the alloc's list */
+  for (int shape = 0; shape < 2; shape++) {
+    tf_t t;
+    tf_start(&t);
+    tf_batch(&t);
+    uint32_t fa = tf_pentry(&t, "alloc", 8192, 2, -1, NULL);
+    tf_batch_end(&t);
+    tf_batch(&t);
+    uint32_t f1 = tf_pentry(&t, "free_requested", 8192, 3, -1, NULL);
+    if (shape == 1) {
+      tf_batch_end(&t);
+      tf_batch(&t);
+    }
+    tf_pentry(&t, "free_completed", 8192, 0, f1, NULL);
+    tf_batch_end(&t);
+    tf_batch(&t);
+    tf_pentry(&t, "free_completed", 8192, 0, fa, NULL);
+    tf_batch_end(&t);
+    tf_end(&t);
+    for (size_t f = 0; f < sizeof every_flags / sizeof every_flags[0]; f++) {
+      both_t b = read_both(&t.k, every_flags[f]);
+      cr_assert_eq(b.rc, MS_OK, "shape %d flags %u: %s", shape, every_flags[f], b.msg);
+      cr_assert_eq(b.s->ntrace, 5);
+      /* made again: the alloc's list for the last entry; the free_requested's for the
+       * free_completed of the next batch */
+      cr_assert_eq(b.revived, shape == 0 ? 1u : 2u, "shape %d flags %u", shape, every_flags[f]);
+      if (every_flags[f] == 0) {
+        cr_assert_eq(ms_snap_stack_depth(b.s, b.s->trace[1].stack), 2);
+        cr_assert_eq(ms_snap_stack_depth(b.s, b.s->trace[2].stack), 3);
+        cr_assert_eq(b.s->trace[3].stack, b.s->trace[2].stack);
+        cr_assert_eq(b.s->trace[4].stack, b.s->trace[1].stack);
+      }
+      ms_snapshot_free(b.s);
+    }
+    free(t.k.p);
+  }
+}
+
+Test(pickle_retire, python_entry_named_again_after_it_was_freed) {
+  /* stored again into the device list: refused by the path of the entry made again, whether it
+   * went with its list (entry 1) or alone (entry 2, whose frames are entry 1's list) */
+  for (int alone = 0; alone < 2; alone++) {
+    tf_t t;
+    tf_start(&t);
+    uint32_t d1, d2;
+    tf_batch(&t);
+    uint32_t fl = tf_pentry(&t, "free_requested", 8192, 2, -1, &d1);
+    tf_pentry(&t, "free_completed", 8192, 0, fl, &d2);
+    tf_batch_end(&t);
+    tf_batch(&t);
+    tf_pentry(&t, "alloc", 12288, 1, -1, NULL);
+    tf_batch_end(&t);
+    tf_batch(&t);
+    tf_get(&t, alone ? d2 : d1);
+    tf_batch_end(&t);
+    tf_end(&t);
+    for (size_t f = 0; f < sizeof every_flags / sizeof every_flags[0]; f++) {
+      both_t b = read_both(&t.k, every_flags[f]);
+      cr_assert_eq(b.rc, MS_EFORMAT, "alone %d: %s", alone, b.msg);
+      cr_assert(strstr(b.msg, alone ? ": device_traces[0][2]: the same dict is stored twice "
+                                      "(shared through the memo)"
+                                    : ": device_traces[0][1]: the same dict is stored twice "
+                                      "(shared through the memo)"),
+                "alone %d: %s", alone, b.msg);
+      cr_assert_eq(b.revived, 1, "alone %d flags %u", alone, every_flags[f]);
+    }
+    free(t.k.p);
+  }
+  /* into a place of its own (an unknown key of an entry), then its list named by a later entry:
+   * made again once, and the list the memo holds is the one made again with it */
+  tf_t u;
+  tf_start(&u);
+  uint32_t d;
+  tf_batch(&u);
+  uint32_t fl = tf_pentry(&u, "alloc", 8192, 2, -1, &d);
+  tf_batch_end(&u);
+  tf_batch(&u);
+  th_bytes_sink_write(&u.k, "}(", 2);
+  th_pickle_str(&u.k, "seen");
+  tf_get(&u, d);
+  tf_fields(&u, "free_completed", 8192);
+  tf_get(&u, fl);
+  th_bytes_sink_write(&u.k, "u", 1);
+  tf_batch_end(&u);
+  tf_end(&u);
+  for (size_t f = 0; f < sizeof every_flags / sizeof every_flags[0]; f++) {
+    both_t b = read_both(&u.k, every_flags[f]);
+    cr_assert_eq(b.rc, MS_OK, "%s", b.msg);
+    cr_assert_eq(b.s->ntrace, 3);
+    cr_assert_eq(b.revived, 1, "flags %u", every_flags[f]);
+    if (every_flags[f] == 0) cr_assert_eq(b.s->trace[2].stack, b.s->trace[1].stack);
+    ms_snapshot_free(b.s);
+  }
+  free(u.k.p);
+}
+
+Test(pickle_retire, memo_entries_stored_again_over_freed_entries) {
+  /* the memo entry of a freed entry (which = 0) or of its list (1) stored again with 77: the
+   * entry and list made again by a get of the other do not take it back, and a get of it gives
+   * 77 (the next entry's size) */
+  for (int which = 0; which < 2; which++) {
+    tf_t t;
+    tf_start(&t);
+    uint32_t d;
+    tf_batch(&t);
+    uint32_t fl = tf_pentry(&t, "alloc", 8192, 2, -1, &d);
+    tf_batch_end(&t);
+    tf_batch(&t);
+    th_bytes_sink_write(&t.k, "}(", 2);
+    tf_fields(&t, "alloc", 12288);
+    tf_list(&t, 1, false);
+    th_pickle_str(&t.k, "padding");
+    th_bytes_sink_write(&t.k, "KMr", 3); /* 77, LONG_BINPUT */
+    th_bytes_put_le(&t.k, which ? fl : d, 4);
+    th_bytes_sink_write(&t.k, "u", 1);
+    tf_batch_end(&t);
+    tf_batch(&t);
+    th_bytes_sink_write(&t.k, "}(", 2);
+    th_pickle_str(&t.k, "seen");
+    tf_get(&t, which ? d : fl); /* makes both again */
+    th_pickle_str(&t.k, "action");
+    th_pickle_str(&t.k, "free_completed");
+    th_pickle_str(&t.k, "addr");
+    th_pickle_int(&t.k, 8192);
+    th_pickle_str(&t.k, "size");
+    tf_get(&t, which ? fl : d);
+    th_bytes_sink_write(&t.k, "u", 1);
+    tf_batch_end(&t);
+    tf_end(&t);
+    for (size_t f = 0; f < sizeof every_flags / sizeof every_flags[0]; f++) {
+      both_t b = read_both(&t.k, every_flags[f]);
+      cr_assert_eq(b.rc, MS_OK, "which %d: %s", which, b.msg);
+      cr_assert_eq(b.s->ntrace, 4);
+      cr_assert_eq(b.s->trace[3].size, 77, "which %d flags %u", which, every_flags[f]);
+      cr_assert_eq(b.revived, 1, "which %d flags %u", which, every_flags[f]);
+      ms_snapshot_free(b.s);
+    }
+    free(t.k.p);
+  }
+}
+
+Test(pickle_retire, python_objects_stay_bounded_on_a_long_trace, .timeout = 120) {
+  /* 3,000 blocks, each an alloc, a free_requested and a free_completed that takes the
+   * free_requested's list, every container memoized, in batches of 100 entries */
+  const size_t n = 3000, batch = 100;
+  tf_t t;
+  tf_start(&t);
+  size_t in_batch = 0, straddles = 0;
+  tf_batch(&t);
+  for (size_t i = 0; i < n; i++) {
+    for (int k = 0; k < 3; k++) {
+      if (in_batch == batch) {
+        tf_batch_end(&t);
+        tf_batch(&t);
+        in_batch = 0;
+      }
+      static uint32_t fr;
+      int64_t addr = 8192 + (int64_t)i * 512;
+      if (k == 0)
+        tf_pentry(&t, "alloc", addr, 2, -1, NULL);
+      else if (k == 1)
+        fr = tf_pentry(&t, "free_requested", addr, 1, -1, NULL);
+      else
+        tf_pentry(&t, "free_completed", addr, 0, fr, NULL);
+      straddles += k == 2 && in_batch == 0;
+      in_batch++;
+    }
+  }
+  tf_batch_end(&t);
+  tf_end(&t);
+  for (size_t f = 0; f < sizeof every_flags / sizeof every_flags[0]; f++) {
+    both_t off = read_one(&t.k, every_flags[f], false);
+    cr_assert_eq(off.rc, MS_OK, "%s", off.msg);
+    cr_assert_geq(off.objs, 5 * n, "flags %u: %zu objects", every_flags[f], off.objs);
+    ms_snapshot_free(off.s);
+    both_t on = read_both(&t.k, every_flags[f]);
+    cr_assert_eq(on.rc, MS_OK, "%s", on.msg);
+    cr_assert_eq(on.s->ntrace, 3 * n + 1);
+    /* a batch's entries and lists, the first entry's, and the frame dict */
+    cr_assert_leq(on.objs, 2 * batch + 8, "flags %u: %zu objects", every_flags[f], on.objs);
+    /* a free_completed that begins a batch makes its free_requested's list again */
+    cr_assert_eq(on.revived, straddles, "flags %u", every_flags[f]);
+    ms_snapshot_free(on.s);
+  }
+  free(t.k.p);
+}
+
 /* ---- the frame cache of a run of gets (pickle_frames.c) -------------------------------------- */
 
 /* A frame dict of `line`, memoized (MEMOIZE) or put at memo index `at` (LONG_BINPUT). */

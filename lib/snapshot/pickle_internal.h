@@ -87,6 +87,9 @@ enum rd_vtype {
  * memo_obj is the entry's trace record, the low bits say which flags they had (RD_TF_*); a get
  * makes the objects again (ms__pickle_revive) */
 #define RD_TAG_TFRAMES 0x40u
+/* rd_t.memo_tag of a memoized trace entry dict freed with its frames list (Python's pickler
+ * memoizes every dict): the same record and flags as RD_TAG_TFRAMES, a get makes both again */
+#define RD_TAG_TENTRY 0x48u
 enum {
   RD_TF_LIST_DROPPED = 1u << 0,  /* the list had OF_DROPPED */
   RD_TF_ENTRY_ACCOUNTED = 1u << 1, /* the entry had OF_ACCOUNTED */
@@ -94,6 +97,13 @@ enum {
 };
 static inline bool rd_tag_tframes(uint8_t tag) {
   return (tag & ~7u) == RD_TAG_TFRAMES;
+}
+static inline bool rd_tag_tentry(uint8_t tag) {
+  return (tag & ~7u) == RD_TAG_TENTRY;
+}
+/* A freed frames list or entry dict (RD_TAG_TFRAMES, RD_TAG_TENTRY): a get makes it again. */
+static inline bool rd_tag_freed(uint8_t tag) {
+  return (tag & ~15u) == RD_TAG_TFRAMES;
 }
 
 /* rd_val_t.flags */
@@ -246,8 +256,8 @@ enum {
   OF_ONE = 1u << 6,  /* a list whose parent is a dict: memoized at one index, held in idx; a
                         trace entry dict: the parent of one container (its frames list, held in
                         count once it is stored there) */
-  OF_KEEP = 1u << 7, /* never freed: memoized twice, or a dict memoized, or the parent of more
-                        than the one container OF_ONE stands for */
+  OF_KEEP = 1u << 7, /* never freed: memoized twice, or a dict memoized that is no trace entry,
+                        or the parent of more than the one container OF_ONE stands for */
 };
 
 typedef struct rd_obj_s {
@@ -351,14 +361,19 @@ typedef struct rd_s {
                                 mostly its frames lists or entries: 4 bytes each instead of 16) */
   MS_VEC(uint8_t) memo_tag; /* one byte an entry: 0 unset, RD_TAG_SKIP | kind for a V_SKIP value,
                                V_OBJ for a container (its object in memo_obj.ptr), RD_TAG_TFRAMES |
-                               RD_TF_* for a freed frames list (its entry's record in memo_obj.ptr),
-                               else the value's type (V_*), its value in memo.ptr */
+                               RD_TF_* for a freed frames list and RD_TAG_TENTRY | RD_TF_* for a
+                               freed entry dict (its entry's record in memo_obj.ptr), else the
+                               value's type (V_*), its value in memo.ptr */
   bool memo_holes;     /* a PUT beyond the memo's end left unset entries below it */
   MS_VEC(rd_obj_t) objs; /* grows only when free_obj is empty: its length is the most objects
                             alive at once */
   uint32_t free_obj;     /* the first freed object (RD_NO_OBJ: none), linked through ref */
   MS_VEC(uint32_t) tf_count; /* by trace record: the items of its freed frames list (written
                                 only for those) */
+  MS_VEC(uint32_t) te_memo; /* by trace record: 1 + the memo index its entry dict was first put
+                               at (0: never; made only when a trace dict is memoized) */
+  MS_VEC(uint8_t) te_fdelta; /* by trace record, for a freed memoized entry dict: its frames
+                                list's memo index minus its own (written only for those) */
   MS_VEC(uint32_t) tlists;   /* the device lists of trace entries, by their first record
                                 (rising); tlists_broken: one came out of order, and no more are
                                 listed */
@@ -706,7 +721,8 @@ void ms__pickle_memoized(rd_t *r, uint32_t id, uint32_t idx);
 int ms__pickle_retire_entries(rd_t *r, size_t from, size_t to);
 /* Device list lid gets its first trace record. */
 int ms__pickle_trace_list(rd_t *r, uint32_t lid);
-/* Memo entry idx, an RD_TAG_TFRAMES, made objects again (the memo holds the list again). */
+/* Memo entry idx, an RD_TAG_TFRAMES or RD_TAG_TENTRY, made objects again: the entry dict and its
+ * frames list, each put back into the memo entry that held it freed. */
 int ms__pickle_revive(rd_t *r, uint32_t idx);
 /* At the end of a read: the counts for tests (common/internal.h), the tables freed. */
 void ms__pickle_retire_release(rd_t *r);

@@ -7,10 +7,10 @@
  * an entry is stored into its device's list, a file names it again only through the memo or
  * through a copy of it left on the stack, and its frames list only through those or through the
  * entry (the list's path in messages goes through its parent). So when a device list takes its
- * entries (APPENDS), each entry that is not memoized, not on the stack and the parent of nothing
- * but its own frames list is freed, and so is that list when it has no child and sits at most
- * in one memo entry: an object freed goes to a free list, and the next container takes it, so
- * that the objects stay as many as are alive at once.
+ * entries (APPENDS), each entry that sits at most in one memo entry, is not on the stack and is
+ * the parent of nothing but its own frames list is freed, and so is that list when it has no
+ * child and sits at most in one memo entry: an object freed goes to a free list, and the next
+ * container takes it, so that the objects stay as many as are alive at once.
  *
  * A memoized frames list (memsnap's writer memoizes every frames list, not the entries) can be
  * named again by a memo get, which must find it as it was, and its entry behind it for messages'
@@ -26,10 +26,22 @@
  * RD_KEY_REVIVED): a file that names its lists again long after their entries (the frees of old
  * blocks, a stack met again, in a file that does not memoize its entries) keeps no more objects.
  *
+ * Python's pickler (PyTorch's files) memoizes every dict too, so each entry sits in a memo entry
+ * of its own; kept whole, a 1 GB file's entries and lists held 200 MB to the end of the read. An
+ * entry dict's first memo index is noted by its record (te_memo: the dict's idx is its place in
+ * the list, for paths), and when the entry is freed its memo entry keeps it as the list's does
+ * (RD_TAG_TENTRY, the same record and flags), with the distance to its list's memo index
+ * (te_fdelta, by record: PyTorch puts the list a few memo entries after its dict). A get of
+ * either makes both again and puts each back into its memo entry, unless that entry was stored
+ * again since. An entry whose frames are a list that an earlier entry holds (PyTorch's
+ * free_completed takes its free_requested's), or none, is kept alone (te_fdelta 0): made again,
+ * it holds no list, as it held none of its own (the list made again for it goes back with the
+ * entry behind it).
+ *
  * What is never freed: an object on the stack (a scan of at most RD_RETIRE_SCAN values, else
- * nothing is freed), memoized twice or a memoized dict (OF_KEEP), the parent of a container
- * that is not its entry's one frames list (frame dicts met first in a list keep it), and a list
- * being filled or queued for interning (the queue is interned first).
+ * nothing is freed), memoized twice (OF_KEEP), a dict memoized that is no trace entry, the
+ * parent of a container that is not its entry's one frames list (frame dicts met first in a list
+ * keep it), and a list being filled or queued for interning (the queue is interned first).
  */
 #include "snapshot/pickle_internal.h"
 
@@ -85,12 +97,37 @@ void ms__pickle_frames_stored(rd_t *r, uint32_t e, uint32_t fl) {
   if (r->objs.ptr[fl].parent == e || (!(o->flags & OF_ONE) && rt_revived(r, fl))) o->count = fl + 1;
 }
 
+/* 1 + the memo index that trace record rec's entry dict was first put at; 0: never. */
+static uint32_t rt_te_memo(const rd_t *r, uint32_t rec) {
+  return rec < r->te_memo.len ? r->te_memo.ptr[rec] : 0;
+}
+
+/* An entry dict of record rec put into the memo at idx: noted when it is its first put (false:
+ * a second one, or no memory to note it, and the dict is kept). */
+static bool rt_note_entry_put(rd_t *r, uint32_t rec, uint32_t idx) {
+  if (idx == UINT32_MAX) return false;
+  if (rec < r->te_memo.len) {
+    if (r->te_memo.ptr[rec]) return false;
+  } else {
+    size_t add = (size_t)rec + 1 - r->te_memo.len;
+    if (MS_BIGVEC_RESERVE(&r->te_memo, add)) return false;
+    for (size_t i = r->te_memo.len; i < rec; i++) r->te_memo.ptr[i] = 0; /* mostly none */
+    r->te_memo.len += add;
+  }
+  r->te_memo.ptr[rec] = idx + 1;
+  return true;
+}
+
 void ms__pickle_memoized(rd_t *r, uint32_t id, uint32_t idx) {
   rd_obj_t *o = &r->objs.ptr[id];
   bool dict_parent = o->parent != RD_NO_OBJ && r->objs.ptr[o->parent].kind == O_DICT;
   if (o->kind == O_LIST && dict_parent && !(o->flags & (OF_ONE | OF_KEEP))) {
     o->flags |= OF_ONE;
     o->memo = idx; /* a list under a dict has no index for paths */
+  } else if (o->kind == O_DICT && o->role == R_TRACE && !(o->flags & OF_KEEP) &&
+             rt_note_entry_put(r, o->ref, idx)) {
+    /* an entry dict put once (Python's files): its index is noted by its record (it needs its
+     * idx for paths), and it may go into the memo with its frames list (RD_TAG_TENTRY) */
   } else {
     o->flags |= OF_KEEP;
   }
@@ -143,39 +180,91 @@ static bool rt_on_stack(const rd_t *r, uint64_t bits, uint32_t a, uint32_t b) {
   return false;
 }
 
+/* Whether entry dict e comes back exactly as it is from its record (ms__pickle_revive): in its
+ * device list at its record's place, its key none of the schema's, its flags `want` but for
+ * those the memo tag keeps (RD_TF_ENTRY_*). */
+static bool rt_entry_back(const rd_t *r, uint32_t e, uint8_t want, bool revived_key) {
+  const rd_obj_t *o = &r->objs.ptr[e];
+  uint32_t rec = o->ref;
+  if (rec >= r->b.trace.len || o->kind != O_DICT) return false;
+  if (o->key != K_UNKNOWN && !(revived_key && o->key == RD_KEY_REVIVED)) return false;
+  uint32_t lid = rt_list_of(r, rec);
+  if (lid == RD_NO_OBJ || lid != o->parent || rec - r->objs.ptr[lid].ref != o->idx) return false;
+  return (o->flags & ~(OF_ACCOUNTED | OF_DROPPED)) == want;
+}
+
+static uint8_t rt_entry_bits(const rd_obj_t *o) {
+  return (uint8_t)((o->flags & OF_ACCOUNTED ? RD_TF_ENTRY_ACCOUNTED : 0) |
+                   (o->flags & OF_DROPPED ? RD_TF_ENTRY_DROPPED : 0));
+}
+
 /* The memo tag that keeps frames list fl of entry e, or 0 when the objects would not come back
  * exactly as they are. */
 static uint8_t rt_tag(const rd_t *r, uint32_t e, uint32_t fl) {
   const rd_obj_t *o = &r->objs.ptr[e], *f = &r->objs.ptr[fl];
-  uint32_t rec = o->ref;
-  if (rec >= r->b.trace.len || o->kind != O_DICT) return 0;
-  if (o->key != K_UNKNOWN && o->key != RD_KEY_REVIVED) return 0;
-  uint32_t lid = rt_list_of(r, rec);
-  if (lid == RD_NO_OBJ || lid != o->parent || rec - r->objs.ptr[lid].ref != o->idx) return 0;
-  const uint8_t eflags = OF_USED | OF_ONE, fflags = OF_USED | OF_SEALED | OF_ONE;
-  if ((o->flags & ~(OF_ACCOUNTED | OF_DROPPED)) != eflags) return 0;
+  if (!rt_entry_back(r, e, OF_USED | OF_ONE, true)) return 0;
+  const uint8_t fflags = OF_USED | OF_SEALED | OF_ONE;
   if (f->kind != O_LIST || f->key != K_FRAMES || (f->flags & ~OF_DROPPED) != fflags) return 0;
-  if (f->ref != r->b.trace.ptr[rec].stack) return 0;
+  if (f->ref != r->b.trace.ptr[o->ref].stack) return 0;
   return (uint8_t)(RD_TAG_TFRAMES | (f->flags & OF_DROPPED ? RD_TF_LIST_DROPPED : 0) |
-                   (o->flags & OF_ACCOUNTED ? RD_TF_ENTRY_ACCOUNTED : 0) |
-                   (o->flags & OF_DROPPED ? RD_TF_ENTRY_DROPPED : 0));
+                   rt_entry_bits(o));
 }
 
-/* Frames list fl of entry e, memoized at f->memo: kept in its memo entry when it can be (true). */
-static int rt_keep_in_memo(rd_t *r, uint32_t e, uint32_t fl, bool *kept) {
+/* The memo index that names entry dict e now: the one it was first put at, while that still
+ * holds it. UINT32_MAX: none (never memoized, or that memo entry was stored again). */
+static uint32_t rt_entry_named(const rd_t *r, uint32_t e) {
+  uint32_t m = rt_te_memo(r, r->objs.ptr[e].ref);
+  if (!m--) return UINT32_MAX;
+  return r->memo_tag.ptr[m] == V_OBJ && r->memo_obj.ptr[m] == e ? m : UINT32_MAX;
+}
+
+/* Grows a table by trace record (tf_count, te_fdelta) to hold record rec; the entries between
+ * are never read. false: out of memory. */
+static inline bool rt_by_rec(void **ptr, size_t *len, size_t *cap, uint32_t rec, size_t size) {
+  if (rec < *len) return true;
+  size_t add = (size_t)rec + 1 - *len;
+  if (add > *cap - *len && ms__bigvec_reserve(ptr, cap, *len, add, size)) return false;
+  *len = (size_t)rec + 1;
+  return true;
+}
+#define RT_BY_REC(v, rec) rt_by_rec((void **)&(v)->ptr, &(v)->len, &(v)->cap, (rec), sizeof *(v)->ptr)
+
+/* Entry dict e, named by memo entry di, kept there alone (RD_TAG_TENTRY, te_fdelta 0): made
+ * again, it holds no frames list (a trace entry's holds one only to be freed with it), which is
+ * what it held when its frames were none or a list that another entry holds (the caller checked
+ * rt_entry_back(r, e, OF_USED, false)). */
+static int rt_keep_alone(rd_t *r, uint32_t e, uint32_t di) {
+  const rd_obj_t *o = &r->objs.ptr[e];
+  if (!RT_BY_REC(&r->te_fdelta, o->ref)) return ms__pickle_err(r, MS_ENOMEM, "out of memory");
+  r->te_fdelta.ptr[o->ref] = 0;
+  r->memo_tag.ptr[di] = (uint8_t)(RD_TAG_TENTRY | rt_entry_bits(o));
+  r->memo_obj.ptr[di] = o->ref;
+  return MS_OK;
+}
+
+/* Frames list fl of entry e, kept in their memo entries when they can be (true): the list's
+ * (f->memo) when `list_named`, the entry's (di) when it is not UINT32_MAX. */
+static int rt_keep_in_memo(rd_t *r, uint32_t e, uint32_t fl, bool list_named, uint32_t di,
+                           bool *kept) {
   *kept = false;
   uint8_t tag = rt_tag(r, e, fl);
   if (!tag) return MS_OK;
   uint32_t rec = r->objs.ptr[e].ref;
-  if (rec >= r->tf_count.len) {
-    if (MS_BIGVEC_RESERVE(&r->tf_count, rec + 1 - r->tf_count.len))
-      return ms__pickle_err(r, MS_ENOMEM, "out of memory");
-    r->tf_count.len = (size_t)rec + 1; /* entries between are never read */
-  }
   const rd_obj_t *f = &r->objs.ptr[fl];
+  /* the list's memo index is found from the entry's by their distance: its put comes after */
+  if (di != UINT32_MAX && (f->memo <= di || f->memo - di > UINT8_MAX)) return MS_OK;
+  if (!RT_BY_REC(&r->tf_count, rec) || (di != UINT32_MAX && !RT_BY_REC(&r->te_fdelta, rec)))
+    return ms__pickle_err(r, MS_ENOMEM, "out of memory");
   r->tf_count.ptr[rec] = f->count;
-  r->memo_tag.ptr[f->memo] = tag;
-  r->memo_obj.ptr[f->memo] = rec;
+  if (list_named) {
+    r->memo_tag.ptr[f->memo] = tag;
+    r->memo_obj.ptr[f->memo] = rec;
+  }
+  if (di != UINT32_MAX) {
+    r->te_fdelta.ptr[rec] = (uint8_t)(f->memo - di);
+    r->memo_tag.ptr[di] = (uint8_t)(RD_TAG_TENTRY | (tag & 7u));
+    r->memo_obj.ptr[di] = rec;
+  }
   *kept = true;
   return MS_OK;
 }
@@ -188,27 +277,41 @@ static int rt_retire(rd_t *r, uint64_t stack_bits, uint32_t e) {
   if (o->role != R_TRACE || (o->flags & OF_KEEP)) return MS_OK;
   if ((o->flags & OF_ONE) && o->count == 0) return MS_OK; /* its child is not its frames list */
   uint32_t fl = o->count ? o->count - 1 : RD_NO_OBJ, owner = e;
+  /* an entry that the memo names goes there (RD_TAG_TENTRY): with its own frames list, or alone
+   * when it has none or holds one made again, which goes with the entry behind it (dl: the memo
+   * entry of that entry) */
+  uint32_t di = rt_entry_named(r, e), dl = di;
   if (fl != RD_NO_OBJ) {
     const rd_obj_t *f = &r->objs.ptr[fl];
     if (f->parent != e) { /* a list made again (ms__pickle_frames_stored) */
       if ((o->flags & OF_ONE) || !rt_revived(r, fl)) return MS_OK;
       owner = f->parent;
+      /* the entry made again, named through the memo since: it goes back there, or stays */
+      if (r->objs.ptr[owner].flags & OF_KEEP) return MS_OK;
+      dl = rt_entry_named(r, owner);
     }
     if (f->role != R_FRAMES || (f->flags & OF_KEEP) || fl == r->fbuf_owner) return MS_OK;
     if (f->flags & OF_PENDING) MS_FORWARD_IF_ERROR(ms__pickle_flush(r));
   }
-  if (r->st.len > RD_RETIRE_SCAN || rt_on_stack(r, stack_bits, e, fl)) return MS_OK;
+  bool alone = di != UINT32_MAX && (fl == RD_NO_OBJ || owner != e);
+  if (alone && !rt_entry_back(r, e, OF_USED, false)) return MS_OK;
+  if (r->st.len > RD_RETIRE_SCAN || rt_on_stack(r, stack_bits, e, fl) ||
+      (owner != e && rt_on_stack(r, stack_bits, owner, owner)))
+    return MS_OK;
   if (fl != RD_NO_OBJ) {
     const rd_obj_t *f = &r->objs.ptr[fl];
     bool named =
         (f->flags & OF_ONE) && r->memo_tag.ptr[f->memo] == V_OBJ && r->memo_obj.ptr[f->memo] == fl;
-    if (named) {
+    if (named || dl != UINT32_MAX) {
       bool kept = false;
-      MS_FORWARD_IF_ERROR(rt_keep_in_memo(r, owner, fl, &kept));
+      MS_FORWARD_IF_ERROR(rt_keep_in_memo(r, owner, fl, named, dl, &kept));
       if (!kept) return MS_OK;
     }
+  }
+  if (alone) MS_FORWARD_IF_ERROR(rt_keep_alone(r, e, di));
+  if (fl != RD_NO_OBJ) {
     rt_free(r, fl);
-    if (owner != e) rt_free(r, owner); /* named by nothing but its list */
+    if (owner != e) rt_free(r, owner); /* named by nothing but its list and the memo */
   }
   rt_free(r, e);
   return MS_OK;
@@ -226,10 +329,37 @@ int ms__pickle_retire_entries(rd_t *r, size_t from, size_t to) {
 
 /* ---- a freed frames list named again -------------------------------------------------------- */
 
+/* Memo entry i holds record rec's entry or list, freed, with the tag test `is`. */
+static bool rt_holds_freed(const rd_t *r, uint32_t i, uint32_t rec, bool (*is)(uint8_t)) {
+  return i < r->memo.len && is(r->memo_tag.ptr[i]) && r->memo_obj.ptr[i] == rec;
+}
+
 int ms__pickle_revive(rd_t *r, uint32_t idx) {
   uint8_t tag = r->memo_tag.ptr[idx];
   uint32_t rec = r->memo_obj.ptr[idx], e = RD_NO_OBJ, fl = RD_NO_OBJ;
   uint32_t lid = rt_list_of(r, rec);
+  /* the pair's memo indices: the list's (fi), and the entry's (di) when it was memoized */
+  uint32_t fi = idx, di = UINT32_MAX, m = rt_te_memo(r, rec);
+  if (rd_tag_tentry(tag)) {
+    di = idx;
+    if (r->te_fdelta.ptr[rec] == 0) { /* an entry without a list of its own (rt_keep_alone) */
+      MS_FORWARD_IF_ERROR(ms__pickle_new_obj(r, O_DICT, &e));
+      rd_obj_t *o = &r->objs.ptr[e];
+      o->role = R_TRACE;
+      o->flags = (uint8_t)(OF_USED | (tag & RD_TF_ENTRY_ACCOUNTED ? OF_ACCOUNTED : 0) |
+                           (tag & RD_TF_ENTRY_DROPPED ? OF_DROPPED : 0));
+      o->parent = lid;
+      o->idx = rec - r->objs.ptr[lid].ref;
+      o->ref = rec;
+      r->memo_tag.ptr[di] = V_OBJ;
+      r->memo_obj.ptr[di] = e;
+      r->revived++;
+      return MS_OK;
+    }
+    fi = idx + r->te_fdelta.ptr[rec];
+  } else if (m && rt_holds_freed(r, m - 1, rec, rd_tag_tentry)) {
+    di = m - 1;
+  }
   MS_FORWARD_IF_ERROR(ms__pickle_new_obj(r, O_DICT, &e));
   MS_FORWARD_IF_ERROR(ms__pickle_new_obj(r, O_LIST, &fl));
   rd_obj_t *o = &r->objs.ptr[e], *f = &r->objs.ptr[fl];
@@ -245,11 +375,18 @@ int ms__pickle_revive(rd_t *r, uint32_t idx) {
   f->flags = (uint8_t)(OF_USED | OF_SEALED | OF_ONE | (tag & RD_TF_LIST_DROPPED ? OF_DROPPED : 0));
   f->key = K_FRAMES;
   f->parent = e;
-  f->memo = idx;
+  f->memo = fi;
   f->ref = r->b.trace.ptr[rec].stack;
   f->count = r->tf_count.ptr[rec];
-  r->memo_tag.ptr[idx] = V_OBJ;
-  r->memo_obj.ptr[idx] = fl;
+  /* each back in the memo entry that held it freed (one stored again since holds its value) */
+  if (rt_holds_freed(r, fi, rec, rd_tag_tframes)) {
+    r->memo_tag.ptr[fi] = V_OBJ;
+    r->memo_obj.ptr[fi] = fl;
+  }
+  if (di != UINT32_MAX) {
+    r->memo_tag.ptr[di] = V_OBJ;
+    r->memo_obj.ptr[di] = e;
+  }
   r->revived++;
   return MS_OK;
 }
@@ -259,5 +396,7 @@ void ms__pickle_retire_release(rd_t *r) {
   ms__pickle_last_revived = r->revived;
   ms__pickle_last_whole = r->whole;
   ms__big_free(r->tf_count.ptr);
+  ms__big_free(r->te_memo.ptr);
+  ms__big_free(r->te_fdelta.ptr);
   MS_VEC_FREE(&r->tlists);
 }

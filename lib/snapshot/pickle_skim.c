@@ -135,7 +135,7 @@ MS_HOT_ALIGN int ms__pickle_skim_entry(rd_t *r, bool *done) {
       uint8_t t = tag[idx];
       /* a key Python can hash; a value that is no object (ms__pickle_create would then decide
        * what a list after it is) */
-      if (t == V_UNSET || t == V_OBJ || rd_tag_tframes(t)) return MS_OK;
+      if (t == V_UNSET || t == V_OBJ || rd_tag_freed(t)) return MS_OK;
       if (key && ((t & RD_TAG_SKIP) || (r->memo.ptr[idx].flags & VF_UNHASHABLE))) return MS_OK;
     } else {
       /* clang-format off */

@@ -281,7 +281,7 @@ static int rd_memo_get(rd_t *r, uint64_t idx, const char *op) {
   if (idx >= r->memo.len || r->memo_tag.ptr[idx] == V_UNSET)
     return ms__pickle_err(r, MS_EFORMAT, "%s %" PRIu64 ": memo entry %" PRIu64 " was never stored",
                           op, idx, idx);
-  if (rd_tag_tframes(r->memo_tag.ptr[idx])) /* a frames list whose objects were freed */
+  if (rd_tag_freed(r->memo_tag.ptr[idx])) /* a frames list or entry whose objects were freed */
     MS_FORWARD_IF_ERROR(ms__pickle_revive(r, (uint32_t)idx));
   return rd_push(r, rd_memo_value(r, idx));
 }
