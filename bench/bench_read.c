@@ -17,6 +17,10 @@
  *                             the same on a file whose stacks come from 2,000 code paths per kind
  *                             (allocations, frees), as real traces repeat theirs; the file above
  *                             gives every entry a stack of its own, the worst case
+ *   pickle_1gb_python_timeline_s, pickle_1gb_python_timeline_rss_ratio, pickle_1gb_python_mb
+ *                             the same on the first file loaded and written again by Python's
+ *                             pickler, as PyTorch writes its snapshots: every dict memoized too
+ *                             (skipped, with a note, when python3 cannot do it)
  *   pickle_1gb_full_read_s    the baseline: ms_pickle_read of the whole file in this process
  *                             (what every command did before reads could skip the trace)
  *   pickle_1gb_no_trace_read_s   ms_pickle_read_ex(MS_LOAD_NO_TRACE) in this process
@@ -134,7 +138,33 @@ int main(void) {
   bench_cli("pickle_1gb_memory_at_peak_s",
             (const char *const[]){"memory", path, "--at", "peak", "-o", "/dev/null", NULL}, full,
             NULL, fb);
+  /* The same file as Python's pickler writes it (PyTorch's files): each entry dict memoized, so
+   * the reader keeps it in the memo rather than freeing it (lib/snapshot/pickle_retire.c). */
+  char path3[4200];
+  snprintf(path3, sizeof path3, "%s.python.pickle", path);
+  if (!(keep && *keep && stat(path3, &st) == 0)) {
+    double w0 = now_s();
+    static const char script[] =
+        "import pickle, sys\n"
+        "with open(sys.argv[1], 'rb') as f: d = pickle.load(f)\n"
+        "with open(sys.argv[2], 'wb') as f: pickle.dump(d, f, protocol=4)\n";
+    const char *argv[] = {"python3", "-c", script, path, path3, NULL};
+    bench_child_t r;
+    if (bench_try_run(argv, &r) != 0) {
+      unlink(path3);
+      fprintf(stderr, "note: bench_read: python3 could not write the file again; "
+                      "pickle_1gb_python_* skipped\n");
+    } else {
+      fprintf(stderr, "  wrote %s with Python's pickler in %.1f s\n", path3, now_s() - w0);
+    }
+  }
   if (!(keep && *keep)) unlink(path);
+  if (stat(path3, &st) == 0) {
+    printf("pickle_1gb_python_mb %.1f\n", (double)st.st_size / 1e6);
+    bench_cli("pickle_1gb_python_timeline_s", (const char *const[]){"timeline", path3, NULL}, full,
+              "pickle_1gb_python_timeline_rss_ratio", (double)st.st_size);
+    if (!(keep && *keep)) unlink(path3);
+  }
 
   /* The same run with stacks drawn from 2,000 code paths per kind, as real traces repeat theirs:
    * what the stack table costs in practice (the file is about as large: every entry still carries
