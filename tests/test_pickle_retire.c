@@ -570,6 +570,78 @@ Test(pickle_retire, memo_entries_stored_again_over_freed_entries) {
   }
 }
 
+Test(pickle_retire, python_entries_far_from_their_lists_in_the_memo_stay) {
+  /* an entry whose list's memo index is not within 255 after its own (300 integers memoized
+   * between them; or both put over earlier entries, the list below the entry): the memo could not
+   * find one from the other, so both stay, and later gets of both find them */
+  for (int shape = 0; shape < 2; shape++) {
+    tf_t t;
+    tf_start(&t);
+    uint32_t d, fl;
+    tf_batch(&t);
+    if (shape == 0) {
+      th_bytes_sink_write(&t.k, "}\x94(", 3);
+      d = t.memo++;
+      th_pickle_str(&t.k, "padding");
+      th_bytes_sink_write(&t.k, "](", 2);
+      for (int i = 0; i < 300; i++) {
+        th_bytes_sink_write(&t.k, "K\x01\x94", 3);
+        t.memo++;
+      }
+      th_bytes_sink_write(&t.k, "e", 1);
+      tf_fields(&t, "alloc", 8192);
+      fl = tf_list(&t, 2, true);
+      th_bytes_sink_write(&t.k, "u", 1);
+    } else {
+      uint32_t m = t.memo; /* ten integers in an entry of its own */
+      th_bytes_sink_write(&t.k, "}(", 2);
+      tf_fields(&t, "alloc", 4096 * 3);
+      tf_list(&t, 1, false);
+      th_pickle_str(&t.k, "padding");
+      th_bytes_sink_write(&t.k, "](", 2);
+      for (int i = 0; i < 10; i++) {
+        th_bytes_sink_write(&t.k, "K\x01\x94", 3);
+        t.memo++;
+      }
+      th_bytes_sink_write(&t.k, "eu", 2);
+      d = m + 9, fl = m;
+      th_bytes_sink_write(&t.k, "}r", 2); /* LONG_BINPUT over the last integer */
+      th_bytes_put_le(&t.k, d, 4);
+      th_bytes_sink_write(&t.k, "(", 1);
+      tf_fields(&t, "alloc", 8192);
+      th_bytes_sink_write(&t.k, "]r", 2); /* over the first */
+      th_bytes_put_le(&t.k, fl, 4);
+      th_bytes_sink_write(&t.k, "(", 1);
+      tf_get(&t, 0);
+      tf_get(&t, 0);
+      th_bytes_sink_write(&t.k, "eu", 2);
+    }
+    tf_batch_end(&t);
+    tf_batch(&t);
+    th_bytes_sink_write(&t.k, "}(", 2);
+    th_pickle_str(&t.k, "seen");
+    tf_get(&t, d);
+    tf_fields(&t, "free_completed", 8192);
+    tf_get(&t, fl);
+    th_bytes_sink_write(&t.k, "u", 1);
+    tf_batch_end(&t);
+    tf_end(&t);
+    for (size_t f = 0; f < sizeof every_flags / sizeof every_flags[0]; f++) {
+      both_t b = read_both(&t.k, every_flags[f]);
+      cr_assert_eq(b.rc, MS_OK, "shape %d: %s", shape, b.msg);
+      size_t n = b.s->ntrace;
+      cr_assert_eq(n, shape == 0 ? 3u : 4u);
+      cr_assert_eq(b.revived, 0, "shape %d flags %u", shape, every_flags[f]);
+      if (every_flags[f] == 0) {
+        cr_assert_eq(b.s->trace[n - 1].stack, b.s->trace[n - 2].stack);
+        cr_assert_eq(ms_snap_stack_depth(b.s, b.s->trace[n - 1].stack), 2);
+      }
+      ms_snapshot_free(b.s);
+    }
+    free(t.k.p);
+  }
+}
+
 Test(pickle_retire, python_objects_stay_bounded_on_a_long_trace, .timeout = 120) {
   /* 3,000 blocks, each an alloc, a free_requested and a free_completed that takes the
    * free_requested's list, every container memoized, in batches of 100 entries */
