@@ -334,6 +334,21 @@ static bool rt_holds_freed(const rd_t *r, uint32_t i, uint32_t rec, bool (*is)(u
   return i < r->memo.len && is(r->memo_tag.ptr[i]) && r->memo_obj.ptr[i] == rec;
 }
 
+/* Record rec's entry dict made again into *e, in device list lid at its record's place, its
+ * flags `flags` and those the memo tag kept (RD_TF_ENTRY_*). */
+static int rt_revive_entry(rd_t *r, uint32_t rec, uint32_t lid, uint8_t tag, uint8_t flags,
+                           uint32_t *e) {
+  MS_FORWARD_IF_ERROR(ms__pickle_new_obj(r, O_DICT, e));
+  rd_obj_t *o = &r->objs.ptr[*e];
+  o->role = R_TRACE;
+  o->flags = (uint8_t)(flags | (tag & RD_TF_ENTRY_ACCOUNTED ? OF_ACCOUNTED : 0) |
+                       (tag & RD_TF_ENTRY_DROPPED ? OF_DROPPED : 0));
+  o->parent = lid;
+  o->idx = rec - r->objs.ptr[lid].ref;
+  o->ref = rec;
+  return MS_OK;
+}
+
 int ms__pickle_revive(rd_t *r, uint32_t idx) {
   uint8_t tag = r->memo_tag.ptr[idx];
   uint32_t rec = r->memo_obj.ptr[idx], e = RD_NO_OBJ, fl = RD_NO_OBJ;
@@ -343,14 +358,7 @@ int ms__pickle_revive(rd_t *r, uint32_t idx) {
   if (rd_tag_tentry(tag)) {
     di = idx;
     if (r->te_fdelta.ptr[rec] == 0) { /* an entry without a list of its own (rt_keep_alone) */
-      MS_FORWARD_IF_ERROR(ms__pickle_new_obj(r, O_DICT, &e));
-      rd_obj_t *o = &r->objs.ptr[e];
-      o->role = R_TRACE;
-      o->flags = (uint8_t)(OF_USED | (tag & RD_TF_ENTRY_ACCOUNTED ? OF_ACCOUNTED : 0) |
-                           (tag & RD_TF_ENTRY_DROPPED ? OF_DROPPED : 0));
-      o->parent = lid;
-      o->idx = rec - r->objs.ptr[lid].ref;
-      o->ref = rec;
+      MS_FORWARD_IF_ERROR(rt_revive_entry(r, rec, lid, tag, OF_USED, &e));
       r->memo_tag.ptr[di] = V_OBJ;
       r->memo_obj.ptr[di] = e;
       r->revived++;
@@ -360,16 +368,10 @@ int ms__pickle_revive(rd_t *r, uint32_t idx) {
   } else if (m && rt_holds_freed(r, m - 1, rec, rd_tag_tentry)) {
     di = m - 1;
   }
-  MS_FORWARD_IF_ERROR(ms__pickle_new_obj(r, O_DICT, &e));
+  MS_FORWARD_IF_ERROR(rt_revive_entry(r, rec, lid, tag, OF_USED | OF_ONE, &e));
   MS_FORWARD_IF_ERROR(ms__pickle_new_obj(r, O_LIST, &fl));
   rd_obj_t *o = &r->objs.ptr[e], *f = &r->objs.ptr[fl];
-  o->role = R_TRACE;
   o->key = RD_KEY_REVIVED;
-  o->flags = (uint8_t)(OF_USED | OF_ONE | (tag & RD_TF_ENTRY_ACCOUNTED ? OF_ACCOUNTED : 0) |
-                       (tag & RD_TF_ENTRY_DROPPED ? OF_DROPPED : 0));
-  o->parent = lid;
-  o->idx = rec - r->objs.ptr[lid].ref;
-  o->ref = rec;
   o->count = fl + 1;
   f->role = R_FRAMES;
   f->flags = (uint8_t)(OF_USED | OF_SEALED | OF_ONE | (tag & RD_TF_LIST_DROPPED ? OF_DROPPED : 0));
