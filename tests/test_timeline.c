@@ -1758,6 +1758,87 @@ Test(timeline_totals, block_growth) {
   ms_snapshot_free(s);
 }
 
+/* Growth of each kind of block (lib/timeline/grow.c): one born before the trace and allocated at
+ * its first step (its growth counts from step 0, as allocated until its free_requested), one
+ * pending free when the trace begins (no free_requested: active only), one whose alloc is in the
+ * trace. Each 3.5 MiB request takes its whole 4 MiB segment. With checkpoints at every step and
+ * with the default, and under a filter that counts none of them: their sizes grow all the same,
+ * the totals stay 0. */
+Test(timeline_totals, block_growth_kinds) {
+  const uint64_t req = 3 * MiB + MiB / 2;
+  ms_snapshot_t *s = build(
+      SEG({0x1000000, 4 * MiB}, {0x2000000, 4 * MiB}, {0x3000000, 4 * MiB}), 3, NULL, 0,
+      TR({MS_TRACE_FREE_REQUESTED, 0x1000000, req}, {MS_TRACE_FREE_COMPLETED, 0x2000000, req},
+         {MS_TRACE_ALLOC, 0x3000000, req}, {MS_TRACE_FREE_COMPLETED, 0x1000000, req},
+         {MS_TRACE_FREE_REQUESTED, 0x3000000, req}, {MS_TRACE_FREE_COMPLETED, 0x3000000, req}),
+      6);
+  static const uint64_t allocated[7] = {4, 0, 0, 4, 4, 0, 0}, active[7] = {8, 8, 4, 8, 4, 4, 0};
+  ms_timeline_config_t cfg;
+  for (int every = 0; every < 2; every++) {
+    ms_timeline_config_init(&cfg);
+    if (every) cfg.checkpoint_every = 1;
+    ms_timeline_t *tl = NULL;
+    ms_errbuf_t eb = {{0}};
+    cr_assert_eq(ms_timeline_create(s, &cfg, &tl, &eb), MS_OK, "%s", eb.msg);
+    for (size_t st = 0; st <= 6; st++) {
+      uint64_t t[MS_TL_METRIC_COUNT];
+      cr_assert_eq(ms_timeline_totals_at(tl, 0, st, t), MS_OK);
+      cr_assert_eq(t[MS_TL_ALLOCATED], allocated[st] * MiB, "step %zu: %" PRIu64, st,
+                   t[MS_TL_ALLOCATED]);
+      cr_assert_eq(t[MS_TL_ACTIVE], active[st] * MiB, "step %zu: %" PRIu64, st, t[MS_TL_ACTIVE]);
+      cr_assert_eq(t[MS_TL_RESERVED], 12 * MiB);
+    }
+    ms_tl_peak_t p;
+    cr_assert_eq(ms_timeline_peak(tl, 0, MS_TL_ALLOCATED, 0, SIZE_MAX, &p), MS_OK);
+    cr_assert_eq(p.bytes, 4 * MiB);
+    cr_assert_eq(p.step, 0);
+    cr_assert_eq(ms_timeline_peak(tl, 0, MS_TL_ACTIVE, 1, SIZE_MAX, &p), MS_OK);
+    cr_assert_eq(p.bytes, 8 * MiB);
+    cr_assert_eq(p.step, 1);
+    cr_assert_eq(ms_timeline_peak(tl, 0, MS_TL_ACTIVE, 4, SIZE_MAX, &p), MS_OK);
+    cr_assert_eq(p.bytes, 4 * MiB);
+    cr_assert_eq(p.step, 4);
+    ms_tl_state_t st;
+    ms_timeline_state_init(&st);
+    cr_assert_eq(ms_timeline_state_at(tl, 0, 0, &st), MS_OK);
+    cr_assert_eq(st.nblocks, 2);
+    for (size_t k = 0; k < st.nblocks; k++) {
+      cr_assert_eq(st.blocks[k].size, 4 * MiB, "block %zu grew to its segment", k);
+      cr_assert_eq(st.blocks[k].alloc_entry, -1);
+    }
+    cr_assert_eq(st.blocks[0].state, MS_BLOCK_ACTIVE_ALLOCATED);
+    cr_assert_eq(st.blocks[1].state, MS_BLOCK_ACTIVE_PENDING_FREE);
+    cr_assert_eq(ms_timeline_state_at(tl, 0, 3, &st), MS_OK);
+    cr_assert_eq(st.nblocks, 2);
+    cr_assert_eq(st.blocks[1].size, 4 * MiB);
+    cr_assert_eq(st.blocks[1].alloc_entry, 2);
+    ms_timeline_state_release(&st);
+    ms_timeline_destroy(tl);
+    tt_check_index(s, &cfg, "growth kinds");
+  }
+  ms_timeline_config_init(&cfg);
+  cfg.filter.has_stream = true;
+  cfg.filter.stream = 5;
+  ms_timeline_t *tl = NULL;
+  ms_errbuf_t eb = {{0}};
+  cr_assert_eq(ms_timeline_create(s, &cfg, &tl, &eb), MS_OK, "%s", eb.msg);
+  for (size_t st = 0; st <= 6; st++) {
+    uint64_t t[MS_TL_METRIC_COUNT];
+    cr_assert_eq(ms_timeline_totals_at(tl, 0, st, t), MS_OK);
+    for (int m = 0; m < MS_TL_METRIC_COUNT; m++)
+      cr_assert_eq(t[m], 0, "step %zu: %s %" PRIu64, st, ms_tl_metric_name((ms_tl_metric)m), t[m]);
+  }
+  ms_tl_state_t st;
+  ms_timeline_state_init(&st);
+  cr_assert_eq(ms_timeline_state_at(tl, 0, 0, &st), MS_OK);
+  cr_assert_eq(st.nblocks, 2);
+  cr_assert_eq(st.blocks[0].size, 4 * MiB, "sizes grow outside the filter too");
+  ms_timeline_state_release(&st);
+  ms_timeline_destroy(tl);
+  tt_check_index(s, &cfg, "growth kinds, filtered");
+  ms_snapshot_free(s);
+}
+
 Test(timeline_totals, empty_trace_and_devices) {
   ms_snapshot_t *s = build(SEG({0x100000, 2 * MiB}), 1, SEG({0x100000, 1024}), 1, NULL, 0);
   tt_check_index(s, NULL, "empty trace");

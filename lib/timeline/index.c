@@ -247,104 +247,9 @@ static size_t tl_ckpt_every(const ms_timeline_t *tl, const tl_ws_t *w) {
   return every > tl->k ? every : tl->k;
 }
 
-/* The steps [lo, hi] between two checkpoints (both ends included), with the highest allocated and
- * active totals of the build pass there (base) and the highest growth that tl_final_sizes adds
- * there (grow): base + grow bounds the final totals of those steps from above, so that only the
- * intervals that may hold a peak are walked again (tl_whole_peaks). */
-typedef struct tl_ival_s {
-  size_t lo, hi;
-  uint64_t base[2], grow[2]; /* [0]: allocated, [1]: active */
-} tl_ival_t;
-typedef MS_VEC(tl_ival_t) tl_ivals_t;
-
 static void tl_ival_note(uint64_t m[2], const uint64_t *totals) {
   if (totals[MS_TL_ALLOCATED] > m[0]) m[0] = totals[MS_TL_ALLOCATED];
   if (totals[MS_TL_ACTIVE] > m[1]) m[1] = totals[MS_TL_ACTIVE];
-}
-
-/* The final sizes: a large request takes its whole room when the remainder was too small to
- * split off. The blocks that grow add their growth to the totals over their life: allocated
- * from the step after their alloc (born; 0 without one) to their free_requested, active to
- * their free_completed. No array of differences is made for that: the growth is noted at the
- * entries where it starts and ends, whose slots of room (read only at free_completed entries,
- * each at its own step of this pass, which comes first) and freq (which holds, at an alloc,
- * whether the growth reaches the allocated series) are free (the build pass left them zero),
- * then summed in one sweep that gives the checkpoints (newest first here) their final sizes and
- * totals, and each interval (iv, newest first) the most growth over its steps.
- * @return whether any block grew: the build pass's allocated and active totals are then not the
- * final ones between the checkpoints. */
-static bool tl_final_sizes(tl_dev_t *d, size_t n, uint64_t *room, uint32_t *freq,
-                           const uint8_t *counted, tl_ivals_t *iv) {
-  bool grew = false;
-  uint64_t grow_alloc0 = 0, grow_active0 = 0; /* growth of blocks born before the trace */
-  for (size_t i = 0; i < n; i++) {
-    const ms_snap_trace_t *e = &d->trace[i];
-    if (e->action != MS_TRACE_FREE_COMPLETED) continue;
-    const ms_snap_trace_t *src = d->pair[i] != TL_NONE ? &d->trace[d->pair[i]] : e;
-    uint64_t space = room[i] - e->addr, r = tl_round(src->size);
-    room[i] = 0; /* from here: the growth that ends with entry i */
-    uint64_t size =
-        r >= space || (src->size > TL_SMALL_SIZE && space - r <= TL_SMALL_SIZE) ? space : r;
-    if (size == d->bsize[i]) continue;
-    grew = true;
-    uint64_t delta = size - d->bsize[i];
-    d->bsize[i] = size;
-    if (d->pair[i] != TL_NONE) d->bsize[d->pair[i]] = size;
-    if (counted && !counted[i]) continue; /* outside the filter: not in the totals */
-    room[i] = delta;
-    bool to_alloc = freq[i] != TL_NONE;
-    if (to_alloc) room[freq[i]] += delta; /* a free_requested: the allocated growth ends there */
-    if (d->pair[i] != TL_NONE) {          /* the alloc: both start after it */
-      room[d->pair[i]] += delta;
-      freq[d->pair[i]] = to_alloc;
-    } else {
-      grow_active0 += delta;
-      if (to_alloc) grow_alloc0 += delta;
-    }
-  }
-  if (!grew) return false;
-  /* the checkpoints hold the blocks at their first sizes and totals: give them the final ones */
-  uint64_t a = grow_alloc0, b = grow_active0;
-  size_t k = d->ckpts.len; /* newest first: the next checkpoint up is k - 1 */
-  size_t v = iv->len;      /* newest first: the interval of st is v - 1 */
-  for (size_t st = 0; st <= n; st++) {
-    if (st > 0 && room[st - 1]) { /* (most slots hold no growth: their records are not read) */
-      size_t j = st - 1;
-      switch (d->trace[j].action) {
-      case MS_TRACE_ALLOC:
-        b += room[j];
-        if (freq[j]) a += room[j];
-        break;
-      case MS_TRACE_FREE_REQUESTED:
-        a -= room[j];
-        break;
-      case MS_TRACE_FREE_COMPLETED:
-        b -= room[j];
-        break;
-      default:
-        break;
-      }
-    }
-    uint64_t g[MS_TL_METRIC_COUNT] = {0};
-    g[MS_TL_ALLOCATED] = a;
-    g[MS_TL_ACTIVE] = b;
-    for (size_t j = v; j > 0 && iv->ptr[j - 1].lo <= st; j--) { /* st may end one, start the next */
-      if (iv->ptr[j - 1].hi < st) continue;
-      tl_ival_note(iv->ptr[j - 1].grow, g);
-    }
-    while (v > 0 && iv->ptr[v - 1].hi <= st)
-      v--;
-    if (k == 0 || d->ckpts.ptr[k - 1].step != st) continue;
-    tl_ckpt_t *ckp = &d->ckpts.ptr[--k];
-    for (size_t j = 0; j < ckp->nblocks; j++) {
-      ms_tl_block_t *bl = &ckp->blocks[j];
-      if ((bl->flags & MS_TL_BLOCK_SIZE_INFERRED) && bl->free_entry >= 0)
-        bl->size = d->bsize[bl->free_entry];
-    }
-    ckp->totals[MS_TL_ALLOCATED] += a;
-    ckp->totals[MS_TL_ACTIVE] += b;
-  }
-  return true;
 }
 
 static int tl_ival_cmp(const void *x, const void *y) {
@@ -406,17 +311,8 @@ static int tl_build_dev(ms_timeline_t *tl, size_t dev, ms_errbuf_t *eb) {
   w.filter = tl_filter_of(tl);
   if (rc == MS_OK) rc = tl_end_state(tl, dev, &open_allocs, &w, eb);
   tl_map_free(&open_allocs);
-  uint64_t *room = NULL;
-  uint32_t *freq = NULL;
-  uint8_t *counted = NULL;
-  if (rc == MS_OK) {
-    room = ms__big_malloc((n + 2) * sizeof *room);
-    freq = ms__big_malloc((n ? n : 1) * sizeof *freq);
-    /* without a filter every segment counts: no array says so (5 MB of a 5 M-entry trace, at
-     * the command's peak) */
-    if (w.filter) counted = ms__big_malloc(n ? n : 1);
-    if (!room || !freq || (w.filter && !counted)) rc = MS_ENOMEM;
-  }
+  tl_grow_t grow;
+  memset(&grow, 0, sizeof grow);
   tl_ckpt_t ck;
   tl_peaks_t pk;
   memset(&pk, 0, sizeof pk);
@@ -434,17 +330,14 @@ static int tl_build_dev(ms_timeline_t *tl, size_t dev, ms_errbuf_t *eb) {
   }
   /* One pass from the end: every block freed in the trace at its smallest size (its rounded
    * request, which the real block cannot be smaller than, so a consistent trace never overlaps),
-   * noting the smallest room it had after it over its life; the peaks of the totals (no series:
-   * ms_timeline_series makes one when asked); checkpoints. This pass reports the
-   * inconsistencies. */
-  tl_ctx_t c = {tl, d, dev, true, room, freq, counted, eb};
+   * noting the smallest room it had after it over its life and giving it its final size when its
+   * alloc is met (grow.c); the peaks of the totals (no series: ms_timeline_series makes one when
+   * asked); checkpoints. This pass reports the inconsistencies. */
+  tl_ctx_t c = {tl, d, dev, true, &grow, eb};
   size_t last = n;
   for (size_t i = n; rc == MS_OK && i-- > 0;) {
     rc = ms__tl_undo(&c, &w, i);
     if (rc != MS_OK) break;
-    /* tl_final_sizes reads room and freq as zeros but at free_completed entries, whose slots this
-     * pass sets: the others are cleared here, while the entry's record is at hand */
-    if (d->trace[i].action != MS_TRACE_FREE_COMPLETED) room[i] = freq[i] = 0;
     tl_peaks_note(&pk, i, w.totals);
     tl_ival_note(cur.base, w.totals);
     cur.lo = i;
@@ -464,10 +357,10 @@ static int tl_build_dev(ms_timeline_t *tl, size_t dev, ms_errbuf_t *eb) {
   }
   if (rc == MS_OK && MS_VEC_PUSH(&iv, cur)) rc = MS_ENOMEM;
   ms__tl_ws_release(&w);
-  bool grew = rc == MS_OK && tl_final_sizes(d, n, room, freq, counted, &iv);
-  ms__big_free(room);
-  ms__big_free(freq);
-  ms__big_free(counted);
+  if (rc == MS_OK) rc = ms__tl_grow_close_all(&grow, d);
+  bool grew = rc == MS_OK && grow.grew;
+  if (grew) rc = ms__tl_grow_apply(&grow, d, &iv);
+  ms__tl_grow_free(&grow);
   if (rc == MS_OK) {
     /* checkpoints were taken newest first: put them in increasing step order */
     for (size_t a = 0, b = d->ckpts.len ? d->ckpts.len - 1 : 0; a < b; a++, b--) {
@@ -561,7 +454,8 @@ int ms__tl_alloc(const ms_snapshot_t *snap, const ms_timeline_config_t *cfg, ms_
 /* A device's index is built from its own trace into its own tl_dev_t: the devices share nothing
  * but the snapshot (read only) and the ms__big_* pool (locked), so a snapshot of several large
  * devices (one process driving many GPUs) builds them on threads, the largest first. A build's
- * temporaries (tl_build_dev's room, freq and counted: 13 bytes an entry) are freed when it ends;
+ * temporaries (tl_build_dev's tl_grow_t: its blocks that grew, 24 bytes each, at most one every
+ * other entry) are freed when it ends;
  * built one after another, the largest device's are the most held at once. On threads, a device
  * starts only while the temporaries of the builds under way, with its own, stay within a quarter
  * of the memory free when the build began (or it is the only build under way), so that a
@@ -580,7 +474,7 @@ typedef struct tl_build_job_s {
 } tl_build_job_t;
 
 static size_t tl_build_temp(const tl_dev_t *d) {
-  return d->n > SIZE_MAX / 16 ? SIZE_MAX / 2 : d->n * 13 + 4096;
+  return d->n > SIZE_MAX / 16 ? SIZE_MAX / 2 : d->n * (sizeof(tl_growth_t) / 2) + 4096;
 }
 
 static void *tl_build_worker(void *arg) {
@@ -741,7 +635,7 @@ int ms__tl_reach(const ms_timeline_t *tl, size_t dev, size_t step, tl_ws_t *w) {
   if (lo >= d->ckpts.len) return MS_EINVAL;
   const tl_ckpt_t *c = &d->ckpts.ptr[lo];
   int rc = ms__tl_ckpt_restore(c, w);
-  tl_ctx_t cx = {tl, d, dev, false, NULL, NULL, NULL, NULL};
+  tl_ctx_t cx = {tl, d, dev, false, NULL, NULL};
   for (size_t i = c->step; rc == MS_OK && i-- > step;)
     rc = ms__tl_undo(&cx, w, i);
   return rc;
@@ -869,7 +763,7 @@ int ms_timeline_states_at(const ms_timeline_t *tl, size_t dev, const size_t *ste
   ms_timeline_state_init(&st);
   size_t at = steps[n - 1];
   int rc = ms__tl_reach(tl, dev, at, &w);
-  tl_ctx_t cx = {tl, &tl->dev[dev], dev, false, NULL, NULL, NULL, NULL};
+  tl_ctx_t cx = {tl, &tl->dev[dev], dev, false, NULL, NULL};
   for (size_t k = n; rc == MS_OK && k-- > 0;) {
     while (rc == MS_OK && at > steps[k])
       rc = ms__tl_undo(&cx, &w, --at);
@@ -887,7 +781,7 @@ int ms_timeline_state_advance(const ms_timeline_t *tl, ms_tl_state_t *st) {
   if (st->device >= tl->ndev || st->step >= tl->dev[st->device].n) return MS_EINVAL;
   tl_ws_t w;
   int rc = tl_ws_from_state(tl, st, &w);
-  tl_ctx_t c = {tl, &tl->dev[st->device], st->device, false, NULL, NULL, NULL, NULL};
+  tl_ctx_t c = {tl, &tl->dev[st->device], st->device, false, NULL, NULL};
   if (rc == MS_OK) rc = ms__tl_redo(&c, &w, st->step);
   if (rc == MS_OK) rc = tl_state_from_ws(&w, st->device, st->step + 1, st);
   if (rc == MS_OK) rc = tl_state_restack(tl, st);

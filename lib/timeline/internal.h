@@ -291,18 +291,63 @@ const ms_tl_ranges_t *ms__tl_ranges(const ms_timeline_t *tl);
  * one walk; thread-safe (under tl->lock). @return MS_OK, MS_EINVAL (unknown device), MS_ENOMEM. */
 int ms__tl_series_make(const ms_timeline_t *tl, size_t dev, unsigned mask);
 
+/* ---- the final sizes of inferred blocks (grow.c) -------------------------------------------- */
+
+/* The steps [lo, hi] between two checkpoints (both ends included), with the highest allocated and
+ * active totals of the build pass there (base) and the highest growth that the final sizes add
+ * there (grow): base + grow bounds the final totals of those steps from above, so that only the
+ * intervals that may hold a peak are walked again (index.c, tl_whole_peaks). */
+typedef struct tl_ival_s {
+  size_t lo, hi;
+  uint64_t base[2], grow[2]; /* [0]: allocated, [1]: active */
+} tl_ival_t;
+typedef MS_VEC(tl_ival_t) tl_ivals_t;
+
+/* A block of inferred size alive in the build pass (between its free_completed and its alloc). */
+typedef struct tl_room_s {
+  uint32_t fc1; /* its free_completed entry + 1; 0: an empty slot */
+  uint32_t fr;  /* its free_requested entry, TL_NONE until the pass meets one */
+  uint64_t end; /* the smallest end of the free room after it so far */
+  bool counted; /* its segment passes the filter */
+} tl_room_t;
+
+/* A block whose final size is larger than the one the pass gave it. */
+typedef struct tl_growth_s {
+  uint64_t delta;
+  uint32_t fc, fr; /* its free_completed and free_requested (TL_NONE) entries */
+  uint32_t start;  /* the step after its alloc; 0 when born before the trace */
+} tl_growth_t;
+
+typedef struct tl_grow_s {
+  tl_room_t *t; /* open addressing by free_completed entry */
+  size_t cap, n;
+  MS_VEC(tl_growth_t) grown; /* as the pass met their allocs (newest first), then the rest */
+  bool grew;                 /* a block's size changed (inside the filter or not) */
+} tl_grow_t;
+
+/* The block freed at entry fc starts its life in the pass, with room up to end. */
+int ms__tl_grow_open(tl_grow_t *g, uint32_t fc, uint64_t end, bool counted);
+/* The room after fc's block ends at end or below (a neighbour, a segment's unmapped range). */
+void ms__tl_grow_limit(tl_grow_t *g, uint32_t fc, uint64_t end);
+/* fc's block was requested free at entry fr. */
+void ms__tl_grow_freq(tl_grow_t *g, uint32_t fc, uint32_t fr);
+/* fc's block ends its life in the pass (its alloc): its final size into d->bsize. */
+int ms__tl_grow_close(tl_grow_t *g, tl_dev_t *d, uint32_t fc);
+/* Every block still open at the pass's end (born before the trace), in entry order. */
+int ms__tl_grow_close_all(tl_grow_t *g, tl_dev_t *d);
+/* The growth added to d's checkpoints (sizes and totals) and to the intervals' grow bounds;
+ * called when g->grew. */
+int ms__tl_grow_apply(tl_grow_t *g, tl_dev_t *d, tl_ivals_t *iv);
+void ms__tl_grow_free(tl_grow_t *g);
+
 /* ---- undo and redo (state.c) --------------------------------------------------------------- */
 
 typedef struct tl_ctx_s {
   const ms_timeline_t *tl;
   tl_dev_t *d;
   size_t dev;
-  bool building;    /* record the sizes of blocks removed by an undone alloc */
-  uint64_t *room;   /* building: per free_completed entry, the smallest end of the free room
-                       after its block over the block's life; NULL otherwise */
-  uint32_t *freq;   /* building: per free_completed entry, its block's free_requested entry */
-  uint8_t *counted; /* building: per free_completed entry, its segment passes the filter (NULL
-                       without a filter: every one does) */
+  bool building;   /* record the sizes of blocks removed by an undone alloc */
+  tl_grow_t *grow; /* building: the room of the blocks whose size is inferred; NULL otherwise */
   ms_errbuf_t *eb;
 } tl_ctx_t;
 

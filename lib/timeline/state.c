@@ -178,9 +178,8 @@ int ms__tl_ckpt_restore(const tl_ckpt_t *c, tl_ws_t *w) {
 
 /* First pass: a block b that gets a neighbour (or a segment end) at `end` cannot extend past it. */
 static void tl_room_limit(tl_ctx_t *c, const ms_tl_block_t *b, uint64_t end) {
-  if (!c->room || !(b->flags & MS_TL_BLOCK_SIZE_INFERRED) || b->free_entry < 0) return;
-  uint64_t *r = &c->room[b->free_entry];
-  if (end < *r) *r = end;
+  if (!c->grow || !(b->flags & MS_TL_BLOCK_SIZE_INFERRED) || b->free_entry < 0) return;
+  ms__tl_grow_limit(c->grow, (uint32_t)b->free_entry, end);
 }
 
 /* Only expandable segments are mapped and unmapped (a pickle without is_expandable predates
@@ -343,8 +342,10 @@ int ms__tl_undo(tl_ctx_t *c, tl_ws_t *w, size_t i) {
       return tl_bad(c, i, "its block is pending free later without a free_requested");
     if (c->building) d->bsize[i] = b->size;
     ms__tl_totals_block(w, &w->segs.ptr[si].seg, b, -1);
+    int64_t fc = b->free_entry;
     ms__tl_blk_remove(v, k);
-    return MS_OK;
+    /* building: its life in the pass ends here, and with it its room (grow.c) */
+    return c->grow && fc >= 0 ? ms__tl_grow_close(c->grow, d, (uint32_t)fc) : MS_OK;
   }
   case MS_TRACE_FREE_REQUESTED: {
     size_t si = tl_seg_find(w, e->addr);
@@ -356,7 +357,8 @@ int ms__tl_undo(tl_ctx_t *c, tl_ws_t *w, size_t i) {
       return tl_bad(c, i, "its block is still allocated later (no pending free)");
     b->state = MS_BLOCK_ACTIVE_ALLOCATED;
     if (tl_counts(w, &w->segs.ptr[si].seg)) w->totals[MS_TL_ALLOCATED] += b->size;
-    if (c->freq && b->free_entry >= 0) c->freq[b->free_entry] = (uint32_t)i;
+    if (c->grow && b->free_entry >= 0)
+      ms__tl_grow_freq(c->grow, (uint32_t)b->free_entry, (uint32_t)i);
     return MS_OK;
   }
   case MS_TRACE_FREE_COMPLETED: {
@@ -371,13 +373,12 @@ int ms__tl_undo(tl_ctx_t *c, tl_ws_t *w, size_t i) {
       return tl_bad(c, i, "the address lies inside a live block");
     uint64_t gap_end = next ? next->address : s->seg.address + s->seg.size;
     uint32_t ai = d->pair[i];
-    if (c->room) { /* building: the smallest size it can have (fixed up later); note its room */
+    if (c->grow) { /* building: the smallest size it can have (fixed up later); note its room */
       const ms_snap_trace_t *src = ai != TL_NONE ? &d->trace[ai] : e;
       uint64_t r = tl_round(src->size);
       d->bsize[i] = r < gap_end - e->addr ? r : gap_end - e->addr;
-      c->room[i] = gap_end;
-      c->freq[i] = TL_NONE;
-      if (c->counted) c->counted[i] = tl_counts(w, &s->seg);
+      int rc = ms__tl_grow_open(c->grow, (uint32_t)i, gap_end, tl_counts(w, &s->seg));
+      if (rc != MS_OK) return rc;
       if (below) tl_room_limit(c, below, e->addr);
     }
     if (d->bsize[i] > gap_end - e->addr) return tl_bad(c, i, "its block does not fit");

@@ -27,7 +27,7 @@ int ms__tl_walk(const ms_timeline_t *tl, size_t dev, size_t from, size_t to, tl_
   w.filter = tl_filter_of(tl);
   int rc = ms__tl_reach(tl, dev, to, &w);
   if (rc == MS_OK) fn(arg, to, w.totals);
-  tl_ctx_t cx = {tl, d, dev, false, NULL, NULL, NULL, NULL};
+  tl_ctx_t cx = {tl, d, dev, false, NULL, NULL};
   for (size_t i = to; rc == MS_OK && i-- > from;) {
     rc = ms__tl_undo(&cx, &w, i);
     if (rc == MS_OK) fn(arg, i, w.totals);
