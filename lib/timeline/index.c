@@ -237,9 +237,10 @@ static int tl_end_state(const ms_timeline_t *tl, size_t dev, const tl_map_t *ope
 /* Entries between checkpoints: at least K, and enough that a checkpoint (a copy of the state)
  * costs no more than TL_CKPT_BYTES_PER_ENTRY bytes per entry it covers, so that the checkpoints
  * of a long trace with many live blocks stay a small part of the index (a 5 M-entry trace with
- * 500 live blocks: 20 MB instead of 300 MB). Reaching a moment redoes at most that many
- * entries, each a binary search and a small move in the sorted state: well under 20 ms. */
-#define TL_CKPT_BYTES_PER_ENTRY 8
+ * 500 live blocks: 10 MB instead of 300 MB; the build holds them at its peak, with the trace).
+ * Reaching a moment redoes at most that many entries, each a binary search and a small move in
+ * the sorted state: 2 ms on bench_timeline's trace (`timeline_at_ms`), well under 20 ms. */
+#define TL_CKPT_BYTES_PER_ENTRY 4
 static size_t tl_ckpt_every(const ms_timeline_t *tl, const tl_ws_t *w) {
   size_t bytes = w->segs.len * (sizeof(ms_tl_segment_t) + sizeof(uint32_t)) +
                  w->nlive * sizeof(ms_tl_block_t);
