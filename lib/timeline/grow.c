@@ -137,7 +137,7 @@ int ms__tl_grow_close_all(tl_grow_t *g, tl_dev_t *d) {
   int rc = MS_OK;
   for (size_t i = 0; i < k && rc == MS_OK; i++)
     rc = tl_grow_final(g, d, &g->t[i]);
-  memset(g->t, 0, g->cap * sizeof *g->t);
+  if (g->cap) memset(g->t, 0, g->cap * sizeof *g->t);
   g->n = 0;
   return rc;
 }
