@@ -377,8 +377,12 @@ int ms__tl_undo(tl_ctx_t *c, tl_ws_t *w, size_t i) {
       const ms_snap_trace_t *src = ai != TL_NONE ? &d->trace[ai] : e;
       uint64_t r = tl_round(src->size);
       d->bsize[i] = r < gap_end - e->addr ? r : gap_end - e->addr;
-      int rc = ms__tl_grow_open(c->grow, (uint32_t)i, gap_end, tl_counts(w, &s->seg));
-      if (rc != MS_OK) return rc;
+      /* Only a large request with room past its rounded size can end larger: the room only
+       * shrinks, and never below the block (a neighbour inside it is an inconsistency above). */
+      if (src->size > TL_SMALL_SIZE && r < gap_end - e->addr) {
+        int rc = ms__tl_grow_open(c->grow, (uint32_t)i, gap_end, tl_counts(w, &s->seg));
+        if (rc != MS_OK) return rc;
+      }
       if (below) tl_room_limit(c, below, e->addr);
     }
     if (d->bsize[i] > gap_end - e->addr) return tl_bad(c, i, "its block does not fit");
