@@ -9,10 +9,11 @@
  * block lives (in the pass: from its free_completed down to its alloc), in a table of the blocks
  * alive then, not in arrays by entry: on a 5 M-entry trace those (the room, the free_requested
  * and the filter's flag, 13 bytes an entry) were 57 MB of the index's peak, for a few thousand
- * blocks alive at once. When the block's alloc is undone (or the pass ends, for a block born
- * before the trace) its final size is set; a block that grew is noted (16 bytes), and after the
- * pass its growth is added, step by step, to the checkpoints' totals and to the bounds of the
- * intervals that tl_whole_peaks walks again.
+ * blocks alive at once. Only a request over 1 MiB with room past its rounded size enters the table:
+ * no other block can end larger (state.c). When the block's alloc is undone (or the pass ends,
+ * for a block born before the trace) its final size is set; a block that grew is noted (24
+ * bytes), and after the pass its growth is added, step by step, to the checkpoints' totals and to
+ * the bounds of the intervals that tl_whole_peaks walks again.
  */
 #include <stdlib.h>
 #include <string.h>
