@@ -24,6 +24,8 @@ void ms_attr_destroy(ms_attr_t *a) {
   ms__big_free(a->sop);
   free(a->smulti);
   ms__big_free(a->eset);
+  ms__big_free(a->eset8);
+  free(a->eset_map);
   free(a->dfirst);
   free(a->dmulti);
   pthread_mutex_destroy(&a->src_mu);

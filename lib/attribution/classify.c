@@ -62,11 +62,12 @@ static void attr_stack_key(const ms_attr_t *a, uint32_t stack, attr_key_t *k) {
  * (eset), else its record's stack. */
 static void attr_entry_key(const ms_attr_t *a, size_t dev, size_t i, attr_key_t *k) {
   const ms_snap_trace_t *t = &a->tl->dev[dev].trace[i];
-  if (a->eset) {
+  if (a->eset || a->eset8) {
     uintptr_t base = (uintptr_t)a->snap->trace, at = (uintptr_t)t;
     size_t rec = (size_t)((at - base) / sizeof *t);
-    if (at >= base && rec < a->snap->ntrace && a->eset[rec] != ATTR_NONE) {
-      attr_key_of_set(a, a->eset[rec], false, k);
+    uint32_t set = at >= base && rec < a->snap->ntrace ? attr_record_set(a, rec) : ATTR_NONE;
+    if (set != ATTR_NONE) {
+      attr_key_of_set(a, set, false, k);
       return;
     }
   }

@@ -168,6 +168,13 @@ struct ms_attr_s {
    * the stack (ATTR_NONE: the record's `stack` says); NULL when no record was. dfirst and dmulti
    * (per frame): what those records add to ms__attr_sources_link's first_op and multi. */
   uint32_t *eset;
+  /* The same from a seed (seed.c), kept as the read made it: per record [0, neset8) a byte, the
+   * index among the seed's sets (ATTR_SEED_NONE: the record's `stack` says), eset_map the set
+   * each index is among a's (a 4-byte copy would cost 5 M records 20 MB of fresh pages and a
+   * pass over them). At most one of eset and eset8 is set. */
+  uint8_t *eset8;
+  uint32_t *eset_map;
+  size_t neset8;
   uint32_t *dfirst;
   uint8_t *dmulti;
   attr_seed_t *seed; /* what the read found of those records for these rules (seed.c), while the
@@ -180,6 +187,18 @@ struct ms_attr_s {
   pthread_mutex_t ecat_mu;
   atomic_size_t ndirect;
 };
+
+/* eset8's mark of a record not left for later. */
+#define ATTR_SEED_NONE UINT8_MAX
+
+/* The pattern set of trace record rec from what the read of its file found (eset, eset8):
+ * ATTR_NONE when that says nothing (the record's `stack` does). */
+static inline uint32_t attr_record_set(const ms_attr_t *a, size_t rec) {
+  if (a->eset8)
+    return rec < a->neset8 && a->eset8[rec] != ATTR_SEED_NONE ? a->eset_map[a->eset8[rec]]
+                                                              : ATTR_NONE;
+  return a->eset ? a->eset[rec] : ATTR_NONE;
+}
 
 /* The unseen mark of ms__attr_sources_link's first_op (and of dfirst). */
 #define ATTR_OP_UNSEEN (ATTR_NONE - 2)

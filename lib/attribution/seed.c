@@ -25,7 +25,7 @@
 #include "common/internal.h"
 #include "snapshot/deferred.h"
 
-#define SEED_NONE UINT8_MAX /* eset: a record not left for later */
+#define SEED_NONE ATTR_SEED_NONE /* eset: a record not left for later */
 
 struct attr_seed_s {
   ms_attr_t a;        /* the rules; fpat and fflags of frames [0, nfeat); the sets the records
@@ -34,9 +34,9 @@ struct attr_seed_s {
   attr_strbits_t names, files;
   attr_setq_t q; /* the sets' lookup */
   uint8_t *eset; /* per record: its set (SEED_NONE: not left for later); an ms__big_* array
-                    with room for `room`, [0, nrec) written. A byte a record while the read's
-                    peak memory is near (the classifier's are 4 bytes, made once it is past):
-                    the sets of a trace are a few dozen, and a 255th drops the seed */
+                    with room for `room`, [0, nrec) written, which the classifier takes as it is
+                    (ms_attr_t.eset8). A byte a record: the sets of a trace are a few dozen,
+                    and a 255th drops the seed */
   size_t nrec, room;
   uint32_t *dfirst; /* per frame [0, nfeat): as ms_attr_t's */
   uint8_t *dmulti;
@@ -205,31 +205,26 @@ int ms__attr_seed_take(ms_attr_t *a, attr_seed_t *z, attr_setq_t *q) {
       return rc;
     }
   }
-  size_t nt = s->ntrace ? s->ntrace : 1, nf = s->nframes ? s->nframes : 1;
-  uint32_t *eset = ms__big_malloc(nt * sizeof *eset);
-  uint32_t *df = eset ? realloc(z->dfirst, nf * sizeof *df) : NULL;
+  size_t nf = s->nframes ? s->nframes : 1;
+  uint32_t *df = realloc(z->dfirst, nf * sizeof *df);
   if (df) z->dfirst = df;
   uint8_t *dm = df ? realloc(z->dmulti, nf) : NULL;
   if (!dm) {
-    ms__big_free(eset);
     free(remap);
     return MS_ENOMEM;
   }
   z->dmulti = dm;
-  size_t seen = z->nrec < s->ntrace ? z->nrec : s->ntrace; /* records past the trace: none */
-  for (size_t i = 0; i < seen; i++)
-    eset[i] = z->eset[i] == SEED_NONE ? ATTR_NONE : remap[z->eset[i]];
-  for (size_t i = seen; i < nt; i++)
-    eset[i] = ATTR_NONE;
   for (size_t f = z->nfeat; f < nf; f++) {
     z->dfirst[f] = ATTR_OP_UNSEEN;
     z->dmulti[f] = 0;
   }
-  free(remap);
-  a->eset = eset;
+  /* the records' sets stay a byte each, read through remap (attr_record_set); records past the
+   * trace: none */
+  a->eset8 = z->eset;
+  a->eset_map = remap;
+  a->neset8 = z->nrec < s->ntrace ? z->nrec : s->ntrace;
   a->dfirst = z->dfirst;
   a->dmulti = z->dmulti;
-  ms__big_free(z->eset);
   z->eset = NULL;
   z->dfirst = NULL;
   z->dmulti = NULL;
