@@ -86,11 +86,16 @@ static int search(const char *page, double *search_ms, double *task_ms, double *
   fflush(stdout);
   FILE *p = popen(cmd, "r");
   if (!p) return -1;
+  double t0 = now_s();
+  errno = 0;
   int n = fscanf(p, "%lf %lf %lf", search_ms, task_ms, index_ms);
+  int err = errno, ferr = ferror(p), eof = feof(p);
   int rc = pclose(p);
   if (rc != 0 || n != 3) {
-    fprintf(stderr, "bench_view: no search figures for %s (chromium missing or the search did "
-                    "not answer)\n", page);
+    fprintf(stderr,
+            "bench_view: no search figures for %s (chromium missing or the search did "
+            "not answer: %d read, after %.1f s, error %d (%s), end %d, status %d)\n",
+            page, n, now_s() - t0, ferr, strerror(err), eof, rc);
     return -1;
   }
   return 0;
