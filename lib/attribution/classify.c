@@ -214,7 +214,7 @@ int ms__attr_spans(ms_attr_t *a) {
 
 uint64_t ms__attr_entry_size(const ms_attr_t *a, size_t dev, size_t i) {
   const tl_dev_t *td = &a->tl->dev[dev];
-  if (td->pair[i] != TL_NONE) return td->bsize[i];
+  if (td->pair[i] != TL_NONE) return tl_bsize(td, i);
   const attr_dev_t *ad = &a->dev[dev];
   uint64_t addr = td->trace[i].addr;
   size_t lo = 0, hi = ad->nend;
@@ -222,7 +222,7 @@ uint64_t ms__attr_entry_size(const ms_attr_t *a, size_t dev, size_t i) {
     size_t mid = lo + (hi - lo) / 2;
     if (ad->end_addr[mid] < addr) lo = mid + 1; else hi = mid;
   }
-  return lo < ad->nend && ad->end_addr[lo] == addr ? ad->end_size[lo] : td->bsize[i];
+  return lo < ad->nend && ad->end_addr[lo] == addr ? ad->end_size[lo] : tl_bsize(td, i);
 }
 
 /* ---- a block's category -------------------------------------------------------------------- */

@@ -166,7 +166,7 @@ static void ix_block_guess(const tl_dev_t *d, int64_t ai, int64_t fi, uint64_t g
     g[IXB_STACK] = src->stack;
   }
   if (ai >= 0) g[IXB_TIME] = (uint64_t)d->trace[ai].time_us;
-  g[IXB_SIZE] = fi >= 0 ? d->bsize[fi] : ai >= 0 ? d->bsize[ai] : 0;
+  g[IXB_SIZE] = fi >= 0 ? tl_bsize(d, (size_t)fi) : ai >= 0 ? tl_bsize(d, (size_t)ai) : 0;
   g[IXB_SNAP] = UINT32_MAX;
 }
 
@@ -218,7 +218,7 @@ enum { IXC_PAIR_NONE = 0, IXC_PAIR_PARTNER = 1, IXC_PAIR_AT = 2 };
  * of an alloc or a free, else 0 (what the index gives the other actions). */
 static uint64_t ix_bsize_guess(const tl_dev_t *d, size_t i, uint32_t pair) {
   const ms_snap_trace_t *e = &d->trace[i];
-  if (pair != TL_NONE && pair < i) return d->bsize[pair];
+  if (pair != TL_NONE && pair < i) return tl_bsize(d, pair);
   if (e->action == MS_TRACE_ALLOC || e->action == MS_TRACE_FREE_COMPLETED) return tl_round(e->size);
   return 0;
 }
@@ -277,12 +277,12 @@ static size_t ixw_entry(const tl_dev_t *d, size_t i, uint32_t *prov, const uint6
     k += cache_put_var(rec + k, cache_zigzag((uint64_t)pr - i));
     if (pr > i && pr < d->n) prov[pr] = (uint32_t)i;
   }
-  uint64_t diff = d->bsize[i] - ix_bsize_guess(d, i, pr);
+  uint64_t diff = tl_bsize(d, i) - ix_bsize_guess(d, i, pr);
   if (diff) {
     word |= IXC_BSIZE_AT;
     k += cache_put_var(rec + k, cache_zigzag(diff));
   }
-  uint64_t b = d->bsize[i], s = d->trace[i].size, r = tl_round(s);
+  uint64_t b = tl_bsize(d, i), s = d->trace[i].size, r = tl_round(s);
   for (int m = 0; m < MS_TL_METRIC_COUNT; m++) {
     uint64_t delta = t[MS_TL_METRIC_COUNT + m] - t[m];
     unsigned c = ix_metric_code(delta, b, s, r);
@@ -607,7 +607,7 @@ static int ix_ckpt(ixr_t *r, const ms_snapshot_t *s, const tl_dev_t *d, tl_ckpt_
 static int ixr_entries(ixr_t *r, tl_dev_t *d, size_t n, const uint64_t first[]) {
   const unsigned char *p = r->p + r->off, *end = r->p + r->len;
   uint32_t *pair = d->pair;
-  uint64_t *bsize = d->bsize, cur[MS_TL_METRIC_COUNT];
+  uint64_t cur[MS_TL_METRIC_COUNT];
   memcpy(cur, first, sizeof cur);
   tl_peaks_t pk;
   memset(&pk, 0, sizeof pk);
@@ -637,12 +637,13 @@ static int ixr_entries(ixr_t *r, tl_dev_t *d, size_t n, const uint64_t first[]) 
     default:
       return ix_bad(r, "an entry has an unknown code");
     }
-    bsize[i] = ix_bsize_guess(d, i, pair[i]);
+    uint64_t bsize = ix_bsize_guess(d, i, pair[i]);
     if (word & IXC_BSIZE_AT) {
       if (!cache_get_var(&p, end, &v)) return ix_bad(r, "an entry is cut short");
-      bsize[i] += cache_unzigzag(v);
+      bsize += cache_unzigzag(v);
     }
-    if (!ixr_add_deltas(&p, end, word, bsize[i], d->trace[i].size, cur))
+    if (tl_bsize_set(d, i, bsize) != MS_OK) return MS_ENOMEM;
+    if (!ixr_add_deltas(&p, end, word, bsize, d->trace[i].size, cur))
       return ix_bad(r, "an entry is cut short");
     tl_peaks_note(&pk, i + 1, cur);
   }
@@ -674,7 +675,7 @@ static int ixr_check_totals(ixr_t *r, const tl_dev_t *d, size_t off, const uint6
       return ix_bad(r, "an entry is cut short");
     if ((word & IXC_BSIZE_AT) && !cache_get_var(&p, end, &v))
       return ix_bad(r, "an entry is cut short");
-    if (!ixr_add_deltas(&p, end, word, d->bsize[step], d->trace[step].size, cur))
+    if (!ixr_add_deltas(&p, end, word, tl_bsize(d, step), d->trace[step].size, cur))
       return ix_bad(r, "an entry is cut short");
   }
 }
@@ -691,8 +692,8 @@ static int ix_device(ixr_t *r, const ms_snapshot_t *s, tl_dev_t *d, char **arena
   /* the arrays, from the block the index was given (ix_arena) */
   d->pair = (uint32_t *)(void *)*arena;
   *arena += (n * sizeof *d->pair + 7) / 8 * 8;
-  d->bsize = (uint64_t *)(void *)*arena;
-  *arena += n * sizeof *d->bsize;
+  d->bsize = (uint32_t *)(void *)*arena;
+  *arena += (n * sizeof *d->bsize + 7) / 8 * 8;
   size_t stream = r->off;
   int rc = ixr_entries(r, d, (size_t)n, first);
   if (rc != MS_OK) return rc;
@@ -724,7 +725,7 @@ static int ix_arena(ixr_t *r, ms_timeline_t *tl, char **arena) {
   for (size_t i = 0; i < tl->ndev; i++) {
     size_t n = tl->dev[i].n;
     entries += n;
-    bytes += (n * sizeof(uint32_t) + 7) / 8 * 8 + n * sizeof(uint64_t);
+    bytes += 2 * ((n * sizeof(uint32_t) + 7) / 8 * 8);
   }
   if (entries > r->len / 2) return ix_bad(r, "its entries are cut short");
   *arena = malloc(bytes ? bytes : 1);

@@ -104,11 +104,12 @@ static int tl_grow_final(tl_grow_t *g, tl_dev_t *d, const tl_room_t *r) {
   uint64_t space = r->end - e->addr, rs = tl_round(src->size);
   uint64_t size =
       rs >= space || (src->size > TL_SMALL_SIZE && space - rs <= TL_SMALL_SIZE) ? space : rs;
-  if (size == d->bsize[i]) return MS_OK;
+  uint64_t was = tl_bsize(d, i);
+  if (size == was) return MS_OK;
   g->grew = true;
-  uint64_t delta = size - d->bsize[i];
-  d->bsize[i] = size;
-  if (d->pair[i] != TL_NONE) d->bsize[d->pair[i]] = size;
+  uint64_t delta = size - was;
+  MS_FORWARD_IF_ERROR(tl_bsize_set(d, i, size));
+  if (d->pair[i] != TL_NONE) MS_FORWARD_IF_ERROR(tl_bsize_set(d, d->pair[i], size));
   if (!r->counted) return MS_OK; /* outside the filter: not in the totals */
   uint32_t a = d->pair[i];
   tl_growth_t gr = {delta, i, r->fr, a != TL_NONE ? a + 1 : 0};
@@ -260,7 +261,7 @@ int ms__tl_grow_apply(tl_grow_t *g, tl_dev_t *d, tl_ivals_t *iv) {
     for (size_t b = 0; b < ckp->nblocks; b++) {
       ms_tl_block_t *bl = &ckp->blocks[b];
       if ((bl->flags & MS_TL_BLOCK_SIZE_INFERRED) && bl->free_entry >= 0)
-        bl->size = d->bsize[bl->free_entry];
+        bl->size = tl_bsize(d, (size_t)bl->free_entry);
     }
     ckp->totals[MS_TL_ALLOCATED] += gr[0];
     ckp->totals[MS_TL_ACTIVE] += gr[1];

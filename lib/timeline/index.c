@@ -389,6 +389,7 @@ void ms_timeline_destroy(ms_timeline_t *tl) {
       ms__big_free(d->pair);
       ms__big_free(d->bsize);
     }
+    ms__tl_bsize_free(d);
     for (int m = 0; m < MS_TL_METRIC_COUNT; m++) /* made on demand (totals.c), by any index */
       ms__big_free(d->series[m]);
     for (size_t k = 0; k < d->ckpts.len; k++)

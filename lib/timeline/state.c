@@ -340,7 +340,7 @@ int ms__tl_undo(tl_ctx_t *c, tl_ws_t *w, size_t i) {
       return tl_bad(c, i, "its block is not live later (freed without a free in the trace?)");
     if (b->state != MS_BLOCK_ACTIVE_ALLOCATED)
       return tl_bad(c, i, "its block is pending free later without a free_requested");
-    if (c->building) d->bsize[i] = b->size;
+    if (c->building) MS_FORWARD_IF_ERROR(tl_bsize_set(d, i, b->size));
     ms__tl_totals_block(w, &w->segs.ptr[si].seg, b, -1);
     int64_t fc = b->free_entry;
     ms__tl_blk_remove(v, k);
@@ -376,7 +376,7 @@ int ms__tl_undo(tl_ctx_t *c, tl_ws_t *w, size_t i) {
     if (c->grow) { /* building: the smallest size it can have (fixed up later); note its room */
       const ms_snap_trace_t *src = ai != TL_NONE ? &d->trace[ai] : e;
       uint64_t r = tl_round(src->size);
-      d->bsize[i] = r < gap_end - e->addr ? r : gap_end - e->addr;
+      MS_FORWARD_IF_ERROR(tl_bsize_set(d, i, r < gap_end - e->addr ? r : gap_end - e->addr));
       /* Only a large request with room past its rounded size can end larger: the room only
        * shrinks, and never below the block (a neighbour inside it is an inconsistency above). */
       if (src->size > TL_SMALL_SIZE && r < gap_end - e->addr) {
@@ -385,8 +385,9 @@ int ms__tl_undo(tl_ctx_t *c, tl_ws_t *w, size_t i) {
       }
       if (below) tl_room_limit(c, below, e->addr);
     }
-    if (d->bsize[i] > gap_end - e->addr) return tl_bad(c, i, "its block does not fit");
-    ms_tl_block_t b = tl_entry_block(d, ai, i, d->bsize[i], MS_BLOCK_ACTIVE_PENDING_FREE);
+    uint64_t bs = tl_bsize(d, i);
+    if (bs > gap_end - e->addr) return tl_bad(c, i, "its block does not fit");
+    ms_tl_block_t b = tl_entry_block(d, ai, i, bs, MS_BLOCK_ACTIVE_PENDING_FREE);
     int rc = ms__tl_blk_insert(&s->blk, k, &b);
     if (rc) return rc;
     ms__tl_totals_block(w, &s->seg, &b, +1);
@@ -446,7 +447,7 @@ int ms__tl_redo(tl_ctx_t *c, tl_ws_t *w, size_t i) {
       b = end->blocks[lo];
       b.state = MS_BLOCK_ACTIVE_ALLOCATED;
     } else {
-      b = tl_entry_block(d, i, d->pair[i], d->bsize[i], MS_BLOCK_ACTIVE_ALLOCATED);
+      b = tl_entry_block(d, i, d->pair[i], tl_bsize(d, i), MS_BLOCK_ACTIVE_ALLOCATED);
     }
     tl_blks_t *v = &w->segs.ptr[si].blk;
     int rc = ms__tl_blk_insert(v, tl_blk_lower(v, e->addr), &b);
