@@ -637,6 +637,7 @@ int synth_workload(const synth_opts_t *opts, ms_snapshot_t **out, ms_errbuf_t *e
   }
   for (size_t i = 0; i < s->ntrace && rc == MS_OK; i++) {
     ms_snap_trace_t t = s->trace[i];
+    uint64_t stream = ms_snap_trace_stream(&t);
     t.extra = NULL; /* s's extras are freed first: the fields below are static strings */
     t_us += 1 + rng_below(&rng, 40);
     t.time_us = t_us;
@@ -644,6 +645,7 @@ int synth_workload(const synth_opts_t *opts, ms_snapshot_t **out, ms_errbuf_t *e
                  MS_TRACE_HAS_USER_METADATA | MS_TRACE_HAS_STREAM;
     ms_snap_trace_extra_t x = ms__trace_extra_of(&t);
     x.compile_context = "N/A";
+    x.stream = stream;
     rc = ms__snapbuild_trace_extra(&b, &t, &x);
     if (rc != MS_OK) break;
     bool is_free = t.action == MS_TRACE_FREE_REQUESTED || t.action == MS_TRACE_FREE_COMPLETED ||

@@ -70,10 +70,10 @@ static void replay_print_entry(const ms_snapshot_t *s, size_t i, bool mark) {
   const char *name = e->action == MS_TRACE_OTHER ? ms_snap_trace_action_name(e) : ms_trace_action_name(e->action);
   if (e->action == MS_TRACE_OOM)
     printf("    %c %7zu  %-15s device_free %" PRIu64 "  %" PRIu64 " B  stream %" PRIu64 "\n",
-           mark ? '>' : ' ', i, name, e->addr, e->size, e->stream);
+           mark ? '>' : ' ', i, name, e->addr, e->size, ms_snap_trace_stream(e));
   else
-    printf("    %c %7zu  %-15s 0x%" PRIx64 "  %" PRIu64 " B  stream %" PRIu64 "\n", mark ? '>' : ' ',
-           i, name, e->addr, e->size, e->stream);
+    printf("    %c %7zu  %-15s 0x%" PRIx64 "  %" PRIu64 " B  stream %" PRIu64 "\n",
+           mark ? '>' : ' ', i, name, e->addr, e->size, ms_snap_trace_stream(e));
 }
 
 static void replay_print_start(const ms_replay_device_t *d) {

@@ -174,7 +174,8 @@ static void trace_repr_entry(FILE *out, const ms_snapshot_t *s, const ms_snap_tr
   fputs("{'action': ", out);
   trace_repr_str(out, action);
   fprintf(out, ", '%s': %" PRIu64 ", 'size': %" PRIu64 ", 'stream': %" PRIu64,
-          e->action == MS_TRACE_OOM ? "device_free" : "addr", e->addr, e->size, e->stream);
+          e->action == MS_TRACE_OOM ? "device_free" : "addr", e->addr, e->size,
+          ms_snap_trace_stream(e));
   if (e->present & MS_TRACE_HAS_TIME) fprintf(out, ", 'time_us': %" PRId64, e->time_us);
   if (e->present & MS_TRACE_HAS_COMPILE_CONTEXT) {
     fputs(", 'compile_context': ", out);

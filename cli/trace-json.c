@@ -38,7 +38,7 @@ static void trace_json_entry(cli_json_t *j, const ms_snapshot_t *s, size_t index
   cli_json_lit(j, ", \"size\": ");
   cli_json_u64(j, e->size);
   cli_json_lit(j, ", \"stream\": ");
-  cli_json_u64(j, e->stream);
+  cli_json_u64(j, ms_snap_trace_stream(e));
   if (e->present & MS_TRACE_HAS_TIME) {
     cli_json_lit(j, ", \"time_us\": ");
     cli_json_i64(j, e->time_us);
@@ -64,7 +64,7 @@ static void trace_json_entry(cli_json_t *j, const ms_snapshot_t *s, size_t index
 
 bool cli_trace_entry_kept(const ms_tl_filter_t *f, const ms_snap_trace_t *e) {
   if (!f) return true;
-  if (f->has_stream && e->stream != f->stream) return false;
+  if (f->has_stream && ms_snap_trace_stream(e) != f->stream) return false;
   if (f->has_pool) {
     bool has = (e->present & MS_TRACE_HAS_POOL_ID) != 0;
     if ((has ? ms_snap_trace_pool(e, 0) : 0) != f->pool_id[0] || (has ? ms_snap_trace_pool(e, 1) : 0) != f->pool_id[1])

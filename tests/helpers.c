@@ -199,7 +199,7 @@ ms_snapshot_t *th_synth(const th_synth_opts_t *opts) {
         TRY(ms__snapbuild_str(&b, "custom_action", 13, &tx.action_name));
       te.addr = 0x7f0000000000ULL + rng_next(&rs) % (1ULL << 34);
       te.size = rng_next(&rs) % (1ULL << 31);
-      te.stream = t % 2 ? 0x5555ULL : 0;
+      tx.stream = t % 2 ? 0x5555ULL : 0;
       te.time_us = 1700000000000000LL + (int64_t)t * 13;
       tx.pool_id[0] = (int64_t)(t % 3);
       tx.pool_id[1] = -(int64_t)(t % 2);
@@ -385,7 +385,10 @@ int th_snapshot_diff(const ms_snapshot_t *a, const ms_snapshot_t *b, char *why, 
     }
     DIFF_U(addr, "trace", i);
     DIFF_U(size, "trace", i);
-    DIFF_U(stream, "trace", i);
+    if (ms_snap_trace_stream(a_) != ms_snap_trace_stream(b_))
+      return snprintf(why, cap, "trace[%zu].stream: %" PRIu64 " != %" PRIu64, i,
+                      ms_snap_trace_stream(a_), ms_snap_trace_stream(b_)),
+             1;
     DIFF_U(time_us, "trace", i);
     DIFF_U(stack, "trace", i);
     DIFF_U(present, "trace", i);

@@ -178,7 +178,7 @@ static void check_file(sqlite3 *db, int64_t file_id, const ms_snapshot_t *s,
                                                    : ms_trace_action_name(e->action));
       cr_assert_eq((uint64_t)sqlite3_column_int64(st, 3), e->addr);
       cr_assert_eq((uint64_t)sqlite3_column_int64(st, 4), e->size);
-      cr_assert_eq((uint64_t)sqlite3_column_int64(st, 5), e->stream);
+      cr_assert_eq((uint64_t)sqlite3_column_int64(st, 5), ms_snap_trace_stream(e));
       if (e->present & MS_TRACE_HAS_TIME)
         cr_assert_eq(sqlite3_column_int64(st, 6), e->time_us);
       else

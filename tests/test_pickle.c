@@ -171,7 +171,7 @@ static void eq_model(const ms_snapshot_t *a, const ms_snapshot_t *b, bool check_
     if (x->action == MS_TRACE_OTHER) cr_assert_str_eq(ms_snap_trace_action_name(x), ms_snap_trace_action_name(y));
     cr_assert_eq(x->addr, y->addr, "trace %zu", i);
     cr_assert_eq(x->size, y->size, "trace %zu", i);
-    cr_assert_eq(x->stream, y->stream, "trace %zu", i);
+    cr_assert_eq(ms_snap_trace_stream(x), ms_snap_trace_stream(y), "trace %zu", i);
     cr_assert_eq(x->time_us, y->time_us, "trace %zu", i);
     cr_assert_str_eq(ms_snap_trace_compile_context(x), ms_snap_trace_compile_context(y), "trace %zu", i);
     cr_assert_str_eq(ms_snap_trace_user_metadata(x), ms_snap_trace_user_metadata(y), "trace %zu", i);
@@ -495,7 +495,7 @@ static ms_snapshot_t *synthetic(size_t ntrace) {
       cr_assert_eq(ms__snapbuild_str(&b, an, strlen(an), &x.action_name), MS_OK);
       t.addr = 0x7f0000000000ull + i * 512;
       t.size = i * 1000;
-      t.stream = i % 5 == 0 ? UINT64_MAX - i : i;
+      x.stream = i % 5 == 0 ? UINT64_MAX - i : i;
       t.time_us = i == 3 ? -1 : 1700000000000000ll + (int64_t)i;
       t.stack = i % 4 == 0 ? MS_SNAP_NO_STACK : st[i % 4];
       x.compile_context = i % 2 ? "N/A" : "";
@@ -1540,9 +1540,10 @@ Test(pickle, builder_widens_frame_indices) {
   ms_snapshot_free(s);
 }
 
-/* A trace entry is 48 bytes on LP64; its rare fields are shared per distinct combination. */
+/* A trace entry is 40 bytes on LP64; its rare fields (the stream among them) are shared per
+ * distinct combination. */
 Test(pickle, builder_trace_extras_shared) {
-  if (sizeof(void *) == 8) cr_assert_eq(sizeof(ms_snap_trace_t), 48);
+  if (sizeof(void *) == 8) cr_assert_eq(sizeof(ms_snap_trace_t), 40);
   ms__snapbuild_t b;
   ms__snapbuild_init(&b);
   const char *na = NULL, *ctx = NULL;
@@ -1557,21 +1558,24 @@ Test(pickle, builder_trace_extras_shared) {
     else x.action_name = "alloc"; /* the action's own name: not stored */
     if (i % 2) x.compile_context = na;
     if (i % 10 == 3) x.pool_id[1] = 5;
+    if (i % 5 == 4) x.stream = 0x7777;
     cr_assert_eq(ms__snapbuild_trace_extra(&b, &t, &x), MS_OK);
     cr_assert_eq(ms__snapbuild_add_trace(&b, &t), MS_OK);
   }
-  /* (other?, compile context?, pool?): at most 8 combinations, and the all-default one is NULL */
-  cr_assert_leq(b.extras.len, 7);
+  /* (other?, compile context?, pool?, stream?): at most 16 combinations, and the all-default
+   * one is NULL */
+  cr_assert_leq(b.extras.len, 15);
   ms_snapshot_t *s = NULL;
   cr_assert_eq(ms__snapbuild_finish(&b, &s, NULL), MS_OK);
   for (size_t i = 0; i < s->ntrace; i++) {
     const ms_snap_trace_t *t = &s->trace[i];
-    bool other = i % 7 == 6, cc = i % 2, pool = i % 10 == 3;
+    bool other = i % 7 == 6, cc = i % 2, pool = i % 10 == 3, stream = i % 5 == 4;
     cr_assert_str_eq(ms_snap_trace_action_name(t), other ? "my_action" : "alloc");
     cr_assert_str_eq(ms_snap_trace_compile_context(t), cc ? "N/A" : "");
     cr_assert_str_eq(ms_snap_trace_user_metadata(t), "");
     cr_assert_eq(ms_snap_trace_pool(t, 1), pool ? 5 : 0);
-    cr_assert_eq(t->extra == NULL, !other && !cc && !pool, "entry %zu", i);
+    cr_assert_eq(ms_snap_trace_stream(t), stream ? 0x7777 : 0);
+    cr_assert_eq(t->extra == NULL, !other && !cc && !pool && !stream, "entry %zu", i);
     if (i >= 70) cr_assert_eq(t->extra, s->trace[i - 70].extra, "entry %zu shares", i);
   }
   ms_snapshot_free(s);
@@ -1584,7 +1588,7 @@ Test(pickle, builder_trace_extras_same_fields_another_action) {
   ms__snapbuild_init(&b);
   static const uint8_t act[] = {MS_TRACE_ALLOC, MS_TRACE_ALLOC, MS_TRACE_FREE_REQUESTED,
                                 MS_TRACE_FREE_REQUESTED, MS_TRACE_ALLOC, MS_TRACE_OTHER};
-  ms_snap_trace_extra_t x = {"alloc", "", "", {0, 0}, ""}; /* one set of fields for every call */
+  ms_snap_trace_extra_t x = {"alloc", "", "", {0, 0}, "", 0}; /* one set of fields for every call */
   for (size_t i = 0; i < sizeof act; i++) {
     ms_snap_trace_t t = {0};
     t.action = act[i];
@@ -1592,7 +1596,7 @@ Test(pickle, builder_trace_extras_same_fields_another_action) {
     cr_assert_eq(ms__snapbuild_trace_extra(&b, &t, &x), MS_OK);
     cr_assert_eq(ms__snapbuild_add_trace(&b, &t), MS_OK);
   }
-  ms_snap_trace_extra_t none = {NULL, NULL, NULL, {0, 0}, NULL}; /* absent: the defaults */
+  ms_snap_trace_extra_t none = {NULL, NULL, NULL, {0, 0}, NULL, 0}; /* absent: the defaults */
   ms_snap_trace_t t = {0};
   t.action = MS_TRACE_OTHER;
   t.stack = MS_SNAP_NO_STACK;
@@ -1955,7 +1959,8 @@ static void eq_without_trace_stacks(const ms_snapshot_t *full, const ms_snapshot
   for (size_t i = 0; i < full->ntrace; i++) {
     const ms_snap_trace_t *a = &full->trace[i], *b = &part->trace[i];
     cr_assert(a->action == b->action && a->addr == b->addr && a->size == b->size &&
-                  a->stream == b->stream && a->time_us == b->time_us && a->present == b->present,
+                  ms_snap_trace_stream(a) == ms_snap_trace_stream(b) && a->time_us == b->time_us &&
+                  a->present == b->present,
               "trace entry %zu differs", i);
     if (plain_action(a->action) && b->stack == MS_SNAP_NO_STACK && a->stack != MS_SNAP_NO_STACK) {
       cr_assert(a->present & MS_TRACE_HAS_FRAMES, "trace entry %zu", i);

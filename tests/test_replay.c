@@ -543,10 +543,12 @@ static ms_snapshot_t *split_oversize_snapshot(void) {
     t.action = tr[k].action;
     t.addr = tr[k].addr;
     t.size = tr[k].size;
-    t.stream = tr[k].stream;
     t.time_us = (int64_t)k + 1;
     t.stack = MS_SNAP_NO_STACK;
     t.present = MS_TRACE_HAS_TIME | MS_TRACE_HAS_STREAM;
+    ms_snap_trace_extra_t x = ms__trace_extra_of(&t);
+    x.stream = tr[k].stream;
+    cr_assert_eq(ms__snapbuild_trace_extra(&b, &t, &x), MS_OK);
     cr_assert_eq(ms__snapbuild_add_trace(&b, &t), MS_OK);
   }
   static const struct {
@@ -919,6 +921,9 @@ static void damage_run(ms_snapshot_t *s, uint64_t seed, int rounds) {
     uint64_t r = rng_next(&x);
     static const uint64_t sizes[] = {0, 1, 511, 512, 1048576, (uint64_t)1 << 40, (uint64_t)1 << 62,
                                      UINT64_MAX};
+    static const ms_snap_trace_extra_t on_stream[3] = {{NULL, "", "", {0, 0}, "", 0},
+                                                       {NULL, "", "", {0, 0}, "", 1},
+                                                       {NULL, "", "", {0, 0}, "", 2}};
     ms_snap_trace_t saved_t = s->ntrace ? s->trace[i] : (ms_snap_trace_t){0};
     ms_snap_block_t saved_b = s->nblocks ? s->blocks[j] : (ms_snap_block_t){0};
     ms_snap_segment_t saved_g = s->nsegments ? s->segments[g] : (ms_snap_segment_t){0};
@@ -926,7 +931,9 @@ static void damage_run(ms_snapshot_t *s, uint64_t seed, int rounds) {
     case 0: if (s->ntrace) s->trace[i].action = (ms_trace_action)(r % MS_TRACE_ACTION_COUNT); break;
     case 1: if (s->ntrace) s->trace[i].addr += (r % 2 ? 512 : (uint64_t)-512) * (r % 7); break;
     case 2: if (s->ntrace) s->trace[i].size = sizes[r % 8]; break;
-    case 3: if (s->ntrace) s->trace[i].stream = r % 3; break;
+    case 3:
+      if (s->ntrace) s->trace[i].extra = &on_stream[r % 3];
+      break; /* its other extras go */
     case 4: if (s->nblocks) s->blocks[j].size = sizes[r % 8]; break;
     case 5: if (s->nsegments) s->segments[g].address += (r % 2 ? 1 : -1) * (uint64_t)(2 * MiB); break;
     }

@@ -261,7 +261,7 @@ Test(run, observe_records_exactly_what_the_program_did) {
     const ms_snap_trace_t *t = &s->trace[d0->first_trace + i];
     cr_assert_eq(t->action, want[i].a, "entry %d: %s", i, ms_snap_trace_action_name(t));
     cr_assert_eq(t->size, want[i].size, "entry %d", i);
-    cr_assert_eq(t->stream, want[i].on_stream ? sp : 0, "entry %d", i);
+    cr_assert_eq(ms_snap_trace_stream(t), want[i].on_stream ? sp : 0, "entry %d", i);
     cr_assert_geq(t->time_us, prev_time);
     prev_time = t->time_us;
     if (want[i].fn) cr_assert_str_eq(rt_frame(s, t->stack, 0), want[i].fn, "entry %d", i);
@@ -393,10 +393,10 @@ Test(run, eight_threads_lose_no_event) {
   const ms_snap_device_t *d = &s->devices[0];
   for (uint32_t i = 0; i < d->ntrace; i++) {
     const ms_snap_trace_t *t = &s->trace[d->first_trace + i];
-    if (t->action != MS_TRACE_ALLOC || t->stream == 0) continue;
+    if (t->action != MS_TRACE_ALLOC || ms_snap_trace_stream(t) == 0) continue;
     uint64_t th = t->size / 4096 - 1;
-    if (!stream_of[th]) stream_of[th] = t->stream;
-    cr_assert_eq(t->stream, stream_of[th], "size %" PRIu64, t->size);
+    if (!stream_of[th]) stream_of[th] = ms_snap_trace_stream(t);
+    cr_assert_eq(ms_snap_trace_stream(t), stream_of[th], "size %" PRIu64, t->size);
   }
   for (int a = 0; a < 8; a++)
     for (int b = a + 1; b < 8; b++)

@@ -112,7 +112,7 @@ Test(run_record, only_successful_frees_of_known_allocations_are_recorded, .fini 
   cr_assert_eq(s->nsegments, 0);
   cr_assert_eq(s->devices[0].ntrace, 5);
   cr_assert_eq(s->trace[4].action, MS_TRACE_SEGMENT_FREE);
-  cr_assert_eq(s->trace[4].stream, 7); /* the allocation's stream, as PyTorch's */
+  cr_assert_eq(ms_snap_trace_stream(&s->trace[4]), 7); /* the allocation's stream, as PyTorch's */
   ms_snapshot_free(s);
 }
 
@@ -232,7 +232,7 @@ Test(run_record, eight_threads_record_every_event, .fini = rr_fini, .timeout = 6
   cr_assert_eq(s->devices[0].trace_dropped, 0);
   size_t per_stream[9] = {0};
   for (uint32_t i = 0; i < s->devices[0].ntrace; i++)
-    if (s->trace[i].action == MS_TRACE_ALLOC) per_stream[s->trace[i].stream]++;
+    if (s->trace[i].action == MS_TRACE_ALLOC) per_stream[ms_snap_trace_stream(&s->trace[i])]++;
   for (int t = 1; t <= 8; t++)
     cr_assert_eq(per_stream[t], 2000, "stream %d", t);
   ms_snapshot_free(s);

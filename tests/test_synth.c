@@ -58,7 +58,7 @@ Test(synth, consistent_history_and_end_state) {
     prev_time = e->time_us;
     uint32_t depth = ms_snap_stack_depth(s, e->stack);
     cr_assert(depth >= 25 && depth <= 53, "entry %zu: %u frames", i, depth);
-    if (e->stream < 8) streams[e->stream] = true;
+    if (ms_snap_trace_stream(e) < 8) streams[ms_snap_trace_stream(e)] = true;
     size_t k;
     switch (e->action) {
     case MS_TRACE_SEGMENT_ALLOC:

@@ -43,7 +43,7 @@
 MS_EXTERN_C_BEGIN
 
 /* The format's version: entries of another version are misses (and evicted in time). */
-#define MS_CACHE_VERSION 5u
+#define MS_CACHE_VERSION 6u
 
 /* What identifies an entry. */
 typedef struct ms_cache_key_s {

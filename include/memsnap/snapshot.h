@@ -153,8 +153,9 @@ enum {
   MS_TRACE_NO_ADDR = 1u << 6,
   MS_TRACE_HAS_CATEGORY = 1u << 7,        /* "category" (a snapshot made from the profiler) */
 };
-/* The fields of a trace entry that most entries leave at their defaults, stored once per distinct
- * combination and shared (a 5 M-entry trace's entries are 48 bytes instead of 96). */
+/* The fields of a trace entry that most entries leave at their defaults, or that few entries
+ * differ in (the stream), stored once per distinct combination and shared (a 5 M-entry trace's
+ * entries are 40 bytes instead of 96). */
 typedef struct ms_snap_trace_extra_s {
   const char *action_name;     /* the source's string for the action; NULL: the action's own
                                   name (ms_trace_action_name), as it is for every known action */
@@ -164,12 +165,13 @@ typedef struct ms_snap_trace_extra_s {
   const char *category;        /* "" when absent: the memory category PyTorch's profiler gave an
                                   allocation (`_memory_viz.py`'s conversion of a profile to a
                                   snapshot writes it on `alloc` entries: "activation", ...) */
+  uint64_t stream;             /* the raw stream handle (0: the default stream); read it through
+                                  ms_snap_trace_stream() */
 } ms_snap_trace_extra_t;
 
 typedef struct ms_snap_trace_s {
   uint64_t addr;               /* address; for MS_TRACE_OOM the device's free bytes */
   uint64_t size;               /* bytes (see PyTorch's table per action) */
-  uint64_t stream;             /* raw stream handle */
   int64_t time_us;             /* unix time in microseconds, when present */
   const ms_snap_trace_extra_t *extra; /* NULL: every extra field at its default; read them
                                   through ms_snap_trace_action_name() and its neighbours */
@@ -193,6 +195,10 @@ static inline const char *ms_snap_trace_user_metadata(const ms_snap_trace_t *t) 
 /* t's "category", "" when absent. */
 static inline const char *ms_snap_trace_category(const ms_snap_trace_t *t) {
   return t->extra && t->extra->category ? t->extra->category : "";
+}
+/* t's raw stream handle, 0 for the default stream. */
+static inline uint64_t ms_snap_trace_stream(const ms_snap_trace_t *t) {
+  return t->extra ? t->extra->stream : 0;
 }
 /* t's private pool, (0, 0) when none. */
 static inline int64_t ms_snap_trace_pool(const ms_snap_trace_t *t, int k) {

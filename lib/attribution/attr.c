@@ -279,11 +279,12 @@ int ms__attr_lifetimes(const ms_attr_t *a, size_t dev, attr_life_t **out, size_t
     const ms_snap_trace_t *e = &td->trace[i];
     attr_live_t *o;
     if (e->action == MS_TRACE_ALLOC) {
-      attr_life_t l = {(int64_t)i, -2, -1,
-                       (e->present & MS_TRACE_HAS_TIME) ? e->time_us : -1, e->addr,
-                       ms__attr_entry_size(a, dev, i),
-                       e->size, e->stream, e->stack,
-                       (uint8_t)ms__attr_entry_category(a, dev, i), -1};
+      attr_life_t l = {(int64_t)i, -2,
+                       -1,         (e->present & MS_TRACE_HAS_TIME) ? e->time_us : -1,
+                       e->addr,    ms__attr_entry_size(a, dev, i),
+                       e->size,    ms_snap_trace_stream(e),
+                       e->stack,   (uint8_t)ms__attr_entry_category(a, dev, i),
+                       -1};
       if (MS_VEC_PUSH(&v, l)) rc = MS_ENOMEM;
       if (rc == MS_OK) rc = attr_map_put(&m, e->addr, v.len - 1, 0);
     } else if ((e->action == MS_TRACE_FREE_REQUESTED || e->action == MS_TRACE_FREE_COMPLETED) &&

@@ -29,7 +29,7 @@ enum {
   R_HISTORY = 24,
   R_DEVICE = 40,
   R_TRACE = 44,
-  R_EXTRA = 32,
+  R_EXTRA = 40,
   R_FRAME = 16,
   R_KV = 40,
   R_ANNOTATION = 24,
@@ -366,20 +366,21 @@ static bool w_model(wbuf_t *w, const ms_snapshot_t *s) {
   return !w->o.failed;
 }
 
-/* The trace's fields in the order of an entry's varints. Four of them often repeat: a bit of the
- * entry's first byte (trace_same_bit) says when one is the previous entry's, and it is left out. */
-enum { TF_PRESENT, TF_ADDR, TF_SIZE, TF_STREAM, TF_TIME, TF_EXTRA, TF_STACK, TF_COUNT };
+/* The trace's fields in the order of an entry's varints. Three of them often repeat: a bit of the
+ * entry's first byte (trace_same_bit) says when one is the previous entry's, and it is left out.
+ * (The stream is the extra's: ms_snap_trace_extra_t.) */
+enum { TF_PRESENT, TF_ADDR, TF_SIZE, TF_TIME, TF_EXTRA, TF_STACK, TF_COUNT };
 #define TRACE_ACTION_BITS 0x0fu
+#define TRACE_UNUSED_BIT 0x20u /* set: a damaged entry */
 static unsigned trace_same_bit(int f) {
-  return f == TF_PRESENT ? 0x10u : f == TF_STREAM ? 0x20u : f == TF_EXTRA ? 0x40u
-                                                  : f == TF_SIZE ? 0x80u : 0u;
+  return f == TF_PRESENT ? 0x10u : f == TF_EXTRA ? 0x40u : f == TF_SIZE ? 0x80u : 0u;
 }
 
 /* The trace: its number of entries (u64), then each entry as a byte (the action in its low 4
- * bits; bits 4-7: its present bits, stream, extra and size are the previous entry's) and the
- * varints of its present bits, its address (zigzag of the difference from the previous entry's),
- * size, stream, time (zigzag difference), extra (+1; 0: none) and stack (zigzag difference), less
- * those the byte says repeat. An entry takes 4 bytes or more; 8.7 on the synthetic file of
+ * bits; bits 4, 6 and 7: its present bits, extra and size are the previous entry's; bit 5 is 0)
+ * and the varints of its present bits, its address (zigzag of the difference from the previous
+ * entry's), size, time (zigzag difference), extra (+1; 0: none) and stack (zigzag difference),
+ * less those the byte says repeat. An entry takes 4 bytes or more; 8.7 on the synthetic file of
  * docs/performance.md (a free's size is its alloc's, or its request's just before), against 44 at
  * full width. */
 static bool w_trace(wbuf_t *w, const ms_snapshot_t *s) {
@@ -391,10 +392,9 @@ static bool w_trace(wbuf_t *w, const ms_snapshot_t *s) {
   for (size_t i = 0; i < s->ntrace; i++) {
     const ms_snap_trace_t *t = &s->trace[i];
     uint32_t x = w_extra(w, t->extra);
-    uint64_t v[TF_COUNT] = {t->present,       t->addr,
-                            t->size,          t->stream,
-                            (uint64_t)t->time_us, x == CACHE_NO_STR ? 0 : (uint64_t)x + 1,
-                            t->stack};
+    uint64_t v[TF_COUNT] = {
+        t->present, t->addr, t->size, (uint64_t)t->time_us, x == CACHE_NO_STR ? 0 : (uint64_t)x + 1,
+        t->stack};
     if (t->action > TRACE_ACTION_BITS) w->o.failed = true;
     unsigned char flags = (unsigned char)(t->action & TRACE_ACTION_BITS);
     for (int f = 0; f < TF_COUNT; f++)
@@ -420,6 +420,7 @@ static bool w_trace(wbuf_t *w, const ms_snapshot_t *s) {
     put_u32(r + 12, w_str(w, x->category ? x->category : ""));
     put_u64(r + 16, (uint64_t)x->pool_id[0]);
     put_u64(r + 24, (uint64_t)x->pool_id[1]);
+    put_u64(r + 32, x->stream);
     w_put(w, r, R_EXTRA);
   }
   return !w->o.failed;
@@ -690,6 +691,7 @@ static const char *rd_scalars(rd_t *r) {
       return "trace extra out of range";
     x->pool_id[0] = (int64_t)get_u64(q + 16);
     x->pool_id[1] = (int64_t)get_u64(q + 24);
+    x->stream = get_u64(q + 32);
   }
   return NULL;
 }
@@ -794,13 +796,12 @@ static const char *rd_trace(rd_t *r) {
     unsigned act = flags & TRACE_ACTION_BITS;
     e->addr = v[TF_ADDR];
     e->size = v[TF_SIZE];
-    e->stream = v[TF_STREAM];
     e->time_us = (int64_t)v[TF_TIME];
     e->stack = (uint32_t)v[TF_STACK];
     e->present = (uint16_t)v[TF_PRESENT];
     e->action = (uint8_t)act;
-    bad_entry |= act >= MS_TRACE_ACTION_COUNT || v[TF_PRESENT] > UINT16_MAX ||
-                 v[TF_STACK] > UINT32_MAX || v[TF_EXTRA] > r->nextras;
+    bad_entry |= (flags & TRACE_UNUSED_BIT) || act >= MS_TRACE_ACTION_COUNT ||
+                 v[TF_PRESENT] > UINT16_MAX || v[TF_STACK] > UINT32_MAX || v[TF_EXTRA] > r->nextras;
     e->extra = v[TF_EXTRA] == 0 || v[TF_EXTRA] > r->nextras ? NULL : &r->extras[v[TF_EXTRA] - 1];
   }
   if (p != end) return "trace section longer than its entries";

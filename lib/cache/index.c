@@ -162,7 +162,7 @@ static void ix_block_guess(const tl_dev_t *d, int64_t ai, int64_t fi, uint64_t g
   if (src) {
     g[IXB_ADDRESS] = src->addr;
     g[IXB_REQUESTED] = src->size;
-    g[IXB_STREAM] = src->stream;
+    g[IXB_STREAM] = ms_snap_trace_stream(src);
     g[IXB_STACK] = src->stack;
   }
   if (ai >= 0) g[IXB_TIME] = (uint64_t)d->trace[ai].time_us;

@@ -115,7 +115,7 @@ static void ex_set_request(ms_explain_t *x, const ms_snap_trace_t *e) {
   x->request_bytes = e->size;
   x->request_rounded = ex_round(e->size);
   x->request_segment = ex_segment_size(x->request_rounded);
-  x->request_stream = e->stream;
+  x->request_stream = ms_snap_trace_stream(e);
   x->request_pool[0] = ms_snap_trace_pool(e, 0);
   x->request_pool[1] = ms_snap_trace_pool(e, 1);
   x->request_large = x->request_rounded > EX_SMALL_SIZE;

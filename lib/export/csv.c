@@ -426,7 +426,7 @@ static void *csv_trace(void *arg) {
       }
       p = csv_num(p, (int64_t)e->addr);
       p = csv_num(p, (int64_t)e->size);
-      p = csv_num(p, (int64_t)e->stream);
+      p = csv_num(p, (int64_t)ms_snap_trace_stream(e));
       p = (e->present & MS_TRACE_HAS_TIME) ? csv_num(p, e->time_us) : p + (*p = ',', 1);
       p = csv_opt(p, csv_stack(snap, e->stack), -1);
       if (totals) {

@@ -246,7 +246,7 @@ static void pf_slice(pf_writer_t *w, const ms_attr_t *attr, const ms_timeline_t 
                   "\"id\": %" PRIu64 ", \"ts\": %" PRId64 ", \"pid\": %zu, \"tid\": 0, \"args\": "
                   "{\"entry\": %zu, \"size\": %" PRIu64 ", \"addr\": \"0x%" PRIx64
                   "\", \"stream\": %" PRIu64 ", \"category\": \"%s\", \"source\": %s}},\n",
-                  nm, id, begin, dev + 1, a, e->size, e->addr, e->stream,
+                  nm, id, begin, dev + 1, a, e->size, e->addr, ms_snap_trace_stream(e),
                   ms_category_name(cat), nm);
   ms__xbuf_printf(&w->b,
                   "{\"name\": %s, \"cat\": \"allocation\", \"ph\": \"e\", "

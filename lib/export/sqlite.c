@@ -470,7 +470,7 @@ static void sqlite_bind_trace(sqlite3_stmt *st, int b, const ms_snapshot_t *snap
   bind_utf8(st, b + 5, action);
   bind_u64(st, b + 6, e->addr);
   bind_u64(st, b + 7, e->size);
-  bind_u64(st, b + 8, e->stream);
+  bind_u64(st, b + 8, ms_snap_trace_stream(e));
   if (e->present & MS_TRACE_HAS_TIME)
     sqlite3_bind_int64(st, b + 9, e->time_us);
   else

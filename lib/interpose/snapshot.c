@@ -193,12 +193,12 @@ static int add_ent_trace(build_t *t, const ent_t *e, int64_t time_us, const char
   }
   tr.addr = e->addr;
   tr.size = e->size;
-  tr.stream = e->stream;
   tr.time_us = time_us;
   ms_snap_trace_extra_t x = ms__trace_extra_of(&tr);
   x.action_name = tr.action >= MS_TRACE_OTHER ? names[tr.action] : NULL;
   x.pool_id[0] = e->pool_id[0];
   x.pool_id[1] = e->pool_id[1];
+  x.stream = e->stream;
   MS_FORWARD_IF_ERROR(ms__snapbuild_trace_extra(&t->b, &tr, &x));
   tr.present = MS_TRACE_HAS_TIME | MS_TRACE_HAS_STREAM;
   if (e->pool_id[0] || e->pool_id[1]) tr.present |= MS_TRACE_HAS_POOL_ID;

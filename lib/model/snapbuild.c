@@ -431,7 +431,7 @@ int ms__snapbuild_stack_tail_at(ms__snapbuild_t *b, size_t at, size_t n, uint64_
 static bool extra_equal(const ms_snap_trace_extra_t *a, const ms_snap_trace_extra_t *b) {
   return a->action_name == b->action_name && a->compile_context == b->compile_context &&
          a->user_metadata == b->user_metadata && a->pool_id[0] == b->pool_id[0] &&
-         a->pool_id[1] == b->pool_id[1] && a->category == b->category;
+         a->pool_id[1] == b->pool_id[1] && a->category == b->category && a->stream == b->stream;
 }
 
 /* ms__snapbuild_trace_extra's answer, found or made (out of line: its callers' common case is
@@ -446,7 +446,7 @@ MS_NOINLINE static int trace_extra_find(ms__snapbuild_t *b, ms_snap_trace_t *t,
       strcmp(x.action_name, ms_trace_action_name((ms_trace_action)t->action)) == 0)
     x.action_name = NULL;
   if (!x.action_name && !x.compile_context[0] && !x.user_metadata[0] && !x.pool_id[0] &&
-      !x.pool_id[1] && !x.category[0]) {
+      !x.pool_id[1] && !x.category[0] && !x.stream) {
     t->extra = NULL;
     return MS_OK;
   }
@@ -459,12 +459,11 @@ MS_NOINLINE static int trace_extra_find(ms__snapbuild_t *b, ms_snap_trace_t *t,
       return MS_OK;
     }
   /* equal strings share storage when interned (ms__snapbuild_str), so pointers are the key */
-  uint64_t h = ms_hash_step(ms_hash_step((uint64_t)(uintptr_t)x.action_name,
-                                         (uint64_t)(uintptr_t)x.compile_context),
-                            ms_hash_step((uint64_t)(uintptr_t)x.user_metadata,
-                                         ms_hash_step((uint64_t)x.pool_id[0],
-                                                      (uint64_t)x.pool_id[1] ^
-                                                          (uint64_t)(uintptr_t)x.category)));
+  uint64_t h = ms_hash_step(
+      ms_hash_step((uint64_t)(uintptr_t)x.action_name, (uint64_t)(uintptr_t)x.compile_context),
+      ms_hash_step((uint64_t)(uintptr_t)x.user_metadata,
+                   ms_hash_step((uint64_t)x.pool_id[0] ^ x.stream,
+                                (uint64_t)x.pool_id[1] ^ (uint64_t)(uintptr_t)x.category)));
   h = ms_hash_bytes(&h, sizeof h, 0xe7a);
   MS_FORWARD_IF_ERROR(tab_grow(&b->extra_tab, &b->extra_tab_cap, b->extras.len));
   size_t mask = b->extra_tab_cap - 1, slot = (size_t)TAB_TAG(h) & mask;

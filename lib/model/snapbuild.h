@@ -78,10 +78,10 @@ typedef struct ms__snapbuild_s {
 } ms__snapbuild_t;
 
 /* A trace entry's extra fields at their defaults: the action's own name, no compile context or
- * user metadata, the default pool. */
+ * user metadata, the default pool, the default stream (0). */
 static inline ms_snap_trace_extra_t ms__trace_extra_of(const ms_snap_trace_t *t) {
   if (t->extra) return *t->extra;
-  ms_snap_trace_extra_t x = {NULL, "", "", {0, 0}, ""};
+  ms_snap_trace_extra_t x = {NULL, "", "", {0, 0}, "", 0};
   return x;
 }
 /* Sets trace entry t's extra fields to *x: t->extra becomes NULL when they are all defaults, else

@@ -354,7 +354,7 @@ static void rp_split_burst(rp_run_t *run, size_t i, bool oom_entry) {
   } else {
     caused = oom_entry || (nfree < run->pend.len &&
                            !ms__allocator_replay_would_fit(run->a, (size_t)e->size,
-                                                           (ms_stream_t)e->stream));
+                                                           (ms_stream_t)ms_snap_trace_stream(e)));
     /* The burst's stack names empty_cache, or differs from the allocation's (the OOM path's
      * releases are recorded with the allocation's stack). */
     if (caused && (rp_burst_is_empty_cache(run) ||
@@ -388,7 +388,8 @@ static void rp_op_malloc(rp_run_t *run, size_t i, bool oom_entry) {
   }
   run->got.len = 0;
   ms_devptr_t ptr = 0;
-  int r = size ? ms_allocator_malloc(run->a, size, (ms_stream_t)e->stream, &ptr) : MS_OK;
+  int r =
+      size ? ms_allocator_malloc(run->a, size, (ms_stream_t)ms_snap_trace_stream(e), &ptr) : MS_OK;
   rp_disarm(run);
   if (run->whatif) {
     if (r == MS_EOOM) {
@@ -580,13 +581,16 @@ static bool rp_released_first(rp_run_t *run, size_t i, size_t i1, size_t j, size
                               bool just_freed) {
   const ms_snap_trace_t *t = run->tr->t;
   uint64_t mss = run->tr->cfg.max_split_size;
-  if (ms__allocator_replay_would_release(run->a, (size_t)t[m].size, (ms_stream_t)t[m].stream))
+  if (ms__allocator_replay_would_release(run->a, (size_t)t[m].size,
+                                         (ms_stream_t)ms_snap_trace_stream(&t[m])))
     return true;
   if (rp_cached_after(run, i, i1) != j - i1)
     return true; /* release_cached_blocks would have released another number of segments */
   const ms_snap_trace_t *x = &t[i1], *y = &t[i1 + 1];
-  if (j - i1 < 2) return just_freed && x->stream == t[m].stream && x->size >= mss;
-  return x->stream == t[m].stream && y->stream == t[m].stream && y->size >= mss &&
+  if (j - i1 < 2)
+    return just_freed && ms_snap_trace_stream(x) == ms_snap_trace_stream(&t[m]) && x->size >= mss;
+  return ms_snap_trace_stream(x) == ms_snap_trace_stream(&t[m]) &&
+         ms_snap_trace_stream(y) == ms_snap_trace_stream(&t[m]) && y->size >= mss &&
          x->size > y->size;
 }
 

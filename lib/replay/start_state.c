@@ -217,7 +217,8 @@ static int rp_start_segments(rp_trace_t *tr, char *why, size_t cap) {
       tr->segs.ptr[j] = tr->segs.ptr[tr->segs.len - 1];
       tr->segs.len--;
     } else if (e->action == MS_TRACE_SEGMENT_FREE) {
-      rp_sseg_t ss = {e->addr, e->size, e->stream, e->size <= MS_SMALL_BUFFER, -1, {0}};
+      rp_sseg_t ss = {e->addr, e->size, ms_snap_trace_stream(e), e->size <= MS_SMALL_BUFFER,
+                      -1,      {0}};
       if (MS_VEC_PUSH(&tr->segs, ss) != 0) return MS_ENOMEM;
     }
   }

@@ -557,7 +557,7 @@ static int rd_trace(rd_t *r, cur_t *cp) {
   }
   MS_FORWARD_IF_ERROR(cur_u64(r, &c, 1, cols_trace, &t.addr));
   MS_FORWARD_IF_ERROR(cur_u64(r, &c, 2, cols_trace, &t.size));
-  MS_FORWARD_IF_ERROR(cur_u64(r, &c, 3, cols_trace, &t.stream));
+  MS_FORWARD_IF_ERROR(cur_u64(r, &c, 3, cols_trace, &x.stream));
   MS_FORWARD_IF_ERROR(cur_i64(r, &c, 4, cols_trace, &t.time_us));
   MS_FORWARD_IF_ERROR(cur_i64(r, &c, 5, cols_trace, &x.pool_id[0]));
   MS_FORWARD_IF_ERROR(cur_i64(r, &c, 6, cols_trace, &x.pool_id[1]));

@@ -362,7 +362,7 @@ static WR_FLATTEN void wr_trace(wr_t *w, const ms_snapshot_t *s) {
         pk_str(&pk, ms_snap_trace_action_name(t));
       msgpack_pack_uint64(&pk, t->addr);
       msgpack_pack_uint64(&pk, t->size);
-      msgpack_pack_uint64(&pk, t->stream);
+      msgpack_pack_uint64(&pk, ms_snap_trace_stream(t));
       msgpack_pack_int64(&pk, t->time_us);
       msgpack_pack_int64(&pk, ms_snap_trace_pool(t, 0));
       msgpack_pack_int64(&pk, ms_snap_trace_pool(t, 1));

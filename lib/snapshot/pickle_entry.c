@@ -140,7 +140,7 @@ enum { EN_STR = 1, EN_LIST, EN_GET };
 /* The extra fields ms__pickle_birth gives a trace record: an action named "" until its
  * "action" comes. */
 static ms_snap_trace_extra_t en_born_extra(void) {
-  ms_snap_trace_extra_t x = {"", "", "", {0, 0}, ""};
+  ms_snap_trace_extra_t x = {"", "", "", {0, 0}, "", 0};
   return x;
 }
 
@@ -269,7 +269,10 @@ static bool en_scan(rd_t *r, en_scan_t *k, ms_snap_trace_t *t, en_found_t *f) {
         t->size = v.v.u; /* an int >= 0 or a V_UINT: the same bits */
       } else if (key == K_STREAM) {
         t->present |= MS_TRACE_HAS_STREAM;
-        t->stream = v.v.u;
+        if (f->x.stream != v.v.u) {
+          f->x.stream = v.v.u;
+          f->extra = true;
+        }
       } else if (key == K_TIME_US) {
         t->present |= MS_TRACE_HAS_TIME;
         t->time_us = v.v.i;

@@ -695,7 +695,9 @@ static int rd_set_trace(rd_t *r, const rd_ctx_t *c, uint8_t key, const rd_val_t 
   case K_SIZE: return rd_want_u64(r, c, v, &t->size);
   case K_STREAM:
     t->present |= MS_TRACE_HAS_STREAM;
-    return rd_want_u64_wrap(r, c, v, &t->stream);
+    x = ms__trace_extra_of(t);
+    MS_FORWARD_IF_ERROR(rd_want_u64_wrap(r, c, v, &x.stream));
+    return ms__pickle_trace_extra(r, t, &x);
   case K_TIME_US:
     t->present |= MS_TRACE_HAS_TIME;
     return rd_want_i64(r, c, v, &t->time_us);

@@ -404,7 +404,7 @@ static void wr_trace(wr_t *w, const ms_snap_trace_t *t) {
   wr_uint(w, t->size);
   if (stream) {
     wr_str(w, "stream");
-    wr_uint(w, t->stream);
+    wr_uint(w, ms_snap_trace_stream(t));
   }
   if (time) {
     wr_str(w, "time_us");

@@ -271,12 +271,12 @@ static int add_trace(take_t *t, uint32_t rec, ms_snap_device_t *dev, ms_errbuf_t
     }
     tr.addr = e->addr;
     tr.size = e->size;
-    tr.stream = e->stream;
     tr.time_us = e->time;
     ms_snap_trace_extra_t x = ms__trace_extra_of(&tr);
     x.action_name = names[tr.action]; /* NULL for a known action: its own name */
     x.pool_id[0] = e->pool_id[0];
     x.pool_id[1] = e->pool_id[1];
+    x.stream = e->stream;
     err = ms__snapbuild_trace_extra(&t->b, &tr, &x);
     if (err != MS_OK) break;
     tr.present = MS_TRACE_HAS_TIME | MS_TRACE_HAS_STREAM;

@@ -46,7 +46,7 @@ static void tl_ooms_back(const ms_snapshot_t *snap, size_t dev, size_t noom, tl_
       memset(&o, 0, sizeof o);
       o.entry = i;
       o.request = e->size;
-      o.stream = e->stream;
+      o.stream = ms_snap_trace_stream(e);
       o.pool_id[0] = ms_snap_trace_pool(e, 0);
       o.pool_id[1] = ms_snap_trace_pool(e, 1);
       o.has_device_free = !(e->present & MS_TRACE_NO_ADDR);

@@ -293,7 +293,7 @@ static ms_tl_segment_t tl_entry_segment(const ms_snap_trace_t *e, bool expandabl
   memset(&s, 0, sizeof s);
   s.address = e->addr;
   s.size = e->size;
-  s.stream = e->stream;
+  s.stream = ms_snap_trace_stream(e);
   if (e->present & MS_TRACE_HAS_POOL_ID) {
     s.pool_id[0] = ms_snap_trace_pool(e, 0);
     s.pool_id[1] = ms_snap_trace_pool(e, 1);
@@ -314,7 +314,7 @@ static ms_tl_block_t tl_entry_block(const tl_dev_t *d, size_t alloc_i, size_t fr
   b.address = src->addr;
   b.size = size;
   b.requested_size = src->size;
-  b.stream = src->stream;
+  b.stream = ms_snap_trace_stream(src);
   b.alloc_entry = alloc_i != TL_NONE ? (int64_t)alloc_i : -1;
   b.free_entry = free_i != TL_NONE ? (int64_t)free_i : -1;
   b.time_us = alloc_i != TL_NONE && (src->present & MS_TRACE_HAS_TIME) ? src->time_us : 0;

@@ -162,7 +162,8 @@ static void via_deferred(const uint8_t *data, size_t size) {
     for (size_t i = 0; i < b->ntrace; i++) {
       const ms_snap_trace_t *x = &a->trace[i], *y = &b->trace[i];
       FZ_CHECK(x->action == y->action && x->addr == y->addr && x->size == y->size &&
-                   x->stream == y->stream && x->time_us == y->time_us && x->present == y->present,
+                   ms_snap_trace_stream(x) == ms_snap_trace_stream(y) && x->time_us == y->time_us &&
+                   x->present == y->present,
                "deferred: trace entry %zu differs", i);
       idx[i] = b->ntrace - 1 - i; /* backwards: the fill sorts what it is asked */
     }
@@ -209,8 +210,8 @@ static void both_ways(const uint8_t *data, size_t size, uint8_t opt, bool *on, c
     for (size_t i = 0; i < a->ntrace; i++) {
       const ms_snap_trace_t *x = &a->trace[i], *y = &b->trace[i];
       FZ_CHECK(x->stack == y->stack && x->action == y->action && x->addr == y->addr &&
-                   x->size == y->size && x->stream == y->stream && x->time_us == y->time_us &&
-                   x->present == y->present &&
+                   x->size == y->size && ms_snap_trace_stream(x) == ms_snap_trace_stream(y) &&
+                   x->time_us == y->time_us && x->present == y->present &&
                    strcmp(ms_snap_trace_action_name(x), ms_snap_trace_action_name(y)) == 0 &&
                    strcmp(ms_snap_trace_compile_context(x), ms_snap_trace_compile_context(y)) ==
                        0 &&

@@ -199,7 +199,7 @@ static int view_bin_trace(vb_t *b, const char *prefix, const ms_snapshot_t *s, s
   bool ea = true, es = true, et = true;
   for (size_t i = 0; i < n; i++) {
     ea &= t[i].addr <= (uint64_t)VIEW_EXACT;
-    es &= t[i].stream <= (uint64_t)VIEW_EXACT;
+    es &= ms_snap_trace_stream(&t[i]) <= (uint64_t)VIEW_EXACT;
     et &= !(t[i].present & MS_TRACE_HAS_TIME) ||
           (t[i].time_us <= VIEW_EXACT && t[i].time_us >= -VIEW_EXACT);
   }
@@ -215,7 +215,8 @@ static int view_bin_trace(vb_t *b, const char *prefix, const ms_snapshot_t *s, s
   vb_end(b);
   snprintf(name, sizeof name, "%s.stream", prefix);
   view_f64_begin(b, name, es);
-  for (size_t i = 0; i < n; i++) vb_f64(b, (double)t[i].stream);
+  for (size_t i = 0; i < n; i++)
+    vb_f64(b, (double)ms_snap_trace_stream(&t[i]));
   vb_end(b);
   snprintf(name, sizeof name, "%s.time", prefix);
   view_f64_begin(b, name, et);
