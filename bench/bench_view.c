@@ -69,6 +69,8 @@ static int browse(const char *page, double *paint_ms, double *zoom_ms, double *h
   FILE *p = popen(cmd, "r");
   if (!p) return -1;
   int n = fscanf(p, "%lf %lf %lf", paint_ms, zoom_ms, heap_mb);
+  while (fgetc(p) != EOF) { /* the rest, so that the script's last write finds a reader */
+  }
   int rc = pclose(p);
   if (rc != 0 || n != 3) {
     fprintf(stderr, "bench_view: no browser figures for %s (chromium missing or the page did "
@@ -90,6 +92,10 @@ static int search(const char *page, double *search_ms, double *task_ms, double *
   errno = 0;
   int n = fscanf(p, "%lf %lf %lf", search_ms, task_ms, index_ms);
   int err = errno, ferr = ferror(p), eof = feof(p);
+  /* the script prints more than the three figures (the answer's text, which can be long): read
+   * it all, or its last write meets a closed pipe and it fails */
+  while (fgetc(p) != EOF) {
+  }
   int rc = pclose(p);
   if (rc != 0 || n != 3) {
     fprintf(stderr,
