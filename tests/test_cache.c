@@ -399,6 +399,23 @@ Test(cache, eviction_bound) {
   cr_assert_eq(cnt, 0);
 }
 
+/* Eviction in a cache folder with no entry (a concurrent `cache --clear` emptied it) or none at
+ * all does nothing: the listing is empty, and sorting it must not be given a NULL array (UBSan
+ * reported it in cache::concurrent_loads, a child evicting right after another cleared). */
+Test(cache, eviction_of_an_empty_folder) {
+  char d[800];
+  snprintf(d, sizeof d, "%s/empty-cache", th_cache_tmp);
+  cr_assert_eq(mkdir(d, 0700), 0);
+  cr_assert_eq(ms_cache_evict(d, 0), MS_OK);
+  size_t cnt = 1;
+  uint64_t bytes = 1;
+  cr_assert_eq(ms_cache_usage(d, &cnt, &bytes), MS_OK);
+  cr_assert_eq(bytes, 0);
+  cr_assert_eq(cnt, 0);
+  cr_assert_eq(rmdir(d), 0);
+  cr_assert_eq(ms_cache_evict(d, 0), MS_OK, "a folder that is not there: nothing to evict");
+}
+
 /* The entry of the cache directory that is not `except` (NULL: the only one). */
 static void entry_other_than(const char *except, char *path, size_t cap) {
   DIR *d = opendir(th_cache_dir());

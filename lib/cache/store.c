@@ -440,7 +440,7 @@ int ms_cache_evict(const char *dir, uint64_t max_bytes) {
   if ((rc = list_dir(dir, true, &l, &n)) != MS_OK) return rc;
   uint64_t sum = 0;
   for (size_t i = 0; i < n; i++) sum += l[i].bytes;
-  qsort(l, n, sizeof *l, by_age);
+  if (n > 1) qsort(l, n, sizeof *l, by_age); /* (l is NULL for an empty folder) */
   for (size_t i = 0; i < n && sum > max_bytes; i++) {
     snprintf(path, sizeof path, "%s/%s", dir, l[i].name);
     if (unlink(path) == 0 || errno == ENOENT) sum -= l[i].bytes;
