@@ -57,11 +57,17 @@ build_cli() {
   [[ ${#cli_objs[@]} -gt 0 ]] && return 0
   mkdir -p "$out/cli"
   echo "== building the CLI's objects" >&2
-  local c o extra
+  local c o extra h newest=""
+  # an object is made again when its source or any header it may include changed since: a layout
+  # changed in a public header must not leave the CLI's objects on the old one (they would read
+  # the libraries' structs at the wrong offsets, and the fuzzer report that as a crash)
+  for h in "$root"/include/memsnap/*.h "$root"/cli/*.h "$root"/lib/*/*.h "$root"/viz/*/*.h; do
+    [[ -z $newest || $h -nt $newest ]] && newest=$h
+  done
   for c in "$root"/cli/*.c; do
     o="$out/cli/$(basename "$c" .c).o" extra=""
     [[ $(basename "$c") == main.c ]] && extra="-Dmain=memsnap_cli_main"
-    if [[ ! -f $o || $c -nt $o || $root/cli/cli.h -nt $o ]]; then
+    if [[ ! -f $o || $c -nt $o || $newest -nt $o ]]; then
       # shellcheck disable=SC2086
       "$CC" $cflags -fsanitize=fuzzer-no-link $extra -I"$root/include" -I"$root/cli" -c "$c" -o "$o"
     fi
