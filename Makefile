@@ -3,7 +3,7 @@
 #   make test SANITIZE=1   the whole suite built with -fsanitize=address,undefined (build-asan/)
 #   make test TSAN=1       the whole suite built with -fsanitize=thread (build-tsan/)
 #   make test TESTS=REGEX  only the ctest entries matching REGEX (e.g. TESTS='^(stress|history)$')
-#   make bench             benchmarks in a Release tree; writes build/bench/results.json
+#   make bench             benchmarks in a profile-guided Release tree; writes build/bench/results.json
 #   make fuzz FUZZ_SECONDS=60 [FUZZ_TARGETS="fuzz_load ..."]   libFuzzer targets (clang), seeded
 #                               with tests/fuzz/corpus/ (and the fixtures for the readers)
 #   make wheel             dist/memsnap-*.whl: pip install it anywhere (docs/python.md)
@@ -69,19 +69,21 @@ check:
 	@scripts/check-deps.py
 	@scripts/check-size.py
 
+# Release trees (bench, wheel) are profile-guided: built instrumented, trained on PyTorch's
+# snapshots, built again (scripts/pgo-build.sh; docs/performance.md "Release builds").
 bench: deps
 	@scripts/deps.sh bench
-	$(CMAKE) -S . -B build/bench-build -DCMAKE_BUILD_TYPE=Release -DMS_DEBUG=0 -DMS_BUILD_TESTS=OFF
-	$(CMAKE) --build build/bench-build -j $(JOBS)
+	JOBS=$(JOBS) CMAKE=$(CMAKE) scripts/pgo-build.sh build/bench-build -DCMAKE_BUILD_TYPE=Release \
+	  -DMS_DEBUG=0 -DMS_BUILD_TESTS=OFF
 	@bench/run.sh build/bench-build build/bench
 
 # dist/memsnap-<version>-py3-none-linux_x86_64.whl from a Release tree: the command, the libraries
 # and the third-party ones they need, and the Python package (docs/python.md)
 wheel: deps
 	@scripts/deps.sh wheel
-	$(CMAKE) -S . -B build/wheel-build -DCMAKE_BUILD_TYPE=Release -DMS_DEBUG=0 -DMS_BUILD_TESTS=OFF \
-	  -DMS_BUILD_SAMPLES=OFF -DMS_BUILD_BENCH=OFF
-	$(CMAKE) --build build/wheel-build -j $(JOBS) --target memsnap memsnap_preload
+	JOBS=$(JOBS) CMAKE=$(CMAKE) scripts/pgo-build.sh build/wheel-build -DCMAKE_BUILD_TYPE=Release \
+	  -DMS_DEBUG=0 -DMS_BUILD_TESTS=OFF -DMS_BUILD_SAMPLES=OFF -DMS_BUILD_BENCH=OFF \
+	  -- memsnap memsnap_preload
 	python3 scripts/wheel.py build/wheel-build dist
 
 fuzz:
